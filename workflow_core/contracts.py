@@ -1,0 +1,101 @@
+"""Names and message shapes shared by the scheduler, the agents and the supervisor.
+
+One module so the orchestrator, the activities, the workers and the tests cannot drift apart on a
+function name, an event name or a field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ---- function names (what function_app registers and orchestrators call) -------------------------
+WORKFLOW_ORCHESTRATOR = "workflow_orchestrator"
+COMPENSATION_ORCHESTRATOR = "compensation_orchestrator"
+
+ACTIVITY_CREATE_STEPS = "create_workflow_steps"
+ACTIVITY_DISPATCH_STEP = "dispatch_step"
+ACTIVITY_CHECK_STEP = "check_step"
+ACTIVITY_SCHEDULE_RETRY = "schedule_retry"
+ACTIVITY_GIVE_UP_STEP = "give_up_step"
+ACTIVITY_DISPATCH_COMPENSATION = "dispatch_compensation"
+ACTIVITY_CHECK_COMPENSATION = "check_compensation"
+ACTIVITY_FINISH_COMPENSATION = "finish_compensation"
+
+WORKER_FUNCTION = "agent_worker"
+RESULT_FUNCTION = "agent_result_handler"
+DEAD_LETTER_FUNCTION = "agent_dead_letter_handler"
+WATCHDOG_FUNCTION = "supervisor_watchdog"
+
+StepKind = Literal["work", "compensate"]
+
+
+def result_event_name(step_id: str, attempt: int, kind: StepKind = "work") -> str:
+    """External event an orchestration waits for; one per attempt, so a late result of attempt N
+    can never satisfy the wait for attempt N+1."""
+    prefix = "result" if kind == "work" else "compensation-result"
+    return f"{prefix}:{step_id}:{attempt}"
+
+
+def compensation_instance_id(instance_id: str) -> str:
+    """Deterministic id of an instance's compensation orchestration: starting it twice is a no-op."""
+    return f"{instance_id}:compensation"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepDispatch(_Model):
+    """Input of the dispatch activities: write the ledger (Dispatched/Compensating), then send."""
+
+    instance_id: str
+    orchestration_id: str
+    workflow: str
+    step_id: str
+    attempt: int = Field(ge=1)
+    deadline: str  # ISO 8601 UTC, computed from context.current_utc_datetime
+    input: dict[str, Any] = Field(default_factory=dict)
+    kind: StepKind = "work"
+
+
+class WorkMessage(_Model):
+    """Body of a message on the work queue."""
+
+    kind: StepKind
+    instance_id: str
+    orchestration_id: str
+    workflow: str
+    step_id: str
+    agent: str
+    attempt: int
+    deadline: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ResultMessage(_Model):
+    """Body of a message on the result queue, and the payload of the orchestration's external event."""
+
+    kind: StepKind
+    instance_id: str
+    orchestration_id: str
+    step_id: str
+    attempt: int
+    outcome: Literal["succeeded", "failed"]
+    output: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class StepCheck(_Model):
+    """What the ledger says about a step when the orchestration's deadline timer fired.
+
+    ``extended``: an agent heartbeat moved the deadline; wait again until ``deadline``.
+    ``succeeded``/``failed``: the result is in the ledger (its event was lost or late).
+    ``timed_out``: the ledger now records TimedOut.
+    """
+
+    state: Literal["succeeded", "failed", "timed_out", "extended"]
+    deadline: str | None = None
+    output: dict[str, Any] | None = None
+    error: str | None = None

@@ -1,0 +1,1 @@
+"""Development helpers: things the tests, the demo and the benchmarks share, never used in Azure."""

@@ -1,0 +1,159 @@
+"""Start and stop a real Azurite (the Azure Storage emulator) on free loopback ports.
+
+Tests, the demo and the benchmarks all need a real Table/Queue service; Azurite is installed from
+the npm registry by ``npm ci`` (see package.json) and found in ``node_modules/.bin``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workflow_core.settings import azurite_connection_string
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class AzuriteNotFound(RuntimeError):
+    pass
+
+
+def find_azurite() -> str:
+    """The azurite binary: the repo's npm install first, then PATH."""
+    local = REPO_ROOT / "node_modules" / ".bin" / "azurite"
+    if local.exists():
+        return str(local)
+    on_path = shutil.which("azurite")
+    if on_path:
+        return on_path
+    raise AzuriteNotFound(
+        "Azurite is not installed: run `npm ci` in the repository root (needs Node 20 and npm)"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Azurite:
+    """One Azurite process with on-disk state, so it can be restarted with its data intact."""
+
+    location: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="azurite-")))
+    blob_port: int = field(default_factory=_free_port)
+    queue_port: int = field(default_factory=_free_port)
+    table_port: int = field(default_factory=_free_port)
+    process: subprocess.Popen | None = None
+    owns_location: bool = True
+
+    @property
+    def connection_string(self) -> str:
+        return azurite_connection_string(
+            blob_port=self.blob_port, queue_port=self.queue_port, table_port=self.table_port
+        )
+
+    def start(self, timeout: float = 30.0) -> Azurite:
+        if self.process is not None:
+            return self
+        cmd = [
+            find_azurite(),
+            "--silent",
+            "--loose",
+            "--skipApiVersionCheck",
+            "--disableTelemetry",
+            "--location",
+            str(self.location),
+            "--blobHost",
+            "127.0.0.1",
+            "--queueHost",
+            "127.0.0.1",
+            "--tableHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(self.blob_port),
+            "--queuePort",
+            str(self.queue_port),
+            "--tablePort",
+            str(self.table_port),
+        ]
+        log = open(self.location / "azurite.log", "ab")  # noqa: SIM115 - lives as long as the process
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        ports = (self.blob_port, self.queue_port, self.table_port)
+        while not all(_port_open(p) for p in ports):
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"Azurite exited with code {self.process.returncode}; see {self.location / 'azurite.log'}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"Azurite did not open ports {ports} within {timeout}s")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+        # Wait until the ports are released so a restart on the same ports succeeds.
+        deadline = time.monotonic() + 10
+        while any(_port_open(p) for p in (self.blob_port, self.queue_port, self.table_port)):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+
+    def restart(self) -> None:
+        """Stop and start on the same ports and the same ``--location`` (state survives)."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self.owns_location:
+            shutil.rmtree(self.location, ignore_errors=True)
+
+    def __enter__(self) -> Azurite:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def env_for(azurite: Azurite) -> dict[str, str]:
+    """App settings that point the app at this Azurite with the storage-queue transport."""
+    return {
+        "AzureWebJobsStorage": azurite.connection_string,
+        "AGENT_TRANSPORT": "storage-queue",
+        "FUNCTIONS_WORKER_RUNTIME": "python",
+    }
+
+
+if __name__ == "__main__":  # pragma: no cover - manual helper
+    with Azurite() as a:
+        print(a.connection_string, flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    os._exit(0)

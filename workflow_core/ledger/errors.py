@@ -1,0 +1,45 @@
+"""Typed ledger errors: callers branch on these, never on HTTP status codes."""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base class of every error the ledger raises on purpose."""
+
+
+class InvalidLedgerInput(LedgerError, ValueError):
+    """Bad input (malformed id, naive datetime, unknown status...); the message says what is wrong."""
+
+
+class StepNotFound(LedgerError, LookupError):
+    def __init__(self, instance_id: str, step_id: str) -> None:
+        super().__init__(f"no step {step_id!r} in workflow instance {instance_id!r}")
+        self.instance_id = instance_id
+        self.step_id = step_id
+
+
+class IllegalTransition(LedgerError):
+    def __init__(self, instance_id: str, step_id: str, current: str, requested: str, allowed: list[str]):
+        allowed_text = ", ".join(allowed) if allowed else "none (terminal status)"
+        super().__init__(
+            f"step {step_id!r} of {instance_id!r} cannot move {current} -> {requested}; "
+            f"allowed from {current}: {allowed_text}"
+        )
+        self.current = current
+        self.requested = requested
+
+
+class ConcurrencyConflict(LedgerError):
+    """Someone else updated the step since it was read (ETag mismatch): re-read and re-decide."""
+
+    def __init__(self, instance_id: str, step_id: str) -> None:
+        super().__init__(
+            f"step {step_id!r} of {instance_id!r} changed since it was read (ETag mismatch); "
+            "re-read it and decide again"
+        )
+        self.instance_id = instance_id
+        self.step_id = step_id
+
+
+class StepsAlreadyExist(LedgerError):
+    """``create_steps`` found the instance's steps already written with different content."""

@@ -1,0 +1,230 @@
+"""What a step is: its status machine, its record, its audit entry, and how ids are validated.
+
+The transition table below is the single definition of which status changes are legal; the ledger
+refuses anything else, so a bug in the scheduler, an agent or the supervisor cannot put a step in a
+state the pattern does not know how to recover from.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from workflow_core.ledger.errors import InvalidLedgerInput
+
+
+class StepStatus(StrEnum):
+    PENDING = "Pending"  # written with the workflow, not yet dispatched
+    DISPATCHED = "Dispatched"  # ledger row says who owns it and by when; work message sent (or about to be)
+    RUNNING = "Running"  # an agent claimed it
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"  # the agent reported failure (or the message was dead-lettered)
+    TIMED_OUT = "TimedOut"  # the deadline passed without a result
+    RETRYING = "Retrying"  # waiting out the backoff before the next attempt
+    COMPENSATING = "Compensating"  # its compensator is running
+    COMPENSATED = "Compensated"
+    COMPENSATION_FAILED = "CompensationFailed"  # compensator gave up: needs an operator
+    SKIPPED = "Skipped"  # an operator decided the step needs no (more) work
+    CANCELLED = "Cancelled"  # never ran, or failed with nothing to undo, and the workflow stopped
+
+
+S = StepStatus
+
+# The state machine. Keys: current status; values: statuses it may move to.
+ALLOWED_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
+    S.PENDING: frozenset({S.DISPATCHED, S.CANCELLED, S.SKIPPED}),
+    S.DISPATCHED: frozenset({S.RUNNING, S.FAILED, S.TIMED_OUT, S.SKIPPED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.SKIPPED}),
+    S.SUCCEEDED: frozenset({S.COMPENSATING}),
+    S.FAILED: frozenset({S.RETRYING, S.COMPENSATING, S.CANCELLED, S.SKIPPED}),
+    S.TIMED_OUT: frozenset({S.RETRYING, S.COMPENSATING, S.CANCELLED, S.SKIPPED}),
+    S.RETRYING: frozenset({S.DISPATCHED, S.COMPENSATING, S.CANCELLED, S.SKIPPED}),
+    # Compensating -> Compensating is a compensator retry (attempt + 1).
+    S.COMPENSATING: frozenset({S.COMPENSATING, S.COMPENSATED, S.COMPENSATION_FAILED}),
+    S.COMPENSATION_FAILED: frozenset({S.COMPENSATING, S.SKIPPED}),
+    S.COMPENSATED: frozenset(),
+    S.SKIPPED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+# Statuses someone must move on from by a deadline; each has a deadline-index row.
+DEADLINE_STATUSES = frozenset({S.DISPATCHED, S.RUNNING, S.FAILED, S.TIMED_OUT, S.RETRYING, S.COMPENSATING})
+# Statuses no automation will move on from: listed for operators in the index's attention partition.
+ATTENTION_STATUSES = frozenset({S.COMPENSATION_FAILED})
+TERMINAL_STATUSES = frozenset(s for s, nxt in ALLOWED_TRANSITIONS.items() if not nxt)
+# Where a completed step's effect exists and may need undoing.
+COMPENSATABLE_STATUSES = frozenset({S.SUCCEEDED})
+
+
+def is_allowed(current: StepStatus, target: StepStatus) -> bool:
+    return target in ALLOWED_TRANSITIONS[current]
+
+
+def parse_status(value: str | StepStatus) -> StepStatus:
+    try:
+        return StepStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in StepStatus)
+        raise InvalidLedgerInput(f"unknown step status {value!r}; known statuses: {known}") from None
+
+
+# --- ids -------------------------------------------------------------------------------------------
+# Table keys forbid / \ # ? and control characters; we are stricter and allow a portable set, and
+# reserve '~' (sorts after every allowed character) for the audit rows that share a partition.
+_INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
+_STEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _explain_bad_key(kind: str, value: object, pattern: re.Pattern[str], limit: int) -> str:
+    if not isinstance(value, str):
+        return f"{kind} must be a string, got {type(value).__name__}"
+    if value == "":
+        return f"{kind} must not be empty"
+    bad = sorted({c for c in value if c in "/\\#?" or ord(c) < 32 or 0x7F <= ord(c) <= 0x9F})
+    if bad:
+        return f"{kind} {value!r} contains characters Table Storage keys forbid: {bad!r}"
+    if len(value) > limit:
+        return f"{kind} is {len(value)} characters long; at most {limit} are allowed"
+    return (
+        f"{kind} {value!r} must match {pattern.pattern} (letters, digits and . _ - and a letter/digit first)"
+    )
+
+
+def validate_instance_id(value: object) -> str:
+    if not isinstance(value, str) or not _INSTANCE_ID.match(value):
+        raise InvalidLedgerInput(_explain_bad_key("instance id", value, _INSTANCE_ID, 200))
+    return value
+
+
+def validate_step_id(value: object) -> str:
+    if not isinstance(value, str) or not _STEP_ID.match(value):
+        raise InvalidLedgerInput(_explain_bad_key("step id", value, _STEP_ID, 100))
+    return value
+
+
+def require_aware(value: datetime | None, what: str = "datetime") -> datetime | None:
+    """Reject naive datetimes (their zone is a guess) and normalise to UTC."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidLedgerInput(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        raise InvalidLedgerInput(f"{what} {value.isoformat()} is naive; pass a timezone-aware UTC datetime")
+    return value.astimezone(UTC)
+
+
+def _aware(v: datetime | None) -> datetime | None:
+    return require_aware(v)
+
+
+AwareDatetime = Annotated[datetime | None, AfterValidator(_aware)]
+
+MAX_TEXT = 32_000  # Table Storage string properties hold 64 KiB (32K UTF-16 chars)
+
+
+class StepRecord(BaseModel):
+    """One step of one workflow instance, as persisted (PartitionKey = instance id, RowKey = step id)."""
+
+    model_config = ConfigDict(frozen=True, validate_assignment=True)
+
+    instance_id: str
+    step_id: str
+    workflow_name: str
+    step_name: str
+    sequence: int = Field(ge=0, description="position in the workflow; compensation runs in reverse")
+    agent: str
+    compensator: str | None = None
+    status: StepStatus = StepStatus.PENDING
+    owner: str | None = None
+    attempt: int = Field(default=0, ge=0)
+    max_attempts: int = Field(default=1, ge=1)
+    deadline: AwareDatetime = None
+    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0)
+    last_heartbeat: AwareDatetime = None
+    created_at: AwareDatetime = None
+    updated_at: AwareDatetime = None
+    completed_at: AwareDatetime = None
+    message_sent_at: AwareDatetime = None
+    last_error: str | None = None
+    compensation_status: str | None = None
+    compensation_attempt: int = Field(default=0, ge=0)
+    input_ref: str | None = None  # JSON of the step input (or a blob reference when large)
+    result_ref: str | None = None  # JSON of the step output (or a blob reference when large)
+    orchestration_id: str | None = None  # which orchestration waits for this step's result events
+    index_key: str | None = None  # "<partition>|<row>" of this step's deadline-index row
+    etag: str | None = None
+
+    @field_validator("instance_id")
+    @classmethod
+    def _instance(cls, v: str) -> str:
+        return validate_instance_id(v)
+
+    @field_validator("step_id")
+    @classmethod
+    def _step(cls, v: str) -> str:
+        return validate_step_id(v)
+
+    @field_validator("last_error", "input_ref", "result_ref")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None and len(v) > MAX_TEXT:
+            raise InvalidLedgerInput(
+                f"text of {len(v)} characters exceeds the ledger's {MAX_TEXT}; store it elsewhere and "
+                "keep a reference"
+            )
+        return v
+
+    def effective_deadline(self) -> datetime | None:
+        """When this step is overdue: the completion deadline, or last heartbeat + heartbeat timeout."""
+        return self.deadline
+
+    def is_overdue(self, now: datetime) -> bool:
+        return self.status in DEADLINE_STATUSES and self.deadline is not None and self.deadline <= now
+
+    def heartbeat_deadline(self, now: datetime) -> datetime | None:
+        if self.heartbeat_timeout_seconds is None:
+            return None
+        return now + timedelta(seconds=self.heartbeat_timeout_seconds)
+
+
+class AuditEntry(BaseModel):
+    """One append-only line of an instance's history: who did what to which step, when and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instance_id: str
+    step_id: str
+    at: datetime
+    actor: str
+    action: str  # created | transition | update | heartbeat | note
+    from_status: str | None = None
+    to_status: str | None = None
+    attempt: int | None = None
+    reason: str = ""
+
+
+class NewStep(BaseModel):
+    """What ``create_steps`` needs to know about one step of a workflow instance."""
+
+    step_id: str
+    step_name: str
+    agent: str
+    compensator: str | None = None
+    max_attempts: int = Field(default=1, ge=1)
+    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0)
+    input_ref: str | None = None
+
+    @field_validator("step_id")
+    @classmethod
+    def _step(cls, v: str) -> str:
+        return validate_step_id(v)
+
+
+def entity_value(value: Any) -> Any:
+    if isinstance(value, StepStatus):
+        return value.value
+    return value

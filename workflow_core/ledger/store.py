@@ -1,0 +1,561 @@
+"""The step ledger on Azure Table Storage.
+
+Layout (see docs/architecture.md):
+
+* Ledger table, one partition per workflow instance:
+  - step rows, RowKey = step id;
+  - audit rows, RowKey = ``~audit~<time>~<nonce>`` (``~`` sorts after every step id), written in
+    the *same entity-group transaction* as the step change they describe, so the trail never
+    misses or invents a move.
+* Deadline-index table: one row per step that must move on by a deadline,
+  PartitionKey = deadline minute bucket (``YYYYMMDDHHMM``), RowKey = ``<deadline>~<nonce>``.
+  ``overdue(now)`` reads only the buckets up to now, i.e. only (nearly) overdue rows.
+
+The index lives in another table, so it cannot share the step's transaction. Order of writes on a
+deadline change: (1) create the new index row, (2) conditionally update the step row pointing at it
+(``IndexKey``), (3) delete the old index row. A crash after (1) or (2) leaves an index row that no
+step points at; ``overdue`` verifies every index row against its step and deletes such strays. So
+every step that needs watching always has its index row; extra rows are harmless and self-healing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+)
+from azure.data.tables import TableClient, TableServiceClient, TableTransactionError, UpdateMode
+
+from workflow_core import clock
+from workflow_core.ledger.errors import (
+    ConcurrencyConflict,
+    IllegalTransition,
+    InvalidLedgerInput,
+    StepNotFound,
+    StepsAlreadyExist,
+)
+from workflow_core.ledger.model import (
+    ALLOWED_TRANSITIONS,
+    ATTENTION_STATUSES,
+    DEADLINE_STATUSES,
+    AuditEntry,
+    NewStep,
+    StepRecord,
+    StepStatus,
+    parse_status,
+    require_aware,
+    validate_instance_id,
+    validate_step_id,
+)
+
+log = logging.getLogger(__name__)
+
+AUDIT_PREFIX = "~audit~"
+ATTENTION_PARTITION = "attention"  # sorts after every digit bucket, so overdue() never reads it
+MAX_BATCH = 100  # Table Storage limit per entity-group transaction
+
+# StepRecord field -> entity property
+_FIELDS = {
+    "workflow_name": "WorkflowName",
+    "step_name": "StepName",
+    "sequence": "Sequence",
+    "agent": "Agent",
+    "compensator": "Compensator",
+    "status": "Status",
+    "owner": "Owner",
+    "attempt": "Attempt",
+    "max_attempts": "MaxAttempts",
+    "deadline": "Deadline",
+    "heartbeat_timeout_seconds": "HeartbeatTimeoutSeconds",
+    "last_heartbeat": "LastHeartbeat",
+    "created_at": "CreatedAt",
+    "updated_at": "UpdatedAt",
+    "completed_at": "CompletedAt",
+    "message_sent_at": "MessageSentAt",
+    "last_error": "LastError",
+    "compensation_status": "CompensationStatus",
+    "compensation_attempt": "CompensationAttempt",
+    "input_ref": "InputRef",
+    "result_ref": "ResultRef",
+    "orchestration_id": "OrchestrationId",
+    "index_key": "IndexKey",
+}
+_MUTABLE = set(_FIELDS) - {"workflow_name", "step_name", "sequence", "agent", "created_at", "status"}
+
+
+@dataclass
+class LedgerStats:
+    """What the ledger read, so tests and benchmarks can show what a query cost."""
+
+    queries: int = 0
+    index_entities_read: int = 0
+    step_entities_read: int = 0
+    stale_index_rows_removed: int = 0
+
+    def reset(self) -> None:
+        self.queries = self.index_entities_read = self.step_entities_read = 0
+        self.stale_index_rows_removed = 0
+
+
+def _to_entity(record: StepRecord) -> dict[str, Any]:
+    entity: dict[str, Any] = {"PartitionKey": record.instance_id, "RowKey": record.step_id}
+    for field, prop in _FIELDS.items():
+        value = getattr(record, field)
+        if value is None:
+            continue  # absent property = None; Table Storage has no null
+        entity[prop] = value.value if isinstance(value, StepStatus) else value
+    return entity
+
+
+def _from_entity(entity: Any) -> StepRecord:
+    data: dict[str, Any] = {"instance_id": entity["PartitionKey"], "step_id": entity["RowKey"]}
+    for field, prop in _FIELDS.items():
+        if prop in entity and entity[prop] is not None:
+            value = entity[prop]
+            if isinstance(value, datetime) and value.tzinfo is None:
+                value = value.replace(tzinfo=UTC)
+            data[field] = value
+    data["etag"] = entity.metadata.get("etag") if hasattr(entity, "metadata") else None
+    return StepRecord.model_validate(data)
+
+
+def _bucket(deadline: datetime) -> str:
+    return deadline.astimezone(UTC).strftime("%Y%m%d%H%M")
+
+
+def _deadline_key(deadline: datetime) -> str:
+    return deadline.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def _nonce() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class StepLedger:
+    """Conditional (ETag) reads and writes of step rows, their deadline index and their audit trail."""
+
+    def __init__(self, service: TableServiceClient, ledger_table: str, index_table: str) -> None:
+        self._service = service
+        self.ledger_table_name = ledger_table
+        self.index_table_name = index_table
+        self._steps: TableClient = service.get_table_client(ledger_table)
+        self._index: TableClient = service.get_table_client(index_table)
+        self.stats = LedgerStats()
+
+    # ---- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_connection_string(
+        cls, connection_string: str, ledger_table: str = "StepLedger", index_table: str = "StepDeadlines"
+    ) -> StepLedger:
+        return cls(TableServiceClient.from_connection_string(connection_string), ledger_table, index_table)
+
+    def create_tables(self) -> None:
+        """Create both tables if missing (idempotent; infra creates them in Azure)."""
+        for name in (self.ledger_table_name, self.index_table_name):
+            with contextlib.suppress(ResourceExistsError):
+                self._service.create_table(name)
+
+    def close(self) -> None:
+        self._steps.close()
+        self._index.close()
+
+    # ---- writes ----------------------------------------------------------------------------------
+
+    def create_steps(
+        self,
+        instance_id: str,
+        workflow_name: str,
+        steps: Sequence[NewStep],
+        *,
+        actor: str,
+        orchestration_id: str | None = None,
+    ) -> list[StepRecord]:
+        """Write every step of a new instance as Pending, atomically per 100-row batch.
+
+        Idempotent: calling it again for the same instance and the same steps returns the stored
+        rows (an activity may run twice); different steps for an existing instance raise.
+        """
+        validate_instance_id(instance_id)
+        if not steps:
+            raise InvalidLedgerInput("a workflow instance needs at least one step")
+        ids = [s.step_id for s in steps]
+        if len(set(ids)) != len(ids):
+            raise InvalidLedgerInput(f"duplicate step ids in {ids}")
+        now = clock.utcnow()
+        records = [
+            StepRecord(
+                instance_id=instance_id,
+                step_id=s.step_id,
+                workflow_name=workflow_name,
+                step_name=s.step_name,
+                sequence=i,
+                agent=s.agent,
+                compensator=s.compensator,
+                max_attempts=s.max_attempts,
+                heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
+                input_ref=s.input_ref,
+                orchestration_id=orchestration_id or instance_id,
+                created_at=now,
+                updated_at=now,
+            )
+            for i, s in enumerate(steps)
+        ]
+        operations: list[tuple[str, dict[str, Any]]] = [("create", _to_entity(r)) for r in records]
+        operations.append(
+            (
+                "create",
+                self._audit_entity(
+                    instance_id,
+                    "*",
+                    actor,
+                    "created",
+                    None,
+                    "Pending",
+                    0,
+                    f"workflow {workflow_name} with {len(records)} steps",
+                    now,
+                ),
+            )
+        )
+        created = True
+        for start in range(0, len(operations), MAX_BATCH):
+            chunk = operations[start : start + MAX_BATCH]
+            try:
+                self._steps.submit_transaction(chunk)
+            except TableTransactionError as exc:
+                if exc.status_code != 409:
+                    raise
+                created = False
+        stored = self.list_for_instance(instance_id)
+        same = [r.step_id for r in stored] == ids and {r.workflow_name for r in stored} == {workflow_name}
+        if not created and not same:
+            raise StepsAlreadyExist(
+                f"instance {instance_id!r} already has steps {[r.step_id for r in stored]} "
+                f"of workflow {sorted({r.workflow_name for r in stored})}; refusing to mix in {ids}"
+            )
+        return stored
+
+    def transition(
+        self,
+        record: StepRecord,
+        to: StepStatus | str,
+        *,
+        actor: str,
+        reason: str = "",
+        **changes: Any,
+    ) -> StepRecord:
+        """Move a step to ``to`` if the state machine allows it and nobody changed it since it was read.
+
+        ``changes`` may set any mutable field (owner, attempt, deadline, last_error, result_ref...).
+        Raises :class:`IllegalTransition`, :class:`ConcurrencyConflict` or :class:`StepNotFound`.
+        """
+        target = parse_status(to)
+        if target not in ALLOWED_TRANSITIONS[record.status]:
+            raise IllegalTransition(
+                record.instance_id,
+                record.step_id,
+                record.status.value,
+                target.value,
+                sorted(s.value for s in ALLOWED_TRANSITIONS[record.status]),
+            )
+        if target in DEADLINE_STATUSES and changes.get("deadline", record.deadline) is None:
+            raise InvalidLedgerInput(f"status {target.value} needs a deadline")
+        return self._write(record, actor=actor, reason=reason, status=target, action="transition", **changes)
+
+    def update(self, record: StepRecord, *, actor: str, reason: str = "", **changes: Any) -> StepRecord:
+        """Change fields other than the status (owner, message_sent_at...) under the same ETag guard."""
+        if "status" in changes:
+            raise InvalidLedgerInput("use transition() to change a step's status")
+        return self._write(
+            record, actor=actor, reason=reason, status=record.status, action="update", **changes
+        )
+
+    def extend_deadline(
+        self, record: StepRecord, new_deadline: datetime, *, actor: str, reason: str = "heartbeat"
+    ) -> StepRecord:
+        """Heartbeat: push the deadline out, so a step that is still making progress is not overdue."""
+        new_deadline = require_aware(new_deadline, "new_deadline")
+        if record.status not in DEADLINE_STATUSES:
+            raise InvalidLedgerInput(
+                f"step {record.step_id!r} is {record.status.value}; only steps in "
+                f"{sorted(s.value for s in DEADLINE_STATUSES)} have a deadline to extend"
+            )
+        return self._write(
+            record,
+            actor=actor,
+            reason=reason,
+            status=record.status,
+            action="heartbeat",
+            deadline=new_deadline,
+            last_heartbeat=clock.utcnow(),
+        )
+
+    def note(
+        self,
+        instance_id: str,
+        step_id: str,
+        *,
+        actor: str,
+        action: str,
+        reason: str,
+        attempt: int | None = None,
+        status: str | None = None,
+    ) -> None:
+        """Append an audit row that records a decision without changing the step (e.g. a late result)."""
+        validate_instance_id(instance_id)
+        self._steps.create_entity(
+            self._audit_entity(
+                instance_id, step_id, actor, action, status, status, attempt, reason, clock.utcnow()
+            )
+        )
+
+    def _write(
+        self, record: StepRecord, *, actor: str, reason: str, status: StepStatus, action: str, **changes: Any
+    ) -> StepRecord:
+        if record.etag is None:
+            raise InvalidLedgerInput("record has no ETag: read it from the ledger before updating it")
+        unknown = set(changes) - _MUTABLE
+        if unknown:
+            raise InvalidLedgerInput(f"cannot change {sorted(unknown)} of a step")
+        now = clock.utcnow()
+        data = record.model_dump()
+        data.update(changes)
+        data["status"] = status
+        data["updated_at"] = now
+        if status in (StepStatus.SUCCEEDED, StepStatus.COMPENSATED) and "completed_at" not in changes:
+            data["completed_at"] = now
+        new_index: tuple[str, str] | None = None
+        if status in DEADLINE_STATUSES:
+            deadline = require_aware(data["deadline"], "deadline")
+            data["deadline"] = deadline
+            old = record.index_key
+            old_deadline = record.deadline
+            if old is None or old.startswith(ATTENTION_PARTITION) or old_deadline != deadline:
+                new_index = (_bucket(deadline), f"{_deadline_key(deadline)}~{_nonce()}")
+        elif status in ATTENTION_STATUSES:
+            if record.index_key is None or not record.index_key.startswith(ATTENTION_PARTITION):
+                new_index = (ATTENTION_PARTITION, f"{record.instance_id}~{record.step_id}~{_nonce()}")
+        else:
+            data["index_key"] = None
+        if new_index is not None:
+            data["index_key"] = f"{new_index[0]}|{new_index[1]}"
+        updated = StepRecord.model_validate(data)
+
+        # (1) new index row first, so the step never points at a missing one
+        if new_index is not None:
+            self._index.create_entity(
+                {
+                    "PartitionKey": new_index[0],
+                    "RowKey": new_index[1],
+                    "InstanceId": record.instance_id,
+                    "StepId": record.step_id,
+                    "Deadline": updated.deadline if status in DEADLINE_STATUSES else now,
+                    "Status": status.value,
+                }
+            )
+        # (2) step row + audit row, atomically, only if nobody changed the step since it was read
+        audit = self._audit_entity(
+            record.instance_id,
+            record.step_id,
+            actor,
+            action,
+            record.status.value,
+            status.value,
+            updated.attempt,
+            reason,
+            now,
+        )
+        try:
+            result = self._steps.submit_transaction(
+                [
+                    (
+                        "update",
+                        _to_entity(updated),
+                        {
+                            "mode": UpdateMode.REPLACE,
+                            "etag": record.etag,
+                            "match_condition": MatchConditions.IfNotModified,
+                        },
+                    ),
+                    ("create", audit),
+                ]
+            )
+        except TableTransactionError as exc:
+            if new_index is not None:
+                self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
+            if exc.status_code == 412:
+                raise ConcurrencyConflict(record.instance_id, record.step_id) from None
+            if exc.status_code == 404:
+                raise StepNotFound(record.instance_id, record.step_id) from None
+            raise
+        # (3) the old index row is now stale
+        if record.index_key and record.index_key != updated.index_key:
+            self._delete_index_row(record.index_key)
+        return updated.model_copy(update={"etag": result[0]["etag"]})
+
+    def _delete_index_row(self, index_key: str) -> None:
+        partition, _, row = index_key.partition("|")
+        try:
+            self._index.delete_entity(partition, row)
+        except ResourceNotFoundError:
+            pass
+        except HttpResponseError as exc:  # stays as a stray row; overdue() removes it later
+            log.warning("could not delete deadline-index row %s: %s", index_key, exc)
+
+    @staticmethod
+    def _audit_entity(
+        instance_id: str,
+        step_id: str,
+        actor: str,
+        action: str,
+        from_status: str | None,
+        to_status: str | None,
+        attempt: int | None,
+        reason: str,
+        at: datetime,
+    ) -> dict[str, Any]:
+        entity: dict[str, Any] = {
+            "PartitionKey": instance_id,
+            "RowKey": f"{AUDIT_PREFIX}{_deadline_key(at)}~{_nonce()}",
+            "StepId": step_id,
+            "At": at,
+            "Actor": actor,
+            "Action": action,
+            "Reason": reason[:4000],
+        }
+        if from_status is not None:
+            entity["FromStatus"] = from_status
+        if to_status is not None:
+            entity["ToStatus"] = to_status
+        if attempt is not None:
+            entity["Attempt"] = attempt
+        return entity
+
+    # ---- reads -----------------------------------------------------------------------------------
+
+    def get(self, instance_id: str, step_id: str) -> StepRecord:
+        validate_instance_id(instance_id)
+        validate_step_id(step_id)
+        try:
+            entity = self._steps.get_entity(instance_id, step_id)
+        except ResourceNotFoundError:
+            raise StepNotFound(instance_id, step_id) from None
+        self.stats.step_entities_read += 1
+        return _from_entity(entity)
+
+    def list_for_instance(self, instance_id: str) -> list[StepRecord]:
+        """The instance's steps in workflow order (empty if the instance is unknown)."""
+        validate_instance_id(instance_id)
+        self.stats.queries += 1
+        entities = self._steps.query_entities(
+            "PartitionKey eq @pk and RowKey lt @audit", parameters={"pk": instance_id, "audit": "~"}
+        )
+        records = [_from_entity(e) for e in entities]
+        self.stats.step_entities_read += len(records)
+        return sorted(records, key=lambda r: r.sequence)
+
+    def audit_trail(self, instance_id: str) -> list[AuditEntry]:
+        """Every recorded move of the instance's steps, oldest first."""
+        validate_instance_id(instance_id)
+        entities = self._steps.query_entities(
+            "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",
+            parameters={"pk": instance_id, "lo": AUDIT_PREFIX, "hi": AUDIT_PREFIX + "~"},
+        )
+        entries = [
+            AuditEntry(
+                instance_id=e["PartitionKey"],
+                step_id=e["StepId"],
+                at=e["At"] if e["At"].tzinfo else e["At"].replace(tzinfo=UTC),
+                actor=e["Actor"],
+                action=e["Action"],
+                from_status=e.get("FromStatus"),
+                to_status=e.get("ToStatus"),
+                attempt=e.get("Attempt"),
+                reason=e.get("Reason", ""),
+            )
+            for e in entities
+        ]
+        return sorted(entries, key=lambda a: a.at)
+
+    def overdue(self, now: datetime, limit: int = 100) -> list[StepRecord]:
+        """Steps whose deadline is at or before ``now``, earliest first, at most ``limit``.
+
+        Reads only index rows in buckets up to ``now`` (never the step table at large), then one point
+        read per candidate to verify it; stray index rows found on the way are deleted.
+        """
+        now = require_aware(now, "now")
+        if limit < 1:
+            raise InvalidLedgerInput(f"limit must be >= 1, got {limit}")
+        found: list[StepRecord] = []
+        self.stats.queries += 1
+        pages = self._index.query_entities(
+            "PartitionKey le @bucket and RowKey le @key",
+            parameters={"bucket": _bucket(now), "key": _deadline_key(now) + "~~"},
+            results_per_page=min(max(limit, 10), 1000),
+        )
+        for row in pages:
+            self.stats.index_entities_read += 1
+            key = f"{row['PartitionKey']}|{row['RowKey']}"
+            try:
+                record = self.get(row["InstanceId"], row["StepId"])
+            except StepNotFound:
+                record = None
+            if record is None or record.index_key != key:
+                self._delete_index_row(key)
+                self.stats.stale_index_rows_removed += 1
+                continue
+            if record.is_overdue(now):
+                found.append(record)
+                if len(found) >= limit:
+                    break
+        return found
+
+    def needing_attention(self, limit: int = 100) -> list[StepRecord]:
+        """Steps no automation will move on from (CompensationFailed): the operator's inbox."""
+        self.stats.queries += 1
+        result: list[StepRecord] = []
+        for row in self._index.query_entities(
+            "PartitionKey eq @p", parameters={"p": ATTENTION_PARTITION}, results_per_page=limit
+        ):
+            key = f"{row['PartitionKey']}|{row['RowKey']}"
+            try:
+                record = self.get(row["InstanceId"], row["StepId"])
+            except StepNotFound:
+                self._delete_index_row(key)
+                continue
+            if record.index_key != key:
+                self._delete_index_row(key)
+                continue
+            result.append(record)
+            if len(result) >= limit:
+                break
+        return result
+
+    def index_rows(self) -> list[dict[str, Any]]:
+        """Every deadline-index row (for consistency checks in tests and the operator CLI; a full scan)."""
+        return [dict(e, _key=f"{e['PartitionKey']}|{e['RowKey']}") for e in self._index.list_entities()]
+
+
+def decode_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def encode_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def iter_chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -1,0 +1,81 @@
+"""The process-wide services (settings, ledger, transport) the function bodies share.
+
+Built lazily on first use, from app settings, so importing ``function_app`` needs no storage and
+a cold start pays for connections only when a function actually runs. Tests and the durable test
+host call :func:`reset_services` after pointing the environment at their Azurite.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from functools import cached_property
+
+from azure.data.tables import TableServiceClient
+
+from workflow_core.ledger import StepLedger
+from workflow_core.settings import Settings, get_settings
+from workflow_core.transport import Transport
+
+
+@dataclass
+class Services:
+    settings: Settings
+
+    @cached_property
+    def ledger(self) -> StepLedger:
+        storage = self.settings.storage
+        if storage.connection_string:
+            service = TableServiceClient.from_connection_string(storage.connection_string)
+        else:
+            from azure.identity import DefaultAzureCredential
+
+            credential = DefaultAzureCredential(managed_identity_client_id=storage.client_id)
+            service = TableServiceClient(endpoint=storage.table_service_uri, credential=credential)
+        ledger = StepLedger(service, self.settings.ledger_table, self.settings.deadline_index_table)
+        if storage.connection_string:  # local/dev: create what infra would have provisioned
+            ledger.create_tables()
+        return ledger
+
+    @cached_property
+    def transport(self) -> Transport:
+        from workflow_core.transport.factory import create_transport
+
+        transport = create_transport(self.settings)
+        if self.settings.storage.connection_string:
+            s = self.settings
+            transport.ensure_queues(s.work_queue, s.result_queue)
+        return transport
+
+    def close(self) -> None:
+        if "ledger" in self.__dict__:
+            self.ledger.close()
+        if "transport" in self.__dict__:
+            self.transport.close()
+
+
+_lock = threading.Lock()
+_services: Services | None = None
+
+
+def get_services() -> Services:
+    global _services
+    with _lock:
+        if _services is None:
+            _services = Services(get_settings())
+        return _services
+
+
+def set_services(services: Services | None) -> None:
+    """Install prebuilt services (tests, the durable test host, the demo)."""
+    global _services
+    with _lock:
+        if _services is not None and _services is not services:
+            _services.close()
+        _services = services
+
+
+def reset_services() -> None:
+    """Forget cached settings and services; the next call rebuilds them from the environment."""
+    get_settings.cache_clear()
+    set_services(None)

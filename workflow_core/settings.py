@@ -1,0 +1,260 @@
+"""Every app setting the code reads, in one typed place.
+
+Functions apps get their configuration as environment variables (app settings in Azure,
+``local.settings.json`` under ``func start``). Reading them here, once, with a clear error that
+names the missing or malformed setting, beats a ``KeyError`` deep inside a trigger at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+
+
+class SettingsError(ValueError):
+    """An app setting is missing or malformed; the message names it and says what is expected."""
+
+
+class TransportKind(StrEnum):
+    SERVICE_BUS = "servicebus"
+    STORAGE_QUEUE = "storage-queue"
+
+
+# Connection setting *prefixes*. The Functions host resolves a binding's ``connection`` either
+# as a plain setting (a connection string) or as ``<prefix>__<property>`` (identity-based).
+STORAGE_CONNECTION = "AzureWebJobsStorage"
+SERVICE_BUS_CONNECTION = "ServiceBusConnection"
+
+
+@dataclass(frozen=True)
+class StorageConnection:
+    """How to reach Azure Storage: a connection string, or service URIs plus a managed identity."""
+
+    connection_string: str | None = None
+    table_service_uri: str | None = None
+    queue_service_uri: str | None = None
+    client_id: str | None = None  # user-assigned managed identity; None = system-assigned / dev
+
+
+@dataclass(frozen=True)
+class ServiceBusConnection:
+    connection_string: str | None = None
+    fully_qualified_namespace: str | None = None
+    client_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    storage: StorageConnection
+    transport: TransportKind
+    service_bus: ServiceBusConnection | None
+    ledger_table: str
+    deadline_index_table: str
+    work_queue: str
+    result_queue: str
+    dead_letter_queue: str
+    max_delivery_count: int
+    watchdog_schedule: str
+    watchdog_batch_size: int
+    watchdog_grace_seconds: float
+    watchdog_run_on_startup: bool
+    app_insights_connection_string: str | None
+
+
+# name -> (default, description). The README's configuration table and the Bicep tests read this.
+DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
+    "AzureWebJobsStorage": (
+        None,
+        "Storage connection string (`UseDevelopmentStorage=true` for Azurite). In Azure use the "
+        "identity form `AzureWebJobsStorage__tableServiceUri` / `__queueServiceUri` / "
+        "`__blobServiceUri` with `__credential=managedidentity` and `__clientId`.",
+    ),
+    "AGENT_TRANSPORT": (
+        "servicebus",
+        "`servicebus` (production) or `storage-queue` (Azurite-only local runs and CI).",
+    ),
+    "ServiceBusConnection": (
+        None,
+        "Service Bus connection string (emulator: `Endpoint=sb://localhost;...;"
+        "UseDevelopmentEmulator=true;`). In Azure use `ServiceBusConnection__fullyQualifiedNamespace` "
+        "with `__credential=managedidentity` and `__clientId`.",
+    ),
+    "LEDGER_TABLE_NAME": ("StepLedger", "Table holding step rows and their audit trail."),
+    "DEADLINE_INDEX_TABLE_NAME": ("StepDeadlines", "Table holding the deadline index."),
+    "WORK_QUEUE_NAME": ("agent-work", "Queue the scheduler sends step work to."),
+    "RESULT_QUEUE_NAME": ("agent-results", "Queue agents send step results to."),
+    "DEAD_LETTER_QUEUE_NAME": (
+        "agent-work-poison",
+        "Storage-queue transport only: where poison work messages go (Service Bus has its own DLQ).",
+    ),
+    "MAX_DELIVERY_COUNT": ("5", "Deliveries of one message before it is dead-lettered."),
+    "WATCHDOG_SCHEDULE": ("*/30 * * * * *", "NCRONTAB schedule of the supervisor's watchdog."),
+    "WATCHDOG_BATCH_SIZE": ("100", "Overdue steps handled per watchdog tick (the rest wait a tick)."),
+    "WATCHDOG_GRACE_SECONDS": (
+        "30",
+        "How late past its deadline a step may be before the watchdog acts (clock skew, timer lag).",
+    ),
+    "WATCHDOG_RUN_ON_STARTUP": ("false", "Run a watchdog tick when the host starts (dev only)."),
+    "TASK_HUB_NAME": ("SchedulerAgentSupervisor", "Durable Functions task hub (read by host.json)."),
+    "APPLICATIONINSIGHTS_CONNECTION_STRING": (
+        None,
+        "Enables OpenTelemetry export to Application Insights when set.",
+    ),
+}
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def _default(name: str) -> str:
+    default = DOCUMENTED_SETTINGS[name][0]
+    assert default is not None, name
+    return default
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> int:
+    raw = _get(env, name) or _default(name)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str) -> float:
+    raw = _get(env, name) or _default(name)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if value < 0:
+        raise SettingsError(f"{name} must not be negative, got {value}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = (_get(env, name) or _default(name)).lower()
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("0", "false", "no"):
+        return False
+    raise SettingsError(f"{name} must be true or false, got {raw!r}")
+
+
+def _table_name(env: Mapping[str, str], name: str) -> str:
+    value = _get(env, name) or _default(name)
+    if not (3 <= len(value) <= 63 and value.isalnum() and value[0].isalpha()):
+        raise SettingsError(
+            f"{name}={value!r} is not a valid table name (3-63 letters/digits, starting with a letter)"
+        )
+    return value
+
+
+def _queue_name(env: Mapping[str, str], name: str) -> str:
+    value = _get(env, name) or _default(name)
+    ok = 3 <= len(value) <= 63 and value == value.lower() and "--" not in value
+    ok = ok and value[0].isalnum() and value[-1].isalnum()
+    ok = ok and all(c.isalnum() or c == "-" for c in value)
+    if not ok:
+        raise SettingsError(
+            f"{name}={value!r} is not a valid queue name (3-63 lowercase letters, digits, single dashes)"
+        )
+    return value
+
+
+def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION) -> StorageConnection:
+    conn = _get(env, prefix)
+    if conn is not None:
+        if conn == "UseDevelopmentStorage=true":
+            conn = azurite_connection_string()
+        return StorageConnection(connection_string=conn)
+    account = _get(env, f"{prefix}__accountName")
+    table_uri = _get(env, f"{prefix}__tableServiceUri") or (
+        f"https://{account}.table.core.windows.net" if account else None
+    )
+    queue_uri = _get(env, f"{prefix}__queueServiceUri") or (
+        f"https://{account}.queue.core.windows.net" if account else None
+    )
+    if table_uri is None or queue_uri is None:
+        raise SettingsError(
+            f"Storage is not configured: set {prefix} to a connection string "
+            f"(UseDevelopmentStorage=true for Azurite), or set {prefix}__accountName, or both "
+            f"{prefix}__tableServiceUri and {prefix}__queueServiceUri for a managed identity"
+        )
+    return StorageConnection(
+        table_service_uri=table_uri,
+        queue_service_uri=queue_uri,
+        client_id=_get(env, f"{prefix}__clientId"),
+    )
+
+
+def azurite_connection_string(
+    host: str = "127.0.0.1", blob_port: int = 10000, queue_port: int = 10001, table_port: int = 10002
+) -> str:
+    """The well-known Azurite development account (public, documented key; not a secret)."""
+    key = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+    return (
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+        f"AccountKey={key};"
+        f"BlobEndpoint=http://{host}:{blob_port}/devstoreaccount1;"
+        f"QueueEndpoint=http://{host}:{queue_port}/devstoreaccount1;"
+        f"TableEndpoint=http://{host}:{table_port}/devstoreaccount1;"
+    )
+
+
+def service_bus_connection(
+    env: Mapping[str, str], prefix: str = SERVICE_BUS_CONNECTION
+) -> ServiceBusConnection:
+    conn = _get(env, prefix)
+    if conn is not None:
+        return ServiceBusConnection(connection_string=conn)
+    fqns = _get(env, f"{prefix}__fullyQualifiedNamespace")
+    if fqns is None:
+        raise SettingsError(
+            f"AGENT_TRANSPORT=servicebus needs {prefix} (a connection string, e.g. the emulator's "
+            f"'...;UseDevelopmentEmulator=true;') or {prefix}__fullyQualifiedNamespace "
+            f"(e.g. mybus.servicebus.windows.net) for a managed identity"
+        )
+    return ServiceBusConnection(fully_qualified_namespace=fqns, client_id=_get(env, f"{prefix}__clientId"))
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate every setting; raise :class:`SettingsError` naming the first bad one."""
+    env = os.environ if env is None else env
+    raw_transport = (_get(env, "AGENT_TRANSPORT") or _default("AGENT_TRANSPORT")).lower()
+    try:
+        transport = TransportKind(raw_transport)
+    except ValueError:
+        choices = ", ".join(k.value for k in TransportKind)
+        raise SettingsError(f"AGENT_TRANSPORT must be one of {choices}; got {raw_transport!r}") from None
+    return Settings(
+        storage=storage_connection(env),
+        transport=transport,
+        service_bus=service_bus_connection(env) if transport is TransportKind.SERVICE_BUS else None,
+        ledger_table=_table_name(env, "LEDGER_TABLE_NAME"),
+        deadline_index_table=_table_name(env, "DEADLINE_INDEX_TABLE_NAME"),
+        work_queue=_queue_name(env, "WORK_QUEUE_NAME"),
+        result_queue=_queue_name(env, "RESULT_QUEUE_NAME"),
+        dead_letter_queue=_queue_name(env, "DEAD_LETTER_QUEUE_NAME"),
+        max_delivery_count=_int(env, "MAX_DELIVERY_COUNT"),
+        watchdog_schedule=_get(env, "WATCHDOG_SCHEDULE") or _default("WATCHDOG_SCHEDULE"),
+        watchdog_batch_size=_int(env, "WATCHDOG_BATCH_SIZE"),
+        watchdog_grace_seconds=_float(env, "WATCHDOG_GRACE_SECONDS"),
+        watchdog_run_on_startup=_bool(env, "WATCHDOG_RUN_ON_STARTUP"),
+        app_insights_connection_string=_get(env, "APPLICATIONINSIGHTS_CONNECTION_STRING"),
+    )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings of this process, read once. Tests that change the environment call ``cache_clear``."""
+    return load_settings()

@@ -1,0 +1,117 @@
+"""The one interface both transports (Service Bus, Storage Queues) implement.
+
+In Azure the Functions host receives and settles trigger messages itself; this interface is what
+our own code uses to *send* (dispatch activity, worker replies, supervisor re-sends) and what the
+durable test host and the contract suite use to receive and settle like the host does.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class TransportError(RuntimeError):
+    """Sending or settling failed; the caller decides whether to retry (dispatch is idempotent)."""
+
+
+class LockLostError(TransportError):
+    """Settling failed because this receiver no longer holds the message's lock.
+
+    The lock expired (or the message was settled elsewhere); the broker will deliver the message again
+    (or already has), so the caller must not treat the work as lost, and must not settle it again.
+    """
+
+
+def message_id_for(instance_id: str, step_id: str, attempt: int, kind: str = "work") -> str:
+    """Stable MessageId for one step attempt: Service Bus duplicate detection and the ledger dedupe on it.
+
+    The same (instance, step, attempt) always yields the same id, so a re-send after a crash between
+    "ledger written" and "message sent" is recognised as a duplicate rather than doubled.
+    """
+    return f"{kind}:{instance_id}:{step_id}:{attempt}"
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    body: dict[str, Any]
+    message_id: str
+    correlation_id: str | None = None
+    subject: str | None = None
+    application_properties: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+    def body_bytes(self) -> bytes:
+        return json.dumps(self.body, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass
+class ReceivedMessage:
+    body: dict[str, Any]
+    message_id: str
+    delivery_count: int  # 1 on first delivery
+    correlation_id: str | None = None
+    subject: str | None = None
+    application_properties: dict[str, Any] = field(default_factory=dict)
+    enqueued_time: datetime | None = None
+    locked_until: datetime | None = None
+    queue: str = ""  # the entity it was received from: "q", "q/$DeadLetterQueue" or "q-poison"
+    dead_letter_reason: str | None = None  # set on messages from receive_dead_letters
+    dead_letter_description: str | None = None
+    raw: Any = None  # the SDK object needed to settle it (ServiceBusReceivedMessage / QueueMessage)
+
+
+class Transport(abc.ABC):
+    """Queues with peek-lock semantics. Implementations: Service Bus, Azure Storage Queues."""
+
+    @abc.abstractmethod
+    def ensure_queues(self, *queues: str) -> None:
+        """Create the queues if missing (Storage Queues; a no-op where infra owns them)."""
+
+    @abc.abstractmethod
+    def send(self, queue: str, message: OutgoingMessage) -> None: ...
+
+    @abc.abstractmethod
+    def receive(
+        self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
+    ) -> list[ReceivedMessage]:
+        """Lock and return up to ``max_messages`` messages; they reappear if not settled in time.
+
+        ``lock_seconds`` is honoured where the lock is per receive (Storage Queues: the visibility
+        timeout); Service Bus locks for the queue's ``LockDuration`` and ignores it. ``wait_seconds``
+        is how long to wait for a first message when none is available.
+        """
+
+    @abc.abstractmethod
+    def complete(self, message: ReceivedMessage) -> None: ...
+
+    @abc.abstractmethod
+    def abandon(self, message: ReceivedMessage) -> None:
+        """Release the lock now so the message is redelivered (delivery count + 1)."""
+
+    @abc.abstractmethod
+    def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None: ...
+
+    @abc.abstractmethod
+    def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
+        """Extend the lock and update ``message.locked_until`` (Service Bus: by its ``LockDuration``)."""
+
+    @abc.abstractmethod
+    def receive_dead_letters(
+        self, queue: str, *, max_messages: int = 10, lock_seconds: float = 30.0, wait_seconds: float = 0.0
+    ) -> list[ReceivedMessage]:
+        """Lock and return messages dead-lettered from ``queue`` (``$DeadLetterQueue`` / the poison queue).
+
+        They carry ``dead_letter_reason``/``dead_letter_description``; ``complete`` removes them.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
