@@ -7,8 +7,12 @@ class LedgerError(Exception):
     """Base class of every error the ledger raises on purpose."""
 
 
-class InvalidLedgerInput(LedgerError, ValueError):
-    """Bad input (malformed id, naive datetime, unknown status...); the message says what is wrong."""
+class InvalidLedgerInput(LedgerError):
+    """Bad input (malformed id, naive datetime, unknown status...); the message says what is wrong.
+
+    Deliberately not a ``ValueError``: pydantic would fold it into a generic ValidationError, and
+    callers (the HTTP API, the CLI) want this exact type and message.
+    """
 
 
 class StepNotFound(LedgerError, LookupError):

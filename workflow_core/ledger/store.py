@@ -229,23 +229,21 @@ class StepLedger:
                 ),
             )
         )
-        created = True
-        for start in range(0, len(operations), MAX_BATCH):
-            chunk = operations[start : start + MAX_BATCH]
+        existing = self.list_for_instance(instance_id)
+        if not existing:
             try:
-                self._steps.submit_transaction(chunk)
+                for start in range(0, len(operations), MAX_BATCH):
+                    self._steps.submit_transaction(operations[start : start + MAX_BATCH])
             except TableTransactionError as exc:
-                if exc.status_code != 409:
+                if exc.status_code != 409:  # 409: a concurrent call created them first
                     raise
-                created = False
-        stored = self.list_for_instance(instance_id)
-        same = [r.step_id for r in stored] == ids and {r.workflow_name for r in stored} == {workflow_name}
-        if not created and not same:
+            existing = self.list_for_instance(instance_id)
+        if [r.step_id for r in existing] != ids or {r.workflow_name for r in existing} != {workflow_name}:
             raise StepsAlreadyExist(
-                f"instance {instance_id!r} already has steps {[r.step_id for r in stored]} "
-                f"of workflow {sorted({r.workflow_name for r in stored})}; refusing to mix in {ids}"
+                f"instance {instance_id!r} already has steps {[r.step_id for r in existing]} "
+                f"of workflow {sorted({r.workflow_name for r in existing})}; refusing to mix in {ids}"
             )
-        return stored
+        return existing
 
     def transition(
         self,
