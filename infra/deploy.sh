@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Provision one environment of the Scheduler Agent Supervisor and publish the code to it.
+#
+#   infra/deploy.sh <env> <resource-group> <location> [--what-if] [--skip-publish]
+#   infra/deploy.sh --package-only [zip-path]
+#
+#   <env>            picks infra/main.<env>.bicepparam (dev, prod, ...)
+#   <resource-group> created (or reused) in <location>; every resource lands there
+#   --what-if        show what the deployment would change; create nothing but the resource group
+#   --skip-publish   provision only, do not publish the code
+#   --package-only   only build the deployment zip (Linux x86_64, Python 3.11 wheels in
+#                    .python_packages), default path: ./app-package.zip; needs no Azure login
+#
+# Needs the Azure CLI (az login; az account set -s <subscription>) and, optionally, Azure Functions
+# Core Tools (func). The deployer needs Contributor + User Access Administrator (or Role Based Access
+# Control Administrator) on the resource group: the template creates role assignments.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+# A fresh folder under $WORK (removed on exit).
+workdir() { mktemp -d "$WORK/XXXXXX"; }
+
+usage() {
+  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  exit "${1:-2}"
+}
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Copy the app (not tests, infra, virtualenvs, caches, local settings) into a staging folder.
+stage_app() {
+  local stage="$1"
+  "$PYTHON" - "$ROOT" "$stage" <<'PY'
+import fnmatch
+import shutil
+import sys
+
+root, stage = sys.argv[1], sys.argv[2]
+EXCLUDE = [
+    ".git", ".github", ".ci", ".azure", ".vscode", ".idea", ".venv", ".venv-*", "venv", "node_modules",
+    "tests", "infra", "docs", "bench", "scripts", ".python_packages", "__pycache__", "*.pyc",
+    ".pytest_cache", ".ruff_cache", ".hypothesis", ".mypy_cache", "local.settings.json",
+    "__blobstorage__", "__queuestorage__", "__azurite_db_*", "package.json", "package-lock.json",
+    "azure.yaml", "*.zip", ".gitignore", ".DS_Store",
+]
+
+
+def ignore(_directory, names):
+    return [n for n in names if any(fnmatch.fnmatch(n, pattern) for pattern in EXCLUDE)]
+
+
+shutil.copytree(root, stage, ignore=ignore, dirs_exist_ok=True)
+PY
+  [[ -f "$stage/function_app.py" && -f "$stage/host.json" && -f "$stage/requirements.txt" ]] ||
+    die "the app needs function_app.py, host.json and requirements.txt at the repository root"
+}
+
+# Install the runtime dependencies for the Flex Consumption workers (Linux x86_64, CPython 3.11),
+# whatever the deployer's own OS, and zip the app.
+build_zip() {
+  local zip_path="$1" stage
+  stage="$(workdir)"
+  stage_app "$stage/app"
+  log "installing requirements.txt into .python_packages (manylinux x86_64, Python 3.11)"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-warn-conflicts \
+    --target "$stage/app/.python_packages/lib/site-packages" \
+    --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp --only-binary=:all: \
+    -r "$stage/app/requirements.txt"
+  "$PYTHON" - "$stage/app" "$zip_path" <<'PY'
+import os
+import sys
+import zipfile
+
+app, zip_path = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as archive:
+    for folder, dirs, files in os.walk(app):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".pyc"):
+                continue
+            path = os.path.join(folder, name)
+            archive.write(path, os.path.relpath(path, app))
+PY
+  log "built $zip_path ($(du -h "$zip_path" | cut -f1))"
+}
+
+publish() {
+  local group="$1" app_name="$2"
+  if command -v func >/dev/null 2>&1; then
+    local stage
+    stage="$(workdir)"
+    stage_app "$stage/app"
+    log "publishing with Azure Functions Core Tools (remote build) to $app_name"
+    (cd "$stage/app" && func azure functionapp publish "$app_name" --python)
+  else
+    local zip_dir
+    zip_dir="$(workdir)"
+    log "func not found: zip deploy with pre-installed packages"
+    build_zip "$zip_dir/app.zip"
+    az functionapp deployment source config-zip \
+      --resource-group "$group" --name "$app_name" --src "$zip_dir/app.zip" --output none
+  fi
+}
+
+main() {
+  local what_if=false skip_publish=false package_only=false
+  local positional=()
+  while (($#)); do
+    case "$1" in
+      --what-if) what_if=true ;;
+      --skip-publish) skip_publish=true ;;
+      --package-only) package_only=true ;;
+      -h | --help) usage 0 ;;
+      -*) printf 'unknown option: %s\n' "$1" >&2; usage ;;
+      *) positional+=("$1") ;;
+    esac
+    shift
+  done
+
+  if $package_only; then
+    local zip_path="${positional[0]:-$ROOT/app-package.zip}"
+    build_zip "$(cd "$(dirname "$zip_path")" && pwd)/$(basename "$zip_path")"
+    return
+  fi
+
+  ((${#positional[@]} == 3)) || usage
+  local env="${positional[0]}" group="${positional[1]}" location="${positional[2]}"
+  local params="infra/main.${env}.bicepparam"
+  cd "$ROOT"
+  [[ -f "$params" ]] || die "no parameter file $params (have: $(cd infra && ls main.*.bicepparam | tr '\n' ' '))"
+  command -v az >/dev/null 2>&1 || die "the Azure CLI (az) is required"
+  az account show --query name --output tsv >/dev/null || die "not logged in: run 'az login'"
+
+  log "resource group $group in $location"
+  az group create --name "$group" --location "$location" \
+    --tags workload=scheduler-agent-supervisor "environment=$env" --output none
+
+  if $what_if; then
+    log "what-if: infra/main.bicep with $params"
+    az deployment group what-if --resource-group "$group" \
+      --template-file infra/main.bicep --parameters "$params"
+    return
+  fi
+
+  local deployment
+  deployment="sas-${env}-$(date -u +%Y%m%d%H%M%S)"
+  log "deploying infra/main.bicep with $params (deployment $deployment)"
+  az deployment group create --resource-group "$group" --name "$deployment" \
+    --template-file infra/main.bicep --parameters "$params" --output none
+
+  local app_name starter_url
+  app_name="$(az deployment group show --resource-group "$group" --name "$deployment" \
+    --query properties.outputs.functionAppName.value --output tsv)"
+  starter_url="$(az deployment group show --resource-group "$group" --name "$deployment" \
+    --query properties.outputs.workflowStarterUrl.value --output tsv)"
+  [[ -n "$app_name" ]] || die "deployment $deployment has no functionAppName output"
+
+  if ! $skip_publish; then
+    publish "$group" "$app_name"
+  fi
+  log "function app: $app_name"
+  log "start a workflow: POST $starter_url"
+}
+
+main "$@"

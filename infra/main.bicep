@@ -1,0 +1,223 @@
+// Scheduler Agent Supervisor on Azure Functions: everything one environment needs, in one resource group.
+//
+//   az deployment group create -g <rg> --template-file infra/main.bicep --parameters infra/main.dev.bicepparam
+//
+// See docs/deploy.md. No secret is created, stored or output: every connection uses the Function App's
+// user-assigned managed identity and the RBAC roles granted in modules/role-assignments.bicep.
+
+targetScope = 'resourceGroup'
+
+@description('Environment name (dev, test, prod, ...); part of every resource name.')
+@minLength(2)
+@maxLength(16)
+param environmentName string
+
+@description('Azure region of every resource (must offer Flex Consumption). Defaults to the resource group\'s.')
+param location string = resourceGroup().location
+
+@description('Short workload prefix used in resource names.')
+@minLength(2)
+@maxLength(8)
+param namePrefix string = 'sas'
+
+@description('Tags applied to every resource.')
+param tags object = {}
+
+@description('Storage replication: Standard_ZRS (or GZRS) for production.')
+@allowed([
+  'Standard_LRS'
+  'Standard_ZRS'
+  'Standard_GRS'
+  'Standard_GZRS'
+])
+param storageSku string = 'Standard_LRS'
+
+@description('Flex Consumption: maximum instances.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+@description('Flex Consumption: spread instances over availability zones (billed always-ready instances; region must support it).')
+param zoneRedundant bool = false
+
+@description('Flex Consumption: memory per instance (MB).')
+@allowed([
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('Days Log Analytics keeps telemetry.')
+@minValue(30)
+@maxValue(730)
+param logRetentionDays int = 30
+
+@description('Alert when more recoveries than this happen within 15 minutes.')
+@minValue(1)
+param recoveryAlertThreshold int = 20
+
+@description('E-mail address notified by the alerts; empty = no notification (alerts still fire in the portal).')
+param alertEmail string = ''
+
+// ----- Application settings (defaults = workflow_core/settings.py DOCUMENTED_SETTINGS) -----
+
+@description('LEDGER_TABLE_NAME: table of step rows and their audit trail.')
+param ledgerTableName string = 'StepLedger'
+
+@description('DEADLINE_INDEX_TABLE_NAME: table of the deadline index.')
+param deadlineIndexTableName string = 'StepDeadlines'
+
+@description('WORK_QUEUE_NAME: queue the scheduler sends step work to.')
+param workQueueName string = 'agent-work'
+
+@description('RESULT_QUEUE_NAME: queue agents send step results to.')
+param resultQueueName string = 'agent-results'
+
+@description('DEAD_LETTER_QUEUE_NAME: poison queue of the storage-queue transport.')
+param deadLetterQueueName string = 'agent-work-poison'
+
+@description('MAX_DELIVERY_COUNT: deliveries of one message before it is dead-lettered.')
+@minValue(1)
+param maxDeliveryCount int = 5
+
+@description('WATCHDOG_SCHEDULE: NCRONTAB schedule of the supervisor\'s watchdog.')
+param watchdogSchedule string = '*/30 * * * * *'
+
+@description('WATCHDOG_BATCH_SIZE: overdue steps handled per watchdog tick.')
+@minValue(1)
+param watchdogBatchSize int = 100
+
+@description('WATCHDOG_GRACE_SECONDS: how late past its deadline a step may be before the watchdog acts.')
+@minValue(0)
+param watchdogGraceSeconds int = 30
+
+@description('TASK_HUB_NAME: Durable Functions task hub (3-45 letters and digits, starting with a letter).')
+@minLength(3)
+@maxLength(45)
+param taskHubName string = 'SchedulerAgentSupervisor'
+
+@description('Service Bus peek-lock duration (ISO 8601, at most PT5M).')
+param serviceBusLockDuration string = 'PT1M'
+
+@description('Service Bus duplicate detection window (ISO 8601).')
+param duplicateDetectionWindow string = 'PT10M'
+
+// ----- Names -----
+
+var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName))
+var baseName = '${namePrefix}-${environmentName}'
+var allTags = union(tags, {
+  workload: 'scheduler-agent-supervisor'
+  environment: environmentName
+})
+var functionAppName = 'func-${baseName}-${resourceToken}'
+var storageAccountName = take('st${resourceToken}', 24)
+var deploymentContainerName = 'app-package-${resourceToken}'
+
+module identity 'modules/identity.bicep' = {
+  name: 'identity'
+  params: {
+    name: 'id-${baseName}-${resourceToken}'
+    location: location
+    tags: allTags
+  }
+}
+
+module monitoring 'modules/monitoring.bicep' = {
+  name: 'monitoring'
+  params: {
+    logAnalyticsName: 'log-${baseName}-${resourceToken}'
+    applicationInsightsName: 'appi-${baseName}-${resourceToken}'
+    location: location
+    tags: allTags
+    retentionInDays: logRetentionDays
+    recoveryAlertThreshold: recoveryAlertThreshold
+    alertEmail: alertEmail
+  }
+}
+
+module storage 'modules/storage.bicep' = {
+  name: 'storage'
+  params: {
+    name: storageAccountName
+    location: location
+    tags: allTags
+    skuName: storageSku
+    deploymentContainerName: deploymentContainerName
+    ledgerTableName: ledgerTableName
+    deadlineIndexTableName: deadlineIndexTableName
+    workQueueName: workQueueName
+    resultQueueName: resultQueueName
+    deadLetterQueueName: deadLetterQueueName
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
+  }
+}
+
+module serviceBus 'modules/servicebus.bicep' = {
+  name: 'servicebus'
+  params: {
+    name: 'sb-${baseName}-${resourceToken}'
+    location: location
+    tags: allTags
+    workQueueName: workQueueName
+    resultQueueName: resultQueueName
+    maxDeliveryCount: maxDeliveryCount
+    lockDuration: serviceBusLockDuration
+    duplicateDetectionWindow: duplicateDetectionWindow
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
+  }
+}
+
+module roleAssignments 'modules/role-assignments.bicep' = {
+  name: 'role-assignments'
+  params: {
+    principalId: identity.outputs.principalId
+    storageAccountName: storage.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.name
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+  }
+}
+
+module functionApp 'modules/function-app.bicep' = {
+  name: 'function-app'
+  params: {
+    name: functionAppName
+    planName: 'plan-${baseName}-${resourceToken}'
+    location: location
+    tags: allTags
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageAccountName: storage.outputs.name
+    deploymentContainerName: deploymentContainerName
+    serviceBusNamespaceName: serviceBus.outputs.name
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+    zoneRedundant: zoneRedundant
+    ledgerTableName: ledgerTableName
+    deadlineIndexTableName: deadlineIndexTableName
+    workQueueName: workQueueName
+    resultQueueName: resultQueueName
+    deadLetterQueueName: deadLetterQueueName
+    maxDeliveryCount: maxDeliveryCount
+    watchdogSchedule: watchdogSchedule
+    watchdogBatchSize: watchdogBatchSize
+    watchdogGraceSeconds: watchdogGraceSeconds
+    taskHubName: taskHubName
+  }
+  // The host starts pulling its package and leasing blobs at once: grant the roles first.
+  dependsOn: [
+    roleAssignments
+  ]
+}
+
+output functionAppName string = functionApp.outputs.name
+output functionAppHostName string = functionApp.outputs.defaultHostName
+output workflowStarterUrl string = 'https://${functionApp.outputs.defaultHostName}/api/workflows/{name}'
+output storageAccountName string = storage.outputs.name
+output serviceBusNamespace string = serviceBus.outputs.fullyQualifiedNamespace
+output applicationInsightsName string = monitoring.outputs.applicationInsightsName
+output managedIdentityClientId string = identity.outputs.clientId
+// azd conventions (azd reads these after provisioning).
+output AZURE_LOCATION string = location
+output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name

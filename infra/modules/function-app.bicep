@@ -1,0 +1,266 @@
+// The Function App: Linux, Python 3.11, Flex Consumption (FC1), running as a user-assigned managed identity.
+//
+// Why Flex Consumption and not Elastic Premium: Flex Consumption supports Durable Functions on the default
+// Azure Storage provider, timer triggers (the watchdog) and Service Bus triggers with identity-based
+// connections, scales to zero, and scales the Durable (orchestrator/activity) functions as one group.
+// Its constraints do not bite here: no deployment slots, no Windows, no EasyAuth, and app settings must not
+// carry the deprecated FUNCTIONS_WORKER_RUNTIME / FUNCTIONS_EXTENSION_VERSION / WEBSITE_RUN_FROM_PACKAGE /
+// WEBSITE_CONTENT* settings (runtime and deployment live in functionAppConfig instead).
+//
+// Every connection is identity-based: no connection string, account key or SAS key is stored anywhere.
+
+@description('Globally unique Function App name (becomes <name>.azurewebsites.net).')
+param name string
+
+@description('Flex Consumption plan name.')
+param planName string
+
+@description('Azure region.')
+param location string
+
+@description('Tags applied to the plan and the app (the app also gets azd-service-name).')
+param tags object = {}
+
+@description('Resource id of the user-assigned managed identity the app runs as.')
+param identityId string
+
+@description('Client id of that identity (used by the Functions host and by azure-identity in the code).')
+param identityClientId string
+
+@description('Storage account behind AzureWebJobsStorage, the task hub, the ledger and the deployment package.')
+param storageAccountName string
+
+@description('Blob container that holds the deployment package.')
+param deploymentContainerName string
+
+@description('Service Bus namespace of the agent queues.')
+param serviceBusNamespaceName string
+
+@description('Application Insights component the app sends telemetry to.')
+param applicationInsightsName string
+
+@description('Maximum instances the app scales out to.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+@description('Spread instances over availability zones (needs a region where Flex Consumption supports zones; the platform then keeps at least two always-ready instances per function group, which are billed).')
+param zoneRedundant bool = false
+
+@description('Memory of each instance, in MB.')
+@allowed([
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+// Application settings read by workflow_core/settings.py (DOCUMENTED_SETTINGS).
+param ledgerTableName string
+param deadlineIndexTableName string
+param workQueueName string
+param resultQueueName string
+param deadLetterQueueName string
+param maxDeliveryCount int
+param watchdogSchedule string
+param watchdogBatchSize int
+param watchdogGraceSeconds int
+param taskHubName string
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: storageAccountName
+}
+
+resource serviceBus 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
+  name: serviceBusNamespaceName
+}
+
+resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: applicationInsightsName
+}
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    // checkov:skip=CKV_AZURE_225: Zone redundancy is the zoneRedundant parameter (true in main.prod.bicepparam); dev stays single-zone to avoid billed always-ready instances.
+    reserved: true
+    zoneRedundant: zoneRedundant
+  }
+}
+
+resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  name: name
+  location: location
+  tags: union(tags, {
+    'azd-service-name': 'api'
+  })
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    // checkov:skip=CKV_AZURE_222: The HTTP starter (POST /api/workflows/{name}) is the app's public API; callers authenticate with function keys. Private endpoints are a later hardening step.
+    // checkov:skip=CKV_AZURE_17: Callers of the HTTP starter present function keys, not client certificates; requiring mTLS would lock them out.
+    // checkov:skip=CKV_AZURE_212: Flex Consumption has no fixed instance count: it scales per function group on demand (always-ready instances are the optional equivalent).
+    // checkov:skip=CKV_AZURE_213: App Service health check is not a Flex Consumption feature; the Functions host's own health is monitored through Application Insights.
+    serverFarmId: plan.id
+    httpsOnly: true
+    clientCertEnabled: false
+    publicNetworkAccess: 'Enabled'
+    siteConfig: {
+      minTlsVersion: '1.2'
+      scmMinTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+      http20Enabled: true
+      appSettings: [
+        // Functions host + Durable Functions storage (identity-based AzureWebJobsStorage).
+        {
+          name: 'AzureWebJobsStorage__credential'
+          value: 'managedidentity'
+        }
+        {
+          name: 'AzureWebJobsStorage__clientId'
+          value: identityClientId
+        }
+        {
+          name: 'AzureWebJobsStorage__blobServiceUri'
+          value: storage.properties.primaryEndpoints.blob
+        }
+        {
+          name: 'AzureWebJobsStorage__queueServiceUri'
+          value: storage.properties.primaryEndpoints.queue
+        }
+        {
+          name: 'AzureWebJobsStorage__tableServiceUri'
+          value: storage.properties.primaryEndpoints.table
+        }
+        // Service Bus triggers/bindings and the transport adapter (identity-based ServiceBusConnection).
+        {
+          name: 'ServiceBusConnection__fullyQualifiedNamespace'
+          value: replace(replace(serviceBus.properties.serviceBusEndpoint, 'https://', ''), ':443/', '')
+        }
+        {
+          name: 'ServiceBusConnection__credential'
+          value: 'managedidentity'
+        }
+        {
+          name: 'ServiceBusConnection__clientId'
+          value: identityClientId
+        }
+        // DefaultAzureCredential / ManagedIdentityCredential in the code pick the user-assigned identity.
+        {
+          name: 'AZURE_CLIENT_ID'
+          value: identityClientId
+        }
+        // Telemetry: the component has local auth disabled, so ingestion needs an Entra token.
+        {
+          name: 'APPLICATIONINSIGHTS_CONNECTION_STRING'
+          value: appInsights.properties.ConnectionString
+        }
+        {
+          name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
+          value: 'Authorization=AAD;ClientId=${identityClientId}'
+        }
+        // The pattern's own settings.
+        {
+          name: 'AGENT_TRANSPORT'
+          value: 'servicebus'
+        }
+        {
+          name: 'LEDGER_TABLE_NAME'
+          value: ledgerTableName
+        }
+        {
+          name: 'DEADLINE_INDEX_TABLE_NAME'
+          value: deadlineIndexTableName
+        }
+        {
+          name: 'WORK_QUEUE_NAME'
+          value: workQueueName
+        }
+        {
+          name: 'RESULT_QUEUE_NAME'
+          value: resultQueueName
+        }
+        {
+          name: 'DEAD_LETTER_QUEUE_NAME'
+          value: deadLetterQueueName
+        }
+        {
+          name: 'MAX_DELIVERY_COUNT'
+          value: string(maxDeliveryCount)
+        }
+        {
+          name: 'WATCHDOG_SCHEDULE'
+          value: watchdogSchedule
+        }
+        {
+          name: 'WATCHDOG_BATCH_SIZE'
+          value: string(watchdogBatchSize)
+        }
+        {
+          name: 'WATCHDOG_GRACE_SECONDS'
+          value: string(watchdogGraceSeconds)
+        }
+        {
+          name: 'WATCHDOG_RUN_ON_STARTUP'
+          value: 'false'
+        }
+        {
+          name: 'TASK_HUB_NAME'
+          value: taskHubName
+        }
+      ]
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${storage.properties.primaryEndpoints.blob}${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: 'python'
+        version: '3.11'
+      }
+    }
+  }
+}
+
+// No publishing with user name + password: deployments authenticate with Entra ID.
+resource scmBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+resource ftpBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+output id string = functionApp.id
+output name string = functionApp.name
+output defaultHostName string = functionApp.properties.defaultHostName

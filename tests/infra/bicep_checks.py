@@ -1,0 +1,766 @@
+"""Offline structure checks of the Bicep in ``infra/``, built on ``pycep-parser``.
+
+There is no Bicep compiler in the test environment, so these checks read the parsed syntax tree that
+``pycep.BicepParser`` returns (parameters / variables / resources / modules / outputs) and follow
+parameters through module calls to their defaults in ``main.bicep``. Every check is a small function
+that returns a list of human-readable problems (empty = fine), so the tests can also prove that a check
+*fails* on a deliberately broken copy of the templates.
+
+What pycep gives back, briefly: literals as Python values; identifiers (parameter / variable / resource
+symbols) as bare strings; ``a.b.c`` as nested ``{"operator": {"type": "property_accessor", ...}}``;
+function calls as ``{"function": {"type": <snake_case name>, "parameters": {...}}}``; a resource as
+``{"type", "api_version", "existing", "config"}`` where ``config`` wraps ``{"condition", "config"}`` for
+``if (...)`` resources and ``{"loop_type", "config"}`` for loops; a nested child resource as a separate
+``<parent>__<child>`` entry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pycep import BicepParser
+
+from workflow_core import settings as app_settings
+
+INFRA_DIR = Path(__file__).resolve().parents[2] / "infra"
+MAIN = "main.bicep"
+
+# Built-in Azure role definition ids (identical in every tenant) -> (role name, resource type it must be
+# scoped to). The least-privilege set for the Function App's identity: nothing else may be granted.
+REQUIRED_ROLES: dict[str, tuple[str, str]] = {
+    "b7e6dc6d-f1e8-4753-8033-0f276bb0955b": ("Storage Blob Data Owner", "Microsoft.Storage/storageAccounts"),
+    "974c5e8b-45b9-4653-ba55-5f855dd0fb88": (
+        "Storage Queue Data Contributor",
+        "Microsoft.Storage/storageAccounts",
+    ),
+    "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3": (
+        "Storage Table Data Contributor",
+        "Microsoft.Storage/storageAccounts",
+    ),
+    "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39": (
+        "Azure Service Bus Data Sender",
+        "Microsoft.ServiceBus/namespaces",
+    ),
+    "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0": (
+        "Azure Service Bus Data Receiver",
+        "Microsoft.ServiceBus/namespaces",
+    ),
+    "3913510d-42f4-4e42-8a64-420c390055eb": ("Monitoring Metrics Publisher", "Microsoft.Insights/components"),
+}
+
+# Resource types the deployment must declare (not merely reference as `existing`).
+REQUIRED_RESOURCE_TYPES: dict[str, str] = {
+    "Microsoft.Storage/storageAccounts": "storage account",
+    "Microsoft.Storage/storageAccounts/tableServices/tables": "ledger tables",
+    "Microsoft.Storage/storageAccounts/queueServices/queues": "storage-queue transport queues",
+    "Microsoft.ServiceBus/namespaces": "Service Bus namespace",
+    "Microsoft.ServiceBus/namespaces/queues": "Service Bus queues",
+    "Microsoft.Web/serverfarms": "Function App plan",
+    "Microsoft.Web/sites": "Function App",
+    "Microsoft.ManagedIdentity/userAssignedIdentities": "user-assigned managed identity",
+    "Microsoft.OperationalInsights/workspaces": "Log Analytics workspace",
+    "Microsoft.Insights/components": "Application Insights",
+    "Microsoft.Insights/scheduledQueryRules": "log alert rule",
+    "Microsoft.Authorization/roleAssignments": "role assignments",
+}
+
+# Settings the Flex Consumption plan rejects or ignores (runtime/deployment live in functionAppConfig).
+FLEX_DEPRECATED_SETTINGS = {
+    "FUNCTIONS_WORKER_RUNTIME",
+    "FUNCTIONS_EXTENSION_VERSION",
+    "WEBSITE_RUN_FROM_PACKAGE",
+    "WEBSITE_CONTENTAZUREFILECONNECTIONSTRING",
+    "WEBSITE_CONTENTSHARE",
+    "WEBSITE_NODE_DEFAULT_VERSION",
+    "SCM_DO_BUILD_DURING_DEPLOYMENT",
+    "ENABLE_ORYX_BUILD",
+}
+
+# Words that mark a secret when they appear in an output or an app setting value.
+SECRET_WORDS = (
+    "connectionstring",
+    "accountkey",
+    "primarykey",
+    "secondarykey",
+    "sharedaccesskey",
+    "sharedaccesssignature",
+    "instrumentationkey",
+    "listkeys",
+    "listconnectionstrings",
+    "listaccountsas",
+    "listservicesas",
+    "secret",
+    "password",
+)
+# Text patterns that must not appear anywhere in the Bicep (list*() functions read keys and SAS tokens).
+SECRET_PATTERNS = (
+    re.compile(r"\blist[A-Z]\w*\s*\(", re.IGNORECASE),
+    re.compile(r"AccountKey\s*=", re.IGNORECASE),
+    re.compile(r"SharedAccessKey(Name)?\s*=", re.IGNORECASE),
+    re.compile(r"InstrumentationKey\s*=", re.IGNORECASE),
+)
+
+
+@dataclass(frozen=True)
+class BicepFile:
+    rel: str  # path relative to the infra folder, with forward slashes
+    text: str
+    tree: dict[str, Any]
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.tree.get(name) or {}
+
+
+@dataclass(frozen=True)
+class Resource:
+    file: str
+    symbol: str
+    type: str
+    existing: bool
+    config: dict[str, Any]  # the resource body (condition / loop wrappers removed)
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        value = self.config.get("properties")
+        return value if isinstance(value, dict) else {}
+
+
+class Unresolved:
+    """A value only known at deployment time (a resource property, a module output, ...)."""
+
+    def __init__(self, expr: Any) -> None:
+        self.expr = expr
+
+    def __repr__(self) -> str:
+        return f"Unresolved({dotted(self.expr)})"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Loading and navigating
+# ----------------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _parser() -> BicepParser:
+    return BicepParser()
+
+
+def load(infra_dir: Path = INFRA_DIR) -> tuple[dict[str, BicepFile], list[str]]:
+    """Parse every ``.bicep`` file under ``infra_dir``; problems list the files that do not parse."""
+    parser = _parser()
+    files: dict[str, BicepFile] = {}
+    problems: list[str] = []
+    for path in sorted(infra_dir.rglob("*.bicep")):
+        rel = path.relative_to(infra_dir).as_posix()
+        text = path.read_text(encoding="utf-8")
+        try:
+            tree = parser.parse(text=text)
+        except Exception as exc:  # pycep raises lark errors of several kinds
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            problems.append(f"{rel}: does not parse as Bicep: {first_line}")
+            continue
+        files[rel] = BicepFile(rel=rel, text=text, tree=tree)
+    if MAIN not in files and not any(p.startswith(f"{MAIN}:") for p in problems):
+        problems.append(f"{MAIN} is missing from {infra_dir}")
+    return files, problems
+
+
+def resources(files: dict[str, BicepFile]) -> Iterator[Resource]:
+    for bicep in files.values():
+        for symbol, resource in bicep.section("resources").items():
+            config = resource.get("config") or {}
+            while isinstance(config, dict) and ("loop_type" in config or "condition" in config):
+                config = config.get("config") or {}
+            yield Resource(
+                file=bicep.rel,
+                symbol=symbol,
+                type=resource.get("type", ""),
+                existing=bool(resource.get("existing")),
+                config=config,
+            )
+
+
+def declared(files: dict[str, BicepFile], resource_type: str) -> list[Resource]:
+    """Resources of ``resource_type`` that the deployment creates (``existing`` references excluded)."""
+    wanted = resource_type.lower()
+    return [r for r in resources(files) if r.type.lower() == wanted and not r.existing]
+
+
+def _node(expr: Any, kind: str) -> dict[str, Any] | None:
+    """The ``{"type": ...}`` body of a pycep ``operator`` / ``function`` node, else None (an object literal
+    may well have a key called ``operator``, as alert criteria do)."""
+    if (
+        isinstance(expr, dict)
+        and len(expr) == 1
+        and isinstance(expr.get(kind), dict)
+        and "type" in expr[kind]
+    ):
+        return expr[kind]
+    return None
+
+
+def dotted(expr: Any) -> str:
+    """``a.b.c`` / ``a.f()`` / ``a[0]`` back from pycep's accessor trees (best effort, for messages)."""
+    if isinstance(expr, str):
+        return expr
+    op = _node(expr, "operator")
+    if op is not None:
+        operands = op.get("operands", {})
+        if op.get("type") == "property_accessor":
+            return f"{dotted(operands.get('operand_1'))}.{dotted(operands.get('operand_2'))}"
+        if op.get("type") == "function_accessor":
+            return f"{dotted(operands.get('operand_1'))}.{operands.get('func_name')}()"
+        if op.get("type") == "index_accessor":
+            return f"{dotted(operands.get('operand_1'))}[{dotted(operands.get('operand_2'))}]"
+    function = _node(expr, "function")
+    if function is not None:
+        return f"{function.get('type')}(...)"
+    return json.dumps(expr, default=str)
+
+
+def _accessor_path(expr: Any) -> list[Any] | None:
+    if isinstance(expr, str):
+        return [expr]
+    op = _node(expr, "operator")
+    if op is not None and op.get("type") == "property_accessor":
+        operands = op["operands"]
+        left = _accessor_path(operands.get("operand_1"))
+        right = _accessor_path(operands.get("operand_2"))
+        if left is not None and right is not None:
+            return left + right
+    return None
+
+
+class Resolver:
+    """Evaluates what it can of an expression: literals, parameters (through the module call in
+    ``main.bicep`` down to the default), variables, ``string(...)`` and property access into objects."""
+
+    def __init__(self, files: dict[str, BicepFile]) -> None:
+        self.files = files
+        self.calls: dict[str, dict[str, Any]] = {}  # module file -> params passed by main.bicep
+        main = files.get(MAIN)
+        if main is not None:
+            for module in main.section("modules").values():
+                path = ((module.get("detail") or {}).get("path") or "").removeprefix("./")
+                params = (module.get("config") or {}).get("params") or {}
+                self.calls[path] = params
+
+    def value(self, file: str, expr: Any, _seen: frozenset[tuple[str, str]] = frozenset()) -> Any:
+        if expr is None or isinstance(expr, bool | int | float):
+            return expr
+        if isinstance(expr, list):
+            return [self.value(file, item, _seen) for item in expr]
+        if isinstance(expr, str):
+            return self._name(file, expr, _seen)
+        if isinstance(expr, dict):
+            function = _node(expr, "function")
+            if function is not None:
+                if function.get("type") == "string":
+                    args = list((function.get("parameters") or {}).values())
+                    inner = self.value(file, args[0], _seen) if args else None
+                    if isinstance(inner, bool):
+                        return "true" if inner else "false"
+                    if isinstance(inner, int | float | str):
+                        return str(inner)
+                return Unresolved(expr)
+            if _node(expr, "operator") is not None:
+                path = _accessor_path(expr)
+                if path:
+                    current = self.value(file, path[0], _seen)
+                    for key in path[1:]:
+                        if not isinstance(current, dict) or key not in current:
+                            return Unresolved(expr)
+                        current = self.value(file, current[key], _seen)
+                    return current
+                return Unresolved(expr)
+            return {key: self.value(file, item, _seen) for key, item in expr.items()}
+        return Unresolved(expr)
+
+    def _name(self, file: str, name: str, seen: frozenset[tuple[str, str]]) -> Any:
+        if (file, name) in seen:
+            return name
+        seen = seen | {(file, name)}
+        bicep = self.files.get(file)
+        if bicep is None:
+            return name
+        parameters = bicep.section("parameters")
+        if name in parameters:
+            passed = self.calls.get(file, {})
+            if file != MAIN and name in passed:
+                return self.value(MAIN, passed[name], seen)
+            default = parameters[name].get("default")
+            return Unresolved(name) if default is None else self.value(file, default, seen)
+        variables = bicep.section("variables")
+        if name in variables:
+            return self.value(file, variables[name].get("value"), seen)
+        return name  # a string literal (pycep renders identifiers and literals alike)
+
+
+def app_settings_of(files: dict[str, BicepFile]) -> tuple[Resource | None, dict[str, Any]]:
+    """The Function App and its ``siteConfig.appSettings`` as ``{name: raw expression}``."""
+    sites = [
+        r for r in declared(files, "Microsoft.Web/sites") if "functionapp" in str(r.config.get("kind", ""))
+    ]
+    if not sites:
+        return None, {}
+    site = sites[0]
+    entries = (site.properties.get("siteConfig") or {}).get("appSettings") or []
+    result: dict[str, Any] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            result[entry["name"]] = entry.get("value")
+    return site, result
+
+
+def _symbols(files: dict[str, BicepFile], file: str) -> dict[str, Resource]:
+    return {r.symbol: r for r in resources(files) if r.file == file}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checks: each returns a list of problems
+# ----------------------------------------------------------------------------------------------------------
+
+
+def check_modules_resolve(files: dict[str, BicepFile], infra_dir: Path = INFRA_DIR) -> list[str]:
+    problems = []
+    for bicep in files.values():
+        base = (infra_dir / bicep.rel).parent
+        for symbol, module in bicep.section("modules").items():
+            path = (module.get("detail") or {}).get("path") or ""
+            if module.get("type") != "local":
+                problems.append(f"{bicep.rel}: module {symbol} is not a local file ({path})")
+            elif not (base / path).is_file():
+                problems.append(f"{bicep.rel}: module {symbol} points at missing file {path}")
+    used = set(Resolver(files).calls)
+    for rel in files:
+        if rel != MAIN and rel not in used:
+            problems.append(f"{rel} is not used by {MAIN}")
+    return problems
+
+
+def check_required_resources(files: dict[str, BicepFile]) -> list[str]:
+    return [
+        f"no {what} ({resource_type}) is declared"
+        for resource_type, what in REQUIRED_RESOURCE_TYPES.items()
+        if not declared(files, resource_type)
+    ] + (
+        []
+        if declared(files, "Microsoft.Insights/workbooks")
+        or declared(files, "Microsoft.OperationalInsights/workspaces/savedSearches")
+        else ["no workbook or saved search shows stalled steps and recoveries"]
+    )
+
+
+def _documented_default(name: str) -> str:
+    default = app_settings.DOCUMENTED_SETTINGS[name][0]
+    assert default is not None, name
+    return default
+
+
+def check_storage(files: dict[str, BicepFile]) -> list[str]:
+    problems = []
+    resolver = Resolver(files)
+    for account in declared(files, "Microsoft.Storage/storageAccounts"):
+        props = {k: resolver.value(account.file, v) for k, v in account.properties.items()}
+        expected = {
+            "allowSharedKeyAccess": False,
+            "minimumTlsVersion": "TLS1_2",
+            "allowBlobPublicAccess": False,
+        }
+        for key, want in expected.items():
+            if props.get(key) != want:
+                problems.append(
+                    f"storage account {account.symbol}: {key} must be {want!r}, is {props.get(key)!r}"
+                )
+    tables = {
+        resolver.value(r.file, r.config.get("name"))
+        for r in declared(files, "Microsoft.Storage/storageAccounts/tableServices/tables")
+    }
+    for setting in ("LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
+        if _documented_default(setting) not in tables:
+            problems.append(
+                f"table {_documented_default(setting)!r} ({setting}) is not created (have {tables})"
+            )
+    queues = {
+        resolver.value(r.file, r.config.get("name"))
+        for r in declared(files, "Microsoft.Storage/storageAccounts/queueServices/queues")
+    }
+    for setting in ("WORK_QUEUE_NAME", "RESULT_QUEUE_NAME", "DEAD_LETTER_QUEUE_NAME"):
+        if _documented_default(setting) not in queues:
+            problems.append(
+                f"storage queue {_documented_default(setting)!r} ({setting}) is not created (have {queues})"
+            )
+    return problems
+
+
+def check_service_bus(files: dict[str, BicepFile]) -> list[str]:
+    problems = []
+    resolver = Resolver(files)
+    namespaces = declared(files, "Microsoft.ServiceBus/namespaces")
+    for ns in namespaces:
+        sku = resolver.value(ns.file, ns.config.get("sku") or {})
+        if not isinstance(sku, dict) or sku.get("name") != "Standard":
+            problems.append(f"Service Bus namespace {ns.symbol}: sku must be Standard, is {sku!r}")
+        if resolver.value(ns.file, ns.properties.get("disableLocalAuth")) is not True:
+            problems.append(f"Service Bus namespace {ns.symbol}: disableLocalAuth must be true (no SAS keys)")
+    queues = {}
+    for queue in declared(files, "Microsoft.ServiceBus/namespaces/queues"):
+        queues[resolver.value(queue.file, queue.config.get("name"))] = queue
+    max_delivery = int(_documented_default("MAX_DELIVERY_COUNT"))
+    for setting in ("WORK_QUEUE_NAME", "RESULT_QUEUE_NAME"):
+        name = _documented_default(setting)
+        queue = queues.get(name)
+        if queue is None:
+            problems.append(
+                f"Service Bus queue {name!r} ({setting}) is not created (have {sorted(map(str, queues))})"
+            )
+            continue
+        props = {k: resolver.value(queue.file, v) for k, v in queue.properties.items()}
+        if props.get("requiresDuplicateDetection") is not True:
+            problems.append(f"Service Bus queue {name!r}: requiresDuplicateDetection must be true")
+        window = props.get("duplicateDetectionHistoryTimeWindow")
+        if not (isinstance(window, str) and window.startswith("P")):
+            problems.append(
+                f"Service Bus queue {name!r}: duplicateDetectionHistoryTimeWindow must be an ISO 8601 "
+                f"duration, is {window!r}"
+            )
+        lock = props.get("lockDuration")
+        if not (isinstance(lock, str) and lock.startswith("PT")):
+            problems.append(f"Service Bus queue {name!r}: lockDuration must be set (ISO 8601), is {lock!r}")
+        if props.get("maxDeliveryCount") != max_delivery:
+            problems.append(
+                f"Service Bus queue {name!r}: maxDeliveryCount must be {max_delivery} (MAX_DELIVERY_COUNT), "
+                f"is {props.get('maxDeliveryCount')!r}"
+            )
+        if props.get("deadLetteringOnMessageExpiration") is not True:
+            problems.append(f"Service Bus queue {name!r}: deadLetteringOnMessageExpiration must be true")
+        if props.get("requiresSession") is True:
+            problems.append(f"Service Bus queue {name!r}: sessions are not used by the agents")
+    return problems
+
+
+def check_function_app(files: dict[str, BicepFile]) -> list[str]:
+    problems = []
+    resolver = Resolver(files)
+    plans = declared(files, "Microsoft.Web/serverfarms")
+    for plan in plans:
+        sku = resolver.value(plan.file, plan.config.get("sku") or {})
+        if not isinstance(sku, dict) or (sku.get("name"), sku.get("tier")) != ("FC1", "FlexConsumption"):
+            problems.append(f"plan {plan.symbol}: sku must be FC1 / FlexConsumption, is {sku!r}")
+        if resolver.value(plan.file, plan.properties.get("reserved")) is not True:
+            problems.append(f"plan {plan.symbol}: reserved must be true (Linux)")
+    site, _ = app_settings_of(files)
+    if site is None:
+        return [*problems, "no Function App (Microsoft.Web/sites of kind functionapp) is declared"]
+    kind = str(site.config.get("kind", ""))
+    if "linux" not in kind:
+        problems.append(f"Function App kind must be Linux (functionapp,linux), is {kind!r}")
+    identity = site.config.get("identity") or {}
+    if resolver.value(site.file, identity.get("type")) != "UserAssigned":
+        problems.append(
+            "Function App must run as a user-assigned managed identity (identity.type UserAssigned)"
+        )
+    config = site.properties.get("functionAppConfig") or {}
+    runtime = resolver.value(site.file, config.get("runtime") or {})
+    if runtime != {"name": "python", "version": "3.11"}:
+        problems.append(f"functionAppConfig.runtime must be python 3.11, is {runtime!r}")
+    auth = ((config.get("deployment") or {}).get("storage") or {}).get("authentication") or {}
+    if resolver.value(site.file, auth.get("type")) != "UserAssignedIdentity":
+        problems.append("the deployment package must be read with the user-assigned identity")
+    if resolver.value(site.file, site.properties.get("httpsOnly")) is not True:
+        problems.append("Function App: httpsOnly must be true")
+    server_farm = dotted(site.properties.get("serverFarmId"))
+    if not any(server_farm == f"{plan.symbol}.id" for plan in plans if plan.file == site.file):
+        problems.append(
+            f"Function App serverFarmId must be the Flex plan declared beside it, is {server_farm}"
+        )
+    return problems
+
+
+def check_app_settings(files: dict[str, BicepFile]) -> list[str]:
+    """Every setting the code reads (DOCUMENTED_SETTINGS) is set, with the documented default; the
+    connection prefixes are set in their identity-based form only."""
+    site, raw = app_settings_of(files)
+    if site is None:
+        return ["no Function App to read app settings from"]
+    resolver = Resolver(files)
+    values = {name: resolver.value(site.file, expr) for name, expr in raw.items()}
+    problems = []
+    client_id = raw.get("AZURE_CLIENT_ID")
+    prefixes = {app_settings.STORAGE_CONNECTION, app_settings.SERVICE_BUS_CONNECTION}
+    identity_forms = {
+        app_settings.STORAGE_CONNECTION: ("blobServiceUri", "queueServiceUri", "tableServiceUri"),
+        app_settings.SERVICE_BUS_CONNECTION: ("fullyQualifiedNamespace",),
+    }
+    if client_id is None:
+        problems.append(
+            "AZURE_CLIENT_ID is not set (azure-identity would not find the user-assigned identity)"
+        )
+    for name, (default, _description) in app_settings.DOCUMENTED_SETTINGS.items():
+        if name in prefixes:
+            if name in raw:
+                problems.append(
+                    f"{name} is set as a connection string; use the identity-based {name}__* settings"
+                )
+            if values.get(f"{name}__credential") != "managedidentity":
+                problems.append(f"{name}__credential must be 'managedidentity'")
+            if f"{name}__clientId" not in raw or raw[f"{name}__clientId"] != client_id:
+                problems.append(
+                    f"{name}__clientId must be set to the identity's client id (as AZURE_CLIENT_ID)"
+                )
+            for suffix in identity_forms[name]:
+                if f"{name}__{suffix}" not in raw:
+                    problems.append(f"{name}__{suffix} is not set")
+            continue
+        if name not in raw:
+            problems.append(f"app setting {name} (read by workflow_core/settings.py) is not set")
+            continue
+        if default is not None and values[name] != default:
+            problems.append(f"app setting {name} is {values[name]!r}, the code documents {default!r}")
+    if values.get("AGENT_TRANSPORT") != "servicebus":
+        problems.append("AGENT_TRANSPORT must be 'servicebus' in Azure")
+    if values.get("WATCHDOG_RUN_ON_STARTUP") != "false":
+        problems.append("WATCHDOG_RUN_ON_STARTUP must be 'false' in Azure")
+    ai_connection = dotted(raw.get("APPLICATIONINSIGHTS_CONNECTION_STRING"))
+    components = {
+        r.symbol
+        for r in resources(files)
+        if r.file == site.file and r.type == "Microsoft.Insights/components"
+    }
+    if not any(ai_connection == f"{symbol}.properties.ConnectionString" for symbol in components):
+        problems.append(
+            "APPLICATIONINSIGHTS_CONNECTION_STRING must come from the Application Insights resource's "
+            f"properties.ConnectionString, is {ai_connection}"
+        )
+    auth = values.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING")
+    if not (isinstance(auth, str) and "Authorization=AAD" in auth and "ClientId=" in auth):
+        problems.append(
+            "APPLICATIONINSIGHTS_AUTHENTICATION_STRING must be 'Authorization=AAD;ClientId=<client id>'"
+        )
+    for name in sorted(FLEX_DEPRECATED_SETTINGS & set(raw)):
+        problems.append(f"app setting {name} is not supported on Flex Consumption")
+    return problems
+
+
+def _query_text(resolver: Resolver, rule: Resource) -> list[tuple[str, dict[str, Any]]]:
+    criteria = (rule.properties.get("criteria") or {}).get("allOf") or []
+    result = []
+    for criterion in criteria if isinstance(criteria, list) else []:
+        resolved = resolver.value(rule.file, criterion)
+        if isinstance(resolved, dict) and isinstance(resolved.get("query"), str):
+            result.append((resolved["query"], resolved))
+    return result
+
+
+def check_monitoring(files: dict[str, BicepFile]) -> list[str]:
+    problems = []
+    resolver = Resolver(files)
+    for component in declared(files, "Microsoft.Insights/components"):
+        if resolver.value(component.file, component.properties.get("DisableLocalAuth")) is not True:
+            problems.append(f"Application Insights {component.symbol}: DisableLocalAuth must be true")
+        if not component.properties.get("WorkspaceResourceId"):
+            problems.append(f"Application Insights {component.symbol} must be workspace-based")
+    rules = declared(files, "Microsoft.Insights/scheduledQueryRules")
+    criteria = [item for rule in rules for item in _query_text(resolver, rule)]
+    failure_alerts = [
+        c for q, c in criteria if "sas.compensation_failed" in q and '"compensation_failed"' in q
+    ]
+    if not failure_alerts:
+        problems.append(
+            "no alert fires on compensation_failed (sas.compensation_failed / outcome compensation_failed)"
+        )
+    elif not any(c.get("operator") == "GreaterThan" and c.get("threshold") == 0 for c in failure_alerts):
+        problems.append("the compensation_failed alert must fire on any occurrence (GreaterThan 0)")
+    surge = [(q, c) for q, c in criteria if "sas.recovery" in q and "sas.compensation_failed" not in q]
+    if not surge:
+        problems.append("no alert on the number of recoveries (sas.recovery)")
+    for rule in rules:
+        window = resolver.value(rule.file, rule.properties.get("windowSize"))
+        if window != "PT15M":
+            problems.append(f"alert {rule.symbol}: windowSize must be PT15M, is {window!r}")
+        scopes = rule.properties.get("scopes") or []
+        if not scopes:
+            problems.append(f"alert {rule.symbol} has no scope")
+    return problems
+
+
+def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
+    """The identity holds exactly the least-privilege roles, each scoped to its own resource."""
+    problems = []
+    resolver = Resolver(files)
+    granted: set[str] = set()
+    for assignment in declared(files, "Microsoft.Authorization/roleAssignments"):
+        where = f"{assignment.file}: role assignment {assignment.symbol}"
+        props = assignment.properties
+        role_id = props.get("roleDefinitionId")
+        function = _node(role_id, "function") or {}
+        if function.get("type") != "subscription_resource_id":
+            problems.append(
+                f"{where}: roleDefinitionId must be "
+                "subscriptionResourceId('Microsoft.Authorization/roleDefinitions', <built-in role GUID>)"
+            )
+            continue
+        parameters = function.get("parameters") or {}
+        guid = resolver.value(assignment.file, parameters.get("resource_name_1"))
+        if (
+            parameters.get("resource_type") != "Microsoft.Authorization/roleDefinitions"
+            or guid not in REQUIRED_ROLES
+        ):
+            problems.append(
+                f"{where}: role {guid!r} is not one of the least-privilege built-in roles "
+                f"{sorted(REQUIRED_ROLES)}"
+            )
+            continue
+        role_name, scope_type = REQUIRED_ROLES[guid]
+        scope = assignment.config.get("scope")
+        target = _symbols(files, assignment.file).get(scope) if isinstance(scope, str) else None
+        if target is None or target.type != scope_type:
+            problems.append(
+                f"{where}: {role_name} must be scoped to a {scope_type} resource, is scoped to "
+                f"{dotted(scope) if scope is not None else 'the resource group'}"
+            )
+            continue
+        if resolver.value(assignment.file, props.get("principalType")) != "ServicePrincipal":
+            problems.append(f"{where}: principalType must be ServicePrincipal")
+            continue
+        principal = props.get("principalId")
+        passed = (
+            resolver.calls.get(assignment.file, {}).get(principal) if isinstance(principal, str) else None
+        )
+        if not dotted(passed).endswith(".outputs.principalId"):
+            problems.append(
+                f"{where}: principalId must be the managed identity's principalId, is {dotted(principal)}"
+            )
+            continue
+        name = assignment.config.get("name")
+        if (_node(name, "function") or {}).get("type") != "guid":
+            problems.append(f"{where}: name must be a deterministic guid(...)")
+            continue
+        granted.add(guid)
+    for guid, (role_name, scope_type) in REQUIRED_ROLES.items():
+        if guid not in granted:
+            problems.append(f"missing role assignment: {role_name} ({guid}) on the {scope_type}")
+    return problems
+
+
+def check_no_secrets(files: dict[str, BicepFile]) -> list[str]:
+    """No list*() key/SAS reads, no key material, no secret-looking outputs or app settings."""
+    problems = []
+    for bicep in files.values():
+        for number, line in enumerate(bicep.text.splitlines(), start=1):
+            for pattern in SECRET_PATTERNS:
+                if pattern.search(line):
+                    problems.append(f"{bicep.rel}:{number}: {line.strip()!r} reads or holds a key")
+        for name, output in bicep.section("outputs").items():
+            text = (name + json.dumps(output.get("value"), default=str)).lower()
+            words = [w for w in SECRET_WORDS if w in text]
+            if words:
+                problems.append(f"{bicep.rel}: output {name} exposes a secret ({', '.join(words)})")
+    _site, raw = app_settings_of(files)
+    for name, expr in raw.items():
+        text = json.dumps(expr, default=str).lower()
+        if name == "APPLICATIONINSIGHTS_CONNECTION_STRING":
+            continue  # checked by check_app_settings: must be the component's ConnectionString property
+        words = [w for w in SECRET_WORDS if w in text]
+        if words:
+            problems.append(f"app setting {name} holds a secret ({', '.join(words)})")
+        if name in (app_settings.STORAGE_CONNECTION, app_settings.SERVICE_BUS_CONNECTION):
+            problems.append(f"app setting {name} is a connection string")
+    return problems
+
+
+def check_outputs(files: dict[str, BicepFile]) -> list[str]:
+    outputs = files[MAIN].section("outputs") if MAIN in files else {}
+    problems = [
+        f"{MAIN} must output {name}"
+        for name in ("functionAppName", "functionAppHostName", "workflowStarterUrl")
+        if name not in outputs
+    ]
+    url = (outputs.get("workflowStarterUrl") or {}).get("value")
+    if isinstance(url, str) and not (url.startswith("https://${") and url.endswith("/api/workflows/{name}")):
+        problems.append(
+            f"workflowStarterUrl must look like https://<host>/api/workflows/{{name}}, is {url!r}"
+        )
+    return problems
+
+
+def read_bicepparam(path: Path) -> tuple[str | None, dict[str, Any], list[str]]:
+    """``using`` target and parameter values of a ``.bicepparam`` file (pycep has no grammar for
+    them: the ``param x = v`` lines are parsed as ``var x = v`` to check their syntax and values)."""
+    text = path.read_text(encoding="utf-8")
+    using = re.search(r"^\s*using\s+'([^']+)'", text, re.MULTILINE)
+    body = re.sub(r"^\s*using\s+'[^']*'.*$", "", text, flags=re.MULTILINE)
+    body = re.sub(r"^(\s*)param(\s+\w+\s*=)", r"\1var\2", body, flags=re.MULTILINE)
+    try:
+        tree = _parser().parse(text=body)
+    except Exception as exc:
+        return None, {}, [f"{path.name}: does not parse: {str(exc).strip().splitlines()[0]}"]
+    values = {name: var.get("value") for name, var in (tree.get("variables") or {}).items()}
+    return (using.group(1) if using else None), values, []
+
+
+def check_param_files(files: dict[str, BicepFile], infra_dir: Path = INFRA_DIR) -> list[str]:
+    problems = []
+    param_files = sorted(infra_dir.glob("main.*.bicepparam"))
+    if not any(p.name == "main.dev.bicepparam" for p in param_files):
+        problems.append("infra/main.dev.bicepparam is missing")
+    declared_params = files[MAIN].section("parameters") if MAIN in files else {}
+    required = {name for name, p in declared_params.items() if p.get("default") is None}
+    for path in param_files:
+        using, values, errors = read_bicepparam(path)
+        problems += errors
+        if errors:
+            continue
+        if using is None or (path.parent / using).resolve() != (infra_dir / MAIN).resolve():
+            problems.append(f"{path.name}: must start with using './main.bicep' (has {using!r})")
+        for name in sorted(set(values) - set(declared_params)):
+            problems.append(f"{path.name}: param {name} is not declared in {MAIN}")
+        for name in sorted(required - set(values)):
+            problems.append(f"{path.name}: required param {name} has no value")
+    return problems
+
+
+def check_no_unused_declarations(files: dict[str, BicepFile]) -> list[str]:
+    """What the Bicep linter's no-unused-params / no-unused-vars rules would report (no compiler here)."""
+    problems = []
+    for bicep in files.values():
+        code = "\n".join(line.split("//", 1)[0] for line in bicep.text.splitlines())
+        for kind, section in (("param", "parameters"), ("var", "variables")):
+            for name in bicep.section(section):
+                uses = len(re.findall(rf"(?<![\w.']){re.escape(name)}(?![\w'])", code))
+                if uses < 2:  # the declaration itself
+                    problems.append(f"{bicep.rel}: {kind} {name} is never used")
+    return problems
+
+
+ALL_CHECKS = (
+    check_modules_resolve,
+    check_required_resources,
+    check_storage,
+    check_service_bus,
+    check_function_app,
+    check_app_settings,
+    check_monitoring,
+    check_role_assignments,
+    check_no_secrets,
+    check_outputs,
+    check_no_unused_declarations,
+)
+
+
+def run_all(infra_dir: Path = INFRA_DIR) -> list[str]:
+    files, problems = load(infra_dir)
+    if problems:
+        return problems
+    for check in ALL_CHECKS:
+        if check in (check_modules_resolve,):
+            problems += check(files, infra_dir)
+        else:
+            problems += check(files)
+    return problems + check_param_files(files, infra_dir)

@@ -1,0 +1,173 @@
+"""The deployment tooling around the Bicep: infra/deploy.sh (run against stub `az` / `func` commands that
+record their arguments), azure.yaml for `azd up`, the azd parameter file and the checkov setup."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.infra import bicep_checks as bc
+
+ROOT = bc.INFRA_DIR.parent
+DEPLOY = bc.INFRA_DIR / "deploy.sh"
+APP_NAME = "func-sas-dev-abc123"
+STARTER_URL = f"https://{APP_NAME}.azurewebsites.net/api/workflows/{{name}}"
+
+AZ_STUB = f"""#!/usr/bin/env bash
+echo "az $*" >> "$STUB_LOG"
+case "$*" in
+  "account show"*) echo "test-subscription" ;;
+  *"deployment group show"*functionAppName*) echo "{APP_NAME}" ;;
+  *"deployment group show"*workflowStarterUrl*) echo "{STARTER_URL}" ;;
+esac
+"""
+FUNC_STUB = """#!/usr/bin/env bash
+echo "func $* | staged: $(ls -A | sort | tr '\\n' ' ')" >> "$STUB_LOG"
+"""
+
+
+@pytest.fixture
+def fake_repo(tmp_path: Path) -> Path:
+    """A repository copy with just what deploy.sh touches, plus clutter that must not be published."""
+    repo = tmp_path / "repo"
+    (repo / "infra").mkdir(parents=True)
+    shutil.copy2(DEPLOY, repo / "infra" / "deploy.sh")
+    for param_file in bc.INFRA_DIR.glob("main.*.bicepparam"):
+        shutil.copy2(param_file, repo / "infra" / param_file.name)
+    (repo / "infra" / "main.bicep").write_text("// stub\n", encoding="utf-8")
+    (repo / "function_app.py").write_text("app = None\n", encoding="utf-8")
+    (repo / "host.json").write_text('{"version": "2.0"}\n', encoding="utf-8")
+    (repo / "requirements.txt").write_text("azure-functions\n", encoding="utf-8")
+    (repo / "workflow_core").mkdir()
+    (repo / "workflow_core" / "__init__.py").write_text("", encoding="utf-8")
+    for clutter in ("tests", ".venv", ".venv-infra", "node_modules", "docs"):
+        (repo / clutter).mkdir()
+        (repo / clutter / "x.txt").write_text("x", encoding="utf-8")
+    (repo / "local.settings.json").write_text("{}", encoding="utf-8")
+    return repo
+
+
+def _run(
+    repo: Path, tmp_path: Path, *args: str, with_func: bool = True
+) -> tuple[subprocess.CompletedProcess, list]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "az").write_text(AZ_STUB, encoding="utf-8")
+    (bin_dir / "az").chmod(0o755)
+    if with_func:
+        (bin_dir / "func").write_text(FUNC_STUB, encoding="utf-8")
+        (bin_dir / "func").chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.touch()
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "STUB_LOG": str(log)}
+    result = subprocess.run(
+        ["bash", str(repo / "infra" / "deploy.sh"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return result, log.read_text(encoding="utf-8").splitlines()
+
+
+def test_deploy_script_is_valid_bash():
+    assert DEPLOY.read_text(encoding="utf-8").startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in DEPLOY.read_text(encoding="utf-8")
+    assert os.access(DEPLOY, os.X_OK)
+    subprocess.run(["bash", "-n", str(DEPLOY)], check=True)
+
+
+def test_what_if_previews_and_changes_nothing(fake_repo, tmp_path):
+    result, calls = _run(fake_repo, tmp_path, "dev", "rg-sas-dev", "westeurope", "--what-if")
+    assert result.returncode == 0, result.stderr
+    assert calls[0].startswith("az account show")
+    assert calls[1].startswith("az group create --name rg-sas-dev --location westeurope")
+    assert calls[2] == (
+        "az deployment group what-if --resource-group rg-sas-dev "
+        "--template-file infra/main.bicep --parameters infra/main.dev.bicepparam"
+    )
+    assert len(calls) == 3
+
+
+def test_deploy_provisions_then_publishes_with_func(fake_repo, tmp_path):
+    result, calls = _run(fake_repo, tmp_path, "dev", "rg-sas-dev", "westeurope")
+    assert result.returncode == 0, result.stderr
+    create = [c for c in calls if c.startswith("az deployment group create")]
+    assert len(create) == 1
+    assert re.fullmatch(
+        r"az deployment group create --resource-group rg-sas-dev --name sas-dev-\d{14} "
+        r"--template-file infra/main\.bicep --parameters infra/main\.dev\.bicepparam --output none",
+        create[0],
+    )
+    publish = [c for c in calls if c.startswith("func ")]
+    assert len(publish) == 1
+    command, staged = publish[0].split(" | staged: ")
+    assert command == f"func azure functionapp publish {APP_NAME} --python"
+    assert set(staged.split()) == {"function_app.py", "host.json", "requirements.txt", "workflow_core"}
+    assert calls.index(create[0]) < calls.index(publish[0])
+    assert STARTER_URL in result.stderr
+
+
+def test_skip_publish(fake_repo, tmp_path):
+    result, calls = _run(fake_repo, tmp_path, "prod", "rg-sas-prod", "swedencentral", "--skip-publish")
+    assert result.returncode == 0, result.stderr
+    assert any("--parameters infra/main.prod.bicepparam" in c for c in calls)
+    assert not any(c.startswith("func ") for c in calls)
+
+
+def test_unknown_environment_is_refused_before_touching_azure(fake_repo, tmp_path):
+    result, calls = _run(fake_repo, tmp_path, "qa", "rg-sas-qa", "westeurope")
+    assert result.returncode != 0
+    assert "no parameter file infra/main.qa.bicepparam" in result.stderr
+    assert calls == []
+
+
+def test_wrong_arguments_print_usage(fake_repo, tmp_path):
+    result, calls = _run(fake_repo, tmp_path, "dev")
+    assert result.returncode == 2
+    assert "infra/deploy.sh <env> <resource-group> <location>" in result.stdout + result.stderr
+    assert calls == []
+
+
+def test_azure_yaml_for_azd():
+    config = yaml.safe_load((ROOT / "azure.yaml").read_text(encoding="utf-8"))
+    assert config["infra"] == {"provider": "bicep", "path": "infra", "module": "main"}
+    assert config["services"]["api"] == {"project": ".", "language": "python", "host": "function"}
+
+
+def test_azd_parameter_file_matches_main_bicep():
+    files, problems = bc.load()
+    assert problems == []
+    declared = files["main.bicep"].section("parameters")
+    parameters = json.loads((bc.INFRA_DIR / "main.parameters.json").read_text(encoding="utf-8"))["parameters"]
+    assert set(parameters) <= set(declared)
+    required = {name for name, p in declared.items() if p.get("default") is None}
+    assert required <= set(parameters)
+
+
+def test_function_app_is_tagged_for_azd():
+    files, _ = bc.load()
+    site, _ = bc.app_settings_of(files)
+    assert site is not None
+    assert "azd-service-name" in json.dumps(site.config.get("tags"))
+    assert "'azd-service-name': 'api'" in (bc.INFRA_DIR / site.file).read_text(encoding="utf-8")
+
+
+def test_checkov_is_pinned_and_suppressions_give_reasons():
+    pins = (ROOT / "requirements-infra.txt").read_text(encoding="utf-8")
+    assert re.search(r"^checkov==\d+\.\d+\.\d+$", pins, re.MULTILINE)
+    script = ROOT / "scripts" / "check-infra"
+    assert os.access(script, os.X_OK)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    for path in bc.INFRA_DIR.rglob("*.bicep"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if "checkov:skip" in line:
+                assert re.fullmatch(r"\s*// checkov:skip=CKV2?_AZURE_\d+: \S.{20,}", line), line
