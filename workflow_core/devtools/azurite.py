@@ -90,8 +90,8 @@ class Azurite:
             "--tablePort",
             str(self.table_port),
         ]
-        log = open(self.location / "azurite.log", "ab")  # noqa: SIM115 - lives as long as the process
-        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.location / "azurite.log", "ab") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         ports = (self.blob_port, self.queue_port, self.table_port)
         while not all(_port_open(p) for p in ports):

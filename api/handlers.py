@@ -1,0 +1,434 @@
+"""The HTTP API's function bodies: plain ``async (req, client, services)`` functions.
+
+``req`` is an ``azure.functions.HttpRequest``, ``client`` an
+``azure.durable_functions.DurableOrchestrationClient`` (or anything with the same methods) and
+``services`` a :class:`workflow_core.runtime.Services` or a zero-argument callable returning one
+(the bindings pass ``get_services`` so that broken app settings become a readable 503, not a crash).
+The Functions bindings in :mod:`api.functions` only adapt these; tests and the in-process durable
+test host call them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC
+from typing import Any, TypeVar
+
+import azure.functions as func
+from azure.core.exceptions import AzureError
+from azure.durable_functions import OrchestrationRuntimeStatus
+from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+
+from api.responses import ApiError, iso, json_errors, json_object_body, json_response, route_base
+from api.views import (
+    audit_view,
+    decode_maybe_json,
+    orchestration_view,
+    runtime_status_name,
+    step_counts,
+    step_view,
+    workflow_name_of,
+)
+from workflow_core.contracts import WORKFLOW_ORCHESTRATOR, compensation_instance_id
+from workflow_core.ledger import InvalidLedgerInput, StepLedger
+from workflow_core.ledger.model import validate_instance_id
+from workflow_core.runtime import Services
+from workflow_core.settings import SettingsError
+from workflow_core.workflows import (
+    UnknownWorkflow,
+    WorkflowDefinitionError,
+    WorkflowInputError,
+    get_workflow,
+    load_workflows,
+)
+
+log = logging.getLogger(__name__)
+
+ServicesSource = Services | Callable[[], Services]
+T = TypeVar("T")
+
+INSTANCE_ID_FIELD = "instance_id"
+COMPENSATION_SUFFIX = compensation_instance_id("")  # ":compensation"
+DEFAULT_TOP = 50
+MAX_TOP = 500
+# Runtime statuses in which an orchestration still holds its instance id.
+ACTIVE_STATUSES = frozenset(
+    {
+        OrchestrationRuntimeStatus.Pending,
+        OrchestrationRuntimeStatus.Running,
+        OrchestrationRuntimeStatus.Suspended,
+        OrchestrationRuntimeStatus.ContinuedAsNew,
+    }
+)
+
+
+# ---- shared helpers -------------------------------------------------------------------------------
+
+
+def resolve_services(source: ServicesSource) -> Services:
+    """The services to use; settings that do not load become a 503 naming the bad setting."""
+    try:
+        return source if isinstance(source, Services) else source()
+    except SettingsError as exc:
+        raise ApiError(503, "the app settings are invalid", [str(exc)]) from None
+
+
+async def call_durable(awaitable: Awaitable[T], what: str) -> T:
+    """Await a Durable client call; a failing or unreachable Durable host becomes a readable 502."""
+    try:
+        return await awaitable
+    except ApiError:
+        raise
+    except Exception as exc:
+        log.warning("Durable Functions client call failed (%s): %r", what, exc)
+        raise ApiError(
+            502, f"could not {what}: the Durable Functions host call failed", [_describe(exc)]
+        ) from None
+
+
+async def call_ledger(services: Services, operation: Callable[[StepLedger], T]) -> T:
+    """Run a (blocking) ledger call off the event loop; storage failures become a readable 503."""
+
+    def run() -> T:
+        return operation(services.ledger)
+
+    try:
+        return await asyncio.to_thread(run)
+    except InvalidLedgerInput as exc:
+        raise ApiError(400, "invalid request", [str(exc)]) from None
+    except AzureError as exc:
+        log.warning("step ledger call failed: %r", exc)
+        raise ApiError(
+            503, "the step ledger (Table Storage) is unavailable", [_describe(exc).splitlines()[0]]
+        ) from None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def check_instance_id(value: object, source: str) -> str:
+    """Validate an instance id the way the ledger does; a bad one is a readable 400."""
+    try:
+        instance_id = validate_instance_id(value)
+    except InvalidLedgerInput as exc:
+        raise ApiError(400, f"invalid instance id in {source}", [str(exc)]) from None
+    return instance_id
+
+
+def known_workflows() -> list[str]:
+    return sorted(load_workflows())
+
+
+def _status_url(base: str, instance_id: str) -> str:
+    return f"{base}/workflows/{instance_id}"
+
+
+def _steps_url(base: str, instance_id: str) -> str:
+    return f"{base}/workflows/{instance_id}/steps"
+
+
+# ---- POST /api/workflows/{name} -------------------------------------------------------------------
+
+
+@json_errors
+async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """Validate the input, start ``workflow_orchestrator`` and answer 202 with the status URLs."""
+    name = req.route_params.get("name", "")
+    try:
+        definition = get_workflow(name)
+    except UnknownWorkflow as exc:
+        raise ApiError(
+            404,
+            f"unknown workflow {name!r}",
+            [f"known workflows: {', '.join(exc.known) if exc.known else '(none)'}"],
+            extra={"knownWorkflows": exc.known},
+        ) from None
+    except WorkflowDefinitionError as exc:
+        log.error("workflow definitions do not load: %s", exc)
+        raise ApiError(500, "the workflow definitions do not load", [str(exc)]) from None
+
+    body = json_object_body(req)
+    instance_id = _requested_instance_id(req, body)
+
+    try:
+        validated = definition.validate_input(body)
+    except WorkflowInputError as exc:
+        raise ApiError(
+            400, f"invalid input for workflow {name!r}", exc.problems or [str(exc)], extra={"workflow": name}
+        ) from None
+
+    svc = resolve_services(services)
+    await _ensure_unused(client, svc, instance_id)
+
+    orchestrator_input = {"workflow": name, "input": validated}
+    try:
+        await client.start_new(WORKFLOW_ORCHESTRATOR, instance_id, orchestrator_input)
+    except Exception as exc:
+        if "already exists" in str(exc).lower():  # the host answered 409: we lost a race
+            raise ApiError(
+                409,
+                f"workflow instance {instance_id!r} already exists",
+                ["instance ids are single-use: choose another instance_id, or omit it to get a fresh one"],
+                extra={"instanceId": instance_id},
+            ) from None
+        log.warning("starting %s for %s failed: %r", WORKFLOW_ORCHESTRATOR, instance_id, exc)
+        raise ApiError(
+            502, "could not start the workflow: the Durable Functions host call failed", [_describe(exc)]
+        ) from None
+
+    check = client.create_check_status_response(req, instance_id)
+    payload = decode_maybe_json(check.get_body().decode("utf-8"))
+    base = route_base(req)
+    payload.update(
+        {
+            "instanceId": instance_id,
+            "workflow": name,
+            "statusUrl": _status_url(base, instance_id),
+            "ledgerUrl": _steps_url(base, instance_id),
+        }
+    )
+    headers = {"Location": check.headers.get("Location") or payload["statusQueryGetUri"]}
+    if check.headers.get("Retry-After"):
+        headers["Retry-After"] = check.headers["Retry-After"]
+    log.info("started workflow %s as instance %s", name, instance_id)
+    return json_response(payload, 202, headers)
+
+
+def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> str:
+    """``instance_id`` from the query string or the body (taken out of the input), or a fresh one."""
+    from_query = req.params.get(INSTANCE_ID_FIELD)
+    from_body = body.pop(INSTANCE_ID_FIELD, None)
+    if from_query is not None and from_body is not None and from_query != from_body:
+        raise ApiError(
+            400,
+            "conflicting instance ids",
+            [f"query string says {from_query!r}, body says {from_body!r}; send one of them"],
+        )
+    if from_query is None and from_body is None:
+        return uuid.uuid4().hex
+    source = "the query string" if from_query is not None else "the request body"
+    instance_id = check_instance_id(from_query if from_query is not None else from_body, source)
+    if instance_id.endswith(COMPENSATION_SUFFIX):
+        raise ApiError(
+            400,
+            f"invalid instance id in {source}",
+            [f"ids ending in {COMPENSATION_SUFFIX!r} are reserved for compensation orchestrations"],
+        )
+    return instance_id
+
+
+async def _ensure_unused(client: Any, services: Services, instance_id: str) -> None:
+    """409 unless the id is new to both the Durable task hub and the ledger.
+
+    Instance ids are single-use even after the orchestration finished: the ledger rows of a finished
+    run are settled (Succeeded, Compensated...) and a new run under the same id could not dispatch them.
+    """
+    status, steps = await asyncio.gather(
+        call_durable(client.get_status(instance_id), "check the instance id"),
+        call_ledger(services, lambda ledger: ledger.list_for_instance(instance_id)),
+    )
+    if status:
+        runtime = runtime_status_name(status) or "unknown"
+        state = "is still running" if status.runtime_status in ACTIVE_STATUSES else f"exists ({runtime})"
+        raise ApiError(
+            409,
+            f"workflow instance {instance_id!r} already exists",
+            [
+                f"an orchestration with this id {state}; instance ids are single-use: choose another "
+                "instance_id, or omit it to get a fresh one"
+            ],
+            extra={"instanceId": instance_id, "runtimeStatus": runtime},
+        )
+    if steps:
+        raise ApiError(
+            409,
+            f"workflow instance {instance_id!r} already exists",
+            [
+                f"the step ledger already holds {len(steps)} steps of workflow {steps[0].workflow_name!r} "
+                "for this id; choose another instance_id, or omit it to get a fresh one"
+            ],
+            extra={"instanceId": instance_id},
+        )
+
+
+# ---- GET /api/workflows/{instance_id} -------------------------------------------------------------
+
+
+@json_errors
+async def get_workflow_status(
+    req: func.HttpRequest, client: Any, services: ServicesSource
+) -> func.HttpResponse:
+    """Orchestration status (and its compensation's, if any) merged with the ledger's steps."""
+    instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
+    svc = resolve_services(services)
+    status, compensation, steps = await asyncio.gather(
+        call_durable(client.get_status(instance_id), "read the orchestration status"),
+        call_durable(
+            client.get_status(compensation_instance_id(instance_id)), "read the compensation status"
+        ),
+        call_ledger(svc, lambda ledger: ledger.list_for_instance(instance_id)),
+    )
+    if not status and not steps:
+        raise ApiError(
+            404,
+            f"no workflow instance {instance_id!r}",
+            ["neither the Durable task hub nor the step ledger knows this id"],
+        )
+    base = route_base(req)
+    body = {
+        "instanceId": instance_id,
+        "workflow": workflow_name_of(status, steps),
+        "runtimeStatus": runtime_status_name(status) if status else None,
+        "orchestration": orchestration_view(status),
+        "compensation": orchestration_view(compensation),
+        "stepCounts": step_counts(steps),
+        "steps": [step_view(s) for s in steps],
+        "links": {"self": _status_url(base, instance_id), "steps": _steps_url(base, instance_id)},
+    }
+    return json_response(body)
+
+
+# ---- GET /api/workflows/{instance_id}/steps -------------------------------------------------------
+
+
+@json_errors
+async def get_workflow_steps(
+    req: func.HttpRequest, client: Any, services: ServicesSource
+) -> func.HttpResponse:
+    """The ledger's steps and the instance's audit timeline, oldest first."""
+    instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
+    svc = resolve_services(services)
+    steps, trail = await asyncio.gather(
+        call_ledger(svc, lambda ledger: ledger.list_for_instance(instance_id)),
+        call_ledger(svc, lambda ledger: ledger.audit_trail(instance_id)),
+    )
+    status: DurableOrchestrationStatus | None = None
+    if not steps and not trail:
+        # No rows yet: fine if the orchestration exists (it has not written its steps yet).
+        status = await call_durable(client.get_status(instance_id), "read the orchestration status")
+        if not status:
+            raise ApiError(
+                404,
+                f"no workflow instance {instance_id!r}",
+                ["neither the step ledger nor the Durable task hub knows this id"],
+            )
+    base = route_base(req)
+    body = {
+        "instanceId": instance_id,
+        "workflow": workflow_name_of(status, steps),
+        "steps": [step_view(s) for s in steps],
+        "timeline": [audit_view(a) for a in trail],
+        "links": {"self": _steps_url(base, instance_id), "status": _status_url(base, instance_id)},
+    }
+    return json_response(body)
+
+
+# ---- GET /api/workflows ---------------------------------------------------------------------------
+
+
+@json_errors
+async def list_workflows(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """Recent orchestration instances, newest first; ``?status=Running,Failed`` and ``?top=`` filter."""
+    statuses = _status_filter(req.params.get("status"))
+    top = _top(req.params.get("top"))
+    if statuses:
+        found = await call_durable(client.get_status_by(runtime_status=statuses), "list instances")
+    else:
+        found = await call_durable(client.get_status_all(), "list instances")
+    found = sorted((s for s in found if s), key=_created_key, reverse=True)
+    base = route_base(req)
+    instances = [
+        {
+            "instanceId": s.instance_id,
+            "name": s.name,
+            "workflow": workflow_name_of(s, []),
+            "runtimeStatus": runtime_status_name(s),
+            "customStatus": s.custom_status,
+            "createdTime": iso(s.created_time),
+            "lastUpdatedTime": iso(s.last_updated_time),
+            "statusUrl": _status_url(base, s.instance_id) if s.instance_id else None,
+        }
+        for s in found[:top]
+    ]
+    body = {
+        "instances": instances,
+        "count": len(instances),
+        "top": top,
+        "status": [s.value for s in statuses],
+        "truncated": len(found) > top,
+    }
+    return json_response(body)
+
+
+def _created_key(status: DurableOrchestrationStatus) -> float:
+    created = status.created_time
+    if created is None:
+        return float("-inf")
+    return (created if created.tzinfo else created.replace(tzinfo=UTC)).timestamp()
+
+
+def _status_filter(raw: str | None) -> list[OrchestrationRuntimeStatus]:
+    if raw is None or not raw.strip():
+        return []
+    by_name = {s.value.lower(): s for s in OrchestrationRuntimeStatus}
+    wanted: list[OrchestrationRuntimeStatus] = []
+    unknown: list[str] = []
+    for part in raw.split(","):
+        token = part.strip()
+        if not token:
+            continue
+        match = by_name.get(token.lower())
+        if match is None:
+            unknown.append(token)
+        elif match not in wanted:
+            wanted.append(match)
+    if unknown:
+        raise ApiError(
+            400,
+            "invalid status filter",
+            [
+                f"unknown runtime status {', '.join(repr(u) for u in unknown)}; "
+                f"known: {', '.join(s.value for s in OrchestrationRuntimeStatus)}"
+            ],
+        )
+    return wanted
+
+
+def _top(raw: str | None) -> int:
+    if raw is None or raw.strip() == "":
+        return DEFAULT_TOP
+    rule = f"top must be an integer from 1 to {MAX_TOP}"
+    try:
+        top = int(raw.strip())
+    except ValueError:
+        raise ApiError(400, "invalid top", [f"{rule}, got {raw!r}"]) from None
+    if not 1 <= top <= MAX_TOP:
+        raise ApiError(400, "invalid top", [f"{rule}, got {top}"])
+    return top
+
+
+# ---- GET /api/health ------------------------------------------------------------------------------
+
+
+async def health(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """200 when the app settings and workflow definitions load; 503 naming the problem otherwise.
+
+    Makes no storage or Durable call: it answers "is this deployment configured", cheaply.
+    """
+    try:
+        svc = resolve_services(services)
+        workflows = known_workflows()
+    except ApiError as exc:
+        return json_response({"status": "unhealthy", "error": exc.message, "details": exc.details}, 503)
+    except WorkflowDefinitionError as exc:
+        log.warning("health check failed: %s", exc)
+        return json_response(
+            {"status": "unhealthy", "error": "the workflow definitions do not load", "details": [str(exc)]},
+            503,
+        )
+    return json_response({"status": "ok", "transport": svc.settings.transport.value, "workflows": workflows})

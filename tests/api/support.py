@@ -1,0 +1,46 @@
+"""Helpers for the HTTP API tests: real ``azure.functions.HttpRequest`` objects and JSON bodies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlencode
+
+import azure.functions as func
+
+HOST = "http://localhost:7071"
+
+
+def http_request(
+    method: str,
+    path: str,
+    *,
+    body: bytes | str | Any = b"",
+    params: Mapping[str, str] | None = None,
+    route_params: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> func.HttpRequest:
+    """A real ``azure.functions.HttpRequest`` as the host would hand it to ``func start``'s worker."""
+    if isinstance(body, str):
+        raw = body.encode("utf-8")
+    elif isinstance(body, bytes):
+        raw = body
+    else:
+        raw = json.dumps(body).encode("utf-8")
+    url = f"{HOST}{path}"
+    if params:
+        url += "?" + urlencode(params)
+    return func.HttpRequest(
+        method,
+        url,
+        headers={"Content-Type": "application/json", **(headers or {})},
+        params=dict(params or {}),
+        route_params=dict(route_params or {}),
+        body=raw,
+    )
+
+
+def json_of(response: func.HttpResponse) -> Any:
+    assert response.mimetype == "application/json", response.mimetype
+    return json.loads(response.get_body())
