@@ -1,0 +1,273 @@
+"""The durable client facade: the SDK's own ``DurableOrchestrationClient``, served by the test host.
+
+The SDK client talks HTTP to the extension's management API (``rpcBaseUrl``): it posts, gets and
+deletes, then turns status codes and JSON bodies into return values and exceptions. Its three
+transport functions are instance attributes, so this class keeps every public method of the real
+client (names, signatures, parsing, error messages, ``create_check_status_response``) and replaces
+only the transport with :class:`ExtensionHttpApi`, an in-process emulation of the extension's
+routes and status codes answered from the host's state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+import azure.functions as func
+from azure.durable_functions import DurableOrchestrationClient
+from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
+
+from .history import parse_time
+
+if TYPE_CHECKING:
+    from .host import DurableTestHost
+
+RPC_PATH = "/durabletask/"
+WEBHOOK_PATH = "/runtime/webhooks/durabletask"
+
+
+def binding_context(host: DurableTestHost) -> dict:
+    """The durable client binding data the extension hands to a ``durable_client_input`` function."""
+    base = f"{host.base_url}{WEBHOOK_PATH}"
+    query = f"taskHub={host.task_hub}&connection=Storage"
+    instance = f"{base}/instances/INSTANCEID"
+    return {
+        "taskHubName": host.task_hub,
+        "creationUrls": {
+            "createNewInstancePostUri": f"{base}/orchestrators/{{functionName}}[/{{instanceId}}]?{query}",
+            "createAndWaitOnNewInstancePostUri": (
+                f"{base}/orchestrators/{{functionName}}[/{{instanceId}}]?timeout={{timeoutInSeconds}}"
+                f"&pollingInterval={{intervalInSeconds}}&{query}"
+            ),
+        },
+        "managementUrls": {
+            "id": "INSTANCEID",
+            "statusQueryGetUri": f"{instance}?{query}",
+            "sendEventPostUri": f"{instance}/raiseEvent/{{eventName}}?{query}",
+            "terminatePostUri": f"{instance}/terminate?reason={{text}}&{query}",
+            "rewindPostUri": f"{instance}/rewind?reason={{text}}&{query}",
+            "purgeHistoryDeleteUri": f"{instance}?{query}",
+            "restartPostUri": f"{instance}/restart?{query}",
+            "suspendPostUri": f"{instance}/suspend?reason={{text}}&{query}",
+            "resumePostUri": f"{instance}/resume?reason={{text}}&{query}",
+        },
+        "rpcBaseUrl": f"http://127.0.0.1:17071{RPC_PATH}",
+        "requiredQueryStringParameters": query,
+    }
+
+
+class DurableTestClient(DurableOrchestrationClient):
+    """``DurableOrchestrationClient`` bound to a :class:`DurableTestHost`.
+
+    Pass it wherever a function body expects its ``client`` parameter::
+
+        response = host.call(http_start, req, client=host.client)
+    """
+
+    def __init__(self, host: DurableTestHost) -> None:
+        super().__init__(json.dumps(binding_context(host)))
+        self._host = host
+        self._api = ExtensionHttpApi(host)
+        self._post_async_request = self._api.post
+        self._get_async_request = self._api.get
+        self._delete_async_request = self._api.delete
+
+    async def wait_for_completion_or_create_check_status_response(
+        self,
+        request,
+        instance_id: str,
+        timeout_in_milliseconds: int = 10000,
+        retry_interval_in_milliseconds: int = 1000,
+    ) -> func.HttpResponse:
+        """Like the SDK's, but lets the host run (on its clock) instead of sleeping on the wall clock.
+
+        When called from inside the host loop (a pump, an activity) it cannot drive the host, so it
+        answers from the current status, as a real call would after its timeout.
+        """
+        if retry_interval_in_milliseconds > timeout_in_milliseconds:
+            raise Exception(
+                f"Total timeout {timeout_in_milliseconds} (ms) should be bigger than "
+                f"retry timeout {retry_interval_in_milliseconds} (ms)"
+            )
+        host = self._host
+        if not host.in_loop:
+            with contextlib.suppress(TimeoutError):
+                host.run_until(
+                    lambda: _is_terminal(host.get_status(instance_id)),
+                    timeout_virtual=timedelta(milliseconds=timeout_in_milliseconds),
+                )
+        status = await self.get_status(instance_id)
+        if status:
+            if status.runtime_status == OrchestrationRuntimeStatus.Completed:
+                return self._create_http_response(200, status.output)
+            if status.runtime_status in (
+                OrchestrationRuntimeStatus.Canceled,
+                OrchestrationRuntimeStatus.Terminated,
+            ):
+                return self._create_http_response(200, status.to_json())
+            if status.runtime_status == OrchestrationRuntimeStatus.Failed:
+                return self._create_http_response(500, status.to_json())
+        return self.create_check_status_response(request, instance_id)
+
+
+def _is_terminal(status: Any) -> bool:
+    return bool(status) and status.runtime_status in (
+        OrchestrationRuntimeStatus.Completed,
+        OrchestrationRuntimeStatus.Failed,
+        OrchestrationRuntimeStatus.Terminated,
+        OrchestrationRuntimeStatus.Canceled,
+    )
+
+
+class ExtensionHttpApi:
+    """The extension's management HTTP API, answered in process: ``[status_code, json_body]``."""
+
+    def __init__(self, host: DurableTestHost) -> None:
+        self._host = host
+
+    # The SDK's transport signatures (models/utils/http_utils.py).
+    async def post(
+        self,
+        url: str,
+        data: Any = None,
+        trace_parent: str | None = None,
+        trace_state: str | None = None,
+        function_invocation_id: str | None = None,
+    ) -> list[Any]:
+        return self.handle("POST", url, data)
+
+    async def get(self, url: str, function_invocation_id: str | None = None) -> list[Any]:
+        return self.handle("GET", url, None)
+
+    async def delete(self, url: str, function_invocation_id: str | None = None) -> list[Any]:
+        return self.handle("DELETE", url, None)
+
+    def handle(self, method: str, url: str, body: Any) -> list[Any]:
+        from .host import TERMINAL_STATUSES, OrchestrationAlreadyExistsError
+
+        host = self._host
+        parsed = urlparse(url)
+        path = parsed.path
+        if RPC_PATH not in path:
+            return [404, ""]
+        segments = [unquote(s) for s in path.split(RPC_PATH, 1)[1].split("/")]
+        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+
+        with host._lock:
+            if segments[0] == "orchestrators" and method == "POST" and len(segments) >= 2:
+                name = segments[1]
+                instance_id = segments[2] if len(segments) > 2 and segments[2] else None
+                try:
+                    instance_id = host._start(name, instance_id, body, version=query.get("version", ""))
+                except OrchestrationAlreadyExistsError as exc:
+                    return [409, {"Message": str(exc)}]
+                except ValueError as exc:
+                    return [
+                        400,
+                        {
+                            "Message": "One or more of the arguments submitted is incorrect",
+                            "ExceptionMessage": str(exc),
+                            "ExceptionType": "System.ArgumentException",
+                        },
+                    ]
+                return [202, self._management_payload(instance_id)]
+
+            if segments[0] != "instances":
+                return [404, ""]
+            instance_id = segments[1] if len(segments) > 1 and segments[1] else None
+            operation = segments[2] if len(segments) > 2 else None
+
+            if instance_id is None:
+                if method == "GET":
+                    return [200, self._query(query)]
+                if method == "DELETE":
+                    return self._purge_by(query)
+                return [404, ""]
+
+            inst = host._instances.get(instance_id)
+            if operation is None:
+                if method == "GET":
+                    if inst is None:
+                        return [404, ""]
+                    show_history = query.get("showHistory", "").lower() == "true"
+                    show_input = query.get("showInput", "true").lower() != "false"
+                    payload = host._status_payload(
+                        inst, show_history=show_history, show_input=show_input, precise=False
+                    )
+                    code = 202 if inst.status not in TERMINAL_STATUSES else 200
+                    return [code, payload]
+                if method == "DELETE":
+                    if inst is None:
+                        return [404, ""]
+                    if inst.status not in TERMINAL_STATUSES:
+                        return [
+                            412,
+                            f"Only orchestrations in a terminal state can be purged ({inst.status.value})",
+                        ]
+                    host.purge(instance_id)
+                    return [200, {"instancesDeleted": 1}]
+                return [404, ""]
+
+            if method != "POST":
+                return [404, ""]
+            if operation == "raiseEvent" and len(segments) > 3:
+                if inst is None:
+                    return [404, ""]
+                if inst.status in TERMINAL_STATUSES:
+                    return [410, ""]
+                data = json.loads(body) if isinstance(body, str) else body
+                host.raise_event(instance_id, segments[3], data)
+                return [202, ""]
+            if operation == "terminate":
+                if inst is None:
+                    return [404, ""]
+                if inst.status in TERMINAL_STATUSES:
+                    return [410, ""]
+                host.terminate(instance_id, query.get("reason", ""))
+                return [202, ""]
+            return [501, f"{operation} is not supported by the durable test host"]
+
+    def _management_payload(self, instance_id: str) -> dict:
+        urls = binding_context(self._host)["managementUrls"]
+        return {key: value.replace("INSTANCEID", instance_id) for key, value in urls.items()}
+
+    def _matching(self, query: dict) -> list:
+        host = self._host
+        statuses = {s for s in query.get("runtimeStatus", "").split(",") if s}
+        prefix = query.get("instanceIdPrefix")
+        created_from = parse_time(query["createdTimeFrom"]) if "createdTimeFrom" in query else None
+        created_to = parse_time(query["createdTimeTo"]) if "createdTimeTo" in query else None
+        found = []
+        for inst in host._instances.values():
+            if statuses and inst.status.value not in statuses:
+                continue
+            if prefix and not inst.instance_id.startswith(prefix):
+                continue
+            if created_from and inst.created < created_from:
+                continue
+            if created_to and inst.created > created_to:
+                continue
+            found.append(inst)
+        return found
+
+    def _query(self, query: dict) -> list[dict]:
+        show_input = query.get("showInput", "true").lower() != "false"
+        return [
+            self._host._status_payload(inst, show_input=show_input, precise=False)
+            for inst in self._matching(query)
+        ]
+
+    def _purge_by(self, query: dict) -> list[Any]:
+        from .host import TERMINAL_STATUSES
+
+        if "createdTimeFrom" not in query:
+            return [400, "Please provide value for 'createdTimeFrom' parameter."]
+        victims = [inst for inst in self._matching(query) if inst.status in TERMINAL_STATUSES]
+        for inst in victims:
+            self._host.purge(inst.instance_id)
+        if not victims:
+            return [404, ""]
+        return [200, {"instancesDeleted": len(victims)}]

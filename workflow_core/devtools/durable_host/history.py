@@ -1,0 +1,109 @@
+"""History events and actions as the Durable Functions extension exchanges them with the Python SDK.
+
+History events are plain dicts shaped like the ones the extension sends in the orchestration
+context (``EventType``, ``EventId``, ``IsPlayed``, ``Timestamp`` and the per-type fields the SDK
+reads). Actions are the dicts the SDK returns in ``OrchestratorState.actions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from azure.durable_functions.constants import DATETIME_STRING_FORMAT
+from azure.durable_functions.models.actions.ActionType import ActionType
+from azure.durable_functions.models.history.HistoryEventType import HistoryEventType
+from dateutil.parser import isoparse
+
+__all__ = [
+    "ActionType",
+    "HistoryEventType",
+    "action_label",
+    "event_label",
+    "flatten_actions",
+    "format_time",
+    "make_event",
+    "parse_time",
+]
+
+
+def format_time(when: datetime) -> str:
+    """The timestamp format the SDK writes and parses (microseconds, ``Z``)."""
+    return when.astimezone(UTC).strftime(DATETIME_STRING_FORMAT)
+
+
+def parse_time(text: str) -> datetime:
+    value = isoparse(text)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def make_event(event_type: HistoryEventType, when: datetime, event_id: int = -1, **fields: Any) -> dict:
+    event = {
+        "EventType": int(event_type),
+        "EventId": event_id,
+        "IsPlayed": False,
+        "Timestamp": format_time(when),
+    }
+    event.update(fields)
+    return event
+
+
+def flatten_actions(actions: list) -> Iterator[dict]:
+    """Actions in the order the extension invokes them (and assigns sequence numbers).
+
+    Schema V1 returns one list of actions per ``yield`` (a ``task_any``/``task_all`` is a list of
+    several); schema V2 returns a single list in which ``task_any``/``task_all`` are compound
+    actions (``WhenAny``/``WhenAll``) holding their children in ``compoundActions``.
+    """
+    for entry in actions or []:
+        if isinstance(entry, list):
+            yield from flatten_actions(entry)
+        elif entry.get("actionType") in (ActionType.WHEN_ANY, ActionType.WHEN_ALL):
+            yield from flatten_actions(entry.get("compoundActions") or [])
+        else:
+            yield entry
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def event_label(event: dict) -> str:
+    """A short human description of a history event, for timelines."""
+    kind = HistoryEventType(event["EventType"])
+    name = kind.name.title().replace("_", "")
+    if kind == HistoryEventType.TASK_COMPLETED:
+        return f"{name}(#{event['TaskScheduledId']}, {_short(event.get('Result'))})"
+    if kind in (HistoryEventType.TASK_FAILED, HistoryEventType.SUB_ORCHESTRATION_INSTANCE_FAILED):
+        return f"{name}(#{event['TaskScheduledId']}, {_short(event.get('Reason'))})"
+    if kind == HistoryEventType.SUB_ORCHESTRATION_INSTANCE_COMPLETED:
+        return f"{name}(#{event['TaskScheduledId']}, {_short(event.get('Result'))})"
+    if kind == HistoryEventType.TIMER_FIRED:
+        return f"{name}(#{event['TimerId']})"
+    if kind == HistoryEventType.EVENT_RAISED:
+        return f"{name}({event['Name']!r}, {_short(event.get('Input'))})"
+    if kind == HistoryEventType.EXECUTION_STARTED:
+        return f"{name}({event['Name']!r}, input={_short(event.get('Input'))})"
+    return name
+
+
+def action_label(action: dict) -> str:
+    kind = action.get("actionType")
+    if kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
+        return f"activity {action.get('functionName')!r}"
+    if kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
+        return f"sub-orchestration {action.get('functionName')!r}"
+    if kind == ActionType.CREATE_TIMER:
+        return "timer"
+    if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
+        return f"external event {action.get('externalEventName')!r}"
+    if kind == ActionType.CONTINUE_AS_NEW:
+        return "continue-as-new"
+    try:
+        return ActionType(kind).name
+    except ValueError:
+        return f"action type {kind}"

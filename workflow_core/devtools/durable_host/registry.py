@@ -1,0 +1,165 @@
+"""Finding orchestrators and activities in what ``azure.functions`` apps and blueprints expose.
+
+Accepted sources (any mix, in a list or as separate arguments):
+
+- a function app (``df.DFApp`` or ``func.FunctionApp``): ``get_functions()`` is called exactly once,
+  because a second call raises (duplicate function names);
+- a list of the ``Function`` objects ``get_functions()`` returned, for callers that indexed the app
+  themselves;
+- a blueprint (``df.Blueprint``), read without registering it anywhere;
+- a decorated module attribute (a ``FunctionBuilder``);
+- an explicit map ``{name: callable}``: generator functions and ``Orchestrator.create`` handlers are
+  orchestrators, anything else is an activity (or use the ``orchestrators=`` / ``activities=``
+  keywords of the host to say which).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import azure.durable_functions as df
+from azure.functions import meta
+from azure.functions.durable_functions import ActivityTriggerConverter
+
+ORCHESTRATION_TRIGGER = "orchestrationTrigger"
+ACTIVITY_TRIGGER = "activityTrigger"
+
+
+@dataclass
+class OrchestratorFunction:
+    name: str
+    #: The handler the worker calls: context JSON in, state JSON out (made by ``Orchestrator.create``).
+    handler: Callable[[Any], str]
+
+    @property
+    def generator_function(self) -> Callable:
+        return getattr(self.handler, "orchestrator_function", self.handler)
+
+
+@dataclass
+class ActivityFunction:
+    name: str
+    fn: Callable[..., Any]
+    #: The trigger binding's parameter name (the worker passes the input by this keyword); ``None``
+    #: for explicit maps, which get the input as their first positional argument.
+    parameter: str | None = None
+
+    def decode_input(self, input_json: str | None) -> Any:
+        """Decode the activity input exactly like the worker's activity-trigger converter."""
+        if input_json is None:
+            return None
+        return ActivityTriggerConverter.decode(meta.Datum(type="json", value=input_json), trigger_metadata={})
+
+    @staticmethod
+    def encode_output(value: Any) -> str:
+        """Encode the activity result exactly like the worker does (raises ``ValueError`` if it can't)."""
+        return ActivityTriggerConverter.encode(value, expected_type=None).value
+
+    def invoke(self, value: Any) -> Any:
+        if self.parameter is not None:
+            return self.fn(**{self.parameter: value})
+        return self.fn(value)
+
+
+@dataclass
+class FunctionTable:
+    orchestrators: dict[str, OrchestratorFunction] = field(default_factory=dict)
+    activities: dict[str, ActivityFunction] = field(default_factory=dict)
+    #: Every other function (HTTP, timer, queue... triggers), by name, as ``Function`` objects.
+    others: dict[str, Any] = field(default_factory=dict)
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load(self, source: Any) -> None:
+        if source is None:
+            return
+        if isinstance(source, Mapping):
+            for name, fn in source.items():
+                self.add_callable(name, fn)
+            return
+        if _is_function_register(source):
+            for function in source.get_functions():  # once: a second call raises
+                self.add_function(function)
+            return
+        if _is_function(source):
+            self.add_function(source)
+            return
+        if hasattr(source, "_function") and _is_function(source._function):  # FunctionBuilder
+            self.add_function(source._function)
+            return
+        if hasattr(source, "_function_builders"):  # a blueprint: read, never register
+            for builder in source._function_builders:
+                self.add_function(builder._function)
+            return
+        if isinstance(source, Iterable) and not isinstance(source, str | bytes):
+            for item in source:
+                self.load(item)
+            return
+        raise TypeError(
+            f"cannot load functions from {source!r}: pass a DFApp, a Blueprint, Function objects, "
+            "decorated functions or a {name: callable} map"
+        )
+
+    def add_function(self, function: Any) -> None:
+        trigger = function.get_trigger()
+        name = function.get_function_name()
+        kind = getattr(trigger, "type", None)
+        user_function = function.get_user_function()
+        if kind == ORCHESTRATION_TRIGGER:
+            entry = OrchestratorFunction(name, _as_handler(user_function))
+            self._put(self.orchestrators, name, entry)
+            alias = getattr(trigger, "orchestration", None)
+            if alias and alias != name:
+                self._put(self.orchestrators, alias, entry)
+        elif kind == ACTIVITY_TRIGGER:
+            entry = ActivityFunction(name, user_function, trigger.name)
+            self._put(self.activities, name, entry)
+            alias = getattr(trigger, "activity", None)
+            if alias and alias != name:
+                self._put(self.activities, alias, entry)
+        else:
+            self.others[name] = function
+
+    def add_callable(self, name: str, fn: Any, kind: str | None = None) -> None:
+        if _is_function(fn) or (hasattr(fn, "_function") and _is_function(fn._function)):
+            function = fn if _is_function(fn) else fn._function
+            trigger_type = getattr(function.get_trigger(), "type", None)
+            if kind == "orchestrator" or (kind is None and trigger_type == ORCHESTRATION_TRIGGER):
+                self._put(self.orchestrators, name, OrchestratorFunction(name, _as_handler(function._func)))
+            elif kind == "activity" or (kind is None and trigger_type == ACTIVITY_TRIGGER):
+                parameter = function.get_trigger().name if trigger_type == ACTIVITY_TRIGGER else None
+                self._put(self.activities, name, ActivityFunction(name, function._func, parameter))
+            else:
+                self.others[name] = function
+            return
+        if not callable(fn):
+            raise TypeError(f"{name!r}: {fn!r} is not callable")
+        is_orchestrator = hasattr(fn, "orchestrator_function") or inspect.isgeneratorfunction(fn)
+        if kind == "orchestrator" or (kind is None and is_orchestrator):
+            self._put(self.orchestrators, name, OrchestratorFunction(name, _as_handler(fn)))
+        else:
+            self._put(self.activities, name, ActivityFunction(name, fn, None))
+
+    @staticmethod
+    def _put(table: dict, name: str, entry: Any) -> None:
+        if name in table and table[name] is not entry:
+            raise ValueError(f"two functions are named {name!r}")
+        table[name] = entry
+
+
+def _is_function_register(source: Any) -> bool:
+    return callable(getattr(source, "get_functions", None)) and hasattr(source, "_function_builders")
+
+
+def _is_function(source: Any) -> bool:
+    return all(callable(getattr(source, attr, None)) for attr in ("get_trigger", "get_user_function"))
+
+
+def _as_handler(fn: Callable) -> Callable[[Any], str]:
+    """The worker-facing handler: ``Orchestrator.create`` output, wrapping a raw generator if needed."""
+    if hasattr(fn, "orchestrator_function"):
+        return fn
+    return df.Orchestrator.create(fn)
