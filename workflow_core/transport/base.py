@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -72,6 +73,12 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def send(self, queue: str, message: OutgoingMessage) -> None: ...
+
+    def send_many(self, queue: str, messages: Iterable[OutgoingMessage]) -> None:
+        """Send several messages (Service Bus: in as few batches as fit). Not atomic: on an error,
+        some may have been sent; re-sending is safe because every message has a stable MessageId."""
+        for message in messages:
+            self.send(queue, message)
 
     @abc.abstractmethod
     def receive(

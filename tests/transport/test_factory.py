@@ -1,0 +1,86 @@
+"""create_transport picks the adapter AGENT_TRANSPORT names, built from the same settings the app reads."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from workflow_core.settings import TransportKind, load_settings
+from workflow_core.transport import OutgoingMessage, TransportError, create_transport
+from workflow_core.transport.servicebus import ServiceBusTransport
+from workflow_core.transport.storage_queue import StorageQueueTransport
+
+
+def test_storage_queue_transport_from_azurite_settings(azurite, unique_name):
+    env = {"AzureWebJobsStorage": azurite.connection_string, "AGENT_TRANSPORT": "storage-queue"}
+    settings = load_settings(env)
+
+    with create_transport(settings) as transport:
+        assert isinstance(transport, StorageQueueTransport)
+        assert transport.dead_letter_queue_for(settings.work_queue) == settings.dead_letter_queue
+        queue = unique_name("fq")
+        transport.ensure_queues(queue)
+        transport.send(queue, OutgoingMessage(body={"ok": True}, message_id="m1"))
+        [got] = transport.receive(queue)
+        assert got.body == {"ok": True}
+
+
+def test_dead_letter_queue_setting_is_honoured(azurite):
+    env = {
+        "AzureWebJobsStorage": azurite.connection_string,
+        "AGENT_TRANSPORT": "storage-queue",
+        "WORK_QUEUE_NAME": "jobs",
+        "DEAD_LETTER_QUEUE_NAME": "jobs-dead",
+    }
+    with create_transport(load_settings(env)) as transport:
+        assert transport.dead_letter_queue_for("jobs") == "jobs-dead"
+        assert transport.dead_letter_queue_for("agent-results") == "agent-results-poison"
+
+
+def test_service_bus_transport_from_a_connection_string(azurite):
+    env = {
+        "AzureWebJobsStorage": azurite.connection_string,
+        "AGENT_TRANSPORT": "servicebus",
+        "ServiceBusConnection": (
+            "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;"
+            "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+        ),
+    }
+    transport = create_transport(load_settings(env))  # constructing does not connect
+    assert isinstance(transport, ServiceBusTransport)
+    transport.close()
+
+
+def test_service_bus_transport_from_a_namespace_and_managed_identity(azurite, monkeypatch):
+    calls = []
+
+    class FakeCredential:
+        def __init__(self, **kwargs):
+            calls.append(kwargs)
+
+        def get_token(self, *scopes, **kwargs):  # pragma: no cover - never reached: nothing connects
+            raise AssertionError("no network in this test")
+
+    monkeypatch.setattr("azure.identity.DefaultAzureCredential", FakeCredential)
+    env = {
+        "AzureWebJobsStorage": azurite.connection_string,
+        "AGENT_TRANSPORT": "servicebus",
+        "ServiceBusConnection__fullyQualifiedNamespace": "bus.servicebus.windows.net",
+        "ServiceBusConnection__clientId": "mi-client",
+    }
+
+    transport = create_transport(load_settings(env))
+
+    assert isinstance(transport, ServiceBusTransport)
+    assert calls == [{"managed_identity_client_id": "mi-client"}]
+    transport.close()
+
+
+def test_service_bus_without_a_connection_is_a_clear_error(azurite):
+    settings = load_settings(
+        {"AzureWebJobsStorage": azurite.connection_string, "AGENT_TRANSPORT": "storage-queue"}
+    )
+    broken = dataclasses.replace(settings, transport=TransportKind.SERVICE_BUS, service_bus=None)
+    with pytest.raises(TransportError, match="no Service Bus connection"):
+        create_transport(broken)

@@ -1,0 +1,100 @@
+"""The JSON envelope that carries message metadata over queues that have none (Azure Storage Queues).
+
+A Storage Queue message is one string. To give it what a Service Bus message has (MessageId,
+CorrelationId, Subject, application properties), the storage-queue transport sends this envelope as
+the message text::
+
+    {"envelope": "workflow-message/1", "message_id": "...", "correlation_id": "...", "subject": "...",
+     "application_properties": {...}, "body": {...}}
+
+plus ``dead_letter_reason`` / ``dead_letter_description`` on the copy it puts in the poison queue.
+
+A Functions queue trigger hands its function the decoded text of that envelope:
+``read_envelope(msg.get_body().decode())`` turns it back into the message's parts. Messages that
+were not written by this code (plain text, JSON that is not an envelope) are read leniently, so a
+consumer can still see them and dead-letter them instead of crashing the receive loop.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from workflow_core.transport.base import OutgoingMessage
+
+ENVELOPE_FORMAT = "workflow-message/1"
+
+
+@dataclass(frozen=True)
+class Envelope:
+    body: dict[str, Any]
+    message_id: str | None
+    correlation_id: str | None = None
+    subject: str | None = None
+    application_properties: dict[str, Any] = field(default_factory=dict)
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+    is_envelope: bool = True  # False: foreign text, wrapped as best we could
+
+
+def write_envelope(
+    message: OutgoingMessage,
+    *,
+    dead_letter_reason: str | None = None,
+    dead_letter_description: str | None = None,
+) -> str:
+    doc: dict[str, Any] = {
+        "envelope": ENVELOPE_FORMAT,
+        "message_id": message.message_id,
+        "correlation_id": message.correlation_id,
+        "subject": message.subject,
+        "application_properties": dict(message.application_properties),
+        "body": message.body,
+    }
+    if dead_letter_reason is not None:
+        doc["dead_letter_reason"] = dead_letter_reason
+        doc["dead_letter_description"] = dead_letter_description or ""
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def read_envelope(text: str) -> Envelope:
+    """Parse an envelope; anything else becomes ``Envelope(body=..., message_id=None, is_envelope=False)``
+    with the body from :func:`body_from_text`."""
+    doc = _json_or_none(text)
+    if not isinstance(doc, dict) or doc.get("envelope") != ENVELOPE_FORMAT:
+        return Envelope(body=body_from_text(text), message_id=None, is_envelope=False)
+    props = doc.get("application_properties")
+    return Envelope(
+        body=_as_body(doc.get("body")),
+        message_id=_str_or_none(doc.get("message_id")),
+        correlation_id=_str_or_none(doc.get("correlation_id")),
+        subject=_str_or_none(doc.get("subject")),
+        application_properties=props if isinstance(props, dict) else {},
+        dead_letter_reason=_str_or_none(doc.get("dead_letter_reason")),
+        dead_letter_description=_str_or_none(doc.get("dead_letter_description")),
+    )
+
+
+def body_from_text(text: str) -> dict[str, Any]:
+    """A message body as a dict, whatever was sent: a JSON object is itself, other JSON becomes
+    ``{"value": ...}``, text that is not JSON becomes ``{"text": ...}``."""
+    doc = _json_or_none(text)
+    if doc is None and text.strip() != "null":
+        return {"text": text}
+    return _as_body(doc)
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _as_body(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,374 @@
+"""The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API).
+
+- Messages carry MessageId, CorrelationId, Subject and application properties natively; the body is
+  the JSON of :meth:`OutgoingMessage.body_bytes` (content type ``application/json``).
+- ``receive`` is a peek-lock receive; ``complete`` / ``abandon`` / ``dead_letter`` / ``renew_lock``
+  settle through the receiver that received the message. The lock lasts the queue's
+  ``LockDuration``; the ``lock_seconds`` arguments are ignored (Service Bus has no per-receive lock).
+- ``delivery_count`` is 1 on the first delivery. (Service Bus puts "deliveries so far - 1" in the AMQP
+  header, which the Python SDK returns as is; this adapter adds 1, as the .NET SDK does.)
+- Dead letters are read from ``<queue>/$DeadLetterQueue`` with their reason and description.
+- Duplicate detection is the broker's: with ``requiresDuplicateDetection`` on the queue, a second
+  message with the same MessageId within the detection window is dropped. The ledger dedupes too.
+- Service Bus has no "return at once if empty" receive: ``wait_seconds=0`` waits ``min_wait_seconds``.
+
+Senders and receivers are opened on first use, cached per queue (receivers per entity path, so the
+dead-letter sub-queue has its own), guarded by a lock each so one transport can be shared by
+threads, and closed by :meth:`close`. Every SDK error surfaces as :class:`TransportError`
+(:class:`LockLostError` when the lock is gone).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, TypeVar
+
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusMessageBatch,
+    ServiceBusReceivedMessage,
+    ServiceBusReceiveMode,
+    ServiceBusReceiver,
+    ServiceBusSender,
+    ServiceBusSubQueue,
+)
+from azure.servicebus.amqp import AmqpMessageBodyType
+from azure.servicebus.exceptions import (
+    MessageAlreadySettled,
+    MessageLockLostError,
+    MessageNotFoundError,
+    MessageSizeExceededError,
+    MessagingEntityNotFoundError,
+    ServiceBusError,
+)
+
+from workflow_core.settings import ServiceBusConnection
+from workflow_core.transport.base import (
+    LockLostError,
+    OutgoingMessage,
+    ReceivedMessage,
+    Transport,
+    TransportError,
+)
+from workflow_core.transport.envelope import body_from_text
+
+DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
+DEAD_LETTER_PROPERTIES = ("DeadLetterReason", "DeadLetterErrorDescription")
+T = TypeVar("T")
+
+
+class ServiceBusTransport(Transport):
+    """Peek-lock queues on Service Bus. Build with :meth:`from_connection_string`,
+    :meth:`from_namespace` or :meth:`from_connection`."""
+
+    def __init__(self, client: ServiceBusClient, *, min_wait_seconds: float = 1.0) -> None:
+        if min_wait_seconds <= 0:
+            raise ValueError("min_wait_seconds must be > 0 (the SDK has no zero-wait receive)")
+        self._client = client
+        self._min_wait = min_wait_seconds
+        self._senders: dict[str, tuple[ServiceBusSender, threading.Lock]] = {}
+        self._receivers: dict[str, tuple[ServiceBusReceiver, threading.Lock]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_connection_string(
+        cls,
+        connection_string: str,
+        *,
+        min_wait_seconds: float = 1.0,
+        client_kwargs: dict[str, Any] | None = None,
+    ) -> ServiceBusTransport:
+        """A namespace connection string; with the emulator's ``...;UseDevelopmentEmulator=true;`` the
+        SDK speaks plain AMQP to the endpoint's host and port. ``client_kwargs`` go to
+        ``ServiceBusClient`` (e.g. ``retry_total``)."""
+        try:
+            client = ServiceBusClient.from_connection_string(connection_string, **(client_kwargs or {}))
+        except ValueError as exc:
+            raise TransportError(f"Service Bus connection string is not valid: {exc}") from exc
+        return cls(client, min_wait_seconds=min_wait_seconds)
+
+    @classmethod
+    def from_namespace(
+        cls,
+        fully_qualified_namespace: str,
+        *,
+        client_id: str | None = None,
+        credential: Any = None,
+        min_wait_seconds: float = 1.0,
+        client_kwargs: dict[str, Any] | None = None,
+    ) -> ServiceBusTransport:
+        """Identity-based: ``<name>.servicebus.windows.net`` with ``DefaultAzureCredential`` (a managed
+        identity in Azure; ``client_id`` selects a user-assigned one). The identity needs the *Azure
+        Service Bus Data Sender* and *Data Receiver* roles."""
+        if credential is None:
+            from azure.identity import DefaultAzureCredential
+
+            credential = DefaultAzureCredential(managed_identity_client_id=client_id)
+        client = ServiceBusClient(fully_qualified_namespace, credential, **(client_kwargs or {}))
+        return cls(client, min_wait_seconds=min_wait_seconds)
+
+    @classmethod
+    def from_connection(cls, connection: ServiceBusConnection, **kwargs: Any) -> ServiceBusTransport:
+        if connection.connection_string:
+            return cls.from_connection_string(connection.connection_string, **kwargs)
+        if connection.fully_qualified_namespace:
+            return cls.from_namespace(
+                connection.fully_qualified_namespace, client_id=connection.client_id, **kwargs
+            )
+        raise TransportError("Service Bus connection has neither a connection string nor a namespace")
+
+    # -- Transport --------------------------------------------------------------------------------
+
+    def ensure_queues(self, *queues: str) -> None:
+        """A no-op: Service Bus queues (and their delivery limit, lock duration and duplicate
+        detection) are infrastructure, created by the Bicep templates or the emulator's config."""
+
+    def send(self, queue: str, message: OutgoingMessage) -> None:
+        sb_message = _to_sb_message(message)
+        sender, lock = self._sender(queue)
+        with lock:
+            self._call(f"send {message.message_id!r} to", queue, lambda: sender.send_messages(sb_message))
+
+    def send_many(self, queue: str, messages: Iterable[OutgoingMessage]) -> None:
+        """Send in batches (one AMQP transfer each), starting a new batch whenever one is full."""
+        sender, lock = self._sender(queue)
+
+        def flush(batch: ServiceBusMessageBatch) -> None:
+            action = f"send a batch of {len(batch)} messages to"
+            self._call(action, queue, partial(sender.send_messages, batch))
+
+        with lock:
+            batch = self._call("create a message batch for", queue, sender.create_message_batch)
+            for message in messages:
+                sb_message = _to_sb_message(message)
+                try:
+                    batch.add_message(sb_message)
+                    continue
+                except MessageSizeExceededError:
+                    pass
+                if len(batch):
+                    flush(batch)
+                    batch = self._call("create a message batch for", queue, sender.create_message_batch)
+                try:
+                    batch.add_message(sb_message)
+                except MessageSizeExceededError as exc:
+                    raise TransportError(
+                        f"Service Bus {queue!r}: message {message.message_id!r} is larger than the maximum "
+                        f"message size ({batch.max_size_in_bytes} bytes)"
+                    ) from exc
+            if len(batch):
+                flush(batch)
+
+    def receive(
+        self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
+    ) -> list[ReceivedMessage]:
+        return self._receive(queue, max_messages, wait_seconds)
+
+    def complete(self, message: ReceivedMessage) -> None:
+        self._settle(message, "complete", lambda r, m: r.complete_message(m))
+
+    def abandon(self, message: ReceivedMessage) -> None:
+        self._settle(message, "abandon", lambda r, m: r.abandon_message(m))
+
+    def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
+        self._settle(
+            message,
+            "dead-letter",
+            lambda r, m: r.dead_letter_message(m, reason=reason, error_description=description),
+        )
+
+    def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
+        locked_until = self._settle(message, "renew the lock of", lambda r, m: r.renew_message_lock(m))
+        message.locked_until = _utc(locked_until)
+
+    def receive_dead_letters(
+        self, queue: str, *, max_messages: int = 10, lock_seconds: float = 30.0, wait_seconds: float = 0.0
+    ) -> list[ReceivedMessage]:
+        return self._receive(queue + DEAD_LETTER_SUFFIX, max_messages, wait_seconds)
+
+    def close(self) -> None:
+        """Close every sender and receiver (in parallel: the SDK takes up to a second per link to stop
+        its keep-alive thread), then the client. Unsettled messages return when their locks expire."""
+        with self._lock:
+            self._closed = True
+            handlers = [h for h, _ in self._senders.values()] + [h for h, _ in self._receivers.values()]
+            self._senders, self._receivers = {}, {}
+        errors: list[BaseException] = []
+        if handlers:
+            with ThreadPoolExecutor(max_workers=min(16, len(handlers))) as pool:
+                errors += [e for e in pool.map(_close_quietly, handlers) if e is not None]
+        error = _close_quietly(self._client)
+        if error is not None:
+            errors.append(error)
+        if errors:
+            raise TransportError(f"Service Bus: closing failed: {errors[0]}") from errors[0]
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _sender(self, queue: str) -> tuple[ServiceBusSender, threading.Lock]:
+        with self._lock:
+            self._check_open()
+            entry = self._senders.get(queue)
+            if entry is None:
+                entry = (self._client.get_queue_sender(queue), threading.Lock())
+                self._senders[queue] = entry
+            return entry
+
+    def _receiver(self, entity: str) -> tuple[ServiceBusReceiver, threading.Lock]:
+        """One peek-lock receiver per entity path: ``q`` or ``q/$DeadLetterQueue``."""
+        with self._lock:
+            self._check_open()
+            entry = self._receivers.get(entity)
+        if entry is not None:
+            return entry
+        if entity.endswith(DEAD_LETTER_SUFFIX):
+            queue, sub_queue = entity[: -len(DEAD_LETTER_SUFFIX)], ServiceBusSubQueue.DEAD_LETTER
+        else:
+            queue, sub_queue = entity, None
+        receiver = self._client.get_queue_receiver(
+            queue, sub_queue=sub_queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK, prefetch_count=0
+        )
+        # Open the link before the first receive: the SDK counts link set-up against max_wait_time.
+        self._call("open a receiver on", entity, receiver.__enter__)
+        with self._lock:
+            existing = None if self._closed else self._receivers.get(entity)
+            if existing is None and not self._closed:
+                entry = self._receivers[entity] = (receiver, threading.Lock())
+                return entry
+        receiver.close()  # another thread won the race, or the transport was closed meanwhile
+        if existing is None:
+            raise TransportError("Service Bus transport is closed")
+        return existing
+
+    def _receive(self, entity: str, max_messages: int, wait_seconds: float) -> list[ReceivedMessage]:
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        receiver, lock = self._receiver(entity)
+        wait = max(self._min_wait, wait_seconds)
+        with lock:
+            received = self._call(
+                "receive from",
+                entity,
+                lambda: receiver.receive_messages(max_message_count=max_messages, max_wait_time=wait),
+            )
+        return [_to_received(entity, m) for m in received]
+
+    def _settle(
+        self,
+        message: ReceivedMessage,
+        action: str,
+        operation: Callable[[ServiceBusReceiver, ServiceBusReceivedMessage], T],
+    ) -> T:
+        if not isinstance(message.raw, ServiceBusReceivedMessage) or not message.queue:
+            raise TransportError(
+                f"Message {message.message_id!r} was not received by a ServiceBusTransport: cannot {action}"
+            )
+        with self._lock:
+            entry = self._receivers.get(message.queue)
+        if entry is None:
+            raise LockLostError(
+                f"Service Bus {message.queue!r}: cannot {action} message {message.message_id!r}: "
+                f"its receiver was closed, so its lock is gone; it will be delivered again"
+            )
+        receiver, lock = entry
+        where = f"{action} message {message.message_id!r} on"
+        with lock:
+            return self._call(where, message.queue, lambda: operation(receiver, message.raw))
+
+    def _call(self, action: str, entity: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except (MessageLockLostError, MessageAlreadySettled, MessageNotFoundError) as exc:
+            raise LockLostError(
+                f"Service Bus {entity!r}: could not {action} it: the lock was lost (it expired, or the "
+                f"message was already settled); it will be, or has been, delivered again ({exc})"
+            ) from exc
+        except MessagingEntityNotFoundError as exc:
+            raise TransportError(
+                f"Service Bus: could not {action} {entity!r}: the queue does not exist in this namespace "
+                f"(queues are created by the infrastructure templates / emulator config): {exc}"
+            ) from exc
+        except (ServiceBusError, ValueError, TypeError) as exc:
+            raise TransportError(f"Service Bus: could not {action} {entity!r}: {exc}") from exc
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportError("Service Bus transport is closed")
+
+
+def _close_quietly(closable: Any) -> BaseException | None:
+    try:
+        closable.close()
+    except Exception as exc:  # close everything, report the first failure
+        return exc
+    return None
+
+
+def _to_sb_message(message: OutgoingMessage) -> ServiceBusMessage:
+    return ServiceBusMessage(
+        body=message.body_bytes(),
+        message_id=message.message_id,
+        correlation_id=message.correlation_id,
+        subject=message.subject,
+        application_properties=dict(message.application_properties) or None,
+        content_type="application/json",
+    )
+
+
+def _to_received(entity: str, m: ServiceBusReceivedMessage) -> ReceivedMessage:
+    return ReceivedMessage(
+        body=_body(m),
+        message_id=_text(m.message_id) or "",
+        delivery_count=(m.delivery_count or 0) + 1,
+        correlation_id=_text(m.correlation_id),
+        subject=_text(m.subject),
+        application_properties=_properties(m, dead_lettered=entity.endswith(DEAD_LETTER_SUFFIX)),
+        enqueued_time=_utc(m.enqueued_time_utc),
+        locked_until=_utc(m.locked_until_utc),
+        queue=entity,
+        dead_letter_reason=m.dead_letter_reason,
+        dead_letter_description=m.dead_letter_error_description,
+        raw=m,
+    )
+
+
+def _properties(m: ServiceBusReceivedMessage, *, dead_lettered: bool) -> dict[str, Any]:
+    props = {_text(k): _value(v) for k, v in (m.application_properties or {}).items()}
+    if dead_lettered:  # Service Bus stores the reason as properties; they surface as dead_letter_*
+        for key in DEAD_LETTER_PROPERTIES:
+            props.pop(key, None)
+    return props
+
+
+def _body(m: ServiceBusReceivedMessage) -> dict[str, Any]:
+    if m.body_type == AmqpMessageBodyType.VALUE and isinstance(m.body, dict):
+        return {_text(k): _value(v) for k, v in m.body.items()}
+    if m.body_type == AmqpMessageBodyType.DATA:
+        raw = m.body if isinstance(m.body, bytes | bytearray) else b"".join(m.body)
+        return body_from_text(bytes(raw).decode("utf-8", errors="replace"))
+    return {"value": _value(m.body)}
+
+
+def _text(value: Any) -> Any:
+    if value is None:
+        return None
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def _value(value: Any) -> Any:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else value
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+__all__ = ["DEAD_LETTER_SUFFIX", "ServiceBusTransport"]

@@ -1,0 +1,318 @@
+"""The :class:`Transport` on Azure Storage Queues (Azurite locally and in CI, a storage account in Azure).
+
+How Service Bus concepts map onto a Storage Queue:
+
+- **Lock** = the visibility timeout. ``receive`` hides the message for ``lock_seconds`` (whole
+  seconds, at least 1); the pop receipt it returns is the lock token. ``renew_lock`` and ``abandon``
+  are ``update_message`` with a new visibility timeout (``abandon`` = 0, visible again at once).
+  ``complete`` deletes the message with its pop receipt.
+- **Delivery count** = the dequeue count (1 on first delivery; +1 per receive, whether the earlier
+  lock was abandoned or simply expired).
+- **Dead-letter queue** = the poison queue ``<queue>-poison``, the name the Functions queue trigger
+  itself uses when a message fails ``maxDequeueCount`` times. ``dead_letter`` puts a copy carrying the
+  reason and description into it, then deletes the original.
+- **Message properties** travel in a JSON envelope (see :mod:`workflow_core.transport.envelope`),
+  because a queue message is just text.
+- **No duplicate detection.** Sending the same MessageId twice delivers two messages; deduplication
+  is the consumer's job (the ledger's idempotent, ETag-guarded transitions on (instance, step,
+  attempt)). The contract suite demonstrates this.
+
+Encoding: messages are sent base64-encoded (``TextBase64EncodePolicy``), the Functions host's default
+for queue triggers (``host.json`` ``extensions.queues.messageEncoding = "base64"``), so a queue-triggered
+function receives the envelope text. Received text is decoded leniently (base64 if it is valid
+base64, else as is) so one foreign message cannot break a receive.
+
+Limits: a message holds at most 64 KiB, which base64 turns into about 48 KiB of envelope; a larger
+message raises :class:`TransportError` before anything is sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import threading
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient, TextBase64EncodePolicy
+
+from workflow_core.settings import StorageConnection
+from workflow_core.transport.base import (
+    LockLostError,
+    OutgoingMessage,
+    ReceivedMessage,
+    Transport,
+    TransportError,
+)
+from workflow_core.transport.envelope import read_envelope, write_envelope
+
+POISON_SUFFIX = "-poison"
+MAX_MESSAGE_BYTES = 64 * 1024  # after base64 encoding
+MAX_VISIBILITY_SECONDS = 7 * 24 * 3600
+MAX_MESSAGES_PER_CALL = 32
+
+
+class StorageQueueTransport(Transport):
+    """Peek-lock queues on Azure Storage Queues. Build with :meth:`from_connection_string`,
+    :meth:`from_queue_service_uri` or :meth:`from_connection`."""
+
+    def __init__(
+        self,
+        service: QueueServiceClient,
+        *,
+        dead_letter_queues: Mapping[str, str] | None = None,
+        poll_interval: float = 0.2,
+    ) -> None:
+        """``dead_letter_queues`` overrides ``<queue>-poison`` for some queues. The Functions host
+        always uses ``<queue>-poison`` for its own poison handling, so keep the default there."""
+        self._service = service
+        self._dead_letter_queues = dict(dead_letter_queues or {})
+        self._poll_interval = poll_interval
+        self._clients: dict[str, QueueClient] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_connection_string(cls, connection_string: str, **kwargs) -> StorageQueueTransport:
+        return cls(QueueServiceClient.from_connection_string(connection_string), **kwargs)
+
+    @classmethod
+    def from_queue_service_uri(
+        cls, queue_service_uri: str, *, client_id: str | None = None, credential=None, **kwargs
+    ) -> StorageQueueTransport:
+        """Identity-based: ``https://<account>.queue.core.windows.net`` plus a managed identity.
+
+        ``client_id`` selects a user-assigned identity; the identity needs the *Storage Queue Data
+        Contributor* role on the account.
+        """
+        if credential is None:
+            from azure.identity import DefaultAzureCredential
+
+            credential = DefaultAzureCredential(managed_identity_client_id=client_id)
+        return cls(QueueServiceClient(account_url=queue_service_uri, credential=credential), **kwargs)
+
+    @classmethod
+    def from_connection(cls, connection: StorageConnection, **kwargs) -> StorageQueueTransport:
+        if connection.connection_string:
+            return cls.from_connection_string(connection.connection_string, **kwargs)
+        if connection.queue_service_uri:
+            return cls.from_queue_service_uri(
+                connection.queue_service_uri, client_id=connection.client_id, **kwargs
+            )
+        raise TransportError("Storage connection has neither a connection string nor a queue service URI")
+
+    # -- naming -----------------------------------------------------------------------------------
+
+    def dead_letter_queue_for(self, queue: str) -> str:
+        return self._dead_letter_queues.get(queue, queue + POISON_SUFFIX)
+
+    def _client(self, queue: str) -> QueueClient:
+        with self._lock:
+            if self._closed:
+                raise TransportError("Storage queue transport is closed")
+            client = self._clients.get(queue)
+            if client is None:
+                # Encode on send for the Functions host; decode ourselves (leniently) on receive.
+                client = self._service.get_queue_client(queue, message_encode_policy=TextBase64EncodePolicy())
+                self._clients[queue] = client
+            return client
+
+    # -- Transport --------------------------------------------------------------------------------
+
+    def ensure_queues(self, *queues: str) -> None:
+        """Create each queue and its dead-letter (poison) queue if missing."""
+        for queue in queues:
+            for name in (queue, self.dead_letter_queue_for(queue)):
+                try:
+                    self._client(name).create_queue()
+                except ResourceExistsError:
+                    pass
+                except AzureError as exc:
+                    raise TransportError(f"Storage queue {name!r}: could not create it: {exc}") from exc
+
+    def send(self, queue: str, message: OutgoingMessage) -> None:
+        self._send_text(queue, write_envelope(message), message.message_id)
+
+    def receive(
+        self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
+    ) -> list[ReceivedMessage]:
+        return self._receive(queue, max_messages, lock_seconds, wait_seconds)
+
+    def complete(self, message: ReceivedMessage) -> None:
+        qm = self._queue_message(message)
+        try:
+            self._client(message.queue).delete_message(qm.id, pop_receipt=qm.pop_receipt)
+        except AzureError as exc:
+            raise self._settle_error("complete", message, exc) from exc
+
+    def abandon(self, message: ReceivedMessage) -> None:
+        self._update_visibility(message, 0, "abandon")
+
+    def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
+        self._update_visibility(message, _visibility(lock_seconds), "renew the lock of")
+
+    def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
+        """Copy the message, with ``reason``/``description``, to the poison queue; then delete it.
+
+        First the lock is checked (extended briefly), so a message whose lock was lost is not copied.
+        The copy precedes the delete: if the delete fails the message may reach the poison queue
+        twice, never zero times.
+        """
+        self._update_visibility(message, 30, "dead-letter")
+        copy = OutgoingMessage(
+            body=message.body,
+            message_id=message.message_id,
+            correlation_id=message.correlation_id,
+            subject=message.subject,
+            application_properties=dict(message.application_properties),
+        )
+        text = write_envelope(copy, dead_letter_reason=reason, dead_letter_description=description)
+        dlq = self.dead_letter_queue_for(message.queue)
+        try:
+            self._send_text(dlq, text, message.message_id)
+        except TransportError as exc:
+            if not isinstance(exc.__cause__, ResourceNotFoundError):
+                raise
+            self.ensure_queues(dlq)
+            self._send_text(dlq, text, message.message_id)
+        self.complete(message)
+
+    def receive_dead_letters(
+        self, queue: str, *, max_messages: int = 10, lock_seconds: float = 30.0, wait_seconds: float = 0.0
+    ) -> list[ReceivedMessage]:
+        """Lock and return poison-queue messages; those the Functions host put there have no reason."""
+        return self._receive(self.dead_letter_queue_for(queue), max_messages, lock_seconds, wait_seconds)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+        self._service.close()
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _send_text(self, queue: str, text: str, message_id: str) -> None:
+        size = len(base64.b64encode(text.encode()))
+        if size > MAX_MESSAGE_BYTES:
+            raise TransportError(
+                f"Storage queue {queue!r}: message {message_id!r} is {size} bytes after base64 encoding; "
+                f"the limit is {MAX_MESSAGE_BYTES}. Store large payloads elsewhere and send a reference."
+            )
+        try:
+            self._client(queue).send_message(text)
+        except ResourceNotFoundError as exc:
+            raise TransportError(
+                f"Storage queue {queue!r} does not exist (call ensure_queues): could not send {message_id!r}"
+            ) from exc
+        except AzureError as exc:
+            raise TransportError(f"Storage queue {queue!r}: could not send {message_id!r}: {exc}") from exc
+
+    def _receive(
+        self, queue: str, max_messages: int, lock_seconds: float, wait_seconds: float
+    ) -> list[ReceivedMessage]:
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        visibility = _visibility(lock_seconds)
+        client = self._client(queue)
+        deadline = time.monotonic() + max(0.0, wait_seconds)
+        while True:
+            try:
+                pages = client.receive_messages(
+                    messages_per_page=min(max_messages, MAX_MESSAGES_PER_CALL),
+                    max_messages=max_messages,
+                    visibility_timeout=visibility,
+                )
+                received = list(pages)
+            except ResourceNotFoundError as exc:
+                raise TransportError(
+                    f"Storage queue {queue!r} does not exist (call ensure_queues): could not receive"
+                ) from exc
+            except AzureError as exc:
+                raise TransportError(f"Storage queue {queue!r}: could not receive: {exc}") from exc
+            if received or time.monotonic() >= deadline:
+                return [_to_received(queue, qm) for qm in received]
+            time.sleep(min(self._poll_interval, max(0.0, deadline - time.monotonic())))
+
+    def _queue_message(self, message: ReceivedMessage) -> QueueMessage:
+        if not isinstance(message.raw, QueueMessage) or not message.queue:
+            raise TransportError(
+                f"Message {message.message_id!r} was not received by a StorageQueueTransport: cannot settle"
+            )
+        return message.raw
+
+    def _update_visibility(self, message: ReceivedMessage, seconds: int, action: str) -> None:
+        qm = self._queue_message(message)
+        try:
+            updated = self._client(message.queue).update_message(
+                qm.id, pop_receipt=qm.pop_receipt, visibility_timeout=seconds
+            )
+        except AzureError as exc:
+            raise self._settle_error(action, message, exc) from exc
+        # The pop receipt changes on every update: keep the new one, it is the lock token now.
+        qm.pop_receipt = updated.pop_receipt
+        qm.next_visible_on = updated.next_visible_on
+        message.locked_until = updated.next_visible_on
+
+    @staticmethod
+    def _settle_error(action: str, message: ReceivedMessage, exc: AzureError) -> TransportError:
+        where = f"Storage queue {message.queue!r}: could not {action} message {message.message_id!r}"
+        # 400 PopReceiptMismatch: received again by someone else; 404 MessageNotFound: already deleted.
+        code = getattr(exc, "error_code", None)
+        code = str(getattr(code, "value", code) or "")
+        if isinstance(exc, ResourceNotFoundError) or code in ("PopReceiptMismatch", "MessageNotFound"):
+            return LockLostError(
+                f"{where}: the lock was lost (its visibility timeout expired and it was received again, "
+                f"or it was already settled); it will be, or has been, delivered again"
+            )
+        return TransportError(f"{where}: {exc}")
+
+
+def _visibility(lock_seconds: float) -> int:
+    """Storage visibility timeouts are whole seconds, 1 s to 7 days; round up so a lock is never shorter."""
+    if lock_seconds <= 0:
+        raise ValueError(f"lock_seconds must be > 0, got {lock_seconds}")
+    return min(MAX_VISIBILITY_SECONDS, max(1, math.ceil(lock_seconds)))
+
+
+def _decode_text(content: object) -> str:
+    if isinstance(content, bytes):
+        content = content.decode("utf-8", errors="replace")
+    text = str(content or "")
+    try:
+        return base64.b64decode(text, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return text  # not base64 (e.g. sent with no encoding by another tool): take it as it is
+
+
+def _to_received(queue: str, qm: QueueMessage) -> ReceivedMessage:
+    envelope = read_envelope(_decode_text(qm.content))
+    return ReceivedMessage(
+        body=envelope.body,
+        message_id=envelope.message_id if envelope.message_id is not None else str(qm.id),
+        delivery_count=int(qm.dequeue_count or 1),
+        correlation_id=envelope.correlation_id,
+        subject=envelope.subject,
+        application_properties=dict(envelope.application_properties),
+        enqueued_time=_utc(qm.inserted_on),
+        locked_until=_utc(qm.next_visible_on),
+        queue=queue,
+        dead_letter_reason=envelope.dead_letter_reason,
+        dead_letter_description=envelope.dead_letter_description,
+        raw=qm,
+    )
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+__all__ = ["MAX_MESSAGE_BYTES", "POISON_SUFFIX", "StorageQueueTransport"]
