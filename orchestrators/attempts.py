@@ -1,0 +1,180 @@
+"""Running one step (or one compensator) to an outcome: dispatch, race the result against the
+deadline, ask the ledger when the deadline wins, back off and retry.
+
+Shared by both orchestrators; only the activity names differ between work and compensation. The
+generators here are sub-generators: callers ``yield from`` them inside an orchestrator function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from orchestrators.decisions import (
+    CHECK_NOW,
+    MAX_STALE_SKIPS,
+    SKIP_ATTEMPT,
+    AttemptOutcome,
+    ContractViolation,
+    Extended,
+    after_dispatch,
+    deadline_after,
+    interpret_check,
+    outcome_from_event,
+    retry_at,
+    retry_seed,
+    timer_fire_at,
+    to_iso,
+)
+from workflow_core.contracts import (
+    ACTIVITY_CHECK_COMPENSATION,
+    ACTIVITY_CHECK_STEP,
+    ACTIVITY_DISPATCH_COMPENSATION,
+    ACTIVITY_DISPATCH_STEP,
+    ACTIVITY_SCHEDULE_RETRY,
+    StepDispatch,
+    StepKind,
+    result_event_name,
+)
+from workflow_core.workflows import RetryPolicy
+
+# report(phase, attempt, deadline_or_retry_time): lets the caller keep custom status current.
+Reporter = Callable[[str, int, datetime | None], None]
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """Everything needed to run one step of one instance, whichever orchestrator runs it."""
+
+    kind: StepKind
+    instance_id: str  # the workflow instance (ledger partition), not necessarily this orchestration
+    workflow: str
+    step_id: str
+    deadline_seconds: float
+    retry: RetryPolicy
+    input: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dispatch_activity(self) -> str:
+        return ACTIVITY_DISPATCH_STEP if self.kind == "work" else ACTIVITY_DISPATCH_COMPENSATION
+
+    @property
+    def check_activity(self) -> str:
+        return ACTIVITY_CHECK_STEP if self.kind == "work" else ACTIVITY_CHECK_COMPENSATION
+
+
+@dataclass(frozen=True)
+class StepResult:
+    succeeded: bool
+    attempts: int
+    output: Any = None
+    error: str | None = None
+
+
+def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any, StepResult]:
+    """Attempt ``run`` until it succeeds or its retry policy is exhausted.
+
+    ``attempt`` numbers the ledger's attempts (and the result events); ``tries`` counts the ones this
+    orchestration made, against ``max_attempts``. They differ only when the ledger is ahead of a
+    re-run (for example a compensation restarted after an operator's retry).
+    """
+    attempt, tries, skipped = 1, 0, 0
+    while True:
+        deadline = deadline_after(context.current_utc_datetime, run.deadline_seconds)
+        report("dispatching", attempt, deadline)
+        # The ledger write (Dispatched, owner, deadline) happens in this activity, before any wait:
+        # if this orchestration dies from here on, the watchdog still sees the step and its deadline.
+        dispatch = StepDispatch(
+            instance_id=run.instance_id,
+            orchestration_id=context.instance_id,
+            workflow=run.workflow,
+            step_id=run.step_id,
+            attempt=attempt,
+            deadline=to_iso(deadline),
+            input=run.input,
+            kind=run.kind,
+        )
+        dispatched = yield context.call_activity(run.dispatch_activity, dispatch.model_dump())
+        next_move = after_dispatch(dispatched)
+        if next_move == SKIP_ATTEMPT:
+            skipped += 1
+            if skipped > MAX_STALE_SKIPS:
+                raise ContractViolation(f"{run.dispatch_activity} called {skipped} attempts in a row stale")
+            attempt += 1
+            continue
+
+        tries += 1
+        outcome = yield from _await_outcome(context, run, attempt, deadline, report, next_move == CHECK_NOW)
+        if outcome.succeeded:
+            return StepResult(True, tries, output=outcome.output)
+
+        now = context.current_utc_datetime
+        next_start = retry_at(run.retry, tries, now, retry_seed(run.instance_id, run.step_id, run.kind))
+        if next_start is None:
+            return StepResult(False, tries, error=outcome.error)
+        if run.kind == "work":
+            report("scheduling_retry", attempt, next_start)
+            yield context.call_activity(
+                ACTIVITY_SCHEDULE_RETRY,
+                {
+                    "instance_id": run.instance_id,
+                    "step_id": run.step_id,
+                    "attempt": attempt,
+                    "retry_at": to_iso(next_start),
+                },
+            )
+        # A compensator retry needs no ledger change first: its next dispatch moves
+        # Compensating -> Compensating with the next compensation attempt.
+        report("backoff", attempt, next_start)
+        yield context.create_timer(next_start)
+        attempt += 1
+
+
+def _await_outcome(
+    context: Any, run: StepRun, attempt: int, deadline: datetime, report: Reporter, check_first: bool
+) -> Generator[Any, Any, AttemptOutcome]:
+    """Race the attempt's result event against its deadline timer, as often as heartbeats extend it.
+
+    One event task serves the whole attempt: after an extension only a new timer is created and
+    the race is run again against the same event task, so a result that arrived while the ledger
+    was being checked is not lost, and no second wait for the same name is registered. With
+    ``check_first`` the ledger is asked before the first race (the dispatch found the attempt
+    already under way or settled), and its answer may make the race unnecessary.
+    """
+    event = context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind))
+    if check_first:
+        verdict = yield from _check(context, run, attempt, deadline, report)
+        if not isinstance(verdict, Extended):
+            return verdict
+        deadline = verdict.deadline
+    while True:
+        report("waiting", attempt, deadline)
+        fire_at = timer_fire_at(context.current_utc_datetime, deadline)
+        timer = context.create_timer(fire_at)
+        winner = yield context.task_any([event, timer])
+        if winner is event:
+            # The losing timer must be cancelled, or the host keeps the instance Running until the
+            # timer fires (the long-standing task_any pitfall of the Python SDK).
+            timer.cancel()
+            return outcome_from_event(event.result, run.step_id, attempt, run.kind)
+        if fire_at < deadline:
+            continue  # an intermediate wake-up of a very long deadline: re-arm, nothing to check yet
+
+        verdict = yield from _check(context, run, attempt, deadline, report)
+        if isinstance(verdict, Extended):
+            deadline = verdict.deadline
+            continue
+        return verdict
+
+
+def _check(
+    context: Any, run: StepRun, attempt: int, deadline: datetime, report: Reporter
+) -> Generator[Any, Any, AttemptOutcome | Extended]:
+    """Ask the ledger what became of the attempt (``check_step`` / ``check_compensation``)."""
+    report("checking", attempt, deadline)
+    check = yield context.call_activity(
+        run.check_activity, {"instance_id": run.instance_id, "step_id": run.step_id, "attempt": attempt}
+    )
+    return interpret_check(check, context.current_utc_datetime, deadline)

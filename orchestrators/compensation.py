@@ -1,0 +1,79 @@
+"""The compensation orchestrator: undo a workflow instance's completed steps.
+
+It asks the ledger for a plan (``plan_compensation``: what to undo, in which order, with which
+compensator, deadline and retry policy), then runs each compensator exactly like a work step:
+dispatch, race the result against the deadline, retry with backoff. A compensator that exhausts
+its attempts is recorded as CompensationFailed (``finish_compensation``) for an operator, and the
+remaining steps are still undone. Started by the scheduler as a sub-orchestration, or by the
+supervisor, always under the same deterministic instance id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from datetime import datetime
+from typing import Any
+
+from orchestrators.attempts import StepRun, run_step
+from orchestrators.decisions import to_iso
+from orchestrators.state import CompensationPlan, CompensationStart
+from workflow_core.contracts import ACTIVITY_FINISH_COMPENSATION, ACTIVITY_PLAN_COMPENSATION
+
+
+def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
+    """Compensate per the plan; return ``{"status", "steps": [{"step_id", "outcome", "error"}]}``."""
+    start = CompensationStart.model_validate(context.get_input())
+    state: dict[str, Any] = {"step": None, "done": 0, "total": None}
+
+    def status(phase: str, attempt: int | None = None, until: datetime | None = None) -> None:
+        context.set_custom_status(
+            {
+                "orchestration": "compensation",
+                "workflow": start.workflow,
+                "instance_id": start.instance_id,
+                "step": state["step"],
+                "attempt": attempt,
+                "phase": phase,
+                "until": to_iso(until) if until else None,
+                "compensated_steps": state["done"],
+                "total_steps": state["total"],
+            }
+        )
+
+    status("planning")
+    plan = CompensationPlan.model_validate(
+        (yield context.call_activity(ACTIVITY_PLAN_COMPENSATION, {"instance_id": start.instance_id}))
+    )
+    state["total"] = len(plan.steps)
+
+    outcomes: list[dict[str, Any]] = []
+    for entry in plan.steps:  # the plan's order is the undo order: never re-sorted here
+        state["step"] = entry.step_id
+        run = StepRun(
+            kind="compensate",
+            instance_id=start.instance_id,
+            workflow=start.workflow,
+            step_id=entry.step_id,
+            deadline_seconds=entry.deadline_seconds,
+            retry=entry.retry,
+            # The compensator sees what the step was asked to do and what it reported doing.
+            input={"input": entry.input or {}, "output": entry.output},
+        )
+        result = yield from run_step(context, run, status)
+        if result.succeeded:
+            outcomes.append({"step_id": entry.step_id, "outcome": "compensated", "error": None})
+        else:
+            status("finishing", result.attempts)
+            yield context.call_activity(
+                ACTIVITY_FINISH_COMPENSATION,
+                {"instance_id": start.instance_id, "step_id": entry.step_id, "error": result.error},
+            )
+            outcomes.append(
+                {"step_id": entry.step_id, "outcome": "compensation_failed", "error": result.error}
+            )
+        state["done"] += 1
+
+    overall = "compensated" if all(o["outcome"] == "compensated" for o in outcomes) else "compensation_failed"
+    state["step"] = None
+    status(overall)
+    return {"status": overall, "steps": outcomes}

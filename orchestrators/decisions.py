@@ -1,0 +1,147 @@
+"""The scheduler's decisions as small pure functions: no context, no clock, no I/O.
+
+The orchestrator generators only sequence durable calls; everything they decide (what an event
+or a ledger check means, when to retry, when to checkpoint) is here, where it is easy to read and
+to test without replaying histories.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from workflow_core.contracts import ResultMessage, StepCheck, StepKind
+from workflow_core.workflows import RetryPolicy
+
+# Longest durable timer the scheduler creates. Azure Storage caps a single timer (6 days today) and
+# the SDK's own long-timer splitting does not propagate cancellation to the timer it schedules, so
+# a longer wait is a chain of timers no longer than this, each re-armed until the deadline.
+MAX_TIMER_SPAN = timedelta(days=3)
+
+# When a heartbeat "extends" the deadline to a time that is already past in orchestration time,
+# wait at least this long before checking again, so a confused ledger cannot spin the orchestrator.
+MIN_EXTENSION_WAIT = timedelta(seconds=1)
+
+
+class ContractViolation(RuntimeError):
+    """An activity answered outside its contract; failing loudly beats guessing."""
+
+
+def as_utc(moment: datetime) -> datetime:
+    """Orchestration time as an aware UTC datetime (the host's timestamps are UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def to_iso(moment: datetime) -> str:
+    return as_utc(moment).isoformat()
+
+
+def parse_iso(text: str) -> datetime:
+    return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+
+def deadline_after(now: datetime, seconds: float) -> datetime:
+    return as_utc(now) + timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    """How one attempt ended, whichever way the orchestrator learnt it."""
+
+    succeeded: bool
+    output: Any = None
+    error: str | None = None
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class Extended:
+    """A heartbeat moved the deadline: keep waiting for the same attempt until ``deadline``."""
+
+    deadline: datetime
+
+
+def outcome_from_event(payload: Any, step_id: str, attempt: int, kind: StepKind) -> AttemptOutcome:
+    """What a result event says. A malformed or mismatched payload counts as a failed attempt:
+    the retry policy then decides, rather than one bad message failing the whole instance."""
+    try:
+        message = ResultMessage.model_validate(payload)
+    except ValidationError as exc:
+        return AttemptOutcome(False, error=f"malformed result event: {exc.errors()[0]['msg']}")
+    if (message.step_id, message.attempt, message.kind) != (step_id, attempt, kind):
+        return AttemptOutcome(
+            False,
+            error=(
+                f"result event for {message.kind} {message.step_id!r} attempt {message.attempt} arrived "
+                f"on the channel of {kind} {step_id!r} attempt {attempt}"
+            ),
+        )
+    if message.outcome == "succeeded":
+        return AttemptOutcome(True, output=message.output if message.output is not None else {})
+    return AttemptOutcome(False, error=message.error or "the agent reported a failure without a reason")
+
+
+# What the dispatch activities report (``outcome`` of their result) and what the scheduler does next:
+# "dispatched" (or an answer without an outcome): the message went out, race result and deadline;
+# "already-dispatched" / "settled" / "not-dispatchable": the ledger already had this attempt, the
+# step is done, or it refuses the attempt; ask the ledger now instead of waiting out a deadline;
+# "stale": the ledger is at a later attempt (a re-run after an operator retry, or the supervisor
+# moved on): move to the next attempt number at once, without spending the retry budget.
+WAIT, CHECK_NOW, SKIP_ATTEMPT = "wait", "check", "skip"
+_CHECK_NOW_OUTCOMES = frozenset({"already-dispatched", "settled", "not-dispatchable"})
+MAX_STALE_SKIPS = 100  # a ledger cannot be that many attempts ahead; beyond it the answer is a bug
+
+
+def after_dispatch(result: Any) -> str:
+    """``WAIT``, ``CHECK_NOW`` or ``SKIP_ATTEMPT`` for a dispatch activity's result."""
+    outcome = result.get("outcome") if isinstance(result, dict) else None
+    if outcome == "stale":
+        return SKIP_ATTEMPT
+    if outcome in _CHECK_NOW_OUTCOMES:
+        return CHECK_NOW
+    return WAIT
+
+
+def interpret_check(payload: Any, now: datetime, deadline: datetime) -> AttemptOutcome | Extended:
+    """What the ledger says when the deadline timer fired (``check_step``/``check_compensation``)."""
+    try:
+        check = StepCheck.model_validate(payload)
+    except ValidationError as exc:
+        raise ContractViolation(f"check activity returned {payload!r}: {exc}") from None
+    if check.state == "succeeded":
+        return AttemptOutcome(True, output=check.output if check.output is not None else {})
+    if check.state == "failed":
+        return AttemptOutcome(False, error=check.error or "the ledger records a failure without a reason")
+    if check.state == "timed_out":
+        return AttemptOutcome(
+            False, error=check.error or f"no result by the deadline {to_iso(deadline)}", timed_out=True
+        )
+    if not check.deadline:
+        raise ContractViolation("check activity said 'extended' without a new deadline")
+    return Extended(max(parse_iso(check.deadline), as_utc(now) + MIN_EXTENSION_WAIT))
+
+
+def timer_fire_at(now: datetime, deadline: datetime) -> datetime:
+    """When the next deadline timer should fire: the deadline, or an intermediate wake-up."""
+    return min(as_utc(deadline), as_utc(now) + MAX_TIMER_SPAN)
+
+
+def retry_at(policy: RetryPolicy, failed_attempt: int, now: datetime, seed: str) -> datetime | None:
+    """When to start the next attempt, or ``None`` when ``failed_attempt`` was the last allowed."""
+    if failed_attempt >= policy.max_attempts:
+        return None
+    return as_utc(now) + timedelta(seconds=policy.delay_seconds(failed_attempt, seed))
+
+
+def retry_seed(instance_id: str, step_id: str, kind: StepKind) -> str:
+    """Jitter seed: stable across replays, different per instance so instances do not retry in lockstep."""
+    return f"{instance_id}:{step_id}:{kind}"
+
+
+def should_checkpoint(completed_this_generation: int, every: int, steps_left: int) -> bool:
+    """Continue as new once ``every`` steps completed in this generation, if work is left, so the
+    history (and the replay cost of every episode) stays bounded however long the workflow is."""
+    return steps_left > 0 and completed_this_generation >= every

@@ -1,0 +1,71 @@
+"""Shapes the orchestrators accept and carry: their inputs, the state kept across continue_as_new,
+and the compensation plan returned by the ``plan_compensation`` activity.
+
+Validating them on entry turns a malformed start request into one clear orchestration failure
+instead of a ``KeyError`` somewhere in the middle of a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workflow_core.workflows import RetryPolicy
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Progress(_Strict):
+    """How far a workflow instance got; carried into the next generation by continue_as_new."""
+
+    position: int = Field(default=0, ge=0, description="index of the next step to run")
+    completed: list[str] = Field(default_factory=list, description="step ids in completion order")
+    outputs: dict[str, Any] = Field(default_factory=dict, description="output of each completed step")
+    generation: int = Field(default=0, ge=0, description="how many times the instance continued as new")
+
+    def after(self, step_id: str, output: Any) -> Progress:
+        return Progress(
+            position=self.position + 1,
+            completed=[*self.completed, step_id],
+            outputs={**self.outputs, step_id: output},
+            generation=self.generation,
+        )
+
+
+class WorkflowStart(_Strict):
+    """Input of ``workflow_orchestrator``: ``{"workflow", "input"}``, plus ``state`` after a checkpoint."""
+
+    workflow: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    state: Progress | None = None
+
+
+class CompensationStart(_Strict):
+    """Input of ``compensation_orchestrator`` (the scheduler and the supervisor both start it)."""
+
+    instance_id: str
+    workflow: str
+    reason: str = ""
+
+
+class PlannedCompensation(BaseModel):
+    """One step to undo, as ``plan_compensation`` returns it. Unknown fields are ignored so the
+    activity can add diagnostics without breaking the scheduler."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step_id: str
+    compensator: str
+    input: dict[str, Any] | None = None
+    output: Any = None
+    deadline_seconds: float = Field(gt=0)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+
+
+class CompensationPlan(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    steps: list[PlannedCompensation] = Field(default_factory=list)

@@ -1,0 +1,111 @@
+"""The scheduler's pure decision helpers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from orchestrators.decisions import (
+    MIN_EXTENSION_WAIT,
+    AttemptOutcome,
+    ContractViolation,
+    Extended,
+    interpret_check,
+    outcome_from_event,
+    parse_iso,
+    retry_at,
+    should_checkpoint,
+    to_iso,
+)
+from workflow_core.workflows import RetryPolicy
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+DEADLINE = NOW - timedelta(seconds=1)
+
+
+def _result(**overrides):
+    message = {
+        "kind": "work",
+        "instance_id": "i",
+        "orchestration_id": "i",
+        "step_id": "s",
+        "attempt": 2,
+        "outcome": "succeeded",
+        "output": {"x": 1},
+        "error": None,
+    }
+    return {**message, **overrides}
+
+
+def test_event_success_and_failure():
+    assert outcome_from_event(_result(), "s", 2, "work") == AttemptOutcome(True, output={"x": 1})
+    assert outcome_from_event(_result(output=None), "s", 2, "work").output == {}
+    failed = outcome_from_event(_result(outcome="failed", error="nope", output=None), "s", 2, "work")
+    assert failed == AttemptOutcome(False, error="nope")
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (None, "malformed result event"),
+        ({"outcome": "succeeded"}, "malformed result event"),
+        (_result(attempt=1), "arrived on the channel of work 's' attempt 2"),
+        (_result(kind="compensate"), "arrived on the channel"),
+    ],
+)
+def test_bad_or_mismatched_events_are_failed_attempts(payload, expected):
+    outcome = outcome_from_event(payload, "s", 2, "work")
+    assert not outcome.succeeded and expected in outcome.error
+
+
+def test_check_answers():
+    assert interpret_check({"state": "succeeded", "output": {"a": 1}}, NOW, DEADLINE) == AttemptOutcome(
+        True, {"a": 1}
+    )
+    assert interpret_check({"state": "failed", "error": "e"}, NOW, DEADLINE) == AttemptOutcome(
+        False, error="e"
+    )
+    timed_out = interpret_check({"state": "timed_out"}, NOW, DEADLINE)
+    assert timed_out.timed_out and to_iso(DEADLINE) in timed_out.error
+    later = NOW + timedelta(minutes=5)
+    assert interpret_check({"state": "extended", "deadline": later.isoformat()}, NOW, DEADLINE) == Extended(
+        later
+    )
+
+
+def test_extension_to_the_past_still_waits_a_little():
+    stale = NOW - timedelta(minutes=5)
+    verdict = interpret_check({"state": "extended", "deadline": stale.isoformat()}, NOW, DEADLINE)
+    assert verdict == Extended(NOW + MIN_EXTENSION_WAIT)
+
+
+@pytest.mark.parametrize("payload", [{"state": "extended"}, {"state": "maybe"}, None])
+def test_check_outside_the_contract_fails_loudly(payload):
+    with pytest.raises(ContractViolation):
+        interpret_check(payload, NOW, DEADLINE)
+
+
+def test_retry_at_uses_the_policy_and_stops_at_max_attempts():
+    policy = RetryPolicy(max_attempts=3, initial_interval_seconds=10, backoff_coefficient=3, jitter=0)
+    assert retry_at(policy, 1, NOW, "seed") == NOW + timedelta(seconds=10)
+    assert retry_at(policy, 2, NOW, "seed") == NOW + timedelta(seconds=30)
+    assert retry_at(policy, 3, NOW, "seed") is None
+
+
+def test_checkpoint_only_when_work_is_left():
+    assert should_checkpoint(25, 25, steps_left=1)
+    assert not should_checkpoint(25, 25, steps_left=0)
+    assert not should_checkpoint(24, 25, steps_left=3)
+
+
+def test_iso_round_trip_is_utc():
+    assert parse_iso("2030-01-01T00:00:00Z") == NOW
+    assert to_iso(datetime(2030, 1, 1)) == "2030-01-01T00:00:00+00:00"  # naive host time is UTC
+
+
+def test_timers_never_exceed_the_maximum_span():
+    from orchestrators.decisions import MAX_TIMER_SPAN, timer_fire_at
+
+    assert timer_fire_at(NOW, NOW + timedelta(hours=1)) == NOW + timedelta(hours=1)
+    assert timer_fire_at(NOW, NOW + timedelta(days=30)) == NOW + MAX_TIMER_SPAN

@@ -1,0 +1,53 @@
+"""Workflow definitions: what steps a workflow has, which agent runs each, by when, and how to undo it.
+
+Definitions live as YAML in the repository's ``workflows/`` folder (schema: ``workflows/README.md``).
+The scheduler walks them, the HTTP starter validates inputs against them and the agents check at
+start-up that every agent they name has a handler.
+"""
+
+from workflow_core.workflows.errors import (
+    StepInputError,
+    UnknownWorkflow,
+    WorkflowDefinitionError,
+    WorkflowInputError,
+)
+from workflow_core.workflows.loader import (
+    DEFAULT_DIRECTORY,
+    agents_used,
+    clear_workflow_cache,
+    get_workflow,
+    load_workflows,
+    parse_workflow,
+)
+from workflow_core.workflows.model import (
+    CompensationDefinition,
+    InputProperty,
+    InputSchema,
+    StepDefinition,
+    WorkflowDefinition,
+    resolve_step_input,
+)
+from workflow_core.workflows.references import Reference, parse_reference
+from workflow_core.workflows.retry import RetryPolicy
+
+__all__ = [
+    "DEFAULT_DIRECTORY",
+    "CompensationDefinition",
+    "InputProperty",
+    "InputSchema",
+    "Reference",
+    "RetryPolicy",
+    "StepDefinition",
+    "StepInputError",
+    "UnknownWorkflow",
+    "WorkflowDefinition",
+    "WorkflowDefinitionError",
+    "WorkflowInputError",
+    "agents_used",
+    "clear_workflow_cache",
+    "get_workflow",
+    "load_workflows",
+    "parse_reference",
+    "parse_workflow",
+    "resolve_step_input",
+]

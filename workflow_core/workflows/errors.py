@@ -1,0 +1,40 @@
+"""Errors of the workflow-definition layer, typed so callers can map them to the right response.
+
+The HTTP starter turns ``UnknownWorkflow`` into a 404 and ``WorkflowInputError`` into a 400; the
+loader raises ``WorkflowDefinitionError`` at start-up so a broken YAML file stops a deployment
+instead of failing the first orchestration that touches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class WorkflowDefinitionError(ValueError):
+    """A workflow file is malformed; the message names the file and the field."""
+
+
+class UnknownWorkflow(LookupError):
+    """No workflow of that name is defined; the message lists the known names."""
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        self.name = name
+        self.known = sorted(known)
+        listed = ", ".join(self.known) if self.known else "none"
+        super().__init__(f"unknown workflow {name!r}; known workflows: {listed}")
+
+    def __str__(self) -> str:  # LookupError would otherwise repr() the message like a KeyError
+        return str(self.args[0])
+
+
+class WorkflowInputError(ValueError):
+    """The input given to start a workflow does not match its declared schema."""
+
+    def __init__(self, workflow: str, problems: list[str]) -> None:
+        self.workflow = workflow
+        self.problems = list(problems)
+        super().__init__(f"invalid input for workflow {workflow!r}: " + "; ".join(self.problems))
+
+
+class StepInputError(ValueError):
+    """A step's input mapping refers to something the running workflow does not have."""

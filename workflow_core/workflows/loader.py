@@ -1,0 +1,135 @@
+"""Loading workflow definitions from YAML files, once per directory per process.
+
+Definitions ship with the app (``workflows/*.yaml`` at the repository root), so they are part of
+the deployment like code: the orchestrator may read them during replay, and changing one while
+instances are in flight is a versioning decision (see docs/scheduler.md), not a hot reload.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from workflow_core.workflows.errors import UnknownWorkflow, WorkflowDefinitionError
+from workflow_core.workflows.model import WorkflowDefinition
+
+DEFAULT_DIRECTORY = Path(__file__).resolve().parents[2] / "workflows"
+
+_cache: dict[Path, dict[str, WorkflowDefinition]] = {}
+_lock = threading.Lock()
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: YAML would silently keep the last one."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r}",
+                key_node.start_mark,
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def _format_location(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        message = error["msg"].removeprefix("Value error, ")
+        where = _format_location(error["loc"])
+        lines.append(f"{where}: {message}" if where else message)
+    return "; ".join(lines)
+
+
+def parse_workflow(text: str, source: str = "<string>") -> WorkflowDefinition:
+    """One definition from YAML text; errors start with ``source`` and name the field."""
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise WorkflowDefinitionError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise WorkflowDefinitionError(f"{source}: the top level must be a mapping with name, input and steps")
+    try:
+        return WorkflowDefinition.model_validate(data)
+    except ValidationError as exc:
+        raise WorkflowDefinitionError(f"{source}: {_format_validation_error(exc)}") from None
+
+
+def _load_directory(directory: Path) -> dict[str, WorkflowDefinition]:
+    if not directory.is_dir():
+        raise WorkflowDefinitionError(f"workflow directory {directory} does not exist")
+    found: dict[str, WorkflowDefinition] = {}
+    origin: dict[str, str] = {}
+    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+        definition = parse_workflow(path.read_text(encoding="utf-8"), source=path.name)
+        if definition.name != path.stem:
+            raise WorkflowDefinitionError(
+                f"{path.name}: name: {definition.name!r} must match the file name ({path.stem!r}), "
+                "so the file that defines a workflow is obvious"
+            )
+        if definition.name in found:
+            raise WorkflowDefinitionError(
+                f"{path.name}: name: {definition.name!r} is also defined in {origin[definition.name]}"
+            )
+        found[definition.name] = definition
+        origin[definition.name] = path.name
+    return found
+
+
+def load_workflows(directory: Path | None = None) -> dict[str, WorkflowDefinition]:
+    """All definitions in ``directory`` (default: the repository's ``workflows/``), by name.
+
+    Parsed once per directory per process; the returned dict is a copy, the definitions are
+    immutable. Raises ``WorkflowDefinitionError`` naming the file and field of the first problem.
+    """
+    key = (directory or DEFAULT_DIRECTORY).resolve()
+    with _lock:
+        if key not in _cache:
+            _cache[key] = _load_directory(key)
+        return dict(_cache[key])
+
+
+def clear_workflow_cache() -> None:
+    """Forget parsed definitions (tests that write definition files use this)."""
+    with _lock:
+        _cache.clear()
+
+
+def get_workflow(name: str, directory: Path | None = None) -> WorkflowDefinition:
+    """The definition called ``name``; ``UnknownWorkflow`` (listing the known names) otherwise."""
+    workflows = load_workflows(directory)
+    try:
+        return workflows[name]
+    except (KeyError, TypeError):
+        raise UnknownWorkflow(str(name), workflows) from None
+
+
+def agents_used(directory: Path | None = None) -> set[str]:
+    """Every agent name the definitions use (work and compensation), for start-up cross-checks."""
+    agents: set[str] = set()
+    for definition in load_workflows(directory).values():
+        agents |= definition.agents_used()
+    return agents

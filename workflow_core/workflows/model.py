@@ -1,0 +1,285 @@
+"""What a workflow is: its input schema and its steps, each with an agent, a deadline and a retry policy.
+
+Definitions are validated when they load (unique step ids, references only to earlier steps, input
+references only to fields that are always present), so an orchestration never discovers a broken
+definition half-way through a run, after it has already changed remote systems.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.model import validate_step_id
+from workflow_core.workflows.errors import WorkflowInputError
+from workflow_core.workflows.references import iter_references, resolve_value
+from workflow_core.workflows.retry import RetryPolicy
+
+WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_DEADLINE_SECONDS = 7 * 24 * 3600  # a first deadline beyond a week is a definition mistake
+
+FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _check_agent(value: str) -> str:
+    if not AGENT_NAME.match(value):
+        raise ValueError(
+            f"agent {value!r} must be lowercase dotted words such as 'storage.create' "
+            f"(pattern {AGENT_NAME.pattern})"
+        )
+    return value
+
+
+# --- input schema ----------------------------------------------------------------------------------
+
+
+def type_matches(expected: FieldType, value: Any) -> bool:
+    """JSON-schema-like type check; ``bool`` is not an integer here, although Python says it is."""
+    if expected == "string":
+        return isinstance(value, str)
+    if expected == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if expected == "boolean":
+        return isinstance(value, bool)
+    if expected == "object":
+        return isinstance(value, dict)
+    return isinstance(value, list)
+
+
+def json_type_name(value: Any) -> str:
+    """The JSON name of a Python value's type, for error messages a caller of the HTTP API understands."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+class InputProperty(_Frozen):
+    type: FieldType
+    description: str | None = None
+    default: Any = None
+
+    @model_validator(mode="after")
+    def _default_type(self) -> InputProperty:
+        if self.default is not None and not type_matches(self.type, self.default):
+            raise ValueError(f"default {self.default!r} is not of type {self.type}")
+        return self
+
+
+class InputSchema(_Frozen):
+    """A deliberately small schema: required fields, typed properties, optional defaults."""
+
+    required: tuple[str, ...] = ()
+    properties: dict[str, InputProperty] = Field(default_factory=dict)
+    additional_properties: bool = False
+
+    @field_validator("properties")
+    @classmethod
+    def _names(cls, value: dict[str, InputProperty]) -> dict[str, InputProperty]:
+        for name in value:
+            if not FIELD_NAME.match(name):
+                raise ValueError(f"property name {name!r} must match {FIELD_NAME.pattern}")
+        return value
+
+    @model_validator(mode="after")
+    def _required_declared(self) -> InputSchema:
+        undeclared = [name for name in self.required if name not in self.properties]
+        if undeclared:
+            raise ValueError(
+                f"required fields {undeclared} are not declared under properties (declare their type)"
+            )
+        if len(set(self.required)) != len(self.required):
+            raise ValueError("required lists a field twice")
+        return self
+
+    def always_present(self) -> set[str]:
+        """Fields a validated input always has: the required ones and those with a default."""
+        return set(self.required) | {n for n, p in self.properties.items() if p.default is not None}
+
+
+# --- steps -----------------------------------------------------------------------------------------
+
+
+class CompensationDefinition(_Frozen):
+    """How to undo a step: another agent, with its own deadline and retries."""
+
+    agent: str
+    deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+
+    @field_validator("agent")
+    @classmethod
+    def _agent(cls, value: str) -> str:
+        return _check_agent(value)
+
+
+class StepDefinition(_Frozen):
+    id: str
+    name: str = ""
+    description: str | None = None
+    agent: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
+    compensation: CompensationDefinition | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("name") and isinstance(data.get("id"), str):
+            return {**data, "name": data["id"]}
+        return data
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        try:
+            return validate_step_id(value)  # the ledger keys rows by step id: same rules here
+        except InvalidLedgerInput as exc:  # pydantic only reports plain ValueErrors as field errors
+            raise ValueError(str(exc)) from None
+
+    @field_validator("agent")
+    @classmethod
+    def _agent(cls, value: str) -> str:
+        return _check_agent(value)
+
+    @property
+    def compensator(self) -> str | None:
+        return self.compensation.agent if self.compensation else None
+
+
+# --- workflow --------------------------------------------------------------------------------------
+
+
+class WorkflowDefinition(_Frozen):
+    name: str
+    description: str = ""
+    input: InputSchema = Field(default_factory=InputSchema)
+    steps: tuple[StepDefinition, ...] = Field(min_length=1)
+    history_checkpoint_every: int = Field(
+        default=25,
+        ge=1,
+        le=1000,
+        description="completed steps per orchestration generation (continue_as_new)",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not WORKFLOW_NAME.match(value):
+            raise ValueError(
+                f"workflow name {value!r} must be lowercase words joined by '-' (e.g. provision-tenant)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _steps_consistent(self) -> WorkflowDefinition:
+        seen: dict[str, int] = {}
+        for index, step in enumerate(self.steps):
+            if step.id in seen:
+                raise ValueError(
+                    f"steps[{index}].id: duplicate step id {step.id!r} (first used by steps[{seen[step.id]}])"
+                )
+            seen[step.id] = index
+        present = self.input.always_present()
+        all_ids = set(seen)
+        for index, step in enumerate(self.steps):
+            for where, ref in iter_references(step.input, f"steps[{index}].input"):
+                if ref.source == "input":
+                    if ref.path and ref.path[0] not in present:
+                        raise ValueError(
+                            f"{where}: {ref.text} refers to input field {ref.path[0]!r}, which is not a "
+                            "required input field and has no default (declare it under input.required or "
+                            "give it a default)"
+                        )
+                elif ref.step_id not in all_ids:
+                    raise ValueError(f"{where}: {ref.text} refers to unknown step {ref.step_id!r}")
+                elif seen[ref.step_id] >= index:
+                    raise ValueError(
+                        f"{where}: {ref.text} refers to step {ref.step_id!r}, which does not run before "
+                        f"{step.id!r}; a step can only use outputs of earlier steps"
+                    )
+        return self
+
+    # --- queries used by the scheduler, the agents and the HTTP starter -----------------------------
+
+    @property
+    def step_ids(self) -> list[str]:
+        return [step.id for step in self.steps]
+
+    def step(self, step_id: str) -> StepDefinition:
+        for step in self.steps:
+            if step.id == step_id:
+                return step
+        raise KeyError(f"workflow {self.name!r} has no step {step_id!r}; steps: {', '.join(self.step_ids)}")
+
+    def agents_used(self) -> set[str]:
+        """Every agent a run of this workflow may call, work and compensation alike."""
+        agents = {step.agent for step in self.steps}
+        agents.update(step.compensation.agent for step in self.steps if step.compensation)
+        return agents
+
+    def validate_input(self, data: Any) -> dict[str, Any]:
+        """The input, checked against the schema and with defaults filled in.
+
+        Raises ``WorkflowInputError`` listing every problem at once, so an API caller fixes them in
+        one round trip.
+        """
+        if not isinstance(data, dict):
+            raise WorkflowInputError(self.name, [f"input must be a JSON object, got {json_type_name(data)}"])
+        schema = self.input
+        problems = [f"missing required field {name!r}" for name in schema.required if name not in data]
+        for key, value in data.items():
+            prop = schema.properties.get(key)
+            if prop is None:
+                if not schema.additional_properties:
+                    known = ", ".join(sorted(schema.properties)) or "none"
+                    problems.append(f"unknown field {key!r} (known fields: {known})")
+                continue
+            if not type_matches(prop.type, value):
+                problems.append(f"field {key!r} must be {_article(prop.type)}, got {json_type_name(value)}")
+        if problems:
+            raise WorkflowInputError(self.name, problems)
+        result = dict(data)
+        for name, prop in schema.properties.items():
+            if name not in result and prop.default is not None:
+                result[name] = prop.default
+        return result
+
+
+def _article(type_name: str) -> str:
+    return f"an {type_name}" if type_name[0] in "aeiou" else f"a {type_name}"
+
+
+def resolve_step_input(
+    step: StepDefinition, workflow_input: dict[str, Any], outputs: dict[str, Any]
+) -> dict[str, Any]:
+    """The concrete input of ``step``: its mapping with every reference replaced.
+
+    ``outputs`` maps step ids to the outputs of the steps that completed. Pure, so the orchestrator
+    can call it on every replay; raises ``StepInputError`` naming the step, field and reference.
+    """
+    return resolve_value(step.input, workflow_input, outputs, f"step {step.id!r} input")

@@ -1,0 +1,133 @@
+"""References inside a step's ``input`` mapping, and how they are resolved.
+
+A string value that starts with ``$`` is a reference:
+
+- ``$input`` or ``$input.<field>[.<key>...]``: the (validated) workflow input, or part of it;
+- ``$steps.<step_id>.output[.<key>...]``: the output of an earlier step, or part of it;
+- ``$$...``: an escaped literal string starting with ``$``.
+
+Any other ``$`` string is rejected when the definition loads, so a typo such as ``$inputs.x`` fails
+a deployment instead of sending the text ``"$inputs.x"`` to a remote service. Resolution is pure
+(no I/O, no clock), so orchestrators can call it during replay.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workflow_core.workflows.errors import StepInputError
+
+_STEPS = re.compile(r"^\$steps\.(?P<step>[^$]+?)\.output(?:\.(?P<path>.+))?$")
+_INPUT = re.compile(r"^\$input(?:\.(?P<path>.+))?$")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A parsed reference: where it points (``input`` or a step's output) and the key path below."""
+
+    text: str
+    source: str  # "input" or "steps"
+    step_id: str | None
+    path: tuple[str, ...]
+
+
+def is_escaped_literal(value: str) -> bool:
+    return value.startswith("$$")
+
+
+def parse_reference(value: Any) -> Reference | None:
+    """The reference ``value`` denotes, ``None`` for a literal; ``ValueError`` for a malformed one."""
+    if not isinstance(value, str) or not value.startswith("$") or is_escaped_literal(value):
+        return None
+    if match := _STEPS.match(value):
+        return Reference(value, "steps", match["step"], _split(value, match["path"]))
+    if match := _INPUT.match(value):
+        return Reference(value, "input", None, _split(value, match["path"]))
+    raise ValueError(
+        f"{value!r} is not a valid reference; use $input.<field>, $steps.<step_id>.output[.<key>], "
+        "or start the string with $$ for a literal $"
+    )
+
+
+def _split(text: str, path: str | None) -> tuple[str, ...]:
+    if path is None:
+        return ()
+    parts = tuple(path.split("."))
+    if any(part == "" for part in parts):
+        raise ValueError(f"{text!r} has an empty path segment")
+    return parts
+
+
+def iter_references(value: Any, where: str) -> Iterator[tuple[str, Reference]]:
+    """Every reference in a (possibly nested) input value, with a readable location for errors."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from iter_references(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from iter_references(item, f"{where}[{index}]")
+    else:
+        try:
+            ref = parse_reference(value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if ref is not None:
+            yield where, ref
+
+
+def resolve_value(
+    value: Any, workflow_input: Mapping[str, Any], outputs: Mapping[str, Any], where: str
+) -> Any:
+    """``value`` with every reference replaced by what it points to (recursively)."""
+    if isinstance(value, Mapping):
+        return {
+            key: resolve_value(item, workflow_input, outputs, f"{where}.{key}") for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [resolve_value(item, workflow_input, outputs, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, str) and is_escaped_literal(value):
+        return value[1:]
+    try:
+        ref = parse_reference(value)
+    except ValueError as exc:
+        raise StepInputError(f"{where}: {exc}") from None
+    if ref is None:
+        return value
+    if ref.source == "input":
+        root: Any = workflow_input
+        root_name = "the workflow input"
+    else:
+        if ref.step_id not in outputs:
+            raise StepInputError(
+                f"{where}: {ref.text} needs the output of step {ref.step_id!r}, which has none yet"
+            )
+        root = outputs[ref.step_id]
+        root_name = f"the output of step {ref.step_id!r}"
+    # A copy: a caller that edits the resolved input must not edit the outputs it came from.
+    return copy.deepcopy(_walk(root, ref, root_name, where))
+
+
+def _walk(root: Any, ref: Reference, root_name: str, where: str) -> Any:
+    current = root
+    for depth, key in enumerate(ref.path):
+        found = _child(current, key)
+        if found is _MISSING:
+            so_far = ".".join(ref.path[:depth]) or "(top level)"
+            raise StepInputError(
+                f"{where}: {ref.text} cannot be resolved: {root_name} has no {key!r} under {so_far}"
+            )
+        current = found
+    return current
+
+
+def _child(value: Any, key: str) -> Any:
+    if isinstance(value, Mapping):
+        return value.get(key, _MISSING)
+    if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+        return value[int(key)]
+    return _MISSING
