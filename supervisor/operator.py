@@ -1,0 +1,275 @@
+"""Operator intents: what a human may ask of a stalled workflow, written to the ledger as intent.
+
+The operator CLI (``python -m workflow_core.cli``) has no Durable Functions client: it cannot raise
+events or start orchestrations. Instead every mutating command here moves the step in the ledger
+(ETag-guarded, audited with actor ``operator:<user>`` and the given reason) and, where something
+must happen next, sets the step's deadline to *now*. The watchdog, the only component with a
+durable client, picks the step up on its next tick and enacts the intent:
+
+* ``retry_step``: Failed/TimedOut -> Retrying (the watchdog raises the step's failed result so a
+  running orchestration applies its retry policy now; with the orchestration gone it compensates);
+  CompensationFailed -> Compensating (the watchdog (re)starts the compensation orchestration, which
+  runs the step's compensator again).
+* ``skip_step``: -> Skipped (terminal: the step leaves the watchdog's worklist for good).
+* ``request_compensation``: Succeeded/Failed/TimedOut -> Compensating (the watchdog starts the
+  instance's compensation orchestration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from workflow_core import clock
+from workflow_core.ledger import (
+    ALLOWED_TRANSITIONS,
+    AuditEntry,
+    ConcurrencyConflict,
+    IllegalTransition,
+    InvalidLedgerInput,
+    StepLedger,
+    StepNotFound,
+    StepRecord,
+    StepStatus,
+)
+from workflow_core.ledger.model import require_aware
+
+S = StepStatus
+ACTOR_PREFIX = "operator:"
+COMP_FAILED = "Failed"  # StepRecord.compensation_status of a failed compensation attempt (activities.common)
+MAX_RACE_RETRIES = 5
+
+
+class OperatorError(Exception):
+    """An operator request cannot be carried out; the message says why and what is possible."""
+
+
+class UnknownInstance(OperatorError):
+    def __init__(self, instance_id: str) -> None:
+        super().__init__(f"no workflow instance {instance_id!r} in the ledger")
+        self.instance_id = instance_id
+
+
+class UnknownStep(OperatorError):
+    def __init__(self, instance_id: str, step_id: str, known: list[str]) -> None:
+        super().__init__(
+            f"workflow instance {instance_id!r} has no step {step_id!r}; its steps: {', '.join(known)}"
+        )
+        self.instance_id = instance_id
+        self.step_id = step_id
+        self.known = known
+
+
+class IllegalMove(OperatorError):
+    def __init__(self, intent: str, record: StepRecord, accepted: list[StepStatus]) -> None:
+        self.intent = intent
+        self.status = record.status
+        self.allowed_moves = allowed_moves(record.status)
+        moves = "; ".join(self.allowed_moves) if self.allowed_moves else "none (terminal status)"
+        super().__init__(
+            f"cannot {intent} step {record.step_id!r} of {record.instance_id!r}: "
+            f"it is {record.status.value}, "
+            f"and {intent} applies only to {', '.join(s.value for s in accepted)}. "
+            f"Allowed moves from {record.status.value}: {moves}"
+        )
+
+
+# Which operator command performs which move (from, to); other moves belong to the automation.
+_COMMAND_FOR_MOVE: dict[tuple[StepStatus, StepStatus], str] = {
+    (S.FAILED, S.RETRYING): "retry",
+    (S.TIMED_OUT, S.RETRYING): "retry",
+    (S.COMPENSATION_FAILED, S.COMPENSATING): "retry",
+    (S.SUCCEEDED, S.COMPENSATING): "compensate",
+    (S.FAILED, S.COMPENSATING): "compensate",
+    (S.TIMED_OUT, S.COMPENSATING): "compensate",
+}
+
+
+def allowed_moves(status: StepStatus) -> list[str]:
+    """Every legal move from ``status``, each with the CLI command that makes it (or who does)."""
+    moves = []
+    for target in sorted(ALLOWED_TRANSITIONS[status], key=lambda s: s.value):
+        if target is S.SKIPPED:
+            command = "skip"
+        else:
+            command = _COMMAND_FOR_MOVE.get((status, target), "automation only")
+        moves.append(f"{target.value} ({command})")
+    return moves
+
+
+@dataclass(frozen=True)
+class Intent:
+    """One operator command: which statuses it accepts and where it moves each of them."""
+
+    name: str
+    targets: dict[StepStatus, StepStatus]
+    sets_deadline: bool  # True: due now, so the watchdog enacts it on its next tick
+
+    def target_for(self, record: StepRecord) -> StepStatus:
+        if record.status not in self.targets:
+            raise IllegalMove(self.name, record, list(self.targets))
+        return self.targets[record.status]
+
+
+RETRY = Intent(
+    "retry",
+    {S.FAILED: S.RETRYING, S.TIMED_OUT: S.RETRYING, S.COMPENSATION_FAILED: S.COMPENSATING},
+    sets_deadline=True,
+)
+SKIP = Intent(
+    "skip",
+    {s: S.SKIPPED for s in StepStatus if S.SKIPPED in ALLOWED_TRANSITIONS[s]},
+    sets_deadline=False,
+)
+COMPENSATE = Intent(
+    "compensate",
+    {S.SUCCEEDED: S.COMPENSATING, S.FAILED: S.COMPENSATING, S.TIMED_OUT: S.COMPENSATING},
+    sets_deadline=True,
+)
+INTENTS = {i.name: i for i in (RETRY, SKIP, COMPENSATE)}
+
+
+@dataclass(frozen=True)
+class StalledReport:
+    now: datetime
+    overdue: list[StepRecord]  # past their deadline: the watchdog acts on these
+    attention: list[StepRecord]  # no automation will move them on (CompensationFailed)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    instance_id: str
+    steps: list[StepRecord]
+    audit: list[AuditEntry]
+
+
+def actor_for(user: str) -> str:
+    user = (user or "").strip()
+    if not user:
+        raise OperatorError("an operator user name is required (it is recorded in the audit trail)")
+    return f"{ACTOR_PREFIX}{user}"
+
+
+def list_stalled(ledger: StepLedger, *, now: datetime | None = None, limit: int = 100) -> StalledReport:
+    """Steps overdue now (from the deadline index) and steps waiting for an operator."""
+    now = require_aware(now, "now") if now is not None else clock.utcnow()
+    assert now is not None
+    return StalledReport(now, ledger.overdue(now, limit=limit), ledger.needing_attention(limit=limit))
+
+
+def timeline(ledger: StepLedger, instance_id: str) -> Timeline:
+    """The instance's steps (workflow order) and every recorded move (oldest first)."""
+    steps = _instance_steps(ledger, instance_id)
+    return Timeline(instance_id, steps, ledger.audit_trail(instance_id))
+
+
+def _instance_steps(ledger: StepLedger, instance_id: str) -> list[StepRecord]:
+    try:
+        steps = ledger.list_for_instance(instance_id)
+    except InvalidLedgerInput as exc:
+        raise OperatorError(str(exc)) from None
+    if not steps:
+        raise UnknownInstance(instance_id)
+    return steps
+
+
+def get_step(ledger: StepLedger, instance_id: str, step_id: str) -> StepRecord:
+    """The step, or :class:`UnknownInstance` / :class:`UnknownStep` naming what exists."""
+    try:
+        return ledger.get(instance_id, step_id)
+    except InvalidLedgerInput as exc:
+        raise OperatorError(str(exc)) from None
+    except StepNotFound:
+        steps = _instance_steps(ledger, instance_id)
+        raise UnknownStep(instance_id, step_id, [s.step_id for s in steps]) from None
+
+
+def preview(ledger: StepLedger, intent: str, instance_id: str, step_id: str) -> tuple[StepRecord, StepStatus]:
+    """What ``intent`` would do to the step now (for a confirmation prompt); raises like the intent."""
+    record = get_step(ledger, instance_id, step_id)
+    return record, INTENTS[intent].target_for(record)
+
+
+def _apply(
+    ledger: StepLedger,
+    intent: Intent,
+    instance_id: str,
+    step_id: str,
+    *,
+    user: str,
+    reason: str,
+    now: datetime | None,
+    expect: Callable[[StepRecord], None] | None = None,
+) -> StepRecord:
+    actor = actor_for(user)
+    reason = (reason or "").strip()
+    if not reason:
+        raise OperatorError("a reason is required (it is recorded in the audit trail)")
+    for _ in range(MAX_RACE_RETRIES):
+        record = get_step(ledger, instance_id, step_id)
+        if expect is not None:
+            expect(record)
+        target = intent.target_for(record)
+        changes: dict = {"owner": actor}
+        if intent is RETRY and record.status is S.COMPENSATION_FAILED:
+            # The last compensation attempt failed: say so, so that a compensation run that reaches
+            # this attempt (``check_compensation``) moves on to the next one at once.
+            changes["compensation_status"] = COMP_FAILED
+        if intent.sets_deadline:
+            when = require_aware(now, "now") if now is not None else clock.utcnow()
+            changes["deadline"] = when
+        try:
+            return ledger.transition(
+                record, target, actor=actor, reason=f"operator {intent.name}: {reason}", **changes
+            )
+        except ConcurrencyConflict:
+            continue  # someone moved it meanwhile: re-read and re-check the move
+        except IllegalTransition as exc:
+            raise OperatorError(str(exc)) from None
+    raise OperatorError(
+        f"step {step_id!r} of {instance_id!r} keeps changing under us ({MAX_RACE_RETRIES} attempts); "
+        "look at its timeline and try again"
+    )
+
+
+def retry_step(
+    ledger: StepLedger,
+    instance_id: str,
+    step_id: str,
+    *,
+    user: str,
+    reason: str,
+    now: datetime | None = None,
+    expect: Callable[[StepRecord], None] | None = None,
+) -> StepRecord:
+    """Failed/TimedOut -> Retrying, CompensationFailed -> Compensating; due now for the watchdog."""
+    return _apply(ledger, RETRY, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)
+
+
+def skip_step(
+    ledger: StepLedger,
+    instance_id: str,
+    step_id: str,
+    *,
+    user: str,
+    reason: str,
+    now: datetime | None = None,
+    expect: Callable[[StepRecord], None] | None = None,
+) -> StepRecord:
+    """-> Skipped: the step needs no (more) work; it leaves the watchdog's worklist."""
+    return _apply(ledger, SKIP, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)
+
+
+def request_compensation(
+    ledger: StepLedger,
+    instance_id: str,
+    step_id: str,
+    *,
+    user: str,
+    reason: str,
+    now: datetime | None = None,
+    expect: Callable[[StepRecord], None] | None = None,
+) -> StepRecord:
+    """Succeeded/Failed/TimedOut -> Compensating, due now: the watchdog starts the compensation."""
+    return _apply(ledger, COMPENSATE, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)

@@ -1,0 +1,186 @@
+"""The watchdog end to end: real orchestrators and activities in the durable test host (virtual
+clock), real workers and result handler pumping real Azurite queues, the real ledger, and the
+watchdog's timer function called every 30 s of host time with the host's Durable client."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import azure.durable_functions as df
+import pytest
+from azure.functions.timer import TimerRequest
+
+import supervisor
+from supervisor import watchdog
+from tests.supervisor.conftest import settings_env
+from workflow_core.contracts import WORKFLOW_ORCHESTRATOR, compensation_instance_id
+from workflow_core.ledger import StepStatus
+from workflow_core.runtime import get_services, reset_services
+from workflow_core.transport import message_id_for, pump
+
+durable_host = pytest.importorskip("workflow_core.devtools.durable_host")
+activities = pytest.importorskip("activities")
+orchestrators = pytest.importorskip("orchestrators")
+faults = pytest.importorskip("activities.handlers.faults")
+
+S = StepStatus
+Status = df.OrchestrationRuntimeStatus
+TICK = timedelta(seconds=30)
+
+
+class Stack:
+    """Host + services + pumps + the watchdog timer, wired like the Function App."""
+
+    def __init__(self, host, services) -> None:
+        self.host = host
+        self.services = services
+        self.ledger = services.ledger
+        settings = services.settings
+        body = watchdog.supervisor_watchdog._function.get_user_function().__wrapped__  # the SDK client shim
+
+        def worker() -> int:
+            return len(
+                pump(
+                    services.transport,
+                    settings.work_queue,
+                    lambda m: activities.process_work_message(
+                        m.body, delivery_count=m.delivery_count, services=services, worker_id="worker-e2e"
+                    ),
+                    max_delivery_count=settings.max_delivery_count,
+                    max_messages=16,
+                )
+            )
+
+        def results() -> int:
+            return len(
+                pump(
+                    services.transport,
+                    settings.result_queue,
+                    lambda m: host.run_async(activities.handle_result(m.body, host.client, services)),
+                    max_delivery_count=settings.max_delivery_count,
+                    max_messages=16,
+                )
+            )
+
+        def tick() -> None:
+            host.call(body, timer=TimerRequest(), client=host.client)
+
+        host.add_pump(worker, "agent_worker")
+        host.add_pump(results, "agent_result_handler")
+        host.add_periodic(tick, TICK, name="supervisor_watchdog")
+
+    def supervisor_audit(self, instance_id: str):
+        return [a for a in self.ledger.audit_trail(instance_id) if a.actor.startswith("supervisor:")]
+
+    def status(self, instance_id: str):
+        status = self.host.get_status(instance_id)
+        return status.runtime_status if status else None
+
+
+@pytest.fixture
+def stack(azurite, unique_name, monkeypatch):
+    env = settings_env(azurite, unique_name, WATCHDOG_SCHEDULE="*/30 * * * * *")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reset_services()
+    faults.clear()
+    services = get_services()
+    app = df.DFApp()
+    for blueprint in (orchestrators.blueprint, activities.blueprint, supervisor.blueprint):
+        app.register_blueprint(blueprint)
+    with durable_host.DurableTestHost(app) as host:
+        yield Stack(host, services)
+    faults.clear()
+    reset_services()
+
+
+def start_provisioning(stack: Stack, instance_id: str) -> str:
+    return stack.host.start_new(
+        WORKFLOW_ORCHESTRATOR,
+        instance_id,
+        {"workflow": "provision-tenant", "input": {"tenant_id": instance_id, "admin_email": "a@example.net"}},
+    )
+
+
+def test_a_healthy_run_is_left_alone(stack):
+    iid = start_provisioning(stack, "e2e-healthy")
+    faults.inject("dns.register", faults.Fail(times=1))  # one failure: the orchestration retries itself
+    status = stack.host.run_until_complete(iid)
+    assert status.runtime_status == Status.Completed and status.output["status"] == "succeeded"
+    assert [s.status for s in stack.ledger.list_for_instance(iid)] == [S.SUCCEEDED] * 3
+    assert stack.ledger.get(iid, "register_dns").attempt == 2
+    # The orchestration handled everything itself: the watchdog never had to touch a step.
+    assert stack.supervisor_audit(iid) == []
+
+
+def test_orchestration_gone_mid_step_is_compensated_by_the_watchdog(stack):
+    iid = start_provisioning(stack, "e2e-gone")
+    faults.inject("dns.register", faults.Stall())  # the DNS agent takes the work and never replies
+    host = stack.host
+    host.run_until(lambda: stack.ledger.get(iid, "register_dns").status is S.RUNNING)
+    assert stack.ledger.get(iid, "create_storage").status is S.SUCCEEDED
+
+    host.terminate(iid, "killed by a bad deployment")  # nobody waits for register_dns any more
+    compensation = compensation_instance_id(iid)
+    host.run_until(lambda: stack.status(compensation) == Status.Completed, timeout_virtual=timedelta(hours=1))
+
+    assert host.get_status(compensation).output["status"] == "compensated"
+    steps = {s.step_id: s for s in stack.ledger.list_for_instance(iid)}
+    assert steps["create_storage"].status is S.COMPENSATED  # the storage account was deleted
+    assert steps["register_dns"].status is S.COMPENSATED  # the stalled attempt may have taken effect
+    assert steps["send_welcome"].status is S.CANCELLED  # never ran
+    rows = stack.supervisor_audit(iid)
+    started = [r for r in rows if r.reason.startswith("start_compensation:")]
+    assert len(started) == 1 and "Terminated" in started[0].reason
+    assert any(r.to_status == "TimedOut" and r.step_id == "register_dns" for r in rows)
+
+
+def test_operator_retry_of_a_failed_compensation_is_enacted_by_the_watchdog(stack):
+    iid = start_provisioning(stack, "e2e-operator")
+    faults.inject("email.send_welcome", faults.Fail())  # the last step always fails: give up
+    faults.inject("dns.unregister", faults.Fail())  # and undoing DNS fails too
+    host = stack.host
+    status = host.run_until_complete(iid, timeout_virtual=timedelta(hours=2))
+    assert status.output["status"] == "compensation_failed"
+    stuck = stack.ledger.get(iid, "register_dns")
+    assert stuck.status is S.COMPENSATION_FAILED
+    assert [r.step_id for r in stack.ledger.needing_attention()] == ["register_dns"]
+
+    # The DNS service is fixed; an operator asks for the compensation to be retried.
+    faults.clear()
+    from supervisor import operator
+
+    operator.retry_step(stack.ledger, iid, "register_dns", user="ops", reason="dns api fixed")
+    compensation = compensation_instance_id(iid)
+    # Enacted at the next tick (at most 30 s away): the compensation is restarted and the
+    # compensator runs again, as its next attempt, right away.
+    host.run_until(
+        lambda: stack.ledger.get(iid, "register_dns").status is S.COMPENSATED,
+        timeout_virtual=timedelta(seconds=45),
+    )
+    assert stack.ledger.get(iid, "register_dns").compensation_attempt == stuck.compensation_attempt + 1
+    host.run_until(lambda: stack.status(compensation) == Status.Completed)
+    assert host.get_status(compensation).output["status"] == "compensated"
+    assert stack.ledger.needing_attention() == []
+    rows = [r for r in stack.supervisor_audit(iid) if r.reason.startswith("start_compensation:")]
+    assert len(rows) == 1 and "requested by operator:ops" in rows[0].reason
+
+
+def test_crash_between_ledger_write_and_send_is_healed_by_the_watchdog_end_to_end(azurite):
+    """The process running ``dispatch_step`` dies after the ledger write, before the send, and the
+    Durable runtime redelivers the activity only after five minutes (its lease): the orchestration
+    waits on the activity, so only the watchdog notices. It re-sends the same message once the
+    step's deadline (120 s) has passed; the workflow completes on attempt 1 and the message went
+    out exactly once (the redelivered activity finds the send recorded)."""
+    harness = pytest.importorskip("workflow_core.devtools.harness")
+    with harness.PatternHarness(azurite=azurite) as h:
+        iid = h.start_workflow("provision-tenant", {"tenant_id": "t-crash", "admin_email": "a@example.net"})
+        h.crash_dispatch_before_send("register_dns")
+        status = h.run_until_complete(iid)
+
+        assert status.output["status"] == "succeeded"
+        assert h.transport.sent_ids[message_id_for(iid, "register_dns", 1)] == 1
+        assert h.steps(iid)["register_dns"].attempt == 1  # healed without spending an attempt
+        resends = [d for d in h.decisions(iid) if d.action == "resend"]
+        assert [(d.step_id, d.status) for d in resends] == [("register_dns", "Dispatched")]
+        assert h.handler_calls(iid, "register_dns") == 1 and h.double_effects() == {}
