@@ -1,0 +1,45 @@
+"""The Agent role: the scheduler's activities, the agent worker, the result and dead-letter handlers.
+
+``function_app`` registers :data:`blueprint` (a ``df.Blueprint``) and may call
+:func:`check_shipped_workflows` at start-up. Every function is a thin binding around a plain body
+that tests and the durable test host call directly:
+
+- ``activities.scheduling``: ``create_workflow_steps``, ``dispatch_step``, ``check_step``,
+  ``schedule_retry``, ``give_up_step``, ``plan_compensation``, ``dispatch_compensation``,
+  ``check_compensation``, ``finish_compensation`` -- each ``(payload: dict, services) -> dict``
+  (``ACTIVITY_BODIES`` maps activity names to them);
+- ``activities.worker.process_work_message(body, *, delivery_count, services, worker_id)``;
+- ``activities.results.handle_result(body, client, services)`` (async);
+- ``activities.dead_letters.handle_dead_letter(body, *, reason, description, client, services)`` (async).
+
+The queue-triggered functions use Service Bus or Storage Queue triggers according to
+``AGENT_TRANSPORT`` when this package is imported.
+"""
+
+from activities import dead_letters, results, scheduling, worker
+from activities._bp import bp as blueprint
+from activities.dead_letters import handle_dead_letter
+from activities.handlers import AGENT_HANDLERS, agent, check_agents_registered, check_shipped_workflows
+from activities.results import handle_result
+from activities.scheduling import ACTIVITY_BODIES
+from activities.worker import default_worker_id, process_work_message
+
+blueprints = [blueprint]
+
+__all__ = [
+    "ACTIVITY_BODIES",
+    "AGENT_HANDLERS",
+    "agent",
+    "blueprint",
+    "blueprints",
+    "check_agents_registered",
+    "check_shipped_workflows",
+    "dead_letters",
+    "default_worker_id",
+    "handle_dead_letter",
+    "handle_result",
+    "process_work_message",
+    "results",
+    "scheduling",
+    "worker",
+]

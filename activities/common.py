@@ -1,0 +1,152 @@
+"""Helpers every Agent-role function body shares: conflict-safe ledger writes, payload parsing, time.
+
+Every ledger write in this package goes through :func:`retry_on_conflict`: read the step, decide what
+to do from what the ledger says *now*, write with the ETag that read returned; if someone else wrote
+in between (``ConcurrencyConflict``), read again and decide again. Nothing is ever blindly
+overwritten, which is what lets the scheduler, many workers and the watchdog touch one step at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from workflow_core import clock, telemetry
+from workflow_core.ledger import ConcurrencyConflict, StepRecord, decode_json
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+DEFAULT_CONFLICT_ATTEMPTS = 10
+
+# Sub-states of a Compensating step, kept in ``StepRecord.compensation_status`` (the ledger status
+# stays Compensating until the compensator succeeded or the scheduler gave up on it).
+COMP_DISPATCHED = "Dispatched"
+COMP_RUNNING = "Running"
+COMP_FAILED = "Failed"
+COMP_TIMED_OUT = "TimedOut"
+COMP_DONE = "Compensated"
+COMP_GAVE_UP = "GaveUp"  # on CompensationFailed rows
+GIVEN_UP = "GivenUp"  # on a work step whose attempts were exhausted (give_up_step)
+
+
+def retry_on_conflict(
+    read: Callable[[], R],
+    decide: Callable[[R], T],
+    *,
+    attempts: int = DEFAULT_CONFLICT_ATTEMPTS,
+    what: str = "ledger update",
+) -> T:
+    """``decide(read())``, re-read and re-decided whenever ``decide`` loses an ETag race.
+
+    ``decide`` must base every write on the record it is given (so a retry sees the winner's write)
+    and may perform several writes; a conflict on any of them restarts from a fresh read. After
+    ``attempts`` lost races the last :class:`ConcurrencyConflict` propagates (the caller's trigger
+    then retries the whole message or activity).
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
+    for attempt in range(1, attempts + 1):
+        current = read()
+        try:
+            return decide(current)
+        except ConcurrencyConflict:
+            if attempt == attempts:
+                raise
+            log.debug("%s lost an ETag race (try %d of %d); re-reading", what, attempt, attempts)
+            time.sleep(random.uniform(0, min(0.25, 0.01 * 2**attempt)))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def as_dict(payload: Any, what: str) -> dict[str, Any]:
+    """Activity input as a dict: the Functions worker hands over decoded JSON, a test may pass text."""
+    if isinstance(payload, str | bytes):
+        payload = json.loads(payload)
+    if not isinstance(payload, dict):
+        raise ValueError(f"{what} expects a JSON object, got {type(payload).__name__}")
+    return payload
+
+
+def parse_time(value: str | datetime, what: str = "time") -> datetime:
+    """An ISO 8601 timestamp as an aware UTC datetime (naive values are taken as UTC, which is what
+    ``context.current_utc_datetime`` means)."""
+    if isinstance(value, datetime):
+        parsed = value
+    else:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{what} must be an ISO 8601 timestamp, got {value!r}") from None
+    if parsed.tzinfo is None or parsed.tzinfo.utcoffset(parsed) is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def now() -> datetime:
+    return clock.utcnow()
+
+
+def grace_deadline(grace_seconds: float, base: datetime | None = None) -> datetime:
+    """Deadline of a row that waits for the scheduler (Failed/TimedOut/Retrying): ``base + grace``.
+
+    The watchdog acts on such a row only if the scheduler did not move it on within the grace.
+    """
+    return (base or now()) + timedelta(seconds=grace_seconds)
+
+
+def step_input(record: StepRecord) -> dict[str, Any]:
+    value = decode_json(record.input_ref)
+    return value if isinstance(value, dict) else {} if value is None else {"value": value}
+
+
+def step_output(record: StepRecord) -> dict[str, Any] | None:
+    value = decode_json(record.result_ref)
+    if value is None or isinstance(value, dict):
+        return value
+    return {"value": value}
+
+
+def error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def emit_recovery(
+    record: StepRecord, action: str, *, attempt: int | None = None, outcome: str | None = None, **attrs: Any
+) -> None:
+    """Report a recovery action of the Agent role (``sas.recovery`` counter, span event, log record).
+
+    Called only by the run that actually changed the ledger, so a re-run does not count twice.
+    """
+    try:
+        if action == "finish_compensation":
+            telemetry.record_compensation_failed(
+                record.instance_id,
+                record.step_id,
+                record.compensation_attempt if attempt is None else attempt,
+                workflow=record.workflow_name,
+                **attrs,
+            )
+            return
+        telemetry.record_recovery(
+            record.instance_id,
+            record.step_id,
+            record.attempt if attempt is None else attempt,
+            action,
+            outcome or telemetry.OUTCOME_OK,
+            workflow=record.workflow_name,
+            **attrs,
+        )
+    except Exception:  # telemetry must never fail the work it describes
+        log.exception("could not record recovery telemetry for %s", action)

@@ -1,0 +1,199 @@
+"""The dead-letter handler: a work message that could not be processed fails its step *now*.
+
+Entry point for any host::
+
+    await handle_dead_letter(body, reason=..., description=..., client=client, services=services)
+
+``body`` is the dead-lettered ``WorkMessage`` dict; ``reason``/``description`` the dead-letter
+reason (Service Bus: ``DeadLetterReason``/``DeadLetterErrorDescription``; our
+``StorageQueueTransport.dead_letter``: the envelope's ``dead_letter_reason``/``_description``; a
+message the Functions host itself moved to ``<queue>-poison`` has none, and gets
+``MaxDequeueCountExceeded``). ``client`` has ``async raise_event`` (the durable client).
+
+What it does, for the message's attempt: ledger Dispatched/Running -> Failed with ``last_error``
+"dead-lettered: <reason>: <description>" (deadline = now + grace), then the failed ``ResultMessage``
+is raised as the orchestration's result event, so it retries or compensates at once instead of
+waiting for the deadline. A compensate message keeps its step Compensating with
+``compensation_status`` Failed and raises the failed compensation event. If the ledger already
+has the attempt's outcome (e.g. the work succeeded but its reply could not be sent), that outcome is
+raised instead. A message for an older attempt or a settled step is only audited.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import azure.functions as func
+from pydantic import ValidationError
+
+from activities._bp import bp
+from activities.common import COMP_FAILED, emit_recovery, grace_deadline, retry_on_conflict, step_output
+from activities.messages import from_queue_message, from_servicebus_message, transport_kind
+from activities.results import EventClient, raise_result_event
+from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage
+from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
+from workflow_core.runtime import Services, get_services
+from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
+
+log = logging.getLogger(__name__)
+S = StepStatus
+ACTOR = "dead-letter-handler"
+
+
+async def handle_dead_letter(
+    body: dict[str, Any],
+    *,
+    reason: str | None,
+    description: str | None = None,
+    client: EventClient,
+    services: Services,
+) -> str:
+    """Fail the dead-lettered attempt and tell its orchestration. Returns what happened:
+    ``failed-event-raised``, ``result-event-raised`` (the ledger already had an outcome),
+    ``late-result-ignored`` (the orchestration is gone), ``ignored`` or ``unreadable``."""
+    try:
+        message = WorkMessage.model_validate(body)
+    except ValidationError as exc:
+        # Nothing to map it to: log it loudly and let it go (it stays visible in the logs only).
+        log.error("unreadable dead-lettered message (%s): %s", reason, exc)
+        return "unreadable"
+    error = f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
+    grace = services.settings.watchdog_grace_seconds
+    ledger = services.ledger
+
+    def result(ok: bool, r: StepRecord, err: str | None) -> ResultMessage:
+        return ResultMessage(
+            kind=message.kind,
+            instance_id=message.instance_id,
+            orchestration_id=message.orchestration_id,
+            step_id=message.step_id,
+            attempt=message.attempt,
+            outcome="succeeded" if ok else "failed",
+            output=(step_output(r) if message.kind == "work" else {}) if ok else None,
+            error=None if ok else err,
+        )
+
+    def decide(r: StepRecord) -> tuple[ResultMessage | None, bool, str]:
+        a = message.attempt
+        if message.kind == "work":
+            if r.attempt != a:
+                return None, False, f"ledger is at attempt {r.attempt} ({r.status.value})"
+            if r.status in (S.DISPATCHED, S.RUNNING):
+                ledger.transition(
+                    r, S.FAILED, actor=ACTOR, reason=error, last_error=error, deadline=grace_deadline(grace)
+                )
+                emit_recovery(r, "dead_letter", attempt=a, kind="work", reason=error)
+                return result(False, r, error), True, ""
+            if r.status is S.SUCCEEDED:
+                return result(True, r, None), False, ""
+            if r.status is S.FAILED:
+                return result(False, r, r.last_error or error), False, ""
+            return None, False, f"step is {r.status.value}"
+        if r.compensation_attempt != a:
+            return (
+                None,
+                False,
+                f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})",
+            )
+        if r.status is S.COMPENSATED:
+            return result(True, r, None), False, ""
+        if r.status is not S.COMPENSATING:
+            return None, False, f"step is {r.status.value}"
+        if r.compensation_status == COMP_FAILED:
+            return result(False, r, r.last_error or error), False, ""
+        ledger.update(
+            r,
+            actor=ACTOR,
+            reason=error,
+            compensation_status=COMP_FAILED,
+            last_error=error,
+            deadline=grace_deadline(grace),
+        )
+        emit_recovery(r, "dead_letter", attempt=a, kind="compensate", reason=error)
+        return result(False, r, error), True, ""
+
+    try:
+        outcome = retry_on_conflict(
+            lambda: ledger.get(message.instance_id, message.step_id),
+            decide,
+            what=f"dead-letter {message.instance_id}/{message.step_id}",
+        )
+    except StepNotFound:
+        log.warning("dead-lettered message for unknown step %s/%s", message.instance_id, message.step_id)
+        return "ignored"
+    to_raise, changed, why = outcome
+    if to_raise is None:
+        ledger.note(
+            message.instance_id,
+            message.step_id,
+            actor=ACTOR,
+            action="dead-letter-ignored",
+            reason=f"{message.kind} attempt {message.attempt} ({error}): {why}",
+            attempt=message.attempt,
+        )
+        return "ignored"
+    if changed:
+        log.warning(
+            "%s %s/%s#%d failed: %s",
+            message.kind,
+            message.instance_id,
+            message.step_id,
+            message.attempt,
+            error,
+        )
+    raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
+    if raised != "raised":
+        return raised
+    return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"
+
+
+# ---- trigger-bound function -----------------------------------------------------------------------
+
+
+def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
+    """Add ``agent_dead_letter_handler`` on the work queue's dead letters to ``blueprint``.
+
+    Service Bus: ``%WORK_QUEUE_NAME%/$DeadLetterQueue``. Storage queues: ``%DEAD_LETTER_QUEUE_NAME%``,
+    which must be ``<WORK_QUEUE_NAME>-poison`` (the default) to also see messages the Functions host
+    moves there itself.
+    """
+    if kind is TransportKind.SERVICE_BUS:
+
+        @blueprint.function_name(DEAD_LETTER_FUNCTION)
+        @blueprint.service_bus_queue_trigger(
+            arg_name="msg", queue_name="%WORK_QUEUE_NAME%/$DeadLetterQueue", connection=SERVICE_BUS_CONNECTION
+        )
+        @blueprint.durable_client_input(client_name="client")
+        async def agent_dead_letter_handler(msg: func.ServiceBusMessage, client) -> None:
+            incoming = from_servicebus_message(msg)
+            await handle_dead_letter(
+                incoming.body,
+                reason=incoming.dead_letter_reason,
+                description=incoming.dead_letter_description,
+                client=client,
+                services=get_services(),
+            )
+
+        return agent_dead_letter_handler
+
+    @blueprint.function_name(DEAD_LETTER_FUNCTION)
+    @blueprint.queue_trigger(
+        arg_name="msg", queue_name="%DEAD_LETTER_QUEUE_NAME%", connection=STORAGE_CONNECTION
+    )
+    @blueprint.durable_client_input(client_name="client")
+    async def agent_dead_letter_handler(msg: func.QueueMessage, client) -> None:
+        incoming = from_queue_message(msg, dead_letter=True)
+        await handle_dead_letter(
+            incoming.body,
+            reason=incoming.dead_letter_reason,
+            description=incoming.dead_letter_description,
+            client=client,
+            services=get_services(),
+        )
+
+    return agent_dead_letter_handler
+
+
+agent_dead_letter_handler = register_dead_letter_handler(bp, transport_kind())

@@ -1,0 +1,40 @@
+"""Agent handlers: the registry, the context handlers get, the example agents and fault injection.
+
+``AGENT_HANDLERS`` maps agent names to handlers; ``@agent("name")`` registers one. Importing this
+package registers the example agents (``examples``). See docs/agents.md for how to add an agent.
+"""
+
+from activities.handlers import examples as _examples  # noqa: F401 - registers the example agents
+from activities.handlers import faults
+from activities.handlers.base import (
+    AGENT_HANDLERS,
+    AgentCrash,
+    Handler,
+    MissingAgentHandlers,
+    NoReply,
+    StepContext,
+    StepNoLongerOwned,
+    agent,
+    check_agents_registered,
+    check_shipped_workflows,
+    get_handler,
+)
+from activities.handlers.remote import REMOTE_EFFECTS_TABLE, EffectCancelled, RemoteEffects
+
+__all__ = [
+    "AGENT_HANDLERS",
+    "REMOTE_EFFECTS_TABLE",
+    "AgentCrash",
+    "EffectCancelled",
+    "Handler",
+    "MissingAgentHandlers",
+    "NoReply",
+    "RemoteEffects",
+    "StepContext",
+    "StepNoLongerOwned",
+    "agent",
+    "check_agents_registered",
+    "check_shipped_workflows",
+    "faults",
+    "get_handler",
+]

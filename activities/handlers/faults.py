@@ -1,0 +1,152 @@
+"""In-process fault injection for agents: make a handler fail, hang, or crash, on purpose.
+
+Used by the tests and the demo to show the pattern recover. Rules apply to an agent, or to one step
+of it, and are checked by the worker around the handler call::
+
+    from activities.handlers import faults
+
+    faults.inject("dns.register", faults.Fail(times=2))       # fail twice, then succeed
+    faults.inject("payments.charge", faults.Fail())           # fail on every attempt
+    faults.inject("storage.create", faults.Stall())           # never reply (a dead agent)
+    faults.inject("storage.create", faults.Stall(seconds=3))  # reply, but 3 s late
+    faults.inject("inventory.reserve", faults.CrashAfterEffect())  # effect done, process dies
+    faults.inject("dns.register", faults.Fail(times=1), step="dns")  # only for step "dns"
+    faults.clear()
+
+- :class:`Fail` raises :class:`InjectedFailure` *before* the handler runs (no effect); the worker
+  records the attempt Failed and replies "failed".
+- :class:`Stall` with ``seconds`` sleeps, then runs the handler; without ``seconds`` it raises
+  :class:`StallInjected`: the worker records nothing and sends no reply, so only the deadline (the
+  orchestration's timer or the watchdog) notices.
+- :class:`CrashAfterEffect` lets the handler make its effect, then raises :class:`InjectedCrash`,
+  which the worker lets propagate like a process crash: the message is abandoned and delivered
+  again, and the idempotent handler must not make the effect twice.
+
+``times`` (default: 1 for crashes, unlimited otherwise) counts how often a rule fires; a rule for a
+step wins over a rule for the whole agent. State is per process: it works with the in-process
+durable test host and a local ``func start``, not across scaled-out instances.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from activities.handlers.base import AgentCrash, NoReply
+
+if TYPE_CHECKING:
+    from activities.handlers.base import StepContext
+
+
+class InjectedFailure(RuntimeError):
+    """The failure a :class:`Fail` rule makes the agent report."""
+
+
+class StallInjected(NoReply):
+    """A :class:`Stall` rule without ``seconds``: the agent never replies."""
+
+
+class InjectedCrash(AgentCrash):
+    """A :class:`CrashAfterEffect` rule: the agent dies after its effect, before replying."""
+
+
+@dataclass
+class Rule:
+    times: int | None = None  # None: every time
+    fired: int = field(default=0, init=False)
+
+    @property
+    def active(self) -> bool:
+        return self.times is None or self.fired < self.times
+
+
+@dataclass
+class Fail(Rule):
+    message: str = "injected failure"
+
+
+@dataclass
+class Stall(Rule):
+    seconds: float | None = None  # None: no reply at all
+
+
+@dataclass
+class CrashAfterEffect(Rule):
+    times: int | None = 1
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    agent: str
+    step_id: str
+    attempt: int
+    rule: str
+
+
+_lock = threading.Lock()
+_rules: list[tuple[str, str | None, Rule]] = []
+_events: list[FaultEvent] = []
+
+
+def inject(agent: str, rule: Rule, *, step: str | None = None) -> Rule:
+    """Add ``rule`` for ``agent`` (or only its step ``step``); returns the rule (see ``rule.fired``)."""
+    if not isinstance(rule, Fail | Stall | CrashAfterEffect):
+        raise TypeError(f"unknown fault rule {rule!r}; use Fail, Stall or CrashAfterEffect")
+    with _lock:
+        _rules.append((agent, step, rule))
+    return rule
+
+
+def remove(rule: Rule) -> None:
+    with _lock:
+        _rules[:] = [entry for entry in _rules if entry[2] is not rule]
+
+
+def clear() -> None:
+    """Remove every rule and forget what fired."""
+    with _lock:
+        _rules.clear()
+        _events.clear()
+
+
+def events() -> list[FaultEvent]:
+    """What fired so far, oldest first."""
+    with _lock:
+        return list(_events)
+
+
+def _take(ctx: StepContext, kinds: tuple[type[Rule], ...]) -> Rule | None:
+    with _lock:
+        candidates = [
+            (step is not None, rule)
+            for agent, step, rule in _rules
+            if agent == ctx.agent and step in (None, ctx.step_id) and isinstance(rule, kinds) and rule.active
+        ]
+        if not candidates:
+            return None
+        candidates.sort(key=lambda c: not c[0])  # step-specific rules first, then in injection order
+        rule = candidates[0][1]
+        rule.fired += 1
+        _events.append(FaultEvent(ctx.agent, ctx.step_id, ctx.attempt, type(rule).__name__))
+        return rule
+
+
+def before_handler(ctx: StepContext) -> None:
+    """Called by the worker before the handler: Fail and Stall rules."""
+    rule = _take(ctx, (Fail, Stall))
+    if isinstance(rule, Fail):
+        raise InjectedFailure(f"{rule.message} ({ctx.agent}, step {ctx.step_id}, attempt {ctx.attempt})")
+    if isinstance(rule, Stall):
+        if rule.seconds is None:
+            raise StallInjected(f"{ctx.agent} stalls on step {ctx.step_id} attempt {ctx.attempt}")
+        time.sleep(rule.seconds)
+
+
+def after_handler(ctx: StepContext) -> None:
+    """Called by the worker after the handler made its effect, before anything is recorded."""
+    if _take(ctx, (CrashAfterEffect,)) is not None:
+        raise InjectedCrash(
+            f"{ctx.agent} crashed after its effect (step {ctx.step_id}, attempt {ctx.attempt})"
+        )

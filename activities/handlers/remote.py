@@ -1,0 +1,143 @@
+"""Simulated remote services for the example agents: one Azure Table row per remote effect.
+
+``RemoteEffects`` stands in for the systems the agents call (a storage API, a DNS provider, a payment
+gateway...). Each effect is an entity in the ``RemoteEffects`` table on the app's storage account,
+PartitionKey = service name, RowKey = the step's idempotency key. It behaves like a remote API that
+honours idempotency keys:
+
+- :meth:`RemoteEffects.apply` creates the effect once; a retry or a duplicate delivery with the same
+  key gets the stored result back and changes nothing (``create_entity`` -> ``ResourceExistsError``);
+- :meth:`RemoteEffects.undo` marks the effect undone; "nothing to undo" is a success, and leaves a
+  tombstone so an attempt that arrives *after* its compensation is refused instead of taking effect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from typing import TYPE_CHECKING, Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
+from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+
+from workflow_core import clock
+
+if TYPE_CHECKING:
+    from workflow_core.runtime import Services
+    from workflow_core.settings import StorageConnection
+
+REMOTE_EFFECTS_TABLE = "RemoteEffects"
+APPLIED = "applied"
+UNDONE = "undone"
+
+
+class EffectCancelled(RuntimeError):
+    """The remote service refuses a request whose effect was already undone (compensated)."""
+
+
+class RemoteEffects:
+    """Idempotent create/undo of simulated remote effects in an Azure Table."""
+
+    _cache: dict[tuple[StorageConnection, str], RemoteEffects] = {}
+    _cache_lock = threading.Lock()
+
+    def __init__(self, table: TableClient) -> None:
+        self._table = table
+
+    @classmethod
+    def for_services(cls, services: Services, table_name: str = REMOTE_EFFECTS_TABLE) -> RemoteEffects:
+        """One client per storage account (created on first use, table created if missing)."""
+        storage = services.settings.storage
+        key = (storage, table_name)
+        with cls._cache_lock:
+            effects = cls._cache.get(key)
+            if effects is None:
+                effects = cls(_table_client(storage, table_name))
+                with contextlib.suppress(ResourceExistsError):
+                    effects._table.create_table()
+                cls._cache[key] = effects
+            return effects
+
+    def apply(self, service: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
+        """Make the effect (once) and return its result; with the same key again, the first result.
+
+        Returns ``result`` itself (the same object) exactly when this call made the effect, and a
+        copy of the stored result otherwise; observers (the test harness) count effects by that.
+        """
+        entity = {
+            "PartitionKey": service,
+            "RowKey": key,
+            "State": APPLIED,
+            "Result": json.dumps(result, sort_keys=True, default=str),
+            "AppliedAt": clock.utcnow(),
+        }
+        try:
+            self._table.create_entity(entity)
+            return result
+        except ResourceExistsError:
+            stored = self._table.get_entity(service, key)
+        if stored.get("State") == UNDONE:
+            raise EffectCancelled(f"{service}: request {key!r} was cancelled (its effect was undone)")
+        return json.loads(stored["Result"])
+
+    def undo(self, service: str, key: str) -> dict[str, Any]:
+        """Undo the effect if it exists; ``{"undone": True}`` or ``{"undone": False, "reason": ...}``."""
+        for _ in range(10):
+            try:
+                stored = self._table.get_entity(service, key)
+            except ResourceNotFoundError:
+                tombstone = {
+                    "PartitionKey": service,
+                    "RowKey": key,
+                    "State": UNDONE,
+                    "Result": "null",
+                    "UndoneAt": clock.utcnow(),
+                }
+                try:
+                    self._table.create_entity(tombstone)
+                except ResourceExistsError:
+                    continue  # it was just applied: read it again and undo that
+                return {"undone": False, "reason": "nothing to undo"}
+            if stored.get("State") == UNDONE:
+                return {"undone": False, "reason": "already undone"}
+            stored["State"] = UNDONE
+            stored["UndoneAt"] = clock.utcnow()
+            try:
+                self._table.update_entity(
+                    stored,
+                    mode=UpdateMode.REPLACE,
+                    etag=stored.metadata["etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                )
+            except HttpResponseError as exc:
+                if exc.status_code in (404, 412):  # changed or removed since read: look again
+                    continue
+                raise
+            return {"undone": True}
+        raise RuntimeError(f"{service}: could not undo {key!r}: it kept changing")
+
+    def get(self, service: str, key: str) -> dict[str, Any] | None:
+        """The stored effect (``State``, ``Result``...) or None."""
+        try:
+            return dict(self._table.get_entity(service, key))
+        except ResourceNotFoundError:
+            return None
+
+    def list(self, service: str | None = None) -> list[dict[str, Any]]:
+        if service is None:
+            return [dict(e) for e in self._table.list_entities()]
+        return [
+            dict(e) for e in self._table.query_entities("PartitionKey eq @pk", parameters={"pk": service})
+        ]
+
+
+def _table_client(storage: StorageConnection, table_name: str) -> TableClient:
+    if storage.connection_string:
+        return TableClient.from_connection_string(storage.connection_string, table_name)
+    from azure.identity import DefaultAzureCredential
+
+    credential = DefaultAzureCredential(managed_identity_client_id=storage.client_id)
+    service = TableServiceClient(endpoint=storage.table_service_uri, credential=credential)
+    return service.get_table_client(table_name)

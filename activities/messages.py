@@ -1,0 +1,96 @@
+"""Turn what a trigger hands a function into the parts our bodies need, for either transport.
+
+- Storage Queue trigger (``func.QueueMessage``): the host has already base64-decoded the message, so
+  its body is the envelope text ``StorageQueueTransport`` wrote (``workflow_core.transport.envelope``).
+  A message the host moved to ``<queue>-poison`` itself is the same envelope, without a dead-letter
+  reason; one our transport dead-lettered carries ``dead_letter_reason``/``_description``.
+- Service Bus trigger (``func.ServiceBusMessage``): the body is the JSON message body; MessageId,
+  delivery count and dead-letter reason are message properties.
+
+The trigger kind is chosen once, at import time, from ``AGENT_TRANSPORT`` (as the host indexes the
+functions when it starts): see :func:`transport_kind`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import azure.functions as func
+
+from workflow_core.settings import TransportKind
+from workflow_core.transport.envelope import body_from_text, read_envelope
+
+HOST_POISON_REASON = "MaxDequeueCountExceeded"
+HOST_POISON_DESCRIPTION = "moved to the poison queue by the Functions host after its last allowed delivery"
+
+
+def transport_kind(env: dict[str, str] | None = None) -> TransportKind:
+    """``AGENT_TRANSPORT`` (default ``servicebus``); an unknown value raises a clear error."""
+    env = os.environ if env is None else env
+    raw = (env.get("AGENT_TRANSPORT") or TransportKind.SERVICE_BUS.value).strip().lower()
+    try:
+        return TransportKind(raw)
+    except ValueError:
+        choices = ", ".join(k.value for k in TransportKind)
+        raise ValueError(f"AGENT_TRANSPORT must be one of {choices}; got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A trigger message, transport-neutral."""
+
+    body: dict[str, Any]
+    message_id: str | None
+    delivery_count: int
+    correlation_id: str | None = None
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+
+
+def from_queue_message(msg: func.QueueMessage, *, dead_letter: bool = False) -> Incoming:
+    text = _text(msg.get_body())
+    envelope = read_envelope(text)
+    if not envelope.is_envelope:  # the host may hand over the raw base64 if messageEncoding is "none"
+        decoded = _b64(text)
+        if decoded is not None and read_envelope(decoded).is_envelope:
+            envelope = read_envelope(decoded)
+    reason = envelope.dead_letter_reason
+    description = envelope.dead_letter_description
+    if dead_letter and reason is None:
+        reason, description = HOST_POISON_REASON, HOST_POISON_DESCRIPTION
+    return Incoming(
+        body=envelope.body,
+        message_id=envelope.message_id or msg.id,
+        delivery_count=int(msg.dequeue_count or 1),
+        correlation_id=envelope.correlation_id,
+        dead_letter_reason=reason,
+        dead_letter_description=description,
+    )
+
+
+def from_servicebus_message(msg: func.ServiceBusMessage) -> Incoming:
+    return Incoming(
+        body=body_from_text(_text(msg.get_body())),
+        message_id=msg.message_id,
+        delivery_count=int(msg.delivery_count or 1),
+        correlation_id=msg.correlation_id,
+        dead_letter_reason=msg.dead_letter_reason,
+        dead_letter_description=msg.dead_letter_error_description,
+    )
+
+
+def _text(body: bytes | str | None) -> str:
+    if body is None:
+        return ""
+    return body.decode("utf-8", errors="replace") if isinstance(body, bytes) else str(body)
+
+
+def _b64(text: str) -> str | None:
+    try:
+        return base64.b64decode(text, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None

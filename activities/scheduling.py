@@ -1,0 +1,859 @@
+"""The scheduler's activities: every ledger write and every send the orchestrations need.
+
+Orchestrators do no I/O; each call below is one activity. Each activity is a thin binding wrapper
+around a plain function ``(payload: dict, services) -> dict`` that tests and the durable test host
+call directly. All of them are idempotent: the durable engine may run an activity again after a
+crash, so each one decides from what the ledger says now, and a second run changes nothing a
+first run already changed (see docs/agents.md).
+
+Return values (JSON objects):
+
+- ``create_workflow_steps`` -> ``{"instance_id", "workflow", "steps": [{"step_id", "status",
+  "attempt"}]}``
+- ``dispatch_step`` / ``dispatch_compensation`` -> :class:`DispatchOutcome` as a dict
+- ``check_step`` / ``check_compensation`` -> ``StepCheck`` (``workflow_core.contracts``) as a dict
+- ``schedule_retry``, ``give_up_step``, ``finish_compensation`` -> ``{"instance_id", "step_id",
+  "status", "changed"}``
+- ``plan_compensation`` -> ``{"steps": [...], "cancelled": [step ids]}`` (see docs/contracts.md)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities._bp import bp
+from activities.common import (
+    COMP_DISPATCHED,
+    COMP_FAILED,
+    COMP_GAVE_UP,
+    COMP_TIMED_OUT,
+    GIVEN_UP,
+    as_dict,
+    emit_recovery,
+    error_text,
+    grace_deadline,
+    iso,
+    now,
+    parse_time,
+    retry_on_conflict,
+    step_input,
+    step_output,
+)
+from workflow_core import contracts as c
+from workflow_core import telemetry
+from workflow_core.contracts import StepCheck, StepDispatch, WorkMessage
+from workflow_core.ledger import NewStep, StepLedger, StepRecord, StepStatus, encode_json
+from workflow_core.runtime import Services, get_services
+from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
+
+log = logging.getLogger(__name__)
+
+S = StepStatus
+ACTOR = "scheduler"
+IN_FLIGHT = frozenset({S.DISPATCHED, S.RUNNING})
+NEEDS_RETRY_DECISION = frozenset({S.FAILED, S.TIMED_OUT})
+# Statuses from which a step may (after moving through TimedOut if in flight) start compensating.
+MAY_COMPENSATE = frozenset(
+    {S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.RETRYING, S.COMPENSATING, S.COMPENSATION_FAILED}
+)
+
+# Used when a step's workflow definition can no longer be loaded (renamed or removed after the run
+# started): compensation must still be possible.
+FALLBACK_COMPENSATION_DEADLINE_SECONDS = 300.0
+# Pauses between quick re-tries of a failed send inside one dispatch (then the deadline takes over).
+SEND_RETRY_DELAYS = (0.2, 1.0)
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class CreateStepsInput(_Input):
+    instance_id: str
+    workflow: str
+    orchestration_id: str | None = None
+
+
+class StepAttemptInput(_Input):
+    instance_id: str
+    step_id: str
+    attempt: int = Field(ge=1)
+
+
+class ScheduleRetryInput(StepAttemptInput):
+    retry_at: str
+
+
+class GiveUpInput(_Input):
+    instance_id: str
+    step_id: str
+    reason: str = "attempts exhausted"
+
+
+class PlanInput(_Input):
+    instance_id: str
+
+
+class FinishCompensationInput(_Input):
+    instance_id: str
+    step_id: str
+    error: str = "compensator attempts exhausted"
+
+
+DispatchResult = Literal["dispatched", "already-dispatched", "settled", "stale", "not-dispatchable"]
+
+
+class DispatchOutcome(BaseModel):
+    """What a dispatch activity did.
+
+    ``outcome``: ``dispatched`` (ledger moved, message sent), ``already-dispatched`` (this attempt
+    was dispatched before; the message was re-sent only if it had not been sent), ``settled`` (the
+    step is already done: Succeeded by another attempt, Skipped, or Compensated; nothing sent, do
+    not wait for a result), ``stale`` (the ledger is at a later attempt; nothing done),
+    ``not-dispatchable`` (the status does not allow it, e.g. Cancelled, or no compensator; nothing
+    done). ``status`` is the ledger status afterwards. ``sent``: whether this call sent the message;
+    if sending failed even after a few quick retries, ``sent`` is false, ``error`` says why and the
+    step (its intent already in the ledger) recovers at its deadline.
+    """
+
+    instance_id: str
+    step_id: str
+    kind: c.StepKind
+    attempt: int
+    outcome: DispatchResult
+    status: str
+    message_id: str
+    sent: bool
+    deadline: str | None = None
+    error: str | None = None  # why the send failed (the step then recovers at its deadline)
+
+
+# ---- create_workflow_steps ------------------------------------------------------------------------
+
+
+def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """All steps of the instance's workflow, Pending, in one idempotent ledger write."""
+    from workflow_core.workflows import get_workflow
+
+    args = CreateStepsInput.model_validate(as_dict(payload, c.ACTIVITY_CREATE_STEPS))
+    definition = get_workflow(args.workflow)
+    steps = [
+        NewStep(
+            step_id=step.id,
+            step_name=step.name or step.id,
+            agent=step.agent,
+            compensator=step.compensation.agent if step.compensation else None,
+            max_attempts=step.retry.max_attempts,
+            heartbeat_timeout_seconds=step.heartbeat_timeout_seconds,
+        )
+        for step in definition.steps
+    ]
+    records = services.ledger.create_steps(
+        args.instance_id,
+        definition.name,
+        steps,
+        actor=ACTOR,
+        orchestration_id=args.orchestration_id or args.instance_id,
+    )
+    return {
+        "instance_id": args.instance_id,
+        "workflow": definition.name,
+        "steps": [{"step_id": r.step_id, "status": r.status.value, "attempt": r.attempt} for r in records],
+    }
+
+
+# ---- dispatch -------------------------------------------------------------------------------------
+
+
+def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """Ledger Pending/Retrying -> Dispatched (owner, attempt, deadline, orchestration id, input) *then*
+    send the work message (MessageId ``message_id_for(instance, step, attempt)``), then record
+    ``message_sent_at``. A second call for the same attempt re-sends only if no send was recorded."""
+    dispatch = StepDispatch.model_validate(as_dict(payload, c.ACTIVITY_DISPATCH_STEP))
+    if dispatch.kind != "work":
+        raise ValueError(f"{c.ACTIVITY_DISPATCH_STEP} sends work; use {c.ACTIVITY_DISPATCH_COMPENSATION}")
+    return _dispatch(dispatch, services).model_dump()
+
+
+def dispatch_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """Ledger -> Compensating (compensation_attempt, owner, deadline) *then* send the compensate
+    message to the step's compensator agent; idempotent like :func:`dispatch_step`."""
+    data = dict(as_dict(payload, c.ACTIVITY_DISPATCH_COMPENSATION))
+    data["kind"] = "compensate"
+    return _dispatch(StepDispatch.model_validate(data), services).model_dump()
+
+
+def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
+    ledger = services.ledger
+    deadline = parse_time(d.deadline, "deadline")
+    grace = services.settings.watchdog_grace_seconds
+    decide = _decide_work_dispatch if d.kind == "work" else _decide_compensation_dispatch
+    record, outcome = retry_on_conflict(
+        lambda: ledger.get(d.instance_id, d.step_id),
+        lambda r: decide(ledger, r, d, deadline, grace),
+        what=f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
+    )
+    message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
+    sent = False
+    error = None
+    if outcome in ("dispatched", "already-dispatched") and _needs_send(record, d):
+        try:
+            record = _send(record, d, services)
+            sent = True
+            log.info("sent %s %s (outcome %s)", d.kind, message_id, outcome)
+        except TransportError as exc:
+            # The intent is in the ledger (Dispatched/Compensating, message_sent_at unset, a deadline):
+            # failing the activity would fail the whole orchestration, while the deadline recovers
+            # this (the orchestration's timer retries the step; the watchdog re-sends the message).
+            error = error_text(exc)
+            log.warning("could not send %s (%s); the deadline will recover it", message_id, error)
+            ledger.note(
+                d.instance_id,
+                d.step_id,
+                actor=ACTOR,
+                action="send-failed",
+                reason=f"{d.kind} message {message_id} not sent: {error}; recovery at the deadline "
+                f"{iso(record.deadline)}",
+                attempt=d.attempt,
+                status=record.status.value,
+            )
+            emit_recovery(
+                record, "send_failed", attempt=d.attempt, outcome=telemetry.OUTCOME_ERROR, error=error
+            )
+    if d.kind == "compensate" and outcome == "dispatched":
+        emit_recovery(record, "compensate", attempt=d.attempt, compensator=record.compensator)
+    return DispatchOutcome(
+        instance_id=d.instance_id,
+        step_id=d.step_id,
+        kind=d.kind,
+        attempt=d.attempt,
+        outcome=outcome,
+        status=record.status.value,
+        message_id=message_id,
+        sent=sent,
+        deadline=iso(record.deadline),
+        error=error,
+    )
+
+
+def _decide_work_dispatch(
+    ledger: StepLedger, r: StepRecord, d: StepDispatch, deadline: datetime, grace: float
+) -> tuple[StepRecord, DispatchResult]:
+    if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
+        return r, "already-dispatched"
+    if r.status in (S.SUCCEEDED, S.SKIPPED):
+        return r, "settled"
+    if r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt:
+        updated = ledger.transition(
+            r,
+            S.DISPATCHED,
+            actor=ACTOR,
+            reason=f"dispatch attempt {d.attempt} to agent {r.agent}",
+            owner=f"agent:{r.agent}",
+            attempt=d.attempt,
+            deadline=deadline,
+            orchestration_id=d.orchestration_id,
+            input_ref=encode_json(d.input),
+            message_sent_at=None,
+            last_heartbeat=None,
+        )
+        return updated, "dispatched"
+    if r.attempt >= d.attempt:
+        return r, "stale"
+    return r, "not-dispatchable"
+
+
+def _decide_compensation_dispatch(
+    ledger: StepLedger, r: StepRecord, d: StepDispatch, deadline: datetime, grace: float
+) -> tuple[StepRecord, DispatchResult]:
+    if r.compensation_attempt == d.attempt and r.status in (
+        S.COMPENSATING,
+        S.COMPENSATED,
+        S.COMPENSATION_FAILED,
+    ):
+        return r, "already-dispatched"
+    if r.status is S.COMPENSATED:
+        return r, "settled"
+    if r.compensator is None:
+        return r, "not-dispatchable"
+    if r.status in IN_FLIGHT:  # compensation asked for while an attempt is out: stop waiting for it
+        r = ledger.transition(
+            r,
+            S.TIMED_OUT,
+            actor=ACTOR,
+            reason="compensation requested while an attempt was in flight",
+            deadline=grace_deadline(grace),
+        )
+    if r.status in MAY_COMPENSATE and d.attempt > r.compensation_attempt:
+        updated = ledger.transition(
+            r,
+            S.COMPENSATING,
+            actor=ACTOR,
+            reason=f"dispatch compensation attempt {d.attempt} to agent {r.compensator}",
+            owner=f"agent:{r.compensator}",
+            compensation_attempt=d.attempt,
+            compensation_status=COMP_DISPATCHED,
+            deadline=deadline,
+            orchestration_id=d.orchestration_id,
+            message_sent_at=None,
+            last_heartbeat=None,
+        )
+        return updated, "dispatched"
+    if r.compensation_attempt >= d.attempt:
+        return r, "stale"
+    return r, "not-dispatchable"
+
+
+def _send(record: StepRecord, d: StepDispatch, services: Services) -> StepRecord:
+    """Send the message of ``d`` (built from the ledger row), then record ``message_sent_at``.
+
+    A send that fails is retried a few times at once (the same MessageId, so a send that did reach
+    the broker is deduplicated); the last ``TransportError`` propagates.
+    """
+    message = _work_message(record, d)
+    send = functools.partial(
+        services.transport.send,
+        services.settings.work_queue,
+        OutgoingMessage(
+            body=message.model_dump(mode="json"),
+            message_id=message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind),
+            subject=message.agent,
+            application_properties={
+                "kind": d.kind,
+                "agent": message.agent,
+                "instance_id": d.instance_id,
+                "step_id": d.step_id,
+                "attempt": d.attempt,
+            },
+        ),
+    )
+    for delay in (*SEND_RETRY_DELAYS, None):
+        try:
+            send()
+            break
+        except TransportError as exc:
+            if delay is None:
+                raise
+            log.info("send of %s %s#%d failed (%s); retrying", d.kind, d.step_id, d.attempt, exc)
+            time.sleep(delay)
+    return _record_sent(services.ledger, d)
+
+
+def resend_dispatched(
+    instance_id: str, step_id: str, services: Services, *, force: bool = False
+) -> dict[str, Any]:
+    """Re-send the message of a step that is dispatched but not claimed, from the ledger row alone.
+
+    For the supervisor: a Dispatched step (or a Compensating one whose compensator was dispatched)
+    past its deadline may never have had its message sent (a crash between "ledger written" and
+    "message sent"). Sends when no send was recorded, or always with ``force`` (same MessageId, so
+    Service Bus duplicate detection and the worker's claim rules dedupe it). A compensate message is
+    re-sent with an empty ``input``: compensators read the step's input and output from the ledger.
+    Returns ``{"instance_id", "step_id", "kind", "attempt", "status", "sent", "message_id"}``.
+    """
+    r = services.ledger.get(instance_id, step_id)
+    if r.status is S.DISPATCHED:
+        kind, attempt = "work", r.attempt
+    elif r.status is S.COMPENSATING and r.compensation_status == COMP_DISPATCHED:
+        kind, attempt = "compensate", r.compensation_attempt
+    else:
+        return {
+            "instance_id": instance_id,
+            "step_id": step_id,
+            "kind": None,
+            "attempt": r.attempt,
+            "status": r.status.value,
+            "sent": False,
+            "message_id": None,
+        }
+    d = StepDispatch(
+        instance_id=instance_id,
+        orchestration_id=r.orchestration_id or instance_id,
+        workflow=r.workflow_name,
+        step_id=step_id,
+        attempt=attempt,
+        deadline=iso(r.deadline) or iso(now()),
+        kind=kind,
+    )
+    sent = force or r.message_sent_at is None
+    if sent:
+        r = _send(r, d, services)
+        services.ledger.note(
+            instance_id,
+            step_id,
+            actor="supervisor",
+            action="message-resent",
+            reason=f"{kind} message for attempt {attempt} re-sent{' (forced)' if force else ''}",
+            attempt=attempt,
+            status=r.status.value,
+        )
+    return {
+        "instance_id": instance_id,
+        "step_id": step_id,
+        "kind": kind,
+        "attempt": attempt,
+        "status": r.status.value,
+        "sent": sent,
+        "message_id": message_id_for(instance_id, step_id, attempt, kind=kind),
+    }
+
+
+def _needs_send(r: StepRecord, d: StepDispatch) -> bool:
+    if r.message_sent_at is not None:
+        return False
+    if d.kind == "work":
+        return r.status is S.DISPATCHED and r.attempt == d.attempt
+    return (
+        r.status is S.COMPENSATING
+        and r.compensation_attempt == d.attempt
+        and (r.compensation_status == COMP_DISPATCHED)
+    )
+
+
+def _work_message(r: StepRecord, d: StepDispatch) -> WorkMessage:
+    """The message, from the ledger row (so a re-send is identical to the first send)."""
+    if d.kind == "work":
+        return WorkMessage(
+            kind="work",
+            instance_id=r.instance_id,
+            orchestration_id=r.orchestration_id or d.orchestration_id,
+            workflow=r.workflow_name,
+            step_id=r.step_id,
+            agent=r.agent,
+            attempt=r.attempt,
+            deadline=iso(r.deadline) or d.deadline,
+            input=step_input(r),
+        )
+    return WorkMessage(
+        kind="compensate",
+        instance_id=r.instance_id,
+        orchestration_id=r.orchestration_id or d.orchestration_id,
+        workflow=r.workflow_name,
+        step_id=r.step_id,
+        agent=r.compensator or "",
+        attempt=r.compensation_attempt,
+        deadline=iso(r.deadline) or d.deadline,
+        input=d.input,
+    )
+
+
+def _record_sent(ledger: StepLedger, d: StepDispatch) -> StepRecord:
+    def decide(r: StepRecord) -> StepRecord:
+        same = r.attempt == d.attempt if d.kind == "work" else r.compensation_attempt == d.attempt
+        if not same or r.message_sent_at is not None:
+            return r
+        return ledger.update(
+            r, actor=ACTOR, reason=f"{d.kind} message for attempt {d.attempt} sent", message_sent_at=now()
+        )
+
+    return retry_on_conflict(lambda: ledger.get(d.instance_id, d.step_id), decide, what="record send")
+
+
+# ---- check_step / check_compensation --------------------------------------------------------------
+
+
+def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """The orchestration's deadline timer fired: what does the ledger say about this attempt?
+
+    ``succeeded``/``failed``: the result is in the ledger (its event was lost or is late);
+    ``extended``: a heartbeat moved the deadline past now; ``timed_out``: the ledger now says
+    TimedOut (written here if the attempt was still Dispatched/Running past its deadline).
+    """
+    args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_STEP))
+    ledger = services.ledger
+    grace = services.settings.watchdog_grace_seconds
+
+    def decide(r: StepRecord) -> StepCheck:
+        # Any attempt's success is the step's success (a supervisor re-dispatch may have won).
+        if r.status is S.SUCCEEDED and r.attempt >= args.attempt:
+            return StepCheck(state="succeeded", output=step_output(r))
+        if r.status is S.SKIPPED:  # an operator decided the step needs no (more) work
+            return StepCheck(state="succeeded", output=step_output(r))
+        if r.attempt != args.attempt:  # never dispatched, or superseded by a later attempt
+            return StepCheck(state="timed_out", error=f"ledger is at attempt {r.attempt} ({r.status.value})")
+        if r.status is S.FAILED:
+            return StepCheck(state="failed", error=r.last_error)
+        if r.status in IN_FLIGHT:
+            current = now()
+            if r.deadline is not None and r.deadline > current:
+                return StepCheck(state="extended", deadline=iso(r.deadline))
+            ledger.transition(
+                r,
+                S.TIMED_OUT,
+                actor=ACTOR,
+                reason=f"attempt {r.attempt} passed its deadline {iso(r.deadline)} without a result",
+                last_error=f"attempt {r.attempt} timed out ({r.status.value} past its deadline)",
+                deadline=grace_deadline(grace, current),
+            )
+            emit_recovery(r, "timed_out", reason=f"no result by {iso(r.deadline)}")
+            return StepCheck(state="timed_out", error=f"attempt {r.attempt} timed out")
+        if r.status in (S.TIMED_OUT, S.RETRYING):
+            return StepCheck(state="timed_out", error=r.last_error)
+        return StepCheck(state="failed", error=r.last_error or f"step is {r.status.value}")
+
+    check = retry_on_conflict(
+        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"check {args.step_id}"
+    )
+    return check.model_dump()
+
+
+def check_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """Like :func:`check_step` for a compensation attempt (``attempt`` = compensation attempt).
+
+    A compensator that passes its deadline keeps the step Compensating, with ``compensation_status``
+    TimedOut and a ``last_error``; the scheduler then retries it or calls ``finish_compensation``.
+    """
+    args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_COMPENSATION))
+    ledger = services.ledger
+    grace = services.settings.watchdog_grace_seconds
+
+    def decide(r: StepRecord) -> StepCheck:
+        if r.status is S.COMPENSATED:
+            return StepCheck(state="succeeded")
+        if r.compensation_attempt != args.attempt:
+            return StepCheck(
+                state="timed_out",
+                error=f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})",
+            )
+        if r.status is S.COMPENSATION_FAILED:
+            return StepCheck(state="failed", error=r.last_error)
+        if r.status is not S.COMPENSATING:
+            return StepCheck(state="failed", error=f"step is {r.status.value}")
+        if r.compensation_status == COMP_FAILED:
+            return StepCheck(state="failed", error=r.last_error)
+        if r.compensation_status == COMP_TIMED_OUT:
+            return StepCheck(state="timed_out", error=r.last_error)
+        current = now()
+        if r.deadline is not None and r.deadline > current:
+            return StepCheck(state="extended", deadline=iso(r.deadline))
+        error = f"compensation attempt {r.compensation_attempt} timed out"
+        ledger.update(
+            r,
+            actor=ACTOR,
+            reason=f"compensation attempt {r.compensation_attempt} passed its deadline {iso(r.deadline)}",
+            compensation_status=COMP_TIMED_OUT,
+            last_error=error,
+            deadline=grace_deadline(grace, current),
+        )
+        emit_recovery(r, "compensation_timed_out", attempt=r.compensation_attempt, reason=error)
+        return StepCheck(state="timed_out", error=error)
+
+    check = retry_on_conflict(
+        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"check compensation {args.step_id}"
+    )
+    return check.model_dump()
+
+
+# ---- schedule_retry / give_up_step ----------------------------------------------------------------
+
+
+def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """Failed/TimedOut attempt -> Retrying until ``retry_at`` (deadline ``retry_at`` + grace)."""
+    args = ScheduleRetryInput.model_validate(as_dict(payload, c.ACTIVITY_SCHEDULE_RETRY))
+    ledger = services.ledger
+    retry_at = parse_time(args.retry_at, "retry_at")
+    grace = services.settings.watchdog_grace_seconds
+
+    def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+        if r.attempt != args.attempt:
+            return r, False  # superseded (or never dispatched): nothing of this attempt to retry
+        if r.status in IN_FLIGHT:
+            r = ledger.transition(
+                r,
+                S.TIMED_OUT,
+                actor=ACTOR,
+                reason=f"scheduler gave up waiting for attempt {r.attempt}",
+                last_error=r.last_error or f"attempt {r.attempt} timed out",
+                deadline=grace_deadline(grace),
+            )
+        if r.status not in NEEDS_RETRY_DECISION:
+            return r, False  # already Retrying (a re-run), or settled another way
+        updated = ledger.transition(
+            r,
+            S.RETRYING,
+            actor=ACTOR,
+            reason=f"attempt {r.attempt + 1} of {r.max_attempts} at {iso(retry_at)}",
+            deadline=grace_deadline(grace, retry_at),
+            owner="scheduler",
+        )
+        return updated, True
+
+    record, changed = retry_on_conflict(
+        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"schedule retry {args.step_id}"
+    )
+    if changed:
+        emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
+    return _status(record, changed)
+
+
+def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """Attempts exhausted. A step with a compensator stays Failed/TimedOut, marked ``GivenUp``, for
+    ``plan_compensation`` to undo first (a timed-out attempt may have taken effect); a step without
+    one is Cancelled (nothing to undo)."""
+    args = GiveUpInput.model_validate(as_dict(payload, c.ACTIVITY_GIVE_UP_STEP))
+    ledger = services.ledger
+    grace = services.settings.watchdog_grace_seconds
+
+    def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+        if r.status in IN_FLIGHT:
+            r = ledger.transition(
+                r,
+                S.TIMED_OUT,
+                actor=ACTOR,
+                reason=f"given up: {args.reason}",
+                last_error=args.reason,
+                deadline=grace_deadline(grace),
+            )
+        if r.status is S.PENDING or (
+            r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
+        ):
+            return (
+                ledger.transition(
+                    r,
+                    S.CANCELLED,
+                    actor=ACTOR,
+                    reason=f"given up, nothing to undo: {args.reason}",
+                    last_error=args.reason,
+                    compensation_status=GIVEN_UP,
+                ),
+                True,
+            )
+        if r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensation_status != GIVEN_UP:
+            return (
+                ledger.update(
+                    r,
+                    actor=ACTOR,
+                    reason=f"given up, to be compensated: {args.reason}",
+                    last_error=args.reason,
+                    compensation_status=GIVEN_UP,
+                    deadline=grace_deadline(grace),
+                ),
+                True,
+            )
+        return r, False
+
+    record, changed = retry_on_conflict(
+        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"give up {args.step_id}"
+    )
+    if changed:
+        emit_recovery(record, "give_up", reason=args.reason, to_be_compensated=record.compensator is not None)
+    return _status(record, changed)
+
+
+# ---- compensation ---------------------------------------------------------------------------------
+
+
+def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """What to undo, in order: steps that may have taken effect and have a compensator.
+
+    Order: steps that never completed (the given-up step, or any caught in flight) first, then
+    completed steps in reverse completion order. Steps that never ran, and failed steps without a
+    compensator, become Cancelled. Steps already Compensated are left out; Compensating and
+    CompensationFailed ones stay in (a re-run, or an operator-requested retry).
+    """
+    args = PlanInput.model_validate(as_dict(payload, c.ACTIVITY_PLAN_COMPENSATION))
+    ledger = services.ledger
+    grace = services.settings.watchdog_grace_seconds
+    records = ledger.list_for_instance(args.instance_id)
+    definition = _definition_or_none(records[0].workflow_name) if records else None
+
+    to_undo: list[StepRecord] = []
+    cancelled: list[str] = []
+    for record in records:
+
+        def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+            if r.status in IN_FLIGHT:
+                r = ledger.transition(
+                    r,
+                    S.TIMED_OUT,
+                    actor=ACTOR,
+                    reason="workflow is being compensated; in-flight attempt abandoned",
+                    last_error=r.last_error or "abandoned by compensation",
+                    deadline=grace_deadline(grace),
+                )
+            if r.status is S.PENDING or (
+                r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
+            ):
+                return ledger.transition(r, S.CANCELLED, actor=ACTOR, reason="workflow compensated"), True
+            return r, False
+
+        current, was_cancelled = retry_on_conflict(
+            lambda record=record: ledger.get(record.instance_id, record.step_id),
+            decide,
+            what=f"plan {record.step_id}",
+        )
+        if was_cancelled:
+            cancelled.append(current.step_id)
+        elif current.compensator is not None and current.status in MAY_COMPENSATE:
+            to_undo.append(current)
+
+    never_completed = sorted((r for r in to_undo if r.completed_at is None), key=lambda r: -r.sequence)
+    completed = sorted(
+        (r for r in to_undo if r.completed_at is not None),
+        key=lambda r: (r.completed_at, r.sequence),
+        reverse=True,
+    )
+    steps = [_plan_entry(r, definition) for r in never_completed + completed]
+    return {"steps": steps, "cancelled": cancelled}
+
+
+def _definition_or_none(name: str):
+    try:
+        from workflow_core.workflows import get_workflow
+
+        return get_workflow(name)
+    except Exception as exc:  # a run must stay compensatable even if its definition went away
+        log.warning("workflow %r could not be loaded (%s); compensating with default policies", name, exc)
+        return None
+
+
+def _plan_entry(r: StepRecord, definition: Any) -> dict[str, Any]:
+    compensation = None
+    if definition is not None:
+        try:
+            compensation = definition.step(r.step_id).compensation
+        except KeyError:
+            compensation = None
+    if compensation is not None:
+        deadline_seconds = compensation.deadline_seconds
+        retry = compensation.retry.model_dump()
+    else:
+        from workflow_core.workflows.retry import RetryPolicy
+
+        deadline_seconds = FALLBACK_COMPENSATION_DEADLINE_SECONDS
+        retry = RetryPolicy().model_dump()
+    return {
+        "step_id": r.step_id,
+        "compensator": r.compensator,
+        "input": step_input(r),
+        "output": step_output(r),
+        "deadline_seconds": deadline_seconds,
+        "retry": retry,
+        "status": r.status.value,
+    }
+
+
+def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """The compensator's attempts are exhausted: -> CompensationFailed (the operators' inbox,
+    ``ledger.needing_attention()``). Idempotent; a step that did get Compensated stays so."""
+    args = FinishCompensationInput.model_validate(as_dict(payload, c.ACTIVITY_FINISH_COMPENSATION))
+    ledger = services.ledger
+    grace = services.settings.watchdog_grace_seconds
+
+    def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+        if r.status in (S.COMPENSATED, S.COMPENSATION_FAILED):
+            return r, False
+        if r.status in IN_FLIGHT:
+            r = ledger.transition(
+                r, S.TIMED_OUT, actor=ACTOR, reason="compensation gave up", deadline=grace_deadline(grace)
+            )
+        if r.status is not S.COMPENSATING:
+            if r.status not in MAY_COMPENSATE:
+                return r, False
+            r = ledger.transition(
+                r,
+                S.COMPENSATING,
+                actor=ACTOR,
+                reason="compensation gave up before its compensator was dispatched",
+                deadline=grace_deadline(grace),
+            )
+        updated = ledger.transition(
+            r,
+            S.COMPENSATION_FAILED,
+            actor=ACTOR,
+            reason=f"compensation failed: {args.error}",
+            last_error=args.error,
+            compensation_status=COMP_GAVE_UP,
+            owner="operator",
+        )
+        log.warning("step %s/%s needs an operator: %s", r.instance_id, r.step_id, args.error)
+        return updated, True
+
+    record, changed = retry_on_conflict(
+        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"finish compensation {args.step_id}"
+    )
+    if changed:
+        emit_recovery(record, "finish_compensation", error=args.error)
+    return _status(record, changed)
+
+
+def _status(r: StepRecord, changed: bool) -> dict[str, Any]:
+    return {"instance_id": r.instance_id, "step_id": r.step_id, "status": r.status.value, "changed": changed}
+
+
+# ---- bindings -------------------------------------------------------------------------------------
+# Thin wrappers: the Functions worker decodes the activity input (JSON) and encodes the returned dict.
+
+
+@bp.function_name(c.ACTIVITY_CREATE_STEPS)
+@bp.activity_trigger(input_name="payload")
+def create_workflow_steps_activity(payload: dict) -> dict:
+    return create_workflow_steps(payload, get_services())
+
+
+@bp.function_name(c.ACTIVITY_DISPATCH_STEP)
+@bp.activity_trigger(input_name="payload")
+def dispatch_step_activity(payload: dict) -> dict:
+    return dispatch_step(payload, get_services())
+
+
+@bp.function_name(c.ACTIVITY_CHECK_STEP)
+@bp.activity_trigger(input_name="payload")
+def check_step_activity(payload: dict) -> dict:
+    return check_step(payload, get_services())
+
+
+@bp.function_name(c.ACTIVITY_SCHEDULE_RETRY)
+@bp.activity_trigger(input_name="payload")
+def schedule_retry_activity(payload: dict) -> dict:
+    return schedule_retry(payload, get_services())
+
+
+@bp.function_name(c.ACTIVITY_GIVE_UP_STEP)
+@bp.activity_trigger(input_name="payload")
+def give_up_step_activity(payload: dict) -> dict:
+    return give_up_step(payload, get_services())
+
+
+@bp.function_name(c.ACTIVITY_PLAN_COMPENSATION)
+@bp.activity_trigger(input_name="payload")
+def plan_compensation_activity(payload: dict) -> dict:
+    return plan_compensation(payload, get_services())
+
+
+@bp.function_name(c.ACTIVITY_DISPATCH_COMPENSATION)
+@bp.activity_trigger(input_name="payload")
+def dispatch_compensation_activity(payload: dict) -> dict:
+    return dispatch_compensation(payload, get_services())
+
+
+@bp.function_name(c.ACTIVITY_CHECK_COMPENSATION)
+@bp.activity_trigger(input_name="payload")
+def check_compensation_activity(payload: dict) -> dict:
+    return check_compensation(payload, get_services())
+
+
+@bp.function_name(c.ACTIVITY_FINISH_COMPENSATION)
+@bp.activity_trigger(input_name="payload")
+def finish_compensation_activity(payload: dict) -> dict:
+    return finish_compensation(payload, get_services())
+
+
+# Plain bodies by activity name: the durable test host can route call_activity(name, input) here.
+ACTIVITY_BODIES = {
+    c.ACTIVITY_CREATE_STEPS: create_workflow_steps,
+    c.ACTIVITY_DISPATCH_STEP: dispatch_step,
+    c.ACTIVITY_CHECK_STEP: check_step,
+    c.ACTIVITY_SCHEDULE_RETRY: schedule_retry,
+    c.ACTIVITY_GIVE_UP_STEP: give_up_step,
+    c.ACTIVITY_PLAN_COMPENSATION: plan_compensation,
+    c.ACTIVITY_DISPATCH_COMPENSATION: dispatch_compensation,
+    c.ACTIVITY_CHECK_COMPENSATION: check_compensation,
+    c.ACTIVITY_FINISH_COMPENSATION: finish_compensation,
+}

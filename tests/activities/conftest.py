@@ -1,0 +1,207 @@
+"""Fixtures for the Agent role: real Azurite, real ledger, real StorageQueueTransport, per-test names.
+
+The only stand-in is :class:`RecordingClient`, at the durable client boundary (``raise_event``):
+it records the events the result and dead-letter handlers raise and, for an instance configured as
+gone, answers the way the Durable Functions host does (404/410) *through the SDK's own*
+``DurableOrchestrationClient.raise_event``, so the exception is exactly the one production sees.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from azure.durable_functions import DurableOrchestrationClient
+
+from activities import scheduling
+from activities.handlers import AGENT_HANDLERS, faults
+from activities.worker import process_work_message
+from workflow_core import clock
+from workflow_core.devtools.azurite import env_for
+from workflow_core.runtime import Services, get_services, reset_services
+from workflow_core.transport import ReceivedMessage
+
+GRACE_SECONDS = 30
+
+
+@dataclass
+class VirtualClock:
+    now: datetime
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+@pytest.fixture
+def vclock() -> Iterator[VirtualClock]:
+    """``workflow_core.clock`` on a clock the test moves (starts at the wall clock, whole second)."""
+    state = VirtualClock(datetime.now(UTC).replace(microsecond=0))
+    with clock.use_clock(lambda: state.now):
+        yield state
+
+
+@pytest.fixture
+def services(azurite, monkeypatch, unique_name) -> Iterator[Services]:
+    """App settings for this test's own tables and queues on the session's Azurite, and the
+    services (ledger, transport) built from them, exactly as a function would get them."""
+    work_queue = unique_name("work")
+    env = {
+        **env_for(azurite),
+        "LEDGER_TABLE_NAME": unique_name("ledger"),
+        "DEADLINE_INDEX_TABLE_NAME": unique_name("deadlines"),
+        "WORK_QUEUE_NAME": work_queue,
+        "RESULT_QUEUE_NAME": unique_name("results"),
+        "DEAD_LETTER_QUEUE_NAME": f"{work_queue}-poison",
+        "WATCHDOG_GRACE_SECONDS": str(GRACE_SECONDS),
+        "MAX_DELIVERY_COUNT": "3",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reset_services()
+    faults.clear()
+    handlers_before = dict(AGENT_HANDLERS)
+    try:
+        yield get_services()
+    finally:
+        faults.clear()
+        AGENT_HANDLERS.clear()
+        AGENT_HANDLERS.update(handlers_before)
+        reset_services()
+
+
+@dataclass
+class Harness:
+    """Small conveniences over the real services; every call goes to Azurite."""
+
+    services: Services
+    worker_id: str = "worker-a"
+
+    @property
+    def ledger(self):
+        return self.services.ledger
+
+    @property
+    def transport(self):
+        return self.services.transport
+
+    def start(self, workflow: str = "provision-tenant") -> str:
+        instance_id = f"inst-{uuid.uuid4().hex[:10]}"
+        scheduling.create_workflow_steps({"instance_id": instance_id, "workflow": workflow}, self.services)
+        return instance_id
+
+    def dispatch_payload(
+        self,
+        instance_id: str,
+        step_id: str,
+        attempt: int = 1,
+        *,
+        deadline_in: float = 60,
+        input: dict[str, Any] | None = None,
+        kind: str = "work",
+        workflow: str = "provision-tenant",
+    ) -> dict[str, Any]:
+        return {
+            "instance_id": instance_id,
+            "orchestration_id": instance_id,
+            "workflow": workflow,
+            "step_id": step_id,
+            "attempt": attempt,
+            "deadline": (clock.utcnow() + timedelta(seconds=deadline_in)).isoformat(),
+            "input": input if input is not None else {"tenant_id": instance_id, "region": "westeurope"},
+            "kind": kind,
+        }
+
+    def dispatch(self, instance_id: str, step_id: str, attempt: int = 1, **kwargs: Any) -> dict[str, Any]:
+        return scheduling.dispatch_step(
+            self.dispatch_payload(instance_id, step_id, attempt, **kwargs), self.services
+        )
+
+    def drain(self, queue: str) -> list[ReceivedMessage]:
+        """Every message now on ``queue``, received and completed."""
+        found: list[ReceivedMessage] = []
+        while batch := self.transport.receive(queue, max_messages=32, lock_seconds=30):
+            for message in batch:
+                self.transport.complete(message)
+            found.extend(batch)
+        return found
+
+    def work(self) -> list[ReceivedMessage]:
+        return self.drain(self.services.settings.work_queue)
+
+    def results(self) -> list[ReceivedMessage]:
+        return self.drain(self.services.settings.result_queue)
+
+    def deliver(
+        self, message: ReceivedMessage, *, worker_id: str | None = None, delivery_count: int | None = None
+    ):
+        process_work_message(
+            message.body,
+            delivery_count=delivery_count or message.delivery_count,
+            services=self.services,
+            worker_id=worker_id or self.worker_id,
+        )
+
+    def run_step(
+        self, instance_id: str, step_id: str, attempt: int = 1, **kwargs: Any
+    ) -> list[ReceivedMessage]:
+        """Dispatch, deliver the work message once, return the replies on the result queue."""
+        self.dispatch(instance_id, step_id, attempt, **kwargs)
+        for message in self.work():
+            self.deliver(message)
+        return self.results()
+
+    def audit(self, instance_id: str, step_id: str | None = None):
+        return [a for a in self.ledger.audit_trail(instance_id) if step_id is None or a.step_id == step_id]
+
+
+@pytest.fixture
+def harness(services) -> Harness:
+    return Harness(services)
+
+
+# ---- the durable client boundary ------------------------------------------------------------------
+
+_CLIENT_BINDING = json.dumps(
+    {
+        "taskHubName": "TestHub",
+        "creationUrls": {},
+        "managementUrls": {},
+        "rpcBaseUrl": "http://127.0.0.1:17071/durabletask/",
+    }
+)
+
+
+async def sdk_raise_event_answering(status: int, instance_id: str, event_name: str, event_data: Any) -> None:
+    """Run the SDK's real ``raise_event`` against a host that answers ``status``."""
+
+    async def post(url: str, data: Any = None, **kwargs: Any) -> list[Any]:
+        return [status, None]
+
+    sdk_client = DurableOrchestrationClient(_CLIENT_BINDING)
+    sdk_client._post_async_request = post
+    await sdk_client.raise_event(instance_id, event_name, event_data)
+
+
+@dataclass
+class RecordingClient:
+    """Records ``raise_event`` calls; instances in ``answers`` get that HTTP status from the SDK."""
+
+    calls: list[tuple[str, str, Any]] = field(default_factory=list)
+    answers: dict[str, int] = field(default_factory=dict)
+
+    async def raise_event(self, instance_id: str, event_name: str, event_data: Any = None) -> None:
+        self.calls.append((instance_id, event_name, json.loads(json.dumps(event_data))))
+        await sdk_raise_event_answering(
+            self.answers.get(instance_id, 202), instance_id, event_name, event_data
+        )
+
+
+@pytest.fixture
+def durable_client() -> RecordingClient:
+    return RecordingClient()

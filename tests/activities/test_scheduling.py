@@ -1,0 +1,425 @@
+"""The scheduler's activities against a real ledger and a real queue on Azurite."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from azure.storage.queue import QueueClient
+
+from activities import scheduling
+from activities.common import GIVEN_UP
+from activities.handlers import faults
+from tests.activities.conftest import GRACE_SECONDS
+from workflow_core.contracts import WorkMessage
+from workflow_core.ledger import StepStatus, decode_json
+from workflow_core.transport import TransportError, message_id_for
+
+S = StepStatus
+
+
+def _transitions(harness, instance_id, step_id, to_status):
+    return [
+        a
+        for a in harness.audit(instance_id, step_id)
+        if a.action == "transition" and a.to_status == to_status
+    ]
+
+
+# ---- create_workflow_steps ------------------------------------------------------------------------
+
+
+def test_create_workflow_steps_writes_every_step_pending_and_is_idempotent(harness):
+    payload = {"instance_id": "inst-create-1", "workflow": "order-fulfilment"}
+    first = scheduling.create_workflow_steps(payload, harness.services)
+    second = scheduling.create_workflow_steps(payload, harness.services)
+
+    assert first == second
+    assert [s["step_id"] for s in first["steps"]] == ["reserve_stock", "charge_payment", "ship_order"]
+    rows = harness.ledger.list_for_instance("inst-create-1")
+    assert [(r.status, r.agent, r.compensator, r.max_attempts) for r in rows] == [
+        (S.PENDING, "inventory.reserve", "inventory.release", 3),
+        (S.PENDING, "payments.charge", "payments.refund", 3),
+        (S.PENDING, "shipping.create_shipment", "shipping.cancel_shipment", 3),
+    ]
+    assert rows[2].heartbeat_timeout_seconds == 90
+
+
+# ---- dispatch_step --------------------------------------------------------------------------------
+
+
+def test_dispatch_writes_the_ledger_before_it_sends(harness, monkeypatch):
+    monkeypatch.setattr(scheduling, "SEND_RETRY_DELAYS", (0.0, 0.0))
+    instance = harness.start()
+    work_queue = harness.services.settings.work_queue
+    queue = QueueClient.from_connection_string(
+        harness.services.settings.storage.connection_string, work_queue
+    )
+    harness.transport.ensure_queues(work_queue)
+    queue.delete_queue()  # the send will fail for real: the queue is gone
+
+    payload = harness.dispatch_payload(instance, "create_storage", input={"tenant_id": "contoso"})
+    failed = scheduling.dispatch_step(payload, harness.services)
+    # The activity does not fail (that would fail the orchestration): the deadline recovers it.
+    assert (failed["outcome"], failed["sent"], failed["status"]) == ("dispatched", False, "Dispatched")
+    assert "does not exist" in failed["error"]
+    [note] = [a for a in harness.audit(instance, "create_storage") if a.action == "send-failed"]
+    assert note.attempt == 1
+
+    row = harness.ledger.get(instance, "create_storage")
+    assert row.status is S.DISPATCHED
+    assert row.attempt == 1
+    assert row.owner == "agent:storage.create"
+    assert row.deadline.isoformat() == payload["deadline"]
+    assert row.orchestration_id == instance
+    assert decode_json(row.input_ref) == {"tenant_id": "contoso"}
+    assert row.message_sent_at is None  # intent recorded, send not (yet) done
+
+    queue.create_queue()
+    again = scheduling.dispatch_step(payload, harness.services)
+    assert (again["outcome"], again["sent"], again["error"]) == ("already-dispatched", True, None)
+    messages = harness.work()
+    assert len(messages) == 1
+    assert messages[0].message_id == message_id_for(instance, "create_storage", 1) == again["message_id"]
+    body = WorkMessage.model_validate(messages[0].body)
+    assert (body.kind, body.agent, body.attempt, body.input) == (
+        "work",
+        "storage.create",
+        1,
+        {"tenant_id": "contoso"},
+    )
+    assert harness.ledger.get(instance, "create_storage").message_sent_at is not None
+
+    third = scheduling.dispatch_step(payload, harness.services)
+    assert third["sent"] is False
+    assert harness.work() == []
+    assert len(_transitions(harness, instance, "create_storage", "Dispatched")) == 1
+
+
+class FlakyTransport:
+    """The real transport, whose next ``failures`` sends raise first (a broker briefly unavailable)."""
+
+    def __init__(self, real, failures):
+        self.real, self.failures, self.attempts = real, failures, 0
+
+    def send(self, queue, message):
+        self.attempts += 1
+        if self.failures:
+            self.failures -= 1
+            raise TransportError(f"Storage queue {queue!r}: could not send {message.message_id!r}: 503")
+        self.real.send(queue, message)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_a_briefly_failing_send_is_retried_within_the_dispatch(harness, monkeypatch):
+    monkeypatch.setattr(scheduling, "SEND_RETRY_DELAYS", (0.0, 0.0))
+    instance = harness.start()
+    flaky = FlakyTransport(harness.transport, failures=2)
+    monkeypatch.setitem(harness.services.__dict__, "transport", flaky)
+
+    outcome = harness.dispatch(instance, "create_storage")
+
+    assert (outcome["sent"], flaky.attempts) == (True, 3)
+    assert [m.message_id for m in harness.work()] == [outcome["message_id"]]
+    assert harness.ledger.get(instance, "create_storage").message_sent_at is not None
+
+
+def test_dispatch_twice_transitions_once_and_resends_with_the_same_message_id(harness):
+    instance = harness.start()
+    payload = harness.dispatch_payload(instance, "create_storage")
+    first = scheduling.dispatch_step(payload, harness.services)
+    assert (first["outcome"], first["sent"], first["status"]) == ("dispatched", True, "Dispatched")
+
+    # A crash between "sent" and "message_sent_at recorded": the re-run must send again, same id.
+    row = harness.ledger.get(instance, "create_storage")
+    harness.ledger.update(row, actor="test", reason="simulate a crash before recording", message_sent_at=None)
+    second = scheduling.dispatch_step(payload, harness.services)
+    assert (second["outcome"], second["sent"]) == ("already-dispatched", True)
+
+    messages = harness.work()
+    assert [m.message_id for m in messages] == [first["message_id"]] * 2
+    assert messages[0].body == messages[1].body
+    assert len(_transitions(harness, instance, "create_storage", "Dispatched")) == 1
+
+
+def test_dispatch_of_an_older_attempt_is_stale_and_a_settled_step_is_not_resent(harness, vclock):
+    instance = harness.start()
+    harness.dispatch(instance, "create_storage", 1, deadline_in=10)
+    harness.work()
+    vclock.advance(11)
+    assert (
+        scheduling.check_step(
+            {"instance_id": instance, "step_id": "create_storage", "attempt": 1}, harness.services
+        )["state"]
+        == "timed_out"
+    )
+    scheduling.schedule_retry(
+        {
+            "instance_id": instance,
+            "step_id": "create_storage",
+            "attempt": 1,
+            "retry_at": (vclock.now + timedelta(seconds=5)).isoformat(),
+        },
+        harness.services,
+    )
+    assert harness.dispatch(instance, "create_storage", 2)["outcome"] == "dispatched"
+    stale = harness.dispatch(instance, "create_storage", 1)
+    assert (stale["outcome"], stale["sent"], stale["status"]) == ("stale", False, "Dispatched")
+    assert [m.body["attempt"] for m in harness.work()] == [2]
+
+
+def test_dispatch_compensation_requires_a_compensator(harness):
+    instance = harness.start()
+    harness.run_step(instance, "send_welcome", input={"to": "a@example.com"})
+    outcome = scheduling.dispatch_compensation(
+        harness.dispatch_payload(instance, "send_welcome"), harness.services
+    )
+    assert (outcome["outcome"], outcome["sent"], outcome["status"]) == (
+        "not-dispatchable",
+        False,
+        "Succeeded",
+    )
+
+
+# ---- check_step -----------------------------------------------------------------------------------
+
+
+def _check(harness, instance, step, attempt=1):
+    return scheduling.check_step(
+        {"instance_id": instance, "step_id": step, "attempt": attempt}, harness.services
+    )
+
+
+def test_check_step_reports_succeeded_and_failed_from_the_ledger(harness):
+    instance = harness.start()
+    harness.run_step(instance, "create_storage")
+    check = _check(harness, instance, "create_storage")
+    assert check["state"] == "succeeded"
+    assert check["output"] == decode_json(harness.ledger.get(instance, "create_storage").result_ref)
+
+    faults.inject("dns.register", faults.Fail(message="dns is down"))
+    harness.run_step(instance, "register_dns")
+    check = _check(harness, instance, "register_dns")
+    assert check["state"] == "failed"
+    assert "dns is down" in check["error"]
+
+
+def test_check_step_extends_until_the_deadline_then_times_out(harness, vclock):
+    instance = harness.start()
+    harness.dispatch(instance, "create_storage", deadline_in=30)
+    vclock.advance(10)  # the orchestration's timer fired early (clock skew): wait again
+    check = _check(harness, instance, "create_storage")
+    assert check["state"] == "extended"
+    assert check["deadline"] == harness.ledger.get(instance, "create_storage").deadline.isoformat()
+
+    vclock.advance(25)
+    assert _check(harness, instance, "create_storage")["state"] == "timed_out"
+    row = harness.ledger.get(instance, "create_storage")
+    assert row.status is S.TIMED_OUT
+    assert row.deadline == vclock.now + timedelta(seconds=GRACE_SECONDS)
+    assert _check(harness, instance, "create_storage")["state"] == "timed_out"  # idempotent
+    assert len(_transitions(harness, instance, "create_storage", "TimedOut")) == 1
+
+
+def test_check_step_sees_a_success_of_a_later_attempt(harness, vclock):
+    instance = harness.start()
+    harness.dispatch(instance, "create_storage", 1, deadline_in=5)
+    vclock.advance(6)
+    _check(harness, instance, "create_storage", 1)
+    scheduling.schedule_retry(
+        {
+            "instance_id": instance,
+            "step_id": "create_storage",
+            "attempt": 1,
+            "retry_at": vclock.now.isoformat(),
+        },
+        harness.services,
+    )
+    harness.work()
+    harness.run_step(instance, "create_storage", 2)
+    assert _check(harness, instance, "create_storage", 1)["state"] == "succeeded"
+
+
+# ---- schedule_retry / give_up_step ----------------------------------------------------------------
+
+
+def test_schedule_retry_moves_a_failed_attempt_to_retrying_with_grace_once(harness, vclock):
+    instance = harness.start()
+    faults.inject("storage.create", faults.Fail(times=1))
+    harness.run_step(instance, "create_storage")
+    retry_at = vclock.now + timedelta(seconds=20)
+    payload = {
+        "instance_id": instance,
+        "step_id": "create_storage",
+        "attempt": 1,
+        "retry_at": retry_at.isoformat(),
+    }
+
+    first = scheduling.schedule_retry(payload, harness.services)
+    second = scheduling.schedule_retry(payload, harness.services)
+    assert (first["status"], first["changed"]) == ("Retrying", True)
+    assert (second["status"], second["changed"]) == ("Retrying", False)
+    row = harness.ledger.get(instance, "create_storage")
+    assert row.deadline == retry_at + timedelta(seconds=GRACE_SECONDS)
+
+    replies = harness.run_step(instance, "create_storage", 2)
+    assert [r.body["outcome"] for r in replies] == ["succeeded"]
+    assert harness.ledger.get(instance, "create_storage").status is S.SUCCEEDED
+
+
+def test_give_up_cancels_a_step_without_compensator_and_marks_one_with(harness):
+    instance = harness.start()
+    faults.inject("email.send_welcome", faults.Fail())
+    harness.run_step(instance, "send_welcome", input={"to": "x@example.com"})
+    result = scheduling.give_up_step(
+        {"instance_id": instance, "step_id": "send_welcome", "reason": "3 attempts failed"}, harness.services
+    )
+    assert (result["status"], result["changed"]) == ("Cancelled", True)
+
+    faults.inject("storage.create", faults.Fail())
+    harness.run_step(instance, "create_storage")
+    payload = {"instance_id": instance, "step_id": "create_storage", "reason": "3 attempts failed"}
+    assert scheduling.give_up_step(payload, harness.services)["status"] == "Failed"
+    assert scheduling.give_up_step(payload, harness.services)["changed"] is False
+    row = harness.ledger.get(instance, "create_storage")
+    assert (row.compensation_status, row.last_error) == (GIVEN_UP, "3 attempts failed")
+
+
+# ---- compensation ---------------------------------------------------------------------------------
+
+
+def _complete(harness, vclock, instance, step, workflow="order-fulfilment", input=None):
+    vclock.advance(1)
+    replies = harness.run_step(
+        instance, step, workflow=workflow, input=input or {"order_id": "o-1", "amount": 10}
+    )
+    assert [r.body["outcome"] for r in replies] == ["succeeded"], replies
+
+
+def test_plan_compensation_undoes_in_reverse_completion_order_given_up_step_first(harness, vclock):
+    instance = harness.start("order-fulfilment")
+    # Completion order differs from the workflow order: charge_payment, then reserve_stock.
+    _complete(harness, vclock, instance, "charge_payment")
+    _complete(harness, vclock, instance, "reserve_stock")
+    faults.inject("shipping.create_shipment", faults.Fail())
+    harness.run_step(instance, "ship_order", workflow="order-fulfilment", input={"order_id": "o-1"})
+    scheduling.give_up_step(
+        {"instance_id": instance, "step_id": "ship_order", "reason": "no carrier"}, harness.services
+    )
+
+    plan = scheduling.plan_compensation({"instance_id": instance}, harness.services)
+
+    assert [s["step_id"] for s in plan["steps"]] == ["ship_order", "reserve_stock", "charge_payment"]
+    assert plan["cancelled"] == []
+    by_id = {s["step_id"]: s for s in plan["steps"]}
+    assert by_id["charge_payment"]["compensator"] == "payments.refund"
+    assert by_id["charge_payment"]["deadline_seconds"] == 180
+    assert by_id["charge_payment"]["retry"]["max_attempts"] == 5
+    assert by_id["charge_payment"]["output"]["payment_id"].startswith("pay_")
+    assert by_id["charge_payment"]["input"] == {"order_id": "o-1", "amount": 10}
+    assert by_id["ship_order"]["output"] is None
+    # A re-run (the activity may run twice) plans the same.
+    again = scheduling.plan_compensation({"instance_id": instance}, harness.services)
+    assert [s["step_id"] for s in again["steps"]] == ["ship_order", "reserve_stock", "charge_payment"]
+
+
+def test_plan_compensation_cancels_steps_that_never_ran(harness, vclock):
+    instance = harness.start("provision-tenant")
+    faults.inject("storage.create", faults.Stall())  # a dead agent: no reply at all
+    harness.run_step(instance, "create_storage")
+    scheduling.give_up_step(
+        {"instance_id": instance, "step_id": "create_storage", "reason": "timed out"}, harness.services
+    )
+
+    plan = scheduling.plan_compensation({"instance_id": instance}, harness.services)
+
+    assert [s["step_id"] for s in plan["steps"]] == ["create_storage"]
+    assert plan["cancelled"] == ["register_dns", "send_welcome"]
+    statuses = {r.step_id: r.status for r in harness.ledger.list_for_instance(instance)}
+    assert statuses == {
+        "create_storage": S.TIMED_OUT,
+        "register_dns": S.CANCELLED,
+        "send_welcome": S.CANCELLED,
+    }
+
+
+def test_compensation_dispatch_check_and_finish(harness, vclock):
+    instance = harness.start("provision-tenant")
+    _complete(
+        harness, vclock, instance, "create_storage", workflow="provision-tenant", input={"tenant_id": "t1"}
+    )
+    payload = harness.dispatch_payload(
+        instance, "create_storage", 1, kind="compensate", deadline_in=20, input={}
+    )
+    first = scheduling.dispatch_compensation(payload, harness.services)
+    assert (first["outcome"], first["status"], first["sent"]) == ("dispatched", "Compensating", True)
+    assert first["message_id"] == message_id_for(instance, "create_storage", 1, kind="compensate")
+    assert scheduling.dispatch_compensation(payload, harness.services)["sent"] is False
+    [message] = harness.work()
+    assert (message.body["kind"], message.body["agent"]) == ("compensate", "storage.delete")
+
+    check = {"instance_id": instance, "step_id": "create_storage", "attempt": 1}
+    assert scheduling.check_compensation(check, harness.services)["state"] == "extended"
+    vclock.advance(21)
+    assert scheduling.check_compensation(check, harness.services)["state"] == "timed_out"
+    row = harness.ledger.get(instance, "create_storage")
+    assert (row.status, row.compensation_status) == (S.COMPENSATING, "TimedOut")
+
+    finished = scheduling.finish_compensation(
+        {"instance_id": instance, "step_id": "create_storage", "error": "storage.delete kept timing out"},
+        harness.services,
+    )
+    assert (finished["status"], finished["changed"]) == ("CompensationFailed", True)
+    attention = harness.ledger.needing_attention()
+    assert [(r.instance_id, r.step_id, r.last_error) for r in attention] == [
+        (instance, "create_storage", "storage.delete kept timing out")
+    ]
+    assert (
+        scheduling.finish_compensation(
+            {"instance_id": instance, "step_id": "create_storage", "error": "again"}, harness.services
+        )["changed"]
+        is False
+    )
+    assert scheduling.check_compensation(check, harness.services)["state"] == "failed"
+
+
+def test_finish_compensation_of_a_step_whose_compensator_never_dispatched(harness, vclock):
+    instance = harness.start("provision-tenant")
+    _complete(
+        harness, vclock, instance, "create_storage", workflow="provision-tenant", input={"tenant_id": "t2"}
+    )
+    result = scheduling.finish_compensation(
+        {"instance_id": instance, "step_id": "create_storage", "error": "compensator unavailable"},
+        harness.services,
+    )
+    assert result["status"] == "CompensationFailed"
+    assert [r.step_id for r in harness.ledger.needing_attention() if r.instance_id == instance] == [
+        "create_storage"
+    ]
+
+
+def test_activity_bodies_cover_every_contract_activity():
+    from workflow_core import contracts as c
+
+    names = {getattr(c, n) for n in dir(c) if n.startswith("ACTIVITY_")}
+    assert set(scheduling.ACTIVITY_BODIES) == names
+
+
+def test_resend_dispatched_rebuilds_the_message_from_the_ledger_row(harness):
+    instance = harness.start()
+    payload = harness.dispatch_payload(instance, "create_storage", input={"tenant_id": "fabrikam"})
+    first = scheduling.dispatch_step(payload, harness.services)
+    [original] = harness.work()
+
+    # Nothing to do while the send is recorded, unless forced.
+    assert scheduling.resend_dispatched(instance, "create_storage", harness.services)["sent"] is False
+    forced = scheduling.resend_dispatched(instance, "create_storage", harness.services, force=True)
+    assert (forced["sent"], forced["kind"], forced["message_id"]) == (True, "work", first["message_id"])
+    [copy] = harness.work()
+    assert (copy.message_id, copy.body) == (original.message_id, original.body)
+    assert [a.action for a in harness.audit(instance, "create_storage")].count("message-resent") == 1
+
+    harness.deliver(copy)
+    done = scheduling.resend_dispatched(instance, "create_storage", harness.services, force=True)
+    assert (done["sent"], done["status"]) == (False, "Succeeded")
