@@ -88,6 +88,7 @@ class StepAttemptInput(_Input):
 
 class ScheduleRetryInput(StepAttemptInput):
     retry_at: str
+    kind: c.StepKind = "work"
 
 
 class GiveUpInput(_Input):
@@ -554,11 +555,18 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
 
 
 def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """Failed/TimedOut attempt -> Retrying until ``retry_at`` (deadline ``retry_at`` + grace)."""
+    """Failed/TimedOut attempt -> Retrying until ``retry_at`` (deadline ``retry_at`` + grace).
+
+    With ``"kind": "compensate"`` (``attempt`` = compensation attempt) the step stays Compensating
+    and only its deadline moves to ``retry_at`` + grace, so the watchdog leaves a compensator's
+    backoff alone; the next ``dispatch_compensation`` starts the next attempt.
+    """
     args = ScheduleRetryInput.model_validate(as_dict(payload, c.ACTIVITY_SCHEDULE_RETRY))
     ledger = services.ledger
     retry_at = parse_time(args.retry_at, "retry_at")
     grace = services.settings.watchdog_grace_seconds
+    if args.kind == "compensate":
+        return _schedule_compensation_retry(args, services, retry_at, grace)
 
     def decide(r: StepRecord) -> tuple[StepRecord, bool]:
         if r.attempt != args.attempt:
@@ -589,6 +597,42 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
     )
     if changed:
         emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
+    return _status(record, changed)
+
+
+def _schedule_compensation_retry(
+    args: ScheduleRetryInput, services: Services, retry_at: datetime, grace: float
+) -> dict[str, Any]:
+    ledger = services.ledger
+    target = grace_deadline(grace, retry_at)
+
+    def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+        waiting = r.compensation_status in (COMP_FAILED, COMP_TIMED_OUT)
+        if r.status is not S.COMPENSATING or r.compensation_attempt != args.attempt or not waiting:
+            return r, False  # settled, superseded, or still in flight: nothing to move
+        if r.deadline == target:
+            return r, False  # a re-run
+        updated = ledger.update(
+            r,
+            actor=ACTOR,
+            reason=f"compensation attempt {r.compensation_attempt + 1} at {iso(retry_at)}",
+            deadline=target,
+        )
+        return updated, True
+
+    record, changed = retry_on_conflict(
+        lambda: ledger.get(args.instance_id, args.step_id),
+        decide,
+        what=f"schedule compensation retry {args.step_id}",
+    )
+    if changed:
+        emit_recovery(
+            record,
+            "compensation_retry_scheduled",
+            attempt=args.attempt,
+            retry_at=iso(retry_at),
+            reason=record.last_error,
+        )
     return _status(record, changed)
 
 

@@ -128,6 +128,7 @@ class _Delivery:
         self.worker_id = worker_id
         self.work = message.kind == "work"
         self.grace = services.settings.watchdog_grace_seconds
+        self.took_over = False
 
     # ---- flow ------------------------------------------------------------------------------------
 
@@ -145,7 +146,7 @@ class _Delivery:
             self._note(*note, status=record.status.value)
         if action is _Action.RESEND:
             emit_recovery(record, "result_resent", attempt=m.attempt, kind=m.kind, delivery=self.n)
-        elif action is _Action.RUN and self.n > 1:
+        elif action is _Action.RUN and self.took_over:
             emit_recovery(record, "agent_takeover", attempt=m.attempt, kind=m.kind, delivery=self.n)
         if action is _Action.IGNORE:
             log.info("ignored %s: %s", self._label, note[1] if note else "")
@@ -210,6 +211,7 @@ class _Delivery:
                     reason=f"took over from {r.owner} after redelivery (delivery {self.n})",
                     owner=self.worker_id,
                 )
+                self.took_over = True
                 return _Action.RUN, taken, None
             why = f"attempt {a} is already Running (owner {r.owner}); this is a duplicate copy"
             return _Action.IGNORE, r, ("duplicate-delivery-ignored", why)
@@ -249,6 +251,7 @@ class _Delivery:
                     reason=f"took over compensation from {r.owner} after redelivery (delivery {self.n})",
                     owner=self.worker_id,
                 )
+                self.took_over = True
                 return _Action.RUN, taken, None
             why = f"compensation attempt {a} is already running (owner {r.owner}); this is a duplicate copy"
             return _Action.IGNORE, r, ("duplicate-delivery-ignored", why)

@@ -423,3 +423,34 @@ def test_resend_dispatched_rebuilds_the_message_from_the_ledger_row(harness):
     harness.deliver(copy)
     done = scheduling.resend_dispatched(instance, "create_storage", harness.services, force=True)
     assert (done["sent"], done["status"]) == (False, "Succeeded")
+
+
+def test_schedule_retry_of_a_compensator_moves_only_its_deadline(harness, vclock):
+    instance = harness.start()
+    harness.run_step(instance, "register_dns")
+    faults.inject("dns.unregister", faults.Fail(times=1))
+    scheduling.dispatch_compensation(
+        harness.dispatch_payload(instance, "register_dns", 1, kind="compensate", input={}), harness.services
+    )
+    for work in harness.work():
+        harness.deliver(work)
+    retry_at = vclock.now + timedelta(seconds=600)  # a backoff longer than the grace
+    payload = {
+        "instance_id": instance,
+        "step_id": "register_dns",
+        "attempt": 1,
+        "retry_at": retry_at.isoformat(),
+        "kind": "compensate",
+    }
+
+    first = scheduling.schedule_retry(payload, harness.services)
+    second = scheduling.schedule_retry(payload, harness.services)
+
+    assert (first["status"], first["changed"], second["changed"]) == ("Compensating", True, False)
+    row = harness.ledger.get(instance, "register_dns")
+    assert (row.compensation_status, row.deadline) == ("Failed", retry_at + timedelta(seconds=GRACE_SECONDS))
+    assert instance not in [
+        r.instance_id for r in harness.ledger.overdue(vclock.now + timedelta(seconds=300))
+    ]
+    nxt = harness.dispatch_payload(instance, "register_dns", 2, kind="compensate", input={})
+    assert scheduling.dispatch_compensation(nxt, harness.services)["outcome"] == "dispatched"

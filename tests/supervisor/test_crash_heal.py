@@ -18,7 +18,7 @@ from workflow_core import clock
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import NewStep, StepStatus
 from workflow_core.runtime import Services
-from workflow_core.transport import TransportError, message_id_for
+from workflow_core.transport import message_id_for
 
 S = StepStatus
 
@@ -32,7 +32,7 @@ class SendCrashes:
 
     def send(self, queue, message) -> None:
         self.attempts += 1
-        raise TransportError("process died between the ledger write and the send")
+        raise RuntimeError("process died between the ledger write and the send")
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -64,7 +64,7 @@ def test_crash_between_ledger_write_and_send_is_healed_once(services, ledger):
     crashing.__dict__["ledger"] = ledger
     crashing.__dict__["transport"] = SendCrashes(services.transport)
 
-    with clock.use_clock(lambda: NOW), pytest.raises(TransportError):
+    with clock.use_clock(lambda: NOW), pytest.raises(RuntimeError, match="process died"):
         scheduling.dispatch_step(_dispatch_payload(instance, deadline), crashing)
     record = ledger.get(instance, "create_storage")
     assert record.status is S.DISPATCHED and record.message_sent_at is None  # written, never sent
