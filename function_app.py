@@ -16,6 +16,9 @@ import supervisor
 from workflow_core.telemetry import configure_telemetry_from_env
 
 configure_telemetry_from_env()
+# Fail the start-up, naming the file and field, if a workflow definition is invalid or uses an
+# agent that has no handler: better a failed deployment than a failed first step.
+activities.check_shipped_workflows()
 
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
 for blueprint in (orchestrators.blueprint, activities.blueprint, supervisor.blueprint, api.blueprint):

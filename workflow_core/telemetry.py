@@ -148,6 +148,10 @@ def configure_telemetry(
             return True
         from azure.monitor.opentelemetry import configure_azure_monitor
 
+        credential = _entra_credential()
+        if credential is not None and "credential" not in azure_monitor_options:
+            # Application Insights in infra/ has local (key) auth disabled: ingestion needs Entra ID.
+            azure_monitor_options["credential"] = credential
         configure_azure_monitor(
             connection_string=connection_string, logger_name=logger_name, **azure_monitor_options
         )
@@ -155,6 +159,22 @@ def configure_telemetry(
     # Rebind the instruments to the (now real) global providers.
     use_providers(None, None)
     return True
+
+
+def _entra_credential() -> Any:
+    """The managed identity to authenticate telemetry with, when the app settings name one.
+
+    ``APPLICATIONINSIGHTS_AUTHENTICATION_STRING=Authorization=AAD;ClientId=<id>`` (what infra/ sets)
+    or ``AZURE_CLIENT_ID``; None when neither is set (local runs with a key-based resource).
+    """
+    auth = os.environ.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING") or ""
+    parts = dict(p.split("=", 1) for p in auth.split(";") if "=" in p)
+    client_id = parts.get("ClientId") or os.environ.get("AZURE_CLIENT_ID")
+    if parts.get("Authorization", "").upper() != "AAD" and not os.environ.get("AZURE_CLIENT_ID"):
+        return None
+    from azure.identity import ManagedIdentityCredential
+
+    return ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
 
 
 def configure_telemetry_from_env() -> bool:

@@ -176,3 +176,16 @@ def test_azure_monitor_is_configured_once_with_a_connection_string():
     assert "connection_string" in result["kwargs"] and result["logger_name"] == "sas"
     assert result["meter_provider"].startswith("opentelemetry.sdk")
     assert result["tracer_provider"].startswith("opentelemetry.sdk")
+
+
+def test_managed_identity_is_used_for_ingestion_when_the_app_settings_name_one(monkeypatch):
+    from azure.identity import ManagedIdentityCredential
+
+    from workflow_core.telemetry import _entra_credential
+
+    monkeypatch.delenv("AZURE_CLIENT_ID", raising=False)
+    monkeypatch.delenv("APPLICATIONINSIGHTS_AUTHENTICATION_STRING", raising=False)
+    assert _entra_credential() is None
+    monkeypatch.setenv("APPLICATIONINSIGHTS_AUTHENTICATION_STRING", "Authorization=AAD;ClientId=1234")
+    credential = _entra_credential()
+    assert isinstance(credential, ManagedIdentityCredential)
