@@ -114,19 +114,19 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
         next_start = retry_at(run.retry, tries, now, retry_seed(run.instance_id, run.step_id, run.kind))
         if next_start is None:
             return StepResult(False, tries, error=outcome.error)
-        if run.kind == "work":
-            report("scheduling_retry", attempt, next_start)
-            yield context.call_activity(
-                ACTIVITY_SCHEDULE_RETRY,
-                {
-                    "instance_id": run.instance_id,
-                    "step_id": run.step_id,
-                    "attempt": attempt,
-                    "retry_at": to_iso(next_start),
-                },
-            )
-        # A compensator retry needs no ledger change first: its next dispatch moves
-        # Compensating -> Compensating with the next compensation attempt.
+        # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
+        # to retry_at + grace), so the watchdog leaves a step alone while it is meant to wait.
+        report("scheduling_retry", attempt, next_start)
+        yield context.call_activity(
+            ACTIVITY_SCHEDULE_RETRY,
+            {
+                "instance_id": run.instance_id,
+                "step_id": run.step_id,
+                "attempt": attempt,
+                "retry_at": to_iso(next_start),
+                "kind": run.kind,
+            },
+        )
         report("backoff", attempt, next_start)
         yield context.create_timer(next_start)
         attempt += 1

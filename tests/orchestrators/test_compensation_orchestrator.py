@@ -111,7 +111,8 @@ def test_a_compensator_that_keeps_failing_is_finished_and_the_rest_still_compens
     assert names == [
         c.ACTIVITY_PLAN_COMPENSATION,
         c.ACTIVITY_DISPATCH_COMPENSATION,  # b attempt 1: failure event
-        c.ACTIVITY_DISPATCH_COMPENSATION,  # b attempt 2 after backoff (no schedule_retry for compensation)
+        c.ACTIVITY_SCHEDULE_RETRY,  # the backoff is recorded, so the watchdog leaves it alone
+        c.ACTIVITY_DISPATCH_COMPENSATION,  # b attempt 2 after backoff
         c.ACTIVITY_CHECK_COMPENSATION,  # b attempt 2 deadline passed
         c.ACTIVITY_FINISH_COMPENSATION,  # b exhausted
         c.ACTIVITY_DISPATCH_COMPENSATION,  # a
@@ -119,6 +120,8 @@ def test_a_compensator_that_keeps_failing_is_finished_and_the_rest_still_compens
     assert ledger.called(c.ACTIVITY_CHECK_COMPENSATION) == [
         {"instance_id": "inst-1", "step_id": "b", "attempt": 2}
     ]
+    (retry,) = ledger.called(c.ACTIVITY_SCHEDULE_RETRY)
+    assert (retry["kind"], retry["step_id"], retry["attempt"]) == ("compensate", "b", 1)
     finish = ledger.called(c.ACTIVITY_FINISH_COMPENSATION)[0]
     assert finish["instance_id"] == "inst-1" and finish["step_id"] == "b"
     assert "no result by the deadline" in finish["error"]
