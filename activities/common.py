@@ -36,6 +36,15 @@ COMP_DONE = "Compensated"
 COMP_GAVE_UP = "GaveUp"  # on CompensationFailed rows
 GIVEN_UP = "GivenUp"  # on a work step whose attempts were exhausted (give_up_step)
 
+# Owners that claim a step briefly to inspect it (the supervisor's watchdog, an operator action) and
+# hand it back: a worker keeps running through such a claim, and the scheduler does not mistake the
+# claim's lease for an agent's heartbeat.
+TRANSIENT_CLAIM_PREFIXES = ("supervisor:", "operator:")
+
+
+def is_transient_claim(owner: str | None) -> bool:
+    return owner is not None and owner.startswith(TRANSIENT_CLAIM_PREFIXES)
+
 
 def retry_on_conflict(
     read: Callable[[], R],

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,6 +38,7 @@ from activities.common import (
     emit_recovery,
     error_text,
     grace_deadline,
+    is_transient_claim,
     iso,
     now,
     parse_time,
@@ -459,6 +460,19 @@ def _record_sent(ledger: StepLedger, d: StepDispatch) -> StepRecord:
 # ---- check_step / check_compensation --------------------------------------------------------------
 
 
+# While the supervisor or an operator holds a short claim on a step, its deadline is their lease,
+# not an agent's heartbeat: the scheduler looks again this soon instead of waiting the lease out.
+CLAIM_RECHECK_SECONDS = 5.0
+
+
+def wait_until(r: StepRecord, current: datetime) -> datetime:
+    """How long the scheduler should keep waiting for an attempt whose deadline is still ahead."""
+    assert r.deadline is not None
+    if is_transient_claim(r.owner):
+        return min(r.deadline, current + timedelta(seconds=CLAIM_RECHECK_SECONDS))
+    return r.deadline
+
+
 def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """The orchestration's deadline timer fired: what does the ledger say about this attempt?
 
@@ -483,7 +497,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
         if r.status in IN_FLIGHT:
             current = now()
             if r.deadline is not None and r.deadline > current:
-                return StepCheck(state="extended", deadline=iso(r.deadline))
+                return StepCheck(state="extended", deadline=iso(wait_until(r, current)))
             ledger.transition(
                 r,
                 S.TIMED_OUT,
@@ -532,7 +546,7 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
             return StepCheck(state="timed_out", error=r.last_error)
         current = now()
         if r.deadline is not None and r.deadline > current:
-            return StepCheck(state="extended", deadline=iso(r.deadline))
+            return StepCheck(state="extended", deadline=iso(wait_until(r, current)))
         error = f"compensation attempt {r.compensation_attempt} timed out"
         ledger.update(
             r,

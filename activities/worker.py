@@ -48,6 +48,7 @@ from activities.common import (
     emit_recovery,
     error_text,
     grace_deadline,
+    is_transient_claim,
     now,
     retry_on_conflict,
     step_input,
@@ -68,15 +69,6 @@ S = StepStatus
 
 
 MAX_RESULT_CHARS = MAX_TEXT  # the ledger's limit for result_ref
-
-
-# Owners that claim a step briefly to inspect it (the supervisor's watchdog, an operator action) and
-# hand it back: a worker keeps running through such a claim.
-TRANSIENT_CLAIM_PREFIXES = ("supervisor:", "operator:")
-
-
-def _is_supervisor_claim(owner: str | None) -> bool:
-    return owner is not None and owner.startswith(TRANSIENT_CLAIM_PREFIXES)
 
 
 class InvalidWorkMessage(ValueError):
@@ -310,7 +302,7 @@ class _Delivery:
 
     def _heartbeat(self, seconds: float | None) -> datetime | None:
         def decide(r: StepRecord) -> datetime | None:
-            if not self._current(r) or not (r.owner == self.worker_id or _is_supervisor_claim(r.owner)):
+            if not self._current(r) or not (r.owner == self.worker_id or is_transient_claim(r.owner)):
                 raise StepNoLongerOwned(
                     f"{self._label}: step is {r.status.value} (attempt {r.attempt}), owner {r.owner}; "
                     "this worker no longer owns it"

@@ -21,6 +21,7 @@ every step that needs watching always has its index row; extra rows are harmless
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import uuid
@@ -64,6 +65,7 @@ log = logging.getLogger(__name__)
 AUDIT_PREFIX = "~audit~"
 ATTENTION_PARTITION = "attention"  # sorts after every digit bucket, so overdue() never reads it
 MAX_BATCH = 100  # Table Storage limit per entity-group transaction
+_AUDIT_SEQUENCE = itertools.count()
 
 # StepRecord field -> entity property
 _FIELDS = {
@@ -426,7 +428,9 @@ class StepLedger:
     ) -> dict[str, Any]:
         entity: dict[str, Any] = {
             "PartitionKey": instance_id,
-            "RowKey": f"{AUDIT_PREFIX}{_deadline_key(at)}~{_nonce()}",
+            # time, then this process's write order (many moves can share a timestamp, e.g. on a
+            # virtual clock), then a nonce so two processes never collide
+            "RowKey": f"{AUDIT_PREFIX}{_deadline_key(at)}~{next(_AUDIT_SEQUENCE):012d}~{_nonce()}",
             "StepId": step_id,
             "At": at,
             "Actor": actor,

@@ -1,0 +1,149 @@
+"""How long after its deadline a stalled step is noticed and recovered, on the real clock.
+
+    python bench/detection_latency.py            # 6 stalled steps per scenario
+    python bench/detection_latency.py --quick    # 3
+
+Starts its own Azurite and runs the whole pattern in one process (``workflow_core.devtools.harness``)
+with the durable test host on the **real** clock (timers fire when the wall clock reaches them) and
+the supervisor's watchdog ticking every second. A synthetic one-step workflow has a 3 s deadline;
+its agent takes the work and never answers. Two scenarios, measured per stalled step from the
+deadline recorded in the ledger:
+
+* **orchestration alive**: its own deadline timer notices (detected = the ledger says TimedOut) and
+  recovers (recovered = attempt 2 dispatched; the retry backoff is 0.2 s, no jitter);
+* **orchestration gone** (terminated while the step is out): only the watchdog can notice, at its
+  next tick (detected = the watchdog claims the step; recovered = it has started the compensation).
+
+Prints min / median / max for each. The watchdog's figure is bounded by its period (1 s here; 30 s in
+the shipped schedule) plus one tick's work. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from activities.handlers import faults
+from workflow_core.devtools.azurite import Azurite
+from workflow_core.devtools.harness import PatternHarness
+
+DEADLINE_SECONDS = 3
+STAGGER_SECONDS = 0.37  # starts spread over the 1 s watchdog period
+PROBE = {
+    "name": "latency-probe",
+    "description": "One step with a short deadline (detection latency benchmark).",
+    "input": {"required": ["tenant_id"], "properties": {"tenant_id": {"type": "string"}}},
+    "steps": [
+        {
+            "id": "probe",
+            "agent": "dns.register",
+            "input": {"tenant_id": "$input.tenant_id"},
+            "deadline_seconds": DEADLINE_SECONDS,
+            "retry": {"max_attempts": 2, "initial_interval_seconds": 0.2, "jitter": 0},
+            "compensation": {"agent": "dns.unregister", "deadline_seconds": 30},
+        }
+    ],
+}
+
+
+def stagger(h: PatternHarness) -> None:
+    """Let the host run for a fraction of the watchdog period, so deadlines fall at different phases
+    of its ticks."""
+    until = time.monotonic() + STAGGER_SECONDS
+    h.run_until(lambda: time.monotonic() >= until, timeout=timedelta(seconds=10))
+
+
+def first(events, predicate):
+    return next((e for e in events if predicate(e)), None)
+
+
+def alive(h: PatternHarness, count: int) -> list[tuple[float, float]]:
+    faults.clear()
+    faults.inject("dns.register", faults.Stall(times=count))  # every first attempt goes silent
+    iids = []
+    for n in range(count):
+        iids.append(h.start_workflow("latency-probe", {"tenant_id": f"t{n}"}))
+        stagger(h)
+    for iid in iids:
+        h.run_until_complete(iid, timeout=timedelta(seconds=60))
+    results = []
+    for iid in iids:
+        events = h.events_for(iid)
+        deadline = first(events, lambda e: e.to_status == "Dispatched" and e.attempt == 1).record.deadline
+        detected = first(events, lambda e: e.to_status == "TimedOut" and e.action == "transition")
+        recovered = first(events, lambda e: e.to_status == "Dispatched" and e.attempt == 2)
+        results.append(((detected.at - deadline).total_seconds(), (recovered.at - deadline).total_seconds()))
+    return results
+
+
+def gone(h: PatternHarness, count: int) -> list[tuple[float, float]]:
+    faults.clear()
+    held = h.hold("probe", times=count)  # the agent took the work and hangs
+    iids = []
+    for n in range(count):
+        iids.append(h.start_workflow("latency-probe", {"tenant_id": f"g{n}"}))
+        h.run_until(lambda n=n: len(h.held(held)) == n + 1, timeout=timedelta(seconds=30))
+        stagger(h)
+    for iid in iids:
+        h.host.terminate(iid, "benchmark: orchestration gone")
+    for iid in iids:
+        h.run_until(
+            lambda iid=iid: any(
+                e.note == "recovery" and "start_compensation" in e.reason for e in h.events_for(iid)
+            ),
+            timeout=timedelta(seconds=60),
+        )
+    results = []
+    for iid in iids:
+        events = h.events_for(iid)
+        deadline = first(events, lambda e: e.to_status == "Dispatched" and e.attempt == 1).record.deadline
+        detected = first(events, lambda e: e.actor.startswith("supervisor:"))
+        recovered = first(events, lambda e: e.note == "recovery" and "start_compensation" in e.reason)
+        results.append(((detected.at - deadline).total_seconds(), (recovered.at - deadline).total_seconds()))
+    h.release(held)
+    return results
+
+
+def show(label: str, results: list[tuple[float, float]]) -> None:
+    for name, values in (("detected", [d for d, _ in results]), ("recovered", [r for _, r in results])):
+        print(
+            f"  {label:<38} {name:<9}  min {min(values) * 1000:7.0f} ms  "
+            f"median {statistics.median(values) * 1000:7.0f} ms  max {max(values) * 1000:7.0f} ms"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=6, help="stalled steps per scenario (default 6)")
+    parser.add_argument("--quick", action="store_true", help="3 stalled steps per scenario")
+    args = parser.parse_args(argv)
+    count = 3 if args.quick else args.steps
+    logging.basicConfig(level=logging.ERROR)
+    warnings.filterwarnings("ignore")
+    with (
+        Azurite() as azurite,
+        PatternHarness(
+            azurite,
+            clock="real",
+            watchdog_every=timedelta(seconds=1),
+            extra_workflows={"latency-probe": PROBE},
+        ) as h,
+    ):
+        print(f"real clock; watchdog every 1 s; deadline {DEADLINE_SECONDS} s; {count} stalled steps each")
+        print(f"agent transport: {h.transport_label}")
+        show("orchestration alive (its own timer)", alive(h, count))
+        show("orchestration gone (only the watchdog)", gone(h, count))
+    faults.clear()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Faults only the supervisor can heal, and faults in the supervisor itself."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from supervisor import run_tick
+from tests.faults.conftest import start_provisioning, storage_queue_only, verify
+from workflow_core.devtools.harness import PatternHarness
+
+STEPS = ("create_storage", "register_dns", "send_welcome")
+
+
+def test_crash_between_ledger_write_and_send_is_healed_by_one_watchdog_resend(harness):
+    """The process running ``dispatch_step`` dies after writing Dispatched, before sending. The
+    orchestration keeps waiting on the activity (redelivered only after its five-minute lease), so
+    nobody but the watchdog sees the step pass its deadline: it re-sends the same message, once."""
+    h = harness
+    h.crash_dispatch_before_send("register_dns", redeliver_after=timedelta(minutes=5))
+    iid = start_provisioning(h)
+    status = h.run_until_complete(iid)
+    verify(
+        h,
+        "crash between ledger write and send",
+        "dispatch dies before its send; activity back after 5 min",
+        {iid: "succeeded"},
+    )
+
+    resends = [d for d in h.decisions(iid) if d.action == "resend"]
+    assert [(d.step_id, d.status) for d in resends] == [("register_dns", "Dispatched")]
+    # The same MessageId went out exactly once: by the watchdog. The activity, redelivered later,
+    # found the send recorded and sent nothing.
+    assert h.transport.sent_ids[f"work:{iid}:register_dns:1"] == 1
+    dns = h.steps(iid)["register_dns"]
+    assert (dns.status.value, dns.attempt) == ("Succeeded", 1)
+    assert h.handler_calls(iid, "register_dns") == 1
+    assert status.output["status"] == "succeeded"
+
+
+@storage_queue_only
+def test_two_watchdog_ticks_at_once_act_on_each_overdue_step_once(harness_without_watchdog):
+    """Three workflows lose their orchestration while a step is out; two watchdog ticks run at the
+    same moment and read the same overdue steps: the ETag claim lets exactly one act on each."""
+    h = harness_without_watchdog
+    held = h.hold("register_dns", times=3)  # the DNS agent takes each message and hangs
+    iids = [start_provisioning(h, tenant=f"t{n}") for n in range(3)]
+    h.run_until(lambda: len(h.held(held)) == 3)
+    for iid in iids:
+        h.host.terminate(iid, "killed by a bad deployment")
+    h.host.advance(timedelta(minutes=5))  # well past the 120 s deadline and the 30 s grace
+
+    both_read = threading.Barrier(2, timeout=20)
+    real_overdue = h.ledger.overdue
+
+    def overdue(now, limit=100):
+        found = real_overdue(now, limit)
+        both_read.wait()  # each tick has its list of overdue steps before either claims one
+        return found
+
+    h.ledger.overdue = overdue
+
+    async def two_ticks():
+        return await asyncio.gather(run_tick(h.host.client, h.services), run_tick(h.host.client, h.services))
+
+    reports = h.host.run_async(two_ticks())
+    h.ledger.overdue = real_overdue
+
+    assert [r.overdue for r in reports] == [3, 3]  # both saw all three
+    decisions = [d for r in reports for d in r.decisions]
+    assert Counter((d.instance_id, d.step_id) for d in decisions) == {
+        (iid, "register_dns"): 1 for iid in iids
+    }
+    assert {d.action for d in decisions} == {"start_compensation"}
+    assert sum(r.conflicts for r in reports) == 3  # every lost claim was a clean ETag conflict
+
+    h.release(held)  # the hung agents wake up: their attempts are long settled
+    h.run_until(
+        lambda: all(
+            h.host.get_status(f"{iid}:compensation").runtime_status.value == "Completed" for iid in iids
+        ),
+        timeout=timedelta(hours=2),
+    )
+    for iid in iids:
+        assert h.statuses(iid) == {
+            "create_storage": "Compensated",
+            "register_dns": "Compensated",
+            "send_welcome": "Cancelled",
+        }
+        assert h.handler_calls(iid, "register_dns") == 0  # the late copies were not run
+    verify(
+        h,
+        "two watchdogs at once",
+        "2 concurrent ticks over the same 3 overdue steps",
+        dict.fromkeys(iids, "terminated, then compensated"),
+    )
+
+
+@pytest.fixture
+def harness_without_watchdog(azurite):
+    from activities.handlers import faults
+
+    faults.clear()
+    with PatternHarness(azurite, watchdog_every=None) as h:
+        yield h
+    faults.clear()
+
+
+@storage_queue_only
+def test_orchestration_terminated_mid_flow_is_compensated_by_the_watchdog(harness):
+    h = harness
+    held = h.hold("register_dns")  # the step is out with the agent when the orchestration dies
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+    h.host.terminate(iid, "operator terminated the instance")
+    h.run_until(
+        lambda: (
+            (s := h.host.get_status(f"{iid}:compensation")) is not None
+            and s.runtime_status.value == "Completed"
+        ),
+        timeout=timedelta(hours=1),
+    )
+
+    started = [d for d in h.decisions(iid) if d.action == "start_compensation"]
+    assert len(started) == 1 and "Terminated" in started[0].detail
+    assert h.statuses(iid) == {
+        "create_storage": "Compensated",  # its remote effect was undone
+        "register_dns": "Compensated",  # a timed-out attempt may have taken effect: undone too
+        "send_welcome": "Cancelled",  # never ran
+    }
+    assert [row["State"] for row in h.remote_effects(iid, "create_storage")] == ["undone"]
+    h.release(held)
+    h.host.run_until_idle()
+    verify(
+        h,
+        "orchestration terminated mid-flow",
+        "terminate while register_dns is out",
+        {iid: "terminated, then compensated"},
+    )
+    assert h.handler_calls(iid, "register_dns") == 0  # the released message found the step settled
+
+
+@pytest.mark.parametrize(
+    ("skew_seconds", "acts"), [(20, False), (45, True)], ids=["within-grace", "beyond-grace"]
+)
+def test_watchdog_clock_ahead_of_the_agents(azurite, skew_seconds, acts):
+    """The watchdog's clock runs ahead. A reply that arrives 5 s before the deadline (by everyone
+    else's clock) is not pre-empted while the skew is within the 30 s grace; beyond it, the watchdog
+    acts early, and even then nothing is lost or done twice."""
+    from activities.handlers import faults
+
+    faults.clear()
+    skew = timedelta(seconds=skew_seconds)
+    with PatternHarness(azurite, watchdog_every=timedelta(seconds=10), watchdog_skew=skew) as h:
+        slow = h.hold("register_dns", attempt=1)  # a slow agent: answers 115 s into a 120 s deadline
+        iid = start_provisioning(h)
+        h.run_until(lambda: len(h.held(slow)) == 1)
+        deadline = h.steps(iid)["register_dns"].deadline
+        h.host.advance(deadline - timedelta(seconds=5) - h.now())
+        h.release(slow)
+        status = h.run_until_complete(iid)
+        verify(
+            h,
+            f"clock skew ({skew_seconds} s, grace 30 s)",
+            f"watchdog clock {skew_seconds} s ahead; reply 5 s before deadline",
+            {iid: "succeeded"},
+        )
+
+        actions = Counter(d.action for d in h.decisions(iid) if d.step_id == "register_dns")
+        dns = h.steps(iid)["register_dns"]
+        if acts:
+            assert actions["fail_step"] == 1  # 35 s "late" by its clock: it timed the attempt out
+            assert dns.attempt == 2
+        else:
+            assert actions["note_overrun"] >= 1 and set(actions) == {"note_overrun"}
+            assert (dns.attempt, h.handler_calls(iid, "register_dns")) == (1, 1)
+            assert not [e for e in h.events_for(iid) if e.to_status == "TimedOut"]
+        assert status.output["status"] == "succeeded"
+        assert h.effects(iid, "register_dns") == 1
+    faults.clear()
+
+
+def test_watchdog_claim_and_deadline_timer_at_the_same_instant(harness_without_watchdog):
+    """The step's deadline timer fires while a watchdog tick holds its short claim on the step. The
+    orchestration must still time the attempt out at its deadline, not a lease later."""
+    h = harness_without_watchdog
+    faults_module = pytest.importorskip("activities.handlers.faults")
+    faults_module.inject("dns.register", faults_module.Stall(times=1))
+    iid = start_provisioning(h)
+    h.run_until(lambda: h.steps(iid)["register_dns"].status.value == "Running")
+    deadline = h.steps(iid)["register_dns"].deadline
+    h.host.advance(deadline - h.now() - timedelta(microseconds=1))  # just before the timer fires
+
+    claimed, go_on = threading.Event(), threading.Event()
+    real_update = h.ledger.update
+
+    def update(record, **kwargs):
+        updated = real_update(record, **kwargs)
+        if kwargs.get("owner", "").startswith("supervisor:") and record.step_id == "register_dns":
+            claimed.set()
+            go_on.wait(20)  # the tick holds its claim while the orchestration's timer fires
+        return updated
+
+    h.ledger.update = update
+    tick = threading.Thread(target=lambda: asyncio.run(run_tick(h.host.client, h.services, now=deadline)))
+    tick.start()
+    assert claimed.wait(20)
+    h.host.advance(timedelta(microseconds=1))  # the deadline timer fires: check_step runs now
+    go_on.set()
+    tick.join(20)
+    h.ledger.update = real_update
+
+    h.start_watchdog()
+    h.run_until_complete(iid)
+    verify(
+        h,
+        "watchdog claim + deadline timer at once",
+        "check_step runs while a tick holds its claim",
+        {iid: "succeeded"},
+    )
+    retried = next(e for e in h.events_for(iid) if e.to_status == "Dispatched" and e.attempt == 2)
+    assert retried.at - deadline < timedelta(seconds=20), (
+        f"attempt 2 only {retried.at - deadline} after the deadline"
+    )

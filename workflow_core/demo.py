@@ -1,0 +1,342 @@
+"""Watch the Scheduler Agent Supervisor pattern recover, in one process, in a few seconds.
+
+    python -m workflow_core.demo provision-tenant --stall register_dns
+    python -m workflow_core.demo provision-tenant --fail send_welcome
+    python -m workflow_core.demo order-fulfilment --terminate charge_payment
+
+It starts its own Azurite, runs the real app (HTTP starter, orchestrators, agents, watchdog) through
+``workflow_core.devtools.harness`` on a virtual clock, injects the fault you ask for, and prints the
+step ledger's timeline as it happens: every step transition with its (virtual) time, who noticed
+an overdue step (the orchestration's own deadline timer or the supervisor's watchdog), what was
+done about it (retry, re-send, compensation) and the final state of every step.
+
+Faults:
+  --stall STEP      the step's agent takes attempt 1 and never answers: the deadline catches it
+  --fail STEP       the step's agent fails every attempt: retries, then compensation
+  --terminate STEP  the orchestration is killed while STEP is out with its agent: the watchdog
+                    finds the overdue step and starts the compensation
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import re
+import sys
+import time
+from datetime import datetime, timedelta
+from typing import Any, TextIO
+
+DEFAULT_INPUTS: dict[str, dict[str, Any]] = {
+    "provision-tenant": {"tenant_id": "contoso", "admin_email": "admin@contoso.example"},
+    "order-fulfilment": {
+        "order_id": "o-1001",
+        "customer_id": "c-42",
+        "items": [{"sku": "book-1", "quantity": 2}],
+        "amount": 59.9,
+        "shipping_address": {"city": "Utrecht", "street": "Oudegracht 1"},
+    },
+}
+
+
+def _offset(delta: timedelta) -> str:
+    seconds = max(delta.total_seconds(), 0.0)
+    minutes, secs = divmod(seconds, 60)
+    return f"+{int(minutes):02d}:{secs:04.1f}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+class Narrator:
+    """Turns ledger writes (``LedgerEvent``) into one readable line per step transition."""
+
+    def __init__(
+        self,
+        out: TextIO,
+        start: datetime,
+        grace: float,
+        verbose: bool = False,
+        undone: Any = None,
+    ) -> None:
+        self.out = out
+        self.undone = undone  # (instance, step) -> how many remote effects the compensator undid
+        self.start = start
+        self.grace = grace
+        self.verbose = verbose
+        self.instance_id: str | None = None
+        self.lines = 0
+
+    def at(self, when: datetime) -> str:
+        return _offset(when - self.start)
+
+    def say(self, when: datetime, step: str, text: str) -> None:
+        if self.instance_id:
+            text = text.replace(self.instance_id, self.instance_id[:8])
+        self.out.write(f"  {self.at(when)}  {step:<15} {text}\n")
+        self.out.flush()
+        self.lines += 1
+
+    def __call__(self, e: Any) -> None:  # a LedgerEvent
+        if self.instance_id is not None and e.instance_id != self.instance_id:
+            return
+        text = self.describe(e)
+        if text:
+            self.say(e.at, e.step_id if e.step_id != "*" else "workflow", text)
+
+    def describe(self, e: Any) -> str | None:
+        r = e.record
+        watchdog = e.actor.startswith("supervisor:")
+        if e.action == "created":
+            return f"steps written to the ledger as Pending ({e.reason.split(': ', 1)[-1]})"
+        if e.action == "note":
+            return self._note(e)
+        if e.action == "heartbeat":
+            return f"agent heartbeat: deadline moved to {self.at(r.deadline)}" if self.verbose else None
+        if e.action == "update":
+            if watchdog and e.reason.startswith("claimed by watchdog"):
+                late = e.reason.rsplit("overdue by ", 1)[-1].replace("s", " s")
+                return f"OVERDUE: the watchdog noticed it ({late} past its deadline)"
+            if watchdog and e.reason.startswith("resend:"):
+                return f"watchdog RE-SENT the work message (never sent); new deadline {self.at(r.deadline)}"
+            if e.reason.startswith("given up"):
+                return f"gave up after {r.attempt} attempt(s): its work will be undone"
+            if e.reason.startswith("compensator failed"):
+                return f"compensator failed (attempt {r.compensation_attempt}): {e.reason.split(': ', 1)[-1]}"
+            return f"({e.reason})" if self.verbose else None
+        # transitions
+        to, before = e.to_status, e.from_status
+        if to == "Dispatched":
+            deadline = self.at(r.deadline) if r.deadline else "?"
+            return f"dispatched attempt {r.attempt}/{r.max_attempts} to agent {r.agent}, deadline {deadline}"
+        if to == "Running":
+            return f"agent claimed attempt {r.attempt}"
+        if to == "Succeeded":
+            return f"SUCCEEDED on attempt {r.attempt}"
+        if to == "Failed":
+            if e.actor == "dead-letter-handler":
+                return f"attempt {r.attempt} FAILED: its message was dead-lettered ({r.last_error})"
+            return f"attempt {r.attempt} FAILED: {r.last_error}"
+        if to == "TimedOut":
+            if watchdog:
+                gone = re.search(r"orchestration \S+ is (\w+) while", e.reason)
+                if gone:
+                    return f"the watchdog closed attempt {r.attempt}: its orchestration is {gone.group(1)}"
+                return f"the watchdog timed attempt {r.attempt} out ({e.reason.split(': ', 1)[0]})"
+            if "passed its deadline" in e.reason:
+                return f"OVERDUE: the orchestration's deadline timer fired: attempt {r.attempt} timed out"
+            return f"attempt {r.attempt} abandoned ({e.reason})"
+        if to == "Retrying":
+            when = e.reason.rsplit(" at ", 1)[-1]
+            with contextlib.suppress(ValueError):
+                when = self.at(datetime.fromisoformat(when))
+            return f"RETRY scheduled: attempt {r.attempt + 1} at {when} (exponential backoff)"
+        if to == "Compensating":
+            if before == "Compensating":
+                return f"compensation retried: attempt {r.compensation_attempt} to {r.compensator}"
+            return f"COMPENSATING: undo attempt {r.compensation_attempt} sent to agent {r.compensator}"
+        if to == "Compensated":
+            if self.undone is not None and not self.undone(e.instance_id, e.step_id):
+                return "COMPENSATED (the compensator found nothing to undo)"
+            return "COMPENSATED (its remote effect is undone)"
+        if to == "CompensationFailed":
+            return "COMPENSATION FAILED: listed for an operator (ledger.needing_attention)"
+        if to == "Cancelled":
+            if r.attempt == 0:
+                return "cancelled: it never ran"
+            return "cancelled: it gave up and has no compensator (nothing to undo)"
+        return f"{before} -> {to}"
+
+    def _note(self, e: Any) -> str | None:
+        reason = e.reason
+        if e.note == "recovery":
+            action, _, detail = reason.partition(": ")
+            if action == "note_overrun":
+                return f"watchdog: within its {self.grace:.0f} s grace, left to the orchestration's own timer"
+            if action == "start_compensation":
+                return "watchdog STARTED THE COMPENSATION: " + detail.split("; ")[0].removeprefix(
+                    "supervisor: "
+                )
+            return f"watchdog: {action.replace('_', ' ')}" + (f" ({detail})" if self.verbose else "")
+        known = {
+            "late-result-ignored": "a late reply arrived after the workflow finished: ignored (audited)",
+            "result-resent": "a duplicate work message: the recorded reply was re-sent, no new work",
+            "duplicate-delivery-ignored": "a duplicate copy of the work message: ignored",
+            "stale-attempt-ignored": "a work message for an older attempt: ignored",
+            "settled-step-ignored": "an old work message reached an agent; the step is settled: ignored",
+            "send-failed": "the work message could not be sent: the deadline will recover it",
+            "message-resent": "work message re-sent",
+        }
+        if e.note in known:
+            return known[e.note]
+        return f"note {e.note}: {reason}" if self.verbose else None
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_core.demo",
+        description=__doc__.split("\n\n")[0],
+        epilog="Example: python -m workflow_core.demo provision-tenant --stall register_dns",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("workflow", nargs="?", default="provision-tenant", help="workflow to run")
+    fault = parser.add_mutually_exclusive_group()
+    fault.add_argument("--stall", metavar="STEP", help="the agent never answers attempt 1 of STEP")
+    fault.add_argument("--fail", metavar="STEP", help="the agent of STEP fails every attempt")
+    fault.add_argument("--terminate", metavar="STEP", help="kill the orchestration while STEP is out")
+    parser.add_argument("--input", metavar="JSON", help="workflow input (default: a sample for the workflow)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show every ledger write")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
+    args = _parse(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    import warnings
+
+    warnings.filterwarnings("ignore")
+
+    from activities.handlers import faults
+    from workflow_core.devtools.azurite import Azurite
+    from workflow_core.devtools.harness import HarnessError, PatternHarness
+    from workflow_core.workflows import UnknownWorkflow, get_workflow
+
+    try:
+        definition = get_workflow(args.workflow)
+    except UnknownWorkflow as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    target = args.stall or args.fail or args.terminate
+    if target is not None and target not in definition.step_ids:
+        steps = ", ".join(definition.step_ids)
+        print(f"error: {args.workflow} has no step {target!r}; steps: {steps}", file=sys.stderr)
+        return 2
+    workflow_input = json.loads(args.input) if args.input else DEFAULT_INPUTS.get(args.workflow, {})
+
+    wall = time.monotonic()
+    out.write(f"Scheduler Agent Supervisor demo: workflow {args.workflow!r}\n")
+    out.write("  starting Azurite (tables for the ledger, queues for the agents)...\n")
+    out.flush()
+    faults.clear()
+    with Azurite() as azurite:
+        narrator: Narrator | None = None
+
+        def on_event(event: Any) -> None:
+            if narrator is not None:
+                narrator(event)
+
+        with PatternHarness(azurite, on_event=on_event) as h:
+            grace = h.settings.watchdog_grace_seconds
+            narrator = Narrator(
+                out,
+                h.now(),
+                grace,
+                verbose=args.verbose,
+                undone=lambda i, s: h.effects(i, s, kind="compensate"),
+            )
+            steps = " -> ".join(f"{s.id} ({_duration(s.deadline_seconds)})" for s in definition.steps)
+            out.write(f"  steps and deadlines: {steps}\n")
+            out.write(f"  agent transport    : {h.transport_label}\n")
+            period = h.watchdog_every.total_seconds()
+            out.write(f"  watchdog           : every {period:.0f} s, grace {grace:.0f} s\n")
+            out.write("  clock              : virtual; it jumps to the next timer whenever nothing can run\n")
+            held = None
+            if args.stall:
+                agent = definition.step(args.stall).agent
+                faults.inject(agent, faults.Stall(times=1), step=args.stall)
+                out.write(f"  injected fault     : {args.stall}'s agent ({agent}) never answers attempt 1\n")
+            elif args.fail:
+                agent = definition.step(args.fail).agent
+                faults.inject(agent, faults.Fail(), step=args.fail)
+                out.write(f"  injected fault     : {args.fail}'s agent ({agent}) fails every attempt\n")
+            elif args.terminate:
+                held = h.hold(args.terminate)
+                out.write(
+                    f"  injected fault     : the orchestration is terminated while {args.terminate} is out\n"
+                )
+            reported: list[Any] = []
+
+            def report_faults() -> int:  # a pump: prints injected faults as they fire
+                for event in faults.events()[len(reported) :]:
+                    reported.append(event)
+                    if event.rule == "Stall":
+                        narrator.say(
+                            h.now(),
+                            event.step_id,
+                            f"(injected) the agent went silent on attempt {event.attempt}",
+                        )
+                    elif event.rule == "Fail":
+                        narrator.say(
+                            h.now(), event.step_id, f"(injected) the agent fails attempt {event.attempt}"
+                        )
+                return 0
+
+            h.host.add_pump(report_faults, "demo")
+            out.write("\n  time      step            what happened\n")
+            try:
+                iid = h.start_workflow(args.workflow, workflow_input)
+            except HarnessError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            narrator.instance_id = iid
+            narrator.say(
+                h.now(), "workflow", f"started: POST /api/workflows/{args.workflow} -> 202, instance {iid}"
+            )
+            if held is not None:
+                h.run_until(lambda: bool(h.held(held)))
+                h.host.terminate(iid, "terminated by the demo")
+                narrator.say(
+                    h.now(), "workflow", "ORCHESTRATION TERMINATED (nobody waits for the step any more)"
+                )
+                compensation = f"{iid}:compensation"
+                h.run_until(
+                    lambda: (
+                        (s := h.host.get_status(compensation)) is not None
+                        and s.runtime_status.value == "Completed"
+                    ),
+                    timeout=timedelta(hours=6),
+                )
+                h.release(held)
+                h.host.run_until_idle()
+                outcome = f"terminated; compensation: {h.host.get_status(compensation).output['status']}"
+            else:
+                status = h.run_until_complete(iid, timeout=timedelta(hours=6))
+                output = status.output if isinstance(status.output, dict) else {}
+                outcome = output.get("status", status.runtime_status.value)
+            narrator.say(h.now(), "workflow", f"FINISHED: {outcome}")
+
+            out.write("\n  final ledger\n  step            status               attempts  compensation\n")
+            for r in h.ledger.list_for_instance(iid):
+                undo = (
+                    f"{r.compensation_status or ''} (attempt {r.compensation_attempt})"
+                    if r.compensation_attempt
+                    else ""
+                )
+                out.write(f"  {r.step_id:<15} {r.status.value:<20} {r.attempt:<9} {undo}\n")
+            decisions = [d.action for d in h.decisions(iid)]
+            timer = sum(1 for e in h.events_for(iid) if e.to_status == "TimedOut" and e.actor == "scheduler")
+            doubles = h.double_effects([iid])
+            out.write(
+                f"\n  recovery: {timer} timeout(s) caught by the orchestration's timer; watchdog decisions: "
+                f"{', '.join(decisions) or 'none'}\n"
+            )
+            effects = sum(h.effects(iid, s) for s in definition.step_ids)
+            undone = sum(h.effects(iid, s, kind="compensate") for s in definition.step_ids)
+            inbox = [r for r in h.ledger.needing_attention() if r.instance_id == iid]
+            out.write(
+                f"  remote effects: {effects} made, {undone} undone, {len(doubles)} made twice; "
+                f"steps needing an operator: {len(inbox)}\n"
+            )
+            out.write(
+                f"  {_duration(h.elapsed().total_seconds())} of workflow time in "
+                f"{time.monotonic() - wall:.1f} s of real time\n"
+            )
+    faults.clear()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""A transport wrapper for fault injection: the real transport, except for the sends you break.
+
+Used by ``workflow_core.devtools.harness`` (``fail_send`` / ``duplicate_send``); it also counts what
+was sent, by queue kind and by MessageId, so tests can see a re-send or a duplicate.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from workflow_core.transport import OutgoingMessage, ReceivedMessage, Transport
+
+
+@dataclass
+class SendFault:
+    """Fail (raise ``exc``) or duplicate the next ``times`` sends matching queue kind, step, attempt, kind."""
+
+    queue: str  # "work" or "results"
+    step_id: str | None
+    attempt: int | None
+    kind: str | None
+    action: str  # "fail" or "duplicate"
+    times: int
+    exc: BaseException | None = None
+    fired: int = 0
+
+
+# ---- the transport wrapper ----------------------------------------------------------------------
+
+
+class FaultyTransport(Transport):
+    """The real transport, with optional injected send failures and duplicate sends (see the harness)."""
+
+    def __init__(self, real: Transport, queue_kind: Callable[[str], str]) -> None:
+        self.real = real
+        self._queue_kind = queue_kind
+        self._faults: list[SendFault] = []
+        self._lock = threading.Lock()
+        self.sent: Counter[str] = Counter()  # by queue kind
+        self.sent_ids: Counter[str] = Counter()  # by MessageId
+
+    def add_fault(self, fault: SendFault) -> SendFault:
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def _take(self, queue: str, message: OutgoingMessage) -> SendFault | None:
+        kind = self._queue_kind(queue)
+        body = message.body
+        with self._lock:
+            for fault in self._faults:
+                if fault.fired >= fault.times or fault.queue != kind:
+                    continue
+                if fault.step_id is not None and body.get("step_id") != fault.step_id:
+                    continue
+                if fault.attempt is not None and body.get("attempt") != fault.attempt:
+                    continue
+                if fault.kind is not None and body.get("kind") != fault.kind:
+                    continue
+                fault.fired += 1
+                return fault
+        return None
+
+    def send(self, queue: str, message: OutgoingMessage) -> None:
+        fault = self._take(queue, message)
+        if fault is not None and fault.action == "fail":
+            raise fault.exc or RuntimeError(f"injected send failure on {queue}")
+        copies = 2 if fault is not None and fault.action == "duplicate" else 1  # same body and MessageId
+        for _ in range(copies):
+            self.real.send(queue, message)
+            with self._lock:
+                self.sent[self._queue_kind(queue)] += 1
+                self.sent_ids[message.message_id] += 1
+
+    # everything else is the real transport's
+    def ensure_queues(self, *queues: str) -> None:
+        self.real.ensure_queues(*queues)
+
+    def receive(self, queue: str, **kwargs: Any) -> list[ReceivedMessage]:
+        return self.real.receive(queue, **kwargs)
+
+    def complete(self, message: ReceivedMessage) -> None:
+        self.real.complete(message)
+
+    def abandon(self, message: ReceivedMessage) -> None:
+        self.real.abandon(message)
+
+    def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
+        self.real.dead_letter(message, reason, description)
+
+    def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
+        self.real.renew_lock(message, lock_seconds)
+
+    def receive_dead_letters(self, queue: str, **kwargs: Any) -> list[ReceivedMessage]:
+        return self.real.receive_dead_letters(queue, **kwargs)
+
+    def close(self) -> None:
+        self.real.close()
