@@ -266,14 +266,15 @@ class _Tick:
             reason=detail,
         )
 
-    async def note(self, record: StepRecord, action: Action, detail: str) -> None:
+    async def note(self, record: StepRecord, action: Action | str, detail: str) -> None:
+        """Audit a decision (or an error) on the step without changing it."""
         await _io(
             self.ledger.note,
             record.instance_id,
             record.step_id,
             actor=self.actor,
             action="recovery",
-            reason=f"{action.value}: {detail}",
+            reason=f"{action}: {detail}",  # an Action is a StrEnum: its value
             attempt=record.attempt,
             status=record.status.value,
         )
@@ -614,15 +615,8 @@ async def run_tick(
 
 async def _best_effort_note(tick: _Tick, record: StepRecord, exc: BaseException) -> None:
     try:
-        await _io(
-            tick.ledger.note,
-            record.instance_id,
-            record.step_id,
-            actor=tick.actor,
-            action="recovery",
-            reason=f"error: {type(exc).__name__}: {exc}; retried when the claim's lease expires",
-            attempt=record.attempt,
-            status=record.status.value,
+        await tick.note(
+            record, "error", f"{type(exc).__name__}: {exc}; retried when the claim's lease expires"
         )
     except Exception:
         log.exception("could not audit the failure on %s/%s", record.instance_id, record.step_id)
