@@ -48,10 +48,11 @@ from activities.common import (
 )
 from workflow_core import contracts as c
 from workflow_core import telemetry
-from workflow_core.contracts import StepCheck, StepDispatch, WorkMessage
+from workflow_core.contracts import StepCheck, StepDispatch
 from workflow_core.ledger import NewStep, StepLedger, StepRecord, StepStatus, encode_json
+from workflow_core.messages import work_message
 from workflow_core.runtime import Services, get_services
-from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
+from workflow_core.transport import TransportError, message_id_for
 
 log = logging.getLogger(__name__)
 
@@ -318,23 +319,8 @@ def _send(record: StepRecord, d: StepDispatch, services: Services) -> StepRecord
     A send that fails is retried a few times at once (the same MessageId, so a send that did reach
     the broker is deduplicated); the last ``TransportError`` propagates.
     """
-    message = _work_message(record, d)
-    send = functools.partial(
-        services.transport.send,
-        services.settings.work_queue,
-        OutgoingMessage(
-            body=message.model_dump(mode="json"),
-            message_id=message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind),
-            subject=message.agent,
-            application_properties={
-                "kind": d.kind,
-                "agent": message.agent,
-                "instance_id": d.instance_id,
-                "step_id": d.step_id,
-                "attempt": d.attempt,
-            },
-        ),
-    )
+    message = work_message(record, d.kind, input=None if d.kind == "work" else d.input)
+    send = functools.partial(services.transport.send, services.settings.work_queue, message)
     for delay in (*SEND_RETRY_DELAYS, None):
         try:
             send()
@@ -347,65 +333,6 @@ def _send(record: StepRecord, d: StepDispatch, services: Services) -> StepRecord
     return _record_sent(services.ledger, d)
 
 
-def resend_dispatched(
-    instance_id: str, step_id: str, services: Services, *, force: bool = False
-) -> dict[str, Any]:
-    """Re-send the message of a step that is dispatched but not claimed, from the ledger row alone.
-
-    For the supervisor: a Dispatched step (or a Compensating one whose compensator was dispatched)
-    past its deadline may never have had its message sent (a crash between "ledger written" and
-    "message sent"). Sends when no send was recorded, or always with ``force`` (same MessageId, so
-    Service Bus duplicate detection and the worker's claim rules dedupe it). A compensate message is
-    re-sent with an empty ``input``: compensators read the step's input and output from the ledger.
-    Returns ``{"instance_id", "step_id", "kind", "attempt", "status", "sent", "message_id"}``.
-    """
-    r = services.ledger.get(instance_id, step_id)
-    if r.status is S.DISPATCHED:
-        kind, attempt = "work", r.attempt
-    elif r.status is S.COMPENSATING and r.compensation_status == COMP_DISPATCHED:
-        kind, attempt = "compensate", r.compensation_attempt
-    else:
-        return {
-            "instance_id": instance_id,
-            "step_id": step_id,
-            "kind": None,
-            "attempt": r.attempt,
-            "status": r.status.value,
-            "sent": False,
-            "message_id": None,
-        }
-    d = StepDispatch(
-        instance_id=instance_id,
-        orchestration_id=r.orchestration_id or instance_id,
-        workflow=r.workflow_name,
-        step_id=step_id,
-        attempt=attempt,
-        deadline=iso(r.deadline) or iso(now()),
-        kind=kind,
-    )
-    sent = force or r.message_sent_at is None
-    if sent:
-        r = _send(r, d, services)
-        services.ledger.note(
-            instance_id,
-            step_id,
-            actor="supervisor",
-            action="message-resent",
-            reason=f"{kind} message for attempt {attempt} re-sent{' (forced)' if force else ''}",
-            attempt=attempt,
-            status=r.status.value,
-        )
-    return {
-        "instance_id": instance_id,
-        "step_id": step_id,
-        "kind": kind,
-        "attempt": attempt,
-        "status": r.status.value,
-        "sent": sent,
-        "message_id": message_id_for(instance_id, step_id, attempt, kind=kind),
-    }
-
-
 def _needs_send(r: StepRecord, d: StepDispatch) -> bool:
     if r.message_sent_at is not None:
         return False
@@ -415,33 +342,6 @@ def _needs_send(r: StepRecord, d: StepDispatch) -> bool:
         r.status is S.COMPENSATING
         and r.compensation_attempt == d.attempt
         and (r.compensation_status == COMP_DISPATCHED)
-    )
-
-
-def _work_message(r: StepRecord, d: StepDispatch) -> WorkMessage:
-    """The message, from the ledger row (so a re-send is identical to the first send)."""
-    if d.kind == "work":
-        return WorkMessage(
-            kind="work",
-            instance_id=r.instance_id,
-            orchestration_id=r.orchestration_id or d.orchestration_id,
-            workflow=r.workflow_name,
-            step_id=r.step_id,
-            agent=r.agent,
-            attempt=r.attempt,
-            deadline=iso(r.deadline) or d.deadline,
-            input=step_input(r),
-        )
-    return WorkMessage(
-        kind="compensate",
-        instance_id=r.instance_id,
-        orchestration_id=r.orchestration_id or d.orchestration_id,
-        workflow=r.workflow_name,
-        step_id=r.step_id,
-        agent=r.compensator or "",
-        attempt=r.compensation_attempt,
-        deadline=iso(r.deadline) or d.deadline,
-        input=d.input,
     )
 
 

@@ -43,7 +43,6 @@ from workflow_core.contracts import (
     COMPENSATION_ORCHESTRATOR,
     WATCHDOG_FUNCTION,
     ResultMessage,
-    WorkMessage,
     compensation_instance_id,
     result_event_name,
 )
@@ -53,10 +52,9 @@ from workflow_core.ledger import (
     StepNotFound,
     StepRecord,
     StepStatus,
-    decode_json,
 )
 from workflow_core.ledger.model import require_aware
-from workflow_core.transport import OutgoingMessage, message_id_for
+from workflow_core.messages import work_message
 
 log = logging.getLogger("sas.supervisor.watchdog")
 
@@ -183,34 +181,6 @@ def step_deadline_seconds(record: StepRecord, kind: str = "work") -> float:
     if kind == "compensate" and step.compensation is not None:
         return float(step.compensation.deadline_seconds)
     return float(step.deadline_seconds)
-
-
-def work_message_for(record: StepRecord, deadline: datetime) -> OutgoingMessage:
-    """The work message of the step's current attempt, as ``dispatch_step`` sends it (same MessageId)."""
-    step_input = decode_json(record.input_ref)
-    body = WorkMessage(
-        kind="work",
-        instance_id=record.instance_id,
-        orchestration_id=record.orchestration_id or record.instance_id,
-        workflow=record.workflow_name,
-        step_id=record.step_id,
-        agent=record.agent,
-        attempt=record.attempt,
-        deadline=deadline.isoformat(),
-        input=step_input if isinstance(step_input, dict) else {},
-    )
-    return OutgoingMessage(
-        body=body.model_dump(mode="json"),
-        message_id=message_id_for(record.instance_id, record.step_id, record.attempt),
-        subject=record.agent,
-        application_properties={
-            "kind": "work",
-            "agent": record.agent,
-            "instance_id": record.instance_id,
-            "step_id": record.step_id,
-            "attempt": record.attempt,
-        },
-    )
 
 
 async def _io(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -369,7 +339,7 @@ class _Tick:
     async def resend(self, found: StepRecord, claimed: StepRecord) -> None:
         """Dispatched but the send never happened: send the same attempt again, then record it."""
         deadline = self.now + timedelta(seconds=step_deadline_seconds(found))
-        message = work_message_for(found, deadline)
+        message = work_message(found, deadline=deadline)
         await _io(self.services.transport.send, self.services.settings.work_queue, message)
         detail = (
             f"work message {message.message_id} was never sent (crash between ledger write and send); "

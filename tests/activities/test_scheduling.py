@@ -406,25 +406,6 @@ def test_activity_bodies_cover_every_contract_activity():
     assert set(scheduling.ACTIVITY_BODIES) == names
 
 
-def test_resend_dispatched_rebuilds_the_message_from_the_ledger_row(harness):
-    instance = harness.start()
-    payload = harness.dispatch_payload(instance, "create_storage", input={"tenant_id": "fabrikam"})
-    first = scheduling.dispatch_step(payload, harness.services)
-    [original] = harness.work()
-
-    # Nothing to do while the send is recorded, unless forced.
-    assert scheduling.resend_dispatched(instance, "create_storage", harness.services)["sent"] is False
-    forced = scheduling.resend_dispatched(instance, "create_storage", harness.services, force=True)
-    assert (forced["sent"], forced["kind"], forced["message_id"]) == (True, "work", first["message_id"])
-    [copy] = harness.work()
-    assert (copy.message_id, copy.body) == (original.message_id, original.body)
-    assert [a.action for a in harness.audit(instance, "create_storage")].count("message-resent") == 1
-
-    harness.deliver(copy)
-    done = scheduling.resend_dispatched(instance, "create_storage", harness.services, force=True)
-    assert (done["sent"], done["status"]) == (False, "Succeeded")
-
-
 def test_schedule_retry_of_a_compensator_moves_only_its_deadline(harness, vclock):
     instance = harness.start()
     harness.run_step(instance, "register_dns")
