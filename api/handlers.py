@@ -32,7 +32,7 @@ from api.views import (
     step_view,
     workflow_name_of,
 )
-from workflow_core.contracts import WORKFLOW_ORCHESTRATOR, compensation_instance_id
+from workflow_core.contracts import WORKFLOW_ORCHESTRATOR, compensation_instance_id, step_instance_id
 from workflow_core.ledger import InvalidLedgerInput, StepLedger
 from workflow_core.ledger.model import validate_instance_id
 from workflow_core.runtime import Services
@@ -52,6 +52,7 @@ T = TypeVar("T")
 
 INSTANCE_ID_FIELD = "instance_id"
 COMPENSATION_SUFFIX = compensation_instance_id("")  # ":compensation"
+STEP_INFIX = step_instance_id("", "")  # ":step:", the ids of a parallel group's step orchestrations
 DEFAULT_TOP = 50
 MAX_TOP = 500
 # Runtime statuses in which an orchestration still holds its instance id.
@@ -218,6 +219,12 @@ def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> str:
             400,
             f"invalid instance id in {source}",
             [f"ids ending in {COMPENSATION_SUFFIX!r} are reserved for compensation orchestrations"],
+        )
+    if STEP_INFIX in instance_id:
+        raise ApiError(
+            400,
+            f"invalid instance id in {source}",
+            [f"ids containing {STEP_INFIX!r} are reserved for the steps of parallel groups"],
         )
     return instance_id
 

@@ -56,6 +56,35 @@ class StepRun:
     retry: RetryPolicy
     input: dict[str, Any] = field(default_factory=dict)
 
+    def to_payload(self) -> dict[str, Any]:
+        """JSON-ready fields, the input of ``step_orchestrator``."""
+        return {
+            "kind": self.kind,
+            "instance_id": self.instance_id,
+            "workflow": self.workflow,
+            "step_id": self.step_id,
+            "deadline_seconds": self.deadline_seconds,
+            "retry": self.retry.model_dump(),
+            "input": self.input,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> StepRun:
+        if not isinstance(payload, dict):
+            raise ContractViolation(f"a step run must be a JSON object, got {payload!r}")
+        missing = sorted({"kind", "instance_id", "workflow", "step_id", "deadline_seconds"} - set(payload))
+        if missing:
+            raise ContractViolation(f"step run {payload!r} lacks {', '.join(missing)}")
+        return cls(
+            kind=payload["kind"],
+            instance_id=payload["instance_id"],
+            workflow=payload["workflow"],
+            step_id=payload["step_id"],
+            deadline_seconds=float(payload["deadline_seconds"]),
+            retry=RetryPolicy.model_validate(payload.get("retry") or {}),
+            input=dict(payload.get("input") or {}),
+        )
+
     @property
     def dispatch_activity(self) -> str:
         return ACTIVITY_DISPATCH_STEP if self.kind == "work" else ACTIVITY_DISPATCH_COMPENSATION
@@ -71,6 +100,26 @@ class StepResult:
     attempts: int
     output: Any = None
     error: str | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        """What ``step_orchestrator`` returns: ``{"succeeded", "attempts", "output", "error"}``."""
+        return {
+            "succeeded": self.succeeded,
+            "attempts": self.attempts,
+            "output": self.output,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> StepResult:
+        if not isinstance(payload, dict) or not isinstance(payload.get("succeeded"), bool):
+            raise ContractViolation(f"step_orchestrator returned {payload!r}")
+        return cls(
+            payload["succeeded"],
+            int(payload.get("attempts") or 0),
+            payload.get("output"),
+            payload.get("error"),
+        )
 
 
 def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any, StepResult]:

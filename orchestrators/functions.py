@@ -1,4 +1,4 @@
-"""The Durable Functions registrations of the two orchestrators, on one ``df.Blueprint``.
+"""The Durable Functions registrations of the orchestrators, on one ``df.Blueprint``.
 
 Kept apart from the orchestrator logic so ``workflow.py`` and ``compensation.py`` stay plain
 generator functions (importable and testable without the decorator machinery), while the app
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import azure.durable_functions as df
 
-from orchestrators import compensation, workflow
-from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
+from orchestrators import compensation, step, workflow
+from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, STEP_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
 
 bp = df.Blueprint()
 
@@ -27,3 +27,10 @@ def workflow_orchestrator(context: df.DurableOrchestrationContext):
 def compensation_orchestrator(context: df.DurableOrchestrationContext):
     """Undoes a workflow instance's completed steps (see ``orchestrators.compensation``)."""
     return (yield from compensation.compensation_orchestrator(context))
+
+
+@bp.function_name(STEP_ORCHESTRATOR)
+@bp.orchestration_trigger(context_name="context")
+def step_orchestrator(context: df.DurableOrchestrationContext):
+    """Runs one step of a parallel group (see ``orchestrators.step``)."""
+    return (yield from step.step_orchestrator(context))

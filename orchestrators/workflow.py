@@ -2,9 +2,11 @@
 
 For each step it records intent in the ledger (``dispatch_step``) before waiting, races the result
 event against the step's deadline, retries with durable-timer backoff, and when a step gives up it
-hands over to the compensation orchestrator. It checkpoints with continue_as_new every
-``history_checkpoint_every`` completed steps so its history stays bounded. Everything here is
-deterministic: time comes from ``context.current_utc_datetime`` and all I/O goes through activities.
+hands over to the compensation orchestrator. A parallel group runs each of its steps the same way in
+its own ``step_orchestrator`` sub-orchestration and waits for all of them. It checkpoints with
+continue_as_new every ``history_checkpoint_every`` completed steps so its history stays bounded.
+Everything here is deterministic: time comes from ``context.current_utc_datetime`` and all I/O goes
+through activities.
 """
 
 from __future__ import annotations
@@ -20,9 +22,17 @@ from workflow_core.contracts import (
     ACTIVITY_CREATE_STEPS,
     ACTIVITY_GIVE_UP_STEP,
     COMPENSATION_ORCHESTRATOR,
+    STEP_ORCHESTRATOR,
     compensation_instance_id,
+    step_instance_id,
 )
-from workflow_core.workflows import StepInputError, WorkflowDefinition, get_workflow, resolve_step_input
+from workflow_core.workflows import (
+    StepDefinition,
+    StepInputError,
+    WorkflowDefinition,
+    get_workflow,
+    resolve_step_input,
+)
 
 
 class _Status:
@@ -66,8 +76,10 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
             ACTIVITY_CREATE_STEPS, {"instance_id": instance_id, "workflow": definition.name}
         )
 
-    # Every iteration either completes its step or returns, so the index counts completed steps.
-    for completed_here, step in enumerate(definition.steps[progress.position :]):
+    # Every iteration either completes its stage or returns; ``completed_here`` counts the steps
+    # completed in this generation (a parallel group counts as its steps, and is never split).
+    completed_here = 0
+    for stage in _remaining_stages(definition, progress.position):
         steps_left = len(definition.steps) - progress.position
         if should_checkpoint(completed_here, definition.history_checkpoint_every, steps_left):
             status.step = None
@@ -80,6 +92,17 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
             )
             return None
 
+        if len(stage) > 1:
+            progress, failed = yield from _run_group(
+                context, definition, stage, workflow_input, progress, status
+            )
+            status.progress = progress
+            if failed:
+                return (yield from _give_up_and_compensate(context, definition, failed, progress, status))
+            completed_here += len(stage)
+            continue
+
+        (step,) = stage
         status.step = step.id
         try:
             step_input = resolve_step_input(step, workflow_input, progress.outputs)
@@ -100,14 +123,79 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
 
         if not result.succeeded:
             return (
-                yield from _give_up_and_compensate(context, definition, step.id, result, progress, status)
+                yield from _give_up_and_compensate(context, definition, [(step.id, result)], progress, status)
             )
         progress = progress.after(step.id, result.output)
         status.progress = progress
+        completed_here += 1
 
     status.step = None
     status("succeeded")
     return {"status": "succeeded", "outputs": progress.outputs, "failed_step": None, "error": None}
+
+
+def _remaining_stages(definition: WorkflowDefinition, position: int) -> list[tuple[StepDefinition, ...]]:
+    """The stages from step index ``position`` on (``_check_resumable`` made it a stage boundary)."""
+    start, remaining = 0, []
+    for stage in definition.stages:
+        if start >= position:
+            remaining.append(stage)
+        start += len(stage)
+    return remaining
+
+
+def _run_group(
+    context: Any,
+    definition: WorkflowDefinition,
+    stage: tuple[StepDefinition, ...],
+    workflow_input: dict[str, Any],
+    progress: Progress,
+    status: _Status,
+) -> Generator[Any, Any, tuple[Progress, list[tuple[str, StepResult]]]]:
+    """Run a parallel group: one ``step_orchestrator`` per step, all started in this episode, then
+    wait for every one of them. Returns the progress with the succeeded steps' outputs recorded (in
+    the group's order) and the steps that gave up (empty when the whole group succeeded)."""
+    instance_id = context.instance_id
+    status.step = ", ".join(step.id for step in stage)
+    runs: list[StepRun] = []
+    unresolved: list[tuple[str, StepResult]] = []
+    for step in stage:
+        try:
+            step_input = resolve_step_input(step, workflow_input, progress.outputs)
+        except StepInputError as exc:
+            unresolved.append((step.id, StepResult(False, 0, error=str(exc))))
+            continue
+        runs.append(
+            StepRun(
+                kind="work",
+                instance_id=instance_id,
+                workflow=definition.name,
+                step_id=step.id,
+                deadline_seconds=step.deadline_seconds,
+                retry=step.retry,
+                input=step_input,
+            )
+        )
+    if unresolved:
+        # Retrying cannot fix a missing reference: give up before anything of the group is dispatched.
+        return progress, unresolved
+
+    status("running_group")
+    children = [
+        context.call_sub_orchestrator(
+            STEP_ORCHESTRATOR, run.to_payload(), instance_id=step_instance_id(instance_id, run.step_id)
+        )
+        for run in runs
+    ]
+    answers = yield context.task_all(children)
+    failed: list[tuple[str, StepResult]] = []
+    for run, answer in zip(runs, answers, strict=True):
+        result = StepResult.from_payload(answer)
+        if result.succeeded:
+            progress = progress.after(run.step_id, result.output)
+        else:
+            failed.append((run.step_id, result))
+    return progress, failed
 
 
 def _check_resumable(definition: WorkflowDefinition, progress: Progress) -> None:
@@ -117,28 +205,42 @@ def _check_resumable(definition: WorkflowDefinition, progress: Progress) -> None
     could skip or repeat a step; failing loudly leaves the decision to an operator.
     """
     expected = definition.step_ids[: progress.position]
-    if progress.completed != expected or progress.position > len(definition.steps):
+    boundaries, start = {0}, 0
+    for stage in definition.stages:
+        start += len(stage)
+        boundaries.add(start)
+    if progress.completed != expected or progress.position not in boundaries:
         raise ValueError(
             f"checkpoint of workflow {definition.name!r} does not match its definition: completed "
-            f"{progress.completed} but the definition's first {progress.position} steps are {expected}"
+            f"{progress.completed} but the definition's first {progress.position} steps are {expected} "
+            "(or position is beyond the end, or inside a parallel group)"
         )
 
 
 def _give_up_and_compensate(
     context: Any,
     definition: WorkflowDefinition,
-    step_id: str,
-    result: StepResult,
+    failed: list[tuple[str, StepResult]],
     progress: Progress,
     status: _Status,
 ) -> Generator[Any, Any, dict[str, Any]]:
-    """Record that the step gave up, then undo what was done through the compensation orchestrator."""
+    """Record that the step(s) gave up, then undo what was done through the compensation orchestrator.
+
+    ``failed`` is one step, or every step of a parallel group that gave up (in the group's order);
+    the output names the first of them as ``failed_step``.
+    """
     instance_id = context.instance_id
-    reason = f"step {step_id!r} gave up after {result.attempts} attempt(s): {result.error}"
-    status("giving_up", result.attempts)
-    yield context.call_activity(
-        ACTIVITY_GIVE_UP_STEP, {"instance_id": instance_id, "step_id": step_id, "reason": reason}
-    )
+    reasons = []
+    for step_id, result in failed:
+        reason = f"step {step_id!r} gave up after {result.attempts} attempt(s): {result.error}"
+        reasons.append(reason)
+        status.step = step_id
+        status("giving_up", result.attempts)
+        yield context.call_activity(
+            ACTIVITY_GIVE_UP_STEP, {"instance_id": instance_id, "step_id": step_id, "reason": reason}
+        )
+    step_id, result = failed[0]
+    reason = "; ".join(reasons)
 
     status("compensating", result.attempts)
     try:

@@ -29,6 +29,7 @@ def test_function_app_registers_every_role_with_the_right_trigger():
     expected = {
         contracts.WORKFLOW_ORCHESTRATOR: "orchestrationTrigger",
         contracts.COMPENSATION_ORCHESTRATOR: "orchestrationTrigger",
+        contracts.STEP_ORCHESTRATOR: "orchestrationTrigger",
         contracts.ACTIVITY_CREATE_STEPS: "activityTrigger",
         contracts.ACTIVITY_DISPATCH_STEP: "activityTrigger",
         contracts.ACTIVITY_CHECK_STEP: "activityTrigger",

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # ---- function names (what function_app registers and orchestrators call) -------------------------
 WORKFLOW_ORCHESTRATOR = "workflow_orchestrator"
 COMPENSATION_ORCHESTRATOR = "compensation_orchestrator"
+STEP_ORCHESTRATOR = "step_orchestrator"  # runs one step of a parallel group as a sub-orchestration
 
 ACTIVITY_CREATE_STEPS = "create_workflow_steps"
 ACTIVITY_DISPATCH_STEP = "dispatch_step"
@@ -42,6 +43,12 @@ def result_event_name(step_id: str, attempt: int, kind: StepKind = "work") -> st
 def compensation_instance_id(instance_id: str) -> str:
     """Deterministic id of an instance's compensation orchestration: starting it twice is a no-op."""
     return f"{instance_id}:compensation"
+
+
+def step_instance_id(instance_id: str, step_id: str) -> str:
+    """Deterministic id of the sub-orchestration that runs one step of a parallel group; it is the
+    ``orchestration_id`` the step's dispatch records, so the step's result events go to it."""
+    return f"{instance_id}:step:{step_id}"
 
 
 class _Model(BaseModel):

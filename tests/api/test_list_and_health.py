@@ -109,7 +109,7 @@ def test_health_is_ok_when_settings_and_definitions_load(run, services):
     assert json_of(response) == {
         "status": "ok",
         "transport": "storage-queue",
-        "workflows": ["order-fulfilment", "provision-tenant"],
+        "workflows": ["onboard-tenant", "order-fulfilment", "provision-tenant"],
     }
 
 

@@ -136,8 +136,8 @@ def test_unknown_workflow_is_a_404_listing_the_known_ones(run, stub, client, ser
     assert response.status_code == 404
     body = json_of(response)
     assert body["error"] == "unknown workflow 'provision-tenants'"
-    assert body["knownWorkflows"] == ["order-fulfilment", "provision-tenant"]
-    assert body["details"] == ["known workflows: order-fulfilment, provision-tenant"]
+    assert body["knownWorkflows"] == ["onboard-tenant", "order-fulfilment", "provision-tenant"]
+    assert body["details"] == ["known workflows: onboard-tenant, order-fulfilment, provision-tenant"]
     assert stub.requests == []
 
 
@@ -149,6 +149,7 @@ def test_unknown_workflow_is_a_404_listing_the_known_ones(run, stub, client, ser
         ("-leading-dash", "must match"),
         ("x" * 201, "at most 200"),
         ("tenant-1:compensation", "reserved for compensation"),
+        ("tenant-1:step:create_storage", "reserved for the steps of parallel groups"),
     ],
 )
 def test_malformed_instance_id_is_a_400(run, stub, client, services, instance_id, detail):

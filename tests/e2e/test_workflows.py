@@ -227,3 +227,70 @@ def test_ten_minute_deadlines_times_three_attempts_run_in_virtual_time(azurite):
             assert h.effects(iid, "slow_dns") == 0 and h.double_effects() == {}
     finally:
         faults.clear()
+
+
+ONBOARD_STEPS = ["create_storage", "register_portal_dns", "register_files_dns", "send_welcome"]
+ONBOARD_GROUP = ["register_portal_dns", "register_files_dns"]
+
+
+def test_onboard_tenant_runs_its_parallel_group_in_step_orchestrations(harness):
+    h = harness
+    iid = h.start_workflow("onboard-tenant", {"tenant_id": "woodgrove", **TENANT})
+    status = h.run_until_complete(iid)
+
+    assert status.runtime_status == Status.Completed
+    assert status.output["status"] == "succeeded"
+    outputs = status.output["outputs"]
+    assert outputs["register_portal_dns"]["fqdn"] == "woodgrove.example.net"
+    assert outputs["register_files_dns"]["fqdn"] == "woodgrove.files.example.net"
+    assert outputs["register_files_dns"]["target"] == outputs["create_storage"]["endpoint"]
+    assert h.statuses(iid) == dict.fromkeys(ONBOARD_STEPS, "Succeeded")
+    assert_one_effect_per_step(h, iid, ONBOARD_STEPS)
+    steps = h.steps(iid)
+    for step in ONBOARD_GROUP:  # each group step was dispatched by, and answered to, its own child
+        assert steps[step].orchestration_id == f"{iid}:step:{step}"
+        child = h.host.get_status(f"{iid}:step:{step}")
+        assert child.runtime_status == Status.Completed
+        assert child.output == {
+            "succeeded": True,
+            "attempts": 1,
+            "output": status.output["outputs"][step],
+            "error": None,
+        }
+    assert steps["create_storage"].orchestration_id == iid
+    assert steps["send_welcome"].orchestration_id == iid
+    # the step after the group started only once both group steps had succeeded
+    welcome_dispatched = next(
+        e.at for e in h.events_for(iid) if e.step_id == "send_welcome" and e.to_status == "Dispatched"
+    )
+    assert welcome_dispatched >= max(steps[s].completed_at for s in ONBOARD_GROUP)
+    assert h.decisions(iid) == []
+
+
+def test_a_parallel_step_that_always_fails_compensates_in_reverse_completion_order(harness):
+    h = harness
+    faults.inject("dns.register", faults.Fail(), step="register_files_dns")
+    iid = h.start_workflow("onboard-tenant", {"tenant_id": "litware", **TENANT})
+    status = h.run_until_complete(iid, timeout=timedelta(hours=2))
+
+    assert status.runtime_status == Status.Completed
+    assert status.output["status"] == "compensated"
+    assert status.output["failed_step"] == "register_files_dns"
+    steps = h.steps(iid)
+    assert steps["register_files_dns"].attempt == 3
+    assert steps["send_welcome"].status.value == "Cancelled"  # never ran
+    compensated = [
+        e.step_id for e in h.events_for(iid) if e.to_status == "Compensated" and e.action == "transition"
+    ]
+    # The given-up step first, then the completed ones in reverse completion order (per the ledger).
+    completed = sorted(
+        ("create_storage", "register_portal_dns"), key=lambda s: (steps[s].completed_at, steps[s].sequence)
+    )
+    assert completed == ["create_storage", "register_portal_dns"]
+    assert compensated == ["register_files_dns", *reversed(completed)]
+    for step in completed:
+        assert h.effects(iid, step) == 1 and h.effects(iid, step, kind="compensate") == 1
+        assert [row["State"] for row in h.remote_effects(iid, step)] == ["undone"]
+    assert h.effects(iid, "register_files_dns") == 0
+    assert h.effects(iid, "send_welcome") == 0
+    assert h.double_effects() == {}

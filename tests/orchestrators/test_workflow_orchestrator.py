@@ -212,8 +212,8 @@ def test_unknown_workflow_fails_the_orchestration_with_the_known_names():
 
     assert not final.is_done
     assert (
-        "unknown workflow 'provision-tenantt'; known workflows: order-fulfilment, provision-tenant"
-        in final.error
+        "unknown workflow 'provision-tenantt'; known workflows: "
+        "onboard-tenant, order-fulfilment, provision-tenant" in final.error
     )
     assert final.actions == []
     assert ledger.calls == []

@@ -25,6 +25,7 @@ from workflow_core.workflows import WorkflowDefinition, get_workflow
 
 WORKFLOW = blueprint_handler(blueprint, c.WORKFLOW_ORCHESTRATOR)
 COMPENSATION = blueprint_handler(blueprint, c.COMPENSATION_ORCHESTRATOR)
+STEP = blueprint_handler(blueprint, c.STEP_ORCHESTRATOR)
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 TENANT_INPUT = {"tenant_id": "tenant1", "admin_email": "admin@tenant1.example"}
@@ -163,7 +164,7 @@ class LedgerStub:
             },
             replies=replies,
             default_reply=default_reply or default,
-            sub_orchestrators={c.COMPENSATION_ORCHESTRATOR: COMPENSATION},
+            sub_orchestrators={c.COMPENSATION_ORCHESTRATOR: COMPENSATION, c.STEP_ORCHESTRATOR: STEP},
         )
 
 

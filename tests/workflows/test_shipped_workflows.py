@@ -17,7 +17,7 @@ SHIPPED = sorted(p.stem for p in DEFAULT_DIRECTORY.glob("*.yaml"))
 
 
 def test_every_shipped_file_loads_under_its_own_name():
-    assert SHIPPED == ["order-fulfilment", "provision-tenant"]
+    assert SHIPPED == ["onboard-tenant", "order-fulfilment", "provision-tenant"]
     assert sorted(load_workflows()) == SHIPPED
 
 
@@ -93,7 +93,8 @@ def test_unknown_workflow_lists_known_names():
     with pytest.raises(UnknownWorkflow) as info:
         get_workflow("provision")
     assert (
-        str(info.value) == "unknown workflow 'provision'; known workflows: order-fulfilment, provision-tenant"
+        str(info.value)
+        == "unknown workflow 'provision'; known workflows: onboard-tenant, order-fulfilment, provision-tenant"
     )
     assert isinstance(info.value, LookupError)
 

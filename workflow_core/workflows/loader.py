@@ -48,6 +48,8 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 def _format_location(loc: tuple[Any, ...]) -> str:
     text = ""
     for part in loc:
+        if isinstance(part, str) and part.startswith("<"):
+            continue  # a union member's tag (``<step>``, ``<parallel>``), not a field the author wrote
         if isinstance(part, int):
             text += f"[{part}]"
         else:

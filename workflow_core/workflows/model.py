@@ -8,9 +8,9 @@ definition half-way through a run, after it has already changed remote systems.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.model import validate_step_id
@@ -171,14 +171,54 @@ class StepDefinition(_Frozen):
         return self.compensation.agent if self.compensation else None
 
 
+class ParallelGroup(_Frozen):
+    """Steps that run at the same time: ``{parallel: [step, step, ...]}`` in a workflow's ``steps``.
+
+    The next item starts once every step of the group finished; if any of them gives up, the
+    instance is compensated after all of them finished. Groups do not nest.
+    """
+
+    parallel: tuple[StepDefinition, ...] = Field(min_length=2)
+
+    @field_validator("parallel", mode="before")
+    @classmethod
+    def _not_nested(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                if isinstance(item, dict) and "parallel" in item:
+                    raise ValueError(
+                        f"[{index}]: parallel groups cannot be nested; list the steps of the inner group "
+                        "directly in the outer one"
+                    )
+        return value
+
+
+def _item_kind(value: Any) -> str:
+    """Which kind of ``steps`` item a value is, so a mistake is reported against one kind only."""
+    if isinstance(value, dict):
+        return "<parallel>" if "parallel" in value else "<step>"
+    return "<parallel>" if isinstance(value, ParallelGroup) else "<step>"
+
+
+# The tags start with "<" so the loader leaves them out of error locations (steps[1].parallel[0].id).
+StepItem = Annotated[
+    Annotated[StepDefinition, Tag("<step>")] | Annotated[ParallelGroup, Tag("<parallel>")],
+    Discriminator(_item_kind),
+]
+
+
 # --- workflow --------------------------------------------------------------------------------------
 
 
 class WorkflowDefinition(_Frozen):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
     name: str
     description: str = ""
     input: InputSchema = Field(default_factory=InputSchema)
-    steps: tuple[StepDefinition, ...] = Field(min_length=1)
+    # As written under ``steps``: plain steps and parallel groups. Everyone but the scheduler uses
+    # ``steps`` (every step, in order) or ``stages`` (what runs together).
+    items: tuple[StepItem, ...] = Field(alias="steps", min_length=1)
     history_checkpoint_every: int = Field(
         default=25,
         ge=1,
@@ -197,17 +237,26 @@ class WorkflowDefinition(_Frozen):
 
     @model_validator(mode="after")
     def _steps_consistent(self) -> WorkflowDefinition:
-        seen: dict[str, int] = {}
-        for index, step in enumerate(self.steps):
+        # Each step with where it was written and the stage (index into ``stages``) it runs in.
+        placed: list[tuple[StepDefinition, str, int]] = []
+        for index, item in enumerate(self.items):
+            if isinstance(item, ParallelGroup):
+                placed.extend(
+                    (step, f"steps[{index}].parallel[{member}]", index)
+                    for member, step in enumerate(item.parallel)
+                )
+            else:
+                placed.append((item, f"steps[{index}]", index))
+        seen: dict[str, tuple[str, int]] = {}
+        for step, where, stage in placed:
             if step.id in seen:
                 raise ValueError(
-                    f"steps[{index}].id: duplicate step id {step.id!r} (first used by steps[{seen[step.id]}])"
+                    f"{where}.id: duplicate step id {step.id!r} (first used by {seen[step.id][0]})"
                 )
-            seen[step.id] = index
+            seen[step.id] = (where, stage)
         present = self.input.always_present()
-        all_ids = set(seen)
-        for index, step in enumerate(self.steps):
-            for where, ref in iter_references(step.input, f"steps[{index}].input"):
+        for step, location, stage in placed:
+            for where, ref in iter_references(step.input, f"{location}.input"):
                 if ref.source == "input":
                     if ref.path and ref.path[0] not in present:
                         raise ValueError(
@@ -215,9 +264,15 @@ class WorkflowDefinition(_Frozen):
                             "required input field and has no default (declare it under input.required or "
                             "give it a default)"
                         )
-                elif ref.step_id not in all_ids:
+                elif ref.step_id not in seen:
                     raise ValueError(f"{where}: {ref.text} refers to unknown step {ref.step_id!r}")
-                elif seen[ref.step_id] >= index:
+                elif seen[ref.step_id][1] == stage and ref.step_id != step.id:
+                    raise ValueError(
+                        f"{where}: {ref.text} refers to step {ref.step_id!r}, which runs in the same "
+                        f"parallel group as {step.id!r}; a step in a group can only use outputs of steps "
+                        "before the group"
+                    )
+                elif seen[ref.step_id][1] >= stage:
                     raise ValueError(
                         f"{where}: {ref.text} refers to step {ref.step_id!r}, which does not run before "
                         f"{step.id!r}; a step can only use outputs of earlier steps"
@@ -225,6 +280,17 @@ class WorkflowDefinition(_Frozen):
         return self
 
     # --- queries used by the scheduler, the agents and the HTTP starter -----------------------------
+
+    @property
+    def steps(self) -> tuple[StepDefinition, ...]:
+        """Every step, in the order written (a group's steps in the group's order)."""
+        return tuple(step for stage in self.stages for step in stage)
+
+    @property
+    def stages(self) -> tuple[tuple[StepDefinition, ...], ...]:
+        """What the scheduler runs one after the other: a plain step is a stage of one, a parallel
+        group a stage of its steps (which run at the same time)."""
+        return tuple(item.parallel if isinstance(item, ParallelGroup) else (item,) for item in self.items)
 
     @property
     def step_ids(self) -> list[str]:

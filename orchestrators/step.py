@@ -1,0 +1,39 @@
+"""The step orchestrator: runs one step of a parallel group to an outcome, as a sub-orchestration.
+
+The workflow orchestrator starts one per step of a group, under the deterministic instance id
+``step_instance_id(instance, step)``, and waits for all of them. Each runs ``run_step`` exactly as
+the workflow orchestrator runs a plain step; because the dispatch records this orchestration's id as
+the step's ``orchestration_id``, the step's result events (and the watchdog's nudges) come here.
+Giving up and compensating stay with the workflow orchestrator, which sees the whole group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from datetime import datetime
+from typing import Any
+
+from orchestrators.attempts import StepRun, run_step
+from orchestrators.decisions import to_iso
+
+
+def step_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
+    """Run the ``StepRun`` in the input; return ``{"succeeded", "attempts", "output", "error"}``."""
+    run = StepRun.from_payload(context.get_input())
+
+    def status(phase: str, attempt: int | None = None, until: datetime | None = None) -> None:
+        context.set_custom_status(
+            {
+                "orchestration": "step",
+                "workflow": run.workflow,
+                "instance_id": run.instance_id,
+                "step": run.step_id,
+                "attempt": attempt,
+                "phase": phase,
+                "until": to_iso(until) if until else None,
+            }
+        )
+
+    result = yield from run_step(context, run, status)
+    status("succeeded" if result.succeeded else "failed", result.attempts)
+    return result.to_payload()
