@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 DEFAULT_INPUTS: dict[str, dict[str, Any]] = {
     "provision-tenant": {"tenant_id": "contoso", "admin_email": "admin@contoso.example"},
+    "onboard-tenant": {"tenant_id": "fabrikam", "admin_email": "admin@fabrikam.example"},
     "order-fulfilment": {
         "order_id": "o-1001",
         "customer_id": "c-42",
@@ -61,8 +62,10 @@ class Narrator:
         grace: float,
         verbose: bool = False,
         undone: Any = None,
+        width: int = 15,
     ) -> None:
         self.out = out
+        self.width = width  # of the step column: the longest step id
         self.undone = undone  # (instance, step) -> how many remote effects the compensator undid
         self.start = start
         self.grace = grace
@@ -76,7 +79,7 @@ class Narrator:
     def say(self, when: datetime, step: str, text: str) -> None:
         if self.instance_id:
             text = text.replace(self.instance_id, self.instance_id[:8])
-        self.out.write(f"  {self.at(when)}  {step:<15} {text}\n")
+        self.out.write(f"  {self.at(when)}  {step:<{self.width}} {text}\n")
         self.out.flush()
         self.lines += 1
 
@@ -228,6 +231,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
             if narrator is not None:
                 narrator(event)
 
+        width = max(15, *(len(s.id) for s in definition.steps))
         with PatternHarness(azurite, on_event=on_event) as h:
             grace = h.settings.watchdog_grace_seconds
             narrator = Narrator(
@@ -236,8 +240,12 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                 grace,
                 verbose=args.verbose,
                 undone=lambda i, s: h.effects(i, s, kind="compensate"),
+                width=width,
             )
-            steps = " -> ".join(f"{s.id} ({_duration(s.deadline_seconds)})" for s in definition.steps)
+            steps = " -> ".join(
+                " | ".join(f"{s.id} ({_duration(s.deadline_seconds)})" for s in stage)
+                for stage in definition.stages
+            )
             out.write(f"  steps and deadlines: {steps}\n")
             out.write(f"  agent transport    : {h.transport_label}\n")
             period = h.watchdog_every.total_seconds()
@@ -275,7 +283,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                 return 0
 
             h.host.add_pump(report_faults, "demo")
-            out.write("\n  time      step            what happened\n")
+            out.write(f"\n  time      {'step':<{width}} what happened\n")
             try:
                 iid = h.start_workflow(args.workflow, workflow_input)
             except HarnessError as exc:
@@ -308,14 +316,14 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                 outcome = output.get("status", status.runtime_status.value)
             narrator.say(h.now(), "workflow", f"FINISHED: {outcome}")
 
-            out.write("\n  final ledger\n  step            status               attempts  compensation\n")
+            out.write(f"\n  final ledger\n  {'step':<{width}} status               attempts  compensation\n")
             for r in h.ledger.list_for_instance(iid):
                 undo = (
                     f"{r.compensation_status or ''} (attempt {r.compensation_attempt})"
                     if r.compensation_attempt
                     else ""
                 )
-                out.write(f"  {r.step_id:<15} {r.status.value:<20} {r.attempt:<9} {undo}\n")
+                out.write(f"  {r.step_id:<{width}} {r.status.value:<20} {r.attempt:<9} {undo}\n")
             decisions = [d.action for d in h.decisions(iid)]
             timer = sum(1 for e in h.events_for(iid) if e.to_status == "TimedOut" and e.actor == "scheduler")
             doubles = h.double_effects([iid])
