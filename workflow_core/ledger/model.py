@@ -8,9 +8,9 @@ state the pattern does not know how to recover from.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -178,17 +178,8 @@ class StepRecord(BaseModel):
             )
         return v
 
-    def effective_deadline(self) -> datetime | None:
-        """When this step is overdue: the completion deadline, or last heartbeat + heartbeat timeout."""
-        return self.deadline
-
     def is_overdue(self, now: datetime) -> bool:
         return self.status in DEADLINE_STATUSES and self.deadline is not None and self.deadline <= now
-
-    def heartbeat_deadline(self, now: datetime) -> datetime | None:
-        if self.heartbeat_timeout_seconds is None:
-            return None
-        return now + timedelta(seconds=self.heartbeat_timeout_seconds)
 
 
 class AuditEntry(BaseModel):
@@ -222,9 +213,3 @@ class NewStep(BaseModel):
     @classmethod
     def _step(cls, v: str) -> str:
         return validate_step_id(v)
-
-
-def entity_value(value: Any) -> Any:
-    if isinstance(value, StepStatus):
-        return value.value
-    return value
