@@ -104,22 +104,11 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
 
         (step,) = stage
         status.step = step.id
-        try:
-            step_input = resolve_step_input(step, workflow_input, progress.outputs)
-        except StepInputError as exc:
-            # Retrying cannot fix a missing reference: give up at once (nothing was dispatched).
-            result = StepResult(False, 0, error=str(exc))
+        prepared = _prepare(definition, instance_id, step, workflow_input, progress.outputs)
+        if isinstance(prepared, StepResult):
+            result = prepared
         else:
-            run = StepRun(
-                kind="work",
-                instance_id=instance_id,
-                workflow=definition.name,
-                step_id=step.id,
-                deadline_seconds=step.deadline_seconds,
-                retry=step.retry,
-                input=step_input,
-            )
-            result = yield from run_step(context, run, status)
+            result = yield from run_step(context, prepared, status)
 
         if not result.succeeded:
             return (
@@ -144,6 +133,30 @@ def _remaining_stages(definition: WorkflowDefinition, position: int) -> list[tup
     return remaining
 
 
+def _prepare(
+    definition: WorkflowDefinition,
+    instance_id: str,
+    step: StepDefinition,
+    workflow_input: dict[str, Any],
+    outputs: dict[str, Any],
+) -> StepRun | StepResult:
+    """The run of one work step, or its failure when its input references cannot be resolved:
+    retrying cannot fix a missing reference, so such a step gives up before anything is dispatched."""
+    try:
+        step_input = resolve_step_input(step, workflow_input, outputs)
+    except StepInputError as exc:
+        return StepResult(False, 0, error=str(exc))
+    return StepRun(
+        kind="work",
+        instance_id=instance_id,
+        workflow=definition.name,
+        step_id=step.id,
+        deadline_seconds=step.deadline_seconds,
+        retry=step.retry,
+        input=step_input,
+    )
+
+
 def _run_group(
     context: Any,
     definition: WorkflowDefinition,
@@ -157,28 +170,13 @@ def _run_group(
     the group's order) and the steps that gave up (empty when the whole group succeeded)."""
     instance_id = context.instance_id
     status.step = ", ".join(step.id for step in stage)
-    runs: list[StepRun] = []
-    unresolved: list[tuple[str, StepResult]] = []
-    for step in stage:
-        try:
-            step_input = resolve_step_input(step, workflow_input, progress.outputs)
-        except StepInputError as exc:
-            unresolved.append((step.id, StepResult(False, 0, error=str(exc))))
-            continue
-        runs.append(
-            StepRun(
-                kind="work",
-                instance_id=instance_id,
-                workflow=definition.name,
-                step_id=step.id,
-                deadline_seconds=step.deadline_seconds,
-                retry=step.retry,
-                input=step_input,
-            )
-        )
-    if unresolved:
-        # Retrying cannot fix a missing reference: give up before anything of the group is dispatched.
+    prepared = [
+        (step.id, _prepare(definition, instance_id, step, workflow_input, progress.outputs)) for step in stage
+    ]
+    unresolved = [(step_id, p) for step_id, p in prepared if isinstance(p, StepResult)]
+    if unresolved:  # nothing of the group is dispatched
         return progress, unresolved
+    runs = [p for _, p in prepared if isinstance(p, StepRun)]
 
     status("running_group")
     children = [
