@@ -31,6 +31,8 @@ from typing import Any
 
 from aiohttp import web
 
+from workflow_core.devtools.durable_host.client import WEBHOOK_PATH, client_binding
+
 TASK_HUB = "StubTaskHub"
 SYSTEM_KEY = "stub-durabletask-extension-key"
 ACTIVE = frozenset({"Pending", "Running", "Suspended", "ContinuedAsNew"})
@@ -175,38 +177,22 @@ class DurableHttpStub:
 
     def binding_json(self) -> str:
         """The ``client`` binding JSON the Functions host gives a durable client function."""
-        webhooks = f"{self.origin}/runtime/webhooks/durabletask"
-        query = f"taskHub={TASK_HUB}&connection=Storage&code={SYSTEM_KEY}"
-        instance = f"{webhooks}/instances/INSTANCEID"
-        return json.dumps(
+        binding = client_binding(
+            origin=self.origin,
+            task_hub=TASK_HUB,
+            query=f"taskHub={TASK_HUB}&connection=Storage&code={SYSTEM_KEY}",
+            rpc_base_url=self.rpc_base_url,
+        )
+        binding.update(
             {
-                "taskHubName": TASK_HUB,
-                "creationUrls": {
-                    "createNewInstancePostUri": f"{webhooks}/orchestrators/{{functionName}}[/{{instanceId}}]"
-                    f"?code={SYSTEM_KEY}",
-                    "createAndWaitOnNewInstancePostUri": f"{webhooks}/orchestrators/{{functionName}}"
-                    f"[/{{instanceId}}]?timeout={{timeoutInSeconds}}&pollingInterval="
-                    f"{{intervalInSeconds}}&code={SYSTEM_KEY}",
-                },
-                "managementUrls": {
-                    "id": "INSTANCEID",
-                    "statusQueryGetUri": f"{instance}?{query}",
-                    "sendEventPostUri": f"{instance}/raiseEvent/{{eventName}}?{query}",
-                    "terminatePostUri": f"{instance}/terminate?reason={{text}}&{query}",
-                    "rewindPostUri": f"{instance}/rewind?reason={{text}}&{query}",
-                    "purgeHistoryDeleteUri": f"{instance}?{query}",
-                    "restartPostUri": f"{instance}/restart?{query}",
-                    "suspendPostUri": f"{instance}/suspend?reason={{text}}&{query}",
-                    "resumePostUri": f"{instance}/resume?reason={{text}}&{query}",
-                },
-                "baseUrl": webhooks,
+                "baseUrl": f"{self.origin}{WEBHOOK_PATH}",
                 "requiredQueryStringParameters": f"code={SYSTEM_KEY}",
-                "rpcBaseUrl": self.rpc_base_url,
                 "httpBaseUrl": "",
                 "maxGrpcMessageSizeInBytes": 0,
                 "grpcHttpClientTimeout": "00:01:40",
             }
         )
+        return json.dumps(binding)
 
     def management_payload(self, instance_id: str) -> dict[str, str]:
         urls = json.loads(self.binding_json())["managementUrls"]

@@ -29,13 +29,13 @@ RPC_PATH = "/durabletask/"
 WEBHOOK_PATH = "/runtime/webhooks/durabletask"
 
 
-def binding_context(host: DurableTestHost) -> dict:
-    """The durable client binding data the extension hands to a ``durable_client_input`` function."""
-    base = f"{host.base_url}{WEBHOOK_PATH}"
-    query = f"taskHub={host.task_hub}&connection=Storage"
+def client_binding(*, origin: str, task_hub: str, query: str, rpc_base_url: str) -> dict:
+    """The durable client binding data the extension hands to a ``durable_client_input`` function,
+    for an extension reachable at ``origin`` (webhook URLs carry ``query``)."""
+    base = f"{origin}{WEBHOOK_PATH}"
     instance = f"{base}/instances/INSTANCEID"
     return {
-        "taskHubName": host.task_hub,
+        "taskHubName": task_hub,
         "creationUrls": {
             "createNewInstancePostUri": f"{base}/orchestrators/{{functionName}}[/{{instanceId}}]?{query}",
             "createAndWaitOnNewInstancePostUri": (
@@ -54,9 +54,19 @@ def binding_context(host: DurableTestHost) -> dict:
             "suspendPostUri": f"{instance}/suspend?reason={{text}}&{query}",
             "resumePostUri": f"{instance}/resume?reason={{text}}&{query}",
         },
-        "rpcBaseUrl": f"http://127.0.0.1:17071{RPC_PATH}",
+        "rpcBaseUrl": rpc_base_url,
         "requiredQueryStringParameters": query,
     }
+
+
+def binding_context(host: DurableTestHost) -> dict:
+    """The client binding data of the in-process host (its HTTP API is answered without sockets)."""
+    return client_binding(
+        origin=host.base_url,
+        task_hub=host.task_hub,
+        query=f"taskHub={host.task_hub}&connection=Storage",
+        rpc_base_url=f"http://127.0.0.1:17071{RPC_PATH}",
+    )
 
 
 class DurableTestClient(DurableOrchestrationClient):
