@@ -236,6 +236,18 @@ class _Tick:
             reason=detail,
         )
 
+    async def time_out(self, claimed: StepRecord, *, reason: str, last_error: str) -> None:
+        """Record a mid-flight attempt as TimedOut; the claim's lease stays its deadline."""
+        await _io(
+            self.ledger.transition,
+            claimed,
+            S.TIMED_OUT,
+            actor=self.actor,
+            reason=reason,
+            last_error=last_error,
+            deadline=self.now + self.lease,
+        )
+
     async def note(self, record: StepRecord, action: Action | str, detail: str) -> None:
         """Audit a decision (or an error) on the step without changing it."""
         await _io(
@@ -376,14 +388,8 @@ class _Tick:
         if _operator_requested(found):
             detail += f" (requested by {found.owner})"
         if found.status in (S.DISPATCHED, S.RUNNING):
-            await _io(
-                self.ledger.transition,
-                claimed,
-                S.TIMED_OUT,
-                actor=self.actor,
-                reason=f"{Action.FAIL_STEP.value}: {detail}",
-                last_error=OVERRUN_ERROR,
-                deadline=self.now + self.lease,
+            await self.time_out(
+                claimed, reason=f"{Action.FAIL_STEP.value}: {detail}", last_error=OVERRUN_ERROR
             )
         else:
             await self.note(found, Action.FAIL_STEP, detail)
@@ -412,14 +418,10 @@ class _Tick:
         if found.status in (S.DISPATCHED, S.RUNNING):
             # Nobody waits for this attempt's result any more: record it as abandoned, as the
             # compensation plan would, so the ledger says why.
-            await _io(
-                self.ledger.transition,
+            await self.time_out(
                 claimed,
-                S.TIMED_OUT,
-                actor=self.actor,
                 reason=f"{why}; no orchestration waits for its result",
                 last_error=f"supervisor: {why}",
-                deadline=self.now + self.lease,
             )
         await self.start_compensation(found, reason=f"supervisor: {why}")
 
