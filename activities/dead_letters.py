@@ -64,16 +64,8 @@ async def handle_dead_letter(
     ledger = services.ledger
 
     def result(ok: bool, r: StepRecord, err: str | None) -> ResultMessage:
-        return ResultMessage(
-            kind=message.kind,
-            instance_id=message.instance_id,
-            orchestration_id=message.orchestration_id,
-            step_id=message.step_id,
-            attempt=message.attempt,
-            outcome="succeeded" if ok else "failed",
-            output=(step_output(r) if message.kind == "work" else {}) if ok else None,
-            error=None if ok else err,
-        )
+        output = step_output(r) if message.kind == "work" else {}
+        return ResultMessage.answering(message, ok=ok, output=output, error=err)
 
     def decide(r: StepRecord) -> tuple[ResultMessage | None, bool, str]:
         a = message.attempt

@@ -412,17 +412,7 @@ class _Delivery:
     # ---- reply -----------------------------------------------------------------------------------
 
     def _result(self, ok: bool, output: dict[str, Any] | None, error: str | None) -> ResultMessage:
-        m = self.m
-        return ResultMessage(
-            kind=m.kind,
-            instance_id=m.instance_id,
-            orchestration_id=m.orchestration_id,
-            step_id=m.step_id,
-            attempt=m.attempt,
-            outcome="succeeded" if ok else "failed",
-            output=output if ok else None,
-            error=None if ok else error,
-        )
+        return ResultMessage.answering(self.m, ok=ok, output=output, error=error)
 
     def _result_from_record(self, r: StepRecord) -> ResultMessage:
         if self.work:

@@ -94,6 +94,22 @@ class ResultMessage(_Model):
     output: dict[str, Any] | None = None
     error: str | None = None
 
+    @classmethod
+    def answering(
+        cls, work: WorkMessage, *, ok: bool, output: dict[str, Any] | None = None, error: str | None = None
+    ) -> ResultMessage:
+        """The reply to ``work``: its output on success, its error on failure (never both)."""
+        return cls(
+            kind=work.kind,
+            instance_id=work.instance_id,
+            orchestration_id=work.orchestration_id,
+            step_id=work.step_id,
+            attempt=work.attempt,
+            outcome="succeeded" if ok else "failed",
+            output=output if ok else None,
+            error=None if ok else error,
+        )
+
 
 class StepCheck(_Model):
     """What the ledger says about a step when the orchestration's deadline timer fired.
