@@ -3,7 +3,7 @@
     python bench/detection_latency.py            # 6 stalled steps per scenario
     python bench/detection_latency.py --quick    # 3
 
-Starts its own Azurite and runs the whole pattern in one process (``workflow_core.devtools.harness``)
+Starts its own Azurite and runs the whole pattern in one process (``devtools.harness``)
 with the durable test host on the **real** clock (timers fire when the wall clock reaches them) and
 the supervisor's watchdog ticking every second. A synthetic one-step workflow has a 3 s deadline;
 its agent takes the work and never answers. Two scenarios, measured per stalled step from the
@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from activities.handlers import faults
-from workflow_core.devtools.azurite import Azurite
-from workflow_core.devtools.harness import PatternHarness
+from devtools.azurite import Azurite
+from devtools.harness import PatternHarness
 
 DEADLINE_SECONDS = 3
 STAGGER_SECONDS = 0.37  # starts spread over the 1 s watchdog period

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from azure.data.tables import TableServiceClient, UpdateMode
 
 from activities.scheduling import dispatch_step
+from devtools.azurite import Azurite, env_for
 from workflow_core.contracts import StepDispatch
-from workflow_core.devtools.azurite import Azurite, env_for
 from workflow_core.ledger import NewStep
 from workflow_core.runtime import Services
 from workflow_core.settings import load_settings

@@ -5,7 +5,7 @@
 
 Starts its own Azurite and runs synthetic workflows of 10, 100 and 500 steps (every step: one
 agent call that succeeds at once) through the whole pattern in one process
-(``workflow_core.devtools.harness``: the real orchestrator through the SDK's replay on the durable
+(``devtools.harness``: the real orchestrator through the SDK's replay on the durable
 test host's virtual clock, real activities, agents and queues). Every episode of the orchestrator
 is timed (the SDK replaying the history, deciding the next actions) and the history it was given is
 measured.
@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devtools.azurite import Azurite
+from devtools.harness import PatternHarness
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR
-from workflow_core.devtools.azurite import Azurite
-from workflow_core.devtools.harness import PatternHarness
 
 
 def definition(name: str, steps: int, checkpoint_every: int) -> dict:

@@ -3,7 +3,7 @@
     python bench/watchdog_scaling.py                 # 1,000 and 100,000 ledger rows (a few minutes)
     python bench/watchdog_scaling.py --rows 10000    # a quicker look
 
-Starts its own Azurite (workflow_core.devtools.azurite), fills two fresh pairs of ledger/index tables
+Starts its own Azurite (devtools.azurite), fills two fresh pairs of ledger/index tables
 with ``--small`` and ``--rows`` step rows in 100-entity batch transactions (every step has a
 deadline-index row; all but the overdue ones have deadlines in the future), then runs ``--ticks``
 watchdog ticks on each and prints the median tick time, the ratio, and what each tick read
@@ -32,8 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devtools.azurite import Azurite, env_for
 from supervisor.watchdog import run_tick
-from workflow_core.devtools.azurite import Azurite, env_for
 from workflow_core.ledger import StepLedger, StepRecord, StepStatus
 from workflow_core.ledger.store import MAX_BATCH, _bucket, _deadline_key, _to_entity
 from workflow_core.runtime import Services

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from workflow_core.devtools.azurite import Azurite
+from devtools.azurite import Azurite
 
 
 @pytest.fixture(scope="session")

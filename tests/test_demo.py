@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from workflow_core import demo
+from devtools import demo
 from workflow_core.workflows import load_workflows
 
 

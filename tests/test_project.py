@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @lru_cache(maxsize=1)
 def registered_functions() -> dict[str, object]:
     """``app.get_functions()`` may be called only once per app; the harness indexes it once per process."""
-    from workflow_core.devtools.harness import app_functions
+    from devtools.harness import app_functions
 
     return {f.get_function_name(): f for f in app_functions()}
 

@@ -21,8 +21,8 @@ from azure.durable_functions import DurableOrchestrationClient
 from activities import scheduling
 from activities.handlers import AGENT_HANDLERS, faults
 from activities.worker import process_work_message
+from devtools.azurite import env_for
 from workflow_core import clock
-from workflow_core.devtools.azurite import env_for
 from workflow_core.runtime import Services, get_services, reset_services
 from workflow_core.transport import ReceivedMessage
 

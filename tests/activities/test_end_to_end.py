@@ -10,7 +10,7 @@ import activities
 import orchestrators
 from activities import handle_dead_letter, handle_result, process_work_message
 from activities.handlers import RemoteEffects, faults
-from workflow_core.devtools.durable_host import DurableTestHost
+from devtools.durable_host import DurableTestHost
 from workflow_core.ledger import StepStatus
 from workflow_core.transport import pump
 

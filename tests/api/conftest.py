@@ -15,9 +15,9 @@ import pytest
 from azure.durable_functions import DurableOrchestrationClient
 from azure.durable_functions.models.utils import http_utils
 
+from devtools.azurite import env_for
 from tests.api.durable_http_stub import DurableHttpStub
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
-from workflow_core.devtools.azurite import env_for
 from workflow_core.ledger import StepLedger
 from workflow_core.runtime import Services, reset_services
 from workflow_core.settings import load_settings

@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from workflow_core.devtools.durable_host.client import WEBHOOK_PATH, client_binding
+from devtools.durable_host.client import WEBHOOK_PATH, client_binding
 
 TASK_HUB = "StubTaskHub"
 SYSTEM_KEY = "stub-durabletask-extension-key"

@@ -9,7 +9,7 @@ import azure.durable_functions as df
 import azure.functions as func
 import pytest
 
-from workflow_core.devtools.durable_host import DurableTestClient, DurableTestHost
+from devtools.durable_host import DurableTestClient, DurableTestHost
 
 Status = df.OrchestrationRuntimeStatus
 

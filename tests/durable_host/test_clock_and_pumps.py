@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import azure.durable_functions as df
 import pytest
 
+from devtools.durable_host import DEFAULT_EPOCH, DurableTestHost, RealClock, VirtualClock
 from workflow_core import clock
-from workflow_core.devtools.durable_host import DEFAULT_EPOCH, DurableTestHost, RealClock, VirtualClock
 
 Status = df.OrchestrationRuntimeStatus
 

@@ -14,7 +14,7 @@ import azure.durable_functions as df
 import pytest
 from azure.durable_functions.models.history.HistoryEventType import HistoryEventType
 
-from workflow_core.devtools.durable_host import (
+from devtools.durable_host import (
     DEFAULT_EPOCH,
     DurableTestHost,
     InstanceCompletedError,

@@ -1,4 +1,4 @@
-"""End-to-end fixtures: the whole pattern in one process (``workflow_core.devtools.harness``) on the
+"""End-to-end fixtures: the whole pattern in one process (``devtools.harness``) on the
 session's Azurite: real HTTP starter body, real orchestrators through the SDK's replay on a virtual
 clock, real agent bodies pumping real queues, the real watchdog every 30 s of virtual time."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from activities.handlers import faults
-from workflow_core.devtools.harness import PatternHarness
+from devtools.harness import PatternHarness
 
 TRANSPORTS_USED: set[str] = set()
 

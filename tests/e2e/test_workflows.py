@@ -201,7 +201,7 @@ DEADLINE_DRILL = {
 
 
 def test_ten_minute_deadlines_times_three_attempts_run_in_virtual_time(azurite):
-    from workflow_core.devtools.harness import PatternHarness
+    from devtools.harness import PatternHarness
 
     faults.clear()
     faults.inject("dns.register", faults.Stall())  # the agent takes the work and never answers

@@ -1,5 +1,5 @@
 """The fault matrix: one fault per test, injected into the whole pattern running in one process
-(``workflow_core.devtools.harness``: durable test host + real Azurite + real agent and watchdog bodies).
+(``devtools.harness``: durable test host + real Azurite + real agent and watchdog bodies).
 
 Every test ends with :func:`verify`, which records a row for the summary table printed at the end of
 the session and asserts the two properties the pattern promises:
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from activities.handlers import faults
-from workflow_core.devtools.harness import PatternHarness
+from devtools.harness import PatternHarness
 
 # On Service Bus (SERVICEBUS_CONNECTION_STRING set) the broker's duplicate detection drops copies and
 # the queue's LockDuration, not the receiver, decides when an unsettled or held message comes back.

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 
 from activities.handlers import faults
+from devtools.azurite import Azurite
+from devtools.harness import PatternHarness
 from tests.faults.conftest import start_provisioning, verify
-from workflow_core.devtools.azurite import Azurite
-from workflow_core.devtools.harness import PatternHarness
 from workflow_core.transport import TransportError
 
 STEPS = ("create_storage", "register_dns", "send_welcome")

@@ -9,9 +9,9 @@ from datetime import timedelta
 
 import pytest
 
+from devtools.harness import PatternHarness
 from supervisor import run_tick
 from tests.faults.conftest import start_provisioning, storage_queue_only, verify
-from workflow_core.devtools.harness import PatternHarness
 
 STEPS = ("create_storage", "register_dns", "send_welcome")
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
-from workflow_core.devtools.azurite import env_for
+from devtools.azurite import env_for
 from workflow_core.ledger import NewStep, StepLedger, StepRecord, StepStatus, encode_json
 from workflow_core.runtime import Services
 from workflow_core.settings import load_settings

@@ -10,11 +10,11 @@ from datetime import timedelta
 
 import pytest
 
+from operator_cli.cli import main
 from supervisor import operator
 from supervisor.watchdog import Action, run_tick
 from tests.supervisor.conftest import NOW, RecordingClient, make_step
 from workflow_core import clock
-from workflow_core.cli import main
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR
 from workflow_core.ledger import StepStatus
 

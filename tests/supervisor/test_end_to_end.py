@@ -18,7 +18,7 @@ from workflow_core.ledger import StepStatus
 from workflow_core.runtime import get_services, reset_services
 from workflow_core.transport import message_id_for, pump
 
-durable_host = pytest.importorskip("workflow_core.devtools.durable_host")
+durable_host = pytest.importorskip("devtools.durable_host")
 activities = pytest.importorskip("activities")
 orchestrators = pytest.importorskip("orchestrators")
 faults = pytest.importorskip("activities.handlers.faults")
@@ -172,7 +172,7 @@ def test_crash_between_ledger_write_and_send_is_healed_by_the_watchdog_end_to_en
     waits on the activity, so only the watchdog notices. It re-sends the same message once the
     step's deadline (120 s) has passed; the workflow completes on attempt 1 and the message went
     out exactly once (the redelivered activity finds the send recorded)."""
-    harness = pytest.importorskip("workflow_core.devtools.harness")
+    harness = pytest.importorskip("devtools.harness")
     with harness.PatternHarness(azurite=azurite) as h:
         iid = h.start_workflow("provision-tenant", {"tenant_id": "t-crash", "admin_email": "a@example.net"})
         h.crash_dispatch_before_send("register_dns")

@@ -18,7 +18,7 @@ pumps for the queue triggers, a periodic callback for the timer trigger). Every 
 the ledger, the queues and the simulated remote services (the ``RemoteEffects`` table) are the
 production code on a real Azurite.
 
-    from workflow_core.devtools.harness import PatternHarness
+    from devtools.harness import PatternHarness
 
     with PatternHarness() as h:                      # starts its own Azurite unless given one
         iid = h.start_workflow("provision-tenant", {"tenant_id": "t1", "admin_email": "a@x.net"})
@@ -68,8 +68,8 @@ from typing import Any
 import azure.functions as func
 
 from activities.handlers.base import AgentCrash
-from workflow_core.devtools.azurite import Azurite, env_for
-from workflow_core.devtools.faulty_transport import FaultyTransport, SendFault
+from devtools.azurite import Azurite, env_for
+from devtools.faulty_transport import FaultyTransport, SendFault
 from workflow_core.ledger import StepLedger, StepRecord
 from workflow_core.transport import (
     LockLostError,
@@ -273,7 +273,7 @@ class PatternHarness:
         else:
             self.transport_label = f"Storage Queues on Azurite (127.0.0.1:{self.azurite.queue_port})"
 
-        from workflow_core.devtools.durable_host import DurableTestHost
+        from devtools.durable_host import DurableTestHost
 
         self.host = DurableTestHost(app_functions(), clock=clock, poll_interval=poll_interval)
         self.host.__enter__()

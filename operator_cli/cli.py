@@ -1,10 +1,10 @@
 """Operator CLI: see stalled steps and an instance's timeline; retry, skip or compensate a step.
 
-    python -m workflow_core.cli stalled
-    python -m workflow_core.cli timeline <instance>
-    python -m workflow_core.cli retry <instance> <step> --reason "downstream fixed"
-    python -m workflow_core.cli skip <instance> <step> --reason "done by hand" --yes
-    python -m workflow_core.cli compensate <instance> <step> --reason "customer cancelled"
+    python -m operator_cli stalled
+    python -m operator_cli timeline <instance>
+    python -m operator_cli retry <instance> <step> --reason "downstream fixed"
+    python -m operator_cli skip <instance> <step> --reason "done by hand" --yes
+    python -m operator_cli compensate <instance> <step> --reason "customer cancelled"
 
 The CLI reads and writes only the step ledger (Table Storage). Mutating commands record *intent*:
 the step moves (audited as ``operator:<user>`` with the reason) and, where something must happen
@@ -63,7 +63,7 @@ def _default_user() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m workflow_core.cli",
+        prog="python -m operator_cli",
         description="Inspect and steer workflow steps in the step ledger. Mutating commands record "
         "intent in the ledger; the supervisor's watchdog enacts it on its next tick.",
     )

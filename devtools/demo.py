@@ -1,11 +1,11 @@
 """Watch the Scheduler Agent Supervisor pattern recover, in one process, in a few seconds.
 
-    python -m workflow_core.demo provision-tenant --stall register_dns
-    python -m workflow_core.demo provision-tenant --fail send_welcome
-    python -m workflow_core.demo order-fulfilment --terminate charge_payment
+    python -m devtools.demo provision-tenant --stall register_dns
+    python -m devtools.demo provision-tenant --fail send_welcome
+    python -m devtools.demo order-fulfilment --terminate charge_payment
 
 It starts its own Azurite, runs the real app (HTTP starter, orchestrators, agents, watchdog) through
-``workflow_core.devtools.harness`` on a virtual clock, injects the fault you ask for, and prints the
+``devtools.harness`` on a virtual clock, injects the fault you ask for, and prints the
 step ledger's timeline as it happens: every step transition with its (virtual) time, who noticed
 an overdue step (the orchestration's own deadline timer or the supervisor's watchdog), what was
 done about it (retry, re-send, compensation) and the final state of every step.
@@ -180,9 +180,9 @@ class Narrator:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m workflow_core.demo",
+        prog="python -m devtools.demo",
         description=__doc__.split("\n\n")[0],
-        epilog="Example: python -m workflow_core.demo provision-tenant --stall register_dns",
+        epilog="Example: python -m devtools.demo provision-tenant --stall register_dns",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("workflow", nargs="?", default="provision-tenant", help="workflow to run")
@@ -203,8 +203,8 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     warnings.filterwarnings("ignore")
 
     from activities.handlers import faults
-    from workflow_core.devtools.azurite import Azurite
-    from workflow_core.devtools.harness import HarnessError, PatternHarness
+    from devtools.azurite import Azurite
+    from devtools.harness import HarnessError, PatternHarness
     from workflow_core.workflows import UnknownWorkflow, get_workflow
 
     try:

@@ -1,6 +1,6 @@
 """A transport wrapper for fault injection: the real transport, except for the sends you break.
 
-Used by ``workflow_core.devtools.harness`` (``fail_send`` / ``duplicate_send``); it also counts what
+Used by ``devtools.harness`` (``fail_send`` / ``duplicate_send``); it also counts what
 was sent, by queue kind and by MessageId, so tests can see a re-send or a duplicate.
 """
 

@@ -5,7 +5,7 @@ A development tool (never deployed): it runs real orchestrator functions through
 (context JSON with the history in, actions JSON out), executes activities, timers, external
 events, sub-orchestrations and continue-as-new, and skips time on a virtual clock.
 
-    from workflow_core.devtools.durable_host import DurableTestHost
+    from devtools.durable_host import DurableTestHost
 
     with DurableTestHost(app) as host:              # a df.DFApp, a Blueprint, or {name: callable}
         iid = host.start_new("process_order", input={"order": 42})

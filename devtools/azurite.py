@@ -17,7 +17,7 @@ from pathlib import Path
 
 from workflow_core.settings import azurite_connection_string
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 class AzuriteNotFound(RuntimeError):
