@@ -6,7 +6,8 @@ that tests and the durable test host call directly:
 
 - ``activities.scheduling``: ``create_workflow_steps``, ``dispatch_step``, ``check_step``,
   ``schedule_retry``, ``give_up_step``, ``plan_compensation``, ``dispatch_compensation``,
-  ``check_compensation``, ``finish_compensation`` -- each ``(payload: dict, services) -> dict``
+  ``check_compensation``, ``finish_compensation``, and ``activities.instances.settle_instance``
+  -- each ``(payload: dict, services) -> dict``
   (``ACTIVITY_BODIES`` maps activity names to them);
 - ``activities.worker.process_work_message(body, *, delivery_count, services, worker_id)``;
 - ``activities.results.handle_result(body, client, services)`` (async);
@@ -16,7 +17,7 @@ The queue-triggered functions use Service Bus or Storage Queue triggers accordin
 ``AGENT_TRANSPORT`` when this package is imported.
 """
 
-from activities import dead_letters, results, scheduling, worker
+from activities import dead_letters, instances, results, scheduling, worker
 from activities._bp import bp as blueprint
 from activities.dead_letters import handle_dead_letter
 from activities.handlers import AGENT_HANDLERS, agent, check_agents_registered, check_shipped_workflows
@@ -38,6 +39,7 @@ __all__ = [
     "default_worker_id",
     "handle_dead_letter",
     "handle_result",
+    "instances",
     "process_work_message",
     "results",
     "scheduling",

@@ -46,10 +46,19 @@ from activities.common import (
     step_input,
     step_output,
 )
+from activities.instances import keep_promise, settle_instance, with_promise, works_on
 from workflow_core import contracts as c
 from workflow_core import telemetry
 from workflow_core.contracts import StepCheck, StepDispatch
-from workflow_core.ledger import NewStep, StepLedger, StepRecord, StepStatus, encode_json
+from workflow_core.ledger import (
+    InstanceHandle,
+    InstanceStatus,
+    NewStep,
+    StepLedger,
+    StepRecord,
+    StepStatus,
+    encode_json,
+)
 from workflow_core.messages import work_message
 from workflow_core.runtime import Services, get_services
 from workflow_core.transport import TransportError, message_id_for
@@ -164,11 +173,33 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
         actor=ACTOR,
         orchestration_id=args.orchestration_id or args.instance_id,
     )
+    _adopt_instance(services, args.instance_id, args.orchestration_id or args.instance_id)
     return {
         "instance_id": args.instance_id,
         "workflow": definition.name,
         "steps": [{"step_id": r.step_id, "status": r.status.value, "attempt": r.attempt} for r in records],
     }
+
+
+def _adopt_instance(services: Services, instance_id: str, orchestration_id: str) -> None:
+    """The orchestration showed up: it owns the instance and promises to dispatch at once."""
+    ledger = services.ledger
+    grace = services.settings.watchdog_grace_seconds
+
+    def decide(record: Any) -> None:
+        if record is None or not record.supervised:
+            return
+        handle = InstanceHandle(record)
+        changes = with_promise(handle, now(), grace, orchestration_id).get("instance_changes") or {}
+        ledger.update_instance(
+            record,
+            actor=ACTOR,
+            reason=f"orchestration {orchestration_id} created the steps",
+            orchestration_id=orchestration_id,
+            **changes,
+        )
+
+    retry_on_conflict(lambda: ledger.find_instance(instance_id), decide, what=f"adopt {instance_id}")
 
 
 # ---- dispatch -------------------------------------------------------------------------------------
@@ -198,8 +229,8 @@ def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
     grace = services.settings.watchdog_grace_seconds
     decide = _decide_work_dispatch if d.kind == "work" else _decide_compensation_dispatch
     record, outcome = retry_on_conflict(
-        lambda: ledger.get(d.instance_id, d.step_id),
-        lambda r: decide(ledger, r, d, deadline, grace),
+        lambda: ledger.read_step_and_instance(d.instance_id, d.step_id),
+        lambda pair: decide(ledger, pair[0], pair[1], d, deadline, grace),
         what=f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
     )
     message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
@@ -246,12 +277,29 @@ def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
 
 
 def _decide_work_dispatch(
-    ledger: StepLedger, r: StepRecord, d: StepDispatch, deadline: datetime, grace: float
+    ledger: StepLedger,
+    r: StepRecord,
+    handle: InstanceHandle | None,
+    d: StepDispatch,
+    deadline: datetime,
+    grace: float,
 ) -> tuple[StepRecord, DispatchResult]:
     if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
+        if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
+            # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now
+            r = ledger.update(
+                r,
+                actor=ACTOR,
+                reason=f"orchestration {d.orchestration_id} took over attempt {r.attempt} "
+                f"from {r.orchestration_id}",
+                orchestration_id=d.orchestration_id,
+                **with_promise(handle, r.deadline or deadline, grace, d.orchestration_id),
+            )
         return r, "already-dispatched"
     if r.status in (S.SUCCEEDED, S.SKIPPED):
         return r, "settled"
+    if not works_on(handle, "work"):
+        return r, "not-dispatchable"  # the instance is compensating or settled: fenced off
     if r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt:
         updated = ledger.transition(
             r,
@@ -265,6 +313,7 @@ def _decide_work_dispatch(
             input_ref=encode_json(d.input),
             message_sent_at=None,
             last_heartbeat=None,
+            **with_promise(handle, deadline, grace, d.orchestration_id),
         )
         return updated, "dispatched"
     if r.attempt >= d.attempt:
@@ -273,7 +322,12 @@ def _decide_work_dispatch(
 
 
 def _decide_compensation_dispatch(
-    ledger: StepLedger, r: StepRecord, d: StepDispatch, deadline: datetime, grace: float
+    ledger: StepLedger,
+    r: StepRecord,
+    handle: InstanceHandle | None,
+    d: StepDispatch,
+    deadline: datetime,
+    grace: float,
 ) -> tuple[StepRecord, DispatchResult]:
     if r.compensation_attempt == d.attempt and r.status in (
         S.COMPENSATING,
@@ -306,6 +360,7 @@ def _decide_compensation_dispatch(
             orchestration_id=d.orchestration_id,
             message_sent_at=None,
             last_heartbeat=None,
+            **with_promise(handle, deadline, grace, d.orchestration_id),
         )
         return updated, "dispatched"
     if r.compensation_attempt >= d.attempt:
@@ -384,7 +439,8 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
-    def decide(r: StepRecord) -> StepCheck:
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> StepCheck:
+        r, handle = pair
         # Any attempt's success is the step's success (a supervisor re-dispatch may have won).
         if r.status is S.SUCCEEDED and r.attempt >= args.attempt:
             return StepCheck(state="succeeded", output=step_output(r))
@@ -397,7 +453,16 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
         if r.status in IN_FLIGHT:
             current = now()
             if r.deadline is not None and r.deadline > current:
-                return StepCheck(state="extended", deadline=iso(wait_until(r, current)))
+                until = wait_until(r, current)
+                keep_promise(
+                    ledger,
+                    handle,
+                    until,
+                    grace,
+                    r.orchestration_id,
+                    reason=f"waiting for {r.step_id} until {iso(until)}",
+                )
+                return StepCheck(state="extended", deadline=iso(until))
             ledger.transition(
                 r,
                 S.TIMED_OUT,
@@ -405,6 +470,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
                 reason=f"attempt {r.attempt} passed its deadline {iso(r.deadline)} without a result",
                 last_error=f"attempt {r.attempt} timed out ({r.status.value} past its deadline)",
                 deadline=grace_deadline(grace, current),
+                **with_promise(handle, current, grace, r.orchestration_id),
             )
             emit_recovery(r, "timed_out", reason=f"no result by {iso(r.deadline)}")
             return StepCheck(state="timed_out", error=f"attempt {r.attempt} timed out")
@@ -413,7 +479,9 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
         return StepCheck(state="failed", error=r.last_error or f"step is {r.status.value}")
 
     check = retry_on_conflict(
-        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"check {args.step_id}"
+        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
+        decide,
+        what=f"check {args.step_id}",
     )
     return check.model_dump()
 
@@ -428,7 +496,8 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
-    def decide(r: StepRecord) -> StepCheck:
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> StepCheck:
+        r, handle = pair
         if r.status is S.COMPENSATED:
             return StepCheck(state="succeeded")
         if r.compensation_attempt != args.attempt:
@@ -446,7 +515,16 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
             return StepCheck(state="timed_out", error=r.last_error)
         current = now()
         if r.deadline is not None and r.deadline > current:
-            return StepCheck(state="extended", deadline=iso(wait_until(r, current)))
+            until = wait_until(r, current)
+            keep_promise(
+                ledger,
+                handle,
+                until,
+                grace,
+                r.orchestration_id,
+                reason=f"compensating {r.step_id} until {iso(until)}",
+            )
+            return StepCheck(state="extended", deadline=iso(until))
         error = f"compensation attempt {r.compensation_attempt} timed out"
         ledger.update(
             r,
@@ -455,12 +533,15 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
             compensation_status=COMP_TIMED_OUT,
             last_error=error,
             deadline=grace_deadline(grace, current),
+            **with_promise(handle, current, grace, r.orchestration_id),
         )
         emit_recovery(r, "compensation_timed_out", attempt=r.compensation_attempt, reason=error)
         return StepCheck(state="timed_out", error=error)
 
     check = retry_on_conflict(
-        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"check compensation {args.step_id}"
+        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
+        decide,
+        what=f"check compensation {args.step_id}",
     )
     return check.model_dump()
 
@@ -482,7 +563,8 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
     if args.kind == "compensate":
         return _schedule_compensation_retry(args, services, retry_at, grace)
 
-    def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
+        r, handle = pair
         if r.attempt != args.attempt:
             return r, False  # superseded (or never dispatched): nothing of this attempt to retry
         if r.status in IN_FLIGHT:
@@ -503,11 +585,14 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
             reason=f"attempt {r.attempt + 1} of {r.max_attempts} at {iso(retry_at)}",
             deadline=grace_deadline(grace, retry_at),
             owner="scheduler",
+            **with_promise(handle, retry_at, grace, r.orchestration_id),
         )
         return updated, True
 
     record, changed = retry_on_conflict(
-        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"schedule retry {args.step_id}"
+        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
+        decide,
+        what=f"schedule retry {args.step_id}",
     )
     if changed:
         emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
@@ -520,7 +605,8 @@ def _schedule_compensation_retry(
     ledger = services.ledger
     target = grace_deadline(grace, retry_at)
 
-    def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
+        r, handle = pair
         waiting = r.compensation_status in (COMP_FAILED, COMP_TIMED_OUT)
         if r.status is not S.COMPENSATING or r.compensation_attempt != args.attempt or not waiting:
             return r, False  # settled, superseded, or still in flight: nothing to move
@@ -531,11 +617,12 @@ def _schedule_compensation_retry(
             actor=ACTOR,
             reason=f"compensation attempt {r.compensation_attempt + 1} at {iso(retry_at)}",
             deadline=target,
+            **with_promise(handle, retry_at, grace, r.orchestration_id),
         )
         return updated, True
 
     record, changed = retry_on_conflict(
-        lambda: ledger.get(args.instance_id, args.step_id),
+        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
         decide,
         what=f"schedule compensation retry {args.step_id}",
     )
@@ -558,7 +645,8 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
-    def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
+        r, handle = pair
         if r.status in IN_FLIGHT:
             r = ledger.transition(
                 r,
@@ -579,6 +667,7 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
                     reason=f"given up, nothing to undo: {args.reason}",
                     last_error=args.reason,
                     compensation_status=GIVEN_UP,
+                    **with_promise(handle, now(), grace, r.orchestration_id),
                 ),
                 True,
             )
@@ -591,13 +680,16 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
                     last_error=args.reason,
                     compensation_status=GIVEN_UP,
                     deadline=grace_deadline(grace),
+                    **with_promise(handle, now(), grace, r.orchestration_id),
                 ),
                 True,
             )
         return r, False
 
     record, changed = retry_on_conflict(
-        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"give up {args.step_id}"
+        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
+        decide,
+        what=f"give up {args.step_id}",
     )
     if changed:
         emit_recovery(record, "give_up", reason=args.reason, to_be_compensated=record.compensator is not None)
@@ -618,6 +710,7 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     args = PlanInput.model_validate(as_dict(payload, c.ACTIVITY_PLAN_COMPENSATION))
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
+    _start_compensating(ledger, args.instance_id, grace)
     records = ledger.list_for_instance(args.instance_id)
     definition = _definition_or_none(records[0].workflow_name) if records else None
 
@@ -652,13 +745,42 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
             to_undo.append(current)
 
     never_completed = sorted((r for r in to_undo if r.completed_at is None), key=lambda r: -r.sequence)
+    # Reverse completion order: the completion sequence the ledger wrote with each completion (one
+    # counter per instance, in the same transaction), never a writer's clock; rows written before
+    # the counter existed fall back to their completion time.
     completed = sorted(
         (r for r in to_undo if r.completed_at is not None),
-        key=lambda r: (r.completed_at, r.sequence),
+        key=lambda r: (r.completion_seq is not None, r.completion_seq or 0, r.completed_at, r.sequence),
         reverse=True,
     )
     steps = [_plan_entry(r, definition) for r in never_completed + completed]
     return {"steps": steps, "cancelled": cancelled}
+
+
+def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> None:
+    """The instance's record says Compensating from the moment the plan is made: work dispatch is
+    fenced off, and the watchdog now watches the compensation orchestration, not the workflow's."""
+
+    def decide(record: Any) -> None:
+        if record is None or record.status is InstanceStatus.COMPENSATING:
+            return
+        if record.status not in (
+            InstanceStatus.RUNNING,
+            InstanceStatus.FAILED,
+            InstanceStatus.COMPENSATION_FAILED,
+        ):
+            return
+        ledger.transition_instance(
+            record,
+            InstanceStatus.COMPENSATING,
+            actor=ACTOR,
+            reason="compensation planned",
+            scheduler_deadline=grace_deadline(grace),
+            owner=ACTOR,
+            stalls=0,
+        )
+
+    retry_on_conflict(lambda: ledger.find_instance(instance_id), decide, what=f"compensate {instance_id}")
 
 
 def _definition_or_none(name: str):
@@ -704,7 +826,8 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
-    def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
+        r, handle = pair
         if r.status in (S.COMPENSATED, S.COMPENSATION_FAILED):
             return r, False
         if r.status in IN_FLIGHT:
@@ -729,12 +852,15 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
             last_error=args.error,
             compensation_status=COMP_GAVE_UP,
             owner="operator",
+            **with_promise(handle, now(), grace, r.orchestration_id),
         )
         log.warning("step %s/%s needs an operator: %s", r.instance_id, r.step_id, args.error)
         return updated, True
 
     record, changed = retry_on_conflict(
-        lambda: ledger.get(args.instance_id, args.step_id), decide, what=f"finish compensation {args.step_id}"
+        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
+        decide,
+        what=f"finish compensation {args.step_id}",
     )
     if changed:
         emit_recovery(record, "finish_compensation", error=args.error)
@@ -814,4 +940,5 @@ ACTIVITY_BODIES = {
     c.ACTIVITY_DISPATCH_COMPENSATION: dispatch_compensation,
     c.ACTIVITY_CHECK_COMPENSATION: check_compensation,
     c.ACTIVITY_FINISH_COMPENSATION: finish_compensation,
+    c.ACTIVITY_SETTLE_INSTANCE: settle_instance,
 }

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any, TypeVar
 
 import azure.functions as func
@@ -32,9 +32,17 @@ from api.views import (
     step_view,
     workflow_name_of,
 )
+from workflow_core import clock
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR, compensation_instance_id, step_instance_id
-from workflow_core.ledger import InvalidLedgerInput, StepLedger
-from workflow_core.ledger.model import validate_instance_id
+from workflow_core.ledger import (
+    InstanceAlreadyExists,
+    InstanceStatus,
+    InvalidLedgerInput,
+    StepLedger,
+    encode_json,
+    outcome_json,
+)
+from workflow_core.ledger.model import MAX_TEXT, validate_instance_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
 from workflow_core.workflows import (
@@ -163,13 +171,16 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
             400, f"invalid input for workflow {name!r}", exc.problems or [str(exc)], extra={"workflow": name}
         ) from None
 
+    input_json = _storable_input(name, validated)
     svc = resolve_services(services)
     await _ensure_unused(client, svc, instance_id)
+    await _record_instance(svc, definition, instance_id, validated, input_json)
 
     orchestrator_input = {"workflow": name, "input": validated}
     try:
         await client.start_new(WORKFLOW_ORCHESTRATOR, instance_id, orchestrator_input)
     except Exception as exc:
+        await _never_started(svc, instance_id, exc)
         if "already exists" in str(exc).lower():  # the host answered 409: we lost a race
             raise ApiError(
                 409,
@@ -198,6 +209,83 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
         headers["Retry-After"] = check.headers["Retry-After"]
     log.info("started workflow %s as instance %s", name, instance_id)
     return json_response(payload, 202, headers)
+
+
+# How long the orchestration may take, after the starter wrote the instance record, to show up and
+# create its steps before the watchdog treats it as a scheduler that never started (on top of the
+# watchdog's grace).
+SCHEDULER_START_SECONDS = 60.0
+
+
+def _storable_input(name: str, validated: dict[str, Any]) -> str:
+    """The input as the ledger stores it, or 413 when it cannot: the instance record keeps it (and
+    a resume restarts from it), so input the ledger cannot hold must be refused before anything is
+    written or started, not discovered steps later."""
+    text = encode_json(validated)
+    if len(text) > MAX_TEXT:
+        raise ApiError(
+            413,
+            f"input of workflow {name!r} is too large for the step ledger",
+            [
+                f"the input is {len(text):,} characters as JSON; the ledger stores at most {MAX_TEXT:,} "
+                "per field (Table Storage's 64 KiB string property): pass large data by reference "
+                "(e.g. a blob URL) instead"
+            ],
+            extra={"limit": MAX_TEXT, "size": len(text)},
+        )
+    return text
+
+
+async def _record_instance(
+    services: Services, definition: Any, instance_id: str, validated: dict[str, Any], input_json: str
+) -> None:
+    """Write the instance record before the orchestration starts, so even one that never starts is
+    supervised; a used id is a 409."""
+    deadline = clock.utcnow() + timedelta(
+        seconds=SCHEDULER_START_SECONDS + services.settings.watchdog_grace_seconds
+    )
+    try:
+        await call_ledger(
+            services,
+            lambda ledger: ledger.create_instance(
+                instance_id,
+                definition.name,
+                actor="api:start",
+                input_json=input_json,
+                scheduler_deadline=deadline,
+                business_key=definition.business_key_of(validated),
+                max_resumes=definition.max_resumes,
+                on_scheduler_lost=definition.on_scheduler_lost,
+            ),
+        )
+    except InstanceAlreadyExists as exc:
+        raise ApiError(
+            409,
+            f"workflow instance {instance_id!r} already exists",
+            [f"{exc}; instance ids are single-use: choose another instance_id, or omit it for a fresh one"],
+            extra={"instanceId": instance_id},
+        ) from None
+
+
+async def _never_started(services: Services, instance_id: str, exc: BaseException) -> None:
+    """The host refused the start: the record must not make the watchdog start it later behind the
+    caller's back (they were told it failed and may retry under another id)."""
+
+    def cancel(ledger: StepLedger) -> None:
+        record = ledger.find_instance(instance_id)
+        if record is not None and record.status is InstanceStatus.RUNNING:
+            ledger.transition_instance(
+                record,
+                InstanceStatus.CANCELLED,
+                actor="api:start",
+                reason=f"the orchestration could not be started: {_describe(exc)}",
+                outcome=outcome_json("cancelled", error=_describe(exc)),
+            )
+
+    try:
+        await asyncio.to_thread(cancel, services.ledger)
+    except Exception:  # the watchdog starts it at its scheduler deadline instead: logged, not hidden
+        log.exception("could not cancel the record of %s after a failed start", instance_id)
 
 
 def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> str:

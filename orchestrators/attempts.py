@@ -20,6 +20,7 @@ from orchestrators.decisions import (
     ContractViolation,
     Extended,
     after_dispatch,
+    call_activity,
     deadline_after,
     interpret_check,
     outcome_from_event,
@@ -145,7 +146,7 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
             input=run.input,
             kind=run.kind,
         )
-        dispatched = yield context.call_activity(run.dispatch_activity, dispatch.model_dump())
+        dispatched = yield call_activity(context, run.dispatch_activity, dispatch.model_dump())
         next_move = after_dispatch(dispatched)
         if next_move == SKIP_ATTEMPT:
             skipped += 1
@@ -166,7 +167,8 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
         # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
         # to retry_at + grace), so the watchdog leaves a step alone while it is meant to wait.
         report("scheduling_retry", attempt, next_start)
-        yield context.call_activity(
+        yield call_activity(
+            context,
             ACTIVITY_SCHEDULE_RETRY,
             {
                 "instance_id": run.instance_id,
@@ -223,7 +225,9 @@ def _check(
 ) -> Generator[Any, Any, AttemptOutcome | Extended]:
     """Ask the ledger what became of the attempt (``check_step`` / ``check_compensation``)."""
     report("checking", attempt, deadline)
-    check = yield context.call_activity(
-        run.check_activity, {"instance_id": run.instance_id, "step_id": run.step_id, "attempt": attempt}
+    check = yield call_activity(
+        context,
+        run.check_activity,
+        {"instance_id": run.instance_id, "step_id": run.step_id, "attempt": attempt},
     )
     return interpret_check(check, context.current_utc_datetime, deadline)

@@ -15,9 +15,13 @@ from datetime import datetime
 from typing import Any
 
 from orchestrators.attempts import StepRun, run_step
-from orchestrators.decisions import to_iso
+from orchestrators.decisions import call_activity, to_iso
 from orchestrators.state import CompensationPlan, CompensationStart
-from workflow_core.contracts import ACTIVITY_FINISH_COMPENSATION, ACTIVITY_PLAN_COMPENSATION
+from workflow_core.contracts import (
+    ACTIVITY_FINISH_COMPENSATION,
+    ACTIVITY_PLAN_COMPENSATION,
+    ACTIVITY_SETTLE_INSTANCE,
+)
 
 
 def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
@@ -42,7 +46,7 @@ def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any
 
     status("planning")
     plan = CompensationPlan.model_validate(
-        (yield context.call_activity(ACTIVITY_PLAN_COMPENSATION, {"instance_id": start.instance_id}))
+        (yield call_activity(context, ACTIVITY_PLAN_COMPENSATION, {"instance_id": start.instance_id}))
     )
     state["total"] = len(plan.steps)
 
@@ -64,7 +68,8 @@ def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any
             outcomes.append({"step_id": entry.step_id, "outcome": "compensated", "error": None})
         else:
             status("finishing", result.attempts)
-            yield context.call_activity(
+            yield call_activity(
+                context,
                 ACTIVITY_FINISH_COMPENSATION,
                 {"instance_id": start.instance_id, "step_id": entry.step_id, "error": result.error},
             )
@@ -75,5 +80,17 @@ def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any
 
     overall = "compensated" if all(o["outcome"] == "compensated" for o in outcomes) else "compensation_failed"
     state["step"] = None
+    failed = next((o for o in outcomes if o["outcome"] != "compensated"), None)
+    status("settling")
+    yield call_activity(
+        context,
+        ACTIVITY_SETTLE_INSTANCE,
+        {
+            "instance_id": start.instance_id,
+            "outcome": overall,
+            "failed_step": failed["step_id"] if failed else None,
+            "error": (failed["error"] if failed else None) or start.reason or None,
+        },
+    )
     status(overall)
     return {"status": overall, "steps": outcomes}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import azure.durable_functions as df
 from pydantic import ValidationError
 
 from workflow_core.contracts import ResultMessage, StepCheck, StepKind
@@ -24,6 +25,21 @@ MAX_TIMER_SPAN = timedelta(days=3)
 # When a heartbeat "extends" the deadline to a time that is already past in orchestration time,
 # wait at least this long before checking again, so a confused ledger cannot spin the orchestrator.
 MIN_EXTENSION_WAIT = timedelta(seconds=1)
+
+
+# Scheduler activities are idempotent and talk to storage and the broker: a transient failure there
+# (a storage timeout, a throttled request) must not fail the orchestration. Each call is retried by
+# the durable runtime: 4 attempts, 5 s apart (the Python SDK's RetryOptions has no backoff factor).
+# What still fails after that fails the orchestration, and the watchdog finds the instance through
+# its record's scheduler deadline.
+ACTIVITY_RETRY_FIRST_INTERVAL_MS = 5_000
+ACTIVITY_RETRY_MAX_ATTEMPTS = 4
+
+
+def call_activity(context: Any, name: str, payload: Any) -> Any:
+    """``context.call_activity_with_retry`` with the scheduler's infrastructure retry policy."""
+    options = df.RetryOptions(ACTIVITY_RETRY_FIRST_INTERVAL_MS, ACTIVITY_RETRY_MAX_ATTEMPTS)
+    return context.call_activity_with_retry(name, options, payload)
 
 
 class ContractViolation(RuntimeError):

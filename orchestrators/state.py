@@ -36,11 +36,13 @@ class Progress(_Strict):
 
 
 class WorkflowStart(_Strict):
-    """Input of ``workflow_orchestrator``: ``{"workflow", "input"}``, plus ``state`` after a checkpoint."""
+    """Input of ``workflow_orchestrator``: ``{"workflow", "input"}``, plus ``state`` after a checkpoint
+    or a resume, and ``epoch`` (the instance's resume count) once the watchdog resumed it."""
 
     workflow: str
     input: dict[str, Any] = Field(default_factory=dict)
     state: Progress | None = None
+    epoch: int = Field(default=0, ge=0, description="resumes so far: names this scheduler's children")
 
 
 class CompensationStart(_Strict):

@@ -16,11 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from orchestrators.attempts import StepResult, StepRun, run_step
-from orchestrators.decisions import should_checkpoint, to_iso
+from orchestrators.decisions import call_activity, should_checkpoint, to_iso
 from orchestrators.state import Progress, WorkflowStart
 from workflow_core.contracts import (
     ACTIVITY_CREATE_STEPS,
     ACTIVITY_GIVE_UP_STEP,
+    ACTIVITY_SETTLE_INSTANCE,
     COMPENSATION_ORCHESTRATOR,
     STEP_ORCHESTRATOR,
     compensation_instance_id,
@@ -72,8 +73,8 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
 
     if start.state is None:
         status("creating_steps")
-        yield context.call_activity(
-            ACTIVITY_CREATE_STEPS, {"instance_id": instance_id, "workflow": definition.name}
+        yield call_activity(
+            context, ACTIVITY_CREATE_STEPS, {"instance_id": instance_id, "workflow": definition.name}
         )
 
     # Every iteration either completes its stage or returns; ``completed_here`` counts the steps
@@ -87,14 +88,14 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
             next_generation = progress.model_copy(update={"generation": progress.generation + 1})
             context.continue_as_new(
                 WorkflowStart(
-                    workflow=definition.name, input=workflow_input, state=next_generation
+                    workflow=definition.name, input=workflow_input, state=next_generation, epoch=start.epoch
                 ).model_dump()
             )
             return None
 
         if len(stage) > 1:
             progress, failed = yield from _run_group(
-                context, definition, stage, workflow_input, progress, status
+                context, definition, stage, workflow_input, progress, status, start.epoch
             )
             status.progress = progress
             if failed:
@@ -119,6 +120,10 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
         completed_here += 1
 
     status.step = None
+    status("settling")
+    yield call_activity(
+        context, ACTIVITY_SETTLE_INSTANCE, {"instance_id": instance_id, "outcome": "succeeded"}
+    )
     status("succeeded")
     return {"status": "succeeded", "outputs": progress.outputs, "failed_step": None, "error": None}
 
@@ -164,6 +169,7 @@ def _run_group(
     workflow_input: dict[str, Any],
     progress: Progress,
     status: _Status,
+    epoch: int = 0,
 ) -> Generator[Any, Any, tuple[Progress, list[tuple[str, StepResult]]]]:
     """Run a parallel group: one ``step_orchestrator`` per step, all started in this episode, then
     wait for every one of them. Returns the progress with the succeeded steps' outputs recorded (in
@@ -181,7 +187,7 @@ def _run_group(
     status("running_group")
     children = [
         context.call_sub_orchestrator(
-            STEP_ORCHESTRATOR, run.to_payload(), instance_id=step_instance_id(instance_id, run.step_id)
+            STEP_ORCHESTRATOR, run.to_payload(), instance_id=step_instance_id(instance_id, run.step_id, epoch)
         )
         for run in runs
     ]
@@ -234,8 +240,8 @@ def _give_up_and_compensate(
         reasons.append(reason)
         status.step = step_id
         status("giving_up", result.attempts)
-        yield context.call_activity(
-            ACTIVITY_GIVE_UP_STEP, {"instance_id": instance_id, "step_id": step_id, "reason": reason}
+        yield call_activity(
+            context, ACTIVITY_GIVE_UP_STEP, {"instance_id": instance_id, "step_id": step_id, "reason": reason}
         )
     step_id, result = failed[0]
     reason = "; ".join(reasons)

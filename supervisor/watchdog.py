@@ -38,6 +38,7 @@ from typing import Any, Protocol, TypeVar
 import azure.durable_functions as df
 import azure.functions as func
 
+from supervisor.instances import InstanceSupervisor
 from workflow_core import clock, telemetry
 from workflow_core.contracts import (
     COMPENSATION_ORCHESTRATOR,
@@ -48,6 +49,7 @@ from workflow_core.contracts import (
 )
 from workflow_core.ledger import (
     ConcurrencyConflict,
+    IllegalInstanceTransition,
     IllegalTransition,
     StepNotFound,
     StepRecord,
@@ -104,6 +106,8 @@ class DurableClient(Protocol):
 
     async def raise_event(self, instance_id: str, event_name: str, event_data: Any = None) -> None: ...
 
+    async def terminate(self, instance_id: str, reason: str) -> None: ...
+
     async def start_new(
         self, orchestration_function_name: str, instance_id: str | None = None, client_input: Any = None
     ) -> str: ...
@@ -131,6 +135,9 @@ class TickReport:
     errors: int = 0
     actions: Counter[str] = field(default_factory=Counter)
     decisions: list[Decision] = field(default_factory=list)
+    overdue_instances: int = 0  # instances past their scheduler deadline (supervisor/instances.py)
+    # (instance, status, action, detail) of every instance-level decision
+    instance_decisions: list[tuple[str, str, str, str]] = field(default_factory=list)
     index_entities_read: int = 0
     step_entities_read: int = 0
     duration_seconds: float = 0.0
@@ -141,7 +148,8 @@ class TickReport:
     def summary(self) -> str:
         acted = ", ".join(f"{k}={v}" for k, v in sorted(self.actions.items())) or "nothing to do"
         return (
-            f"watchdog tick {self.tick_id}: {self.overdue} overdue, {self.claimed} claimed, "
+            f"watchdog tick {self.tick_id}: {self.overdue} overdue steps, "
+            f"{self.overdue_instances} overdue instances, {self.claimed} claimed, "
             f"{self.conflicts} conflicts, {self.errors} errors; {acted} "
             f"({self.index_entities_read} index rows read, {self.duration_seconds:.3f}s)"
         )
@@ -209,6 +217,8 @@ class _Tick:
         self._statuses: dict[str, str] = {}
 
     # ---- helpers --------------------------------------------------------------------------------
+
+    io = staticmethod(_io)
 
     async def status_of(self, orchestration_id: str) -> str:
         if orchestration_id not in self._statuses:
@@ -291,7 +301,21 @@ class _Tick:
         orchestration_id = found.orchestration_id or found.instance_id
         orchestration = await self.status_of(orchestration_id)
         if orchestration not in ALIVE_STATUSES:
-            await self.compensate(found, claimed, orchestration_id, orchestration)
+            why = (
+                f"orchestration {orchestration_id} is {orchestration} "
+                f"while step {found.step_id} is {found.status.value}"
+            )
+            if found.status in (S.DISPATCHED, S.RUNNING):
+                # Nobody waits for this attempt's result any more: record it as abandoned, so the ledger
+                # says why (a resumed scheduler then retries it; a compensation undoes it).
+                await self.time_out(
+                    claimed,
+                    reason=f"{why}; no orchestration waits for its result",
+                    last_error=f"supervisor: {why}",
+                )
+            # The instance record decides between resume and compensation, exactly once per instance.
+            if not await InstanceSupervisor(self).step_orphaned(found.instance_id, why):
+                await self.start_compensation(found, reason=f"supervisor: {why}")
         elif found.compensation_status == COMP_GIVEN_UP:
             # The scheduler gave the step up and is about to start (or runs) the compensation as its
             # sub-orchestration: starting it here too would race the scheduler for the same id.
@@ -540,6 +564,7 @@ async def run_tick(
             report.errors += 1
             overdue = []
         report.overdue = len(overdue)
+        await _supervise_instances(tick, now, limit)
         for record in overdue:
             try:
                 await tick.handle(record)
@@ -583,6 +608,41 @@ async def run_tick(
         )
     log.info(report.summary())
     return report
+
+
+async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> None:
+    """Instances whose scheduler broke its promise (``scheduler_deadline`` passed): see
+    ``supervisor/instances.py``. Handled before the steps, so a dead instance is resumed or
+    compensated once, by the instance, whichever of its rows the tick met first."""
+    report = tick.report
+    try:
+        overdue = await _io(tick.ledger.overdue_instances, now, limit)
+    except Exception:
+        log.exception("watchdog tick %s could not read the instance deadlines", report.tick_id)
+        report.errors += 1
+        return
+    report.overdue_instances = len(overdue)
+    supervisor = InstanceSupervisor(tick)
+    for instance in overdue:
+        try:
+            await supervisor.handle(instance)
+        except (ConcurrencyConflict, IllegalInstanceTransition) as exc:
+            report.conflicts += 1
+            log.info("instance %s moved on while being recovered: %s", instance.instance_id, exc)
+        except Exception as exc:
+            report.errors += 1
+            log.exception("watchdog tick %s failed on instance %s", report.tick_id, instance.instance_id)
+            telemetry.record_recovery(
+                instance.instance_id,
+                "*",
+                instance.resume_count,
+                ERROR_ACTION,
+                telemetry.OUTCOME_ERROR,
+                workflow=instance.workflow,
+                status=instance.status.value,
+                tick_id=report.tick_id,
+                reason=f"{type(exc).__name__}: {exc}",
+            )
 
 
 async def _best_effort_note(tick: _Tick, record: StepRecord, exc: BaseException) -> None:

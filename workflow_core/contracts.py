@@ -24,6 +24,7 @@ ACTIVITY_PLAN_COMPENSATION = "plan_compensation"
 ACTIVITY_DISPATCH_COMPENSATION = "dispatch_compensation"
 ACTIVITY_CHECK_COMPENSATION = "check_compensation"
 ACTIVITY_FINISH_COMPENSATION = "finish_compensation"
+ACTIVITY_SETTLE_INSTANCE = "settle_instance"  # the workflow ended: the instance record says how
 
 WORKER_FUNCTION = "agent_worker"
 RESULT_FUNCTION = "agent_result_handler"
@@ -31,6 +32,9 @@ DEAD_LETTER_FUNCTION = "agent_dead_letter_handler"
 WATCHDOG_FUNCTION = "supervisor_watchdog"
 
 StepKind = Literal["work", "compensate"]
+
+
+STEP_INFIX = ":step:"  # in the ids of a parallel group's step orchestrations
 
 
 def result_event_name(step_id: str, attempt: int, kind: StepKind = "work") -> str:
@@ -45,10 +49,20 @@ def compensation_instance_id(instance_id: str) -> str:
     return f"{instance_id}:compensation"
 
 
-def step_instance_id(instance_id: str, step_id: str) -> str:
+def step_instance_id(instance_id: str, step_id: str, epoch: int = 0) -> str:
     """Deterministic id of the sub-orchestration that runs one step of a parallel group; it is the
-    ``orchestration_id`` the step's dispatch records, so the step's result events go to it."""
-    return f"{instance_id}:step:{step_id}"
+    ``orchestration_id`` the step's dispatch records, so the step's result events go to it.
+
+    ``epoch`` is the instance's resume count: a resumed scheduler never calls a child under an id a
+    dead scheduler's child may still hold (a start for a running id is dropped, and the parent
+    would wait forever), and the ledger's ``orchestration_id`` moves to the new child on dispatch.
+    """
+    base = f"{instance_id}{STEP_INFIX}{step_id}"
+    return base if epoch == 0 else f"{base}:r{epoch}"
+
+
+def is_step_instance_id(orchestration_id: str | None) -> bool:
+    return bool(orchestration_id) and STEP_INFIX in orchestration_id
 
 
 class _Model(BaseModel):

@@ -43,9 +43,10 @@ def test_crash_between_ledger_write_and_send_is_healed_by_one_watchdog_resend(ha
 
 
 @storage_queue_only
-def test_two_watchdog_ticks_at_once_act_on_each_overdue_step_once(harness_without_watchdog):
+def test_two_watchdog_ticks_at_once_act_on_each_dead_instance_once(harness_without_watchdog):
     """Three workflows lose their orchestration while a step is out; two watchdog ticks run at the
-    same moment and read the same overdue steps: the ETag claim lets exactly one act on each."""
+    same moment and read the same overdue instances and steps: the ETag claim of the *instance*
+    record lets exactly one tick resume each instance, and the steps defer to it."""
     h = harness_without_watchdog
     held = h.hold("register_dns", times=3)  # the DNS agent takes each message and hangs
     iids = [start_provisioning(h, tenant=f"t{n}") for n in range(3)]
@@ -55,48 +56,43 @@ def test_two_watchdog_ticks_at_once_act_on_each_overdue_step_once(harness_withou
     h.host.advance(timedelta(minutes=5))  # well past the 120 s deadline and the 30 s grace
 
     both_read = threading.Barrier(2, timeout=20)
-    real_overdue = h.ledger.overdue
+    real_overdue = h.ledger.overdue_instances
 
-    def overdue(now, limit=100):
+    def overdue_instances(now, limit=100):
         found = real_overdue(now, limit)
-        both_read.wait()  # each tick has its list of overdue steps before either claims one
+        both_read.wait()  # each tick has its list of overdue instances before either claims one
         return found
 
-    h.ledger.overdue = overdue
+    h.ledger.overdue_instances = overdue_instances
 
     async def two_ticks():
         return await asyncio.gather(run_tick(h.host.client, h.services), run_tick(h.host.client, h.services))
 
     reports = h.host.run_async(two_ticks())
-    h.ledger.overdue = real_overdue
+    h.ledger.overdue_instances = real_overdue
 
-    assert [r.overdue for r in reports] == [3, 3]  # both saw all three
-    decisions = [d for r in reports for d in r.decisions]
-    assert Counter((d.instance_id, d.step_id) for d in decisions) == {
-        (iid, "register_dns"): 1 for iid in iids
-    }
-    assert {d.action for d in decisions} == {"start_compensation"}
-    assert sum(r.conflicts for r in reports) == 3  # every lost claim was a clean ETag conflict
-
-    h.release(held)  # the hung agents wake up: their attempts are long settled
-    h.run_until(
-        lambda: all(
-            h.host.get_status(f"{iid}:compensation").runtime_status.value == "Completed" for iid in iids
-        ),
-        timeout=timedelta(hours=2),
+    assert [r.overdue_instances for r in reports] == [3, 3]  # both saw all three
+    resumes = Counter(
+        i for r in reports for i, _, action, _ in r.instance_decisions if action == "resume_instance"
     )
+    assert resumes == {iid: 1 for iid in iids}
+    assert not [d for r in reports for d in r.decisions if d.action == "start_compensation"]
+    assert sum(r.conflicts for r in reports) >= 3  # every lost instance claim was a clean ETag conflict
     for iid in iids:
-        assert h.statuses(iid) == {
-            "create_storage": "Compensated",
-            "register_dns": "Compensated",
-            "send_welcome": "Cancelled",
-        }
-        assert h.handler_calls(iid, "register_dns") == 0  # the late copies were not run
+        assert h.ledger.get_instance(iid).resume_count == 1
+
+    h.release(held)  # the hung agents wake up: their attempts were timed out when the scheduler died
+    for iid in iids:
+        status = h.run_until_complete(iid, timeout=timedelta(hours=2))
+        assert status.output["status"] == "succeeded"
+        assert set(h.statuses(iid).values()) == {"Succeeded"}
+        assert h.handler_calls(iid, "create_storage") == 1  # completed before the death: never re-run
+        assert h.ledger.get_instance(iid).status.value == "Succeeded"
     verify(
         h,
         "two watchdogs at once",
-        "2 concurrent ticks over the same 3 overdue steps",
-        dict.fromkeys(iids, "terminated, then compensated"),
+        "2 concurrent ticks over the same 3 dead instances",
+        dict.fromkeys(iids, "succeeded"),
     )
 
 
@@ -115,6 +111,8 @@ def test_orchestration_terminated_mid_flow_is_compensated_by_the_watchdog(harnes
     h = harness
     held = h.hold("register_dns")  # the step is out with the agent when the orchestration dies
     iid = start_provisioning(h)
+    # this instance's policy says compensate when its scheduler is lost (the shipped default resumes)
+    h.ledger.update_instance(h.ledger.get_instance(iid), actor="test", on_scheduler_lost="compensate")
     h.run_until(lambda: len(h.held(held)) == 1)
     h.host.terminate(iid, "operator terminated the instance")
     h.run_until(
@@ -125,8 +123,8 @@ def test_orchestration_terminated_mid_flow_is_compensated_by_the_watchdog(harnes
         timeout=timedelta(hours=1),
     )
 
-    started = [d for d in h.decisions(iid) if d.action == "start_compensation"]
-    assert len(started) == 1 and "Terminated" in started[0].detail
+    started = [d for r in h.tick_reports for d in r.instance_decisions if d[0] == iid]
+    assert [d[2] for d in started] == ["compensate_instance"] and "Terminated" in started[0][3]
     assert h.statuses(iid) == {
         "create_storage": "Compensated",  # its remote effect was undone
         "register_dns": "Compensated",  # a timed-out attempt may have taken effect: undone too

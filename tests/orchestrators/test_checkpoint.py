@@ -52,6 +52,7 @@ def test_continues_as_new_every_n_completed_steps_carrying_position_outputs_and_
     assert carried == {
         "workflow": "chain",
         "input": {"seed": 7},
+        "epoch": 0,
         "state": {
             "position": 2,
             "completed": ["s1", "s2"],

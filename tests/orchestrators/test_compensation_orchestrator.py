@@ -116,6 +116,7 @@ def test_a_compensator_that_keeps_failing_is_finished_and_the_rest_still_compens
         c.ACTIVITY_CHECK_COMPENSATION,  # b attempt 2 deadline passed
         c.ACTIVITY_FINISH_COMPENSATION,  # b exhausted
         c.ACTIVITY_DISPATCH_COMPENSATION,  # a
+        c.ACTIVITY_SETTLE_INSTANCE,  # the instance record says how it ended
     ]
     assert ledger.called(c.ACTIVITY_CHECK_COMPENSATION) == [
         {"instance_id": "inst-1", "step_id": "b", "attempt": 2}
@@ -165,7 +166,7 @@ def test_empty_plan_is_compensated_at_once():
     ledger.plan_override = []
     final = _compensation_player(scenario).play()
     assert final.output == {"status": "compensated", "steps": []}
-    assert ledger.names() == [c.ACTIVITY_PLAN_COMPENSATION]
+    assert ledger.names() == [c.ACTIVITY_PLAN_COMPENSATION, c.ACTIVITY_SETTLE_INSTANCE]
 
 
 def test_custom_status_of_compensation():

@@ -106,6 +106,10 @@ class LedgerStub:
         self._record(c.ACTIVITY_FINISH_COMPENSATION, data)
         return {"status": "CompensationFailed"}
 
+    def settle(self, data: Any, player: OrchestrationPlayer) -> Any:
+        self._record(c.ACTIVITY_SETTLE_INSTANCE, data)
+        return {"instance_id": data["instance_id"], "status": data["outcome"], "changed": True}
+
     def plan(self, data: Any, player: OrchestrationPlayer) -> Any:
         """Per the contract: succeeded steps in reverse completion order, the given-up step first
         when it has a compensator. For a sequential workflow the succeeded steps are the ones
@@ -161,6 +165,7 @@ class LedgerStub:
                 c.ACTIVITY_GIVE_UP_STEP: self.give_up,
                 c.ACTIVITY_PLAN_COMPENSATION: self.plan,
                 c.ACTIVITY_FINISH_COMPENSATION: self.finish_compensation,
+                c.ACTIVITY_SETTLE_INSTANCE: self.settle,
             },
             replies=replies,
             default_reply=default_reply or default,

@@ -2,12 +2,26 @@
 
 from workflow_core.ledger.errors import (
     ConcurrencyConflict,
+    IllegalInstanceTransition,
     IllegalTransition,
+    InstanceAlreadyExists,
+    InstanceConflict,
+    InstanceNotFound,
     InvalidLedgerInput,
     LedgerError,
     StepNotFound,
     StepsAlreadyExist,
 )
+from workflow_core.ledger.instance import (
+    INSTANCE_ROW,
+    INSTANCE_TRANSITIONS,
+    SUPERVISED_INSTANCE_STATUSES,
+    TERMINAL_INSTANCE_STATUSES,
+    UNVERSIONED,
+    InstanceRecord,
+    InstanceStatus,
+)
+from workflow_core.ledger.instance_store import InstanceHandle, outcome_json
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
     ATTENTION_STATUSES,
@@ -24,10 +38,22 @@ __all__ = [
     "ALLOWED_TRANSITIONS",
     "ATTENTION_STATUSES",
     "DEADLINE_STATUSES",
+    "INSTANCE_ROW",
+    "INSTANCE_TRANSITIONS",
+    "SUPERVISED_INSTANCE_STATUSES",
+    "TERMINAL_INSTANCE_STATUSES",
     "TERMINAL_STATUSES",
+    "UNVERSIONED",
     "AuditEntry",
     "ConcurrencyConflict",
+    "IllegalInstanceTransition",
     "IllegalTransition",
+    "InstanceAlreadyExists",
+    "InstanceConflict",
+    "InstanceHandle",
+    "InstanceNotFound",
+    "InstanceRecord",
+    "InstanceStatus",
     "InvalidLedgerInput",
     "LedgerError",
     "LedgerStats",
@@ -39,4 +65,5 @@ __all__ = [
     "StepsAlreadyExist",
     "decode_json",
     "encode_json",
+    "outcome_json",
 ]

@@ -47,3 +47,46 @@ class ConcurrencyConflict(LedgerError):
 
 class StepsAlreadyExist(LedgerError):
     """``create_steps`` found the instance's steps already written with different content."""
+
+
+class InstanceNotFound(LedgerError, LookupError):
+    def __init__(self, instance_id: str) -> None:
+        super().__init__(f"no workflow instance {instance_id!r} in the ledger")
+        self.instance_id = instance_id
+
+
+class InstanceAlreadyExists(LedgerError):
+    """``create_instance`` found a record for this id: instance ids are single-use."""
+
+    def __init__(self, instance_id: str, workflow: str) -> None:
+        super().__init__(f"workflow instance {instance_id!r} already exists (workflow {workflow!r})")
+        self.instance_id = instance_id
+        self.workflow = workflow
+
+
+class IllegalInstanceTransition(LedgerError):
+    def __init__(self, instance_id: str, current: str, requested: str, allowed: list[str]) -> None:
+        allowed_text = ", ".join(allowed) if allowed else "none (terminal status)"
+        super().__init__(
+            f"workflow instance {instance_id!r} cannot move {current} -> {requested}; "
+            f"allowed from {current}: {allowed_text}"
+        )
+        self.instance_id = instance_id
+        self.current = current
+        self.requested = requested
+        self.allowed = allowed
+
+
+class InstanceConflict(ConcurrencyConflict):
+    """Someone else updated the instance record since it was read: re-read and re-decide.
+
+    A subclass of :class:`ConcurrencyConflict`, so every ``retry_on_conflict`` loop that re-reads a
+    step re-reads its instance record too.
+    """
+
+    def __init__(self, instance_id: str) -> None:
+        LedgerError.__init__(
+            self, f"workflow instance {instance_id!r} changed since it was read (ETag mismatch); re-read it"
+        )
+        self.instance_id = instance_id
+        self.step_id = "~instance"

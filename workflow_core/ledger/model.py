@@ -156,6 +156,9 @@ class StepRecord(BaseModel):
     result_ref: str | None = None  # JSON of the step output (or a blob reference when large)
     orchestration_id: str | None = None  # which orchestration waits for this step's result events
     index_key: str | None = None  # "<partition>|<row>" of this step's deadline-index row
+    # Completion sequence within the instance (1, 2, ...), from the instance record's counter in the
+    # same transaction as the completion: compensation order never depends on a writer's clock.
+    completion_seq: int | None = Field(default=None, ge=1)
     etag: str | None = None
 
     @field_validator("instance_id")

@@ -42,10 +42,13 @@ from workflow_core import clock
 from workflow_core.ledger.errors import (
     ConcurrencyConflict,
     IllegalTransition,
+    InstanceConflict,
     InvalidLedgerInput,
     StepNotFound,
     StepsAlreadyExist,
 )
+from workflow_core.ledger.instance import INSTANCE_ROW
+from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin, from_instance_entity
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
     ATTENTION_STATUSES,
@@ -92,6 +95,7 @@ _FIELDS = {
     "result_ref": "ResultRef",
     "orchestration_id": "OrchestrationId",
     "index_key": "IndexKey",
+    "completion_seq": "CompletionSeq",
 }
 _MUTABLE = set(_FIELDS) - {"workflow_name", "step_name", "sequence", "agent", "created_at", "status"}
 
@@ -144,8 +148,11 @@ def _nonce() -> str:
     return uuid.uuid4().hex[:12]
 
 
-class StepLedger:
-    """Conditional (ETag) reads and writes of step rows, their deadline index and their audit trail."""
+class StepLedger(InstanceLedgerMixin):
+    """Conditional (ETag) reads and writes of step rows, their instance record, their deadline index
+    and their audit trail."""
+
+    _nonce = staticmethod(_nonce)
 
     def __init__(self, service: TableServiceClient, ledger_table: str, index_table: str) -> None:
         self._service = service
@@ -254,12 +261,17 @@ class StepLedger:
         *,
         actor: str,
         reason: str = "",
+        instance: InstanceHandle | None = None,
+        instance_changes: dict[str, Any] | None = None,
         **changes: Any,
     ) -> StepRecord:
         """Move a step to ``to`` if the state machine allows it and nobody changed it since it was read.
 
         ``changes`` may set any mutable field (owner, attempt, deadline, last_error, result_ref...).
-        Raises :class:`IllegalTransition`, :class:`ConcurrencyConflict` or :class:`StepNotFound`.
+        With ``instance`` (and ``instance_changes``), the instance record changes in the same
+        entity-group transaction, and the handle then holds it as written.
+        Raises :class:`IllegalTransition`, :class:`ConcurrencyConflict` (:class:`InstanceConflict`
+        when the instance record lost the race) or :class:`StepNotFound`.
         """
         target = parse_status(to)
         if target not in ALLOWED_TRANSITIONS[record.status]:
@@ -272,14 +284,39 @@ class StepLedger:
             )
         if target in DEADLINE_STATUSES and changes.get("deadline", record.deadline) is None:
             raise InvalidLedgerInput(f"status {target.value} needs a deadline")
-        return self._write(record, actor=actor, reason=reason, status=target, action="transition", **changes)
+        return self._write(
+            record,
+            actor=actor,
+            reason=reason,
+            status=target,
+            action="transition",
+            instance=instance,
+            instance_changes=instance_changes,
+            **changes,
+        )
 
-    def update(self, record: StepRecord, *, actor: str, reason: str = "", **changes: Any) -> StepRecord:
+    def update(
+        self,
+        record: StepRecord,
+        *,
+        actor: str,
+        reason: str = "",
+        instance: InstanceHandle | None = None,
+        instance_changes: dict[str, Any] | None = None,
+        **changes: Any,
+    ) -> StepRecord:
         """Change fields other than the status (owner, message_sent_at...) under the same ETag guard."""
         if "status" in changes:
             raise InvalidLedgerInput("use transition() to change a step's status")
         return self._write(
-            record, actor=actor, reason=reason, status=record.status, action="update", **changes
+            record,
+            actor=actor,
+            reason=reason,
+            status=record.status,
+            action="update",
+            instance=instance,
+            instance_changes=instance_changes,
+            **changes,
         )
 
     def extend_deadline(
@@ -322,7 +359,16 @@ class StepLedger:
         )
 
     def _write(
-        self, record: StepRecord, *, actor: str, reason: str, status: StepStatus, action: str, **changes: Any
+        self,
+        record: StepRecord,
+        *,
+        actor: str,
+        reason: str,
+        status: StepStatus,
+        action: str,
+        instance: InstanceHandle | None = None,
+        instance_changes: dict[str, Any] | None = None,
+        **changes: Any,
     ) -> StepRecord:
         if record.etag is None:
             raise InvalidLedgerInput("record has no ETag: read it from the ledger before updating it")
@@ -352,6 +398,21 @@ class StepLedger:
         if new_index is not None:
             data["index_key"] = f"{new_index[0]}|{new_index[1]}"
         updated = StepRecord.model_validate(data)
+        instance_op = instance_updated = instance_index = None
+        if instance is not None:
+            if instance.record.instance_id != record.instance_id:
+                raise InvalidLedgerInput("the instance handle belongs to another instance")
+            changes_i = dict(instance_changes or {})
+            if status is StepStatus.SUCCEEDED and record.status is not StepStatus.SUCCEEDED:
+                # the completion sequence: written with the completion, from the instance's counter
+                changes_i["completions"] = instance.record.completions + 1
+                updated = updated.model_copy(update={"completion_seq": instance.record.completions + 1})
+            instance_updated, instance_index = self.prepare_instance_change(
+                instance.record, instance.record.status, changes_i, now
+            )
+            instance_op = self.instance_operation(instance.record, instance_updated)
+            if instance_index is not None:
+                self._create_instance_index_row(instance_index, instance_updated)
 
         # (1) new index row first, so the step never points at a missing one
         if new_index is not None:
@@ -377,25 +438,30 @@ class StepLedger:
             reason,
             now,
         )
+        operations: list[tuple] = [
+            (
+                "update",
+                _to_entity(updated),
+                {
+                    "mode": UpdateMode.REPLACE,
+                    "etag": record.etag,
+                    "match_condition": MatchConditions.IfNotModified,
+                },
+            ),
+            ("create", audit),
+        ]
+        if instance_op is not None:
+            operations.append(instance_op)
         try:
-            result = self._steps.submit_transaction(
-                [
-                    (
-                        "update",
-                        _to_entity(updated),
-                        {
-                            "mode": UpdateMode.REPLACE,
-                            "etag": record.etag,
-                            "match_condition": MatchConditions.IfNotModified,
-                        },
-                    ),
-                    ("create", audit),
-                ]
-            )
+            result = self._steps.submit_transaction(operations)
         except TableTransactionError as exc:
             if new_index is not None:
                 self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
+            if instance_index is not None:
+                self._delete_index_row(f"{instance_index[0]}|{instance_index[1]}")
             if exc.status_code == 412:
+                if instance is not None and getattr(exc, "index", None) == 2:
+                    raise InstanceConflict(record.instance_id) from None
                 raise ConcurrencyConflict(record.instance_id, record.step_id) from None
             if exc.status_code == 404:
                 raise StepNotFound(record.instance_id, record.step_id) from None
@@ -403,9 +469,14 @@ class StepLedger:
         # (3) the old index row is now stale
         if record.index_key and record.index_key != updated.index_key:
             self._delete_index_row(record.index_key)
+        if instance is not None and instance_updated is not None:
+            self.instance_written(instance.record, instance_updated)
+            instance.record = instance_updated.model_copy(update={"etag": result[2]["etag"]})
         return updated.model_copy(update={"etag": result[0]["etag"]})
 
-    def _delete_index_row(self, index_key: str) -> None:
+    def _delete_index_row(self, index_key: str | None) -> None:
+        if not index_key:
+            return
         partition, _, row = index_key.partition("|")
         try:
             self._index.delete_entity(partition, row)
@@ -456,6 +527,29 @@ class StepLedger:
             raise StepNotFound(instance_id, step_id) from None
         self.stats.step_entities_read += 1
         return _from_entity(entity)
+
+    def read_step_and_instance(
+        self, instance_id: str, step_id: str
+    ) -> tuple[StepRecord, InstanceHandle | None]:
+        """A step and its instance record in one request (one partition query for both rows).
+
+        The handle is None for steps written without an instance record (tests, older rows).
+        """
+        validate_instance_id(instance_id)
+        validate_step_id(step_id)
+        self.stats.queries += 1
+        entities = list(
+            self._steps.query_entities(
+                "PartitionKey eq @pk and ( RowKey eq @step or RowKey eq @instance )",
+                parameters={"pk": instance_id, "step": step_id, "instance": INSTANCE_ROW},
+            )
+        )
+        step = next((e for e in entities if e["RowKey"] == step_id), None)
+        if step is None:
+            raise StepNotFound(instance_id, step_id)
+        self.stats.step_entities_read += 1
+        instance = next((e for e in entities if e["RowKey"] == INSTANCE_ROW), None)
+        return _from_entity(step), (InstanceHandle(from_instance_entity(instance)) if instance else None)
 
     def list_for_instance(self, instance_id: str) -> list[StepRecord]:
         """The instance's steps in workflow order (empty if the instance is unknown)."""

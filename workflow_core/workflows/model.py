@@ -225,6 +225,16 @@ class WorkflowDefinition(_Frozen):
         le=1000,
         description="completed steps per orchestration generation (continue_as_new)",
     )
+    on_scheduler_lost: Literal["resume", "compensate"] = Field(
+        default="resume",
+        description="what the watchdog does when the scheduler died: resume from the ledger, or compensate",
+    )
+    max_resumes: int = Field(
+        default=3, ge=0, le=100, description="resumes after which the watchdog compensates instead"
+    )
+    business_key: str | None = Field(
+        default=None, description="input field whose value names the instance for operators (e.g. tenant_id)"
+    )
 
     @field_validator("name")
     @classmethod
@@ -234,6 +244,21 @@ class WorkflowDefinition(_Frozen):
                 f"workflow name {value!r} must be lowercase words joined by '-' (e.g. provision-tenant)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _business_key_is_an_input_field(self) -> WorkflowDefinition:
+        if self.business_key is not None and self.business_key not in self.input.properties:
+            known = ", ".join(sorted(self.input.properties)) or "(none)"
+            raise ValueError(
+                f"business_key {self.business_key!r} is not an input field; input fields: {known}"
+            )
+        return self
+
+    def business_key_of(self, workflow_input: dict[str, Any]) -> str | None:
+        """The business key's value in a validated input (as text), or None."""
+        if self.business_key is None or workflow_input.get(self.business_key) is None:
+            return None
+        return str(workflow_input[self.business_key])[:200]
 
     @model_validator(mode="after")
     def _steps_consistent(self) -> WorkflowDefinition:

@@ -1,0 +1,175 @@
+"""The scheduler's promises on the instance record, and the activity that settles an instance.
+
+Every scheduler activity that moves a step also moves the instance's ``scheduler_deadline``, in the
+same entity-group transaction: the time by which the scheduler will act again on its own (the
+step's deadline, a backoff's end) plus the watchdog's grace. While the scheduler is alive it keeps
+that promise; when it dies, nothing moves the deadline and the watchdog finds the instance.
+
+Parallel-group members run in their own step orchestrations and write the same instance record;
+a member never *shortens* the promise (a sibling may wait longer), so it takes the later of the
+two. The parent's next activity after the group sets the promise outright again.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from activities._bp import bp
+from activities.common import as_dict, now, retry_on_conflict
+from workflow_core import contracts as c
+from workflow_core.ledger import (
+    InstanceHandle,
+    InstanceNotFound,
+    InstanceRecord,
+    InstanceStatus,
+    StepLedger,
+    outcome_json,
+)
+from workflow_core.runtime import Services, get_services
+
+log = logging.getLogger(__name__)
+
+ACTOR = "scheduler"
+IS = InstanceStatus
+
+
+def promise(
+    handle: InstanceHandle | None, acts_by: datetime, grace_seconds: float, orchestration_id: str | None
+) -> dict[str, Any] | None:
+    """``instance_changes`` that promise the scheduler acts again by ``acts_by`` (+ grace).
+
+    None when there is nothing to promise on: no instance record (steps written without one), or an
+    instance no scheduler owns any more (settled, or handed to an operator).
+    """
+    if handle is None or not handle.record.supervised:
+        return None
+    target = acts_by + timedelta(seconds=grace_seconds)
+    current = handle.record.scheduler_deadline
+    if c.is_step_instance_id(orchestration_id) and current is not None and current > target:
+        target = current
+    changes: dict[str, Any] = {"scheduler_deadline": target, "stalls": 0}
+    if handle.record.owner != ACTOR:
+        changes["owner"] = ACTOR
+    return changes
+
+
+def with_promise(
+    handle: InstanceHandle | None, acts_by: datetime, grace_seconds: float, orchestration_id: str | None
+) -> dict[str, Any]:
+    """Keyword arguments for ``ledger.transition``/``update``: the instance and its promise, or none."""
+    changes = promise(handle, acts_by, grace_seconds, orchestration_id)
+    if changes is None:
+        return {}
+    return {"instance": handle, "instance_changes": changes}
+
+
+def keep_promise(
+    ledger: StepLedger,
+    handle: InstanceHandle | None,
+    acts_by: datetime,
+    grace_seconds: float,
+    orchestration_id: str | None,
+    *,
+    reason: str,
+) -> None:
+    """Move the promise without a step change (a heartbeat-extended wait), only when it must move."""
+    changes = promise(handle, acts_by, grace_seconds, orchestration_id)
+    if changes is None or handle is None:
+        return
+    current = handle.record.scheduler_deadline
+    if current is not None and current >= changes["scheduler_deadline"]:
+        return
+    handle.record = ledger.update_instance(handle.record, actor=ACTOR, reason=reason, **changes)
+
+
+def works_on(handle: InstanceHandle | None, kind: c.StepKind) -> bool:
+    """May a scheduler still move this instance's steps of ``kind``? Work needs a Running instance:
+    once compensation started (or the instance settled), a late or zombie scheduler is fenced off."""
+    if handle is None:
+        return True
+    if kind == "work":
+        return handle.record.status is IS.RUNNING
+    return handle.record.status in (IS.COMPENSATING, IS.RUNNING, IS.COMPENSATION_FAILED)
+
+
+# ---- settle_instance ------------------------------------------------------------------------------
+
+Outcome = Literal["succeeded", "compensated", "compensation_failed", "failed"]
+_SETTLED_AS: dict[str, InstanceStatus] = {
+    "succeeded": IS.SUCCEEDED,
+    "compensated": IS.COMPENSATED,
+    "compensation_failed": IS.COMPENSATION_FAILED,
+    "failed": IS.FAILED,
+}
+
+
+class SettleInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    instance_id: str
+    outcome: Outcome
+    failed_step: str | None = None
+    error: str | None = None
+
+
+def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """The workflow (or its compensation) ended: record how, and stop supervising the scheduler.
+
+    Idempotent: an instance already settled the same way is left alone; one without a record (steps
+    written without one) is a no-op. CompensationFailed and Failed raise the attention flag.
+    """
+    args = SettleInput.model_validate(as_dict(payload, c.ACTIVITY_SETTLE_INSTANCE))
+    ledger = services.ledger
+    target = _SETTLED_AS[args.outcome]
+
+    def decide(record: InstanceRecord | None) -> dict[str, Any]:
+        if record is None:
+            return {"instance_id": args.instance_id, "status": None, "changed": False}
+        if record.status is target:
+            return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
+        if target is IS.SUCCEEDED and record.status is not IS.RUNNING:
+            # compensation started meanwhile (an operator or the watchdog): it decides the outcome
+            return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
+        via = record
+        if target in (IS.COMPENSATED, IS.COMPENSATION_FAILED) and record.status is not IS.COMPENSATING:
+            via = ledger.transition_instance(
+                record,
+                IS.COMPENSATING,
+                actor=ACTOR,
+                reason="compensation ran",
+                scheduler_deadline=now(),
+            )
+        attention = target in (IS.COMPENSATION_FAILED, IS.FAILED)
+        updated = ledger.transition_instance(
+            via,
+            target,
+            actor=ACTOR,
+            reason=f"workflow {args.outcome}" + (f": {args.error}" if args.error else ""),
+            outcome=outcome_json(args.outcome, failed_step=args.failed_step, error=args.error),
+            completed_at=now(),
+            needs_attention=attention,
+            attention_reason=(args.error or args.outcome)[:1000] if attention else None,
+            owner="operator" if attention else ACTOR,
+        )
+        return {"instance_id": args.instance_id, "status": updated.status.value, "changed": True}
+
+    return retry_on_conflict(
+        lambda: ledger.find_instance(args.instance_id), decide, what=f"settle {args.instance_id}"
+    )
+
+
+def find_handle(ledger: StepLedger, instance_id: str) -> InstanceHandle | None:
+    try:
+        return InstanceHandle(ledger.get_instance(instance_id))
+    except InstanceNotFound:
+        return None
+
+
+@bp.function_name(c.ACTIVITY_SETTLE_INSTANCE)
+@bp.activity_trigger(input_name="payload")
+def settle_instance_activity(payload: dict) -> dict:
+    return settle_instance(payload, get_services())

@@ -1,0 +1,148 @@
+"""What a workflow instance is in the ledger: its status machine and its record.
+
+Steps say what each piece of remote work is doing; the instance record says what the *scheduler*
+promised. It lives in the instance's partition next to its steps (RowKey :data:`INSTANCE_ROW`), so a
+scheduler activity changes it in the same entity-group transaction as the step it moves, at no
+extra round trip. Its ``scheduler_deadline`` is the time by which the scheduler promised to move the
+workflow on; the watchdog finds an instance whose scheduler died (between steps, before it ever
+started, or in a failed orchestration) when that deadline passes, and resumes or compensates it by
+the workflow's ``on_scheduler_lost`` policy.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.model import MAX_TEXT, AwareDatetime, validate_instance_id
+
+# RowKey of the instance record: '~' sorts after every step id (so step listings, ``RowKey lt '~'``,
+# never see it) and 'i' after 'a' (so the audit range ``~audit~ .. ~audit~~`` never sees it either).
+INSTANCE_ROW = "~instance"
+# Placeholder until definitions are versioned: every instance says which version it runs on.
+UNVERSIONED = "unversioned"
+
+SchedulerLostPolicy = Literal["resume", "compensate"]
+
+
+class InstanceStatus(StrEnum):
+    RUNNING = "Running"  # a scheduler owns it (or is about to: written before the orchestration starts)
+    SUCCEEDED = "Succeeded"
+    COMPENSATING = "Compensating"  # its completed steps are being undone
+    COMPENSATED = "Compensated"
+    COMPENSATION_FAILED = "CompensationFailed"  # a compensator gave up: needs an operator
+    FAILED = "Failed"  # could neither finish, resume nor compensate on its own: needs an operator
+    CANCELLED = "Cancelled"  # an operator stopped it; nothing of it ran or it needs no undoing
+
+
+IS = InstanceStatus
+
+# The instance state machine. Running -> Running is a resume (a new scheduler for the same instance);
+# Compensating -> Compensating a restarted compensation; CompensationFailed -> Compensating an operator's
+# retry; Failed -> Running an operator's resume.
+INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
+    IS.RUNNING: frozenset({IS.RUNNING, IS.SUCCEEDED, IS.COMPENSATING, IS.FAILED, IS.CANCELLED}),
+    IS.COMPENSATING: frozenset({IS.COMPENSATING, IS.COMPENSATED, IS.COMPENSATION_FAILED}),
+    IS.COMPENSATION_FAILED: frozenset({IS.COMPENSATING}),
+    IS.FAILED: frozenset({IS.RUNNING, IS.COMPENSATING, IS.CANCELLED}),
+    IS.SUCCEEDED: frozenset(),
+    IS.COMPENSATED: frozenset(),
+    IS.CANCELLED: frozenset(),
+}
+# Statuses in which a scheduler (workflow or compensation orchestration) must keep the promise of
+# its ``scheduler_deadline``: each has a deadline-index row.
+SUPERVISED_INSTANCE_STATUSES = frozenset({IS.RUNNING, IS.COMPENSATING})
+TERMINAL_INSTANCE_STATUSES = frozenset(s for s, nxt in INSTANCE_TRANSITIONS.items() if not nxt)
+# Statuses no automation moves on from: the operators' inbox.
+ATTENTION_INSTANCE_STATUSES = frozenset({IS.COMPENSATION_FAILED, IS.FAILED})
+
+
+def parse_instance_status(value: str | InstanceStatus) -> InstanceStatus:
+    try:
+        return InstanceStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in InstanceStatus)
+        raise InvalidLedgerInput(f"unknown instance status {value!r}; known statuses: {known}") from None
+
+
+class InstanceRecord(BaseModel):
+    """One workflow instance, as persisted (PartitionKey = instance id, RowKey = ``~instance``)."""
+
+    model_config = ConfigDict(frozen=True, validate_assignment=True)
+
+    instance_id: str
+    workflow: str
+    version: str = UNVERSIONED
+    status: InstanceStatus = InstanceStatus.RUNNING
+    orchestration_id: str | None = None  # the workflow orchestration that owns it (its instance id)
+    generation: int = Field(default=0, ge=0)  # continue_as_new generation of that orchestration
+    owner: str | None = None  # "scheduler", or "supervisor:<tick>" / "operator:<user>" while claimed
+    started_at: AwareDatetime = None
+    updated_at: AwareDatetime = None
+    completed_at: AwareDatetime = None
+    business_key: str | None = None
+    outcome: str | None = None  # JSON: {"status", "failed_step", "error"} once settled
+    resume_count: int = Field(default=0, ge=0)
+    max_resumes: int = Field(default=3, ge=0)
+    on_scheduler_lost: SchedulerLostPolicy = "resume"
+    scheduler_deadline: AwareDatetime = None
+    stalls: int = Field(default=0, ge=0)  # watchdog looks that found a live scheduler not moving
+    completions: int = Field(default=0, ge=0)  # completed steps so far: the completion sequence
+    needs_attention: bool = False
+    attention_reason: str | None = None
+    last_error: str | None = None
+    input_ref: str | None = None  # JSON of the workflow input (validated at the door)
+    index_key: str | None = None  # "<partition>|<row>" of its deadline-index row
+    etag: str | None = None
+
+    @field_validator("instance_id")
+    @classmethod
+    def _instance(cls, v: str) -> str:
+        return validate_instance_id(v)
+
+    @field_validator("input_ref", "outcome", "last_error", "attention_reason")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None and len(v) > MAX_TEXT:
+            raise InvalidLedgerInput(
+                f"text of {len(v)} characters exceeds the ledger's {MAX_TEXT}-character limit per field"
+            )
+        return v
+
+    @property
+    def supervised(self) -> bool:
+        return self.status in SUPERVISED_INSTANCE_STATUSES
+
+    def is_overdue(self, now) -> bool:
+        return self.supervised and self.scheduler_deadline is not None and self.scheduler_deadline <= now
+
+
+# InstanceRecord field -> entity property
+INSTANCE_FIELDS = {
+    "workflow": "Workflow",
+    "version": "Version",
+    "status": "InstanceStatus",
+    "orchestration_id": "OrchestrationId",
+    "generation": "Generation",
+    "owner": "Owner",
+    "started_at": "StartedAt",
+    "updated_at": "UpdatedAt",
+    "completed_at": "CompletedAt",
+    "business_key": "BusinessKey",
+    "outcome": "Outcome",
+    "resume_count": "ResumeCount",
+    "max_resumes": "MaxResumes",
+    "on_scheduler_lost": "OnSchedulerLost",
+    "scheduler_deadline": "SchedulerDeadline",
+    "stalls": "Stalls",
+    "completions": "Completions",
+    "needs_attention": "NeedsAttention",
+    "attention_reason": "AttentionReason",
+    "last_error": "LastError",
+    "input_ref": "InputRef",
+    "index_key": "IndexKey",
+}
+INSTANCE_MUTABLE = set(INSTANCE_FIELDS) - {"workflow", "started_at", "status", "input_ref"}

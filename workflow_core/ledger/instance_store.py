@@ -1,0 +1,428 @@
+"""Reads and writes of the instance record, and its place in the deadline index.
+
+Mixed into :class:`workflow_core.ledger.StepLedger`: the instance record shares the steps' table and
+partition, so a step change and the instance change it implies go in one entity-group transaction
+(see ``StepLedger.transition(..., instance=...)``). What is here is what touches the instance alone:
+creating it at the door, reading it, moving its status, and finding the overdue ones.
+
+The deadline index holds instance rows in their own partitions, ``i<YYYYMMDDHHMM>`` (``i`` sorts
+after every digit, so the steps' range query never reads them). An instance's index row only has
+to be *no later* than its ``scheduler_deadline``: the scheduler moves the deadline on every step,
+and rewriting the index row each time would cost two more requests per step. So the hot path moves
+the row only when the deadline moves *earlier* than the row; when the watchdog meets a row whose
+instance is not overdue yet, it moves the row forward to the deadline (:meth:`overdue_instances`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import TableTransactionError, UpdateMode
+
+from workflow_core import clock
+from workflow_core.ledger.errors import (
+    IllegalInstanceTransition,
+    InstanceAlreadyExists,
+    InstanceConflict,
+    InstanceNotFound,
+    InvalidLedgerInput,
+)
+from workflow_core.ledger.instance import (
+    ATTENTION_INSTANCE_STATUSES,
+    INSTANCE_FIELDS,
+    INSTANCE_MUTABLE,
+    INSTANCE_ROW,
+    INSTANCE_TRANSITIONS,
+    SUPERVISED_INSTANCE_STATUSES,
+    UNVERSIONED,
+    InstanceRecord,
+    InstanceStatus,
+    SchedulerLostPolicy,
+    parse_instance_status,
+)
+from workflow_core.ledger.model import require_aware, validate_instance_id
+
+INSTANCE_INDEX_PREFIX = "i"
+INSTANCE_ATTENTION_PARTITION = "attention-instances"
+INSTANCE_AUDIT_STEP = "*"  # the audit rows of instance changes name no step
+
+
+@dataclass
+class InstanceHandle:
+    """The instance record a scheduler activity holds while it writes steps.
+
+    Passed to ``StepLedger.transition``/``update`` with ``instance_changes``: the step and the instance
+    change in one transaction, and the handle then holds the instance as written (with its new ETag),
+    so a second write in the same decision builds on it.
+    """
+
+    record: InstanceRecord
+
+
+def to_instance_entity(record: InstanceRecord) -> dict[str, Any]:
+    entity: dict[str, Any] = {"PartitionKey": record.instance_id, "RowKey": INSTANCE_ROW}
+    for field, prop in INSTANCE_FIELDS.items():
+        value = getattr(record, field)
+        if value is None:
+            continue
+        entity[prop] = value.value if isinstance(value, InstanceStatus) else value
+    return entity
+
+
+def from_instance_entity(entity: Any) -> InstanceRecord:
+    data: dict[str, Any] = {"instance_id": entity["PartitionKey"]}
+    for field, prop in INSTANCE_FIELDS.items():
+        if prop in entity and entity[prop] is not None:
+            value = entity[prop]
+            if isinstance(value, datetime) and value.tzinfo is None:
+                value = value.replace(tzinfo=UTC)
+            data[field] = value
+    data["etag"] = entity.metadata.get("etag") if hasattr(entity, "metadata") else None
+    return InstanceRecord.model_validate(data)
+
+
+def is_instance_entity(entity: Any) -> bool:
+    return entity["RowKey"] == INSTANCE_ROW
+
+
+def _bucket(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%d%H%M")
+
+
+def _time_key(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def index_row_time(index_key: str | None) -> datetime | None:
+    """When an instance's deadline-index row falls due (None for no row or an attention row)."""
+    if not index_key or not index_key.startswith(INSTANCE_INDEX_PREFIX):
+        return None
+    row = index_key.partition("|")[2]
+    return datetime.strptime(row.split("~", 1)[0], "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=UTC)
+
+
+def plan_instance_index(
+    current: InstanceRecord, updated: InstanceRecord, nonce: str
+) -> tuple[str, str] | None:
+    """The new index row ``updated`` needs, or None when its current row (or none) will do."""
+    if updated.status in SUPERVISED_INSTANCE_STATUSES:
+        deadline = updated.scheduler_deadline
+        if deadline is None:
+            return None
+        due = index_row_time(current.index_key)
+        if due is not None and due <= deadline:
+            return None  # the row falls due no later than the deadline: the watchdog moves it on
+        return (f"{INSTANCE_INDEX_PREFIX}{_bucket(deadline)}", f"{_time_key(deadline)}~{nonce}")
+    if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
+        if current.index_key and current.index_key.startswith(INSTANCE_ATTENTION_PARTITION):
+            return None
+        return (INSTANCE_ATTENTION_PARTITION, f"{updated.instance_id}~{nonce}")
+    return None
+
+
+def instance_index_key_after(current: InstanceRecord, updated: InstanceRecord, new: tuple[str, str] | None):
+    """What ``updated.index_key`` must say after the write (None: no row at all)."""
+    if new is not None:
+        return f"{new[0]}|{new[1]}"
+    if updated.status in SUPERVISED_INSTANCE_STATUSES and updated.scheduler_deadline is not None:
+        return current.index_key
+    if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
+        return current.index_key
+    return None
+
+
+class InstanceLedgerMixin:
+    """Instance-record methods of the step ledger (see the module docstring)."""
+
+    # ---- writes ----------------------------------------------------------------------------------
+
+    def create_instance(
+        self,
+        instance_id: str,
+        workflow: str,
+        *,
+        actor: str,
+        input_json: str,
+        scheduler_deadline: datetime,
+        business_key: str | None = None,
+        max_resumes: int = 3,
+        on_scheduler_lost: SchedulerLostPolicy = "resume",
+        version: str = UNVERSIONED,
+    ) -> InstanceRecord:
+        """Write the record of a new instance, Running, *before* its orchestration is started.
+
+        Its ``scheduler_deadline`` is how long the orchestration may take to show up and create its
+        steps: an orchestration that never starts is found by the watchdog like one that died.
+        Raises :class:`InstanceAlreadyExists` for a used id.
+        """
+        validate_instance_id(instance_id)
+        now = clock.utcnow()
+        record = InstanceRecord(
+            instance_id=instance_id,
+            workflow=workflow,
+            version=version,
+            status=InstanceStatus.RUNNING,
+            orchestration_id=instance_id,
+            owner="scheduler",
+            started_at=now,
+            updated_at=now,
+            business_key=business_key,
+            max_resumes=max_resumes,
+            on_scheduler_lost=on_scheduler_lost,
+            scheduler_deadline=require_aware(scheduler_deadline, "scheduler_deadline"),
+            input_ref=input_json,
+        )
+        new_index = plan_instance_index(record.model_copy(update={"index_key": None}), record, self._nonce())
+        assert new_index is not None
+        record = record.model_copy(update={"index_key": f"{new_index[0]}|{new_index[1]}"})
+        self._create_instance_index_row(new_index, record)
+        audit = self._audit_entity(
+            instance_id,
+            INSTANCE_AUDIT_STEP,
+            actor,
+            "instance-created",
+            None,
+            InstanceStatus.RUNNING.value,
+            None,
+            f"workflow {workflow} ({version}) accepted; scheduler due by {scheduler_deadline.isoformat()}",
+            now,
+        )
+        try:
+            result = self._steps.submit_transaction(
+                [("create", to_instance_entity(record)), ("create", audit)]
+            )
+        except TableTransactionError as exc:
+            self._delete_index_row(record.index_key)
+            if exc.status_code == 409:
+                existing = self.find_instance(instance_id)
+                raise InstanceAlreadyExists(instance_id, existing.workflow if existing else "?") from None
+            raise
+        return record.model_copy(update={"etag": result[0]["etag"]})
+
+    def transition_instance(
+        self,
+        record: InstanceRecord,
+        to: InstanceStatus | str,
+        *,
+        actor: str,
+        reason: str = "",
+        **changes: Any,
+    ) -> InstanceRecord:
+        """Move an instance along :data:`INSTANCE_TRANSITIONS`, ETag-guarded, with its audit row."""
+        target = parse_instance_status(to)
+        if target not in INSTANCE_TRANSITIONS[record.status]:
+            raise IllegalInstanceTransition(
+                record.instance_id,
+                record.status.value,
+                target.value,
+                sorted(s.value for s in INSTANCE_TRANSITIONS[record.status]),
+            )
+        return self._write_instance(record, target, actor=actor, reason=reason, changes=changes)
+
+    def update_instance(
+        self, record: InstanceRecord, *, actor: str, reason: str = "", **changes: Any
+    ) -> InstanceRecord:
+        """Change fields other than the status (deadline, owner, stalls...) under the ETag guard."""
+        if "status" in changes:
+            raise InvalidLedgerInput("use transition_instance() to change an instance's status")
+        return self._write_instance(record, record.status, actor=actor, reason=reason, changes=changes)
+
+    def _write_instance(
+        self,
+        record: InstanceRecord,
+        status: InstanceStatus,
+        *,
+        actor: str,
+        reason: str,
+        changes: dict[str, Any],
+    ) -> InstanceRecord:
+        now = clock.utcnow()
+        updated, new_index = self.prepare_instance_change(record, status, changes, now)
+        if new_index is not None:
+            self._create_instance_index_row(new_index, updated)
+        audit = self._audit_entity(
+            record.instance_id,
+            INSTANCE_AUDIT_STEP,
+            actor,
+            "instance-transition" if status != record.status else "instance-update",
+            record.status.value,
+            status.value,
+            updated.resume_count,
+            reason,
+            now,
+        )
+        try:
+            result = self._steps.submit_transaction(
+                [self.instance_operation(record, updated), ("create", audit)]
+            )
+        except TableTransactionError as exc:
+            if new_index is not None:
+                self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
+            if exc.status_code == 412:
+                raise InstanceConflict(record.instance_id) from None
+            if exc.status_code == 404:
+                raise InstanceNotFound(record.instance_id) from None
+            raise
+        self.instance_written(record, updated)
+        return updated.model_copy(update={"etag": result[0]["etag"]})
+
+    # ---- shared with the step writes --------------------------------------------------------------
+
+    def prepare_instance_change(
+        self, record: InstanceRecord, status: InstanceStatus, changes: dict[str, Any], now: datetime
+    ) -> tuple[InstanceRecord, tuple[str, str] | None]:
+        """The instance as it will be written, and the index row to create first (if any)."""
+        if record.etag is None:
+            raise InvalidLedgerInput(
+                "instance record has no ETag: read it from the ledger before updating it"
+            )
+        unknown = set(changes) - INSTANCE_MUTABLE
+        if unknown:
+            raise InvalidLedgerInput(f"cannot change {sorted(unknown)} of a workflow instance")
+        data = record.model_dump()
+        data.update(changes)
+        data["status"] = status
+        data["updated_at"] = now
+        if status not in SUPERVISED_INSTANCE_STATUSES and "scheduler_deadline" not in changes:
+            data["scheduler_deadline"] = None
+        if status in (InstanceStatus.SUCCEEDED, InstanceStatus.COMPENSATED, InstanceStatus.CANCELLED):
+            data.setdefault("completed_at", None)
+            data["completed_at"] = data["completed_at"] or now
+        draft = InstanceRecord.model_validate(data)
+        if draft.status in SUPERVISED_INSTANCE_STATUSES and draft.scheduler_deadline is None:
+            raise InvalidLedgerInput(f"instance status {draft.status.value} needs a scheduler deadline")
+        new_index = plan_instance_index(record, draft, self._nonce())
+        updated = draft.model_copy(update={"index_key": instance_index_key_after(record, draft, new_index)})
+        return updated, new_index
+
+    @staticmethod
+    def instance_operation(record: InstanceRecord, updated: InstanceRecord) -> tuple:
+        return (
+            "update",
+            to_instance_entity(updated),
+            {
+                "mode": UpdateMode.REPLACE,
+                "etag": record.etag,
+                "match_condition": MatchConditions.IfNotModified,
+            },
+        )
+
+    def instance_written(self, record: InstanceRecord, updated: InstanceRecord) -> None:
+        """After a successful write: the old index row is stale once the record points elsewhere."""
+        if record.index_key and record.index_key != updated.index_key:
+            self._delete_index_row(record.index_key)
+
+    def _create_instance_index_row(self, key: tuple[str, str], record: InstanceRecord) -> None:
+        self._index.create_entity(
+            {
+                "PartitionKey": key[0],
+                "RowKey": key[1],
+                "InstanceId": record.instance_id,
+                "Kind": "instance",
+                "Status": record.status.value,
+            }
+        )
+
+    # ---- reads -----------------------------------------------------------------------------------
+
+    def find_instance(self, instance_id: str) -> InstanceRecord | None:
+        validate_instance_id(instance_id)
+        try:
+            entity = self._steps.get_entity(instance_id, INSTANCE_ROW)
+        except ResourceNotFoundError:
+            return None
+        return from_instance_entity(entity)
+
+    def get_instance(self, instance_id: str) -> InstanceRecord:
+        record = self.find_instance(instance_id)
+        if record is None:
+            raise InstanceNotFound(instance_id)
+        return record
+
+    def overdue_instances(self, now: datetime, limit: int = 100) -> list[InstanceRecord]:
+        """Instances whose scheduler deadline is at or before ``now``, earliest first.
+
+        Reads only the instance index rows due by ``now``. A row whose instance is not overdue yet
+        (the scheduler moved the deadline on since the row was written) is moved forward to the
+        deadline here, so the hot path never has to; stray rows are deleted.
+        """
+        now = require_aware(now, "now")
+        if limit < 1:
+            raise InvalidLedgerInput(f"limit must be >= 1, got {limit}")
+        self.stats.queries += 1
+        rows = self._index.query_entities(
+            "PartitionKey ge @lo and PartitionKey le @hi and RowKey le @key",
+            parameters={
+                "lo": INSTANCE_INDEX_PREFIX,
+                "hi": f"{INSTANCE_INDEX_PREFIX}{_bucket(now)}",
+                "key": _time_key(now) + "~~",
+            },
+            results_per_page=min(max(limit, 10), 1000),
+        )
+        found: list[InstanceRecord] = []
+        for row in rows:
+            self.stats.index_entities_read += 1
+            key = f"{row['PartitionKey']}|{row['RowKey']}"
+            record = self.find_instance(row["InstanceId"])
+            if record is None or record.index_key != key:
+                self._delete_index_row(key)
+                self.stats.stale_index_rows_removed += 1
+                continue
+            if record.is_overdue(now):
+                found.append(record)
+                if len(found) >= limit:
+                    break
+                continue
+            self._move_instance_row_forward(record)
+        return found
+
+    def _move_instance_row_forward(self, record: InstanceRecord) -> None:
+        """Re-key a row that fell due before its instance did (see the module docstring)."""
+        if not record.supervised or record.scheduler_deadline is None:
+            return
+        deadline = record.scheduler_deadline
+        new = (f"{INSTANCE_INDEX_PREFIX}{_bucket(deadline)}", f"{_time_key(deadline)}~{self._nonce()}")
+        self._create_instance_index_row(new, record)
+        try:
+            self._steps.update_entity(
+                {
+                    "PartitionKey": record.instance_id,
+                    "RowKey": INSTANCE_ROW,
+                    "IndexKey": f"{new[0]}|{new[1]}",
+                },
+                mode=UpdateMode.MERGE,
+                etag=record.etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        except Exception:  # someone wrote the instance meanwhile: their write decides; drop our row
+            self._delete_index_row(f"{new[0]}|{new[1]}")
+            return
+        self._delete_index_row(record.index_key)
+
+    def instances_needing_attention(self, limit: int = 100) -> list[InstanceRecord]:
+        """Instances no automation moves on from (CompensationFailed, Failed, or flagged)."""
+        result: list[InstanceRecord] = []
+        for row in self._index.query_entities(
+            "PartitionKey eq @p", parameters={"p": INSTANCE_ATTENTION_PARTITION}, results_per_page=limit
+        ):
+            key = f"{row['PartitionKey']}|{row['RowKey']}"
+            record = self.find_instance(row["InstanceId"])
+            if record is None or record.index_key != key:
+                self._delete_index_row(key)
+                continue
+            result.append(record)
+            if len(result) >= limit:
+                break
+        return result
+
+
+def outcome_json(status: str, *, failed_step: str | None = None, error: str | None = None) -> str:
+    """The instance's ``outcome``: small on purpose (outputs stay on the step rows)."""
+    return json.dumps(
+        {"status": status, "failed_step": failed_step, "error": error[:2000] if error else None}
+    )

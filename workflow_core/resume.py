@@ -1,0 +1,55 @@
+"""Where a workflow instance stands, read from the ledger: what a resumed scheduler starts from.
+
+A resume must never run a completed step again. The ledger knows which steps completed (Succeeded,
+or Skipped by an operator) and what they returned; the resumed orchestration starts after the
+longest prefix of whole stages that completed (a parallel group counts only when every member
+did), with those steps' outputs, exactly the state ``continue_as_new`` would have carried. A step
+caught in flight is not in the prefix: the resumed scheduler's dispatch finds its current attempt in
+the ledger ("already-dispatched") and asks the ledger for its outcome before anything is re-sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workflow_core.ledger import StepRecord, StepStatus, decode_json
+from workflow_core.workflows import WorkflowDefinition
+
+COMPLETED = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
+
+
+def resume_state(
+    definition: WorkflowDefinition, steps: list[StepRecord], generation: int = 0
+) -> dict[str, Any]:
+    """The ``state`` (``Progress``) a resumed ``workflow_orchestrator`` takes: position, completed
+    step ids in definition order, their outputs, and the generation."""
+    by_id = {r.step_id: r for r in steps}
+    completed: list[str] = []
+    outputs: dict[str, Any] = {}
+    for stage in definition.stages:
+        records = [by_id.get(step.id) for step in stage]
+        if not all(r is not None and r.status in COMPLETED for r in records):
+            break
+        for record in records:
+            assert record is not None
+            completed.append(record.step_id)
+            output = decode_json(record.result_ref)
+            outputs[record.step_id] = output if output is not None else {}
+    return {"position": len(completed), "completed": completed, "outputs": outputs, "generation": generation}
+
+
+def resume_input(
+    definition: WorkflowDefinition,
+    workflow_input: dict[str, Any],
+    steps: list[StepRecord],
+    *,
+    epoch: int,
+    generation: int,
+) -> dict[str, Any]:
+    """The whole input of a resumed ``workflow_orchestrator`` (its ``WorkflowStart``)."""
+    return {
+        "workflow": definition.name,
+        "input": workflow_input,
+        "state": resume_state(definition, steps, generation),
+        "epoch": epoch,
+    }
