@@ -89,8 +89,19 @@ class InstanceSupervisor:
             return
         orchestration_id = found.orchestration_id or found.instance_id
         status = await self.tick.status_of(orchestration_id)
+        requested = bool(found.owner and found.owner.startswith("operator:"))
         if status in ALIVE_STATUSES:
+            if requested:
+                detail = f"{found.owner} asked for a resume, but orchestration {orchestration_id} is {status}"
+                if await self.claim(found, IS.RUNNING, detail, stalls=0) is not None:
+                    await self.decided(found, InstanceAction.NOTE_LATE, detail)
+                return
             await self.alive_but_late(found, orchestration_id, status)
+            return
+        if requested:  # an operator's resume is not bound by the policy or the resume count
+            await self.resume(
+                found, f"{found.owner} asked for a resume; orchestration {orchestration_id} is {status}"
+            )
             return
         await self.recover(found, f"orchestration {orchestration_id} is {status}")
 

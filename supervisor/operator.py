@@ -27,6 +27,9 @@ from workflow_core.ledger import (
     AuditEntry,
     ConcurrencyConflict,
     IllegalTransition,
+    InstanceNotFound,
+    InstanceRecord,
+    InstanceStatus,
     InvalidLedgerInput,
     StepLedger,
     StepNotFound,
@@ -273,3 +276,71 @@ def request_compensation(
 ) -> StepRecord:
     """Succeeded/Failed/TimedOut -> Compensating, due now: the watchdog starts the compensation."""
     return _apply(ledger, COMPENSATE, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)
+
+
+# ---- instances -----------------------------------------------------------------------------------
+
+# Instance statuses an operator may resume from, and where each goes. Running: the scheduler is
+# stranded (or the operator believes so): the watchdog resumes it now if its orchestration is gone,
+# whatever the workflow's policy and resume count say. Failed: the instance gave up; it runs again.
+RESUMABLE_INSTANCE_STATUSES = {
+    InstanceStatus.RUNNING: InstanceStatus.RUNNING,
+    InstanceStatus.FAILED: InstanceStatus.RUNNING,
+}
+
+
+def resume_instance(
+    ledger: StepLedger,
+    instance_id: str,
+    *,
+    reason: str,
+    user: str | None = None,
+    actor: str | None = None,
+    now: datetime | None = None,
+) -> InstanceRecord:
+    """Ask for a stranded or failed instance to be resumed from the ledger; audited.
+
+    Like the step intents this records intent only (owner ``operator:<user>``, scheduler deadline
+    now): the watchdog, which holds a Durable client, resumes the instance on its next tick if its
+    orchestration is gone, or notes that it is alive and hands it back. Raises
+    :class:`UnknownInstance` or :class:`OperatorError` (with the statuses that allow it).
+    """
+    who = actor or actor_for(user or "")
+    reason = (reason or "").strip()
+    if not reason:
+        raise OperatorError("a reason is required (it is recorded in the audit trail)")
+    when = require_aware(now, "now") if now is not None else clock.utcnow()
+    for _ in range(MAX_RACE_RETRIES):
+        try:
+            record = ledger.get_instance(instance_id)
+        except InstanceNotFound:
+            raise UnknownInstance(instance_id) from None
+        except InvalidLedgerInput as exc:
+            raise OperatorError(str(exc)) from None
+        target = RESUMABLE_INSTANCE_STATUSES.get(record.status)
+        if target is None:
+            allowed = ", ".join(s.value for s in RESUMABLE_INSTANCE_STATUSES)
+            raise OperatorError(
+                f"instance {instance_id!r} is {record.status.value}; only {allowed} instances can be resumed"
+                + (
+                    " (retry its CompensationFailed step instead)"
+                    if record.status.value == "CompensationFailed"
+                    else ""
+                )
+            )
+        try:
+            return ledger.transition_instance(
+                record,
+                target,
+                actor=who,
+                reason=f"operator resume: {reason}",
+                owner=who,
+                scheduler_deadline=when,
+                needs_attention=False,
+                attention_reason=None,
+            )
+        except ConcurrencyConflict:
+            continue
+    raise OperatorError(
+        f"instance {instance_id!r} keeps changing under us; look at its timeline and try again"
+    )
