@@ -3,6 +3,7 @@
     python -m devtools.demo provision-tenant --stall register_dns
     python -m devtools.demo provision-tenant --fail send_welcome
     python -m devtools.demo order-fulfilment --terminate charge_payment
+    python -m devtools.demo provision-tenant --kill-scheduler create_storage
 
 It starts its own Azurite, runs the real app (HTTP starter, orchestrators, agents, watchdog) through
 ``devtools.harness`` on a virtual clock, injects the fault you ask for, and prints the
@@ -14,7 +15,10 @@ Faults:
   --stall STEP      the step's agent takes attempt 1 and never answers: the deadline catches it
   --fail STEP       the step's agent fails every attempt: retries, then compensation
   --terminate STEP  the orchestration is killed while STEP is out with its agent: the watchdog
-                    finds the overdue step and starts the compensation
+                    finds the dead scheduler and resumes the workflow from the ledger
+  --kill-scheduler STEP  the orchestration dies between two steps, right after STEP completed
+                    (nothing in flight): the watchdog finds the instance past its scheduler
+                    deadline and resumes it; every completed step ran exactly once
 """
 
 from __future__ import annotations
@@ -190,9 +194,25 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     fault.add_argument("--stall", metavar="STEP", help="the agent never answers attempt 1 of STEP")
     fault.add_argument("--fail", metavar="STEP", help="the agent of STEP fails every attempt")
     fault.add_argument("--terminate", metavar="STEP", help="kill the orchestration while STEP is out")
+    fault.add_argument(
+        "--kill-scheduler", metavar="STEP", help="kill the orchestration right after STEP completed"
+    )
     parser.add_argument("--input", metavar="JSON", help="workflow input (default: a sample for the workflow)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show every ledger write")
     return parser.parse_args(argv)
+
+
+def _between_steps(h: Any, iid: str, definition: Any, step_id: str) -> bool:
+    """``step_id`` completed and the steps after it were not dispatched yet."""
+    statuses = h.statuses(iid)
+    later = definition.step_ids[definition.step_ids.index(step_id) + 1 :]
+    return statuses.get(step_id) == "Succeeded" and all(statuses.get(s) == "Pending" for s in later)
+
+
+def _settled(h: Any, iid: str) -> bool:
+    """The instance record says the workflow ended (its scheduler, whichever, settled it)."""
+    record = h.ledger.find_instance(iid)
+    return record is not None and not record.supervised
 
 
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
@@ -212,7 +232,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     except UnknownWorkflow as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    target = args.stall or args.fail or args.terminate
+    target = args.stall or args.fail or args.terminate or args.kill_scheduler
     if target is not None and target not in definition.step_ids:
         steps = ", ".join(definition.step_ids)
         print(f"error: {args.workflow} has no step {target!r}; steps: {steps}", file=sys.stderr)
@@ -265,6 +285,13 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                 out.write(
                     f"  injected fault     : the orchestration is terminated while {args.terminate} is out\n"
                 )
+            elif args.kill_scheduler:
+                # the reply is held, so the scheduler is killed with the step done and nothing in flight
+                held = h.hold(args.kill_scheduler, queue="results")
+                out.write(
+                    "  injected fault     : the orchestration dies right after "
+                    f"{args.kill_scheduler} completes\n"
+                )
             reported: list[Any] = []
 
             def report_faults() -> int:  # a pump: prints injected faults as they fire
@@ -295,21 +322,21 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
             )
             if held is not None:
                 h.run_until(lambda: bool(h.held(held)))
+                why = "nobody waits for the step any more"
+                if args.kill_scheduler:
+                    assert _between_steps(h, iid, definition, args.kill_scheduler)
+                    why = f"{args.kill_scheduler} is done, nothing is in flight"
                 h.host.terminate(iid, "terminated by the demo")
-                narrator.say(
-                    h.now(), "workflow", "ORCHESTRATION TERMINATED (nobody waits for the step any more)"
-                )
-                compensation = f"{iid}:compensation"
-                h.run_until(
-                    lambda: (
-                        (s := h.host.get_status(compensation)) is not None
-                        and s.runtime_status.value == "Completed"
-                    ),
-                    timeout=timedelta(hours=6),
-                )
+                narrator.say(h.now(), "workflow", f"ORCHESTRATION TERMINATED ({why})")
+                h.run_until(lambda: _settled(h, iid), timeout=timedelta(hours=6))
                 h.release(held)
                 h.host.run_until_idle()
-                outcome = f"terminated; compensation: {h.host.get_status(compensation).output['status']}"
+                record = h.ledger.get_instance(iid)
+                outcome = (
+                    f"{record.status.value} after {record.resume_count} resume(s) by the watchdog; "
+                    f"handler runs per step: "
+                    + ", ".join(f"{s} x{h.handler_calls(iid, s)}" for s in definition.step_ids)
+                )
             else:
                 status = h.run_until_complete(iid, timeout=timedelta(hours=6))
                 output = status.output if isinstance(status.output, dict) else {}
@@ -324,7 +351,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                     else ""
                 )
                 out.write(f"  {r.step_id:<{width}} {r.status.value:<20} {r.attempt:<9} {undo}\n")
-            decisions = [d.action for d in h.decisions(iid)]
+            decisions = [d.action for d in h.decisions(iid)] + [
+                action for r in h.tick_reports for i, _, action, _ in r.instance_decisions if i == iid
+            ]
             timer = sum(1 for e in h.events_for(iid) if e.to_status == "TimedOut" and e.actor == "scheduler")
             doubles = h.double_effects([iid])
             out.write(

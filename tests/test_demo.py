@@ -43,3 +43,20 @@ def test_unknown_step_is_a_clear_error(capsys):
     code, _ = run_demo("provision-tenant", "--fail", "nope")
     assert code == 2
     assert "has no step 'nope'" in capsys.readouterr().err
+
+
+def test_a_scheduler_killed_between_steps_is_resumed_and_each_step_runs_once():
+    code, text = run_demo("provision-tenant", "--kill-scheduler", "create_storage")
+    assert code == 0, text
+    assert "ORCHESTRATION TERMINATED (create_storage is done, nothing is in flight)" in text
+    assert "watchdog: resume instance" in text
+    assert "FINISHED: Succeeded after 1 resume(s) by the watchdog" in text
+    assert "create_storage x1, register_dns x1, send_welcome x1" in text
+    assert "0 made twice" in text
+
+
+def test_a_scheduler_terminated_mid_step_is_resumed_by_the_watchdog():
+    code, text = run_demo("provision-tenant", "--terminate", "register_dns")
+    assert code == 0, text
+    assert "watchdog decisions: resume_instance" in text
+    assert "FINISHED: Succeeded after 1 resume(s)" in text and "0 made twice" in text
