@@ -4,7 +4,8 @@ Shared by ``bench/requests_per_step.py`` (which prints them) and ``tests/perf`` 
 the pinned table and the printed one are the same measurement.
 
 * :func:`step_operations`: one three-step workflow (``provision-tenant``), every step driven through
-  the real function bodies one message at a time: ``create_workflow_steps``, then per step
+  the real function bodies one message at a time: the HTTP starter's new-instance check,
+  ``create_workflow_steps``, then per step
   ``dispatch_step``, receive the work message, ``process_work_message`` (claim, the agent's effect,
   record, reply), delete it, receive the result, ``handle_result`` (a recording Durable client),
   delete it. One message per receive, so queue figures here are the unbatched worst case.
@@ -31,6 +32,7 @@ from devtools.request_counter import (
     QUEUE_DELETE,
     QUEUE_RECEIVE,
     REPLY,
+    START,
     WORKER_CLAIM,
     WORKER_RECORD,
     RequestCounter,
@@ -43,6 +45,7 @@ WORKFLOW_INPUT = {"tenant_id": "bench", "admin_email": "admin@bench.example", "p
 
 # The per-operation rows, in the order the benchmark prints them.
 OPERATIONS = (
+    START,
     CREATE_STEPS,
     DISPATCH,
     WORKER_CLAIM,
@@ -73,6 +76,24 @@ class _EventClient:
         return instance_id or ""
 
 
+def forget_effect_clients() -> None:
+    """Drop the example agent's cached ``RemoteEffects`` clients, so the next one is built (and
+    wrapped by an installed counter) afresh; one cached earlier would report to an older counter."""
+    from activities.handlers import RemoteEffects
+
+    with RemoteEffects._cache_lock:
+        cached, RemoteEffects._cache = list(RemoteEffects._cache.values()), {}
+    for effects in cached:
+        effects._table.close()
+
+
+class _NewInstanceClient:
+    """The Durable client's answer for an instance id nobody used yet."""
+
+    async def get_status(self, instance_id: str, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 @dataclass
 class StepCounts:
     """Requests of one driven workflow, by operation (the counter's labels)."""
@@ -100,6 +121,7 @@ def step_operations(
     """Drive one ``provision-tenant`` workflow through every operation; count the requests of each."""
     from activities import handle_result, process_work_message
     from activities.scheduling import create_workflow_steps, dispatch_step
+    from api.handlers import _ensure_unused
     from workflow_core.contracts import StepDispatch
 
     settings = services.settings
@@ -107,12 +129,16 @@ def step_operations(
     instance = instance_id or f"req{uuid.uuid4().hex[:12]}"
     client = _EventClient()
     deadline = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()
-    # warm up the effect table's creation outside the measurement (it is the example agent's, once)
+    # the example agent's effect table: a client built now (so it is counted, as the agent's) and
+    # the table created outside the measurement
+    forget_effect_clients()
     from activities.handlers import RemoteEffects
 
     RemoteEffects.for_services(services)
 
     with counter.measure() as made:
+        # the HTTP starter's check that the instance id is new (Durable status + ledger), as it runs
+        asyncio.run(_ensure_unused(_NewInstanceClient(), services, instance))
         created = create_workflow_steps({"instance_id": instance, "workflow": WORKFLOW}, services)
         step_ids = [s["step_id"] for s in created["steps"]]
         for step_id in step_ids:

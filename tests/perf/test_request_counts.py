@@ -20,6 +20,7 @@ from workflow_core.settings import StorageConnection, load_settings
 # each operation, except the per-workflow row (once per workflow) and the heartbeat (the first step's
 # agent asks for more time once). The example agent's own effect is counted apart and excluded.
 EXPECTED: dict[str, float] = {
+    rc.START: 1,  # per workflow: the HTTP starter checks the ledger for the instance id
     rc.CREATE_STEPS: 3,  # per workflow: existence query, batch of Pending rows + audit, query again
     rc.DISPATCH: 6,  # read; insert index row; batch Dispatched + audit; send; read; batch message_sent_at
     rc.WORKER_CLAIM: 2,  # read; batch Running + audit
@@ -29,7 +30,7 @@ EXPECTED: dict[str, float] = {
     rc.QUEUE_DELETE: 2,  # work and result message
     rc.HEARTBEAT: 1,  # per workflow here: create_storage's agent heartbeats once (a read; no write needed)
 }
-PER_WORKFLOW = {rc.CREATE_STEPS, rc.HEARTBEAT}
+PER_WORKFLOW = {rc.START, rc.CREATE_STEPS, rc.HEARTBEAT}
 EXPECTED_PER_OVERDUE_STEP = 5  # verify read, new index row, claim batch, old index delete, decision batch
 EXPECTED_DETECTION_PER_TICK = 1  # one range query on the deadline index (up to 1,000 rows a page)
 
