@@ -144,6 +144,8 @@ class _CountingTransport(HttpTransport):
         self._counter = counter
 
     def send(self, request: Any, **kwargs: Any) -> Any:
+        if self._counter.paused:
+            return self._inner.send(request, **kwargs)
         label = self._counter.label()
         try:
             response = self._inner.send(request, **kwargs)
@@ -175,6 +177,7 @@ class RequestCounter:
 
     def __init__(self, classify: Callable[[], str | None] | None = None) -> None:
         self.classify = classify
+        self.paused = False  # True: requests pass uncounted (e.g. while timing)
         self.requests: list[StorageRequest] = []
         self._lock = threading.Lock()
         self._installed = False
