@@ -14,6 +14,8 @@ of the machine hits every variant alike), on fresh tables and queues:
   (``trust_env`` on: proxy variables and ``~/.netrc`` looked up on every request) instead of the
   one ``workflow_core.storage_clients`` builds (environment read once per client). Omit with
   ``--no-sdk-transport``.
+* **point reads** (with the SDK variant): ``--reads`` reads of one entity with our transport and
+  with the SDK's default, interleaved: the per-request cost of the environment lookups alone.
 * **lean loop** (the baseline): the same workflows and steps, single-threaded like the host, doing
   per step only what a complete supervised step needs: one entity-group transaction (step row with
   If-Match + audit row), send the work message, receive it, an If-Match update of the step row
@@ -195,6 +197,22 @@ def lean_loop(azurite: Azurite, workflows: int, steps: int) -> Run:
     return Run(seconds, workflows * steps, len(useful))
 
 
+def point_reads(azurite: Azurite, reads: int, *, sdk_transport: bool) -> float:
+    """Point reads/s of one existing entity: the per-request cost of the client alone."""
+    storage = StorageConnection(connection_string=azurite.connection_string)
+    if sdk_transport:
+        from azure.data.tables import TableClient
+
+        table = TableClient.from_connection_string(azurite.connection_string, "transportprobe")
+    else:
+        table = storage_clients.table_client(storage, "transportprobe")
+    with table:
+        started = time.perf_counter()
+        for _ in range(reads):
+            table.get_entity("p", "r")
+        return reads / (time.perf_counter() - started)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workflows", type=int, default=10, help="workflows started together (default 10)")
@@ -203,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="5 workflows x 3 steps")
     parser.add_argument(
         "--no-sdk-transport", action="store_true", help="skip the variant with the SDK's default transport"
+    )
+    parser.add_argument(
+        "--reads",
+        type=int,
+        default=300,
+        help="point reads per repetition of the transport probe (default 300)",
     )
     args = parser.parse_args(argv)
     workflows, steps = (5, 3) if args.quick else (args.workflows, args.steps)
@@ -233,6 +257,21 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r.seconds:5.2f} s, {r.requests / r.steps:5.2f} storage requests per step)",
                     flush=True,
                 )
+        reads: dict[str, list[float]] = {"ours": [], "sdk": []}
+        if not args.no_sdk_transport:
+            from azure.data.tables import TableClient
+
+            with TableClient.from_connection_string(azurite.connection_string, "transportprobe") as probe:
+                probe.create_table()
+                probe.create_entity({"PartitionKey": "p", "RowKey": "r"})
+            for rep in range(args.repetitions):
+                for which in ("ours", "sdk"):
+                    reads[which].append(point_reads(azurite, args.reads, sdk_transport=which == "sdk"))
+                print(
+                    f"  rep {rep + 1}  point reads/s: our transport {reads['ours'][-1]:7.1f}, "
+                    f"SDK default transport {reads['sdk'][-1]:7.1f}",
+                    flush=True,
+                )
     medians = {name: statistics.median(r.rate for r in rs) for name, rs in runs.items()}
     print()
     print(f"median of {args.repetitions} repetitions (steps/s):")
@@ -246,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
         sdk = medians["project, SDK default transport"]
         print(f"ratio project, SDK default transport / lean loop:   {sdk / baseline:5.2f}")
         print(f"ratio project / project with the SDK's transport:   {medians['project'] / sdk:5.2f}")
+        ours, theirs = statistics.median(reads["ours"]), statistics.median(reads["sdk"])
+        print(
+            f"point reads/s, our transport / SDK default:        {ours / theirs:5.2f}  "
+            f"({ours:.0f} vs {theirs:.0f}; {(1 / theirs - 1 / ours) * 1e6:.0f} us saved per request)"
+        )
     return 0
 
 
