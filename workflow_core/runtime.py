@@ -11,10 +11,9 @@ import threading
 from dataclasses import dataclass
 from functools import cached_property
 
-from azure.data.tables import TableServiceClient
-
 from workflow_core.ledger import StepLedger
 from workflow_core.settings import Settings, get_settings
+from workflow_core.storage_clients import table_service_client
 from workflow_core.transport import Transport
 
 
@@ -25,13 +24,7 @@ class Services:
     @cached_property
     def ledger(self) -> StepLedger:
         storage = self.settings.storage
-        if storage.connection_string:
-            service = TableServiceClient.from_connection_string(storage.connection_string)
-        else:
-            from azure.identity import DefaultAzureCredential
-
-            credential = DefaultAzureCredential(managed_identity_client_id=storage.client_id)
-            service = TableServiceClient(endpoint=storage.table_service_uri, credential=credential)
+        service = table_service_client(storage)  # connection string, or service URI + managed identity
         ledger = StepLedger(service, self.settings.ledger_table, self.settings.deadline_index_table)
         if storage.connection_string:  # local/dev: create what infra would have provisioned
             ledger.create_tables()

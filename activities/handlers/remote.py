@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
-from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+from azure.data.tables import TableClient, UpdateMode
 
 from workflow_core import clock
+from workflow_core.storage_clients import table_client
 
 if TYPE_CHECKING:
     from workflow_core.runtime import Services
@@ -134,10 +135,4 @@ class RemoteEffects:
 
 
 def _table_client(storage: StorageConnection, table_name: str) -> TableClient:
-    if storage.connection_string:
-        return TableClient.from_connection_string(storage.connection_string, table_name)
-    from azure.identity import DefaultAzureCredential
-
-    credential = DefaultAzureCredential(managed_identity_client_id=storage.client_id)
-    service = TableServiceClient(endpoint=storage.table_service_uri, credential=credential)
-    return service.get_table_client(table_name)
+    return table_client(storage, table_name)  # connection string, or service URI + managed identity

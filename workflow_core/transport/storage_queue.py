@@ -40,6 +40,10 @@ from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFo
 from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient, TextBase64EncodePolicy
 
 from workflow_core.settings import StorageConnection
+from workflow_core.storage_clients import (
+    queue_service_client_from_connection_string,
+    queue_service_client_from_uri,
+)
 from workflow_core.transport.base import (
     LockLostError,
     OutgoingMessage,
@@ -77,7 +81,7 @@ class StorageQueueTransport(Transport):
 
     @classmethod
     def from_connection_string(cls, connection_string: str, **kwargs) -> StorageQueueTransport:
-        return cls(QueueServiceClient.from_connection_string(connection_string), **kwargs)
+        return cls(queue_service_client_from_connection_string(connection_string), **kwargs)
 
     @classmethod
     def from_queue_service_uri(
@@ -92,7 +96,7 @@ class StorageQueueTransport(Transport):
             from azure.identity import DefaultAzureCredential
 
             credential = DefaultAzureCredential(managed_identity_client_id=client_id)
-        return cls(QueueServiceClient(account_url=queue_service_uri, credential=credential), **kwargs)
+        return cls(queue_service_client_from_uri(queue_service_uri, credential), **kwargs)
 
     @classmethod
     def from_connection(cls, connection: StorageConnection, **kwargs) -> StorageQueueTransport:

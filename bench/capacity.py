@@ -1,0 +1,197 @@
+"""How many steps per second one deployment carries, from the storage requests each step makes.
+
+    python bench/capacity.py                         # today's counts (docs/capacity.md), Service Bus Standard
+    python bench/capacity.py --transport storage-queue
+    python bench/capacity.py --measure               # count the requests now, on a private Azurite
+    python bench/capacity.py --servicebus premium --index-shards 4 --steps-per-workflow 10
+
+Arithmetic only (plus, with ``--measure``, the same driven scenario ``tests/perf`` pins). For each
+published limit it prints the step rate at which that limit is reached, then the lowest one: the
+first bottleneck. Limits (see docs/capacity.md for the sources):
+
+* Table Storage, per account: 20,000 transactions/s (an entity-group transaction counts once);
+* Table Storage, per partition: 2,000 entities/s. The deadline index puts every deadline of one
+  minute in one partition, and each step writes its index row there and deletes it again: with one
+  dominant deadline length, all steps dispatched in the same minute share that partition;
+* Queue Storage (storage-queue transport): 20,000 messages/s per account, 2,000 per queue (read
+  conservatively: a message's send, receive and delete each count);
+* Service Bus Standard: 1,000 credits/s per namespace, one credit per message sent or received;
+  Premium: no published figure (dedicated messaging units; measure), so no ceiling is computed;
+* the watchdog: at most ``WATCHDOG_BATCH_SIZE`` overdue steps per tick, one tick per period.
+
+Not included: the Durable Functions task hub's own storage transactions (activity messages,
+history rows, timers), which share the storage account unless the task hub has its own account.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# Table Storage / Queue Storage scalability targets and Service Bus Standard throttling (docs/capacity.md)
+ACCOUNT_TRANSACTIONS_PER_S = 20_000
+PARTITION_ENTITIES_PER_S = 2_000
+QUEUE_MESSAGES_PER_S = 2_000
+SERVICEBUS_STANDARD_CREDITS_PER_S = 1_000
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Storage requests of one step, by where they land. Defaults: measured on this branch before the
+    write-path reduction (``bench/requests_per_step.py``; ``tests/perf`` pins them). CHANGES with it."""
+
+    table_per_step: float = 10  # dispatch 5 (read, index insert, batch, read, batch), claim 2, record 3
+    table_per_workflow: float = 4  # starter's existence query; create_steps: query, batch, query
+    index_entities_per_step: float = 2  # index row inserted at dispatch, deleted at record
+    queue_messages_per_step: float = 6  # storage-queue transport: 2 sends, 2 receives, 2 deletes (unbatched)
+    servicebus_credits_per_step: float = 4  # Service Bus: 2 sends + 2 receives (settlement not billed)
+    table_per_overdue_step: float = (
+        5  # watchdog: verify read, index insert, claim batch, index delete, decision
+    )
+
+
+def measured_cost() -> StepCost:
+    """Count the requests now (the driven scenario of ``devtools.request_scenarios``) on a private Azurite."""
+    import uuid
+
+    from devtools import request_counter as rc
+    from devtools.azurite import Azurite, env_for
+    from devtools.request_counter import RequestCounter, pattern_operation
+    from devtools.request_scenarios import step_operations, watchdog_tick
+    from workflow_core.runtime import Services, set_services
+    from workflow_core.settings import load_settings
+
+    with Azurite() as azurite, RequestCounter(classify=pattern_operation) as counter:
+        tag = uuid.uuid4().hex[:8]
+        env = {
+            **env_for(azurite),
+            "LEDGER_TABLE_NAME": f"c{tag}steps",
+            "DEADLINE_INDEX_TABLE_NAME": f"c{tag}idx",
+            "WORK_QUEUE_NAME": f"c{tag}-work",
+            "RESULT_QUEUE_NAME": f"c{tag}-results",
+            "DEAD_LETTER_QUEUE_NAME": f"c{tag}-work-poison",
+        }
+        services = Services(load_settings(env))
+        services.ledger  # noqa: B018
+        services.transport  # noqa: B018
+        set_services(services)
+        try:
+            counts = step_operations(services, counter)
+            tick = watchdog_tick(services, counter, overdue=5)
+        finally:
+            set_services(None)
+    per_workflow_labels = {rc.START, rc.CREATE_STEPS}
+    # the example agent's effect and its heartbeat (provision-tenant's first step asks for more time
+    # once) are the agent's, not the pattern's
+    requests = [r for r in counts.requests if r.label not in (rc.AGENT_EFFECT, rc.HEARTBEAT)]
+    tables = [r for r in requests if r.service == "table"]
+    index_table = services.settings.deadline_index_table
+    return StepCost(
+        table_per_step=sum(1 for r in tables if r.label not in per_workflow_labels) / counts.steps,
+        table_per_workflow=sum(1 for r in tables if r.label in per_workflow_labels),
+        index_entities_per_step=sum(1 for r in tables if r.resource == index_table) / counts.steps,
+        queue_messages_per_step=sum(1 for r in requests if r.service == "queue") / counts.steps,
+        servicebus_credits_per_step=sum(1 for r in requests if r.op in ("send", "receive")) / counts.steps,
+        table_per_overdue_step=tick.per_overdue_step,
+    )
+
+
+def ceilings(
+    cost: StepCost,
+    *,
+    steps_per_workflow: int,
+    transport: str,
+    servicebus: str,
+    index_shards: int,
+    dominant_deadline_share: float,
+    ledger_accounts: int,
+) -> dict[str, float | None]:
+    """Steps/s at which each limit is reached (None: no published ceiling)."""
+    table = cost.table_per_step + cost.table_per_workflow / steps_per_workflow
+    per_account = table + (cost.queue_messages_per_step if transport == "storage-queue" else 0)
+    out: dict[str, float | None] = {
+        "Table Storage account (20,000 transactions/s)": ledger_accounts
+        * ACCOUNT_TRANSACTIONS_PER_S
+        / per_account,
+        "deadline-index partition (2,000 entities/s)": PARTITION_ENTITIES_PER_S
+        * index_shards
+        / (cost.index_entities_per_step * dominant_deadline_share),
+    }
+    if transport == "storage-queue":
+        # each queue carries one message per step, sent, received and deleted: read conservatively,
+        # every one of the three operations counts against the queue's 2,000 messages/s
+        out["one storage queue (2,000 messages/s, 3 operations a message)"] = QUEUE_MESSAGES_PER_S / 3
+    elif servicebus == "standard":
+        out["Service Bus Standard namespace (1,000 credits/s)"] = (
+            SERVICEBUS_STANDARD_CREDITS_PER_S / cost.servicebus_credits_per_step
+        )
+    else:
+        out["Service Bus Premium (per messaging unit: not published; measure)"] = None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--measure", action="store_true", help="count the requests now on a private Azurite")
+    parser.add_argument("--transport", choices=("servicebus", "storage-queue"), default="servicebus")
+    parser.add_argument("--servicebus", choices=("standard", "premium"), default="standard")
+    parser.add_argument("--steps-per-workflow", type=int, default=3)
+    parser.add_argument("--index-shards", type=int, default=1, help="deadline-index partitions per minute")
+    parser.add_argument(
+        "--dominant-deadline-share",
+        type=float,
+        default=1.0,
+        help="share of steps whose deadline falls in the same minute as the others dispatched with it "
+        "(1.0: one deadline length for every step, the worst case)",
+    )
+    parser.add_argument(
+        "--ledger-accounts", type=int, default=1, help="storage accounts the ledger is spread on"
+    )
+    parser.add_argument("--watchdog-batch", type=int, default=100, help="WATCHDOG_BATCH_SIZE")
+    parser.add_argument("--watchdog-period", type=float, default=30.0, help="seconds between watchdog ticks")
+    args = parser.parse_args(argv)
+
+    cost = measured_cost() if args.measure else StepCost()
+    print(
+        "requests per step ("
+        + ("measured now" if args.measure else "defaults: measured before the write-path reduction")
+        + "):"
+    )
+    for field, value in cost.__dict__.items():
+        print(f"  {field:<28} {value:6.2f}")
+    table = cost.table_per_step + cost.table_per_workflow / args.steps_per_workflow
+    print(f"  => table requests per step for {args.steps_per_workflow}-step workflows: {table:.2f}")
+    print()
+    found = ceilings(
+        cost,
+        steps_per_workflow=args.steps_per_workflow,
+        transport=args.transport,
+        servicebus=args.servicebus,
+        index_shards=args.index_shards,
+        dominant_deadline_share=args.dominant_deadline_share,
+        ledger_accounts=args.ledger_accounts,
+    )
+    print(
+        f"ceilings (steps/s), transport {args.transport}"
+        + (f" {args.servicebus}" if args.transport == "servicebus" else "")
+    )
+    for name, value in found.items():
+        print(f"  {name:<64} {'-' if value is None else f'{value:8.0f}'}")
+    binding = min(((v, k) for k, v in found.items() if v is not None), default=None)
+    if binding is not None:
+        print(f"first bottleneck: {binding[1]} at {binding[0]:.0f} steps/s")
+    recover = args.watchdog_batch / args.watchdog_period
+    print(
+        f"watchdog recovery ceiling: {recover:.1f} overdue steps/s ({args.watchdog_batch} per tick every "
+        f"{args.watchdog_period:g} s); flat out it makes {recover * cost.table_per_overdue_step:.0f} "
+        "table requests/s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

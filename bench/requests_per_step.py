@@ -1,0 +1,186 @@
+"""Storage requests per operation, per step and per overdue step of a watchdog tick, counted at the SDK.
+
+    python bench/requests_per_step.py            # 10 workflows end to end, a tick over 20 overdue steps
+    python bench/requests_per_step.py --quick    # 3 workflows, 5 overdue steps (a few seconds)
+
+Starts its own Azurite and counts every HTTP request the app's Table and Queue clients send
+(``devtools.request_counter``: a transport hook installed where the clients are built, in
+``workflow_core.storage_clients``; each request is named from the call stack). Three measurements:
+
+1. **per operation** (``devtools.request_scenarios.step_operations``, the figures ``tests/perf`` pins):
+   one three-step ``provision-tenant`` workflow driven through the real function bodies, one message
+   per receive (the unbatched worst case for queue requests);
+2. **per step end to end**: ``--workflows`` three-step workflows started together on the in-process
+   durable host (``devtools.harness``) with the real agent pumps, which receive up to 16 messages per
+   request, so receives are shared between steps. Receives that come back empty are counted apart:
+   how often an idle queue is polled is the host's choice (the Functions host backs off to one poll a
+   minute; the harness polls in a tight loop), not a per-step cost;
+3. **per overdue step of a watchdog tick** (``request_scenarios.watchdog_tick``): Running steps of live
+   orchestrations past deadline and grace; the tick marks each TimedOut and raises its event.
+
+The example agent's own effect (its ``RemoteEffects`` row) is counted and shown, and excluded from
+the per-step figures. Raw counts first, then the per-step figures derived from them. Not part of the
+test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import uuid
+import warnings
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from devtools import request_counter as rc
+from devtools.azurite import Azurite, env_for
+from devtools.harness import PatternHarness
+from devtools.request_counter import RequestCounter, StorageRequest, pattern_operation
+from devtools.request_scenarios import (
+    OPERATIONS,
+    WORKFLOW,
+    WORKFLOW_INPUT,
+    forget_effect_clients,
+    step_operations,
+    watchdog_tick,
+)
+from workflow_core.runtime import Services, set_services
+from workflow_core.settings import load_settings
+
+PER_WORKFLOW = {rc.START, rc.CREATE_STEPS, rc.HEARTBEAT}
+
+
+def _env(azurite: Azurite) -> dict[str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return {
+        **env_for(azurite),
+        "LEDGER_TABLE_NAME": f"r{tag}steps",
+        "DEADLINE_INDEX_TABLE_NAME": f"r{tag}idx",
+        "WORK_QUEUE_NAME": f"r{tag}-work",
+        "RESULT_QUEUE_NAME": f"r{tag}-results",
+        "DEAD_LETTER_QUEUE_NAME": f"r{tag}-work-poison",
+        "WATCHDOG_GRACE_SECONDS": "30",
+    }
+
+
+def _ops(requests: list[StorageRequest]) -> str:
+    kinds = Counter(
+        f"{r.service} {r.op}" + (f"[{r.batch_size}]" if r.op == "batch" else "") for r in requests
+    )
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+
+
+def per_operation(azurite: Azurite) -> float:
+    with RequestCounter(classify=pattern_operation) as counter:
+        services = Services(load_settings(_env(azurite)))
+        services.ledger  # noqa: B018 - creates the tables (not measured)
+        services.transport  # noqa: B018 - creates the queues
+        set_services(services)
+        try:
+            counts = step_operations(services, counter)
+        finally:
+            set_services(None)
+    print(f"1. per operation: one {counts.steps}-step {WORKFLOW} workflow driven body by body,")
+    print("   one message per receive")
+    print(f"   {'operation':<28} {'requests':>8} {'per step':>9}   what they were")
+    labels = list(OPERATIONS) + sorted(
+        (str(k) for k in counts.by_operation if k not in OPERATIONS and k != rc.AGENT_EFFECT), key=str
+    )
+    for label in labels:
+        made = [r for r in counts.requests if r.label == label]
+        if not made:
+            continue
+        per = "(once)" if label in PER_WORKFLOW else f"{len(made) / counts.steps:.2f}"
+        print(f"   {label:<28} {len(made):>8} {per:>9}   {_ops(made)}")
+    effect = [r for r in counts.requests if r.label == rc.AGENT_EFFECT]
+    print(f"   {'(agent effect, excluded)':<28} {len(effect):>8} {'':>9}   {_ops(effect)}")
+    total = counts.total_excluding_effect
+    print(f"   total excluding the agent's effect: {total} requests for {counts.steps} steps")
+    print(f"   => {counts.per_step:.2f} storage requests per step (driven, unbatched receives)")
+    return counts.per_step
+
+
+def end_to_end(azurite: Azurite, workflows: int) -> float:
+    forget_effect_clients()
+    with (
+        RequestCounter(classify=pattern_operation) as counter,
+        PatternHarness(azurite, watchdog_every=None, settings={"WATCHDOG_GRACE_SECONDS": "30"}) as h,
+    ):
+        counter.reset()  # the harness's setup (tables, queues) is not a step's cost
+        iids = [
+            h.start_workflow(WORKFLOW, {**WORKFLOW_INPUT, "tenant_id": f"t{n}"}) for n in range(workflows)
+        ]
+        for iid in iids:
+            status = h.run_until_complete(iid, timeout=timedelta(hours=1))
+            if not isinstance(status.output, dict) or status.output.get("status") != "succeeded":
+                raise SystemExit(f"{iid} did not succeed: {status.runtime_status} {status.output}")
+        made = counter.snapshot()
+        steps = sum(len(h.steps(iid)) for iid in iids)
+    idle = [r for r in made if r.op == "receive" and r.empty]
+    effect = [r for r in made if r.label == rc.AGENT_EFFECT]
+    observed = [r for r in made if r.label == rc.HARNESS]
+    counted = [r for r in made if r not in idle and r.label not in (rc.AGENT_EFFECT, rc.HARNESS)]
+    print()
+    print(f"2. end to end: {workflows} x {WORKFLOW} started together on the in-process host ({steps} steps)")
+    by_label = Counter(r.label for r in counted)
+    for label, n in sorted(by_label.items(), key=lambda kv: -kv[1]):
+        ops = _ops([r for r in counted if r.label == label])
+        print(f"   {label!s:<28} {n:>6}  {n / steps:6.2f} per step   {ops}")
+    print(f"   {'(agent effect, excluded)':<28} {len(effect):>6}")
+    print(f"   {'(empty receives, excluded)':<28} {len(idle):>6}  idle polls of the harness's pumps")
+    print(f"   {'(harness observation, excl.)':<28} {len(observed):>6}  the harness reading its ledger")
+    print(f"   total: {len(counted)} requests for {steps} steps")
+    per_step = len(counted) / steps
+    print(f"   => {per_step:.2f} storage requests per step end to end (receives shared by batching)")
+    return per_step
+
+
+def per_tick(azurite: Azurite, overdue: int) -> float:
+    with RequestCounter(classify=pattern_operation) as counter:
+        services = Services(load_settings(_env(azurite)))
+        services.ledger  # noqa: B018
+        services.transport  # noqa: B018
+        try:
+            tick = watchdog_tick(services, counter, overdue=overdue)
+        finally:
+            services.close()
+    print()
+    print(f"3. watchdog tick over {overdue} overdue Running steps of live orchestrations")
+    print(f"   requests per tick: {tick.total} ({_ops(tick.requests)}); decisions: {tick.decisions}")
+    print(f"   detection (index range query): {tick.detection} per tick")
+    print(
+        f"   => {tick.per_overdue_step:.2f} requests per overdue step "
+        f"(({tick.total} - {tick.detection}) / {tick.overdue})"
+    )
+    return tick.per_overdue_step
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workflows", type=int, default=10, help="end-to-end workflows (default 10)")
+    parser.add_argument("--overdue", type=int, default=20, help="overdue steps in the tick (default 20)")
+    parser.add_argument("--quick", action="store_true", help="3 workflows, 5 overdue steps")
+    args = parser.parse_args(argv)
+    workflows, overdue = (3, 5) if args.quick else (args.workflows, args.overdue)
+    logging.basicConfig(level=logging.ERROR)
+    warnings.filterwarnings("ignore")
+    with Azurite() as azurite:
+        print(f"Azurite 127.0.0.1:{azurite.table_port}; storage-queue transport; requests counted at the SDK")
+        print()
+        driven = per_operation(azurite)
+        e2e = end_to_end(azurite, workflows)
+        tick = per_tick(azurite, overdue)
+    print()
+    print("summary (raw counts above; each figure is requests / steps of its own run)")
+    print(f"   per step, driven one message per receive:  {driven:6.2f}")
+    print(f"   per step, end to end with batched receives: {e2e:6.2f}")
+    print(f"   per overdue step in a watchdog tick:        {tick:6.2f}  (+ the detection query per tick)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""End-to-end steps/s of the pattern next to a lean but complete loop, on the same Azurite, in one run.
+
+    python bench/throughput.py            # 10 workflows x 5 steps, 5 repetitions of each variant
+    python bench/throughput.py --quick    # 5 workflows x 3 steps, 5 repetitions (well under a minute)
+
+Starts its own Azurite. Each repetition runs, one after the other (interleaved, so a noisy moment
+of the machine hits every variant alike), on fresh tables and queues:
+
+* **project**: ``--workflows`` synthetic workflows of ``--steps`` quick steps (agent ``dns.register``,
+  which answers at once) started together through the HTTP starter on the in-process durable host
+  (``devtools.harness``, virtual clock, watchdog off): the real orchestrator, activities, worker,
+  result handler, ledger and Storage Queues. Timed from the first start to the last completion.
+* **project, SDK default transport**: the same, with the Azure SDK's default ``requests`` transport
+  (``trust_env`` on: proxy variables and ``~/.netrc`` looked up on every request) instead of the
+  one ``workflow_core.storage_clients`` builds (environment read once per client). Omit with
+  ``--no-sdk-transport``.
+* **point reads** (with the SDK variant): ``--reads`` reads of one entity with our transport and
+  with the SDK's default, interleaved: the per-request cost of the environment lookups alone.
+* **lean loop** (the baseline): the same workflows and steps, single-threaded like the host, doing
+  per step only what a complete supervised step needs: one entity-group transaction (step row with
+  If-Match + audit row), send the work message, receive it, an If-Match update of the step row
+  reusing the ETag that transaction returned, send the result, delete the work message, receive the
+  result, delete it (8 requests per step, receives batched up to 16 like the harness's pumps); one
+  batch per workflow creates its step rows.
+
+Prints every repetition's raw steps/s and storage requests per step first, then the medians and the
+ratios of the medians. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from azure.core import MatchConditions
+from azure.core.pipeline.transport import HttpTransport, RequestsTransport
+from azure.data.tables import UpdateMode
+from azure.storage.queue import QueueServiceClient
+
+from devtools.azurite import Azurite
+from devtools.harness import PatternHarness
+from devtools.request_counter import RequestCounter
+from workflow_core import storage_clients
+from workflow_core.settings import StorageConnection
+
+WORKFLOW = "throughput"
+RECEIVE_BATCH = 16  # what the harness's pumps ask for
+
+
+def definition(steps: int) -> dict[str, Any]:
+    return {
+        "name": WORKFLOW,
+        "description": f"{steps} quick steps (throughput benchmark)",
+        "input": {"required": ["tenant_id"], "properties": {"tenant_id": {"type": "string"}}},
+        "steps": [
+            {
+                "id": f"step{n:03d}",
+                "agent": "dns.register",
+                "input": {"tenant_id": "$input.tenant_id"},
+                "deadline_seconds": 300,
+                "retry": {"max_attempts": 1},
+            }
+            for n in range(steps)
+        ],
+    }
+
+
+class Run:
+    def __init__(self, seconds: float, steps: int, requests: int) -> None:
+        self.seconds, self.steps, self.requests = seconds, steps, requests
+
+    @property
+    def rate(self) -> float:
+        return self.steps / self.seconds
+
+
+def project(azurite: Azurite, workflows: int, steps: int, *, sdk_transport: bool = False) -> Run:
+    def sdk_default(_: HttpTransport) -> HttpTransport:
+        return RequestsTransport()  # what the SDK builds when given no transport
+
+    if sdk_transport:
+        storage_clients.add_transport_hook(sdk_default)
+    counter = RequestCounter().install()  # wraps last: counts whichever transport is underneath
+    try:
+        with PatternHarness(azurite, watchdog_every=None, extra_workflows={WORKFLOW: definition(steps)}) as h:
+            counter.reset()
+            tag = uuid.uuid4().hex[:6]
+            started = time.perf_counter()
+            iids = [h.start_workflow(WORKFLOW, {"tenant_id": f"{tag}-{n}"}) for n in range(workflows)]
+            for iid in iids:
+                status = h.run_until_complete(iid, timeout=timedelta(hours=1))
+                if not isinstance(status.output, dict) or status.output.get("status") != "succeeded":
+                    raise SystemExit(f"{iid} did not succeed: {status.runtime_status} {status.output}")
+            seconds = time.perf_counter() - started
+            made = counter.snapshot()
+    finally:
+        counter.uninstall()
+        storage_clients.remove_transport_hook(sdk_default)
+    # requests per step: everything but idle polls and the example agent's own effect table
+    useful = [r for r in made if not (r.op == "receive" and r.empty) and r.resource != "RemoteEffects"]
+    return Run(seconds, workflows * steps, len(useful))
+
+
+def lean_loop(azurite: Azurite, workflows: int, steps: int) -> Run:
+    """The baseline: a complete supervised step in as few requests as the storage model allows."""
+    tag = uuid.uuid4().hex[:8]
+    storage = StorageConnection(connection_string=azurite.connection_string)
+    counter = RequestCounter().install()
+    try:
+        table = storage_clients.table_client(storage, f"lean{tag}")
+        queues: QueueServiceClient = storage_clients.queue_service_client_from_connection_string(
+            azurite.connection_string
+        )
+        table.create_table()
+        work, results = queues.get_queue_client(f"lean{tag}-work"), queues.get_queue_client(f"lean{tag}-res")
+        work.create_queue()
+        results.create_queue()
+        counter.reset()
+        started = time.perf_counter()
+        etags: dict[tuple[str, int], str] = {}
+        for w in range(workflows):  # one batch per workflow: every step row Pending
+            created = table.submit_transaction(
+                [
+                    ("create", {"PartitionKey": f"wf{w}", "RowKey": f"s{n:03d}", "Status": "Pending"})
+                    for n in range(steps)
+                ]
+            )
+            for n, meta in enumerate(created):
+                etags[(f"wf{w}", n)] = meta["etag"]
+        position = dict.fromkeys((f"wf{w}" for w in range(workflows)), 0)
+
+        def dispatch(instance: str) -> None:
+            n = position[instance]
+            now = datetime.now(UTC)
+            step = {"PartitionKey": instance, "RowKey": f"s{n:03d}", "Status": "Dispatched", "Deadline": now}
+            audit = {"PartitionKey": instance, "RowKey": f"~audit~{now.isoformat()}~{n}", "To": "Dispatched"}
+            written = table.submit_transaction(
+                [
+                    (
+                        "update",
+                        step,
+                        {
+                            "mode": UpdateMode.REPLACE,
+                            "etag": etags[(instance, n)],
+                            "match_condition": MatchConditions.IfNotModified,
+                        },
+                    ),
+                    ("create", audit),
+                ]
+            )
+            body = {"instance": instance, "step": n, "etag": written[0]["etag"]}
+            work.send_message(json.dumps(body))
+
+        for instance in position:
+            dispatch(instance)
+        remaining = workflows * steps
+        while remaining:
+            for message in work.receive_messages(messages_per_page=RECEIVE_BATCH, max_messages=RECEIVE_BATCH):
+                body = json.loads(message.content)
+                instance, n = body["instance"], body["step"]
+                table.update_entity(
+                    {"PartitionKey": instance, "RowKey": f"s{n:03d}", "Status": "Succeeded"},
+                    mode=UpdateMode.REPLACE,
+                    etag=body["etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                )
+                results.send_message(json.dumps({"instance": instance, "step": n, "ok": True}))
+                work.delete_message(message)
+            for message in results.receive_messages(
+                messages_per_page=RECEIVE_BATCH, max_messages=RECEIVE_BATCH
+            ):
+                body = json.loads(message.content)
+                results.delete_message(message)
+                remaining -= 1
+                position[body["instance"]] += 1
+                if position[body["instance"]] < steps:
+                    dispatch(body["instance"])
+        seconds = time.perf_counter() - started
+        made = counter.snapshot()
+        table.close()
+        queues.close()
+    finally:
+        counter.uninstall()
+    useful = [r for r in made if not (r.op == "receive" and r.empty)]
+    return Run(seconds, workflows * steps, len(useful))
+
+
+def point_reads(azurite: Azurite, reads: int, *, sdk_transport: bool) -> float:
+    """Point reads/s of one existing entity: the per-request cost of the client alone."""
+    storage = StorageConnection(connection_string=azurite.connection_string)
+    if sdk_transport:
+        from azure.data.tables import TableClient
+
+        table = TableClient.from_connection_string(azurite.connection_string, "transportprobe")
+    else:
+        table = storage_clients.table_client(storage, "transportprobe")
+    with table:
+        started = time.perf_counter()
+        for _ in range(reads):
+            table.get_entity("p", "r")
+        return reads / (time.perf_counter() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workflows", type=int, default=10, help="workflows started together (default 10)")
+    parser.add_argument("--steps", type=int, default=5, help="steps per workflow (default 5)")
+    parser.add_argument("--repetitions", type=int, default=5, help="repetitions of each variant (default 5)")
+    parser.add_argument("--quick", action="store_true", help="5 workflows x 3 steps")
+    parser.add_argument(
+        "--no-sdk-transport", action="store_true", help="skip the variant with the SDK's default transport"
+    )
+    parser.add_argument(
+        "--reads",
+        type=int,
+        default=300,
+        help="point reads per repetition of the transport probe (default 300)",
+    )
+    args = parser.parse_args(argv)
+    workflows, steps = (5, 3) if args.quick else (args.workflows, args.steps)
+    logging.basicConfig(level=logging.ERROR)
+    warnings.filterwarnings("ignore")
+
+    variants: dict[str, Callable[[Azurite], Run]] = {
+        "project": lambda az: project(az, workflows, steps),
+        "lean loop (baseline)": lambda az: lean_loop(az, workflows, steps),
+    }
+    if not args.no_sdk_transport:
+        variants["project, SDK default transport"] = lambda az: project(
+            az, workflows, steps, sdk_transport=True
+        )
+    runs: dict[str, list[Run]] = {name: [] for name in variants}
+    with Azurite() as azurite:
+        print(
+            f"Azurite 127.0.0.1:{azurite.table_port}; {workflows} workflows x {steps} steps; storage queues"
+        )
+        for run in variants.values():  # warm-up (imports, first connections), not reported
+            run(azurite)
+        for rep in range(args.repetitions):
+            for name, run in variants.items():
+                r = run(azurite)
+                runs[name].append(r)
+                print(
+                    f"  rep {rep + 1}  {name:<32} {r.rate:7.1f} steps/s  ({r.steps} steps in "
+                    f"{r.seconds:5.2f} s, {r.requests / r.steps:5.2f} storage requests per step)",
+                    flush=True,
+                )
+        reads: dict[str, list[float]] = {"ours": [], "sdk": []}
+        if not args.no_sdk_transport:
+            from azure.data.tables import TableClient
+
+            with TableClient.from_connection_string(azurite.connection_string, "transportprobe") as probe:
+                probe.create_table()
+                probe.create_entity({"PartitionKey": "p", "RowKey": "r"})
+            for rep in range(args.repetitions):
+                for which in ("ours", "sdk"):
+                    reads[which].append(point_reads(azurite, args.reads, sdk_transport=which == "sdk"))
+                print(
+                    f"  rep {rep + 1}  point reads/s: our transport {reads['ours'][-1]:7.1f}, "
+                    f"SDK default transport {reads['sdk'][-1]:7.1f}",
+                    flush=True,
+                )
+    medians = {name: statistics.median(r.rate for r in rs) for name, rs in runs.items()}
+    print()
+    print(f"median of {args.repetitions} repetitions (steps/s):")
+    for name, value in medians.items():
+        per_step = statistics.median(r.requests / r.steps for r in runs[name])
+        print(f"  {name:<32} {value:7.1f} steps/s   {per_step:5.2f} requests per step")
+    baseline = medians["lean loop (baseline)"]
+    print()
+    print(f"ratio project / lean loop:                          {medians['project'] / baseline:5.2f}")
+    if "project, SDK default transport" in medians:
+        sdk = medians["project, SDK default transport"]
+        print(f"ratio project, SDK default transport / lean loop:   {sdk / baseline:5.2f}")
+        print(f"ratio project / project with the SDK's transport:   {medians['project'] / sdk:5.2f}")
+        ours, theirs = statistics.median(reads["ours"]), statistics.median(reads["sdk"])
+        print(
+            f"point reads/s, our transport / SDK default:        {ours / theirs:5.2f}  "
+            f"({ours:.0f} vs {theirs:.0f}; {(1 / theirs - 1 / ours) * 1e6:.0f} us saved per request)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

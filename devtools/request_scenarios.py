@@ -1,0 +1,239 @@
+"""Deterministic scenarios that count the storage requests of each operation of the pattern.
+
+Shared by ``bench/requests_per_step.py`` (which prints them) and ``tests/perf`` (which pins them), so
+the pinned table and the printed one are the same measurement.
+
+* :func:`step_operations`: one three-step workflow (``provision-tenant``), every step driven through
+  the real function bodies one message at a time: the HTTP starter's new-instance check,
+  ``create_workflow_steps``, then per step
+  ``dispatch_step``, receive the work message, ``process_work_message`` (claim, the agent's effect,
+  record, reply), delete it, receive the result, ``handle_result`` (a recording Durable client),
+  delete it. One message per receive, so queue figures here are the unbatched worst case.
+* :func:`watchdog_tick`: ``overdue`` Running steps of live orchestrations, past their deadline and
+  the grace; one ``run_tick`` marks each TimedOut and raises its failed-result event.
+
+Both need ``Services`` built *after* the counter was installed (the hook wraps clients as they are
+built) and the storage-queue transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from devtools.request_counter import (
+    AGENT_EFFECT,
+    CREATE_STEPS,
+    DISPATCH,
+    QUEUE_DELETE,
+    QUEUE_RECEIVE,
+    REPLY,
+    START,
+    WORKER_CLAIM,
+    WORKER_RECORD,
+    RequestCounter,
+    StorageRequest,
+)
+from workflow_core.runtime import Services
+
+WORKFLOW = "provision-tenant"
+WORKFLOW_INPUT = {"tenant_id": "bench", "admin_email": "admin@bench.example", "plan": "basic"}
+
+# The per-operation rows, in the order the benchmark prints them.
+OPERATIONS = (
+    START,
+    CREATE_STEPS,
+    DISPATCH,
+    WORKER_CLAIM,
+    WORKER_RECORD,
+    REPLY,
+    QUEUE_RECEIVE,
+    QUEUE_DELETE,
+)
+
+
+class _EventClient:
+    """The Durable client's ``raise_event``, recorded (no storage)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    async def raise_event(self, instance_id: str, event_name: str, event_data: Any = None, **_: Any) -> None:
+        self.events.append((instance_id, event_name))
+
+    async def get_status(self, instance_id: str, *args: Any, **kwargs: Any) -> Any:
+        from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+
+        return DurableOrchestrationStatus(
+            instanceId=instance_id, runtimeStatus="Running", createdTime="2030-01-01T11:00:00Z"
+        )
+
+    async def start_new(self, name: str, instance_id: str | None = None, client_input: Any = None) -> str:
+        return instance_id or ""
+
+
+def forget_effect_clients() -> None:
+    """Drop the example agent's cached ``RemoteEffects`` clients, so the next one is built (and
+    wrapped by an installed counter) afresh; one cached earlier would report to an older counter."""
+    from activities.handlers import RemoteEffects
+
+    with RemoteEffects._cache_lock:
+        cached, RemoteEffects._cache = list(RemoteEffects._cache.values()), {}
+    for effects in cached:
+        effects._table.close()
+
+
+class _NewInstanceClient:
+    """The Durable client's answer for an instance id nobody used yet."""
+
+    async def get_status(self, instance_id: str, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@dataclass
+class StepCounts:
+    """Requests of one driven workflow, by operation (the counter's labels)."""
+
+    steps: int
+    by_operation: Counter[str | None] = field(default_factory=Counter)
+    requests: list[StorageRequest] = field(default_factory=list)
+
+    @property
+    def effect(self) -> int:
+        return self.by_operation[AGENT_EFFECT]
+
+    @property
+    def total_excluding_effect(self) -> int:
+        return sum(n for label, n in self.by_operation.items() if label != AGENT_EFFECT)
+
+    @property
+    def per_step(self) -> float:
+        return self.total_excluding_effect / self.steps
+
+
+def step_operations(
+    services: Services, counter: RequestCounter, *, instance_id: str | None = None
+) -> StepCounts:
+    """Drive one ``provision-tenant`` workflow through every operation; count the requests of each."""
+    from activities import handle_result, process_work_message
+    from activities.scheduling import create_workflow_steps, dispatch_step
+    from api.handlers import _ensure_unused
+    from workflow_core.contracts import StepDispatch
+
+    settings = services.settings
+    transport = services.transport
+    instance = instance_id or f"req{uuid.uuid4().hex[:12]}"
+    client = _EventClient()
+    deadline = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()
+    # the example agent's effect table: a client built now (so it is counted, as the agent's) and
+    # the table created outside the measurement
+    forget_effect_clients()
+    from activities.handlers import RemoteEffects
+
+    RemoteEffects.for_services(services)
+
+    with counter.measure() as made:
+        # the HTTP starter's check that the instance id is new (Durable status + ledger), as it runs
+        asyncio.run(_ensure_unused(_NewInstanceClient(), services, instance))
+        created = create_workflow_steps({"instance_id": instance, "workflow": WORKFLOW}, services)
+        step_ids = [s["step_id"] for s in created["steps"]]
+        for step_id in step_ids:
+            dispatch_step(
+                StepDispatch(
+                    instance_id=instance,
+                    orchestration_id=instance,
+                    workflow=WORKFLOW,
+                    step_id=step_id,
+                    attempt=1,
+                    deadline=deadline,
+                    input={**WORKFLOW_INPUT, "hostname": "bench.example"},
+                ).model_dump(),
+                services,
+            )
+            (work,) = transport.receive(settings.work_queue, max_messages=1, lock_seconds=30)
+            process_work_message(work.body, delivery_count=1, services=services, worker_id="worker:bench")
+            transport.complete(work)
+            (result,) = transport.receive(settings.result_queue, max_messages=1, lock_seconds=30)
+            asyncio.run(handle_result(result.body, client, services))
+            transport.complete(result)
+    statuses = {r.step_id: r.status.value for r in services.ledger.list_for_instance(instance)}
+    if set(statuses.values()) != {"Succeeded"} or len(client.events) != len(step_ids):
+        raise RuntimeError(f"the driven workflow did not succeed: {statuses}, events {client.events}")
+    return StepCounts(steps=len(step_ids), by_operation=counter.by_label(made), requests=list(made))
+
+
+@dataclass
+class TickCounts:
+    overdue: int
+    decisions: int
+    requests: list[StorageRequest]
+
+    @property
+    def total(self) -> int:
+        return len(self.requests)
+
+    @property
+    def detection(self) -> int:
+        """Requests of the detection query (index range query pages), not of any one step."""
+        return sum(1 for r in self.requests if r.op == "query")
+
+    @property
+    def per_overdue_step(self) -> float:
+        """Everything but the detection query, per overdue step."""
+        return (self.total - self.detection) / self.overdue
+
+    def by_op(self) -> Counter[tuple[str, str]]:
+        return Counter((r.service, r.op) for r in self.requests)
+
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def make_overdue(services: Services, count: int, *, now: datetime = NOW, prefix: str = "late") -> list[str]:
+    """``count`` Running steps, one instance each, message sent, deadline 5 min before ``now``."""
+    from workflow_core.ledger import NewStep, StepStatus
+
+    ledger = services.ledger
+    instances = []
+    for n in range(count):
+        instance = f"{prefix}{uuid.uuid4().hex[:10]}{n:04d}"
+        (record,) = ledger.create_steps(
+            instance,
+            WORKFLOW,
+            [NewStep(step_id="create_storage", step_name="create_storage", agent="storage.create")],
+            actor="bench",
+        )
+        deadline = now - timedelta(minutes=5, seconds=n % 60)
+        record = ledger.transition(
+            record,
+            StepStatus.DISPATCHED,
+            actor="bench",
+            owner="agent:storage.create",
+            attempt=1,
+            deadline=deadline,
+            message_sent_at=deadline - timedelta(minutes=5),
+        )
+        ledger.transition(record, StepStatus.RUNNING, actor="worker:bench", owner="worker:bench")
+        instances.append(instance)
+    return instances
+
+
+def watchdog_tick(
+    services: Services, counter: RequestCounter, overdue: int = 10, *, now: datetime = NOW
+) -> TickCounts:
+    """One tick over ``overdue`` overdue Running steps of live orchestrations; its requests."""
+    from supervisor.watchdog import run_tick
+
+    make_overdue(services, overdue, now=now)
+    client = _EventClient()
+    with counter.measure() as made:
+        report = asyncio.run(run_tick(client, services, now=now, batch_size=max(overdue, 1)))
+    if report.overdue != overdue or report.errors:
+        raise RuntimeError(
+            f"tick found {report.overdue} overdue with {report.errors} errors: {report.summary()}"
+        )
+    return TickCounts(overdue=overdue, decisions=len(report.decisions), requests=list(made))

@@ -1,0 +1,109 @@
+"""Storage requests per operation of the pattern, pinned: a change that adds a round trip fails here.
+
+The figures come from ``devtools.request_scenarios`` (the same measurement ``bench/requests_per_step.py``
+prints), counted at the SDK's transport by ``devtools.request_counter`` on a real Azurite. They are
+today's costs, not targets: when a write path gets cheaper, lower its row in ``EXPECTED`` (and
+``EXPECTED_PER_OVERDUE_STEP``) in the same change. A row that goes *up* needs a reason in the commit.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from devtools import request_counter as rc
+from devtools.request_counter import RequestCounter, pattern_operation
+from devtools.request_scenarios import step_operations, watchdog_tick
+from workflow_core.runtime import Services, set_services
+from workflow_core.settings import StorageConnection, load_settings
+
+# One driven three-step workflow (provision-tenant), one message per receive. Requests per step of
+# each operation, except the per-workflow row (once per workflow) and the heartbeat (the first step's
+# agent asks for more time once). The example agent's own effect is counted apart and excluded.
+EXPECTED: dict[str, float] = {
+    rc.START: 1,  # per workflow: the HTTP starter checks the ledger for the instance id
+    rc.CREATE_STEPS: 3,  # per workflow: existence query, batch of Pending rows + audit, query again
+    rc.DISPATCH: 6,  # read; insert index row; batch Dispatched + audit; send; read; batch message_sent_at
+    rc.WORKER_CLAIM: 2,  # read; batch Running + audit
+    rc.WORKER_RECORD: 3,  # read; batch Succeeded + audit; delete index row
+    rc.REPLY: 1,  # send to the result queue
+    rc.QUEUE_RECEIVE: 2,  # work and result message, one receive each (unbatched)
+    rc.QUEUE_DELETE: 2,  # work and result message
+    rc.HEARTBEAT: 1,  # per workflow here: create_storage's agent heartbeats once (a read; no write needed)
+}
+PER_WORKFLOW = {rc.START, rc.CREATE_STEPS, rc.HEARTBEAT}
+EXPECTED_PER_OVERDUE_STEP = 5  # verify read, new index row, claim batch, old index delete, decision batch
+EXPECTED_DETECTION_PER_TICK = 1  # one range query on the deadline index (up to 1,000 rows a page)
+
+
+def expected_total(steps: int) -> float:
+    return sum(n if label in PER_WORKFLOW else n * steps for label, n in EXPECTED.items())
+
+
+@pytest.fixture
+def counted(azurite, unique_name):
+    """A counter installed before the services are built (the hook wraps clients as they are made)."""
+    env = {
+        "AzureWebJobsStorage": azurite.connection_string,
+        "AGENT_TRANSPORT": "storage-queue",
+        "LEDGER_TABLE_NAME": unique_name("steps"),
+        "DEADLINE_INDEX_TABLE_NAME": unique_name("idx"),
+        "WORK_QUEUE_NAME": unique_name("work"),
+        "RESULT_QUEUE_NAME": unique_name("results"),
+        "DEAD_LETTER_QUEUE_NAME": unique_name("poison"),
+        "WATCHDOG_GRACE_SECONDS": "30",
+    }
+    with RequestCounter(classify=pattern_operation) as counter:
+        services = Services(load_settings(env))
+        services.ledger  # noqa: B018 - creates the tables (not measured)
+        services.transport  # noqa: B018 - creates the queues
+        set_services(services)  # the activity bodies that look services up find these
+        try:
+            yield counter, services
+        finally:
+            set_services(None)
+
+
+def test_requests_per_operation_of_a_three_step_workflow(counted):
+    counter, services = counted
+    counts = step_operations(services, counter)
+
+    assert counts.steps == 3
+    measured = {
+        label: (n if label in PER_WORKFLOW else n / counts.steps)
+        for label, n in counts.by_operation.items()
+        if label != rc.AGENT_EFFECT
+    }
+    assert measured == EXPECTED, "requests per operation changed; see the module docstring"
+    assert counts.total_excluding_effect == expected_total(counts.steps)
+    assert counts.effect == 3  # the example agent's own writes: counted, but apart
+
+
+def test_requests_per_overdue_step_of_a_watchdog_tick(counted):
+    counter, services = counted
+    tick = watchdog_tick(services, counter, overdue=4)
+
+    assert tick.decisions == 4
+    assert tick.detection == EXPECTED_DETECTION_PER_TICK
+    assert tick.per_overdue_step == EXPECTED_PER_OVERDUE_STEP
+    assert tick.total == EXPECTED_DETECTION_PER_TICK + 4 * EXPECTED_PER_OVERDUE_STEP
+
+
+def test_the_counter_sees_each_request_with_its_operation_and_table(counted):
+    counter, services = counted
+    ledger = services.ledger
+    with counter.measure() as made, counter.scope("probe"):
+        assert ledger.list_for_instance("nobody") == []
+    assert [(r.service, r.op, r.resource, r.label) for r in made] == [
+        ("table", "query", services.settings.ledger_table, "probe")
+    ]
+
+
+def test_clients_built_after_the_counter_is_removed_are_not_counted(azurite):
+    from workflow_core.storage_clients import table_service_client
+
+    counter = RequestCounter().install()
+    counter.uninstall()
+    service = table_service_client(StorageConnection(connection_string=azurite.connection_string))
+    list(service.list_tables())
+    service.close()
+    assert counter.requests == []

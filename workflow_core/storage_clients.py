@@ -1,0 +1,138 @@
+"""Every Azure Storage client of the app (tables, queues) is built here, with one HTTP transport setup.
+
+Why one place:
+
+* **No environment lookups per request.** ``requests`` with ``trust_env`` on (the SDK's default)
+  re-reads the proxy variables, ``NO_PROXY`` and ``~/.netrc`` on *every* call. Here the transport
+  resolves them once, when the client is built, for that client's endpoint: ``HTTP(S)_PROXY`` /
+  ``NO_PROXY`` and ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` keep working, read at construction;
+  a change to them needs a new client (a restart), like every other app setting.
+* **A hook for tests and benchmarks** (:func:`add_transport_hook`): a function that wraps the
+  transport of every client built while it is registered, e.g. to count the requests an operation
+  makes (``devtools.request_counter``). With no hook registered nothing is wrapped, so it costs
+  nothing in production.
+
+Connection strings (Azurite, shared keys) and identity-based construction (service URIs plus a
+managed identity) both go through :func:`table_service_client` / :func:`queue_service_client`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import requests
+from azure.core.pipeline.transport import HttpTransport, RequestsTransport
+
+from workflow_core.settings import StorageConnection
+
+TransportHook = Callable[[HttpTransport], HttpTransport]
+
+_hooks: list[TransportHook] = []
+_hooks_lock = threading.Lock()
+
+
+class ResolvedEnvTransport(RequestsTransport):
+    """The SDK's ``requests`` transport with the environment read once, for one endpoint.
+
+    ``trust_env`` is off on its session, so ``requests`` skips its per-call proxy, ``NO_PROXY`` and
+    ``.netrc`` lookups; the proxies for ``endpoint`` (honouring ``NO_PROXY``) and a custom CA bundle
+    are resolved from the environment when the session is made and set on it explicitly.
+    """
+
+    def __init__(self, endpoint: str | None = None, **kwargs: Any) -> None:
+        kwargs["use_env_settings"] = False
+        super().__init__(**kwargs)
+        self._endpoint = endpoint
+
+    def _init_session(self, session: requests.Session) -> None:
+        super()._init_session(session)  # trust_env = False (use_env_settings), adapters
+        if self._endpoint:
+            proxies = requests.utils.get_environ_proxies(self._endpoint)  # {} when NO_PROXY matches
+            session.proxies.update({k: v for k, v in proxies.items() if k != "no"})
+        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        if bundle:
+            session.verify = bundle
+
+
+def add_transport_hook(hook: TransportHook) -> None:
+    """Wrap the transport of every storage client built from now on with ``hook`` (tests, benchmarks)."""
+    with _hooks_lock:
+        _hooks.append(hook)
+
+
+def remove_transport_hook(hook: TransportHook) -> None:
+    with _hooks_lock:
+        if hook in _hooks:
+            _hooks.remove(hook)
+
+
+def storage_transport(endpoint: str | None) -> HttpTransport:
+    """A fresh transport for one client (a client closes its transport when it is closed)."""
+    transport: HttpTransport = ResolvedEnvTransport(endpoint)
+    with _hooks_lock:
+        hooks = list(_hooks)
+    for hook in hooks:
+        transport = hook(transport)
+    return transport
+
+
+def _endpoint_from_connection_string(connection_string: str, key: str) -> str | None:
+    parts = dict(part.split("=", 1) for part in connection_string.split(";") if "=" in part and part.strip())
+    lowered = {k.strip().lower(): v.strip() for k, v in parts.items()}
+    if f"{key.lower()}endpoint" in lowered:
+        return lowered[f"{key.lower()}endpoint"]
+    account, suffix = lowered.get("accountname"), lowered.get("endpointsuffix", "core.windows.net")
+    protocol = lowered.get("defaultendpointsprotocol", "https")
+    return f"{protocol}://{account}.{key.lower()}.{suffix}" if account else None
+
+
+def _credential(storage: StorageConnection) -> Any:
+    from azure.identity import DefaultAzureCredential
+
+    return DefaultAzureCredential(managed_identity_client_id=storage.client_id)
+
+
+def table_service_client(storage: StorageConnection, credential: Any = None) -> Any:
+    """A ``TableServiceClient`` from a connection string, or from the table service URI + an identity."""
+    from azure.data.tables import TableServiceClient
+
+    if storage.connection_string:
+        endpoint = _endpoint_from_connection_string(storage.connection_string, "Table")
+        return TableServiceClient.from_connection_string(
+            storage.connection_string, transport=storage_transport(endpoint)
+        )
+    return TableServiceClient(
+        endpoint=storage.table_service_uri,
+        credential=credential or _credential(storage),
+        transport=storage_transport(storage.table_service_uri),
+    )
+
+
+def table_client(storage: StorageConnection, table_name: str, credential: Any = None) -> Any:
+    """A ``TableClient`` for one table (same construction as :func:`table_service_client`)."""
+    from azure.data.tables import TableClient
+
+    if storage.connection_string:
+        endpoint = _endpoint_from_connection_string(storage.connection_string, "Table")
+        return TableClient.from_connection_string(
+            storage.connection_string, table_name, transport=storage_transport(endpoint)
+        )
+    return table_service_client(storage, credential).get_table_client(table_name)
+
+
+def queue_service_client_from_connection_string(connection_string: str) -> Any:
+    from azure.storage.queue import QueueServiceClient
+
+    endpoint = _endpoint_from_connection_string(connection_string, "Queue")
+    return QueueServiceClient.from_connection_string(connection_string, transport=storage_transport(endpoint))
+
+
+def queue_service_client_from_uri(queue_service_uri: str, credential: Any) -> Any:
+    from azure.storage.queue import QueueServiceClient
+
+    return QueueServiceClient(
+        account_url=queue_service_uri, credential=credential, transport=storage_transport(queue_service_uri)
+    )
