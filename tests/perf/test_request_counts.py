@@ -21,7 +21,7 @@ from workflow_core.settings import StorageConnection, load_settings
 # agent asks for more time once). The example agent's own effect is counted apart and excluded.
 EXPECTED: dict[str, float] = {
     rc.START: 1,  # per workflow: the HTTP starter checks the ledger for the instance id
-    rc.CREATE_STEPS: 3,  # per workflow: existence query, batch of Pending rows + audit, query again
+    rc.CREATE_STEPS: 4,  # per workflow: existence query, batch of Pending rows + audit, query again, instance read
     rc.DISPATCH: 6,  # read; insert index row; batch Dispatched + audit; send; read; batch message_sent_at
     rc.WORKER_CLAIM: 2,  # read; batch Running + audit
     rc.WORKER_RECORD: 3,  # read; batch Succeeded + audit; delete index row
@@ -32,7 +32,7 @@ EXPECTED: dict[str, float] = {
 }
 PER_WORKFLOW = {rc.START, rc.CREATE_STEPS, rc.HEARTBEAT}
 EXPECTED_PER_OVERDUE_STEP = 5  # verify read, new index row, claim batch, old index delete, decision batch
-EXPECTED_DETECTION_PER_TICK = 1  # one range query on the deadline index (up to 1,000 rows a page)
+EXPECTED_DETECTION_PER_TICK = 2  # one range query each on the steps' and the instances' deadline index rows
 
 
 def expected_total(steps: int) -> float:
