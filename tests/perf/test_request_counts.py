@@ -21,7 +21,7 @@ from workflow_core.settings import StorageConnection, load_settings
 # agent asks for more time once). The example agent's own effect is counted apart and excluded.
 EXPECTED: dict[str, float] = {
     rc.START: 1,  # per workflow: the HTTP starter checks the ledger for the instance id
-    rc.CREATE_STEPS: 4,  # per workflow: existence query, batch of Pending rows + audit, query again, instance read
+    rc.CREATE_STEPS: 4,  # per workflow: query, batch of Pending rows + audit, query again, instance read
     rc.DISPATCH: 6,  # read; insert index row; batch Dispatched + audit; send; read; batch message_sent_at
     rc.WORKER_CLAIM: 2,  # read; batch Running + audit
     rc.WORKER_RECORD: 3,  # read; batch Succeeded + audit; delete index row
