@@ -58,7 +58,7 @@ from activities.handlers import faults
 from activities.handlers.base import AgentCrash, NoReply, StepContext, StepNoLongerOwned, get_handler
 from activities.messages import from_queue_message, from_servicebus_message, transport_kind
 from workflow_core.contracts import WORKER_FUNCTION, ResultMessage, WorkMessage
-from workflow_core.ledger import StepLedger, StepNotFound, StepRecord, StepStatus, encode_json
+from workflow_core.ledger import InstanceHandle, StepLedger, StepNotFound, StepRecord, StepStatus, encode_json
 from workflow_core.ledger.model import MAX_TEXT
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
@@ -349,12 +349,16 @@ class _Delivery:
                 )
             if r.status is S.RUNNING:
                 if ok:
+                    # With the instance record in the same transaction: the completion takes the
+                    # instance's next completion number, which orders compensation (no clocks).
+                    instance = self.ledger.find_instance(r.instance_id)
                     self.ledger.transition(
                         r,
                         S.SUCCEEDED,
                         actor=self.worker_id,
                         reason="agent succeeded",
                         result_ref=encode_json(output),
+                        instance=InstanceHandle(instance) if instance is not None else None,
                     )
                 else:
                     self.ledger.transition(

@@ -24,7 +24,7 @@ EXPECTED: dict[str, float] = {
     rc.CREATE_STEPS: 4,  # per workflow: query, batch of Pending rows + audit, query again, instance read
     rc.DISPATCH: 6,  # read; insert index row; batch Dispatched + audit; send; read; batch message_sent_at
     rc.WORKER_CLAIM: 2,  # read; batch Running + audit
-    rc.WORKER_RECORD: 3,  # read; batch Succeeded + audit; delete index row
+    rc.WORKER_RECORD: 4,  # read; instance read; batch Succeeded + audit + instance; delete index row
     rc.REPLY: 1,  # send to the result queue
     rc.QUEUE_RECEIVE: 2,  # work and result message, one receive each (unbatched)
     rc.QUEUE_DELETE: 2,  # work and result message

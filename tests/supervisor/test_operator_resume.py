@@ -41,6 +41,12 @@ def test_operator_resume_of_a_stranded_instance_finishes_it_past_its_policy(quie
     status = h.run_until_complete(iid, timeout=timedelta(hours=1))
     assert status.output["status"] == "succeeded"
     assert h.handler_calls(iid, "create_storage") == 1
+    # each completion took the instance's next completion number, in the completion's transaction
+    assert [(s.step_id, s.completion_seq) for s in h.ledger.list_for_instance(iid)] == [
+        ("create_storage", 1),
+        ("register_dns", 2),
+        ("send_welcome", 3),
+    ]
     record = h.ledger.get_instance(iid)
     assert (record.status.value, record.resume_count) == ("Succeeded", 1)
     trail = [a.reason for a in h.ledger.audit_trail(iid) if a.actor == "operator:alice"]
