@@ -45,6 +45,7 @@ from workflow_core.ledger.instance import (
     SchedulerLostPolicy,
     parse_instance_status,
 )
+from workflow_core.ledger.instance_list import InstanceListMixin, listing_changed
 from workflow_core.ledger.model import require_aware, validate_instance_id
 
 INSTANCE_INDEX_PREFIX = "i"
@@ -136,7 +137,7 @@ def instance_index_key_after(current: InstanceRecord, updated: InstanceRecord, n
     return None
 
 
-class InstanceLedgerMixin:
+class InstanceLedgerMixin(InstanceListMixin):
     """Instance-record methods of the step ledger (see the module docstring)."""
 
     # ---- writes ----------------------------------------------------------------------------------
@@ -202,6 +203,7 @@ class InstanceLedgerMixin:
                 existing = self.find_instance(instance_id)
                 raise InstanceAlreadyExists(instance_id, existing.workflow if existing else "?") from None
             raise
+        self.write_listing_row(record)
         return record.model_copy(update={"etag": result[0]["etag"]})
 
     def transition_instance(
@@ -269,6 +271,8 @@ class InstanceLedgerMixin:
                 raise InstanceNotFound(record.instance_id) from None
             raise
         self.instance_written(record, updated)
+        if listing_changed(record, updated):
+            self.write_listing_row(updated)
         return updated.model_copy(update={"etag": result[0]["etag"]})
 
     # ---- shared with the step writes --------------------------------------------------------------

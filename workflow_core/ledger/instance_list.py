@@ -1,0 +1,177 @@
+"""The operators' list of workflow instances: newest first, filtered, paged with a stable token.
+
+Instance records live one per partition (the instance's), so no single query can list them newest
+first. Each instance therefore also has a *listing row* in the deadline-index table's ``list``
+partition, RowKey = ``<inverted start time>~<instance id>`` (ascending RowKey = newest first), with
+the fields operators filter on (workflow, version, status, business key, attention flag). It is
+written when the instance is created and whenever its status, version or attention flag changes —
+a handful of writes per workflow, never per step.
+
+The listing row is a copy in another partition, so it cannot share the record's transaction. It is
+treated as an *index*, never as the truth: every listed instance is read back from its record, rows
+whose record disagrees with the filter are dropped from the page (and the row is repaired), and a
+page may therefore hold fewer than ``limit`` instances while more follow. Paging uses the service's
+own continuation (PartitionKey/RowKey of the next row), so a new instance started meanwhile never
+shifts a page: it sorts before the first page.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from azure.data.tables import UpdateMode
+
+from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.instance import InstanceRecord, InstanceStatus, parse_instance_status
+from workflow_core.ledger.model import require_aware
+
+LIST_PARTITION = "list"
+MAX_LIST_LIMIT = 1000
+_MAX_TICKS = 10**19  # beyond any datetime's microseconds since 0001-01-01
+
+
+def _ticks(moment: datetime) -> int:
+    delta = moment.astimezone(UTC) - datetime(1, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def list_row_key(started_at: datetime, instance_id: str) -> str:
+    return f"{_MAX_TICKS - _ticks(started_at):020d}~{instance_id}"
+
+
+def listing_entity(record: InstanceRecord) -> dict[str, Any]:
+    assert record.started_at is not None
+    entity: dict[str, Any] = {
+        "PartitionKey": LIST_PARTITION,
+        "RowKey": list_row_key(record.started_at, record.instance_id),
+        "InstanceId": record.instance_id,
+        "Workflow": record.workflow,
+        "Version": record.version,
+        "ListStatus": record.status.value,
+        "NeedsAttention": record.needs_attention,
+        "StartedAt": record.started_at,
+    }
+    if record.business_key is not None:
+        entity["BusinessKey"] = record.business_key
+    return entity
+
+
+def listing_changed(before: InstanceRecord, after: InstanceRecord) -> bool:
+    return (before.status, before.version, before.needs_attention) != (
+        after.status,
+        after.version,
+        after.needs_attention,
+    )
+
+
+def encode_token(token: Any) -> str | None:
+    if not token:
+        return None
+    return base64.urlsafe_b64encode(json.dumps(token, sort_keys=True).encode()).decode().rstrip("=")
+
+
+def decode_token(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        padded = text + "=" * (-len(text) % 4)
+        token = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidLedgerInput("continuation token is not one this ledger issued") from None
+    if not isinstance(token, dict) or not all(isinstance(v, str) for v in token.values()):
+        raise InvalidLedgerInput("continuation token is not one this ledger issued")
+    return token
+
+
+def matches(
+    record: InstanceRecord,
+    *,
+    status: InstanceStatus | None,
+    workflow: str | None,
+    version: str | None,
+    business_key_prefix: str | None,
+    needs_attention: bool | None,
+) -> bool:
+    """The filter, checked against the record itself (the listing row is only an index)."""
+    return (
+        (status is None or record.status is status)
+        and (workflow is None or record.workflow == workflow)
+        and (version is None or record.version == version)
+        and (business_key_prefix is None or (record.business_key or "").startswith(business_key_prefix))
+        and (needs_attention is None or record.needs_attention == needs_attention)
+    )
+
+
+class InstanceListMixin:
+    """``list_instances`` and the upkeep of the listing rows (mixed into the step ledger)."""
+
+    def write_listing_row(self, record: InstanceRecord) -> None:
+        self._index.upsert_entity(listing_entity(record), mode=UpdateMode.REPLACE)
+
+    def list_instances(
+        self,
+        *,
+        status: InstanceStatus | str | None = None,
+        workflow: str | None = None,
+        version: str | None = None,
+        business_key_prefix: str | None = None,
+        started_from: datetime | None = None,
+        started_to: datetime | None = None,
+        needs_attention: bool | None = None,
+        limit: int = 50,
+        continuation: str | None = None,
+    ) -> tuple[list[InstanceRecord], str | None]:
+        """One page of instances, newest first, and the token of the next page (None at the end)."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidLedgerInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
+        wanted = parse_instance_status(status) if status is not None else None
+        clauses, params = ["PartitionKey eq @pk"], {"pk": LIST_PARTITION}
+        if wanted is not None:
+            clauses.append("ListStatus eq @status")
+            params["status"] = wanted.value
+        if workflow is not None:
+            clauses.append("Workflow eq @workflow")
+            params["workflow"] = workflow
+        if version is not None:
+            clauses.append("Version eq @version")
+            params["version"] = version
+        if business_key_prefix:
+            clauses.append("BusinessKey ge @bk_lo and BusinessKey lt @bk_hi")
+            params["bk_lo"] = business_key_prefix
+            params["bk_hi"] = business_key_prefix + "\uffff"
+        if needs_attention is not None:
+            clauses.append("NeedsAttention eq @attention")
+            params["attention"] = needs_attention
+        # newest first: a later start has a smaller RowKey, so "started_to" bounds from below
+        if started_to is not None:
+            clauses.append("RowKey ge @rk_lo")
+            params["rk_lo"] = f"{_MAX_TICKS - _ticks(require_aware(started_to, 'started_to')):020d}"
+        if started_from is not None:
+            clauses.append("RowKey lt @rk_hi")
+            params["rk_hi"] = f"{_MAX_TICKS - _ticks(require_aware(started_from, 'started_from')) + 1:020d}"
+        pages = self._index.query_entities(" and ".join(clauses), parameters=params, results_per_page=limit)
+        page_iter = pages.by_page(continuation_token=decode_token(continuation))
+        rows = list(next(page_iter, []))
+        records: list[InstanceRecord] = []
+        for row in rows:
+            record = self.find_instance(row["InstanceId"])
+            if record is None:
+                self._index.delete_entity(row["PartitionKey"], row["RowKey"])
+                continue
+            if listing_entity(record)["ListStatus"] != row.get(
+                "ListStatus"
+            ) or record.needs_attention != row.get("NeedsAttention"):
+                self.write_listing_row(record)  # repair a row a crash left behind
+            if matches(
+                record,
+                status=wanted,
+                workflow=workflow,
+                version=version,
+                business_key_prefix=business_key_prefix,
+                needs_attention=needs_attention,
+            ):
+                records.append(record)
+        return records, encode_token(page_iter.continuation_token)
