@@ -53,7 +53,7 @@ param durableAlwaysReadyInstanceCount int = 1
 ])
 param durableBackend string = 'AzureStorage'
 
-@description('Object id of the deployer/operator who gets the data roles the operator CLI and console need (azd passes AZURE_PRINCIPAL_ID); empty = none.')
+@description('Object id of the deployer/operator who gets the data roles the operator CLI needs (azd passes AZURE_PRINCIPAL_ID); empty = none.')
 param principalId string = ''
 
 @description('Principal type of principalId.')

@@ -76,7 +76,7 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' = {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Queries. Application Insights scope: customMetrics / traces (timestamp, name, message, customDimensions).
+// Queries. Application Insights scope: customMetrics / customEvents (timestamp, name, customDimensions).
 // ---------------------------------------------------------------------------------------------------------
 
 // Recovery actions, per metric record. note_* actions are observations (a step overran but its own

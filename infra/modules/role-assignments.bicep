@@ -3,8 +3,8 @@
 // https://learn.microsoft.com/azure/role-based-access-control/built-in-roles
 //
 // 1. The Function App's user-assigned identity (ServicePrincipal): what the host and the code need.
-// 2. Optionally the deployer/operator (operatorPrincipalId, azd's AZURE_PRINCIPAL_ID): what the operator CLI and
-//    console need, as in the azd quickstarts' principalId convention.
+// 2. Optionally the deployer/operator (operatorPrincipalId, azd's AZURE_PRINCIPAL_ID): the ledger tables for the
+//    operator CLI, the dead-letter queues for Service Bus Explorer (the azd quickstarts' principalId).
 
 @description('Principal (object) id of the Function App\'s user-assigned managed identity.')
 param principalId string
@@ -30,7 +30,7 @@ param ledgerTableName string
 @description('Deadline index table (DEADLINE_INDEX_TABLE_NAME).')
 param deadlineIndexTableName string
 
-@description('Object id of the operator (user or group) who runs the operator CLI/console; empty = no operator roles.')
+@description('Object id of the operator (user or group) who runs the operator CLI; empty = no operator roles.')
 param operatorPrincipalId string = ''
 
 @description('Principal type of operatorPrincipalId.')
@@ -53,7 +53,7 @@ var roles = {
   // back to a slower scaler). Trade-off: Manage on these two queues, nothing on any other entity.
   serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
   // Operator: peek and receive the dead-letter queues (RBAC scopes stop at the queue, so this covers the live
-  // queue too; the operator CLI only reads $DeadLetterQueue).
+  // queue too: read only $DeadLetterQueue).
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
   // Entra-authenticated telemetry ingestion (the component has local auth disabled).
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'

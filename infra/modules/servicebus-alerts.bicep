@@ -28,7 +28,7 @@ resource deadLetteredResultsAlert 'Microsoft.Insights/metricAlerts@2018-03-01' =
   location: 'global'
   tags: tags
   properties: {
-    description: 'Messages are waiting in the dead-letter queue of ${resultQueueName}: step results nobody will deliver. Their steps will time out; read them with the operator CLI (docs/operations.md).'
+    description: 'Messages are waiting in the dead-letter queue of ${resultQueueName}: step results nobody will deliver. Their steps will time out; peek at them in Service Bus Explorer (docs/operations.md).'
     severity: 1
     enabled: true
     scopes: [

@@ -58,7 +58,7 @@ REQUIRED_ROLES: dict[str, tuple[str, str]] = {
 OPTIONAL_ROLES: dict[str, tuple[str, str]] = {
     DURABLE_TASK_DATA_CONTRIBUTOR: ("Durable Task Data Contributor", "Microsoft.DurableTask/schedulers"),
 }
-# The deployer/operator (main.bicep's principalId): what the operator CLI and console need.
+# The deployer/operator (main.bicep's principalId): what the operator CLI needs.
 OPERATOR_ROLES: dict[str, tuple[str, str]] = {
     STORAGE_TABLE_DATA_CONTRIBUTOR: ("Storage Table Data Contributor", STORAGE_TABLE),
     SERVICE_BUS_DATA_RECEIVER: ("Azure Service Bus Data Receiver", SERVICE_BUS_QUEUE),

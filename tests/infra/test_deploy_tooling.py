@@ -250,3 +250,21 @@ def test_the_zone_redundancy_cost_in_the_docs_counts_the_apps_scale_groups():
     prose = " ".join(docs.split())
     assert f"**{NUMBER_WORDS[count]} scale groups**" in prose
     assert f"{count} groups x 2 = **at least {2 * count} always-ready instances" in prose
+
+
+def test_operations_doc_shows_the_deployed_query_of_every_alert():
+    files, problems = bc.load()
+    assert problems == []
+    resolver = bc.Resolver(files)
+    docs = " ".join((ROOT / "docs" / "operations.md").read_text(encoding="utf-8").split())
+    rules = bc.declared(files, "Microsoft.Insights/scheduledQueryRules")
+    assert len(rules) == 3
+    for rule in rules:
+        for query, _criterion in bc._query_text(resolver, rule):
+            assert " ".join(query.split()) in docs, f"docs/operations.md lacks the query of {rule.symbol}"
+        assert f"`{rule.symbol}`" in docs
+    (metric_alert,) = bc.declared(files, "Microsoft.Insights/metricAlerts")
+    (criterion,) = resolver.value(metric_alert.file, metric_alert.properties["criteria"])["allOf"]
+    assert f"metric: {criterion['metricName']}" in docs
+    assert f"aggregation: {criterion['timeAggregation']}" in docs
+    assert f"`{metric_alert.symbol}`" in docs
