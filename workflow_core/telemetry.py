@@ -3,20 +3,20 @@
 Instruments (OpenTelemetry names in the project's ``sas.`` namespace; failures carry ``error.type``, the
 OpenTelemetry attribute for a low-cardinality error class, ``_OTHER`` when the caller has none):
 
-==================================  =========  ============  ==========================================
-name                                kind       unit          attributes
-==================================  =========  ============  ==========================================
-``sas.step.duration``               histogram  ``s``         workflow, step, outcome (+ error.type)
-``sas.step.attempts``               histogram  ``{attempt}`` workflow, step, outcome (+ error.type)
-``sas.step.queue_wait.duration``    histogram  ``s``         workflow, step
-``sas.step.in_flight``              gauge      ``{step}``    (workflow) -- from a caller's callback
-``sas.instance.overdue``            gauge      ``{instance}`` (workflow) -- from a caller's callback
-``sas.recovery``                    counter    ``{action}``  action, outcome, workflow (+ error.type)
-``sas.compensation_failed``         counter    ``{step}``    workflow
-``sas.compensations``               counter    ``{step}``    workflow, outcome (+ error.type)
-``sas.dead_lettered_messages``      counter    ``{message}`` messaging.destination.name, workflow,
-                                                             error.type (the dead-letter reason)
-==================================  =========  ============  ==========================================
+==================================  =========  ==============  ========================================
+name                                kind       unit            attributes
+==================================  =========  ==============  ========================================
+``sas.step.duration``               histogram  ``s``           workflow, step, outcome (+ error.type)
+``sas.step.attempts``               histogram  ``{attempt}``   workflow, step, outcome (+ error.type)
+``sas.step.queue_wait.duration``    histogram  ``s``           workflow, step
+``sas.step.in_flight``              gauge      ``{step}``      (workflow), from a caller's callback
+``sas.instance.overdue``            gauge      ``{instance}``  (workflow), from a caller's callback
+``sas.recovery``                    counter    ``{action}``    action, outcome, workflow (+ error.type)
+``sas.compensation_failed``         counter    ``{step}``      workflow
+``sas.compensations``               counter    ``{step}``      workflow, outcome (+ error.type)
+``sas.dead_lettered_messages``      counter    ``{message}``   messaging.destination.name, workflow,
+                                                               error.type (the dead-letter reason)
+==================================  =========  ==============  ========================================
 
 Custom events (:func:`emit_event`): a log record on the logger ``sas.events`` carrying the attribute
 ``microsoft.custom_event.name``, which the Azure Monitor exporter sends to ``customEvents`` (not
@@ -24,7 +24,7 @@ Custom events (:func:`emit_event`): a log record on the logger ``sas.events`` ca
 instance whose scheduler missed its deadline) and ``sas.message_dead_lettered``. The alerts and the
 workbook in ``infra/`` query these events; docs/operations.md has the KQL.
 
-Three signals per recovery action, all carrying the same fields:
+Four signals per recovery action, all carrying the same fields:
 
 * the OpenTelemetry counter ``sas.recovery`` with the attributes ``action``, ``outcome`` and
   ``workflow`` (low cardinality, so it can be charted and alerted on: the infrastructure's alert
