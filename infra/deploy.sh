@@ -8,12 +8,15 @@
 #   <resource-group> created (or reused) in <location>; every resource lands there
 #   --what-if        show what the deployment would change; create nothing but the resource group
 #   --skip-publish   provision only, do not publish the code
-#   --package-only   only build the deployment zip (Linux x86_64, Python 3.11 wheels in
-#                    .python_packages), default path: ./app-package.zip; needs no Azure login
+#   --package-only   only build the deployment zip (the app's source, no dependencies),
+#                    default path: ./app-package.zip; needs no Azure login
 #
-# Needs the Azure CLI (az login; az account set -s <subscription>) and, optionally, Azure Functions
-# Core Tools (func). The deployer needs Contributor + User Access Administrator (or Role Based Access
-# Control Administrator) on the resource group: the template creates role assignments.
+# Publishing is always a remote build: the source zip goes to `az functionapp deployment source
+# config-zip --build-remote true`, and the platform installs requirements.txt (for a Python app on Flex
+# Consumption the Azure CLI builds remotely whatever you ask: enable_zip_deploy_flex in azure-cli).
+# Needs the Azure CLI (az login; az account set -s <subscription>). The deployer needs Contributor + User
+# Access Administrator (or Role Based Access Control Administrator) on the resource group: the template
+# creates role assignments.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,18 +28,20 @@ trap 'rm -rf "$WORK"' EXIT
 workdir() { mktemp -d "$WORK/XXXXXX"; }
 
 usage() {
-  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-# Copy the app (not tests, infra, virtualenvs, caches, local settings) into a staging folder.
+# Copy the app (not tests, infra, virtualenvs, caches, local settings, nor what .funcignore lists) into a
+# staging folder.
 stage_app() {
   local stage="$1"
   "$PYTHON" - "$ROOT" "$stage" <<'PY'
 import fnmatch
+import os
 import shutil
 import sys
 
@@ -46,8 +51,14 @@ EXCLUDE = [
     "tests", "infra", "docs", "bench", "scripts", ".python_packages", "__pycache__", "*.pyc",
     ".pytest_cache", ".ruff_cache", ".hypothesis", ".mypy_cache", "local.settings.json",
     "__blobstorage__", "__queuestorage__", "__azurite_db_*", "package.json", "package-lock.json",
-    "azure.yaml", "*.zip", ".gitignore", ".DS_Store",
+    "azure.yaml", "*.zip", ".gitignore", ".funcignore", ".DS_Store",
 ]
+
+# What azd leaves out of its package (.funcignore) is left out of this one too.
+funcignore = os.path.join(root, ".funcignore")
+if os.path.isfile(funcignore):
+    with open(funcignore, encoding="utf-8") as lines:
+        EXCLUDE += [line.strip().rstrip("/") for line in lines if line.strip() and not line.startswith("#")]
 
 
 def ignore(_directory, names):
@@ -60,17 +71,11 @@ PY
     die "the app needs function_app.py, host.json and requirements.txt at the repository root"
 }
 
-# Install the runtime dependencies for the Flex Consumption workers (Linux x86_64, CPython 3.11),
-# whatever the deployer's own OS, and zip the app.
+# Zip the app's source (no dependencies: the remote build installs requirements.txt on the platform).
 build_zip() {
   local zip_path="$1" stage
   stage="$(workdir)"
   stage_app "$stage/app"
-  log "installing requirements.txt into .python_packages (manylinux x86_64, Python 3.11)"
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-warn-conflicts \
-    --target "$stage/app/.python_packages/lib/site-packages" \
-    --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp --only-binary=:all: \
-    -r "$stage/app/requirements.txt"
   "$PYTHON" - "$stage/app" "$zip_path" <<'PY'
 import os
 import sys
@@ -90,21 +95,12 @@ PY
 }
 
 publish() {
-  local group="$1" app_name="$2"
-  if command -v func >/dev/null 2>&1; then
-    local stage
-    stage="$(workdir)"
-    stage_app "$stage/app"
-    log "publishing with Azure Functions Core Tools (remote build) to $app_name"
-    (cd "$stage/app" && func azure functionapp publish "$app_name" --python)
-  else
-    local zip_dir
-    zip_dir="$(workdir)"
-    log "func not found: zip deploy with pre-installed packages"
-    build_zip "$zip_dir/app.zip"
-    az functionapp deployment source config-zip \
-      --resource-group "$group" --name "$app_name" --src "$zip_dir/app.zip" --output none
-  fi
+  local group="$1" app_name="$2" zip_dir
+  zip_dir="$(workdir)"
+  build_zip "$zip_dir/app.zip"
+  log "publishing to $app_name (remote build: the platform installs requirements.txt)"
+  az functionapp deployment source config-zip \
+    --resource-group "$group" --name "$app_name" --src "$zip_dir/app.zip" --build-remote true --output none
 }
 
 main() {
@@ -141,17 +137,17 @@ main() {
     --tags workload=scheduler-agent-supervisor "environment=$env" --output none
 
   if $what_if; then
-    log "what-if: infra/main.bicep with $params"
-    az deployment group what-if --resource-group "$group" \
-      --template-file infra/main.bicep --parameters "$params"
+    # No --template-file: the .bicepparam's `using` line names infra/main.bicep (older CLIs reject both).
+    log "what-if: $params (using infra/main.bicep)"
+    az deployment group what-if --resource-group "$group" --parameters "$params"
     return
   fi
 
   local deployment
   deployment="sas-${env}-$(date -u +%Y%m%d%H%M%S)"
-  log "deploying infra/main.bicep with $params (deployment $deployment)"
+  log "deploying $params (using infra/main.bicep; deployment $deployment)"
   az deployment group create --resource-group "$group" --name "$deployment" \
-    --template-file infra/main.bicep --parameters "$params" --output none
+    --parameters "$params" --output none
 
   local app_name starter_url
   app_name="$(az deployment group show --resource-group "$group" --name "$deployment" \

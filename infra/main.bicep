@@ -1,7 +1,9 @@
 // Scheduler Agent Supervisor on Azure Functions: everything one environment needs, in one resource group.
 //
-//   az deployment group create -g <rg> --template-file infra/main.bicep --parameters infra/main.dev.bicepparam
+//   az deployment group create -g <rg> --parameters infra/main.dev.bicepparam
+//   (the .bicepparam's `using` line names this template: no --template-file beside it)
 //
+// Resource-group scope (azd: a beta feature, "resource group scoped deployments"; set AZURE_RESOURCE_GROUP).
 // See docs/deploy.md. No secret is created, stored or output: every connection uses the Function App's
 // user-assigned managed identity and the RBAC roles granted in modules/role-assignments.bicep.
 
@@ -40,6 +42,28 @@ param maximumInstanceCount int = 100
 @description('Flex Consumption: spread instances over availability zones (billed always-ready instances; region must support it).')
 param zoneRedundant bool = false
 
+@description('Flex Consumption: always-ready instances of the durable scale group (1 recommended by the Durable Functions docs for Flex; at least 2 with zoneRedundant).')
+@minValue(0)
+param durableAlwaysReadyInstanceCount int = 1
+
+@description('Durable Functions backend: AzureStorage (default; the task hub lives in the app\'s storage account, as in local runs and tests) or DurableTaskScheduler (provisions Microsoft.DurableTask/schedulers). See docs/deploy.md.')
+@allowed([
+  'AzureStorage'
+  'DurableTaskScheduler'
+])
+param durableBackend string = 'AzureStorage'
+
+@description('Object id of the deployer/operator who gets the data roles the operator CLI needs (azd passes AZURE_PRINCIPAL_ID); empty = none.')
+param principalId string = ''
+
+@description('Principal type of principalId.')
+@allowed([
+  'User'
+  'Group'
+  'ServicePrincipal'
+])
+param principalType string = 'User'
+
 @description('Flex Consumption: memory per instance (MB).')
 @allowed([
   2048
@@ -51,6 +75,10 @@ param instanceMemoryMB int = 2048
 @minValue(30)
 @maxValue(730)
 param logRetentionDays int = 30
+
+@description('Daily ingestion cap of the Log Analytics workspace, in GB (-1 = no cap).')
+@minValue(-1)
+param logDailyCapGb int = 1
 
 @description('Alert when more recoveries than this happen within 15 minutes.')
 @minValue(1)
@@ -96,8 +124,8 @@ param watchdogGraceSeconds int = 30
 @maxLength(45)
 param taskHubName string = 'SchedulerAgentSupervisor'
 
-@description('Service Bus peek-lock duration (ISO 8601, at most PT5M).')
-param serviceBusLockDuration string = 'PT1M'
+@description('Service Bus peek-lock duration (ISO 8601, at most PT5M). The host renews it while a handler runs (host.json maxAutoLockRenewalDuration); see docs/deploy.md for the arithmetic.')
+param serviceBusLockDuration string = 'PT5M'
 
 @description('Service Bus duplicate detection window (ISO 8601).')
 param duplicateDetectionWindow string = 'PT10M'
@@ -109,7 +137,9 @@ var baseName = '${namePrefix}-${environmentName}'
 var allTags = union(tags, {
   workload: 'scheduler-agent-supervisor'
   environment: environmentName
+  'azd-env-name': environmentName
 })
+var useDurableTaskScheduler = durableBackend == 'DurableTaskScheduler'
 var functionAppName = 'func-${baseName}-${resourceToken}'
 var storageAccountName = take('st${resourceToken}', 24)
 var deploymentContainerName = 'app-package-${resourceToken}'
@@ -131,6 +161,7 @@ module monitoring 'modules/monitoring.bicep' = {
     location: location
     tags: allTags
     retentionInDays: logRetentionDays
+    dailyQuotaGb: logDailyCapGb
     recoveryAlertThreshold: recoveryAlertThreshold
     alertEmail: alertEmail
   }
@@ -175,6 +206,40 @@ module roleAssignments 'modules/role-assignments.bicep' = {
     storageAccountName: storage.outputs.name
     serviceBusNamespaceName: serviceBus.outputs.name
     applicationInsightsName: monitoring.outputs.applicationInsightsName
+    workQueueName: workQueueName
+    resultQueueName: resultQueueName
+    ledgerTableName: ledgerTableName
+    deadlineIndexTableName: deadlineIndexTableName
+    operatorPrincipalId: principalId
+    operatorPrincipalType: principalType
+  }
+  // The role assignments on the queues and tables need them to exist.
+  dependsOn: [
+    storage
+    serviceBus
+  ]
+}
+
+// Dead-lettered results alert: the Service Bus metric of the namespace, filtered to the results queue.
+module serviceBusAlerts 'modules/servicebus-alerts.bicep' = {
+  name: 'servicebus-alerts'
+  params: {
+    name: 'alert-sb-${baseName}-${resourceToken}-dead-lettered-results'
+    tags: allTags
+    serviceBusNamespaceName: serviceBus.outputs.name
+    resultQueueName: resultQueueName
+    actionGroupId: monitoring.outputs.actionGroupId
+  }
+}
+
+module durableTaskScheduler 'modules/durable-task-scheduler.bicep' = if (useDurableTaskScheduler) {
+  name: 'durable-task-scheduler'
+  params: {
+    name: 'dts-${baseName}-${resourceToken}'
+    location: location
+    tags: allTags
+    taskHubName: taskHubName
+    principalId: identity.outputs.principalId
   }
 }
 
@@ -194,6 +259,9 @@ module functionApp 'modules/function-app.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     zoneRedundant: zoneRedundant
+    durableAlwaysReadyInstanceCount: durableAlwaysReadyInstanceCount
+    durableBackend: durableBackend
+    durableTaskSchedulerEndpoint: useDurableTaskScheduler ? durableTaskScheduler!.outputs.endpoint : ''
     ledgerTableName: ledgerTableName
     deadlineIndexTableName: deadlineIndexTableName
     workQueueName: workQueueName
@@ -208,6 +276,7 @@ module functionApp 'modules/function-app.bicep' = {
   // The host starts pulling its package and leasing blobs at once: grant the roles first.
   dependsOn: [
     roleAssignments
+    durableTaskScheduler
   ]
 }
 

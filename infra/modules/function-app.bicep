@@ -54,6 +54,20 @@ param zoneRedundant bool = false
 ])
 param instanceMemoryMB int = 2048
 
+@description('Always-ready instances of the `durable` scale group (orchestrators + activities). The Durable Functions Azure Storage provider docs recommend 1 on Flex Consumption; with zone redundancy the platform keeps at least 2 per group.')
+@minValue(0)
+param durableAlwaysReadyInstanceCount int = 1
+
+@description('Durable Functions backend: AzureStorage (task hub in the app\'s storage account) or DurableTaskScheduler (the managed Durable Task Scheduler).')
+@allowed([
+  'AzureStorage'
+  'DurableTaskScheduler'
+])
+param durableBackend string = 'AzureStorage'
+
+@description('Endpoint of the Durable Task Scheduler (https://<name>.<region>.durabletask.io); empty with the AzureStorage backend.')
+param durableTaskSchedulerEndpoint string = ''
+
 // Application settings read by workflow_core/settings.py (DOCUMENTED_SETTINGS).
 param ledgerTableName string
 param deadlineIndexTableName string
@@ -65,6 +79,8 @@ param watchdogSchedule string
 param watchdogBatchSize int
 param watchdogGraceSeconds int
 param taskHubName string
+
+var useDurableTaskScheduler = durableBackend == 'DurableTaskScheduler'
 
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
@@ -112,6 +128,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     // checkov:skip=CKV_AZURE_17: Callers of the HTTP starter present function keys, not client certificates; requiring mTLS would lock them out.
     // checkov:skip=CKV_AZURE_212: Flex Consumption has no fixed instance count: it scales per function group on demand (always-ready instances are the optional equivalent).
     // checkov:skip=CKV_AZURE_213: App Service health check is not a Flex Consumption feature; the Functions host's own health is monitored through Application Insights.
+    // checkov:skip=CKV_AZURE_78: siteConfig.ftpsState is unsupported on Flex Consumption (ARM error 51021 in newer regions); FTP is disabled by the ftp basicPublishingCredentialsPolicy below.
     serverFarmId: plan.id
     httpsOnly: true
     clientCertEnabled: false
@@ -119,9 +136,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     siteConfig: {
       minTlsVersion: '1.2'
       scmMinTlsVersion: '1.2'
-      ftpsState: 'Disabled'
+      // No ftpsState (nor alwaysOn, linuxFxVersion, ...): Flex Consumption rejects them; FTP is off through the
+      // ftp basicPublishingCredentialsPolicy.
       http20Enabled: true
-      appSettings: [
+      appSettings: concat([
         // Functions host + Durable Functions storage (identity-based AzureWebJobsStorage).
         {
           name: 'AzureWebJobsStorage__credential'
@@ -219,7 +237,23 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           name: 'TASK_HUB_NAME'
           value: taskHubName
         }
-      ]
+        // Durable Functions backend. host.json names the Azure Storage provider; with the Durable Task Scheduler
+        // these two settings override host.json's storageProvider (AzureFunctionsJobHost__<path> settings).
+        {
+          name: 'AzureFunctionsJobHost__extensions__durableTask__storageProvider__type'
+          value: useDurableTaskScheduler ? 'azureManaged' : 'AzureStorage'
+        }
+      ], useDurableTaskScheduler ? [
+        {
+          name: 'AzureFunctionsJobHost__extensions__durableTask__storageProvider__connectionStringName'
+          value: 'DURABLE_TASK_SCHEDULER_CONNECTION_STRING'
+        }
+        // Identity-based: endpoint + the user-assigned identity's client id, no key (there is none to have).
+        {
+          name: 'DURABLE_TASK_SCHEDULER_CONNECTION_STRING'
+          value: 'Endpoint=${durableTaskSchedulerEndpoint};Authentication=ManagedIdentity;ClientID=${identityClientId}'
+        }
+      ] : [])
     }
     functionAppConfig: {
       deployment: {
@@ -235,6 +269,15 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       scaleAndConcurrency: {
         maximumInstanceCount: maximumInstanceCount
         instanceMemoryMB: instanceMemoryMB
+        // Scale groups of this app: http, durable, and one per other trigger function (agent_worker,
+        // agent_result_handler, agent_dead_letter_handler, supervisor_watchdog). Only durable is kept warm:
+        // an orchestration waiting on its control queue should not wait for a cold start.
+        alwaysReady: [
+          {
+            name: 'durable'
+            instanceCount: durableAlwaysReadyInstanceCount
+          }
+        ]
       }
       runtime: {
         name: 'python'
@@ -244,10 +287,13 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   }
 }
 
-// No publishing with user name + password: deployments authenticate with Entra ID.
+// No publishing with user name + password: deployments authenticate with Entra ID. `location` is required on
+// these child resources (deployments without it fail with "The parameter location has an invalid value"); the
+// AVM child module avm/res/web/site/basic-publishing-credentials-policy always sets it.
 resource scmBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
   parent: functionApp
   name: 'scm'
+  location: location
   properties: {
     allow: false
   }
@@ -256,6 +302,7 @@ resource scmBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@20
 resource ftpBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
   parent: functionApp
   name: 'ftp'
+  location: location
   properties: {
     allow: false
   }

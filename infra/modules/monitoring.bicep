@@ -2,15 +2,19 @@
 // Entra ID tokens of the app's managed identity), the operator views (saved searches + a workbook) and
 // the alerts on the supervisor's recovery telemetry.
 //
-// Telemetry contract (workflow_core/telemetry.py, exported by the Azure Monitor OpenTelemetry distro):
+// Telemetry contract (workflow_core/telemetry.py, exported by the Azure Monitor OpenTelemetry distro; the full
+// list of instruments is in docs/operations.md):
 //   counter sas.recovery             +1 per recovery action; dimensions action (resend, fail_step,
 //                                    start_compensation, fail_compensation, finish_compensation,
 //                                    note_overrun, ...), outcome (ok | error | compensation_failed),
 //                                    workflow. -> customMetrics (valueSum = count in the export interval)
 //   counter sas.compensation_failed  +1 per compensation that gave up; dimension workflow. -> customMetrics
-//   log records of logger sas.supervisor, one per recovery action, with instance_id, step_id, attempt,
-//                                    action, outcome, workflow (+ reason, error) -> traces.customDimensions
-// Alerts count the metrics (not sampled); the workbook's per-step views read the log records.
+//   custom event sas.recovery        one per recovery action (a log record carrying
+//                                    microsoft.custom_event.name), with instance_id, step_id, attempt, action,
+//                                    outcome, workflow (+ reason, error) -> customEvents.customDimensions
+//   custom event sas.instance_stalled  the watchdog found an instance whose scheduler missed its deadline;
+//                                    workflow, instance_id, action -> customEvents
+// Alerts count metrics (not sampled) or custom events (itemCount undoes sampling); the workbook reads the events.
 
 @description('Log Analytics workspace name.')
 param logAnalyticsName string
@@ -29,6 +33,10 @@ param tags object = {}
 @maxValue(730)
 param retentionInDays int = 30
 
+@description('Daily ingestion cap of the workspace in GB (-1 = none). Data over the cap is dropped until the next day.')
+@minValue(-1)
+param dailyQuotaGb int = 1
+
 @description('Alert when more recoveries than this happen within 15 minutes.')
 @minValue(1)
 param recoveryAlertThreshold int = 20
@@ -45,6 +53,9 @@ resource workspace 'Microsoft.OperationalInsights/workspaces@2023-09-01' = {
       name: 'PerGB2018'
     }
     retentionInDays: retentionInDays
+    workspaceCapping: {
+      dailyQuotaGb: dailyQuotaGb
+    }
     features: {
       disableLocalAuth: true
     }
@@ -65,7 +76,7 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' = {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Queries. Application Insights scope: customMetrics / traces (timestamp, name, message, customDimensions).
+// Queries. Application Insights scope: customMetrics / customEvents (timestamp, name, customDimensions).
 // ---------------------------------------------------------------------------------------------------------
 
 // Recovery actions, per metric record. note_* actions are observations (a step overran but its own
@@ -99,11 +110,21 @@ customMetrics
 | render timechart
 '''
 
+// The watchdog found an instance whose scheduler missed its deadline (custom event sas.instance_stalled, sent by
+// the watchdog with workflow, instance_id and action). itemCount undoes ingestion sampling.
+var stalledInstancesQuery = '''
+customEvents
+| where name == "sas.instance_stalled"
+| extend workflow = tostring(customDimensions["workflow"]), instance = tostring(customDimensions["instance_id"]),
+    action = tostring(customDimensions["action"])
+| project timestamp, occurrences = todouble(itemCount), workflow, instance, action
+'''
+
 var stalledStepsQuery = '''
 // Steps the watchdog found overdue or failed, and what it did about them (newest first).
-traces
+customEvents
 | where timestamp {TimeRange}
-| where message startswith "recovery " and isnotempty(customDimensions["step_id"])
+| where name == "sas.recovery" and isnotempty(customDimensions["step_id"])
 | extend action = tostring(customDimensions["action"]), outcome = tostring(customDimensions["outcome"]),
     workflow = tostring(customDimensions["workflow"]), instance = tostring(customDimensions["instance_id"]),
     step = tostring(customDimensions["step_id"])
@@ -114,10 +135,21 @@ traces
 | order by lastSeen desc
 '''
 
-var compensationOutcomesQuery = '''
-traces
+var stalledInstancesTableQuery = '''
+customEvents
 | where timestamp {TimeRange}
-| where message startswith "recovery " and isnotempty(customDimensions["step_id"])
+| where name == "sas.instance_stalled"
+| extend workflow = tostring(customDimensions["workflow"]), instance = tostring(customDimensions["instance_id"]),
+    action = tostring(customDimensions["action"])
+| summarize arg_max(timestamp, action), times = count() by workflow, instance
+| project workflow, instance, times, lastAction = action, lastSeen = timestamp
+| order by lastSeen desc
+'''
+
+var compensationOutcomesQuery = '''
+customEvents
+| where timestamp {TimeRange}
+| where name == "sas.recovery"
 | extend action = tostring(customDimensions["action"]), outcome = tostring(customDimensions["outcome"])
 | where action has "compensation" or outcome == "compensation_failed"
 | project timestamp, workflow = tostring(customDimensions["workflow"]),
@@ -126,7 +158,7 @@ traces
 | order by timestamp desc
 '''
 
-// Same views for the Log Analytics workspace (workspace tables AppMetrics / AppTraces).
+// Same views for the Log Analytics workspace (workspace tables AppMetrics / AppEvents).
 var workspaceRecoveriesQuery = '''
 AppMetrics
 | where Name == "sas.recovery"
@@ -136,8 +168,8 @@ AppMetrics
 '''
 
 var workspaceStalledStepsQuery = '''
-AppTraces
-| where Message startswith "recovery " and isnotempty(Properties["step_id"])
+AppEvents
+| where Name == "sas.recovery" and isnotempty(Properties["step_id"])
 | extend action = tostring(Properties["action"]), outcome = tostring(Properties["outcome"]),
     workflow = tostring(Properties["workflow"]), instance = tostring(Properties["instance_id"]),
     step = tostring(Properties["step_id"])
@@ -146,8 +178,8 @@ AppTraces
 '''
 
 var workspaceCompensationFailuresQuery = '''
-AppTraces
-| where Message startswith "recovery " and tostring(Properties["outcome"]) == "compensation_failed"
+AppEvents
+| where Name == "sas.recovery" and tostring(Properties["outcome"]) == "compensation_failed"
 | project TimeGenerated, workflow = tostring(Properties["workflow"]), instance = tostring(Properties["instance_id"]),
     step = tostring(Properties["step_id"]), action = tostring(Properties["action"]), error = tostring(Properties["error"])
 | order by TimeGenerated desc
@@ -243,6 +275,19 @@ var workbookContent = {
     }
     {
       type: 3
+      name: 'stalled-instances'
+      content: {
+        version: 'KqlItem/1.0'
+        title: 'Stalled instances: workflows whose scheduler missed its deadline'
+        query: stalledInstancesTableQuery
+        queryType: 0
+        resourceType: 'microsoft.insights/components'
+        visualization: 'table'
+        size: 0
+      }
+    }
+    {
+      type: 3
       name: 'compensations'
       content: {
         version: 'KqlItem/1.0'
@@ -265,7 +310,8 @@ resource workbook 'Microsoft.Insights/workbooks@2023-06-01' = {
   properties: {
     displayName: 'Scheduler Agent Supervisor - recoveries (${applicationInsightsName})'
     category: 'workbook'
-    sourceId: appInsights.id
+    // Lower-cased: the portal matches a workbook to its resource by a case-sensitive id comparison.
+    sourceId: toLower(appInsights.id)
     serializedData: string(workbookContent)
   }
 }
@@ -307,6 +353,45 @@ resource compensationFailedAlert 'Microsoft.Insights/scheduledQueryRules@2023-12
       allOf: [
         {
           query: compensationFailuresQuery
+          timeAggregation: 'Total'
+          metricMeasureColumn: 'occurrences'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: empty(alertEmail) ? [] : [
+        actionGroup.id
+      ]
+    }
+  }
+}
+
+resource stalledInstancesAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: 'alert-${applicationInsightsName}-stalled-instances'
+  location: location
+  tags: tags
+  kind: 'LogAlert'
+  properties: {
+    displayName: 'Scheduler Agent Supervisor: a workflow instance stalled'
+    description: 'The watchdog found a workflow instance whose scheduler missed its deadline (custom event sas.instance_stalled) and acted on it; check that it resumed or compensated.'
+    severity: 2
+    enabled: true
+    scopes: [
+      appInsights.id
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT15M'
+    autoMitigate: true
+    criteria: {
+      allOf: [
+        {
+          query: stalledInstancesQuery
           timeAggregation: 'Total'
           metricMeasureColumn: 'occurrences'
           operator: 'GreaterThan'
@@ -369,3 +454,4 @@ output logAnalyticsWorkspaceId string = workspace.id
 output applicationInsightsId string = appInsights.id
 output applicationInsightsName string = appInsights.name
 output workbookId string = workbook.id
+output actionGroupId string = empty(alertEmail) ? '' : actionGroup.id

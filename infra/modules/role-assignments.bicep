@@ -1,6 +1,10 @@
-// Least-privilege data-plane roles for the Function App's user-assigned identity, each scoped to the one
-// resource it is needed on (never the resource group or subscription). Built-in role definition ids:
+// Least-privilege data-plane roles, each scoped to the one resource it is needed on (never the resource group
+// or subscription). Built-in role definition ids:
 // https://learn.microsoft.com/azure/role-based-access-control/built-in-roles
+//
+// 1. The Function App's user-assigned identity (ServicePrincipal): what the host and the code need.
+// 2. Optionally the deployer/operator (operatorPrincipalId, azd's AZURE_PRINCIPAL_ID): the ledger tables for the
+//    operator CLI, the dead-letter queues for Service Bus Explorer (the azd quickstarts' principalId).
 
 @description('Principal (object) id of the Function App\'s user-assigned managed identity.')
 param principalId string
@@ -14,6 +18,29 @@ param serviceBusNamespaceName string
 @description('Application Insights component the app sends telemetry to.')
 param applicationInsightsName string
 
+@description('Service Bus queue the scheduler sends step work to (WORK_QUEUE_NAME).')
+param workQueueName string
+
+@description('Service Bus queue agents send step results to (RESULT_QUEUE_NAME).')
+param resultQueueName string
+
+@description('Step ledger table (LEDGER_TABLE_NAME).')
+param ledgerTableName string
+
+@description('Deadline index table (DEADLINE_INDEX_TABLE_NAME).')
+param deadlineIndexTableName string
+
+@description('Object id of the operator (user or group) who runs the operator CLI; empty = no operator roles.')
+param operatorPrincipalId string = ''
+
+@description('Principal type of operatorPrincipalId.')
+@allowed([
+  'User'
+  'Group'
+  'ServicePrincipal'
+])
+param operatorPrincipalType string = 'User'
+
 var roles = {
   // Functions host: blob leases, timer/singleton locks, Durable task hub blobs, Flex deployment package.
   storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
@@ -21,9 +48,12 @@ var roles = {
   storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
   // Durable history/instances tables, the step ledger and the deadline index.
   storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
-  // Scheduler and agents send work/result messages.
-  serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
-  // Service Bus triggers (agents, result handler) receive and settle them.
+  // On each of the two queues (not the namespace): send, receive and settle their messages, and the Manage
+  // claim the scale controller needs for target-based scaling of the Service Bus triggers (without it, it falls
+  // back to a slower scaler). Trade-off: Manage on these two queues, nothing on any other entity.
+  serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
+  // Operator: peek and receive the dead-letter queues (RBAC scopes stop at the queue, so this covers the live
+  // queue too: read only $DeadLetterQueue).
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
   // Entra-authenticated telemetry ingestion (the component has local auth disabled).
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
@@ -40,6 +70,33 @@ resource serviceBus 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: applicationInsightsName
 }
+
+resource workQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = {
+  parent: serviceBus
+  name: workQueueName
+}
+
+resource resultQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = {
+  parent: serviceBus
+  name: resultQueueName
+}
+
+resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' existing = {
+  parent: storage
+  name: 'default'
+}
+
+resource ledgerTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = {
+  parent: tableService
+  name: ledgerTableName
+}
+
+resource deadlineIndexTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = {
+  parent: tableService
+  name: deadlineIndexTableName
+}
+
+var hasOperator = !empty(operatorPrincipalId)
 
 resource storageBlobDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(storage.id, principalId, roles.storageBlobDataOwner)
@@ -71,21 +128,21 @@ resource storageTableDataContributor 'Microsoft.Authorization/roleAssignments@20
   }
 }
 
-resource serviceBusDataSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(serviceBus.id, principalId, roles.serviceBusDataSender)
-  scope: serviceBus
+resource workQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(workQueue.id, principalId, roles.serviceBusDataOwner)
+  scope: workQueue
   properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataSender)
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataOwner)
     principalId: principalId
     principalType: 'ServicePrincipal'
   }
 }
 
-resource serviceBusDataReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(serviceBus.id, principalId, roles.serviceBusDataReceiver)
-  scope: serviceBus
+resource resultQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(resultQueue.id, principalId, roles.serviceBusDataOwner)
+  scope: resultQueue
   properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataOwner)
     principalId: principalId
     principalType: 'ServicePrincipal'
   }
@@ -98,5 +155,47 @@ resource monitoringMetricsPublisher 'Microsoft.Authorization/roleAssignments@202
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.monitoringMetricsPublisher)
     principalId: principalId
     principalType: 'ServicePrincipal'
+  }
+}
+
+// ----- The operator (deployer) -----
+
+resource operatorLedgerTable 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasOperator) {
+  name: guid(ledgerTable.id, operatorPrincipalId, roles.storageTableDataContributor)
+  scope: ledgerTable
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageTableDataContributor)
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+  }
+}
+
+resource operatorDeadlineIndexTable 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasOperator) {
+  name: guid(deadlineIndexTable.id, operatorPrincipalId, roles.storageTableDataContributor)
+  scope: deadlineIndexTable
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageTableDataContributor)
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+  }
+}
+
+resource operatorWorkDeadLetters 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasOperator) {
+  name: guid(workQueue.id, operatorPrincipalId, roles.serviceBusDataReceiver)
+  scope: workQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+  }
+}
+
+resource operatorResultDeadLetters 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasOperator) {
+  name: guid(resultQueue.id, operatorPrincipalId, roles.serviceBusDataReceiver)
+  scope: resultQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
   }
 }

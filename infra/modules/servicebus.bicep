@@ -24,8 +24,8 @@ param resultQueueName string
 @minValue(1)
 param maxDeliveryCount int
 
-@description('Peek-lock duration (ISO 8601, at most PT5M). The Functions host renews locks while a handler runs.')
-param lockDuration string = 'PT1M'
+@description('Peek-lock duration (ISO 8601, at most PT5M). The Functions host renews the lock of a message being handled (host.json maxAutoLockRenewalDuration) but not of a prefetched one, so host.json sets prefetchCount 0.')
+param lockDuration string = 'PT5M'
 
 @description('Duplicate detection window (ISO 8601, 20 seconds to 7 days).')
 param duplicateDetectionWindow string = 'PT10M'

@@ -150,7 +150,9 @@ resource deadlineIndexTable 'Microsoft.Storage/storageAccounts/tableServices/tab
   name: deadlineIndexTableName
 }
 
-// Resource logs of the data services (who read, wrote or deleted what), kept in Log Analytics.
+// Resource logs of the data services, kept in Log Analytics: the `audit` category group only. `allLogs` would
+// log every Durable Functions queue poll, lease renewal and history read (thousands of entries a minute
+// from an idle app), which costs more than the whole app; audit keeps the writes and deletes that matter.
 resource blobDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
   name: 'to-log-analytics'
   scope: blobService
@@ -158,7 +160,7 @@ resource blobDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-previ
     workspaceId: logAnalyticsWorkspaceId
     logs: [
       {
-        categoryGroup: 'allLogs'
+        categoryGroup: 'audit'
         enabled: true
       }
     ]
@@ -172,7 +174,7 @@ resource queueDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-prev
     workspaceId: logAnalyticsWorkspaceId
     logs: [
       {
-        categoryGroup: 'allLogs'
+        categoryGroup: 'audit'
         enabled: true
       }
     ]
@@ -186,7 +188,7 @@ resource tableDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-prev
     workspaceId: logAnalyticsWorkspaceId
     logs: [
       {
-        categoryGroup: 'allLogs'
+        categoryGroup: 'audit'
         enabled: true
       }
     ]

@@ -30,28 +30,56 @@ from workflow_core import settings as app_settings
 
 INFRA_DIR = Path(__file__).resolve().parents[2] / "infra"
 MAIN = "main.bicep"
+HOST_JSON = INFRA_DIR.parent / "host.json"
 
 # Built-in Azure role definition ids (identical in every tenant) -> (role name, resource type it must be
 # scoped to). The least-privilege set for the Function App's identity: nothing else may be granted.
+STORAGE_BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
+STORAGE_QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
+STORAGE_TABLE_DATA_CONTRIBUTOR = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
+SERVICE_BUS_DATA_OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
+SERVICE_BUS_DATA_RECEIVER = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0"
+MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
+DURABLE_TASK_DATA_CONTRIBUTOR = "0ad04412-c4d5-4796-b79c-f76d14c8d402"
+
+SERVICE_BUS_QUEUE = "Microsoft.ServiceBus/namespaces/queues"
+STORAGE_TABLE = "Microsoft.Storage/storageAccounts/tableServices/tables"
+
 REQUIRED_ROLES: dict[str, tuple[str, str]] = {
-    "b7e6dc6d-f1e8-4753-8033-0f276bb0955b": ("Storage Blob Data Owner", "Microsoft.Storage/storageAccounts"),
-    "974c5e8b-45b9-4653-ba55-5f855dd0fb88": (
-        "Storage Queue Data Contributor",
-        "Microsoft.Storage/storageAccounts",
-    ),
-    "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3": (
-        "Storage Table Data Contributor",
-        "Microsoft.Storage/storageAccounts",
-    ),
-    "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39": (
-        "Azure Service Bus Data Sender",
-        "Microsoft.ServiceBus/namespaces",
-    ),
-    "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0": (
-        "Azure Service Bus Data Receiver",
-        "Microsoft.ServiceBus/namespaces",
-    ),
-    "3913510d-42f4-4e42-8a64-420c390055eb": ("Monitoring Metrics Publisher", "Microsoft.Insights/components"),
+    STORAGE_BLOB_DATA_OWNER: ("Storage Blob Data Owner", "Microsoft.Storage/storageAccounts"),
+    STORAGE_QUEUE_DATA_CONTRIBUTOR: ("Storage Queue Data Contributor", "Microsoft.Storage/storageAccounts"),
+    STORAGE_TABLE_DATA_CONTRIBUTOR: ("Storage Table Data Contributor", "Microsoft.Storage/storageAccounts"),
+    # On each agent queue (not the namespace): send, receive, and the Manage claim target-based scaling of
+    # the Service Bus triggers needs (the Functions docs' Service Bus trigger role table).
+    SERVICE_BUS_DATA_OWNER: ("Azure Service Bus Data Owner", SERVICE_BUS_QUEUE),
+    MONITORING_METRICS_PUBLISHER: ("Monitoring Metrics Publisher", "Microsoft.Insights/components"),
+}
+# Granted to the app's identity only where the resource exists (the Durable Task Scheduler backend).
+OPTIONAL_ROLES: dict[str, tuple[str, str]] = {
+    DURABLE_TASK_DATA_CONTRIBUTOR: ("Durable Task Data Contributor", "Microsoft.DurableTask/schedulers"),
+}
+# The deployer/operator (main.bicep's principalId): what the operator CLI needs.
+OPERATOR_ROLES: dict[str, tuple[str, str]] = {
+    STORAGE_TABLE_DATA_CONTRIBUTOR: ("Storage Table Data Contributor", STORAGE_TABLE),
+    SERVICE_BUS_DATA_RECEIVER: ("Azure Service Bus Data Receiver", SERVICE_BUS_QUEUE),
+}
+# Which named resources a role on a sub-resource scope must cover: role -> setting names of the resources.
+ROLE_TARGETS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("app", SERVICE_BUS_DATA_OWNER): ("WORK_QUEUE_NAME", "RESULT_QUEUE_NAME"),
+    ("operator", STORAGE_TABLE_DATA_CONTRIBUTOR): ("LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"),
+    ("operator", SERVICE_BUS_DATA_RECEIVER): ("WORK_QUEUE_NAME", "RESULT_QUEUE_NAME"),
+}
+
+# siteConfig properties Flex Consumption rejects (ARM error 51021) or ignores.
+FLEX_UNSUPPORTED_SITE_CONFIG = {
+    "ftpsState",
+    "alwaysOn",
+    "linuxFxVersion",
+    "use32BitWorkerProcess",
+    "netFrameworkVersion",
+    "preWarmedInstanceCount",
+    "functionsRuntimeScaleMonitoringEnabled",
+    "functionAppScaleLimit",
 }
 
 # Resource types the deployment must declare (not merely reference as `existing`).
@@ -67,6 +95,7 @@ REQUIRED_RESOURCE_TYPES: dict[str, str] = {
     "Microsoft.OperationalInsights/workspaces": "Log Analytics workspace",
     "Microsoft.Insights/components": "Application Insights",
     "Microsoft.Insights/scheduledQueryRules": "log alert rule",
+    "Microsoft.Insights/metricAlerts": "metric alert rule",
     "Microsoft.Authorization/roleAssignments": "role assignments",
 }
 
@@ -124,6 +153,7 @@ class Resource:
     type: str
     existing: bool
     config: dict[str, Any]  # the resource body (condition / loop wrappers removed)
+    condition: Any = None  # the ``if (...)`` expression of a conditional resource, else None
 
     @property
     def properties(self) -> dict[str, Any]:
@@ -174,16 +204,36 @@ def load(infra_dir: Path = INFRA_DIR) -> tuple[dict[str, BicepFile], list[str]]:
 def resources(files: dict[str, BicepFile]) -> Iterator[Resource]:
     for bicep in files.values():
         for symbol, resource in bicep.section("resources").items():
-            config = resource.get("config") or {}
-            while isinstance(config, dict) and ("loop_type" in config or "condition" in config):
-                config = config.get("config") or {}
+            config, condition = _unwrap(resource.get("config"))
             yield Resource(
                 file=bicep.rel,
                 symbol=symbol,
                 type=resource.get("type", ""),
                 existing=bool(resource.get("existing")),
                 config=config,
+                condition=condition,
             )
+
+
+def _unwrap(config: Any) -> tuple[dict[str, Any], Any]:
+    """A resource or module body without its ``if (...)`` / loop wrappers, and the condition if any."""
+    condition = None
+    config = config or {}
+    while isinstance(config, dict) and ("loop_type" in config or "condition" in config):
+        if "condition" in config and condition is None:
+            condition = config["condition"]
+        config = config.get("config") or {}
+    return config, condition
+
+
+def modules_of(bicep: BicepFile) -> dict[str, tuple[str, dict[str, Any], Any]]:
+    """``symbol -> (path, params, condition)`` of the module calls in ``bicep``."""
+    result = {}
+    for symbol, module in bicep.section("modules").items():
+        path = ((module.get("detail") or {}).get("path") or "").removeprefix("./")
+        config, condition = _unwrap(module.get("config"))
+        result[symbol] = (path, config.get("params") or {}, condition)
+    return result
 
 
 def declared(files: dict[str, BicepFile], resource_type: str) -> list[Resource]:
@@ -246,9 +296,7 @@ class Resolver:
         self.calls: dict[str, dict[str, Any]] = {}  # module file -> params passed by main.bicep
         main = files.get(MAIN)
         if main is not None:
-            for module in main.section("modules").values():
-                path = ((module.get("detail") or {}).get("path") or "").removeprefix("./")
-                params = (module.get("config") or {}).get("params") or {}
+            for path, params, _condition in modules_of(main).values():
                 self.calls[path] = params
 
     def value(self, file: str, expr: Any, _seen: frozenset[tuple[str, str]] = frozenset()) -> Any:
@@ -310,12 +358,63 @@ def app_settings_of(files: dict[str, BicepFile]) -> tuple[Resource | None, dict[
     if not sites:
         return None, {}
     site = sites[0]
-    entries = (site.properties.get("siteConfig") or {}).get("appSettings") or []
-    result: dict[str, Any] = {}
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            result[entry["name"]] = entry.get("value")
-    return site, result
+    entries, _conditional = _setting_entries(
+        files, site.file, (site.properties.get("siteConfig") or {}).get("appSettings")
+    )
+    return site, {name: value for name, value in entries}
+
+
+def conditional_app_settings(files: dict[str, BicepFile]) -> dict[str, Any]:
+    """The app settings that exist only under a condition (``cond ? [...] : []`` inside ``concat``),
+    ``{name: condition expression}``."""
+    sites = [
+        r for r in declared(files, "Microsoft.Web/sites") if "functionapp" in str(r.config.get("kind", ""))
+    ]
+    if not sites:
+        return {}
+    site = sites[0]
+    _entries, conditional = _setting_entries(
+        files, site.file, (site.properties.get("siteConfig") or {}).get("appSettings")
+    )
+    return conditional
+
+
+def _setting_entries(
+    files: dict[str, BicepFile], file: str, expr: Any, condition: Any = None
+) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    """``[(name, value expr)]`` of an appSettings expression: a list literal, a variable holding one,
+    ``concat(...)`` of those, or ``cond ? list : list`` (both branches are read)."""
+    entries: list[tuple[str, Any]] = []
+    conditional: dict[str, Any] = {}
+    if isinstance(expr, str):
+        variables = files[file].section("variables") if file in files else {}
+        if expr in variables:
+            return _setting_entries(files, file, variables[expr].get("value"), condition)
+        return entries, conditional
+    if isinstance(expr, list):
+        for entry in expr:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                entries.append((entry["name"], entry.get("value")))
+                if condition is not None:
+                    conditional[entry["name"]] = condition
+        return entries, conditional
+    function = _node(expr, "function")
+    if function is not None and function.get("type") == "concat":
+        for arg in (function.get("parameters") or {}).values():
+            more, more_conditional = _setting_entries(files, file, arg, condition)
+            entries += more
+            conditional.update(more_conditional)
+        return entries, conditional
+    op = _node(expr, "operator")
+    if op is not None and op.get("type") == "conditional":
+        operands = op.get("operands") or {}
+        for branch in ("true_value", "false_value"):
+            more, more_conditional = _setting_entries(
+                files, file, operands.get(branch), operands.get("condition")
+            )
+            entries += more
+            conditional.update(more_conditional)
+    return entries, conditional
 
 
 def _symbols(files: dict[str, BicepFile], file: str) -> dict[str, Resource]:
@@ -475,6 +574,29 @@ def check_function_app(files: dict[str, BicepFile]) -> list[str]:
         problems.append("the deployment package must be read with the user-assigned identity")
     if resolver.value(site.file, site.properties.get("httpsOnly")) is not True:
         problems.append("Function App: httpsOnly must be true")
+    site_config = site.properties.get("siteConfig") or {}
+    for key in sorted(FLEX_UNSUPPORTED_SITE_CONFIG & set(site_config)):
+        problems.append(f"siteConfig.{key} is not supported on Flex Consumption (ARM error 51021)")
+    always_ready = resolver.value(site.file, (config.get("scaleAndConcurrency") or {}).get("alwaysReady"))
+    groups = always_ready if isinstance(always_ready, list) else []
+    durable = [g for g in groups if isinstance(g, dict) and g.get("name") == "durable"]
+    count = durable[0].get("instanceCount") if durable else None
+    if not (isinstance(count, int) and count >= 1):
+        problems.append(
+            "functionAppConfig.scaleAndConcurrency.alwaysReady must keep at least 1 instance of the durable "
+            f"group (Durable Functions on Flex Consumption), is {always_ready!r}"
+        )
+    for policy in declared(files, "Microsoft.Web/sites/basicPublishingCredentialsPolicies"):
+        if not policy.config.get("location"):
+            problems.append(f"basicPublishingCredentialsPolicies {policy.symbol} must set location")
+        if resolver.value(policy.file, policy.properties.get("allow")) is not False:
+            problems.append(f"basicPublishingCredentialsPolicies {policy.symbol} must set allow: false")
+    names = {
+        resolver.value(r.file, r.config.get("name"))
+        for r in declared(files, "Microsoft.Web/sites/basicPublishingCredentialsPolicies")
+    }
+    if names != {"ftp", "scm"}:
+        problems.append(f"basic publishing must be disabled for ftp and scm, policies found: {sorted(names)}")
     server_farm = dotted(site.properties.get("serverFarmId"))
     if not any(server_farm == f"{plan.symbol}.id" for plan in plans if plan.file == site.file):
         problems.append(
@@ -590,11 +712,31 @@ def check_monitoring(files: dict[str, BicepFile]) -> list[str]:
     return problems
 
 
+def _principal_of(resolver: Resolver, files: dict[str, BicepFile], assignment: Resource) -> str | None:
+    """``app`` (the managed identity's principalId, passed down from a module output), ``operator`` (main's
+    ``principalId`` parameter) or None (anything else)."""
+    principal = assignment.properties.get("principalId")
+    if not isinstance(principal, str):
+        return None
+    if assignment.file == MAIN:
+        passed: Any = principal
+    else:
+        passed = resolver.calls.get(assignment.file, {}).get(principal)
+    if dotted(passed).endswith(".outputs.principalId"):
+        return "app"
+    main_params = files[MAIN].section("parameters") if MAIN in files else {}
+    if passed == "principalId" and "principalId" in main_params:
+        return "operator"
+    return None
+
+
 def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
-    """The identity holds exactly the least-privilege roles, each scoped to its own resource."""
+    """The app's identity holds exactly the least-privilege roles, each scoped to its own resource (the
+    Service Bus ones to each agent queue); the operator (main's principalId) gets only the table and
+    dead-letter roles, on the ledger tables and the queues, and only when principalId is set."""
     problems = []
     resolver = Resolver(files)
-    granted: set[str] = set()
+    granted: dict[tuple[str, str], set[Any]] = {}
     for assignment in declared(files, "Microsoft.Authorization/roleAssignments"):
         where = f"{assignment.file}: role assignment {assignment.symbol}"
         props = assignment.properties
@@ -608,16 +750,24 @@ def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
             continue
         parameters = function.get("parameters") or {}
         guid = resolver.value(assignment.file, parameters.get("resource_name_1"))
-        if (
-            parameters.get("resource_type") != "Microsoft.Authorization/roleDefinitions"
-            or guid not in REQUIRED_ROLES
-        ):
+        principal = _principal_of(resolver, files, assignment)
+        if principal is None:
             problems.append(
-                f"{where}: role {guid!r} is not one of the least-privilege built-in roles "
-                f"{sorted(REQUIRED_ROLES)}"
+                f"{where}: principalId must be the managed identity's principalId or main.bicep's "
+                f"principalId parameter, is {dotted(props.get('principalId'))}"
             )
             continue
-        role_name, scope_type = REQUIRED_ROLES[guid]
+        allowed = {**REQUIRED_ROLES, **OPTIONAL_ROLES} if principal == "app" else OPERATOR_ROLES
+        if (
+            parameters.get("resource_type") != "Microsoft.Authorization/roleDefinitions"
+            or guid not in allowed
+        ):
+            problems.append(
+                f"{where}: role {guid!r} is not one of the least-privilege built-in roles of the {principal} "
+                f"{sorted(allowed)}"
+            )
+            continue
+        role_name, scope_type = allowed[guid]
         scope = assignment.config.get("scope")
         target = _symbols(files, assignment.file).get(scope) if isinstance(scope, str) else None
         if target is None or target.type != scope_type:
@@ -626,26 +776,47 @@ def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
                 f"{dotted(scope) if scope is not None else 'the resource group'}"
             )
             continue
-        if resolver.value(assignment.file, props.get("principalType")) != "ServicePrincipal":
+        principal_type = resolver.value(assignment.file, props.get("principalType"))
+        if principal == "app" and principal_type != "ServicePrincipal":
             problems.append(f"{where}: principalType must be ServicePrincipal")
             continue
-        principal = props.get("principalId")
-        passed = (
-            resolver.calls.get(assignment.file, {}).get(principal) if isinstance(principal, str) else None
-        )
-        if not dotted(passed).endswith(".outputs.principalId"):
-            problems.append(
-                f"{where}: principalId must be the managed identity's principalId, is {dotted(principal)}"
-            )
-            continue
+        if principal == "operator":
+            if assignment.condition is None:
+                problems.append(f"{where}: an operator role must be conditional on principalId being set")
+                continue
+            if principal_type != "User":
+                problems.append(f"{where}: principalType must come from main.bicep's principalType (User)")
+                continue
         name = assignment.config.get("name")
         if (_node(name, "function") or {}).get("type") != "guid":
             problems.append(f"{where}: name must be a deterministic guid(...)")
             continue
-        granted.add(guid)
+        granted.setdefault((principal, guid), set()).add(
+            resolver.value(target.file, target.config.get("name"))
+        )
     for guid, (role_name, scope_type) in REQUIRED_ROLES.items():
-        if guid not in granted:
+        if ("app", guid) not in granted:
             problems.append(f"missing role assignment: {role_name} ({guid}) on the {scope_type}")
+    if (
+        declared(files, "Microsoft.DurableTask/schedulers")
+        and ("app", DURABLE_TASK_DATA_CONTRIBUTOR) not in granted
+    ):
+        problems.append(
+            "missing role assignment: Durable Task Data Contributor on the Durable Task Scheduler"
+        )
+    for guid, (role_name, scope_type) in OPERATOR_ROLES.items():
+        if ("operator", guid) not in granted:
+            problems.append(f"missing operator role assignment: {role_name} ({guid}) on a {scope_type}")
+    for (principal, guid), settings in ROLE_TARGETS.items():
+        if (principal, guid) not in granted:
+            continue
+        role_name = (REQUIRED_ROLES if principal == "app" else OPERATOR_ROLES)[guid][0]
+        for setting in settings:
+            if _documented_default(setting) not in granted[(principal, guid)]:
+                problems.append(
+                    f"{role_name} of the {principal} does not cover "
+                    f"{_documented_default(setting)!r} ({setting})"
+                )
     return problems
 
 
@@ -723,6 +894,12 @@ def check_param_files(files: dict[str, BicepFile], infra_dir: Path = INFRA_DIR) 
             problems.append(f"{path.name}: param {name} is not declared in {MAIN}")
         for name in sorted(required - set(values)):
             problems.append(f"{path.name}: required param {name} has no value")
+        always_ready = values.get("durableAlwaysReadyInstanceCount")
+        if values.get("zoneRedundant") is True and not (isinstance(always_ready, int) and always_ready >= 2):
+            problems.append(
+                f"{path.name}: zoneRedundant needs durableAlwaysReadyInstanceCount >= 2 (the platform "
+                f"keeps at least two always-ready instances per scale group), is {always_ready!r}"
+            )
     return problems
 
 
@@ -739,6 +916,236 @@ def check_no_unused_declarations(files: dict[str, BicepFile]) -> list[str]:
     return problems
 
 
+# ----------------------------------------------------------------------------------------------------------
+# host.json, and what it must agree with in the Bicep
+# ----------------------------------------------------------------------------------------------------------
+
+
+def iso_seconds(duration: Any) -> float | None:
+    """Seconds of an ISO 8601 duration without years/months (``PT5M``, ``P1DT2H``), else None."""
+    match = re.fullmatch(
+        r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", str(duration or "")
+    )
+    if not match or duration in ("P", "PT"):
+        return None
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def timespan_seconds(value: Any) -> float | None:
+    """Seconds of a .NET timespan ``[d.]hh:mm:ss`` (host.json), else None."""
+    match = re.fullmatch(r"(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)", str(value or ""))
+    if not match:
+        return None
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def load_host_json(path: Path = HOST_JSON) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def check_host_json(host: dict[str, Any]) -> list[str]:
+    """OpenTelemetry mode, the Durable settings for Flex Consumption, Service Bus locks that cannot expire
+    under a running or buffered message."""
+    problems = []
+    if host.get("telemetryMode") != "OpenTelemetry":
+        problems.append(f"host.json telemetryMode must be 'OpenTelemetry', is {host.get('telemetryMode')!r}")
+    extensions = host.get("extensions") or {}
+    provider = (extensions.get("durableTask") or {}).get("storageProvider") or {}
+    if provider.get("type") != "AzureStorage":
+        problems.append(
+            "host.json durableTask.storageProvider.type must stay AzureStorage (the default backend)"
+        )
+    polling = timespan_seconds(provider.get("maxQueuePollingInterval"))
+    if polling is None or polling > 10:
+        problems.append(
+            "host.json durableTask.storageProvider.maxQueuePollingInterval must be at most 00:00:10 on Flex "
+            f"Consumption, is {provider.get('maxQueuePollingInterval')!r}"
+        )
+    service_bus = extensions.get("serviceBus") or {}
+    if service_bus.get("prefetchCount") != 0:
+        problems.append(
+            "host.json serviceBus.prefetchCount must be 0: a prefetched message's lock runs while it waits "
+            f"in the buffer and is not renewed, is {service_bus.get('prefetchCount')!r}"
+        )
+    timeout = timespan_seconds(host.get("functionTimeout"))
+    renewal = timespan_seconds(service_bus.get("maxAutoLockRenewalDuration"))
+    if timeout is None or renewal is None or renewal < timeout:
+        problems.append(
+            "host.json serviceBus.maxAutoLockRenewalDuration must be at least functionTimeout "
+            f"({service_bus.get('maxAutoLockRenewalDuration')!r} < {host.get('functionTimeout')!r})"
+        )
+    return problems
+
+
+def check_service_bus_locks(files: dict[str, BicepFile]) -> list[str]:
+    """The agent queues lock a message for the longest allowed time (PT5M), so that one renewal lost to a
+    transient error does not cost a delivery (MAX_DELIVERY_COUNT of them dead-letter it)."""
+    problems = []
+    resolver = Resolver(files)
+    for queue in declared(files, SERVICE_BUS_QUEUE):
+        lock = resolver.value(queue.file, queue.properties.get("lockDuration"))
+        if iso_seconds(lock) != 300:
+            problems.append(f"Service Bus queue {queue.symbol}: lockDuration must be PT5M, is {lock!r}")
+    return problems
+
+
+def check_diagnostics(files: dict[str, BicepFile]) -> list[str]:
+    """Storage data-service logs: the audit category group (allLogs logs every Durable poll and lease
+    renewal); the workspace has a daily cap."""
+    problems = []
+    resolver = Resolver(files)
+    storage_services = {
+        (r.file, r.symbol)
+        for r in resources(files)
+        if r.type.startswith("Microsoft.Storage/storageAccounts/") and r.type.endswith("Services")
+    }
+    scoped = 0
+    for setting in declared(files, "Microsoft.Insights/diagnosticSettings"):
+        scope = setting.config.get("scope")
+        if (setting.file, scope) not in storage_services:
+            continue
+        scoped += 1
+        logs = resolver.value(setting.file, setting.properties.get("logs")) or []
+        groups = [entry.get("categoryGroup") for entry in logs if isinstance(entry, dict)]
+        if groups != ["audit"]:
+            problems.append(
+                f"diagnostic setting {setting.symbol} ({scope}): storage logs must use the audit category "
+                f"group only, are {groups!r}"
+            )
+    if scoped == 0:
+        problems.append("no diagnostic settings on the storage data services")
+    for workspace in declared(files, "Microsoft.OperationalInsights/workspaces"):
+        capping = resolver.value(workspace.file, workspace.properties.get("workspaceCapping"))
+        quota = capping.get("dailyQuotaGb") if isinstance(capping, dict) else None
+        if not (isinstance(quota, int | float) and quota > 0):
+            problems.append(
+                f"Log Analytics {workspace.symbol}: workspaceCapping.dailyQuotaGb must be > 0, is {quota!r}"
+            )
+    return problems
+
+
+def check_alerts(files: dict[str, BicepFile]) -> list[str]:
+    """Stalled instances (custom event sas.instance_stalled), dead-lettered results (the Service Bus
+    metric on the results queue) and the workbook bound to its component by a lower-cased id."""
+    problems = []
+    resolver = Resolver(files)
+    criteria = [
+        item
+        for rule in declared(files, "Microsoft.Insights/scheduledQueryRules")
+        for item in _query_text(resolver, rule)
+    ]
+    stalled = [c for q, c in criteria if "customEvents" in q and '"sas.instance_stalled"' in q]
+    if not stalled:
+        problems.append("no alert on stalled instances (customEvents named sas.instance_stalled)")
+    elif not any(c.get("operator") == "GreaterThan" and c.get("threshold") == 0 for c in stalled):
+        problems.append("the stalled-instances alert must fire on any occurrence (GreaterThan 0)")
+    result_queue = _documented_default("RESULT_QUEUE_NAME")
+    dead_letter_alerts = []
+    for rule in declared(files, "Microsoft.Insights/metricAlerts"):
+        props = resolver.value(rule.file, rule.properties)
+        for criterion in (
+            ((props.get("criteria") or {}).get("allOf") or []) if isinstance(props, dict) else []
+        ):
+            if not isinstance(criterion, dict) or criterion.get("metricName") != "DeadletteredMessages":
+                continue
+            entities = [
+                value
+                for dimension in criterion.get("dimensions") or []
+                if dimension.get("name") == "EntityName" and dimension.get("operator") == "Include"
+                for value in dimension.get("values") or []
+            ]
+            if (
+                result_queue in entities
+                and criterion.get("operator") == "GreaterThan"
+                and criterion.get("threshold") == 0
+            ):
+                dead_letter_alerts.append(rule.symbol)
+    if not dead_letter_alerts:
+        problems.append(
+            f"no metric alert on DeadletteredMessages of the results queue {result_queue!r} (GreaterThan 0)"
+        )
+    for workbook in declared(files, "Microsoft.Insights/workbooks"):
+        source = workbook.properties.get("sourceId")
+        if (_node(source, "function") or {}).get("type") != "to_lower":
+            problems.append(
+                f"workbook {workbook.symbol}: sourceId must be toLower(<component>.id), is {dotted(source)}"
+            )
+    return problems
+
+
+def check_azd_conventions(files: dict[str, BicepFile], infra_dir: Path = INFRA_DIR) -> list[str]:
+    """The azd-env-name tag on everything, and the principalId parameter azd fills with the deployer."""
+    problems = []
+    main = files.get(MAIN)
+    if main is None:
+        return [f"{MAIN} is missing"]
+    resolver = Resolver(files)
+    tags = resolver.value(MAIN, main.section("variables").get("allTags", {}).get("value"))
+    if "azd-env-name" not in json.dumps(main.section("variables").get("allTags", {}), default=str):
+        problems.append(f"{MAIN}: allTags must carry the azd-env-name tag (= environmentName), is {tags!r}")
+    principal = main.section("parameters").get("principalId")
+    if principal is None or principal.get("default") != "":
+        problems.append(f"{MAIN}: param principalId string = '' (the deployer azd passes) is missing")
+    parameters_file = infra_dir / "main.parameters.json"
+    if parameters_file.is_file():
+        values = json.loads(parameters_file.read_text(encoding="utf-8")).get("parameters", {})
+        if (values.get("principalId") or {}).get("value") != "${AZURE_PRINCIPAL_ID}":
+            problems.append("main.parameters.json must map principalId to ${AZURE_PRINCIPAL_ID}")
+    return problems
+
+
+def check_durable_backend(files: dict[str, BicepFile]) -> list[str]:
+    """Azure Storage stays the default Durable backend; the Durable Task Scheduler is provisioned only when
+    durableBackend asks for it, and the app is then pointed at it (identity-based connection)."""
+    problems = []
+    main = files.get(MAIN)
+    if main is None:
+        return [f"{MAIN} is missing"]
+    backend = main.section("parameters").get("durableBackend") or {}
+    if backend.get("default") != "AzureStorage":
+        problems.append(
+            f"{MAIN}: param durableBackend must default to 'AzureStorage', is {backend.get('default')!r}"
+        )
+    calls = [
+        (symbol, condition)
+        for symbol, (path, _params, condition) in modules_of(main).items()
+        if path == "modules/durable-task-scheduler.bicep"
+    ]
+    if not calls:
+        problems.append(f"{MAIN}: the Durable Task Scheduler module is not called")
+    elif any(condition is None for _symbol, condition in calls):
+        problems.append(f"{MAIN}: the Durable Task Scheduler module must be conditional on durableBackend")
+    for resource_type in ("Microsoft.DurableTask/schedulers", "Microsoft.DurableTask/schedulers/taskHubs"):
+        if not declared(files, resource_type):
+            problems.append(f"no {resource_type} is declared")
+    _site, raw = app_settings_of(files)
+    conditional = conditional_app_settings(files)
+    resolver = Resolver(files)
+    provider_type = raw.get("AzureFunctionsJobHost__extensions__durableTask__storageProvider__type")
+    op = _node(provider_type, "operator") or {}
+    branches = op.get("operands") or {}
+    if op.get("type") != "conditional" or {branches.get("true_value"), branches.get("false_value")} != {
+        "azureManaged",
+        "AzureStorage",
+    }:
+        problems.append(
+            "app setting AzureFunctionsJobHost__extensions__durableTask__storageProvider__type must switch "
+            f"between AzureStorage and azureManaged with durableBackend, is {dotted(provider_type)}"
+        )
+    connection = raw.get("DURABLE_TASK_SCHEDULER_CONNECTION_STRING")
+    if connection is None or "DURABLE_TASK_SCHEDULER_CONNECTION_STRING" not in conditional:
+        problems.append(
+            "DURABLE_TASK_SCHEDULER_CONNECTION_STRING must be set, only with the Durable Task Scheduler"
+        )
+    elif "Authentication=ManagedIdentity;ClientID=" not in str(resolver.value(_site.file, connection)):
+        problems.append(
+            "DURABLE_TASK_SCHEDULER_CONNECTION_STRING must authenticate with the managed identity"
+        )
+    return problems
+
+
 ALL_CHECKS = (
     check_modules_resolve,
     check_required_resources,
@@ -751,6 +1158,10 @@ ALL_CHECKS = (
     check_no_secrets,
     check_outputs,
     check_no_unused_declarations,
+    check_service_bus_locks,
+    check_diagnostics,
+    check_alerts,
+    check_durable_backend,
 )
 
 
@@ -763,4 +1174,7 @@ def run_all(infra_dir: Path = INFRA_DIR) -> list[str]:
             problems += check(files, infra_dir)
         else:
             problems += check(files)
+    problems += check_azd_conventions(files, infra_dir)
+    host_json = infra_dir.parent / "host.json"
+    problems += check_host_json(load_host_json(host_json if host_json.is_file() else HOST_JSON))
     return problems + check_param_files(files, infra_dir)

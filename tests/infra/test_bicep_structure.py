@@ -7,6 +7,7 @@ each check really fails when the templates are broken the way it guards against.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Callable
@@ -19,14 +20,15 @@ from workflow_core import settings as app_settings
 
 # The built-in role definition ids, as published in Azure's built-in roles reference.
 BUILT_IN_ROLE_IDS = {
-    "Azure Service Bus Data Sender": "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39",
+    "Azure Service Bus Data Owner": "090c5cfd-751d-490a-894a-3ce6f1109419",
     "Azure Service Bus Data Receiver": "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0",
     "Storage Blob Data Owner": "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
     "Storage Queue Data Contributor": "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
     "Storage Table Data Contributor": "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
     "Monitoring Metrics Publisher": "3913510d-42f4-4e42-8a64-420c390055eb",
+    "Durable Task Data Contributor": "0ad04412-c4d5-4796-b79c-f76d14c8d402",
 }
-SERVICE_BUS_DATA_OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
+SERVICE_BUS_DATA_OWNER = BUILT_IN_ROLE_IDS["Azure Service Bus Data Owner"]
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +89,38 @@ def test_role_assignments_least_privilege_on_resource_scopes(files):
 
 
 def test_role_ids_are_the_built_in_ones():
-    assert {name: guid for guid, (name, _scope) in bc.REQUIRED_ROLES.items()} == BUILT_IN_ROLE_IDS
-    text = (bc.INFRA_DIR / "modules" / "role-assignments.bicep").read_text(encoding="utf-8")
+    roles = {**bc.REQUIRED_ROLES, **bc.OPTIONAL_ROLES, **bc.OPERATOR_ROLES}
+    assert {name: guid for guid, (name, _scope) in roles.items()} == BUILT_IN_ROLE_IDS
+    text = "".join(
+        (bc.INFRA_DIR / "modules" / name).read_text(encoding="utf-8")
+        for name in ("role-assignments.bicep", "durable-task-scheduler.bicep")
+    )
     for guid in BUILT_IN_ROLE_IDS.values():
         assert f"'{guid}'" in text
+
+
+def test_host_json(files):
+    assert bc.check_host_json(bc.load_host_json()) == []
+
+
+def test_service_bus_locks(files):
+    assert bc.check_service_bus_locks(files) == []
+
+
+def test_diagnostics_and_daily_cap(files):
+    assert bc.check_diagnostics(files) == []
+
+
+def test_alerts_on_stalled_instances_and_dead_lettered_results(files):
+    assert bc.check_alerts(files) == []
+
+
+def test_azd_conventions(files):
+    assert bc.check_azd_conventions(files) == []
+
+
+def test_durable_backend_choice(files):
+    assert bc.check_durable_backend(files) == []
 
 
 def test_no_secrets_anywhere(files):
@@ -171,49 +201,74 @@ def _problems_after(tmp_path: Path, rel: str, change: Callable[[str], str], chec
     return found
 
 
-def test_removing_the_service_bus_sender_role_is_caught(tmp_path):
+def test_removing_the_data_owner_role_of_a_queue_is_caught(tmp_path):
     problems = _problems_after(
         tmp_path,
         "modules/role-assignments.bicep",
-        _drop_resource("serviceBusDataSender"),
+        _drop_resource("resultQueueDataOwner"),
         bc.check_role_assignments,
     )
     assert problems == [
-        "missing role assignment: Azure Service Bus Data Sender (69a216fc-b8fb-44d8-bc22-1f3c2cd27a39) "
-        "on the Microsoft.ServiceBus/namespaces"
+        "Azure Service Bus Data Owner of the app does not cover 'agent-results' (RESULT_QUEUE_NAME)"
     ]
 
 
 def test_role_assignment_at_resource_group_scope_is_caught(tmp_path):
     rel = "modules/role-assignments.bicep"
 
-    def unscope_receiver(text: str) -> str:
-        block = re.search(r"^resource serviceBusDataReceiver .*?^\}\n", text, re.MULTILINE | re.DOTALL)
+    def unscope_owner(text: str) -> str:
+        block = re.search(r"^resource workQueueDataOwner .*?^\}\n", text, re.MULTILINE | re.DOTALL)
         assert block is not None
-        return text.replace(block.group(0), block.group(0).replace("  scope: serviceBus\n", ""))
+        return text.replace(block.group(0), block.group(0).replace("  scope: workQueue\n", ""))
 
-    problems = _problems_after(tmp_path, rel, unscope_receiver, bc.check_role_assignments)
+    problems = _problems_after(tmp_path, rel, unscope_owner, bc.check_role_assignments)
     assert any(
-        "Azure Service Bus Data Receiver must be scoped to a" in p and "resource group" in p for p in problems
+        "Azure Service Bus Data Owner must be scoped to a" in p and "resource group" in p for p in problems
     )
 
 
-def test_role_scoped_to_the_wrong_resource_is_caught(tmp_path):
+def test_data_owner_on_the_whole_namespace_is_caught(tmp_path):
     change = _replace(
-        "name: guid(serviceBus.id, principalId, roles.serviceBusDataSender)\n  scope: serviceBus",
-        "name: guid(serviceBus.id, principalId, roles.serviceBusDataSender)\n  scope: storage",
+        "name: guid(workQueue.id, principalId, roles.serviceBusDataOwner)\n  scope: workQueue",
+        "name: guid(workQueue.id, principalId, roles.serviceBusDataOwner)\n  scope: serviceBus",
     )
     problems = _problems_after(tmp_path, "modules/role-assignments.bicep", change, bc.check_role_assignments)
     assert any(
-        "Azure Service Bus Data Sender must be scoped to a Microsoft.ServiceBus" in p for p in problems
+        "Azure Service Bus Data Owner must be scoped to a Microsoft.ServiceBus/namespaces/queues" in p
+        for p in problems
     )
 
 
-def test_broader_role_than_needed_is_caught(tmp_path):
+def test_broader_operator_role_than_needed_is_caught(tmp_path):
     change = _replace("'4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'", f"'{SERVICE_BUS_DATA_OWNER}'")
     problems = _problems_after(tmp_path, "modules/role-assignments.bicep", change, bc.check_role_assignments)
-    assert any(SERVICE_BUS_DATA_OWNER in p and "least-privilege" in p for p in problems)
-    assert any("missing role assignment: Azure Service Bus Data Receiver" in p for p in problems)
+    assert any(SERVICE_BUS_DATA_OWNER in p and "least-privilege" in p and "operator" in p for p in problems)
+    assert any("missing operator role assignment: Azure Service Bus Data Receiver" in p for p in problems)
+
+
+def test_unconditional_operator_role_is_caught(tmp_path):
+    change = _replace(
+        "roleAssignments@2022-04-01' = if (hasOperator) {\n  name: guid(ledgerTable.id",
+        "roleAssignments@2022-04-01' = {\n  name: guid(ledgerTable.id",
+    )
+    problems = _problems_after(tmp_path, "modules/role-assignments.bicep", change, bc.check_role_assignments)
+    assert problems == [
+        "modules/role-assignments.bicep: role assignment operatorLedgerTable: an operator role must be "
+        "conditional on principalId being set",
+        "Storage Table Data Contributor of the operator does not cover 'StepLedger' (LEDGER_TABLE_NAME)",
+    ]
+
+
+def test_operator_without_the_dead_letter_role_is_caught(tmp_path):
+    problems = _problems_after(
+        tmp_path,
+        "modules/role-assignments.bicep",
+        _drop_resource("operatorResultDeadLetters"),
+        bc.check_role_assignments,
+    )
+    assert problems == [
+        "Azure Service Bus Data Receiver of the operator does not cover 'agent-results' (RESULT_QUEUE_NAME)"
+    ]
 
 
 def test_wrong_principal_type_is_caught(tmp_path):
@@ -246,8 +301,8 @@ def test_outputting_the_connection_string_is_caught(tmp_path):
 
 def test_connection_string_app_setting_is_caught(tmp_path):
     change = _replace(
-        "      appSettings: [\n",
-        "      appSettings: [\n"
+        "      appSettings: concat([\n",
+        "      appSettings: concat([\n"
         "        {\n"
         "          name: 'AzureWebJobsStorage'\n"
         "          value: 'DefaultEndpointsProtocol=https;AccountName=x;AccountKey=${storage.name}'\n"
@@ -281,8 +336,8 @@ def test_setting_that_drifts_from_the_documented_default_is_caught(tmp_path):
 
 def test_flex_deprecated_setting_is_caught(tmp_path):
     change = _replace(
-        "      appSettings: [\n",
-        "      appSettings: [\n"
+        "      appSettings: concat([\n",
+        "      appSettings: concat([\n"
         "        {\n          name: 'FUNCTIONS_WORKER_RUNTIME'\n          value: 'python'\n        }\n",
     )
     problems = _problems_after(tmp_path, "modules/function-app.bicep", change, bc.check_app_settings)
@@ -379,3 +434,229 @@ def test_unused_param_is_caught(tmp_path):
     change = _replace("param tags object = {}\n", "param tags object = {}\n\nparam leftover string = 'x'\n")
     problems = _problems_after(tmp_path, "modules/identity.bicep", change, bc.check_no_unused_declarations)
     assert problems == ["modules/identity.bicep: param leftover is never used"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Issue 12 fixes: each one fails when reverted
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_publishing_policy_without_location_is_caught(tmp_path):
+    change = _replace("  name: 'ftp'\n  location: location\n", "  name: 'ftp'\n")
+    problems = _problems_after(tmp_path, "modules/function-app.bicep", change, bc.check_function_app)
+    assert problems == ["basicPublishingCredentialsPolicies ftpBasicAuth must set location"]
+
+
+def test_ftps_state_on_flex_is_caught(tmp_path):
+    change = _replace(
+        "      http20Enabled: true\n", "      http20Enabled: true\n      ftpsState: 'Disabled'\n"
+    )
+    problems = _problems_after(tmp_path, "modules/function-app.bicep", change, bc.check_function_app)
+    assert problems == ["siteConfig.ftpsState is not supported on Flex Consumption (ARM error 51021)"]
+
+
+def test_ftp_skip_is_justified_in_the_bicep():
+    text = (bc.INFRA_DIR / "modules" / "function-app.bicep").read_text(encoding="utf-8")
+    (line,) = [line for line in text.splitlines() if "checkov:skip=CKV_AZURE_78" in line]
+    assert "Flex Consumption" in line and "basicPublishingCredentialsPolicy" in line
+
+
+def test_missing_durable_always_ready_is_caught(tmp_path):
+    change = _replace(
+        "param durableAlwaysReadyInstanceCount int = 1", "param durableAlwaysReadyInstanceCount int = 0"
+    )
+    problems = _problems_after(tmp_path, "main.bicep", change, bc.check_function_app)
+    assert (
+        len(problems) == 1 and "alwaysReady must keep at least 1 instance of the durable group" in problems[0]
+    )
+
+
+def test_zone_redundant_prod_with_one_always_ready_instance_is_caught(tmp_path):
+    infra = _copy(tmp_path)
+    _edit(
+        infra,
+        "main.prod.bicepparam",
+        _replace("param durableAlwaysReadyInstanceCount = 2", "param durableAlwaysReadyInstanceCount = 1"),
+    )
+    files, _ = bc.load(infra)
+    assert bc.check_param_files(files, infra) == [
+        "main.prod.bicepparam: zoneRedundant needs durableAlwaysReadyInstanceCount >= 2 (the platform "
+        "keeps at least two always-ready instances per scale group), is 1"
+    ]
+
+
+def _host_problems(tmp_path: Path, change: Callable[[dict], None]) -> list[str]:
+    host = json.loads(bc.HOST_JSON.read_text(encoding="utf-8"))
+    change(host)
+    infra = _copy(tmp_path)
+    (infra.parent / "host.json").write_text(json.dumps(host), encoding="utf-8")
+    assert bc.run_all(infra) == bc.check_host_json(host), "run_all must read host.json beside infra/"
+    return bc.check_host_json(host)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (("telemetryMode",), None, "telemetryMode must be 'OpenTelemetry'"),
+        (
+            ("extensions", "durableTask", "storageProvider", "maxQueuePollingInterval"),
+            "00:00:30",
+            "maxQueuePollingInterval must be at most 00:00:10",
+        ),
+        (
+            ("extensions", "durableTask", "storageProvider", "maxQueuePollingInterval"),
+            None,
+            "at most 00:00:10",
+        ),
+        (("extensions", "serviceBus", "prefetchCount"), 16, "prefetchCount must be 0"),
+        (
+            ("extensions", "serviceBus", "maxAutoLockRenewalDuration"),
+            "00:05:00",
+            "maxAutoLockRenewalDuration must be at least functionTimeout",
+        ),
+        (("extensions", "durableTask", "storageProvider", "type"), "azureManaged", "must stay AzureStorage"),
+    ],
+)
+def test_host_json_reverts_are_caught(tmp_path, path, value, expected):
+    def change(host: dict) -> None:
+        node = host
+        for key in path[:-1]:
+            node = node[key]
+        if value is None:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+
+    problems = _host_problems(tmp_path, change)
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_a_longer_function_timeout_than_the_lock_renewal_is_caught(tmp_path):
+    problems = _host_problems(tmp_path, lambda host: host.update(functionTimeout="00:30:00"))
+    assert problems == [
+        "host.json serviceBus.maxAutoLockRenewalDuration must be at least functionTimeout "
+        "('00:10:00' < '00:30:00')"
+    ]
+
+
+def test_short_service_bus_lock_is_caught(tmp_path):
+    change = _replace(
+        "param serviceBusLockDuration string = 'PT5M'", "param serviceBusLockDuration string = 'PT1M'"
+    )
+    problems = _problems_after(tmp_path, "main.bicep", change, bc.check_service_bus_locks)
+    assert problems == [
+        "Service Bus queue workQueue: lockDuration must be PT5M, is 'PT1M'",
+        "Service Bus queue resultQueue: lockDuration must be PT5M, is 'PT1M'",
+    ]
+
+
+def test_duration_parsers():
+    assert (
+        bc.iso_seconds("PT5M") == 300 and bc.iso_seconds("P1DT1H") == 90000 and bc.iso_seconds("PT") is None
+    )
+    assert bc.timespan_seconds("00:10:00") == 600 and bc.timespan_seconds("1.00:00:01") == 86401
+    assert bc.timespan_seconds("10m") is None
+
+
+def test_all_logs_on_storage_is_caught(tmp_path):
+    def change(text: str) -> str:
+        return text.replace("categoryGroup: 'audit'", "categoryGroup: 'allLogs'", 1)
+
+    problems = _problems_after(tmp_path, "modules/storage.bicep", change, bc.check_diagnostics)
+    assert problems == [
+        "diagnostic setting blobDiagnostics (blobService): storage logs must use the audit category group "
+        "only, are ['allLogs']"
+    ]
+
+
+def test_missing_daily_cap_is_caught(tmp_path):
+    change = _replace("    workspaceCapping: {\n      dailyQuotaGb: dailyQuotaGb\n    }\n", "")
+    problems = _problems_after(tmp_path, "modules/monitoring.bicep", change, bc.check_diagnostics)
+    assert problems == ["Log Analytics workspace: workspaceCapping.dailyQuotaGb must be > 0, is None"]
+
+
+def test_missing_stalled_instances_alert_is_caught(tmp_path):
+    problems = _problems_after(
+        tmp_path, "modules/monitoring.bicep", _drop_resource("stalledInstancesAlert"), bc.check_alerts
+    )
+    assert problems == ["no alert on stalled instances (customEvents named sas.instance_stalled)"]
+
+
+def test_missing_dead_lettered_results_alert_is_caught(tmp_path):
+    change = _replace("                resultQueueName\n", "                'agent-work'\n")
+    problems = _problems_after(tmp_path, "modules/servicebus-alerts.bicep", change, bc.check_alerts)
+    assert problems == [
+        "no metric alert on DeadletteredMessages of the results queue 'agent-results' (GreaterThan 0)"
+    ]
+
+
+def test_workbook_source_id_not_lower_cased_is_caught(tmp_path):
+    change = _replace("sourceId: toLower(appInsights.id)", "sourceId: appInsights.id")
+    problems = _problems_after(tmp_path, "modules/monitoring.bicep", change, bc.check_alerts)
+    assert problems == ["workbook workbook: sourceId must be toLower(<component>.id), is appInsights.id"]
+
+
+def test_local_settings_example_has_no_worker_indexing_flag():
+    values = json.loads((bc.INFRA_DIR.parent / "local.settings.json.example").read_text(encoding="utf-8"))
+    assert "AzureWebJobsFeatureFlags" not in values["Values"]
+
+
+def test_missing_azd_env_name_tag_is_caught(tmp_path):
+    change = _replace("  'azd-env-name': environmentName\n", "")
+    infra = _copy(tmp_path)
+    _edit(infra, "main.bicep", change)
+    files, _ = bc.load(infra)
+    problems = bc.check_azd_conventions(files, infra)
+    assert len(problems) == 1 and "azd-env-name" in problems[0]
+
+
+def test_principal_id_not_mapped_for_azd_is_caught(tmp_path):
+    infra = _copy(tmp_path)
+    _edit(infra, "main.parameters.json", _replace('"${AZURE_PRINCIPAL_ID}"', '""'))
+    files, _ = bc.load(infra)
+    assert bc.check_azd_conventions(files, infra) == [
+        "main.parameters.json must map principalId to ${AZURE_PRINCIPAL_ID}"
+    ]
+
+
+def test_durable_task_scheduler_by_default_is_caught(tmp_path):
+    change = _replace(
+        "param durableBackend string = 'AzureStorage'", "param durableBackend string = 'DurableTaskScheduler'"
+    )
+    problems = _problems_after(tmp_path, "main.bicep", change, bc.check_durable_backend)
+    assert problems == [
+        "main.bicep: param durableBackend must default to 'AzureStorage', is 'DurableTaskScheduler'"
+    ]
+
+
+def test_unconditional_durable_task_scheduler_is_caught(tmp_path):
+    change = _replace(
+        "module durableTaskScheduler 'modules/durable-task-scheduler.bicep' = if (useDurableTaskScheduler) {",
+        "module durableTaskScheduler 'modules/durable-task-scheduler.bicep' = {",
+    )
+    problems = _problems_after(tmp_path, "main.bicep", change, bc.check_durable_backend)
+    assert problems == ["main.bicep: the Durable Task Scheduler module must be conditional on durableBackend"]
+
+
+def test_durable_task_scheduler_without_its_connection_is_caught(tmp_path):
+    problems = _problems_after(
+        tmp_path,
+        "modules/function-app.bicep",
+        _drop_app_setting("DURABLE_TASK_SCHEDULER_CONNECTION_STRING"),
+        bc.check_durable_backend,
+    )
+    assert problems == [
+        "DURABLE_TASK_SCHEDULER_CONNECTION_STRING must be set, only with the Durable Task Scheduler"
+    ]
+
+
+def test_durable_task_scheduler_without_its_role_is_caught(tmp_path):
+    problems = _problems_after(
+        tmp_path,
+        "modules/durable-task-scheduler.bicep",
+        _drop_resource("durableTaskDataContributorRole"),
+        bc.check_role_assignments,
+    )
+    assert problems == [
+        "missing role assignment: Durable Task Data Contributor on the Durable Task Scheduler"
+    ]

@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,13 +25,16 @@ STARTER_URL = f"https://{APP_NAME}.azurewebsites.net/api/workflows/{{name}}"
 AZ_STUB = f"""#!/usr/bin/env bash
 echo "az $*" >> "$STUB_LOG"
 case "$*" in
+  *"config-zip"*) src="$(echo "$*" | sed 's/.*--src \\([^ ]*\\).*/\\1/')"
+    python3 -c "import sys, zipfile; print(' '.join(sorted(zipfile.ZipFile(sys.argv[1]).namelist())))" \\
+      "$src" >> "$STUB_LOG" ;;
   "account show"*) echo "test-subscription" ;;
   *"deployment group show"*functionAppName*) echo "{APP_NAME}" ;;
   *"deployment group show"*workflowStarterUrl*) echo "{STARTER_URL}" ;;
 esac
 """
 FUNC_STUB = """#!/usr/bin/env bash
-echo "func $* | staged: $(ls -A | sort | tr '\\n' ' ')" >> "$STUB_LOG"
+echo "func $*" >> "$STUB_LOG"
 """
 
 
@@ -51,6 +56,9 @@ def fake_repo(tmp_path: Path) -> Path:
         (repo / clutter).mkdir()
         (repo / clutter / "x.txt").write_text("x", encoding="utf-8")
     (repo / "local.settings.json").write_text("{}", encoding="utf-8")
+    (repo / "devtools").mkdir()
+    (repo / "devtools" / "x.py").write_text("", encoding="utf-8")
+    (repo / ".funcignore").write_text("# as azd reads it\ndevtools/\n", encoding="utf-8")
     return repo
 
 
@@ -90,37 +98,51 @@ def test_what_if_previews_and_changes_nothing(fake_repo, tmp_path):
     assert result.returncode == 0, result.stderr
     assert calls[0].startswith("az account show")
     assert calls[1].startswith("az group create --name rg-sas-dev --location westeurope")
+    # The .bicepparam names the template (`using`): no --template-file beside it.
     assert calls[2] == (
-        "az deployment group what-if --resource-group rg-sas-dev "
-        "--template-file infra/main.bicep --parameters infra/main.dev.bicepparam"
+        "az deployment group what-if --resource-group rg-sas-dev --parameters infra/main.dev.bicepparam"
     )
     assert len(calls) == 3
 
 
-def test_deploy_provisions_then_publishes_with_func(fake_repo, tmp_path):
+def test_deploy_provisions_then_publishes_the_source_for_a_remote_build(fake_repo, tmp_path):
     result, calls = _run(fake_repo, tmp_path, "dev", "rg-sas-dev", "westeurope")
     assert result.returncode == 0, result.stderr
     create = [c for c in calls if c.startswith("az deployment group create")]
     assert len(create) == 1
     assert re.fullmatch(
         r"az deployment group create --resource-group rg-sas-dev --name sas-dev-\d{14} "
-        r"--template-file infra/main\.bicep --parameters infra/main\.dev\.bicepparam --output none",
+        r"--parameters infra/main\.dev\.bicepparam --output none",
         create[0],
     )
-    publish = [c for c in calls if c.startswith("func ")]
-    assert len(publish) == 1
-    command, staged = publish[0].split(" | staged: ")
-    assert command == f"func azure functionapp publish {APP_NAME} --python"
-    assert set(staged.split()) == {"function_app.py", "host.json", "requirements.txt", "workflow_core"}
-    assert calls.index(create[0]) < calls.index(publish[0])
+    # One publishing path whether or not `func` is installed: zip deploy with a remote build.
+    assert not any(c.startswith("func ") for c in calls)
+    (publish,) = [c for c in calls if "config-zip" in c]
+    assert re.fullmatch(
+        rf"az functionapp deployment source config-zip --resource-group rg-sas-dev --name {APP_NAME} "
+        r"--src \S+/app\.zip --build-remote true --output none",
+        publish,
+    )
+    # The zip holds the source only: no tests, virtualenvs or local settings, and no .python_packages.
+    staged = calls[calls.index(publish) + 1].split()
+    assert set(staged) == {"function_app.py", "host.json", "requirements.txt", "workflow_core/__init__.py"}
+    assert calls.index(create[0]) < calls.index(publish)
     assert STARTER_URL in result.stderr
+
+
+def test_package_only_builds_the_source_zip_without_dependencies(fake_repo, tmp_path):
+    result, calls = _run(fake_repo, tmp_path, "--package-only", str(tmp_path / "out.zip"))
+    assert result.returncode == 0, result.stderr
+    assert calls == []
+    names = zipfile.ZipFile(tmp_path / "out.zip").namelist()
+    assert sorted(names) == ["function_app.py", "host.json", "requirements.txt", "workflow_core/__init__.py"]
 
 
 def test_skip_publish(fake_repo, tmp_path):
     result, calls = _run(fake_repo, tmp_path, "prod", "rg-sas-prod", "swedencentral", "--skip-publish")
     assert result.returncode == 0, result.stderr
     assert any("--parameters infra/main.prod.bicepparam" in c for c in calls)
-    assert not any(c.startswith("func ") for c in calls)
+    assert not any("config-zip" in c for c in calls)
 
 
 def test_unknown_environment_is_refused_before_touching_azure(fake_repo, tmp_path):
@@ -137,8 +159,21 @@ def test_wrong_arguments_print_usage(fake_repo, tmp_path):
     assert calls == []
 
 
+def test_no_template_file_beside_a_bicepparam_anywhere():
+    commands = []
+    for path in (DEPLOY, ROOT / "docs" / "deploy.md", bc.INFRA_DIR / "main.bicep"):
+        text = re.sub(r"\\\n\s*", " ", path.read_text(encoding="utf-8"))  # join continuation lines
+        commands += re.findall(r"az deployment group (?:create|what-if)[^\n`]*", text)
+    assert len(commands) >= 5
+    for command in commands:
+        assert "--parameters" in command or "..." in command, command
+        assert "--template-file" not in command, command
+
+
 def test_azure_yaml_for_azd():
-    config = yaml.safe_load((ROOT / "azure.yaml").read_text(encoding="utf-8"))
+    text = (ROOT / "azure.yaml").read_text(encoding="utf-8")
+    assert "remote build" in text
+    config = yaml.safe_load(text)
     assert config["infra"] == {"provider": "bicep", "path": "infra", "module": "main"}
     assert config["services"]["api"] == {"project": ".", "language": "python", "host": "function"}
 
@@ -171,3 +206,65 @@ def test_checkov_is_pinned_and_suppressions_give_reasons():
         for line in path.read_text(encoding="utf-8").splitlines():
             if "checkov:skip" in line:
                 assert re.fullmatch(r"\s*// checkov:skip=CKV2?_AZURE_\d+: \S.{20,}", line), line
+
+
+SCALE_GROUPS_SCRIPT = """
+import json
+import function_app
+
+durable = {"orchestrationTrigger", "activityTrigger", "entityTrigger"}
+groups = {}
+for fn in function_app.app.get_functions():
+    kind = fn.get_trigger().type
+    name = fn.get_function_name()
+    group = "http" if kind == "httpTrigger" else "durable" if kind in durable else "function:" + name
+    groups.setdefault(group, []).append(name)
+print(json.dumps(groups))
+"""
+NUMBER_WORDS = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+
+
+def test_the_zone_redundancy_cost_in_the_docs_counts_the_apps_scale_groups():
+    """Flex Consumption scale groups: http, durable, one per other trigger function. Counted from the app
+    (in a fresh interpreter: get_functions() may run once per process), they must match docs/deploy.md."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", SCALE_GROUPS_SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    groups = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"http", "durable"} <= set(groups)
+
+    docs = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    table = docs.split("| scale group | functions |", 1)[1].split("\n\n", 1)[0]
+    documented = set(re.findall(r"^\| `([^`]+)` \|", table, re.MULTILINE))
+    assert documented == set(groups)
+    for name in groups["http"]:
+        assert f"`{name}`" in table
+    count = len(groups)
+    prose = " ".join(docs.split())
+    assert f"**{NUMBER_WORDS[count]} scale groups**" in prose
+    assert f"{count} groups x 2 = **at least {2 * count} always-ready instances" in prose
+
+
+def test_operations_doc_shows_the_deployed_query_of_every_alert():
+    files, problems = bc.load()
+    assert problems == []
+    resolver = bc.Resolver(files)
+    docs = " ".join((ROOT / "docs" / "operations.md").read_text(encoding="utf-8").split())
+    rules = bc.declared(files, "Microsoft.Insights/scheduledQueryRules")
+    assert len(rules) == 3
+    for rule in rules:
+        for query, _criterion in bc._query_text(resolver, rule):
+            assert " ".join(query.split()) in docs, f"docs/operations.md lacks the query of {rule.symbol}"
+        assert f"`{rule.symbol}`" in docs
+    (metric_alert,) = bc.declared(files, "Microsoft.Insights/metricAlerts")
+    (criterion,) = resolver.value(metric_alert.file, metric_alert.properties["criteria"])["allOf"]
+    assert f"metric: {criterion['metricName']}" in docs
+    assert f"aggregation: {criterion['timeAggregation']}" in docs
+    assert f"`{metric_alert.symbol}`" in docs

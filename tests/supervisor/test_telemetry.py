@@ -98,6 +98,7 @@ def test_compensation_failure_counts_separately(otel, caplog):
                 "action": "finish_compensation",
                 "outcome": "compensation_failed",
                 "workflow": "order-fulfilment",
+                "error.type": "_OTHER",  # failures carry error.type; the caller gave no class
             },
             1,
         )
