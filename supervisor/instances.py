@@ -281,6 +281,15 @@ class InstanceSupervisor:
             reason=f"{action.value}: {detail}",
             status=record.status.value,
         )
+        if action not in (InstanceAction.NOTE_OWNED, InstanceAction.NOTE_COMPENSATION_RUNNING):
+            # the stalled-instances alert counts these (docs/operations.md)
+            telemetry.record_instance_stalled(
+                record.instance_id,
+                workflow=record.workflow,
+                action=action.value,
+                resume_count=record.resume_count,
+                tick_id=self.tick.report.tick_id,
+            )
         telemetry.record_recovery(
             record.instance_id,
             "*",

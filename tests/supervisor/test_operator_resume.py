@@ -9,6 +9,8 @@ import pytest
 from devtools.harness import PatternHarness
 from supervisor import operator, run_tick
 from tests.faults.conftest import start_provisioning, storage_queue_only
+from tests.test_telemetry_instruments import custom_events, events  # noqa: F401 - fixture
+from workflow_core import telemetry
 
 
 @pytest.fixture
@@ -22,7 +24,7 @@ def quiet_harness(azurite):
 
 
 @storage_queue_only
-def test_operator_resume_of_a_stranded_instance_finishes_it_past_its_policy(quiet_harness):
+def test_operator_resume_of_a_stranded_instance_finishes_it_past_its_policy(quiet_harness, events):  # noqa: F811
     h = quiet_harness
     held = h.hold("register_dns")
     iid = start_provisioning(h)
@@ -37,6 +39,12 @@ def test_operator_resume_of_a_stranded_instance_finishes_it_past_its_policy(quie
     report = h.host.run_async(run_tick(h.host.client, h.services))
 
     assert [(i, a) for i, _, a, _ in report.instance_decisions] == [(iid, "resume_instance")]
+    stalled = [
+        e.log_record.attributes
+        for e in custom_events(events)
+        if e.log_record.attributes[telemetry.CUSTOM_EVENT_ATTRIBUTE] == telemetry.INSTANCE_STALLED_EVENT
+    ]
+    assert [(a["instance_id"], a["action"]) for a in stalled] == [(iid, "resume_instance")]
     h.release(held)
     status = h.run_until_complete(iid, timeout=timedelta(hours=1))
     assert status.output["status"] == "succeeded"
