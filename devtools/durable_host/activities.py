@@ -8,10 +8,10 @@ about what happens to an activity's result between running and being committed t
 from __future__ import annotations
 
 import time
-import traceback
 from collections import deque
 
 from .aio import call_maybe_async
+from .failures import activity_failure
 from .history import (
     make_event,
 )
@@ -97,12 +97,13 @@ class _Activities:
             )
             outcome = f"completed -> {_short(encoded)}"
         except Exception as exc:
+            reason, details = activity_failure(item.name, exc)
             event = make_event(
                 H.TASK_FAILED,
                 self.clock.now(),
                 TaskScheduledId=item.task_id,
-                Reason=f"Activity function '{item.name}' failed: {type(exc).__name__}: {exc}",
-                Details="".join(traceback.format_exception(exc)),
+                Reason=reason,
+                Details=details,
             )
             outcome = f"failed: {type(exc).__name__}: {exc}"
         elapsed = f"{(time.perf_counter() - started) * 1000:.1f} ms"

@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from azure.functions._durable_functions import OrchestrationContext
 
-from .failures import parse_failure
+from .failures import orchestrator_failure, parse_failure
 from .history import (
     ActionType,
     action_label,
@@ -105,7 +106,7 @@ class _Episodes:
             "isReplaying": bool(inst.history),
             "parentInstanceId": inst.parent.instance_id if inst.parent else None,
             "input": execution.input,
-            "upperSchemaVersion": self.schema_version,
+            **schema_fields(self.schema_version),
         }
         error: str | None = None
         details = ""
@@ -115,6 +116,11 @@ class _Episodes:
             state = json.loads(raw) if isinstance(raw, str) else raw
         except Exception as exc:
             state, error, details = parse_failure(exc)
+        carried = (
+            self._carried_over(orchestrator, context, batch)
+            if error is None and state.get("isDone") and _continue_as_new_action(state)
+            else []
+        )
 
         inst.history.extend(_played(e) for e in new_events)
         if inst.status in (Status.Pending, Status.ContinuedAsNew):
@@ -124,32 +130,55 @@ class _Episodes:
             inst.custom_status = state["customStatus"]
         inst.last_actions = state.get("actions")
 
-        if error is None:
-            try:
-                self._apply_actions(inst, state.get("actions") or [], now, decisions, after_commit)
-            except _OrchestrationError as exc:
-                error, details = str(exc), ""
+        # The extension replays the actions even when the orchestrator raised
+        # (``ScheduleDurableTaskEvents`` calls ``ReplayOOProcOrchestration`` before it throws), so work
+        # scheduled before the exception is scheduled, and keeps the instance open until it is done.
+        try:
+            self._apply_actions(inst, state.get("actions") or [], now, decisions, after_commit)
+        except _OrchestrationError as exc:
+            # Non-determinism and unknown functions fail the orchestration at once, as the
+            # framework's NonDeterministicOrchestrationException does.
+            inst.history.extend(_played(e) for e in decisions)
+            inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
+            self._fail(inst, *orchestrator_failure(inst.name, str(exc), ""))
+            return
         inst.history.extend(_played(e) for e in decisions)
         inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
 
-        if error is not None:
-            self._fail(inst, f"Orchestrator function '{inst.name}' failed: {error}", details)
-            return
         for action in after_commit:
             action()
-        if state.get("isDone"):
-            continue_as_new = next(
-                (
-                    a
-                    for a in flatten_actions(state.get("actions") or [])
-                    if a.get("actionType") == ActionType.CONTINUE_AS_NEW
-                ),
-                None,
-            )
+        if error is not None:
+            self._finish_failed(inst, *orchestrator_failure(inst.name, error, details))
+        elif state.get("isDone"):
+            continue_as_new = _continue_as_new_action(state)
             if continue_as_new is not None:
-                self._continue_as_new(inst, continue_as_new.get("input"))
+                self._continue_as_new(inst, continue_as_new.get("input"), carried)
             else:
                 self._complete(inst, state.get("output"))
+
+    def _carried_over(self, orchestrator: Any, context: dict, batch: list[_Message]) -> list[_Message]:
+        """The EventRaised messages of ``batch`` that the framework carries into the next execution.
+
+        The framework processes a batch one event at a time and reaches the orchestrator's
+        ContinueAsNew while processing one of them; every EventRaised after that point goes to the
+        next execution (``TaskOrchestrationContext.HandleEventRaisedEvent``). The point is found the
+        way the framework meets it: replaying the batch's prefixes, the first one after which the
+        code continues as new. Events before it were delivered to this execution and stay there.
+        """
+        if len(batch) < 2:
+            return []
+        history = context["history"]
+        old = history[: len(history) - len(batch)]
+        for k in range(1, len(batch)):
+            trial = {**context, "history": [*old, *(m.event for m in batch[:k])]}
+            try:
+                raw = orchestrator.handler(OrchestrationContext(json.dumps(trial)))
+            except Exception:
+                continue
+            state = json.loads(raw) if isinstance(raw, str) else raw
+            if state.get("isDone") and _continue_as_new_action(state):
+                return [m for m in batch[k:] if m.event["EventType"] == H.EVENT_RAISED]
+        return []
 
     def _account(
         self,
@@ -191,7 +220,11 @@ class _Episodes:
             )
         elif kind == H.TIMER_FIRED:
             task = execution.tasks.get(event["TimerId"])
-            if task is None or not self._is_retry_relevant(execution, event):
+            if task is None:
+                return
+            relevant = self._is_retry_relevant(execution, event)
+            task.done = True
+            if not relevant:
                 return
             retry = task.retry
             retry.timer_id = None
@@ -344,3 +377,34 @@ def _describe_signature(signature: tuple) -> str:
     except ValueError:
         label = str(kind)
     return f"{label}({name!r})" if name else label
+
+
+#: Azure Storage provider defaults the extension passes for V3's long timers
+#: (``AzureStorageDurabilityProvider``: ``MaximumDelayTime`` 6 days, ``LongRunningTimerIntervalLength``
+#: 3 days), as .NET ``TimeSpan`` strings, which is how Newtonsoft writes them.
+MAXIMUM_SHORT_TIMER_DURATION = "6.00:00:00"
+LONG_RUNNING_TIMER_INTERVAL_DURATION = "3.00:00:00"
+
+
+def schema_fields(schema_version: int) -> dict:
+    """The schema part of the context JSON.
+
+    The extension (``OrchestrationTriggerAttributeBindingProvider.OrchestrationContextToString``)
+    always sends ``upperSchemaVersion: 1`` (V2, for SDKs 1.1.0-1.1.3 that knew no more) and
+    ``upperSchemaVersionNew: 2`` (V3) with the two timer durations; azure-functions-durable 1.7 takes
+    the larger of the two versions. The older schemas are sent the way an older extension did.
+    """
+    if schema_version < 2:
+        return {"upperSchemaVersion": schema_version}
+    return {
+        "upperSchemaVersion": 1,
+        "upperSchemaVersionNew": 2,
+        "longRunningTimerIntervalDuration": LONG_RUNNING_TIMER_INTERVAL_DURATION,
+        "maximumShortTimerDuration": MAXIMUM_SHORT_TIMER_DURATION,
+        "defaultHttpAsyncRequestSleepTimeMillseconds": 30000,
+    }
+
+
+def _continue_as_new_action(state: dict) -> dict | None:
+    actions = flatten_actions(state.get("actions") or [])
+    return next((a for a in actions if a.get("actionType") == ActionType.CONTINUE_AS_NEW), None)

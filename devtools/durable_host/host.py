@@ -57,7 +57,11 @@ from .state import (
 from .timers import _Loop
 from .tracing import _short, _Tracing
 
-SUPPORTED_SCHEMA_VERSIONS = (0, 1)
+#: The replay schemas the SDK speaks: 0 (V1: one list of actions per ``yield``), 1 (V2: one flat
+#: list with WhenAny/WhenAll compound actions) and 2 (V3: V2 plus long timers split into intervals).
+#: The extension announces V3 (see ``episodes.schema_fields``), so 2 is the default; 0 and 1 exist
+#: only to test the older protocols when asked for explicitly.
+SUPPORTED_SCHEMA_VERSIONS = (0, 1, 2)
 
 
 class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
@@ -75,8 +79,8 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         orchestrators: dict[str, Callable] | None = None,
         activities: dict[str, Callable] | None = None,
         clock: VirtualClock | RealClock | str | None = None,
-        schema_version: int = 0,
-        hold_completion_for_open_timers: bool = True,
+        schema_version: int = 2,
+        hold_for_open_tasks: bool = True,
         on_progress: Callable[[datetime, str, str], None] | None = None,
         task_hub: str = "TestHubName",
         base_url: str = "http://localhost:7071",
@@ -99,7 +103,9 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             clock = RealClock()
         self.clock = clock
         self.schema_version = schema_version
-        self.hold_completion_for_open_timers = hold_completion_for_open_timers
+        #: As the Durable Task Framework does, an orchestration whose code finished (returned or raised)
+        #: completes or fails only once no task it scheduled is still open; False ends it at once.
+        self.hold_for_open_tasks = hold_for_open_tasks
         self.on_progress = on_progress
         self.task_hub = task_hub
         self.base_url = base_url.rstrip("/")
@@ -199,7 +205,8 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             inst.output = reason
             inst.updated = now
             self._log(instance_id, f"terminated: {reason!r}")
-            self._notify_parent(inst, failed=True, reason=f"Orchestration terminated: {reason}", details="")
+            # The parent hears the termination reason itself, with no details (see failures.py).
+            self._notify_parent(inst, failed=True, reason=reason, details=None)
             return True
 
     def purge(self, instance_id: str) -> bool:

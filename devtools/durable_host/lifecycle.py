@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from .history import (
-    format_time,
     make_event,
 )
 from .state import (
@@ -92,30 +91,43 @@ class _Lifecycle:
         child_id = task.child_instance_id
         existing = self._instances.get(child_id)
         if existing is not None and existing.status in RUNNING_STATUSES:
-            event = make_event(
-                H.SUB_ORCHESTRATION_INSTANCE_FAILED,
-                self.clock.now(),
-                TaskScheduledId=task.id,
-                Reason=f"An Orchestration instance with the status {existing.status.value} already exists.",
-                Details="",
+            # The start message of a sub-orchestration reaches the running instance: the Azure Storage
+            # provider's ``DedupeExecutionStartedMessagesAsync`` skips it (it filters top-level starts
+            # only), and ``TaskOrchestrationDispatcher`` then drops it as a "Duplicate start event"
+            # because the instance already has an ExecutionStarted. Nobody answers the parent: its
+            # task stays open until something else ends the parent.
+            self._log(
+                inst.instance_id,
+                f"sub-orchestration {task.name!r} #{task.id}: start message for {child_id} dropped "
+                f"(it is already {existing.status.value}); this task will get no answer",
             )
-            self._deliver(inst, event)
+            self._log(child_id, f"duplicate start event from {inst.instance_id} dropped")
             return
         parent = _ParentRef(inst.instance_id, execution.execution_id, task.id, inst.name)
         self._create_instance(task.name, child_id, task.input, parent=parent)
 
+    def _held(self, inst: _Instance, outcome: str) -> bool:
+        """Whether the instance must stay Running although its code finished (``outcome``).
+
+        ``TaskOrchestrationExecutor.ExecuteCore`` completes or fails an orchestration only
+        ``if (!this.context.HasOpenTasks)``: an activity or sub-orchestration without a result, or a
+        timer neither fired nor cancelled, keeps it Running. The next episode replays the code, which
+        finishes the same way again, and ends it once nothing is open.
+        """
+        open_tasks = self._open_tasks(inst.execution) if self.hold_for_open_tasks else []
+        if not open_tasks:
+            return False
+        if inst.execution.held != outcome:
+            what = ", ".join(f"{t.kind} #{t.id}" for t in open_tasks)
+            self._log(
+                inst.instance_id,
+                f"orchestrator {outcome}, but open task(s) {what} keep it Running until they finish",
+            )
+        inst.execution.held = outcome
+        return True
+
     def _complete(self, inst: _Instance, output: Any) -> None:
-        execution = inst.execution
-        open_timers = self._open_timers(execution) if self.hold_completion_for_open_timers else []
-        if open_timers:
-            if not execution.completion_held:
-                when = ", ".join(f"#{t.id} at {format_time(t.fire_at)}" for t in open_timers)
-                self._log(
-                    inst.instance_id,
-                    f"orchestrator returned, but un-cancelled timer(s) {when} keep it Running "
-                    "until they fire",
-                )
-            execution.completion_held = True
+        if self._held(inst, "returned"):
             return
         now = self.clock.now()
         inst.status = Status.Completed
@@ -127,6 +139,11 @@ class _Lifecycle:
         )
         self._log(inst.instance_id, f"completed: {_short(output)}")
         self._notify_parent(inst, failed=False, result=result)
+
+    def _finish_failed(self, inst: _Instance, message: str, details: str) -> None:
+        """The orchestrator raised: it fails once no task is open (see ``_held``)."""
+        if not self._held(inst, "raised"):
+            self._fail(inst, message, details)
 
     def _fail(self, inst: _Instance, message: str, details: str) -> None:
         now = self.clock.now()
@@ -148,9 +165,15 @@ class _Lifecycle:
         self._log(inst.instance_id, f"FAILED: {message}")
         self._notify_parent(inst, failed=True, reason=message, details=details)
 
-    def _continue_as_new(self, inst: _Instance, input_json: str | None) -> None:
+    def _continue_as_new(self, inst: _Instance, input_json: str | None, carried: list[_Message]) -> None:
+        """Start the next execution with ``carried`` events from the batch, then any that arrived since.
+
+        ``TaskOrchestrationContext.HandleEventRaisedEvent`` hands an EventRaised processed after
+        ``ContinueAsNew`` (same batch) to ``AddEventToNextIteration``, and the dispatcher puts those
+        carry-over events into the new execution (the Azure Storage provider's default behaviour).
+        """
         now = self.clock.now()
-        carried = [m for m in inst.inbox if m.event["EventType"] == H.EVENT_RAISED]
+        carried = [*carried, *(m for m in inst.inbox if m.event["EventType"] == H.EVENT_RAISED)]
         inst.execution = _Execution(uuid.uuid4().hex, input_json)
         inst.history = []
         inst.generations += 1
@@ -158,14 +181,20 @@ class _Lifecycle:
         inst.updated = now
         inst.inbox = [_Message(self._execution_started(inst, now)), *carried]
         self._dirty[inst.instance_id] = None
-        kept = f", {len(carried)} pending event(s) carried over" if carried else ""
+        kept = f", {len(carried)} event(s) carried over" if carried else ""
         self._log(
             inst.instance_id,
             f"continued as new (generation {inst.generations}) with input {_short(input_json)}{kept}",
         )
 
     def _notify_parent(
-        self, inst: _Instance, *, failed: bool, result: str | None = None, reason: str = "", details: str = ""
+        self,
+        inst: _Instance,
+        *,
+        failed: bool,
+        result: str | None = None,
+        reason: str = "",
+        details: str | None = "",
     ) -> None:
         ref = inst.parent
         if ref is None:

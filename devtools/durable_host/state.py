@@ -77,7 +77,8 @@ class _Execution:
     action_task_ids: list[int | None] = field(default_factory=list)
     tasks: dict[int, _Task] = field(default_factory=dict)
     episodes: int = 0
-    completion_held: bool = False
+    #: "completed" / "failed" once the orchestrator code finished while tasks were still open.
+    held: str | None = None
 
 
 @dataclass

@@ -208,14 +208,19 @@ class _Loop:
             heapq.heappop(self._timers)
 
     def _timer_task(self, entry: tuple) -> _Task | None:
+        """The timer a queue entry stands for, or None once nobody can receive it.
+
+        A cancelled timer is still delivered: the extension cancels only the .NET task, the timer
+        message already sits in the backend's queue and fires into the instance (one more episode,
+        nothing to do; ``TaskOrchestrationContext.HandleTimerFiredEvent`` logs it as a duplicate).
+        A timer of a finished or continued-as-new execution is dropped, as the dispatcher drops an
+        event whose execution id does not match (``TaskOrchestrationDispatcher``).
+        """
         _, _, instance_id, execution_id, task_id = entry
         inst = self._instances.get(instance_id)
         if inst is None or inst.execution.execution_id != execution_id or inst.status in TERMINAL_STATUSES:
             return None
-        task = inst.execution.tasks.get(task_id)
-        if task is None or task.cancelled or task.done:
-            return None
-        return task
+        return inst.execution.tasks.get(task_id)
 
     def _fire_due_timers(self) -> int:
         fired = 0
@@ -225,11 +230,15 @@ class _Loop:
             task = self._timer_task(entry)
             if task is None:
                 continue
-            task.done = True
             inst = self._instances[entry[2]]
             event = make_event(H.TIMER_FIRED, now, TimerId=task.id, FireAt=format_time(task.fire_at))
             self._deliver(inst, event)
-            self._log(inst.instance_id, f"timer #{task.id} fired")
+            late = (
+                " (it was cancelled: the orchestrator replays and has nothing to do)"
+                if task.cancelled
+                else ""
+            )
+            self._log(inst.instance_id, f"timer #{task.id} fired{late}")
             fired += 1
         return fired
 
@@ -252,7 +261,11 @@ class _Loop:
         if task.cancelled or task.done:
             return
         task.cancelled = True
-        self._log(inst.instance_id, f"timer #{task.id} cancelled (it will never fire)")
+        self._log(
+            inst.instance_id, f"timer #{task.id} cancelled (no longer an open task; it still fires later)"
+        )
 
-    def _open_timers(self, execution: _Execution) -> list[_Task]:
-        return [t for t in execution.tasks.values() if t.kind == "timer" and not t.done and not t.cancelled]
+    def _open_tasks(self, execution: _Execution) -> list[_Task]:
+        """Tasks the framework still waits for: activities and sub-orchestrations without a result,
+        timers neither fired nor cancelled (``TaskOrchestrationContext.openTasks``)."""
+        return [t for t in execution.tasks.values() if not t.done and not t.cancelled]

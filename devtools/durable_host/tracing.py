@@ -46,7 +46,9 @@ class _Tracing:
             if inst.status in TERMINAL_STATUSES:
                 continue
             timers = ", ".join(
-                f"#{t.id} at {format_time(t.fire_at)}" for t in self._open_timers(inst.execution)
+                f"#{t.id} at {format_time(t.fire_at)}"
+                for t in self._open_tasks(inst.execution)
+                if t.kind == "timer"
             )
             waiting = sorted(
                 {
