@@ -115,6 +115,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         self.activity_calls: Counter[str] = Counter()
 
         self._instances: dict[str, _Instance] = {}
+        self._batching: set[str] = set()  # instances whose episodes wait (see ``batched``)
         self._dirty: dict[str, None] = {}  # an ordered set of instance ids with new messages
         self._activity_queue: deque[_WorkItem] = deque()
         self._timers: list[tuple[datetime, int, str, str, int]] = []

@@ -70,6 +70,20 @@ class _Loop:
         with self._lock:
             self._periodics = [p for p in self._periodics if p.fn is not fn]
 
+    @contextmanager
+    def batched(self, *instance_ids: str) -> Iterator[None]:
+        """Hold the episodes of these instances while the block runs: every message that arrives
+        meanwhile (results, raised events, fired timers) reaches the orchestrator in one episode, in
+        arrival order. The backend does this whenever messages queue up while an orchestration is
+        busy or unloaded; tests use it to choose a batch's content and order."""
+        with self._lock:
+            self._batching.update(instance_ids)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._batching.difference_update(instance_ids)
+
     def step(self) -> int:
         """One loop iteration; returns the units of work done (0 = nothing could run now)."""
         with self._running():
@@ -178,6 +192,8 @@ class _Loop:
         work = self._fire_due_timers()
         work += self._run_due_periodics()
         for instance_id in list(self._dirty):
+            if instance_id in self._batching:
+                continue
             self._dirty.pop(instance_id, None)
             inst = self._instances.get(instance_id)
             if inst is None or inst.status in TERMINAL_STATUSES or not inst.inbox:
