@@ -23,7 +23,7 @@ from devtools.durable_host import (
 )
 
 Status = df.OrchestrationRuntimeStatus
-SCHEMAS = pytest.mark.parametrize("schema", [0, 1], ids=["schema-v1", "schema-v2"])
+SCHEMAS = pytest.mark.parametrize("schema", [2, 1, 0], ids=["schema-v3", "schema-v2", "schema-v1"])
 
 
 def make_host(orchestrators: dict, activities: dict | None = None, **options) -> DurableTestHost:
