@@ -152,7 +152,10 @@ class _Episodes:
         elif state.get("isDone"):
             continue_as_new = _continue_as_new_action(state)
             if continue_as_new is not None:
-                self._continue_as_new(inst, continue_as_new.get("input"), carried)
+                # Continue-as-new is a completion too: it waits for open tasks like any other.
+                execution.carried.extend(carried)
+                if not self._held(inst, "continued as new"):
+                    self._continue_as_new(inst, continue_as_new.get("input"), execution.carried)
             else:
                 self._complete(inst, state.get("output"))
 

@@ -77,8 +77,10 @@ class _Execution:
     action_task_ids: list[int | None] = field(default_factory=list)
     tasks: dict[int, _Task] = field(default_factory=dict)
     episodes: int = 0
-    #: "completed" / "failed" once the orchestrator code finished while tasks were still open.
+    #: How the orchestrator code finished while tasks were still open ("returned", "raised", ...).
     held: str | None = None
+    #: EventRaised messages bound for the next execution while a continue-as-new waits for open tasks.
+    carried: list = field(default_factory=list)
 
 
 @dataclass

@@ -179,6 +179,30 @@ def test_an_orchestrator_that_raises_with_an_uncancelled_timer_stays_running_unt
     assert status.output.startswith("Orchestrator function 'careless' failed: gave up without cancelling")
 
 
+def test_continue_as_new_with_an_uncancelled_timer_waits_for_it_and_keeps_carried_events():
+    """Continue-as-new completes the execution, so it waits for open tasks too (old host: moved on
+    at once); events after the continue-as-new point, in that batch or later, still reach the next
+    generation."""
+
+    def restless(ctx):
+        if ctx.get_input() == "second":
+            return (yield ctx.wait_for_external_event("late"))
+        go = ctx.wait_for_external_event("go")
+        yield ctx.task_any([go, ctx.create_timer(ctx.current_utc_datetime + timedelta(minutes=5))])
+        ctx.continue_as_new("second")  # the losing timer is not cancelled
+
+    host = make_host({"restless": restless})
+    iid = host.start_new("restless", input="first")
+    host.raise_event(iid, "go")  # both in the first episode's batch
+    host.raise_event(iid, "late", "kept")
+    host.run_until_idle()
+    assert host.get_status(iid).input_ == "first"  # still generation 1, held by the timer
+
+    host.advance(timedelta(minutes=5))
+    status = host.run_until_complete(iid)
+    assert status.input_ == "second" and status.output == "kept"
+
+
 # -- 4. events across continue_as_new ---------------------------------------------------------------
 
 
