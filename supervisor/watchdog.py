@@ -97,6 +97,7 @@ class Action(StrEnum):
     START_COMPENSATION = "start_compensation"  # orchestration gone: compensation orchestration started
     NOTE_COMPENSATION_RUNNING = "note_compensation_running"  # compensation already runs (or is due)
     FAIL_COMPENSATION = "fail_compensation"  # compensation attempt overran: failed result raised
+    END_SCHEDULER = "end_scheduler"  # compensation starts while the scheduler lives: scheduler terminated
 
 
 class DurableClient(Protocol):
@@ -111,6 +112,8 @@ class DurableClient(Protocol):
     async def start_new(
         self, orchestration_function_name: str, instance_id: str | None = None, client_input: Any = None
     ) -> str: ...
+
+    async def terminate(self, instance_id: str, reason: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -468,16 +471,33 @@ class _Tick:
         self._statuses[compensation_id] = "Pending"  # other steps of this instance in this tick see it
         self.decided(found, Action.START_COMPENSATION, telemetry.OUTCOME_OK, detail)
 
+    async def end_scheduler(self, found: StepRecord, reason: str) -> None:
+        """Terminate the instance's scheduler before a compensation is started here, if it still runs.
+
+        A compensation started here runs top-level under ``compensation_instance_id``; a scheduler
+        that later gives a step up calls that same id as its sub-orchestration, and the framework
+        drops a sub-orchestration start for a running instance as a duplicate start event: the
+        scheduler would wait forever on it (and keep the task open for good). The compensation
+        undoes the whole instance anyway, so the scheduler is ended first.
+        """
+        scheduler_id = found.instance_id
+        status = await self.status_of(scheduler_id)
+        if status not in ALIVE_STATUSES:
+            return
+        detail = f"{reason}; scheduler {scheduler_id} ({status}) terminated before the compensation starts"
+        await self.note(found, Action.END_SCHEDULER, detail)
+        await self.client.terminate(scheduler_id, f"{reason}: the instance is being compensated")
+        self._statuses[scheduler_id] = "Terminated"
+        self.decided(found, Action.END_SCHEDULER, telemetry.OUTCOME_OK, detail)
+
     async def compensating(self, found: StepRecord, claimed: StepRecord, lateness: timedelta) -> None:
         compensation_id = compensation_instance_id(found.instance_id)
         status = await self.status_of(compensation_id)
         if status not in ALIVE_STATUSES:
             who = f"requested by {found.owner}" if _operator_requested(found) else "overdue"
-            await self.start_compensation(
-                found,
-                reason=f"supervisor: step {found.step_id} is Compensating ({who}) "
-                "with no compensation running",
-            )
+            reason = f"supervisor: step {found.step_id} is Compensating ({who}) with no compensation running"
+            await self.end_scheduler(found, reason)
+            await self.start_compensation(found, reason=reason)
             return
         if self.within_grace(found, lateness):
             await self.release_with_note(found, claimed, lateness, f"compensation {compensation_id}")

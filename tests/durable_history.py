@@ -174,6 +174,31 @@ class HistoryBuilder:
         return json.dumps(body)
 
 
+# --- failure shapes, as the extension writes them ----------------------------------------------------
+# Written here independently of the durable test host so each checks the other against the source:
+# TaskActivityShim + OutOfProcExceptionHelpers (activity: the worker's "Exception: <Type>: <msg>" text
+# after "\nException:", hence two spaces), OutOfProcOrchestrationShim (orchestrator), and
+# TaskOrchestrationContext.HandleExecutionTerminatedEvent (a terminated child: the reason itself).
+
+
+def activity_failure_reason(name: str, exc: BaseException) -> str:
+    return f"Activity function '{name}' failed:  {type(exc).__name__}: {exc}"
+
+
+def activity_failure_details(exc: BaseException) -> str:
+    """``Utils.SerializeCause``: the .NET exception serialised as JSON, friendly message first."""
+    friendly = f" {type(exc).__name__}: {exc}"
+    return json.dumps({"ClassName": "System.Exception", "Message": friendly, "InnerException": None})
+
+
+def orchestrator_failure_reason(name: str, error: str) -> str:
+    return f"Orchestrator function '{name}' failed: {error}"
+
+
+def orchestrator_failure_details(error: str) -> str:
+    return f"Message: {error}, StackTrace: "
+
+
 # --- running a handler -----------------------------------------------------------------------------
 
 
@@ -351,6 +376,8 @@ class OrchestrationPlayer:
         parent_instance_id: str | None = None,
         schema: dict[str, Any] | None = None,
         deliver_cancelled_timers: bool = True,
+        batch_window: float | None = None,
+        order: Callable[[list[Any]], list[Any]] | None = None,
     ) -> None:
         self.handler = handler
         self.input = input_
@@ -360,6 +387,10 @@ class OrchestrationPlayer:
         self.parent_instance_id = parent_instance_id
         self.schema = schema if schema is not None else SCHEMA_V3
         self.deliver_cancelled_timers = deliver_cancelled_timers
+        # The backend hands an episode every message that is there (``batch_window`` seconds after
+        # the first one), in the order ``order`` gives them; ``None`` means one event per episode.
+        self.batch_window = batch_window
+        self.order = order
         self.history = HistoryBuilder()
         self.now = start
         self.episodes: list[Episode] = []
@@ -479,10 +510,13 @@ class OrchestrationPlayer:
         self.now = max(self.now, at)
         self.history.orchestrator_started(self.now)
 
-    def _complete(self, happening: _Happening) -> bool:
-        """Append the completion for ``happening``; False when it no longer matters (nothing appended)."""
+    def _complete(self, happening: _Happening, begin: Callable[[datetime], None] | None = None) -> bool:
+        """Append the completion for ``happening``; False when it no longer matters (nothing appended).
+
+        ``begin`` opens the episode (by default, one episode per completion)."""
+        begin = begin or self._begin
         if happening.kind == "event":
-            self._begin(happening.at)
+            begin(happening.at)
             self.history.event_raised(happening.event_name, happening.payload)
             self.events_raised.append((self.now, happening.event_name, happening.payload))
             return True
@@ -490,17 +524,19 @@ class OrchestrationPlayer:
         if item.kind == "timer":
             if item.cancelled and not self.deliver_cancelled_timers:
                 return False
-            self._begin(happening.at)
+            begin(happening.at)
             self.history.timer_fired(item.task_id, iso_z(item.fire_at))
         elif item.kind == "activity":
-            self._begin(happening.at)
+            begin(happening.at)
             responder = self.scenario.activities.get(item.name)
             if responder is None:
                 raise LookupError(f"scenario has no responder for activity {item.name!r}")
             try:
                 result = responder(item.input, self)
             except ActivityFailed as exc:
-                self.history.task_failed(item.task_id, str(exc), "")
+                self.history.task_failed(
+                    item.task_id, activity_failure_reason(item.name, exc), activity_failure_details(exc)
+                )
             else:
                 self.history.task_completed(item.task_id, result)
         elif item.kind == "sub_orchestration":
@@ -516,9 +552,13 @@ class OrchestrationPlayer:
                 deliver_cancelled_timers=self.deliver_cancelled_timers,
             )
             final = child.play()
-            self._begin(child.now)
+            begin(child.now)
             if final.error:
-                self.history.sub_orchestration_failed(item.task_id, final.error, "")
+                self.history.sub_orchestration_failed(
+                    item.task_id,
+                    orchestrator_failure_reason(item.name, final.error),
+                    orchestrator_failure_details(final.error),
+                )
             else:
                 self.history.sub_orchestration_completed(item.task_id, final.output)
         item.completed = True
@@ -536,10 +576,31 @@ class OrchestrationPlayer:
                 raise AssertionError(f"no end after {max_episodes} episodes")
             if not self._queue:
                 return episode  # waiting for something no one will send
-            happening = heapq.heappop(self._queue)
-            if self._complete(happening):
+            if self._deliver(self._next_batch()):
                 episode = self.run_episode()
         return episode
+
+    def _next_batch(self) -> list[_Happening]:
+        batch = [heapq.heappop(self._queue)]
+        if self.batch_window is not None:
+            limit = batch[0].at + timedelta(seconds=self.batch_window)
+            while self._queue and self._queue[0].at <= limit:
+                batch.append(heapq.heappop(self._queue))
+        return self.order(batch) if self.order else batch
+
+    def _deliver(self, batch: list[_Happening]) -> bool:
+        """Append the batch's completions after one OrchestratorStarted (at the latest of their times)."""
+        latest = max(h.at for h in batch)
+        started = False
+
+        def begin(at: datetime) -> None:
+            nonlocal started
+            if not started:
+                self._begin(max(at, latest))
+                started = True
+
+        appended = [self._complete(happening, begin) for happening in batch]
+        return any(appended)
 
     # -- views for assertions ---------------------------------------------------------------------
     def activities(self, name: str | None = None) -> list[Scheduled]:

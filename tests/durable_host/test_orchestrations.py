@@ -5,6 +5,7 @@ Every orchestrator and activity here is a tiny one written for the test.
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from devtools.durable_host import (
 )
 
 Status = df.OrchestrationRuntimeStatus
-SCHEMAS = pytest.mark.parametrize("schema", [0, 1], ids=["schema-v1", "schema-v2"])
+SCHEMAS = pytest.mark.parametrize("schema", [2, 1, 0], ids=["schema-v3", "schema-v2", "schema-v1"])
 
 
 def make_host(orchestrators: dict, activities: dict | None = None, **options) -> DurableTestHost:
@@ -105,10 +106,14 @@ def test_activity_failure_is_caught_by_the_orchestrator_which_compensates():
 
     assert status.runtime_status == Status.Completed
     assert status.output["status"] == "compensated"
-    assert "Activity function 'charge' failed: ValueError: card declined" in status.output["error"]
+    # The extension's shape: two spaces after "failed:", Details the serialised exception.
+    assert status.output["error"] == "Activity function 'charge' failed:  ValueError: card declined "
     assert undone == ["reserved hotel"]
     failed = [e for e in host.history(status.instance_id) if e["EventType"] == HistoryEventType.TASK_FAILED]
-    assert failed and "card declined" in failed[0]["Reason"] and "Traceback" in failed[0]["Details"]
+    assert failed[0]["Reason"] == "Activity function 'charge' failed:  ValueError: card declined"
+    details = json.loads(failed[0]["Details"])
+    assert details["Message"] == " ValueError: card declined"
+    assert "raise ValueError" in details["InnerException"]["Message"]
 
 
 def test_uncaught_failure_fails_the_orchestration_with_the_out_of_proc_error():
@@ -475,7 +480,7 @@ def test_fault_injection_before_and_after_the_side_effect():
             try:
                 outcomes.append((yield ctx.call_activity("pay", amount)))
             except Exception as exc:
-                outcomes.append(str(exc).split(":")[-1].strip().splitlines()[0])
+                outcomes.append(str(exc).split(" \n ")[0].split(": ")[-1])
         return outcomes
 
     host = make_host({"payer": payer}, {"pay": pay})

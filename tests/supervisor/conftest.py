@@ -59,7 +59,7 @@ def ledger(services) -> StepLedger:
 
 
 class RecordingClient:
-    """The Durable client's three calls the watchdog makes, recorded; thread-safe.
+    """The Durable client's calls the watchdog makes, recorded; thread-safe.
 
     ``statuses`` maps an orchestration id to its runtime status ("Running", "Failed"...); an id not
     in it answers like the real client for an unknown instance (no runtime status).
@@ -69,6 +69,7 @@ class RecordingClient:
         self.statuses: dict[str, str] = dict(statuses or {})
         self.events: list[tuple[str, str, Any]] = []
         self.starts: list[tuple[str, str, Any]] = []
+        self.terminations: list[tuple[str, str]] = []
         self.status_calls: list[str] = []
         self.fail_status_for: set[str] = set()
         self._lock = threading.Lock()
@@ -98,6 +99,11 @@ class RecordingClient:
             self.starts.append((orchestration_function_name, instance_id, client_input))
             self.statuses[instance_id] = "Pending"
         return instance_id
+
+    async def terminate(self, instance_id: str, reason: str) -> None:
+        with self._lock:
+            self.terminations.append((instance_id, reason))
+            self.statuses[instance_id] = "Terminated"
 
 
 @pytest.fixture

@@ -184,3 +184,33 @@ def test_crash_between_ledger_write_and_send_is_healed_by_the_watchdog_end_to_en
         resends = [d for d in h.decisions(iid) if d.action == "resend"]
         assert [(d.step_id, d.status) for d in resends] == [("register_dns", "Dispatched")]
         assert h.handler_calls(iid, "register_dns") == 1 and h.double_effects() == {}
+
+
+def test_an_operator_compensation_while_the_scheduler_runs_never_leaves_it_waiting(stack):
+    """The watchdog starts the instance's compensation top-level; a scheduler still alive would later
+    give register_dns up and call that same id as its sub-orchestration, a start the framework drops
+    (duplicate start event): before the watchdog ended the scheduler first, the workflow stayed
+    Running for good here (TimeoutError after 3 h of host time, with the dropped start in the
+    timeline)."""
+    from supervisor import operator
+
+    iid = start_provisioning(stack, "e2e-op-live")
+    faults.inject("dns.register", faults.Stall())  # register_dns never answers: the scheduler would give up
+    faults.inject("storage.delete", faults.Stall())  # and the operator's compensation takes its time
+    host = stack.host
+    host.run_until(lambda: stack.ledger.get(iid, "create_storage").status is S.SUCCEEDED)
+    operator.request_compensation(stack.ledger, iid, "create_storage", user="ops", reason="customer left")
+
+    compensation = compensation_instance_id(iid)
+    host.run_until(
+        lambda: stack.status(iid) != Status.Running and stack.status(compensation) == Status.Completed,
+        timeout_virtual=timedelta(hours=3),
+    )
+
+    assert stack.status(iid) == Status.Terminated
+    assert host.get_status(compensation).output["status"] == "compensation_failed"  # storage.delete stalls
+    assert "dropped" not in host.format_timeline()
+    rows = [r.reason for r in stack.supervisor_audit(iid)]
+    ended = [r for r in rows if r.startswith("end_scheduler:")]
+    assert len(ended) == 1 and "terminated before the compensation starts" in ended[0]
+    assert rows.index(ended[0]) < next(i for i, r in enumerate(rows) if r.startswith("start_compensation:"))

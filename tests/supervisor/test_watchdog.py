@@ -228,6 +228,23 @@ def test_compensating_without_a_compensation_running_restarts_it(services, ledge
     assert client.starts[0][1] == "wf-undo3:compensation"
 
 
+def test_compensating_while_the_scheduler_lives_ends_the_scheduler_before_starting_it(
+    services, ledger, client
+):
+    """A compensation started here runs top-level; the live scheduler's own later call of the same id
+    as a sub-orchestration would be dropped by the framework, leaving it waiting forever."""
+    make_step(ledger, "wf-live", S.COMPENSATING)
+    client.statuses["wf-live"] = "Running"
+
+    report = tick(client, services)
+
+    assert report.count(Action.END_SCHEDULER) == 1 and report.count(Action.START_COMPENSATION) == 1
+    assert [i for i, _ in client.terminations] == ["wf-live"]
+    assert client.starts[0][1] == "wf-live:compensation"
+    reasons = [a.reason for a in supervisor_rows(ledger, "wf-live") if a.action == "recovery"]
+    assert [r.split(":")[0] for r in reasons] == ["end_scheduler", "start_compensation"]
+
+
 def test_one_failing_step_does_not_stop_the_tick(services, ledger, client):
     for name in ("wf-a", "wf-b", "wf-c"):
         make_step(ledger, name, S.RUNNING)

@@ -1,0 +1,413 @@
+"""Episodes: one replay of an orchestrator and the bookkeeping the framework does around it.
+
+An episode takes the instance's new messages as one batch, appends them after an
+OrchestratorStarted, calls the orchestrator handler with the context JSON, and turns the actions it
+returns into history events and work. Sequence numbers are assigned the way the extension's
+out-of-process shim assigns them: one per id-consuming action (activity, timer, sub-orchestration)
+in the order the flattened actions list holds them, plus, for ``*_with_retry`` calls, one for each
+retry timer and one for each new attempt, allocated when the failure (or the retry timer) is
+processed. To keep that allocation in the same order as the SDK's, retry-relevant events are placed
+first in an episode.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from azure.functions._durable_functions import OrchestrationContext
+
+from .failures import orchestrator_failure, parse_failure
+from .history import (
+    ActionType,
+    action_label,
+    event_label,
+    flatten_actions,
+    format_time,
+    make_event,
+    parse_time,
+)
+from .state import (
+    H,
+    Status,
+    _Execution,
+    _Instance,
+    _Message,
+    _OrchestrationError,
+    _played,
+    _Retry,
+    _Task,
+)
+from .tracing import _delta
+
+
+class _Episodes:
+    """Running episodes and recording what the orchestrator decided."""
+
+    def _deliver(
+        self, inst: _Instance, event: dict, *, volatile: bool = False, task_id: int | None = None
+    ) -> None:
+        inst.inbox.append(_Message(event, volatile, task_id))
+        self._dirty[inst.instance_id] = None
+
+    def _is_retry_relevant(self, execution: _Execution, event: dict) -> bool:
+        """Events after which the engine allocates a sequence number for a retry (see module doc)."""
+        kind = event["EventType"]
+        if kind in (H.TASK_FAILED, H.SUB_ORCHESTRATION_INSTANCE_FAILED):
+            task = execution.tasks.get(event["TaskScheduledId"])
+            return bool(task and task.retry and task.retry.current_task_id == task.id)
+        if kind == H.TIMER_FIRED:
+            task = execution.tasks.get(event["TimerId"])
+            return bool(
+                task
+                and task.retry
+                and task.retry.timer_id == task.id
+                and task.retry.attempts < task.retry.max_attempts
+            )
+        return False
+
+    def _take_batch(self, inst: _Instance) -> list[_Message]:
+        """All new messages, retry-relevant ones first (stable otherwise).
+
+        The SDK allocates a retry's timer/attempt sequence number when it replays the failure (or
+        the retry timer); the engine allocates it before the replay. Those events never resume the
+        orchestrator code, so putting them first keeps both allocations in the same order even when
+        another event in the same episode makes the orchestrator schedule new work.
+        """
+        execution = inst.execution
+        relevant = [m for m in inst.inbox if self._is_retry_relevant(execution, m.event)]
+        others = [m for m in inst.inbox if not self._is_retry_relevant(execution, m.event)]
+        inst.inbox = []
+        if others and others[0].event["EventType"] == H.EXECUTION_STARTED:
+            return [others[0], *relevant, *others[1:]]
+        return [*relevant, *others]
+
+    def _run_episode(self, inst: _Instance) -> None:
+        execution = inst.execution
+        orchestrator = self.functions.orchestrators[inst.name]
+        now = self.clock.now()
+        batch = self._take_batch(inst)
+        new_events = [make_event(H.ORCHESTRATOR_STARTED, now)] + [m.event for m in batch]
+        execution.episodes += 1
+        labels = ", ".join(event_label(e) for e in new_events[1:])
+        self._log(
+            inst.instance_id, f"replay #{execution.episodes} with {len(inst.history)} old event(s) + {labels}"
+        )
+        decisions: list[dict] = []
+        after_commit: list[Callable[[], None]] = []
+        for message in batch:
+            self._account(inst, message.event, now, decisions, after_commit)
+
+        context = {
+            "history": [*inst.history, *new_events],
+            "instanceId": inst.instance_id,
+            "isReplaying": bool(inst.history),
+            "parentInstanceId": inst.parent.instance_id if inst.parent else None,
+            "input": execution.input,
+            **schema_fields(self.schema_version),
+        }
+        error: str | None = None
+        details = ""
+        state: dict = {}
+        try:
+            raw = orchestrator.handler(OrchestrationContext(json.dumps(context)))
+            state = json.loads(raw) if isinstance(raw, str) else raw
+        except Exception as exc:
+            state, error, details = parse_failure(exc)
+        carried = (
+            self._carried_over(orchestrator, context, batch)
+            if error is None and state.get("isDone") and _continue_as_new_action(state)
+            else []
+        )
+
+        inst.history.extend(_played(e) for e in new_events)
+        if inst.status in (Status.Pending, Status.ContinuedAsNew):
+            inst.status = Status.Running
+        inst.updated = now
+        if state.get("customStatus") is not None:
+            inst.custom_status = state["customStatus"]
+        inst.last_actions = state.get("actions")
+
+        # The extension replays the actions even when the orchestrator raised
+        # (``ScheduleDurableTaskEvents`` calls ``ReplayOOProcOrchestration`` before it throws), so work
+        # scheduled before the exception is scheduled, and keeps the instance open until it is done.
+        try:
+            self._apply_actions(inst, state.get("actions") or [], now, decisions, after_commit)
+        except _OrchestrationError as exc:
+            # Non-determinism and unknown functions fail the orchestration at once, as the
+            # framework's NonDeterministicOrchestrationException does.
+            inst.history.extend(_played(e) for e in decisions)
+            inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
+            self._fail(inst, *orchestrator_failure(inst.name, str(exc), ""))
+            return
+        inst.history.extend(_played(e) for e in decisions)
+        inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
+
+        for action in after_commit:
+            action()
+        if error is not None:
+            self._finish_failed(inst, *orchestrator_failure(inst.name, error, details))
+        elif state.get("isDone"):
+            continue_as_new = _continue_as_new_action(state)
+            if continue_as_new is not None:
+                # Continue-as-new is a completion too: it waits for open tasks like any other.
+                execution.carried.extend(carried)
+                if not self._held(inst, "continued as new"):
+                    self._continue_as_new(inst, continue_as_new.get("input"), execution.carried)
+            else:
+                self._complete(inst, state.get("output"))
+
+    def _carried_over(self, orchestrator: Any, context: dict, batch: list[_Message]) -> list[_Message]:
+        """The EventRaised messages of ``batch`` that the framework carries into the next execution.
+
+        The framework processes a batch one event at a time and reaches the orchestrator's
+        ContinueAsNew while processing one of them; every EventRaised after that point goes to the
+        next execution (``TaskOrchestrationContext.HandleEventRaisedEvent``). The point is found the
+        way the framework meets it: replaying the batch's prefixes, the first one after which the
+        code continues as new. Events before it were delivered to this execution and stay there.
+        """
+        if len(batch) < 2:
+            return []
+        history = context["history"]
+        old = history[: len(history) - len(batch)]
+        for k in range(1, len(batch)):
+            trial = {**context, "history": [*old, *(m.event for m in batch[:k])]}
+            try:
+                raw = orchestrator.handler(OrchestrationContext(json.dumps(trial)))
+            except Exception:
+                continue
+            state = json.loads(raw) if isinstance(raw, str) else raw
+            if state.get("isDone") and _continue_as_new_action(state):
+                return [m for m in batch[k:] if m.event["EventType"] == H.EVENT_RAISED]
+        return []
+
+    def _account(
+        self,
+        inst: _Instance,
+        event: dict,
+        now: datetime,
+        decisions: list[dict],
+        after_commit: list[Callable[[], None]],
+    ) -> None:
+        """Engine bookkeeping for an event entering history; retry follow-ups are decided here."""
+        execution = inst.execution
+        kind = event["EventType"]
+        if kind in (
+            H.TASK_COMPLETED,
+            H.TASK_FAILED,
+            H.SUB_ORCHESTRATION_INSTANCE_COMPLETED,
+            H.SUB_ORCHESTRATION_INSTANCE_FAILED,
+        ):
+            task = execution.tasks.get(event["TaskScheduledId"])
+            if task is None:
+                return
+            relevant = self._is_retry_relevant(execution, event)
+            task.done = True
+            if not relevant:
+                return
+            retry = task.retry
+            retry.current_task_id = None
+            timer_id = self._allocate(execution)
+            fire_at = now + retry.first_interval
+            timer = _Task(timer_id, "timer", fire_at=fire_at, retry=retry)
+            execution.tasks[timer_id] = timer
+            retry.timer_id = timer_id
+            decisions.append(make_event(H.TIMER_CREATED, now, timer_id, FireAt=format_time(fire_at)))
+            after_commit.append(lambda: self._schedule_timer(inst, timer))
+            self._log(
+                inst.instance_id,
+                f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed; "
+                f"retry timer #{timer_id} at {format_time(fire_at)}",
+            )
+        elif kind == H.TIMER_FIRED:
+            task = execution.tasks.get(event["TimerId"])
+            if task is None:
+                return
+            relevant = self._is_retry_relevant(execution, event)
+            task.done = True
+            if not relevant:
+                return
+            retry = task.retry
+            retry.timer_id = None
+            retry.attempts += 1
+            task_id = self._allocate(execution)
+            retry.current_task_id = task_id
+            attempt = _Task(task_id, retry.kind, name=retry.name, input=retry.input, retry=retry)
+            execution.tasks[task_id] = attempt
+            decisions.append(self._schedule_event(inst, attempt, now, retry.instance_id))
+            after_commit.append(lambda: self._dispatch(inst, attempt))
+
+    @staticmethod
+    def _allocate(execution: _Execution) -> int:
+        task_id = execution.next_id
+        execution.next_id += 1
+        return task_id
+
+    def _apply_actions(
+        self,
+        inst: _Instance,
+        actions: list,
+        now: datetime,
+        decisions: list[dict],
+        after_commit: list[Callable[[], None]],
+    ) -> None:
+        execution = inst.execution
+        flat = list(flatten_actions(actions))
+        known = len(execution.action_signatures)
+        if len(flat) < known:
+            raise _OrchestrationError(
+                f"Non-Deterministic workflow detected: a previous execution scheduled {known} action(s) "
+                f"but this replay scheduled only {len(flat)}. Was the orchestrator code changed while the "
+                "instance was running, or does it depend on something other than its history?"
+            )
+        for index, action in enumerate(flat):
+            signature = _signature(action)
+            if index < known:
+                if signature != execution.action_signatures[index]:
+                    raise _OrchestrationError(
+                        f"Non-Deterministic workflow detected: action #{index} was "
+                        f"{_describe_signature(execution.action_signatures[index])} in a previous execution "
+                        f"but is {_describe_signature(signature)} in this replay."
+                    )
+                task_id = execution.action_task_ids[index]
+                if action.get("actionType") == ActionType.CREATE_TIMER and action.get("isCanceled"):
+                    self._cancel_timer(inst, execution.tasks[task_id])
+                continue
+            execution.action_signatures.append(signature)
+            execution.action_task_ids.append(
+                self._schedule_action(inst, action, now, decisions, after_commit)
+            )
+
+    def _schedule_action(
+        self,
+        inst: _Instance,
+        action: dict,
+        now: datetime,
+        decisions: list[dict],
+        after_commit: list[Callable[[], None]],
+    ) -> int | None:
+        execution = inst.execution
+        kind = action.get("actionType")
+        if kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
+            name = action["functionName"]
+            if name not in self.functions.activities:
+                raise _OrchestrationError(
+                    f"The function '{name}' doesn't exist, is disabled, or is not an activity function."
+                )
+            task = _Task(self._allocate(execution), "activity", name=name, input=action.get("input"))
+        elif kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
+            name = action["functionName"]
+            if name not in self.functions.orchestrators:
+                raise _OrchestrationError(
+                    f"The function '{name}' doesn't exist, is disabled, or is not an orchestrator function."
+                )
+            requested = action.get("instanceId")
+            if requested is not None and requested in (
+                inst.instance_id,
+                inst.parent and inst.parent.instance_id,
+            ):
+                raise _OrchestrationError(
+                    "The instance ID of a sub-orchestration must be different than the instance ID of a "
+                    "parent orchestration."
+                )
+            task = _Task(self._allocate(execution), "suborchestration", name=name, input=action.get("input"))
+        elif kind == ActionType.CREATE_TIMER:
+            fire_at = parse_time(action["fireAt"])
+            task = _Task(self._allocate(execution), "timer", fire_at=fire_at)
+            execution.tasks[task.id] = task
+            decisions.append(make_event(H.TIMER_CREATED, now, task.id, FireAt=format_time(fire_at)))
+            self._log(
+                inst.instance_id,
+                f"timer #{task.id} created for {format_time(fire_at)} (in {_delta(fire_at - now)})",
+            )
+            if action.get("isCanceled"):
+                self._cancel_timer(inst, task)
+            else:
+                after_commit.append(lambda: self._schedule_timer(inst, task))
+            return task.id
+        elif kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
+            self._log(inst.instance_id, f"waiting for external event {action.get('externalEventName')!r}")
+            return None
+        elif kind == ActionType.CONTINUE_AS_NEW:
+            return None
+        else:
+            raise _OrchestrationError(f"{action_label(action)} is not supported by the durable test host")
+
+        if kind in (ActionType.CALL_ACTIVITY_WITH_RETRY, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
+            options = action.get("retryOptions") or {}
+            task.retry = _Retry(
+                kind=task.kind,
+                name=task.name,
+                input=task.input,
+                instance_id=action.get("instanceId"),
+                first_interval=timedelta(milliseconds=options.get("firstRetryIntervalInMilliseconds", 1000)),
+                max_attempts=int(options.get("maxNumberOfAttempts", 1)),
+                current_task_id=task.id,
+            )
+        execution.tasks[task.id] = task
+        decisions.append(self._schedule_event(inst, task, now, action.get("instanceId")))
+        after_commit.append(lambda: self._dispatch(inst, task))
+        return task.id
+
+    def _schedule_event(self, inst: _Instance, task: _Task, now: datetime, requested_id: str | None) -> dict:
+        if task.kind == "activity":
+            return make_event(H.TASK_SCHEDULED, now, task.id, Name=task.name, Input=task.input, Version="")
+        task.child_instance_id = requested_id or f"{inst.execution.execution_id}:{task.id}"
+        return make_event(
+            H.SUB_ORCHESTRATION_INSTANCE_CREATED,
+            now,
+            task.id,
+            Name=task.name,
+            Input=task.input,
+            InstanceId=task.child_instance_id,
+            Version="",
+        )
+
+
+def _signature(action: dict) -> tuple:
+    kind = action.get("actionType")
+    if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
+        return (kind, action.get("externalEventName"))
+    return (kind, action.get("functionName"))
+
+
+def _describe_signature(signature: tuple) -> str:
+    kind, name = signature
+    try:
+        label = ActionType(kind).name
+    except ValueError:
+        label = str(kind)
+    return f"{label}({name!r})" if name else label
+
+
+#: Azure Storage provider defaults the extension passes for V3's long timers
+#: (``AzureStorageDurabilityProvider``: ``MaximumDelayTime`` 6 days, ``LongRunningTimerIntervalLength``
+#: 3 days), as .NET ``TimeSpan`` strings, which is how Newtonsoft writes them.
+MAXIMUM_SHORT_TIMER_DURATION = "6.00:00:00"
+LONG_RUNNING_TIMER_INTERVAL_DURATION = "3.00:00:00"
+
+
+def schema_fields(schema_version: int) -> dict:
+    """The schema part of the context JSON.
+
+    The extension (``OrchestrationTriggerAttributeBindingProvider.OrchestrationContextToString``)
+    always sends ``upperSchemaVersion: 1`` (V2, for SDKs 1.1.0-1.1.3 that knew no more) and
+    ``upperSchemaVersionNew: 2`` (V3) with the two timer durations; azure-functions-durable 1.7 takes
+    the larger of the two versions. The older schemas are sent the way an older extension did.
+    """
+    if schema_version < 2:
+        return {"upperSchemaVersion": schema_version}
+    return {
+        "upperSchemaVersion": 1,
+        "upperSchemaVersionNew": 2,
+        "longRunningTimerIntervalDuration": LONG_RUNNING_TIMER_INTERVAL_DURATION,
+        "maximumShortTimerDuration": MAXIMUM_SHORT_TIMER_DURATION,
+        "defaultHttpAsyncRequestSleepTimeMillseconds": 30000,
+    }
+
+
+def _continue_as_new_action(state: dict) -> dict | None:
+    actions = flatten_actions(state.get("actions") or [])
+    return next((a for a in actions if a.get("actionType") == ActionType.CONTINUE_AS_NEW), None)

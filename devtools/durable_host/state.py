@@ -1,0 +1,146 @@
+"""What the host keeps per instance, and the errors its API raises.
+
+Kept apart from the code that changes it so every concern (episodes, timers, activities) reads the
+same shapes. "Durable" fields survive ``host.crash()`` as a storage backend would keep them; the
+ones marked volatile do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
+
+from .history import (
+    HistoryEventType,
+)
+
+Status = OrchestrationRuntimeStatus
+H = HistoryEventType
+
+#: Statuses in which an instance id cannot be started again (the extension answers 409).
+RUNNING_STATUSES = frozenset({Status.Pending, Status.Running, Status.ContinuedAsNew})
+TERMINAL_STATUSES = frozenset({Status.Completed, Status.Failed, Status.Terminated, Status.Canceled})
+
+
+class OrchestrationAlreadyExistsError(Exception):
+    """Starting an instance id that is Pending/Running (the extension's 409 Conflict)."""
+
+
+class InstanceNotFoundError(LookupError):
+    """No instance with that id (the extension's 404)."""
+
+
+class InstanceCompletedError(RuntimeError):
+    """The instance already completed, failed or was terminated (the extension's 410 Gone)."""
+
+
+class _OrchestrationError(Exception):
+    """Fails the orchestration (non-determinism, an unknown function, an unsupported API)."""
+
+
+@dataclass
+class _Retry:
+    kind: str  # "activity" | "suborchestration"
+    name: str
+    input: str | None
+    instance_id: str | None
+    first_interval: timedelta
+    max_attempts: int
+    attempts: int = 1
+    current_task_id: int | None = None
+    timer_id: int | None = None
+
+
+@dataclass
+class _Task:
+    id: int
+    kind: str  # "activity" | "timer" | "suborchestration"
+    name: str | None = None
+    input: str | None = None
+    fire_at: datetime | None = None
+    retry: _Retry | None = None
+    child_instance_id: str | None = None
+    cancelled: bool = False
+    done: bool = False
+
+
+@dataclass
+class _Execution:
+    execution_id: str
+    input: str | None
+    next_id: int = 0
+    action_signatures: list[tuple] = field(default_factory=list)
+    action_task_ids: list[int | None] = field(default_factory=list)
+    tasks: dict[int, _Task] = field(default_factory=dict)
+    episodes: int = 0
+    #: How the orchestrator code finished while tasks were still open ("returned", "raised", ...).
+    held: str | None = None
+    #: EventRaised messages bound for the next execution while a continue-as-new waits for open tasks.
+    carried: list = field(default_factory=list)
+
+
+@dataclass
+class _Message:
+    event: dict
+    #: An activity result not yet committed to history: lost (and the activity redelivered) on crash.
+    volatile: bool = False
+    task_id: int | None = None
+
+
+@dataclass(frozen=True)
+class _ParentRef:
+    instance_id: str
+    execution_id: str
+    task_id: int
+    name: str
+
+
+@dataclass
+class _Instance:
+    instance_id: str
+    name: str
+    status: Status
+    created: datetime
+    updated: datetime
+    execution: _Execution
+    version: str = ""
+    parent: _ParentRef | None = None
+    history: list[dict] = field(default_factory=list)
+    inbox: list[_Message] = field(default_factory=list)
+    output: Any = None
+    custom_status: Any = None
+    failure_details: str | None = None
+    generations: int = 1
+    #: Volatile: the actions the last replay returned (dropped on crash).
+    last_actions: list | None = None
+
+
+@dataclass
+class _WorkItem:
+    instance_id: str
+    execution_id: str
+    task_id: int
+    name: str
+    input: str | None
+
+
+@dataclass
+class _Fault:
+    exc: BaseException | None
+    mode: str  # "before" | "after" | "lose_result"
+
+
+@dataclass
+class _Periodic:
+    name: str
+    fn: Callable[[], Any]
+    every: timedelta
+    next_at: datetime
+
+
+def _played(event: dict) -> dict:
+    return {**event, "IsPlayed": True}

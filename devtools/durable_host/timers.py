@@ -1,0 +1,287 @@
+"""The loop, the clock and timers: what runs when, and how far time may skip.
+
+The loop is one deterministic iteration (due timers, periodic callbacks, orchestrator episodes,
+queued activities, pumps) repeated until idle; only when nothing can run does a virtual clock jump
+to the earliest pending timer or periodic callback. Keeping this apart from the episode code keeps
+"when" separate from "what an episode does".
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+
+from .aio import call_maybe_async
+from .history import (
+    format_time,
+    make_event,
+)
+from .state import (
+    TERMINAL_STATUSES,
+    H,
+    _Execution,
+    _Instance,
+    _Periodic,
+    _Task,
+)
+from .tracing import _delta
+
+
+class _Loop:
+    """Running the host: steps, idling, skipping virtual time, firing timers."""
+
+    def add_pump(self, fn: Callable[[], int | None], name: str | None = None) -> Callable[[], int | None]:
+        """Call ``fn()`` every loop iteration; it returns how much work it did (0/None = idle).
+
+        While any pump reports work the host does not skip time.
+        """
+        with self._lock:
+            self._pumps.append((name or getattr(fn, "__name__", "pump"), fn))
+            return fn
+
+    def remove_pump(self, fn: Callable[[], Any]) -> None:
+        with self._lock:
+            self._pumps = [(n, f) for n, f in self._pumps if f is not fn]
+
+    def add_periodic(
+        self,
+        fn: Callable[[], Any],
+        every: timedelta,
+        *,
+        name: str | None = None,
+        first_at: datetime | None = None,
+    ) -> Callable[[], Any]:
+        """Call ``fn()`` every ``every`` of host time (a timer trigger); time skips stop at each run."""
+        if every <= timedelta(0):
+            raise ValueError("every must be positive")
+        with self._lock:
+            next_at = first_at or (self.clock.now() + every)
+            self._periodics.append(_Periodic(name or getattr(fn, "__name__", "periodic"), fn, every, next_at))
+            return fn
+
+    def remove_periodic(self, fn: Callable[[], Any]) -> None:
+        with self._lock:
+            self._periodics = [p for p in self._periodics if p.fn is not fn]
+
+    @contextmanager
+    def batched(self, *instance_ids: str) -> Iterator[None]:
+        """Hold the episodes of these instances while the block runs: every message that arrives
+        meanwhile (results, raised events, fired timers) reaches the orchestrator in one episode, in
+        arrival order. The backend does this whenever messages queue up while an orchestration is
+        busy or unloaded; tests use it to choose a batch's content and order."""
+        with self._lock:
+            self._batching.update(instance_ids)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._batching.difference_update(instance_ids)
+
+    def step(self) -> int:
+        """One loop iteration; returns the units of work done (0 = nothing could run now)."""
+        with self._running():
+            return self._step()
+
+    def run_until_idle(self, max_steps: int = 10_000) -> int:
+        """Run everything that can run at the current time; returns the work done. Never skips time."""
+        with self._running():
+            return self._run_idle(max_steps)
+
+    def run_until(
+        self,
+        predicate: Callable[[], bool],
+        timeout_virtual: timedelta = timedelta(days=1),
+        max_steps: int = 100_000,
+    ) -> None:
+        """Run, skipping time to the next timer whenever idle, until ``predicate()`` holds.
+
+        ``timeout_virtual`` bounds host time (real time with a real clock). Raises ``TimeoutError``
+        with a diagnosis when the predicate cannot become true.
+        """
+        with self._running():
+            deadline = self.clock.now() + timeout_virtual
+            steps = 0
+            while True:
+                steps += self._run_idle(max_steps - steps, count_steps=True)
+                if predicate():
+                    return
+                wake = self._next_wakeup()
+                now = self.clock.now()
+                if self.clock.is_virtual:
+                    if wake is None:
+                        raise TimeoutError(self._diagnose("nothing left to run and no timer pending"))
+                    if wake > deadline:
+                        raise TimeoutError(
+                            self._diagnose(f"next timer at {format_time(wake)} is after the timeout")
+                        )
+                    self._log("", f"clock skips {_delta(wake - now)} to {format_time(wake)}")
+                    self.clock.advance_to(wake)
+                else:
+                    if now >= deadline:
+                        raise TimeoutError(self._diagnose("real-time timeout"))
+                    pause = self.poll_interval
+                    if wake is not None:
+                        pause = min(pause, max((wake - now).total_seconds(), 0.0))
+                    self._lock.release()
+                    try:
+                        time.sleep(min(pause, max((deadline - now).total_seconds(), 0.0)))
+                    finally:
+                        self._lock.acquire()
+
+    def run_until_complete(
+        self, instance_id: str, timeout_virtual: timedelta = timedelta(days=1), max_steps: int = 100_000
+    ) -> DurableOrchestrationStatus:
+        """Run until the instance is Completed, Failed or Terminated; returns its status."""
+        self._require(instance_id)
+        self.run_until(
+            lambda: self._instances[instance_id].status in TERMINAL_STATUSES, timeout_virtual, max_steps
+        )
+        return self.get_status(instance_id)
+
+    def advance(self, delta: timedelta, max_steps: int = 100_000) -> None:
+        """Move the virtual clock forward by ``delta``, firing timers in order and running to idle."""
+        if not self.clock.is_virtual:
+            raise RuntimeError("advance() needs a virtual clock")
+        with self._running():
+            target = self.clock.now() + delta
+            steps = self._run_idle(max_steps, count_steps=True)
+            while True:
+                wake = self._next_wakeup()
+                if wake is None or wake > target:
+                    break
+                self.clock.advance_to(wake)
+                steps += self._run_idle(max_steps - steps, count_steps=True)
+            self.clock.advance_to(target)
+            self._run_idle(max_steps - steps)
+
+    @contextmanager
+    def _running(self) -> Iterator[None]:
+        with self._lock:
+            if self._loop_thread == threading.get_ident():
+                raise RuntimeError("the durable host loop cannot be re-entered from inside a step")
+            self._loop_thread = threading.get_ident()
+            try:
+                with self.installed_clock():
+                    yield
+            finally:
+                self._loop_thread = None
+
+    @property
+    def in_loop(self) -> bool:
+        return self._loop_thread == threading.get_ident()
+
+    def _run_idle(self, max_steps: int, count_steps: bool = False) -> int:
+        total = 0
+        for steps in range(max(max_steps, 1)):
+            work = self._step()
+            if work == 0:
+                return steps if count_steps else total
+            total += work
+        raise RuntimeError(
+            self._diagnose(f"still busy after {max_steps} steps: an orchestrator or a pump never goes idle")
+        )
+
+    def _step(self) -> int:
+        work = self._fire_due_timers()
+        work += self._run_due_periodics()
+        for instance_id in list(self._dirty):
+            if instance_id in self._batching:
+                continue
+            self._dirty.pop(instance_id, None)
+            inst = self._instances.get(instance_id)
+            if inst is None or inst.status in TERMINAL_STATUSES or not inst.inbox:
+                continue
+            self._run_episode(inst)
+            work += 1
+            if inst.inbox and inst.status not in TERMINAL_STATUSES:
+                self._dirty[instance_id] = None
+        for _ in range(len(self._activity_queue)):
+            self._execute_activity(self._activity_queue.popleft())
+            work += 1
+        for name, pump in list(self._pumps):
+            done = call_maybe_async(self._async, pump)
+            if done:
+                work += int(done)
+                self._log("", f"pump {name}: {int(done)} unit(s) of work")
+        return work
+
+    def _next_wakeup(self) -> datetime | None:
+        self._drop_dead_timers()
+        candidates = [p.next_at for p in self._periodics]
+        if self._timers:
+            candidates.append(self._timers[0][0])
+        return min(candidates) if candidates else None
+
+    def _drop_dead_timers(self) -> None:
+        while self._timers and self._timer_task(self._timers[0]) is None:
+            heapq.heappop(self._timers)
+
+    def _timer_task(self, entry: tuple) -> _Task | None:
+        """The timer a queue entry stands for, or None once nobody can receive it.
+
+        A cancelled timer is still delivered: the extension cancels only the .NET task, the timer
+        message already sits in the backend's queue and fires into the instance (one more episode,
+        nothing to do; ``TaskOrchestrationContext.HandleTimerFiredEvent`` logs it as a duplicate).
+        A timer of a finished or continued-as-new execution is dropped, as the dispatcher drops an
+        event whose execution id does not match (``TaskOrchestrationDispatcher``).
+        """
+        _, _, instance_id, execution_id, task_id = entry
+        inst = self._instances.get(instance_id)
+        if inst is None or inst.execution.execution_id != execution_id or inst.status in TERMINAL_STATUSES:
+            return None
+        return inst.execution.tasks.get(task_id)
+
+    def _fire_due_timers(self) -> int:
+        fired = 0
+        now = self.clock.now()
+        while self._timers and self._timers[0][0] <= now:
+            entry = heapq.heappop(self._timers)
+            task = self._timer_task(entry)
+            if task is None:
+                continue
+            inst = self._instances[entry[2]]
+            event = make_event(H.TIMER_FIRED, now, TimerId=task.id, FireAt=format_time(task.fire_at))
+            self._deliver(inst, event)
+            late = (
+                " (it was cancelled: the orchestrator replays and has nothing to do)"
+                if task.cancelled
+                else ""
+            )
+            self._log(inst.instance_id, f"timer #{task.id} fired{late}")
+            fired += 1
+        return fired
+
+    def _run_due_periodics(self) -> int:
+        work = 0
+        now = self.clock.now()
+        for periodic in list(self._periodics):
+            while periodic.next_at <= now:
+                periodic.next_at += periodic.every
+                done = call_maybe_async(self._async, periodic.fn)
+                work += 1
+                self._log("", f"periodic {periodic.name} ran" + (f": {done}" if done else ""))
+        return work
+
+    def _schedule_timer(self, inst: _Instance, task: _Task) -> None:
+        entry = (task.fire_at, next(self._timer_seq), inst.instance_id, inst.execution.execution_id, task.id)
+        heapq.heappush(self._timers, entry)
+
+    def _cancel_timer(self, inst: _Instance, task: _Task) -> None:
+        if task.cancelled or task.done:
+            return
+        task.cancelled = True
+        self._log(
+            inst.instance_id, f"timer #{task.id} cancelled (no longer an open task; it still fires later)"
+        )
+
+    def _open_tasks(self, execution: _Execution) -> list[_Task]:
+        """Tasks the framework still waits for: activities and sub-orchestrations without a result,
+        timers neither fired nor cancelled (``TaskOrchestrationContext.openTasks``)."""
+        return [t for t in execution.tasks.values() if not t.done and not t.cancelled]
