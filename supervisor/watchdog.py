@@ -113,8 +113,6 @@ class DurableClient(Protocol):
         self, orchestration_function_name: str, instance_id: str | None = None, client_input: Any = None
     ) -> str: ...
 
-    async def terminate(self, instance_id: str, reason: str) -> None: ...
-
 
 @dataclass(frozen=True)
 class Decision:
