@@ -129,6 +129,24 @@ class InstanceSupervisor:
         await self.recover(record, f"{why}; the instance's orchestration {orchestration_id} is {status}")
         return True
 
+    async def compensate_for_step(self, step: Any, reason: str) -> bool:
+        """A step is Compensating (an operator asked, or a compensation died) and no compensation
+        runs. True when the instance record took it over: claimed -> Compensating, the scheduler
+        ended if it still runs, the compensation started once; False without a record."""
+        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        if record is None or record.status in (IS.SUCCEEDED, IS.COMPENSATED, IS.CANCELLED):
+            return False
+        if supervisor_holds(record, self.tick):
+            await self.decided(
+                record, InstanceAction.NOTE_OWNED, f"{reason}; {record.owner} holds the instance"
+            )
+            return True
+        if await self.claim(record, IS.COMPENSATING, reason) is None:
+            return True  # another tick won the instance: it acts
+        await self.tick.end_scheduler(step, reason)
+        await self.start_compensation(record, reason, InstanceAction.RESTART_COMPENSATION)
+        return True
+
     # ---- decisions -------------------------------------------------------------------------------
 
     async def recover(self, record: InstanceRecord, why: str) -> None:
