@@ -22,6 +22,12 @@ from datetime import UTC, datetime, timedelta
 
 OFFSET_ENV = "WORKFLOW_CLOCK_OFFSET_SECONDS"
 
+# How far a deadline computed from the trusted clock may sit from the time the watchdog compares it
+# with: the storage service's Date header has whole seconds (up to 1 s early), plus the request's
+# latency and the NTP skew between the watchdog's host and the storage service (well under 1 s on
+# Azure). WATCHDOG_GRACE_SECONDS must be at least this (docs/supervisor.md, "Clocks").
+SKEW_BOUND_SECONDS = 2.0
+
 
 def _offset_from_env() -> timedelta:
     raw = os.environ.get(OFFSET_ENV, "").strip()
