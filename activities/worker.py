@@ -2,7 +2,8 @@
 
 Entry point for any host: :func:`process_work_message` (a plain function; the trigger-bound
 ``agent_worker`` below and the durable test host's queue pump both call it). It returns normally
-when the message is dealt with, including when it is deliberately ignored (stale, duplicate); it
+when the message is dealt with, including when it is deliberately ignored (stale, duplicate) or
+parked (not a valid ``WorkMessage``: bad ids or sizes, not JSON, missing fields); it
 raises when the message must be delivered again (ledger or transport unavailable, a simulated
 crash), so the host abandons it, and after ``MAX_DELIVERY_COUNT`` deliveries the broker (Service
 Bus) or the host (``<queue>-poison``) dead-letters it; ``agent_dead_letter_handler`` takes over.
