@@ -9,6 +9,7 @@ that tests and the durable test host call directly:
   ``check_compensation``, ``finish_compensation``, and ``activities.instances.settle_instance``
   -- each ``(payload: dict, services) -> dict``
   (``ACTIVITY_BODIES`` maps activity names to them);
+- ``activities.verification.verify_result``: the ledger's outcome of the attempt a result event names;
 - ``activities.worker.process_work_message(body, *, delivery_count, services, worker_id)``;
 - ``activities.results.handle_result(body, client, services)`` (async);
 - ``activities.dead_letters.handle_dead_letter(body, *, reason, description, client, services)`` (async).
@@ -17,15 +18,18 @@ The queue-triggered functions use Service Bus or Storage Queue triggers accordin
 ``AGENT_TRANSPORT`` when this package is imported.
 """
 
-from activities import dead_letters, instances, results, scheduling, worker
+from activities import dead_letters, instances, results, scheduling, verification, worker
 from activities._bp import bp as blueprint
 from activities.dead_letters import handle_dead_letter
 from activities.handlers import AGENT_HANDLERS, agent, check_agents_registered, check_shipped_workflows
 from activities.results import handle_result
-from activities.scheduling import ACTIVITY_BODIES
+from activities.scheduling import ACTIVITY_BODIES as _SCHEDULING_BODIES
+from activities.verification import verify_result
 from activities.worker import default_worker_id, process_work_message
+from workflow_core.contracts import ACTIVITY_VERIFY_RESULT
 
 blueprints = [blueprint]
+ACTIVITY_BODIES = {**_SCHEDULING_BODIES, ACTIVITY_VERIFY_RESULT: verify_result}
 
 __all__ = [
     "ACTIVITY_BODIES",
@@ -43,5 +47,6 @@ __all__ = [
     "process_work_message",
     "results",
     "scheduling",
+    "verification",
     "worker",
 ]

@@ -159,3 +159,40 @@ def emit_recovery(
         )
     except Exception:  # telemetry must never fail the work it describes
         log.exception("could not record recovery telemetry for %s", action)
+
+
+def park(
+    services: Any,
+    *,
+    source: str,
+    reason: str,
+    body: Any,
+    actor: str,
+    message_id: str | None = None,
+) -> str:
+    """Park a message no agent can process (``workflow_core.ledger.parking``) and, when its instance,
+    step and attempt can be read and the step exists, leave a ``message-parked`` note on the step.
+
+    Returns the readable reason. Raises only if the ledger itself is unreachable (then the message is
+    delivered again, as after any infrastructure error).
+    """
+    from workflow_core.ledger import InvalidLedgerInput, StepNotFound
+    from workflow_core.ledger.parking import park_message
+
+    row = park_message(services.ledger, source=source, reason=reason, body=body, message_id=message_id)
+    log.warning("parked a %s message (%s): %s", source, row.key, row.reason)
+    fields = body if isinstance(body, dict) else {}
+    instance_id, step_id, attempt = fields.get("instance_id"), fields.get("step_id"), fields.get("attempt")
+    try:
+        services.ledger.get(instance_id, step_id)
+    except (InvalidLedgerInput, StepNotFound):
+        return row.reason  # nothing identifiable to mark
+    services.ledger.note(
+        instance_id,
+        step_id,
+        actor=actor,
+        action="message-parked",
+        reason=f"{source} message parked ({row.key}): {row.reason}",
+        attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+    )
+    return row.reason

@@ -29,10 +29,10 @@ import azure.functions as func
 from pydantic import ValidationError
 
 from activities._bp import bp
-from activities.common import COMP_FAILED, emit_recovery, grace_deadline, retry_on_conflict, step_output
+from activities.common import COMP_FAILED, emit_recovery, grace_deadline, park, retry_on_conflict, step_output
 from activities.messages import from_queue_message, from_servicebus_message, transport_kind
 from activities.results import EventClient, raise_result_event
-from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage
+from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, explain, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
@@ -43,29 +43,39 @@ ACTOR = "dead-letter-handler"
 
 
 async def handle_dead_letter(
-    body: dict[str, Any],
+    body: Any,
     *,
     reason: str | None,
     description: str | None = None,
     client: EventClient,
     services: Services,
+    message_id: str | None = None,
 ) -> str:
     """Fail the dead-lettered attempt and tell its orchestration. Returns what happened:
     ``failed-event-raised``, ``result-event-raised`` (the ledger already had an outcome),
-    ``late-result-ignored`` (the orchestration is gone), ``ignored`` or ``unreadable``."""
+    ``late-result-ignored`` (the orchestration is gone), ``ignored``, or ``parked`` (not a valid
+    ``WorkMessage``: kept in the parked partition with a readable reason, never raised on)."""
+    error = fit_text(
+        f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
+    )
     try:
         message = WorkMessage.model_validate(body)
     except ValidationError as exc:
-        # Nothing to map it to: log it loudly and let it go (it stays visible in the logs only).
-        log.error("unreadable dead-lettered message (%s): %s", reason, exc)
-        return "unreadable"
-    error = f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
+        park(
+            services,
+            source="dead-letter",
+            reason=f"not a valid work message: {explain(exc)} ({error})",
+            body=body,
+            actor=ACTOR,
+            message_id=message_id,
+        )
+        return "parked"
     grace = services.settings.watchdog_grace_seconds
     ledger = services.ledger
 
-    def result(ok: bool, r: StepRecord, err: str | None) -> ResultMessage:
+    def result(ok: bool, r: StepRecord, err: str | None, permanent: bool = False) -> ResultMessage:
         output = step_output(r) if message.kind == "work" else {}
-        return ResultMessage.answering(message, ok=ok, output=output, error=err)
+        return ResultMessage.answering(message, ok=ok, output=output, error=err, permanent=permanent)
 
     def decide(r: StepRecord) -> tuple[ResultMessage | None, bool, str]:
         a = message.attempt
@@ -74,14 +84,20 @@ async def handle_dead_letter(
                 return None, False, f"ledger is at attempt {r.attempt} ({r.status.value})"
             if r.status in (S.DISPATCHED, S.RUNNING):
                 ledger.transition(
-                    r, S.FAILED, actor=ACTOR, reason=error, last_error=error, deadline=grace_deadline(grace)
+                    r,
+                    S.FAILED,
+                    actor=ACTOR,
+                    reason=error,
+                    last_error=error,
+                    non_retryable=False,
+                    deadline=grace_deadline(grace),
                 )
                 emit_recovery(r, "dead_letter", attempt=a, kind="work", reason=error)
                 return result(False, r, error), True, ""
             if r.status is S.SUCCEEDED:
                 return result(True, r, None), False, ""
             if r.status is S.FAILED:
-                return result(False, r, r.last_error or error), False, ""
+                return result(False, r, r.last_error or error, r.non_retryable), False, ""
             return None, False, f"step is {r.status.value}"
         if r.compensation_attempt != a:
             return (
@@ -94,13 +110,14 @@ async def handle_dead_letter(
         if r.status is not S.COMPENSATING:
             return None, False, f"step is {r.status.value}"
         if r.compensation_status == COMP_FAILED:
-            return result(False, r, r.last_error or error), False, ""
+            return result(False, r, r.last_error or error, r.non_retryable), False, ""
         ledger.update(
             r,
             actor=ACTOR,
             reason=error,
             compensation_status=COMP_FAILED,
             last_error=error,
+            non_retryable=False,
             deadline=grace_deadline(grace),
         )
         emit_recovery(r, "dead_letter", attempt=a, kind="compensate", reason=error)
@@ -166,6 +183,7 @@ def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callabl
                 description=incoming.dead_letter_description,
                 client=client,
                 services=get_services(),
+                message_id=incoming.message_id,
             )
 
         return agent_dead_letter_handler
@@ -183,6 +201,7 @@ def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callabl
             description=incoming.dead_letter_description,
             client=client,
             services=get_services(),
+            message_id=incoming.message_id,
         )
 
     return agent_dead_letter_handler

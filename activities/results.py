@@ -4,11 +4,18 @@ Entry point for any host: ``await handle_result(body, client, services)``. ``cli
 with ``raise_event(instance_id, event_name, event_data)``, async or plain (in Azure: the
 ``DurableOrchestrationClient`` of the ``durable_client_input`` binding).
 
-The event is ``result_event_name(step_id, attempt, kind)``, raised on the message's
-``orchestration_id`` with the ``ResultMessage`` as its data. If that orchestration is unknown (404)
-or already finished (410), the reply is too late to matter: a ``late-result-ignored`` note goes to
-the ledger's audit trail and the message is completed. Any other failure propagates, so the host
-delivers the message again.
+Trust only the ledger: the message is a claim. It is acted on only if the step row records that
+outcome for that very attempt (Succeeded with the same output; Failed or TimedOut for a failure;
+the compensation attempt's outcome for a compensation). Then the event
+``result_event_name(step_id, attempt, kind)`` is raised on the orchestration *the ledger* recorded,
+with the ledger's version of the result. Anything else (a forged or corrupt reply, one for an attempt
+the ledger never dispatched, one that disagrees with the row) is audited on the step
+(``unconfirmed-result-ignored`` / ``result-mismatch``) and completed without an event. A message that
+is not a valid ``ResultMessage`` is parked (``workflow_core.ledger.parking``), never raised on.
+
+If the orchestration is unknown (404) or already finished (410), the reply is too late to matter: a
+``late-result-ignored`` note goes to the ledger's audit trail and the message is completed. Any other
+failure propagates, so the host delivers the message again.
 """
 
 from __future__ import annotations
@@ -23,9 +30,12 @@ import azure.functions as func
 from pydantic import ValidationError
 
 from activities._bp import bp
+from activities.common import park
 from activities.messages import from_queue_message, from_servicebus_message, transport_kind
+from activities.verification import UNDOING, recorded_outcome
 from workflow_core import telemetry
-from workflow_core.contracts import RESULT_FUNCTION, ResultMessage, result_event_name
+from workflow_core.contracts import RESULT_FUNCTION, ResultMessage, explain, result_event_name
+from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 
@@ -43,10 +53,6 @@ class EventClient(Protocol):
     """``DurableOrchestrationClient`` or anything with its ``raise_event`` (async, or plain)."""
 
     def raise_event(self, instance_id: str, event_name: str, event_data: Any = None) -> Any: ...
-
-
-class InvalidResultMessage(ValueError):
-    """The message is not a ``ResultMessage``; it ends up dead-lettered on the result queue."""
 
 
 def is_instance_gone(exc: BaseException) -> bool:
@@ -92,15 +98,81 @@ async def raise_result_event(
     return "raised"
 
 
+HandleOutcome = Literal[
+    "raised", "late-result-ignored", "unconfirmed-result-ignored", "result-mismatch", "parked"
+]
+
+
+def confirm(result: ResultMessage, r: StepRecord) -> tuple[ResultMessage | None, str, str]:
+    """The ledger's version of ``result`` if row ``r`` records that outcome for that very attempt, else
+    ``(None, audit action, why)``."""
+    # a late reply of a step undone since is still true about its attempt (its orchestration is gone)
+    found = recorded_outcome(r, result.kind, result.attempt, undone_succeeded=True)
+    where = f"ledger says {r.status.value} at attempt {r.attempt}"
+    if result.kind == "compensate":
+        where += f", compensation attempt {r.compensation_attempt} ({r.compensation_status})"
+    if not found.exact or found.state == "unconfirmed":
+        return None, "unconfirmed-result-ignored", f"no outcome recorded for this attempt ({where})"
+    if result.outcome == "succeeded":
+        if found.state != "succeeded":
+            return None, "result-mismatch", f"message says succeeded; {where}"
+        # (a compensator's output is not kept in the ledger: only its success is)
+        if result.kind == "work" and (result.output or {}) != (found.output or {}):
+            return None, "result-mismatch", "message's output differs from the output the ledger recorded"
+    elif found.state == "succeeded":
+        return None, "result-mismatch", f"message says failed; {where}"
+    # Once a step is being undone the ledger names its compensation's orchestration, not the one that
+    # waited for this work result: only then is the message's own (verified-by-the-scheduler) target used.
+    undone = result.kind == "work" and r.status in UNDOING
+    target = result.orchestration_id if undone or not r.orchestration_id else r.orchestration_id
+    if target != result.orchestration_id:
+        return None, "result-mismatch", f"message names orchestration {result.orchestration_id!r}"
+    confirmed = result.model_copy(
+        update={
+            "orchestration_id": target,
+            "output": found.output if found.state == "succeeded" else None,
+            "error": None if found.state == "succeeded" else (found.error or result.error),
+            "permanent": found.permanent,
+        }
+    )
+    return ResultMessage.model_validate(confirmed.model_dump()), "", ""
+
+
 async def handle_result(
-    body: dict[str, Any], client: EventClient, services: Services
-) -> Literal["raised", "late-result-ignored"]:
-    """Handle one result-queue message body (a ``ResultMessage`` dict)."""
+    body: Any, client: EventClient, services: Services, *, message_id: str | None = None
+) -> HandleOutcome:
+    """Handle one result-queue message body (a ``ResultMessage`` dict); see the module docstring."""
     try:
         result = ResultMessage.model_validate(body)
     except ValidationError as exc:
-        raise InvalidResultMessage(f"not a result message: {exc}") from exc
-    return await raise_result_event(result, client, services)
+        park(
+            services,
+            source="result",
+            reason=f"not a valid result message: {explain(exc)}",
+            body=body,
+            actor=ACTOR,
+            message_id=message_id,
+        )
+        return "parked"
+    try:
+        record = services.ledger.get(result.instance_id, result.step_id)
+    except (StepNotFound, InvalidLedgerInput) as exc:
+        park(services, source="result", reason=f"result for no known step: {exc}", body=body, actor=ACTOR)
+        return "parked"
+    confirmed, action, why = confirm(result, record)
+    if confirmed is None:
+        log.warning("result %s/%s#%d ignored: %s", result.instance_id, result.step_id, result.attempt, why)
+        services.ledger.note(
+            result.instance_id,
+            result.step_id,
+            actor=ACTOR,
+            action=action,
+            reason=f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}",
+            attempt=result.attempt,
+            status=record.status.value,
+        )
+        return action  # type: ignore[return-value]
+    return await raise_result_event(confirmed, client, services)
 
 
 # ---- trigger-bound function -----------------------------------------------------------------------
@@ -116,7 +188,8 @@ def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[...
         )
         @blueprint.durable_client_input(client_name="client")
         async def agent_result_handler(msg: func.ServiceBusMessage, client) -> None:
-            await handle_result(from_servicebus_message(msg).body, client, get_services())
+            incoming = from_servicebus_message(msg)
+            await handle_result(incoming.body, client, get_services(), message_id=incoming.message_id)
 
         return agent_result_handler
 
@@ -124,7 +197,8 @@ def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[...
     @blueprint.queue_trigger(arg_name="msg", queue_name="%RESULT_QUEUE_NAME%", connection=STORAGE_CONNECTION)
     @blueprint.durable_client_input(client_name="client")
     async def agent_result_handler(msg: func.QueueMessage, client) -> None:
-        await handle_result(from_queue_message(msg).body, client, get_services())
+        incoming = from_queue_message(msg)
+        await handle_result(incoming.body, client, get_services(), message_id=incoming.message_id)
 
     return agent_result_handler
 

@@ -449,7 +449,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
         if r.attempt != args.attempt:  # never dispatched, or superseded by a later attempt
             return StepCheck(state="timed_out", error=f"ledger is at attempt {r.attempt} ({r.status.value})")
         if r.status is S.FAILED:
-            return StepCheck(state="failed", error=r.last_error)
+            return StepCheck(state="failed", error=r.last_error, permanent=r.non_retryable)
         if r.status in IN_FLIGHT:
             current = now()
             if r.deadline is not None and r.deadline > current:
@@ -510,7 +510,7 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
         if r.status is not S.COMPENSATING:
             return StepCheck(state="failed", error=f"step is {r.status.value}")
         if r.compensation_status == COMP_FAILED:
-            return StepCheck(state="failed", error=r.last_error)
+            return StepCheck(state="failed", error=r.last_error, permanent=r.non_retryable)
         if r.compensation_status == COMP_TIMED_OUT:
             return StepCheck(state="timed_out", error=r.last_error)
         current = now()

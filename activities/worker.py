@@ -2,7 +2,8 @@
 
 Entry point for any host: :func:`process_work_message` (a plain function; the trigger-bound
 ``agent_worker`` below and the durable test host's queue pump both call it). It returns normally
-when the message is dealt with, including when it is deliberately ignored (stale, duplicate); it
+when the message is dealt with, including when it is deliberately ignored (stale, duplicate) or
+parked (not a valid ``WorkMessage``: bad ids or sizes, not JSON, missing fields); it
 raises when the message must be delivered again (ledger or transport unavailable, a simulated
 crash), so the host abandons it, and after ``MAX_DELIVERY_COUNT`` deliveries the broker (Service
 Bus) or the host (``<queue>-poison``) dead-letters it; ``agent_dead_letter_handler`` takes over.
@@ -33,7 +34,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -49,15 +50,22 @@ from activities.common import (
     error_text,
     grace_deadline,
     is_transient_claim,
-    now,
+    park,
     retry_on_conflict,
     step_input,
     step_output,
 )
 from activities.handlers import faults
-from activities.handlers.base import AgentCrash, NoReply, StepContext, StepNoLongerOwned, get_handler
+from activities.handlers.base import (
+    AgentCrash,
+    NoReply,
+    StepContext,
+    StepNoLongerOwned,
+    get_handler,
+    is_non_retryable,
+)
 from activities.messages import from_queue_message, from_servicebus_message, transport_kind
-from workflow_core.contracts import WORKER_FUNCTION, ResultMessage, WorkMessage
+from workflow_core.contracts import WORKER_FUNCTION, ResultMessage, WorkMessage, explain, fit_text
 from workflow_core.ledger import InstanceHandle, StepLedger, StepNotFound, StepRecord, StepStatus, encode_json
 from workflow_core.ledger.model import MAX_TEXT
 from workflow_core.runtime import Services, get_services
@@ -71,8 +79,21 @@ S = StepStatus
 MAX_RESULT_CHARS = MAX_TEXT  # the ledger's limit for result_ref
 
 
-class InvalidWorkMessage(ValueError):
-    """The message is not a ``WorkMessage``; it can never succeed, so it ends up dead-lettered."""
+# (ok, output, error, non_retryable): how the handler's run ended
+Outcome = tuple[bool, dict[str, Any] | None, str | None, bool]
+
+
+def non_retryable_errors(workflow: str, step_id: str, kind: str) -> tuple[str, ...]:
+    """The exception type names the step's definition (or its compensation's) says retrying cannot fix."""
+    from workflow_core.workflows import get_workflow
+
+    try:
+        step = get_workflow(workflow).step(step_id)
+    except Exception:  # an unknown workflow or step: nothing listed (PermanentError still counts)
+        return ()
+    if kind == "work":
+        return step.non_retryable_errors
+    return step.compensation.non_retryable_errors if step.compensation else ()
 
 
 class _Action(StrEnum):
@@ -96,19 +117,34 @@ def result_message_id(instance_id: str, step_id: str, attempt: int, kind: str) -
 
 
 def process_work_message(
-    body: dict[str, Any], *, delivery_count: int, services: Services, worker_id: str
-) -> None:
+    body: Any,
+    *,
+    delivery_count: int,
+    services: Services,
+    worker_id: str,
+    message_id: str | None = None,
+) -> str | None:
     """Handle one delivery of a work message (see the module docstring for the rules).
 
     ``body``: the message body (a ``WorkMessage`` dict); ``delivery_count``: 1 on first delivery.
-    Raises :class:`InvalidWorkMessage` for a malformed body, and lets infrastructure errors and
-    :class:`AgentCrash` propagate so the message is delivered again.
+    A body that is not a valid ``WorkMessage`` (bad ids, sizes, types, missing fields, not JSON) is
+    never raised on: it is parked with a readable reason (returned) and the step, if it can be
+    identified, gets a ``message-parked`` note. Infrastructure errors and :class:`AgentCrash`
+    propagate so the message is delivered again.
     """
     try:
         message = WorkMessage.model_validate(body)
     except ValidationError as exc:
-        raise InvalidWorkMessage(f"not a work message: {exc}") from exc
+        return park(
+            services,
+            source="work",
+            reason=f"not a valid work message: {explain(exc)}",
+            body=body,
+            actor=worker_id,
+            message_id=message_id,
+        )
     _Delivery(message, delivery_count, services, worker_id).process()
+    return None
 
 
 class _Delivery:
@@ -258,12 +294,13 @@ class _Delivery:
 
     # ---- run -------------------------------------------------------------------------------------
 
-    def _run(self, record: StepRecord) -> tuple[bool, dict[str, Any] | None, str | None] | None:
-        """Run the handler: ``(ok, output, error)``, or None when nothing may be recorded or sent."""
+    def _run(self, record: StepRecord) -> Outcome | None:
+        """Run the handler: ``(ok, output, error, non_retryable)``, or None when nothing may be
+        recorded or sent."""
         m = self.m
         handler = get_handler(m.agent)
         if handler is None:
-            return False, None, f"no handler is registered for agent {m.agent!r}"
+            return False, None, f"no handler is registered for agent {m.agent!r}", False
         ctx = StepContext(
             instance_id=m.instance_id,
             step_id=m.step_id,
@@ -292,13 +329,18 @@ class _Delivery:
             self._note("abandoned-not-owner", str(exc), status=None)
             return None
         except Exception as exc:
-            log.info("%s: agent failed: %s", self._label, error_text(exc))
-            return False, None, error_text(exc)
+            # The error text is cut to fit the ledger (head and tail kept), so a huge one is still
+            # recorded once, as this attempt's failure, instead of failing the write on every delivery.
+            error = fit_text(error_text(exc))
+            permanent = is_non_retryable(exc, non_retryable_errors(m.workflow, m.step_id, m.kind))
+            log.info("%s: agent failed%s: %s", self._label, " (non-retryable)" if permanent else "", error)
+            return False, None, error, permanent
         output = {} if raw is None else dict(raw) if isinstance(raw, dict) else {"value": raw}
         encoded = encode_json(output)
         if len(encoded) > MAX_RESULT_CHARS:
-            return False, None, f"output of {len(encoded)} characters exceeds the ledger's {MAX_RESULT_CHARS}"
-        return True, output, None
+            why = f"output of {len(encoded)} characters exceeds the ledger's {MAX_RESULT_CHARS}"
+            return False, None, why, False
+        return True, output, None, False
 
     def _heartbeat(self, seconds: float | None) -> datetime | None:
         def decide(r: StepRecord) -> datetime | None:
@@ -314,11 +356,9 @@ class _Delivery:
             timeout = seconds if seconds is not None else r.heartbeat_timeout_seconds
             if timeout is None:
                 return r.deadline
-            target = now() + timedelta(seconds=timeout)
-            if r.deadline is not None and r.deadline >= target:
-                return r.deadline
+            # "extend by": the ledger computes the deadline from the storage service's clock, not ours
             extended = self.ledger.extend_deadline(
-                r, target, actor=self.worker_id, reason=f"heartbeat +{timeout:g}s"
+                r, float(timeout), actor=self.worker_id, reason=f"heartbeat +{timeout:g}s"
             )
             return extended.deadline
 
@@ -337,9 +377,9 @@ class _Delivery:
     # ---- record ----------------------------------------------------------------------------------
 
     def _decide_record(
-        self, r: StepRecord, outcome: tuple[bool, dict[str, Any] | None, str | None]
+        self, r: StepRecord, outcome: Outcome
     ) -> tuple[ResultMessage | None, tuple[str, str] | None]:
-        ok, output, error = outcome
+        ok, output, error, permanent = outcome
         a = self.m.attempt
         if self.work:
             if r.attempt != a:
@@ -365,11 +405,12 @@ class _Delivery:
                         r,
                         S.FAILED,
                         actor=self.worker_id,
-                        reason=f"agent failed: {error}",
+                        reason=f"agent failed{' (non-retryable)' if permanent else ''}: {error}",
                         last_error=error,
+                        non_retryable=permanent,
                         deadline=grace_deadline(self.grace),
                     )
-                return self._result(ok, output, error), None
+                return self._result(ok, output, error, permanent), None
             if r.status in (S.SUCCEEDED, S.FAILED):
                 why = f"attempt {a} was already recorded {r.status.value} by {r.owner}"
                 return None, ("duplicate-result-discarded", why)
@@ -400,12 +441,13 @@ class _Delivery:
             self.ledger.update(
                 r,
                 actor=self.worker_id,
-                reason=f"compensator failed: {error}",
+                reason=f"compensator failed{' (non-retryable)' if permanent else ''}: {error}",
                 compensation_status=COMP_FAILED,
                 last_error=error,
+                non_retryable=permanent,
                 deadline=grace_deadline(self.grace),
             )
-            return self._result(False, None, error), None
+            return self._result(False, None, error, permanent), None
         if r.status is S.COMPENSATED:
             return None, ("duplicate-result-discarded", f"compensation attempt {a} was already recorded")
         return None, (
@@ -415,15 +457,17 @@ class _Delivery:
 
     # ---- reply -----------------------------------------------------------------------------------
 
-    def _result(self, ok: bool, output: dict[str, Any] | None, error: str | None) -> ResultMessage:
-        return ResultMessage.answering(self.m, ok=ok, output=output, error=error)
+    def _result(
+        self, ok: bool, output: dict[str, Any] | None, error: str | None, permanent: bool = False
+    ) -> ResultMessage:
+        return ResultMessage.answering(self.m, ok=ok, output=output, error=error, permanent=permanent)
 
     def _result_from_record(self, r: StepRecord) -> ResultMessage:
         if self.work:
             ok = r.status is S.SUCCEEDED
-            return self._result(ok, step_output(r) if ok else None, r.last_error)
+            return self._result(ok, step_output(r) if ok else None, r.last_error, r.non_retryable)
         ok = r.status is S.COMPENSATED
-        return self._result(ok, {} if ok else None, r.last_error)
+        return self._result(ok, {} if ok else None, r.last_error, r.non_retryable)
 
     def _send(self, result: ResultMessage) -> None:
         m = self.m
@@ -453,6 +497,7 @@ def run_queue_message(
         delivery_count=incoming.delivery_count,
         services=services or get_services(),
         worker_id=worker_id or default_worker_id(),
+        message_id=incoming.message_id,
     )
 
 
@@ -466,6 +511,7 @@ def run_servicebus_message(
         delivery_count=incoming.delivery_count,
         services=services or get_services(),
         worker_id=worker_id or default_worker_id(),
+        message_id=incoming.message_id,
     )
 
 

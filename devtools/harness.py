@@ -360,11 +360,11 @@ class PatternHarness:
             self._emit_write("update", record, updated, actor, reason, changes)
             return updated
 
-        def extend_deadline(
-            record: StepRecord, new_deadline: datetime, *, actor: str, reason: str = "heartbeat"
-        ):
-            updated = originals["extend_deadline"](record, new_deadline, actor=actor, reason=reason)
-            self._emit_write("heartbeat", record, updated, actor, reason, {"deadline": new_deadline})
+        def extend_deadline(record: StepRecord, seconds: float, *, actor: str, **kwargs: Any):
+            updated = originals["extend_deadline"](record, seconds, actor=actor, **kwargs)
+            if updated is not record:  # a heartbeat that kept a later deadline writes nothing
+                reason = kwargs.get("reason", "heartbeat")
+                self._emit_write("heartbeat", record, updated, actor, reason, {"deadline": updated.deadline})
             return updated
 
         def note(instance_id: str, step_id: str, *, actor: str, action: str, reason: str, **kwargs: Any):

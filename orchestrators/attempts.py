@@ -16,14 +16,16 @@ from orchestrators.decisions import (
     CHECK_NOW,
     MAX_STALE_SKIPS,
     SKIP_ATTEMPT,
+    UNCONFIRMED_POLL,
     AttemptOutcome,
     ContractViolation,
     Extended,
     after_dispatch,
     call_activity,
+    claim_of,
     deadline_after,
     interpret_check,
-    outcome_from_event,
+    interpret_verdict,
     retry_at,
     retry_seed,
     timer_fire_at,
@@ -35,6 +37,7 @@ from workflow_core.contracts import (
     ACTIVITY_DISPATCH_COMPENSATION,
     ACTIVITY_DISPATCH_STEP,
     ACTIVITY_SCHEDULE_RETRY,
+    ACTIVITY_VERIFY_RESULT,
     StepDispatch,
     StepKind,
     result_event_name,
@@ -161,7 +164,11 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
             return StepResult(True, tries, output=outcome.output)
 
         now = context.current_utc_datetime
-        next_start = retry_at(run.retry, tries, now, retry_seed(run.instance_id, run.step_id, run.kind))
+        next_start = (
+            None  # the ledger says retrying cannot fix it: give up at once
+            if outcome.permanent
+            else retry_at(run.retry, tries, now, retry_seed(run.instance_id, run.step_id, run.kind))
+        )
         if next_start is None:
             return StepResult(False, tries, error=outcome.error)
         # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
@@ -193,8 +200,15 @@ def _await_outcome(
     was being checked is not lost, and no second wait for the same name is registered. With
     ``check_first`` the ledger is asked before the first race (the dispatch found the attempt
     already under way or settled), and its answer may make the race unnecessary.
+
+    Trust only the ledger: an event is a signal, never the outcome. When it wins, ``verify_result``
+    reads what the ledger recorded for this attempt; if the ledger has no outcome for it (a forged,
+    corrupt or early event, possibly buffered by the runtime before this attempt even began), the
+    event is ignored (and audited by the activity). The name is then never waited for again (the SDK
+    would hand the same buffered event to a new wait): the ledger is polled every
+    ``UNCONFIRMED_POLL`` until the deadline instead.
     """
-    event = context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind))
+    event: Any = context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind))
     if check_first:
         verdict = yield from _check(context, run, attempt, deadline, report)
         if not isinstance(verdict, Extended):
@@ -203,14 +217,34 @@ def _await_outcome(
     while True:
         report("waiting", attempt, deadline)
         fire_at = timer_fire_at(context.current_utc_datetime, deadline)
+        polling = event is None
+        if polling:
+            fire_at = min(fire_at, context.current_utc_datetime + UNCONFIRMED_POLL)
         timer = context.create_timer(fire_at)
-        winner = yield context.task_any([event, timer])
+        winner = timer if polling else (yield context.task_any([event, timer]))
+        if polling:
+            yield timer
         if winner is event:
             # The losing timer must be cancelled, or the host keeps the instance Running until the
             # timer fires (the long-standing task_any pitfall of the Python SDK).
             timer.cancel()
-            return outcome_from_event(event.result, run.step_id, attempt, run.kind)
-        if fire_at < deadline:
+            verified = yield call_activity(
+                context,
+                ACTIVITY_VERIFY_RESULT,
+                {
+                    "instance_id": run.instance_id,
+                    "step_id": run.step_id,
+                    "attempt": attempt,
+                    "kind": run.kind,
+                    "claimed": claim_of(event.result),
+                },
+            )
+            outcome = interpret_verdict(verified, deadline)
+            if outcome is not None:
+                return outcome
+            event = None  # ignored: poll the ledger from now on
+            continue
+        if fire_at < deadline and not polling:
             continue  # an intermediate wake-up of a very long deadline: re-arm, nothing to check yet
 
         verdict = yield from _check(context, run, attempt, deadline, report)

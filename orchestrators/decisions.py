@@ -14,7 +14,7 @@ from typing import Any
 import azure.durable_functions as df
 from pydantic import ValidationError
 
-from workflow_core.contracts import ResultMessage, StepCheck, StepKind
+from workflow_core.contracts import ResultVerdict, StepCheck, StepKind
 from workflow_core.workflows import RetryPolicy
 
 # Longest durable timer the scheduler creates. Azure Storage caps a single timer (6 days today) and
@@ -25,6 +25,11 @@ MAX_TIMER_SPAN = timedelta(days=3)
 # When a heartbeat "extends" the deadline to a time that is already past in orchestration time,
 # wait at least this long before checking again, so a confused ledger cannot spin the orchestrator.
 MIN_EXTENSION_WAIT = timedelta(seconds=1)
+
+# After a result event the ledger did not back, the scheduler never waits for that event name again
+# (the SDK hands an event it buffered to *every* later wait for the name), so it asks the ledger
+# (``check_step``) this often instead, until the attempt's deadline.
+UNCONFIRMED_POLL = timedelta(seconds=20)
 
 
 # Scheduler activities are idempotent and talk to storage and the broker: a transient failure there
@@ -71,6 +76,7 @@ class AttemptOutcome:
     output: Any = None
     error: str | None = None
     timed_out: bool = False
+    permanent: bool = False  # the ledger says retrying cannot fix this failure: give up at once
 
 
 @dataclass(frozen=True)
@@ -80,24 +86,33 @@ class Extended:
     deadline: datetime
 
 
-def outcome_from_event(payload: Any, step_id: str, attempt: int, kind: StepKind) -> AttemptOutcome:
-    """What a result event says. A malformed or mismatched payload counts as a failed attempt:
-    the retry policy then decides, rather than one bad message failing the whole instance."""
+def claim_of(payload: Any) -> dict[str, Any]:
+    """The part of a result event worth auditing (never trusted as the outcome): a few short fields."""
+    if not isinstance(payload, dict):
+        return {"type": type(payload).__name__}
+    return {k: str(payload[k])[:200] for k in ("outcome", "attempt", "step_id", "kind") if k in payload}
+
+
+def interpret_verdict(payload: Any, deadline: datetime) -> AttemptOutcome | None:
+    """The attempt's outcome as the ledger recorded it (``verify_result``), or ``None`` when the ledger
+    does not back the event (ignore it, keep waiting)."""
     try:
-        message = ResultMessage.model_validate(payload)
+        verdict = ResultVerdict.model_validate(payload)
     except ValidationError as exc:
-        return AttemptOutcome(False, error=f"malformed result event: {exc.errors()[0]['msg']}")
-    if (message.step_id, message.attempt, message.kind) != (step_id, attempt, kind):
+        raise ContractViolation(f"verify activity returned {payload!r}: {exc}") from None
+    if verdict.state == "unconfirmed":
+        return None
+    if verdict.state == "succeeded":
+        return AttemptOutcome(True, output=verdict.output if verdict.output is not None else {})
+    if verdict.state == "timed_out":
         return AttemptOutcome(
-            False,
-            error=(
-                f"result event for {message.kind} {message.step_id!r} attempt {message.attempt} arrived "
-                f"on the channel of {kind} {step_id!r} attempt {attempt}"
-            ),
+            False, error=verdict.error or f"no result by the deadline {to_iso(deadline)}", timed_out=True
         )
-    if message.outcome == "succeeded":
-        return AttemptOutcome(True, output=message.output if message.output is not None else {})
-    return AttemptOutcome(False, error=message.error or "the agent reported a failure without a reason")
+    return AttemptOutcome(
+        False,
+        error=verdict.error or "the ledger records a failure without a reason",
+        permanent=verdict.permanent,
+    )
 
 
 # What the dispatch activities report (``outcome`` of their result) and what the scheduler does next:
@@ -130,7 +145,11 @@ def interpret_check(payload: Any, now: datetime, deadline: datetime) -> AttemptO
     if check.state == "succeeded":
         return AttemptOutcome(True, output=check.output if check.output is not None else {})
     if check.state == "failed":
-        return AttemptOutcome(False, error=check.error or "the ledger records a failure without a reason")
+        return AttemptOutcome(
+            False,
+            error=check.error or "the ledger records a failure without a reason",
+            permanent=check.permanent,
+        )
     if check.state == "timed_out":
         return AttemptOutcome(
             False, error=check.error or f"no result by the deadline {to_iso(deadline)}", timed_out=True

@@ -6,9 +6,15 @@ function name, an event name or a field.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.model import MAX_TEXT, validate_instance_id, validate_step_id
 
 # ---- function names (what function_app registers and orchestrators call) -------------------------
 WORKFLOW_ORCHESTRATOR = "workflow_orchestrator"
@@ -25,6 +31,7 @@ ACTIVITY_DISPATCH_COMPENSATION = "dispatch_compensation"
 ACTIVITY_CHECK_COMPENSATION = "check_compensation"
 ACTIVITY_FINISH_COMPENSATION = "finish_compensation"
 ACTIVITY_SETTLE_INSTANCE = "settle_instance"  # the workflow ended: the instance record says how
+ACTIVITY_VERIFY_RESULT = "verify_result"  # a result event is only a signal: what does the ledger say?
 
 WORKER_FUNCTION = "agent_worker"
 RESULT_FUNCTION = "agent_result_handler"
@@ -65,6 +72,121 @@ def is_step_instance_id(orchestration_id: str | None) -> bool:
     return bool(orchestration_id) and STEP_INFIX in orchestration_id
 
 
+# ---- sizes and ids every message is checked against ----------------------------------------------
+# A message that breaks these can never be processed (the ledger refuses its keys, or its text does not
+# fit a ledger property): the worker and the handlers park it (see ``docs/contracts.md``) instead of
+# letting it fail on every delivery.
+MAX_ERROR_CHARS = 8_000  # an error text kept in the ledger (last_error) and in a result message
+MAX_PAYLOAD_CHARS = MAX_TEXT  # a step's input or output as JSON (the ledger's input_ref/result_ref)
+MAX_ORCHESTRATION_ID = 320  # "<instance>:step:<step>" with the longest instance and step ids
+MAX_AGENT_CHARS = 200
+MAX_WORKFLOW_CHARS = 100
+_ORCHESTRATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
+_AGENT = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+_WORKFLOW = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+def fit_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` if it fits in ``limit`` characters, else its head and tail around a marker that says how
+    much was cut (``… [truncated 40,000 chars] …``), at most ``limit`` characters in all."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit  # first guess; the marker's own length is added below
+    while True:
+        marker = f"\n… [truncated {cut:,} chars] …\n"
+        keep = limit - len(marker)
+        if keep < 2:
+            return text[:limit]
+        if len(text) - keep == cut:
+            head = keep - keep // 2
+            return text[:head] + marker + text[len(text) - keep // 2 :]
+        cut = len(text) - keep
+
+
+def _as_value_error(check: Any, value: Any) -> Any:
+    try:
+        return check(value)
+    except InvalidLedgerInput as exc:  # not a ValueError on purpose; pydantic needs one here
+        raise ValueError(str(exc)) from None
+
+
+def _key_text(kind: str, value: str, pattern: re.Pattern[str], limit: int, hint: str) -> str:
+    bad = sorted({c for c in value if c in "/\\#?" or ord(c) < 32 or 0x7F <= ord(c) <= 0x9F})
+    if bad:
+        raise ValueError(f"{kind} {value[:80]!r} contains characters Table Storage keys forbid: {bad!r}")
+    if not value:
+        raise ValueError(f"{kind} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"{kind} is {len(value)} characters long; at most {limit} are allowed")
+    if not pattern.match(value):
+        raise ValueError(f"{kind} {value[:80]!r} must be {hint}")
+    return value
+
+
+def _orchestration_id(value: str) -> str:
+    return _key_text(
+        "orchestration id",
+        value,
+        _ORCHESTRATION_ID,
+        MAX_ORCHESTRATION_ID,
+        "letters, digits and . _ : @ - (a letter or digit first)",
+    )
+
+
+def _agent(value: str) -> str:
+    return _key_text("agent", value, _AGENT, MAX_AGENT_CHARS, "lowercase dotted words such as storage.create")
+
+
+def _agent_or_empty(value: str) -> str:
+    return value if value == "" else _agent(value)
+
+
+def _workflow(value: str) -> str:
+    return _key_text("workflow", value, _WORKFLOW, MAX_WORKFLOW_CHARS, "lowercase words joined by '-'")
+
+
+def _iso_time(value: str) -> str:
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"deadline {value[:80]!r} is not an ISO 8601 timestamp") from None
+    return value
+
+
+def _payload(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None:
+        size = len(json.dumps(value, separators=(",", ":"), sort_keys=True, default=str))
+        if size > MAX_PAYLOAD_CHARS:
+            raise ValueError(f"is {size} characters as JSON; the ledger holds at most {MAX_PAYLOAD_CHARS}")
+    return value
+
+
+def _error(value: str | None) -> str | None:
+    if value is not None and len(value) > MAX_ERROR_CHARS:
+        raise ValueError(f"error text of {len(value)} characters; at most {MAX_ERROR_CHARS} (use fit_text)")
+    return value
+
+
+InstanceId = Annotated[str, AfterValidator(lambda v: _as_value_error(validate_instance_id, v))]
+StepId = Annotated[str, AfterValidator(lambda v: _as_value_error(validate_step_id, v))]
+OrchestrationId = Annotated[str, AfterValidator(_orchestration_id)]
+AgentName = Annotated[str, AfterValidator(_agent_or_empty)]
+WorkflowName = Annotated[str, AfterValidator(_workflow)]
+IsoTime = Annotated[str, AfterValidator(_iso_time)]
+Payload = Annotated[dict[str, Any], AfterValidator(_payload)]
+OptionalPayload = Annotated[dict[str, Any] | None, AfterValidator(_payload)]
+ErrorText = Annotated[str | None, AfterValidator(_error)]
+
+
+def explain(exc: ValidationError, limit: int = 2_000) -> str:
+    """A pydantic error as one line an operator can read: ``field: problem; field: problem``."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ())) or "message"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return fit_text("; ".join(parts), limit)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -86,31 +208,40 @@ class WorkMessage(_Model):
     """Body of a message on the work queue."""
 
     kind: StepKind
-    instance_id: str
-    orchestration_id: str
-    workflow: str
-    step_id: str
-    agent: str
-    attempt: int
-    deadline: str
-    input: dict[str, Any] = Field(default_factory=dict)
+    instance_id: InstanceId
+    orchestration_id: OrchestrationId
+    workflow: WorkflowName
+    step_id: StepId
+    agent: AgentName
+    attempt: int = Field(ge=1)
+    deadline: IsoTime
+    input: Payload = Field(default_factory=dict)
 
 
 class ResultMessage(_Model):
     """Body of a message on the result queue, and the payload of the orchestration's external event."""
 
     kind: StepKind
-    instance_id: str
-    orchestration_id: str
-    step_id: str
-    attempt: int
+    instance_id: InstanceId
+    orchestration_id: OrchestrationId
+    step_id: StepId
+    attempt: int = Field(ge=1)
     outcome: Literal["succeeded", "failed"]
-    output: dict[str, Any] | None = None
-    error: str | None = None
+    output: OptionalPayload = None
+    error: ErrorText = None
+    # The failure is one retrying cannot fix (``PermanentError``, or a type the step lists in
+    # ``non_retryable_errors``): the scheduler gives up at once. Only the ledger's word counts.
+    permanent: bool = False
 
     @classmethod
     def answering(
-        cls, work: WorkMessage, *, ok: bool, output: dict[str, Any] | None = None, error: str | None = None
+        cls,
+        work: WorkMessage,
+        *,
+        ok: bool,
+        output: dict[str, Any] | None = None,
+        error: str | None = None,
+        permanent: bool = False,
     ) -> ResultMessage:
         """The reply to ``work``: its output on success, its error on failure (never both)."""
         return cls(
@@ -121,7 +252,8 @@ class ResultMessage(_Model):
             attempt=work.attempt,
             outcome="succeeded" if ok else "failed",
             output=output if ok else None,
-            error=None if ok else error,
+            error=None if ok else (None if error is None else fit_text(error)),
+            permanent=False if ok else permanent,
         )
 
 
@@ -137,3 +269,18 @@ class StepCheck(_Model):
     deadline: str | None = None
     output: dict[str, Any] | None = None
     error: str | None = None
+    permanent: bool = False  # a failure retrying cannot fix, as the ledger recorded it
+
+
+class ResultVerdict(_Model):
+    """What the ledger recorded for the attempt a result event named (``verify_result``).
+
+    The event's payload is never the outcome: ``succeeded``/``failed``/``timed_out`` come from the
+    ledger row; ``unconfirmed`` means the ledger holds no outcome for that attempt (a forged, corrupt
+    or premature event): the scheduler ignores the event and keeps waiting, and the mismatch is audited.
+    """
+
+    state: Literal["succeeded", "failed", "timed_out", "unconfirmed"]
+    output: dict[str, Any] | None = None
+    error: str | None = None
+    permanent: bool = False

@@ -5,7 +5,9 @@ name with :func:`agent`. It does the remote work of one step (or undoes it, for 
 returns the step's output. It must be idempotent on ``ctx.idempotency_key`` (the same for every
 attempt of the step), because a message can be delivered twice and a timed-out attempt may have
 taken effect. Raising any exception reports the attempt as failed; the scheduler's retry policy
-decides what happens next (a timeout and a failure are treated alike).
+decides what happens next (a timeout and a failure are treated alike), except for a failure retrying
+cannot fix: a :class:`PermanentError` (or a subclass), or an exception whose type the step lists in
+``non_retryable_errors``. Then the scheduler gives up at once and the workflow compensates.
 """
 
 from __future__ import annotations
@@ -36,6 +38,24 @@ class StepNoLongerOwned(Exception):
     Raised by :meth:`StepContext.heartbeat`; a handler should let it propagate. The worker then
     records nothing and sends no result.
     """
+
+
+class PermanentError(Exception):
+    """A failure retrying cannot fix (a declined card, input the remote service rejects).
+
+    Raise it (or a subclass) from a handler: the attempt is recorded Failed and marked non-retryable,
+    so the scheduler makes no further attempt and the workflow compensates. A step definition can
+    name other exception types to treat the same way (``non_retryable_errors``).
+    """
+
+
+def is_non_retryable(exc: BaseException, non_retryable_errors: Iterable[str] = ()) -> bool:
+    """Is ``exc`` a failure retrying cannot fix: a :class:`PermanentError`, or an instance of a type
+    (or a subclass of a type) named in ``non_retryable_errors`` (class names, e.g. ``CardDeclined``)?"""
+    if isinstance(exc, PermanentError):
+        return True
+    names = set(non_retryable_errors)
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
 
 
 class NoReply(Exception):

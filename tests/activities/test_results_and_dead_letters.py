@@ -261,10 +261,20 @@ def test_dead_lettered_compensation_marks_the_compensator_failed(harness, durabl
     assert durable_client.calls[0][1] == "compensation-result:create_storage:1"
 
 
-def test_unreadable_dead_letter_is_dropped(harness, durable_client):
-    assert _run(
-        handle_dead_letter({"text": "garbage"}, reason="x", client=durable_client, services=harness.services)
-    ) == ("unreadable")
+def test_unreadable_dead_letter_is_parked_with_its_reason(harness, durable_client):
+    from workflow_core.ledger.parking import parked_messages
+
+    assert (
+        _run(
+            handle_dead_letter(
+                {"text": "garbage"}, reason="x", client=durable_client, services=harness.services
+            )
+        )
+        == "parked"
+    )
+    [parked] = parked_messages(harness.ledger)
+    assert parked.source == "dead-letter" and "instance_id: Field required" in parked.reason
+    assert "dead-lettered: x" in parked.reason and durable_client.calls == []
 
 
 def test_a_plain_synchronous_client_works_too(harness):

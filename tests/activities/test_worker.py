@@ -8,7 +8,6 @@ import threading
 import time
 from datetime import timedelta
 
-import pytest
 from azure.functions.queue import QueueMessage as HostQueueMessage  # what the queue trigger passes
 from azure.functions.servicebus import (
     ServiceBusMessage as HostServiceBusMessage,
@@ -18,7 +17,6 @@ from activities import scheduling
 from activities.handlers import RemoteEffects, agent, faults
 from activities.handlers.base import NoReply
 from activities.worker import (
-    InvalidWorkMessage,
     process_work_message,
     run_queue_message,
     run_servicebus_message,
@@ -247,7 +245,13 @@ def test_heartbeat_extends_the_deadline_so_the_step_is_not_overdue(harness, vclo
     check = scheduling.check_step(
         {"instance_id": "inst-heartbeat", "step_id": "slow", "attempt": 1}, harness.services
     )
-    assert check == {"state": "extended", "deadline": row.deadline.isoformat(), "output": None, "error": None}
+    assert check == {
+        "state": "extended",
+        "deadline": row.deadline.isoformat(),
+        "output": None,
+        "error": None,
+        "permanent": False,
+    }
     vclock.advance(31)
     assert [r.step_id for r in harness.ledger.overdue(vclock.now) if r.instance_id == "inst-heartbeat"] == [
         "slow"
@@ -329,9 +333,15 @@ def test_compensator_with_nothing_to_undo_succeeds(harness):
     assert reply.body["output"] == {"service": "storage", "undone": False, "reason": "nothing to undo"}
 
 
-def test_malformed_work_message_raises_so_it_is_dead_lettered(harness):
-    with pytest.raises(InvalidWorkMessage):
-        process_work_message({"hello": "world"}, delivery_count=1, services=harness.services, worker_id="w")
+def test_malformed_work_message_is_parked_not_raised(harness):
+    from workflow_core.ledger.parking import parked_messages
+
+    reason = process_work_message(
+        {"hello": "world"}, delivery_count=1, services=harness.services, worker_id="w"
+    )
+    assert reason is not None and "instance_id: Field required" in reason
+    [parked] = parked_messages(harness.ledger)
+    assert parked.source == "work" and parked.reason == reason and '"hello"' in parked.body
 
 
 # ---- the trigger-bound bodies, with the SDK's message objects -------------------------------------

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from workflow_core import clock
 from workflow_core.ledger import (
     ALLOWED_TRANSITIONS,
     ATTENTION_STATUSES,
@@ -108,7 +109,8 @@ def make_machine(connection_string: str):
             record = self.ledger.get(self.instance, step)
             if record.status not in DEADLINE_STATUSES:
                 return
-            updated = self.ledger.extend_deadline(record, T0 + timedelta(minutes=minutes), actor="agent")
+            with clock.use_clock(lambda: T0):  # the trusted clock is virtual here
+                updated = self.ledger.extend_deadline(record, minutes * 60, actor="agent", allow_earlier=True)
             assert updated.deadline == T0 + timedelta(minutes=minutes)
             self.stale[step] = record
 
@@ -119,8 +121,8 @@ def make_machine(connection_string: str):
             if record.status not in DEADLINE_STATUSES:
                 return
             self.crash.armed = True
-            with pytest.raises(ServiceRequestError):
-                self.ledger.extend_deadline(record, T0 + timedelta(minutes=minutes), actor="agent")
+            with pytest.raises(ServiceRequestError), clock.use_clock(lambda: T0):
+                self.ledger.extend_deadline(record, minutes * 60, actor="agent", allow_earlier=True)
             self.crashed = True
             assert self.ledger.get(self.instance, step).etag == record.etag  # step untouched
 
@@ -188,8 +190,8 @@ def test_crash_leftovers_are_cleaned_by_overdue(azurite):
     record = ledger.transition(ledger.get("inst-x", "a"), "Dispatched", actor="t", deadline=T0)
     for minutes in (5, 10, 15):
         crash.armed = True
-        with pytest.raises(ServiceRequestError):
-            ledger.extend_deadline(record, T0 + timedelta(minutes=minutes), actor="agent")
+        with pytest.raises(ServiceRequestError), clock.use_clock(lambda: T0):
+            ledger.extend_deadline(record, minutes * 60, actor="agent")
     assert len(ledger.index_rows()) == 4
     assert [r.step_id for r in ledger.overdue(FAR_FUTURE)] == ["a"]
     assert [r["_key"] for r in ledger.index_rows()] == [ledger.get("inst-x", "a").index_key]

@@ -111,11 +111,13 @@ def test_a_compensator_that_keeps_failing_is_finished_and_the_rest_still_compens
     assert names == [
         c.ACTIVITY_PLAN_COMPENSATION,
         c.ACTIVITY_DISPATCH_COMPENSATION,  # b attempt 1: failure event
+        c.ACTIVITY_VERIFY_RESULT,  # ...confirmed by the ledger
         c.ACTIVITY_SCHEDULE_RETRY,  # the backoff is recorded, so the watchdog leaves it alone
         c.ACTIVITY_DISPATCH_COMPENSATION,  # b attempt 2 after backoff
         c.ACTIVITY_CHECK_COMPENSATION,  # b attempt 2 deadline passed
         c.ACTIVITY_FINISH_COMPENSATION,  # b exhausted
         c.ACTIVITY_DISPATCH_COMPENSATION,  # a
+        c.ACTIVITY_VERIFY_RESULT,
         c.ACTIVITY_SETTLE_INSTANCE,  # the instance record says how it ended
     ]
     assert ledger.called(c.ACTIVITY_CHECK_COMPENSATION) == [

@@ -106,8 +106,8 @@ def test_group_starts_one_step_orchestrator_per_step_in_one_episode_and_records_
     assert dispatches["send_welcome"]["input"]["hostname"] == "tenant1.example.net"
     welcome = player.activities(c.ACTIVITY_DISPATCH_STEP)[-1]
     assert welcome.input["step_id"] == "send_welcome"
-    # after both children completed (dispatch, event, settle)
-    assert welcome.episode == len(player.episodes) - 4
+    # after both children completed (then: dispatch, event, verify_result, settle)
+    assert welcome.episode == len(player.episodes) - 5
 
 
 def test_a_failing_step_in_the_group_gives_up_and_the_rest_is_compensated():

@@ -35,7 +35,7 @@ def test_timeout_checks_the_ledger_then_retries_after_an_exponential_backoff_tim
     final = player.play()
 
     assert final.is_done and final.output["status"] == "succeeded"
-    assert ledger.names()[:9] == [
+    assert ledger.names()[:10] == [
         c.ACTIVITY_CREATE_STEPS,
         c.ACTIVITY_DISPATCH_STEP,  # attempt 1
         c.ACTIVITY_CHECK_STEP,  # deadline passed: ask the ledger -> timed_out
@@ -44,6 +44,7 @@ def test_timeout_checks_the_ledger_then_retries_after_an_exponential_backoff_tim
         c.ACTIVITY_CHECK_STEP,
         c.ACTIVITY_SCHEDULE_RETRY,
         c.ACTIVITY_DISPATCH_STEP,  # attempt 3 (answered)
+        c.ACTIVITY_VERIFY_RESULT,  # the answer is read from the ledger
         c.ACTIVITY_DISPATCH_STEP,  # register_dns
     ]
     assert ledger.called(c.ACTIVITY_CHECK_STEP)[0] == {

@@ -40,9 +40,11 @@ def test_happy_path_dispatches_each_step_in_order_and_completes(schema):
         "failed_step": None,
         "error": None,
     }
-    assert ledger.names() == [c.ACTIVITY_CREATE_STEPS] + [c.ACTIVITY_DISPATCH_STEP] * 3 + [
-        c.ACTIVITY_SETTLE_INSTANCE
-    ]
+    # each result event is only a signal: the outcome is read from the ledger (verify_result)
+    assert ledger.names() == [c.ACTIVITY_CREATE_STEPS] + [
+        c.ACTIVITY_DISPATCH_STEP,
+        c.ACTIVITY_VERIFY_RESULT,
+    ] * 3 + [c.ACTIVITY_SETTLE_INSTANCE]
     assert ledger.called(c.ACTIVITY_SETTLE_INSTANCE) == [{"instance_id": "inst-1", "outcome": "succeeded"}]
     assert ledger.called(c.ACTIVITY_CREATE_STEPS) == [
         {"instance_id": "inst-1", "workflow": "provision-tenant"}
@@ -143,7 +145,7 @@ def test_result_just_before_the_deadline_wins_and_its_timer_is_cancelled():
     assert c.ACTIVITY_CHECK_STEP not in ledger.names()
     last_timer = player.timers()[-1]
     assert last_timer.cancelled
-    # the event came 1 ms before the deadline; the settle activity after it takes one more second
+    # the event came 1 ms before the deadline; verify_result and settle_instance follow it
     assert player.events_raised[-1][0] == last_timer.fire_at - timedelta(milliseconds=1)
     timer_json = [a for a in final.actions if a["actionType"] == CREATE_TIMER][-1]
     assert timer_json["isCanceled"] is True
@@ -254,6 +256,7 @@ def test_result_raised_before_the_dispatch_activity_returns_is_still_received(sc
     assert player.activity_names()[-1] == c.ACTIVITY_DISPATCH_STEP
     payload = player.result_message("work", "create_storage", 1, Reply.succeed({"account": "sttenant1"}))
     player.raise_event_later(0.5, "result:create_storage:1", payload)
+    ledger.verdict("create_storage", 1, {"state": "succeeded", "output": {"account": "sttenant1"}})
 
     with pytest.warns(UserWarning, match="Potential duplicate Task completion"):  # the SDK defers it
         final = player.play()
@@ -264,4 +267,7 @@ def test_result_raised_before_the_dispatch_activity_returns_is_still_received(sc
     assert first_timer.cancelled
     register = player.activities(c.ACTIVITY_DISPATCH_STEP)[1]
     assert register.input["step_id"] == "register_dns"
-    assert register.episode == first_timer.episode  # decided in the episode the dispatch returned
+    # the event was taken in the episode the dispatch returned; verify_result's answer came next
+    verify = player.activities(c.ACTIVITY_VERIFY_RESULT)[0]
+    assert verify.episode == first_timer.episode
+    assert register.episode == first_timer.episode + 1

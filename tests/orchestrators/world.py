@@ -43,6 +43,8 @@ class LedgerStub:
         self.definition = definition
         self.outputs = dict(outputs or {})
         self.checks: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+        # scripted verify_result answers per (kind, step, attempt); default: what the agent replied
+        self.verdicts: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
         self.failing: dict[str, list[str]] = defaultdict(list)  # activity -> queued failure reasons
         self.plan_override: list[dict[str, Any]] | None = None
         # scripted dispatch outcomes per (kind, step, attempt); default "dispatched"
@@ -53,6 +55,10 @@ class LedgerStub:
     # scripting
     def check(self, step_id: str, attempt: int, answer: dict[str, Any], kind: str = "work") -> LedgerStub:
         self.checks[(kind, step_id, attempt)].append(answer)
+        return self
+
+    def verdict(self, step_id: str, attempt: int, answer: dict[str, Any], kind: str = "work") -> LedgerStub:
+        self.verdicts[(kind, step_id, attempt)].append(answer)
         return self
 
     # responders
@@ -93,6 +99,21 @@ class LedgerStub:
 
     def check_compensation(self, data: Any, player: OrchestrationPlayer) -> Any:
         return self._check("compensate", c.ACTIVITY_CHECK_COMPENSATION, data)
+
+    def verify(self, data: Any, player: OrchestrationPlayer) -> Any:
+        """The ledger's outcome of the attempt: scripted, else what the scenario's agent replied (the
+        worker records before it replies); an agent reply that is no outcome was never recorded."""
+        self._record(c.ACTIVITY_VERIFY_RESULT, data)
+        kind, step_id, attempt = data["kind"], data["step_id"], data["attempt"]
+        scripted = self.verdicts.get((kind, step_id, attempt))
+        if scripted:
+            return scripted.pop(0)
+        reply = player.scenario.reply_for(c.result_event_name(step_id, attempt, kind))
+        if reply is None or reply.outcome not in ("succeeded", "failed"):
+            return {"state": "unconfirmed"}
+        if reply.outcome == "succeeded":
+            return {"state": "succeeded", "output": reply.output or {}}
+        return {"state": "failed", "error": reply.error}
 
     def schedule_retry(self, data: Any, player: OrchestrationPlayer) -> Any:
         self._record(c.ACTIVITY_SCHEDULE_RETRY, data)
@@ -161,6 +182,7 @@ class LedgerStub:
                 c.ACTIVITY_DISPATCH_COMPENSATION: self.dispatch,
                 c.ACTIVITY_CHECK_STEP: self.check_step,
                 c.ACTIVITY_CHECK_COMPENSATION: self.check_compensation,
+                c.ACTIVITY_VERIFY_RESULT: self.verify,
                 c.ACTIVITY_SCHEDULE_RETRY: self.schedule_retry,
                 c.ACTIVITY_GIVE_UP_STEP: self.give_up,
                 c.ACTIVITY_PLAN_COMPENSATION: self.plan,

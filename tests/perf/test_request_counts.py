@@ -28,7 +28,9 @@ EXPECTED: dict[str, float] = {
     rc.REPLY: 1,  # send to the result queue
     rc.QUEUE_RECEIVE: 2,  # work and result message, one receive each (unbatched)
     rc.QUEUE_DELETE: 2,  # work and result message
-    rc.HEARTBEAT: 1,  # per workflow here: create_storage's agent heartbeats once (a read; no write needed)
+    rc.RESULT_HANDLER: 1,  # read the step: only what the ledger recorded for the attempt is raised
+    rc.HEARTBEAT: 2,  # per workflow here: create_storage's agent heartbeats once (read for the service
+    # clock, then the extension when due)
 }
 PER_WORKFLOW = {rc.START, rc.CREATE_STEPS, rc.HEARTBEAT}
 EXPECTED_PER_OVERDUE_STEP = 5  # verify read, new index row, claim batch, old index delete, decision batch

@@ -300,9 +300,7 @@ def test_heartbeating_step_is_left_alone_until_heartbeats_stop(services, ledger,
     for i in range(1, 16):
         beat = start + timedelta(seconds=20 * i)
         with clock.use_clock(lambda beat=beat: beat):
-            record = ledger.extend_deadline(
-                record, beat + timedelta(seconds=record.heartbeat_timeout_seconds), actor="worker-1"
-            )
+            record = ledger.extend_deadline(record, record.heartbeat_timeout_seconds, actor="worker-1")
         if i % 5 == 0:
             report = tick(client, services, now=beat + timedelta(seconds=1))
             assert report.overdue == 0 and client.status_calls == []

@@ -150,6 +150,7 @@ class StepRecord(BaseModel):
     completed_at: AwareDatetime = None
     message_sent_at: AwareDatetime = None
     last_error: str | None = None
+    non_retryable: bool = False  # the last failure is one retrying cannot fix: give up at once
     compensation_status: str | None = None
     compensation_attempt: int = Field(default=0, ge=0)
     input_ref: str | None = None  # JSON of the step input (or a blob reference when large)

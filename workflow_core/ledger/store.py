@@ -27,7 +27,8 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from azure.core import MatchConditions
@@ -44,6 +45,7 @@ from workflow_core.ledger.errors import (
     IllegalTransition,
     InstanceConflict,
     InvalidLedgerInput,
+    LedgerError,
     StepNotFound,
     StepsAlreadyExist,
 )
@@ -89,6 +91,7 @@ _FIELDS = {
     "completed_at": "CompletedAt",
     "message_sent_at": "MessageSentAt",
     "last_error": "LastError",
+    "non_retryable": "NonRetryable",
     "compensation_status": "CompensationStatus",
     "compensation_attempt": "CompensationAttempt",
     "input_ref": "InputRef",
@@ -320,24 +323,67 @@ class StepLedger(InstanceLedgerMixin):
         )
 
     def extend_deadline(
-        self, record: StepRecord, new_deadline: datetime, *, actor: str, reason: str = "heartbeat"
+        self,
+        record: StepRecord,
+        seconds: float,
+        *,
+        actor: str,
+        reason: str = "heartbeat",
+        allow_earlier: bool = False,
     ) -> StepRecord:
-        """Heartbeat: push the deadline out, so a step that is still making progress is not overdue."""
-        new_deadline = require_aware(new_deadline, "new_deadline")
+        """Heartbeat: the deadline becomes *trusted now* + ``seconds`` (see :meth:`trusted_now`), so a
+        step that is still making progress is not overdue, whatever the heartbeating machine's clock says.
+        A deadline already later than that is kept (nothing written) unless ``allow_earlier``.
+
+        Raises :class:`ConcurrencyConflict` if the step changed since ``record`` was read.
+        """
+        if not isinstance(seconds, int | float) or seconds != seconds or abs(seconds) > 10 * 365 * 86400:
+            raise InvalidLedgerInput(f"extend by {seconds!r}: expected a finite number of seconds")
         if record.status not in DEADLINE_STATUSES:
             raise InvalidLedgerInput(
                 f"step {record.step_id!r} is {record.status.value}; only steps in "
                 f"{sorted(s.value for s in DEADLINE_STATUSES)} have a deadline to extend"
             )
+        now = self.trusted_now(record)
+        target = now + timedelta(seconds=seconds)
+        if not allow_earlier and record.deadline is not None and record.deadline >= target:
+            return record
         return self._write(
             record,
             actor=actor,
             reason=reason,
             status=record.status,
             action="heartbeat",
-            deadline=new_deadline,
-            last_heartbeat=clock.utcnow(),
+            deadline=target,
+            last_heartbeat=now,
         )
+
+    def trusted_now(self, record: StepRecord) -> datetime:
+        """The time deadlines are computed from: the storage service's clock, never a writer's.
+
+        Read from the service's answer to a point read of ``record``'s row: the later of its ``Date``
+        header (whole seconds) and the row's service-written ``Timestamp``. Both are at or before the
+        service's true time, by at most a second plus the request's latency. Under a virtual clock
+        (tests, the durable test host) the virtual clock stands in for the service's. Raises
+        :class:`ConcurrencyConflict` if the row no longer has ``record``'s ETag.
+        """
+        if clock.is_virtual():
+            return clock.utcnow()
+        headers: dict[str, str] = {}
+
+        def keep_date(response: Any) -> None:
+            headers["date"] = response.http_response.headers.get("Date", "")
+
+        try:
+            entity = self._steps.get_entity(record.instance_id, record.step_id, raw_response_hook=keep_date)
+        except ResourceNotFoundError:
+            raise StepNotFound(record.instance_id, record.step_id) from None
+        if record.etag is not None and entity.metadata.get("etag") != record.etag:
+            raise ConcurrencyConflict(record.instance_id, record.step_id)
+        candidates = [t for t in (_http_date(headers.get("date")), entity.metadata.get("timestamp")) if t]
+        if not candidates:
+            raise LedgerError("the storage service sent neither a Date header nor a row Timestamp")
+        return max(datetime(*t.timetuple()[:6], t.microsecond, tzinfo=UTC) for t in candidates)
 
     def note(
         self,
@@ -642,6 +688,16 @@ class StepLedger(InstanceLedgerMixin):
     def index_rows(self) -> list[dict[str, Any]]:
         """Every deadline-index row (for consistency checks in tests and the operator CLI; a full scan)."""
         return [dict(e, _key=f"{e['PartitionKey']}|{e['RowKey']}") for e in self._index.list_entities()]
+
+
+def _http_date(text: str | None) -> datetime | None:
+    """An HTTP ``Date`` header as an aware UTC datetime (``None`` if absent or unreadable)."""
+    if not text:
+        return None
+    try:
+        return parsedate_to_datetime(text).astimezone(UTC)
+    except (TypeError, ValueError):
+        return None
 
 
 def decode_json(text: str | None) -> Any:

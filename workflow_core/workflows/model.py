@@ -39,6 +39,20 @@ def _check_agent(value: str) -> str:
     return value
 
 
+ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+
+
+def _check_error_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    for name in names:
+        if not ERROR_NAME.match(name):
+            raise ValueError(
+                f"non_retryable_errors: {name!r} is not an exception class name such as CardDeclined"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError(f"non_retryable_errors lists a name twice: {list(names)}")
+    return names
+
+
 # --- input schema ----------------------------------------------------------------------------------
 
 
@@ -128,11 +142,17 @@ class CompensationDefinition(_Frozen):
     agent: str
     deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    non_retryable_errors: tuple[str, ...] = ()
 
     @field_validator("agent")
     @classmethod
     def _agent(cls, value: str) -> str:
         return _check_agent(value)
+
+    @field_validator("non_retryable_errors")
+    @classmethod
+    def _errors(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _check_error_names(value)
 
 
 class StepDefinition(_Frozen):
@@ -144,6 +164,8 @@ class StepDefinition(_Frozen):
     deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     heartbeat_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
+    # exception type names retrying cannot fix (``CardDeclined``): such a failure gives up at once
+    non_retryable_errors: tuple[str, ...] = ()
     compensation: CompensationDefinition | None = None
 
     @model_validator(mode="before")
@@ -165,6 +187,11 @@ class StepDefinition(_Frozen):
     @classmethod
     def _agent(cls, value: str) -> str:
         return _check_agent(value)
+
+    @field_validator("non_retryable_errors")
+    @classmethod
+    def _errors(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _check_error_names(value)
 
     @property
     def compensator(self) -> str | None:

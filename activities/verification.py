@@ -1,0 +1,171 @@
+"""Trust only the ledger: what it recorded for one attempt, and the activity that asks it.
+
+A result message, or an orchestration's result event, is a *claim*. Two places check it:
+
+* the result handler (``activities/results.py``) raises an event only when the step row records the
+  outcome the message claims, for that very attempt, and then raises the ledger's version of it;
+* the orchestrator treats any event as a signal and asks ``verify_result`` for the attempt's outcome
+  (events can reach it by other paths, and the durable runtime buffers an event until someone waits
+  for its name). ``unconfirmed`` -> the orchestrator ignores the event.
+
+Every mismatch is audited on the step (``ledger.note``): ``unconfirmed-result-ignored`` or
+``result-mismatch``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from activities._bp import bp
+from activities.common import COMP_FAILED, COMP_TIMED_OUT, as_dict, retry_on_conflict, step_output
+from workflow_core import contracts as c
+from workflow_core.contracts import ResultVerdict, StepKind, fit_text
+from workflow_core.ledger import StepRecord, StepStatus
+from workflow_core.runtime import Services, get_services
+
+S = StepStatus
+ACTOR = "scheduler"
+
+State = Literal["succeeded", "failed", "timed_out", "unconfirmed"]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The ledger's word on one attempt; ``exact`` = the row is at that very attempt."""
+
+    state: State
+    exact: bool
+    output: dict[str, Any] | None = None
+    error: str | None = None
+    permanent: bool = False
+    why: str = ""
+
+
+UNDOING = frozenset({S.COMPENSATING, S.COMPENSATED, S.COMPENSATION_FAILED})
+
+
+def recorded_outcome(
+    r: StepRecord, kind: StepKind, attempt: int, *, undone_succeeded: bool = False
+) -> Recorded:
+    """What the ledger says about ``attempt`` of ``kind`` on step row ``r`` (explicit table below).
+
+    work (``r.attempt`` vs ``attempt``):
+
+    ============================  ==========================================================
+    row                           recorded
+    ============================  ==========================================================
+    Skipped (any attempt)         succeeded (an operator said the step needs no more work)
+    Succeeded, later attempt      succeeded (any attempt's success is the step's), not exact
+    later attempt, otherwise      timed_out (superseded), not exact
+    earlier attempt               unconfirmed (the ledger never dispatched this attempt)
+    same: Succeeded               succeeded with the row's output
+    same: Failed                  failed with ``last_error`` and ``non_retryable``
+    same: TimedOut / Retrying     timed_out with ``last_error``
+    same: Pending/Dispatched/Running  unconfirmed (no outcome yet)
+    same: being/been undone       failed ("step is <status>"); with ``undone_succeeded`` and a
+                                  recorded output: succeeded (it did, before it was undone)
+    same: anything else           failed ("step is <status>")
+    ============================  ==========================================================
+
+    compensate (``r.compensation_attempt``): Compensated (this or a later attempt) succeeded; later
+    attempt timed_out; earlier unconfirmed; same attempt: CompensationFailed failed, not Compensating
+    failed, ``compensation_status`` Failed failed, TimedOut timed_out, Dispatched/Running unconfirmed.
+    """
+    if kind == "work":
+        if r.status is S.SKIPPED:
+            return Recorded("succeeded", r.attempt == attempt, output=step_output(r) or {})
+        if r.attempt > attempt:
+            if r.status is S.SUCCEEDED:
+                return Recorded("succeeded", False, output=step_output(r) or {})
+            return Recorded("timed_out", False, error=f"ledger is at attempt {r.attempt} ({r.status.value})")
+        if r.attempt < attempt:
+            return Recorded("unconfirmed", False, why=f"ledger is at attempt {r.attempt} ({r.status.value})")
+        if r.status is S.SUCCEEDED:
+            return Recorded("succeeded", True, output=step_output(r) or {})
+        if r.status is S.FAILED:
+            return Recorded("failed", True, error=r.last_error, permanent=r.non_retryable)
+        if r.status in (S.TIMED_OUT, S.RETRYING):
+            return Recorded("timed_out", True, error=r.last_error)
+        if r.status in (S.PENDING, S.DISPATCHED, S.RUNNING):
+            return Recorded("unconfirmed", True, why=f"attempt {attempt} is {r.status.value}")
+        if undone_succeeded and r.status in UNDOING and r.result_ref is not None:
+            return Recorded("succeeded", True, output=step_output(r) or {})
+        return Recorded("failed", True, error=r.last_error or f"step is {r.status.value}")
+    if r.status is S.COMPENSATED and r.compensation_attempt >= attempt:
+        return Recorded("succeeded", r.compensation_attempt == attempt, output={})
+    if r.compensation_attempt > attempt:
+        why = f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
+        return Recorded("timed_out", False, error=why)
+    if r.compensation_attempt < attempt:
+        why = f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
+        return Recorded("unconfirmed", False, why=why)
+    if r.status is S.COMPENSATION_FAILED:
+        return Recorded("failed", True, error=r.last_error, permanent=r.non_retryable)
+    if r.status is not S.COMPENSATING:
+        return Recorded("failed", True, error=f"step is {r.status.value}")
+    if r.compensation_status == COMP_FAILED:
+        return Recorded("failed", True, error=r.last_error, permanent=r.non_retryable)
+    if r.compensation_status == COMP_TIMED_OUT:
+        return Recorded("timed_out", True, error=r.last_error)
+    return Recorded("unconfirmed", True, why=f"compensation attempt {attempt} is {r.compensation_status}")
+
+
+def describe_claim(claimed: Any) -> str:
+    """A short, printable summary of what an event or message claimed (for audit notes)."""
+    if not isinstance(claimed, dict):
+        return fit_text(f"a {type(claimed).__name__} payload", 200)
+    parts = [f"{k}={claimed.get(k)!r}" for k in ("outcome", "attempt", "step_id", "kind") if k in claimed]
+    return fit_text(", ".join(parts) or "a payload without an outcome", 500)
+
+
+def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """``{instance_id, step_id, attempt, kind, claimed}`` -> ``ResultVerdict``: the ledger's outcome of
+    the attempt, whatever the event (``claimed``) said; audits an event the ledger does not back."""
+    args = as_dict(payload, c.ACTIVITY_VERIFY_RESULT)
+    kind: StepKind = "compensate" if args.get("kind") == "compensate" else "work"
+    attempt = int(args["attempt"])
+    claimed = args.get("claimed")
+    ledger = services.ledger
+    record = retry_on_conflict(
+        lambda: ledger.get(args["instance_id"], args["step_id"]), lambda r: r, what="verify result"
+    )
+    found = recorded_outcome(record, kind, attempt)
+    claim = describe_claim(claimed)
+    said = claimed.get("outcome") if isinstance(claimed, dict) else None
+    if found.state == "unconfirmed":
+        ledger.note(
+            record.instance_id,
+            record.step_id,
+            actor=ACTOR,
+            action="unconfirmed-result-ignored",
+            reason=f"{kind} result event for attempt {attempt} ({claim}) ignored: {found.why}",
+            attempt=attempt,
+            status=record.status.value,
+        )
+    elif said != ("succeeded" if found.state == "succeeded" else "failed"):
+        ledger.note(
+            record.instance_id,
+            record.step_id,
+            actor=ACTOR,
+            action="result-mismatch",
+            reason=(
+                f"{kind} result event for attempt {attempt} ({claim}) disagrees with the ledger "
+                f"({found.state}); the ledger's outcome is used"
+            ),
+            attempt=attempt,
+            status=record.status.value,
+        )
+    verdict = ResultVerdict(
+        state=found.state,
+        output=found.output if found.state == "succeeded" else None,
+        error=None if found.error is None else fit_text(found.error),
+        permanent=found.permanent,
+    )
+    return verdict.model_dump()
+
+
+@bp.function_name(c.ACTIVITY_VERIFY_RESULT)
+@bp.activity_trigger(input_name="payload")
+def verify_result_activity(payload: dict) -> dict:
+    return verify_result(payload, get_services())

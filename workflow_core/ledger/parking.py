@@ -1,0 +1,125 @@
+"""Parked messages: messages no agent can ever process, kept where an operator reads them.
+
+A message whose ids the ledger cannot store (``/ \\ # ?``, control characters, too long), that is not
+JSON, or that lacks fields, fails the same way on every delivery. The worker, the result handler and
+the dead-letter handler never raise on such a message: they *park* it and complete it.
+
+Parked messages live in the deadline-index table's ``parked`` partition, beside the operators'
+``attention`` partition (``ledger.needing_attention()``). Letters sort after the digit buckets, so
+``overdue()`` never reads them. RowKey = ``<time>~<nonce>`` (oldest first). Each row says where the
+message came from (``Source``), why it was parked (``Reason``, readable), its MessageId, whatever ids
+could be read from it (escaped, so a control character shows as ``\\x07``), and its body (JSON text,
+head and tail kept when long).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from workflow_core import clock
+from workflow_core.contracts import fit_text
+from workflow_core.ledger.store import StepLedger, _deadline_key, _nonce
+
+PARKED_PARTITION = "parked"
+MAX_PARKED_BODY = 16_000
+MAX_PARKED_FIELD = 1_000
+
+
+@dataclass(frozen=True)
+class ParkedMessage:
+    key: str
+    at: datetime
+    source: str
+    reason: str
+    message_id: str | None
+    instance_id: str | None
+    step_id: str | None
+    attempt: str | None
+    body: str
+
+
+def _shown(value: Any, limit: int = MAX_PARKED_FIELD) -> str | None:
+    """A value as printable text: control characters escaped, long text cut (head and tail)."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return fit_text(escaped, limit)
+
+
+def _body_text(body: Any) -> str:
+    try:
+        text = json.dumps(body, sort_keys=True, default=str, ensure_ascii=True)
+    except (TypeError, ValueError):
+        text = repr(body)
+    return fit_text(text, MAX_PARKED_BODY)
+
+
+def park_message(
+    ledger: StepLedger,
+    *,
+    source: str,
+    reason: str,
+    body: Any,
+    message_id: str | None = None,
+) -> ParkedMessage:
+    """Keep ``body`` in the parked partition with a readable ``reason``; returns the stored row."""
+    now = clock.utcnow()
+    fields = body if isinstance(body, dict) else {}
+    row = ParkedMessage(
+        key=f"{_deadline_key(now)}~{_nonce()}",
+        at=now,
+        source=source,
+        reason=_shown(reason, 4_000) or "",
+        message_id=_shown(message_id),
+        instance_id=_shown(fields.get("instance_id")),
+        step_id=_shown(fields.get("step_id")),
+        attempt=_shown(fields.get("attempt")),
+        body=_body_text(body),
+    )
+    entity: dict[str, Any] = {
+        "PartitionKey": PARKED_PARTITION,
+        "RowKey": row.key,
+        "At": row.at,
+        "Source": row.source,
+        "Reason": row.reason,
+        "Body": row.body,
+    }
+    for name, value in (
+        ("MessageId", row.message_id),
+        ("InstanceId", row.instance_id),
+        ("StepId", row.step_id),
+        ("Attempt", row.attempt),
+    ):
+        if value is not None:
+            entity[name] = value
+    ledger._index.create_entity(entity)
+    return row
+
+
+def parked_messages(ledger: StepLedger, limit: int = 100) -> list[ParkedMessage]:
+    """The parked messages, oldest first (at most ``limit``)."""
+    found: list[ParkedMessage] = []
+    for e in ledger._index.query_entities(
+        "PartitionKey eq @p", parameters={"p": PARKED_PARTITION}, results_per_page=min(limit, 1000)
+    ):
+        at = e["At"]
+        found.append(
+            ParkedMessage(
+                key=e["RowKey"],
+                at=at if at.tzinfo else at.replace(tzinfo=UTC),
+                source=e.get("Source", ""),
+                reason=e.get("Reason", ""),
+                message_id=e.get("MessageId"),
+                instance_id=e.get("InstanceId"),
+                step_id=e.get("StepId"),
+                attempt=e.get("Attempt"),
+                body=e.get("Body", ""),
+            )
+        )
+        if len(found) >= limit:
+            break
+    return found
