@@ -341,7 +341,6 @@ class DurableHttpStub:
             instance.events.append((request.match_info["event"], decode_client_json(body)))
         return web.Response(status=202)
 
-
     async def _terminate(self, request: web.Request) -> web.Response:
         await self._record(request)
         with self._lock:
