@@ -21,6 +21,7 @@ import pytest
 
 from devtools.azurite import env_for
 from tests.api.durable_http_stub import DurableHttpStub
+from tests.faults.conftest import _CURRENT, ROWS, Row
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
 from workflow_core.ledger import NewStep, encode_json
 from workflow_core.runtime import Services
@@ -140,6 +141,18 @@ def test_two_watchdog_processes_start_each_dead_instance_once(app_env):
         starts = stub.requests_to("POST", "/orchestrators/")
         started = dict(stub.instances)
 
+    per_start = Counter("/".join(unquote(r.path).rsplit("/", 2)[1:]) for r in starts)
+    recovered = {key.split("/", 1)[1].removesuffix(":compensation") for key in per_start}
+    ROWS.append(
+        Row(
+            "two watchdog processes",
+            f"2 spawned processes, {2 * INSTANCES} dead instances, all read first",
+            len(set(resumed + compensated) - recovered),  # instances nobody resumed or compensated
+            sum(n - 1 for n in per_start.values()),  # extra starts of the same orchestration
+            "1 resume or 1 compensation start each" if set(per_start.values()) == {1} else "double starts",
+        )
+    )
+    _CURRENT["recorded"] = True
     assert [r.get("crash") for r in reports] == [None, None]
     assert len({r["pid"] for r in reports} | {os.getpid()}) == 3  # two processes besides this one
     assert [p.exitcode for p in processes] == [0, 0]
@@ -152,7 +165,7 @@ def test_two_watchdog_processes_start_each_dead_instance_once(app_env):
         **{f"{WORKFLOW_ORCHESTRATOR}/{iid}": 1 for iid in resumed},
         **{f"{COMPENSATION_ORCHESTRATOR}/{iid}:compensation": 1 for iid in compensated},
     }
-    assert Counter("/".join(unquote(r.path).rsplit("/", 2)[1:]) for r in starts) == expected
+    assert per_start == expected
     assert set(started) == {key.split("/", 1)[1] for key in expected}
     decided = Counter((i, a) for r in reports for i, a in r["instance_actions"] if a.endswith("_instance"))
     assert decided == {
