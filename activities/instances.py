@@ -144,6 +144,8 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
                 scheduler_deadline=now(),
             )
         attention = target in (IS.COMPENSATION_FAILED, IS.FAILED)
+        # A flag raised earlier (the watchdog compensating because resumes ran out) stays raised.
+        reason = (args.error or args.outcome)[:1000] if attention else via.attention_reason
         updated = ledger.transition_instance(
             via,
             target,
@@ -151,8 +153,8 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
             reason=f"workflow {args.outcome}" + (f": {args.error}" if args.error else ""),
             outcome=outcome_json(args.outcome, failed_step=args.failed_step, error=args.error),
             completed_at=now(),
-            needs_attention=attention,
-            attention_reason=(args.error or args.outcome)[:1000] if attention else None,
+            needs_attention=attention or via.needs_attention,
+            attention_reason=reason,
             owner="operator" if attention else ACTOR,
         )
         return {"instance_id": args.instance_id, "status": updated.status.value, "changed": True}

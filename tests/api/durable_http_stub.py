@@ -13,6 +13,8 @@ status codes and payload shapes of the extension's ``HttpApiHandler``:
 * ``GET instances/`` -> 200 + list, filtered by ``runtimeStatus`` (comma separated),
   ``instanceIdPrefix``, ``createdTimeFrom``/``createdTimeTo``, ``top``.
 * ``POST instances/{id}/raiseEvent/{event}`` -> 202, 404 unknown, 410 finished.
+* ``POST instances/{id}/terminate?reason=...`` -> 202 (now Terminated, output the reason), 404 unknown,
+  410 finished.
 
 It runs an aiohttp server on a free 127.0.0.1 port in its own thread (its own event loop), records
 every request it gets, and lets a test set an instance's status as an orchestrator would.
@@ -146,6 +148,7 @@ class DurableHttpStub:
         app.router.add_get("/durabletask/instances/", self._list_instances)
         app.router.add_get("/durabletask/instances/{instance_id}", self._get_instance)
         app.router.add_post("/durabletask/instances/{instance_id}/raiseEvent/{event}", self._raise_event)
+        app.router.add_post("/durabletask/instances/{instance_id}/terminate", self._terminate)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -336,6 +339,19 @@ class DurableHttpStub:
             if instance.runtime_status in FINISHED:
                 return web.Response(status=410)
             instance.events.append((request.match_info["event"], decode_client_json(body)))
+        return web.Response(status=202)
+
+    async def _terminate(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        with self._lock:
+            instance = self.instances.get(request.match_info["instance_id"])
+            if instance is None:
+                return web.Response(status=404)
+            if instance.runtime_status in FINISHED:
+                return web.Response(status=410)
+            instance.runtime_status = "Terminated"
+            instance.output = request.query.get("reason", "")
+            instance.last_updated = _now_text()
         return web.Response(status=202)
 
 
