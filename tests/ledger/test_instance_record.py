@@ -9,6 +9,7 @@ import pytest
 
 from workflow_core.ledger import IllegalInstanceTransition, InstanceStatus, StepLedger, encode_json
 from workflow_core.ledger.instance import INSTANCE_TRANSITIONS, SUPERVISED_INSTANCE_STATUSES
+from workflow_core.ledger.instance_list import LIST_PARTITION
 from workflow_core.ledger.instance_store import index_row_time
 
 IS = InstanceStatus
@@ -53,7 +54,11 @@ def instance_in(ledger: StepLedger, status: InstanceStatus):
 
 
 def instance_rows(ledger: StepLedger, instance_id: str) -> list[str]:
-    return sorted(r["_key"] for r in ledger.index_rows() if r.get("InstanceId") == instance_id)
+    return sorted(
+        r["_key"]
+        for r in ledger.index_rows()
+        if r.get("InstanceId") == instance_id and r["PartitionKey"] != LIST_PARTITION  # not its listing row
+    )
 
 
 def test_the_table_covers_every_status_and_terminal_ones_lead_nowhere():
