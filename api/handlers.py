@@ -82,7 +82,7 @@ def resolve_services(source: ServicesSource) -> Services:
     try:
         return source if isinstance(source, Services) else source()
     except SettingsError as exc:
-        raise ApiError(503, "the app settings are invalid", [str(exc)]) from None
+        raise ApiError(503, "the app settings are invalid", [str(exc)], code="settings-invalid") from None
 
 
 async def call_durable(awaitable: Awaitable[T], what: str) -> T:
@@ -94,7 +94,10 @@ async def call_durable(awaitable: Awaitable[T], what: str) -> T:
     except Exception as exc:
         log.warning("Durable Functions client call failed (%s): %r", what, exc)
         raise ApiError(
-            502, f"could not {what}: the Durable Functions host call failed", [_describe(exc)]
+            502,
+            f"could not {what}: the Durable Functions host call failed",
+            [_describe(exc)],
+            code="durable-unavailable",
         ) from None
 
 
@@ -107,11 +110,14 @@ async def call_ledger(services: Services, operation: Callable[[StepLedger], T]) 
     try:
         return await asyncio.to_thread(run)
     except InvalidLedgerInput as exc:
-        raise ApiError(400, "invalid request", [str(exc)]) from None
+        raise ApiError(400, "invalid request", [str(exc)], code="invalid-request") from None
     except AzureError as exc:
         log.warning("step ledger call failed: %r", exc)
         raise ApiError(
-            503, "the step ledger (Table Storage) is unavailable", [_describe(exc).splitlines()[0]]
+            503,
+            "the step ledger (Table Storage) is unavailable",
+            [_describe(exc).splitlines()[0]],
+            code="ledger-unavailable",
         ) from None
 
 
@@ -125,7 +131,9 @@ def check_instance_id(value: object, source: str) -> str:
     try:
         instance_id = validate_instance_id(value)
     except InvalidLedgerInput as exc:
-        raise ApiError(400, f"invalid instance id in {source}", [str(exc)]) from None
+        raise ApiError(
+            400, f"invalid instance id in {source}", [str(exc)], code="invalid-instance-id"
+        ) from None
     return instance_id
 
 
@@ -141,7 +149,7 @@ def _steps_url(base: str, instance_id: str) -> str:
     return f"{base}/workflows/{instance_id}/steps"
 
 
-# ---- POST /api/workflows/{name} -------------------------------------------------------------------
+# ---- POST /api/workflows/{name}/instances ---------------------------------------------------------------
 
 
 @json_errors
@@ -155,11 +163,14 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
             404,
             f"unknown workflow {name!r}",
             [f"known workflows: {', '.join(exc.known) if exc.known else '(none)'}"],
+            code="unknown-workflow",
             extra={"knownWorkflows": exc.known},
         ) from None
     except WorkflowDefinitionError as exc:
         log.error("workflow definitions do not load: %s", exc)
-        raise ApiError(500, "the workflow definitions do not load", [str(exc)]) from None
+        raise ApiError(
+            500, "the workflow definitions do not load", [str(exc)], code="workflows-invalid"
+        ) from None
 
     body = json_object_body(req)
     instance_id = _requested_instance_id(req, body)
@@ -168,7 +179,11 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
         validated = definition.validate_input(body)
     except WorkflowInputError as exc:
         raise ApiError(
-            400, f"invalid input for workflow {name!r}", exc.problems or [str(exc)], extra={"workflow": name}
+            400,
+            f"invalid input for workflow {name!r}",
+            exc.problems or [str(exc)],
+            code="invalid-input",
+            extra={"workflow": name},
         ) from None
 
     input_json = _storable_input(name, validated)
@@ -186,11 +201,15 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
                 409,
                 f"workflow instance {instance_id!r} already exists",
                 ["instance ids are single-use: choose another instance_id, or omit it to get a fresh one"],
+                code="instance-exists",
                 extra={"instanceId": instance_id},
             ) from None
         log.warning("starting %s for %s failed: %r", WORKFLOW_ORCHESTRATOR, instance_id, exc)
         raise ApiError(
-            502, "could not start the workflow: the Durable Functions host call failed", [_describe(exc)]
+            502,
+            "could not start the workflow: the Durable Functions host call failed",
+            [_describe(exc)],
+            code="durable-unavailable",
         ) from None
 
     check = client.create_check_status_response(req, instance_id)
@@ -297,6 +316,7 @@ def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> str:
             400,
             "conflicting instance ids",
             [f"query string says {from_query!r}, body says {from_body!r}; send one of them"],
+            code="invalid-instance-id",
         )
     if from_query is None and from_body is None:
         return uuid.uuid4().hex
@@ -307,12 +327,14 @@ def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> str:
             400,
             f"invalid instance id in {source}",
             [f"ids ending in {COMPENSATION_SUFFIX!r} are reserved for compensation orchestrations"],
+            code="invalid-instance-id",
         )
     if STEP_INFIX in instance_id:
         raise ApiError(
             400,
             f"invalid instance id in {source}",
             [f"ids containing {STEP_INFIX!r} are reserved for the steps of parallel groups"],
+            code="invalid-instance-id",
         )
     return instance_id
 
@@ -337,6 +359,7 @@ async def _ensure_unused(client: Any, services: Services, instance_id: str) -> N
                 f"an orchestration with this id {state}; instance ids are single-use: choose another "
                 "instance_id, or omit it to get a fresh one"
             ],
+            code="instance-exists",
             extra={"instanceId": instance_id, "runtimeStatus": runtime},
         )
     if steps:
@@ -347,6 +370,7 @@ async def _ensure_unused(client: Any, services: Services, instance_id: str) -> N
                 f"the step ledger already holds {len(steps)} steps of workflow {steps[0].workflow_name!r} "
                 "for this id; choose another instance_id, or omit it to get a fresh one"
             ],
+            code="instance-exists",
             extra={"instanceId": instance_id},
         )
 
@@ -373,6 +397,7 @@ async def get_workflow_status(
             404,
             f"no workflow instance {instance_id!r}",
             ["neither the Durable task hub nor the step ledger knows this id"],
+            code="instance-not-found",
         )
     base = route_base(req)
     body = {
@@ -411,6 +436,7 @@ async def get_workflow_steps(
                 404,
                 f"no workflow instance {instance_id!r}",
                 ["neither the step ledger nor the Durable task hub knows this id"],
+                code="instance-not-found",
             )
     base = route_base(req)
     body = {
@@ -490,6 +516,7 @@ def _status_filter(raw: str | None) -> list[OrchestrationRuntimeStatus]:
                 f"unknown runtime status {', '.join(repr(u) for u in unknown)}; "
                 f"known: {', '.join(s.value for s in OrchestrationRuntimeStatus)}"
             ],
+            code="invalid-filter",
         )
     return wanted
 
@@ -501,9 +528,9 @@ def _top(raw: str | None) -> int:
     try:
         top = int(raw.strip())
     except ValueError:
-        raise ApiError(400, "invalid top", [f"{rule}, got {raw!r}"]) from None
+        raise ApiError(400, "invalid top", [f"{rule}, got {raw!r}"], code="invalid-filter") from None
     if not 1 <= top <= MAX_TOP:
-        raise ApiError(400, "invalid top", [f"{rule}, got {top}"])
+        raise ApiError(400, "invalid top", [f"{rule}, got {top}"], code="invalid-filter")
     return top
 
 
@@ -519,11 +546,16 @@ async def health(req: func.HttpRequest, client: Any, services: ServicesSource) -
         svc = resolve_services(services)
         workflows = known_workflows()
     except ApiError as exc:
-        return json_response({"status": "unhealthy", "error": exc.message, "details": exc.details}, 503)
+        return ApiError(
+            503, exc.message, exc.details, code="unhealthy", extra={"health": "unhealthy"}
+        ).to_response()
     except WorkflowDefinitionError as exc:
         log.warning("health check failed: %s", exc)
-        return json_response(
-            {"status": "unhealthy", "error": "the workflow definitions do not load", "details": [str(exc)]},
+        return ApiError(
             503,
-        )
+            "the workflow definitions do not load",
+            [str(exc)],
+            code="unhealthy",
+            extra={"health": "unhealthy"},
+        ).to_response()
     return json_response({"status": "ok", "transport": svc.settings.transport.value, "workflows": workflows})

@@ -18,8 +18,53 @@ JSON_CONTENT_TYPE = "application/json"
 DEFAULT_ROUTE_PREFIX = "/api"
 
 
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+PROBLEM_TYPE_PREFIX = "urn:sas:problem:"
+
+# code -> title: the stable, machine-readable part of an error (RFC 9457 ``type`` and ``title``).
+# ``detail`` and ``details`` carry the human sentences of each occurrence. Clients branch on ``code``.
+PROBLEM_TITLES: dict[str, str] = {
+    "invalid-request": "The request is invalid",
+    "invalid-json": "The request body is not valid JSON",
+    "invalid-body": "The request body has the wrong shape",
+    "invalid-input": "The workflow input does not match its schema",
+    "invalid-instance-id": "The instance id is malformed",
+    "invalid-filter": "A query parameter is invalid",
+    "reason-required": "A reason is required",
+    "unknown-workflow": "No such workflow",
+    "unknown-action": "No such action",
+    "instance-not-found": "No such workflow instance",
+    "step-not-found": "No such step",
+    "not-found": "No such resource",
+    "instance-exists": "The instance id is already in use",
+    "illegal-move": "The ledger does not allow this action in the current state",
+    "changed-meanwhile": "The ledger changed while the action was being applied",
+    "not-running": "The orchestration is not running",
+    "unauthenticated": "Sign-in required",
+    "workflows-invalid": "The workflow definitions do not load",
+    "internal-error": "Internal error",
+    "durable-unavailable": "The Durable Functions host call failed",
+    "settings-invalid": "The app settings are invalid",
+    "ledger-unavailable": "The step ledger is unavailable",
+    "unhealthy": "The app is not healthy",
+}
+_DEFAULT_CODES = {
+    400: "invalid-request",
+    401: "unauthenticated",
+    404: "instance-not-found",
+    409: "illegal-move",
+    500: "internal-error",
+    502: "durable-unavailable",
+    503: "ledger-unavailable",
+}
+
+
 class ApiError(Exception):
-    """Ends a request with ``{"error": message, "details": [...]}`` and the given status code."""
+    """Ends a request with an RFC 9457 problem (``application/problem+json``) and the given status.
+
+    The body keeps this API's human sentences, ``error`` (what went wrong) and ``details`` (how to fix
+    it), beside the problem members ``type``, ``title``, ``status``, ``detail`` and a stable ``code``.
+    """
 
     def __init__(
         self,
@@ -27,18 +72,39 @@ class ApiError(Exception):
         message: str,
         details: Iterable[str] = (),
         *,
+        code: str | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.message = message
         self.details = [str(d) for d in details]
+        self.code = code or _DEFAULT_CODES.get(status_code, "invalid-request")
+        if self.code not in PROBLEM_TITLES:
+            raise ValueError(f"unknown problem code {self.code!r}: add it to PROBLEM_TITLES")
         self.extra = dict(extra or {})
 
-    def to_response(self) -> func.HttpResponse:
-        body: dict[str, Any] = {"error": self.message, "details": self.details}
+    def body(self) -> dict[str, Any]:
+        detail = self.message if not self.details else f"{self.message}: {'; '.join(self.details)}"
+        body: dict[str, Any] = {
+            "type": f"{PROBLEM_TYPE_PREFIX}{self.code}",
+            "title": PROBLEM_TITLES[self.code],
+            "status": self.status_code,
+            "detail": detail,
+            "code": self.code,
+            "error": self.message,
+            "details": self.details,
+        }
         body.update(self.extra)
-        return json_response(body, self.status_code)
+        return body
+
+    def to_response(self) -> func.HttpResponse:
+        return func.HttpResponse(
+            json.dumps(self.body(), default=_default),
+            status_code=self.status_code,
+            mimetype=PROBLEM_CONTENT_TYPE,
+            headers={"Content-Type": PROBLEM_CONTENT_TYPE},
+        )
 
 
 def _default(value: Any) -> Any:
@@ -81,7 +147,9 @@ def json_errors(handler: Handler) -> Handler:
             return exc.to_response()
         except Exception:
             log.exception("unhandled error in %s", handler.__name__)
-            return ApiError(500, "internal error; see the function logs for details").to_response()
+            return ApiError(
+                500, "internal error; see the function logs for details", code="internal-error"
+            ).to_response()
 
     return wrapper
 
@@ -98,7 +166,9 @@ def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ApiError(400, "request body is not valid UTF-8 text", ["send a JSON object"]) from None
+        raise ApiError(
+            400, "request body is not valid UTF-8 text", ["send a JSON object"], code="invalid-json"
+        ) from None
     try:
         data = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
@@ -106,14 +176,16 @@ def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
             400,
             "request body is not valid JSON",
             [f"{exc.msg} at line {exc.lineno}, column {exc.colno}"],
+            code="invalid-json",
         ) from None
     except ValueError as exc:
-        raise ApiError(400, "request body is not valid JSON", [str(exc)]) from None
+        raise ApiError(400, "request body is not valid JSON", [str(exc)], code="invalid-json") from None
     if not isinstance(data, dict):
         raise ApiError(
             400,
             "request body must be a JSON object",
-            [f"got a JSON {_json_type(data)}; send the workflow input as an object, e.g. {{}}"],
+            [f"got a JSON {_json_type(data)}; send a JSON object, e.g. {{}}"],
+            code="invalid-body",
         )
     return data
 
@@ -141,7 +213,7 @@ def route_base(req: func.HttpRequest) -> str:
     parts = urlsplit(req.url or "")
     path = parts.path or ""
     prefix = DEFAULT_ROUTE_PREFIX
-    for marker in ("/workflows", "/health"):
+    for marker in ("/workflows", "/instances", "/attention", "/console", "/health"):
         at = path.find(marker)
         if at >= 0:
             prefix = path[:at]

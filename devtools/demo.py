@@ -4,6 +4,7 @@
     python -m devtools.demo provision-tenant --fail send_welcome
     python -m devtools.demo order-fulfilment --terminate charge_payment
     python -m devtools.demo provision-tenant --kill-scheduler create_storage
+    python -m devtools.demo --serve [--port 7072]   # the operator console, see devtools.console_demo
 
 It starts its own Azurite, runs the real app (HTTP starter, orchestrators, agents, watchdog) through
 ``devtools.harness`` on a virtual clock, injects the fault you ask for, and prints the
@@ -215,7 +216,45 @@ def _settled(h: Any, iid: str) -> bool:
     return record is not None and not record.supervised
 
 
+class DemoError(Exception):
+    """What stops the demo before it starts: one ``error:`` line saying what and how to fix it."""
+
+
+def _preflight(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The workflow definition and input, checked the way the app checks them at start-up."""
+    from activities.handlers.base import MissingAgentHandlers, check_agents_registered
+    from workflow_core.workflows import UnknownWorkflow, WorkflowDefinitionError, get_workflow, load_workflows
+
+    try:
+        check_agents_registered(load_workflows())
+        definition = get_workflow(args.workflow)
+    except WorkflowDefinitionError as exc:
+        where = "workflows/" if str(exc).split(":", 1)[0].endswith((".yaml", ".yml")) else ""
+        raise DemoError(f"{where}{exc} (fix the file, or move it out of workflows/)") from None
+    except (UnknownWorkflow, MissingAgentHandlers) as exc:
+        raise DemoError(str(exc)) from None
+    target = args.stall or args.fail or args.terminate or args.kill_scheduler
+    if target is not None and target not in definition.step_ids:
+        raise DemoError(f"{args.workflow} has no step {target!r}; steps: {', '.join(definition.step_ids)}")
+    if args.input is None:
+        return definition, DEFAULT_INPUTS.get(args.workflow, {})
+    try:
+        workflow_input = json.loads(args.input)
+    except ValueError as exc:
+        raise DemoError(
+            f'--input is not valid JSON ({exc}); pass an object, e.g. --input \'{{"tenant_id": "t1"}}\''
+        ) from None
+    if not isinstance(workflow_input, dict):
+        kind = type(workflow_input).__name__.replace("dict", "object").replace("list", "array")
+        raise DemoError(f"--input must be a JSON object (the workflow input), got a JSON {kind}")
+    return definition, workflow_input
+
+
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
+    if "--serve" in (sys.argv[1:] if argv is None else argv):
+        from devtools.console_demo import main as serve
+
+        return serve(argv, out)
     args = _parse(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     import warnings
@@ -225,20 +264,12 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     from activities.handlers import faults
     from devtools.azurite import Azurite
     from devtools.harness import HarnessError, PatternHarness
-    from workflow_core.workflows import UnknownWorkflow, get_workflow
 
     try:
-        definition = get_workflow(args.workflow)
-    except UnknownWorkflow as exc:
+        definition, workflow_input = _preflight(args)
+    except DemoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    target = args.stall or args.fail or args.terminate or args.kill_scheduler
-    if target is not None and target not in definition.step_ids:
-        steps = ", ".join(definition.step_ids)
-        print(f"error: {args.workflow} has no step {target!r}; steps: {steps}", file=sys.stderr)
-        return 2
-    workflow_input = json.loads(args.input) if args.input else DEFAULT_INPUTS.get(args.workflow, {})
-
     wall = time.monotonic()
     out.write(f"Scheduler Agent Supervisor demo: workflow {args.workflow!r}\n")
     out.write("  starting Azurite (tables for the ledger, queues for the agents)...\n")
@@ -318,7 +349,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                 return 2
             narrator.instance_id = iid
             narrator.say(
-                h.now(), "workflow", f"started: POST /api/workflows/{args.workflow} -> 202, instance {iid}"
+                h.now(),
+                "workflow",
+                f"started: POST /api/workflows/{args.workflow}/instances -> 202, instance {iid}",
             )
             if held is not None:
                 h.run_until(lambda: bool(h.held(held)))

@@ -736,11 +736,11 @@ class PatternHarness:
     def start_workflow(
         self, workflow: str, workflow_input: Mapping[str, Any], instance_id: str | None = None
     ) -> str:
-        """``POST /api/workflows/{workflow}`` through the real HTTP starter body; returns the instance id."""
+        """``POST /api/workflows/{workflow}/instances`` through the real HTTP starter; the instance id."""
         params = {"instance_id": instance_id} if instance_id else {}
         request = func.HttpRequest(
             "POST",
-            f"{self.host.base_url}/api/workflows/{workflow}",
+            f"{self.host.base_url}/api/workflows/{workflow}/instances",
             headers={"Content-Type": "application/json"},
             params=params,
             route_params={"name": workflow},

@@ -282,7 +282,7 @@ module functionApp 'modules/function-app.bicep' = {
 
 output functionAppName string = functionApp.outputs.name
 output functionAppHostName string = functionApp.outputs.defaultHostName
-output workflowStarterUrl string = 'https://${functionApp.outputs.defaultHostName}/api/workflows/{name}'
+output workflowStarterUrl string = 'https://${functionApp.outputs.defaultHostName}/api/workflows/{name}/instances'
 output storageAccountName string = storage.outputs.name
 output serviceBusNamespace string = serviceBus.outputs.fullyQualifiedNamespace
 output applicationInsightsName string = monitoring.outputs.applicationInsightsName

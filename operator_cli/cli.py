@@ -1,260 +1,275 @@
-"""Operator CLI: see stalled steps and an instance's timeline; retry, skip or compensate a step.
+"""``sas``, the operator CLI: look at workflow instances in the step ledger and steer stuck ones.
 
-    python -m operator_cli stalled
-    python -m operator_cli timeline <instance>
-    python -m operator_cli retry <instance> <step> --reason "downstream fixed"
-    python -m operator_cli skip <instance> <step> --reason "done by hand" --yes
-    python -m operator_cli compensate <instance> <step> --reason "customer cancelled"
+    sas list [--status Failed] [--workflow provision-tenant] [--needs-attention] [-o json]
+    sas show <instance>
+    sas stalled
+    sas timeline <instance>
+    sas retry <instance> <step> --reason "downstream fixed"
+    sas skip <instance> <step> --reason "done by hand" --yes
+    sas compensate <instance> <step> --reason "customer cancelled"
+    sas resume <instance> --reason "scheduler host replaced"
 
-The CLI reads and writes only the step ledger (Table Storage). Mutating commands record *intent*:
-the step moves (audited as ``operator:<user>`` with the reason) and, where something must happen
-next, becomes due now; the supervisor's watchdog, which holds the Durable Functions client, enacts
-it on its next tick (raises the failed result, starts the compensation orchestration...).
+The CLI reads and writes only the step ledger (Table Storage). Mutating commands record *intent*: the
+step (or instance) moves, audited as ``operator:<OS user>`` with the reason, and becomes due now; the
+supervisor's watchdog, which holds the Durable Functions client, enacts it on its next tick.
 
-Connection: ``--connection-string``, else the app's own settings (``AzureWebJobsStorage`` or its
-identity-based ``__tableServiceUri`` form, ``LEDGER_TABLE_NAME``, ``DEADLINE_INDEX_TABLE_NAME``).
-Exit codes: 0 done, 1 declined at the confirmation prompt, 2 bad request (unknown instance or step,
-illegal move, bad arguments or settings), 3 storage unreachable or refusing.
+Settings: ``--connection-string``, else the environment (``AzureWebJobsStorage`` or its identity-based
+``__tableServiceUri`` form, ``LEDGER_TABLE_NAME``, ``DEADLINE_INDEX_TABLE_NAME``), else the Values of
+``local.settings.json``. No command creates a table.
+
+Exit codes: 0 done; 1 declined at the confirmation prompt; 2 bad request (usage, unknown instance or
+step, a move the ledger does not allow, bad settings or connection string); 3 storage unreachable,
+refusing, or without the ledger's tables.
 """
 
 from __future__ import annotations
 
-import argparse
 import getpass
-import json
-import os
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import IO, Any
 
-from azure.core.exceptions import AzureError
+import click
+from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequestError
 
+from operator_cli import render
+from operator_cli.connection import ConnectionProblem, LedgerLocation, locate, open_ledger
 from workflow_core import clock
-from workflow_core.ledger import StepLedger, StepRecord
-from workflow_core.settings import SettingsError
+from workflow_core.ledger import LedgerError, StepLedger
 
 EXIT_OK = 0
 EXIT_DECLINED = 1
 EXIT_USAGE = 2
 EXIT_STORAGE = 3
 
-# command -> function of supervisor.operator
-_MUTATIONS = {
-    "retry": "retry_step",
-    "skip": "skip_step",
-    "compensate": "request_compensation",
-}
+OUTPUT = click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for scripts",
+)
 
 
 class CliError(Exception):
-    """A request the CLI refuses: printed as ``error: ...`` with exit code 2."""
+    """A request the CLI refuses: printed as one ``error: ...`` line with exit code 2."""
 
 
-def _default_user() -> str:
-    for name in ("SAS_OPERATOR", "USER", "USERNAME"):
-        if os.environ.get(name):
-            return os.environ[name]
+class Declined(Exception):
+    """The operator answered no at the confirmation prompt."""
+
+
+@dataclass
+class Session:
+    """What every command needs: the streams, the prompt reader and (lazily) the ledger."""
+
+    out: IO[str]
+    err: IO[str]
+    read: Callable[[str], str]
+    options: dict[str, str | None] = field(default_factory=dict)
+    location: LedgerLocation | None = None
+    _ledger: StepLedger | None = field(default=None, repr=False)
+
+    @property
+    def ledger(self) -> StepLedger:
+        if self._ledger is None:
+            self.location = locate(**self.options)
+            self._ledger = open_ledger(self.location)
+        return self._ledger
+
+    def close(self) -> None:
+        if self._ledger is not None:
+            self._ledger.close()
+
+    def show(self, renderable: Any) -> None:
+        render.console_for(self.out).print(renderable)
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out)
+
+
+def operator_user() -> str:
+    """Who runs the CLI: the OS account (recorded in the audit trail as ``operator:<user>``)."""
     try:
         return getpass.getuser()
     except Exception:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m operator_cli",
-        description="Inspect and steer workflow steps in the step ledger. Mutating commands record "
-        "intent in the ledger; the supervisor's watchdog enacts it on its next tick.",
-    )
-    parser.add_argument(
-        "--connection-string",
-        help="storage connection string (default: the app settings, e.g. AzureWebJobsStorage)",
-    )
-    parser.add_argument("--ledger-table", help="ledger table (default: LEDGER_TABLE_NAME or StepLedger)")
-    parser.add_argument(
-        "--index-table", help="deadline-index table (default: DEADLINE_INDEX_TABLE_NAME or StepDeadlines)"
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+def _session() -> Session:
+    return click.get_current_context().find_object(Session)
 
-    def json_option(cmd: argparse.ArgumentParser) -> None:  # also accepted after the command
-        cmd.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    stalled = sub.add_parser("stalled", help="steps past their deadline, and steps needing an operator")
-    stalled.add_argument("--limit", type=int, default=100, help="at most this many of each (default 100)")
-    json_option(stalled)
+# ---- the command group --------------------------------------------------------------------------
 
-    tl = sub.add_parser("timeline", help="an instance's steps and audit trail")
-    tl.add_argument("instance")
-    json_option(tl)
 
-    helps = {
-        "retry": "Failed/TimedOut -> Retrying, CompensationFailed -> Compensating (due now)",
-        "skip": "mark the step Skipped: it needs no (more) work",
-        "compensate": "Succeeded/Failed/TimedOut -> Compensating (the watchdog starts the compensation)",
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--connection-string", help="storage connection string (default: app settings)")
+@click.option("--ledger-table", help="ledger table (default: LEDGER_TABLE_NAME or StepLedger)")
+@click.option(
+    "--index-table", help="deadline-index table (default: DEADLINE_INDEX_TABLE_NAME or StepDeadlines)"
+)
+@click.pass_context
+def cli(
+    ctx: click.Context, connection_string: str | None, ledger_table: str | None, index_table: str | None
+) -> None:
+    """Inspect and steer workflow instances in the step ledger.
+
+    Mutating commands record intent in the ledger; the supervisor's watchdog enacts it on its next
+    tick. Exit codes: 0 done, 1 declined, 2 bad request, 3 storage error.
+    """
+    # Located on first use, so that `sas <command> --help` works without any settings.
+    ctx.ensure_object(Session).options = {
+        "connection_string": connection_string,
+        "ledger_table": ledger_table,
+        "index_table": index_table,
     }
-    for name, text in helps.items():
-        cmd = sub.add_parser(name, help=text)
-        cmd.add_argument("instance")
-        cmd.add_argument("step")
-        cmd.add_argument("--reason", required=True, help="why (recorded in the audit trail)")
-        cmd.add_argument("--user", default=None, help="operator name for the audit trail (default: $USER)")
-        cmd.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-        json_option(cmd)
-    return parser
 
 
-def _ledger_from_args(args: argparse.Namespace) -> StepLedger:
-    from workflow_core.runtime import Services
-    from workflow_core.settings import load_settings
-
-    env = dict(os.environ)
-    if args.connection_string:
-        env["AzureWebJobsStorage"] = args.connection_string
-    if args.ledger_table:
-        env["LEDGER_TABLE_NAME"] = args.ledger_table
-    if args.index_table:
-        env["DEADLINE_INDEX_TABLE_NAME"] = args.index_table
-    # The CLI needs only storage: do not require the agents' Service Bus settings.
-    env["AGENT_TRANSPORT"] = "storage-queue"
-    try:
-        settings = load_settings(env)
-    except SettingsError as exc:
-        raise CliError(f"{exc} (or pass --connection-string)") from None
-    return Services(settings).ledger
-
-
-# ---- formatting -----------------------------------------------------------------------------------
-
-
-def _when(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
-
-
-def _ago(now: datetime, value: datetime | None) -> str:
+def _parse_time(value: str | None, option: str) -> datetime | None:
     if value is None:
-        return "-"
-    seconds = int((now - value).total_seconds())
-    if seconds < 0:
-        return f"in {-seconds}s"
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"{option} {value!r} is not an ISO 8601 time, e.g. 2025-03-01T09:00:00Z") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _table(rows: list[list[str]], headers: list[str]) -> str:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    return "\n".join(lines)
+@cli.command("list")
+@click.option("--status", help="instance status, e.g. Running, Failed, CompensationFailed")
+@click.option("--workflow", help="workflow name")
+@click.option("--version", "version", help="pinned workflow definition version")
+@click.option("--business-key", help="business key prefix")
+@click.option("--started-from", help="started at or after (ISO 8601, UTC if no zone)")
+@click.option("--started-to", help="started before (ISO 8601, UTC if no zone)")
+@click.option("--needs-attention", is_flag=True, default=None, help="only instances needing an operator")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True, help="page size")
+@click.option("--continuation", help="token from the previous page")
+@click.option("--all", "all_pages", is_flag=True, help="follow continuation tokens to the end")
+@OUTPUT
+def list_command(
+    status: str | None,
+    workflow: str | None,
+    version: str | None,
+    business_key: str | None,
+    started_from: str | None,
+    started_to: str | None,
+    needs_attention: bool | None,
+    limit: int,
+    continuation: str | None,
+    all_pages: bool,
+    output: str,
+) -> None:
+    """Workflow instances, newest first (the same filters as GET /api/instances)."""
+    from operator_cli.instances import list_instances
 
-
-def _short(text: str | None, limit: int = 60) -> str:
-    if not text:
-        return ""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _step_json(record: StepRecord) -> dict[str, Any]:
-    return record.model_dump(mode="json", exclude={"etag", "index_key"})
-
-
-def _print_stalled(report: Any, out: IO[str], as_json: bool) -> None:
-    if as_json:
-        data = {
-            "now": report.now.isoformat(),
-            "overdue": [_step_json(r) for r in report.overdue],
-            "attention": [_step_json(r) for r in report.attention],
-        }
-        print(json.dumps(data, indent=2), file=out)
+    s = _session()
+    records, token = list_instances(
+        s.ledger,
+        status=status,
+        workflow=workflow,
+        version=version,
+        business_key_prefix=business_key,
+        started_from=_parse_time(started_from, "--started-from"),
+        started_to=_parse_time(started_to, "--started-to"),
+        needs_attention=needs_attention,
+        limit=limit,
+        continuation=continuation,
+        all_pages=all_pages,
+    )
+    if output == "json":
+        render.print_json(s.out, {"instances": records, "continuation": token})
         return
-    now = report.now
-    print(f"Overdue steps ({len(report.overdue)}), as of {_when(now)} UTC:", file=out)
-    if report.overdue:
-        rows = [
-            [
-                r.instance_id,
-                r.step_id,
-                r.status.value,
-                str(r.attempt),
-                _when(r.deadline),
-                _ago(now, r.deadline),
-                r.owner or "-",
-                _short(r.last_error, 40),
-            ]
-            for r in report.overdue
-        ]
-        headers = ["INSTANCE", "STEP", "STATUS", "ATTEMPT", "DEADLINE", "LATE", "OWNER", "LAST ERROR"]
-        print(_table(rows, headers), file=out)
+    if not records:
+        s.say("no instances match")
     else:
-        print("  none", file=out)
-    print(f"\nNeeding an operator ({len(report.attention)}):", file=out)
+        s.show(render.instances_table(records))
+    if token:
+        s.say(f"\nmore: sas list ... --continuation {token}")
+
+
+@cli.command()
+@click.argument("instance")
+@OUTPUT
+def show(instance: str, output: str) -> None:
+    """One instance: its record, its steps and its audit trail."""
+    from operator_cli.instances import get_instance
+    from supervisor import operator
+
+    s = _session()
+    record = get_instance(s.ledger, instance)
+    tl = operator.timeline(s.ledger, instance)
+    if output == "json":
+        render.print_json(s.out, {"instance": record, "steps": tl.steps, "audit": tl.audit})
+        return
+    s.show(render.instances_table([record]))
+    s.say("")
+    s.show(render.steps_table(tl.steps))
+    s.say(f"\nAudit trail ({len(tl.audit)} entries, oldest first):")
+    s.show(render.audit_table(tl.audit))
+
+
+@cli.command()
+@click.option(
+    "--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="at most this many of each"
+)
+@OUTPUT
+def stalled(limit: int, output: str) -> None:
+    """Steps past their deadline, and steps needing an operator."""
+    from supervisor import operator
+
+    s = _session()
+    report = operator.list_stalled(s.ledger, limit=limit)
+    if output == "json":
+        render.print_json(
+            s.out, {"now": report.now, "overdue": report.overdue, "attention": report.attention}
+        )
+        return
+    s.say(f"Overdue steps ({len(report.overdue)}), as of {render.when(report.now)} UTC:")
+    s.show(render.overdue_table(report.now, report.overdue) if report.overdue else "  none")
+    s.say(f"\nNeeding an operator ({len(report.attention)}):")
     if report.attention:
-        rows = [
-            [r.instance_id, r.step_id, r.status.value, str(r.compensation_attempt), _short(r.last_error, 60)]
-            for r in report.attention
-        ]
-        print(_table(rows, ["INSTANCE", "STEP", "STATUS", "COMP. ATTEMPT", "LAST ERROR"]), file=out)
-        print(
+        s.show(render.attention_table(report.attention))
+        s.say(
             "\n  retry <instance> <step> runs the compensator again; "
-            "skip <instance> <step> accepts the step as it is.",
-            file=out,
+            "skip <instance> <step> accepts the step as it is."
         )
     else:
-        print("  none", file=out)
+        s.say("  none")
 
 
-def _print_timeline(tl: Any, out: IO[str], as_json: bool) -> None:
-    if as_json:
-        data = {
-            "instance_id": tl.instance_id,
-            "steps": [_step_json(r) for r in tl.steps],
-            "audit": [a.model_dump(mode="json") for a in tl.audit],
-        }
-        print(json.dumps(data, indent=2), file=out)
+@cli.command()
+@click.argument("instance")
+@OUTPUT
+def timeline(instance: str, output: str) -> None:
+    """An instance's steps and audit trail."""
+    from supervisor import operator
+
+    s = _session()
+    tl = operator.timeline(s.ledger, instance)
+    if output == "json":
+        render.print_json(s.out, {"instance_id": tl.instance_id, "steps": tl.steps, "audit": tl.audit})
         return
-    print(f"Workflow instance {tl.instance_id} ({tl.steps[0].workflow_name})\n", file=out)
-    rows = [
-        [
-            str(r.sequence),
-            r.step_id,
-            r.status.value,
-            str(r.attempt),
-            _when(r.deadline),
-            r.owner or "-",
-            _short(r.last_error, 50),
-        ]
-        for r in tl.steps
-    ]
-    print(_table(rows, ["#", "STEP", "STATUS", "ATTEMPT", "DEADLINE", "OWNER", "LAST ERROR"]), file=out)
-    print(f"\nAudit trail ({len(tl.audit)} entries, oldest first):", file=out)
-    rows = []
-    for a in tl.audit:
-        move = (
-            f"{a.from_status or '-'} -> {a.to_status}"
-            if a.from_status != a.to_status
-            else (a.to_status or "")
-        )
-        rows.append(
-            [
-                a.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-                a.step_id,
-                a.actor,
-                a.action,
-                move,
-                "" if a.attempt is None else str(a.attempt),
-                _short(a.reason, 100),
-            ]
-        )
-    print(_table(rows, ["AT (UTC)", "STEP", "ACTOR", "ACTION", "STATUS", "ATTEMPT", "REASON"]), file=out)
+    s.say(f"Workflow instance {tl.instance_id} ({tl.steps[0].workflow_name})\n")
+    s.show(render.steps_table(tl.steps))
+    s.say(f"\nAudit trail ({len(tl.audit)} entries, oldest first):")
+    s.show(render.audit_table(tl.audit))
 
 
+# ---- mutations ----------------------------------------------------------------------------------
+
+_STEP_INTENTS = {
+    "retry": ("retry_step", "Failed/TimedOut -> Retrying, CompensationFailed -> Compensating (due now)"),
+    "skip": ("skip_step", "mark the step Skipped: it needs no (more) work"),
+    "compensate": (
+        "request_compensation",
+        "Succeeded/Failed/TimedOut -> Compensating (the watchdog starts the compensation)",
+    ),
+}
 _NEXT = {
     "retry": "the watchdog acts on it at its next tick",
     "skip": "it needs no more work and leaves the watchdog's worklist",
@@ -262,50 +277,107 @@ _NEXT = {
 }
 
 
-def _confirm(prompt: str, read: Callable[[str], str]) -> bool:
+def _confirm(s: Session, prompt: str, yes: bool) -> None:
+    if yes:
+        return
     try:
-        answer = read(prompt)
-    except EOFError:
+        answer = s.read(prompt)
+    except (EOFError, click.Abort):
         answer = ""
-    return answer.strip().lower() in ("y", "yes")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise Declined
 
 
-def _mutate(args: argparse.Namespace, ledger: StepLedger, out: IO[str], read: Callable[[str], str]) -> int:
-    from supervisor import operator
+def _step_command(name: str) -> None:
+    function_name, help_text = _STEP_INTENTS[name]
 
-    record, target = operator.preview(ledger, args.command, args.instance, args.step)
-    user = args.user or _default_user()
-    if not args.yes:
-        prompt = (
-            f"{args.command}: step {record.step_id} of {record.instance_id} "
-            f"({record.status.value} -> {target.value}), as operator:{user}, reason {args.reason!r}. "
-            "Proceed? [y/N] "
+    @cli.command(name=name, help=help_text)
+    @click.argument("instance")
+    @click.argument("step")
+    @click.option("--reason", required=True, help="why (recorded in the audit trail)")
+    @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
+    @OUTPUT
+    def command(instance: str, step: str, reason: str, yes: bool, output: str) -> None:
+        from supervisor import operator
+
+        s = _session()
+        record, target = operator.preview(s.ledger, name, instance, step)
+        user = operator_user()
+        _confirm(
+            s,
+            f"{name}: step {record.step_id} of {record.instance_id} ({record.status.value} -> "
+            f"{target.value}), as operator:{user}, reason {reason!r}. Proceed? [y/N] ",
+            yes,
         )
-        if not _confirm(prompt, read):
-            print("aborted: nothing changed", file=out)
-            return EXIT_DECLINED
 
-    def unchanged(current: StepRecord) -> None:
-        if (current.status, current.attempt) != (record.status, record.attempt):
-            raise operator.OperatorError(
-                f"step {record.step_id!r} changed since it was shown ({record.status.value}, attempt "
-                f"{record.attempt} -> {current.status.value}, attempt {current.attempt}); nothing changed, "
-                "look at the timeline and try again"
+        def unchanged(current: Any) -> None:
+            if (current.status, current.attempt) != (record.status, record.attempt):
+                raise operator.OperatorError(
+                    f"step {record.step_id!r} changed since it was shown ({record.status.value}, attempt "
+                    f"{record.attempt} -> {current.status.value}, attempt {current.attempt}); nothing "
+                    "changed, look at the timeline and try again"
+                )
+
+        action = getattr(operator, function_name)
+        updated = action(
+            s.ledger, instance, step, user=user, reason=reason, now=clock.utcnow(), expect=unchanged
+        )
+        if output == "json":
+            render.print_json(s.out, updated)
+        else:
+            s.say(
+                f"{name}: step {updated.step_id} of {updated.instance_id} is now {updated.status.value} "
+                f"(was {record.status.value}); {_NEXT[name]}."
             )
 
-    action = getattr(operator, _MUTATIONS[args.command])
-    updated = action(
-        ledger, args.instance, args.step, user=user, reason=args.reason, now=clock.utcnow(), expect=unchanged
-    )
-    if args.json:
-        print(json.dumps(_step_json(updated), indent=2), file=out)
+
+for _name in _STEP_INTENTS:
+    _step_command(_name)
+
+
+@cli.command()
+@click.argument("instance")
+@click.option("--reason", required=True, help="why (recorded in the audit trail)")
+@click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
+@OUTPUT
+def resume(instance: str, reason: str, yes: bool, output: str) -> None:
+    """Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state."""
+    from operator_cli.instances import get_instance, resume_instance
+
+    s = _session()
+    record = get_instance(s.ledger, instance)
+    user = operator_user()
+    status = getattr(record.status, "value", record.status)
+    prompt = f"resume: instance {instance} ({status}), as operator:{user}, reason {reason!r}. Proceed? [y/N] "
+    _confirm(s, prompt, yes)
+    updated = resume_instance(s.ledger, instance, actor=f"operator:{user}", reason=reason)
+    if output == "json":
+        render.print_json(s.out, updated)
     else:
-        print(
-            f"{args.command}: step {updated.step_id} of {updated.instance_id} is now {updated.status.value} "
-            f"(was {record.status.value}); {_NEXT[args.command]}.",
-            file=out,
+        s.say(f"resume: instance {instance} recorded; the watchdog resumes it at its next tick.")
+
+
+# ---- running ------------------------------------------------------------------------------------
+
+
+def _storage_message(exc: AzureError, session: Session) -> str:
+    if isinstance(exc, ResourceNotFoundError) and "TableNotFound" in str(exc):
+        tables = ""
+        if session.location is not None:
+            env = session.location.env
+            names = (
+                env.get("LEDGER_TABLE_NAME", "StepLedger"),
+                env.get("DEADLINE_INDEX_TABLE_NAME", "StepDeadlines"),
+            )
+            tables = f" ({', '.join(names)})"
+        return (
+            f"the ledger's tables{tables} do not exist in this storage account: the app has not run "
+            "against it yet, or the settings point at another account"
         )
-    return EXIT_OK
+    if isinstance(exc, ServiceRequestError):
+        return f"cannot reach the storage account: {str(exc).splitlines()[0]}"
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"the step ledger could not be read or written: {first}"
 
 
 def main(
@@ -313,47 +385,46 @@ def main(
     *,
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
-    read: Callable[[str], str] = input,
+    read: Callable[[str], str] | None = None,
 ) -> int:
     """Run one command; returns the exit code (0 ok, 1 declined, 2 bad request, 3 storage error)."""
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse printed the usage error
-        return int(exc.code or 0)
-
     from supervisor import operator
 
-    ledger: StepLedger | None = None
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+
+    def prompt(text: str) -> str:
+        return click.prompt(text, default="", show_default=False, prompt_suffix="")
+
+    session = Session(out, err, read or prompt)
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        ledger = _ledger_from_args(args)
-        if args.command == "stalled":
-            if args.limit < 1:
-                raise CliError("--limit must be at least 1")
-            _print_stalled(operator.list_stalled(ledger, limit=args.limit), out, args.json)
-            return EXIT_OK
-        if args.command == "timeline":
-            _print_timeline(operator.timeline(ledger, args.instance), out, args.json)
-            return EXIT_OK
-        return _mutate(args, ledger, out, read)
-    except operator.IllegalMove as exc:
-        print(f"error: {exc}", file=err)
-        print(f"allowed moves from {exc.status.value}:", file=err)
-        for move in exc.allowed_moves or ["none (terminal status)"]:
-            print(f"  - {move}", file=err)
+        cli.main(args=args, prog_name="sas", standalone_mode=False, obj=session)
+        return EXIT_OK
+    except click.exceptions.Exit as exc:  # --help
+        return exc.exit_code
+    except click.UsageError as exc:
+        if exc.ctx is not None:
+            print(exc.ctx.get_usage(), file=err)
+        print(f"error: {exc.format_message()}", file=err)
         return EXIT_USAGE
-    except (operator.OperatorError, CliError) as exc:
+    except Declined:
+        print("aborted: nothing changed", file=out)
+        return EXIT_DECLINED
+    except (operator.OperatorError, CliError, ConnectionProblem, LedgerError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
     except AzureError as exc:
-        print(f"error: the step ledger could not be read or written: {exc}", file=err)
+        print(f"error: {_storage_message(exc, session)}", file=err)
         return EXIT_STORAGE
     finally:
-        if ledger is not None:
-            ledger.close()
+        session.close()
+
+
+def run() -> None:
+    """The ``sas`` console script."""
+    sys.exit(main())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

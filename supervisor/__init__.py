@@ -2,7 +2,7 @@
 
 ``function_app.py`` registers :data:`blueprint` (a ``df.Blueprint`` holding the watchdog timer
 function). :func:`run_tick` is the watchdog's whole logic as a plain coroutine; ``supervisor.operator``
-holds what the operator CLI (``python -m operator_cli``) does.
+holds what the operator CLI (``sas``, operator_cli/) does.
 """
 
 from supervisor.watchdog import (

@@ -1,6 +1,6 @@
 """Operator intents: what a human may ask of a stalled workflow, written to the ledger as intent.
 
-The operator CLI (``python -m operator_cli``) has no Durable Functions client: it cannot raise
+The operator CLI (``sas``, operator_cli/) has no Durable Functions client: it cannot raise
 events or start orchestrations. Instead every mutating command here moves the step in the ledger
 (ETag-guarded, audited with actor ``operator:<user>`` and the given reason) and, where something
 must happen next, sets the step's deadline to *now*. The watchdog, the only component with a

@@ -60,3 +60,52 @@ def test_a_scheduler_terminated_mid_step_is_resumed_by_the_watchdog():
     assert code == 0, text
     assert "watchdog decisions: resume_instance" in text
     assert "FINISHED: Succeeded after 1 resume(s)" in text and "0 made twice" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("provision-tenant", "--input", "{not json"), "--input is not valid JSON"),
+        (("provision-tenant", "--input", "[1, 2]"), "--input must be a JSON object"),
+    ],
+)
+def test_a_bad_input_is_one_error_line(capsys, argv, expected):
+    code, _ = run_demo(*argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {expected}") and err.count("\n") == 1, err
+
+
+def test_a_broken_workflow_file_is_one_error_line(capsys, tmp_path, monkeypatch):
+    from workflow_core.workflows import loader
+
+    for path in loader.DEFAULT_DIRECTORY.glob("*.yaml"):
+        text = path.read_text()
+        if path.name == "provision-tenant.yaml":
+            text = text.replace("    agent: storage.create", "    agnet: storage.create")
+        (tmp_path / path.name).write_text(text)
+    monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
+    loader.clear_workflow_cache()
+    try:
+        code, _ = run_demo("order-fulfilment")
+    finally:
+        loader.clear_workflow_cache()
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "workflows/provision-tenant.yaml: steps[0].agnet: unknown key; did you mean 'agent'?" in err
+
+
+def test_an_agent_without_a_handler_is_one_error_line(capsys, tmp_path, monkeypatch):
+    from workflow_core.workflows import loader
+
+    for path in loader.DEFAULT_DIRECTORY.glob("*.yaml"):
+        text = path.read_text().replace("agent: email.send_welcome", "agent: email.send_postcard")
+        (tmp_path / path.name).write_text(text)
+    monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
+    loader.clear_workflow_cache()
+    try:
+        code, _ = run_demo("provision-tenant")
+    finally:
+        loader.clear_workflow_cache()
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "no handler: email.send_postcard (used by" in err and "@agent(name)" in err

@@ -14,12 +14,14 @@ async def _await(awaitable: Awaitable[Any]) -> Any:
 
 
 class AsyncRunner:
-    """Runs awaitables to completion from synchronous code.
+    """Runs awaitables to completion from synchronous code, always in the calling thread.
 
     Keeps one private event loop per thread (kept open, so libraries that cache loop-bound sessions
-    keep working); when called while an event loop is already running in this thread (an async
-    test, or an async activity that calls back into the host), runs the awaitable on a helper
-    thread instead.
+    keep working). When an event loop is already running in this thread (an async test, Playwright's
+    sync API, or an async activity that calls back into the host), that loop is set aside while ours
+    runs and put back after, rather than handing the awaitable to another thread: the host's loop lock
+    is re-entrant for this thread only, so a helper thread calling back into the host would wait for
+    a lock its own caller holds.
     """
 
     def __init__(self) -> None:
@@ -30,14 +32,24 @@ class AsyncRunner:
     def run(self, awaitable: Awaitable[Any]) -> Any:
         coroutine = awaitable if inspect.iscoroutine(awaitable) else _await(awaitable)
         loop = getattr(self._local, "loop", None)
-        if _loop_running_in_this_thread() or (loop is not None and loop.is_running()):
-            return self._run_on_thread(coroutine)
-        if loop is None or loop.is_closed():
+        nested = loop is not None and loop.is_running()
+        if nested:  # re-entered from inside our own loop: a short-lived loop of its own
+            loop = asyncio.new_event_loop()
+        elif loop is None or loop.is_closed():
             loop = asyncio.new_event_loop()
             self._local.loop = loop
             with self._lock:
                 self._loops.append(loop)
-        return loop.run_until_complete(coroutine)
+        outer = asyncio.events._get_running_loop()
+        if outer is not None:
+            asyncio.events._set_running_loop(None)
+        try:
+            return loop.run_until_complete(coroutine)
+        finally:
+            if outer is not None:
+                asyncio.events._set_running_loop(outer)
+            if nested:
+                loop.close()
 
     def close(self) -> None:
         with self._lock:
@@ -46,31 +58,6 @@ class AsyncRunner:
             if not loop.is_closed() and not loop.is_running():
                 loop.close()
         self._local = threading.local()
-
-    @staticmethod
-    def _run_on_thread(coroutine: Any) -> Any:
-        outcome: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                outcome["value"] = asyncio.run(coroutine)
-            except BaseException as exc:  # re-raised in the caller's thread
-                outcome["error"] = exc
-
-        thread = threading.Thread(target=target, name="durable-host-async", daemon=True)
-        thread.start()
-        thread.join()
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome.get("value")
-
-
-def _loop_running_in_this_thread() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 _default_runner = AsyncRunner()

@@ -124,7 +124,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     }
   }
   properties: {
-    // checkov:skip=CKV_AZURE_222: The HTTP starter (POST /api/workflows/{name}) is the app's public API; callers authenticate with function keys. Private endpoints are a later hardening step.
+    // checkov:skip=CKV_AZURE_222: The HTTP starter (POST /api/workflows/{name}/instances) is the app's public API; callers authenticate with function keys. Private endpoints are a later hardening step.
     // checkov:skip=CKV_AZURE_17: Callers of the HTTP starter present function keys, not client certificates; requiring mTLS would lock them out.
     // checkov:skip=CKV_AZURE_212: Flex Consumption has no fixed instance count: it scales per function group on demand (always-ready instances are the optional equivalent).
     // checkov:skip=CKV_AZURE_213: App Service health check is not a Flex Consumption feature; the Functions host's own health is monitored through Application Insights.

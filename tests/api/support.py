@@ -42,5 +42,14 @@ def http_request(
 
 
 def json_of(response: func.HttpResponse) -> Any:
-    assert response.mimetype == "application/json", response.mimetype
-    return json.loads(response.get_body())
+    """The body of a success (``application/json``) or of an error (RFC 9457 ``application/problem+json``,
+    with its stable ``code`` and ``type``)."""
+    body = json.loads(response.get_body())
+    if response.status_code >= 400:
+        assert response.mimetype == "application/problem+json", (response.status_code, response.mimetype)
+        assert body["status"] == response.status_code, body
+        assert body["type"] == f"urn:sas:problem:{body['code']}", body
+        assert body["title"] and body["detail"] and body["error"], body
+    else:
+        assert response.mimetype == "application/json", response.mimetype
+    return body

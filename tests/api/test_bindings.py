@@ -15,12 +15,19 @@ import api
 from tests.api.support import http_request, json_of
 
 EXPECTED_ROUTES = {
-    "http_start_workflow": ("workflows/{name}", {"POST"}, True),
+    "http_start_workflow": ("workflows/{name}/instances", {"POST"}, True),
     "http_list_workflows": ("workflows", {"GET"}, True),
     "http_get_workflow": ("workflows/{instance_id}", {"GET"}, True),
     "http_get_workflow_steps": ("workflows/{instance_id}/steps", {"GET"}, True),
     "http_health": ("health", {"GET"}, False),
+    "http_list_instances": ("instances", {"GET"}, True),
+    "http_get_instance": ("instances/{instance_id}", {"GET"}, True),
+    "http_step_action": ("instances/{instance_id}/steps/{step_id}/{action}", {"POST"}, True),
+    "http_instance_action": ("instances/{instance_id}/{action}", {"POST"}, True),
+    "http_attention": ("attention", {"GET"}, True),
+    "http_console": ("console/{*path}", {"GET"}, False),
 }
+ANONYMOUS = {"http_console"}  # static files, no data: the page passes the function key to the API
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +43,8 @@ def test_routes_methods_and_function_level_auth(functions):
         trigger = functions[name].get_trigger()
         assert trigger.route == route
         assert {m.value for m in trigger.methods} == methods
-        assert trigger.auth_level == func.AuthLevel.FUNCTION, name
+        expected = func.AuthLevel.ANONYMOUS if name in ANONYMOUS else func.AuthLevel.FUNCTION
+        assert trigger.auth_level == expected, name
         binding_types = {b.type for b in functions[name].get_bindings()}
         assert ("durableClient" in binding_types) is has_client, name
 
@@ -45,7 +53,7 @@ def test_registered_start_function_runs_end_to_end(run, stub, functions, process
     process_env(app_env)
     request = http_request(
         "POST",
-        "/api/workflows/provision-tenant",
+        "/api/workflows/provision-tenant/instances",
         body={"tenant_id": "fabrikam", "admin_email": "ops@fabrikam.example"},
         params={"instance_id": "bound-1"},
         route_params={"name": "provision-tenant"},

@@ -120,7 +120,7 @@ def test_health_is_503_naming_the_broken_setting(run, process_env, app_env):
 
     assert response.status_code == 503
     body = json_of(response)
-    assert body["status"] == "unhealthy"
+    assert body["health"] == "unhealthy" and body["code"] == "unhealthy"
     assert body["error"] == "the app settings are invalid"
     assert body["details"] == ["AGENT_TRANSPORT must be one of servicebus, storage-queue; got 'bogus'"]
 

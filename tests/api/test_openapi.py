@@ -82,8 +82,34 @@ def test_operations_need_a_function_key(spec):
         ("apiKey", "header", "x-functions-key"),
     }
     assert spec["security"], "a global security requirement is expected"
+    anonymous = {op["operationId"] for _, op in documented(spec).values() if op.get("security") == []}
+    assert anonymous == {"console"}, "only the console's static files are anonymous"
+
+
+def test_the_anonymous_operation_is_the_anonymous_route():
+    app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
+    app.register_blueprint(api.blueprint)
+    anonymous = [
+        f.get_trigger().route
+        for f in app.get_functions()
+        if f.get_trigger().auth_level == func.AuthLevel.ANONYMOUS
+    ]
+    assert anonymous == ["console/{*path}"]
+
+
+def test_every_error_response_is_a_problem(spec):
+    def content_of(response):
+        if "$ref" in response:
+            response = spec["components"]["responses"][response["$ref"].rsplit("/", 1)[-1]]
+        return response.get("content", {})
+
     for _, operation in documented(spec).values():
-        assert operation.get("security") != [], f"{operation['operationId']} must not be anonymous"
+        for status, response in operation["responses"].items():
+            if int(status) >= 400:
+                assert set(content_of(response)) == {"application/problem+json"}, (
+                    operation["operationId"],
+                    status,
+                )
 
 
 def test_operations_have_unique_ids_and_json_responses(spec):

@@ -1,4 +1,4 @@
-"""POST /api/workflows/{name}: validation, instance ids, conflicts and the 202 with status URLs."""
+"""POST /api/workflows/{name}/instances: validation, instance ids, conflicts and the 202 with status URLs."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ GOOD_INPUT = {"tenant_id": "contoso", "admin_email": "admin@contoso.example"}
 
 def post(name: str, body=b"", params=None):
     return http_request(
-        "POST", f"/api/workflows/{name}", body=body, params=params, route_params={"name": name}
+        "POST", f"/api/workflows/{name}/instances", body=body, params=params, route_params={"name": name}
     )
 
 

@@ -854,9 +854,11 @@ def check_outputs(files: dict[str, BicepFile]) -> list[str]:
         if name not in outputs
     ]
     url = (outputs.get("workflowStarterUrl") or {}).get("value")
-    if isinstance(url, str) and not (url.startswith("https://${") and url.endswith("/api/workflows/{name}")):
+    if isinstance(url, str) and not (
+        url.startswith("https://${") and url.endswith("/api/workflows/{name}/instances")
+    ):
         problems.append(
-            f"workflowStarterUrl must look like https://<host>/api/workflows/{{name}}, is {url!r}"
+            f"workflowStarterUrl must look like https://<host>/api/workflows/{{name}}/instances, is {url!r}"
         )
     return problems
 

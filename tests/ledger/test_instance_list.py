@@ -69,7 +69,7 @@ def test_filters_combine_and_are_checked_against_the_record(ledger, fake_now):
     keyed, _ = ledger.list_instances(business_key_prefix="t1", workflow="provision-tenant")
     assert [r.instance_id for r in keyed] == ["inst-0010", "inst-0004"]
     window, _ = ledger.list_instances(
-        started_from=T0 + timedelta(seconds=3), started_to=T0 + timedelta(seconds=5)
+        started_from=T0 + timedelta(seconds=3), started_to=T0 + timedelta(seconds=6)
     )
     assert [r.instance_id for r in window] == ["inst-0005", "inst-0004", "inst-0003"]
     done, _ = ledger.list_instances(status=InstanceStatus.SUCCEEDED)

@@ -98,7 +98,7 @@ def test_duplicate_step_id():
         ("{jitter: 1.5}", "jitter", "less than or equal to 1"),
         ("{initial_interval_seconds: 0}", "initial_interval_seconds", "greater than 0"),
         ("{max_attempts: two}", "max_attempts", "valid integer"),
-        ("{max_atempts: 2}", "max_atempts", "Extra inputs are not permitted"),
+        ("{max_atempts: 2}", "max_atempts", "unknown key; did you mean 'max_attempts'?"),
     ],
 )
 def test_bad_retry_numbers(retry, field, expected):
@@ -147,14 +147,37 @@ def test_bad_deadline_and_compensation():
 
 
 def test_unknown_field_and_missing_steps():
-    assert "steps[0].deadlin_seconds: Extra inputs are not permitted" in _error(
+    assert "steps[0].deadlin_seconds: unknown key; did you mean 'deadline_seconds'?" in _error(
         BASE.replace(
             "deadline_seconds: 60\n    input: {who",
             "deadlin_seconds: 60\n    deadline_seconds: 60\n    input: {who",
         )
     )
     assert "steps: Field required" in _error("name: demo\n")
-    assert "steps: Tuple should have at least 1 item" in _error("name: demo\nsteps: []\n")
+    assert "steps: needs at least 1 entries, got 0" in _error("name: demo\nsteps: []\n")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "right", "where"),
+    [
+        ("steps:", "stepz:", "stepz"),
+        ("    agent: demo.first", "    agnet: demo.first", "steps[0].agnet"),
+        ("  - id: first", "  - idd: first", "steps[0].idd"),
+    ],
+)
+def test_a_misspelt_key_is_reported_as_a_misspelling_and_nothing_else(wrong, right, where):
+    assert wrong in BASE, wrong
+    message = _error(BASE.replace(wrong, right, 1))
+    meant = wrong.strip().lstrip("- ").split(":")[0]
+    assert message.endswith(f"{where}: unknown key; did you mean {meant!r}?"), message
+    assert "Field required" not in message and "Tuple should" not in message and message.count(";") == 1
+
+
+def test_a_misspelt_parallel_group_is_not_an_empty_list():
+    message = _error(
+        "name: demo\ninput: {}\nsteps:\n  - paralel:\n    - {id: a, agent: demo.do, deadline_seconds: 5}\n"
+    )
+    assert message.endswith("steps[0].paralel: unknown key; did you mean 'parallel'?"), message
 
 
 def test_input_schema_errors():

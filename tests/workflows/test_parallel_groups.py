@@ -101,7 +101,7 @@ def test_a_group_needs_two_steps_and_names_the_field_of_a_bad_member():
         "        input: {who: $input.who}\n",
         "",
     ).replace("right: $steps.right.output.value", "right: x")
-    assert "steps[1].parallel: Tuple should have at least 2 items" in _error(single)
+    assert "steps[1].parallel: needs at least 2 entries, got 1" in _error(single)
     message = _error(GROUPED.replace("deadline_seconds: 45", "deadline_seconds: -1"))
     assert "steps[1].parallel[1].deadline_seconds: Input should be greater than 0" in message
 

@@ -124,7 +124,10 @@ class InstanceListMixin:
         limit: int = 50,
         continuation: str | None = None,
     ) -> tuple[list[InstanceRecord], str | None]:
-        """One page of instances, newest first, and the token of the next page (None at the end)."""
+        """One page of instances, newest first, and the token of the next page (None at the end).
+
+        ``started_from`` is inclusive and ``started_to`` exclusive, so adjacent windows never overlap.
+        """
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidLedgerInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
         wanted = parse_instance_status(status) if status is not None else None
@@ -145,10 +148,11 @@ class InstanceListMixin:
         if needs_attention is not None:
             clauses.append("NeedsAttention eq @attention")
             params["attention"] = needs_attention
-        # newest first: a later start has a smaller RowKey, so "started_to" bounds from below
+        # [started_from, started_to): newest first, a later start has a smaller RowKey, so
+        # "started_to" (exclusive) bounds from below
         if started_to is not None:
             clauses.append("RowKey ge @rk_lo")
-            params["rk_lo"] = f"{_MAX_TICKS - _ticks(require_aware(started_to, 'started_to')):020d}"
+            params["rk_lo"] = f"{_MAX_TICKS - _ticks(require_aware(started_to, 'started_to')) + 1:020d}"
         if started_from is not None:
             clauses.append("RowKey lt @rk_hi")
             params["rk_hi"] = f"{_MAX_TICKS - _ticks(require_aware(started_from, 'started_from')) + 1:020d}"

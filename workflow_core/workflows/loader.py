@@ -7,6 +7,7 @@ instances are in flight is a versioning decision (see docs/scheduler.md), not a 
 
 from __future__ import annotations
 
+import difflib
 import threading
 from pathlib import Path
 from typing import Any
@@ -57,11 +58,61 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     return text
 
 
+def _known_keys() -> set[str]:
+    """Every key a workflow file may use (field names and aliases of the definition's models)."""
+    from pydantic import BaseModel
+
+    from workflow_core.workflows import model
+
+    keys: set[str] = set()
+    for value in vars(model).values():
+        if isinstance(value, type) and issubclass(value, BaseModel) and value is not BaseModel:
+            for name, field in value.model_fields.items():
+                keys.add(field.alias or name)
+    return keys
+
+
+def _misspellings(errors: list[Any]) -> dict[str, tuple[str, str]]:
+    """``{location of the written key: (parent location, the key meant)}`` for unknown keys that are
+    close to a key the author probably meant (a missing sibling first, then any known key)."""
+    missing = [_format_location(e["loc"]) for e in errors if e["type"] == "missing"]
+    known = sorted(_known_keys())
+    found: dict[str, tuple[str, str]] = {}
+    for error in errors:
+        if error["type"] != "extra_forbidden":
+            continue
+        written = _format_location(error["loc"])
+        parent, _, key = written.rpartition(".")
+        siblings = [m.rpartition(".")[2] for m in missing if m.rpartition(".")[0] == parent]
+        close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
+        others = [k for k in known if k != key]  # a key valid elsewhere is misplaced, not misspelt
+        close = close or difflib.get_close_matches(key, others, n=1, cutoff=0.75)
+        if close:
+            found[written] = (parent, close[0])
+    return found
+
+
 def _format_validation_error(exc: ValidationError) -> str:
+    """One clause per problem. A misspelt key is reported as such ("did you mean"), instead of the
+    errors it causes (the key meant is "missing", a list it empties is "too short")."""
+    errors = exc.errors()
+    misspelt = _misspellings(errors)
+    parents = {parent for parent, _ in misspelt.values()}
     lines = []
-    for error in exc.errors():
-        message = error["msg"].removeprefix("Value error, ")
+    for error in errors:
         where = _format_location(error["loc"])
+        if where in misspelt:
+            lines.append(f"{where}: unknown key; did you mean {misspelt[where][1]!r}?")
+            continue
+        parent = where.rpartition(".")[0] if error["type"] == "missing" else where
+        if error["type"] in ("missing", "too_short") and any(
+            p == parent or p.startswith(f"{where}[") or p.startswith(f"{where}.") for p in parents
+        ):
+            continue  # a consequence of the misspelling reported above
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "too_short" and isinstance(error.get("ctx"), dict):
+            ctx = error["ctx"]
+            message = f"needs at least {ctx.get('min_length')} entries, got {ctx.get('actual_length')}"
         lines.append(f"{where}: {message}" if where else message)
     return "; ".join(lines)
 

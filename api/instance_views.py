@@ -1,0 +1,133 @@
+"""JSON views for the operator API: instance records, attempts read off the audit trail, capped payloads.
+
+A step input or output may be up to the ledger's 32,000 characters; an instance page shows dozens of
+them, so each is cut to :data:`PAYLOAD_CAP` characters and marked, and the full text stays in the
+ledger (and in ``GET /api/workflows/{instance_id}``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from api.responses import iso
+from api.views import audit_view, step_view
+from workflow_core.ledger import AuditEntry, StepRecord
+
+PAYLOAD_CAP = 4096
+# Statuses that end a work attempt, and the compensation's own phases.
+_ATTEMPT_ENDS = {"Succeeded", "Failed", "TimedOut", "Skipped", "Cancelled"}
+_COMPENSATION_ENDS = {"Compensated", "CompensationFailed", "Skipped"}
+
+
+def capped(text: str | None, cap: int = PAYLOAD_CAP) -> dict[str, Any] | None:
+    """``{"value": ..., "size": n, "truncated": bool}``: the JSON value when it fits, else a text preview."""
+    if text is None:
+        return None
+    if len(text) > cap:
+        return {"value": None, "preview": text[:cap], "size": len(text), "truncated": True}
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        value = text
+    return {"value": value, "size": len(text), "truncated": False}
+
+
+def instance_record_view(record: Any) -> dict[str, Any]:
+    """An instance record (``workflow_core.ledger.InstanceRecord``) as the API shows it."""
+
+    def value(name: str) -> Any:
+        return getattr(record, name, None)
+
+    status = value("status")
+    return {
+        "instanceId": record.instance_id,
+        "workflow": value("workflow"),
+        "version": value("version"),
+        "status": getattr(status, "value", status),
+        "orchestrationId": value("orchestration_id"),
+        "generation": value("generation"),
+        "businessKey": value("business_key"),
+        "startedAt": iso(value("started_at")),
+        "updatedAt": iso(value("updated_at")),
+        "completedAt": iso(value("completed_at")),
+        "resumeCount": value("resume_count"),
+        "maxResumes": value("max_resumes"),
+        "schedulerDeadline": iso(value("scheduler_deadline")),
+        "needsAttention": bool(value("needs_attention")),
+        "attentionReason": value("attention_reason"),
+        "lastError": value("last_error"),
+    }
+
+
+def attempts_view(audit: list[AuditEntry]) -> list[dict[str, Any]]:
+    """Each step's attempts, in ledger order: when each was dispatched and how (and when) it ended.
+
+    Read off the audit trail, because the step row holds only its latest attempt. A compensation is
+    one more "attempt" of kind ``compensate``, from the first move to Compensating to its outcome.
+    """
+    attempts: list[dict[str, Any]] = []
+    open_work: dict[str, dict[str, Any]] = {}
+    open_undo: dict[str, dict[str, Any]] = {}
+    for entry in audit:
+        if entry.action != "transition":
+            continue
+        step, to = entry.step_id, entry.to_status
+        if to == "Dispatched":
+            current = {
+                "step": step,
+                "kind": "work",
+                "attempt": entry.attempt,
+                "startedAt": iso(entry.at),
+                "endedAt": None,
+                "outcome": None,
+                "by": entry.actor,
+            }
+            open_work[step] = current
+            attempts.append(current)
+        elif to in _ATTEMPT_ENDS and step in open_work:
+            done = open_work.pop(step)
+            done.update(endedAt=iso(entry.at), outcome=to)
+        elif to == "Compensating" and step not in open_undo:
+            current = {
+                "step": step,
+                "kind": "compensate",
+                "attempt": None,
+                "startedAt": iso(entry.at),
+                "endedAt": None,
+                "outcome": None,
+                "by": entry.actor,
+            }
+            open_undo[step] = current
+            attempts.append(current)
+        elif to in _COMPENSATION_ENDS and step in open_undo:
+            done = open_undo.pop(step)
+            done.update(endedAt=iso(entry.at), outcome=to)
+    return attempts
+
+
+def step_detail_view(record: StepRecord) -> dict[str, Any]:
+    """A step as the instance page shows it: the status view plus its capped input and output."""
+    view = step_view(record)
+    view.pop("output", None)
+    view["heartbeatTimeoutSeconds"] = record.heartbeat_timeout_seconds
+    view["input"] = capped(record.input_ref)
+    view["output"] = capped(record.result_ref)
+    return view
+
+
+def instance_detail_view(
+    instance_id: str, record: Any, steps: list[StepRecord], audit: list[AuditEntry]
+) -> dict[str, Any]:
+    workflow = getattr(record, "workflow", None) or (steps[0].workflow_name if steps else None)
+    return {
+        "instanceId": instance_id,
+        "workflow": workflow,
+        "record": instance_record_view(record) if record is not None else None,
+        "input": capped(getattr(record, "input_ref", None)),
+        "outcome": capped(getattr(record, "outcome", None)),
+        "steps": [step_detail_view(s) for s in steps],
+        "attempts": attempts_view(audit),
+        "audit": [audit_view(a) for a in audit],
+        "payloadCap": PAYLOAD_CAP,
+    }

@@ -1,0 +1,301 @@
+"""The operator API's bodies: list and read instances from the ledger, and act on stuck ones.
+
+Reads come from the ledger's instance records (not from a page of Durable instances), so a list is
+complete, filterable and pages stably. Actions record intent in the ledger through
+:mod:`supervisor.operator` (the watchdog enacts it), except ``terminate``, which needs the Durable
+client this API has. Every action needs a reason and is audited as ``operator:<caller>``; a move the
+ledger does not allow is a 409 naming the allowed moves.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import azure.functions as func
+
+from api.handlers import (
+    ACTIVE_STATUSES,
+    ServicesSource,
+    call_durable,
+    call_ledger,
+    check_instance_id,
+    resolve_services,
+)
+from api.identity import caller_name
+from api.instance_views import instance_detail_view, instance_record_view
+from api.responses import ApiError, json_errors, json_object_body, json_response, route_base
+from api.views import runtime_status_name, step_view
+from supervisor import operator
+from workflow_core import clock
+from workflow_core.ledger import InstanceNotFound, StepLedger, StepStatus
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+STEP_ACTIONS = {"retry": operator.retry_step, "skip": operator.skip_step}
+INSTANCE_ACTIONS = ("compensate", "resume", "terminate")
+DEAD_LETTER_PREFIX = "dead-lettered"  # last_error of a step whose work message was dead-lettered
+DEAD_LETTER_WINDOW = timedelta(days=1)
+
+
+def _filters(req: func.HttpRequest) -> dict[str, Any]:
+    params = req.params
+
+    def text(name: str) -> str | None:
+        value = params.get(name)
+        return value.strip() if value and value.strip() else None
+
+    def when(name: str) -> datetime | None:
+        raw = text(name)
+        if raw is None:
+            return None
+        try:
+            parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        except ValueError:
+            raise ApiError(
+                400,
+                f"invalid {name}",
+                [f"{name} must be an ISO 8601 time such as 2025-03-01T09:00:00Z, got {raw!r}"],
+                code="invalid-filter",
+            ) from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+    attention = text("needsAttention")
+    if attention is not None and attention.lower() not in ("true", "false"):
+        raise ApiError(
+            400, "invalid needsAttention", [f"use true or false, got {attention!r}"], code="invalid-filter"
+        )
+    raw_limit = text("limit")
+    try:
+        limit = DEFAULT_LIMIT if raw_limit is None else int(raw_limit)
+    except ValueError:
+        limit = -1
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ApiError(
+            400,
+            "invalid limit",
+            [f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw_limit!r}"],
+            code="invalid-filter",
+        )
+    return {
+        "status": text("status"),
+        "workflow": text("workflow"),
+        "version": text("version"),
+        "business_key_prefix": text("businessKey"),
+        "started_from": when("startedFrom"),
+        "started_to": when("startedTo"),
+        "needs_attention": None if attention is None else attention.lower() == "true",
+        "limit": limit,
+        "continuation": text("continuation"),
+    }
+
+
+@json_errors
+async def list_instances(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """``GET /api/instances``: instance records, newest first, one page and the next page's token."""
+    filters = _filters(req)
+    svc = resolve_services(services)
+    records, token = await call_ledger(svc, lambda ledger: ledger.list_instances(**filters))
+    base = route_base(req)
+    body = {
+        "instances": [
+            {**instance_record_view(r), "url": f"{base}/instances/{r.instance_id}"} for r in records
+        ],
+        "count": len(records),
+        "continuation": token,
+    }
+    return json_response(body)
+
+
+def _read_instance(ledger: StepLedger, instance_id: str) -> tuple[Any, list, list]:
+    """Record (``None`` for an instance started before the ledger kept records), steps and audit."""
+    steps = ledger.list_for_instance(instance_id)
+    audit = ledger.audit_trail(instance_id)
+    try:
+        record = ledger.get_instance(instance_id)
+    except InstanceNotFound:
+        record = None
+    return record, steps, audit
+
+
+@json_errors
+async def get_instance(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """``GET /api/instances/{instance_id}``: record, steps, attempts, audit trail, capped payloads."""
+    instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
+    svc = resolve_services(services)
+    record, steps, audit = await call_ledger(svc, lambda ledger: _read_instance(ledger, instance_id))
+    if record is None and not steps:
+        raise ApiError(
+            404,
+            f"no workflow instance {instance_id!r}",
+            ["the step ledger has no record of this id"],
+            code="instance-not-found",
+        )
+    body = instance_detail_view(instance_id, record, steps, audit)
+    status = await call_durable(client.get_status(instance_id), "read the orchestration status")
+    body["runtimeStatus"] = runtime_status_name(status) if status else None
+    body["now"] = clock.utcnow().isoformat().replace("+00:00", "Z")
+    body["links"] = {"self": f"{route_base(req)}/instances/{instance_id}"}
+    return json_response(body)
+
+
+def _reason(req: func.HttpRequest) -> str:
+    body = json_object_body(req)
+    reason = body.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ApiError(
+            400,
+            "a reason is required",
+            ['send {"reason": "..."}: it is recorded in the audit trail with your name'],
+            code="reason-required",
+        )
+    return reason.strip()
+
+
+def _operator_problem(exc: operator.OperatorError) -> ApiError:
+    if isinstance(exc, operator.UnknownInstance):
+        return ApiError(404, str(exc), code="instance-not-found")
+    if isinstance(exc, operator.UnknownStep):
+        return ApiError(404, str(exc), code="step-not-found", extra={"knownSteps": exc.known})
+    if isinstance(exc, operator.IllegalMove):
+        return ApiError(
+            409,
+            str(exc),
+            code="illegal-move",
+            extra={"currentStatus": exc.status.value, "allowedMoves": exc.allowed_moves},
+        )
+    return ApiError(409, str(exc), code="changed-meanwhile")
+
+
+@json_errors
+async def step_action(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """``POST /api/instances/{instance_id}/steps/{step_id}/{action}``: retry or skip one step."""
+    instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
+    step_id = req.route_params.get("step_id", "")
+    action = req.route_params.get("action", "")
+    if action not in STEP_ACTIONS:
+        raise ApiError(
+            404,
+            f"no step action {action!r}",
+            [f"step actions: {', '.join(STEP_ACTIONS)}"],
+            code="unknown-action",
+        )
+    reason = _reason(req)
+    user = caller_name(req.headers)
+    svc = resolve_services(services)
+    apply = STEP_ACTIONS[action]
+    try:
+        updated = await call_ledger(
+            svc, lambda ledger: apply(ledger, instance_id, step_id, user=user, reason=reason)
+        )
+    except operator.OperatorError as exc:
+        raise _operator_problem(exc) from None
+    log.info("operator %s: %s of %s by %s (%s)", action, step_id, instance_id, user, reason)
+    return json_response({"action": action, "actor": operator.actor_for(user), "step": step_view(updated)})
+
+
+def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
+    """The step whose move to Compensating asks for the instance's compensation: a failed one, else the
+    last completed one (the compensation orchestration then undoes every completed step)."""
+    steps = ledger.list_for_instance(instance_id)
+    if not steps:
+        raise operator.UnknownInstance(instance_id)
+    failed = [s for s in steps if s.status in (StepStatus.FAILED, StepStatus.TIMED_OUT)]
+    done = [s for s in steps if s.status is StepStatus.SUCCEEDED]
+    if failed:
+        return failed[0].step_id
+    if done:
+        return done[-1].step_id
+    statuses = ", ".join(f"{s.step_id} {s.status.value}" for s in steps)
+    raise operator.OperatorError(
+        f"nothing to compensate in {instance_id!r}: no step is Succeeded, Failed or TimedOut ({statuses})"
+    )
+
+
+@json_errors
+async def instance_action(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """``POST /api/instances/{instance_id}/{action}``: compensate, resume or terminate an instance."""
+    instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
+    action = req.route_params.get("action", "")
+    if action not in INSTANCE_ACTIONS:
+        raise ApiError(
+            404,
+            f"no instance action {action!r}",
+            [f"instance actions: {', '.join(INSTANCE_ACTIONS)}"],
+            code="unknown-action",
+        )
+    reason = _reason(req)
+    user = caller_name(req.headers)
+    actor = operator.actor_for(user)
+    svc = resolve_services(services)
+    if action == "terminate":
+        return await _terminate(client, svc, instance_id, actor, reason)
+
+    def act(ledger: StepLedger) -> dict[str, Any]:
+        if action == "compensate":
+            step_id = _compensation_target(ledger, instance_id)
+            updated = operator.request_compensation(ledger, instance_id, step_id, user=user, reason=reason)
+            return {"step": step_view(updated)}
+        record = operator.resume_instance(ledger, instance_id, actor=actor, reason=reason)
+        return {"instance": instance_record_view(record)}
+
+    try:
+        result = await call_ledger(svc, act)
+    except operator.OperatorError as exc:
+        raise _operator_problem(exc) from None
+    log.info("operator %s: %s by %s (%s)", action, instance_id, user, reason)
+    return json_response({"action": action, "actor": actor, **result})
+
+
+async def _terminate(client: Any, svc: Any, instance_id: str, actor: str, reason: str) -> func.HttpResponse:
+    status = await call_durable(client.get_status(instance_id), "read the orchestration status")
+    if not status or status.runtime_status not in ACTIVE_STATUSES:
+        state = runtime_status_name(status) if status else "unknown to the Durable task hub"
+        raise ApiError(
+            409,
+            f"cannot terminate {instance_id!r}: its orchestration is {state}",
+            ["only a running orchestration can be terminated; compensate or resume it instead"],
+            code="not-running",
+            extra={"runtimeStatus": runtime_status_name(status) if status else None},
+        )
+    await call_durable(client.terminate(instance_id, f"{actor}: {reason}"), "terminate the orchestration")
+    await call_ledger(
+        svc,
+        lambda ledger: ledger.note(
+            instance_id, "*", actor=actor, action="terminate", reason=f"operator terminate: {reason}"
+        ),
+    )
+    return json_response({"action": "terminate", "actor": actor, "instanceId": instance_id})
+
+
+@json_errors
+async def attention(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """``GET /api/attention``: the operator's inbox: stalled steps, failed compensations, dead letters."""
+    svc = resolve_services(services)
+    now = clock.utcnow()
+
+    def read(ledger: StepLedger) -> dict[str, Any]:
+        stalled = ledger.overdue(now, limit=200)
+        failed_compensations = ledger.needing_attention(limit=200)
+        soon = ledger.overdue(now + DEAD_LETTER_WINDOW, limit=500)
+        dead = [
+            s
+            for s in soon
+            if s.status is StepStatus.FAILED and (s.last_error or "").startswith(DEAD_LETTER_PREFIX)
+        ]
+        flagged, _ = ledger.list_instances(needs_attention=True, limit=200)
+        return {
+            "stalled": [step_view(s) | {"instanceId": s.instance_id} for s in stalled],
+            "compensationFailed": [
+                step_view(s) | {"instanceId": s.instance_id} for s in failed_compensations
+            ],
+            "deadLettered": [step_view(s) | {"instanceId": s.instance_id} for s in dead],
+            "instances": [instance_record_view(r) for r in flagged],
+        }
+
+    body = await call_ledger(svc, read)
+    body["now"] = now.isoformat().replace("+00:00", "Z")
+    return json_response(body)

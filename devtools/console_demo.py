@@ -1,0 +1,202 @@
+"""``./scripts/demo --serve``: the operator console on http://127.0.0.1:PORT, with workflows to act on.
+
+It runs the real app in one process, as ``./scripts/demo`` does (Azurite, the in-process durable host,
+the agents, the watchdog), serves the app's HTTP functions (the operator API and the web console) on
+a socket, and first runs a few workflows with injected faults so the console has something to show:
+
+* a step whose agent stalls once (retried by its deadline, then succeeds);
+* a step that always fails (retries, then the completed steps are compensated);
+* a refund compensator that gives up (a ``CompensationFailed`` step waiting for an operator: retry it
+  from the console and the compensation runs again and succeeds);
+* a step whose agent never answers, left running for you to watch the deadline and the watchdog.
+
+Then it keeps serving, with the virtual clock running ``--speed`` times faster than the wall clock (the
+watchdog ticks every 30 virtual seconds). It uses Azurite on its default ports (starting it, with its
+state in ``.azurite/``, unless one is already listening) and the default table names, so the operator
+CLI reads the same ledger through ``local.settings.json``: ``.venv/bin/sas list``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import socket
+import sys
+import threading
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PORT = 7072
+DEFAULT_SPEED = 20.0
+SEED_TIMEOUT = timedelta(hours=12)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class ConsoleDemo:
+    """The app, its HTTP front end and a pacing thread; ``seed()`` runs the demo workflows."""
+
+    def __init__(
+        self,
+        azurite: Any,
+        *,
+        port: int = 0,
+        speed: float = DEFAULT_SPEED,
+        tables: tuple[str, str] = ("StepLedger", "StepDeadlines"),
+    ) -> None:
+        from devtools.harness import PatternHarness, app_functions
+        from devtools.http_server import AppHttpServer, http_routes
+
+        self.speed = speed
+        settings = {"LEDGER_TABLE_NAME": tables[0], "DEADLINE_INDEX_TABLE_NAME": tables[1]}
+        self.harness = PatternHarness(azurite, settings=settings)
+        try:
+            self.server = AppHttpServer(self.harness.host, http_routes(app_functions()), port=port).start()
+        except BaseException:
+            self.harness.close()
+            raise
+        self.url = self.server.url
+        self.console_url = f"{self.url}/api/console/"
+        self.instances: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._pacer: threading.Thread | None = None
+
+    # ---- the demo workflows -------------------------------------------------------------------------
+
+    def seed(self) -> dict[str, str]:
+        """Run the fault scenarios on the virtual clock (seconds of real time); returns name -> instance."""
+        from activities.handlers import faults
+        from devtools.demo import DEFAULT_INPUTS
+
+        h = self.harness
+        tag = uuid.uuid4().hex[:6]
+
+        def start(label: str, workflow: str) -> str:
+            iid = f"demo-{label}-{tag}"
+            self.instances[label] = h.start_workflow(workflow, DEFAULT_INPUTS[workflow], instance_id=iid)
+            return iid
+
+        faults.clear()
+        faults.inject("dns.register", faults.Stall(times=1), step="register_dns")
+        h.run_until_complete(start("retried", "provision-tenant"), timeout=SEED_TIMEOUT)
+
+        faults.inject("shipping.create_shipment", faults.Fail(), step="ship_order")
+        h.run_until_complete(start("compensated", "order-fulfilment"), timeout=SEED_TIMEOUT)
+
+        refund = faults.inject("payments.refund", faults.Fail(times=5), step="charge_payment")
+        stuck = start("compensation-failed", "order-fulfilment")
+        h.run_until(lambda: h.statuses(stuck).get("charge_payment") == "CompensationFailed", SEED_TIMEOUT)
+        h.host.run_until_idle()
+        faults.remove(refund)  # an operator's retry now succeeds: "the refund service is back"
+
+        faults.inject("email.send_welcome", faults.Stall(), step="send_welcome")
+        running = start("running", "provision-tenant")
+        h.run_until(
+            lambda: h.statuses(running).get("send_welcome") in ("Dispatched", "Running"), SEED_TIMEOUT
+        )
+        return dict(self.instances)
+
+    # ---- serving ------------------------------------------------------------------------------------
+
+    def start_clock(self) -> None:
+        """Move the virtual clock with the wall clock (times ``speed``), so the watchdog keeps ticking."""
+
+        def pace() -> None:
+            last = time.monotonic()
+            while not self._stop.wait(0.05):
+                now = time.monotonic()
+                try:
+                    self.harness.host.advance(timedelta(seconds=(now - last) * self.speed))
+                except Exception:
+                    logging.getLogger(__name__).exception("the durable host loop failed; it goes on")
+                last = now
+
+        self._pacer = threading.Thread(target=pace, name="virtual-clock", daemon=True)
+        self._pacer.start()
+
+    def close(self) -> None:
+        from activities.handlers import faults
+
+        self._stop.set()
+        if self._pacer is not None:
+            self._pacer.join(timeout=5)
+        self.server.close()
+        self.harness.close()
+        faults.clear()
+
+    def __enter__(self) -> ConsoleDemo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _azurite_on_default_ports(out: TextIO) -> Any:
+    from devtools.azurite import Azurite
+
+    if _port_open(10002):
+        out.write("  Azurite already listening on 10000-10002: using it\n")
+        return Azurite(blob_port=10000, queue_port=10001, table_port=10002), False
+    location = ROOT / ".azurite"
+    location.mkdir(exist_ok=True)
+    out.write(f"  starting Azurite on 10000-10002 (state in {location.name}/)\n")
+    azurite = Azurite(
+        location=location, blob_port=10000, queue_port=10001, table_port=10002, owns_location=False
+    )
+    return azurite.start(), True
+
+
+def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
+    parser = argparse.ArgumentParser(prog="./scripts/demo --serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--speed", type=float, default=DEFAULT_SPEED, help="virtual seconds per real second (default 20)"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    if _port_open(args.port):
+        print(f"error: port {args.port} is busy; pass --port with a free one", file=sys.stderr)
+        return 2
+    settings = ROOT / "local.settings.json"
+    if not settings.exists():
+        shutil.copy(ROOT / "local.settings.json.example", settings)
+        out.write("  created local.settings.json from the example (the operator CLI reads it)\n")
+    azurite, owned = _azurite_on_default_ports(out)
+    try:
+        with ConsoleDemo(azurite, port=args.port, speed=args.speed) as demo:
+            out.write("  running the demo workflows (faults injected; virtual clock)...\n")
+            out.flush()
+            for label, iid in demo.seed().items():
+                out.write(f"    {label:<20} {iid}\n")
+            demo.start_clock()
+            out.write(
+                f"\n  console : {demo.console_url}\n"
+                f"  API     : {demo.url}/api/instances, {demo.url}/api/attention\n"
+                f"  CLI     : .venv/bin/sas list   .venv/bin/sas stalled   .venv/bin/sas show <instance>\n"
+                f"  clock   : {args.speed:g}x; the watchdog ticks every 30 virtual seconds\n"
+                "  Ctrl-C stops it.\n"
+            )
+            out.flush()
+            try:
+                while True:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                out.write("\n  stopped\n")
+    finally:
+        if owned:
+            azurite.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""How the CLI shows things: rich tables for people, JSON for scripts (``--output json``).
+
+Tables go to the given stream through a rich ``Console``; on a pipe or in a test the console is plain
+text (no colour codes) and wide enough that a column is never cut mid-word.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from workflow_core.ledger import AuditEntry, StepRecord
+
+PLAIN_WIDTH = 200
+
+
+def console_for(stream: IO[str]) -> Console:
+    is_tty = bool(getattr(stream, "isatty", lambda: False)())
+    return Console(file=stream, width=None if is_tty else PLAIN_WIDTH, highlight=False, soft_wrap=False)
+
+
+def to_json(value: Any) -> Any:
+    """A pydantic model (ledger records) or plain data as JSON-ready data, without ETags."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude={"etag", "index_key"})
+    if isinstance(value, list):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def print_json(stream: IO[str], data: Any) -> None:
+    print(json.dumps(to_json(data), indent=2, default=str), file=stream)
+
+
+def when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def ago(now: datetime, value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    seconds = int((now - value).total_seconds())
+    if seconds < 0:
+        return f"in {-seconds}s"
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+def short(text: str | None, limit: int = 60) -> str:
+    if not text:
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def table(title: str | None, headers: list[str], rows: list[list[str]]) -> Table:
+    result = Table(title=title, title_justify="left", show_edge=False, header_style="bold", box=None)
+    for header in headers:
+        result.add_column(header, overflow="fold")
+    for row in rows:
+        result.add_row(*row)
+    return result
+
+
+def instances_table(records: list[Any]) -> Table:
+    rows = [
+        [
+            r.instance_id,
+            r.workflow,
+            str(r.version),
+            str(getattr(r.status, "value", r.status)),
+            r.business_key or "",
+            when(r.started_at),
+            when(r.updated_at),
+            "yes" if r.needs_attention else "",
+            short(r.attention_reason or r.last_error, 50),
+        ]
+        for r in records
+    ]
+    headers = ["INSTANCE", "WORKFLOW", "VERSION", "STATUS", "BUSINESS KEY", "STARTED", "UPDATED", "ATTN"]
+    headers.append("NOTE")
+    return table(None, headers, rows)
+
+
+def steps_table(steps: list[StepRecord]) -> Table:
+    rows = [
+        [
+            str(r.sequence),
+            r.step_id,
+            r.status.value,
+            str(r.attempt),
+            when(r.deadline),
+            r.owner or "-",
+            short(r.last_error, 50),
+        ]
+        for r in steps
+    ]
+    return table(None, ["#", "STEP", "STATUS", "ATTEMPT", "DEADLINE", "OWNER", "LAST ERROR"], rows)
+
+
+def audit_table(audit: list[AuditEntry]) -> Table:
+    rows = []
+    for a in audit:
+        moved = a.from_status != a.to_status
+        move = f"{a.from_status or '-'} -> {a.to_status}" if moved else a.to_status or ""
+        rows.append(
+            [
+                a.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                a.step_id,
+                a.actor,
+                a.action,
+                move,
+                "" if a.attempt is None else str(a.attempt),
+                short(a.reason, 100),
+            ]
+        )
+    return table(None, ["AT (UTC)", "STEP", "ACTOR", "ACTION", "STATUS", "ATTEMPT", "REASON"], rows)
+
+
+def overdue_table(now: datetime, steps: list[StepRecord]) -> Table:
+    rows = [
+        [
+            r.instance_id,
+            r.step_id,
+            r.status.value,
+            str(r.attempt),
+            when(r.deadline),
+            ago(now, r.deadline),
+            r.owner or "-",
+            short(r.last_error, 40),
+        ]
+        for r in steps
+    ]
+    headers = ["INSTANCE", "STEP", "STATUS", "ATTEMPT", "DEADLINE", "LATE", "OWNER", "LAST ERROR"]
+    return table(None, headers, rows)
+
+
+def attention_table(steps: list[StepRecord]) -> Table:
+    rows = [
+        [r.instance_id, r.step_id, r.status.value, str(r.compensation_attempt), short(r.last_error, 60)]
+        for r in steps
+    ]
+    return table(None, ["INSTANCE", "STEP", "STATUS", "COMP. ATTEMPT", "LAST ERROR"], rows)

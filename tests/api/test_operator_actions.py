@@ -1,0 +1,203 @@
+"""The operator API's actions: each needs a reason, is audited with the caller, and is refused (409,
+problem+json naming the allowed moves) when the ledger's state does not allow it."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from api.console_site import console_file
+from api.operator_api import instance_action, step_action
+from tests.api.support import http_request, json_of
+from tests.supervisor.conftest import make_step
+from workflow_core.ledger import StepStatus
+
+S = StepStatus
+ALICE = {"X-MS-CLIENT-PRINCIPAL-NAME": "alice@contoso.example"}
+
+
+def step_post(instance_id, step_id, action, body=None, headers=None):
+    return http_request(
+        "POST",
+        f"/api/instances/{instance_id}/steps/{step_id}/{action}",
+        body=body if body is not None else {"reason": "refund service is back"},
+        route_params={"instance_id": instance_id, "step_id": step_id, "action": action},
+        headers=headers,
+    )
+
+
+def instance_post(instance_id, action, body=None, headers=None):
+    return http_request(
+        "POST",
+        f"/api/instances/{instance_id}/{action}",
+        body=body if body is not None else {"reason": "customer cancelled"},
+        route_params={"instance_id": instance_id, "action": action},
+        headers=headers,
+    )
+
+
+def operator_moves(ledger, instance_id):
+    return [a for a in ledger.audit_trail(instance_id) if a.actor.startswith("operator:")]
+
+
+def test_retry_of_a_failed_compensation_is_audited_with_the_signed_in_caller(run, client, services, ledger):
+    make_step(ledger, "op-cf", S.COMPENSATION_FAILED)
+
+    response = run(
+        step_action(step_post("op-cf", "create_storage", "retry", headers=ALICE), client, services)
+    )
+
+    body = json_of(response)
+    assert response.status_code == 200
+    assert body["actor"] == "operator:alice@contoso.example" and body["step"]["status"] == "Compensating"
+    assert ledger.get("op-cf", "create_storage").status is S.COMPENSATING
+    (move,) = operator_moves(ledger, "op-cf")
+    assert (move.actor, move.from_status, move.to_status) == (
+        "operator:alice@contoso.example",
+        "CompensationFailed",
+        "Compensating",
+    )
+    assert move.reason == "operator retry: refund service is back"
+
+
+def test_the_caller_comes_from_the_encoded_principal_too(run, client, services, ledger):
+    make_step(ledger, "op-claims", S.TIMED_OUT)
+    principal = {
+        "auth_typ": "aad",
+        "name_typ": "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name",
+        "claims": [
+            {"typ": "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name", "val": "bob@contoso"}
+        ],
+    }
+    encoded = base64.b64encode(json.dumps(principal).encode()).decode()
+
+    response = run(
+        step_action(
+            step_post("op-claims", "create_storage", "skip", headers={"X-MS-CLIENT-PRINCIPAL": encoded}),
+            client,
+            services,
+        )
+    )
+
+    assert json_of(response)["actor"] == "operator:bob@contoso"
+    assert [m.actor for m in operator_moves(ledger, "op-claims")] == ["operator:bob@contoso"]
+
+
+def test_locally_the_caller_is_the_os_user(run, client, services, ledger, monkeypatch):
+    monkeypatch.setattr("api.identity.getpass.getuser", lambda: "dev-one")
+    monkeypatch.delenv("WEBSITE_INSTANCE_ID", raising=False)
+    make_step(ledger, "op-local", S.FAILED)
+
+    response = run(step_action(step_post("op-local", "create_storage", "retry"), client, services))
+
+    assert json_of(response)["actor"] == "operator:dev-one"
+
+
+def test_in_azure_an_unsigned_caller_is_refused(run, client, services, ledger, monkeypatch):
+    monkeypatch.setenv("WEBSITE_INSTANCE_ID", "abc123")
+    make_step(ledger, "op-anon", S.FAILED)
+
+    response = run(step_action(step_post("op-anon", "create_storage", "retry"), client, services))
+
+    body = json_of(response)
+    assert response.status_code == 401 and body["code"] == "unauthenticated"
+    assert "App Service Authentication" in body["detail"]
+    assert ledger.get("op-anon", "create_storage").status is S.FAILED
+
+
+def test_a_move_the_ledger_refuses_is_a_409_naming_the_allowed_moves_once(run, client, services, ledger):
+    make_step(ledger, "op-done", S.SUCCEEDED)
+
+    response = run(
+        step_action(step_post("op-done", "create_storage", "retry", headers=ALICE), client, services)
+    )
+
+    body = json_of(response)
+    assert response.status_code == 409 and body["code"] == "illegal-move"
+    assert body["type"] == "urn:sas:problem:illegal-move"
+    assert body["currentStatus"] == "Succeeded" and body["allowedMoves"] == ["Compensating (compensate)"]
+    assert "it is Succeeded" in body["error"] and body["error"].lower().count("allowed moves") == 1
+    assert ledger.get("op-done", "create_storage").status is S.SUCCEEDED
+    assert operator_moves(ledger, "op-done") == []
+
+
+@pytest.mark.parametrize("body", [{}, {"reason": "   "}, {"reason": 7}])
+def test_every_action_needs_a_reason(run, client, services, ledger, body):
+    make_step(ledger, "op-why", S.FAILED)
+
+    step = run(step_action(step_post("op-why", "create_storage", "retry", body=body), client, services))
+    instance = run(instance_action(instance_post("op-why", "compensate", body=body), client, services))
+
+    for response in (step, instance):
+        assert response.status_code == 400 and json_of(response)["code"] == "reason-required"
+    assert ledger.get("op-why", "create_storage").status is S.FAILED
+
+
+def test_unknown_instance_step_and_action_are_404_problems(run, client, services, ledger):
+    make_step(ledger, "op-known", S.FAILED)
+    cases = [
+        (
+            step_action(step_post("op-nope", "create_storage", "retry"), client, services),
+            "instance-not-found",
+        ),
+        (step_action(step_post("op-known", "nope", "retry"), client, services), "step-not-found"),
+        (step_action(step_post("op-known", "create_storage", "explode"), client, services), "unknown-action"),
+        (instance_action(instance_post("op-known", "explode"), client, services), "unknown-action"),
+    ]
+    for call, code in cases:
+        response = run(call)
+        assert (response.status_code, json_of(response)["code"]) == (404, code)
+
+
+def test_compensate_moves_the_failed_step_and_is_audited(run, client, services, ledger):
+    make_step(ledger, "op-undo", S.FAILED)
+
+    response = run(instance_action(instance_post("op-undo", "compensate", headers=ALICE), client, services))
+
+    body = json_of(response)
+    assert response.status_code == 200 and body["step"]["status"] == "Compensating"
+    assert [m.to_status for m in operator_moves(ledger, "op-undo")] == ["Compensating"]
+
+
+def test_compensate_with_nothing_to_undo_is_refused(run, client, services, ledger):
+    make_step(ledger, "op-nothing", S.RUNNING)
+
+    response = run(instance_action(instance_post("op-nothing", "compensate"), client, services))
+
+    body = json_of(response)
+    assert response.status_code == 409 and "nothing to compensate" in body["error"]
+
+
+def test_terminate_stops_a_running_orchestration_and_notes_who(run, stub, client, services, ledger):
+    make_step(ledger, "op-stop", S.RUNNING)
+    stub.add_instance("op-stop", runtime_status="Running")
+
+    response = run(instance_action(instance_post("op-stop", "terminate", headers=ALICE), client, services))
+
+    assert response.status_code == 200, response.get_body()
+    assert stub.instances["op-stop"].runtime_status == "Terminated"
+    (note,) = operator_moves(ledger, "op-stop")
+    assert (note.action, note.step_id) == ("terminate", "*")
+    assert note.reason == "operator terminate: customer cancelled"
+
+    again = run(instance_action(instance_post("op-stop", "terminate"), client, services))
+    body = json_of(again)
+    assert (
+        again.status_code == 409 and body["code"] == "not-running" and body["runtimeStatus"] == "Terminated"
+    )
+
+
+def test_the_console_files_are_served_and_nothing_else(run):
+    page = run(console_file(http_request("GET", "/api/console/", route_params={"path": ""})))
+    assert page.status_code == 200 and page.mimetype == "text/html"
+    assert b'<script src="console.js">' in page.get_body()
+    script = run(
+        console_file(http_request("GET", "/api/console/console.js", route_params={"path": "console.js"}))
+    )
+    assert script.headers["Content-Type"].startswith("text/javascript")
+
+    for path in ("../function_app.py", "nope.js", ".hidden.css"):
+        response = run(console_file(http_request("GET", f"/api/console/{path}", route_params={"path": path})))
+        assert response.status_code == 404 and json_of(response)["code"] == "not-found"

@@ -1,0 +1,116 @@
+"""The web console in real headless Chromium against the demo server: it lists and filters the demo
+instances, draws an instance's timeline, retries a failed compensation, and shows a refusal."""
+
+from __future__ import annotations
+
+import getpass
+
+from tests.console.conftest import screenshot
+
+TIMEOUT = 15_000
+
+
+def test_the_list_shows_the_demo_instances_and_filters_them(demo, page):
+    page.goto(demo.console_url)
+    table = page.locator("#instances")
+    table.wait_for(timeout=TIMEOUT)
+    for instance_id in demo.instances.values():
+        assert page.locator(f'tr[data-instance="{instance_id}"]').count() == 1, instance_id
+    screenshot(page, "console-list")
+
+    page.select_option("select[name=status]", "CompensationFailed")
+    page.click("text=Apply filters")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#instances tbody tr').length === 1", timeout=TIMEOUT
+    )
+    rows = page.locator("#instances tbody tr")
+    assert rows.first.get_attribute("data-instance") == demo.instances["compensation-failed"]
+    assert "status=CompensationFailed" in page.url
+
+
+def test_the_instance_page_draws_the_timeline(demo, page):
+    instance_id = demo.instances["compensated"]
+    page.goto(f"{demo.console_url}#/instance/{instance_id}")
+    page.locator("#gantt svg").wait_for(timeout=TIMEOUT)
+    steps = {
+        s: page.locator(f'#gantt rect.bar[data-step="{s}"]').count() for s in ("reserve_stock", "ship_order")
+    }
+    assert all(n >= 3 for n in steps.values()), steps  # Pending, Dispatched..., Compensating, Compensated
+    assert page.locator('#gantt rect[data-status="Compensated"]').count() == 3
+    assert page.locator('#gantt rect[data-status="Retrying"]').count() >= 1  # ship_order's retries
+    assert page.locator("#audit tbody tr").count() > 10
+    screenshot(page, "console-instance")
+
+
+def test_retrying_a_failed_compensation_changes_the_ledger_and_the_page(demo, page):
+    instance_id = demo.instances["compensation-failed"]
+    ledger = demo.harness.ledger
+    assert ledger.get(instance_id, "charge_payment").status.value == "CompensationFailed"
+    page.goto(f"{demo.console_url}#/instance/{instance_id}")
+    button = page.locator('#steps tr[data-step="charge_payment"] button[data-action="retry"]')
+    button.wait_for(timeout=TIMEOUT)
+    button.click()
+    page.fill("#confirm-reason", "refund service is back")
+    screenshot(page, "console-confirm-dialog")
+    page.click("#confirm-ok")
+
+    page.wait_for_function(
+        """() => { const cell = document.querySelector('#steps tr[data-step="charge_payment"] .step-status');
+                   return cell && !cell.textContent.includes('CompensationFailed'); }""",
+        timeout=TIMEOUT,
+    )
+    record = ledger.get(instance_id, "charge_payment")
+    assert record.status.value in ("Compensating", "Compensated")
+    moves = [a for a in ledger.audit_trail(instance_id) if a.actor.startswith("operator:")]
+    assert [(m.actor, m.reason) for m in moves] == [
+        (f"operator:{getpass.getuser()}", "operator retry: refund service is back")
+    ]
+    assert "retry recorded as operator:" in page.locator("#notice").inner_text()
+
+
+def test_a_refused_action_shows_the_api_message(demo, page):
+    instance_id = demo.instances["retried"]
+    page.goto(f"{demo.console_url}#/instance/{instance_id}")
+    button = page.locator('#steps tr[data-step="register_dns"] button[data-action="retry"]')
+    button.wait_for(timeout=TIMEOUT)
+    button.click()
+    page.fill("#confirm-reason", "try again")
+    page.click("#confirm-ok")
+    problem = page.locator("#confirm-problem")
+    problem.wait_for(state="visible", timeout=TIMEOUT)
+    text = problem.inner_text()
+    assert "cannot retry step 'register_dns'" in text and "it is Succeeded" in text
+    assert "illegal-move" in text and "HTTP 409" in text
+    screenshot(page, "console-refused")
+    page.keyboard.press("Escape")
+    assert not page.locator("#confirm").evaluate("d => d.open")
+
+
+def test_the_attention_inbox_and_a_narrow_window(demo, browser):
+    context = browser.new_context(viewport={"width": 420, "height": 860})
+    page = context.new_page()
+    try:
+        page.goto(f"{demo.console_url}#/attention")
+        page.locator("h1", has_text="Needs attention").wait_for(timeout=TIMEOUT)
+        page.locator("h2", has_text="Stalled: past their deadline").wait_for(timeout=TIMEOUT)
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        assert width <= 440, f"the page scrolls sideways at 420 px ({width} px)"
+        screenshot(page, "console-attention-narrow")
+    finally:
+        context.close()
+
+
+def test_the_console_is_usable_by_keyboard(demo, page):
+    page.goto(demo.console_url)
+    page.locator("#instances").wait_for(timeout=TIMEOUT)
+    page.keyboard.press("Tab")  # the skip link
+    assert page.evaluate("() => document.activeElement.className") == "skip"
+    page.keyboard.press("Enter")
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if page.evaluate("() => !!document.activeElement.closest('#instances a')"):
+            break
+    else:
+        raise AssertionError("no instance link is reachable with Tab")
+    page.keyboard.press("Enter")
+    page.locator("#gantt svg").wait_for(timeout=TIMEOUT)

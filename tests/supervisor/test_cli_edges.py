@@ -1,0 +1,85 @@
+"""The CLI's edge cases: settings from local.settings.json, a malformed connection string, tables it
+never creates, --output json, and help without any settings."""
+
+from __future__ import annotations
+
+import io
+import json
+import tomllib
+from pathlib import Path
+
+from azure.data.tables import TableServiceClient
+
+from operator_cli.cli import EXIT_STORAGE, EXIT_USAGE, main
+from tests.supervisor.conftest import make_step
+from workflow_core.ledger import StepStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), stdout=out, stderr=err), out.getvalue(), err.getvalue()
+
+
+def no_settings(monkeypatch, folder):
+    for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr("operator_cli.connection.PROJECT_ROOT", folder)
+
+
+def test_reads_local_settings_json_when_the_environment_has_no_storage(env, ledger, monkeypatch, tmp_path):
+    make_step(ledger, "cli-local", StepStatus.FAILED)
+    no_settings(monkeypatch, tmp_path)
+    values = {k: env[k] for k in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME")}
+    (tmp_path / "local.settings.json").write_text(json.dumps({"IsEncrypted": False, "Values": values}))
+
+    code, out, err = run_cli("timeline", "cli-local", "--output", "json")
+
+    assert code == 0, err
+    assert json.loads(out)["steps"][0]["status"] == "Failed"
+
+
+def test_a_malformed_connection_string_is_one_error_line(monkeypatch, tmp_path):
+    no_settings(monkeypatch, tmp_path)
+    code, out, err = run_cli("--connection-string", "AccountName=;nonsense", "stalled")
+    assert code == EXIT_USAGE and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ") and "malformed" in err
+    assert "Traceback" not in err
+
+
+def test_read_only_commands_never_create_tables(env, monkeypatch, tmp_path, unique_name):
+    ledger_table, index_table = unique_name("Nope"), unique_name("Nope")
+    for argv in (("stalled",), ("timeline", "x-1"), ("list",)):
+        code, _, err = run_cli(
+            "--connection-string",
+            env["AzureWebJobsStorage"],
+            "--ledger-table",
+            ledger_table,
+            "--index-table",
+            index_table,
+            *argv,
+        )
+        assert code == EXIT_STORAGE and "do not exist" in err, (argv, err)
+    service = TableServiceClient.from_connection_string(env["AzureWebJobsStorage"])
+    names = {t.name for t in service.list_tables()}
+    assert ledger_table not in names and index_table not in names
+
+
+def test_help_needs_no_settings(monkeypatch, tmp_path, capsys):
+    no_settings(monkeypatch, tmp_path)
+    for argv in (("--help",), ("list", "--help"), ("retry", "--help")):
+        code, _, _ = run_cli(*argv)
+        assert code == 0 and "Usage: sas" in capsys.readouterr().out, argv  # click prints help itself
+
+
+def test_unknown_option_is_a_usage_error(monkeypatch, tmp_path):
+    no_settings(monkeypatch, tmp_path)
+    code, _, err = run_cli("list", "--colour", "red")
+    assert code == EXIT_USAGE and "error: No such option '--colour'" in err
+
+
+def test_sas_is_the_installed_console_script():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["sas"] == "operator_cli.cli:run"
