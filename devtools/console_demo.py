@@ -26,9 +26,11 @@ import sys
 import threading
 import time
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
+
+from devtools.logs import quiet_logging
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PORT = 7072
@@ -53,12 +55,16 @@ class ConsoleDemo:
         speed: float = DEFAULT_SPEED,
         tables: tuple[str, str] = ("StepLedger", "StepDeadlines"),
     ) -> None:
+        from devtools.durable_host.clock import VirtualClock
         from devtools.harness import PatternHarness, app_functions
         from devtools.http_server import AppHttpServer, http_routes
 
         self.speed = speed
         settings = {"LEDGER_TABLE_NAME": tables[0], "DEADLINE_INDEX_TABLE_NAME": tables[1]}
-        self.harness = PatternHarness(azurite, settings=settings)
+        # The virtual clock starts at the wall clock's now and only runs ahead of it, so what the CLI
+        # writes with the wall clock (an operator's retry, due at once) is due for the demo's watchdog.
+        start = datetime.now(UTC).replace(microsecond=0)
+        self.harness = PatternHarness(azurite, settings=settings, clock=VirtualClock(start))
         try:
             self.server = AppHttpServer(self.harness.host, http_routes(app_functions()), port=port).start()
         except BaseException:
@@ -163,7 +169,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         "--speed", type=float, default=DEFAULT_SPEED, help="virtual seconds per real second (default 20)"
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    quiet_logging()
     if _port_open(args.port):
         print(f"error: port {args.port} is busy; pass --port with a free one", file=sys.stderr)
         return 2

@@ -27,12 +27,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import re
 import sys
 import time
 from datetime import datetime, timedelta
 from typing import Any, TextIO
+
+from devtools.logs import quiet_logging
 
 DEFAULT_INPUTS: dict[str, dict[str, Any]] = {
     "provision-tenant": {"tenant_id": "contoso", "admin_email": "admin@contoso.example"},
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
 
         return serve(argv, out)
     args = _parse(argv)
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    quiet_logging()
     import warnings
 
     warnings.filterwarnings("ignore")

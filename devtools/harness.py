@@ -163,8 +163,9 @@ class PatternHarness:
     """The pattern in one process on Azurite; see the module docstring.
 
     ``azurite``: an :class:`Azurite` to use (it is left running on close); ``None`` starts a private one.
-    ``clock``: ``"virtual"`` (default) or ``"real"`` (the durable host's clocks). ``watchdog_every``:
-    the watchdog period on the host clock (``None``: no periodic watchdog; call :meth:`watchdog_tick`);
+    ``clock``: ``"virtual"`` (default), ``"real"``, or a clock object (the durable host's clocks).
+    ``watchdog_every``: the watchdog period on the host clock (``None``: no periodic watchdog; call
+    :meth:`watchdog_tick`);
     ``watchdog_skew``: how far the periodic watchdog's clock runs ahead of everyone else's.
     ``lock_seconds``: the lock (visibility timeout) the agent pumps take on a received message.
     ``settings``: extra app settings (``WATCHDOG_GRACE_SECONDS``, ``MAX_DELIVERY_COUNT``...).
@@ -176,7 +177,7 @@ class PatternHarness:
         self,
         azurite: Azurite | None = None,
         *,
-        clock: str = "virtual",
+        clock: Any = "virtual",
         watchdog_every: timedelta | None = DEFAULT_WATCHDOG_PERIOD,
         watchdog_skew: timedelta = timedelta(0),
         settings: Mapping[str, str] | None = None,
@@ -215,7 +216,7 @@ class PatternHarness:
 
     def _setup(
         self,
-        clock: str,
+        clock: Any,
         watchdog_every: timedelta | None,
         settings: Mapping[str, str],
         extra_workflows: Mapping[str, Any],

@@ -141,7 +141,13 @@ class InstanceSupervisor:
                 record, InstanceAction.NOTE_OWNED, f"{reason}; {record.owner} holds the instance"
             )
             return True
-        if await self.claim(record, IS.COMPENSATING, reason) is None:
+        # Out of CompensationFailed the flag that outcome raised is answered; failing again raises it.
+        answered = (
+            {"needs_attention": False, "attention_reason": None}
+            if record.status is IS.COMPENSATION_FAILED
+            else {}
+        )
+        if await self.claim(record, IS.COMPENSATING, reason, **answered) is None:
             return True  # another tick won the instance: it acts
         await self.tick.end_scheduler(step, reason)
         await self.start_compensation(record, reason, InstanceAction.RESTART_COMPENSATION)

@@ -4,6 +4,7 @@ instances, draws an instance's timeline, retries a failed compensation, and show
 from __future__ import annotations
 
 import getpass
+import time
 
 from tests.console.conftest import screenshot
 
@@ -67,6 +68,14 @@ def test_retrying_a_failed_compensation_changes_the_ledger_and_the_page(demo, pa
     ]
     assert "retry recorded as operator:" in page.locator("#notice").inner_text()
 
+    # The watchdog enacts it on the running demo: compensated, and off the attention list.
+    deadline = time.monotonic() + TIMEOUT / 1000
+    while ledger.get_instance(instance_id).status.value != "Compensated" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    settled = ledger.get_instance(instance_id)
+    assert settled.status.value == "Compensated"
+    assert settled.needs_attention is False and settled.attention_reason is None
+
 
 def test_a_refused_action_shows_the_api_message(demo, page):
     instance_id = demo.instances["retried"]
@@ -114,3 +123,10 @@ def test_the_console_is_usable_by_keyboard(demo, page):
         raise AssertionError("no instance link is reachable with Tab")
     page.keyboard.press("Enter")
     page.locator("#gantt svg").wait_for(timeout=TIMEOUT)
+
+
+def test_the_demo_clock_runs_ahead_of_the_wall_clock(demo):
+    """The CLI stamps its requests with the wall clock; the demo's watchdog must find them due."""
+    from datetime import UTC, datetime
+
+    assert demo.harness.host.clock.now() >= datetime.now(UTC)
