@@ -406,8 +406,9 @@ def main(
     session = Session(out, err, read or prompt)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        cli.main(args=args, prog_name="sas", standalone_mode=False, obj=session)
-        return EXIT_OK
+        # Without standalone mode click returns a command's ``Exit`` code instead of raising it.
+        code = cli.main(args=args, prog_name="sas", standalone_mode=False, obj=session)
+        return code if isinstance(code, int) else EXIT_OK
     except click.exceptions.Exit as exc:  # --help
         return exc.exit_code
     except click.UsageError as exc:
