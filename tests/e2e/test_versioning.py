@@ -169,6 +169,10 @@ def test_status_api_cli_and_versions_listing_show_each_instances_version(h):
     assert code == 0 and f"{v2} (current)" in out and v1 in out
     code, out, err = _sas("show", "seen-1")
     assert code == 0 and v1 in out
+    unknown = _get(h, "http_list_workflow_versions", "workflows/nope/versions", status=404, name="nope")
+    assert unknown["code"] == "unknown-workflow" and vs.WORKFLOW in unknown["knownWorkflows"]
+    code, out, err = _sas("versions", "nope")
+    assert code == 2 and "unknown workflow 'nope'" in err
 
     for entry in held:
         h.release(entry)
@@ -198,12 +202,12 @@ def test_a_start_may_ask_for_a_stored_version_and_an_unknown_one_is_a_clear_404(
         vs.assert_followed(h, iid, v1, vs.V1, failed=False)
 
 
-def _get(h: PatternHarness, function: str, path: str, **route: str) -> dict:
+def _get(h: PatternHarness, function: str, path: str, *, status: int = 200, **route: str) -> dict:
     import azure.functions as func
 
     request = func.HttpRequest("GET", f"{h.host.base_url}/api/{path}", body=b"", route_params=route)
     response = h.host.call(function, request, client=h.host.client)
-    assert response.status_code == 200, response.get_body()
+    assert response.status_code == status, response.get_body()
     return json.loads(response.get_body())
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from workflow_core.ledger.instance import TERMINAL_INSTANCE_STATUSES, UNVERSIONED
 from workflow_core.workflows.errors import UnknownWorkflow, WorkflowDefinitionError
-from workflow_core.workflows.loader import get_workflow
+from workflow_core.workflows.loader import get_workflow, load_workflows
 from workflow_core.workflows.store import DefinitionStore
 from workflow_core.workflows.versions import pin
 
@@ -76,5 +76,9 @@ def workflow_versions(workflow: str, ledger: Any, store: DefinitionStore) -> lis
         entry.instances = sum(counts.values())
         entry.in_flight = sum(n for s, n in counts.items() if s not in _TERMINAL)
     if not summaries and current is None:
-        raise UnknownWorkflow(workflow, [])
+        try:
+            known = list(load_workflows())
+        except WorkflowDefinitionError:
+            known = []
+        raise UnknownWorkflow(workflow, known)
     return list(summaries.values())
