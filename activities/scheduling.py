@@ -89,6 +89,7 @@ class CreateStepsInput(_Input):
     instance_id: str
     workflow: str
     orchestration_id: str | None = None
+    version: str | None = None  # the pinned definition version (absent: the current YAML)
 
 
 class StepAttemptInput(_Input):
@@ -150,11 +151,11 @@ class DispatchOutcome(BaseModel):
 
 
 def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """All steps of the instance's workflow, Pending, in one idempotent ledger write."""
-    from workflow_core.workflows import get_workflow
+    """All steps of the instance's workflow (its pinned version), Pending, in one idempotent ledger write."""
+    from workflow_core.workflows.store import definition_for
 
     args = CreateStepsInput.model_validate(as_dict(payload, c.ACTIVITY_CREATE_STEPS))
-    definition = get_workflow(args.workflow)
+    definition = definition_for(args.workflow, args.version, services.definitions if args.version else None)
     steps = [
         NewStep(
             step_id=step.id,
@@ -172,6 +173,7 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
         steps,
         actor=ACTOR,
         orchestration_id=args.orchestration_id or args.instance_id,
+        **({"version": args.version} if args.version else {}),
     )
     _adopt_instance(services, args.instance_id, args.orchestration_id or args.instance_id)
     return {
@@ -712,7 +714,7 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     grace = services.settings.watchdog_grace_seconds
     _start_compensating(ledger, args.instance_id, grace)
     records = ledger.list_for_instance(args.instance_id)
-    definition = _definition_or_none(records[0].workflow_name) if records else None
+    definition = _definition_or_none(records[0], services) if records else None
 
     to_undo: list[StepRecord] = []
     cancelled: list[str] = []
@@ -783,11 +785,13 @@ def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> N
     retry_on_conflict(lambda: ledger.find_instance(instance_id), decide, what=f"compensate {instance_id}")
 
 
-def _definition_or_none(name: str):
+def _definition_or_none(record: StepRecord, services: Services):
+    """The definition the instance is pinned to (its steps carry the version)."""
+    name, version = record.workflow_name, record.workflow_version
     try:
-        from workflow_core.workflows import get_workflow
+        from workflow_core.workflows.store import definition_for
 
-        return get_workflow(name)
+        return definition_for(name, version, services.definitions if version else None)
     except Exception as exc:  # a run must stay compensatable even if its definition went away
         log.warning("workflow %r could not be loaded (%s); compensating with default policies", name, exc)
         return None

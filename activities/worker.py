@@ -83,12 +83,16 @@ MAX_RESULT_CHARS = MAX_TEXT  # the ledger's limit for result_ref
 Outcome = tuple[bool, dict[str, Any] | None, str | None, bool]
 
 
-def non_retryable_errors(workflow: str, step_id: str, kind: str) -> tuple[str, ...]:
-    """The exception type names the step's definition (or its compensation's) says retrying cannot fix."""
-    from workflow_core.workflows import get_workflow
+def non_retryable_errors(
+    workflow: str, step_id: str, kind: str, version: str | None = None, services: Services | None = None
+) -> tuple[str, ...]:
+    """The exception type names the step's definition (or its compensation's) says retrying cannot fix,
+    in the definition version the instance is pinned to."""
+    from workflow_core.workflows.store import definition_for
 
     try:
-        step = get_workflow(workflow).step(step_id)
+        store = services.definitions if services is not None and version else None
+        step = definition_for(workflow, version, store).step(step_id)
     except Exception:  # an unknown workflow or step: nothing listed (PermanentError still counts)
         return ()
     if kind == "work":
@@ -332,7 +336,10 @@ class _Delivery:
             # The error text is cut to fit the ledger (head and tail kept), so a huge one is still
             # recorded once, as this attempt's failure, instead of failing the write on every delivery.
             error = fit_text(error_text(exc))
-            permanent = is_non_retryable(exc, non_retryable_errors(m.workflow, m.step_id, m.kind))
+            permanent = is_non_retryable(
+                exc,
+                non_retryable_errors(m.workflow, m.step_id, m.kind, record.workflow_version, self.services),
+            )
             log.info("%s: agent failed%s: %s", self._label, " (non-retryable)" if permanent else "", error)
             return False, None, error, permanent
         output = {} if raw is None else dict(raw) if isinstance(raw, dict) else {"value": raw}

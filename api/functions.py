@@ -11,7 +11,7 @@ host's arguments to the plain bodies in :mod:`api.handlers`, :mod:`api.operator_
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import console_site, handlers, operator_api
+from api import console_site, handlers, operator_api, versions
 from workflow_core import runtime
 
 blueprint = df.Blueprint(http_auth_level=func.AuthLevel.FUNCTION)
@@ -54,6 +54,14 @@ async def http_get_workflow_steps(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
 ) -> func.HttpResponse:
     return await handlers.get_workflow_steps(req, client, _services)
+
+
+@blueprint.route(route="workflows/{name}/versions", methods=["GET"], auth_level=AUTH)
+@blueprint.durable_client_input(client_name="client")
+async def http_list_workflow_versions(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    return await versions.list_versions(req, client, _services)
 
 
 @blueprint.route(route="health", methods=["GET"], auth_level=AUTH)

@@ -46,10 +46,8 @@ from workflow_core.ledger.model import MAX_TEXT, validate_instance_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
 from workflow_core.workflows import (
-    UnknownWorkflow,
     WorkflowDefinitionError,
     WorkflowInputError,
-    get_workflow,
     load_workflows,
 )
 
@@ -156,21 +154,10 @@ def _steps_url(base: str, instance_id: str) -> str:
 async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """Validate the input, start ``workflow_orchestrator`` and answer 202 with the status URLs."""
     name = req.route_params.get("name", "")
-    try:
-        definition = get_workflow(name)
-    except UnknownWorkflow as exc:
-        raise ApiError(
-            404,
-            f"unknown workflow {name!r}",
-            [f"known workflows: {', '.join(exc.known) if exc.known else '(none)'}"],
-            code="unknown-workflow",
-            extra={"knownWorkflows": exc.known},
-        ) from None
-    except WorkflowDefinitionError as exc:
-        log.error("workflow definitions do not load: %s", exc)
-        raise ApiError(
-            500, "the workflow definitions do not load", [str(exc)], code="workflows-invalid"
-        ) from None
+    from api.versions import definition_to_start, store_definition
+
+    pinned, svc = await definition_to_start(req, name, services)
+    definition = pinned.definition
 
     body = json_object_body(req)
     instance_id = _requested_instance_id(req, body)
@@ -187,11 +174,18 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
         ) from None
 
     input_json = _storable_input(name, validated)
-    svc = resolve_services(services)
+    svc = svc or resolve_services(services)
     await _ensure_unused(client, svc, instance_id)
-    await _record_instance(svc, definition, instance_id, validated, input_json)
+    await store_definition(svc, pinned)  # before the record names it: whoever reads one finds the other
+    await _record_instance(svc, definition, instance_id, validated, input_json, pinned.version)
 
-    orchestrator_input = {"workflow": name, "input": validated}
+    # The definition travels with the input: every replay, generation and child runs on exactly it.
+    orchestrator_input = {
+        "workflow": name,
+        "input": validated,
+        "version": pinned.version,
+        "definition": pinned.data,
+    }
     try:
         await client.start_new(WORKFLOW_ORCHESTRATOR, instance_id, orchestrator_input)
     except Exception as exc:
@@ -219,6 +213,8 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
         {
             "instanceId": instance_id,
             "workflow": name,
+            "version": pinned.version,
+            "versionLabel": pinned.label,
             "statusUrl": _status_url(base, instance_id),
             "ledgerUrl": _steps_url(base, instance_id),
         }
@@ -226,7 +222,7 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
     headers = {"Location": check.headers.get("Location") or payload["statusQueryGetUri"]}
     if check.headers.get("Retry-After"):
         headers["Retry-After"] = check.headers["Retry-After"]
-    log.info("started workflow %s as instance %s", name, instance_id)
+    log.info("started workflow %s as instance %s", pinned.version, instance_id)
     return json_response(payload, 202, headers)
 
 
@@ -256,7 +252,12 @@ def _storable_input(name: str, validated: dict[str, Any]) -> str:
 
 
 async def _record_instance(
-    services: Services, definition: Any, instance_id: str, validated: dict[str, Any], input_json: str
+    services: Services,
+    definition: Any,
+    instance_id: str,
+    validated: dict[str, Any],
+    input_json: str,
+    version: str,
 ) -> None:
     """Write the instance record before the orchestration starts, so even one that never starts is
     supervised; a used id is a 409."""
@@ -275,6 +276,7 @@ async def _record_instance(
                 business_key=definition.business_key_of(validated),
                 max_resumes=definition.max_resumes,
                 on_scheduler_lost=definition.on_scheduler_lost,
+                version=version,
             ),
         )
     except InstanceAlreadyExists as exc:
@@ -385,12 +387,13 @@ async def get_workflow_status(
     """Orchestration status (and its compensation's, if any) merged with the ledger's steps."""
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     svc = resolve_services(services)
-    status, compensation, steps = await asyncio.gather(
+    status, compensation, steps, record = await asyncio.gather(
         call_durable(client.get_status(instance_id), "read the orchestration status"),
         call_durable(
             client.get_status(compensation_instance_id(instance_id)), "read the compensation status"
         ),
         call_ledger(svc, lambda ledger: ledger.list_for_instance(instance_id)),
+        call_ledger(svc, lambda ledger: ledger.find_instance(instance_id)),
     )
     if not status and not steps:
         raise ApiError(
@@ -403,6 +406,8 @@ async def get_workflow_status(
     body = {
         "instanceId": instance_id,
         "workflow": workflow_name_of(status, steps),
+        # the definition version the instance is pinned to, as its ledger record says
+        "version": record.version if record is not None else None,
         "runtimeStatus": runtime_status_name(status) if status else None,
         "orchestration": orchestration_view(status),
         "compensation": orchestration_view(compensation),

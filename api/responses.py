@@ -32,6 +32,7 @@ PROBLEM_TITLES: dict[str, str] = {
     "invalid-filter": "A query parameter is invalid",
     "reason-required": "A reason is required",
     "unknown-workflow": "No such workflow",
+    "unknown-version": "No such stored workflow version",
     "unknown-action": "No such action",
     "instance-not-found": "No such workflow instance",
     "step-not-found": "No such step",

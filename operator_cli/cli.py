@@ -8,6 +8,8 @@
     sas skip <instance> <step> --reason "done by hand" --yes
     sas compensate <instance> <step> --reason "customer cancelled"
     sas resume <instance> --reason "scheduler host replaced"
+    sas versions <workflow>
+    sas replay-check <history.json>...
 
 The CLI reads and writes only the step ledger (Table Storage). Mutating commands record *intent*: the
 step (or instance) moves, audited as ``operator:<OS user>`` with the reason, and becomes due now; the
@@ -19,7 +21,7 @@ Settings: ``--connection-string``, else the environment (``AzureWebJobsStorage``
 
 Exit codes: 0 done; 1 declined at the confirmation prompt; 2 bad request (usage, unknown instance or
 step, a move the ledger does not allow, bad settings or connection string); 3 storage unreachable,
-refusing, or without the ledger's tables.
+refusing, or without the ledger's tables; 4 ``replay-check`` found a history that no longer replays.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 
 from operator_cli import render
 from operator_cli.connection import ConnectionProblem, LedgerLocation, locate, open_ledger
+from operator_cli.version_commands import replay_check_command, versions_command
 from workflow_core import clock
 from workflow_core.ledger import LedgerError, StepLedger
 
@@ -127,6 +130,10 @@ def cli(
         "ledger_table": ledger_table,
         "index_table": index_table,
     }
+
+
+cli.add_command(versions_command)
+cli.add_command(replay_check_command)
 
 
 def _parse_time(value: str | None, option: str) -> datetime | None:
@@ -399,8 +406,9 @@ def main(
     session = Session(out, err, read or prompt)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        cli.main(args=args, prog_name="sas", standalone_mode=False, obj=session)
-        return EXIT_OK
+        # Without standalone mode click returns a command's ``Exit`` code instead of raising it.
+        code = cli.main(args=args, prog_name="sas", standalone_mode=False, obj=session)
+        return code if isinstance(code, int) else EXIT_OK
     except click.exceptions.Exit as exc:  # --help
         return exc.exit_code
     except click.UsageError as exc:

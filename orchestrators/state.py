@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workflow_core.workflows import RetryPolicy
+from workflow_core.workflows import RetryPolicy, WorkflowDefinition, from_canonical
 
 
 class _Strict(BaseModel):
@@ -37,12 +37,29 @@ class Progress(_Strict):
 
 class WorkflowStart(_Strict):
     """Input of ``workflow_orchestrator``: ``{"workflow", "input"}``, plus ``state`` after a checkpoint
-    or a resume, and ``epoch`` (the instance's resume count) once the watchdog resumed it."""
+    or a resume, and ``epoch`` (the instance's resume count) once the watchdog resumed it.
+
+    ``version`` and ``definition`` pin the instance: the definition's canonical JSON travels with
+    the input (into every continue_as_new generation and every resume), so a replay rebuilds exactly
+    the definition the instance started on without reading the YAML deployed now. An input without
+    them (started before definitions were versioned) runs on the current YAML, as it always did.
+    """
 
     workflow: str
     input: dict[str, Any] = Field(default_factory=dict)
     state: Progress | None = None
     epoch: int = Field(default=0, ge=0, description="resumes so far: names this scheduler's children")
+    version: str | None = Field(default=None, description="pinned definition version, name@digest")
+    definition: dict[str, Any] | None = Field(default=None, description="its canonical JSON")
+
+    def pinned(self) -> WorkflowDefinition:
+        """The carried definition (pure: no I/O, verified against ``version``)."""
+        if self.definition is None or self.version is None:
+            raise ValueError("a workflow start that carries a definition must name its version")
+        definition = from_canonical(self.version, self.definition)
+        if definition.name != self.workflow:
+            raise ValueError(f"carried definition is {definition.name!r}, not workflow {self.workflow!r}")
+        return definition
 
 
 class CompensationStart(_Strict):

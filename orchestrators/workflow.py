@@ -64,7 +64,9 @@ class _Status:
 def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | None]:
     """Run the workflow named in the input; return its outcome (see docs/scheduler.md)."""
     start = WorkflowStart.model_validate(context.get_input())
-    definition = get_workflow(start.workflow)
+    # A pinned instance never reads the YAML deployed now; an unpinned one (started before
+    # definitions were versioned) runs on it, as it always did.
+    definition = start.pinned() if start.definition is not None else get_workflow(start.workflow)
     workflow_input = definition.validate_input(start.input)
     progress = start.state or Progress()
     _check_resumable(definition, progress)
@@ -73,9 +75,10 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
 
     if start.state is None:
         status("creating_steps")
-        yield call_activity(
-            context, ACTIVITY_CREATE_STEPS, {"instance_id": instance_id, "workflow": definition.name}
-        )
+        create: dict[str, Any] = {"instance_id": instance_id, "workflow": definition.name}
+        if start.version is not None:
+            create["version"] = start.version
+        yield call_activity(context, ACTIVITY_CREATE_STEPS, create)
 
     # Every iteration either completes its stage or returns; ``completed_here`` counts the steps
     # completed in this generation (a parallel group counts as its steps, and is never split).
@@ -86,11 +89,13 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
             status.step = None
             status("checkpointing")
             next_generation = progress.model_copy(update={"generation": progress.generation + 1})
-            context.continue_as_new(
-                WorkflowStart(
-                    workflow=definition.name, input=workflow_input, state=next_generation, epoch=start.epoch
-                ).model_dump()
-            )
+            carried = start.model_copy(
+                update={"input": workflow_input, "state": next_generation}
+            ).model_dump()
+            if start.definition is None:  # an unpinned instance keeps its input's old shape
+                carried.pop("version")
+                carried.pop("definition")
+            context.continue_as_new(carried)
             return None
 
         if len(stage) > 1:

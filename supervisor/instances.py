@@ -163,7 +163,7 @@ class InstanceSupervisor:
             await self.compensate(record, why, exhausted=exhausted)
 
     async def resume(self, record: InstanceRecord, why: str) -> None:
-        from workflow_core.workflows import get_workflow
+        from workflow_core.workflows.store import definition_for
 
         epoch = record.resume_count + 1
         detail = f"{why}: resumed from the ledger (resume {epoch} of at most {record.max_resumes})"
@@ -171,7 +171,10 @@ class InstanceSupervisor:
         if claimed is None:
             return
         steps = await self.tick.io(self.ledger.list_for_instance, record.instance_id)
-        definition = get_workflow(record.workflow)
+        # the version the instance is pinned to, even if the YAML changed or went away since
+        definition = definition_for(
+            record.workflow, record.version, getattr(self.tick.services, "definitions", None)
+        )
         await self.stop_orphaned_children(steps, record.instance_id, why)
         payload = resume_input(
             definition,
@@ -179,6 +182,7 @@ class InstanceSupervisor:
             steps,
             epoch=epoch,
             generation=record.generation,
+            version=record.version,
         )
         await self.tick.client.start_new(WORKFLOW_ORCHESTRATOR, record.instance_id, payload)
         self.tick._statuses[record.instance_id] = "Pending"

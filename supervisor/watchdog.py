@@ -172,12 +172,13 @@ def new_tick_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
-def step_deadline_seconds(record: StepRecord, kind: str = "work") -> float:
-    """The step's ``deadline_seconds`` (or its compensation's) from the workflow definition."""
+def step_deadline_seconds(record: StepRecord, kind: str = "work", store: Any = None) -> float:
+    """The step's ``deadline_seconds`` (or its compensation's) from its pinned workflow definition."""
     try:
-        from workflow_core.workflows import get_workflow
+        from workflow_core.workflows.store import definition_for
 
-        step = get_workflow(record.workflow_name).step(record.step_id)
+        version = record.workflow_version
+        step = definition_for(record.workflow_name, version, store if version else None).step(record.step_id)
     except Exception as exc:  # unknown workflow/step, or a definition that no longer loads
         log.warning(
             "no definition for step %s of workflow %s (%s); using a %ss deadline",
@@ -375,7 +376,9 @@ class _Tick:
 
     async def resend(self, found: StepRecord, claimed: StepRecord) -> None:
         """Dispatched but the send never happened: send the same attempt again, then record it."""
-        deadline = self.now + timedelta(seconds=step_deadline_seconds(found))
+        deadline = self.now + timedelta(
+            seconds=step_deadline_seconds(found, store=getattr(self.services, "definitions", None))
+        )
         message = work_message(found, deadline=deadline)
         await _io(self.services.transport.send, self.services.settings.work_queue, message)
         detail = (

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow_core.ledger import StepRecord, StepStatus, decode_json
+from workflow_core.ledger import UNVERSIONED, StepRecord, StepStatus, decode_json
 from workflow_core.workflows import WorkflowDefinition
+from workflow_core.workflows.versions import canonical_data
 
 COMPLETED = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
 
@@ -45,11 +46,21 @@ def resume_input(
     *,
     epoch: int,
     generation: int,
+    version: str | None = None,
 ) -> dict[str, Any]:
-    """The whole input of a resumed ``workflow_orchestrator`` (its ``WorkflowStart``)."""
-    return {
+    """The whole input of a resumed ``workflow_orchestrator`` (its ``WorkflowStart``).
+
+    ``definition`` must be the one the instance is pinned to (``version``, from its instance
+    record): the resumed scheduler carries it on, so a resume after a new version was deployed
+    still runs the old one to its end.
+    """
+    payload: dict[str, Any] = {
         "workflow": definition.name,
         "input": workflow_input,
         "state": resume_state(definition, steps, generation),
         "epoch": epoch,
     }
+    if version is not None and version != UNVERSIONED:
+        payload["version"] = version
+        payload["definition"] = canonical_data(definition)
+    return payload

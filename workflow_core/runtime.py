@@ -15,6 +15,7 @@ from workflow_core.ledger import StepLedger
 from workflow_core.settings import Settings, get_settings
 from workflow_core.storage_clients import table_service_client
 from workflow_core.transport import Transport
+from workflow_core.workflows.store import DefinitionStore
 
 
 @dataclass
@@ -29,6 +30,11 @@ class Services:
         if storage.connection_string:  # local/dev: create what infra would have provisioned
             ledger.create_tables()
         return ledger
+
+    @cached_property
+    def definitions(self) -> DefinitionStore:
+        """Stored definition versions, in the ledger table (created with the ledger)."""
+        return DefinitionStore(self.ledger.table_client())
 
     @cached_property
     def transport(self) -> Transport:

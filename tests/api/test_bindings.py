@@ -19,6 +19,7 @@ EXPECTED_ROUTES = {
     "http_list_workflows": ("workflows", {"GET"}, True),
     "http_get_workflow": ("workflows/{instance_id}", {"GET"}, True),
     "http_get_workflow_steps": ("workflows/{instance_id}/steps", {"GET"}, True),
+    "http_list_workflow_versions": ("workflows/{name}/versions", {"GET"}, True),
     "http_health": ("health", {"GET"}, False),
     "http_list_instances": ("instances", {"GET"}, True),
     "http_get_instance": ("instances/{instance_id}", {"GET"}, True),

@@ -12,6 +12,7 @@ from api import start_workflow
 from tests.api.support import HOST, http_request, json_of
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR
 from workflow_core.ledger import NewStep
+from workflow_core.workflows import get_workflow, pin
 
 GOOD_INPUT = {"tenant_id": "contoso", "admin_email": "admin@contoso.example"}
 
@@ -39,10 +40,15 @@ def test_starts_the_orchestrator_with_the_validated_input_and_returns_status_url
     assert [r.path for r in starts] == [
         f"/durabletask/orchestrators/{WORKFLOW_ORCHESTRATOR}/tenant-contoso-1"
     ]
+    current = pin(get_workflow("provision-tenant"))
     assert stub.instances["tenant-contoso-1"].input == {
         "workflow": "provision-tenant",
         "input": {**GOOD_INPUT, "region": "westeurope", "plan": "standard"},
+        # pinned: the definition travels with the input, verified against its version
+        "version": current.version,
+        "definition": current.data,
     }
+    assert body["version"] == current.version
     # Durable's management URLs, rebased on the caller's host, plus our own views.
     assert body["id"] == body["instanceId"] == "tenant-contoso-1"
     assert body["workflow"] == "provision-tenant"

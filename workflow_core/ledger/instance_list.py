@@ -108,6 +108,16 @@ def matches(
 class InstanceListMixin:
     """``list_instances`` and the upkeep of the listing rows (mixed into the step ledger)."""
 
+    def listing_rows(self, *, workflow: str) -> list[dict[str, Any]]:
+        """The listing rows of ``workflow``'s instances (instance id, version, status), index data
+        only: a caller that decides anything on a row reads the record back."""
+        rows = self._index.query_entities(
+            "PartitionKey eq @pk and Workflow eq @workflow",
+            parameters={"pk": LIST_PARTITION, "workflow": workflow},
+            select=["InstanceId", "Version", "ListStatus"],
+        )
+        return [dict(row) for row in rows]
+
     def write_listing_row(self, record: InstanceRecord) -> None:
         self._index.upsert_entity(listing_entity(record), mode=UpdateMode.REPLACE)
 

@@ -134,6 +134,7 @@ class StepRecord(BaseModel):
     instance_id: str
     step_id: str
     workflow_name: str
+    workflow_version: str | None = None  # the pinned definition version (None: written before versions)
     step_name: str
     sequence: int = Field(ge=0, description="position in the workflow; compensation runs in reverse")
     agent: str

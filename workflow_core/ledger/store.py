@@ -75,6 +75,7 @@ _AUDIT_SEQUENCE = itertools.count()
 # StepRecord field -> entity property
 _FIELDS = {
     "workflow_name": "WorkflowName",
+    "workflow_version": "WorkflowVersion",
     "step_name": "StepName",
     "sequence": "Sequence",
     "agent": "Agent",
@@ -100,7 +101,15 @@ _FIELDS = {
     "index_key": "IndexKey",
     "completion_seq": "CompletionSeq",
 }
-_MUTABLE = set(_FIELDS) - {"workflow_name", "step_name", "sequence", "agent", "created_at", "status"}
+_MUTABLE = set(_FIELDS) - {
+    "workflow_name",
+    "workflow_version",
+    "step_name",
+    "sequence",
+    "agent",
+    "created_at",
+    "status",
+}
 
 
 @dataclass
@@ -179,6 +188,10 @@ class StepLedger(InstanceLedgerMixin):
             with contextlib.suppress(ResourceExistsError):
                 self._service.create_table(name)
 
+    def table_client(self) -> TableClient:
+        """A client of the ledger table for rows that are not steps (stored definition versions)."""
+        return self._service.get_table_client(self.ledger_table_name)
+
     def close(self) -> None:
         self._steps.close()
         self._index.close()
@@ -193,8 +206,12 @@ class StepLedger(InstanceLedgerMixin):
         *,
         actor: str,
         orchestration_id: str | None = None,
+        version: str | None = None,
     ) -> list[StepRecord]:
         """Write every step of a new instance as Pending, atomically per 100-row batch.
+
+        ``version`` is the definition version the instance is pinned to: every step row carries it,
+        so whoever holds a step (an agent, the watchdog, the compensation plan) finds its definition.
 
         Idempotent: calling it again for the same instance and the same steps returns the stored
         rows (an activity may run twice); different steps for an existing instance raise.
@@ -211,6 +228,7 @@ class StepLedger(InstanceLedgerMixin):
                 instance_id=instance_id,
                 step_id=s.step_id,
                 workflow_name=workflow_name,
+                workflow_version=version,
                 step_name=s.step_name,
                 sequence=i,
                 agent=s.agent,

@@ -7,6 +7,7 @@ start-up that every agent they name has a handler.
 
 from workflow_core.workflows.errors import (
     StepInputError,
+    UnknownVersion,
     UnknownWorkflow,
     WorkflowDefinitionError,
     WorkflowInputError,
@@ -30,6 +31,7 @@ from workflow_core.workflows.model import (
 )
 from workflow_core.workflows.references import Reference, parse_reference
 from workflow_core.workflows.retry import RetryPolicy
+from workflow_core.workflows.versions import PinnedDefinition, from_canonical, pin, version_of
 
 __all__ = [
     "DEFAULT_DIRECTORY",
@@ -37,19 +39,24 @@ __all__ = [
     "InputProperty",
     "InputSchema",
     "ParallelGroup",
+    "PinnedDefinition",
     "Reference",
     "RetryPolicy",
     "StepDefinition",
     "StepInputError",
+    "UnknownVersion",
     "UnknownWorkflow",
     "WorkflowDefinition",
     "WorkflowDefinitionError",
     "WorkflowInputError",
     "agents_used",
     "clear_workflow_cache",
+    "from_canonical",
     "get_workflow",
     "load_workflows",
     "parse_reference",
     "parse_workflow",
+    "pin",
     "resolve_step_input",
+    "version_of",
 ]

@@ -38,3 +38,19 @@ class WorkflowInputError(ValueError):
 
 class StepInputError(ValueError):
     """A step's input mapping refers to something the running workflow does not have."""
+
+
+class UnknownVersion(LookupError):
+    """No stored definition has that version (it was never started, or the reference is wrong)."""
+
+    def __init__(self, workflow: str, reference: str, known: Iterable[str] = ()) -> None:
+        self.workflow = workflow
+        self.reference = reference
+        self.known = list(known)
+        listed = ", ".join(self.known) if self.known else "none"
+        super().__init__(
+            f"workflow {workflow!r} has no stored version {reference!r}; stored versions: {listed}"
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])

@@ -241,6 +241,11 @@ class WorkflowDefinition(_Frozen):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     name: str
+    # A human label ("2.1", "add-dns-check"); the version that counts is the content hash
+    # (workflow_core.workflows.versions), which changes with any edit, labelled or not.
+    version: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
+    )
     description: str = ""
     input: InputSchema = Field(default_factory=InputSchema)
     # As written under ``steps``: plain steps and parallel groups. Everyone but the scheduler uses

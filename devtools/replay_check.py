@@ -1,0 +1,247 @@
+"""The replay check: do recorded orchestration histories still replay on the current orchestrator code?
+
+An orchestration in flight is replayed from its history on every episode. A code change that makes
+the orchestrator take a different action at a point it already passed (an activity call inserted
+before another, a timer dropped, a sub-orchestration renamed) breaks every instance in flight: the
+Durable runtime fails it with "Non-Deterministic workflow detected", or worse, results are matched
+to the wrong calls. Definitions are pinned per instance (the orchestration input carries them), so
+what remains to guard is the *code*; this module is that guard, the way a replayer guards workflow
+code elsewhere.
+
+A *replay file* is JSON: one recording, or ``{"recordings": [...]}``. A recording is::
+
+    {"orchestrator": "workflow_orchestrator", "instanceId": "...", "history": [<events>]}
+
+with the history events as the Durable extension hands them to the Python worker (``EventType``,
+``EventId``, ``Timestamp``, ``Name``, ``Input``, ``TaskScheduledId``...: docs/durable-test-host.md).
+The orchestrator's name and input default to the ExecutionStarted event's.
+
+For each episode of the history (OrchestratorStarted to OrchestratorCompleted) the check replays the
+history up to the events that episode received, against the current code, and compares the actions
+the code returns with the actions the history says were taken by then (kind and name, in order). A
+recorded run that finished must finish in its last episode too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from azure.functions._durable_functions import OrchestrationContext
+
+from devtools.durable_host.episodes import schema_fields
+from devtools.durable_host.failures import parse_failure
+from devtools.durable_host.history import ActionType, HistoryEventType, flatten_actions
+
+H = HistoryEventType
+
+# Events in which the history records an action the orchestrator took, and the action kinds.
+_DECISIONS = {
+    H.TASK_SCHEDULED: "activity",
+    H.SUB_ORCHESTRATION_INSTANCE_CREATED: "sub-orchestration",
+    H.TIMER_CREATED: "timer",
+}
+_ACTIONS = {
+    ActionType.CALL_ACTIVITY: "activity",
+    ActionType.CALL_ACTIVITY_WITH_RETRY: "activity",
+    ActionType.CALL_SUB_ORCHESTRATOR: "sub-orchestration",
+    ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY: "sub-orchestration",
+    ActionType.CREATE_TIMER: "timer",
+}
+# Not part of what the orchestrator code sees while it runs.
+_OUTSIDE = {H.ORCHESTRATOR_COMPLETED, H.EXECUTION_COMPLETED, H.EXECUTION_TERMINATED}
+
+
+class ReplayFileError(ValueError):
+    """The file is not a replay file (the message says what is wrong)."""
+
+
+@dataclass
+class Recording:
+    orchestrator: str
+    instance_id: str
+    history: list[dict]
+    input: str | None = None
+    parent_instance_id: str | None = None
+    source: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.source}: {self.orchestrator} {self.instance_id}".lstrip(": ")
+
+
+@dataclass
+class ReplayResult:
+    recording: Recording
+    episodes: int = 0
+    actions: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _started(history: list[dict]) -> dict:
+    for event in history:
+        if event.get("EventType") == H.EXECUTION_STARTED:
+            return event
+    raise ReplayFileError("the history has no ExecutionStarted event")
+
+
+def recording_from(data: Mapping[str, Any], source: str = "") -> Recording:
+    history = data.get("history")
+    if not isinstance(history, list) or not all(isinstance(e, dict) and "EventType" in e for e in history):
+        raise ReplayFileError(f"{source or 'recording'}: 'history' must be a list of history events")
+    started = _started(history)
+    parent = ((started.get("ParentInstance") or {}).get("OrchestrationInstance") or {}).get("InstanceId")
+    raw_input = data.get("input", started.get("Input"))
+    return Recording(
+        orchestrator=str(data.get("orchestrator") or started.get("Name") or ""),
+        instance_id=str(
+            data.get("instanceId")
+            or (started.get("OrchestrationInstance") or {}).get("InstanceId")
+            or "replay"
+        ),
+        history=history,
+        input=raw_input if raw_input is None or isinstance(raw_input, str) else json.dumps(raw_input),
+        parent_instance_id=data.get("parentInstanceId", parent),
+        source=source,
+    )
+
+
+def load_recordings(path: str | Path) -> list[Recording]:
+    """The recordings in a replay file (one recording, or ``{"recordings": [...]}``)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReplayFileError(f"{path}: cannot read a JSON replay file: {exc}") from None
+    items = data.get("recordings") if isinstance(data, dict) and "recordings" in data else [data]
+    if not isinstance(items, list) or not items:
+        raise ReplayFileError(f"{path}: no recordings")
+    return [
+        recording_from(item, f"{path.name}[{i}]" if len(items) > 1 else path.name)
+        for i, item in enumerate(items)
+    ]
+
+
+def app_orchestrators() -> dict[str, Callable[[Any], str]]:
+    """The orchestrator handlers the app registers (``orchestrators.blueprint``), by function name."""
+    from devtools.durable_host.registry import FunctionTable
+    from orchestrators import blueprint
+
+    table = FunctionTable()
+    table.load(blueprint)
+    return {name: entry.handler for name, entry in table.orchestrators.items()}
+
+
+def _episodes(history: list[dict]) -> list[tuple[int, int]]:
+    """``(start, end)`` index ranges of the episodes (each from an OrchestratorStarted)."""
+    starts = [i for i, e in enumerate(history) if e["EventType"] == H.ORCHESTRATOR_STARTED]
+    return [(s, starts[n + 1] if n + 1 < len(starts) else len(history)) for n, s in enumerate(starts)]
+
+
+def _decision(event: dict) -> tuple[str, str | None]:
+    kind = _DECISIONS[event["EventType"]]
+    return kind, None if kind == "timer" else event.get("Name")
+
+
+def _action(action: dict) -> tuple[str, str | None]:
+    kind = _ACTIONS[action["actionType"]]
+    return kind, None if kind == "timer" else action.get("functionName")
+
+
+def _describe(signature: tuple[str, str | None]) -> str:
+    kind, name = signature
+    return f"{kind} {name!r}" if name else kind
+
+
+def check_recording(
+    recording: Recording, orchestrators: Mapping[str, Callable[[Any], str]] | None = None
+) -> ReplayResult:
+    """Replay one recording episode by episode against ``orchestrators`` (default: the app's)."""
+    table = orchestrators if orchestrators is not None else app_orchestrators()
+    result = ReplayResult(recording)
+    handler = table.get(recording.orchestrator)
+    if handler is None:
+        result.problems.append(
+            f"orchestrator {recording.orchestrator!r} is not registered (known: {', '.join(sorted(table))})"
+        )
+        return result
+    history = recording.history
+    finished = any(e["EventType"] == H.EXECUTION_COMPLETED for e in history)
+    episodes = _episodes(history)
+    if not episodes:
+        result.problems.append("the history has no OrchestratorStarted event: nothing to replay")
+        return result
+    for number, (start, end) in enumerate(episodes, 1):
+        seen = [{**e, "IsPlayed": True} for e in history[:start] if e["EventType"] not in _OUTSIDE]
+        received = [
+            {**e, "IsPlayed": False}
+            for e in history[start:end]
+            if e["EventType"] not in _DECISIONS and e["EventType"] not in _OUTSIDE
+        ]
+        expected = [_decision(e) for e in history[:end] if e["EventType"] in _DECISIONS]
+        context = {
+            "history": seen + received,
+            "instanceId": recording.instance_id,
+            "isReplaying": number > 1,
+            "parentInstanceId": recording.parent_instance_id,
+            "input": recording.input,
+            **schema_fields(2),
+        }
+        try:
+            raw = handler(OrchestrationContext(json.dumps(context)))
+            state, error = (json.loads(raw) if isinstance(raw, str) else raw), None
+        except Exception as exc:
+            state, error, _ = parse_failure(exc)
+        produced = [
+            _action(a) for a in flatten_actions(state.get("actions") or []) if a.get("actionType") in _ACTIONS
+        ]
+        result.episodes = number
+        problem = _compare(number, expected, produced)
+        if problem is None and number == len(episodes) and finished and not (state.get("isDone") or error):
+            problem = (
+                f"episode {number}: the recorded run finished here, but the current code waits for more "
+                f"after {len(produced)} action(s)"
+            )
+        if problem is not None:
+            result.problems.append(
+                problem + (f" (the replay raised: {error.splitlines()[0]})" if error else "")
+            )
+            return result
+        result.actions = len(produced)
+    return result
+
+
+def _compare(
+    episode: int, expected: list[tuple[str, str | None]], produced: list[tuple[str, str | None]]
+) -> str | None:
+    for index, (want, got) in enumerate(zip(expected, produced, strict=False)):
+        if want != got:
+            return (
+                f"episode {episode}: action #{index} was {_describe(want)} in the recorded run but is "
+                f"{_describe(got)} in the current code"
+            )
+    if len(produced) < len(expected):
+        return (
+            f"episode {episode}: the recorded run had taken {len(expected)} action(s) by now, the current "
+            f"code takes only {len(produced)} (next recorded: {_describe(expected[len(produced)])})"
+        )
+    if len(produced) > len(expected):
+        return (
+            f"episode {episode}: the current code takes action #{len(expected)} "
+            f"({_describe(produced[len(expected)])}) where the recorded run took none"
+        )
+    return None
+
+
+def check_file(
+    path: str | Path, orchestrators: Mapping[str, Callable[[Any], str]] | None = None
+) -> list[ReplayResult]:
+    table = orchestrators if orchestrators is not None else app_orchestrators()
+    return [check_recording(r, table) for r in load_recordings(path)]

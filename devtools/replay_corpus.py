@@ -1,0 +1,118 @@
+"""Record the replay corpus: orchestration histories of representative runs, for the replay check.
+
+Each scenario runs the whole pattern on the durable test host (``devtools.harness``, on Azurite) and
+saves the history of every orchestration it ran (the workflow, its parallel steps, its compensation)
+as one replay file. The corpus is committed under ``tests/replay_corpus/``; the tests replay it
+against the current orchestrator code (``devtools.replay_check``), so a change that would break
+instances in flight fails CI. Re-record after a *deliberate* change of the orchestrators' actions
+(and handle the instances still in flight, docs/scheduler.md)::
+
+    .venv/bin/python -m devtools.replay_corpus tests/replay_corpus
+
+Timestamps and instance ids are whatever the run produced; the check compares actions, not times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from activities.handlers import faults
+from devtools.harness import PatternHarness
+from workflow_core.contracts import compensation_instance_id, step_instance_id
+
+TENANT = {"tenant_id": "corpus-t1", "admin_email": "admin@corpus.example"}
+CHAIN = {
+    "name": "corpus-chain",
+    "version": "corpus-1",
+    "history_checkpoint_every": 1,
+    "input": {"required": ["tenant_id"], "properties": {"tenant_id": {"type": "string"}}},
+    "steps": [
+        {
+            "id": f"s{i}",
+            "agent": "storage.create",
+            "deadline_seconds": 60,
+            "input": {"tenant_id": "$input.tenant_id"},
+        }
+        for i in range(1, 4)
+    ],
+}
+
+
+def _succeed(h: PatternHarness) -> list[str]:
+    iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-succeed")
+    h.run_until_complete(iid)
+    return [iid]
+
+
+def _retry_then_compensate(h: PatternHarness) -> list[str]:
+    faults.inject("dns.register", faults.Fail(times=1))  # one retry with backoff
+    faults.inject("email.send_welcome", faults.Fail())  # gives up: DNS and storage are undone
+    iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-compensate")
+    h.run_until_complete(iid)
+    return [iid, compensation_instance_id(iid)]
+
+
+def _parallel_group(h: PatternHarness) -> list[str]:
+    body = {"tenant_id": "corpus-t2", "admin_email": "admin@corpus.example"}
+    iid = h.start_workflow("onboard-tenant", body, instance_id="corpus-parallel")
+    h.run_until_complete(iid)
+    children = sorted(i for i in h.host.instance_ids() if i.startswith(step_instance_id(iid, "")))
+    return [iid, *children]
+
+
+def _continue_as_new(h: PatternHarness) -> list[str]:
+    iid = h.start_workflow("corpus-chain", {"tenant_id": "corpus-t3"}, instance_id="corpus-chain")
+    h.run_until_complete(iid)
+    return [iid]
+
+
+SCENARIOS: dict[str, Callable[[PatternHarness], list[str]]] = {
+    "succeed": _succeed,
+    "retry-then-compensate": _retry_then_compensate,
+    "parallel-group": _parallel_group,
+    "continue-as-new": _continue_as_new,
+}
+
+
+def record_scenario(name: str, azurite: Any = None) -> dict[str, Any]:
+    """Run one scenario on a fresh harness; its replay file's content."""
+    faults.clear()
+    try:
+        with PatternHarness(azurite, extra_workflows={"corpus-chain": CHAIN}) as h:
+            ids = SCENARIOS[name](h)
+            recordings = []
+            for iid in ids:
+                history = h.host.history(iid)
+                started = next(e for e in history if e["EventType"] == 0)
+                recordings.append({"orchestrator": started["Name"], "instanceId": iid, "history": history})
+    finally:
+        faults.clear()
+    return {"scenario": name, "recordings": recordings}
+
+
+def record_corpus(directory: Path, azurite: Any = None) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in SCENARIOS:
+        path = directory / f"{name}.json"
+        path.write_text(json.dumps(record_scenario(name, azurite), indent=1, sort_keys=True) + "\n")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path, nargs="?", default=Path("tests/replay_corpus"))
+    args = parser.parse_args(argv)
+    for path in record_corpus(args.directory):
+        print(f"recorded {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""``sas versions`` and ``sas replay-check``: definition versions and the orchestrators' determinism.
+
+    sas versions provision-tenant            # stored versions, the current one, instances on each
+    sas replay-check tests/replay_corpus/*.json
+
+``versions`` reads the ledger (like every other command); ``replay-check`` reads only the files and
+the orchestrator code installed with the CLI, and exits 4 when a history no longer replays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+EXIT_NONDETERMINISTIC = 4
+
+
+def _json_option(fn: Any) -> Any:
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="table for people, json for scripts",
+    )(fn)
+
+
+@click.command("versions")
+@click.argument("workflow")
+@_json_option
+def versions_command(workflow: str, output: str) -> None:
+    """A workflow's definition versions and how many instances run on each (0 in flight: drained)."""
+    from rich.table import Table
+
+    from operator_cli import render
+    from operator_cli.cli import CliError, _session
+    from workflow_core.workflows import UnknownWorkflow
+    from workflow_core.workflows.inventory import workflow_versions
+    from workflow_core.workflows.store import DefinitionStore
+
+    s = _session()
+    store = DefinitionStore(s.ledger.table_client())
+    try:
+        summaries = workflow_versions(workflow, s.ledger, store)
+    except UnknownWorkflow as exc:
+        raise CliError(str(exc)) from None
+    if output == "json":
+        render.print_json(s.out, {"workflow": workflow, "versions": [v.as_dict() for v in summaries]})
+        return
+    table = Table(title=f"Versions of {workflow}")
+    for column in ("version", "label", "stored", "instances", "in flight", "by status"):
+        table.add_column(column)
+    for v in summaries:
+        table.add_row(
+            v.version + (" (current)" if v.current else ""),
+            v.label or "",
+            render.when(v.stored_at) if v.stored_at else "not yet",
+            str(v.instances),
+            str(v.in_flight),
+            ", ".join(f"{k} {n}" for k, n in sorted(v.by_status.items())),
+        )
+    s.show(table)
+
+
+@click.command("replay-check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@_json_option
+def replay_check_command(files: tuple[str, ...], output: str) -> None:
+    """Replay recorded orchestration histories on the installed orchestrator code; exit 4 if one
+    no longer replays (a non-deterministic change: instances in flight would break)."""
+    from devtools.replay_check import ReplayFileError, app_orchestrators, check_file
+    from operator_cli import render
+    from operator_cli.cli import CliError, _session
+
+    s = _session()
+    table = app_orchestrators()
+    results = []
+    for path in files:
+        try:
+            results.extend(check_file(path, table))
+        except ReplayFileError as exc:
+            raise CliError(str(exc)) from None
+    failed = [r for r in results if not r.ok]
+    if output == "json":
+        render.print_json(
+            s.out,
+            {
+                "ok": not failed,
+                "recordings": [
+                    {
+                        "recording": r.recording.label,
+                        "ok": r.ok,
+                        "episodes": r.episodes,
+                        "actions": r.actions,
+                        "problems": r.problems,
+                    }
+                    for r in results
+                ],
+            },
+        )
+    else:
+        for r in results:
+            verdict = "ok" if r.ok else "NON-DETERMINISTIC"
+            s.say(f"{verdict:>17}  {r.recording.label} ({r.episodes} episode(s), {r.actions} action(s))")
+            for problem in r.problems:
+                s.say(f"{'':>19}{problem}")
+        s.say(f"\n{len(results) - len(failed)} of {len(results)} recording(s) replay on the current code")
+    if failed:
+        raise click.exceptions.Exit(EXIT_NONDETERMINISTIC)

@@ -1,0 +1,158 @@
+"""The determinism guard: the committed replay corpus replays on the current orchestrators, and the
+check fails when an orchestrator changes in a way that would break instances in flight.
+
+The corpus (``tests/replay_corpus/``) is recorded from the durable test host by
+``python -m devtools.replay_corpus``; re-recording must reproduce the same actions.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devtools.replay_check import app_orchestrators, check_file, load_recordings
+from devtools.replay_corpus import SCENARIOS, record_scenario
+from operator_cli.cli import main as sas
+from operator_cli.version_commands import EXIT_NONDETERMINISTIC
+from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, STEP_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "replay_corpus"
+FILES = sorted(CORPUS.glob("*.json"))
+DECISIONS = {4: "activity", 7: "sub-orchestration", 10: "timer"}
+
+
+def _actions(history: list[dict]) -> list[tuple[str, str | None]]:
+    return [(DECISIONS[e["EventType"]], e.get("Name")) for e in history if e["EventType"] in DECISIONS]
+
+
+def test_the_corpus_covers_every_orchestrator_compensation_groups_and_continue_as_new():
+    recordings = [r for path in FILES for r in load_recordings(path)]
+    assert {p.stem for p in FILES} == set(SCENARIOS)
+    assert {r.orchestrator for r in recordings} == {
+        WORKFLOW_ORCHESTRATOR,
+        STEP_ORCHESTRATOR,
+        COMPENSATION_ORCHESTRATOR,
+    }
+    inputs = [json.loads(r.input) for r in recordings if r.orchestrator == WORKFLOW_ORCHESTRATOR]
+    assert any((i.get("state") or {}).get("generation", 0) > 0 for i in inputs)  # a continued generation
+    assert all(i["version"].startswith(i["workflow"] + "@") and i["definition"] for i in inputs)  # pinned
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_the_committed_corpus_replays_on_the_current_orchestrators(path):
+    results = check_file(path)
+    assert results
+    for result in results:
+        assert result.ok, (result.recording.label, result.problems)
+        assert result.episodes > 1 and result.actions == len(_actions(result.recording.history))
+
+
+def test_an_activity_call_inserted_before_another_fails_the_check(monkeypatch):
+    """Before every step the scheduler now reserves a quota: a new activity in front of dispatch_step.
+    Every recorded workflow run took dispatch_step there, so none of them replays."""
+    from orchestrators import workflow
+
+    original = workflow.run_step
+
+    def run_step_with_quota(context, run, status):
+        yield context.call_activity("reserve_quota", {"step_id": run.step_id})
+        return (yield from original(context, run, status))
+
+    monkeypatch.setattr(workflow, "run_step", run_step_with_quota)
+    results = [r for path in FILES for r in check_file(path)]
+    broken = [r for r in results if not r.ok]
+    assert {r.recording.orchestrator for r in broken} == {WORKFLOW_ORCHESTRATOR}
+    assert all(r.ok for r in results if r.recording.orchestrator != WORKFLOW_ORCHESTRATOR)
+    succeed = next(r for r in broken if r.recording.instance_id == "corpus-succeed")
+    assert succeed.problems == [
+        "episode 2: action #1 was activity 'dispatch_step' in the recorded run but is activity "
+        "'reserve_quota' in the current code"
+    ]
+
+
+def test_a_dropped_action_and_a_run_that_no_longer_finishes_fail_the_check(monkeypatch):
+    from orchestrators import workflow
+
+    def never_settles(context, activity, payload, *args, **kwargs):
+        if activity == "settle_instance":
+            return context.wait_for_external_event("never")  # no activity where one was recorded
+        return original(context, activity, payload, *args, **kwargs)
+
+    original = workflow.call_activity
+    monkeypatch.setattr(workflow, "call_activity", never_settles)
+    (result,) = check_file(CORPUS / "succeed.json")
+    assert not result.ok
+    assert "the current code takes only 10" in result.problems[0]
+    assert "next recorded: activity 'settle_instance'" in result.problems[0]
+
+
+def test_a_deterministic_change_still_replays(monkeypatch):
+    """Custom status, logging, output wording: nothing the history records, nothing the check flags."""
+    from orchestrators import workflow
+
+    original = workflow._Status.__call__
+
+    def louder(self, phase, attempt=None, until=None):
+        original(self, phase.upper(), attempt, until)
+
+    monkeypatch.setattr(workflow._Status, "__call__", louder)
+    assert all(r.ok for path in FILES for r in check_file(path))
+
+
+def test_sas_replay_check_exit_codes(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    assert sas(["replay-check", *map(str, FILES)], stdout=out, stderr=err) == 0, err.getvalue()
+    assert "7 of 7 recording(s) replay on the current code" in out.getvalue()
+
+    tampered = json.loads((CORPUS / "succeed.json").read_text())
+    history = tampered["recordings"][0]["history"]
+    first_dispatch = next(e for e in history if e["EventType"] == 4 and e["Name"] == "dispatch_step")
+    first_dispatch["Name"] = "dispatch_step_v0"  # as if an older orchestrator had called another activity
+    (tmp_path / "old.json").write_text(json.dumps(tampered))
+    out = io.StringIO()
+    code = sas(["replay-check", str(tmp_path / "old.json"), "-o", "json"], stdout=out, stderr=io.StringIO())
+    assert code == EXIT_NONDETERMINISTIC
+    report = json.loads(out.getvalue())
+    assert report["ok"] is False and "dispatch_step_v0" in report["recordings"][0]["problems"][0]
+
+    (tmp_path / "junk.json").write_text('{"history": 3}')
+    err = io.StringIO()
+    assert sas(["replay-check", str(tmp_path / "junk.json")], stdout=io.StringIO(), stderr=err) == 2
+    assert "'history' must be a list" in err.getvalue()
+
+
+def test_python_m_operator_cli_replay_check_runs_as_documented():
+    done = subprocess.run(
+        [sys.executable, "-m", "operator_cli", "replay-check", str(CORPUS / "succeed.json")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ok  succeed.json" in done.stdout
+
+
+def test_re_recording_reproduces_the_committed_corpus(azurite, tmp_path):
+    """The recorder is the corpus's source: what it records now takes the same actions as what is
+    committed (re-record with ``python -m devtools.replay_corpus`` after a deliberate change)."""
+    orchestrators = app_orchestrators()
+    for name in SCENARIOS:
+        fresh = record_scenario(name, azurite)
+        committed = json.loads((CORPUS / f"{name}.json").read_text())
+        assert [r["instanceId"] for r in fresh["recordings"]] == [
+            r["instanceId"] for r in committed["recordings"]
+        ]
+        for new, old in zip(fresh["recordings"], committed["recordings"], strict=True):
+            assert _actions(new["history"]) == _actions(old["history"]), (name, new["instanceId"])
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(fresh))
+        assert all(r.ok for r in check_file(path, orchestrators))

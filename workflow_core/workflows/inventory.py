@@ -1,0 +1,84 @@
+"""Which versions of a workflow exist and how many instances run on each: is an old version drained?
+
+Shared by the HTTP endpoint and the CLI. Stored versions come from the definition store; instances
+from the ledger's listing rows (one query over the workflow's rows, a few columns each). The listing
+is an index, so every instance it says is still in flight is read back from its record before it is
+counted as such: "0 in flight" on an old version is what an operator retires it on, so that number
+comes from the records themselves.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from workflow_core.ledger.instance import TERMINAL_INSTANCE_STATUSES, UNVERSIONED
+from workflow_core.workflows.errors import UnknownWorkflow, WorkflowDefinitionError
+from workflow_core.workflows.loader import get_workflow, load_workflows
+from workflow_core.workflows.store import DefinitionStore
+from workflow_core.workflows.versions import pin
+
+_TERMINAL = {s.value for s in TERMINAL_INSTANCE_STATUSES}
+
+
+@dataclass
+class VersionSummary:
+    version: str
+    label: str | None = None
+    stored_at: datetime | None = None
+    current: bool = False  # the version the deployed YAML has: what a start without ?version= takes
+    stored: bool = False
+    instances: int = 0
+    in_flight: int = 0  # not Succeeded, Compensated or Cancelled (read from the records)
+    by_status: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "label": self.label,
+            "storedAt": self.stored_at.isoformat() if self.stored_at else None,
+            "current": self.current,
+            "stored": self.stored,
+            "instances": self.instances,
+            "inFlight": self.in_flight,
+            "byStatus": dict(sorted(self.by_status.items())),
+        }
+
+
+def workflow_versions(workflow: str, ledger: Any, store: DefinitionStore) -> list[VersionSummary]:
+    """Every known version of ``workflow``, oldest stored first, the current one flagged, with
+    instance counts. ``UnknownWorkflow`` when neither the YAML nor the store nor the ledger knows it."""
+    summaries: dict[str, VersionSummary] = {}
+    for stored in store.list(workflow):
+        summaries[stored.version] = VersionSummary(
+            stored.version, stored.label, stored.stored_at, stored=True
+        )
+    try:
+        current = pin(get_workflow(workflow))
+        entry = summaries.setdefault(current.version, VersionSummary(current.version, current.label))
+        entry.current = True
+    except (UnknownWorkflow, WorkflowDefinitionError):
+        current = None
+    statuses: dict[str, Counter[str]] = {}
+    for row in ledger.listing_rows(workflow=workflow):
+        version, status = row.get("Version") or UNVERSIONED, row.get("ListStatus") or "?"
+        if status not in _TERMINAL:  # the index may be behind: the record says where it really is
+            record = ledger.find_instance(row["InstanceId"])
+            if record is None or record.workflow != workflow:
+                continue
+            version, status = record.version, record.status.value
+        statuses.setdefault(version, Counter())[status] += 1
+    for version, counts in statuses.items():
+        entry = summaries.setdefault(version, VersionSummary(version))
+        entry.by_status = dict(counts)
+        entry.instances = sum(counts.values())
+        entry.in_flight = sum(n for s, n in counts.items() if s not in _TERMINAL)
+    if not summaries and current is None:
+        try:
+            known = list(load_workflows())
+        except WorkflowDefinitionError:
+            known = []
+        raise UnknownWorkflow(workflow, known)
+    return list(summaries.values())

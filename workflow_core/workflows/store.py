@@ -1,0 +1,197 @@
+"""Durable copies of every definition version an instance ever started on, keyed by its hash.
+
+The YAML deployed with the app is only the *current* version; an instance in flight may run on an
+older one for days. So when an instance starts, its definition is written to the ledger table, in
+partition ``~definitions~<workflow>`` (``~`` is not allowed in instance ids, so it can never meet an
+instance's partition), RowKey = the short digest. Written once: the row is created, never updated,
+and a second create of the same version is a no-op. Any later process (an activity, the watchdog,
+a resume, an operator's rollback start) reads the definition back from here, verified against its
+hash, even after the YAML changed or was deleted.
+
+:func:`definition_for` is the one lookup every role uses: a pinned version is served from the
+process cache, the current YAML (when it still has that version) or this store, never anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.data.tables import TableClient
+
+from workflow_core import clock
+from workflow_core.ledger.instance import UNVERSIONED
+from workflow_core.workflows.errors import UnknownVersion, UnknownWorkflow, WorkflowDefinitionError
+from workflow_core.workflows.loader import get_workflow
+from workflow_core.workflows.model import WorkflowDefinition
+from workflow_core.workflows.versions import (
+    SEPARATOR,
+    PinnedDefinition,
+    cached_definition,
+    from_canonical,
+    pin,
+    split_version,
+)
+
+log = logging.getLogger(__name__)
+
+PARTITION_PREFIX = "~definitions~"
+CHUNK_CHARS = 30_000  # under Table Storage's 32K-character string property
+MAX_CHUNKS = 30  # about 900 KB: under the 1 MiB entity limit
+
+
+@dataclass(frozen=True)
+class StoredVersion:
+    """One stored version of a workflow (the row without the definition text)."""
+
+    workflow: str
+    version: str
+    label: str | None
+    stored_at: datetime | None
+    sha256: str
+
+
+def partition_of(workflow: str) -> str:
+    return f"{PARTITION_PREFIX}{workflow}"
+
+
+class DefinitionStore:
+    """Definition rows in the ledger table (see the module docstring)."""
+
+    def __init__(self, table: TableClient) -> None:
+        self._table = table
+        self._saved: set[str] = set()
+        self._lock = threading.Lock()
+
+    def save(self, pinned: PinnedDefinition) -> bool:
+        """Store the definition unless it already is; True when this call wrote it."""
+        with self._lock:
+            if pinned.version in self._saved:
+                return False
+        chunks = [pinned.canonical[i : i + CHUNK_CHARS] for i in range(0, len(pinned.canonical), CHUNK_CHARS)]
+        if len(chunks) > MAX_CHUNKS:
+            raise WorkflowDefinitionError(
+                f"definition {pinned.version} is {len(pinned.canonical):,} characters as JSON; "
+                f"the store holds at most {MAX_CHUNKS * CHUNK_CHARS:,}"
+            )
+        entity: dict[str, Any] = {
+            "PartitionKey": partition_of(pinned.workflow),
+            "RowKey": split_version(pinned.version)[1],
+            "Workflow": pinned.workflow,
+            "Version": pinned.version,
+            "Sha256": pinned.sha256,
+            "StoredAt": clock.utcnow(),
+            "Chunks": len(chunks),
+        }
+        if pinned.label:
+            entity["Label"] = pinned.label
+        for index, chunk in enumerate(chunks):
+            entity[f"Definition{index}"] = chunk
+        try:
+            self._table.create_entity(entity)
+            written = True
+        except ResourceExistsError:  # content-addressed: what is there is the same definition
+            written = False
+        with self._lock:
+            self._saved.add(pinned.version)
+        if written:
+            log.info("stored workflow definition %s", pinned.version)
+        return written
+
+    def get(self, version: str) -> WorkflowDefinition | None:
+        """The stored definition of ``version`` (verified against its hash), or None."""
+        cached = cached_definition(version)
+        if cached is not None:
+            return cached
+        workflow, digest = split_version(version)
+        try:
+            entity = self._table.get_entity(partition_of(workflow), digest)
+        except ResourceNotFoundError:
+            return None
+        text = "".join(entity.get(f"Definition{i}") or "" for i in range(int(entity.get("Chunks") or 0)))
+        return from_canonical(version, text)
+
+    def list(self, workflow: str) -> list[StoredVersion]:
+        """Every stored version of ``workflow``, oldest first (one partition query, no definitions)."""
+        rows = self._table.query_entities(
+            "PartitionKey eq @pk",
+            parameters={"pk": partition_of(workflow)},
+            select=["Workflow", "Version", "Label", "StoredAt", "Sha256"],
+        )
+        found = [
+            StoredVersion(
+                workflow=row.get("Workflow") or workflow,
+                version=row["Version"],
+                label=row.get("Label"),
+                stored_at=_aware(row.get("StoredAt")),
+                sha256=row.get("Sha256") or "",
+            )
+            for row in rows
+        ]
+        far = datetime.max.replace(tzinfo=UTC)
+        return sorted(found, key=lambda v: (v.stored_at or far, v.version))
+
+
+def _aware(value: Any) -> datetime | None:
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value if isinstance(value, datetime) else None
+
+
+def definition_for(workflow: str, version: str | None, store: DefinitionStore | None) -> WorkflowDefinition:
+    """The definition an instance of ``workflow`` pinned to ``version`` runs on.
+
+    No version (an instance started before definitions were versioned, or steps written without an
+    instance) means the current YAML, as before. A version is served from the process cache, from
+    the current YAML when it still hashes to that version, or from the store; ``UnknownVersion``
+    when none has it.
+    """
+    if not version or version == UNVERSIONED:
+        return get_workflow(workflow)
+    cached = cached_definition(version)
+    if cached is not None:
+        return cached
+    try:
+        current = pin(get_workflow(workflow))
+        if current.version == version:
+            return current.definition
+    except (UnknownWorkflow, WorkflowDefinitionError):
+        pass  # the YAML went away or broke: the store still has every started version
+    found = store.get(version) if store is not None else None
+    if found is None:
+        raise UnknownVersion(workflow, version)
+    return found
+
+
+def resolve_reference(
+    workflow: str, reference: str, store: DefinitionStore, current: PinnedDefinition | None
+) -> WorkflowDefinition:
+    """The definition a start request asks for with ``?version=``: a version id
+    (``name@<digest>``), its digest or a unique prefix of it (at least 6 characters), or a label
+    that names exactly one stored version. ``UnknownVersion`` (listing the stored ones) otherwise."""
+    ref = reference.strip()
+    stored = store.list(workflow)
+    candidates = {v.version: v.label for v in stored}
+    if current is not None:
+        candidates.setdefault(current.version, current.label)
+    digest = ref
+    if SEPARATOR in ref:
+        named, _, digest = ref.rpartition(SEPARATOR)
+        if named != workflow:
+            raise UnknownVersion(workflow, ref, sorted(candidates))
+    matches = [v for v in candidates if len(digest) >= 6 and v.rpartition(SEPARATOR)[2].startswith(digest)]
+    if not matches and SEPARATOR not in ref:
+        matches = [v for v, label in candidates.items() if label == ref]
+    if len(matches) != 1:  # none, or an ambiguous prefix or label
+        raise UnknownVersion(workflow, ref, sorted(candidates))
+    (version,) = matches
+    if current is not None and version == current.version:
+        return current.definition
+    found = store.get(version)
+    if found is None:
+        raise UnknownVersion(workflow, ref, sorted(candidates))
+    return found

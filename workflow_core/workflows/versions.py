@@ -1,0 +1,147 @@
+"""Content-addressed versions of workflow definitions: ``provision-tenant@3f9a0c1d2e4b5a69``.
+
+A definition's version is a hash of its *canonical JSON*: the validated definition dumped with every
+default filled in, keys sorted, no whitespace. Two files that mean the same thing (comments, key
+order, a default written out or left implicit) have the same version; any change that could alter a
+run (a step added, an agent renamed, a deadline moved) gives a new one. The optional ``version:``
+label in the YAML is for people and is part of the hash like every other field.
+
+An instance is pinned to the version it started on: the definition travels in its orchestration
+input as canonical JSON and is rebuilt here, verified against its hash, without any I/O, so a replay
+is deterministic and never reads the YAML that is deployed *now*.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from workflow_core.workflows.errors import WorkflowDefinitionError
+from workflow_core.workflows.model import WorkflowDefinition
+
+SEPARATOR = "@"
+DIGEST_CHARS = 16  # 64 bits of SHA-256: collisions between versions of one workflow are not a concern
+_CACHE_LIMIT = 256
+
+_cache: dict[str, WorkflowDefinition] = {}
+_lock = threading.Lock()
+
+
+def canonical_data(definition: WorkflowDefinition) -> dict[str, Any]:
+    """The definition as plain JSON data, every default explicit (what is hashed and stored)."""
+    return definition.model_dump(mode="json", by_alias=True)
+
+
+def canonical_json(definition: WorkflowDefinition) -> str:
+    return _dumps(canonical_data(definition))
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest_of(canonical: str) -> str:
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def version_id(workflow: str, digest: str) -> str:
+    return f"{workflow}{SEPARATOR}{digest[:DIGEST_CHARS]}"
+
+
+def split_version(version: str) -> tuple[str, str]:
+    """``(workflow, short digest)`` of a version id; ``WorkflowDefinitionError`` if it is not one."""
+    workflow, sep, digest = version.rpartition(SEPARATOR)
+    if not sep or not workflow or len(digest) != DIGEST_CHARS or not _is_hex(digest):
+        raise WorkflowDefinitionError(
+            f"{version!r} is not a workflow version "
+            f"(expected <workflow>{SEPARATOR}<{DIGEST_CHARS} hex digits>)"
+        )
+    return workflow, digest
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+@dataclass(frozen=True)
+class PinnedDefinition:
+    """A definition together with its version and the canonical JSON it was hashed from."""
+
+    version: str
+    definition: WorkflowDefinition
+    canonical: str
+    sha256: str
+
+    @property
+    def workflow(self) -> str:
+        return self.definition.name
+
+    @property
+    def label(self) -> str | None:
+        return self.definition.version
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """What the orchestration input carries (``WorkflowStart.definition``)."""
+        return json.loads(self.canonical)
+
+
+def pin(definition: WorkflowDefinition) -> PinnedDefinition:
+    """The version of ``definition`` (and remember it, so a later lookup by version costs nothing)."""
+    canonical = canonical_json(definition)
+    sha = digest_of(canonical)
+    pinned = PinnedDefinition(version_id(definition.name, sha), definition, canonical, sha)
+    _remember(pinned.version, definition)
+    return pinned
+
+
+def version_of(definition: WorkflowDefinition) -> str:
+    return pin(definition).version
+
+
+def from_canonical(version: str, data: dict[str, Any] | str) -> WorkflowDefinition:
+    """Rebuild the definition of ``version`` from its canonical JSON (or the data parsed from it).
+
+    Pure and cached by version: the orchestrator calls it on every replay. Raises
+    ``WorkflowDefinitionError`` when the data does not hash to the version (a corrupted input or row
+    must never run as if it were the definition the instance was pinned to).
+    """
+    cached = cached_definition(version)
+    if cached is not None:
+        return cached
+    workflow, digest = split_version(version)
+    parsed = json.loads(data) if isinstance(data, str) else data
+    try:
+        definition = WorkflowDefinition.model_validate(parsed)
+    except Exception as exc:
+        raise WorkflowDefinitionError(f"stored definition of {version} does not validate: {exc}") from None
+    # Hash what the data *means* (re-dumped), so a caller's dict order or spacing cannot matter.
+    actual = digest_of(canonical_json(definition))
+    if definition.name != workflow or not actual.startswith(digest):
+        raise WorkflowDefinitionError(
+            f"definition carried for {version} hashes to {version_id(definition.name, actual)}: refusing "
+            "to run an instance on a definition other than the one it was pinned to"
+        )
+    _remember(version, definition)
+    return definition
+
+
+def cached_definition(version: str) -> WorkflowDefinition | None:
+    with _lock:
+        return _cache.get(version)
+
+
+def _remember(version: str, definition: WorkflowDefinition) -> None:
+    with _lock:
+        if version not in _cache and len(_cache) >= _CACHE_LIMIT:
+            _cache.pop(next(iter(_cache)))
+        _cache[version] = definition
+
+
+def clear_version_cache() -> None:
+    """Forget rebuilt definitions (tests)."""
+    with _lock:
+        _cache.clear()
