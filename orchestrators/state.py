@@ -43,6 +43,7 @@ class WorkflowStart(_Strict):
     input: dict[str, Any] = Field(default_factory=dict)
     state: Progress | None = None
     epoch: int = Field(default=0, ge=0, description="resumes so far: names this scheduler's children")
+    trace: dict[str, str] | None = Field(default=None, description="W3C trace context (observability only)")
 
 
 class CompensationStart(_Strict):
@@ -51,6 +52,7 @@ class CompensationStart(_Strict):
     instance_id: str
     workflow: str
     reason: str = ""
+    trace: dict[str, str] | None = None  # W3C trace context of the instance (observability only)
 
 
 class PlannedCompensation(BaseModel):

@@ -125,7 +125,13 @@ def test_a_watchdog_tick_emits_recovery_telemetry(otel, services, ledger):
     ]
     (tick_span,) = [s for s in spans.get_finished_spans() if s.name == "sas.watchdog.tick"]
     assert tick_span.attributes["sas.tick_id"] == "tel" and tick_span.attributes["sas.claimed"] == 2
-    assert sorted(e.attributes["sas.instance_id"] for e in tick_span.events) == ["wf-tel-1", "wf-tel-2"]
+    # each step's recovery has its own span under the tick's, and the recovery event is on it
+    recoveries = [s for s in spans.get_finished_spans() if s.name == "sas.watchdog.recover"]
+    assert {s.parent.span_id for s in recoveries} == {tick_span.context.span_id}
+    assert sorted(e.attributes["sas.instance_id"] for s in recoveries for e in s.events) == [
+        "wf-tel-1",
+        "wf-tel-2",
+    ]
 
 
 def test_nothing_is_exported_without_a_connection_string(monkeypatch):
