@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from azure.monitor.opentelemetry.exporter.export.trace._exporter import _convert_span_to_envelope
 from opentelemetry.instrumentation.logging.handler import LoggingHandler
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
@@ -162,6 +163,11 @@ def test_one_trace_from_the_http_start_through_every_hop(traced_harness: Pattern
     (start,) = [s for s in spans if s.name == tracing.START_SPAN]
     trace_id = start.context.trace_id
     assert start.attributes["sas.instance_id"] == iid and start.kind is SpanKind.SERVER
+    # what docs/operations.md's KQL looks for: a `requests` row named sas.workflow.start with the id
+    envelope = _convert_span_to_envelope(start)
+    assert (envelope.data.base_type, envelope.data.base_data.name) == ("RequestData", tracing.START_SPAN)
+    assert envelope.data.base_data.properties["sas.instance_id"] == iid
+    assert envelope.tags["ai.operation.id"] == f"{trace_id:032x}"
 
     sends = _of(spans, f"send {work_queue}", iid)
     works = _of(spans, f"process {work_queue}", iid)
@@ -232,6 +238,10 @@ def test_watchdog_recovery_span_links_to_the_steps_trace_and_its_resend_stays_in
     ]
     assert recover.context.trace_id != trace_id  # the tick's own trace, not a child of the workflow
     assert [link.context.trace_id for link in recover.links] == [trace_id]
+    # ... which Application Insights keeps in customDimensions["_MS.links"] (docs/operations.md)
+    envelope = _convert_span_to_envelope(recover)
+    assert envelope.data.base_type == "RemoteDependencyData"
+    assert f"{trace_id:032x}" in envelope.data.base_data.properties["_MS.links"]
     (tick,) = [s for s in spans if s.context.span_id == recover.parent.span_id]
     assert tick.name == "sas.watchdog.tick"
     assert [e.attributes["sas.action"] for e in recover.events if e.name == telemetry.RECOVERY_EVENT] == [
