@@ -244,7 +244,9 @@ def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
             "sas.kind": d.kind,
         },
     ):
-        return _dispatch_in_span(d.model_copy(update={"trace": tracing.current() or None}), services)
+        # the span's own context; the input's when this process exports no traces (keep the chain)
+        recorded = tracing.current() or tracing.clean(d.trace) or None
+        return _dispatch_in_span(d.model_copy(update={"trace": recorded}), services)
 
 
 def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:

@@ -11,7 +11,8 @@ name                                kind       unit            attributes
 ``sas.step.duration``               histogram  ``s``           workflow, step, outcome (+ error.type)
 ``sas.step.attempts``               histogram  ``{attempt}``   workflow, step, outcome (+ error.type)
 ``sas.step.queue_wait.duration``    histogram  ``s``           workflow, step
-``sas.step.in_flight``              gauge      ``{step}``      (workflow), from a caller's callback
+``sas.step.in_flight``              gauge      ``{step}``      (workflow), from a caller's callback (the
+                                                               app's: workflow_core/ledger_gauges.py)
 ``sas.instance.overdue``            gauge      ``{instance}``  (workflow), from a caller's callback
 ``sas.recoveries``                  counter    ``{action}``    action, outcome, workflow (+ error.type)
 ``sas.compensation_failures``       counter    ``{step}``      workflow
