@@ -13,9 +13,12 @@ import activities
 import api
 import orchestrators
 import supervisor
+from workflow_core import ledger_gauges
 from workflow_core.telemetry import configure_telemetry_from_env
 
 configure_telemetry_from_env()
+# The in-flight and overdue gauges read the ledger lazily, at export time (nothing when not exported).
+ledger_gauges.register()
 # Fail the start-up, naming the file and field, if a workflow definition is invalid or uses an
 # agent that has no handler: better a failed deployment than a failed first step.
 activities.check_shipped_workflows()

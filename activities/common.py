@@ -134,7 +134,8 @@ def error_text(exc: BaseException) -> str:
 def emit_recovery(
     record: StepRecord, action: str, *, attempt: int | None = None, outcome: str | None = None, **attrs: Any
 ) -> None:
-    """Report a recovery action of the Agent role (``sas.recovery`` counter, span event, log record).
+    """Report a recovery action of the Agent role (``sas.recoveries`` counter, span event, log record
+    and custom event ``sas.recovery``).
 
     Called only by the run that actually changed the ledger, so a re-run does not count twice.
     """

@@ -26,12 +26,14 @@ from collections.abc import Callable
 from typing import Any
 
 import azure.functions as func
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from activities._bp import bp
 from activities.common import COMP_FAILED, emit_recovery, grace_deadline, park, retry_on_conflict, step_output
 from activities.messages import from_queue_message, from_servicebus_message, transport_kind
 from activities.results import EventClient, raise_result_event
+from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, explain, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
 from workflow_core.runtime import Services, get_services
@@ -50,11 +52,65 @@ async def handle_dead_letter(
     client: EventClient,
     services: Services,
     message_id: str | None = None,
+    trace: Any = None,
 ) -> str:
     """Fail the dead-lettered attempt and tell its orchestration. Returns what happened:
     ``failed-event-raised``, ``result-event-raised`` (the ledger already had an outcome),
     ``late-result-ignored`` (the orchestration is gone), ``ignored``, or ``parked`` (not a valid
-    ``WorkMessage``: kept in the parked partition with a readable reason, never raised on)."""
+    ``WorkMessage``: kept in the parked partition with a readable reason, never raised on).
+
+    Every message handled is counted (``sas.dead_lettered_messages``, custom event
+    ``sas.message_dead_lettered``); ``trace`` (its application properties) makes this handler's span
+    part of the step's trace."""
+    queue = services.settings.work_queue
+    fields = body if isinstance(body, dict) else {}
+    with tracing.span(
+        f"process {queue}/dead-letter",
+        parent=trace,
+        kind=SpanKind.CONSUMER,
+        attributes={
+            **tracing.messaging_attributes(services.settings.transport, queue, "process", message_id),
+            "sas.instance_id": fields.get("instance_id"),
+            "sas.step_id": fields.get("step_id"),
+            "sas.attempt": fields.get("attempt"),
+            "sas.dead_letter_reason": reason,
+        },
+    ):
+        _count(queue, reason, fields)
+        return await _handle_dead_letter(
+            body,
+            reason=reason,
+            description=description,
+            client=client,
+            services=services,
+            message_id=message_id,
+        )
+
+
+def _count(queue: str, reason: str | None, fields: dict[str, Any]) -> None:
+    try:
+        telemetry.record_dead_letter(
+            queue,
+            reason=reason or "unknown",
+            workflow=fields.get("workflow") if isinstance(fields.get("workflow"), str) else None,
+            instance_id=fields.get("instance_id") if isinstance(fields.get("instance_id"), str) else None,
+            step_id=fields.get("step_id") if isinstance(fields.get("step_id"), str) else None,
+            attempt=fields.get("attempt") if isinstance(fields.get("attempt"), int) else None,
+            kind=fields.get("kind") if isinstance(fields.get("kind"), str) else None,
+        )
+    except Exception:  # telemetry must never fail the work it describes
+        log.exception("could not record the dead letter")
+
+
+async def _handle_dead_letter(
+    body: Any,
+    *,
+    reason: str | None,
+    description: str | None,
+    client: EventClient,
+    services: Services,
+    message_id: str | None,
+) -> str:
     error = fit_text(
         f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
     )
@@ -184,6 +240,7 @@ def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callabl
                 client=client,
                 services=get_services(),
                 message_id=incoming.message_id,
+                trace=incoming.application_properties,
             )
 
         return agent_dead_letter_handler
@@ -202,6 +259,7 @@ def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callabl
             client=client,
             services=get_services(),
             message_id=incoming.message_id,
+            trace=incoming.application_properties,
         )
 
     return agent_dead_letter_handler

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import azure.functions as func
@@ -49,6 +49,8 @@ class Incoming:
     correlation_id: str | None = None
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
+    # Service Bus application properties / the envelope's: carry ``traceparent``/``tracestate``
+    application_properties: dict[str, Any] = field(default_factory=dict)
 
 
 def from_queue_message(msg: func.QueueMessage, *, dead_letter: bool = False) -> Incoming:
@@ -69,6 +71,7 @@ def from_queue_message(msg: func.QueueMessage, *, dead_letter: bool = False) -> 
         correlation_id=envelope.correlation_id,
         dead_letter_reason=reason,
         dead_letter_description=description,
+        application_properties=dict(envelope.application_properties),
     )
 
 
@@ -80,6 +83,7 @@ def from_servicebus_message(msg: func.ServiceBusMessage) -> Incoming:
         correlation_id=msg.correlation_id,
         dead_letter_reason=msg.dead_letter_reason,
         dead_letter_description=msg.dead_letter_error_description,
+        application_properties=dict(getattr(msg, "application_properties", None) or {}),
     )
 
 

@@ -27,13 +27,14 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import azure.functions as func
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from activities._bp import bp
 from activities.common import park
 from activities.messages import from_queue_message, from_servicebus_message, transport_kind
 from activities.verification import UNDOING, recorded_outcome
-from workflow_core import telemetry
+from workflow_core import telemetry, tracing
 from workflow_core.contracts import RESULT_FUNCTION, ResultMessage, explain, result_event_name
 from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.runtime import Services, get_services
@@ -139,9 +140,38 @@ def confirm(result: ResultMessage, r: StepRecord) -> tuple[ResultMessage | None,
 
 
 async def handle_result(
-    body: Any, client: EventClient, services: Services, *, message_id: str | None = None
+    body: Any,
+    client: EventClient,
+    services: Services,
+    *,
+    message_id: str | None = None,
+    trace: Any = None,
 ) -> HandleOutcome:
-    """Handle one result-queue message body (a ``ResultMessage`` dict); see the module docstring."""
+    """Handle one result-queue message body (a ``ResultMessage`` dict); see the module docstring.
+
+    ``trace``: the message's application properties; their ``traceparent`` (the worker's span) is
+    the parent of this handler's span, so the reply stays in the workflow's trace."""
+    queue = services.settings.result_queue
+    fields = body if isinstance(body, dict) else {}
+    with tracing.span(
+        f"process {queue}",
+        parent=trace,
+        kind=SpanKind.CONSUMER,
+        attributes={
+            **tracing.messaging_attributes(services.settings.transport, queue, "process", message_id),
+            "sas.instance_id": fields.get("instance_id"),
+            "sas.step_id": fields.get("step_id"),
+            "sas.attempt": fields.get("attempt"),
+            "sas.kind": fields.get("kind"),
+            "sas.outcome": fields.get("outcome"),
+        },
+    ):
+        return await _handle_result(body, client, services, message_id=message_id)
+
+
+async def _handle_result(
+    body: Any, client: EventClient, services: Services, *, message_id: str | None
+) -> HandleOutcome:
     try:
         result = ResultMessage.model_validate(body)
     except ValidationError as exc:
@@ -189,7 +219,13 @@ def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[...
         @blueprint.durable_client_input(client_name="client")
         async def agent_result_handler(msg: func.ServiceBusMessage, client) -> None:
             incoming = from_servicebus_message(msg)
-            await handle_result(incoming.body, client, get_services(), message_id=incoming.message_id)
+            await handle_result(
+                incoming.body,
+                client,
+                get_services(),
+                message_id=incoming.message_id,
+                trace=incoming.application_properties,
+            )
 
         return agent_result_handler
 
@@ -198,7 +234,13 @@ def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[...
     @blueprint.durable_client_input(client_name="client")
     async def agent_result_handler(msg: func.QueueMessage, client) -> None:
         incoming = from_queue_message(msg)
-        await handle_result(incoming.body, client, get_services(), message_id=incoming.message_id)
+        await handle_result(
+            incoming.body,
+            client,
+            get_services(),
+            message_id=incoming.message_id,
+            trace=incoming.application_properties,
+        )
 
     return agent_result_handler
 

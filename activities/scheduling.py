@@ -25,8 +25,10 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities import step_metrics
 from activities._bp import bp
 from activities.common import (
     COMP_DISPATCHED,
@@ -48,7 +50,7 @@ from activities.common import (
 )
 from activities.instances import keep_promise, settle_instance, with_promise, works_on
 from workflow_core import contracts as c
-from workflow_core import telemetry
+from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepCheck, StepDispatch
 from workflow_core.ledger import (
     InstanceHandle,
@@ -226,6 +228,30 @@ def dispatch_compensation(payload: dict[str, Any], services: Services) -> dict[s
 
 
 def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
+    """The dispatch as a PRODUCER span under the workflow's trace (``d.trace``): the span's own
+    context goes to the ledger row with the Dispatched/Compensating write and, from the row, into
+    the work message (``workflow_core.tracing``)."""
+    queue = services.settings.work_queue
+    message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
+    with tracing.span(
+        f"send {queue}",
+        parent=d.trace,
+        kind=SpanKind.PRODUCER,
+        attributes={
+            **tracing.messaging_attributes(services.settings.transport, queue, "send", message_id),
+            "sas.instance_id": d.instance_id,
+            "sas.step_id": d.step_id,
+            "sas.attempt": d.attempt,
+            "sas.workflow": d.workflow,
+            "sas.kind": d.kind,
+        },
+    ):
+        # the span's own context; the input's when this process exports no traces (keep the chain)
+        recorded = tracing.current() or tracing.clean(d.trace) or None
+        return _dispatch_in_span(d.model_copy(update={"trace": recorded}), services)
+
+
+def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     ledger = services.ledger
     deadline = parse_time(d.deadline, "deadline")
     grace = services.settings.watchdog_grace_seconds
@@ -315,6 +341,7 @@ def _decide_work_dispatch(
             input_ref=encode_json(d.input),
             message_sent_at=None,
             last_heartbeat=None,
+            **tracing.ledger_fields(d.trace),
             **with_promise(handle, deadline, grace, d.orchestration_id),
         )
         return updated, "dispatched"
@@ -362,6 +389,7 @@ def _decide_compensation_dispatch(
             orchestration_id=d.orchestration_id,
             message_sent_at=None,
             last_heartbeat=None,
+            **tracing.ledger_fields(d.trace),
             **with_promise(handle, deadline, grace, d.orchestration_id),
         )
         return updated, "dispatched"
@@ -475,6 +503,12 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
                 **with_promise(handle, current, grace, r.orchestration_id),
             )
             emit_recovery(r, "timed_out", reason=f"no result by {iso(r.deadline)}")
+            step_metrics.attempt_finished(
+                r,
+                outcome=telemetry.STEP_TIMED_OUT,
+                started_at=step_metrics.dispatched_at(r),
+                ended_at=current,
+            )
             return StepCheck(state="timed_out", error=f"attempt {r.attempt} timed out")
         if r.status in (S.TIMED_OUT, S.RETRYING):
             return StepCheck(state="timed_out", error=r.last_error)

@@ -39,8 +39,10 @@ from enum import StrEnum
 from typing import Any
 
 import azure.functions as func
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
+from activities import step_metrics
 from activities._bp import bp
 from activities.common import (
     COMP_DONE,
@@ -50,6 +52,7 @@ from activities.common import (
     error_text,
     grace_deadline,
     is_transient_claim,
+    now,
     park,
     retry_on_conflict,
     step_input,
@@ -65,6 +68,7 @@ from activities.handlers.base import (
     is_non_retryable,
 )
 from activities.messages import from_queue_message, from_servicebus_message, transport_kind
+from workflow_core import telemetry, tracing
 from workflow_core.contracts import WORKER_FUNCTION, ResultMessage, WorkMessage, explain, fit_text
 from workflow_core.ledger import InstanceHandle, StepLedger, StepNotFound, StepRecord, StepStatus, encode_json
 from workflow_core.ledger.model import MAX_TEXT
@@ -127,28 +131,46 @@ def process_work_message(
     services: Services,
     worker_id: str,
     message_id: str | None = None,
+    trace: Any = None,
 ) -> str | None:
     """Handle one delivery of a work message (see the module docstring for the rules).
 
-    ``body``: the message body (a ``WorkMessage`` dict); ``delivery_count``: 1 on first delivery.
+    ``body``: the message body (a ``WorkMessage`` dict); ``delivery_count``: 1 on first delivery;
+    ``trace``: the message's application properties (its ``traceparent``/``tracestate`` make this
+    delivery's span a child of the dispatch, and the reply carries this span's context on).
     A body that is not a valid ``WorkMessage`` (bad ids, sizes, types, missing fields, not JSON) is
     never raised on: it is parked with a readable reason (returned) and the step, if it can be
     identified, gets a ``message-parked`` note. Infrastructure errors and :class:`AgentCrash`
     propagate so the message is delivered again.
     """
-    try:
-        message = WorkMessage.model_validate(body)
-    except ValidationError as exc:
-        return park(
-            services,
-            source="work",
-            reason=f"not a valid work message: {explain(exc)}",
-            body=body,
-            actor=worker_id,
-            message_id=message_id,
-        )
-    _Delivery(message, delivery_count, services, worker_id).process()
-    return None
+    queue = services.settings.work_queue
+    fields = body if isinstance(body, dict) else {}
+    with tracing.span(
+        f"process {queue}",
+        parent=trace,
+        kind=SpanKind.CONSUMER,
+        attributes={
+            **tracing.messaging_attributes(services.settings.transport, queue, "process", message_id),
+            "sas.instance_id": fields.get("instance_id"),
+            "sas.step_id": fields.get("step_id"),
+            "sas.attempt": fields.get("attempt"),
+            "sas.kind": fields.get("kind"),
+            "sas.delivery_count": delivery_count,
+        },
+    ):
+        try:
+            message = WorkMessage.model_validate(body)
+        except ValidationError as exc:
+            return park(
+                services,
+                source="work",
+                reason=f"not a valid work message: {explain(exc)}",
+                body=body,
+                actor=worker_id,
+                message_id=message_id,
+            )
+        _Delivery(message, delivery_count, services, worker_id).process()
+        return None
 
 
 class _Delivery:
@@ -161,6 +183,7 @@ class _Delivery:
         self.work = message.kind == "work"
         self.grace = services.settings.watchdog_grace_seconds
         self.took_over = False
+        self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
 
     # ---- flow ------------------------------------------------------------------------------------
 
@@ -234,6 +257,8 @@ class _Delivery:
                 reason=f"claimed (delivery {self.n})",
                 owner=self.worker_id,
             )
+            self.started_at = now()
+            step_metrics.queue_wait(r, self.started_at)
             return _Action.RUN, claimed, None
         if r.status is S.RUNNING:
             if self.n > 1:
@@ -243,6 +268,7 @@ class _Delivery:
                     reason=f"took over from {r.owner} after redelivery (delivery {self.n})",
                     owner=self.worker_id,
                 )
+                self.started_at = now()
                 self.took_over = True
                 return _Action.RUN, taken, None
             why = f"attempt {a} is already Running (owner {r.owner}); this is a duplicate copy"
@@ -395,6 +421,7 @@ class _Delivery:
                     f"ledger moved on to attempt {r.attempt} ({r.status.value})",
                 )
             if r.status is S.RUNNING:
+                outcome_name = telemetry.STEP_SUCCEEDED if ok else telemetry.STEP_FAILED
                 if ok:
                     # With the instance record in the same transaction: the completion takes the
                     # instance's next completion number, which orders compensation (no clocks).
@@ -417,6 +444,14 @@ class _Delivery:
                         non_retryable=permanent,
                         deadline=grace_deadline(self.grace),
                     )
+                step_metrics.attempt_finished(
+                    r,
+                    outcome=outcome_name,
+                    started_at=self.started_at,
+                    ended_at=now(),
+                    error_type=None if ok else step_metrics.error_type_of(error),
+                    final=ok or permanent or r.attempt >= r.max_attempts,
+                )
                 return self._result(ok, output, error, permanent), None
             if r.status in (S.SUCCEEDED, S.FAILED):
                 why = f"attempt {a} was already recorded {r.status.value} by {r.owner}"
@@ -439,6 +474,7 @@ class _Delivery:
                     compensation_status=COMP_DONE,
                     completed_at=r.completed_at,  # keep when the step's own work completed
                 )
+                step_metrics.compensation_finished(r)
                 return self._result(True, output, None), None
             if r.compensation_status == COMP_FAILED:
                 return None, (
@@ -485,7 +521,13 @@ class _Delivery:
                 message_id=result_message_id(m.instance_id, m.step_id, m.attempt, m.kind),
                 correlation_id=message_id_for(m.instance_id, m.step_id, m.attempt, kind=m.kind),
                 subject=f"{m.kind}-result",
-                application_properties={"kind": m.kind, "outcome": result.outcome, "agent": m.agent},
+                application_properties={
+                    "kind": m.kind,
+                    "outcome": result.outcome,
+                    "agent": m.agent,
+                    # the reply continues this delivery's trace (the result handler's span is its child)
+                    **tracing.message_properties(tracing.current()),
+                },
             ),
         )
         log.info("%s: replied %s", self._label, result.outcome)
@@ -505,6 +547,7 @@ def run_queue_message(
         services=services or get_services(),
         worker_id=worker_id or default_worker_id(),
         message_id=incoming.message_id,
+        trace=incoming.application_properties,
     )
 
 
@@ -519,6 +562,7 @@ def run_servicebus_message(
         services=services or get_services(),
         worker_id=worker_id or default_worker_id(),
         message_id=incoming.message_id,
+        trace=incoming.application_properties,
     )
 
 

@@ -11,6 +11,7 @@ test host call them directly.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,8 @@ import azure.functions as func
 from azure.core.exceptions import AzureError
 from azure.durable_functions import OrchestrationRuntimeStatus
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from api.responses import ApiError, iso, json_errors, json_object_body, json_response, route_base
 from api.views import (
@@ -32,7 +35,7 @@ from api.views import (
     step_view,
     workflow_name_of,
 )
-from workflow_core import clock
+from workflow_core import clock, tracing
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR, compensation_instance_id, step_instance_id
 from workflow_core.ledger import (
     InstanceAlreadyExists,
@@ -150,7 +153,29 @@ def _steps_url(base: str, instance_id: str) -> str:
 # ---- POST /api/workflows/{name}/instances ---------------------------------------------------------------
 
 
+def _traced_start(handler: Callable[..., Awaitable[func.HttpResponse]]) -> Callable[..., Any]:
+    """Run the starter in the span ``sas.workflow.start``: the root of the instance's trace.
+
+    Its parent is the current span when the host's invocation span is current, else the caller's
+    ``traceparent`` header (if any). The span's context goes into the orchestration input and the
+    instance record (``workflow_core.tracing``), never into a decision."""
+
+    @functools.wraps(handler)
+    async def traced(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+        nested = tracing.has_current_span()
+        with tracing.span(
+            tracing.START_SPAN,
+            parent=None if nested else dict(req.headers or {}),
+            kind=SpanKind.INTERNAL if nested else SpanKind.SERVER,
+            attributes={"http.request.method": req.method, "sas.workflow": req.route_params.get("name")},
+        ):
+            return await handler(req, client, services)
+
+    return traced
+
+
 @json_errors
+@_traced_start
 async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """Validate the input, start ``workflow_orchestrator`` and answer 202 with the status URLs."""
     name = req.route_params.get("name", "")
@@ -177,7 +202,9 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
     svc = svc or resolve_services(services)
     await _ensure_unused(client, svc, instance_id)
     await store_definition(svc, pinned)  # before the record names it: whoever reads one finds the other
-    await _record_instance(svc, definition, instance_id, validated, input_json, pinned.version)
+    trace_context = tracing.current()
+    trace.get_current_span().set_attribute("sas.instance_id", instance_id)
+    await _record_instance(svc, definition, instance_id, validated, input_json, pinned.version, trace_context)
 
     # The definition travels with the input: every replay, generation and child runs on exactly it.
     orchestrator_input = {
@@ -186,6 +213,8 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
         "version": pinned.version,
         "definition": pinned.data,
     }
+    if trace_context:  # observability data for the orchestrators to pass on (workflow_core.tracing)
+        orchestrator_input[tracing.TRACE_FIELD] = trace_context
     try:
         await client.start_new(WORKFLOW_ORCHESTRATOR, instance_id, orchestrator_input)
     except Exception as exc:
@@ -258,6 +287,7 @@ async def _record_instance(
     validated: dict[str, Any],
     input_json: str,
     version: str,
+    trace_context: dict[str, str] | None = None,
 ) -> None:
     """Write the instance record before the orchestration starts, so even one that never starts is
     supervised; a used id is a 409."""
@@ -277,6 +307,7 @@ async def _record_instance(
                 max_resumes=definition.max_resumes,
                 on_scheduler_lost=definition.on_scheduler_lost,
                 version=version,
+                **tracing.ledger_fields(trace_context),
             ),
         )
     except InstanceAlreadyExists as exc:

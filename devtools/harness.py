@@ -492,12 +492,22 @@ class PatternHarness:
             delivery_count=message.delivery_count,
             services=self.services,
             worker_id=f"worker:w{next(self._deliveries)}",
+            message_id=message.message_id,
+            trace=message.application_properties,
         )
 
     def _result_handler(self, message: ReceivedMessage) -> None:
         from activities import handle_result
 
-        self.host.run_async(handle_result(message.body, self.host.client, self.services))
+        self.host.run_async(
+            handle_result(
+                message.body,
+                self.host.client,
+                self.services,
+                message_id=message.message_id,
+                trace=message.application_properties,
+            )
+        )
 
     def _pump_work(self) -> int:
         return self._consume("work", self.settings.work_queue, self._work_handler)
@@ -521,6 +531,8 @@ class PatternHarness:
                     description=message.dead_letter_description,
                     client=self.host.client,
                     services=self.services,
+                    message_id=message.message_id,
+                    trace=message.application_properties,
                 )
             )
             self.transport.complete(message)

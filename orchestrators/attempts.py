@@ -59,10 +59,12 @@ class StepRun:
     deadline_seconds: float
     retry: RetryPolicy
     input: dict[str, Any] = field(default_factory=dict)
+    trace: dict[str, str] | None = None  # W3C trace context from the orchestration input, passed on
 
     def to_payload(self) -> dict[str, Any]:
         """JSON-ready fields, the input of ``step_orchestrator``."""
         return {
+            **({"trace": self.trace} if self.trace else {}),
             "kind": self.kind,
             "instance_id": self.instance_id,
             "workflow": self.workflow,
@@ -87,6 +89,7 @@ class StepRun:
             deadline_seconds=float(payload["deadline_seconds"]),
             retry=RetryPolicy.model_validate(payload.get("retry") or {}),
             input=dict(payload.get("input") or {}),
+            trace=payload.get("trace") if isinstance(payload.get("trace"), dict) else None,
         )
 
     @property
@@ -148,8 +151,11 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
             deadline=to_iso(deadline),
             input=run.input,
             kind=run.kind,
+            trace=run.trace,
         )
-        dispatched = yield call_activity(context, run.dispatch_activity, dispatch.model_dump())
+        dispatched = yield call_activity(
+            context, run.dispatch_activity, dispatch.model_dump(exclude_none=True)
+        )
         next_move = after_dispatch(dispatched)
         if next_move == SKIP_ATTEMPT:
             skipped += 1

@@ -62,6 +62,7 @@ def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any
             retry=entry.retry,
             # The compensator sees what the step was asked to do and what it reported doing.
             input={"input": entry.input or {}, "output": entry.output},
+            trace=start.trace,
         )
         result = yield from run_step(context, run, status)
         if result.succeeded:

@@ -51,6 +51,7 @@ class WorkflowStart(_Strict):
     epoch: int = Field(default=0, ge=0, description="resumes so far: names this scheduler's children")
     version: str | None = Field(default=None, description="pinned definition version, name@digest")
     definition: dict[str, Any] | None = Field(default=None, description="its canonical JSON")
+    trace: dict[str, str] | None = Field(default=None, description="W3C trace context (observability only)")
 
     def pinned(self) -> WorkflowDefinition:
         """The carried definition (pure: no I/O, verified against ``version``)."""
@@ -68,6 +69,7 @@ class CompensationStart(_Strict):
     instance_id: str
     workflow: str
     reason: str = ""
+    trace: dict[str, str] | None = None  # W3C trace context of the instance (observability only)
 
 
 class PlannedCompensation(BaseModel):

@@ -95,22 +95,28 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
             if start.definition is None:  # an unpinned instance keeps its input's old shape
                 carried.pop("version")
                 carried.pop("definition")
+            if start.trace is None:
+                carried.pop("trace")
             context.continue_as_new(carried)
             return None
 
         if len(stage) > 1:
             progress, failed = yield from _run_group(
-                context, definition, stage, workflow_input, progress, status, start.epoch
+                context, definition, stage, workflow_input, progress, status, start.epoch, start.trace
             )
             status.progress = progress
             if failed:
-                return (yield from _give_up_and_compensate(context, definition, failed, progress, status))
+                return (
+                    yield from _give_up_and_compensate(
+                        context, definition, failed, progress, status, start.trace
+                    )
+                )
             completed_here += len(stage)
             continue
 
         (step,) = stage
         status.step = step.id
-        prepared = _prepare(definition, instance_id, step, workflow_input, progress.outputs)
+        prepared = _prepare(definition, instance_id, step, workflow_input, progress.outputs, start.trace)
         if isinstance(prepared, StepResult):
             result = prepared
         else:
@@ -118,7 +124,9 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
 
         if not result.succeeded:
             return (
-                yield from _give_up_and_compensate(context, definition, [(step.id, result)], progress, status)
+                yield from _give_up_and_compensate(
+                    context, definition, [(step.id, result)], progress, status, start.trace
+                )
             )
         progress = progress.after(step.id, result.output)
         status.progress = progress
@@ -149,6 +157,7 @@ def _prepare(
     step: StepDefinition,
     workflow_input: dict[str, Any],
     outputs: dict[str, Any],
+    trace: dict[str, str] | None = None,
 ) -> StepRun | StepResult:
     """The run of one work step, or its failure when its input references cannot be resolved:
     retrying cannot fix a missing reference, so such a step gives up before anything is dispatched."""
@@ -164,6 +173,7 @@ def _prepare(
         deadline_seconds=step.deadline_seconds,
         retry=step.retry,
         input=step_input,
+        trace=trace,
     )
 
 
@@ -175,6 +185,7 @@ def _run_group(
     progress: Progress,
     status: _Status,
     epoch: int = 0,
+    trace: dict[str, str] | None = None,
 ) -> Generator[Any, Any, tuple[Progress, list[tuple[str, StepResult]]]]:
     """Run a parallel group: one ``step_orchestrator`` per step, all started in this episode, then
     wait for every one of them. Returns the progress with the succeeded steps' outputs recorded (in
@@ -182,7 +193,8 @@ def _run_group(
     instance_id = context.instance_id
     status.step = ", ".join(step.id for step in stage)
     prepared = [
-        (step.id, _prepare(definition, instance_id, step, workflow_input, progress.outputs)) for step in stage
+        (step.id, _prepare(definition, instance_id, step, workflow_input, progress.outputs, trace))
+        for step in stage
     ]
     unresolved = [(step_id, p) for step_id, p in prepared if isinstance(p, StepResult)]
     if unresolved:  # nothing of the group is dispatched
@@ -232,6 +244,7 @@ def _give_up_and_compensate(
     failed: list[tuple[str, StepResult]],
     progress: Progress,
     status: _Status,
+    trace: dict[str, str] | None = None,
 ) -> Generator[Any, Any, dict[str, Any]]:
     """Record that the step(s) gave up, then undo what was done through the compensation orchestrator.
 
@@ -255,7 +268,12 @@ def _give_up_and_compensate(
     try:
         compensation = yield context.call_sub_orchestrator(
             COMPENSATION_ORCHESTRATOR,
-            {"instance_id": instance_id, "workflow": definition.name, "reason": reason},
+            {
+                "instance_id": instance_id,
+                "workflow": definition.name,
+                "reason": reason,
+                **({"trace": trace} if trace else {}),
+            },
             instance_id=compensation_instance_id(instance_id),
         )
     except Exception as exc:  # the sub-orchestration failed outright; the ledger keeps the detail

@@ -26,7 +26,7 @@ import logging
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from workflow_core import telemetry
+from workflow_core import telemetry, tracing
 from workflow_core.contracts import (
     COMPENSATION_ORCHESTRATOR,
     WORKFLOW_ORCHESTRATOR,
@@ -62,6 +62,14 @@ class InstanceAction(StrEnum):
     RESTART_COMPENSATION = "restart_compensation"  # Compensating with no compensation running
     NOTE_COMPENSATION_RUNNING = "note_compensation_running"
     NOTE_OWNED = "note_instance_owned"  # another tick holds the instance: left to it
+
+
+def trace_input(record: Any) -> dict[str, Any]:
+    """``{"trace": <carrier>}`` for an orchestration input, from the W3C context a ledger row (step or
+    instance record) holds, so a resumed scheduler or a compensation the supervisor starts stays in
+    the workflow's trace; {} when the row has none. Observability only."""
+    carrier = tracing.from_fields(record.trace_parent, record.trace_state)
+    return {tracing.TRACE_FIELD: carrier} if carrier else {}
 
 
 def supervisor_holds(record: InstanceRecord, tick: _Tick) -> bool:
@@ -184,6 +192,7 @@ class InstanceSupervisor:
             generation=record.generation,
             version=record.version,
         )
+        payload.update(trace_input(record))
         await self.tick.client.start_new(WORKFLOW_ORCHESTRATOR, record.instance_id, payload)
         self.tick._statuses[record.instance_id] = "Pending"
         done = len(payload["state"]["completed"])
@@ -278,7 +287,12 @@ class InstanceSupervisor:
         await self.tick.client.start_new(
             COMPENSATION_ORCHESTRATOR,
             compensation_id,
-            {"instance_id": record.instance_id, "workflow": record.workflow, "reason": reason},
+            {
+                "instance_id": record.instance_id,
+                "workflow": record.workflow,
+                "reason": reason,
+                **trace_input(record),
+            },
         )
         self.tick._statuses[compensation_id] = "Pending"
         await self.decided(record, action, f"{reason}; compensation {compensation_id} started")

@@ -38,8 +38,8 @@ from typing import Any, Protocol, TypeVar
 import azure.durable_functions as df
 import azure.functions as func
 
-from supervisor.instances import InstanceSupervisor
-from workflow_core import clock, telemetry
+from supervisor.instances import InstanceSupervisor, trace_input
+from workflow_core import clock, ledger_gauges, telemetry, tracing
 from workflow_core.contracts import (
     COMPENSATION_ORCHESTRATOR,
     WATCHDOG_FUNCTION,
@@ -249,7 +249,8 @@ class _Tick:
         )
 
     async def time_out(self, claimed: StepRecord, *, reason: str, last_error: str) -> None:
-        """Record a mid-flight attempt as TimedOut; the claim's lease stays its deadline."""
+        """Record a mid-flight attempt as TimedOut; the claim's lease stays its deadline (and count
+        it in ``sas.step.duration`` with outcome ``timed_out``, from the recorded send)."""
         await _io(
             self.ledger.transition,
             claimed,
@@ -258,6 +259,14 @@ class _Tick:
             reason=reason,
             last_error=last_error,
             deadline=self.now + self.lease,
+        )
+        sent = claimed.message_sent_at
+        telemetry.record_step_finished(
+            claimed.workflow_name,
+            claimed.step_id,
+            telemetry.STEP_TIMED_OUT,
+            duration_s=None if sent is None else (self.now - sent).total_seconds(),
+            error_type="timeout",
         )
 
     async def note(self, record: StepRecord, action: Action | str, detail: str) -> None:
@@ -467,7 +476,13 @@ class _Tick:
         await self.client.start_new(
             COMPENSATION_ORCHESTRATOR,
             compensation_id,
-            {"instance_id": found.instance_id, "workflow": found.workflow_name, "reason": reason},
+            {
+                "instance_id": found.instance_id,
+                "workflow": found.workflow_name,
+                "reason": reason,
+                # the compensation's dispatches continue the step's trace (observability only)
+                **trace_input(found),
+            },
         )
         self._statuses[compensation_id] = "Pending"  # other steps of this instance in this tick see it
         self.decided(found, Action.START_COMPENSATION, telemetry.OUTCOME_OK, detail)
@@ -591,35 +606,39 @@ async def run_tick(
         report.overdue = len(overdue)
         await _supervise_instances(tick, now, limit)
         for record in overdue:
-            try:
-                await tick.handle(record)
-            except (ConcurrencyConflict, IllegalTransition) as exc:
-                # The step moved on between our claim and our decision (an agent or the scheduler
-                # acted): the ledger is right, nothing to do; the step comes back if it is overdue again.
-                report.conflicts += 1
-                log.info(
-                    "step %s/%s moved on while being recovered: %s", record.instance_id, record.step_id, exc
-                )
-            except Exception as exc:
-                report.errors += 1
-                log.exception(
-                    "watchdog tick %s failed on step %s/%s",
-                    report.tick_id,
-                    record.instance_id,
-                    record.step_id,
-                )
-                telemetry.record_recovery(
-                    record.instance_id,
-                    record.step_id,
-                    record.attempt,
-                    ERROR_ACTION,
-                    telemetry.OUTCOME_ERROR,
-                    workflow=record.workflow_name,
-                    status=record.status.value,
-                    tick_id=report.tick_id,
-                    reason=f"{type(exc).__name__}: {exc}",
-                )
-                await _best_effort_note(tick, record, exc)
+            with recovery_span(record):
+                try:
+                    await tick.handle(record)
+                except (ConcurrencyConflict, IllegalTransition) as exc:
+                    # The step moved on between our claim and our decision (an agent or the scheduler
+                    # acted): the ledger is right, nothing to do; the step comes back if it is overdue again.
+                    report.conflicts += 1
+                    log.info(
+                        "step %s/%s moved on while being recovered: %s",
+                        record.instance_id,
+                        record.step_id,
+                        exc,
+                    )
+                except Exception as exc:
+                    report.errors += 1
+                    log.exception(
+                        "watchdog tick %s failed on step %s/%s",
+                        report.tick_id,
+                        record.instance_id,
+                        record.step_id,
+                    )
+                    telemetry.record_recovery(
+                        record.instance_id,
+                        record.step_id,
+                        record.attempt,
+                        ERROR_ACTION,
+                        telemetry.OUTCOME_ERROR,
+                        workflow=record.workflow_name,
+                        status=record.status.value,
+                        tick_id=report.tick_id,
+                        reason=f"{type(exc).__name__}: {exc}",
+                    )
+                    await _best_effort_note(tick, record, exc)
         report.index_entities_read = ledger.stats.index_entities_read - index_before
         report.step_entities_read = ledger.stats.step_entities_read - steps_before
         report.duration_seconds = time.perf_counter() - started
@@ -635,6 +654,22 @@ async def run_tick(
     return report
 
 
+def recovery_span(record: Any) -> Any:
+    """The span of one step's (or instance's) recovery: a child of the tick's span, *linked* to the
+    trace the ledger row recorded (the workflow's), so each trace leads to the other. Recovery events
+    (``sas.recovery``) land on it."""
+    return tracing.span(
+        tracing.RECOVERY_SPAN,
+        attributes={
+            "sas.instance_id": record.instance_id,
+            "sas.step_id": getattr(record, "step_id", "*"),
+            "sas.status": record.status.value,
+            "sas.workflow": getattr(record, "workflow_name", None) or getattr(record, "workflow", None),
+        },
+        link_to=tracing.links(tracing.from_fields(record.trace_parent, record.trace_state)),
+    )
+
+
 async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> None:
     """Instances whose scheduler broke its promise (``scheduler_deadline`` passed): see
     ``supervisor/instances.py``. Handled before the steps, so a dead instance is resumed or
@@ -647,10 +682,12 @@ async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> None:
         report.errors += 1
         return
     report.overdue_instances = len(overdue)
+    ledger_gauges.note_overdue_instances(Counter(i.workflow for i in overdue))  # sas.instance.overdue
     supervisor = InstanceSupervisor(tick)
     for instance in overdue:
         try:
-            await supervisor.handle(instance)
+            with recovery_span(instance):
+                await supervisor.handle(instance)
         except (ConcurrencyConflict, IllegalInstanceTransition) as exc:
             report.conflicts += 1
             log.info("instance %s moved on while being recovered: %s", instance.instance_id, exc)

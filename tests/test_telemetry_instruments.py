@@ -182,7 +182,7 @@ def test_compensations_by_outcome(reader, caplog):
             {"workflow": "fulfil", "outcome": "compensation_failed", "error.type": "RefundError"}.items()
         ): 1,
     }
-    (failed,) = metric_points(reader, "sas.compensation_failed")  # the alert's counter, as before
+    (failed,) = metric_points(reader, "sas.compensation_failures")  # the alert's counter, as before
     assert failed.value == 1
 
 
@@ -193,7 +193,7 @@ def test_recovery_error_outcome_carries_error_type(reader):
     telemetry.record_recovery(
         "wf", "s", 1, "resend", telemetry.OUTCOME_OK, workflow="w", error_type="ignored"
     )
-    points = by_attributes(metric_points(reader, "sas.recovery"))
+    points = by_attributes(metric_points(reader, "sas.recoveries"))
     assert set(points) == {
         frozenset({"action": "resend", "outcome": "error", "workflow": "w", "error.type": "Timeout"}.items()),
         frozenset({"action": "resend", "outcome": "ok", "workflow": "w"}.items()),

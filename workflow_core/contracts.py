@@ -202,6 +202,9 @@ class StepDispatch(_Model):
     deadline: str  # ISO 8601 UTC, computed from context.current_utc_datetime
     input: dict[str, Any] = Field(default_factory=dict)
     kind: StepKind = "work"
+    # W3C trace context of the workflow (``workflow_core.tracing``), copied from the orchestration input:
+    # observability only.
+    trace: dict[str, str] | None = None
 
 
 class WorkMessage(_Model):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from workflow_core import tracing
 from workflow_core.contracts import StepKind, WorkMessage
 from workflow_core.ledger import StepRecord, decode_json
 from workflow_core.transport import OutgoingMessage, message_id_for
@@ -31,7 +32,9 @@ def work_message(
     """The message for the step's current attempt of ``kind`` (compensation attempt for ``compensate``).
 
     ``deadline`` defaults to the ledger's; ``input`` to the stored step input (compensators are sent
-    the step's input and output by the compensation orchestrator instead).
+    the step's input and output by the compensation orchestrator instead). The trace context the
+    dispatch recorded on the row rides along as the ``traceparent``/``tracestate`` properties, so a
+    re-send continues the same trace.
     """
     attempt = record.attempt if kind == "work" else record.compensation_attempt
     agent = record.agent if kind == "work" else (record.compensator or "")
@@ -59,5 +62,6 @@ def work_message(
             "instance_id": record.instance_id,
             "step_id": record.step_id,
             "attempt": attempt,
+            **tracing.message_properties(tracing.from_fields(record.trace_parent, record.trace_state)),
         },
     )

@@ -1,7 +1,9 @@
 """Telemetry of the pattern: step metrics, recoveries, compensations, dead letters and custom events.
 
 Instruments (OpenTelemetry names in the project's ``sas.`` namespace; failures carry ``error.type``, the
-OpenTelemetry attribute for a low-cardinality error class, ``_OTHER`` when the caller has none):
+OpenTelemetry attribute for a low-cardinality error class, ``_OTHER`` when the caller has none). Per the
+OpenTelemetry naming rules, counters of discrete things are plural (``sas.recoveries``, not the event's
+name ``sas.recovery``), gauges and histograms are not:
 
 ==================================  =========  ==============  ========================================
 name                                kind       unit            attributes
@@ -9,10 +11,11 @@ name                                kind       unit            attributes
 ``sas.step.duration``               histogram  ``s``           workflow, step, outcome (+ error.type)
 ``sas.step.attempts``               histogram  ``{attempt}``   workflow, step, outcome (+ error.type)
 ``sas.step.queue_wait.duration``    histogram  ``s``           workflow, step
-``sas.step.in_flight``              gauge      ``{step}``      (workflow), from a caller's callback
+``sas.step.in_flight``              gauge      ``{step}``      (workflow), from a caller's callback (the
+                                                               app's: workflow_core/ledger_gauges.py)
 ``sas.instance.overdue``            gauge      ``{instance}``  (workflow), from a caller's callback
-``sas.recovery``                    counter    ``{action}``    action, outcome, workflow (+ error.type)
-``sas.compensation_failed``         counter    ``{step}``      workflow
+``sas.recoveries``                  counter    ``{action}``    action, outcome, workflow (+ error.type)
+``sas.compensation_failures``       counter    ``{step}``      workflow
 ``sas.compensations``               counter    ``{step}``      workflow, outcome (+ error.type)
 ``sas.dead_lettered_messages``      counter    ``{message}``   messaging.destination.name, workflow,
                                                                error.type (the dead-letter reason)
@@ -26,17 +29,18 @@ workbook in ``infra/`` query these events; docs/operations.md has the KQL.
 
 Four signals per recovery action, all carrying the same fields:
 
-* the OpenTelemetry counter ``sas.recovery`` with the attributes ``action``, ``outcome`` and
+* the OpenTelemetry counter ``sas.recoveries`` with the attributes ``action``, ``outcome`` and
   ``workflow`` (low cardinality, so it can be charted and alerted on: the infrastructure's alert
-  rules query ``sas.recovery`` by ``action``, and ``sas.compensation_failed``);
-* a span event ``sas.recovery`` on the current span (the watchdog tick's span), with every field;
+  rules query ``sas.recoveries`` by ``action``, and ``sas.compensation_failures``);
+* a span event ``sas.recovery`` on the current span (the watchdog's recovery span of that step), with
+  every field;
 * a log record on the logger ``sas.supervisor`` whose ``extra`` fields (instance, step, attempt,
   action, outcome, workflow and any further attributes) become ``customDimensions`` of the
   ``traces`` row in Application Insights;
 * the custom event ``sas.recovery`` with the same fields (``customEvents`` in Application Insights).
 
 When a compensation ends failed (``outcome="compensation_failed"``) the counter
-``sas.compensation_failed`` is incremented as well: a step needs an operator.
+``sas.compensation_failures`` is incremented as well: a step needs an operator.
 
 Nothing is exported unless :func:`configure_telemetry` found ``APPLICATIONINSIGHTS_CONNECTION_STRING``:
 without it the OpenTelemetry API's no-op providers swallow the signals (logs still go to the normal
@@ -59,8 +63,8 @@ from opentelemetry import metrics, trace
 if TYPE_CHECKING:
     from workflow_core.settings import Settings
 
-RECOVERY_COUNTER = "sas.recovery"
-COMPENSATION_FAILED_COUNTER = "sas.compensation_failed"
+RECOVERY_COUNTER = "sas.recoveries"
+COMPENSATION_FAILED_COUNTER = "sas.compensation_failures"
 COMPENSATIONS_COUNTER = "sas.compensations"
 DEAD_LETTER_COUNTER = "sas.dead_lettered_messages"
 STEP_DURATION_HISTOGRAM = "sas.step.duration"
@@ -397,7 +401,7 @@ def record_compensation_failed(
     error_type: str | None = None,
     **attrs: Any,
 ) -> None:
-    """A compensator gave up (the step is now CompensationFailed): counts ``sas.compensation_failed``
+    """A compensator gave up (the step is now CompensationFailed): counts ``sas.compensation_failures``
     and ``sas.compensations`` with outcome ``compensation_failed`` (do not also call
     :func:`record_compensation_finished` for it)."""
     record_recovery(

@@ -4,11 +4,11 @@
 //
 // Telemetry contract (workflow_core/telemetry.py, exported by the Azure Monitor OpenTelemetry distro; the full
 // list of instruments is in docs/operations.md):
-//   counter sas.recovery             +1 per recovery action; dimensions action (resend, fail_step,
+//   counter sas.recoveries           +1 per recovery action; dimensions action (resend, fail_step,
 //                                    start_compensation, fail_compensation, finish_compensation,
 //                                    note_overrun, ...), outcome (ok | error | compensation_failed),
 //                                    workflow. -> customMetrics (valueSum = count in the export interval)
-//   counter sas.compensation_failed  +1 per compensation that gave up; dimension workflow. -> customMetrics
+//   counter sas.compensation_failures +1 per compensation that gave up; dimension workflow. -> customMetrics
 //   custom event sas.recovery        one per recovery action (a log record carrying
 //                                    microsoft.custom_event.name), with instance_id, step_id, attempt, action,
 //                                    outcome, workflow (+ reason, error) -> customEvents.customDimensions
@@ -83,7 +83,7 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' = {
 // orchestration timer handles it), not recoveries, so they do not count towards the surge alert.
 var recoveriesQuery = '''
 customMetrics
-| where name == "sas.recovery"
+| where name == "sas.recoveries"
 | extend action = tostring(customDimensions["action"]), outcome = tostring(customDimensions["outcome"])
 | where not(action startswith "note_")
 | project timestamp, occurrences = todouble(valueSum), action, outcome
@@ -95,7 +95,7 @@ customMetrics
 var compensationFailuresQuery = '''
 customMetrics
 | extend outcome = tostring(customDimensions["outcome"]), workflow = tostring(customDimensions["workflow"])
-| where name == "sas.compensation_failed" or (name == "sas.recovery" and outcome == "compensation_failed")
+| where name == "sas.compensation_failures" or (name == "sas.recoveries" and outcome == "compensation_failed")
 | project timestamp, occurrences = todouble(valueSum), name, workflow
 | where occurrences > 0
 '''
@@ -104,7 +104,7 @@ customMetrics
 var recoveriesOverTimeQuery = '''
 customMetrics
 | where timestamp {TimeRange}
-| where name == "sas.recovery"
+| where name == "sas.recoveries"
 | extend action = tostring(customDimensions["action"])
 | summarize recoveries = sum(valueSum) by action, bin(timestamp, 5m)
 | render timechart
@@ -161,7 +161,7 @@ customEvents
 // Same views for the Log Analytics workspace (workspace tables AppMetrics / AppEvents).
 var workspaceRecoveriesQuery = '''
 AppMetrics
-| where Name == "sas.recovery"
+| where Name == "sas.recoveries"
 | extend action = tostring(Properties["action"]), outcome = tostring(Properties["outcome"])
 | summarize recoveries = sum(Sum) by action, outcome, bin(TimeGenerated, 15m)
 | order by TimeGenerated desc
@@ -340,7 +340,7 @@ resource compensationFailedAlert 'Microsoft.Insights/scheduledQueryRules@2023-12
   kind: 'LogAlert'
   properties: {
     displayName: 'Scheduler Agent Supervisor: a compensation failed'
-    description: 'A workflow could not be compensated (sas.compensation_failed). Its ledger rows are in CompensationFailed and need an operator.'
+    description: 'A workflow could not be compensated (sas.compensation_failures). Its ledger rows are in CompensationFailed and need an operator.'
     severity: 1
     enabled: true
     scopes: [
@@ -418,7 +418,7 @@ resource recoverySurgeAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' 
   kind: 'LogAlert'
   properties: {
     displayName: 'Scheduler Agent Supervisor: many recoveries'
-    description: 'More than ${recoveryAlertThreshold} recovery actions (sas.recovery) in 15 minutes: a downstream service or an agent is probably failing.'
+    description: 'More than ${recoveryAlertThreshold} recovery actions (sas.recoveries) in 15 minutes: a downstream service or an agent is probably failing.'
     severity: 2
     enabled: true
     scopes: [

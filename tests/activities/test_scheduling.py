@@ -436,3 +436,22 @@ def test_schedule_retry_of_a_compensator_moves_only_its_deadline(harness, vclock
     ]
     nxt = harness.dispatch_payload(instance, "register_dns", 2, kind="compensate", input={})
     assert scheduling.dispatch_compensation(nxt, harness.services)["outcome"] == "dispatched"
+
+
+def test_dispatch_records_the_trace_context_and_sends_it_with_the_work_message(harness):
+    """Without an exporting tracer in this process, the input's context is recorded and sent as is
+    (with one, the dispatch span's own: tests/e2e/test_tracing.py); a malformed one is dropped."""
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    instance = harness.start()
+    payload = {**harness.dispatch_payload(instance, "create_storage"), "trace": {"traceparent": parent}}
+    assert scheduling.dispatch_step(payload, harness.services)["sent"] is True
+    assert harness.ledger.get(instance, "create_storage").trace_parent == parent
+    (message,) = harness.work()
+    assert message.application_properties["traceparent"] == parent
+
+    other = harness.start()
+    bad = {**harness.dispatch_payload(other, "create_storage"), "trace": {"traceparent": "forged"}}
+    assert scheduling.dispatch_step(bad, harness.services)["sent"] is True
+    assert harness.ledger.get(other, "create_storage").trace_parent is None
+    (message,) = harness.work()
+    assert "traceparent" not in message.application_properties

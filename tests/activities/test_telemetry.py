@@ -1,4 +1,4 @@
-"""The Agent role reports its recovery actions as ``sas.recovery`` (real OpenTelemetry SDK, in memory)."""
+"""The Agent role reports its recovery actions as ``sas.recoveries`` (real OpenTelemetry SDK, in memory)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_retry_timeout_give_up_and_failed_compensation_are_counted(harness, vclo
         {"instance_id": instance, "step_id": "create_storage", "error": "no luck"}, harness.services
     )
 
-    counts = _counts(reader, "sas.recovery")
+    counts = _counts(reader, "sas.recoveries")
     assert counts == {
         "retry_scheduled": 1,
         "timed_out": 1,
@@ -72,7 +72,7 @@ def test_retry_timeout_give_up_and_failed_compensation_are_counted(harness, vclo
         "compensate": 1,
         "finish_compensation": 1,
     }
-    assert sum(_counts(reader, "sas.compensation_failed").values()) == 1
+    assert sum(_counts(reader, "sas.compensation_failures").values()) == 1
 
 
 def test_takeover_resend_and_late_results_are_counted(harness, reader, durable_client):
@@ -88,7 +88,7 @@ def test_takeover_resend_and_late_results_are_counted(harness, reader, durable_c
     durable_client.answers[instance] = 410
     asyncio.run(handle_result(reply.body, durable_client, harness.services))
 
-    assert _counts(reader, "sas.recovery") == {
+    assert _counts(reader, "sas.recoveries") == {
         "agent_takeover": 1,
         "result_resent": 1,
         "late_result_ignored": 1,

@@ -27,6 +27,8 @@ from typing import Any
 from pycep import BicepParser
 
 from workflow_core import settings as app_settings
+from workflow_core.telemetry import COMPENSATION_FAILED_COUNTER as COMPENSATION_FAILURES
+from workflow_core.telemetry import RECOVERY_COUNTER as RECOVERIES
 
 INFRA_DIR = Path(__file__).resolve().parents[2] / "infra"
 MAIN = "main.bicep"
@@ -691,17 +693,17 @@ def check_monitoring(files: dict[str, BicepFile]) -> list[str]:
     rules = declared(files, "Microsoft.Insights/scheduledQueryRules")
     criteria = [item for rule in rules for item in _query_text(resolver, rule)]
     failure_alerts = [
-        c for q, c in criteria if "sas.compensation_failed" in q and '"compensation_failed"' in q
+        c for q, c in criteria if f'"{COMPENSATION_FAILURES}"' in q and '"compensation_failed"' in q
     ]
     if not failure_alerts:
         problems.append(
-            "no alert fires on compensation_failed (sas.compensation_failed / outcome compensation_failed)"
+            f"no alert fires on compensation_failed ({COMPENSATION_FAILURES} / outcome compensation_failed)"
         )
     elif not any(c.get("operator") == "GreaterThan" and c.get("threshold") == 0 for c in failure_alerts):
         problems.append("the compensation_failed alert must fire on any occurrence (GreaterThan 0)")
-    surge = [(q, c) for q, c in criteria if "sas.recovery" in q and "sas.compensation_failed" not in q]
+    surge = [(q, c) for q, c in criteria if f'"{RECOVERIES}"' in q and COMPENSATION_FAILURES not in q]
     if not surge:
-        problems.append("no alert on the number of recoveries (sas.recovery)")
+        problems.append(f"no alert on the number of recoveries ({RECOVERIES})")
     for rule in rules:
         window = resolver.value(rule.file, rule.properties.get("windowSize"))
         if window != "PT15M":

@@ -61,11 +61,11 @@ def test_record_recovery_counts_with_action_outcome_and_workflow(otel, caplog):
         telemetry.record_recovery("wf-2", "a", 1, "resend", "ok", workflow="provision-tenant")
         telemetry.record_recovery("wf-3", "b", 1, "fail_step", "ok", workflow="order-fulfilment")
 
-    assert sorted(points(reader, "sas.recovery"), key=lambda p: p[0]["action"]) == [
+    assert sorted(points(reader, "sas.recoveries"), key=lambda p: p[0]["action"]) == [
         ({"action": "fail_step", "outcome": "ok", "workflow": "order-fulfilment"}, 1),
         ({"action": "resend", "outcome": "ok", "workflow": "provision-tenant"}, 2),
     ]
-    assert points(reader, "sas.compensation_failed") == []
+    assert points(reader, "sas.compensation_failures") == []
 
     (span,) = spans.get_finished_spans()
     first = span.events[0]
@@ -91,8 +91,8 @@ def test_compensation_failure_counts_separately(otel, caplog):
         telemetry.record_compensation_failed(
             "wf-9", "charge", 3, workflow="order-fulfilment", error="refund down"
         )
-    assert points(reader, "sas.compensation_failed") == [({"workflow": "order-fulfilment"}, 1)]
-    assert points(reader, "sas.recovery") == [
+    assert points(reader, "sas.compensation_failures") == [({"workflow": "order-fulfilment"}, 1)]
+    assert points(reader, "sas.recoveries") == [
         (
             {
                 "action": "finish_compensation",
@@ -119,13 +119,19 @@ def test_a_watchdog_tick_emits_recovery_telemetry(otel, services, ledger):
     client = RecordingClient({"wf-tel-1": "Running", "wf-tel-2": "Failed"})
     asyncio.run(run_tick(client, services, now=NOW, tick_id="tel"))
 
-    assert sorted(points(reader, "sas.recovery"), key=lambda p: p[0]["action"]) == [
+    assert sorted(points(reader, "sas.recoveries"), key=lambda p: p[0]["action"]) == [
         ({"action": "fail_step", "outcome": "ok", "workflow": WORKFLOW}, 1),
         ({"action": "start_compensation", "outcome": "ok", "workflow": WORKFLOW}, 1),
     ]
     (tick_span,) = [s for s in spans.get_finished_spans() if s.name == "sas.watchdog.tick"]
     assert tick_span.attributes["sas.tick_id"] == "tel" and tick_span.attributes["sas.claimed"] == 2
-    assert sorted(e.attributes["sas.instance_id"] for e in tick_span.events) == ["wf-tel-1", "wf-tel-2"]
+    # each step's recovery has its own span under the tick's, and the recovery event is on it
+    recoveries = [s for s in spans.get_finished_spans() if s.name == "sas.watchdog.recover"]
+    assert {s.parent.span_id for s in recoveries} == {tick_span.context.span_id}
+    assert sorted(e.attributes["sas.instance_id"] for s in recoveries for e in s.events) == [
+        "wf-tel-1",
+        "wf-tel-2",
+    ]
 
 
 def test_nothing_is_exported_without_a_connection_string(monkeypatch):

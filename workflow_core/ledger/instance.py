@@ -96,6 +96,9 @@ class InstanceRecord(BaseModel):
     last_error: str | None = None
     input_ref: str | None = None  # JSON of the workflow input (validated at the door)
     index_key: str | None = None  # "<partition>|<row>" of its deadline-index row
+    # W3C trace context of the HTTP start (workflow_core.tracing): observability only.
+    trace_parent: str | None = None
+    trace_state: str | None = None
     etag: str | None = None
 
     @field_validator("instance_id")
@@ -144,5 +147,7 @@ INSTANCE_FIELDS = {
     "last_error": "LastError",
     "input_ref": "InputRef",
     "index_key": "IndexKey",
+    "trace_parent": "TraceParent",
+    "trace_state": "TraceState",
 }
 INSTANCE_MUTABLE = set(INSTANCE_FIELDS) - {"workflow", "started_at", "status", "input_ref"}

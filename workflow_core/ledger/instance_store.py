@@ -154,6 +154,8 @@ class InstanceLedgerMixin(InstanceListMixin):
         max_resumes: int = 3,
         on_scheduler_lost: SchedulerLostPolicy = "resume",
         version: str = UNVERSIONED,
+        trace_parent: str | None = None,
+        trace_state: str | None = None,
     ) -> InstanceRecord:
         """Write the record of a new instance, Running, *before* its orchestration is started.
 
@@ -177,6 +179,8 @@ class InstanceLedgerMixin(InstanceListMixin):
             on_scheduler_lost=on_scheduler_lost,
             scheduler_deadline=require_aware(scheduler_deadline, "scheduler_deadline"),
             input_ref=input_json,
+            trace_parent=trace_parent,
+            trace_state=trace_state,
         )
         new_index = plan_instance_index(record.model_copy(update={"index_key": None}), record, self._nonce())
         assert new_index is not None

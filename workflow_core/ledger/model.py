@@ -161,6 +161,9 @@ class StepRecord(BaseModel):
     # Completion sequence within the instance (1, 2, ...), from the instance record's counter in the
     # same transaction as the completion: compensation order never depends on a writer's clock.
     completion_seq: int | None = Field(default=None, ge=1)
+    # W3C trace context of the dispatch (workflow_core.tracing): observability only, never decided on.
+    trace_parent: str | None = None
+    trace_state: str | None = None
     etag: str | None = None
 
     @field_validator("instance_id")

@@ -100,6 +100,8 @@ _FIELDS = {
     "orchestration_id": "OrchestrationId",
     "index_key": "IndexKey",
     "completion_seq": "CompletionSeq",
+    "trace_parent": "TraceParent",
+    "trace_state": "TraceState",
 }
 _MUTABLE = set(_FIELDS) - {
     "workflow_name",
@@ -702,6 +704,19 @@ class StepLedger(InstanceLedgerMixin):
             if len(result) >= limit:
                 break
         return result
+
+    def count_in_flight(self, cap: int = 5000) -> int:
+        """Steps Dispatched or Running, counted from the deadline index (index rows only, one column,
+        at most ``cap``): what the ``sas.step.in_flight`` gauge reads; it grows with live work, not
+        with history, and is never used for a decision."""
+        self.stats.queries += 1
+        rows = self._index.query_entities(
+            "PartitionKey lt @letters and ( Status eq @dispatched or Status eq @running )",
+            parameters={"letters": "a", "dispatched": "Dispatched", "running": "Running"},
+            select=["Status"],
+            results_per_page=1000,
+        )
+        return sum(1 for _ in itertools.islice(rows, cap))
 
     def index_rows(self) -> list[dict[str, Any]]:
         """Every deadline-index row (for consistency checks in tests and the operator CLI; a full scan)."""

@@ -1,0 +1,101 @@
+"""What the observable gauges ``sas.step.in_flight`` and ``sas.instance.overdue`` read, cheaply.
+
+The exporter calls a gauge's callback on its own thread at every export (once a minute by default),
+so a callback must never scan the ledger:
+
+* in-flight steps: one query of the deadline index for rows Dispatched or Running (one column,
+  capped): the index holds live work only, so the cost follows the work in flight, not history. The
+  reading is cached for ``ttl_seconds``, so a shorter export interval does not read more often.
+* overdue instances: what the watchdog's last tick *in this process* found (it reads the instance
+  deadlines anyway, and verifies each): :func:`note_overdue_instances`, per workflow. Older than
+  ``stale_after_seconds`` (no tick ran here lately, e.g. another instance of the app runs the timer):
+  nothing is reported rather than an old number.
+
+These readings are for charts; nothing decides anything from them. :func:`register` wires them to
+``workflow_core.telemetry`` once at start-up (``function_app.py``); the ledger is resolved at the
+first reading, so start-up needs no storage.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from workflow_core import telemetry
+
+DEFAULT_TTL_SECONDS = 60.0
+DEFAULT_STALE_AFTER_SECONDS = 600.0
+DEFAULT_CAP = 5000
+
+_lock = threading.Lock()
+_overdue: tuple[float, dict[str, int]] | None = None  # (monotonic time of the tick, counts per workflow)
+
+
+def note_overdue_instances(per_workflow: Mapping[str, int], *, at: float | None = None) -> None:
+    """The watchdog's tick found these overdue instances (``{workflow: count}``, empty for none)."""
+    global _overdue
+    with _lock:
+        _overdue = (time.monotonic() if at is None else at, dict(per_workflow))
+
+
+class LedgerGauges:
+    """The two callbacks, over a ledger resolved lazily by ``ledger_source`` (None: none yet)."""
+
+    def __init__(
+        self,
+        ledger_source: Callable[[], Any],
+        *,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
+        cap: int = DEFAULT_CAP,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ledger_source = ledger_source
+        self._ttl = ttl_seconds
+        self._stale_after = stale_after_seconds
+        self._cap = cap
+        self._monotonic = monotonic
+        self._in_flight: tuple[float, int] | None = None
+        self._lock = threading.Lock()
+
+    def in_flight(self) -> int | dict[str, int]:
+        """Dispatched or Running steps (cached for the TTL); {} (no reading) while there is no ledger
+        to read (the app settings name no storage yet)."""
+        with self._lock:
+            now = self._monotonic()
+            if self._in_flight is None or now - self._in_flight[0] >= self._ttl:
+                ledger = self._ledger_source()
+                if ledger is None:
+                    return {}
+                self._in_flight = (now, ledger.count_in_flight(self._cap))
+            return self._in_flight[1]
+
+    def overdue(self) -> int | dict[str, int]:
+        """Overdue instances per workflow, as the last tick here counted them; {} (no reading) when
+        no tick ran here within ``stale_after_seconds``; 0 when the last tick found none."""
+        with _lock:
+            reading = _overdue
+        if reading is None or self._monotonic() - reading[0] > self._stale_after:
+            return {}
+        return reading[1] or 0
+
+
+def register(ledger_source: Callable[[], Any] | None = None, **options: Any) -> LedgerGauges:
+    """Feed ``sas.step.in_flight`` and ``sas.instance.overdue`` from the ledger (see the module
+    docstring); ``ledger_source`` defaults to the app's services' ledger."""
+    if ledger_source is None:
+
+        def ledger_source() -> Any:
+            from workflow_core.runtime import get_services
+            from workflow_core.settings import SettingsError
+
+            try:
+                return get_services().ledger
+            except SettingsError:  # not configured (yet): nothing to observe, not an error
+                return None
+
+    gauges = LedgerGauges(ledger_source, **options)
+    telemetry.register_ledger_gauges(in_flight=gauges.in_flight, overdue=gauges.overdue)
+    return gauges

@@ -1,0 +1,162 @@
+"""W3C trace context carried as data across the pattern's hops, so one workflow instance is one trace.
+
+Why data and not ambient context: a step crosses processes and time (HTTP start -> orchestration ->
+dispatch activity -> work queue -> agent -> result queue -> result handler -> the orchestration's next
+dispatch), and the orchestrator may not read anything ambient (replay must be deterministic). So the
+context travels the way the work does:
+
+* HTTP start: a span ``sas.workflow.start`` (child of the host's request span when there is one, else
+  of the request's ``traceparent`` header); its context goes into the orchestration input (``trace``)
+  and the instance record.
+* orchestrators: copy ``trace`` from their input into each dispatch activity's input (plain data).
+* dispatch activity: a PRODUCER span ``send <queue>`` under that context; its own context is written to
+  the step row (``TraceParent``/``TraceState``, in the write the dispatch makes anyway) and every work
+  message built from the row carries it as the application properties ``traceparent``/``tracestate``
+  (Service Bus application properties; the JSON envelope's ``application_properties`` on Storage
+  Queues). A watchdog re-send builds the same message from the same row: the same context.
+* worker: a CONSUMER span ``process <queue>`` under the message's context; the result message carries
+  the worker span's context; the result handler's CONSUMER span is its child.
+* watchdog: a recovery span per step or instance it handles, in the tick's own trace, with a span
+  *link* (not a parent) to the context the ledger row holds.
+
+The context is observability data only: nothing decides anything from it. Anything read back (from a
+message, an input or a ledger row) is validated and dropped when malformed; no function here raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from workflow_core import telemetry
+
+log = logging.getLogger(__name__)
+
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+TRACE_FIELD = "trace"  # the key of the carrier in orchestration and activity inputs
+
+# version-traceid-parentid-flags; an all-zero trace or span id is invalid (W3C Trace Context).
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
+_MAX_TRACESTATE = 512  # the W3C limit
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+# Span names (messaging spans follow the OpenTelemetry messaging conventions: "<operation> <queue>").
+START_SPAN = "sas.workflow.start"
+RECOVERY_SPAN = "sas.watchdog.recover"
+
+
+def clean(value: Any) -> dict[str, str]:
+    """The valid W3C fields of ``value`` (a dict with ``traceparent`` and maybe ``tracestate``), or {}."""
+    if not isinstance(value, Mapping):
+        return {}
+    parent = value.get(TRACEPARENT)
+    if isinstance(parent, bytes):
+        parent = parent.decode("ascii", errors="replace")
+    if not isinstance(parent, str) or not _TRACEPARENT.match(parent.strip()):
+        return {}
+    carrier = {TRACEPARENT: parent.strip()}
+    state = value.get(TRACESTATE)
+    if isinstance(state, bytes):
+        state = state.decode("ascii", errors="replace")
+    if isinstance(state, str) and state.strip() and len(state) <= _MAX_TRACESTATE:
+        carrier[TRACESTATE] = state.strip()
+    return carrier
+
+
+def current() -> dict[str, str]:
+    """The carrier of the current span (``{}`` when no span is recording a valid context)."""
+    carrier: dict[str, str] = {}
+    try:
+        _PROPAGATOR.inject(carrier)
+    except Exception:  # tracing must never fail the work it describes
+        log.debug("could not inject the trace context", exc_info=True)
+        return {}
+    return clean(carrier)
+
+
+def from_fields(trace_parent: str | None, trace_state: str | None = None) -> dict[str, str]:
+    """A carrier from the ledger's ``trace_parent``/``trace_state`` fields."""
+    return clean({TRACEPARENT: trace_parent, TRACESTATE: trace_state})
+
+
+def ledger_fields(carrier: Any) -> dict[str, str | None]:
+    """``trace_parent``/``trace_state`` keyword arguments for a ledger write ({} when nothing to keep)."""
+    valid = clean(carrier)
+    if not valid:
+        return {}
+    return {"trace_parent": valid[TRACEPARENT], "trace_state": valid.get(TRACESTATE)}
+
+
+def span_context(carrier: Any) -> trace.SpanContext | None:
+    """The remote span context ``carrier`` names, or None."""
+    valid = clean(carrier)
+    if not valid:
+        return None
+    try:
+        ctx = trace.get_current_span(_PROPAGATOR.extract(valid)).get_span_context()
+    except Exception:
+        return None
+    return ctx if ctx.is_valid else None
+
+
+def links(*carriers: Any) -> list[Link]:
+    """Span links to each valid carrier (the watchdog's recovery spans link to the step's trace)."""
+    found = [span_context(c) for c in carriers]
+    return [Link(ctx) for ctx in found if ctx is not None]
+
+
+@contextmanager
+def span(
+    name: str,
+    *,
+    parent: Any = None,
+    kind: SpanKind = SpanKind.INTERNAL,
+    attributes: Mapping[str, Any] | None = None,
+    link_to: list[Link] | None = None,
+) -> Iterator[trace.Span]:
+    """Start ``name`` as the current span, as a child of ``parent`` (a carrier) when it is valid,
+    else of whatever span is current. Attribute values that are None are left out."""
+    remote = span_context(parent)
+    ctx = trace.set_span_in_context(trace.NonRecordingSpan(remote)) if remote is not None else None
+    attrs = {k: v for k, v in (attributes or {}).items() if v is not None}
+    with telemetry.tracer().start_as_current_span(
+        name, context=ctx, kind=kind, attributes=attrs, links=link_to or None
+    ) as started:
+        yield started
+
+
+def has_current_span() -> bool:
+    """Is a valid span current (e.g. the Functions host's invocation span, when the worker's
+    OpenTelemetry integration set it)?"""
+    return trace.get_current_span(otel_context.get_current()).get_span_context().is_valid
+
+
+def message_properties(carrier: Any) -> dict[str, str]:
+    """The application properties that carry ``carrier`` on a message ({} when it is not valid)."""
+    return clean(carrier)
+
+
+def messaging_attributes(
+    transport: Any, queue: str, operation: str, message_id: str | None
+) -> dict[str, Any]:
+    """OpenTelemetry messaging attributes of a send/process span (``transport``: the settings'
+    ``TransportKind``; Service Bus is ``servicebus`` in the conventions, Storage Queues have no
+    registered value)."""
+    system = (
+        "servicebus" if str(getattr(transport, "value", transport)) == "servicebus" else "azure.storage.queue"
+    )
+    return {
+        "messaging.system": system,
+        "messaging.destination.name": queue,
+        "messaging.operation.type": operation,
+        "messaging.message.id": message_id,
+    }
