@@ -196,11 +196,13 @@ class _Delivery:
         outcome = self._run(record)
         if outcome is None:
             return
-        result, note = self._record(outcome)
-        if note is not None:
-            self._note(*note, status=None)
-        if result is not None:
-            self._send(result)
+        # The step's old index row is deleted after the reply is sent: off the step's critical path.
+        with self.ledger.deferred_index_deletes():
+            result, note = self._record(outcome)
+            if note is not None:
+                self._note(*note, status=None)
+            if result is not None:
+                self._send(result)
 
     @property
     def _label(self) -> str:

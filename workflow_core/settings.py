@@ -29,6 +29,8 @@ STORAGE_CONNECTION = "AzureWebJobsStorage"
 # The ledger's own storage account (optional): apart from the Durable task hub's, so the two do not
 # share one account's transaction budget (docs/capacity.md). Unset: the ledger uses AzureWebJobsStorage.
 LEDGER_STORAGE_CONNECTION = "LedgerStorage"
+# Connection prefixes that may be left unset (the code then falls back to another connection).
+OPTIONAL_CONNECTIONS = frozenset({LEDGER_STORAGE_CONNECTION})
 SERVICE_BUS_CONNECTION = "ServiceBusConnection"
 
 

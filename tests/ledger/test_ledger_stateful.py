@@ -155,14 +155,7 @@ def make_machine(connection_string: str):
                 else:
                     assert record.index_key is None
             pointed = {r.index_key for r in self.ledger.list_for_instance(self.instance) if r.index_key}
-            # A step that left the index (settled) keeps its last row until overdue() meets it:
-            # retired lazily, never a row of a step that is still watched.
-            settled = {
-                r.step_id
-                for r in self.ledger.list_for_instance(self.instance)
-                if r.status not in DEADLINE_STATUSES | ATTENTION_STATUSES
-            }
-            strays = {k for k in set(rows) - pointed if rows[k]["StepId"] not in settled}
+            strays = set(rows) - pointed
             if not self.crashed:
                 assert not strays, f"stray index rows without a crash: {sorted(strays)}"
 

@@ -28,8 +28,8 @@ EXPECTED: dict[str, float] = {
     # batch message_sent_at + audit with the ETag the Dispatched batch returned (no second read)
     rc.DISPATCH: 5,
     rc.WORKER_CLAIM: 2,  # query step + instance; batch Running + audit
-    # batch Succeeded + audit + instance with the claim's ETags; the index row is retired lazily
-    rc.WORKER_RECORD: 1,
+    # batch Succeeded + audit + instance with the claim's ETags; delete the old index row after the reply
+    rc.WORKER_RECORD: 2,
     rc.REPLY: 1,  # send to the result queue
     rc.QUEUE_RECEIVE: 2,  # work and result message, one receive each (unbatched)
     rc.QUEUE_DELETE: 2,  # work and result message

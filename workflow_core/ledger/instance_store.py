@@ -381,7 +381,8 @@ class InstanceLedgerMixin(InstanceListMixin):
                     break
                 continue
             self._move_instance_row_forward(record)
-        return found
+        # rows come minute by minute, and within a minute shard by shard
+        return sorted(found, key=lambda r: r.scheduler_deadline or now)
 
     def _move_instance_row_forward(self, record: InstanceRecord) -> None:
         """Re-key a row that fell due before its instance did (see the module docstring)."""

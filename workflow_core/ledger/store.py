@@ -17,8 +17,8 @@ deadline change: (1) create the new index row, (2) conditionally update the step
 (``IndexKey``), (3) delete the old index row. A crash after (1) or (2) leaves an index row that no
 step points at; ``overdue`` verifies every index row against its step and deletes such strays. So
 every step that needs watching always has its index row; extra rows are harmless and self-healing.
-Step (3) is skipped when the step leaves the index (it completed): that row is removed by
-``overdue`` when it falls due, off the step's critical path.
+A caller may defer step (3) to a moment off its critical path, or batch it per partition
+(:meth:`StepLedger.deferred_index_deletes`).
 """
 
 from __future__ import annotations
@@ -560,10 +560,10 @@ class StepLedger(InstanceLedgerMixin):
             if exc.status_code == 404:
                 raise StepNotFound(record.instance_id, record.step_id) from None
             raise
-        # (3) the old index row is now stale. A step that leaves the index altogether (Succeeded,
-        # Compensated, Cancelled, Skipped) keeps it for now: overdue() drops it when it falls due,
-        # which takes a request off the step's critical path (see docs/capacity.md).
-        if record.index_key and record.index_key != updated.index_key and updated.index_key is not None:
+        # (3) the old index row is now stale: deleted now, or where a caller deferred it (see
+        # deferred_index_deletes). Not left for overdue() to find: the singleton watchdog would then
+        # read every completed step's row once more (docs/capacity.md).
+        if record.index_key and record.index_key != updated.index_key:
             self._retire_index_row(record.index_key)
         if instance is not None and instance_updated is not None:
             self.instance_written(instance.record, instance_updated)
@@ -573,7 +573,8 @@ class StepLedger(InstanceLedgerMixin):
     @contextlib.contextmanager
     def deferred_index_deletes(self):
         """Collect the index rows retired inside, and delete them on the way out in one batch per
-        index partition (the watchdog: one request per partition per tick instead of one per step).
+        index partition (the watchdog: one request per partition per tick instead of one per step;
+        the worker: after its reply is sent, off the step's critical path).
         Follows ``asyncio.to_thread`` (a context variable). A crash before the flush leaves stray
         rows, which ``overdue`` removes when they fall due."""
         pending: list[str] = []
