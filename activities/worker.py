@@ -209,9 +209,6 @@ class _Delivery:
         m = self.m
         return f"{m.kind} {m.instance_id}/{m.step_id}#{m.attempt}"
 
-    def _read(self) -> StepRecord:
-        return self.ledger.get(self.m.instance_id, self.m.step_id)
-
     def _read_with_instance(self) -> StepRecord:
         """The step, and its instance record kept aside: one partition query for both rows."""
         record, self.instance = self.ledger.read_step_and_instance(self.m.instance_id, self.m.step_id)
@@ -371,6 +368,14 @@ class _Delivery:
         return True, output, None, False
 
     def _heartbeat(self, seconds: float | None) -> datetime | None:
+        service_now: list[datetime] = []
+
+        def read() -> StepRecord:
+            # one read gives the row and the storage service's time: the extension needs both
+            record, now = self.ledger.get_with_service_time(self.m.instance_id, self.m.step_id)
+            service_now[:] = [now]
+            return record
+
         def decide(r: StepRecord) -> datetime | None:
             if not self._current(r) or not (r.owner == self.worker_id or is_transient_claim(r.owner)):
                 raise StepNoLongerOwned(
@@ -386,12 +391,12 @@ class _Delivery:
                 return r.deadline
             # "extend by": the ledger computes the deadline from the storage service's clock, not ours
             extended = self.ledger.extend_deadline(
-                r, float(timeout), actor=self.worker_id, reason=f"heartbeat +{timeout:g}s"
+                r, float(timeout), actor=self.worker_id, reason=f"heartbeat +{timeout:g}s", now=service_now[0]
             )
             self.latest = extended
             return extended.deadline
 
-        return retry_on_conflict(self._read, decide, what=f"heartbeat {self._label}")
+        return retry_on_conflict(read, decide, what=f"heartbeat {self._label}")
 
     def _current(self, r: StepRecord) -> bool:
         """Is the step still at this message's attempt, in progress?"""

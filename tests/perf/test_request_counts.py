@@ -34,8 +34,8 @@ EXPECTED: dict[str, float] = {
     rc.QUEUE_RECEIVE: 2,  # work and result message, one receive each (unbatched)
     rc.QUEUE_DELETE: 2,  # work and result message
     rc.RESULT_HANDLER: 1,  # read the step: only what the ledger recorded for the attempt is raised
-    rc.HEARTBEAT: 2,  # per workflow here: create_storage's agent heartbeats once (read for the service
-    # clock, then the extension when due)
+    rc.HEARTBEAT: 1,  # per workflow here: create_storage's agent heartbeats once (one read gives the
+    # row and the service's clock; the extension is written only when due)
 }
 PER_WORKFLOW = {rc.START, rc.CREATE_STEPS, rc.HEARTBEAT}
 # verify read; new index row; one batch that is both the claim and the decision (TimedOut + audit)

@@ -375,11 +375,14 @@ class StepLedger(InstanceLedgerMixin):
         actor: str,
         reason: str = "heartbeat",
         allow_earlier: bool = False,
+        now: datetime | None = None,
     ) -> StepRecord:
         """Heartbeat: the deadline becomes *trusted now* + ``seconds`` (see :meth:`trusted_now`), so a
         step that is still making progress is not overdue, whatever the heartbeating machine's clock says.
         A deadline already later than that is kept (nothing written) unless ``allow_earlier``.
 
+        ``now``: the service's time of the read that returned ``record``
+        (:meth:`get_with_service_time`), which spares :meth:`trusted_now` its own read.
         Raises :class:`ConcurrencyConflict` if the step changed since ``record`` was read.
         """
         if not isinstance(seconds, int | float) or seconds != seconds or abs(seconds) > 10 * 365 * 86400:
@@ -389,7 +392,7 @@ class StepLedger(InstanceLedgerMixin):
                 f"step {record.step_id!r} is {record.status.value}; only steps in "
                 f"{sorted(s.value for s in DEADLINE_STATUSES)} have a deadline to extend"
             )
-        now = self.trusted_now(record)
+        now = self.trusted_now(record) if now is None else require_aware(now, "now")
         target = now + timedelta(seconds=seconds)
         if not allow_earlier and record.deadline is not None and record.deadline >= target:
             return record
@@ -414,21 +417,33 @@ class StepLedger(InstanceLedgerMixin):
         """
         if clock.is_virtual():
             return clock.utcnow()
+        current, now = self.get_with_service_time(record.instance_id, record.step_id)
+        if record.etag is not None and current.etag != record.etag:
+            raise ConcurrencyConflict(record.instance_id, record.step_id)
+        return now
+
+    def get_with_service_time(self, instance_id: str, step_id: str) -> tuple[StepRecord, datetime]:
+        """A point read of the step, and the storage service's time of its answer (see
+        :meth:`trusted_now`; the virtual clock's time under a virtual clock)."""
+        validate_instance_id(instance_id)
+        validate_step_id(step_id)
         headers: dict[str, str] = {}
 
         def keep_date(response: Any) -> None:
             headers["date"] = response.http_response.headers.get("Date", "")
 
         try:
-            entity = self._steps.get_entity(record.instance_id, record.step_id, raw_response_hook=keep_date)
+            entity = self._steps.get_entity(instance_id, step_id, raw_response_hook=keep_date)
         except ResourceNotFoundError:
-            raise StepNotFound(record.instance_id, record.step_id) from None
-        if record.etag is not None and entity.metadata.get("etag") != record.etag:
-            raise ConcurrencyConflict(record.instance_id, record.step_id)
+            raise StepNotFound(instance_id, step_id) from None
+        self.stats.step_entities_read += 1
+        if clock.is_virtual():
+            return _from_entity(entity), clock.utcnow()
         candidates = [t for t in (_http_date(headers.get("date")), entity.metadata.get("timestamp")) if t]
         if not candidates:
             raise LedgerError("the storage service sent neither a Date header nor a row Timestamp")
-        return max(datetime(*t.timetuple()[:6], t.microsecond, tzinfo=UTC) for t in candidates)
+        now = max(datetime(*t.timetuple()[:6], t.microsecond, tzinfo=UTC) for t in candidates)
+        return _from_entity(entity), now
 
     def note(
         self,
