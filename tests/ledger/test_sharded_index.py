@@ -67,3 +67,54 @@ def test_rows_written_before_sharding_are_still_found(ledger: StepLedger):
         match_condition=MatchConditions.IfNotModified,
     )
     assert [r.step_id for r in ledger.overdue(T0)] == ["a"]
+
+
+def _same_shard_steps(instance: str, count: int) -> list[str]:
+    by_shard: dict[str, list[str]] = {}
+    for n in range(1000):
+        step = f"x{n:03d}"
+        by_shard.setdefault(index_partition(T0, instance, step), []).append(step)
+        if len(by_shard[index_partition(T0, instance, step)]) == count:
+            return by_shard[index_partition(T0, instance, step)]
+    raise AssertionError("no shard got enough steps")
+
+
+class _CountingIndex:
+    """The index table client, counting entity-group transactions and single deletes."""
+
+    def __init__(self, inner):
+        self.inner, self.batches, self.deletes = inner, [], 0
+
+    def submit_transaction(self, operations, **kwargs):
+        self.batches.append([op[0] for op in operations])
+        return self.inner.submit_transaction(operations, **kwargs)
+
+    def delete_entity(self, *args, **kwargs):
+        self.deletes += 1
+        return self.inner.delete_entity(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_retired_index_rows_are_deleted_in_one_batch_per_partition(ledger: StepLedger):
+    steps = _same_shard_steps("wf-retire", 3)
+    _dispatch_all(ledger, "wf-retire", dict.fromkeys(steps, T0))
+    counting = _CountingIndex(ledger._index)
+    ledger._index = counting
+    with ledger.deferred_index_deletes() as pending:
+        for record in ledger.list_for_instance("wf-retire"):
+            ledger.transition(record, StepStatus.RUNNING, actor="w", deadline=T0 + timedelta(hours=1))
+        assert len(pending) == 3 and counting.batches == [] and counting.deletes == 0  # not yet
+    assert counting.batches == [["delete"] * 3] and counting.deletes == 0  # one request for three rows
+    live = {r.index_key for r in ledger.list_for_instance("wf-retire")}
+    assert {r["_key"] for r in ledger.index_rows()} == live
+
+
+def test_a_batch_with_a_row_already_gone_falls_back_to_single_deletes(ledger: StepLedger):
+    steps = _same_shard_steps("wf-gone", 2)
+    _dispatch_all(ledger, "wf-gone", dict.fromkeys(steps, T0))
+    keys = [r.index_key for r in ledger.list_for_instance("wf-gone")]
+    ledger._delete_index_row(keys[0])  # someone (an overlapping tick) deleted it already
+    ledger._delete_index_rows(keys)
+    assert ledger.index_rows() == []
