@@ -53,6 +53,8 @@ from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepCheck, StepDispatch
 from workflow_core.ledger import (
+    ConcurrencyConflict,
+    InstanceConflict,
     InstanceHandle,
     InstanceStatus,
     NewStep,
@@ -169,15 +171,37 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
         )
         for step in definition.steps
     ]
-    records = services.ledger.create_steps(
-        args.instance_id,
-        definition.name,
-        steps,
-        actor=ACTOR,
-        orchestration_id=args.orchestration_id or args.instance_id,
-        **({"version": args.version} if args.version else {}),
-    )
-    _adopt_instance(services, args.instance_id, args.orchestration_id or args.instance_id)
+    orchestration_id = args.orchestration_id or args.instance_id
+    pinned = {"version": args.version} if args.version else {}
+    ledger = services.ledger
+    # The instance record is adopted in the steps' own batch (one read, one write); when the steps
+    # exist already (a re-run) or the instance moved meanwhile, adopting is its own guarded write.
+    found = ledger.find_instance(args.instance_id)
+    handle = InstanceHandle(found) if found is not None and found.supervised else None
+    adoption = _adoption(handle, orchestration_id, services.settings.watchdog_grace_seconds)
+    try:
+        records = ledger.create_steps(
+            args.instance_id,
+            definition.name,
+            steps,
+            actor=ACTOR,
+            orchestration_id=orchestration_id,
+            instance=handle,
+            instance_changes=adoption,
+            **pinned,
+        )
+    except InstanceConflict:
+        handle = None
+        records = ledger.create_steps(
+            args.instance_id,
+            definition.name,
+            steps,
+            actor=ACTOR,
+            orchestration_id=orchestration_id,
+            **pinned,
+        )
+    if handle is None or handle.record is found:
+        _adopt_instance(services, args.instance_id, orchestration_id)
     return {
         "instance_id": args.instance_id,
         "workflow": definition.name,
@@ -185,22 +209,28 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
     }
 
 
+def _adoption(handle: InstanceHandle | None, orchestration_id: str, grace: float) -> dict[str, Any]:
+    """The instance changes of an orchestration that showed up: it owns the instance and promises
+    to dispatch at once."""
+    if handle is None:
+        return {}
+    changes = with_promise(handle, now(), grace, orchestration_id).get("instance_changes") or {}
+    return {"orchestration_id": orchestration_id, **changes}
+
+
 def _adopt_instance(services: Services, instance_id: str, orchestration_id: str) -> None:
-    """The orchestration showed up: it owns the instance and promises to dispatch at once."""
+    """Adopt the instance on its own (see :func:`_adoption`)."""
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
     def decide(record: Any) -> None:
         if record is None or not record.supervised:
             return
-        handle = InstanceHandle(record)
-        changes = with_promise(handle, now(), grace, orchestration_id).get("instance_changes") or {}
         ledger.update_instance(
             record,
             actor=ACTOR,
             reason=f"orchestration {orchestration_id} created the steps",
-            orchestration_id=orchestration_id,
-            **changes,
+            **_adoption(InstanceHandle(record), orchestration_id, grace),
         )
 
     retry_on_conflict(lambda: ledger.find_instance(instance_id), decide, what=f"adopt {instance_id}")
@@ -212,7 +242,12 @@ def _adopt_instance(services: Services, instance_id: str, orchestration_id: str)
 def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """Ledger Pending/Retrying -> Dispatched (owner, attempt, deadline, orchestration id, input) *then*
     send the work message (MessageId ``message_id_for(instance, step, attempt)``), then record
-    ``message_sent_at``. A second call for the same attempt re-sends only if no send was recorded."""
+    ``message_sent_at``. A second call for the same attempt re-sends only if no send was recorded.
+
+    ``message_sent_at`` is what tells the watchdog a Dispatched step that nobody claimed was never
+    sent (a crash between the ledger write and the send: re-send) from one whose message is late
+    (the orchestration's timer and retry policy handle it). It is written with the ETag the
+    Dispatched write returned, without reading the row again."""
     dispatch = StepDispatch.model_validate(as_dict(payload, c.ACTIVITY_DISPATCH_STEP))
     if dispatch.kind != "work":
         raise ValueError(f"{c.ACTIVITY_DISPATCH_STEP} sends work; use {c.ACTIVITY_DISPATCH_COMPENSATION}")
@@ -415,7 +450,7 @@ def _send(record: StepRecord, d: StepDispatch, services: Services) -> StepRecord
                 raise
             log.info("send of %s %s#%d failed (%s); retrying", d.kind, d.step_id, d.attempt, exc)
             time.sleep(delay)
-    return _record_sent(services.ledger, d)
+    return _record_sent(services.ledger, record, d)
 
 
 def _needs_send(r: StepRecord, d: StepDispatch) -> bool:
@@ -430,16 +465,23 @@ def _needs_send(r: StepRecord, d: StepDispatch) -> bool:
     )
 
 
-def _record_sent(ledger: StepLedger, d: StepDispatch) -> StepRecord:
-    def decide(r: StepRecord) -> StepRecord:
-        same = r.attempt == d.attempt if d.kind == "work" else r.compensation_attempt == d.attempt
-        if not same or r.message_sent_at is not None:
-            return r
-        return ledger.update(
-            r, actor=ACTOR, reason=f"{d.kind} message for attempt {d.attempt} sent", message_sent_at=now()
-        )
+def _record_sent(ledger: StepLedger, record: StepRecord, d: StepDispatch) -> StepRecord:
+    """``message_sent_at`` on the row as this dispatch last wrote or read it (its ETag): no read.
 
-    return retry_on_conflict(lambda: ledger.get(d.instance_id, d.step_id), decide, what="record send")
+    A lost race (412) means someone wrote the step after the dispatch: a worker claimed it (so the
+    message arrived), or the watchdog or an operator acted. Their write stands; at worst the
+    watchdog re-sends a message that was sent, which MessageId deduplication and the worker's claim
+    rules make harmless.
+    """
+    try:
+        return ledger.update(
+            record,
+            actor=ACTOR,
+            reason=f"{d.kind} message for attempt {d.attempt} sent",
+            message_sent_at=now(),
+        )
+    except ConcurrencyConflict:
+        return record
 
 
 # ---- check_step / check_compensation --------------------------------------------------------------

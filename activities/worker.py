@@ -70,7 +70,15 @@ from activities.handlers.base import (
 from activities.messages import from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import WORKER_FUNCTION, ResultMessage, WorkMessage, explain, fit_text
-from workflow_core.ledger import InstanceHandle, StepLedger, StepNotFound, StepRecord, StepStatus, encode_json
+from workflow_core.ledger import (
+    ConcurrencyConflict,
+    InstanceHandle,
+    StepLedger,
+    StepNotFound,
+    StepRecord,
+    StepStatus,
+    encode_json,
+)
 from workflow_core.ledger.model import MAX_TEXT
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
@@ -184,6 +192,8 @@ class _Delivery:
         self.grace = services.settings.watchdog_grace_seconds
         self.took_over = False
         self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
+        self.instance: InstanceHandle | None = None  # the instance record as last read or written
+        self.latest: StepRecord | None = None  # the step row as this worker last wrote it
 
     # ---- flow ------------------------------------------------------------------------------------
 
@@ -191,7 +201,7 @@ class _Delivery:
         m = self.m
         try:
             action, record, note = retry_on_conflict(
-                self._read, self._decide_claim, what=f"claim {self._label}"
+                self._read_with_instance, self._decide_claim, what=f"claim {self._label}"
             )
         except StepNotFound:
             log.warning("work message for unknown step %s: ignored", self._label)
@@ -209,24 +219,39 @@ class _Delivery:
         if action is _Action.RESEND:
             self._send(self._result_from_record(record))
             return
+        self.latest = record
         outcome = self._run(record)
         if outcome is None:
             return
-        result, note = retry_on_conflict(
-            self._read, lambda r: self._decide_record(r, outcome), what=f"record {self._label}"
-        )
-        if note is not None:
-            self._note(*note, status=None)
-        if result is not None:
-            self._send(result)
+        # The step's old index row is deleted after the reply is sent: off the step's critical path.
+        with self.ledger.deferred_index_deletes():
+            result, note = self._record(outcome)
+            if note is not None:
+                self._note(*note, status=None)
+            if result is not None:
+                self._send(result)
 
     @property
     def _label(self) -> str:
         m = self.m
         return f"{m.kind} {m.instance_id}/{m.step_id}#{m.attempt}"
 
-    def _read(self) -> StepRecord:
-        return self.ledger.get(self.m.instance_id, self.m.step_id)
+    def _read_with_instance(self) -> StepRecord:
+        """The step, and its instance record kept aside: one partition query for both rows."""
+        record, self.instance = self.ledger.read_step_and_instance(self.m.instance_id, self.m.step_id)
+        return record
+
+    def _record(self, outcome: Outcome) -> tuple[ResultMessage | None, tuple[str, str] | None]:
+        """Record the outcome on the row this worker last wrote (the claim, or its last heartbeat),
+        with the ETag that write returned: no read when nobody else wrote in between. A lost race
+        (412 on the step or the instance record) re-reads both and decides again."""
+        try:
+            return self._decide_record(self.latest, outcome)
+        except ConcurrencyConflict:
+            log.debug("%s: the step or instance changed since the claim; re-reading", self._label)
+        return retry_on_conflict(
+            self._read_with_instance, lambda r: self._decide_record(r, outcome), what=f"record {self._label}"
+        )
 
     def _note(self, action: str, reason: str, *, status: str | None) -> None:
         self.ledger.note(
@@ -376,6 +401,14 @@ class _Delivery:
         return True, output, None, False
 
     def _heartbeat(self, seconds: float | None) -> datetime | None:
+        service_now: list[datetime] = []
+
+        def read() -> StepRecord:
+            # one read gives the row and the storage service's time: the extension needs both
+            record, now = self.ledger.get_with_service_time(self.m.instance_id, self.m.step_id)
+            service_now[:] = [now]
+            return record
+
         def decide(r: StepRecord) -> datetime | None:
             if not self._current(r) or not (r.owner == self.worker_id or is_transient_claim(r.owner)):
                 raise StepNoLongerOwned(
@@ -391,11 +424,12 @@ class _Delivery:
                 return r.deadline
             # "extend by": the ledger computes the deadline from the storage service's clock, not ours
             extended = self.ledger.extend_deadline(
-                r, float(timeout), actor=self.worker_id, reason=f"heartbeat +{timeout:g}s"
+                r, float(timeout), actor=self.worker_id, reason=f"heartbeat +{timeout:g}s", now=service_now[0]
             )
+            self.latest = extended
             return extended.deadline
 
-        return retry_on_conflict(self._read, decide, what=f"heartbeat {self._label}")
+        return retry_on_conflict(read, decide, what=f"heartbeat {self._label}")
 
     def _current(self, r: StepRecord) -> bool:
         """Is the step still at this message's attempt, in progress?"""
@@ -425,14 +459,13 @@ class _Delivery:
                 if ok:
                     # With the instance record in the same transaction: the completion takes the
                     # instance's next completion number, which orders compensation (no clocks).
-                    instance = self.ledger.find_instance(r.instance_id)
                     self.ledger.transition(
                         r,
                         S.SUCCEEDED,
                         actor=self.worker_id,
                         reason="agent succeeded",
                         result_ref=encode_json(output),
-                        instance=InstanceHandle(instance) if instance is not None else None,
+                        instance=self.instance,
                     )
                 else:
                     self.ledger.transition(

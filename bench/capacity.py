@@ -11,8 +11,9 @@ first bottleneck. Limits (see docs/capacity.md for the sources):
 
 * Table Storage, per account: 20,000 transactions/s (an entity-group transaction counts once);
 * Table Storage, per partition: 2,000 entities/s. The deadline index puts every deadline of one
-  minute in one partition, and each step writes its index row there and deletes it again: with one
-  dominant deadline length, all steps dispatched in the same minute share that partition;
+  minute in ``--index-shards`` partitions (16 in the ledger), and each step writes its index row
+  there and deletes it again: with one dominant deadline length, all steps dispatched in the same
+  minute share those partitions;
 * Queue Storage (storage-queue transport): 20,000 messages/s per account, 2,000 per queue (read
   conservatively: a message's send, receive and delete each count);
 * Service Bus Standard: 1,000 credits/s per namespace, one credit per message sent or received;
@@ -41,17 +42,23 @@ SERVICEBUS_STANDARD_CREDITS_PER_S = 1_000
 
 @dataclass(frozen=True)
 class StepCost:
-    """Storage requests of one step, by where they land. Defaults: measured on this branch before the
-    write-path reduction (``bench/requests_per_step.py``; ``tests/perf`` pins them). CHANGES with it."""
+    """Storage requests of one step, by where they land. Defaults: measured end to end after the
+    write-path reduction (``bench/requests_per_step.py``, part 2; ``tests/perf`` pins the driven
+    per-operation counts). ``--measure`` counts the driven scenario, which has no orchestrator: it
+    lacks ``verify_result`` (1 per step), the HTTP starter's writes and ``settle_instance``."""
 
-    table_per_step: float = 10  # dispatch 5 (read, index insert, batch, read, batch), claim 2, record 3
-    table_per_workflow: float = 4  # starter's existence query; create_steps: query, batch, query
-    index_entities_per_step: float = 2  # index row inserted at dispatch, deleted at record
+    # dispatch 4 (query, index insert, batch, message_sent_at batch), claim 2 (query, batch),
+    # record 2 (batch, index delete after the reply), result handler 1, verify_result 1
+    table_per_step: float = 10
+    # starter: existence query + instance create (index insert, batch, listing); create_steps:
+    # instance read, one batch, instance index row moved (insert, delete); settle: read, batch,
+    # index delete, listing
+    table_per_workflow: float = 12
+    index_entities_per_step: float = 2  # index row inserted at dispatch, deleted after the reply
     queue_messages_per_step: float = 6  # storage-queue transport: 2 sends, 2 receives, 2 deletes (unbatched)
     servicebus_credits_per_step: float = 4  # Service Bus: 2 sends + 2 receives (settlement not billed)
-    table_per_overdue_step: float = (
-        5  # watchdog: verify read, index insert, claim batch, index delete, decision
-    )
+    # watchdog: verify read, new index row, one claim-and-decision batch (+ per-tick cleanup batches)
+    table_per_overdue_step: float = 3
 
 
 def measured_cost() -> StepCost:
@@ -140,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transport", choices=("servicebus", "storage-queue"), default="servicebus")
     parser.add_argument("--servicebus", choices=("standard", "premium"), default="standard")
     parser.add_argument("--steps-per-workflow", type=int, default=3)
-    parser.add_argument("--index-shards", type=int, default=1, help="deadline-index partitions per minute")
+    parser.add_argument(
+        "--index-shards", type=int, default=16, help="deadline-index partitions per minute (the ledger's: 16)"
+    )
     parser.add_argument(
         "--dominant-deadline-share",
         type=float,
@@ -158,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     cost = measured_cost() if args.measure else StepCost()
     print(
         "requests per step ("
-        + ("measured now" if args.measure else "defaults: measured before the write-path reduction")
+        + ("measured now (driven scenario)" if args.measure else "defaults: measured end to end")
         + "):"
     )
     for field, value in cost.__dict__.items():

@@ -280,6 +280,8 @@ QUEUE_DELETE = "queue delete"
 QUEUE_OTHER = "queue other"
 HEARTBEAT = "heartbeat"
 START = "per workflow: start"
+VERIFY_RESULT = "orchestrator verifies result"  # the verify_result activity: one read per step
+SETTLE = "per workflow: settle instance"
 HARNESS = "harness observation"  # the test harness's own reads: not the product's
 
 # The worker reads the step inside ``retry_on_conflict(read, decide, what=...)``: named by ``what``.
@@ -295,11 +297,15 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("activities/worker.py", "_decide_record", WORKER_RECORD),
     ("activities/worker.py", "_note", WORKER_NOTE),
     ("activities/worker.py", "_heartbeat", HEARTBEAT),
+    # the old index row's delete, deferred by process() until after the reply
+    ("activities/worker.py", "process", WORKER_RECORD),
     ("activities/scheduling.py", "create_workflow_steps", CREATE_STEPS),
     ("api/handlers.py", "_ensure_unused", START),
     ("api/handlers.py", None, "HTTP API"),
     ("activities/scheduling.py", "_dispatch", DISPATCH),
     ("activities/results.py", None, RESULT_HANDLER),
+    ("activities/verification.py", None, VERIFY_RESULT),
+    ("activities/instances.py", "settle_instance", SETTLE),
     ("activities/dead_letters.py", None, "dead-letter handler"),
     ("supervisor/watchdog.py", None, WATCHDOG),
     ("workflow_core/transport/storage_queue.py", "_receive", QUEUE_RECEIVE),

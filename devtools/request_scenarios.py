@@ -171,6 +171,7 @@ class TickCounts:
     overdue: int
     decisions: int
     requests: list[StorageRequest]
+    index_table: str = ""
 
     @property
     def total(self) -> int:
@@ -182,9 +183,15 @@ class TickCounts:
         return sum(1 for r in self.requests if r.op == "query")
 
     @property
+    def index_cleanup(self) -> int:
+        """Deletes of retired index rows at the end of the tick: one batch per index partition the
+        tick's old rows lie in (a single delete where a partition holds one), not one per step."""
+        return sum(1 for r in self.requests if r.op in ("delete", "batch") and r.resource == self.index_table)
+
+    @property
     def per_overdue_step(self) -> float:
-        """Everything but the detection query, per overdue step."""
-        return (self.total - self.detection) / self.overdue
+        """Everything but the detection query and the end-of-tick index cleanup, per overdue step."""
+        return (self.total - self.detection - self.index_cleanup) / self.overdue
 
     def by_op(self) -> Counter[tuple[str, str]]:
         return Counter((r.service, r.op) for r in self.requests)
@@ -236,4 +243,9 @@ def watchdog_tick(
         raise RuntimeError(
             f"tick found {report.overdue} overdue with {report.errors} errors: {report.summary()}"
         )
-    return TickCounts(overdue=overdue, decisions=len(report.decisions), requests=list(made))
+    return TickCounts(
+        overdue=overdue,
+        decisions=len(report.decisions),
+        requests=list(made),
+        index_table=services.settings.deadline_index_table,
+    )

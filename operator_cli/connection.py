@@ -106,7 +106,7 @@ def open_ledger(location: LedgerLocation) -> StepLedger:
         settings = load_settings(location.env)
     except SettingsError as exc:
         raise ConnectionProblem(f"{exc} (settings from {location.source})") from None
-    storage = settings.storage
+    storage = settings.ledger_connection  # LedgerStorage, else AzureWebJobsStorage
     if storage.connection_string:
         try:
             service = TableServiceClient.from_connection_string(

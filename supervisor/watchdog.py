@@ -24,6 +24,7 @@ builds its arguments. ``client`` is anything with the async ``get_status``/``rai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -249,25 +250,31 @@ class _Tick:
         )
 
     async def time_out(self, claimed: StepRecord, *, reason: str, last_error: str) -> None:
-        """Record a mid-flight attempt as TimedOut; the claim's lease stays its deadline (and count
-        it in ``sas.step.duration`` with outcome ``timed_out``, from the recorded send)."""
-        await _io(
-            self.ledger.transition,
-            claimed,
+        """Record a mid-flight attempt as TimedOut; the claim's lease stays its deadline."""
+        await _io(self.time_out_now, claimed, reason=reason, last_error=last_error)
+
+    def time_out_now(self, record: StepRecord, *, reason: str, last_error: str) -> StepRecord:
+        """Blocking: ``record`` -> TimedOut, owned by this tick until now + lease (its claim); counted
+        in ``sas.step.duration`` with outcome ``timed_out``, from the recorded send."""
+        claim = "" if record.owner == self.actor else f"claimed by watchdog tick {self.report.tick_id}; "
+        written = self.ledger.transition(
+            record,
             S.TIMED_OUT,
             actor=self.actor,
-            reason=reason,
+            reason=claim + reason,
             last_error=last_error,
+            owner=self.actor,
             deadline=self.now + self.lease,
         )
-        sent = claimed.message_sent_at
+        sent = record.message_sent_at
         telemetry.record_step_finished(
-            claimed.workflow_name,
-            claimed.step_id,
+            record.workflow_name,
+            record.step_id,
             telemetry.STEP_TIMED_OUT,
             duration_s=None if sent is None else (self.now - sent).total_seconds(),
             error_type="timeout",
         )
+        return written
 
     async def note(self, record: StepRecord, action: Action | str, detail: str) -> None:
         """Audit a decision (or an error) on the step without changing it."""
@@ -284,50 +291,87 @@ class _Tick:
 
     # ---- one step -------------------------------------------------------------------------------
 
-    async def handle(self, found: StepRecord) -> None:
-        assert found.deadline is not None  # overdue() only returns steps with a deadline
-        lateness = self.now - found.deadline
+    async def claim(self, found: StepRecord) -> StepRecord | None:
+        """Claim ``found`` for this tick (owner, deadline = now + lease), ETag-guarded; None if lost."""
+        lateness = self.now - found.deadline if found.deadline else timedelta(0)
+        return await self.claim_with(
+            found,
+            self.ledger.update,
+            found,
+            actor=self.actor,
+            reason=f"claimed by watchdog tick {self.report.tick_id}: "
+            f"{found.status.value} overdue by {lateness.total_seconds():.0f}s",
+            owner=self.actor,
+            deadline=self.now + self.lease,
+        )
+
+    async def claim_with(
+        self, found: StepRecord, write: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> T | None:
+        """Run ``write`` (an ETag-guarded write of ``found`` as the tick read it) as this tick's claim:
+        whoever wrote the step since the tick read it won, and the tick skips it (None)."""
         try:
-            claimed = await _io(
-                self.ledger.update,
-                found,
-                actor=self.actor,
-                reason=f"claimed by watchdog tick {self.report.tick_id}: "
-                f"{found.status.value} overdue by {lateness.total_seconds():.0f}s",
-                owner=self.actor,
-                deadline=self.now + self.lease,
-            )
+            written = await _io(write, *args, **kwargs)
         except (ConcurrencyConflict, StepNotFound):
             self.report.conflicts += 1
             log.info(
                 "step %s/%s changed before it could be claimed; skipped", found.instance_id, found.step_id
             )
-            return
+            return None
         self.report.claimed += 1
+        return written
+
+    async def handle(self, found: StepRecord) -> None:
+        """Decide for one overdue step. The decision that changes the step's status (an attempt
+        timed out) is itself the claim: one ETag-guarded write of the row as the tick read it, made
+        before any side effect. Decisions that only look, note or re-send claim first."""
+        assert found.deadline is not None  # overdue() only returns steps with a deadline
+        lateness = self.now - found.deadline
 
         if found.status is S.COMPENSATING:
-            await self.compensating(found, claimed, lateness)
+            claimed = await self.claim(found)
+            if claimed is not None:
+                await self.compensating(found, claimed, lateness)
             return
 
         orchestration_id = found.orchestration_id or found.instance_id
         orchestration = await self.status_of(orchestration_id)
+        in_flight = found.status in (S.DISPATCHED, S.RUNNING)
         if orchestration not in ALIVE_STATUSES:
             why = (
                 f"orchestration {orchestration_id} is {orchestration} "
                 f"while step {found.step_id} is {found.status.value}"
             )
-            if found.status in (S.DISPATCHED, S.RUNNING):
+            if in_flight:
                 # Nobody waits for this attempt's result any more: record it as abandoned, so the ledger
                 # says why (a resumed scheduler then retries it; a compensation undoes it).
-                await self.time_out(
-                    claimed,
+                done = await self.claim_with(
+                    found,
+                    self.time_out_now,
+                    found,
                     reason=f"{why}; no orchestration waits for its result",
                     last_error=f"supervisor: {why}",
                 )
+            else:
+                done = await self.claim(found)
+            if done is None:
+                return
             # The instance record decides between resume and compensation, exactly once per instance.
             if not await InstanceSupervisor(self).step_orphaned(found.instance_id, why):
                 await self.start_compensation(found, reason=f"supervisor: {why}")
-        elif found.compensation_status == COMP_GIVEN_UP:
+            return
+        if (
+            not self.within_grace(found, lateness)
+            and in_flight
+            and not (found.status is S.DISPATCHED and found.message_sent_at is None)
+            and found.compensation_status != COMP_GIVEN_UP
+        ):
+            await self.fail_step(found, None, orchestration_id, orchestration, lateness)
+            return
+        claimed = await self.claim(found)
+        if claimed is None:
+            return
+        if found.compensation_status == COMP_GIVEN_UP:
             # The scheduler gave the step up and is about to start (or runs) the compensation as its
             # sub-orchestration: starting it here too would race the scheduler for the same id.
             status = await self.status_of(compensation_instance_id(found.instance_id))
@@ -408,13 +452,16 @@ class _Tick:
     async def fail_step(
         self,
         found: StepRecord,
-        claimed: StepRecord,
+        claimed: StepRecord | None,
         orchestration_id: str,
         orchestration: str,
         lateness: timedelta,
     ) -> None:
         """The orchestration is alive but missed its deadline timer (or did not act on a failed
-        attempt): raise the attempt's failed result so it applies its retry policy."""
+        attempt): raise the attempt's failed result so it applies its retry policy.
+
+        ``claimed`` None: the step is unclaimed, as the tick read it, and the TimedOut write is the
+        claim (a lost race skips the step: someone else acted)."""
         error = found.last_error if found.status in SETTLED_ATTEMPT and found.last_error else None
         error = error or OVERRUN_ERROR
         detail = (
@@ -424,7 +471,17 @@ class _Tick:
         )
         if _operator_requested(found):
             detail += f" (requested by {found.owner})"
-        if found.status in (S.DISPATCHED, S.RUNNING):
+        if claimed is None:
+            written = await self.claim_with(
+                found,
+                self.time_out_now,
+                found,
+                reason=f"{Action.FAIL_STEP.value}: {detail}",
+                last_error=OVERRUN_ERROR,
+            )
+            if written is None:
+                return
+        elif found.status in (S.DISPATCHED, S.RUNNING):
             await self.time_out(
                 claimed, reason=f"{Action.FAIL_STEP.value}: {detail}", last_error=OVERRUN_ERROR
             )
@@ -604,41 +661,10 @@ async def run_tick(
             report.errors += 1
             overdue = []
         report.overdue = len(overdue)
-        await _supervise_instances(tick, now, limit)
-        for record in overdue:
-            with recovery_span(record):
-                try:
-                    await tick.handle(record)
-                except (ConcurrencyConflict, IllegalTransition) as exc:
-                    # The step moved on between our claim and our decision (an agent or the scheduler
-                    # acted): the ledger is right, nothing to do; the step comes back if it is overdue again.
-                    report.conflicts += 1
-                    log.info(
-                        "step %s/%s moved on while being recovered: %s",
-                        record.instance_id,
-                        record.step_id,
-                        exc,
-                    )
-                except Exception as exc:
-                    report.errors += 1
-                    log.exception(
-                        "watchdog tick %s failed on step %s/%s",
-                        report.tick_id,
-                        record.instance_id,
-                        record.step_id,
-                    )
-                    telemetry.record_recovery(
-                        record.instance_id,
-                        record.step_id,
-                        record.attempt,
-                        ERROR_ACTION,
-                        telemetry.OUTCOME_ERROR,
-                        workflow=record.workflow_name,
-                        status=record.status.value,
-                        tick_id=report.tick_id,
-                        reason=f"{type(exc).__name__}: {exc}",
-                    )
-                    await _best_effort_note(tick, record, exc)
+        # Index rows the tick's writes retire go in one batch per index partition at the end.
+        cleanup = ledger.deferred_index_deletes() if hasattr(ledger, "deferred_index_deletes") else None
+        with cleanup or contextlib.nullcontext():
+            await _supervise_and_handle(tick, now, limit, overdue)
         report.index_entities_read = ledger.stats.index_entities_read - index_before
         report.step_entities_read = ledger.stats.step_entities_read - steps_before
         report.duration_seconds = time.perf_counter() - started
@@ -668,6 +694,46 @@ def recovery_span(record: Any) -> Any:
         },
         link_to=tracing.links(tracing.from_fields(record.trace_parent, record.trace_state)),
     )
+
+
+async def _supervise_and_handle(tick: _Tick, now: datetime, limit: int, overdue: list[StepRecord]) -> None:
+    await _supervise_instances(tick, now, limit)
+    for record in overdue:
+        with recovery_span(record):
+            await _handle_one(tick, record)
+
+
+async def _handle_one(tick: _Tick, record: StepRecord) -> None:
+    """One overdue step; a conflict or an error is reported and the tick goes on."""
+    report = tick.report
+    try:
+        await tick.handle(record)
+    except (ConcurrencyConflict, IllegalTransition) as exc:
+        # The step moved on between our claim and our decision (an agent or the scheduler
+        # acted): the ledger is right, nothing to do; the step comes back if it is overdue again.
+        report.conflicts += 1
+        log.info("step %s/%s moved on while being recovered: %s", record.instance_id, record.step_id, exc)
+    except Exception as exc:
+        report.errors += 1
+        log.exception(
+            "watchdog tick %s failed on step %s/%s",
+            report.tick_id,
+            record.instance_id,
+            record.step_id,
+        )
+        telemetry.record_recovery(
+            record.instance_id,
+            record.step_id,
+            record.attempt,
+            ERROR_ACTION,
+            telemetry.OUTCOME_ERROR,
+            workflow=record.workflow_name,
+            status=record.status.value,
+            tick_id=report.tick_id,
+            reason=f"{type(exc).__name__}: {exc}",
+        )
+        await _best_effort_claim(tick, record)
+        await _best_effort_note(tick, record, exc)
 
 
 async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> None:
@@ -705,6 +771,23 @@ async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> None:
                 tick_id=report.tick_id,
                 reason=f"{type(exc).__name__}: {exc}",
             )
+
+
+async def _best_effort_claim(tick: _Tick, record: StepRecord) -> None:
+    """After an error on a step the tick had not written yet: claim it for the lease anyway, so it
+    is retried after the lease, not hammered every tick. If anyone wrote it meanwhile, leave it."""
+    try:
+        await _io(
+            tick.ledger.update,
+            record,
+            actor=tick.actor,
+            reason=f"claimed by watchdog tick {tick.report.tick_id} after an error; retried after the lease",
+            owner=tick.actor,
+            deadline=tick.now + tick.lease,
+        )
+    except Exception:  # written already (by this tick or anyone): that write stands
+        return
+    tick.report.claimed += 1
 
 
 async def _best_effort_note(tick: _Tick, record: StepRecord, exc: BaseException) -> None:

@@ -24,7 +24,7 @@ class Services:
 
     @cached_property
     def ledger(self) -> StepLedger:
-        storage = self.settings.storage
+        storage = self.settings.ledger_connection  # LedgerStorage, else AzureWebJobsStorage
         service = table_service_client(storage)  # connection string, or service URI + managed identity
         ledger = StepLedger(service, self.settings.ledger_table, self.settings.deadline_index_table)
         if storage.connection_string:  # local/dev: create what infra would have provisioned

@@ -26,6 +26,11 @@ class TransportKind(StrEnum):
 # Connection setting *prefixes*. The Functions host resolves a binding's ``connection`` either
 # as a plain setting (a connection string) or as ``<prefix>__<property>`` (identity-based).
 STORAGE_CONNECTION = "AzureWebJobsStorage"
+# The ledger's own storage account (optional): apart from the Durable task hub's, so the two do not
+# share one account's transaction budget (docs/capacity.md). Unset: the ledger uses AzureWebJobsStorage.
+LEDGER_STORAGE_CONNECTION = "LedgerStorage"
+# Connection prefixes that may be left unset (the code then falls back to another connection).
+OPTIONAL_CONNECTIONS = frozenset({LEDGER_STORAGE_CONNECTION})
 SERVICE_BUS_CONNECTION = "ServiceBusConnection"
 
 
@@ -62,6 +67,12 @@ class Settings:
     watchdog_grace_seconds: float
     watchdog_run_on_startup: bool
     app_insights_connection_string: str | None
+    ledger_storage: StorageConnection | None = None  # None: the ledger lives in ``storage``
+
+    @property
+    def ledger_connection(self) -> StorageConnection:
+        """Where the ledger's tables live: ``LedgerStorage`` if set, else ``AzureWebJobsStorage``."""
+        return self.ledger_storage or self.storage
 
 
 # name -> (default, description). The README's configuration table and the Bicep tests read this.
@@ -81,6 +92,12 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
         "Service Bus connection string (emulator: `Endpoint=sb://localhost;...;"
         "UseDevelopmentEmulator=true;`). In Azure use `ServiceBusConnection__fullyQualifiedNamespace` "
         "with `__credential=managedidentity` and `__clientId`.",
+    ),
+    "LedgerStorage": (
+        None,
+        "Optional storage account for the ledger and its deadline index, apart from the Durable task "
+        "hub's (`AzureWebJobsStorage`, used when this is empty): a connection string, or "
+        "`LedgerStorage__tableServiceUri` / `__accountName` with `__clientId` for a managed identity.",
     ),
     "LEDGER_TABLE_NAME": ("StepLedger", "Table holding step rows and their audit trail."),
     "DEADLINE_INDEX_TABLE_NAME": ("StepDeadlines", "Table holding the deadline index."),
@@ -197,6 +214,24 @@ def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION)
     )
 
 
+def ledger_storage_connection(
+    env: Mapping[str, str], prefix: str = LEDGER_STORAGE_CONNECTION
+) -> StorageConnection | None:
+    """The ledger's own account (tables only), or None when no ``LedgerStorage`` setting is given."""
+    conn = _get(env, prefix)
+    if conn is not None:
+        if conn == "UseDevelopmentStorage=true":
+            conn = azurite_connection_string()
+        return StorageConnection(connection_string=conn)
+    account = _get(env, f"{prefix}__accountName")
+    table_uri = _get(env, f"{prefix}__tableServiceUri") or (
+        f"https://{account}.table.core.windows.net" if account else None
+    )
+    if table_uri is None:
+        return None
+    return StorageConnection(table_service_uri=table_uri, client_id=_get(env, f"{prefix}__clientId"))
+
+
 def azurite_connection_string(
     host: str = "127.0.0.1", blob_port: int = 10000, queue_port: int = 10001, table_port: int = 10002
 ) -> str:
@@ -251,6 +286,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         watchdog_grace_seconds=_float(env, "WATCHDOG_GRACE_SECONDS"),
         watchdog_run_on_startup=_bool(env, "WATCHDOG_RUN_ON_STARTUP"),
         app_insights_connection_string=_get(env, "APPLICATIONINSIGHTS_CONNECTION_STRING"),
+        ledger_storage=ledger_storage_connection(env),
     )
 
 

@@ -627,6 +627,13 @@ def check_app_settings(files: dict[str, BicepFile]) -> list[str]:
             "AZURE_CLIENT_ID is not set (azure-identity would not find the user-assigned identity)"
         )
     for name, (default, _description) in app_settings.DOCUMENTED_SETTINGS.items():
+        if name in app_settings.OPTIONAL_CONNECTIONS:
+            # optional (e.g. the ledger's own account): unset is fine, a connection string is not
+            if name in raw:
+                problems.append(
+                    f"{name} is set as a connection string; use the identity-based {name}__* settings"
+                )
+            continue
         if name in prefixes:
             if name in raw:
                 problems.append(

@@ -61,8 +61,10 @@ def test_step_past_its_deadline_is_acted_on_in_the_next_tick(services, ledger, c
     assert record.status is S.TIMED_OUT and record.last_error == OVERRUN_ERROR
     assert record.deadline == NOW + timedelta(minutes=2) + LEASE  # followed up later, not every tick
     rows = supervisor_rows(ledger, "wf-next")
-    assert [r.action for r in rows] == ["update", "transition"]  # the claim, then the decision
-    assert "fail_step" in rows[1].reason and rows[1].to_status == "TimedOut"
+    # The decision is the claim: one ETag-guarded write of the step as the tick read it.
+    assert [r.action for r in rows] == ["transition"]
+    assert rows[0].reason.startswith("claimed by watchdog tick")
+    assert "fail_step" in rows[0].reason and rows[0].to_status == "TimedOut"
 
     # Acted on once: the next tick has nothing to do.
     again = tick(client, services, now=NOW + timedelta(minutes=3))

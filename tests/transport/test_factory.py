@@ -84,3 +84,21 @@ def test_service_bus_without_a_connection_is_a_clear_error(azurite):
     broken = dataclasses.replace(settings, transport=TransportKind.SERVICE_BUS, service_bus=None)
     with pytest.raises(TransportError, match="no Service Bus connection"):
         create_transport(broken)
+
+
+def test_the_ledger_may_live_on_its_own_storage_account():
+    from workflow_core.settings import load_settings
+
+    base = {"AzureWebJobsStorage": "UseDevelopmentStorage=true", "AGENT_TRANSPORT": "storage-queue"}
+    shared = load_settings(base)
+    assert shared.ledger_storage is None and shared.ledger_connection == shared.storage
+
+    own = load_settings(
+        {**base, "LedgerStorage__accountName": "ledgeracct", "LedgerStorage__clientId": "id1"}
+    )
+    assert own.ledger_connection.table_service_uri == "https://ledgeracct.table.core.windows.net"
+    assert own.ledger_connection.client_id == "id1"
+    assert own.storage.connection_string is not None  # the task hub and queues stay where they were
+
+    conn = load_settings({**base, "LedgerStorage": "UseDevelopmentStorage=true"})
+    assert "devstoreaccount1" in (conn.ledger_connection.connection_string or "")

@@ -5,8 +5,8 @@ partition, so a step change and the instance change it implies go in one entity-
 (see ``StepLedger.transition(..., instance=...)``). What is here is what touches the instance alone:
 creating it at the door, reading it, moving its status, and finding the overdue ones.
 
-The deadline index holds instance rows in their own partitions, ``i<YYYYMMDDHHMM>`` (``i`` sorts
-after every digit, so the steps' range query never reads them). An instance's index row only has
+The deadline index holds instance rows in their own partitions, ``i<YYYYMMDDHHMM>-<shard>`` (``i``
+sorts after every digit, so the steps' range query never reads them). An instance's index row only has
 to be *no later* than its ``scheduler_deadline``: the scheduler moves the deadline on every step,
 and rewriting the index row each time would cost two more requests per step. So the hot path moves
 the row only when the deadline moves *earlier* than the row; when the watchdog meets a row whose
@@ -32,6 +32,7 @@ from workflow_core.ledger.errors import (
     InstanceNotFound,
     InvalidLedgerInput,
 )
+from workflow_core.ledger.index_keys import index_partition, overdue_upper_partition
 from workflow_core.ledger.instance import (
     ATTENTION_INSTANCE_STATUSES,
     INSTANCE_FIELDS,
@@ -91,10 +92,6 @@ def is_instance_entity(entity: Any) -> bool:
     return entity["RowKey"] == INSTANCE_ROW
 
 
-def _bucket(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y%m%d%H%M")
-
-
 def _time_key(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
@@ -118,7 +115,8 @@ def plan_instance_index(
         due = index_row_time(current.index_key)
         if due is not None and due <= deadline:
             return None  # the row falls due no later than the deadline: the watchdog moves it on
-        return (f"{INSTANCE_INDEX_PREFIX}{_bucket(deadline)}", f"{_time_key(deadline)}~{nonce}")
+        partition = index_partition(deadline, updated.instance_id)
+        return (f"{INSTANCE_INDEX_PREFIX}{partition}", f"{_time_key(deadline)}~{nonce}")
     if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
         if current.index_key and current.index_key.startswith(INSTANCE_ATTENTION_PARTITION):
             return None
@@ -367,7 +365,7 @@ class InstanceLedgerMixin(InstanceListMixin):
             "PartitionKey ge @lo and PartitionKey le @hi and RowKey le @key",
             parameters={
                 "lo": INSTANCE_INDEX_PREFIX,
-                "hi": f"{INSTANCE_INDEX_PREFIX}{_bucket(now)}",
+                "hi": f"{INSTANCE_INDEX_PREFIX}{overdue_upper_partition(now)}",
                 "key": _time_key(now) + "~~",
             },
             results_per_page=min(max(limit, 10), 1000),
@@ -387,14 +385,16 @@ class InstanceLedgerMixin(InstanceListMixin):
                     break
                 continue
             self._move_instance_row_forward(record)
-        return found
+        # rows come minute by minute, and within a minute shard by shard
+        return sorted(found, key=lambda r: r.scheduler_deadline or now)
 
     def _move_instance_row_forward(self, record: InstanceRecord) -> None:
         """Re-key a row that fell due before its instance did (see the module docstring)."""
         if not record.supervised or record.scheduler_deadline is None:
             return
         deadline = record.scheduler_deadline
-        new = (f"{INSTANCE_INDEX_PREFIX}{_bucket(deadline)}", f"{_time_key(deadline)}~{self._nonce()}")
+        partition = index_partition(deadline, record.instance_id)
+        new = (f"{INSTANCE_INDEX_PREFIX}{partition}", f"{_time_key(deadline)}~{self._nonce()}")
         self._create_instance_index_row(new, record)
         try:
             self._steps.update_entity(

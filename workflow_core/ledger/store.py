@@ -8,14 +8,17 @@ Layout (see docs/architecture.md):
     the *same entity-group transaction* as the step change they describe, so the trail never
     misses or invents a move.
 * Deadline-index table: one row per step that must move on by a deadline,
-  PartitionKey = deadline minute bucket (``YYYYMMDDHHMM``), RowKey = ``<deadline>~<nonce>``.
-  ``overdue(now)`` reads only the buckets up to now, i.e. only (nearly) overdue rows.
+  PartitionKey = deadline minute bucket plus a shard (``YYYYMMDDHHMM-SS``, see
+  :func:`index_partition`), RowKey = ``<deadline>~<nonce>``. ``overdue(now)`` reads only the
+  buckets up to now and, in them, only rows due by now: only overdue rows.
 
 The index lives in another table, so it cannot share the step's transaction. Order of writes on a
 deadline change: (1) create the new index row, (2) conditionally update the step row pointing at it
 (``IndexKey``), (3) delete the old index row. A crash after (1) or (2) leaves an index row that no
 step points at; ``overdue`` verifies every index row against its step and deletes such strays. So
 every step that needs watching always has its index row; extra rows are harmless and self-healing.
+A caller may defer step (3) to a moment off its critical path, or batch it per partition
+(:meth:`StepLedger.deferred_index_deletes`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -49,6 +53,7 @@ from workflow_core.ledger.errors import (
     StepNotFound,
     StepsAlreadyExist,
 )
+from workflow_core.ledger.index_keys import index_partition, overdue_upper_partition
 from workflow_core.ledger.instance import INSTANCE_ROW
 from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin, from_instance_entity
 from workflow_core.ledger.model import (
@@ -68,9 +73,14 @@ from workflow_core.ledger.model import (
 log = logging.getLogger(__name__)
 
 AUDIT_PREFIX = "~audit~"
+# Written with an instance's steps (see create_steps). '~' keeps it out of step listings, and 's'
+# after 'a' and 'i' keeps it out of the audit range and off the instance record's key.
+STEPS_MARKER_ROW = "~steps"
 ATTENTION_PARTITION = "attention"  # sorts after every digit bucket, so overdue() never reads it
 MAX_BATCH = 100  # Table Storage limit per entity-group transaction
 _AUDIT_SEQUENCE = itertools.count()
+# Index rows retired while ``StepLedger.deferred_index_deletes`` is active (None: delete at once).
+_DEFERRED: ContextVar[list[str] | None] = ContextVar("deferred_index_deletes", default=None)
 
 # StepRecord field -> entity property
 _FIELDS = {
@@ -209,14 +219,20 @@ class StepLedger(InstanceLedgerMixin):
         actor: str,
         orchestration_id: str | None = None,
         version: str | None = None,
+        instance: InstanceHandle | None = None,
+        instance_changes: dict[str, Any] | None = None,
     ) -> list[StepRecord]:
         """Write every step of a new instance as Pending, atomically per 100-row batch.
 
         ``version`` is the definition version the instance is pinned to: every step row carries it,
         so whoever holds a step (an agent, the watchdog, the compensation plan) finds its definition.
-
+        One request for a workflow of up to 98 steps: the batch is written first and the instance's
+        rows are read only when it conflicts. With ``instance`` (and ``instance_changes``), the
+        instance record changes in the first batch too, and the handle then holds it as written.
         Idempotent: calling it again for the same instance and the same steps returns the stored
-        rows (an activity may run twice); different steps for an existing instance raise.
+        rows (an activity may run twice), and leaves the instance record alone; different steps for
+        an existing instance raise. Raises :class:`InstanceConflict` when only the instance record
+        lost a race (nothing is written then).
         """
         validate_instance_id(instance_id)
         if not steps:
@@ -244,7 +260,11 @@ class StepLedger(InstanceLedgerMixin):
             )
             for i, s in enumerate(steps)
         ]
-        operations: list[tuple[str, dict[str, Any]]] = [("create", _to_entity(r)) for r in records]
+        operations: list[tuple] = [("create", _to_entity(r)) for r in records]
+        # One row per instance with a fixed key: a second create_steps conflicts on it whatever its
+        # steps are, so the batch can go first and the stored steps are read only then.
+        marker = {"PartitionKey": instance_id, "RowKey": STEPS_MARKER_ROW, "Workflow": workflow_name}
+        operations.insert(0, ("create", marker))
         operations.append(
             (
                 "create",
@@ -261,21 +281,45 @@ class StepLedger(InstanceLedgerMixin):
                 ),
             )
         )
-        existing = self.list_for_instance(instance_id)
-        if not existing:
-            try:
-                for start in range(0, len(operations), MAX_BATCH):
-                    self._steps.submit_transaction(operations[start : start + MAX_BATCH])
-            except TableTransactionError as exc:
-                if exc.status_code != 409:  # 409: a concurrent call created them first
-                    raise
-            existing = self.list_for_instance(instance_id)
-        if [r.step_id for r in existing] != ids or {r.workflow_name for r in existing} != {workflow_name}:
-            raise StepsAlreadyExist(
-                f"instance {instance_id!r} already has steps {[r.step_id for r in existing]} "
-                f"of workflow {sorted({r.workflow_name for r in existing})}; refusing to mix in {ids}"
+        instance_updated = instance_index = None
+        if instance is not None:
+            if instance.record.instance_id != instance_id:
+                raise InvalidLedgerInput("the instance handle belongs to another instance")
+            instance_updated, instance_index = self.prepare_instance_change(
+                instance.record, instance.record.status, dict(instance_changes or {}), now
             )
-        return existing
+            operations.insert(0, self.instance_operation(instance.record, instance_updated))
+            if instance_index is not None:
+                self._create_instance_index_row(instance_index, instance_updated)
+        results: list[Any] = []
+        try:
+            for start in range(0, len(operations), MAX_BATCH):
+                results.extend(self._steps.submit_transaction(operations[start : start + MAX_BATCH]))
+        except TableTransactionError as exc:
+            if instance_index is not None and not results:
+                self._delete_index_row(f"{instance_index[0]}|{instance_index[1]}")
+            if exc.status_code == 412 and not results:
+                raise InstanceConflict(instance_id) from None
+            if exc.status_code != 409:  # 409: a concurrent (or earlier) call created them first
+                raise
+            existing = self.list_for_instance(instance_id)
+            if [r.step_id for r in existing] != ids or {r.workflow_name for r in existing} != {workflow_name}:
+                raise StepsAlreadyExist(
+                    f"instance {instance_id!r} already has steps {[r.step_id for r in existing]} "
+                    f"of workflow {sorted({r.workflow_name for r in existing})}; refusing to mix in {ids}"
+                ) from None
+            if instance is not None and results:  # the first batch (with the instance) went through
+                self._instance_written_in_batch(instance, instance_updated, results[0])
+            return existing
+        if instance is not None:
+            self._instance_written_in_batch(instance, instance_updated, results[0])
+            results = results[1:]
+        results = results[1:]  # the marker row
+        return [r.model_copy(update={"etag": res["etag"]}) for r, res in zip(records, results, strict=False)]
+
+    def _instance_written_in_batch(self, handle: InstanceHandle, updated: Any, result: Any) -> None:
+        self.instance_written(handle.record, updated)
+        handle.record = updated.model_copy(update={"etag": result["etag"]})
 
     def transition(
         self,
@@ -350,11 +394,14 @@ class StepLedger(InstanceLedgerMixin):
         actor: str,
         reason: str = "heartbeat",
         allow_earlier: bool = False,
+        now: datetime | None = None,
     ) -> StepRecord:
         """Heartbeat: the deadline becomes *trusted now* + ``seconds`` (see :meth:`trusted_now`), so a
         step that is still making progress is not overdue, whatever the heartbeating machine's clock says.
         A deadline already later than that is kept (nothing written) unless ``allow_earlier``.
 
+        ``now``: the service's time of the read that returned ``record``
+        (:meth:`get_with_service_time`), which spares :meth:`trusted_now` its own read.
         Raises :class:`ConcurrencyConflict` if the step changed since ``record`` was read.
         """
         if not isinstance(seconds, int | float) or seconds != seconds or abs(seconds) > 10 * 365 * 86400:
@@ -364,7 +411,7 @@ class StepLedger(InstanceLedgerMixin):
                 f"step {record.step_id!r} is {record.status.value}; only steps in "
                 f"{sorted(s.value for s in DEADLINE_STATUSES)} have a deadline to extend"
             )
-        now = self.trusted_now(record)
+        now = self.trusted_now(record) if now is None else require_aware(now, "now")
         target = now + timedelta(seconds=seconds)
         if not allow_earlier and record.deadline is not None and record.deadline >= target:
             return record
@@ -389,21 +436,33 @@ class StepLedger(InstanceLedgerMixin):
         """
         if clock.is_virtual():
             return clock.utcnow()
+        current, now = self.get_with_service_time(record.instance_id, record.step_id)
+        if record.etag is not None and current.etag != record.etag:
+            raise ConcurrencyConflict(record.instance_id, record.step_id)
+        return now
+
+    def get_with_service_time(self, instance_id: str, step_id: str) -> tuple[StepRecord, datetime]:
+        """A point read of the step, and the storage service's time of its answer (see
+        :meth:`trusted_now`; the virtual clock's time under a virtual clock)."""
+        validate_instance_id(instance_id)
+        validate_step_id(step_id)
         headers: dict[str, str] = {}
 
         def keep_date(response: Any) -> None:
             headers["date"] = response.http_response.headers.get("Date", "")
 
         try:
-            entity = self._steps.get_entity(record.instance_id, record.step_id, raw_response_hook=keep_date)
+            entity = self._steps.get_entity(instance_id, step_id, raw_response_hook=keep_date)
         except ResourceNotFoundError:
-            raise StepNotFound(record.instance_id, record.step_id) from None
-        if record.etag is not None and entity.metadata.get("etag") != record.etag:
-            raise ConcurrencyConflict(record.instance_id, record.step_id)
+            raise StepNotFound(instance_id, step_id) from None
+        self.stats.step_entities_read += 1
+        if clock.is_virtual():
+            return _from_entity(entity), clock.utcnow()
         candidates = [t for t in (_http_date(headers.get("date")), entity.metadata.get("timestamp")) if t]
         if not candidates:
             raise LedgerError("the storage service sent neither a Date header nor a row Timestamp")
-        return max(datetime(*t.timetuple()[:6], t.microsecond, tzinfo=UTC) for t in candidates)
+        now = max(datetime(*t.timetuple()[:6], t.microsecond, tzinfo=UTC) for t in candidates)
+        return _from_entity(entity), now
 
     def note(
         self,
@@ -455,7 +514,10 @@ class StepLedger(InstanceLedgerMixin):
             old = record.index_key
             old_deadline = record.deadline
             if old is None or old.startswith(ATTENTION_PARTITION) or old_deadline != deadline:
-                new_index = (_bucket(deadline), f"{_deadline_key(deadline)}~{_nonce()}")
+                new_index = (
+                    index_partition(deadline, record.instance_id, record.step_id),
+                    f"{_deadline_key(deadline)}~{_nonce()}",
+                )
         elif status in ATTENTION_STATUSES:
             if record.index_key is None or not record.index_key.startswith(ATTENTION_PARTITION):
                 new_index = (ATTENTION_PARTITION, f"{record.instance_id}~{record.step_id}~{_nonce()}")
@@ -532,13 +594,57 @@ class StepLedger(InstanceLedgerMixin):
             if exc.status_code == 404:
                 raise StepNotFound(record.instance_id, record.step_id) from None
             raise
-        # (3) the old index row is now stale
+        # (3) the old index row is now stale: deleted now, or where a caller deferred it (see
+        # deferred_index_deletes). Not left for overdue() to find: the singleton watchdog would then
+        # read every completed step's row once more (docs/capacity.md).
         if record.index_key and record.index_key != updated.index_key:
-            self._delete_index_row(record.index_key)
+            self._retire_index_row(record.index_key)
         if instance is not None and instance_updated is not None:
             self.instance_written(instance.record, instance_updated)
             instance.record = instance_updated.model_copy(update={"etag": result[2]["etag"]})
         return updated.model_copy(update={"etag": result[0]["etag"]})
+
+    @contextlib.contextmanager
+    def deferred_index_deletes(self):
+        """Collect the index rows retired inside, and delete them on the way out in one batch per
+        index partition (the watchdog: one request per partition per tick instead of one per step;
+        the worker: after its reply is sent, off the step's critical path).
+        Follows ``asyncio.to_thread`` (a context variable). A crash before the flush leaves stray
+        rows, which ``overdue`` removes when they fall due."""
+        pending: list[str] = []
+        token = _DEFERRED.set(pending)
+        try:
+            yield pending
+        finally:
+            _DEFERRED.reset(token)
+            self._delete_index_rows(pending)
+
+    def _retire_index_row(self, index_key: str) -> None:
+        pending = _DEFERRED.get()
+        if pending is not None:
+            pending.append(index_key)
+        else:
+            self._delete_index_row(index_key)
+
+    def _delete_index_rows(self, keys: Sequence[str]) -> None:
+        """Delete index rows, batched per partition; rows already gone are fine."""
+        by_partition: dict[str, list[str]] = {}
+        for key in dict.fromkeys(k for k in keys if k):
+            partition, _, row = key.partition("|")
+            by_partition.setdefault(partition, []).append(row)
+        for partition, rows in by_partition.items():
+            for start in range(0, len(rows), MAX_BATCH):
+                chunk = rows[start : start + MAX_BATCH]
+                if len(chunk) == 1:
+                    self._delete_index_row(f"{partition}|{chunk[0]}")
+                    continue
+                try:
+                    self._index.submit_transaction(
+                        [("delete", {"PartitionKey": partition, "RowKey": r}) for r in chunk]
+                    )
+                except (TableTransactionError, HttpResponseError):  # one already gone: one by one
+                    for r in chunk:
+                        self._delete_index_row(f"{partition}|{r}")
 
     def _delete_index_row(self, index_key: str | None) -> None:
         if not index_key:
@@ -652,7 +758,8 @@ class StepLedger(InstanceLedgerMixin):
         return sorted(entries, key=lambda a: a.at)
 
     def overdue(self, now: datetime, limit: int = 100) -> list[StepRecord]:
-        """Steps whose deadline is at or before ``now``, earliest first, at most ``limit``.
+        """Steps whose deadline is at or before ``now``, earliest first, at most ``limit`` (with a
+        limit, whole earlier minutes come first; within one minute the shards are read in turn).
 
         Reads only index rows in buckets up to ``now`` (never the step table at large), then one point
         read per candidate to verify it; stray index rows found on the way are deleted.
@@ -661,10 +768,11 @@ class StepLedger(InstanceLedgerMixin):
         if limit < 1:
             raise InvalidLedgerInput(f"limit must be >= 1, got {limit}")
         found: list[StepRecord] = []
+        stale: list[str] = []
         self.stats.queries += 1
         pages = self._index.query_entities(
             "PartitionKey le @bucket and RowKey le @key",
-            parameters={"bucket": _bucket(now), "key": _deadline_key(now) + "~~"},
+            parameters={"bucket": overdue_upper_partition(now), "key": _deadline_key(now) + "~~"},
             results_per_page=min(max(limit, 10), 1000),
         )
         for row in pages:
@@ -675,14 +783,16 @@ class StepLedger(InstanceLedgerMixin):
             except StepNotFound:
                 record = None
             if record is None or record.index_key != key:
-                self._delete_index_row(key)
+                stale.append(key)
                 self.stats.stale_index_rows_removed += 1
                 continue
             if record.is_overdue(now):
                 found.append(record)
                 if len(found) >= limit:
                     break
-        return found
+        self._delete_index_rows(stale)
+        # Rows come minute by minute, and within a minute shard by shard: sort what was found.
+        return sorted(found, key=lambda r: r.deadline or now)
 
     def needing_attention(self, limit: int = 100) -> list[StepRecord]:
         """Steps no automation will move on from (CompensationFailed): the operator's inbox."""
