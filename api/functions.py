@@ -2,7 +2,7 @@
 
 Every API route is function-level (a function or host key in ``?code=`` or the ``x-functions-key``
 header); only the console's static files (no data) are anonymous. Each binding only adapts the
-host's arguments to the plain bodies in :mod:`api.handlers`, :mod:`api.operator_api` and
+host's arguments to the plain bodies in :mod:`api.handlers`, :mod:`api.start`, :mod:`api.operator_api` and
 :mod:`api.console_site`.
 """
 
@@ -11,7 +11,7 @@ host's arguments to the plain bodies in :mod:`api.handlers`, :mod:`api.operator_
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import console_site, handlers, operator_api, versions
+from api import console_site, handlers, operator_api, start, versions
 from workflow_core import runtime
 
 blueprint = df.Blueprint(http_auth_level=func.AuthLevel.FUNCTION)
@@ -29,7 +29,7 @@ def _services() -> runtime.Services:
 async def http_start_workflow(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
 ) -> func.HttpResponse:
-    return await handlers.start_workflow(req, client, _services)
+    return await start.start_workflow(req, client, _services)
 
 
 @blueprint.route(route="workflows", methods=["GET"], auth_level=AUTH)

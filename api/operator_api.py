@@ -15,7 +15,7 @@ from typing import Any
 
 import azure.functions as func
 
-from api.handlers import (
+from api.calls import (
     ACTIVE_STATUSES,
     ServicesSource,
     call_durable,

@@ -13,7 +13,7 @@ from typing import Any
 
 import azure.functions as func
 
-from api.handlers import ServicesSource, call_ledger, resolve_services
+from api.calls import ServicesSource, call_ledger, resolve_services
 from api.responses import ApiError, json_errors, json_response
 from workflow_core.runtime import Services
 from workflow_core.workflows import (

@@ -21,7 +21,6 @@ the shipped schedule) plus one tick's work. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
-import logging
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from activities.handlers import faults
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
+from devtools.logs import quiet_logging
 
 DEADLINE_SECONDS = 3
 STAGGER_SECONDS = 0.37  # starts spread over the 1 s watchdog period
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 stalled steps per scenario")
     args = parser.parse_args(argv)
     count = 3 if args.quick else args.steps
-    logging.basicConfig(level=logging.ERROR)
+    quiet_logging()
     warnings.filterwarnings("ignore")
     with (
         Azurite() as azurite,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import sys
 import time
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
+from devtools.logs import quiet_logging
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR
 
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip the 500-step run without checkpoints")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.ERROR)
+    quiet_logging()
     warnings.filterwarnings("ignore")
     plan = [(10, 25), (100, 25), (500, 25), (100, 1000)]
     plan += [] if args.quick else [(500, 1000)]

@@ -26,7 +26,6 @@ test suite.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import uuid
 import warnings
@@ -39,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devtools import request_counter as rc
 from devtools.azurite import Azurite, env_for
 from devtools.harness import PatternHarness
+from devtools.logs import quiet_logging
 from devtools.request_counter import RequestCounter, StorageRequest, pattern_operation
 from devtools.request_scenarios import (
     OPERATIONS,
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 workflows, 5 overdue steps")
     args = parser.parse_args(argv)
     workflows, overdue = (3, 5) if args.quick else (args.workflows, args.overdue)
-    logging.basicConfig(level=logging.ERROR)
+    quiet_logging()
     warnings.filterwarnings("ignore")
     with Azurite() as azurite:
         print(f"Azurite 127.0.0.1:{azurite.table_port}; storage-queue transport; requests counted at the SDK")

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import sys
 import time
@@ -51,6 +50,7 @@ from azure.storage.queue import QueueServiceClient
 
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
+from devtools.logs import quiet_logging
 from devtools.request_counter import RequestCounter
 from workflow_core import storage_clients
 from workflow_core.settings import StorageConnection
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     workflows, steps = (5, 3) if args.quick else (args.workflows, args.steps)
-    logging.basicConfig(level=logging.ERROR)
+    quiet_logging()
     warnings.filterwarnings("ignore")
 
     variants: dict[str, Callable[[Azurite], Run]] = {

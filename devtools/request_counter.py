@@ -300,7 +300,8 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     # the old index row's delete, deferred by process() until after the reply
     ("activities/worker.py", "process", WORKER_RECORD),
     ("activities/scheduling.py", "create_workflow_steps", CREATE_STEPS),
-    ("api/handlers.py", "_ensure_unused", START),
+    ("api/start.py", "_ensure_unused", START),
+    ("api/start.py", None, "HTTP API"),
     ("api/handlers.py", None, "HTTP API"),
     ("activities/scheduling.py", "_dispatch", DISPATCH),
     ("activities/results.py", None, RESULT_HANDLER),

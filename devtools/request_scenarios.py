@@ -121,7 +121,7 @@ def step_operations(
     """Drive one ``provision-tenant`` workflow through every operation; count the requests of each."""
     from activities import handle_result, process_work_message
     from activities.scheduling import create_workflow_steps, dispatch_step
-    from api.handlers import _ensure_unused
+    from api.start import _ensure_unused
     from workflow_core.contracts import StepDispatch
 
     settings = services.settings

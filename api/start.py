@@ -1,0 +1,313 @@
+"""``POST /api/workflows/{name}/instances``: the starter.
+
+It validates the input against the pinned definition version, refuses what the ledger cannot hold,
+stores the definition, writes the instance record *before* the orchestration starts (so one that
+never starts is still supervised), and opens the instance's trace. Its own module because it is the
+one write path of the HTTP API and the longest body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import azure.functions as func
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from api.calls import (
+    ACTIVE_STATUSES,
+    COMPENSATION_SUFFIX,
+    INSTANCE_ID_FIELD,
+    STEP_INFIX,
+    ServicesSource,
+    call_durable,
+    call_ledger,
+    check_instance_id,
+    describe_error,
+    resolve_services,
+    status_url,
+    steps_url,
+)
+from api.responses import ApiError, json_errors, json_object_body, json_response, route_base
+from api.views import (
+    decode_maybe_json,
+    runtime_status_name,
+)
+from workflow_core import clock, tracing
+from workflow_core.contracts import WORKFLOW_ORCHESTRATOR
+from workflow_core.ledger import (
+    InstanceAlreadyExists,
+    InstanceStatus,
+    StepLedger,
+    encode_json,
+    outcome_json,
+)
+from workflow_core.ledger.model import MAX_TEXT
+from workflow_core.runtime import Services
+from workflow_core.workflows import (
+    WorkflowInputError,
+)
+
+log = logging.getLogger(__name__)
+# ---- POST /api/workflows/{name}/instances ---------------------------------------------------------------
+
+
+def _traced_start(handler: Callable[..., Awaitable[func.HttpResponse]]) -> Callable[..., Any]:
+    """Run the starter in the span ``sas.workflow.start``: the root of the instance's trace.
+
+    Its parent is the current span when the host's invocation span is current, else the caller's
+    ``traceparent`` header (if any). The span's context goes into the orchestration input and the
+    instance record (``workflow_core.tracing``), never into a decision."""
+
+    @functools.wraps(handler)
+    async def traced(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+        nested = tracing.has_current_span()
+        with tracing.span(
+            tracing.START_SPAN,
+            parent=None if nested else dict(req.headers or {}),
+            kind=SpanKind.INTERNAL if nested else SpanKind.SERVER,
+            attributes={"http.request.method": req.method, "sas.workflow": req.route_params.get("name")},
+        ):
+            return await handler(req, client, services)
+
+    return traced
+
+
+@json_errors
+@_traced_start
+async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """Validate the input, start ``workflow_orchestrator`` and answer 202 with the status URLs."""
+    name = req.route_params.get("name", "")
+    from api.versions import definition_to_start, store_definition
+
+    pinned, svc = await definition_to_start(req, name, services)
+    definition = pinned.definition
+
+    body = json_object_body(req)
+    instance_id = _requested_instance_id(req, body)
+
+    try:
+        validated = definition.validate_input(body)
+    except WorkflowInputError as exc:
+        raise ApiError(
+            400,
+            f"invalid input for workflow {name!r}",
+            exc.problems or [str(exc)],
+            code="invalid-input",
+            extra={"workflow": name},
+        ) from None
+
+    input_json = _storable_input(name, validated)
+    svc = svc or resolve_services(services)
+    await _ensure_unused(client, svc, instance_id)
+    await store_definition(svc, pinned)  # before the record names it: whoever reads one finds the other
+    trace_context = tracing.current()
+    trace.get_current_span().set_attribute("sas.instance_id", instance_id)
+    await _record_instance(svc, definition, instance_id, validated, input_json, pinned.version, trace_context)
+
+    # The definition travels with the input: every replay, generation and child runs on exactly it.
+    orchestrator_input = {
+        "workflow": name,
+        "input": validated,
+        "version": pinned.version,
+        "definition": pinned.data,
+    }
+    if trace_context:  # observability data for the orchestrators to pass on (workflow_core.tracing)
+        orchestrator_input[tracing.TRACE_FIELD] = trace_context
+    try:
+        await client.start_new(WORKFLOW_ORCHESTRATOR, instance_id, orchestrator_input)
+    except Exception as exc:
+        await _never_started(svc, instance_id, exc)
+        if "already exists" in str(exc).lower():  # the host answered 409: we lost a race
+            raise ApiError(
+                409,
+                f"workflow instance {instance_id!r} already exists",
+                ["instance ids are single-use: choose another instance_id, or omit it to get a fresh one"],
+                code="instance-exists",
+                extra={"instanceId": instance_id},
+            ) from None
+        log.warning("starting %s for %s failed: %r", WORKFLOW_ORCHESTRATOR, instance_id, exc)
+        raise ApiError(
+            502,
+            "could not start the workflow: the Durable Functions host call failed",
+            [describe_error(exc)],
+            code="durable-unavailable",
+        ) from None
+
+    check = client.create_check_status_response(req, instance_id)
+    payload = decode_maybe_json(check.get_body().decode("utf-8"))
+    base = route_base(req)
+    payload.update(
+        {
+            "instanceId": instance_id,
+            "workflow": name,
+            "version": pinned.version,
+            "versionLabel": pinned.label,
+            "statusUrl": status_url(base, instance_id),
+            "ledgerUrl": steps_url(base, instance_id),
+        }
+    )
+    headers = {"Location": check.headers.get("Location") or payload["statusQueryGetUri"]}
+    if check.headers.get("Retry-After"):
+        headers["Retry-After"] = check.headers["Retry-After"]
+    log.info("started workflow %s as instance %s", pinned.version, instance_id)
+    return json_response(payload, 202, headers)
+
+
+# How long the orchestration may take, after the starter wrote the instance record, to show up and
+# create its steps before the watchdog treats it as a scheduler that never started (on top of the
+# watchdog's grace).
+SCHEDULER_START_SECONDS = 60.0
+
+
+def _storable_input(name: str, validated: dict[str, Any]) -> str:
+    """The input as the ledger stores it, or 413 when it cannot: the instance record keeps it (and
+    a resume restarts from it), so input the ledger cannot hold must be refused before anything is
+    written or started, not discovered steps later."""
+    text = encode_json(validated)
+    if len(text) > MAX_TEXT:
+        raise ApiError(
+            413,
+            f"input of workflow {name!r} is too large for the step ledger",
+            [
+                f"the input is {len(text):,} characters as JSON; the ledger stores at most {MAX_TEXT:,} "
+                "per field (Table Storage's 64 KiB string property): pass large data by reference "
+                "(e.g. a blob URL) instead"
+            ],
+            extra={"limit": MAX_TEXT, "size": len(text)},
+        )
+    return text
+
+
+async def _record_instance(
+    services: Services,
+    definition: Any,
+    instance_id: str,
+    validated: dict[str, Any],
+    input_json: str,
+    version: str,
+    trace_context: dict[str, str] | None = None,
+) -> None:
+    """Write the instance record before the orchestration starts, so even one that never starts is
+    supervised; a used id is a 409."""
+    deadline = clock.utcnow() + timedelta(
+        seconds=SCHEDULER_START_SECONDS + services.settings.watchdog_grace_seconds
+    )
+    try:
+        await call_ledger(
+            services,
+            lambda ledger: ledger.create_instance(
+                instance_id,
+                definition.name,
+                actor="api:start",
+                input_json=input_json,
+                scheduler_deadline=deadline,
+                business_key=definition.business_key_of(validated),
+                max_resumes=definition.max_resumes,
+                on_scheduler_lost=definition.on_scheduler_lost,
+                version=version,
+                **tracing.ledger_fields(trace_context),
+            ),
+        )
+    except InstanceAlreadyExists as exc:
+        raise ApiError(
+            409,
+            f"workflow instance {instance_id!r} already exists",
+            [f"{exc}; instance ids are single-use: choose another instance_id, or omit it for a fresh one"],
+            extra={"instanceId": instance_id},
+        ) from None
+
+
+async def _never_started(services: Services, instance_id: str, exc: BaseException) -> None:
+    """The host refused the start: the record must not make the watchdog start it later behind the
+    caller's back (they were told it failed and may retry under another id)."""
+
+    def cancel(ledger: StepLedger) -> None:
+        record = ledger.find_instance(instance_id)
+        if record is not None and record.status is InstanceStatus.RUNNING:
+            ledger.transition_instance(
+                record,
+                InstanceStatus.CANCELLED,
+                actor="api:start",
+                reason=f"the orchestration could not be started: {describe_error(exc)}",
+                outcome=outcome_json("cancelled", error=describe_error(exc)),
+            )
+
+    try:
+        await asyncio.to_thread(cancel, services.ledger)
+    except Exception:  # the watchdog starts it at its scheduler deadline instead: logged, not hidden
+        log.exception("could not cancel the record of %s after a failed start", instance_id)
+
+
+def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> str:
+    """``instance_id`` from the query string or the body (taken out of the input), or a fresh one."""
+    from_query = req.params.get(INSTANCE_ID_FIELD)
+    from_body = body.pop(INSTANCE_ID_FIELD, None)
+    if from_query is not None and from_body is not None and from_query != from_body:
+        raise ApiError(
+            400,
+            "conflicting instance ids",
+            [f"query string says {from_query!r}, body says {from_body!r}; send one of them"],
+            code="invalid-instance-id",
+        )
+    if from_query is None and from_body is None:
+        return uuid.uuid4().hex
+    source = "the query string" if from_query is not None else "the request body"
+    instance_id = check_instance_id(from_query if from_query is not None else from_body, source)
+    if instance_id.endswith(COMPENSATION_SUFFIX):
+        raise ApiError(
+            400,
+            f"invalid instance id in {source}",
+            [f"ids ending in {COMPENSATION_SUFFIX!r} are reserved for compensation orchestrations"],
+            code="invalid-instance-id",
+        )
+    if STEP_INFIX in instance_id:
+        raise ApiError(
+            400,
+            f"invalid instance id in {source}",
+            [f"ids containing {STEP_INFIX!r} are reserved for the steps of parallel groups"],
+            code="invalid-instance-id",
+        )
+    return instance_id
+
+
+async def _ensure_unused(client: Any, services: Services, instance_id: str) -> None:
+    """409 unless the id is new to both the Durable task hub and the ledger.
+
+    Instance ids are single-use even after the orchestration finished: the ledger rows of a finished
+    run are settled (Succeeded, Compensated...) and a new run under the same id could not dispatch them.
+    """
+    status, steps = await asyncio.gather(
+        call_durable(client.get_status(instance_id), "check the instance id"),
+        call_ledger(services, lambda ledger: ledger.list_for_instance(instance_id)),
+    )
+    if status:
+        runtime = runtime_status_name(status) or "unknown"
+        state = "is still running" if status.runtime_status in ACTIVE_STATUSES else f"exists ({runtime})"
+        raise ApiError(
+            409,
+            f"workflow instance {instance_id!r} already exists",
+            [
+                f"an orchestration with this id {state}; instance ids are single-use: choose another "
+                "instance_id, or omit it to get a fresh one"
+            ],
+            code="instance-exists",
+            extra={"instanceId": instance_id, "runtimeStatus": runtime},
+        )
+    if steps:
+        raise ApiError(
+            409,
+            f"workflow instance {instance_id!r} already exists",
+            [
+                f"the step ledger already holds {len(steps)} steps of workflow {steps[0].workflow_name!r} "
+                "for this id; choose another instance_id, or omit it to get a fresh one"
+            ],
+            code="instance-exists",
+            extra={"instanceId": instance_id},
+        )
