@@ -49,7 +49,6 @@ services and ``workflow_core.clock`` at itself, and restores them on ``close()``
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import json
 import os
@@ -60,16 +59,22 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import azure.functions as func
 
-from activities.handlers.base import AgentCrash
 from devtools.azurite import Azurite, env_for
-from devtools.faulty_transport import FaultyTransport, SendFault
+from devtools.faulty_transport import FaultyTransport
+from devtools.harness_faults import (  # noqa: F401 (re-exported)
+    AgentKilled,
+    HarnessError,
+    HarnessFaults,
+    ProcessDied,
+    _Hold,
+)
+from devtools.harness_observation import HarnessObservation, LedgerEvent
 from workflow_core.ledger import StepLedger, StepRecord
 from workflow_core.transport import (
     LockLostError,
@@ -80,59 +85,7 @@ from workflow_core.transport import (
 
 DEFAULT_WATCHDOG_PERIOD = timedelta(seconds=30)
 DEFAULT_LOCK_SECONDS = 1.0  # Storage Queues: visibility timeout of a received message (1 s minimum)
-HELD_LOCK_SECONDS = 3600.0  # a message an agent holds on purpose (``hold``) stays invisible this long
 SERVICEBUS_MIN_WAIT_SECONDS = 0.05  # Service Bus has no zero-wait receive; keep idle polls short
-
-
-class HarnessError(RuntimeError):
-    """The harness could not do what was asked (starter refused the request, a hold never matched...)."""
-
-
-class ProcessDied(Exception):
-    """Injected by :meth:`PatternHarness.crash_dispatch_before_send`: the process running an activity died."""
-
-
-class AgentKilled(AgentCrash):
-    """Raise from a handler to kill the agent process mid-step (see :meth:`PatternHarness.kill_agent`).
-
-    Unlike an exception the Functions host catches (the message is abandoned and redelivered at once),
-    a killed process settles nothing: the message reappears when its lock (visibility timeout) expires.
-    It is an ``AgentCrash``, so the worker records nothing and lets it propagate.
-    """
-
-
-# ---- what the harness observes ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LedgerEvent:
-    """One committed ledger write (a status change, a field update, a heartbeat or an audit note)."""
-
-    seq: int
-    at: datetime  # host time of the write
-    instance_id: str
-    step_id: str  # "*" for the instance's "created" row
-    actor: str
-    action: str  # created | transition | update | heartbeat | note
-    from_status: str | None
-    to_status: str | None
-    attempt: int | None
-    reason: str
-    note: str | None = None  # the audit action of a note ("late-result-ignored", "recovery"...)
-    changes: tuple[str, ...] = ()  # fields an update/transition set
-    record: StepRecord | None = None  # the step after the write (None for notes)
-
-
-@dataclass
-class _Hold:
-    queue: str  # "work" or "results"
-    step_id: str
-    attempt: int | None
-    kind: str
-    times: int | None  # None: every matching message
-    held: list[ReceivedMessage] = field(default_factory=list)
-    matched: int = 0
-
 
 # ---- the function app, indexed once per process -------------------------------------------------
 
@@ -159,7 +112,7 @@ def app_functions() -> list[Any]:
 # ---- the harness ---------------------------------------------------------------------------------
 
 
-class PatternHarness:
+class PatternHarness(HarnessObservation, HarnessFaults):
     """The pattern in one process on Azurite; see the module docstring.
 
     ``azurite``: an :class:`Azurite` to use (it is left running on close); ``None`` starts a private one.
@@ -334,154 +287,6 @@ class PatternHarness:
             for message in batch:
                 self.transport.complete(message)
 
-    # ---- observation: ledger writes, handler calls, remote effects -------------------------------
-
-    def _emit(self, **fields: Any) -> None:
-        with self._lock:
-            event = LedgerEvent(seq=next(self._seq), **fields)
-            self.events.append(event)
-        if self.on_event is not None:
-            self.on_event(event)
-
-    def _observe_ledger(self, ledger: StepLedger) -> None:
-        """Wrap the ledger's public writes (on this instance only) to record each committed write."""
-        from workflow_core import clock
-
-        names = ("transition", "update", "extend_deadline", "note")
-        originals = {name: getattr(ledger, name) for name in names}
-        original_create = ledger.create_steps
-
-        def transition(record: StepRecord, to: Any, *, actor: str, reason: str = "", **changes: Any):
-            updated = originals["transition"](record, to, actor=actor, reason=reason, **changes)
-            self._emit_write("transition", record, updated, actor, reason, changes)
-            return updated
-
-        def update(record: StepRecord, *, actor: str, reason: str = "", **changes: Any):
-            updated = originals["update"](record, actor=actor, reason=reason, **changes)
-            self._emit_write("update", record, updated, actor, reason, changes)
-            return updated
-
-        def extend_deadline(record: StepRecord, seconds: float, *, actor: str, **kwargs: Any):
-            updated = originals["extend_deadline"](record, seconds, actor=actor, **kwargs)
-            if updated is not record:  # a heartbeat that kept a later deadline writes nothing
-                reason = kwargs.get("reason", "heartbeat")
-                self._emit_write("heartbeat", record, updated, actor, reason, {"deadline": updated.deadline})
-            return updated
-
-        def note(instance_id: str, step_id: str, *, actor: str, action: str, reason: str, **kwargs: Any):
-            originals["note"](instance_id, step_id, actor=actor, action=action, reason=reason, **kwargs)
-            self._emit(
-                at=clock.utcnow(),
-                instance_id=instance_id,
-                step_id=step_id,
-                actor=actor,
-                action="note",
-                from_status=kwargs.get("status"),
-                to_status=kwargs.get("status"),
-                attempt=kwargs.get("attempt"),
-                reason=reason,
-                note=action,
-            )
-
-        def create_steps(instance_id: str, workflow_name: str, steps: Any, *, actor: str, **kwargs: Any):
-            before = bool(ledger.list_for_instance(instance_id))
-            records = original_create(instance_id, workflow_name, steps, actor=actor, **kwargs)
-            if not before:
-                self._emit(
-                    at=clock.utcnow(),
-                    instance_id=instance_id,
-                    step_id="*",
-                    actor=actor,
-                    action="created",
-                    from_status=None,
-                    to_status="Pending",
-                    attempt=0,
-                    reason=f"workflow {workflow_name}: {', '.join(r.step_id for r in records)}",
-                )
-            return records
-
-        for name, fn in (
-            ("transition", transition),
-            ("update", update),
-            ("extend_deadline", extend_deadline),
-            ("note", note),
-            ("create_steps", create_steps),
-        ):
-            setattr(ledger, name, fn)
-
-    def _emit_write(
-        self, action: str, before: StepRecord, after: StepRecord, actor: str, reason: str, changes: Mapping
-    ) -> None:
-        self._emit(
-            at=after.updated_at,
-            instance_id=after.instance_id,
-            step_id=after.step_id,
-            actor=actor,
-            action=action,
-            from_status=before.status.value,
-            to_status=after.status.value,
-            attempt=after.attempt,
-            reason=reason,
-            changes=tuple(sorted(changes)),
-            record=after,
-        )
-
-    def _observe_agents(self) -> None:
-        """Count every handler call per (instance, step, kind, attempt) and every remote effect made."""
-        from activities.handlers import AGENT_HANDLERS, RemoteEffects
-
-        current = threading.local()
-        originals = dict(AGENT_HANDLERS)
-
-        def counting(name: str, handler: Callable) -> Callable:
-            @functools.wraps(handler)
-            def wrapper(ctx: Any) -> Any:
-                key = (ctx.instance_id, ctx.step_id, ctx.kind, ctx.attempt)
-                with self._lock:
-                    self._calls[key] += 1
-                current.step = key
-                try:
-                    self._maybe_kill(ctx, after_effect=False)
-                    result = handler(ctx)
-                    self._maybe_kill(ctx, after_effect=True)
-                    return result
-                finally:
-                    current.step = None
-
-            return wrapper
-
-        for name, handler in originals.items():
-            AGENT_HANDLERS[name] = counting(name, handler)
-
-        original_apply, original_undo = RemoteEffects.apply, RemoteEffects.undo
-
-        def apply(effects: Any, service: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
-            out = original_apply(effects, service, key, result)
-            step = getattr(current, "step", None)
-            if step is not None:
-                with self._lock:
-                    self._effect_keys[step[:2]].add((service, key))
-                    if out is result:  # apply returns its argument only when it created the effect
-                        self._effects[(step[0], step[1], "work")] += 1
-            return out
-
-        def undo(effects: Any, service: str, key: str) -> dict[str, Any]:
-            out = original_undo(effects, service, key)
-            step = getattr(current, "step", None)
-            if step is not None and out.get("undone"):
-                with self._lock:
-                    self._effects[(step[0], step[1], "compensate")] += 1
-            return out
-
-        RemoteEffects.apply, RemoteEffects.undo = apply, undo
-
-        def restore() -> None:
-            AGENT_HANDLERS.clear()
-            AGENT_HANDLERS.update(originals)
-            RemoteEffects.apply, RemoteEffects.undo = original_apply, original_undo
-
-        self._restore.append(restore)
-
     # ---- agent pumps: the Functions host's queue triggers -----------------------------------------
 
     def _work_handler(self, message: ReceivedMessage) -> None:
@@ -589,160 +394,6 @@ class PatternHarness:
             now = time.monotonic()
             self._orphans = [t for t in self._orphans if t > now]
             return min(self._orphans) - now + 0.3 if self._orphans else 0.0
-
-    # ---- fault hooks ------------------------------------------------------------------------------
-
-    def kill_agent(
-        self, agent: str, *, step_id: str | None = None, after_effect: bool = False, times: int = 1
-    ) -> None:
-        """The agent process running ``agent`` (optionally only for ``step_id``) dies, ``times`` times:
-        before its handler runs, or right after the handler made its effect. The message is left
-        unsettled and comes back when its lock expires (see :class:`AgentKilled`)."""
-        with self._lock:
-            self._kills.append([agent, step_id, after_effect, times])
-
-    def _maybe_kill(self, ctx: Any, *, after_effect: bool) -> None:
-        with self._lock:
-            for rule in self._kills:
-                agent, step_id, when, left = rule
-                matches = agent == ctx.agent and step_id in (None, ctx.step_id) and when == after_effect
-                if left > 0 and matches:
-                    rule[3] -= 1
-                    break
-            else:
-                return
-        moment = "after its effect" if after_effect else "before doing anything"
-        raise AgentKilled(f"{ctx.agent} process killed {moment} (step {ctx.step_id}, attempt {ctx.attempt})")
-
-    def crash_dispatch_before_send(
-        self, step_id: str, *, attempt: int = 1, redeliver_after: timedelta = timedelta(minutes=5)
-    ) -> None:
-        """The process running ``dispatch_step`` for this attempt dies after its ledger write, before
-        its send; the Durable runtime redelivers the activity when its lease expires (``redeliver_after``;
-        five minutes with the Azure Storage provider). Meanwhile the orchestration waits on the activity
-        and only the watchdog can notice the step. (The durable test host redelivers lost activity
-        results at once, so the delay is added here, around its activity executor.)"""
-        self.fail_send(step_id, attempt=attempt, kind="work", exc=ProcessDied(f"died sending {step_id}"))
-        host = self.host
-        execute = host._execute_activity
-
-        def execute_or_die(item: Any) -> None:
-            payload = json.loads(item.input or "{}")
-            if item.name != "dispatch_step" or (payload.get("step_id"), payload.get("attempt")) != (
-                step_id,
-                attempt,
-            ):
-                return execute(item)
-            host._execute_activity = execute  # once
-            try:
-                host.functions.activities[item.name].invoke(payload)
-            except ProcessDied:
-                pass
-            else:
-                raise HarnessError(f"dispatch of {step_id} attempt {attempt} did not reach its send")
-
-            def redeliver() -> None:
-                host._activity_queue.append(item)
-                host.remove_periodic(redeliver)
-
-            host.add_periodic(redeliver, timedelta(days=365), first_at=host.clock.now() + redeliver_after)
-            return None
-
-        host._execute_activity = execute_or_die
-
-    def pause_agents(self) -> None:
-        """Agents stop receiving (messages wait in their queues) until :meth:`resume_agents`."""
-        self.agents_paused = True
-
-    def resume_agents(self) -> None:
-        self.agents_paused = False
-
-    def hold(
-        self,
-        step_id: str,
-        *,
-        queue: str = "work",
-        attempt: int | None = None,
-        kind: str = "work",
-        times: int | None = 1,
-    ) -> _Hold:
-        """The next ``times`` messages of ``queue`` ("work" or "results") for this step are taken by an
-        agent that keeps them (locked, unanswered) until :meth:`release`: a slow agent, a late reply."""
-        entry = _Hold(queue, step_id, attempt, kind, times)
-        with self._lock:
-            self._holds.append(entry)
-        return entry
-
-    def _hold_if_matching(self, kind: str, message: ReceivedMessage) -> bool:
-        body = message.body
-        with self._lock:
-            for entry in self._holds:
-                if entry.queue != kind or (entry.times is not None and entry.matched >= entry.times):
-                    continue
-                if body.get("step_id") != entry.step_id or body.get("kind") != entry.kind:
-                    continue
-                if entry.attempt is not None and body.get("attempt") != entry.attempt:
-                    continue
-                entry.matched += 1
-                entry.held.append(message)
-                break
-            else:
-                return False
-        self.transport.renew_lock(message, HELD_LOCK_SECONDS)
-        return True
-
-    def held(self, entry: _Hold | None = None) -> list[ReceivedMessage]:
-        with self._lock:
-            holds = [entry] if entry is not None else self._holds
-            return [m for h in holds for m in h.held]
-
-    def take_held(self, entry: _Hold) -> list[ReceivedMessage]:
-        """Take the messages ``entry`` holds (still locked) to deliver them yourself (:meth:`deliver`)."""
-        with self._lock:
-            taken, entry.held[:] = list(entry.held), []
-            return taken
-
-    def deliver(self, kind: str, message: ReceivedMessage) -> None:
-        """Handle and settle one received message exactly as the ``kind`` pump ("work"/"results") does."""
-        handle = self._work_handler if kind == "work" else self._result_handler
-        self._settle(message, handle)
-
-    def release(self, entry: _Hold | None = None) -> int:
-        """Let the holding agent(s) process what they kept, on the next pump run; returns how many."""
-        with self._lock:
-            holds = [entry] if entry is not None else list(self._holds)
-            count = 0
-            for h in holds:
-                self._released.extend((h.queue, m) for m in h.held)
-                count += len(h.held)
-                h.held.clear()
-                h.times = h.matched  # matches no more
-            return count
-
-    def fail_send(
-        self,
-        step_id: str | None = None,
-        *,
-        queue: str = "work",
-        attempt: int | None = None,
-        kind: str | None = None,
-        exc: BaseException | None = None,
-        times: int = 1,
-    ) -> SendFault:
-        """The next ``times`` sends to ``queue`` matching the step (and attempt, kind) raise ``exc``."""
-        return self.transport.add_fault(SendFault(queue, step_id, attempt, kind, "fail", times, exc))
-
-    def duplicate_send(
-        self,
-        step_id: str | None = None,
-        *,
-        queue: str = "work",
-        attempt: int | None = None,
-        kind: str | None = None,
-        times: int = 1,
-    ) -> SendFault:
-        """The next ``times`` matching sends are sent twice (same body, same MessageId)."""
-        return self.transport.add_fault(SendFault(queue, step_id, attempt, kind, "duplicate", times))
 
     # ---- running ----------------------------------------------------------------------------------
 

@@ -1,0 +1,187 @@
+"""What the pattern harness observes: every committed ledger write (as :class:`LedgerEvent`), every
+agent handler call and every remote effect, so tests can assert "each step ran once" and the demo
+can print a step's life. A mixin of :class:`devtools.harness.PatternHarness`, split out so the
+harness module stays about running the app.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from workflow_core.ledger import StepLedger, StepRecord
+
+# ---- what the harness observes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LedgerEvent:
+    """One committed ledger write (a status change, a field update, a heartbeat or an audit note)."""
+
+    seq: int
+    at: datetime  # host time of the write
+    instance_id: str
+    step_id: str  # "*" for the instance's "created" row
+    actor: str
+    action: str  # created | transition | update | heartbeat | note
+    from_status: str | None
+    to_status: str | None
+    attempt: int | None
+    reason: str
+    note: str | None = None  # the audit action of a note ("late-result-ignored", "recovery"...)
+    changes: tuple[str, ...] = ()  # fields an update/transition set
+    record: StepRecord | None = None  # the step after the write (None for notes)
+
+
+class HarnessObservation:
+    """Mixin: the observation hooks of :class:`devtools.harness.PatternHarness`."""
+
+    def _emit(self, **fields: Any) -> None:
+        with self._lock:
+            event = LedgerEvent(seq=next(self._seq), **fields)
+            self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _observe_ledger(self, ledger: StepLedger) -> None:
+        """Wrap the ledger's public writes (on this instance only) to record each committed write."""
+        from workflow_core import clock
+
+        names = ("transition", "update", "extend_deadline", "note")
+        originals = {name: getattr(ledger, name) for name in names}
+        original_create = ledger.create_steps
+
+        def transition(record: StepRecord, to: Any, *, actor: str, reason: str = "", **changes: Any):
+            updated = originals["transition"](record, to, actor=actor, reason=reason, **changes)
+            self._emit_write("transition", record, updated, actor, reason, changes)
+            return updated
+
+        def update(record: StepRecord, *, actor: str, reason: str = "", **changes: Any):
+            updated = originals["update"](record, actor=actor, reason=reason, **changes)
+            self._emit_write("update", record, updated, actor, reason, changes)
+            return updated
+
+        def extend_deadline(record: StepRecord, seconds: float, *, actor: str, **kwargs: Any):
+            updated = originals["extend_deadline"](record, seconds, actor=actor, **kwargs)
+            if updated is not record:  # a heartbeat that kept a later deadline writes nothing
+                reason = kwargs.get("reason", "heartbeat")
+                self._emit_write("heartbeat", record, updated, actor, reason, {"deadline": updated.deadline})
+            return updated
+
+        def note(instance_id: str, step_id: str, *, actor: str, action: str, reason: str, **kwargs: Any):
+            originals["note"](instance_id, step_id, actor=actor, action=action, reason=reason, **kwargs)
+            self._emit(
+                at=clock.utcnow(),
+                instance_id=instance_id,
+                step_id=step_id,
+                actor=actor,
+                action="note",
+                from_status=kwargs.get("status"),
+                to_status=kwargs.get("status"),
+                attempt=kwargs.get("attempt"),
+                reason=reason,
+                note=action,
+            )
+
+        def create_steps(instance_id: str, workflow_name: str, steps: Any, *, actor: str, **kwargs: Any):
+            before = bool(ledger.list_for_instance(instance_id))
+            records = original_create(instance_id, workflow_name, steps, actor=actor, **kwargs)
+            if not before:
+                self._emit(
+                    at=clock.utcnow(),
+                    instance_id=instance_id,
+                    step_id="*",
+                    actor=actor,
+                    action="created",
+                    from_status=None,
+                    to_status="Pending",
+                    attempt=0,
+                    reason=f"workflow {workflow_name}: {', '.join(r.step_id for r in records)}",
+                )
+            return records
+
+        for name, fn in (
+            ("transition", transition),
+            ("update", update),
+            ("extend_deadline", extend_deadline),
+            ("note", note),
+            ("create_steps", create_steps),
+        ):
+            setattr(ledger, name, fn)
+
+    def _emit_write(
+        self, action: str, before: StepRecord, after: StepRecord, actor: str, reason: str, changes: Mapping
+    ) -> None:
+        self._emit(
+            at=after.updated_at,
+            instance_id=after.instance_id,
+            step_id=after.step_id,
+            actor=actor,
+            action=action,
+            from_status=before.status.value,
+            to_status=after.status.value,
+            attempt=after.attempt,
+            reason=reason,
+            changes=tuple(sorted(changes)),
+            record=after,
+        )
+
+    def _observe_agents(self) -> None:
+        """Count every handler call per (instance, step, kind, attempt) and every remote effect made."""
+        from activities.handlers import AGENT_HANDLERS, RemoteEffects
+
+        current = threading.local()
+        originals = dict(AGENT_HANDLERS)
+
+        def counting(name: str, handler: Callable) -> Callable:
+            @functools.wraps(handler)
+            def wrapper(ctx: Any) -> Any:
+                key = (ctx.instance_id, ctx.step_id, ctx.kind, ctx.attempt)
+                with self._lock:
+                    self._calls[key] += 1
+                current.step = key
+                try:
+                    self._maybe_kill(ctx, after_effect=False)
+                    result = handler(ctx)
+                    self._maybe_kill(ctx, after_effect=True)
+                    return result
+                finally:
+                    current.step = None
+
+            return wrapper
+
+        for name, handler in originals.items():
+            AGENT_HANDLERS[name] = counting(name, handler)
+
+        original_apply, original_undo = RemoteEffects.apply, RemoteEffects.undo
+
+        def apply(effects: Any, service: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
+            out = original_apply(effects, service, key, result)
+            step = getattr(current, "step", None)
+            if step is not None:
+                with self._lock:
+                    self._effect_keys[step[:2]].add((service, key))
+                    if out is result:  # apply returns its argument only when it created the effect
+                        self._effects[(step[0], step[1], "work")] += 1
+            return out
+
+        def undo(effects: Any, service: str, key: str) -> dict[str, Any]:
+            out = original_undo(effects, service, key)
+            step = getattr(current, "step", None)
+            if step is not None and out.get("undone"):
+                with self._lock:
+                    self._effects[(step[0], step[1], "compensate")] += 1
+            return out
+
+        RemoteEffects.apply, RemoteEffects.undo = apply, undo
+
+        def restore() -> None:
+            AGENT_HANDLERS.clear()
+            AGENT_HANDLERS.update(originals)
+            RemoteEffects.apply, RemoteEffects.undo = original_apply, original_undo
+
+        self._restore.append(restore)
