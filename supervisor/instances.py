@@ -43,7 +43,7 @@ from workflow_core.ledger import (
 from workflow_core.resume import resume_input
 
 if TYPE_CHECKING:
-    from supervisor.watchdog import _Tick
+    from supervisor.step_decisions import _Tick
 
 log = logging.getLogger("sas.supervisor.instances")
 

@@ -1,0 +1,183 @@
+"""The watchdog's decision for one overdue step: re-send, note, time out or hand over to compensation.
+
+Its own module because this is the decision table of docs/supervisor.md in code: :meth:`_Tick.handle`
+reads the step and its orchestration's real state and picks one action. The moves it is made of are
+in ``tick_actions.py``, the compensation branches in ``compensation_decisions.py``; the tick that
+calls it for every overdue step is ``watchdog.run_tick``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from supervisor.compensation_decisions import _CompensationDecisions
+from supervisor.instances import InstanceSupervisor
+from supervisor.watchdog_model import (
+    ALIVE_STATUSES,
+    COMP_GIVEN_UP,
+    OVERRUN_ERROR,
+    SETTLED_ATTEMPT,
+    Action,
+    _io,
+    _operator_requested,
+    step_deadline_seconds,
+)
+from workflow_core import telemetry
+from workflow_core.contracts import ResultMessage, compensation_instance_id, result_event_name
+from workflow_core.ledger import StepRecord, StepStatus
+from workflow_core.messages import work_message
+
+S = StepStatus
+
+
+class _Tick(_CompensationDecisions):
+    """One watchdog tick: the per-step decisions, on the moves of :class:`_TickActions`."""
+
+    async def handle(self, found: StepRecord) -> None:
+        """Decide for one overdue step. The decision that changes the step's status (an attempt
+        timed out) is itself the claim: one ETag-guarded write of the row as the tick read it, made
+        before any side effect. Decisions that only look, note or re-send claim first."""
+        assert found.deadline is not None  # overdue() only returns steps with a deadline
+        lateness = self.now - found.deadline
+
+        if found.status is S.COMPENSATING:
+            claimed = await self.claim(found)
+            if claimed is not None:
+                await self.compensating(found, claimed, lateness)
+            return
+
+        orchestration_id = found.orchestration_id or found.instance_id
+        orchestration = await self.status_of(orchestration_id)
+        in_flight = found.status in (S.DISPATCHED, S.RUNNING)
+        if orchestration not in ALIVE_STATUSES:
+            why = (
+                f"orchestration {orchestration_id} is {orchestration} "
+                f"while step {found.step_id} is {found.status.value}"
+            )
+            if in_flight:
+                # Nobody waits for this attempt's result any more: record it as abandoned, so the ledger
+                # says why (a resumed scheduler then retries it; a compensation undoes it).
+                done = await self.claim_with(
+                    found,
+                    self.time_out_now,
+                    found,
+                    reason=f"{why}; no orchestration waits for its result",
+                    last_error=f"supervisor: {why}",
+                )
+            else:
+                done = await self.claim(found)
+            if done is None:
+                return
+            # The instance record decides between resume and compensation, exactly once per instance.
+            if not await InstanceSupervisor(self).step_orphaned(found.instance_id, why):
+                await self.start_compensation(found, reason=f"supervisor: {why}")
+            return
+        if (
+            not self.within_grace(found, lateness)
+            and in_flight
+            and not (found.status is S.DISPATCHED and found.message_sent_at is None)
+            and found.compensation_status != COMP_GIVEN_UP
+        ):
+            await self.fail_step(found, None, orchestration_id, orchestration, lateness)
+            return
+        claimed = await self.claim(found)
+        if claimed is None:
+            return
+        if found.compensation_status == COMP_GIVEN_UP:
+            # The scheduler gave the step up and is about to start (or runs) the compensation as its
+            # sub-orchestration: starting it here too would race the scheduler for the same id.
+            status = await self.status_of(compensation_instance_id(found.instance_id))
+            detail = (
+                f"step was given up; orchestration {orchestration_id} is {orchestration} and its "
+                f"compensation is {status}; the scheduler starts it"
+            )
+            await self.note(found, Action.NOTE_COMPENSATION_RUNNING, detail)
+            self.decided(found, Action.NOTE_COMPENSATION_RUNNING, telemetry.OUTCOME_OK, detail)
+        elif found.status is S.DISPATCHED and found.message_sent_at is None:
+            await self.resend(found, claimed)
+        elif self.within_grace(found, lateness):
+            await self.release_with_note(found, claimed, lateness, f"orchestration {orchestration}")
+        elif found.status is S.RETRYING and not _operator_requested(found):
+            detail = (
+                f"Retrying {lateness.total_seconds():.0f}s past its backoff deadline while orchestration "
+                f"{orchestration_id} is {orchestration}: it missed its backoff timer; next look in "
+                f"{self.lease.total_seconds():.0f}s"
+            )
+            await self.note(found, Action.NOTE_RETRY_OVERRUN, detail)
+            self.decided(found, Action.NOTE_RETRY_OVERRUN, telemetry.OUTCOME_OK, detail)
+        else:
+            await self.fail_step(found, claimed, orchestration_id, orchestration, lateness)
+
+    async def resend(self, found: StepRecord, claimed: StepRecord) -> None:
+        """Dispatched but the send never happened: send the same attempt again, then record it."""
+        deadline = self.now + timedelta(
+            seconds=step_deadline_seconds(found, store=getattr(self.services, "definitions", None))
+        )
+        message = work_message(found, deadline=deadline)
+        await _io(self.services.transport.send, self.services.settings.work_queue, message)
+        detail = (
+            f"work message {message.message_id} was never sent (crash between ledger write and send); "
+            f"re-sent, new deadline {deadline.isoformat()}"
+        )
+        await _io(
+            self.ledger.update,
+            claimed,
+            actor=self.actor,
+            reason=f"{Action.RESEND.value}: {detail}",
+            message_sent_at=self.now,
+            deadline=deadline,
+            owner=found.owner,
+        )
+        self.decided(found, Action.RESEND, telemetry.OUTCOME_OK, detail)
+
+    async def fail_step(
+        self,
+        found: StepRecord,
+        claimed: StepRecord | None,
+        orchestration_id: str,
+        orchestration: str,
+        lateness: timedelta,
+    ) -> None:
+        """The orchestration is alive but missed its deadline timer (or did not act on a failed
+        attempt): raise the attempt's failed result so it applies its retry policy.
+
+        ``claimed`` None: the step is unclaimed, as the tick read it, and the TimedOut write is the
+        claim (a lost race skips the step: someone else acted)."""
+        error = found.last_error if found.status in SETTLED_ATTEMPT and found.last_error else None
+        error = error or OVERRUN_ERROR
+        detail = (
+            f"{found.status.value} {lateness.total_seconds():.0f}s past its deadline (grace "
+            f"{self.grace.total_seconds():.0f}s) while orchestration {orchestration_id} is {orchestration}; "
+            f"raised a failed result for attempt {found.attempt}"
+        )
+        if _operator_requested(found):
+            detail += f" (requested by {found.owner})"
+        if claimed is None:
+            written = await self.claim_with(
+                found,
+                self.time_out_now,
+                found,
+                reason=f"{Action.FAIL_STEP.value}: {detail}",
+                last_error=OVERRUN_ERROR,
+            )
+            if written is None:
+                return
+        elif found.status in (S.DISPATCHED, S.RUNNING):
+            await self.time_out(
+                claimed, reason=f"{Action.FAIL_STEP.value}: {detail}", last_error=OVERRUN_ERROR
+            )
+        else:
+            await self.note(found, Action.FAIL_STEP, detail)
+        result = ResultMessage(
+            kind="work",
+            instance_id=found.instance_id,
+            orchestration_id=orchestration_id,
+            step_id=found.step_id,
+            attempt=found.attempt,
+            outcome="failed",
+            error=error,
+        )
+        await self.client.raise_event(
+            orchestration_id, result_event_name(found.step_id, found.attempt), result.model_dump(mode="json")
+        )
+        self.decided(found, Action.FAIL_STEP, telemetry.OUTCOME_OK, detail)

@@ -1,0 +1,163 @@
+"""The deadline index: the steps' rows in the index table, the watchdog's only way to find them.
+
+Its own module because the index is a second table with its own rules (see ``store.py`` for the order
+of writes on a deadline change): retiring rows (at once, or deferred and batched per partition),
+reading the overdue ones and the operator's inbox, and counting live work. Mixed into
+:class:`workflow_core.ledger.StepLedger`; the step rows' writes that create index rows stay there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Sequence
+from contextvars import ContextVar
+from datetime import datetime
+from typing import Any
+
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.data.tables import TableTransactionError
+
+from workflow_core.ledger.entities import MAX_BATCH, _deadline_key
+from workflow_core.ledger.errors import InvalidLedgerInput, StepNotFound
+from workflow_core.ledger.index_keys import overdue_upper_partition
+from workflow_core.ledger.model import StepRecord, require_aware
+
+log = logging.getLogger("workflow_core.ledger.store")
+
+ATTENTION_PARTITION = "attention"  # sorts after every digit bucket, so overdue() never reads it
+# Index rows retired while ``StepLedger.deferred_index_deletes`` is active (None: delete at once).
+_DEFERRED: ContextVar[list[str] | None] = ContextVar("deferred_index_deletes", default=None)
+
+
+class DeadlineIndexMixin:
+    """Deadline-index rows of :class:`~workflow_core.ledger.StepLedger`: retiring them and reading them."""
+
+    @contextlib.contextmanager
+    def deferred_index_deletes(self):
+        """Collect the index rows retired inside, and delete them on the way out in one batch per
+        index partition (the watchdog: one request per partition per tick instead of one per step;
+        the worker: after its reply is sent, off the step's critical path).
+        Follows ``asyncio.to_thread`` (a context variable). A crash before the flush leaves stray
+        rows, which ``overdue`` removes when they fall due."""
+        pending: list[str] = []
+        token = _DEFERRED.set(pending)
+        try:
+            yield pending
+        finally:
+            _DEFERRED.reset(token)
+            self._delete_index_rows(pending)
+
+    def _retire_index_row(self, index_key: str) -> None:
+        pending = _DEFERRED.get()
+        if pending is not None:
+            pending.append(index_key)
+        else:
+            self._delete_index_row(index_key)
+
+    def _delete_index_rows(self, keys: Sequence[str]) -> None:
+        """Delete index rows, batched per partition; rows already gone are fine."""
+        by_partition: dict[str, list[str]] = {}
+        for key in dict.fromkeys(k for k in keys if k):
+            partition, _, row = key.partition("|")
+            by_partition.setdefault(partition, []).append(row)
+        for partition, rows in by_partition.items():
+            for start in range(0, len(rows), MAX_BATCH):
+                chunk = rows[start : start + MAX_BATCH]
+                if len(chunk) == 1:
+                    self._delete_index_row(f"{partition}|{chunk[0]}")
+                    continue
+                try:
+                    self._index.submit_transaction(
+                        [("delete", {"PartitionKey": partition, "RowKey": r}) for r in chunk]
+                    )
+                except (TableTransactionError, HttpResponseError):  # one already gone: one by one
+                    for r in chunk:
+                        self._delete_index_row(f"{partition}|{r}")
+
+    def _delete_index_row(self, index_key: str | None) -> None:
+        if not index_key:
+            return
+        partition, _, row = index_key.partition("|")
+        try:
+            self._index.delete_entity(partition, row)
+        except ResourceNotFoundError:
+            pass
+        except HttpResponseError as exc:  # stays as a stray row; overdue() removes it later
+            log.warning("could not delete deadline-index row %s: %s", index_key, exc)
+
+    def overdue(self, now: datetime, limit: int = 100) -> list[StepRecord]:
+        """Steps whose deadline is at or before ``now``, earliest first, at most ``limit`` (with a
+        limit, whole earlier minutes come first; within one minute the shards are read in turn).
+
+        Reads only index rows in buckets up to ``now`` (never the step table at large), then one point
+        read per candidate to verify it; stray index rows found on the way are deleted.
+        """
+        now = require_aware(now, "now")
+        if limit < 1:
+            raise InvalidLedgerInput(f"limit must be >= 1, got {limit}")
+        found: list[StepRecord] = []
+        stale: list[str] = []
+        self.stats.queries += 1
+        pages = self._index.query_entities(
+            "PartitionKey le @bucket and RowKey le @key",
+            parameters={"bucket": overdue_upper_partition(now), "key": _deadline_key(now) + "~~"},
+            results_per_page=min(max(limit, 10), 1000),
+        )
+        for row in pages:
+            self.stats.index_entities_read += 1
+            key = f"{row['PartitionKey']}|{row['RowKey']}"
+            try:
+                record = self.get(row["InstanceId"], row["StepId"])
+            except StepNotFound:
+                record = None
+            if record is None or record.index_key != key:
+                stale.append(key)
+                self.stats.stale_index_rows_removed += 1
+                continue
+            if record.is_overdue(now):
+                found.append(record)
+                if len(found) >= limit:
+                    break
+        self._delete_index_rows(stale)
+        # Rows come minute by minute, and within a minute shard by shard: sort what was found.
+        return sorted(found, key=lambda r: r.deadline or now)
+
+    def needing_attention(self, limit: int = 100) -> list[StepRecord]:
+        """Steps no automation will move on from (CompensationFailed): the operator's inbox."""
+        self.stats.queries += 1
+        result: list[StepRecord] = []
+        for row in self._index.query_entities(
+            "PartitionKey eq @p", parameters={"p": ATTENTION_PARTITION}, results_per_page=limit
+        ):
+            key = f"{row['PartitionKey']}|{row['RowKey']}"
+            try:
+                record = self.get(row["InstanceId"], row["StepId"])
+            except StepNotFound:
+                self._delete_index_row(key)
+                continue
+            if record.index_key != key:
+                self._delete_index_row(key)
+                continue
+            result.append(record)
+            if len(result) >= limit:
+                break
+        return result
+
+    def count_in_flight(self, cap: int = 5000) -> int:
+        """Steps Dispatched or Running, counted from the deadline index (index rows only, one column,
+        at most ``cap``): what the ``sas.step.in_flight`` gauge reads; it grows with live work, not
+        with history, and is never used for a decision."""
+        self.stats.queries += 1
+        rows = self._index.query_entities(
+            "PartitionKey lt @letters and ( Status eq @dispatched or Status eq @running )",
+            parameters={"letters": "a", "dispatched": "Dispatched", "running": "Running"},
+            select=["Status"],
+            results_per_page=1000,
+        )
+        return sum(1 for _ in itertools.islice(rows, cap))
+
+    def index_rows(self) -> list[dict[str, Any]]:
+        """Every deadline-index row (for consistency checks in tests and the operator CLI; a full scan)."""
+        return [dict(e, _key=f"{e['PartitionKey']}|{e['RowKey']}") for e in self._index.list_entities()]

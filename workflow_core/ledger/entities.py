@@ -1,0 +1,100 @@
+"""How a step row is stored: the StepRecord <-> Table Storage entity mapping and the key formats.
+
+Its own module because every part of :class:`~workflow_core.ledger.StepLedger` (creation, writes,
+reads, the deadline index, the audit trail) and the benchmarks that seed rows directly must map a step
+the same way; keeping the mapping in one place keeps them from drifting apart.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from workflow_core.ledger.model import StepRecord, StepStatus
+
+MAX_BATCH = 100  # Table Storage limit per entity-group transaction
+
+# StepRecord field -> entity property
+_FIELDS = {
+    "workflow_name": "WorkflowName",
+    "workflow_version": "WorkflowVersion",
+    "step_name": "StepName",
+    "sequence": "Sequence",
+    "agent": "Agent",
+    "compensator": "Compensator",
+    "status": "Status",
+    "owner": "Owner",
+    "attempt": "Attempt",
+    "max_attempts": "MaxAttempts",
+    "deadline": "Deadline",
+    "heartbeat_timeout_seconds": "HeartbeatTimeoutSeconds",
+    "last_heartbeat": "LastHeartbeat",
+    "created_at": "CreatedAt",
+    "updated_at": "UpdatedAt",
+    "completed_at": "CompletedAt",
+    "message_sent_at": "MessageSentAt",
+    "last_error": "LastError",
+    "non_retryable": "NonRetryable",
+    "compensation_status": "CompensationStatus",
+    "compensation_attempt": "CompensationAttempt",
+    "input_ref": "InputRef",
+    "result_ref": "ResultRef",
+    "orchestration_id": "OrchestrationId",
+    "index_key": "IndexKey",
+    "completion_seq": "CompletionSeq",
+    "trace_parent": "TraceParent",
+    "trace_state": "TraceState",
+}
+_MUTABLE = set(_FIELDS) - {
+    "workflow_name",
+    "workflow_version",
+    "step_name",
+    "sequence",
+    "agent",
+    "created_at",
+    "status",
+}
+
+
+def _to_entity(record: StepRecord) -> dict[str, Any]:
+    entity: dict[str, Any] = {"PartitionKey": record.instance_id, "RowKey": record.step_id}
+    for field, prop in _FIELDS.items():
+        value = getattr(record, field)
+        if value is None:
+            continue  # absent property = None; Table Storage has no null
+        entity[prop] = value.value if isinstance(value, StepStatus) else value
+    return entity
+
+
+def _from_entity(entity: Any) -> StepRecord:
+    data: dict[str, Any] = {"instance_id": entity["PartitionKey"], "step_id": entity["RowKey"]}
+    for field, prop in _FIELDS.items():
+        if prop in entity and entity[prop] is not None:
+            value = entity[prop]
+            if isinstance(value, datetime) and value.tzinfo is None:
+                value = value.replace(tzinfo=UTC)
+            data[field] = value
+    data["etag"] = entity.metadata.get("etag") if hasattr(entity, "metadata") else None
+    return StepRecord.model_validate(data)
+
+
+def _bucket(deadline: datetime) -> str:
+    return deadline.astimezone(UTC).strftime("%Y%m%d%H%M")
+
+
+def _deadline_key(deadline: datetime) -> str:
+    return deadline.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def _nonce() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def decode_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def encode_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)

@@ -1,0 +1,138 @@
+"""Creating a workflow instance's steps: every step row Pending, in as few transactions as possible.
+
+Its own module because creation is a write path of its own: a marker row that makes a second call
+conflict, idempotent replays (an activity may run twice) and the instance record written in the first
+batch. Mixed into :class:`workflow_core.ledger.StepLedger`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from azure.data.tables import TableTransactionError
+
+from workflow_core import clock
+from workflow_core.ledger.entities import MAX_BATCH, _to_entity
+from workflow_core.ledger.errors import InstanceConflict, InvalidLedgerInput, StepsAlreadyExist
+from workflow_core.ledger.instance_store import InstanceHandle
+from workflow_core.ledger.model import NewStep, StepRecord, validate_instance_id
+
+# Written with an instance's steps (see create_steps). '~' keeps it out of step listings, and 's'
+# after 'a' and 'i' keeps it out of the audit range and off the instance record's key.
+STEPS_MARKER_ROW = "~steps"
+
+
+class StepCreationMixin:
+    """``create_steps`` of :class:`~workflow_core.ledger.StepLedger`."""
+
+    def create_steps(
+        self,
+        instance_id: str,
+        workflow_name: str,
+        steps: Sequence[NewStep],
+        *,
+        actor: str,
+        orchestration_id: str | None = None,
+        version: str | None = None,
+        instance: InstanceHandle | None = None,
+        instance_changes: dict[str, Any] | None = None,
+    ) -> list[StepRecord]:
+        """Write every step of a new instance as Pending, atomically per 100-row batch.
+
+        ``version`` is the definition version the instance is pinned to: every step row carries it,
+        so whoever holds a step (an agent, the watchdog, the compensation plan) finds its definition.
+        One request for a workflow of up to 98 steps: the batch is written first and the instance's
+        rows are read only when it conflicts. With ``instance`` (and ``instance_changes``), the
+        instance record changes in the first batch too, and the handle then holds it as written.
+        Idempotent: calling it again for the same instance and the same steps returns the stored
+        rows (an activity may run twice), and leaves the instance record alone; different steps for
+        an existing instance raise. Raises :class:`InstanceConflict` when only the instance record
+        lost a race (nothing is written then).
+        """
+        validate_instance_id(instance_id)
+        if not steps:
+            raise InvalidLedgerInput("a workflow instance needs at least one step")
+        ids = [s.step_id for s in steps]
+        if len(set(ids)) != len(ids):
+            raise InvalidLedgerInput(f"duplicate step ids in {ids}")
+        now = clock.utcnow()
+        records = [
+            StepRecord(
+                instance_id=instance_id,
+                step_id=s.step_id,
+                workflow_name=workflow_name,
+                workflow_version=version,
+                step_name=s.step_name,
+                sequence=i,
+                agent=s.agent,
+                compensator=s.compensator,
+                max_attempts=s.max_attempts,
+                heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
+                input_ref=s.input_ref,
+                orchestration_id=orchestration_id or instance_id,
+                created_at=now,
+                updated_at=now,
+            )
+            for i, s in enumerate(steps)
+        ]
+        operations: list[tuple] = [("create", _to_entity(r)) for r in records]
+        # One row per instance with a fixed key: a second create_steps conflicts on it whatever its
+        # steps are, so the batch can go first and the stored steps are read only then.
+        marker = {"PartitionKey": instance_id, "RowKey": STEPS_MARKER_ROW, "Workflow": workflow_name}
+        operations.insert(0, ("create", marker))
+        operations.append(
+            (
+                "create",
+                self._audit_entity(
+                    instance_id,
+                    "*",
+                    actor,
+                    "created",
+                    None,
+                    "Pending",
+                    0,
+                    f"workflow {workflow_name} with {len(records)} steps",
+                    now,
+                ),
+            )
+        )
+        instance_updated = instance_index = None
+        if instance is not None:
+            if instance.record.instance_id != instance_id:
+                raise InvalidLedgerInput("the instance handle belongs to another instance")
+            instance_updated, instance_index = self.prepare_instance_change(
+                instance.record, instance.record.status, dict(instance_changes or {}), now
+            )
+            operations.insert(0, self.instance_operation(instance.record, instance_updated))
+            if instance_index is not None:
+                self._create_instance_index_row(instance_index, instance_updated)
+        results: list[Any] = []
+        try:
+            for start in range(0, len(operations), MAX_BATCH):
+                results.extend(self._steps.submit_transaction(operations[start : start + MAX_BATCH]))
+        except TableTransactionError as exc:
+            if instance_index is not None and not results:
+                self._delete_index_row(f"{instance_index[0]}|{instance_index[1]}")
+            if exc.status_code == 412 and not results:
+                raise InstanceConflict(instance_id) from None
+            if exc.status_code != 409:  # 409: a concurrent (or earlier) call created them first
+                raise
+            existing = self.list_for_instance(instance_id)
+            if [r.step_id for r in existing] != ids or {r.workflow_name for r in existing} != {workflow_name}:
+                raise StepsAlreadyExist(
+                    f"instance {instance_id!r} already has steps {[r.step_id for r in existing]} "
+                    f"of workflow {sorted({r.workflow_name for r in existing})}; refusing to mix in {ids}"
+                ) from None
+            if instance is not None and results:  # the first batch (with the instance) went through
+                self._instance_written_in_batch(instance, instance_updated, results[0])
+            return existing
+        if instance is not None:
+            self._instance_written_in_batch(instance, instance_updated, results[0])
+            results = results[1:]
+        results = results[1:]  # the marker row
+        return [r.model_copy(update={"etag": res["etag"]}) for r, res in zip(records, results, strict=False)]
+
+    def _instance_written_in_batch(self, handle: InstanceHandle, updated: Any, result: Any) -> None:
+        self.instance_written(handle.record, updated)
+        handle.record = updated.model_copy(update={"etag": result["etag"]})
