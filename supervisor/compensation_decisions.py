@@ -38,24 +38,6 @@ S = StepStatus
 class _CompensationDecisions(_TickActions):
     """Compensation decisions of one tick (see docs/supervisor.md for the decision table)."""
 
-    async def compensate(
-        self, found: StepRecord, claimed: StepRecord, orchestration_id: str, orchestration: str
-    ) -> None:
-        """The workflow's orchestration is gone while the step is mid-flow: compensate the instance."""
-        why = (
-            f"orchestration {orchestration_id} is {orchestration} "
-            f"while step {found.step_id} is {found.status.value}"
-        )
-        if found.status in (S.DISPATCHED, S.RUNNING):
-            # Nobody waits for this attempt's result any more: record it as abandoned, as the
-            # compensation plan would, so the ledger says why.
-            await self.time_out(
-                claimed,
-                reason=f"{why}; no orchestration waits for its result",
-                last_error=f"supervisor: {why}",
-            )
-        await self.start_compensation(found, reason=f"supervisor: {why}")
-
     async def start_compensation(self, found: StepRecord, *, reason: str) -> None:
         compensation_id = compensation_instance_id(found.instance_id)
         status = await self.status_of(compensation_id)
