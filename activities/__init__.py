@@ -8,9 +8,11 @@ that tests and the durable test host call directly:
   ``schedule_retry``, ``give_up_step``, ``plan_compensation``, ``dispatch_compensation``,
   ``check_compensation``, ``finish_compensation``, and ``activities.instances.settle_instance``
   -- each ``(payload: dict, services) -> dict``
-  (``ACTIVITY_BODIES`` maps activity names to them);
+  (``ACTIVITY_BODIES`` maps activity names to them; the bodies live in ``step_creation``,
+  ``dispatch``, ``step_checks``, ``retries`` and ``compensation_plan``, re-exported there);
 - ``activities.verification.verify_result``: the ledger's outcome of the attempt a result event names;
-- ``activities.worker.process_work_message(body, *, delivery_count, services, worker_id)``;
+- ``activities.worker.process_work_message(body, *, delivery_count, services, worker_id)`` (one
+  delivery's flow is ``activities.delivery``, its claim and record rules ``activities.delivery_decisions``);
 - ``activities.results.handle_result(body, client, services)`` (async);
 - ``activities.dead_letters.handle_dead_letter(body, *, reason, description, client, services)`` (async).
 

@@ -290,20 +290,20 @@ _WORKER_READS = (("claim", WORKER_CLAIM), ("record", WORKER_RECORD), ("heartbeat
 _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     # (path suffix, function name or None for any, label); the innermost matching frame wins
     ("activities/handlers/remote.py", None, AGENT_EFFECT),
-    ("activities/worker.py", "_send", REPLY),
-    ("activities/worker.py", "_decide_claim", WORKER_CLAIM),
-    ("activities/worker.py", "_claim_work", WORKER_CLAIM),
-    ("activities/worker.py", "_claim_compensation", WORKER_CLAIM),
-    ("activities/worker.py", "_decide_record", WORKER_RECORD),
-    ("activities/worker.py", "_note", WORKER_NOTE),
-    ("activities/worker.py", "_heartbeat", HEARTBEAT),
+    ("activities/delivery.py", "_send", REPLY),
+    ("activities/delivery_decisions.py", "_decide_claim", WORKER_CLAIM),
+    ("activities/delivery_decisions.py", "_claim_work", WORKER_CLAIM),
+    ("activities/delivery_decisions.py", "_claim_compensation", WORKER_CLAIM),
+    ("activities/delivery_decisions.py", "_decide_record", WORKER_RECORD),
+    ("activities/delivery.py", "_note", WORKER_NOTE),
+    ("activities/delivery.py", "_heartbeat", HEARTBEAT),
     # the old index row's delete, deferred by process() until after the reply
-    ("activities/worker.py", "process", WORKER_RECORD),
-    ("activities/scheduling.py", "create_workflow_steps", CREATE_STEPS),
+    ("activities/delivery.py", "process", WORKER_RECORD),
+    ("activities/step_creation.py", "create_workflow_steps", CREATE_STEPS),
     ("api/start.py", "_ensure_unused", START),
     ("api/start.py", None, "HTTP API"),
     ("api/handlers.py", None, "HTTP API"),
-    ("activities/scheduling.py", "_dispatch", DISPATCH),
+    ("activities/dispatch.py", "_dispatch", DISPATCH),
     ("activities/results.py", None, RESULT_HANDLER),
     ("activities/verification.py", None, VERIFY_RESULT),
     ("activities/instances.py", "settle_instance", SETTLE),
@@ -337,7 +337,7 @@ def pattern_operation() -> str | None:
         if name == "retry_on_conflict" and filename.endswith("activities/common.py"):
             caller = frame.f_back.f_code.co_filename.replace("\\", "/") if frame.f_back else ""
             what = str(frame.f_locals.get("what", ""))
-            if caller.endswith("activities/worker.py"):
+            if caller.endswith("activities/delivery.py"):  # the worker's reads
                 for prefix, label in _WORKER_READS:
                     if what.startswith(prefix):
                         return label

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from azure.storage.queue import QueueClient
 
-from activities import scheduling
+from activities import dispatch, scheduling
 from activities.common import GIVEN_UP
 from activities.handlers import faults
 from tests.activities.conftest import GRACE_SECONDS
@@ -48,7 +48,7 @@ def test_create_workflow_steps_writes_every_step_pending_and_is_idempotent(harne
 
 
 def test_dispatch_writes_the_ledger_before_it_sends(harness, monkeypatch):
-    monkeypatch.setattr(scheduling, "SEND_RETRY_DELAYS", (0.0, 0.0))
+    monkeypatch.setattr(dispatch, "SEND_RETRY_DELAYS", (0.0, 0.0))
     instance = harness.start()
     work_queue = harness.services.settings.work_queue
     queue = QueueClient.from_connection_string(
@@ -113,7 +113,7 @@ class FlakyTransport:
 
 
 def test_a_briefly_failing_send_is_retried_within_the_dispatch(harness, monkeypatch):
-    monkeypatch.setattr(scheduling, "SEND_RETRY_DELAYS", (0.0, 0.0))
+    monkeypatch.setattr(dispatch, "SEND_RETRY_DELAYS", (0.0, 0.0))
     instance = harness.start()
     flaky = FlakyTransport(harness.transport, failures=2)
     monkeypatch.setitem(harness.services.__dict__, "transport", flaky)

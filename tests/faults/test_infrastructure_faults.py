@@ -69,10 +69,10 @@ def test_broker_refuses_sends_in_dispatch(harness, refusals):
     inside the activity; when every try of the activity fails, the step is left Dispatched with no
     send recorded and the deadline recovers it (the watchdog re-sends it, or the orchestration's
     timer retries the step). Either way the workflow completes, with one effect."""
-    from activities import scheduling
+    from activities import dispatch
 
     h = harness
-    tries = 1 if refusals == 1 else len(scheduling.SEND_RETRY_DELAYS) + 1
+    tries = 1 if refusals == 1 else len(dispatch.SEND_RETRY_DELAYS) + 1
     error = TransportError("Storage queue 'work': could not send: 503 Server Busy")
     h.fail_send("register_dns", attempt=1, exc=error, times=tries)
     iid = start_provisioning(h)

@@ -134,7 +134,7 @@ def _in_dispatch() -> bool:
     """Called from the scheduler's ``dispatch_step``/``dispatch_compensation`` activity body?"""
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name == "_dispatch" and frame.f_code.co_filename.endswith("scheduling.py"):
+        if frame.f_code.co_name == "_dispatch" and frame.f_code.co_filename.endswith("dispatch.py"):
             return True
         frame = frame.f_back
     return False

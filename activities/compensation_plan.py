@@ -1,0 +1,147 @@
+"""``plan_compensation``: which steps to undo, in which order, with which compensation policy.
+
+Planning is a read of every step of the instance plus the decisions that make the plan stable on a
+re-run: steps caught in flight are timed out, steps with nothing to undo are Cancelled, and the
+instance record turns Compensating (work dispatch is fenced off). The order (never-completed steps
+first, then completed ones in reverse completion order) and the fallback policy for a definition
+that can no longer be loaded live here too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from activities.common import as_dict, grace_deadline, retry_on_conflict, step_input, step_output
+from activities.scheduler_inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, PlanInput, S
+from workflow_core import contracts as c
+from workflow_core.ledger import InstanceStatus, StepLedger, StepRecord
+from workflow_core.runtime import Services
+
+log = logging.getLogger(__name__)
+
+# Used when a step's workflow definition can no longer be loaded (renamed or removed after the run
+# started): compensation must still be possible.
+FALLBACK_COMPENSATION_DEADLINE_SECONDS = 300.0
+
+
+def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """What to undo, in order: steps that may have taken effect and have a compensator.
+
+    Order: steps that never completed (the given-up step, or any caught in flight) first, then
+    completed steps in reverse completion order. Steps that never ran, and failed steps without a
+    compensator, become Cancelled. Steps already Compensated are left out; Compensating and
+    CompensationFailed ones stay in (a re-run, or an operator-requested retry).
+    """
+    args = PlanInput.model_validate(as_dict(payload, c.ACTIVITY_PLAN_COMPENSATION))
+    ledger = services.ledger
+    grace = services.settings.watchdog_grace_seconds
+    _start_compensating(ledger, args.instance_id, grace)
+    records = ledger.list_for_instance(args.instance_id)
+    definition = _definition_or_none(records[0], services) if records else None
+
+    to_undo: list[StepRecord] = []
+    cancelled: list[str] = []
+    for record in records:
+
+        def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+            if r.status in IN_FLIGHT:
+                r = ledger.transition(
+                    r,
+                    S.TIMED_OUT,
+                    actor=ACTOR,
+                    reason="workflow is being compensated; in-flight attempt abandoned",
+                    last_error=r.last_error or "abandoned by compensation",
+                    deadline=grace_deadline(grace),
+                )
+            if r.status is S.PENDING or (
+                r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
+            ):
+                return ledger.transition(r, S.CANCELLED, actor=ACTOR, reason="workflow compensated"), True
+            return r, False
+
+        current, was_cancelled = retry_on_conflict(
+            lambda record=record: ledger.get(record.instance_id, record.step_id),
+            decide,
+            what=f"plan {record.step_id}",
+        )
+        if was_cancelled:
+            cancelled.append(current.step_id)
+        elif current.compensator is not None and current.status in MAY_COMPENSATE:
+            to_undo.append(current)
+
+    never_completed = sorted((r for r in to_undo if r.completed_at is None), key=lambda r: -r.sequence)
+    # Reverse completion order: the completion sequence the ledger wrote with each completion (one
+    # counter per instance, in the same transaction), never a writer's clock; rows written before
+    # the counter existed fall back to their completion time.
+    completed = sorted(
+        (r for r in to_undo if r.completed_at is not None),
+        key=lambda r: (r.completion_seq is not None, r.completion_seq or 0, r.completed_at, r.sequence),
+        reverse=True,
+    )
+    steps = [_plan_entry(r, definition) for r in never_completed + completed]
+    return {"steps": steps, "cancelled": cancelled}
+
+
+def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> None:
+    """The instance's record says Compensating from the moment the plan is made: work dispatch is
+    fenced off, and the watchdog now watches the compensation orchestration, not the workflow's."""
+
+    def decide(record: Any) -> None:
+        if record is None or record.status is InstanceStatus.COMPENSATING:
+            return
+        if record.status not in (
+            InstanceStatus.RUNNING,
+            InstanceStatus.FAILED,
+            InstanceStatus.COMPENSATION_FAILED,
+        ):
+            return
+        ledger.transition_instance(
+            record,
+            InstanceStatus.COMPENSATING,
+            actor=ACTOR,
+            reason="compensation planned",
+            scheduler_deadline=grace_deadline(grace),
+            owner=ACTOR,
+            stalls=0,
+        )
+
+    retry_on_conflict(lambda: ledger.find_instance(instance_id), decide, what=f"compensate {instance_id}")
+
+
+def _definition_or_none(record: StepRecord, services: Services):
+    """The definition the instance is pinned to (its steps carry the version)."""
+    name, version = record.workflow_name, record.workflow_version
+    try:
+        from workflow_core.workflows.store import definition_for
+
+        return definition_for(name, version, services.definitions if version else None)
+    except Exception as exc:  # a run must stay compensatable even if its definition went away
+        log.warning("workflow %r could not be loaded (%s); compensating with default policies", name, exc)
+        return None
+
+
+def _plan_entry(r: StepRecord, definition: Any) -> dict[str, Any]:
+    compensation = None
+    if definition is not None:
+        try:
+            compensation = definition.step(r.step_id).compensation
+        except KeyError:
+            compensation = None
+    if compensation is not None:
+        deadline_seconds = compensation.deadline_seconds
+        retry = compensation.retry.model_dump()
+    else:
+        from workflow_core.workflows.retry import RetryPolicy
+
+        deadline_seconds = FALLBACK_COMPENSATION_DEADLINE_SECONDS
+        retry = RetryPolicy().model_dump()
+    return {
+        "step_id": r.step_id,
+        "compensator": r.compensator,
+        "input": step_input(r),
+        "output": step_output(r),
+        "deadline_seconds": deadline_seconds,
+        "retry": retry,
+        "status": r.status.value,
+    }

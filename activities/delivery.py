@@ -1,0 +1,278 @@
+"""One delivery of a work message, start to end: claim, run the agent's handler, heartbeat, record, reply.
+
+Split from ``activities.worker`` (the trigger-bound entry point) because the flow of a delivery
+carries its own state (the message, the row as this worker last wrote it, the instance record)
+across several ledger writes; the rules each write follows are in ``activities.delivery_decisions``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from activities.common import (
+    COMP_RUNNING,
+    emit_recovery,
+    error_text,
+    is_transient_claim,
+    retry_on_conflict,
+    step_input,
+    step_output,
+)
+from activities.delivery_decisions import Action, DeliveryDecisions, Outcome
+from activities.handlers import faults
+from activities.handlers.base import (
+    AgentCrash,
+    NoReply,
+    StepContext,
+    StepNoLongerOwned,
+    get_handler,
+    is_non_retryable,
+)
+from workflow_core import tracing
+from workflow_core.contracts import ResultMessage, WorkMessage, fit_text
+from workflow_core.ledger import (
+    ConcurrencyConflict,
+    InstanceHandle,
+    StepLedger,
+    StepNotFound,
+    StepRecord,
+    StepStatus,
+    encode_json,
+)
+from workflow_core.ledger.model import MAX_TEXT
+from workflow_core.runtime import Services
+from workflow_core.transport import OutgoingMessage, message_id_for
+
+log = logging.getLogger(__name__)
+S = StepStatus
+
+
+MAX_RESULT_CHARS = MAX_TEXT  # the ledger's limit for result_ref
+
+
+def non_retryable_errors(
+    workflow: str, step_id: str, kind: str, version: str | None = None, services: Services | None = None
+) -> tuple[str, ...]:
+    """The exception type names the step's definition (or its compensation's) says retrying cannot fix,
+    in the definition version the instance is pinned to."""
+    from workflow_core.workflows.store import definition_for
+
+    try:
+        store = services.definitions if services is not None and version else None
+        step = definition_for(workflow, version, store).step(step_id)
+    except Exception:  # an unknown workflow or step: nothing listed (PermanentError still counts)
+        return ()
+    if kind == "work":
+        return step.non_retryable_errors
+    return step.compensation.non_retryable_errors if step.compensation else ()
+
+
+def result_message_id(instance_id: str, step_id: str, attempt: int, kind: str) -> str:
+    """MessageId of a reply. Work and compensation replies differ, so Service Bus duplicate
+    detection never drops a compensation's reply as a copy of the step's own reply."""
+    return message_id_for(
+        instance_id, step_id, attempt, kind="result" if kind == "work" else "compensation-result"
+    )
+
+
+class Delivery(DeliveryDecisions):
+    """One delivery of a work message to this worker (see :func:`activities.worker.process_work_message`)."""
+
+    def __init__(self, message: WorkMessage, delivery_count: int, services: Services, worker_id: str) -> None:
+        self.m = message
+        self.n = max(1, int(delivery_count))
+        self.services = services
+        self.ledger: StepLedger = services.ledger
+        self.worker_id = worker_id
+        self.work = message.kind == "work"
+        self.grace = services.settings.watchdog_grace_seconds
+        self.took_over = False
+        self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
+        self.instance: InstanceHandle | None = None  # the instance record as last read or written
+        self.latest: StepRecord | None = None  # the step row as this worker last wrote it
+
+    # ---- flow ------------------------------------------------------------------------------------
+
+    def process(self) -> None:
+        m = self.m
+        try:
+            action, record, note = retry_on_conflict(
+                self._read_with_instance, self._decide_claim, what=f"claim {self._label}"
+            )
+        except StepNotFound:
+            log.warning("work message for unknown step %s: ignored", self._label)
+            self._note("unknown-step-ignored", f"no such step in the ledger ({m.kind} attempt {m.attempt})")
+            return
+        if note is not None:
+            self._note(*note, status=record.status.value)
+        if action is Action.RESEND:
+            emit_recovery(record, "result_resent", attempt=m.attempt, kind=m.kind, delivery=self.n)
+        elif action is Action.RUN and self.took_over:
+            emit_recovery(record, "agent_takeover", attempt=m.attempt, kind=m.kind, delivery=self.n)
+        if action is Action.IGNORE:
+            log.info("ignored %s: %s", self._label, note[1] if note else "")
+            return
+        if action is Action.RESEND:
+            self._send(self._result_from_record(record))
+            return
+        self.latest = record
+        outcome = self._run(record)
+        if outcome is None:
+            return
+        # The step's old index row is deleted after the reply is sent: off the step's critical path.
+        with self.ledger.deferred_index_deletes():
+            result, note = self._record(outcome)
+            if note is not None:
+                self._note(*note, status=None)
+            if result is not None:
+                self._send(result)
+
+    @property
+    def _label(self) -> str:
+        m = self.m
+        return f"{m.kind} {m.instance_id}/{m.step_id}#{m.attempt}"
+
+    def _read_with_instance(self) -> StepRecord:
+        """The step, and its instance record kept aside: one partition query for both rows."""
+        record, self.instance = self.ledger.read_step_and_instance(self.m.instance_id, self.m.step_id)
+        return record
+
+    def _record(self, outcome: Outcome) -> tuple[ResultMessage | None, tuple[str, str] | None]:
+        """Record the outcome on the row this worker last wrote (the claim, or its last heartbeat),
+        with the ETag that write returned: no read when nobody else wrote in between. A lost race
+        (412 on the step or the instance record) re-reads both and decides again."""
+        try:
+            return self._decide_record(self.latest, outcome)
+        except ConcurrencyConflict:
+            log.debug("%s: the step or instance changed since the claim; re-reading", self._label)
+        return retry_on_conflict(
+            self._read_with_instance, lambda r: self._decide_record(r, outcome), what=f"record {self._label}"
+        )
+
+    def _note(self, action: str, reason: str, *, status: str | None) -> None:
+        self.ledger.note(
+            self.m.instance_id,
+            self.m.step_id,
+            actor=self.worker_id,
+            action=action,
+            reason=f"{self.m.kind} delivery {self.n}: {reason}",
+            attempt=self.m.attempt,
+            status=status,
+        )
+
+    # ---- run -------------------------------------------------------------------------------------
+
+    def _run(self, record: StepRecord) -> Outcome | None:
+        """Run the handler: ``(ok, output, error, non_retryable)``, or None when nothing may be
+        recorded or sent."""
+        m = self.m
+        handler = get_handler(m.agent)
+        if handler is None:
+            return False, None, f"no handler is registered for agent {m.agent!r}", False
+        ctx = StepContext(
+            instance_id=m.instance_id,
+            step_id=m.step_id,
+            attempt=m.attempt,
+            agent=m.agent,
+            kind=m.kind,
+            input=dict(m.input),
+            deadline=record.deadline,
+            services=self.services,
+            worker_id=self.worker_id,
+            step_input=step_input(record),
+            step_output=step_output(record),
+            _heartbeat=self._heartbeat,
+        )
+        try:
+            faults.before_handler(ctx)
+            raw = handler(ctx)
+            faults.after_handler(ctx)
+        except AgentCrash:
+            log.warning("%s: agent crashed; the message will be delivered again", self._label)
+            raise
+        except NoReply as exc:
+            log.warning("%s: agent gave no reply (%s)", self._label, exc)
+            return None
+        except StepNoLongerOwned as exc:
+            self._note("abandoned-not-owner", str(exc), status=None)
+            return None
+        except Exception as exc:
+            # The error text is cut to fit the ledger (head and tail kept), so a huge one is still
+            # recorded once, as this attempt's failure, instead of failing the write on every delivery.
+            error = fit_text(error_text(exc))
+            permanent = is_non_retryable(
+                exc,
+                non_retryable_errors(m.workflow, m.step_id, m.kind, record.workflow_version, self.services),
+            )
+            log.info("%s: agent failed%s: %s", self._label, " (non-retryable)" if permanent else "", error)
+            return False, None, error, permanent
+        output = {} if raw is None else dict(raw) if isinstance(raw, dict) else {"value": raw}
+        encoded = encode_json(output)
+        if len(encoded) > MAX_RESULT_CHARS:
+            why = f"output of {len(encoded)} characters exceeds the ledger's {MAX_RESULT_CHARS}"
+            return False, None, why, False
+        return True, output, None, False
+
+    def _heartbeat(self, seconds: float | None) -> datetime | None:
+        service_now: list[datetime] = []
+
+        def read() -> StepRecord:
+            # one read gives the row and the storage service's time: the extension needs both
+            record, now = self.ledger.get_with_service_time(self.m.instance_id, self.m.step_id)
+            service_now[:] = [now]
+            return record
+
+        def decide(r: StepRecord) -> datetime | None:
+            if not self._current(r) or not (r.owner == self.worker_id or is_transient_claim(r.owner)):
+                raise StepNoLongerOwned(
+                    f"{self._label}: step is {r.status.value} (attempt {r.attempt}), owner {r.owner}; "
+                    "this worker no longer owns it"
+                )
+            if r.owner != self.worker_id:
+                # The watchdog holds a short claim to look at the step; it hands it back as it was.
+                # Writing now would only make its release lose the ETag race: beat again later.
+                return r.deadline
+            timeout = seconds if seconds is not None else r.heartbeat_timeout_seconds
+            if timeout is None:
+                return r.deadline
+            # "extend by": the ledger computes the deadline from the storage service's clock, not ours
+            extended = self.ledger.extend_deadline(
+                r, float(timeout), actor=self.worker_id, reason=f"heartbeat +{timeout:g}s", now=service_now[0]
+            )
+            self.latest = extended
+            return extended.deadline
+
+        return retry_on_conflict(read, decide, what=f"heartbeat {self._label}")
+
+    def _current(self, r: StepRecord) -> bool:
+        """Is the step still at this message's attempt, in progress?"""
+        if self.work:
+            return r.status is S.RUNNING and r.attempt == self.m.attempt
+        return (
+            r.status is S.COMPENSATING
+            and r.compensation_attempt == self.m.attempt
+            and r.compensation_status == COMP_RUNNING
+        )
+
+    # ---- reply -----------------------------------------------------------------------------------
+
+    def _send(self, result: ResultMessage) -> None:
+        m = self.m
+        self.services.transport.send(
+            self.services.settings.result_queue,
+            OutgoingMessage(
+                body=result.model_dump(mode="json"),
+                message_id=result_message_id(m.instance_id, m.step_id, m.attempt, m.kind),
+                correlation_id=message_id_for(m.instance_id, m.step_id, m.attempt, kind=m.kind),
+                subject=f"{m.kind}-result",
+                application_properties={
+                    "kind": m.kind,
+                    "outcome": result.outcome,
+                    "agent": m.agent,
+                    # the reply continues this delivery's trace (the result handler's span is its child)
+                    **tracing.message_properties(tracing.current()),
+                },
+            ),
+        )
+        log.info("%s: replied %s", self._label, result.outcome)

@@ -1,0 +1,255 @@
+"""The agent worker's decisions for one delivery: claim it or not, and how to record its outcome.
+
+Kept apart from the delivery's flow (``activities.delivery``) because these are the idempotency
+rules the whole pattern leans on: each decision reads only the ledger row (and the message), and
+moves the row with an ETag-guarded write, so a redelivered, duplicated or late message can never
+run a step twice or overwrite a newer attempt.
+
+Claim and idempotency rules (kind ``work``; docs/agents.md has the full table):
+
+- ledger Dispatched, same attempt -> Running (owner = this worker), ETag-guarded; run the handler;
+- Running, same attempt, redelivered (delivery count > 1) -> take over (owner update, ETag); run;
+- Running, same attempt, first delivery -> a duplicate copy of a message another worker is running:
+  ignore, audit ``duplicate-delivery-ignored``;
+- Succeeded or Failed, same attempt -> the attempt is over but its reply may have been lost: re-send
+  the recorded result (audit ``result-resent``), do not run the handler again;
+- any other attempt or status -> ignore, audit ``stale-attempt-ignored`` / ``settled-step-ignored``.
+
+After the handler: Running -> Succeeded (``result_ref``) or Failed (``last_error``, deadline = now +
+grace), ETag-guarded, then the ``ResultMessage`` goes to the result queue (MessageId
+``message_id_for(instance, step, attempt, kind="result")``, ``"compensation-result"`` for
+compensations; CorrelationId = the work message's MessageId). If another worker recorded the
+attempt first, nothing more is written or sent (audit ``duplicate-result-discarded``).
+
+Kind ``compensate`` follows the same rules on the Compensating step, with ``compensation_attempt``
+and the sub-state ``compensation_status`` (Dispatched -> Running -> Compensated | Failed).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from activities import step_metrics
+from activities.common import COMP_DONE, COMP_FAILED, COMP_RUNNING, grace_deadline, now, step_output
+from workflow_core import telemetry
+from workflow_core.contracts import ResultMessage, WorkMessage
+from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord, StepStatus, encode_json
+
+S = StepStatus
+
+
+# (ok, output, error, non_retryable): how the handler's run ended
+Outcome = tuple[bool, dict[str, Any] | None, str | None, bool]
+
+
+class Action(StrEnum):
+    """What a delivery does once it has read the step: run the handler, re-send the recorded reply, or
+    nothing (a stale, duplicate or settled delivery)."""
+
+    RUN = "run"
+    RESEND = "resend"
+    IGNORE = "ignore"
+
+
+class DeliveryDecisions:
+    """The claim and record rules of :class:`activities.delivery.Delivery` (a mixin: the state is
+    the delivery's): which ``Action`` a delivery takes, and what its outcome writes and replies."""
+
+    m: WorkMessage
+    n: int
+    ledger: StepLedger
+    worker_id: str
+    work: bool
+    grace: float
+    took_over: bool
+    started_at: datetime | None
+    instance: InstanceHandle | None
+
+    # ---- claim -----------------------------------------------------------------------------------
+
+    def _decide_claim(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
+        return self._claim_work(r) if self.work else self._claim_compensation(r)
+
+    def _claim_work(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
+        a = self.m.attempt
+        if r.attempt != a:
+            why = f"message is for attempt {a}; the ledger is at attempt {r.attempt} ({r.status.value})"
+            return Action.IGNORE, r, ("stale-attempt-ignored", why)
+        if r.status is S.DISPATCHED:
+            claimed = self.ledger.transition(
+                r,
+                S.RUNNING,
+                actor=self.worker_id,
+                reason=f"claimed (delivery {self.n})",
+                owner=self.worker_id,
+            )
+            self.started_at = now()
+            step_metrics.queue_wait(r, self.started_at)
+            return Action.RUN, claimed, None
+        if r.status is S.RUNNING:
+            if self.n > 1:
+                taken = self.ledger.update(
+                    r,
+                    actor=self.worker_id,
+                    reason=f"took over from {r.owner} after redelivery (delivery {self.n})",
+                    owner=self.worker_id,
+                )
+                self.started_at = now()
+                self.took_over = True
+                return Action.RUN, taken, None
+            why = f"attempt {a} is already Running (owner {r.owner}); this is a duplicate copy"
+            return Action.IGNORE, r, ("duplicate-delivery-ignored", why)
+        if r.status in (S.SUCCEEDED, S.FAILED):
+            return (
+                Action.RESEND,
+                r,
+                ("result-resent", f"attempt {a} is already {r.status.value}; reply re-sent"),
+            )
+        return Action.IGNORE, r, ("settled-step-ignored", f"step is {r.status.value}; nothing to do")
+
+    def _claim_compensation(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
+        a = self.m.attempt
+        if r.compensation_attempt != a or r.status not in (S.COMPENSATING, S.COMPENSATED):
+            why = (
+                f"message is for compensation attempt {a}; the ledger is at compensation attempt "
+                f"{r.compensation_attempt} ({r.status.value})"
+            )
+            return Action.IGNORE, r, ("stale-attempt-ignored", why)
+        if r.status is S.COMPENSATED:
+            return (
+                Action.RESEND,
+                r,
+                ("result-resent", f"compensation attempt {a} already done; reply re-sent"),
+            )
+        if r.compensation_status == COMP_FAILED:
+            return (
+                Action.RESEND,
+                r,
+                ("result-resent", f"compensation attempt {a} already failed; reply re-sent"),
+            )
+        if r.compensation_status == COMP_RUNNING:
+            if self.n > 1:
+                taken = self.ledger.update(
+                    r,
+                    actor=self.worker_id,
+                    reason=f"took over compensation from {r.owner} after redelivery (delivery {self.n})",
+                    owner=self.worker_id,
+                )
+                self.took_over = True
+                return Action.RUN, taken, None
+            why = f"compensation attempt {a} is already running (owner {r.owner}); this is a duplicate copy"
+            return Action.IGNORE, r, ("duplicate-delivery-ignored", why)
+        claimed = self.ledger.update(
+            r,
+            actor=self.worker_id,
+            reason=f"compensation claimed (delivery {self.n})",
+            owner=self.worker_id,
+            compensation_status=COMP_RUNNING,
+        )
+        return Action.RUN, claimed, None
+
+    # ---- record ----------------------------------------------------------------------------------
+
+    def _decide_record(
+        self, r: StepRecord, outcome: Outcome
+    ) -> tuple[ResultMessage | None, tuple[str, str] | None]:
+        ok, output, error, permanent = outcome
+        a = self.m.attempt
+        if self.work:
+            if r.attempt != a:
+                return None, (
+                    "late-result-discarded",
+                    f"ledger moved on to attempt {r.attempt} ({r.status.value})",
+                )
+            if r.status is S.RUNNING:
+                outcome_name = telemetry.STEP_SUCCEEDED if ok else telemetry.STEP_FAILED
+                if ok:
+                    # With the instance record in the same transaction: the completion takes the
+                    # instance's next completion number, which orders compensation (no clocks).
+                    self.ledger.transition(
+                        r,
+                        S.SUCCEEDED,
+                        actor=self.worker_id,
+                        reason="agent succeeded",
+                        result_ref=encode_json(output),
+                        instance=self.instance,
+                    )
+                else:
+                    self.ledger.transition(
+                        r,
+                        S.FAILED,
+                        actor=self.worker_id,
+                        reason=f"agent failed{' (non-retryable)' if permanent else ''}: {error}",
+                        last_error=error,
+                        non_retryable=permanent,
+                        deadline=grace_deadline(self.grace),
+                    )
+                step_metrics.attempt_finished(
+                    r,
+                    outcome=outcome_name,
+                    started_at=self.started_at,
+                    ended_at=now(),
+                    error_type=None if ok else step_metrics.error_type_of(error),
+                    final=ok or permanent or r.attempt >= r.max_attempts,
+                )
+                return self._result(ok, output, error, permanent), None
+            if r.status in (S.SUCCEEDED, S.FAILED):
+                why = f"attempt {a} was already recorded {r.status.value} by {r.owner}"
+                return None, ("duplicate-result-discarded", why)
+            return None, (
+                "late-result-discarded",
+                f"step is {r.status.value}; this attempt's result is too late",
+            )
+        # compensate
+        if r.compensation_attempt != a:
+            why = f"ledger moved on to compensation attempt {r.compensation_attempt} ({r.status.value})"
+            return None, ("late-result-discarded", why)
+        if r.status is S.COMPENSATING:
+            if ok:
+                self.ledger.transition(
+                    r,
+                    S.COMPENSATED,
+                    actor=self.worker_id,
+                    reason="compensator succeeded",
+                    compensation_status=COMP_DONE,
+                    completed_at=r.completed_at,  # keep when the step's own work completed
+                )
+                step_metrics.compensation_finished(r)
+                return self._result(True, output, None), None
+            if r.compensation_status == COMP_FAILED:
+                return None, (
+                    "duplicate-result-discarded",
+                    f"compensation attempt {a} was already recorded failed",
+                )
+            self.ledger.update(
+                r,
+                actor=self.worker_id,
+                reason=f"compensator failed{' (non-retryable)' if permanent else ''}: {error}",
+                compensation_status=COMP_FAILED,
+                last_error=error,
+                non_retryable=permanent,
+                deadline=grace_deadline(self.grace),
+            )
+            return self._result(False, None, error, permanent), None
+        if r.status is S.COMPENSATED:
+            return None, ("duplicate-result-discarded", f"compensation attempt {a} was already recorded")
+        return None, (
+            "late-result-discarded",
+            f"step is {r.status.value}; this compensation result is too late",
+        )
+
+    # ---- reply -----------------------------------------------------------------------------------
+
+    def _result(
+        self, ok: bool, output: dict[str, Any] | None, error: str | None, permanent: bool = False
+    ) -> ResultMessage:
+        return ResultMessage.answering(self.m, ok=ok, output=output, error=error, permanent=permanent)
+
+    def _result_from_record(self, r: StepRecord) -> ResultMessage:
+        if self.work:
+            ok = r.status is S.SUCCEEDED
+            return self._result(ok, step_output(r) if ok else None, r.last_error, r.non_retryable)
+        ok = r.status is S.COMPENSATED
+        return self._result(ok, {} if ok else None, r.last_error, r.non_retryable)

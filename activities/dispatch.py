@@ -1,0 +1,320 @@
+"""``dispatch_step`` and ``dispatch_compensation``: write the intent to the ledger, then send the message.
+
+Both follow one protocol (ledger first, send second, then ``message_sent_at``) and share the send
+with its quick retries, so they live together: the work and the compensation rules differ only
+in how the ledger row is moved (``_decide_work_dispatch`` / ``_decide_compensation_dispatch``).
+A send that keeps failing is not an activity failure: the intent is in the ledger and the step
+recovers at its deadline.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from datetime import datetime
+from typing import Any, Literal
+
+from opentelemetry.trace import SpanKind
+from pydantic import BaseModel
+
+from activities.common import (
+    COMP_DISPATCHED,
+    as_dict,
+    emit_recovery,
+    error_text,
+    grace_deadline,
+    iso,
+    now,
+    parse_time,
+    retry_on_conflict,
+)
+from activities.instances import with_promise, works_on
+from activities.scheduler_inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S
+from workflow_core import contracts as c
+from workflow_core import telemetry, tracing
+from workflow_core.contracts import StepDispatch
+from workflow_core.ledger import ConcurrencyConflict, InstanceHandle, StepLedger, StepRecord, encode_json
+from workflow_core.messages import work_message
+from workflow_core.runtime import Services
+from workflow_core.transport import TransportError, message_id_for
+
+log = logging.getLogger(__name__)
+
+# Pauses between quick re-tries of a failed send inside one dispatch (then the deadline takes over).
+SEND_RETRY_DELAYS = (0.2, 1.0)
+
+DispatchResult = Literal["dispatched", "already-dispatched", "settled", "stale", "not-dispatchable"]
+
+
+class DispatchOutcome(BaseModel):
+    """What a dispatch activity did.
+
+    ``outcome``: ``dispatched`` (ledger moved, message sent), ``already-dispatched`` (this attempt
+    was dispatched before; the message was re-sent only if it had not been sent), ``settled`` (the
+    step is already done: Succeeded by another attempt, Skipped, or Compensated; nothing sent, do
+    not wait for a result), ``stale`` (the ledger is at a later attempt; nothing done),
+    ``not-dispatchable`` (the status does not allow it, e.g. Cancelled, or no compensator; nothing
+    done). ``status`` is the ledger status afterwards. ``sent``: whether this call sent the message;
+    if sending failed even after a few quick retries, ``sent`` is false, ``error`` says why and the
+    step (its intent already in the ledger) recovers at its deadline.
+    """
+
+    instance_id: str
+    step_id: str
+    kind: c.StepKind
+    attempt: int
+    outcome: DispatchResult
+    status: str
+    message_id: str
+    sent: bool
+    deadline: str | None = None
+    error: str | None = None  # why the send failed (the step then recovers at its deadline)
+
+
+# ---- dispatch -------------------------------------------------------------------------------------
+
+
+def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """Ledger Pending/Retrying -> Dispatched (owner, attempt, deadline, orchestration id, input) *then*
+    send the work message (MessageId ``message_id_for(instance, step, attempt)``), then record
+    ``message_sent_at``. A second call for the same attempt re-sends only if no send was recorded.
+
+    ``message_sent_at`` is what tells the watchdog a Dispatched step that nobody claimed was never
+    sent (a crash between the ledger write and the send: re-send) from one whose message is late
+    (the orchestration's timer and retry policy handle it). It is written with the ETag the
+    Dispatched write returned, without reading the row again."""
+    dispatch = StepDispatch.model_validate(as_dict(payload, c.ACTIVITY_DISPATCH_STEP))
+    if dispatch.kind != "work":
+        raise ValueError(f"{c.ACTIVITY_DISPATCH_STEP} sends work; use {c.ACTIVITY_DISPATCH_COMPENSATION}")
+    return _dispatch(dispatch, services).model_dump()
+
+
+def dispatch_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """Ledger -> Compensating (compensation_attempt, owner, deadline) *then* send the compensate
+    message to the step's compensator agent; idempotent like :func:`dispatch_step`."""
+    data = dict(as_dict(payload, c.ACTIVITY_DISPATCH_COMPENSATION))
+    data["kind"] = "compensate"
+    return _dispatch(StepDispatch.model_validate(data), services).model_dump()
+
+
+def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
+    """The dispatch as a PRODUCER span under the workflow's trace (``d.trace``): the span's own
+    context goes to the ledger row with the Dispatched/Compensating write and, from the row, into
+    the work message (``workflow_core.tracing``)."""
+    queue = services.settings.work_queue
+    message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
+    with tracing.span(
+        f"send {queue}",
+        parent=d.trace,
+        kind=SpanKind.PRODUCER,
+        attributes={
+            **tracing.messaging_attributes(services.settings.transport, queue, "send", message_id),
+            "sas.instance_id": d.instance_id,
+            "sas.step_id": d.step_id,
+            "sas.attempt": d.attempt,
+            "sas.workflow": d.workflow,
+            "sas.kind": d.kind,
+        },
+    ):
+        # the span's own context; the input's when this process exports no traces (keep the chain)
+        recorded = tracing.current() or tracing.clean(d.trace) or None
+        return _dispatch_in_span(d.model_copy(update={"trace": recorded}), services)
+
+
+def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
+    ledger = services.ledger
+    deadline = parse_time(d.deadline, "deadline")
+    grace = services.settings.watchdog_grace_seconds
+    decide = _decide_work_dispatch if d.kind == "work" else _decide_compensation_dispatch
+    record, outcome = retry_on_conflict(
+        lambda: ledger.read_step_and_instance(d.instance_id, d.step_id),
+        lambda pair: decide(ledger, pair[0], pair[1], d, deadline, grace),
+        what=f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
+    )
+    message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
+    sent = False
+    error = None
+    if outcome in ("dispatched", "already-dispatched") and _needs_send(record, d):
+        try:
+            record = _send(record, d, services)
+            sent = True
+            log.info("sent %s %s (outcome %s)", d.kind, message_id, outcome)
+        except TransportError as exc:
+            # The intent is in the ledger (Dispatched/Compensating, message_sent_at unset, a deadline):
+            # failing the activity would fail the whole orchestration, while the deadline recovers
+            # this (the orchestration's timer retries the step; the watchdog re-sends the message).
+            error = error_text(exc)
+            log.warning("could not send %s (%s); the deadline will recover it", message_id, error)
+            ledger.note(
+                d.instance_id,
+                d.step_id,
+                actor=ACTOR,
+                action="send-failed",
+                reason=f"{d.kind} message {message_id} not sent: {error}; recovery at the deadline "
+                f"{iso(record.deadline)}",
+                attempt=d.attempt,
+                status=record.status.value,
+            )
+            emit_recovery(
+                record, "send_failed", attempt=d.attempt, outcome=telemetry.OUTCOME_ERROR, error=error
+            )
+    if d.kind == "compensate" and outcome == "dispatched":
+        emit_recovery(record, "compensate", attempt=d.attempt, compensator=record.compensator)
+    return DispatchOutcome(
+        instance_id=d.instance_id,
+        step_id=d.step_id,
+        kind=d.kind,
+        attempt=d.attempt,
+        outcome=outcome,
+        status=record.status.value,
+        message_id=message_id,
+        sent=sent,
+        deadline=iso(record.deadline),
+        error=error,
+    )
+
+
+def _decide_work_dispatch(
+    ledger: StepLedger,
+    r: StepRecord,
+    handle: InstanceHandle | None,
+    d: StepDispatch,
+    deadline: datetime,
+    grace: float,
+) -> tuple[StepRecord, DispatchResult]:
+    if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
+        if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
+            # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now
+            r = ledger.update(
+                r,
+                actor=ACTOR,
+                reason=f"orchestration {d.orchestration_id} took over attempt {r.attempt} "
+                f"from {r.orchestration_id}",
+                orchestration_id=d.orchestration_id,
+                **with_promise(handle, r.deadline or deadline, grace, d.orchestration_id),
+            )
+        return r, "already-dispatched"
+    if r.status in (S.SUCCEEDED, S.SKIPPED):
+        return r, "settled"
+    if not works_on(handle, "work"):
+        return r, "not-dispatchable"  # the instance is compensating or settled: fenced off
+    if r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt:
+        updated = ledger.transition(
+            r,
+            S.DISPATCHED,
+            actor=ACTOR,
+            reason=f"dispatch attempt {d.attempt} to agent {r.agent}",
+            owner=f"agent:{r.agent}",
+            attempt=d.attempt,
+            deadline=deadline,
+            orchestration_id=d.orchestration_id,
+            input_ref=encode_json(d.input),
+            message_sent_at=None,
+            last_heartbeat=None,
+            **tracing.ledger_fields(d.trace),
+            **with_promise(handle, deadline, grace, d.orchestration_id),
+        )
+        return updated, "dispatched"
+    if r.attempt >= d.attempt:
+        return r, "stale"
+    return r, "not-dispatchable"
+
+
+def _decide_compensation_dispatch(
+    ledger: StepLedger,
+    r: StepRecord,
+    handle: InstanceHandle | None,
+    d: StepDispatch,
+    deadline: datetime,
+    grace: float,
+) -> tuple[StepRecord, DispatchResult]:
+    if r.compensation_attempt == d.attempt and r.status in (
+        S.COMPENSATING,
+        S.COMPENSATED,
+        S.COMPENSATION_FAILED,
+    ):
+        return r, "already-dispatched"
+    if r.status is S.COMPENSATED:
+        return r, "settled"
+    if r.compensator is None:
+        return r, "not-dispatchable"
+    if r.status in IN_FLIGHT:  # compensation asked for while an attempt is out: stop waiting for it
+        r = ledger.transition(
+            r,
+            S.TIMED_OUT,
+            actor=ACTOR,
+            reason="compensation requested while an attempt was in flight",
+            deadline=grace_deadline(grace),
+        )
+    if r.status in MAY_COMPENSATE and d.attempt > r.compensation_attempt:
+        updated = ledger.transition(
+            r,
+            S.COMPENSATING,
+            actor=ACTOR,
+            reason=f"dispatch compensation attempt {d.attempt} to agent {r.compensator}",
+            owner=f"agent:{r.compensator}",
+            compensation_attempt=d.attempt,
+            compensation_status=COMP_DISPATCHED,
+            deadline=deadline,
+            orchestration_id=d.orchestration_id,
+            message_sent_at=None,
+            last_heartbeat=None,
+            **tracing.ledger_fields(d.trace),
+            **with_promise(handle, deadline, grace, d.orchestration_id),
+        )
+        return updated, "dispatched"
+    if r.compensation_attempt >= d.attempt:
+        return r, "stale"
+    return r, "not-dispatchable"
+
+
+def _send(record: StepRecord, d: StepDispatch, services: Services) -> StepRecord:
+    """Send the message of ``d`` (built from the ledger row), then record ``message_sent_at``.
+
+    A send that fails is retried a few times at once (the same MessageId, so a send that did reach
+    the broker is deduplicated); the last ``TransportError`` propagates.
+    """
+    message = work_message(record, d.kind, input=None if d.kind == "work" else d.input)
+    send = functools.partial(services.transport.send, services.settings.work_queue, message)
+    for delay in (*SEND_RETRY_DELAYS, None):
+        try:
+            send()
+            break
+        except TransportError as exc:
+            if delay is None:
+                raise
+            log.info("send of %s %s#%d failed (%s); retrying", d.kind, d.step_id, d.attempt, exc)
+            time.sleep(delay)
+    return _record_sent(services.ledger, record, d)
+
+
+def _needs_send(r: StepRecord, d: StepDispatch) -> bool:
+    if r.message_sent_at is not None:
+        return False
+    if d.kind == "work":
+        return r.status is S.DISPATCHED and r.attempt == d.attempt
+    return (
+        r.status is S.COMPENSATING
+        and r.compensation_attempt == d.attempt
+        and (r.compensation_status == COMP_DISPATCHED)
+    )
+
+
+def _record_sent(ledger: StepLedger, record: StepRecord, d: StepDispatch) -> StepRecord:
+    """``message_sent_at`` on the row as this dispatch last wrote or read it (its ETag): no read.
+
+    A lost race (412) means someone wrote the step after the dispatch: a worker claimed it (so the
+    message arrived), or the watchdog or an operator acted. Their write stands; at worst the
+    watchdog re-sends a message that was sent, which MessageId deduplication and the worker's claim
+    rules make harmless.
+    """
+    try:
+        return ledger.update(
+            record,
+            actor=ACTOR,
+            reason=f"{d.kind} message for attempt {d.attempt} sent",
+            message_sent_at=now(),
+        )
+    except ConcurrencyConflict:
+        return record

@@ -1,0 +1,69 @@
+"""What the scheduler's activities share: their input models and the step statuses they decide by.
+
+The activities live in one module per concern (``step_creation``, ``dispatch``, ``step_checks``,
+``retries``, ``compensation_plan``); this module holds what several of them need, so none of them
+imports another: the payload models each activity validates its input with, the status sets the
+decisions turn on (which statuses are in flight, need a retry decision, may start compensating),
+and the ``{"instance_id", "step_id", "status", "changed"}`` reply of the status-moving activities.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workflow_core import contracts as c
+from workflow_core.ledger import StepRecord, StepStatus
+
+S = StepStatus
+ACTOR = "scheduler"
+IN_FLIGHT = frozenset({S.DISPATCHED, S.RUNNING})
+NEEDS_RETRY_DECISION = frozenset({S.FAILED, S.TIMED_OUT})
+# Statuses from which a step may (after moving through TimedOut if in flight) start compensating.
+MAY_COMPENSATE = frozenset(
+    {S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.RETRYING, S.COMPENSATING, S.COMPENSATION_FAILED}
+)
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class CreateStepsInput(_Input):
+    instance_id: str
+    workflow: str
+    orchestration_id: str | None = None
+    version: str | None = None  # the pinned definition version (absent: the current YAML)
+
+
+class StepAttemptInput(_Input):
+    instance_id: str
+    step_id: str
+    attempt: int = Field(ge=1)
+
+
+class ScheduleRetryInput(StepAttemptInput):
+    retry_at: str
+    kind: c.StepKind = "work"
+
+
+class GiveUpInput(_Input):
+    instance_id: str
+    step_id: str
+    reason: str = "attempts exhausted"
+
+
+class PlanInput(_Input):
+    instance_id: str
+
+
+class FinishCompensationInput(_Input):
+    instance_id: str
+    step_id: str
+    error: str = "compensator attempts exhausted"
+
+
+def status_reply(r: StepRecord, changed: bool) -> dict[str, Any]:
+    """The reply of ``schedule_retry``, ``give_up_step`` and ``finish_compensation``."""
+    return {"instance_id": r.instance_id, "step_id": r.step_id, "status": r.status.value, "changed": changed}

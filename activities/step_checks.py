@@ -1,0 +1,168 @@
+"""``check_step`` and ``check_compensation``: the ledger's word when a deadline timer fires.
+
+The orchestration waits on a durable timer for each attempt's deadline; when it fires before a
+result arrived, these activities read the ledger (the source of truth) and answer: the result is
+there after all, a heartbeat extended the deadline, or the attempt is now TimedOut (written here).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from activities import step_metrics
+from activities.common import (
+    COMP_FAILED,
+    COMP_TIMED_OUT,
+    as_dict,
+    emit_recovery,
+    grace_deadline,
+    is_transient_claim,
+    iso,
+    now,
+    retry_on_conflict,
+    step_output,
+)
+from activities.instances import keep_promise, with_promise
+from activities.scheduler_inputs import ACTOR, IN_FLIGHT, S, StepAttemptInput
+from workflow_core import contracts as c
+from workflow_core import telemetry
+from workflow_core.contracts import StepCheck
+from workflow_core.ledger import InstanceHandle, StepRecord
+from workflow_core.runtime import Services
+
+# While the supervisor or an operator holds a short claim on a step, its deadline is their lease,
+# not an agent's heartbeat: the scheduler looks again this soon instead of waiting the lease out.
+CLAIM_RECHECK_SECONDS = 5.0
+
+
+def wait_until(r: StepRecord, current: datetime) -> datetime:
+    """How long the scheduler should keep waiting for an attempt whose deadline is still ahead."""
+    assert r.deadline is not None
+    if is_transient_claim(r.owner):
+        return min(r.deadline, current + timedelta(seconds=CLAIM_RECHECK_SECONDS))
+    return r.deadline
+
+
+def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """The orchestration's deadline timer fired: what does the ledger say about this attempt?
+
+    ``succeeded``/``failed``: the result is in the ledger (its event was lost or is late);
+    ``extended``: a heartbeat moved the deadline past now; ``timed_out``: the ledger now says
+    TimedOut (written here if the attempt was still Dispatched/Running past its deadline).
+    """
+    args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_STEP))
+    ledger = services.ledger
+    grace = services.settings.watchdog_grace_seconds
+
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> StepCheck:
+        r, handle = pair
+        # Any attempt's success is the step's success (a supervisor re-dispatch may have won).
+        if r.status is S.SUCCEEDED and r.attempt >= args.attempt:
+            return StepCheck(state="succeeded", output=step_output(r))
+        if r.status is S.SKIPPED:  # an operator decided the step needs no (more) work
+            return StepCheck(state="succeeded", output=step_output(r))
+        if r.attempt != args.attempt:  # never dispatched, or superseded by a later attempt
+            return StepCheck(state="timed_out", error=f"ledger is at attempt {r.attempt} ({r.status.value})")
+        if r.status is S.FAILED:
+            return StepCheck(state="failed", error=r.last_error, permanent=r.non_retryable)
+        if r.status in IN_FLIGHT:
+            current = now()
+            if r.deadline is not None and r.deadline > current:
+                until = wait_until(r, current)
+                keep_promise(
+                    ledger,
+                    handle,
+                    until,
+                    grace,
+                    r.orchestration_id,
+                    reason=f"waiting for {r.step_id} until {iso(until)}",
+                )
+                return StepCheck(state="extended", deadline=iso(until))
+            ledger.transition(
+                r,
+                S.TIMED_OUT,
+                actor=ACTOR,
+                reason=f"attempt {r.attempt} passed its deadline {iso(r.deadline)} without a result",
+                last_error=f"attempt {r.attempt} timed out ({r.status.value} past its deadline)",
+                deadline=grace_deadline(grace, current),
+                **with_promise(handle, current, grace, r.orchestration_id),
+            )
+            emit_recovery(r, "timed_out", reason=f"no result by {iso(r.deadline)}")
+            step_metrics.attempt_finished(
+                r,
+                outcome=telemetry.STEP_TIMED_OUT,
+                started_at=step_metrics.dispatched_at(r),
+                ended_at=current,
+            )
+            return StepCheck(state="timed_out", error=f"attempt {r.attempt} timed out")
+        if r.status in (S.TIMED_OUT, S.RETRYING):
+            return StepCheck(state="timed_out", error=r.last_error)
+        return StepCheck(state="failed", error=r.last_error or f"step is {r.status.value}")
+
+    check = retry_on_conflict(
+        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
+        decide,
+        what=f"check {args.step_id}",
+    )
+    return check.model_dump()
+
+
+def check_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
+    """Like :func:`check_step` for a compensation attempt (``attempt`` = compensation attempt).
+
+    A compensator that passes its deadline keeps the step Compensating, with ``compensation_status``
+    TimedOut and a ``last_error``; the scheduler then retries it or calls ``finish_compensation``.
+    """
+    args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_COMPENSATION))
+    ledger = services.ledger
+    grace = services.settings.watchdog_grace_seconds
+
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> StepCheck:
+        r, handle = pair
+        if r.status is S.COMPENSATED:
+            return StepCheck(state="succeeded")
+        if r.compensation_attempt != args.attempt:
+            return StepCheck(
+                state="timed_out",
+                error=f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})",
+            )
+        if r.status is S.COMPENSATION_FAILED:
+            return StepCheck(state="failed", error=r.last_error)
+        if r.status is not S.COMPENSATING:
+            return StepCheck(state="failed", error=f"step is {r.status.value}")
+        if r.compensation_status == COMP_FAILED:
+            return StepCheck(state="failed", error=r.last_error, permanent=r.non_retryable)
+        if r.compensation_status == COMP_TIMED_OUT:
+            return StepCheck(state="timed_out", error=r.last_error)
+        current = now()
+        if r.deadline is not None and r.deadline > current:
+            until = wait_until(r, current)
+            keep_promise(
+                ledger,
+                handle,
+                until,
+                grace,
+                r.orchestration_id,
+                reason=f"compensating {r.step_id} until {iso(until)}",
+            )
+            return StepCheck(state="extended", deadline=iso(until))
+        error = f"compensation attempt {r.compensation_attempt} timed out"
+        ledger.update(
+            r,
+            actor=ACTOR,
+            reason=f"compensation attempt {r.compensation_attempt} passed its deadline {iso(r.deadline)}",
+            compensation_status=COMP_TIMED_OUT,
+            last_error=error,
+            deadline=grace_deadline(grace, current),
+            **with_promise(handle, current, grace, r.orchestration_id),
+        )
+        emit_recovery(r, "compensation_timed_out", attempt=r.compensation_attempt, reason=error)
+        return StepCheck(state="timed_out", error=error)
+
+    check = retry_on_conflict(
+        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
+        decide,
+        what=f"check compensation {args.step_id}",
+    )
+    return check.model_dump()
