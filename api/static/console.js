@@ -173,7 +173,14 @@ async function renderList(params, first) {
   state.instances = page.instances;
   state.continuation = page.continuation;
   if (inPlace) { // live refresh: new rows, the filter form (and what the operator types) untouched
-    main.querySelector("#rows").replaceChildren(instanceRows(state.instances));
+    const rowsEl = main.querySelector("#rows");
+    // A keyboard user tabbing through the rows keeps their place: focus returns to the same link.
+    const focused = rowsEl.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
+    rowsEl.replaceChildren(instanceRows(state.instances));
+    if (focused) {
+      const again = [...rowsEl.querySelectorAll("a")].find((a) => a.getAttribute("href") === focused);
+      if (again) again.focus();
+    }
     main.querySelector("#more").hidden = !page.continuation;
     return;
   }

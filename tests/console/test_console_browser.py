@@ -111,7 +111,7 @@ def test_the_attention_inbox_and_a_narrow_window(demo, browser):
 
 def test_the_console_is_usable_by_keyboard(demo, page):
     page.goto(demo.console_url)
-    page.locator("#instances").wait_for(timeout=TIMEOUT)
+    page.locator("#instances a").first.wait_for(timeout=TIMEOUT)  # the rows, not only the table
     page.keyboard.press("Tab")  # the skip link
     assert page.evaluate("() => document.activeElement.className") == "skip"
     page.keyboard.press("Enter")
@@ -123,6 +123,16 @@ def test_the_console_is_usable_by_keyboard(demo, page):
         raise AssertionError("no instance link is reachable with Tab")
     page.keyboard.press("Enter")
     page.locator("#gantt svg").wait_for(timeout=TIMEOUT)
+
+
+def test_live_refresh_keeps_the_keyboard_focus_on_its_row(demo, page):
+    page.goto(demo.console_url)
+    link = page.locator("#instances a").first
+    link.wait_for(timeout=TIMEOUT)
+    href = link.get_attribute("href")
+    link.focus()
+    page.wait_for_timeout(3_500)  # longer than the console's live refresh (3 s): the rows were redrawn
+    assert page.evaluate("() => document.activeElement.getAttribute('href')") == href
 
 
 def test_the_demo_clock_runs_ahead_of_the_wall_clock(demo):
