@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 import azure.functions as func
-from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from activities._bp import bp
@@ -64,17 +63,14 @@ async def handle_dead_letter(
     part of the step's trace."""
     queue = services.settings.work_queue
     fields = body if isinstance(body, dict) else {}
-    with tracing.span(
+    with tracing.consumer_span(
         f"process {queue}/dead-letter",
+        transport=services.settings.transport,
+        queue=queue,
+        message_id=message_id,
+        body=body,
         parent=trace,
-        kind=SpanKind.CONSUMER,
-        attributes={
-            **tracing.messaging_attributes(services.settings.transport, queue, "process", message_id),
-            "sas.instance_id": fields.get("instance_id"),
-            "sas.step_id": fields.get("step_id"),
-            "sas.attempt": fields.get("attempt"),
-            "sas.dead_letter_reason": reason,
-        },
+        dead_letter_reason=reason,
     ):
         _count(queue, reason, fields)
         return await _handle_dead_letter(

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import azure.functions as func
-from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from activities._bp import bp
@@ -153,18 +152,15 @@ async def handle_result(
     the parent of this handler's span, so the reply stays in the workflow's trace."""
     queue = services.settings.result_queue
     fields = body if isinstance(body, dict) else {}
-    with tracing.span(
+    with tracing.consumer_span(
         f"process {queue}",
+        transport=services.settings.transport,
+        queue=queue,
+        message_id=message_id,
+        body=body,
         parent=trace,
-        kind=SpanKind.CONSUMER,
-        attributes={
-            **tracing.messaging_attributes(services.settings.transport, queue, "process", message_id),
-            "sas.instance_id": fields.get("instance_id"),
-            "sas.step_id": fields.get("step_id"),
-            "sas.attempt": fields.get("attempt"),
-            "sas.kind": fields.get("kind"),
-            "sas.outcome": fields.get("outcome"),
-        },
+        kind=fields.get("kind"),
+        outcome=fields.get("outcome"),
     ):
         return await _handle_result(body, client, services, message_id=message_id)
 

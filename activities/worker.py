@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 import azure.functions as func
-from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from activities._bp import bp
@@ -61,18 +60,15 @@ def process_work_message(
     """
     queue = services.settings.work_queue
     fields = body if isinstance(body, dict) else {}
-    with tracing.span(
+    with tracing.consumer_span(
         f"process {queue}",
+        transport=services.settings.transport,
+        queue=queue,
+        message_id=message_id,
+        body=body,
         parent=trace,
-        kind=SpanKind.CONSUMER,
-        attributes={
-            **tracing.messaging_attributes(services.settings.transport, queue, "process", message_id),
-            "sas.instance_id": fields.get("instance_id"),
-            "sas.step_id": fields.get("step_id"),
-            "sas.attempt": fields.get("attempt"),
-            "sas.kind": fields.get("kind"),
-            "sas.delivery_count": delivery_count,
-        },
+        kind=fields.get("kind"),
+        delivery_count=delivery_count,
     ):
         try:
             message = WorkMessage.model_validate(body)

@@ -160,3 +160,31 @@ def messaging_attributes(
         "messaging.operation.type": operation,
         "messaging.message.id": message_id,
     }
+
+
+def consumer_span(
+    name: str,
+    *,
+    transport: Any,
+    queue: str,
+    message_id: str | None,
+    body: Any,
+    parent: Any,
+    **extra: Any,
+) -> Any:
+    """The CONSUMER span of a message handler (worker, result handler, dead-letter handler): a child
+    of the message's own trace context, with the messaging attributes and the step the body names
+    (``sas.instance_id``, ``sas.step_id``, ``sas.attempt``) plus ``extra`` as ``sas.<key>``."""
+    fields = body if isinstance(body, dict) else {}
+    return span(
+        name,
+        parent=parent,
+        kind=SpanKind.CONSUMER,
+        attributes={
+            **messaging_attributes(transport, queue, "process", message_id),
+            "sas.instance_id": fields.get("instance_id"),
+            "sas.step_id": fields.get("step_id"),
+            "sas.attempt": fields.get("attempt"),
+            **{f"sas.{key}": value for key, value in extra.items()},
+        },
+    )
