@@ -38,6 +38,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 
 from operator_cli import render
 from operator_cli.connection import ConnectionProblem, LedgerLocation, locate, open_ledger
+from operator_cli.options import OUTPUT
 from operator_cli.version_commands import replay_check_command, versions_command
 from workflow_core import clock
 from workflow_core.ledger import LedgerError, StepLedger
@@ -46,15 +47,6 @@ EXIT_OK = 0
 EXIT_DECLINED = 1
 EXIT_USAGE = 2
 EXIT_STORAGE = 3
-
-OUTPUT = click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people, json for scripts",
-)
 
 
 class CliError(Exception):

@@ -9,27 +9,16 @@ the orchestrator code installed with the CLI, and exits 4 when a history no long
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
+
+from operator_cli.options import OUTPUT
 
 EXIT_NONDETERMINISTIC = 4
 
 
-def _json_option(fn: Any) -> Any:
-    return click.option(
-        "-o",
-        "--output",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        show_default=True,
-        help="table for people, json for scripts",
-    )(fn)
-
-
 @click.command("versions")
 @click.argument("workflow")
-@_json_option
+@OUTPUT
 def versions_command(workflow: str, output: str) -> None:
     """A workflow's definition versions and how many instances run on each (0 in flight: drained)."""
     from rich.table import Table
@@ -66,7 +55,7 @@ def versions_command(workflow: str, output: str) -> None:
 
 @click.command("replay-check")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@_json_option
+@OUTPUT
 def replay_check_command(files: tuple[str, ...], output: str) -> None:
     """Replay recorded orchestration histories on the installed orchestrator code; exit 4 if one
     no longer replays (a non-deterministic change: instances in flight would break)."""
