@@ -68,16 +68,24 @@ def _to_entity(record: StepRecord) -> dict[str, Any]:
     return entity
 
 
-def _from_entity(entity: Any) -> StepRecord:
-    data: dict[str, Any] = {"instance_id": entity["PartitionKey"], "step_id": entity["RowKey"]}
-    for field, prop in _FIELDS.items():
+def entity_values(entity: Any, fields: dict[str, str]) -> dict[str, Any]:
+    """A record's fields from a table entity (``fields``: record field -> property): absent and null
+    properties left out, naive datetimes read as UTC, plus the entity's ETag. Steps and instance
+    records are read through it."""
+    data: dict[str, Any] = {}
+    for field, prop in fields.items():
         if prop in entity and entity[prop] is not None:
             value = entity[prop]
             if isinstance(value, datetime) and value.tzinfo is None:
                 value = value.replace(tzinfo=UTC)
             data[field] = value
     data["etag"] = entity.metadata.get("etag") if hasattr(entity, "metadata") else None
-    return StepRecord.model_validate(data)
+    return data
+
+
+def _from_entity(entity: Any) -> StepRecord:
+    keys = {"instance_id": entity["PartitionKey"], "step_id": entity["RowKey"]}
+    return StepRecord.model_validate({**keys, **entity_values(entity, _FIELDS)})
 
 
 def _bucket(deadline: datetime) -> str:

@@ -25,6 +25,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableTransactionError, UpdateMode
 
 from workflow_core import clock
+from workflow_core.ledger.entities import entity_values
 from workflow_core.ledger.errors import (
     IllegalInstanceTransition,
     InstanceAlreadyExists,
@@ -77,15 +78,9 @@ def to_instance_entity(record: InstanceRecord) -> dict[str, Any]:
 
 
 def from_instance_entity(entity: Any) -> InstanceRecord:
-    data: dict[str, Any] = {"instance_id": entity["PartitionKey"]}
-    for field, prop in INSTANCE_FIELDS.items():
-        if prop in entity and entity[prop] is not None:
-            value = entity[prop]
-            if isinstance(value, datetime) and value.tzinfo is None:
-                value = value.replace(tzinfo=UTC)
-            data[field] = value
-    data["etag"] = entity.metadata.get("etag") if hasattr(entity, "metadata") else None
-    return InstanceRecord.model_validate(data)
+    return InstanceRecord.model_validate(
+        {"instance_id": entity["PartitionKey"], **entity_values(entity, INSTANCE_FIELDS)}
+    )
 
 
 def is_instance_entity(entity: Any) -> bool:
