@@ -8,6 +8,7 @@ orchestration owns the instance from the start.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from activities.common import as_dict, now, retry_on_conflict
@@ -43,27 +44,20 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
     found = ledger.find_instance(args.instance_id)
     handle = InstanceHandle(found) if found is not None and found.supervised else None
     adoption = _adoption(handle, orchestration_id, services.settings.watchdog_grace_seconds)
+    create = functools.partial(
+        ledger.create_steps,
+        args.instance_id,
+        definition.name,
+        steps,
+        actor=ACTOR,
+        orchestration_id=orchestration_id,
+        **pinned,
+    )
     try:
-        records = ledger.create_steps(
-            args.instance_id,
-            definition.name,
-            steps,
-            actor=ACTOR,
-            orchestration_id=orchestration_id,
-            instance=handle,
-            instance_changes=adoption,
-            **pinned,
-        )
+        records = create(instance=handle, instance_changes=adoption)
     except InstanceConflict:
         handle = None
-        records = ledger.create_steps(
-            args.instance_id,
-            definition.name,
-            steps,
-            actor=ACTOR,
-            orchestration_id=orchestration_id,
-            **pinned,
-        )
+        records = create()
     if handle is None or handle.record is found:
         _adopt_instance(services, args.instance_id, orchestration_id)
     return {
