@@ -188,19 +188,30 @@ def _queue_name(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION) -> StorageConnection:
+def _connection_string(env: Mapping[str, str], prefix: str) -> StorageConnection | None:
+    """``<prefix>`` as a connection string (``UseDevelopmentStorage=true``: Azurite), if set."""
     conn = _get(env, prefix)
-    if conn is not None:
-        if conn == "UseDevelopmentStorage=true":
-            conn = azurite_connection_string()
-        return StorageConnection(connection_string=conn)
+    if conn is None:
+        return None
+    if conn == "UseDevelopmentStorage=true":
+        conn = azurite_connection_string()
+    return StorageConnection(connection_string=conn)
+
+
+def _service_uri(env: Mapping[str, str], prefix: str, service: str) -> str | None:
+    """``<prefix>__<service>ServiceUri``, else the one ``<prefix>__accountName`` implies."""
     account = _get(env, f"{prefix}__accountName")
-    table_uri = _get(env, f"{prefix}__tableServiceUri") or (
-        f"https://{account}.table.core.windows.net" if account else None
+    return _get(env, f"{prefix}__{service}ServiceUri") or (
+        f"https://{account}.{service}.core.windows.net" if account else None
     )
-    queue_uri = _get(env, f"{prefix}__queueServiceUri") or (
-        f"https://{account}.queue.core.windows.net" if account else None
-    )
+
+
+def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION) -> StorageConnection:
+    by_string = _connection_string(env, prefix)
+    if by_string is not None:
+        return by_string
+    table_uri = _service_uri(env, prefix, "table")
+    queue_uri = _service_uri(env, prefix, "queue")
     if table_uri is None or queue_uri is None:
         raise SettingsError(
             f"Storage is not configured: set {prefix} to a connection string "
@@ -218,15 +229,10 @@ def ledger_storage_connection(
     env: Mapping[str, str], prefix: str = LEDGER_STORAGE_CONNECTION
 ) -> StorageConnection | None:
     """The ledger's own account (tables only), or None when no ``LedgerStorage`` setting is given."""
-    conn = _get(env, prefix)
-    if conn is not None:
-        if conn == "UseDevelopmentStorage=true":
-            conn = azurite_connection_string()
-        return StorageConnection(connection_string=conn)
-    account = _get(env, f"{prefix}__accountName")
-    table_uri = _get(env, f"{prefix}__tableServiceUri") or (
-        f"https://{account}.table.core.windows.net" if account else None
-    )
+    by_string = _connection_string(env, prefix)
+    if by_string is not None:
+        return by_string
+    table_uri = _service_uri(env, prefix, "table")
     if table_uri is None:
         return None
     return StorageConnection(table_service_uri=table_uri, client_id=_get(env, f"{prefix}__clientId"))
