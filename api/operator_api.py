@@ -155,6 +155,19 @@ def _reason(req: func.HttpRequest) -> str:
     return reason.strip()
 
 
+def _action(req: func.HttpRequest, kind: str, known: Any) -> str:
+    """The URL's ``{action}``; one not in ``known`` is a 404 listing the ``kind``'s actions."""
+    action = req.route_params.get("action", "")
+    if action not in known:
+        raise ApiError(
+            404,
+            f"no {kind} action {action!r}",
+            [f"{kind} actions: {', '.join(known)}"],
+            code="unknown-action",
+        )
+    return action
+
+
 def _operator_problem(exc: operator.OperatorError) -> ApiError:
     if isinstance(exc, operator.UnknownInstance):
         return ApiError(404, str(exc), code="instance-not-found")
@@ -175,14 +188,7 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
     """``POST /api/instances/{instance_id}/steps/{step_id}/{action}``: retry or skip one step."""
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     step_id = req.route_params.get("step_id", "")
-    action = req.route_params.get("action", "")
-    if action not in STEP_ACTIONS:
-        raise ApiError(
-            404,
-            f"no step action {action!r}",
-            [f"step actions: {', '.join(STEP_ACTIONS)}"],
-            code="unknown-action",
-        )
+    action = _action(req, "step", STEP_ACTIONS)
     reason = _reason(req)
     user = caller_name(req.headers)
     svc = resolve_services(services)
@@ -219,14 +225,7 @@ def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
 async def instance_action(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``POST /api/instances/{instance_id}/{action}``: compensate, resume or terminate an instance."""
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
-    action = req.route_params.get("action", "")
-    if action not in INSTANCE_ACTIONS:
-        raise ApiError(
-            404,
-            f"no instance action {action!r}",
-            [f"instance actions: {', '.join(INSTANCE_ACTIONS)}"],
-            code="unknown-action",
-        )
+    action = _action(req, "instance", INSTANCE_ACTIONS)
     reason = _reason(req)
     user = caller_name(req.headers)
     actor = operator.actor_for(user)
