@@ -69,40 +69,31 @@ def attempts_view(audit: list[AuditEntry]) -> list[dict[str, Any]]:
     attempts: list[dict[str, Any]] = []
     open_work: dict[str, dict[str, Any]] = {}
     open_undo: dict[str, dict[str, Any]] = {}
+
+    def begin(entry: AuditEntry, kind: str, attempt: int | None, opened: dict[str, dict[str, Any]]) -> None:
+        opened[entry.step_id] = {
+            "step": entry.step_id,
+            "kind": kind,
+            "attempt": attempt,
+            "startedAt": iso(entry.at),
+            "endedAt": None,
+            "outcome": None,
+            "by": entry.actor,
+        }
+        attempts.append(opened[entry.step_id])
+
     for entry in audit:
         if entry.action != "transition":
             continue
         step, to = entry.step_id, entry.to_status
         if to == "Dispatched":
-            current = {
-                "step": step,
-                "kind": "work",
-                "attempt": entry.attempt,
-                "startedAt": iso(entry.at),
-                "endedAt": None,
-                "outcome": None,
-                "by": entry.actor,
-            }
-            open_work[step] = current
-            attempts.append(current)
+            begin(entry, "work", entry.attempt, open_work)
         elif to in _ATTEMPT_ENDS and step in open_work:
-            done = open_work.pop(step)
-            done.update(endedAt=iso(entry.at), outcome=to)
+            open_work.pop(step).update(endedAt=iso(entry.at), outcome=to)
         elif to == "Compensating" and step not in open_undo:
-            current = {
-                "step": step,
-                "kind": "compensate",
-                "attempt": None,
-                "startedAt": iso(entry.at),
-                "endedAt": None,
-                "outcome": None,
-                "by": entry.actor,
-            }
-            open_undo[step] = current
-            attempts.append(current)
+            begin(entry, "compensate", None, open_undo)
         elif to in _COMPENSATION_ENDS and step in open_undo:
-            done = open_undo.pop(step)
-            done.update(endedAt=iso(entry.at), outcome=to)
+            open_undo.pop(step).update(endedAt=iso(entry.at), outcome=to)
     return attempts
 
 
