@@ -207,18 +207,28 @@ def _decide_work_dispatch(
             reason=f"dispatch attempt {d.attempt} to agent {r.agent}",
             owner=f"agent:{r.agent}",
             attempt=d.attempt,
-            deadline=deadline,
-            orchestration_id=d.orchestration_id,
             input_ref=encode_json(d.input),
-            message_sent_at=None,
-            last_heartbeat=None,
-            **tracing.ledger_fields(d.trace),
-            **with_promise(handle, deadline, grace, d.orchestration_id),
+            **_new_attempt(d, handle, deadline, grace),
         )
         return updated, "dispatched"
     if r.attempt >= d.attempt:
         return r, "stale"
     return r, "not-dispatchable"
+
+
+def _new_attempt(
+    d: StepDispatch, handle: InstanceHandle | None, deadline: datetime, grace: float
+) -> dict[str, Any]:
+    """The fields every dispatch (work or compensation) writes with its transition: the attempt's
+    deadline and orchestration, no send or heartbeat yet, its trace, and the scheduler's promise."""
+    return {
+        "deadline": deadline,
+        "orchestration_id": d.orchestration_id,
+        "message_sent_at": None,
+        "last_heartbeat": None,
+        **tracing.ledger_fields(d.trace),
+        **with_promise(handle, deadline, grace, d.orchestration_id),
+    }
 
 
 def _decide_compensation_dispatch(
@@ -256,12 +266,7 @@ def _decide_compensation_dispatch(
             owner=f"agent:{r.compensator}",
             compensation_attempt=d.attempt,
             compensation_status=COMP_DISPATCHED,
-            deadline=deadline,
-            orchestration_id=d.orchestration_id,
-            message_sent_at=None,
-            last_heartbeat=None,
-            **tracing.ledger_fields(d.trace),
-            **with_promise(handle, deadline, grace, d.orchestration_id),
+            **_new_attempt(d, handle, deadline, grace),
         )
         return updated, "dispatched"
     if r.compensation_attempt >= d.attempt:
