@@ -28,7 +28,6 @@ decision table in ``step_decisions.py`` and its compensation branches in
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -126,8 +125,7 @@ async def run_tick(
             overdue = []
         report.overdue = len(overdue)
         # Index rows the tick's writes retire go in one batch per index partition at the end.
-        cleanup = ledger.deferred_index_deletes() if hasattr(ledger, "deferred_index_deletes") else None
-        with cleanup or contextlib.nullcontext():
+        with ledger.deferred_index_deletes():
             await _supervise_and_handle(tick, now, limit, overdue)
         report.index_entities_read = ledger.stats.index_entities_read - index_before
         report.step_entities_read = ledger.stats.step_entities_read - steps_before
