@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import secrets
 import time
 from datetime import datetime
 from typing import Any, Literal
@@ -31,6 +32,7 @@ from activities.common import (
 )
 from activities.instances import with_promise, works_on
 from activities.scheduler_inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S
+from activities.verification import attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepDispatch
@@ -70,6 +72,9 @@ class DispatchOutcome(BaseModel):
     sent: bool
     deadline: str | None = None
     error: str | None = None  # why the send failed (the step then recovers at its deadline)
+    # The attempt's ledger token (dispatched / already-dispatched): a result event carrying it was
+    # confirmed by the result handler against the ledger (contracts.ConfirmedResult).
+    token: str | None = None
 
 
 # ---- dispatch -------------------------------------------------------------------------------------
@@ -172,7 +177,11 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
         sent=sent,
         deadline=iso(record.deadline),
         error=error,
+        token=attempt_token(record, d.kind, d.attempt) if outcome in _TOKEN_OUTCOMES else None,
     )
+
+
+_TOKEN_OUTCOMES = frozenset({"dispatched", "already-dispatched"})
 
 
 def _decide_work_dispatch(
@@ -220,12 +229,14 @@ def _new_attempt(
     d: StepDispatch, handle: InstanceHandle | None, deadline: datetime, grace: float
 ) -> dict[str, Any]:
     """The fields every dispatch (work or compensation) writes with its transition: the attempt's
-    deadline and orchestration, no send or heartbeat yet, its trace, and the scheduler's promise."""
+    deadline, orchestration and token, no send or heartbeat yet, its trace, and the scheduler's
+    promise."""
     return {
         "deadline": deadline,
         "orchestration_id": d.orchestration_id,
         "message_sent_at": None,
         "last_heartbeat": None,
+        "attempt_token": secrets.token_hex(16),
         **tracing.ledger_fields(d.trace),
         **with_promise(handle, deadline, grace, d.orchestration_id),
     }

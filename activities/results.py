@@ -32,9 +32,15 @@ from pydantic import ValidationError
 from activities._bp import bp
 from activities.common import park
 from activities.messages import from_queue_message, from_servicebus_message, transport_kind
-from activities.verification import UNDOING, recorded_outcome
+from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
 from workflow_core import telemetry, tracing
-from workflow_core.contracts import RESULT_FUNCTION, ResultMessage, explain, result_event_name
+from workflow_core.contracts import (
+    RESULT_FUNCTION,
+    ConfirmedResult,
+    ResultMessage,
+    explain,
+    result_event_name,
+)
 from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
@@ -198,7 +204,18 @@ async def _handle_result(
             status=record.status.value,
         )
         return action  # type: ignore[return-value]
-    return await raise_result_event(confirmed, client, services)
+    return await raise_result_event(with_verdict(confirmed, record), client, services)
+
+
+def with_verdict(confirmed: ResultMessage, r: StepRecord) -> ResultMessage:
+    """``confirmed`` with the ledger's verdict and the attempt's token (a :class:`ConfirmedResult`),
+    so the orchestrator need not read the ledger again; as it is when the row holds no token for the
+    attempt (rows dispatched before tokens existed) or no outcome the scheduler could act on."""
+    token = attempt_token(r, confirmed.kind, confirmed.attempt)
+    verdict = verdict_of(recorded_outcome(r, confirmed.kind, confirmed.attempt))
+    if token is None or verdict.state == "unconfirmed":
+        return confirmed
+    return ConfirmedResult(**confirmed.model_dump(), ledger_token=token, verdict=verdict)
 
 
 # ---- trigger-bound function -----------------------------------------------------------------------

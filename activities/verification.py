@@ -4,9 +4,11 @@ A result message, or an orchestration's result event, is a *claim*. Two places c
 
 * the result handler (``activities/results.py``) raises an event only when the step row records the
   outcome the message claims, for that very attempt, and then raises the ledger's version of it;
-* the orchestrator treats any event as a signal and asks ``verify_result`` for the attempt's outcome
-  (events can reach it by other paths, and the durable runtime buffers an event until someone waits
-  for its name). ``unconfirmed`` -> the orchestrator ignores the event.
+* the orchestrator takes the handler's verdict from an event carrying the attempt's ledger token
+  (``attempt_token``: random per dispatch, in no message, so only a ledger read yields it); any other
+  event is a signal, and it asks ``verify_result`` for the attempt's outcome (events can reach it by
+  other paths, and the durable runtime buffers an event until someone waits for its name).
+  ``unconfirmed`` -> the orchestrator ignores the event.
 
 Every mismatch is audited on the step (``ledger.note``): ``unconfirmed-result-ignored`` or
 ``result-mismatch``.
@@ -111,6 +113,26 @@ def recorded_outcome(
     return Recorded("unconfirmed", True, why=f"compensation attempt {attempt} is {r.compensation_status}")
 
 
+def verdict_of(found: Recorded) -> ResultVerdict:
+    """The scheduler's view of what the ledger recorded: what ``verify_result`` answers, and what the
+    result handler puts in the event it raises (``ConfirmedResult.verdict``)."""
+    return ResultVerdict(
+        state=found.state,
+        output=found.output if found.state == "succeeded" else None,
+        error=None if found.error is None else fit_text(found.error),
+        permanent=found.permanent,
+    )
+
+
+def attempt_token(r: StepRecord, kind: StepKind, attempt: int) -> str | None:
+    """The row's attempt token if it is the token of ``attempt`` of ``kind`` (else None: the row's
+    token, if any, belongs to another attempt)."""
+    if kind == "work":
+        # a compensation's dispatch gave the row a new token: the work attempt's is gone
+        return r.attempt_token if r.attempt == attempt and r.status not in UNDOING else None
+    return r.attempt_token if r.compensation_attempt == attempt and r.status in UNDOING else None
+
+
 def describe_claim(claimed: Any) -> str:
     """A short, printable summary of what an event or message claimed (for audit notes)."""
     if not isinstance(claimed, dict):
@@ -156,13 +178,7 @@ def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]
             attempt=attempt,
             status=record.status.value,
         )
-    verdict = ResultVerdict(
-        state=found.state,
-        output=found.output if found.state == "succeeded" else None,
-        error=None if found.error is None else fit_text(found.error),
-        permanent=found.permanent,
-    )
-    return verdict.model_dump()
+    return verdict_of(found).model_dump()
 
 
 @bp.function_name(c.ACTIVITY_VERIFY_RESULT)

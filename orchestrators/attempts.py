@@ -23,7 +23,9 @@ from orchestrators.decisions import (
     after_dispatch,
     call_activity,
     claim_of,
+    confirmed_outcome,
     deadline_after,
+    dispatch_token,
     interpret_check,
     interpret_verdict,
     retry_at,
@@ -165,7 +167,10 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
             continue
 
         tries += 1
-        outcome = yield from _await_outcome(context, run, attempt, deadline, report, next_move == CHECK_NOW)
+        token = dispatch_token(dispatched)
+        outcome = yield from _await_outcome(
+            context, run, attempt, deadline, report, next_move == CHECK_NOW, token
+        )
         if outcome.succeeded:
             return StepResult(True, tries, output=outcome.output)
 
@@ -197,7 +202,13 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
 
 
 def _await_outcome(
-    context: Any, run: StepRun, attempt: int, deadline: datetime, report: Reporter, check_first: bool
+    context: Any,
+    run: StepRun,
+    attempt: int,
+    deadline: datetime,
+    report: Reporter,
+    check_first: bool,
+    token: str | None,
 ) -> Generator[Any, Any, AttemptOutcome]:
     """Race the attempt's result event against its deadline timer, as often as heartbeats extend it.
 
@@ -207,7 +218,9 @@ def _await_outcome(
     ``check_first`` the ledger is asked before the first race (the dispatch found the attempt
     already under way or settled), and its answer may make the race unnecessary.
 
-    Trust only the ledger: an event is a signal, never the outcome. When it wins, ``verify_result``
+    Trust only the ledger: an event is a signal, never the outcome. When it wins and carries this
+    attempt's ledger ``token`` (the result handler read the ledger and put its verdict in the event:
+    ``confirmed_outcome``) the verdict is taken as it is. Otherwise ``verify_result``
     reads what the ledger recorded for this attempt; if the ledger has no outcome for it (a forged,
     corrupt or early event, possibly buffered by the runtime before this attempt even began), the
     event is ignored (and audited by the activity). The name is then never waited for again (the SDK
@@ -234,6 +247,9 @@ def _await_outcome(
             # The losing timer must be cancelled, or the host keeps the instance Running until the
             # timer fires (the long-standing task_any pitfall of the Python SDK).
             timer.cancel()
+            confirmed = confirmed_outcome(event.result, token, run.kind, run.step_id, attempt, deadline)
+            if confirmed is not None:
+                return confirmed
             verified = yield call_activity(
                 context,
                 ACTIVITY_VERIFY_RESULT,

@@ -93,6 +93,29 @@ def claim_of(payload: Any) -> dict[str, Any]:
     return {k: str(payload[k])[:200] for k in ("outcome", "attempt", "step_id", "kind") if k in payload}
 
 
+def dispatch_token(result: Any) -> str | None:
+    """The attempt's ledger token a dispatch activity returned (None from older activities)."""
+    token = result.get("token") if isinstance(result, dict) else None
+    return token if isinstance(token, str) and token else None
+
+
+def confirmed_outcome(
+    event: Any, token: str | None, kind: StepKind, step_id: str, attempt: int, deadline: datetime
+) -> AttemptOutcome | None:
+    """The attempt's outcome straight from a result event the result handler confirmed against the
+    ledger (``ConfirmedResult``: the attempt's token, the ledger's verdict), or ``None`` when the
+    event does not carry this attempt's token and a valid verdict: then it is only a signal and the
+    ledger is asked (``verify_result``). Saves that read on every step the handler already checked."""
+    if token is None or not isinstance(event, dict) or event.get("ledger_token") != token:
+        return None
+    if (event.get("kind"), event.get("step_id"), event.get("attempt")) != (kind, step_id, attempt):
+        return None
+    try:
+        return interpret_verdict(event.get("verdict"), deadline)
+    except ContractViolation:
+        return None  # a malformed verdict is no confirmation: ask the ledger
+
+
 def interpret_verdict(payload: Any, deadline: datetime) -> AttemptOutcome | None:
     """The attempt's outcome as the ledger recorded it (``verify_result``), or ``None`` when the ledger
     does not back the event (ignore it, keep waiting)."""

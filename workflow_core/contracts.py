@@ -287,3 +287,18 @@ class ResultVerdict(_Model):
     output: dict[str, Any] | None = None
     error: str | None = None
     permanent: bool = False
+
+
+class ConfirmedResult(ResultMessage):
+    """The event the result handler raises: the reply as the ledger confirmed it, with the ledger's
+    verdict on the attempt and the attempt's ``ledger_token`` (``StepRecord.attempt_token``).
+
+    The token is random per attempt and only readers of the ledger know it (it is not in the work or
+    result messages): an event carrying the token the dispatch returned to the orchestrator was built
+    from a ledger read, so the orchestrator takes ``verdict`` without reading the ledger again. Any
+    other event (no token, another token: a stray, replayed or hand-raised event) is only a signal,
+    and the orchestrator asks the ledger (``verify_result``) as before.
+    """
+
+    ledger_token: str = Field(min_length=16, max_length=64)
+    verdict: ResultVerdict

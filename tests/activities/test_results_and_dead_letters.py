@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from unittest.mock import ANY
 
 import pytest
 from azure.functions.queue import QueueMessage as HostQueueMessage
@@ -40,7 +41,16 @@ def test_result_handler_raises_the_attempts_event_on_the_orchestration(harness, 
     [(target, event, data)] = durable_client.calls
     assert target == instance
     assert event == result_event_name("create_storage", 1) == "result:create_storage:1"
-    assert data == reply.body and data["outcome"] == "succeeded"
+    # the reply as the ledger confirmed it, plus the ledger's verdict and the attempt's token
+    token = harness.ledger.get(instance, "create_storage").attempt_token
+    assert data == {**reply.body, "ledger_token": token, "verdict": ANY} and data["outcome"] == "succeeded"
+    assert data["verdict"] == {
+        "state": "succeeded",
+        "output": reply.body["output"],
+        "error": None,
+        "permanent": False,
+    }
+    assert len(token) == 32
 
 
 def test_result_handler_uses_the_compensation_event_name(harness, durable_client):

@@ -84,11 +84,14 @@ def notes(h, iid, step_id):
     return [e.note for e in h.events_for(iid) if e.step_id == step_id and e.action == "note"]
 
 
-def test_a_forged_result_for_a_future_attempt_is_never_an_outcome(harness):
+@pytest.mark.parametrize("dressed", [False, True], ids=["plain", "dressed-as-confirmed"])
+def test_a_forged_result_for_a_future_attempt_is_never_an_outcome(harness, dressed):
     """While attempt 1 of register_dns runs (and is about to fail), a success for attempt 2 arrives
     twice: as a reply on the result queue, and raised straight on the orchestration (where the
     runtime buffers it until attempt 2 waits). Neither is taken: attempt 2 really runs, and the
-    workflow's output is what the real handlers produced."""
+    workflow's output is what the real handlers produced. ``dressed``: the raised forgery looks like
+    an event the result handler confirmed (a ledger verdict and a made-up attempt token); without the
+    token the dispatch recorded it is still only a signal, checked against the ledger."""
     from activities.handlers import faults
 
     h = harness
@@ -108,7 +111,11 @@ def test_a_forged_result_for_a_future_attempt_is_never_an_outcome(harness):
         "error": None,
     }
     h.transport.send(h.settings.result_queue, OutgoingMessage(body=forged, message_id="forged-1"))
-    h.host.raise_event(iid, result_event_name("register_dns", 2), forged)  # bypasses the handler
+    raised = forged
+    if dressed:
+        verdict = {"state": "succeeded", "output": forged["output"], "error": None, "permanent": False}
+        raised = {**forged, "ledger_token": "f" * 32, "verdict": verdict}
+    h.host.raise_event(iid, result_event_name("register_dns", 2), raised)  # bypasses the handler
     held2 = h.hold("register_dns", attempt=2)  # attempt 2 runs only once the scheduler has looked
 
     def scheduler_notes():

@@ -12,6 +12,8 @@ from orchestrators.decisions import (
     ContractViolation,
     Extended,
     claim_of,
+    confirmed_outcome,
+    dispatch_token,
     interpret_check,
     interpret_verdict,
     parse_iso,
@@ -49,6 +51,47 @@ def test_the_outcome_is_the_ledgers_verdict_never_the_event():
     timed_out = interpret_verdict({"state": "timed_out"}, DEADLINE)
     assert timed_out.timed_out and to_iso(DEADLINE) in timed_out.error
     assert interpret_verdict({"state": "unconfirmed"}, DEADLINE) is None  # ignore the event
+
+
+def _confirmed(**overrides):
+    verdict = {"state": "succeeded", "output": {"x": 1}, "error": None, "permanent": False}
+    return {**_result(), "ledger_token": "t" * 32, "verdict": verdict, **overrides}
+
+
+def test_a_confirmed_event_with_the_attempts_token_is_taken_without_a_ledger_read():
+    event = _confirmed()
+    assert confirmed_outcome(event, "t" * 32, "work", "s", 2, DEADLINE) == AttemptOutcome(
+        True, output={"x": 1}
+    )
+    failed = _confirmed(outcome="failed", verdict={"state": "failed", "error": "no", "permanent": True})
+    assert confirmed_outcome(failed, "t" * 32, "work", "s", 2, DEADLINE) == AttemptOutcome(
+        False, error="no", permanent=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("event", "token", "kind", "step", "attempt"),
+    [
+        (_confirmed(), None, "work", "s", 2),  # the dispatch returned no token (older activity)
+        (_confirmed(), "u" * 32, "work", "s", 2),  # another attempt's (or a made-up) token
+        (_result(), "t" * 32, "work", "s", 2),  # a plain event: no token at all
+        (_confirmed(), "t" * 32, "work", "s", 3),  # for another attempt
+        (_confirmed(), "t" * 32, "work", "other", 2),  # for another step
+        (_confirmed(), "t" * 32, "compensate", "s", 2),  # for the compensation
+        (_confirmed(verdict={"state": "maybe"}), "t" * 32, "work", "s", 2),  # a malformed verdict
+        (_confirmed(verdict={"state": "unconfirmed"}), "t" * 32, "work", "s", 2),
+        ("not a dict", "t" * 32, "work", "s", 2),
+    ],
+)
+def test_anything_else_is_only_a_signal_to_check_against_the_ledger(event, token, kind, step, attempt):
+    assert confirmed_outcome(event, token, kind, step, attempt, DEADLINE) is None
+
+
+def test_the_dispatch_token_is_read_only_from_a_dispatch_answer():
+    assert dispatch_token({"outcome": "dispatched", "token": "t" * 32}) == "t" * 32
+    assert dispatch_token({"outcome": "dispatched"}) is None
+    assert dispatch_token({"token": ""}) is None
+    assert dispatch_token(None) is None
 
 
 def test_a_verdict_outside_the_contract_fails_loudly():

@@ -25,6 +25,9 @@ from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, STEP_ORCHESTRATOR
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "replay_corpus"
 FILES = sorted(CORPUS.glob("*.json"))
+# Histories recorded before result events carried the ledger's verdict and the attempt's token: every
+# result then cost a verify_result activity. Instances started then must replay on today's code.
+BEFORE_TOKENS = sorted((CORPUS / "before-result-tokens").glob("*.json"))
 DECISIONS = {4: "activity", 7: "sub-orchestration", 10: "timer"}
 
 
@@ -52,6 +55,25 @@ def test_the_committed_corpus_replays_on_the_current_orchestrators(path):
     for result in results:
         assert result.ok, (result.recording.label, result.problems)
         assert result.episodes > 1 and result.actions == len(_actions(result.recording.history))
+
+
+@pytest.mark.parametrize("path", BEFORE_TOKENS, ids=[p.stem for p in BEFORE_TOKENS])
+def test_histories_recorded_before_result_tokens_still_replay(path):
+    """An orchestration in flight across the upgrade: its dispatch outputs carry no token, so every
+    result event it gets is verified by the ledger read it recorded (verify_result), as before."""
+    results = check_file(path)
+    recorded = [a for r in results for a in _actions(r.recording.history)]
+    assert ("activity", "verify_result") in recorded  # the old way, or this proves nothing
+    for result in results:
+        assert result.ok, (result.recording.label, result.problems)
+
+
+def test_results_the_handler_confirmed_cost_no_verify_read():
+    """The fresh corpus: a result event the handler confirmed (it carries the dispatch's token) is
+    taken as the ledger's verdict, so a run where every reply was confirmed never calls verify_result."""
+    succeed = [a for r in load_recordings(CORPUS / "succeed.json") for a in _actions(r.history)]
+    assert ("activity", "dispatch_step") in succeed
+    assert ("activity", "verify_result") not in succeed
 
 
 def test_an_activity_call_inserted_before_another_fails_the_check(monkeypatch):
@@ -89,7 +111,8 @@ def test_a_dropped_action_and_a_run_that_no_longer_finishes_fail_the_check(monke
     monkeypatch.setattr(workflow, "call_activity", never_settles)
     (result,) = check_file(CORPUS / "succeed.json")
     assert not result.ok
-    assert "the current code takes only 10" in result.problems[0]
+    # create_steps + 3 x (dispatch_step, timer) = 7 actions; the recording took settle_instance 8th
+    assert "the current code takes only 7" in result.problems[0]
     assert "next recorded: activity 'settle_instance'" in result.problems[0]
 
 

@@ -44,6 +44,7 @@ _FIELDS = {
     "orchestration_id": "OrchestrationId",
     "index_key": "IndexKey",
     "completion_seq": "CompletionSeq",
+    "attempt_token": "AttemptToken",
     "trace_parent": "TraceParent",
     "trace_state": "TraceState",
 }

@@ -161,6 +161,10 @@ class StepRecord(BaseModel):
     # Completion sequence within the instance (1, 2, ...), from the instance record's counter in the
     # same transaction as the completion: compensation order never depends on a writer's clock.
     completion_seq: int | None = Field(default=None, ge=1)
+    # A random value each attempt (work or compensation) gets with its dispatch. Only what read the
+    # ledger knows it, so a result event carrying it was built from a ledger read and the orchestrator
+    # may act on it without reading again (orchestrators.decisions.confirmed_outcome). Not in the API.
+    attempt_token: str | None = None
     # W3C trace context of the dispatch (workflow_core.tracing): observability only, never decided on.
     trace_parent: str | None = None
     trace_state: str | None = None
