@@ -78,6 +78,7 @@ from devtools.harness_observation import HarnessObservation, LedgerEvent
 from workflow_core.ledger import StepLedger, StepRecord
 from workflow_core.transport import (
     LockLostError,
+    OutgoingMessage,
     ReceivedMessage,
     Transport,
     settle_failure,
@@ -85,6 +86,7 @@ from workflow_core.transport import (
 
 DEFAULT_WATCHDOG_PERIOD = timedelta(seconds=30)
 DEFAULT_LOCK_SECONDS = 1.0  # Storage Queues: visibility timeout of a received message (1 s minimum)
+RECEIVE_BATCH = 16  # messages a pump asks for per poll
 SERVICEBUS_MIN_WAIT_SECONDS = 0.05  # Service Bus has no zero-wait receive; keep idle polls short
 
 # ---- the function app, indexed once per process -------------------------------------------------
@@ -107,6 +109,81 @@ def app_functions() -> list[Any]:
                 app = function_app.app
                 _functions = [b.build(app.auth_level) for b in app._function_builders]
         return _functions
+
+
+# ---- which agent queues are known to be empty ------------------------------------------------------
+
+
+class _KnownEmpty:
+    """The agent queues ("work", "results", "dead") whose last poll took every message there was (it
+    came back with fewer than it asked for), with nothing put into them through the harness's
+    transport since, in the current run of the host loop.
+
+    The pumps skip such a poll only in a loop iteration that already did other work
+    (``DurableTestHost.iteration_busy``): the host never counts as idle, nor skips virtual time, before
+    an iteration in which every pump polled for real, so a message that arrived another way (a lock
+    that expired, a test's own send) is still seen before time moves. Each entry into the host loop
+    (``run_serial``) starts from nothing known.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._empty: set[str] = set()
+        self._serial: int | None = None
+
+    def known(self, kind: str, serial: int) -> bool:
+        with self._lock:
+            if serial != self._serial:
+                self._empty.clear()
+                self._serial = serial
+            return kind in self._empty
+
+    def polled(self, kind: str, drained: bool) -> None:
+        with self._lock:
+            if drained:
+                self._empty.add(kind)
+            else:
+                self._empty.discard(kind)
+
+    def forget(self, kind: str | None = None) -> None:
+        with self._lock:
+            if kind is None:
+                self._empty.clear()
+            else:
+                self._empty.discard(kind)
+
+
+class _WatchedTransport(FaultyTransport):
+    """The harness's transport: tells :class:`_KnownEmpty` about everything that may fill a queue."""
+
+    def __init__(self, real: Transport, queue_kind: Callable[[str], str], known_empty: _KnownEmpty) -> None:
+        super().__init__(real, queue_kind)
+        self._known_empty = known_empty
+
+    def send(self, queue: str, message: OutgoingMessage) -> None:
+        try:
+            super().send(queue, message)
+        finally:
+            kind = self._queue_kind(queue)
+            self._known_empty.forget(kind if kind in ("work", "results") else None)
+
+    def abandon(self, message: ReceivedMessage) -> None:
+        try:
+            super().abandon(message)
+        finally:
+            self._known_empty.forget()
+
+    def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
+        try:
+            super().dead_letter(message, reason, description)
+        finally:
+            self._known_empty.forget()
+
+    def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
+        try:
+            super().renew_lock(message, lock_seconds)
+        finally:
+            self._known_empty.forget()
 
 
 # ---- the harness ---------------------------------------------------------------------------------
@@ -214,7 +291,11 @@ class PatternHarness(HarnessObservation, HarnessFaults):
             )
         else:
             real_transport = services.transport  # creates the Storage queues (and their poison queues)
-        self.transport = FaultyTransport(real_transport, self._queue_kind)
+        self._known_empty = _KnownEmpty()
+        # Skipping a poll known to come back empty is for Storage Queues only: a Service Bus broker
+        # dead-letters and redelivers on its own, without the harness's transport.
+        self._skip_empty_polls = not servicebus
+        self.transport = _WatchedTransport(real_transport, self._queue_kind, self._known_empty)
         services.__dict__["transport"] = self.transport
         self.services = services
         self.ledger: StepLedger = services.ledger  # creates the tables
@@ -274,6 +355,10 @@ class PatternHarness(HarnessObservation, HarnessFaults):
         self._restore.append(restore)
         loader.DEFAULT_DIRECTORY = directory
         loader.clear_workflow_cache()
+        # Parse them now, while setting up, rather than inside the first start: a definition that does
+        # not load raises where it did before (at its first use), so only a loadable set is read here.
+        with contextlib.suppress(Exception):
+            loader.load_workflows()
 
     def _queue_kind(self, queue: str) -> str:
         if queue == self.settings.work_queue:
@@ -323,12 +408,14 @@ class PatternHarness(HarnessObservation, HarnessFaults):
     def _pump_dead_letters(self) -> int:
         from activities import handle_dead_letter
 
-        if self.agents_paused:
+        if self.agents_paused or self._may_skip_poll("dead"):
             return 0
         done = 0
-        for message in self.transport.receive_dead_letters(
-            self.settings.work_queue, max_messages=16, lock_seconds=30
-        ):
+        received = self.transport.receive_dead_letters(
+            self.settings.work_queue, max_messages=RECEIVE_BATCH, lock_seconds=30
+        )
+        self._known_empty.polled("dead", drained=len(received) < RECEIVE_BATCH)
+        for message in received:
             self.host.run_async(
                 handle_dead_letter(
                     message.body,
@@ -352,15 +439,29 @@ class PatternHarness(HarnessObservation, HarnessFaults):
             released = [m for k, m in self._released if k == kind]
             self._released = [(k, m) for k, m in self._released if k != kind]
         wait = self._orphan_wait() if kind == "work" else 0.0
+        if not released and not wait and self._may_skip_poll(kind):
+            return 0
         received = self.transport.receive(
-            queue, max_messages=16, lock_seconds=self.lock_seconds, wait_seconds=wait
+            queue, max_messages=RECEIVE_BATCH, lock_seconds=self.lock_seconds, wait_seconds=wait
         )
+        self._known_empty.polled(kind, drained=len(received) < RECEIVE_BATCH)
         for message in released:
             self._settle(message, handle)
         for message in received:
             if not self._hold_if_matching(kind, message):
                 self._settle(message, handle)
         return len(released) + len(received)
+
+    def _may_skip_poll(self, kind: str) -> bool:
+        """Whether this pump may leave its queue unpolled in this loop iteration (see :class:`_KnownEmpty`):
+        the iteration already did work, and the last poll drained the queue with nothing sent since.
+        While an agent holds a message, or a killed agent's message is due back, every poll is made."""
+        if not self._skip_empty_polls or not self.host.iteration_busy:
+            return False
+        with self._lock:
+            if self._orphans or any(h.held for h in self._holds):
+                return False
+        return self._known_empty.known(kind, self.host.run_serial)
 
     def _settle(self, message: ReceivedMessage, handle: Callable[[ReceivedMessage], None]) -> None:
         try:

@@ -126,6 +126,8 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         self._timeline: deque[tuple[datetime, str, str]] = deque(maxlen=timeline_limit)
         self._lock = threading.RLock()
         self._loop_thread: int | None = None
+        self._run_serial = 0  # entries into the loop (``run_serial``)
+        self._iteration_work = 0  # work done so far by the iteration calling a pump (``iteration_busy``)
         self._async = AsyncRunner()
         self._exit_stack: ExitStack | None = None
 

@@ -161,12 +161,30 @@ class _Loop:
             self.clock.advance_to(target)
             self._run_idle(max_steps - steps)
 
+    @property
+    def iteration_busy(self) -> bool:
+        """Whether the loop iteration now calling a pump has already done work before it.
+
+        An iteration that did work is always followed by another, and the loop counts as idle (a
+        virtual clock skips ahead) only after an iteration in which nothing did work. So a pump called
+        in a busy iteration may put off a poll it expects to come back empty: the next idle check
+        makes it poll for real.
+        """
+        return self._iteration_work > 0
+
+    @property
+    def run_serial(self) -> int:
+        """Counts the entries into the loop (``step``, ``run_until*``, ``advance``): whatever a test
+        did between two of them (e.g. put a message in a queue itself) lies behind a new number."""
+        return self._run_serial
+
     @contextmanager
     def _running(self) -> Iterator[None]:
         with self._lock:
             if self._loop_thread == threading.get_ident():
                 raise RuntimeError("the durable host loop cannot be re-entered from inside a step")
             self._loop_thread = threading.get_ident()
+            self._run_serial += 1
             try:
                 with self.installed_clock():
                     yield
@@ -206,7 +224,11 @@ class _Loop:
             self._execute_activity(self._activity_queue.popleft())
             work += 1
         for name, pump in list(self._pumps):
-            done = call_maybe_async(self._async, pump)
+            self._iteration_work = work
+            try:
+                done = call_maybe_async(self._async, pump)
+            finally:
+                self._iteration_work = 0
             if done:
                 work += int(done)
                 self._log("", f"pump {name}: {int(done)} unit(s) of work")
