@@ -69,10 +69,18 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
 
 def _adoption(handle: InstanceHandle | None, orchestration_id: str, grace: float) -> dict[str, Any]:
     """The instance changes of an orchestration that showed up: it owns the instance and promises
-    to dispatch at once."""
+    to dispatch at once.
+
+    The promise never *shortens* the starter's (the start's own deadline, a minute or so ahead): the
+    instance's index row then stays where the starter put it instead of being moved earlier (an
+    insert and a delete per workflow). A scheduler that dies right after creating the steps is
+    found at the starter's deadline, at most ``api.start.SCHEDULER_START_SECONDS`` later than otherwise."""
     if handle is None:
         return {}
-    changes = with_promise(handle, now(), grace, orchestration_id).get("instance_changes") or {}
+    changes = dict(with_promise(handle, now(), grace, orchestration_id).get("instance_changes") or {})
+    current = handle.record.scheduler_deadline
+    if "scheduler_deadline" in changes and current is not None and current > changes["scheduler_deadline"]:
+        changes["scheduler_deadline"] = current
     return {"orchestration_id": orchestration_id, **changes}
 
 

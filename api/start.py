@@ -90,7 +90,7 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
     definition = pinned.definition
 
     body = json_object_body(req)
-    instance_id = _requested_instance_id(req, body)
+    instance_id, chosen = _requested_instance_id(req, body)
 
     try:
         validated = definition.validate_input(body)
@@ -105,7 +105,8 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
 
     input_json = _storable_input(name, validated)
     svc = svc or resolve_services(services)
-    await _ensure_unused(client, svc, instance_id)
+    if chosen:  # an id made here (128 random bits) is new: no look-up (the record's insert still guards)
+        await _ensure_unused(client, svc, instance_id)
     await store_definition(svc, pinned)  # before the record names it: whoever reads one finds the other
     trace_context = tracing.current()
     trace.get_current_span().set_attribute("sas.instance_id", instance_id)
@@ -245,8 +246,9 @@ async def _never_started(services: Services, instance_id: str, exc: BaseExceptio
         log.exception("could not cancel the record of %s after a failed start", instance_id)
 
 
-def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> str:
-    """``instance_id`` from the query string or the body (taken out of the input), or a fresh one."""
+def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> tuple[str, bool]:
+    """``instance_id`` from the query string or the body (taken out of the input), or a fresh one;
+    and whether the caller chose it."""
     from_query = req.params.get(INSTANCE_ID_FIELD)
     from_body = body.pop(INSTANCE_ID_FIELD, None)
     if from_query is not None and from_body is not None and from_query != from_body:
@@ -257,7 +259,7 @@ def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> str:
             code="invalid-instance-id",
         )
     if from_query is None and from_body is None:
-        return uuid.uuid4().hex
+        return uuid.uuid4().hex, False
     source = "the query string" if from_query is not None else "the request body"
     instance_id = check_instance_id(from_query if from_query is not None else from_body, source)
     if instance_id.endswith(COMPENSATION_SUFFIX):
@@ -274,7 +276,7 @@ def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> str:
             [f"ids containing {STEP_INFIX!r} are reserved for the steps of parallel groups"],
             code="invalid-instance-id",
         )
-    return instance_id
+    return instance_id, True
 
 
 async def _ensure_unused(client: Any, services: Services, instance_id: str) -> None:

@@ -30,21 +30,18 @@ import sys
 import uuid
 import warnings
 from collections import Counter
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools import request_counter as rc
+from devtools import request_end_to_end
 from devtools.azurite import Azurite, env_for
-from devtools.harness import PatternHarness
 from devtools.logs import quiet_logging
 from devtools.request_counter import RequestCounter, StorageRequest, pattern_operation
 from devtools.request_scenarios import (
     OPERATIONS,
     WORKFLOW,
-    WORKFLOW_INPUT,
-    forget_effect_clients,
     step_operations,
     watchdog_tick,
 )
@@ -105,38 +102,21 @@ def per_operation(azurite: Azurite) -> float:
 
 
 def end_to_end(azurite: Azurite, workflows: int) -> float:
-    forget_effect_clients()
-    with (
-        RequestCounter(classify=pattern_operation) as counter,
-        PatternHarness(azurite, watchdog_every=None, settings={"WATCHDOG_GRACE_SECONDS": "30"}) as h,
-    ):
-        counter.reset()  # the harness's setup (tables, queues) is not a step's cost
-        iids = [
-            h.start_workflow(WORKFLOW, {**WORKFLOW_INPUT, "tenant_id": f"t{n}"}) for n in range(workflows)
-        ]
-        for iid in iids:
-            status = h.run_until_complete(iid, timeout=timedelta(hours=1))
-            if not isinstance(status.output, dict) or status.output.get("status") != "succeeded":
-                raise SystemExit(f"{iid} did not succeed: {status.runtime_status} {status.output}")
-        made = counter.snapshot()
-        steps = sum(len(h.steps(iid)) for iid in iids)
-    idle = [r for r in made if r.op == "receive" and r.empty]
-    effect = [r for r in made if r.label == rc.AGENT_EFFECT]
-    observed = [r for r in made if r.label == rc.HARNESS]
-    counted = [r for r in made if r not in idle and r.label not in (rc.AGENT_EFFECT, rc.HARNESS)]
+    counts = request_end_to_end.end_to_end(azurite, workflows)
+    steps = counts.steps
     print()
     print(f"2. end to end: {workflows} x {WORKFLOW} started together on the in-process host ({steps} steps)")
-    by_label = Counter(r.label for r in counted)
-    for label, n in sorted(by_label.items(), key=lambda kv: -kv[1]):
-        ops = _ops([r for r in counted if r.label == label])
+    for label, n in sorted(counts.by_operation.items(), key=lambda kv: -kv[1]):
+        ops = _ops([r for r in counts.counted if r.label == label])
         print(f"   {label!s:<28} {n:>6}  {n / steps:6.2f} per step   {ops}")
-    print(f"   {'(agent effect, excluded)':<28} {len(effect):>6}")
-    print(f"   {'(empty receives, excluded)':<28} {len(idle):>6}  idle polls of the harness's pumps")
-    print(f"   {'(harness observation, excl.)':<28} {len(observed):>6}  the harness reading its ledger")
-    print(f"   total: {len(counted)} requests for {steps} steps")
-    per_step = len(counted) / steps
-    print(f"   => {per_step:.2f} storage requests per step end to end (receives shared by batching)")
-    return per_step
+    print(f"   {'(agent effect, excluded)':<28} {len(counts.effect):>6}")
+    print(f"   {'(empty receives, excluded)':<28} {len(counts.idle):>6}  idle polls of the harness's pumps")
+    print(
+        f"   {'(harness observation, excl.)':<28} {len(counts.observed):>6}  the harness reading its ledger"
+    )
+    print(f"   total: {len(counts.counted)} requests for {steps} steps")
+    print(f"   => {counts.per_step:.2f} storage requests per step end to end (receives shared by batching)")
+    return counts.per_step
 
 
 def per_tick(azurite: Azurite, overdue: int) -> float:

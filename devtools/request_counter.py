@@ -280,8 +280,9 @@ QUEUE_DELETE = "queue delete"
 QUEUE_OTHER = "queue other"
 HEARTBEAT = "heartbeat"
 START = "per workflow: start"
-VERIFY_RESULT = "orchestrator verifies result"  # the verify_result activity: one read per step
+VERIFY_RESULT = "orchestrator verifies result"  # verify_result: only for events the handler did not confirm
 SETTLE = "per workflow: settle instance"
+DEFINITION_STORE = "per version: store definition"  # the first start of a new definition version
 HARNESS = "harness observation"  # the test harness's own reads: not the product's
 
 # The worker reads the step inside ``retry_on_conflict(read, decide, what=...)``: named by ``what``.
@@ -301,6 +302,7 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("activities/delivery.py", "process", WORKER_RECORD),
     ("activities/step_creation.py", "create_workflow_steps", CREATE_STEPS),
     ("api/start.py", "_ensure_unused", START),
+    ("api/versions.py", None, DEFINITION_STORE),
     ("api/start.py", None, "HTTP API"),
     ("api/handlers.py", None, "HTTP API"),
     ("activities/dispatch.py", "_dispatch", DISPATCH),
@@ -318,6 +320,10 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
 )
 
 
+# where the harness reads the ledger only to observe it
+_HARNESS_FILES = ("devtools/harness.py", "devtools/harness_observation.py")
+
+
 def pattern_operation() -> str | None:
     """Which of the pattern's operations made the current request, from the caller's stack.
 
@@ -332,7 +338,7 @@ def pattern_operation() -> str | None:
         filename = frame.f_code.co_filename.replace("\\", "/")
         name = frame.f_code.co_name
         qualname = getattr(frame.f_code, "co_qualname", name)
-        if filename.endswith("devtools/harness.py") and inner == "list_for_instance":
+        if filename.endswith(_HARNESS_FILES) and inner == "list_for_instance":
             return HARNESS  # the harness reading the ledger to observe it (e.g. around create_steps)
         if name == "retry_on_conflict" and filename.endswith("activities/common.py"):
             caller = frame.f_back.f_code.co_filename.replace("\\", "/") if frame.f_back else ""

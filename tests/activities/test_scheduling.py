@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from azure.storage.queue import QueueClient
 
 from activities import dispatch, scheduling
 from activities.common import GIVEN_UP
 from activities.handlers import faults
 from tests.activities.conftest import GRACE_SECONDS
+from workflow_core import clock
 from workflow_core.contracts import WorkMessage
 from workflow_core.ledger import StepStatus, decode_json
 from workflow_core.transport import TransportError, message_id_for
@@ -42,6 +44,34 @@ def test_create_workflow_steps_writes_every_step_pending_and_is_idempotent(harne
         (S.PENDING, "shipping.create_shipment", "shipping.cancel_shipment", 3),
     ]
     assert rows[2].heartbeat_timeout_seconds == 90
+
+
+@pytest.mark.parametrize(("start_deadline_in", "moved"), [(90, False), (5, True)])
+def test_adopting_the_instance_never_shortens_the_starters_promise(harness, start_deadline_in, moved):
+    """The starter promised the orchestration would show up within ~90 s. Adopting it (with the steps'
+    batch) keeps that later promise, so the instance's deadline-index row stays put (no insert and
+    delete per workflow). A promise about to run out is moved on to now + grace; its row stays too
+    (a row due early is moved forward by the watchdog, never on the hot path)."""
+    ledger = harness.ledger
+    instance_id = f"inst-adopt-{start_deadline_in}"
+    started = ledger.create_instance(
+        instance_id,
+        "provision-tenant",
+        actor="api:start",
+        input_json="{}",
+        scheduler_deadline=clock.utcnow() + timedelta(seconds=start_deadline_in),
+    )
+    scheduling.create_workflow_steps(
+        {"instance_id": instance_id, "workflow": "provision-tenant", "orchestration_id": instance_id},
+        harness.services,
+    )
+    adopted = ledger.get_instance(instance_id)
+    assert adopted.orchestration_id == instance_id
+    assert adopted.index_key == started.index_key
+    if moved:
+        assert adopted.scheduler_deadline > started.scheduler_deadline
+    else:
+        assert adopted.scheduler_deadline == started.scheduler_deadline
 
 
 # ---- dispatch_step --------------------------------------------------------------------------------

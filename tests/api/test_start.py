@@ -70,6 +70,17 @@ def test_generates_an_instance_id_when_none_is_given(run, stub, client, services
     instance_id = json_of(response)["instanceId"]
     assert re.fullmatch(r"[0-9a-f]{32}", instance_id)
     assert list(stub.instances) == [instance_id]
+    # an id made here is new: no status look-up before the start (a chosen id gets one, below)
+    assert stub.requests_to("GET", instance_id) == []
+
+
+def test_a_chosen_instance_id_is_looked_up_before_the_start(run, stub, client, services):
+    response = run(
+        start_workflow(post("provision-tenant", GOOD_INPUT, {"instance_id": "chosen-1"}), client, services)
+    )
+
+    assert response.status_code == 202
+    assert len(stub.requests_to("GET", "chosen-1")) == 1
 
 
 def test_instance_id_in_the_body_is_not_part_of_the_input(run, stub, client, services):

@@ -117,3 +117,43 @@ def test_clients_built_after_the_counter_is_removed_are_not_counted(azurite):
     list(service.list_tables())
     service.close()
     assert counter.requests == []
+
+
+# Whole workflows on the in-process durable host (devtools.request_end_to_end): what a real run adds
+# to the driven scenario above (the HTTP start and its instance record, settling the instance,
+# batched receives). Receives depend on timing (a pump takes up to 16 messages at once), so they are
+# bounded, not pinned.
+E2E_PER_STEP: dict[str, int] = {
+    rc.DISPATCH: 5,
+    rc.WORKER_CLAIM: 2,
+    rc.WORKER_RECORD: 2,
+    rc.REPLY: 1,
+    rc.QUEUE_DELETE: 2,
+    rc.RESULT_HANDLER: 1,  # and no orchestrator read: its event carries the ledger's verdict
+}
+E2E_PER_WORKFLOW: dict[str, int] = {
+    "HTTP API": 3,  # instance record + audit (batch), its index row, its listing row
+    rc.CREATE_STEPS: 2,  # instance read; one batch (the starter's promise is kept: no index move)
+    rc.SETTLE: 4,  # instance read, batch, its index row deleted, its listing row updated
+    rc.HEARTBEAT: 1,  # provision-tenant's first agent asks for more time once
+}
+E2E_ONCE = {rc.DEFINITION_STORE: 1}  # the first start of this definition version stores it
+# (rc.START: a generated instance id is not looked up; rc.VERIFY_RESULT: never needed here)
+
+
+def test_requests_of_whole_workflows_end_to_end(azurite):
+    from devtools.request_end_to_end import end_to_end
+
+    counts = end_to_end(azurite, workflows=2)
+
+    assert counts.steps == 6
+    by_operation = dict(counts.by_operation)
+    receives = by_operation.pop(rc.QUEUE_RECEIVE, 0)
+    expected = {
+        **{label: n * counts.steps for label, n in E2E_PER_STEP.items()},
+        **{label: n * counts.workflows for label, n in E2E_PER_WORKFLOW.items()},
+        **E2E_ONCE,
+    }
+    assert by_operation == expected, "requests per operation end to end changed; see the module docstring"
+    assert 1 <= receives <= 2 * counts.steps  # at most one per message (work + result), shared when batched
+    assert counts.effect and not [r for r in counts.counted if r.label is None]
