@@ -1,10 +1,13 @@
 """``dispatch_step`` and ``dispatch_compensation``: write the intent to the ledger, then send the message.
 
-Both follow one protocol (ledger first, send second, then ``message_sent_at``) and share the send
-with its quick retries, so they live together: the work and the compensation rules differ only
-in how the ledger row is moved (``_decide_work_dispatch`` / ``_decide_compensation_dispatch``).
-A send that keeps failing is not an activity failure: the intent is in the ledger and the step
-recovers at its deadline.
+Both follow one protocol (ledger first, send second) and share the send with its quick retries, so
+they live together: the work and the compensation rules differ only in how the ledger row is moved
+(``_decide_work_dispatch`` / ``_decide_compensation_dispatch``). The send itself is not recorded:
+the Dispatched/Compensating write before it implies it, and a third write per step would only tell
+"never sent" from "sent" apart, which MessageId deduplication and the worker's ETag claim make
+unnecessary (a duplicate work message runs once; the other delivery re-sends the recorded reply or
+is ignored). A send that keeps failing is not an activity failure: the intent is in the ledger and
+the step recovers at its deadline (the orchestration's timer, or the watchdog's one re-send).
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from activities.common import (
     error_text,
     grace_deadline,
     iso,
-    now,
     parse_time,
     retry_on_conflict,
 )
@@ -36,7 +38,7 @@ from activities.verification import attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepDispatch
-from workflow_core.ledger import ConcurrencyConflict, InstanceHandle, StepLedger, StepRecord, encode_json
+from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord, encode_json
 from workflow_core.messages import work_message
 from workflow_core.runtime import Services
 from workflow_core.transport import TransportError, message_id_for
@@ -53,7 +55,8 @@ class DispatchOutcome(BaseModel):
     """What a dispatch activity did.
 
     ``outcome``: ``dispatched`` (ledger moved, message sent), ``already-dispatched`` (this attempt
-    was dispatched before; the message was re-sent only if it had not been sent), ``settled`` (the
+    was dispatched before; the same message, same MessageId, was sent again only while the attempt
+    still waits for an agent and the watchdog has not re-sent it), ``settled`` (the
     step is already done: Succeeded by another attempt, Skipped, or Compensated; nothing sent, do
     not wait for a result), ``stale`` (the ledger is at a later attempt; nothing done),
     ``not-dispatchable`` (the status does not allow it, e.g. Cancelled, or no compensator; nothing
@@ -82,13 +85,14 @@ class DispatchOutcome(BaseModel):
 
 def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """Ledger Pending/Retrying -> Dispatched (owner, attempt, deadline, orchestration id, input) *then*
-    send the work message (MessageId ``message_id_for(instance, step, attempt)``), then record
-    ``message_sent_at``. A second call for the same attempt re-sends only if no send was recorded.
+    send the work message (MessageId ``message_id_for(instance, step, attempt)``). Nothing is written
+    after the send.
 
-    ``message_sent_at`` is what tells the watchdog a Dispatched step that nobody claimed was never
-    sent (a crash between the ledger write and the send: re-send) from one whose message is late
-    (the orchestration's timer and retry policy handle it). It is written with the ETag the
-    Dispatched write returned, without reading the row again."""
+    A second call for the same attempt (the activity re-run after a crash, or a resumed scheduler)
+    cannot know whether the first one sent, so it sends again while the row is still Dispatched at
+    that attempt and the watchdog has not re-sent it (``resent_at`` None): the same MessageId, so if
+    the first send did go out the copy is a duplicate the broker or the worker's claim absorbs. Once
+    an agent claimed the attempt, or the watchdog re-sent it, a re-run sends nothing."""
     dispatch = StepDispatch.model_validate(as_dict(payload, c.ACTIVITY_DISPATCH_STEP))
     if dispatch.kind != "work":
         raise ValueError(f"{c.ACTIVITY_DISPATCH_STEP} sends work; use {c.ACTIVITY_DISPATCH_COMPENSATION}")
@@ -140,15 +144,15 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
     sent = False
     error = None
-    if outcome in ("dispatched", "already-dispatched") and _needs_send(record, d):
+    if outcome == "dispatched" or (outcome == "already-dispatched" and _may_send_again(record, d)):
         try:
-            record = _send(record, d, services)
+            _send(record, d, services)
             sent = True
             log.info("sent %s %s (outcome %s)", d.kind, message_id, outcome)
         except TransportError as exc:
-            # The intent is in the ledger (Dispatched/Compensating, message_sent_at unset, a deadline):
-            # failing the activity would fail the whole orchestration, while the deadline recovers
-            # this (the orchestration's timer retries the step; the watchdog re-sends the message).
+            # The intent is in the ledger (Dispatched/Compensating with a deadline): failing the
+            # activity would fail the whole orchestration, while the deadline recovers this (the
+            # orchestration's timer retries the step; past the grace the watchdog re-sends once).
             error = error_text(exc)
             log.warning("could not send %s (%s); the deadline will recover it", message_id, error)
             ledger.note(
@@ -229,12 +233,12 @@ def _new_attempt(
     d: StepDispatch, handle: InstanceHandle | None, deadline: datetime, grace: float
 ) -> dict[str, Any]:
     """The fields every dispatch (work or compensation) writes with its transition: the attempt's
-    deadline, orchestration and token, no send or heartbeat yet, its trace, and the scheduler's
-    promise."""
+    deadline, orchestration and token, no watchdog re-send or heartbeat yet, its trace, and the
+    scheduler's promise."""
     return {
         "deadline": deadline,
         "orchestration_id": d.orchestration_id,
-        "message_sent_at": None,
+        "resent_at": None,
         "last_heartbeat": None,
         "attempt_token": secrets.token_hex(16),
         **tracing.ledger_fields(d.trace),
@@ -285,8 +289,8 @@ def _decide_compensation_dispatch(
     return r, "not-dispatchable"
 
 
-def _send(record: StepRecord, d: StepDispatch, services: Services) -> StepRecord:
-    """Send the message of ``d`` (built from the ledger row), then record ``message_sent_at``.
+def _send(record: StepRecord, d: StepDispatch, services: Services) -> None:
+    """Send the message of ``d`` (built from the ledger row); nothing is recorded afterwards.
 
     A send that fails is retried a few times at once (the same MessageId, so a send that did reach
     the broker is deduplicated); the last ``TransportError`` propagates.
@@ -296,41 +300,34 @@ def _send(record: StepRecord, d: StepDispatch, services: Services) -> StepRecord
     for delay in (*SEND_RETRY_DELAYS, None):
         try:
             send()
-            break
+            return
         except TransportError as exc:
             if delay is None:
                 raise
             log.info("send of %s %s#%d failed (%s); retrying", d.kind, d.step_id, d.attempt, exc)
             time.sleep(delay)
-    return _record_sent(services.ledger, record, d)
 
 
-def _needs_send(r: StepRecord, d: StepDispatch) -> bool:
-    if r.message_sent_at is not None:
+def _may_send_again(r: StepRecord, d: StepDispatch) -> bool:
+    """Whether a re-run of the dispatch of attempt ``d.attempt`` sends its message again.
+
+    The first run's send is not recorded, so a re-run sends while the attempt still waits for an
+    agent and nobody else has re-sent it. As the re-run reads the row:
+
+    | row                                                              | send again?               |
+    | ---------------------------------------------------------------- | ------------------------- |
+    | work: Dispatched at ``d.attempt``, ``resent_at`` None            | yes, same MessageId       |
+    | compensation: Compensating at ``d.attempt``, compensation_status | yes, same MessageId       |
+    |   Dispatched, ``resent_at`` None                                 |                           |
+    | ``resent_at`` set: the watchdog re-sent the attempt              | no: one re-send is enough |
+    | claimed (Running / compensation Running), settled, other attempt | no: an agent has it       |
+    """
+    if r.resent_at is not None:
         return False
     if d.kind == "work":
         return r.status is S.DISPATCHED and r.attempt == d.attempt
     return (
         r.status is S.COMPENSATING
         and r.compensation_attempt == d.attempt
-        and (r.compensation_status == COMP_DISPATCHED)
+        and r.compensation_status == COMP_DISPATCHED
     )
-
-
-def _record_sent(ledger: StepLedger, record: StepRecord, d: StepDispatch) -> StepRecord:
-    """``message_sent_at`` on the row as this dispatch last wrote or read it (its ETag): no read.
-
-    A lost race (412) means someone wrote the step after the dispatch: a worker claimed it (so the
-    message arrived), or the watchdog or an operator acted. Their write stands; at worst the
-    watchdog re-sends a message that was sent, which MessageId deduplication and the worker's claim
-    rules make harmless.
-    """
-    try:
-        return ledger.update(
-            record,
-            actor=ACTOR,
-            reason=f"{d.kind} message for attempt {d.attempt} sent",
-            message_sent_at=now(),
-        )
-    except ConcurrencyConflict:
-        return record

@@ -18,9 +18,16 @@ log = logging.getLogger(__name__)
 
 
 def dispatched_at(record: StepRecord) -> datetime | None:
-    """When the ledger says the attempt's message went out: ``message_sent_at``, else the time of the
-    write that left the row Dispatched (a fast agent can claim before the send is recorded)."""
-    return record.message_sent_at or record.updated_at
+    """When the attempt's message went out, as far as the ledger says: the dispatch's send is not
+    recorded, so the time of the Dispatched write just before it (``updated_at``), or the watchdog's
+    re-send (``resent_at``) when that is later.
+
+    ``updated_at`` is the Dispatched write's time only while nothing else wrote the row: read from a
+    row written since (a watchdog note, a claim, a heartbeat), the figure is later than the send."""
+    sent = record.updated_at
+    if record.resent_at is not None and (sent is None or record.resent_at > sent):
+        return record.resent_at
+    return sent
 
 
 def queue_wait(before_claim: StepRecord, started_at: datetime) -> None:

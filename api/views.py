@@ -56,7 +56,7 @@ def step_view(record: StepRecord) -> dict[str, Any]:
         "createdAt": iso(record.created_at),
         "updatedAt": iso(record.updated_at),
         "completedAt": iso(record.completed_at),
-        "messageSentAt": iso(record.message_sent_at),
+        "resentAt": iso(record.resent_at),
         "orchestrationId": record.orchestration_id,
     }
 

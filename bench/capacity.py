@@ -47,9 +47,9 @@ class StepCost:
     per-operation counts). ``--measure`` counts the driven scenario, which has no orchestrator: it
     lacks ``verify_result`` (1 per step), the HTTP starter's writes and ``settle_instance``."""
 
-    # dispatch 4 (query, index insert, batch, message_sent_at batch), claim 2 (query, batch),
+    # dispatch 3 (query, index insert, batch; the send is not recorded), claim 2 (query, batch),
     # record 2 (batch, index delete after the reply), result handler 1, verify_result 1
-    table_per_step: float = 10
+    table_per_step: float = 9
     # starter: existence query + instance create (index insert, batch, listing); create_steps:
     # instance read, one batch, instance index row moved (insert, delete); settle: read, batch,
     # index delete, listing

@@ -8,7 +8,7 @@ Starts its own Azurite, then in one run on the same emulator:
 * **dispatch**: the real ``dispatch_step`` activity body for N Pending steps, one after another, as
   the orchestrator calls it: read the step, ETag-conditional transition to Dispatched (with its
   audit row, in one entity-group transaction), new deadline-index row, send the work message on the
-  storage-queue transport, read again and record ``message_sent_at``;
+  storage-queue transport (nothing is written after the send);
 * **raw upsert**: the same N rows written with ``azure-data-tables`` entity-group transactions of
   100 upserts each (no condition, no index, no audit, no message): the floor of what Table Storage
   can take from one client.

@@ -94,7 +94,6 @@ def _step(instance: str, index: int, deadline: datetime) -> tuple[dict[str, Any]
         deadline=deadline,
         created_at=NOW - timedelta(hours=1),
         updated_at=NOW - timedelta(hours=1),
-        message_sent_at=NOW - timedelta(hours=1),
         orchestration_id=instance,
         index_key=f"{index_pk}|{index_rk}",
     )

@@ -110,7 +110,7 @@ class Narrator:
                 late = e.reason.rsplit("overdue by ", 1)[-1].replace("s", " s")
                 return f"OVERDUE: the watchdog noticed it ({late} past its deadline)"
             if watchdog and e.reason.startswith("resend:"):
-                return f"watchdog RE-SENT the work message (never sent); new deadline {self.at(r.deadline)}"
+                return f"watchdog RE-SENT the work message (unclaimed); new deadline {self.at(r.deadline)}"
             if e.reason.startswith("given up"):
                 return f"gave up after {r.attempt} attempt(s): its work will be undone"
             if e.reason.startswith("compensator failed"):

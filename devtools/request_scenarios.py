@@ -201,7 +201,7 @@ NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def make_overdue(services: Services, count: int, *, now: datetime = NOW, prefix: str = "late") -> list[str]:
-    """``count`` Running steps, one instance each, message sent, deadline 5 min before ``now``."""
+    """``count`` Running steps, one instance each, claimed by a worker, deadline 5 min before ``now``."""
     from workflow_core.ledger import NewStep, StepStatus
 
     ledger = services.ledger
@@ -222,7 +222,6 @@ def make_overdue(services: Services, count: int, *, now: datetime = NOW, prefix:
             owner="agent:storage.create",
             attempt=1,
             deadline=deadline,
-            message_sent_at=deadline - timedelta(minutes=5),
         )
         ledger.transition(record, StepStatus.RUNNING, actor="worker:bench", owner="worker:bench")
         instances.append(instance)

@@ -72,10 +72,16 @@ class _Tick(_CompensationDecisions):
             if not await InstanceSupervisor(self).step_orphaned(found.instance_id, why):
                 await self.start_compensation(found, reason=f"supervisor: {why}")
             return
+        # Orchestration alive. Overdue Dispatched/Running (in flight):
+        #   within the grace                                 -> note_overrun (its own timer acts)
+        #   Dispatched past the grace, resent_at None        -> resend (once per attempt)
+        #   Dispatched past the grace, resent_at set         -> fail_step
+        #   Running past the grace                           -> fail_step
+        # (a given-up step is noted whatever its status; Retrying, Failed, TimedOut: below)
         if (
             not self.within_grace(found, lateness)
             and in_flight
-            and not (found.status is S.DISPATCHED and found.message_sent_at is None)
+            and not self.resend_due(found)
             and found.compensation_status != COMP_GIVEN_UP
         ):
             await self.fail_step(found, None, orchestration_id, orchestration, lateness)
@@ -93,10 +99,10 @@ class _Tick(_CompensationDecisions):
             )
             await self.note(found, Action.NOTE_COMPENSATION_RUNNING, detail)
             self.decided(found, Action.NOTE_COMPENSATION_RUNNING, telemetry.OUTCOME_OK, detail)
-        elif found.status is S.DISPATCHED and found.message_sent_at is None:
-            await self.resend(found, claimed)
         elif self.within_grace(found, lateness):
             await self.release_with_note(found, claimed, lateness, f"orchestration {orchestration}")
+        elif self.resend_due(found):
+            await self.resend(found, claimed)
         elif found.status is S.RETRYING and not _operator_requested(found):
             detail = (
                 f"Retrying {lateness.total_seconds():.0f}s past its backoff deadline while orchestration "
@@ -108,23 +114,38 @@ class _Tick(_CompensationDecisions):
         else:
             await self.fail_step(found, claimed, orchestration_id, orchestration, lateness)
 
+    @staticmethod
+    def resend_due(found: StepRecord) -> bool:
+        """A Dispatched attempt nobody claimed, past the grace (the caller checks that), that the
+        watchdog has not re-sent yet.
+
+        The dispatch's own send is not recorded, so this cannot tell a message that never left (the
+        dispatch died between its ledger write and its send, and the orchestration still waits for
+        that activity rather than on its timer) from one that is only late. Re-sending the same
+        MessageId is harmless in both cases (a duplicate is deduplicated or loses the worker's
+        claim), and ``resent_at`` makes it happen once: a second overdue tick fails the attempt."""
+        return found.status is S.DISPATCHED and found.resent_at is None
+
     async def resend(self, found: StepRecord, claimed: StepRecord) -> None:
-        """Dispatched but the send never happened: send the same attempt again, then record it."""
+        """Send the same attempt's message again (same MessageId), then record ``resent_at`` and a
+        new deadline: send first, record second, so a crash in between only causes another
+        (deduplicated) re-send."""
         deadline = self.now + timedelta(
             seconds=step_deadline_seconds(found, store=getattr(self.services, "definitions", None))
         )
         message = work_message(found, deadline=deadline)
         await _io(self.services.transport.send, self.services.settings.work_queue, message)
         detail = (
-            f"work message {message.message_id} was never sent (crash between ledger write and send); "
-            f"re-sent, new deadline {deadline.isoformat()}"
+            f"work message {message.message_id} still unclaimed past the grace after its deadline (never "
+            f"sent, e.g. a crash between ledger write and send, or lost); re-sent once with the same "
+            f"MessageId, new deadline {deadline.isoformat()}"
         )
         await _io(
             self.ledger.update,
             claimed,
             actor=self.actor,
             reason=f"{Action.RESEND.value}: {detail}",
-            message_sent_at=self.now,
+            resent_at=self.now,
             deadline=deadline,
             owner=found.owner,
         )

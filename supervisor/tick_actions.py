@@ -91,7 +91,7 @@ class _TickActions:
 
     def time_out_now(self, record: StepRecord, *, reason: str, last_error: str) -> StepRecord:
         """Blocking: ``record`` -> TimedOut, owned by this tick until now + lease (its claim); counted
-        in ``sas.step.duration`` with outcome ``timed_out``, from the recorded send."""
+        in ``sas.step.duration`` with outcome ``timed_out``, from the send as the row dates it."""
         claim = "" if record.owner == self.actor else f"claimed by watchdog tick {self.report.tick_id}; "
         written = self.ledger.transition(
             record,
@@ -102,7 +102,10 @@ class _TickActions:
             owner=self.actor,
             deadline=self.now + self.lease,
         )
-        sent = record.message_sent_at
+        # the send time as activities.step_metrics.dispatched_at reads it: the send is not recorded,
+        # so the row's last write before this one (for a row nobody claimed, the Dispatched write
+        # just before the send), or the watchdog's re-send when that is later
+        sent = max((t for t in (record.updated_at, record.resent_at) if t is not None), default=None)
         telemetry.record_step_finished(
             record.workflow_name,
             record.step_id,

@@ -102,11 +102,13 @@ def test_dispatch_writes_the_ledger_before_it_sends(harness, monkeypatch):
     assert row.deadline.isoformat() == payload["deadline"]
     assert row.orchestration_id == instance
     assert decode_json(row.input_ref) == {"tenant_id": "contoso"}
-    assert row.message_sent_at is None  # intent recorded, send not (yet) done
+    assert row.resent_at is None
 
     queue.create_queue()
     again = scheduling.dispatch_step(payload, harness.services)
     assert (again["outcome"], again["sent"], again["error"]) == ("already-dispatched", True, None)
+    # Nothing is written after a send: the row is the one the failed dispatch left.
+    assert harness.ledger.get(instance, "create_storage").etag == row.etag
     messages = harness.work()
     assert len(messages) == 1
     assert messages[0].message_id == message_id_for(instance, "create_storage", 1) == again["message_id"]
@@ -117,11 +119,6 @@ def test_dispatch_writes_the_ledger_before_it_sends(harness, monkeypatch):
         1,
         {"tenant_id": "contoso"},
     )
-    assert harness.ledger.get(instance, "create_storage").message_sent_at is not None
-
-    third = scheduling.dispatch_step(payload, harness.services)
-    assert third["sent"] is False
-    assert harness.work() == []
     assert len(_transitions(harness, instance, "create_storage", "Dispatched")) == 1
 
 
@@ -152,25 +149,51 @@ def test_a_briefly_failing_send_is_retried_within_the_dispatch(harness, monkeypa
 
     assert (outcome["sent"], flaky.attempts) == (True, 3)
     assert [m.message_id for m in harness.work()] == [outcome["message_id"]]
-    assert harness.ledger.get(instance, "create_storage").message_sent_at is not None
+    # one ledger write for the whole dispatch: the Dispatched transition; the send is not recorded
+    assert [a.action for a in harness.audit(instance, "create_storage") if a.action != "created"] == [
+        "transition"
+    ]
 
 
 def test_dispatch_twice_transitions_once_and_resends_with_the_same_message_id(harness):
+    """The send is not recorded, so a re-run for an attempt nobody claimed yet sends again: the same
+    MessageId and body, a duplicate the broker's deduplication or the worker's claim absorbs."""
     instance = harness.start()
     payload = harness.dispatch_payload(instance, "create_storage")
     first = scheduling.dispatch_step(payload, harness.services)
     assert (first["outcome"], first["sent"], first["status"]) == ("dispatched", True, "Dispatched")
 
-    # A crash between "sent" and "message_sent_at recorded": the re-run must send again, same id.
-    row = harness.ledger.get(instance, "create_storage")
-    harness.ledger.update(row, actor="test", reason="simulate a crash before recording", message_sent_at=None)
     second = scheduling.dispatch_step(payload, harness.services)
-    assert (second["outcome"], second["sent"]) == ("already-dispatched", True)
+    assert (second["outcome"], second["sent"], second["status"]) == ("already-dispatched", True, "Dispatched")
 
     messages = harness.work()
     assert [m.message_id for m in messages] == [first["message_id"]] * 2
     assert messages[0].body == messages[1].body
     assert len(_transitions(harness, instance, "create_storage", "Dispatched")) == 1
+
+
+def test_dispatch_rerun_after_the_watchdog_resent_sends_nothing(harness):
+    instance = harness.start()
+    payload = harness.dispatch_payload(instance, "create_storage")
+    assert scheduling.dispatch_step(payload, harness.services)["sent"] is True
+    row = harness.ledger.get(instance, "create_storage")
+    harness.ledger.update(row, actor="supervisor:t1", reason="resend: test", resent_at=row.updated_at)
+
+    again = scheduling.dispatch_step(payload, harness.services)
+    assert (again["outcome"], again["sent"], again["status"]) == ("already-dispatched", False, "Dispatched")
+    assert [m.message_id for m in harness.work()] == [again["message_id"]]  # the first send only
+
+
+def test_dispatch_rerun_after_an_agent_claimed_sends_nothing(harness):
+    instance = harness.start()
+    payload = harness.dispatch_payload(instance, "create_storage")
+    assert scheduling.dispatch_step(payload, harness.services)["sent"] is True
+    row = harness.ledger.get(instance, "create_storage")
+    harness.ledger.transition(row, S.RUNNING, actor="worker", owner="worker-1")
+
+    again = scheduling.dispatch_step(payload, harness.services)
+    assert (again["outcome"], again["sent"], again["status"]) == ("already-dispatched", False, "Running")
+    assert [m.message_id for m in harness.work()] == [again["message_id"]]
 
 
 def test_dispatch_of_an_older_attempt_is_stale_and_a_settled_step_is_not_resent(harness, vclock):
@@ -385,8 +408,13 @@ def test_compensation_dispatch_check_and_finish(harness, vclock):
     first = scheduling.dispatch_compensation(payload, harness.services)
     assert (first["outcome"], first["status"], first["sent"]) == ("dispatched", "Compensating", True)
     assert first["message_id"] == message_id_for(instance, "create_storage", 1, kind="compensate")
-    assert scheduling.dispatch_compensation(payload, harness.services)["sent"] is False
-    [message] = harness.work()
+    # Not claimed yet: a re-run sends the same MessageId again (a duplicate, as for work).
+    again = scheduling.dispatch_compensation(payload, harness.services)
+    assert (again["outcome"], again["sent"]) == ("already-dispatched", True)
+    messages = harness.work()
+    assert [m.message_id for m in messages] == [first["message_id"]] * 2
+    message = messages[0]
+    assert messages[1].body == message.body
     assert (message.body["kind"], message.body["agent"]) == ("compensate", "storage.delete")
 
     check = {"instance_id": instance, "step_id": "create_storage", "attempt": 1}
@@ -412,6 +440,22 @@ def test_compensation_dispatch_check_and_finish(harness, vclock):
         is False
     )
     assert scheduling.check_compensation(check, harness.services)["state"] == "failed"
+
+
+def test_compensation_dispatch_rerun_after_the_compensator_ran_sends_nothing(harness, vclock):
+    instance = harness.start("provision-tenant")
+    _complete(
+        harness, vclock, instance, "create_storage", workflow="provision-tenant", input={"tenant_id": "t3"}
+    )
+    payload = harness.dispatch_payload(instance, "create_storage", 1, kind="compensate", input={})
+    assert scheduling.dispatch_compensation(payload, harness.services)["sent"] is True
+    for work in harness.work():
+        harness.deliver(work)
+    assert harness.ledger.get(instance, "create_storage").status is S.COMPENSATED
+
+    again = scheduling.dispatch_compensation(payload, harness.services)
+    assert (again["outcome"], again["sent"], again["status"]) == ("already-dispatched", False, "Compensated")
+    assert harness.work() == []
 
 
 def test_finish_compensation_of_a_step_whose_compensator_never_dispatched(harness, vclock):

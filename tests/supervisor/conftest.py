@@ -119,7 +119,7 @@ def make_step(
     deadline: datetime | None = None,
     step_id: str = "create_storage",
     attempt: int = 1,
-    sent: bool = True,
+    resent: bool = False,
     owner: str = "agent:storage.create",
     heartbeat_timeout: float | None = None,
     compensation_status: str | None = None,
@@ -127,7 +127,10 @@ def make_step(
     last_error: str | None = None,
     workflow: str = WORKFLOW,
 ) -> StepRecord:
-    """Write one step of a fresh instance and walk it, legally, to ``status``."""
+    """Write one step of a fresh instance and walk it, legally, to ``status``.
+
+    ``resent``: the watchdog already re-sent the attempt's message (``resent_at`` 5 min before the
+    deadline); without it the row is as a dispatch leaves it (its own send is not recorded)."""
     deadline = deadline or NOW - timedelta(minutes=5)
     (record,) = ledger.create_steps(
         instance_id,
@@ -156,8 +159,8 @@ def make_step(
         orchestration_id=instance_id,
         input_ref=encode_json({"tenant_id": "t1", "region": "westeurope", "sku": "Standard_LRS"}),
     )
-    if sent:
-        record = ledger.update(record, actor="scheduler", message_sent_at=deadline - timedelta(minutes=5))
+    if resent:
+        record = ledger.update(record, actor="supervisor:t0", resent_at=deadline - timedelta(minutes=5))
     if status is S.DISPATCHED:
         return record
     record = ledger.transition(record, S.RUNNING, actor="worker", owner="worker-1")
@@ -194,7 +197,6 @@ def make_step(
             orchestration_id=f"{instance_id}:compensation",
             compensation_attempt=compensation_attempt or 1,
             compensation_status=compensation_status or "Dispatched",
-            message_sent_at=deadline - timedelta(minutes=5),
         )
         if status is S.COMPENSATION_FAILED:
             record = ledger.transition(

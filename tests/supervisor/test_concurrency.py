@@ -29,8 +29,8 @@ def test_two_concurrent_ticks_act_on_each_step_exactly_once(env, services, ledge
 
     def setup(i: int) -> None:
         instance = f"wf-race-{i:03d}"
-        if i % 3 == 0:  # lost send -> re-sent
-            make_step(ledger, instance, S.DISPATCHED, sent=False)
+        if i % 3 == 0:  # unclaimed past the grace, never re-sent -> re-sent
+            make_step(ledger, instance, S.DISPATCHED)
             client.statuses[instance] = "Running"
             kinds[instance] = "resend"
         elif i % 3 == 1:  # orchestration missed its timer -> failed result raised

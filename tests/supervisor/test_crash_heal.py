@@ -1,5 +1,8 @@
 """A crash between "ledger written" and "message sent" is healed by the watchdog: sent exactly once.
 
+The send is not recorded, so the watchdog cannot tell "never sent" from "late": it leaves an
+unclaimed Dispatched step to the orchestration's timer within the grace and re-sends it once past it.
+
 Uses the real ``dispatch_step`` activity body with a transport whose send fails (the process "dies"
 right after the ledger write), the real storage-queue transport for the watchdog's re-send, and the
 real agent worker to show the re-sent message is the one the agent acts on.
@@ -67,24 +70,30 @@ def test_crash_between_ledger_write_and_send_is_healed_once(services, ledger):
     with clock.use_clock(lambda: NOW), pytest.raises(RuntimeError, match="process died"):
         scheduling.dispatch_step(_dispatch_payload(instance, deadline), crashing)
     record = ledger.get(instance, "create_storage")
-    assert record.status is S.DISPATCHED and record.message_sent_at is None  # written, never sent
+    assert record.status is S.DISPATCHED and record.resent_at is None  # written, never sent
     assert drain(services.transport, services.settings.work_queue) == []
 
     client = RecordingClient({instance: "Running"})  # the orchestration still waits for it
     early = asyncio.run(run_tick(client, services, now=deadline - timedelta(seconds=1)))
     assert early.overdue == 0  # not before its deadline
 
-    report = asyncio.run(run_tick(client, services, now=deadline + timedelta(seconds=1)))
+    # Within the grace (30 s) the step is only noted: the orchestration's own timer would act.
+    within = asyncio.run(run_tick(client, services, now=deadline + timedelta(seconds=1)))
+    assert within.count(Action.NOTE_OVERRUN) == 1 and within.count(Action.RESEND) == 0
+    assert drain(services.transport, services.settings.work_queue) == []
+
+    healed_at = deadline + timedelta(seconds=31)
+    report = asyncio.run(run_tick(client, services, now=healed_at))
     assert report.count(Action.RESEND) == 1
     healed = ledger.get(instance, "create_storage")
-    assert healed.status is S.DISPATCHED and healed.message_sent_at == deadline + timedelta(seconds=1)
+    assert healed.status is S.DISPATCHED and healed.resent_at == healed_at
 
-    # The activity runs again (the durable engine retries it after the crash): it sees the send
-    # recorded and does not send again. Later ticks do nothing either.
-    with clock.use_clock(lambda: deadline + timedelta(seconds=2)):
+    # The activity runs again (the durable engine retries it after the crash): it sees the
+    # watchdog's re-send recorded and does not send again. Later ticks do nothing either.
+    with clock.use_clock(lambda: healed_at + timedelta(seconds=1)):
         outcome = scheduling.dispatch_step(_dispatch_payload(instance, deadline), services)
     assert outcome["outcome"] == "already-dispatched" and outcome["sent"] is False
-    asyncio.run(run_tick(client, services, now=deadline + timedelta(seconds=60)))
+    asyncio.run(run_tick(client, services, now=healed_at + timedelta(seconds=60)))
 
     messages = drain(services.transport, services.settings.work_queue)
     assert [m.message_id for m in messages] == [message_id_for(instance, "create_storage", 1)]
@@ -110,7 +119,7 @@ def test_crash_between_ledger_write_and_send_is_healed_once(services, ledger):
 
     # The agent acts on the healed message like on any other: the step completes and replies.
     worker = pytest.importorskip("activities.worker")
-    with clock.use_clock(lambda: deadline + timedelta(seconds=61)):
+    with clock.use_clock(lambda: healed_at + timedelta(seconds=61)):
         worker.process_work_message(
             messages[0].body, delivery_count=1, services=services, worker_id="worker-t"
         )

@@ -170,8 +170,8 @@ def test_crash_between_ledger_write_and_send_is_healed_by_the_watchdog_end_to_en
     """The process running ``dispatch_step`` dies after the ledger write, before the send, and the
     Durable runtime redelivers the activity only after five minutes (its lease): the orchestration
     waits on the activity, so only the watchdog notices. It re-sends the same message once the
-    step's deadline (120 s) has passed; the workflow completes on attempt 1 and the message went
-    out exactly once (the redelivered activity finds the send recorded)."""
+    step is past its deadline (120 s) and the grace; the workflow completes on attempt 1 and the
+    message went out exactly once (the redelivered activity finds the step claimed or settled)."""
     harness = pytest.importorskip("devtools.harness")
     with harness.PatternHarness(azurite=azurite) as h:
         iid = h.start_workflow("provision-tenant", {"tenant_id": "t-crash", "admin_email": "a@example.net"})

@@ -89,11 +89,23 @@ def test_short_overrun_is_noted_and_left_to_the_orchestration(services, ledger, 
     assert ledger.get("wf-grace", "create_storage").status is S.TIMED_OUT
 
 
-def test_lost_send_is_resent_once_with_the_same_message_id(services, ledger, client):
-    make_step(ledger, "wf-lost", S.DISPATCHED, sent=False, attempt=2, deadline=NOW - timedelta(seconds=1))
+def test_unclaimed_dispatched_step_is_noted_then_resent_once_then_failed(services, ledger, client):
+    """A Dispatched attempt nobody claimed: within the grace only noted (the orchestration's own
+    timer acts); past it, its message re-sent once with the same MessageId; overdue again past the
+    grace of the new deadline, failed like any other attempt, with no second send."""
+    deadline = NOW - timedelta(seconds=1)
+    make_step(ledger, "wf-lost", S.DISPATCHED, attempt=2, deadline=deadline)
     client.statuses["wf-lost"] = "Running"
 
-    report = tick(client, services)
+    within = tick(client, services)  # 1 s late, grace 30 s
+    assert within.count(Action.NOTE_OVERRUN) == 1 and within.count(Action.RESEND) == 0
+    assert drain(services.transport, services.settings.work_queue) == []
+    record = ledger.get("wf-lost", "create_storage")
+    assert (record.status, record.deadline, record.resent_at) == (S.DISPATCHED, deadline, None)
+    assert record.owner == "agent:storage.create"  # handed back as it was
+
+    beyond = NOW + timedelta(seconds=30)  # 31 s late
+    report = tick(client, services, now=beyond)
     assert report.count(Action.RESEND) == 1 and client.events == [] and client.starts == []
 
     (message,) = drain(services.transport, services.settings.work_queue)
@@ -104,12 +116,29 @@ def test_lost_send_is_resent_once_with_the_same_message_id(services, ledger, cli
 
     record = ledger.get("wf-lost", "create_storage")
     assert record.status is S.DISPATCHED and record.attempt == 2
-    assert record.message_sent_at == NOW
-    assert record.deadline == NOW + timedelta(seconds=300)  # create_storage's deadline_seconds
+    assert record.resent_at == beyond
+    assert record.deadline == beyond + timedelta(seconds=300)  # create_storage's deadline_seconds
     assert record.owner == "agent:storage.create"  # the dispatch owner, not the watchdog
 
-    tick(client, services, now=NOW + timedelta(seconds=60))
+    assert tick(client, services, now=beyond + timedelta(seconds=60)).overdue == 0  # new deadline
+    # Unclaimed again, past the grace of the new deadline: re-sent already, so failed, not re-sent.
+    again = tick(client, services, now=record.deadline + timedelta(seconds=30))
+    assert again.count(Action.FAIL_STEP) == 1 and again.count(Action.RESEND) == 0
     assert drain(services.transport, services.settings.work_queue) == []
+    assert [(i, name) for i, name, _ in client.events] == [("wf-lost", "result:create_storage:2")]
+    failed = ledger.get("wf-lost", "create_storage")
+    assert failed.status is S.TIMED_OUT and failed.last_error == OVERRUN_ERROR
+
+
+def test_resent_dispatched_step_past_the_grace_is_failed_without_a_send(services, ledger, client):
+    make_step(ledger, "wf-resent", S.DISPATCHED, resent=True)  # 5 min late, re-sent before
+    client.statuses["wf-resent"] = "Running"
+
+    report = tick(client, services)
+    assert report.count(Action.FAIL_STEP) == 1 and report.count(Action.RESEND) == 0
+    assert drain(services.transport, services.settings.work_queue) == []
+    assert [(i, name) for i, name, _ in client.events] == [("wf-resent", "result:create_storage:1")]
+    assert ledger.get("wf-resent", "create_storage").status is S.TIMED_OUT
 
 
 @pytest.mark.parametrize("orchestration", ["Failed", "Terminated", "Completed", None])

@@ -34,7 +34,7 @@ _FIELDS = {
     "created_at": "CreatedAt",
     "updated_at": "UpdatedAt",
     "completed_at": "CompletedAt",
-    "message_sent_at": "MessageSentAt",
+    "resent_at": "ResentAt",
     "last_error": "LastError",
     "non_retryable": "NonRetryable",
     "compensation_status": "CompensationStatus",

@@ -149,7 +149,9 @@ class StepRecord(BaseModel):
     created_at: AwareDatetime = None
     updated_at: AwareDatetime = None
     completed_at: AwareDatetime = None
-    message_sent_at: AwareDatetime = None
+    # when the watchdog last re-sent this attempt's message (the dispatch's own send is implied by the
+    # Dispatched/Compensating write before it and not recorded): the watchdog re-sends an attempt once
+    resent_at: AwareDatetime = None
     last_error: str | None = None
     non_retryable: bool = False  # the last failure is one retrying cannot fix: give up at once
     compensation_status: str | None = None

@@ -185,7 +185,7 @@ class StepLedger(
         instance_changes: dict[str, Any] | None = None,
         **changes: Any,
     ) -> StepRecord:
-        """Change fields other than the status (owner, message_sent_at...) under the same ETag guard."""
+        """Change fields other than the status (owner, deadline, resent_at...) under the same ETag guard."""
         if "status" in changes:
             raise InvalidLedgerInput("use transition() to change a step's status")
         return self._write(
