@@ -42,18 +42,18 @@ SERVICEBUS_STANDARD_CREDITS_PER_S = 1_000
 
 @dataclass(frozen=True)
 class StepCost:
-    """Storage requests of one step, by where they land. Defaults: measured end to end after the
-    write-path reduction (``bench/requests_per_step.py``, part 2; ``tests/perf`` pins the driven
-    per-operation counts). ``--measure`` counts the driven scenario, which has no orchestrator: it
-    lacks ``verify_result`` (1 per step), the HTTP starter's writes and ``settle_instance``."""
+    """Storage requests of one step, by where they land. Defaults: measured end to end
+    (``bench/requests_per_step.py`` part 2, pinned in ``tests/perf``); ``--measure`` counts them now
+    the same way (``devtools.request_end_to_end``)."""
 
     # dispatch 3 (query, index insert, batch; the send is not recorded), claim 2 (query, batch),
-    # record 2 (batch, index delete after the reply), result handler 1, verify_result 1
-    table_per_step: float = 9
-    # starter: existence query + instance create (index insert, batch, listing); create_steps:
-    # instance read, one batch, instance index row moved (insert, delete); settle: read, batch,
-    # index delete, listing
-    table_per_workflow: float = 12
+    # record 2 (batch, index delete after the reply), result handler 1 (the orchestrator takes the
+    # handler's verdict: no second read)
+    table_per_step: float = 8
+    # starter: instance create (batch, index insert, listing row); create_steps: instance read and
+    # one batch (the starter's promise kept: no index move); settle: read, batch, index delete,
+    # listing row. (A generated instance id is not looked up; a chosen one costs one query more.)
+    table_per_workflow: float = 9
     index_entities_per_step: float = 2  # index row inserted at dispatch, deleted after the reply
     queue_messages_per_step: float = 6  # storage-queue transport: 2 sends, 2 receives, 2 deletes (unbatched)
     servicebus_credits_per_step: float = 4  # Service Bus: 2 sends + 2 receives (settlement not billed)
@@ -61,48 +61,53 @@ class StepCost:
     table_per_overdue_step: float = 3
 
 
-def measured_cost() -> StepCost:
-    """Count the requests now (the driven scenario of ``devtools.request_scenarios``) on a private Azurite."""
-    import uuid
+# per workflow, not per step; the definition store is once per definition version, the heartbeat the
+# example agent's own choice: neither is counted
+_PER_WORKFLOW = {
+    "per workflow: start",
+    "per workflow: create steps",
+    "per workflow: settle instance",
+    "HTTP API",
+}
+_NOT_COUNTED = {"per version: store definition", "heartbeat"}
 
-    from devtools import request_counter as rc
-    from devtools.azurite import Azurite, env_for
+
+def measured_cost(workflows: int = 3) -> StepCost:
+    """Count the requests now on a private Azurite: ``workflows`` three-step workflows end to end on
+    the in-process host (receives batched, shared between steps, as a host's are), and a watchdog
+    tick over five overdue steps."""
+
+    from devtools.azurite import Azurite, private_env
     from devtools.request_counter import RequestCounter, pattern_operation
-    from devtools.request_scenarios import step_operations, watchdog_tick
+    from devtools.request_end_to_end import end_to_end
+    from devtools.request_scenarios import watchdog_tick
     from workflow_core.runtime import Services, set_services
     from workflow_core.settings import load_settings
 
-    with Azurite() as azurite, RequestCounter(classify=pattern_operation) as counter:
-        tag = uuid.uuid4().hex[:8]
-        env = {
-            **env_for(azurite),
-            "LEDGER_TABLE_NAME": f"c{tag}steps",
-            "DEADLINE_INDEX_TABLE_NAME": f"c{tag}idx",
-            "WORK_QUEUE_NAME": f"c{tag}-work",
-            "RESULT_QUEUE_NAME": f"c{tag}-results",
-            "DEAD_LETTER_QUEUE_NAME": f"c{tag}-work-poison",
-        }
-        services = Services(load_settings(env))
-        services.ledger  # noqa: B018
-        services.transport  # noqa: B018
-        set_services(services)
-        try:
-            counts = step_operations(services, counter)
-            tick = watchdog_tick(services, counter, overdue=5)
-        finally:
-            set_services(None)
-    per_workflow_labels = {rc.START, rc.CREATE_STEPS}
-    # the example agent's effect and its heartbeat (provision-tenant's first step asks for more time
-    # once) are the agent's, not the pattern's
-    requests = [r for r in counts.requests if r.label not in (rc.AGENT_EFFECT, rc.HEARTBEAT)]
+    with Azurite() as azurite:
+        e2e = end_to_end(azurite, workflows)
+        with RequestCounter(classify=pattern_operation) as counter:
+            env = private_env(azurite, "c")
+            services = Services(load_settings(env))
+            services.ledger  # noqa: B018
+            services.transport  # noqa: B018
+            set_services(services)
+            try:
+                tick = watchdog_tick(services, counter, overdue=5)
+            finally:
+                set_services(None)
+    requests = [r for r in e2e.counted if r.label not in _NOT_COUNTED]
     tables = [r for r in requests if r.service == "table"]
-    index_table = services.settings.deadline_index_table
+    per_step = [r for r in tables if r.label not in _PER_WORKFLOW]
+    queue_ops = [r for r in requests if r.service == "queue"]
     return StepCost(
-        table_per_step=sum(1 for r in tables if r.label not in per_workflow_labels) / counts.steps,
-        table_per_workflow=sum(1 for r in tables if r.label in per_workflow_labels),
-        index_entities_per_step=sum(1 for r in tables if r.resource == index_table) / counts.steps,
-        queue_messages_per_step=sum(1 for r in requests if r.service == "queue") / counts.steps,
-        servicebus_credits_per_step=sum(1 for r in requests if r.op in ("send", "receive")) / counts.steps,
+        table_per_step=len(per_step) / e2e.steps,
+        table_per_workflow=(len(tables) - len(per_step)) / e2e.workflows,
+        index_entities_per_step=sum(1 for r in per_step if r.resource == e2e.index_table) / e2e.steps,
+        queue_messages_per_step=len(queue_ops) / e2e.steps,
+        # a credit per message sent and per message received (not per receive request): each sent
+        # message is received once
+        servicebus_credits_per_step=2 * sum(1 for r in queue_ops if r.op == "send") / e2e.steps,
         table_per_overdue_step=tick.per_overdue_step,
     )
 
@@ -167,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     cost = measured_cost() if args.measure else StepCost()
     print(
         "requests per step ("
-        + ("measured now (driven scenario)" if args.measure else "defaults: measured end to end")
+        + ("measured now, end to end" if args.measure else "defaults: measured end to end")
         + "):"
     )
     for field, value in cost.__dict__.items():

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from azure.data.tables import TableServiceClient, UpdateMode
 
 from activities.scheduling import dispatch_step
-from devtools.azurite import Azurite, env_for
+from devtools.azurite import Azurite, private_env
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import NewStep
 from workflow_core.runtime import Services
@@ -111,15 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = 200 if args.quick else args.steps
 
     with Azurite() as azurite:
-        tag = uuid.uuid4().hex[:8]
-        env = {
-            **env_for(azurite),
-            "LEDGER_TABLE_NAME": f"b{tag}steps",
-            "DEADLINE_INDEX_TABLE_NAME": f"b{tag}idx",
-            "WORK_QUEUE_NAME": f"b{tag}-work",
-            "RESULT_QUEUE_NAME": f"b{tag}-results",
-            "DEAD_LETTER_QUEUE_NAME": f"b{tag}-work-poison",
-        }
+        env = private_env(azurite, "b")
         services = Services(load_settings(env))
         services.ledger  # noqa: B018 - creates the tables
         services.transport  # noqa: B018 - creates the queues

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import uuid
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -36,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools import request_counter as rc
 from devtools import request_end_to_end
-from devtools.azurite import Azurite, env_for
+from devtools.azurite import Azurite, private_env
 from devtools.logs import quiet_logging
 from devtools.request_counter import RequestCounter, StorageRequest, pattern_operation
 from devtools.request_scenarios import (
@@ -52,16 +51,7 @@ PER_WORKFLOW = {rc.START, rc.CREATE_STEPS, rc.HEARTBEAT}
 
 
 def _env(azurite: Azurite) -> dict[str, str]:
-    tag = uuid.uuid4().hex[:8]
-    return {
-        **env_for(azurite),
-        "LEDGER_TABLE_NAME": f"r{tag}steps",
-        "DEADLINE_INDEX_TABLE_NAME": f"r{tag}idx",
-        "WORK_QUEUE_NAME": f"r{tag}-work",
-        "RESULT_QUEUE_NAME": f"r{tag}-results",
-        "DEAD_LETTER_QUEUE_NAME": f"r{tag}-work-poison",
-        "WATCHDOG_GRACE_SECONDS": "30",
-    }
+    return {**private_env(azurite, "r"), "WATCHDOG_GRACE_SECONDS": "30"}
 
 
 def _ops(requests: list[StorageRequest]) -> str:

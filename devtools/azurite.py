@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,6 +146,20 @@ def env_for(azurite: Azurite) -> dict[str, str]:
         "AzureWebJobsStorage": azurite.connection_string,
         "AGENT_TRANSPORT": "storage-queue",
         "FUNCTIONS_WORKER_RUNTIME": "python",
+    }
+
+
+def private_env(azurite: Azurite, prefix: str) -> dict[str, str]:
+    """:func:`env_for` plus tables and queues of their own (``<prefix><random tag>...``), so a
+    benchmark run shares nothing with another on the same Azurite."""
+    tag = f"{prefix}{uuid.uuid4().hex[:8]}"
+    return {
+        **env_for(azurite),
+        "LEDGER_TABLE_NAME": f"{tag}steps",
+        "DEADLINE_INDEX_TABLE_NAME": f"{tag}idx",
+        "WORK_QUEUE_NAME": f"{tag}-work",
+        "RESULT_QUEUE_NAME": f"{tag}-results",
+        "DEAD_LETTER_QUEUE_NAME": f"{tag}-work-poison",
     }
 
 

@@ -31,6 +31,7 @@ class EndToEndCounts:
 
     workflows: int
     steps: int
+    index_table: str  # the deadline index's table (its requests are named by it)
     counted: list[StorageRequest] = field(default_factory=list)
     idle: list[StorageRequest] = field(default_factory=list)
     effect: list[StorageRequest] = field(default_factory=list)
@@ -62,9 +63,10 @@ def end_to_end(azurite: Any, workflows: int) -> EndToEndCounts:
                 raise RuntimeError(f"{iid} did not succeed: {status.runtime_status} {status.output}")
         made = counter.snapshot()
         steps = sum(len(h.steps(iid)) for iid in iids)
+        index_table = h.settings.deadline_index_table
     idle = [r for r in made if r.op == "receive" and r.empty]
     effect = [r for r in made if r.label == rc.AGENT_EFFECT]
     observed = [r for r in made if r.label == rc.HARNESS]
     excluded = {id(r) for r in (*idle, *effect, *observed)}
     counted = [r for r in made if id(r) not in excluded]
-    return EndToEndCounts(workflows, steps, counted, idle, effect, observed)
+    return EndToEndCounts(workflows, steps, index_table, counted, idle, effect, observed)
