@@ -92,7 +92,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
             step_metrics.attempt_finished(
                 r,
                 outcome=telemetry.STEP_TIMED_OUT,
-                started_at=step_metrics.dispatched_at(r),
+                started_at=r.sent_at(),
                 ended_at=current,
             )
             return StepCheck(state="timed_out", error=f"attempt {r.attempt} timed out")

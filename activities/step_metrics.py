@@ -17,23 +17,10 @@ from workflow_core.ledger import StepRecord
 log = logging.getLogger(__name__)
 
 
-def dispatched_at(record: StepRecord) -> datetime | None:
-    """When the attempt's message went out, as far as the ledger says: the dispatch's send is not
-    recorded, so the time of the Dispatched write just before it (``updated_at``), or the watchdog's
-    re-send (``resent_at``) when that is later.
-
-    ``updated_at`` is the Dispatched write's time only while nothing else wrote the row: read from a
-    row written since (a watchdog note, a claim, a heartbeat), the figure is later than the send."""
-    sent = record.updated_at
-    if record.resent_at is not None and (sent is None or record.resent_at > sent):
-        return record.resent_at
-    return sent
-
-
 def queue_wait(before_claim: StepRecord, started_at: datetime) -> None:
     """An agent claimed a Dispatched attempt: ``sas.step.queue_wait.duration`` (dispatch to start)."""
     try:
-        sent = dispatched_at(before_claim)
+        sent = before_claim.sent_at()
         if sent is not None:
             telemetry.record_dispatch_started(
                 before_claim.workflow_name, before_claim.step_id, dispatched_at=sent, started_at=started_at

@@ -102,10 +102,7 @@ class _TickActions:
             owner=self.actor,
             deadline=self.now + self.lease,
         )
-        # the send time as activities.step_metrics.dispatched_at reads it: the send is not recorded,
-        # so the row's last write before this one (for a row nobody claimed, the Dispatched write
-        # just before the send), or the watchdog's re-send when that is later
-        sent = max((t for t in (record.updated_at, record.resent_at) if t is not None), default=None)
+        sent = record.sent_at()  # as the row dates the send (the send itself is not recorded)
         telemetry.record_step_finished(
             record.workflow_name,
             record.step_id,

@@ -195,6 +195,16 @@ class StepRecord(BaseModel):
     def is_overdue(self, now: datetime) -> bool:
         return self.status in DEADLINE_STATUSES and self.deadline is not None and self.deadline <= now
 
+    def sent_at(self) -> datetime | None:
+        """When the attempt's message went out, as far as the row says: the dispatch's send is not
+        recorded, so the time of the Dispatched write just before it (``updated_at``), or the
+        watchdog's re-send (``resent_at``) when that is later.
+
+        ``updated_at`` is the Dispatched write's time only while nothing else wrote the row: read
+        from a row written since (a watchdog note, a claim, a heartbeat), the figure is later than
+        the send. Telemetry only (queue wait, attempt duration): never decided on."""
+        return max((t for t in (self.updated_at, self.resent_at) if t is not None), default=None)
+
 
 class AuditEntry(BaseModel):
     """One append-only line of an instance's history: who did what to which step, when and why."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from activities.step_metrics import dispatched_at
 from workflow_core.ledger import StepRecord, StepStatus
 
 T0 = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
@@ -24,11 +23,10 @@ def _row(**fields) -> StepRecord:
 
 
 def test_the_dispatched_write_dates_the_send_until_the_watchdog_resends():
-    assert dispatched_at(_row(updated_at=T0)) == T0
+    assert _row(updated_at=T0).sent_at() == T0
     resent = T0 + timedelta(minutes=3)
-    assert dispatched_at(_row(updated_at=T0, resent_at=resent)) == resent
+    assert _row(updated_at=T0, resent_at=resent).sent_at() == resent
     # the re-send's own write comes a moment after the time it records: the later one counts
-    assert dispatched_at(_row(updated_at=resent + timedelta(milliseconds=5), resent_at=resent)) == (
-        resent + timedelta(milliseconds=5)
-    )
-    assert dispatched_at(_row()) is None
+    later = _row(updated_at=resent + timedelta(milliseconds=5), resent_at=resent)
+    assert later.sent_at() == resent + timedelta(milliseconds=5)
+    assert _row().sent_at() is None
