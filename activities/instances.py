@@ -38,18 +38,26 @@ IS = InstanceStatus
 
 
 def promise(
-    handle: InstanceHandle | None, acts_by: datetime, grace_seconds: float, orchestration_id: str | None
+    handle: InstanceHandle | None,
+    acts_by: datetime,
+    grace_seconds: float,
+    orchestration_id: str | None,
+    *,
+    keep_later: bool = False,
 ) -> dict[str, Any] | None:
     """``instance_changes`` that promise the scheduler acts again by ``acts_by`` (+ grace).
 
     None when there is nothing to promise on: no instance record (steps written without one), or an
-    instance no scheduler owns any more (settled, or handed to an operator).
+    instance no scheduler owns any more (settled, or handed to an operator). A parallel-group member
+    (a step orchestration), or a caller asking for it with ``keep_later``, never shortens a later
+    promise already recorded.
     """
     if handle is None or not handle.record.supervised:
         return None
     target = acts_by + timedelta(seconds=grace_seconds)
     current = handle.record.scheduler_deadline
-    if c.is_step_instance_id(orchestration_id) and current is not None and current > target:
+    keep = keep_later or c.is_step_instance_id(orchestration_id)
+    if keep and current is not None and current > target:
         target = current
     changes: dict[str, Any] = {"scheduler_deadline": target, "stalls": 0}
     if handle.record.owner != ACTOR:
@@ -58,10 +66,15 @@ def promise(
 
 
 def with_promise(
-    handle: InstanceHandle | None, acts_by: datetime, grace_seconds: float, orchestration_id: str | None
+    handle: InstanceHandle | None,
+    acts_by: datetime,
+    grace_seconds: float,
+    orchestration_id: str | None,
+    *,
+    keep_later: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for ``ledger.transition``/``update``: the instance and its promise, or none."""
-    changes = promise(handle, acts_by, grace_seconds, orchestration_id)
+    changes = promise(handle, acts_by, grace_seconds, orchestration_id, keep_later=keep_later)
     if changes is None:
         return {}
     return {"instance": handle, "instance_changes": changes}

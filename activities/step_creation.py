@@ -77,11 +77,8 @@ def _adoption(handle: InstanceHandle | None, orchestration_id: str, grace: float
     found at the starter's deadline, at most ``api.start.SCHEDULER_START_SECONDS`` later than otherwise."""
     if handle is None:
         return {}
-    changes = dict(with_promise(handle, now(), grace, orchestration_id).get("instance_changes") or {})
-    current = handle.record.scheduler_deadline
-    if "scheduler_deadline" in changes and current is not None and current > changes["scheduler_deadline"]:
-        changes["scheduler_deadline"] = current
-    return {"orchestration_id": orchestration_id, **changes}
+    promised = with_promise(handle, now(), grace, orchestration_id, keep_later=True)
+    return {"orchestration_id": orchestration_id, **(promised.get("instance_changes") or {})}
 
 
 def _adopt_instance(services: Services, instance_id: str, orchestration_id: str) -> None:
