@@ -61,22 +61,12 @@ class StepCost:
     table_per_overdue_step: float = 3
 
 
-# per workflow, not per step; the definition store is once per definition version, the heartbeat the
-# example agent's own choice: neither is counted
-_PER_WORKFLOW = {
-    "per workflow: start",
-    "per workflow: create steps",
-    "per workflow: settle instance",
-    "HTTP API",
-}
-_NOT_COUNTED = {"per version: store definition", "heartbeat"}
-
-
 def measured_cost(workflows: int = 3) -> StepCost:
     """Count the requests now on a private Azurite: ``workflows`` three-step workflows end to end on
     the in-process host (receives batched, shared between steps, as a host's are), and a watchdog
     tick over five overdue steps."""
 
+    from devtools import request_counter as rc
     from devtools.azurite import Azurite, private_env
     from devtools.request_counter import RequestCounter, pattern_operation
     from devtools.request_end_to_end import end_to_end
@@ -96,9 +86,12 @@ def measured_cost(workflows: int = 3) -> StepCost:
                 tick = watchdog_tick(services, counter, overdue=5)
             finally:
                 set_services(None)
-    requests = [r for r in e2e.counted if r.label not in _NOT_COUNTED]
+    # per workflow, not per step; the definition store is once per definition version, the
+    # heartbeat the example agent's own choice: neither is counted
+    per_workflow = {rc.START, rc.CREATE_STEPS, rc.SETTLE, rc.HTTP_API}
+    requests = [r for r in e2e.counted if r.label not in (rc.DEFINITION_STORE, rc.HEARTBEAT)]
     tables = [r for r in requests if r.service == "table"]
-    per_step = [r for r in tables if r.label not in _PER_WORKFLOW]
+    per_step = [r for r in tables if r.label not in per_workflow]
     queue_ops = [r for r in requests if r.service == "queue"]
     return StepCost(
         table_per_step=len(per_step) / e2e.steps,

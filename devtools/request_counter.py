@@ -282,6 +282,7 @@ HEARTBEAT = "heartbeat"
 START = "per workflow: start"
 VERIFY_RESULT = "orchestrator verifies result"  # verify_result: only for events the handler did not confirm
 SETTLE = "per workflow: settle instance"
+HTTP_API = "HTTP API"  # the starter's instance record (and any other API handler's requests)
 DEFINITION_STORE = "per version: store definition"  # the first start of a new definition version
 HARNESS = "harness observation"  # the test harness's own reads: not the product's
 
@@ -303,8 +304,8 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("activities/step_creation.py", "create_workflow_steps", CREATE_STEPS),
     ("api/start.py", "_ensure_unused", START),
     ("api/versions.py", None, DEFINITION_STORE),
-    ("api/start.py", None, "HTTP API"),
-    ("api/handlers.py", None, "HTTP API"),
+    ("api/start.py", None, HTTP_API),
+    ("api/handlers.py", None, HTTP_API),
     ("activities/dispatch.py", "_dispatch", DISPATCH),
     ("activities/results.py", None, RESULT_HANDLER),
     ("activities/verification.py", None, VERIFY_RESULT),

@@ -132,7 +132,7 @@ E2E_PER_STEP: dict[str, int] = {
     rc.RESULT_HANDLER: 1,  # and no orchestrator read: its event carries the ledger's verdict
 }
 E2E_PER_WORKFLOW: dict[str, int] = {
-    "HTTP API": 3,  # instance record + audit (batch), its index row, its listing row
+    rc.HTTP_API: 3,  # instance record + audit (batch), its index row, its listing row
     rc.CREATE_STEPS: 2,  # instance read; one batch (the starter's promise is kept: no index move)
     rc.SETTLE: 4,  # instance read, batch, its index row deleted, its listing row updated
     rc.HEARTBEAT: 1,  # provision-tenant's first agent asks for more time once
