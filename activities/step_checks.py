@@ -28,7 +28,7 @@ from activities.scheduler_inputs import ACTOR, IN_FLIGHT, S, StepAttemptInput
 from workflow_core import contracts as c
 from workflow_core import telemetry
 from workflow_core.contracts import StepCheck
-from workflow_core.ledger import InstanceHandle, StepRecord
+from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord
 from workflow_core.runtime import Services
 
 # While the supervisor or an operator holds a short claim on a step, its deadline is their lease,
@@ -42,6 +42,22 @@ def wait_until(r: StepRecord, current: datetime) -> datetime:
     if is_transient_claim(r.owner):
         return min(r.deadline, current + timedelta(seconds=CLAIM_RECHECK_SECONDS))
     return r.deadline
+
+
+def keep_waiting(
+    ledger: StepLedger,
+    handle: InstanceHandle | None,
+    r: StepRecord,
+    current: datetime,
+    grace: float,
+    doing: str,
+) -> StepCheck:
+    """The attempt's deadline is still ahead: the scheduler waits on (see :func:`wait_until`) and
+    moves its promise on the instance record to match, so the watchdog does not take it for dead."""
+    until = wait_until(r, current)
+    reason = f"{doing} {r.step_id} until {iso(until)}"
+    keep_promise(ledger, handle, until, grace, r.orchestration_id, reason=reason)
+    return StepCheck(state="extended", deadline=iso(until))
 
 
 def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
@@ -69,16 +85,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
         if r.status in IN_FLIGHT:
             current = now()
             if r.deadline is not None and r.deadline > current:
-                until = wait_until(r, current)
-                keep_promise(
-                    ledger,
-                    handle,
-                    until,
-                    grace,
-                    r.orchestration_id,
-                    reason=f"waiting for {r.step_id} until {iso(until)}",
-                )
-                return StepCheck(state="extended", deadline=iso(until))
+                return keep_waiting(ledger, handle, r, current, grace, "waiting for")
             ledger.transition(
                 r,
                 S.TIMED_OUT,
@@ -137,16 +144,7 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
             return StepCheck(state="timed_out", error=r.last_error)
         current = now()
         if r.deadline is not None and r.deadline > current:
-            until = wait_until(r, current)
-            keep_promise(
-                ledger,
-                handle,
-                until,
-                grace,
-                r.orchestration_id,
-                reason=f"compensating {r.step_id} until {iso(until)}",
-            )
-            return StepCheck(state="extended", deadline=iso(until))
+            return keep_waiting(ledger, handle, r, current, grace, "compensating")
         error = f"compensation attempt {r.compensation_attempt} timed out"
         ledger.update(
             r,
