@@ -27,6 +27,7 @@ from workflow_core.ledger import (
     InstanceRecord,
     InstanceStatus,
     StepLedger,
+    StepRecord,
     outcome_json,
 )
 from workflow_core.runtime import Services, get_services
@@ -139,7 +140,8 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
     ledger = services.ledger
     target = _SETTLED_AS[args.outcome]
 
-    def decide(record: InstanceRecord | None) -> dict[str, Any]:
+    def decide(pair: tuple[InstanceRecord | None, list[StepRecord]]) -> dict[str, Any]:
+        record, watched = pair
         if record is None:
             return {"instance_id": args.instance_id, "status": None, "changed": False}
         if record.status is target:
@@ -147,6 +149,13 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         if target is IS.SUCCEEDED and record.status is not IS.RUNNING:
             # compensation started meanwhile (an operator or the watchdog): it decides the outcome
             return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
+        for step in watched:  # the instance's row is about to go: each gets a row of its own
+            ledger.unwatch(
+                step,
+                actor=ACTOR,
+                reason=f"workflow {args.outcome} while the step is {step.status.value}: "
+                "watched by a deadline-index row of its own from now on",
+            )
         via = record
         if target in (IS.COMPENSATED, IS.COMPENSATION_FAILED) and record.status is not IS.COMPENSATING:
             via = ledger.transition_instance(
@@ -173,7 +182,7 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         return {"instance_id": args.instance_id, "status": updated.status.value, "changed": True}
 
     return retry_on_conflict(
-        lambda: ledger.find_instance(args.instance_id), decide, what=f"settle {args.instance_id}"
+        lambda: ledger.instance_and_watched_steps(args.instance_id), decide, what=f"settle {args.instance_id}"
     )
 
 

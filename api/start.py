@@ -213,6 +213,7 @@ async def _record_instance(
                 max_resumes=definition.max_resumes,
                 on_scheduler_lost=definition.on_scheduler_lost,
                 version=version,
+                steps_due_after_seconds=definition.shortest_deadline_seconds,
                 **tracing.ledger_fields(trace_context),
             ),
         )

@@ -159,7 +159,12 @@ def recovery_span(record: Any) -> Any:
 
 
 async def _supervise_and_handle(tick: _Tick, now: datetime, limit: int, overdue: list[StepRecord]) -> None:
-    await _supervise_instances(tick, now, limit)
+    watched = await _supervise_instances(tick, now, limit)
+    # Steps watched through their instance's row (workflow_core/ledger/watch.py) join those the step
+    # index found; a step has one or the other, never both.
+    seen = {(r.instance_id, r.step_id) for r in overdue}
+    overdue = overdue + [r for r in watched if (r.instance_id, r.step_id) not in seen]
+    tick.report.overdue = len(overdue)
     for record in overdue:
         with recovery_span(record):
             await _handle_one(tick, record)
@@ -198,17 +203,19 @@ async def _handle_one(tick: _Tick, record: StepRecord) -> None:
         await _best_effort_note(tick, record, exc)
 
 
-async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> None:
+async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> list[StepRecord]:
     """Instances whose scheduler broke its promise (``scheduler_deadline`` passed): see
     ``supervisor/instances.py``. Handled before the steps, so a dead instance is resumed or
-    compensated once, by the instance, whichever of its rows the tick met first."""
+    compensated once, by the instance, whichever of its rows the tick met first. Returns the
+    overdue steps the instance rows watch, for the step decisions."""
     report = tick.report
     try:
-        overdue = await _io(tick.ledger.overdue_instances, now, limit)
+        due = await _io(tick.ledger.overdue_work, now, limit)
     except Exception:
         log.exception("watchdog tick %s could not read the instance deadlines", report.tick_id)
         report.errors += 1
-        return
+        return []
+    overdue = due.instances
     report.overdue_instances = len(overdue)
     ledger_gauges.note_overdue_instances(Counter(i.workflow for i in overdue))  # sas.instance.overdue
     supervisor = InstanceSupervisor(tick)
@@ -233,6 +240,7 @@ async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> None:
                 tick_id=report.tick_id,
                 reason=f"{type(exc).__name__}: {exc}",
             )
+    return due.steps
 
 
 async def _best_effort_claim(tick: _Tick, record: StepRecord) -> None:

@@ -23,6 +23,7 @@ from workflow_core.ledger.entities import MAX_BATCH, _deadline_key
 from workflow_core.ledger.errors import InvalidLedgerInput, StepNotFound
 from workflow_core.ledger.index_keys import overdue_upper_partition
 from workflow_core.ledger.model import StepRecord, require_aware
+from workflow_core.ledger.watch import has_own_row
 
 log = logging.getLogger("workflow_core.ledger.store")
 
@@ -59,7 +60,7 @@ class DeadlineIndexMixin:
     def _delete_index_rows(self, keys: Sequence[str]) -> None:
         """Delete index rows, batched per partition; rows already gone are fine."""
         by_partition: dict[str, list[str]] = {}
-        for key in dict.fromkeys(k for k in keys if k):
+        for key in dict.fromkeys(k for k in keys if has_own_row(k)):
             partition, _, row = key.partition("|")
             by_partition.setdefault(partition, []).append(row)
         for partition, rows in by_partition.items():
@@ -77,7 +78,7 @@ class DeadlineIndexMixin:
                         self._delete_index_row(f"{partition}|{r}")
 
     def _delete_index_row(self, index_key: str | None) -> None:
-        if not index_key:
+        if not has_own_row(index_key):  # none, or watched through the instance's row
             return
         partition, _, row = index_key.partition("|")
         try:

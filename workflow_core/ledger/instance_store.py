@@ -3,21 +3,23 @@
 Mixed into :class:`workflow_core.ledger.StepLedger`: the instance record shares the steps' table and
 partition, so a step change and the instance change it implies go in one entity-group transaction
 (see ``StepLedger.transition(..., instance=...)``). What is here is what touches the instance alone:
-creating it at the door, reading it, moving its status, and finding the overdue ones.
+creating it at the door, reading it and moving its status; finding the overdue ones is in
+``instance_deadlines.py``.
 
 The deadline index holds instance rows in their own partitions, ``i<YYYYMMDDHHMM>-<shard>`` (``i``
 sorts after every digit, so the steps' range query never reads them). An instance's index row only has
-to be *no later* than its ``scheduler_deadline``: the scheduler moves the deadline on every step,
-and rewriting the index row each time would cost two more requests per step. So the hot path moves
-the row only when the deadline moves *earlier* than the row; when the watchdog meets a row whose
-instance is not overdue yet, it moves the row forward to the deadline (:meth:`overdue_instances`).
+to be *no later* than its ``scheduler_deadline`` (and than the deadline of every step it watches,
+``watch.py``): the scheduler moves the deadline on every step, and rewriting the index row each time
+would cost two more requests per step. So the hot path moves the row only when it must fall due
+*earlier*; when the watchdog meets a row with nothing overdue yet, it moves the row forward
+(``instance_deadlines.py``).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from azure.core import MatchConditions
@@ -33,7 +35,7 @@ from workflow_core.ledger.errors import (
     InstanceNotFound,
     InvalidLedgerInput,
 )
-from workflow_core.ledger.index_keys import index_partition, overdue_upper_partition
+from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance import (
     ATTENTION_INSTANCE_STATUSES,
     INSTANCE_FIELDS,
@@ -100,13 +102,18 @@ def index_row_time(index_key: str | None) -> datetime | None:
 
 
 def plan_instance_index(
-    current: InstanceRecord, updated: InstanceRecord, nonce: str
+    current: InstanceRecord, updated: InstanceRecord, nonce: str, due_by: datetime | None = None
 ) -> tuple[str, str] | None:
-    """The new index row ``updated`` needs, or None when its current row (or none) will do."""
+    """The new index row ``updated`` needs, or None when its current row (or none) will do.
+
+    ``due_by``: the deadline of a step the same transaction hands to the instance row to watch
+    (``watch.py``): the row must then fall due by the earlier of the two."""
     if updated.status in SUPERVISED_INSTANCE_STATUSES:
         deadline = updated.scheduler_deadline
         if deadline is None:
             return None
+        if due_by is not None and due_by < deadline:
+            deadline = due_by
         due = index_row_time(current.index_key)
         if due is not None and due <= deadline:
             return None  # the row falls due no later than the deadline: the watchdog moves it on
@@ -149,11 +156,14 @@ class InstanceLedgerMixin(InstanceListMixin):
         version: str = UNVERSIONED,
         trace_parent: str | None = None,
         trace_state: str | None = None,
+        steps_due_after_seconds: float | None = None,
     ) -> InstanceRecord:
         """Write the record of a new instance, Running, *before* its orchestration is started.
 
         Its ``scheduler_deadline`` is how long the orchestration may take to show up and create its
         steps: an orchestration that never starts is found by the watchdog like one that died.
+        ``steps_due_after_seconds`` (the workflow's shortest step deadline): the index row falls due
+        by then too, early enough to watch every step (``watch.py``) without a move at dispatch.
         Raises :class:`InstanceAlreadyExists` for a used id.
         """
         validate_instance_id(instance_id)
@@ -175,7 +185,10 @@ class InstanceLedgerMixin(InstanceListMixin):
             trace_parent=trace_parent,
             trace_state=trace_state,
         )
-        new_index = plan_instance_index(record.model_copy(update={"index_key": None}), record, self._nonce())
+        steps_due = now + timedelta(seconds=steps_due_after_seconds) if steps_due_after_seconds else None
+        new_index = plan_instance_index(
+            record.model_copy(update={"index_key": None}), record, self._nonce(), steps_due
+        )
         assert new_index is not None
         record = record.model_copy(update={"index_key": f"{new_index[0]}|{new_index[1]}"})
         self._create_instance_index_row(new_index, record)
@@ -275,9 +288,16 @@ class InstanceLedgerMixin(InstanceListMixin):
     # ---- shared with the step writes --------------------------------------------------------------
 
     def prepare_instance_change(
-        self, record: InstanceRecord, status: InstanceStatus, changes: dict[str, Any], now: datetime
+        self,
+        record: InstanceRecord,
+        status: InstanceStatus,
+        changes: dict[str, Any],
+        now: datetime,
+        *,
+        due_by: datetime | None = None,
     ) -> tuple[InstanceRecord, tuple[str, str] | None]:
-        """The instance as it will be written, and the index row to create first (if any)."""
+        """The instance as it will be written, and the index row to create first (if any); its row
+        falls due by ``due_by`` too when given (a step it watches, see ``watch.py``)."""
         if record.etag is None:
             raise InvalidLedgerInput(
                 "instance record has no ETag: read it from the ledger before updating it"
@@ -297,7 +317,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         draft = InstanceRecord.model_validate(data)
         if draft.status in SUPERVISED_INSTANCE_STATUSES and draft.scheduler_deadline is None:
             raise InvalidLedgerInput(f"instance status {draft.status.value} needs a scheduler deadline")
-        new_index = plan_instance_index(record, draft, self._nonce())
+        new_index = plan_instance_index(record, draft, self._nonce(), due_by)
         updated = draft.model_copy(update={"index_key": instance_index_key_after(record, draft, new_index)})
         return updated, new_index
 
@@ -344,68 +364,6 @@ class InstanceLedgerMixin(InstanceListMixin):
         if record is None:
             raise InstanceNotFound(instance_id)
         return record
-
-    def overdue_instances(self, now: datetime, limit: int = 100) -> list[InstanceRecord]:
-        """Instances whose scheduler deadline is at or before ``now``, earliest first.
-
-        Reads only the instance index rows due by ``now``. A row whose instance is not overdue yet
-        (the scheduler moved the deadline on since the row was written) is moved forward to the
-        deadline here, so the hot path never has to; stray rows are deleted.
-        """
-        now = require_aware(now, "now")
-        if limit < 1:
-            raise InvalidLedgerInput(f"limit must be >= 1, got {limit}")
-        self.stats.queries += 1
-        rows = self._index.query_entities(
-            "PartitionKey ge @lo and PartitionKey le @hi and RowKey le @key",
-            parameters={
-                "lo": INSTANCE_INDEX_PREFIX,
-                "hi": f"{INSTANCE_INDEX_PREFIX}{overdue_upper_partition(now)}",
-                "key": _time_key(now) + "~~",
-            },
-            results_per_page=min(max(limit, 10), 1000),
-        )
-        found: list[InstanceRecord] = []
-        for row in rows:
-            self.stats.index_entities_read += 1
-            key = f"{row['PartitionKey']}|{row['RowKey']}"
-            record = self.find_instance(row["InstanceId"])
-            if record is None or record.index_key != key:
-                self._delete_index_row(key)
-                self.stats.stale_index_rows_removed += 1
-                continue
-            if record.is_overdue(now):
-                found.append(record)
-                if len(found) >= limit:
-                    break
-                continue
-            self._move_instance_row_forward(record)
-        # rows come minute by minute, and within a minute shard by shard
-        return sorted(found, key=lambda r: r.scheduler_deadline or now)
-
-    def _move_instance_row_forward(self, record: InstanceRecord) -> None:
-        """Re-key a row that fell due before its instance did (see the module docstring)."""
-        if not record.supervised or record.scheduler_deadline is None:
-            return
-        deadline = record.scheduler_deadline
-        partition = index_partition(deadline, record.instance_id)
-        new = (f"{INSTANCE_INDEX_PREFIX}{partition}", f"{_time_key(deadline)}~{self._nonce()}")
-        self._create_instance_index_row(new, record)
-        try:
-            self._steps.update_entity(
-                {
-                    "PartitionKey": record.instance_id,
-                    "RowKey": INSTANCE_ROW,
-                    "IndexKey": f"{new[0]}|{new[1]}",
-                },
-                mode=UpdateMode.MERGE,
-                etag=record.etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
-        except Exception:  # someone wrote the instance meanwhile: their write decides; drop our row
-            self._delete_index_row(f"{new[0]}|{new[1]}")
-            return
-        self._delete_index_row(record.index_key)
 
     def instances_needing_attention(self, limit: int = 100) -> list[InstanceRecord]:
         """Instances no automation moves on from (CompensationFailed, Failed, or flagged)."""

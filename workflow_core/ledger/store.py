@@ -7,7 +7,9 @@ Layout (see docs/architecture.md):
   - audit rows, RowKey = ``~audit~<time>~<nonce>`` (``~`` sorts after every step id), written in
     the *same entity-group transaction* as the step change they describe, so the trail never
     misses or invents a move.
-* Deadline-index table: one row per step that must move on by a deadline,
+* Deadline-index table: one row per step that must move on by a deadline and is not watched
+  through its instance's row (``watch.py``: a step of a supervised instance written with the
+  instance record has ``IndexKey = instance`` and no row of its own),
   PartitionKey = deadline minute bucket plus a shard (``YYYYMMDDHHMM-SS``, see
   :func:`index_partition`), RowKey = ``<deadline>~<nonce>``. ``overdue(now)`` reads only the
   buckets up to now and, in them, only rows due by now: only overdue rows.
@@ -55,6 +57,7 @@ from workflow_core.ledger.errors import (
 )
 from workflow_core.ledger.heartbeat import HeartbeatMixin, _http_date
 from workflow_core.ledger.index_keys import index_partition
+from workflow_core.ledger.instance_deadlines import InstanceDeadlinesMixin
 from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
@@ -67,6 +70,7 @@ from workflow_core.ledger.model import (
 )
 from workflow_core.ledger.step_creation import STEPS_MARKER_ROW, StepCreationMixin
 from workflow_core.ledger.step_reads import StepReadsMixin
+from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, has_own_row, watched_by_instance
 
 
 @dataclass
@@ -90,6 +94,7 @@ class StepLedger(
     AuditTrailMixin,
     DeadlineIndexMixin,
     InstanceLedgerMixin,
+    InstanceDeadlinesMixin,
 ):
     """Conditional (ETag) reads and writes of step rows, their instance record, their deadline index
     and their audit trail.
@@ -199,6 +204,13 @@ class StepLedger(
             **changes,
         )
 
+    def unwatch(self, record: StepRecord, *, actor: str, reason: str) -> StepRecord:
+        """Give a step its instance's index row watches a row of its own (``watch.py``): done before
+        the instance leaves supervision, so no in-flight step is left without a watcher."""
+        return self._write(
+            record, actor=actor, reason=reason, status=record.status, action="update", own_row=True
+        )
+
     def _write(
         self,
         record: StepRecord,
@@ -209,6 +221,7 @@ class StepLedger(
         action: str,
         instance: InstanceHandle | None = None,
         instance_changes: dict[str, Any] | None = None,
+        own_row: bool = False,
         **changes: Any,
     ) -> StepRecord:
         if record.etag is None:
@@ -223,13 +236,29 @@ class StepLedger(
         data["updated_at"] = now
         if status in (StepStatus.SUCCEEDED, StepStatus.COMPENSATED) and "completed_at" not in changes:
             data["completed_at"] = now
+        # The instance part first: the index row it will have decides whether it watches the step.
+        instance_op = instance_updated = instance_index = None
+        if instance is not None:
+            if instance.record.instance_id != record.instance_id:
+                raise InvalidLedgerInput("the instance handle belongs to another instance")
+            changes_i = dict(instance_changes or {})
+            if status is StepStatus.SUCCEEDED and record.status is not StepStatus.SUCCEEDED:
+                # the completion sequence: written with the completion, from the instance's counter
+                changes_i["completions"] = instance.record.completions + 1
+                data["completion_seq"] = instance.record.completions + 1
+            watch_until = require_aware(data["deadline"], "deadline") if status in DEADLINE_STATUSES else None
+            instance_updated, instance_index = self.prepare_instance_change(
+                instance.record, instance.record.status, changes_i, now, due_by=watch_until
+            )
+            instance_op = self.instance_operation(instance.record, instance_updated)
         new_index: tuple[str, str] | None = None
         if status in DEADLINE_STATUSES:
             deadline = require_aware(data["deadline"], "deadline")
             data["deadline"] = deadline
             old = record.index_key
-            old_deadline = record.deadline
-            if old is None or old.startswith(ATTENTION_PARTITION) or old_deadline != deadline:
+            if not own_row and watched_by_instance(record, deadline, instance_updated):
+                data["index_key"] = WATCHED_BY_INSTANCE  # no row of its own (watch.py)
+            elif not has_own_row(old) or old.startswith(ATTENTION_PARTITION) or record.deadline != deadline:
                 new_index = (
                     index_partition(deadline, record.instance_id, record.step_id),
                     f"{_deadline_key(deadline)}~{_nonce()}",
@@ -242,21 +271,8 @@ class StepLedger(
         if new_index is not None:
             data["index_key"] = f"{new_index[0]}|{new_index[1]}"
         updated = StepRecord.model_validate(data)
-        instance_op = instance_updated = instance_index = None
-        if instance is not None:
-            if instance.record.instance_id != record.instance_id:
-                raise InvalidLedgerInput("the instance handle belongs to another instance")
-            changes_i = dict(instance_changes or {})
-            if status is StepStatus.SUCCEEDED and record.status is not StepStatus.SUCCEEDED:
-                # the completion sequence: written with the completion, from the instance's counter
-                changes_i["completions"] = instance.record.completions + 1
-                updated = updated.model_copy(update={"completion_seq": instance.record.completions + 1})
-            instance_updated, instance_index = self.prepare_instance_change(
-                instance.record, instance.record.status, changes_i, now
-            )
-            instance_op = self.instance_operation(instance.record, instance_updated)
-            if instance_index is not None:
-                self._create_instance_index_row(instance_index, instance_updated)
+        if instance_index is not None:
+            self._create_instance_index_row(instance_index, instance_updated)
 
         # (1) new index row first, so the step never points at a missing one
         if new_index is not None:
@@ -313,7 +329,7 @@ class StepLedger(
         # (3) the old index row is now stale: deleted now, or where a caller deferred it (see
         # deferred_index_deletes). Not left for overdue() to find: the singleton watchdog would then
         # read every completed step's row once more (docs/capacity.md).
-        if record.index_key and record.index_key != updated.index_key:
+        if has_own_row(record.index_key) and record.index_key != updated.index_key:
             self._retire_index_row(record.index_key)
         if instance is not None and instance_updated is not None:
             self.instance_written(instance.record, instance_updated)

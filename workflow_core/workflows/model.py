@@ -353,6 +353,16 @@ class WorkflowDefinition(_Frozen):
     def step_ids(self) -> list[str]:
         return [step.id for step in self.steps]
 
+    @property
+    def shortest_deadline_seconds(self) -> float:
+        """The shortest deadline any dispatch of this workflow can set (work or compensation): no
+        step can fall due sooner after the instance starts, so the starter places the instance's
+        deadline-index row no later than that and the dispatches find it early enough to watch
+        their steps without moving it (``workflow_core/ledger/watch.py``)."""
+        spans = [s.deadline_seconds for s in self.steps]
+        spans += [s.compensation.deadline_seconds for s in self.steps if s.compensation]
+        return min(spans)
+
     def step(self, step_id: str) -> StepDefinition:
         for step in self.steps:
             if step.id == step_id:
