@@ -136,7 +136,7 @@ def test_ledger_gauges_read_the_callers_callbacks(reader):
 
     telemetry.register_ledger_gauges(in_flight=in_flight, overdue=lambda: 2)
     assert calls == []  # called at collection time, not at registration
-    in_flight_points = by_attributes(metric_points(reader, "sas.step.in_flight"))
+    in_flight_points = by_attributes(metric_points(reader, "sas.work.in_flight"))
     assert {k: p.value for k, p in in_flight_points.items()} == {
         frozenset({"workflow": "provision"}.items()): 3,
         frozenset({"workflow": "fulfil"}.items()): 1,
@@ -153,19 +153,19 @@ def test_a_failing_gauge_callback_does_not_stop_the_other_metrics(reader, caplog
     telemetry.register_ledger_gauges(in_flight=broken, overdue=lambda: 4)
     telemetry.record_step_finished("w", "s", telemetry.STEP_SUCCEEDED, duration_s=1)
     with caplog.at_level(logging.ERROR, logger="sas.supervisor"):
-        assert metric_points(reader, "sas.step.in_flight") == []
+        assert metric_points(reader, "sas.work.in_flight") == []
         assert [p.value for p in metric_points(reader, "sas.instance.overdue")] == [4]
         assert len(metric_points(reader, "sas.step.duration")) == 1
-    assert any("sas.step.in_flight" in r.getMessage() for r in caplog.records)
+    assert any("sas.work.in_flight" in r.getMessage() for r in caplog.records)
 
 
 def test_gauges_observe_nothing_until_registered_and_after_clearing(reader):
-    assert metric_points(reader, "sas.step.in_flight") == []
+    assert metric_points(reader, "sas.work.in_flight") == []
     telemetry.register_ledger_gauges(in_flight=lambda: 1)
-    assert [p.value for p in metric_points(reader, "sas.step.in_flight")] == [1]
+    assert [p.value for p in metric_points(reader, "sas.work.in_flight")] == [1]
     telemetry.register_ledger_gauges(in_flight=None)
     reader.get_metrics_data()  # the next collection after clearing observes nothing new
-    assert metric_points(reader, "sas.step.in_flight") == []
+    assert metric_points(reader, "sas.work.in_flight") == []
 
 
 def test_compensations_by_outcome(reader, caplog):

@@ -150,7 +150,7 @@ def test_registered_gauges_export_the_readings():
             for scope in resource.scope_metrics
             for metric in scope.metrics
         }
-        assert points[telemetry.STEPS_IN_FLIGHT_GAUGE] == [({}, 7)]
+        assert points[telemetry.WORK_IN_FLIGHT_GAUGE] == [({}, 7)]
         assert points[telemetry.INSTANCES_OVERDUE_GAUGE] == [({"workflow": "order-fulfilment"}, 1)]
     finally:
         telemetry.register_ledger_gauges(in_flight=None, overdue=None)

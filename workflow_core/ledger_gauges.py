@@ -1,11 +1,12 @@
-"""What the observable gauges ``sas.step.in_flight`` and ``sas.instance.overdue`` read, cheaply.
+"""What the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue`` read, cheaply.
 
 The exporter calls a gauge's callback on its own thread at every export (once a minute by default),
 so a callback must never scan the ledger:
 
-* in-flight steps: one query of the deadline index for rows Dispatched or Running (one column,
-  capped): the index holds live work only, so the cost follows the work in flight, not history. The
-  reading is cached for ``ttl_seconds``, so a shorter export interval does not read more often.
+* work in flight: one query of the deadline index for supervised instances' rows and steps' own
+  rows Dispatched or Running (one column, capped): the index holds live work only, so the cost
+  follows the work in flight, not history. The reading is cached for ``ttl_seconds``, so a shorter
+  export interval does not read more often.
 * overdue instances: what the watchdog's last tick *in this process* found (it reads the instance
   deadlines anyway, and verifies each): :func:`note_overdue_instances`, per workflow. Older than
   ``stale_after_seconds`` (no tick ran here lately, e.g. another instance of the app runs the timer):
@@ -61,7 +62,8 @@ class LedgerGauges:
         self._lock = threading.Lock()
 
     def in_flight(self) -> int | dict[str, int]:
-        """Dispatched or Running steps (cached for the TTL); {} (no reading) while there is no ledger
+        """Supervised instances plus Dispatched or Running steps with their own index row (cached for
+        the TTL); {} (no reading) while there is no ledger
         to read (the app settings name no storage yet)."""
         with self._lock:
             now = self._monotonic()
@@ -83,7 +85,7 @@ class LedgerGauges:
 
 
 def register(ledger_source: Callable[[], Any] | None = None, **options: Any) -> LedgerGauges:
-    """Feed ``sas.step.in_flight`` and ``sas.instance.overdue`` from the ledger (see the module
+    """Feed ``sas.work.in_flight`` and ``sas.instance.overdue`` from the ledger (see the module
     docstring); ``ledger_source`` defaults to the app's services' ledger."""
     if ledger_source is None:
 

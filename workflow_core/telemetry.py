@@ -11,7 +11,7 @@ name                                kind       unit            attributes
 ``sas.step.duration``               histogram  ``s``           workflow, step, outcome (+ error.type)
 ``sas.step.attempts``               histogram  ``{attempt}``   workflow, step, outcome (+ error.type)
 ``sas.step.queue_wait.duration``    histogram  ``s``           workflow, step
-``sas.step.in_flight``              gauge      ``{step}``      (workflow), from a caller's callback (the
+``sas.work.in_flight``              gauge      ``{item}``      (workflow), from a caller's callback (the
                                                                app's: workflow_core/ledger_gauges.py)
 ``sas.instance.overdue``            gauge      ``{instance}``  (workflow), from a caller's callback
 ``sas.recoveries``                  counter    ``{action}``    action, outcome, workflow (+ error.type)
@@ -70,7 +70,7 @@ DEAD_LETTER_COUNTER = "sas.dead_lettered_messages"
 STEP_DURATION_HISTOGRAM = "sas.step.duration"
 STEP_ATTEMPTS_HISTOGRAM = "sas.step.attempts"
 QUEUE_WAIT_HISTOGRAM = "sas.step.queue_wait.duration"
-STEPS_IN_FLIGHT_GAUGE = "sas.step.in_flight"
+WORK_IN_FLIGHT_GAUGE = "sas.work.in_flight"
 INSTANCES_OVERDUE_GAUGE = "sas.instance.overdue"
 RECOVERY_EVENT = "sas.recovery"
 INSTANCE_STALLED_EVENT = "sas.instance_stalled"
@@ -132,7 +132,7 @@ _tracer_provider: trace.TracerProvider | None = None
 _configured = False
 # Callbacks of the observable gauges, set by register_ledger_gauges (None = nothing observed).
 _gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {
-    STEPS_IN_FLIGHT_GAUGE: None,
+    WORK_IN_FLIGHT_GAUGE: None,
     INSTANCES_OVERDUE_GAUGE: None,
 }
 
@@ -189,10 +189,11 @@ def _build(
         tracer=tracer,
     )
     meter.create_observable_gauge(
-        STEPS_IN_FLIGHT_GAUGE,
-        callbacks=[_gauge_callback(STEPS_IN_FLIGHT_GAUGE)],
-        unit="{step}",
-        description="Steps dispatched or running (not yet settled), as the ledger counts them",
+        WORK_IN_FLIGHT_GAUGE,
+        callbacks=[_gauge_callback(WORK_IN_FLIGHT_GAUGE)],
+        unit="{item}",
+        description="Work the watchdog watches in flight: supervised workflow instances, and steps "
+        "dispatched or running with a deadline-index row of their own",
     )
     meter.create_observable_gauge(
         INSTANCES_OVERDUE_GAUGE,
@@ -508,7 +509,7 @@ def register_ledger_gauges(
     in_flight: Callable[[], GaugeReading] | None = None,
     overdue: Callable[[], GaugeReading] | None = None,
 ) -> None:
-    """Feed the observable gauges ``sas.step.in_flight`` and ``sas.instance.overdue``.
+    """Feed the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue``.
 
     Each callback is called at every metric export (once a minute by default) on the exporter's
     thread: it must be cheap (a cached count, a count kept by the watchdog's last tick, never a table
@@ -516,7 +517,7 @@ def register_ledger_gauges(
     raises is logged and skipped. This module never reads the ledger itself.
     """
     with _lock:
-        _gauge_sources[STEPS_IN_FLIGHT_GAUGE] = in_flight
+        _gauge_sources[WORK_IN_FLIGHT_GAUGE] = in_flight
         _gauge_sources[INSTANCES_OVERDUE_GAUGE] = overdue
     _get()  # the gauges are created with the other instruments: make sure they exist
 

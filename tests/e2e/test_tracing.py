@@ -212,7 +212,7 @@ def test_one_trace_from_the_http_start_through_every_hop(traced_harness: Pattern
     # the gauges, as start-up registers them: nothing in flight once the workflow finished
     ledger_gauges.register(lambda: h.ledger)
     ledger_gauges.note_overdue_instances({})
-    (in_flight,) = otel.points(telemetry.STEPS_IN_FLIGHT_GAUGE)
+    (in_flight,) = otel.points(telemetry.WORK_IN_FLIGHT_GAUGE)
     (overdue,) = otel.points(telemetry.INSTANCES_OVERDUE_GAUGE)
     assert (in_flight.value, overdue.value) == (0, 0)
 

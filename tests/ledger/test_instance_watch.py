@@ -160,3 +160,18 @@ def test_settling_an_instance_gives_its_watched_in_flight_steps_rows_of_their_ow
     assert own_rows(ledger, a.instance_id)["steps"] == [step.index_key]
     assert [s.step_id for s in ledger.overdue(NOW + timedelta(minutes=5))] == ["a"]
     assert ledger.overdue_work(NOW + timedelta(hours=1)).steps == []  # the instance row is gone
+
+
+def test_the_in_flight_count_counts_supervised_instances_and_steps_with_rows_of_their_own(ledger):
+    handle, (a, b) = started(ledger, steps_due_after=60)
+    assert ledger.count_in_flight() == 1  # the instance: its row watches whatever it dispatches
+    a = dispatch(ledger, handle, a, NOW + timedelta(minutes=5))
+    assert ledger.count_in_flight() == 1
+    ledger.transition(
+        ledger.get(b.instance_id, "b"),
+        S.DISPATCHED,
+        actor="test",
+        attempt=1,
+        deadline=NOW + timedelta(minutes=5),
+    )  # written without the instance: a row of its own
+    assert ledger.count_in_flight() == 2

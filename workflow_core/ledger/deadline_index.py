@@ -147,13 +147,23 @@ class DeadlineIndexMixin:
         return result
 
     def count_in_flight(self, cap: int = 5000) -> int:
-        """Steps Dispatched or Running, counted from the deadline index (index rows only, one column,
-        at most ``cap``): what the ``sas.step.in_flight`` gauge reads; it grows with live work, not
-        with history, and is never used for a decision."""
+        """Work in flight the watchdog watches, counted from the deadline index (index rows only, one
+        column, at most ``cap``): steps Dispatched or Running with a row of their own, plus supervised
+        instances (whose row watches their steps, ``watch.py``, so the steps themselves are not
+        counted). What the ``sas.work.in_flight`` gauge reads; it grows with live work, not with
+        history, and is never used for a decision."""
         self.stats.queries += 1
         rows = self._index.query_entities(
-            "PartitionKey lt @letters and ( Status eq @dispatched or Status eq @running )",
-            parameters={"letters": "a", "dispatched": "Dispatched", "running": "Running"},
+            "( PartitionKey lt @letters and ( Status eq @dispatched or Status eq @running ) ) or "
+            "( PartitionKey ge @instances and PartitionKey lt @after and Kind eq @instance )",
+            parameters={
+                "letters": "a",
+                "dispatched": "Dispatched",
+                "running": "Running",
+                "instances": "i",
+                "after": "i~",
+                "instance": "instance",
+            },
             select=["Status"],
             results_per_page=1000,
         )
