@@ -11,9 +11,11 @@ first bottleneck. Limits (see docs/capacity.md for the sources):
 
 * Table Storage, per account: 20,000 transactions/s (an entity-group transaction counts once);
 * Table Storage, per partition: 2,000 entities/s. The deadline index puts every deadline of one
-  minute in ``--index-shards`` partitions (16 in the ledger), and each step writes its index row
-  there and deletes it again: with one dominant deadline length, all steps dispatched in the same
-  minute share those partitions;
+  minute in ``--index-shards`` partitions (16 in the ledger); a supervised instance writes its row
+  there at the start and deletes it when it settles, and its steps are watched through that row
+  (a step writes a row of its own only off the happy path): with one dominant deadline length, all
+  instances started in the same minute share those partitions. The operators' instance listing is
+  one partition: every instance writes its listing row at the start and when it settles;
 * Queue Storage (storage-queue transport): 20,000 messages/s per account, 2,000 per queue (read
   conservatively: a message's send, receive and delete each count);
 * Service Bus Standard: 1,000 credits/s per namespace, one credit per message sent or received;
@@ -46,15 +48,17 @@ class StepCost:
     (``bench/requests_per_step.py`` part 2, pinned in ``tests/perf``); ``--measure`` counts them now
     the same way (``devtools.request_end_to_end``)."""
 
-    # dispatch 3 (query, index insert, batch; the send is not recorded), claim 2 (query, batch),
-    # record 2 (batch, index delete after the reply), result handler 1 (the orchestrator takes the
+    # dispatch 2 (query, batch; the send is not recorded, the instance's row watches the step),
+    # claim 2 (query, batch), record 1 (batch), result handler 1 (the orchestrator takes the
     # handler's verdict: no second read)
-    table_per_step: float = 8
+    table_per_step: float = 6
     # starter: instance create (batch, index insert, listing row); create_steps: instance read and
-    # one batch (the starter's promise kept: no index move); settle: read, batch, index delete,
+    # one batch (the starter's promise kept: no index move); settle: query, batch, index delete,
     # listing row. (A generated instance id is not looked up; a chosen one costs one query more.)
     table_per_workflow: float = 9
-    index_entities_per_step: float = 2  # index row inserted at dispatch, deleted after the reply
+    index_entities_per_step: float = 0  # watched through the instance's row (own rows: off the happy path)
+    index_entities_per_workflow: float = 2  # the instance's row: inserted at the start, deleted at settle
+    listing_entities_per_workflow: float = 2  # the listing row: written at the start and at settle
     queue_messages_per_step: float = 6  # storage-queue transport: 2 sends, 2 receives, 2 deletes (unbatched)
     servicebus_credits_per_step: float = 4  # Service Bus: 2 sends + 2 receives (settlement not billed)
     # watchdog: verify read, new index row, one claim-and-decision batch (+ per-tick cleanup batches)
@@ -93,10 +97,15 @@ def measured_cost(workflows: int = 3) -> StepCost:
     tables = [r for r in requests if r.service == "table"]
     per_step = [r for r in tables if r.label not in per_workflow]
     queue_ops = [r for r in requests if r.service == "queue"]
+    # on the index table, per workflow: the instance's row inserted and deleted, the listing row
+    # upserted (the counter sees operations, not partitions)
+    on_index = [r for r in tables if r.label in per_workflow and r.resource == e2e.index_table]
     return StepCost(
         table_per_step=len(per_step) / e2e.steps,
         table_per_workflow=(len(tables) - len(per_step)) / e2e.workflows,
         index_entities_per_step=sum(1 for r in per_step if r.resource == e2e.index_table) / e2e.steps,
+        index_entities_per_workflow=sum(1 for r in on_index if r.op != "update") / e2e.workflows,
+        listing_entities_per_workflow=sum(1 for r in on_index if r.op == "update") / e2e.workflows,
         queue_messages_per_step=len(queue_ops) / e2e.steps,
         # a credit per message sent and per message received (not per receive request): each sent
         # message is received once
@@ -122,10 +131,15 @@ def ceilings(
         "Table Storage account (20,000 transactions/s)": ledger_accounts
         * ACCOUNT_TRANSACTIONS_PER_S
         / per_account,
-        "deadline-index partition (2,000 entities/s)": PARTITION_ENTITIES_PER_S
-        * index_shards
-        / (cost.index_entities_per_step * dominant_deadline_share),
     }
+    index = cost.index_entities_per_step + cost.index_entities_per_workflow / steps_per_workflow
+    out["deadline-index partitions (2,000 entities/s each)"] = (
+        PARTITION_ENTITIES_PER_S * index_shards / (index * dominant_deadline_share) if index else None
+    )
+    listing = cost.listing_entities_per_workflow / steps_per_workflow
+    out["instance listing partition (2,000 entities/s)"] = (
+        PARTITION_ENTITIES_PER_S / listing if listing else None
+    )
     if transport == "storage-queue":
         # each queue carries one message per step, sent, received and deleted: read conservatively,
         # every one of the three operations counts against the queue's 2,000 messages/s
@@ -169,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         + "):"
     )
     for field, value in cost.__dict__.items():
-        print(f"  {field:<28} {value:6.2f}")
+        print(f"  {field:<30} {value:6.2f}")
     table = cost.table_per_step + cost.table_per_workflow / args.steps_per_workflow
     print(f"  => table requests per step for {args.steps_per_workflow}-step workflows: {table:.2f}")
     print()
