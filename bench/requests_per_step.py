@@ -8,15 +8,18 @@ Starts its own Azurite and counts every HTTP request the app's Table and Queue c
 ``workflow_core.storage_clients``; each request is named from the call stack). Three measurements:
 
 1. **per operation** (``devtools.request_scenarios.step_operations``, the figures ``tests/perf`` pins):
-   one three-step ``provision-tenant`` workflow driven through the real function bodies, one message
-   per receive (the unbatched worst case for queue requests);
+   one three-step ``provision-tenant`` workflow driven through the real function bodies (the HTTP
+   starter's id check and instance record, step creation, dispatch, worker, result handler), one
+   message per receive (the unbatched worst case for queue requests);
 2. **per step end to end**: ``--workflows`` three-step workflows started together on the in-process
    durable host (``devtools.harness``) with the real agent pumps, which receive up to 16 messages per
    request, so receives are shared between steps. Receives that come back empty are counted apart:
    how often an idle queue is polled is the host's choice (the Functions host backs off to one poll a
    minute; the harness polls in a tight loop), not a per-step cost;
 3. **per overdue step of a watchdog tick** (``request_scenarios.watchdog_tick``): Running steps of live
-   orchestrations past deadline and grace; the tick marks each TimedOut and raises its event.
+   orchestrations past deadline and grace; the tick marks each TimedOut and raises its event. Twice:
+   steps with index rows of their own (written without an instance record), and steps of supervised
+   instances, watched through the instance's row (how the app's steps are written).
 
 The example agent's own effect (its ``RemoteEffects`` row) is counted and shown, and excluded from
 the per-step figures. Raw counts first, then the per-step figures derived from them. Not part of the
@@ -109,17 +112,23 @@ def end_to_end(azurite: Azurite, workflows: int) -> float:
     return counts.per_step
 
 
-def per_tick(azurite: Azurite, overdue: int) -> float:
+def per_tick(azurite: Azurite, overdue: int, *, watched: bool = False) -> float:
     with RequestCounter(classify=pattern_operation) as counter:
         services = Services(load_settings(_env(azurite)))
         services.ledger  # noqa: B018
         services.transport  # noqa: B018
         try:
-            tick = watchdog_tick(services, counter, overdue=overdue)
+            tick = watchdog_tick(services, counter, overdue=overdue, watched=watched)
         finally:
             services.close()
     print()
-    print(f"3. watchdog tick over {overdue} overdue Running steps of live orchestrations")
+    if watched:
+        print(
+            f"3b. watchdog tick over {overdue} overdue Running steps of live orchestrations, each watched "
+            "through its instance's index row (one partition query reads the instance and its steps)"
+        )
+    else:
+        print(f"3. watchdog tick over {overdue} overdue Running steps of live orchestrations, own index rows")
     print(f"   requests per tick: {tick.total} ({_ops(tick.requests)}); decisions: {tick.decisions}")
     print(f"   detection (index range query): {tick.detection} per tick")
     print(
@@ -149,13 +158,18 @@ def main(argv: list[str] | None = None) -> int:
         driven = per_operation(azurite)
         e2e = end_to_end(azurite, workflows)
         tick = per_tick(azurite, overdue)
+        tick_watched = per_tick(azurite, overdue, watched=True)
     print()
     print("summary (raw counts above; each figure is requests / steps of its own run)")
     print(f"   per step, driven one message per receive:  {driven:6.2f}")
     print(f"   per step, end to end with batched receives: {e2e:6.2f}")
     print(
         f"   per overdue step in a watchdog tick:        {tick:6.2f}"
-        "  (+ detection and index cleanup per tick)"
+        "  (own index rows; + detection and index cleanup per tick)"
+    )
+    print(
+        f"   per overdue watched step in a tick:         {tick_watched:6.2f}"
+        "  (watched through the instance's row; + detection per tick)"
     )
     return 0
 

@@ -121,8 +121,12 @@ def step_operations(
     """Drive one ``provision-tenant`` workflow through every operation; count the requests of each."""
     from activities import handle_result, process_work_message
     from activities.scheduling import create_workflow_steps, dispatch_step
-    from api.start import _ensure_unused
+    from api.start import _ensure_unused, _record_instance
     from workflow_core.contracts import StepDispatch
+    from workflow_core.ledger import UNVERSIONED, encode_json
+    from workflow_core.workflows.store import definition_for
+
+    definition = definition_for(WORKFLOW, None, None)
 
     settings = services.settings
     transport = services.transport
@@ -137,8 +141,14 @@ def step_operations(
     RemoteEffects.for_services(services)
 
     with counter.measure() as made:
-        # the HTTP starter's check that the instance id is new (Durable status + ledger), as it runs
+        # the HTTP starter's check that the instance id is new (Durable status + ledger), and the
+        # instance record it writes before starting the orchestration, as it runs
         asyncio.run(_ensure_unused(_NewInstanceClient(), services, instance))
+        asyncio.run(
+            _record_instance(
+                services, definition, instance, WORKFLOW_INPUT, encode_json(WORKFLOW_INPUT), UNVERSIONED
+            )
+        )
         created = create_workflow_steps({"instance_id": instance, "workflow": WORKFLOW}, services)
         step_ids = [s["step_id"] for s in created["steps"]]
         for step_id in step_ids:
@@ -179,8 +189,9 @@ class TickCounts:
 
     @property
     def detection(self) -> int:
-        """Requests of the detection query (index range query pages), not of any one step."""
-        return sum(1 for r in self.requests if r.op == "query")
+        """Requests of the detection queries (index range query pages), not of any one step. (The
+        partition query that reads an instance with the steps its row watches is per instance.)"""
+        return sum(1 for r in self.requests if r.op == "query" and r.resource == self.index_table)
 
     @property
     def index_cleanup(self) -> int:
@@ -200,14 +211,33 @@ class TickCounts:
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def make_overdue(services: Services, count: int, *, now: datetime = NOW, prefix: str = "late") -> list[str]:
-    """``count`` Running steps, one instance each, claimed by a worker, deadline 5 min before ``now``."""
-    from workflow_core.ledger import NewStep, StepStatus
+def make_overdue(
+    services: Services, count: int, *, now: datetime = NOW, prefix: str = "late", watched: bool = False
+) -> list[str]:
+    """``count`` Running steps, one instance each, claimed by a worker, deadline 5 min before ``now``.
+
+    ``watched``: each has a supervised instance record whose scheduler still keeps its promise, and
+    the dispatch carried it, so the instance's index row watches the step (no row of its own); else
+    the steps are written without an instance and have their own index rows."""
+    from workflow_core import clock
+    from workflow_core.ledger import InstanceHandle, NewStep, StepStatus, encode_json
 
     ledger = services.ledger
     instances = []
     for n in range(count):
         instance = f"{prefix}{uuid.uuid4().hex[:10]}{n:04d}"
+        handle = None
+        if watched:
+            with clock.use_clock(lambda: now - timedelta(minutes=30)):
+                handle = InstanceHandle(
+                    ledger.create_instance(
+                        instance,
+                        WORKFLOW,
+                        actor="bench",
+                        input_json=encode_json(WORKFLOW_INPUT),
+                        scheduler_deadline=now + timedelta(minutes=10),
+                    )
+                )
         (record,) = ledger.create_steps(
             instance,
             WORKFLOW,
@@ -215,6 +245,10 @@ def make_overdue(services: Services, count: int, *, now: datetime = NOW, prefix:
             actor="bench",
         )
         deadline = now - timedelta(minutes=5, seconds=n % 60)
+        promise = {
+            "instance": handle,
+            "instance_changes": {"scheduler_deadline": now + timedelta(minutes=10)},
+        }
         record = ledger.transition(
             record,
             StepStatus.DISPATCHED,
@@ -222,6 +256,7 @@ def make_overdue(services: Services, count: int, *, now: datetime = NOW, prefix:
             owner="agent:storage.create",
             attempt=1,
             deadline=deadline,
+            **(promise if watched else {}),
         )
         ledger.transition(record, StepStatus.RUNNING, actor="worker:bench", owner="worker:bench")
         instances.append(instance)
@@ -229,12 +264,18 @@ def make_overdue(services: Services, count: int, *, now: datetime = NOW, prefix:
 
 
 def watchdog_tick(
-    services: Services, counter: RequestCounter, overdue: int = 10, *, now: datetime = NOW
+    services: Services,
+    counter: RequestCounter,
+    overdue: int = 10,
+    *,
+    now: datetime = NOW,
+    watched: bool = False,
 ) -> TickCounts:
-    """One tick over ``overdue`` overdue Running steps of live orchestrations; its requests."""
+    """One tick over ``overdue`` overdue Running steps of live orchestrations; its requests.
+    ``watched``: steps watched through their instance's index row (see :func:`make_overdue`)."""
     from supervisor.watchdog import run_tick
 
-    make_overdue(services, overdue, now=now)
+    make_overdue(services, overdue, now=now, watched=watched)
     client = _EventClient()
     with counter.measure() as made:
         report = asyncio.run(run_tick(client, services, now=now, batch_size=max(overdue, 1)))

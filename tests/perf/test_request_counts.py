@@ -21,15 +21,17 @@ from workflow_core.settings import StorageConnection, load_settings
 # agent asks for more time once). The example agent's own effect is counted apart and excluded.
 EXPECTED: dict[str, float] = {
     rc.START: 1,  # per workflow: the HTTP starter checks the ledger for the instance id
+    # per workflow: the starter's instance record + audit (batch), its index row, its listing row
+    rc.HTTP_API: 3,
     # per workflow: instance read (for its ETag), then one batch: marker + Pending rows + audit +
     # the instance adopted; the stored rows are read only when that batch conflicts
-    rc.CREATE_STEPS: 3,  # (+ the instance's index row moved when its deadline moved earlier)
-    # query step + instance; insert index row; batch Dispatched + audit + instance; send (the send
-    # is not recorded: the Dispatched write before it implies it)
-    rc.DISPATCH: 4,
+    rc.CREATE_STEPS: 2,
+    # query step + instance; batch Dispatched + audit + instance; send (the send is not recorded:
+    # the Dispatched write before it implies it). No index row: the instance's row watches the step
+    rc.DISPATCH: 3,
     rc.WORKER_CLAIM: 2,  # query step + instance; batch Running + audit
-    # batch Succeeded + audit + instance with the claim's ETags; delete the old index row after the reply
-    rc.WORKER_RECORD: 2,
+    # batch Succeeded + audit + instance with the claim's ETags (no index row to delete)
+    rc.WORKER_RECORD: 1,
     rc.REPLY: 1,  # send to the result queue
     rc.QUEUE_RECEIVE: 2,  # work and result message, one receive each (unbatched)
     rc.QUEUE_DELETE: 2,  # work and result message
@@ -37,7 +39,7 @@ EXPECTED: dict[str, float] = {
     rc.HEARTBEAT: 1,  # per workflow here: create_storage's agent heartbeats once (one read gives the
     # row and the service's clock; the extension is written only when due)
 }
-PER_WORKFLOW = {rc.START, rc.CREATE_STEPS, rc.HEARTBEAT}
+PER_WORKFLOW = {rc.START, rc.HTTP_API, rc.CREATE_STEPS, rc.HEARTBEAT}
 # verify read; new index row; one batch that is both the claim and the decision (TimedOut + audit)
 EXPECTED_PER_OVERDUE_STEP = 3
 EXPECTED_DETECTION_PER_TICK = 2  # one range query each on the steps' and the instances' deadline index rows
@@ -96,6 +98,19 @@ def test_requests_per_overdue_step_of_a_watchdog_tick(counted):
     # the retired index rows go at the end of the tick, one request per index partition they lie in
     assert 1 <= tick.index_cleanup <= 4
     assert tick.total == EXPECTED_DETECTION_PER_TICK + 4 * EXPECTED_PER_OVERDUE_STEP + tick.index_cleanup
+
+
+def test_requests_per_overdue_step_watched_through_its_instance_row(counted):
+    counter, services = counted
+    tick = watchdog_tick(services, counter, overdue=4, watched=True)
+
+    assert tick.decisions == 4
+    assert tick.detection == EXPECTED_DETECTION_PER_TICK
+    # one partition query reads the instance and the steps its row watches; one batch claims and
+    # decides. No index row is written or retired (the instance row moves on lazily, a later tick)
+    assert tick.per_overdue_step == 2
+    assert tick.index_cleanup == 0
+    assert tick.total == EXPECTED_DETECTION_PER_TICK + 4 * 2
 
 
 def test_the_counter_sees_each_request_with_its_operation_and_table(counted):
