@@ -426,6 +426,9 @@ $("#confirm-form").addEventListener("submit", submitAction);
 $("#confirm-cancel").addEventListener("click", () => $("#confirm").close());
 $("#confirm").addEventListener("close", () => { if (state.lastFocus && document.contains(state.lastFocus)) state.lastFocus.focus(); });
 $("#live").addEventListener("change", schedule);
+// The skip link moves focus to the content without touching the URL: "#main" is not a route, and a
+// hash change would re-render the view (and the next refresh would leave an instance page for the list).
+$("a.skip").addEventListener("click", (event) => { event.preventDefault(); $("#main").focus(); });
 window.addEventListener("hashchange", async () => { notice(""); await render(true); $("#main").focus(); schedule(); });
 window.addEventListener("resize", () => { if (state.view === "instance") render(false); });
 render(true).then(schedule);

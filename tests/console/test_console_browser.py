@@ -114,7 +114,11 @@ def test_the_console_is_usable_by_keyboard(demo, page):
     page.locator("#instances a").first.wait_for(timeout=TIMEOUT)  # the rows, not only the table
     page.keyboard.press("Tab")  # the skip link
     assert page.evaluate("() => document.activeElement.className") == "skip"
+    before = page.evaluate("() => location.hash")
     page.keyboard.press("Enter")
+    # focus moves to the content; the route (and so the view) stays as it was: no re-render
+    assert page.evaluate("() => document.activeElement.id") == "main"
+    assert page.evaluate("() => location.hash") == before
     for _ in range(40):
         page.keyboard.press("Tab")
         if page.evaluate("() => !!document.activeElement.closest('#instances a')"):
