@@ -15,11 +15,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.core.exceptions import ServiceRequestError
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from tests.ledger.test_ledger_stateful import _CrashOnce
+from tests.ledger.stateful_support import crashable_ledger, drop_tables, run_machine
 from workflow_core import clock
 from workflow_core.ledger import (
     ALLOWED_TRANSITIONS,
@@ -27,7 +26,6 @@ from workflow_core.ledger import (
     IllegalTransition,
     InstanceHandle,
     NewStep,
-    StepLedger,
     StepStatus,
     encode_json,
 )
@@ -45,12 +43,8 @@ def make_machine(connection_string: str):
     class WatchMachine(RuleBasedStateMachine):
         def __init__(self):
             super().__init__()
-            suffix = uuid.uuid4().hex[:10]
-            self.ledger = StepLedger.from_connection_string(connection_string, f"sw{suffix}", f"iw{suffix}")
-            self.ledger.create_tables()
-            self.crash = _CrashOnce(self.ledger._steps)
-            self.ledger._steps = self.crash
-            self.instance = f"inst-{suffix}"
+            self.ledger, self.crash = crashable_ledger(connection_string, "w")
+            self.instance = f"inst-{uuid.uuid4().hex[:10]}"
             with clock.use_clock(lambda: T0):
                 self.ledger.create_instance(
                     self.instance,
@@ -66,8 +60,7 @@ def make_machine(connection_string: str):
             self.crashed = False
 
         def teardown(self):
-            self.ledger._service.delete_table(self.ledger.ledger_table_name)
-            self.ledger._service.delete_table(self.ledger.index_table_name)
+            drop_tables(self.ledger)
 
         def _move(self, step, to, minutes, promise, *, with_instance):
             record = self.ledger.get(self.instance, step)
@@ -161,14 +154,7 @@ def make_machine(connection_string: str):
 
 
 def test_no_in_flight_step_is_left_without_a_watcher(azurite):
-    machine = make_machine(azurite.connection_string)
-    machine.TestCase.settings = settings(
-        max_examples=25,
-        stateful_step_count=15,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    machine.TestCase().runTest()
+    run_machine(make_machine(azurite.connection_string))
 
 
 @pytest.mark.parametrize("minutes", [5])

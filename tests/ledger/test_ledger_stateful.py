@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.core.exceptions import ServiceRequestError
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from tests.ledger.stateful_support import crashable_ledger, drop_tables, run_machine
 from workflow_core import clock
 from workflow_core.ledger import (
     ALLOWED_TRANSITIONS,
@@ -25,30 +25,12 @@ from workflow_core.ledger import (
     ConcurrencyConflict,
     IllegalTransition,
     NewStep,
-    StepLedger,
     StepStatus,
 )
 
 T0 = datetime(2030, 6, 1, 8, 0, tzinfo=UTC)
 STEP_IDS = ["a", "b", "c"]
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
-
-
-class _CrashOnce:
-    """Wraps the real TableClient; the next transaction fails as if the process died before it."""
-
-    def __init__(self, real):
-        self._real = real
-        self.armed = False
-
-    def submit_transaction(self, operations, **kwargs):
-        if self.armed:
-            self.armed = False
-            raise ServiceRequestError("injected crash before the step write")
-        return self._real.submit_transaction(operations, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
 
 
 @pytest.fixture
@@ -60,12 +42,8 @@ def make_machine(connection_string: str):
     class LedgerMachine(RuleBasedStateMachine):
         def __init__(self):
             super().__init__()
-            suffix = uuid.uuid4().hex[:10]
-            self.ledger = StepLedger.from_connection_string(connection_string, f"st{suffix}", f"ix{suffix}")
-            self.ledger.create_tables()
-            self.crash = _CrashOnce(self.ledger._steps)
-            self.ledger._steps = self.crash
-            self.instance = f"inst-{suffix}"
+            self.ledger, self.crash = crashable_ledger(connection_string, "st")
+            self.instance = f"inst-{uuid.uuid4().hex[:10]}"
             self.ledger.create_steps(
                 self.instance, "wf", [NewStep(step_id=s, step_name=s, agent="x") for s in STEP_IDS], actor="t"
             )
@@ -74,8 +52,7 @@ def make_machine(connection_string: str):
             self.crashed = False
 
         def teardown(self):
-            self.ledger._service.delete_table(self.ledger.ledger_table_name)
-            self.ledger._service.delete_table(self.ledger.index_table_name)
+            drop_tables(self.ledger)
 
         @rule(
             step=st.sampled_from(STEP_IDS),
@@ -169,23 +146,12 @@ def make_machine(connection_string: str):
 
 
 def test_ledger_state_machine(connection):
-    machine = make_machine(connection)
-    machine.TestCase.settings = settings(
-        max_examples=25,
-        stateful_step_count=15,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    machine.TestCase().runTest()
+    run_machine(make_machine(connection))
 
 
 def test_crash_leftovers_are_cleaned_by_overdue(azurite):
     """After crashes, one sweep of overdue() leaves exactly one index row per watched step."""
-    suffix = uuid.uuid4().hex[:10]
-    ledger = StepLedger.from_connection_string(azurite.connection_string, f"st{suffix}", f"ix{suffix}")
-    ledger.create_tables()
-    crash = _CrashOnce(ledger._steps)
-    ledger._steps = crash
+    ledger, crash = crashable_ledger(azurite.connection_string, "st")
     ledger.create_steps("inst-x", "wf", [NewStep(step_id="a", step_name="a", agent="x")], actor="t")
     record = ledger.transition(ledger.get("inst-x", "a"), "Dispatched", actor="t", deadline=T0)
     for minutes in (5, 10, 15):
