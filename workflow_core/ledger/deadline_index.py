@@ -22,6 +22,7 @@ from azure.data.tables import TableTransactionError
 from workflow_core.ledger.entities import MAX_BATCH, _deadline_key
 from workflow_core.ledger.errors import InvalidLedgerInput, StepNotFound
 from workflow_core.ledger.index_keys import overdue_upper_partition
+from workflow_core.ledger.instance_store import INSTANCE_INDEX_PREFIX
 from workflow_core.ledger.model import StepRecord, require_aware
 from workflow_core.ledger.watch import has_own_row
 
@@ -152,22 +153,26 @@ class DeadlineIndexMixin:
         instances (whose row watches their steps, ``watch.py``, so the steps themselves are not
         counted). What the ``sas.work.in_flight`` gauge reads; it grows with live work, not with
         history, and is never used for a decision."""
-        self.stats.queries += 1
-        rows = self._index.query_entities(
-            "( PartitionKey lt @letters and ( Status eq @dispatched or Status eq @running ) ) or "
-            "( PartitionKey ge @instances and PartitionKey lt @after and Kind eq @instance )",
-            parameters={
-                "letters": "a",
-                "dispatched": "Dispatched",
-                "running": "Running",
-                "instances": "i",
-                "after": "i~",
-                "instance": "instance",
-            },
-            select=["Status"],
-            results_per_page=1000,
+        # Two range queries, not one with "or": an "or" across partition ranges makes the service
+        # scan the whole table, the operators' listing partition (one row per instance ever) included.
+        ranges = (
+            (
+                "PartitionKey lt @letters and ( Status eq @dispatched or Status eq @running )",
+                {"letters": "a", "dispatched": "Dispatched", "running": "Running"},
+            ),
+            (
+                "PartitionKey ge @lo and PartitionKey lt @hi and Kind eq @instance",
+                {"lo": INSTANCE_INDEX_PREFIX, "hi": f"{INSTANCE_INDEX_PREFIX}~", "instance": "instance"},
+            ),
         )
-        return sum(1 for _ in itertools.islice(rows, cap))
+        counted = 0
+        for query, parameters in ranges:
+            self.stats.queries += 1
+            rows = self._index.query_entities(
+                query, parameters=parameters, select=["Status"], results_per_page=1000
+            )
+            counted += sum(1 for _ in itertools.islice(rows, cap - counted))
+        return counted
 
     def index_rows(self) -> list[dict[str, Any]]:
         """Every deadline-index row (for consistency checks in tests and the operator CLI; a full scan)."""
