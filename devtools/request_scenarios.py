@@ -245,10 +245,11 @@ def make_overdue(
             actor="bench",
         )
         deadline = now - timedelta(minutes=5, seconds=n % 60)
-        promise = {
-            "instance": handle,
-            "instance_changes": {"scheduler_deadline": now + timedelta(minutes=10)},
-        }
+        promise = (
+            {"instance": handle, "instance_changes": {"scheduler_deadline": now + timedelta(minutes=10)}}
+            if watched
+            else {}
+        )
         record = ledger.transition(
             record,
             StepStatus.DISPATCHED,
@@ -256,7 +257,7 @@ def make_overdue(
             owner="agent:storage.create",
             attempt=1,
             deadline=deadline,
-            **(promise if watched else {}),
+            **promise,
         )
         ledger.transition(record, StepStatus.RUNNING, actor="worker:bench", owner="worker:bench")
         instances.append(instance)

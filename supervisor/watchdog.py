@@ -161,7 +161,8 @@ def recovery_span(record: Any) -> Any:
 async def _supervise_and_handle(tick: _Tick, now: datetime, limit: int, overdue: list[StepRecord]) -> None:
     watched = await _supervise_instances(tick, now, limit)
     # Steps watched through their instance's row (workflow_core/ledger/watch.py) join those the step
-    # index found; a step has one or the other, never both.
+    # index found. A step has one or the other at a time, but a write between the two reads can move
+    # it across, so it is taken once.
     seen = {(r.instance_id, r.step_id) for r in overdue}
     overdue = overdue + [r for r in watched if (r.instance_id, r.step_id) not in seen]
     tick.report.overdue = len(overdue)

@@ -236,6 +236,7 @@ class StepLedger(
         data["updated_at"] = now
         if status in (StepStatus.SUCCEEDED, StepStatus.COMPENSATED) and "completed_at" not in changes:
             data["completed_at"] = now
+        deadline = require_aware(data["deadline"], "deadline") if status in DEADLINE_STATUSES else None
         # The instance part first: the index row it will have decides whether it watches the step.
         instance_op = instance_updated = instance_index = None
         if instance is not None:
@@ -246,14 +247,12 @@ class StepLedger(
                 # the completion sequence: written with the completion, from the instance's counter
                 changes_i["completions"] = instance.record.completions + 1
                 data["completion_seq"] = instance.record.completions + 1
-            watch_until = require_aware(data["deadline"], "deadline") if status in DEADLINE_STATUSES else None
             instance_updated, instance_index = self.prepare_instance_change(
-                instance.record, instance.record.status, changes_i, now, due_by=watch_until
+                instance.record, instance.record.status, changes_i, now, due_by=deadline
             )
             instance_op = self.instance_operation(instance.record, instance_updated)
         new_index: tuple[str, str] | None = None
-        if status in DEADLINE_STATUSES:
-            deadline = require_aware(data["deadline"], "deadline")
+        if deadline is not None:
             data["deadline"] = deadline
             old = record.index_key
             if not own_row and watched_by_instance(record, deadline, instance_updated):
