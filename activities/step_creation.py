@@ -15,8 +15,9 @@ from activities.common import as_dict, now, retry_on_conflict
 from activities.instances import with_promise
 from activities.scheduler_inputs import ACTOR, CreateStepsInput
 from workflow_core import contracts as c
-from workflow_core.ledger import InstanceConflict, InstanceHandle, NewStep
+from workflow_core.ledger import InstanceConflict, InstanceHandle
 from workflow_core.runtime import Services
+from workflow_core.workflows.step_rows import new_steps
 
 
 def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[str, Any]:
@@ -25,17 +26,7 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
 
     args = CreateStepsInput.model_validate(as_dict(payload, c.ACTIVITY_CREATE_STEPS))
     definition = definition_for(args.workflow, args.version, services.definitions if args.version else None)
-    steps = [
-        NewStep(
-            step_id=step.id,
-            step_name=step.name or step.id,
-            agent=step.agent,
-            compensator=step.compensation.agent if step.compensation else None,
-            max_attempts=step.retry.max_attempts,
-            heartbeat_timeout_seconds=step.heartbeat_timeout_seconds,
-        )
-        for step in definition.steps
-    ]
+    steps = new_steps(definition)
     orchestration_id = args.orchestration_id or args.instance_id
     pinned = {"version": args.version} if args.version else {}
     ledger = services.ledger

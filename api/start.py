@@ -42,6 +42,7 @@ from api.views import (
 from workflow_core import clock, tracing
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR
 from workflow_core.ledger import (
+    MAX_STEPS_WITH_INSTANCE,
     InstanceAlreadyExists,
     InstanceStatus,
     StepLedger,
@@ -49,10 +50,12 @@ from workflow_core.ledger import (
     outcome_json,
 )
 from workflow_core.ledger.model import MAX_TEXT
+from workflow_core.resume import resume_state
 from workflow_core.runtime import Services
 from workflow_core.workflows import (
     WorkflowInputError,
 )
+from workflow_core.workflows.step_rows import new_steps
 
 log = logging.getLogger(__name__)
 # ---- POST /api/workflows/{name}/instances ---------------------------------------------------------------
@@ -110,15 +113,19 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
     await store_definition(svc, pinned)  # before the record names it: whoever reads one finds the other
     trace_context = tracing.current()
     trace.get_current_span().set_attribute("sas.instance_id", instance_id)
-    await _record_instance(svc, definition, instance_id, validated, input_json, pinned.version, trace_context)
+    steps_created = await _record_instance(
+        svc, definition, instance_id, validated, input_json, pinned.version, trace_context
+    )
 
     # The definition travels with the input: every replay, generation and child runs on exactly it.
-    orchestrator_input = {
+    orchestrator_input: dict[str, Any] = {
         "workflow": name,
         "input": validated,
         "version": pinned.version,
         "definition": pinned.data,
     }
+    if steps_created:  # a state says the steps exist: step 0 comes first, no creation
+        orchestrator_input["state"] = resume_state(definition, [])
     if trace_context:  # observability data for the orchestrators to pass on (workflow_core.tracing)
         orchestrator_input[tracing.TRACE_FIELD] = trace_context
     try:
@@ -161,9 +168,9 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
     return json_response(payload, 202, headers)
 
 
-# How long the orchestration may take, after the starter wrote the instance record, to show up and
-# create its steps before the watchdog treats it as a scheduler that never started (on top of the
-# watchdog's grace).
+# How long the orchestration may take, after the starter wrote the instance record, to show up (and
+# create its steps, when the starter could not) before the watchdog treats it as a scheduler that
+# never started (on top of the watchdog's grace).
 SCHEDULER_START_SECONDS = 60.0
 
 
@@ -194,9 +201,12 @@ async def _record_instance(
     input_json: str,
     version: str,
     trace_context: dict[str, str] | None = None,
-) -> None:
+) -> bool:
     """Write the instance record before the orchestration starts, so even one that never starts is
-    supervised; a used id is a 409."""
+    supervised; a used id is a 409. The steps, Pending, go in the record's own transaction when they
+    fit one (returns whether they did): the orchestration then starts without creating them, and a
+    scheduler that never starts is resumed onto step rows that exist."""
+    steps = new_steps(definition) if len(definition.steps) <= MAX_STEPS_WITH_INSTANCE else None
     deadline = clock.utcnow() + timedelta(
         seconds=SCHEDULER_START_SECONDS + services.settings.watchdog_grace_seconds
     )
@@ -214,6 +224,7 @@ async def _record_instance(
                 on_scheduler_lost=definition.on_scheduler_lost,
                 version=version,
                 steps_due_after_seconds=definition.shortest_deadline_seconds,
+                steps=steps,
                 **tracing.ledger_fields(trace_context),
             ),
         )
@@ -224,6 +235,7 @@ async def _record_instance(
             [f"{exc}; instance ids are single-use: choose another instance_id, or omit it for a fresh one"],
             extra={"instanceId": instance_id},
         ) from None
+    return steps is not None
 
 
 async def _never_started(services: Services, instance_id: str, exc: BaseException) -> None:

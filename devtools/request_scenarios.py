@@ -4,8 +4,8 @@ Shared by ``bench/requests_per_step.py`` (which prints them) and ``tests/perf`` 
 the pinned table and the printed one are the same measurement.
 
 * :func:`step_operations`: one three-step workflow (``provision-tenant``), every step driven through
-  the real function bodies one message at a time: the HTTP starter's new-instance check,
-  ``create_workflow_steps``, then per step
+  the real function bodies one message at a time: the HTTP starter's new-instance check and its
+  instance record (which creates the steps in its own transaction), then per step
   ``dispatch_step``, receive the work message, ``process_work_message`` (claim, the agent's effect,
   record, reply), delete it, receive the result, ``handle_result`` (a recording Durable client),
   delete it. One message per receive, so queue figures here are the unbatched worst case.
@@ -144,13 +144,16 @@ def step_operations(
         # the HTTP starter's check that the instance id is new (Durable status + ledger), and the
         # instance record it writes before starting the orchestration, as it runs
         asyncio.run(_ensure_unused(_NewInstanceClient(), services, instance))
-        asyncio.run(
+        steps_created = asyncio.run(
             _record_instance(
                 services, definition, instance, WORKFLOW_INPUT, encode_json(WORKFLOW_INPUT), UNVERSIONED
             )
         )
-        created = create_workflow_steps({"instance_id": instance, "workflow": WORKFLOW}, services)
-        step_ids = [s["step_id"] for s in created["steps"]]
+        if steps_created:  # in the record's own transaction: the orchestration starts at step 0
+            step_ids = [step.id for step in definition.steps]
+        else:
+            created = create_workflow_steps({"instance_id": instance, "workflow": WORKFLOW}, services)
+            step_ids = [s["step_id"] for s in created["steps"]]
         for step_id in step_ids:
             dispatch_step(
                 StepDispatch(

@@ -195,7 +195,7 @@ class InstanceSupervisor:
         payload.update(trace_input(record))
         await self.tick.client.start_new(WORKFLOW_ORCHESTRATOR, record.instance_id, payload)
         self.tick._statuses[record.instance_id] = "Pending"
-        done = len(payload["state"]["completed"])
+        done = len(payload.get("state", {}).get("completed", []))
         await self.decided(record, InstanceAction.RESUME, f"{detail}; {done} completed step(s) kept")
 
     async def compensate(self, record: InstanceRecord, why: str, *, exhausted: bool) -> None:

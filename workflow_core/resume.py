@@ -54,12 +54,9 @@ def resume_input(
     record): the resumed scheduler carries it on, so a resume after a new version was deployed
     still runs the old one to its end.
     """
-    payload: dict[str, Any] = {
-        "workflow": definition.name,
-        "input": workflow_input,
-        "state": resume_state(definition, steps, generation),
-        "epoch": epoch,
-    }
+    payload: dict[str, Any] = {"workflow": definition.name, "input": workflow_input, "epoch": epoch}
+    if steps:  # no step rows: a scheduler that died before creating them; the resumed one creates them
+        payload["state"] = resume_state(definition, steps, generation)
     if version is not None and version != UNVERSIONED:
         payload["version"] = version
         payload["definition"] = canonical_data(definition)

@@ -47,7 +47,13 @@ def test_starts_the_orchestrator_with_the_validated_input_and_returns_status_url
         # pinned: the definition travels with the input, verified against its version
         "version": current.version,
         "definition": current.data,
+        # the starter created the steps with the instance record: the orchestration starts at step 0
+        "state": {"position": 0, "completed": [], "outputs": {}, "generation": 0},
     }
+    steps = services.ledger.list_for_instance("tenant-contoso-1")
+    assert [(r.step_id, r.status.value, r.workflow_version) for r in steps] == [
+        (step.id, "Pending", current.version) for step in current.definition.steps
+    ]
     assert body["version"] == current.version
     # Durable's management URLs, rebased on the caller's host, plus our own views.
     assert body["id"] == body["instanceId"] == "tenant-contoso-1"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 
+import pytest
 from azure.core.exceptions import ServiceResponseError
 
 from devtools.harness import DEFAULT_WATCHDOG_PERIOD, PatternHarness
@@ -252,4 +253,50 @@ def test_max_resumes_exhausted_compensates_and_flags_the_instance(harness):
         "max_resumes exhausted",
         "max_resumes 1; scheduler terminated twice",
         {iid: "terminated, then compensated"},
+    )
+
+
+@storage_queue_only
+@pytest.mark.parametrize("starter_creates_steps", [True, False], ids=["steps-by-starter", "too-long-for-it"])
+def test_scheduler_that_never_starts_is_resumed_from_step_0(harness, monkeypatch, starter_creates_steps):
+    """The starter's process dies between writing the instance record and starting the orchestration:
+    no orchestration exists, ever. The record makes the watchdog find the instance at its scheduler
+    deadline; it resumes it from step 0, onto the Pending steps the starter wrote with the record, or
+    (a workflow too long for that transaction) with no state, so the resumed scheduler creates them.
+    Each step runs once."""
+    import asyncio
+
+    import api.start
+    from api.start import _record_instance
+    from workflow_core.ledger import encode_json
+    from workflow_core.workflows.store import definition_for
+
+    h = harness
+    if not starter_creates_steps:
+        monkeypatch.setattr(api.start, "MAX_STEPS_WITH_INSTANCE", 0)
+    definition = definition_for("provision-tenant", None, None)
+    workflow_input = definition.validate_input({"tenant_id": "never-started", **PROVISION_INPUT})
+    iid = "never-started"
+    created = asyncio.run(
+        _record_instance(
+            h.services, definition, iid, workflow_input, encode_json(workflow_input), "unversioned"
+        )
+    )
+    assert created is starter_creates_steps
+    assert h.statuses(iid) == (dict.fromkeys(STEPS, "Pending") if starter_creates_steps else {})
+    promised = h.ledger.get_instance(iid).scheduler_deadline
+    h.run_until(instance_settled(h, iid), timeout=timedelta(hours=2))
+
+    resumes = [(r.now, d) for r in h.tick_reports for d in r.instance_decisions if d[0] == iid]
+    assert [d[2] for _, d in resumes] == ["resume_instance"]
+    assert resumes[0][0] <= promised + DEFAULT_WATCHDOG_PERIOD
+    assert instance_status(h, iid) == "Succeeded"
+    assert h.host.get_status(iid).output["status"] == "succeeded"
+    for step in STEPS:
+        assert h.handler_calls(iid, step) == 1, step
+    verify(
+        h,
+        "scheduler never started",
+        "the starter dies after the record, before the start",
+        {iid: "succeeded"},
     )

@@ -28,6 +28,9 @@ FILES = sorted(CORPUS.glob("*.json"))
 # Histories recorded before result events carried the ledger's verdict and the attempt's token: every
 # result then cost a verify_result activity. Instances started then must replay on today's code.
 BEFORE_TOKENS = sorted((CORPUS / "before-result-tokens").glob("*.json"))
+# Histories recorded before the HTTP starter created the steps with the instance record: every
+# workflow orchestration then began with create_workflow_steps. Instances started then must replay.
+BEFORE_STARTER_STEPS = sorted((CORPUS / "before-starter-steps").glob("*.json"))
 DECISIONS = {4: "activity", 7: "sub-orchestration", 10: "timer"}
 
 
@@ -68,6 +71,23 @@ def test_histories_recorded_before_result_tokens_still_replay(path):
         assert result.ok, (result.recording.label, result.problems)
 
 
+@pytest.mark.parametrize("path", BEFORE_STARTER_STEPS, ids=[p.stem for p in BEFORE_STARTER_STEPS])
+def test_histories_recorded_before_the_starter_created_the_steps_still_replay(path):
+    """An orchestration started (input without ``state``) before the upgrade creates its steps first;
+    today's orchestrator takes the same actions on replay. Today's corpus never creates them."""
+    results = check_file(path)
+    for result in results:
+        assert result.ok, (result.recording.label, result.problems)
+
+
+def test_only_the_histories_from_before_create_the_steps_in_the_orchestration():
+    """The old corpus is the old way (or its replay proves nothing); today's never creates steps."""
+    old = [a for path in BEFORE_STARTER_STEPS for r in load_recordings(path) for a in _actions(r.history)]
+    fresh = [a for path in FILES for r in load_recordings(path) for a in _actions(r.history)]
+    assert old.count(("activity", "create_workflow_steps")) >= 3
+    assert ("activity", "create_workflow_steps") not in fresh
+
+
 def test_results_the_handler_confirmed_cost_no_verify_read():
     """The fresh corpus: a result event the handler confirmed (it carries the dispatch's token) is
     taken as the ledger's verdict, so a run where every reply was confirmed never calls verify_result."""
@@ -94,7 +114,7 @@ def test_an_activity_call_inserted_before_another_fails_the_check(monkeypatch):
     assert all(r.ok for r in results if r.recording.orchestrator != WORKFLOW_ORCHESTRATOR)
     succeed = next(r for r in broken if r.recording.instance_id == "corpus-succeed")
     assert succeed.problems == [
-        "episode 2: action #1 was activity 'dispatch_step' in the recorded run but is activity "
+        "episode 1: action #0 was activity 'dispatch_step' in the recorded run but is activity "
         "'reserve_quota' in the current code"
     ]
 
@@ -111,8 +131,8 @@ def test_a_dropped_action_and_a_run_that_no_longer_finishes_fail_the_check(monke
     monkeypatch.setattr(workflow, "call_activity", never_settles)
     (result,) = check_file(CORPUS / "succeed.json")
     assert not result.ok
-    # create_steps + 3 x (dispatch_step, timer) = 7 actions; the recording took settle_instance 8th
-    assert "the current code takes only 7" in result.problems[0]
+    # 3 x (dispatch_step, timer) = 6 actions (the starter created the steps); settle_instance was 7th
+    assert "the current code takes only 6" in result.problems[0]
     assert "next recorded: activity 'settle_instance'" in result.problems[0]
 
 

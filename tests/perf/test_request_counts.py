@@ -21,11 +21,10 @@ from workflow_core.settings import StorageConnection, load_settings
 # agent asks for more time once). The example agent's own effect is counted apart and excluded.
 EXPECTED: dict[str, float] = {
     rc.START: 1,  # per workflow: the HTTP starter checks the ledger for the instance id
-    # per workflow: the starter's instance record + audit (batch), its index row, its listing row
+    # per workflow: one batch (the instance record + audit, and the steps: marker + Pending rows +
+    # audit), its index row, its listing row. The orchestration creates no steps (create_workflow_steps
+    # runs only for workflows too long for that batch and for restarted schedulers without a state).
     rc.HTTP_API: 3,
-    # per workflow: instance read (for its ETag), then one batch: marker + Pending rows + audit +
-    # the instance adopted; the stored rows are read only when that batch conflicts
-    rc.CREATE_STEPS: 2,
     # query step + instance; batch Dispatched + audit + instance; send (the send is not recorded:
     # the Dispatched write before it implies it). No index row: the instance's row watches the step
     rc.DISPATCH: 3,
@@ -39,7 +38,7 @@ EXPECTED: dict[str, float] = {
     rc.HEARTBEAT: 1,  # per workflow here: create_storage's agent heartbeats once (one read gives the
     # row and the service's clock; the extension is written only when due)
 }
-PER_WORKFLOW = {rc.START, rc.HTTP_API, rc.CREATE_STEPS, rc.HEARTBEAT}
+PER_WORKFLOW = {rc.START, rc.HTTP_API, rc.HEARTBEAT}
 # verify read; new index row; one batch that is both the claim and the decision (TimedOut + audit)
 EXPECTED_PER_OVERDUE_STEP = 3
 EXPECTED_DETECTION_PER_TICK = 2  # one range query each on the steps' and the instances' deadline index rows
@@ -149,8 +148,9 @@ E2E_PER_STEP: dict[str, int] = {
     rc.RESULT_HANDLER: 1,  # and no orchestrator read: its event carries the ledger's verdict
 }
 E2E_PER_WORKFLOW: dict[str, int] = {
-    rc.HTTP_API: 3,  # instance record + audit (batch), its index row, its listing row
-    rc.CREATE_STEPS: 2,  # instance read; one batch (the starter's promise is kept: no index move)
+    # instance record + audit and the steps (one batch), its index row, its listing row; the
+    # orchestration starts at step 0 and creates nothing
+    rc.HTTP_API: 3,
     # instance and watched-step query, batch, its index row deleted, its listing row updated
     rc.SETTLE: 4,
     rc.HEARTBEAT: 1,  # provision-tenant's first agent asks for more time once

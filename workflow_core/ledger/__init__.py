@@ -21,7 +21,7 @@ from workflow_core.ledger.instance import (
     InstanceRecord,
     InstanceStatus,
 )
-from workflow_core.ledger.instance_store import InstanceHandle, outcome_json
+from workflow_core.ledger.instance_store import MAX_STEPS_WITH_INSTANCE, InstanceHandle, outcome_json
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
     ATTENTION_STATUSES,
@@ -40,6 +40,7 @@ __all__ = [
     "DEADLINE_STATUSES",
     "INSTANCE_ROW",
     "INSTANCE_TRANSITIONS",
+    "MAX_STEPS_WITH_INSTANCE",
     "SUPERVISED_INSTANCE_STATUSES",
     "TERMINAL_INSTANCE_STATUSES",
     "TERMINAL_STATUSES",

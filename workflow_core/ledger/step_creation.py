@@ -8,6 +8,7 @@ batch. Mixed into :class:`workflow_core.ledger.StepLedger`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from azure.data.tables import TableTransactionError
@@ -51,52 +52,17 @@ class StepCreationMixin:
         lost a race (nothing is written then).
         """
         validate_instance_id(instance_id)
-        if not steps:
-            raise InvalidLedgerInput("a workflow instance needs at least one step")
-        ids = [s.step_id for s in steps]
-        if len(set(ids)) != len(ids):
-            raise InvalidLedgerInput(f"duplicate step ids in {ids}")
         now = clock.utcnow()
-        records = [
-            StepRecord(
-                instance_id=instance_id,
-                step_id=s.step_id,
-                workflow_name=workflow_name,
-                workflow_version=version,
-                step_name=s.step_name,
-                sequence=i,
-                agent=s.agent,
-                compensator=s.compensator,
-                max_attempts=s.max_attempts,
-                heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
-                input_ref=s.input_ref,
-                orchestration_id=orchestration_id or instance_id,
-                created_at=now,
-                updated_at=now,
-            )
-            for i, s in enumerate(steps)
-        ]
-        operations: list[tuple] = [("create", _to_entity(r)) for r in records]
-        # One row per instance with a fixed key: a second create_steps conflicts on it whatever its
-        # steps are, so the batch can go first and the stored steps are read only then.
-        marker = {"PartitionKey": instance_id, "RowKey": STEPS_MARKER_ROW, "Workflow": workflow_name}
-        operations.insert(0, ("create", marker))
-        operations.append(
-            (
-                "create",
-                self._audit_entity(
-                    instance_id,
-                    "*",
-                    actor,
-                    "created",
-                    None,
-                    "Pending",
-                    0,
-                    f"workflow {workflow_name} with {len(records)} steps",
-                    now,
-                ),
-            )
+        records, operations = self.step_creation_operations(
+            instance_id,
+            workflow_name,
+            steps,
+            actor=actor,
+            orchestration_id=orchestration_id,
+            version=version,
+            now=now,
         )
+        ids = [r.step_id for r in records]
         instance_updated = instance_index = None
         if instance is not None:
             if instance.record.instance_id != instance_id:
@@ -132,6 +98,59 @@ class StepCreationMixin:
             results = results[1:]
         results = results[1:]  # the marker row
         return [r.model_copy(update={"etag": res["etag"]}) for r, res in zip(records, results, strict=False)]
+
+    def step_creation_operations(
+        self,
+        instance_id: str,
+        workflow_name: str,
+        steps: Sequence[NewStep],
+        *,
+        actor: str,
+        orchestration_id: str | None,
+        version: str | None,
+        now: datetime,
+    ) -> tuple[list[StepRecord], list[tuple]]:
+        """The rows that create an instance's steps, as entity-group operations: the marker row (a
+        second creation conflicts on it whatever its steps are, so the batch can go first and the
+        stored steps are read only then), every step Pending, and one ``created`` audit row. Shared
+        by :meth:`create_steps` and the starter's ``create_instance(..., steps=...)``."""
+        if not steps:
+            raise InvalidLedgerInput("a workflow instance needs at least one step")
+        ids = [s.step_id for s in steps]
+        if len(set(ids)) != len(ids):
+            raise InvalidLedgerInput(f"duplicate step ids in {ids}")
+        records = [
+            StepRecord(
+                instance_id=instance_id,
+                step_id=s.step_id,
+                workflow_name=workflow_name,
+                workflow_version=version,
+                step_name=s.step_name,
+                sequence=i,
+                agent=s.agent,
+                compensator=s.compensator,
+                max_attempts=s.max_attempts,
+                heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
+                input_ref=s.input_ref,
+                orchestration_id=orchestration_id or instance_id,
+                created_at=now,
+                updated_at=now,
+            )
+            for i, s in enumerate(steps)
+        ]
+        marker = {"PartitionKey": instance_id, "RowKey": STEPS_MARKER_ROW, "Workflow": workflow_name}
+        audit = self._audit_entity(
+            instance_id,
+            "*",
+            actor,
+            "created",
+            None,
+            "Pending",
+            0,
+            f"workflow {workflow_name} with {len(records)} steps",
+            now,
+        )
+        return records, [("create", marker), *(("create", _to_entity(r)) for r in records), ("create", audit)]
 
     def _instance_written_in_batch(self, handle: InstanceHandle, updated: Any, result: Any) -> None:
         self.instance_written(handle.record, updated)
