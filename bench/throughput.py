@@ -14,6 +14,11 @@ of the machine hits every variant alike), on fresh tables and queues:
   (``trust_env`` on: proxy variables and ``~/.netrc`` looked up on every request) instead of the
   one ``workflow_core.storage_clients`` builds (environment read once per client). Omit with
   ``--no-sdk-transport``.
+* **project / lean loop, SDK's $batch codec**: the same two runs with entity-group transactions
+  encoded and decoded by azure-core's ``email``-based multipart code instead of
+  ``workflow_core.table_transactions`` (what the app used before it had its own codec): the codec's
+  effect, and the ratio when both sides pay the SDK's price per transaction. Omit with
+  ``--no-sdk-codec``.
 * **point reads** (with the SDK variant): ``--reads`` reads of one entity with our transport and
   with the SDK's default, interleaved: the per-request cost of the environment lookups alone.
 * **lean loop** (the baseline): the same workflows and steps, single-threaded like the host, doing
@@ -30,13 +35,14 @@ ratios of the medians. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -85,6 +91,29 @@ class Run:
     @property
     def rate(self) -> float:
         return self.steps / self.seconds
+
+
+@contextlib.contextmanager
+def sdk_batch_codec() -> Iterator[None]:
+    """Within: every table client of the app sends its transactions through the SDK's own codec."""
+    from azure.data.tables import TableClient
+
+    from workflow_core.table_transactions import TransactionTableClient
+
+    ours = TransactionTableClient.__dict__["_batch_send"]
+    TransactionTableClient._batch_send = TableClient._batch_send  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        TransactionTableClient._batch_send = ours  # type: ignore[method-assign]
+
+
+def with_sdk_codec(run: Callable[[Azurite], Run]) -> Callable[[Azurite], Run]:
+    def wrapped(azurite: Azurite) -> Run:
+        with sdk_batch_codec():
+            return run(azurite)
+
+    return wrapped
 
 
 def project(azurite: Azurite, workflows: int, steps: int, *, sdk_transport: bool = False) -> Run:
@@ -230,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-sdk-transport", action="store_true", help="skip the variant with the SDK's default transport"
     )
     parser.add_argument(
+        "--no-sdk-codec", action="store_true", help="skip the two variants with the SDK's $batch codec"
+    )
+    parser.add_argument(
         "--reads",
         type=int,
         default=300,
@@ -248,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         variants["project, SDK default transport"] = lambda az: project(
             az, workflows, steps, sdk_transport=True
         )
+    if not args.no_sdk_codec:
+        variants["project, SDK $batch codec"] = with_sdk_codec(variants["project"])
+        variants["lean loop, SDK $batch codec"] = with_sdk_codec(variants["lean loop (baseline)"])
     runs: dict[str, list[Run]] = {name: [] for name in variants}
     with Azurite() as azurite:
         print(
@@ -288,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     baseline = medians["lean loop (baseline)"]
     print()
     print(f"ratio project / lean loop:                          {medians['project'] / baseline:5.2f}")
+    if "project, SDK $batch codec" in medians:
+        project_sdk, lean_sdk = medians["project, SDK $batch codec"], medians["lean loop, SDK $batch codec"]
+        print(f"ratio project / lean loop, both on the SDK codec:   {project_sdk / lean_sdk:5.2f}")
+        print(f"ratio project, own codec / SDK codec:               {medians['project'] / project_sdk:5.2f}")
+        print(f"ratio lean loop, own codec / SDK codec:             {baseline / lean_sdk:5.2f}")
     if "project, SDK default transport" in medians:
         sdk = medians["project, SDK default transport"]
         print(f"ratio project, SDK default transport / lean loop:   {sdk / baseline:5.2f}")

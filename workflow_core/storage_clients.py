@@ -14,6 +14,13 @@ Why one place:
 
 Connection strings (Azurite, shared keys) and identity-based construction (service URIs plus a
 managed identity) both go through :func:`table_service_client` / :func:`queue_service_client`.
+
+Table clients are :class:`workflow_core.table_transactions.TransactionTableClient`: the SDK's
+``TableClient`` with entity-group transactions encoded without the ``email`` package (a ledger
+write then costs about a third of the SDK's client CPU; why and how in that module).
+:func:`table_client` builds one for a table; :func:`transaction_table_client` one that shares a
+``TableServiceClient``'s pipeline and transport (what ``service.get_table_client(name)`` returns,
+with the fast transactions).
 """
 
 from __future__ import annotations
@@ -112,15 +119,44 @@ def table_service_client(storage: StorageConnection, credential: Any = None) -> 
 
 
 def table_client(storage: StorageConnection, table_name: str, credential: Any = None) -> Any:
-    """A ``TableClient`` for one table (same construction as :func:`table_service_client`)."""
-    from azure.data.tables import TableClient
+    """A ``TableClient`` (:class:`TransactionTableClient`) for one table, from a connection string or
+    from the table service URI + an identity (same settings as :func:`table_service_client`)."""
+    from workflow_core.table_transactions import TransactionTableClient
 
     if storage.connection_string:
         endpoint = _endpoint_from_connection_string(storage.connection_string, "Table")
-        return TableClient.from_connection_string(
+        return TransactionTableClient.from_connection_string(
             storage.connection_string, table_name, transport=storage_transport(endpoint)
         )
-    return table_service_client(storage, credential).get_table_client(table_name)
+    return TransactionTableClient(
+        endpoint=storage.table_service_uri,
+        table_name=table_name,
+        credential=credential or _credential(storage),
+        transport=storage_transport(storage.table_service_uri),
+    )
+
+
+def transaction_table_client(service: Any, table_name: str) -> Any:
+    """``service.get_table_client(table_name)`` as a :class:`TransactionTableClient`: it shares the
+    ``TableServiceClient``'s policies and transport (closing it leaves the service's transport open),
+    exactly as the SDK's ``get_table_client`` (azure-data-tables 12.7.0) builds its ``TableClient``."""
+    from azure.core.pipeline import Pipeline
+    from azure.data.tables._base_client import TransportWrapper
+
+    from workflow_core.table_transactions import TransactionTableClient
+
+    pipeline = Pipeline(
+        transport=TransportWrapper(service._client._client._pipeline._transport), policies=service._policies
+    )
+    return TransactionTableClient(
+        service.url,
+        table_name=table_name,
+        credential=service.credential,
+        api_version=service.api_version,
+        pipeline=pipeline,
+        location_mode=service._location_mode,
+        _hosts=service._hosts,
+    )
 
 
 def queue_service_client_from_connection_string(connection_string: str) -> Any:
