@@ -26,7 +26,12 @@ class Services:
     def ledger(self) -> StepLedger:
         storage = self.settings.ledger_connection  # LedgerStorage, else AzureWebJobsStorage
         service = table_service_client(storage)  # connection string, or service URI + managed identity
-        ledger = StepLedger(service, self.settings.ledger_table, self.settings.deadline_index_table)
+        ledger = StepLedger(
+            service,
+            self.settings.ledger_table,
+            self.settings.deadline_index_table,
+            sdk_transactions=self.settings.ledger_sdk_transactions,
+        )
         if storage.connection_string:  # local/dev: create what infra would have provisioned
             ledger.create_tables()
         return ledger

@@ -68,6 +68,8 @@ class Settings:
     watchdog_run_on_startup: bool
     app_insights_connection_string: str | None
     ledger_storage: StorageConnection | None = None  # None: the ledger lives in ``storage``
+    # True: the ledger's transactions go through the SDK's own $batch codec (LEDGER_TRANSACTION_CODEC=sdk)
+    ledger_sdk_transactions: bool = False
 
     @property
     def ledger_connection(self) -> StorageConnection:
@@ -115,6 +117,12 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
         "How late past its deadline a step may be before the watchdog acts (clock skew, timer lag).",
     ),
     "WATCHDOG_RUN_ON_STARTUP": ("false", "Run a watchdog tick when the host starts (dev only)."),
+    "LEDGER_TRANSACTION_CODEC": (
+        "own",
+        "`own`: the ledger's entity-group transactions are encoded by `workflow_core/table_transactions.py` "
+        "(a third of the SDK's client CPU); `sdk`: by the Azure SDK's own code. A switch back without a "
+        "redeploy if the storage service ever answers a transaction in a shape the codec refuses.",
+    ),
     "TASK_HUB_NAME": ("SchedulerAgentSupervisor", "Durable Functions task hub (read by host.json)."),
     "APPLICATIONINSIGHTS_CONNECTION_STRING": (
         None,
@@ -293,7 +301,15 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         watchdog_run_on_startup=_bool(env, "WATCHDOG_RUN_ON_STARTUP"),
         app_insights_connection_string=_get(env, "APPLICATIONINSIGHTS_CONNECTION_STRING"),
         ledger_storage=ledger_storage_connection(env),
+        ledger_sdk_transactions=_transaction_codec(env) == "sdk",
     )
+
+
+def _transaction_codec(env: Mapping[str, str]) -> str:
+    raw = (_get(env, "LEDGER_TRANSACTION_CODEC") or _default("LEDGER_TRANSACTION_CODEC")).lower()
+    if raw not in ("own", "sdk"):
+        raise SettingsError(f"LEDGER_TRANSACTION_CODEC must be own or sdk; got {raw!r}")
+    return raw
 
 
 @lru_cache(maxsize=1)

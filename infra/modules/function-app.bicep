@@ -234,6 +234,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           value: 'false'
         }
         {
+          name: 'LEDGER_TRANSACTION_CODEC'
+          value: 'own'
+        }
+        {
           name: 'TASK_HUB_NAME'
           value: taskHubName
         }

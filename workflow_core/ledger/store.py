@@ -109,14 +109,23 @@ class StepLedger(
 
     _nonce = staticmethod(_nonce)
 
-    def __init__(self, service: TableServiceClient, ledger_table: str, index_table: str) -> None:
+    def __init__(
+        self,
+        service: TableServiceClient,
+        ledger_table: str,
+        index_table: str,
+        *,
+        sdk_transactions: bool = False,
+    ) -> None:
         self._service = service
         self.ledger_table_name = ledger_table
         self.index_table_name = index_table
-        # the SDK's TableClient with its entity-group transactions encoded without the email package
-        # (workflow_core/table_transactions.py): every state change is one, at a third of the CPU
-        self._steps: TableClient = transaction_table_client(service, ledger_table)
-        self._index: TableClient = transaction_table_client(service, index_table)
+        # The SDK's TableClient with its entity-group transactions encoded without the email package
+        # (workflow_core/table_transactions.py): every state change is one, at a third of the CPU.
+        # ``sdk_transactions`` (LEDGER_TRANSACTION_CODEC=sdk): the SDK's own codec instead.
+        self._client_for = service.get_table_client if sdk_transactions else self._transaction_client
+        self._steps: TableClient = self._client_for(ledger_table)
+        self._index: TableClient = self._client_for(index_table)
         self.stats = LedgerStats()
 
     # ---- construction ----------------------------------------------------------------------------
@@ -136,7 +145,10 @@ class StepLedger(
 
     def table_client(self) -> TableClient:
         """A client of the ledger table for rows that are not steps (stored definition versions)."""
-        return transaction_table_client(self._service, self.ledger_table_name)
+        return self._client_for(self.ledger_table_name)
+
+    def _transaction_client(self, table_name: str) -> TableClient:
+        return transaction_table_client(self._service, table_name)
 
     def close(self) -> None:
         self._steps.close()
