@@ -46,6 +46,7 @@ from workflow_core.ledger import (
     InstanceAlreadyExists,
     InstanceStatus,
     StepLedger,
+    StepStatus,
     encode_json,
     outcome_json,
 )
@@ -240,18 +241,24 @@ async def _record_instance(
 
 async def _never_started(services: Services, instance_id: str, exc: BaseException) -> None:
     """The host refused the start: the record must not make the watchdog start it later behind the
-    caller's back (they were told it failed and may retry under another id)."""
+    caller's back (they were told it failed and may retry under another id). The steps the starter
+    wrote with it never ran: Cancelled too, so no view shows them waiting."""
 
     def cancel(ledger: StepLedger) -> None:
         record = ledger.find_instance(instance_id)
-        if record is not None and record.status is InstanceStatus.RUNNING:
-            ledger.transition_instance(
-                record,
-                InstanceStatus.CANCELLED,
-                actor="api:start",
-                reason=f"the orchestration could not be started: {describe_error(exc)}",
-                outcome=outcome_json("cancelled", error=describe_error(exc)),
-            )
+        if record is None or record.status is not InstanceStatus.RUNNING:
+            return
+        why = f"the orchestration could not be started: {describe_error(exc)}"
+        ledger.transition_instance(
+            record,
+            InstanceStatus.CANCELLED,
+            actor="api:start",
+            reason=why,
+            outcome=outcome_json("cancelled", error=describe_error(exc)),
+        )
+        for step in ledger.list_for_instance(instance_id):
+            if step.status is StepStatus.PENDING:
+                ledger.transition(step, StepStatus.CANCELLED, actor="api:start", reason=why)
 
     try:
         await asyncio.to_thread(cancel, services.ledger)

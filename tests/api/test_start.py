@@ -274,3 +274,23 @@ def test_an_unreachable_durable_host_is_a_502(run, stub, services):
 
     assert response.status_code == 502
     assert "Durable Functions host call failed" in json_of(response)["error"]
+
+
+def test_a_start_the_host_refuses_cancels_the_record_and_the_steps_written_with_it(run, client, services):
+    """The record and its steps are written before the start; when the host then refuses it, nothing is
+    left for the watchdog to start behind the caller's back, nor shown as waiting."""
+
+    class Refusing:
+        def __getattr__(self, name):
+            return getattr(client, name)
+
+        async def start_new(self, *args, **kwargs):
+            raise RuntimeError("the task hub is unavailable")
+
+    response = run(start_workflow(post("provision-tenant", GOOD_INPUT), Refusing(), services))
+
+    assert response.status_code == 502, response.get_body()
+    (record,), _ = services.ledger.list_instances(workflow="provision-tenant")
+    assert record.status.value == "Cancelled"
+    steps = services.ledger.list_for_instance(record.instance_id)
+    assert len(steps) == 3 and {r.status.value for r in steps} == {"Cancelled"}
