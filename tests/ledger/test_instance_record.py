@@ -138,3 +138,53 @@ def test_overdue_instances_moves_a_row_that_fell_due_early_and_reads_only_due_ro
 
     found = ledger.overdue_instances(NOW + timedelta(minutes=90))
     assert sorted(r.instance_id for r in found) == sorted([overdue.instance_id, moved_on.instance_id])
+
+
+def _steps(n: int):
+    from workflow_core.ledger import NewStep
+
+    return [NewStep(step_id=f"s{i:03d}", step_name=f"s{i:03d}", agent="a", max_attempts=2) for i in range(n)]
+
+
+def test_steps_created_with_the_record_are_pending_pinned_and_written_in_its_transaction(ledger):
+    record = ledger.create_instance(
+        "with-steps-1",
+        "wf",
+        actor="test",
+        input_json="{}",
+        scheduler_deadline=NOW + timedelta(hours=1),
+        version="wf@abc",
+        steps=_steps(3),
+    )
+    steps = ledger.list_for_instance("with-steps-1")
+    assert [(r.step_id, r.status.value, r.attempt, r.max_attempts) for r in steps] == [
+        (f"s{i:03d}", "Pending", 0, 2) for i in range(3)
+    ]
+    assert {r.workflow_version for r in steps} == {"wf@abc"}
+    assert {r.orchestration_id for r in steps} == {"with-steps-1"}
+    assert all(r.etag for r in steps) and record.etag
+    # the orchestration's own create_steps finds them and returns them unchanged (idempotent)
+    again = ledger.create_steps("with-steps-1", "wf", _steps(3), actor="test", version="wf@abc")
+    assert [(r.step_id, r.etag) for r in again] == [(r.step_id, r.etag) for r in steps]
+
+
+def test_a_used_id_writes_neither_record_nor_steps_and_too_many_steps_are_refused(ledger):
+    from workflow_core.ledger import MAX_STEPS_WITH_INSTANCE, InstanceAlreadyExists, InvalidLedgerInput
+
+    kwargs = {"actor": "test", "input_json": "{}", "scheduler_deadline": NOW + timedelta(hours=1)}
+    ledger.create_instance("with-steps-2", "wf", **kwargs, steps=_steps(2))
+    with pytest.raises(InstanceAlreadyExists):
+        ledger.create_instance("with-steps-2", "other", **kwargs, steps=_steps(5))
+    assert [r.step_id for r in ledger.list_for_instance("with-steps-2")] == ["s000", "s001"]
+
+    with pytest.raises(InvalidLedgerInput, match=f"at most {MAX_STEPS_WITH_INSTANCE}"):
+        ledger.create_instance("with-steps-3", "wf", **kwargs, steps=_steps(MAX_STEPS_WITH_INSTANCE + 1))
+    assert ledger.find_instance("with-steps-3") is None
+    assert ledger.list_for_instance("with-steps-3") == []
+    assert instance_rows(ledger, "with-steps-3") == []  # not even its deadline-index row
+    with pytest.raises(InvalidLedgerInput, match="duplicate step ids"):
+        ledger.create_instance("with-steps-5", "wf", **kwargs, steps=_steps(2) + _steps(1))
+    assert ledger.find_instance("with-steps-5") is None and instance_rows(ledger, "with-steps-5") == []
+    # the largest that fits is one transaction
+    ledger.create_instance("with-steps-4", "wf", **kwargs, steps=_steps(MAX_STEPS_WITH_INSTANCE))
+    assert len(ledger.list_for_instance("with-steps-4")) == MAX_STEPS_WITH_INSTANCE

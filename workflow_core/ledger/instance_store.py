@@ -175,7 +175,23 @@ class InstanceLedgerMixin(InstanceListMixin):
         that exist. Raises :class:`InstanceAlreadyExists` for a used id.
         """
         validate_instance_id(instance_id)
+        if steps and len(steps) > MAX_STEPS_WITH_INSTANCE:
+            raise InvalidLedgerInput(
+                f"{len(steps)} steps do not fit the instance record's transaction "
+                f"(at most {MAX_STEPS_WITH_INSTANCE}): let the orchestration create them"
+            )
         now = clock.utcnow()
+        step_rows: list[tuple] = []  # built (and so checked) before anything is written
+        if steps:
+            step_rows = self.step_creation_operations(
+                instance_id,
+                workflow,
+                steps,
+                actor=actor,
+                orchestration_id=instance_id,
+                version=None if version == UNVERSIONED else version,
+                now=now,
+            )[1]
         record = InstanceRecord(
             instance_id=instance_id,
             workflow=workflow,
@@ -212,21 +228,7 @@ class InstanceLedgerMixin(InstanceListMixin):
             now,
         )
         operations: list[tuple] = [("create", to_instance_entity(record)), ("create", audit)]
-        if steps:
-            if len(steps) > MAX_STEPS_WITH_INSTANCE:
-                raise InvalidLedgerInput(
-                    f"{len(steps)} steps do not fit the instance record's transaction "
-                    f"(at most {MAX_STEPS_WITH_INSTANCE}): let the orchestration create them"
-                )
-            operations += self.step_creation_operations(
-                instance_id,
-                workflow,
-                steps,
-                actor=actor,
-                orchestration_id=instance_id,
-                version=None if version == UNVERSIONED else version,
-                now=now,
-            )[1]
+        operations += step_rows
         try:
             result = self._steps.submit_transaction(operations)
         except TableTransactionError as exc:
