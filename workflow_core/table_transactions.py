@@ -31,6 +31,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from http.client import HTTPResponse, InvalidURL
 from types import SimpleNamespace
 from typing import Any, NamedTuple
@@ -250,9 +251,12 @@ class _Changeset:
 
     def __init__(self, requests: Sequence[HttpRequest], boundary: str) -> None:
         self.requests = requests
-        self.request = HttpRequest(
-            "POST", "", headers={"Content-Type": f"multipart/mixed; boundary={boundary}"}
-        )
+        self.boundary = boundary
+
+    @cached_property
+    def request(self) -> HttpRequest:
+        """Built only for a part outside the changeset, which Azure and Azurite do not send."""
+        return HttpRequest("POST", "", headers={"Content-Type": f"multipart/mixed; boundary={self.boundary}"})
 
 
 def decode_transaction_response(
