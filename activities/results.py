@@ -41,7 +41,8 @@ from workflow_core.contracts import (
     explain,
     result_event_name,
 )
-from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
+from workflow_core.ledger import InstanceRecord, InvalidLedgerInput, StepNotFound, StepRecord
+from workflow_core.ledger.known_rows import instance_snapshot
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 
@@ -186,8 +187,8 @@ async def _handle_result(
             message_id=message_id,
         )
         return "parked"
-    try:
-        record = services.ledger.get(result.instance_id, result.step_id)
+    try:  # the instance record with it, in the same request: its snapshot rides on the event
+        record, handle = services.ledger.read_step_and_instance(result.instance_id, result.step_id)
     except (StepNotFound, InvalidLedgerInput) as exc:
         park(services, source="result", reason=f"result for no known step: {exc}", body=body, actor=ACTOR)
         return "parked"
@@ -204,18 +205,23 @@ async def _handle_result(
             status=record.status.value,
         )
         return action  # type: ignore[return-value]
-    return await raise_result_event(with_verdict(confirmed, record), client, services)
+    instance = handle.record if handle is not None else None
+    return await raise_result_event(with_verdict(confirmed, record, instance), client, services)
 
 
-def with_verdict(confirmed: ResultMessage, r: StepRecord) -> ResultMessage:
+def with_verdict(
+    confirmed: ResultMessage, r: StepRecord, instance: InstanceRecord | None = None
+) -> ResultMessage:
     """``confirmed`` with the ledger's verdict and the attempt's token (a :class:`ConfirmedResult`),
     so the orchestrator need not read the ledger again; as it is when the row holds no token for the
-    attempt (rows dispatched before tokens existed) or no outcome the scheduler could act on."""
+    attempt (rows dispatched before tokens existed) or no outcome the scheduler could act on. With
+    the snapshot of ``instance`` as read with the step, for the scheduler's next dispatch."""
     token = attempt_token(r, confirmed.kind, confirmed.attempt)
     verdict = verdict_of(recorded_outcome(r, confirmed.kind, confirmed.attempt))
     if token is None or verdict.state == "unconfirmed":
         return confirmed
-    return ConfirmedResult(**confirmed.model_dump(), ledger_token=token, verdict=verdict)
+    snapshot = instance_snapshot(instance) if instance is not None else None
+    return ConfirmedResult(**confirmed.model_dump(), ledger_token=token, verdict=verdict, instance=snapshot)
 
 
 # ---- trigger-bound function -----------------------------------------------------------------------

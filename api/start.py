@@ -50,6 +50,7 @@ from workflow_core.ledger import (
     encode_json,
     outcome_json,
 )
+from workflow_core.ledger.known_rows import instance_snapshot
 from workflow_core.ledger.model import MAX_TEXT
 from workflow_core.resume import resume_state
 from workflow_core.runtime import Services
@@ -114,7 +115,7 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
     await store_definition(svc, pinned)  # before the record names it: whoever reads one finds the other
     trace_context = tracing.current()
     trace.get_current_span().set_attribute("sas.instance_id", instance_id)
-    steps_created = await _record_instance(
+    rows = await _record_instance(
         svc, definition, instance_id, validated, input_json, pinned.version, trace_context
     )
 
@@ -125,8 +126,9 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
         "version": pinned.version,
         "definition": pinned.data,
     }
-    if steps_created:  # a state says the steps exist: step 0 comes first, no creation
+    if rows is not None:  # a state says the steps exist: step 0 comes first, no creation
         orchestrator_input["state"] = resume_state(definition, [])
+        orchestrator_input["rows"] = rows  # their versions: first dispatches write unread
     if trace_context:  # observability data for the orchestrators to pass on (workflow_core.tracing)
         orchestrator_input[tracing.TRACE_FIELD] = trace_context
     try:
@@ -202,19 +204,20 @@ async def _record_instance(
     input_json: str,
     version: str,
     trace_context: dict[str, str] | None = None,
-) -> bool:
+) -> dict[str, Any] | None:
     """Write the instance record before the orchestration starts, so even one that never starts is
     supervised; a used id is a 409. The steps, Pending, go in the record's own transaction when they
-    fit one (returns whether they did): the orchestration then starts without creating them, and a
-    scheduler that never starts is resumed onto step rows that exist."""
+    fit one: the orchestration then starts without creating them, and a scheduler that never starts
+    is resumed onto step rows that exist. Returns the versions written (``orchestrators.state.
+    StartedRows``: the record's snapshot, each step's ETag) when the steps went with it, else None."""
     steps = new_steps(definition) if len(definition.steps) <= MAX_STEPS_WITH_INSTANCE else None
     deadline = clock.utcnow() + timedelta(
         seconds=SCHEDULER_START_SECONDS + services.settings.watchdog_grace_seconds
     )
     try:
-        await call_ledger(
+        record, step_etags = await call_ledger(
             services,
-            lambda ledger: ledger.create_instance(
+            lambda ledger: ledger.create_instance_with_steps(
                 instance_id,
                 definition.name,
                 actor="api:start",
@@ -236,7 +239,9 @@ async def _record_instance(
             [f"{exc}; instance ids are single-use: choose another instance_id, or omit it for a fresh one"],
             extra={"instanceId": instance_id},
         ) from None
-    return steps is not None
+    if steps is None:
+        return None
+    return {"instance": instance_snapshot(record), "steps": step_etags}
 
 
 async def _never_started(services: Services, instance_id: str, exc: BaseException) -> None:

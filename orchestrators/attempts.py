@@ -62,6 +62,9 @@ class StepRun:
     retry: RetryPolicy
     input: dict[str, Any] = field(default_factory=dict)
     trace: dict[str, str] | None = None  # W3C trace context from the orchestration input, passed on
+    # The rows' versions the first attempt's dispatch may write against unread (contracts.ExpectedRows);
+    # never in a sub-orchestration's input: a parallel group's members share the instance record.
+    expected: dict[str, Any] | None = None
 
     def to_payload(self) -> dict[str, Any]:
         """JSON-ready fields, the input of ``step_orchestrator``."""
@@ -109,6 +112,7 @@ class StepResult:
     attempts: int
     output: Any = None
     error: str | None = None
+    instance: dict[str, Any] | None = None  # the snapshot the confirming event carried (not in payloads)
 
     def to_payload(self) -> dict[str, Any]:
         """What ``step_orchestrator`` returns: ``{"succeeded", "attempts", "output", "error"}``."""
@@ -154,6 +158,7 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
             input=run.input,
             kind=run.kind,
             trace=run.trace,
+            expected=run.expected if attempt == 1 and tries == 0 else None,
         )
         dispatched = yield call_activity(
             context, run.dispatch_activity, dispatch.model_dump(exclude_none=True)
@@ -172,7 +177,7 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
             context, run, attempt, deadline, report, next_move == CHECK_NOW, token
         )
         if outcome.succeeded:
-            return StepResult(True, tries, output=outcome.output)
+            return StepResult(True, tries, output=outcome.output, instance=outcome.instance)
 
         now = context.current_utc_datetime
         next_start = (

@@ -7,6 +7,7 @@ to test without replaying histories.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -77,6 +78,9 @@ class AttemptOutcome:
     error: str | None = None
     timed_out: bool = False
     permanent: bool = False  # the ledger says retrying cannot fix this failure: give up at once
+    # the instance record's snapshot a confirmed event carried (contracts.ConfirmedResult.instance):
+    # the version the next dispatch may write against unread
+    instance: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,9 +115,13 @@ def confirmed_outcome(
     if (event.get("kind"), event.get("step_id"), event.get("attempt")) != (kind, step_id, attempt):
         return None
     try:
-        return interpret_verdict(event.get("verdict"), deadline)
+        outcome = interpret_verdict(event.get("verdict"), deadline)
     except ContractViolation:
         return None  # a malformed verdict is no confirmation: ask the ledger
+    instance = event.get("instance")
+    if outcome is None or not isinstance(instance, dict):
+        return outcome
+    return dataclasses.replace(outcome, instance=instance)
 
 
 def interpret_verdict(payload: Any, deadline: datetime) -> AttemptOutcome | None:

@@ -35,6 +35,15 @@ class Progress(_Strict):
         )
 
 
+class StartedRows(_Strict):
+    """What the HTTP starter wrote, as versions: the instance record's snapshot and each step's ETag
+    (``contracts.ExpectedRows``). Only the first scheduler of an instance gets them: a resume or a
+    new generation reads the rows instead."""
+
+    instance: dict[str, Any]
+    steps: dict[str, str] = Field(default_factory=dict)
+
+
 class WorkflowStart(_Strict):
     """Input of ``workflow_orchestrator``: ``{"workflow", "input"}``, plus ``state`` after a checkpoint
     or a resume, and ``epoch`` (the instance's resume count) once the watchdog resumed it.
@@ -52,6 +61,7 @@ class WorkflowStart(_Strict):
     version: str | None = Field(default=None, description="pinned definition version, name@digest")
     definition: dict[str, Any] | None = Field(default=None, description="its canonical JSON")
     trace: dict[str, str] | None = Field(default=None, description="W3C trace context (observability only)")
+    rows: StartedRows | None = Field(default=None, description="the starter's row versions")
 
     def pinned(self) -> WorkflowDefinition:
         """The carried definition (pure: no I/O, verified against ``version``)."""

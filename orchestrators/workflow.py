@@ -12,6 +12,7 @@ through activities.
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,7 @@ from workflow_core.workflows import (
     get_workflow,
     resolve_step_input,
 )
+from workflow_core.workflows.step_rows import new_steps
 
 
 class _Status:
@@ -83,6 +85,9 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
     # Every iteration either completes its stage or returns; ``completed_here`` counts the steps
     # completed in this generation (a parallel group counts as its steps, and is never split).
     completed_here = 0
+    # The instance record's latest version this scheduler knows (the starter's, then each confirmed
+    # result's): a first dispatch writes against it and its step's starter ETag without reading.
+    known = start.rows.instance if start.rows is not None else None
     for stage in _remaining_stages(definition, progress.position):
         steps_left = len(definition.steps) - progress.position
         if should_checkpoint(completed_here, definition.history_checkpoint_every, steps_left):
@@ -97,6 +102,7 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
                 carried.pop("definition")
             if start.trace is None:
                 carried.pop("trace")
+            carried.pop("rows")  # the next generation reads the rows: these versions may be stale
             context.continue_as_new(carried)
             return None
 
@@ -112,6 +118,7 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
                     )
                 )
             completed_here += len(stage)
+            known = None  # the members wrote the instance record in their own orchestrations
             continue
 
         (step,) = stage
@@ -120,7 +127,9 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
         if isinstance(prepared, StepResult):
             result = prepared
         else:
-            result = yield from run_step(context, prepared, status)
+            expected = expected_rows(definition, start, step, known)
+            result = yield from run_step(context, replace(prepared, expected=expected), status)
+        known = result.instance
 
         if not result.succeeded:
             return (
@@ -139,6 +148,33 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
     )
     status("succeeded")
     return {"status": "succeeded", "outputs": progress.outputs, "failed_step": None, "error": None}
+
+
+def expected_rows(
+    definition: WorkflowDefinition,
+    start: WorkflowStart,
+    step: StepDefinition,
+    instance: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """``contracts.ExpectedRows`` for the first dispatch of ``step``: its row as the starter created
+    it (the ETag from the start, the fields from the pinned definition, as ``new_steps`` writes them)
+    and the instance's snapshot; None when either version is unknown."""
+    etag = start.rows.steps.get(step.id) if start.rows is not None else None
+    if etag is None or instance is None:
+        return None
+    sequence = definition.step_ids.index(step.id)
+    row = new_steps(definition)[sequence]
+    return {
+        "step_etag": etag,
+        "step_name": row.step_name,
+        "agent": row.agent,
+        "sequence": sequence,
+        "compensator": row.compensator,
+        "max_attempts": row.max_attempts,
+        "heartbeat_timeout_seconds": row.heartbeat_timeout_seconds,
+        "workflow_version": start.version,
+        "instance": instance,
+    }
 
 
 def _remaining_stages(definition: WorkflowDefinition, position: int) -> list[tuple[StepDefinition, ...]]:

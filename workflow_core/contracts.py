@@ -205,6 +205,28 @@ class StepDispatch(_Model):
     # W3C trace context of the workflow (``workflow_core.tracing``), copied from the orchestration input:
     # observability only.
     trace: dict[str, str] | None = None
+    # The versions an earlier write or read left of the step and its instance, to write against
+    # unread (first work attempt only); the dispatch reads the rows when absent or out of date.
+    expected: ExpectedRows | None = None
+
+
+class ExpectedRows(_Model):
+    """A work step's row as the HTTP starter created it (Pending, attempt 0: its ETag, and its fields
+    from the pinned definition) and the instance record's latest snapshot the scheduler holds.
+
+    Only the ETags are trusted, by the ledger itself: the dispatch writes both rows If-Match these
+    versions (``workflow_core.ledger.known_rows``), and reads them instead when either changed since.
+    """
+
+    step_etag: str = Field(min_length=1)
+    step_name: str
+    agent: AgentName
+    sequence: int = Field(ge=0)
+    compensator: str | None = None
+    max_attempts: int = Field(default=1, ge=1)
+    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0)
+    workflow_version: str | None = None
+    instance: dict[str, Any]
 
 
 class WorkMessage(_Model):
@@ -302,3 +324,7 @@ class ConfirmedResult(ResultMessage):
 
     ledger_token: str = Field(min_length=16, max_length=64)
     verdict: ResultVerdict
+    # The instance record as the handler read it with the step (``known_rows.instance_snapshot``:
+    # its ETag and fields, the large texts left out): the version the scheduler's next dispatch may
+    # write against without reading it again (``ExpectedRows``). None for steps without a record.
+    instance: dict[str, Any] | None = None

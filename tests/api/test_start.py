@@ -41,7 +41,9 @@ def test_starts_the_orchestrator_with_the_validated_input_and_returns_status_url
         f"/durabletask/orchestrators/{WORKFLOW_ORCHESTRATOR}/tenant-contoso-1"
     ]
     current = pin(get_workflow("provision-tenant"))
-    assert stub.instances["tenant-contoso-1"].input == {
+    started = dict(stub.instances["tenant-contoso-1"].input)
+    rows = started.pop("rows")
+    assert started == {
         "workflow": "provision-tenant",
         "input": {**GOOD_INPUT, "region": "westeurope", "plan": "standard"},
         # pinned: the definition travels with the input, verified against its version
@@ -54,6 +56,12 @@ def test_starts_the_orchestrator_with_the_validated_input_and_returns_status_url
     assert [(r.step_id, r.status.value, r.workflow_version) for r in steps] == [
         (step.id, "Pending", current.version) for step in current.definition.steps
     ]
+    # ... and the versions it wrote, for the first dispatches to write against unread: each step's
+    # ETag and the instance record's snapshot (its ETag, without the workflow input it carries)
+    assert rows["steps"] == {r.step_id: r.etag for r in steps}
+    record = services.ledger.get_instance("tenant-contoso-1")
+    assert rows["instance"]["etag"] == record.etag and rows["instance"]["status"] == "Running"
+    assert "input_ref" not in rows["instance"] and record.input_ref is not None
     assert body["version"] == current.version
     # Durable's management URLs, rebased on the caller's host, plus our own views.
     assert body["id"] == body["instanceId"] == "tenant-contoso-1"

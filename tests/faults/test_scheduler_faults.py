@@ -101,19 +101,19 @@ def test_one_storage_error_in_dispatch_step_is_retried_by_the_durable_retry_poli
     """``dispatch_step`` meets one transient storage error before it writes anything: the activity
     fails once, the orchestration's retry policy runs it again, and the workflow finishes."""
     h = harness
-    real = h.ledger.read_step_and_instance
+    real = h.ledger.transition
     raised: list[str] = []
 
-    def read_step_and_instance(instance_id, step_id):
-        if step_id == "register_dns" and _in_dispatch() and not raised:
-            raised.append(step_id)
+    def transition(record, to, **kwargs):  # the Dispatched write (unread: no read to fail first)
+        if record.step_id == "register_dns" and _in_dispatch() and not raised:
+            raised.append(record.step_id)
             raise ServiceResponseError("Connection aborted: the storage account timed out")
-        return real(instance_id, step_id)
+        return real(record, to, **kwargs)
 
-    h.ledger.read_step_and_instance = read_step_and_instance
+    h.ledger.transition = transition
     iid = start_provisioning(h)
     status = h.run_until_complete(iid)
-    h.ledger.read_step_and_instance = real
+    h.ledger.transition = real
 
     assert raised == ["register_dns"]  # the fault did fire inside dispatch_step
     assert status.runtime_status.value == "Completed"
@@ -126,7 +126,7 @@ def test_one_storage_error_in_dispatch_step_is_retried_by_the_durable_retry_poli
     verify(
         h,
         "storage error in a scheduler activity",
-        "dispatch_step's ledger read raises ServiceResponseError once",
+        "dispatch_step's ledger write raises ServiceResponseError once",
         {iid: "succeeded"},
     )
 
@@ -161,22 +161,22 @@ def test_scheduler_killed_between_two_steps_is_resumed_within_its_promise_and_on
     clean_status = h.run_until_complete(clean)
     assert clean_status.output["status"] == "succeeded"
 
-    # The scheduler is stopped right at the gap: every ledger read of dispatch_step for register_dns
+    # The scheduler is stopped right at the gap: every ledger write of dispatch_step for register_dns
     # fails until it is killed, so the step is still Pending (nothing was written or sent for it).
-    real = h.ledger.read_step_and_instance
+    real = h.ledger.transition
     blocked: list[str] = []
 
-    def read_step_and_instance(instance_id, step_id):
-        if instance_id == "killed-between" and step_id == "register_dns" and _in_dispatch():
-            blocked.append(step_id)
+    def transition(record, to, **kwargs):
+        if record.instance_id == "killed-between" and record.step_id == "register_dns" and _in_dispatch():
+            blocked.append(record.step_id)
             raise ServiceResponseError("the scheduler's process is dying")
-        return real(instance_id, step_id)
+        return real(record, to, **kwargs)
 
-    h.ledger.read_step_and_instance = read_step_and_instance
+    h.ledger.transition = transition
     iid = h.start_workflow("provision-tenant", {"tenant_id": "clean", **PROVISION_INPUT}, "killed-between")
     h.run_until(lambda: bool(blocked))
     h.host.terminate(iid, "killed between two steps")
-    h.ledger.read_step_and_instance = real
+    h.ledger.transition = real
     assert h.statuses(iid) == {
         "create_storage": "Succeeded",
         "register_dns": "Pending",
@@ -282,7 +282,7 @@ def test_scheduler_that_never_starts_is_resumed_from_step_0(harness, monkeypatch
             h.services, definition, iid, workflow_input, encode_json(workflow_input), "unversioned"
         )
     )
-    assert created is starter_creates_steps
+    assert (created is not None) is starter_creates_steps  # the rows' versions when it wrote the steps
     assert h.statuses(iid) == (dict.fromkeys(STEPS, "Pending") if starter_creates_steps else {})
     promised = h.ledger.get_instance(iid).scheduler_deadline
     h.run_until(instance_settled(h, iid), timeout=timedelta(hours=2))

@@ -138,9 +138,11 @@ def test_clients_built_after_the_counter_is_removed_are_not_counted(azurite):
 # batched receives). Receives depend on timing (a pump takes up to 16 messages at once), so they are
 # bounded, not pinned.
 E2E_PER_STEP: dict[str, int] = {
-    # query; batch Dispatched + audit + instance; send. No index row: the instance's row watches the
-    # step (workflow_core/ledger/watch.py), placed by the starter early enough for every step.
-    rc.DISPATCH: 3,
+    # batch Dispatched + audit + instance; send. No read: the step's ETag from the starter and the
+    # instance's snapshot from the previous result's event (workflow_core/ledger/known_rows.py). No
+    # index row: the instance's row watches the step (workflow_core/ledger/watch.py), placed by the
+    # starter early enough for every step.
+    rc.DISPATCH: 2,
     rc.WORKER_CLAIM: 2,
     rc.WORKER_RECORD: 1,  # batch Succeeded + audit + instance; no index row to delete
     rc.REPLY: 1,

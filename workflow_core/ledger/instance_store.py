@@ -51,6 +51,7 @@ from workflow_core.ledger.instance import (
     parse_instance_status,
 )
 from workflow_core.ledger.instance_list import InstanceListMixin, listing_changed
+from workflow_core.ledger.known_rows import KnownInstanceRecord, merged_properties
 from workflow_core.ledger.model import NewStep, require_aware, validate_instance_id
 
 INSTANCE_INDEX_PREFIX = "i"
@@ -146,7 +147,11 @@ class InstanceLedgerMixin(InstanceListMixin):
 
     # ---- writes ----------------------------------------------------------------------------------
 
-    def create_instance(
+    def create_instance(self, instance_id: str, workflow: str, **kwargs: Any) -> InstanceRecord:
+        """Write the record of a new instance (see :meth:`create_instance_with_steps`)."""
+        return self.create_instance_with_steps(instance_id, workflow, **kwargs)[0]
+
+    def create_instance_with_steps(
         self,
         instance_id: str,
         workflow: str,
@@ -162,8 +167,10 @@ class InstanceLedgerMixin(InstanceListMixin):
         trace_state: str | None = None,
         steps_due_after_seconds: float | None = None,
         steps: Sequence[NewStep] | None = None,
-    ) -> InstanceRecord:
-        """Write the record of a new instance, Running, *before* its orchestration is started.
+    ) -> tuple[InstanceRecord, dict[str, str]]:
+        """Write the record of a new instance, Running, *before* its orchestration is started; return
+        it and the ETag of each step written with it (by step id), which a first dispatch may write
+        against without reading the row (``known_rows.py``).
 
         Its ``scheduler_deadline`` is how long the orchestration may take to show up: an
         orchestration that never starts is found by the watchdog like one that died.
@@ -238,7 +245,10 @@ class InstanceLedgerMixin(InstanceListMixin):
                 raise InstanceAlreadyExists(instance_id, existing.workflow if existing else "?") from None
             raise
         self.write_listing_row(record)
-        return record.model_copy(update={"etag": result[0]["etag"]})
+        # the steps' results follow the record, its audit row and the steps' marker row
+        step_etags = {op[1]["RowKey"]: result[i]["etag"] for i, op in enumerate(operations) if i >= 3}
+        step_etags = {k: v for k, v in step_etags.items() if not k.startswith("~")}
+        return record.model_copy(update={"etag": result[0]["etag"]}), step_etags
 
     def transition_instance(
         self,
@@ -279,6 +289,7 @@ class InstanceLedgerMixin(InstanceListMixin):
     ) -> InstanceRecord:
         now = clock.utcnow()
         updated, new_index = self.prepare_instance_change(record, status, changes, now)
+        operation = self.instance_operation(record, updated)  # refused (a merge) before any write
         if new_index is not None:
             self._create_instance_index_row(new_index, updated)
         audit = self._audit_entity(
@@ -293,9 +304,7 @@ class InstanceLedgerMixin(InstanceListMixin):
             now,
         )
         try:
-            result = self._steps.submit_transaction(
-                [self.instance_operation(record, updated), ("create", audit)]
-            )
+            result = self._steps.submit_transaction([operation, ("create", audit)])
         except TableTransactionError as exc:
             if new_index is not None:
                 self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
@@ -338,7 +347,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         if status in (InstanceStatus.SUCCEEDED, InstanceStatus.COMPENSATED, InstanceStatus.CANCELLED):
             data.setdefault("completed_at", None)
             data["completed_at"] = data["completed_at"] or now
-        draft = InstanceRecord.model_validate(data)
+        draft = type(record).model_validate(data)  # a snapshot stays one: merged, never replaced
         if draft.status in SUPERVISED_INSTANCE_STATUSES and draft.scheduler_deadline is None:
             raise InvalidLedgerInput(f"instance status {draft.status.value} needs a scheduler deadline")
         new_index = plan_instance_index(record, draft, self._nonce(), due_by)
@@ -347,11 +356,15 @@ class InstanceLedgerMixin(InstanceListMixin):
 
     @staticmethod
     def instance_operation(record: InstanceRecord, updated: InstanceRecord) -> tuple:
+        """The If-Match write of ``updated`` over ``record``: a replace, or a merge of what changes
+        when ``record`` is a snapshot rather than a read (``known_rows.py``)."""
+        known = isinstance(record, KnownInstanceRecord)
+        entity = to_instance_entity(updated)
         return (
             "update",
-            to_instance_entity(updated),
+            merged_properties(to_instance_entity(record), entity) if known else entity,
             {
-                "mode": UpdateMode.REPLACE,
+                "mode": UpdateMode.MERGE if known else UpdateMode.REPLACE,
                 "etag": record.etag,
                 "match_condition": MatchConditions.IfNotModified,
             },

@@ -59,6 +59,7 @@ from workflow_core.ledger.heartbeat import HeartbeatMixin, _http_date
 from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance_deadlines import InstanceDeadlinesMixin
 from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin
+from workflow_core.ledger.known_rows import KnownStepRecord, merged_properties
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
     ATTENTION_STATUSES,
@@ -286,7 +287,13 @@ class StepLedger(
             data["index_key"] = None
         if new_index is not None:
             data["index_key"] = f"{new_index[0]}|{new_index[1]}"
-        updated = StepRecord.model_validate(data)
+        updated = type(record).model_validate(data)  # a known row stays known: merged again next time
+        # A row known by an earlier write's ETag (not read) is merged, only what changes (known_rows.py);
+        # built before any index row is written, so a change a merge cannot make leaves nothing behind
+        known = isinstance(record, KnownStepRecord)
+        step_entity = (
+            merged_properties(_to_entity(record), _to_entity(updated)) if known else _to_entity(updated)
+        )
         if instance_index is not None:
             self._create_instance_index_row(instance_index, instance_updated)
 
@@ -317,9 +324,9 @@ class StepLedger(
         operations: list[tuple] = [
             (
                 "update",
-                _to_entity(updated),
+                step_entity,
                 {
-                    "mode": UpdateMode.REPLACE,
+                    "mode": UpdateMode.MERGE if known else UpdateMode.REPLACE,
                     "etag": record.etag,
                     "match_condition": MatchConditions.IfNotModified,
                 },

@@ -1,0 +1,100 @@
+"""Rows written against a carried version (``known_rows.py``): merged, never replaced; a change a
+merge cannot express is refused before anything is written."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from workflow_core.ledger import (
+    InstanceConflict,
+    InstanceHandle,
+    InstanceStatus,
+    InvalidLedgerInput,
+    NewStep,
+    StepLedger,
+    encode_json,
+)
+from workflow_core.ledger.known_rows import (
+    SNAPSHOT_OMITS,
+    KnownInstanceRecord,
+    instance_snapshot,
+    known_instance,
+    merged_properties,
+)
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+KEYS = {"PartitionKey": "p", "RowKey": "r"}
+
+
+def test_a_merge_carries_the_keys_and_what_differs_only():
+    known = {**KEYS, "A": 1, "B": "same", "C": NOW}
+    new = {**KEYS, "A": 2, "B": "same", "C": NOW, "D": True}
+    assert merged_properties(known, new) == {**KEYS, "A": 2, "D": True}
+
+
+def test_a_merge_refuses_to_clear_a_property():
+    with pytest.raises(InvalidLedgerInput, match="cannot clear B"):
+        merged_properties({**KEYS, "A": 1, "B": 2}, {**KEYS, "A": 1})
+
+
+def new_instance(ledger: StepLedger, iid: str):
+    return ledger.create_instance_with_steps(
+        iid,
+        "provision-tenant",
+        actor="test",
+        input_json=encode_json({"tenant_id": iid, "blob": "x" * 5_000}),
+        scheduler_deadline=NOW + timedelta(hours=1),
+        steps=[NewStep(step_id="a", step_name="a", agent="ag")],
+    )
+
+
+def test_the_snapshot_leaves_the_large_texts_out_and_comes_back_as_a_known_record(ledger):
+    record, step_etags = new_instance(ledger, "known-1")
+    snapshot = instance_snapshot(record)
+    assert not SNAPSHOT_OMITS & set(snapshot) and snapshot["etag"] == record.etag
+    assert set(step_etags) == {"a"} and step_etags["a"] == ledger.get("known-1", "a").etag
+    known = known_instance(snapshot)
+    assert isinstance(known, KnownInstanceRecord) and known.input_ref is None
+    with pytest.raises(InvalidLedgerInput):
+        known_instance({"instance_id": "known-1"})  # no ETag: nothing to write against
+
+
+def test_a_known_instance_is_merged_and_keeps_what_its_snapshot_left_out(ledger):
+    record, _ = new_instance(ledger, "known-2")
+    known = known_instance(instance_snapshot(record))
+    step = ledger.get("known-2", "a")
+    handle = InstanceHandle(known)
+
+    ledger.update(step, actor="test", instance=handle, instance_changes={"stalls": 2})
+
+    stored = ledger.get_instance("known-2")
+    assert stored.stalls == 2 and stored.input_ref == record.input_ref  # merged, not replaced
+    assert isinstance(handle.record, KnownInstanceRecord)  # a second write merges again
+    assert handle.record.etag == stored.etag
+
+
+def test_a_stale_known_instance_loses_the_race_and_writes_nothing(ledger):
+    record, _ = new_instance(ledger, "known-3")
+    known = known_instance(instance_snapshot(record))
+    ledger.update_instance(record, actor="test", reason="someone else", stalls=1)
+    step = ledger.get("known-3", "a")
+    trail = len(ledger.audit_trail("known-3"))
+
+    with pytest.raises(InstanceConflict):
+        ledger.update(step, actor="test", instance=InstanceHandle(known), instance_changes={"stalls": 2})
+
+    assert ledger.get_instance("known-3").stalls == 1
+    assert ledger.get("known-3", "a").etag == step.etag and len(ledger.audit_trail("known-3")) == trail
+
+
+def test_a_change_that_clears_a_field_of_a_known_instance_is_refused_unwritten(ledger):
+    """Leaving supervision clears the scheduler deadline: a merge cannot, so it needs a read row."""
+    record, _ = new_instance(ledger, "known-4")
+    known = known_instance(instance_snapshot(record))
+
+    with pytest.raises(InvalidLedgerInput, match="cannot clear"):
+        ledger.transition_instance(known, InstanceStatus.SUCCEEDED, actor="test", reason="done")
+
+    assert ledger.get_instance("known-4").status is InstanceStatus.RUNNING

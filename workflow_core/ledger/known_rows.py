@@ -1,0 +1,70 @@
+"""Rows a writer knows by the ETag an earlier write returned, instead of reading them again.
+
+A scheduler activity normally reads a step and its instance record (one partition query) before it
+moves them. On the happy path that read tells it nothing new: the HTTP starter wrote the step,
+Pending, and returned its ETag; the result handler read the instance record just before raising the
+previous step's result. Those versions travel to the next dispatch through the orchestration
+(``contracts.ExpectedRows``), and the dispatch writes against them with If-Match, unread.
+
+What makes that safe is the ETag, not the carried fields: the write succeeds only if the row is
+still exactly that version, and a version is only ever carried together with the fields it had
+when it was read or written. Two rules keep a stale or incomplete copy from writing anything wrong:
+
+* the row is written as a **merge of the properties the change sets** (the ones that differ from the
+  known version), never a full replace: a copy that leaves out a large field (the workflow input,
+  kept only in the instance record) cannot erase it, and properties the change does not touch keep
+  whatever the row holds;
+* a change that would **clear** a property the known version has is refused
+  (:class:`InvalidLedgerInput`): a merge cannot remove a property, so such a change needs the row as
+  read and a full replace.
+
+The caller treats a 412 (someone wrote the row since) like any other lost race and falls back to
+reading the row; it also acts only on a write, never on a decision taken from a copy alone (a copy
+may be stale: only the conditional write proves it is not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.instance import InstanceRecord
+from workflow_core.ledger.model import StepRecord
+
+# Instance fields a snapshot leaves out: text of up to 32,000 characters each (the workflow input
+# above all) that no dispatch reads or changes. A snapshot without them stays small in histories.
+SNAPSHOT_OMITS = frozenset({"input_ref", "outcome", "last_error", "attention_reason"})
+
+
+class KnownStepRecord(StepRecord):
+    """A step row as a writer knows it from an earlier write's ETag (not read): written by merge."""
+
+
+class KnownInstanceRecord(InstanceRecord):
+    """An instance record as a snapshot carried it (not read): written by merge, large fields left out."""
+
+
+def instance_snapshot(record: InstanceRecord) -> dict[str, Any]:
+    """JSON-ready fields of ``record`` and its ETag, without :data:`SNAPSHOT_OMITS`."""
+    if record.etag is None:
+        raise InvalidLedgerInput("an instance snapshot needs the record's ETag")
+    return record.model_dump(mode="json", exclude=set(SNAPSHOT_OMITS), exclude_none=True)
+
+
+def known_instance(snapshot: dict[str, Any]) -> KnownInstanceRecord:
+    """The instance record of a snapshot, to write against its ETag (raises on a malformed one)."""
+    if not isinstance(snapshot, dict) or not snapshot.get("etag"):
+        raise InvalidLedgerInput("an instance snapshot must be an object with an etag")
+    return KnownInstanceRecord.model_validate({k: v for k, v in snapshot.items() if k not in SNAPSHOT_OMITS})
+
+
+def merged_properties(known: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The entity to merge onto a row known as ``known`` so that it reads as ``new``: the keys and
+    every property that differs. Raises :class:`InvalidLedgerInput` when ``new`` lacks a property
+    ``known`` has (a merge cannot clear it)."""
+    cleared = sorted(k for k in known if k not in new)
+    if cleared:
+        raise InvalidLedgerInput(f"a merge cannot clear {', '.join(cleared)}: read the row and replace it")
+    merged = {"PartitionKey": new["PartitionKey"], "RowKey": new["RowKey"]}
+    merged.update({k: v for k, v in new.items() if known.get(k) != v})
+    return merged
