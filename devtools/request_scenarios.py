@@ -6,9 +6,10 @@ the pinned table and the printed one are the same measurement.
 * :func:`step_operations`: one three-step workflow (``provision-tenant``), every step driven through
   the real function bodies one message at a time: the HTTP starter's new-instance check and its
   instance record (which creates the steps in its own transaction), then per step
-  ``dispatch_step``, receive the work message, ``process_work_message`` (claim, the agent's effect,
-  record, reply), delete it, receive the result, ``handle_result`` (a recording Durable client),
-  delete it. One message per receive, so queue figures here are the unbatched worst case.
+  ``dispatch_step`` (with the row versions the orchestrator would carry), receive the work message,
+  ``process_work_message`` (claim, the agent's effect, record, reply), delete it, receive the
+  result, ``handle_result`` (a recording Durable client), delete it. One message per receive, so
+  queue figures here are the unbatched worst case.
 * :func:`watchdog_tick`: ``overdue`` Running steps of live orchestrations, past their deadline and
   the grace; one ``run_tick`` marks each TimedOut and raises its failed-result event.
 
@@ -61,9 +62,11 @@ class _EventClient:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        self.data: list[Any] = []
 
     async def raise_event(self, instance_id: str, event_name: str, event_data: Any = None, **_: Any) -> None:
         self.events.append((instance_id, event_name))
+        self.data.append(event_data)
 
     async def get_status(self, instance_id: str, *args: Any, **kwargs: Any) -> Any:
         from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
@@ -122,6 +125,8 @@ def step_operations(
     from activities import handle_result, process_work_message
     from activities.scheduling import create_workflow_steps, dispatch_step
     from api.start import _ensure_unused, _record_instance
+    from orchestrators.state import WorkflowStart
+    from orchestrators.workflow import expected_rows
     from workflow_core.contracts import StepDispatch
     from workflow_core.ledger import UNVERSIONED, encode_json
     from workflow_core.workflows.store import definition_for
@@ -144,16 +149,19 @@ def step_operations(
         # the HTTP starter's check that the instance id is new (Durable status + ledger), and the
         # instance record it writes before starting the orchestration, as it runs
         asyncio.run(_ensure_unused(_NewInstanceClient(), services, instance))
-        steps_created = asyncio.run(
+        rows = asyncio.run(
             _record_instance(
                 services, definition, instance, WORKFLOW_INPUT, encode_json(WORKFLOW_INPUT), UNVERSIONED
             )
         )
-        if steps_created:  # in the record's own transaction: the orchestration starts at step 0
+        if rows is not None:  # in the record's own transaction: the orchestration starts at step 0
             step_ids = [step.id for step in definition.steps]
         else:
             created = create_workflow_steps({"instance_id": instance, "workflow": WORKFLOW}, services)
             step_ids = [s["step_id"] for s in created["steps"]]
+        # what the orchestrator carries: the starter's versions, then each confirmed result's snapshot
+        start = WorkflowStart(workflow=WORKFLOW, rows=rows)
+        known = rows["instance"] if rows is not None else None
         for step_id in step_ids:
             dispatch_step(
                 StepDispatch(
@@ -164,6 +172,7 @@ def step_operations(
                     attempt=1,
                     deadline=deadline,
                     input={**WORKFLOW_INPUT, "hostname": "bench.example"},
+                    expected=expected_rows(definition, start, definition.step(step_id), known),
                 ).model_dump(),
                 services,
             )
@@ -172,6 +181,7 @@ def step_operations(
             transport.complete(work)
             (result,) = transport.receive(settings.result_queue, max_messages=1, lock_seconds=30)
             asyncio.run(handle_result(result.body, client, services))
+            known = (client.data[-1] or {}).get("instance")
             transport.complete(result)
     statuses = {r.step_id: r.status.value for r in services.ledger.list_for_instance(instance)}
     if set(statuses.values()) != {"Succeeded"} or len(client.events) != len(step_ids):

@@ -25,9 +25,10 @@ EXPECTED: dict[str, float] = {
     # audit), its index row, its listing row. The orchestration creates no steps (create_workflow_steps
     # runs only for workflows too long for that batch and for restarted schedulers without a state).
     rc.HTTP_API: 3,
-    # query step + instance; batch Dispatched + audit + instance; send (the send is not recorded:
-    # the Dispatched write before it implies it). No index row: the instance's row watches the step
-    rc.DISPATCH: 3,
+    # batch Dispatched + audit + instance, unread (the starter's step ETag, the instance snapshot of
+    # the previous confirmed result); send (the send is not recorded: the Dispatched write before it
+    # implies it). No index row: the instance's row watches the step
+    rc.DISPATCH: 2,
     rc.WORKER_CLAIM: 2,  # query step + instance; batch Running + audit
     # batch Succeeded + audit + instance with the claim's ETags (no index row to delete)
     rc.WORKER_RECORD: 1,
