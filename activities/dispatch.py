@@ -2,7 +2,7 @@
 
 Both follow one protocol (ledger first, send second) and share the send with its quick retries, so
 they live together: the work and the compensation rules differ only in how the ledger row is moved
-(``_decide_work_dispatch`` / ``_decide_compensation_dispatch``). The send itself is not recorded:
+(``decide_work_dispatch`` / ``decide_compensation_dispatch``). The send itself is not recorded:
 the Dispatched/Compensating write before it implies it, and a third write per step would only tell
 "never sent" from "sent" apart, which MessageId deduplication and the worker's ETag claim make
 unnecessary (a duplicate work message runs once; the other delivery re-sends the recorded reply or
@@ -14,32 +14,33 @@ from __future__ import annotations
 
 import functools
 import logging
-import secrets
 import time
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
 from activities.common import (
-    COMP_DISPATCHED,
     as_dict,
     emit_recovery,
     error_text,
-    grace_deadline,
     iso,
     parse_time,
     retry_on_conflict,
 )
-from activities.instances import with_promise, works_on
-from activities.scheduler_inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S
+from activities.dispatch_decisions import (
+    DispatchResult,
+    decide_compensation_dispatch,
+    decide_work_dispatch,
+    dispatch_unread,
+    may_send_again,
+)
+from activities.scheduler_inputs import ACTOR
 from activities.verification import attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepDispatch
-from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
-from workflow_core.ledger.known_rows import KnownStepRecord, known_instance
+from workflow_core.ledger import StepRecord
 from workflow_core.messages import work_message
 from workflow_core.runtime import Services
 from workflow_core.transport import TransportError, message_id_for
@@ -48,8 +49,6 @@ log = logging.getLogger(__name__)
 
 # Pauses between quick re-tries of a failed send inside one dispatch (then the deadline takes over).
 SEND_RETRY_DELAYS = (0.2, 1.0)
-
-DispatchResult = Literal["dispatched", "already-dispatched", "settled", "stale", "not-dispatchable"]
 
 
 class DispatchOutcome(BaseModel):
@@ -136,8 +135,8 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     ledger = services.ledger
     deadline = parse_time(d.deadline, "deadline")
     grace = services.settings.watchdog_grace_seconds
-    decide = _decide_work_dispatch if d.kind == "work" else _decide_compensation_dispatch
-    unread = _dispatch_unread(ledger, d, deadline, grace)
+    decide = decide_work_dispatch if d.kind == "work" else decide_compensation_dispatch
+    unread = dispatch_unread(ledger, d, deadline, grace)
     record, outcome = unread or retry_on_conflict(
         lambda: ledger.read_step_and_instance(d.instance_id, d.step_id),
         lambda pair: decide(ledger, pair[0], pair[1], d, deadline, grace),
@@ -146,7 +145,7 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
     sent = False
     error = None
-    if outcome == "dispatched" or (outcome == "already-dispatched" and _may_send_again(record, d)):
+    if outcome == "dispatched" or (outcome == "already-dispatched" and may_send_again(record, d)):
         try:
             _send(record, d, services)
             sent = True
@@ -190,146 +189,6 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
 _TOKEN_OUTCOMES = frozenset({"dispatched", "already-dispatched"})
 
 
-def _dispatch_unread(
-    ledger: StepLedger, d: StepDispatch, deadline: datetime, grace: float
-) -> tuple[StepRecord, DispatchResult] | None:
-    """A first work attempt written against the versions the scheduler carried (``d.expected``: the
-    step as the starter created it, the instance as the result handler last read it), without
-    reading either row: one request less per step on the happy path.
-
-    Only a write counts: the Dispatched transition is If-Match both carried ETags, so it lands only
-    if neither row changed since. Anything else (no versions, a lost race, a copy the ledger refuses,
-    a decision other than "dispatched", which a copy alone cannot prove) returns None, and the
-    dispatch reads the rows as it always did."""
-    e = d.expected
-    if e is None or d.kind != "work" or d.attempt != 1:
-        return None
-    try:
-        record = KnownStepRecord(
-            instance_id=d.instance_id,
-            step_id=d.step_id,
-            workflow_name=d.workflow,
-            workflow_version=e.workflow_version,
-            step_name=e.step_name,
-            sequence=e.sequence,
-            agent=e.agent,
-            compensator=e.compensator,
-            max_attempts=e.max_attempts,
-            heartbeat_timeout_seconds=e.heartbeat_timeout_seconds,
-            orchestration_id=d.instance_id,  # as the starter writes it
-            etag=e.step_etag,
-        )
-        handle = InstanceHandle(known_instance(e.instance))
-        if handle.record.instance_id != d.instance_id or not works_on(handle, "work"):
-            return None
-        written, outcome = _decide_work_dispatch(ledger, record, handle, d, deadline, grace)
-    except (LedgerError, ValueError) as exc:  # 412/404 and refused copies alike: read instead
-        log.info("dispatch of %s/%s#1 reads the ledger: %s", d.instance_id, d.step_id, exc)
-        return None
-    return (written, outcome) if outcome == "dispatched" else None
-
-
-def _decide_work_dispatch(
-    ledger: StepLedger,
-    r: StepRecord,
-    handle: InstanceHandle | None,
-    d: StepDispatch,
-    deadline: datetime,
-    grace: float,
-) -> tuple[StepRecord, DispatchResult]:
-    if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
-        if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
-            # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now
-            r = ledger.update(
-                r,
-                actor=ACTOR,
-                reason=f"orchestration {d.orchestration_id} took over attempt {r.attempt} "
-                f"from {r.orchestration_id}",
-                orchestration_id=d.orchestration_id,
-                **with_promise(handle, r.deadline or deadline, grace, d.orchestration_id),
-            )
-        return r, "already-dispatched"
-    if r.status in (S.SUCCEEDED, S.SKIPPED):
-        return r, "settled"
-    if not works_on(handle, "work"):
-        return r, "not-dispatchable"  # the instance is compensating or settled: fenced off
-    if r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt:
-        updated = ledger.transition(
-            r,
-            S.DISPATCHED,
-            actor=ACTOR,
-            reason=f"dispatch attempt {d.attempt} to agent {r.agent}",
-            owner=f"agent:{r.agent}",
-            attempt=d.attempt,
-            input_ref=encode_json(d.input),
-            **_new_attempt(d, handle, deadline, grace),
-        )
-        return updated, "dispatched"
-    if r.attempt >= d.attempt:
-        return r, "stale"
-    return r, "not-dispatchable"
-
-
-def _new_attempt(
-    d: StepDispatch, handle: InstanceHandle | None, deadline: datetime, grace: float
-) -> dict[str, Any]:
-    """The fields every dispatch (work or compensation) writes with its transition: the attempt's
-    deadline, orchestration and token, no watchdog re-send or heartbeat yet, its trace, and the
-    scheduler's promise."""
-    return {
-        "deadline": deadline,
-        "orchestration_id": d.orchestration_id,
-        "resent_at": None,
-        "last_heartbeat": None,
-        "attempt_token": secrets.token_hex(16),
-        **tracing.ledger_fields(d.trace),
-        **with_promise(handle, deadline, grace, d.orchestration_id),
-    }
-
-
-def _decide_compensation_dispatch(
-    ledger: StepLedger,
-    r: StepRecord,
-    handle: InstanceHandle | None,
-    d: StepDispatch,
-    deadline: datetime,
-    grace: float,
-) -> tuple[StepRecord, DispatchResult]:
-    if r.compensation_attempt == d.attempt and r.status in (
-        S.COMPENSATING,
-        S.COMPENSATED,
-        S.COMPENSATION_FAILED,
-    ):
-        return r, "already-dispatched"
-    if r.status is S.COMPENSATED:
-        return r, "settled"
-    if r.compensator is None:
-        return r, "not-dispatchable"
-    if r.status in IN_FLIGHT:  # compensation asked for while an attempt is out: stop waiting for it
-        r = ledger.transition(
-            r,
-            S.TIMED_OUT,
-            actor=ACTOR,
-            reason="compensation requested while an attempt was in flight",
-            deadline=grace_deadline(grace),
-        )
-    if r.status in MAY_COMPENSATE and d.attempt > r.compensation_attempt:
-        updated = ledger.transition(
-            r,
-            S.COMPENSATING,
-            actor=ACTOR,
-            reason=f"dispatch compensation attempt {d.attempt} to agent {r.compensator}",
-            owner=f"agent:{r.compensator}",
-            compensation_attempt=d.attempt,
-            compensation_status=COMP_DISPATCHED,
-            **_new_attempt(d, handle, deadline, grace),
-        )
-        return updated, "dispatched"
-    if r.compensation_attempt >= d.attempt:
-        return r, "stale"
-    return r, "not-dispatchable"
-
-
 def _send(record: StepRecord, d: StepDispatch, services: Services) -> None:
     """Send the message of ``d`` (built from the ledger row); nothing is recorded afterwards.
 
@@ -347,28 +206,3 @@ def _send(record: StepRecord, d: StepDispatch, services: Services) -> None:
                 raise
             log.info("send of %s %s#%d failed (%s); retrying", d.kind, d.step_id, d.attempt, exc)
             time.sleep(delay)
-
-
-def _may_send_again(r: StepRecord, d: StepDispatch) -> bool:
-    """Whether a re-run of the dispatch of attempt ``d.attempt`` sends its message again.
-
-    The first run's send is not recorded, so a re-run sends while the attempt still waits for an
-    agent and nobody else has re-sent it. As the re-run reads the row:
-
-    | row                                                              | send again?               |
-    | ---------------------------------------------------------------- | ------------------------- |
-    | work: Dispatched at ``d.attempt``, ``resent_at`` None            | yes, same MessageId       |
-    | compensation: Compensating at ``d.attempt``, compensation_status | yes, same MessageId       |
-    |   Dispatched, ``resent_at`` None                                 |                           |
-    | ``resent_at`` set: the watchdog re-sent the attempt              | no: one re-send is enough |
-    | claimed (Running / compensation Running), settled, other attempt | no: an agent has it       |
-    """
-    if r.resent_at is not None:
-        return False
-    if d.kind == "work":
-        return r.status is S.DISPATCHED and r.attempt == d.attempt
-    return (
-        r.status is S.COMPENSATING
-        and r.compensation_attempt == d.attempt
-        and r.compensation_status == COMP_DISPATCHED
-    )

@@ -10,7 +10,8 @@ The bodies live in one module per concern and are re-exported here, so ``activit
 stays the one place that names the scheduler's activities:
 
 - ``activities.step_creation``: ``create_workflow_steps``;
-- ``activities.dispatch``: ``dispatch_step``, ``dispatch_compensation`` (and the send's retries);
+- ``activities.dispatch``: ``dispatch_step``, ``dispatch_compensation`` (and the send's retries),
+  moving the row by the rules of ``activities.dispatch_decisions``;
 - ``activities.step_checks``: ``check_step``, ``check_compensation``;
 - ``activities.retries``: ``schedule_retry``, ``give_up_step``, ``finish_compensation``;
 - ``activities.compensation_plan``: ``plan_compensation``;

@@ -9,8 +9,8 @@ import pytest
 
 from workflow_core.ledger import IllegalInstanceTransition, InstanceStatus, StepLedger, encode_json
 from workflow_core.ledger.instance import INSTANCE_TRANSITIONS, SUPERVISED_INSTANCE_STATUSES
+from workflow_core.ledger.instance_index import index_row_time
 from workflow_core.ledger.instance_list import LIST_PARTITION
-from workflow_core.ledger.instance_store import index_row_time
 
 IS = InstanceStatus
 NOW = datetime.now(UTC).replace(microsecond=0)

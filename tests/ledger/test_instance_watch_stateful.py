@@ -29,7 +29,7 @@ from workflow_core.ledger import (
     StepStatus,
     encode_json,
 )
-from workflow_core.ledger.instance_store import index_row_time
+from workflow_core.ledger.instance_index import index_row_time
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE
 
 T0 = datetime(2030, 6, 1, 8, 0, tzinfo=UTC)

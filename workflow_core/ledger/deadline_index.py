@@ -22,7 +22,7 @@ from azure.data.tables import TableTransactionError
 from workflow_core.ledger.entities import MAX_BATCH, _deadline_key
 from workflow_core.ledger.errors import InvalidLedgerInput, StepNotFound
 from workflow_core.ledger.index_keys import overdue_upper_partition
-from workflow_core.ledger.instance_store import INSTANCE_INDEX_PREFIX
+from workflow_core.ledger.instance_index import INSTANCE_INDEX_PREFIX
 from workflow_core.ledger.model import StepRecord, require_aware
 from workflow_core.ledger.watch import has_own_row
 

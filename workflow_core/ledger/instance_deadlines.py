@@ -21,11 +21,8 @@ from workflow_core.ledger.entities import _from_entity
 from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.index_keys import index_partition, overdue_upper_partition
 from workflow_core.ledger.instance import INSTANCE_ROW, InstanceRecord
-from workflow_core.ledger.instance_store import (
-    INSTANCE_INDEX_PREFIX,
-    _time_key,
-    from_instance_entity,
-)
+from workflow_core.ledger.instance_index import INSTANCE_INDEX_PREFIX, _time_key
+from workflow_core.ledger.instance_store import from_instance_entity
 from workflow_core.ledger.model import StepRecord, require_aware, validate_instance_id
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, is_watched
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from azure.core import MatchConditions
@@ -36,9 +36,7 @@ from workflow_core.ledger.errors import (
     InstanceNotFound,
     InvalidLedgerInput,
 )
-from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance import (
-    ATTENTION_INSTANCE_STATUSES,
     INSTANCE_FIELDS,
     INSTANCE_MUTABLE,
     INSTANCE_ROW,
@@ -50,12 +48,15 @@ from workflow_core.ledger.instance import (
     SchedulerLostPolicy,
     parse_instance_status,
 )
+from workflow_core.ledger.instance_index import (
+    INSTANCE_ATTENTION_PARTITION,
+    instance_index_key_after,
+    plan_instance_index,
+)
 from workflow_core.ledger.instance_list import InstanceListMixin, listing_changed
 from workflow_core.ledger.known_rows import KnownInstanceRecord, merged_properties
 from workflow_core.ledger.model import NewStep, require_aware, validate_instance_id
 
-INSTANCE_INDEX_PREFIX = "i"
-INSTANCE_ATTENTION_PARTITION = "attention-instances"
 INSTANCE_AUDIT_STEP = "*"  # the audit rows of instance changes name no step
 # Steps that fit the instance record's creating transaction: the record, its audit row, the steps'
 # marker and their audit row take four of the transaction's 100 operations.
@@ -92,54 +93,6 @@ def from_instance_entity(entity: Any) -> InstanceRecord:
 
 def is_instance_entity(entity: Any) -> bool:
     return entity["RowKey"] == INSTANCE_ROW
-
-
-def _time_key(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-
-
-def index_row_time(index_key: str | None) -> datetime | None:
-    """When an instance's deadline-index row falls due (None for no row or an attention row)."""
-    if not index_key or not index_key.startswith(INSTANCE_INDEX_PREFIX):
-        return None
-    row = index_key.partition("|")[2]
-    return datetime.strptime(row.split("~", 1)[0], "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=UTC)
-
-
-def plan_instance_index(
-    current: InstanceRecord, updated: InstanceRecord, nonce: str, due_by: datetime | None = None
-) -> tuple[str, str] | None:
-    """The new index row ``updated`` needs, or None when its current row (or none) will do.
-
-    ``due_by``: the deadline of a step the same transaction hands to the instance row to watch
-    (``watch.py``): the row must then fall due by the earlier of the two."""
-    if updated.status in SUPERVISED_INSTANCE_STATUSES:
-        deadline = updated.scheduler_deadline
-        if deadline is None:
-            return None
-        if due_by is not None and due_by < deadline:
-            deadline = due_by
-        due = index_row_time(current.index_key)
-        if due is not None and due <= deadline:
-            return None  # the row falls due no later than the deadline: the watchdog moves it on
-        partition = index_partition(deadline, updated.instance_id)
-        return (f"{INSTANCE_INDEX_PREFIX}{partition}", f"{_time_key(deadline)}~{nonce}")
-    if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
-        if current.index_key and current.index_key.startswith(INSTANCE_ATTENTION_PARTITION):
-            return None
-        return (INSTANCE_ATTENTION_PARTITION, f"{updated.instance_id}~{nonce}")
-    return None
-
-
-def instance_index_key_after(current: InstanceRecord, updated: InstanceRecord, new: tuple[str, str] | None):
-    """What ``updated.index_key`` must say after the write (None: no row at all)."""
-    if new is not None:
-        return f"{new[0]}|{new[1]}"
-    if updated.status in SUPERVISED_INSTANCE_STATUSES and updated.scheduler_deadline is not None:
-        return current.index_key
-    if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
-        return current.index_key
-    return None
 
 
 class InstanceLedgerMixin(InstanceListMixin):

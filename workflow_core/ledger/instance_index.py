@@ -1,0 +1,71 @@
+"""Where an instance record's deadline-index row is, and where it must go after a change.
+
+Pure functions over two versions of a record (no I/O), shared by the instance's own writes
+(``instance_store.py``), the step writes that carry it (``store.py``) and the watch rules
+(``watch.py``). An instance row lives in a partition of its own kind, ``i<YYYYMMDDHHMM>-<shard>``
+(``i`` sorts after every digit, so the steps' range query never reads it), and has to fall due *no
+later* than the scheduler's promise and than the deadline of every step it watches; the hot path
+moves it only when it must fall due earlier (``instance_store.py`` says why).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from workflow_core.ledger.index_keys import index_partition
+from workflow_core.ledger.instance import (
+    ATTENTION_INSTANCE_STATUSES,
+    SUPERVISED_INSTANCE_STATUSES,
+    InstanceRecord,
+)
+
+INSTANCE_INDEX_PREFIX = "i"
+INSTANCE_ATTENTION_PARTITION = "attention-instances"
+
+
+def _time_key(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def index_row_time(index_key: str | None) -> datetime | None:
+    """When an instance's deadline-index row falls due (None for no row or an attention row)."""
+    if not index_key or not index_key.startswith(INSTANCE_INDEX_PREFIX):
+        return None
+    row = index_key.partition("|")[2]
+    return datetime.strptime(row.split("~", 1)[0], "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=UTC)
+
+
+def plan_instance_index(
+    current: InstanceRecord, updated: InstanceRecord, nonce: str, due_by: datetime | None = None
+) -> tuple[str, str] | None:
+    """The new index row ``updated`` needs, or None when its current row (or none) will do.
+
+    ``due_by``: the deadline of a step the same transaction hands to the instance row to watch
+    (``watch.py``): the row must then fall due by the earlier of the two."""
+    if updated.status in SUPERVISED_INSTANCE_STATUSES:
+        deadline = updated.scheduler_deadline
+        if deadline is None:
+            return None
+        if due_by is not None and due_by < deadline:
+            deadline = due_by
+        due = index_row_time(current.index_key)
+        if due is not None and due <= deadline:
+            return None  # the row falls due no later than the deadline: the watchdog moves it on
+        partition = index_partition(deadline, updated.instance_id)
+        return (f"{INSTANCE_INDEX_PREFIX}{partition}", f"{_time_key(deadline)}~{nonce}")
+    if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
+        if current.index_key and current.index_key.startswith(INSTANCE_ATTENTION_PARTITION):
+            return None
+        return (INSTANCE_ATTENTION_PARTITION, f"{updated.instance_id}~{nonce}")
+    return None
+
+
+def instance_index_key_after(current: InstanceRecord, updated: InstanceRecord, new: tuple[str, str] | None):
+    """What ``updated.index_key`` must say after the write (None: no row at all)."""
+    if new is not None:
+        return f"{new[0]}|{new[1]}"
+    if updated.status in SUPERVISED_INSTANCE_STATUSES and updated.scheduler_deadline is not None:
+        return current.index_key
+    if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
+        return current.index_key
+    return None
