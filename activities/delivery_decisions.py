@@ -13,7 +13,9 @@ Claim and idempotency rules (kind ``work``; docs/agents.md has the full table):
   ignore, audit ``duplicate-delivery-ignored``;
 - Succeeded or Failed, same attempt -> the attempt is over but its reply may have been lost: re-send
   the recorded result (audit ``result-resent``), do not run the handler again;
-- any other attempt or status -> ignore, audit ``stale-attempt-ignored`` / ``settled-step-ignored``.
+- any other attempt or status -> ignore, audit ``stale-attempt-ignored`` / ``settled-step-ignored``;
+- a message for the row's attempt whose agent or input is not the ledger's (forged or corrupted: the
+  handler would run the wrong agent or on the wrong input) -> ignore, audit ``message-mismatch-ignored``.
 
 After the handler: Running -> Succeeded (``result_ref``) or Failed (``last_error``, deadline = now +
 grace), ETag-guarded, then the ``ResultMessage`` goes to the result queue (MessageId
@@ -32,7 +34,15 @@ from enum import StrEnum
 from typing import Any
 
 from activities import step_metrics
-from activities.common import COMP_DONE, COMP_FAILED, COMP_RUNNING, grace_deadline, now, step_output
+from activities.common import (
+    COMP_DONE,
+    COMP_FAILED,
+    COMP_RUNNING,
+    grace_deadline,
+    now,
+    step_input,
+    step_output,
+)
 from workflow_core import telemetry
 from workflow_core.contracts import ResultMessage, WorkMessage
 from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord, StepStatus, encode_json
@@ -70,7 +80,30 @@ class DeliveryDecisions:
     # ---- claim -----------------------------------------------------------------------------------
 
     def _decide_claim(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
+        mismatch = self._disagrees_with(r)
+        if mismatch is not None:
+            return Action.IGNORE, r, ("message-mismatch-ignored", mismatch)
         return self._claim_work(r) if self.work else self._claim_compensation(r)
+
+    def _disagrees_with(self, r: StepRecord) -> str | None:
+        """Why the message is not the one the ledger sent for its attempt, or None.
+
+        The handler is chosen by the message's agent and given the message's input, so both are
+        checked against the row before anything runs: the agent the step (or its compensation) names,
+        and the input the dispatch recorded (a compensation gets the step's input and output, as
+        ``plan_compensation`` read them). Only the attempt the message names is checked; another
+        attempt's message is stale whatever it says."""
+        m = self.m
+        attempt = r.attempt if self.work else r.compensation_attempt
+        if attempt != m.attempt:
+            return None
+        agent = r.agent if self.work else r.compensator
+        if m.agent != agent:
+            return f"message names agent {m.agent!r}; the ledger's {m.kind} agent is {agent!r}"
+        expected = step_input(r) if self.work else {"input": step_input(r), "output": step_output(r)}
+        if m.input != expected:
+            return f"message's input differs from the input the ledger recorded for attempt {attempt}"
+        return None
 
     def _claim_work(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
         a = self.m.attempt

@@ -19,6 +19,7 @@ import pytest
 from azure.durable_functions import DurableOrchestrationClient
 
 from activities import scheduling
+from activities.common import step_input, step_output
 from activities.handlers import AGENT_HANDLERS, faults
 from activities.worker import process_work_message
 from devtools.azurite import env_for
@@ -113,9 +114,18 @@ class Harness:
             "step_id": step_id,
             "attempt": attempt,
             "deadline": (clock.utcnow() + timedelta(seconds=deadline_in)).isoformat(),
-            "input": input if input is not None else {"tenant_id": instance_id, "region": "westeurope"},
+            "input": input if input is not None else self._default_input(instance_id, step_id, kind),
             "kind": kind,
         }
+
+    def _default_input(self, instance_id: str, step_id: str, kind: str) -> dict[str, Any]:
+        """Work: a tenant's input. A compensation: the step's input and output as the ledger holds
+        them, as ``plan_compensation`` hands them to the compensation orchestrator (the worker
+        checks a message's input against the ledger's)."""
+        if kind == "work":
+            return {"tenant_id": instance_id, "region": "westeurope"}
+        row = self.ledger.get(instance_id, step_id)
+        return {"input": step_input(row), "output": step_output(row)}
 
     def dispatch(self, instance_id: str, step_id: str, attempt: int = 1, **kwargs: Any) -> dict[str, Any]:
         return scheduling.dispatch_step(

@@ -59,7 +59,7 @@ def test_result_handler_uses_the_compensation_event_name(harness, durable_client
     instance = harness.start()
     harness.run_step(instance, "create_storage")
     scheduling.dispatch_compensation(
-        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate", input={}), harness.services
+        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate"), harness.services
     )
     for work in harness.work():
         harness.deliver(work)
@@ -242,7 +242,7 @@ def test_dead_letter_of_a_settled_attempt_reports_the_ledger_outcome_or_is_audit
 
     scheduling.plan_compensation({"instance_id": instance}, harness.services)
     scheduling.dispatch_compensation(
-        harness.dispatch_payload(instance, "register_dns", 1, kind="compensate", input={}), harness.services
+        harness.dispatch_payload(instance, "register_dns", 1, kind="compensate"), harness.services
     )
     for w in harness.work():
         harness.deliver(w)
@@ -259,7 +259,7 @@ def test_dead_lettered_compensation_marks_the_compensator_failed(harness, durabl
     instance = harness.start()
     harness.run_step(instance, "create_storage")
     scheduling.dispatch_compensation(
-        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate", input={}), harness.services
+        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate"), harness.services
     )
     [work] = harness.work()
     outcome = _run(

@@ -402,9 +402,7 @@ def test_compensation_dispatch_check_and_finish(harness, vclock):
     _complete(
         harness, vclock, instance, "create_storage", workflow="provision-tenant", input={"tenant_id": "t1"}
     )
-    payload = harness.dispatch_payload(
-        instance, "create_storage", 1, kind="compensate", deadline_in=20, input={}
-    )
+    payload = harness.dispatch_payload(instance, "create_storage", 1, kind="compensate", deadline_in=20)
     first = scheduling.dispatch_compensation(payload, harness.services)
     assert (first["outcome"], first["status"], first["sent"]) == ("dispatched", "Compensating", True)
     assert first["message_id"] == message_id_for(instance, "create_storage", 1, kind="compensate")
@@ -447,7 +445,7 @@ def test_compensation_dispatch_rerun_after_the_compensator_ran_sends_nothing(har
     _complete(
         harness, vclock, instance, "create_storage", workflow="provision-tenant", input={"tenant_id": "t3"}
     )
-    payload = harness.dispatch_payload(instance, "create_storage", 1, kind="compensate", input={})
+    payload = harness.dispatch_payload(instance, "create_storage", 1, kind="compensate")
     assert scheduling.dispatch_compensation(payload, harness.services)["sent"] is True
     for work in harness.work():
         harness.deliver(work)
@@ -486,7 +484,7 @@ def test_schedule_retry_of_a_compensator_moves_only_its_deadline(harness, vclock
     harness.run_step(instance, "register_dns")
     faults.inject("dns.unregister", faults.Fail(times=1))
     scheduling.dispatch_compensation(
-        harness.dispatch_payload(instance, "register_dns", 1, kind="compensate", input={}), harness.services
+        harness.dispatch_payload(instance, "register_dns", 1, kind="compensate"), harness.services
     )
     for work in harness.work():
         harness.deliver(work)
@@ -508,7 +506,7 @@ def test_schedule_retry_of_a_compensator_moves_only_its_deadline(harness, vclock
     assert instance not in [
         r.instance_id for r in harness.ledger.overdue(vclock.now + timedelta(seconds=300))
     ]
-    nxt = harness.dispatch_payload(instance, "register_dns", 2, kind="compensate", input={})
+    nxt = harness.dispatch_payload(instance, "register_dns", 2, kind="compensate")
     assert scheduling.dispatch_compensation(nxt, harness.services)["outcome"] == "dispatched"
 
 

@@ -58,7 +58,7 @@ def test_retry_timeout_give_up_and_failed_compensation_are_counted(harness, vclo
         {"instance_id": instance, "step_id": "create_storage", "reason": "x"}, harness.services
     )
     scheduling.dispatch_compensation(
-        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate", input={}), harness.services
+        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate"), harness.services
     )
     scheduling.finish_compensation(
         {"instance_id": instance, "step_id": "create_storage", "error": "no luck"}, harness.services

@@ -264,7 +264,7 @@ def test_compensate_message_undoes_the_effect_and_records_compensated(harness, v
     completed_at = harness.ledger.get(instance, "create_storage").completed_at
     vclock.advance(5)
     scheduling.dispatch_compensation(
-        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate", input={}), harness.services
+        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate"), harness.services
     )
     [work] = harness.work()
     harness.deliver(work, worker_id="worker-c")
@@ -291,7 +291,7 @@ def test_compensator_failure_keeps_compensating_with_last_error_then_retry_succe
     harness.run_step(instance, "register_dns")
     faults.inject("dns.unregister", faults.Fail(times=1))
     scheduling.dispatch_compensation(
-        harness.dispatch_payload(instance, "register_dns", 1, kind="compensate", input={}), harness.services
+        harness.dispatch_payload(instance, "register_dns", 1, kind="compensate"), harness.services
     )
     [work] = harness.work()
     harness.deliver(work)
@@ -307,7 +307,7 @@ def test_compensator_failure_keeps_compensating_with_last_error_then_retry_succe
     )
 
     second = scheduling.dispatch_compensation(
-        harness.dispatch_payload(instance, "register_dns", 2, kind="compensate", input={}), harness.services
+        harness.dispatch_payload(instance, "register_dns", 2, kind="compensate"), harness.services
     )
     assert second["outcome"] == "dispatched"
     [work2] = harness.work()
@@ -324,7 +324,7 @@ def test_compensator_with_nothing_to_undo_succeeds(harness):
         {"instance_id": instance, "step_id": "create_storage", "reason": "timed out"}, harness.services
     )
     scheduling.dispatch_compensation(
-        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate", input={}), harness.services
+        harness.dispatch_payload(instance, "create_storage", 1, kind="compensate"), harness.services
     )
     [work] = harness.work()
     harness.deliver(work)
@@ -432,3 +432,31 @@ def test_a_watchdog_claim_does_not_stop_a_live_worker(harness, vclock):
     assert seen["during"] == vclock.now - timedelta(seconds=1) + timedelta(seconds=300)
     assert seen["after"] == vclock.now + timedelta(seconds=45)
     assert harness.ledger.get("inst-watched", "w").status is S.SUCCEEDED
+
+
+def test_a_message_whose_agent_or_input_is_not_the_ledgers_runs_nothing(harness):
+    """Trust only the ledger: the handler is picked by the message's agent and given the message's
+    input, so a message for the right attempt but another agent or input (forged, or corrupted on
+    the way) is ignored and audited; the row stays Dispatched for the genuine message."""
+    instance = harness.start()
+    harness.dispatch(instance, "create_storage", input={"tenant_id": "Contoso", "region": "northeurope"})
+    [work] = harness.work()
+    forged_agent = {**work.body, "agent": "payments.refund"}
+    forged_input = {**work.body, "input": {"tenant_id": "Mallory", "region": "northeurope"}}
+
+    for body in (forged_agent, forged_input):
+        process_work_message(body, delivery_count=1, services=harness.services, worker_id="worker-x")
+
+    row = harness.ledger.get(instance, "create_storage")
+    assert row.status is S.DISPATCHED and row.owner != "worker-x"
+    assert _effects(harness, "storage", instance, "create_storage") is None
+    assert not harness.results()
+    reasons = [
+        a.reason for a in harness.audit(instance, "create_storage") if a.action == "message-mismatch-ignored"
+    ]
+    assert len(reasons) == 2
+    assert "agent 'payments.refund'" in reasons[0] and "input differs" in reasons[1]
+
+    harness.deliver(work, worker_id="worker-1")  # the genuine message still runs, once
+    assert harness.ledger.get(instance, "create_storage").status is S.SUCCEEDED
+    assert [r.body["outcome"] for r in harness.results()] == ["succeeded"]

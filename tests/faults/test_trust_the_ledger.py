@@ -143,6 +143,37 @@ def test_a_forged_result_for_a_future_attempt_is_never_an_outcome(harness, dress
     assert [(e.actor, e.attempt) for e in refused] == [("result-handler", 2)]
 
 
+def test_a_forged_work_message_for_the_current_attempt_runs_nothing(harness):
+    """Copies of register_dns's work message, for the attempt in flight, naming another agent or
+    carrying another input, are put on the work queue while the genuine message waits: the worker
+    checks both against the ledger before it claims, so neither runs a handler or moves the row; the
+    genuine message then runs once, on the ledger's input."""
+    h = harness
+    held = h.hold("register_dns", attempt=1)
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+    [genuine] = h.held(held)
+    forgeries = [
+        {**genuine.body, "agent": "storage.delete"},  # an agent the step does not name
+        {**genuine.body, "input": {**genuine.body["input"], "hostname": "forged.attacker.example"}},
+    ]
+    for n, body in enumerate(forgeries):
+        h.transport.send(h.settings.work_queue, OutgoingMessage(body=body, message_id=f"forged-work-{n}"))
+
+    def refused():
+        return [e for e in h.events_for(iid) if e.note == "message-mismatch-ignored"]
+
+    h.run_until(lambda: len(refused()) == 2)
+    assert h.steps(iid)["register_dns"].status.value == "Dispatched"  # not claimed by a forgery
+    h.release(held)
+    status = h.run_until_complete(iid)
+    verify(h, "forged work message", "another agent / input for the attempt in flight", {iid: "succeeded"})
+
+    assert h.handler_calls(iid, "register_dns") == 1
+    assert h.effects(iid, "register_dns", kind="compensate") == 0  # storage.delete never ran for it
+    assert "forged" not in json.dumps(status.output)
+
+
 def test_a_non_retryable_error_runs_once_and_the_workflow_compensates(checkout):
     h = checkout
     BEHAVIOUR["charge"] = "declined"
