@@ -35,7 +35,7 @@ from workflow_core.workflows import (
     get_workflow,
     resolve_step_input,
 )
-from workflow_core.workflows.step_rows import new_steps
+from workflow_core.workflows.step_rows import new_step
 
 
 class _Status:
@@ -157,13 +157,13 @@ def expected_rows(
     instance: dict[str, Any] | None,
 ) -> dict[str, Any] | None:
     """``contracts.ExpectedRows`` for the first dispatch of ``step``: its row as the starter created
-    it (the ETag from the start, the fields from the pinned definition, as ``new_steps`` writes them)
+    it (the ETag from the start, the fields from the pinned definition, as ``new_step`` writes them)
     and the instance's snapshot; None when either version is unknown."""
     etag = start.rows.steps.get(step.id) if start.rows is not None else None
     if etag is None or instance is None:
         return None
     sequence = definition.step_ids.index(step.id)
-    row = new_steps(definition)[sequence]
+    row = new_step(step)
     return {
         "step_etag": etag,
         "step_name": row.step_name,

@@ -9,19 +9,22 @@ long for one transaction, inputs of a scheduler the watchdog restarts).
 from __future__ import annotations
 
 from workflow_core.ledger.model import NewStep
-from workflow_core.workflows.model import WorkflowDefinition
+from workflow_core.workflows.model import StepDefinition, WorkflowDefinition
 
 
 def new_steps(definition: WorkflowDefinition) -> list[NewStep]:
     """Every step of ``definition``, in order, as the ledger creates it (Pending, no input yet)."""
-    return [
-        NewStep(
-            step_id=step.id,
-            step_name=step.name or step.id,
-            agent=step.agent,
-            compensator=step.compensation.agent if step.compensation else None,
-            max_attempts=step.retry.max_attempts,
-            heartbeat_timeout_seconds=step.heartbeat_timeout_seconds,
-        )
-        for step in definition.steps
-    ]
+    return [new_step(step) for step in definition.steps]
+
+
+def new_step(step: StepDefinition) -> NewStep:
+    """One step of a definition as the ledger creates it (what a first dispatch writing against the
+    starter's version knows the row holds, without reading it)."""
+    return NewStep(
+        step_id=step.id,
+        step_name=step.name or step.id,
+        agent=step.agent,
+        compensator=step.compensation.agent if step.compensation else None,
+        max_attempts=step.retry.max_attempts,
+        heartbeat_timeout_seconds=step.heartbeat_timeout_seconds,
+    )
