@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from activities import step_metrics
 from activities.common import (
     COMP_RUNNING,
     emit_recovery,
     error_text,
     is_transient_claim,
+    now,
     retry_on_conflict,
     step_input,
     step_output,
@@ -34,13 +36,17 @@ from workflow_core.contracts import ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import (
     ConcurrencyConflict,
     InstanceHandle,
+    InvalidLedgerInput,
+    LedgerError,
     StepLedger,
     StepNotFound,
     StepRecord,
     StepStatus,
     encode_json,
 )
+from workflow_core.ledger.known_rows import claim_row_key, known_instance, known_step
 from workflow_core.ledger.model import MAX_TEXT
+from workflow_core.messages import claim_digest
 from workflow_core.runtime import Services
 from workflow_core.transport import OutgoingMessage, message_id_for
 
@@ -97,7 +103,8 @@ class Delivery(DeliveryDecisions):
     def process(self) -> None:
         m = self.m
         try:
-            action, record, note = retry_on_conflict(
+            unread = self._claim_unread()
+            action, record, note = unread or retry_on_conflict(
                 self._read_with_instance, self._decide_claim, what=f"claim {self._label}"
             )
         except StepNotFound:
@@ -133,6 +140,45 @@ class Delivery(DeliveryDecisions):
         m = self.m
         return f"{m.kind} {m.instance_id}/{m.step_id}#{m.attempt}"
 
+    def _claim_unread(self) -> tuple[Action, StepRecord, None] | None:
+        """Claim a first delivery against the rows the dispatch wrote, as its message carries them
+        (``contracts.WorkVersions``), without reading: the step moves to Running If-Match its ETag,
+        in a transaction that also deletes the claim-key row named by this message's digest, so it
+        lands only for the unaltered message on an unchanged row. None (read and decide instead)
+        for anything else: no versions, a compensation, a redelivery, a lost race, a missing key."""
+        m, versions = self.m, self.m.ledger
+        if versions is None or not self.work or self.n > 1:
+            return None
+        try:
+            known = known_step(versions.step, versions.etags.get("step", ""))
+            if (known.instance_id, known.step_id, known.attempt, known.status) != (
+                m.instance_id,
+                m.step_id,
+                m.attempt,
+                S.DISPATCHED,
+            ):
+                return None
+            instance = None
+            if versions.instance is not None:
+                snapshot = {**versions.instance, "etag": versions.etags.get("instance")}
+                instance = InstanceHandle(known_instance(snapshot))
+            key = claim_row_key(m.step_id, claim_digest(m))
+            claimed = self.ledger.transition(
+                known,
+                S.RUNNING,
+                actor=self.worker_id,
+                reason=f"claimed (delivery {self.n})",
+                owner=self.worker_id,
+                with_rows=lambda *_: [("delete", {"PartitionKey": m.instance_id, "RowKey": key})],
+            )
+        except (LedgerError, ValueError) as exc:  # lost race, missing key, refused copy: read
+            log.info("%s: claim reads the ledger: %s", self._label, exc)
+            return None
+        self.instance = instance
+        self.started_at = now()
+        step_metrics.queue_wait(known, self.started_at)
+        return Action.RUN, claimed, None
+
     def _read_with_instance(self) -> StepRecord:
         """The step, and its instance record kept aside: one partition query for both rows."""
         record, self.instance = self.ledger.read_step_and_instance(self.m.instance_id, self.m.step_id)
@@ -144,7 +190,7 @@ class Delivery(DeliveryDecisions):
         (412 on the step or the instance record) re-reads both and decides again."""
         try:
             return self._decide_record(self.latest, outcome)
-        except ConcurrencyConflict:
+        except (ConcurrencyConflict, InvalidLedgerInput):  # the latter: a copy a merge cannot move
             log.debug("%s: the step or instance changed since the claim; re-reading", self._label)
         return retry_on_conflict(
             self._read_with_instance, lambda r: self._decide_record(r, outcome), what=f"record {self._label}"

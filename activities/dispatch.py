@@ -40,10 +40,10 @@ from activities.verification import attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepDispatch
-from workflow_core.ledger import StepRecord
-from workflow_core.messages import work_message
+from workflow_core.ledger import InstanceHandle, StepRecord
+from workflow_core.messages import ClaimableWork, work_message
 from workflow_core.runtime import Services
-from workflow_core.transport import TransportError, message_id_for
+from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
 
 log = logging.getLogger(__name__)
 
@@ -135,19 +135,36 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     ledger = services.ledger
     deadline = parse_time(d.deadline, "deadline")
     grace = services.settings.watchdog_grace_seconds
-    decide = decide_work_dispatch if d.kind == "work" else decide_compensation_dispatch
-    unread = dispatch_unread(ledger, d, deadline, grace)
-    record, outcome = unread or retry_on_conflict(
-        lambda: ledger.read_step_and_instance(d.instance_id, d.step_id),
-        lambda pair: decide(ledger, pair[0], pair[1], d, deadline, grace),
-        what=f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
-    )
+    # a work message a worker may claim without reading (built with the Dispatched write)
+    claimable = ClaimableWork() if d.kind == "work" else None
+    handles: list[InstanceHandle | None] = [None]
+
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, DispatchResult]:
+        handles[0] = pair[1]
+        if d.kind == "work":
+            return decide_work_dispatch(ledger, pair[0], pair[1], d, deadline, grace, claimable)
+        return decide_compensation_dispatch(ledger, pair[0], pair[1], d, deadline, grace)
+
+    unread = dispatch_unread(ledger, d, deadline, grace, claimable)
+    if unread is not None:
+        record, outcome, handles[0] = unread
+    else:
+        record, outcome = retry_on_conflict(
+            lambda: ledger.read_step_and_instance(d.instance_id, d.step_id),
+            decide,
+            what=f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
+        )
+    instance = handles[0].record if handles[0] is not None else None
     message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
     sent = False
     error = None
     if outcome == "dispatched" or (outcome == "already-dispatched" and may_send_again(record, d)):
+        if claimable is not None and outcome == "dispatched":
+            message = claimable.message(record, instance)
+        else:
+            message = work_message(record, d.kind, input=None if d.kind == "work" else d.input)
         try:
-            _send(record, d, services)
+            _send(message, d, services)
             sent = True
             log.info("sent %s %s (outcome %s)", d.kind, message_id, outcome)
         except TransportError as exc:
@@ -189,13 +206,12 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
 _TOKEN_OUTCOMES = frozenset({"dispatched", "already-dispatched"})
 
 
-def _send(record: StepRecord, d: StepDispatch, services: Services) -> None:
+def _send(message: OutgoingMessage, d: StepDispatch, services: Services) -> None:
     """Send the message of ``d`` (built from the ledger row); nothing is recorded afterwards.
 
     A send that fails is retried a few times at once (the same MessageId, so a send that did reach
     the broker is deduplicated); the last ``TransportError`` propagates.
     """
-    message = work_message(record, d.kind, input=None if d.kind == "work" else d.input)
     send = functools.partial(services.transport.send, services.settings.work_queue, message)
     for delay in (*SEND_RETRY_DELAYS, None):
         try:

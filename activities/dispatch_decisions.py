@@ -20,6 +20,7 @@ from workflow_core import tracing
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
 from workflow_core.ledger.known_rows import KnownStepRecord, known_instance
+from workflow_core.messages import ClaimableWork
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,12 @@ DispatchResult = Literal["dispatched", "already-dispatched", "settled", "stale",
 
 
 def dispatch_unread(
-    ledger: StepLedger, d: StepDispatch, deadline: datetime, grace: float
-) -> tuple[StepRecord, DispatchResult] | None:
+    ledger: StepLedger,
+    d: StepDispatch,
+    deadline: datetime,
+    grace: float,
+    claimable: ClaimableWork | None = None,
+) -> tuple[StepRecord, DispatchResult, InstanceHandle] | None:
     """A first work attempt written against the versions the scheduler carried (``d.expected``: the
     step as the starter created it, the instance as the result handler last read it), without
     reading either row: one request less per step on the happy path.
@@ -58,11 +63,11 @@ def dispatch_unread(
         handle = InstanceHandle(known_instance(e.instance))
         if handle.record.instance_id != d.instance_id or not works_on(handle, "work"):
             return None
-        written, outcome = decide_work_dispatch(ledger, record, handle, d, deadline, grace)
+        written, outcome = decide_work_dispatch(ledger, record, handle, d, deadline, grace, claimable)
     except (LedgerError, ValueError) as exc:  # 412/404 and refused copies alike: read instead
         log.info("dispatch of %s/%s#1 reads the ledger: %s", d.instance_id, d.step_id, exc)
         return None
-    return (written, outcome) if outcome == "dispatched" else None
+    return (written, outcome, handle) if outcome == "dispatched" else None
 
 
 def decide_work_dispatch(
@@ -72,7 +77,10 @@ def decide_work_dispatch(
     d: StepDispatch,
     deadline: datetime,
     grace: float,
+    claimable: ClaimableWork | None = None,
 ) -> tuple[StepRecord, DispatchResult]:
+    """``claimable``: the message a worker may claim unread is built with the Dispatched write, and
+    its claim-key row written in the same transaction (``workflow_core.messages.ClaimableWork``)."""
     if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
         if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
             # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now
@@ -98,6 +106,7 @@ def decide_work_dispatch(
             owner=f"agent:{r.agent}",
             attempt=d.attempt,
             input_ref=encode_json(d.input),
+            with_rows=claimable.rows if claimable is not None else None,
             **new_attempt(d, handle, deadline, grace),
         )
         return updated, "dispatched"

@@ -293,6 +293,7 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     # (path suffix, function name or None for any, label); the innermost matching frame wins
     ("activities/handlers/remote.py", None, AGENT_EFFECT),
     ("activities/delivery.py", "_send", REPLY),
+    ("activities/delivery.py", "_claim_unread", WORKER_CLAIM),
     ("activities/delivery_decisions.py", "_decide_claim", WORKER_CLAIM),
     ("activities/delivery_decisions.py", "_claim_work", WORKER_CLAIM),
     ("activities/delivery_decisions.py", "_claim_compensation", WORKER_CLAIM),

@@ -241,6 +241,24 @@ class WorkMessage(_Model):
     attempt: int = Field(ge=1)
     deadline: IsoTime
     input: Payload = Field(default_factory=dict)
+    # The rows as the dispatch wrote them, for a claim without a read (``WorkVersions``); absent on
+    # re-sends, compensations and messages from before it existed: the worker then reads the row.
+    ledger: WorkVersions | None = None
+
+
+class WorkVersions(_Model):
+    """The step row and the instance record as the dispatch wrote them (``known_rows`` snapshots)
+    and their ETags.
+
+    The worker claims the attempt against them without reading the ledger, in a transaction that
+    also deletes the *claim-key row* the dispatch wrote with the step: its RowKey carries a digest of
+    this message, ETags aside (``workflow_core.messages.claim_digest``). So only the message the
+    dispatch sent, unaltered, claims that way; any other body, or rows written since, fall back to
+    the read and its checks."""
+
+    step: dict[str, Any]
+    instance: dict[str, Any] | None = None
+    etags: dict[str, str] = Field(default_factory=dict)  # "step", "instance": set after the write
 
 
 class ResultMessage(_Model):

@@ -24,8 +24,12 @@ from activities.handlers import AGENT_HANDLERS, faults
 from activities.worker import process_work_message
 from devtools.azurite import env_for
 from workflow_core import clock
+from workflow_core.ledger import encode_json
+from workflow_core.ledger.known_rows import instance_snapshot
 from workflow_core.runtime import Services, get_services, reset_services
 from workflow_core.transport import ReceivedMessage
+from workflow_core.workflows import get_workflow
+from workflow_core.workflows.step_rows import new_steps
 
 GRACE_SECONDS = 30
 
@@ -117,6 +121,22 @@ class Harness:
             "input": input if input is not None else self._default_input(instance_id, step_id, kind),
             "kind": kind,
         }
+
+    def start_as_the_starter(self, workflow: str = "provision-tenant") -> tuple[str, dict[str, Any]]:
+        """An instance as the HTTP starter writes it (record + Pending steps in one transaction), and
+        the versions it hands the orchestration (``orchestrators.state.StartedRows``)."""
+        definition = get_workflow(workflow)
+        instance_id = f"inst-{uuid.uuid4().hex[:10]}"
+        record, step_etags = self.ledger.create_instance_with_steps(
+            instance_id,
+            workflow,
+            actor="test",
+            input_json=encode_json({"tenant_id": instance_id}),
+            scheduler_deadline=clock.utcnow() + timedelta(minutes=2),
+            steps_due_after_seconds=definition.shortest_deadline_seconds,
+            steps=new_steps(definition),
+        )
+        return instance_id, {"instance": instance_snapshot(record), "steps": step_etags}
 
     def _default_input(self, instance_id: str, step_id: str, kind: str) -> dict[str, Any]:
         """Work: a tenant's input. A compensation: the step's input and output as the ledger holds

@@ -9,7 +9,6 @@ instance above all).
 from __future__ import annotations
 
 import asyncio
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -21,9 +20,7 @@ from orchestrators.state import WorkflowStart
 from orchestrators.workflow import expected_rows
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, encode_json
-from workflow_core.ledger.known_rows import instance_snapshot
 from workflow_core.workflows import get_workflow
-from workflow_core.workflows.step_rows import new_steps
 
 WORKFLOW = "provision-tenant"
 STEP = "create_storage"
@@ -54,20 +51,7 @@ class Reads:
 
 
 def start(harness: Any) -> tuple[str, dict[str, Any]]:
-    """An instance as the HTTP starter writes it (record + Pending steps in one transaction), and the
-    versions it hands the orchestration."""
-    definition = get_workflow(WORKFLOW)
-    iid = f"inst-{uuid.uuid4().hex[:10]}"
-    record, step_etags = harness.ledger.create_instance_with_steps(
-        iid,
-        WORKFLOW,
-        actor="test",
-        input_json=encode_json({"tenant_id": iid}),
-        scheduler_deadline=clock.utcnow() + timedelta(minutes=2),
-        steps_due_after_seconds=definition.shortest_deadline_seconds,
-        steps=new_steps(definition),
-    )
-    return iid, {"instance": instance_snapshot(record), "steps": step_etags}
+    return harness.start_as_the_starter(WORKFLOW)
 
 
 def payload(

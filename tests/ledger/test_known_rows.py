@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from azure.data.tables import UpdateMode
 
 from workflow_core.ledger import (
     InstanceConflict,
@@ -17,8 +18,10 @@ from workflow_core.ledger import (
     encode_json,
 )
 from workflow_core.ledger.known_rows import (
+    CLEARED,
     SNAPSHOT_OMITS,
     KnownInstanceRecord,
+    KnownStepRecord,
     instance_snapshot,
     known_instance,
     merged_properties,
@@ -34,9 +37,30 @@ def test_a_merge_carries_the_keys_and_what_differs_only():
     assert merged_properties(known, new) == {**KEYS, "A": 2, "D": True}
 
 
-def test_a_merge_refuses_to_clear_a_property():
+def test_a_merge_clears_a_text_with_the_empty_string_and_refuses_anything_else():
+    assert merged_properties({**KEYS, "A": 1, "T": "x"}, {**KEYS, "A": 1}) == {**KEYS, "T": CLEARED}
     with pytest.raises(InvalidLedgerInput, match="cannot clear B"):
         merged_properties({**KEYS, "A": 1, "B": 2}, {**KEYS, "A": 1})
+    with pytest.raises(InvalidLedgerInput, match="cannot clear C"):
+        merged_properties({**KEYS, "C": NOW}, {**KEYS})
+
+
+def test_a_text_cleared_by_a_merge_reads_back_as_none(ledger):
+    """A step leaving a deadline status drops its IndexKey ("instance" while watched): merged, the
+    property is written empty, and the row reads as if it had none."""
+    new_instance(ledger, "known-0")
+    ledger.table_client().update_entity(  # the row as a watched step holds it
+        {"PartitionKey": "known-0", "RowKey": "a", "IndexKey": "instance"}, mode=UpdateMode.MERGE
+    )
+    row = ledger.get("known-0", "a")
+    assert row.index_key == "instance"
+    known = KnownStepRecord.model_validate(row.model_dump())
+
+    ledger.update(known, actor="test", owner="other")  # Pending: no deadline, so no index key
+
+    raw = ledger.table_client().get_entity("known-0", "a")
+    assert raw["IndexKey"] == CLEARED and raw["Owner"] == "other"
+    assert ledger.get("known-0", "a").index_key is None
 
 
 def new_instance(ledger: StepLedger, iid: str):

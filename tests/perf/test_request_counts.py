@@ -29,7 +29,9 @@ EXPECTED: dict[str, float] = {
     # the previous confirmed result); send (the send is not recorded: the Dispatched write before it
     # implies it). No index row: the instance's row watches the step
     rc.DISPATCH: 2,
-    rc.WORKER_CLAIM: 2,  # query step + instance; batch Running + audit
+    # batch Running + audit + the claim-key row's delete, against the rows the message carries (no
+    # read: contracts.WorkVersions)
+    rc.WORKER_CLAIM: 1,
     # batch Succeeded + audit + instance with the claim's ETags (no index row to delete)
     rc.WORKER_RECORD: 1,
     rc.REPLY: 1,  # send to the result queue
@@ -144,7 +146,7 @@ E2E_PER_STEP: dict[str, int] = {
     # index row: the instance's row watches the step (workflow_core/ledger/watch.py), placed by the
     # starter early enough for every step.
     rc.DISPATCH: 2,
-    rc.WORKER_CLAIM: 2,
+    rc.WORKER_CLAIM: 1,  # unread, as above
     rc.WORKER_RECORD: 1,  # batch Succeeded + audit + instance; no index row to delete
     rc.REPLY: 1,
     rc.QUEUE_DELETE: 2,

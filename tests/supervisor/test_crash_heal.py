@@ -112,10 +112,17 @@ def test_crash_between_ledger_write_and_send_is_healed_once(services, ledger):
     (normal,) = drain(services.transport, services.settings.work_queue)
     assert messages[0].subject == normal.subject == "storage.create"
     assert messages[0].application_properties.keys() == normal.application_properties.keys()
-    assert messages[0].body.keys() == normal.body.keys()
+    # ...less the rows' versions a first send carries for a claim without a read (a re-send is
+    # claimed after reading the row)
+    assert "ledger" not in messages[0].body and "ledger" in normal.body
+    assert messages[0].body.keys() == normal.body.keys() - {"ledger"}
     assert {
         k: v for k, v in messages[0].body.items() if k not in ("instance_id", "orchestration_id", "deadline")
-    } == {k: v for k, v in normal.body.items() if k not in ("instance_id", "orchestration_id", "deadline")}
+    } == {
+        k: v
+        for k, v in normal.body.items()
+        if k not in ("instance_id", "orchestration_id", "deadline", "ledger")
+    }
 
     # The agent acts on the healed message like on any other: the step completes and replies.
     worker = pytest.importorskip("activities.worker")

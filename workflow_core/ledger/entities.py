@@ -70,12 +70,13 @@ def _to_entity(record: StepRecord) -> dict[str, Any]:
 
 
 def entity_values(entity: Any, fields: dict[str, str]) -> dict[str, Any]:
-    """A record's fields from a table entity (``fields``: record field -> property): absent and null
-    properties left out, naive datetimes read as UTC, plus the entity's ETag. Steps and instance
+    """A record's fields from a table entity (``fields``: record field -> property): absent, null and
+    empty-text properties left out, naive datetimes read as UTC, plus the entity's ETag. Steps and instance
     records are read through it."""
     data: dict[str, Any] = {}
     for field, prop in fields.items():
-        if prop in entity and entity[prop] is not None:
+        # an empty text is how a merge clears a property (known_rows.py): absent, like null
+        if prop in entity and entity[prop] is not None and entity[prop] != "":
             value = entity[prop]
             if isinstance(value, datetime) and value.tzinfo is None:
                 value = value.replace(tzinfo=UTC)

@@ -14,9 +14,10 @@ when it was read or written. Two rules keep a stale or incomplete copy from writ
   known version), never a full replace: a copy that leaves out a large field (the workflow input,
   kept only in the instance record) cannot erase it, and properties the change does not touch keep
   whatever the row holds;
-* a change that would **clear** a property the known version has is refused
-  (:class:`InvalidLedgerInput`): a merge cannot remove a property, so such a change needs the row as
-  read and a full replace.
+* a merge cannot remove a property, so a change that **clears** a text property writes it as the
+  empty string, which every read takes as absent (``entities.entity_values``; no field of a step or
+  an instance record holds an empty text otherwise). Clearing any other property (a time, a number)
+  is refused (:class:`InvalidLedgerInput`): such a change needs the row as read and a replace.
 
 The caller treats a 412 (someone wrote the row since) like any other lost race and falls back to
 reading the row; it also acts only on a write, never on a decision taken from a copy alone (a copy
@@ -34,6 +35,7 @@ from workflow_core.ledger.model import StepRecord
 # Instance fields a snapshot leaves out: text of up to 32,000 characters each (the workflow input
 # above all) that no dispatch reads or changes. A snapshot without them stays small in histories.
 SNAPSHOT_OMITS = frozenset({"input_ref", "outcome", "last_error", "attention_reason"})
+CLEARED = ""  # how a merge clears a text property (read back as absent)
 
 
 class KnownStepRecord(StepRecord):
@@ -51,6 +53,37 @@ def instance_snapshot(record: InstanceRecord) -> dict[str, Any]:
     return record.model_dump(mode="json", exclude=set(SNAPSHOT_OMITS), exclude_none=True)
 
 
+def instance_fields(record: InstanceRecord) -> dict[str, Any]:
+    """:func:`instance_snapshot` without the ETag (a version about to be written)."""
+    return record.model_dump(mode="json", exclude={*SNAPSHOT_OMITS, "etag"}, exclude_none=True)
+
+
+# Step fields a snapshot leaves out: long texts the claim and the record do not read, and the
+# attempt's token, which is in no message (contracts.ConfirmedResult).
+STEP_SNAPSHOT_OMITS = frozenset({"input_ref", "result_ref", "last_error", "attempt_token", "etag"})
+
+
+def step_fields(record: StepRecord) -> dict[str, Any]:
+    """JSON-ready fields of a step row as written, without :data:`STEP_SNAPSHOT_OMITS`."""
+    return record.model_dump(mode="json", exclude=set(STEP_SNAPSHOT_OMITS), exclude_none=True)
+
+
+def known_step(fields: dict[str, Any], etag: str) -> KnownStepRecord:
+    """The step row of a snapshot, to write against ``etag`` (raises on a malformed one)."""
+    if not etag:
+        raise InvalidLedgerInput("a step snapshot needs the row's ETag")
+    clean = {k: v for k, v in fields.items() if k not in STEP_SNAPSHOT_OMITS}
+    return KnownStepRecord.model_validate({**clean, "etag": etag})
+
+
+CLAIM_KEY_PREFIX = "~claim~"  # sorts between the audit rows (~audit~) and the instance (~instance)
+
+
+def claim_row_key(step_id: str, digest: str) -> str:
+    """RowKey of the claim-key row of a work message with ``digest`` (``contracts.WorkVersions``)."""
+    return f"{CLAIM_KEY_PREFIX}{step_id}~{digest}"
+
+
 def known_instance(snapshot: dict[str, Any]) -> KnownInstanceRecord:
     """The instance record of a snapshot, to write against its ETag (raises on a malformed one)."""
     if not isinstance(snapshot, dict) or not snapshot.get("etag"):
@@ -59,12 +92,14 @@ def known_instance(snapshot: dict[str, Any]) -> KnownInstanceRecord:
 
 
 def merged_properties(known: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The entity to merge onto a row known as ``known`` so that it reads as ``new``: the keys and
-    every property that differs. Raises :class:`InvalidLedgerInput` when ``new`` lacks a property
-    ``known`` has (a merge cannot clear it)."""
+    """The entity to merge onto a row known as ``known`` so that it reads as ``new``: the keys, every
+    property that differs, and an empty string for each text property ``new`` clears. Raises
+    :class:`InvalidLedgerInput` when ``new`` clears a property that is not text."""
     cleared = sorted(k for k in known if k not in new)
-    if cleared:
-        raise InvalidLedgerInput(f"a merge cannot clear {', '.join(cleared)}: read the row and replace it")
+    not_text = [k for k in cleared if not isinstance(known[k], str)]
+    if not_text:
+        raise InvalidLedgerInput(f"a merge cannot clear {', '.join(not_text)}: read the row and replace it")
     merged = {"PartitionKey": new["PartitionKey"], "RowKey": new["RowKey"]}
     merged.update({k: v for k, v in new.items() if known.get(k) != v})
+    merged.update(dict.fromkeys(cleared, CLEARED))
     return merged

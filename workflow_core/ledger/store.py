@@ -26,6 +26,7 @@ A caller may defer step (3) to a moment off its critical path, or batch it per p
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,7 @@ from workflow_core.ledger.errors import (
 )
 from workflow_core.ledger.heartbeat import HeartbeatMixin, _http_date
 from workflow_core.ledger.index_keys import index_partition
+from workflow_core.ledger.instance import InstanceRecord
 from workflow_core.ledger.instance_deadlines import InstanceDeadlinesMixin
 from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin
 from workflow_core.ledger.known_rows import KnownStepRecord, merged_properties
@@ -74,6 +76,9 @@ from workflow_core.ledger.step_reads import StepReadsMixin
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, has_own_row, watched_by_instance
 from workflow_core.settings import StorageConnection
 from workflow_core.storage_clients import table_service_client, transaction_table_client
+
+# Operations on other rows of the step's partition, given the step and instance as they will be written.
+RowsOf = Callable[[StepRecord, InstanceRecord | None], list[tuple]]
 
 
 @dataclass
@@ -166,13 +171,16 @@ class StepLedger(
         reason: str = "",
         instance: InstanceHandle | None = None,
         instance_changes: dict[str, Any] | None = None,
+        with_rows: RowsOf | None = None,
         **changes: Any,
     ) -> StepRecord:
         """Move a step to ``to`` if the state machine allows it and nobody changed it since it was read.
 
         ``changes`` may set any mutable field (owner, attempt, deadline, last_error, result_ref...).
         With ``instance`` (and ``instance_changes``), the instance record changes in the same
-        entity-group transaction, and the handle then holds it as written.
+        entity-group transaction, and the handle then holds it as written. ``with_rows(step, instance)``
+        adds operations on other rows of the partition to that transaction, built from the rows as
+        they will be written (a failing one is a lost race: :class:`ConcurrencyConflict`).
         Raises :class:`IllegalTransition`, :class:`ConcurrencyConflict` (:class:`InstanceConflict`
         when the instance record lost the race) or :class:`StepNotFound`.
         """
@@ -195,6 +203,7 @@ class StepLedger(
             action="transition",
             instance=instance,
             instance_changes=instance_changes,
+            with_rows=with_rows,
             **changes,
         )
 
@@ -240,6 +249,7 @@ class StepLedger(
         instance: InstanceHandle | None = None,
         instance_changes: dict[str, Any] | None = None,
         own_row: bool = False,
+        with_rows: RowsOf | None = None,
         **changes: Any,
     ) -> StepRecord:
         if record.etag is None:
@@ -335,6 +345,9 @@ class StepLedger(
         ]
         if instance_op is not None:
             operations.append(instance_op)
+        own_operations = len(operations)
+        if with_rows is not None:
+            operations += with_rows(updated, instance_updated)
         try:
             result = self._steps.submit_transaction(operations)
         except TableTransactionError as exc:
@@ -342,8 +355,11 @@ class StepLedger(
                 self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
             if instance_index is not None:
                 self._delete_index_row(f"{instance_index[0]}|{instance_index[1]}")
+            failed_at = getattr(exc, "index", None)
+            if failed_at is not None and failed_at >= own_operations:  # a caller's row: the race lost
+                raise ConcurrencyConflict(record.instance_id, record.step_id) from None
             if exc.status_code == 412:
-                if instance is not None and getattr(exc, "index", None) == 2:
+                if instance is not None and failed_at == 2:
                     raise InstanceConflict(record.instance_id) from None
                 raise ConcurrencyConflict(record.instance_id, record.step_id) from None
             if exc.status_code == 404:
