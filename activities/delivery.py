@@ -151,6 +151,9 @@ class Delivery(DeliveryDecisions):
             return None
         try:
             known = known_step(versions.step, versions.etags.get("step", ""))
+            # the input the snapshot leaves out is the message's, which the claim-key row binds to
+            # the one the dispatch recorded: the handler's step_input is the same on both paths
+            known = known.model_copy(update={"input_ref": encode_json(m.input)})
             if (known.instance_id, known.step_id, known.attempt, known.status) != (
                 m.instance_id,
                 m.step_id,

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from activities import scheduling
+from activities.handlers import AGENT_HANDLERS
 from activities.worker import process_work_message
 from orchestrators.state import WorkflowStart
 from orchestrators.workflow import expected_rows
@@ -93,6 +94,23 @@ def test_a_first_delivery_claims_and_records_without_reading(harness, monkeypatc
     assert harness.ledger.get_instance(iid).completions == 1 and row.completion_seq == 1
     assert claim_rows(harness, iid) == []  # consumed by the claim
     assert [r.body["outcome"] for r in harness.results()] == ["succeeded"]
+    assert row.input_ref == harness.ledger.get(iid, STEP).input_ref  # as the dispatch wrote it
+
+
+def test_the_handler_sees_the_same_step_input_on_either_path(harness, monkeypatch):
+    seen: list[dict] = []
+    real = AGENT_HANDLERS["storage.create"]
+
+    def spy(ctx):
+        seen.append(dict(ctx.step_input))
+        return real(ctx)
+
+    monkeypatch.setitem(AGENT_HANDLERS, "storage.create", spy)
+    _, work = dispatched(harness)
+    deliver(harness, work.body)  # unread
+    _, work2 = dispatched(harness)
+    deliver(harness, {k: v for k, v in work2.body.items() if k != "ledger"})  # read first
+    assert seen == [work.body["input"], work2.body["input"]]
 
 
 @pytest.mark.parametrize(
