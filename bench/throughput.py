@@ -28,8 +28,11 @@ of the machine hits every variant alike), on fresh tables and queues:
   result, delete it (8 requests per step, receives batched up to 16 like the harness's pumps); one
   batch per workflow creates its step rows.
 
-Prints every repetition's raw steps/s and storage requests per step first, then the medians and the
-ratios of the medians. Not part of the test suite.
+Prints every repetition's raw steps/s and storage requests per step first, then the medians, then
+for the median repetition of the project and of the lean loop the time per step spent in the
+transport (every request timed, the example agent's effect and idle receives included, though the
+requests-per-step figures leave them out) and outside it, by kind of request, then the ratios of the
+medians. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -54,10 +57,12 @@ from azure.core.pipeline.transport import HttpTransport, RequestsTransport
 from azure.data.tables import UpdateMode
 from azure.storage.queue import QueueServiceClient
 
+from activities.handlers import RemoteEffects
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
 from devtools.logs import quiet_logging
 from devtools.request_counter import RequestCounter
+from devtools.request_scenarios import forget_effect_clients
 from workflow_core import storage_clients
 from workflow_core.settings import StorageConnection
 
@@ -85,12 +90,26 @@ def definition(steps: int) -> dict[str, Any]:
 
 
 class Run:
-    def __init__(self, seconds: float, steps: int, requests: int) -> None:
+    def __init__(self, seconds: float, steps: int, requests: int, made: list[Any] | None = None) -> None:
         self.seconds, self.steps, self.requests = seconds, steps, requests
+        # every request on the wire (the agent's effect and idle receives too: they take time)
+        self.made = made or []
 
     @property
     def rate(self) -> float:
         return self.steps / self.seconds
+
+    @property
+    def transport_seconds(self) -> float:
+        return sum(r.seconds for r in self.made)
+
+    def by_kind(self) -> dict[str, tuple[int, float]]:
+        """``"service op"`` -> (requests, seconds) on the wire."""
+        kinds: dict[str, tuple[int, float]] = {}
+        for r in self.made:
+            n, t = kinds.get(f"{r.service} {r.op}", (0, 0.0))
+            kinds[f"{r.service} {r.op}"] = (n + 1, t + r.seconds)
+        return kinds
 
 
 @contextlib.contextmanager
@@ -123,8 +142,10 @@ def project(azurite: Azurite, workflows: int, steps: int, *, sdk_transport: bool
     if sdk_transport:
         storage_clients.add_transport_hook(sdk_default)
     counter = RequestCounter().install()  # wraps last: counts whichever transport is underneath
+    forget_effect_clients()  # the agent's effect client is built under the counter: its time is timed
     try:
         with PatternHarness(azurite, watchdog_every=None, extra_workflows={WORKFLOW: definition(steps)}) as h:
+            RemoteEffects.for_services(h.services)  # built (and its table created) before the clock starts
             counter.reset()
             tag = uuid.uuid4().hex[:6]
             started = time.perf_counter()
@@ -146,7 +167,7 @@ def project(azurite: Azurite, workflows: int, steps: int, *, sdk_transport: bool
         storage_clients.remove_transport_hook(sdk_default)
     # requests per step: everything but idle polls and the example agent's own effect table
     useful = [r for r in made if not (r.op == "receive" and r.empty) and r.resource != "RemoteEffects"]
-    return Run(seconds, workflows * steps, len(useful))
+    return Run(seconds, workflows * steps, len(useful), made)
 
 
 def lean_loop(azurite: Azurite, workflows: int, steps: int) -> Run:
@@ -230,7 +251,7 @@ def lean_loop(azurite: Azurite, workflows: int, steps: int) -> Run:
     finally:
         counter.uninstall()
     useful = [r for r in made if not (r.op == "receive" and r.empty)]
-    return Run(seconds, workflows * steps, len(useful))
+    return Run(seconds, workflows * steps, len(useful), made)
 
 
 def point_reads(azurite: Azurite, reads: int, *, sdk_transport: bool) -> float:
@@ -321,6 +342,16 @@ def main(argv: list[str] | None = None) -> int:
         per_step = statistics.median(r.requests / r.steps for r in runs[name])
         print(f"  {name:<32} {value:7.1f} steps/s   {per_step:5.2f} requests per step")
     baseline = medians["lean loop (baseline)"]
+    print()
+    print("time per step, the median repetition of each (transport: from handing a request to the SDK's")
+    print("transport to its answer, every request counted; outside: the SDK pipeline above it, replays,")
+    print("activities, the harness):")
+    for name in ("project", "lean loop (baseline)"):
+        run = sorted(runs[name], key=lambda r: r.rate)[len(runs[name]) // 2]
+        total, wire = run.seconds / run.steps * 1e3, run.transport_seconds / run.steps * 1e3
+        print(f"  {name:<32} {total:6.1f} ms   in transport {wire:6.1f} ms   outside {total - wire:6.1f} ms")
+        for kind, (n, t) in sorted(run.by_kind().items()):
+            print(f"      {kind:<20} {n / run.steps:5.2f} per step  {t / n * 1e3:5.2f} ms each")
     print()
     print(f"ratio project / lean loop:                          {medians['project'] / baseline:5.2f}")
     if "project, SDK $batch codec" in medians:

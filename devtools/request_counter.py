@@ -25,6 +25,7 @@ import contextlib
 import re
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -56,6 +57,7 @@ class StorageRequest:
     label: str | None = None
     batch_size: int = 0  # operations in an entity-group transaction
     empty: bool | None = None  # a queue receive that returned no message
+    seconds: float = 0.0  # from handing the request to the transport to its answer (benchmarks)
 
 
 def _account_relative_path(url: str) -> list[str]:
@@ -147,12 +149,13 @@ class _CountingTransport(HttpTransport):
         if self._counter.paused:
             return self._inner.send(request, **kwargs)
         label = self._counter.label()
+        started = time.perf_counter()
         try:
             response = self._inner.send(request, **kwargs)
         except Exception:
-            self._counter.record(describe(request, None), label)
+            self._counter.record(describe(request, None), label, time.perf_counter() - started)
             raise
-        self._counter.record(describe(request, response), label)
+        self._counter.record(describe(request, response), label, time.perf_counter() - started)
         return response
 
     def open(self) -> None:
@@ -221,9 +224,9 @@ class RequestCounter:
             return explicit
         return self.classify() if self.classify is not None else None
 
-    def record(self, request: StorageRequest, label: str | None) -> None:
-        if label is not None:
-            request = StorageRequest(**{**request.__dict__, "label": label})
+    def record(self, request: StorageRequest, label: str | None, seconds: float = 0.0) -> None:
+        if label is not None or seconds:
+            request = StorageRequest(**{**request.__dict__, "label": label, "seconds": seconds})
         with self._lock:
             self.requests.append(request)
 
