@@ -1,7 +1,8 @@
 """Random sequences against a real Azurite: no in-flight step is ever left without a watcher.
 
 Hypothesis mixes writes that carry the instance record (the scheduler's: a step may become watched
-by the instance's row) with writes that do not (agents, heartbeats, earlier deadlines), watchdog
+by the instance's row) with writes that do not (agents, heartbeats, earlier deadlines), writes
+against remembered versions without a read (current or stale: merges, ``known_rows.py``), watchdog
 looks that move the instance row forward, and crashes before the transaction. After every step,
 each step in a deadline status is watched by its own index row (due at its deadline) or by the
 instance's row (due no later than its deadline), and the watchdog's two reads together find
@@ -23,13 +24,16 @@ from workflow_core import clock
 from workflow_core.ledger import (
     ALLOWED_TRANSITIONS,
     DEADLINE_STATUSES,
+    ConcurrencyConflict,
     IllegalTransition,
     InstanceHandle,
+    InvalidLedgerInput,
     NewStep,
     StepStatus,
     encode_json,
 )
 from workflow_core.ledger.instance_index import index_row_time
+from workflow_core.ledger.known_rows import instance_snapshot, known_instance, known_step, step_fields
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE
 
 T0 = datetime(2030, 6, 1, 8, 0, tzinfo=UTC)
@@ -50,7 +54,7 @@ def make_machine(connection_string: str):
                     self.instance,
                     "wf",
                     actor="t",
-                    input_json=encode_json({}),
+                    input_json=encode_json({"kept": True}),
                     scheduler_deadline=T0 + timedelta(minutes=30),
                     steps_due_after_seconds=600,
                 )
@@ -58,6 +62,7 @@ def make_machine(connection_string: str):
                 self.instance, "wf", [NewStep(step_id=s, step_name=s, agent="x") for s in STEP_IDS], actor="t"
             )
             self.crashed = False
+            self.remembered: dict = {}
 
         def teardown(self):
             drop_tables(self.ledger)
@@ -89,6 +94,45 @@ def make_machine(connection_string: str):
         @rule(step=STEPS, to=STATUSES, minutes=MINUTES)
         def agent_moves(self, step, to, minutes):
             self._move(step, to, minutes, 0, with_instance=False)
+
+        @rule(step=STEPS)
+        def remember_versions(self, step):
+            """What a scheduler or worker carries: the step and instance as read now (snapshots)."""
+            record = self.ledger.get(self.instance, step)
+            self.remembered[step] = (
+                step_fields(record),
+                record.etag,
+                instance_snapshot(self.ledger.get_instance(self.instance)),
+            )
+
+        @rule(step=STEPS, to=STATUSES, minutes=MINUTES, promise=MINUTES)
+        def unread_moves(self, step, to, minutes, promise):
+            """A write against remembered versions, unread (known_rows.py): current or stale, it
+            either lands as a merge or loses the race; the invariants hold either way."""
+            if step not in self.remembered:
+                return
+            fields, etag, snapshot = self.remembered[step]
+            known = known_step(fields, etag)
+            handle = InstanceHandle(known_instance(snapshot))
+            changes = {"scheduler_deadline": T0 + timedelta(minutes=promise)}
+            deadline = T0 + timedelta(minutes=minutes, seconds=minutes % 7)
+            try:
+                with clock.use_clock(lambda: T0):
+                    self.ledger.transition(
+                        known,
+                        to,
+                        actor="unread",
+                        deadline=deadline,
+                        instance=handle,
+                        instance_changes=changes,
+                    )
+            except IllegalTransition:
+                assert to not in ALLOWED_TRANSITIONS[known.status]
+            except ConcurrencyConflict:
+                pass  # someone wrote since: nothing was written
+            except InvalidLedgerInput as exc:
+                assert "cannot clear" in str(exc)  # a merge refuses to clear a time: nothing written
+            self.remembered.pop(step)
 
         @rule(step=STEPS, minutes=st.integers(min_value=-30, max_value=120))
         def heartbeat(self, step, minutes):
@@ -125,6 +169,10 @@ def make_machine(connection_string: str):
                 if r.status in DEADLINE_STATUSES and r.deadline <= now
             }
             assert sorted(found) == sorted(expected)  # each once: by its own row or the instance's
+
+        @invariant()
+        def merges_keep_what_snapshots_leave_out(self):
+            assert self.ledger.get_instance(self.instance).input_ref == encode_json({"kept": True})
 
         @invariant()
         def every_in_flight_step_is_watched(self):
