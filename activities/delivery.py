@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from azure.core.exceptions import HttpResponseError
+
 from activities import step_metrics
 from activities.common import (
     COMP_RUNNING,
@@ -174,7 +176,8 @@ class Delivery(DeliveryDecisions):
                 owner=self.worker_id,
                 with_rows=lambda *_: [("delete", {"PartitionKey": m.instance_id, "RowKey": key})],
             )
-        except (LedgerError, ValueError) as exc:  # lost race, missing key, refused copy: read
+        except (LedgerError, ValueError, HttpResponseError) as exc:  # a lost race, a missing key, a
+            # refused copy or a version the service would not even parse (a forged ETag): read
             log.info("%s: claim reads the ledger: %s", self._label, exc)
             return None
         self.instance = instance

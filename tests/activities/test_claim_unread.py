@@ -119,8 +119,10 @@ def test_the_handler_sees_the_same_step_input_on_either_path(harness, monkeypatc
         lambda b: {**b, "input": {**b["input"], "tenant_id": "mallory"}},
         lambda b: {**b, "ledger": {**b["ledger"], "instance": {**b["ledger"]["instance"], "completions": 7}}},
         lambda b: {**b, "ledger": {**b["ledger"], "step": {**b["ledger"]["step"], "owner": "w9"}}},
+        # the ETags are outside the digest: the If-Match itself refuses another one
+        lambda b: {**b, "ledger": {**b["ledger"], "etags": {**b["ledger"]["etags"], "step": 'W/"forged"'}}},
     ],
-    ids=["input", "instance-snapshot", "step-snapshot"],
+    ids=["input", "instance-snapshot", "step-snapshot", "step-etag"],
 )
 def test_an_altered_message_cannot_claim_unread(harness, monkeypatch, tamper):
     """Its digest names no claim-key row: the claim transaction fails as a whole and the worker reads

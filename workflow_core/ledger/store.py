@@ -299,11 +299,12 @@ class StepLedger(
             data["index_key"] = f"{new_index[0]}|{new_index[1]}"
         updated = type(record).model_validate(data)  # a known row stays known: merged again next time
         # A row known by an earlier write's ETag (not read) is merged, only what changes (known_rows.py);
-        # built before any index row is written, so a change a merge cannot make leaves nothing behind
+        # built, with the caller's rows, before any index row is written: a refusal leaves nothing behind
         known = isinstance(record, KnownStepRecord)
         step_entity = (
             merged_properties(_to_entity(record), _to_entity(updated)) if known else _to_entity(updated)
         )
+        extra_operations = with_rows(updated, instance_updated) if with_rows is not None else []
         if instance_index is not None:
             self._create_instance_index_row(instance_index, instance_updated)
 
@@ -346,8 +347,7 @@ class StepLedger(
         if instance_op is not None:
             operations.append(instance_op)
         own_operations = len(operations)
-        if with_rows is not None:
-            operations += with_rows(updated, instance_updated)
+        operations += extra_operations
         try:
             result = self._steps.submit_transaction(operations)
         except TableTransactionError as exc:
