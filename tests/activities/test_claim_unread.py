@@ -7,9 +7,12 @@ message's digest); every other delivery falls back to reading the row, with all 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from activities import scheduling
 from activities.handlers import AGENT_HANDLERS
@@ -158,3 +161,41 @@ def test_a_redelivery_or_a_row_written_since_claims_after_a_read(harness, monkey
     deliver(harness, work.body, delivery_count=2)  # the attempt is over: its reply is re-sent
     assert reads.calls >= 1
     assert [r.body["outcome"] for r in harness.results()] == ["succeeded", "succeeded"]
+
+
+def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every leaf of a JSON body, as a path of keys."""
+    if isinstance(value, dict) and value:
+        return [p for k, v in value.items() for p in _paths(v, (*prefix, k))]
+    return [prefix]
+
+
+def _altered(body: dict[str, Any], path: tuple, new: Any) -> dict[str, Any]:
+    copy = json.loads(json.dumps(body))
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = new
+    return copy
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_alteration_of_a_message_outside_its_etags_claims_unread(harness, data):
+    """Whatever one value of the body is changed to, the message no longer names its claim-key row:
+    the digest covers the whole body but the ETags (which the If-Match itself checks)."""
+    iid, work = dispatched(harness)
+    body = work.body
+    paths = [p for p in _paths(body) if p[:2] != ("ledger", "etags")]
+    path = data.draw(st.sampled_from(paths), label="path")
+    new = data.draw(st.one_of(st.integers(-3, 3), st.text(max_size=5), st.booleans(), st.none()), label="new")
+    original = WorkMessage.model_validate(body)
+    key = claim_row_key(STEP, claim_digest(original))
+    try:
+        altered = WorkMessage.model_validate(_altered(body, path, new))
+    except ValueError:
+        return  # not a work message at all: parked before any claim
+    unsigned = {"ledger": {"etags"}}
+    assume(altered.model_dump(exclude=unsigned) != original.model_dump(exclude=unsigned))  # changed
+    assert claim_row_key(STEP, claim_digest(altered)) != key
+    assert claim_rows(harness, iid) == [key]
