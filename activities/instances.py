@@ -13,6 +13,7 @@ two. The parent's next activity after the group sets the promise outright again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -26,10 +27,12 @@ from workflow_core.ledger import (
     InstanceNotFound,
     InstanceRecord,
     InstanceStatus,
+    LedgerError,
     StepLedger,
     StepRecord,
     outcome_json,
 )
+from workflow_core.ledger.known_rows import WATCHED_KEY, known_instance
 from workflow_core.runtime import Services, get_services
 
 log = logging.getLogger(__name__)
@@ -128,6 +131,9 @@ class SettleInput(BaseModel):
     outcome: Outcome
     failed_step: str | None = None
     error: str | None = None
+    # The instance record's snapshot from the last confirmed result (contracts.ConfirmedResult), with
+    # the steps its row watched then: a success settles against it without a read when none was.
+    expected: dict[str, Any] | None = None
 
 
 def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, Any]:
@@ -181,9 +187,33 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         )
         return {"instance_id": args.instance_id, "status": updated.status.value, "changed": True}
 
+    unread = _settle_unread(args, decide)
+    if unread is not None:
+        return unread
     return retry_on_conflict(
         lambda: ledger.instance_and_watched_steps(args.instance_id), decide, what=f"settle {args.instance_id}"
     )
+
+
+def _settle_unread(args: SettleInput, decide: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
+    """A success settled against the snapshot the scheduler holds, without reading the instance.
+
+    Only when the snapshot watched no in-flight step: no step becomes watched without a write to the
+    instance record, so while the record is still that version (the write is If-Match its ETag) the
+    instance's row watches nothing and may go. Only a write counts: anything else (no snapshot, a
+    lost race, a snapshot that is not Running, a refused copy) returns None and the settle reads."""
+    e = args.expected
+    if e is None or args.outcome != "succeeded" or e.get(WATCHED_KEY) != []:
+        return None
+    try:
+        record = known_instance(e)
+        if record.instance_id != args.instance_id or record.status is not IS.RUNNING:
+            return None
+        done = decide((record, []))
+    except (LedgerError, ValueError) as exc:
+        log.info("settle of %s reads the ledger: %s", args.instance_id, exc)
+        return None
+    return done if done.get("changed") else None
 
 
 def find_handle(ledger: StepLedger, instance_id: str) -> InstanceHandle | None:

@@ -42,7 +42,7 @@ from workflow_core.contracts import (
     result_event_name,
 )
 from workflow_core.ledger import InstanceRecord, InvalidLedgerInput, StepNotFound, StepRecord
-from workflow_core.ledger.known_rows import instance_snapshot
+from workflow_core.ledger.known_rows import WATCHED_KEY, instance_snapshot
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 
@@ -187,8 +187,10 @@ async def _handle_result(
             message_id=message_id,
         )
         return "parked"
-    try:  # the instance record with it, in the same request: its snapshot rides on the event
-        record, handle = services.ledger.read_step_and_instance(result.instance_id, result.step_id)
+    try:  # the instance record and what its row watches, in the same request: they ride on the event
+        record, handle, watched = services.ledger.read_step_instance_and_watched(
+            result.instance_id, result.step_id
+        )
     except (StepNotFound, InvalidLedgerInput) as exc:
         park(services, source="result", reason=f"result for no known step: {exc}", body=body, actor=ACTOR)
         return "parked"
@@ -206,21 +208,27 @@ async def _handle_result(
         )
         return action  # type: ignore[return-value]
     instance = handle.record if handle is not None else None
-    return await raise_result_event(with_verdict(confirmed, record, instance), client, services)
+    return await raise_result_event(with_verdict(confirmed, record, instance, watched), client, services)
 
 
 def with_verdict(
-    confirmed: ResultMessage, r: StepRecord, instance: InstanceRecord | None = None
+    confirmed: ResultMessage,
+    r: StepRecord,
+    instance: InstanceRecord | None = None,
+    watched: list[str] | None = None,
 ) -> ResultMessage:
     """``confirmed`` with the ledger's verdict and the attempt's token (a :class:`ConfirmedResult`),
     so the orchestrator need not read the ledger again; as it is when the row holds no token for the
     attempt (rows dispatched before tokens existed) or no outcome the scheduler could act on. With
-    the snapshot of ``instance`` as read with the step, for the scheduler's next dispatch."""
+    the snapshot of ``instance`` as read with the step (and the in-flight steps its index row
+    watches), for the scheduler's next dispatch or its settle."""
     token = attempt_token(r, confirmed.kind, confirmed.attempt)
     verdict = verdict_of(recorded_outcome(r, confirmed.kind, confirmed.attempt))
     if token is None or verdict.state == "unconfirmed":
         return confirmed
-    snapshot = instance_snapshot(instance) if instance is not None else None
+    snapshot = None
+    if instance is not None:
+        snapshot = {**instance_snapshot(instance), WATCHED_KEY: list(watched or [])}
     return ConfirmedResult(**confirmed.model_dump(), ledger_token=token, verdict=verdict, instance=snapshot)
 
 

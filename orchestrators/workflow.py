@@ -143,9 +143,10 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
 
     status.step = None
     status("settling")
-    yield call_activity(
-        context, ACTIVITY_SETTLE_INSTANCE, {"instance_id": instance_id, "outcome": "succeeded"}
-    )
+    settle: dict[str, Any] = {"instance_id": instance_id, "outcome": "succeeded"}
+    if known is not None:  # the last confirmed result's snapshot: a settle without a read
+        settle["expected"] = known
+    yield call_activity(context, ACTIVITY_SETTLE_INSTANCE, settle)
     status("succeeded")
     return {"status": "succeeded", "outputs": progress.outputs, "failed_step": None, "error": None}
 

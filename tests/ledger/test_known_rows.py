@@ -37,12 +37,9 @@ def test_a_merge_carries_the_keys_and_what_differs_only():
     assert merged_properties(known, new) == {**KEYS, "A": 2, "D": True}
 
 
-def test_a_merge_clears_a_text_with_the_empty_string_and_refuses_anything_else():
-    assert merged_properties({**KEYS, "A": 1, "T": "x"}, {**KEYS, "A": 1}) == {**KEYS, "T": CLEARED}
-    with pytest.raises(InvalidLedgerInput, match="cannot clear B"):
-        merged_properties({**KEYS, "A": 1, "B": 2}, {**KEYS, "A": 1})
-    with pytest.raises(InvalidLedgerInput, match="cannot clear C"):
-        merged_properties({**KEYS, "C": NOW}, {**KEYS})
+def test_a_merge_clears_a_property_by_writing_it_empty():
+    known = {**KEYS, "A": 1, "T": "x", "C": NOW, "N": 2}
+    assert merged_properties(known, {**KEYS, "A": 1}) == {**KEYS, "T": CLEARED, "C": CLEARED, "N": CLEARED}
 
 
 def test_a_text_cleared_by_a_merge_reads_back_as_none(ledger):
@@ -113,12 +110,18 @@ def test_a_stale_known_instance_loses_the_race_and_writes_nothing(ledger):
     assert ledger.get("known-3", "a").etag == step.etag and len(ledger.audit_trail("known-3")) == trail
 
 
-def test_a_change_that_clears_a_field_of_a_known_instance_is_refused_unwritten(ledger):
-    """Leaving supervision clears the scheduler deadline: a merge cannot, so it needs a read row."""
+def test_a_known_instance_leaving_supervision_clears_its_deadline_and_keeps_its_input(ledger):
+    """Settling clears the scheduler deadline (a time) and the index key: merged, both are written
+    empty and read back as none, and the input the snapshot left out is still there."""
     record, _ = new_instance(ledger, "known-4")
     known = known_instance(instance_snapshot(record))
 
-    with pytest.raises(InvalidLedgerInput, match="cannot clear"):
-        ledger.transition_instance(known, InstanceStatus.SUCCEEDED, actor="test", reason="done")
+    settled = ledger.transition_instance(known, InstanceStatus.SUCCEEDED, actor="test", reason="done")
 
-    assert ledger.get_instance("known-4").status is InstanceStatus.RUNNING
+    stored = ledger.get_instance("known-4")
+    assert stored.status is InstanceStatus.SUCCEEDED and settled.etag == stored.etag
+    assert stored.scheduler_deadline is None and stored.index_key is None
+    assert stored.input_ref == record.input_ref
+    raw = ledger.table_client().get_entity("known-4", "~instance")
+    assert raw["SchedulerDeadline"] == CLEARED and raw["IndexKey"] == CLEARED
+    assert not [r for r in ledger.index_rows() if r["_key"] == record.index_key]  # its row went

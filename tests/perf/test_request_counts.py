@@ -156,8 +156,9 @@ E2E_PER_WORKFLOW: dict[str, int] = {
     # instance record + audit and the steps (one batch), its index row, its listing row; the
     # orchestration starts at step 0 and creates nothing
     rc.HTTP_API: 3,
-    # instance and watched-step query, batch, its index row deleted, its listing row updated
-    rc.SETTLE: 4,
+    # batch (unread: the last confirmed result's snapshot, which watched no step), its index row
+    # deleted, its listing row updated
+    rc.SETTLE: 3,
     rc.HEARTBEAT: 1,  # provision-tenant's first agent asks for more time once
 }
 E2E_ONCE = {rc.DEFINITION_STORE: 1}  # the first start of this definition version stores it

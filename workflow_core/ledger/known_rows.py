@@ -14,10 +14,10 @@ when it was read or written. Two rules keep a stale or incomplete copy from writ
   known version), never a full replace: a copy that leaves out a large field (the workflow input,
   kept only in the instance record) cannot erase it, and properties the change does not touch keep
   whatever the row holds;
-* a merge cannot remove a property, so a change that **clears** a text property writes it as the
-  empty string, which every read takes as absent (``entities.entity_values``; no field of a step or
-  an instance record holds an empty text otherwise). Clearing any other property (a time, a number)
-  is refused (:class:`InvalidLedgerInput`): such a change needs the row as read and a replace.
+* a merge cannot remove a property, so a change that **clears** one writes it as the empty string,
+  which every read takes as absent (``entities.entity_values``; no field of a step or an instance
+  record holds an empty text otherwise). Table Storage types each property of each entity on its
+  own, so a cleared time becomes an empty text too, and no filter on times matches it.
 
 The caller treats a 412 (someone wrote the row since) like any other lost race and falls back to
 reading the row; it also acts only on a write, never on a decision taken from a copy alone (a copy
@@ -35,7 +35,7 @@ from workflow_core.ledger.model import StepRecord
 # Instance fields a snapshot leaves out: text of up to 32,000 characters each (the workflow input
 # above all) that no dispatch reads or changes. A snapshot without them stays small in histories.
 SNAPSHOT_OMITS = frozenset({"input_ref", "outcome", "last_error", "attention_reason"})
-CLEARED = ""  # how a merge clears a text property (read back as absent)
+CLEARED = ""  # how a merge clears a property (read back as absent)
 
 
 class KnownStepRecord(StepRecord):
@@ -88,17 +88,20 @@ def known_instance(snapshot: dict[str, Any]) -> KnownInstanceRecord:
     """The instance record of a snapshot, to write against its ETag (raises on a malformed one)."""
     if not isinstance(snapshot, dict) or not snapshot.get("etag"):
         raise InvalidLedgerInput("an instance snapshot must be an object with an etag")
-    return KnownInstanceRecord.model_validate({k: v for k, v in snapshot.items() if k not in SNAPSHOT_OMITS})
+    fields = {k: v for k, v in snapshot.items() if k not in SNAPSHOT_OMITS and k != WATCHED_KEY}
+    return KnownInstanceRecord.model_validate(fields)
+
+
+# A snapshot read together with the steps its index row watches names them (in-flight steps only):
+# settling against it unread is safe only when none is, since no step becomes watched without a
+# write to the instance record, which would change its ETag.
+WATCHED_KEY = "watched"
 
 
 def merged_properties(known: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """The entity to merge onto a row known as ``known`` so that it reads as ``new``: the keys, every
-    property that differs, and an empty string for each text property ``new`` clears. Raises
-    :class:`InvalidLedgerInput` when ``new`` clears a property that is not text."""
+    property that differs, and an empty string for each property ``new`` clears."""
     cleared = sorted(k for k in known if k not in new)
-    not_text = [k for k in cleared if not isinstance(known[k], str)]
-    if not_text:
-        raise InvalidLedgerInput(f"a merge cannot clear {', '.join(not_text)}: read the row and replace it")
     merged = {"PartitionKey": new["PartitionKey"], "RowKey": new["RowKey"]}
     merged.update({k: v for k, v in new.items() if known.get(k) != v})
     merged.update(dict.fromkeys(cleared, CLEARED))
