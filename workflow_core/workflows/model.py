@@ -287,10 +287,11 @@ class WorkflowDefinition(_Frozen):
         return self
 
     def business_key_of(self, workflow_input: dict[str, Any]) -> str | None:
-        """The business key's value in a validated input (as text), or None."""
+        """The business key's value in a validated input (as text), or None (also for an empty one:
+        the ledger reads an empty text as absent, ``known_rows.py``)."""
         if self.business_key is None or workflow_input.get(self.business_key) is None:
             return None
-        return str(workflow_input[self.business_key])[:200]
+        return str(workflow_input[self.business_key])[:200] or None
 
     @model_validator(mode="after")
     def _steps_consistent(self) -> WorkflowDefinition:
