@@ -13,17 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
 
 from workflow_core.ledger.entities import _from_entity
-from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.errors import InvalidLedgerInput, StepNotFound
 from workflow_core.ledger.index_keys import index_partition, overdue_upper_partition
 from workflow_core.ledger.instance import INSTANCE_ROW, InstanceRecord
 from workflow_core.ledger.instance_index import INSTANCE_INDEX_PREFIX, _time_key
-from workflow_core.ledger.instance_store import from_instance_entity
-from workflow_core.ledger.model import StepRecord, require_aware, validate_instance_id
+from workflow_core.ledger.instance_store import InstanceHandle, from_instance_entity
+from workflow_core.ledger.model import StepRecord, require_aware, validate_instance_id, validate_step_id
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, is_watched
 
 
@@ -88,25 +89,49 @@ class InstanceDeadlinesMixin:
 
     def instance_and_watched_steps(self, instance_id: str) -> tuple[InstanceRecord | None, list[StepRecord]]:
         """The instance record and the in-flight steps its index row watches, in one request."""
+        instance, steps = self._instance_partition_rows(instance_id)
+        record = from_instance_entity(instance) if instance is not None else None
+        return record, [s for s in steps if is_watched(s)]
+
+    def read_step_instance_and_watched(
+        self, instance_id: str, step_id: str
+    ) -> tuple[StepRecord, InstanceHandle | None, list[str]]:
+        """A step, its instance record and the ids of the in-flight steps the instance's index row
+        watches, in one request: the result handler's read, whose instance snapshot a settle may
+        write against when it watches nothing."""
+        validate_step_id(step_id)
+        instance, steps = self._instance_partition_rows(instance_id, step_id)
+        step = next((s for s in steps if s.step_id == step_id), None)
+        if step is None:
+            raise StepNotFound(instance_id, step_id)
+        handle = InstanceHandle(from_instance_entity(instance)) if instance is not None else None
+        return step, handle, sorted(s.step_id for s in steps if is_watched(s))
+
+    def _instance_partition_rows(
+        self, instance_id: str, step_id: str | None = None
+    ) -> tuple[Any, list[StepRecord]]:
+        """One query of an instance's partition: its record's entity and the step rows its index
+        row watches (any status: the caller keeps the in-flight ones), plus ``step_id``'s row."""
         validate_instance_id(instance_id)
         self.stats.queries += 1
+        step_clause = "RowKey eq @step or " if step_id is not None else ""
         entities = list(
             self._steps.query_entities(
-                "PartitionKey eq @pk and ( RowKey eq @instance or "
+                f"PartitionKey eq @pk and ( {step_clause}RowKey eq @instance or "
                 "( RowKey lt @audit and IndexKey eq @watched ) )",
                 parameters={
                     "pk": instance_id,
                     "instance": INSTANCE_ROW,
                     "audit": "~",
                     "watched": WATCHED_BY_INSTANCE,
+                    **({"step": step_id} if step_id is not None else {}),
                 },
             )
         )
         instance = next((e for e in entities if e["RowKey"] == INSTANCE_ROW), None)
         steps = [_from_entity(e) for e in entities if e["RowKey"] != INSTANCE_ROW]
         self.stats.step_entities_read += len(steps)
-        record = from_instance_entity(instance) if instance is not None else None
-        return record, [s for s in steps if is_watched(s)]
+        return instance, steps
 
     def _move_instance_row_forward(self, record: InstanceRecord, watched: list[StepRecord]) -> None:
         """Re-key a row that fell due before anything it watches did: to the earliest of the

@@ -13,7 +13,6 @@ from workflow_core.ledger.errors import StepNotFound
 from workflow_core.ledger.instance import INSTANCE_ROW
 from workflow_core.ledger.instance_store import InstanceHandle, from_instance_entity
 from workflow_core.ledger.model import StepRecord, validate_instance_id, validate_step_id
-from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, is_watched
 
 
 class StepReadsMixin:
@@ -51,37 +50,6 @@ class StepReadsMixin:
         self.stats.step_entities_read += 1
         instance = next((e for e in entities if e["RowKey"] == INSTANCE_ROW), None)
         return _from_entity(step), (InstanceHandle(from_instance_entity(instance)) if instance else None)
-
-    def read_step_instance_and_watched(
-        self, instance_id: str, step_id: str
-    ) -> tuple[StepRecord, InstanceHandle | None, list[str]]:
-        """A step, its instance record and the ids of the in-flight steps the instance's index row
-        watches (``watch.py``), in one request: the result handler's read, whose instance snapshot a
-        settle may write against when it watches nothing."""
-        validate_instance_id(instance_id)
-        validate_step_id(step_id)
-        self.stats.queries += 1
-        entities = list(
-            self._steps.query_entities(
-                "PartitionKey eq @pk and ( RowKey eq @step or RowKey eq @instance or "
-                "( RowKey lt @audit and IndexKey eq @watched ) )",
-                parameters={
-                    "pk": instance_id,
-                    "step": step_id,
-                    "instance": INSTANCE_ROW,
-                    "audit": "~",
-                    "watched": WATCHED_BY_INSTANCE,
-                },
-            )
-        )
-        step = next((e for e in entities if e["RowKey"] == step_id), None)
-        if step is None:
-            raise StepNotFound(instance_id, step_id)
-        self.stats.step_entities_read += 1
-        instance = next((e for e in entities if e["RowKey"] == INSTANCE_ROW), None)
-        handle = InstanceHandle(from_instance_entity(instance)) if instance else None
-        steps = [_from_entity(e) for e in entities if e["RowKey"] != INSTANCE_ROW]
-        return _from_entity(step), handle, sorted(s.step_id for s in steps if is_watched(s))
 
     def list_for_instance(self, instance_id: str) -> list[StepRecord]:
         """The instance's steps in workflow order (empty if the instance is unknown)."""
