@@ -190,6 +190,22 @@ class Harness:
         return [a for a in self.ledger.audit_trail(instance_id) if step_id is None or a.step_id == step_id]
 
 
+class CallCounter:
+    """Counts calls of some of an object's methods (still made): how many ledger reads a path made."""
+
+    def __init__(self, target: Any, monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+        self.calls = 0
+        for name in names:
+            monkeypatch.setattr(target, name, self._counting(getattr(target, name)))
+
+    def _counting(self, real: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        return counted
+
+
 @pytest.fixture
 def harness(services) -> Harness:
     return Harness(services)

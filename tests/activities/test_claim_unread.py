@@ -19,6 +19,7 @@ from activities.handlers import AGENT_HANDLERS
 from activities.worker import process_work_message
 from orchestrators.state import WorkflowStart
 from orchestrators.workflow import expected_rows
+from tests.activities.conftest import CallCounter
 from workflow_core.contracts import WorkMessage
 from workflow_core.ledger import StepStatus
 from workflow_core.ledger.known_rows import CLAIM_KEY_PREFIX, claim_row_key
@@ -30,21 +31,9 @@ WORKFLOW = "provision-tenant"
 STEP = "create_storage"
 
 
-class Reads:
+def count_reads(ledger: Any, monkeypatch: pytest.MonkeyPatch) -> CallCounter:
     """Counts the worker's reads of the step (the unread claim makes none)."""
-
-    def __init__(self, ledger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        for name in ("read_step_and_instance", "get"):
-            real = getattr(ledger, name)
-            monkeypatch.setattr(ledger, name, self._counting(real))
-
-    def _counting(self, real: Any) -> Any:
-        def read(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return real(*args, **kwargs)
-
-        return read
+    return CallCounter(ledger, monkeypatch, "read_step_and_instance", "get")
 
 
 def dispatched(harness: Any) -> tuple[str, Any]:
@@ -84,7 +73,7 @@ def test_the_dispatch_writes_the_claim_key_of_the_message_it_sends(harness):
 
 def test_a_first_delivery_claims_and_records_without_reading(harness, monkeypatch):
     iid, work = dispatched(harness)
-    reads = Reads(harness.ledger, monkeypatch)
+    reads = count_reads(harness.ledger, monkeypatch)
 
     deliver(harness, work.body)
 
@@ -131,7 +120,7 @@ def test_an_altered_message_cannot_claim_unread(harness, monkeypatch, tamper):
     """Its digest names no claim-key row: the claim transaction fails as a whole and the worker reads
     the row, where an altered input is refused and altered snapshots are simply not used."""
     iid, work = dispatched(harness)
-    reads = Reads(harness.ledger, monkeypatch)
+    reads = count_reads(harness.ledger, monkeypatch)
 
     deliver(harness, tamper(work.body))
 
@@ -150,7 +139,7 @@ def test_a_redelivery_or_a_row_written_since_claims_after_a_read(harness, monkey
     iid, work = dispatched(harness)
     ledger = harness.ledger
     ledger.update(ledger.get(iid, STEP), actor="supervisor", reason="looked at it")  # a new ETag
-    reads = Reads(ledger, monkeypatch)
+    reads = count_reads(ledger, monkeypatch)
 
     deliver(harness, work.body)
 

@@ -18,6 +18,7 @@ from activities import scheduling
 from activities.results import handle_result
 from orchestrators.state import WorkflowStart
 from orchestrators.workflow import expected_rows
+from tests.activities.conftest import CallCounter
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, encode_json
 from workflow_core.workflows import get_workflow
@@ -36,18 +37,9 @@ VOLATILE = {
 }
 
 
-class Reads:
+def count_reads(ledger: Any, monkeypatch: pytest.MonkeyPatch) -> CallCounter:
     """Counts the dispatch's ledger reads (the unread path makes none)."""
-
-    def __init__(self, ledger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        real = ledger.read_step_and_instance
-
-        def read(instance_id: str, step_id: str):
-            self.calls += 1
-            return real(instance_id, step_id)
-
-        monkeypatch.setattr(ledger, "read_step_and_instance", read)
+    return CallCounter(ledger, monkeypatch, "read_step_and_instance")
 
 
 def start(harness: Any) -> tuple[str, dict[str, Any]]:
@@ -74,7 +66,7 @@ def comparable(record: Any) -> dict[str, Any]:
 def test_unread_first_dispatch_leaves_the_rows_a_read_first_one_leaves(harness, monkeypatch):
     unread_iid, rows = start(harness)
     read_iid, _ = start(harness)
-    reads = Reads(harness.ledger, monkeypatch)
+    reads = count_reads(harness.ledger, monkeypatch)
 
     deadline = (clock.utcnow() + timedelta(minutes=1)).isoformat()
     unread = scheduling.dispatch_step(payload(harness, unread_iid, rows, deadline=deadline), harness.services)
@@ -103,7 +95,7 @@ def test_an_instance_written_since_its_snapshot_makes_the_dispatch_read(harness,
     iid, rows = start(harness)
     ledger = harness.ledger
     ledger.update_instance(ledger.get_instance(iid), actor="test", reason="someone else wrote it", stalls=1)
-    reads = Reads(ledger, monkeypatch)
+    reads = count_reads(ledger, monkeypatch)
 
     outcome = scheduling.dispatch_step(payload(harness, iid, rows), harness.services)
 
@@ -117,7 +109,7 @@ def test_a_step_written_since_the_start_makes_the_dispatch_read(harness, monkeyp
     iid, rows = start(harness)
     ledger = harness.ledger
     ledger.update(ledger.get(iid, STEP), actor="test", reason="someone else wrote it", owner="operator:ann")
-    reads = Reads(ledger, monkeypatch)
+    reads = count_reads(ledger, monkeypatch)
 
     outcome = scheduling.dispatch_step(payload(harness, iid, rows), harness.services)
 
@@ -137,7 +129,7 @@ def test_a_compensating_instance_fences_a_dispatch_carrying_an_older_snapshot(ha
         reason="test",
         scheduler_deadline=clock.utcnow() + timedelta(minutes=5),
     )
-    reads = Reads(ledger, monkeypatch)
+    reads = count_reads(ledger, monkeypatch)
 
     outcome = scheduling.dispatch_step(payload(harness, iid, rows), harness.services)
 
@@ -150,7 +142,7 @@ def test_a_compensating_instance_fences_a_dispatch_carrying_an_older_snapshot(ha
 def test_a_snapshot_of_another_instance_is_not_written_against(harness, monkeypatch):
     iid, rows = start(harness)
     _, other = start(harness)
-    reads = Reads(harness.ledger, monkeypatch)
+    reads = count_reads(harness.ledger, monkeypatch)
 
     outcome = scheduling.dispatch_step(payload(harness, iid, rows, other["instance"]), harness.services)
 

@@ -17,6 +17,7 @@ from activities.instances import settle_instance
 from activities.results import handle_result
 from orchestrators.state import WorkflowStart
 from orchestrators.workflow import expected_rows
+from tests.activities.conftest import CallCounter
 from workflow_core.ledger.instance_list import LIST_PARTITION
 from workflow_core.ledger.known_rows import WATCHED_KEY
 from workflow_core.workflows import get_workflow
@@ -24,16 +25,9 @@ from workflow_core.workflows import get_workflow
 WORKFLOW = "provision-tenant"
 
 
-class Reads:
-    def __init__(self, ledger: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        real = ledger.instance_and_watched_steps
-
-        def read(instance_id: str):
-            self.calls += 1
-            return real(instance_id)
-
-        monkeypatch.setattr(ledger, "instance_and_watched_steps", read)
+def count_reads(ledger: Any, monkeypatch: pytest.MonkeyPatch) -> CallCounter:
+    """Counts the settle's read of the instance."""
+    return CallCounter(ledger, monkeypatch, "instance_and_watched_steps")
 
 
 def run_through(harness: Any, durable_client: Any) -> tuple[str, dict[str, Any]]:
@@ -64,7 +58,7 @@ def test_a_success_settles_against_the_last_snapshot_without_a_read(harness, dur
     iid, known = run_through(harness, durable_client)
     assert known[WATCHED_KEY] == []
     before = harness.ledger.get_instance(iid)
-    reads = Reads(harness.ledger, monkeypatch)
+    reads = count_reads(harness.ledger, monkeypatch)
 
     done = settle_instance({"instance_id": iid, "outcome": "succeeded", "expected": known}, harness.services)
 
@@ -83,7 +77,7 @@ def test_a_snapshot_out_of_date_or_watching_a_step_makes_the_settle_read(
     iid, known = run_through(harness, durable_client)
     ledger = harness.ledger
     ledger.update_instance(ledger.get_instance(iid), actor="test", reason="someone wrote", stalls=1)
-    reads = Reads(ledger, monkeypatch)
+    reads = count_reads(ledger, monkeypatch)
 
     settle_instance({"instance_id": iid, "outcome": "succeeded", "expected": known}, harness.services)
     assert reads.calls == 1 and ledger.get_instance(iid).status.value == "Succeeded"
