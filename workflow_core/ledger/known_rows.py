@@ -50,7 +50,7 @@ def instance_snapshot(record: InstanceRecord) -> dict[str, Any]:
     """JSON-ready fields of ``record`` and its ETag, without :data:`SNAPSHOT_OMITS`."""
     if record.etag is None:
         raise InvalidLedgerInput("an instance snapshot needs the record's ETag")
-    return record.model_dump(mode="json", exclude=set(SNAPSHOT_OMITS), exclude_none=True)
+    return {**instance_fields(record), "etag": record.etag}
 
 
 def instance_fields(record: InstanceRecord) -> dict[str, Any]:
