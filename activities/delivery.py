@@ -38,7 +38,6 @@ from workflow_core.contracts import ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import (
     ConcurrencyConflict,
     InstanceHandle,
-    InvalidLedgerInput,
     LedgerError,
     StepLedger,
     StepNotFound,
@@ -196,7 +195,7 @@ class Delivery(DeliveryDecisions):
         (412 on the step or the instance record) re-reads both and decides again."""
         try:
             return self._decide_record(self.latest, outcome)
-        except (ConcurrencyConflict, InvalidLedgerInput):  # the latter: a copy a merge cannot move
+        except ConcurrencyConflict:
             log.debug("%s: the step or instance changed since the claim; re-reading", self._label)
         return retry_on_conflict(
             self._read_with_instance, lambda r: self._decide_record(r, outcome), what=f"record {self._label}"
