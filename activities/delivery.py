@@ -97,6 +97,9 @@ class Delivery(DeliveryDecisions):
         self.took_over = False
         self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
         self.instance: InstanceHandle | None = None  # the instance record as last read or written
+        # the in-flight steps the instance's row may watch once this step is recorded, when known:
+        # only while the instance is the version the work message carried (no re-read since)
+        self.watched_after: list[str] | None = None
         self.latest: StepRecord | None = None  # the step row as this worker last wrote it
 
     # ---- flow ------------------------------------------------------------------------------------
@@ -180,6 +183,8 @@ class Delivery(DeliveryDecisions):
             log.info("%s: claim reads the ledger: %s", self._label, exc)
             return None
         self.instance = instance
+        if versions.watched is not None and instance is not None:
+            self.watched_after = [step for step in versions.watched if step != m.step_id]
         self.started_at = now()
         step_metrics.queue_wait(known, self.started_at)
         return Action.RUN, claimed, None
@@ -187,6 +192,7 @@ class Delivery(DeliveryDecisions):
     def _read_with_instance(self) -> StepRecord:
         """The step, and its instance record kept aside: one partition query for both rows."""
         record, self.instance = self.ledger.read_step_and_instance(self.m.instance_id, self.m.step_id)
+        self.watched_after = None  # the instance as read: which steps its row watches is not known
         return record
 
     def _record(self, outcome: Outcome) -> tuple[ResultMessage | None, tuple[str, str] | None]:

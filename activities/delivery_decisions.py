@@ -46,6 +46,7 @@ from activities.common import (
 from workflow_core import telemetry
 from workflow_core.contracts import ResultMessage, WorkMessage
 from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord, StepStatus, encode_json
+from workflow_core.messages import KeyedReply
 
 S = StepStatus
 
@@ -76,6 +77,7 @@ class DeliveryDecisions:
     took_over: bool
     started_at: datetime | None
     instance: InstanceHandle | None
+    watched_after: list[str] | None
 
     # ---- claim -----------------------------------------------------------------------------------
 
@@ -198,9 +200,12 @@ class DeliveryDecisions:
                 )
             if r.status is S.RUNNING:
                 outcome_name = telemetry.STEP_SUCCEEDED if ok else telemetry.STEP_FAILED
+                reply = self._result(ok, output, error, permanent)
                 if ok:
                     # With the instance record in the same transaction: the completion takes the
                     # instance's next completion number, which orders compensation (no clocks).
+                    # A scheduler that takes the success unread gets a reply keyed by a basis row.
+                    keyed = self._keyed(reply)
                     self.ledger.transition(
                         r,
                         S.SUCCEEDED,
@@ -208,7 +213,10 @@ class DeliveryDecisions:
                         reason="agent succeeded",
                         result_ref=encode_json(output),
                         instance=self.instance,
+                        with_rows=keyed.rows if keyed is not None else None,
                     )
+                    if keyed is not None:
+                        reply = keyed.reply(self.instance.record if self.instance is not None else None)
                 else:
                     self.ledger.transition(
                         r,
@@ -227,7 +235,7 @@ class DeliveryDecisions:
                     error_type=None if ok else step_metrics.error_type_of(error),
                     final=ok or permanent or r.attempt >= r.max_attempts,
                 )
-                return self._result(ok, output, error, permanent), None
+                return reply, None
             if r.status in (S.SUCCEEDED, S.FAILED):
                 why = f"attempt {a} was already recorded {r.status.value} by {r.owner}"
                 return None, ("duplicate-result-discarded", why)
@@ -279,6 +287,14 @@ class DeliveryDecisions:
         self, ok: bool, output: dict[str, Any] | None, error: str | None, permanent: bool = False
     ) -> ResultMessage:
         return ResultMessage.answering(self.m, ok=ok, output=output, error=error, permanent=permanent)
+
+    def _keyed(self, reply: ResultMessage) -> KeyedReply | None:
+        """The success to record with a basis row, when the work message asks for one
+        (``WorkVersions.keyed_reply``) and the instance record is in the record's transaction."""
+        versions = self.m.ledger
+        if versions is None or not versions.keyed_reply or self.instance is None:
+            return None
+        return KeyedReply(reply, self.watched_after)
 
     def _result_from_record(self, r: StepRecord) -> ResultMessage:
         if self.work:

@@ -20,6 +20,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
+from activities.basis import BASIS_REFUSED, refused
 from activities.common import (
     as_dict,
     emit_recovery,
@@ -60,7 +61,9 @@ class DispatchOutcome(BaseModel):
     step is already done: Succeeded by another attempt, Skipped, or Compensated; nothing sent, do
     not wait for a result), ``stale`` (the ledger is at a later attempt; nothing done),
     ``not-dispatchable`` (the status does not allow it, e.g. Cancelled, or no compensator; nothing
-    done). ``status`` is the ledger status afterwards. ``sent``: whether this call sent the message;
+    done), ``basis-refused`` (the previous step's success the scheduler took unread is not what the
+    ledger recorded, ``activities.basis``; nothing done, ``error`` says why). ``status`` is the ledger
+    status afterwards. ``sent``: whether this call sent the message;
     if sending failed even after a few quick retries, ``sent`` is false, ``error`` says why and the
     step (its intent already in the ledger) recovers at its deadline.
     """
@@ -70,7 +73,7 @@ class DispatchOutcome(BaseModel):
     kind: c.StepKind
     attempt: int
     outcome: DispatchResult
-    status: str
+    status: str | None  # None: not read (``basis-refused``)
     message_id: str
     sent: bool
     deadline: str | None = None
@@ -136,8 +139,9 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     deadline = parse_time(d.deadline, "deadline")
     grace = services.settings.watchdog_grace_seconds
     # a work message a worker may claim without reading (built with the Dispatched write)
-    claimable = ClaimableWork() if d.kind == "work" else None
+    claimable = ClaimableWork(keyed_reply=bool(d.provisional)) if d.kind == "work" else None
     handles: list[InstanceHandle | None] = [None]
+    message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, DispatchResult]:
         handles[0] = pair[1]
@@ -149,13 +153,27 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     if unread is not None:
         record, outcome, handles[0] = unread
     else:
+        why = refused(ledger, d.instance_id, d.basis, by=f"dispatch of {d.step_id!r}")
+        if why is not None:  # the step the scheduler built on is not what the ledger recorded
+            return DispatchOutcome(
+                instance_id=d.instance_id,
+                step_id=d.step_id,
+                kind=d.kind,
+                attempt=d.attempt,
+                outcome=BASIS_REFUSED,
+                status=None,
+                message_id=message_id,
+                sent=False,
+                error=why,
+            )
+        if claimable is not None:
+            claimable.watched_before = None  # a read does not say which steps the row watches
         record, outcome = retry_on_conflict(
             lambda: ledger.read_step_and_instance(d.instance_id, d.step_id),
             decide,
             what=f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
         )
     instance = handles[0].record if handles[0] is not None else None
-    message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
     sent = False
     error = None
     if outcome == "dispatched" or (outcome == "already-dispatched" and may_send_again(record, d)):

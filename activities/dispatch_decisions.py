@@ -13,18 +13,21 @@ import secrets
 from datetime import datetime
 from typing import Any, Literal
 
+from activities.basis import basis_rows
 from activities.common import COMP_DISPATCHED, grace_deadline
 from activities.instances import with_promise, works_on
 from activities.scheduler_inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S
 from workflow_core import tracing
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
-from workflow_core.ledger.known_rows import KnownStepRecord, known_instance
+from workflow_core.ledger.known_rows import WATCHED_KEY, KnownStepRecord, known_instance
 from workflow_core.messages import ClaimableWork
 
 log = logging.getLogger(__name__)
 
-DispatchResult = Literal["dispatched", "already-dispatched", "settled", "stale", "not-dispatchable"]
+DispatchResult = Literal[
+    "dispatched", "already-dispatched", "settled", "stale", "not-dispatchable", "basis-refused"
+]
 
 
 def dispatch_unread(
@@ -45,6 +48,9 @@ def dispatch_unread(
     e = d.expected
     if e is None or d.kind != "work" or d.attempt != 1:
         return None
+    if claimable is not None:  # the snapshot names the steps its row watched (None: unknown)
+        watched = e.instance.get(WATCHED_KEY)
+        claimable.watched_before = watched if isinstance(watched, list) else None
     try:
         record = KnownStepRecord(
             instance_id=d.instance_id,
@@ -63,7 +69,9 @@ def dispatch_unread(
         handle = InstanceHandle(known_instance(e.instance))
         if handle.record.instance_id != d.instance_id or not works_on(handle, "work"):
             return None
-        written, outcome = decide_work_dispatch(ledger, record, handle, d, deadline, grace, claimable)
+        written, outcome = decide_work_dispatch(
+            ledger, record, handle, d, deadline, grace, claimable, also=basis_rows(d.instance_id, d.basis)
+        )
     except (LedgerError, ValueError) as exc:  # 412/404 and refused copies alike: read instead
         log.info("dispatch of %s/%s#1 reads the ledger: %s", d.instance_id, d.step_id, exc)
         return None
@@ -78,9 +86,11 @@ def decide_work_dispatch(
     deadline: datetime,
     grace: float,
     claimable: ClaimableWork | None = None,
+    also: list[tuple] | None = None,
 ) -> tuple[StepRecord, DispatchResult]:
     """``claimable``: the message a worker may claim unread is built with the Dispatched write, and
-    its claim-key row written in the same transaction (``workflow_core.messages.ClaimableWork``)."""
+    its claim-key row written in the same transaction (``workflow_core.messages.ClaimableWork``);
+    ``also``: more operations for that transaction (the delete of a basis row, ``activities.basis``)."""
     if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
         if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
             # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now
@@ -106,7 +116,10 @@ def decide_work_dispatch(
             owner=f"agent:{r.agent}",
             attempt=d.attempt,
             input_ref=encode_json(d.input),
-            with_rows=claimable.rows if claimable is not None else None,
+            with_rows=lambda step, instance: [
+                *(claimable.rows(step, instance) if claimable is not None else []),
+                *(also or []),
+            ],
             **new_attempt(d, handle, deadline, grace),
         )
         return updated, "dispatched"

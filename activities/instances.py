@@ -20,8 +20,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from activities._bp import bp
+from activities.basis import BASIS_REFUSED, basis_rows, refused
 from activities.common import as_dict, now, retry_on_conflict
 from workflow_core import contracts as c
+from workflow_core.contracts import ResultBasis
 from workflow_core.ledger import (
     InstanceHandle,
     InstanceNotFound,
@@ -134,6 +136,8 @@ class SettleInput(BaseModel):
     # The instance record's snapshot from the last confirmed result (contracts.ConfirmedResult), with
     # the steps its row watched then: a success settles against it without a read when none was.
     expected: dict[str, Any] | None = None
+    # The last step's success as the scheduler took it, unread: settle only if the ledger holds it.
+    basis: ResultBasis | None = None
 
 
 def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, Any]:
@@ -145,6 +149,8 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
     args = SettleInput.model_validate(as_dict(payload, c.ACTIVITY_SETTLE_INSTANCE))
     ledger = services.ledger
     target = _SETTLED_AS[args.outcome]
+
+    proof: list[tuple] = basis_rows(args.instance_id, args.basis)  # only in the unread write
 
     def decide(pair: tuple[InstanceRecord | None, list[StepRecord]]) -> dict[str, Any]:
         record, watched = pair
@@ -177,6 +183,7 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         updated = ledger.transition_instance(
             via,
             target,
+            with_rows=proof,
             actor=ACTOR,
             reason=f"workflow {args.outcome}" + (f": {args.error}" if args.error else ""),
             outcome=outcome_json(args.outcome, failed_step=args.failed_step, error=args.error),
@@ -190,6 +197,10 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
     unread = _settle_unread(args, decide)
     if unread is not None:
         return unread
+    proof.clear()  # read instead: the ledger's step row is the proof
+    why = refused(ledger, args.instance_id, args.basis, by="settle")
+    if why is not None:
+        return {"instance_id": args.instance_id, "status": None, "changed": False, "outcome": BASIS_REFUSED}
     return retry_on_conflict(
         lambda: ledger.instance_and_watched_steps(args.instance_id), decide, what=f"settle {args.instance_id}"
     )

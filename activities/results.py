@@ -67,10 +67,27 @@ def is_instance_gone(exc: BaseException) -> bool:
     return _GONE.match(str(exc)) is not None
 
 
+def keyed(result: ResultMessage) -> bool:
+    """Is ``result`` a work success recorded with a basis row (``contracts.ReplyVersions``)?"""
+    versions = result.ledger
+    return (
+        versions is not None
+        and result.kind == "work"
+        and result.outcome == "succeeded"
+        and bool(versions.etags.get("instance"))
+    )
+
+
 async def raise_result_event(
-    result: ResultMessage, client: EventClient, services: Services, *, actor: str = ACTOR
-) -> Literal["raised", "late-result-ignored"]:
-    """Raise the result's event on its orchestration; audit (not raise) if the orchestration is gone."""
+    result: ResultMessage,
+    client: EventClient,
+    services: Services,
+    *,
+    actor: str = ACTOR,
+    quiet_if_gone: bool = False,
+) -> Literal["raised", "late-result-ignored", "gone"]:
+    """Raise the result's event on its orchestration; audit (not raise) if the orchestration is gone,
+    or with ``quiet_if_gone`` only answer ``gone``."""
     event = result_event_name(result.step_id, result.attempt, result.kind)
     try:
         raised = client.raise_event(result.orchestration_id, event, result.model_dump(mode="json"))
@@ -79,6 +96,8 @@ async def raise_result_event(
     except Exception as exc:
         if not is_instance_gone(exc):
             raise
+        if quiet_if_gone:
+            return "gone"
         log.info("late result %s for %s ignored: %s", event, result.orchestration_id, exc)
         try:
             telemetry.record_recovery(
@@ -140,6 +159,7 @@ def confirm(result: ResultMessage, r: StepRecord) -> tuple[ResultMessage | None,
             "output": found.output if found.state == "succeeded" else None,
             "error": None if found.state == "succeeded" else (found.error or result.error),
             "permanent": found.permanent,
+            "ledger": None,  # read, not taken provisionally: the event carries the ledger's verdict
         }
     )
     return ResultMessage.model_validate(confirmed.model_dump()), "", ""
@@ -187,6 +207,13 @@ async def _handle_result(
             message_id=message_id,
         )
         return "parked"
+    if keyed(result):
+        # The worker recorded this success with a basis row: the scheduler takes it provisionally and
+        # its next write proves it against the ledger (contracts.ResultBasis), so it goes unread. An
+        # orchestration that is gone may have been replaced by a resumed one the ledger names: read.
+        raised = await raise_result_event(result, client, services, quiet_if_gone=True)
+        if raised == "raised":
+            return raised
     try:  # the instance record and what its row watches, in the same request: they ride on the event
         record, handle, watched = services.ledger.read_step_instance_and_watched(
             result.instance_id, result.step_id

@@ -50,7 +50,7 @@ from workflow_core.ledger import (
     encode_json,
     outcome_json,
 )
-from workflow_core.ledger.known_rows import instance_snapshot
+from workflow_core.ledger.known_rows import created_snapshot
 from workflow_core.ledger.model import MAX_TEXT
 from workflow_core.resume import resume_state
 from workflow_core.runtime import Services
@@ -241,7 +241,7 @@ async def _record_instance(
         ) from None
     if steps is None:
         return None
-    return {"instance": instance_snapshot(record), "steps": step_etags}
+    return {"instance": created_snapshot(record), "steps": step_etags}
 
 
 async def _never_started(services: Services, instance_id: str, exc: BaseException) -> None:

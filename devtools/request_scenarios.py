@@ -8,7 +8,8 @@ the pinned table and the printed one are the same measurement.
   instance record (which creates the steps in its own transaction), then per step
   ``dispatch_step`` (with the row versions the orchestrator would carry), receive the work message,
   ``process_work_message`` (claim, the agent's effect, record, reply), delete it, receive the
-  result, ``handle_result`` (a recording Durable client), delete it. One message per receive, so
+  result, ``handle_result`` (a recording Durable client), delete it; the next dispatch carries the
+  success as the orchestrator takes it (unread, its basis). One message per receive, so
   queue figures here are the unbatched worst case.
 * :func:`watchdog_tick`: ``overdue`` Running steps of live orchestrations, past their deadline and
   the grace; one ``run_tick`` marks each TimedOut and raises its failed-result event.
@@ -125,6 +126,7 @@ def step_operations(
     from activities import handle_result, process_work_message
     from activities.scheduling import create_workflow_steps, dispatch_step
     from api.start import _ensure_unused, _record_instance
+    from orchestrators.decisions import provisional_outcome
     from orchestrators.state import WorkflowStart
     from orchestrators.workflow import expected_rows
     from workflow_core.contracts import StepDispatch
@@ -162,6 +164,7 @@ def step_operations(
         # what the orchestrator carries: the starter's versions, then each confirmed result's snapshot
         start = WorkflowStart(workflow=WORKFLOW, rows=rows)
         known = rows["instance"] if rows is not None else None
+        basis = None  # the previous success, taken unread as the orchestrator takes it
         for step_id in step_ids:
             dispatch_step(
                 StepDispatch(
@@ -173,6 +176,8 @@ def step_operations(
                     deadline=deadline,
                     input={**WORKFLOW_INPUT, "hostname": "bench.example"},
                     expected=expected_rows(definition, start, definition.step(step_id), known),
+                    basis=basis,
+                    provisional=True,
                 ).model_dump(),
                 services,
             )
@@ -181,7 +186,10 @@ def step_operations(
             transport.complete(work)
             (result,) = transport.receive(settings.result_queue, max_messages=1, lock_seconds=30)
             asyncio.run(handle_result(result.body, client, services))
-            known = (client.data[-1] or {}).get("instance")
+            event = client.data[-1] or {}
+            taken = provisional_outcome(event, "work", instance, step_id, 1)
+            known = taken.instance if taken is not None else event.get("instance")
+            basis = taken.basis if taken is not None else None
             transport.complete(result)
     statuses = {r.step_id: r.status.value for r in services.ledger.list_for_instance(instance)}
     if set(statuses.values()) != {"Succeeded"} or len(client.events) != len(step_ids):

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from orchestrators.decisions import (
+    BASIS_REFUSED,
     CHECK_NOW,
     MAX_STALE_SKIPS,
     SKIP_ATTEMPT,
@@ -28,6 +29,8 @@ from orchestrators.decisions import (
     dispatch_token,
     interpret_check,
     interpret_verdict,
+    parse_iso,
+    provisional_outcome,
     retry_at,
     retry_seed,
     timer_fire_at,
@@ -65,6 +68,12 @@ class StepRun:
     # The rows' versions the first attempt's dispatch may write against unread (contracts.ExpectedRows);
     # never in a sub-orchestration's input: a parallel group's members share the instance record.
     expected: dict[str, Any] | None = None
+    # The previous step's success taken unread (contracts.ResultBasis): the first attempt's dispatch
+    # carries it and writes only if the ledger holds it. Never in a sub-orchestration's input.
+    basis: dict[str, Any] | None = None
+    # May this run take a success unread (``decisions.provisional_outcome``)? Only a sequential work
+    # step of the workflow orchestrator, whose next write proves it; never in a payload.
+    provisional: bool = False
 
     def to_payload(self) -> dict[str, Any]:
         """JSON-ready fields, the input of ``step_orchestrator``."""
@@ -107,12 +116,27 @@ class StepRun:
 
 
 @dataclass(frozen=True)
+class Provisional:
+    """A success taken unread, and where its attempt stood: what ``run_step`` needs to go back to
+    that attempt and ask the ledger, should the next write refuse its ``basis``."""
+
+    attempt: int
+    tries: int
+    deadline: str  # ISO 8601, the attempt's deadline in orchestration time
+    basis: dict[str, Any]  # contracts.ResultBasis
+
+
+@dataclass(frozen=True)
 class StepResult:
     succeeded: bool
     attempts: int
     output: Any = None
     error: str | None = None
     instance: dict[str, Any] | None = None  # the snapshot the confirming event carried (not in payloads)
+    # a success taken unread, until the next write proves it (not in payloads)
+    provisional: Provisional | None = None
+    # the first dispatch wrote nothing: the ledger does not back the previous step's provisional success
+    basis_refused: bool = False
 
     def to_payload(self) -> dict[str, Any]:
         """What ``step_orchestrator`` returns: ``{"succeeded", "attempts", "output", "error"}``."""
@@ -135,14 +159,32 @@ class StepResult:
         )
 
 
-def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any, StepResult]:
+def run_step(
+    context: Any, run: StepRun, report: Reporter, resume: Provisional | None = None
+) -> Generator[Any, Any, StepResult]:
     """Attempt ``run`` until it succeeds or its retry policy is exhausted.
 
     ``attempt`` numbers the ledger's attempts (and the result events); ``tries`` counts the ones this
     orchestration made, against ``max_attempts``. They differ only when the ledger is ahead of a
     re-run (for example a compensation restarted after an operator's retry).
+
+    With ``resume`` (a success this run took unread, which a later write refused) it goes back to
+    that attempt without dispatching: it asks the ledger and, while the attempt is under way, polls
+    it (the event's name, already taken once, is never waited for again), and carries on from there.
+    A first dispatch the ledger refuses for ``run.basis`` returns at once with ``basis_refused``.
     """
     attempt, tries, skipped = 1, 0, 0
+    while resume is not None:  # (runs once) back to the attempt whose success was taken unread
+        attempt, tries, deadline = resume.attempt, resume.tries, parse_iso(resume.deadline)
+        resume = None
+        outcome = yield from _await_outcome(context, run, attempt, deadline, report, True, None, listen=False)
+        if outcome.succeeded:
+            return StepResult(True, tries, output=outcome.output, instance=outcome.instance)
+        next_start = _next_start(context, run, tries, outcome)
+        if next_start is None:
+            return StepResult(False, tries, error=outcome.error)
+        yield from _back_off(context, run, attempt, next_start, report)
+        attempt += 1
     while True:
         deadline = deadline_after(context.current_utc_datetime, run.deadline_seconds)
         report("dispatching", attempt, deadline)
@@ -159,11 +201,15 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
             kind=run.kind,
             trace=run.trace,
             expected=run.expected if attempt == 1 and tries == 0 else None,
+            basis=run.basis if attempt == 1 and tries == 0 else None,
+            provisional=run.provisional or None,
         )
         dispatched = yield call_activity(
             context, run.dispatch_activity, dispatch.model_dump(exclude_none=True)
         )
         next_move = after_dispatch(dispatched)
+        if next_move == BASIS_REFUSED:
+            return StepResult(False, tries, error=dispatched.get("error"), basis_refused=True)
         if next_move == SKIP_ATTEMPT:
             skipped += 1
             if skipped > MAX_STALE_SKIPS:
@@ -177,33 +223,47 @@ def run_step(context: Any, run: StepRun, report: Reporter) -> Generator[Any, Any
             context, run, attempt, deadline, report, next_move == CHECK_NOW, token
         )
         if outcome.succeeded:
-            return StepResult(True, tries, output=outcome.output, instance=outcome.instance)
-
-        now = context.current_utc_datetime
-        next_start = (
-            None  # the ledger says retrying cannot fix it: give up at once
-            if outcome.permanent
-            else retry_at(run.retry, tries, now, retry_seed(run.instance_id, run.step_id, run.kind))
-        )
+            taken = None
+            if outcome.basis is not None:
+                taken = Provisional(attempt, tries, to_iso(deadline), outcome.basis)
+            return StepResult(
+                True, tries, output=outcome.output, instance=outcome.instance, provisional=taken
+            )
+        next_start = _next_start(context, run, tries, outcome)
         if next_start is None:
             return StepResult(False, tries, error=outcome.error)
-        # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
-        # to retry_at + grace), so the watchdog leaves a step alone while it is meant to wait.
-        report("scheduling_retry", attempt, next_start)
-        yield call_activity(
-            context,
-            ACTIVITY_SCHEDULE_RETRY,
-            {
-                "instance_id": run.instance_id,
-                "step_id": run.step_id,
-                "attempt": attempt,
-                "retry_at": to_iso(next_start),
-                "kind": run.kind,
-            },
-        )
-        report("backoff", attempt, next_start)
-        yield context.create_timer(next_start)
+        yield from _back_off(context, run, attempt, next_start, report)
         attempt += 1
+
+
+def _next_start(context: Any, run: StepRun, tries: int, outcome: AttemptOutcome) -> datetime | None:
+    """When the next attempt starts after a failed one, or None when the step gives up."""
+    if outcome.permanent:  # the ledger says retrying cannot fix it: give up at once
+        return None
+    seed = retry_seed(run.instance_id, run.step_id, run.kind)
+    return retry_at(run.retry, tries, context.current_utc_datetime, seed)
+
+
+def _back_off(
+    context: Any, run: StepRun, attempt: int, next_start: datetime, report: Reporter
+) -> Generator[Any, Any, None]:
+    """Record the backoff, then wait until ``next_start``."""
+    # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
+    # to retry_at + grace), so the watchdog leaves a step alone while it is meant to wait.
+    report("scheduling_retry", attempt, next_start)
+    yield call_activity(
+        context,
+        ACTIVITY_SCHEDULE_RETRY,
+        {
+            "instance_id": run.instance_id,
+            "step_id": run.step_id,
+            "attempt": attempt,
+            "retry_at": to_iso(next_start),
+            "kind": run.kind,
+        },
+    )
+    report("backoff", attempt, next_start)
+    yield context.create_timer(next_start)
 
 
 def _await_outcome(
@@ -214,6 +274,8 @@ def _await_outcome(
     report: Reporter,
     check_first: bool,
     token: str | None,
+    *,
+    listen: bool = True,
 ) -> Generator[Any, Any, AttemptOutcome]:
     """Race the attempt's result event against its deadline timer, as often as heartbeats extend it.
 
@@ -225,14 +287,19 @@ def _await_outcome(
 
     Trust only the ledger: an event is a signal, never the outcome. When it wins and carries this
     attempt's ledger ``token`` (the result handler read the ledger and put its verdict in the event:
-    ``confirmed_outcome``) the verdict is taken as it is. Otherwise ``verify_result``
+    ``confirmed_outcome``) the verdict is taken as it is. A success the worker keyed with a basis
+    row is taken provisionally when ``run.provisional`` (``provisional_outcome``): the next ledger
+    write proves it or refuses it (then ``run_step`` comes back here with ``listen`` off, polling).
+    Otherwise ``verify_result``
     reads what the ledger recorded for this attempt; if the ledger has no outcome for it (a forged,
     corrupt or early event, possibly buffered by the runtime before this attempt even began), the
     event is ignored (and audited by the activity). The name is then never waited for again (the SDK
     would hand the same buffered event to a new wait): the ledger is polled every
     ``UNCONFIRMED_POLL`` until the deadline instead.
     """
-    event: Any = context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind))
+    event: Any = (
+        context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind)) if listen else None
+    )
     if check_first:
         verdict = yield from _check(context, run, attempt, deadline, report)
         if not isinstance(verdict, Extended):
@@ -255,6 +322,10 @@ def _await_outcome(
             confirmed = confirmed_outcome(event.result, token, run.kind, run.step_id, attempt, deadline)
             if confirmed is not None:
                 return confirmed
+            if run.provisional:  # a success the worker keyed with a basis row: the next write proves it
+                taken = provisional_outcome(event.result, run.kind, run.instance_id, run.step_id, attempt)
+                if taken is not None:
+                    return taken
             verified = yield call_activity(
                 context,
                 ACTIVITY_VERIFY_RESULT,

@@ -15,7 +15,8 @@ from typing import Any
 import azure.durable_functions as df
 from pydantic import ValidationError
 
-from workflow_core.contracts import ResultVerdict, StepCheck, StepKind
+from workflow_core.contracts import ResultBasis, ResultMessage, ResultVerdict, StepCheck, StepKind
+from workflow_core.messages import payload_digest, reply_digest
 from workflow_core.workflows import RetryPolicy
 
 # Longest durable timer the scheduler creates. Azure Storage caps a single timer (6 days today) and
@@ -81,6 +82,9 @@ class AttemptOutcome:
     # the instance record's snapshot a confirmed event carried (contracts.ConfirmedResult.instance):
     # the version the next dispatch may write against unread
     instance: dict[str, Any] | None = None
+    # a success taken unread (``provisional_outcome``): the ``contracts.ResultBasis`` the next
+    # ledger write must carry, which proves it or refuses to write
+    basis: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,32 @@ def confirmed_outcome(
     return dataclasses.replace(outcome, instance=instance)
 
 
+def provisional_outcome(
+    event: Any, kind: StepKind, instance_id: str, step_id: str, attempt: int
+) -> AttemptOutcome | None:
+    """A work success taken as it came, unread: the reply of a worker that recorded it with a basis
+    row (``contracts.ReplyVersions``), raised by the result handler without a ledger read. Its
+    ``basis`` (the reply's digest as this scheduler sees it, and its output's) goes with the next
+    ledger write, which lands only if the ledger recorded exactly that reply (``ResultBasis``).
+    None for anything else (then the event is verified, as any unconfirmed one)."""
+    if kind != "work" or not isinstance(event, dict) or not isinstance(event.get("ledger"), dict):
+        return None
+    try:
+        reply = ResultMessage.model_validate(event)
+    except ValidationError:
+        return None
+    etag = reply.ledger.etags.get("instance") if reply.ledger is not None else None
+    named = (reply.kind, reply.instance_id, reply.step_id, reply.attempt, reply.outcome)
+    if not etag or named != (kind, instance_id, step_id, attempt, "succeeded"):
+        return None
+    output = reply.output or {}
+    basis = ResultBasis(
+        step_id=step_id, attempt=attempt, digest=reply_digest(reply), output_digest=payload_digest(output)
+    )
+    snapshot = {**reply.ledger.instance, "etag": etag}
+    return AttemptOutcome(True, output=output, instance=snapshot, basis=basis.model_dump())
+
+
 def interpret_verdict(payload: Any, deadline: datetime) -> AttemptOutcome | None:
     """The attempt's outcome as the ledger recorded it (``verify_result``), or ``None`` when the ledger
     does not back the event (ignore it, keep waiting)."""
@@ -152,7 +182,9 @@ def interpret_verdict(payload: Any, deadline: datetime) -> AttemptOutcome | None
 # step is done, or it refuses the attempt; ask the ledger now instead of waiting out a deadline;
 # "stale": the ledger is at a later attempt (a re-run after an operator retry, or the supervisor
 # moved on): move to the next attempt number at once, without spending the retry budget.
-WAIT, CHECK_NOW, SKIP_ATTEMPT = "wait", "check", "skip"
+# "basis-refused": the previous step's success this scheduler took unread is not what the ledger
+# recorded; nothing was written: go back and ask the ledger about that step.
+WAIT, CHECK_NOW, SKIP_ATTEMPT, BASIS_REFUSED = "wait", "check", "skip", "basis-refused"
 _CHECK_NOW_OUTCOMES = frozenset({"already-dispatched", "settled", "not-dispatchable"})
 MAX_STALE_SKIPS = 100  # a ledger cannot be that many attempts ahead; beyond it the answer is a bug
 
@@ -162,6 +194,8 @@ def after_dispatch(result: Any) -> str:
     outcome = result.get("outcome") if isinstance(result, dict) else None
     if outcome == "stale":
         return SKIP_ATTEMPT
+    if outcome == BASIS_REFUSED:
+        return BASIS_REFUSED
     if outcome in _CHECK_NOW_OUTCOMES:
         return CHECK_NOW
     return WAIT

@@ -12,12 +12,12 @@ through activities.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from orchestrators.attempts import StepResult, StepRun, run_step
-from orchestrators.decisions import call_activity, should_checkpoint, to_iso
+from orchestrators.attempts import Provisional, StepResult, StepRun, run_step
+from orchestrators.decisions import BASIS_REFUSED, call_activity, should_checkpoint, to_iso
 from orchestrators.state import Progress, WorkflowStart
 from workflow_core.contracts import (
     ACTIVITY_CREATE_STEPS,
@@ -88,9 +88,25 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
     # The instance record's latest version this scheduler knows (the starter's, then each confirmed
     # result's): a first dispatch writes against it and its step's starter ETag without reading.
     known = start.rows.instance if start.rows is not None else None
-    for stage in _remaining_stages(definition, progress.position):
+    # The last step's success, taken unread (``Taken``) until a write proves it: the next dispatch or
+    # the settle carries its basis; anything else (a group, a checkpoint, a step whose input cannot
+    # be resolved) asks the ledger first. A write that refuses it sends the scheduler back to it.
+    taken: Taken | None = None
+    stages = _remaining_stages(definition, progress.position)
+    for index, stage in enumerate(stages):
         steps_left = len(definition.steps) - progress.position
-        if should_checkpoint(completed_here, definition.history_checkpoint_every, steps_left):
+        checkpoint = should_checkpoint(completed_here, definition.history_checkpoint_every, steps_left)
+        if taken is not None and (checkpoint or len(stage) > 1):
+            progress, known, failed = yield from taken.confirm(context, status)
+            taken = None
+            if failed:
+                return (
+                    yield from _give_up_and_compensate(
+                        context, definition, failed, progress, status, start.trace
+                    )
+                )
+            status.progress = progress
+        if checkpoint:
             status.step = None
             status("checkpointing")
             next_generation = progress.model_copy(update={"generation": progress.generation + 1})
@@ -122,13 +138,32 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
             continue
 
         (step,) = stage
-        status.step = step.id
-        prepared = _prepare(definition, instance_id, step, workflow_input, progress.outputs, start.trace)
-        if isinstance(prepared, StepResult):
-            result = prepared
-        else:
-            expected = expected_rows(definition, start, step, known)
-            result = yield from run_step(context, replace(prepared, expected=expected), status)
+        while True:
+            status.step = step.id
+            prepared = _prepare(definition, instance_id, step, workflow_input, progress.outputs, start.trace)
+            if isinstance(prepared, StepResult):
+                result = prepared
+            else:
+                run = replace(
+                    prepared,
+                    expected=expected_rows(definition, start, step, known),
+                    basis=taken.basis if taken is not None else None,
+                    provisional=_next_write_proves(definition, stages, index, completed_here, steps_left),
+                )
+                result = yield from run_step(context, run, status)
+            if taken is None or not (result.basis_refused or isinstance(prepared, StepResult)):
+                break
+            # the input was built on a success taken unread, and the ledger refused it (or the input
+            # cannot be resolved from it): ask the ledger about that step, then build this one again
+            progress, known, failed = yield from taken.confirm(context, status)
+            taken = None
+            if failed:
+                return (
+                    yield from _give_up_and_compensate(
+                        context, definition, failed, progress, status, start.trace
+                    )
+                )
+            status.progress = progress
         known = result.instance
 
         if not result.succeeded:
@@ -137,18 +172,81 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
                     context, definition, [(step.id, result)], progress, status, start.trace
                 )
             )
+        if result.provisional is not None:
+            taken = Taken(run, result.provisional, progress)
         progress = progress.after(step.id, result.output)
         status.progress = progress
         completed_here += 1
 
-    status.step = None
-    status("settling")
-    settle: dict[str, Any] = {"instance_id": instance_id, "outcome": "succeeded"}
-    if known is not None:  # the last confirmed result's snapshot: a settle without a read
-        settle["expected"] = known
-    yield call_activity(context, ACTIVITY_SETTLE_INSTANCE, settle)
+    while True:
+        status.step = None
+        status("settling")
+        settle: dict[str, Any] = {"instance_id": instance_id, "outcome": "succeeded"}
+        if known is not None:  # the last result's snapshot: a settle without a read
+            settle["expected"] = known
+        if taken is not None:
+            settle["basis"] = taken.basis
+        settled = yield call_activity(context, ACTIVITY_SETTLE_INSTANCE, settle)
+        if taken is None or not basis_refused(settled):
+            break
+        progress, known, failed = yield from taken.confirm(context, status)
+        taken = None
+        if failed:
+            return (
+                yield from _give_up_and_compensate(context, definition, failed, progress, status, start.trace)
+            )
+        status.progress = progress
     status("succeeded")
     return {"status": "succeeded", "outputs": progress.outputs, "failed_step": None, "error": None}
+
+
+def _next_write_proves(
+    definition: WorkflowDefinition,
+    stages: list[tuple[StepDefinition, ...]],
+    index: int,
+    completed_here: int,
+    steps_left: int,
+) -> bool:
+    """May the single step of ``stages[index]`` take its success unread? Only when the scheduler's
+    next ledger write carries its basis: the next single step's dispatch, or the settle. Before a
+    parallel group or a checkpoint the ledger would have to be asked anyway (``Taken.confirm``)."""
+    if index + 1 == len(stages):
+        return True
+    if len(stages[index + 1]) > 1:
+        return False
+    return not should_checkpoint(completed_here + 1, definition.history_checkpoint_every, steps_left - 1)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The last step's success, taken unread (``decisions.provisional_outcome``), with the run and
+    the progress from before it: enough to go back to that step when the ledger refuses it."""
+
+    run: StepRun
+    provisional: Provisional
+    before: Progress
+
+    @property
+    def basis(self) -> dict[str, Any]:
+        return self.provisional.basis
+
+    def confirm(
+        self, context: Any, status: _Status
+    ) -> Generator[Any, Any, tuple[Progress, dict[str, Any] | None, list[tuple[str, StepResult]]]]:
+        """Ask the ledger about the step (polling while its attempt is under way, retrying as its
+        policy says): the progress with the ledger's output, no snapshot, and the step if it failed."""
+        status.step = self.run.step_id
+        status.progress = self.before
+        asked = replace(self.run, expected=None, basis=None, provisional=False)
+        result = yield from run_step(context, asked, status, resume=self.provisional)
+        if not result.succeeded:
+            return self.before, None, [(self.run.step_id, result)]
+        return self.before.after(self.run.step_id, result.output), result.instance, []
+
+
+def basis_refused(answer: Any) -> bool:
+    """Did ``settle_instance`` refuse the basis it was given (``activities.basis``)?"""
+    return isinstance(answer, dict) and answer.get("outcome") == BASIS_REFUSED
 
 
 def expected_rows(

@@ -208,6 +208,30 @@ class StepDispatch(_Model):
     # The versions an earlier write or read left of the step and its instance, to write against
     # unread (first work attempt only); the dispatch reads the rows when absent or out of date.
     expected: ExpectedRows | None = None
+    # The previous step's success as the scheduler took it, unread (``ResultBasis``): this dispatch
+    # writes nothing unless the ledger holds exactly that success.
+    basis: ResultBasis | None = None
+    # The scheduler takes this attempt's success provisionally (a sequential work step): the worker
+    # records it with a basis row and the result handler raises it unread (``ReplyVersions``).
+    provisional: bool | None = None
+
+
+class ResultBasis(_Model):
+    """A success the scheduler took without the ledger's word (a reply the result handler raised
+    unread, ``ReplyVersions``), passed to its next ledger write: the next dispatch or the settle.
+
+    That write's transaction deletes the *basis row* the worker inserted with its record of the
+    success, named by the reply's ``digest`` (``workflow_core.messages.reply_digest``), so it lands
+    only if the ledger recorded exactly that reply. Without the row (a forged or altered reply, or a
+    re-run of the write after it landed) the activity reads the step instead: it goes on only if the
+    ledger records that attempt succeeded with output of ``output_digest``, and otherwise answers
+    ``basis-refused`` without writing anything; the scheduler then waits for the ledger's word on the
+    step again."""
+
+    step_id: str
+    attempt: int = Field(ge=1)
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    output_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
 class ExpectedRows(_Model):
@@ -259,6 +283,27 @@ class WorkVersions(_Model):
     step: dict[str, Any]
     instance: dict[str, Any] | None = None
     etags: dict[str, str] = Field(default_factory=dict)  # "step", "instance": set after the write
+    # The in-flight steps the instance's index row may watch once this attempt is written (an upper
+    # bound), when the dispatch wrote against a snapshot that named them; None when unknown.
+    watched: list[str] | None = None
+    # The scheduler takes this attempt's success provisionally: record it with a basis row
+    # (``ResultBasis``) and reply with the instance as recorded (``ReplyVersions``).
+    keyed_reply: bool = False
+
+
+class ReplyVersions(_Model):
+    """The instance record as the worker's record of a success wrote it (``known_rows.instance_fields``,
+    with ``known_rows.WATCHED_KEY`` when the worker knows which in-flight steps its row may still
+    watch) and its ETag.
+
+    The record's transaction also inserted a *basis row* named by the reply's digest, ETags aside
+    (``workflow_core.messages.reply_digest``). The result handler raises such a reply without reading
+    the ledger; the scheduler takes it provisionally and its next write deletes that row in its own
+    transaction (``ResultBasis``), so nothing is written on the strength of a reply the ledger did
+    not record, unaltered."""
+
+    instance: dict[str, Any]
+    etags: dict[str, str] = Field(default_factory=dict)  # "instance": set after the write
 
 
 class ResultMessage(_Model):
@@ -275,6 +320,8 @@ class ResultMessage(_Model):
     # The failure is one retrying cannot fix (``PermanentError``, or a type the step lists in
     # ``non_retryable_errors``): the scheduler gives up at once. Only the ledger's word counts.
     permanent: bool = False
+    # A success recorded with a basis row (``ReplyVersions``): raised unread, taken provisionally.
+    ledger: ReplyVersions | None = None
 
     @classmethod
     def answering(

@@ -15,9 +15,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workflow_core import tracing
-from workflow_core.contracts import StepKind, WorkMessage, WorkVersions
+from workflow_core.contracts import ReplyVersions, ResultMessage, StepKind, WorkMessage, WorkVersions
 from workflow_core.ledger import InstanceRecord, StepRecord, decode_json
-from workflow_core.ledger.known_rows import claim_row_key, instance_fields, step_fields
+from workflow_core.ledger.known_rows import (
+    WATCHED_KEY,
+    basis_row_key,
+    claim_row_key,
+    instance_fields,
+    step_fields,
+)
+from workflow_core.ledger.watch import is_watched
 from workflow_core.transport import OutgoingMessage, message_id_for
 
 
@@ -89,10 +96,29 @@ def claim_digest(message: WorkMessage) -> str:
     """SHA-256 of the message as sent, its ETags aside: the claim-key row's name
     (``contracts.WorkVersions``). Both sides compute it from the model, so the same message always
     gives the same digest, and any other content another."""
-    body = message.model_dump(mode="json", exclude_none=True)
+    return _digest_without_etags(message)
+
+
+def reply_digest(reply: ResultMessage) -> str:
+    """SHA-256 of a success reply as sent, its ETags aside: the basis row's name
+    (``contracts.ReplyVersions``). The worker computes it before its record, the scheduler from the
+    event it took; any other content gives another digest."""
+    return _digest_without_etags(reply)
+
+
+def payload_digest(value: Any) -> str:
+    """SHA-256 of a JSON value in canonical form (``ResultBasis.output_digest``)."""
+    return hashlib.sha256(_canonical(value)).hexdigest()
+
+
+def _digest_without_etags(model: WorkMessage | ResultMessage) -> str:
+    body = model.model_dump(mode="json", exclude_none=True)
     body.get("ledger", {}).pop("etags", None)
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return hashlib.sha256(_canonical(body)).hexdigest()
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 class ClaimableWork:
@@ -103,12 +129,23 @@ class ClaimableWork:
     with the step and instance as they will be written, builds the body and returns the claim-key
     row's insert; ``message`` adds the ETags the write returned."""
 
-    def __init__(self) -> None:
+    def __init__(self, watched: list[str] | None = None, keyed_reply: bool = False) -> None:
         self.body: WorkMessage | None = None
+        # the in-flight steps the instance's row watched as the scheduler's snapshot names them
+        # (None: unknown), and whether the scheduler takes a success unread (``keyed_reply``)
+        self.watched_before = watched
+        self.keyed_reply = keyed_reply
 
     def rows(self, step: StepRecord, instance: InstanceRecord | None) -> list[tuple]:
+        watched = None
+        if self.watched_before is not None and instance is not None:
+            # no step becomes watched without a write to the instance: this one is the only new one
+            watched = sorted(set(self.watched_before) | ({step.step_id} if is_watched(step) else set()))
         versions = WorkVersions(
-            step=step_fields(step), instance=instance_fields(instance) if instance is not None else None
+            step=step_fields(step),
+            instance=instance_fields(instance) if instance is not None else None,
+            watched=watched,
+            keyed_reply=self.keyed_reply and instance is not None,
         )
         self.body = work_body(step, "work", versions=versions)
         key = claim_row_key(step.step_id, claim_digest(self.body))
@@ -126,3 +163,40 @@ class ClaimableWork:
         etags = {"step": step.etag, **({"instance": instance.etag} if instance and instance.etag else {})}
         body = self.body.model_copy(update={"ledger": self.body.ledger.model_copy(update={"etags": etags})})
         return dataclasses.replace(sent, body=body.model_dump(mode="json", exclude_none=True))
+
+
+class KeyedReply:
+    """A work success recorded with a *basis row*, and the reply that names it (``ReplyVersions``).
+
+    ``rows`` is the record's ``with_rows``: it runs before the write, with the instance as it will be
+    written, puts that snapshot in the reply (with the steps its row may still watch, when known) and
+    returns the insert of the row named by the reply's digest; ``reply`` adds the ETag the write
+    returned. The result handler raises such a reply unread, and the scheduler's next write deletes
+    the row in its own transaction (``contracts.ResultBasis``)."""
+
+    def __init__(self, reply: ResultMessage, watched: list[str] | None) -> None:
+        self.plain = reply
+        self.watched = watched
+        self.body: ResultMessage | None = None
+
+    def rows(self, step: StepRecord, instance: InstanceRecord | None) -> list[tuple]:
+        if instance is None:
+            return []
+        fields = instance_fields(instance)
+        if self.watched is not None:
+            fields[WATCHED_KEY] = list(self.watched)
+        self.body = self.plain.model_copy(update={"ledger": ReplyVersions(instance=fields)})
+        key = basis_row_key(step.step_id, reply_digest(self.body))
+        return [("create", {"PartitionKey": step.instance_id, "RowKey": key})]
+
+    def reply(self, instance: InstanceRecord | None) -> ResultMessage:
+        """The reply to send after the write: with the instance's ETag as written; the plain reply
+        (read by the result handler) when the write was not the one the row was built for."""
+        body = self.body
+        if body is None or body.ledger is None or instance is None or not instance.etag:
+            return self.plain
+        written = {k: v for k, v in body.ledger.instance.items() if k != WATCHED_KEY}
+        if written != instance_fields(instance):
+            return self.plain
+        versions = body.ledger.model_copy(update={"etags": {"instance": instance.etag}})
+        return body.model_copy(update={"ledger": versions})

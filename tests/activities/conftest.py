@@ -25,7 +25,7 @@ from activities.worker import process_work_message
 from devtools.azurite import env_for
 from workflow_core import clock
 from workflow_core.ledger import encode_json
-from workflow_core.ledger.known_rows import instance_snapshot
+from workflow_core.ledger.known_rows import created_snapshot
 from workflow_core.runtime import Services, get_services, reset_services
 from workflow_core.transport import ReceivedMessage
 from workflow_core.workflows import get_workflow
@@ -136,7 +136,7 @@ class Harness:
             steps_due_after_seconds=definition.shortest_deadline_seconds,
             steps=new_steps(definition),
         )
-        return instance_id, {"instance": instance_snapshot(record), "steps": step_etags}
+        return instance_id, {"instance": created_snapshot(record), "steps": step_etags}
 
     def _default_input(self, instance_id: str, step_id: str, kind: str) -> dict[str, Any]:
         """Work: a tenant's input. A compensation: the step's input and output as the ledger holds

@@ -17,10 +17,13 @@ from orchestrators.decisions import (
     interpret_check,
     interpret_verdict,
     parse_iso,
+    provisional_outcome,
     retry_at,
     should_checkpoint,
     to_iso,
 )
+from workflow_core.contracts import ResultMessage
+from workflow_core.messages import payload_digest, reply_digest
 from workflow_core.workflows import RetryPolicy
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -85,6 +88,50 @@ def test_a_confirmed_event_with_the_attempts_token_is_taken_without_a_ledger_rea
 )
 def test_anything_else_is_only_a_signal_to_check_against_the_ledger(event, token, kind, step, attempt):
     assert confirmed_outcome(event, token, kind, step, attempt, DEADLINE) is None
+
+
+def _keyed(**overrides):
+    ledger = {
+        "instance": {"instance_id": "i", "status": "Running", "watched": []},
+        "etags": {"instance": "e1"},
+    }
+    return {**_result(), "ledger": ledger, **overrides}
+
+
+def test_a_keyed_success_is_taken_with_the_basis_its_next_write_must_prove():
+    event = _keyed()
+    taken = provisional_outcome(event, "work", "i", "s", 2)
+    assert taken is not None and taken.succeeded and taken.output == {"x": 1}
+    assert taken.instance == {"instance_id": "i", "status": "Running", "watched": [], "etag": "e1"}
+    # the digest the worker named its basis row by: the reply as sent, its ETag aside
+    sent = ResultMessage.model_validate({**event, "ledger": {**event["ledger"], "etags": {}}})
+    assert taken.basis == {
+        "step_id": "s",
+        "attempt": 2,
+        "digest": reply_digest(sent),
+        "output_digest": payload_digest({"x": 1}),
+    }
+    # any change of content changes the digest, so names no row
+    other = provisional_outcome(_keyed(output={"x": 2}), "work", "i", "s", 2)
+    assert other is not None and other.basis["digest"] != taken.basis["digest"]
+
+
+@pytest.mark.parametrize(
+    ("event", "kind", "instance", "step", "attempt"),
+    [
+        (_result(), "work", "i", "s", 2),  # not keyed: verified as any event
+        (_keyed(outcome="failed", output=None, error="no"), "work", "i", "s", 2),  # failures are read
+        (_keyed(ledger={"instance": {}, "etags": {}}), "work", "i", "s", 2),  # no ETag to write against
+        (_keyed(), "compensate", "i", "s", 2),
+        (_keyed(), "work", "other", "s", 2),  # for another instance's partition
+        (_keyed(), "work", "i", "other", 2),
+        (_keyed(), "work", "i", "s", 3),
+        (_keyed(surprise=True), "work", "i", "s", 2),  # outside the contract
+        ("not a dict", "work", "i", "s", 2),
+    ],
+)
+def test_anything_else_is_not_taken_unread(event, kind, instance, step, attempt):
+    assert provisional_outcome(event, kind, instance, step, attempt) is None
 
 
 def test_the_dispatch_token_is_read_only_from_a_dispatch_answer():

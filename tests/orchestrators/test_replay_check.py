@@ -31,6 +31,9 @@ BEFORE_TOKENS = sorted((CORPUS / "before-result-tokens").glob("*.json"))
 # Histories recorded before the HTTP starter created the steps with the instance record: every
 # workflow orchestration then began with create_workflow_steps. Instances started then must replay.
 BEFORE_STARTER_STEPS = sorted((CORPUS / "before-starter-steps").glob("*.json"))
+# Histories recorded before sequential successes were raised unread (every result event then carried
+# the ledger's verdict and token, and no dispatch carried a basis). Instances started then must replay.
+BEFORE_PROVISIONAL = sorted((CORPUS / "before-provisional-results").glob("*.json"))
 DECISIONS = {4: "activity", 7: "sub-orchestration", 10: "timer"}
 
 
@@ -199,3 +202,28 @@ def test_re_recording_reproduces_the_committed_corpus(azurite, tmp_path):
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(fresh))
         assert all(r.ok for r in check_file(path, orchestrators))
+
+
+def _raised(paths: list[Path]) -> list[dict]:
+    """The result events the recorded orchestrations received (EventRaised inputs, event type 15)."""
+    events = [e for path in paths for r in load_recordings(path) for e in r.history if e["EventType"] == 15]
+    return [json.loads(e["Input"]) for e in events if e.get("Input")]
+
+
+@pytest.mark.parametrize("path", BEFORE_PROVISIONAL, ids=[p.stem for p in BEFORE_PROVISIONAL])
+def test_histories_recorded_before_provisional_results_still_replay(path):
+    """An orchestration in flight across the upgrade got only confirmed events (verdict and token):
+    today's orchestrator takes the same actions on replay (no basis, no extra ledger question)."""
+    for result in check_file(path):
+        assert result.ok, (result.recording.label, result.problems)
+
+
+def test_the_fresh_corpus_takes_sequential_successes_unread_and_the_old_one_did_not():
+    """Or the two corpora prove nothing about the upgrade: the fresh one holds keyed replies
+    (contracts.ReplyVersions) raised as they came, the old one only events the handler confirmed."""
+    fresh, old = _raised(FILES), _raised(BEFORE_PROVISIONAL)
+    assert any(e.get("ledger") and "ledger_token" not in e for e in fresh)
+    assert old and not any(e.get("ledger") for e in old)
+    assert all(
+        "ledger_token" in e for e in old if e.get("outcome") == "succeeded" and e.get("kind") == "work"
+    )

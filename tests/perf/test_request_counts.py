@@ -25,19 +25,22 @@ EXPECTED: dict[str, float] = {
     # audit), its index row, its listing row. The orchestration creates no steps (create_workflow_steps
     # runs only for workflows too long for that batch and for restarted schedulers without a state).
     rc.HTTP_API: 3,
-    # batch Dispatched + audit + instance, unread (the starter's step ETag, the instance snapshot of
-    # the previous confirmed result); send (the send is not recorded: the Dispatched write before it
-    # implies it). No index row: the instance's row watches the step
+    # batch Dispatched + audit + instance + the delete of the previous success's basis row, unread
+    # (the starter's step ETag, the instance snapshot of the previous success as the worker recorded
+    # it); send (the send is not recorded: the Dispatched write before it implies it). No index row:
+    # the instance's row watches the step
     rc.DISPATCH: 2,
     # batch Running + audit + the claim-key row's delete, against the rows the message carries (no
     # read: contracts.WorkVersions)
     rc.WORKER_CLAIM: 1,
-    # batch Succeeded + audit + instance with the claim's ETags (no index row to delete)
+    # batch Succeeded + audit + instance with the claim's ETags + the basis row's insert (no index
+    # row to delete)
     rc.WORKER_RECORD: 1,
     rc.REPLY: 1,  # send to the result queue
     rc.QUEUE_RECEIVE: 2,  # work and result message, one receive each (unbatched)
     rc.QUEUE_DELETE: 2,  # work and result message
-    rc.RESULT_HANDLER: 1,  # read the step: only what the ledger recorded for the attempt is raised
+    # (rc.RESULT_HANDLER: 0) a success keyed by a basis row is raised unread; the scheduler's next
+    # write proves it (contracts.ResultBasis)
     rc.HEARTBEAT: 1,  # per workflow here: create_storage's agent heartbeats once (one read gives the
     # row and the service's clock; the extension is written only when due)
 }
@@ -150,14 +153,15 @@ E2E_PER_STEP: dict[str, int] = {
     rc.WORKER_RECORD: 1,  # batch Succeeded + audit + instance; no index row to delete
     rc.REPLY: 1,
     rc.QUEUE_DELETE: 2,
-    rc.RESULT_HANDLER: 1,  # and no orchestrator read: its event carries the ledger's verdict
+    # (rc.RESULT_HANDLER: 0) raised unread, and no orchestrator read: the next dispatch or the settle
+    # deletes the success's basis row in its own transaction
 }
 E2E_PER_WORKFLOW: dict[str, int] = {
     # instance record + audit and the steps (one batch), its index row, its listing row; the
     # orchestration starts at step 0 and creates nothing
     rc.HTTP_API: 3,
-    # batch (unread: the last confirmed result's snapshot, which watched no step), its index row
-    # deleted, its listing row updated
+    # batch (unread: the last success's snapshot, which watched no step, and its basis row's
+    # delete), its index row deleted, its listing row updated
     rc.SETTLE: 3,
     rc.HEARTBEAT: 1,  # provision-tenant's first agent asks for more time once
 }

@@ -210,9 +210,12 @@ class InstanceLedgerMixin(InstanceListMixin):
         *,
         actor: str,
         reason: str = "",
+        with_rows: list[tuple] | None = None,
         **changes: Any,
     ) -> InstanceRecord:
-        """Move an instance along :data:`INSTANCE_TRANSITIONS`, ETag-guarded, with its audit row."""
+        """Move an instance along :data:`INSTANCE_TRANSITIONS`, ETag-guarded, with its audit row;
+        ``with_rows`` adds operations on other rows of the partition to the same transaction (a
+        failing one is a lost race: :class:`InstanceConflict`)."""
         target = parse_instance_status(to)
         if target not in INSTANCE_TRANSITIONS[record.status]:
             raise IllegalInstanceTransition(
@@ -221,7 +224,9 @@ class InstanceLedgerMixin(InstanceListMixin):
                 target.value,
                 sorted(s.value for s in INSTANCE_TRANSITIONS[record.status]),
             )
-        return self._write_instance(record, target, actor=actor, reason=reason, changes=changes)
+        return self._write_instance(
+            record, target, actor=actor, reason=reason, changes=changes, with_rows=with_rows or []
+        )
 
     def update_instance(
         self, record: InstanceRecord, *, actor: str, reason: str = "", **changes: Any
@@ -239,6 +244,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         actor: str,
         reason: str,
         changes: dict[str, Any],
+        with_rows: list[tuple] | None = None,
     ) -> InstanceRecord:
         now = clock.utcnow()
         updated, new_index = self.prepare_instance_change(record, status, changes, now)
@@ -257,11 +263,12 @@ class InstanceLedgerMixin(InstanceListMixin):
             now,
         )
         try:
-            result = self._steps.submit_transaction([operation, ("create", audit)])
+            result = self._steps.submit_transaction([operation, ("create", audit), *(with_rows or [])])
         except TableTransactionError as exc:
             if new_index is not None:
                 self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
-            if exc.status_code == 412:
+            failed_at = getattr(exc, "index", None)
+            if exc.status_code == 412 or (failed_at is not None and failed_at >= 2):
                 raise InstanceConflict(record.instance_id) from None
             if exc.status_code == 404:
                 raise InstanceNotFound(record.instance_id) from None

@@ -53,6 +53,12 @@ def instance_snapshot(record: InstanceRecord) -> dict[str, Any]:
     return {**instance_fields(record), "etag": record.etag}
 
 
+def created_snapshot(record: InstanceRecord) -> dict[str, Any]:
+    """:func:`instance_snapshot` of a record just created with its steps, all Pending: its index row
+    watches no step in flight (``WATCHED_KEY``)."""
+    return {**instance_snapshot(record), WATCHED_KEY: []}
+
+
 def instance_fields(record: InstanceRecord) -> dict[str, Any]:
     """:func:`instance_snapshot` without the ETag (a version about to be written)."""
     return record.model_dump(mode="json", exclude={*SNAPSHOT_OMITS, "etag"}, exclude_none=True)
@@ -82,6 +88,14 @@ CLAIM_KEY_PREFIX = "~claim~"  # sorts between the audit rows (~audit~) and the i
 def claim_row_key(step_id: str, digest: str) -> str:
     """RowKey of the claim-key row of a work message with ``digest`` (``contracts.WorkVersions``)."""
     return f"{CLAIM_KEY_PREFIX}{step_id}~{digest}"
+
+
+BASIS_KEY_PREFIX = "~basis~"  # sorts between the audit rows (~audit~) and the claim-key rows
+
+
+def basis_row_key(step_id: str, digest: str) -> str:
+    """RowKey of the basis row of a success reply with ``digest`` (``contracts.ResultBasis``)."""
+    return f"{BASIS_KEY_PREFIX}{step_id}~{digest}"
 
 
 def known_instance(snapshot: dict[str, Any]) -> KnownInstanceRecord:

@@ -1,0 +1,111 @@
+"""Successes the scheduler takes unread, and forgeries of them, through the whole pattern on real
+Azurite (durable test host + real worker, result handler and activities).
+
+A sequential step's success reply is raised on the orchestration without a ledger read when the
+worker recorded it with a basis row (``contracts.ReplyVersions``); the scheduler's next write (the
+next dispatch, or the settle) deletes that row in its own transaction, or refuses to write
+(``contracts.ResultBasis``). The forgeries here are as strong as an attacker on the result queue
+can make them: the instance snapshot and its *current* ETag copied from the genuine work message
+(the claim does not write the instance record, so that ETag still holds), so only the basis row
+stands between the forgery and a write built on it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.faults.conftest import start_provisioning, verify
+from workflow_core.ledger.known_rows import BASIS_KEY_PREFIX, WATCHED_KEY
+from workflow_core.transport import OutgoingMessage
+
+FORGED = {
+    "create_storage": {"account": "forgedattacker", "forged": True},
+    "send_welcome": {"message_id": "forged", "forged": True},
+}
+NEXT_WRITE = {"create_storage": "the next dispatch", "send_welcome": "the settle"}
+
+
+def basis_rows(h, iid: str) -> list[str]:
+    rows = h.services.ledger.table_client().query_entities(
+        "PartitionKey eq @p and RowKey ge @lo and RowKey lt @hi",
+        parameters={"p": iid, "lo": BASIS_KEY_PREFIX, "hi": BASIS_KEY_PREFIX + "~"},
+    )
+    return [r["RowKey"] for r in rows]
+
+
+def forged_reply(genuine_work: dict, output: dict) -> dict:
+    """A success reply for the held attempt, keyed like a genuine one, with ``output``."""
+    versions = genuine_work["ledger"]
+    return {
+        "kind": "work",
+        "instance_id": genuine_work["instance_id"],
+        "orchestration_id": genuine_work["orchestration_id"],
+        "step_id": genuine_work["step_id"],
+        "attempt": genuine_work["attempt"],
+        "outcome": "succeeded",
+        "output": output,
+        "ledger": {
+            "instance": {**versions["instance"], WATCHED_KEY: []},
+            "etags": {"instance": versions["etags"]["instance"]},
+        },
+    }
+
+
+@pytest.mark.parametrize("step_id", ["create_storage", "send_welcome"])
+def test_a_forged_keyed_success_is_refused_by_the_next_write(harness, step_id):
+    """While the step's genuine work message is held, a forged success for that very attempt
+    arrives on the result queue, keyed and carrying the instance's current ETag. The result handler
+    raises it unread and the scheduler takes it provisionally, but its next write finds no basis
+    row: it reads, writes nothing, audits ``provisional-result-refused``, and the scheduler goes back
+    to the step. The genuine agent then runs once and the workflow ends on its output."""
+    h = harness
+    held = h.hold(step_id, attempt=1)
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+    [genuine] = h.held(held)
+    assert genuine.body["ledger"]["keyed_reply"] is True  # the scheduler takes this step unread
+
+    forgery = forged_reply(genuine.body, FORGED[step_id])
+    h.transport.send(h.settings.result_queue, OutgoingMessage(body=forgery, message_id="forged-keyed"))
+
+    def refusals():
+        return [e for e in h.events_for(iid) if e.note == "provisional-result-refused"]
+
+    h.run_until(lambda: bool(refusals()))
+    [refusal] = refusals()
+    assert (refusal.step_id, refusal.attempt, refusal.actor) == (step_id, 1, "scheduler")
+    assert NEXT_WRITE[step_id].split()[-1] in refusal.reason  # "dispatch" / "settle"
+    steps = h.steps(iid)
+    assert steps[step_id].status.value == "Dispatched"  # the forgery moved nothing
+    if step_id == "create_storage":
+        assert steps["register_dns"].status.value == "Pending"  # nothing written on the forgery
+        assert h.handler_calls(iid, "register_dns") == 0
+    assert h.services.ledger.get_instance(iid).status.value == "Running"
+
+    h.release(held)
+    status = h.run_until_complete(iid)
+    verify(h, "forged keyed success", f"refused by {NEXT_WRITE[step_id]}", {iid: "succeeded"})
+
+    assert h.handler_calls(iid, step_id) == 1
+    assert status.output["outputs"][step_id] == json.loads(h.steps(iid)[step_id].result_ref)
+    assert "forged" not in json.dumps(status.output)
+    if step_id == "create_storage":  # the next step was built on the ledger's output, not the forgery
+        dns_input = json.loads(h.steps(iid)["register_dns"].input_ref)
+        assert dns_input["target"] == status.output["outputs"]["create_storage"]["account"]
+
+
+def test_genuine_successes_are_raised_unread_and_proven_by_the_next_write(harness):
+    """The happy path: every success of a sequential workflow is keyed, raised without a read, and
+    its basis row is gone once the next write proved it; nothing is refused."""
+    h = harness
+    iid = start_provisioning(h)
+    status = h.run_until_complete(iid)
+    verify(h, "none (keyed successes)", "-", {iid: "succeeded"})
+
+    assert status.output["status"] == "succeeded"
+    notes = {e.note for e in h.events_for(iid)}
+    assert "provisional-result-refused" not in notes
+    assert "unconfirmed-result-ignored" not in notes
+    assert basis_rows(h, iid) == []  # each deleted by the write that proved it
