@@ -12,12 +12,13 @@ through activities.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from orchestrators.attempts import Provisional, StepResult, StepRun, run_step
-from orchestrators.decisions import BASIS_REFUSED, call_activity, should_checkpoint, to_iso
+from orchestrators.attempts import StepResult, StepRun, run_step
+from orchestrators.decisions import call_activity, should_checkpoint, to_iso
+from orchestrators.provisional import Taken, basis_refused, next_write_proves
 from orchestrators.state import Progress, WorkflowStart
 from workflow_core.contracts import (
     ACTIVITY_CREATE_STEPS,
@@ -97,15 +98,10 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
         steps_left = len(definition.steps) - progress.position
         checkpoint = should_checkpoint(completed_here, definition.history_checkpoint_every, steps_left)
         if taken is not None and (checkpoint or len(stage) > 1):
-            progress, known, failed = yield from taken.confirm(context, status)
+            progress, known, ended = yield from _confirm(context, definition, taken, status, start.trace)
             taken = None
-            if failed:
-                return (
-                    yield from _give_up_and_compensate(
-                        context, definition, failed, progress, status, start.trace
-                    )
-                )
-            status.progress = progress
+            if ended is not None:
+                return ended
         if checkpoint:
             status.step = None
             status("checkpointing")
@@ -148,22 +144,17 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
                     prepared,
                     expected=expected_rows(definition, start, step, known),
                     basis=taken.basis if taken is not None else None,
-                    provisional=_next_write_proves(definition, stages, index, completed_here, steps_left),
+                    provisional=next_write_proves(definition, stages, index, completed_here, steps_left),
                 )
                 result = yield from run_step(context, run, status)
             if taken is None or not (result.basis_refused or isinstance(prepared, StepResult)):
                 break
             # the input was built on a success taken unread, and the ledger refused it (or the input
             # cannot be resolved from it): ask the ledger about that step, then build this one again
-            progress, known, failed = yield from taken.confirm(context, status)
+            progress, known, ended = yield from _confirm(context, definition, taken, status, start.trace)
             taken = None
-            if failed:
-                return (
-                    yield from _give_up_and_compensate(
-                        context, definition, failed, progress, status, start.trace
-                    )
-                )
-            status.progress = progress
+            if ended is not None:
+                return ended
         known = result.instance
 
         if not result.succeeded:
@@ -189,64 +180,29 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
         settled = yield call_activity(context, ACTIVITY_SETTLE_INSTANCE, settle)
         if taken is None or not basis_refused(settled):
             break
-        progress, known, failed = yield from taken.confirm(context, status)
+        progress, known, ended = yield from _confirm(context, definition, taken, status, start.trace)
         taken = None
-        if failed:
-            return (
-                yield from _give_up_and_compensate(context, definition, failed, progress, status, start.trace)
-            )
-        status.progress = progress
+        if ended is not None:
+            return ended
     status("succeeded")
     return {"status": "succeeded", "outputs": progress.outputs, "failed_step": None, "error": None}
 
 
-def _next_write_proves(
-    definition: WorkflowDefinition,
-    stages: list[tuple[StepDefinition, ...]],
-    index: int,
-    completed_here: int,
-    steps_left: int,
-) -> bool:
-    """May the single step of ``stages[index]`` take its success unread? Only when the scheduler's
-    next ledger write carries its basis: the next single step's dispatch, or the settle. Before a
-    parallel group or a checkpoint the ledger would have to be asked anyway (``Taken.confirm``)."""
-    if index + 1 == len(stages):
-        return True
-    if len(stages[index + 1]) > 1:
-        return False
-    return not should_checkpoint(completed_here + 1, definition.history_checkpoint_every, steps_left - 1)
-
-
-@dataclass(frozen=True)
-class Taken:
-    """The last step's success, taken unread (``decisions.provisional_outcome``), with the run and
-    the progress from before it: enough to go back to that step when the ledger refuses it."""
-
-    run: StepRun
-    provisional: Provisional
-    before: Progress
-
-    @property
-    def basis(self) -> dict[str, Any]:
-        return self.provisional.basis
-
-    def confirm(
-        self, context: Any, status: _Status
-    ) -> Generator[Any, Any, tuple[Progress, dict[str, Any] | None, list[tuple[str, StepResult]]]]:
-        """Ask the ledger about the step (polling while its attempt is under way, retrying as its
-        policy says): the progress with the ledger's output, no snapshot, and the step if it failed."""
-        status.step = self.run.step_id
-        status.progress = self.before
-        asked = replace(self.run, expected=None, basis=None, provisional=False)
-        result = yield from run_step(context, asked, status, resume=self.provisional)
-        if not result.succeeded:
-            return self.before, None, [(self.run.step_id, result)]
-        return self.before.after(self.run.step_id, result.output), result.instance, []
-
-
-def basis_refused(answer: Any) -> bool:
-    """Did ``settle_instance`` refuse the basis it was given (``activities.basis``)?"""
-    return isinstance(answer, dict) and answer.get("outcome") == BASIS_REFUSED
+def _confirm(
+    context: Any, definition: WorkflowDefinition, taken: Taken, status: _Status, trace: dict[str, str] | None
+) -> Generator[Any, Any, tuple[Progress, dict[str, Any] | None, dict[str, Any] | None]]:
+    """Ask the ledger about the success ``taken`` unread (``Taken.confirm``): the progress and
+    snapshot to go on with, and the workflow's outcome when the step failed after all (compensated
+    here) or None."""
+    progress, known, failed = yield from taken.confirm(context, status)
+    if failed:
+        return (
+            progress,
+            known,
+            (yield from _give_up_and_compensate(context, definition, failed, progress, status, trace)),
+        )
+    status.progress = progress
+    return progress, known, None
 
 
 def expected_rows(

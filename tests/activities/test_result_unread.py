@@ -196,3 +196,36 @@ def test_a_keyed_reply_for_an_orchestration_that_is_gone_is_checked_against_the_
     assert outcome == "result-mismatch"
     assert [c[0] for c in durable_client.calls] == [run.iid]  # the unread try, then no other raise
     assert [a.action for a in harness.audit(run.iid, FIRST)][-1] == "result-mismatch"
+
+
+def test_a_success_claimed_after_a_read_is_keyed_without_what_its_row_watches(harness, durable_client):
+    """A redelivery is claimed after a read: the worker no longer knows which steps the instance's
+    row watches, so its reply says nothing about them, and a settle on it would read first."""
+    run = Scheduler(harness, durable_client)
+    assert run.dispatch(FIRST)["outcome"] == "dispatched"
+    [work] = harness.work()
+    harness.deliver(work, delivery_count=2)
+    [reply] = harness.results()
+
+    keyed = ResultMessage.model_validate(reply.body)
+    assert keyed.ledger is not None and WATCHED_KEY not in keyed.ledger.instance
+    assert basis_rows(harness, run.iid) == [basis_row_key(FIRST, reply_digest(keyed))]
+
+
+def test_a_step_the_scheduler_does_not_take_unread_gets_a_plain_reply(harness, durable_client, monkeypatch):
+    """No ``provisional`` on the dispatch (a group member, a step before a checkpoint): no basis row,
+    and the result handler reads the ledger and raises its verdict, as before."""
+    run = Scheduler(harness, durable_client)
+    body = harness.dispatch_payload(run.iid, FIRST)
+    assert scheduling.dispatch_step(body, harness.services)["outcome"] == "dispatched"
+    for work in harness.work():
+        assert work.body["ledger"]["keyed_reply"] is False
+        harness.deliver(work)
+    [reply] = harness.results()
+    assert "ledger" not in reply.body or reply.body["ledger"] is None
+    assert basis_rows(harness, run.iid) == []
+    reads = CallCounter(harness.ledger, monkeypatch, "read_step_instance_and_watched")
+
+    asyncio.run(handle_result(reply.body, durable_client, harness.services))
+
+    assert reads.calls == 1 and "ledger_token" in durable_client.calls[-1][2]
