@@ -4,6 +4,11 @@ Entry point for any host: ``await handle_result(body, client, services)``. ``cli
 with ``raise_event(instance_id, event_name, event_data)``, async or plain (in Azure: the
 ``DurableOrchestrationClient`` of the ``durable_client_input`` binding).
 
+A sequential work step's success the worker keyed with a basis row (``ResultMessage.ledger``) is
+raised as it came, without reading the ledger: the scheduler takes it provisionally and its next
+ledger write proves it or writes nothing (``contracts.ResultBasis``, ``activities.basis``). Every
+other reply, and a keyed one whose orchestration is gone:
+
 Trust only the ledger: the message is a claim. It is acted on only if the step row records that
 outcome for that very attempt (Succeeded with the same output; Failed or TimedOut for a failure;
 the compensation attempt's outcome for a compensation). Then the event

@@ -96,16 +96,22 @@ def test_a_forged_keyed_success_is_refused_by_the_next_write(harness, step_id):
         assert dns_input["target"] == status.output["outputs"]["create_storage"]["account"]
 
 
-def test_genuine_successes_are_raised_unread_and_proven_by_the_next_write(harness):
-    """The happy path: every success of a sequential workflow is keyed, raised without a read, and
-    its basis row is gone once the next write proved it; nothing is refused."""
+@pytest.mark.breakage
+def test_without_the_basis_rows_delete_the_forgery_would_be_built_on(harness, monkeypatch):
+    """The mechanism is load-bearing: with the basis row's delete left out of the next dispatch's
+    transaction (a deliberate breakage, in memory), the same forgery is written into the next step's
+    input, because its instance ETag is the current one. The test above is what stops that."""
+    monkeypatch.setattr("activities.dispatch_decisions.basis_rows", lambda instance_id, basis: [])
     h = harness
+    held = h.hold("create_storage", attempt=1)
     iid = start_provisioning(h)
-    status = h.run_until_complete(iid)
-    verify(h, "none (keyed successes)", "-", {iid: "succeeded"})
+    h.run_until(lambda: len(h.held(held)) == 1)
+    [genuine] = h.held(held)
+    forgery = forged_reply(genuine.body, FORGED["create_storage"])
+    h.transport.send(h.settings.result_queue, OutgoingMessage(body=forgery, message_id="forged-keyed"))
 
-    assert status.output["status"] == "succeeded"
-    notes = {e.note for e in h.events_for(iid)}
-    assert "provisional-result-refused" not in notes
-    assert "unconfirmed-result-ignored" not in notes
-    assert basis_rows(h, iid) == []  # each deleted by the write that proved it
+    h.run_until(lambda: h.steps(iid)["register_dns"].status.value != "Pending")
+
+    dns_input = json.loads(h.steps(iid)["register_dns"].input_ref)
+    assert dns_input["target"] == "forgedattacker"
+    assert h.steps(iid)["create_storage"].status.value == "Dispatched"  # the genuine work never ran
