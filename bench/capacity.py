@@ -48,14 +48,14 @@ class StepCost:
     (``bench/requests_per_step.py`` part 2, pinned in ``tests/perf``); ``--measure`` counts them now
     the same way (``devtools.request_end_to_end``)."""
 
-    # dispatch 2 (query, batch; the send is not recorded, the instance's row watches the step),
-    # claim 2 (query, batch), record 1 (batch), result handler 1 (the orchestrator takes the
-    # handler's verdict: no second read)
-    table_per_step: float = 6
-    # starter: instance create with the steps (one batch), index insert, listing row; settle: query,
-    # batch, index delete, listing row. (A generated instance id is not looked up; a chosen one costs
-    # one query more; a workflow of more than 96 steps adds create_steps' read and batch.)
-    table_per_workflow: float = 7
+    # dispatch 1 (a batch, unread; the send is not recorded, the instance's row watches the step),
+    # claim 1 (a batch, unread), record 1 (a batch); the result handler reads nothing for a sequential
+    # step's success (its basis row is deleted by the next dispatch or the settle)
+    table_per_step: float = 3
+    # starter: instance create with the steps (one batch), index insert, listing row; settle: batch
+    # (unread), index delete, listing row. (A generated instance id is not looked up; a chosen one
+    # costs one query more; a workflow of more than 96 steps adds create_steps' read and batch.)
+    table_per_workflow: float = 6
     index_entities_per_step: float = 0  # watched through the instance's row (own rows: off the happy path)
     index_entities_per_workflow: float = 2  # the instance's row: inserted at the start, deleted at settle
     listing_entities_per_workflow: float = 2  # the listing row: written at the start and at settle

@@ -185,3 +185,29 @@ def test_requests_of_whole_workflows_end_to_end(azurite):
     assert by_operation == expected, "requests per operation end to end changed; see the module docstring"
     assert 1 <= receives <= 2 * counts.steps  # at most one per message (work + result), shared when batched
     assert counts.effect and not [r for r in counts.counted if r.label is None]
+
+
+def test_the_capacity_models_defaults_are_the_measured_counts():
+    """``bench/capacity.py`` computes its ceilings from defaults written down by hand: they must be
+    what the end-to-end run measures now (storage-queue messages aside: the model takes the
+    unbatched worst case on purpose), or the published ceilings are stale."""
+    import dataclasses
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "capacity.py"
+    spec = importlib.util.spec_from_file_location("capacity_model", path)
+    assert spec is not None and spec.loader is not None
+    capacity = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = capacity  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(capacity)
+    finally:
+        sys.modules.pop(spec.name, None)
+
+    measured = dataclasses.asdict(capacity.measured_cost(workflows=2))
+    defaults = dataclasses.asdict(capacity.StepCost())
+    measured.pop("queue_messages_per_step")
+    assert defaults.pop("queue_messages_per_step") == 6
+    assert measured == defaults
