@@ -133,8 +133,9 @@ class SettleInput(BaseModel):
     outcome: Outcome
     failed_step: str | None = None
     error: str | None = None
-    # The instance record's snapshot from the last confirmed result (contracts.ConfirmedResult), with
-    # the steps its row watched then: a success settles against it without a read when none was.
+    # The instance record's snapshot from the last result (contracts.ConfirmedResult, or the keyed
+    # reply's contracts.ReplyVersions), with the steps its row watched then: a success settles
+    # against it without a read when none was.
     expected: dict[str, Any] | None = None
     # The last step's success as the scheduler took it, unread: settle only if the ledger holds it.
     basis: ResultBasis | None = None
