@@ -96,6 +96,34 @@ def test_a_forged_keyed_success_is_refused_by_the_next_write(harness, step_id):
         assert dns_input["target"] == status.output["outputs"]["create_storage"]["account"]
 
 
+def test_a_forged_success_of_a_step_that_then_fails_ends_in_compensation(harness):
+    """The forgery is refused, the scheduler goes back to the step, and the genuine attempts fail:
+    the step's retry policy runs on (attempts 2 and 3 fail too), it gives up and the workflow is
+    compensated, as if the forgery had never come. The next step never ran."""
+    from activities.handlers import faults
+
+    faults.clear()
+    failing = faults.inject("storage.create", faults.Fail(times=None, message="quota exceeded"))
+    h = harness
+    held = h.hold("create_storage", attempt=1)
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+    [genuine] = h.held(held)
+    forgery = forged_reply(genuine.body, FORGED["create_storage"])
+    h.transport.send(h.settings.result_queue, OutgoingMessage(body=forgery, message_id="forged-keyed"))
+    h.run_until(lambda: any(e.note == "provisional-result-refused" for e in h.events_for(iid)))
+
+    h.release(held)
+    status = h.run_until_complete(iid)
+    faults.clear()
+    verify(h, "forged keyed success", "the genuine step then fails for good", {iid: "compensated"})
+
+    steps = h.steps(iid)
+    assert steps["create_storage"].attempt == 3 and failing.fired == 3  # every genuine attempt ran
+    assert h.handler_calls(iid, "register_dns") == 0 and steps["register_dns"].input_ref is None
+    assert status.output["failed_step"] == "create_storage" and "forged" not in json.dumps(status.output)
+
+
 @pytest.mark.breakage
 def test_without_the_basis_rows_delete_the_forgery_would_be_built_on(harness, monkeypatch):
     """The mechanism is load-bearing: with the basis row's delete left out of the next dispatch's
