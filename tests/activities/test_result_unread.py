@@ -14,6 +14,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from activities import scheduling
 from activities.instances import settle_instance
@@ -22,6 +24,7 @@ from orchestrators.decisions import provisional_outcome
 from orchestrators.state import WorkflowStart
 from orchestrators.workflow import expected_rows
 from tests.activities.conftest import CallCounter
+from tests.activities.test_claim_unread import _altered, _paths
 from workflow_core.contracts import ResultMessage
 from workflow_core.ledger import StepStatus
 from workflow_core.ledger.known_rows import BASIS_KEY_PREFIX, WATCHED_KEY, basis_row_key
@@ -229,3 +232,36 @@ def test_a_step_the_scheduler_does_not_take_unread_gets_a_plain_reply(harness, d
     asyncio.run(handle_result(reply.body, durable_client, harness.services))
 
     assert reads.calls == 1 and "ledger_token" in durable_client.calls[-1][2]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_alteration_of_a_keyed_reply_gets_written_on(harness, durable_client, monkeypatch, data):
+    """Whatever one value of a keyed success is changed to, on its way to the orchestrator, the next
+    dispatch either writes what the genuine reply would have made it write, or nothing at all: an
+    unread write lands only for the genuine digest, a read one only for the genuine output."""
+    run = Scheduler(harness, durable_client)
+    genuine = run.run(FIRST)
+    paths = [p for p in _paths(genuine) if p[0] not in ("kind", "instance_id", "step_id", "attempt")]
+    path = data.draw(st.sampled_from(paths), label="path")
+    new = data.draw(st.one_of(st.integers(-3, 3), st.text(max_size=5), st.booleans(), st.none()), label="new")
+    altered = _altered(genuine, path, new)
+    assume(altered != genuine)
+    taken = provisional_outcome(altered, "work", run.iid, FIRST, 1)
+    assume(taken is not None)  # otherwise not taken unread: verified against the ledger as any event
+    honest = provisional_outcome(genuine, "work", run.iid, FIRST, 1)
+    assert honest is not None and taken.basis is not None and honest.basis is not None
+    run.known, run.basis = taken.instance, taken.basis
+    reads = CallCounter(harness.ledger, monkeypatch, "read_step_and_instance", "get")
+
+    answer = run.dispatch(SECOND)
+
+    row = harness.ledger.get(run.iid, SECOND)
+    if answer["outcome"] == "basis-refused":
+        assert row.status is S.PENDING and harness.work() == []
+        return
+    assert answer["outcome"] == "dispatched" and row.status is S.DISPATCHED
+    assert taken.basis["output_digest"] == honest.basis["output_digest"]  # built on the genuine output
+    if reads.calls == 0:  # unread: only the genuine reply names the basis row (ETags aside)
+        assert taken.basis["digest"] == honest.basis["digest"]
+    assert basis_rows(harness, run.iid) in ([], [basis_row_key(FIRST, honest.basis["digest"])])
