@@ -206,6 +206,23 @@ class CallCounter:
         return counted
 
 
+def json_paths(value: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every leaf of a JSON body, as a path of keys."""
+    if isinstance(value, dict) and value:
+        return [p for k, v in value.items() for p in json_paths(v, (*prefix, k))]
+    return [prefix]
+
+
+def altered_at(body: dict[str, Any], path: tuple, new: Any) -> dict[str, Any]:
+    """``body`` with the value at ``path`` replaced by ``new`` (a deep copy)."""
+    copy = json.loads(json.dumps(body))
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = new
+    return copy
+
+
 @pytest.fixture
 def harness(services) -> Harness:
     return Harness(services)

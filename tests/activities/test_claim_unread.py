@@ -7,7 +7,6 @@ message's digest); every other delivery falls back to reading the row, with all 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from activities.handlers import AGENT_HANDLERS
 from activities.worker import process_work_message
 from orchestrators.state import WorkflowStart
 from orchestrators.workflow import expected_rows
-from tests.activities.conftest import CallCounter
+from tests.activities.conftest import CallCounter, altered_at, json_paths
 from workflow_core.contracts import WorkMessage
 from workflow_core.ledger import StepStatus
 from workflow_core.ledger.known_rows import CLAIM_KEY_PREFIX, claim_row_key
@@ -152,22 +151,6 @@ def test_a_redelivery_or_a_row_written_since_claims_after_a_read(harness, monkey
     assert [r.body["outcome"] for r in harness.results()] == ["succeeded", "succeeded"]
 
 
-def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every leaf of a JSON body, as a path of keys."""
-    if isinstance(value, dict) and value:
-        return [p for k, v in value.items() for p in _paths(v, (*prefix, k))]
-    return [prefix]
-
-
-def _altered(body: dict[str, Any], path: tuple, new: Any) -> dict[str, Any]:
-    copy = json.loads(json.dumps(body))
-    node = copy
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = new
-    return copy
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_no_alteration_of_a_message_outside_its_etags_claims_unread(harness, data):
@@ -175,13 +158,13 @@ def test_no_alteration_of_a_message_outside_its_etags_claims_unread(harness, dat
     the digest covers the whole body but the ETags (which the If-Match itself checks)."""
     iid, work = dispatched(harness)
     body = work.body
-    paths = [p for p in _paths(body) if p[:2] != ("ledger", "etags")]
+    paths = [p for p in json_paths(body) if p[:2] != ("ledger", "etags")]
     path = data.draw(st.sampled_from(paths), label="path")
     new = data.draw(st.one_of(st.integers(-3, 3), st.text(max_size=5), st.booleans(), st.none()), label="new")
     original = WorkMessage.model_validate(body)
     key = claim_row_key(STEP, claim_digest(original))
     try:
-        altered = WorkMessage.model_validate(_altered(body, path, new))
+        altered = WorkMessage.model_validate(altered_at(body, path, new))
     except ValueError:
         return  # not a work message at all: parked before any claim
     unsigned = {"ledger": {"etags"}}

@@ -23,8 +23,7 @@ from activities.results import handle_result
 from orchestrators.decisions import provisional_outcome
 from orchestrators.state import WorkflowStart
 from orchestrators.workflow import expected_rows
-from tests.activities.conftest import CallCounter
-from tests.activities.test_claim_unread import _altered, _paths
+from tests.activities.conftest import CallCounter, altered_at, json_paths
 from workflow_core.contracts import ResultMessage
 from workflow_core.ledger import StepStatus
 from workflow_core.ledger.known_rows import BASIS_KEY_PREFIX, WATCHED_KEY, basis_row_key
@@ -242,10 +241,10 @@ def test_no_alteration_of_a_keyed_reply_gets_written_on(harness, durable_client,
     unread write lands only for the genuine digest, a read one only for the genuine output."""
     run = Scheduler(harness, durable_client)
     genuine = run.run(FIRST)
-    paths = [p for p in _paths(genuine) if p[0] not in ("kind", "instance_id", "step_id", "attempt")]
+    paths = [p for p in json_paths(genuine) if p[0] not in ("kind", "instance_id", "step_id", "attempt")]
     path = data.draw(st.sampled_from(paths), label="path")
     new = data.draw(st.one_of(st.integers(-3, 3), st.text(max_size=5), st.booleans(), st.none()), label="new")
-    altered = _altered(genuine, path, new)
+    altered = altered_at(genuine, path, new)
     assume(altered != genuine)
     taken = provisional_outcome(altered, "work", run.iid, FIRST, 1)
     assume(taken is not None)  # otherwise not taken unread: verified against the ledger as any event
