@@ -174,9 +174,8 @@ def run_step(
     A first dispatch the ledger refuses for ``run.basis`` returns at once with ``basis_refused``.
     """
     attempt, tries, skipped = 1, 0, 0
-    while resume is not None:  # (runs once) back to the attempt whose success was taken unread
+    if resume is not None:  # back to the attempt whose success was taken unread
         attempt, tries, deadline = resume.attempt, resume.tries, parse_iso(resume.deadline)
-        resume = None
         outcome = yield from _await_outcome(context, run, attempt, deadline, report, True, None, listen=False)
         if outcome.succeeded:
             return StepResult(True, tries, output=outcome.output, instance=outcome.instance)
