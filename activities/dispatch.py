@@ -42,6 +42,7 @@ from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, StepRecord
+from workflow_core.ledger.known_rows import watched_in
 from workflow_core.messages import ClaimableWork, work_message
 from workflow_core.runtime import Services
 from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
@@ -138,8 +139,11 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     ledger = services.ledger
     deadline = parse_time(d.deadline, "deadline")
     grace = services.settings.watchdog_grace_seconds
-    # a work message a worker may claim without reading (built with the Dispatched write)
-    claimable = ClaimableWork(keyed_reply=bool(d.provisional)) if d.kind == "work" else None
+    # a work message a worker may claim without reading (built with the Dispatched write); written
+    # unread, against the snapshot the scheduler carried, it also names the steps that row watched
+    keyed = bool(d.provisional)
+    watched = watched_in(d.expected.instance) if d.expected is not None else None
+    claimable = ClaimableWork(watched, keyed) if d.kind == "work" else None
     handles: list[InstanceHandle | None] = [None]
     message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
 
@@ -166,8 +170,8 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
                 sent=False,
                 error=why,
             )
-        if claimable is not None:
-            claimable.watched_before = None  # a read does not say which steps the row watches
+        if claimable is not None:  # a read does not say which steps the row watches
+            claimable = ClaimableWork(None, keyed)
         record, outcome = retry_on_conflict(
             lambda: ledger.read_step_and_instance(d.instance_id, d.step_id),
             decide,

@@ -20,7 +20,7 @@ from activities.scheduler_inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_
 from workflow_core import tracing
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
-from workflow_core.ledger.known_rows import WATCHED_KEY, KnownStepRecord, known_instance
+from workflow_core.ledger.known_rows import KnownStepRecord, known_instance
 from workflow_core.messages import ClaimableWork
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,6 @@ def dispatch_unread(
     e = d.expected
     if e is None or d.kind != "work" or d.attempt != 1:
         return None
-    if claimable is not None:  # the snapshot names the steps its row watched (None: unknown)
-        watched = e.instance.get(WATCHED_KEY)
-        claimable.watched_before = watched if isinstance(watched, list) else None
     try:
         record = KnownStepRecord(
             instance_id=d.instance_id,

@@ -34,7 +34,7 @@ from workflow_core.ledger import (
     StepRecord,
     outcome_json,
 )
-from workflow_core.ledger.known_rows import WATCHED_KEY, known_instance
+from workflow_core.ledger.known_rows import known_instance, watched_in
 from workflow_core.runtime import Services, get_services
 
 log = logging.getLogger(__name__)
@@ -151,9 +151,11 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
     ledger = services.ledger
     target = _SETTLED_AS[args.outcome]
 
-    proof: list[tuple] = basis_rows(args.instance_id, args.basis)  # only in the unread write
-
-    def decide(pair: tuple[InstanceRecord | None, list[StepRecord]]) -> dict[str, Any]:
+    def decide(
+        pair: tuple[InstanceRecord | None, list[StepRecord]], proof: list[tuple] | None = None
+    ) -> dict[str, Any]:
+        """``proof``: the basis row's delete, written with the settle (unread only: when the settle
+        read the ledger, the step row it checked is the proof)."""
         record, watched = pair
         if record is None:
             return {"instance_id": args.instance_id, "status": None, "changed": False}
@@ -195,10 +197,9 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         )
         return {"instance_id": args.instance_id, "status": updated.status.value, "changed": True}
 
-    unread = _settle_unread(args, decide)
+    unread = _settle_unread(args, lambda pair: decide(pair, basis_rows(args.instance_id, args.basis)))
     if unread is not None:
         return unread
-    proof.clear()  # read instead: the ledger's step row is the proof
     why = refused(ledger, args.instance_id, args.basis, by="settle")
     if why is not None:
         return {"instance_id": args.instance_id, "status": None, "changed": False, "outcome": BASIS_REFUSED}
@@ -215,7 +216,7 @@ def _settle_unread(args: SettleInput, decide: Callable[[Any], dict[str, Any]]) -
     instance's row watches nothing and may go. Only a write counts: anything else (no snapshot, a
     lost race, a snapshot that is not Running, a refused copy) returns None and the settle reads."""
     e = args.expected
-    if e is None or args.outcome != "succeeded" or e.get(WATCHED_KEY) != []:
+    if e is None or args.outcome != "succeeded" or watched_in(e) != []:
         return None
     try:
         record = known_instance(e)

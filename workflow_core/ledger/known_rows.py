@@ -112,6 +112,12 @@ def known_instance(snapshot: dict[str, Any]) -> KnownInstanceRecord:
 WATCHED_KEY = "watched"
 
 
+def watched_in(snapshot: dict[str, Any] | None) -> list[str] | None:
+    """The in-flight steps a snapshot says its index row watches; None when it does not say."""
+    watched = snapshot.get(WATCHED_KEY) if isinstance(snapshot, dict) else None
+    return watched if isinstance(watched, list) else None
+
+
 def merged_properties(known: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """The entity to merge onto a row known as ``known`` so that it reads as ``new``: the keys, every
     property that differs, and an empty string for each property ``new`` clears."""
