@@ -159,17 +159,7 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     else:
         why = refused(ledger, d.instance_id, d.basis, by=f"dispatch of {d.step_id!r}")
         if why is not None:  # the step the scheduler built on is not what the ledger recorded
-            return DispatchOutcome(
-                instance_id=d.instance_id,
-                step_id=d.step_id,
-                kind=d.kind,
-                attempt=d.attempt,
-                outcome=BASIS_REFUSED,
-                status=None,
-                message_id=message_id,
-                sent=False,
-                error=why,
-            )
+            return _answer(d, message_id, BASIS_REFUSED, status=None, sent=False, error=why)
         if claimable is not None:  # a read does not say which steps the row watches
             claimable = ClaimableWork(None, keyed)
         record, outcome = retry_on_conflict(
@@ -210,18 +200,28 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             )
     if d.kind == "compensate" and outcome == "dispatched":
         emit_recovery(record, "compensate", attempt=d.attempt, compensator=record.compensator)
+    return _answer(
+        d,
+        message_id,
+        outcome,
+        status=record.status.value,
+        sent=sent,
+        deadline=iso(record.deadline),
+        error=error,
+        token=attempt_token(record, d.kind, d.attempt) if outcome in _TOKEN_OUTCOMES else None,
+    )
+
+
+def _answer(d: StepDispatch, message_id: str, outcome: DispatchResult, **fields: Any) -> DispatchOutcome:
+    """The activity's answer about dispatch ``d``."""
     return DispatchOutcome(
         instance_id=d.instance_id,
         step_id=d.step_id,
         kind=d.kind,
         attempt=d.attempt,
         outcome=outcome,
-        status=record.status.value,
         message_id=message_id,
-        sent=sent,
-        deadline=iso(record.deadline),
-        error=error,
-        token=attempt_token(record, d.kind, d.attempt) if outcome in _TOKEN_OUTCOMES else None,
+        **fields,
     )
 
 
