@@ -53,6 +53,18 @@ def forged_reply(genuine_work: dict, output: dict) -> dict:
     }
 
 
+def forge_while_held(h, step_id: str) -> tuple[str, object, dict]:
+    """Start a workflow, hold the step's genuine work message, and put a forged keyed success for
+    that attempt on the result queue: the instance, the hold and the genuine message's body."""
+    held = h.hold(step_id, attempt=1)
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+    [genuine] = h.held(held)
+    forgery = forged_reply(genuine.body, FORGED[step_id])
+    h.transport.send(h.settings.result_queue, OutgoingMessage(body=forgery, message_id="forged-keyed"))
+    return iid, held, genuine.body
+
+
 @pytest.mark.parametrize("step_id", ["create_storage", "send_welcome"])
 def test_a_forged_keyed_success_is_refused_by_the_next_write(harness, step_id):
     """While the step's genuine work message is held, a forged success for that very attempt
@@ -61,14 +73,8 @@ def test_a_forged_keyed_success_is_refused_by_the_next_write(harness, step_id):
     row: it reads, writes nothing, audits ``provisional-result-refused``, and the scheduler goes back
     to the step. The genuine agent then runs once and the workflow ends on its output."""
     h = harness
-    held = h.hold(step_id, attempt=1)
-    iid = start_provisioning(h)
-    h.run_until(lambda: len(h.held(held)) == 1)
-    [genuine] = h.held(held)
-    assert genuine.body["ledger"]["keyed_reply"] is True  # the scheduler takes this step unread
-
-    forgery = forged_reply(genuine.body, FORGED[step_id])
-    h.transport.send(h.settings.result_queue, OutgoingMessage(body=forgery, message_id="forged-keyed"))
+    iid, held, genuine = forge_while_held(h, step_id)
+    assert genuine["ledger"]["keyed_reply"] is True  # the scheduler takes this step unread
 
     def refusals():
         return [e for e in h.events_for(iid) if e.note == "provisional-result-refused"]
@@ -105,12 +111,7 @@ def test_a_forged_success_of_a_step_that_then_fails_ends_in_compensation(harness
     faults.clear()
     failing = faults.inject("storage.create", faults.Fail(times=None, message="quota exceeded"))
     h = harness
-    held = h.hold("create_storage", attempt=1)
-    iid = start_provisioning(h)
-    h.run_until(lambda: len(h.held(held)) == 1)
-    [genuine] = h.held(held)
-    forgery = forged_reply(genuine.body, FORGED["create_storage"])
-    h.transport.send(h.settings.result_queue, OutgoingMessage(body=forgery, message_id="forged-keyed"))
+    iid, held, _ = forge_while_held(h, "create_storage")
     h.run_until(lambda: any(e.note == "provisional-result-refused" for e in h.events_for(iid)))
 
     h.release(held)
@@ -131,12 +132,7 @@ def test_without_the_basis_rows_delete_the_forgery_would_be_built_on(harness, mo
     input, because its instance ETag is the current one. The test above is what stops that."""
     monkeypatch.setattr("activities.dispatch_decisions.basis_rows", lambda instance_id, basis: [])
     h = harness
-    held = h.hold("create_storage", attempt=1)
-    iid = start_provisioning(h)
-    h.run_until(lambda: len(h.held(held)) == 1)
-    [genuine] = h.held(held)
-    forgery = forged_reply(genuine.body, FORGED["create_storage"])
-    h.transport.send(h.settings.result_queue, OutgoingMessage(body=forgery, message_id="forged-keyed"))
+    iid, _, _ = forge_while_held(h, "create_storage")
 
     h.run_until(lambda: h.steps(iid)["register_dns"].status.value != "Pending")
 
