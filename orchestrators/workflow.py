@@ -217,7 +217,7 @@ def expected_rows(
     etag = start.rows.steps.get(step.id) if start.rows is not None else None
     if etag is None or instance is None:
         return None
-    sequence = definition.step_ids.index(step.id)
+    sequence = definition.position_of(step.id)
     row = new_step(step)
     return {
         "step_etag": etag,

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from workflow_core.workflows import ParallelGroup, WorkflowDefinitionError, get_workflow, parse_workflow
+from workflow_core.workflows.versions import version_of
 
 GROUPED = """
 name: demo
@@ -60,6 +61,27 @@ def test_group_loads_with_steps_flat_and_stages_grouped():
     assert isinstance(definition.items[1], ParallelGroup)
     assert definition.step("right").deadline_seconds == 45
     assert definition.agents_used() == {"demo.first", "demo.left", "demo.unleft", "demo.right", "demo.last"}
+
+
+def test_the_derived_views_are_computed_once_and_leave_the_definition_itself_alone():
+    """``steps``, ``stages`` and the positions are cached on the (frozen) definition, as the scheduler
+    asks for them on every replay: asking must not change what the definition dumps, hashes to or
+    equals, and a step that is not there is still a KeyError naming the steps that are."""
+    definition = _parse(GROUPED)
+    pristine = _parse(GROUPED)
+    dumped, version = definition.model_dump(), version_of(definition)
+
+    assert definition.steps is definition.steps and definition.stages is definition.stages
+    assert [definition.position_of(s) for s in ("first", "left", "right", "last")] == [0, 1, 2, 3]
+    assert definition.step("right") is definition.stages[1][1]
+    assert definition.step_ids == ["first", "left", "right", "last"]
+    definition.step_ids.append("mutated")  # a copy each time: the cached positions do not move
+    assert definition.step_ids == ["first", "left", "right", "last"]
+    with pytest.raises(KeyError, match="has no step 'nope'; steps: first, left, right, last"):
+        definition.position_of("nope")
+
+    assert definition.model_dump() == dumped == pristine.model_dump()
+    assert definition == pristine and version_of(definition) == version == version_of(pristine)
 
 
 def test_a_step_in_a_group_may_not_use_its_siblings_output():

@@ -8,6 +8,7 @@ definition half-way through a run, after it has already changed remote systems.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
@@ -339,12 +340,17 @@ class WorkflowDefinition(_Frozen):
 
     # --- queries used by the scheduler, the agents and the HTTP starter -----------------------------
 
-    @property
+    # Derived once per definition object: the model is frozen, and the orchestrator asks for these on
+    # every replay of every instance (a pinned definition is one cached object per version,
+    # ``versions.from_canonical``), several times per step, so recomputing them made a long
+    # workflow's replay quadratic in its steps.
+
+    @cached_property
     def steps(self) -> tuple[StepDefinition, ...]:
         """Every step, in the order written (a group's steps in the group's order)."""
         return tuple(step for stage in self.stages for step in stage)
 
-    @property
+    @cached_property
     def stages(self) -> tuple[tuple[StepDefinition, ...], ...]:
         """What the scheduler runs one after the other: a plain step is a stage of one, a parallel
         group a stage of its steps (which run at the same time)."""
@@ -352,7 +358,21 @@ class WorkflowDefinition(_Frozen):
 
     @property
     def step_ids(self) -> list[str]:
-        return [step.id for step in self.steps]
+        return list(self._positions)
+
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        return {step.id: n for n, step in enumerate(self.steps)}
+
+    def position_of(self, step_id: str) -> int:
+        """Where ``step_id`` is in ``steps`` (its row's ``sequence``)."""
+        try:
+            return self._positions[step_id]
+        except KeyError:
+            raise KeyError(self._no_such_step(step_id)) from None
+
+    def _no_such_step(self, step_id: str) -> str:
+        return f"workflow {self.name!r} has no step {step_id!r}; steps: {', '.join(self.step_ids)}"
 
     @property
     def shortest_deadline_seconds(self) -> float:
@@ -365,10 +385,7 @@ class WorkflowDefinition(_Frozen):
         return min(spans)
 
     def step(self, step_id: str) -> StepDefinition:
-        for step in self.steps:
-            if step.id == step_id:
-                return step
-        raise KeyError(f"workflow {self.name!r} has no step {step_id!r}; steps: {', '.join(self.step_ids)}")
+        return self.steps[self.position_of(step_id)]
 
     def agents_used(self) -> set[str]:
         """Every agent a run of this workflow may call, work and compensation alike."""
