@@ -369,10 +369,8 @@ class WorkflowDefinition(_Frozen):
         try:
             return self._positions[step_id]
         except KeyError:
-            raise KeyError(self._no_such_step(step_id)) from None
-
-    def _no_such_step(self, step_id: str) -> str:
-        return f"workflow {self.name!r} has no step {step_id!r}; steps: {', '.join(self.step_ids)}"
+            steps = ", ".join(self.step_ids)
+            raise KeyError(f"workflow {self.name!r} has no step {step_id!r}; steps: {steps}") from None
 
     @property
     def shortest_deadline_seconds(self) -> float:
