@@ -3,14 +3,18 @@
 Kept apart from the orchestrator logic so ``workflow.py`` and ``compensation.py`` stay plain
 generator functions (importable and testable without the decorator machinery), while the app
 registers exactly one blueprint: ``function_app.py`` does ``app.register_blueprint(blueprint)``.
+Importing it also makes the Durable SDK read history timestamps the fast way
+(``orchestrators.history_timestamps``), before any replay runs.
 """
 
 from __future__ import annotations
 
 import azure.durable_functions as df
 
-from orchestrators import compensation, step, workflow
+from orchestrators import compensation, history_timestamps, step, workflow
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, STEP_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
+
+history_timestamps.install()
 
 bp = df.Blueprint()
 
