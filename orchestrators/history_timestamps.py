@@ -34,7 +34,7 @@ from dateutil.parser import parse as dateutil_parse
 
 SDK_MODULE = "azure.durable_functions.models.history.HistoryEvent"
 
-_ROUND_TRIP_UTC = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,7}))?Z\Z")
+_ROUND_TRIP_UTC = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,7}))?Z\Z", re.ASCII)
 
 _log = logging.getLogger(__name__)
 

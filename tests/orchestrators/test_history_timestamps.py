@@ -49,13 +49,19 @@ def test_every_timestamp_the_extension_writes_reads_as_the_same_instant_as_dateu
         "20261203T193154Z",  # basic format
         "2026-12-03T19:31:54.12345678Z",  # eight digits
         "2026-12-03t19:31:54z",  # lower case
+        "\uff12\uff10\uff12\uff16-12-03T19:31:54Z",  # digits other than ASCII's (full width)
     ],
 )
-def test_any_other_form_is_left_to_dateutil(text: str) -> None:
+def test_any_other_form_is_left_to_dateutil(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fast, slow = parse_history_timestamp(text), dateutil_parse(text)
     assert fast == slow
     assert (fast.tzinfo is None) == (slow.tzinfo is None)
     assert fast.utcoffset() == slow.utcoffset()
+
+    asked: list[str] = []
+    monkeypatch.setattr(history_timestamps, "dateutil_parse", lambda t: asked.append(t) or slow)
+    assert parse_history_timestamp(text) is slow
+    assert asked == [text]
 
 
 @pytest.mark.parametrize("text", ["2026-02-30T00:00:00Z", "2026-12-03T24:00:00Z", "2026-13-01T00:00:00Z"])
