@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 from datetime import UTC, datetime, timedelta
 
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 import orchestrators.functions  # noqa: F401  (installs the parser, as the app's import does)
 from orchestrators import history_timestamps
 from orchestrators.history_timestamps import SDK_MODULE, parse_history_timestamp
+from tests.durable_history import HistoryBuilder
 
 
 def json_net_utc(when: datetime, extra_digit: int) -> str:
@@ -74,35 +74,12 @@ def test_an_impossible_date_is_refused_as_dateutil_refuses_it(text: str) -> None
 
 def test_the_sdk_reads_a_replays_history_with_it() -> None:
     assert importlib.import_module(SDK_MODULE).dt_parse is parse_history_timestamp
-    context = DurableOrchestrationContext.from_json(
-        json.dumps(
-            {
-                "history": [
-                    {
-                        "EventType": 12,
-                        "EventId": -1,
-                        "IsPlayed": False,
-                        "Timestamp": "2026-12-03T19:31:54.1234567Z",
-                    },
-                    {
-                        "EventType": 0,
-                        "EventId": -1,
-                        "IsPlayed": False,
-                        "Timestamp": "2026-12-03T19:31:55Z",
-                        "Name": "o",
-                        "Version": "",
-                        "Input": "null",
-                    },
-                ],
-                "instanceId": "i",
-                "isReplaying": False,
-                "parentInstanceId": None,
-                "input": None,
-                "upperSchemaVersion": 1,
-                "upperSchemaVersionNew": 2,
-            }
-        )
-    )
+    history = HistoryBuilder().orchestrator_started(datetime(2026, 12, 3, 19, 31, 54, tzinfo=UTC))
+    history.execution_started("o", None)
+    # as the extension writes them: seven fractional digits, and none at all
+    history.events[0]["Timestamp"] = "2026-12-03T19:31:54.1234567Z"
+    history.events[1]["Timestamp"] = "2026-12-03T19:31:55Z"
+    context = DurableOrchestrationContext.from_json(history.context_json("i", None))
     assert context.current_utc_datetime == datetime(2026, 12, 3, 19, 31, 54, 123456, UTC)
     assert context.current_utc_datetime.tzinfo is UTC
     assert [e.timestamp for e in context.histories][1] == datetime(2026, 12, 3, 19, 31, 55, tzinfo=UTC)
