@@ -21,12 +21,13 @@ from workflow_core.ledger import (
     InvalidLedgerInput,
     StepLedger,
 )
-from workflow_core.ledger.model import validate_instance_id
+from workflow_core.ledger.model import validate_instance_id, validate_step_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
 from workflow_core.workflows import (
     load_workflows,
 )
+from workflow_core.workflows.model import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,30 @@ def check_instance_id(value: object, source: str) -> str:
             400, f"invalid instance id in {source}", [str(exc)], code="invalid-instance-id"
         ) from None
     return instance_id
+
+
+def check_step_id(value: object, source: str) -> str:
+    """Validate a step id the way the ledger does (a full match: no trailing newline); a bad one is
+    a 400 before any lookup, so a client never retries what can never succeed."""
+    try:
+        return validate_step_id(value)
+    except InvalidLedgerInput as exc:
+        raise ApiError(400, f"invalid step id in {source}", [str(exc)], code="invalid-step-id") from None
+
+
+def check_workflow_name(value: object, source: str) -> str:
+    """A workflow name as definitions spell it (a full match of ``WORKFLOW_NAME``), else a 400."""
+    if not isinstance(value, str) or len(value) > 100 or not WORKFLOW_NAME.fullmatch(value):
+        raise ApiError(
+            400,
+            f"invalid workflow name in {source}",
+            [
+                f"a workflow name is lower-case words joined by '-' ({WORKFLOW_NAME.pattern}), "
+                f"got {str(value)[:80]!r}"
+            ],
+            code="invalid-workflow-name",
+        )
+    return value
 
 
 def known_workflows() -> list[str]:

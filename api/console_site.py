@@ -11,6 +11,7 @@ from pathlib import Path
 
 import azure.functions as func
 
+from api.boundary import CONSOLE_CSP, secure
 from api.responses import ApiError, json_errors
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -42,7 +43,7 @@ async def console_file(
 ) -> func.HttpResponse:
     """``GET /api/console/{*path}``: one file of the console; the bare path is the page itself."""
     target = _file_for(req.route_params.get("path") or "")
-    return func.HttpResponse(
+    response = func.HttpResponse(
         target.read_bytes(),
         status_code=200,
         headers={
@@ -52,3 +53,4 @@ async def console_file(
         },
         mimetype=TYPES[target.suffix].split(";")[0],
     )
+    return secure(response, CONSOLE_CSP)

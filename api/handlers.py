@@ -19,6 +19,7 @@ import azure.functions as func
 from azure.durable_functions import OrchestrationRuntimeStatus
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
+from api.boundary import secure
 from api.calls import (
     DEFAULT_TOP,
     MAX_TOP,
@@ -212,6 +213,11 @@ def _top(raw: str | None) -> int:
 
 
 async def health(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """The health answer, with the API's security headers (no identity check: probes call it)."""
+    return secure(await _health(services))
+
+
+async def _health(services: ServicesSource) -> func.HttpResponse:
     """200 when the app settings and workflow definitions load; 503 naming the problem otherwise.
 
     Makes no storage or Durable call: it answers "is this deployment configured", cheaply.

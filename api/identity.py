@@ -1,10 +1,25 @@
-"""Who is calling: the name recorded in the audit trail for every operator action.
+"""Who is calling, and may they: the name the audit trail records, and the role each request needs.
 
-In Azure, App Service Authentication (Easy Auth) signs the caller in and hands the app the principal
-in ``X-MS-CLIENT-PRINCIPAL-NAME`` and ``X-MS-CLIENT-PRINCIPAL`` (base64 JSON with the claims); it
-strips those headers from incoming requests, so the app can trust them. Without Easy Auth in Azure
-nobody vouches for a name, so actions are refused. Locally (``func start``, the demo server) the
-caller is the developer: the OS account that runs the host.
+Three configurations, decided by the platform's own settings, never by the request:
+
+* **Platform authentication on** (``WEBSITE_AUTH_ENABLED=true``, set by App Service when App Service
+  Authentication is enabled): the platform signs the caller in, strips any client-sent
+  ``X-MS-CLIENT-PRINCIPAL*`` headers and sets its own. Only then are they believed. The principal's
+  app roles (claims of type ``roles``) decide: ``Workflows.Operate`` for every state-changing
+  request, ``Workflows.Read`` or ``Workflows.Operate`` for reads; otherwise 403.
+* **In Azure without it** (``WEBSITE_INSTANCE_ID`` or ``WEBSITE_SITE_NAME`` set): nobody vouches for a
+  name, so every action is 401; reads stay behind the function key.
+* **Locally** (neither): the caller is the developer, recorded as the OS account that runs the host,
+  and actions are accepted only from this machine (loopback). A principal header sent locally is
+  forged by definition (nothing local sets one): refused, not believed.
+
+How the caller's address is known: the Python worker is never told the socket peer. The app's own
+HTTP front end (``devtools.http_server``, the demo and browser tests) overwrites ``X-Forwarded-For``
+with the socket peer, as Azure's front end sets it. Core Tools sets no ``X-Forwarded-For``; the app
+then judges by the host the request was addressed to (``Host``/URL), which must be a loopback name,
+which also defeats DNS rebinding from a browser. Core Tools forwards a client-sent
+``X-Forwarded-For`` unchanged, so ``func start`` must not be exposed beyond the machine (it listens on
+all interfaces): docs/operations.md says so.
 """
 
 from __future__ import annotations
@@ -12,16 +27,29 @@ from __future__ import annotations
 import base64
 import binascii
 import getpass
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
-from api.responses import ApiError
+from api.problems import ApiError
 
 PRINCIPAL_NAME_HEADER = "x-ms-client-principal-name"
 PRINCIPAL_HEADER = "x-ms-client-principal"
+PRINCIPAL_ID_HEADER = "x-ms-client-principal-id"
+PRINCIPAL_IDP_HEADER = "x-ms-client-principal-idp"
+_PRINCIPAL_HEADERS = (PRINCIPAL_NAME_HEADER, PRINCIPAL_HEADER, PRINCIPAL_ID_HEADER, PRINCIPAL_IDP_HEADER)
+FORWARDED_FOR_HEADER = "x-forwarded-for"
 # Set by App Service on every Azure-hosted Function App; never by Core Tools or the demo server.
-AZURE_MARKER_SETTING = "WEBSITE_INSTANCE_ID"
+AZURE_MARKER_SETTINGS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME")
+AZURE_MARKER_SETTING = AZURE_MARKER_SETTINGS[0]
+AUTH_ENABLED_SETTING = "WEBSITE_AUTH_ENABLED"
+READ_ROLE = "Workflows.Read"
+OPERATE_ROLE = "Workflows.Operate"
+_ROLE_CLAIMS = ("roles", "role", "http://schemas.microsoft.com/ws/2008/06/identity/claims/role")
 _NAME_CLAIMS = (
     "name",
     "preferred_username",
@@ -29,6 +57,15 @@ _NAME_CLAIMS = (
     "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/upn",
     "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress",
 )
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A signed-in caller as the platform describes it."""
+
+    name: str | None
+    roles: frozenset[str]
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -38,33 +75,117 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def _name_from_principal(encoded: str) -> str | None:
+def _decode_principal(encoded: str) -> dict[str, Any] | None:
     try:
         data = json.loads(base64.b64decode(encoded + "=" * (-len(encoded) % 4)))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):
         return None
-    if not isinstance(data, dict):
-        return None
-    if isinstance(data.get("userDetails"), str) and data["userDetails"].strip():
-        return data["userDetails"].strip()
-    name_type = data.get("name_typ")
-    claims = [c for c in data.get("claims") or [] if isinstance(c, dict)]
-    for wanted in (name_type, *_NAME_CLAIMS):
-        for claim in claims:
-            if wanted and claim.get("typ") == wanted and str(claim.get("val") or "").strip():
-                return str(claim["val"]).strip()
-    return None
+    return data if isinstance(data, dict) else None
 
 
-def caller_name(headers: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str:
-    """The signed-in principal's name, or the local OS user; a 401 problem in Azure without sign-in."""
+def _principal(headers: Mapping[str, str]) -> Principal | None:
+    """The platform's principal, or ``None`` when the request carries none (anonymous)."""
+    encoded = _header(headers, PRINCIPAL_HEADER)
+    data = _decode_principal(encoded) if encoded is not None else None
     name = _header(headers, PRINCIPAL_NAME_HEADER)
-    if name is None and (encoded := _header(headers, PRINCIPAL_HEADER)) is not None:
-        name = _name_from_principal(encoded)
-    if name is not None:
-        return name
+    if data is None:
+        return None if name is None else Principal(name, frozenset())
+    claims = [c for c in data.get("claims") or [] if isinstance(c, dict)]
+    role_types = {data.get("role_typ"), *_ROLE_CLAIMS} - {None}
+    roles = frozenset(str(c.get("val")) for c in claims if c.get("typ") in role_types and c.get("val"))
+    if name is None and isinstance(data.get("userDetails"), str) and data["userDetails"].strip():
+        name = data["userDetails"].strip()
+    for wanted in (data.get("name_typ"), *_NAME_CLAIMS):
+        for claim in claims:
+            if name is None and wanted and claim.get("typ") == wanted and str(claim.get("val") or "").strip():
+                name = str(claim["val"]).strip()
+    return Principal(name, roles)
+
+
+def platform_auth_on(env: Mapping[str, str]) -> bool:
+    return (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true"
+
+
+def in_azure(env: Mapping[str, str]) -> bool:
+    return any(env.get(name) for name in AZURE_MARKER_SETTINGS)
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip().lower()
+    if host.startswith("["):  # [::1] or [::1]:port
+        host = host[1 : host.find("]")] if "]" in host else host[1:]
+    elif host.count(":") == 1:  # 127.0.0.1:port, localhost:port
+        host = host.split(":", 1)[0]
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _request_parts(request: Any) -> tuple[Mapping[str, str], str]:
+    if isinstance(request, Mapping):
+        return request, ""
+    return request.headers, getattr(request, "url", "") or ""
+
+
+def from_loopback(headers: Mapping[str, str], url: str = "") -> bool:
+    """Whether a local request came from this machine (see the module's docstring for how)."""
+    forwarded = _header(headers, FORWARDED_FOR_HEADER)
+    if forwarded is not None:
+        return all(_is_loopback(hop) for hop in forwarded.split(","))
+    host = _header(headers, "host") or urlsplit(url).netloc
+    return bool(host) and _is_loopback(host)
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "local-developer"
+
+
+def authorize(request: Any, *, action: bool, environ: Mapping[str, str] | None = None) -> str | None:
+    """The name to record for this request (``None`` for an anonymous read), or a 401/403 problem.
+
+    ``request`` is an ``azure.functions.HttpRequest`` (or just its headers); ``action`` says whether
+    it changes state."""
+    headers, url = _request_parts(request)
     env = os.environ if environ is None else environ
-    if env.get(AZURE_MARKER_SETTING):
+    if platform_auth_on(env):
+        principal = _principal(headers)
+        if principal is None:
+            raise ApiError(
+                401,
+                "this request needs a signed-in caller",
+                ["sign in through the Function App's App Service Authentication (Microsoft Entra ID)"],
+                code="unauthenticated",
+            )
+        needed = (OPERATE_ROLE,) if action else (READ_ROLE, OPERATE_ROLE)
+        if not principal.roles.intersection(needed):
+            raise ApiError(
+                403,
+                f"{'operator actions need' if action else 'reading workflows needs'} the app role "
+                f"{' or '.join(needed)}",
+                ["an administrator assigns app roles to users and groups on the app registration"],
+                code="forbidden",
+                extra={"requiredRoles": list(needed), "roles": sorted(principal.roles)},
+            )
+        return principal.name or "signed-in-user"
+    if any(_header(headers, name) is not None for name in _PRINCIPAL_HEADERS):
+        raise ApiError(
+            403,
+            "identity headers are not accepted here",
+            [
+                "X-MS-CLIENT-PRINCIPAL* headers are believed only when App Service Authentication is on "
+                "(WEBSITE_AUTH_ENABLED=true); a request that sends one without it is refused"
+            ],
+            code="untrusted-identity",
+        )
+    if in_azure(env):
+        if not action:
+            return None
         raise ApiError(
             401,
             "operator actions need a signed-in caller",
@@ -74,7 +195,18 @@ def caller_name(headers: Mapping[str, str], environ: Mapping[str, str] | None = 
             ],
             code="unauthenticated",
         )
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "local-developer"
+    if action and not from_loopback(headers, url):
+        raise ApiError(
+            403,
+            "local operator actions are accepted only from this machine",
+            ["without App Service Authentication the app cannot tell who a remote caller is"],
+            code="not-loopback",
+        )
+    return _os_user()
+
+
+def caller_name(request: Any, environ: Mapping[str, str] | None = None) -> str:
+    """The name recorded for a state-changing request: :func:`authorize` with ``action=True``."""
+    name = authorize(request, action=True, environ=environ)
+    assert name is not None  # an action is never anonymous
+    return name

@@ -15,12 +15,15 @@ from typing import Any
 
 import azure.functions as func
 
+from api import continuation
 from api.calls import (
     ACTIVE_STATUSES,
     ServicesSource,
     call_durable,
     call_ledger,
     check_instance_id,
+    check_step_id,
+    check_workflow_name,
     resolve_services,
 )
 from api.identity import caller_name
@@ -61,7 +64,16 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
                 [f"{name} must be an ISO 8601 time such as 2025-03-01T09:00:00Z, got {raw!r}"],
                 code="invalid-filter",
             ) from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        try:  # 0001-01-01T00:00:00+14:00 parses, but is before the first representable UTC instant
+            return parsed.astimezone(UTC)
+        except OverflowError:
+            raise ApiError(
+                400,
+                f"invalid {name}",
+                [f"{raw!r} is outside the representable calendar"],
+                code="invalid-filter",
+            ) from None
 
     attention = text("needsAttention")
     if attention is not None and attention.lower() not in ("true", "false"):
@@ -80,9 +92,10 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
             [f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw_limit!r}"],
             code="invalid-filter",
         )
+    workflow = text("workflow")
     return {
         "status": text("status"),
-        "workflow": text("workflow"),
+        "workflow": None if workflow is None else check_workflow_name(workflow, "the query string"),
         "version": text("version"),
         "business_key_prefix": text("businessKey"),
         "started_from": when("startedFrom"),
@@ -97,8 +110,10 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
 async def list_instances(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``GET /api/instances``: instance records, newest first, one page and the next page's token."""
     filters = _filters(req)
+    filters["continuation"] = continuation.verify(filters["continuation"], filters)
     svc = resolve_services(services)
-    records, token = await call_ledger(svc, lambda ledger: ledger.list_instances(**filters))
+    records, ledger_token = await call_ledger(svc, lambda ledger: ledger.list_instances(**filters))
+    token = continuation.sign(ledger_token, filters)
     base = route_base(req)
     body = {
         "instances": [
@@ -168,7 +183,20 @@ def _action(req: func.HttpRequest, kind: str, known: Any) -> str:
     return action
 
 
+class NothingToCompensate(operator.OperatorError):
+    """No step of the instance is Succeeded, Failed or TimedOut: a compensation has nothing to undo."""
+
+
+class AlreadyFinished(operator.OperatorError):
+    """The instance's status is not one a resume starts from (it finished, or is being undone)."""
+
+
 def _operator_problem(exc: operator.OperatorError) -> ApiError:
+    # 422 for what no retry can change; 409 only when the ledger moved under the request.
+    if isinstance(exc, NothingToCompensate):
+        return ApiError(422, str(exc), code="nothing-to-compensate")
+    if isinstance(exc, AlreadyFinished):
+        return ApiError(422, str(exc), code="already-finished")
     if isinstance(exc, operator.UnknownInstance):
         return ApiError(404, str(exc), code="instance-not-found")
     if isinstance(exc, operator.UnknownStep):
@@ -187,7 +215,7 @@ def _operator_problem(exc: operator.OperatorError) -> ApiError:
 async def step_action(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``POST /api/instances/{instance_id}/steps/{step_id}/{action}``: retry or skip one step."""
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
-    step_id = req.route_params.get("step_id", "")
+    step_id = check_step_id(req.route_params.get("step_id", ""), "the URL")
     action = _action(req, "step", STEP_ACTIONS)
     reason = _reason(req)
     user = caller_name(req.headers)
@@ -216,7 +244,7 @@ def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
     if done:
         return done[-1].step_id
     statuses = ", ".join(f"{s.step_id} {s.status.value}" for s in steps)
-    raise operator.OperatorError(
+    raise NothingToCompensate(
         f"nothing to compensate in {instance_id!r}: no step is Succeeded, Failed or TimedOut ({statuses})"
     )
 
@@ -238,6 +266,12 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
             step_id = _compensation_target(ledger, instance_id)
             updated = operator.request_compensation(ledger, instance_id, step_id, user=user, reason=reason)
             return {"step": step_view(updated)}
+        current = ledger.find_instance(instance_id)
+        if current is not None and current.status not in operator.RESUMABLE_INSTANCE_STATUSES:
+            allowed = ", ".join(s.value for s in operator.RESUMABLE_INSTANCE_STATUSES)
+            raise AlreadyFinished(
+                f"instance {instance_id!r} is {current.status.value}; only {allowed} instances can be resumed"
+            )
         record = operator.resume_instance(ledger, instance_id, actor=actor, reason=reason)
         return {"instance": instance_record_view(record)}
 
@@ -251,6 +285,8 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
 
 async def _terminate(client: Any, svc: Any, instance_id: str, actor: str, reason: str) -> func.HttpResponse:
     status = await call_durable(client.get_status(instance_id), "read the orchestration status")
+    if not status and await call_ledger(svc, lambda ledger: ledger.find_instance(instance_id)) is None:
+        raise ApiError(404, f"no workflow instance {instance_id!r}", code="instance-not-found")
     if not status or status.runtime_status not in ACTIVE_STATUSES:
         state = runtime_status_name(status) if status else "unknown to the Durable task hub"
         raise ApiError(

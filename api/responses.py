@@ -1,111 +1,42 @@
-"""JSON responses, readable errors and request parsing shared by the HTTP function bodies."""
+"""JSON responses, readable errors and request parsing shared by the HTTP function bodies.
+
+Request bodies hold only finite numbers and nest at most :data:`MAX_JSON_DEPTH` deep: ``1e400`` (which
+Python reads as infinity, and would serve back as the non-JSON ``Infinity``) and a 100,000-deep array
+(a ``RecursionError`` in any recursive reader) are 400 problems at the door.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import math
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import azure.functions as func
 
+from api.boundary import admit, secure
+from api.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TITLES, PROBLEM_TYPE_PREFIX, ApiError
+
+__all__ = [
+    "PROBLEM_CONTENT_TYPE",
+    "PROBLEM_TITLES",
+    "PROBLEM_TYPE_PREFIX",
+    "ApiError",
+    "iso",
+    "json_errors",
+    "json_object_body",
+    "json_response",
+    "route_base",
+]
+
 log = logging.getLogger(__name__)
 
 JSON_CONTENT_TYPE = "application/json"
 DEFAULT_ROUTE_PREFIX = "/api"
-
-
-PROBLEM_CONTENT_TYPE = "application/problem+json"
-PROBLEM_TYPE_PREFIX = "urn:sas:problem:"
-
-# code -> title: the stable, machine-readable part of an error (RFC 9457 ``type`` and ``title``).
-# ``detail`` and ``details`` carry the human sentences of each occurrence. Clients branch on ``code``.
-PROBLEM_TITLES: dict[str, str] = {
-    "invalid-request": "The request is invalid",
-    "invalid-json": "The request body is not valid JSON",
-    "invalid-body": "The request body has the wrong shape",
-    "invalid-input": "The workflow input does not match its schema",
-    "invalid-instance-id": "The instance id is malformed",
-    "invalid-filter": "A query parameter is invalid",
-    "reason-required": "A reason is required",
-    "unknown-workflow": "No such workflow",
-    "unknown-version": "No such stored workflow version",
-    "unknown-action": "No such action",
-    "instance-not-found": "No such workflow instance",
-    "step-not-found": "No such step",
-    "not-found": "No such resource",
-    "instance-exists": "The instance id is already in use",
-    "illegal-move": "The ledger does not allow this action in the current state",
-    "changed-meanwhile": "The ledger changed while the action was being applied",
-    "not-running": "The orchestration is not running",
-    "unauthenticated": "Sign-in required",
-    "workflows-invalid": "The workflow definitions do not load",
-    "internal-error": "Internal error",
-    "durable-unavailable": "The Durable Functions host call failed",
-    "settings-invalid": "The app settings are invalid",
-    "ledger-unavailable": "The step ledger is unavailable",
-    "unhealthy": "The app is not healthy",
-}
-_DEFAULT_CODES = {
-    400: "invalid-request",
-    401: "unauthenticated",
-    404: "instance-not-found",
-    409: "illegal-move",
-    500: "internal-error",
-    502: "durable-unavailable",
-    503: "ledger-unavailable",
-}
-
-
-class ApiError(Exception):
-    """Ends a request with an RFC 9457 problem (``application/problem+json``) and the given status.
-
-    The body keeps this API's human sentences, ``error`` (what went wrong) and ``details`` (how to fix
-    it), beside the problem members ``type``, ``title``, ``status``, ``detail`` and a stable ``code``.
-    """
-
-    def __init__(
-        self,
-        status_code: int,
-        message: str,
-        details: Iterable[str] = (),
-        *,
-        code: str | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
-        self.details = [str(d) for d in details]
-        self.code = code or _DEFAULT_CODES.get(status_code, "invalid-request")
-        if self.code not in PROBLEM_TITLES:
-            raise ValueError(f"unknown problem code {self.code!r}: add it to PROBLEM_TITLES")
-        self.extra = dict(extra or {})
-
-    def body(self) -> dict[str, Any]:
-        detail = self.message if not self.details else f"{self.message}: {'; '.join(self.details)}"
-        body: dict[str, Any] = {
-            "type": f"{PROBLEM_TYPE_PREFIX}{self.code}",
-            "title": PROBLEM_TITLES[self.code],
-            "status": self.status_code,
-            "detail": detail,
-            "code": self.code,
-            "error": self.message,
-            "details": self.details,
-        }
-        body.update(self.extra)
-        return body
-
-    def to_response(self) -> func.HttpResponse:
-        return func.HttpResponse(
-            json.dumps(self.body(), default=_default),
-            status_code=self.status_code,
-            mimetype=PROBLEM_CONTENT_TYPE,
-            headers={"Content-Type": PROBLEM_CONTENT_TYPE},
-        )
 
 
 def _default(value: Any) -> Any:
@@ -114,11 +45,29 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with non-finite floats as strings: an answer is always valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _dumps(body: Any) -> str:
+    try:
+        return json.dumps(body, default=_default, allow_nan=False)
+    except ValueError:  # a non-finite number stored before the door refused them
+        return json.dumps(_finite(body), default=_default, allow_nan=False)
+
+
 def json_response(
     body: Any, status_code: int = 200, headers: Mapping[str, str] | None = None
 ) -> func.HttpResponse:
     return func.HttpResponse(
-        json.dumps(body, default=_default),
+        _dumps(body),
         status_code=status_code,
         headers=dict(headers or {}),
         mimetype=JSON_CONTENT_TYPE,
@@ -138,25 +87,63 @@ Handler = Callable[..., Awaitable[func.HttpResponse]]
 
 
 def json_errors(handler: Handler) -> Handler:
-    """Turn :class:`ApiError` into its JSON response, and anything unexpected into a logged JSON 500."""
+    """Admit the request (:func:`api.boundary.admit`), turn :class:`ApiError` into its problem response
+    and anything unexpected into a logged 500; every answer gets the security headers."""
 
     @functools.wraps(handler)
     async def wrapper(*args: Any, **kwargs: Any) -> func.HttpResponse:
+        req = args[0] if args else kwargs.get("req")
         try:
-            return await handler(*args, **kwargs)
+            if req is not None:
+                admit(req)
+            response = await handler(*args, **kwargs)
         except ApiError as exc:
-            return exc.to_response()
+            response = exc.to_response()
         except Exception:
             log.exception("unhandled error in %s", handler.__name__)
-            return ApiError(
+            response = ApiError(
                 500, "internal error; see the function logs for details", code="internal-error"
             ).to_response()
+        return secure(response)
 
     return wrapper
 
 
+MAX_JSON_DEPTH = 64
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large: only finite numbers are accepted")
+    return value
+
+
+def _check_depth(data: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raise ValueError when ``data`` nests deeper than ``limit`` (iteratively: no recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    raise ValueError(f"JSON nests deeper than {limit} levels")
+                stack.append((child, depth + 1))
+
+
+def parse_json(text: str) -> Any:
+    """JSON with only finite numbers, nested at most :data:`MAX_JSON_DEPTH` deep, else ValueError."""
+    try:
+        data = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
+    _check_depth(data)
+    return data
 
 
 def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
@@ -171,7 +158,7 @@ def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
             400, "request body is not valid UTF-8 text", ["send a JSON object"], code="invalid-json"
         ) from None
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = parse_json(text)
     except json.JSONDecodeError as exc:
         raise ApiError(
             400,

@@ -237,6 +237,7 @@ async def _record_instance(
             409,
             f"workflow instance {instance_id!r} already exists",
             [f"{exc}; instance ids are single-use: choose another instance_id, or omit it for a fresh one"],
+            code="instance-exists",
             extra={"instanceId": instance_id},
         ) from None
     if steps is None:

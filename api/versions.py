@@ -13,7 +13,7 @@ from typing import Any
 
 import azure.functions as func
 
-from api.calls import ServicesSource, call_ledger, resolve_services
+from api.calls import ServicesSource, call_ledger, check_workflow_name, resolve_services
 from api.responses import ApiError, json_errors, json_response
 from workflow_core.runtime import Services
 from workflow_core.workflows import (
@@ -65,6 +65,7 @@ async def definition_to_start(
     404 ``unknown-workflow`` for a name nobody knows; 404 ``unknown-version`` (listing the stored
     versions) for a ``?version=`` that names no stored version.
     """
+    check_workflow_name(name, "the URL")
     current, unknown = current_definition(name)
     reference = req.params.get(VERSION_PARAM)
     if reference is None or not reference.strip():
@@ -109,7 +110,7 @@ async def store_definition(services: Services, pinned: PinnedDefinition) -> None
 @json_errors
 async def list_versions(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``GET /api/workflows/{name}/versions``: stored versions, the current one, instance counts."""
-    name = req.route_params.get("name", "")
+    name = check_workflow_name(req.route_params.get("name", ""), "the URL")
     svc = resolve_services(services)
     try:
         summaries = await call_ledger(svc, lambda ledger: workflow_versions(name, ledger, svc.definitions))

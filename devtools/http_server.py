@@ -76,6 +76,14 @@ def http_routes(functions: list[Any]) -> list[Route]:
     return sorted(routes, key=lambda r: (-literal(r), r.template))
 
 
+def forwarded_headers(request: BaseHTTPRequestHandler) -> dict[str, str]:
+    """The request's headers as a front end hands them on: ``X-Forwarded-For`` is the socket peer,
+    whatever the client sent (the app judges "local caller" by it: ``api.identity``)."""
+    headers = {k: v for k, v in request.headers.items() if k.lower() != "x-forwarded-for"}
+    headers["X-Forwarded-For"] = str(request.client_address[0])
+    return headers
+
+
 class AppHttpServer:
     """Serves ``routes`` on ``127.0.0.1:port`` (0: a free port), calling each body through ``host``."""
 
@@ -124,7 +132,7 @@ class AppHttpServer:
             req = func.HttpRequest(
                 request.command,
                 f"{self.url}{request.path}",
-                headers=dict(request.headers.items()),
+                headers=forwarded_headers(request),
                 params=dict(parse_qsl(parts.query, keep_blank_values=True)),
                 route_params=params,
                 body=body,

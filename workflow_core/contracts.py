@@ -118,7 +118,7 @@ def _key_text(kind: str, value: str, pattern: re.Pattern[str], limit: int, hint:
         raise ValueError(f"{kind} must not be empty")
     if len(value) > limit:
         raise ValueError(f"{kind} is {len(value)} characters long; at most {limit} are allowed")
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         raise ValueError(f"{kind} {value[:80]!r} must be {hint}")
     return value
 

@@ -24,6 +24,14 @@ from workflow_core.settings import load_settings
 
 
 @pytest.fixture
+def platform_auth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app as deployed with App Service Authentication on: the Azure marker and the platform's
+    ``WEBSITE_AUTH_ENABLED`` set, so principal headers are believed (the platform sets them)."""
+    monkeypatch.setenv("WEBSITE_INSTANCE_ID", "test-instance")
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")
+
+
+@pytest.fixture
 def run() -> Iterator[Callable[[Coroutine[Any, Any, Any]], Any]]:
     """Run coroutines on an event loop of this test's own.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -34,11 +35,30 @@ def http_request(
     return func.HttpRequest(
         method,
         url,
-        headers={"Content-Type": "application/json", **(headers or {})},
+        headers={
+            "Content-Type": "application/json",
+            "Host": "localhost:7071",
+            "X-SAS-Client": "tests",
+            **(headers or {}),
+        },
         params=dict(params or {}),
         route_params=dict(route_params or {}),
         body=raw,
     )
+
+
+def principal_headers(name: str, roles: tuple[str, ...] = ("Workflows.Operate",)) -> dict[str, str]:
+    """The headers App Service Authentication sets for a signed-in caller with these app roles."""
+    principal = {
+        "auth_typ": "aad",
+        "name_typ": "name",
+        "role_typ": "roles",
+        "claims": [{"typ": "name", "val": name}, *({"typ": "roles", "val": r} for r in roles)],
+    }
+    return {
+        "X-MS-CLIENT-PRINCIPAL-NAME": name,
+        "X-MS-CLIENT-PRINCIPAL": base64.b64encode(json.dumps(principal).encode()).decode(),
+    }
 
 
 def json_of(response: func.HttpResponse) -> Any:

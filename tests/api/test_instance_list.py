@@ -80,7 +80,7 @@ def test_filters_combine(run, client, services, populated):
         ({"startedFrom": "yesterday"}, "invalid-filter"),
         ({"needsAttention": "maybe"}, "invalid-filter"),
         ({"status": "Runing"}, "invalid-request"),
-        ({"continuation": "garbage!"}, "invalid-request"),
+        ({"continuation": "garbage!"}, "invalid-continuation"),
     ],
 )
 def test_bad_filters_are_problems(run, client, services, params, code):

@@ -95,13 +95,13 @@ def _explain_bad_key(kind: str, value: object, pattern: re.Pattern[str], limit: 
 
 
 def validate_instance_id(value: object) -> str:
-    if not isinstance(value, str) or not _INSTANCE_ID.match(value):
+    if not isinstance(value, str) or not _INSTANCE_ID.fullmatch(value):
         raise InvalidLedgerInput(_explain_bad_key("instance id", value, _INSTANCE_ID, 200))
     return value
 
 
 def validate_step_id(value: object) -> str:
-    if not isinstance(value, str) or not _STEP_ID.match(value):
+    if not isinstance(value, str) or not _STEP_ID.fullmatch(value):
         raise InvalidLedgerInput(_explain_bad_key("step id", value, _STEP_ID, 100))
     return value
 

@@ -32,7 +32,7 @@ class _Frozen(BaseModel):
 
 
 def _check_agent(value: str) -> str:
-    if not AGENT_NAME.match(value):
+    if not AGENT_NAME.fullmatch(value):
         raise ValueError(
             f"agent {value!r} must be lowercase dotted words such as 'storage.create' "
             f"(pattern {AGENT_NAME.pattern})"
@@ -45,7 +45,7 @@ ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 
 def _check_error_names(names: tuple[str, ...]) -> tuple[str, ...]:
     for name in names:
-        if not ERROR_NAME.match(name):
+        if not ERROR_NAME.fullmatch(name):
             raise ValueError(
                 f"non_retryable_errors: {name!r} is not an exception class name such as CardDeclined"
             )
@@ -114,7 +114,7 @@ class InputSchema(_Frozen):
     @classmethod
     def _names(cls, value: dict[str, InputProperty]) -> dict[str, InputProperty]:
         for name in value:
-            if not FIELD_NAME.match(name):
+            if not FIELD_NAME.fullmatch(name):
                 raise ValueError(f"property name {name!r} must match {FIELD_NAME.pattern}")
         return value
 
@@ -272,7 +272,7 @@ class WorkflowDefinition(_Frozen):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not WORKFLOW_NAME.match(value):
+        if not WORKFLOW_NAME.fullmatch(value):
             raise ValueError(
                 f"workflow name {value!r} must be lowercase words joined by '-' (e.g. provision-tenant)"
             )
