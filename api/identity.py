@@ -173,6 +173,16 @@ def authorize(request: Any, *, action: bool, environ: Mapping[str, str] | None =
                 extra={"requiredRoles": list(needed), "roles": sorted(principal.roles)},
             )
         return principal.name or "signed-in-user"
+    if action and in_azure(env):
+        raise ApiError(
+            401,
+            "operator actions need a signed-in caller",
+            [
+                "enable App Service Authentication on the Function App, so that each action is "
+                "recorded with the operator's identity"
+            ],
+            code="unauthenticated",
+        )
     if any(_header(headers, name) is not None for name in _PRINCIPAL_HEADERS):
         raise ApiError(
             403,
@@ -184,17 +194,7 @@ def authorize(request: Any, *, action: bool, environ: Mapping[str, str] | None =
             code="untrusted-identity",
         )
     if in_azure(env):
-        if not action:
-            return None
-        raise ApiError(
-            401,
-            "operator actions need a signed-in caller",
-            [
-                "enable App Service Authentication on the Function App, so that each action is "
-                "recorded with the operator's identity"
-            ],
-            code="unauthenticated",
-        )
+        return None  # a read: the function key guards it
     if action and not from_loopback(headers, url):
         raise ApiError(
             403,

@@ -92,7 +92,7 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
             [f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw_limit!r}"],
             code="invalid-filter",
         )
-    workflow = text("workflow")
+    workflow = params.get("workflow") if text("workflow") is not None else None  # unstripped: checked
     return {
         "status": text("status"),
         "workflow": None if workflow is None else check_workflow_name(workflow, "the query string"),

@@ -506,7 +506,7 @@ class PatternHarness(HarnessObservation, HarnessFaults):
         request = func.HttpRequest(
             "POST",
             f"{self.host.base_url}/api/workflows/{workflow}/instances",
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", "X-SAS-Client": "harness"},
             params=params,
             route_params={"name": workflow},
             body=json.dumps(dict(workflow_input)).encode(),

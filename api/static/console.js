@@ -40,7 +40,9 @@ class ApiProblem extends Error {
 }
 
 async function api(path, options = {}) {
-  const headers = { Accept: "application/json", ...(options.body ? { "Content-Type": "application/json" } : {}) };
+  // X-SAS-Client: the API refuses a state-changing request without it (a cross-site form cannot send it).
+  const headers = { Accept: "application/json" };
+  if (options.body) Object.assign(headers, { "Content-Type": "application/json", "X-SAS-Client": "console" });
   if (KEY) headers["x-functions-key"] = KEY;
   let response;
   try {

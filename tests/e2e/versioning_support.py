@@ -162,7 +162,7 @@ def start(
     request = func.HttpRequest(
         "POST",
         f"{h.host.base_url}/api/workflows/{WORKFLOW}/instances",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "X-SAS-Client": "tests"},
         params=params,
         route_params={"name": WORKFLOW},
         body=json.dumps({"tenant_id": tenant, "fail_at": fail_at}).encode(),
