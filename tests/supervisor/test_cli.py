@@ -213,3 +213,19 @@ def test_operator_functions_need_a_user_and_a_reason(ledger):
         operator.skip_step(ledger, "wf-op", "create_storage", user="", reason="r")
     stalled = operator.list_stalled(ledger, now=NOW)
     assert [r.instance_id for r in stalled.overdue] == ["wf-op"] and stalled.attention == []
+
+
+@pytest.mark.parametrize("command", ["timeline", "show", "retry", "skip", "compensate", "resume"])
+def test_an_id_with_a_trailing_newline_reaches_no_instance(cli, ledger, command):
+    # The id rule is a full match: "victim\n" is not "victim" (observation 3 of the operator issue).
+    make_step(ledger, "victim", S.FAILED)
+    args = {"retry": ["create_storage"], "skip": ["create_storage"]}.get(command, [])
+    extra = ["--reason", "x", "--yes"] if command not in ("timeline", "show") else []
+
+    for bad in (["victim\n", *args], ["victim", "create_storage\n"] if args else None):
+        if bad is None:
+            continue
+        code, out, err = cli(command, *bad, *extra)
+        assert code == 2, (command, bad, out, err)
+    assert ledger.get("victim", "create_storage").status is S.FAILED
+    assert not [a for a in ledger.audit_trail("victim") if a.actor.startswith("operator:")]
