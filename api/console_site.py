@@ -12,7 +12,7 @@ from pathlib import Path
 import azure.functions as func
 
 from api.boundary import CONSOLE_CSP, secure
-from api.responses import ApiError, json_errors
+from api.responses import ApiError, public_json_errors
 
 STATIC = Path(__file__).resolve().parent / "static"
 TYPES = {
@@ -37,7 +37,7 @@ def _file_for(path: str) -> Path:
     return candidate
 
 
-@json_errors
+@public_json_errors
 async def console_file(
     req: func.HttpRequest, client: object = None, services: object = None
 ) -> func.HttpResponse:

@@ -89,12 +89,21 @@ Handler = Callable[..., Awaitable[func.HttpResponse]]
 def json_errors(handler: Handler) -> Handler:
     """Admit the request (:func:`api.boundary.admit`), turn :class:`ApiError` into its problem response
     and anything unexpected into a logged 500; every answer gets the security headers."""
+    return _errors(handler, admitted=True)
 
+
+def public_json_errors(handler: Handler) -> Handler:
+    """:func:`json_errors` for a route that serves no data (the console's files): no identity check,
+    the same problems and security headers."""
+    return _errors(handler, admitted=False)
+
+
+def _errors(handler: Handler, *, admitted: bool) -> Handler:
     @functools.wraps(handler)
     async def wrapper(*args: Any, **kwargs: Any) -> func.HttpResponse:
         req = args[0] if args else kwargs.get("req")
         try:
-            if req is not None:
+            if admitted and req is not None:
                 admit(req)
             response = await handler(*args, **kwargs)
         except ApiError as exc:
