@@ -6,10 +6,9 @@ The API therefore hands out ``<payload>.<mac>``: the payload carries the ledger'
 of the filter, the MAC is an HMAC-SHA256 over it. A token that does not verify, or whose filter
 digest differs from the request's filter, is a 400 ``invalid-continuation``.
 
-The key is the app setting ``CONTINUATION_TOKEN_KEY`` when set (use the same value on every instance
-of the app, e.g. a Key Vault reference); otherwise it is derived from the storage connection string
-(a secret every instance shares); with neither (identity-based storage and no key) each process
-draws a random key, so a token then pages only on the instance that issued it.
+The key is the app setting ``CONTINUATION_TOKEN_KEY`` when set; otherwise a random key the ledger
+makes once and keeps in its index table (``StepLedger.list_token_key``), so every instance and
+process of the app signs and verifies with the same key, with no secret to configure.
 """
 
 from __future__ import annotations
@@ -19,32 +18,20 @@ import hashlib
 import hmac
 import json
 import os
-import secrets
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from api.problems import ApiError
 
 KEY_SETTING = "CONTINUATION_TOKEN_KEY"
-_DERIVED_FROM = ("AzureWebJobsStorage", "LedgerStorage")
 _CONTEXT = b"sas-continuation-v1"
 MAX_TOKEN_CHARS = 2_000
 
 
-@lru_cache(maxsize=8)
-def _key(configured: str | None, connection: str | None) -> bytes:
-    if configured:
-        return hashlib.sha256(_CONTEXT + configured.encode()).digest()
-    if connection:
-        return hmac.new(connection.encode(), _CONTEXT, hashlib.sha256).digest()
-    return secrets.token_bytes(32)
-
-
-def signing_key(env: Mapping[str, str] | None = None) -> bytes:
-    env = os.environ if env is None else env
-    connection = next((env[name] for name in _DERIVED_FROM if env.get(name)), None)
-    return _key(env.get(KEY_SETTING) or None, connection)
+def configured_key(env: Mapping[str, str] | None = None) -> bytes | None:
+    """The key from ``CONTINUATION_TOKEN_KEY``, or ``None`` (then the ledger's stored key is used)."""
+    value = (os.environ if env is None else env).get(KEY_SETTING)
+    return hashlib.sha256(_CONTEXT + value.encode()).digest() if value else None
 
 
 def _b64(data: bytes) -> str:
@@ -67,12 +54,12 @@ def _mac(payload: str, key: bytes) -> str:
     return _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
 
 
-def sign(ledger_token: str | None, filters: Mapping[str, Any], key: bytes | None = None) -> str | None:
+def sign(ledger_token: str | None, filters: Mapping[str, Any], key: bytes) -> str | None:
     """The token handed to the caller for the ledger's ``ledger_token`` under ``filters``."""
     if ledger_token is None:
         return None
     payload = _b64(json.dumps({"t": ledger_token, "f": filter_digest(filters)}).encode())
-    return f"{payload}.{_mac(payload, key or signing_key())}"
+    return f"{payload}.{_mac(payload, key)}"
 
 
 def _invalid(why: str) -> ApiError:
@@ -84,12 +71,12 @@ def _invalid(why: str) -> ApiError:
     )
 
 
-def verify(token: str | None, filters: Mapping[str, Any], key: bytes | None = None) -> str | None:
+def verify(token: str | None, filters: Mapping[str, Any], key: bytes) -> str | None:
     """The ledger's token inside ``token``, or a 400 problem when it was not issued for ``filters``."""
     if token is None:
         return None
     payload, dot, mac = token.partition(".")
-    expected = _mac(payload, key or signing_key())
+    expected = _mac(payload, key)
     if len(token) > MAX_TOKEN_CHARS or not dot or not hmac.compare_digest(mac.encode(), expected.encode()):
         raise _invalid("the token is not one this API issued (or it was altered)")
     try:

@@ -110,10 +110,11 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
 async def list_instances(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``GET /api/instances``: instance records, newest first, one page and the next page's token."""
     filters = _filters(req)
-    filters["continuation"] = continuation.verify(filters["continuation"], filters)
     svc = resolve_services(services)
+    key = continuation.configured_key() or await call_ledger(svc, lambda ledger: ledger.list_token_key())
+    filters["continuation"] = continuation.verify(filters["continuation"], filters, key)
     records, ledger_token = await call_ledger(svc, lambda ledger: ledger.list_instances(**filters))
-    token = continuation.sign(ledger_token, filters)
+    token = continuation.sign(ledger_token, filters, key)
     base = route_base(req)
     body = {
         "instances": [

@@ -144,10 +144,10 @@ def test_a_token_signed_with_another_key_is_refused():
     from api import continuation
     from api.responses import ApiError
 
-    token = continuation.sign("ledger-token", {"workflow": None}, key=b"k" * 32)
-    assert continuation.verify(token, {"workflow": None}, key=b"k" * 32) == "ledger-token"
+    token = continuation.sign("ledger-token", {"workflow": None}, b"k" * 32)
+    assert continuation.verify(token, {"workflow": None}, b"k" * 32) == "ledger-token"
     with pytest.raises(ApiError):
-        continuation.verify(token, {"workflow": None}, key=b"j" * 32)
+        continuation.verify(token, {"workflow": None}, b"j" * 32)
 
 
 # ---- observation 8: the right status for each refusal ----------------------------------------------
@@ -204,3 +204,29 @@ def test_an_id_whose_record_exists_is_instance_exists(run, stub, client, service
     )
     response = run(start_workflow(start(GOOD, {"instance_id": "rec-only-1"}), client, services))
     assert (response.status_code, json_of(response)["code"]) == (409, "instance-exists")
+
+
+def test_every_process_signs_with_the_one_key_the_ledger_keeps(
+    run, client, services, app_env, three_instances
+):
+    from workflow_core.runtime import Services
+    from workflow_core.settings import load_settings
+
+    first = json_of(_page(run, client, services, {"limit": "1"}))
+    other_process = Services(load_settings(app_env))  # another worker: its own clients, nothing cached
+    try:
+        assert other_process.ledger.list_token_key() == services.ledger.list_token_key()
+        following = _page(run, client, other_process, {"limit": "1", "continuation": first["continuation"]})
+    finally:
+        other_process.close()
+    assert following.status_code == 200
+    assert json_of(following)["instances"][0]["instanceId"] != first["instances"][0]["instanceId"]
+
+
+def test_a_configured_key_signs_instead(run, client, services, three_instances, monkeypatch):
+    first = json_of(_page(run, client, services, {"limit": "1"}))
+    monkeypatch.setenv("CONTINUATION_TOKEN_KEY", "a shared secret")
+
+    response = _page(run, client, services, {"limit": "1", "continuation": first["continuation"]})
+
+    assert (response.status_code, json_of(response)["code"]) == (400, "invalid-continuation")

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 from datetime import UTC, datetime
 from typing import Any
 
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from workflow_core.ledger.errors import InvalidLedgerInput
@@ -29,6 +31,10 @@ from workflow_core.ledger.instance import InstanceRecord, InstanceStatus, parse_
 from workflow_core.ledger.model import require_aware
 
 LIST_PARTITION = "list"
+# Keys the app keeps for itself: '~' sorts after every deadline bucket and named partition, so no
+# index scan meets it.
+KEY_PARTITION = "~keys"
+LIST_TOKEN_KEY_ROW = "list-token"
 MAX_LIST_LIMIT = 1000
 _MAX_TICKS = 10**19  # beyond any datetime's microseconds since 0001-01-01
 
@@ -117,6 +123,32 @@ class InstanceListMixin:
             select=["InstanceId", "Version", "ListStatus"],
         )
         return [dict(row) for row in rows]
+
+    def list_token_key(self) -> bytes:
+        """A random 256-bit key, made once per ledger and kept in the index table, for signing the
+        list's continuation tokens (``api.continuation``): every instance and process of the app
+        reads the same one. Cached on this object after the first read."""
+        cached = getattr(self, "_list_token_key", None)
+        if cached is not None:
+            return cached
+        for _ in range(2):
+            try:
+                row = self._index.get_entity(KEY_PARTITION, LIST_TOKEN_KEY_ROW)
+                key = base64.b64decode(row["Key"])
+                break
+            except ResourceNotFoundError:
+                fresh = {"PartitionKey": KEY_PARTITION, "RowKey": LIST_TOKEN_KEY_ROW}
+                fresh["Key"] = base64.b64encode(secrets.token_bytes(32)).decode()
+                try:
+                    self._index.create_entity(fresh)
+                except ResourceExistsError:
+                    continue  # another process made it first: read theirs
+                key = base64.b64decode(fresh["Key"])
+                break
+        else:
+            raise RuntimeError("the list token key row keeps disappearing")  # pragma: no cover
+        self._list_token_key = key
+        return key
 
     def write_listing_row(self, record: InstanceRecord) -> None:
         self._index.upsert_entity(listing_entity(record), mode=UpdateMode.REPLACE)
