@@ -228,7 +228,7 @@ class ResultBasis(_Model):
     ``basis-refused`` without writing anything; the scheduler then waits for the ledger's word on the
     step again."""
 
-    step_id: str
+    step_id: StepId  # names a basis row's RowKey: checked like every key before a transaction
     attempt: int = Field(ge=1)
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     output_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -242,7 +242,7 @@ class ExpectedRows(_Model):
     versions (``workflow_core.ledger.known_rows``), and reads them instead when either changed since.
     """
 
-    step_etag: str = Field(min_length=1)
+    step_etag: str = Field(min_length=1)  # its shape is checked where it becomes an If-Match (known_rows)
     step_name: str
     agent: AgentName
     sequence: int = Field(ge=0)

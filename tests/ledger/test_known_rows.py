@@ -125,3 +125,26 @@ def test_a_known_instance_leaving_supervision_clears_its_deadline_and_keeps_its_
     raw = ledger.table_client().get_entity("known-4", "~instance")
     assert raw["SchedulerDeadline"] == CLEARED and raw["IndexKey"] == CLEARED
     assert not [r for r in ledger.index_rows() if r["_key"] == record.index_key]  # its row went
+
+
+@pytest.mark.parametrize(
+    "forged",
+    ["0", "*", "", "W/\"datetime'x'\"", "W/\"datetime'2026-12-04T03%3A04%3A08.6767849Z'\"\n", None, 7],
+)
+def test_a_carried_etag_not_shaped_like_the_services_is_a_refused_copy(ledger, forged):
+    """A copy's ETag comes from a message or a history: one the service did not hand out ("0" made a
+    dispatch's batch fail with 400; "*" would make the If-Match write unconditional) is refused where
+    the copy becomes a row, before any request, like every other malformed copy."""
+    record, _ = new_instance(ledger, "known-e")
+    snapshot = {**instance_snapshot(record), "etag": forged}
+    with pytest.raises((InvalidLedgerInput, ValueError)):
+        known_instance(snapshot)
+    with pytest.raises(ValueError):
+        KnownStepRecord.model_validate({**ledger.get("known-e", "a").model_dump(), "etag": forged})
+
+
+def test_every_etag_the_ledger_hands_out_is_one_a_copy_may_carry(ledger):
+    record, _ = new_instance(ledger, "known-f")
+    assert known_instance(instance_snapshot(record)).etag == record.etag
+    step = ledger.get("known-f", "a")
+    assert KnownStepRecord.model_validate(step.model_dump()).etag == step.etag

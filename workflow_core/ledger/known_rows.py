@@ -26,7 +26,10 @@ may be stale: only the conditional write proves it is not).
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.instance import InstanceRecord
@@ -38,12 +41,34 @@ SNAPSHOT_OMITS = frozenset({"input_ref", "outcome", "last_error", "attention_rea
 CLEARED = ""  # how a merge clears a property (read back as absent)
 
 
+# The only ETag shape the Table service (and Azurite) hands out: a weak tag over the row's
+# timestamp. A carried ETag comes from a message or an orchestration's history, so it is checked
+# here, where a copy becomes a row to write against: a forged one ("0", "*", any text) is a refused
+# copy like any other, never an If-Match the service answers with a batch-wide 400 (or, for "*",
+# an unconditional write).
+_TABLE_ETAG = re.compile(r"W/\"datetime'\d{4}-\d{2}-\d{2}T\d{2}%3A\d{2}%3A\d{2}(?:\.\d{1,7})?Z'\"", re.ASCII)
+
+
+def carried_etag(value: Any) -> str:
+    """``value`` if it is shaped like a Table service ETag; ValueError otherwise."""
+    if not isinstance(value, str) or not _TABLE_ETAG.fullmatch(value):
+        raise ValueError(f"not a Table service ETag: {str(value)[:80]!r}")
+    return value
+
+
+TableETag = Annotated[str, AfterValidator(carried_etag)]
+
+
 class KnownStepRecord(StepRecord):
     """A step row as a writer knows it from an earlier write's ETag (not read): written by merge."""
+
+    etag: TableETag
 
 
 class KnownInstanceRecord(InstanceRecord):
     """An instance record as a snapshot carried it (not read): written by merge, large fields left out."""
+
+    etag: TableETag
 
 
 def instance_snapshot(record: InstanceRecord) -> dict[str, Any]:
