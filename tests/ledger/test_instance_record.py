@@ -14,6 +14,7 @@ from workflow_core.ledger.instance_list import LIST_PARTITION
 
 IS = InstanceStatus
 NOW = datetime.now(UTC).replace(microsecond=0)
+pytestmark = pytest.mark.usefixtures("clock_at_module_now")
 _ids = count(1)
 
 # How each status is reached from Running (the status a new record has), along allowed moves.

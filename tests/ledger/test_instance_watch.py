@@ -16,6 +16,8 @@ from workflow_core.ledger.watch import WATCHED_BY_INSTANCE
 
 S = StepStatus
 NOW = datetime.now(UTC).replace(microsecond=0)
+
+pytestmark = pytest.mark.usefixtures("clock_at_module_now")
 _ids = count(1)
 
 
@@ -105,7 +107,7 @@ def test_a_row_that_falls_due_early_moves_forward_to_the_earliest_watched_deadli
     ledger.transition(ledger.get(a.instance_id, "a"), S.RUNNING, actor="worker")
     b = dispatch(ledger, handle, b, NOW + timedelta(minutes=8))
     # the row (due 60 s after the start) falls due with nothing overdue: it moves to a's deadline
-    due = ledger.overdue_work(datetime.now(UTC) + timedelta(seconds=61))
+    due = ledger.overdue_work(NOW + timedelta(seconds=61))
     assert due.instances == [] and due.steps == []
     assert row_time(ledger, a.instance_id) == NOW + timedelta(minutes=5)
     assert [s.step_id for s in ledger.overdue_work(NOW + timedelta(minutes=5)).steps] == ["a"]
