@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import signal
 import socket
 import sys
 import threading
@@ -30,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from devtools.demo_preflight import DEFAULT_INPUTS, DemoError, check_definitions
 from devtools.logs import quiet_logging
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +83,6 @@ class ConsoleDemo:
     def seed(self) -> dict[str, str]:
         """Run the fault scenarios on the virtual clock (seconds of real time); returns name -> instance."""
         from activities.handlers import faults
-        from devtools.demo import DEFAULT_INPUTS
 
         h = self.harness
         tag = uuid.uuid4().hex[:6]
@@ -161,6 +162,10 @@ def _azurite_on_default_ports(out: TextIO) -> Any:
     return azurite.start(), True
 
 
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(prog="./scripts/demo --serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -170,6 +175,11 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     )
     args = parser.parse_args(argv)
     quiet_logging()
+    try:
+        check_definitions()
+    except DemoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if _port_open(args.port):
         print(f"error: port {args.port} is busy; pass --port with a free one", file=sys.stderr)
         return 2
@@ -178,6 +188,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         shutil.copy(ROOT / "local.settings.json.example", settings)
         out.write("  created local.settings.json from the example (the operator CLI reads it)\n")
     azurite, owned = _azurite_on_default_ports(out)
+    # SIGTERM (a service manager, `kill`, a closed terminal's job control) stops the demo like Ctrl-C:
+    # through the finally below, so the Azurite it started does not outlive it.
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         with ConsoleDemo(azurite, port=args.port, speed=args.speed) as demo:
             out.write("  running the demo workflows (faults injected; virtual clock)...\n")
@@ -193,11 +206,10 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                 "  Ctrl-C stops it.\n"
             )
             out.flush()
-            try:
-                while True:
-                    time.sleep(1)
-            except KeyboardInterrupt:
-                out.write("\n  stopped\n")
+            while True:
+                time.sleep(1)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, while seeding or serving
+        out.write("\n  stopped\n")
     finally:
         if owned:
             azurite.close()

@@ -33,19 +33,8 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
+from devtools.demo_preflight import DEFAULT_INPUTS, DemoError, check_definitions
 from devtools.logs import quiet_logging
-
-DEFAULT_INPUTS: dict[str, dict[str, Any]] = {
-    "provision-tenant": {"tenant_id": "contoso", "admin_email": "admin@contoso.example"},
-    "onboard-tenant": {"tenant_id": "fabrikam", "admin_email": "admin@fabrikam.example"},
-    "order-fulfilment": {
-        "order_id": "o-1001",
-        "customer_id": "c-42",
-        "items": [{"sku": "book-1", "quantity": 2}],
-        "amount": 59.9,
-        "shipping_address": {"city": "Utrecht", "street": "Oudegracht 1"},
-    },
-}
 
 
 def _offset(delta: timedelta) -> str:
@@ -217,22 +206,14 @@ def _settled(h: Any, iid: str) -> bool:
     return record is not None and not record.supervised
 
 
-class DemoError(Exception):
-    """What stops the demo before it starts: one ``error:`` line saying what and how to fix it."""
-
-
 def _preflight(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The workflow definition and input, checked the way the app checks them at start-up."""
-    from activities.handlers.base import MissingAgentHandlers, check_agents_registered
-    from workflow_core.workflows import UnknownWorkflow, WorkflowDefinitionError, get_workflow, load_workflows
+    from workflow_core.workflows import UnknownWorkflow, get_workflow
 
+    check_definitions()
     try:
-        check_agents_registered(load_workflows())
         definition = get_workflow(args.workflow)
-    except WorkflowDefinitionError as exc:
-        where = "workflows/" if str(exc).split(":", 1)[0].endswith((".yaml", ".yml")) else ""
-        raise DemoError(f"{where}{exc} (fix the file, or move it out of workflows/)") from None
-    except (UnknownWorkflow, MissingAgentHandlers) as exc:
+    except UnknownWorkflow as exc:
         raise DemoError(str(exc)) from None
     target = args.stall or args.fail or args.terminate or args.kill_scheduler
     if target is not None and target not in definition.step_ids:

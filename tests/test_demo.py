@@ -75,7 +75,10 @@ def test_a_bad_input_is_one_error_line(capsys, argv, expected):
     assert code == 2 and err.startswith(f"error: {expected}") and err.count("\n") == 1, err
 
 
-def test_a_broken_workflow_file_is_one_error_line(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("argv", [["order-fulfilment"], ["--serve", "--port", "1"]], ids=["demo", "serve"])
+def test_a_broken_workflow_file_is_one_error_line(capsys, tmp_path, monkeypatch, argv):
+    """The plain demo and ``--serve`` alike: one line naming the file, before anything is started
+    (``--serve`` once printed a 44-line traceback)."""
     from workflow_core.workflows import loader
 
     for path in loader.DEFAULT_DIRECTORY.glob("*.yaml"):
@@ -86,7 +89,7 @@ def test_a_broken_workflow_file_is_one_error_line(capsys, tmp_path, monkeypatch)
     monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
     loader.clear_workflow_cache()
     try:
-        code, _ = run_demo("order-fulfilment")
+        code, _ = run_demo(*argv)
     finally:
         loader.clear_workflow_cache()
     err = capsys.readouterr().err
@@ -109,3 +112,49 @@ def test_an_agent_without_a_handler_is_one_error_line(capsys, tmp_path, monkeypa
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "no handler: email.send_postcard (used by" in err and "@agent(name)" in err
+
+
+def test_sigterm_stops_the_console_demo_and_the_azurite_it_started():
+    """``./scripts/demo --serve`` under a service manager or ``kill``: SIGTERM stops it like Ctrl-C,
+    and the Azurite it started on the default ports goes with it (it once kept running)."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    def listening(port: int) -> bool:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    assert not listening(10002), "an Azurite already listens on 10002: the demo would use it, not start one"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devtools.demo", "--serve", "--port", str(port)],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not any("console :" in line for line in lines):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        assert any("console :" in line for line in lines), "".join(lines)
+        assert listening(10002)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "stopped" in rest and "Traceback" not in rest, rest
+    assert not listening(10002)
