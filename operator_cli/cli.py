@@ -114,7 +114,8 @@ def cli(
     """Inspect and steer workflow instances in the step ledger.
 
     Mutating commands record intent in the ledger; the supervisor's watchdog enacts it on its next
-    tick. Exit codes: 0 done, 1 declined, 2 bad request, 3 storage error.
+    tick. Exit codes: 0 done, 1 declined, 2 bad request, 3 storage error, 4 a recorded history no
+    longer replays (replay-check).
     """
     # Located on first use, so that `sas <command> --help` works without any settings.
     ctx.ensure_object(Session).options = {

@@ -25,7 +25,7 @@ def versions_command(workflow: str, output: str) -> None:
 
     from operator_cli import render
     from operator_cli.cli import CliError, _session
-    from workflow_core.workflows import UnknownWorkflow
+    from workflow_core.workflows import UnknownWorkflow, WorkflowDefinitionError
     from workflow_core.workflows.inventory import workflow_versions
     from workflow_core.workflows.store import DefinitionStore
 
@@ -35,6 +35,8 @@ def versions_command(workflow: str, output: str) -> None:
         summaries = workflow_versions(workflow, s.ledger, store)
     except UnknownWorkflow as exc:
         raise CliError(str(exc)) from None
+    except WorkflowDefinitionError as exc:
+        raise CliError(f"a definition in workflows/ is broken, so no version can be told: {exc}") from None
     if output == "json":
         render.print_json(s.out, {"workflow": workflow, "versions": [v.as_dict() for v in summaries]})
         return

@@ -83,3 +83,44 @@ def test_unknown_option_is_a_usage_error(monkeypatch, tmp_path):
 def test_sas_is_the_installed_console_script():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["sas"] == "operator_cli.cli:run"
+
+
+def test_versions_with_a_broken_definition_names_the_file(env, ledger, monkeypatch, tmp_path):
+    """``sas versions`` once answered "known workflows: none" when one YAML in workflows/ was broken,
+    leaving the operator to guess why."""
+    from workflow_core.workflows import loader
+
+    for path in loader.DEFAULT_DIRECTORY.glob("*.yaml"):
+        text = path.read_text()
+        if path.name == "provision-tenant.yaml":
+            text = text.replace("    agent: storage.create", "    agnet: storage.create")
+        (tmp_path / path.name).write_text(text)
+    monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
+    loader.clear_workflow_cache()
+    try:
+        code, out, err = run_cli(
+            "--connection-string",
+            env["AzureWebJobsStorage"],
+            "--ledger-table",
+            env["LEDGER_TABLE_NAME"],
+            "--index-table",
+            env["DEADLINE_INDEX_TABLE_NAME"],
+            "versions",
+            "provision-tenant",
+        )
+    finally:
+        loader.clear_workflow_cache()
+    assert code == EXIT_USAGE and out == "" and "Traceback" not in err, err
+    assert "provision-tenant.yaml: steps[0].agnet: unknown key" in err and "known workflows: none" not in err
+
+
+def test_help_lists_every_exit_code_a_command_uses():
+    """``replay-check`` exits 4; ``sas --help`` once listed 0-3 only."""
+    from operator_cli.version_commands import EXIT_NONDETERMINISTIC
+
+    code, out, _ = run_cli("--help")
+    text = " ".join(out.split())
+    assert code == 0
+    for n in (0, 1, EXIT_USAGE, EXIT_STORAGE, EXIT_NONDETERMINISTIC):
+        assert f"{n} " in text.split("Exit codes:", 1)[1], n
+    assert f"{EXIT_NONDETERMINISTIC} a recorded history no longer replays" in text

@@ -55,12 +55,15 @@ def workflow_versions(workflow: str, ledger: Any, store: DefinitionStore) -> lis
         summaries[stored.version] = VersionSummary(
             stored.version, stored.label, stored.stored_at, stored=True
         )
+    broken: WorkflowDefinitionError | None = None
     try:
         current = pin(get_workflow(workflow))
         entry = summaries.setdefault(current.version, VersionSummary(current.version, current.label))
         entry.current = True
-    except (UnknownWorkflow, WorkflowDefinitionError):
+    except UnknownWorkflow:
         current = None
+    except WorkflowDefinitionError as exc:  # a broken file: no current version can be told
+        current, broken = None, exc
     statuses: dict[str, Counter[str]] = {}
     for row in ledger.listing_rows(workflow=workflow):
         version, status = row.get("Version") or UNVERSIONED, row.get("ListStatus") or "?"
@@ -76,9 +79,7 @@ def workflow_versions(workflow: str, ledger: Any, store: DefinitionStore) -> lis
         entry.instances = sum(counts.values())
         entry.in_flight = sum(n for s, n in counts.items() if s not in _TERMINAL)
     if not summaries and current is None:
-        try:
-            known = list(load_workflows())
-        except WorkflowDefinitionError:
-            known = []
-        raise UnknownWorkflow(workflow, known)
+        if broken is not None:
+            raise broken  # "known workflows: none" would hide which file is broken
+        raise UnknownWorkflow(workflow, list(load_workflows()))
     return list(summaries.values())
