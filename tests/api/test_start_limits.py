@@ -31,7 +31,7 @@ def test_an_oversized_input_is_refused_with_the_limit_and_nothing_is_written(
     problem = json_of(response)
     text = json.dumps(problem)
     assert f"{MAX_TEXT:,}" in text  # the limit is named, in the words a caller reads
-    assert problem["limit"] == MAX_TEXT
+    assert problem["limit"] == MAX_TEXT and problem["code"] == "input-too-large"
     assert problem["size"] > MAX_TEXT
     # nothing was written, nothing was started
     assert ledger.find_instance("too-big-1") is None
