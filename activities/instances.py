@@ -193,7 +193,7 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
             completed_at=now(),
             needs_attention=attention or via.needs_attention,
             attention_reason=reason,
-            owner="operator" if attention else ACTOR,
+            owner=ACTOR,  # the writer: no operator has acted (needs_attention says one should)
         )
         return {"instance_id": args.instance_id, "status": updated.status.value, "changed": True}
 

@@ -230,7 +230,7 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
             reason=f"compensation failed: {args.error}",
             last_error=args.error,
             compensation_status=COMP_GAVE_UP,
-            owner="operator",
+            owner=ACTOR,  # the writer; "needs an operator" is the status and the attention flag
             **with_promise(handle, now(), grace, r.orchestration_id),
         )
         log.warning("step %s/%s needs an operator: %s", r.instance_id, r.step_id, args.error)

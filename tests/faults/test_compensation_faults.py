@@ -94,3 +94,8 @@ def test_compensator_failing_for_good_is_surfaced_to_operators(harness, metrics)
     # ...and the remote DNS record still exists: nothing pretends it was undone.
     assert [row["State"] for row in h.remote_effects(iid, "register_dns")] == ["applied"]
     assert compensation_attempts(h, iid, "register_dns") == [1, 2, 3]
+    # No operator has acted yet: nothing names one as the owner of the step or the instance (the
+    # status and the attention flag say that one is needed).
+    assert not h.steps(iid)["register_dns"].owner.startswith("operator")
+    assert not (h.ledger.get_instance(iid).owner or "").startswith("operator")
+    assert h.ledger.get_instance(iid).needs_attention
