@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 import azure.functions as func
@@ -21,9 +21,10 @@ from azure.durable_functions import DurableOrchestrationClient
 from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
 
 from .history import parse_time
+from .state import TERMINAL_STATUSES, OrchestrationAlreadyExistsError
 
-if TYPE_CHECKING:
-    from .host import DurableTestHost
+# ``host`` below is the DurableTestHost this client belongs to (host.py builds it); typed Any so that
+# this module does not import host.py, which imports it.
 
 RPC_PATH = "/durabletask/"
 WEBHOOK_PATH = "/runtime/webhooks/durabletask"
@@ -59,7 +60,7 @@ def client_binding(*, origin: str, task_hub: str, query: str, rpc_base_url: str)
     }
 
 
-def binding_context(host: DurableTestHost) -> dict:
+def binding_context(host: Any) -> dict:
     """The client binding data of the in-process host (its HTTP API is answered without sockets)."""
     return client_binding(
         origin=host.base_url,
@@ -77,7 +78,7 @@ class DurableTestClient(DurableOrchestrationClient):
         response = host.call(http_start, req, client=host.client)
     """
 
-    def __init__(self, host: DurableTestHost) -> None:
+    def __init__(self, host: Any) -> None:
         super().__init__(json.dumps(binding_context(host)))
         self._host = host
         self._api = ExtensionHttpApi(host)
@@ -135,7 +136,7 @@ def _is_terminal(status: Any) -> bool:
 class ExtensionHttpApi:
     """The extension's management HTTP API, answered in process: ``[status_code, json_body]``."""
 
-    def __init__(self, host: DurableTestHost) -> None:
+    def __init__(self, host: Any) -> None:
         self._host = host
 
     # The SDK's transport signatures (models/utils/http_utils.py).
@@ -156,7 +157,6 @@ class ExtensionHttpApi:
         return self.handle("DELETE", url, None)
 
     def handle(self, method: str, url: str, body: Any) -> list[Any]:
-        from .host import TERMINAL_STATUSES, OrchestrationAlreadyExistsError
 
         host = self._host
         parsed = urlparse(url)
@@ -271,7 +271,6 @@ class ExtensionHttpApi:
         ]
 
     def _purge_by(self, query: dict) -> list[Any]:
-        from .host import TERMINAL_STATUSES
 
         if "createdTimeFrom" not in query:
             return [400, "Please provide value for 'createdTimeFrom' parameter."]
