@@ -18,8 +18,19 @@ The orchestrator's name and input default to the ExecutionStarted event's.
 
 For each episode of the history (OrchestratorStarted to OrchestratorCompleted) the check replays the
 history up to the events that episode received, against the current code, and compares the actions
-the code returns with the actions the history says were taken by then (kind and name, in order). A
-recorded run that finished must finish in its last episode too.
+the code returns with the actions the history says were taken by then, in order, on what the Durable
+extension itself holds against a replay (its out-of-process shim matches each new action to the
+recorded event by position, kind and name) and a little more, cheap to check here:
+
+* an activity: its name and its input (as JSON values, so formatting does not matter);
+* a sub-orchestration: its name, its instance id and its input;
+* a timer: when it fires (the scheduler derives fire times from the replayed clock);
+* the end of a generation: a recorded ``ContinueAsNew`` must be a ``continue_as_new`` with the same
+  input, and code that continues as new where the recorded run did not is a divergence too.
+
+A recorded run that finished must finish in its last episode too. What it cannot see: an action
+whose result the code no longer uses the same way (same call, different use of its result), and
+any behaviour outside the orchestrator's actions (activities' own code, the ledger).
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from azure.functions._durable_functions import OrchestrationContext
 
 from devtools.durable_host.episodes import schema_fields
 from devtools.durable_host.failures import parse_failure
-from devtools.durable_host.history import ActionType, HistoryEventType, flatten_actions
+from devtools.durable_host.history import ActionType, HistoryEventType, flatten_actions, parse_time
 
 H = HistoryEventType
 
@@ -52,7 +63,8 @@ _ACTIONS = {
     ActionType.CREATE_TIMER: "timer",
 }
 # Not part of what the orchestrator code sees while it runs.
-_OUTSIDE = {H.ORCHESTRATOR_COMPLETED, H.EXECUTION_COMPLETED, H.EXECUTION_TERMINATED}
+_OUTSIDE = {H.ORCHESTRATOR_COMPLETED, H.EXECUTION_COMPLETED, H.EXECUTION_TERMINATED, H.CONTINUE_AS_NEW}
+CONTINUED = "continue-as-new"
 
 
 class ReplayFileError(ValueError):
@@ -67,10 +79,12 @@ class Recording:
     input: str | None = None
     parent_instance_id: str | None = None
     source: str = ""
+    generation: int | None = None  # of a run that continued as new
 
     @property
     def label(self) -> str:
-        return f"{self.source}: {self.orchestrator} {self.instance_id}".lstrip(": ")
+        generation = f" (generation {self.generation})" if self.generation else ""
+        return f"{self.source}: {self.orchestrator} {self.instance_id}{generation}".lstrip(": ")
 
 
 @dataclass
@@ -110,6 +124,7 @@ def recording_from(data: Mapping[str, Any], source: str = "") -> Recording:
         input=raw_input if raw_input is None or isinstance(raw_input, str) else json.dumps(raw_input),
         parent_instance_id=data.get("parentInstanceId", parent),
         source=source,
+        generation=data.get("generation"),
     )
 
 
@@ -145,25 +160,65 @@ def _episodes(history: list[dict]) -> list[tuple[int, int]]:
     return [(s, starts[n + 1] if n + 1 < len(starts) else len(history)) for n, s in enumerate(starts)]
 
 
-def _decision(event: dict) -> tuple[str, str | None]:
+Signature = tuple[str, str | None, Any]  # kind, name, what else must match (input, fire time...)
+
+
+def _json(text: Any) -> Any:
+    """An input as a JSON value (histories and actions carry it serialised, formatted differently)."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _decision(event: dict) -> Signature:
     kind = _DECISIONS[event["EventType"]]
-    return kind, None if kind == "timer" else event.get("Name")
+    if kind == "timer":
+        return kind, None, parse_time(event["FireAt"])
+    if kind == "sub-orchestration":
+        return kind, event.get("Name"), (event.get("InstanceId"), _json(event.get("Input")))
+    return kind, event.get("Name"), _json(event.get("Input"))
 
 
-def _action(action: dict) -> tuple[str, str | None]:
+def _action(action: dict) -> Signature:
+    if action["actionType"] == ActionType.CONTINUE_AS_NEW:
+        return CONTINUED, None, _json(action.get("input"))
     kind = _ACTIONS[action["actionType"]]
-    return kind, None if kind == "timer" else action.get("functionName")
+    if kind == "timer":
+        return kind, None, parse_time(action["fireAt"])
+    if kind == "sub-orchestration":
+        return kind, action.get("functionName"), (action.get("instanceId"), _json(action.get("input")))
+    return kind, action.get("functionName"), _json(action.get("input"))
 
 
-def _describe(signature: tuple[str, str | None]) -> str:
-    kind, name = signature
-    return f"{kind} {name!r}" if name else kind
+def _continued(history: list[dict]) -> Signature | None:
+    """The recorded end of a generation that continued as new, as the action that ended it."""
+    for event in history:
+        if event["EventType"] == H.CONTINUE_AS_NEW or (
+            event["EventType"] == H.EXECUTION_COMPLETED
+            and event.get("OrchestrationStatus") == "ContinuedAsNew"
+        ):
+            return CONTINUED, None, _json(event.get("Result"))
+    return None
+
+
+def _describe(signature: Signature) -> str:
+    kind, name, detail = signature
+    head = f"{kind} {name!r}" if name else kind
+    text = detail.isoformat() if hasattr(detail, "isoformat") else json.dumps(detail, default=str)
+    return f"{head} [{text[:300]}{'...' if len(text) > 300 else ''}]"
 
 
 def check_recording(
-    recording: Recording, orchestrators: Mapping[str, Callable[[Any], str]] | None = None
+    recording: Recording,
+    orchestrators: Mapping[str, Callable[[Any], str]] | None = None,
+    *,
+    details: bool = True,
 ) -> ReplayResult:
-    """Replay one recording episode by episode against ``orchestrators`` (default: the app's)."""
+    """Replay one recording episode by episode against ``orchestrators`` (default: the app's).
+    ``details=False``: kind and name only, the extension's own rule (histories of older shapes)."""
     table = orchestrators if orchestrators is not None else app_orchestrators()
     result = ReplayResult(recording)
     handler = table.get(recording.orchestrator)
@@ -186,6 +241,8 @@ def check_recording(
             if e["EventType"] not in _DECISIONS and e["EventType"] not in _OUTSIDE
         ]
         expected = [_decision(e) for e in history[:end] if e["EventType"] in _DECISIONS]
+        if number == len(episodes) and (ended := _continued(history)) is not None:
+            expected.append(ended)
         context = {
             "history": seen + received,
             "instanceId": recording.instance_id,
@@ -200,10 +257,12 @@ def check_recording(
         except Exception as exc:
             state, error, _ = parse_failure(exc)
         produced = [
-            _action(a) for a in flatten_actions(state.get("actions") or []) if a.get("actionType") in _ACTIONS
+            _action(a)
+            for a in flatten_actions(state.get("actions") or [])
+            if a.get("actionType") in _ACTIONS or a.get("actionType") == ActionType.CONTINUE_AS_NEW
         ]
         result.episodes = number
-        problem = _compare(number, expected, produced)
+        problem = _compare(number, expected, produced, details=details)
         if problem is None and number == len(episodes) and finished and not (state.get("isDone") or error):
             problem = (
                 f"episode {number}: the recorded run finished here, but the current code waits for more "
@@ -218,14 +277,34 @@ def check_recording(
     return result
 
 
+def _first_difference(recorded: Any, current: Any, path: str = "") -> str:
+    """Where two JSON values first differ, as ``path: recorded -> current``."""
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        for key in sorted(recorded.keys() | current.keys()):
+            if recorded.get(key, ...) != current.get(key, ...):
+                return _first_difference(recorded.get(key), current.get(key), f"{path}.{key}")
+    if (
+        isinstance(recorded, list | tuple)
+        and isinstance(current, list | tuple)
+        and len(recorded) == len(current)
+    ):
+        for i, (a, b) in enumerate(zip(recorded, current, strict=True)):
+            if a != b:
+                return _first_difference(a, b, f"{path}[{i}]")
+    show = lambda v: (v.isoformat() if hasattr(v, "isoformat") else json.dumps(v, default=str))[:200]  # noqa: E731
+    return f"{path or 'value'}: {show(recorded)} -> {show(current)}"
+
+
 def _compare(
-    episode: int, expected: list[tuple[str, str | None]], produced: list[tuple[str, str | None]]
+    episode: int, expected: list[Signature], produced: list[Signature], *, details: bool = True
 ) -> str | None:
     for index, (want, got) in enumerate(zip(expected, produced, strict=False)):
-        if want != got:
+        if want[:2] != got[:2] or (details and want != got):
+            where = "" if want[:2] != got[:2] else f" ({_first_difference(want[2], got[2])})"
             return (
-                f"episode {episode}: action #{index} was {_describe(want)} in the recorded run but is "
-                f"{_describe(got)} in the current code"
+                f"episode {episode}: action #{index} differs{where}\n"
+                f"    recorded: {_describe(want)}\n"
+                f"    current:  {_describe(got)}"
             )
     if len(produced) < len(expected):
         return (
@@ -241,7 +320,7 @@ def _compare(
 
 
 def check_file(
-    path: str | Path, orchestrators: Mapping[str, Callable[[Any], str]] | None = None
+    path: str | Path, orchestrators: Mapping[str, Callable[[Any], str]] | None = None, *, details: bool = True
 ) -> list[ReplayResult]:
     table = orchestrators if orchestrators is not None else app_orchestrators()
-    return [check_recording(r, table) for r in load_recordings(path)]
+    return [check_recording(r, table, details=details) for r in load_recordings(path)]

@@ -87,9 +87,13 @@ def record_scenario(name: str, azurite: Any = None) -> dict[str, Any]:
             ids = SCENARIOS[name](h)
             recordings = []
             for iid in ids:
-                history = h.host.history(iid)
-                started = next(e for e in history if e["EventType"] == 0)
-                recordings.append({"orchestrator": started["Name"], "instanceId": iid, "history": history})
+                generations = h.host.histories(iid)  # every generation of a continue-as-new run
+                for number, history in enumerate(generations, 1):
+                    started = next(e for e in history if e["EventType"] == 0)
+                    recording = {"orchestrator": started["Name"], "instanceId": iid, "history": history}
+                    if len(generations) > 1:
+                        recording["generation"] = number
+                    recordings.append(recording)
     finally:
         faults.clear()
     return {"scenario": name, "recordings": recordings}

@@ -235,6 +235,13 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         with self._lock:
             return copy.deepcopy(self._require(instance_id).history)
 
+    def histories(self, instance_id: str) -> list[list[dict]]:
+        """A copy of every generation's history, oldest first (one for a run that never continued
+        as new); each earlier one ends with its ContinueAsNew event."""
+        with self._lock:
+            inst = self._require(instance_id)
+            return copy.deepcopy([*inst.past_histories, inst.history])
+
     def instance_ids(self) -> list[str]:
         with self._lock:
             return list(self._instances)

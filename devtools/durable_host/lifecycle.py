@@ -174,6 +174,12 @@ class _Lifecycle:
         """
         now = self.clock.now()
         carried = [*carried, *(m for m in inst.inbox if m.event["EventType"] == H.EVENT_RAISED)]
+        # The generation ends as the framework ends it (DurableTask.Core's ContinueAsNewEvent: an
+        # ExecutionCompleted of status ContinuedAsNew whose Result is the next input); its history
+        # is kept, so every generation of a run can be recorded and replayed (``histories``).
+        ended = make_event(H.CONTINUE_AS_NEW, now, OrchestrationStatus="ContinuedAsNew", Result=input_json)
+        inst.history.append(_played(ended))
+        inst.past_histories.append(inst.history)
         inst.execution = _Execution(uuid.uuid4().hex, input_json)
         inst.history = []
         inst.generations += 1

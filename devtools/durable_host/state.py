@@ -115,6 +115,8 @@ class _Instance:
     custom_status: Any = None
     failure_details: str | None = None
     generations: int = 1
+    #: The histories of the generations that continued as new, oldest first.
+    past_histories: list[list[dict]] = field(default_factory=list)
     #: Volatile: the actions the last replay returned (dropped on crash).
     last_actions: list | None = None
 

@@ -34,7 +34,7 @@ BEFORE_STARTER_STEPS = sorted((CORPUS / "before-starter-steps").glob("*.json"))
 # Histories recorded before sequential successes were raised unread (every result event then carried
 # the ledger's verdict and token, and no dispatch carried a basis). Instances started then must replay.
 BEFORE_PROVISIONAL = sorted((CORPUS / "before-provisional-results").glob("*.json"))
-DECISIONS = {4: "activity", 7: "sub-orchestration", 10: "timer"}
+DECISIONS = {4: "activity", 7: "sub-orchestration", 10: "timer", 16: "continue-as-new"}
 
 
 def _actions(history: list[dict]) -> list[tuple[str, str | None]]:
@@ -51,6 +51,10 @@ def test_the_corpus_covers_every_orchestrator_compensation_groups_and_continue_a
     }
     inputs = [json.loads(r.input) for r in recordings if r.orchestrator == WORKFLOW_ORCHESTRATOR]
     assert any((i.get("state") or {}).get("generation", 0) > 0 for i in inputs)  # a continued generation
+    # ...and every generation before it, each ending as the framework ends it (ContinueAsNew)
+    chain = [r for r in recordings if r.instance_id == "corpus-chain"]
+    assert [r.generation for r in chain] == list(range(1, len(chain) + 1)) and len(chain) >= 2
+    assert all(r.history[-1]["EventType"] == 16 for r in chain[:-1])
     assert all(i["version"].startswith(i["workflow"] + "@") and i["definition"] for i in inputs)  # pinned
 
 
@@ -67,7 +71,7 @@ def test_the_committed_corpus_replays_on_the_current_orchestrators(path):
 def test_histories_recorded_before_result_tokens_still_replay(path):
     """An orchestration in flight across the upgrade: its dispatch outputs carry no token, so every
     result event it gets is verified by the ledger read it recorded (verify_result), as before."""
-    results = check_file(path)
+    results = check_file(path, details=False)  # kind and name: the extension's rule
     recorded = [a for r in results for a in _actions(r.recording.history)]
     assert ("activity", "verify_result") in recorded  # the old way, or this proves nothing
     for result in results:
@@ -78,7 +82,7 @@ def test_histories_recorded_before_result_tokens_still_replay(path):
 def test_histories_recorded_before_the_starter_created_the_steps_still_replay(path):
     """An orchestration started (input without ``state``) before the upgrade creates its steps first;
     today's orchestrator takes the same actions on replay. Today's corpus never creates them."""
-    results = check_file(path)
+    results = check_file(path, details=False)  # kind and name: the extension's rule
     for result in results:
         assert result.ok, (result.recording.label, result.problems)
 
@@ -116,10 +120,9 @@ def test_an_activity_call_inserted_before_another_fails_the_check(monkeypatch):
     assert {r.recording.orchestrator for r in broken} == {WORKFLOW_ORCHESTRATOR}
     assert all(r.ok for r in results if r.recording.orchestrator != WORKFLOW_ORCHESTRATOR)
     succeed = next(r for r in broken if r.recording.instance_id == "corpus-succeed")
-    assert succeed.problems == [
-        "episode 1: action #0 was activity 'dispatch_step' in the recorded run but is activity "
-        "'reserve_quota' in the current code"
-    ]
+    [problem] = succeed.problems
+    assert problem.startswith("episode 1: action #0 differs\n    recorded: activity 'dispatch_step' [")
+    assert '\n    current:  activity \'reserve_quota\' [{"step_id": "create_storage"}]' in problem
 
 
 def test_a_dropped_action_and_a_run_that_no_longer_finishes_fail_the_check(monkeypatch):
@@ -155,7 +158,7 @@ def test_a_deterministic_change_still_replays(monkeypatch):
 def test_sas_replay_check_exit_codes(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     assert sas(["replay-check", *map(str, FILES)], stdout=out, stderr=err) == 0, err.getvalue()
-    assert "7 of 7 recording(s) replay on the current code" in out.getvalue()
+    assert "9 of 9 recording(s) replay on the current code" in out.getvalue()
 
     tampered = json.loads((CORPUS / "succeed.json").read_text())
     history = tampered["recordings"][0]["history"]
@@ -214,7 +217,7 @@ def _raised(paths: list[Path]) -> list[dict]:
 def test_histories_recorded_before_provisional_results_still_replay(path):
     """An orchestration in flight across the upgrade got only confirmed events (verdict and token):
     today's orchestrator takes the same actions on replay (no basis, no extra ledger question)."""
-    for result in check_file(path):
+    for result in check_file(path, details=False):  # kind and name: the extension's rule
         assert result.ok, (result.recording.label, result.problems)
 
 

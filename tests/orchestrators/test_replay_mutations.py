@@ -1,0 +1,129 @@
+"""Non-deterministic changes the replay check must catch (`sas replay-check` exits 4), each naming
+the history and the episode where the code diverges from the recorded run.
+
+Each is a change that breaks instances in flight: the extension matches each new action to the
+recorded one by position, kind and name, and results come back by that position, so a reordered
+group hands one member's recorded result to another. Most are applied in memory (monkeypatch:
+fast); one is applied to a copy of the code on disk and checked by ``python -m operator_cli
+replay-check`` run from that copy, the way an operator checks new code before deploying it.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import azure.durable_functions as df
+
+from devtools.replay_check import check_file
+from operator_cli.cli import main as sas
+from operator_cli.version_commands import EXIT_NONDETERMINISTIC
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "replay_corpus"
+FILES = sorted(CORPUS.glob("*.json"))
+
+
+def broken() -> list[str]:
+    """``label: first problem`` of each recording that no longer replays."""
+    return [f"{r.recording.label}: {r.problems[0]}" for path in FILES for r in check_file(path) if not r.ok]
+
+
+def sas_replay_check(capsys) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = sas(["replay-check", *map(str, FILES)], stdout=out, stderr=err)
+    return code, out.getvalue() + err.getvalue() + capsys.readouterr().out
+
+
+def test_the_corpus_replays_unchanged(capsys):
+    """The control: without a change, nothing is flagged (or the tests below prove nothing)."""
+    assert broken() == []
+    assert sas_replay_check(capsys)[0] == 0
+
+
+def test_a_parallel_group_started_in_reverse_order_is_caught(monkeypatch, capsys):
+    from orchestrators import workflow
+
+    original = workflow._run_group
+
+    def reversed_group(context, definition, stage, *args, **kwargs):
+        return original(context, definition, tuple(reversed(stage)), *args, **kwargs)
+
+    monkeypatch.setattr(workflow, "_run_group", reversed_group)
+    problems = broken()
+    assert any("parallel-group.json" in p and ": episode " in p and "action #" in p for p in problems), (
+        problems
+    )
+    assert any("sub-orchestration 'step_orchestrator'" in p for p in problems), problems
+    code, out = sas_replay_check(capsys)
+    assert code == EXIT_NONDETERMINISTIC and "parallel-group.json" in out and "episode" in out, out
+
+
+def test_history_checkpoint_every_ignored_is_caught(monkeypatch, capsys):
+    """Never continue as new: a generation that ended with ContinueAsNew now runs on."""
+    from orchestrators import workflow
+
+    monkeypatch.setattr(workflow, "should_checkpoint", lambda *args, **kwargs: False)
+    problems = broken()
+    first = [p for p in problems if "continue-as-new.json" in p and "(generation 1)" in p]
+    assert first and "episode" in first[0] and "continue-as-new" in first[0], problems
+    code, out = sas_replay_check(capsys)
+    assert code == EXIT_NONDETERMINISTIC and "generation 1" in out, out
+
+
+def test_a_different_activity_input_is_caught(monkeypatch):
+    """Same activity, another input: the recorded result belongs to another call."""
+    from orchestrators import attempts
+
+    original = attempts.call_activity
+
+    def with_a_note(context, activity, payload, *args, **kwargs):
+        if activity == "dispatch_step" and isinstance(payload, dict):
+            payload = {**payload, "note": "added by a code change"}
+        return original(context, activity, payload, *args, **kwargs)
+
+    monkeypatch.setattr(attempts, "call_activity", with_a_note)
+    succeed = [p for p in broken() if p.startswith("succeed.json")]
+    assert succeed and "episode 1: action #0 differs (.note: " in succeed[0], succeed
+
+
+def test_a_timer_that_fires_at_another_time_is_caught(monkeypatch):
+    """A deadline computed one second later: the recorded timer is another timer."""
+    real = df.DurableOrchestrationContext.create_timer
+    monkeypatch.setattr(
+        df.DurableOrchestrationContext,
+        "create_timer",
+        lambda self, fire_at: real(self, fire_at + timedelta(seconds=1)),
+    )
+    succeed = [p for p in broken() if p.startswith("succeed.json")]
+    assert succeed and "episode 2: action #1 differs" in succeed[0] and "recorded: timer" in succeed[0]
+
+
+def test_an_activity_added_on_disk_fails_sas_replay_check_with_exit_4(tmp_path):
+    """The operator's way: a copy of the code where the scheduler calls one more activity before the
+    settle, and ``python -m operator_cli replay-check`` run from that copy."""
+    copy = tmp_path / "app"
+    for folder in ("workflow_core", "activities", "orchestrators", "supervisor", "api", "operator_cli"):
+        shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("devtools", "workflows"):
+        shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / "orchestrators" / "workflow.py"
+    settle = "settled = yield call_activity(context, ACTIVITY_SETTLE_INSTANCE, settle)"
+    text = target.read_text()
+    assert text.count(settle) == 1
+    target.write_text(
+        text.replace(settle, 'yield call_activity(context, "audit_settle", {})\n        ' + settle)
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "operator_cli", "replay-check", *map(str, FILES)],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == EXIT_NONDETERMINISTIC, done.stdout + done.stderr
+    assert "succeed.json" in done.stdout and "episode" in done.stdout and "audit_settle" in done.stdout
