@@ -29,8 +29,13 @@ __all__ = [
 
 
 def format_time(when: datetime) -> str:
-    """The timestamp format the SDK writes and parses (microseconds, ``Z``)."""
-    return when.astimezone(UTC).strftime(DATETIME_STRING_FORMAT)
+    """A timestamp as the extension writes history times: Json.NET's round-trip form, UTC, with the
+    fraction's trailing zeros trimmed and none at all on a whole second (``...:05Z``,
+    ``...:05.25Z``; .NET has 7 digits, Python's clock 6)."""
+    text = when.astimezone(UTC).strftime(DATETIME_STRING_FORMAT)  # ...:05.250000Z
+    whole, fraction = text[:-1].split(".")
+    fraction = fraction.rstrip("0")
+    return f"{whole}.{fraction}Z" if fraction else f"{whole}Z"
 
 
 def parse_time(text: str) -> datetime:

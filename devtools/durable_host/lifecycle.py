@@ -77,6 +77,8 @@ class _Lifecycle:
             },
             ParentInstance=parent_json,
             Tags=None,
+            ParentTraceContext=None,  # DurableTask.Core's distributed-trace context; the app carries its own
+            Generation=inst.generations,
         )
 
     def _dispatch(self, inst: _Instance, task: _Task) -> None:

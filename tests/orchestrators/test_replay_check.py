@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -230,3 +231,38 @@ def test_the_fresh_corpus_takes_sequential_successes_unread_and_the_old_one_did_
     assert all(
         "ledger_token" in e for e in old if e.get("outcome") == "succeeded" and e.get("kind") == "work"
     )
+
+
+def test_the_corpus_is_in_the_shape_the_docs_give_for_the_extensions_histories():
+    """Field sets and time format as docs/durable-test-host.md says the extension writes them."""
+    doc = (ROOT / "docs" / "durable-test-host.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 3 and cells[1].replace(" / ", "").isdigit():
+            for number in cells[1].split(" / "):
+                rows[int(number)] = re.findall(r"`([A-Z][A-Za-z]+)`", cells[2])
+    assert rows[0] == [
+        "Name",
+        "Input",
+        "Version",
+        "OrchestrationInstance",
+        "ParentInstance",
+        "Tags",
+        "ParentTraceContext",
+        "Generation",
+    ]
+    time = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{0,6}[1-9])?Z")  # trailing zeros trimmed
+    seen = set()
+    for path in FILES:
+        for recording in load_recordings(path):
+            for event in recording.history:
+                kind = event["EventType"]
+                seen.add(kind)
+                assert {"EventType", "EventId", "IsPlayed", "Timestamp"} <= event.keys()
+                assert time.fullmatch(event["Timestamp"]), event["Timestamp"]
+                if "FireAt" in event:
+                    assert time.fullmatch(event["FireAt"]), event["FireAt"]
+                if kind == 0:
+                    assert set(rows[0]) <= event.keys()
+    assert {0, 1, 4, 5, 7, 8, 10, 11, 12, 13, 15, 16} <= seen  # the kinds the runs produce
