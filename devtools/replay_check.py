@@ -193,6 +193,36 @@ def _action(action: dict) -> Signature:
     return kind, action.get("functionName"), _json(action.get("input"))
 
 
+def retry_events(history: list[dict]) -> set[int]:
+    """Indexes of the events the extension writes for a call with a retry policy, on top of the one
+    action the orchestrator returned for it: after a failure, a retry timer (in the failure's
+    episode); when it fires, the call scheduled again (in the timer's episode). DurableTask.Core's
+    RetryInterceptor; docs/durable-test-host.md, "Retries"."""
+    names = {e["EventId"]: e.get("Name") for e in history if e["EventType"] == H.TASK_SCHEDULED}
+    names |= {
+        e["EventId"]: e.get("Name") for e in history if e["EventType"] == H.SUB_ORCHESTRATION_INSTANCE_CREATED
+    }
+    marked: set[int] = set()
+    failed: list[str | None] = []  # failures in this episode awaiting their retry timer
+    timers: dict[int, str | None] = {}  # retry timer id -> the call it retries
+    again: list[str | None] = []  # fired retry timers in this episode awaiting their call
+    for index, event in enumerate(history):
+        kind = event["EventType"]
+        if kind == H.ORCHESTRATOR_STARTED:
+            failed, again = [], []
+        elif kind in (H.TASK_FAILED, H.SUB_ORCHESTRATION_INSTANCE_FAILED):
+            failed.append(names.get(event.get("TaskScheduledId")))
+        elif kind == H.TIMER_CREATED and failed:
+            timers[event["EventId"]] = failed.pop(0)
+            marked.add(index)
+        elif kind == H.TIMER_FIRED and event.get("TimerId") in timers:
+            again.append(timers.pop(event["TimerId"]))
+        elif kind in (H.TASK_SCHEDULED, H.SUB_ORCHESTRATION_INSTANCE_CREATED) and event.get("Name") in again:
+            again.remove(event.get("Name"))
+            marked.add(index)
+    return marked
+
+
 def _continued(history: list[dict]) -> Signature | None:
     """The recorded end of a generation that continued as new, as the action that ended it."""
     for event in history:
@@ -233,6 +263,7 @@ def check_recording(
     if not episodes:
         result.problems.append("the history has no OrchestratorStarted event: nothing to replay")
         return result
+    retries = retry_events(history)
     for number, (start, end) in enumerate(episodes, 1):
         seen = [{**e, "IsPlayed": True} for e in history[:start] if e["EventType"] not in _OUTSIDE]
         received = [
@@ -240,7 +271,11 @@ def check_recording(
             for e in history[start:end]
             if e["EventType"] not in _DECISIONS and e["EventType"] not in _OUTSIDE
         ]
-        expected = [_decision(e) for e in history[:end] if e["EventType"] in _DECISIONS]
+        expected = [
+            _decision(e)
+            for i, e in enumerate(history[:end])
+            if e["EventType"] in _DECISIONS and i not in retries
+        ]
         if number == len(episodes) and (ended := _continued(history)) is not None:
             expected.append(ended)
         context = {

@@ -71,11 +71,67 @@ def _continue_as_new(h: PatternHarness) -> list[str]:
     return [iid]
 
 
+def _resume_after_dead_scheduler(h: PatternHarness) -> list[str]:
+    """The scheduler dies while a step is out; the agent answers late; the watchdog resumes it."""
+    held = h.hold("register_dns")
+    iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-resumed")
+    h.run_until(lambda: len(h.held(held)) == 1)
+    h.host.terminate(iid, "killed mid-step")
+    h.release(held)
+    h.run_until(lambda: _settled(h, iid))
+    return [iid]
+
+
+def _settled(h: PatternHarness, iid: str) -> bool:
+    record = h.ledger.find_instance(iid)
+    return record is not None and not record.supervised
+
+
+def _duplicate_and_late_results(h: PatternHarness) -> list[str]:
+    """A reply sent twice (two result events for one attempt), and a reply held past its step's
+    deadline (the scheduler asks the ledger instead and goes on; the reply arrives while the next
+    step is out)."""
+    h.duplicate_send("create_storage", queue="results")
+    late = h.hold("register_dns", queue="results", times=1)
+    iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-duplicates")
+    h.run_until(lambda: h.steps(iid)["send_welcome"].status.value != "Pending")
+    h.release(late)
+    h.run_until_complete(iid)
+    return [iid]
+
+
+def _bookkeeping_retry(h: PatternHarness) -> list[str]:
+    """A scheduler activity fails once (a storage error in dispatch_step's ledger write): the
+    orchestration's retry policy runs it again after its retry timer."""
+    from azure.core.exceptions import ServiceResponseError
+
+    from workflow_core.ledger import StepStatus
+
+    real, raised = h.ledger.transition, []
+
+    def transition(record, to, **kwargs):
+        if record.step_id == "register_dns" and to is StepStatus.DISPATCHED and not raised:
+            raised.append(record.step_id)
+            raise ServiceResponseError("Connection aborted: the storage account timed out")
+        return real(record, to, **kwargs)
+
+    h.ledger.transition = transition
+    try:
+        iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-activity-retry")
+        h.run_until_complete(iid)
+    finally:
+        h.ledger.transition = real
+    return [iid]
+
+
 SCENARIOS: dict[str, Callable[[PatternHarness], list[str]]] = {
     "succeed": _succeed,
     "retry-then-compensate": _retry_then_compensate,
     "parallel-group": _parallel_group,
     "continue-as-new": _continue_as_new,
+    "resume-after-dead-scheduler": _resume_after_dead_scheduler,
+    "duplicate-and-late-results": _duplicate_and_late_results,
+    "bookkeeping-retry": _bookkeeping_retry,
 }
 
 

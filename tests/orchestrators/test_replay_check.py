@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.replay_check import app_orchestrators, check_file, load_recordings
+from devtools.replay_check import retry_events, app_orchestrators, check_file, load_recordings
 from devtools.replay_corpus import SCENARIOS, record_scenario
 from operator_cli.cli import main as sas
 from operator_cli.version_commands import EXIT_NONDETERMINISTIC
@@ -53,6 +53,13 @@ def test_the_corpus_covers_every_orchestrator_compensation_groups_and_continue_a
     inputs = [json.loads(r.input) for r in recordings if r.orchestrator == WORKFLOW_ORCHESTRATOR]
     assert any((i.get("state") or {}).get("generation", 0) > 0 for i in inputs)  # a continued generation
     # ...and every generation before it, each ending as the framework ends it (ContinueAsNew)
+    # failures with the retry policy's timers, duplicate result events, a resumed instance
+    assert any(retry_events(r.history) for r in recordings)
+    assert any(
+        len(names := [e["Name"] for e in r.history if e["EventType"] == 15]) > len(set(names))
+        for r in recordings
+    )
+    assert any(r.instance_id == "corpus-resumed" for r in recordings)
     chain = [r for r in recordings if r.instance_id == "corpus-chain"]
     assert [r.generation for r in chain] == list(range(1, len(chain) + 1)) and len(chain) >= 2
     assert all(r.history[-1]["EventType"] == 16 for r in chain[:-1])
@@ -65,7 +72,8 @@ def test_the_committed_corpus_replays_on_the_current_orchestrators(path):
     assert results
     for result in results:
         assert result.ok, (result.recording.label, result.problems)
-        assert result.episodes > 1 and result.actions == len(_actions(result.recording.history))
+        history = result.recording.history  # retry timers and re-scheduled calls are not actions
+        assert result.episodes > 1 and result.actions == len(_actions(history)) - len(retry_events(history))
 
 
 @pytest.mark.parametrize("path", BEFORE_TOKENS, ids=[p.stem for p in BEFORE_TOKENS])
@@ -159,7 +167,7 @@ def test_a_deterministic_change_still_replays(monkeypatch):
 def test_sas_replay_check_exit_codes(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     assert sas(["replay-check", *map(str, FILES)], stdout=out, stderr=err) == 0, err.getvalue()
-    assert "9 of 9 recording(s) replay on the current code" in out.getvalue()
+    assert "12 of 12 recording(s) replay on the current code" in out.getvalue()
 
     tampered = json.loads((CORPUS / "succeed.json").read_text())
     history = tampered["recordings"][0]["history"]
