@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.replay_check import retry_events, app_orchestrators, check_file, load_recordings
+from devtools.replay_check import app_orchestrators, check_file, load_recordings, retry_events
 from devtools.replay_corpus import SCENARIOS, record_scenario
 from operator_cli.cli import main as sas
 from operator_cli.version_commands import EXIT_NONDETERMINISTIC
