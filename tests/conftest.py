@@ -29,3 +29,20 @@ def unique_name():
         return f"{prefix}{uuid.uuid4().hex[:12]}"
 
     return make
+
+
+@pytest.fixture
+def broken_definitions(tmp_path, monkeypatch):
+    """The shipped workflows/ with one typo (``agnet:`` in provision-tenant.yaml), loaded from a copy:
+    what a newcomer's half-edited file looks like to every command that reads the definitions."""
+    from workflow_core.workflows import loader
+
+    for path in loader.DEFAULT_DIRECTORY.glob("*.yaml"):
+        text = path.read_text()
+        if path.name == "provision-tenant.yaml":
+            text = text.replace("    agent: storage.create", "    agnet: storage.create")
+        (tmp_path / path.name).write_text(text)
+    monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
+    loader.clear_workflow_cache()
+    yield "provision-tenant.yaml: steps[0].agnet: unknown key"
+    loader.clear_workflow_cache()

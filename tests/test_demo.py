@@ -76,25 +76,13 @@ def test_a_bad_input_is_one_error_line(capsys, argv, expected):
 
 
 @pytest.mark.parametrize("argv", [["order-fulfilment"], ["--serve", "--port", "1"]], ids=["demo", "serve"])
-def test_a_broken_workflow_file_is_one_error_line(capsys, tmp_path, monkeypatch, argv):
+def test_a_broken_workflow_file_is_one_error_line(capsys, broken_definitions, argv):
     """The plain demo and ``--serve`` alike: one line naming the file, before anything is started
     (``--serve`` once printed a 44-line traceback)."""
-    from workflow_core.workflows import loader
-
-    for path in loader.DEFAULT_DIRECTORY.glob("*.yaml"):
-        text = path.read_text()
-        if path.name == "provision-tenant.yaml":
-            text = text.replace("    agent: storage.create", "    agnet: storage.create")
-        (tmp_path / path.name).write_text(text)
-    monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
-    loader.clear_workflow_cache()
-    try:
-        code, _ = run_demo(*argv)
-    finally:
-        loader.clear_workflow_cache()
+    code, _ = run_demo(*argv)
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert "workflows/provision-tenant.yaml: steps[0].agnet: unknown key; did you mean 'agent'?" in err
+    assert f"workflows/{broken_definitions}; did you mean 'agent'?" in err
 
 
 def test_an_agent_without_a_handler_is_one_error_line(capsys, tmp_path, monkeypatch):

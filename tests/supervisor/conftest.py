@@ -216,3 +216,15 @@ def drain(transport, queue: str) -> list[Any]:
         for m in batch:
             transport.complete(m)
         messages.extend(batch)
+
+
+def connection_args(env: dict[str, str], ledger_table: str | None = None, index_table: str | None = None):
+    """``sas``'s global options pointing at ``env``'s storage and tables (or the ones named)."""
+    return [
+        "--connection-string",
+        env["AzureWebJobsStorage"],
+        "--ledger-table",
+        ledger_table or env["LEDGER_TABLE_NAME"],
+        "--index-table",
+        index_table or env["DEADLINE_INDEX_TABLE_NAME"],
+    ]

@@ -13,7 +13,7 @@ import pytest
 from operator_cli.cli import main
 from supervisor import operator
 from supervisor.watchdog import Action, run_tick
-from tests.supervisor.conftest import NOW, RecordingClient, make_step
+from tests.supervisor.conftest import NOW, RecordingClient, connection_args, make_step
 from workflow_core import clock
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR
 from workflow_core.ledger import StepStatus
@@ -191,16 +191,7 @@ def test_connection_string_option_and_missing_settings(env, ledger, monkeypatch,
     assert "no storage settings" in err.getvalue() and "--connection-string" in err.getvalue()
 
     out = io.StringIO()
-    argv = [
-        "--connection-string",
-        env["AzureWebJobsStorage"],
-        "--ledger-table",
-        env["LEDGER_TABLE_NAME"],
-        "--index-table",
-        env["DEADLINE_INDEX_TABLE_NAME"],
-        "timeline",
-        "wf-conn",
-    ]
+    argv = [*connection_args(env), "timeline", "wf-conn"]
     assert main(argv, stdout=out, stderr=io.StringIO()) == 0
     assert "wf-conn" in out.getvalue()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from azure.data.tables import TableServiceClient
 
 from operator_cli.cli import EXIT_STORAGE, EXIT_USAGE, main
-from tests.supervisor.conftest import make_step
+from tests.supervisor.conftest import connection_args, make_step
 from workflow_core.ledger import StepStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,15 +52,7 @@ def test_a_malformed_connection_string_is_one_error_line(monkeypatch, tmp_path):
 def test_read_only_commands_never_create_tables(env, monkeypatch, tmp_path, unique_name):
     ledger_table, index_table = unique_name("Nope"), unique_name("Nope")
     for argv in (("stalled",), ("timeline", "x-1"), ("list",)):
-        code, _, err = run_cli(
-            "--connection-string",
-            env["AzureWebJobsStorage"],
-            "--ledger-table",
-            ledger_table,
-            "--index-table",
-            index_table,
-            *argv,
-        )
+        code, _, err = run_cli(*connection_args(env, ledger_table, index_table), *argv)
         assert code == EXIT_STORAGE and "do not exist" in err, (argv, err)
     service = TableServiceClient.from_connection_string(env["AzureWebJobsStorage"])
     names = {t.name for t in service.list_tables()}
@@ -85,33 +77,12 @@ def test_sas_is_the_installed_console_script():
     assert project["project"]["scripts"]["sas"] == "operator_cli.cli:run"
 
 
-def test_versions_with_a_broken_definition_names_the_file(env, ledger, monkeypatch, tmp_path):
+def test_versions_with_a_broken_definition_names_the_file(env, ledger, broken_definitions):
     """``sas versions`` once answered "known workflows: none" when one YAML in workflows/ was broken,
     leaving the operator to guess why."""
-    from workflow_core.workflows import loader
-
-    for path in loader.DEFAULT_DIRECTORY.glob("*.yaml"):
-        text = path.read_text()
-        if path.name == "provision-tenant.yaml":
-            text = text.replace("    agent: storage.create", "    agnet: storage.create")
-        (tmp_path / path.name).write_text(text)
-    monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
-    loader.clear_workflow_cache()
-    try:
-        code, out, err = run_cli(
-            "--connection-string",
-            env["AzureWebJobsStorage"],
-            "--ledger-table",
-            env["LEDGER_TABLE_NAME"],
-            "--index-table",
-            env["DEADLINE_INDEX_TABLE_NAME"],
-            "versions",
-            "provision-tenant",
-        )
-    finally:
-        loader.clear_workflow_cache()
+    code, out, err = run_cli(*connection_args(env), "versions", "provision-tenant")
     assert code == EXIT_USAGE and out == "" and "Traceback" not in err, err
-    assert "provision-tenant.yaml: steps[0].agnet: unknown key" in err and "known workflows: none" not in err
+    assert broken_definitions in err and "known workflows: none" not in err
 
 
 def test_help_lists_every_exit_code_a_command_uses(capsys):
