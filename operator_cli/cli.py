@@ -83,7 +83,7 @@ class Session:
         render.console_for(self.out).print(renderable)
 
     def say(self, text: str) -> None:
-        print(text, file=self.out)
+        print(render.terminal_safe(text, lines=True), file=self.out)
 
 
 def operator_user() -> str:
@@ -413,7 +413,7 @@ def main(
         print("aborted: nothing changed", file=out)
         return EXIT_DECLINED
     except (operator.OperatorError, CliError, ConnectionProblem, LedgerError) as exc:
-        print(f"error: {exc}", file=err)
+        print(f"error: {render.terminal_safe(exc, lines=True)}", file=err)
         return EXIT_USAGE
     except AzureError as exc:
         print(f"error: {_storage_message(exc, session)}", file=err)

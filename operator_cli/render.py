@@ -2,11 +2,18 @@
 
 Tables go to the given stream through a rich ``Console``; on a pipe or in a test the console is plain
 text (no colour codes) and wide enough that a column is never cut mid-word.
+
+Everything shown comes from the ledger, and the ledger holds what callers sent (business keys, error
+texts, reasons): it is data, never instructions to the terminal. The console interprets no rich
+markup or emoji codes (``[/]`` in an error once crashed ``sas list`` for every operator, and
+``[link=...]`` was silently eaten), and :func:`terminal_safe` shows every control or format
+character (ESC and OSC sequences, bidi overrides) as an escape instead of sending it to the terminal.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import datetime
 from typing import IO, Any
 
@@ -20,7 +27,27 @@ PLAIN_WIDTH = 200
 
 def console_for(stream: IO[str]) -> Console:
     is_tty = bool(getattr(stream, "isatty", lambda: False)())
-    return Console(file=stream, width=None if is_tty else PLAIN_WIDTH, highlight=False, soft_wrap=False)
+    return Console(
+        file=stream,
+        width=None if is_tty else PLAIN_WIDTH,
+        highlight=False,
+        soft_wrap=False,
+        markup=False,  # ledger text is data: "[/]" or "[link=...]" is shown as it is
+        emoji=False,
+    )
+
+
+def terminal_safe(text: Any, *, lines: bool = False) -> str:
+    """``text`` with every control (Cc) and format (Cf: bidi overrides, zero-width) character shown
+    as a Python-style escape, so data cannot move the cursor, set a title, link or recolour the
+    terminal. ``lines``: newlines are kept (a message of several lines), else escaped too (a cell)."""
+    out = []
+    for ch in str(text):
+        if (ch == "\n" and lines) or unicodedata.category(ch) not in ("Cc", "Cf"):
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
 
 
 def to_json(value: Any) -> Any:
@@ -65,11 +92,17 @@ def short(text: str | None, limit: int = 60) -> str:
 
 
 def table(title: str | None, headers: list[str], rows: list[list[str]]) -> Table:
-    result = Table(title=title, title_justify="left", show_edge=False, header_style="bold", box=None)
+    result = Table(
+        title=terminal_safe(title) if title else None,
+        title_justify="left",
+        show_edge=False,
+        header_style="bold",
+        box=None,
+    )
     for header in headers:
         result.add_column(header, overflow="fold")
     for row in rows:
-        result.add_row(*row)
+        result.add_row(*(terminal_safe(cell) for cell in row))
     return result
 
 

@@ -21,8 +21,6 @@ EXIT_NONDETERMINISTIC = 4
 @OUTPUT
 def versions_command(workflow: str, output: str) -> None:
     """A workflow's definition versions and how many instances run on each (0 in flight: drained)."""
-    from rich.table import Table
-
     from operator_cli import render
     from operator_cli.cli import CliError, _session
     from workflow_core.workflows import UnknownWorkflow, WorkflowDefinitionError
@@ -40,18 +38,19 @@ def versions_command(workflow: str, output: str) -> None:
     if output == "json":
         render.print_json(s.out, {"workflow": workflow, "versions": [v.as_dict() for v in summaries]})
         return
-    table = Table(title=f"Versions of {workflow}")
-    for column in ("version", "label", "stored", "instances", "in flight", "by status"):
-        table.add_column(column)
-    for v in summaries:
-        table.add_row(
+    rows = [
+        [
             v.version + (" (current)" if v.current else ""),
             v.label or "",
             render.when(v.stored_at) if v.stored_at else "not yet",
             str(v.instances),
             str(v.in_flight),
             ", ".join(f"{k} {n}" for k, n in sorted(v.by_status.items())),
-        )
+        ]
+        for v in summaries
+    ]
+    headers = ["version", "label", "stored", "instances", "in flight", "by status"]
+    table = render.table(f"Versions of {workflow}", headers, rows)
     s.show(table)
 
 

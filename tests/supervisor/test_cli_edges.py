@@ -95,3 +95,21 @@ def test_help_lists_every_exit_code_a_command_uses(capsys):
     for n in (0, 1, EXIT_USAGE, EXIT_STORAGE, EXIT_NONDETERMINISTIC):
         assert f"{n} " in text.split("Exit codes:", 1)[1], n
     assert f"{EXIT_NONDETERMINISTIC} a recorded history no longer replays" in text
+
+
+HOSTILE = "[/]\x1b[2J\u202e[link=https://e.x]c[/link] :skull:"  # shown whole: under the 60-char cut
+
+
+def test_ledger_text_is_shown_as_data_never_as_markup_or_terminal_codes(env, ledger):
+    """A step error (text an agent or a caller controls) holding rich markup, an emoji code, a
+    screen-clearing ESC sequence and a bidi override: every command that shows
+    it runs, shows the markup literally, and sends no control character to the terminal (``[/]``
+    once crashed ``sas stalled`` and ``timeline`` for every operator)."""
+    make_step(ledger, "cli-hostile", StepStatus.FAILED, last_error=HOSTILE)
+    for argv in (("stalled",), ("timeline", "cli-hostile"), ("list",)):
+        code, out, err = run_cli(*connection_args(env), *argv)
+        assert code == 0, (argv, err)
+        assert "\x1b" not in out and "\u202e" not in out, argv
+        if argv[0] == "timeline":  # the one that shows step errors
+            assert "[/]" in out and "[link=https://e.x]c[/link]" in out and ":skull:" in out, out
+            assert "\\x1b[2J" in out and "\\u202e" in out, out
