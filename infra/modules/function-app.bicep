@@ -188,6 +188,14 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
           value: 'Authorization=AAD;ClientId=${identityClientId}'
         }
+        // The Python worker continues the host's spans (HTTP request, trigger) in Python, so a
+        // workflow's trace starts at the request that started it and the host does not log the
+        // worker's records a second time. Not PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY: that would
+        // make the worker configure an exporter of its own, without the Entra credential.
+        {
+          name: 'PYTHON_ENABLE_OPENTELEMETRY'
+          value: 'true'
+        }
         // The pattern's own settings.
         {
           name: 'AGENT_TRANSPORT'

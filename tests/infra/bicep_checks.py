@@ -674,6 +674,16 @@ def check_app_settings(files: dict[str, BicepFile]) -> list[str]:
         problems.append(
             "APPLICATIONINSIGHTS_AUTHENTICATION_STRING must be 'Authorization=AAD;ClientId=<client id>'"
         )
+    if values.get("PYTHON_ENABLE_OPENTELEMETRY") != "true":
+        problems.append(
+            "PYTHON_ENABLE_OPENTELEMETRY must be 'true': without it the host's request span never reaches "
+            "the worker (tracing.has_current_span, api/start.py) and the worker's logs appear twice"
+        )
+    if "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY" in raw:
+        problems.append(
+            "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY makes the worker export on its own, without the "
+            "Entra credential; the app configures azure-monitor-opentelemetry itself"
+        )
     for name in sorted(FLEX_DEPRECATED_SETTINGS & set(raw)):
         problems.append(f"app setting {name} is not supported on Flex Consumption")
     return problems

@@ -662,3 +662,15 @@ def test_durable_task_scheduler_without_its_role_is_caught(tmp_path):
     assert problems == [
         "missing role assignment: Durable Task Data Contributor on the Durable Task Scheduler"
     ]
+
+
+def test_the_workers_opentelemetry_integration_is_on(tmp_path):
+    """Without PYTHON_ENABLE_OPENTELEMETRY the host's request span never reaches Python: the host's
+    request and the workflow's trace are disconnected, and the worker's logs appear twice."""
+    problems = _problems_after(
+        tmp_path,
+        "modules/function-app.bicep",
+        _drop_app_setting("PYTHON_ENABLE_OPENTELEMETRY"),
+        bc.check_app_settings,
+    )
+    assert any("PYTHON_ENABLE_OPENTELEMETRY must be 'true'" in p for p in problems), problems
