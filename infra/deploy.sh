@@ -131,6 +131,13 @@ main() {
   [[ -f "$params" ]] || die "no parameter file $params (have: $(cd infra && ls main.*.bicepparam | tr '\n' ' '))"
   command -v az >/dev/null 2>&1 || die "the Azure CLI (az) is required"
   az account show --query name --output tsv >/dev/null || die "not logged in: run 'az login'"
+  # Role assignments name the principal's type; ARM refuses one that does not match the principal
+  # (UnmatchedPrincipalType). A CI login is a service principal, a person's a user.
+  local principal_type
+  case "$(az account show --query user.type --output tsv)" in
+    servicePrincipal) principal_type=ServicePrincipal ;;
+    *) principal_type=User ;;
+  esac
 
   log "resource group $group in $location"
   az group create --name "$group" --location "$location" \
@@ -139,7 +146,8 @@ main() {
   if $what_if; then
     # No --template-file: the .bicepparam's `using` line names infra/main.bicep (older CLIs reject both).
     log "what-if: $params (using infra/main.bicep)"
-    az deployment group what-if --resource-group "$group" --parameters "$params"
+    az deployment group what-if --resource-group "$group" --parameters "$params" \
+      --parameters "principalType=$principal_type"
     return
   fi
 
@@ -147,7 +155,7 @@ main() {
   deployment="sas-${env}-$(date -u +%Y%m%d%H%M%S)"
   log "deploying $params (using infra/main.bicep; deployment $deployment)"
   az deployment group create --resource-group "$group" --name "$deployment" \
-    --parameters "$params" --output none
+    --parameters "$params" --parameters "principalType=$principal_type" --output none
 
   local app_name starter_url
   app_name="$(az deployment group show --resource-group "$group" --name "$deployment" \

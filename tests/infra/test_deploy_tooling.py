@@ -28,6 +28,7 @@ case "$*" in
   *"config-zip"*) src="$(echo "$*" | sed 's/.*--src \\([^ ]*\\).*/\\1/')"
     python3 -c "import sys, zipfile; print(' '.join(sorted(zipfile.ZipFile(sys.argv[1]).namelist())))" \\
       "$src" >> "$STUB_LOG" ;;
+  "account show --query user.type"*) echo "${{STUB_USER_TYPE:-user}}" ;;
   "account show"*) echo "test-subscription" ;;
   *"deployment group show"*functionAppName*) echo "{APP_NAME}" ;;
   *"deployment group show"*workflowStarterUrl*) echo "{STARTER_URL}" ;;
@@ -63,7 +64,7 @@ def fake_repo(tmp_path: Path) -> Path:
 
 
 def _run(
-    repo: Path, tmp_path: Path, *args: str, with_func: bool = True
+    repo: Path, tmp_path: Path, *args: str, with_func: bool = True, user_type: str = "user"
 ) -> tuple[subprocess.CompletedProcess, list]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -74,7 +75,12 @@ def _run(
         (bin_dir / "func").chmod(0o755)
     log = tmp_path / "calls.log"
     log.touch()
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "STUB_LOG": str(log)}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "STUB_LOG": str(log),
+        "STUB_USER_TYPE": user_type,
+    }
     result = subprocess.run(
         ["bash", str(repo / "infra" / "deploy.sh"), *args],
         cwd=tmp_path,
@@ -97,12 +103,14 @@ def test_what_if_previews_and_changes_nothing(fake_repo, tmp_path):
     result, calls = _run(fake_repo, tmp_path, "dev", "rg-sas-dev", "westeurope", "--what-if")
     assert result.returncode == 0, result.stderr
     assert calls[0].startswith("az account show")
-    assert calls[1].startswith("az group create --name rg-sas-dev --location westeurope")
+    assert calls[1] == "az account show --query user.type --output tsv"
+    assert calls[2].startswith("az group create --name rg-sas-dev --location westeurope")
     # The .bicepparam names the template (`using`): no --template-file beside it.
-    assert calls[2] == (
-        "az deployment group what-if --resource-group rg-sas-dev --parameters infra/main.dev.bicepparam"
+    assert calls[3] == (
+        "az deployment group what-if --resource-group rg-sas-dev --parameters infra/main.dev.bicepparam "
+        "--parameters principalType=User"
     )
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 def test_deploy_provisions_then_publishes_the_source_for_a_remote_build(fake_repo, tmp_path):
@@ -112,7 +120,7 @@ def test_deploy_provisions_then_publishes_the_source_for_a_remote_build(fake_rep
     assert len(create) == 1
     assert re.fullmatch(
         r"az deployment group create --resource-group rg-sas-dev --name sas-dev-\d{14} "
-        r"--parameters infra/main\.dev\.bicepparam --output none",
+        r"--parameters infra/main\.dev\.bicepparam --parameters principalType=User --output none",
         create[0],
     )
     # One publishing path whether or not `func` is installed: zip deploy with a remote build.
@@ -268,3 +276,27 @@ def test_operations_doc_shows_the_deployed_query_of_every_alert():
     assert f"metric: {criterion['metricName']}" in docs
     assert f"aggregation: {criterion['timeAggregation']}" in docs
     assert f"`{metric_alert.symbol}`" in docs
+
+
+@pytest.mark.parametrize(
+    ("user_type", "principal_type"), [("user", "User"), ("servicePrincipal", "ServicePrincipal")]
+)
+def test_the_deployers_principal_type_goes_with_the_deployment(
+    fake_repo, tmp_path, user_type, principal_type
+):
+    """A CI login is a service principal: a role assignment typed User for it fails with
+    UnmatchedPrincipalType, so the script passes the signed-in principal's real type."""
+    result, calls = _run(fake_repo, tmp_path, "dev", "rg-sas-dev", "westeurope", user_type=user_type)
+    assert result.returncode == 0, result.stderr
+    (create,) = [c for c in calls if c.startswith("az deployment group create")]
+    assert f"--parameters principalType={principal_type} " in create
+
+
+def test_azd_passes_the_principal_type_it_runs_as():
+    """azd sets AZURE_PRINCIPAL_TYPE (User, or ServicePrincipal in CI); without the mapping the
+    template's default (User) fails for a service principal."""
+    parameters = json.loads((bc.INFRA_DIR / "main.parameters.json").read_text(encoding="utf-8"))["parameters"]
+    assert parameters["principalType"]["value"].startswith("${AZURE_PRINCIPAL_TYPE")
+    main = (bc.INFRA_DIR / "main.bicep").read_text(encoding="utf-8")
+    allowed = main.split("param principalType string")[0].rsplit("@allowed([", 1)[1]
+    assert "'User'" in allowed and "'ServicePrincipal'" in allowed
