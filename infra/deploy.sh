@@ -2,7 +2,8 @@
 # Provision one environment of the Scheduler Agent Supervisor and publish the code to it.
 #
 #   infra/deploy.sh <env> <resource-group> <location> [--what-if] [--skip-publish]
-#   infra/deploy.sh --package-only [zip-path]
+#   infra/deploy.sh --package-only [zip-path] [--durable-backend AzureStorage|DurableTaskScheduler]
+#   infra/deploy.sh --host-json AzureStorage|DurableTaskScheduler   (azd's package hooks)
 #
 #   <env>            picks infra/main.<env>.bicepparam (dev, prod, ...)
 #   <resource-group> created (or reused) in <location>; every resource lands there
@@ -10,6 +11,10 @@
 #   --skip-publish   provision only, do not publish the code
 #   --package-only   only build the deployment zip (the app's source, no dependencies),
 #                    default path: ./app-package.zip; needs no Azure login
+#   --host-json      write ./host.json for that Durable backend (azd's prepackage/postpackage hooks)
+#
+# The packaged host.json names the Durable backend (infra/host_json.py): the environment's
+# durableBackend parameter (its .bicepparam) when deploying, --durable-backend with --package-only.
 #
 # Publishing is always a remote build: the source zip goes to `az functionapp deployment source
 # config-zip --build-remote true`, and the platform installs requirements.txt (for a Python app on Flex
@@ -28,7 +33,7 @@ trap 'rm -rf "$WORK"' EXIT
 workdir() { mktemp -d "$WORK/XXXXXX"; }
 
 usage() {
-  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 
@@ -38,7 +43,7 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # Copy the app (not tests, infra, virtualenvs, caches, local settings, nor what .funcignore lists) into a
 # staging folder.
 stage_app() {
-  local stage="$1"
+  local stage="$1" backend="$2"
   "$PYTHON" - "$ROOT" "$stage" <<'PY'
 import fnmatch
 import os
@@ -69,13 +74,22 @@ shutil.copytree(root, stage, ignore=ignore, dirs_exist_ok=True)
 PY
   [[ -f "$stage/function_app.py" && -f "$stage/host.json" && -f "$stage/requirements.txt" ]] ||
     die "the app needs function_app.py, host.json and requirements.txt at the repository root"
+  "$PYTHON" "$ROOT/infra/host_json.py" "$backend" "$stage/host.json" "$stage/host.json" ||
+    die "cannot write host.json for the Durable backend $backend"
+}
+
+# The environment's Durable backend: its .bicepparam's durableBackend, else main.bicep's default.
+durable_backend_of() {
+  local value
+  value="$(sed -n "s/^param durableBackend = '\([A-Za-z]*\)'.*/\1/p" "$1")"
+  echo "${value:-AzureStorage}"
 }
 
 # Zip the app's source (no dependencies: the remote build installs requirements.txt on the platform).
 build_zip() {
-  local zip_path="$1" stage
+  local zip_path="$1" backend="$2" stage
   stage="$(workdir)"
-  stage_app "$stage/app"
+  stage_app "$stage/app" "$backend"
   "$PYTHON" - "$stage/app" "$zip_path" <<'PY'
 import os
 import sys
@@ -91,26 +105,28 @@ with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as archive:
             path = os.path.join(folder, name)
             archive.write(path, os.path.relpath(path, app))
 PY
-  log "built $zip_path ($(du -h "$zip_path" | cut -f1))"
+  log "built $zip_path ($(du -h "$zip_path" | cut -f1); Durable backend $backend)"
 }
 
 publish() {
-  local group="$1" app_name="$2" zip_dir
+  local group="$1" app_name="$2" backend="$3" zip_dir
   zip_dir="$(workdir)"
-  build_zip "$zip_dir/app.zip"
+  build_zip "$zip_dir/app.zip" "$backend"
   log "publishing to $app_name (remote build: the platform installs requirements.txt)"
   az functionapp deployment source config-zip \
     --resource-group "$group" --name "$app_name" --src "$zip_dir/app.zip" --build-remote true --output none
 }
 
 main() {
-  local what_if=false skip_publish=false package_only=false
+  local what_if=false skip_publish=false package_only=false backend="" host_json=""
   local positional=()
   while (($#)); do
     case "$1" in
       --what-if) what_if=true ;;
       --skip-publish) skip_publish=true ;;
       --package-only) package_only=true ;;
+      --durable-backend) shift; backend="${1:-}" ;;
+      --host-json) shift; host_json="${1:-}"; [[ -n "$host_json" ]] || usage ;;
       -h | --help) usage 0 ;;
       -*) printf 'unknown option: %s\n' "$1" >&2; usage ;;
       *) positional+=("$1") ;;
@@ -118,9 +134,14 @@ main() {
     shift
   done
 
+  if [[ -n "$host_json" ]]; then
+    "$PYTHON" "$ROOT/infra/host_json.py" "$host_json" "$ROOT/host.json" "$ROOT/host.json"
+    log "host.json: Durable backend $host_json"
+    return
+  fi
   if $package_only; then
     local zip_path="${positional[0]:-$ROOT/app-package.zip}"
-    build_zip "$(cd "$(dirname "$zip_path")" && pwd)/$(basename "$zip_path")"
+    build_zip "$(cd "$(dirname "$zip_path")" && pwd)/$(basename "$zip_path")" "${backend:-AzureStorage}"
     return
   fi
 
@@ -165,7 +186,7 @@ main() {
   [[ -n "$app_name" ]] || die "deployment $deployment has no functionAppName output"
 
   if ! $skip_publish; then
-    publish "$group" "$app_name"
+    publish "$group" "$app_name" "$(durable_backend_of "$params")"
   fi
   log "function app: $app_name"
   log "start a workflow: POST $starter_url"

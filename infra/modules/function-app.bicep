@@ -249,18 +249,12 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           name: 'TASK_HUB_NAME'
           value: taskHubName
         }
-        // Durable Functions backend. host.json names the Azure Storage provider; with the Durable Task Scheduler
-        // these two settings override host.json's storageProvider (AzureFunctionsJobHost__<path> settings).
-        {
-          name: 'AzureFunctionsJobHost__extensions__durableTask__storageProvider__type'
-          value: useDurableTaskScheduler ? 'azureManaged' : 'AzureStorage'
-        }
       ], useDurableTaskScheduler ? [
-        {
-          name: 'AzureFunctionsJobHost__extensions__durableTask__storageProvider__connectionStringName'
-          value: 'DURABLE_TASK_SCHEDULER_CONNECTION_STRING'
-        }
-        // Identity-based: endpoint + the user-assigned identity's client id, no key (there is none to have).
+        // Durable Functions backend: the packaged host.json names it (storageProvider.type), because the
+        // Functions host tells the scale controller which backend to scale on from host.json itself,
+        // not from settings that override it (infra/deploy.sh and azd's package hook write the
+        // Durable Task Scheduler variant). Only the connection is a setting, named by host.json's
+        // connectionStringName. Identity-based: endpoint + the user-assigned identity, no key.
         {
           name: 'DURABLE_TASK_SCHEDULER_CONNECTION_STRING'
           value: 'Endpoint=${durableTaskSchedulerEndpoint};Authentication=ManagedIdentity;ClientID=${identityClientId}'

@@ -1144,17 +1144,14 @@ def check_durable_backend(files: dict[str, BicepFile]) -> list[str]:
     _site, raw = app_settings_of(files)
     conditional = conditional_app_settings(files)
     resolver = Resolver(files)
-    provider_type = raw.get("AzureFunctionsJobHost__extensions__durableTask__storageProvider__type")
-    op = _node(provider_type, "operator") or {}
-    branches = op.get("operands") or {}
-    if op.get("type") != "conditional" or {branches.get("true_value"), branches.get("false_value")} != {
-        "azureManaged",
-        "AzureStorage",
-    }:
-        problems.append(
-            "app setting AzureFunctionsJobHost__extensions__durableTask__storageProvider__type must switch "
-            f"between AzureStorage and azureManaged with durableBackend, is {dotted(provider_type)}"
-        )
+    # The packaged host.json names the backend (infra/host_json.py): a setting that overrides it would
+    # be a second source the scale controller never reads.
+    for name in sorted(raw):
+        if name.startswith("AzureFunctionsJobHost__extensions__durableTask__storageProvider"):
+            problems.append(
+                f"app setting {name} overrides host.json's Durable backend; the scale controller reads "
+                "host.json only: package the backend's host.json instead (infra/host_json.py)"
+            )
     connection = raw.get("DURABLE_TASK_SCHEDULER_CONNECTION_STRING")
     if connection is None or "DURABLE_TASK_SCHEDULER_CONNECTION_STRING" not in conditional:
         problems.append(

@@ -674,3 +674,18 @@ def test_the_workers_opentelemetry_integration_is_on(tmp_path):
         bc.check_app_settings,
     )
     assert any("PYTHON_ENABLE_OPENTELEMETRY must be 'true'" in p for p in problems), problems
+
+
+def test_an_app_setting_overriding_host_jsons_durable_backend_is_caught(tmp_path):
+    """The scale controller reads the backend from host.json only (issue on the Durable extension):
+    an override in app settings is a second source it never sees."""
+    change = _replace(
+        "      appSettings: concat([\n",
+        "      appSettings: concat([\n"
+        "        {\n"
+        "          name: 'AzureFunctionsJobHost__extensions__durableTask__storageProvider__type'\n"
+        "          value: 'azureManaged'\n"
+        "        }\n",
+    )
+    problems = _problems_after(tmp_path, "modules/function-app.bicep", change, bc.check_durable_backend)
+    assert any("overrides host.json's Durable backend" in p for p in problems), problems

@@ -49,7 +49,8 @@ def fake_repo(tmp_path: Path) -> Path:
         shutil.copy2(param_file, repo / "infra" / param_file.name)
     (repo / "infra" / "main.bicep").write_text("// stub\n", encoding="utf-8")
     (repo / "function_app.py").write_text("app = None\n", encoding="utf-8")
-    (repo / "host.json").write_text('{"version": "2.0"}\n', encoding="utf-8")
+    shutil.copy2(ROOT / "host.json", repo / "host.json")
+    shutil.copy2(bc.INFRA_DIR / "host_json.py", repo / "infra" / "host_json.py")
     (repo / "requirements.txt").write_text("azure-functions\n", encoding="utf-8")
     (repo / "workflow_core").mkdir()
     (repo / "workflow_core" / "__init__.py").write_text("", encoding="utf-8")
@@ -300,3 +301,53 @@ def test_azd_passes_the_principal_type_it_runs_as():
     main = (bc.INFRA_DIR / "main.bicep").read_text(encoding="utf-8")
     allowed = main.split("param principalType string")[0].rsplit("@allowed([", 1)[1]
     assert "'User'" in allowed and "'ServicePrincipal'" in allowed
+
+
+@pytest.mark.parametrize("backend", ["AzureStorage", "DurableTaskScheduler"])
+def test_the_packaged_host_json_and_the_app_settings_name_one_durable_backend(fake_repo, tmp_path, backend):
+    """The scale controller learns the backend from host.json only: the package's host.json names the
+    backend asked for, and the app settings carry just the connection host.json names (with Azure
+    Storage, none: it uses AzureWebJobsStorage)."""
+    zip_path = tmp_path / "app.zip"
+    result, _ = _run(fake_repo, tmp_path, "--package-only", str(zip_path), "--durable-backend", backend)
+    assert result.returncode == 0, result.stderr
+    provider = json.loads(zipfile.ZipFile(zip_path).read("host.json"))["extensions"]["durableTask"][
+        "storageProvider"
+    ]
+    files, _ = bc.load()
+    _site, raw = bc.app_settings_of(files)
+    conditional = bc.conditional_app_settings(files)
+    assert not [n for n in raw if "storageProvider" in n]  # no second source of the backend
+    if backend == "DurableTaskScheduler":
+        assert provider["type"] == "azureManaged"
+        assert provider["connectionStringName"] in raw and provider["connectionStringName"] in conditional
+    else:
+        assert provider["type"] == "AzureStorage" and "connectionStringName" not in provider
+
+
+def test_the_committed_host_json_is_the_azure_storage_variant():
+    """What the package hook writes back after azd packaged a Durable Task Scheduler app is exactly
+    the committed file (no dirty tree), and the deploy script reads a .bicepparam's backend."""
+    sys.path.insert(0, str(bc.INFRA_DIR))
+    try:
+        import host_json
+    finally:
+        sys.path.remove(str(bc.INFRA_DIR))
+    committed = (ROOT / "host.json").read_text(encoding="utf-8")
+    assert (
+        json.dumps(host_json.for_backend(json.loads(committed), "AzureStorage"), indent=2) + "\n" == committed
+    )
+    assert "durableBackend" in json.loads((bc.INFRA_DIR / "main.parameters.json").read_text())["parameters"]
+    hooks = yaml.safe_load((ROOT / "azure.yaml").read_text())["hooks"]
+    assert "--host-json" in hooks["prepackage"]["run"] and "DURABLE_BACKEND" in hooks["prepackage"]["run"]
+    assert hooks["postpackage"]["run"].endswith("--host-json AzureStorage")
+    with pytest.raises(ValueError, match="unknown Durable backend"):
+        host_json.for_backend(json.loads(committed), "Netherite")
+
+
+def test_deploying_an_environment_packages_its_durable_backend(fake_repo, tmp_path):
+    params = fake_repo / "infra" / "main.dev.bicepparam"
+    params.write_text(params.read_text() + "param durableBackend = 'DurableTaskScheduler'\n")
+    result, _ = _run(fake_repo, tmp_path, "dev", "rg-sas-dev", "westeurope")
+    assert result.returncode == 0, result.stderr
+    assert "Durable backend DurableTaskScheduler" in result.stderr
