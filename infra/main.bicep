@@ -9,9 +9,9 @@
 
 targetScope = 'resourceGroup'
 
-@description('Environment name (dev, test, prod, ...); part of every resource name.')
-@minLength(2)
-@maxLength(16)
+@description('Environment name (dev, test, prod, ...; azd allows letters, digits and - _ . ( ), up to 64). Resource names carry only its first 8 letters and digits, lower-cased, beside a unique token.')
+@minLength(1)
+@maxLength(64)
 param environmentName string
 
 @description('Azure region of every resource (must offer Flex Consumption). Defaults to the resource group\'s.')
@@ -133,7 +133,12 @@ param duplicateDetectionWindow string = 'PT10M'
 // ----- Names -----
 
 var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName))
-var baseName = '${namePrefix}-${environmentName}'
+// Resource names never carry the raw environment name: azd accepts `_ . ( )` and 64 characters, which
+// site, Service Bus and Log Analytics names refuse. Its letters and digits only, lower-cased, at most 8
+// (uniqueness comes from resourceToken, which hashes the full name); tests/infra checks every name
+// rule over hostile environment names.
+var environmentSlug = take(toLower(replace(replace(replace(replace(replace(replace(environmentName, '-', ''), '_', ''), '.', ''), '(', ''), ')', ''), ' ', '')), 8)
+var baseName = empty(environmentSlug) ? namePrefix : '${namePrefix}-${environmentSlug}'
 var allTags = union(tags, {
   workload: 'scheduler-agent-supervisor'
   environment: environmentName
