@@ -153,17 +153,27 @@ resource deadlineIndexTable 'Microsoft.Storage/storageAccounts/tableServices/tab
 // Resource logs of the data services, kept in Log Analytics: the `audit` category group only. `allLogs` would
 // log every Durable Functions queue poll, lease renewal and history read (thousands of entries a minute
 // from an idle app), which costs more than the whole app; audit keeps the writes and deletes that matter.
+// The data-service logs, by category, not by a category group whose members the platform may change:
+// writes and deletes (who changed the ledger, the task hub, the deployment package). Not StorageRead:
+// it logs every Durable Functions queue poll and table read, thousands of entries a minute from an
+// idle app (the workspace also has a daily cap).
+var storageLogCategories = [
+  {
+    category: 'StorageWrite'
+    enabled: true
+  }
+  {
+    category: 'StorageDelete'
+    enabled: true
+  }
+]
+
 resource blobDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
   name: 'to-log-analytics'
   scope: blobService
   properties: {
     workspaceId: logAnalyticsWorkspaceId
-    logs: [
-      {
-        categoryGroup: 'audit'
-        enabled: true
-      }
-    ]
+    logs: storageLogCategories
   }
 }
 
@@ -172,12 +182,7 @@ resource queueDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-prev
   scope: queueService
   properties: {
     workspaceId: logAnalyticsWorkspaceId
-    logs: [
-      {
-        categoryGroup: 'audit'
-        enabled: true
-      }
-    ]
+    logs: storageLogCategories
   }
 }
 
@@ -186,12 +191,7 @@ resource tableDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-prev
   scope: tableService
   properties: {
     workspaceId: logAnalyticsWorkspaceId
-    logs: [
-      {
-        categoryGroup: 'audit'
-        enabled: true
-      }
-    ]
+    logs: storageLogCategories
   }
 }
 

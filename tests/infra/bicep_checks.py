@@ -1013,8 +1013,9 @@ def check_service_bus_locks(files: dict[str, BicepFile]) -> list[str]:
 
 
 def check_diagnostics(files: dict[str, BicepFile]) -> list[str]:
-    """Storage data-service logs: the audit category group (allLogs logs every Durable poll and lease
-    renewal); the workspace has a daily cap."""
+    """Storage data-service logs: the categories listed (StorageWrite, StorageDelete), no category group
+    (allLogs logs every Durable poll and lease renewal; a group's members are the platform's to change);
+    the workspace has a daily cap."""
     problems = []
     resolver = Resolver(files)
     storage_services = {
@@ -1029,11 +1030,14 @@ def check_diagnostics(files: dict[str, BicepFile]) -> list[str]:
             continue
         scoped += 1
         logs = resolver.value(setting.file, setting.properties.get("logs")) or []
-        groups = [entry.get("categoryGroup") for entry in logs if isinstance(entry, dict)]
-        if groups != ["audit"]:
+        entries = [entry for entry in logs if isinstance(entry, dict)]
+        categories = sorted(str(e.get("category")) for e in entries if e.get("category"))
+        groups = [e.get("categoryGroup") for e in entries if e.get("categoryGroup")]
+        if groups or categories != ["StorageDelete", "StorageWrite"]:
             problems.append(
-                f"diagnostic setting {setting.symbol} ({scope}): storage logs must use the audit category "
-                f"group only, are {groups!r}"
+                f"diagnostic setting {setting.symbol} ({scope}): storage logs must list the categories "
+                f"StorageWrite and StorageDelete (no category group, no StorageRead), are "
+                f"{categories + groups!r}"
             )
     if scoped == 0:
         problems.append("no diagnostic settings on the storage data services")

@@ -560,15 +560,27 @@ def test_duration_parsers():
     assert bc.timespan_seconds("10m") is None
 
 
-def test_all_logs_on_storage_is_caught(tmp_path):
-    def change(text: str) -> str:
-        return text.replace("categoryGroup: 'audit'", "categoryGroup: 'allLogs'", 1)
-
-    problems = _problems_after(tmp_path, "modules/storage.bicep", change, bc.check_diagnostics)
-    assert problems == [
-        "diagnostic setting blobDiagnostics (blobService): storage logs must use the audit category group "
-        "only, are ['allLogs']"
-    ]
+@pytest.mark.parametrize(
+    ("before", "after", "shown"),
+    [
+        ("    category: 'StorageWrite'\n", "    categoryGroup: 'allLogs'\n", "['StorageDelete', 'allLogs']"),
+        (
+            "    category: 'StorageWrite'\n",
+            "    category: 'StorageRead'\n",
+            "['StorageDelete', 'StorageRead']",
+        ),
+    ],
+    ids=["a category group", "StorageRead"],
+)
+def test_storage_logs_other_than_writes_and_deletes_are_caught(tmp_path, before, after, shown):
+    problems = _problems_after(
+        tmp_path, "modules/storage.bicep", _replace(before, after), bc.check_diagnostics
+    )
+    assert len(problems) == 3  # the blob, queue and table services share the list
+    assert problems[0] == (
+        "diagnostic setting blobDiagnostics (blobService): storage logs must list the categories "
+        f"StorageWrite and StorageDelete (no category group, no StorageRead), are {shown}"
+    )
 
 
 def test_missing_daily_cap_is_caught(tmp_path):
