@@ -56,6 +56,11 @@ param durableBackend string = 'AzureStorage'
 @description('Object id of the deployer/operator who gets the data roles the operator CLI needs (azd passes AZURE_PRINCIPAL_ID); empty = none.')
 param principalId string = ''
 
+@description('Durable Task Scheduler only: addresses allowed to reach it (CIDR); the default admits all and Entra ID + RBAC control access (the app has no fixed outbound address without VNet integration).')
+param durableTaskSchedulerIpAllowlist array = [
+  '0.0.0.0/0'
+]
+
 @description('Principal type of principalId.')
 @allowed([
   'User'
@@ -245,6 +250,9 @@ module durableTaskScheduler 'modules/durable-task-scheduler.bicep' = if (useDura
     tags: allTags
     taskHubName: taskHubName
     principalId: identity.outputs.principalId
+    ipAllowlist: durableTaskSchedulerIpAllowlist
+    operatorPrincipalId: principalId
+    operatorPrincipalType: principalType
   }
 }
 

@@ -43,6 +43,7 @@ SERVICE_BUS_DATA_OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
 SERVICE_BUS_DATA_RECEIVER = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0"
 MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
 DURABLE_TASK_DATA_CONTRIBUTOR = "0ad04412-c4d5-4796-b79c-f76d14c8d402"
+DURABLE_TASK_DATA_READER = "d6a5505f-6ebb-45a4-896e-ac8274cfc0ac"
 
 SERVICE_BUS_QUEUE = "Microsoft.ServiceBus/namespaces/queues"
 STORAGE_TABLE = "Microsoft.Storage/storageAccounts/tableServices/tables"
@@ -64,6 +65,11 @@ OPTIONAL_ROLES: dict[str, tuple[str, str]] = {
 OPERATOR_ROLES: dict[str, tuple[str, str]] = {
     STORAGE_TABLE_DATA_CONTRIBUTOR: ("Storage Table Data Contributor", STORAGE_TABLE),
     SERVICE_BUS_DATA_RECEIVER: ("Azure Service Bus Data Receiver", SERVICE_BUS_QUEUE),
+}
+# Granted to the operator only where the resource exists: the scheduler's dashboard, read only (actions
+# go through the app's audited operator API).
+OPTIONAL_OPERATOR_ROLES: dict[str, tuple[str, str]] = {
+    DURABLE_TASK_DATA_READER: ("Durable Task Data Reader", "Microsoft.DurableTask/schedulers"),
 }
 # Which named resources a role on a sub-resource scope must cover: role -> setting names of the resources.
 ROLE_TARGETS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -776,7 +782,11 @@ def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
                 f"principalId parameter, is {dotted(props.get('principalId'))}"
             )
             continue
-        allowed = {**REQUIRED_ROLES, **OPTIONAL_ROLES} if principal == "app" else OPERATOR_ROLES
+        allowed = (
+            {**REQUIRED_ROLES, **OPTIONAL_ROLES}
+            if principal == "app"
+            else {**OPERATOR_ROLES, **OPTIONAL_OPERATOR_ROLES}
+        )
         if (
             parameters.get("resource_type") != "Microsoft.Authorization/roleDefinitions"
             or guid not in allowed
@@ -822,6 +832,14 @@ def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
     ):
         problems.append(
             "missing role assignment: Durable Task Data Contributor on the Durable Task Scheduler"
+        )
+    if (
+        declared(files, "Microsoft.DurableTask/schedulers")
+        and ("operator", DURABLE_TASK_DATA_READER) not in granted
+    ):
+        problems.append(
+            "missing operator role assignment: Durable Task Data Reader on the Durable Task Scheduler "
+            "(its dashboard)"
         )
     for guid, (role_name, scope_type) in OPERATOR_ROLES.items():
         if ("operator", guid) not in granted:

@@ -701,3 +701,22 @@ def test_an_app_setting_overriding_host_jsons_durable_backend_is_caught(tmp_path
     )
     problems = _problems_after(tmp_path, "modules/function-app.bicep", change, bc.check_durable_backend)
     assert any("overrides host.json's Durable backend" in p for p in problems), problems
+
+
+def test_the_operator_without_the_schedulers_dashboard_role_is_caught(tmp_path):
+    problems = _problems_after(
+        tmp_path,
+        "modules/durable-task-scheduler.bicep",
+        _drop_resource("operatorDashboardRole"),
+        bc.check_role_assignments,
+    )
+    assert problems == [
+        "missing operator role assignment: Durable Task Data Reader on the Durable Task Scheduler "
+        "(its dashboard)"
+    ]
+
+
+def test_the_schedulers_ip_allow_list_is_a_parameter(files):
+    scheduler = bc.declared(files, "Microsoft.DurableTask/schedulers")[0]
+    assert scheduler.properties.get("ipAllowlist") == "ipAllowlist"
+    assert "durableTaskSchedulerIpAllowlist" in files["main.bicep"].section("parameters")
