@@ -124,6 +124,10 @@ param watchdogBatchSize int = 100
 @minValue(0)
 param watchdogGraceSeconds int = 30
 
+@description('MAX_COMPENSATION_RESTARTS: restarts of one instance\'s compensation before it is flagged for an operator.')
+@minValue(0)
+param maxCompensationRestarts int = 3
+
 @description('TASK_HUB_NAME: Durable Functions task hub (3-45 letters and digits, starting with a letter).')
 @minLength(3)
 @maxLength(45)
@@ -283,6 +287,7 @@ module functionApp 'modules/function-app.bicep' = {
     maxDeliveryCount: maxDeliveryCount
     watchdogSchedule: watchdogSchedule
     watchdogBatchSize: watchdogBatchSize
+    maxCompensationRestarts: maxCompensationRestarts
     watchdogGraceSeconds: watchdogGraceSeconds
     taskHubName: taskHubName
   }

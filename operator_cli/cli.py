@@ -207,6 +207,9 @@ def show(instance: str, output: str) -> None:
         render.print_json(s.out, {"instance": record, "steps": tl.steps, "audit": tl.audit})
         return
     s.show(render.instances_table([record]))
+    for label, text in (("Needs attention", record.attention_reason), ("Last error", record.last_error)):
+        if text:  # in full: the table's note is cut, and this is the cause an operator acts on
+            s.say(f"\n{label}: {text}")
     s.say("")
     s.show(render.steps_table(tl.steps))
     s.say(f"\nAudit trail ({len(tl.audit)} entries, oldest first):")

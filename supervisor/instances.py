@@ -26,6 +26,7 @@ import logging
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from supervisor.watchdog_model import _operator_requested
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import (
     COMPENSATION_ORCHESTRATOR,
@@ -37,9 +38,11 @@ from workflow_core.ledger import (
     InstanceConflict,
     InstanceRecord,
     InstanceStatus,
+    LedgerError,
     StepStatus,
     decode_json,
 )
+from workflow_core.ledger.model import MAX_TEXT
 from workflow_core.resume import resume_input
 
 if TYPE_CHECKING:
@@ -60,6 +63,8 @@ class InstanceAction(StrEnum):
     NOTE_LATE = "note_scheduler_late"  # alive but past its promise: look again after a lease
     TERMINATE = "terminate_stalled_scheduler"  # alive, and still not moving: terminated, resumed next
     RESTART_COMPENSATION = "restart_compensation"  # Compensating with no compensation running
+    GIVE_UP_COMPENSATION = "give_up_compensation"  # restarts spent, or the same failure again: flagged
+    NOTE_FLAGGED = "note_instance_flagged"  # flagged for an operator: nothing restarted without one
     NOTE_COMPENSATION_RUNNING = "note_compensation_running"
     NOTE_OWNED = "note_instance_owned"  # another tick holds the instance: left to it
 
@@ -149,9 +154,18 @@ class InstanceSupervisor:
                 record, InstanceAction.NOTE_OWNED, f"{reason}; {record.owner} holds the instance"
             )
             return True
-        # Out of CompensationFailed the flag that outcome raised is answered; failing again raises it.
+        if record.status is IS.COMPENSATION_FAILED and not _operator_requested(step):
+            # flagged (its compensation gave up): only an operator's retry of a step starts it again;
+            # the step settles as CompensationFailed, out of the deadline index, in the inbox
+            await self.tick.io(self.settle_given_up_step, step, record)
+            await self.decided(
+                record, InstanceAction.NOTE_FLAGGED, f"{reason}; the instance waits for an operator"
+            )
+            return True
+        # Out of CompensationFailed the flag that outcome raised is answered (and the restart budget
+        # renewed: an operator acted); failing again raises it.
         answered = (
-            {"needs_attention": False, "attention_reason": None}
+            {"needs_attention": False, "attention_reason": None, "compensation_restarts": 0}
             if record.status is IS.COMPENSATION_FAILED
             else {}
         )
@@ -222,9 +236,44 @@ class InstanceSupervisor:
                 await self.decided(record, InstanceAction.NOTE_COMPENSATION_RUNNING, detail)
             return
         reason = f"instance is Compensating and compensation {compensation_id} is {status}"
-        if await self.claim(record, IS.COMPENSATING, reason) is None:
+        cause = await self.tick.failure_of(compensation_id)
+        budget = self.tick.services.settings.max_compensation_restarts
+        spent = record.compensation_restarts >= budget
+        if spent or (cause is not None and cause == record.last_error):
+            why = (
+                f"restarted {record.compensation_restarts} time(s), the budget (MAX_COMPENSATION_RESTARTS)"
+                if spent
+                else "it failed the same way after a restart: no repetition can fix it"
+            )
+            await self.give_up_compensation(record, f"{reason}; {why}", cause)
+            return
+        claimed = await self.claim(
+            record,
+            IS.COMPENSATING,
+            reason,
+            compensation_restarts=record.compensation_restarts + 1,
+            last_error=cause[:MAX_TEXT] if cause else record.last_error,
+        )
+        if claimed is None:
             return
         await self.start_compensation(record, f"supervisor: {reason}", InstanceAction.RESTART_COMPENSATION)
+
+    async def give_up_compensation(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
+        """The compensation cannot finish on its own: the instance becomes CompensationFailed, flagged
+        with the cause (the compensation orchestration's own failure) where operators look (the
+        attention inbox, ``sas stalled``, the console), and nothing restarts it until an operator
+        retries a step (which answers the flag and resets the budget)."""
+        cause = cause or detail
+        claimed = await self.claim(
+            record,
+            IS.COMPENSATION_FAILED,
+            detail,
+            needs_attention=True,
+            attention_reason=f"compensation gave up: {detail}; cause: {cause}"[:1000],
+            last_error=cause[:MAX_TEXT],
+        )
+        if claimed is not None:
+            await self.decided(record, InstanceAction.GIVE_UP_COMPENSATION, f"{detail}; cause: {cause[:500]}")
 
     async def alive_but_late(self, record: InstanceRecord, orchestration_id: str, status: str) -> None:
         late = (self.tick.now - record.scheduler_deadline).total_seconds() if record.scheduler_deadline else 0
@@ -248,6 +297,24 @@ class InstanceSupervisor:
         await self.decided(record, InstanceAction.TERMINATE, detail)
 
     # ---- helpers -----------------------------------------------------------------------------------
+
+    def settle_given_up_step(self, step: Any, record: InstanceRecord) -> None:
+        """A step left Compensating by a compensation that gave up: CompensationFailed, with the
+        instance's cause (a lost race leaves it to whoever wrote first)."""
+        try:
+            current = self.ledger.get(step.instance_id, step.step_id)
+            if current.status is StepStatus.COMPENSATING:
+                self.ledger.transition(
+                    current,
+                    StepStatus.COMPENSATION_FAILED,
+                    actor=self.tick.actor,
+                    reason=f"the instance's compensation gave up: {record.attention_reason or ''}"[:1000],
+                    last_error=(record.last_error or record.attention_reason or "compensation gave up")[
+                        :MAX_TEXT
+                    ],
+                )
+        except LedgerError as exc:
+            log.info("step %s/%s left as it is: %s", step.instance_id, step.step_id, exc)
 
     async def claim(
         self,

@@ -66,6 +66,15 @@ class _TickActions:
             )
         return self._statuses[orchestration_id]
 
+    async def failure_of(self, orchestration_id: str) -> str | None:
+        """Why an orchestration failed, as its status says (its output), or None when it did not fail
+        or the host does not say."""
+        if await self.status_of(orchestration_id) != "Failed":
+            return None
+        status = await self.client.get_status(orchestration_id)
+        output = getattr(status, "output", None) if status else None
+        return " ".join(str(output).split())[:4000] if output else None
+
     def decided(
         self, record: StepRecord, action: Action, outcome: str, detail: str, *, attempt: int | None = None
     ) -> None:

@@ -67,6 +67,7 @@ class Settings:
     watchdog_grace_seconds: float
     watchdog_run_on_startup: bool
     app_insights_connection_string: str | None
+    max_compensation_restarts: int = 3
     ledger_storage: StorageConnection | None = None  # None: the ledger lives in ``storage``
     # True: the ledger's transactions go through the SDK's own $batch codec (LEDGER_TRANSACTION_CODEC=sdk)
     ledger_sdk_transactions: bool = False
@@ -117,6 +118,11 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
         "How late past its deadline a step may be before the watchdog acts (clock skew, timer lag).",
     ),
     "WATCHDOG_RUN_ON_STARTUP": ("false", "Run a watchdog tick when the host starts (dev only)."),
+    "MAX_COMPENSATION_RESTARTS": (
+        "3",
+        "Times the watchdog restarts one instance's compensation after its orchestration ended without "
+        "finishing; then the instance is CompensationFailed, flagged with the cause, until an operator acts.",
+    ),
     "LEDGER_TRANSACTION_CODEC": (
         "own",
         "`own`: the ledger's entity-group transactions are encoded by `workflow_core/table_transactions.py` "
@@ -299,6 +305,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         watchdog_batch_size=_int(env, "WATCHDOG_BATCH_SIZE"),
         watchdog_grace_seconds=_float(env, "WATCHDOG_GRACE_SECONDS"),
         watchdog_run_on_startup=_bool(env, "WATCHDOG_RUN_ON_STARTUP"),
+        max_compensation_restarts=_int(env, "MAX_COMPENSATION_RESTARTS"),
         app_insights_connection_string=_get(env, "APPLICATIONINSIGHTS_CONNECTION_STRING"),
         ledger_storage=ledger_storage_connection(env),
         ledger_sdk_transactions=_transaction_codec(env) == "sdk",

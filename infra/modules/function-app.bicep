@@ -78,6 +78,7 @@ param maxDeliveryCount int
 param watchdogSchedule string
 param watchdogBatchSize int
 param watchdogGraceSeconds int
+param maxCompensationRestarts int
 param taskHubName string
 
 var useDurableTaskScheduler = durableBackend == 'DurableTaskScheduler'
@@ -240,6 +241,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'WATCHDOG_RUN_ON_STARTUP'
           value: 'false'
+        }
+        {
+          name: 'MAX_COMPENSATION_RESTARTS'
+          value: string(maxCompensationRestarts)
         }
         {
           name: 'LEDGER_TRANSACTION_CODEC'

@@ -86,6 +86,8 @@ class InstanceRecord(BaseModel):
     business_key: str | None = None
     outcome: str | None = None  # JSON: {"status", "failed_step", "error"} once settled
     resume_count: int = Field(default=0, ge=0)
+    # restarts of its compensation by the watchdog since an operator last acted (MAX_COMPENSATION_RESTARTS)
+    compensation_restarts: int = Field(default=0, ge=0)
     max_resumes: int = Field(default=3, ge=0)
     on_scheduler_lost: SchedulerLostPolicy = "resume"
     scheduler_deadline: AwareDatetime = None
@@ -137,6 +139,7 @@ INSTANCE_FIELDS = {
     "business_key": "BusinessKey",
     "outcome": "Outcome",
     "resume_count": "ResumeCount",
+    "compensation_restarts": "CompensationRestarts",
     "max_resumes": "MaxResumes",
     "on_scheduler_lost": "OnSchedulerLost",
     "scheduler_deadline": "SchedulerDeadline",
