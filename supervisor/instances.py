@@ -178,18 +178,25 @@ class InstanceSupervisor:
     # ---- decisions -------------------------------------------------------------------------------
 
     async def recover(self, record: InstanceRecord, why: str) -> None:
-        if record.on_scheduler_lost == "resume" and record.resume_count < record.max_resumes:
-            await self.resume(record, why)
+        orchestration_id = record.orchestration_id or record.instance_id
+        cause = await self.tick.failure_of(orchestration_id)
+        if cause is not None and cause == record.last_error:
+            # its scheduler failed exactly as before its last resume (a derived input over a size
+            # limit, a definition error): no repetition can fix it, so no resume budget is spent on it
+            await self.compensate(record, f"{why}; it failed the same way after a resume", cause=cause)
+        elif record.on_scheduler_lost == "resume" and record.resume_count < record.max_resumes:
+            await self.resume(record, why, cause=cause)
         else:
             exhausted = record.on_scheduler_lost == "resume"
-            await self.compensate(record, why, exhausted=exhausted)
+            await self.compensate(record, why, exhausted=exhausted, cause=cause)
 
-    async def resume(self, record: InstanceRecord, why: str) -> None:
+    async def resume(self, record: InstanceRecord, why: str, *, cause: str | None = None) -> None:
         from workflow_core.workflows.store import definition_for
 
         epoch = record.resume_count + 1
         detail = f"{why}: resumed from the ledger (resume {epoch} of at most {record.max_resumes})"
-        claimed = await self.claim(record, IS.RUNNING, detail, resume_count=epoch, stalls=0)
+        recorded = {"last_error": cause[:MAX_TEXT]} if cause else {}  # the failure it is resumed from
+        claimed = await self.claim(record, IS.RUNNING, detail, resume_count=epoch, stalls=0, **recorded)
         if claimed is None:
             return
         steps = await self.tick.io(self.ledger.list_for_instance, record.instance_id)
@@ -212,15 +219,21 @@ class InstanceSupervisor:
         done = len(payload.get("state", {}).get("completed", []))
         await self.decided(record, InstanceAction.RESUME, f"{detail}; {done} completed step(s) kept")
 
-    async def compensate(self, record: InstanceRecord, why: str, *, exhausted: bool) -> None:
+    async def compensate(
+        self, record: InstanceRecord, why: str, *, exhausted: bool = True, cause: str | None = None
+    ) -> None:
+        """``exhausted``: the instance could not go on by itself (resumes spent, or a failure no
+        resume fixes): flagged with the cause; else the workflow's policy asked for compensation."""
         reason = f"{why}: " + (
             f"{record.resume_count} resume(s) used of {record.max_resumes}; compensating"
             if exhausted
             else "policy on_scheduler_lost is compensate"
         )
-        changes: dict[str, Any] = {}
+        changes: dict[str, Any] = {"last_error": cause[:MAX_TEXT]} if cause else {}
         if exhausted:
-            changes = {"needs_attention": True, "attention_reason": f"supervisor: {reason}"[:1000]}
+            because = f"; cause: {cause}" if cause else ""
+            changes["needs_attention"] = True
+            changes["attention_reason"] = f"supervisor: {reason}{because}"[:1000]
         claimed = await self.claim(record, IS.COMPENSATING, reason, **changes)
         if claimed is None:
             return

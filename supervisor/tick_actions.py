@@ -73,7 +73,13 @@ class _TickActions:
             return None
         status = await self.client.get_status(orchestration_id)
         output = getattr(status, "output", None) if status else None
-        return " ".join(str(output).split())[:4000] if output else None
+        if not output:
+            return None
+        # the reason, without the serialised exception the extension appends (its stack trace)
+        reason = " ".join(str(output).split(' {"$type"', 1)[0].split())
+        progress = getattr(status, "custom_status", None)
+        step = progress.get("step") if isinstance(progress, dict) else None
+        return (reason + (f" (at step {step})" if step else ""))[:4000]
 
     def decided(
         self, record: StepRecord, action: Action, outcome: str, detail: str, *, attempt: int | None = None

@@ -68,3 +68,32 @@ def test_a_compensation_that_can_never_be_sent_is_flagged_with_its_cause_not_res
         "30,000-char input, last step fails: the compensation message is over the limit",
         {iid: "compensation_failed"},
     )
+
+
+def test_a_step_input_that_can_never_be_stored_is_not_resumed_again_and_again(harness):
+    """Each field under the starter's limit, send_welcome's derived input over it: every dispatch of
+    it fails the same way. It was resumed max_resumes times before anything else happened; now one
+    resume shows the failure is the same, and the instance is compensated at once, flagged with it."""
+    h = harness
+    iid = h.start_workflow(
+        "provision-tenant", {"tenant_id": "t" * 14_000, "admin_email": "e" * 17_000 + "@b.example"}
+    )
+    h.run_until(lambda: h.ledger.get_instance(iid).status.value != "Running", timedelta(hours=8))
+    h.run_until(lambda: not h.ledger.get_instance(iid).supervised, timedelta(hours=8))
+
+    decided = restarts(h, iid)
+    assert decided.count("resume_instance") <= 1, decided  # once, to see the failure again
+    record = h.ledger.get_instance(iid)
+    # the real cause: which activity, which size, which limit, which step
+    cause = re.compile(
+        r"dispatch_step.*text of 4\d{4} characters exceeds the ledger's 32000.*at step send_welcome"
+    )
+    assert record.needs_attention and cause.search(record.last_error or ""), record.last_error
+    assert cause.search(record.attention_reason), record.attention_reason
+    assert record.status.value == "Compensated", record.status  # create_storage, register_dns undone
+    verify(
+        h,
+        "step input that can never be stored",
+        "each field under the limit, send_welcome's derived input over it",
+        {iid: "failed"},  # the scheduler's orchestration failed; the watchdog compensated the instance
+    )
