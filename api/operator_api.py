@@ -2,7 +2,7 @@
 
 Reads come from the ledger's instance records (not from a page of Durable instances), so a list is
 complete, filterable and pages stably. Actions record intent in the ledger through
-:mod:`supervisor.operator` (the watchdog enacts it), except ``terminate``, which needs the Durable
+:mod:`supervisor.operator` (the watchdog enacts it), except ``stop`` and ``cancel``, which need the Durable
 client this API has. Every action needs a reason and is audited as ``operator:<caller>``; a move the
 ledger does not allow is a 409 naming the allowed moves.
 """
@@ -27,7 +27,7 @@ from api.identity import caller_name
 from api.instance_views import instance_detail_view, instance_record_view
 from api.responses import ApiError, json_errors, json_object_body, json_response, route_base
 from api.views import runtime_status_name, step_view
-from supervisor import operator
+from supervisor import operator, operator_stop
 from workflow_core import clock
 from workflow_core.ledger import InstanceNotFound, StepLedger, StepStatus
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 STEP_ACTIONS = {"retry": operator.retry_step, "skip": operator.skip_step}
-INSTANCE_ACTIONS = ("compensate", "resume", "terminate")
+INSTANCE_ACTIONS = ("compensate", "resume", "stop", "cancel")
 DEAD_LETTER_PREFIX = "dead-lettered"  # last_error of a step whose work message was dead-lettered
 DEAD_LETTER_WINDOW = timedelta(days=1)
 
@@ -230,8 +230,8 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     user = caller_name(req.headers)
     actor = operator.actor_for(user)
     svc = resolve_services(services)
-    if action == "terminate":
-        return await _terminate(client, svc, instance_id, actor, reason)
+    if action in ("stop", "cancel"):
+        return await _end(client, svc, instance_id, action, actor, reason, _expected_status(req))
 
     def act(ledger: StepLedger) -> dict[str, Any]:
         if action == "compensate":
@@ -249,25 +249,47 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     return json_response({"action": action, "actor": actor, **result})
 
 
-async def _terminate(client: Any, svc: Any, instance_id: str, actor: str, reason: str) -> func.HttpResponse:
-    status = await call_durable(client.get_status(instance_id), "read the orchestration status")
-    if not status or status.runtime_status not in ACTIVE_STATUSES:
-        state = runtime_status_name(status) if status else "unknown to the Durable task hub"
-        raise ApiError(
-            409,
-            f"cannot terminate {instance_id!r}: its orchestration is {state}",
-            ["only a running orchestration can be terminated; compensate or resume it instead"],
-            code="not-running",
-            extra={"runtimeStatus": runtime_status_name(status) if status else None},
+def _expected_status(req: func.HttpRequest) -> str | None:
+    try:
+        body = req.get_json()
+    except ValueError:
+        return None
+    value = body.get("expectedStatus") if isinstance(body, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+async def _end(
+    client: Any, svc: Any, instance_id: str, action: str, actor: str, reason: str, expected: str | None
+) -> func.HttpResponse:
+    """Stop or cancel: the record (and its audit row) is written first; only then is the
+    orchestration terminated, so a failing terminate still leaves the operator's intent recorded,
+    and the watchdog, reading the record, never resumes the instance."""
+    try:
+        record = await call_ledger(
+            svc,
+            lambda ledger: operator_stop.end_instance(
+                ledger, instance_id, action, reason=reason, actor=actor, expected_status=expected
+            ),
         )
-    await call_durable(client.terminate(instance_id, f"{actor}: {reason}"), "terminate the orchestration")
-    await call_ledger(
-        svc,
-        lambda ledger: ledger.note(
-            instance_id, "*", actor=actor, action="terminate", reason=f"operator terminate: {reason}"
-        ),
+    except operator.OperatorError as exc:
+        raise _operator_problem(exc) from None
+    status = await call_durable(client.get_status(instance_id), "read the orchestration status")
+    terminated = bool(status and status.runtime_status in ACTIVE_STATUSES)
+    if terminated:
+        await call_durable(
+            client.terminate(instance_id, f"operator {action} by {actor}: {reason}"),
+            "terminate the orchestration",
+        )
+    log.info("operator %s: %s by %s (%s)", action, instance_id, actor, reason)
+    return json_response(
+        {
+            "action": action,
+            "actor": actor,
+            "instanceId": instance_id,
+            "terminated": terminated,
+            "instance": instance_record_view(record),
+        }
     )
-    return json_response({"action": "terminate", "actor": actor, "instanceId": instance_id})
 
 
 @json_errors

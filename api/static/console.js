@@ -228,9 +228,13 @@ function stepButtons(instanceId, step) {
     retry: ["Failed", "TimedOut", "CompensationFailed"].includes(step.status),
     skip: !["Succeeded", "Compensated", "Skipped", "Cancelled", "Compensating"].includes(step.status),
   };
+  const why = {
+    retry: "only a Failed, TimedOut or CompensationFailed step can be retried",
+    skip: `a ${step.status} step cannot be skipped`,
+  };
   return h("span", { class: "actions" }, ["retry", "skip"].map((action) => h("button", {
     type: "button", "data-action": action, "data-step": step.id, "aria-label": `${action} step ${step.id}`,
-    class: can[action] ? null : "muted",
+    class: can[action] ? null : "muted", disabled: !can[action], title: can[action] ? null : why[action],
     onclick: (e) => confirmAction(e.currentTarget, `${action} step ${step.id} of ${instanceId}`,
       `/instances/${encodeURIComponent(instanceId)}/steps/${encodeURIComponent(step.id)}/${action}`, explain[action]),
   }, action[0].toUpperCase() + action.slice(1))));
@@ -241,7 +245,8 @@ const explain = {
   skip: "The step is marked Skipped: it needs no (more) work and leaves the watchdog's worklist for good.",
   compensate: "The watchdog starts the compensation, which undoes every completed step in reverse order.",
   resume: "The watchdog resumes the workflow from the ledger's state on its next tick.",
-  terminate: "The orchestration stops now. Its steps stay as the ledger has them; the watchdog then compensates.",
+  stop: "The instance is marked Cancelled with your name and reason, then its orchestration is terminated. Steps already done stay done (nothing is undone), no later step runs, and the watchdog never resumes it.",
+  cancel: "The instance is marked Compensating with your name and reason, then its orchestration is terminated; the watchdog then undoes every completed step in reverse order. No later step runs.",
 };
 
 function summary(d) {
@@ -255,13 +260,25 @@ function summary(d) {
     item("Needs attention", r.needsAttention ? r.attentionReason || "yes" : "no"), item("Last error", r.lastError));
 }
 
+const INSTANCE_ACTION_STATUSES = {
+  compensate: ["Running", "Failed", "CompensationFailed"],
+  resume: ["Running", "Failed"],
+  stop: ["Running", "Failed"],
+  cancel: ["Running", "Failed"],
+};
+
 function instanceActions(d) {
   const id = d.instanceId;
+  const status = (d.record || {}).status;
   return h("div", { class: "actions", role: "group", "aria-label": "Instance actions" },
-    ["compensate", "resume", "terminate"].map((action) => h("button", {
-      type: "button", "data-action": action, class: action === "terminate" ? "danger" : null,
+    Object.keys(INSTANCE_ACTION_STATUSES).map((action) => {
+      const can = !status || INSTANCE_ACTION_STATUSES[action].includes(status);
+      return h("button", {
+      type: "button", "data-action": action, class: action === "stop" || action === "cancel" ? "danger" : null,
+      disabled: !can, title: can ? null : `the instance is ${status}; ${action} applies only to ${INSTANCE_ACTION_STATUSES[action].join(", ")} instances`,
       onclick: (e) => confirmAction(e.currentTarget, `${action} instance ${id}`, `/instances/${encodeURIComponent(id)}/${action}`, explain[action]),
-    }, action[0].toUpperCase() + action.slice(1))));
+    }, action[0].toUpperCase() + action.slice(1));
+    }));
 }
 
 function payload(label, p) {

@@ -12,6 +12,7 @@ from api.console_site import console_file
 from api.operator_api import instance_action, step_action
 from tests.api.support import http_request, json_of
 from tests.supervisor.conftest import make_step
+from workflow_core import clock
 from workflow_core.ledger import StepStatus
 
 S = StepStatus
@@ -170,23 +171,28 @@ def test_compensate_with_nothing_to_undo_is_refused(run, client, services, ledge
     assert response.status_code == 409 and "nothing to compensate" in body["error"]
 
 
-def test_terminate_stops_a_running_orchestration_and_notes_who(run, stub, client, services, ledger):
-    make_step(ledger, "op-stop", S.RUNNING)
+def test_stop_marks_the_record_then_terminates_and_a_second_stop_is_refused(
+    run, stub, client, services, ledger
+):
+    ledger.create_instance(
+        "op-stop", "provision-tenant", actor="test", input_json="{}", scheduler_deadline=clock.utcnow()
+    )
     stub.add_instance("op-stop", runtime_status="Running")
 
-    response = run(instance_action(instance_post("op-stop", "terminate", headers=ALICE), client, services))
+    response = run(instance_action(instance_post("op-stop", "stop", headers=ALICE), client, services))
 
     assert response.status_code == 200, response.get_body()
     assert stub.instances["op-stop"].runtime_status == "Terminated"
-    (note,) = operator_moves(ledger, "op-stop")
-    assert (note.action, note.step_id) == ("terminate", "*")
-    assert note.reason == "operator terminate: customer cancelled"
+    assert ledger.get_instance("op-stop").status.value == "Cancelled"
+    (move,) = operator_moves(ledger, "op-stop")
+    assert (move.step_id, move.to_status) == ("*", "Cancelled")
+    assert move.reason == "operator stop: customer cancelled"
 
-    again = run(instance_action(instance_post("op-stop", "terminate"), client, services))
+    again = run(instance_action(instance_post("op-stop", "stop"), client, services))
     body = json_of(again)
-    assert (
-        again.status_code == 409 and body["code"] == "not-running" and body["runtimeStatus"] == "Terminated"
-    )
+    assert again.status_code == 409 and "Cancelled" in body["error"]
+    gone = run(instance_action(instance_post("op-stop", "terminate"), client, services))
+    assert gone.status_code in (400, 404)  # terminate is no longer an action: stop or cancel
 
 
 def test_the_console_files_are_served_and_nothing_else(run):
