@@ -83,7 +83,7 @@ class Session:
         render.console_for(self.out).print(renderable)
 
     def say(self, text: str) -> None:
-        print(text, file=self.out)
+        print("\n".join(render.safe(line) for line in text.split("\n")), file=self.out)
 
 
 def operator_user() -> str:
@@ -280,7 +280,7 @@ def _confirm(s: Session, prompt: str, yes: bool) -> None:
     if yes:
         return
     try:
-        answer = s.read(prompt)
+        answer = s.read(render.safe(prompt))
     except (EOFError, click.Abort):
         answer = ""
     if answer.strip().lower() not in ("y", "yes"):
@@ -406,16 +406,16 @@ def main(
     except click.UsageError as exc:
         if exc.ctx is not None:
             print(exc.ctx.get_usage(), file=err)
-        print(f"error: {exc.format_message()}", file=err)
+        print(render.safe(f"error: {exc.format_message()}"), file=err)
         return EXIT_USAGE
     except Declined:
         print("aborted: nothing changed", file=out)
         return EXIT_DECLINED
     except (operator.OperatorError, CliError, ConnectionProblem, LedgerError) as exc:
-        print(f"error: {exc}", file=err)
+        print(render.safe(f"error: {exc}"), file=err)
         return EXIT_USAGE
     except AzureError as exc:
-        print(f"error: {_storage_message(exc, session)}", file=err)
+        print(render.safe(f"error: {_storage_message(exc, session)}"), file=err)
         return EXIT_STORAGE
     finally:
         session.close()

@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from workflow_core.ledger import AuditEntry, StepRecord
 
@@ -19,8 +20,29 @@ PLAIN_WIDTH = 200
 
 
 def console_for(stream: IO[str]) -> Console:
+    """Markup and emoji off: ledger text (business keys, errors) is data, never instructions to rich."""
     is_tty = bool(getattr(stream, "isatty", lambda: False)())
-    return Console(file=stream, width=None if is_tty else PLAIN_WIDTH, highlight=False, soft_wrap=False)
+    return Console(
+        file=stream,
+        width=None if is_tty else PLAIN_WIDTH,
+        highlight=False,
+        soft_wrap=False,
+        markup=False,
+        emoji=False,
+    )
+
+
+def _escape_char(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x20 or 0x7F <= code < 0xA0 or code in (0x2028, 0x2029) or 0x202A <= code <= 0x202E:
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return ch
+
+
+def safe(text: Any) -> str:
+    """``text`` with every control character (ESC, OSC's BEL, C1, line and bidi controls) written as a
+    visible escape, so ledger data cannot move the cursor, retitle or hyperlink the terminal."""
+    return "".join(_escape_char(ch) for ch in str(text))
 
 
 def to_json(value: Any) -> Any:
@@ -60,16 +82,22 @@ def ago(now: datetime, value: datetime | None) -> str:
 def short(text: str | None, limit: int = 60) -> str:
     if not text:
         return ""
-    text = " ".join(text.split())
+    text = safe(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def table(title: str | None, headers: list[str], rows: list[list[str]]) -> Table:
-    result = Table(title=title, title_justify="left", show_edge=False, header_style="bold", box=None)
+    result = Table(
+        title=Text(safe(title)) if title is not None else None,
+        title_justify="left",
+        show_edge=False,
+        header_style="bold",
+        box=None,
+    )
     for header in headers:
-        result.add_column(header, overflow="fold")
-    for row in rows:
-        result.add_row(*row)
+        result.add_column(Text(header), overflow="fold")
+    for row in rows:  # Text cells: rich never parses ledger text as markup
+        result.add_row(*(Text(safe(cell)) for cell in row))
     return result
 
 
