@@ -15,6 +15,7 @@ from typing import Any
 
 import azure.functions as func
 
+from api import idempotency as idempotent
 from api.calls import (
     ACTIVE_STATUSES,
     ServicesSource,
@@ -193,6 +194,19 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
     user = caller_name(req.headers)
     svc = resolve_services(services)
     apply = STEP_ACTIONS[action]
+    return await idempotent.once(
+        req,
+        svc,
+        instance_id,
+        f"{action} {instance_id}/{step_id}",
+        operator.actor_for(user),
+        lambda: _step_move(svc, instance_id, step_id, action, apply, user, reason),
+    )
+
+
+async def _step_move(
+    svc: Any, instance_id: str, step_id: str, action: str, apply: Any, user: str, reason: str
+) -> func.HttpResponse:
     try:
         updated = await call_ledger(
             svc, lambda ledger: apply(ledger, instance_id, step_id, user=user, reason=reason)
@@ -209,6 +223,11 @@ def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
     steps = ledger.list_for_instance(instance_id)
     if not steps:
         raise operator.UnknownInstance(instance_id)
+    asked = [s for s in steps if s.status is StepStatus.COMPENSATING]
+    if asked:
+        raise operator.OperatorError(
+            f"compensation of {instance_id!r} is already asked for: step {asked[0].step_id} is Compensating"
+        )
     failed = [s for s in steps if s.status in (StepStatus.FAILED, StepStatus.TIMED_OUT)]
     done = [s for s in steps if s.status is StepStatus.SUCCEEDED]
     if failed:
@@ -230,9 +249,29 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     user = caller_name(req.headers)
     actor = operator.actor_for(user)
     svc = resolve_services(services)
+    expected = _expected_status(req)
     if action in ("stop", "cancel"):
-        return await _end(client, svc, instance_id, action, actor, reason, _expected_status(req))
+        return await idempotent.once(
+            req,
+            svc,
+            instance_id,
+            f"{action} {instance_id} expecting {expected or 'any status'}",
+            actor,
+            lambda: _end(client, svc, instance_id, action, actor, reason, expected),
+        )
+    return await idempotent.once(
+        req,
+        svc,
+        instance_id,
+        f"{action} {instance_id}",
+        actor,
+        lambda: _instance_move(svc, instance_id, action, user, actor, reason),
+    )
 
+
+async def _instance_move(
+    svc: Any, instance_id: str, action: str, user: str, actor: str, reason: str
+) -> func.HttpResponse:
     def act(ledger: StepLedger) -> dict[str, Any]:
         if action == "compensate":
             step_id = _compensation_target(ledger, instance_id)

@@ -207,3 +207,36 @@ def test_the_console_files_are_served_and_nothing_else(run):
     for path in ("../function_app.py", "nope.js", ".hidden.css"):
         response = run(console_file(http_request("GET", f"/api/console/{path}", route_params={"path": path})))
         assert response.status_code == 404 and json_of(response)["code"] == "not-found"
+
+
+def keyed(instance_id, action, key):
+    return instance_post(instance_id, action, headers={**ALICE, "Idempotency-Key": key})
+
+
+def test_a_repeated_compensate_with_one_key_answers_the_same_and_acts_once(run, client, services, ledger):
+    make_step(ledger, "op-idem", S.FAILED)
+
+    first = run(instance_action(keyed("op-idem", "compensate", "click-1"), client, services))
+    again = run(instance_action(keyed("op-idem", "compensate", "click-1"), client, services))
+
+    assert first.status_code == 200, first.get_body()
+    assert (again.status_code, again.get_body()) == (200, first.get_body())
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert len(operator_moves(ledger, "op-idem")) == 1
+    assert [s.step_id for s in ledger.list_for_instance("op-idem")] == ["create_storage"]  # no stray row
+    reused = run(instance_action(keyed("op-idem", "resume", "click-1"), client, services))
+    assert reused.status_code == 422 and json_of(reused)["code"] == "idempotency-key-reused"
+    bad = run(instance_action(keyed("op-idem", "compensate", "bad key\n"), client, services))
+    assert bad.status_code == 400 and json_of(bad)["code"] == "bad-idempotency-key"
+
+
+def test_two_overlapping_compensates_make_one_operator_move(run, client, services, ledger):
+    make_step(ledger, "op-two", S.SUCCEEDED)
+
+    first = run(instance_action(keyed("op-two", "compensate", "tab-a"), client, services))
+    second = run(instance_action(keyed("op-two", "compensate", "tab-b"), client, services))
+
+    assert first.status_code == 200, first.get_body()
+    assert second.status_code == 409
+    assert "already asked for" in json_of(second)["error"] and "Compensating" in json_of(second)["error"]
+    assert len(operator_moves(ledger, "op-two")) == 1
