@@ -40,7 +40,7 @@ class ApiProblem extends Error {
 }
 
 async function api(path, options = {}) {
-  const headers = { Accept: "application/json", ...(options.body ? { "Content-Type": "application/json" } : {}) };
+  const headers = { Accept: "application/json", ...(options.body ? { "Content-Type": "application/json", "X-SAS-Client": "console" } : {}), ...(options.headers || {}) };
   if (KEY) headers["x-functions-key"] = KEY;
   let response;
   try {
@@ -275,6 +275,7 @@ function instanceActions(d) {
       const can = !status || INSTANCE_ACTION_STATUSES[action].includes(status);
       return h("button", {
       type: "button", "data-action": action, class: action === "stop" || action === "cancel" ? "danger" : null,
+      "data-expected": action === "stop" || action === "cancel" ? status : null,
       disabled: !can, title: can ? null : `the instance is ${status}; ${action} applies only to ${INSTANCE_ACTION_STATUSES[action].join(", ")} instances`,
       onclick: (e) => confirmAction(e.currentTarget, `${action} instance ${id}`, `/instances/${encodeURIComponent(id)}/${action}`, explain[action]),
     }, action[0].toUpperCase() + action.slice(1));
@@ -411,6 +412,9 @@ function confirmAction(button, title, path, text) {
   $("#confirm-reason").value = "";
   problemBox($("#confirm-problem"), null);
   dialog.dataset.path = path;
+  // one idempotency key per click: submitting the dialog twice (or a retry after a lost answer) acts once
+  dialog.dataset.key = crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(36).slice(2)}`;
+  dialog.dataset.expected = button.dataset.expected || "";
   dialog.showModal();
   $("#confirm-reason").focus();
 }
@@ -426,7 +430,8 @@ async function submitAction(e) {
   }
   $("#confirm-ok").disabled = true;
   try {
-    const result = await api(dialog.dataset.path, { method: "POST", body: JSON.stringify({ reason }) });
+    const body = { reason, ...(dialog.dataset.expected ? { expectedStatus: dialog.dataset.expected } : {}) };
+    const result = await api(dialog.dataset.path, { method: "POST", body: JSON.stringify(body), headers: { "Idempotency-Key": dialog.dataset.key } });
     dialog.close();
     const what = result.step ? `step ${result.step.id} is now ${result.step.status}` : result.instance ? `instance is ${result.instance.status}` : "done";
     notice(`${result.action} recorded as ${result.actor}: ${what}.`);
