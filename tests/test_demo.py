@@ -109,3 +109,9 @@ def test_an_agent_without_a_handler_is_one_error_line(capsys, tmp_path, monkeypa
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "no handler: email.send_postcard (used by" in err and "@agent(name)" in err
+
+
+def test_help_names_serve(capsys):
+    with pytest.raises(SystemExit):
+        demo._parse(["--help"])
+    assert "--serve" in capsys.readouterr().out
