@@ -254,7 +254,7 @@ function summary(d) {
   const item = (k, v) => [h("dt", {}, k), h("dd", {}, v ?? "–")];
   return h("dl", { class: "summary card" },
     item("Status", badge(r.status || d.runtimeStatus)), item("Orchestration", d.runtimeStatus),
-    item("Workflow", `${d.workflow || "?"} ${r.version ? "v" + r.version : ""}`), item("Business key", r.businessKey),
+    item("Workflow", d.workflow || "?"), item("Version", r.version), item("Business key", r.businessKey),
     item("Started", fmt(r.startedAt)), item("Updated", fmt(r.updatedAt)), item("Completed", fmt(r.completedAt)),
     item("Scheduler deadline", fmt(r.schedulerDeadline)), item("Resumes", r.resumeCount != null ? `${r.resumeCount} of ${r.maxResumes}` : null),
     item("Needs attention", r.needsAttention ? r.attentionReason || "yes" : "no"), item("Last error", r.lastError));
