@@ -2,7 +2,7 @@
 
 Reads come from the ledger's instance records (not from a page of Durable instances), so a list is
 complete, filterable and pages stably. Actions record intent in the ledger through
-:mod:`supervisor.operator` (the watchdog enacts it), except ``terminate``, which needs the Durable
+:mod:`supervisor.operator` (the watchdog enacts it), except ``stop`` and ``cancel``, which need the Durable
 client this API has. Every action needs a reason and is audited as ``operator:<caller>``; a move the
 ledger does not allow is a 409 naming the allowed moves.
 """
@@ -16,6 +16,7 @@ from typing import Any
 import azure.functions as func
 
 from api import continuation
+from api import idempotency as idempotent
 from api.calls import (
     ACTIVE_STATUSES,
     ServicesSource,
@@ -30,7 +31,7 @@ from api.identity import caller_name
 from api.instance_views import instance_detail_view, instance_record_view
 from api.responses import ApiError, json_errors, json_object_body, json_response, route_base
 from api.views import runtime_status_name, step_view
-from supervisor import operator
+from supervisor import operator, operator_stop
 from workflow_core import clock
 from workflow_core.ledger import InstanceNotFound, StepLedger, StepStatus
 
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 STEP_ACTIONS = {"retry": operator.retry_step, "skip": operator.skip_step}
-INSTANCE_ACTIONS = ("compensate", "resume", "terminate")
+INSTANCE_ACTIONS = ("compensate", "resume", "stop", "cancel")
 DEAD_LETTER_PREFIX = "dead-lettered"  # last_error of a step whose work message was dead-lettered
 DEAD_LETTER_WINDOW = timedelta(days=1)
 
@@ -222,6 +223,19 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
     user = caller_name(req.headers)
     svc = resolve_services(services)
     apply = STEP_ACTIONS[action]
+    return await idempotent.once(
+        req,
+        svc,
+        instance_id,
+        f"{action} {instance_id}/{step_id}",
+        operator.actor_for(user),
+        lambda: _step_move(svc, instance_id, step_id, action, apply, user, reason),
+    )
+
+
+async def _step_move(
+    svc: Any, instance_id: str, step_id: str, action: str, apply: Any, user: str, reason: str
+) -> func.HttpResponse:
     try:
         updated = await call_ledger(
             svc, lambda ledger: apply(ledger, instance_id, step_id, user=user, reason=reason)
@@ -238,6 +252,11 @@ def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
     steps = ledger.list_for_instance(instance_id)
     if not steps:
         raise operator.UnknownInstance(instance_id)
+    asked = [s for s in steps if s.status is StepStatus.COMPENSATING]
+    if asked:
+        raise operator.OperatorError(
+            f"compensation of {instance_id!r} is already asked for: step {asked[0].step_id} is Compensating"
+        )
     failed = [s for s in steps if s.status in (StepStatus.FAILED, StepStatus.TIMED_OUT)]
     done = [s for s in steps if s.status is StepStatus.SUCCEEDED]
     if failed:
@@ -259,9 +278,29 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     user = caller_name(req.headers)
     actor = operator.actor_for(user)
     svc = resolve_services(services)
-    if action == "terminate":
-        return await _terminate(client, svc, instance_id, actor, reason)
+    expected = _expected_status(req)
+    if action in ("stop", "cancel"):
+        return await idempotent.once(
+            req,
+            svc,
+            instance_id,
+            f"{action} {instance_id} expecting {expected or 'any status'}",
+            actor,
+            lambda: _end(client, svc, instance_id, action, actor, reason, expected),
+        )
+    return await idempotent.once(
+        req,
+        svc,
+        instance_id,
+        f"{action} {instance_id}",
+        actor,
+        lambda: _instance_move(svc, instance_id, action, user, actor, reason),
+    )
 
+
+async def _instance_move(
+    svc: Any, instance_id: str, action: str, user: str, actor: str, reason: str
+) -> func.HttpResponse:
     def act(ledger: StepLedger) -> dict[str, Any]:
         if action == "compensate":
             step_id = _compensation_target(ledger, instance_id)
@@ -284,27 +323,47 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     return json_response({"action": action, "actor": actor, **result})
 
 
-async def _terminate(client: Any, svc: Any, instance_id: str, actor: str, reason: str) -> func.HttpResponse:
-    status = await call_durable(client.get_status(instance_id), "read the orchestration status")
-    if not status and await call_ledger(svc, lambda ledger: ledger.find_instance(instance_id)) is None:
-        raise ApiError(404, f"no workflow instance {instance_id!r}", code="instance-not-found")
-    if not status or status.runtime_status not in ACTIVE_STATUSES:
-        state = runtime_status_name(status) if status else "unknown to the Durable task hub"
-        raise ApiError(
-            409,
-            f"cannot terminate {instance_id!r}: its orchestration is {state}",
-            ["only a running orchestration can be terminated; compensate or resume it instead"],
-            code="not-running",
-            extra={"runtimeStatus": runtime_status_name(status) if status else None},
+def _expected_status(req: func.HttpRequest) -> str | None:
+    try:
+        body = req.get_json()
+    except ValueError:
+        return None
+    value = body.get("expectedStatus") if isinstance(body, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+async def _end(
+    client: Any, svc: Any, instance_id: str, action: str, actor: str, reason: str, expected: str | None
+) -> func.HttpResponse:
+    """Stop or cancel: the record (and its audit row) is written first; only then is the
+    orchestration terminated, so a failing terminate still leaves the operator's intent recorded,
+    and the watchdog, reading the record, never resumes the instance."""
+    try:
+        record = await call_ledger(
+            svc,
+            lambda ledger: operator_stop.end_instance(
+                ledger, instance_id, action, reason=reason, actor=actor, expected_status=expected
+            ),
         )
-    await call_durable(client.terminate(instance_id, f"{actor}: {reason}"), "terminate the orchestration")
-    await call_ledger(
-        svc,
-        lambda ledger: ledger.note(
-            instance_id, "*", actor=actor, action="terminate", reason=f"operator terminate: {reason}"
-        ),
+    except operator.OperatorError as exc:
+        raise _operator_problem(exc) from None
+    status = await call_durable(client.get_status(instance_id), "read the orchestration status")
+    terminated = bool(status and status.runtime_status in ACTIVE_STATUSES)
+    if terminated:
+        await call_durable(
+            client.terminate(instance_id, f"operator {action} by {actor}: {reason}"),
+            "terminate the orchestration",
+        )
+    log.info("operator %s: %s by %s (%s)", action, instance_id, actor, reason)
+    return json_response(
+        {
+            "action": action,
+            "actor": actor,
+            "instanceId": instance_id,
+            "terminated": terminated,
+            "instance": instance_record_view(record),
+        }
     )
-    return json_response({"action": "terminate", "actor": actor, "instanceId": instance_id})
 
 
 @json_errors

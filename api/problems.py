@@ -28,6 +28,9 @@ MAX_LIST_ITEMS = 50
 # ``detail`` and ``details`` carry the human sentences of each occurrence. Clients branch on ``code``.
 PROBLEM_TITLES: dict[str, str] = {
     "invalid-request": "The request is invalid",
+    "bad-idempotency-key": "The Idempotency-Key header is malformed",
+    "idempotency-key-reused": "The Idempotency-Key was used for another request",
+    "in-progress": "The request with this Idempotency-Key is still being carried out",
     "invalid-json": "The request body is not valid JSON",
     "invalid-body": "The request body has the wrong shape",
     "invalid-input": "The workflow input does not match its schema",

@@ -177,7 +177,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m devtools.demo",
         description=__doc__.split("\n\n")[0],
-        epilog="Example: python -m devtools.demo provision-tenant --stall register_dns",
+        epilog=(
+            "Example: python -m devtools.demo provision-tenant --stall register_dns\n"
+            "         python -m devtools.demo --serve [--port 7072]   # the operator console instead"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("workflow", nargs="?", default="provision-tenant", help="workflow to run")
@@ -190,6 +193,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--input", metavar="JSON", help="workflow input (default: a sample for the workflow)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show every ledger write")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the operator console on sample instances (http://127.0.0.1:7072/api/console/)",
+    )
     return parser.parse_args(argv)
 
 

@@ -284,7 +284,7 @@ def _confirm(s: Session, prompt: str, yes: bool) -> None:
     if yes:
         return
     try:
-        answer = s.read(prompt)
+        answer = s.read(render.terminal_safe(prompt, lines=True))
     except (EOFError, click.Abort):
         answer = ""
     if answer.strip().lower() not in ("y", "yes"):
@@ -410,7 +410,7 @@ def main(
     except click.UsageError as exc:
         if exc.ctx is not None:
             print(exc.ctx.get_usage(), file=err)
-        print(f"error: {exc.format_message()}", file=err)
+        print(f"error: {render.terminal_safe(exc.format_message(), lines=True)}", file=err)
         return EXIT_USAGE
     except Declined:
         print("aborted: nothing changed", file=out)
@@ -419,7 +419,7 @@ def main(
         print(f"error: {render.terminal_safe(exc, lines=True)}", file=err)
         return EXIT_USAGE
     except AzureError as exc:
-        print(f"error: {_storage_message(exc, session)}", file=err)
+        print(f"error: {render.terminal_safe(_storage_message(exc, session), lines=True)}", file=err)
         return EXIT_STORAGE
     finally:
         session.close()

@@ -146,3 +146,9 @@ def test_sigterm_stops_the_console_demo_and_the_azurite_it_started():
             proc.kill()
     assert proc.returncode == 0 and "stopped" in rest and "Traceback" not in rest, rest
     assert not listening(10002)
+
+
+def test_help_names_serve(capsys):
+    with pytest.raises(SystemExit):
+        demo._parse(["--help"])
+    assert "--serve" in capsys.readouterr().out

@@ -43,6 +43,7 @@ async function api(path, options = {}) {
   // X-SAS-Client: the API refuses a state-changing request without it (a cross-site form cannot send it).
   const headers = { Accept: "application/json" };
   if (options.body) Object.assign(headers, { "Content-Type": "application/json", "X-SAS-Client": "console" });
+  Object.assign(headers, options.headers || {});  // Idempotency-Key of the click
   if (KEY) headers["x-functions-key"] = KEY;
   let response;
   try {
@@ -230,9 +231,13 @@ function stepButtons(instanceId, step) {
     retry: ["Failed", "TimedOut", "CompensationFailed"].includes(step.status),
     skip: !["Succeeded", "Compensated", "Skipped", "Cancelled", "Compensating"].includes(step.status),
   };
+  const why = {
+    retry: "only a Failed, TimedOut or CompensationFailed step can be retried",
+    skip: `a ${step.status} step cannot be skipped`,
+  };
   return h("span", { class: "actions" }, ["retry", "skip"].map((action) => h("button", {
     type: "button", "data-action": action, "data-step": step.id, "aria-label": `${action} step ${step.id}`,
-    class: can[action] ? null : "muted",
+    class: can[action] ? null : "muted", disabled: !can[action], title: can[action] ? null : why[action],
     onclick: (e) => confirmAction(e.currentTarget, `${action} step ${step.id} of ${instanceId}`,
       `/instances/${encodeURIComponent(instanceId)}/steps/${encodeURIComponent(step.id)}/${action}`, explain[action]),
   }, action[0].toUpperCase() + action.slice(1))));
@@ -243,7 +248,8 @@ const explain = {
   skip: "The step is marked Skipped: it needs no (more) work and leaves the watchdog's worklist for good.",
   compensate: "The watchdog starts the compensation, which undoes every completed step in reverse order.",
   resume: "The watchdog resumes the workflow from the ledger's state on its next tick.",
-  terminate: "The orchestration stops now. Its steps stay as the ledger has them; the watchdog then compensates.",
+  stop: "The instance is marked Cancelled with your name and reason, then its orchestration is terminated. Steps already done stay done (nothing is undone), no later step runs, and the watchdog never resumes it.",
+  cancel: "The instance is marked Compensating with your name and reason, then its orchestration is terminated; the watchdog then undoes every completed step in reverse order. No later step runs.",
 };
 
 function summary(d) {
@@ -251,19 +257,32 @@ function summary(d) {
   const item = (k, v) => [h("dt", {}, k), h("dd", {}, v ?? "–")];
   return h("dl", { class: "summary card" },
     item("Status", badge(r.status || d.runtimeStatus)), item("Orchestration", d.runtimeStatus),
-    item("Workflow", `${d.workflow || "?"} ${r.version ? "v" + r.version : ""}`), item("Business key", r.businessKey),
+    item("Workflow", d.workflow || "?"), item("Version", r.version), item("Business key", r.businessKey),
     item("Started", fmt(r.startedAt)), item("Updated", fmt(r.updatedAt)), item("Completed", fmt(r.completedAt)),
     item("Scheduler deadline", fmt(r.schedulerDeadline)), item("Resumes", r.resumeCount != null ? `${r.resumeCount} of ${r.maxResumes}` : null),
     item("Needs attention", r.needsAttention ? r.attentionReason || "yes" : "no"), item("Last error", r.lastError));
 }
 
+const INSTANCE_ACTION_STATUSES = {
+  compensate: ["Running", "Failed", "CompensationFailed"],
+  resume: ["Running", "Failed"],
+  stop: ["Running", "Failed"],
+  cancel: ["Running", "Failed"],
+};
+
 function instanceActions(d) {
   const id = d.instanceId;
+  const status = (d.record || {}).status;
   return h("div", { class: "actions", role: "group", "aria-label": "Instance actions" },
-    ["compensate", "resume", "terminate"].map((action) => h("button", {
-      type: "button", "data-action": action, class: action === "terminate" ? "danger" : null,
+    Object.keys(INSTANCE_ACTION_STATUSES).map((action) => {
+      const can = !status || INSTANCE_ACTION_STATUSES[action].includes(status);
+      return h("button", {
+      type: "button", "data-action": action, class: action === "stop" || action === "cancel" ? "danger" : null,
+      "data-expected": action === "stop" || action === "cancel" ? status : null,
+      disabled: !can, title: can ? null : `the instance is ${status}; ${action} applies only to ${INSTANCE_ACTION_STATUSES[action].join(", ")} instances`,
       onclick: (e) => confirmAction(e.currentTarget, `${action} instance ${id}`, `/instances/${encodeURIComponent(id)}/${action}`, explain[action]),
-    }, action[0].toUpperCase() + action.slice(1))));
+    }, action[0].toUpperCase() + action.slice(1));
+    }));
 }
 
 function payload(label, p) {
@@ -396,6 +415,9 @@ function confirmAction(button, title, path, text) {
   $("#confirm-reason").value = "";
   problemBox($("#confirm-problem"), null);
   dialog.dataset.path = path;
+  // one idempotency key per click: submitting the dialog twice (or a retry after a lost answer) acts once
+  dialog.dataset.key = crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(36).slice(2)}`;
+  dialog.dataset.expected = button.dataset.expected || "";
   dialog.showModal();
   $("#confirm-reason").focus();
 }
@@ -411,7 +433,8 @@ async function submitAction(e) {
   }
   $("#confirm-ok").disabled = true;
   try {
-    const result = await api(dialog.dataset.path, { method: "POST", body: JSON.stringify({ reason }) });
+    const body = { reason, ...(dialog.dataset.expected ? { expectedStatus: dialog.dataset.expected } : {}) };
+    const result = await api(dialog.dataset.path, { method: "POST", body: JSON.stringify(body), headers: { "Idempotency-Key": dialog.dataset.key } });
     dialog.close();
     const what = result.step ? `step ${result.step.id} is now ${result.step.status}` : result.instance ? `instance is ${result.instance.status}` : "done";
     notice(`${result.action} recorded as ${result.actor}: ${what}.`);

@@ -153,8 +153,8 @@ def test_a_token_signed_with_another_key_is_refused():
 # ---- observation 8: the right status for each refusal ----------------------------------------------
 
 
-def test_terminating_an_unknown_instance_is_a_404(run, stub, client, services):
-    response = run(instance_action(act("never-was", "terminate"), client, services))
+def test_stopping_an_unknown_instance_is_a_404(run, stub, client, services):
+    response = run(instance_action(act("never-was", "stop"), client, services))
     assert (response.status_code, json_of(response)["code"]) == (404, "instance-not-found")
 
 

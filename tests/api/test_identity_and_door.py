@@ -226,9 +226,9 @@ def test_a_malformed_instance_id_is_a_400_on_every_route(run, client, services, 
         instance_action(
             http_request(
                 "POST",
-                "/api/instances/x/terminate",
+                "/api/instances/x/stop",
                 body={"reason": "r"},
-                route_params={**route, "action": "terminate"},
+                route_params={**route, "action": "stop"},
             ),
             client,
             services,

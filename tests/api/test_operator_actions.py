@@ -12,6 +12,7 @@ from api.console_site import console_file
 from api.operator_api import instance_action, step_action
 from tests.api.support import http_request, json_of, principal_headers
 from tests.supervisor.conftest import make_step
+from workflow_core import clock
 from workflow_core.ledger import StepStatus
 
 S = StepStatus
@@ -177,25 +178,28 @@ def test_compensate_with_nothing_to_undo_is_refused(run, client, services, ledge
     assert "nothing to compensate" in body["error"]
 
 
-def test_terminate_stops_a_running_orchestration_and_notes_who(
+def test_stop_marks_the_record_then_terminates_and_a_second_stop_is_refused(
     run, stub, client, services, ledger, platform_auth
 ):
-    make_step(ledger, "op-stop", S.RUNNING)
+    ledger.create_instance(
+        "op-stop", "provision-tenant", actor="test", input_json="{}", scheduler_deadline=clock.utcnow()
+    )
     stub.add_instance("op-stop", runtime_status="Running")
 
-    response = run(instance_action(instance_post("op-stop", "terminate", headers=ALICE), client, services))
+    response = run(instance_action(instance_post("op-stop", "stop", headers=ALICE), client, services))
 
     assert response.status_code == 200, response.get_body()
     assert stub.instances["op-stop"].runtime_status == "Terminated"
-    (note,) = operator_moves(ledger, "op-stop")
-    assert (note.action, note.step_id) == ("terminate", "*")
-    assert note.reason == "operator terminate: customer cancelled"
+    assert ledger.get_instance("op-stop").status.value == "Cancelled"
+    (move,) = operator_moves(ledger, "op-stop")
+    assert (move.step_id, move.to_status) == ("*", "Cancelled")
+    assert move.reason == "operator stop: customer cancelled"
 
-    again = run(instance_action(instance_post("op-stop", "terminate", headers=ALICE), client, services))
+    again = run(instance_action(instance_post("op-stop", "stop", headers=ALICE), client, services))
     body = json_of(again)
-    assert (
-        again.status_code == 409 and body["code"] == "not-running" and body["runtimeStatus"] == "Terminated"
-    )
+    assert again.status_code == 409 and "Cancelled" in body["error"]
+    gone = run(instance_action(instance_post("op-stop", "terminate", headers=ALICE), client, services))
+    assert gone.status_code in (400, 404)  # terminate is no longer an action: stop or cancel
 
 
 def test_the_console_files_are_served_and_nothing_else(run):
@@ -210,3 +214,38 @@ def test_the_console_files_are_served_and_nothing_else(run):
     for path in ("../function_app.py", "nope.js", ".hidden.css"):
         response = run(console_file(http_request("GET", f"/api/console/{path}", route_params={"path": path})))
         assert response.status_code == 404 and json_of(response)["code"] == "not-found"
+
+
+def keyed(instance_id, action, key):
+    return instance_post(instance_id, action, headers={**ALICE, "Idempotency-Key": key})
+
+
+def test_a_repeated_compensate_with_one_key_answers_the_same_and_acts_once(
+    run, client, services, ledger, platform_auth
+):
+    make_step(ledger, "op-idem", S.FAILED)
+
+    first = run(instance_action(keyed("op-idem", "compensate", "click-1"), client, services))
+    again = run(instance_action(keyed("op-idem", "compensate", "click-1"), client, services))
+
+    assert first.status_code == 200, first.get_body()
+    assert (again.status_code, again.get_body()) == (200, first.get_body())
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert len(operator_moves(ledger, "op-idem")) == 1
+    assert [s.step_id for s in ledger.list_for_instance("op-idem")] == ["create_storage"]  # no stray row
+    reused = run(instance_action(keyed("op-idem", "resume", "click-1"), client, services))
+    assert reused.status_code == 422 and json_of(reused)["code"] == "idempotency-key-reused"
+    bad = run(instance_action(keyed("op-idem", "compensate", "bad key\n"), client, services))
+    assert bad.status_code == 400 and json_of(bad)["code"] == "bad-idempotency-key"
+
+
+def test_two_overlapping_compensates_make_one_operator_move(run, client, services, ledger, platform_auth):
+    make_step(ledger, "op-two", S.SUCCEEDED)
+
+    first = run(instance_action(keyed("op-two", "compensate", "tab-a"), client, services))
+    second = run(instance_action(keyed("op-two", "compensate", "tab-b"), client, services))
+
+    assert first.status_code == 200, first.get_body()
+    assert second.status_code == 409
+    assert "already asked for" in json_of(second)["error"] and "Compensating" in json_of(second)["error"]
+    assert len(operator_moves(ledger, "op-two")) == 1

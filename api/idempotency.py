@@ -1,0 +1,84 @@
+"""``Idempotency-Key`` for operator actions: a repeat with the same key gets the first answer and
+acts once; the key is claimed in the ledger before the action runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import azure.functions as func
+
+from api.calls import call_ledger
+from api.responses import PROBLEM_CONTENT_TYPE, ApiError
+from workflow_core.ledger import idempotency
+
+KEY_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+HEADER = "Idempotency-Key"
+
+
+def key_of(req: func.HttpRequest) -> str | None:
+    key = req.headers.get(HEADER)
+    if key is None:
+        return None
+    if not KEY_PATTERN.fullmatch(key):
+        raise ApiError(
+            400,
+            f"bad {HEADER}",
+            [f"{HEADER} is 1-100 characters of A-Z a-z 0-9 . _ : -"],
+            code="bad-idempotency-key",
+        )
+    return key
+
+
+async def once(
+    req: func.HttpRequest,
+    svc: Any,
+    instance_id: str,
+    request: str,
+    actor: str,
+    act: Callable[[], Awaitable[func.HttpResponse]],
+) -> func.HttpResponse:
+    """Run ``act`` once per key; ``request`` names the action and its target (a key reused for
+    another request is a 422)."""
+    key = key_of(req)
+    if key is None:
+        return await act()
+    stored = await call_ledger(
+        svc, lambda ledger: idempotency.claim_key(ledger, instance_id, key, request, actor)
+    )
+    if stored is not None:
+        if stored["request"] != request:
+            raise ApiError(
+                422,
+                f"{HEADER} {key!r} was used for another request ({stored['request']})",
+                ["use a new key for each operator action"],
+                code="idempotency-key-reused",
+            )
+        if stored["status"] is None:
+            raise ApiError(
+                409,
+                f"the request with {HEADER} {key!r} is still being carried out",
+                ["look at the instance's audit trail, then repeat the request with the same key"],
+                code="in-progress",
+            )
+        status = int(stored["status"])
+        kind = PROBLEM_CONTENT_TYPE if status >= 400 else "application/json"  # as first answered
+        response = func.HttpResponse(stored["body"] or "", status_code=status, mimetype=kind)
+        response.headers["Idempotent-Replayed"] = "true"
+        return response
+    try:
+        response = await act()
+    except ApiError as exc:
+        response = exc.to_response()  # a refusal is an answer too: a repeat gets the same one
+    except BaseException:
+        await call_ledger(svc, lambda ledger: idempotency.release_key(ledger, instance_id, key))
+        raise
+    if response.status_code >= 500:
+        await call_ledger(svc, lambda ledger: idempotency.release_key(ledger, instance_id, key))
+        return response
+    body = response.get_body().decode("utf-8")
+    await call_ledger(
+        svc, lambda ledger: idempotency.record_answer(ledger, instance_id, key, response.status_code, body)
+    )
+    return response

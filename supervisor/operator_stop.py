@@ -1,0 +1,88 @@
+"""The operator's two ways to end a running instance: **stop** and **cancel**.
+
+* stop: the instance record moves to ``Cancelled`` (owner ``operator:<user>``, the reason in its audit
+  row) and only then is the orchestration terminated. ``Cancelled`` is terminal and unsupervised, so
+  the watchdog never resumes a stopped instance and none of its later steps runs; the done steps
+  stay as they are.
+* cancel: the record moves to ``Compensating`` with its scheduler deadline now (audited), then the
+  orchestration is terminated; the watchdog's next tick finds no compensation running and starts
+  one, which undoes the done steps in reverse order.
+
+Both write the ledger (record + audit row, one transaction) *before* the caller terminates anything:
+an orchestration is never ended without an audit row naming the actor and the reason, even when the
+terminate itself or anything after it fails.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from supervisor.operator import MAX_RACE_RETRIES, OperatorError, UnknownInstance, actor_for
+from workflow_core import clock
+from workflow_core.ledger import ConcurrencyConflict, InstanceNotFound, InvalidLedgerInput, StepLedger
+from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
+
+# What each action moves the record to, from which statuses (the decision table of this module).
+STOP_TABLE: dict[str, dict[InstanceStatus, InstanceStatus]] = {
+    "stop": {
+        InstanceStatus.RUNNING: InstanceStatus.CANCELLED,
+        InstanceStatus.FAILED: InstanceStatus.CANCELLED,
+    },
+    "cancel": {
+        InstanceStatus.RUNNING: InstanceStatus.COMPENSATING,
+        InstanceStatus.FAILED: InstanceStatus.COMPENSATING,
+    },
+}
+
+
+def end_instance(
+    ledger: StepLedger,
+    instance_id: str,
+    action: str,
+    *,
+    reason: str,
+    user: str | None = None,
+    actor: str | None = None,
+    expected_status: str | None = None,
+    now: datetime | None = None,
+) -> InstanceRecord:
+    """Mark the instance stopped or cancelled by ``actor`` for ``reason`` (record + audit row in one
+    ETag-guarded write). The caller terminates the orchestration afterwards. ``expected_status``, when
+    given, names the status the operator saw: a record that moved since raises :class:`OperatorError`
+    saying what it is now."""
+    table = STOP_TABLE[action]
+    who = actor or actor_for(user or "")
+    reason = (reason or "").strip()
+    if not reason:
+        raise OperatorError("a reason is required (it is recorded in the audit trail)")
+    when = now or clock.utcnow()
+    for _ in range(MAX_RACE_RETRIES):
+        try:
+            record = ledger.get_instance(instance_id)
+        except InstanceNotFound:
+            raise UnknownInstance(instance_id) from None
+        except InvalidLedgerInput as exc:
+            raise OperatorError(str(exc)) from None
+        if expected_status and record.status.value != expected_status:
+            raise OperatorError(
+                f"instance {instance_id!r} is {record.status.value} now, not {expected_status} as expected"
+            )
+        target = table.get(record.status)
+        if target is None:
+            allowed = ", ".join(s.value for s in table)
+            done = "stopped" if action == "stop" else "cancelled"
+            raise OperatorError(
+                f"instance {instance_id!r} is {record.status.value}; only {allowed} instances can be {done}"
+            )
+        changes: dict = {"owner": who, "needs_attention": False, "attention_reason": None}
+        if target is InstanceStatus.COMPENSATING:
+            changes["scheduler_deadline"] = when
+        try:
+            return ledger.transition_instance(
+                record, target, actor=who, reason=f"operator {action}: {reason}", **changes
+            )
+        except ConcurrencyConflict:
+            continue
+    raise OperatorError(
+        f"instance {instance_id!r} keeps changing under us; look at its timeline and try again"
+    )

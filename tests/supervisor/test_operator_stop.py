@@ -1,0 +1,124 @@
+"""Stop means stop, cancel means undo: an operator's stop or cancel marks the instance record (who,
+why) before the orchestration is terminated, and the watchdog, ticking, never resumes it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from api.operator_api import instance_action
+from devtools.harness import PatternHarness
+from tests.api.support import http_request, json_of
+from tests.faults.conftest import start_provisioning, storage_queue_only
+
+
+@pytest.fixture
+def harness(azurite):
+    from activities.handlers import faults
+
+    faults.clear()
+    with PatternHarness(azurite) as h:  # the watchdog ticks on its own period
+        yield h
+    faults.clear()
+
+
+def post(instance_id, action, body):
+    return http_request(
+        "POST",
+        f"/api/instances/{instance_id}/{action}",
+        body=body,
+        route_params={"instance_id": instance_id, "action": action},
+    )
+
+
+def act(h, iid, action, client=None, **body):
+    request = post(iid, action, {"reason": "customer withdrew", **body})
+    return h.host.run_async(instance_action(request, client or h.host.client, h.services))
+
+
+@storage_queue_only
+def test_a_stopped_provisioning_is_never_resumed_and_send_welcome_never_runs(harness):
+    h = harness
+    held = h.hold("register_dns")
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+
+    response = act(h, iid, "stop")
+
+    assert response.status_code == 200, response.get_body()
+    body = json_of(response)
+    assert body["terminated"] is True and body["instance"]["status"] == "Cancelled"
+    h.release(held)
+    # hours of watchdog ticks: the shipped policy (on_scheduler_lost: resume) would resume a
+    # terminated instance; a stopped one stays stopped
+    h.run_until(lambda: h.elapsed() >= timedelta(hours=3), timeout=timedelta(hours=4))
+    assert h.handler_calls(iid, "send_welcome") == 0
+    assert "send_welcome" not in h.statuses(iid) or h.statuses(iid)["send_welcome"] != "Succeeded"
+    record = h.ledger.get_instance(iid)
+    assert record.status.value == "Cancelled" and record.resume_count == 0
+    moves = [(a.actor, a.reason) for a in h.ledger.audit_trail(iid) if a.actor.startswith("operator:")]
+    assert moves and moves[0][1] == "operator stop: customer withdrew"
+    assert h.steps(iid)["create_storage"].status.value == "Succeeded"  # done steps are left as they are
+
+
+@storage_queue_only
+def test_a_cancelled_provisioning_is_compensated_in_reverse_order(harness):
+    h = harness
+    held = h.hold("send_welcome")
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+
+    response = act(h, iid, "cancel", expectedStatus="Running")
+
+    assert response.status_code == 200, response.get_body()
+    h.release(held)
+    h.run_until(lambda: h.ledger.get_instance(iid).status.value in ("Compensated", "CompensationFailed"))
+    assert h.ledger.get_instance(iid).status.value == "Compensated"
+    undone = [
+        a.step_id for a in h.ledger.audit_trail(iid) if a.to_status == "Compensated" and a.step_id != "*"
+    ]
+    assert undone == ["register_dns", "create_storage"]
+    assert h.handler_calls(iid, "send_welcome", kind="work") <= 1
+    moves = [a.reason for a in h.ledger.audit_trail(iid) if a.actor.startswith("operator:")]
+    assert moves[0] == "operator cancel: customer withdrew"
+
+
+class FailingTerminate:
+    """A Durable client whose terminate fails: the audit row must already be there."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def get_status(self, *args, **kwargs):
+        return await self.inner.get_status(*args, **kwargs)
+
+    async def terminate(self, instance_id, reason):
+        raise RuntimeError("the task hub is unreachable")
+
+
+@storage_queue_only
+def test_the_stop_is_audited_before_the_terminate_even_when_the_terminate_fails(harness):
+    h = harness
+    held = h.hold("register_dns")
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+
+    response = act(h, iid, "stop", client=FailingTerminate(h.host.client))
+
+    assert response.status_code >= 500
+    moves = [a.reason for a in h.ledger.audit_trail(iid) if a.actor.startswith("operator:")]
+    assert moves == ["operator stop: customer withdrew"]
+    assert h.ledger.get_instance(iid).status.value == "Cancelled"
+
+
+@storage_queue_only
+def test_a_stop_that_names_a_status_the_instance_left_is_refused(harness):
+    h = harness
+    iid = start_provisioning(h)
+    h.run_until_complete(iid)
+
+    response = act(h, iid, "stop", expectedStatus="Running")
+
+    assert response.status_code == 409
+    assert "Succeeded now, not Running" in json_of(response)["error"]
