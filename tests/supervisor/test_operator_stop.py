@@ -122,3 +122,18 @@ def test_a_stop_that_names_a_status_the_instance_left_is_refused(harness):
 
     assert response.status_code == 409
     assert "Succeeded now, not Running" in json_of(response)["error"]
+
+
+@storage_queue_only
+def test_a_stop_while_a_step_never_answers_undoes_nothing_and_runs_nothing_later(harness):
+    """The step out with its agent at the stop never answers: hours of ticks neither compensate the
+    done steps nor run the later ones (a stop is not a cancel)."""
+    h = harness
+    held = h.hold("register_dns")
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+    assert act(h, iid, "stop").status_code == 200
+    h.run_until(lambda: h.elapsed() >= timedelta(hours=3), timeout=timedelta(hours=4))
+    statuses = h.statuses(iid)
+    assert statuses["create_storage"] == "Succeeded" and statuses["send_welcome"] == "Pending", statuses
+    assert h.ledger.get_instance(iid).status.value == "Cancelled"
