@@ -69,6 +69,12 @@ param durableTaskSchedulerIpAllowlist array = [
 ])
 param principalType string = 'User'
 
+@description('Client id of the Entra app registration for App Service Authentication (app roles Workflows.Read, Workflows.Operate; docs/deploy.md). Empty = no platform authentication, function keys only: acceptable for dev, refused by main.prod.bicepparam.')
+param authClientId string = ''
+
+@description('Tenant id of that app registration (default: the deployment\'s tenant).')
+param authTenantId string = tenant().tenantId
+
 @description('Flex Consumption: memory per instance (MB).')
 @allowed([
   2048
@@ -271,6 +277,8 @@ module functionApp 'modules/function-app.bicep' = {
     identityClientId: identity.outputs.clientId
     storageAccountName: storage.outputs.name
     deploymentContainerName: deploymentContainerName
+    authClientId: authClientId
+    authTenantId: authTenantId
     serviceBusNamespaceName: serviceBus.outputs.name
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     maximumInstanceCount: maximumInstanceCount

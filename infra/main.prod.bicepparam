@@ -19,3 +19,4 @@ param alertEmail = ''
 param tags = {
   environment: 'prod'
 }
+param authClientId = readEnvironmentVariable('SAS_AUTH_CLIENT_ID')

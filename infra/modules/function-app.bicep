@@ -81,6 +81,12 @@ param watchdogGraceSeconds int
 param maxCompensationRestarts int
 param taskHubName string
 
+@description('Client (application) id of the Entra app registration that fronts the API (App Service Authentication); empty = no platform authentication (function keys only).')
+param authClientId string = ''
+
+@description('Tenant of that app registration.')
+param authTenantId string = tenant().tenantId
+
 var useDurableTaskScheduler = durableBackend == 'DurableTaskScheduler'
 
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
@@ -316,6 +322,57 @@ resource ftpBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@20
   location: location
   properties: {
     allow: false
+  }
+}
+
+// App Service Authentication (Easy Auth) with Microsoft Entra ID: every request needs a bearer token for the
+// app registration, except the health probe; API callers get 401 (no login redirect). The platform then sets
+// WEBSITE_AUTH_ENABLED and passes X-MS-CLIENT-PRINCIPAL (with the app roles Workflows.Read and
+// Workflows.Operate) to the app. No client secret: the app only validates tokens, it signs nobody in.
+resource authSettings 'Microsoft.Web/sites/config@2024-04-01' = if (!empty(authClientId)) {
+  // checkov:skip=CKV_AZURE_13: This resource IS App Service Authentication; checkov reads the config child as a web app without auth settings.
+  // checkov:skip=CKV_AZURE_66: Failed request tracing is a site logging setting, not part of authsettingsV2; checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
+  // checkov:skip=CKV_AZURE_63: HTTP logging is a site logging setting, not part of authsettingsV2; checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
+  // checkov:skip=CKV_AZURE_222: Public network access is a site property (suppressed with its reason on functionApp); checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
+  // checkov:skip=CKV_AZURE_80: .NET Framework does not apply to a Python app, nor to an authsettingsV2 config child.
+  // checkov:skip=CKV_AZURE_88: Azure Files storage mounts are a site property, not part of authsettingsV2; checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
+  // checkov:skip=CKV_AZURE_65: Detailed error messages are a site logging setting, not part of authsettingsV2; checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
+  parent: functionApp
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: true
+      unauthenticatedClientAction: 'Return401'
+      excludedPaths: [
+        '/api/health'
+      ]
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: authClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${authTenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [
+            'api://${authClientId}'
+            authClientId
+          ]
+        }
+      }
+    }
+    login: {
+      tokenStore: {
+        enabled: false
+      }
+    }
+    httpSettings: {
+      requireHttps: true
+    }
   }
 }
 
