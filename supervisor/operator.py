@@ -206,9 +206,7 @@ def _apply(
     expect: Callable[[StepRecord], None] | None = None,
 ) -> StepRecord:
     actor = actor_for(user)
-    reason = (reason or "").strip()
-    if not reason:
-        raise OperatorError("a reason is required (it is recorded in the audit trail)")
+    reason = required_reason(reason)
     for _ in range(MAX_RACE_RETRIES):
         record = get_step(ledger, instance_id, step_id)
         if expect is not None:
@@ -306,17 +304,10 @@ def resume_instance(
     :class:`UnknownInstance` or :class:`OperatorError` (with the statuses that allow it).
     """
     who = actor or actor_for(user or "")
-    reason = (reason or "").strip()
-    if not reason:
-        raise OperatorError("a reason is required (it is recorded in the audit trail)")
+    reason = required_reason(reason)
     when = require_aware(now, "now") if now is not None else clock.utcnow()
-    for _ in range(MAX_RACE_RETRIES):
-        try:
-            record = ledger.get_instance(instance_id)
-        except InstanceNotFound:
-            raise UnknownInstance(instance_id) from None
-        except InvalidLedgerInput as exc:
-            raise OperatorError(str(exc)) from None
+
+    def decide(record: InstanceRecord) -> tuple[InstanceStatus, dict]:
         target = RESUMABLE_INSTANCE_STATUSES.get(record.status)
         if target is None:
             allowed = ", ".join(s.value for s in RESUMABLE_INSTANCE_STATUSES)
@@ -328,17 +319,46 @@ def resume_instance(
                     else ""
                 )
             )
+        changes = {
+            "owner": who,
+            "scheduler_deadline": when,
+            "needs_attention": False,
+            "attention_reason": None,
+        }
+        return target, changes
+
+    return move_instance(ledger, instance_id, actor=who, reason=f"operator resume: {reason}", decide=decide)
+
+
+def required_reason(reason: str | None) -> str:
+    """The operator's reason, stripped; every move records one in the audit trail."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise OperatorError("a reason is required (it is recorded in the audit trail)")
+    return reason
+
+
+def move_instance(
+    ledger: StepLedger,
+    instance_id: str,
+    *,
+    actor: str,
+    reason: str,
+    decide: Callable[[InstanceRecord], tuple[InstanceStatus, dict]],
+) -> InstanceRecord:
+    """An operator's move of an instance record and its audit row, one ETag-guarded write: ``decide``
+    gives the target status and changes for the record as read (or raises :class:`OperatorError`);
+    a lost race re-reads and decides again."""
+    for _ in range(MAX_RACE_RETRIES):
         try:
-            return ledger.transition_instance(
-                record,
-                target,
-                actor=who,
-                reason=f"operator resume: {reason}",
-                owner=who,
-                scheduler_deadline=when,
-                needs_attention=False,
-                attention_reason=None,
-            )
+            record = ledger.get_instance(instance_id)
+        except InstanceNotFound:
+            raise UnknownInstance(instance_id) from None
+        except InvalidLedgerInput as exc:
+            raise OperatorError(str(exc)) from None
+        target, changes = decide(record)
+        try:
+            return ledger.transition_instance(record, target, actor=actor, reason=reason, **changes)
         except ConcurrencyConflict:
             continue
     raise OperatorError(

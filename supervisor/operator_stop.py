@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from supervisor.operator import MAX_RACE_RETRIES, OperatorError, UnknownInstance, actor_for
+from supervisor.operator import OperatorError, actor_for, move_instance, required_reason
 from workflow_core import clock
-from workflow_core.ledger import ConcurrencyConflict, InstanceNotFound, InvalidLedgerInput, StepLedger
+from workflow_core.ledger import StepLedger
 from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
 
 # What each action moves the record to, from which statuses (the decision table of this module).
@@ -52,17 +52,10 @@ def end_instance(
     saying what it is now."""
     table = STOP_TABLE[action]
     who = actor or actor_for(user or "")
-    reason = (reason or "").strip()
-    if not reason:
-        raise OperatorError("a reason is required (it is recorded in the audit trail)")
+    reason = required_reason(reason)
     when = now or clock.utcnow()
-    for _ in range(MAX_RACE_RETRIES):
-        try:
-            record = ledger.get_instance(instance_id)
-        except InstanceNotFound:
-            raise UnknownInstance(instance_id) from None
-        except InvalidLedgerInput as exc:
-            raise OperatorError(str(exc)) from None
+
+    def decide(record: InstanceRecord) -> tuple[InstanceStatus, dict]:
         if expected_status and record.status.value != expected_status:
             raise OperatorError(
                 f"instance {instance_id!r} is {record.status.value} now, not {expected_status} as expected"
@@ -77,12 +70,6 @@ def end_instance(
         changes: dict = {"owner": who, "needs_attention": False, "attention_reason": None}
         if target is InstanceStatus.COMPENSATING:
             changes["scheduler_deadline"] = when
-        try:
-            return ledger.transition_instance(
-                record, target, actor=who, reason=f"operator {action}: {reason}", **changes
-            )
-        except ConcurrencyConflict:
-            continue
-    raise OperatorError(
-        f"instance {instance_id!r} keeps changing under us; look at its timeline and try again"
-    )
+        return target, changes
+
+    return move_instance(ledger, instance_id, actor=who, reason=f"operator {action}: {reason}", decide=decide)
