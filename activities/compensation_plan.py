@@ -36,7 +36,10 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     args = PlanInput.model_validate(as_dict(payload, c.ACTIVITY_PLAN_COMPENSATION))
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
-    _start_compensating(ledger, args.instance_id, grace)
+    if _start_compensating(ledger, args.instance_id, grace) is InstanceStatus.STOPPED:
+        # An operator stopped it to keep what is done: nothing is undone until an operator cancels it
+        # (a scheduler refused its dispatches, gave the step up and asks to compensate: fenced off).
+        return {"steps": [], "cancelled": []}
     records = ledger.list_for_instance(args.instance_id)
     definition = _definition_or_none(records[0], services) if records else None
 
@@ -83,19 +86,20 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     return {"steps": steps, "cancelled": cancelled}
 
 
-def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> None:
+def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> InstanceStatus | None:
     """The instance's record says Compensating from the moment the plan is made: work dispatch is
-    fenced off, and the watchdog now watches the compensation orchestration, not the workflow's."""
+    fenced off, and the watchdog now watches the compensation orchestration, not the workflow's.
+    Returns the status the record had (None: no record)."""
 
-    def decide(record: Any) -> None:
-        if record is None or record.status is InstanceStatus.COMPENSATING:
-            return
+    def decide(record: Any) -> InstanceStatus | None:
+        if record is None:
+            return None
         if record.status not in (
             InstanceStatus.RUNNING,
             InstanceStatus.FAILED,
             InstanceStatus.COMPENSATION_FAILED,
         ):
-            return
+            return record.status
         ledger.transition_instance(
             record,
             InstanceStatus.COMPENSATING,
@@ -105,8 +109,11 @@ def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> N
             owner=ACTOR,
             stalls=0,
         )
+        return record.status
 
-    retry_on_conflict(lambda: ledger.find_instance(instance_id), decide, what=f"compensate {instance_id}")
+    return retry_on_conflict(
+        lambda: ledger.find_instance(instance_id), decide, what=f"compensate {instance_id}"
+    )
 
 
 def _definition_or_none(record: StepRecord, services: Services):

@@ -161,6 +161,8 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
             return {"instance_id": args.instance_id, "status": None, "changed": False}
         if record.status is target:
             return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
+        if record.status is IS.STOPPED:  # an operator stopped it: no scheduler's outcome moves it
+            return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
         if target is IS.SUCCEEDED and record.status is not IS.RUNNING:
             # compensation started meanwhile (an operator or the watchdog): it decides the outcome
             return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}

@@ -1,9 +1,12 @@
 """``Idempotency-Key`` for operator actions: a repeat with the same key gets the first answer and
-acts once; the key is claimed in the ledger before the action runs."""
+acts once; the key is claimed in the ledger before the action runs.
+
+Every operator action must carry one (428 without): a client that times out and repeats its request
+cannot otherwise tell "it acted" from "it did not", and an action such as a step retry is not
+idempotent by itself. The console makes one per click and ``sas`` one per command."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,15 +15,20 @@ import azure.functions as func
 from api.calls import call_ledger
 from api.responses import PROBLEM_CONTENT_TYPE, ApiError
 from workflow_core.ledger import idempotency
+from workflow_core.ledger.idempotency import KEY_PATTERN
 
-KEY_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,100}")
 HEADER = "Idempotency-Key"
 
 
-def key_of(req: func.HttpRequest) -> str | None:
+def key_of(req: func.HttpRequest) -> str:
     key = req.headers.get(HEADER)
-    if key is None:
-        return None
+    if not key:
+        raise ApiError(
+            428,
+            f"an {HEADER} header is required",
+            [f"send {HEADER}: <a new random value per action> (repeat it only to repeat the same action)"],
+            code="idempotency-key-required",
+        )
     if not KEY_PATTERN.fullmatch(key):
         raise ApiError(
             400,
@@ -42,8 +50,6 @@ async def once(
     """Run ``act`` once per key; ``request`` names the action and its target (a key reused for
     another request is a 422)."""
     key = key_of(req)
-    if key is None:
-        return await act()
     stored = await call_ledger(
         svc, lambda ledger: idempotency.claim_key(ledger, instance_id, key, request, actor)
     )
@@ -74,7 +80,8 @@ async def once(
     except BaseException:
         await call_ledger(svc, lambda ledger: idempotency.release_key(ledger, instance_id, key))
         raise
-    if response.status_code >= 500:
+    if response.status_code >= 500 or response.status_code == 404:
+        # a 5xx: a retry with the key may act; a 404: no row is left in a partition of no instance
         await call_ledger(svc, lambda ledger: idempotency.release_key(ledger, instance_id, key))
         return response
     body = response.get_body().decode("utf-8")

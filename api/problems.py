@@ -28,6 +28,7 @@ MAX_LIST_ITEMS = 50
 # ``detail`` and ``details`` carry the human sentences of each occurrence. Clients branch on ``code``.
 PROBLEM_TITLES: dict[str, str] = {
     "invalid-request": "The request is invalid",
+    "idempotency-key-required": "Operator actions need an Idempotency-Key header",
     "bad-idempotency-key": "The Idempotency-Key header is malformed",
     "idempotency-key-reused": "The Idempotency-Key was used for another request",
     "in-progress": "The request with this Idempotency-Key is still being carried out",
@@ -55,7 +56,6 @@ PROBLEM_TITLES: dict[str, str] = {
     "nothing-to-compensate": "The instance has no step to compensate",
     "already-finished": "The instance has already finished",
     "changed-meanwhile": "The ledger changed while the action was being applied",
-    "not-running": "The orchestration is not running",
     "unauthenticated": "Sign-in required",
     "forbidden": "The caller lacks the role this request needs",
     "untrusted-identity": "Identity headers are only trusted from the platform's authentication",
@@ -75,6 +75,7 @@ _DEFAULT_CODES = {
     409: "illegal-move",
     413: "input-too-large",
     415: "unsupported-media-type",
+    428: "idempotency-key-required",
     500: "internal-error",
     502: "durable-unavailable",
     503: "ledger-unavailable",

@@ -8,12 +8,15 @@
     sas skip <instance> <step> --reason "done by hand" --yes
     sas compensate <instance> <step> --reason "customer cancelled"
     sas resume <instance> --reason "scheduler host replaced"
+    sas stop <instance> --reason "wrong tenant"
+    sas cancel <instance> --reason "customer withdrew"
     sas versions <workflow>
     sas replay-check <history.json>...
 
-The CLI reads and writes only the step ledger (Table Storage). Mutating commands record *intent*: the
-step (or instance) moves, audited as ``operator:<OS user>`` with the reason, and becomes due now; the
-supervisor's watchdog, which holds the Durable Functions client, enacts it on its next tick.
+The CLI reads and writes only the step ledger (Table Storage). Mutating commands
+(``operator_cli/action_commands.py``) record *intent*: the step (or instance) moves, audited as
+``operator:<OS user>`` with the reason, and becomes due now; the supervisor's watchdog, which holds the
+Durable Functions client, enacts it on its next tick.
 
 Settings: ``--connection-string``, else the environment (``AzureWebJobsStorage`` or its identity-based
 ``__tableServiceUri`` form, ``LEDGER_TABLE_NAME``, ``DEADLINE_INDEX_TABLE_NAME``), else the Values of
@@ -26,77 +29,30 @@ refusing, or without the ledger's tables; 4 ``replay-check`` found a history tha
 
 from __future__ import annotations
 
-import getpass
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO
 
 import click
 from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequestError
 
 from operator_cli import render
-from operator_cli.connection import ConnectionProblem, LedgerLocation, locate, open_ledger
+from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
+from operator_cli.connection import ConnectionProblem
 from operator_cli.options import OUTPUT
+from operator_cli.session import (
+    EXIT_DECLINED,
+    EXIT_OK,
+    EXIT_STORAGE,
+    EXIT_USAGE,
+    CliError,
+    Declined,
+    Session,
+    current_session,
+)
 from operator_cli.version_commands import replay_check_command, versions_command
-from workflow_core import clock
-from workflow_core.ledger import LedgerError, StepLedger
-
-EXIT_OK = 0
-EXIT_DECLINED = 1
-EXIT_USAGE = 2
-EXIT_STORAGE = 3
-
-
-class CliError(Exception):
-    """A request the CLI refuses: printed as one ``error: ...`` line with exit code 2."""
-
-
-class Declined(Exception):
-    """The operator answered no at the confirmation prompt."""
-
-
-@dataclass
-class Session:
-    """What every command needs: the streams, the prompt reader and (lazily) the ledger."""
-
-    out: IO[str]
-    err: IO[str]
-    read: Callable[[str], str]
-    options: dict[str, str | None] = field(default_factory=dict)
-    location: LedgerLocation | None = None
-    _ledger: StepLedger | None = field(default=None, repr=False)
-
-    @property
-    def ledger(self) -> StepLedger:
-        if self._ledger is None:
-            self.location = locate(**self.options)
-            self._ledger = open_ledger(self.location)
-        return self._ledger
-
-    def close(self) -> None:
-        if self._ledger is not None:
-            self._ledger.close()
-
-    def show(self, renderable: Any) -> None:
-        render.console_for(self.out).print(renderable)
-
-    def say(self, text: str) -> None:
-        print(render.terminal_safe(text, lines=True), file=self.out)
-
-
-def operator_user() -> str:
-    """Who runs the CLI: the OS account (recorded in the audit trail as ``operator:<user>``)."""
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"
-
-
-def _session() -> Session:
-    return click.get_current_context().find_object(Session)
-
+from workflow_core.ledger import LedgerError
 
 # ---- the command group --------------------------------------------------------------------------
 
@@ -125,8 +81,8 @@ def cli(
     }
 
 
-cli.add_command(versions_command)
-cli.add_command(replay_check_command)
+for _command in (*ACTION_COMMANDS, versions_command, replay_check_command):
+    cli.add_command(_command)
 
 
 def _parse_time(value: str | None, option: str) -> datetime | None:
@@ -167,7 +123,7 @@ def list_command(
     """Workflow instances, newest first (the same filters as GET /api/instances)."""
     from operator_cli.instances import list_instances
 
-    s = _session()
+    s = current_session()
     records, token = list_instances(
         s.ledger,
         status=status,
@@ -200,7 +156,7 @@ def show(instance: str, output: str) -> None:
     from operator_cli.instances import get_instance
     from supervisor import operator
 
-    s = _session()
+    s = current_session()
     record = get_instance(s.ledger, instance)
     tl = operator.timeline(s.ledger, instance)
     if output == "json":
@@ -225,7 +181,7 @@ def stalled(limit: int, output: str) -> None:
     """Steps past their deadline, and steps needing an operator."""
     from supervisor import operator
 
-    s = _session()
+    s = current_session()
     report = operator.list_stalled(s.ledger, limit=limit)
     if output == "json":
         render.print_json(
@@ -252,7 +208,7 @@ def timeline(instance: str, output: str) -> None:
     """An instance's steps and audit trail."""
     from supervisor import operator
 
-    s = _session()
+    s = current_session()
     tl = operator.timeline(s.ledger, instance)
     if output == "json":
         render.print_json(s.out, {"instance_id": tl.instance_id, "steps": tl.steps, "audit": tl.audit})
@@ -261,103 +217,6 @@ def timeline(instance: str, output: str) -> None:
     s.show(render.steps_table(tl.steps))
     s.say(f"\nAudit trail ({len(tl.audit)} entries, oldest first):")
     s.show(render.audit_table(tl.audit))
-
-
-# ---- mutations ----------------------------------------------------------------------------------
-
-_STEP_INTENTS = {
-    "retry": ("retry_step", "Failed/TimedOut -> Retrying, CompensationFailed -> Compensating (due now)"),
-    "skip": ("skip_step", "mark the step Skipped: it needs no (more) work"),
-    "compensate": (
-        "request_compensation",
-        "Succeeded/Failed/TimedOut -> Compensating (the watchdog starts the compensation)",
-    ),
-}
-_NEXT = {
-    "retry": "the watchdog acts on it at its next tick",
-    "skip": "it needs no more work and leaves the watchdog's worklist",
-    "compensate": "the watchdog starts the compensation orchestration at its next tick",
-}
-
-
-def _confirm(s: Session, prompt: str, yes: bool) -> None:
-    if yes:
-        return
-    try:
-        answer = s.read(render.terminal_safe(prompt, lines=True))
-    except (EOFError, click.Abort):
-        answer = ""
-    if answer.strip().lower() not in ("y", "yes"):
-        raise Declined
-
-
-def _step_command(name: str) -> None:
-    function_name, help_text = _STEP_INTENTS[name]
-
-    @cli.command(name=name, help=help_text)
-    @click.argument("instance")
-    @click.argument("step")
-    @click.option("--reason", required=True, help="why (recorded in the audit trail)")
-    @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
-    @OUTPUT
-    def command(instance: str, step: str, reason: str, yes: bool, output: str) -> None:
-        from supervisor import operator
-
-        s = _session()
-        record, target = operator.preview(s.ledger, name, instance, step)
-        user = operator_user()
-        _confirm(
-            s,
-            f"{name}: step {record.step_id} of {record.instance_id} ({record.status.value} -> "
-            f"{target.value}), as operator:{user}, reason {reason!r}. Proceed? [y/N] ",
-            yes,
-        )
-
-        def unchanged(current: Any) -> None:
-            if (current.status, current.attempt) != (record.status, record.attempt):
-                raise operator.OperatorError(
-                    f"step {record.step_id!r} changed since it was shown ({record.status.value}, attempt "
-                    f"{record.attempt} -> {current.status.value}, attempt {current.attempt}); nothing "
-                    "changed, look at the timeline and try again"
-                )
-
-        action = getattr(operator, function_name)
-        updated = action(
-            s.ledger, instance, step, user=user, reason=reason, now=clock.utcnow(), expect=unchanged
-        )
-        if output == "json":
-            render.print_json(s.out, updated)
-        else:
-            s.say(
-                f"{name}: step {updated.step_id} of {updated.instance_id} is now {updated.status.value} "
-                f"(was {record.status.value}); {_NEXT[name]}."
-            )
-
-
-for _name in _STEP_INTENTS:
-    _step_command(_name)
-
-
-@cli.command()
-@click.argument("instance")
-@click.option("--reason", required=True, help="why (recorded in the audit trail)")
-@click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
-@OUTPUT
-def resume(instance: str, reason: str, yes: bool, output: str) -> None:
-    """Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state."""
-    from operator_cli.instances import get_instance, resume_instance
-
-    s = _session()
-    record = get_instance(s.ledger, instance)
-    user = operator_user()
-    status = getattr(record.status, "value", record.status)
-    prompt = f"resume: instance {instance} ({status}), as operator:{user}, reason {reason!r}. Proceed? [y/N] "
-    _confirm(s, prompt, yes)
-    updated = resume_instance(s.ledger, instance, actor=f"operator:{user}", reason=reason)
-    if output == "json":
-        render.print_json(s.out, updated)
-    else:
-        s.say(f"resume: instance {instance} recorded; the watchdog resumes it at its next tick.")
 
 
 # ---- running ------------------------------------------------------------------------------------

@@ -22,12 +22,12 @@ EXIT_NONDETERMINISTIC = 4
 def versions_command(workflow: str, output: str) -> None:
     """A workflow's definition versions and how many instances run on each (0 in flight: drained)."""
     from operator_cli import render
-    from operator_cli.cli import CliError, _session
+    from operator_cli.session import CliError, current_session
     from workflow_core.workflows import UnknownWorkflow, WorkflowDefinitionError
     from workflow_core.workflows.inventory import workflow_versions
     from workflow_core.workflows.store import DefinitionStore
 
-    s = _session()
+    s = current_session()
     store = DefinitionStore(s.ledger.table_client())
     try:
         summaries = workflow_versions(workflow, s.ledger, store)
@@ -62,9 +62,9 @@ def replay_check_command(files: tuple[str, ...], output: str) -> None:
     no longer replays (a non-deterministic change: instances in flight would break)."""
     from devtools.replay_check import ReplayFileError, app_orchestrators, check_file
     from operator_cli import render
-    from operator_cli.cli import CliError, _session
+    from operator_cli.session import CliError, current_session
 
-    s = _session()
+    s = current_session()
     table = app_orchestrators()
     results = []
     for path in files:

@@ -122,6 +122,9 @@ class InstanceSupervisor:
         """A step's orchestration is gone. True when the instance record took over the decision
         (the caller then does nothing more); False when there is no record to decide by."""
         record = await self.tick.io(self.ledger.find_instance, instance_id)
+        if record is not None and record.status is IS.STOPPED:  # an operator's: never undone here
+            await self.decided(record, InstanceAction.NOTE_FLAGGED, f"{why}; {record.attention_reason}")
+            return True
         if record is None or record.status not in (IS.RUNNING, IS.COMPENSATING):
             return False
         if supervisor_holds(record, self.tick):

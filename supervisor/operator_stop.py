@@ -1,12 +1,13 @@
 """The operator's two ways to end a running instance: **stop** and **cancel**.
 
-* stop: the instance record moves to ``Cancelled`` (owner ``operator:<user>``, the reason in its audit
-  row) and only then is the orchestration terminated. ``Cancelled`` is terminal and unsupervised, so
-  the watchdog never resumes a stopped instance and none of its later steps runs; the done steps
-  stay as they are.
+* stop: the instance record moves to ``Stopped`` (owner ``operator:<user>``, the reason in its audit
+  row), flagged for attention, and only then is the orchestration terminated. ``Stopped`` is
+  unsupervised, so the watchdog never resumes a stopped instance nor compensates it, and the ledger
+  fences off a scheduler still running (no later step is dispatched); the done steps stay as they
+  are, which is why the instance waits in the attention inbox: an operator's later cancel undoes them.
 * cancel: the record moves to ``Compensating`` with its scheduler deadline now (audited), then the
   orchestration is terminated; the watchdog's next tick finds no compensation running and starts
-  one, which undoes the done steps in reverse order.
+  one, which undoes the done steps in reverse order. A stopped instance can be cancelled.
 
 Both write the ledger (record + audit row, one transaction) *before* the caller terminates anything:
 an orchestration is never ended without an audit row naming the actor and the reason, even when the
@@ -25,12 +26,13 @@ from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
 # What each action moves the record to, from which statuses (the decision table of this module).
 STOP_TABLE: dict[str, dict[InstanceStatus, InstanceStatus]] = {
     "stop": {
-        InstanceStatus.RUNNING: InstanceStatus.CANCELLED,
-        InstanceStatus.FAILED: InstanceStatus.CANCELLED,
+        InstanceStatus.RUNNING: InstanceStatus.STOPPED,
+        InstanceStatus.FAILED: InstanceStatus.STOPPED,
     },
     "cancel": {
         InstanceStatus.RUNNING: InstanceStatus.COMPENSATING,
         InstanceStatus.FAILED: InstanceStatus.COMPENSATING,
+        InstanceStatus.STOPPED: InstanceStatus.COMPENSATING,
     },
 }
 
@@ -67,8 +69,11 @@ def end_instance(
             raise OperatorError(
                 f"instance {instance_id!r} is {record.status.value}; only {allowed} instances can be {done}"
             )
-        changes: dict = {"owner": who, "needs_attention": False, "attention_reason": None}
-        if target is InstanceStatus.COMPENSATING:
+        if target is InstanceStatus.STOPPED:  # its done steps stay: flagged until a cancel undoes them
+            flag = f"stopped by {who}: {reason}; its done steps stay as they are until an operator cancels it"
+            changes: dict = {"owner": who, "needs_attention": True, "attention_reason": flag}
+        else:
+            changes = {"owner": who, "needs_attention": False, "attention_reason": None}
             changes["scheduler_deadline"] = when
         return target, changes
 

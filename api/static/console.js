@@ -5,11 +5,11 @@
 const API = location.pathname.replace(/\/console(\/.*)?$/, "");
 const KEY = new URLSearchParams(location.search).get("code");
 const REFRESH_MS = 3000;
-const STATUSES = ["Running", "Succeeded", "Compensating", "Compensated", "CompensationFailed", "Failed", "Cancelled"];
+const STATUSES = ["Running", "Succeeded", "Compensating", "Compensated", "CompensationFailed", "Failed", "Stopped", "Cancelled"];
 const COLORS = {
   Pending: "#c9ced8", Dispatched: "#6d9be6", Running: "#2f6fd6", Succeeded: "#1f8a4c", Failed: "#c2352b",
   TimedOut: "#e0683c", Retrying: "#d4a21a", Compensating: "#7d4cc2", Compensated: "#4f9a78",
-  CompensationFailed: "#8e1b12", Skipped: "#8a93a3", Cancelled: "#a7aebb",
+  CompensationFailed: "#8e1b12", Skipped: "#8a93a3", Cancelled: "#a7aebb", Stopped: "#b7791f",
 };
 const state = { view: null, timer: null, instances: [], continuation: null, lastFocus: null };
 
@@ -248,7 +248,7 @@ const explain = {
   skip: "The step is marked Skipped: it needs no (more) work and leaves the watchdog's worklist for good.",
   compensate: "The watchdog starts the compensation, which undoes every completed step in reverse order.",
   resume: "The watchdog resumes the workflow from the ledger's state on its next tick.",
-  stop: "The instance is marked Cancelled with your name and reason, then its orchestration is terminated. Steps already done stay done (nothing is undone), no later step runs, and the watchdog never resumes it.",
+  stop: "The instance is marked Stopped with your name and reason, then its orchestration is terminated. Steps already done stay done (nothing is undone), no later step runs, and the watchdog never resumes it; it waits in the attention inbox until someone cancels it.",
   cancel: "The instance is marked Compensating with your name and reason, then its orchestration is terminated; the watchdog then undoes every completed step in reverse order. No later step runs.",
 };
 
@@ -267,7 +267,7 @@ const INSTANCE_ACTION_STATUSES = {
   compensate: ["Running", "Failed", "CompensationFailed"],
   resume: ["Running", "Failed"],
   stop: ["Running", "Failed"],
-  cancel: ["Running", "Failed"],
+  cancel: ["Running", "Failed", "Stopped"],
 };
 
 function instanceActions(d) {

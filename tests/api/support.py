@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -39,6 +40,7 @@ def http_request(
             "Content-Type": "application/json",
             "Host": "localhost:7071",
             "X-SAS-Client": "tests",
+            **({"Idempotency-Key": uuid.uuid4().hex} if method == "POST" else {}),  # one per request
             **(headers or {}),
         },
         params=dict(params or {}),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
 
@@ -18,7 +19,8 @@ ACTION = {"Content-Type": "application/json", "X-SAS-Client": "tests"}
 
 def call(url: str, method: str = "GET", body: dict | None = None, headers: dict | None = None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    headers = {**({"Idempotency-Key": uuid.uuid4().hex} if method == "POST" else {}), **(headers or {})}
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=20) as answer:
             return answer.status, dict(answer.headers), json.loads(answer.read() or b"null")

@@ -190,14 +190,14 @@ def test_stop_marks_the_record_then_terminates_and_a_second_stop_is_refused(
 
     assert response.status_code == 200, response.get_body()
     assert stub.instances["op-stop"].runtime_status == "Terminated"
-    assert ledger.get_instance("op-stop").status.value == "Cancelled"
+    assert ledger.get_instance("op-stop").status.value == "Stopped"
     (move,) = operator_moves(ledger, "op-stop")
-    assert (move.step_id, move.to_status) == ("*", "Cancelled")
+    assert (move.step_id, move.to_status) == ("*", "Stopped")
     assert move.reason == "operator stop: customer cancelled"
 
     again = run(instance_action(instance_post("op-stop", "stop", headers=ALICE), client, services))
     body = json_of(again)
-    assert again.status_code == 409 and "Cancelled" in body["error"]
+    assert again.status_code == 409 and "Stopped" in body["error"]
     gone = run(instance_action(instance_post("op-stop", "terminate", headers=ALICE), client, services))
     assert gone.status_code in (400, 404)  # terminate is no longer an action: stop or cancel
 
@@ -249,3 +249,45 @@ def test_two_overlapping_compensates_make_one_operator_move(run, client, service
     assert second.status_code == 409
     assert "already asked for" in json_of(second)["error"] and "Compensating" in json_of(second)["error"]
     assert len(operator_moves(ledger, "op-two")) == 1
+
+
+def partition_rows(ledger, instance_id):
+    """Every row of the instance's ledger partition, as stored."""
+    return list(ledger.table_client().query_entities("PartitionKey eq @p", parameters={"p": instance_id}))
+
+
+@pytest.mark.parametrize("action", ["compensate", "resume", "stop", "cancel"])
+def test_an_action_without_an_idempotency_key_is_refused_before_anything_is_written(
+    run, client, services, ledger, platform_auth, action
+):
+    make_step(ledger, "op-nokey", S.FAILED)
+    before = ledger.audit_trail("op-nokey")
+
+    response = run(instance_action(keyed("op-nokey", action, ""), client, services))
+
+    assert response.status_code == 428 and json_of(response)["code"] == "idempotency-key-required"
+    assert ledger.audit_trail("op-nokey") == before
+    assert not [r for r in partition_rows(ledger, "op-nokey") if r["RowKey"].startswith("~idem~")]
+
+
+def test_a_step_action_without_an_idempotency_key_is_refused(run, client, services, ledger, platform_auth):
+    make_step(ledger, "op-nokey-step", S.FAILED)
+    request = http_request(
+        "POST",
+        "/api/instances/op-nokey-step/steps/create_storage/retry",
+        body={"reason": "downstream fixed"},
+        route_params={"instance_id": "op-nokey-step", "step_id": "create_storage", "action": "retry"},
+        headers={**ALICE, "Idempotency-Key": ""},
+    )
+    response = run(step_action(request, client, services))
+    assert response.status_code == 428 and json_of(response)["code"] == "idempotency-key-required"
+    assert ledger.get("op-nokey-step", "create_storage").status is S.FAILED
+
+
+def test_an_action_on_an_unknown_instance_leaves_no_key_row_behind(
+    run, client, services, ledger, platform_auth
+):
+    response = run(instance_action(keyed("op-nobody", "stop", "k-1"), client, services))
+
+    assert response.status_code == 404 and json_of(response)["code"] == "instance-not-found"
+    assert partition_rows(ledger, "op-nobody") == []

@@ -26,6 +26,7 @@ PATH_TO = {
     IS.COMPENSATION_FAILED: [IS.COMPENSATING, IS.COMPENSATION_FAILED],
     IS.FAILED: [IS.FAILED],
     IS.CANCELLED: [IS.CANCELLED],
+    IS.STOPPED: [IS.STOPPED],
 }
 ALLOWED = [(a, b) for a, targets in INSTANCE_TRANSITIONS.items() for b in sorted(targets)]
 REFUSED = [(a, b) for a in IS for b in IS if b not in INSTANCE_TRANSITIONS[a]]

@@ -28,7 +28,7 @@ def cli(env, monkeypatch):
     for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
         monkeypatch.setenv(name, env[name])
     monkeypatch.delenv("AGENT_TRANSPORT", raising=False)  # the CLI must not need transport settings
-    monkeypatch.setattr("operator_cli.cli.operator_user", lambda: "alice")  # the OS account
+    monkeypatch.setattr("operator_cli.action_commands.operator_user", lambda: "alice")  # the OS account
 
     def run(*argv: str, answer: str | None = None) -> tuple[int, str, str]:
         out, err = io.StringIO(), io.StringIO()

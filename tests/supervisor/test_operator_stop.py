@@ -48,7 +48,9 @@ def test_a_stopped_provisioning_is_never_resumed_and_send_welcome_never_runs(har
 
     assert response.status_code == 200, response.get_body()
     body = json_of(response)
-    assert body["terminated"] is True and body["instance"]["status"] == "Cancelled"
+    assert body["terminated"] is True and body["instance"]["status"] == "Stopped"
+    assert body["instance"]["needsAttention"] is True
+    assert "stopped by operator:" in body["instance"]["attentionReason"]
     h.release(held)
     # hours of watchdog ticks: the shipped policy (on_scheduler_lost: resume) would resume a
     # terminated instance; a stopped one stays stopped
@@ -56,7 +58,9 @@ def test_a_stopped_provisioning_is_never_resumed_and_send_welcome_never_runs(har
     assert h.handler_calls(iid, "send_welcome") == 0
     assert "send_welcome" not in h.statuses(iid) or h.statuses(iid)["send_welcome"] != "Succeeded"
     record = h.ledger.get_instance(iid)
-    assert record.status.value == "Cancelled" and record.resume_count == 0
+    assert record.status.value == "Stopped" and record.resume_count == 0
+    flagged, _ = h.ledger.list_instances(needs_attention=True)
+    assert iid in [r.instance_id for r in flagged]  # its done steps wait in the operators' inbox
     moves = [(a.actor, a.reason) for a in h.ledger.audit_trail(iid) if a.actor.startswith("operator:")]
     assert moves and moves[0][1] == "operator stop: customer withdrew"
     assert h.steps(iid)["create_storage"].status.value == "Succeeded"  # done steps are left as they are
@@ -109,7 +113,7 @@ def test_the_stop_is_audited_before_the_terminate_even_when_the_terminate_fails(
     assert response.status_code >= 500
     moves = [a.reason for a in h.ledger.audit_trail(iid) if a.actor.startswith("operator:")]
     assert moves == ["operator stop: customer withdrew"]
-    assert h.ledger.get_instance(iid).status.value == "Cancelled"
+    assert h.ledger.get_instance(iid).status.value == "Stopped"
 
 
 @storage_queue_only
@@ -136,4 +140,69 @@ def test_a_stop_while_a_step_never_answers_undoes_nothing_and_runs_nothing_later
     h.run_until(lambda: h.elapsed() >= timedelta(hours=3), timeout=timedelta(hours=4))
     statuses = h.statuses(iid)
     assert statuses["create_storage"] == "Succeeded" and statuses["send_welcome"] == "Pending", statuses
-    assert h.ledger.get_instance(iid).status.value == "Cancelled"
+    assert h.ledger.get_instance(iid).status.value == "Stopped"
+
+
+@storage_queue_only
+def test_a_stopped_instance_cancelled_later_is_compensated_and_leaves_the_inbox(harness):
+    h = harness
+    held = h.hold("send_welcome")
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+    assert act(h, iid, "stop").status_code == 200
+    h.release(held)
+    h.run_until(lambda: h.elapsed() >= timedelta(hours=1), timeout=timedelta(hours=2))
+    assert h.ledger.get_instance(iid).status.value == "Stopped"
+
+    response = act(h, iid, "cancel", expectedStatus="Stopped")
+
+    assert response.status_code == 200, response.get_body()
+    assert json_of(response)["terminated"] is False  # its orchestration ended at the stop
+    h.run_until(lambda: h.ledger.get_instance(iid).status.value in ("Compensated", "CompensationFailed"))
+    record = h.ledger.get_instance(iid)
+    assert record.status.value == "Compensated" and not record.needs_attention
+    undone = [
+        a.step_id for a in h.ledger.audit_trail(iid) if a.to_status == "Compensated" and a.step_id != "*"
+    ]
+    assert undone == ["register_dns", "create_storage"]
+
+
+@storage_queue_only
+def test_a_stopped_instance_is_not_noted_again_every_lease(harness):
+    """The step out at the stop is let go once: hours of ticks write a bounded audit trail."""
+    h = harness
+    held = h.hold("register_dns")
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+    assert act(h, iid, "stop").status_code == 200
+    h.run_until(lambda: h.elapsed() >= timedelta(hours=1), timeout=timedelta(hours=2))
+    first = len(h.ledger.audit_trail(iid))
+    h.run_until(lambda: h.elapsed() >= timedelta(hours=4), timeout=timedelta(hours=5))
+    assert len(h.ledger.audit_trail(iid)) == first
+
+
+@storage_queue_only
+def test_a_stop_from_sas_fences_the_scheduler_off_through_the_ledger_alone(harness):
+    """``sas`` holds no Durable client: its stop only writes the ledger. The scheduler, still running,
+    is refused its next dispatch, and nothing resumes or compensates the instance."""
+    from supervisor import operator_stop
+
+    h = harness
+    held = h.hold("register_dns")
+    iid = start_provisioning(h)
+    h.run_until(lambda: len(h.held(held)) == 1)
+
+    operator_stop.end_instance(h.ledger, iid, "stop", reason="wrong tenant", user="alice")
+    h.release(held)
+    h.run_until(lambda: h.elapsed() >= timedelta(hours=3), timeout=timedelta(hours=4))
+
+    assert h.handler_calls(iid, "send_welcome") == 0
+    statuses = h.statuses(iid)
+    # the scheduler, refused every dispatch of send_welcome, gave it up; nothing was undone
+    assert statuses == {
+        "create_storage": "Succeeded",
+        "register_dns": "Succeeded",
+        "send_welcome": "Cancelled",
+    }, statuses
+    record = h.ledger.get_instance(iid)
+    assert record.status.value == "Stopped" and record.resume_count == 0 and record.needs_attention

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from typing import Any
 
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
@@ -17,6 +18,7 @@ from azure.data.tables import UpdateMode
 from workflow_core import clock
 
 IDEMPOTENCY_PREFIX = "~idem~"  # after "~": outside the step rows and the audit rows
+KEY_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,100}")  # a key as the API and the CLI take it
 
 
 def _row(ledger: Any, instance_id: str, key: str) -> tuple[Any, str]:

@@ -35,19 +35,24 @@ class InstanceStatus(StrEnum):
     COMPENSATED = "Compensated"
     COMPENSATION_FAILED = "CompensationFailed"  # a compensator gave up: needs an operator
     FAILED = "Failed"  # could neither finish, resume nor compensate on its own: needs an operator
-    CANCELLED = "Cancelled"  # an operator stopped it; nothing of it ran or it needs no undoing
+    CANCELLED = "Cancelled"  # its orchestration could not be started: nothing of it ran
+    # An operator stopped it: its done steps stay done, no later step runs, nothing automatic resumes or
+    # compensates it; in the inbox until an operator cancels it (Stopped -> Compensating).
+    STOPPED = "Stopped"
 
 
 IS = InstanceStatus
 
 # The instance state machine. Running -> Running is a resume (a new scheduler for the same instance);
 # Compensating -> Compensating a restarted compensation; CompensationFailed -> Compensating an operator's
-# retry; Failed -> Running an operator's resume.
+# retry; Failed -> Running an operator's resume; Running/Failed -> Stopped an operator's stop, and
+# Stopped -> Compensating the cancel that undoes what it left done.
 INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
-    IS.RUNNING: frozenset({IS.RUNNING, IS.SUCCEEDED, IS.COMPENSATING, IS.FAILED, IS.CANCELLED}),
+    IS.RUNNING: frozenset({IS.RUNNING, IS.SUCCEEDED, IS.COMPENSATING, IS.FAILED, IS.CANCELLED, IS.STOPPED}),
     IS.COMPENSATING: frozenset({IS.COMPENSATING, IS.COMPENSATED, IS.COMPENSATION_FAILED}),
     IS.COMPENSATION_FAILED: frozenset({IS.COMPENSATING}),
-    IS.FAILED: frozenset({IS.RUNNING, IS.COMPENSATING, IS.CANCELLED}),
+    IS.FAILED: frozenset({IS.RUNNING, IS.COMPENSATING, IS.CANCELLED, IS.STOPPED}),
+    IS.STOPPED: frozenset({IS.COMPENSATING}),
     IS.SUCCEEDED: frozenset(),
     IS.COMPENSATED: frozenset(),
     IS.CANCELLED: frozenset(),
@@ -57,7 +62,7 @@ INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
 SUPERVISED_INSTANCE_STATUSES = frozenset({IS.RUNNING, IS.COMPENSATING})
 TERMINAL_INSTANCE_STATUSES = frozenset(s for s, nxt in INSTANCE_TRANSITIONS.items() if not nxt)
 # Statuses no automation moves on from: the operators' inbox.
-ATTENTION_INSTANCE_STATUSES = frozenset({IS.COMPENSATION_FAILED, IS.FAILED})
+ATTENTION_INSTANCE_STATUSES = frozenset({IS.COMPENSATION_FAILED, IS.FAILED, IS.STOPPED})
 
 
 def parse_instance_status(value: str | InstanceStatus) -> InstanceStatus:

@@ -1,0 +1,241 @@
+"""``sas``'s actions: steer one step or one instance, each confirmed, audited and done once.
+
+    sas retry <instance> <step> --reason "downstream fixed"
+    sas skip <instance> <step> --reason "done by hand" --yes
+    sas compensate <instance> <step> --reason "customer cancelled"
+    sas resume <instance> --reason "scheduler host replaced"
+    sas stop <instance> --reason "wrong tenant"          # keep what is done; nothing more runs
+    sas cancel <instance> --reason "customer withdrew"   # stop, then undo the done steps
+
+Like every ``sas`` command these write the ledger only: the move (audited as ``operator:<OS user>``
+with the reason) is checked against what the confirmation showed, so a command that raced another
+change refuses instead of acting on something the operator did not see. Each command claims an
+idempotency key in the instance's ledger partition first (``--idempotency-key``, a new one per
+command by default): a script that repeats a command with the same key, not knowing whether the
+first one got through, gets the first command's answer and nothing acts twice.
+
+Stop and cancel fence the scheduler off through the ledger (no later step is dispatched); the HTTP
+API's ``/stop`` and ``/cancel`` also terminate the orchestration at once, since the API holds a
+Durable client and the CLI does not.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from operator_cli import render
+from operator_cli.options import OUTPUT
+from operator_cli.session import CliError, Session, confirm, current_session, operator_user
+from workflow_core import clock
+
+STEP_INTENTS = {
+    "retry": ("retry_step", "Failed/TimedOut -> Retrying, CompensationFailed -> Compensating (due now)"),
+    "skip": ("skip_step", "mark the step Skipped: it needs no (more) work"),
+    "compensate": (
+        "request_compensation",
+        "Succeeded/Failed/TimedOut -> Compensating (the watchdog starts the compensation)",
+    ),
+}
+NEXT = {
+    "retry": "the watchdog acts on it at its next tick",
+    "skip": "it needs no more work and leaves the watchdog's worklist",
+    "compensate": "the watchdog starts the compensation orchestration at its next tick",
+}
+ENDS = {
+    "stop": "its done steps stay as they are, no later step runs, and nothing resumes or compensates it",
+    "cancel": "it stops, then its done steps are compensated, the last done first",
+}
+KEY_CHARS = "1-100 of A-Z a-z 0-9 . _ : -"
+
+
+def _key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    from workflow_core.ledger.idempotency import KEY_PATTERN
+
+    if value is None:
+        return uuid.uuid4().hex
+    if not KEY_PATTERN.fullmatch(value):
+        raise click.BadParameter(f"an idempotency key is {KEY_CHARS}")
+    return value
+
+
+def _common(function: Callable) -> Callable:
+    """The options every action takes."""
+    for option in reversed(
+        (
+            click.option("--reason", required=True, help="why (recorded in the audit trail)"),
+            click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation"),
+            click.option(
+                "--idempotency-key",
+                callback=_key,
+                help="repeat a command with the same key to learn its outcome without acting twice "
+                "(default: a new key)",
+            ),
+            OUTPUT,
+        )
+    ):
+        function = option(function)
+    return function
+
+
+def _once(s: Session, instance_id: str, key: str, request: str, act: Callable[[], Any]) -> tuple[Any, bool]:
+    """``act()`` once per key: (its answer, False); a repeat gets (the first answer, True)."""
+    from workflow_core.ledger import idempotency
+
+    stored = idempotency.claim_key(s.ledger, instance_id, key, request, f"operator:{operator_user()}")
+    if stored is not None:
+        if stored["request"] != request:
+            raise CliError(f"idempotency key {key!r} was used for another command ({stored['request']})")
+        if stored["status"] is None:
+            raise CliError(f"the command with idempotency key {key!r} is still being carried out")
+        return json.loads(stored["body"]), True
+    try:
+        answer = act()
+    except BaseException:
+        idempotency.release_key(s.ledger, instance_id, key)  # nothing was done: a repeat may act
+        raise
+    idempotency.record_answer(s.ledger, instance_id, key, 200, _as_json(answer))
+    return answer, False
+
+
+def _as_json(answer: Any) -> str:
+    return json.dumps(render.to_json(answer), default=str)
+
+
+def _print(s: Session, output: str, answer: Any, replayed: bool, text: Callable[[], str]) -> None:
+    if output == "json":
+        render.print_json(s.out, answer)
+    elif replayed:
+        s.say(f"already done by the first command with this idempotency key: {_as_json(answer)}")
+    else:
+        s.say(text())
+
+
+def _step_command(name: str) -> click.Command:
+    function_name, help_text = STEP_INTENTS[name]
+
+    @click.command(name=name, help=help_text)
+    @click.argument("instance")
+    @click.argument("step")
+    @_common
+    def command(instance: str, step: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
+        from supervisor import operator
+
+        s = current_session()
+        record, target = operator.preview(s.ledger, name, instance, step)
+        user = operator_user()
+        confirm(
+            s,
+            f"{name}: step {record.step_id} of {record.instance_id} ({record.status.value} -> "
+            f"{target.value}), as operator:{user}, reason {reason!r}. Proceed? [y/N] ",
+            yes,
+        )
+
+        def unchanged(current: Any) -> None:
+            if (current.status, current.attempt) != (record.status, record.attempt):
+                raise operator.OperatorError(
+                    f"step {record.step_id!r} changed since it was shown ({record.status.value}, attempt "
+                    f"{record.attempt} -> {current.status.value}, attempt {current.attempt}); nothing "
+                    "changed, look at the timeline and try again"
+                )
+
+        action = getattr(operator, function_name)
+        updated, replayed = _once(
+            s,
+            instance,
+            idempotency_key,
+            f"sas {name} {instance}/{step}",
+            lambda: action(
+                s.ledger, instance, step, user=user, reason=reason, now=clock.utcnow(), expect=unchanged
+            ),
+        )
+        _print(
+            s,
+            output,
+            updated,
+            replayed,
+            lambda: (
+                f"{name}: step {step} of {instance} is now {updated.status.value} "
+                f"(was {record.status.value}); {NEXT[name]}."
+            ),
+        )
+
+    return command
+
+
+@click.command()
+@click.argument("instance")
+@_common
+def resume(instance: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
+    """Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state."""
+    from operator_cli.instances import get_instance
+    from supervisor import operator
+
+    s = current_session()
+    record = get_instance(s.ledger, instance)
+    user = operator_user()
+    prompt = f"resume: instance {instance} ({record.status.value}), as operator:{user}, reason {reason!r}. "
+    confirm(s, prompt + "Proceed? [y/N] ", yes)
+    updated, replayed = _once(
+        s,
+        instance,
+        idempotency_key,
+        f"sas resume {instance}",
+        lambda: operator.resume_instance(s.ledger, instance, actor=f"operator:{user}", reason=reason),
+    )
+    done = f"resume: instance {instance} recorded; the watchdog resumes it at its next tick."
+    _print(s, output, updated, replayed, lambda: done)
+
+
+def _end_command(name: str) -> click.Command:
+    @click.command(name=name, help=f"{name.capitalize()} an instance: {ENDS[name]}.")
+    @click.argument("instance")
+    @_common
+    def command(instance: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
+        from operator_cli.instances import get_instance
+        from supervisor import operator_stop
+
+        s = current_session()
+        record = get_instance(s.ledger, instance)
+        user = operator_user()
+        status = record.status.value
+        confirm(
+            s,
+            f"{name}: instance {instance} ({status}): {ENDS[name]}; as operator:{user}, "
+            f"reason {reason!r}. Proceed? [y/N] ",
+            yes,
+        )
+        updated, replayed = _once(
+            s,
+            instance,
+            idempotency_key,
+            f"sas {name} {instance}",
+            lambda: operator_stop.end_instance(
+                s.ledger, instance, name, reason=reason, user=user, expected_status=status
+            ),
+        )
+        if name == "stop":
+            text = (
+                f"stop: instance {instance} is Stopped (was {status}); no later step runs, its done "
+                f"steps stay; `sas cancel {instance}` undoes them."
+            )
+        else:
+            text = (
+                f"cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its "
+                "done steps."
+            )
+        _print(s, output, updated, replayed, lambda: text)
+
+    return command
+
+
+COMMANDS = [
+    *(_step_command(name) for name in STEP_INTENTS),
+    resume,
+    _end_command("stop"),
+    _end_command("cancel"),
+]
