@@ -13,7 +13,10 @@ a socket, and first runs a few workflows with injected faults so the console has
 Then it keeps serving, with the virtual clock running ``--speed`` times faster than the wall clock (the
 watchdog ticks every 30 virtual seconds). It uses Azurite on its default ports (starting it, with its
 state in ``.azurite/``, unless one is already listening) and the default table names, so the operator
-CLI reads the same ledger through ``local.settings.json``: ``.venv/bin/sas list``.
+CLI reads the same ledger through ``local.settings.json``: ``.venv/bin/sas list``. A second demo on
+the same machine (the default port taken, no ``--port`` given) moves to the next free port and starts
+an Azurite of its own (state in ``.azurite/demo-<port>/``), and prints the ``sas --connection-string``
+that reads it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from devtools.logs import quiet_logging
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PORT = 7072
+PORT_SEARCH = 20  # a demo whose default port is taken tries the next ones
 DEFAULT_SPEED = 20.0
 SEED_TIMEOUT = timedelta(hours=12)
 
@@ -75,6 +79,7 @@ class ConsoleDemo:
         self.url = self.server.url
         self.console_url = f"{self.url}/api/console/"
         self.instances: dict[str, str] = {}
+        self.injected: list[str] = []  # the faults seed() injected, each cleared before serving
         self._stop = threading.Event()
         self._pacer: threading.Thread | None = None
 
@@ -92,24 +97,33 @@ class ConsoleDemo:
             self.instances[label] = h.start_workflow(workflow, DEFAULT_INPUTS[workflow], instance_id=iid)
             return iid
 
+        def inject(agent: str, rule: Any, step: str, what: str) -> Any:
+            self.injected.append(f"{step} ({agent}): {what}")
+            return faults.inject(agent, rule, step=step)
+
         faults.clear()
-        faults.inject("dns.register", faults.Stall(times=1), step="register_dns")
+        inject("dns.register", faults.Stall(times=1), "register_dns", "its first attempt never answered")
         h.run_until_complete(start("retried", "provision-tenant"), timeout=SEED_TIMEOUT)
 
-        faults.inject("shipping.create_shipment", faults.Fail(), step="ship_order")
+        inject("shipping.create_shipment", faults.Fail(), "ship_order", "every attempt failed")
         h.run_until_complete(start("compensated", "order-fulfilment"), timeout=SEED_TIMEOUT)
 
-        refund = faults.inject("payments.refund", faults.Fail(times=5), step="charge_payment")
+        refund = inject(
+            "payments.refund", faults.Fail(times=5), "charge_payment", "its refund failed 5 times"
+        )
         stuck = start("compensation-failed", "order-fulfilment")
         h.run_until(lambda: h.statuses(stuck).get("charge_payment") == "CompensationFailed", SEED_TIMEOUT)
         h.host.run_until_idle()
         faults.remove(refund)  # an operator's retry now succeeds: "the refund service is back"
 
-        faults.inject("email.send_welcome", faults.Stall(), step="send_welcome")
+        inject("email.send_welcome", faults.Stall(times=1), "send_welcome", "its first attempt never answers")
         running = start("running", "provision-tenant")
         h.run_until(
             lambda: h.statuses(running).get("send_welcome") in ("Dispatched", "Running"), SEED_TIMEOUT
         )
+        # Cleared before anyone else starts a workflow here: a newcomer's own start must meet no fault
+        # nobody told them about (the "running" instance's stalled attempt is retried at its deadline).
+        faults.clear()
         return dict(self.instances)
 
     # ---- serving ------------------------------------------------------------------------------------
@@ -147,9 +161,30 @@ class ConsoleDemo:
         self.close()
 
 
-def _azurite_on_default_ports(out: TextIO) -> Any:
+def _free_demo_port(wanted: int | None) -> int | None:
+    """``wanted`` if given (the caller checks it), else the default port or the next free one after it:
+    a second demo on this machine moves over instead of failing."""
+    if wanted is not None:
+        return wanted
+    return next((p for p in range(DEFAULT_PORT, DEFAULT_PORT + PORT_SEARCH) if not _port_open(p)), None)
+
+
+def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
+    """A demo uses Azurite's default ports (reusing one already listening, as ``func start`` would),
+    so ``sas`` finds its ledger through ``local.settings.json``. A demo that ``moved`` off the default
+    port because another demo has it starts its own Azurite on free ports with its own state, so two
+    demos never share a ledger or a watchdog's work. Returns (azurite, started here)."""
     from devtools.azurite import Azurite
 
+    if moved:
+        location = ROOT / ".azurite" / f"demo-{port}"
+        location.mkdir(parents=True, exist_ok=True)
+        azurite = Azurite(location=location, owns_location=False).start()
+        out.write(
+            f"  starting Azurite on {azurite.blob_port}-{azurite.table_port} for this demo "
+            f"(state in .azurite/demo-{port}/)\n"
+        )
+        return azurite, True
     if _port_open(10002):
         out.write("  Azurite already listening on 10000-10002: using it\n")
         return Azurite(blob_port=10000, queue_port=10001, table_port=10002), False
@@ -162,6 +197,13 @@ def _azurite_on_default_ports(out: TextIO) -> Any:
     return azurite.start(), True
 
 
+def _cli_hint(moved: bool, azurite: Any) -> str:
+    """How to point ``sas`` at this demo's ledger."""
+    if not moved:
+        return ".venv/bin/sas list   .venv/bin/sas stalled   .venv/bin/sas show <instance>"
+    return f".venv/bin/sas --connection-string '{azurite.connection_string}' list"
+
+
 def _stop_on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -169,7 +211,11 @@ def _stop_on_sigterm(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(prog="./scripts/demo --serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--port",
+        type=int,
+        help=f"HTTP port (default {DEFAULT_PORT}, or the next free one when another demo has it)",
+    )
     parser.add_argument(
         "--speed", type=float, default=DEFAULT_SPEED, help="virtual seconds per real second (default 20)"
     )
@@ -180,28 +226,36 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     except DemoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if _port_open(args.port):
-        print(f"error: port {args.port} is busy; pass --port with a free one", file=sys.stderr)
+    port = _free_demo_port(args.port)
+    if port is None or (args.port is not None and _port_open(args.port)):
+        busy = args.port if args.port is not None else f"{DEFAULT_PORT}-{DEFAULT_PORT + PORT_SEARCH - 1}"
+        print(f"error: port {busy} is busy; pass --port with a free one", file=sys.stderr)
         return 2
+    moved = port != DEFAULT_PORT and args.port is None
+    if moved:
+        out.write(f"  port {DEFAULT_PORT} is taken (another demo?): serving on {port} with its own Azurite\n")
     settings = ROOT / "local.settings.json"
     if not settings.exists():
         shutil.copy(ROOT / "local.settings.json.example", settings)
         out.write("  created local.settings.json from the example (the operator CLI reads it)\n")
-    azurite, owned = _azurite_on_default_ports(out)
+    azurite, owned = _azurite_for(port, moved, out)
     # SIGTERM (a service manager, `kill`, a closed terminal's job control) stops the demo like Ctrl-C:
     # through the finally below, so the Azurite it started does not outlive it.
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        with ConsoleDemo(azurite, port=args.port, speed=args.speed) as demo:
+        with ConsoleDemo(azurite, port=port, speed=args.speed) as demo:
             out.write("  running the demo workflows (faults injected; virtual clock)...\n")
             out.flush()
             for label, iid in demo.seed().items():
                 out.write(f"    {label:<20} {iid}\n")
+            out.write("  faults injected while seeding them, all cleared now (your own starts meet none):\n")
+            for what in demo.injected:
+                out.write(f"    {what}\n")
             demo.start_clock()
             out.write(
                 f"\n  console : {demo.console_url}\n"
                 f"  API     : {demo.url}/api/instances, {demo.url}/api/attention\n"
-                f"  CLI     : .venv/bin/sas list   .venv/bin/sas stalled   .venv/bin/sas show <instance>\n"
+                f"  CLI     : {_cli_hint(moved, azurite)}\n"
                 f"  clock   : {args.speed:g}x; the watchdog ticks every 30 virtual seconds\n"
                 "  Ctrl-C stops it.\n"
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -84,6 +85,15 @@ def forwarded_headers(request: BaseHTTPRequestHandler) -> dict[str, str]:
     return headers
 
 
+class _QuietOnHangUp(ThreadingHTTPServer):
+    """A client that hangs up (mid-request or mid-answer) is not an error worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class AppHttpServer:
     """Serves ``routes`` on ``127.0.0.1:port`` (0: a free port), calling each body through ``host``."""
 
@@ -100,11 +110,16 @@ class AppHttpServer:
                 return
 
             def _serve(self) -> None:
-                server.handle(self)
+                try:
+                    server.handle(self)
+                except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+                    # the browser went away (a closed tab, a reload mid-answer): nothing to answer,
+                    # nothing to report; the action it asked for, if any, ran or was refused as usual
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
-        self.httpd = ThreadingHTTPServer((bind, port), Handler)
+        self.httpd = _QuietOnHangUp((bind, port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://{bind}:{self.port}"

@@ -152,3 +152,89 @@ def test_help_names_serve(capsys):
     with pytest.raises(SystemExit):
         demo._parse(["--help"])
     assert "--serve" in capsys.readouterr().out
+
+
+def test_a_second_console_demo_moves_over_lists_its_faults_and_a_newcomers_start_succeeds():
+    """Another demo has the default port: this one takes the next free port and an Azurite of its own
+    (never the other's ledger), says how to point ``sas`` at it, lists the faults it seeded with (all
+    cleared), and a newcomer's own start through its API runs to Succeeded."""
+    import json
+    import re
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    from devtools.console_demo import DEFAULT_PORT
+    from operator_cli.cli import main as sas
+
+    other = socket.socket()
+    try:
+        other.bind(("127.0.0.1", DEFAULT_PORT))
+        other.listen()
+    except OSError:  # something already has it: as good as another demo
+        other.close()
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devtools.demo", "--serve"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not any("Ctrl-C" in line for line in lines):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        text = "".join(lines)
+        assert "Ctrl-C" in text, text
+        assert f"port {DEFAULT_PORT} is taken" in text
+        own = re.search(r"starting Azurite on (\d+)-(\d+) for this demo", text)
+        assert own and own.group(1) != "10000", text
+        faults = text.split("all cleared now")[1].split("console :")[0]
+        assert "register_dns (dns.register)" in faults and "charge_payment (payments.refund)" in faults
+        url = re.search(r"console : (http://127\.0\.0\.1:(\d+))/api/console/", text)
+        assert url and int(url.group(2)) != DEFAULT_PORT
+        hint = re.search(r"--connection-string '([^']+)' list", text)
+        assert hint, text
+
+        out = io.StringIO()
+        assert sas(["--connection-string", hint.group(1), "list"], stdout=out, stderr=out) == 0, (
+            out.getvalue()
+        )
+        assert "demo-running-" in out.getvalue()
+
+        body = json.dumps({"tenant_id": "newcomer", "admin_email": "me@example.com"}).encode()
+        request = urllib.request.Request(
+            f"{url.group(1)}/api/workflows/provision-tenant/instances",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "X-SAS-Client": "curl"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            instance_id = json.loads(answer.read())["instanceId"]
+        status = None
+        until = time.monotonic() + 60
+        while time.monotonic() < until and status not in ("Succeeded", "Compensated", "Failed"):
+            with urllib.request.urlopen(f"{url.group(1)}/api/instances/{instance_id}", timeout=30) as got:
+                status = json.loads(got.read())["record"]["status"]
+            time.sleep(0.5)
+        assert status == "Succeeded"
+
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        other.close()
+    assert proc.returncode == 0 and "Traceback" not in rest, rest
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        assert s.connect_ex(("127.0.0.1", int(own.group(2)))) != 0  # its own Azurite went with it
