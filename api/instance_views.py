@@ -107,6 +107,23 @@ def step_detail_view(record: StepRecord) -> dict[str, Any]:
     return view
 
 
+def _as_of_current_attempt(view: dict[str, Any], step: StepRecord, audit: list[AuditEntry]) -> dict[str, Any]:
+    """A step's ``lastError`` as of its current attempt: the row keeps the text of an earlier failed
+    attempt while the next one is out, which would read as that attempt's failure. It moves to
+    ``earlierError`` (with the attempt it belongs to) until the current attempt ends."""
+    if not step.last_error or step.status.value not in ("Dispatched", "Running"):
+        return view
+    failed_in = [
+        a.attempt
+        for a in audit
+        if a.step_id == step.step_id and a.action == "transition" and a.to_status in ("Failed", "TimedOut")
+    ]
+    if failed_in and failed_in[-1] is not None and failed_in[-1] < step.attempt:
+        view["earlierError"] = {"attempt": failed_in[-1], "error": view.get("lastError")}
+        view["lastError"] = None
+    return view
+
+
 def instance_detail_view(
     instance_id: str, record: Any, steps: list[StepRecord], audit: list[AuditEntry]
 ) -> dict[str, Any]:
@@ -117,7 +134,7 @@ def instance_detail_view(
         "record": instance_record_view(record) if record is not None else None,
         "input": capped(getattr(record, "input_ref", None)),
         "outcome": capped(getattr(record, "outcome", None)),
-        "steps": [step_detail_view(s) for s in steps],
+        "steps": [_as_of_current_attempt(step_detail_view(s), s, audit) for s in steps],
         "attempts": attempts_view(audit),
         "audit": [audit_view(a) for a in audit],
         "payloadCap": PAYLOAD_CAP,

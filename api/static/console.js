@@ -291,6 +291,13 @@ function payload(label, p) {
   return h("details", {}, h("summary", {}, label), h("pre", {}, text));
 }
 
+function lastError(step) {
+  // As of the current attempt: an earlier attempt's error is named as such, never as this one's.
+  if (step.lastError) return step.lastError;
+  if (!step.earlierError) return "";
+  return h("span", { class: "muted" }, `none in attempt ${step.attempt} (attempt ${step.earlierError.attempt}: ${step.earlierError.error})`);
+}
+
 async function renderInstance(id, first) {
   const d = await api(`/instances/${encodeURIComponent(id)}`);
   state.view = "instance";
@@ -300,7 +307,7 @@ async function renderInstance(id, first) {
     h("tbody", {}, d.steps.map((s) => h("tr", { "data-step": s.id },
       h("td", {}, s.sequence), h("td", {}, s.id, payload("input", s.input), payload("output", s.output)),
       h("td", { class: "step-status" }, badge(s.status)), h("td", {}, `${s.attempt}/${s.maxAttempts}`), h("td", {}, fmt(s.deadline)),
-      h("td", {}, fmt(s.lastHeartbeat)), h("td", {}, s.owner || ""), h("td", {}, s.lastError || ""), h("td", {}, stepButtons(id, s)))))));
+      h("td", {}, fmt(s.lastHeartbeat)), h("td", {}, s.owner || ""), h("td", {}, lastError(s)), h("td", {}, stepButtons(id, s)))))));
   const audit = h("div", { class: "table-wrap" }, h("table", { id: "audit" },
     h("thead", {}, h("tr", {}, ["At (UTC)", "Step", "Actor", "Action", "Move", "Attempt", "Reason"].map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, d.audit.map((a) => h("tr", {}, h("td", {}, fmt(a.at)), h("td", {}, a.step), h("td", {}, a.actor), h("td", {}, a.action),
@@ -341,7 +348,11 @@ function s(tag, attrs, text) {
 
 function segments(d) {
   // Per step, one bar per status held, from the transition into it to the next one (ledger order).
-  const end = Math.max(Date.parse(d.now), ...d.audit.map((a) => Date.parse(a.at)));
+  // A live instance's bars run to now; a settled one's axis ends at its last event (a demo's fast
+  // clock, or an instance looked at days later, would otherwise squeeze its whole life to the left).
+  const live = !d.record || ["Running", "Compensating"].includes(d.record.status);
+  const lastEvent = Math.max(...d.audit.map((a) => Date.parse(a.at)));
+  const end = live ? Math.max(Date.parse(d.now), lastEvent) : lastEvent;
   const rows = d.steps.map((st) => ({ step: st, bars: [], marks: [] }));
   const byId = Object.fromEntries(rows.map((r) => [r.step.id, r]));
   for (const a of d.audit) {
@@ -356,7 +367,7 @@ function segments(d) {
     } else if (a.action === "heartbeat") row.marks.push({ kind: "heartbeat", at, text: `heartbeat ${fmt(a.at)}` });
     if (who) row.marks.push({ kind: who, at, text: `${a.actor}: ${a.action} ${a.to || ""} ${a.reason}` });
   }
-  for (const row of rows) if (row.step.deadline) row.marks.push({ kind: "deadline", at: Date.parse(row.step.deadline), text: `deadline ${fmt(row.step.deadline)}` });
+  for (const row of rows) if (row.step.deadline && (live || Date.parse(row.step.deadline) <= end)) row.marks.push({ kind: "deadline", at: Date.parse(row.step.deadline), text: `deadline ${fmt(row.step.deadline)}` });
   const start = Math.min(...d.audit.map((a) => Date.parse(a.at)), end);
   const last = Math.max(end, ...rows.flatMap((r) => r.marks.map((m) => m.at)));
   return { rows, start, end: last > start ? last : start + 1000 };

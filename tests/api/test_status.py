@@ -226,3 +226,22 @@ def test_steps_of_an_unknown_instance_is_a_404(run, stub, client, services):
 
     assert response.status_code == 404
     assert json_of(response)["error"] == "no workflow instance 'nobody-2'"
+
+
+def test_the_instance_page_shows_the_last_error_as_of_the_current_attempt(
+    run, stub, client, services, ledger
+):
+    """register_dns failed in attempt 1 and attempt 2 is out: the console's "Last error" must not
+    present attempt 1's error as attempt 2's; it is named as attempt 1's instead."""
+    from api.operator_api import get_instance
+
+    write_history(ledger, "tenant-43")
+    request = http_request("GET", "/api/instances/tenant-43", route_params={"instance_id": "tenant-43"})
+
+    body = json_of(run(get_instance(request, client, services)))
+
+    dns = {s["id"]: s for s in body["steps"]}["register_dns"]
+    assert dns["attempt"] == 2 and dns["lastError"] is None
+    assert dns["earlierError"] == {"attempt": 1, "error": "DNS zone is locked"}
+    storage = {s["id"]: s for s in body["steps"]}["create_storage"]
+    assert "earlierError" not in storage

@@ -142,3 +142,14 @@ def test_the_demo_clock_runs_ahead_of_the_wall_clock(demo):
     from datetime import UTC, datetime
 
     assert demo.harness.host.clock.now() >= datetime.now(UTC)
+
+
+def test_a_settled_instances_timeline_ends_at_its_last_event_not_at_the_demo_clocks_now(demo, page):
+    instance_id = demo.instances["compensated"]
+    last = max(a.at for a in demo.harness.ledger.audit_trail(instance_id))
+    page.goto(f"{demo.console_url}#/instance/{instance_id}")
+    svg = page.locator("#gantt svg")
+    svg.wait_for(timeout=TIMEOUT)
+    label = svg.get_attribute("aria-label")
+    # the demo clock runs 20x ahead: the old axis ran on to "now", hours past the instance's end
+    assert label.endswith(f"to {last.strftime('%Y-%m-%d %H:%M:%S')}"), (label, last)
