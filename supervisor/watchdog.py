@@ -73,9 +73,11 @@ from supervisor.watchdog_model import (
 from workflow_core import clock, ledger_gauges, telemetry, tracing
 from workflow_core.contracts import WATCHDOG_FUNCTION
 from workflow_core.ledger import (
+    SUPERVISED_INSTANCE_STATUSES,
     ConcurrencyConflict,
     IllegalInstanceTransition,
     IllegalTransition,
+    InstanceRecord,
     StepRecord,
 )
 from workflow_core.ledger.model import require_aware
@@ -241,19 +243,59 @@ async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> list[S
                 tick_id=report.tick_id,
                 reason=f"{type(exc).__name__}: {exc}",
             )
+            await _hand_instance_back(tick, instance)
     return due.steps
+
+
+async def _hand_instance_back(tick: _Tick, found: InstanceRecord) -> None:
+    """An operator's request on an instance (a resume) whose act failed after this tick claimed the
+    record: the record goes back to the operator, due after the lease, so the next tick carries the
+    request out instead of treating the instance by its policy. Anything else written meanwhile stands."""
+    if not (found.owner or "").startswith(OPERATOR_PREFIX):
+        return
+    try:
+        current = await _io(tick.ledger.get_instance, found.instance_id)
+        if current.owner != tick.actor or current.status not in SUPERVISED_INSTANCE_STATUSES:
+            return
+        await _io(
+            tick.ledger.update_instance,
+            current,
+            actor=tick.actor,
+            reason=f"handed back to {found.owner} by watchdog tick {tick.report.tick_id} after an error; "
+            "retried after the lease",
+            owner=found.owner,
+            scheduler_deadline=tick.now + tick.lease,
+        )
+    except Exception:
+        log.exception("could not hand instance %s back to %s", found.instance_id, found.owner)
 
 
 async def _best_effort_claim(tick: _Tick, record: StepRecord) -> None:
     """After an error on a step the tick had not written yet: claim it for the lease anyway, so it
-    is retried after the lease, not hammered every tick. If anyone wrote it meanwhile, leave it."""
+    is retried after the lease, not hammered every tick. If anyone wrote it meanwhile, leave it.
+
+    An operator's request (the step's owner ``operator:<user>``) is handed back instead, whether or
+    not this tick had claimed it before the error: its act (an event raised, a compensation started)
+    failed, so the request stands, owned by the operator, and is carried out after the lease. A
+    claim left in place would turn it into an ordinary overrun and the operator's intent, audited
+    already, would never be enacted."""
+    operator_asked = _operator_requested(record)
     try:
+        current = record
+        if operator_asked:
+            current = await _io(tick.ledger.get, record.instance_id, record.step_id)
+            if (current.status, current.attempt) != (record.status, record.attempt) or current.owner not in (
+                record.owner,
+                tick.actor,
+            ):
+                return  # the step moved on (an agent, the scheduler, another operator): that stands
         await _io(
             tick.ledger.update,
-            record,
+            current,
             actor=tick.actor,
-            reason=f"claimed by watchdog tick {tick.report.tick_id} after an error; retried after the lease",
-            owner=tick.actor,
+            reason=f"{'handed back to ' + record.owner if operator_asked else 'claimed'} by watchdog tick "
+            f"{tick.report.tick_id} after an error; retried after the lease",
+            owner=record.owner if operator_asked else tick.actor,
             deadline=tick.now + tick.lease,
         )
     except Exception:  # written already (by this tick or anyone): that write stands
