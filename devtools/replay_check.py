@@ -154,7 +154,7 @@ def app_orchestrators() -> dict[str, Callable[[Any], str]]:
     return {name: entry.handler for name, entry in table.orchestrators.items()}
 
 
-def _episodes(history: list[dict]) -> list[tuple[int, int]]:
+def episodes_of(history: list[dict]) -> list[tuple[int, int]]:
     """``(start, end)`` index ranges of the episodes (each from an OrchestratorStarted)."""
     starts = [i for i, e in enumerate(history) if e["EventType"] == H.ORCHESTRATOR_STARTED]
     return [(s, starts[n + 1] if n + 1 < len(starts) else len(history)) for n, s in enumerate(starts)]
@@ -259,13 +259,15 @@ def check_recording(
         return result
     history = recording.history
     finished = any(e["EventType"] == H.EXECUTION_COMPLETED for e in history)
-    episodes = _episodes(history)
+    episodes = episodes_of(history)
     if not episodes:
         result.problems.append("the history has no OrchestratorStarted event: nothing to replay")
         return result
     retries = retry_events(history)
     for number, (start, end) in enumerate(episodes, 1):
-        seen = [{**e, "IsPlayed": True} for e in history[:start] if e["EventType"] not in _OUTSIDE]
+        # Earlier episodes as stored (``IsPlayed`` as the framework left it); this one's events are
+        # new, so unplayed, as the extension serialises them before the episode runs.
+        seen = [e for e in history[:start] if e["EventType"] not in _OUTSIDE]
         received = [
             {**e, "IsPlayed": False}
             for e in history[start:end]
