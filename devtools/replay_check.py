@@ -28,9 +28,14 @@ recorded event by position, kind and name) and a little more, cheap to check her
 * the end of a generation: a recorded ``ContinueAsNew`` must be a ``continue_as_new`` with the same
   input, and code that continues as new where the recorded run did not is a divergence too.
 
-A recorded run that finished must finish in its last episode too. What it cannot see: an action
-whose result the code no longer uses the same way (same call, different use of its result), and
-any behaviour outside the orchestrator's actions (activities' own code, the ledger).
+A recorded run that finished must finish in its last episode too. Each episode is replayed as the
+extension hands it over: earlier episodes as stored (their recorded ``IsPlayed``), the episode's new
+events all at once, unplayed, in recorded order (a result beside the deadline's TimerFired, a late
+result beside newer ones). What it cannot see (docs/scheduler.md lists it): a recorded result used
+differently (same call, another decision, until that becomes another action), the names of the
+events the code waits for (a wait is not recorded) unless a recorded event reaches or misses it,
+any behaviour outside the orchestrator's actions (activities' own code, the ledger), and orders of
+events no recording holds.
 """
 
 from __future__ import annotations
