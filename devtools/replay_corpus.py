@@ -210,7 +210,16 @@ def record_scenario(name: str, azurite: Any = None) -> dict[str, Any]:
                     recordings.append(recording)
     finally:
         faults.clear()
-    return {"scenario": name, "recordings": recordings}
+    return {"scenario": name, "recordings": _without_checkout_paths(recordings)}
+
+
+def _without_checkout_paths(recordings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recordings with this checkout's location cut out of every string (the Python stacks in
+    failure Details name the files): a committed recording does not depend on where it was made.
+    Cut everywhere alike, so an error text the orchestrator carried into a later input still
+    matches what it replays from."""
+    root = f"{Path(__file__).resolve().parents[1]}/"
+    return json.loads(json.dumps(recordings).replace(root, ""))
 
 
 def record_corpus(directory: Path, azurite: Any = None) -> list[Path]:
