@@ -28,9 +28,14 @@ recorded event by position, kind and name) and a little more, cheap to check her
 * the end of a generation: a recorded ``ContinueAsNew`` must be a ``continue_as_new`` with the same
   input, and code that continues as new where the recorded run did not is a divergence too.
 
-A recorded run that finished must finish in its last episode too. What it cannot see: an action
-whose result the code no longer uses the same way (same call, different use of its result), and
-any behaviour outside the orchestrator's actions (activities' own code, the ledger).
+A recorded run that finished must finish in its last episode too. Each episode is replayed as the
+extension hands it over: earlier episodes as stored (their recorded ``IsPlayed``), the episode's new
+events all at once, unplayed, in recorded order (a result beside the deadline's TimerFired, a late
+result beside newer ones). What it cannot see (docs/scheduler.md lists it): a recorded result used
+differently (same call, another decision, until that becomes another action), the names of the
+events the code waits for (a wait is not recorded) unless a recorded event reaches or misses it,
+any behaviour outside the orchestrator's actions (activities' own code, the ledger), and orders of
+events no recording holds.
 """
 
 from __future__ import annotations
@@ -154,7 +159,7 @@ def app_orchestrators() -> dict[str, Callable[[Any], str]]:
     return {name: entry.handler for name, entry in table.orchestrators.items()}
 
 
-def _episodes(history: list[dict]) -> list[tuple[int, int]]:
+def episodes_of(history: list[dict]) -> list[tuple[int, int]]:
     """``(start, end)`` index ranges of the episodes (each from an OrchestratorStarted)."""
     starts = [i for i, e in enumerate(history) if e["EventType"] == H.ORCHESTRATOR_STARTED]
     return [(s, starts[n + 1] if n + 1 < len(starts) else len(history)) for n, s in enumerate(starts)]
@@ -259,13 +264,15 @@ def check_recording(
         return result
     history = recording.history
     finished = any(e["EventType"] == H.EXECUTION_COMPLETED for e in history)
-    episodes = _episodes(history)
+    episodes = episodes_of(history)
     if not episodes:
         result.problems.append("the history has no OrchestratorStarted event: nothing to replay")
         return result
     retries = retry_events(history)
     for number, (start, end) in enumerate(episodes, 1):
-        seen = [{**e, "IsPlayed": True} for e in history[:start] if e["EventType"] not in _OUTSIDE]
+        # Earlier episodes as stored (``IsPlayed`` as the framework left it); this one's events are
+        # new, so unplayed, as the extension serialises them before the episode runs.
+        seen = [e for e in history[:start] if e["EventType"] not in _OUTSIDE]
         received = [
             {**e, "IsPlayed": False}
             for e in history[start:end]

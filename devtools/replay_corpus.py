@@ -9,7 +9,8 @@ instances in flight fails CI. Re-record after a *deliberate* change of the orche
 
     .venv/bin/python -m devtools.replay_corpus tests/replay_corpus
 
-Timestamps and instance ids are whatever the run produced; the check compares actions, not times.
+Timestamps are whatever the run produced (the clock moves with real time, and skips to timers); the
+check compares actions, and the fire times the scheduler derived from the recorded times.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from activities.handlers import faults
+from devtools.durable_host import FlowingClock
 from devtools.harness import PatternHarness
-from workflow_core.contracts import compensation_instance_id, step_instance_id
+from workflow_core.contracts import compensation_instance_id, result_event_name, step_instance_id
 
 TENANT = {"tenant_id": "corpus-t1", "admin_email": "admin@corpus.example"}
 CHAIN = {
@@ -100,6 +103,57 @@ def _duplicate_and_late_results(h: PatternHarness) -> list[str]:
     return [iid]
 
 
+def _has_event(h: PatternHarness, iid: str, name: str) -> bool:
+    return any(e["EventType"] == 15 and e.get("Name") == name for e in h.host.history(iid))
+
+
+def _timer_and_event_in_one_episode(h: PatternHarness) -> list[str]:
+    """A step's reply and its deadline arrive together: the reply is held until the deadline timer
+    is due, and both reach the scheduler in one episode (an EventRaised and a TimerFired among its
+    new events), as the backend batches whatever is waiting for an instance. The first in the batch
+    (the reply) wins the race; the timer that fired with it is the loser."""
+    late = h.hold("register_dns", queue="results", times=1)
+    iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-timer-and-event")
+    h.run_until(lambda: len(h.held(late)) == 1)
+    deadline = h.steps(iid)["register_dns"].deadline
+    with h.host.batched(iid):
+        h.release(late)
+        h.host.advance(max(deadline - h.host.clock.now(), timedelta(0)))
+    h.run_until_complete(iid)
+    return [iid]
+
+
+def _late_result_after_retry(h: PatternHarness) -> list[str]:
+    """Attempt 1's result event is raised while attempt 2 is out: the scheduler, which never got it
+    in time, asked the ledger at the deadline, retried, and must now ignore it (event names carry
+    the attempt). The result handler confirmed attempt 1's failure against the ledger and raised it
+    late, as a handler whose ``raise_event`` call is delayed (a slow call to the extension) does."""
+    name = result_event_name("register_dns", 1)
+    faults.inject("dns.register", faults.Fail(times=1))
+    second = h.hold("register_dns", attempt=2)
+    client, deferred = h.host.client, []
+    on_time = client.raise_event
+
+    async def delayed(instance_id, event_name, event_data=None):
+        if event_name == name:  # the handler's call (and the watchdog's nudge) is still under way
+            deferred.append((instance_id, event_name, event_data))
+            return None
+        return await on_time(instance_id, event_name, event_data)
+
+    client.raise_event = delayed
+    try:
+        iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-late-result")
+        h.run_until(lambda: len(h.held(second)) == 1)
+    finally:
+        client.raise_event = on_time
+    for instance_id, event_name, event_data in deferred[:1]:
+        h.host.raise_event(instance_id, event_name, event_data)
+    h.run_until(lambda: _has_event(h, iid, name))
+    h.release(second)
+    h.run_until_complete(iid)
+    return [iid]
+
+
 def _bookkeeping_retry(h: PatternHarness) -> list[str]:
     """A scheduler activity fails once (a storage error in dispatch_step's ledger write): the
     orchestration's retry policy runs it again after its retry timer."""
@@ -132,6 +186,8 @@ SCENARIOS: dict[str, Callable[[PatternHarness], list[str]]] = {
     "resume-after-dead-scheduler": _resume_after_dead_scheduler,
     "duplicate-and-late-results": _duplicate_and_late_results,
     "bookkeeping-retry": _bookkeeping_retry,
+    "timer-and-event-in-one-episode": _timer_and_event_in_one_episode,
+    "late-result-after-retry": _late_result_after_retry,
 }
 
 
@@ -139,7 +195,9 @@ def record_scenario(name: str, azurite: Any = None) -> dict[str, Any]:
     """Run one scenario on a fresh harness; its replay file's content."""
     faults.clear()
     try:
-        with PatternHarness(azurite, extra_workflows={"corpus-chain": CHAIN}) as h:
+        # The clock flows with real time between the skips to timers, so the timestamps progress
+        # from episode to episode as the extension's do.
+        with PatternHarness(azurite, clock=FlowingClock(), extra_workflows={"corpus-chain": CHAIN}) as h:
             ids = SCENARIOS[name](h)
             recordings = []
             for iid in ids:
@@ -152,7 +210,16 @@ def record_scenario(name: str, azurite: Any = None) -> dict[str, Any]:
                     recordings.append(recording)
     finally:
         faults.clear()
-    return {"scenario": name, "recordings": recordings}
+    return {"scenario": name, "recordings": _without_checkout_paths(recordings)}
+
+
+def _without_checkout_paths(recordings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recordings with this checkout's location cut out of every string (the Python stacks in
+    failure Details name the files): a committed recording does not depend on where it was made.
+    Cut everywhere alike, so an error text the orchestrator carried into a later input still
+    matches what it replays from."""
+    root = f"{Path(__file__).resolve().parents[1]}/"
+    return json.loads(json.dumps(recordings).replace(root, ""))
 
 
 def record_corpus(directory: Path, azurite: Any = None) -> list[Path]:

@@ -17,7 +17,7 @@ See docs/durable-test-host.md.
 
 from .aio import AsyncRunner, run_async
 from .client import DurableTestClient, ExtensionHttpApi, binding_context
-from .clock import DEFAULT_EPOCH, RealClock, VirtualClock
+from .clock import DEFAULT_EPOCH, FlowingClock, RealClock, VirtualClock
 from .host import (
     RUNNING_STATUSES,
     TERMINAL_STATUSES,
@@ -37,6 +37,7 @@ __all__ = [
     "DurableTestClient",
     "DurableTestHost",
     "ExtensionHttpApi",
+    "FlowingClock",
     "FunctionTable",
     "InstanceCompletedError",
     "InstanceNotFoundError",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 #: Where a :class:`VirtualClock` starts unless told otherwise: fixed, so timelines and timestamps in
@@ -55,6 +56,51 @@ class VirtualClock:
 
     def __repr__(self) -> str:
         return f"VirtualClock({self.now().isoformat()})"
+
+
+class FlowingClock(VirtualClock):
+    """A virtual clock that also moves with the wall clock while code runs.
+
+    Like :class:`VirtualClock`, the host skips it to the next timer when nothing can run; between
+    skips it advances as real time passes, so history timestamps progress from episode to episode
+    (and an activity's TaskCompleted is later than its TaskScheduled) as they do in Azure, where every
+    event carries the time it was written. Timestamps are therefore not reproducible from run to run:
+    use it to record histories in the extension's shape (``devtools.replay_corpus``), not where a
+    test compares times.
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        super().__init__(start)
+        self._since = time.monotonic()
+
+    def _flow(self) -> None:
+        now = time.monotonic()
+        self._now += timedelta(seconds=now - self._since)
+        self._since = now
+
+    def now(self) -> datetime:
+        with self._lock:
+            self._flow()
+            return self._now
+
+    def advance(self, delta: timedelta) -> datetime:
+        if delta < timedelta(0):
+            raise ValueError("a clock does not run backwards")
+        with self._lock:
+            self._flow()
+            self._now = self._now + delta
+            return self._now
+
+    def advance_to(self, when: datetime) -> datetime:
+        when = _aware(when)
+        with self._lock:
+            self._flow()
+            if when > self._now:
+                self._now = when
+            return self._now
+
+    def __repr__(self) -> str:
+        return f"FlowingClock({self.now().isoformat()})"
 
 
 class RealClock:

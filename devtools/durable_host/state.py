@@ -144,5 +144,31 @@ class _Periodic:
     next_at: datetime
 
 
+#: The events the framework *processes* when it runs an episode: the messages that came in. The
+#: Durable Task Framework sets ``IsPlayed = true`` on each of them once processed
+#: (``TaskOrchestrationExecutor.ExecuteCore``), before the episode's new events are stored; it skips
+#: OrchestratorStarted (``continue`` before the assignment; the Python SDK notes "OrchestratorStarted
+#: does not update its isPlayed field"), and the events its dispatcher writes for the actions
+#: (TaskScheduled, TimerCreated, SubOrchestrationInstanceCreated, OrchestratorCompleted,
+#: ExecutionCompleted, ContinueAsNew) are created after that loop, so they are stored with ``false``.
+_PROCESSED = frozenset(
+    {
+        H.EXECUTION_STARTED,
+        H.EXECUTION_TERMINATED,
+        H.TASK_COMPLETED,
+        H.TASK_FAILED,
+        H.SUB_ORCHESTRATION_INSTANCE_COMPLETED,
+        H.SUB_ORCHESTRATION_INSTANCE_FAILED,
+        H.TIMER_FIRED,
+        H.EVENT_RAISED,
+    }
+)
+
+
 def _played(event: dict) -> dict:
-    return {**event, "IsPlayed": True}
+    """``event`` as the history stores it once its episode ran: ``IsPlayed`` as the framework left it.
+
+    The extension serialises the stored history into the context before the episode runs, so an
+    orchestrator sees ``IsPlayed: true`` only on the messages of earlier episodes, ``false`` on this
+    episode's new events and on every OrchestratorStarted and action event."""
+    return {**event, "IsPlayed": event["EventType"] in _PROCESSED}

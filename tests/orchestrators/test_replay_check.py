@@ -8,6 +8,7 @@ The corpus (``tests/replay_corpus/``) is recorded from the durable test host by
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import re
@@ -17,7 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from devtools.replay_check import app_orchestrators, check_file, load_recordings, retry_events
+from devtools.durable_host.history import parse_time
+from devtools.replay_check import (
+    app_orchestrators,
+    check_file,
+    episodes_of,
+    load_recordings,
+    retry_events,
+)
 from devtools.replay_corpus import SCENARIOS, record_scenario
 from operator_cli.cli import main as sas
 from operator_cli.version_commands import EXIT_NONDETERMINISTIC
@@ -60,6 +68,22 @@ def test_the_corpus_covers_every_orchestrator_compensation_groups_and_continue_a
         for r in recordings
     )
     assert any(r.instance_id == "corpus-resumed" for r in recordings)
+    # a timer and an event among the new events of one episode
+    assert any(
+        {11, 15} <= {e["EventType"] for e in r.history[start:end]}
+        for r in recordings
+        for start, end in episodes_of(r.history)
+    )
+    # a late result: attempt 1's event arrives once attempt 2 was scheduled, and starts nothing
+    late = next(r for r in recordings if r.instance_id == "corpus-late-result")
+    names = [e.get("Name") for e in late.history if e["EventType"] in (4, 15)]
+    assert names.index("result:register_dns:1") > names.index("schedule_retry")
+    [(start, end)] = [
+        (s, e)
+        for s, e in episodes_of(late.history)
+        if any(x.get("Name") == "result:register_dns:1" for x in late.history[s:e])
+    ]
+    assert not [e for e in late.history[start:end] if e["EventType"] in (4, 7, 10)]
     chain = [r for r in recordings if r.instance_id == "corpus-chain"]
     assert [r.generation for r in chain] == list(range(1, len(chain) + 1)) and len(chain) >= 2
     assert all(r.history[-1]["EventType"] == 16 for r in chain[:-1])
@@ -167,7 +191,7 @@ def test_a_deterministic_change_still_replays(monkeypatch):
 def test_sas_replay_check_exit_codes(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     assert sas(["replay-check", *map(str, FILES)], stdout=out, stderr=err) == 0, err.getvalue()
-    assert "12 of 12 recording(s) replay on the current code" in out.getvalue()
+    assert "14 of 14 recording(s) replay on the current code" in out.getvalue()
 
     tampered = json.loads((CORPUS / "succeed.json").read_text())
     history = tampered["recordings"][0]["history"]
@@ -205,6 +229,7 @@ def test_re_recording_reproduces_the_committed_corpus(azurite, tmp_path):
     orchestrators = app_orchestrators()
     for name in SCENARIOS:
         fresh = record_scenario(name, azurite)
+        assert f"{ROOT}/" not in json.dumps(fresh)  # no stack names where it was recorded
         committed = json.loads((CORPUS / f"{name}.json").read_text())
         assert [r["instanceId"] for r in fresh["recordings"]] == [
             r["instanceId"] for r in committed["recordings"]
@@ -241,15 +266,26 @@ def test_the_fresh_corpus_takes_sequential_successes_unread_and_the_old_one_did_
     )
 
 
-def test_the_corpus_is_in_the_shape_the_docs_give_for_the_extensions_histories():
-    """Field sets and time format as docs/durable-test-host.md says the extension writes them."""
+def _doc_rows() -> tuple[dict[int, list[str]], dict[int, bool]]:
+    """The history table of docs/durable-test-host.md: each event type's fields and stored IsPlayed."""
     doc = (ROOT / "docs" / "durable-test-host.md").read_text()
-    rows = {}
+    fields: dict[int, list[str]] = {}
+    played: dict[int, bool] = {}
     for line in doc.splitlines():
         cells = [c.strip() for c in line.split("|")[1:-1]]
-        if len(cells) == 3 and cells[1].replace(" / ", "").isdigit():
-            for number in cells[1].split(" / "):
-                rows[int(number)] = re.findall(r"`([A-Z][A-Za-z]+)`", cells[2])
+        if len(cells) == 4 and cells[1].replace(" / ", "").isdigit():
+            numbers = [int(n) for n in cells[1].split(" / ")]
+            flags = cells[3].split(" / ")
+            for i, number in enumerate(numbers):
+                fields[number] = re.findall(r"`([A-Z][A-Za-z]+)`", cells[2])
+                played[number] = flags[min(i, len(flags) - 1)] == "true"
+    return fields, played
+
+
+def test_the_corpus_is_in_the_shape_the_docs_give_for_the_extensions_histories():
+    """Field sets, time format, IsPlayed and time progress as docs/durable-test-host.md says the
+    extension writes them."""
+    rows, played = _doc_rows()
     assert rows[0] == [
         "Name",
         "Input",
@@ -260,10 +296,12 @@ def test_the_corpus_is_in_the_shape_the_docs_give_for_the_extensions_histories()
         "ParentTraceContext",
         "Generation",
     ]
+    assert played[12] is False and played[4] is False and played[15] is True and played[11] is True
     time = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{0,6}[1-9])?Z")  # trailing zeros trimmed
     seen = set()
     for path in FILES:
         for recording in load_recordings(path):
+            starts = []
             for event in recording.history:
                 kind = event["EventType"]
                 seen.add(kind)
@@ -273,4 +311,9 @@ def test_the_corpus_is_in_the_shape_the_docs_give_for_the_extensions_histories()
                     assert time.fullmatch(event["FireAt"]), event["FireAt"]
                 if kind == 0:
                     assert set(rows[0]) <= event.keys()
+                assert event["IsPlayed"] is played[kind], (recording.label, event)
+                if kind == 12:
+                    starts.append(parse_time(event["Timestamp"]))
+            # real time progress: every episode starts later than the one before
+            assert all(a < b for a, b in itertools.pairwise(starts)), recording.label
     assert {0, 1, 4, 5, 7, 8, 10, 11, 12, 13, 15, 16} <= seen  # the kinds the runs produce

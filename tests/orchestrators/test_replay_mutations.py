@@ -11,6 +11,7 @@ replay-check`` run from that copy, the way an operator checks new code before de
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -72,7 +73,8 @@ def test_history_checkpoint_every_ignored_is_caught(monkeypatch, capsys):
     first = [p for p in problems if "continue-as-new.json" in p and "(generation 1)" in p]
     assert first and "episode" in first[0] and "continue-as-new" in first[0], problems
     code, out = sas_replay_check(capsys)
-    assert code == EXIT_NONDETERMINISTIC and "generation 1" in out, out
+    assert code == EXIT_NONDETERMINISTIC and "continue-as-new.json" in out and "generation 1" in out, out
+    assert "episode" in out, out
 
 
 def test_a_different_activity_input_is_caught(monkeypatch):
@@ -103,14 +105,84 @@ def test_a_timer_that_fires_at_another_time_is_caught(monkeypatch):
     assert succeed and "episode 2: action #1 differs" in succeed[0] and "recorded: timer" in succeed[0]
 
 
-def test_an_activity_added_on_disk_fails_sas_replay_check_with_exit_4(tmp_path):
-    """The operator's way: a copy of the code where the scheduler calls one more activity before the
-    settle, and ``python -m operator_cli replay-check`` run from that copy."""
+def test_a_wait_that_would_consume_a_late_result_is_caught(monkeypatch, capsys):
+    """Attempt 2 waits for attempt 1's event name (the attempt dropped from the name): the late
+    result of attempt 1, which the recorded scheduler ignored, now ends attempt 2's wait. Caught in
+    the very episode in which the late event arrived, where the recorded run took no action."""
+    from orchestrators import attempts
+
+    real = attempts.result_event_name
+    monkeypatch.setattr(
+        attempts, "result_event_name", lambda step_id, attempt, kind="work": real(step_id, 1, kind)
+    )
+    late = next(p for p in broken() if p.startswith("late-result-after-retry.json"))
+    (recording,) = check_file(CORPUS / "late-result-after-retry.json")
+    history = recording.recording.history
+    starts = [i for i, e in enumerate(history) if e["EventType"] == 12]
+    arrived = next(i for i, e in enumerate(history) if e.get("Name") == "result:register_dns:1")
+    episode = sum(1 for s in starts if s < arrived)
+    assert f": episode {episode}: the current code takes action #" in late, late
+    assert "where the recorded run took none" in late, late
+    code, out = sas_replay_check(capsys)
+    assert code == EXIT_NONDETERMINISTIC and "late-result-after-retry.json" in out, out
+    assert f"episode {episode}" in out, out
+
+
+def _copy_of_the_app(tmp_path: Path) -> Path:
+    """The code and definitions as deployed, in a folder of their own, to change on disk."""
     copy = tmp_path / "app"
     for folder in ("workflow_core", "activities", "orchestrators", "supervisor", "api", "operator_cli"):
         shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
     for folder in ("devtools", "workflows"):
         shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def _replay_check_in(copy: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "operator_cli", "replay-check", *map(str, FILES)],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_parallel_members_swapped_in_the_yaml_cannot_break_a_pinned_instance(tmp_path):
+    """The row of the issue's table, for the pinned instances every run now is: the two members of
+    onboard-tenant's group swapped in the YAML of a copy. Nothing to catch: every recorded instance
+    carries its definition (and the version that hashes it) in its input and replays on that, so each
+    member still gets its own recorded result; the swapped YAML is another version, which only new
+    instances take. ``sas replay-check`` exits 0, and says so (docs/scheduler.md)."""
+    from workflow_core.workflows.loader import parse_workflow
+    from workflow_core.workflows.versions import version_of
+
+    copy = _copy_of_the_app(tmp_path)
+    target = copy / "workflows" / "onboard-tenant.yaml"
+    text = target.read_text()
+    first = text.index("      - id: register_portal_dns")
+    second = text.index("      - id: register_files_dns")
+    end = text.index("  - id: send_welcome")
+    portal, files = text[first:second].rstrip("\n"), text[second:end].rstrip("\n")
+    target.write_text(text[:first] + files + "\n\n" + portal + "\n\n" + text[end:])
+    new = parse_workflow(target.read_text(), str(target))
+    assert [s.id for s in new.steps][1:3] == ["register_files_dns", "register_portal_dns"]  # really swapped
+
+    recording = check_file(CORPUS / "parallel-group.json")[0]
+    pinned = json.loads(recording.recording.input)
+    members = next(s["parallel"] for s in pinned["definition"]["steps"] if "parallel" in s)
+    assert [m["id"] for m in members] == ["register_portal_dns", "register_files_dns"]
+    assert version_of(new) != pinned["version"]  # the swap is another version: never this instance's
+
+    done = _replay_check_in(copy)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok  parallel-group.json[0]" in done.stdout, done.stdout
+
+
+def test_an_activity_added_on_disk_fails_sas_replay_check_with_exit_4(tmp_path):
+    """The operator's way: a copy of the code where the scheduler calls one more activity before the
+    settle, and ``python -m operator_cli replay-check`` run from that copy."""
+    copy = _copy_of_the_app(tmp_path)
     target = copy / "orchestrators" / "workflow.py"
     settle = "settled = yield call_activity(context, ACTIVITY_SETTLE_INSTANCE, settle)"
     text = target.read_text()
@@ -118,12 +190,6 @@ def test_an_activity_added_on_disk_fails_sas_replay_check_with_exit_4(tmp_path):
     target.write_text(
         text.replace(settle, 'yield call_activity(context, "audit_settle", {})\n        ' + settle)
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "operator_cli", "replay-check", *map(str, FILES)],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _replay_check_in(copy)
     assert done.returncode == EXIT_NONDETERMINISTIC, done.stdout + done.stderr
     assert "succeed.json" in done.stdout and "episode" in done.stdout and "audit_settle" in done.stdout
