@@ -127,8 +127,8 @@ def step_operations(
     from activities.scheduling import create_workflow_steps, dispatch_step
     from api.start import _ensure_unused, _record_instance
     from orchestrators.decisions import provisional_outcome
+    from orchestrators.shortcuts import expected_rows
     from orchestrators.state import WorkflowStart
-    from orchestrators.workflow import expected_rows
     from workflow_core.contracts import StepDispatch
     from workflow_core.ledger import UNVERSIONED, encode_json
     from workflow_core.workflows.store import definition_for

@@ -12,18 +12,17 @@ through activities.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
-from orchestrators.attempts import StepResult, StepRun, run_step
+from orchestrators.attempts import StepResult, StepRun
 from orchestrators.decisions import call_activity, should_checkpoint, to_iso
-from orchestrators.provisional import Taken, basis_refused, next_write_proves
+from orchestrators.shortcuts import LedgerShortcuts, next_write_proves
 from orchestrators.state import Progress, WorkflowStart
 from workflow_core.contracts import (
     ACTIVITY_CREATE_STEPS,
     ACTIVITY_GIVE_UP_STEP,
-    ACTIVITY_SETTLE_INSTANCE,
     COMPENSATION_ORCHESTRATOR,
     STEP_ORCHESTRATOR,
     compensation_instance_id,
@@ -36,7 +35,6 @@ from workflow_core.workflows import (
     get_workflow,
     resolve_step_input,
 )
-from workflow_core.workflows.step_rows import new_step
 
 
 class _Status:
@@ -65,7 +63,11 @@ class _Status:
 
 
 def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | None]:
-    """Run the workflow named in the input; return its outcome (see docs/scheduler.md)."""
+    """Run the workflow named in the input; return its outcome (see docs/scheduler.md).
+
+    For each stage, run its step (or its parallel group) to an outcome; when a step gives up,
+    compensate what was done; at the end, settle. Every ``history_checkpoint_every`` completed steps
+    it continues as new. What the scheduler knows of the ledger unread travels in ``ledger``."""
     start = WorkflowStart.model_validate(context.get_input())
     # A pinned instance never reads the YAML deployed now; an unpinned one (started before
     # definitions were versioned) runs on it, as it always did.
@@ -73,163 +75,71 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
     workflow_input = definition.validate_input(start.input)
     progress = start.state or Progress()
     _check_resumable(definition, progress)
-    instance_id = context.instance_id
     status = _Status(context, definition, progress)
-
+    ledger = LedgerShortcuts(context, definition, start, status)
+    compensate = partial(_give_up_and_compensate, context, definition, status=status, trace=start.trace)
     if start.state is None:
-        status("creating_steps")
-        create: dict[str, Any] = {"instance_id": instance_id, "workflow": definition.name}
-        if start.version is not None:
-            create["version"] = start.version
-        yield call_activity(context, ACTIVITY_CREATE_STEPS, create)
+        yield from _create_steps(context, definition, start, status)
 
-    # Every iteration either completes its stage or returns; ``completed_here`` counts the steps
-    # completed in this generation (a parallel group counts as its steps, and is never split).
-    completed_here = 0
-    # The instance record's latest version this scheduler knows (the starter's, then each confirmed
-    # result's): a first dispatch writes against it and its step's starter ETag without reading.
-    known = start.rows.instance if start.rows is not None else None
-    # The last step's success, taken unread (``Taken``) until a write proves it: the next dispatch or
-    # the settle carries its basis; anything else (a group, a checkpoint, a step whose input cannot
-    # be resolved) asks the ledger first. A write that refuses it sends the scheduler back to it.
-    taken: Taken | None = None
+    completed_here = 0  # steps completed in this generation (a group counts as its steps)
     stages = _remaining_stages(definition, progress.position)
     for index, stage in enumerate(stages):
         steps_left = len(definition.steps) - progress.position
         checkpoint = should_checkpoint(completed_here, definition.history_checkpoint_every, steps_left)
-        if taken is not None and (checkpoint or len(stage) > 1):
-            progress, known, ended = yield from _confirm(context, definition, taken, status, start.trace)
-            taken = None
-            if ended is not None:
-                return ended
+        if checkpoint or len(stage) > 1:  # neither carries a success taken unread: ask the ledger
+            progress, failed = yield from ledger.confirm(progress)
+            if failed:
+                return (yield from compensate(failed, progress))
         if checkpoint:
-            status.step = None
-            status("checkpointing")
-            next_generation = progress.model_copy(update={"generation": progress.generation + 1})
-            carried = start.model_copy(
-                update={"input": workflow_input, "state": next_generation}
-            ).model_dump()
-            if start.definition is None:  # an unpinned instance keeps its input's old shape
-                carried.pop("version")
-                carried.pop("definition")
-            if start.trace is None:
-                carried.pop("trace")
-            carried.pop("rows")  # the next generation reads the rows: these versions may be stale
-            context.continue_as_new(carried)
-            return None
-
+            return _continue_as_new(context, start, workflow_input, progress, status)
         if len(stage) > 1:
             progress, failed = yield from _run_group(
-                context, definition, stage, workflow_input, progress, status, start.epoch, start.trace
+                context, definition, stage, workflow_input, progress, status, start
             )
-            status.progress = progress
-            if failed:
-                return (
-                    yield from _give_up_and_compensate(
-                        context, definition, failed, progress, status, start.trace
-                    )
-                )
-            completed_here += len(stage)
-            known = None  # the members wrote the instance record in their own orchestrations
-            continue
-
-        (step,) = stage
-        while True:
-            status.step = step.id
-            prepared = _prepare(definition, instance_id, step, workflow_input, progress.outputs, start.trace)
-            if isinstance(prepared, StepResult):
-                result = prepared
-            else:
-                run = replace(
-                    prepared,
-                    expected=expected_rows(definition, start, step, known),
-                    basis=taken.basis if taken is not None else None,
-                    provisional=next_write_proves(definition, stages, index, completed_here, steps_left),
-                )
-                result = yield from run_step(context, run, status)
-            if taken is None or not (result.basis_refused or isinstance(prepared, StepResult)):
-                break
-            # the input was built on a success taken unread, and the ledger refused it (or the input
-            # cannot be resolved from it): ask the ledger about that step, then build this one again
-            progress, known, ended = yield from _confirm(context, definition, taken, status, start.trace)
-            taken = None
-            if ended is not None:
-                return ended
-        known = result.instance
-
-        if not result.succeeded:
-            return (
-                yield from _give_up_and_compensate(
-                    context, definition, [(step.id, result)], progress, status, start.trace
-                )
+            ledger.forget_instance()  # the members wrote the instance record in their own orchestrations
+        else:
+            (step,) = stage
+            prepare = partial(
+                _prepare, definition, context.instance_id, step, workflow_input, trace=start.trace
             )
-        if result.provisional is not None:
-            taken = Taken(run, result.provisional, progress)
-        progress = progress.after(step.id, result.output)
-        status.progress = progress
-        completed_here += 1
+            proves = next_write_proves(definition, stages, index, completed_here, steps_left)
+            progress, failed = yield from ledger.run_single(step, prepare, proves, progress)
+        if failed:
+            return (yield from compensate(failed, progress))
+        completed_here += len(stage)
 
-    while True:
-        status.step = None
-        status("settling")
-        settle: dict[str, Any] = {"instance_id": instance_id, "outcome": "succeeded"}
-        if known is not None:  # the last result's snapshot: a settle without a read
-            settle["expected"] = known
-        if taken is not None:
-            settle["basis"] = taken.basis
-        settled = yield call_activity(context, ACTIVITY_SETTLE_INSTANCE, settle)
-        if taken is None or not basis_refused(settled):
-            break
-        progress, known, ended = yield from _confirm(context, definition, taken, status, start.trace)
-        taken = None
-        if ended is not None:
-            return ended
+    progress, failed = yield from ledger.settle(progress)
+    if failed:
+        return (yield from compensate(failed, progress))
     status("succeeded")
     return {"status": "succeeded", "outputs": progress.outputs, "failed_step": None, "error": None}
 
 
-def _confirm(
-    context: Any, definition: WorkflowDefinition, taken: Taken, status: _Status, trace: dict[str, str] | None
-) -> Generator[Any, Any, tuple[Progress, dict[str, Any] | None, dict[str, Any] | None]]:
-    """Ask the ledger about the success ``taken`` unread (``Taken.confirm``): the progress and
-    snapshot to go on with, and the workflow's outcome when the step failed after all (compensated
-    here) or None."""
-    progress, known, failed = yield from taken.confirm(context, status)
-    if failed:
-        return (
-            progress,
-            known,
-            (yield from _give_up_and_compensate(context, definition, failed, progress, status, trace)),
-        )
-    status.progress = progress
-    return progress, known, None
+def _create_steps(
+    context: Any, definition: WorkflowDefinition, start: WorkflowStart, status: _Status
+) -> Generator[Any, Any, None]:
+    status("creating_steps")
+    create: dict[str, Any] = {"instance_id": context.instance_id, "workflow": definition.name}
+    if start.version is not None:
+        create["version"] = start.version
+    yield call_activity(context, ACTIVITY_CREATE_STEPS, create)
 
 
-def expected_rows(
-    definition: WorkflowDefinition,
-    start: WorkflowStart,
-    step: StepDefinition,
-    instance: dict[str, Any] | None,
-) -> dict[str, Any] | None:
-    """``contracts.ExpectedRows`` for the first dispatch of ``step``: its row as the starter created
-    it (the ETag from the start, the fields from the pinned definition, as ``new_step`` writes them)
-    and the instance's snapshot; None when either version is unknown."""
-    etag = start.rows.steps.get(step.id) if start.rows is not None else None
-    if etag is None or instance is None:
-        return None
-    sequence = definition.position_of(step.id)
-    row = new_step(step)
-    return {
-        "step_etag": etag,
-        "step_name": row.step_name,
-        "agent": row.agent,
-        "sequence": sequence,
-        "compensator": row.compensator,
-        "max_attempts": row.max_attempts,
-        "heartbeat_timeout_seconds": row.heartbeat_timeout_seconds,
-        "workflow_version": start.version,
-        "instance": instance,
-    }
+def _continue_as_new(
+    context: Any, start: WorkflowStart, workflow_input: dict[str, Any], progress: Progress, status: _Status
+) -> None:
+    """Checkpoint: the next generation starts from ``progress`` with a fresh, short history."""
+    status.step = None
+    status("checkpointing")
+    next_generation = progress.model_copy(update={"generation": progress.generation + 1})
+    carried = start.model_copy(update={"input": workflow_input, "state": next_generation}).model_dump()
+    if start.definition is None:  # an unpinned instance keeps its input's old shape
+        carried.pop("version")
+        carried.pop("definition")
+    if start.trace is None:
+        carried.pop("trace")
+    carried.pop("rows")  # the next generation reads the rows: these versions may be stale
+    context.continue_as_new(carried)
 
 
 def _remaining_stages(definition: WorkflowDefinition, position: int) -> list[tuple[StepDefinition, ...]]:
@@ -247,13 +157,13 @@ def _prepare(
     instance_id: str,
     step: StepDefinition,
     workflow_input: dict[str, Any],
-    outputs: dict[str, Any],
+    progress: Progress,
     trace: dict[str, str] | None = None,
 ) -> StepRun | StepResult:
     """The run of one work step, or its failure when its input references cannot be resolved:
     retrying cannot fix a missing reference, so such a step gives up before anything is dispatched."""
     try:
-        step_input = resolve_step_input(step, workflow_input, outputs)
+        step_input = resolve_step_input(step, workflow_input, progress.outputs)
     except StepInputError as exc:
         return StepResult(False, 0, error=str(exc))
     return StepRun(
@@ -275,8 +185,7 @@ def _run_group(
     workflow_input: dict[str, Any],
     progress: Progress,
     status: _Status,
-    epoch: int = 0,
-    trace: dict[str, str] | None = None,
+    start: WorkflowStart,
 ) -> Generator[Any, Any, tuple[Progress, list[tuple[str, StepResult]]]]:
     """Run a parallel group: one ``step_orchestrator`` per step, all started in this episode, then
     wait for every one of them. Returns the progress with the succeeded steps' outputs recorded (in
@@ -284,7 +193,7 @@ def _run_group(
     instance_id = context.instance_id
     status.step = ", ".join(step.id for step in stage)
     prepared = [
-        (step.id, _prepare(definition, instance_id, step, workflow_input, progress.outputs, trace))
+        (step.id, _prepare(definition, instance_id, step, workflow_input, progress, start.trace))
         for step in stage
     ]
     unresolved = [(step_id, p) for step_id, p in prepared if isinstance(p, StepResult)]
@@ -295,7 +204,9 @@ def _run_group(
     status("running_group")
     children = [
         context.call_sub_orchestrator(
-            STEP_ORCHESTRATOR, run.to_payload(), instance_id=step_instance_id(instance_id, run.step_id, epoch)
+            STEP_ORCHESTRATOR,
+            run.to_payload(),
+            instance_id=step_instance_id(instance_id, run.step_id, start.epoch),
         )
         for run in runs
     ]
@@ -307,6 +218,7 @@ def _run_group(
             progress = progress.after(run.step_id, result.output)
         else:
             failed.append((run.step_id, result))
+    status.progress = progress
     return progress, failed
 
 

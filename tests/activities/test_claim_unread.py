@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from activities import scheduling
 from activities.handlers import AGENT_HANDLERS
 from activities.worker import process_work_message
+from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
-from orchestrators.workflow import expected_rows
 from tests.activities.conftest import CallCounter, altered_at, json_paths
 from workflow_core.contracts import WorkMessage
 from workflow_core.ledger import StepStatus

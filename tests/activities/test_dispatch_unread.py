@@ -16,8 +16,8 @@ import pytest
 
 from activities import scheduling
 from activities.results import handle_result
+from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
-from orchestrators.workflow import expected_rows
 from tests.activities.conftest import CallCounter
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, encode_json

@@ -21,8 +21,8 @@ from activities import scheduling
 from activities.instances import settle_instance
 from activities.results import handle_result
 from orchestrators.decisions import provisional_outcome
+from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
-from orchestrators.workflow import expected_rows
 from tests.activities.conftest import CallCounter, altered_at, json_paths
 from workflow_core.contracts import ResultMessage
 from workflow_core.ledger import StepStatus

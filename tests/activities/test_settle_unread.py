@@ -15,8 +15,8 @@ import pytest
 from activities import scheduling
 from activities.instances import settle_instance
 from activities.results import handle_result
+from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
-from orchestrators.workflow import expected_rows
 from tests.activities.conftest import CallCounter
 from workflow_core.ledger.instance_list import LIST_PARTITION
 from workflow_core.ledger.known_rows import WATCHED_KEY

@@ -139,15 +139,15 @@ def test_results_the_handler_confirmed_cost_no_verify_read():
 def test_an_activity_call_inserted_before_another_fails_the_check(monkeypatch):
     """Before every step the scheduler now reserves a quota: a new activity in front of dispatch_step.
     Every recorded workflow run took dispatch_step there, so none of them replays."""
-    from orchestrators import workflow
+    from orchestrators import shortcuts
 
-    original = workflow.run_step
+    original = shortcuts.run_step
 
     def run_step_with_quota(context, run, status):
         yield context.call_activity("reserve_quota", {"step_id": run.step_id})
         return (yield from original(context, run, status))
 
-    monkeypatch.setattr(workflow, "run_step", run_step_with_quota)
+    monkeypatch.setattr(shortcuts, "run_step", run_step_with_quota)
     results = [r for path in FILES for r in check_file(path)]
     broken = [r for r in results if not r.ok]
     assert {r.recording.orchestrator for r in broken} == {WORKFLOW_ORCHESTRATOR}
@@ -159,15 +159,15 @@ def test_an_activity_call_inserted_before_another_fails_the_check(monkeypatch):
 
 
 def test_a_dropped_action_and_a_run_that_no_longer_finishes_fail_the_check(monkeypatch):
-    from orchestrators import workflow
+    from orchestrators import shortcuts
 
     def never_settles(context, activity, payload, *args, **kwargs):
         if activity == "settle_instance":
             return context.wait_for_external_event("never")  # no activity where one was recorded
         return original(context, activity, payload, *args, **kwargs)
 
-    original = workflow.call_activity
-    monkeypatch.setattr(workflow, "call_activity", never_settles)
+    original = shortcuts.call_activity
+    monkeypatch.setattr(shortcuts, "call_activity", never_settles)
     (result,) = check_file(CORPUS / "succeed.json")
     assert not result.ok
     # 3 x (dispatch_step, timer) = 6 actions (the starter created the steps); settle_instance was 7th

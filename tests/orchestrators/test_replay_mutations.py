@@ -183,12 +183,12 @@ def test_an_activity_added_on_disk_fails_sas_replay_check_with_exit_4(tmp_path):
     """The operator's way: a copy of the code where the scheduler calls one more activity before the
     settle, and ``python -m operator_cli replay-check`` run from that copy."""
     copy = _copy_of_the_app(tmp_path)
-    target = copy / "orchestrators" / "workflow.py"
-    settle = "settled = yield call_activity(context, ACTIVITY_SETTLE_INSTANCE, settle)"
+    target = copy / "orchestrators" / "shortcuts.py"
+    settle = "settled = yield call_activity(self.context, ACTIVITY_SETTLE_INSTANCE, settle)"
     text = target.read_text()
     assert text.count(settle) == 1
     target.write_text(
-        text.replace(settle, 'yield call_activity(context, "audit_settle", {})\n        ' + settle)
+        text.replace(settle, 'yield call_activity(self.context, "audit_settle", {})\n            ' + settle)
     )
     done = _replay_check_in(copy)
     assert done.returncode == EXIT_NONDETERMINISTIC, done.stdout + done.stderr
