@@ -247,13 +247,9 @@ def _describe(signature: Signature) -> str:
 
 
 def check_recording(
-    recording: Recording,
-    orchestrators: Mapping[str, Callable[[Any], str]] | None = None,
-    *,
-    details: bool = True,
+    recording: Recording, orchestrators: Mapping[str, Callable[[Any], str]] | None = None
 ) -> ReplayResult:
-    """Replay one recording episode by episode against ``orchestrators`` (default: the app's).
-    ``details=False``: kind and name only, the extension's own rule (histories of older shapes)."""
+    """Replay one recording episode by episode against ``orchestrators`` (default: the app's)."""
     table = orchestrators if orchestrators is not None else app_orchestrators()
     result = ReplayResult(recording)
     handler = table.get(recording.orchestrator)
@@ -304,7 +300,7 @@ def check_recording(
             if a.get("actionType") in _ACTIONS or a.get("actionType") == ActionType.CONTINUE_AS_NEW
         ]
         result.episodes = number
-        problem = _compare(number, expected, produced, details=details)
+        problem = _compare(number, expected, produced)
         if problem is None and number == len(episodes) and finished and not (state.get("isDone") or error):
             problem = (
                 f"episode {number}: the recorded run finished here, but the current code waits for more "
@@ -337,11 +333,9 @@ def _first_difference(recorded: Any, current: Any, path: str = "") -> str:
     return f"{path or 'value'}: {show(recorded)} -> {show(current)}"
 
 
-def _compare(
-    episode: int, expected: list[Signature], produced: list[Signature], *, details: bool = True
-) -> str | None:
+def _compare(episode: int, expected: list[Signature], produced: list[Signature]) -> str | None:
     for index, (want, got) in enumerate(zip(expected, produced, strict=False)):
-        if want[:2] != got[:2] or (details and want != got):
+        if want != got:
             where = "" if want[:2] != got[:2] else f" ({_first_difference(want[2], got[2])})"
             return (
                 f"episode {episode}: action #{index} differs{where}\n"
@@ -362,7 +356,7 @@ def _compare(
 
 
 def check_file(
-    path: str | Path, orchestrators: Mapping[str, Callable[[Any], str]] | None = None, *, details: bool = True
+    path: str | Path, orchestrators: Mapping[str, Callable[[Any], str]] | None = None
 ) -> list[ReplayResult]:
     table = orchestrators if orchestrators is not None else app_orchestrators()
-    return [check_recording(r, table, details=details) for r in load_recordings(path)]
+    return [check_recording(r, table) for r in load_recordings(path)]

@@ -130,8 +130,9 @@ def step_operations(
     from orchestrators.shortcuts import expected_rows
     from orchestrators.state import WorkflowStart
     from workflow_core.contracts import StepDispatch
-    from workflow_core.ledger import UNVERSIONED, encode_json
+    from workflow_core.ledger import encode_json
     from workflow_core.workflows.store import definition_for
+    from workflow_core.workflows.versions import version_of
 
     definition = definition_for(WORKFLOW, None, None)
 
@@ -153,16 +154,23 @@ def step_operations(
         asyncio.run(_ensure_unused(_NewInstanceClient(), services, instance))
         rows = asyncio.run(
             _record_instance(
-                services, definition, instance, WORKFLOW_INPUT, encode_json(WORKFLOW_INPUT), UNVERSIONED
+                services,
+                definition,
+                instance,
+                WORKFLOW_INPUT,
+                encode_json(WORKFLOW_INPUT),
+                version_of(definition),
             )
         )
         if rows is not None:  # in the record's own transaction: the orchestration starts at step 0
             step_ids = [step.id for step in definition.steps]
         else:
-            created = create_workflow_steps({"instance_id": instance, "workflow": WORKFLOW}, services)
+            created = create_workflow_steps(
+                {"instance_id": instance, "workflow": WORKFLOW, "version": version_of(definition)}, services
+            )
             step_ids = [s["step_id"] for s in created["steps"]]
         # what the orchestrator carries: the starter's versions, then each confirmed result's snapshot
-        start = WorkflowStart(workflow=WORKFLOW, rows=rows)
+        start = WorkflowStart.of(definition, rows=rows)
         known = rows["instance"] if rows is not None else None
         basis = None  # the previous success, taken unread as the orchestrator takes it
         for step_id in step_ids:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workflow_core.workflows import RetryPolicy, WorkflowDefinition, from_canonical
+from workflow_core.workflows.versions import canonical_data, version_of
 
 
 class _Strict(BaseModel):
@@ -45,28 +46,38 @@ class StartedRows(_Strict):
 
 
 class WorkflowStart(_Strict):
-    """Input of ``workflow_orchestrator``: ``{"workflow", "input"}``, plus ``state`` after a checkpoint
-    or a resume, and ``epoch`` (the instance's resume count) once the watchdog resumed it.
+    """Input of ``workflow_orchestrator``: ``{"workflow", "input", "version", "definition"}``, plus
+    ``state`` after a checkpoint or a resume, and ``epoch`` (the instance's resume count) once the
+    watchdog resumed it.
 
     ``version`` and ``definition`` pin the instance: the definition's canonical JSON travels with
     the input (into every continue_as_new generation and every resume), so a replay rebuilds exactly
-    the definition the instance started on without reading the YAML deployed now. An input without
-    them (started before definitions were versioned) runs on the current YAML, as it always did.
+    the definition the instance started on without reading the YAML deployed now. Every start and
+    every resume carries them; there is no unpinned input (docs/scheduler.md, "Compatibility").
     """
 
     workflow: str
     input: dict[str, Any] = Field(default_factory=dict)
     state: Progress | None = None
     epoch: int = Field(default=0, ge=0, description="resumes so far: names this scheduler's children")
-    version: str | None = Field(default=None, description="pinned definition version, name@digest")
-    definition: dict[str, Any] | None = Field(default=None, description="its canonical JSON")
+    version: str = Field(description="pinned definition version, name@digest")
+    definition: dict[str, Any] = Field(description="its canonical JSON")
     trace: dict[str, str] | None = Field(default=None, description="W3C trace context (observability only)")
     rows: StartedRows | None = Field(default=None, description="the starter's row versions")
 
+    @classmethod
+    def of(cls, definition: WorkflowDefinition, workflow_input: dict[str, Any] | None = None, **fields: Any):
+        """The start of an instance pinned to ``definition`` as it is now (what the starter sends)."""
+        return cls(
+            workflow=definition.name,
+            input=workflow_input or {},
+            version=version_of(definition),
+            definition=canonical_data(definition),
+            **fields,
+        )
+
     def pinned(self) -> WorkflowDefinition:
         """The carried definition (pure: no I/O, verified against ``version``)."""
-        if self.definition is None or self.version is None:
-            raise ValueError("a workflow start that carries a definition must name its version")
         definition = from_canonical(self.version, self.definition)
         if definition.name != self.workflow:
             raise ValueError(f"carried definition is {definition.name!r}, not workflow {self.workflow!r}")

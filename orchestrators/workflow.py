@@ -32,7 +32,6 @@ from workflow_core.workflows import (
     StepDefinition,
     StepInputError,
     WorkflowDefinition,
-    get_workflow,
     resolve_step_input,
 )
 
@@ -69,9 +68,7 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
     compensate what was done; at the end, settle. Every ``history_checkpoint_every`` completed steps
     it continues as new. What the scheduler knows of the ledger unread travels in ``ledger``."""
     start = WorkflowStart.model_validate(context.get_input())
-    # A pinned instance never reads the YAML deployed now; an unpinned one (started before
-    # definitions were versioned) runs on it, as it always did.
-    definition = start.pinned() if start.definition is not None else get_workflow(start.workflow)
+    definition = start.pinned()  # the definition it started on, never the YAML deployed now
     workflow_input = definition.validate_input(start.input)
     progress = start.state or Progress()
     _check_resumable(definition, progress)
@@ -119,9 +116,7 @@ def _create_steps(
     context: Any, definition: WorkflowDefinition, start: WorkflowStart, status: _Status
 ) -> Generator[Any, Any, None]:
     status("creating_steps")
-    create: dict[str, Any] = {"instance_id": context.instance_id, "workflow": definition.name}
-    if start.version is not None:
-        create["version"] = start.version
+    create = {"instance_id": context.instance_id, "workflow": definition.name, "version": start.version}
     yield call_activity(context, ACTIVITY_CREATE_STEPS, create)
 
 
@@ -133,9 +128,6 @@ def _continue_as_new(
     status("checkpointing")
     next_generation = progress.model_copy(update={"generation": progress.generation + 1})
     carried = start.model_copy(update={"input": workflow_input, "state": next_generation}).model_dump()
-    if start.definition is None:  # an unpinned instance keeps its input's old shape
-        carried.pop("version")
-        carried.pop("definition")
     if start.trace is None:
         carried.pop("trace")
     carried.pop("rows")  # the next generation reads the rows: these versions may be stale

@@ -14,7 +14,7 @@ from typing import Any
 
 from workflow_core.ledger import UNVERSIONED, StepRecord, StepStatus, decode_json
 from workflow_core.workflows import WorkflowDefinition
-from workflow_core.workflows.versions import canonical_data
+from workflow_core.workflows.versions import canonical_data, version_of
 
 COMPLETED = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
 
@@ -57,7 +57,8 @@ def resume_input(
     payload: dict[str, Any] = {"workflow": definition.name, "input": workflow_input, "epoch": epoch}
     if steps:  # no step rows: a scheduler that died before creating them; the resumed one creates them
         payload["state"] = resume_state(definition, steps, generation)
-    if version is not None and version != UNVERSIONED:
-        payload["version"] = version
-        payload["definition"] = canonical_data(definition)
+    # Always pinned: to the record's version, or (a record written without one, as tests do) to the
+    # definition it is resumed on, which is what that instance would have run anyway.
+    payload["version"] = version if version is not None and version != UNVERSIONED else version_of(definition)
+    payload["definition"] = canonical_data(definition)
     return payload

@@ -30,6 +30,7 @@ from workflow_core.runtime import Services, get_services, reset_services
 from workflow_core.transport import ReceivedMessage
 from workflow_core.workflows import get_workflow
 from workflow_core.workflows.step_rows import new_steps
+from workflow_core.workflows.versions import version_of
 
 GRACE_SECONDS = 30
 
@@ -135,6 +136,7 @@ class Harness:
             scheduler_deadline=clock.utcnow() + timedelta(minutes=2),
             steps_due_after_seconds=definition.shortest_deadline_seconds,
             steps=new_steps(definition),
+            version=version_of(definition),  # pinned, as the starter pins every instance
         )
         return instance_id, {"instance": created_snapshot(record), "steps": step_etags}
 

@@ -41,7 +41,7 @@ def dispatched(harness: Any) -> tuple[str, Any]:
     definition = get_workflow(WORKFLOW)
     body = harness.dispatch_payload(iid, STEP)
     body["expected"] = expected_rows(
-        definition, WorkflowStart(workflow=WORKFLOW, rows=rows), definition.step(STEP), rows["instance"]
+        definition, WorkflowStart.of(definition, rows=rows), definition.step(STEP), rows["instance"]
     )
     assert scheduling.dispatch_step(body, harness.services)["outcome"] == "dispatched"
     [work] = harness.work()

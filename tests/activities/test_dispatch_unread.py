@@ -54,7 +54,7 @@ def payload(
     body["deadline"] = deadline or body["deadline"]
     if rows is not None:
         step = next(s for s in definition.steps if s.id == STEP)
-        start = WorkflowStart(workflow=WORKFLOW, rows=rows)
+        start = WorkflowStart.of(get_workflow(WORKFLOW), rows=rows)
         body["expected"] = expected_rows(definition, start, step, instance or rows["instance"])
     return body
 

@@ -11,8 +11,10 @@ import orchestrators
 from activities import handle_dead_letter, handle_result, process_work_message
 from activities.handlers import RemoteEffects, faults
 from devtools.durable_host import DurableTestHost
+from orchestrators.state import WorkflowStart
 from workflow_core.ledger import StepStatus
 from workflow_core.transport import pump
+from workflow_core.workflows import get_workflow
 
 S = StepStatus
 
@@ -66,7 +68,8 @@ def host(services):
 
 
 def _start(host, workflow, **workflow_input):
-    return host.start_new("workflow_orchestrator", input={"workflow": workflow, "input": workflow_input})
+    start = WorkflowStart.of(get_workflow(workflow), workflow_input)
+    return host.start_new("workflow_orchestrator", input=start.model_dump(mode="json"))
 
 
 def _statuses(services, instance_id):

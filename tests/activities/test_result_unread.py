@@ -51,7 +51,7 @@ class Scheduler:
         self.h, self.client = harness, client
         self.iid, rows = harness.start_as_the_starter(WORKFLOW)
         self.definition = get_workflow(WORKFLOW)
-        self.start = WorkflowStart(workflow=WORKFLOW, rows=rows)
+        self.start = WorkflowStart.of(get_workflow(WORKFLOW), rows=rows)
         self.known: dict[str, Any] | None = rows["instance"]
         self.basis: dict[str, Any] | None = None
 

@@ -35,7 +35,7 @@ def run_through(harness: Any, durable_client: Any) -> tuple[str, dict[str, Any]]
     result's instance snapshot."""
     iid, rows = harness.start_as_the_starter(WORKFLOW)
     definition = get_workflow(WORKFLOW)
-    start = WorkflowStart(workflow=WORKFLOW, rows=rows)
+    start = WorkflowStart.of(get_workflow(WORKFLOW), rows=rows)
     known = rows["instance"]
     for step in definition.steps:
         body = harness.dispatch_payload(iid, step.id)

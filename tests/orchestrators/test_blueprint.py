@@ -8,7 +8,7 @@ import azure.durable_functions as df
 
 import orchestrators
 from tests.durable_history import HistoryBuilder, blueprint_handler, run_orchestrator
-from tests.orchestrators.world import T0, TENANT_INPUT
+from tests.orchestrators.world import T0, TENANT_INPUT, pinned
 from workflow_core import contracts as c
 
 
@@ -26,7 +26,7 @@ def test_blueprint_registers_the_orchestrators_by_contract_name():
 def test_registered_handlers_are_generator_orchestrators_that_start_with_their_first_activity():
     cases = {
         c.WORKFLOW_ORCHESTRATOR: (
-            {"workflow": "provision-tenant", "input": TENANT_INPUT},
+            pinned("provision-tenant", TENANT_INPUT),
             c.ACTIVITY_CREATE_STEPS,
         ),
         c.COMPENSATION_ORCHESTRATOR: (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.durable_history import CONTINUE_AS_NEW, play_generations
-from tests.orchestrators.world import T0, WORKFLOW, LedgerStub
+from tests.orchestrators.world import T0, WORKFLOW, LedgerStub, pinned
 from workflow_core import contracts as c
 from workflow_core.workflows import parse_workflow
 
@@ -34,15 +34,14 @@ OUTPUTS = {f"s{n}": {"value": n * 10} for n in range(1, 6)}
 
 
 @pytest.fixture
-def chain(monkeypatch):
-    monkeypatch.setattr("orchestrators.workflow.get_workflow", lambda name: CHAIN)
+def chain():
     ledger = LedgerStub(CHAIN, OUTPUTS)
     return ledger, ledger.scenario()
 
 
 def test_continues_as_new_every_n_completed_steps_carrying_position_outputs_and_order(chain):
     ledger, scenario = chain
-    players = play_generations(WORKFLOW, {"workflow": "chain", "input": {"seed": 7}}, scenario, start=T0)
+    players = play_generations(WORKFLOW, pinned(CHAIN, {"seed": 7}), scenario, start=T0)
 
     assert len(players) == 3  # s1 s2 | s3 s4 | s5
     first = players[0]
@@ -50,8 +49,7 @@ def test_continues_as_new_every_n_completed_steps_carrying_position_outputs_and_
     assert last_action["actionType"] == CONTINUE_AS_NEW
     carried = first.continued_as_new().input
     assert carried == {
-        "workflow": "chain",
-        "input": {"seed": 7},
+        **pinned(CHAIN, {"seed": 7}),  # the pinned definition travels on
         "epoch": 0,
         "state": {
             "position": 2,
@@ -79,7 +77,7 @@ def test_continues_as_new_every_n_completed_steps_carrying_position_outputs_and_
 def test_generation_after_checkpoint_still_compensates_steps_of_earlier_generations(chain):
     ledger, scenario = chain
     scenario.replies.update({f"result:s4:{n}": None for n in (1, 2, 3)})
-    players = play_generations(WORKFLOW, {"workflow": "chain", "input": {"seed": 7}}, scenario, start=T0)
+    players = play_generations(WORKFLOW, pinned(CHAIN, {"seed": 7}), scenario, start=T0)
 
     final = players[-1].episodes[-1]
     assert len(players) == 2
@@ -92,9 +90,7 @@ def test_generation_after_checkpoint_still_compensates_steps_of_earlier_generati
 def test_checkpoint_that_does_not_match_the_definition_fails_loudly(chain):
     ledger, scenario = chain
     state = {"position": 2, "completed": ["s2", "s1"], "outputs": {}, "generation": 1}
-    players = play_generations(
-        WORKFLOW, {"workflow": "chain", "input": {"seed": 7}, "state": state}, scenario
-    )
+    players = play_generations(WORKFLOW, pinned(CHAIN, {"seed": 7}, state=state), scenario)
     final = players[-1].episodes[-1]
     assert "checkpoint of workflow 'chain' does not match its definition" in final.error
     assert ledger.calls == []

@@ -19,7 +19,7 @@ from tests.durable_history import (
     play_generations,
     run_orchestrator,
 )
-from tests.orchestrators.world import T0, WORKFLOW, LedgerStub, workflow_player
+from tests.orchestrators.world import T0, WORKFLOW, LedgerStub, pinned, workflow_player
 from workflow_core import contracts as c
 from workflow_core.workflows import get_workflow, parse_workflow
 
@@ -30,7 +30,7 @@ OUTPUTS = {
     "register_files_dns": {"fqdn": "tenant1.files.example.net"},
     "send_welcome": {"message_id": "m-1"},
 }
-START = {"workflow": "onboard-tenant", "input": {"tenant_id": "tenant1", "admin_email": "a@tenant1.example"}}
+START = pinned("onboard-tenant", {"tenant_id": "tenant1", "admin_email": "a@tenant1.example"})
 
 
 def onboard_world(replies: dict[str, Reply | None] | None = None):
@@ -205,10 +205,9 @@ def _chain_with_group(every: int):
 )
 def test_checkpoint_counts_a_group_as_its_steps_and_never_splits_it(monkeypatch, every, checkpoints):
     definition = _chain_with_group(every=every)
-    monkeypatch.setattr("orchestrators.workflow.get_workflow", lambda name: definition)
     ledger = LedgerStub(definition, {f"s{n}": {"n": n} for n in range(1, 5)})
 
-    players = play_generations(WORKFLOW, {"workflow": "chain", "input": {}}, ledger.scenario(), start=T0)
+    players = play_generations(WORKFLOW, pinned(definition, {}), ledger.scenario(), start=T0)
 
     carried = [p.continued_as_new().input["state"] for p in players[:-1]]
     assert [(s["position"], s["completed"]) for s in carried] == checkpoints
@@ -220,13 +219,10 @@ def test_checkpoint_counts_a_group_as_its_steps_and_never_splits_it(monkeypatch,
 
 def test_checkpoint_inside_a_group_fails_loudly(monkeypatch):
     definition = _chain_with_group(every=25)
-    monkeypatch.setattr("orchestrators.workflow.get_workflow", lambda name: definition)
     ledger = LedgerStub(definition)
     state = {"position": 2, "completed": ["s1", "s2"], "outputs": {}, "generation": 1}
 
-    players = play_generations(
-        WORKFLOW, {"workflow": "chain", "input": {}, "state": state}, ledger.scenario()
-    )
+    players = play_generations(WORKFLOW, pinned(definition, {}, state=state), ledger.scenario())
 
     assert "does not match its definition" in players[-1].episodes[-1].error
     assert ledger.calls == []

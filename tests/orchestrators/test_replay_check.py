@@ -34,15 +34,6 @@ from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, STEP_ORCHESTRATOR
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "replay_corpus"
 FILES = sorted(CORPUS.glob("*.json"))
-# Histories recorded before result events carried the ledger's verdict and the attempt's token: every
-# result then cost a verify_result activity. Instances started then must replay on today's code.
-BEFORE_TOKENS = sorted((CORPUS / "before-result-tokens").glob("*.json"))
-# Histories recorded before the HTTP starter created the steps with the instance record: every
-# workflow orchestration then began with create_workflow_steps. Instances started then must replay.
-BEFORE_STARTER_STEPS = sorted((CORPUS / "before-starter-steps").glob("*.json"))
-# Histories recorded before sequential successes were raised unread (every result event then carried
-# the ledger's verdict and token, and no dispatch carried a basis). Instances started then must replay.
-BEFORE_PROVISIONAL = sorted((CORPUS / "before-provisional-results").glob("*.json"))
 DECISIONS = {4: "activity", 7: "sub-orchestration", 10: "timer", 16: "continue-as-new"}
 
 
@@ -98,34 +89,6 @@ def test_the_committed_corpus_replays_on_the_current_orchestrators(path):
         assert result.ok, (result.recording.label, result.problems)
         history = result.recording.history  # retry timers and re-scheduled calls are not actions
         assert result.episodes > 1 and result.actions == len(_actions(history)) - len(retry_events(history))
-
-
-@pytest.mark.parametrize("path", BEFORE_TOKENS, ids=[p.stem for p in BEFORE_TOKENS])
-def test_histories_recorded_before_result_tokens_still_replay(path):
-    """An orchestration in flight across the upgrade: its dispatch outputs carry no token, so every
-    result event it gets is verified by the ledger read it recorded (verify_result), as before."""
-    results = check_file(path, details=False)  # kind and name: the extension's rule
-    recorded = [a for r in results for a in _actions(r.recording.history)]
-    assert ("activity", "verify_result") in recorded  # the old way, or this proves nothing
-    for result in results:
-        assert result.ok, (result.recording.label, result.problems)
-
-
-@pytest.mark.parametrize("path", BEFORE_STARTER_STEPS, ids=[p.stem for p in BEFORE_STARTER_STEPS])
-def test_histories_recorded_before_the_starter_created_the_steps_still_replay(path):
-    """An orchestration started (input without ``state``) before the upgrade creates its steps first;
-    today's orchestrator takes the same actions on replay. Today's corpus never creates them."""
-    results = check_file(path, details=False)  # kind and name: the extension's rule
-    for result in results:
-        assert result.ok, (result.recording.label, result.problems)
-
-
-def test_only_the_histories_from_before_create_the_steps_in_the_orchestration():
-    """The old corpus is the old way (or its replay proves nothing); today's never creates steps."""
-    old = [a for path in BEFORE_STARTER_STEPS for r in load_recordings(path) for a in _actions(r.history)]
-    fresh = [a for path in FILES for r in load_recordings(path) for a in _actions(r.history)]
-    assert old.count(("activity", "create_workflow_steps")) >= 3
-    assert ("activity", "create_workflow_steps") not in fresh
 
 
 def test_results_the_handler_confirmed_cost_no_verify_read():
@@ -239,31 +202,6 @@ def test_re_recording_reproduces_the_committed_corpus(azurite, tmp_path):
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(fresh))
         assert all(r.ok for r in check_file(path, orchestrators))
-
-
-def _raised(paths: list[Path]) -> list[dict]:
-    """The result events the recorded orchestrations received (EventRaised inputs, event type 15)."""
-    events = [e for path in paths for r in load_recordings(path) for e in r.history if e["EventType"] == 15]
-    return [json.loads(e["Input"]) for e in events if e.get("Input")]
-
-
-@pytest.mark.parametrize("path", BEFORE_PROVISIONAL, ids=[p.stem for p in BEFORE_PROVISIONAL])
-def test_histories_recorded_before_provisional_results_still_replay(path):
-    """An orchestration in flight across the upgrade got only confirmed events (verdict and token):
-    today's orchestrator takes the same actions on replay (no basis, no extra ledger question)."""
-    for result in check_file(path, details=False):  # kind and name: the extension's rule
-        assert result.ok, (result.recording.label, result.problems)
-
-
-def test_the_fresh_corpus_takes_sequential_successes_unread_and_the_old_one_did_not():
-    """Or the two corpora prove nothing about the upgrade: the fresh one holds keyed replies
-    (contracts.ReplyVersions) raised as they came, the old one only events the handler confirmed."""
-    fresh, old = _raised(FILES), _raised(BEFORE_PROVISIONAL)
-    assert any(e.get("ledger") and "ledger_token" not in e for e in fresh)
-    assert old and not any(e.get("ledger") for e in old)
-    assert all(
-        "ledger_token" in e for e in old if e.get("outcome") == "succeeded" and e.get("kind") == "work"
-    )
 
 
 def _doc_rows() -> tuple[dict[int, list[str]], dict[int, bool]]:

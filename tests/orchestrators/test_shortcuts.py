@@ -8,6 +8,7 @@ import pytest
 from orchestrators.attempts import Provisional, StepRun
 from orchestrators.shortcuts import LedgerShortcuts, Taken, basis_refused, expected_rows, next_write_proves
 from orchestrators.state import Progress, WorkflowStart
+from tests.orchestrators.world import pinned
 from workflow_core.workflows import parse_workflow
 
 
@@ -86,7 +87,7 @@ status.step = None
 status.progress = None
 
 START = WorkflowStart.model_validate(
-    {"workflow": "chain", "rows": {"instance": {"etag": "i1"}, "steps": {"s1": "W/1"}}}
+    pinned(chain(100), rows={"instance": {"etag": "i1"}, "steps": {"s1": "W/1"}})
 )
 
 
@@ -128,4 +129,7 @@ def test_a_first_dispatch_assumes_the_starters_versions_only_when_both_are_known
     assert rows["step_etag"] == "W/1" and rows["instance"] == {"etag": "i1"} and rows["sequence"] == 0
     assert expected_rows(definition, START, s2, {"etag": "i1"}) is None  # no starter ETag for s2
     assert expected_rows(definition, START, s1, None) is None  # the snapshot was forgotten
-    assert expected_rows(definition, WorkflowStart(workflow="chain"), s1, {"etag": "i1"}) is None
+    assert (
+        expected_rows(definition, WorkflowStart.model_validate(pinned(definition)), s1, {"etag": "i1"})
+        is None
+    )

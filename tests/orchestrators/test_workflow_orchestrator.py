@@ -47,7 +47,7 @@ def test_happy_path_dispatches_each_step_in_order_and_completes(schema):
     ] * 3 + [c.ACTIVITY_SETTLE_INSTANCE]
     assert ledger.called(c.ACTIVITY_SETTLE_INSTANCE) == [{"instance_id": "inst-1", "outcome": "succeeded"}]
     assert ledger.called(c.ACTIVITY_CREATE_STEPS) == [
-        {"instance_id": "inst-1", "workflow": "provision-tenant"}
+        {"instance_id": "inst-1", "workflow": "provision-tenant", "version": start_input()["version"]}
     ]
     dispatches = ledger.called(c.ACTIVITY_DISPATCH_STEP)
     assert [(d["step_id"], d["attempt"], d["kind"]) for d in dispatches] == [
@@ -210,17 +210,17 @@ def test_late_timer_of_a_cancelled_race_does_not_disturb_the_next_step():
     ] == [1, 2]
 
 
-def test_unknown_workflow_fails_the_orchestration_with_the_known_names():
+def test_an_input_without_its_pinned_definition_fails_the_orchestration_before_anything_runs():
+    """Every start and resume carries its definition: an input without it is malformed, not a
+    request to run on whatever YAML is deployed now."""
     ledger, scenario = tenant_world()
-    player = workflow_player(scenario, start_input("provision-tenantt"))
+    unpinned = {"workflow": "provision-tenant", "input": start_input()["input"]}
+    player = workflow_player(scenario, unpinned)
 
     final = player.play()
 
     assert not final.is_done
-    assert (
-        "unknown workflow 'provision-tenantt'; known workflows: "
-        "onboard-tenant, order-fulfilment, provision-tenant" in final.error
-    )
+    assert "version" in final.error and "definition" in final.error and "Field required" in final.error
     assert final.actions == []
     assert ledger.calls == []
 

@@ -209,8 +209,23 @@ def _event_name(key: str) -> str:
     return f"{'result' if prefix == 'result' else 'compensation-result'}:{step_id}:{attempt}"
 
 
+def pinned(workflow: str | Any, data: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A ``workflow_orchestrator`` input pinned, as every start and resume is, to ``workflow`` (a
+    shipped workflow's name, or a definition) as it is now."""
+    from workflow_core.workflows.versions import canonical_data, version_of
+
+    definition = get_workflow(workflow) if isinstance(workflow, str) else workflow
+    return {
+        "workflow": definition.name,
+        "input": dict(data or {}),
+        "version": version_of(definition),
+        "definition": canonical_data(definition),
+        **extra,
+    }
+
+
 def start_input(workflow: str = "provision-tenant", data: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"workflow": workflow, "input": dict(TENANT_INPUT if data is None else data)}
+    return pinned(workflow, TENANT_INPUT if data is None else data)
 
 
 def workflow_player(

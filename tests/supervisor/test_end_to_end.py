@@ -11,12 +11,14 @@ import pytest
 from azure.functions.timer import TimerRequest
 
 import supervisor
+from orchestrators.state import WorkflowStart
 from supervisor import watchdog
 from tests.supervisor.conftest import settings_env
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR, compensation_instance_id
 from workflow_core.ledger import StepStatus
 from workflow_core.runtime import get_services, reset_services
 from workflow_core.transport import message_id_for, pump
+from workflow_core.workflows import get_workflow
 
 durable_host = pytest.importorskip("devtools.durable_host")
 activities = pytest.importorskip("activities")
@@ -95,11 +97,9 @@ def stack(azurite, unique_name, monkeypatch):
 
 
 def start_provisioning(stack: Stack, instance_id: str) -> str:
-    return stack.host.start_new(
-        WORKFLOW_ORCHESTRATOR,
-        instance_id,
-        {"workflow": "provision-tenant", "input": {"tenant_id": instance_id, "admin_email": "a@example.net"}},
-    )
+    workflow_input = {"tenant_id": instance_id, "admin_email": "a@example.net"}
+    start = WorkflowStart.of(get_workflow("provision-tenant"), workflow_input)
+    return stack.host.start_new(WORKFLOW_ORCHESTRATOR, instance_id, start.model_dump(mode="json"))
 
 
 def test_a_healthy_run_is_left_alone(stack):
