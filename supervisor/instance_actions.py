@@ -48,6 +48,7 @@ class InstanceAction(StrEnum):
     RESTART_COMPENSATION = "restart_compensation"  # Compensating with no compensation running
     GIVE_UP_COMPENSATION = "give_up_compensation"  # restarts spent, or the same failure again: flagged
     NOTE_FLAGGED = "note_instance_flagged"  # flagged for an operator: nothing restarted without one
+    GIVE_UP_SCHEDULER = "give_up_scheduler"  # terminations of a stalled scheduler spent: flagged
     NOTE_COMPENSATION_RUNNING = "note_compensation_running"
     NOTE_OWNED = "note_instance_owned"  # another tick holds the instance: left to it
 
@@ -80,13 +81,17 @@ class _InstanceActions:
 
     # ---- resume, compensate, give up -----------------------------------------------------------------
 
-    async def resume(self, record: InstanceRecord, why: str, *, cause: str | None = None) -> None:
+    async def resume(
+        self, record: InstanceRecord, why: str, *, cause: str | None = None, **changes: Any
+    ) -> None:
         from workflow_core.workflows.store import definition_for
 
         epoch = record.resume_count + 1
         detail = f"{why}: resumed from the ledger (resume {epoch} of at most {record.max_resumes})"
         recorded = {"last_error": cause[:MAX_TEXT]} if cause else {}  # the failure it is resumed from
-        claimed = await self.claim(record, IS.RUNNING, detail, resume_count=epoch, stalls=0, **recorded)
+        claimed = await self.claim(
+            record, IS.RUNNING, detail, resume_count=epoch, stalls=0, **recorded, **changes
+        )
         if claimed is None:
             return
         steps = await self.tick.io(self.ledger.list_for_instance, record.instance_id)
@@ -146,6 +151,24 @@ class _InstanceActions:
         if claimed is not None:
             await self.decided(record, InstanceAction.GIVE_UP_COMPENSATION, f"{detail}; cause: {cause[:500]}")
 
+    async def give_up_scheduler(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
+        """The watchdog's own recovery of a live scheduler cannot take (its terminations spent): the
+        instance stays Running, flagged with the cause, and is *parked*: no scheduler deadline, so
+        it leaves the deadline index for the operators' inbox and no tick acts on it again until an
+        operator does (or its scheduler moves by itself and promises again)."""
+        cause = cause or detail
+        claimed = await self.claim(
+            record,
+            IS.RUNNING,
+            detail,
+            park=True,
+            needs_attention=True,
+            attention_reason=f"supervisor gave up: {detail}; cause: {cause}"[:1000],
+            last_error=cause[:MAX_TEXT],
+        )
+        if claimed is not None:
+            await self.decided(record, InstanceAction.GIVE_UP_SCHEDULER, f"{detail}; cause: {cause[:500]}")
+
     def settle_given_up_step(self, step: Any, record: InstanceRecord) -> None:
         """A step left Compensating by a compensation that gave up: CompensationFailed, with the
         instance's cause (a lost race leaves it to whoever wrote first)."""
@@ -171,10 +194,13 @@ class _InstanceActions:
         reason: str,
         *,
         due_now: bool = False,
+        park: bool = False,
         **changes: Any,
     ) -> InstanceRecord | None:
-        """ETag-claim the instance for this tick (None: someone else changed it first)."""
-        deadline = self.tick.now if due_now else self.tick.now + self.tick.lease
+        """ETag-claim the instance for this tick (None: someone else changed it first); the counters
+        a decision spends go in ``changes``, so they are written with the claim that acts. ``park``:
+        no scheduler deadline (a flagged instance no tick acts on, see :meth:`give_up_scheduler`)."""
+        deadline = None if park else self.tick.now if due_now else self.tick.now + self.tick.lease
         try:
             return await self.tick.io(
                 self.ledger.transition_instance,

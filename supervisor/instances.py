@@ -23,6 +23,7 @@ claim wins, the other gets a conflict and does nothing. The moves these decision
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from supervisor.instance_actions import (
@@ -33,7 +34,8 @@ from supervisor.instance_actions import (
     supervisor_holds,
     trace_input,
 )
-from supervisor.watchdog_model import _operator_requested
+from supervisor.watchdog_model import FLAGGED_LOOK_SECONDS, Action, _operator_requested
+from workflow_core import telemetry
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import InstanceRecord
 from workflow_core.ledger.model import MAX_TEXT
@@ -54,17 +56,30 @@ class InstanceSupervisor(_InstanceActions):
         orchestration_id = found.orchestration_id or found.instance_id
         status = await self.tick.status_of(orchestration_id)
         requested = bool(found.owner and found.owner.startswith("operator:"))
+        if found.needs_attention and not requested:
+            # flagged by a spent budget: nothing is restarted or terminated without an operator
+            detail = (
+                f"flagged for an operator ({found.attention_reason}); "
+                f"orchestration {orchestration_id} is {status}"
+            )
+            if await self.claim(found, IS.RUNNING, detail[:1000], park=True) is not None:
+                await self.decided(found, InstanceAction.NOTE_FLAGGED, detail[:1000])
+            return
+        # an operator's resume answers a flag and renews the termination budget
+        answered = {"needs_attention": False, "attention_reason": None} if found.needs_attention else {}
         if status in ALIVE_STATUSES:
             if requested:
                 detail = f"{found.owner} asked for a resume, but orchestration {orchestration_id} is {status}"
-                if await self.claim(found, IS.RUNNING, detail, stalls=0) is not None:
+                if await self.claim(found, IS.RUNNING, detail, stalls=0, **answered) is not None:
                     await self.decided(found, InstanceAction.NOTE_LATE, detail)
                 return
             await self.alive_but_late(found, orchestration_id, status)
             return
         if requested:  # an operator's resume is not bound by the policy or the resume count
             await self.resume(
-                found, f"{found.owner} asked for a resume; orchestration {orchestration_id} is {status}"
+                found,
+                f"{found.owner} asked for a resume; orchestration {orchestration_id} is {status}",
+                **answered,
             )
             return
         await self.recover(found, f"orchestration {orchestration_id} is {status}")
@@ -126,6 +141,24 @@ class InstanceSupervisor(_InstanceActions):
         await self.start_compensation(record, reason, InstanceAction.RESTART_COMPENSATION)
         return True
 
+    async def step_of_flagged(self, step: Any, claimed: Any) -> bool:
+        """A step the watchdog acted on before, with nothing moved since, and its orchestration alive.
+        True when its instance was flagged and parked by a spent budget: the step is left as it is
+        (looked at again after :data:`FLAGGED_LOOK_SECONDS`, not every lease), nothing raised or sent."""
+        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        if record is None or not record.needs_attention or record.scheduler_deadline is not None:
+            return False
+        detail = f"the instance waits for an operator ({record.attention_reason}); nothing done"[:1000]
+        await self.tick.io(
+            self.ledger.update,
+            claimed,
+            actor=self.tick.actor,
+            reason=f"{Action.NOTE_INSTANCE_FLAGGED.value}: {detail}",
+            deadline=self.tick.now + timedelta(seconds=FLAGGED_LOOK_SECONDS),
+        )
+        self.tick.decided(step, Action.NOTE_INSTANCE_FLAGGED, telemetry.OUTCOME_OK, detail)
+        return True
+
     # ---- decisions -------------------------------------------------------------------------------
 
     async def recover(self, record: InstanceRecord, why: str) -> None:
@@ -183,13 +216,35 @@ class InstanceSupervisor(_InstanceActions):
             if await self.claim(record, IS.RUNNING, detail, stalls=1) is not None:
                 await self.decided(record, InstanceAction.NOTE_LATE, detail)
             return
+        terminated = record.stalls - 1  # terminations since the last resume (or operator action)
+        budget = self.tick.services.settings.max_scheduler_terminations
+        if terminated >= budget:
+            # the terminations did not take (a refused or lost request): terminating it once more
+            # cannot help, and nothing else may replace a scheduler that still runs
+            detail = (
+                f"orchestration {orchestration_id} is still {status} {late:.0f}s past its promise after "
+                f"{terminated} termination(s), the budget (MAX_SCHEDULER_TERMINATIONS)"
+            )
+            cause = record.last_error or f"scheduler {orchestration_id} stalled and could not be terminated"
+            await self.give_up_scheduler(record, detail, cause)
+            return
         detail = (
             f"orchestration {orchestration_id} is {status} and has not moved for a lease after being "
-            "found late: terminated; the next tick resumes the instance"
+            f"found late: terminated (termination {terminated + 1} of at most {budget}); the next "
+            "tick resumes the instance"
         )
         claimed = await self.claim(record, IS.RUNNING, detail, stalls=record.stalls + 1, due_now=True)
         if claimed is None:
             return
-        await self.tick.client.terminate(orchestration_id, f"supervisor: {detail}")
-        self.tick._statuses[orchestration_id] = "Terminated"
+        try:
+            await self.tick.client.terminate(orchestration_id, f"supervisor: {detail}")
+            self.tick._statuses[orchestration_id] = "Terminated"
+        except Exception as exc:
+            # counted already (the claim): the next look tries again, or gives up when the budget is
+            # spent; the failure is kept as the cause an operator reads if it does
+            failed = f"terminating {orchestration_id} failed: {type(exc).__name__}: {exc}"[:MAX_TEXT]
+            await self.tick.io(
+                self.ledger.update_instance, claimed, actor=self.tick.actor, reason=failed, last_error=failed
+            )
+            detail = f"{detail}; {failed}"
         await self.decided(record, InstanceAction.TERMINATE, detail)
