@@ -134,7 +134,7 @@ param watchdogGraceSeconds int = 30
 @minValue(0)
 param maxCompensationRestarts int = 3
 
-@description('MAX_SCHEDULER_TERMINATIONS: terminations of one instance\'s stalled scheduler that did not take before it is flagged for an operator.')
+@description('MAX_SCHEDULER_TERMINATIONS: terminations of one instance\'s stalled scheduler (or compensation) that did not take before it is flagged for an operator.')
 @minValue(1)
 param maxSchedulerTerminations int = 2
 

@@ -19,6 +19,7 @@ from supervisor.watchdog_model import (
     COMP_IN_FLIGHT,
     COMP_TIMED_OUT,
     COMPENSATION_OVERRUN_ERROR,
+    SUPERVISOR_PREFIX,
     UNKNOWN_STATUS,
     Action,
     _io,
@@ -80,6 +81,9 @@ class _CompensationDecisions(_TickActions):
         if self.within_grace(found, lateness):
             await self.release_with_note(found, claimed, lateness, f"compensation {compensation_id}")
             return
+        acted_last = bool(found.owner and found.owner.startswith(SUPERVISOR_PREFIX))
+        if acted_last and await InstanceSupervisor(self).step_of_flagged(found, claimed):
+            return  # its instance gave up on a compensation that still runs: nothing raised
         attempt = found.compensation_attempt
         detail = (
             f"compensation attempt {attempt} {lateness.total_seconds():.0f}s past its deadline while "

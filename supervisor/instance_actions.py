@@ -45,6 +45,7 @@ class InstanceAction(StrEnum):
     COMPENSATE = "compensate_instance"  # gone, and the policy (or max_resumes) says compensate
     NOTE_LATE = "note_scheduler_late"  # alive but past its promise: look again after a lease
     TERMINATE = "terminate_stalled_scheduler"  # alive, and still not moving: terminated, resumed next
+    TERMINATE_COMPENSATION = "terminate_stalled_compensation"  # the same for a compensation
     RESTART_COMPENSATION = "restart_compensation"  # Compensating with no compensation running
     GIVE_UP_COMPENSATION = "give_up_compensation"  # restarts spent, or the same failure again: flagged
     NOTE_FLAGGED = "note_instance_flagged"  # flagged for an operator: nothing restarted without one
@@ -168,6 +169,32 @@ class _InstanceActions:
         )
         if claimed is not None:
             await self.decided(record, InstanceAction.GIVE_UP_SCHEDULER, f"{detail}; cause: {cause[:500]}")
+
+    async def terminate_stalled(
+        self,
+        record: InstanceRecord,
+        status: InstanceStatus,
+        orchestration_id: str,
+        detail: str,
+        action: InstanceAction = InstanceAction.TERMINATE,
+    ) -> None:
+        """Terminate a live orchestration (the scheduler, or the compensation) that stopped moving;
+        the termination is counted (``stalls + 1``) in the claim made before it, and the instance is
+        due at once so the next tick replaces it. A refused termination is kept in ``last_error``
+        (the cause an operator reads if the budget runs out)."""
+        claimed = await self.claim(record, status, detail, stalls=record.stalls + 1, due_now=True)
+        if claimed is None:
+            return
+        try:
+            await self.tick.client.terminate(orchestration_id, f"supervisor: {detail}")
+            self.tick._statuses[orchestration_id] = "Terminated"
+        except Exception as exc:
+            failed = f"terminating {orchestration_id} failed: {type(exc).__name__}: {exc}"[:MAX_TEXT]
+            await self.tick.io(
+                self.ledger.update_instance, claimed, actor=self.tick.actor, reason=failed, last_error=failed
+            )
+            detail = f"{detail}; {failed}"
+        await self.decided(record, action, detail)
 
     def settle_given_up_step(self, step: Any, record: InstanceRecord) -> None:
         """A step left Compensating by a compensation that gave up: CompensationFailed, with the

@@ -11,8 +11,15 @@ per overdue instance (decision table in docs/supervisor.md):
   ``resume_count < max_resumes``, else **compensate** (and raise the attention flag when resumes ran
   out);
 * it is alive but did not keep its promise: the first look notes it and waits one lease; a second
-  look with still no scheduler activity terminates it, and the next tick resumes it;
-* the instance is Compensating and no compensation orchestration runs: restart it.
+  look with still no scheduler activity terminates it, and the next tick resumes it; terminations
+  that do not take are counted (``MAX_SCHEDULER_TERMINATIONS``), then the instance is flagged and
+  parked for an operator;
+* the instance is Compensating and no compensation orchestration runs: restart it, at most
+  ``MAX_COMPENSATION_RESTARTS`` times, whether it was found through the instance or a step; one
+  that runs but does not move is terminated (counted) and so restarted.
+
+Every loop has its counter on the instance record, written in the claim that acts, and an end:
+docs/supervisor.md, "Every recovery loop has a budget and an end".
 
 Exactly once: every action starts with an ETag-conditional claim of the *instance* record (owner
 ``supervisor:<tick>``, deadline moved a lease ahead). Two watchdog processes that reach the same dead
@@ -128,6 +135,12 @@ class InstanceSupervisor(_InstanceActions):
                 record, InstanceAction.NOTE_FLAGGED, f"{reason}; the instance waits for an operator"
             )
             return True
+        if record.status is IS.COMPENSATING and not _operator_requested(step):
+            # a compensation that died, found through its step: restarted by the instance's own
+            # decision, against the same budget (it was restarted here uncounted, without end)
+            await self.tick.end_scheduler(step, reason)
+            await self.compensation_lost(record)
+            return True
         # Out of CompensationFailed the flag that outcome raised is answered (and the restart budget
         # renewed: an operator acted); failing again raises it.
         answered = (
@@ -178,10 +191,7 @@ class InstanceSupervisor(_InstanceActions):
         compensation_id = compensation_instance_id(record.instance_id)
         status = await self.tick.status_of(compensation_id)
         if status in ALIVE_STATUSES:
-            detail = f"compensation {compensation_id} is {status}; its own steps' deadlines watch it"
-            claimed = await self.claim(record, IS.COMPENSATING, detail)
-            if claimed is not None:
-                await self.decided(record, InstanceAction.NOTE_COMPENSATION_RUNNING, detail)
+            await self.compensation_late(record, compensation_id, status)
             return
         reason = f"instance is Compensating and compensation {compensation_id} is {status}"
         cause = await self.tick.failure_of(compensation_id)
@@ -199,12 +209,42 @@ class InstanceSupervisor(_InstanceActions):
             record,
             IS.COMPENSATING,
             reason,
+            stalls=0,
             compensation_restarts=record.compensation_restarts + 1,
             last_error=cause[:MAX_TEXT] if cause else record.last_error,
         )
         if claimed is None:
             return
         await self.start_compensation(record, f"supervisor: {reason}", InstanceAction.RESTART_COMPENSATION)
+
+    async def compensation_late(self, record: InstanceRecord, compensation_id: str, status: str) -> None:
+        """The compensation runs but broke the promise its dispatches renew (each resets ``stalls``):
+        noted once, then terminated like a stalled scheduler (counted), so the next tick restarts it
+        against ``MAX_COMPENSATION_RESTARTS``; terminations that do not take are bounded too."""
+        if record.stalls == 0:
+            detail = (
+                f"compensation {compensation_id} is {status}; its own steps' deadlines watch it; "
+                f"looking again in {self.tick.lease.total_seconds():.0f}s"
+            )
+            if await self.claim(record, IS.COMPENSATING, detail, stalls=1) is not None:
+                await self.decided(record, InstanceAction.NOTE_COMPENSATION_RUNNING, detail)
+            return
+        terminated = record.stalls - 1
+        budget = self.tick.services.settings.max_scheduler_terminations
+        if terminated >= budget:
+            detail = (
+                f"compensation {compensation_id} is still {status} past its promise after {terminated} "
+                "termination(s), the budget (MAX_SCHEDULER_TERMINATIONS)"
+            )
+            await self.give_up_compensation(record, detail, record.last_error)
+            return
+        detail = (
+            f"compensation {compensation_id} is {status} and has not moved for a lease: terminated "
+            f"(termination {terminated + 1} of at most {budget}); the next tick restarts it"
+        )
+        await self.terminate_stalled(
+            record, IS.COMPENSATING, compensation_id, detail, InstanceAction.TERMINATE_COMPENSATION
+        )
 
     async def alive_but_late(self, record: InstanceRecord, orchestration_id: str, status: str) -> None:
         late = (self.tick.now - record.scheduler_deadline).total_seconds() if record.scheduler_deadline else 0
@@ -233,18 +273,4 @@ class InstanceSupervisor(_InstanceActions):
             f"found late: terminated (termination {terminated + 1} of at most {budget}); the next "
             "tick resumes the instance"
         )
-        claimed = await self.claim(record, IS.RUNNING, detail, stalls=record.stalls + 1, due_now=True)
-        if claimed is None:
-            return
-        try:
-            await self.tick.client.terminate(orchestration_id, f"supervisor: {detail}")
-            self.tick._statuses[orchestration_id] = "Terminated"
-        except Exception as exc:
-            # counted already (the claim): the next look tries again, or gives up when the budget is
-            # spent; the failure is kept as the cause an operator reads if it does
-            failed = f"terminating {orchestration_id} failed: {type(exc).__name__}: {exc}"[:MAX_TEXT]
-            await self.tick.io(
-                self.ledger.update_instance, claimed, actor=self.tick.actor, reason=failed, last_error=failed
-            )
-            detail = f"{detail}; {failed}"
-        await self.decided(record, InstanceAction.TERMINATE, detail)
+        await self.terminate_stalled(record, IS.RUNNING, orchestration_id, detail)

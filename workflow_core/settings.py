@@ -126,8 +126,9 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
     ),
     "MAX_SCHEDULER_TERMINATIONS": (
         "2",
-        "Times the watchdog terminates one instance's live but stalled scheduler without the termination "
-        "taking effect; then the instance is flagged needs_attention with the cause and left to an operator.",
+        "Times the watchdog terminates one instance's live but stalled scheduler (or compensation) without "
+        "the termination taking effect; then the instance is flagged needs_attention with the cause and left "
+        "to an operator.",
     ),
     "LEDGER_TRANSACTION_CODEC": (
         "own",

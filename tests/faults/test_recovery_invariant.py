@@ -32,6 +32,7 @@ RESTARTS = frozenset(
         "compensate_instance",
         "restart_compensation",
         "terminate_stalled_scheduler",
+        "terminate_stalled_compensation",
         "resend",
         "fail_step",
         "start_compensation",

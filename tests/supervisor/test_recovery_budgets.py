@@ -81,3 +81,64 @@ def test_a_stalled_scheduler_that_cannot_be_terminated_is_flagged_not_terminated
         now += LOOK
     assert len(h.ledger.audit_trail(iid)) == trail
     assert refused == [iid] * budget
+
+
+def test_a_compensation_that_runs_but_never_moves_is_ended_and_restarted_within_budget(harness):
+    """A compensation orchestration that is alive but never moves (a wedged worker) was noted
+    ('compensation running') on every look, and its steps' failed results raised again every lease,
+    forever. Now it is terminated after a lease without progress (counted), restarted against
+    MAX_COMPENSATION_RESTARTS, and the instance ends CompensationFailed, flagged, and left alone."""
+    from activities.handlers import faults
+
+    h = harness
+    faults.clear()
+    faults.inject("email.send_welcome", faults.Fail())  # the last step fails for good: compensate
+    faults.inject("storage.delete", faults.Stall())  # the compensation then waits on its timer
+    try:
+        iid = h.start_workflow("provision-tenant", {"tenant_id": "t-comp", "admin_email": "a@b.example"})
+        h.run_until(lambda: h.ledger.get_instance(iid).status.value == "Compensating", timedelta(hours=2))
+        # The host never runs again: the compensation is alive but does not move.
+        now = h.now() + timedelta(hours=1)
+        for _ in range(24):
+            h.watchdog_tick(now=now)
+            now += LOOK
+
+        decided = instance_decisions(h, iid)
+        budget = h.services.settings.max_compensation_restarts
+        assert decided.count("restart_compensation") == budget, decided
+        assert decided.count("give_up_compensation") == 1, decided
+        record = h.ledger.get_instance(iid)
+        assert record.status.value == "CompensationFailed" and record.needs_attention
+        assert "compensation gave up" in record.attention_reason
+        trail = len(h.ledger.audit_trail(iid))
+        for _ in range(6):
+            h.watchdog_tick(now=now)
+            now += LOOK
+        assert len(h.ledger.audit_trail(iid)) == trail
+    finally:
+        faults.clear()
+
+
+def test_an_operators_resume_answers_the_flag_and_renews_the_termination_budget(harness, monkeypatch):
+    from supervisor import operator
+
+    h = harness
+    h.pause_agents()
+    iid = h.start_workflow("provision-tenant", {"tenant_id": "t-ops", "admin_email": "a@b.example"})
+    h.host.run_until_idle()
+    refused = refuse_terminations(h, monkeypatch)
+    now = h.now() + timedelta(hours=1)
+    while not h.ledger.get_instance(iid).needs_attention:
+        h.watchdog_tick(now=now)
+        now += LOOK
+    operator.resume_instance(h.ledger, iid, reason="the worker was replaced", user="ops", now=now)
+    h.watchdog_tick(now=now)
+    record = h.ledger.get_instance(iid)
+    assert not record.needs_attention and record.stalls == 0 and record.scheduler_deadline is not None
+    assert instance_decisions(h, iid)[-1] == "note_scheduler_late"  # alive: handed back, watched again
+    budget = h.services.settings.max_scheduler_terminations
+    for _ in range(2 + budget):
+        now += LOOK
+        h.watchdog_tick(now=now)
+    assert len(refused) == 2 * budget  # a new budget, spent again, then flagged again
+    assert h.ledger.get_instance(iid).needs_attention
