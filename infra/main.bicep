@@ -134,6 +134,10 @@ param watchdogGraceSeconds int = 30
 @minValue(0)
 param maxCompensationRestarts int = 3
 
+@description('MAX_SCHEDULER_TERMINATIONS: terminations of one instance\'s stalled scheduler (or compensation) that did not take before it is flagged for an operator.')
+@minValue(1)
+param maxSchedulerTerminations int = 2
+
 @description('TASK_HUB_NAME: Durable Functions task hub (3-45 letters and digits, starting with a letter).')
 @minLength(3)
 @maxLength(45)
@@ -296,6 +300,7 @@ module functionApp 'modules/function-app.bicep' = {
     watchdogSchedule: watchdogSchedule
     watchdogBatchSize: watchdogBatchSize
     maxCompensationRestarts: maxCompensationRestarts
+    maxSchedulerTerminations: maxSchedulerTerminations
     watchdogGraceSeconds: watchdogGraceSeconds
     taskHubName: taskHubName
   }

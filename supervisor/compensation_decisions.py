@@ -2,7 +2,7 @@
 
 Its own module because compensation has its own orchestration (``compensation_instance_id``), its
 own in-flight statuses on the step row and its own hazard: a scheduler still running must be ended
-before a compensation is started here (see :meth:`_CompensationDecisions.end_scheduler`). The
+before a compensation is started here (see :meth:`_TickActions.end_scheduler`). The
 work-step decisions in ``step_decisions.py`` hand over to these when an orchestration is gone.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from supervisor.instances import InstanceSupervisor, trace_input
+from supervisor.instance_actions import trace_input
+from supervisor.instances import InstanceSupervisor
 from supervisor.tick_actions import _TickActions
 from supervisor.watchdog_model import (
     ALIVE_STATUSES,
@@ -18,6 +19,7 @@ from supervisor.watchdog_model import (
     COMP_IN_FLIGHT,
     COMP_TIMED_OUT,
     COMPENSATION_OVERRUN_ERROR,
+    SUPERVISOR_PREFIX,
     UNKNOWN_STATUS,
     Action,
     _io,
@@ -63,25 +65,6 @@ class _CompensationDecisions(_TickActions):
         self._statuses[compensation_id] = "Pending"  # other steps of this instance in this tick see it
         self.decided(found, Action.START_COMPENSATION, telemetry.OUTCOME_OK, detail)
 
-    async def end_scheduler(self, found: StepRecord, reason: str) -> None:
-        """Terminate the instance's scheduler before a compensation is started here, if it still runs.
-
-        A compensation started here runs top-level under ``compensation_instance_id``; a scheduler
-        that later gives a step up calls that same id as its sub-orchestration, and the framework
-        drops a sub-orchestration start for a running instance as a duplicate start event: the
-        scheduler would wait forever on it (and keep the task open for good). The compensation
-        undoes the whole instance anyway, so the scheduler is ended first.
-        """
-        scheduler_id = found.instance_id
-        status = await self.status_of(scheduler_id)
-        if status not in ALIVE_STATUSES:
-            return
-        detail = f"{reason}; scheduler {scheduler_id} ({status}) terminated before the compensation starts"
-        await self.note(found, Action.END_SCHEDULER, detail)
-        await self.client.terminate(scheduler_id, f"{reason}: the instance is being compensated")
-        self._statuses[scheduler_id] = "Terminated"
-        self.decided(found, Action.END_SCHEDULER, telemetry.OUTCOME_OK, detail)
-
     async def compensating(self, found: StepRecord, claimed: StepRecord, lateness: timedelta) -> None:
         compensation_id = compensation_instance_id(found.instance_id)
         status = await self.status_of(compensation_id)
@@ -98,6 +81,9 @@ class _CompensationDecisions(_TickActions):
         if self.within_grace(found, lateness):
             await self.release_with_note(found, claimed, lateness, f"compensation {compensation_id}")
             return
+        acted_last = bool(found.owner and found.owner.startswith(SUPERVISOR_PREFIX))
+        if acted_last and await InstanceSupervisor(self).step_of_flagged(found, claimed):
+            return  # its instance gave up on a compensation that still runs: nothing raised
         attempt = found.compensation_attempt
         detail = (
             f"compensation attempt {attempt} {lateness.total_seconds():.0f}s past its deadline while "

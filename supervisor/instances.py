@@ -11,87 +11,47 @@ per overdue instance (decision table in docs/supervisor.md):
   ``resume_count < max_resumes``, else **compensate** (and raise the attention flag when resumes ran
   out);
 * it is alive but did not keep its promise: the first look notes it and waits one lease; a second
-  look with still no scheduler activity terminates it, and the next tick resumes it;
-* the instance is Compensating and no compensation orchestration runs: restart it.
+  look with still no scheduler activity terminates it, and the next tick resumes it; terminations
+  that do not take are counted (``MAX_SCHEDULER_TERMINATIONS``), then the instance is flagged and
+  parked for an operator;
+* the instance is Compensating and no compensation orchestration runs: restart it, at most
+  ``MAX_COMPENSATION_RESTARTS`` times, whether it was found through the instance or a step; one
+  that runs but does not move is terminated (counted) and so restarted.
+
+Every loop has its counter on the instance record, written in the claim that acts, and an end:
+docs/supervisor.md, "Every recovery loop has a budget and an end".
 
 Exactly once: every action starts with an ETag-conditional claim of the *instance* record (owner
 ``supervisor:<tick>``, deadline moved a lease ahead). Two watchdog processes that reach the same dead
 instance, through the instance or through two of its overdue steps, race for that one row: one
-claim wins, the other gets a conflict and does nothing.
+claim wins, the other gets a conflict and does nothing. The moves these decisions are made of
+(claim, resume, compensate, give up, record) are in ``instance_actions.py``.
 """
 
 from __future__ import annotations
 
-import logging
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import Any
 
-from supervisor.watchdog_model import _operator_requested
-from workflow_core import telemetry, tracing
-from workflow_core.contracts import (
-    COMPENSATION_ORCHESTRATOR,
-    WORKFLOW_ORCHESTRATOR,
-    compensation_instance_id,
-    is_step_instance_id,
+from supervisor.instance_actions import (
+    ALIVE_STATUSES,
+    IS,
+    InstanceAction,
+    _InstanceActions,
+    supervisor_holds,
+    trace_input,
 )
-from workflow_core.ledger import (
-    InstanceConflict,
-    InstanceRecord,
-    InstanceStatus,
-    LedgerError,
-    StepStatus,
-    decode_json,
-)
+from supervisor.watchdog_model import FLAGGED_LOOK_SECONDS, Action, _operator_requested
+from workflow_core import telemetry
+from workflow_core.contracts import compensation_instance_id
+from workflow_core.ledger import InstanceRecord
 from workflow_core.ledger.model import MAX_TEXT
-from workflow_core.resume import resume_input
 
-if TYPE_CHECKING:
-    from supervisor.step_decisions import _Tick
-
-log = logging.getLogger("sas.supervisor.instances")
-
-IS = InstanceStatus
-ALIVE_STATUSES = frozenset({"Running", "Pending", "ContinuedAsNew", "Suspended"})
-IN_FLIGHT = frozenset({StepStatus.DISPATCHED, StepStatus.RUNNING})
+__all__ = ["ALIVE_STATUSES", "InstanceAction", "InstanceSupervisor", "supervisor_holds", "trace_input"]
 
 
-class InstanceAction(StrEnum):
-    """What the watchdog did for one instance (the ``action`` of ``sas.recovery``)."""
-
-    RESUME = "resume_instance"  # the scheduler is gone: a new one continues from the ledger
-    COMPENSATE = "compensate_instance"  # gone, and the policy (or max_resumes) says compensate
-    NOTE_LATE = "note_scheduler_late"  # alive but past its promise: look again after a lease
-    TERMINATE = "terminate_stalled_scheduler"  # alive, and still not moving: terminated, resumed next
-    RESTART_COMPENSATION = "restart_compensation"  # Compensating with no compensation running
-    GIVE_UP_COMPENSATION = "give_up_compensation"  # restarts spent, or the same failure again: flagged
-    NOTE_FLAGGED = "note_instance_flagged"  # flagged for an operator: nothing restarted without one
-    NOTE_COMPENSATION_RUNNING = "note_compensation_running"
-    NOTE_OWNED = "note_instance_owned"  # another tick holds the instance: left to it
-
-
-def trace_input(record: Any) -> dict[str, Any]:
-    """``{"trace": <carrier>}`` for an orchestration input, from the W3C context a ledger row (step or
-    instance record) holds, so a resumed scheduler or a compensation the supervisor starts stays in
-    the workflow's trace; {} when the row has none. Observability only."""
-    carrier = tracing.from_fields(record.trace_parent, record.trace_state)
-    return {tracing.TRACE_FIELD: carrier} if carrier else {}
-
-
-def supervisor_holds(record: InstanceRecord, tick: _Tick) -> bool:
-    """Another watchdog tick claimed the instance and its lease has not run out."""
-    return bool(
-        record.owner
-        and record.owner.startswith("supervisor:")
-        and record.owner != tick.actor
-        and record.scheduler_deadline is not None
-        and record.scheduler_deadline > tick.now
-    )
-
-
-class InstanceSupervisor:
-    def __init__(self, tick: _Tick) -> None:
-        self.tick = tick
-        self.ledger = tick.ledger
+class InstanceSupervisor(_InstanceActions):
+    """The decision table for one overdue instance (docs/supervisor.md, "Instances")."""
 
     # ---- entry points ------------------------------------------------------------------------------
 
@@ -103,17 +63,30 @@ class InstanceSupervisor:
         orchestration_id = found.orchestration_id or found.instance_id
         status = await self.tick.status_of(orchestration_id)
         requested = bool(found.owner and found.owner.startswith("operator:"))
+        if found.needs_attention and not requested:
+            # flagged by a spent budget: nothing is restarted or terminated without an operator
+            detail = (
+                f"flagged for an operator ({found.attention_reason}); "
+                f"orchestration {orchestration_id} is {status}"
+            )
+            if await self.claim(found, IS.RUNNING, detail[:1000], park=True) is not None:
+                await self.decided(found, InstanceAction.NOTE_FLAGGED, detail[:1000])
+            return
+        # an operator's resume answers a flag and renews the termination budget
+        answered = {"needs_attention": False, "attention_reason": None} if found.needs_attention else {}
         if status in ALIVE_STATUSES:
             if requested:
                 detail = f"{found.owner} asked for a resume, but orchestration {orchestration_id} is {status}"
-                if await self.claim(found, IS.RUNNING, detail, stalls=0) is not None:
+                if await self.claim(found, IS.RUNNING, detail, stalls=0, **answered) is not None:
                     await self.decided(found, InstanceAction.NOTE_LATE, detail)
                 return
             await self.alive_but_late(found, orchestration_id, status)
             return
         if requested:  # an operator's resume is not bound by the policy or the resume count
             await self.resume(
-                found, f"{found.owner} asked for a resume; orchestration {orchestration_id} is {status}"
+                found,
+                f"{found.owner} asked for a resume; orchestration {orchestration_id} is {status}",
+                **answered,
             )
             return
         await self.recover(found, f"orchestration {orchestration_id} is {status}")
@@ -165,6 +138,12 @@ class InstanceSupervisor:
                 record, InstanceAction.NOTE_FLAGGED, f"{reason}; the instance waits for an operator"
             )
             return True
+        if record.status is IS.COMPENSATING and not _operator_requested(step):
+            # a compensation that died, found through its step: restarted by the instance's own
+            # decision, against the same budget (it was restarted here uncounted, without end)
+            await self.tick.end_scheduler(step, reason)
+            await self.compensation_lost(record)
+            return True
         # Out of CompensationFailed the flag that outcome raised is answered (and the restart budget
         # renewed: an operator acted); failing again raises it.
         answered = (
@@ -176,6 +155,24 @@ class InstanceSupervisor:
             return True  # another tick won the instance: it acts
         await self.tick.end_scheduler(step, reason)
         await self.start_compensation(record, reason, InstanceAction.RESTART_COMPENSATION)
+        return True
+
+    async def step_of_flagged(self, step: Any, claimed: Any) -> bool:
+        """A step the watchdog acted on before, with nothing moved since, and its orchestration alive.
+        True when its instance was flagged and parked by a spent budget: the step is left as it is
+        (looked at again after :data:`FLAGGED_LOOK_SECONDS`, not every lease), nothing raised or sent."""
+        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        if record is None or not record.needs_attention or record.scheduler_deadline is not None:
+            return False
+        detail = f"the instance waits for an operator ({record.attention_reason}); nothing done"[:1000]
+        await self.tick.io(
+            self.ledger.update,
+            claimed,
+            actor=self.tick.actor,
+            reason=f"{Action.NOTE_INSTANCE_FLAGGED.value}: {detail}",
+            deadline=self.tick.now + timedelta(seconds=FLAGGED_LOOK_SECONDS),
+        )
+        self.tick.decided(step, Action.NOTE_INSTANCE_FLAGGED, telemetry.OUTCOME_OK, detail)
         return True
 
     # ---- decisions -------------------------------------------------------------------------------
@@ -193,63 +190,11 @@ class InstanceSupervisor:
             exhausted = record.on_scheduler_lost == "resume"
             await self.compensate(record, why, exhausted=exhausted, cause=cause)
 
-    async def resume(self, record: InstanceRecord, why: str, *, cause: str | None = None) -> None:
-        from workflow_core.workflows.store import definition_for
-
-        epoch = record.resume_count + 1
-        detail = f"{why}: resumed from the ledger (resume {epoch} of at most {record.max_resumes})"
-        recorded = {"last_error": cause[:MAX_TEXT]} if cause else {}  # the failure it is resumed from
-        claimed = await self.claim(record, IS.RUNNING, detail, resume_count=epoch, stalls=0, **recorded)
-        if claimed is None:
-            return
-        steps = await self.tick.io(self.ledger.list_for_instance, record.instance_id)
-        # the version the instance is pinned to, even if the YAML changed or went away since
-        definition = definition_for(
-            record.workflow, record.version, getattr(self.tick.services, "definitions", None)
-        )
-        await self.stop_orphaned_children(steps, record.instance_id, why)
-        payload = resume_input(
-            definition,
-            decode_json(record.input_ref) or {},
-            steps,
-            epoch=epoch,
-            generation=record.generation,
-            version=record.version,
-        )
-        payload.update(trace_input(record))
-        await self.tick.client.start_new(WORKFLOW_ORCHESTRATOR, record.instance_id, payload)
-        self.tick._statuses[record.instance_id] = "Pending"
-        done = len(payload.get("state", {}).get("completed", []))
-        await self.decided(record, InstanceAction.RESUME, f"{detail}; {done} completed step(s) kept")
-
-    async def compensate(
-        self, record: InstanceRecord, why: str, *, exhausted: bool = True, cause: str | None = None
-    ) -> None:
-        """``exhausted``: the instance could not go on by itself (resumes spent, or a failure no
-        resume fixes): flagged with the cause; else the workflow's policy asked for compensation."""
-        reason = f"{why}: " + (
-            f"{record.resume_count} resume(s) used of {record.max_resumes}; compensating"
-            if exhausted
-            else "policy on_scheduler_lost is compensate"
-        )
-        changes: dict[str, Any] = {"last_error": cause[:MAX_TEXT]} if cause else {}
-        if exhausted:
-            because = f"; cause: {cause}" if cause else ""
-            changes["needs_attention"] = True
-            changes["attention_reason"] = f"supervisor: {reason}{because}"[:1000]
-        claimed = await self.claim(record, IS.COMPENSATING, reason, **changes)
-        if claimed is None:
-            return
-        await self.start_compensation(record, f"supervisor: {reason}", InstanceAction.COMPENSATE)
-
     async def compensation_lost(self, record: InstanceRecord) -> None:
         compensation_id = compensation_instance_id(record.instance_id)
         status = await self.tick.status_of(compensation_id)
         if status in ALIVE_STATUSES:
-            detail = f"compensation {compensation_id} is {status}; its own steps' deadlines watch it"
-            claimed = await self.claim(record, IS.COMPENSATING, detail)
-            if claimed is not None:
-                await self.decided(record, InstanceAction.NOTE_COMPENSATION_RUNNING, detail)
+            await self.compensation_late(record, compensation_id, status)
             return
         reason = f"instance is Compensating and compensation {compensation_id} is {status}"
         cause = await self.tick.failure_of(compensation_id)
@@ -267,6 +212,7 @@ class InstanceSupervisor:
             record,
             IS.COMPENSATING,
             reason,
+            stalls=0,
             compensation_restarts=record.compensation_restarts + 1,
             last_error=cause[:MAX_TEXT] if cause else record.last_error,
         )
@@ -274,22 +220,34 @@ class InstanceSupervisor:
             return
         await self.start_compensation(record, f"supervisor: {reason}", InstanceAction.RESTART_COMPENSATION)
 
-    async def give_up_compensation(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
-        """The compensation cannot finish on its own: the instance becomes CompensationFailed, flagged
-        with the cause (the compensation orchestration's own failure) where operators look (the
-        attention inbox, ``sas stalled``, the console), and nothing restarts it until an operator
-        retries a step (which answers the flag and resets the budget)."""
-        cause = cause or detail
-        claimed = await self.claim(
-            record,
-            IS.COMPENSATION_FAILED,
-            detail,
-            needs_attention=True,
-            attention_reason=f"compensation gave up: {detail}; cause: {cause}"[:1000],
-            last_error=cause[:MAX_TEXT],
+    async def compensation_late(self, record: InstanceRecord, compensation_id: str, status: str) -> None:
+        """The compensation runs but broke the promise its dispatches renew (each resets ``stalls``):
+        noted once, then terminated like a stalled scheduler (counted), so the next tick restarts it
+        against ``MAX_COMPENSATION_RESTARTS``; terminations that do not take are bounded too."""
+        if record.stalls == 0:
+            detail = (
+                f"compensation {compensation_id} is {status}; its own steps' deadlines watch it; "
+                f"looking again in {self.tick.lease.total_seconds():.0f}s"
+            )
+            if await self.claim(record, IS.COMPENSATING, detail, stalls=1) is not None:
+                await self.decided(record, InstanceAction.NOTE_COMPENSATION_RUNNING, detail)
+            return
+        terminated = record.stalls - 1
+        budget = self.tick.services.settings.max_scheduler_terminations
+        if terminated >= budget:
+            detail = (
+                f"compensation {compensation_id} is still {status} past its promise after {terminated} "
+                "termination(s), the budget (MAX_SCHEDULER_TERMINATIONS)"
+            )
+            await self.give_up_compensation(record, detail, record.last_error)
+            return
+        detail = (
+            f"compensation {compensation_id} is {status} and has not moved for a lease: terminated "
+            f"(termination {terminated + 1} of at most {budget}); the next tick restarts it"
         )
-        if claimed is not None:
-            await self.decided(record, InstanceAction.GIVE_UP_COMPENSATION, f"{detail}; cause: {cause[:500]}")
+        await self.terminate_stalled(
+            record, IS.COMPENSATING, compensation_id, detail, InstanceAction.TERMINATE_COMPENSATION
+        )
 
     async def alive_but_late(self, record: InstanceRecord, orchestration_id: str, status: str) -> None:
         late = (self.tick.now - record.scheduler_deadline).total_seconds() if record.scheduler_deadline else 0
@@ -301,128 +259,21 @@ class InstanceSupervisor:
             if await self.claim(record, IS.RUNNING, detail, stalls=1) is not None:
                 await self.decided(record, InstanceAction.NOTE_LATE, detail)
             return
+        terminated = record.stalls - 1  # terminations since the last resume (or operator action)
+        budget = self.tick.services.settings.max_scheduler_terminations
+        if terminated >= budget:
+            # the terminations did not take (a refused or lost request): terminating it once more
+            # cannot help, and nothing else may replace a scheduler that still runs
+            detail = (
+                f"orchestration {orchestration_id} is still {status} {late:.0f}s past its promise after "
+                f"{terminated} termination(s), the budget (MAX_SCHEDULER_TERMINATIONS)"
+            )
+            cause = record.last_error or f"scheduler {orchestration_id} stalled and could not be terminated"
+            await self.give_up_scheduler(record, detail, cause)
+            return
         detail = (
             f"orchestration {orchestration_id} is {status} and has not moved for a lease after being "
-            "found late: terminated; the next tick resumes the instance"
+            f"found late: terminated (termination {terminated + 1} of at most {budget}); the next "
+            "tick resumes the instance"
         )
-        claimed = await self.claim(record, IS.RUNNING, detail, stalls=record.stalls + 1, due_now=True)
-        if claimed is None:
-            return
-        await self.tick.client.terminate(orchestration_id, f"supervisor: {detail}")
-        self.tick._statuses[orchestration_id] = "Terminated"
-        await self.decided(record, InstanceAction.TERMINATE, detail)
-
-    # ---- helpers -----------------------------------------------------------------------------------
-
-    def settle_given_up_step(self, step: Any, record: InstanceRecord) -> None:
-        """A step left Compensating by a compensation that gave up: CompensationFailed, with the
-        instance's cause (a lost race leaves it to whoever wrote first)."""
-        try:
-            current = self.ledger.get(step.instance_id, step.step_id)
-            if current.status is StepStatus.COMPENSATING:
-                self.ledger.transition(
-                    current,
-                    StepStatus.COMPENSATION_FAILED,
-                    actor=self.tick.actor,
-                    reason=f"the instance's compensation gave up: {record.attention_reason or ''}"[:1000],
-                    last_error=(record.last_error or record.attention_reason or "compensation gave up")[
-                        :MAX_TEXT
-                    ],
-                )
-        except LedgerError as exc:
-            log.info("step %s/%s left as it is: %s", step.instance_id, step.step_id, exc)
-
-    async def claim(
-        self,
-        record: InstanceRecord,
-        to: InstanceStatus,
-        reason: str,
-        *,
-        due_now: bool = False,
-        **changes: Any,
-    ) -> InstanceRecord | None:
-        """ETag-claim the instance for this tick (None: someone else changed it first)."""
-        deadline = self.tick.now if due_now else self.tick.now + self.tick.lease
-        try:
-            return await self.tick.io(
-                self.ledger.transition_instance,
-                record,
-                to,
-                actor=self.tick.actor,
-                reason=f"claimed by watchdog tick {self.tick.report.tick_id}: {reason}",
-                owner=self.tick.actor,
-                scheduler_deadline=deadline,
-                **changes,
-            )
-        except InstanceConflict:
-            self.tick.report.conflicts += 1
-            log.info("instance %s changed before it could be claimed; skipped", record.instance_id)
-            return None
-
-    async def start_compensation(self, record: InstanceRecord, reason: str, action: InstanceAction) -> None:
-        compensation_id = compensation_instance_id(record.instance_id)
-        status = await self.tick.status_of(compensation_id)
-        if status in ALIVE_STATUSES:
-            await self.decided(
-                record, InstanceAction.NOTE_COMPENSATION_RUNNING, f"{reason}; {compensation_id} is {status}"
-            )
-            return
-        await self.tick.client.start_new(
-            COMPENSATION_ORCHESTRATOR,
-            compensation_id,
-            {
-                "instance_id": record.instance_id,
-                "workflow": record.workflow,
-                "reason": reason,
-                **trace_input(record),
-            },
-        )
-        self.tick._statuses[compensation_id] = "Pending"
-        await self.decided(record, action, f"{reason}; compensation {compensation_id} started")
-
-    async def stop_orphaned_children(self, steps: list, instance_id: str, why: str) -> None:
-        """Terminate step orchestrations a dead scheduler left running, so only the resumed one
-        drives the instance's steps (best effort: the ledger's ETags keep a straggler harmless)."""
-        children = {r.orchestration_id for r in steps if is_step_instance_id(r.orchestration_id)}
-        for child in sorted(c for c in children if c):
-            if await self.tick.status_of(child) in ALIVE_STATUSES:
-                try:
-                    await self.tick.client.terminate(child, f"supervisor: {why}; the instance is resumed")
-                    self.tick._statuses[child] = "Terminated"
-                except Exception:
-                    log.exception("could not terminate %s before resuming %s", child, instance_id)
-
-    async def decided(self, record: InstanceRecord, action: InstanceAction, detail: str) -> None:
-        self.tick.report.actions[action.value] += 1
-        self.tick.report.instance_decisions.append(
-            (record.instance_id, record.status.value, action.value, detail)
-        )
-        await self.tick.io(
-            self.ledger.note,
-            record.instance_id,
-            "*",
-            actor=self.tick.actor,
-            action="recovery",
-            reason=f"{action.value}: {detail}",
-            status=record.status.value,
-        )
-        if action not in (InstanceAction.NOTE_OWNED, InstanceAction.NOTE_COMPENSATION_RUNNING):
-            # the stalled-instances alert counts these (docs/operations.md)
-            telemetry.record_instance_stalled(
-                record.instance_id,
-                workflow=record.workflow,
-                action=action.value,
-                resume_count=record.resume_count,
-                tick_id=self.tick.report.tick_id,
-            )
-        telemetry.record_recovery(
-            record.instance_id,
-            "*",
-            record.resume_count,
-            action.value,
-            telemetry.OUTCOME_OK,
-            workflow=record.workflow,
-            status=record.status.value,
-            tick_id=self.tick.report.tick_id,
-            reason=detail,
-        )
+        await self.terminate_stalled(record, IS.RUNNING, orchestration_id, detail)

@@ -17,6 +17,7 @@ from supervisor.watchdog_model import (
     COMP_GIVEN_UP,
     OVERRUN_ERROR,
     SETTLED_ATTEMPT,
+    SUPERVISOR_PREFIX,
     Action,
     _io,
     _operator_requested,
@@ -86,9 +87,12 @@ class _Tick(_CompensationDecisions):
         ):
             await self.fail_step(found, None, orchestration_id, orchestration, lateness)
             return
+        acted_last = bool(found.owner and found.owner.startswith(SUPERVISOR_PREFIX))
         claimed = await self.claim(found)
         if claimed is None:
             return
+        if acted_last and await InstanceSupervisor(self).step_of_flagged(found, claimed):
+            return  # the watchdog acted on it before and nothing moved since: its instance is flagged
         if found.compensation_status == COMP_GIVEN_UP:
             # The scheduler gave the step up and is about to start (or runs) the compensation as its
             # sub-orchestration: starting it here too would race the scheduler for the same id.

@@ -3,7 +3,9 @@
 Its own module because these few moves carry the watchdog's exactly-once guarantee (an ETag-guarded
 claim before any side effect, an audit row and a ``sas.recovery`` record for every decision), and
 both the work-step decisions (``step_decisions.py``) and the compensation decisions
-(``compensation_decisions.py``) are built on them. One :class:`_TickActions` lives for one tick.
+(``compensation_decisions.py``) are built on them, and so are the instance decisions
+(``instance_actions.py``, which may end a live scheduler before a compensation starts: the one move
+both a step and an instance make). One :class:`_TickActions` lives for one tick.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from supervisor.watchdog_model import (
+    ALIVE_STATUSES,
     COMP_IN_FLIGHT,
     SUPERVISOR_PREFIX,
     Action,
@@ -200,3 +203,22 @@ class _TickActions:
             deadline=found.deadline,
         )
         self.decided(found, action, telemetry.OUTCOME_OK, detail)
+
+    async def end_scheduler(self, found: StepRecord, reason: str) -> None:
+        """Terminate the instance's scheduler before a compensation is started here, if it still runs.
+
+        A compensation started here runs top-level under ``compensation_instance_id``; a scheduler
+        that later gives a step up calls that same id as its sub-orchestration, and the framework
+        drops a sub-orchestration start for a running instance as a duplicate start event: the
+        scheduler would wait forever on it (and keep the task open for good). The compensation
+        undoes the whole instance anyway, so the scheduler is ended first.
+        """
+        scheduler_id = found.instance_id
+        status = await self.status_of(scheduler_id)
+        if status not in ALIVE_STATUSES:
+            return
+        detail = f"{reason}; scheduler {scheduler_id} ({status}) terminated before the compensation starts"
+        await self.note(found, Action.END_SCHEDULER, detail)
+        await self.client.terminate(scheduler_id, f"{reason}: the instance is being compensated")
+        self._statuses[scheduler_id] = "Terminated"
+        self.decided(found, Action.END_SCHEDULER, telemetry.OUTCOME_OK, detail)

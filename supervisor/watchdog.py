@@ -23,7 +23,8 @@ builds its arguments. ``client`` is anything with the async ``get_status``/``rai
 The tick's parts: the vocabulary (:class:`Action`, :class:`TickReport`, constants) is in
 ``watchdog_model.py``; the moves every decision is made of in ``tick_actions.py``; the per-step
 decision table in ``step_decisions.py`` and its compensation branches in
-``compensation_decisions.py``; whole instances in ``instances.py``. Every name is importable from here.
+``compensation_decisions.py``; whole instances in ``instances.py`` (the table) and
+``instance_actions.py`` (its moves). Every name is importable from here.
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ class Settings:
     watchdog_run_on_startup: bool
     app_insights_connection_string: str | None
     max_compensation_restarts: int = 3
+    max_scheduler_terminations: int = 2
     ledger_storage: StorageConnection | None = None  # None: the ledger lives in ``storage``
     # True: the ledger's transactions go through the SDK's own $batch codec (LEDGER_TRANSACTION_CODEC=sdk)
     ledger_sdk_transactions: bool = False
@@ -122,6 +123,12 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
         "3",
         "Times the watchdog restarts one instance's compensation after its orchestration ended without "
         "finishing; then the instance is CompensationFailed, flagged with the cause, until an operator acts.",
+    ),
+    "MAX_SCHEDULER_TERMINATIONS": (
+        "2",
+        "Times the watchdog terminates one instance's live but stalled scheduler (or compensation) without "
+        "the termination taking effect; then the instance is flagged needs_attention with the cause and left "
+        "to an operator.",
     ),
     "LEDGER_TRANSACTION_CODEC": (
         "own",
@@ -306,6 +313,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         watchdog_grace_seconds=_float(env, "WATCHDOG_GRACE_SECONDS"),
         watchdog_run_on_startup=_bool(env, "WATCHDOG_RUN_ON_STARTUP"),
         max_compensation_restarts=_int(env, "MAX_COMPENSATION_RESTARTS"),
+        max_scheduler_terminations=_int(env, "MAX_SCHEDULER_TERMINATIONS"),
         app_insights_connection_string=_get(env, "APPLICATIONINSIGHTS_CONNECTION_STRING"),
         ledger_storage=ledger_storage_connection(env),
         ledger_sdk_transactions=_transaction_codec(env) == "sdk",

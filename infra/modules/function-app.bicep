@@ -79,6 +79,7 @@ param watchdogSchedule string
 param watchdogBatchSize int
 param watchdogGraceSeconds int
 param maxCompensationRestarts int
+param maxSchedulerTerminations int
 param taskHubName string
 
 @description('Client (application) id of the Entra app registration that fronts the API (App Service Authentication); empty = no platform authentication (function keys only).')
@@ -251,6 +252,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'MAX_COMPENSATION_RESTARTS'
           value: string(maxCompensationRestarts)
+        }
+        {
+          name: 'MAX_SCHEDULER_TERMINATIONS'
+          value: string(maxSchedulerTerminations)
         }
         {
           name: 'LEDGER_TRANSACTION_CODEC'

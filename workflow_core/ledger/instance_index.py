@@ -35,6 +35,12 @@ def index_row_time(index_key: str | None) -> datetime | None:
     return datetime.strptime(row.split("~", 1)[0], "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=UTC)
 
 
+def _parked(record: InstanceRecord) -> bool:
+    """Running or Compensating, flagged for an operator and promised nothing: the watchdog gave up on
+    it (a recovery budget spent), so its row is in the operators' inbox, not the deadline index."""
+    return record.needs_attention and record.scheduler_deadline is None
+
+
 def plan_instance_index(
     current: InstanceRecord, updated: InstanceRecord, nonce: str, due_by: datetime | None = None
 ) -> tuple[str, str] | None:
@@ -42,7 +48,7 @@ def plan_instance_index(
 
     ``due_by``: the deadline of a step the same transaction hands to the instance row to watch
     (``watch.py``): the row must then fall due by the earlier of the two."""
-    if updated.status in SUPERVISED_INSTANCE_STATUSES:
+    if updated.status in SUPERVISED_INSTANCE_STATUSES and not _parked(updated):
         deadline = updated.scheduler_deadline
         if deadline is None:
             return None

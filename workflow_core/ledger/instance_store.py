@@ -308,7 +308,9 @@ class InstanceLedgerMixin(InstanceListMixin):
             data.setdefault("completed_at", None)
             data["completed_at"] = data["completed_at"] or now
         draft = type(record).model_validate(data)  # a snapshot stays one: merged, never replaced
-        if draft.status in SUPERVISED_INSTANCE_STATUSES and draft.scheduler_deadline is None:
+        # only one flagged for an operator may promise nothing (parked: instance_index.py)
+        promises = draft.scheduler_deadline is not None or draft.needs_attention
+        if draft.status in SUPERVISED_INSTANCE_STATUSES and not promises:
             raise InvalidLedgerInput(f"instance status {draft.status.value} needs a scheduler deadline")
         new_index = plan_instance_index(record, draft, self._nonce(), due_by)
         updated = draft.model_copy(update={"index_key": instance_index_key_after(record, draft, new_index)})

@@ -1,0 +1,313 @@
+"""What every instance decision is made of: claiming the record, resuming, compensating, flagging.
+
+Its own module because these moves carry the exactly-once guarantee for whole instances (an
+ETag-conditional claim of the instance record before any side effect, an audit row, a
+``sas.recovery`` record and the stalled-instances signal for every decision), while the decision
+table that picks among them is ``instances.py``: the same split as ``tick_actions.py`` (the moves)
+and ``step_decisions.py`` (the table) for steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import StrEnum
+from typing import Any
+
+from supervisor.tick_actions import _TickActions
+from workflow_core import telemetry, tracing
+from workflow_core.contracts import (
+    COMPENSATION_ORCHESTRATOR,
+    WORKFLOW_ORCHESTRATOR,
+    compensation_instance_id,
+    is_step_instance_id,
+)
+from workflow_core.ledger import (
+    InstanceConflict,
+    InstanceRecord,
+    InstanceStatus,
+    LedgerError,
+    StepStatus,
+    decode_json,
+)
+from workflow_core.ledger.model import MAX_TEXT
+from workflow_core.resume import resume_input
+
+log = logging.getLogger("sas.supervisor.instances")
+
+IS = InstanceStatus
+ALIVE_STATUSES = frozenset({"Running", "Pending", "ContinuedAsNew", "Suspended"})
+
+
+class InstanceAction(StrEnum):
+    """What the watchdog did for one instance (the ``action`` of ``sas.recovery``)."""
+
+    RESUME = "resume_instance"  # the scheduler is gone: a new one continues from the ledger
+    COMPENSATE = "compensate_instance"  # gone, and the policy (or max_resumes) says compensate
+    NOTE_LATE = "note_scheduler_late"  # alive but past its promise: look again after a lease
+    TERMINATE = "terminate_stalled_scheduler"  # alive, and still not moving: terminated, resumed next
+    TERMINATE_COMPENSATION = "terminate_stalled_compensation"  # the same for a compensation
+    RESTART_COMPENSATION = "restart_compensation"  # Compensating with no compensation running
+    GIVE_UP_COMPENSATION = "give_up_compensation"  # restarts spent, or the same failure again: flagged
+    NOTE_FLAGGED = "note_instance_flagged"  # flagged for an operator: nothing restarted without one
+    GIVE_UP_SCHEDULER = "give_up_scheduler"  # terminations of a stalled scheduler spent: flagged
+    NOTE_COMPENSATION_RUNNING = "note_compensation_running"
+    NOTE_OWNED = "note_instance_owned"  # another tick holds the instance: left to it
+
+
+def trace_input(record: Any) -> dict[str, Any]:
+    """``{"trace": <carrier>}`` for an orchestration input, from the W3C context a ledger row (step or
+    instance record) holds, so a resumed scheduler or a compensation the supervisor starts stays in
+    the workflow's trace; {} when the row has none. Observability only."""
+    carrier = tracing.from_fields(record.trace_parent, record.trace_state)
+    return {tracing.TRACE_FIELD: carrier} if carrier else {}
+
+
+def supervisor_holds(record: InstanceRecord, tick: _TickActions) -> bool:
+    """Another watchdog tick claimed the instance and its lease has not run out."""
+    return bool(
+        record.owner
+        and record.owner.startswith("supervisor:")
+        and record.owner != tick.actor
+        and record.scheduler_deadline is not None
+        and record.scheduler_deadline > tick.now
+    )
+
+
+class _InstanceActions:
+    """The moves of the instance decisions of one tick (``tick`` is that tick)."""
+
+    def __init__(self, tick: _TickActions) -> None:
+        self.tick = tick
+        self.ledger = tick.ledger
+
+    # ---- resume, compensate, give up -----------------------------------------------------------------
+
+    async def resume(
+        self, record: InstanceRecord, why: str, *, cause: str | None = None, **changes: Any
+    ) -> None:
+        from workflow_core.workflows.store import definition_for
+
+        epoch = record.resume_count + 1
+        detail = f"{why}: resumed from the ledger (resume {epoch} of at most {record.max_resumes})"
+        recorded = {"last_error": cause[:MAX_TEXT]} if cause else {}  # the failure it is resumed from
+        claimed = await self.claim(
+            record, IS.RUNNING, detail, resume_count=epoch, stalls=0, **recorded, **changes
+        )
+        if claimed is None:
+            return
+        steps = await self.tick.io(self.ledger.list_for_instance, record.instance_id)
+        # the version the instance is pinned to, even if the YAML changed or went away since
+        definition = definition_for(
+            record.workflow, record.version, getattr(self.tick.services, "definitions", None)
+        )
+        await self.stop_orphaned_children(steps, record.instance_id, why)
+        payload = resume_input(
+            definition,
+            decode_json(record.input_ref) or {},
+            steps,
+            epoch=epoch,
+            generation=record.generation,
+            version=record.version,
+        )
+        payload.update(trace_input(record))
+        await self.tick.client.start_new(WORKFLOW_ORCHESTRATOR, record.instance_id, payload)
+        self.tick._statuses[record.instance_id] = "Pending"
+        done = len(payload.get("state", {}).get("completed", []))
+        await self.decided(record, InstanceAction.RESUME, f"{detail}; {done} completed step(s) kept")
+
+    async def compensate(
+        self, record: InstanceRecord, why: str, *, exhausted: bool = True, cause: str | None = None
+    ) -> None:
+        """``exhausted``: the instance could not go on by itself (resumes spent, or a failure no
+        resume fixes): flagged with the cause; else the workflow's policy asked for compensation."""
+        reason = f"{why}: " + (
+            f"{record.resume_count} resume(s) used of {record.max_resumes}; compensating"
+            if exhausted
+            else "policy on_scheduler_lost is compensate"
+        )
+        changes: dict[str, Any] = {"last_error": cause[:MAX_TEXT]} if cause else {}
+        if exhausted:
+            because = f"; cause: {cause}" if cause else ""
+            changes["needs_attention"] = True
+            changes["attention_reason"] = f"supervisor: {reason}{because}"[:1000]
+        claimed = await self.claim(record, IS.COMPENSATING, reason, **changes)
+        if claimed is None:
+            return
+        await self.start_compensation(record, f"supervisor: {reason}", InstanceAction.COMPENSATE)
+
+    async def give_up_compensation(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
+        """The compensation cannot finish on its own: the instance becomes CompensationFailed, flagged
+        with the cause (the compensation orchestration's own failure) where operators look (the
+        attention inbox, ``sas stalled``, the console), and nothing restarts it until an operator
+        retries a step (which answers the flag and resets the budget)."""
+        cause = cause or detail
+        claimed = await self.claim(
+            record,
+            IS.COMPENSATION_FAILED,
+            detail,
+            needs_attention=True,
+            attention_reason=f"compensation gave up: {detail}; cause: {cause}"[:1000],
+            last_error=cause[:MAX_TEXT],
+        )
+        if claimed is not None:
+            await self.decided(record, InstanceAction.GIVE_UP_COMPENSATION, f"{detail}; cause: {cause[:500]}")
+
+    async def give_up_scheduler(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
+        """The watchdog's own recovery of a live scheduler cannot take (its terminations spent): the
+        instance stays Running, flagged with the cause, and is *parked*: no scheduler deadline, so
+        it leaves the deadline index for the operators' inbox and no tick acts on it again until an
+        operator does (or its scheduler moves by itself and promises again)."""
+        cause = cause or detail
+        claimed = await self.claim(
+            record,
+            IS.RUNNING,
+            detail,
+            park=True,
+            needs_attention=True,
+            attention_reason=f"supervisor gave up: {detail}; cause: {cause}"[:1000],
+            last_error=cause[:MAX_TEXT],
+        )
+        if claimed is not None:
+            await self.decided(record, InstanceAction.GIVE_UP_SCHEDULER, f"{detail}; cause: {cause[:500]}")
+
+    async def terminate_stalled(
+        self,
+        record: InstanceRecord,
+        status: InstanceStatus,
+        orchestration_id: str,
+        detail: str,
+        action: InstanceAction = InstanceAction.TERMINATE,
+    ) -> None:
+        """Terminate a live orchestration (the scheduler, or the compensation) that stopped moving;
+        the termination is counted (``stalls + 1``) in the claim made before it, and the instance is
+        due at once so the next tick replaces it. A refused termination is kept in ``last_error``
+        (the cause an operator reads if the budget runs out)."""
+        claimed = await self.claim(record, status, detail, stalls=record.stalls + 1, due_now=True)
+        if claimed is None:
+            return
+        try:
+            await self.tick.client.terminate(orchestration_id, f"supervisor: {detail}")
+            self.tick._statuses[orchestration_id] = "Terminated"
+        except Exception as exc:
+            failed = f"terminating {orchestration_id} failed: {type(exc).__name__}: {exc}"[:MAX_TEXT]
+            await self.tick.io(
+                self.ledger.update_instance, claimed, actor=self.tick.actor, reason=failed, last_error=failed
+            )
+            detail = f"{detail}; {failed}"
+        await self.decided(record, action, detail)
+
+    def settle_given_up_step(self, step: Any, record: InstanceRecord) -> None:
+        """A step left Compensating by a compensation that gave up: CompensationFailed, with the
+        instance's cause (a lost race leaves it to whoever wrote first)."""
+        try:
+            current = self.ledger.get(step.instance_id, step.step_id)
+            if current.status is StepStatus.COMPENSATING:
+                self.ledger.transition(
+                    current,
+                    StepStatus.COMPENSATION_FAILED,
+                    actor=self.tick.actor,
+                    reason=f"the instance's compensation gave up: {record.attention_reason or ''}"[:1000],
+                    last_error=(record.last_error or record.attention_reason or "compensation gave up")[
+                        :MAX_TEXT
+                    ],
+                )
+        except LedgerError as exc:
+            log.info("step %s/%s left as it is: %s", step.instance_id, step.step_id, exc)
+
+    async def claim(
+        self,
+        record: InstanceRecord,
+        to: InstanceStatus,
+        reason: str,
+        *,
+        due_now: bool = False,
+        park: bool = False,
+        **changes: Any,
+    ) -> InstanceRecord | None:
+        """ETag-claim the instance for this tick (None: someone else changed it first); the counters
+        a decision spends go in ``changes``, so they are written with the claim that acts. ``park``:
+        no scheduler deadline (a flagged instance no tick acts on, see :meth:`give_up_scheduler`)."""
+        deadline = None if park else self.tick.now if due_now else self.tick.now + self.tick.lease
+        try:
+            return await self.tick.io(
+                self.ledger.transition_instance,
+                record,
+                to,
+                actor=self.tick.actor,
+                reason=f"claimed by watchdog tick {self.tick.report.tick_id}: {reason}",
+                owner=self.tick.actor,
+                scheduler_deadline=deadline,
+                **changes,
+            )
+        except InstanceConflict:
+            self.tick.report.conflicts += 1
+            log.info("instance %s changed before it could be claimed; skipped", record.instance_id)
+            return None
+
+    async def start_compensation(self, record: InstanceRecord, reason: str, action: InstanceAction) -> None:
+        compensation_id = compensation_instance_id(record.instance_id)
+        status = await self.tick.status_of(compensation_id)
+        if status in ALIVE_STATUSES:
+            await self.decided(
+                record, InstanceAction.NOTE_COMPENSATION_RUNNING, f"{reason}; {compensation_id} is {status}"
+            )
+            return
+        await self.tick.client.start_new(
+            COMPENSATION_ORCHESTRATOR,
+            compensation_id,
+            {
+                "instance_id": record.instance_id,
+                "workflow": record.workflow,
+                "reason": reason,
+                **trace_input(record),
+            },
+        )
+        self.tick._statuses[compensation_id] = "Pending"
+        await self.decided(record, action, f"{reason}; compensation {compensation_id} started")
+
+    async def stop_orphaned_children(self, steps: list, instance_id: str, why: str) -> None:
+        """Terminate step orchestrations a dead scheduler left running, so only the resumed one
+        drives the instance's steps (best effort: the ledger's ETags keep a straggler harmless)."""
+        children = {r.orchestration_id for r in steps if is_step_instance_id(r.orchestration_id)}
+        for child in sorted(c for c in children if c):
+            if await self.tick.status_of(child) in ALIVE_STATUSES:
+                try:
+                    await self.tick.client.terminate(child, f"supervisor: {why}; the instance is resumed")
+                    self.tick._statuses[child] = "Terminated"
+                except Exception:
+                    log.exception("could not terminate %s before resuming %s", child, instance_id)
+
+    async def decided(self, record: InstanceRecord, action: InstanceAction, detail: str) -> None:
+        self.tick.report.actions[action.value] += 1
+        self.tick.report.instance_decisions.append(
+            (record.instance_id, record.status.value, action.value, detail)
+        )
+        await self.tick.io(
+            self.ledger.note,
+            record.instance_id,
+            "*",
+            actor=self.tick.actor,
+            action="recovery",
+            reason=f"{action.value}: {detail}",
+            status=record.status.value,
+        )
+        if action not in (InstanceAction.NOTE_OWNED, InstanceAction.NOTE_COMPENSATION_RUNNING):
+            # the stalled-instances alert counts these (docs/operations.md)
+            telemetry.record_instance_stalled(
+                record.instance_id,
+                workflow=record.workflow,
+                action=action.value,
+                resume_count=record.resume_count,
+                tick_id=self.tick.report.tick_id,
+            )
+        telemetry.record_recovery(
+            record.instance_id,
+            "*",
+            record.resume_count,
+            action.value,
+            telemetry.OUTCOME_OK,
+            workflow=record.workflow,
+            status=record.status.value,
+            tick_id=self.tick.report.tick_id,
+            reason=detail,
+        )
