@@ -178,15 +178,14 @@ def show(instance: str, output: str) -> None:
 )
 @OUTPUT
 def stalled(limit: int, output: str) -> None:
-    """Steps past their deadline, and steps needing an operator."""
+    """Steps past their deadline, steps needing an operator, and instances flagged for one."""
     from supervisor import operator
 
     s = current_session()
     report = operator.list_stalled(s.ledger, limit=limit)
     if output == "json":
-        render.print_json(
-            s.out, {"now": report.now, "overdue": report.overdue, "attention": report.attention}
-        )
+        data = {"now": report.now, "overdue": report.overdue, "attention": report.attention}
+        render.print_json(s.out, {**data, "flagged_instances": report.flagged})
         return
     s.say(f"Overdue steps ({len(report.overdue)}), as of {render.when(report.now)} UTC:")
     s.show(render.overdue_table(report.now, report.overdue) if report.overdue else "  none")
@@ -197,6 +196,12 @@ def stalled(limit: int, output: str) -> None:
             "\n  retry <instance> <step> runs the compensator again; "
             "skip <instance> <step> accepts the step as it is."
         )
+    else:
+        s.say("  none")
+    s.say(f"\nInstances flagged for an operator ({len(report.flagged)}):")
+    if report.flagged:
+        s.show(render.instances_table(report.flagged))
+        s.say("\n  sas show <instance> gives the cause in full.")
     else:
         s.say("  none")
 

@@ -18,7 +18,7 @@ durable client, picks the step up on its next tick and enacts the intent:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from workflow_core import clock
@@ -138,6 +138,8 @@ class StalledReport:
     now: datetime
     overdue: list[StepRecord]  # past their deadline: the watchdog acts on these
     attention: list[StepRecord]  # no automation will move them on (CompensationFailed)
+    # flagged instances (a stop, a spent budget, a failure no repetition fixes): waiting for an operator
+    flagged: list[InstanceRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -155,10 +157,14 @@ def actor_for(user: str) -> str:
 
 
 def list_stalled(ledger: StepLedger, *, now: datetime | None = None, limit: int = 100) -> StalledReport:
-    """Steps overdue now (from the deadline index) and steps waiting for an operator."""
+    """Steps overdue now (from the deadline index), steps waiting for an operator, and the instances
+    flagged for one (the attention inbox's instances)."""
     now = require_aware(now, "now") if now is not None else clock.utcnow()
     assert now is not None
-    return StalledReport(now, ledger.overdue(now, limit=limit), ledger.needing_attention(limit=limit))
+    flagged, _ = ledger.list_instances(needs_attention=True, limit=limit)
+    return StalledReport(
+        now, ledger.overdue(now, limit=limit), ledger.needing_attention(limit=limit), flagged
+    )
 
 
 def timeline(ledger: StepLedger, instance_id: str) -> Timeline:

@@ -106,3 +106,18 @@ def test_a_malformed_key_is_a_usage_error(cli, ledger, key):  # noqa: F811
     code, _, err = cli("stop", "cli-badkey", "--reason", "r", "--yes", "--idempotency-key", key)
     assert code == 2 and "idempotency key is 1-100 of" in err
     assert ledger.get_instance("cli-badkey").status.value == "Running"
+
+
+def test_stalled_lists_the_instances_flagged_for_an_operator(cli, ledger):  # noqa: F811
+    running(ledger, "cli-flagged")
+    running(ledger, "cli-fine")
+    assert cli("stop", "cli-flagged", "--reason", "wrong tenant", "--yes")[0] == 0
+
+    code, out, err = cli("stalled")
+
+    assert code == 0, err
+    flagged = out.split("Instances flagged for an operator")[1]
+    assert "(1)" in flagged and "cli-flagged" in flagged and "stopped by" in flagged
+    assert "cli-fine" not in out
+    code, out, _ = cli("stalled", "-o", "json")
+    assert [r["instance_id"] for r in json.loads(out)["flagged_instances"]] == ["cli-flagged"]
