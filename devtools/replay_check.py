@@ -48,7 +48,7 @@ from typing import Any
 
 from azure.functions._durable_functions import OrchestrationContext
 
-from devtools.durable_host.episodes import schema_fields
+from devtools.durable_host.context_schema import schema_fields
 from devtools.durable_host.failures import parse_failure
 from devtools.durable_host.history import ActionType, HistoryEventType, flatten_actions, parse_time
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from azure.functions._durable_functions import OrchestrationContext
 
+from .context_schema import schema_fields
 from .failures import orchestrator_failure, parse_failure
 from .history import (
     ActionType,
@@ -380,32 +381,6 @@ def _describe_signature(signature: tuple) -> str:
     except ValueError:
         label = str(kind)
     return f"{label}({name!r})" if name else label
-
-
-#: Azure Storage provider defaults the extension passes for V3's long timers
-#: (``AzureStorageDurabilityProvider``: ``MaximumDelayTime`` 6 days, ``LongRunningTimerIntervalLength``
-#: 3 days), as .NET ``TimeSpan`` strings, which is how Newtonsoft writes them.
-MAXIMUM_SHORT_TIMER_DURATION = "6.00:00:00"
-LONG_RUNNING_TIMER_INTERVAL_DURATION = "3.00:00:00"
-
-
-def schema_fields(schema_version: int) -> dict:
-    """The schema part of the context JSON.
-
-    The extension (``OrchestrationTriggerAttributeBindingProvider.OrchestrationContextToString``)
-    always sends ``upperSchemaVersion: 1`` (V2, for SDKs 1.1.0-1.1.3 that knew no more) and
-    ``upperSchemaVersionNew: 2`` (V3) with the two timer durations; azure-functions-durable 1.7 takes
-    the larger of the two versions. The older schemas are sent the way an older extension did.
-    """
-    if schema_version < 2:
-        return {"upperSchemaVersion": schema_version}
-    return {
-        "upperSchemaVersion": 1,
-        "upperSchemaVersionNew": 2,
-        "longRunningTimerIntervalDuration": LONG_RUNNING_TIMER_INTERVAL_DURATION,
-        "maximumShortTimerDuration": MAXIMUM_SHORT_TIMER_DURATION,
-        "defaultHttpAsyncRequestSleepTimeMillseconds": 30000,
-    }
 
 
 def _continue_as_new_action(state: dict) -> dict | None:

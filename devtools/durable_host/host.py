@@ -59,7 +59,7 @@ from .tracing import _short, _Tracing
 
 #: The replay schemas the SDK speaks: 0 (V1: one list of actions per ``yield``), 1 (V2: one flat
 #: list with WhenAny/WhenAll compound actions) and 2 (V3: V2 plus long timers split into intervals).
-#: The extension announces V3 (see ``episodes.schema_fields``), so 2 is the default; 0 and 1 exist
+#: The extension announces V3 (see ``context_schema.schema_fields``), so 2 is the default; 0 and 1 exist
 #: only to test the older protocols when asked for explicitly.
 SUPPORTED_SCHEMA_VERSIONS = (0, 1, 2)
 
