@@ -1,5 +1,5 @@
 """The step metrics, gauges, compensation/dead-letter counters and custom events of
-workflow_core/telemetry.py, with the real OpenTelemetry SDK (in-memory metric reader and log exporter) and
+workflow_core/telemetry/, with the real OpenTelemetry SDK (in-memory metric reader and log exporter) and
 the installed Azure Monitor exporter's own envelope conversion for the custom events."""
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tests.infra import bicep_checks as bc
 from workflow_core import telemetry
+from workflow_core.telemetry import instruments
+from workflow_core.telemetry.events import emit_event
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -26,10 +28,10 @@ T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 def reader():
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
-    telemetry.use_providers(meters, None)
+    instruments.use_providers(meters, None)
     yield reader
     telemetry.register_ledger_gauges(in_flight=None, overdue=None)
-    telemetry.use_providers(None, None)
+    instruments.use_providers(None, None)
     meters.shutdown()
 
 
@@ -66,7 +68,7 @@ def custom_events(exporter: InMemoryLogRecordExporter) -> list:
     return [
         r
         for r in exporter.get_finished_logs()
-        if telemetry.CUSTOM_EVENT_ATTRIBUTE in (r.log_record.attributes or {})
+        if instruments.CUSTOM_EVENT_ATTRIBUTE in (r.log_record.attributes or {})
     ]
 
 
@@ -227,7 +229,7 @@ def test_dead_lettered_messages_by_queue_and_reason(reader, events):
         ): 1,
     }
     first = custom_events(events)[0].log_record.attributes
-    assert first[telemetry.CUSTOM_EVENT_ATTRIBUTE] == "sas.message_dead_lettered"
+    assert first[instruments.CUSTOM_EVENT_ATTRIBUTE] == "sas.message_dead_lettered"
     assert (first["queue"], first["instance_id"], first["step_id"]) == ("agent-work", "wf-7", "dns")
 
 
@@ -235,7 +237,7 @@ def test_dead_lettered_messages_by_queue_and_reason(reader, events):
 
 
 def test_the_event_attribute_is_the_one_the_installed_exporter_reads():
-    assert telemetry.CUSTOM_EVENT_ATTRIBUTE == exporter_constants._MICROSOFT_CUSTOM_EVENT_NAME
+    assert instruments.CUSTOM_EVENT_ATTRIBUTE == exporter_constants._MICROSOFT_CUSTOM_EVENT_NAME
 
 
 def test_record_recovery_emits_the_custom_event_that_becomes_a_customevents_row(reader, events, caplog):
@@ -244,7 +246,7 @@ def test_record_recovery_emits_the_custom_event_that_becomes_a_customevents_row(
 
     (record,) = custom_events(events)
     attributes = record.log_record.attributes
-    assert attributes[telemetry.CUSTOM_EVENT_ATTRIBUTE] == "sas.recovery"
+    assert attributes[instruments.CUSTOM_EVENT_ATTRIBUTE] == "sas.recovery"
     assert {
         k: attributes[k] for k in ("instance_id", "step_id", "attempt", "action", "outcome", "workflow")
     } == {
@@ -283,7 +285,7 @@ def test_instance_stalled_event_for_the_stalled_instances_alert(events):
 
 
 def test_events_survive_reserved_names_and_drop_none(events):
-    telemetry.emit_event("sas.custom", name="n", message="m", missing=None, payload={"a": 1})
+    emit_event("sas.custom", name="n", message="m", missing=None, payload={"a": 1})
     (record,) = custom_events(events)
     attributes = record.log_record.attributes
     assert (attributes["sas_name"], attributes["sas_message"], attributes["payload"]) == (
@@ -299,7 +301,7 @@ def test_events_are_emitted_whatever_the_root_logger_level(events):
     before = root.level
     root.setLevel(logging.ERROR)
     try:
-        telemetry.emit_event("sas.custom")
+        emit_event("sas.custom")
     finally:
         root.setLevel(before)
     assert len(custom_events(events)) == 1
@@ -311,11 +313,11 @@ def test_the_alert_queries_read_the_names_the_code_emits():
     assert problems == []
     variables = files["modules/monitoring.bicep"].section("variables")
     stalled = variables["stalledInstancesQuery"]["value"]
-    assert f'name == "{telemetry.INSTANCE_STALLED_EVENT}"' in stalled
+    assert f'name == "{instruments.INSTANCE_STALLED_EVENT}"' in stalled
     for attribute in ("workflow", "instance_id", "action"):
         assert f'customDimensions["{attribute}"]' in stalled
     steps = variables["stalledStepsQuery"]["value"]
-    assert f'name == "{telemetry.RECOVERY_EVENT}"' in steps
+    assert f'name == "{instruments.RECOVERY_EVENT}"' in steps
     compensation = variables["compensationFailuresQuery"]["value"]
-    assert telemetry.COMPENSATION_FAILED_COUNTER in compensation
-    assert f'"{telemetry.OUTCOME_COMPENSATION_FAILED}"' in compensation
+    assert instruments.COMPENSATION_FAILED_COUNTER in compensation
+    assert f'"{instruments.OUTCOME_COMPENSATION_FAILED}"' in compensation

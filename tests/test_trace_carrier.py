@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from workflow_core import ledger_gauges, telemetry, tracing
 from workflow_core.ledger import NewStep, StepLedger, StepStatus
 from workflow_core.messages import work_message
+from workflow_core.telemetry import instruments
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -36,9 +37,9 @@ def spans():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.use_providers(None, provider)
+    instruments.use_providers(None, provider)
     yield exporter
-    telemetry.use_providers(None, None)
+    instruments.use_providers(None, None)
     provider.shutdown()
 
 
@@ -139,7 +140,7 @@ def test_overdue_instances_come_from_the_last_tick_and_go_stale():
 def test_registered_gauges_export_the_readings():
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
-    telemetry.use_providers(meters, None)
+    instruments.use_providers(meters, None)
     try:
         ledger_gauges.register(lambda: _FixedLedger(7))
         ledger_gauges.note_overdue_instances({"order-fulfilment": 1})
@@ -150,11 +151,11 @@ def test_registered_gauges_export_the_readings():
             for scope in resource.scope_metrics
             for metric in scope.metrics
         }
-        assert points[telemetry.WORK_IN_FLIGHT_GAUGE] == [({}, 7)]
-        assert points[telemetry.INSTANCES_OVERDUE_GAUGE] == [({"workflow": "order-fulfilment"}, 1)]
+        assert points[instruments.WORK_IN_FLIGHT_GAUGE] == [({}, 7)]
+        assert points[instruments.INSTANCES_OVERDUE_GAUGE] == [({"workflow": "order-fulfilment"}, 1)]
     finally:
         telemetry.register_ledger_gauges(in_flight=None, overdue=None)
-        telemetry.use_providers(None, None)
+        instruments.use_providers(None, None)
         meters.shutdown()
 
 
