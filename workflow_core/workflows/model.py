@@ -1,4 +1,4 @@
-"""What a workflow is: its input schema and its steps, each with an agent, a deadline and a retry policy.
+"""What a workflow is: its input schema (``input_schema``) and its steps and parallel groups (``steps``).
 
 Definitions are validated when they load (unique step ids, references only to earlier steps, input
 references only to fields that are always present), so an orchestration never discovers a broken
@@ -9,236 +9,19 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workflow_core.ledger.errors import InvalidLedgerInput
-from workflow_core.ledger.model import validate_step_id
 from workflow_core.workflows.errors import WorkflowInputError
+from workflow_core.workflows.input_schema import InputSchema, json_type_name, type_matches
 from workflow_core.workflows.references import iter_references, resolve_value
-from workflow_core.workflows.retry import RetryPolicy
+from workflow_core.workflows.steps import ParallelGroup, StepDefinition, StepItem
 
 WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
-FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_DEADLINE_SECONDS = 7 * 24 * 3600  # a first deadline beyond a week is a definition mistake
-
-FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-def _check_agent(value: str) -> str:
-    if not AGENT_NAME.fullmatch(value):
-        raise ValueError(
-            f"agent {value!r} must be lowercase dotted words such as 'storage.create' "
-            f"(pattern {AGENT_NAME.pattern})"
-        )
-    return value
-
-
-ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
-
-
-def _check_error_names(names: tuple[str, ...]) -> tuple[str, ...]:
-    for name in names:
-        if not ERROR_NAME.fullmatch(name):
-            raise ValueError(
-                f"non_retryable_errors: {name!r} is not an exception class name such as CardDeclined"
-            )
-    if len(set(names)) != len(names):
-        raise ValueError(f"non_retryable_errors lists a name twice: {list(names)}")
-    return names
-
-
-# --- input schema ----------------------------------------------------------------------------------
-
-
-def type_matches(expected: FieldType, value: Any) -> bool:
-    """JSON-schema-like type check; ``bool`` is not an integer here, although Python says it is."""
-    if expected == "string":
-        return isinstance(value, str)
-    if expected == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if expected == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if expected == "boolean":
-        return isinstance(value, bool)
-    if expected == "object":
-        return isinstance(value, dict)
-    return isinstance(value, list)
-
-
-def json_type_name(value: Any) -> str:
-    """The JSON name of a Python value's type, for error messages a caller of the HTTP API understands."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
-
-
-class InputProperty(_Frozen):
-    type: FieldType
-    description: str | None = None
-    default: Any = None
-
-    @model_validator(mode="after")
-    def _default_type(self) -> InputProperty:
-        if self.default is not None and not type_matches(self.type, self.default):
-            raise ValueError(f"default {self.default!r} is not of type {self.type}")
-        return self
-
-
-class InputSchema(_Frozen):
-    """A deliberately small schema: required fields, typed properties, optional defaults."""
-
-    required: tuple[str, ...] = ()
-    properties: dict[str, InputProperty] = Field(default_factory=dict)
-    additional_properties: bool = False
-
-    @field_validator("properties")
-    @classmethod
-    def _names(cls, value: dict[str, InputProperty]) -> dict[str, InputProperty]:
-        for name in value:
-            if not FIELD_NAME.fullmatch(name):
-                raise ValueError(f"property name {name!r} must match {FIELD_NAME.pattern}")
-        return value
-
-    @model_validator(mode="after")
-    def _required_declared(self) -> InputSchema:
-        undeclared = [name for name in self.required if name not in self.properties]
-        if undeclared:
-            raise ValueError(
-                f"required fields {undeclared} are not declared under properties (declare their type)"
-            )
-        if len(set(self.required)) != len(self.required):
-            raise ValueError("required lists a field twice")
-        return self
-
-    def always_present(self) -> set[str]:
-        """Fields a validated input always has: the required ones and those with a default."""
-        return set(self.required) | {n for n, p in self.properties.items() if p.default is not None}
-
-
-# --- steps -----------------------------------------------------------------------------------------
-
-
-class CompensationDefinition(_Frozen):
-    """How to undo a step: another agent, with its own deadline and retries."""
-
-    agent: str
-    deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    non_retryable_errors: tuple[str, ...] = ()
-
-    @field_validator("agent")
-    @classmethod
-    def _agent(cls, value: str) -> str:
-        return _check_agent(value)
-
-    @field_validator("non_retryable_errors")
-    @classmethod
-    def _errors(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _check_error_names(value)
-
-
-class StepDefinition(_Frozen):
-    id: str
-    name: str = ""
-    description: str | None = None
-    agent: str
-    input: dict[str, Any] = Field(default_factory=dict)
-    deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
-    # exception type names retrying cannot fix (``CardDeclined``): such a failure gives up at once
-    non_retryable_errors: tuple[str, ...] = ()
-    compensation: CompensationDefinition | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_name(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data.get("name") and isinstance(data.get("id"), str):
-            return {**data, "name": data["id"]}
-        return data
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str) -> str:
-        try:
-            return validate_step_id(value)  # the ledger keys rows by step id: same rules here
-        except InvalidLedgerInput as exc:  # pydantic only reports plain ValueErrors as field errors
-            raise ValueError(str(exc)) from None
-
-    @field_validator("agent")
-    @classmethod
-    def _agent(cls, value: str) -> str:
-        return _check_agent(value)
-
-    @field_validator("non_retryable_errors")
-    @classmethod
-    def _errors(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _check_error_names(value)
-
-    @property
-    def compensator(self) -> str | None:
-        return self.compensation.agent if self.compensation else None
-
-
-class ParallelGroup(_Frozen):
-    """Steps that run at the same time: ``{parallel: [step, step, ...]}`` in a workflow's ``steps``.
-
-    The next item starts once every step of the group finished; if any of them gives up, the
-    instance is compensated after all of them finished. Groups do not nest.
-    """
-
-    parallel: tuple[StepDefinition, ...] = Field(min_length=2)
-
-    @field_validator("parallel", mode="before")
-    @classmethod
-    def _not_nested(cls, value: Any) -> Any:
-        if isinstance(value, list | tuple):
-            for index, item in enumerate(value):
-                if isinstance(item, dict) and "parallel" in item:
-                    raise ValueError(
-                        f"[{index}]: parallel groups cannot be nested; list the steps of the inner group "
-                        "directly in the outer one"
-                    )
-        return value
-
-
-def _item_kind(value: Any) -> str:
-    """Which kind of ``steps`` item a value is, so a mistake is reported against one kind only."""
-    if isinstance(value, dict):
-        return "<parallel>" if "parallel" in value else "<step>"
-    return "<parallel>" if isinstance(value, ParallelGroup) else "<step>"
-
-
-# The tags start with "<" so the loader leaves them out of error locations (steps[1].parallel[0].id).
-StepItem = Annotated[
-    Annotated[StepDefinition, Tag("<step>")] | Annotated[ParallelGroup, Tag("<parallel>")],
-    Discriminator(_item_kind),
-]
-
-
-# --- workflow --------------------------------------------------------------------------------------
-
-
-class WorkflowDefinition(_Frozen):
+class WorkflowDefinition(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     name: str
