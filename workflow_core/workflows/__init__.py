@@ -12,7 +12,6 @@ from workflow_core.workflows.errors import (
     WorkflowDefinitionError,
     WorkflowInputError,
 )
-from workflow_core.workflows.input_schema import InputProperty, InputSchema
 from workflow_core.workflows.loader import (
     DEFAULT_DIRECTORY,
     agents_used,
@@ -21,7 +20,7 @@ from workflow_core.workflows.loader import (
     load_workflows,
     parse_workflow,
 )
-from workflow_core.workflows.model import WorkflowDefinition, resolve_step_input
+from workflow_core.workflows.model import InputProperty, InputSchema, WorkflowDefinition, resolve_step_input
 from workflow_core.workflows.references import Reference, parse_reference
 from workflow_core.workflows.retry import RetryPolicy
 from workflow_core.workflows.steps import CompensationDefinition, ParallelGroup, StepDefinition

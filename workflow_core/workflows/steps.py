@@ -6,16 +6,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic.functional_validators import AfterValidator
 
 from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.model import validate_step_id
@@ -46,7 +38,6 @@ def _check_error_names(names: tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
-# Checked wherever a definition names an agent or the errors retrying cannot fix.
 AgentName = Annotated[str, AfterValidator(_check_agent)]
 ErrorNames = Annotated[tuple[str, ...], AfterValidator(_check_error_names)]
 
