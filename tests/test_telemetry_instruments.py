@@ -1,6 +1,7 @@
 """The step metrics, gauges, compensation/dead-letter counters and custom events of
-workflow_core/telemetry/, with the real OpenTelemetry SDK (in-memory metric reader and log exporter) and
-the installed Azure Monitor exporter's own envelope conversion for the custom events."""
+workflow_core/telemetry.py and telemetry_instruments.py, with the real OpenTelemetry SDK (in-memory
+metric reader and log exporter) and the installed Azure Monitor exporter's own envelope conversion for
+the custom events."""
 
 from __future__ import annotations
 
@@ -17,9 +18,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tests.infra import bicep_checks as bc
-from workflow_core import telemetry
-from workflow_core.telemetry import instruments
-from workflow_core.telemetry.events import emit_event
+from workflow_core import telemetry, telemetry_instruments
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -28,10 +27,10 @@ T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 def reader():
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
-    instruments.use_providers(meters, None)
+    telemetry_instruments.use_providers(meters, None)
     yield reader
-    telemetry.register_ledger_gauges(in_flight=None, overdue=None)
-    instruments.use_providers(None, None)
+    telemetry_instruments.register_ledger_gauges(in_flight=None, overdue=None)
+    telemetry_instruments.use_providers(None, None)
     meters.shutdown()
 
 
@@ -68,7 +67,7 @@ def custom_events(exporter: InMemoryLogRecordExporter) -> list:
     return [
         r
         for r in exporter.get_finished_logs()
-        if instruments.CUSTOM_EVENT_ATTRIBUTE in (r.log_record.attributes or {})
+        if telemetry.CUSTOM_EVENT_ATTRIBUTE in (r.log_record.attributes or {})
     ]
 
 
@@ -136,7 +135,7 @@ def test_ledger_gauges_read_the_callers_callbacks(reader):
         calls.append("in_flight")
         return {"provision": 3, "fulfil": 1}
 
-    telemetry.register_ledger_gauges(in_flight=in_flight, overdue=lambda: 2)
+    telemetry_instruments.register_ledger_gauges(in_flight=in_flight, overdue=lambda: 2)
     assert calls == []  # called at collection time, not at registration
     in_flight_points = by_attributes(metric_points(reader, "sas.work.in_flight"))
     assert {k: p.value for k, p in in_flight_points.items()} == {
@@ -152,7 +151,7 @@ def test_a_failing_gauge_callback_does_not_stop_the_other_metrics(reader, caplog
     def broken():
         raise RuntimeError("ledger unreachable")
 
-    telemetry.register_ledger_gauges(in_flight=broken, overdue=lambda: 4)
+    telemetry_instruments.register_ledger_gauges(in_flight=broken, overdue=lambda: 4)
     telemetry.record_step_finished("w", "s", telemetry.STEP_SUCCEEDED, duration_s=1)
     with caplog.at_level(logging.ERROR, logger="sas.supervisor"):
         assert metric_points(reader, "sas.work.in_flight") == []
@@ -163,9 +162,9 @@ def test_a_failing_gauge_callback_does_not_stop_the_other_metrics(reader, caplog
 
 def test_gauges_observe_nothing_until_registered_and_after_clearing(reader):
     assert metric_points(reader, "sas.work.in_flight") == []
-    telemetry.register_ledger_gauges(in_flight=lambda: 1)
+    telemetry_instruments.register_ledger_gauges(in_flight=lambda: 1)
     assert [p.value for p in metric_points(reader, "sas.work.in_flight")] == [1]
-    telemetry.register_ledger_gauges(in_flight=None)
+    telemetry_instruments.register_ledger_gauges(in_flight=None)
     reader.get_metrics_data()  # the next collection after clearing observes nothing new
     assert metric_points(reader, "sas.work.in_flight") == []
 
@@ -229,7 +228,7 @@ def test_dead_lettered_messages_by_queue_and_reason(reader, events):
         ): 1,
     }
     first = custom_events(events)[0].log_record.attributes
-    assert first[instruments.CUSTOM_EVENT_ATTRIBUTE] == "sas.message_dead_lettered"
+    assert first[telemetry.CUSTOM_EVENT_ATTRIBUTE] == "sas.message_dead_lettered"
     assert (first["queue"], first["instance_id"], first["step_id"]) == ("agent-work", "wf-7", "dns")
 
 
@@ -237,7 +236,7 @@ def test_dead_lettered_messages_by_queue_and_reason(reader, events):
 
 
 def test_the_event_attribute_is_the_one_the_installed_exporter_reads():
-    assert instruments.CUSTOM_EVENT_ATTRIBUTE == exporter_constants._MICROSOFT_CUSTOM_EVENT_NAME
+    assert telemetry.CUSTOM_EVENT_ATTRIBUTE == exporter_constants._MICROSOFT_CUSTOM_EVENT_NAME
 
 
 def test_record_recovery_emits_the_custom_event_that_becomes_a_customevents_row(reader, events, caplog):
@@ -246,7 +245,7 @@ def test_record_recovery_emits_the_custom_event_that_becomes_a_customevents_row(
 
     (record,) = custom_events(events)
     attributes = record.log_record.attributes
-    assert attributes[instruments.CUSTOM_EVENT_ATTRIBUTE] == "sas.recovery"
+    assert attributes[telemetry.CUSTOM_EVENT_ATTRIBUTE] == "sas.recovery"
     assert {
         k: attributes[k] for k in ("instance_id", "step_id", "attempt", "action", "outcome", "workflow")
     } == {
@@ -285,7 +284,7 @@ def test_instance_stalled_event_for_the_stalled_instances_alert(events):
 
 
 def test_events_survive_reserved_names_and_drop_none(events):
-    emit_event("sas.custom", name="n", message="m", missing=None, payload={"a": 1})
+    telemetry.emit_event("sas.custom", name="n", message="m", missing=None, payload={"a": 1})
     (record,) = custom_events(events)
     attributes = record.log_record.attributes
     assert (attributes["sas_name"], attributes["sas_message"], attributes["payload"]) == (
@@ -301,7 +300,7 @@ def test_events_are_emitted_whatever_the_root_logger_level(events):
     before = root.level
     root.setLevel(logging.ERROR)
     try:
-        emit_event("sas.custom")
+        telemetry.emit_event("sas.custom")
     finally:
         root.setLevel(before)
     assert len(custom_events(events)) == 1
@@ -313,11 +312,11 @@ def test_the_alert_queries_read_the_names_the_code_emits():
     assert problems == []
     variables = files["modules/monitoring.bicep"].section("variables")
     stalled = variables["stalledInstancesQuery"]["value"]
-    assert f'name == "{instruments.INSTANCE_STALLED_EVENT}"' in stalled
+    assert f'name == "{telemetry.INSTANCE_STALLED_EVENT}"' in stalled
     for attribute in ("workflow", "instance_id", "action"):
         assert f'customDimensions["{attribute}"]' in stalled
     steps = variables["stalledStepsQuery"]["value"]
-    assert f'name == "{instruments.RECOVERY_EVENT}"' in steps
+    assert f'name == "{telemetry.RECOVERY_EVENT}"' in steps
     compensation = variables["compensationFailuresQuery"]["value"]
-    assert instruments.COMPENSATION_FAILED_COUNTER in compensation
-    assert f'"{instruments.OUTCOME_COMPENSATION_FAILED}"' in compensation
+    assert telemetry_instruments.COMPENSATION_FAILED_COUNTER in compensation
+    assert f'"{telemetry.OUTCOME_COMPENSATION_FAILED}"' in compensation

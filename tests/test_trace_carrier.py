@@ -12,10 +12,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from workflow_core import ledger_gauges, telemetry, tracing
+from workflow_core import ledger_gauges, telemetry_instruments, tracing
 from workflow_core.ledger import NewStep, StepLedger, StepStatus
 from workflow_core.messages import work_message
-from workflow_core.telemetry import instruments
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -37,9 +36,9 @@ def spans():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    instruments.use_providers(None, provider)
+    telemetry_instruments.use_providers(None, provider)
     yield exporter
-    instruments.use_providers(None, None)
+    telemetry_instruments.use_providers(None, None)
     provider.shutdown()
 
 
@@ -140,7 +139,7 @@ def test_overdue_instances_come_from_the_last_tick_and_go_stale():
 def test_registered_gauges_export_the_readings():
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
-    instruments.use_providers(meters, None)
+    telemetry_instruments.use_providers(meters, None)
     try:
         ledger_gauges.register(lambda: _FixedLedger(7))
         ledger_gauges.note_overdue_instances({"order-fulfilment": 1})
@@ -151,11 +150,13 @@ def test_registered_gauges_export_the_readings():
             for scope in resource.scope_metrics
             for metric in scope.metrics
         }
-        assert points[instruments.WORK_IN_FLIGHT_GAUGE] == [({}, 7)]
-        assert points[instruments.INSTANCES_OVERDUE_GAUGE] == [({"workflow": "order-fulfilment"}, 1)]
+        assert points[telemetry_instruments.WORK_IN_FLIGHT_GAUGE] == [({}, 7)]
+        assert points[telemetry_instruments.INSTANCES_OVERDUE_GAUGE] == [
+            ({"workflow": "order-fulfilment"}, 1)
+        ]
     finally:
-        telemetry.register_ledger_gauges(in_flight=None, overdue=None)
-        instruments.use_providers(None, None)
+        telemetry_instruments.register_ledger_gauges(in_flight=None, overdue=None)
+        telemetry_instruments.use_providers(None, None)
         meters.shutdown()
 
 

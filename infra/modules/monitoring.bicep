@@ -2,7 +2,7 @@
 // Entra ID tokens of the app's managed identity), the operator views (saved searches + a workbook) and
 // the alerts on the supervisor's recovery telemetry.
 //
-// Telemetry contract (workflow_core/telemetry/, exported by the Azure Monitor OpenTelemetry distro; the full
+// Telemetry contract (workflow_core/telemetry.py, exported by the Azure Monitor OpenTelemetry distro; the full
 // list of instruments is in docs/operations.md):
 //   counter sas.recoveries           +1 per recovery action; dimensions action (resend, fail_step,
 //                                    start_compensation, fail_compensation, finish_compensation,

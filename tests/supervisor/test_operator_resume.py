@@ -10,7 +10,7 @@ from devtools.harness import PatternHarness
 from supervisor import operator, run_tick
 from tests.faults.conftest import start_provisioning, storage_queue_only
 from tests.test_telemetry_instruments import custom_events, events  # noqa: F401 - fixture
-from workflow_core.telemetry import instruments
+from workflow_core import telemetry
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_operator_resume_of_a_stranded_instance_finishes_it_past_its_policy(quie
     stalled = [
         e.log_record.attributes
         for e in custom_events(events)
-        if e.log_record.attributes[instruments.CUSTOM_EVENT_ATTRIBUTE] == instruments.INSTANCE_STALLED_EVENT
+        if e.log_record.attributes[telemetry.CUSTOM_EVENT_ATTRIBUTE] == telemetry.INSTANCE_STALLED_EVENT
     ]
     assert [(a["instance_id"], a["action"]) for a in stalled] == [(iid, "resume_instance")]
     h.release(held)

@@ -1,4 +1,4 @@
-"""The pattern's instruments, the names they and the events go by, and the providers they report to.
+"""The pattern's instruments, the names they go by, and the providers they report to.
 
 Instruments (OpenTelemetry names in the project's ``sas.`` namespace; failures carry ``error.type``, the
 OpenTelemetry attribute for a low-cardinality error class, ``_OTHER`` when the caller has none). Per the
@@ -21,19 +21,25 @@ name                                kind       unit            attributes
                                                                error.type (the dead-letter reason)
 ==================================  =========  ==============  ========================================
 
-The instruments report to the global providers, which are the OpenTelemetry API's no-op ones until
-:func:`workflow_core.telemetry.export.configure_telemetry` installs Azure Monitor's. Tests install real
-SDK providers with :func:`use_providers`.
+Nothing is exported unless :func:`configure_telemetry` found ``APPLICATIONINSIGHTS_CONNECTION_STRING``:
+without it the OpenTelemetry API's no-op providers swallow the signals (logs still go to the normal
+Python logging handlers, which the Functions host forwards). Tests install real SDK providers with
+:func:`use_providers`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
+
+if TYPE_CHECKING:
+    from workflow_core.settings import Settings
 
 RECOVERY_COUNTER = "sas.recoveries"
 COMPENSATION_FAILED_COUNTER = "sas.compensation_failures"
@@ -44,32 +50,8 @@ STEP_ATTEMPTS_HISTOGRAM = "sas.step.attempts"
 QUEUE_WAIT_HISTOGRAM = "sas.step.queue_wait.duration"
 WORK_IN_FLIGHT_GAUGE = "sas.work.in_flight"
 INSTANCES_OVERDUE_GAUGE = "sas.instance.overdue"
-RECOVERY_EVENT = "sas.recovery"
-INSTANCE_STALLED_EVENT = "sas.instance_stalled"
-DEAD_LETTER_EVENT = "sas.message_dead_lettered"
 LOGGER_NAME = "sas.supervisor"
-EVENTS_LOGGER_NAME = "sas.events"
 INSTRUMENTATION_NAME = "sas.supervisor"
-
-# The log-record attribute the Azure Monitor exporter turns into a customEvents row (its
-# _MICROSOFT_CUSTOM_EVENT_NAME in azure.monitor.opentelemetry.exporter._constants).
-CUSTOM_EVENT_ATTRIBUTE = "microsoft.custom_event.name"
-# OpenTelemetry attribute names used on the instruments.
-ERROR_TYPE = "error.type"
-ERROR_TYPE_OTHER = "_OTHER"  # the semantic conventions' fallback when the error class is unknown
-DESTINATION = "messaging.destination.name"
-
-# Outcome vocabulary. Actions are free-form names chosen by the recovering component (the watchdog's
-# are listed in docs/supervisor.md); outcomes are one of these.
-OUTCOME_OK = "ok"  # the action was carried out
-OUTCOME_ERROR = "error"  # the action was attempted and failed (it will be retried)
-OUTCOME_COMPENSATION_FAILED = "compensation_failed"  # a compensator gave up: needs an operator
-
-# Outcomes of a step attempt (sas.step.duration / sas.step.attempts) and of a compensation.
-STEP_SUCCEEDED = "succeeded"
-STEP_FAILED = "failed"
-STEP_TIMED_OUT = "timed_out"
-COMPENSATED = "compensated"
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -89,11 +71,11 @@ class Instruments:
     tracer: trace.Tracer
 
 
-# Guards this module's state, and whether export.configure_telemetry already ran.
-lock = threading.Lock()
+_lock = threading.Lock()
 _instruments: Instruments | None = None
 _meter_provider: metrics.MeterProvider | None = None
 _tracer_provider: trace.TracerProvider | None = None
+_configured = False
 # Callbacks of the observable gauges, set by register_ledger_gauges (None = nothing observed).
 _gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {
     WORK_IN_FLIGHT_GAUGE: None,
@@ -187,7 +169,7 @@ def _gauge_callback(name: str) -> Callable[[metrics.CallbackOptions], Iterable[m
 
 def current() -> Instruments:
     global _instruments
-    with lock:
+    with _lock:
         if _instruments is None:
             # The API's global providers are proxies until an SDK provider is installed, so
             # instruments made here start exporting as soon as configure_telemetry() runs.
@@ -199,12 +181,12 @@ def use_providers(
     meter_provider: metrics.MeterProvider | None = None,
     tracer_provider: trace.TracerProvider | None = None,
 ) -> None:
-    """Send the telemetry package's signals to these providers instead of the global ones (``None``: global).
+    """Send the pattern's signals to these providers instead of the global ones (``None``: global).
 
     For tests (the SDK's in-memory readers/exporters) and embedders that manage their own providers.
     """
     global _instruments, _meter_provider, _tracer_provider
-    with lock:
+    with _lock:
         _meter_provider = meter_provider
         _tracer_provider = tracer_provider
         _instruments = None
@@ -213,6 +195,64 @@ def use_providers(
 def tracer() -> trace.Tracer:
     """The tracer recovery spans (e.g. a watchdog tick) should be started with."""
     return current().tracer
+
+
+def configure_telemetry(settings: Settings | None = None) -> bool:
+    """Export to Application Insights if ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set; once per process.
+
+    Returns True when Azure Monitor is (now or already) configured, False when nothing is exported.
+    Only the ``sas`` loggers are exported as ``traces`` (the recovery records of ``sas.supervisor`` and
+    any other ``sas.*`` logger; the Functions host already forwards ordinary logs, so exporting the root
+    logger as well would duplicate them). ``settings`` defaults to reading the environment variable
+    directly, so it works before the other settings are valid.
+    """
+    global _configured
+    connection_string = (
+        settings.app_insights_connection_string
+        if settings is not None
+        else (os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING") or "").strip() or None
+    )
+    if not connection_string:
+        return False
+    with _lock:
+        if _configured:
+            return True
+        from azure.monitor.opentelemetry import configure_azure_monitor
+
+        credential = _entra_credential()
+        # Application Insights in infra/ has local (key) auth disabled: ingestion needs Entra ID.
+        options = {} if credential is None else {"credential": credential}
+        configure_azure_monitor(connection_string=connection_string, logger_name="sas", **options)
+        _configured = True
+    # Rebind the instruments to the (now real) global providers.
+    use_providers(None, None)
+    return True
+
+
+def _entra_credential() -> Any:
+    """The managed identity to authenticate telemetry with, when the app settings name one.
+
+    ``APPLICATIONINSIGHTS_AUTHENTICATION_STRING=Authorization=AAD;ClientId=<id>`` (what infra/ sets)
+    or ``AZURE_CLIENT_ID``; None when neither is set (local runs with a key-based resource).
+    """
+    auth = os.environ.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING") or ""
+    parts = dict(p.split("=", 1) for p in auth.split(";") if "=" in p)
+    client_id = parts.get("ClientId") or os.environ.get("AZURE_CLIENT_ID")
+    if parts.get("Authorization", "").upper() != "AAD" and not os.environ.get("AZURE_CLIENT_ID"):
+        return None
+    from azure.identity import ManagedIdentityCredential
+
+    return ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
+
+
+def configure_telemetry_from_env() -> bool:
+    """:func:`configure_telemetry` from the environment alone (for ``function_app`` at import time,
+    when the other settings may not be valid yet)."""
+    return configure_telemetry(None)
+
+
+def is_configured() -> bool:
+    return _configured
 
 
 def register_ledger_gauges(
@@ -227,7 +267,7 @@ def register_ledger_gauges(
     scan) and return a number, or ``{workflow: number}``. ``None`` stops observing. A callback that
     raises is logged and skipped. This module never reads the ledger itself.
     """
-    with lock:
+    with _lock:
         _gauge_sources[WORK_IN_FLIGHT_GAUGE] = in_flight
         _gauge_sources[INSTANCES_OVERDUE_GAUGE] = overdue
     current()  # the gauges are created with the other instruments: make sure they exist
