@@ -14,7 +14,7 @@ import api
 import orchestrators
 import supervisor
 from workflow_core import ledger_gauges
-from workflow_core.telemetry import configure_telemetry_from_env
+from workflow_core.telemetry_instruments import configure_telemetry_from_env
 
 configure_telemetry_from_env()
 # The in-flight and overdue gauges read the ledger lazily, at export time (nothing when not exported).

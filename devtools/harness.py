@@ -7,7 +7,7 @@ What is real and what stands in::
                                                       v
     Azurite tables (ledger, deadline index)    real queues (Storage Queues on Azurite, or Service Bus)
                                                       |
-          agent pumps (this module) = the Functions host's queue triggers: receive, call the REAL
+          agent pumps (harness_pumps) = the Functions host's queue triggers: receive, call the REAL
           worker / result-handler / dead-letter bodies, complete on success, abandon on an exception,
           dead-letter after MAX_DELIVERY_COUNT deliveries (``workflow_core.transport.settle_failure``)
                                                       |
@@ -55,10 +55,9 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -66,27 +65,14 @@ from typing import Any
 import azure.functions as func
 
 from devtools.azurite import Azurite, env_for
-from devtools.faulty_transport import FaultyTransport
-from devtools.harness_faults import (  # noqa: F401 (re-exported)
-    AgentKilled,
-    HarnessError,
-    HarnessFaults,
-    ProcessDied,
-    _Hold,
-)
+from devtools.harness_faults import HarnessError, HarnessFaults, _Hold
 from devtools.harness_observation import HarnessObservation, LedgerEvent
-from workflow_core.ledger import StepLedger, StepRecord
-from workflow_core.transport import (
-    LockLostError,
-    OutgoingMessage,
-    ReceivedMessage,
-    Transport,
-    settle_failure,
-)
+from devtools.harness_pumps import HarnessPumps, KnownEmpty, WatchedTransport
+from workflow_core.ledger import StepLedger
+from workflow_core.transport import ReceivedMessage, Transport
 
 DEFAULT_WATCHDOG_PERIOD = timedelta(seconds=30)
 DEFAULT_LOCK_SECONDS = 1.0  # Storage Queues: visibility timeout of a received message (1 s minimum)
-RECEIVE_BATCH = 16  # messages a pump asks for per poll
 SERVICEBUS_MIN_WAIT_SECONDS = 0.05  # Service Bus has no zero-wait receive; keep idle polls short
 
 # ---- the function app, indexed once per process -------------------------------------------------
@@ -111,85 +97,10 @@ def app_functions() -> list[Any]:
         return _functions
 
 
-# ---- which agent queues are known to be empty ------------------------------------------------------
-
-
-class _KnownEmpty:
-    """The agent queues ("work", "results", "dead") whose last poll took every message there was (it
-    came back with fewer than it asked for), with nothing put into them through the harness's
-    transport since, in the current run of the host loop.
-
-    The pumps skip such a poll only in a loop iteration that already did other work
-    (``DurableTestHost.iteration_busy``): the host never counts as idle, nor skips virtual time, before
-    an iteration in which every pump polled for real, so a message that arrived another way (a lock
-    that expired, a test's own send) is still seen before time moves. Each entry into the host loop
-    (``run_serial``) starts from nothing known.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._empty: set[str] = set()
-        self._serial: int | None = None
-
-    def known(self, kind: str, serial: int) -> bool:
-        with self._lock:
-            if serial != self._serial:
-                self._empty.clear()
-                self._serial = serial
-            return kind in self._empty
-
-    def polled(self, kind: str, drained: bool) -> None:
-        with self._lock:
-            if drained:
-                self._empty.add(kind)
-            else:
-                self._empty.discard(kind)
-
-    def forget(self, kind: str | None = None) -> None:
-        with self._lock:
-            if kind is None:
-                self._empty.clear()
-            else:
-                self._empty.discard(kind)
-
-
-class _WatchedTransport(FaultyTransport):
-    """The harness's transport: tells :class:`_KnownEmpty` about everything that may fill a queue."""
-
-    def __init__(self, real: Transport, queue_kind: Callable[[str], str], known_empty: _KnownEmpty) -> None:
-        super().__init__(real, queue_kind)
-        self._known_empty = known_empty
-
-    def send(self, queue: str, message: OutgoingMessage) -> None:
-        try:
-            super().send(queue, message)
-        finally:
-            kind = self._queue_kind(queue)
-            self._known_empty.forget(kind if kind in ("work", "results") else None)
-
-    def abandon(self, message: ReceivedMessage) -> None:
-        try:
-            super().abandon(message)
-        finally:
-            self._known_empty.forget()
-
-    def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
-        try:
-            super().dead_letter(message, reason, description)
-        finally:
-            self._known_empty.forget()
-
-    def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
-        try:
-            super().renew_lock(message, lock_seconds)
-        finally:
-            self._known_empty.forget()
-
-
 # ---- the harness ---------------------------------------------------------------------------------
 
 
-class PatternHarness(HarnessObservation, HarnessFaults):
+class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
     """The pattern in one process on Azurite; see the module docstring.
 
     ``azurite``: an :class:`Azurite` to use (it is left running on close); ``None`` starts a private one.
@@ -291,11 +202,11 @@ class PatternHarness(HarnessObservation, HarnessFaults):
             )
         else:
             real_transport = services.transport  # creates the Storage queues (and their poison queues)
-        self._known_empty = _KnownEmpty()
+        self._known_empty = KnownEmpty()
         # Skipping a poll known to come back empty is for Storage Queues only: a Service Bus broker
         # dead-letters and redelivers on its own, without the harness's transport.
         self._skip_empty_polls = not servicebus
-        self.transport = _WatchedTransport(real_transport, self._queue_kind, self._known_empty)
+        self.transport = WatchedTransport(real_transport, self._queue_kind, self._known_empty)
         services.__dict__["transport"] = self.transport
         self.services = services
         self.ledger: StepLedger = services.ledger  # creates the tables
@@ -360,142 +271,6 @@ class PatternHarness(HarnessObservation, HarnessFaults):
         with contextlib.suppress(Exception):
             loader.load_workflows()
 
-    def _queue_kind(self, queue: str) -> str:
-        if queue == self.settings.work_queue:
-            return "work"
-        if queue == self.settings.result_queue:
-            return "results"
-        return queue
-
-    def _drain(self, queue: str) -> None:
-        while batch := self.transport.receive(queue, max_messages=32, lock_seconds=30):
-            for message in batch:
-                self.transport.complete(message)
-
-    # ---- agent pumps: the Functions host's queue triggers -----------------------------------------
-
-    def _work_handler(self, message: ReceivedMessage) -> None:
-        from activities import process_work_message
-
-        process_work_message(
-            message.body,
-            delivery_count=message.delivery_count,
-            services=self.services,
-            worker_id=f"worker:w{next(self._deliveries)}",
-            message_id=message.message_id,
-            trace=message.application_properties,
-        )
-
-    def _result_handler(self, message: ReceivedMessage) -> None:
-        from activities import handle_result
-
-        self.host.run_async(
-            handle_result(
-                message.body,
-                self.host.client,
-                self.services,
-                message_id=message.message_id,
-                trace=message.application_properties,
-            )
-        )
-
-    def _pump_work(self) -> int:
-        return self._consume("work", self.settings.work_queue, self._work_handler)
-
-    def _pump_results(self) -> int:
-        return self._consume("results", self.settings.result_queue, self._result_handler)
-
-    def _pump_dead_letters(self) -> int:
-        from activities import handle_dead_letter
-
-        if self.agents_paused or self._may_skip_poll("dead"):
-            return 0
-        done = 0
-        received = self.transport.receive_dead_letters(
-            self.settings.work_queue, max_messages=RECEIVE_BATCH, lock_seconds=30
-        )
-        self._known_empty.polled("dead", drained=len(received) < RECEIVE_BATCH)
-        for message in received:
-            self.host.run_async(
-                handle_dead_letter(
-                    message.body,
-                    reason=message.dead_letter_reason,
-                    description=message.dead_letter_description,
-                    client=self.host.client,
-                    services=self.services,
-                    message_id=message.message_id,
-                    trace=message.application_properties,
-                )
-            )
-            self.transport.complete(message)
-            done += 1
-        return done
-
-    def _consume(self, kind: str, queue: str, handle: Callable[[ReceivedMessage], None]) -> int:
-        """Receive, then settle each message like the Functions host (see the module docstring)."""
-        if self.agents_paused:
-            return 0
-        with self._lock:
-            released = [m for k, m in self._released if k == kind]
-            self._released = [(k, m) for k, m in self._released if k != kind]
-        wait = self._orphan_wait() if kind == "work" else 0.0
-        if not released and not wait and self._may_skip_poll(kind):
-            return 0
-        received = self.transport.receive(
-            queue, max_messages=RECEIVE_BATCH, lock_seconds=self.lock_seconds, wait_seconds=wait
-        )
-        self._known_empty.polled(kind, drained=len(received) < RECEIVE_BATCH)
-        for message in released:
-            self._settle(message, handle)
-        for message in received:
-            if not self._hold_if_matching(kind, message):
-                self._settle(message, handle)
-        return len(released) + len(received)
-
-    def _may_skip_poll(self, kind: str) -> bool:
-        """Whether this pump may leave its queue unpolled in this loop iteration (see :class:`_KnownEmpty`):
-        the iteration already did work, and the last poll drained the queue with nothing sent since.
-        While an agent holds a message, or a killed agent's message is due back, every poll is made."""
-        if not self._skip_empty_polls or not self.host.iteration_busy:
-            return False
-        with self._lock:
-            if self._orphans or any(h.held for h in self._holds):
-                return False
-        return self._known_empty.known(kind, self.host.run_serial)
-
-    def _settle(self, message: ReceivedMessage, handle: Callable[[ReceivedMessage], None]) -> None:
-        try:
-            try:
-                handle(message)
-            except AgentKilled:
-                # The process died: nothing settles the message; it reappears when its lock expires.
-                with self._lock:
-                    self._orphans.append(time.monotonic() + self.lock_seconds)
-                return
-            except Exception as exc:
-                settle_failure(
-                    self.transport,
-                    message,
-                    self.settings.max_delivery_count,
-                    description=f"{type(exc).__name__}: {exc}",
-                )
-                return
-            self.transport.complete(message)
-        except LockLostError:
-            pass  # the lock expired meanwhile: the queue delivers it again, as in Azure
-
-    def _orphan_wait(self) -> float:
-        """Seconds to wait for a killed agent's message to reappear (0 if none is pending).
-
-        Waiting here (real time; the host clock stands still) is the host restarting the agent: it
-        keeps the redelivery ahead of the step's deadline, as a lock much shorter than the deadline
-        does in Azure.
-        """
-        with self._lock:
-            now = time.monotonic()
-            self._orphans = [t for t in self._orphans if t > now]
-            return min(self._orphans) - now + 0.3 if self._orphans else 0.0
-
     # ---- running ----------------------------------------------------------------------------------
 
     def start_workflow(
@@ -553,57 +328,6 @@ class PatternHarness(HarnessObservation, HarnessFaults):
 
     def watchdog_tick(self, **kwargs: Any) -> Any:
         """One watchdog tick now (``run_tick`` keyword arguments pass through); returns its report."""
-        return self.host.run_async(self._tick(**kwargs))
-
-    # ---- inspection -------------------------------------------------------------------------------
-
-    def steps(self, instance_id: str) -> dict[str, StepRecord]:
-        return {r.step_id: r for r in self.ledger.list_for_instance(instance_id)}
-
-    def statuses(self, instance_id: str) -> dict[str, str]:
-        return {r.step_id: r.status.value for r in self.ledger.list_for_instance(instance_id)}
-
-    def handler_calls(
-        self, instance_id: str, step_id: str, *, kind: str = "work", attempt: int | None = None
-    ) -> int:
-        with self._lock:
-            return sum(
-                n
-                for (i, s, k, a), n in self._calls.items()
-                if (i, s, k) == (instance_id, step_id, kind) and (attempt is None or a == attempt)
-            )
-
-    def effects(self, instance_id: str, step_id: str, *, kind: str = "work") -> int:
-        """Remote effects made for the step (``kind="compensate"``: effects undone)."""
-        with self._lock:
-            return self._effects[(instance_id, step_id, kind)]
-
-    def double_effects(self, instance_ids: Iterable[str] | None = None) -> dict[tuple[str, str, str], int]:
-        """Every (instance, step, kind) with more than one remote effect: must be empty."""
-        wanted = None if instance_ids is None else set(instance_ids)
-        with self._lock:
-            return {
-                key: n for key, n in self._effects.items() if n > 1 and (wanted is None or key[0] in wanted)
-            }
-
-    def remote_effects(self, instance_id: str, step_id: str) -> list[dict[str, Any]]:
-        """The simulated remote service's rows for the step (``State``: applied / undone)."""
-        from activities.handlers import RemoteEffects
-
-        effects = RemoteEffects.for_services(self.services)
-        with self._lock:
-            keys = sorted(self._effect_keys.get((instance_id, step_id), ()))
-        return [row for service, key in keys if (row := effects.get(service, key)) is not None]
-
-    def events_for(self, instance_id: str) -> list[LedgerEvent]:
-        with self._lock:
-            return [e for e in self.events if e.instance_id == instance_id]
-
-    def decisions(self, instance_id: str | None = None) -> list[Any]:
-        """Every watchdog decision so far (``supervisor.Decision``), optionally for one instance."""
-        with self._lock:
-            found = [d for r in self.tick_reports for d in r.decisions]
-        return [d for d in found if instance_id is None or d.instance_id == instance_id]
 
     # ---- lifecycle --------------------------------------------------------------------------------
 

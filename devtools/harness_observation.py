@@ -1,14 +1,15 @@
 """What the pattern harness observes: every committed ledger write (as :class:`LedgerEvent`), every
-agent handler call and every remote effect, so tests can assert "each step ran once" and the demo
-can print a step's life. A mixin of :class:`devtools.harness.PatternHarness`, split out so the
-harness module stays about running the app.
+agent handler call and every remote effect, and the queries over them (``handler_calls``,
+``double_effects``...), so tests can assert "each step ran once" and the demo can print a step's life.
+A mixin of :class:`devtools.harness.PatternHarness`, split out so the harness module stays about
+running the app.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -185,3 +186,53 @@ class HarnessObservation:
             RemoteEffects.apply, RemoteEffects.undo = original_apply, original_undo
 
         self._restore.append(restore)
+
+    # ---- what a test asks after a run ------------------------------------------------------------
+
+    def steps(self, instance_id: str) -> dict[str, StepRecord]:
+        return {r.step_id: r for r in self.ledger.list_for_instance(instance_id)}
+
+    def statuses(self, instance_id: str) -> dict[str, str]:
+        return {r.step_id: r.status.value for r in self.ledger.list_for_instance(instance_id)}
+
+    def handler_calls(
+        self, instance_id: str, step_id: str, *, kind: str = "work", attempt: int | None = None
+    ) -> int:
+        with self._lock:
+            return sum(
+                n
+                for (i, s, k, a), n in self._calls.items()
+                if (i, s, k) == (instance_id, step_id, kind) and (attempt is None or a == attempt)
+            )
+
+    def effects(self, instance_id: str, step_id: str, *, kind: str = "work") -> int:
+        """Remote effects made for the step (``kind="compensate"``: effects undone)."""
+        with self._lock:
+            return self._effects[(instance_id, step_id, kind)]
+
+    def double_effects(self, instance_ids: Iterable[str] | None = None) -> dict[tuple[str, str, str], int]:
+        """Every (instance, step, kind) with more than one remote effect: must be empty."""
+        wanted = None if instance_ids is None else set(instance_ids)
+        with self._lock:
+            return {
+                key: n for key, n in self._effects.items() if n > 1 and (wanted is None or key[0] in wanted)
+            }
+
+    def remote_effects(self, instance_id: str, step_id: str) -> list[dict[str, Any]]:
+        """The simulated remote service's rows for the step (``State``: applied / undone)."""
+        from activities.handlers import RemoteEffects
+
+        effects = RemoteEffects.for_services(self.services)
+        with self._lock:
+            keys = sorted(self._effect_keys.get((instance_id, step_id), ()))
+        return [row for service, key in keys if (row := effects.get(service, key)) is not None]
+
+    def events_for(self, instance_id: str) -> list[LedgerEvent]:
+        with self._lock:
+            return [e for e in self.events if e.instance_id == instance_id]
+
+    def decisions(self, instance_id: str | None = None) -> list[Any]:
+        """Every watchdog decision so far (``supervisor.Decision``), optionally for one instance."""
+        with self._lock:
+            found = [d for r in self.tick_reports for d in r.decisions]
+        return [d for d in found if instance_id is None or d.instance_id == instance_id]

@@ -71,7 +71,7 @@ from supervisor.watchdog_model import (
     runtime_status_name,
     step_deadline_seconds,
 )
-from workflow_core import clock, ledger_gauges, telemetry, tracing
+from workflow_core import clock, ledger_gauges, telemetry, telemetry_instruments, tracing
 from workflow_core.contracts import WATCHDOG_FUNCTION
 from workflow_core.ledger import (
     SUPERVISED_INSTANCE_STATUSES,
@@ -117,7 +117,7 @@ async def run_tick(
     limit = batch_size or settings.watchdog_batch_size
     started = time.perf_counter()
     index_before, steps_before = ledger.stats.index_entities_read, ledger.stats.step_entities_read
-    with telemetry.tracer().start_as_current_span(
+    with telemetry_instruments.tracer().start_as_current_span(
         "sas.watchdog.tick", attributes={"sas.tick_id": report.tick_id, "sas.batch_size": limit}
     ) as span:
         try:
@@ -339,7 +339,7 @@ async def supervisor_watchdog(timer: func.TimerRequest, client: df.DurableOrches
     from workflow_core.runtime import get_services
 
     services = get_services()
-    telemetry.configure_telemetry(services.settings)
+    telemetry_instruments.configure_telemetry(services.settings)
     if timer.past_due:
         log.info("watchdog timer is past due; running the tick now")
     report = await run_tick(client, services)

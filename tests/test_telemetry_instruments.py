@@ -1,6 +1,7 @@
 """The step metrics, gauges, compensation/dead-letter counters and custom events of
-workflow_core/telemetry.py, with the real OpenTelemetry SDK (in-memory metric reader and log exporter) and
-the installed Azure Monitor exporter's own envelope conversion for the custom events."""
+workflow_core/telemetry.py and telemetry_instruments.py, with the real OpenTelemetry SDK (in-memory
+metric reader and log exporter) and the installed Azure Monitor exporter's own envelope conversion for
+the custom events."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tests.infra import bicep_checks as bc
-from workflow_core import telemetry
+from workflow_core import telemetry, telemetry_instruments
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -26,10 +27,10 @@ T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 def reader():
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
-    telemetry.use_providers(meters, None)
+    telemetry_instruments.use_providers(meters, None)
     yield reader
-    telemetry.register_ledger_gauges(in_flight=None, overdue=None)
-    telemetry.use_providers(None, None)
+    telemetry_instruments.register_ledger_gauges(in_flight=None, overdue=None)
+    telemetry_instruments.use_providers(None, None)
     meters.shutdown()
 
 
@@ -134,7 +135,7 @@ def test_ledger_gauges_read_the_callers_callbacks(reader):
         calls.append("in_flight")
         return {"provision": 3, "fulfil": 1}
 
-    telemetry.register_ledger_gauges(in_flight=in_flight, overdue=lambda: 2)
+    telemetry_instruments.register_ledger_gauges(in_flight=in_flight, overdue=lambda: 2)
     assert calls == []  # called at collection time, not at registration
     in_flight_points = by_attributes(metric_points(reader, "sas.work.in_flight"))
     assert {k: p.value for k, p in in_flight_points.items()} == {
@@ -150,7 +151,7 @@ def test_a_failing_gauge_callback_does_not_stop_the_other_metrics(reader, caplog
     def broken():
         raise RuntimeError("ledger unreachable")
 
-    telemetry.register_ledger_gauges(in_flight=broken, overdue=lambda: 4)
+    telemetry_instruments.register_ledger_gauges(in_flight=broken, overdue=lambda: 4)
     telemetry.record_step_finished("w", "s", telemetry.STEP_SUCCEEDED, duration_s=1)
     with caplog.at_level(logging.ERROR, logger="sas.supervisor"):
         assert metric_points(reader, "sas.work.in_flight") == []
@@ -161,9 +162,9 @@ def test_a_failing_gauge_callback_does_not_stop_the_other_metrics(reader, caplog
 
 def test_gauges_observe_nothing_until_registered_and_after_clearing(reader):
     assert metric_points(reader, "sas.work.in_flight") == []
-    telemetry.register_ledger_gauges(in_flight=lambda: 1)
+    telemetry_instruments.register_ledger_gauges(in_flight=lambda: 1)
     assert [p.value for p in metric_points(reader, "sas.work.in_flight")] == [1]
-    telemetry.register_ledger_gauges(in_flight=None)
+    telemetry_instruments.register_ledger_gauges(in_flight=None)
     reader.get_metrics_data()  # the next collection after clearing observes nothing new
     assert metric_points(reader, "sas.work.in_flight") == []
 
@@ -317,5 +318,5 @@ def test_the_alert_queries_read_the_names_the_code_emits():
     steps = variables["stalledStepsQuery"]["value"]
     assert f'name == "{telemetry.RECOVERY_EVENT}"' in steps
     compensation = variables["compensationFailuresQuery"]["value"]
-    assert telemetry.COMPENSATION_FAILED_COUNTER in compensation
+    assert telemetry_instruments.COMPENSATION_FAILED_COUNTER in compensation
     assert f'"{telemetry.OUTCOME_COMPENSATION_FAILED}"' in compensation

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from workflow_core import ledger_gauges, telemetry, tracing
+from workflow_core import ledger_gauges, telemetry_instruments, tracing
 from workflow_core.ledger import NewStep, StepLedger, StepStatus
 from workflow_core.messages import work_message
 
@@ -36,9 +36,9 @@ def spans():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.use_providers(None, provider)
+    telemetry_instruments.use_providers(None, provider)
     yield exporter
-    telemetry.use_providers(None, None)
+    telemetry_instruments.use_providers(None, None)
     provider.shutdown()
 
 
@@ -139,7 +139,7 @@ def test_overdue_instances_come_from_the_last_tick_and_go_stale():
 def test_registered_gauges_export_the_readings():
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
-    telemetry.use_providers(meters, None)
+    telemetry_instruments.use_providers(meters, None)
     try:
         ledger_gauges.register(lambda: _FixedLedger(7))
         ledger_gauges.note_overdue_instances({"order-fulfilment": 1})
@@ -150,11 +150,13 @@ def test_registered_gauges_export_the_readings():
             for scope in resource.scope_metrics
             for metric in scope.metrics
         }
-        assert points[telemetry.WORK_IN_FLIGHT_GAUGE] == [({}, 7)]
-        assert points[telemetry.INSTANCES_OVERDUE_GAUGE] == [({"workflow": "order-fulfilment"}, 1)]
+        assert points[telemetry_instruments.WORK_IN_FLIGHT_GAUGE] == [({}, 7)]
+        assert points[telemetry_instruments.INSTANCES_OVERDUE_GAUGE] == [
+            ({"workflow": "order-fulfilment"}, 1)
+        ]
     finally:
-        telemetry.register_ledger_gauges(in_flight=None, overdue=None)
-        telemetry.use_providers(None, None)
+        telemetry_instruments.register_ledger_gauges(in_flight=None, overdue=None)
+        telemetry_instruments.use_providers(None, None)
         meters.shutdown()
 
 

@@ -13,7 +13,7 @@ so a callback must never scan the ledger:
   nothing is reported rather than an old number.
 
 These readings are for charts; nothing decides anything from them. :func:`register` wires them to
-``workflow_core.telemetry`` once at start-up (``function_app.py``); the ledger is resolved at the
+``workflow_core.telemetry_instruments`` once at start-up (``function_app.py``); the ledger is resolved at the
 first reading, so start-up needs no storage.
 """
 
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from workflow_core import telemetry
+from workflow_core import telemetry_instruments
 
 DEFAULT_TTL_SECONDS = 60.0
 DEFAULT_STALE_AFTER_SECONDS = 600.0
@@ -99,5 +99,5 @@ def register(ledger_source: Callable[[], Any] | None = None, **options: Any) -> 
                 return None
 
     gauges = LedgerGauges(ledger_source, **options)
-    telemetry.register_ledger_gauges(in_flight=gauges.in_flight, overdue=gauges.overdue)
+    telemetry_instruments.register_ledger_gauges(in_flight=gauges.in_flight, overdue=gauges.overdue)
     return gauges

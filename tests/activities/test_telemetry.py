@@ -12,16 +12,16 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from activities import scheduling
 from activities.handlers import faults
 from activities.results import handle_result
-from workflow_core import telemetry
+from workflow_core import telemetry_instruments
 
 
 @pytest.fixture
 def reader():
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
-    telemetry.use_providers(meters, None)
+    telemetry_instruments.use_providers(meters, None)
     yield reader
-    telemetry.use_providers(None, None)
+    telemetry_instruments.use_providers(None, None)
     meters.shutdown()
 
 

@@ -35,7 +35,7 @@ from opentelemetry.trace import SpanKind
 from activities.handlers import faults
 from devtools.harness import PatternHarness
 from tests.servicebus_double.double import AmqpTestDouble
-from workflow_core import ledger_gauges, telemetry, tracing
+from workflow_core import ledger_gauges, telemetry, telemetry_instruments, tracing
 
 WORKFLOW = "provision-tenant"
 STEPS = ("create_storage", "register_dns", "send_welcome")
@@ -82,11 +82,11 @@ def otel() -> Iterator[Otel]:
     logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
     handler = LoggingHandler(logger_provider=logger_provider)
     logging.getLogger("sas").addHandler(handler)
-    telemetry.use_providers(meter_provider, tracer_provider)
+    telemetry_instruments.use_providers(meter_provider, tracer_provider)
     yield Otel(spans, reader, logs)
     logging.getLogger("sas").removeHandler(handler)
-    telemetry.register_ledger_gauges(in_flight=None, overdue=None)
-    telemetry.use_providers(None, None)
+    telemetry_instruments.register_ledger_gauges(in_flight=None, overdue=None)
+    telemetry_instruments.use_providers(None, None)
     for provider in (meter_provider, tracer_provider, logger_provider):
         provider.shutdown()
 
@@ -198,22 +198,22 @@ def test_one_trace_from_the_http_start_through_every_hop(traced_harness: Pattern
     assert _trace_id(h.ledger.find_instance(iid).trace_parent) == trace_id
 
     # the step metrics, by name and attributes
-    waits = {p.attributes["step"]: p for p in otel.points(telemetry.QUEUE_WAIT_HISTOGRAM)}
+    waits = {p.attributes["step"]: p for p in otel.points(telemetry_instruments.QUEUE_WAIT_HISTOGRAM)}
     assert set(waits) == set(STEPS)
     assert all(p.attributes["workflow"] == WORKFLOW and p.count == 1 for p in waits.values())
-    durations = otel.points(telemetry.STEP_DURATION_HISTOGRAM)
+    durations = otel.points(telemetry_instruments.STEP_DURATION_HISTOGRAM)
     assert {(p.attributes["step"], p.attributes["outcome"]) for p in durations} == {
         (step, "succeeded") for step in STEPS
     }
     assert all("error.type" not in p.attributes for p in durations)
-    attempts = otel.points(telemetry.STEP_ATTEMPTS_HISTOGRAM)
+    attempts = otel.points(telemetry_instruments.STEP_ATTEMPTS_HISTOGRAM)
     assert {(p.attributes["step"], p.sum, p.count) for p in attempts} == {(step, 1, 1) for step in STEPS}
 
     # the gauges, as start-up registers them: nothing in flight once the workflow finished
     ledger_gauges.register(lambda: h.ledger)
     ledger_gauges.note_overdue_instances({})
-    (in_flight,) = otel.points(telemetry.WORK_IN_FLIGHT_GAUGE)
-    (overdue,) = otel.points(telemetry.INSTANCES_OVERDUE_GAUGE)
+    (in_flight,) = otel.points(telemetry_instruments.WORK_IN_FLIGHT_GAUGE)
+    (overdue,) = otel.points(telemetry_instruments.INSTANCES_OVERDUE_GAUGE)
     assert (in_flight.value, overdue.value) == (0, 0)
 
 
@@ -270,7 +270,7 @@ def test_watchdog_recovery_span_links_to_the_steps_trace_and_its_resend_stays_in
     )
     counted = {
         (p.attributes["action"], p.attributes["outcome"], p.attributes["workflow"]): p.value
-        for p in otel.points(telemetry.RECOVERY_COUNTER)
+        for p in otel.points(telemetry_instruments.RECOVERY_COUNTER)
     }
     assert counted[("resend", "ok", WORKFLOW)] == 1
 
@@ -288,7 +288,7 @@ def test_failures_compensations_and_dead_letters_are_counted_by_name_and_attribu
     iid = h.start_workflow(WORKFLOW, INPUT)
     assert h.run_until_complete(iid).output["status"] == "compensated"
 
-    (dead,) = otel.points(telemetry.DEAD_LETTER_COUNTER)
+    (dead,) = otel.points(telemetry_instruments.DEAD_LETTER_COUNTER)
     assert dict(dead.attributes) == {
         "messaging.destination.name": h.settings.work_queue,
         "workflow": WORKFLOW,
@@ -304,19 +304,21 @@ def test_failures_compensations_and_dead_letters_are_counted_by_name_and_attribu
 
     failed = {
         (p.attributes["step"], p.attributes["error.type"]): p
-        for p in otel.points(telemetry.STEP_DURATION_HISTOGRAM)
+        for p in otel.points(telemetry_instruments.STEP_DURATION_HISTOGRAM)
         if p.attributes["outcome"] == "failed"
     }
     assert failed[("send_welcome", "InjectedFailure")].count == 3  # max_attempts of the step
     (final,) = [
         p
-        for p in otel.points(telemetry.STEP_ATTEMPTS_HISTOGRAM)
+        for p in otel.points(telemetry_instruments.STEP_ATTEMPTS_HISTOGRAM)
         if p.attributes["step"] == "send_welcome" and p.attributes["outcome"] == "failed"
     ]
     assert (final.sum, final.count) == (3, 1)
 
     (compensated,) = [
-        p for p in otel.points(telemetry.COMPENSATIONS_COUNTER) if p.attributes["outcome"] == "compensated"
+        p
+        for p in otel.points(telemetry_instruments.COMPENSATIONS_COUNTER)
+        if p.attributes["outcome"] == "compensated"
     ]
     assert (dict(compensated.attributes), compensated.value) == (
         {"workflow": WORKFLOW, "outcome": "compensated"},

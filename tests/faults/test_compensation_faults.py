@@ -10,16 +10,16 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from activities.handlers import faults
 from tests.faults.conftest import start_provisioning, verify
-from workflow_core import telemetry
+from workflow_core import telemetry_instruments
 
 
 @pytest.fixture
 def metrics():
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    telemetry.use_providers(provider, None)
+    telemetry_instruments.use_providers(provider, None)
     yield reader
-    telemetry.use_providers(None, None)
+    telemetry_instruments.use_providers(None, None)
     provider.shutdown()
 
 
@@ -90,7 +90,7 @@ def test_compensator_failing_for_good_is_surfaced_to_operators(harness, metrics)
     assert (iid, "register_dns") in inbox
     assert "injected failure" in h.steps(iid)["register_dns"].last_error
     # ...telemetry counts it (the alert rule's signal)...
-    assert counter(metrics, telemetry.COMPENSATION_FAILED_COUNTER) == 1
+    assert counter(metrics, telemetry_instruments.COMPENSATION_FAILED_COUNTER) == 1
     # ...and the remote DNS record still exists: nothing pretends it was undone.
     assert [row["State"] for row in h.remote_effects(iid, "register_dns")] == ["applied"]
     assert compensation_attempts(h, iid, "register_dns") == [1, 2, 3]

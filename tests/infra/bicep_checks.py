@@ -27,8 +27,8 @@ from typing import Any
 from pycep import BicepParser
 
 from workflow_core import settings as app_settings
-from workflow_core.telemetry import COMPENSATION_FAILED_COUNTER as COMPENSATION_FAILURES
-from workflow_core.telemetry import RECOVERY_COUNTER as RECOVERIES
+from workflow_core.telemetry_instruments import COMPENSATION_FAILED_COUNTER as COMPENSATION_FAILURES
+from workflow_core.telemetry_instruments import RECOVERY_COUNTER as RECOVERIES
 
 INFRA_DIR = Path(__file__).resolve().parents[2] / "infra"
 MAIN = "main.bicep"

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from supervisor.watchdog import run_tick
 from tests.supervisor.conftest import NOW, WORKFLOW, RecordingClient, make_step
-from workflow_core import telemetry
+from workflow_core import telemetry, telemetry_instruments
 from workflow_core.ledger import StepStatus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,9 +33,9 @@ def otel():
     spans = InMemorySpanExporter()
     tracers = TracerProvider()
     tracers.add_span_processor(SimpleSpanProcessor(spans))
-    telemetry.use_providers(meters, tracers)
+    telemetry_instruments.use_providers(meters, tracers)
     yield reader, spans, tracers
-    telemetry.use_providers(None, None)
+    telemetry_instruments.use_providers(None, None)
     meters.shutdown()
     tracers.shutdown()
 
@@ -136,9 +136,9 @@ def test_a_watchdog_tick_emits_recovery_telemetry(otel, services, ledger):
 
 def test_nothing_is_exported_without_a_connection_string(monkeypatch):
     monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
-    assert telemetry.configure_telemetry() is False
-    assert telemetry.configure_telemetry_from_env() is False
-    assert telemetry.is_configured() is False
+    assert telemetry_instruments.configure_telemetry() is False
+    assert telemetry_instruments.configure_telemetry_from_env() is False
+    assert telemetry_instruments.is_configured() is False
 
 
 def test_azure_monitor_is_configured_once_with_a_connection_string():
@@ -149,12 +149,12 @@ def test_azure_monitor_is_configured_once_with_a_connection_string():
         from unittest import mock
         from opentelemetry import metrics, trace
         import azure.monitor.opentelemetry as am
-        from workflow_core import telemetry
+        from workflow_core import telemetry, telemetry_instruments
 
         real = am.configure_azure_monitor
         with mock.patch.object(am, "configure_azure_monitor", wraps=real) as spy:
-            first = telemetry.configure_telemetry_from_env()
-            second = telemetry.configure_telemetry_from_env()
+            first = telemetry_instruments.configure_telemetry_from_env()
+            second = telemetry_instruments.configure_telemetry_from_env()
         telemetry.record_recovery("wf", "s", 1, "resend", "ok", workflow="w")
         print(json.dumps({
             "first": first, "second": second, "calls": spy.call_count,
@@ -188,7 +188,7 @@ def test_azure_monitor_is_configured_once_with_a_connection_string():
 def test_managed_identity_is_used_for_ingestion_when_the_app_settings_name_one(monkeypatch):
     from azure.identity import ManagedIdentityCredential
 
-    from workflow_core.telemetry import _entra_credential
+    from workflow_core.telemetry_instruments import _entra_credential
 
     monkeypatch.delenv("AZURE_CLIENT_ID", raising=False)
     monkeypatch.delenv("APPLICATIONINSIGHTS_AUTHENTICATION_STRING", raising=False)

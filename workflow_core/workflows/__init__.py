@@ -20,17 +20,10 @@ from workflow_core.workflows.loader import (
     load_workflows,
     parse_workflow,
 )
-from workflow_core.workflows.model import (
-    CompensationDefinition,
-    InputProperty,
-    InputSchema,
-    ParallelGroup,
-    StepDefinition,
-    WorkflowDefinition,
-    resolve_step_input,
-)
+from workflow_core.workflows.model import InputProperty, InputSchema, WorkflowDefinition, resolve_step_input
 from workflow_core.workflows.references import Reference, parse_reference
 from workflow_core.workflows.retry import RetryPolicy
+from workflow_core.workflows.steps import CompensationDefinition, ParallelGroup, StepDefinition
 from workflow_core.workflows.versions import PinnedDefinition, from_canonical, pin, version_of
 
 __all__ = [

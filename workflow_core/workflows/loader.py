@@ -62,10 +62,10 @@ def _known_keys() -> set[str]:
     """Every key a workflow file may use (field names and aliases of the definition's models)."""
     from pydantic import BaseModel
 
-    from workflow_core.workflows import model
+    from workflow_core.workflows import model, retry, steps
 
     keys: set[str] = set()
-    for value in vars(model).values():
+    for value in (v for module in (model, retry, steps) for v in vars(module).values()):
         if isinstance(value, type) and issubclass(value, BaseModel) and value is not BaseModel:
             for name, field in value.model_fields.items():
                 keys.add(field.alias or name)

@@ -9,49 +9,18 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workflow_core.ledger.errors import InvalidLedgerInput
-from workflow_core.ledger.model import validate_step_id
 from workflow_core.workflows.errors import WorkflowInputError
 from workflow_core.workflows.references import iter_references, resolve_value
-from workflow_core.workflows.retry import RetryPolicy
+from workflow_core.workflows.steps import ParallelGroup, StepDefinition, StepItem
 
 WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_DEADLINE_SECONDS = 7 * 24 * 3600  # a first deadline beyond a week is a definition mistake
 
 FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-def _check_agent(value: str) -> str:
-    if not AGENT_NAME.fullmatch(value):
-        raise ValueError(
-            f"agent {value!r} must be lowercase dotted words such as 'storage.create' "
-            f"(pattern {AGENT_NAME.pattern})"
-        )
-    return value
-
-
-ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
-
-
-def _check_error_names(names: tuple[str, ...]) -> tuple[str, ...]:
-    for name in names:
-        if not ERROR_NAME.fullmatch(name):
-            raise ValueError(
-                f"non_retryable_errors: {name!r} is not an exception class name such as CardDeclined"
-            )
-    if len(set(names)) != len(names):
-        raise ValueError(f"non_retryable_errors lists a name twice: {list(names)}")
-    return names
 
 
 # --- input schema ----------------------------------------------------------------------------------
@@ -91,7 +60,9 @@ def json_type_name(value: Any) -> str:
     return type(value).__name__
 
 
-class InputProperty(_Frozen):
+class InputProperty(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     type: FieldType
     description: str | None = None
     default: Any = None
@@ -103,8 +74,10 @@ class InputProperty(_Frozen):
         return self
 
 
-class InputSchema(_Frozen):
+class InputSchema(BaseModel):
     """A deliberately small schema: required fields, typed properties, optional defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     required: tuple[str, ...] = ()
     properties: dict[str, InputProperty] = Field(default_factory=dict)
@@ -134,111 +107,10 @@ class InputSchema(_Frozen):
         return set(self.required) | {n for n, p in self.properties.items() if p.default is not None}
 
 
-# --- steps -----------------------------------------------------------------------------------------
-
-
-class CompensationDefinition(_Frozen):
-    """How to undo a step: another agent, with its own deadline and retries."""
-
-    agent: str
-    deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    non_retryable_errors: tuple[str, ...] = ()
-
-    @field_validator("agent")
-    @classmethod
-    def _agent(cls, value: str) -> str:
-        return _check_agent(value)
-
-    @field_validator("non_retryable_errors")
-    @classmethod
-    def _errors(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _check_error_names(value)
-
-
-class StepDefinition(_Frozen):
-    id: str
-    name: str = ""
-    description: str | None = None
-    agent: str
-    input: dict[str, Any] = Field(default_factory=dict)
-    deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
-    # exception type names retrying cannot fix (``CardDeclined``): such a failure gives up at once
-    non_retryable_errors: tuple[str, ...] = ()
-    compensation: CompensationDefinition | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_name(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not data.get("name") and isinstance(data.get("id"), str):
-            return {**data, "name": data["id"]}
-        return data
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str) -> str:
-        try:
-            return validate_step_id(value)  # the ledger keys rows by step id: same rules here
-        except InvalidLedgerInput as exc:  # pydantic only reports plain ValueErrors as field errors
-            raise ValueError(str(exc)) from None
-
-    @field_validator("agent")
-    @classmethod
-    def _agent(cls, value: str) -> str:
-        return _check_agent(value)
-
-    @field_validator("non_retryable_errors")
-    @classmethod
-    def _errors(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _check_error_names(value)
-
-    @property
-    def compensator(self) -> str | None:
-        return self.compensation.agent if self.compensation else None
-
-
-class ParallelGroup(_Frozen):
-    """Steps that run at the same time: ``{parallel: [step, step, ...]}`` in a workflow's ``steps``.
-
-    The next item starts once every step of the group finished; if any of them gives up, the
-    instance is compensated after all of them finished. Groups do not nest.
-    """
-
-    parallel: tuple[StepDefinition, ...] = Field(min_length=2)
-
-    @field_validator("parallel", mode="before")
-    @classmethod
-    def _not_nested(cls, value: Any) -> Any:
-        if isinstance(value, list | tuple):
-            for index, item in enumerate(value):
-                if isinstance(item, dict) and "parallel" in item:
-                    raise ValueError(
-                        f"[{index}]: parallel groups cannot be nested; list the steps of the inner group "
-                        "directly in the outer one"
-                    )
-        return value
-
-
-def _item_kind(value: Any) -> str:
-    """Which kind of ``steps`` item a value is, so a mistake is reported against one kind only."""
-    if isinstance(value, dict):
-        return "<parallel>" if "parallel" in value else "<step>"
-    return "<parallel>" if isinstance(value, ParallelGroup) else "<step>"
-
-
-# The tags start with "<" so the loader leaves them out of error locations (steps[1].parallel[0].id).
-StepItem = Annotated[
-    Annotated[StepDefinition, Tag("<step>")] | Annotated[ParallelGroup, Tag("<parallel>")],
-    Discriminator(_item_kind),
-]
-
-
 # --- workflow --------------------------------------------------------------------------------------
 
 
-class WorkflowDefinition(_Frozen):
+class WorkflowDefinition(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     name: str

@@ -9,7 +9,8 @@ long for one transaction, inputs of a scheduler the watchdog restarts).
 from __future__ import annotations
 
 from workflow_core.ledger.model import NewStep
-from workflow_core.workflows.model import StepDefinition, WorkflowDefinition
+from workflow_core.workflows.model import WorkflowDefinition
+from workflow_core.workflows.steps import StepDefinition
 
 
 def new_steps(definition: WorkflowDefinition) -> list[NewStep]:

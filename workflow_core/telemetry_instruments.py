@@ -1,0 +1,273 @@
+"""The pattern's instruments, the names they go by, and the providers they report to.
+
+Instruments (OpenTelemetry names in the project's ``sas.`` namespace; failures carry ``error.type``, the
+OpenTelemetry attribute for a low-cardinality error class, ``_OTHER`` when the caller has none). Per the
+OpenTelemetry naming rules, counters of discrete things are plural (``sas.recoveries``, not the event's
+name ``sas.recovery``), gauges and histograms are not:
+
+==================================  =========  ==============  ========================================
+name                                kind       unit            attributes
+==================================  =========  ==============  ========================================
+``sas.step.duration``               histogram  ``s``           workflow, step, outcome (+ error.type)
+``sas.step.attempts``               histogram  ``{attempt}``   workflow, step, outcome (+ error.type)
+``sas.step.queue_wait.duration``    histogram  ``s``           workflow, step
+``sas.work.in_flight``              gauge      ``{item}``      (workflow), from a caller's callback (the
+                                                               app's: workflow_core/ledger_gauges.py)
+``sas.instance.overdue``            gauge      ``{instance}``  (workflow), from a caller's callback
+``sas.recoveries``                  counter    ``{action}``    action, outcome, workflow (+ error.type)
+``sas.compensation_failures``       counter    ``{step}``      workflow
+``sas.compensations``               counter    ``{step}``      workflow, outcome (+ error.type)
+``sas.dead_lettered_messages``      counter    ``{message}``   messaging.destination.name, workflow,
+                                                               error.type (the dead-letter reason)
+==================================  =========  ==============  ========================================
+
+Nothing is exported unless :func:`configure_telemetry` found ``APPLICATIONINSIGHTS_CONNECTION_STRING``:
+without it the OpenTelemetry API's no-op providers swallow the signals (logs still go to the normal
+Python logging handlers, which the Functions host forwards). Tests install real SDK providers with
+:func:`use_providers`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics, trace
+
+if TYPE_CHECKING:
+    from workflow_core.settings import Settings
+
+RECOVERY_COUNTER = "sas.recoveries"
+COMPENSATION_FAILED_COUNTER = "sas.compensation_failures"
+COMPENSATIONS_COUNTER = "sas.compensations"
+DEAD_LETTER_COUNTER = "sas.dead_lettered_messages"
+STEP_DURATION_HISTOGRAM = "sas.step.duration"
+STEP_ATTEMPTS_HISTOGRAM = "sas.step.attempts"
+QUEUE_WAIT_HISTOGRAM = "sas.step.queue_wait.duration"
+WORK_IN_FLIGHT_GAUGE = "sas.work.in_flight"
+INSTANCES_OVERDUE_GAUGE = "sas.instance.overdue"
+LOGGER_NAME = "sas.supervisor"
+INSTRUMENTATION_NAME = "sas.supervisor"
+
+log = logging.getLogger(LOGGER_NAME)
+
+# What an observable gauge's callback returns: one number, or numbers per workflow name.
+GaugeReading = int | float | Mapping[str, int | float]
+
+
+@dataclass
+class Instruments:
+    recovery: metrics.Counter
+    compensation_failed: metrics.Counter
+    compensations: metrics.Counter
+    dead_lettered: metrics.Counter
+    step_duration: metrics.Histogram
+    step_attempts: metrics.Histogram
+    queue_wait: metrics.Histogram
+    tracer: trace.Tracer
+
+
+_lock = threading.Lock()
+_instruments: Instruments | None = None
+_meter_provider: metrics.MeterProvider | None = None
+_tracer_provider: trace.TracerProvider | None = None
+_configured = False
+# Callbacks of the observable gauges, set by register_ledger_gauges (None = nothing observed).
+_gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {
+    WORK_IN_FLIGHT_GAUGE: None,
+    INSTANCES_OVERDUE_GAUGE: None,
+}
+
+
+def _build(
+    meter_provider: metrics.MeterProvider | None, tracer_provider: trace.TracerProvider | None
+) -> Instruments:
+    meter = (
+        meter_provider.get_meter(INSTRUMENTATION_NAME)
+        if meter_provider is not None
+        else metrics.get_meter(INSTRUMENTATION_NAME)
+    )
+    tracer = (
+        tracer_provider.get_tracer(INSTRUMENTATION_NAME)
+        if tracer_provider is not None
+        else trace.get_tracer(INSTRUMENTATION_NAME)
+    )
+    instruments = Instruments(
+        recovery=meter.create_counter(
+            RECOVERY_COUNTER,
+            unit="{action}",
+            description="Recovery actions taken on workflow steps (retry, re-send, compensation...)",
+        ),
+        compensation_failed=meter.create_counter(
+            COMPENSATION_FAILED_COUNTER,
+            unit="{step}",
+            description="Compensations that ended failed: the step needs an operator",
+        ),
+        compensations=meter.create_counter(
+            COMPENSATIONS_COUNTER,
+            unit="{step}",
+            description="Finished compensations of a step, by outcome (compensated, compensation_failed)",
+        ),
+        dead_lettered=meter.create_counter(
+            DEAD_LETTER_COUNTER,
+            unit="{message}",
+            description="Messages that reached a dead-letter queue, by queue and dead-letter reason",
+        ),
+        step_duration=meter.create_histogram(
+            STEP_DURATION_HISTOGRAM,
+            unit="s",
+            description="How long an agent worked on one attempt of a step, by outcome",
+        ),
+        step_attempts=meter.create_histogram(
+            STEP_ATTEMPTS_HISTOGRAM,
+            unit="{attempt}",
+            description="Attempts a step took to reach its final outcome",
+        ),
+        queue_wait=meter.create_histogram(
+            QUEUE_WAIT_HISTOGRAM,
+            unit="s",
+            description="Time from a step's dispatch (ledger) to its agent starting it: the queue wait",
+        ),
+        tracer=tracer,
+    )
+    meter.create_observable_gauge(
+        WORK_IN_FLIGHT_GAUGE,
+        callbacks=[_gauge_callback(WORK_IN_FLIGHT_GAUGE)],
+        unit="{item}",
+        description="Work the watchdog watches in flight: supervised workflow instances, and steps "
+        "dispatched or running with a deadline-index row of their own",
+    )
+    meter.create_observable_gauge(
+        INSTANCES_OVERDUE_GAUGE,
+        callbacks=[_gauge_callback(INSTANCES_OVERDUE_GAUGE)],
+        unit="{instance}",
+        description="Workflow instances past their scheduler deadline, as the ledger counts them",
+    )
+    return instruments
+
+
+def _gauge_callback(name: str) -> Callable[[metrics.CallbackOptions], Iterable[metrics.Observation]]:
+    def observe(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        source = _gauge_sources.get(name)
+        if source is None:
+            return []
+        try:
+            reading = source()
+        except Exception:  # a failing reading must not break the export of every other metric
+            log.exception("gauge %s: the callback failed", name)
+            return []
+        if isinstance(reading, Mapping):
+            return [metrics.Observation(value, {"workflow": workflow}) for workflow, value in reading.items()]
+        return [metrics.Observation(reading)]
+
+    return observe
+
+
+def current() -> Instruments:
+    global _instruments
+    with _lock:
+        if _instruments is None:
+            # The API's global providers are proxies until an SDK provider is installed, so
+            # instruments made here start exporting as soon as configure_telemetry() runs.
+            _instruments = _build(_meter_provider, _tracer_provider)
+        return _instruments
+
+
+def use_providers(
+    meter_provider: metrics.MeterProvider | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+) -> None:
+    """Send the pattern's signals to these providers instead of the global ones (``None``: global).
+
+    For tests (the SDK's in-memory readers/exporters) and embedders that manage their own providers.
+    """
+    global _instruments, _meter_provider, _tracer_provider
+    with _lock:
+        _meter_provider = meter_provider
+        _tracer_provider = tracer_provider
+        _instruments = None
+
+
+def tracer() -> trace.Tracer:
+    """The tracer recovery spans (e.g. a watchdog tick) should be started with."""
+    return current().tracer
+
+
+def configure_telemetry(settings: Settings | None = None) -> bool:
+    """Export to Application Insights if ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set; once per process.
+
+    Returns True when Azure Monitor is (now or already) configured, False when nothing is exported.
+    Only the ``sas`` loggers are exported as ``traces`` (the recovery records of ``sas.supervisor`` and
+    any other ``sas.*`` logger; the Functions host already forwards ordinary logs, so exporting the root
+    logger as well would duplicate them). ``settings`` defaults to reading the environment variable
+    directly, so it works before the other settings are valid.
+    """
+    global _configured
+    connection_string = (
+        settings.app_insights_connection_string
+        if settings is not None
+        else (os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING") or "").strip() or None
+    )
+    if not connection_string:
+        return False
+    with _lock:
+        if _configured:
+            return True
+        from azure.monitor.opentelemetry import configure_azure_monitor
+
+        credential = _entra_credential()
+        # Application Insights in infra/ has local (key) auth disabled: ingestion needs Entra ID.
+        options = {} if credential is None else {"credential": credential}
+        configure_azure_monitor(connection_string=connection_string, logger_name="sas", **options)
+        _configured = True
+    # Rebind the instruments to the (now real) global providers.
+    use_providers(None, None)
+    return True
+
+
+def _entra_credential() -> Any:
+    """The managed identity to authenticate telemetry with, when the app settings name one.
+
+    ``APPLICATIONINSIGHTS_AUTHENTICATION_STRING=Authorization=AAD;ClientId=<id>`` (what infra/ sets)
+    or ``AZURE_CLIENT_ID``; None when neither is set (local runs with a key-based resource).
+    """
+    auth = os.environ.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING") or ""
+    parts = dict(p.split("=", 1) for p in auth.split(";") if "=" in p)
+    client_id = parts.get("ClientId") or os.environ.get("AZURE_CLIENT_ID")
+    if parts.get("Authorization", "").upper() != "AAD" and not os.environ.get("AZURE_CLIENT_ID"):
+        return None
+    from azure.identity import ManagedIdentityCredential
+
+    return ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
+
+
+def configure_telemetry_from_env() -> bool:
+    """:func:`configure_telemetry` from the environment alone (for ``function_app`` at import time,
+    when the other settings may not be valid yet)."""
+    return configure_telemetry(None)
+
+
+def is_configured() -> bool:
+    return _configured
+
+
+def register_ledger_gauges(
+    *,
+    in_flight: Callable[[], GaugeReading] | None = None,
+    overdue: Callable[[], GaugeReading] | None = None,
+) -> None:
+    """Feed the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue``.
+
+    Each callback is called at every metric export (once a minute by default) on the exporter's
+    thread: it must be cheap (a cached count, a count kept by the watchdog's last tick, never a table
+    scan) and return a number, or ``{workflow: number}``. ``None`` stops observing. A callback that
+    raises is logged and skipped. This module never reads the ledger itself.
+    """
+    with _lock:
+        _gauge_sources[WORK_IN_FLIGHT_GAUGE] = in_flight
+        _gauge_sources[INSTANCES_OVERDUE_GAUGE] = overdue
+    current()  # the gauges are created with the other instruments: make sure they exist
