@@ -51,7 +51,7 @@ class StorageRequest:
     service: str  # "table", "queue" or "blob"
     op: str  # table: read, query, insert, update, delete, batch, create-table, delete-table;
     # queue: send, receive, delete, update, create-queue, delete-queue, clear, other;
-    # blob (large payloads): upload, download, create-container, other
+    # blob (large payloads): upload, download, touch, create-container, other
     resource: str  # table or queue name ("" if unknown)
     method: str
     status: int | None
@@ -103,6 +103,8 @@ def _blob_op(request: Any, method: str) -> str | None:
         return "create-container" if method == "PUT" else "other"
     if "x-ms-blob-type" in headers:
         return "upload"
+    if "comp=properties" in request.url and "restype=" not in request.url:
+        return "touch"  # set the blob's HTTP headers: moves its Last-Modified
     if "x-ms-range" in headers:  # the SDK's download asks for a range, even for a whole blob
         return "download"
     return None

@@ -11,7 +11,9 @@ the scheduler, a resumed scheduler) asks :meth:`PayloadStore.resolve`. Nothing e
 
 The blob is content-addressed (its name is the SHA-256 of the canonical JSON), so a write is
 idempotent: a retried activity, a redelivered message or two workers with the same output upload
-the same name, ``If-None-Match: *``, and "already exists" counts as success. A resolved blob is
+the same name, ``If-None-Match: *``, and "already exists" counts as success (the existing blob's
+Last-Modified is then moved to now, one more request, so the lifecycle rule counts from the latest
+writer and never deletes a payload a newer instance still names). A resolved blob is
 checked against its digest and size, so a reference can never be answered with other content.
 Blobs are never deleted here: the container's lifecycle rule (``infra/``) deletes them a retention
 period after they were written. The shape is documented for agents in other languages in
@@ -20,7 +22,6 @@ period after they were written. The shape is documented for agents in other lang
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
@@ -178,11 +179,13 @@ class PayloadStore:
         from azure.core.exceptions import ResourceExistsError
         from azure.storage.blob import ContentSettings
 
-        # If-None-Match: * (overwrite=False): content-addressed, so an existing blob holds these bytes
-        with contextlib.suppress(ResourceExistsError):
-            self.container.upload_blob(
-                name, data, overwrite=False, content_settings=ContentSettings(content_type="application/json")
-            )
+        settings = ContentSettings(content_type="application/json")
+        try:  # If-None-Match: * (overwrite=False): content-addressed, so an existing blob holds these bytes
+            self.container.upload_blob(name, data, overwrite=False, content_settings=settings)
+        except ResourceExistsError:
+            # Success; but its Last-Modified is an older writer's, and the lifecycle rule deletes a
+            # blob that many days after it: move it to now, so it outlives this writer's instance too.
+            self.container.get_blob_client(name).set_http_headers(content_settings=settings)
 
     # ---- read ------------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ no-op, and a reference is never answered with other content."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from azure.storage.blob import ContainerClient
@@ -61,18 +62,25 @@ def test_a_large_payload_is_stored_once_by_its_digest_and_resolved_whole(contain
     assert len(list(container.list_blobs())) == 1
 
 
-def test_a_repeated_write_costs_one_request_and_overwrites_nothing(azurite, container):
+def test_a_repeated_write_overwrites_nothing_and_restarts_the_retention_clock(azurite, container):
     value = big()
     PayloadStore(container).stored(value)
-    etag = container.get_blob_client(blob_name(as_stored(value))).get_blob_properties().etag
+    blob = container.get_blob_client(blob_name(as_stored(value)))
+    before = blob.get_blob_properties()
+    time.sleep(1.1)  # Last-Modified has a resolution of one second
     with RequestCounter() as counter:  # counts the requests of clients built inside
         fresh = blob_container_client(
             StorageConnection(connection_string=azurite.connection_string), container.container_name
         )
         assert PayloadStore(fresh).stored(value) == as_stored(value)
-    assert counter.by_op() == {("blob", "upload"): 1}  # one conditional PUT, answered 409
-    assert [r.status for r in counter.snapshot()] == [409]
-    assert container.get_blob_client(blob_name(as_stored(value))).get_blob_properties().etag == etag
+    # one conditional PUT, answered 409 (the content is there), then Last-Modified moved to now
+    assert [(r.service, r.op, r.status) for r in counter.snapshot()] == [
+        ("blob", "upload", 409),
+        ("blob", "touch", 200),
+    ]
+    after = blob.get_blob_properties()
+    assert after.last_modified > before.last_modified
+    assert json.loads(blob.download_blob().readall()) == value
 
 
 def test_a_reference_to_other_content_or_no_blob_is_refused(container):
