@@ -172,7 +172,6 @@ class PayloadStore:
             return value
         data = canonical_json(value)
         self._upload(blob_name(kept), data)
-        self._remember(kept[REFERENCE_KEY], value)
         return kept
 
     def _upload(self, name: str, data: bytes) -> None:
