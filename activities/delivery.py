@@ -46,16 +46,13 @@ from workflow_core.ledger import (
     encode_json,
 )
 from workflow_core.ledger.known_rows import claim_row_key, known_instance, known_step
-from workflow_core.ledger.model import MAX_TEXT
 from workflow_core.messages import claim_digest
+from workflow_core.payloads import PayloadTooLarge
 from workflow_core.runtime import Services
 from workflow_core.transport import OutgoingMessage, message_id_for
 
 log = logging.getLogger(__name__)
 S = StepStatus
-
-
-MAX_RESULT_CHARS = MAX_TEXT  # the ledger's limit for result_ref
 
 
 def non_retryable_errors(
@@ -227,18 +224,19 @@ class Delivery(DeliveryDecisions):
         handler = get_handler(m.agent)
         if handler is None:
             return False, None, f"no handler is registered for agent {m.agent!r}", False
+        payloads = self.services.payloads  # references in, references out: the handler sees values
         ctx = StepContext(
             instance_id=m.instance_id,
             step_id=m.step_id,
             attempt=m.attempt,
             agent=m.agent,
             kind=m.kind,
-            input=dict(m.input),
+            input=dict(payloads.resolve_input(m.input, m.kind)),
             deadline=record.deadline,
             services=self.services,
             worker_id=self.worker_id,
-            step_input=step_input(record),
-            step_output=step_output(record),
+            step_input=payloads.resolve(step_input(record)),
+            step_output=payloads.resolve(step_output(record)),
             _heartbeat=self._heartbeat,
         )
         try:
@@ -265,11 +263,11 @@ class Delivery(DeliveryDecisions):
             log.info("%s: agent failed%s: %s", self._label, " (non-retryable)" if permanent else "", error)
             return False, None, error, permanent
         output = {} if raw is None else dict(raw) if isinstance(raw, dict) else {"value": raw}
-        encoded = encode_json(output)
-        if len(encoded) > MAX_RESULT_CHARS:
-            why = f"output of {len(encoded)} characters exceeds the ledger's {MAX_RESULT_CHARS}"
-            return False, None, why, False
-        return True, output, None, False
+        try:  # an output over the limit is this attempt's failure, recorded once (not a crash loop)
+            payloads.check_size(output, "output")
+        except PayloadTooLarge as exc:
+            return False, None, str(exc), False
+        return True, payloads.stored(output), None, False
 
     def _heartbeat(self, seconds: float | None) -> datetime | None:
         service_now: list[datetime] = []

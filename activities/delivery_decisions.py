@@ -47,6 +47,7 @@ from workflow_core import telemetry
 from workflow_core.contracts import ResultMessage, WorkMessage
 from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord, StepStatus, encode_json
 from workflow_core.messages import KeyedReply
+from workflow_core.payloads import as_stored, is_reference
 
 S = StepStatus
 
@@ -103,7 +104,7 @@ class DeliveryDecisions:
         if m.agent != agent:
             return f"message names agent {m.agent!r}; the ledger's {m.kind} agent is {agent!r}"
         expected = step_input(r) if self.work else {"input": step_input(r), "output": step_output(r)}
-        if m.input != expected:
+        if m.input != as_stored(expected):  # a large compensation input travels as one reference
             return f"message's input differs from the input the ledger recorded for attempt {attempt}"
         return None
 
@@ -293,6 +294,8 @@ class DeliveryDecisions:
         (``WorkVersions.keyed_reply``) and the instance record is in the record's transaction."""
         versions = self.m.ledger
         if versions is None or not versions.keyed_reply or self.instance is None:
+            return None
+        if is_reference(reply.output):  # the scheduler needs the value: the result handler reads it
             return None
         return KeyedReply(reply, self.watched_after)
 

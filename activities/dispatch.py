@@ -137,6 +137,9 @@ def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
 
 def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     ledger = services.ledger
+    # The input as the ledger row and the message carry it: itself, or (above a ledger property) a
+    # reference to the blob written here, before any row or message names it (workflow_core.payloads).
+    d = d.model_copy(update={"input": services.payloads.stored(d.input)})
     deadline = parse_time(d.deadline, "deadline")
     grace = services.settings.watchdog_grace_seconds
     # a work message a worker may claim without reading (built with the Dispatched write); written

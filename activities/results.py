@@ -95,7 +95,13 @@ async def raise_result_event(
     or with ``quiet_if_gone`` only answer ``gone``."""
     event = result_event_name(result.step_id, result.attempt, result.kind)
     try:
-        raised = client.raise_event(result.orchestration_id, event, result.model_dump(mode="json"))
+        data = result.model_dump(mode="json")
+        # the scheduler builds later inputs from the output: the value, not a blob reference (the
+        # ledger and the messages keep the reference; workflow_core.payloads)
+        data["output"] = services.payloads.resolve(data.get("output"))
+        if isinstance(data.get("verdict"), dict):
+            data["verdict"]["output"] = services.payloads.resolve(data["verdict"].get("output"))
+        raised = client.raise_event(result.orchestration_id, event, data)
         if inspect.isawaitable(raised):  # the SDK's client is async; a test host's may not be
             await raised
     except Exception as exc:

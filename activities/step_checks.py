@@ -112,6 +112,8 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
         decide,
         what=f"check {args.step_id}",
     )
+    if check.output is not None:  # the scheduler builds later inputs from it: the value, not a reference
+        check = check.model_copy(update={"output": services.payloads.resolve(check.output)})
     return check.model_dump()
 
 

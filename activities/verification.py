@@ -178,7 +178,10 @@ def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]
             attempt=attempt,
             status=record.status.value,
         )
-    return verdict_of(found).model_dump()
+    verdict = verdict_of(found)
+    if verdict.output is not None:  # the scheduler builds later inputs from it: the value itself
+        verdict = verdict.model_copy(update={"output": services.payloads.resolve(verdict.output)})
+    return verdict.model_dump()
 
 
 @bp.function_name(c.ACTIVITY_VERIFY_RESULT)

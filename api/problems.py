@@ -44,7 +44,7 @@ PROBLEM_TITLES: dict[str, str] = {
     "client-header-required": "State-changing requests need the X-SAS-Client header",
     "cross-site": "Cross-site requests may not change state",
     "reason-required": "A reason is required",
-    "input-too-large": "The input is larger than the ledger can hold",
+    "input-too-large": "The input is larger than the payload limit",
     "unknown-workflow": "No such workflow",
     "unknown-version": "No such stored workflow version",
     "unknown-action": "No such action",

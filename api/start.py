@@ -51,7 +51,7 @@ from workflow_core.ledger import (
     outcome_json,
 )
 from workflow_core.ledger.known_rows import created_snapshot
-from workflow_core.ledger.model import MAX_TEXT
+from workflow_core.payloads import PayloadTooLarge
 from workflow_core.resume import resume_state
 from workflow_core.runtime import Services
 from workflow_core.workflows import (
@@ -108,8 +108,8 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
             extra={"workflow": name},
         ) from None
 
-    input_json = _storable_input(name, validated)
     svc = svc or resolve_services(services)
+    input_json = await asyncio.to_thread(_storable_input, name, validated, svc)
     if chosen:  # an id made here (128 random bits) is new: no look-up (the record's insert still guards)
         await _ensure_unused(client, svc, instance_id)
     await store_definition(svc, pinned)  # before the record names it: whoever reads one finds the other
@@ -177,23 +177,25 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
 SCHEDULER_START_SECONDS = 60.0
 
 
-def _storable_input(name: str, validated: dict[str, Any]) -> str:
-    """The input as the ledger stores it, or 413 when it cannot: the instance record keeps it (and
-    a resume restarts from it), so input the ledger cannot hold must be refused before anything is
-    written or started, not discovered steps later."""
-    text = encode_json(validated)
-    if len(text) > MAX_TEXT:
+def _storable_input(name: str, validated: dict[str, Any], services: Services) -> str:
+    """The input as the ledger stores it (inline, or a blob reference when its JSON is larger than a
+    ledger property), or 413 over ``MAX_PAYLOAD_BYTES``: the instance record keeps it (and a resume
+    restarts from it), so input the app cannot carry must be refused before anything is written or
+    started, not discovered steps later."""
+    payloads = services.payloads
+    try:
+        payloads.check_size(validated, "the input")
+    except PayloadTooLarge as exc:
         raise ApiError(
             413,
-            f"input of workflow {name!r} is too large for the step ledger",
+            f"input of workflow {name!r} is too large",
             [
-                f"the input is {len(text):,} characters as JSON; the ledger stores at most {MAX_TEXT:,} "
-                "per field (Table Storage's 64 KiB string property): pass large data by reference "
-                "(e.g. a blob URL) instead"
+                f"the input is {exc.size:,} bytes as JSON; at most {exc.limit:,} bytes are accepted "
+                "(MAX_PAYLOAD_BYTES): pass larger data by reference (e.g. a blob URL) instead"
             ],
-            extra={"limit": MAX_TEXT, "size": len(text)},
-        )
-    return text
+            extra={"limit": exc.limit, "size": exc.size},
+        ) from None
+    return encode_json(payloads.stored(validated))
 
 
 async def _record_instance(

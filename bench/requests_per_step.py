@@ -19,7 +19,11 @@ Starts its own Azurite and counts every HTTP request the app's Table and Queue c
 3. **per overdue step of a watchdog tick** (``request_scenarios.watchdog_tick``): Running steps of live
    orchestrations past deadline and grace; the tick marks each TimedOut and raises its event. Twice:
    steps with index rows of their own (written without an instance record), and steps of supervised
-   instances, watched through the instance's row (how the app's steps are written).
+   instances, watched through the instance's row (how the app's steps are written);
+4. **large payloads** (``workflow_core.payloads``): the run of 2. again with a ``plan`` of
+   ``LARGE_PLAN_CHARS`` characters, so the workflow input and ``send_welcome``'s input are over a
+   ledger property and go to Blob Storage by reference: the blob requests and the extra requests per
+   large payload, against the inline run of 2. (whose counts have no blob request at all).
 
 The example agent's own effect (its ``RemoteEffects`` row) is counted and shown, and excluded from
 the per-step figures. Raw counts first, then the per-step figures derived from them. Not part of the
@@ -44,6 +48,7 @@ from devtools.request_counter import RequestCounter, StorageRequest, pattern_ope
 from devtools.request_scenarios import (
     OPERATIONS,
     WORKFLOW,
+    WORKFLOW_INPUT,
     step_operations,
     watchdog_tick,
 )
@@ -94,7 +99,7 @@ def per_operation(azurite: Azurite) -> float:
     return counts.per_step
 
 
-def end_to_end(azurite: Azurite, workflows: int) -> float:
+def end_to_end(azurite: Azurite, workflows: int) -> tuple[float, int]:
     counts = request_end_to_end.end_to_end(azurite, workflows)
     steps = counts.steps
     print()
@@ -109,7 +114,39 @@ def end_to_end(azurite: Azurite, workflows: int) -> float:
     )
     print(f"   total: {len(counts.counted)} requests for {steps} steps")
     print(f"   => {counts.per_step:.2f} storage requests per step end to end (receives shared by batching)")
-    return counts.per_step
+    blob = [r for r in counts.counted if r.service == "blob"]
+    print(f"   blob requests: {len(blob)} (every payload inline)")
+    return counts.per_step, len(counts.counted)
+
+
+LARGE_PLAN_CHARS = 100_000  # a plan over a ledger property (32,000 characters): two payloads by reference
+
+
+def large_payloads(azurite: Azurite, workflows: int, inline_counted: int) -> float:
+    """The end-to-end run with a large ``plan``: what the blob path costs per large payload."""
+    large_input = {**WORKFLOW_INPUT, "plan": "p" * LARGE_PLAN_CHARS}
+    counts = request_end_to_end.end_to_end(azurite, workflows, large_input)
+    blob = [r for r in counts.counted if r.service == "blob"]
+    payloads = 2 * workflows  # per workflow: its input (instance record), send_welcome's input
+    # creating the container is a local run's (Azure provisions it): once per process, not per payload
+    setup = [r for r in blob if r.op == "create-container"]
+    extra = len(counts.counted) - len(setup) - inline_counted
+    print()
+    print(
+        f"4. large payloads: {workflows} x {WORKFLOW} with a {LARGE_PLAN_CHARS:,}-character plan "
+        f"({counts.steps} steps; {payloads} payloads by reference: each workflow input and "
+        "each send_welcome input)"
+    )
+    for label, n in sorted(Counter(r.label for r in blob).items(), key=lambda kv: -kv[1]):
+        print(f"   {label!s:<28} {n:>6}  blob: {_ops([r for r in blob if r.label == label])}")
+    print(f"   blob requests: {len(blob)} ({_ops(blob)})")
+    print(
+        f"   total: {len(counts.counted)} requests for {counts.steps} steps; the inline run of 2.: "
+        f"{inline_counted} ({extra:+d} without the {len(setup)} container creation of a local run)"
+    )
+    print(f"   => {len(counts.counted) / counts.steps:.2f} storage requests per step end to end")
+    print(f"   => {extra / payloads:+.2f} requests per large payload against the inline run")
+    return extra / payloads
 
 
 def per_tick(azurite: Azurite, overdue: int, *, watched: bool = False) -> float:
@@ -156,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Azurite 127.0.0.1:{azurite.table_port}; storage-queue transport; requests counted at the SDK")
         print()
         driven = per_operation(azurite)
-        e2e = end_to_end(azurite, workflows)
+        e2e, inline_counted = end_to_end(azurite, workflows)
         tick = per_tick(azurite, overdue)
         tick_watched = per_tick(azurite, overdue, watched=True)
+        large = large_payloads(azurite, workflows, inline_counted)
     print()
     print("summary (raw counts above; each figure is requests / steps of its own run)")
     print(f"   per step, driven one message per receive:  {driven:6.2f}")
@@ -171,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         f"   per overdue watched step in a tick:         {tick_watched:6.2f}"
         "  (watched through the instance's row; + detection per tick)"
     )
+    print(f"   extra requests per large payload (blob path): {large:+6.2f}  (the inline path: none)")
     return 0
 
 

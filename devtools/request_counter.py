@@ -48,9 +48,10 @@ _ENTITY = re.compile(r"^(?P<table>[^(/]+)\((?P<keys>.*)\)$")
 class StorageRequest:
     """One request on the wire."""
 
-    service: str  # "table" or "queue"
+    service: str  # "table", "queue" or "blob"
     op: str  # table: read, query, insert, update, delete, batch, create-table, delete-table;
-    # queue: send, receive, delete, update, create-queue, delete-queue, clear, other
+    # queue: send, receive, delete, update, create-queue, delete-queue, clear, other;
+    # blob (large payloads): upload, download, touch, create-container, other
     resource: str  # table or queue name ("" if unknown)
     method: str
     status: int | None
@@ -66,7 +67,7 @@ def _account_relative_path(url: str) -> list[str]:
     host = parts.hostname or ""
     # Azure: https://<account>.<service>.core.windows.net/<resource>...; emulators put the account
     # in the path: http://127.0.0.1:10002/<account>/<resource>...
-    if segments and not re.search(r"\.(table|queue)\.", host):
+    if segments and not re.search(r"\.(table|queue|blob)\.", host):
         segments = segments[1:]
     return segments
 
@@ -94,12 +95,31 @@ def _is_table(request: Any, segments: list[str]) -> bool:
     return "dataserviceversion" in headers or (bool(segments) and segments[0] in ("$batch", "Tables"))
 
 
+def _blob_op(request: Any, method: str) -> str | None:
+    """The blob operation a request is (the payload store's: upload, download, create-container),
+    told by what only blob requests carry; None for a table or queue request."""
+    headers = {k.lower() for k in request.headers}
+    if "restype=container" in request.url:
+        return "create-container" if method == "PUT" else "other"
+    if "x-ms-blob-type" in headers:
+        return "upload"
+    if "comp=properties" in request.url and "restype=" not in request.url:
+        return "touch"  # set the blob's HTTP headers: moves its Last-Modified
+    if "x-ms-range" in headers:  # the SDK's download asks for a range, even for a whole blob
+        return "download"
+    return None
+
+
 def describe(request: Any, response: Any) -> StorageRequest:
-    """What one request was (service, operation, table or queue), from its URL, method and body."""
+    """What one request was (service, operation, table, queue or blob), from its URL, method, headers
+    and body."""
     method = request.method.upper()
     url = request.url.split("?")[0]
     segments = _account_relative_path(url)
     status = getattr(response, "status_code", None)
+    blob = _blob_op(request, method)
+    if blob is not None:
+        return StorageRequest("blob", blob, segments[0] if segments else "", method, status)
     if _is_table(request, segments):
         first = segments[0] if segments else ""
         if first == "$batch":

@@ -46,17 +46,17 @@ class EndToEndCounts:
         return len(self.counted) / self.steps
 
 
-def end_to_end(azurite: Any, workflows: int) -> EndToEndCounts:
-    """Start ``workflows`` workflows together, run them to completion, count what they cost."""
+def end_to_end(azurite: Any, workflows: int, workflow_input: dict[str, Any] | None = None) -> EndToEndCounts:
+    """Start ``workflows`` workflows together, run them to completion, count what they cost
+    (``workflow_input``: another input than ``WORKFLOW_INPUT``, e.g. one with a large field)."""
+    base = WORKFLOW_INPUT if workflow_input is None else workflow_input
     forget_effect_clients()
     with (
         RequestCounter(classify=pattern_operation) as counter,
         PatternHarness(azurite, watchdog_every=None, settings={"WATCHDOG_GRACE_SECONDS": "30"}) as h,
     ):
         counter.reset()  # the harness's setup (tables, queues) is not a step's cost
-        iids = [
-            h.start_workflow(WORKFLOW, {**WORKFLOW_INPUT, "tenant_id": f"t{n}"}) for n in range(workflows)
-        ]
+        iids = [h.start_workflow(WORKFLOW, {**base, "tenant_id": f"t{n}"}) for n in range(workflows)]
         for iid in iids:
             status = h.run_until_complete(iid, timeout=timedelta(hours=1))
             if not isinstance(status.output, dict) or status.output.get("status") != "succeeded":

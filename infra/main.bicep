@@ -138,6 +138,22 @@ param maxCompensationRestarts int = 3
 @minValue(1)
 param maxSchedulerTerminations int = 2
 
+@description('MAX_PAYLOAD_BYTES: largest workflow input, step input or step output, in bytes of JSON (at most 1 MiB).')
+@minValue(1024)
+@maxValue(1048576)
+param maxPayloadBytes int = 1048576
+
+@description('PAYLOAD_CONTAINER_NAME: blob container of payloads too large for a ledger property.')
+param payloadContainerName string = 'sas-payloads'
+
+// A payload blob is deleted this long after its last write: it must outlive the longest-running workflow
+// that may still read it (a retry, a resume, a compensation), plus the time a flagged instance waits for
+// an operator. The workflows in workflows/ finish within hours (with their retries, resumes and
+// compensation); 90 days leaves ample room. Raise it if yours run, or wait for operators, longer.
+@description('Days after its last write that a large payload is deleted (lifecycle rule on PAYLOAD_CONTAINER_NAME).')
+@minValue(7)
+param payloadRetentionDays int = 90
+
 @description('TASK_HUB_NAME: Durable Functions task hub (3-45 letters and digits, starting with a letter).')
 @minLength(3)
 @maxLength(45)
@@ -204,6 +220,8 @@ module storage 'modules/storage.bicep' = {
     workQueueName: workQueueName
     resultQueueName: resultQueueName
     deadLetterQueueName: deadLetterQueueName
+    payloadContainerName: payloadContainerName
+    payloadRetentionDays: payloadRetentionDays
     logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
   }
 }
@@ -234,6 +252,7 @@ module roleAssignments 'modules/role-assignments.bicep' = {
     resultQueueName: resultQueueName
     ledgerTableName: ledgerTableName
     deadlineIndexTableName: deadlineIndexTableName
+    payloadContainerName: payloadContainerName
     operatorPrincipalId: principalId
     operatorPrincipalType: principalType
   }
@@ -302,6 +321,8 @@ module functionApp 'modules/function-app.bicep' = {
     maxCompensationRestarts: maxCompensationRestarts
     maxSchedulerTerminations: maxSchedulerTerminations
     watchdogGraceSeconds: watchdogGraceSeconds
+    maxPayloadBytes: maxPayloadBytes
+    payloadContainerName: payloadContainerName
     taskHubName: taskHubName
   }
   // The host starts pulling its package and leasing blobs at once: grant the roles first.

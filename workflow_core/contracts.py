@@ -6,7 +6,6 @@ function name, an event name or a field.
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -14,7 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from workflow_core.ledger.errors import InvalidLedgerInput
-from workflow_core.ledger.model import MAX_TEXT, validate_instance_id, validate_step_id
+from workflow_core.ledger.model import validate_instance_id, validate_step_id
+from workflow_core.payloads import PAYLOAD_CEILING_BYTES, bounded_payload, message_payload
 
 # ---- function names (what function_app registers and orchestrators call) -------------------------
 WORKFLOW_ORCHESTRATOR = "workflow_orchestrator"
@@ -77,7 +77,9 @@ def is_step_instance_id(orchestration_id: str | None) -> bool:
 # fit a ledger property): the worker and the handlers park it (see ``docs/contracts.md``) instead of
 # letting it fail on every delivery.
 MAX_ERROR_CHARS = 8_000  # an error text kept in the ledger (last_error) and in a result message
-MAX_PAYLOAD_CHARS = MAX_TEXT  # a step's input or output as JSON (the ledger's input_ref/result_ref)
+# A step's input or output as canonical JSON: above the ledger's inline limit it travels as a blob
+# reference (``workflow_core.payloads``), so a message holds either a reference or a value that fits.
+MAX_PAYLOAD_BYTES = PAYLOAD_CEILING_BYTES
 MAX_ORCHESTRATION_ID = 320  # "<instance>:step:<step>" with the longest instance and step ids
 MAX_AGENT_CHARS = 200
 MAX_WORKFLOW_CHARS = 100
@@ -153,14 +155,6 @@ def _iso_time(value: str) -> str:
     return value
 
 
-def _payload(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if value is not None:
-        size = len(json.dumps(value, separators=(",", ":"), sort_keys=True, default=str))
-        if size > MAX_PAYLOAD_CHARS:
-            raise ValueError(f"is {size} characters as JSON; the ledger holds at most {MAX_PAYLOAD_CHARS}")
-    return value
-
-
 def _error(value: str | None) -> str | None:
     if value is not None and len(value) > MAX_ERROR_CHARS:
         raise ValueError(f"error text of {len(value)} characters; at most {MAX_ERROR_CHARS} (use fit_text)")
@@ -173,8 +167,9 @@ OrchestrationId = Annotated[str, AfterValidator(_orchestration_id)]
 AgentName = Annotated[str, AfterValidator(_agent_or_empty)]
 WorkflowName = Annotated[str, AfterValidator(_workflow)]
 IsoTime = Annotated[str, AfterValidator(_iso_time)]
-Payload = Annotated[dict[str, Any], AfterValidator(_payload)]
-OptionalPayload = Annotated[dict[str, Any] | None, AfterValidator(_payload)]
+Payload = Annotated[dict[str, Any], AfterValidator(bounded_payload)]
+MessagePayload = Annotated[dict[str, Any], AfterValidator(message_payload)]  # inline-sized or a reference
+OptionalPayload = Annotated[dict[str, Any] | None, AfterValidator(bounded_payload)]
 ErrorText = Annotated[str | None, AfterValidator(_error)]
 
 
@@ -264,7 +259,7 @@ class WorkMessage(_Model):
     agent: AgentName
     attempt: int = Field(ge=1)
     deadline: IsoTime
-    input: Payload = Field(default_factory=dict)
+    input: MessagePayload = Field(default_factory=dict)
     # The rows as the dispatch wrote them, for a claim without a read (``WorkVersions``); absent on
     # re-sends, compensations and messages from before it existed: the worker then reads the row.
     ledger: WorkVersions | None = None

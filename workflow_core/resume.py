@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from workflow_core.ledger import UNVERSIONED, StepRecord, StepStatus, decode_json
+from workflow_core.payloads import PayloadStore, is_reference
 from workflow_core.workflows import WorkflowDefinition
 from workflow_core.workflows.versions import canonical_data, version_of
 
@@ -20,10 +21,14 @@ COMPLETED = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
 
 
 def resume_state(
-    definition: WorkflowDefinition, steps: list[StepRecord], generation: int = 0
+    definition: WorkflowDefinition,
+    steps: list[StepRecord],
+    generation: int = 0,
+    payloads: PayloadStore | None = None,
 ) -> dict[str, Any]:
     """The ``state`` (``Progress``) a resumed ``workflow_orchestrator`` takes: position, completed
-    step ids in definition order, their outputs, and the generation."""
+    step ids in definition order, their outputs (values: a large one is read back from its blob,
+    ``workflow_core.payloads``), and the generation."""
     by_id = {r.step_id: r for r in steps}
     completed: list[str] = []
     outputs: dict[str, Any] = {}
@@ -35,6 +40,8 @@ def resume_state(
             assert record is not None
             completed.append(record.step_id)
             output = decode_json(record.result_ref)
+            if is_reference(output):
+                output = (payloads or _payloads()).resolve(output)
             outputs[record.step_id] = output if output is not None else {}
     return {"position": len(completed), "completed": completed, "outputs": outputs, "generation": generation}
 
@@ -47,18 +54,29 @@ def resume_input(
     epoch: int,
     generation: int,
     version: str | None = None,
+    payloads: PayloadStore | None = None,
 ) -> dict[str, Any]:
     """The whole input of a resumed ``workflow_orchestrator`` (its ``WorkflowStart``).
 
     ``definition`` must be the one the instance is pinned to (``version``, from its instance
     record): the resumed scheduler carries it on, so a resume after a new version was deployed
-    still runs the old one to its end.
+    still runs the old one to its end. ``workflow_input`` may be the instance record's blob reference:
+    the resumed scheduler gets the value.
     """
+    if is_reference(workflow_input):
+        workflow_input = (payloads or _payloads()).resolve(workflow_input)
     payload: dict[str, Any] = {"workflow": definition.name, "input": workflow_input, "epoch": epoch}
     if steps:  # no step rows: a scheduler that died before creating them; the resumed one creates them
-        payload["state"] = resume_state(definition, steps, generation)
+        payload["state"] = resume_state(definition, steps, generation, payloads)
     # Always pinned: to the record's version, or (a record written without one, as tests do) to the
     # definition it is resumed on, which is what that instance would have run anyway.
     payload["version"] = version if version is not None and version != UNVERSIONED else version_of(definition)
     payload["definition"] = canonical_data(definition)
     return payload
+
+
+def _payloads() -> PayloadStore:
+    """The process's payload store: only a resume of an instance with a large payload needs one."""
+    from workflow_core.runtime import get_services
+
+    return get_services().payloads

@@ -7,13 +7,16 @@ host call :func:`reset_services` after pointing the environment at their Azurite
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from workflow_core.ledger import StepLedger
+from workflow_core.payloads import PayloadStore
 from workflow_core.settings import Settings, get_settings
-from workflow_core.storage_clients import table_service_client
+from workflow_core.storage_clients import blob_container_client, table_service_client
 from workflow_core.transport import Transport
 from workflow_core.workflows.store import DefinitionStore
 
@@ -42,6 +45,23 @@ class Services:
         return DefinitionStore(self.ledger.table_client())
 
     @cached_property
+    def payloads(self) -> PayloadStore:
+        """Large payloads by reference, in a blob container of the app's storage account; the
+        container client is made (and, locally, the container created) on the first large payload."""
+        settings = self.settings
+
+        def container() -> Any:
+            client = blob_container_client(settings.storage, settings.payload_container)
+            if settings.storage.connection_string:  # local/dev: create what infra would have provisioned
+                from azure.core.exceptions import ResourceExistsError
+
+                with contextlib.suppress(ResourceExistsError):
+                    client.create_container()
+            return client
+
+        return PayloadStore(container, max_bytes=settings.max_payload_bytes)
+
+    @cached_property
     def transport(self) -> Transport:
         from workflow_core.transport.factory import create_transport
 
@@ -56,6 +76,8 @@ class Services:
             self.ledger.close()
         if "transport" in self.__dict__:
             self.transport.close()
+        if "payloads" in self.__dict__:
+            self.payloads.close()
 
 
 _lock = threading.Lock()

@@ -42,6 +42,7 @@ class StorageConnection:
     table_service_uri: str | None = None
     queue_service_uri: str | None = None
     client_id: str | None = None  # user-assigned managed identity; None = system-assigned / dev
+    blob_service_uri: str | None = None  # large payloads (``workflow_core.payloads``); None: not set
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,10 @@ class Settings:
     ledger_storage: StorageConnection | None = None  # None: the ledger lives in ``storage``
     # True: the ledger's transactions go through the SDK's own $batch codec (LEDGER_TRANSACTION_CODEC=sdk)
     ledger_sdk_transactions: bool = False
+    # Payloads (workflow and step inputs, step outputs) up to this many bytes of JSON; larger ones
+    # above the ledger's inline limit go to this blob container by reference (workflow_core.payloads).
+    max_payload_bytes: int = 1_048_576
+    payload_container: str = "sas-payloads"
 
     @property
     def ledger_connection(self) -> StorageConnection:
@@ -135,6 +140,17 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
         "`own`: the ledger's entity-group transactions are encoded by `workflow_core/table_transactions.py` "
         "(a third of the SDK's client CPU); `sdk`: by the Azure SDK's own code. A switch back without a "
         "redeploy if the storage service ever answers a transaction in a shape the codec refuses.",
+    ),
+    "MAX_PAYLOAD_BYTES": (
+        "1048576",
+        "Largest workflow input, step input or step output, in bytes of JSON (at most the default, "
+        "1 MiB); a bigger workflow input is refused with 413. Above 32,000 characters a payload is "
+        "stored once in Blob Storage and passed by reference.",
+    ),
+    "PAYLOAD_CONTAINER_NAME": (
+        "sas-payloads",
+        "Blob container (in the `AzureWebJobsStorage` account) holding payloads too large for a ledger "
+        "property; provisioned by `infra/` with a lifecycle rule that deletes them after a retention period.",
     ),
     "TASK_HUB_NAME": ("SchedulerAgentSupervisor", "Durable Functions task hub (read by host.json)."),
     "APPLICATIONINSIGHTS_CONNECTION_STRING": (
@@ -243,6 +259,7 @@ def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION)
         table_service_uri=table_uri,
         queue_service_uri=queue_uri,
         client_id=_get(env, f"{prefix}__clientId"),
+        blob_service_uri=_service_uri(env, prefix, "blob"),
     )
 
 
@@ -317,7 +334,29 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         app_insights_connection_string=_get(env, "APPLICATIONINSIGHTS_CONNECTION_STRING"),
         ledger_storage=ledger_storage_connection(env),
         ledger_sdk_transactions=_transaction_codec(env) == "sdk",
+        max_payload_bytes=_max_payload_bytes(env),
+        payload_container=_container_name(env, "PAYLOAD_CONTAINER_NAME"),
     )
+
+
+def _max_payload_bytes(env: Mapping[str, str]) -> int:
+    value = _int(env, "MAX_PAYLOAD_BYTES", minimum=1024)
+    ceiling = int(_default("MAX_PAYLOAD_BYTES"))
+    if value > ceiling:
+        raise SettingsError(f"MAX_PAYLOAD_BYTES must be at most {ceiling} (1 MiB), got {value}")
+    return value
+
+
+def _container_name(env: Mapping[str, str], name: str) -> str:
+    value = _get(env, name) or _default(name)
+    ok = 3 <= len(value) <= 63 and value == value.lower() and "--" not in value
+    ok = ok and value[0].isalnum() and value[-1].isalnum() and all(c.isalnum() or c == "-" for c in value)
+    if not ok:
+        raise SettingsError(
+            f"{name}={value!r} is not a valid blob container name "
+            "(3-63 lowercase letters, digits, single dashes)"
+        )
+    return value
 
 
 def _transaction_codec(env: Mapping[str, str]) -> str:

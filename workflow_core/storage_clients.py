@@ -33,7 +33,7 @@ from typing import Any
 import requests
 from azure.core.pipeline.transport import HttpTransport, RequestsTransport
 
-from workflow_core.settings import StorageConnection
+from workflow_core.settings import SettingsError, StorageConnection
 
 TransportHook = Callable[[HttpTransport], HttpTransport]
 
@@ -171,4 +171,27 @@ def queue_service_client_from_uri(queue_service_uri: str, credential: Any) -> An
 
     return QueueServiceClient(
         account_url=queue_service_uri, credential=credential, transport=storage_transport(queue_service_uri)
+    )
+
+
+def blob_container_client(storage: StorageConnection, container: str, credential: Any = None) -> Any:
+    """A ``ContainerClient`` for ``container``: from the connection string, or from the blob service URI
+    (``<prefix>__blobServiceUri`` or ``__accountName``) + an identity, like the table and queue clients."""
+    from azure.storage.blob import ContainerClient
+
+    if storage.connection_string:
+        endpoint = _endpoint_from_connection_string(storage.connection_string, "Blob")
+        return ContainerClient.from_connection_string(
+            storage.connection_string, container, transport=storage_transport(endpoint)
+        )
+    if not storage.blob_service_uri:
+        raise SettingsError(
+            "a payload needs Blob Storage: set AzureWebJobsStorage__blobServiceUri (or __accountName) "
+            "for the managed identity"
+        )
+    return ContainerClient(
+        account_url=storage.blob_service_uri,
+        container_name=container,
+        credential=credential or _credential(storage),
+        transport=storage_transport(storage.blob_service_uri),
     )

@@ -80,6 +80,8 @@ param watchdogBatchSize int
 param watchdogGraceSeconds int
 param maxCompensationRestarts int
 param maxSchedulerTerminations int
+param maxPayloadBytes int
+param payloadContainerName string
 param taskHubName string
 
 @description('Client (application) id of the Entra app registration that fronts the API (App Service Authentication); empty = no platform authentication (function keys only).')
@@ -260,6 +262,14 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'LEDGER_TRANSACTION_CODEC'
           value: 'own'
+        }
+        {
+          name: 'MAX_PAYLOAD_BYTES'
+          value: string(maxPayloadBytes)
+        }
+        {
+          name: 'PAYLOAD_CONTAINER_NAME'
+          value: payloadContainerName
         }
         {
           name: 'TASK_HUB_NAME'

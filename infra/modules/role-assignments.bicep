@@ -30,6 +30,9 @@ param ledgerTableName string
 @description('Deadline index table (DEADLINE_INDEX_TABLE_NAME).')
 param deadlineIndexTableName string
 
+@description('Blob container of large payloads (PAYLOAD_CONTAINER_NAME).')
+param payloadContainerName string
+
 @description('Object id of the operator (user or group) who runs the operator CLI; empty = no operator roles.')
 param operatorPrincipalId string = ''
 
@@ -44,6 +47,9 @@ param operatorPrincipalType string = 'User'
 var roles = {
   // Functions host: blob leases, timer/singleton locks, Durable task hub blobs, Flex deployment package.
   storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+  // The app's own code: read and write large payloads, on their container only. The host's Owner above
+  // covers it today; this keeps the code's need explicit if the host's grant is ever narrowed.
+  storageBlobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
   // Durable task hub control/work-item queues and the storage-queue transport.
   storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
   // Durable history/instances tables, the step ledger and the deadline index.
@@ -96,6 +102,16 @@ resource deadlineIndexTable 'Microsoft.Storage/storageAccounts/tableServices/tab
   name: deadlineIndexTableName
 }
 
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
+  parent: storage
+  name: 'default'
+}
+
+resource payloadContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = {
+  parent: blobService
+  name: payloadContainerName
+}
+
 var hasOperator = !empty(operatorPrincipalId)
 
 resource storageBlobDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
@@ -103,6 +119,16 @@ resource storageBlobDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-0
   scope: storage
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataOwner)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource payloadBlobDataContributor 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(payloadContainer.id, principalId, roles.storageBlobDataContributor)
+  scope: payloadContainer
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
     principalId: principalId
     principalType: 'ServicePrincipal'
   }

@@ -1,6 +1,6 @@
 // Storage account behind AzureWebJobsStorage: the Functions host (leases, timers), the Durable Functions
-// task hub, the Flex Consumption deployment package, the step ledger tables and the storage-queue
-// transport queues. Key-based access is off: everything authenticates with Entra ID (managed identity).
+// task hub, the Flex Consumption deployment package, the step ledger tables, the storage-queue
+// transport queues and the large-payload container with its lifecycle rule. Key-based access is off: everything authenticates with Entra ID (managed identity).
 
 @description('Globally unique storage account name (3-24 lowercase letters and digits).')
 @minLength(3)
@@ -39,6 +39,13 @@ param resultQueueName string
 
 @description('Poison queue of the storage-queue transport (DEAD_LETTER_QUEUE_NAME).')
 param deadLetterQueueName string
+
+@description('Blob container of payloads too large for a ledger property (PAYLOAD_CONTAINER_NAME).')
+param payloadContainerName string
+
+@description('Days after its last write that a payload blob is deleted by the lifecycle rule.')
+@minValue(1)
+param payloadRetentionDays int
 
 @description('Log Analytics workspace that receives the storage services\' resource logs.')
 param logAnalyticsWorkspaceId string
@@ -112,6 +119,52 @@ resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/con
   name: deploymentContainerName
   properties: {
     publicAccess: 'None'
+  }
+}
+
+// Workflow inputs, step inputs and outputs larger than a ledger property, stored once by content digest
+// (workflow_core/payloads.py); the ledger rows and messages carry references to them.
+resource payloadContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: payloadContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+// Payloads are never deleted by the app: this rule deletes each blob payloadRetentionDays after its last
+// write (a repeated write of the same content moves Last-Modified to then), so a reference outlives the
+// instance that wrote it by the retention period.
+resource lifecycle 'Microsoft.Storage/storageAccounts/managementPolicies@2023-05-01' = {
+  parent: storage
+  name: 'default'
+  properties: {
+    policy: {
+      rules: [
+        {
+          name: 'delete-old-payloads'
+          enabled: true
+          type: 'Lifecycle'
+          definition: {
+            filters: {
+              blobTypes: [
+                'blockBlob'
+              ]
+              prefixMatch: [
+                '${payloadContainerName}/'
+              ]
+            }
+            actions: {
+              baseBlob: {
+                delete: {
+                  daysAfterModificationGreaterThan: payloadRetentionDays
+                }
+              }
+            }
+          }
+        }
+      ]
+    }
   }
 }
 
@@ -200,4 +253,5 @@ output name string = storage.name
 output blobEndpoint string = storage.properties.primaryEndpoints.blob
 output queueEndpoint string = storage.properties.primaryEndpoints.queue
 output tableEndpoint string = storage.properties.primaryEndpoints.table
+output payloadContainerName string = payloadContainer.name
 output deploymentContainerUrl string = '${storage.properties.primaryEndpoints.blob}${deploymentContainer.name}'

@@ -141,7 +141,7 @@ class DurableHttpStub:
         return self
 
     async def _start_site(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=8 * 1024 * 1024)  # the host takes far more than aiohttp's 1 MiB
         app.router.add_post("/durabletask/orchestrators/{name}", self._start_instance)
         app.router.add_post("/durabletask/orchestrators/{name}/{instance_id}", self._start_instance)
         app.router.add_get("/durabletask/instances", self._list_instances)

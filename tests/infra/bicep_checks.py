@@ -37,6 +37,7 @@ HOST_JSON = INFRA_DIR.parent / "host.json"
 # Built-in Azure role definition ids (identical in every tenant) -> (role name, resource type it must be
 # scoped to). The least-privilege set for the Function App's identity: nothing else may be granted.
 STORAGE_BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
+STORAGE_BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 STORAGE_QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
 STORAGE_TABLE_DATA_CONTRIBUTOR = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
 SERVICE_BUS_DATA_OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
@@ -52,6 +53,11 @@ REQUIRED_ROLES: dict[str, tuple[str, str]] = {
     STORAGE_BLOB_DATA_OWNER: ("Storage Blob Data Owner", "Microsoft.Storage/storageAccounts"),
     STORAGE_QUEUE_DATA_CONTRIBUTOR: ("Storage Queue Data Contributor", "Microsoft.Storage/storageAccounts"),
     STORAGE_TABLE_DATA_CONTRIBUTOR: ("Storage Table Data Contributor", "Microsoft.Storage/storageAccounts"),
+    # The app's large payloads (workflow_core/payloads.py), on their container only.
+    STORAGE_BLOB_DATA_CONTRIBUTOR: (
+        "Storage Blob Data Contributor",
+        "Microsoft.Storage/storageAccounts/blobServices/containers",
+    ),
     # On each agent queue (not the namespace): send, receive, and the Manage claim target-based scaling of
     # the Service Bus triggers needs (the Functions docs' Service Bus trigger role table).
     SERVICE_BUS_DATA_OWNER: ("Azure Service Bus Data Owner", SERVICE_BUS_QUEUE),
@@ -74,6 +80,7 @@ OPTIONAL_OPERATOR_ROLES: dict[str, tuple[str, str]] = {
 # Which named resources a role on a sub-resource scope must cover: role -> setting names of the resources.
 ROLE_TARGETS: dict[tuple[str, str], tuple[str, ...]] = {
     ("app", SERVICE_BUS_DATA_OWNER): ("WORK_QUEUE_NAME", "RESULT_QUEUE_NAME"),
+    ("app", STORAGE_BLOB_DATA_CONTRIBUTOR): ("PAYLOAD_CONTAINER_NAME",),
     ("operator", STORAGE_TABLE_DATA_CONTRIBUTOR): ("LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"),
     ("operator", SERVICE_BUS_DATA_RECEIVER): ("WORK_QUEUE_NAME", "RESULT_QUEUE_NAME"),
 }

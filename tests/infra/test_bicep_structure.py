@@ -23,6 +23,7 @@ BUILT_IN_ROLE_IDS = {
     "Azure Service Bus Data Owner": "090c5cfd-751d-490a-894a-3ce6f1109419",
     "Azure Service Bus Data Receiver": "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0",
     "Storage Blob Data Owner": "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
+    "Storage Blob Data Contributor": "ba92f5b4-2d11-453d-a403-e96b0029c9fe",
     "Storage Queue Data Contributor": "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
     "Storage Table Data Contributor": "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
     "Monitoring Metrics Publisher": "3913510d-42f4-4e42-8a64-420c390055eb",

@@ -1,0 +1,233 @@
+"""Payloads larger than a ledger property: stored once in Blob Storage, passed around by reference.
+
+A workflow input, a step input or a step output may be up to ``MAX_PAYLOAD_BYTES`` (1 MiB by default)
+of UTF-8 JSON, but a Table Storage string property holds 32,000 characters and a queue message
+less than 64 KiB. So every place that writes a payload into the ledger or a message asks
+:meth:`PayloadStore.stored` for the form to write: the value itself while its JSON fits
+``INLINE_PAYLOAD_CHARS`` (exactly what was written before references existed, at no extra cost),
+else a *reference* ``{"$blob": "sha256:<hex>", "size": <bytes>}`` to a blob holding the value's
+canonical JSON. Every place that hands a payload to code that needs the value (an agent's handler,
+the scheduler, a resumed scheduler) asks :meth:`PayloadStore.resolve`. Nothing else knows.
+
+The blob is content-addressed (its name is the SHA-256 of the canonical JSON), so a write is
+idempotent: a retried activity, a redelivered message or two workers with the same output upload
+the same name, ``If-None-Match: *``, and "already exists" counts as success (the existing blob's
+Last-Modified is then moved to now, one more request, so the lifecycle rule counts from the latest
+writer and never deletes a payload a newer instance still names). A resolved blob is
+checked against its digest and size, so a reference can never be answered with other content.
+Blobs are never deleted here: the container's lifecycle rule (``infra/``) deletes them a retention
+period after they were written. The shape is documented for agents in other languages in
+``docs/contracts.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from workflow_core.ledger.model import MAX_TEXT
+
+REFERENCE_KEY = "$blob"
+SIZE_KEY = "size"
+_DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
+# A payload whose ledger JSON is at most this long stays inline (the ledger's text property).
+INLINE_PAYLOAD_CHARS = MAX_TEXT
+# The largest payload (canonical UTF-8 JSON) any component accepts, and the default of the
+# ``MAX_PAYLOAD_BYTES`` setting (which may lower it, never raise it).
+PAYLOAD_CEILING_BYTES = 1_048_576
+_CACHE_ENTRIES = 8  # resolved payloads kept per process (one step's input and output, a few steps)
+
+
+class PayloadError(Exception):
+    """A payload that cannot be stored or resolved."""
+
+
+class PayloadTooLarge(PayloadError):
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} is {size:,} bytes as JSON; at most {limit:,} bytes are allowed (MAX_PAYLOAD_BYTES)"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class PayloadMissing(PayloadError):
+    """A reference whose blob is gone (deleted by the lifecycle rule) or holds other content."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """The bytes a payload is measured, hashed and stored as: compact, sorted keys, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode(
+        "utf-8"
+    )
+
+
+def payload_size(value: Any) -> int:
+    return len(canonical_json(value))
+
+
+def ledger_json(value: Any) -> str:
+    """The text the ledger stores for ``value`` (``workflow_core.ledger.encode_json``)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def is_reference(value: Any) -> bool:
+    """Is ``value`` a blob reference (and nothing else)?"""
+    return (
+        isinstance(value, dict)
+        and set(value) == {REFERENCE_KEY, SIZE_KEY}
+        and isinstance(value[REFERENCE_KEY], str)
+        and _DIGEST.match(value[REFERENCE_KEY]) is not None
+        and isinstance(value[SIZE_KEY], int)
+        and value[SIZE_KEY] >= 0
+    )
+
+
+def reference_to(data: bytes) -> dict[str, Any]:
+    return {REFERENCE_KEY: f"sha256:{hashlib.sha256(data).hexdigest()}", SIZE_KEY: len(data)}
+
+
+def as_stored(value: Any, inline_chars: int = INLINE_PAYLOAD_CHARS) -> Any:
+    """What :meth:`PayloadStore.stored` writes for ``value``, computed without any I/O."""
+    if value is None or is_reference(value) or len(ledger_json(value)) <= inline_chars:
+        return value
+    return reference_to(canonical_json(value))
+
+
+def bounded_payload(value: Any) -> Any:
+    """A payload in a contract: at most ``PAYLOAD_CEILING_BYTES`` of JSON (pydantic validator)."""
+    if value is not None:
+        size = payload_size(value)
+        if size > PAYLOAD_CEILING_BYTES:
+            raise ValueError(f"is {size} bytes as JSON; a payload holds at most {PAYLOAD_CEILING_BYTES}")
+    return value
+
+
+def message_payload(value: Any) -> Any:
+    """A work message's input: a blob reference, or a value whose JSON fits a ledger property (what
+    :meth:`PayloadStore.stored` sends); a larger inline value is no message a dispatch wrote."""
+    if not is_reference(value):
+        size = len(ledger_json(value))
+        if size > INLINE_PAYLOAD_CHARS:
+            raise ValueError(
+                f"is {size} characters as JSON inline; at most {INLINE_PAYLOAD_CHARS} (larger ones go "
+                "by blob reference)"
+            )
+    return value
+
+
+def blob_name(reference: dict[str, Any]) -> str:
+    return "sha256/" + reference[REFERENCE_KEY].split(":", 1)[1]
+
+
+class PayloadStore:
+    """Stores large payloads in one blob container and resolves references to them.
+
+    ``container`` is an ``azure.storage.blob.ContainerClient`` or a callable that makes one when
+    first needed (so a process whose payloads all stay inline never opens a blob connection)."""
+
+    def __init__(
+        self,
+        container: Any | Callable[[], Any],
+        *,
+        max_bytes: int = PAYLOAD_CEILING_BYTES,
+        inline_chars: int = INLINE_PAYLOAD_CHARS,
+    ) -> None:
+        self._container = container
+        self._made: Any = None
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.inline_chars = inline_chars
+
+    @property
+    def container(self) -> Any:
+        with self._lock:
+            if self._made is None:
+                self._made = self._container() if callable(self._container) else self._container
+            return self._made
+
+    # ---- limits ----------------------------------------------------------------------------------
+
+    def check_size(self, value: Any, what: str) -> int:
+        """The payload's size in bytes; :class:`PayloadTooLarge` above ``max_bytes``."""
+        size = payload_size(value)
+        if size > self.max_bytes:
+            raise PayloadTooLarge(what, size, self.max_bytes)
+        return size
+
+    # ---- write -----------------------------------------------------------------------------------
+
+    def stored(self, value: Any) -> Any:
+        """``value`` as the ledger and messages carry it: itself when its JSON fits inline, else a
+        reference to the blob this call made sure exists."""
+        kept = as_stored(value, self.inline_chars)
+        if kept is value:
+            return value
+        data = canonical_json(value)
+        self._upload(blob_name(kept), data)
+        return kept
+
+    def _upload(self, name: str, data: bytes) -> None:
+        from azure.core.exceptions import ResourceExistsError
+        from azure.storage.blob import ContentSettings
+
+        settings = ContentSettings(content_type="application/json")
+        try:  # If-None-Match: * (overwrite=False): content-addressed, so an existing blob holds these bytes
+            self.container.upload_blob(name, data, overwrite=False, content_settings=settings)
+        except ResourceExistsError:
+            # Success; but its Last-Modified is an older writer's, and the lifecycle rule deletes a
+            # blob that many days after it: move it to now, so it outlives this writer's instance too.
+            self.container.get_blob_client(name).set_http_headers(content_settings=settings)
+
+    # ---- read ------------------------------------------------------------------------------------
+
+    def resolve(self, value: Any) -> Any:
+        """The value a reference stands for (checked against its digest and size); anything else
+        unchanged."""
+        if not is_reference(value):
+            return value
+        digest = value[REFERENCE_KEY]
+        with self._lock:
+            if digest in self._cache:
+                self._cache.move_to_end(digest)
+                return copy.deepcopy(self._cache[digest])  # a copy: callers may edit it
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            data = self.container.download_blob(blob_name(value)).readall()
+        except ResourceNotFoundError:
+            raise PayloadMissing(
+                f"payload {digest} ({value[SIZE_KEY]:,} bytes) is not in the payload container: "
+                "deleted by its lifecycle rule, or never written"
+            ) from None
+        if reference_to(data) != value:
+            raise PayloadMissing(f"payload blob {blob_name(value)} does not hold the content {digest} names")
+        resolved = json.loads(data.decode("utf-8"))
+        self._remember(digest, resolved)
+        return copy.deepcopy(resolved)
+
+    def resolve_input(self, value: Any, kind: str = "work") -> Any:
+        """A work message's input, resolved: a compensation's input is ``{"input", "output"}`` of
+        the step it undoes, each of which may be a reference of its own."""
+        value = self.resolve(value)
+        if kind == "compensate" and isinstance(value, dict):
+            value = {k: self.resolve(v) if k in ("input", "output") else v for k, v in value.items()}
+        return value
+
+    def _remember(self, digest: str, value: Any) -> None:
+        with self._lock:
+            self._cache[digest] = copy.deepcopy(value)
+            self._cache.move_to_end(digest)
+            while len(self._cache) > _CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+
+    def close(self) -> None:
+        if self._made is not None and hasattr(self._made, "close"):
+            self._made.close()
