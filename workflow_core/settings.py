@@ -145,7 +145,8 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
         "1048576",
         "Largest workflow input, step input or step output, in bytes of JSON (at most the default, "
         "1 MiB); a bigger workflow input is refused with 413. Above 32,000 characters a payload is "
-        "stored once in Blob Storage and passed by reference.",
+        "stored once in Blob Storage and passed by reference. With the Durable Task Scheduler backend "
+        "(`DURABLE_TASK_SCHEDULER_CONNECTION_STRING` set) at most 256 KiB: its messages are capped.",
     ),
     "PAYLOAD_CONTAINER_NAME": (
         "sas-payloads",
@@ -339,11 +340,19 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     )
 
 
+# The Durable Task Scheduler refuses messages over ~1 MiB and has no large-payload offload for Python
+# workers, while the scheduler's own messages carry values (the workflow input and the outputs a
+# generation needs, docs/deploy.md "Payload sizes differ"): the door must refuse what it cannot carry.
+DTS_MAX_PAYLOAD_BYTES = 262_144
+
+
 def _max_payload_bytes(env: Mapping[str, str]) -> int:
     value = _int(env, "MAX_PAYLOAD_BYTES", minimum=1024)
     ceiling = int(_default("MAX_PAYLOAD_BYTES"))
     if value > ceiling:
         raise SettingsError(f"MAX_PAYLOAD_BYTES must be at most {ceiling} (1 MiB), got {value}")
+    if _get(env, "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"):
+        return min(value, DTS_MAX_PAYLOAD_BYTES)
     return value
 
 

@@ -133,6 +133,14 @@ def test_settings_name_the_limit_the_container_and_the_blob_endpoint():
         load_settings({**base, "MAX_PAYLOAD_BYTES": "2000000"})
     with pytest.raises(SettingsError, match="PAYLOAD_CONTAINER_NAME"):
         load_settings({**base, "PAYLOAD_CONTAINER_NAME": "Bad_Name"})
+    # the Durable Task Scheduler caps its messages near 1 MiB and offers Python workers no offload,
+    # and the scheduler's messages carry values: the door refuses earlier
+    dts = {
+        **base,
+        "DURABLE_TASK_SCHEDULER_CONNECTION_STRING": "Endpoint=https://s.example;Authentication=None",
+    }
+    assert load_settings(dts).max_payload_bytes == 262_144
+    assert load_settings({**dts, "MAX_PAYLOAD_BYTES": "65536"}).max_payload_bytes == 65_536
     identity = {
         "AGENT_TRANSPORT": "storage-queue",
         "AzureWebJobsStorage__accountName": "sasdev",
