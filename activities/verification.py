@@ -2,7 +2,7 @@
 
 A result message, or an orchestration's result event, is a *claim*. Two places check it:
 
-* the result handler (``activities/results.py``) raises an event only when the step row records the
+* the result handler (``activities/replies/results.py``) raises an event only when the step row records the
   outcome the message claims, for that very attempt, and then raises the ledger's version of it;
 * the orchestrator takes the handler's verdict from an event carrying the attempt's ledger token
   (``attempt_token``: random per dispatch, in no message, so only a ledger read yields it); any other

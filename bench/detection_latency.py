@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
 from devtools.logs import quiet_logging

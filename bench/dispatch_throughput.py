@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from azure.data.tables import TableServiceClient, UpdateMode
 
-from activities.scheduling import dispatch_step
+from activities.scheduler.functions import dispatch_step
 from devtools.azurite import Azurite, private_env
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import NewStep

@@ -61,7 +61,7 @@ from azure.core.pipeline.transport import HttpTransport, RequestsTransport
 from azure.data.tables import UpdateMode
 from azure.storage.queue import QueueServiceClient
 
-from activities.handlers import RemoteEffects, agent
+from activities.worker.handlers import RemoteEffects, agent
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
 from devtools.logs import quiet_logging

@@ -87,7 +87,7 @@ class ConsoleDemo:
 
     def seed(self) -> dict[str, str]:
         """Run the fault scenarios on the virtual clock (seconds of real time); returns name -> instance."""
-        from activities.handlers import faults
+        from activities.worker.handlers import faults
 
         h = self.harness
         tag = uuid.uuid4().hex[:6]
@@ -145,7 +145,7 @@ class ConsoleDemo:
         self._pacer.start()
 
     def close(self) -> None:
-        from activities.handlers import faults
+        from activities.worker.handlers import faults
 
         self._stop.set()
         if self._pacer is not None:

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
 
     warnings.filterwarnings("ignore")
 
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
     from devtools.azurite import Azurite
     from devtools.harness import HarnessError, PatternHarness
 

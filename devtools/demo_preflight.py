@@ -30,7 +30,7 @@ class DemoError(Exception):
 def check_definitions() -> None:
     """Load every definition the way the app does at start-up; DemoError saying which file and what
     is wrong, or which agent has no handler."""
-    from activities.handlers.base import MissingAgentHandlers, check_agents_registered
+    from activities.worker.handlers.base import MissingAgentHandlers, check_agents_registered
     from workflow_core.workflows import WorkflowDefinitionError, load_workflows
 
     try:

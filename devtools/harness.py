@@ -30,7 +30,7 @@ Observation: ``events`` (every ledger write, in the order it committed, live thr
 ``handler_calls`` / ``effects`` / ``double_effects`` per (instance, step), ``remote_effects`` (the
 simulated service's rows), ``decisions`` / ``tick_reports`` of the watchdog, ``transport.sent_ids``.
 
-Fault hooks (besides ``activities.handlers.faults`` for failing, stalling and crashing handlers, and
+Fault hooks (besides ``activities.worker.handlers.faults`` for failing, stalling and crashing handlers, and
 the durable host's own ``terminate``, ``crash`` and ``crash_activity_once``):
 
 * ``fail_send`` / ``duplicate_send``: the next matching send raises, or goes out twice;

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from activities.handlers.base import AgentCrash
+from activities.worker.handlers.base import AgentCrash
 from devtools.faulty_transport import SendFault
 from workflow_core.transport import (
     ReceivedMessage,

@@ -133,7 +133,7 @@ class HarnessObservation:
 
     def _observe_agents(self) -> None:
         """Count every handler call per (instance, step, kind, attempt) and every remote effect made."""
-        from activities.handlers import AGENT_HANDLERS, RemoteEffects
+        from activities.worker.handlers import AGENT_HANDLERS, RemoteEffects
 
         current = threading.local()
         originals = dict(AGENT_HANDLERS)
@@ -220,7 +220,7 @@ class HarnessObservation:
 
     def remote_effects(self, instance_id: str, step_id: str) -> list[dict[str, Any]]:
         """The simulated remote service's rows for the step (``State``: applied / undone)."""
-        from activities.handlers import RemoteEffects
+        from activities.worker.handlers import RemoteEffects
 
         effects = RemoteEffects.for_services(self.services)
         with self._lock:

@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from devtools.durable_host import FlowingClock
 from devtools.harness import PatternHarness
 from workflow_core.contracts import compensation_instance_id, result_event_name, step_instance_id

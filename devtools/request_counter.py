@@ -314,27 +314,27 @@ _WORKER_READS = (("claim", WORKER_CLAIM), ("record", WORKER_RECORD), ("heartbeat
 
 _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     # (path suffix, function name or None for any, label); the innermost matching frame wins
-    ("activities/handlers/remote.py", None, AGENT_EFFECT),
-    ("activities/delivery.py", "_send", REPLY),
-    ("activities/delivery.py", "_claim_unread", WORKER_CLAIM),
-    ("activities/delivery_decisions.py", "_decide_claim", WORKER_CLAIM),
-    ("activities/delivery_decisions.py", "_claim_work", WORKER_CLAIM),
-    ("activities/delivery_decisions.py", "_claim_compensation", WORKER_CLAIM),
-    ("activities/delivery_decisions.py", "_decide_record", WORKER_RECORD),
-    ("activities/delivery.py", "_note", WORKER_NOTE),
-    ("activities/delivery.py", "_heartbeat", HEARTBEAT),
+    ("activities/worker/handlers/remote.py", None, AGENT_EFFECT),
+    ("activities/worker/delivery.py", "_send", REPLY),
+    ("activities/worker/delivery.py", "_claim_unread", WORKER_CLAIM),
+    ("activities/worker/delivery_rules.py", "_decide_claim", WORKER_CLAIM),
+    ("activities/worker/delivery_rules.py", "_claim_work", WORKER_CLAIM),
+    ("activities/worker/delivery_rules.py", "_claim_compensation", WORKER_CLAIM),
+    ("activities/worker/delivery_rules.py", "_decide_record", WORKER_RECORD),
+    ("activities/worker/delivery.py", "_note", WORKER_NOTE),
+    ("activities/worker/delivery.py", "_heartbeat", HEARTBEAT),
     # the old index row's delete, deferred by process() until after the reply
-    ("activities/delivery.py", "process", WORKER_RECORD),
-    ("activities/step_creation.py", "create_workflow_steps", CREATE_STEPS),
+    ("activities/worker/delivery.py", "process", WORKER_RECORD),
+    ("activities/scheduler/step_creation.py", "create_workflow_steps", CREATE_STEPS),
     ("api/start.py", "_ensure_unused", START),
     ("api/versions.py", None, DEFINITION_STORE),
     ("api/start.py", None, HTTP_API),
     ("api/handlers.py", None, HTTP_API),
-    ("activities/dispatch.py", "_dispatch", DISPATCH),
-    ("activities/results.py", None, RESULT_HANDLER),
+    ("activities/scheduler/dispatch.py", "_dispatch", DISPATCH),
+    ("activities/replies/results.py", None, RESULT_HANDLER),
     ("activities/verification.py", None, VERIFY_RESULT),
-    ("activities/instances.py", "settle_instance", SETTLE),
-    ("activities/dead_letters.py", None, "dead-letter handler"),
+    ("activities/scheduler/instances.py", "settle_instance", SETTLE),
+    ("activities/replies/dead_letters.py", None, "dead-letter handler"),
     ("supervisor/watchdog.py", None, WATCHDOG),
     ("supervisor/watchdog_model.py", None, WATCHDOG),
     ("supervisor/tick_actions.py", None, WATCHDOG),
@@ -353,7 +353,7 @@ def pattern_operation() -> str | None:
     """Which of the pattern's operations made the current request, from the caller's stack.
 
     Rules by (file, function): the innermost matching frame wins, so the example agent's own effect
-    (``activities/handlers/remote.py``) is told apart from the worker that runs it. The worker's
+    (``activities/worker/handlers/remote.py``) is told apart from the worker that runs it. The worker's
     reads inside ``retry_on_conflict`` are named by its ``what`` ("claim ...", "record ...",
     "heartbeat ..."); a heartbeat is the agent asking for more time (``provision-tenant``'s first step).
     """
@@ -368,7 +368,7 @@ def pattern_operation() -> str | None:
         if name == "retry_on_conflict" and filename.endswith("activities/common.py"):
             caller = frame.f_back.f_code.co_filename.replace("\\", "/") if frame.f_back else ""
             what = str(frame.f_locals.get("what", ""))
-            if caller.endswith("activities/delivery.py"):  # the worker's reads
+            if caller.endswith("activities/worker/delivery.py"):  # the worker's reads
                 for prefix, label in _WORKER_READS:
                     if what.startswith(prefix):
                         return label

@@ -83,7 +83,7 @@ class _EventClient:
 def forget_effect_clients() -> None:
     """Drop the example agent's cached ``RemoteEffects`` clients, so the next one is built (and
     wrapped by an installed counter) afresh; one cached earlier would report to an older counter."""
-    from activities.handlers import RemoteEffects
+    from activities.worker.handlers import RemoteEffects
 
     with RemoteEffects._cache_lock:
         cached, RemoteEffects._cache = list(RemoteEffects._cache.values()), {}
@@ -124,7 +124,7 @@ def step_operations(
 ) -> StepCounts:
     """Drive one ``provision-tenant`` workflow through every operation; count the requests of each."""
     from activities import handle_result, process_work_message
-    from activities.scheduling import create_workflow_steps, dispatch_step
+    from activities.scheduler.functions import create_workflow_steps, dispatch_step
     from api.start import _ensure_unused, _record_instance
     from orchestrators.decisions import provisional_outcome
     from orchestrators.shortcuts import expected_rows
@@ -144,7 +144,7 @@ def step_operations(
     # the example agent's effect table: a client built now (so it is counted, as the agent's) and
     # the table created outside the measurement
     forget_effect_clients()
-    from activities.handlers import RemoteEffects
+    from activities.worker.handlers import RemoteEffects
 
     RemoteEffects.for_services(services)
 

@@ -87,7 +87,7 @@ class Taken:
 
 
 def basis_refused(answer: Any) -> bool:
-    """Did ``settle_instance`` refuse the basis it was given (``activities.basis``)?"""
+    """Did ``settle_instance`` refuse the basis it was given (``activities.scheduler.basis``)?"""
     return isinstance(answer, dict) and answer.get("outcome") == BASIS_REFUSED
 
 

@@ -60,7 +60,7 @@ def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text(
         "import os\n\ndef f():\n    from supervisor import operator\n    import api.handlers\n"
-        "    importlib.import_module('activities.worker')\n"
+        "    importlib.import_module('activities.worker.agent_worker')\n"
     )
     names = {name for name, _ in _imported_packages(module)}
     assert {"supervisor", "api", "activities", "os"} <= names

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from azure.durable_functions import DurableOrchestrationClient
 
-from activities import scheduling
 from activities.common import step_input, step_output
-from activities.handlers import AGENT_HANDLERS, faults
-from activities.worker import process_work_message
+from activities.scheduler import functions as scheduling
+from activities.worker.agent_worker import process_work_message
+from activities.worker.handlers import AGENT_HANDLERS, faults
 from devtools.azurite import env_for
 from workflow_core import clock
 from workflow_core.ledger import encode_json

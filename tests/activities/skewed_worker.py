@@ -11,8 +11,8 @@ import os
 import sys
 import time
 
-from activities.handlers import agent
-from activities.worker import process_work_message
+from activities.worker.agent_worker import process_work_message
+from activities.worker.handlers import agent
 from workflow_core.runtime import get_services
 
 AGENT = "tests.skew.worker"

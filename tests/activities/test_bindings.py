@@ -6,10 +6,10 @@ import azure.durable_functions as df
 import pytest
 
 import activities
-from activities.dead_letters import register_dead_letter_handler
-from activities.messages import transport_kind
-from activities.results import register_result_handler
-from activities.worker import register_worker
+from activities.replies.dead_letters import register_dead_letter_handler
+from activities.replies.results import register_result_handler
+from activities.worker.agent_worker import register_worker
+from activities.worker.messages import transport_kind
 from workflow_core import contracts as c
 from workflow_core.settings import TransportKind
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from activities import scheduling
-from activities.handlers import AGENT_HANDLERS
-from activities.worker import process_work_message
+from activities.scheduler import functions as scheduling
+from activities.worker.agent_worker import process_work_message
+from activities.worker.handlers import AGENT_HANDLERS
 from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
 from tests.activities.conftest import CallCounter, altered_at, json_paths

@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from activities import scheduling
+from activities.scheduler import functions as scheduling
 from tests.activities.skewed_worker import AGENT, DIED
 from workflow_core import clock
 from workflow_core.ledger import NewStep, StepStatus

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from activities import scheduling
-from activities.results import handle_result
+from activities.replies.results import handle_result
+from activities.scheduler import functions as scheduling
 from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
 from tests.activities.conftest import CallCounter

@@ -9,7 +9,7 @@ import pytest
 import activities
 import orchestrators
 from activities import handle_dead_letter, handle_result, process_work_message
-from activities.handlers import RemoteEffects, faults
+from activities.worker.handlers import RemoteEffects, faults
 from devtools.durable_host import DurableTestHost
 from orchestrators.state import WorkflowStart
 from workflow_core.ledger import StepStatus

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from activities.handlers import (
+from activities.worker.handlers import (
     AGENT_HANDLERS,
     EffectCancelled,
     MissingAgentHandlers,
@@ -152,7 +152,7 @@ def test_undo_is_idempotent_and_nothing_to_undo_leaves_a_tombstone(services):
 
 
 def test_example_handlers_return_the_fields_later_steps_reference(services):
-    from activities.handlers import get_handler
+    from activities.worker.handlers import get_handler
 
     def run(name, step, **input):
         return get_handler(name)(_ctx(name, step=step, services=services, input=input))

@@ -13,9 +13,9 @@ import base64
 import pytest
 from azure.functions.queue import QueueMessage as HostQueueMessage
 
-from activities.dead_letters import handle_dead_letter
-from activities.results import handle_result
-from activities.worker import run_queue_message
+from activities.replies.dead_letters import handle_dead_letter
+from activities.replies.results import handle_result
+from activities.worker.agent_worker import run_queue_message
 from workflow_core.ledger.parking import parked_messages
 from workflow_core.transport import OutgoingMessage
 

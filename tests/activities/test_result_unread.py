@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from activities import scheduling
-from activities.instances import settle_instance
-from activities.results import handle_result
+from activities.replies.results import handle_result
+from activities.scheduler import functions as scheduling
+from activities.scheduler.instances import settle_instance
 from orchestrators.decisions import provisional_outcome
 from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart

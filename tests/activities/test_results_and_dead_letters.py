@@ -11,12 +11,12 @@ import pytest
 from azure.functions.queue import QueueMessage as HostQueueMessage
 from azure.functions.servicebus import ServiceBusMessage as HostServiceBusMessage
 
-from activities import scheduling
-from activities.dead_letters import handle_dead_letter
-from activities.handlers import faults
-from activities.messages import HOST_POISON_REASON, from_queue_message, from_servicebus_message
-from activities.results import handle_result, is_instance_gone
-from activities.worker import process_work_message
+from activities.replies.dead_letters import handle_dead_letter
+from activities.replies.results import handle_result, is_instance_gone
+from activities.scheduler import functions as scheduling
+from activities.worker.agent_worker import process_work_message
+from activities.worker.handlers import faults
+from activities.worker.messages import HOST_POISON_REASON, from_queue_message, from_servicebus_message
 from tests.activities.conftest import sdk_raise_event_answering
 from workflow_core.contracts import result_event_name
 from workflow_core.ledger import StepStatus

@@ -7,9 +7,10 @@ from datetime import timedelta
 import pytest
 from azure.storage.queue import QueueClient
 
-from activities import dispatch, scheduling
 from activities.common import GIVEN_UP
-from activities.handlers import faults
+from activities.scheduler import dispatch
+from activities.scheduler import functions as scheduling
+from activities.worker.handlers import faults
 from tests.activities.conftest import GRACE_SECONDS
 from workflow_core import clock
 from workflow_core.contracts import WorkMessage

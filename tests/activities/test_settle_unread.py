@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from activities import scheduling
-from activities.instances import settle_instance
-from activities.results import handle_result
+from activities.replies.results import handle_result
+from activities.scheduler import functions as scheduling
+from activities.scheduler.instances import settle_instance
 from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
 from tests.activities.conftest import CallCounter

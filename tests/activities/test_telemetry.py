@@ -9,9 +9,9 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from activities import scheduling
-from activities.handlers import faults
-from activities.results import handle_result
+from activities.replies.results import handle_result
+from activities.scheduler import functions as scheduling
+from activities.worker.handlers import faults
 from workflow_core import telemetry_instruments
 
 

@@ -13,14 +13,14 @@ from azure.functions.servicebus import (
     ServiceBusMessage as HostServiceBusMessage,
 )  # what the SB trigger passes
 
-from activities import scheduling
-from activities.handlers import RemoteEffects, agent, faults
-from activities.handlers.base import NoReply
-from activities.worker import (
+from activities.scheduler import functions as scheduling
+from activities.worker.agent_worker import (
     process_work_message,
     run_queue_message,
     run_servicebus_message,
 )
+from activities.worker.handlers import RemoteEffects, agent, faults
+from activities.worker.handlers.base import NoReply
 from tests.activities.conftest import GRACE_SECONDS
 from workflow_core.contracts import ResultMessage
 from workflow_core.ledger import NewStep, StepStatus, decode_json
@@ -382,7 +382,7 @@ def test_service_bus_trigger_body_reads_the_json_body_and_delivery_count(harness
 def test_registered_storage_queue_function_runs_the_worker(harness):
     import azure.durable_functions as df
 
-    from activities.worker import register_worker
+    from activities.worker.agent_worker import register_worker
     from workflow_core.settings import TransportKind
 
     function = register_worker(df.Blueprint(), TransportKind.STORAGE_QUEUE).build().get_user_function()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from devtools.harness import PatternHarness
 
 TRANSPORTS_USED: set[str] = set()

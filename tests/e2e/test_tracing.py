@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from devtools.harness import PatternHarness
 from tests.servicebus_double.double import AmqpTestDouble
 from workflow_core import ledger_gauges, telemetry, telemetry_instruments, tracing

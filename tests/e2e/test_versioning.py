@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import pytest
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from devtools.harness import PatternHarness
 from operator_cli.cli import main as sas
 from tests.e2e import versioning_support as vs

@@ -14,7 +14,7 @@ from datetime import timedelta
 import azure.durable_functions as df
 import azure.functions as func
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 
 Status = df.OrchestrationRuntimeStatus
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import azure.functions as func
 
-from activities.handlers.base import agent
+from activities.worker.handlers.base import agent
 from devtools.harness import PatternHarness
 from workflow_core.workflows import clear_workflow_cache, loader
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from devtools.harness import PatternHarness
 
 # On Service Bus (SERVICEBUS_CONNECTION_STRING set) the broker's duplicate detection drops copies and

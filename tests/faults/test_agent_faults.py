@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from tests.faults.conftest import start_provisioning, storage_queue_only, verify
 from workflow_core.contracts import result_event_name
 

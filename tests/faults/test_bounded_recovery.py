@@ -10,7 +10,7 @@ import json
 import re
 from datetime import timedelta
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from operator_cli.cli import main as sas
 from tests.faults.conftest import verify
 from workflow_core.payloads import is_reference

@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from tests.faults.conftest import start_provisioning, verify
 from workflow_core import telemetry_instruments
 

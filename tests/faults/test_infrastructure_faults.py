@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
 from tests.faults.conftest import start_provisioning, verify
@@ -70,7 +70,7 @@ def test_broker_refuses_sends_in_dispatch(harness, refusals):
     inside the activity; when every try of the activity fails, the step is left Dispatched and the
     deadline recovers it (the orchestration's timer retries the step; past the grace the watchdog
     would re-send it once). Either way the workflow completes, with one effect."""
-    from activities import dispatch
+    from activities.scheduler import dispatch
 
     h = harness
     tries = 1 if refusals == 1 else len(dispatch.SEND_RETRY_DELAYS) + 1

@@ -14,8 +14,8 @@ from datetime import timedelta
 
 import pytest
 
-from activities.handlers import faults
-from activities.handlers.base import AGENT_HANDLERS
+from activities.worker.handlers import faults
+from activities.worker.handlers.base import AGENT_HANDLERS
 from tests.faults.conftest import verify
 from workflow_core.payloads import is_reference
 

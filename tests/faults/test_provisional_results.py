@@ -106,7 +106,7 @@ def test_a_forged_success_of_a_step_that_then_fails_ends_in_compensation(harness
     """The forgery is refused, the scheduler goes back to the step, and the genuine attempts fail:
     the step's retry policy runs on (attempts 2 and 3 fail too), it gives up and the workflow is
     compensated, as if the forgery had never come. The next step never ran."""
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
 
     faults.clear()
     failing = faults.inject("storage.create", faults.Fail(times=None, message="quota exceeded"))
@@ -130,7 +130,7 @@ def test_without_the_basis_rows_delete_the_forgery_would_be_built_on(harness, mo
     """The mechanism is load-bearing: with the basis row's delete left out of the next dispatch's
     transaction (a deliberate breakage, in memory), the same forgery is written into the next step's
     input, because its instance ETag is the current one. The test above is what stops that."""
-    monkeypatch.setattr("activities.dispatch_decisions.basis_rows", lambda instance_id, basis: [])
+    monkeypatch.setattr("activities.scheduler.dispatch_rules.basis_rows", lambda instance_id, basis: [])
     h = harness
     iid, _, _ = forge_while_held(h, "create_storage")
 

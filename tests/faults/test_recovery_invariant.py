@@ -20,7 +20,7 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.handlers import faults
+from activities.worker.handlers import faults
 from devtools.harness import DEFAULT_WATCHDOG_PERIOD, PatternHarness
 from tests.faults.conftest import _CURRENT, ROWS, Row
 

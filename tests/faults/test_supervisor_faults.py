@@ -110,7 +110,7 @@ def test_two_watchdog_ticks_at_once_act_on_each_dead_instance_once(harness_witho
 
 @pytest.fixture
 def harness_without_watchdog(azurite):
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
 
     faults.clear()
     with PatternHarness(azurite, watchdog_every=None) as h:
@@ -164,7 +164,7 @@ def test_watchdog_clock_ahead_of_the_agents(azurite, skew_seconds, acts):
     without claiming it, so the step is still Dispatched: acting early means re-sending the same
     message once (the send is not recorded, so "late" and "never sent" look alike), not failing
     the attempt."""
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
 
     faults.clear()
     skew = timedelta(seconds=skew_seconds)
@@ -206,7 +206,7 @@ def test_watchdog_claim_and_deadline_timer_at_the_same_instant(harness_without_w
     """The step's deadline timer fires while a watchdog tick holds its short claim on the step. The
     orchestration must still time the attempt out at its deadline, not a lease later."""
     h = harness_without_watchdog
-    faults_module = pytest.importorskip("activities.handlers.faults")
+    faults_module = pytest.importorskip("activities.worker.handlers.faults")
     faults_module.inject("dns.register", faults_module.Stall(times=1))
     iid = start_provisioning(h)
     h.run_until(lambda: h.steps(iid)["register_dns"].status.value == "Running")

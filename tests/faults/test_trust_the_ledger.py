@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from activities.handlers import agent
-from activities.handlers.base import PermanentError
+from activities.worker.handlers import agent
+from activities.worker.handlers.base import PermanentError
 from devtools.harness import PatternHarness
 from tests.faults.conftest import start_provisioning, verify
 from workflow_core.contracts import result_event_name
@@ -71,7 +71,7 @@ CHECKOUT = {
 
 @pytest.fixture
 def checkout(azurite):
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
 
     faults.clear()
     BEHAVIOUR.clear()
@@ -92,7 +92,7 @@ def test_a_forged_result_for_a_future_attempt_is_never_an_outcome(harness, dress
     workflow's output is what the real handlers produced. ``dressed``: the raised forgery looks like
     an event the result handler confirmed (a ledger verdict and a made-up attempt token); without the
     token the dispatch recorded it is still only a signal, checked against the ledger."""
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
 
     h = harness
     faults.inject("dns.register", faults.Fail(times=1))  # attempt 1 fails for real

@@ -141,7 +141,7 @@ def test_a_completed_step_needs_no_index_delete(ledger):
 
 @pytest.mark.parametrize("outcome", ["failed", "compensated"])
 def test_settling_an_instance_gives_its_watched_in_flight_steps_rows_of_their_own(ledger, outcome):
-    from activities.instances import SettleInput, settle_instance  # noqa: F401  (the activity itself)
+    from activities.scheduler.instances import SettleInput, settle_instance  # noqa: F401  (the activity itself)
 
     handle, (a, _) = started(ledger, steps_due_after=60)
     a = dispatch(ledger, handle, a, NOW + timedelta(minutes=5))

@@ -54,7 +54,7 @@ def _dispatch_payload(instance: str, deadline) -> dict:
 
 
 def test_crash_between_ledger_write_and_send_is_healed_once(services, ledger):
-    scheduling = pytest.importorskip("activities.scheduling")
+    scheduling = pytest.importorskip("activities.scheduler.functions")
     instance = "wf-crash"
     ledger.create_steps(
         instance,
@@ -125,7 +125,7 @@ def test_crash_between_ledger_write_and_send_is_healed_once(services, ledger):
     }
 
     # The agent acts on the healed message like on any other: the step completes and replies.
-    worker = pytest.importorskip("activities.worker")
+    worker = pytest.importorskip("activities.worker.agent_worker")
     with clock.use_clock(lambda: healed_at + timedelta(seconds=61)):
         worker.process_work_message(
             messages[0].body, delivery_count=1, services=services, worker_id="worker-t"

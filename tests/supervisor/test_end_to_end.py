@@ -23,7 +23,7 @@ from workflow_core.workflows import get_workflow
 durable_host = pytest.importorskip("devtools.durable_host")
 activities = pytest.importorskip("activities")
 orchestrators = pytest.importorskip("orchestrators")
-faults = pytest.importorskip("activities.handlers.faults")
+faults = pytest.importorskip("activities.worker.handlers.faults")
 
 S = StepStatus
 Status = df.OrchestrationRuntimeStatus

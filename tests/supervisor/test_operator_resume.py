@@ -15,7 +15,7 @@ from workflow_core import telemetry
 
 @pytest.fixture
 def quiet_harness(azurite):
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
 
     faults.clear()
     with PatternHarness(azurite, watchdog_every=None) as h:

@@ -15,7 +15,7 @@ from tests.faults.conftest import start_provisioning, storage_queue_only
 
 @pytest.fixture
 def harness(azurite):
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
 
     faults.clear()
     with PatternHarness(azurite) as h:  # the watchdog ticks on its own period

@@ -88,7 +88,7 @@ def test_a_compensation_that_runs_but_never_moves_is_ended_and_restarted_within_
     ('compensation running') on every look, and its steps' failed results raised again every lease,
     forever. Now it is terminated after a lease without progress (counted), restarted against
     MAX_COMPENSATION_RESTARTS, and the instance ends CompensationFailed, flagged, and left alone."""
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
 
     h = harness
     faults.clear()

@@ -3,7 +3,7 @@
 Used by the tests and the demo to show the pattern recover. Rules apply to an agent, or to one step
 of it, and are checked by the worker around the handler call::
 
-    from activities.handlers import faults
+    from activities.worker.handlers import faults
 
     faults.inject("dns.register", faults.Fail(times=2))       # fail twice, then succeed
     faults.inject("payments.charge", faults.Fail())           # fail on every attempt
@@ -34,10 +34,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from activities.handlers.base import AgentCrash, NoReply
+from activities.worker.handlers.base import AgentCrash, NoReply
 
 if TYPE_CHECKING:
-    from activities.handlers.base import StepContext
+    from activities.worker.handlers.base import StepContext
 
 
 class InjectedFailure(RuntimeError):

@@ -23,8 +23,8 @@ from activities.common import (
     retry_on_conflict,
     step_output,
 )
-from activities.instances import keep_promise, with_promise
-from activities.scheduler_inputs import ACTOR, IN_FLIGHT, S, StepAttemptInput
+from activities.scheduler.inputs import ACTOR, IN_FLIGHT, S, StepAttemptInput
+from activities.scheduler.instances import keep_promise, with_promise
 from workflow_core import contracts as c
 from workflow_core import telemetry
 from workflow_core.contracts import StepCheck

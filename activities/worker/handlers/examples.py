@@ -12,7 +12,7 @@ import hashlib
 import uuid
 from typing import Any
 
-from activities.handlers.base import StepContext, agent
+from activities.worker.handlers.base import StepContext, agent
 
 
 def _short_id(prefix: str, ctx: StepContext) -> str:

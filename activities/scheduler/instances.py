@@ -20,8 +20,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from activities._bp import bp
-from activities.basis import BASIS_REFUSED, basis_rows, refused
 from activities.common import as_dict, now, retry_on_conflict
+from activities.scheduler.basis import BASIS_REFUSED, basis_rows, refused
 from workflow_core import contracts as c
 from workflow_core.contracts import ResultBasis
 from workflow_core.ledger import (

@@ -1,8 +1,8 @@
 """One delivery of a work message, start to end: claim, run the agent's handler, heartbeat, record, reply.
 
-Split from ``activities.worker`` (the trigger-bound entry point) because the flow of a delivery
+Split from ``activities.worker.agent_worker`` (the trigger-bound entry point) because the flow of a delivery
 carries its own state (the message, the row as this worker last wrote it, the instance record)
-across several ledger writes; the rules each write follows are in ``activities.delivery_decisions``.
+across several ledger writes; the rules each write follows are in ``activities.worker.delivery_rules``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from activities.common import (
     step_input,
     step_output,
 )
-from activities.delivery_decisions import Action, DeliveryDecisions, Outcome
-from activities.handlers import faults
-from activities.handlers.base import (
+from activities.worker.delivery_rules import Action, DeliveryDecisions, Outcome
+from activities.worker.handlers import faults
+from activities.worker.handlers.base import (
     AgentCrash,
     NoReply,
     StepContext,
@@ -81,7 +81,8 @@ def result_message_id(instance_id: str, step_id: str, attempt: int, kind: str) -
 
 
 class Delivery(DeliveryDecisions):
-    """One delivery of a work message to this worker (see :func:`activities.worker.process_work_message`)."""
+    """One delivery of a work message to this worker (see
+    :func:`activities.worker.agent_worker.process_work_message`)."""
 
     def __init__(self, message: WorkMessage, delivery_count: int, services: Services, worker_id: str) -> None:
         self.m = message

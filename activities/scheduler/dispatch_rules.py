@@ -1,6 +1,6 @@
 """How a dispatch moves the ledger row: the decisions of ``dispatch_step`` and ``dispatch_compensation``.
 
-Kept apart from the dispatch's flow (``activities.dispatch``: the span, the send and its retries) as
+Kept apart from the dispatch's flow (``activities.scheduler.dispatch``: the span, the send and its retries) as
 ``delivery_decisions`` is from the worker's delivery: these are the rules that make a dispatch safe
 to run twice, after a crash or by a resumed scheduler. Each reads only the ledger (or writes against
 a version the ledger proves current) and moves the row with an ETag-guarded write.
@@ -13,10 +13,10 @@ import secrets
 from datetime import datetime
 from typing import Any, Literal
 
-from activities.basis import basis_rows
 from activities.common import COMP_DISPATCHED, grace_deadline
-from activities.instances import with_promise, works_on
-from activities.scheduler_inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S
+from activities.scheduler.basis import basis_rows
+from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S
+from activities.scheduler.instances import with_promise, works_on
 from workflow_core import tracing
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
@@ -87,7 +87,8 @@ def decide_work_dispatch(
 ) -> tuple[StepRecord, DispatchResult]:
     """``claimable``: the message a worker may claim unread is built with the Dispatched write, and
     its claim-key row written in the same transaction (``workflow_core.messages.ClaimableWork``);
-    ``also``: more operations for that transaction (the delete of a basis row, ``activities.basis``)."""
+    ``also``: more operations for that transaction (the delete of a basis row,
+    ``activities.scheduler.basis``)."""
     if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
         if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
             # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now

@@ -4,7 +4,7 @@ Each moves one step's ledger row to what the orchestration decided once an attem
 or of its compensator) failed or timed out: try again at ``retry_at`` (Retrying, or a moved
 deadline for a compensator's backoff), stop and leave the step for compensation (or Cancelled),
 or stop compensating and hand the step to an operator (CompensationFailed). All three reply with
-:func:`activities.scheduler_inputs.status_reply`.
+:func:`activities.scheduler.inputs.status_reply`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from activities.common import (
     parse_time,
     retry_on_conflict,
 )
-from activities.instances import with_promise
-from activities.scheduler_inputs import (
+from activities.scheduler.inputs import (
     ACTOR,
     IN_FLIGHT,
     MAY_COMPENSATE,
@@ -38,6 +37,7 @@ from activities.scheduler_inputs import (
     ScheduleRetryInput,
     status_reply,
 )
+from activities.scheduler.instances import with_promise
 from workflow_core import contracts as c
 from workflow_core.ledger import InstanceHandle, StepRecord
 from workflow_core.runtime import Services

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from activities.common import as_dict, grace_deadline, retry_on_conflict, step_input, step_output
-from activities.scheduler_inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, PlanInput, S
+from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, PlanInput, S
 from workflow_core import contracts as c
 from workflow_core.ledger import InstanceStatus, StepLedger, StepRecord
 from workflow_core.runtime import Services

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from workflow_core import clock
 
 if TYPE_CHECKING:
-    from activities.handlers.remote import RemoteEffects
+    from activities.worker.handlers.remote import RemoteEffects
     from workflow_core.runtime import Services
 
 
@@ -102,7 +102,7 @@ class StepContext:
     @property
     def effects(self) -> RemoteEffects:
         """The simulated remote services (an Azure Table) the example handlers act on."""
-        from activities.handlers.remote import RemoteEffects
+        from activities.worker.handlers.remote import RemoteEffects
 
         if self.services is None:
             raise RuntimeError("this StepContext has no services; pass services= to use remote effects")
@@ -141,7 +141,7 @@ class MissingAgentHandlers(RuntimeError):
         listed = "; ".join(f"{name} (used by {', '.join(users)})" for name, users in self.missing.items())
         super().__init__(
             f"{len(self.missing)} agent(s) used by workflow definitions have no handler: {listed}. "
-            "Register one with @agent(name) in activities/handlers/ (see docs/agents.md)."
+            "Register one with @agent(name) in activities/worker/handlers/ (see docs/agents.md)."
         )
 
 

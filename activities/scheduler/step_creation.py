@@ -12,8 +12,8 @@ import functools
 from typing import Any
 
 from activities.common import as_dict, now, retry_on_conflict
-from activities.instances import with_promise
-from activities.scheduler_inputs import ACTOR, CreateStepsInput
+from activities.scheduler.inputs import ACTOR, CreateStepsInput
+from activities.scheduler.instances import with_promise
 from workflow_core import contracts as c
 from workflow_core.ledger import InstanceConflict, InstanceHandle
 from workflow_core.runtime import Services

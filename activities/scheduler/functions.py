@@ -6,16 +6,16 @@ call directly. All of them are idempotent: the durable engine may run an activit
 crash, so each one decides from what the ledger says now, and a second run changes nothing a
 first run already changed (see docs/agents.md).
 
-The bodies live in one module per concern and are re-exported here, so ``activities.scheduling``
+The bodies live in one module per concern and are re-exported here, so ``activities.scheduler.functions``
 stays the one place that names the scheduler's activities:
 
-- ``activities.step_creation``: ``create_workflow_steps``;
-- ``activities.dispatch``: ``dispatch_step``, ``dispatch_compensation`` (and the send's retries),
-  moving the row by the rules of ``activities.dispatch_decisions``;
-- ``activities.step_checks``: ``check_step``, ``check_compensation``;
-- ``activities.retries``: ``schedule_retry``, ``give_up_step``, ``finish_compensation``;
-- ``activities.compensation_plan``: ``plan_compensation``;
-- ``activities.scheduler_inputs``: the input models and status sets they share.
+- ``activities.scheduler.step_creation``: ``create_workflow_steps``;
+- ``activities.scheduler.dispatch``: ``dispatch_step``, ``dispatch_compensation`` (and the send's retries),
+  moving the row by the rules of ``activities.scheduler.dispatch_rules``;
+- ``activities.scheduler.checks``: ``check_step``, ``check_compensation``;
+- ``activities.scheduler.retries``: ``schedule_retry``, ``give_up_step``, ``finish_compensation``;
+- ``activities.scheduler.compensation_plan``: ``plan_compensation``;
+- ``activities.scheduler.inputs``: the input models and status sets they share.
 
 Return values (JSON objects):
 
@@ -31,12 +31,17 @@ Return values (JSON objects):
 from __future__ import annotations
 
 from activities._bp import bp
-from activities.compensation_plan import plan_compensation
-from activities.dispatch import DispatchOutcome, DispatchResult, dispatch_compensation, dispatch_step
-from activities.instances import settle_instance
-from activities.retries import finish_compensation, give_up_step, schedule_retry
-from activities.step_checks import check_compensation, check_step, wait_until
-from activities.step_creation import create_workflow_steps
+from activities.scheduler.checks import check_compensation, check_step, wait_until
+from activities.scheduler.compensation_plan import plan_compensation
+from activities.scheduler.dispatch import (
+    DispatchOutcome,
+    DispatchResult,
+    dispatch_compensation,
+    dispatch_step,
+)
+from activities.scheduler.instances import settle_instance
+from activities.scheduler.retries import finish_compensation, give_up_step, schedule_retry
+from activities.scheduler.step_creation import create_workflow_steps
 from workflow_core import contracts as c
 from workflow_core.runtime import get_services
 

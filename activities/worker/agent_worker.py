@@ -9,8 +9,8 @@ crash), so the host abandons it, and after ``MAX_DELIVERY_COUNT`` deliveries the
 Bus) or the host (``<queue>-poison``) dead-letters it; ``agent_dead_letter_handler`` takes over.
 
 This module is the entry point only: one delivery's flow (claim, run, heartbeat, record, reply) is
-:class:`activities.delivery.Delivery`, and the claim and idempotency rules it follows are spelled
-out in ``activities.delivery_decisions`` (docs/agents.md has the full table).
+:class:`activities.worker.delivery.Delivery`, and the claim and idempotency rules it follows are spelled
+out in ``activities.worker.delivery_rules`` (docs/agents.md has the full table).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pydantic import ValidationError
 
 from activities._bp import bp
 from activities.common import park
-from activities.delivery import Delivery
-from activities.messages import from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.delivery import Delivery
+from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import tracing
 from workflow_core.contracts import WORKER_FUNCTION, WorkMessage, explain
 from workflow_core.runtime import Services, get_services
@@ -48,7 +48,7 @@ def process_work_message(
     message_id: str | None = None,
     trace: Any = None,
 ) -> str | None:
-    """Handle one delivery of a work message (the rules: ``activities.delivery_decisions``).
+    """Handle one delivery of a work message (the rules: ``activities.worker.delivery_rules``).
 
     ``body``: the message body (a ``WorkMessage`` dict); ``delivery_count``: 1 on first delivery;
     ``trace``: the message's application properties (its ``traceparent``/``tracestate`` make this

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from activities.scheduler_inputs import ACTOR
+from activities.scheduler.inputs import ACTOR
 from activities.verification import recorded_outcome
 from workflow_core.contracts import ResultBasis
 from workflow_core.ledger import StepLedger, StepNotFound

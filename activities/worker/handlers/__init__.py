@@ -4,9 +4,9 @@
 package registers the example agents (``examples``). See docs/agents.md for how to add an agent.
 """
 
-from activities.handlers import examples as _examples  # noqa: F401 - registers the example agents
-from activities.handlers import faults
-from activities.handlers.base import (
+from activities.worker.handlers import examples as _examples  # noqa: F401 - registers the example agents
+from activities.worker.handlers import faults
+from activities.worker.handlers.base import (
     AGENT_HANDLERS,
     AgentCrash,
     Handler,
@@ -19,7 +19,7 @@ from activities.handlers.base import (
     check_shipped_workflows,
     get_handler,
 )
-from activities.handlers.remote import REMOTE_EFFECTS_TABLE, EffectCancelled, RemoteEffects
+from activities.worker.handlers.remote import REMOTE_EFFECTS_TABLE, EffectCancelled, RemoteEffects
 
 __all__ = [
     "AGENT_HANDLERS",

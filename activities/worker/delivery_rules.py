@@ -1,6 +1,6 @@
 """The agent worker's decisions for one delivery: claim it or not, and how to record its outcome.
 
-Kept apart from the delivery's flow (``activities.delivery``) because these are the idempotency
+Kept apart from the delivery's flow (``activities.worker.delivery``) because these are the idempotency
 rules the whole pattern leans on: each decision reads only the ledger row (and the message), and
 moves the row with an ETag-guarded write, so a redelivered, duplicated or late message can never
 run a step twice or overwrite a newer attempt.
@@ -66,7 +66,7 @@ class Action(StrEnum):
 
 
 class DeliveryDecisions:
-    """The claim and record rules of :class:`activities.delivery.Delivery` (a mixin: the state is
+    """The claim and record rules of :class:`activities.worker.delivery.Delivery` (a mixin: the state is
     the delivery's): which ``Action`` a delivery takes, and what its outcome writes and replies."""
 
     m: WorkMessage

@@ -20,7 +20,6 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
-from activities.basis import BASIS_REFUSED, refused
 from activities.common import (
     as_dict,
     emit_recovery,
@@ -29,14 +28,15 @@ from activities.common import (
     parse_time,
     retry_on_conflict,
 )
-from activities.dispatch_decisions import (
+from activities.scheduler.basis import BASIS_REFUSED, refused
+from activities.scheduler.dispatch_rules import (
     DispatchResult,
     decide_compensation_dispatch,
     decide_work_dispatch,
     dispatch_unread,
     may_send_again,
 )
-from activities.scheduler_inputs import ACTOR
+from activities.scheduler.inputs import ACTOR
 from activities.verification import attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
@@ -63,8 +63,8 @@ class DispatchOutcome(BaseModel):
     not wait for a result), ``stale`` (the ledger is at a later attempt; nothing done),
     ``not-dispatchable`` (the status does not allow it, e.g. Cancelled, or no compensator; nothing
     done), ``basis-refused`` (the previous step's success the scheduler took unread is not what the
-    ledger recorded, ``activities.basis``; nothing done, ``error`` says why). ``status`` is the ledger
-    status afterwards. ``sent``: whether this call sent the message;
+    ledger recorded, ``activities.scheduler.basis``; nothing done, ``error`` says why). ``status`` is
+    the ledger status afterwards. ``sent``: whether this call sent the message;
     if sending failed even after a few quick retries, ``sent`` is false, ``error`` says why and the
     step (its intent already in the ledger) recovers at its deadline.
     """

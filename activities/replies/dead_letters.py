@@ -30,8 +30,8 @@ from pydantic import ValidationError
 
 from activities._bp import bp
 from activities.common import COMP_FAILED, emit_recovery, grace_deadline, park, retry_on_conflict, step_output
-from activities.messages import from_queue_message, from_servicebus_message, transport_kind
-from activities.results import EventClient, raise_result_event
+from activities.replies.results import EventClient, raise_result_event
+from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, explain, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus

@@ -6,7 +6,7 @@ with ``raise_event(instance_id, event_name, event_data)``, async or plain (in Az
 
 A sequential work step's success the worker keyed with a basis row (``ResultMessage.ledger``) is
 raised as it came, without reading the ledger: the scheduler takes it provisionally and its next
-ledger write proves it or writes nothing (``contracts.ResultBasis``, ``activities.basis``). Every
+ledger write proves it or writes nothing (``contracts.ResultBasis``, ``activities.scheduler.basis``). Every
 other reply, and a keyed one whose orchestration is gone:
 
 Trust only the ledger: the message is a claim. It is acted on only if the step row records that
@@ -36,8 +36,8 @@ from pydantic import ValidationError
 
 from activities._bp import bp
 from activities.common import park
-from activities.messages import from_queue_message, from_servicebus_message, transport_kind
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
+from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import (
     RESULT_FUNCTION,

@@ -1,0 +1,1 @@
+"""What agents send back: the result handler and the dead-letter handler."""

@@ -1,0 +1,1 @@
+"""The scheduler's bookkeeping activities: what the orchestrators call (``functions``)."""
