@@ -328,6 +328,7 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
 
     def watchdog_tick(self, **kwargs: Any) -> Any:
         """One watchdog tick now (``run_tick`` keyword arguments pass through); returns its report."""
+        return self.host.run_async(self._tick(**kwargs))
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
