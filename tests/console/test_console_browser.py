@@ -153,3 +153,30 @@ def test_a_settled_instances_timeline_ends_at_its_last_event_not_at_the_demo_clo
     label = svg.get_attribute("aria-label")
     # the demo clock runs 20x ahead: the old axis ran on to "now", hours past the instance's end
     assert label.endswith(f"to {last.strftime('%Y-%m-%d %H:%M:%S')}"), (label, last)
+
+
+def test_a_stopped_instance_reads_as_stopped_and_only_cancel_applies(demo, page):
+    from datetime import timedelta
+
+    from supervisor import operator_stop
+    from workflow_core import clock
+
+    ledger = demo.harness.ledger
+    ledger.create_instance(
+        "ui-stopped",
+        "provision-tenant",
+        actor="test",
+        input_json="{}",
+        scheduler_deadline=clock.utcnow() + timedelta(hours=1),
+    )
+    operator_stop.end_instance(ledger, "ui-stopped", "stop", reason="wrong tenant", user="alice")
+
+    page.goto(f"{demo.console_url}#/instance/ui-stopped")
+    cancel = page.locator('.actions[role="group"] button[data-action="cancel"]')
+    cancel.wait_for(timeout=TIMEOUT)
+    assert "Stopped" in page.locator("#main").inner_text()
+    assert "stopped by operator:alice: wrong tenant" in page.locator("#main").inner_text()
+    assert not cancel.is_disabled()  # the way out of the inbox: undo what the stop left done
+    for action in ("stop", "resume"):
+        button = page.locator(f'.actions[role="group"] button[data-action="{action}"]')
+        assert button.is_disabled() and "the instance is Stopped" in button.get_attribute("title"), action
