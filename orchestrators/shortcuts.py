@@ -19,7 +19,7 @@ of those reads only confirm what the scheduler was just told. So it keeps three 
 Safety: nothing here decides anything the ledger has not recorded. Every shortcut is a write that is
 conditional on the very versions (ETag) or row (basis) it assumed, in one entity-group transaction;
 when the assumption is wrong the write does not land and the scheduler falls back to reading. The
-pinned request counts (``tests/devtools/test_request_counts*``) say what it saves.
+pinned request counts (``tests/perf/test_request_counts.py``) say what it saves.
 
 :class:`LedgerShortcuts` is the one object the workflow orchestrator passes along: it runs a single
 step, confirms before a group or a checkpoint, and settles, keeping these versions to itself.
