@@ -27,13 +27,16 @@ EXIT_PROBLEMS = 2
 def lint_command(directory: Path | None) -> None:
     """Check every workflow definition: it loads, its agents have handlers, its sample input is valid."""
     from activities.worker.handlers import AGENT_HANDLERS
+    from operator_cli.session import current_session
     from workflow_core.workflows.lint import lint_directory, lint_summary
 
+    s = current_session()  # its output streams; lint never touches the ledger
     definitions, problems = lint_directory(directory, agents=set(AGENT_HANDLERS))
     if problems:
         for problem in problems:
-            click.echo(str(problem))
-        click.echo(f"{len(problems)} problem(s) in {len({p.file for p in problems})} file(s)", err=True)
+            s.say(str(problem))
+        files = len({p.file for p in problems})
+        print(f"{len(problems)} problem(s) in {files} file(s)", file=s.err)
         raise click.exceptions.Exit(EXIT_PROBLEMS)
     for line in lint_summary(definitions):
-        click.echo(line)
+        s.say(line)
