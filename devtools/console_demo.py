@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from devtools.demo_preflight import DEFAULT_INPUTS, DemoError, check_definitions
+from devtools.demo_preflight import DemoError, check_definitions, demo_input
 from devtools.logs import quiet_logging
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,13 +88,16 @@ class ConsoleDemo:
     def seed(self) -> dict[str, str]:
         """Run the fault scenarios on the virtual clock (seconds of real time); returns name -> instance."""
         from activities.worker.handlers import faults
+        from workflow_core.workflows import get_workflow
 
         h = self.harness
         tag = uuid.uuid4().hex[:6]
 
         def start(label: str, workflow: str) -> str:
             iid = f"demo-{label}-{tag}"
-            self.instances[label] = h.start_workflow(workflow, DEFAULT_INPUTS[workflow], instance_id=iid)
+            self.instances[label] = h.start_workflow(
+                workflow, demo_input(get_workflow(workflow), None), instance_id=iid
+            )
             return iid
 
         def inject(agent: str, rule: Any, step: str, what: str) -> Any:

@@ -25,14 +25,13 @@ Faults:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from datetime import timedelta
 from typing import Any, TextIO
 
 from devtools.demo_narrator import Narrator, duration
-from devtools.demo_preflight import DEFAULT_INPUTS, DemoError, check_definitions
+from devtools.demo_preflight import DemoError, check_definitions, demo_input
 from devtools.logs import quiet_logging
 
 
@@ -54,7 +53,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     fault.add_argument(
         "--kill-scheduler", metavar="STEP", help="kill the orchestration right after STEP completed"
     )
-    parser.add_argument("--input", metavar="JSON", help="workflow input (default: a sample for the workflow)")
+    parser.add_argument(
+        "--input", metavar="JSON", help="workflow input, a JSON object (default: its sample_input)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show every ledger write")
     parser.add_argument(
         "--serve",
@@ -89,18 +90,7 @@ def _preflight(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     target = args.stall or args.fail or args.terminate or args.kill_scheduler
     if target is not None and target not in definition.step_ids:
         raise DemoError(f"{args.workflow} has no step {target!r}; steps: {', '.join(definition.step_ids)}")
-    if args.input is None:
-        return definition, DEFAULT_INPUTS.get(args.workflow, {})
-    try:
-        workflow_input = json.loads(args.input)
-    except ValueError as exc:
-        raise DemoError(
-            f'--input is not valid JSON ({exc}); pass an object, e.g. --input \'{{"tenant_id": "t1"}}\''
-        ) from None
-    if not isinstance(workflow_input, dict):
-        kind = type(workflow_input).__name__.replace("dict", "object").replace("list", "array")
-        raise DemoError(f"--input must be a JSON object (the workflow input), got a JSON {kind}")
-    return definition, workflow_input
+    return definition, demo_input(definition, args.input)
 
 
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:

@@ -1,5 +1,7 @@
 """What both demos check before they start anything: the definitions in ``workflows/`` load and every
-agent they name has a handler, and the sample inputs the demos start workflows with.
+agent they name has a handler, and the input a demo starts a workflow with: ``--input`` or the
+definition's own ``sample_input`` (``workflows/README.md``), checked against its input schema here so
+that a missing or wrong input is one ``error:`` line saying what to pass, never the starter's 400.
 
 Its own module so that ``./scripts/demo`` and ``./scripts/demo --serve`` (``devtools.console_demo``)
 share it without importing each other: a broken YAML stops either with one ``error:`` line naming
@@ -8,19 +10,8 @@ the file, before Azurite or a server is started.
 
 from __future__ import annotations
 
+import json
 from typing import Any
-
-DEFAULT_INPUTS: dict[str, dict[str, Any]] = {
-    "provision-tenant": {"tenant_id": "contoso", "admin_email": "admin@contoso.example"},
-    "onboard-tenant": {"tenant_id": "fabrikam", "admin_email": "admin@fabrikam.example"},
-    "order-fulfilment": {
-        "order_id": "o-1001",
-        "customer_id": "c-42",
-        "items": [{"sku": "book-1", "quantity": 2}],
-        "amount": 59.9,
-        "shipping_address": {"city": "Utrecht", "street": "Oudegracht 1"},
-    },
-}
 
 
 class DemoError(Exception):
@@ -40,3 +31,38 @@ def check_definitions() -> None:
         raise DemoError(f"{where}{exc} (fix the file, or move it out of workflows/)") from None
     except MissingAgentHandlers as exc:
         raise DemoError(str(exc)) from None
+
+
+def demo_input(definition: Any, given: str | None) -> dict[str, Any]:
+    """The input to start ``definition`` with: ``given`` (``--input`` JSON) or its ``sample_input``,
+    validated like the HTTP starter does; DemoError saying what to pass otherwise."""
+    from workflow_core.workflows import WorkflowInputError
+    from workflow_core.workflows.lint import skeleton_input
+
+    name = definition.name
+    example = json.dumps(skeleton_input(definition))
+    how = f"pass one with --input '{example}' or add sample_input: to workflows/{name}.yaml"
+    if given is None:
+        workflow_input = definition.sample_input
+        if workflow_input is None:
+            if definition.input.required:
+                raise DemoError(f"{name} has no sample input; {how}")
+            workflow_input = {}
+        source = f"the sample_input of workflows/{name}.yaml"
+    else:
+        try:
+            workflow_input = json.loads(given)
+        except ValueError as exc:
+            raise DemoError(
+                f'--input is not valid JSON ({exc}); pass an object, e.g. --input \'{{"tenant_id": "t1"}}\''
+            ) from None
+        if not isinstance(workflow_input, dict):
+            kind = type(workflow_input).__name__.replace("dict", "object").replace("list", "array")
+            raise DemoError(f"--input must be a JSON object (the workflow input), got a JSON {kind}")
+        source = "--input"
+    try:
+        definition.validate_input(workflow_input)
+    except WorkflowInputError as exc:
+        problems = "; ".join(exc.problems)
+        raise DemoError(f"{source} is not a valid input for {name}: {problems} ({how})") from None
+    return dict(workflow_input)

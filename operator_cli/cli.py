@@ -12,6 +12,7 @@
     sas cancel <instance> --reason "customer withdrew"
     sas versions <workflow>
     sas replay-check <history.json>...
+    sas lint [--directory workflows]
 
 The CLI reads and writes only the step ledger (Table Storage). Mutating commands
 (``operator_cli/action_commands.py``) record *intent*: the step (or instance) moves, audited as
@@ -40,6 +41,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 from operator_cli import render
 from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
 from operator_cli.connection import ConnectionProblem
+from operator_cli.lint_commands import lint_command
 from operator_cli.options import OUTPUT
 from operator_cli.session import (
     EXIT_DECLINED,
@@ -81,7 +83,7 @@ def cli(
     }
 
 
-for _command in (*ACTION_COMMANDS, versions_command, replay_check_command):
+for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_command):
     cli.add_command(_command)
 
 

@@ -1,4 +1,4 @@
-"""The newcomer's demo (``./scripts/demo``) runs every shipped workflow and shows the recovery."""
+"""The newcomer's demo (``./scripts/demo``) runs every workflow in workflows/ and shows the recovery."""
 
 from __future__ import annotations
 
@@ -17,11 +17,67 @@ def run_demo(*argv: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("workflow", sorted(load_workflows()))
-def test_every_shipped_workflow_has_a_sample_input_and_succeeds(workflow):
+def test_every_workflow_runs_on_its_sample_input_or_says_what_to_pass(workflow, capsys):
+    """Whatever is in workflows/: with a ``sample_input`` it succeeds; without one (and required
+    fields) the demo says in one line what to pass instead of starting anything."""
+    definition = load_workflows()[workflow]
     code, text = run_demo(workflow)
+    if definition.sample_input is None and definition.input.required:
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "--input '" in err, err
+        return
     assert code == 0, text
     assert "FINISHED: succeeded" in text
     assert "0 made twice" in text
+
+
+def test_the_shipped_workflows_carry_their_sample_input():
+    for workflow in ("provision-tenant", "onboard-tenant", "order-fulfilment"):
+        assert load_workflows()[workflow].sample_input, workflow
+
+
+@pytest.fixture
+def own_workflow(tmp_path, monkeypatch):
+    """workflows/ holding one definition without a sample input (its agents exist)."""
+    from workflow_core.workflows import loader
+
+    (tmp_path / "say-hello.yaml").write_text(
+        """
+name: say-hello
+description: Greets someone.
+input:
+  required: [name, times]
+  properties:
+    name: {type: string}
+    times: {type: integer}
+steps:
+  - id: greet
+    agent: email.send_welcome
+    input: {to: $input.name}
+    deadline_seconds: 60
+"""
+    )
+    monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
+    loader.clear_workflow_cache()
+    yield tmp_path
+    loader.clear_workflow_cache()
+
+
+def test_a_workflow_without_a_sample_input_says_what_to_pass(capsys, own_workflow):
+    code, _ = run_demo("say-hello")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("error: say-hello has no sample input; pass one with --input")
+    assert """--input '{"name": "...", "times": 1}'""" in err
+    assert "sample_input: to workflows/say-hello.yaml" in err
+
+
+def test_an_input_the_schema_refuses_is_one_line_not_a_400(capsys, own_workflow):
+    code, _ = run_demo("say-hello", "--input", '{"name": 7}')
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "400" not in err, err
+    assert "--input is not a valid input for say-hello: missing required field 'times'" in err
+    assert "field 'name' must be a string, got integer" in err
 
 
 def test_a_stalled_step_is_detected_and_retried():

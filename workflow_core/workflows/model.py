@@ -140,6 +140,12 @@ class WorkflowDefinition(BaseModel):
     business_key: str | None = Field(
         default=None, description="input field whose value names the instance for operators (e.g. tenant_id)"
     )
+    # An example input (what ``./scripts/demo <name>`` starts the workflow with; ``sas lint`` checks it
+    # against ``input``). Excluded from the canonical dump, so it is *not* part of the version: an
+    # instance never reads it, and editing it must not make a new version or touch a running one.
+    sample_input: dict[str, Any] | None = Field(
+        default=None, exclude=True, description="an example input for the demo, checked by sas lint"
+    )
 
     @field_validator("name")
     @classmethod

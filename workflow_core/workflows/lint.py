@@ -1,0 +1,173 @@
+"""The rules every workflow definition must pass beyond its schema: ``sas lint``.
+
+The loader already refuses what cannot run at all (unknown keys, references to later steps, a name
+that is not the file's). What it cannot see alone is checked here, over whatever is in ``workflows/``
+rather than over the shipped names, so a new definition meets the same rules as the shipped ones
+and no test has to name it:
+
+* every agent a definition uses, work and compensation alike, has a handler (the caller passes the
+  registered names: this layer imports no role);
+* the definition says what it does (``description``): operators read it in the console and ``sas``;
+* its ``sample_input``, when it has one, is a valid input (the schema's own check, the one the HTTP
+  starter applies) and resolves every ``$input...`` reference of every step, so ``./scripts/demo``
+  can start it.
+
+The rule functions are pure (definitions and agent names in, problems out); ``lint_directory`` is
+the one that reads files, each on its own, so one broken file is one problem line, not the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflow_core.workflows.errors import StepInputError, WorkflowDefinitionError, WorkflowInputError
+from workflow_core.workflows.loader import DEFAULT_DIRECTORY, parse_workflow
+from workflow_core.workflows.model import WorkflowDefinition
+from workflow_core.workflows.references import iter_references, resolve_value
+from workflow_core.workflows.steps import ParallelGroup, StepDefinition
+
+
+@dataclass(frozen=True)
+class LintProblem:
+    """One thing to fix, in one file, at one field (``""`` when the file as a whole is at fault)."""
+
+    file: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.message}" if self.field else f"{self.file}: {self.message}"
+
+
+def step_locations(definition: WorkflowDefinition) -> Iterator[tuple[str, StepDefinition]]:
+    """Every step with where it is written (``steps[1]``, ``steps[2].parallel[0]``)."""
+    for index, item in enumerate(definition.items):
+        if isinstance(item, ParallelGroup):
+            for member, step in enumerate(item.parallel):
+                yield f"steps[{index}].parallel[{member}]", step
+        else:
+            yield f"steps[{index}]", item
+
+
+def missing_handlers(
+    definition: WorkflowDefinition, agents: Collection[str], source: str
+) -> list[LintProblem]:
+    """An agent with no handler: the step would wait out every deadline and retry for nothing."""
+    problems = []
+    for where, step in step_locations(definition):
+        if step.agent not in agents:
+            problems.append(LintProblem(source, f"{where}.agent", _no_handler(step.agent)))
+        if step.compensation is not None and step.compensation.agent not in agents:
+            problems.append(
+                LintProblem(source, f"{where}.compensation.agent", _no_handler(step.compensation.agent))
+            )
+    return problems
+
+
+def _no_handler(name: str) -> str:
+    return (
+        f"agent {name!r} has no handler; register one with @agent({name!r}) in a module of "
+        "activities/worker/handlers/ imported by its __init__.py (docs/agents.md)"
+    )
+
+
+def missing_description(definition: WorkflowDefinition, source: str) -> list[LintProblem]:
+    if definition.description.strip():
+        return []
+    return [LintProblem(source, "description", "empty; say what the workflow does, for operators")]
+
+
+def sample_input_problems(definition: WorkflowDefinition, source: str) -> list[LintProblem]:
+    """The sample input is what the starter would accept, and every ``$input`` reference finds its
+    value in it (a nested path like ``$input.address.city`` is only known at run time otherwise)."""
+    if definition.sample_input is None:
+        return []
+    try:
+        validated = definition.validate_input(definition.sample_input)
+    except WorkflowInputError as exc:
+        return [LintProblem(source, "sample_input", problem) for problem in exc.problems]
+    problems = []
+    for where, step in step_locations(definition):
+        for at, ref in iter_references(step.input, f"{where}.input"):
+            if ref.source != "input":
+                continue
+            try:
+                resolve_value(ref.text, validated, {}, at)
+            except StepInputError as exc:
+                problems.append(LintProblem(source, "sample_input", str(exc)))
+    return problems
+
+
+def lint_definition(
+    definition: WorkflowDefinition, *, source: str, agents: Collection[str] | None = None
+) -> list[LintProblem]:
+    """Every problem of one loaded definition; ``agents=None`` skips the handler check."""
+    problems = missing_description(definition, source)
+    if agents is not None:
+        problems += missing_handlers(definition, agents, source)
+    return problems + sample_input_problems(definition, source)
+
+
+def lint_directory(
+    directory: Path | None = None, *, agents: Collection[str] | None = None
+) -> tuple[dict[str, WorkflowDefinition], list[LintProblem]]:
+    """The definitions that load from ``directory`` (default: the repository's ``workflows/``) and
+    every problem of every file, load errors included (the loader's message, which names the field)."""
+    directory = directory or DEFAULT_DIRECTORY
+    if not directory.is_dir():
+        return {}, [LintProblem(str(directory), "", "no such directory")]
+    found: dict[str, WorkflowDefinition] = {}
+    origin: dict[str, str] = {}
+    problems: list[LintProblem] = []
+    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+        try:
+            definition = parse_workflow(path.read_text(encoding="utf-8"), source=path.name)
+        except WorkflowDefinitionError as exc:
+            problems.append(_load_problem(path.name, str(exc)))
+            continue
+        if definition.name != path.stem:
+            mismatch = f"{definition.name!r} must match the file name ({path.stem!r})"
+            problems.append(LintProblem(path.name, "name", mismatch))
+            continue
+        if definition.name in origin:
+            problems.append(LintProblem(path.name, "name", f"also defined in {origin[definition.name]}"))
+            continue
+        found[definition.name], origin[definition.name] = definition, path.name
+        problems += lint_definition(definition, source=path.name, agents=agents)
+    return found, problems
+
+
+def _load_problem(file: str, message: str) -> LintProblem:
+    """The loader's ``file: field: message`` split back into its parts."""
+    rest = message.removeprefix(f"{file}: ")
+    field, sep, text = rest.partition(": ")
+    if sep and " " not in field:
+        return LintProblem(file, field, text)
+    return LintProblem(file, "", rest)
+
+
+def lint_summary(definitions: Mapping[str, WorkflowDefinition]) -> list[str]:
+    """One line per clean definition, for the ``ok`` output."""
+    lines = []
+    for name, definition in sorted(definitions.items()):
+        has_sample = definition.sample_input is not None
+        sample = "sample input" if has_sample else "no sample input (the demo needs --input)"
+        steps, agents = len(definition.steps), len(definition.agents_used())
+        lines.append(f"ok  {name}: {steps} step(s), {agents} agent(s), {sample}")
+    return lines
+
+
+def skeleton_input(definition: WorkflowDefinition) -> dict[str, Any]:
+    """A placeholder for every required field, by type: what to put in ``--input`` or ``sample_input``."""
+    placeholders: dict[str, Any] = {
+        "string": "...",
+        "integer": 1,
+        "number": 1.5,
+        "boolean": True,
+        "object": {},
+        "array": [],
+    }
+    return {name: placeholders[definition.input.properties[name].type] for name in definition.input.required}
