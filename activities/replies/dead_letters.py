@@ -33,8 +33,9 @@ from activities.common import COMP_FAILED, emit_recovery, grace_deadline, park, 
 from activities.replies.results import EventClient, raise_result_event
 from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
-from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, explain, fit_text
+from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
+from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 

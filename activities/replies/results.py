@@ -43,11 +43,11 @@ from workflow_core.contracts import (
     RESULT_FUNCTION,
     ConfirmedResult,
     ResultMessage,
-    explain,
     result_event_name,
 )
 from workflow_core.ledger import InstanceRecord, InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.ledger.known_rows import WATCHED_KEY, instance_snapshot
+from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 

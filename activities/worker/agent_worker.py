@@ -28,7 +28,8 @@ from activities.common import park
 from activities.worker.delivery import Delivery
 from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import tracing
-from workflow_core.contracts import WORKER_FUNCTION, WorkMessage, explain
+from workflow_core.contracts import WORKER_FUNCTION, WorkMessage
+from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 

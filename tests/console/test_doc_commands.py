@@ -103,6 +103,8 @@ def _rule(command: str) -> str | None:
         return "bench"
     if command.startswith(".venv/bin/python -m pytest"):
         return "pytest"
+    if command.startswith(".venv/bin/python -m devtools."):
+        return "tool"
     for prefix in LEFT_OUT:
         if command == prefix or command.startswith(prefix + " "):
             return "left-out"
@@ -111,6 +113,17 @@ def _rule(command: str) -> str | None:
 
 def _of(rule: str) -> list[tuple[str, str]]:
     return [(where, c) for where, c in COMMANDS if _rule(c) == rule]
+
+
+@pytest.mark.parametrize(("where", "command"), _of("tool"), ids=[w for w, _ in _of("tool")])
+def test_every_tool_shown_exists_and_answers_help(where, command):
+    """A ``python -m devtools.<tool>`` line: the module exists and its ``--help`` runs (the tool itself
+    writes files, so its own test runs it)."""
+    module = shlex.split(command)[2]
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "usage:" in done.stdout, f"{where}: {done.stderr}"
 
 
 @pytest.mark.parametrize(("where", "command"), _of("sas"), ids=[w for w, _ in _of("sas")])

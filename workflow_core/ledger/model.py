@@ -77,6 +77,8 @@ def parse_status(value: str | StepStatus) -> StepStatus:
 # reserve '~' (sorts after every allowed character) for the audit rows that share a partition.
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 _STEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+INSTANCE_ID_PATTERN = _INSTANCE_ID.pattern  # as published in the message schemas (docs/schemas/)
+STEP_ID_PATTERN = _STEP_ID.pattern
 
 
 def _explain_bad_key(kind: str, value: object, pattern: re.Pattern[str], limit: int) -> str:

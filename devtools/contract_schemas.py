@@ -1,0 +1,74 @@
+"""The message contract as JSON Schema files, for agents written in any language.
+
+    .venv/bin/python -m devtools.contract_schemas            # (re)write docs/schemas/
+    .venv/bin/python -m devtools.contract_schemas --check    # exit 1 when a committed file is stale
+
+The schemas are generated from the pydantic models the app itself validates every message with
+(``workflow_core.contracts``: ``WorkMessage`` on the work queue, ``ResultMessage`` on the result
+queue), with the id, name and time rules those models check published as ``pattern``, ``maxLength``
+and ``format``. ``tests/transport/test_message_schemas.py`` keeps the committed files equal to the
+models and checks every message a whole workflow run sends against them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_DIR = ROOT / "docs" / "schemas"
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    """File name -> schema, for each message the app sends."""
+    from workflow_core.contracts import ResultMessage, WorkMessage
+
+    found = {}
+    for name, model, queue in (
+        ("work-message", WorkMessage, "the work queue (WORK_QUEUE_NAME), read by agents"),
+        ("result-message", ResultMessage, "the result queue (RESULT_QUEUE_NAME), written by agents"),
+    ):
+        schema = model.model_json_schema()
+        found[f"{name}.schema.json"] = {
+            "$schema": DIALECT,
+            "$id": f"urn:sas:schema:{name}",
+            "description": f"Body of a message on {queue}. {schema.pop('description', '')}".strip(),
+            **schema,
+        }
+    return found
+
+
+def render(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.contract_schemas", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 if a committed schema differs")
+    parser.add_argument("directory", nargs="?", type=Path, default=SCHEMA_DIR)
+    args = parser.parse_args(argv)
+    stale = []
+    for name, schema in schemas().items():
+        path = args.directory / name
+        text = render(schema)
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    if stale:
+        print(f"stale: {', '.join(stale)}; run python -m devtools.contract_schemas", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

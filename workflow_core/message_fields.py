@@ -1,0 +1,154 @@
+"""The checked fields every message is made of: ids, names, times, payloads and error texts.
+
+Each is a plain type with the validator the app applies and the rule published in the message
+schemas (``docs/schemas/``), so an agent in another language sees what the app checks. Split from
+``workflow_core.contracts``, which builds the message models from them and re-exports them.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, ValidationError
+
+from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.model import (
+    INSTANCE_ID_PATTERN,
+    STEP_ID_PATTERN,
+    validate_instance_id,
+    validate_step_id,
+)
+from workflow_core.payloads import PAYLOAD_CEILING_BYTES, bounded_payload, message_payload
+
+# ---- sizes and ids every message is checked against ----------------------------------------------
+# A message that breaks these can never be processed (the ledger refuses its keys, or its text does not
+# fit a ledger property): the worker and the handlers park it (see ``docs/contracts.md``) instead of
+# letting it fail on every delivery.
+MAX_ERROR_CHARS = 8_000  # an error text kept in the ledger (last_error) and in a result message
+# A step's input or output as canonical JSON: above the ledger's inline limit it travels as a blob
+# reference (``workflow_core.payloads``), so a message holds either a reference or a value that fits.
+MAX_PAYLOAD_BYTES = PAYLOAD_CEILING_BYTES
+MAX_ORCHESTRATION_ID = 320  # "<instance>:step:<step>" with the longest instance and step ids
+MAX_AGENT_CHARS = 200
+MAX_WORKFLOW_CHARS = 100
+_ORCHESTRATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
+_AGENT = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+_WORKFLOW = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+def fit_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` if it fits in ``limit`` characters, else its head and tail around a marker that says how
+    much was cut (``… [truncated 40,000 chars] …``), at most ``limit`` characters in all."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit  # first guess; the marker's own length is added below
+    while True:
+        marker = f"\n… [truncated {cut:,} chars] …\n"
+        keep = limit - len(marker)
+        if keep < 2:
+            return text[:limit]
+        if len(text) - keep == cut:
+            head = keep - keep // 2
+            return text[:head] + marker + text[len(text) - keep // 2 :]
+        cut = len(text) - keep
+
+
+def _as_value_error(check: Any, value: Any) -> Any:
+    try:
+        return check(value)
+    except InvalidLedgerInput as exc:  # not a ValueError on purpose; pydantic needs one here
+        raise ValueError(str(exc)) from None
+
+
+def _key_text(kind: str, value: str, pattern: re.Pattern[str], limit: int, hint: str) -> str:
+    bad = sorted({c for c in value if c in "/\\#?" or ord(c) < 32 or 0x7F <= ord(c) <= 0x9F})
+    if bad:
+        raise ValueError(f"{kind} {value[:80]!r} contains characters Table Storage keys forbid: {bad!r}")
+    if not value:
+        raise ValueError(f"{kind} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"{kind} is {len(value)} characters long; at most {limit} are allowed")
+    if not pattern.fullmatch(value):
+        raise ValueError(f"{kind} {value[:80]!r} must be {hint}")
+    return value
+
+
+def _orchestration_id(value: str) -> str:
+    return _key_text(
+        "orchestration id",
+        value,
+        _ORCHESTRATION_ID,
+        MAX_ORCHESTRATION_ID,
+        "letters, digits and . _ : @ - (a letter or digit first)",
+    )
+
+
+def _agent(value: str) -> str:
+    return _key_text("agent", value, _AGENT, MAX_AGENT_CHARS, "lowercase dotted words such as storage.create")
+
+
+def _agent_or_empty(value: str) -> str:
+    return value if value == "" else _agent(value)
+
+
+def _workflow(value: str) -> str:
+    return _key_text("workflow", value, _WORKFLOW, MAX_WORKFLOW_CHARS, "lowercase words joined by '-'")
+
+
+def _iso_time(value: str) -> str:
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"deadline {value[:80]!r} is not an ISO 8601 timestamp") from None
+    return value
+
+
+def _error(value: str | None) -> str | None:
+    if value is not None and len(value) > MAX_ERROR_CHARS:
+        raise ValueError(f"error text of {len(value)} characters; at most {MAX_ERROR_CHARS} (use fit_text)")
+    return value
+
+
+def _published(**schema: Any) -> Any:
+    """What the message schemas (docs/schemas/, ``devtools.contract_schemas``) say of a checked type,
+    so an agent in another language sees the rules the validators below enforce."""
+    return Field(json_schema_extra=schema)
+
+
+InstanceId = Annotated[
+    str,
+    AfterValidator(lambda v: _as_value_error(validate_instance_id, v)),
+    _published(pattern=INSTANCE_ID_PATTERN),
+]
+StepId = Annotated[
+    str, AfterValidator(lambda v: _as_value_error(validate_step_id, v)), _published(pattern=STEP_ID_PATTERN)
+]
+OrchestrationId = Annotated[
+    str,
+    AfterValidator(_orchestration_id),
+    _published(pattern=_ORCHESTRATION_ID.pattern, maxLength=MAX_ORCHESTRATION_ID),
+]
+AgentName = Annotated[  # empty: a compensation's message names no agent of its own
+    str,
+    AfterValidator(_agent_or_empty),
+    _published(pattern=f"^$|{_AGENT.pattern}", maxLength=MAX_AGENT_CHARS),
+]
+WorkflowName = Annotated[
+    str, AfterValidator(_workflow), _published(pattern=_WORKFLOW.pattern, maxLength=MAX_WORKFLOW_CHARS)
+]
+IsoTime = Annotated[str, AfterValidator(_iso_time), _published(format="date-time")]
+Payload = Annotated[dict[str, Any], AfterValidator(bounded_payload)]
+MessagePayload = Annotated[dict[str, Any], AfterValidator(message_payload)]  # inline-sized or a reference
+OptionalPayload = Annotated[dict[str, Any] | None, AfterValidator(bounded_payload)]
+ErrorText = Annotated[str | None, AfterValidator(_error), _published(maxLength=MAX_ERROR_CHARS)]
+
+
+def explain(exc: ValidationError, limit: int = 2_000) -> str:
+    """A pydantic error as one line an operator can read: ``field: problem; field: problem``."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ())) or "message"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return fit_text("; ".join(parts), limit)
