@@ -21,6 +21,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = ROOT / "docs" / "schemas"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# The contract's version, in each schema's $id: raise it with any change an agent written against the
+# previous schemas would not accept (a new required field, a narrower pattern), never for an addition
+# the app tolerates missing.
+CONTRACT_VERSION = 1
 
 
 def schemas() -> dict[str, dict[str, Any]]:
@@ -35,7 +39,7 @@ def schemas() -> dict[str, dict[str, Any]]:
         schema = model.model_json_schema()
         found[f"{name}.schema.json"] = {
             "$schema": DIALECT,
-            "$id": f"urn:sas:schema:{name}",
+            "$id": f"urn:sas:schema:{name}:v{CONTRACT_VERSION}",
             "description": f"Body of a message on {queue}. {schema.pop('description', '')}".strip(),
             **schema,
         }
