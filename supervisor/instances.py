@@ -16,7 +16,10 @@ per overdue instance (decision table in docs/supervisor.md):
   parked for an operator;
 * the instance is Compensating and no compensation orchestration runs: restart it, at most
   ``MAX_COMPENSATION_RESTARTS`` times, whether it was found through the instance or a step; one
-  that runs but does not move is terminated (counted) and so restarted.
+  that runs but does not move is terminated (counted) and so restarted;
+* a step whose orchestration is gone, or that is Compensating with no compensation running, and
+  whose instance has no record at all: an invariant violation (the starter writes every record with
+  its steps), so nothing decides for it; it is noted once and left (:meth:`InstanceSupervisor.no_record`).
 
 Every loop has its counter on the instance record, written in the claim that acts, and an end:
 docs/supervisor.md, "Every recovery loop has a budget and an end".
