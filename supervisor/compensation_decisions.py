@@ -71,9 +71,10 @@ class _CompensationDecisions(_TickActions):
         if status not in ALIVE_STATUSES:
             who = f"requested by {found.owner}" if _operator_requested(found) else "overdue"
             reason = f"supervisor: step {found.step_id} is Compensating ({who}) with no compensation running"
-            # With an instance record, the instance is claimed (-> Compensating) first: one start per
-            # instance across ticks, and no resume of the scheduler this ends.
-            if await InstanceSupervisor(self).compensate_for_step(found, reason):
+            # The instance record decides: it is claimed (-> Compensating) first, so one start per
+            # instance across ticks and no resume of the scheduler this ends. Only an instance that
+            # already ended (its record cannot move) leaves the start to the step.
+            if await InstanceSupervisor(self).compensate_for_step(found, claimed, reason):
                 return
             await self.end_scheduler(found, reason)
             await self.start_compensation(found, reason=reason)

@@ -16,7 +16,10 @@ per overdue instance (decision table in docs/supervisor.md):
   parked for an operator;
 * the instance is Compensating and no compensation orchestration runs: restart it, at most
   ``MAX_COMPENSATION_RESTARTS`` times, whether it was found through the instance or a step; one
-  that runs but does not move is terminated (counted) and so restarted.
+  that runs but does not move is terminated (counted) and so restarted;
+* a step whose orchestration is gone, or that is Compensating with no compensation running, and
+  whose instance has no record at all: an invariant violation (the starter writes every record with
+  its steps), so nothing decides for it; it is noted once and left (:meth:`InstanceSupervisor.no_record`).
 
 Every loop has its counter on the instance record, written in the claim that acts, and an end:
 docs/supervisor.md, "Every recovery loop has a budget and an end".
@@ -30,6 +33,7 @@ claim wins, the other gets a conflict and does nothing. The moves these decision
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -46,6 +50,8 @@ from workflow_core import telemetry
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import InstanceRecord
 from workflow_core.ledger.model import MAX_TEXT
+
+log = logging.getLogger("sas.supervisor.instances")
 
 __all__ = ["ALIVE_STATUSES", "InstanceAction", "InstanceSupervisor", "supervisor_holds", "trace_input"]
 
@@ -91,14 +97,19 @@ class InstanceSupervisor(_InstanceActions):
             return
         await self.recover(found, f"orchestration {orchestration_id} is {status}")
 
-    async def step_orphaned(self, instance_id: str, why: str) -> bool:
-        """A step's orchestration is gone. True when the instance record took over the decision
-        (the caller then does nothing more); False when there is no record to decide by."""
-        record = await self.tick.io(self.ledger.find_instance, instance_id)
-        if record is not None and record.status is IS.STOPPED:  # an operator's: never undone here
+    async def step_orphaned(self, step: Any, claimed: Any, why: str) -> bool:
+        """A step's orchestration is gone (``claimed``: the step as this tick's claim wrote it). True
+        when the instance record took over the decision (the caller then does nothing more; also when
+        there is no record: :meth:`no_record`); False when the record leaves it to the step (the
+        instance ended, or waits for an operator, while this step was still in flight)."""
+        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        if record is None:
+            await self.no_record(step, claimed, why)
+            return True
+        if record.status is IS.STOPPED:  # an operator's: never undone here
             await self.decided(record, InstanceAction.NOTE_FLAGGED, f"{why}; {record.attention_reason}")
             return True
-        if record is None or record.status not in (IS.RUNNING, IS.COMPENSATING):
+        if record.status not in (IS.RUNNING, IS.COMPENSATING):
             return False
         if supervisor_holds(record, self.tick):
             await self.decided(record, InstanceAction.NOTE_OWNED, f"{why}; {record.owner} holds the instance")
@@ -118,12 +129,17 @@ class InstanceSupervisor(_InstanceActions):
         await self.recover(record, f"{why}; the instance's orchestration {orchestration_id} is {status}")
         return True
 
-    async def compensate_for_step(self, step: Any, reason: str) -> bool:
+    async def compensate_for_step(self, step: Any, claimed: Any, reason: str) -> bool:
         """A step is Compensating (an operator asked, or a compensation died) and no compensation
         runs. True when the instance record took it over: claimed -> Compensating, the scheduler
-        ended if it still runs, the compensation started once; False without a record."""
+        ended if it still runs, the compensation started once (or, with no record, nothing:
+        :meth:`no_record`); False when the instance already ended (Succeeded, Compensated, Cancelled:
+        its record cannot move), where the step's own compensation start decides."""
         record = await self.tick.io(self.ledger.find_instance, step.instance_id)
-        if record is None or record.status in (IS.SUCCEEDED, IS.COMPENSATED, IS.CANCELLED):
+        if record is None:
+            await self.no_record(step, claimed, reason)
+            return True
+        if record.status in (IS.SUCCEEDED, IS.COMPENSATED, IS.CANCELLED):
             return False
         if supervisor_holds(record, self.tick):
             await self.decided(
@@ -174,6 +190,27 @@ class InstanceSupervisor(_InstanceActions):
         )
         self.tick.decided(step, Action.NOTE_INSTANCE_FLAGGED, telemetry.OUTCOME_OK, detail)
         return True
+
+    async def no_record(self, step: Any, claimed: Any, why: str) -> None:
+        """A step whose instance has no record: an invariant violation (every instance's record is
+        written with its first steps, at the door). Only the record may decide between resume and
+        compensation, exactly once per instance; without it two watchdog processes, through two of
+        its steps, could each start one. So nothing is started or resumed: the violation is logged
+        and noted once on the step, which is left as it is, looked at again only after
+        :data:`FLAGGED_LOOK_SECONDS` (not every lease)."""
+        detail = (
+            f"{why}; instance {step.instance_id} has no record, so nothing decides for it (an invariant "
+            "violation): nothing started or resumed, the step is left as it is"
+        )[:1000]
+        log.error("step %s/%s: %s", step.instance_id, step.step_id, detail)
+        await self.tick.io(
+            self.ledger.update,
+            claimed,
+            actor=self.tick.actor,
+            reason=f"{Action.NOTE_NO_INSTANCE_RECORD.value}: {detail}",
+            deadline=self.tick.now + timedelta(seconds=FLAGGED_LOOK_SECONDS),
+        )
+        self.tick.decided(step, Action.NOTE_NO_INSTANCE_RECORD, telemetry.OUTCOME_OK, detail)
 
     # ---- decisions -------------------------------------------------------------------------------
 

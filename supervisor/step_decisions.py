@@ -69,8 +69,9 @@ class _Tick(_CompensationDecisions):
                 done = await self.claim(found)
             if done is None:
                 return
-            # The instance record decides between resume and compensation, exactly once per instance.
-            if not await InstanceSupervisor(self).step_orphaned(found.instance_id, why):
+            # The instance record decides between resume and compensation, exactly once per instance;
+            # only an instance that ended or waits for an operator leaves the compensation to the step.
+            if not await InstanceSupervisor(self).step_orphaned(found, done, why):
                 await self.start_compensation(found, reason=f"supervisor: {why}")
             return
         # Orchestration alive. Overdue Dispatched/Running (in flight):

@@ -32,8 +32,9 @@ FALLBACK_STEP_DEADLINE_SECONDS = 300.0  # only when the step's workflow definiti
 ERROR_ACTION = "watchdog_error"  # telemetry action of a step the tick failed on (retried after the lease)
 OVERRUN_ERROR = "supervisor: deadline overrun"
 COMPENSATION_OVERRUN_ERROR = "supervisor: compensation deadline overrun"
-# A step of an instance the watchdog gave up on (flagged for an operator, parked) is looked at again
-# this much later, not every lease: it stays in the deadline index (its status needs a deadline).
+# A step of an instance the watchdog gave up on (flagged for an operator, parked), or of an instance
+# with no record at all, is looked at again this much later, not every lease: it stays in the deadline
+# index (its status needs a deadline).
 FLAGGED_LOOK_SECONDS = 86_400.0
 
 # Orchestration runtime statuses in which the orchestration will still react (to its own timers and
@@ -64,6 +65,7 @@ class Action(StrEnum):
     FAIL_COMPENSATION = "fail_compensation"  # compensation attempt overran: failed result raised
     END_SCHEDULER = "end_scheduler"  # compensation starts while the scheduler lives: scheduler terminated
     NOTE_INSTANCE_FLAGGED = "note_instance_flagged"  # its instance waits for an operator: nothing done
+    NOTE_NO_INSTANCE_RECORD = "note_no_instance_record"  # invariant broken: no record decides; left as is
 
 
 class DurableClient(Protocol):

@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
 from devtools.azurite import env_for
-from workflow_core.ledger import NewStep, StepLedger, StepRecord, StepStatus, encode_json
+from workflow_core.ledger import (
+    InstanceRecord,
+    InstanceStatus,
+    NewStep,
+    StepLedger,
+    StepRecord,
+    StepStatus,
+    encode_json,
+)
 from workflow_core.runtime import Services
 from workflow_core.settings import load_settings
 
 S = StepStatus
+IS = InstanceStatus
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
 WORKFLOW = "provision-tenant"  # a real definition: create_storage (300 s, heartbeat 60 s), register_dns...
 
@@ -111,11 +120,59 @@ def client() -> RecordingClient:
     return RecordingClient()
 
 
+# An instance's promise in these tests: far enough ahead that no tick finds the instance itself overdue
+# unless a decision moved it (a claim: a lease ahead).
+PROMISE = NOW + timedelta(days=30)
+INPUT = {"tenant_id": "t1", "region": "westeurope", "sku": "Standard_LRS"}
+
+
+def make_instance(
+    ledger: StepLedger,
+    instance_id: str,
+    status: InstanceStatus = IS.RUNNING,
+    *,
+    workflow: str = WORKFLOW,
+    on_scheduler_lost: Literal["resume", "compensate"] = "compensate",
+    scheduler_deadline: datetime = PROMISE,
+) -> InstanceRecord:
+    """Write the record of an instance, as the HTTP starter does before anything else of it exists,
+    and walk it, legally, to ``status`` (Running, Compensating, CompensationFailed, Succeeded...).
+
+    ``on_scheduler_lost`` is ``compensate`` by default: a step whose orchestration is gone then has
+    its instance compensated (``compensate_instance``) rather than resumed."""
+    record = ledger.create_instance(
+        instance_id,
+        workflow,
+        actor="api:start",
+        input_json=encode_json(INPUT),
+        scheduler_deadline=scheduler_deadline,
+        on_scheduler_lost=on_scheduler_lost,
+    )
+    path = {
+        IS.RUNNING: [],
+        IS.COMPENSATING: [IS.COMPENSATING],
+        IS.COMPENSATION_FAILED: [IS.COMPENSATING, IS.COMPENSATION_FAILED],
+        IS.COMPENSATED: [IS.COMPENSATING, IS.COMPENSATED],
+        IS.SUCCEEDED: [IS.SUCCEEDED],
+        IS.FAILED: [IS.FAILED],
+    }[status]
+    for to in path:
+        supervised = to in (IS.RUNNING, IS.COMPENSATING)
+        record = ledger.transition_instance(
+            record,
+            to,
+            actor="scheduler",
+            scheduler_deadline=scheduler_deadline if supervised else None,
+        )
+    return record
+
+
 def make_step(
     ledger: StepLedger,
     instance_id: str,
     status: StepStatus,
     *,
+    instance: InstanceStatus | Literal["auto"] | None = "auto",
     deadline: datetime | None = None,
     step_id: str = "create_storage",
     attempt: int = 1,
@@ -127,11 +184,22 @@ def make_step(
     last_error: str | None = None,
     workflow: str = WORKFLOW,
 ) -> StepRecord:
-    """Write one step of a fresh instance and walk it, legally, to ``status``.
+    """Write one step of an instance and walk it, legally, to ``status``.
+
+    The instance gets its record first (:func:`make_instance`), as in production, unless it has one:
+    ``instance`` is its status, by default ("auto") Compensating for a Compensating step,
+    CompensationFailed for a CompensationFailed one, else Running. ``None`` writes no record: an
+    invariant violation the watchdog must notice and leave alone.
 
     ``resent``: the watchdog already re-sent the attempt's message (``resent_at`` 5 min before the
     deadline); without it the row is as a dispatch leaves it (its own send is not recorded)."""
     deadline = deadline or NOW - timedelta(minutes=5)
+    if instance == "auto":
+        instance = {S.COMPENSATING: IS.COMPENSATING, S.COMPENSATION_FAILED: IS.COMPENSATION_FAILED}.get(
+            status, IS.RUNNING
+        )
+    if instance is not None and ledger.find_instance(instance_id) is None:
+        make_instance(ledger, instance_id, instance, workflow=workflow)
     (record,) = ledger.create_steps(
         instance_id,
         workflow,
@@ -157,7 +225,7 @@ def make_step(
         attempt=attempt,
         owner=owner,
         orchestration_id=instance_id,
-        input_ref=encode_json({"tenant_id": "t1", "region": "westeurope", "sku": "Standard_LRS"}),
+        input_ref=encode_json(INPUT),
     )
     if resent:
         record = ledger.update(record, actor="supervisor:t0", resent_at=deadline - timedelta(minutes=5))

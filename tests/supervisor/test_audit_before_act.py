@@ -18,6 +18,7 @@ from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, StepStatus
 
 S = StepStatus
+IS = InstanceStatus
 LATER = NOW + timedelta(minutes=1)
 FUTURE = NOW + timedelta(hours=1)  # the set-up's steps are not due: only an operator's move makes them
 
@@ -46,8 +47,8 @@ INTENTS = {
         lambda ledger, iid: make_step(ledger, iid, S.TIMED_OUT, deadline=FUTURE),
         lambda ledger, iid: operator.skip_step(ledger, iid, "create_storage", user="alice", reason="why"),
     ),
-    "compensate": (
-        lambda ledger, iid: make_step(ledger, iid, S.SUCCEEDED, deadline=FUTURE),
+    "compensate": (  # of an instance that succeeded: its record cannot move, the step's start decides
+        lambda ledger, iid: make_step(ledger, iid, S.SUCCEEDED, deadline=FUTURE, instance=IS.SUCCEEDED),
         lambda ledger, iid: operator.request_compensation(
             ledger, iid, "create_storage", user="alice", reason="why"
         ),

@@ -12,8 +12,9 @@ import pytest
 
 from operator_cli.cli import main
 from supervisor import operator
+from supervisor.instances import InstanceAction
 from supervisor.watchdog import Action, run_tick
-from tests.supervisor.conftest import NOW, RecordingClient, connection_args, make_step
+from tests.supervisor.conftest import IS, NOW, RecordingClient, connection_args, make_step
 from workflow_core import clock
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR
 from workflow_core.ledger import StepStatus
@@ -144,7 +145,7 @@ def test_retry_is_enacted_by_the_next_watchdog_tick(cli, ledger, services):
 
 
 def test_compensate_is_enacted_by_the_next_watchdog_tick(cli, ledger, services):
-    make_step(ledger, "wf-undo", S.SUCCEEDED)
+    make_step(ledger, "wf-undo", S.SUCCEEDED, instance=IS.SUCCEEDED)  # its workflow had finished
     code, out, err = cli("compensate", "wf-undo", "create_storage", "--reason", "customer left", "--yes")
     assert code == 0, err
     assert "starts the compensation orchestration" in out
@@ -167,8 +168,11 @@ def test_retry_of_a_failed_compensation_restarts_it(cli, ledger, services):
 
     client = RecordingClient({"wf-cf": "Completed", "wf-cf:compensation": "Completed"})
     report = asyncio.run(run_tick(client, services, now=LATER + timedelta(seconds=1)))
-    assert report.count(Action.START_COMPENSATION) == 1
-    assert "restarted (was Completed)" in report.decisions[0].detail
+    assert report.count(InstanceAction.RESTART_COMPENSATION) == 1  # the instance record decided
+    ((_, _, _, detail),) = report.instance_decisions
+    assert "requested by operator:alice" in detail and "wf-cf:compensation started" in detail
+    record = ledger.get_instance("wf-cf")  # the operator answered the flag and renewed the budget
+    assert record.status is IS.COMPENSATING and not record.needs_attention
 
 
 def test_skip_takes_the_step_off_the_worklist(cli, ledger):

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 
+from supervisor.instances import InstanceAction
 from supervisor.watchdog import (
     COMPENSATION_OVERRUN_ERROR,
     DEFAULT_LEASE_SECONDS,
@@ -19,7 +20,8 @@ from supervisor.watchdog import (
     run_tick,
     runtime_status_name,
 )
-from tests.supervisor.conftest import NOW, WORKFLOW, RecordingClient, drain, make_step
+from supervisor.watchdog_model import FLAGGED_LOOK_SECONDS
+from tests.supervisor.conftest import IS, NOW, WORKFLOW, RecordingClient, drain, make_instance, make_step
 from workflow_core import clock
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WorkMessage
 from workflow_core.ledger import NewStep, StepStatus
@@ -143,12 +145,13 @@ def test_resent_dispatched_step_past_the_grace_is_failed_without_a_send(services
 
 @pytest.mark.parametrize("orchestration", ["Failed", "Terminated", "Completed", None])
 def test_orchestration_gone_starts_compensation(services, ledger, client, orchestration):
-    make_step(ledger, "wf-gone", S.RUNNING)
+    make_step(ledger, "wf-gone", S.RUNNING)  # its instance's policy: compensate a lost scheduler
     if orchestration:
         client.statuses["wf-gone"] = orchestration
 
     report = tick(client, services)
-    assert report.count(Action.START_COMPENSATION) == 1
+    assert report.count(InstanceAction.COMPENSATE) == 1  # the instance record decided, once
+    assert ledger.get_instance("wf-gone").status is IS.COMPENSATING
     ((name, instance, payload),) = client.starts
     assert (name, instance) == (COMPENSATION_ORCHESTRATOR, "wf-gone:compensation")
     assert payload["instance_id"] == "wf-gone" and payload["workflow"] == WORKFLOW
@@ -158,23 +161,49 @@ def test_orchestration_gone_starts_compensation(services, ledger, client, orches
     assert record.deadline == NOW + LEASE
 
 
+@pytest.mark.parametrize("status", [S.RUNNING, S.COMPENSATING])
+def test_a_step_without_an_instance_record_is_noted_once_and_left(services, ledger, client, status):
+    """Every instance's record is written at the door with its steps: a step without one breaks an
+    invariant. Only the record may decide (exactly once per instance) to resume or compensate, so
+    nothing is started, ended or resumed for it; the step is noted and looked at again only a day
+    later, not every lease."""
+    make_step(ledger, "wf-norec", status, instance=None)
+    client.statuses["wf-norec"] = "Running" if status is S.COMPENSATING else "Failed"
+
+    report = tick(client, services)
+
+    assert report.count(Action.NOTE_NO_INSTANCE_RECORD) == 1 and report.errors == 0
+    assert client.starts == [] and client.terminations == [] and client.events == []
+    assert ledger.find_instance("wf-norec") is None
+    record = ledger.get("wf-norec", "create_storage")
+    assert record.deadline == NOW + timedelta(seconds=FLAGGED_LOOK_SECONDS)
+    notes = [a for a in supervisor_rows(ledger, "wf-norec") if "note_no_instance_record" in a.reason]
+    assert len(notes) == 1 and "has no record" in notes[0].reason
+
+    again = tick(client, services, now=NOW + LEASE + timedelta(seconds=1))  # not hammered
+    assert again.overdue == 0 and client.starts == []
+
+
 def test_compensation_already_running_is_not_started_again(services, ledger, client):
-    make_step(ledger, "wf-comp", S.TIMED_OUT)
+    make_step(ledger, "wf-comp", S.TIMED_OUT, instance=IS.COMPENSATING)
     client.statuses.update({"wf-comp": "Failed", "wf-comp:compensation": "Running"})
     report = tick(client, services)
     assert report.count(Action.NOTE_COMPENSATION_RUNNING) == 1 and client.starts == []
 
 
 def test_finished_compensation_is_restarted(services, ledger, client):
-    make_step(ledger, "wf-re", S.FAILED)
+    make_step(ledger, "wf-re", S.FAILED, instance=IS.COMPENSATING)
     client.statuses.update({"wf-re": "Completed", "wf-re:compensation": "Completed"})
     report = tick(client, services)
-    assert report.count(Action.START_COMPENSATION) == 1
-    assert "restarted (was Completed)" in report.decisions[0].detail
+    assert report.count(InstanceAction.RESTART_COMPENSATION) == 1
+    ((_, _, _, detail),) = report.instance_decisions
+    assert "compensation wf-re:compensation is Completed" in detail
+    assert ledger.get_instance("wf-re").compensation_restarts == 1  # counted against its budget
     assert ledger.get("wf-re", "create_storage").status is S.FAILED  # plan_compensation decides
 
 
 def test_one_compensation_start_per_instance_per_tick(services, ledger, client):
+    make_instance(ledger, "wf-two")
     steps = ledger.create_steps(
         "wf-two",
         WORKFLOW,
@@ -187,7 +216,8 @@ def test_one_compensation_start_per_instance_per_tick(services, ledger, client):
     report = tick(client, services)
     assert report.claimed == 2
     assert (
-        report.count(Action.START_COMPENSATION) == 1 and report.count(Action.NOTE_COMPENSATION_RUNNING) == 1
+        report.count(InstanceAction.COMPENSATE) == 1
+        and report.count(InstanceAction.NOTE_COMPENSATION_RUNNING) == 1
     )
     assert len(client.starts) == 1
 
@@ -203,7 +233,7 @@ def test_retrying_past_its_backoff_is_noted_while_the_orchestration_lives(servic
 
     client.statuses["wf-retry"] = "Failed"
     gone = tick(client, services, now=NOW + LEASE + timedelta(seconds=1))
-    assert gone.count(Action.START_COMPENSATION) == 1
+    assert gone.count(InstanceAction.COMPENSATE) == 1
 
 
 def test_failed_step_the_orchestration_did_not_act_on_gets_its_result_raised(services, ledger, client):
@@ -255,7 +285,7 @@ def test_compensating_without_a_compensation_running_restarts_it(services, ledge
     make_step(ledger, "wf-undo3", S.COMPENSATING)
     client.statuses["wf-undo3:compensation"] = "Failed"
     report = tick(client, services)
-    assert report.count(Action.START_COMPENSATION) == 1
+    assert report.count(InstanceAction.RESTART_COMPENSATION) == 1
     assert client.starts[0][1] == "wf-undo3:compensation"
 
 
@@ -269,11 +299,12 @@ def test_compensating_while_the_scheduler_lives_ends_the_scheduler_before_starti
 
     report = tick(client, services)
 
-    assert report.count(Action.END_SCHEDULER) == 1 and report.count(Action.START_COMPENSATION) == 1
+    assert report.count(Action.END_SCHEDULER) == 1
+    assert report.count(InstanceAction.RESTART_COMPENSATION) == 1
     assert [i for i, _ in client.terminations] == ["wf-live"]
     assert client.starts[0][1] == "wf-live:compensation"
     reasons = [a.reason for a in supervisor_rows(ledger, "wf-live") if a.action == "recovery"]
-    assert [r.split(":")[0] for r in reasons] == ["end_scheduler", "start_compensation"]
+    assert [r.split(":")[0] for r in reasons] == ["end_scheduler", "restart_compensation"]
 
 
 def test_one_failing_step_does_not_stop_the_tick(services, ledger, client):
