@@ -84,6 +84,15 @@ def alive(h: PatternHarness, count: int) -> list[tuple[float, float]]:
     return results
 
 
+# The instance record decides what a dead scheduler gets (resume, by the workflow's policy, or
+# compensation); either is the recovery measured here.
+RECOVERIES = ("resume_instance", "compensate_instance", "start_compensation")
+
+
+def recovery(event) -> bool:
+    return event.note == "recovery" and any(action in event.reason for action in RECOVERIES)
+
+
 def gone(h: PatternHarness, count: int) -> list[tuple[float, float]]:
     faults.clear()
     held = h.hold("probe", times=count)  # the agent took the work and hangs
@@ -96,9 +105,7 @@ def gone(h: PatternHarness, count: int) -> list[tuple[float, float]]:
         h.host.terminate(iid, "benchmark: orchestration gone")
     for iid in iids:
         h.run_until(
-            lambda iid=iid: any(
-                e.note == "recovery" and "start_compensation" in e.reason for e in h.events_for(iid)
-            ),
+            lambda iid=iid: any(recovery(e) for e in h.events_for(iid)),
             timeout=timedelta(seconds=60),
         )
     results = []
@@ -106,7 +113,7 @@ def gone(h: PatternHarness, count: int) -> list[tuple[float, float]]:
         events = h.events_for(iid)
         deadline = first(events, lambda e: e.to_status == "Dispatched" and e.attempt == 1).record.deadline
         detected = first(events, lambda e: e.actor.startswith("supervisor:"))
-        recovered = first(events, lambda e: e.note == "recovery" and "start_compensation" in e.reason)
+        recovered = first(events, recovery)
         results.append(((detected.at - deadline).total_seconds(), (recovered.at - deadline).total_seconds()))
     h.release(held)
     return results
