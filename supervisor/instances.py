@@ -100,14 +100,20 @@ class InstanceSupervisor(_InstanceActions):
     async def step_orphaned(self, step: Any, claimed: Any, why: str) -> bool:
         """A step's orchestration is gone (``claimed``: the step as this tick's claim wrote it). True
         when the instance record took over the decision (the caller then does nothing more; also when
-        there is no record: :meth:`no_record`); False when the record leaves it to the step (the
-        instance ended, or waits for an operator, while this step was still in flight)."""
+        there is no record: :meth:`no_record`, and when the instance is Failed and waits for an operator:
+        :meth:`leave_for_operator`); False when the record leaves it to the step (the instance ended
+        while this step was still in flight)."""
         record = await self.tick.io(self.ledger.find_instance, step.instance_id)
         if record is None:
             await self.no_record(step, claimed, why)
             return True
         if record.status is IS.STOPPED:  # an operator's: never undone here
             await self.decided(record, InstanceAction.NOTE_FLAGGED, f"{why}; {record.attention_reason}")
+            return True
+        if record.status is IS.FAILED and not _operator_requested(step):
+            # it could neither finish, resume nor compensate on its own: flagged, it waits for an
+            # operator (a resume, a compensate); nothing is started behind the operator's back
+            await self.leave_for_operator(step, claimed, record)
             return True
         if record.status not in (IS.RUNNING, IS.COMPENSATING):
             return False
@@ -180,7 +186,14 @@ class InstanceSupervisor(_InstanceActions):
         record = await self.tick.io(self.ledger.find_instance, step.instance_id)
         if record is None or not record.needs_attention or record.scheduler_deadline is not None:
             return False
-        detail = f"the instance waits for an operator ({record.attention_reason}); nothing done"[:1000]
+        await self.leave_for_operator(step, claimed, record)
+        return True
+
+    async def leave_for_operator(self, step: Any, claimed: Any, record: InstanceRecord) -> None:
+        """The step of an instance that waits for an operator: noted, left as it is, looked at again
+        after :data:`FLAGGED_LOOK_SECONDS` (not every lease); nothing raised, sent or started."""
+        why = record.attention_reason or f"the instance is {record.status.value}"
+        detail = f"the instance waits for an operator ({why}); nothing done"[:1000]
         await self.tick.io(
             self.ledger.update,
             claimed,
@@ -189,7 +202,6 @@ class InstanceSupervisor(_InstanceActions):
             deadline=self.tick.now + timedelta(seconds=FLAGGED_LOOK_SECONDS),
         )
         self.tick.decided(step, Action.NOTE_INSTANCE_FLAGGED, telemetry.OUTCOME_OK, detail)
-        return True
 
     async def no_record(self, step: Any, claimed: Any, why: str) -> None:
         """A step whose instance has no record: an invariant violation (every instance's record is

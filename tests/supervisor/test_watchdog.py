@@ -408,3 +408,22 @@ def test_compensation_sub_states_match_what_the_agents_write():
     assert (watchdog.COMP_DISPATCHED, watchdog.COMP_RUNNING) == (common.COMP_DISPATCHED, common.COMP_RUNNING)
     assert (watchdog.COMP_FAILED, watchdog.COMP_TIMED_OUT) == (common.COMP_FAILED, common.COMP_TIMED_OUT)
     assert watchdog.COMP_GIVEN_UP == common.GIVEN_UP
+
+
+def test_an_orphaned_step_of_a_failed_instance_waits_for_an_operator(services, ledger, client):
+    """A Failed instance is flagged: it could neither finish, resume nor compensate on its own. A step
+    of it still in flight whose orchestration is gone must not start a compensation behind the
+    operator's back (nothing restarts a flagged instance without an operator); it is noted and looked
+    at again only a day later."""
+    make_step(ledger, "wf-failed", S.RUNNING, instance=IS.FAILED)
+    client.statuses["wf-failed"] = "Failed"
+
+    report = tick(client, services)
+
+    assert client.starts == [] and client.terminations == [] and client.events == [], client.starts
+    assert report.count(Action.START_COMPENSATION) == 0 and report.errors == 0
+    assert ledger.get_instance("wf-failed").status is IS.FAILED
+    record = ledger.get("wf-failed", "create_storage")
+    assert record.deadline == NOW + timedelta(seconds=FLAGGED_LOOK_SECONDS)
+    again = tick(client, services, now=NOW + LEASE + timedelta(seconds=1))  # not hammered
+    assert again.overdue == 0 and client.starts == []
