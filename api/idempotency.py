@@ -50,24 +50,25 @@ async def once(
     """Run ``act`` once per key; ``request`` names the action and its target (a key reused for
     another request is a 422)."""
     key = key_of(req)
-    stored = await call_ledger(
-        svc, lambda ledger: idempotency.claim_key(ledger, instance_id, key, request, actor)
-    )
+    try:
+        stored = await call_ledger(
+            svc, lambda ledger: idempotency.claim_or_replay(ledger, instance_id, key, request, actor)
+        )
+    except idempotency.KeyReused as exc:
+        raise ApiError(
+            422,
+            f"{HEADER} {key!r} was used for another request ({exc.request})",
+            ["use a new key for each operator action"],
+            code="idempotency-key-reused",
+        ) from None
+    except idempotency.KeyInProgress:
+        raise ApiError(
+            409,
+            f"the request with {HEADER} {key!r} is still being carried out",
+            ["look at the instance's audit trail, then repeat the request with the same key"],
+            code="in-progress",
+        ) from None
     if stored is not None:
-        if stored["request"] != request:
-            raise ApiError(
-                422,
-                f"{HEADER} {key!r} was used for another request ({stored['request']})",
-                ["use a new key for each operator action"],
-                code="idempotency-key-reused",
-            )
-        if stored["status"] is None:
-            raise ApiError(
-                409,
-                f"the request with {HEADER} {key!r} is still being carried out",
-                ["look at the instance's audit trail, then repeat the request with the same key"],
-                code="in-progress",
-            )
         status = int(stored["status"])
         kind = PROBLEM_CONTENT_TYPE if status >= 400 else "application/json"  # as first answered
         response = func.HttpResponse(stored["body"] or "", status_code=status, mimetype=kind)

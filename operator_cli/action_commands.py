@@ -86,12 +86,15 @@ def _once(s: Session, instance_id: str, key: str, request: str, act: Callable[[]
     """``act()`` once per key: (its answer, False); a repeat gets (the first answer, True)."""
     from workflow_core.ledger import idempotency
 
-    stored = idempotency.claim_key(s.ledger, instance_id, key, request, f"operator:{operator_user()}")
+    try:
+        stored = idempotency.claim_or_replay(
+            s.ledger, instance_id, key, request, f"operator:{operator_user()}"
+        )
+    except idempotency.KeyReused as exc:
+        raise CliError(f"idempotency key {key!r} was used for another command ({exc.request})") from None
+    except idempotency.KeyInProgress:
+        raise CliError(f"the command with idempotency key {key!r} is still being carried out") from None
     if stored is not None:
-        if stored["request"] != request:
-            raise CliError(f"idempotency key {key!r} was used for another command ({stored['request']})")
-        if stored["status"] is None:
-            raise CliError(f"the command with idempotency key {key!r} is still being carried out")
         return json.loads(stored["body"]), True
     try:
         answer = act()

@@ -25,7 +25,7 @@ def _row(ledger: Any, instance_id: str, key: str) -> tuple[Any, str]:
     return ledger._steps, IDEMPOTENCY_PREFIX + key
 
 
-def claim_key(ledger: Any, instance_id: str, key: str, request: str, actor: str) -> dict[str, Any] | None:
+def _claim_key(ledger: Any, instance_id: str, key: str, request: str, actor: str) -> dict[str, Any] | None:
     """None when this request is the first with ``key`` (it then acts); else the stored row:
     ``{"request": ..., "status": int | None, "body": str | None}`` (status None: still acting)."""
     table, row_key = _row(ledger, instance_id, key)
@@ -47,6 +47,35 @@ def claim_key(ledger: Any, instance_id: str, key: str, request: str, actor: str)
             "status": entity.get("Status"),
             "body": entity.get("Answer"),
         }
+
+
+class KeyReused(Exception):
+    """The key was claimed for another request (named in ``request``): it may not act for this one."""
+
+    def __init__(self, request: str) -> None:
+        super().__init__(request)
+        self.request = request
+
+
+class KeyInProgress(Exception):
+    """The first request with the key has not stored its answer yet."""
+
+
+def claim_or_replay(
+    ledger: Any, instance_id: str, key: str, request: str, actor: str
+) -> dict[str, Any] | None:
+    """None when this request is the first with ``key`` (it then acts and records its answer); the
+    first request's stored answer when ``request`` repeats it. :class:`KeyReused` for a key claimed
+    by another request, :class:`KeyInProgress` while the first one still acts. The API and ``sas``
+    both go through here, each saying it its own way."""
+    stored = _claim_key(ledger, instance_id, key, request, actor)
+    if stored is None:
+        return None
+    if stored["request"] != request:
+        raise KeyReused(stored["request"])
+    if stored["status"] is None:
+        raise KeyInProgress(key)
+    return stored
 
 
 def record_answer(ledger: Any, instance_id: str, key: str, status: int, body: Any) -> None:
