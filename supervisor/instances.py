@@ -194,14 +194,7 @@ class InstanceSupervisor(_InstanceActions):
         after :data:`FLAGGED_LOOK_SECONDS` (not every lease); nothing raised, sent or started."""
         why = record.attention_reason or f"the instance is {record.status.value}"
         detail = f"the instance waits for an operator ({why}); nothing done"[:1000]
-        await self.tick.io(
-            self.ledger.update,
-            claimed,
-            actor=self.tick.actor,
-            reason=f"{Action.NOTE_INSTANCE_FLAGGED.value}: {detail}",
-            deadline=self.tick.now + timedelta(seconds=FLAGGED_LOOK_SECONDS),
-        )
-        self.tick.decided(step, Action.NOTE_INSTANCE_FLAGGED, telemetry.OUTCOME_OK, detail)
+        await self._leave_step(step, claimed, Action.NOTE_INSTANCE_FLAGGED, detail)
 
     async def no_record(self, step: Any, claimed: Any, why: str) -> None:
         """A step whose instance has no record: an invariant violation (every instance's record is
@@ -215,14 +208,19 @@ class InstanceSupervisor(_InstanceActions):
             "violation): nothing started or resumed, the step is left as it is"
         )[:1000]
         log.error("step %s/%s: %s", step.instance_id, step.step_id, detail)
+        await self._leave_step(step, claimed, Action.NOTE_NO_INSTANCE_RECORD, detail)
+
+    async def _leave_step(self, step: Any, claimed: Any, action: Action, detail: str) -> None:
+        """Note ``action`` on the step as this tick claimed it and leave it as it is, looked at again
+        after :data:`FLAGGED_LOOK_SECONDS` (not every lease)."""
         await self.tick.io(
             self.ledger.update,
             claimed,
             actor=self.tick.actor,
-            reason=f"{Action.NOTE_NO_INSTANCE_RECORD.value}: {detail}",
+            reason=f"{action.value}: {detail}",
             deadline=self.tick.now + timedelta(seconds=FLAGGED_LOOK_SECONDS),
         )
-        self.tick.decided(step, Action.NOTE_NO_INSTANCE_RECORD, telemetry.OUTCOME_OK, detail)
+        self.tick.decided(step, action, telemetry.OUTCOME_OK, detail)
 
     # ---- decisions -------------------------------------------------------------------------------
 
