@@ -170,46 +170,69 @@ def _step_command(name: str) -> click.Command:
     return command
 
 
-@click.command()
-@click.argument("instance")
-@_common
-def resume(instance: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
-    """Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state."""
-    from operator_cli.instances import get_instance
+def _resume(ledger: Any, instance: str, user: str, reason: str, status: str) -> Any:
     from supervisor import operator
 
-    s = current_session()
-    record = get_instance(s.ledger, instance)
-    user = operator_user()
-    prompt = f"resume: instance {instance} ({record.status.value}), as operator:{user}, reason {reason!r}. "
-    confirm(s, prompt + "Proceed? [y/N] ", yes)
-    updated, replayed = _once(
-        s,
-        instance,
-        idempotency_key,
-        f"sas resume {instance}",
-        lambda: operator.resume_instance(s.ledger, instance, actor=f"operator:{user}", reason=reason),
+    return operator.resume_instance(ledger, instance, actor=f"operator:{user}", reason=reason)
+
+
+def _end(name: str) -> Callable[..., Any]:
+    def act(ledger: Any, instance: str, user: str, reason: str, status: str) -> Any:
+        from supervisor import operator_stop
+
+        return operator_stop.end_instance(
+            ledger, instance, name, reason=reason, user=user, expected_status=status
+        )
+
+    return act
+
+
+def _stopped(instance: str, status: str) -> str:
+    return (
+        f"stop: instance {instance} is Stopped (was {status}); no later step runs, its done steps stay; "
+        f"`sas cancel {instance}` undoes them."
     )
-    done = f"resume: instance {instance} recorded; the watchdog resumes it at its next tick."
-    _print(s, output, updated, replayed, lambda: done)
 
 
-def _end_command(name: str) -> click.Command:
-    @click.command(name=name, help=f"{name.capitalize()} an instance: {ENDS[name]}.")
+def _cancelled(instance: str, status: str) -> str:
+    return f"cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its done steps."
+
+
+def _resumed(instance: str, status: str) -> str:
+    return f"resume: instance {instance} recorded; the watchdog resumes it at its next tick."
+
+
+# name -> (help, what the prompt says it does (None: only its name), the act, what is printed after it)
+INSTANCE_ACTIONS: dict[str, tuple[str, str | None, Callable[..., Any], Callable[[str, str], str]]] = {
+    "resume": (
+        "Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state.",
+        None,
+        _resume,
+        _resumed,
+    ),
+    "stop": (f"Stop an instance: {ENDS['stop']}.", ENDS["stop"], _end("stop"), _stopped),
+    "cancel": (f"Cancel an instance: {ENDS['cancel']}.", ENDS["cancel"], _end("cancel"), _cancelled),
+}
+
+
+def _instance_command(name: str) -> click.Command:
+    help_text, what, act, done = INSTANCE_ACTIONS[name]
+
+    @click.command(name=name, help=help_text)
     @click.argument("instance")
     @_common
     def command(instance: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
         from operator_cli.instances import get_instance
-        from supervisor import operator_stop
 
         s = current_session()
         record = get_instance(s.ledger, instance)
         user = operator_user()
         status = record.status.value
+        does = f": {what};" if what else ","
         confirm(
             s,
-            f"{name}: instance {instance} ({status}): {ENDS[name]}; as operator:{user}, "
-            f"reason {reason!r}. Proceed? [y/N] ",
+            f"{name}: instance {instance} ({status}){does} as operator:{user}, reason {reason!r}. "
+            "Proceed? [y/N] ",
             yes,
         )
         updated, replayed = _once(
@@ -217,28 +240,14 @@ def _end_command(name: str) -> click.Command:
             instance,
             idempotency_key,
             f"sas {name} {instance}",
-            lambda: operator_stop.end_instance(
-                s.ledger, instance, name, reason=reason, user=user, expected_status=status
-            ),
+            lambda: act(s.ledger, instance, user, reason, status),
         )
-        if name == "stop":
-            text = (
-                f"stop: instance {instance} is Stopped (was {status}); no later step runs, its done "
-                f"steps stay; `sas cancel {instance}` undoes them."
-            )
-        else:
-            text = (
-                f"cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its "
-                "done steps."
-            )
-        _print(s, output, updated, replayed, lambda: text)
+        _print(s, output, updated, replayed, lambda: done(instance, status))
 
     return command
 
 
 COMMANDS = [
     *(_step_command(name) for name in STEP_INTENTS),
-    resume,
-    _end_command("stop"),
-    _end_command("cancel"),
+    *(_instance_command(name) for name in INSTANCE_ACTIONS),
 ]
