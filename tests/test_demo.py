@@ -158,15 +158,40 @@ def test_an_agent_without_a_handler_is_one_error_line(capsys, tmp_path, monkeypa
     assert "no handler: email.send_postcard (used by" in err and "@agent(name)" in err
 
 
+def serve(*argv: str):
+    """``python -m devtools.demo --serve`` in its own process, its output on a pipe."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "devtools.demo", "--serve", *argv],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def read_until(proc, marker: str, seconds: float = 180) -> str:
+    """The process's output up to the line holding ``marker`` (or all of it, if it ends first)."""
+    import time
+
+    lines: list[str] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not any(marker in line for line in lines):
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+    return "".join(lines)
+
+
 def test_sigterm_stops_the_console_demo_and_the_azurite_it_started():
     """``./scripts/demo --serve`` under a service manager or ``kill``: SIGTERM stops it like Ctrl-C,
     and the Azurite it started on the default ports goes with it (it once kept running)."""
     import signal
     import socket
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
 
     def listening(port: int) -> bool:
         with socket.socket() as s:
@@ -177,23 +202,10 @@ def test_sigterm_stops_the_console_demo_and_the_azurite_it_started():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "devtools.demo", "--serve", "--port", str(port)],
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
+    proc = serve("--port", str(port))
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and not any("console :" in line for line in lines):
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-        assert any("console :" in line for line in lines), "".join(lines)
+        text = read_until(proc, "console :")
+        assert "console :" in text, text
         assert listening(10002)
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=60)
@@ -218,11 +230,8 @@ def test_a_second_console_demo_moves_over_lists_its_faults_and_a_newcomers_start
     import re
     import signal
     import socket
-    import subprocess
-    import sys
     import time
     import urllib.request
-    from pathlib import Path
 
     from devtools.console_demo import DEFAULT_PORT
     from operator_cli.cli import main as sas
@@ -233,23 +242,9 @@ def test_a_second_console_demo_moves_over_lists_its_faults_and_a_newcomers_start
         other.listen()
     except OSError:  # something already has it: as good as another demo
         other.close()
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "devtools.demo", "--serve"],
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
+    proc = serve()
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and not any("Ctrl-C" in line for line in lines):
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-        text = "".join(lines)
+        text = read_until(proc, "Ctrl-C")
         assert "Ctrl-C" in text, text
         assert f"port {DEFAULT_PORT} is taken" in text
         own = re.search(r"starting Azurite on (\d+)-(\d+) for this demo", text)
