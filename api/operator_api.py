@@ -159,8 +159,7 @@ async def get_instance(req: func.HttpRequest, client: Any, services: ServicesSou
     return json_response(body)
 
 
-def _reason(req: func.HttpRequest) -> str:
-    body = json_object_body(req)
+def _reason(body: dict[str, Any]) -> str:
     reason = body.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         raise ApiError(
@@ -219,7 +218,7 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     step_id = check_step_id(req.route_params.get("step_id", ""), "the URL")
     action = _action(req, "step", STEP_ACTIONS)
-    reason = _reason(req)
+    reason = _reason(json_object_body(req))
     user = caller_name(req.headers)
     svc = resolve_services(services)
     apply = STEP_ACTIONS[action]
@@ -274,11 +273,13 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     """``POST /api/instances/{instance_id}/{action}``: compensate, resume or terminate an instance."""
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     action = _action(req, "instance", INSTANCE_ACTIONS)
-    reason = _reason(req)
+    body = json_object_body(req)
+    reason = _reason(body)
     user = caller_name(req.headers)
     actor = operator.actor_for(user)
     svc = resolve_services(services)
-    expected = _expected_status(req)
+    expected = body.get("expectedStatus")
+    expected = expected if isinstance(expected, str) and expected else None
     if action in ("stop", "cancel"):
         return await idempotent.once(
             req,
@@ -321,15 +322,6 @@ async def _instance_move(
         raise _operator_problem(exc) from None
     log.info("operator %s: %s by %s (%s)", action, instance_id, user, reason)
     return json_response({"action": action, "actor": actor, **result})
-
-
-def _expected_status(req: func.HttpRequest) -> str | None:
-    try:
-        body = req.get_json()
-    except ValueError:
-        return None
-    value = body.get("expectedStatus") if isinstance(body, dict) else None
-    return value if isinstance(value, str) and value else None
 
 
 async def _end(
