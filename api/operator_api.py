@@ -270,7 +270,7 @@ def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
 
 @json_errors
 async def instance_action(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
-    """``POST /api/instances/{instance_id}/{action}``: compensate, resume or terminate an instance."""
+    """``POST /api/instances/{instance_id}/{action}``: compensate, resume, stop or cancel an instance."""
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     action = _action(req, "instance", INSTANCE_ACTIONS)
     body = json_object_body(req)
