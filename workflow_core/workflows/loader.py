@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from workflow_core.workflows.errors import UnknownWorkflow, WorkflowDefinitionError
 from workflow_core.workflows.model import WorkflowDefinition
+from workflow_core.workflows.pools import POOLS_FILE, AgentPools, clear_pools_cache, load_pools
 
 DEFAULT_DIRECTORY = Path(__file__).resolve().parents[2] / "workflows"
 
@@ -137,6 +138,8 @@ def _load_directory(directory: Path) -> dict[str, WorkflowDefinition]:
     found: dict[str, WorkflowDefinition] = {}
     origin: dict[str, str] = {}
     for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+        if path.name == POOLS_FILE:  # routing, not a workflow (workflow_core.workflows.pools)
+            continue
         definition = parse_workflow(path.read_text(encoding="utf-8"), source=path.name)
         if definition.name != path.stem:
             raise WorkflowDefinitionError(
@@ -166,9 +169,10 @@ def load_workflows(directory: Path | None = None) -> dict[str, WorkflowDefinitio
 
 
 def clear_workflow_cache() -> None:
-    """Forget parsed definitions (tests that write definition files use this)."""
+    """Forget parsed definitions and pools (tests that write definition files use this)."""
     with _lock:
         _cache.clear()
+    clear_pools_cache()
 
 
 def get_workflow(name: str, directory: Path | None = None) -> WorkflowDefinition:
@@ -178,6 +182,11 @@ def get_workflow(name: str, directory: Path | None = None) -> WorkflowDefinition
         return workflows[name]
     except (KeyError, TypeError):
         raise UnknownWorkflow(str(name), workflows) from None
+
+
+def agent_pools(directory: Path | None = None) -> AgentPools:
+    """The agent pools declared next to the definitions (``workflow_core.workflows.pools``)."""
+    return load_pools(directory or DEFAULT_DIRECTORY)
 
 
 def agents_used(directory: Path | None = None) -> set[str]:

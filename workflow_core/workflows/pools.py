@@ -1,0 +1,112 @@
+"""Agent pools: which work queue carries an agent's work.
+
+A pool is a named set of agents served by one group of workers: the Function App (the pools named
+in ``HOSTED_POOLS``), a ``sas-agent`` runner on another machine, or an agent in another language
+that holds no storage rights at all (``message_only``: it reports liveness and results as messages
+and the app records them in the ledger for it). Work for a pool goes only to that pool's queue, so a
+slow or dead pool never delays another pool's steps; each queue has its own dead-letter queue,
+length, alert and role assignments.
+
+Declared once, in ``workflows/pools.yaml``; an agent named in no pool belongs to ``default``, whose
+queue is the work queue itself (``WORK_QUEUE_NAME``); pool ``p`` uses ``<WORK_QUEUE_NAME>-p``.
+Routing is deployment configuration, not part of a workflow's version: moving an agent to another
+pool moves its next dispatch, while a message already queued is served where it is.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from workflow_core.workflows.errors import WorkflowDefinitionError
+
+POOLS_FILE = "pools.yaml"
+DEFAULT_POOL = "default"
+# Short enough that "<queue name>-<pool>" stays a valid queue name on both transports.
+POOL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){0,19}$")
+
+
+class Pool(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agents: tuple[str, ...] = ()
+    message_only: bool = False
+
+
+class AgentPools(BaseModel):
+    """The ``pools:`` mapping of ``pools.yaml``, validated: names, and each agent in one pool only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pools: dict[str, Pool] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> AgentPools:
+        owner: dict[str, str] = {}
+        for name, pool in self.pools.items():
+            if not POOL_NAME.match(name):
+                raise ValueError(f"pool {name!r}: 1-20 lowercase letters, digits and single dashes")
+            for agent in pool.agents:
+                if agent in owner:
+                    raise ValueError(f"agent {agent!r} is in pools {owner[agent]!r} and {name!r}")
+                owner[agent] = name
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        """Every pool, ``default`` first."""
+        return [DEFAULT_POOL, *sorted(set(self.pools) - {DEFAULT_POOL})]
+
+    def pool_of(self, agent: str) -> str:
+        return next((name for name, pool in self.pools.items() if agent in pool.agents), DEFAULT_POOL)
+
+    def is_message_only(self, pool: str) -> bool:
+        return self.pools.get(pool, Pool()).message_only
+
+    def queue_of(self, agent: str, work_queue: str) -> str:
+        """The queue that carries ``agent``'s work, given the default pool's ``work_queue``."""
+        return pool_queue(work_queue, self.pool_of(agent))
+
+
+def pool_queue(work_queue: str, pool: str) -> str:
+    """The work queue of ``pool``: the default pool's is ``work_queue`` itself."""
+    if not POOL_NAME.match(pool):
+        raise ValueError(f"{pool!r} is not a pool name (1-20 lowercase letters, digits and single dashes)")
+    return work_queue if pool == DEFAULT_POOL else f"{work_queue}-{pool}"
+
+
+def parse_pools(text: str, source: str = POOLS_FILE) -> AgentPools:
+    try:
+        data = yaml.safe_load(text) or {}
+        return AgentPools.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise WorkflowDefinitionError(f"{source}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'pools'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise WorkflowDefinitionError(f"{source}: {problems}") from None
+
+
+_cache: dict[Path, AgentPools] = {}
+_lock = threading.Lock()
+
+
+def load_pools(directory: Path) -> AgentPools:
+    """The pools declared in ``directory`` (none declared: everything in ``default``), parsed once
+    per process (``workflow_core.workflows.loader.agent_pools`` passes the definitions' directory)."""
+    path = (directory / POOLS_FILE).resolve()
+    with _lock:
+        if path not in _cache:
+            _cache[path] = parse_pools(path.read_text(encoding="utf-8")) if path.is_file() else AgentPools()
+        return _cache[path]
+
+
+def clear_pools_cache() -> None:
+    with _lock:
+        _cache.clear()
