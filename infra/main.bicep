@@ -165,6 +165,25 @@ param serviceBusLockDuration string = 'PT5M'
 @description('Service Bus duplicate detection window (ISO 8601).')
 param duplicateDetectionWindow string = 'PT10M'
 
+// ----- Agent pools (docs/transport.md, docs/deploy.md "Agent pools") -----
+
+// Pool names are those of workflows/pools.yaml: 1-20 lowercase letters, digits and single dashes. The default
+// pool always exists (every agent named in no pool is in it) and is hosted by the app unless listed otherwise.
+@description('Agent pools: [{ name, hosting: \'app\' | \'external\' | \'containerApp\', messageOnly?: bool, image?: string (containerApp), maxReplicas?: int (containerApp) }]. Pool p\'s work queue is <workQueueName>-p (the default pool\'s is workQueueName); the app hosts the pools with hosting \'app\' (HOSTED_POOLS); every other pool gets its own managed identity with least-privilege roles; containerApp pools also run sas-agent on Azure Container Apps.')
+param agentPools array = [
+  {
+    name: 'default'
+    hosting: 'app'
+  }
+]
+
+@description('containerApp pools: active messages per replica before the KEDA Service Bus scaler adds one.')
+@minValue(1)
+param agentPoolMessagesPerReplica int = 5
+
+@description('containerApp pools: registry server of a private image (pulled with the pool\'s identity, which then needs AcrPull on it); empty = a public image.')
+param agentPoolRegistryServer string = ''
+
 // ----- Names -----
 
 var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName))
@@ -183,6 +202,32 @@ var useDurableTaskScheduler = durableBackend == 'DurableTaskScheduler'
 var functionAppName = 'func-${baseName}-${resourceToken}'
 var storageAccountName = take('st${resourceToken}', 24)
 var deploymentContainerName = 'app-package-${resourceToken}'
+
+// Every pool, the default one first, each with its queue and defaults filled in.
+var defaultPoolListed = !empty(filter(agentPools, pool => (pool.name == 'default')))
+var allPools = concat(defaultPoolListed ? [] : [
+  {
+    name: 'default'
+    hosting: 'app'
+  }
+], agentPools)
+var pools = [for pool in allPools: {
+  name: pool.name
+  queue: (pool.name == 'default') ? workQueueName : '${workQueueName}-${pool.name}'
+  hosting: pool.hosting
+  messageOnly: pool.?messageOnly ?? false
+  image: pool.?image ?? ''
+  maxReplicas: pool.?maxReplicas ?? 10
+}]
+var defaultPool = first(filter(pools, pool => (pool.name == 'default')))
+var extraPools = filter(pools, pool => (pool.name != 'default'))
+var hostedPoolNames = [for pool in filter(pools, pool => (pool.hosting == 'app')): pool.name]
+var extraPoolQueueNames = [for pool in extraPools: pool.queue]
+var hostedExtraPoolQueueNames = [for pool in filter(extraPools, pool => (pool.hosting == 'app')): pool.queue]
+var remoteExtraPoolQueueNames = [for pool in filter(extraPools, pool => (pool.hosting != 'app')): pool.queue]
+var remotePools = filter(pools, pool => (pool.hosting != 'app'))
+var containerAppPools = filter(pools, pool => (pool.hosting == 'containerApp'))
+var poolIdentityPrefix = 'id-${baseName}-${resourceToken}-pool'
 
 module identity 'modules/identity.bicep' = {
   name: 'identity'
@@ -233,6 +278,7 @@ module serviceBus 'modules/servicebus.bicep' = {
     location: location
     tags: allTags
     workQueueName: workQueueName
+    poolQueueNames: extraPoolQueueNames
     resultQueueName: resultQueueName
     maxDeliveryCount: maxDeliveryCount
     lockDuration: serviceBusLockDuration
@@ -249,6 +295,9 @@ module roleAssignments 'modules/role-assignments.bicep' = {
     serviceBusNamespaceName: serviceBus.outputs.name
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     workQueueName: workQueueName
+    defaultPoolHosted: (defaultPool.hosting == 'app')
+    hostedPoolQueueNames: hostedExtraPoolQueueNames
+    remotePoolQueueNames: remoteExtraPoolQueueNames
     resultQueueName: resultQueueName
     ledgerTableName: ledgerTableName
     deadlineIndexTableName: deadlineIndexTableName
@@ -263,16 +312,71 @@ module roleAssignments 'modules/role-assignments.bicep' = {
   ]
 }
 
-// Dead-lettered results alert: the Service Bus metric of the namespace, filtered to the results queue.
+// Dead-letter alerts: the Service Bus metric of the namespace, filtered to the results queue, and one alert per
+// agent pool on its work queue.
 module serviceBusAlerts 'modules/servicebus-alerts.bicep' = {
   name: 'servicebus-alerts'
   params: {
     name: 'alert-sb-${baseName}-${resourceToken}-dead-lettered-results'
+    poolAlertNamePrefix: 'alert-sb-${baseName}-${resourceToken}-dead-lettered-work'
     tags: allTags
     serviceBusNamespaceName: serviceBus.outputs.name
     resultQueueName: resultQueueName
+    pools: pools
     actionGroupId: monitoring.outputs.actionGroupId
   }
+}
+
+// A pool served outside the Function App (a sas-agent runner anywhere, an agent in another language, or the
+// Container Apps pool below): its own identity, with its pool's rights only.
+module agentPool 'modules/agent-pool.bicep' = [for pool in remotePools: {
+  name: 'agent-pool-${pool.name}'
+  params: {
+    identityName: '${poolIdentityPrefix}-${pool.name}'
+    location: location
+    tags: allTags
+    poolQueueName: pool.queue
+    scalesOnQueue: (pool.hosting == 'containerApp')
+    messageOnly: pool.messageOnly
+    serviceBusNamespaceName: serviceBus.outputs.name
+    resultQueueName: resultQueueName
+    storageAccountName: storage.outputs.name
+    ledgerTableName: ledgerTableName
+    deadlineIndexTableName: deadlineIndexTableName
+    payloadContainerName: payloadContainerName
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+  }
+}]
+
+// Optional: containerApp pools run sas-agent on Azure Container Apps, scaled by KEDA on their queue's backlog.
+// Nothing is created unless a pool asks for it.
+module agentPoolContainerApps 'modules/agent-pool-containerapp.bicep' = if (!empty(containerAppPools)) {
+  name: 'agent-pool-containerapps'
+  params: {
+    environmentName: 'cae-${baseName}-${resourceToken}'
+    appNameSuffix: take(resourceToken, 8)
+    location: location
+    tags: allTags
+    pools: containerAppPools
+    identityNamePrefix: poolIdentityPrefix
+    messagesPerReplica: agentPoolMessagesPerReplica
+    registryServer: agentPoolRegistryServer
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    storageAccountName: storage.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.name
+    ledgerTableName: ledgerTableName
+    deadlineIndexTableName: deadlineIndexTableName
+    workQueueName: workQueueName
+    resultQueueName: resultQueueName
+    maxDeliveryCount: maxDeliveryCount
+    maxPayloadBytes: maxPayloadBytes
+    payloadContainerName: payloadContainerName
+  }
+  // The runner claims work as soon as it starts: its identity and roles first.
+  dependsOn: [
+    agentPool
+  ]
 }
 
 module durableTaskScheduler 'modules/durable-task-scheduler.bicep' = if (useDurableTaskScheduler) {
@@ -313,6 +417,7 @@ module functionApp 'modules/function-app.bicep' = {
     ledgerTableName: ledgerTableName
     deadlineIndexTableName: deadlineIndexTableName
     workQueueName: workQueueName
+    hostedPools: join(hostedPoolNames, ',')
     resultQueueName: resultQueueName
     deadLetterQueueName: deadLetterQueueName
     maxDeliveryCount: maxDeliveryCount
@@ -339,6 +444,13 @@ output storageAccountName string = storage.outputs.name
 output serviceBusNamespace string = serviceBus.outputs.fullyQualifiedNamespace
 output applicationInsightsName string = monitoring.outputs.applicationInsightsName
 output managedIdentityClientId string = identity.outputs.clientId
+// The identity of each pool served outside the app: a runner elsewhere sets AZURE_CLIENT_ID to its clientId.
+output agentPoolIdentities array = [for (pool, i) in remotePools: {
+  name: pool.name
+  queue: pool.queue
+  clientId: agentPool[i].outputs.clientId
+  principalId: agentPool[i].outputs.principalId
+}]
 // azd conventions (azd reads these after provisioning).
 output AZURE_LOCATION string = location
 output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name

@@ -72,6 +72,8 @@ param durableTaskSchedulerEndpoint string = ''
 param ledgerTableName string
 param deadlineIndexTableName string
 param workQueueName string
+@description('HOSTED_POOLS: comma-separated agent pools whose work this app receives (one trigger each).')
+param hostedPools string
 param resultQueueName string
 param deadLetterQueueName string
 param maxDeliveryCount int
@@ -222,6 +224,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'WORK_QUEUE_NAME'
           value: workQueueName
+        }
+        {
+          name: 'HOSTED_POOLS'
+          value: hostedPools
         }
         {
           name: 'RESULT_QUEUE_NAME'

@@ -2,7 +2,9 @@
 // or subscription). Built-in role definition ids:
 // https://learn.microsoft.com/azure/role-based-access-control/built-in-roles
 //
-// 1. The Function App's user-assigned identity (ServicePrincipal): what the host and the code need.
+// 1. The Function App's user-assigned identity (ServicePrincipal): what the host and the code need. Of the agent
+//    pools' work queues it may receive only from those it hosts (HOSTED_POOLS); on the others it may only
+//    send (it dispatches every pool's work). A pool served elsewhere has its own identity (agent-pool.bicep).
 // 2. Optionally the deployer/operator (operatorPrincipalId, azd's AZURE_PRINCIPAL_ID): the ledger tables for the
 //    operator CLI, the dead-letter queues for Service Bus Explorer (the azd quickstarts' principalId).
 
@@ -18,8 +20,17 @@ param serviceBusNamespaceName string
 @description('Application Insights component the app sends telemetry to.')
 param applicationInsightsName string
 
-@description('Service Bus queue the scheduler sends step work to (WORK_QUEUE_NAME).')
+@description('Service Bus queue the scheduler sends step work to (WORK_QUEUE_NAME): the default pool\'s.')
 param workQueueName string
+
+@description('Whether the app hosts the default pool (receives from WORK_QUEUE_NAME); false = it only sends to it.')
+param defaultPoolHosted bool = true
+
+@description('Work queues of the other agent pools the app hosts.')
+param hostedPoolQueueNames array = []
+
+@description('Work queues of the other agent pools served elsewhere: the app only sends to them.')
+param remotePoolQueueNames array = []
 
 @description('Service Bus queue agents send step results to (RESULT_QUEUE_NAME).')
 param resultQueueName string
@@ -58,6 +69,8 @@ var roles = {
   // claim the scale controller needs for target-based scaling of the Service Bus triggers (without it, it falls
   // back to a slower scaler). Trade-off: Manage on these two queues, nothing on any other entity.
   serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
+  // On the work queue of a pool served elsewhere: dispatch (and re-send) its work, never receive it.
+  serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
   // Operator: peek and receive the dead-letter queues (RBAC scopes stop at the queue, so this covers the live
   // queue too: read only $DeadLetterQueue).
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
@@ -81,6 +94,16 @@ resource workQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing 
   parent: serviceBus
   name: workQueueName
 }
+
+resource hostedPoolQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for queueName in hostedPoolQueueNames: {
+  parent: serviceBus
+  name: queueName
+}]
+
+resource remotePoolQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for queueName in remotePoolQueueNames: {
+  parent: serviceBus
+  name: queueName
+}]
 
 resource resultQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = {
   parent: serviceBus
@@ -154,7 +177,7 @@ resource storageTableDataContributor 'Microsoft.Authorization/roleAssignments@20
   }
 }
 
-resource workQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+resource workQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (defaultPoolHosted) {
   name: guid(workQueue.id, principalId, roles.serviceBusDataOwner)
   scope: workQueue
   properties: {
@@ -163,6 +186,36 @@ resource workQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01'
     principalType: 'ServicePrincipal'
   }
 }
+
+resource workQueueDataSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!defaultPoolHosted) {
+  name: guid(workQueue.id, principalId, roles.serviceBusDataSender)
+  scope: workQueue
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataSender)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource hostedPoolQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in hostedPoolQueueNames: {
+  name: guid(hostedPoolQueues[i].id, principalId, roles.serviceBusDataOwner)
+  scope: hostedPoolQueues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataOwner)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}]
+
+resource remotePoolQueueDataSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in remotePoolQueueNames: {
+  name: guid(remotePoolQueues[i].id, principalId, roles.serviceBusDataSender)
+  scope: remotePoolQueues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataSender)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}]
 
 resource resultQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(resultQueue.id, principalId, roles.serviceBusDataOwner)
@@ -225,3 +278,24 @@ resource operatorResultDeadLetters 'Microsoft.Authorization/roleAssignments@2022
     principalType: operatorPrincipalType
   }
 }
+
+// The dead-letter queues of the other pools' work queues (no operator: loops over nothing).
+resource operatorHostedPoolDeadLetters 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in (hasOperator ? hostedPoolQueueNames : []): {
+  name: guid(hostedPoolQueues[i].id, operatorPrincipalId, roles.serviceBusDataReceiver)
+  scope: hostedPoolQueues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+  }
+}]
+
+resource operatorRemotePoolDeadLetters 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in (hasOperator ? remotePoolQueueNames : []): {
+  name: guid(remotePoolQueues[i].id, operatorPrincipalId, roles.serviceBusDataReceiver)
+  scope: remotePoolQueues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+  }
+}]

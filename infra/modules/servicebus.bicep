@@ -1,4 +1,5 @@
-// Service Bus namespace and the two agent queues. Local (SAS key) auth is disabled: senders and receivers
+// Service Bus namespace and the agent queues: the work queue (the default pool's), one work queue per other
+// agent pool (same settings: docs/transport.md says why a queue per pool), and the results queue. Local (SAS key) auth is disabled: senders and receivers
 // authenticate with Entra ID. Both queues dedupe on MessageId, which the scheduler derives from
 // (instance, step, attempt), so a re-sent dispatch inside the window is dropped by the broker as well as
 // by the ledger. Note: requiresDuplicateDetection cannot be changed on an existing queue.
@@ -16,6 +17,9 @@ param tags object = {}
 
 @description('Queue the scheduler sends step work to (WORK_QUEUE_NAME).')
 param workQueueName string
+
+@description('Work queues of the agent pools other than the default one (<WORK_QUEUE_NAME>-<pool>).')
+param poolQueueNames array = []
 
 @description('Queue agents send step results to (RESULT_QUEUE_NAME).')
 param resultQueueName string
@@ -67,6 +71,24 @@ resource workQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
     maxSizeInMegabytes: 1024
   }
 }
+
+// Exactly the work queue's settings: a pool's work is the same work, routed apart.
+resource poolQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [for queueName in poolQueueNames: {
+  parent: namespace
+  name: queueName
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    requiresDuplicateDetection: true
+    duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
+    defaultMessageTimeToLive: messageTimeToLive
+    deadLetteringOnMessageExpiration: true
+    requiresSession: false
+    enablePartitioning: false
+    enableBatchedOperations: true
+    maxSizeInMegabytes: 1024
+  }
+}]
 
 resource resultQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
   parent: namespace

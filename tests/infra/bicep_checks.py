@@ -42,6 +42,7 @@ STORAGE_QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
 STORAGE_TABLE_DATA_CONTRIBUTOR = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
 SERVICE_BUS_DATA_OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
 SERVICE_BUS_DATA_RECEIVER = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0"
+SERVICE_BUS_DATA_SENDER = "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39"
 MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
 DURABLE_TASK_DATA_CONTRIBUTOR = "0ad04412-c4d5-4796-b79c-f76d14c8d402"
 DURABLE_TASK_DATA_READER = "d6a5505f-6ebb-45a4-896e-ac8274cfc0ac"
@@ -65,6 +66,8 @@ REQUIRED_ROLES: dict[str, tuple[str, str]] = {
 }
 # Granted to the app's identity only where the resource exists (the Durable Task Scheduler backend).
 OPTIONAL_ROLES: dict[str, tuple[str, str]] = {
+    # On the work queue of an agent pool served elsewhere: dispatch only (pool_checks.py says where).
+    SERVICE_BUS_DATA_SENDER: ("Azure Service Bus Data Sender", SERVICE_BUS_QUEUE),
     DURABLE_TASK_DATA_CONTRIBUTOR: ("Durable Task Data Contributor", "Microsoft.DurableTask/schedulers"),
 }
 # The deployer/operator (main.bicep's principalId): what the operator CLI needs.
@@ -237,6 +240,12 @@ def _unwrap(config: Any) -> tuple[dict[str, Any], Any]:
     while isinstance(config, dict) and ("loop_type" in config or "condition" in config):
         if "condition" in config and condition is None:
             condition = config["condition"]
+        # ``[for x in (cond ? items : []): {...}]``: a loop over nothing unless cond (pycep has no grammar
+        # for ``[for x in items: if (cond) {...}]``)
+        source = ((config.get("loop_type") or {}).get("detail") or {}).get("array_name")
+        looped = _node(source, "operator")
+        if condition is None and looped is not None and looped.get("type") == "conditional":
+            condition = (looped.get("operands") or {}).get("condition")
         config = config.get("config") or {}
     return config, condition
 
@@ -744,10 +753,24 @@ def check_monitoring(files: dict[str, BicepFile]) -> list[str]:
     return problems
 
 
+def scope_symbol(assignment: Resource) -> str | None:
+    """The symbol a role assignment is scoped to: ``scope: queue`` or, in a loop, ``scope: queues[i]``."""
+    scope = assignment.config.get("scope")
+    op = _node(scope, "operator")
+    if op is not None and op.get("type") == "index_accessor":
+        scope = (op.get("operands") or {}).get("operand_1")
+    return scope if isinstance(scope, str) else None
+
+
 def _principal_of(resolver: Resolver, files: dict[str, BicepFile], assignment: Resource) -> str | None:
     """``app`` (the managed identity's principalId, passed down from a module output), ``operator`` (main's
     ``principalId`` parameter) or None (anything else)."""
     principal = assignment.properties.get("principalId")
+    path = _accessor_path(principal)
+    if path is not None and path[1:] == ["properties", "principalId"]:
+        own = _symbols(files, assignment.file).get(path[0])
+        if own is not None and own.type == "Microsoft.ManagedIdentity/userAssignedIdentities":
+            return "pool"  # an agent pool's own identity, declared beside it: pool_checks.py
     if not isinstance(principal, str):
         return None
     if assignment.file == MAIN:
@@ -789,6 +812,8 @@ def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
                 f"principalId parameter, is {dotted(props.get('principalId'))}"
             )
             continue
+        if principal == "pool":
+            continue  # pool_checks.check_pool_role_assignments
         allowed = (
             {**REQUIRED_ROLES, **OPTIONAL_ROLES}
             if principal == "app"
@@ -804,7 +829,7 @@ def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
             )
             continue
         role_name, scope_type = allowed[guid]
-        scope = assignment.config.get("scope")
+        scope = scope_symbol(assignment)
         target = _symbols(files, assignment.file).get(scope) if isinstance(scope, str) else None
         if target is None or target.type != scope_type:
             problems.append(
@@ -1222,6 +1247,11 @@ def run_all(infra_dir: Path = INFRA_DIR) -> list[str]:
         else:
             problems += check(files)
     problems += check_azd_conventions(files, infra_dir)
+    from tests.infra import pool_checks  # the agent pools' checks build on this module
+
+    problems += pool_checks.check_pool_parameter(files, infra_dir)
+    for pool_check in pool_checks.POOL_CHECKS[1:]:
+        problems += pool_check(files)
     host_json = infra_dir.parent / "host.json"
     problems += check_host_json(load_host_json(host_json if host_json.is_file() else HOST_JSON))
     return problems + check_param_files(files, infra_dir)

@@ -22,6 +22,7 @@ from workflow_core import settings as app_settings
 BUILT_IN_ROLE_IDS = {
     "Azure Service Bus Data Owner": "090c5cfd-751d-490a-894a-3ce6f1109419",
     "Azure Service Bus Data Receiver": "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0",
+    "Azure Service Bus Data Sender": "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39",
     "Storage Blob Data Owner": "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
     "Storage Blob Data Contributor": "ba92f5b4-2d11-453d-a403-e96b0029c9fe",
     "Storage Queue Data Contributor": "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
@@ -549,6 +550,7 @@ def test_short_service_bus_lock_is_caught(tmp_path):
     problems = _problems_after(tmp_path, "main.bicep", change, bc.check_service_bus_locks)
     assert problems == [
         "Service Bus queue workQueue: lockDuration must be PT5M, is 'PT1M'",
+        "Service Bus queue poolQueues: lockDuration must be PT5M, is 'PT1M'",
         "Service Bus queue resultQueue: lockDuration must be PT5M, is 'PT1M'",
     ]
 

@@ -40,6 +40,15 @@ RULES: dict[str, tuple[str, int, int, str, str, str]] = {
         r"[a-zA-Z0-9]",
         r".",
     ),
+    # Container Apps environment of the containerApp agent pools (agent-pool-containerapp.bicep)
+    "cae-": (
+        "Microsoft.App/managedEnvironments",
+        2,
+        60,
+        r"[a-z0-9-]+",
+        r"[a-z]",
+        r"[a-z0-9]",
+    ),
     "dts-": ("Microsoft.DurableTask/schedulers", 3, 64, r"[a-zA-Z0-9-]+", r"[a-zA-Z0-9]", r"[a-zA-Z0-9]"),
     "alert-": ("Microsoft.Insights/metricAlerts", 1, 260, r"[^*#&+:<>?@%{}\\/]+", r".", r"[^ .]"),
     "st": ("Microsoft.Storage/storageAccounts", 3, 24, r"[a-z0-9]+", r"[a-z0-9]", r"[a-z0-9]"),
