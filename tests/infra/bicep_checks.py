@@ -637,6 +637,10 @@ def check_app_settings(files: dict[str, BicepFile]) -> list[str]:
         return ["no Function App to read app settings from"]
     resolver = Resolver(files)
     values = {name: resolver.value(site.file, expr) for name, expr in raw.items()}
+    if "HOSTED_POOLS" in raw:  # built from agentPools: its value for the default agentPools
+        from tests.infra import pool_checks
+
+        values["HOSTED_POOLS"] = pool_checks.PoolEvaluator(files).module_param(site.file, "hostedPools")
     problems = []
     client_id = raw.get("AZURE_CLIENT_ID")
     prefixes = {app_settings.STORAGE_CONNECTION, app_settings.SERVICE_BUS_CONNECTION}

@@ -17,6 +17,7 @@ from pycep import BicepParser
 from tests.infra import bicep_checks as bc
 from tests.infra import pool_checks as pc
 from tests.infra.test_bicep_structure import _problems_after, _replace
+from workflow_core import settings as app_settings
 
 DEPLOY_DOC = bc.INFRA_DIR.parent / "docs" / "deploy.md"
 
@@ -62,6 +63,18 @@ def test_by_default_the_deployment_is_what_it_was_before_pools(files):
     assert ev.var("remotePools") == []  # the agent-pool module loops over nothing: no pool identity
     assert ev.module_condition(pc.CONTAINER_APPS) is False
     assert [p["queue"] for p in ev.module_param(pc.ALERTS, "pools")] == ["agent-work"]
+
+
+def test_hosted_pools_matches_the_codes_default_once_the_code_documents_it(files, monkeypatch):
+    """HOSTED_POOLS is built from agentPools, not a literal: the app-settings check compares the value the
+    default agentPools gives with the default the code documents (workflow_core/settings.py)."""
+    documented = {**app_settings.DOCUMENTED_SETTINGS, "HOSTED_POOLS": ("default", "pools the app hosts")}
+    monkeypatch.setattr(app_settings, "DOCUMENTED_SETTINGS", documented)
+    assert bc.check_app_settings(files) == []
+    monkeypatch.setitem(documented, "HOSTED_POOLS", ("default,other", "pools the app hosts"))
+    assert bc.check_app_settings(files) == [
+        "app setting HOSTED_POOLS is 'default', the code documents 'default,other'"
+    ]
 
 
 def test_a_list_without_the_default_pool_still_has_it_hosted_by_the_app(files):
