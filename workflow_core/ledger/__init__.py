@@ -1,5 +1,6 @@
 """The step ledger: what every step is, who owns it, its status and its deadline, guarded by ETags."""
 
+from workflow_core.ledger.entities import decode_json, encode_json
 from workflow_core.ledger.errors import (
     ConcurrencyConflict,
     IllegalInstanceTransition,
@@ -32,7 +33,7 @@ from workflow_core.ledger.model import (
     StepRecord,
     StepStatus,
 )
-from workflow_core.ledger.store import LedgerStats, StepLedger, decode_json, encode_json
+from workflow_core.ledger.store import LedgerStats, StepLedger
 
 __all__ = [
     "ALLOWED_TRANSITIONS",

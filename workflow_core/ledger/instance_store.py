@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import ResourceNotFoundError
-from azure.data.tables import TableTransactionError, UpdateMode
+from azure.data.tables import TableTransactionError
 
 from workflow_core import clock
-from workflow_core.ledger.entities import MAX_BATCH, entity_values
+from workflow_core.ledger.entities import MAX_BATCH, entity_values, if_match_update, to_entity
 from workflow_core.ledger.errors import (
     IllegalInstanceTransition,
     InstanceAlreadyExists,
@@ -76,23 +75,13 @@ class InstanceHandle:
 
 
 def to_instance_entity(record: InstanceRecord) -> dict[str, Any]:
-    entity: dict[str, Any] = {"PartitionKey": record.instance_id, "RowKey": INSTANCE_ROW}
-    for field, prop in INSTANCE_FIELDS.items():
-        value = getattr(record, field)
-        if value is None:
-            continue
-        entity[prop] = value.value if isinstance(value, InstanceStatus) else value
-    return entity
+    return to_entity(record, INSTANCE_ROW, INSTANCE_FIELDS)
 
 
 def from_instance_entity(entity: Any) -> InstanceRecord:
     return InstanceRecord.model_validate(
         {"instance_id": entity["PartitionKey"], **entity_values(entity, INSTANCE_FIELDS)}
     )
-
-
-def is_instance_entity(entity: Any) -> bool:
-    return entity["RowKey"] == INSTANCE_ROW
 
 
 class InstanceLedgerMixin(InstanceListMixin):
@@ -322,15 +311,9 @@ class InstanceLedgerMixin(InstanceListMixin):
         when ``record`` is a snapshot rather than a read (``known_rows.py``)."""
         known = isinstance(record, KnownInstanceRecord)
         entity = to_instance_entity(updated)
-        return (
-            "update",
-            merged_properties(to_instance_entity(record), entity) if known else entity,
-            {
-                "mode": UpdateMode.MERGE if known else UpdateMode.REPLACE,
-                "etag": record.etag,
-                "match_condition": MatchConditions.IfNotModified,
-            },
-        )
+        if known:
+            entity = merged_properties(to_instance_entity(record), entity)
+        return if_match_update(entity, record.etag, merge=known)
 
     def instance_written(self, record: InstanceRecord, updated: InstanceRecord) -> None:
         """After a successful write: the old index row is stale once the record points elsewhere."""

@@ -21,7 +21,8 @@ from typing import Any
 
 from workflow_core import clock
 from workflow_core.contracts import fit_text
-from workflow_core.ledger.store import StepLedger, _deadline_key, _nonce
+from workflow_core.ledger.entities import _deadline_key, _nonce
+from workflow_core.ledger.store import StepLedger
 
 PARKED_PARTITION = "parked"
 MAX_PARKED_BODY = 16_000
