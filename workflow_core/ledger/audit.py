@@ -1,10 +1,5 @@
-"""The audit trail: one row per recorded move of a step, in the step's own partition.
-
-Its own module because the trail has its own key format and its own read, and because every write
-path (step creation, transitions, instance changes, notes) must build its audit row the same way:
-in the same entity-group transaction as the change it describes, so the trail never misses or
-invents a move. Mixed into :class:`workflow_core.ledger.StepLedger`.
-"""
+"""The audit trail: one row per recorded move of a step, in the step's own partition, built the
+same way by every write path, in the transaction of the change it describes."""
 
 from __future__ import annotations
 
@@ -21,8 +16,6 @@ _AUDIT_SEQUENCE = itertools.count()
 
 
 class AuditTrailMixin:
-    """Audit rows of :class:`~workflow_core.ledger.StepLedger`: building them, notes, the trail."""
-
     @staticmethod
     def _audit_entity(
         instance_id: str,
@@ -65,7 +58,7 @@ class AuditTrailMixin:
         attempt: int | None = None,
         status: str | None = None,
     ) -> None:
-        """Append an audit row that records a decision without changing the step (e.g. a late result)."""
+        """Record a decision that changes no step (e.g. a late result)."""
         validate_instance_id(instance_id)
         self._steps.create_entity(
             self._audit_entity(
@@ -74,7 +67,6 @@ class AuditTrailMixin:
         )
 
     def audit_trail(self, instance_id: str) -> list[AuditEntry]:
-        """Every recorded move of the instance's steps, oldest first."""
         validate_instance_id(instance_id)
         entities = self._steps.query_entities(
             "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",

@@ -108,10 +108,6 @@ def _from_entity(entity: Any) -> StepRecord:
     return StepRecord.model_validate({**keys, **entity_values(entity, _FIELDS)})
 
 
-def _bucket(deadline: datetime) -> str:
-    return deadline.astimezone(UTC).strftime("%Y%m%d%H%M")
-
-
 def _deadline_key(deadline: datetime) -> str:
     return deadline.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 

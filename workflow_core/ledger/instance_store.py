@@ -349,19 +349,9 @@ class InstanceLedgerMixin(InstanceListMixin):
 
     def instances_needing_attention(self, limit: int = 100) -> list[InstanceRecord]:
         """Instances no automation moves on from (CompensationFailed, Failed, or flagged)."""
-        result: list[InstanceRecord] = []
-        for row in self._index.query_entities(
-            "PartitionKey eq @p", parameters={"p": INSTANCE_ATTENTION_PARTITION}, results_per_page=limit
-        ):
-            key = f"{row['PartitionKey']}|{row['RowKey']}"
-            record = self.find_instance(row["InstanceId"])
-            if record is None or record.index_key != key:
-                self._delete_index_row(key)
-                continue
-            result.append(record)
-            if len(result) >= limit:
-                break
-        return result
+        return self._inbox(
+            INSTANCE_ATTENTION_PARTITION, limit, lambda row: self.find_instance(row["InstanceId"])
+        )
 
 
 def outcome_json(status: str, *, failed_step: str | None = None, error: str | None = None) -> str:
