@@ -63,7 +63,7 @@ class Services:
 
     @cached_property
     def transport(self) -> Transport:
-        from workflow_core.transport.factory import create_transport
+        from workflow_core.transport import create_transport
 
         transport = create_transport(self.settings)
         if self.settings.storage.connection_string:

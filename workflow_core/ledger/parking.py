@@ -1,15 +1,9 @@
 """Parked messages: messages no agent can ever process, kept where an operator reads them.
 
-A message whose ids the ledger cannot store (``/ \\ # ?``, control characters, too long), that is not
-JSON, or that lacks fields, fails the same way on every delivery. The worker, the result handler and
-the dead-letter handler never raise on such a message: they *park* it and complete it.
-
-Parked messages live in the deadline-index table's ``parked`` partition, beside the operators'
-``attention`` partition (``ledger.needing_attention()``). Letters sort after the digit buckets, so
-``overdue()`` never reads them. RowKey = ``<time>~<nonce>`` (oldest first). Each row says where the
-message came from (``Source``), why it was parked (``Reason``, readable), its MessageId, whatever ids
-could be read from it (escaped, so a control character shows as ``\\x07``), and its body (JSON text,
-head and tail kept when long).
+A message the ledger cannot store the ids of, or that is not JSON or lacks fields, fails the same
+way on every delivery: the handlers *park* it and complete it, never raise. Parked rows live in the
+deadline-index table's ``parked`` partition (letters sort after the digit buckets, so ``overdue()``
+never reads them), oldest first, their texts escaped and cut to size.
 """
 
 from __future__ import annotations
@@ -43,7 +37,6 @@ class ParkedMessage:
 
 
 def _shown(value: Any, limit: int = MAX_PARKED_FIELD) -> str | None:
-    """A value as printable text: control characters escaped, long text cut (head and tail)."""
     if value is None:
         return None
     text = value if isinstance(value, str) else json.dumps(value, default=str)
@@ -67,7 +60,6 @@ def park_message(
     body: Any,
     message_id: str | None = None,
 ) -> ParkedMessage:
-    """Keep ``body`` in the parked partition with a readable ``reason``; returns the stored row."""
     now = clock.utcnow()
     fields = body if isinstance(body, dict) else {}
     row = ParkedMessage(
@@ -102,7 +94,6 @@ def park_message(
 
 
 def parked_messages(ledger: StepLedger, limit: int = 100) -> list[ParkedMessage]:
-    """The parked messages, oldest first (at most ``limit``)."""
     found: list[ParkedMessage] = []
     for e in ledger._index.query_entities(
         "PartitionKey eq @p", parameters={"p": PARKED_PARTITION}, results_per_page=min(limit, 1000)
