@@ -134,9 +134,6 @@ def record_compensation_failed(
     )
 
 
-# ---- metrics of the pattern's normal path ----------------------------------------------------
-
-
 def _outcome_dimensions(workflow: str, step: str, outcome: str, error_type: str | None) -> dict[str, str]:
     dimensions = {"workflow": workflow or "unknown", "step": step, "outcome": outcome}
     if outcome != STEP_SUCCEEDED:

@@ -54,7 +54,6 @@ ALLOWED_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
 DEADLINE_STATUSES = frozenset({S.DISPATCHED, S.RUNNING, S.FAILED, S.TIMED_OUT, S.RETRYING, S.COMPENSATING})
 # Statuses no automation will move on from: listed for operators in the index's attention partition.
 ATTENTION_STATUSES = frozenset({S.COMPENSATION_FAILED})
-TERMINAL_STATUSES = frozenset(s for s, nxt in ALLOWED_TRANSITIONS.items() if not nxt)
 
 
 def parse_status(value: str | StepStatus) -> StepStatus:
@@ -65,7 +64,6 @@ def parse_status(value: str | StepStatus) -> StepStatus:
         raise InvalidLedgerInput(f"unknown step status {value!r}; known statuses: {known}") from None
 
 
-# --- ids -------------------------------------------------------------------------------------------
 # Table keys forbid / \ # ? and control characters; we are stricter and allow a portable set, and
 # reserve '~' (sorts after every allowed character) for the audit rows that share a partition.
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")

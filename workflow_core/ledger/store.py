@@ -109,8 +109,6 @@ class StepLedger(
         self._index: TableClient = self._client_for(index_table)
         self.stats = LedgerStats()
 
-    # ---- construction ----------------------------------------------------------------------------
-
     @classmethod
     def from_connection_string(
         cls, connection_string: str, ledger_table: str = "StepLedger", index_table: str = "StepDeadlines"
@@ -131,8 +129,6 @@ class StepLedger(
     def close(self) -> None:
         self._steps.close()
         self._index.close()
-
-    # ---- writes ----------------------------------------------------------------------------------
 
     def transition(
         self,

@@ -92,9 +92,6 @@ class InputSchema(BaseModel):
         return set(self.required) | {n for n, p in self.properties.items() if p.default is not None}
 
 
-# --- workflow --------------------------------------------------------------------------------------
-
-
 class WorkflowDefinition(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
