@@ -83,35 +83,30 @@ def _credential(storage: StorageConnection) -> Any:
     return DefaultAzureCredential(managed_identity_client_id=storage.client_id)
 
 
+def _client(
+    cls: Any, storage: StorageConnection, service: str, uri: str | None, credential: Any, *args: Any
+) -> Any:
+    """``cls`` from the connection string, or from the service URI and an identity."""
+    if storage.connection_string:
+        endpoint = _endpoint_from_connection_string(storage.connection_string, service)
+        return cls.from_connection_string(
+            storage.connection_string, *args, transport=storage_transport(endpoint)
+        )
+    return cls(uri, *args, credential=credential or _credential(storage), transport=storage_transport(uri))
+
+
 def table_service_client(storage: StorageConnection, credential: Any = None) -> Any:
     from azure.data.tables import TableServiceClient
 
-    if storage.connection_string:
-        endpoint = _endpoint_from_connection_string(storage.connection_string, "Table")
-        return TableServiceClient.from_connection_string(
-            storage.connection_string, transport=storage_transport(endpoint)
-        )
-    return TableServiceClient(
-        endpoint=storage.table_service_uri,
-        credential=credential or _credential(storage),
-        transport=storage_transport(storage.table_service_uri),
-    )
+    return _client(TableServiceClient, storage, "Table", storage.table_service_uri, credential)
 
 
 def table_client(storage: StorageConnection, table_name: str, credential: Any = None) -> Any:
     """A ``TransactionTableClient`` for one table."""
     from workflow_core.table_transactions import TransactionTableClient
 
-    if storage.connection_string:
-        endpoint = _endpoint_from_connection_string(storage.connection_string, "Table")
-        return TransactionTableClient.from_connection_string(
-            storage.connection_string, table_name, transport=storage_transport(endpoint)
-        )
-    return TransactionTableClient(
-        endpoint=storage.table_service_uri,
-        table_name=table_name,
-        credential=credential or _credential(storage),
-        transport=storage_transport(storage.table_service_uri),
+    return _client(
+        TransactionTableClient, storage, "Table", storage.table_service_uri, credential, table_name
     )
 
 
@@ -155,19 +150,9 @@ def queue_service_client_from_uri(queue_service_uri: str, credential: Any) -> An
 def blob_container_client(storage: StorageConnection, container: str, credential: Any = None) -> Any:
     from azure.storage.blob import ContainerClient
 
-    if storage.connection_string:
-        endpoint = _endpoint_from_connection_string(storage.connection_string, "Blob")
-        return ContainerClient.from_connection_string(
-            storage.connection_string, container, transport=storage_transport(endpoint)
-        )
-    if not storage.blob_service_uri:
+    if not storage.connection_string and not storage.blob_service_uri:
         raise SettingsError(
             "a payload needs Blob Storage: set AzureWebJobsStorage__blobServiceUri (or __accountName) "
             "for the managed identity"
         )
-    return ContainerClient(
-        account_url=storage.blob_service_uri,
-        container_name=container,
-        credential=credential or _credential(storage),
-        transport=storage_transport(storage.blob_service_uri),
-    )
+    return _client(ContainerClient, storage, "Blob", storage.blob_service_uri, credential, container)

@@ -9,7 +9,7 @@ file is one problem line, not the end.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,6 @@ from workflow_core.workflows.errors import StepInputError, WorkflowDefinitionErr
 from workflow_core.workflows.loader import DEFAULT_DIRECTORY, parse_workflow
 from workflow_core.workflows.model import WorkflowDefinition
 from workflow_core.workflows.references import iter_references, resolve_value
-from workflow_core.workflows.steps import ParallelGroup, StepDefinition
 
 
 @dataclass(frozen=True)
@@ -33,20 +32,11 @@ class LintProblem:
         return f"{self.file}: {self.field}: {self.message}" if self.field else f"{self.file}: {self.message}"
 
 
-def step_locations(definition: WorkflowDefinition) -> Iterator[tuple[str, StepDefinition]]:
-    for index, item in enumerate(definition.items):
-        if isinstance(item, ParallelGroup):
-            for member, step in enumerate(item.parallel):
-                yield f"steps[{index}].parallel[{member}]", step
-        else:
-            yield f"steps[{index}]", item
-
-
 def missing_handlers(
     definition: WorkflowDefinition, agents: Collection[str], source: str
 ) -> list[LintProblem]:
     problems = []
-    for where, step in step_locations(definition):
+    for where, step, _ in definition.located_steps():
         if step.agent not in agents:
             problems.append(LintProblem(source, f"{where}.agent", _no_handler(step.agent)))
         if step.compensation is not None and step.compensation.agent not in agents:
@@ -77,7 +67,7 @@ def sample_input_problems(definition: WorkflowDefinition, source: str) -> list[L
     except WorkflowInputError as exc:
         return [LintProblem(source, "sample_input", problem) for problem in exc.problems]
     problems = []
-    for where, step in step_locations(definition):
+    for where, step, _ in definition.located_steps():
         for at, ref in iter_references(step.input, f"{where}.input"):
             if ref.source != "input":
                 continue

@@ -7,6 +7,7 @@ a run, after it has already changed remote systems.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import cached_property
 from typing import Any, Literal
 
@@ -152,25 +153,16 @@ class WorkflowDefinition(BaseModel):
 
     @model_validator(mode="after")
     def _steps_consistent(self) -> WorkflowDefinition:
-        # Each step with where it was written and the stage (index into ``stages``) it runs in.
-        placed: list[tuple[StepDefinition, str, int]] = []
-        for index, item in enumerate(self.items):
-            if isinstance(item, ParallelGroup):
-                placed.extend(
-                    (step, f"steps[{index}].parallel[{member}]", index)
-                    for member, step in enumerate(item.parallel)
-                )
-            else:
-                placed.append((item, f"steps[{index}]", index))
+        placed = list(self.located_steps())
         seen: dict[str, tuple[str, int]] = {}
-        for step, where, stage in placed:
+        for where, step, stage in placed:
             if step.id in seen:
                 raise ValueError(
                     f"{where}.id: duplicate step id {step.id!r} (first used by {seen[step.id][0]})"
                 )
             seen[step.id] = (where, stage)
         present = self.input.always_present()
-        for step, location, stage in placed:
+        for location, step, stage in placed:
             for where, ref in iter_references(step.input, f"{location}.input"):
                 if ref.source == "input":
                     if ref.path and ref.path[0] not in present:
@@ -196,6 +188,13 @@ class WorkflowDefinition(BaseModel):
 
     # Cached: the orchestrator asks on every replay, several times per step; recomputing them made a
     # long workflow's replay quadratic in its steps.
+
+    def located_steps(self) -> Iterator[tuple[str, StepDefinition, int]]:
+        """Every step with where it is written (``steps[2].parallel[0]``) and its stage's index."""
+        for index, item in enumerate(self.items):
+            members = item.parallel if isinstance(item, ParallelGroup) else (item,)
+            for member, step in enumerate(members):
+                yield f"steps[{index}]" + (f".parallel[{member}]" if len(members) > 1 else ""), step, index
 
     @cached_property
     def steps(self) -> tuple[StepDefinition, ...]:
