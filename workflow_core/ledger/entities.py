@@ -12,42 +12,12 @@ from typing import Any
 from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
 
-from workflow_core.ledger.model import StepRecord
+from workflow_core.ledger.model import StepRecord, entity_properties
 
 MAX_BATCH = 100  # Table Storage limit per entity-group transaction
 
-# StepRecord field -> entity property
-_FIELDS = {
-    "workflow_name": "WorkflowName",
-    "workflow_version": "WorkflowVersion",
-    "step_name": "StepName",
-    "sequence": "Sequence",
-    "agent": "Agent",
-    "compensator": "Compensator",
-    "status": "Status",
-    "owner": "Owner",
-    "attempt": "Attempt",
-    "max_attempts": "MaxAttempts",
-    "deadline": "Deadline",
-    "heartbeat_timeout_seconds": "HeartbeatTimeoutSeconds",
-    "last_heartbeat": "LastHeartbeat",
-    "created_at": "CreatedAt",
-    "updated_at": "UpdatedAt",
-    "completed_at": "CompletedAt",
-    "resent_at": "ResentAt",
-    "last_error": "LastError",
-    "non_retryable": "NonRetryable",
-    "compensation_status": "CompensationStatus",
-    "compensation_attempt": "CompensationAttempt",
-    "input_ref": "InputRef",
-    "result_ref": "ResultRef",
-    "orchestration_id": "OrchestrationId",
-    "index_key": "IndexKey",
-    "completion_seq": "CompletionSeq",
-    "attempt_token": "AttemptToken",
-    "trace_parent": "TraceParent",
-    "trace_state": "TraceState",
-}
+# StepRecord field -> entity property (the field's name in CamelCase)
+_FIELDS = entity_properties(StepRecord, keys={"instance_id", "step_id"})
 _MUTABLE = set(_FIELDS) - {
     "workflow_name",
     "workflow_version",

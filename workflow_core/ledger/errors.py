@@ -26,8 +26,6 @@ class StepNotFound(LedgerError, LookupError):
 class IllegalTransition(LedgerError):
     def __init__(self, instance_id: str, step_id: str, current: str, requested: str, allowed: list[str]):
         super().__init__(_illegal_move(f"step {step_id!r} of {instance_id!r}", current, requested, allowed))
-        self.current = current
-        self.requested = requested
 
 
 class ConcurrencyConflict(LedgerError):
@@ -65,9 +63,6 @@ class IllegalInstanceTransition(LedgerError):
     def __init__(self, instance_id: str, current: str, requested: str, allowed: list[str]) -> None:
         super().__init__(_illegal_move(f"workflow instance {instance_id!r}", current, requested, allowed))
         self.instance_id = instance_id
-        self.current = current
-        self.requested = requested
-        self.allowed = allowed
 
 
 class InstanceConflict(ConcurrencyConflict):

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workflow_core.ledger.errors import InvalidLedgerInput
-from workflow_core.ledger.model import AwareDatetime, LedgerText, validate_instance_id
+from workflow_core.ledger.model import AwareDatetime, LedgerText, entity_properties, validate_instance_id
 
 # RowKey of the instance record: '~' sorts after every step id (so step listings, ``RowKey lt '~'``,
 # never see it) and 'i' after 'a' (so the audit range ``~audit~ .. ~audit~~`` never sees it either).
@@ -117,32 +117,6 @@ class InstanceRecord(BaseModel):
         return self.supervised and self.scheduler_deadline is not None and self.scheduler_deadline <= now
 
 
-# InstanceRecord field -> entity property
-INSTANCE_FIELDS = {
-    "workflow": "Workflow",
-    "version": "Version",
-    "status": "InstanceStatus",
-    "orchestration_id": "OrchestrationId",
-    "generation": "Generation",
-    "owner": "Owner",
-    "started_at": "StartedAt",
-    "updated_at": "UpdatedAt",
-    "completed_at": "CompletedAt",
-    "business_key": "BusinessKey",
-    "outcome": "Outcome",
-    "resume_count": "ResumeCount",
-    "compensation_restarts": "CompensationRestarts",
-    "max_resumes": "MaxResumes",
-    "on_scheduler_lost": "OnSchedulerLost",
-    "scheduler_deadline": "SchedulerDeadline",
-    "stalls": "Stalls",
-    "completions": "Completions",
-    "needs_attention": "NeedsAttention",
-    "attention_reason": "AttentionReason",
-    "last_error": "LastError",
-    "input_ref": "InputRef",
-    "index_key": "IndexKey",
-    "trace_parent": "TraceParent",
-    "trace_state": "TraceState",
-}
+# InstanceRecord field -> entity property (the field's name in CamelCase)
+INSTANCE_FIELDS = {**entity_properties(InstanceRecord, keys={"instance_id"}), "status": "InstanceStatus"}
 INSTANCE_MUTABLE = set(INSTANCE_FIELDS) - {"workflow", "started_at", "status", "input_ref"}

@@ -127,6 +127,16 @@ def _bounded_text(v: str | None) -> str | None:
 LedgerText = Annotated[str | None, AfterValidator(_bounded_text)]  # one string property's worth
 
 
+def entity_properties(model: type[BaseModel], *, keys: set[str]) -> dict[str, str]:
+    """Record field -> table entity property: its name in CamelCase (``keys`` and the ETag are the
+    entity's own)."""
+    return {f: camel_case(f) for f in model.model_fields if f not in keys | {"etag"}}
+
+
+def camel_case(name: str) -> str:
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
 class StepRecord(BaseModel):
     """One step of one workflow instance, as persisted (PartitionKey = instance id, RowKey = step id)."""
 

@@ -9,13 +9,14 @@ never reads them), oldest first, their texts escaped and cut to size.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
 from workflow_core import clock
 from workflow_core.contracts import fit_text
 from workflow_core.ledger.entities import _deadline_key, _nonce
+from workflow_core.ledger.model import camel_case
 from workflow_core.ledger.store import StepLedger
 
 PARKED_PARTITION = "parked"
@@ -34,6 +35,11 @@ class ParkedMessage:
     step_id: str | None
     attempt: str | None
     body: str
+
+
+# ParkedMessage field -> entity property (the field's name in CamelCase); _TEXTS read back as "" when absent
+_PROPERTIES = {f.name: camel_case(f.name) for f in fields(ParkedMessage)[1:]}
+_TEXTS = {"source", "reason", "body"}
 
 
 def _shown(value: Any, limit: int = MAX_PARKED_FIELD) -> str | None:
@@ -73,22 +79,8 @@ def park_message(
         attempt=_shown(fields.get("attempt")),
         body=_body_text(body),
     )
-    entity: dict[str, Any] = {
-        "PartitionKey": PARKED_PARTITION,
-        "RowKey": row.key,
-        "At": row.at,
-        "Source": row.source,
-        "Reason": row.reason,
-        "Body": row.body,
-    }
-    for name, value in (
-        ("MessageId", row.message_id),
-        ("InstanceId", row.instance_id),
-        ("StepId", row.step_id),
-        ("Attempt", row.attempt),
-    ):
-        if value is not None:
-            entity[name] = value
+    entity = {"PartitionKey": PARKED_PARTITION, "RowKey": row.key}
+    entity.update({prop: getattr(row, f) for f, prop in _PROPERTIES.items() if getattr(row, f) is not None})
     ledger._index.create_entity(entity)
     return row
 
@@ -98,19 +90,10 @@ def parked_messages(ledger: StepLedger, limit: int = 100) -> list[ParkedMessage]
     for e in ledger._index.query_entities(
         "PartitionKey eq @p", parameters={"p": PARKED_PARTITION}, results_per_page=min(limit, 1000)
     ):
+        values = {f: e.get(prop, "" if f in _TEXTS else None) for f, prop in _PROPERTIES.items()}
         at = e["At"]
         found.append(
-            ParkedMessage(
-                key=e["RowKey"],
-                at=at if at.tzinfo else at.replace(tzinfo=UTC),
-                source=e.get("Source", ""),
-                reason=e.get("Reason", ""),
-                message_id=e.get("MessageId"),
-                instance_id=e.get("InstanceId"),
-                step_id=e.get("StepId"),
-                attempt=e.get("Attempt"),
-                body=e.get("Body", ""),
-            )
+            ParkedMessage(key=e["RowKey"], **{**values, "at": at if at.tzinfo else at.replace(tzinfo=UTC)})
         )
         if len(found) >= limit:
             break
