@@ -16,7 +16,7 @@ from workflow_core.transport.base import (
     TransportError,
     message_id_for,
 )
-from workflow_core.transport.delivery import Delivery, Settlement, pump, settle_failure
+from workflow_core.transport.delivery import Settlement, pump, settle_failure
 
 
 def create_transport(settings: Settings) -> Transport:
@@ -35,7 +35,6 @@ def create_transport(settings: Settings) -> Transport:
 
 
 __all__ = [
-    "Delivery",
     "LockLostError",
     "OutgoingMessage",
     "ReceivedMessage",
