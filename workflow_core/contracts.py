@@ -109,11 +109,8 @@ class ResultBasis(_Model):
 
 
 class ExpectedRows(_Model):
-    """A work step's row as the HTTP starter created it and the instance record's latest snapshot.
-
-    Only the ETags are trusted, by the ledger itself: the dispatch writes both rows If-Match these
-    versions (``ledger.known_rows``), and reads them instead when either changed since.
-    """
+    """A work step's row as the starter created it and the instance's latest snapshot: only their
+    ETags are trusted, by the ledger itself (``ledger.known_rows``)."""
 
     step_etag: str = Field(min_length=1)  # its shape is checked where it becomes an If-Match
     step_name: str
@@ -215,11 +212,8 @@ class StepCheck(_Model):
 
 
 class ResultVerdict(_Model):
-    """What the ledger recorded for the attempt a result event named: the event is never the outcome.
-
-    ``unconfirmed``: no outcome recorded (a forged, corrupt or premature event): the scheduler keeps
-    waiting, and the mismatch is audited.
-    """
+    """What the ledger recorded for the attempt a result event named (the event is never the outcome;
+    ``unconfirmed``: none recorded, so the scheduler keeps waiting)."""
 
     state: Literal["succeeded", "failed", "timed_out", "unconfirmed"]
     output: dict[str, Any] | None = None

@@ -152,10 +152,7 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    if value is None or value.strip() == "":
-        return None
-    return value.strip()
+    return (env.get(name) or "").strip() or None
 
 
 def _default(name: str) -> str:
@@ -233,8 +230,7 @@ def _service_uri(env: Mapping[str, str], prefix: str, service: str) -> str | Non
 
 
 def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION) -> StorageConnection:
-    by_string = _connection_string(env, prefix)
-    if by_string is not None:
+    if by_string := _connection_string(env, prefix):
         return by_string
     table_uri = _service_uri(env, prefix, "table")
     queue_uri = _service_uri(env, prefix, "queue")
@@ -256,8 +252,7 @@ def ledger_storage_connection(
     env: Mapping[str, str], prefix: str = LEDGER_STORAGE_CONNECTION
 ) -> StorageConnection | None:
     """The ledger's own account (tables only), if set."""
-    by_string = _connection_string(env, prefix)
-    if by_string is not None:
+    if by_string := _connection_string(env, prefix):
         return by_string
     table_uri = _service_uri(env, prefix, "table")
     if table_uri is None:

@@ -29,17 +29,7 @@ class AuditTrailMixin:
         reason: str,
         at: datetime,
     ) -> dict[str, Any]:
-        entry = AuditEntry(
-            instance_id=instance_id,
-            step_id=step_id,
-            at=at,
-            actor=actor,
-            action=action,
-            from_status=from_status,
-            to_status=to_status,
-            attempt=attempt,
-            reason=reason[:4000],
-        )
+        entry = AuditEntry(**{**locals(), "reason": reason[:4000]})  # the parameters are its fields
         # time, then this process's write order (many moves can share a timestamp, e.g. on a virtual
         # clock), then a nonce so two processes never collide
         return to_entity(
