@@ -1,16 +1,10 @@
-"""The one source of "now" outside orchestrators.
+"""The one source of "now" outside orchestrators, so the durable test host can run the whole pattern
+on a virtual clock.
 
-Orchestrators must use ``context.current_utc_datetime``; everything else (activities, agents, the
-watchdog) asks this module, so the durable test host can run the whole pattern on a virtual clock.
-
-``utcnow()`` is *this process's* clock, as good or as bad as its machine's. Where a wrong clock would
-move a deadline (heartbeats), the ledger does not use it: it takes the storage service's time
-(``StepLedger.trusted_now``, see docs/supervisor.md, "Clocks"). Under a virtual clock (``use_clock`` /
-``set_clock``: the tests, the durable test host, the demo) the virtual clock *is* the trusted clock.
-
-``WORKFLOW_CLOCK_OFFSET_SECONDS`` (read when this module is imported; tests only) shifts this
-process's wall clock by that many seconds, so a test can run an agent whose machine clock is wrong
-in a separate OS process.
+``utcnow()`` is *this process's* clock: where a wrong clock would move a deadline (heartbeats), the
+ledger takes the storage service's time instead (``StepLedger.trusted_now``, docs/supervisor.md
+"Clocks"); a virtual clock *is* the trusted clock. ``WORKFLOW_CLOCK_OFFSET_SECONDS`` (tests only)
+skews this process's wall clock, so a test can run an agent whose machine clock is wrong.
 """
 
 from __future__ import annotations
@@ -22,10 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 OFFSET_ENV = "WORKFLOW_CLOCK_OFFSET_SECONDS"
 
-# How far a deadline computed from the trusted clock may sit from the time the watchdog compares it
-# with: the storage service's Date header has whole seconds (up to 1 s early), plus the request's
-# latency and the NTP skew between the watchdog's host and the storage service (well under 1 s on
-# Azure). WATCHDOG_GRACE_SECONDS must be at least this (docs/supervisor.md, "Clocks").
+# How far the trusted clock may sit from the watchdog's: the service's Date header has whole seconds,
+# plus latency and NTP skew. WATCHDOG_GRACE_SECONDS must be at least this (docs/supervisor.md).
 SKEW_BOUND_SECONDS = 2.0
 
 
@@ -54,18 +46,11 @@ def utcnow() -> datetime:
 
 
 def is_virtual() -> bool:
-    """Is a clock other than this process's wall clock installed (a test's or the durable host's)?"""
     return _now is not _wall
-
-
-def process_offset() -> timedelta:
-    """The ``WORKFLOW_CLOCK_OFFSET_SECONDS`` skew of this process's wall clock (zero in production)."""
-    return _OFFSET
 
 
 @contextmanager
 def use_clock(now: Callable[[], datetime]) -> Iterator[None]:
-    """Swap the clock for the duration of a block (tests, the demo)."""
     global _now
     previous = _now
     _now = now
@@ -73,9 +58,3 @@ def use_clock(now: Callable[[], datetime]) -> Iterator[None]:
         yield
     finally:
         _now = previous
-
-
-def set_clock(now: Callable[[], datetime] | None) -> None:
-    """Install a clock for the process (``None`` restores the wall clock)."""
-    global _now
-    _now = now if now is not None else _wall

@@ -1,8 +1,4 @@
-"""Names and message shapes shared by the scheduler, the agents and the supervisor.
-
-One module so the orchestrator, the activities, the workers and the tests cannot drift apart on a
-function name, an event name or a field.
-"""
+"""Function names, event names and message shapes the roles share, so they cannot drift apart."""
 
 from __future__ import annotations
 
@@ -10,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workflow_core.message_fields import (  # the fields the models below are made of
+from workflow_core.message_fields import (
     AgentName,
     ErrorText,
     InstanceId,
@@ -23,7 +19,6 @@ from workflow_core.message_fields import (  # the fields the models below are ma
     fit_text,
 )
 
-# ---- function names (what function_app registers and orchestrators call) -------------------------
 WORKFLOW_ORCHESTRATOR = "workflow_orchestrator"
 COMPENSATION_ORCHESTRATOR = "compensation_orchestrator"
 STEP_ORCHESTRATOR = "step_orchestrator"  # runs one step of a parallel group as a sub-orchestration
@@ -52,24 +47,21 @@ STEP_INFIX = ":step:"  # in the ids of a parallel group's step orchestrations
 
 
 def result_event_name(step_id: str, attempt: int, kind: StepKind = "work") -> str:
-    """External event an orchestration waits for; one per attempt, so a late result of attempt N
-    can never satisfy the wait for attempt N+1."""
+    """One event name per attempt: a late result of attempt N never satisfies attempt N+1's wait."""
     prefix = "result" if kind == "work" else "compensation-result"
     return f"{prefix}:{step_id}:{attempt}"
 
 
 def compensation_instance_id(instance_id: str) -> str:
-    """Deterministic id of an instance's compensation orchestration: starting it twice is a no-op."""
+    """Deterministic, so starting it twice is a no-op."""
     return f"{instance_id}:compensation"
 
 
 def step_instance_id(instance_id: str, step_id: str, epoch: int = 0) -> str:
-    """Deterministic id of the sub-orchestration that runs one step of a parallel group; it is the
-    ``orchestration_id`` the step's dispatch records, so the step's result events go to it.
+    """Id of the sub-orchestration running one step of a parallel group (its result events go there).
 
-    ``epoch`` is the instance's resume count: a resumed scheduler never calls a child under an id a
-    dead scheduler's child may still hold (a start for a running id is dropped, and the parent
-    would wait forever), and the ledger's ``orchestration_id`` moves to the new child on dispatch.
+    ``epoch`` (the resume count) keeps a resumed scheduler off an id a dead scheduler's child may
+    still hold: a start for a running id is dropped, and the parent would wait forever.
     """
     base = f"{instance_id}{STEP_INFIX}{step_id}"
     return base if epoch == 0 else f"{base}:r{epoch}"
@@ -84,7 +76,7 @@ class _Model(BaseModel):
 
 
 class StepDispatch(_Model):
-    """Input of the dispatch activities: write the ledger (Dispatched/Compensating), then send."""
+    """Input of the dispatch activities: write the ledger, then send."""
 
     instance_id: str
     orchestration_id: str
@@ -94,31 +86,21 @@ class StepDispatch(_Model):
     deadline: str  # ISO 8601 UTC, computed from context.current_utc_datetime
     input: dict[str, Any] = Field(default_factory=dict)
     kind: StepKind = "work"
-    # W3C trace context of the workflow (``workflow_core.tracing``), copied from the orchestration input:
-    # observability only.
-    trace: dict[str, str] | None = None
-    # The versions an earlier write or read left of the step and its instance, to write against
-    # unread (first work attempt only); the dispatch reads the rows when absent or out of date.
-    expected: ExpectedRows | None = None
-    # The previous step's success as the scheduler took it, unread (``ResultBasis``): this dispatch
-    # writes nothing unless the ledger holds exactly that success.
-    basis: ResultBasis | None = None
-    # The scheduler takes this attempt's success provisionally (a sequential work step): the worker
-    # records it with a basis row and the result handler raises it unread (``ReplyVersions``).
-    provisional: bool | None = None
+    trace: dict[str, str] | None = None  # W3C trace context (observability only)
+    expected: ExpectedRows | None = None  # rows to write against unread (first work attempt only)
+    basis: ResultBasis | None = None  # the previous success, taken unread: write only if recorded
+    provisional: bool | None = None  # this success will be taken unread (``ReplyVersions``)
 
 
 class ResultBasis(_Model):
-    """A success the scheduler took without the ledger's word (a reply the result handler raised
-    unread, ``ReplyVersions``), passed to its next ledger write: the next dispatch or the settle.
+    """A success the scheduler took unread (``ReplyVersions``), passed to its next ledger write.
 
-    That write's transaction deletes the *basis row* the worker inserted with its record of the
-    success, named by the reply's ``digest`` (``workflow_core.messages.reply_digest``), so it lands
-    only if the ledger recorded exactly that reply. Without the row (a forged or altered reply, or a
-    re-run of the write after it landed) the activity reads the step instead: it goes on only if the
-    ledger records that attempt succeeded with output of ``output_digest``, and otherwise answers
-    ``basis-refused`` without writing anything; the scheduler then waits for the ledger's word on the
-    step again."""
+    That write's transaction deletes the *basis row* the worker inserted with the success, named by
+    the reply's ``digest`` (``messages.reply_digest``), so it lands only if the ledger recorded
+    exactly that reply. Without the row (a forged reply, or a re-run after the write landed) the
+    activity reads the step: it goes on only if that attempt succeeded with output of
+    ``output_digest``, else answers ``basis-refused`` without writing, and the scheduler waits for
+    the ledger's word again."""
 
     step_id: StepId  # names a basis row's RowKey: checked like every key before a transaction
     attempt: int = Field(ge=1)
@@ -127,14 +109,10 @@ class ResultBasis(_Model):
 
 
 class ExpectedRows(_Model):
-    """A work step's row as the HTTP starter created it (Pending, attempt 0: its ETag, and its fields
-    from the pinned definition) and the instance record's latest snapshot the scheduler holds.
+    """A work step's row as the starter created it and the instance's latest snapshot: only their
+    ETags are trusted, by the ledger itself (``ledger.known_rows``)."""
 
-    Only the ETags are trusted, by the ledger itself: the dispatch writes both rows If-Match these
-    versions (``workflow_core.ledger.known_rows``), and reads them instead when either changed since.
-    """
-
-    step_etag: str = Field(min_length=1)  # its shape is checked where it becomes an If-Match (known_rows)
+    step_etag: str = Field(min_length=1)  # its shape is checked where it becomes an If-Match
     step_name: str
     agent: AgentName
     sequence: int = Field(ge=0)
@@ -146,8 +124,6 @@ class ExpectedRows(_Model):
 
 
 class WorkMessage(_Model):
-    """Body of a message on the work queue."""
-
     kind: StepKind
     instance_id: InstanceId
     orchestration_id: OrchestrationId
@@ -157,49 +133,37 @@ class WorkMessage(_Model):
     attempt: int = Field(ge=1)
     deadline: IsoTime
     input: MessagePayload = Field(default_factory=dict)
-    # The rows as the dispatch wrote them, for a claim without a read (``WorkVersions``); absent on
-    # re-sends, compensations and messages from before it existed: the worker then reads the row.
-    ledger: WorkVersions | None = None
+    ledger: WorkVersions | None = None  # absent on re-sends and compensations: the worker reads
 
 
 class WorkVersions(_Model):
-    """The step row and the instance record as the dispatch wrote them (``known_rows`` snapshots)
-    and their ETags.
+    """The step row and the instance record as the dispatch wrote them, and their ETags.
 
-    The worker claims the attempt against them without reading the ledger, in a transaction that
-    also deletes the *claim-key row* the dispatch wrote with the step: its RowKey carries a digest of
-    this message, ETags aside (``workflow_core.messages.claim_digest``). So only the message the
-    dispatch sent, unaltered, claims that way; any other body, or rows written since, fall back to
-    the read and its checks."""
+    The worker claims against them unread, in a transaction that also deletes the *claim-key row*
+    the dispatch wrote with the step, keyed by a digest of this message (``messages.claim_digest``):
+    only the message the dispatch sent, unaltered, claims that way; anything else falls back to the
+    read and its checks."""
 
     step: dict[str, Any]
     instance: dict[str, Any] | None = None
     etags: dict[str, str] = Field(default_factory=dict)  # "step", "instance": set after the write
-    # The in-flight steps the instance's index row may watch once this attempt is written (an upper
-    # bound), when the dispatch wrote against a snapshot that named them; None when unknown.
-    watched: list[str] | None = None
-    # The scheduler takes this attempt's success provisionally: record it with a basis row
-    # (``ResultBasis``) and reply with the instance as recorded (``ReplyVersions``).
-    keyed_reply: bool = False
+    watched: list[str] | None = None  # in-flight steps the index row may watch (an upper bound)
+    keyed_reply: bool = False  # record a success with a basis row (``ResultBasis``)
 
 
 class ReplyVersions(_Model):
-    """The instance record as the worker's record of a success wrote it (``known_rows.instance_fields``,
-    with ``known_rows.WATCHED_KEY`` when the worker knows which in-flight steps its row may still
-    watch) and its ETag.
+    """The instance record as the worker's record of a success wrote it, and its ETag.
 
-    The record's transaction also inserted a *basis row* named by the reply's digest, ETags aside
-    (``workflow_core.messages.reply_digest``). The result handler raises such a reply without reading
-    the ledger; the scheduler takes it provisionally and its next write deletes that row in its own
-    transaction (``ResultBasis``), so nothing is written on the strength of a reply the ledger did
-    not record, unaltered."""
+    That transaction also inserted a *basis row* named by the reply's digest. The result handler
+    raises such a reply unread; the scheduler's next write deletes that row in its own transaction
+    (``ResultBasis``), so nothing is written on a reply the ledger did not record, unaltered."""
 
     instance: dict[str, Any]
     etags: dict[str, str] = Field(default_factory=dict)  # "instance": set after the write
 
 
 class ResultMessage(_Model):
-    """Body of a message on the result queue, and the payload of the orchestration's external event."""
+    """Body of a result message, and the payload of the orchestration's external event."""
 
     kind: StepKind
     instance_id: InstanceId
@@ -209,11 +173,8 @@ class ResultMessage(_Model):
     outcome: Literal["succeeded", "failed"]
     output: OptionalPayload = None
     error: ErrorText = None
-    # The failure is one retrying cannot fix (``PermanentError``, or a type the step lists in
-    # ``non_retryable_errors``): the scheduler gives up at once. Only the ledger's word counts.
-    permanent: bool = False
-    # A success recorded with a basis row (``ReplyVersions``): raised unread, taken provisionally.
-    ledger: ReplyVersions | None = None
+    permanent: bool = False  # retrying cannot fix it: the scheduler gives up at once
+    ledger: ReplyVersions | None = None  # recorded with a basis row: raised unread
 
     @classmethod
     def answering(
@@ -240,27 +201,19 @@ class ResultMessage(_Model):
 
 
 class StepCheck(_Model):
-    """What the ledger says about a step when the orchestration's deadline timer fired.
-
-    ``extended``: an agent heartbeat moved the deadline; wait again until ``deadline``.
-    ``succeeded``/``failed``: the result is in the ledger (its event was lost or late).
-    ``timed_out``: the ledger now records TimedOut.
-    """
+    """What the ledger says about a step when its deadline timer fired (``extended``: a heartbeat
+    moved the deadline; wait again until ``deadline``)."""
 
     state: Literal["succeeded", "failed", "timed_out", "extended"]
     deadline: str | None = None
     output: dict[str, Any] | None = None
     error: str | None = None
-    permanent: bool = False  # a failure retrying cannot fix, as the ledger recorded it
+    permanent: bool = False
 
 
 class ResultVerdict(_Model):
-    """What the ledger recorded for the attempt a result event named (``verify_result``).
-
-    The event's payload is never the outcome: ``succeeded``/``failed``/``timed_out`` come from the
-    ledger row; ``unconfirmed`` means the ledger holds no outcome for that attempt (a forged, corrupt
-    or premature event): the scheduler ignores the event and keeps waiting, and the mismatch is audited.
-    """
+    """What the ledger recorded for the attempt a result event named (the event is never the outcome;
+    ``unconfirmed``: none recorded, so the scheduler keeps waiting)."""
 
     state: Literal["succeeded", "failed", "timed_out", "unconfirmed"]
     output: dict[str, Any] | None = None
@@ -269,19 +222,15 @@ class ResultVerdict(_Model):
 
 
 class ConfirmedResult(ResultMessage):
-    """The event the result handler raises: the reply as the ledger confirmed it, with the ledger's
-    verdict on the attempt and the attempt's ``ledger_token`` (``StepRecord.attempt_token``).
+    """The event the result handler raises: the ledger's verdict and the attempt's ``ledger_token``.
 
-    The token is random per attempt and only readers of the ledger know it (it is not in the work or
-    result messages): an event carrying the token the dispatch returned to the orchestrator was built
-    from a ledger read, so the orchestrator takes ``verdict`` without reading the ledger again. Any
-    other event (no token, another token: a stray, replayed or hand-raised event) is only a signal,
-    and the orchestrator asks the ledger (``verify_result``) as before.
+    The token is random per attempt and in no message, so only a ledger reader knows it: an event
+    carrying the token the dispatch returned was built from a ledger read, and the orchestrator
+    takes ``verdict`` unread. Any other event is only a signal: the orchestrator asks the ledger.
     """
 
     ledger_token: str = Field(min_length=16, max_length=64)
     verdict: ResultVerdict
-    # The instance record as the handler read it with the step (``known_rows.instance_snapshot``:
-    # its ETag and fields, the large texts left out): the version the scheduler's next dispatch may
-    # write against without reading it again (``ExpectedRows``). None for steps without a record.
+    # The instance record as read with the step (``known_rows.instance_snapshot``): what the next
+    # dispatch may write against unread (``ExpectedRows``).
     instance: dict[str, Any] | None = None

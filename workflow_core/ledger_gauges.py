@@ -1,20 +1,10 @@
 """What the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue`` read, cheaply.
 
-The exporter calls a gauge's callback on its own thread at every export (once a minute by default),
-so a callback must never scan the ledger:
-
-* work in flight: one query of the deadline index for supervised instances' rows and steps' own
-  rows Dispatched or Running (one column, capped): the index holds live work only, so the cost
-  follows the work in flight, not history. The reading is cached for ``ttl_seconds``, so a shorter
-  export interval does not read more often.
-* overdue instances: what the watchdog's last tick *in this process* found (it reads the instance
-  deadlines anyway, and verifies each): :func:`note_overdue_instances`, per workflow. Older than
-  ``stale_after_seconds`` (no tick ran here lately, e.g. another instance of the app runs the timer):
-  nothing is reported rather than an old number.
-
-These readings are for charts; nothing decides anything from them. :func:`register` wires them to
-``workflow_core.telemetry_instruments`` once at start-up (``function_app.py``); the ledger is resolved at the
-first reading, so start-up needs no storage.
+A callback runs at every export on the exporter's thread, so it never scans the ledger: work in
+flight is one capped query of the deadline index (live work only), cached for ``ttl_seconds``;
+overdue instances are what the watchdog's last tick *in this process* found, and nothing once that
+is older than ``stale_after_seconds``. For charts only; the ledger is resolved at the first reading,
+so start-up needs no storage.
 """
 
 from __future__ import annotations
@@ -35,7 +25,6 @@ _overdue: tuple[float, dict[str, int]] | None = None  # (monotonic time of the t
 
 
 def note_overdue_instances(per_workflow: Mapping[str, int], *, at: float | None = None) -> None:
-    """The watchdog's tick found these overdue instances (``{workflow: count}``, empty for none)."""
     global _overdue
     with _lock:
         _overdue = (time.monotonic() if at is None else at, dict(per_workflow))
@@ -62,9 +51,7 @@ class LedgerGauges:
         self._lock = threading.Lock()
 
     def in_flight(self) -> int | dict[str, int]:
-        """Supervised instances plus Dispatched or Running steps with their own index row (cached for
-        the TTL); {} (no reading) while there is no ledger
-        to read (the app settings name no storage yet)."""
+        """{} (no reading) while there is no ledger to read (no storage configured yet)."""
         with self._lock:
             now = self._monotonic()
             if self._in_flight is None or now - self._in_flight[0] >= self._ttl:
@@ -75,8 +62,7 @@ class LedgerGauges:
             return self._in_flight[1]
 
     def overdue(self) -> int | dict[str, int]:
-        """Overdue instances per workflow, as the last tick here counted them; {} (no reading) when
-        no tick ran here within ``stale_after_seconds``; 0 when the last tick found none."""
+        """{} (no reading) when no tick ran here lately; 0 when the last tick found none."""
         with _lock:
             reading = _overdue
         if reading is None or self._monotonic() - reading[0] > self._stale_after:
@@ -85,8 +71,7 @@ class LedgerGauges:
 
 
 def register(ledger_source: Callable[[], Any] | None = None, **options: Any) -> LedgerGauges:
-    """Feed ``sas.work.in_flight`` and ``sas.instance.overdue`` from the ledger (see the module
-    docstring); ``ledger_source`` defaults to the app's services' ledger."""
+    """Feed the gauges; ``ledger_source`` defaults to the app's services' ledger."""
     if ledger_source is None:
 
         def ledger_source() -> Any:

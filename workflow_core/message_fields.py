@@ -1,8 +1,7 @@
 """The checked fields every message is made of: ids, names, times, payloads and error texts.
 
-Each is a plain type with the validator the app applies and the rule published in the message
-schemas (``docs/schemas/``), so an agent in another language sees what the app checks. Split from
-``workflow_core.contracts``, which builds the message models from them and re-exports them.
+Each carries the validator the app applies and the rule published in the message schemas
+(``docs/schemas/``), so an agent in another language sees what the app checks.
 """
 
 from __future__ import annotations
@@ -20,16 +19,10 @@ from workflow_core.ledger.model import (
     validate_instance_id,
     validate_step_id,
 )
-from workflow_core.payloads import PAYLOAD_CEILING_BYTES, bounded_payload, message_payload
+from workflow_core.payloads import bounded_payload, message_payload
 
-# ---- sizes and ids every message is checked against ----------------------------------------------
-# A message that breaks these can never be processed (the ledger refuses its keys, or its text does not
-# fit a ledger property): the worker and the handlers park it (see ``docs/contracts.md``) instead of
-# letting it fail on every delivery.
+# A message that breaks these can never be processed: the handlers park it (docs/contracts.md).
 MAX_ERROR_CHARS = 8_000  # an error text kept in the ledger (last_error) and in a result message
-# A step's input or output as canonical JSON: above the ledger's inline limit it travels as a blob
-# reference (``workflow_core.payloads``), so a message holds either a reference or a value that fits.
-MAX_PAYLOAD_BYTES = PAYLOAD_CEILING_BYTES
 MAX_ORCHESTRATION_ID = 320  # "<instance>:step:<step>" with the longest instance and step ids
 MAX_AGENT_CHARS = 200
 MAX_WORKFLOW_CHARS = 100
@@ -39,8 +32,7 @@ _WORKFLOW = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 def fit_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """``text`` if it fits in ``limit`` characters, else its head and tail around a marker that says how
-    much was cut (``… [truncated 40,000 chars] …``), at most ``limit`` characters in all."""
+    """``text``, or its head and tail around a marker saying how much was cut, in ``limit`` characters."""
     if len(text) <= limit:
         return text
     cut = len(text) - limit  # first guess; the marker's own length is added below
@@ -112,8 +104,7 @@ def _error(value: str | None) -> str | None:
 
 
 def _published(**schema: Any) -> Any:
-    """What the message schemas (docs/schemas/, ``devtools.contract_schemas``) say of a checked type,
-    so an agent in another language sees the rules the validators below enforce."""
+    """What the message schemas say of a checked type."""
     return Field(json_schema_extra=schema)
 
 
@@ -139,7 +130,6 @@ WorkflowName = Annotated[
     str, AfterValidator(_workflow), _published(pattern=_WORKFLOW.pattern, maxLength=MAX_WORKFLOW_CHARS)
 ]
 IsoTime = Annotated[str, AfterValidator(_iso_time), _published(format="date-time")]
-Payload = Annotated[dict[str, Any], AfterValidator(bounded_payload)]
 MessagePayload = Annotated[dict[str, Any], AfterValidator(message_payload)]  # inline-sized or a reference
 OptionalPayload = Annotated[dict[str, Any] | None, AfterValidator(bounded_payload)]
 ErrorText = Annotated[str | None, AfterValidator(_error), _published(maxLength=MAX_ERROR_CHARS)]

@@ -1,9 +1,6 @@
-"""The work message of a step attempt, built from its ledger row.
-
-One builder for everyone who sends work (the dispatch activities, the watchdog's re-send), so a
-re-send is the same message as the first send: same work, same MessageId (Service Bus duplicate
-detection and the worker's claim rules then dedupe it). Only a first dispatch's message also
-carries the rows' versions (``ClaimableWork``), for a claim without a read.
+"""The work message of a step attempt, built from its ledger row by everyone who sends work, so a
+re-send is the same message as the first send (same MessageId: it is deduplicated). Only a first
+dispatch's message also carries the rows' versions (``ClaimableWork``), for a claim without a read.
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from workflow_core.transport import OutgoingMessage, message_id_for
 
 
 def stored_input(record: StepRecord) -> dict[str, Any]:
-    """The step's input as the ledger stored it (an object; anything else is wrapped)."""
     value = decode_json(record.input_ref)
     return value if isinstance(value, dict) else {} if value is None else {"value": value}
 
@@ -41,13 +37,8 @@ def work_message(
     deadline: datetime | None = None,
     input: dict[str, Any] | None = None,
 ) -> OutgoingMessage:
-    """The message for the step's current attempt of ``kind`` (compensation attempt for ``compensate``).
-
-    ``deadline`` defaults to the ledger's; ``input`` to the stored step input (compensators are sent
-    the step's input and output by the compensation orchestrator instead). The trace context the
-    dispatch recorded on the row rides along as the ``traceparent``/``tracestate`` properties, so a
-    re-send continues the same trace.
-    """
+    """The message for the step's current attempt of ``kind``; the trace context recorded on the row
+    rides along, so a re-send continues the same trace."""
     body = work_body(record, kind, deadline=deadline, input=input)
     return OutgoingMessage(
         body=body.model_dump(mode="json", exclude_none=True),
@@ -72,7 +63,6 @@ def work_body(
     input: dict[str, Any] | None = None,
     versions: WorkVersions | None = None,
 ) -> WorkMessage:
-    """The body of :func:`work_message` (with ``versions``: for a claim without a read)."""
     attempt = record.attempt if kind == "work" else record.compensation_attempt
     agent = record.agent if kind == "work" else (record.compensator or "")
     when = deadline or record.deadline
@@ -93,21 +83,16 @@ def work_body(
 
 
 def claim_digest(message: WorkMessage) -> str:
-    """SHA-256 of the message as sent, its ETags aside: the claim-key row's name
-    (``contracts.WorkVersions``). Both sides compute it from the model, so the same message always
-    gives the same digest, and any other content another."""
+    """SHA-256 of the message as sent, its ETags aside: the claim-key row's name (``WorkVersions``)."""
     return _digest_without_etags(message)
 
 
 def reply_digest(reply: ResultMessage) -> str:
-    """SHA-256 of a success reply as sent, its ETags aside: the basis row's name
-    (``contracts.ReplyVersions``). The worker computes it before its record, the scheduler from the
-    event it took; any other content gives another digest."""
+    """SHA-256 of a success reply as sent, its ETags aside: the basis row's name (``ReplyVersions``)."""
     return _digest_without_etags(reply)
 
 
 def payload_digest(value: Any) -> str:
-    """SHA-256 of a JSON value in canonical form (``ResultBasis.output_digest``)."""
     return hashlib.sha256(_canonical(value)).hexdigest()
 
 
@@ -122,17 +107,12 @@ def _canonical(value: Any) -> bytes:
 
 
 class ClaimableWork:
-    """The work message of a first dispatch, built from the rows as the dispatch writes them, and
-    the claim-key row that lets the worker claim it without reading the ledger.
-
-    ``rows`` is the dispatch's ``with_rows`` (``StepLedger.transition``): it runs before the write,
-    with the step and instance as they will be written, builds the body and returns the claim-key
-    row's insert; ``message`` adds the ETags the write returned."""
+    """The work message of a first dispatch and the claim-key row that lets the worker claim it unread:
+    ``rows`` (the dispatch's ``with_rows``) builds the body from the rows as they will be written;
+    ``message`` adds the ETags the write returned."""
 
     def __init__(self, watched: list[str] | None = None, keyed_reply: bool = False) -> None:
         self.body: WorkMessage | None = None
-        # the in-flight steps the instance's row watched as the scheduler's snapshot names them
-        # (None: unknown), and whether the scheduler takes a success unread (``keyed_reply``)
         self.watched_before = watched
         self.keyed_reply = keyed_reply
 
@@ -152,7 +132,6 @@ class ClaimableWork:
         return [("create", {"PartitionKey": step.instance_id, "RowKey": key})]
 
     def message(self, step: StepRecord, instance: InstanceRecord | None) -> OutgoingMessage:
-        """The message to send after the write: ``step`` and ``instance`` as written (their ETags)."""
         sent = work_message(step, "work")
         versions = self.body.ledger if self.body is not None else None
         written_instance = instance_fields(instance) if instance is not None else None
@@ -166,13 +145,9 @@ class ClaimableWork:
 
 
 class KeyedReply:
-    """A work success recorded with a *basis row*, and the reply that names it (``ReplyVersions``).
-
-    ``rows`` is the record's ``with_rows``: it runs before the write, with the instance as it will be
-    written, puts that snapshot in the reply (with the steps its row may still watch, when known) and
-    returns the insert of the row named by the reply's digest; ``reply`` adds the ETag the write
-    returned. The result handler raises such a reply unread, and the scheduler's next write deletes
-    the row in its own transaction (``contracts.ResultBasis``)."""
+    """A work success recorded with a *basis row*, and the reply that names it (``ReplyVersions``):
+    ``rows`` (the record's ``with_rows``) puts the instance as it will be written in the reply and
+    inserts the row named by its digest; ``reply`` adds the ETag the write returned."""
 
     def __init__(self, reply: ResultMessage, watched: list[str] | None) -> None:
         self.plain = reply
@@ -190,8 +165,7 @@ class KeyedReply:
         return [("create", {"PartitionKey": step.instance_id, "RowKey": key})]
 
     def reply(self, instance: InstanceRecord | None) -> ResultMessage:
-        """The reply to send after the write: with the instance's ETag as written; the plain reply
-        (read by the result handler) when the write was not the one the row was built for."""
+        """The plain reply (read by the result handler) when the write was not the one built for."""
         body = self.body
         if body is None or body.ledger is None or instance is None or not instance.etag:
             return self.plain

@@ -1,23 +1,14 @@
 """Payloads larger than a ledger property: stored once in Blob Storage, passed around by reference.
 
-A workflow input, a step input or a step output may be up to ``MAX_PAYLOAD_BYTES`` (1 MiB by default)
-of UTF-8 JSON, but a Table Storage string property holds 32,000 characters and a queue message
-less than 64 KiB. So every place that writes a payload into the ledger or a message asks
-:meth:`PayloadStore.stored` for the form to write: the value itself while its JSON fits
-``INLINE_PAYLOAD_CHARS`` (exactly what was written before references existed, at no extra cost),
-else a *reference* ``{"$blob": "sha256:<hex>", "size": <bytes>}`` to a blob holding the value's
-canonical JSON. Every place that hands a payload to code that needs the value (an agent's handler,
-the scheduler, a resumed scheduler) asks :meth:`PayloadStore.resolve`. Nothing else knows.
+A payload may be up to ``MAX_PAYLOAD_BYTES`` of JSON, but a ledger property holds 32,000 characters
+and a queue message less than 64 KiB. So writers ask :meth:`PayloadStore.stored` for the form to
+write (the value itself while it fits inline, else a reference ``{"$blob": "sha256:<hex>", "size":
+<bytes>}``), and readers ask :meth:`PayloadStore.resolve`. Nothing else knows.
 
-The blob is content-addressed (its name is the SHA-256 of the canonical JSON), so a write is
-idempotent: a retried activity, a redelivered message or two workers with the same output upload
-the same name, ``If-None-Match: *``, and "already exists" counts as success (the existing blob's
-Last-Modified is then moved to now, one more request, so the lifecycle rule counts from the latest
-writer and never deletes a payload a newer instance still names). A resolved blob is
-checked against its digest and size, so a reference can never be answered with other content.
-Blobs are never deleted here: the container's lifecycle rule (``infra/``) deletes them a retention
-period after they were written. The shape is documented for agents in other languages in
-``docs/contracts.md``.
+The blob is content-addressed, so a write is idempotent (``If-None-Match: *``; "already exists" is
+success, and moves its Last-Modified to now so the lifecycle rule never deletes a payload a newer
+instance still names), and a resolved blob is checked against its digest and size. Blobs are
+deleted only by the container's lifecycle rule (``infra/``).
 """
 
 from __future__ import annotations
@@ -31,15 +22,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from workflow_core.ledger.entities import encode_json
 from workflow_core.ledger.model import MAX_TEXT
 
 REFERENCE_KEY = "$blob"
 SIZE_KEY = "size"
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
-# A payload whose ledger JSON is at most this long stays inline (the ledger's text property).
 INLINE_PAYLOAD_CHARS = MAX_TEXT
-# The largest payload (canonical UTF-8 JSON) any component accepts, and the default of the
-# ``MAX_PAYLOAD_BYTES`` setting (which may lower it, never raise it).
+# The largest payload any component accepts; the ``MAX_PAYLOAD_BYTES`` setting may only lower it.
 PAYLOAD_CEILING_BYTES = 1_048_576
 _CACHE_ENTRIES = 8  # resolved payloads kept per process (one step's input and output, a few steps)
 
@@ -72,13 +62,7 @@ def payload_size(value: Any) -> int:
     return len(canonical_json(value))
 
 
-def ledger_json(value: Any) -> str:
-    """The text the ledger stores for ``value`` (``workflow_core.ledger.encode_json``)."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
-
-
 def is_reference(value: Any) -> bool:
-    """Is ``value`` a blob reference (and nothing else)?"""
     return (
         isinstance(value, dict)
         and set(value) == {REFERENCE_KEY, SIZE_KEY}
@@ -94,8 +78,8 @@ def reference_to(data: bytes) -> dict[str, Any]:
 
 
 def as_stored(value: Any, inline_chars: int = INLINE_PAYLOAD_CHARS) -> Any:
-    """What :meth:`PayloadStore.stored` writes for ``value``, computed without any I/O."""
-    if value is None or is_reference(value) or len(ledger_json(value)) <= inline_chars:
+    """What :meth:`PayloadStore.stored` writes for ``value``, without I/O."""
+    if value is None or is_reference(value) or len(encode_json(value)) <= inline_chars:
         return value
     return reference_to(canonical_json(value))
 
@@ -110,10 +94,9 @@ def bounded_payload(value: Any) -> Any:
 
 
 def message_payload(value: Any) -> Any:
-    """A work message's input: a blob reference, or a value whose JSON fits a ledger property (what
-    :meth:`PayloadStore.stored` sends); a larger inline value is no message a dispatch wrote."""
+    """A work message's input: a reference, or a value that fits inline (what a dispatch sends)."""
     if not is_reference(value):
-        size = len(ledger_json(value))
+        size = len(encode_json(value))
         if size > INLINE_PAYLOAD_CHARS:
             raise ValueError(
                 f"is {size} characters as JSON inline; at most {INLINE_PAYLOAD_CHARS} (larger ones go "
@@ -127,10 +110,8 @@ def blob_name(reference: dict[str, Any]) -> str:
 
 
 class PayloadStore:
-    """Stores large payloads in one blob container and resolves references to them.
-
-    ``container`` is an ``azure.storage.blob.ContainerClient`` or a callable that makes one when
-    first needed (so a process whose payloads all stay inline never opens a blob connection)."""
+    """``container``: a ``ContainerClient``, or a callable making one when first needed (so a process
+    whose payloads all stay inline never opens a blob connection)."""
 
     def __init__(
         self,
@@ -153,20 +134,14 @@ class PayloadStore:
                 self._made = self._container() if callable(self._container) else self._container
             return self._made
 
-    # ---- limits ----------------------------------------------------------------------------------
-
     def check_size(self, value: Any, what: str) -> int:
-        """The payload's size in bytes; :class:`PayloadTooLarge` above ``max_bytes``."""
         size = payload_size(value)
         if size > self.max_bytes:
             raise PayloadTooLarge(what, size, self.max_bytes)
         return size
 
-    # ---- write -----------------------------------------------------------------------------------
-
     def stored(self, value: Any) -> Any:
-        """``value`` as the ledger and messages carry it: itself when its JSON fits inline, else a
-        reference to the blob this call made sure exists."""
+        """``value`` as the ledger and messages carry it (a reference: to a blob that now exists)."""
         kept = as_stored(value, self.inline_chars)
         if kept is value:
             return value
@@ -182,15 +157,11 @@ class PayloadStore:
         try:  # If-None-Match: * (overwrite=False): content-addressed, so an existing blob holds these bytes
             self.container.upload_blob(name, data, overwrite=False, content_settings=settings)
         except ResourceExistsError:
-            # Success; but its Last-Modified is an older writer's, and the lifecycle rule deletes a
-            # blob that many days after it: move it to now, so it outlives this writer's instance too.
+            # Success; move its Last-Modified to now, so the lifecycle rule counts from this writer.
             self.container.get_blob_client(name).set_http_headers(content_settings=settings)
 
-    # ---- read ------------------------------------------------------------------------------------
-
     def resolve(self, value: Any) -> Any:
-        """The value a reference stands for (checked against its digest and size); anything else
-        unchanged."""
+        """The value a reference stands for, checked against its digest and size."""
         if not is_reference(value):
             return value
         digest = value[REFERENCE_KEY]
@@ -214,8 +185,7 @@ class PayloadStore:
         return copy.deepcopy(resolved)
 
     def resolve_input(self, value: Any, kind: str = "work") -> Any:
-        """A work message's input, resolved: a compensation's input is ``{"input", "output"}`` of
-        the step it undoes, each of which may be a reference of its own."""
+        """A compensation's input is ``{"input", "output"}``, each of which may be a reference."""
         value = self.resolve(value)
         if kind == "compensate" and isinstance(value, dict):
             value = {k: self.resolve(v) if k in ("input", "output") else v for k, v in value.items()}

@@ -1,11 +1,9 @@
 """Where a workflow instance stands, read from the ledger: what a resumed scheduler starts from.
 
-A resume must never run a completed step again. The ledger knows which steps completed (Succeeded,
-or Skipped by an operator) and what they returned; the resumed orchestration starts after the
-longest prefix of whole stages that completed (a parallel group counts only when every member
-did), with those steps' outputs, exactly the state ``continue_as_new`` would have carried. A step
-caught in flight is not in the prefix: the resumed scheduler's dispatch finds its current attempt in
-the ledger ("already-dispatched") and asks the ledger for its outcome before anything is re-sent.
+A resume must never run a completed step again: it starts after the longest prefix of whole stages
+the ledger says completed, with their outputs, as ``continue_as_new`` would have. A step caught in
+flight is not in the prefix: the resumed dispatch finds its attempt in the ledger and asks for its
+outcome before anything is re-sent.
 """
 
 from __future__ import annotations
@@ -26,9 +24,7 @@ def resume_state(
     generation: int = 0,
     payloads: PayloadStore | None = None,
 ) -> dict[str, Any]:
-    """The ``state`` (``Progress``) a resumed ``workflow_orchestrator`` takes: position, completed
-    step ids in definition order, their outputs (values: a large one is read back from its blob,
-    ``workflow_core.payloads``), and the generation."""
+    """The ``state`` (``Progress``) a resumed ``workflow_orchestrator`` takes (outputs as values)."""
     by_id = {r.step_id: r for r in steps}
     completed: list[str] = []
     outputs: dict[str, Any] = {}
@@ -56,13 +52,8 @@ def resume_input(
     version: str | None = None,
     payloads: PayloadStore | None = None,
 ) -> dict[str, Any]:
-    """The whole input of a resumed ``workflow_orchestrator`` (its ``WorkflowStart``).
-
-    ``definition`` must be the one the instance is pinned to (``version``, from its instance
-    record): the resumed scheduler carries it on, so a resume after a new version was deployed
-    still runs the old one to its end. ``workflow_input`` may be the instance record's blob reference:
-    the resumed scheduler gets the value.
-    """
+    """The whole input of a resumed ``workflow_orchestrator``; ``definition`` must be the pinned one,
+    so a resume after a new version was deployed still runs the old one to its end."""
     if is_reference(workflow_input):
         workflow_input = (payloads or _payloads()).resolve(workflow_input)
     payload: dict[str, Any] = {"workflow": definition.name, "input": workflow_input, "epoch": epoch}
@@ -76,7 +67,6 @@ def resume_input(
 
 
 def _payloads() -> PayloadStore:
-    """The process's payload store: only a resume of an instance with a large payload needs one."""
     from workflow_core.runtime import get_services
 
     return get_services().payloads

@@ -1,9 +1,5 @@
-"""The process-wide services (settings, ledger, transport) the function bodies share.
-
-Built lazily on first use, from app settings, so importing ``function_app`` needs no storage and
-a cold start pays for connections only when a function actually runs. Tests and the durable test
-host call :func:`reset_services` after pointing the environment at their Azurite.
-"""
+"""The process-wide services (settings, ledger, transport) the function bodies share, built lazily
+so importing ``function_app`` needs no storage and a cold start connects only when a function runs."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ from workflow_core.ledger import StepLedger
 from workflow_core.payloads import PayloadStore
 from workflow_core.settings import Settings, get_settings
 from workflow_core.storage_clients import blob_container_client, table_service_client
-from workflow_core.transport import Transport
+from workflow_core.transport import Transport, create_transport
 from workflow_core.workflows.store import DefinitionStore
 
 
@@ -27,8 +23,8 @@ class Services:
 
     @cached_property
     def ledger(self) -> StepLedger:
-        storage = self.settings.ledger_connection  # LedgerStorage, else AzureWebJobsStorage
-        service = table_service_client(storage)  # connection string, or service URI + managed identity
+        storage = self.settings.ledger_connection
+        service = table_service_client(storage)
         ledger = StepLedger(
             service,
             self.settings.ledger_table,
@@ -41,13 +37,11 @@ class Services:
 
     @cached_property
     def definitions(self) -> DefinitionStore:
-        """Stored definition versions, in the ledger table (created with the ledger)."""
         return DefinitionStore(self.ledger.table_client())
 
     @cached_property
     def payloads(self) -> PayloadStore:
-        """Large payloads by reference, in a blob container of the app's storage account; the
-        container client is made (and, locally, the container created) on the first large payload."""
+        """The container client is made (and, locally, the container created) on the first large payload."""
         settings = self.settings
 
         def container() -> Any:
@@ -63,12 +57,9 @@ class Services:
 
     @cached_property
     def transport(self) -> Transport:
-        from workflow_core.transport.factory import create_transport
-
         transport = create_transport(self.settings)
         if self.settings.storage.connection_string:
-            s = self.settings
-            transport.ensure_queues(s.work_queue, s.result_queue)
+            transport.ensure_queues(self.settings.work_queue, self.settings.result_queue)
         return transport
 
     def close(self) -> None:

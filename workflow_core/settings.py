@@ -1,9 +1,5 @@
-"""Every app setting the code reads, in one typed place.
-
-Functions apps get their configuration as environment variables (app settings in Azure,
-``local.settings.json`` under ``func start``). Reading them here, once, with a clear error that
-names the missing or malformed setting, beats a ``KeyError`` deep inside a trigger at 3 a.m.
-"""
+"""Every app setting the code reads, in one typed place: read once, with an error that names the
+missing or malformed setting, rather than a ``KeyError`` deep inside a trigger at 3 a.m."""
 
 from __future__ import annotations
 
@@ -23,11 +19,9 @@ class TransportKind(StrEnum):
     STORAGE_QUEUE = "storage-queue"
 
 
-# Connection setting *prefixes*. The Functions host resolves a binding's ``connection`` either
-# as a plain setting (a connection string) or as ``<prefix>__<property>`` (identity-based).
+# Connection setting *prefixes*: a connection string, or ``<prefix>__<property>`` (identity-based).
 STORAGE_CONNECTION = "AzureWebJobsStorage"
-# The ledger's own storage account (optional): apart from the Durable task hub's, so the two do not
-# share one account's transaction budget (docs/capacity.md). Unset: the ledger uses AzureWebJobsStorage.
+# The ledger's own account (optional), so it does not share the task hub's transaction budget.
 LEDGER_STORAGE_CONNECTION = "LedgerStorage"
 # Connection prefixes that may be left unset (the code then falls back to another connection).
 OPTIONAL_CONNECTIONS = frozenset({LEDGER_STORAGE_CONNECTION})
@@ -71,16 +65,12 @@ class Settings:
     max_compensation_restarts: int = 3
     max_scheduler_terminations: int = 2
     ledger_storage: StorageConnection | None = None  # None: the ledger lives in ``storage``
-    # True: the ledger's transactions go through the SDK's own $batch codec (LEDGER_TRANSACTION_CODEC=sdk)
-    ledger_sdk_transactions: bool = False
-    # Payloads (workflow and step inputs, step outputs) up to this many bytes of JSON; larger ones
-    # above the ledger's inline limit go to this blob container by reference (workflow_core.payloads).
+    ledger_sdk_transactions: bool = False  # LEDGER_TRANSACTION_CODEC=sdk
     max_payload_bytes: int = 1_048_576
     payload_container: str = "sas-payloads"
 
     @property
     def ledger_connection(self) -> StorageConnection:
-        """Where the ledger's tables live: ``LedgerStorage`` if set, else ``AzureWebJobsStorage``."""
         return self.ledger_storage or self.storage
 
 
@@ -162,10 +152,7 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    if value is None or value.strip() == "":
-        return None
-    return value.strip()
+    return (env.get(name) or "").strip() or None
 
 
 def _default(name: str) -> str:
@@ -214,20 +201,18 @@ def _table_name(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _queue_name(env: Mapping[str, str], name: str) -> str:
+def _queue_name(env: Mapping[str, str], name: str, kind: str = "queue") -> str:
     value = _get(env, name) or _default(name)
     ok = 3 <= len(value) <= 63 and value == value.lower() and "--" not in value
-    ok = ok and value[0].isalnum() and value[-1].isalnum()
-    ok = ok and all(c.isalnum() or c == "-" for c in value)
+    ok = ok and value[0].isalnum() and value[-1].isalnum() and all(c.isalnum() or c == "-" for c in value)
     if not ok:
         raise SettingsError(
-            f"{name}={value!r} is not a valid queue name (3-63 lowercase letters, digits, single dashes)"
+            f"{name}={value!r} is not a valid {kind} name (3-63 lowercase letters, digits, single dashes)"
         )
     return value
 
 
 def _connection_string(env: Mapping[str, str], prefix: str) -> StorageConnection | None:
-    """``<prefix>`` as a connection string (``UseDevelopmentStorage=true``: Azurite), if set."""
     conn = _get(env, prefix)
     if conn is None:
         return None
@@ -245,8 +230,7 @@ def _service_uri(env: Mapping[str, str], prefix: str, service: str) -> str | Non
 
 
 def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION) -> StorageConnection:
-    by_string = _connection_string(env, prefix)
-    if by_string is not None:
+    if by_string := _connection_string(env, prefix):
         return by_string
     table_uri = _service_uri(env, prefix, "table")
     queue_uri = _service_uri(env, prefix, "queue")
@@ -267,9 +251,8 @@ def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION)
 def ledger_storage_connection(
     env: Mapping[str, str], prefix: str = LEDGER_STORAGE_CONNECTION
 ) -> StorageConnection | None:
-    """The ledger's own account (tables only), or None when no ``LedgerStorage`` setting is given."""
-    by_string = _connection_string(env, prefix)
-    if by_string is not None:
+    """The ledger's own account (tables only), if set."""
+    if by_string := _connection_string(env, prefix):
         return by_string
     table_uri = _service_uri(env, prefix, "table")
     if table_uri is None:
@@ -336,13 +319,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ledger_storage=ledger_storage_connection(env),
         ledger_sdk_transactions=_transaction_codec(env) == "sdk",
         max_payload_bytes=_max_payload_bytes(env),
-        payload_container=_container_name(env, "PAYLOAD_CONTAINER_NAME"),
+        payload_container=_queue_name(env, "PAYLOAD_CONTAINER_NAME", "blob container"),
     )
 
 
-# The Durable Task Scheduler refuses messages over ~1 MiB and has no large-payload offload for Python
-# workers, while the scheduler's own messages carry values (the workflow input and the outputs a
-# generation needs, docs/deploy.md "Payload sizes differ"): the door must refuse what it cannot carry.
+# The Durable Task Scheduler has no large-payload offload for Python workers, and the scheduler's
+# messages carry values (docs/deploy.md): the door must refuse what it cannot carry.
 DTS_MAX_PAYLOAD_BYTES = 262_144
 
 
@@ -356,18 +338,6 @@ def _max_payload_bytes(env: Mapping[str, str]) -> int:
     return value
 
 
-def _container_name(env: Mapping[str, str], name: str) -> str:
-    value = _get(env, name) or _default(name)
-    ok = 3 <= len(value) <= 63 and value == value.lower() and "--" not in value
-    ok = ok and value[0].isalnum() and value[-1].isalnum() and all(c.isalnum() or c == "-" for c in value)
-    if not ok:
-        raise SettingsError(
-            f"{name}={value!r} is not a valid blob container name "
-            "(3-63 lowercase letters, digits, single dashes)"
-        )
-    return value
-
-
 def _transaction_codec(env: Mapping[str, str]) -> str:
     raw = (_get(env, "LEDGER_TRANSACTION_CODEC") or _default("LEDGER_TRANSACTION_CODEC")).lower()
     if raw not in ("own", "sdk"):
@@ -377,5 +347,5 @@ def _transaction_codec(env: Mapping[str, str]) -> str:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """Settings of this process, read once. Tests that change the environment call ``cache_clear``."""
+    """Read once; tests that change the environment call ``cache_clear``."""
     return load_settings()

@@ -1,26 +1,13 @@
-"""Every Azure Storage client of the app (tables, queues) is built here, with one HTTP transport setup.
+"""Every Azure Storage client of the app is built here, with one HTTP transport setup.
 
-Why one place:
+* **No environment lookups per request**: ``requests`` with ``trust_env`` re-reads the proxy
+  variables, ``NO_PROXY`` and ``~/.netrc`` on *every* call; here they are resolved once per client
+  (a change needs a restart, like every other app setting).
+* **A hook for tests and benchmarks** (:func:`add_transport_hook`) wraps the transport of every
+  client built while registered, e.g. to count requests; none is registered in production.
 
-* **No environment lookups per request.** ``requests`` with ``trust_env`` on (the SDK's default)
-  re-reads the proxy variables, ``NO_PROXY`` and ``~/.netrc`` on *every* call. Here the transport
-  resolves them once, when the client is built, for that client's endpoint: ``HTTP(S)_PROXY`` /
-  ``NO_PROXY`` and ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` keep working, read at construction;
-  a change to them needs a new client (a restart), like every other app setting.
-* **A hook for tests and benchmarks** (:func:`add_transport_hook`): a function that wraps the
-  transport of every client built while it is registered, e.g. to count the requests an operation
-  makes (``devtools.request_counter``). With no hook registered nothing is wrapped, so it costs
-  nothing in production.
-
-Connection strings (Azurite, shared keys) and identity-based construction (service URIs plus a
-managed identity) both go through :func:`table_service_client` / :func:`queue_service_client`.
-
-Table clients are :class:`workflow_core.table_transactions.TransactionTableClient`: the SDK's
-``TableClient`` with entity-group transactions encoded without the ``email`` package (a ledger
-write then costs about a third of the SDK's client CPU; why and how in that module).
-:func:`table_client` builds one for a table; :func:`transaction_table_client` one that shares a
-``TableServiceClient``'s pipeline and transport (what ``service.get_table_client(name)`` returns,
-with the fast transactions).
+Table clients are ``TransactionTableClient`` (``table_transactions.py``: transactions at a third of
+the SDK's client CPU).
 """
 
 from __future__ import annotations
@@ -42,12 +29,8 @@ _hooks_lock = threading.Lock()
 
 
 class ResolvedEnvTransport(RequestsTransport):
-    """The SDK's ``requests`` transport with the environment read once, for one endpoint.
-
-    ``trust_env`` is off on its session, so ``requests`` skips its per-call proxy, ``NO_PROXY`` and
-    ``.netrc`` lookups; the proxies for ``endpoint`` (honouring ``NO_PROXY``) and a custom CA bundle
-    are resolved from the environment when the session is made and set on it explicitly.
-    """
+    """The SDK's ``requests`` transport with ``trust_env`` off and the environment's proxies (for
+    ``endpoint``, honouring ``NO_PROXY``) and CA bundle set on the session once."""
 
     def __init__(self, endpoint: str | None = None, **kwargs: Any) -> None:
         kwargs["use_env_settings"] = False
@@ -65,7 +48,6 @@ class ResolvedEnvTransport(RequestsTransport):
 
 
 def add_transport_hook(hook: TransportHook) -> None:
-    """Wrap the transport of every storage client built from now on with ``hook`` (tests, benchmarks)."""
     with _hooks_lock:
         _hooks.append(hook)
 
@@ -77,7 +59,6 @@ def remove_transport_hook(hook: TransportHook) -> None:
 
 
 def storage_transport(endpoint: str | None) -> HttpTransport:
-    """A fresh transport for one client (a client closes its transport when it is closed)."""
     transport: HttpTransport = ResolvedEnvTransport(endpoint)
     with _hooks_lock:
         hooks = list(_hooks)
@@ -102,44 +83,36 @@ def _credential(storage: StorageConnection) -> Any:
     return DefaultAzureCredential(managed_identity_client_id=storage.client_id)
 
 
+def _client(
+    cls: Any, storage: StorageConnection, service: str, uri: str | None, credential: Any, *args: Any
+) -> Any:
+    """``cls`` from the connection string, or from the service URI and an identity."""
+    if storage.connection_string:
+        endpoint = _endpoint_from_connection_string(storage.connection_string, service)
+        return cls.from_connection_string(
+            storage.connection_string, *args, transport=storage_transport(endpoint)
+        )
+    return cls(uri, *args, credential=credential or _credential(storage), transport=storage_transport(uri))
+
+
 def table_service_client(storage: StorageConnection, credential: Any = None) -> Any:
-    """A ``TableServiceClient`` from a connection string, or from the table service URI + an identity."""
     from azure.data.tables import TableServiceClient
 
-    if storage.connection_string:
-        endpoint = _endpoint_from_connection_string(storage.connection_string, "Table")
-        return TableServiceClient.from_connection_string(
-            storage.connection_string, transport=storage_transport(endpoint)
-        )
-    return TableServiceClient(
-        endpoint=storage.table_service_uri,
-        credential=credential or _credential(storage),
-        transport=storage_transport(storage.table_service_uri),
-    )
+    return _client(TableServiceClient, storage, "Table", storage.table_service_uri, credential)
 
 
 def table_client(storage: StorageConnection, table_name: str, credential: Any = None) -> Any:
-    """A ``TableClient`` (:class:`TransactionTableClient`) for one table, from a connection string or
-    from the table service URI + an identity (same settings as :func:`table_service_client`)."""
+    """A ``TransactionTableClient`` for one table."""
     from workflow_core.table_transactions import TransactionTableClient
 
-    if storage.connection_string:
-        endpoint = _endpoint_from_connection_string(storage.connection_string, "Table")
-        return TransactionTableClient.from_connection_string(
-            storage.connection_string, table_name, transport=storage_transport(endpoint)
-        )
-    return TransactionTableClient(
-        endpoint=storage.table_service_uri,
-        table_name=table_name,
-        credential=credential or _credential(storage),
-        transport=storage_transport(storage.table_service_uri),
+    return _client(
+        TransactionTableClient, storage, "Table", storage.table_service_uri, credential, table_name
     )
 
 
 def transaction_table_client(service: Any, table_name: str) -> Any:
-    """``service.get_table_client(table_name)`` as a :class:`TransactionTableClient`: it shares the
-    ``TableServiceClient``'s policies and transport (closing it leaves the service's transport open),
-    exactly as the SDK's ``get_table_client`` (azure-data-tables 12.7.0) builds its ``TableClient``."""
+    """``service.get_table_client(table_name)`` as a ``TransactionTableClient``, built exactly as the
+    SDK's (azure-data-tables 12.7.0): sharing the service's policies and transport."""
     from azure.core.pipeline import Pipeline
     from azure.data.tables._base_client import TransportWrapper
 
@@ -175,23 +148,11 @@ def queue_service_client_from_uri(queue_service_uri: str, credential: Any) -> An
 
 
 def blob_container_client(storage: StorageConnection, container: str, credential: Any = None) -> Any:
-    """A ``ContainerClient`` for ``container``: from the connection string, or from the blob service URI
-    (``<prefix>__blobServiceUri`` or ``__accountName``) + an identity, like the table and queue clients."""
     from azure.storage.blob import ContainerClient
 
-    if storage.connection_string:
-        endpoint = _endpoint_from_connection_string(storage.connection_string, "Blob")
-        return ContainerClient.from_connection_string(
-            storage.connection_string, container, transport=storage_transport(endpoint)
-        )
-    if not storage.blob_service_uri:
+    if not storage.connection_string and not storage.blob_service_uri:
         raise SettingsError(
             "a payload needs Blob Storage: set AzureWebJobsStorage__blobServiceUri (or __accountName) "
             "for the managed identity"
         )
-    return ContainerClient(
-        account_url=storage.blob_service_uri,
-        container_name=container,
-        credential=credential or _credential(storage),
-        transport=storage_transport(storage.blob_service_uri),
-    )
+    return _client(ContainerClient, storage, "Blob", storage.blob_service_uri, credential, container)

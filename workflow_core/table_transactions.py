@@ -1,29 +1,16 @@
 """Entity-group transactions without the ``email`` package: a ``TableClient`` with its own $batch codec.
 
-Why: every ledger state change is one entity-group transaction, and the SDK (azure-data-tables
-12.7.0, azure-core 1.41.0) writes the multipart/mixed OData ``$batch`` body with ``email.generator``
-(``set_multipart_mixed``/``prepare_multipart_body``, sub-request policies in a ``ThreadPoolExecutor``)
-and reads the answer with ``email.parser`` (``HttpResponse.parts()``, another thread pool). On
-Azurite, with the app's transport, a ledger-shaped 3-operation transaction costs 3.2-3.9 ms client
-CPU through the SDK (a single upsert: 0.65-0.8 ms) and 0.9-1.15 ms through this client.
+Why: every ledger state change is one transaction, and the SDK (azure-data-tables 12.7.0) writes and
+reads the multipart ``$batch`` bodies with ``email.generator``/``email.parser`` in thread pools: on
+Azurite a ledger-shaped 3-operation transaction costs 3.2-3.9 ms client CPU through the SDK, 0.9-1.15
+ms through this client.
 
-What stays the SDK's: ``submit_transaction``, so ``TableBatchOperations`` builds the sub-requests
-(entity serialization, EDM types, If-Match, validation); ``StorageHeadersPolicy`` stamps each; the
-one POST goes through the client's pipeline (SharedKey or bearer token, retries, request id, its
-transport: ``storage_clients`` hooks see one request per transaction); errors come from the SDK's
-``_decode_error`` fed the object the SDK builds for a failing part (``http.client``), so
-``TableTransactionError``/``RequestTooLargeError`` carry the same status, code, message, ``index``.
-Ours are the bytes: :func:`encode_transaction` writes what azure-core writes (``changeset_<uuid>``/
-``batch_<uuid>``, ``Content-ID``s, parts as ``http.client`` serializes them, line breaks as
-``email.generator`` normalises them); :func:`decode_transaction_response` delimits parts as
-``email.feedparser`` does and reads status and ``ETag`` of plain parts itself, others via ``http.client``.
-
-Pinned: this overrides the SDK's private ``_batch_send(table_name, *reqs, **kwargs)``;
-tests/storage/test_table_transactions_encoding.py fails if its signature, its source or the SDK
-versions change (then re-check parity). Not identical, for malformed answers only: no delimiter,
-no boundary, or a base64/quoted-printable part raise ``ValueError`` here (the SDK returns ``[]``,
-raises ``AttributeError`` or decodes). Sub-requests with a streamed body (never built by
-``TableBatchOperations``) go through the SDK's ``_batch_send``.
+Only the bytes are ours: the SDK still builds and validates the sub-requests, the one POST goes
+through the client's pipeline (auth, retries, transport hooks), and errors come from the SDK's own
+``_decode_error``, so ``TableTransactionError`` carries the same status, code and ``index``. This
+overrides the SDK's private ``_batch_send``; tests/storage/test_table_transactions_encoding.py fails
+if its signature, its source or the SDK versions change. Unlike the SDK, a malformed answer (no
+delimiter or boundary, a base64/quoted-printable part) raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -44,8 +31,6 @@ from azure.data.tables import RequestTooLargeError, TableClient, TableTransactio
 from azure.data.tables._error import _decode_error, _validate_tablename_error
 from azure.data.tables._policies import StorageHeadersPolicy
 
-# ---- encoding: what http.client + email.generator write for azure-core ------------------------------
-
 _BODY_METHODS = frozenset({"PATCH", "POST", "PUT"})  # http.client adds "Content-Length: 0" without a body
 _URL_CONTROL = re.compile("[\x00-\x20\x7f]")
 _METHOD_CONTROL = re.compile("[\x00-\x1f]")
@@ -58,10 +43,8 @@ _PART_HEADER = (
 
 
 def serialize_request(request: HttpRequest) -> bytes | None:
-    """One sub-request as ``application/http``: what azure-core's ``http.client``-based serializer
-    writes (request line with the full URL; ``Content-Length`` first when it adds one; the headers
-    in order, without ``Host``/``Accept-Encoding``; a blank line; the body), with its checks.
-    ``None``: a shape this codec leaves to the SDK (streamed body, chunked, odd header value types)."""
+    """One sub-request as ``application/http``, byte for byte what azure-core's ``http.client``-based
+    serializer writes, with its checks; ``None``: a shape left to the SDK (streamed, chunked...)."""
     body = request.content
     if body is not None and not isinstance(body, str | bytes):
         return None
@@ -103,8 +86,7 @@ def serialize_request(request: HttpRequest) -> bytes | None:
 def encode_transaction(
     requests: Sequence[HttpRequest], batch_boundary: str, changeset_boundary: str
 ) -> bytes | None:
-    """The ``$batch`` body azure-core writes for one changeset of ``requests`` (``None``: see
-    :func:`serialize_request`)."""
+    """The ``$batch`` body azure-core writes for one changeset of ``requests``."""
     changeset = changeset_boundary.encode("ascii")
     parts = []
     for index, request in enumerate(requests):
@@ -123,8 +105,6 @@ def encode_transaction(
     opening = b"--" + batch + b"\r\nContent-Type: multipart/mixed; boundary=" + changeset + b"\r\n\r\n"
     return opening + body + b"\r\n--" + batch + b"--\r\n"
 
-
-# ---- decoding: delimited as email.feedparser does, parts read like http.client ----------------------
 
 _PARAMS = re.compile(r'(?:[^;"]|"(?:[^"\\]|\\.)*")+')
 _MIME_FIELD = re.compile(rb"([\x21-\x39\x3b-\x7e]*):")
@@ -294,11 +274,8 @@ def _too_large(response: Any) -> Exception:
     )
 
 
-# ---- the client ----------------------------------------------------------------------------------
-
-
 class TransactionTableClient(TableClient):
-    """``azure.data.tables.TableClient`` whose transactions use the codec above (see the module doc)."""
+    """``TableClient`` whose transactions use the codec above."""
 
     def _batch_send(self, table_name: str, *reqs: HttpRequest, **kwargs: Any) -> list[Mapping[str, Any]]:
         headers_policy = StorageHeadersPolicy()  # what the SDK runs on every sub-request (x-ms-date, Date)

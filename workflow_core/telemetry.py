@@ -1,27 +1,9 @@
-"""Telemetry of the pattern: step metrics, recoveries, compensations, dead letters and custom events.
+"""What the roles record: step metrics, recoveries, compensations, dead letters and custom events.
 
-What the roles record; the instruments and their export are in ``workflow_core/telemetry_instruments.py``.
-
-Four signals per recovery action (:func:`record_recovery`), all carrying the same fields:
-
-* the OpenTelemetry counter ``sas.recoveries`` with the attributes ``action``, ``outcome`` and
-  ``workflow`` (low cardinality, so it can be charted and alerted on: the infrastructure's alert
-  rules query ``sas.recoveries`` by ``action``, and ``sas.compensation_failures``);
-* a span event ``sas.recovery`` on the current span (the watchdog's recovery span of that step), with
-  every field;
-* a log record on the logger ``sas.supervisor`` whose ``extra`` fields (instance, step, attempt,
-  action, outcome, workflow and any further attributes) become ``customDimensions`` of the
-  ``traces`` row in Application Insights;
-* the custom event ``sas.recovery`` with the same fields (``customEvents`` in Application Insights).
-
-When a compensation ends failed (``outcome="compensation_failed"``) the counter
-``sas.compensation_failures`` is incremented as well: a step needs an operator.
-
-Custom events (:func:`emit_event`) are log records on the logger ``sas.events`` carrying the attribute
-``microsoft.custom_event.name``, which the Azure Monitor exporter sends to ``customEvents`` (not
-``traces``): ``sas.recovery`` (every recovery action), ``sas.instance_stalled`` (the watchdog found an
-instance whose scheduler missed its deadline) and ``sas.message_dead_lettered``. The alerts and the
-workbook in ``infra/`` query these events; docs/operations.md has the KQL.
+A recovery action gives four signals with the same fields: the counter ``sas.recoveries`` (low
+cardinality, for charts and alerts), a span event, a ``sas.supervisor`` log record and the custom
+event ``sas.recovery``. Custom events are log records the Azure Monitor exporter sends to
+``customEvents``; the alerts and workbook in ``infra/`` query them (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -39,21 +21,16 @@ INSTANCE_STALLED_EVENT = "sas.instance_stalled"
 DEAD_LETTER_EVENT = "sas.message_dead_lettered"
 EVENTS_LOGGER_NAME = "sas.events"
 
-# The log-record attribute the Azure Monitor exporter turns into a customEvents row (its
-# _MICROSOFT_CUSTOM_EVENT_NAME in azure.monitor.opentelemetry.exporter._constants).
+# The attribute the Azure Monitor exporter turns into a customEvents row.
 CUSTOM_EVENT_ATTRIBUTE = "microsoft.custom_event.name"
-# OpenTelemetry attribute names used on the instruments and events.
 ERROR_TYPE = "error.type"
 ERROR_TYPE_OTHER = "_OTHER"  # the semantic conventions' fallback when the error class is unknown
 DESTINATION = "messaging.destination.name"
 
-# Outcome vocabulary. Actions are free-form names chosen by the recovering component (the watchdog's
-# are listed in docs/supervisor.md); outcomes are one of these.
-OUTCOME_OK = "ok"  # the action was carried out
-OUTCOME_ERROR = "error"  # the action was attempted and failed (it will be retried)
+OUTCOME_OK = "ok"
+OUTCOME_ERROR = "error"  # the action failed (it will be retried)
 OUTCOME_COMPENSATION_FAILED = "compensation_failed"  # a compensator gave up: needs an operator
 
-# Outcomes of a step attempt (sas.step.duration / sas.step.attempts) and of a compensation.
 STEP_SUCCEEDED = "succeeded"
 STEP_FAILED = "failed"
 STEP_TIMED_OUT = "timed_out"
@@ -91,31 +68,15 @@ def record_recovery(
     error_type: str | None = None,
     **attrs: Any,
 ) -> None:
-    """Count one recovery action and describe it (span event, ``sas.supervisor`` log record and the
-    custom event ``sas.recovery``).
-
-    ``action``: what was done (``resend``, ``fail_step``, ``start_compensation``...). ``outcome``:
-    ``ok``, ``error`` or ``compensation_failed`` (see the ``OUTCOME_*`` constants). ``workflow`` is the
-    third counter dimension, and a failed outcome adds ``error.type`` (``error_type``, e.g. an
-    exception class name; ``_OTHER`` when not given); every other keyword lands only in the span
-    event, the log record and the custom event (keep high-cardinality values such as ids out of
-    metric dimensions).
-    """
+    """Count one recovery action (``sas.recoveries``) and describe it (span event, log record, custom
+    event); keywords beyond the counter's dimensions stay out of metrics (high cardinality)."""
     instruments = current()
-    dimensions = {"action": action, "outcome": outcome, "workflow": workflow or "unknown"}
-    if outcome != OUTCOME_OK:
-        dimensions[ERROR_TYPE] = error_type or ERROR_TYPE_OTHER
-    instruments.recovery.add(1, dimensions)
+    workflow = workflow or "unknown"
+    failure = {ERROR_TYPE: error_type or ERROR_TYPE_OTHER} if outcome != OUTCOME_OK else {}
+    instruments.recovery.add(1, {"action": action, "outcome": outcome, "workflow": workflow, **failure})
     if outcome == OUTCOME_COMPENSATION_FAILED:
-        instruments.compensation_failed.add(1, {"workflow": workflow or "unknown"})
-        instruments.compensations.add(
-            1,
-            {
-                "workflow": workflow or "unknown",
-                "outcome": OUTCOME_COMPENSATION_FAILED,
-                ERROR_TYPE: error_type or ERROR_TYPE_OTHER,
-            },
-        )
+        instruments.compensation_failed.add(1, {"workflow": workflow})
+        instruments.compensations.add(1, {"workflow": workflow, "outcome": outcome, **failure})
 
     fields: dict[str, Any] = {
         "instance_id": instance_id,
@@ -123,7 +84,7 @@ def record_recovery(
         "attempt": attempt,
         "action": action,
         "outcome": outcome,
-        "workflow": workflow or "unknown",
+        "workflow": workflow,
         **attrs,
     }
     event_attributes = {f"sas.{k}": _attribute_value(v) for k, v in fields.items() if v is not None}
@@ -158,9 +119,8 @@ def record_compensation_failed(
     error_type: str | None = None,
     **attrs: Any,
 ) -> None:
-    """A compensator gave up (the step is now CompensationFailed): counts ``sas.compensation_failures``
-    and ``sas.compensations`` with outcome ``compensation_failed`` (do not also call
-    :func:`record_compensation_finished` for it)."""
+    """Counts ``sas.compensation_failures`` and ``sas.compensations``: do not also call
+    :func:`record_compensation_finished`."""
     record_recovery(
         instance_id,
         step_id,
@@ -172,9 +132,6 @@ def record_compensation_failed(
         error_type=error_type,
         **attrs,
     )
-
-
-# ---- metrics of the pattern's normal path ----------------------------------------------------
 
 
 def _outcome_dimensions(workflow: str, step: str, outcome: str, error_type: str | None) -> dict[str, str]:
@@ -194,15 +151,8 @@ def record_step_finished(
     attempts: int | None = None,
     error_type: str | None = None,
 ) -> None:
-    """An attempt of a step ended: ``outcome`` is ``succeeded``, ``failed`` or ``timed_out``
-    (``STEP_*``); ``error_type`` names the failure's class (an exception class name, a dead-letter
-    reason; ``timeout`` is the default for ``timed_out``, ``_OTHER`` otherwise).
-
-    ``duration_s``: how long the agent worked on this attempt -> ``sas.step.duration``.
-    ``attempts``: pass it only when this outcome is final for the step (it succeeded, or failed with
-    no retry left) -> ``sas.step.attempts``. ``step`` is the step's name in the workflow definition
-    (low cardinality), never an instance id.
-    """
+    """``attempts``: only when the outcome is final for the step; ``step`` is the definition's step
+    name (low cardinality), never an id."""
     instruments = current()
     dimensions = _outcome_dimensions(workflow, step, outcome, error_type)
     if duration_s is not None:
@@ -214,17 +164,14 @@ def record_step_finished(
 def record_dispatch_started(
     workflow: str, step: str, *, dispatched_at: datetime, started_at: datetime
 ) -> float:
-    """An agent started a step that was dispatched at ``dispatched_at`` (read it from the ledger, not
-    from the message): records the queue wait in ``sas.step.queue_wait.duration`` and returns it in
-    seconds (negative clock skew counts as 0)."""
+    """Record the queue wait (``dispatched_at`` from the ledger, not the message); skew counts as 0."""
     wait = max(0.0, (started_at - dispatched_at).total_seconds())
     current().queue_wait.record(wait, {"workflow": workflow or "unknown", "step": step})
     return wait
 
 
 def record_compensation_finished(workflow: str) -> None:
-    """A step's compensation succeeded: counts ``sas.compensations`` with outcome ``compensated`` (a
-    failed compensation is counted by :func:`record_compensation_failed`)."""
+    """A failed compensation is counted by :func:`record_compensation_failed` instead."""
     current().compensations.add(1, {"workflow": workflow or "unknown", "outcome": COMPENSATED})
 
 
@@ -237,9 +184,7 @@ def record_dead_letter(
     step_id: str | None = None,
     **attrs: Any,
 ) -> None:
-    """A message reached the dead-letter queue of ``queue`` (the live queue's name): counts
-    ``sas.dead_lettered_messages`` (``error.type`` = the dead-letter reason) and emits the custom
-    event ``sas.message_dead_lettered`` with the ids."""
+    """``queue``: the live queue's name; ``error.type`` is the dead-letter reason."""
     current().dead_lettered.add(
         1,
         {DESTINATION: queue, "workflow": workflow or "unknown", ERROR_TYPE: reason or ERROR_TYPE_OTHER},
@@ -255,26 +200,16 @@ def record_dead_letter(
     )
 
 
-# ---- custom events ------------------------------------------------------------------------------------
-
-
 def emit_event(event_name: str, /, **attributes: Any) -> None:
-    """Emit the custom event ``event_name`` (``customEvents`` in Application Insights).
-
-    A log record on the logger ``sas.events`` carrying ``microsoft.custom_event.name``: the Azure Monitor
-    exporter sends such a record as an event named after that attribute, with the other attributes as
-    ``customDimensions``. ``None`` values are dropped; non-primitive values are sent as text. Keep the
-    attributes small: ids, names, outcomes.
-    """
+    """A log record on ``sas.events`` carrying ``microsoft.custom_event.name``, which the Azure Monitor
+    exporter sends to ``customEvents``. ``None`` values are dropped; keep the attributes small."""
     extra: dict[str, Any] = {_log_key(k): _attribute_value(v) for k, v in attributes.items() if v is not None}
     extra[CUSTOM_EVENT_ATTRIBUTE] = event_name
     events_log.info(event_name, extra=extra)
 
 
 def record_instance_stalled(instance_id: str, *, workflow: str | None, action: str, **attrs: Any) -> None:
-    """The watchdog found an instance whose scheduler missed its deadline and did ``action`` about it
-    (resume, compensate, ...): the custom event ``sas.instance_stalled`` the stalled-instances alert
-    counts."""
+    """Counted by the stalled-instances alert."""
     emit_event(
         INSTANCE_STALLED_EVENT,
         workflow=workflow or "unknown",

@@ -1,30 +1,8 @@
-"""The pattern's instruments, the names they go by, and the providers they report to.
-
-Instruments (OpenTelemetry names in the project's ``sas.`` namespace; failures carry ``error.type``, the
-OpenTelemetry attribute for a low-cardinality error class, ``_OTHER`` when the caller has none). Per the
-OpenTelemetry naming rules, counters of discrete things are plural (``sas.recoveries``, not the event's
-name ``sas.recovery``), gauges and histograms are not:
-
-==================================  =========  ==============  ========================================
-name                                kind       unit            attributes
-==================================  =========  ==============  ========================================
-``sas.step.duration``               histogram  ``s``           workflow, step, outcome (+ error.type)
-``sas.step.attempts``               histogram  ``{attempt}``   workflow, step, outcome (+ error.type)
-``sas.step.queue_wait.duration``    histogram  ``s``           workflow, step
-``sas.work.in_flight``              gauge      ``{item}``      (workflow), from a caller's callback (the
-                                                               app's: workflow_core/ledger_gauges.py)
-``sas.instance.overdue``            gauge      ``{instance}``  (workflow), from a caller's callback
-``sas.recoveries``                  counter    ``{action}``    action, outcome, workflow (+ error.type)
-``sas.compensation_failures``       counter    ``{step}``      workflow
-``sas.compensations``               counter    ``{step}``      workflow, outcome (+ error.type)
-``sas.dead_lettered_messages``      counter    ``{message}``   messaging.destination.name, workflow,
-                                                               error.type (the dead-letter reason)
-==================================  =========  ==============  ========================================
+"""The pattern's instruments, their names, and the providers they report to (the table of
+instruments is in docs/operations.md).
 
 Nothing is exported unless :func:`configure_telemetry` found ``APPLICATIONINSIGHTS_CONNECTION_STRING``:
-without it the OpenTelemetry API's no-op providers swallow the signals (logs still go to the normal
-Python logging handlers, which the Functions host forwards). Tests install real SDK providers with
-:func:`use_providers`.
+without it the OpenTelemetry API's no-op providers swallow the signals.
 """
 
 from __future__ import annotations
@@ -76,7 +54,7 @@ _instruments: Instruments | None = None
 _meter_provider: metrics.MeterProvider | None = None
 _tracer_provider: trace.TracerProvider | None = None
 _configured = False
-# Callbacks of the observable gauges, set by register_ledger_gauges (None = nothing observed).
+# Callbacks of the observable gauges, set by register_ledger_gauges.
 _gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {
     WORK_IN_FLIGHT_GAUGE: None,
     INSTANCES_OVERDUE_GAUGE: None,
@@ -86,16 +64,8 @@ _gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {
 def _build(
     meter_provider: metrics.MeterProvider | None, tracer_provider: trace.TracerProvider | None
 ) -> Instruments:
-    meter = (
-        meter_provider.get_meter(INSTRUMENTATION_NAME)
-        if meter_provider is not None
-        else metrics.get_meter(INSTRUMENTATION_NAME)
-    )
-    tracer = (
-        tracer_provider.get_tracer(INSTRUMENTATION_NAME)
-        if tracer_provider is not None
-        else trace.get_tracer(INSTRUMENTATION_NAME)
-    )
+    meter = (meter_provider or metrics.get_meter_provider()).get_meter(INSTRUMENTATION_NAME)
+    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(INSTRUMENTATION_NAME)
     instruments = Instruments(
         recovery=meter.create_counter(
             RECOVERY_COUNTER,
@@ -171,8 +141,7 @@ def current() -> Instruments:
     global _instruments
     with _lock:
         if _instruments is None:
-            # The API's global providers are proxies until an SDK provider is installed, so
-            # instruments made here start exporting as soon as configure_telemetry() runs.
+            # The global providers are proxies: these instruments export once configure_telemetry runs.
             _instruments = _build(_meter_provider, _tracer_provider)
         return _instruments
 
@@ -181,10 +150,7 @@ def use_providers(
     meter_provider: metrics.MeterProvider | None = None,
     tracer_provider: trace.TracerProvider | None = None,
 ) -> None:
-    """Send the pattern's signals to these providers instead of the global ones (``None``: global).
-
-    For tests (the SDK's in-memory readers/exporters) and embedders that manage their own providers.
-    """
+    """Send the pattern's signals to these providers instead of the global ones (tests, embedders)."""
     global _instruments, _meter_provider, _tracer_provider
     with _lock:
         _meter_provider = meter_provider
@@ -193,18 +159,14 @@ def use_providers(
 
 
 def tracer() -> trace.Tracer:
-    """The tracer recovery spans (e.g. a watchdog tick) should be started with."""
     return current().tracer
 
 
 def configure_telemetry(settings: Settings | None = None) -> bool:
     """Export to Application Insights if ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set; once per process.
 
-    Returns True when Azure Monitor is (now or already) configured, False when nothing is exported.
-    Only the ``sas`` loggers are exported as ``traces`` (the recovery records of ``sas.supervisor`` and
-    any other ``sas.*`` logger; the Functions host already forwards ordinary logs, so exporting the root
-    logger as well would duplicate them). ``settings`` defaults to reading the environment variable
-    directly, so it works before the other settings are valid.
+    Only the ``sas`` loggers are exported: the Functions host already forwards ordinary logs.
+    Without ``settings`` it reads the environment, so it works before the other settings are valid.
     """
     global _configured
     connection_string = (
@@ -230,11 +192,7 @@ def configure_telemetry(settings: Settings | None = None) -> bool:
 
 
 def _entra_credential() -> Any:
-    """The managed identity to authenticate telemetry with, when the app settings name one.
-
-    ``APPLICATIONINSIGHTS_AUTHENTICATION_STRING=Authorization=AAD;ClientId=<id>`` (what infra/ sets)
-    or ``AZURE_CLIENT_ID``; None when neither is set (local runs with a key-based resource).
-    """
+    """The managed identity ``APPLICATIONINSIGHTS_AUTHENTICATION_STRING`` or ``AZURE_CLIENT_ID`` names."""
     auth = os.environ.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING") or ""
     parts = dict(p.split("=", 1) for p in auth.split(";") if "=" in p)
     client_id = parts.get("ClientId") or os.environ.get("AZURE_CLIENT_ID")
@@ -246,8 +204,7 @@ def _entra_credential() -> Any:
 
 
 def configure_telemetry_from_env() -> bool:
-    """:func:`configure_telemetry` from the environment alone (for ``function_app`` at import time,
-    when the other settings may not be valid yet)."""
+    """For ``function_app`` at import time, when the other settings may not be valid yet."""
     return configure_telemetry(None)
 
 
@@ -262,10 +219,8 @@ def register_ledger_gauges(
 ) -> None:
     """Feed the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue``.
 
-    Each callback is called at every metric export (once a minute by default) on the exporter's
-    thread: it must be cheap (a cached count, a count kept by the watchdog's last tick, never a table
-    scan) and return a number, or ``{workflow: number}``. ``None`` stops observing. A callback that
-    raises is logged and skipped. This module never reads the ledger itself.
+    Each callback runs at every metric export on the exporter's thread: it must be cheap (a cached
+    count, never a table scan) and return a number or ``{workflow: number}``; ``None`` stops observing.
     """
     with _lock:
         _gauge_sources[WORK_IN_FLIGHT_GAUGE] = in_flight

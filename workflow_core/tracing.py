@@ -1,26 +1,12 @@
 """W3C trace context carried as data across the pattern's hops, so one workflow instance is one trace.
 
-Why data and not ambient context: a step crosses processes and time (HTTP start -> orchestration ->
-dispatch activity -> work queue -> agent -> result queue -> result handler -> the orchestration's next
-dispatch), and the orchestrator may not read anything ambient (replay must be deterministic). So the
-context travels the way the work does:
-
-* HTTP start: a span ``sas.workflow.start`` (child of the host's request span when there is one, else
-  of the request's ``traceparent`` header); its context goes into the orchestration input (``trace``)
-  and the instance record.
-* orchestrators: copy ``trace`` from their input into each dispatch activity's input (plain data).
-* dispatch activity: a PRODUCER span ``send <queue>`` under that context; its own context is written to
-  the step row (``TraceParent``/``TraceState``, in the write the dispatch makes anyway) and every work
-  message built from the row carries it as the application properties ``traceparent``/``tracestate``
-  (Service Bus application properties; the JSON envelope's ``application_properties`` on Storage
-  Queues). A watchdog re-send builds the same message from the same row: the same context.
-* worker: a CONSUMER span ``process <queue>`` under the message's context; the result message carries
-  the worker span's context; the result handler's CONSUMER span is its child.
-* watchdog: a recovery span per step or instance it handles, in the tick's own trace, with a span
-  *link* (not a parent) to the context the ledger row holds.
-
-The context is observability data only: nothing decides anything from it. Anything read back (from a
-message, an input or a ledger row) is validated and dropped when malformed; no function here raises.
+Data, not ambient context: a step crosses processes and time (start, orchestration, dispatch, work
+queue, agent, result queue, result handler), and the orchestrator may read nothing ambient (replay
+must be deterministic). So the context travels with the work: in the orchestration input, on the
+step row (``TraceParent``/``TraceState``) and as the messages' ``traceparent``/``tracestate``
+properties; a watchdog re-send builds the same message from the same row, and its recovery spans
+*link* to the row's context. Observability only: nothing decides on it; anything read back is
+validated and dropped when malformed; no function here raises.
 """
 
 from __future__ import annotations
@@ -55,21 +41,20 @@ RECOVERY_SPAN = "sas.watchdog.recover"
 
 
 def clean(value: Any) -> dict[str, str]:
-    """The valid W3C fields of ``value`` (a dict with ``traceparent`` and maybe ``tracestate``), or {}."""
+    """The valid W3C fields of ``value``, or {}."""
     if not isinstance(value, Mapping):
         return {}
-    parent = value.get(TRACEPARENT)
-    if isinstance(parent, bytes):
-        parent = parent.decode("ascii", errors="replace")
+    parent, state = (_text(value.get(key)) for key in (TRACEPARENT, TRACESTATE))
     if not isinstance(parent, str) or not _TRACEPARENT.match(parent.strip()):
         return {}
     carrier = {TRACEPARENT: parent.strip()}
-    state = value.get(TRACESTATE)
-    if isinstance(state, bytes):
-        state = state.decode("ascii", errors="replace")
     if isinstance(state, str) and state.strip() and len(state) <= _MAX_TRACESTATE:
         carrier[TRACESTATE] = state.strip()
     return carrier
+
+
+def _text(value: Any) -> Any:
+    return value.decode("ascii", errors="replace") if isinstance(value, bytes) else value
 
 
 def current() -> dict[str, str]:
@@ -84,12 +69,11 @@ def current() -> dict[str, str]:
 
 
 def from_fields(trace_parent: str | None, trace_state: str | None = None) -> dict[str, str]:
-    """A carrier from the ledger's ``trace_parent``/``trace_state`` fields."""
     return clean({TRACEPARENT: trace_parent, TRACESTATE: trace_state})
 
 
 def ledger_fields(carrier: Any) -> dict[str, str | None]:
-    """``trace_parent``/``trace_state`` keyword arguments for a ledger write ({} when nothing to keep)."""
+    """``trace_parent``/``trace_state`` keyword arguments for a ledger write."""
     valid = clean(carrier)
     if not valid:
         return {}
@@ -97,7 +81,6 @@ def ledger_fields(carrier: Any) -> dict[str, str | None]:
 
 
 def span_context(carrier: Any) -> trace.SpanContext | None:
-    """The remote span context ``carrier`` names, or None."""
     valid = clean(carrier)
     if not valid:
         return None
@@ -109,7 +92,6 @@ def span_context(carrier: Any) -> trace.SpanContext | None:
 
 
 def links(*carriers: Any) -> list[Link]:
-    """Span links to each valid carrier (the watchdog's recovery spans link to the step's trace)."""
     found = [span_context(c) for c in carriers]
     return [Link(ctx) for ctx in found if ctx is not None]
 
@@ -123,8 +105,7 @@ def span(
     attributes: Mapping[str, Any] | None = None,
     link_to: list[Link] | None = None,
 ) -> Iterator[trace.Span]:
-    """Start ``name`` as the current span, as a child of ``parent`` (a carrier) when it is valid,
-    else of whatever span is current. Attribute values that are None are left out."""
+    """Start ``name`` as the current span, a child of ``parent`` (a carrier) when it is valid."""
     remote = span_context(parent)
     ctx = trace.set_span_in_context(trace.NonRecordingSpan(remote)) if remote is not None else None
     attrs = {k: v for k, v in (attributes or {}).items() if v is not None}
@@ -135,22 +116,19 @@ def span(
 
 
 def has_current_span() -> bool:
-    """Is a valid span current (e.g. the Functions host's invocation span, when the worker's
-    OpenTelemetry integration set it)?"""
+    """Is a valid span current (e.g. the Functions host's, with the worker's OpenTelemetry on)?"""
     return trace.get_current_span(otel_context.get_current()).get_span_context().is_valid
 
 
 def message_properties(carrier: Any) -> dict[str, str]:
-    """The application properties that carry ``carrier`` on a message ({} when it is not valid)."""
+    """The application properties that carry ``carrier`` on a message."""
     return clean(carrier)
 
 
 def messaging_attributes(
     transport: Any, queue: str, operation: str, message_id: str | None
 ) -> dict[str, Any]:
-    """OpenTelemetry messaging attributes of a send/process span (``transport``: the settings'
-    ``TransportKind``; Service Bus is ``servicebus`` in the conventions, Storage Queues have no
-    registered value)."""
+    """Messaging attributes of a send/process span (Storage Queues have no registered system value)."""
     system = (
         "servicebus" if str(getattr(transport, "value", transport)) == "servicebus" else "azure.storage.queue"
     )
@@ -172,9 +150,7 @@ def consumer_span(
     parent: Any,
     **extra: Any,
 ) -> Any:
-    """The CONSUMER span of a message handler (worker, result handler, dead-letter handler): a child
-    of the message's own trace context, with the messaging attributes and the step the body names
-    (``sas.instance_id``, ``sas.step_id``, ``sas.attempt``) plus ``extra`` as ``sas.<key>``."""
+    """The CONSUMER span of a message handler, a child of the message's trace context."""
     fields = body if isinstance(body, dict) else {}
     return span(
         name,

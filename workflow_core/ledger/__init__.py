@@ -1,5 +1,6 @@
 """The step ledger: what every step is, who owns it, its status and its deadline, guarded by ETags."""
 
+from workflow_core.ledger.entities import decode_json, encode_json
 from workflow_core.ledger.errors import (
     ConcurrencyConflict,
     IllegalInstanceTransition,
@@ -13,10 +14,8 @@ from workflow_core.ledger.errors import (
     StepsAlreadyExist,
 )
 from workflow_core.ledger.instance import (
-    INSTANCE_ROW,
     INSTANCE_TRANSITIONS,
     SUPERVISED_INSTANCE_STATUSES,
-    TERMINAL_INSTANCE_STATUSES,
     UNVERSIONED,
     InstanceRecord,
     InstanceStatus,
@@ -26,24 +25,20 @@ from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
     ATTENTION_STATUSES,
     DEADLINE_STATUSES,
-    TERMINAL_STATUSES,
     AuditEntry,
     NewStep,
     StepRecord,
     StepStatus,
 )
-from workflow_core.ledger.store import LedgerStats, StepLedger, decode_json, encode_json
+from workflow_core.ledger.store import StepLedger
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
     "ATTENTION_STATUSES",
     "DEADLINE_STATUSES",
-    "INSTANCE_ROW",
     "INSTANCE_TRANSITIONS",
     "MAX_STEPS_WITH_INSTANCE",
     "SUPERVISED_INSTANCE_STATUSES",
-    "TERMINAL_INSTANCE_STATUSES",
-    "TERMINAL_STATUSES",
     "UNVERSIONED",
     "AuditEntry",
     "ConcurrencyConflict",
@@ -57,7 +52,6 @@ __all__ = [
     "InstanceStatus",
     "InvalidLedgerInput",
     "LedgerError",
-    "LedgerStats",
     "NewStep",
     "StepLedger",
     "StepNotFound",

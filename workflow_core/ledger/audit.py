@@ -1,28 +1,22 @@
-"""The audit trail: one row per recorded move of a step, in the step's own partition.
-
-Its own module because the trail has its own key format and its own read, and because every write
-path (step creation, transitions, instance changes, notes) must build its audit row the same way:
-in the same entity-group transaction as the change it describes, so the trail never misses or
-invents a move. Mixed into :class:`workflow_core.ledger.StepLedger`.
-"""
+"""The audit trail: one row per recorded move of a step, in the step's own partition, built the
+same way by every write path, in the transaction of the change it describes."""
 
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from workflow_core import clock
-from workflow_core.ledger.entities import _deadline_key, _nonce
-from workflow_core.ledger.model import AuditEntry, validate_instance_id
+from workflow_core.ledger.entities import _deadline_key, _nonce, entity_values, to_entity
+from workflow_core.ledger.model import AuditEntry, entity_properties, validate_instance_id
 
 AUDIT_PREFIX = "~audit~"
 _AUDIT_SEQUENCE = itertools.count()
+_FIELDS = entity_properties(AuditEntry, keys={"instance_id"})  # AuditEntry field -> entity property
 
 
 class AuditTrailMixin:
-    """Audit rows of :class:`~workflow_core.ledger.StepLedger`: building them, notes, the trail."""
-
     @staticmethod
     def _audit_entity(
         instance_id: str,
@@ -35,24 +29,12 @@ class AuditTrailMixin:
         reason: str,
         at: datetime,
     ) -> dict[str, Any]:
-        entity: dict[str, Any] = {
-            "PartitionKey": instance_id,
-            # time, then this process's write order (many moves can share a timestamp, e.g. on a
-            # virtual clock), then a nonce so two processes never collide
-            "RowKey": f"{AUDIT_PREFIX}{_deadline_key(at)}~{next(_AUDIT_SEQUENCE):012d}~{_nonce()}",
-            "StepId": step_id,
-            "At": at,
-            "Actor": actor,
-            "Action": action,
-            "Reason": reason[:4000],
-        }
-        if from_status is not None:
-            entity["FromStatus"] = from_status
-        if to_status is not None:
-            entity["ToStatus"] = to_status
-        if attempt is not None:
-            entity["Attempt"] = attempt
-        return entity
+        entry = AuditEntry(**{**locals(), "reason": reason[:4000]})  # the parameters are its fields
+        # time, then this process's write order (many moves can share a timestamp, e.g. on a virtual
+        # clock), then a nonce so two processes never collide
+        return to_entity(
+            entry, f"{AUDIT_PREFIX}{_deadline_key(at)}~{next(_AUDIT_SEQUENCE):012d}~{_nonce()}", _FIELDS
+        )
 
     def note(
         self,
@@ -65,7 +47,7 @@ class AuditTrailMixin:
         attempt: int | None = None,
         status: str | None = None,
     ) -> None:
-        """Append an audit row that records a decision without changing the step (e.g. a late result)."""
+        """Record a decision that changes no step (e.g. a late result)."""
         validate_instance_id(instance_id)
         self._steps.create_entity(
             self._audit_entity(
@@ -74,24 +56,13 @@ class AuditTrailMixin:
         )
 
     def audit_trail(self, instance_id: str) -> list[AuditEntry]:
-        """Every recorded move of the instance's steps, oldest first."""
         validate_instance_id(instance_id)
         entities = self._steps.query_entities(
             "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",
             parameters={"pk": instance_id, "lo": AUDIT_PREFIX, "hi": AUDIT_PREFIX + "~"},
         )
-        entries = [
-            AuditEntry(
-                instance_id=e["PartitionKey"],
-                step_id=e["StepId"],
-                at=e["At"] if e["At"].tzinfo else e["At"].replace(tzinfo=UTC),
-                actor=e["Actor"],
-                action=e["Action"],
-                from_status=e.get("FromStatus"),
-                to_status=e.get("ToStatus"),
-                attempt=e.get("Attempt"),
-                reason=e.get("Reason", ""),
-            )
+        rows = (
+            AuditEntry.model_validate({"instance_id": e["PartitionKey"], **entity_values(e, _FIELDS)})
             for e in entities
-        ]
-        return sorted(entries, key=lambda a: a.at)
+        )
+        return sorted(rows, key=lambda a: a.at)

@@ -1,17 +1,12 @@
-"""The deadline index: the steps' rows in the index table, the watchdog's only way to find them.
-
-Its own module because the index is a second table with its own rules (see ``store.py`` for the order
-of writes on a deadline change): retiring rows (at once, or deferred and batched per partition),
-reading the overdue ones and the operator's inbox, and counting live work. Mixed into
-:class:`workflow_core.ledger.StepLedger`; the step rows' writes that create index rows stay there.
-"""
+"""The deadline index: the steps' rows in the index table, the watchdog's only way to find them
+(the order of writes on a deadline change: ``store.py``)."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -34,15 +29,11 @@ _DEFERRED: ContextVar[list[str] | None] = ContextVar("deferred_index_deletes", d
 
 
 class DeadlineIndexMixin:
-    """Deadline-index rows of :class:`~workflow_core.ledger.StepLedger`: retiring them and reading them."""
-
     @contextlib.contextmanager
     def deferred_index_deletes(self):
-        """Collect the index rows retired inside, and delete them on the way out in one batch per
-        index partition (the watchdog: one request per partition per tick instead of one per step;
-        the worker: after its reply is sent, off the step's critical path).
-        Follows ``asyncio.to_thread`` (a context variable). A crash before the flush leaves stray
-        rows, which ``overdue`` removes when they fall due."""
+        """Delete the index rows retired inside on the way out, one batch per partition (off the
+        critical path; one request per partition, not per step). A crash before the flush leaves
+        stray rows, which ``overdue`` removes when they fall due."""
         pending: list[str] = []
         token = _DEFERRED.set(pending)
         try:
@@ -59,7 +50,6 @@ class DeadlineIndexMixin:
             self._delete_index_row(index_key)
 
     def _delete_index_rows(self, keys: Sequence[str]) -> None:
-        """Delete index rows, batched per partition; rows already gone are fine."""
         by_partition: dict[str, list[str]] = {}
         for key in dict.fromkeys(k for k in keys if has_own_row(k)):
             partition, _, row = key.partition("|")
@@ -90,12 +80,8 @@ class DeadlineIndexMixin:
             log.warning("could not delete deadline-index row %s: %s", index_key, exc)
 
     def overdue(self, now: datetime, limit: int = 100) -> list[StepRecord]:
-        """Steps whose deadline is at or before ``now``, earliest first, at most ``limit`` (with a
-        limit, whole earlier minutes come first; within one minute the shards are read in turn).
-
-        Reads only index rows in buckets up to ``now`` (never the step table at large), then one point
-        read per candidate to verify it; stray index rows found on the way are deleted.
-        """
+        """Steps due by ``now``, earliest first, at most ``limit``: reads only index rows in buckets up
+        to ``now``, then verifies each against its step; stray index rows are deleted."""
         now = require_aware(now, "now")
         if limit < 1:
             raise InvalidLedgerInput(f"limit must be >= 1, got {limit}")
@@ -129,17 +115,23 @@ class DeadlineIndexMixin:
     def needing_attention(self, limit: int = 100) -> list[StepRecord]:
         """Steps no automation will move on from (CompensationFailed): the operator's inbox."""
         self.stats.queries += 1
-        result: list[StepRecord] = []
+
+        def read(row: Any) -> StepRecord | None:
+            with contextlib.suppress(StepNotFound):
+                return self.get(row["InstanceId"], row["StepId"])
+            return None
+
+        return self._inbox(ATTENTION_PARTITION, limit, read)
+
+    def _inbox(self, partition: str, limit: int, read: Callable[[Any], Any]) -> list[Any]:
+        """The records an attention partition's rows name; a row its record no longer names is deleted."""
+        result: list[Any] = []
         for row in self._index.query_entities(
-            "PartitionKey eq @p", parameters={"p": ATTENTION_PARTITION}, results_per_page=limit
+            "PartitionKey eq @p", parameters={"p": partition}, results_per_page=limit
         ):
             key = f"{row['PartitionKey']}|{row['RowKey']}"
-            try:
-                record = self.get(row["InstanceId"], row["StepId"])
-            except StepNotFound:
-                self._delete_index_row(key)
-                continue
-            if record.index_key != key:
+            record = read(row)
+            if record is None or record.index_key != key:
                 self._delete_index_row(key)
                 continue
             result.append(record)
@@ -148,11 +140,9 @@ class DeadlineIndexMixin:
         return result
 
     def count_in_flight(self, cap: int = 5000) -> int:
-        """Work in flight the watchdog watches, counted from the deadline index (index rows only, one
-        column, at most ``cap``): steps Dispatched or Running with a row of their own, plus supervised
-        instances (whose row watches their steps, ``watch.py``, so the steps themselves are not
-        counted). What the ``sas.work.in_flight`` gauge reads; it grows with live work, not with
-        history, and is never used for a decision."""
+        """Work in flight the watchdog watches (the ``sas.work.in_flight`` gauge; never decided on):
+        steps Dispatched or Running with a row of their own, plus supervised instances (their row
+        watches their steps), from index rows only, at most ``cap``."""
         # Two range queries, not one with "or": an "or" across partition ranges makes the service
         # scan the whole table, the operators' listing partition (one row per instance ever) included.
         ranges = (
@@ -175,5 +165,5 @@ class DeadlineIndexMixin:
         return counted
 
     def index_rows(self) -> list[dict[str, Any]]:
-        """Every deadline-index row (for consistency checks in tests and the operator CLI; a full scan)."""
+        """Every deadline-index row (consistency checks; a full scan)."""
         return [dict(e, _key=f"{e['PartitionKey']}|{e['RowKey']}") for e in self._index.list_entities()]

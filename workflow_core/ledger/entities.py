@@ -1,53 +1,23 @@
-"""How a step row is stored: the StepRecord <-> Table Storage entity mapping and the key formats.
-
-Its own module because every part of :class:`~workflow_core.ledger.StepLedger` (creation, writes,
-reads, the deadline index, the audit trail) and the benchmarks that seed rows directly must map a step
-the same way; keeping the mapping in one place keeps them from drifting apart.
-"""
+"""How ledger rows are stored: the record <-> Table Storage entity mapping and the key formats, in
+one place so every part of the ledger (and the benchmarks that seed rows) maps a row the same way."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
-from workflow_core.ledger.model import StepRecord, StepStatus
+from azure.core import MatchConditions
+from azure.data.tables import UpdateMode
+
+from workflow_core.ledger.model import StepRecord, entity_properties
 
 MAX_BATCH = 100  # Table Storage limit per entity-group transaction
 
-# StepRecord field -> entity property
-_FIELDS = {
-    "workflow_name": "WorkflowName",
-    "workflow_version": "WorkflowVersion",
-    "step_name": "StepName",
-    "sequence": "Sequence",
-    "agent": "Agent",
-    "compensator": "Compensator",
-    "status": "Status",
-    "owner": "Owner",
-    "attempt": "Attempt",
-    "max_attempts": "MaxAttempts",
-    "deadline": "Deadline",
-    "heartbeat_timeout_seconds": "HeartbeatTimeoutSeconds",
-    "last_heartbeat": "LastHeartbeat",
-    "created_at": "CreatedAt",
-    "updated_at": "UpdatedAt",
-    "completed_at": "CompletedAt",
-    "resent_at": "ResentAt",
-    "last_error": "LastError",
-    "non_retryable": "NonRetryable",
-    "compensation_status": "CompensationStatus",
-    "compensation_attempt": "CompensationAttempt",
-    "input_ref": "InputRef",
-    "result_ref": "ResultRef",
-    "orchestration_id": "OrchestrationId",
-    "index_key": "IndexKey",
-    "completion_seq": "CompletionSeq",
-    "attempt_token": "AttemptToken",
-    "trace_parent": "TraceParent",
-    "trace_state": "TraceState",
-}
+# StepRecord field -> entity property (the field's name in CamelCase)
+_FIELDS = entity_properties(StepRecord, keys={"instance_id", "step_id"})
 _MUTABLE = set(_FIELDS) - {
     "workflow_name",
     "workflow_version",
@@ -59,14 +29,32 @@ _MUTABLE = set(_FIELDS) - {
 }
 
 
-def _to_entity(record: StepRecord) -> dict[str, Any]:
-    entity: dict[str, Any] = {"PartitionKey": record.instance_id, "RowKey": record.step_id}
-    for field, prop in _FIELDS.items():
+def to_entity(record: Any, row_key: str, fields: dict[str, str]) -> dict[str, Any]:
+    """``record`` as an entity of its instance's partition (``fields``: record field -> property)."""
+    entity: dict[str, Any] = {"PartitionKey": record.instance_id, "RowKey": row_key}
+    for field, prop in fields.items():
         value = getattr(record, field)
-        if value is None:
-            continue  # absent property = None; Table Storage has no null
-        entity[prop] = value.value if isinstance(value, StepStatus) else value
+        if value is not None:  # absent property = None; Table Storage has no null
+            entity[prop] = value.value if isinstance(value, Enum) else value
     return entity
+
+
+def _to_entity(record: StepRecord) -> dict[str, Any]:
+    return to_entity(record, record.step_id, _FIELDS)
+
+
+def if_match_update(entity: dict[str, Any], etag: str | None, *, merge: bool) -> tuple:
+    """A transaction's If-Match update of ``entity``: a merge when the row is known, not read
+    (``known_rows.py``), else a replace."""
+    return (
+        "update",
+        entity,
+        {
+            "mode": UpdateMode.MERGE if merge else UpdateMode.REPLACE,
+            "etag": etag,
+            "match_condition": MatchConditions.IfNotModified,
+        },
+    )
 
 
 def entity_values(entity: Any, fields: dict[str, str]) -> dict[str, Any]:
@@ -88,10 +76,6 @@ def entity_values(entity: Any, fields: dict[str, str]) -> dict[str, Any]:
 def _from_entity(entity: Any) -> StepRecord:
     keys = {"instance_id": entity["PartitionKey"], "step_id": entity["RowKey"]}
     return StepRecord.model_validate({**keys, **entity_values(entity, _FIELDS)})
-
-
-def _bucket(deadline: datetime) -> str:
-    return deadline.astimezone(UTC).strftime("%Y%m%d%H%M")
 
 
 def _deadline_key(deadline: datetime) -> str:

@@ -8,11 +8,12 @@ class LedgerError(Exception):
 
 
 class InvalidLedgerInput(LedgerError):
-    """Bad input (malformed id, naive datetime, unknown status...); the message says what is wrong.
+    """Bad input; not a ``ValueError``, so pydantic does not fold it into a ValidationError."""
 
-    Deliberately not a ``ValueError``: pydantic would fold it into a generic ValidationError, and
-    callers (the HTTP API, the CLI) want this exact type and message.
-    """
+
+def _illegal_move(subject: str, current: str, requested: str, allowed: list[str]) -> str:
+    allowed_text = ", ".join(allowed) if allowed else "none (terminal status)"
+    return f"{subject} cannot move {current} -> {requested}; allowed from {current}: {allowed_text}"
 
 
 class StepNotFound(LedgerError, LookupError):
@@ -24,13 +25,7 @@ class StepNotFound(LedgerError, LookupError):
 
 class IllegalTransition(LedgerError):
     def __init__(self, instance_id: str, step_id: str, current: str, requested: str, allowed: list[str]):
-        allowed_text = ", ".join(allowed) if allowed else "none (terminal status)"
-        super().__init__(
-            f"step {step_id!r} of {instance_id!r} cannot move {current} -> {requested}; "
-            f"allowed from {current}: {allowed_text}"
-        )
-        self.current = current
-        self.requested = requested
+        super().__init__(_illegal_move(f"step {step_id!r} of {instance_id!r}", current, requested, allowed))
 
 
 class ConcurrencyConflict(LedgerError):
@@ -66,23 +61,12 @@ class InstanceAlreadyExists(LedgerError):
 
 class IllegalInstanceTransition(LedgerError):
     def __init__(self, instance_id: str, current: str, requested: str, allowed: list[str]) -> None:
-        allowed_text = ", ".join(allowed) if allowed else "none (terminal status)"
-        super().__init__(
-            f"workflow instance {instance_id!r} cannot move {current} -> {requested}; "
-            f"allowed from {current}: {allowed_text}"
-        )
+        super().__init__(_illegal_move(f"workflow instance {instance_id!r}", current, requested, allowed))
         self.instance_id = instance_id
-        self.current = current
-        self.requested = requested
-        self.allowed = allowed
 
 
 class InstanceConflict(ConcurrencyConflict):
-    """Someone else updated the instance record since it was read: re-read and re-decide.
-
-    A subclass of :class:`ConcurrencyConflict`, so every ``retry_on_conflict`` loop that re-reads a
-    step re-reads its instance record too.
-    """
+    """A subclass, so every ``retry_on_conflict`` loop that re-reads a step re-reads its instance too."""
 
     def __init__(self, instance_id: str) -> None:
         LedgerError.__init__(

@@ -1,9 +1,4 @@
-"""Heartbeats: a step's deadline moved on from the storage service's clock, never a writer's.
-
-Its own module because the service's time needs its own read (the ``Date`` header and the row's
-``Timestamp`` of a point read) and its own reasoning about clocks; only heartbeats use it. Mixed into
-:class:`workflow_core.ledger.StepLedger`.
-"""
+"""Heartbeats: a step's deadline moved on from the storage service's clock, never a writer's."""
 
 from __future__ import annotations
 
@@ -26,8 +21,6 @@ from workflow_core.ledger.model import (
 
 
 class HeartbeatMixin:
-    """Deadline extension of :class:`~workflow_core.ledger.StepLedger` on the service's clock."""
-
     def extend_deadline(
         self,
         record: StepRecord,
@@ -38,13 +31,9 @@ class HeartbeatMixin:
         allow_earlier: bool = False,
         now: datetime | None = None,
     ) -> StepRecord:
-        """Heartbeat: the deadline becomes *trusted now* + ``seconds`` (see :meth:`trusted_now`), so a
-        step that is still making progress is not overdue, whatever the heartbeating machine's clock says.
-        A deadline already later than that is kept (nothing written) unless ``allow_earlier``.
-
-        ``now``: the service's time of the read that returned ``record``
-        (:meth:`get_with_service_time`), which spares :meth:`trusted_now` its own read.
-        Raises :class:`ConcurrencyConflict` if the step changed since ``record`` was read.
+        """The deadline becomes *trusted now* + ``seconds``, whatever the heartbeating machine's clock
+        says; a later deadline is kept unless ``allow_earlier``. ``now``: the service's time of the read
+        that returned ``record`` (:meth:`get_with_service_time`), sparing :meth:`trusted_now` a read.
         """
         if not isinstance(seconds, int | float) or seconds != seconds or abs(seconds) > 10 * 365 * 86400:
             raise InvalidLedgerInput(f"extend by {seconds!r}: expected a finite number of seconds")
@@ -68,13 +57,9 @@ class HeartbeatMixin:
         )
 
     def trusted_now(self, record: StepRecord) -> datetime:
-        """The time deadlines are computed from: the storage service's clock, never a writer's.
-
-        Read from the service's answer to a point read of ``record``'s row: the later of its ``Date``
-        header (whole seconds) and the row's service-written ``Timestamp``. Both are at or before the
-        service's true time, by at most a second plus the request's latency. Under a virtual clock
-        (tests, the durable test host) the virtual clock stands in for the service's. Raises
-        :class:`ConcurrencyConflict` if the row no longer has ``record``'s ETag.
+        """The storage service's time: the later of a point read's ``Date`` header (whole seconds) and
+        the row's service-written ``Timestamp``, both at most a second plus latency behind the truth.
+        A virtual clock stands in for it. Raises :class:`ConcurrencyConflict` if the row changed.
         """
         if clock.is_virtual():
             return clock.utcnow()
@@ -84,8 +69,7 @@ class HeartbeatMixin:
         return now
 
     def get_with_service_time(self, instance_id: str, step_id: str) -> tuple[StepRecord, datetime]:
-        """A point read of the step, and the storage service's time of its answer (see
-        :meth:`trusted_now`; the virtual clock's time under a virtual clock)."""
+        """A point read of the step, and the storage service's time of its answer."""
         validate_instance_id(instance_id)
         validate_step_id(step_id)
         headers: dict[str, str] = {}
@@ -108,7 +92,6 @@ class HeartbeatMixin:
 
 
 def _http_date(text: str | None) -> datetime | None:
-    """An HTTP ``Date`` header as an aware UTC datetime (``None`` if absent or unreadable)."""
     if not text:
         return None
     try:

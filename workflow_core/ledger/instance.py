@@ -1,12 +1,9 @@
 """What a workflow instance is in the ledger: its status machine and its record.
 
-Steps say what each piece of remote work is doing; the instance record says what the *scheduler*
-promised. It lives in the instance's partition next to its steps (RowKey :data:`INSTANCE_ROW`), so a
-scheduler activity changes it in the same entity-group transaction as the step it moves, at no
-extra round trip. Its ``scheduler_deadline`` is the time by which the scheduler promised to move the
-workflow on; the watchdog finds an instance whose scheduler died (between steps, before it ever
-started, or in a failed orchestration) when that deadline passes, and resumes or compensates it by
-the workflow's ``on_scheduler_lost`` policy.
+The instance record says what the *scheduler* promised: its ``scheduler_deadline`` is when it will
+have moved the workflow on, so the watchdog finds a dead scheduler (between steps, before it ever
+started) when it passes. It lives next to its steps (RowKey :data:`INSTANCE_ROW`), so it changes in
+the same entity-group transaction as the step that moves the workflow.
 """
 
 from __future__ import annotations
@@ -17,12 +14,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workflow_core.ledger.errors import InvalidLedgerInput
-from workflow_core.ledger.model import MAX_TEXT, AwareDatetime, validate_instance_id
+from workflow_core.ledger.model import AwareDatetime, LedgerText, entity_properties, validate_instance_id
 
 # RowKey of the instance record: '~' sorts after every step id (so step listings, ``RowKey lt '~'``,
 # never see it) and 'i' after 'a' (so the audit range ``~audit~ .. ~audit~~`` never sees it either).
 INSTANCE_ROW = "~instance"
-# Placeholder until definitions are versioned: every instance says which version it runs on.
 UNVERSIONED = "unversioned"
 
 SchedulerLostPolicy = Literal["resume", "compensate"]
@@ -89,7 +85,7 @@ class InstanceRecord(BaseModel):
     updated_at: AwareDatetime = None
     completed_at: AwareDatetime = None
     business_key: str | None = None
-    outcome: str | None = None  # JSON: {"status", "failed_step", "error"} once settled
+    outcome: LedgerText = None  # JSON: {"status", "failed_step", "error"} once settled
     resume_count: int = Field(default=0, ge=0)
     # restarts of its compensation by the watchdog since an operator last acted (MAX_COMPENSATION_RESTARTS)
     compensation_restarts: int = Field(default=0, ge=0)
@@ -99,9 +95,9 @@ class InstanceRecord(BaseModel):
     stalls: int = Field(default=0, ge=0)  # watchdog looks that found a live scheduler not moving
     completions: int = Field(default=0, ge=0)  # completed steps so far: the completion sequence
     needs_attention: bool = False
-    attention_reason: str | None = None
-    last_error: str | None = None
-    input_ref: str | None = None  # JSON of the workflow input (validated at the door)
+    attention_reason: LedgerText = None
+    last_error: LedgerText = None
+    input_ref: LedgerText = None  # JSON of the workflow input (validated at the door)
     index_key: str | None = None  # "<partition>|<row>" of its deadline-index row
     # W3C trace context of the HTTP start (workflow_core.tracing): observability only.
     trace_parent: str | None = None
@@ -113,15 +109,6 @@ class InstanceRecord(BaseModel):
     def _instance(cls, v: str) -> str:
         return validate_instance_id(v)
 
-    @field_validator("input_ref", "outcome", "last_error", "attention_reason")
-    @classmethod
-    def _size(cls, v: str | None) -> str | None:
-        if v is not None and len(v) > MAX_TEXT:
-            raise InvalidLedgerInput(
-                f"text of {len(v)} characters exceeds the ledger's {MAX_TEXT}-character limit per field"
-            )
-        return v
-
     @property
     def supervised(self) -> bool:
         return self.status in SUPERVISED_INSTANCE_STATUSES
@@ -130,32 +117,6 @@ class InstanceRecord(BaseModel):
         return self.supervised and self.scheduler_deadline is not None and self.scheduler_deadline <= now
 
 
-# InstanceRecord field -> entity property
-INSTANCE_FIELDS = {
-    "workflow": "Workflow",
-    "version": "Version",
-    "status": "InstanceStatus",
-    "orchestration_id": "OrchestrationId",
-    "generation": "Generation",
-    "owner": "Owner",
-    "started_at": "StartedAt",
-    "updated_at": "UpdatedAt",
-    "completed_at": "CompletedAt",
-    "business_key": "BusinessKey",
-    "outcome": "Outcome",
-    "resume_count": "ResumeCount",
-    "compensation_restarts": "CompensationRestarts",
-    "max_resumes": "MaxResumes",
-    "on_scheduler_lost": "OnSchedulerLost",
-    "scheduler_deadline": "SchedulerDeadline",
-    "stalls": "Stalls",
-    "completions": "Completions",
-    "needs_attention": "NeedsAttention",
-    "attention_reason": "AttentionReason",
-    "last_error": "LastError",
-    "input_ref": "InputRef",
-    "index_key": "IndexKey",
-    "trace_parent": "TraceParent",
-    "trace_state": "TraceState",
-}
+# InstanceRecord field -> entity property (the field's name in CamelCase)
+INSTANCE_FIELDS = {**entity_properties(InstanceRecord, keys={"instance_id"}), "status": "InstanceStatus"}
 INSTANCE_MUTABLE = set(INSTANCE_FIELDS) - {"workflow", "started_at", "status", "input_ref"}

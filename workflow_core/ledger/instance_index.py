@@ -1,17 +1,15 @@
-"""Where an instance record's deadline-index row is, and where it must go after a change.
+"""Where an instance record's deadline-index row is, and where it must go after a change (pure).
 
-Pure functions over two versions of a record (no I/O), shared by the instance's own writes
-(``instance_store.py``), the step writes that carry it (``store.py``) and the watch rules
-(``watch.py``). An instance row lives in a partition of its own kind, ``i<YYYYMMDDHHMM>-<shard>``
-(``i`` sorts after every digit, so the steps' range query never reads it), and has to fall due *no
-later* than the scheduler's promise and than the deadline of every step it watches; the hot path
-moves it only when it must fall due earlier (``instance_store.py`` says why).
+An instance row lives in partitions ``i<YYYYMMDDHHMM>-<shard>`` (``i`` sorts after every digit, so
+the steps' range query never reads it) and must fall due *no later* than the scheduler's promise and
+every watched step's deadline; the hot path moves it only when it must fall due earlier.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from workflow_core.ledger.entities import _deadline_key
 from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance import (
     ATTENTION_INSTANCE_STATUSES,
@@ -23,10 +21,6 @@ INSTANCE_INDEX_PREFIX = "i"
 INSTANCE_ATTENTION_PARTITION = "attention-instances"
 
 
-def _time_key(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-
-
 def index_row_time(index_key: str | None) -> datetime | None:
     """When an instance's deadline-index row falls due (None for no row or an attention row)."""
     if not index_key or not index_key.startswith(INSTANCE_INDEX_PREFIX):
@@ -36,18 +30,15 @@ def index_row_time(index_key: str | None) -> datetime | None:
 
 
 def _parked(record: InstanceRecord) -> bool:
-    """Running or Compensating, flagged for an operator and promised nothing: the watchdog gave up on
-    it (a recovery budget spent), so its row is in the operators' inbox, not the deadline index."""
+    """Supervised but flagged and promised nothing (a recovery budget spent): in the operators' inbox."""
     return record.needs_attention and record.scheduler_deadline is None
 
 
 def plan_instance_index(
     current: InstanceRecord, updated: InstanceRecord, nonce: str, due_by: datetime | None = None
 ) -> tuple[str, str] | None:
-    """The new index row ``updated`` needs, or None when its current row (or none) will do.
-
-    ``due_by``: the deadline of a step the same transaction hands to the instance row to watch
-    (``watch.py``): the row must then fall due by the earlier of the two."""
+    """The new index row ``updated`` needs, or None when its current row (or none) will do; ``due_by``:
+    the deadline of a step the same transaction hands the row to watch."""
     if updated.status in SUPERVISED_INSTANCE_STATUSES and not _parked(updated):
         deadline = updated.scheduler_deadline
         if deadline is None:
@@ -58,7 +49,7 @@ def plan_instance_index(
         if due is not None and due <= deadline:
             return None  # the row falls due no later than the deadline: the watchdog moves it on
         partition = index_partition(deadline, updated.instance_id)
-        return (f"{INSTANCE_INDEX_PREFIX}{partition}", f"{_time_key(deadline)}~{nonce}")
+        return (f"{INSTANCE_INDEX_PREFIX}{partition}", f"{_deadline_key(deadline)}~{nonce}")
     if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
         if current.index_key and current.index_key.startswith(INSTANCE_ATTENTION_PARTITION):
             return None

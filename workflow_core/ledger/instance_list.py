@@ -1,18 +1,12 @@
 """The operators' list of workflow instances: newest first, filtered, paged with a stable token.
 
-Instance records live one per partition (the instance's), so no single query can list them newest
-first. Each instance therefore also has a *listing row* in the deadline-index table's ``list``
-partition, RowKey = ``<inverted start time>~<instance id>`` (ascending RowKey = newest first), with
-the fields operators filter on (workflow, version, status, business key, attention flag). It is
-written when the instance is created and whenever its status, version or attention flag changes —
-a handful of writes per workflow, never per step.
-
-The listing row is a copy in another partition, so it cannot share the record's transaction. It is
-treated as an *index*, never as the truth: every listed instance is read back from its record, rows
-whose record disagrees with the filter are dropped from the page (and the row is repaired), and a
-page may therefore hold fewer than ``limit`` instances while more follow. Paging uses the service's
-own continuation (PartitionKey/RowKey of the next row), so a new instance started meanwhile never
-shifts a page: it sorts before the first page.
+No query lists instance records (one per partition) newest first, so each instance also has a
+*listing row* in the deadline-index table's ``list`` partition, keyed by inverted start time, with the
+fields operators filter on, written when its status, version or attention flag changes (never per
+step). It cannot share the record's transaction, so it is only an *index*: every listed instance is
+read back from its record, and a row that disagrees is dropped from the page and repaired (a page may
+hold fewer than ``limit`` while more follow). The service's own continuation pages, so an instance
+started meanwhile never shifts a page.
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
@@ -37,6 +31,7 @@ KEY_PARTITION = "~keys"
 LIST_TOKEN_KEY_ROW = "list-token"
 MAX_LIST_LIMIT = 1000
 _MAX_TICKS = 10**19  # beyond any datetime's microseconds since 0001-01-01
+_TICK = timedelta(microseconds=1)
 
 
 def _ticks(moment: datetime) -> int:
@@ -44,8 +39,12 @@ def _ticks(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def _inverted(moment: datetime) -> str:
+    return f"{_MAX_TICKS - _ticks(moment):020d}"
+
+
 def list_row_key(started_at: datetime, instance_id: str) -> str:
-    return f"{_MAX_TICKS - _ticks(started_at):020d}~{instance_id}"
+    return f"{_inverted(started_at)}~{instance_id}"
 
 
 def listing_entity(record: InstanceRecord) -> dict[str, Any]:
@@ -54,10 +53,7 @@ def listing_entity(record: InstanceRecord) -> dict[str, Any]:
         "PartitionKey": LIST_PARTITION,
         "RowKey": list_row_key(record.started_at, record.instance_id),
         "InstanceId": record.instance_id,
-        "Workflow": record.workflow,
-        "Version": record.version,
-        "ListStatus": record.status.value,
-        "NeedsAttention": record.needs_attention,
+        **_listed(record),
         "StartedAt": record.started_at,
     }
     if record.business_key is not None:
@@ -66,11 +62,7 @@ def listing_entity(record: InstanceRecord) -> dict[str, Any]:
 
 
 def listing_changed(before: InstanceRecord, after: InstanceRecord) -> bool:
-    return (before.status, before.version, before.needs_attention) != (
-        after.status,
-        after.version,
-        after.needs_attention,
-    )
+    return _listed(before) != _listed(after)
 
 
 def encode_token(token: Any) -> str | None:
@@ -92,31 +84,19 @@ def decode_token(text: str | None) -> Any:
     return token
 
 
-def matches(
-    record: InstanceRecord,
-    *,
-    status: InstanceStatus | None,
-    workflow: str | None,
-    version: str | None,
-    business_key_prefix: str | None,
-    needs_attention: bool | None,
-) -> bool:
-    """The filter, checked against the record itself (the listing row is only an index)."""
-    return (
-        (status is None or record.status is status)
-        and (workflow is None or record.workflow == workflow)
-        and (version is None or record.version == version)
-        and (business_key_prefix is None or (record.business_key or "").startswith(business_key_prefix))
-        and (needs_attention is None or record.needs_attention == needs_attention)
-    )
+def _listed(record: InstanceRecord) -> dict[str, Any]:
+    """What a listing row's filtered properties must say of ``record``."""
+    return {
+        "ListStatus": record.status.value,
+        "Workflow": record.workflow,
+        "Version": record.version,
+        "NeedsAttention": record.needs_attention,
+    }
 
 
 class InstanceListMixin:
-    """``list_instances`` and the upkeep of the listing rows (mixed into the step ledger)."""
-
     def listing_rows(self, *, workflow: str) -> list[dict[str, Any]]:
-        """The listing rows of ``workflow``'s instances (instance id, version, status), index data
-        only: a caller that decides anything on a row reads the record back."""
+        """Index data only: a caller that decides anything on a row reads the record back."""
         rows = self._index.query_entities(
             "PartitionKey eq @pk and Workflow eq @workflow",
             parameters={"pk": LIST_PARTITION, "workflow": workflow},
@@ -125,9 +105,7 @@ class InstanceListMixin:
         return [dict(row) for row in rows]
 
     def list_token_key(self) -> bytes:
-        """A random 256-bit key, made once per ledger and kept in the index table, for signing the
-        list's continuation tokens (``api.continuation``): every instance and process of the app
-        reads the same one. Cached on this object after the first read."""
+        """A random key made once per ledger, so every process signs continuation tokens alike."""
         cached = getattr(self, "_list_token_key", None)
         if cached is not None:
             return cached
@@ -166,38 +144,32 @@ class InstanceListMixin:
         limit: int = 50,
         continuation: str | None = None,
     ) -> tuple[list[InstanceRecord], str | None]:
-        """One page of instances, newest first, and the token of the next page (None at the end).
-
+        """One page of instances, newest first, and the token of the next page (None at the end);
         ``started_from`` is inclusive and ``started_to`` exclusive, so adjacent windows never overlap.
         """
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidLedgerInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
-        wanted = parse_instance_status(status) if status is not None else None
-        clauses, params = ["PartitionKey eq @pk"], {"pk": LIST_PARTITION}
-        if wanted is not None:
-            clauses.append("ListStatus eq @status")
-            params["status"] = wanted.value
-        if workflow is not None:
-            clauses.append("Workflow eq @workflow")
-            params["workflow"] = workflow
-        if version is not None:
-            clauses.append("Version eq @version")
-            params["version"] = version
+        wanted = parse_instance_status(status).value if status is not None else None
+        filters = {
+            "ListStatus": wanted,
+            "Workflow": workflow,
+            "Version": version,
+            "NeedsAttention": needs_attention,
+        }
+        filters = {prop: value for prop, value in filters.items() if value is not None}
+        clauses = ["PartitionKey eq @pk", *(f"{prop} eq @{prop}" for prop in filters)]
+        params: dict[str, Any] = {"pk": LIST_PARTITION, **filters}
         if business_key_prefix:
             clauses.append("BusinessKey ge @bk_lo and BusinessKey lt @bk_hi")
             params["bk_lo"] = business_key_prefix
             params["bk_hi"] = business_key_prefix + "\uffff"
-        if needs_attention is not None:
-            clauses.append("NeedsAttention eq @attention")
-            params["attention"] = needs_attention
-        # [started_from, started_to): newest first, a later start has a smaller RowKey, so
-        # "started_to" (exclusive) bounds from below
+        # newest first, a later start has a smaller RowKey: "started_to" (exclusive) bounds from below
         if started_to is not None:
             clauses.append("RowKey ge @rk_lo")
-            params["rk_lo"] = f"{_MAX_TICKS - _ticks(require_aware(started_to, 'started_to')) + 1:020d}"
+            params["rk_lo"] = _inverted(require_aware(started_to, "started_to") - _TICK)
         if started_from is not None:
             clauses.append("RowKey lt @rk_hi")
-            params["rk_hi"] = f"{_MAX_TICKS - _ticks(require_aware(started_from, 'started_from')) + 1:020d}"
+            params["rk_hi"] = _inverted(require_aware(started_from, "started_from") - _TICK)
         pages = self._index.query_entities(" and ".join(clauses), parameters=params, results_per_page=limit)
         page_iter = pages.by_page(continuation_token=decode_token(continuation))
         rows = list(next(page_iter, []))
@@ -207,17 +179,12 @@ class InstanceListMixin:
             if record is None:
                 self._index.delete_entity(row["PartitionKey"], row["RowKey"])
                 continue
-            if listing_entity(record)["ListStatus"] != row.get(
-                "ListStatus"
-            ) or record.needs_attention != row.get("NeedsAttention"):
+            listed = _listed(record)
+            if any(listed[prop] != row.get(prop) for prop in ("ListStatus", "NeedsAttention")):
                 self.write_listing_row(record)  # repair a row a crash left behind
-            if matches(
-                record,
-                status=wanted,
-                workflow=workflow,
-                version=version,
-                business_key_prefix=business_key_prefix,
-                needs_attention=needs_attention,
-            ):
+            # the filter, checked against the record itself (the listing row is only an index)
+            if all(listed[prop] == value for prop, value in filters.items()) and (
+                record.business_key or ""
+            ).startswith(business_key_prefix or ""):
                 records.append(record)
         return records, encode_token(page_iter.continuation_token)

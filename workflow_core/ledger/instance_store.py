@@ -1,18 +1,9 @@
-"""Reads and writes of the instance record, and its place in the deadline index.
+"""Reads and writes of the instance record alone, and its place in the deadline index.
 
-Mixed into :class:`workflow_core.ledger.StepLedger`: the instance record shares the steps' table and
-partition, so a step change and the instance change it implies go in one entity-group transaction
-(see ``StepLedger.transition(..., instance=...)``). What is here is what touches the instance alone:
-creating it at the door, reading it and moving its status; finding the overdue ones is in
-``instance_deadlines.py``.
-
-The deadline index holds instance rows in their own partitions, ``i<YYYYMMDDHHMM>-<shard>`` (``i``
-sorts after every digit, so the steps' range query never reads them). An instance's index row only has
-to be *no later* than its ``scheduler_deadline`` (and than the deadline of every step it watches,
-``watch.py``): the scheduler moves the deadline on every step, and rewriting the index row each time
-would cost two more requests per step. So the hot path moves the row only when it must fall due
-*earlier*; when the watchdog meets a row with nothing overdue yet, it moves the row forward
-(``instance_deadlines.py``).
+An instance's index row only has to fall due *no later* than its ``scheduler_deadline``: the
+scheduler moves that deadline on every step, and rewriting the row each time would cost two more
+requests per step. So the hot path moves the row only when it must fall due earlier, and the
+watchdog moves it forward (``instance_deadlines.py``).
 """
 
 from __future__ import annotations
@@ -23,12 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import ResourceNotFoundError
-from azure.data.tables import TableTransactionError, UpdateMode
+from azure.data.tables import TableTransactionError
 
 from workflow_core import clock
-from workflow_core.ledger.entities import MAX_BATCH, entity_values
+from workflow_core.ledger.entities import MAX_BATCH, entity_values, if_match_update, to_entity
 from workflow_core.ledger.errors import (
     IllegalInstanceTransition,
     InstanceAlreadyExists,
@@ -65,24 +55,14 @@ MAX_STEPS_WITH_INSTANCE = MAX_BATCH - 4
 
 @dataclass
 class InstanceHandle:
-    """The instance record a scheduler activity holds while it writes steps.
-
-    Passed to ``StepLedger.transition``/``update`` with ``instance_changes``: the step and the instance
-    change in one transaction, and the handle then holds the instance as written (with its new ETag),
-    so a second write in the same decision builds on it.
-    """
+    """The instance record a scheduler activity holds while it writes steps: after a write that
+    carried it, it holds the instance as written, so a second write in the same decision builds on it."""
 
     record: InstanceRecord
 
 
 def to_instance_entity(record: InstanceRecord) -> dict[str, Any]:
-    entity: dict[str, Any] = {"PartitionKey": record.instance_id, "RowKey": INSTANCE_ROW}
-    for field, prop in INSTANCE_FIELDS.items():
-        value = getattr(record, field)
-        if value is None:
-            continue
-        entity[prop] = value.value if isinstance(value, InstanceStatus) else value
-    return entity
+    return to_entity(record, INSTANCE_ROW, INSTANCE_FIELDS)
 
 
 def from_instance_entity(entity: Any) -> InstanceRecord:
@@ -91,15 +71,7 @@ def from_instance_entity(entity: Any) -> InstanceRecord:
     )
 
 
-def is_instance_entity(entity: Any) -> bool:
-    return entity["RowKey"] == INSTANCE_ROW
-
-
 class InstanceLedgerMixin(InstanceListMixin):
-    """Instance-record methods of the step ledger (see the module docstring)."""
-
-    # ---- writes ----------------------------------------------------------------------------------
-
     def create_instance(self, instance_id: str, workflow: str, **kwargs: Any) -> InstanceRecord:
         """Write the record of a new instance (see :meth:`create_instance_with_steps`)."""
         return self.create_instance_with_steps(instance_id, workflow, **kwargs)[0]
@@ -121,18 +93,12 @@ class InstanceLedgerMixin(InstanceListMixin):
         steps_due_after_seconds: float | None = None,
         steps: Sequence[NewStep] | None = None,
     ) -> tuple[InstanceRecord, dict[str, str]]:
-        """Write the record of a new instance, Running, *before* its orchestration is started; return
-        it and the ETag of each step written with it (by step id), which a first dispatch may write
-        against without reading the row (``known_rows.py``).
+        """Write the record of a new instance, Running, *before* its orchestration starts (one that
+        never starts is found like one that died), with its ``steps`` in the same transaction; return
+        it and each step's ETag, which a first dispatch may write against unread (``known_rows.py``).
 
-        Its ``scheduler_deadline`` is how long the orchestration may take to show up: an
-        orchestration that never starts is found by the watchdog like one that died.
-        ``steps_due_after_seconds`` (the workflow's shortest step deadline): the index row falls due
-        by then too, early enough to watch every step (``watch.py``) without a move at dispatch.
-        ``steps`` (at most :data:`MAX_STEPS_WITH_INSTANCE`): the instance's steps, Pending, written
-        in the record's own transaction, so the orchestration need not create them (two requests
-        and a transaction less per workflow) and a scheduler that never starts is resumed onto rows
-        that exist. Raises :class:`InstanceAlreadyExists` for a used id.
+        ``steps_due_after_seconds`` (the shortest step deadline): the index row falls due by then
+        too, early enough to watch every step without a move at dispatch.
         """
         validate_instance_id(instance_id)
         if steps and len(steps) > MAX_STEPS_WITH_INSTANCE:
@@ -213,9 +179,8 @@ class InstanceLedgerMixin(InstanceListMixin):
         with_rows: list[tuple] | None = None,
         **changes: Any,
     ) -> InstanceRecord:
-        """Move an instance along :data:`INSTANCE_TRANSITIONS`, ETag-guarded, with its audit row;
-        ``with_rows`` adds operations on other rows of the partition to the same transaction (a
-        failing one is a lost race: :class:`InstanceConflict`)."""
+        """Move an instance along :data:`INSTANCE_TRANSITIONS`, ETag-guarded, with its audit row (and
+        ``with_rows``: a failing one is a lost race)."""
         target = parse_instance_status(to)
         if target not in INSTANCE_TRANSITIONS[record.status]:
             raise IllegalInstanceTransition(
@@ -231,7 +196,6 @@ class InstanceLedgerMixin(InstanceListMixin):
     def update_instance(
         self, record: InstanceRecord, *, actor: str, reason: str = "", **changes: Any
     ) -> InstanceRecord:
-        """Change fields other than the status (deadline, owner, stalls...) under the ETag guard."""
         if "status" in changes:
             raise InvalidLedgerInput("use transition_instance() to change an instance's status")
         return self._write_instance(record, record.status, actor=actor, reason=reason, changes=changes)
@@ -278,8 +242,6 @@ class InstanceLedgerMixin(InstanceListMixin):
             self.write_listing_row(updated)
         return updated.model_copy(update={"etag": result[0]["etag"]})
 
-    # ---- shared with the step writes --------------------------------------------------------------
-
     def prepare_instance_change(
         self,
         record: InstanceRecord,
@@ -289,8 +251,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         *,
         due_by: datetime | None = None,
     ) -> tuple[InstanceRecord, tuple[str, str] | None]:
-        """The instance as it will be written, and the index row to create first (if any); its row
-        falls due by ``due_by`` too when given (a step it watches, see ``watch.py``)."""
+        """The instance as it will be written, and the index row to create first (if any)."""
         if record.etag is None:
             raise InvalidLedgerInput(
                 "instance record has no ETag: read it from the ledger before updating it"
@@ -318,22 +279,13 @@ class InstanceLedgerMixin(InstanceListMixin):
 
     @staticmethod
     def instance_operation(record: InstanceRecord, updated: InstanceRecord) -> tuple:
-        """The If-Match write of ``updated`` over ``record``: a replace, or a merge of what changes
-        when ``record`` is a snapshot rather than a read (``known_rows.py``)."""
         known = isinstance(record, KnownInstanceRecord)
         entity = to_instance_entity(updated)
-        return (
-            "update",
-            merged_properties(to_instance_entity(record), entity) if known else entity,
-            {
-                "mode": UpdateMode.MERGE if known else UpdateMode.REPLACE,
-                "etag": record.etag,
-                "match_condition": MatchConditions.IfNotModified,
-            },
-        )
+        if known:
+            entity = merged_properties(to_instance_entity(record), entity)
+        return if_match_update(entity, record.etag, merge=known)
 
     def instance_written(self, record: InstanceRecord, updated: InstanceRecord) -> None:
-        """After a successful write: the old index row is stale once the record points elsewhere."""
         if record.index_key and record.index_key != updated.index_key:
             self._delete_index_row(record.index_key)
 
@@ -347,8 +299,6 @@ class InstanceLedgerMixin(InstanceListMixin):
                 "Status": record.status.value,
             }
         )
-
-    # ---- reads -----------------------------------------------------------------------------------
 
     def find_instance(self, instance_id: str) -> InstanceRecord | None:
         validate_instance_id(instance_id)
@@ -366,19 +316,9 @@ class InstanceLedgerMixin(InstanceListMixin):
 
     def instances_needing_attention(self, limit: int = 100) -> list[InstanceRecord]:
         """Instances no automation moves on from (CompensationFailed, Failed, or flagged)."""
-        result: list[InstanceRecord] = []
-        for row in self._index.query_entities(
-            "PartitionKey eq @p", parameters={"p": INSTANCE_ATTENTION_PARTITION}, results_per_page=limit
-        ):
-            key = f"{row['PartitionKey']}|{row['RowKey']}"
-            record = self.find_instance(row["InstanceId"])
-            if record is None or record.index_key != key:
-                self._delete_index_row(key)
-                continue
-            result.append(record)
-            if len(result) >= limit:
-                break
-        return result
+        return self._inbox(
+            INSTANCE_ATTENTION_PARTITION, limit, lambda row: self.find_instance(row["InstanceId"])
+        )
 
 
 def outcome_json(status: str, *, failed_step: str | None = None, error: str | None = None) -> str:

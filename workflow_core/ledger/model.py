@@ -1,8 +1,7 @@
 """What a step is: its status machine, its record, its audit entry, and how ids are validated.
 
-The transition table below is the single definition of which status changes are legal; the ledger
-refuses anything else, so a bug in the scheduler, an agent or the supervisor cannot put a step in a
-state the pattern does not know how to recover from.
+The transition table is the one definition of the legal status changes: the ledger refuses anything
+else, so no bug in a role can put a step in a state the pattern cannot recover from.
 """
 
 from __future__ import annotations
@@ -55,13 +54,6 @@ ALLOWED_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
 DEADLINE_STATUSES = frozenset({S.DISPATCHED, S.RUNNING, S.FAILED, S.TIMED_OUT, S.RETRYING, S.COMPENSATING})
 # Statuses no automation will move on from: listed for operators in the index's attention partition.
 ATTENTION_STATUSES = frozenset({S.COMPENSATION_FAILED})
-TERMINAL_STATUSES = frozenset(s for s, nxt in ALLOWED_TRANSITIONS.items() if not nxt)
-# Where a completed step's effect exists and may need undoing.
-COMPENSATABLE_STATUSES = frozenset({S.SUCCEEDED})
-
-
-def is_allowed(current: StepStatus, target: StepStatus) -> bool:
-    return target in ALLOWED_TRANSITIONS[current]
 
 
 def parse_status(value: str | StepStatus) -> StepStatus:
@@ -72,7 +64,6 @@ def parse_status(value: str | StepStatus) -> StepStatus:
         raise InvalidLedgerInput(f"unknown step status {value!r}; known statuses: {known}") from None
 
 
-# --- ids -------------------------------------------------------------------------------------------
 # Table keys forbid / \ # ? and control characters; we are stricter and allow a portable set, and
 # reserve '~' (sorts after every allowed character) for the audit rows that share a partition.
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
@@ -119,13 +110,31 @@ def require_aware(value: datetime | None, what: str = "datetime") -> datetime | 
     return value.astimezone(UTC)
 
 
-def _aware(v: datetime | None) -> datetime | None:
-    return require_aware(v)
-
-
-AwareDatetime = Annotated[datetime | None, AfterValidator(_aware)]
+AwareDatetime = Annotated[datetime | None, AfterValidator(require_aware)]
 
 MAX_TEXT = 32_000  # Table Storage string properties hold 64 KiB (32K UTF-16 chars)
+
+
+def _bounded_text(v: str | None) -> str | None:
+    if v is not None and len(v) > MAX_TEXT:
+        raise InvalidLedgerInput(
+            f"text of {len(v)} characters exceeds the ledger's {MAX_TEXT}; store it elsewhere and "
+            "keep a reference"
+        )
+    return v
+
+
+LedgerText = Annotated[str | None, AfterValidator(_bounded_text)]  # one string property's worth
+
+
+def entity_properties(model: type[BaseModel], *, keys: set[str]) -> dict[str, str]:
+    """Record field -> table entity property: its name in CamelCase (``keys`` and the ETag are the
+    entity's own)."""
+    return {f: camel_case(f) for f in model.model_fields if f not in keys | {"etag"}}
+
+
+def camel_case(name: str) -> str:
+    return "".join(word.capitalize() for word in name.split("_"))
 
 
 class StepRecord(BaseModel):
@@ -136,7 +145,7 @@ class StepRecord(BaseModel):
     instance_id: str
     step_id: str
     workflow_name: str
-    workflow_version: str | None = None  # the pinned definition version (None: written before versions)
+    workflow_version: str | None = None  # the pinned definition version
     step_name: str
     sequence: int = Field(ge=0, description="position in the workflow; compensation runs in reverse")
     agent: str
@@ -154,12 +163,12 @@ class StepRecord(BaseModel):
     # when the watchdog last re-sent this attempt's message (the dispatch's own send is implied by the
     # Dispatched/Compensating write before it and not recorded): the watchdog re-sends an attempt once
     resent_at: AwareDatetime = None
-    last_error: str | None = None
+    last_error: LedgerText = None
     non_retryable: bool = False  # the last failure is one retrying cannot fix: give up at once
     compensation_status: str | None = None
     compensation_attempt: int = Field(default=0, ge=0)
-    input_ref: str | None = None  # JSON of the step input (or a blob reference when large)
-    result_ref: str | None = None  # JSON of the step output (or a blob reference when large)
+    input_ref: LedgerText = None  # JSON of the step input (or a blob reference when large)
+    result_ref: LedgerText = None  # JSON of the step output (or a blob reference when large)
     orchestration_id: str | None = None  # which orchestration waits for this step's result events
     index_key: str | None = None  # "<partition>|<row>" of this step's deadline-index row
     # Completion sequence within the instance (1, 2, ...), from the instance record's counter in the
@@ -184,27 +193,12 @@ class StepRecord(BaseModel):
     def _step(cls, v: str) -> str:
         return validate_step_id(v)
 
-    @field_validator("last_error", "input_ref", "result_ref")
-    @classmethod
-    def _size(cls, v: str | None) -> str | None:
-        if v is not None and len(v) > MAX_TEXT:
-            raise InvalidLedgerInput(
-                f"text of {len(v)} characters exceeds the ledger's {MAX_TEXT}; store it elsewhere and "
-                "keep a reference"
-            )
-        return v
-
     def is_overdue(self, now: datetime) -> bool:
         return self.status in DEADLINE_STATUSES and self.deadline is not None and self.deadline <= now
 
     def sent_at(self) -> datetime | None:
-        """When the attempt's message went out, as far as the row says: the dispatch's send is not
-        recorded, so the time of the Dispatched write just before it (``updated_at``), or the
-        watchdog's re-send (``resent_at``) when that is later.
-
-        ``updated_at`` is the Dispatched write's time only while nothing else wrote the row: read
-        from a row written since (a watchdog note, a claim, a heartbeat), the figure is later than
-        the send. Telemetry only (queue wait, attempt duration): never decided on."""
+        """When the attempt's message went out, as far as the row says (the Dispatched write's time,
+        or a later re-send's; later than the send once anything else wrote the row). Telemetry only."""
         return max((t for t in (self.updated_at, self.resent_at) if t is not None), default=None)
 
 

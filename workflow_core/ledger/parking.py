@@ -1,27 +1,23 @@
 """Parked messages: messages no agent can ever process, kept where an operator reads them.
 
-A message whose ids the ledger cannot store (``/ \\ # ?``, control characters, too long), that is not
-JSON, or that lacks fields, fails the same way on every delivery. The worker, the result handler and
-the dead-letter handler never raise on such a message: they *park* it and complete it.
-
-Parked messages live in the deadline-index table's ``parked`` partition, beside the operators'
-``attention`` partition (``ledger.needing_attention()``). Letters sort after the digit buckets, so
-``overdue()`` never reads them. RowKey = ``<time>~<nonce>`` (oldest first). Each row says where the
-message came from (``Source``), why it was parked (``Reason``, readable), its MessageId, whatever ids
-could be read from it (escaped, so a control character shows as ``\\x07``), and its body (JSON text,
-head and tail kept when long).
+A message the ledger cannot store the ids of, or that is not JSON or lacks fields, fails the same
+way on every delivery: the handlers *park* it and complete it, never raise. Parked rows live in the
+deadline-index table's ``parked`` partition (letters sort after the digit buckets, so ``overdue()``
+never reads them), oldest first, their texts escaped and cut to size.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
 from workflow_core import clock
 from workflow_core.contracts import fit_text
-from workflow_core.ledger.store import StepLedger, _deadline_key, _nonce
+from workflow_core.ledger.entities import _deadline_key, _nonce
+from workflow_core.ledger.model import camel_case
+from workflow_core.ledger.store import StepLedger
 
 PARKED_PARTITION = "parked"
 MAX_PARKED_BODY = 16_000
@@ -41,8 +37,12 @@ class ParkedMessage:
     body: str
 
 
+# ParkedMessage field -> entity property (the field's name in CamelCase); _TEXTS read back as "" when absent
+_PROPERTIES = {f.name: camel_case(f.name) for f in fields(ParkedMessage)[1:]}
+_TEXTS = {"source", "reason", "body"}
+
+
 def _shown(value: Any, limit: int = MAX_PARKED_FIELD) -> str | None:
-    """A value as printable text: control characters escaped, long text cut (head and tail)."""
     if value is None:
         return None
     text = value if isinstance(value, str) else json.dumps(value, default=str)
@@ -66,7 +66,6 @@ def park_message(
     body: Any,
     message_id: str | None = None,
 ) -> ParkedMessage:
-    """Keep ``body`` in the parked partition with a readable ``reason``; returns the stored row."""
     now = clock.utcnow()
     fields = body if isinstance(body, dict) else {}
     row = ParkedMessage(
@@ -80,45 +79,21 @@ def park_message(
         attempt=_shown(fields.get("attempt")),
         body=_body_text(body),
     )
-    entity: dict[str, Any] = {
-        "PartitionKey": PARKED_PARTITION,
-        "RowKey": row.key,
-        "At": row.at,
-        "Source": row.source,
-        "Reason": row.reason,
-        "Body": row.body,
-    }
-    for name, value in (
-        ("MessageId", row.message_id),
-        ("InstanceId", row.instance_id),
-        ("StepId", row.step_id),
-        ("Attempt", row.attempt),
-    ):
-        if value is not None:
-            entity[name] = value
+    entity = {"PartitionKey": PARKED_PARTITION, "RowKey": row.key}
+    entity.update({prop: getattr(row, f) for f, prop in _PROPERTIES.items() if getattr(row, f) is not None})
     ledger._index.create_entity(entity)
     return row
 
 
 def parked_messages(ledger: StepLedger, limit: int = 100) -> list[ParkedMessage]:
-    """The parked messages, oldest first (at most ``limit``)."""
     found: list[ParkedMessage] = []
     for e in ledger._index.query_entities(
         "PartitionKey eq @p", parameters={"p": PARKED_PARTITION}, results_per_page=min(limit, 1000)
     ):
+        values = {f: e.get(prop, "" if f in _TEXTS else None) for f, prop in _PROPERTIES.items()}
         at = e["At"]
         found.append(
-            ParkedMessage(
-                key=e["RowKey"],
-                at=at if at.tzinfo else at.replace(tzinfo=UTC),
-                source=e.get("Source", ""),
-                reason=e.get("Reason", ""),
-                message_id=e.get("MessageId"),
-                instance_id=e.get("InstanceId"),
-                step_id=e.get("StepId"),
-                attempt=e.get("Attempt"),
-                body=e.get("Body", ""),
-            )
+            ParkedMessage(key=e["RowKey"], **{**values, "at": at if at.tzinfo else at.replace(tzinfo=UTC)})
         )
         if len(found) >= limit:
             break

@@ -1,9 +1,4 @@
-"""Creating a workflow instance's steps: every step row Pending, in as few transactions as possible.
-
-Its own module because creation is a write path of its own: a marker row that makes a second call
-conflict, idempotent replays (an activity may run twice) and the instance record written in the first
-batch. Mixed into :class:`workflow_core.ledger.StepLedger`.
-"""
+"""Creating a workflow instance's steps: every step row Pending, in as few transactions as possible."""
 
 from __future__ import annotations
 
@@ -25,8 +20,6 @@ STEPS_MARKER_ROW = "~steps"
 
 
 class StepCreationMixin:
-    """``create_steps`` of :class:`~workflow_core.ledger.StepLedger`."""
-
     def create_steps(
         self,
         instance_id: str,
@@ -39,17 +32,11 @@ class StepCreationMixin:
         instance: InstanceHandle | None = None,
         instance_changes: dict[str, Any] | None = None,
     ) -> list[StepRecord]:
-        """Write every step of a new instance as Pending, atomically per 100-row batch.
+        """Write every step of a new instance as Pending, atomically per 100-row batch (with
+        ``instance``, its record changes in the first batch too).
 
-        ``version`` is the definition version the instance is pinned to: every step row carries it,
-        so whoever holds a step (an agent, the watchdog, the compensation plan) finds its definition.
-        One request for a workflow of up to 98 steps: the batch is written first and the instance's
-        rows are read only when it conflicts. With ``instance`` (and ``instance_changes``), the
-        instance record changes in the first batch too, and the handle then holds it as written.
-        Idempotent: calling it again for the same instance and the same steps returns the stored
-        rows (an activity may run twice), and leaves the instance record alone; different steps for
-        an existing instance raise. Raises :class:`InstanceConflict` when only the instance record
-        lost a race (nothing is written then).
+        Idempotent, as an activity may run twice: the batch goes first, and only on a conflict are
+        the stored rows read and returned when they are the same steps; other steps raise.
         """
         validate_instance_id(instance_id)
         now = clock.utcnow()
@@ -110,10 +97,8 @@ class StepCreationMixin:
         version: str | None,
         now: datetime,
     ) -> tuple[list[StepRecord], list[tuple]]:
-        """The rows that create an instance's steps, as entity-group operations: the marker row (a
-        second creation conflicts on it whatever its steps are, so the batch can go first and the
-        stored steps are read only then), every step Pending, and one ``created`` audit row. Shared
-        by :meth:`create_steps` and the starter's ``create_instance(..., steps=...)``."""
+        """The marker row (a second creation conflicts on it whatever its steps are), every step
+        Pending, and one ``created`` audit row, as entity-group operations."""
         if not steps:
             raise InvalidLedgerInput("a workflow instance needs at least one step")
         ids = [s.step_id for s in steps]

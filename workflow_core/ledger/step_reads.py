@@ -1,8 +1,4 @@
-"""Reads of step rows: one step, a step with its instance record, an instance's steps.
-
-Its own module to keep ``store.py`` to the write path; these are the plain reads every role makes.
-Mixed into :class:`workflow_core.ledger.StepLedger`.
-"""
+"""Reads of step rows: one step, a step with its instance record, an instance's steps."""
 
 from __future__ import annotations
 
@@ -16,8 +12,6 @@ from workflow_core.ledger.model import StepRecord, validate_instance_id, validat
 
 
 class StepReadsMixin:
-    """Point reads and partition queries of step rows for :class:`~workflow_core.ledger.StepLedger`."""
-
     def get(self, instance_id: str, step_id: str) -> StepRecord:
         validate_instance_id(instance_id)
         validate_step_id(step_id)
@@ -31,10 +25,7 @@ class StepReadsMixin:
     def read_step_and_instance(
         self, instance_id: str, step_id: str
     ) -> tuple[StepRecord, InstanceHandle | None]:
-        """A step and its instance record in one request (one partition query for both rows).
-
-        The handle is None for steps written without an instance record (tests, older rows).
-        """
+        """A step and its instance record in one partition query."""
         validate_instance_id(instance_id)
         validate_step_id(step_id)
         self.stats.queries += 1
@@ -52,7 +43,6 @@ class StepReadsMixin:
         return _from_entity(step), (InstanceHandle(from_instance_entity(instance)) if instance else None)
 
     def list_for_instance(self, instance_id: str) -> list[StepRecord]:
-        """The instance's steps in workflow order (empty if the instance is unknown)."""
         validate_instance_id(instance_id)
         self.stats.queries += 1
         entities = self._steps.query_entities(

@@ -1,26 +1,11 @@
-"""The step ledger on Azure Table Storage.
+"""The step ledger on Azure Table Storage (layout: docs/architecture.md).
 
-Layout (see docs/architecture.md):
-
-* Ledger table, one partition per workflow instance:
-  - step rows, RowKey = step id;
-  - audit rows, RowKey = ``~audit~<time>~<nonce>`` (``~`` sorts after every step id), written in
-    the *same entity-group transaction* as the step change they describe, so the trail never
-    misses or invents a move.
-* Deadline-index table: one row per step that must move on by a deadline and is not watched
-  through its instance's row (``watch.py``: a step of a supervised instance written with the
-  instance record has ``IndexKey = instance`` and no row of its own),
-  PartitionKey = deadline minute bucket plus a shard (``YYYYMMDDHHMM-SS``, see
-  :func:`index_partition`), RowKey = ``<deadline>~<nonce>``. ``overdue(now)`` reads only the
-  buckets up to now and, in them, only rows due by now: only overdue rows.
-
-The index lives in another table, so it cannot share the step's transaction. Order of writes on a
-deadline change: (1) create the new index row, (2) conditionally update the step row pointing at it
-(``IndexKey``), (3) delete the old index row. A crash after (1) or (2) leaves an index row that no
-step points at; ``overdue`` verifies every index row against its step and deletes such strays. So
-every step that needs watching always has its index row; extra rows are harmless and self-healing.
-A caller may defer step (3) to a moment off its critical path, or batch it per partition
-(:meth:`StepLedger.deferred_index_deletes`).
+Audit rows share the step's partition and are written in the same entity-group transaction as the
+change they describe, so the trail never misses or invents a move. The deadline index lives in
+another table, so it cannot share that transaction; on a deadline change: (1) create the new index
+row, (2) conditionally update the step row pointing at it (``IndexKey``), (3) delete the old one. A
+crash after (1) or (2) leaves an index row no step points at, which ``overdue`` verifies and deletes:
+every step that needs watching always has its index row, and extra rows heal themselves.
 """
 
 from __future__ import annotations
@@ -28,26 +13,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError
-from azure.data.tables import TableClient, TableServiceClient, TableTransactionError, UpdateMode
+from azure.data.tables import TableClient, TableServiceClient, TableTransactionError
 
 from workflow_core import clock
-from workflow_core.ledger.audit import _AUDIT_SEQUENCE, AUDIT_PREFIX, AuditTrailMixin
-from workflow_core.ledger.deadline_index import _DEFERRED, ATTENTION_PARTITION, DeadlineIndexMixin
+from workflow_core.ledger.audit import AuditTrailMixin
+from workflow_core.ledger.deadline_index import ATTENTION_PARTITION, DeadlineIndexMixin
 from workflow_core.ledger.entities import (
-    _FIELDS,
     _MUTABLE,
-    MAX_BATCH,
-    _bucket,
     _deadline_key,
-    _from_entity,
     _nonce,
     _to_entity,
-    decode_json,
-    encode_json,
+    if_match_update,
 )
 from workflow_core.ledger.errors import (
     ConcurrencyConflict,
@@ -56,7 +36,7 @@ from workflow_core.ledger.errors import (
     InvalidLedgerInput,
     StepNotFound,
 )
-from workflow_core.ledger.heartbeat import HeartbeatMixin, _http_date
+from workflow_core.ledger.heartbeat import HeartbeatMixin
 from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance import InstanceRecord
 from workflow_core.ledger.instance_deadlines import InstanceDeadlinesMixin
@@ -71,7 +51,7 @@ from workflow_core.ledger.model import (
     parse_status,
     require_aware,
 )
-from workflow_core.ledger.step_creation import STEPS_MARKER_ROW, StepCreationMixin
+from workflow_core.ledger.step_creation import StepCreationMixin
 from workflow_core.ledger.step_reads import StepReadsMixin
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, has_own_row, watched_by_instance
 from workflow_core.settings import StorageConnection
@@ -105,13 +85,7 @@ class StepLedger(
     InstanceDeadlinesMixin,
 ):
     """Conditional (ETag) reads and writes of step rows, their instance record, their deadline index
-    and their audit trail.
-
-    The write path (``transition``/``update``/``_write``) is here; the rest is mixed in: creation
-    (``step_creation.py``), reads (``step_reads.py``), heartbeats (``heartbeat.py``), the audit trail
-    (``audit.py``), the deadline index (``deadline_index.py``) and the instance record
-    (``instance_store.py``). Row mapping and key formats: ``entities.py``.
-    """
+    and their audit trail: the write path is here, the rest is mixed in."""
 
     _nonce = staticmethod(_nonce)
 
@@ -126,15 +100,14 @@ class StepLedger(
         self._service = service
         self.ledger_table_name = ledger_table
         self.index_table_name = index_table
-        # The SDK's TableClient with its entity-group transactions encoded without the email package
-        # (workflow_core/table_transactions.py): every state change is one, at a third of the CPU.
-        # ``sdk_transactions`` (LEDGER_TRANSACTION_CODEC=sdk): the SDK's own codec instead.
-        self._client_for = service.get_table_client if sdk_transactions else self._transaction_client
+        # Transactions through our $batch codec (table_transactions.py: a third of the SDK's CPU), or
+        # the SDK's own with LEDGER_TRANSACTION_CODEC=sdk.
+        self._client_for = (
+            service.get_table_client if sdk_transactions else partial(transaction_table_client, service)
+        )
         self._steps: TableClient = self._client_for(ledger_table)
         self._index: TableClient = self._client_for(index_table)
         self.stats = LedgerStats()
-
-    # ---- construction ----------------------------------------------------------------------------
 
     @classmethod
     def from_connection_string(
@@ -144,23 +117,18 @@ class StepLedger(
         return cls(service, ledger_table, index_table)
 
     def create_tables(self) -> None:
-        """Create both tables if missing (idempotent; infra creates them in Azure)."""
+        """Idempotent; infra creates them in Azure."""
         for name in (self.ledger_table_name, self.index_table_name):
             with contextlib.suppress(ResourceExistsError):
                 self._service.create_table(name)
 
     def table_client(self) -> TableClient:
-        """A client of the ledger table for rows that are not steps (stored definition versions)."""
+        """For rows that are not steps (stored definition versions)."""
         return self._client_for(self.ledger_table_name)
-
-    def _transaction_client(self, table_name: str) -> TableClient:
-        return transaction_table_client(self._service, table_name)
 
     def close(self) -> None:
         self._steps.close()
         self._index.close()
-
-    # ---- writes ----------------------------------------------------------------------------------
 
     def transition(
         self,
@@ -176,13 +144,9 @@ class StepLedger(
     ) -> StepRecord:
         """Move a step to ``to`` if the state machine allows it and nobody changed it since it was read.
 
-        ``changes`` may set any mutable field (owner, attempt, deadline, last_error, result_ref...).
-        With ``instance`` (and ``instance_changes``), the instance record changes in the same
-        entity-group transaction, and the handle then holds it as written. ``with_rows(step, instance)``
-        adds operations on other rows of the partition to that transaction, built from the rows as
-        they will be written (a failing one is a lost race: :class:`ConcurrencyConflict`).
-        Raises :class:`IllegalTransition`, :class:`ConcurrencyConflict` (:class:`InstanceConflict`
-        when the instance record lost the race) or :class:`StepNotFound`.
+        With ``instance``, the instance record changes in the same entity-group transaction and the
+        handle then holds it as written; ``with_rows(step, instance)`` adds operations on other rows
+        of the partition, built from the rows as they will be written (a failing one is a lost race).
         """
         target = parse_status(to)
         if target not in ALLOWED_TRANSITIONS[record.status]:
@@ -232,8 +196,7 @@ class StepLedger(
         )
 
     def unwatch(self, record: StepRecord, *, actor: str, reason: str) -> StepRecord:
-        """Give a step its instance's index row watches a row of its own (``watch.py``): done before
-        the instance leaves supervision, so no in-flight step is left without a watcher."""
+        """Give a watched step a row of its own before its instance leaves supervision (``watch.py``)."""
         return self._write(
             record, actor=actor, reason=reason, status=record.status, action="update", own_row=True
         )
@@ -332,18 +295,7 @@ class StepLedger(
             reason,
             now,
         )
-        operations: list[tuple] = [
-            (
-                "update",
-                step_entity,
-                {
-                    "mode": UpdateMode.MERGE if known else UpdateMode.REPLACE,
-                    "etag": record.etag,
-                    "match_condition": MatchConditions.IfNotModified,
-                },
-            ),
-            ("create", audit),
-        ]
+        operations: list[tuple] = [if_match_update(step_entity, record.etag, merge=known), ("create", audit)]
         if instance_op is not None:
             operations.append(instance_op)
         own_operations = len(operations)
@@ -365,35 +317,11 @@ class StepLedger(
             if exc.status_code == 404:
                 raise StepNotFound(record.instance_id, record.step_id) from None
             raise
-        # (3) the old index row is now stale: deleted now, or where a caller deferred it (see
-        # deferred_index_deletes). Not left for overdue() to find: the singleton watchdog would then
-        # read every completed step's row once more (docs/capacity.md).
+        # (3) the old index row is now stale: deleted now or where a caller deferred it, not left
+        # for overdue() to find (the singleton watchdog would read it once more: docs/capacity.md)
         if has_own_row(record.index_key) and record.index_key != updated.index_key:
             self._retire_index_row(record.index_key)
         if instance is not None and instance_updated is not None:
             self.instance_written(instance.record, instance_updated)
             instance.record = instance_updated.model_copy(update={"etag": result[2]["etag"]})
         return updated.model_copy(update={"etag": result[0]["etag"]})
-
-
-# Names other modules (and the benchmarks) import from here; they live in the modules above.
-__all__ = [
-    "ATTENTION_PARTITION",
-    "AUDIT_PREFIX",
-    "MAX_BATCH",
-    "STEPS_MARKER_ROW",
-    "_AUDIT_SEQUENCE",
-    "_DEFERRED",
-    "_FIELDS",
-    "_MUTABLE",
-    "LedgerStats",
-    "StepLedger",
-    "_bucket",
-    "_deadline_key",
-    "_from_entity",
-    "_http_date",
-    "_nonce",
-    "_to_entity",
-    "decode_json",
-    "encode_json",
-]

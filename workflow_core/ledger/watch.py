@@ -1,13 +1,9 @@
 """Which deadline-index row watches an in-flight step: its own, or its instance's.
 
-A step in a deadline status must be found by the watchdog once its deadline passes. The general way
-is a row of its own in the deadline index (written before the step, deleted after it moves on: two
-requests per step, see ``store.py``). But a step of a supervised instance already has a row that
-falls due no later than its deadline: the instance's own index row, which every scheduler activity's
-promise keeps (``instance_store.py``). Such a step is *watched by its instance* (``index_key`` =
-:data:`WATCHED_BY_INSTANCE`): it writes no index row of its own, and the watchdog, when the instance
-row falls due, reads the instance's partition and takes every watched step that is overdue
-(``InstanceLedgerMixin.overdue_work``).
+A row of its own costs a step two requests (``store.py``); but a step of a supervised instance
+already has a row that falls due no later than its deadline: the instance's. Such a step is
+*watched by its instance* (``index_key`` = :data:`WATCHED_BY_INSTANCE`): when the instance row falls
+due, the watchdog reads the partition and takes every overdue watched step (``overdue_work``).
 
 The invariant: **the instance's index row falls due no later than the deadline of any step it
 watches.** It holds because
@@ -36,10 +32,8 @@ WATCHED_BY_INSTANCE = "instance"  # a step's index_key when its instance's row w
 def watched_by_instance(
     record: StepRecord, deadline: datetime, instance_after: InstanceRecord | None
 ) -> bool:
-    """May the step, written with ``deadline``, be watched by its instance's index row?
-
-    ``instance_after`` is the instance record as the same transaction writes it (None when the write
-    does not carry the instance)."""
+    """May the step, written with ``deadline``, be watched by its instance's index row
+    (``instance_after``: the instance as the same transaction writes it, if it does)?"""
     if instance_after is not None:
         if instance_after.status not in SUPERVISED_INSTANCE_STATUSES:
             return False
@@ -49,10 +43,8 @@ def watched_by_instance(
 
 
 def is_watched(record: StepRecord) -> bool:
-    """Is this in-flight step watched through its instance's index row (no row of its own)?"""
     return record.index_key == WATCHED_BY_INSTANCE and record.status in DEADLINE_STATUSES
 
 
 def has_own_row(index_key: str | None) -> bool:
-    """Does this ``index_key`` name a deadline-index row (``<partition>|<row>``)?"""
     return bool(index_key) and "|" in index_key

@@ -1,9 +1,6 @@
-"""The one interface both transports (Service Bus, Storage Queues) implement.
-
-In Azure the Functions host receives and settles trigger messages itself; this interface is what
-our own code uses to *send* (dispatch activity, worker replies, supervisor re-sends) and what the
-durable test host and the contract suite use to receive and settle like the host does.
-"""
+"""The one interface both transports (Service Bus, Storage Queues) implement: what our code sends
+with, and what the durable test host and the contract suite receive and settle with like the
+Functions host does in Azure."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import abc
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -20,19 +17,18 @@ class TransportError(RuntimeError):
 
 
 class LockLostError(TransportError):
-    """Settling failed because this receiver no longer holds the message's lock.
+    """This receiver no longer holds the message's lock: the broker delivers it again, so the work
+    is not lost, and the caller must not settle it again."""
 
-    The lock expired (or the message was settled elsewhere); the broker will deliver the message again
-    (or already has), so the caller must not treat the work as lost, and must not settle it again.
-    """
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """A naive SDK time read as UTC."""
+    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def message_id_for(instance_id: str, step_id: str, attempt: int, kind: str = "work") -> str:
-    """Stable MessageId for one step attempt: Service Bus duplicate detection and the ledger dedupe on it.
-
-    The same (instance, step, attempt) always yields the same id, so a re-send after a crash between
-    "ledger written" and "message sent" is recognised as a duplicate rather than doubled.
-    """
+    """Stable per step attempt, so a re-send after a crash between "ledger written" and "message
+    sent" is deduplicated (Service Bus duplicate detection, the ledger) rather than doubled."""
     return f"{kind}:{instance_id}:{step_id}:{attempt}"
 
 
@@ -75,8 +71,7 @@ class Transport(abc.ABC):
     def send(self, queue: str, message: OutgoingMessage) -> None: ...
 
     def send_many(self, queue: str, messages: Iterable[OutgoingMessage]) -> None:
-        """Send several messages (Service Bus: in as few batches as fit). Not atomic: on an error,
-        some may have been sent; re-sending is safe because every message has a stable MessageId."""
+        """Not atomic; re-sending is safe because every message has a stable MessageId."""
         for message in messages:
             self.send(queue, message)
 
@@ -84,12 +79,8 @@ class Transport(abc.ABC):
     def receive(
         self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
     ) -> list[ReceivedMessage]:
-        """Lock and return up to ``max_messages`` messages; they reappear if not settled in time.
-
-        ``lock_seconds`` is honoured where the lock is per receive (Storage Queues: the visibility
-        timeout); Service Bus locks for the queue's ``LockDuration`` and ignores it. ``wait_seconds``
-        is how long to wait for a first message when none is available.
-        """
+        """Lock and return up to ``max_messages`` messages; they reappear if not settled in time
+        (``lock_seconds``: Storage Queues only; Service Bus locks for the queue's ``LockDuration``)."""
 
     @abc.abstractmethod
     def complete(self, message: ReceivedMessage) -> None: ...
@@ -109,13 +100,10 @@ class Transport(abc.ABC):
     def receive_dead_letters(
         self, queue: str, *, max_messages: int = 10, lock_seconds: float = 30.0, wait_seconds: float = 0.0
     ) -> list[ReceivedMessage]:
-        """Lock and return messages dead-lettered from ``queue`` (``$DeadLetterQueue`` / the poison queue).
-
-        They carry ``dead_letter_reason``/``dead_letter_description``; ``complete`` removes them.
-        """
+        """Lock and return messages dead-lettered from ``queue``; ``complete`` removes them."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections."""
+        pass
 
     def __enter__(self) -> Transport:
         return self

@@ -1,11 +1,6 @@
-"""Settle messages the way the Functions host settles trigger messages, for code that runs without it.
-
-In Azure the host receives, runs the function, completes on success and, on an exception, abandons
-the message until it has been delivered ``maxDeliveryCount`` (Service Bus) / ``maxDequeueCount``
-(queue trigger) times, after which it is dead-lettered (by the broker, or by the host moving it to
-``<queue>-poison``). :func:`settle_failure` and :func:`pump` reproduce that on any :class:`Transport`,
-so the durable test host, the demo and the contract suite exercise the same poison-message path.
-"""
+"""Settle messages the way the Functions host settles trigger messages (complete on success; on an
+exception abandon, and dead-letter on the last allowed delivery), for code that runs without it, so
+the durable test host, the demo and the contract suite exercise the same poison-message path."""
 
 from __future__ import annotations
 
@@ -64,13 +59,8 @@ def pump(
     lock_seconds: float = 30.0,
     wait_seconds: float = 0.0,
 ) -> list[Delivery]:
-    """Receive up to ``max_messages`` and run ``handler`` on each, settling like the Functions host.
-
-    Success completes the message; an exception abandons it, or dead-letters it with reason
-    ``MaxDeliveryCountExceeded`` and the exception as description on its last allowed delivery. If
-    the lock was lost meanwhile, the outcome is ``LOCK_LOST`` (the broker redelivers it).
-    Exceptions from ``handler`` are reported in the result, never raised.
-    """
+    """Receive up to ``max_messages`` and run ``handler`` on each, settling like the Functions host;
+    its exceptions are reported in the result, never raised."""
     deliveries = []
     for message in transport.receive(
         queue, max_messages=max_messages, lock_seconds=lock_seconds, wait_seconds=wait_seconds

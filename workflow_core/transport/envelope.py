@@ -1,18 +1,8 @@
 """The JSON envelope that carries message metadata over queues that have none (Azure Storage Queues).
 
-A Storage Queue message is one string. To give it what a Service Bus message has (MessageId,
-CorrelationId, Subject, application properties), the storage-queue transport sends this envelope as
-the message text::
-
-    {"envelope": "workflow-message/1", "message_id": "...", "correlation_id": "...", "subject": "...",
-     "application_properties": {...}, "body": {...}}
-
-plus ``dead_letter_reason`` / ``dead_letter_description`` on the copy it puts in the poison queue.
-
-A Functions queue trigger hands its function the decoded text of that envelope:
-``read_envelope(msg.get_body().decode())`` turns it back into the message's parts. Messages that
-were not written by this code (plain text, JSON that is not an envelope) are read leniently, so a
-consumer can still see them and dead-letter them instead of crashing the receive loop.
+A Storage Queue message is one string: the envelope gives it what a Service Bus message has
+(MessageId, CorrelationId, Subject, application properties; dead-letter reason on the poison copy).
+Foreign text is read leniently, so a consumer can dead-letter it instead of crashing its loop.
 """
 
 from __future__ import annotations
@@ -59,8 +49,7 @@ def write_envelope(
 
 
 def read_envelope(text: str) -> Envelope:
-    """Parse an envelope; anything else becomes ``Envelope(body=..., message_id=None, is_envelope=False)``
-    with the body from :func:`body_from_text`."""
+    """Parse an envelope; anything else becomes a foreign one (``is_envelope=False``)."""
     doc = _json_or_none(text)
     if not isinstance(doc, dict) or doc.get("envelope") != ENVELOPE_FORMAT:
         return Envelope(body=body_from_text(text), message_id=None, is_envelope=False)

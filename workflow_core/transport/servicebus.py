@@ -1,21 +1,10 @@
 """The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API).
 
-- Messages carry MessageId, CorrelationId, Subject and application properties natively; the body is
-  the JSON of :meth:`OutgoingMessage.body_bytes` (content type ``application/json``).
-- ``receive`` is a peek-lock receive; ``complete`` / ``abandon`` / ``dead_letter`` / ``renew_lock``
-  settle through the receiver that received the message. The lock lasts the queue's
-  ``LockDuration``; the ``lock_seconds`` arguments are ignored (Service Bus has no per-receive lock).
-- ``delivery_count`` is 1 on the first delivery. (Service Bus puts "deliveries so far - 1" in the AMQP
-  header, which the Python SDK returns as is; this adapter adds 1, as the .NET SDK does.)
-- Dead letters are read from ``<queue>/$DeadLetterQueue`` with their reason and description.
-- Duplicate detection is the broker's: with ``requiresDuplicateDetection`` on the queue, a second
-  message with the same MessageId within the detection window is dropped. The ledger dedupes too.
-- Service Bus has no "return at once if empty" receive: ``wait_seconds=0`` waits ``min_wait_seconds``.
-
-Senders and receivers are opened on first use, cached per queue (receivers per entity path, so the
-dead-letter sub-queue has its own), guarded by a lock each so one transport can be shared by
-threads, and closed by :meth:`close`. Every SDK error surfaces as :class:`TransportError`
-(:class:`LockLostError` when the lock is gone).
+Settling goes through the receiver that received the message; the lock lasts the queue's
+``LockDuration`` (``lock_seconds`` is ignored). ``delivery_count`` is 1 on the first delivery: the
+AMQP header says "deliveries so far - 1", and this adapter adds 1 as the .NET SDK does. There is no
+"return at once if empty" receive: ``wait_seconds=0`` waits ``min_wait_seconds``. Senders and
+receivers are cached per entity path, each behind a lock, so threads can share one transport.
 """
 
 from __future__ import annotations
@@ -23,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
@@ -54,6 +42,7 @@ from workflow_core.transport.base import (
     ReceivedMessage,
     Transport,
     TransportError,
+    as_utc,
 )
 from workflow_core.transport.envelope import body_from_text
 
@@ -63,9 +52,6 @@ T = TypeVar("T")
 
 
 class ServiceBusTransport(Transport):
-    """Peek-lock queues on Service Bus. Build with :meth:`from_connection_string`,
-    :meth:`from_namespace` or :meth:`from_connection`."""
-
     def __init__(self, client: ServiceBusClient, *, min_wait_seconds: float = 1.0) -> None:
         if min_wait_seconds <= 0:
             raise ValueError("min_wait_seconds must be > 0 (the SDK has no zero-wait receive)")
@@ -84,9 +70,6 @@ class ServiceBusTransport(Transport):
         min_wait_seconds: float = 1.0,
         client_kwargs: dict[str, Any] | None = None,
     ) -> ServiceBusTransport:
-        """A namespace connection string; with the emulator's ``...;UseDevelopmentEmulator=true;`` the
-        SDK speaks plain AMQP to the endpoint's host and port. ``client_kwargs`` go to
-        ``ServiceBusClient`` (e.g. ``retry_total``)."""
         try:
             client = ServiceBusClient.from_connection_string(connection_string, **(client_kwargs or {}))
         except ValueError as exc:
@@ -103,9 +86,7 @@ class ServiceBusTransport(Transport):
         min_wait_seconds: float = 1.0,
         client_kwargs: dict[str, Any] | None = None,
     ) -> ServiceBusTransport:
-        """Identity-based: ``<name>.servicebus.windows.net`` with ``DefaultAzureCredential`` (a managed
-        identity in Azure; ``client_id`` selects a user-assigned one). The identity needs the *Azure
-        Service Bus Data Sender* and *Data Receiver* roles."""
+        """Identity-based; the identity needs the Service Bus Data Sender and Data Receiver roles."""
         if credential is None:
             from azure.identity import DefaultAzureCredential
 
@@ -123,11 +104,8 @@ class ServiceBusTransport(Transport):
             )
         raise TransportError("Service Bus connection has neither a connection string nor a namespace")
 
-    # -- Transport --------------------------------------------------------------------------------
-
     def ensure_queues(self, *queues: str) -> None:
-        """A no-op: Service Bus queues (and their delivery limit, lock duration and duplicate
-        detection) are infrastructure, created by the Bicep templates or the emulator's config."""
+        """A no-op: Service Bus queues are infrastructure (Bicep, or the emulator's config)."""
 
     def send(self, queue: str, message: OutgoingMessage) -> None:
         sb_message = _to_sb_message(message)
@@ -136,7 +114,6 @@ class ServiceBusTransport(Transport):
             self._call(f"send {message.message_id!r} to", queue, lambda: sender.send_messages(sb_message))
 
     def send_many(self, queue: str, messages: Iterable[OutgoingMessage]) -> None:
-        """Send in batches (one AMQP transfer each), starting a new batch whenever one is full."""
         sender, lock = self._sender(queue)
 
         def flush(batch: ServiceBusMessageBatch) -> None:
@@ -185,7 +162,7 @@ class ServiceBusTransport(Transport):
 
     def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
         locked_until = self._settle(message, "renew the lock of", lambda r, m: r.renew_message_lock(m))
-        message.locked_until = _utc(locked_until)
+        message.locked_until = as_utc(locked_until)
 
     def receive_dead_letters(
         self, queue: str, *, max_messages: int = 10, lock_seconds: float = 30.0, wait_seconds: float = 0.0
@@ -193,8 +170,7 @@ class ServiceBusTransport(Transport):
         return self._receive(queue + DEAD_LETTER_SUFFIX, max_messages, wait_seconds)
 
     def close(self) -> None:
-        """Close every sender and receiver (in parallel: the SDK takes up to a second per link to stop
-        its keep-alive thread), then the client. Unsettled messages return when their locks expire."""
+        """Close the links in parallel (the SDK takes up to a second per link), then the client."""
         with self._lock:
             self._closed = True
             handlers = [h for h, _ in self._senders.values()] + [h for h, _ in self._receivers.values()]
@@ -209,8 +185,6 @@ class ServiceBusTransport(Transport):
         if errors:
             raise TransportError(f"Service Bus: closing failed: {errors[0]}") from errors[0]
 
-    # -- helpers ----------------------------------------------------------------------------------
-
     def _sender(self, queue: str) -> tuple[ServiceBusSender, threading.Lock]:
         with self._lock:
             self._check_open()
@@ -221,7 +195,6 @@ class ServiceBusTransport(Transport):
             return entry
 
     def _receiver(self, entity: str) -> tuple[ServiceBusReceiver, threading.Lock]:
-        """One peek-lock receiver per entity path: ``q`` or ``q/$DeadLetterQueue``."""
         with self._lock:
             self._check_open()
             entry = self._receivers.get(entity)
@@ -329,8 +302,8 @@ def _to_received(entity: str, m: ServiceBusReceivedMessage) -> ReceivedMessage:
         correlation_id=_text(m.correlation_id),
         subject=_text(m.subject),
         application_properties=_properties(m, dead_lettered=entity.endswith(DEAD_LETTER_SUFFIX)),
-        enqueued_time=_utc(m.enqueued_time_utc),
-        locked_until=_utc(m.locked_until_utc),
+        enqueued_time=as_utc(m.enqueued_time_utc),
+        locked_until=as_utc(m.locked_until_utc),
         queue=entity,
         dead_letter_reason=m.dead_letter_reason,
         dead_letter_description=m.dead_letter_error_description,
@@ -363,12 +336,6 @@ def _text(value: Any) -> Any:
 
 def _value(value: Any) -> Any:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else value
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 __all__ = ["DEAD_LETTER_SUFFIX", "ServiceBusTransport"]

@@ -1,29 +1,10 @@
-"""The :class:`Transport` on Azure Storage Queues (Azurite locally and in CI, a storage account in Azure).
+"""The :class:`Transport` on Azure Storage Queues (Azurite locally and in CI); how Service Bus
+concepts map onto it is in docs/transport.md.
 
-How Service Bus concepts map onto a Storage Queue:
-
-- **Lock** = the visibility timeout. ``receive`` hides the message for ``lock_seconds`` (whole
-  seconds, at least 1); the pop receipt it returns is the lock token. ``renew_lock`` and ``abandon``
-  are ``update_message`` with a new visibility timeout (``abandon`` = 0, visible again at once).
-  ``complete`` deletes the message with its pop receipt.
-- **Delivery count** = the dequeue count (1 on first delivery; +1 per receive, whether the earlier
-  lock was abandoned or simply expired).
-- **Dead-letter queue** = the poison queue ``<queue>-poison``, the name the Functions queue trigger
-  itself uses when a message fails ``maxDequeueCount`` times. ``dead_letter`` puts a copy carrying the
-  reason and description into it, then deletes the original.
-- **Message properties** travel in a JSON envelope (see :mod:`workflow_core.transport.envelope`),
-  because a queue message is just text.
-- **No duplicate detection.** Sending the same MessageId twice delivers two messages; deduplication
-  is the consumer's job (the ledger's idempotent, ETag-guarded transitions on (instance, step,
-  attempt)). The contract suite demonstrates this.
-
-Encoding: messages are sent base64-encoded (``TextBase64EncodePolicy``), the Functions host's default
-for queue triggers (``host.json`` ``extensions.queues.messageEncoding = "base64"``), so a queue-triggered
-function receives the envelope text. Received text is decoded leniently (base64 if it is valid
-base64, else as is) so one foreign message cannot break a receive.
-
-Limits: a message holds at most 64 KiB, which base64 turns into about 48 KiB of envelope; a larger
-message raises :class:`TransportError` before anything is sent.
+The lock is the visibility timeout (the pop receipt is the lock token), the dead-letter queue is
+``<queue>-poison`` (the Functions queue trigger's own), properties travel in a JSON envelope, and
+there is no duplicate detection: the ledger dedupes. Messages go base64-encoded, the Functions
+host's default, and are decoded leniently so one foreign message cannot break a receive.
 """
 
 from __future__ import annotations
@@ -34,7 +15,6 @@ import math
 import threading
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient, TextBase64EncodePolicy
@@ -50,6 +30,7 @@ from workflow_core.transport.base import (
     ReceivedMessage,
     Transport,
     TransportError,
+    as_utc,
 )
 from workflow_core.transport.envelope import read_envelope, write_envelope
 
@@ -60,9 +41,6 @@ MAX_MESSAGES_PER_CALL = 32
 
 
 class StorageQueueTransport(Transport):
-    """Peek-lock queues on Azure Storage Queues. Build with :meth:`from_connection_string`,
-    :meth:`from_queue_service_uri` or :meth:`from_connection`."""
-
     def __init__(
         self,
         service: QueueServiceClient,
@@ -70,8 +48,7 @@ class StorageQueueTransport(Transport):
         dead_letter_queues: Mapping[str, str] | None = None,
         poll_interval: float = 0.2,
     ) -> None:
-        """``dead_letter_queues`` overrides ``<queue>-poison`` for some queues. The Functions host
-        always uses ``<queue>-poison`` for its own poison handling, so keep the default there."""
+        """``dead_letter_queues`` overrides ``<queue>-poison`` (not for queues the Functions host reads)."""
         self._service = service
         self._dead_letter_queues = dict(dead_letter_queues or {})
         self._poll_interval = poll_interval
@@ -87,11 +64,7 @@ class StorageQueueTransport(Transport):
     def from_queue_service_uri(
         cls, queue_service_uri: str, *, client_id: str | None = None, credential=None, **kwargs
     ) -> StorageQueueTransport:
-        """Identity-based: ``https://<account>.queue.core.windows.net`` plus a managed identity.
-
-        ``client_id`` selects a user-assigned identity; the identity needs the *Storage Queue Data
-        Contributor* role on the account.
-        """
+        """Identity-based; the identity needs the Storage Queue Data Contributor role."""
         if credential is None:
             from azure.identity import DefaultAzureCredential
 
@@ -108,8 +81,6 @@ class StorageQueueTransport(Transport):
             )
         raise TransportError("Storage connection has neither a connection string nor a queue service URI")
 
-    # -- naming -----------------------------------------------------------------------------------
-
     def dead_letter_queue_for(self, queue: str) -> str:
         return self._dead_letter_queues.get(queue, queue + POISON_SUFFIX)
 
@@ -124,10 +95,7 @@ class StorageQueueTransport(Transport):
                 self._clients[queue] = client
             return client
 
-    # -- Transport --------------------------------------------------------------------------------
-
     def ensure_queues(self, *queues: str) -> None:
-        """Create each queue and its dead-letter (poison) queue if missing."""
         for queue in queues:
             for name in (queue, self.dead_letter_queue_for(queue)):
                 try:
@@ -159,12 +127,8 @@ class StorageQueueTransport(Transport):
         self._update_visibility(message, _visibility(lock_seconds), "renew the lock of")
 
     def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
-        """Copy the message, with ``reason``/``description``, to the poison queue; then delete it.
-
-        First the lock is checked (extended briefly), so a message whose lock was lost is not copied.
-        The copy precedes the delete: if the delete fails the message may reach the poison queue
-        twice, never zero times.
-        """
+        """Check the lock (extend it briefly), copy the message to the poison queue, then delete it:
+        a failed delete may put it there twice, never zero times."""
         self._update_visibility(message, 30, "dead-letter")
         copy = OutgoingMessage(
             body=message.body,
@@ -187,7 +151,6 @@ class StorageQueueTransport(Transport):
     def receive_dead_letters(
         self, queue: str, *, max_messages: int = 10, lock_seconds: float = 30.0, wait_seconds: float = 0.0
     ) -> list[ReceivedMessage]:
-        """Lock and return poison-queue messages; those the Functions host put there have no reason."""
         return self._receive(self.dead_letter_queue_for(queue), max_messages, lock_seconds, wait_seconds)
 
     def close(self) -> None:
@@ -200,8 +163,6 @@ class StorageQueueTransport(Transport):
             client.close()
         self._service.close()
 
-    # -- helpers ----------------------------------------------------------------------------------
-
     def _send_text(self, queue: str, text: str, message_id: str) -> None:
         size = len(base64.b64encode(text.encode()))
         if size > MAX_MESSAGE_BYTES:
@@ -211,12 +172,8 @@ class StorageQueueTransport(Transport):
             )
         try:
             self._client(queue).send_message(text)
-        except ResourceNotFoundError as exc:
-            raise TransportError(
-                f"Storage queue {queue!r} does not exist (call ensure_queues): could not send {message_id!r}"
-            ) from exc
         except AzureError as exc:
-            raise TransportError(f"Storage queue {queue!r}: could not send {message_id!r}: {exc}") from exc
+            raise _queue_error(queue, f"send {message_id!r}", exc) from exc
 
     def _receive(
         self, queue: str, max_messages: int, lock_seconds: float, wait_seconds: float
@@ -234,12 +191,8 @@ class StorageQueueTransport(Transport):
                     visibility_timeout=visibility,
                 )
                 received = list(pages)
-            except ResourceNotFoundError as exc:
-                raise TransportError(
-                    f"Storage queue {queue!r} does not exist (call ensure_queues): could not receive"
-                ) from exc
             except AzureError as exc:
-                raise TransportError(f"Storage queue {queue!r}: could not receive: {exc}") from exc
+                raise _queue_error(queue, "receive", exc) from exc
             if received or time.monotonic() >= deadline:
                 return [_to_received(queue, qm) for qm in received]
             time.sleep(min(self._poll_interval, max(0.0, deadline - time.monotonic())))
@@ -278,6 +231,14 @@ class StorageQueueTransport(Transport):
         return TransportError(f"{where}: {exc}")
 
 
+def _queue_error(queue: str, action: str, exc: AzureError) -> TransportError:
+    if isinstance(exc, ResourceNotFoundError):
+        return TransportError(
+            f"Storage queue {queue!r} does not exist (call ensure_queues): could not {action}"
+        )
+    return TransportError(f"Storage queue {queue!r}: could not {action}: {exc}")
+
+
 def _visibility(lock_seconds: float) -> int:
     """Storage visibility timeouts are whole seconds, 1 s to 7 days; round up so a lock is never shorter."""
     if lock_seconds <= 0:
@@ -304,19 +265,13 @@ def _to_received(queue: str, qm: QueueMessage) -> ReceivedMessage:
         correlation_id=envelope.correlation_id,
         subject=envelope.subject,
         application_properties=dict(envelope.application_properties),
-        enqueued_time=_utc(qm.inserted_on),
-        locked_until=_utc(qm.next_visible_on),
+        enqueued_time=as_utc(qm.inserted_on),
+        locked_until=as_utc(qm.next_visible_on),
         queue=queue,
         dead_letter_reason=envelope.dead_letter_reason,
         dead_letter_description=envelope.dead_letter_description,
         raw=qm,
     )
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 __all__ = ["MAX_MESSAGE_BYTES", "POISON_SUFFIX", "StorageQueueTransport"]

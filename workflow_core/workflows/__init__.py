@@ -20,20 +20,15 @@ from workflow_core.workflows.loader import (
     load_workflows,
     parse_workflow,
 )
-from workflow_core.workflows.model import InputProperty, InputSchema, WorkflowDefinition, resolve_step_input
-from workflow_core.workflows.references import Reference, parse_reference
+from workflow_core.workflows.model import WorkflowDefinition, resolve_step_input
 from workflow_core.workflows.retry import RetryPolicy
-from workflow_core.workflows.steps import CompensationDefinition, ParallelGroup, StepDefinition
+from workflow_core.workflows.steps import ParallelGroup, StepDefinition
 from workflow_core.workflows.versions import PinnedDefinition, from_canonical, pin, version_of
 
 __all__ = [
     "DEFAULT_DIRECTORY",
-    "CompensationDefinition",
-    "InputProperty",
-    "InputSchema",
     "ParallelGroup",
     "PinnedDefinition",
-    "Reference",
     "RetryPolicy",
     "StepDefinition",
     "StepInputError",
@@ -47,7 +42,6 @@ __all__ = [
     "from_canonical",
     "get_workflow",
     "load_workflows",
-    "parse_reference",
     "parse_workflow",
     "pin",
     "resolve_step_input",

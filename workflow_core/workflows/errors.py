@@ -1,9 +1,4 @@
-"""Errors of the workflow-definition layer, typed so callers can map them to the right response.
-
-The HTTP starter turns ``UnknownWorkflow`` into a 404 and ``WorkflowInputError`` into a 400; the
-loader raises ``WorkflowDefinitionError`` at start-up so a broken YAML file stops a deployment
-instead of failing the first orchestration that touches it.
-"""
+"""Errors of the workflow-definition layer, typed so callers can map them to the right response."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ class WorkflowDefinitionError(ValueError):
 
 
 class UnknownWorkflow(LookupError):
-    """No workflow of that name is defined; the message lists the known names."""
-
     def __init__(self, name: str, known: Iterable[str]) -> None:
         self.name = name
         self.known = sorted(known)
@@ -28,8 +21,6 @@ class UnknownWorkflow(LookupError):
 
 
 class WorkflowInputError(ValueError):
-    """The input given to start a workflow does not match its declared schema."""
-
     def __init__(self, workflow: str, problems: list[str]) -> None:
         self.workflow = workflow
         self.problems = list(problems)
@@ -41,8 +32,6 @@ class StepInputError(ValueError):
 
 
 class UnknownVersion(LookupError):
-    """No stored definition has that version (it was never started, or the reference is wrong)."""
-
     def __init__(self, workflow: str, reference: str, known: Iterable[str] = ()) -> None:
         self.workflow = workflow
         self.reference = reference

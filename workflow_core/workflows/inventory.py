@@ -1,10 +1,7 @@
 """Which versions of a workflow exist and how many instances run on each: is an old version drained?
 
-Shared by the HTTP endpoint and the CLI. Stored versions come from the definition store; instances
-from the ledger's listing rows (one query over the workflow's rows, a few columns each). The listing
-is an index, so every instance it says is still in flight is read back from its record before it is
-counted as such: "0 in flight" on an old version is what an operator retires it on, so that number
-comes from the records themselves.
+Instances come from the ledger's listing rows, an index: every instance it says is in flight is read
+back from its record, since "0 in flight" on an old version is what an operator retires it on.
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ class VersionSummary:
 
 
 def workflow_versions(workflow: str, ledger: Any, store: DefinitionStore) -> list[VersionSummary]:
-    """Every known version of ``workflow``, oldest stored first, the current one flagged, with
-    instance counts. ``UnknownWorkflow`` when neither the YAML nor the store nor the ledger knows it."""
+    """Every known version of ``workflow``, oldest stored first, the current one flagged."""
     summaries: dict[str, VersionSummary] = {}
     for stored in store.list(workflow):
         summaries[stored.version] = VersionSummary(

@@ -1,24 +1,15 @@
 """The rules every workflow definition must pass beyond its schema: ``sas lint``.
 
-The loader already refuses what cannot run at all (unknown keys, references to later steps, a name
-that is not the file's). What it cannot see alone is checked here, over whatever is in ``workflows/``
-rather than over the shipped names, so a new definition meets the same rules as the shipped ones
-and no test has to name it:
-
-* every agent a definition uses, work and compensation alike, has a handler (the caller passes the
-  registered names: this layer imports no role);
-* the definition says what it does (``description``): operators read it in the console and ``sas``;
-* its ``sample_input``, when it has one, is a valid input (the schema's own check, the one the HTTP
-  starter applies) and resolves every ``$input...`` reference of every step, so ``./scripts/demo``
-  can start it.
-
-The rule functions are pure (definitions and agent names in, problems out); ``lint_directory`` is
-the one that reads files, each on its own, so one broken file is one problem line, not the end.
+What the loader cannot see alone, checked over whatever is in ``workflows/`` so a new definition
+meets the same rules as the shipped ones: every agent has a handler (the caller passes the names:
+this layer imports no role), a description for operators, and a ``sample_input`` the starter accepts
+that resolves every ``$input`` reference. ``lint_directory`` reads each file on its own, so one broken
+file is one problem line, not the end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +18,6 @@ from workflow_core.workflows.errors import StepInputError, WorkflowDefinitionErr
 from workflow_core.workflows.loader import DEFAULT_DIRECTORY, parse_workflow
 from workflow_core.workflows.model import WorkflowDefinition
 from workflow_core.workflows.references import iter_references, resolve_value
-from workflow_core.workflows.steps import ParallelGroup, StepDefinition
 
 
 @dataclass(frozen=True)
@@ -42,22 +32,11 @@ class LintProblem:
         return f"{self.file}: {self.field}: {self.message}" if self.field else f"{self.file}: {self.message}"
 
 
-def step_locations(definition: WorkflowDefinition) -> Iterator[tuple[str, StepDefinition]]:
-    """Every step with where it is written (``steps[1]``, ``steps[2].parallel[0]``)."""
-    for index, item in enumerate(definition.items):
-        if isinstance(item, ParallelGroup):
-            for member, step in enumerate(item.parallel):
-                yield f"steps[{index}].parallel[{member}]", step
-        else:
-            yield f"steps[{index}]", item
-
-
 def missing_handlers(
     definition: WorkflowDefinition, agents: Collection[str], source: str
 ) -> list[LintProblem]:
-    """An agent with no handler: the step would wait out every deadline and retry for nothing."""
     problems = []
-    for where, step in step_locations(definition):
+    for where, step, _ in definition.located_steps():
         if step.agent not in agents:
             problems.append(LintProblem(source, f"{where}.agent", _no_handler(step.agent)))
         if step.compensation is not None and step.compensation.agent not in agents:
@@ -81,8 +60,6 @@ def missing_description(definition: WorkflowDefinition, source: str) -> list[Lin
 
 
 def sample_input_problems(definition: WorkflowDefinition, source: str) -> list[LintProblem]:
-    """The sample input is what the starter would accept, and every ``$input`` reference finds its
-    value in it (a nested path like ``$input.address.city`` is only known at run time otherwise)."""
     if definition.sample_input is None:
         return []
     try:
@@ -90,7 +67,7 @@ def sample_input_problems(definition: WorkflowDefinition, source: str) -> list[L
     except WorkflowInputError as exc:
         return [LintProblem(source, "sample_input", problem) for problem in exc.problems]
     problems = []
-    for where, step in step_locations(definition):
+    for where, step, _ in definition.located_steps():
         for at, ref in iter_references(step.input, f"{where}.input"):
             if ref.source != "input":
                 continue
@@ -114,8 +91,7 @@ def lint_definition(
 def lint_directory(
     directory: Path | None = None, *, agents: Collection[str] | None = None
 ) -> tuple[dict[str, WorkflowDefinition], list[LintProblem]]:
-    """The definitions that load from ``directory`` (default: the repository's ``workflows/``) and
-    every problem of every file, load errors included (the loader's message, which names the field)."""
+    """The definitions that load from ``directory`` and every problem of every file."""
     directory = directory or DEFAULT_DIRECTORY
     if not directory.is_dir():
         return {}, [LintProblem(str(directory), "", "no such directory")]
@@ -141,7 +117,6 @@ def lint_directory(
 
 
 def _load_problem(file: str, message: str) -> LintProblem:
-    """The loader's ``file: field: message`` split back into its parts."""
     rest = message.removeprefix(f"{file}: ")
     field, sep, text = rest.partition(": ")
     if sep and " " not in field:
@@ -150,7 +125,6 @@ def _load_problem(file: str, message: str) -> LintProblem:
 
 
 def lint_summary(definitions: Mapping[str, WorkflowDefinition]) -> list[str]:
-    """One line per clean definition, for the ``ok`` output."""
     lines = []
     for name, definition in sorted(definitions.items()):
         has_sample = definition.sample_input is not None
@@ -162,12 +136,5 @@ def lint_summary(definitions: Mapping[str, WorkflowDefinition]) -> list[str]:
 
 def skeleton_input(definition: WorkflowDefinition) -> dict[str, Any]:
     """A placeholder for every required field, by type: what to put in ``--input`` or ``sample_input``."""
-    placeholders: dict[str, Any] = {
-        "string": "...",
-        "integer": 1,
-        "number": 1.5,
-        "boolean": True,
-        "object": {},
-        "array": [],
-    }
+    placeholders = {"string": "...", "integer": 1, "number": 1.5, "boolean": True, "object": {}, "array": []}
     return {name: placeholders[definition.input.properties[name].type] for name in definition.input.required}

@@ -1,9 +1,5 @@
-"""Loading workflow definitions from YAML files, once per directory per process.
-
-Definitions ship with the app (``workflows/*.yaml`` at the repository root), so they are part of
-the deployment like code: the orchestrator may read them during replay, and changing one while
-instances are in flight is a versioning decision (see docs/scheduler.md), not a hot reload.
-"""
+"""Loading workflow definitions from YAML files, once per directory per process: they ship with the
+app like code, and changing one in flight is a versioning decision (docs/scheduler.md)."""
 
 from __future__ import annotations
 
@@ -60,7 +56,6 @@ def _format_location(loc: tuple[Any, ...]) -> str:
 
 
 def _known_keys() -> set[str]:
-    """Every key a workflow file may use (field names and aliases of the definition's models)."""
     from pydantic import BaseModel
 
     from workflow_core.workflows import model, retry, steps
@@ -74,8 +69,8 @@ def _known_keys() -> set[str]:
 
 
 def _misspellings(errors: list[Any]) -> dict[str, tuple[str, str]]:
-    """``{location of the written key: (parent location, the key meant)}`` for unknown keys that are
-    close to a key the author probably meant (a missing sibling first, then any known key)."""
+    """``{location of an unknown key: (parent location, the key meant)}``: a missing sibling first,
+    then any known key."""
     missing = [_format_location(e["loc"]) for e in errors if e["type"] == "missing"]
     known = sorted(_known_keys())
     found: dict[str, tuple[str, str]] = {}
@@ -156,11 +151,7 @@ def _load_directory(directory: Path) -> dict[str, WorkflowDefinition]:
 
 
 def load_workflows(directory: Path | None = None) -> dict[str, WorkflowDefinition]:
-    """All definitions in ``directory`` (default: the repository's ``workflows/``), by name.
-
-    Parsed once per directory per process; the returned dict is a copy, the definitions are
-    immutable. Raises ``WorkflowDefinitionError`` naming the file and field of the first problem.
-    """
+    """All definitions in ``directory`` (default: the repository's ``workflows/``), by name."""
     key = (directory or DEFAULT_DIRECTORY).resolve()
     with _lock:
         if key not in _cache:
@@ -169,14 +160,13 @@ def load_workflows(directory: Path | None = None) -> dict[str, WorkflowDefinitio
 
 
 def clear_workflow_cache() -> None:
-    """Forget parsed definitions and pools (tests that write definition files use this)."""
+    """Forget parsed definitions and pools (tests that write definition files)."""
     with _lock:
         _cache.clear()
     clear_pools_cache()
 
 
 def get_workflow(name: str, directory: Path | None = None) -> WorkflowDefinition:
-    """The definition called ``name``; ``UnknownWorkflow`` (listing the known names) otherwise."""
     workflows = load_workflows(directory)
     try:
         return workflows[name]
@@ -190,7 +180,7 @@ def agent_pools(directory: Path | None = None) -> AgentPools:
 
 
 def agents_used(directory: Path | None = None) -> set[str]:
-    """Every agent name the definitions use (work and compensation), for start-up cross-checks."""
+    """For start-up cross-checks."""
     agents: set[str] = set()
     for definition in load_workflows(directory).values():
         agents |= definition.agents_used()

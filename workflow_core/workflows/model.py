@@ -1,13 +1,13 @@
 """What a workflow is: its input schema and its steps, each with an agent, a deadline and a retry policy.
 
-Definitions are validated when they load (unique step ids, references only to earlier steps, input
-references only to fields that are always present), so an orchestration never discovers a broken
-definition half-way through a run, after it has already changed remote systems.
+Validated when they load, so an orchestration never discovers a broken definition half-way through
+a run, after it has already changed remote systems.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import cached_property
 from typing import Any, Literal
 
@@ -23,41 +23,27 @@ FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]
 
 
-# --- input schema ----------------------------------------------------------------------------------
-
-
-def type_matches(expected: FieldType, value: Any) -> bool:
-    """JSON-schema-like type check; ``bool`` is not an integer here, although Python says it is."""
-    if expected == "string":
-        return isinstance(value, str)
-    if expected == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if expected == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if expected == "boolean":
-        return isinstance(value, bool)
-    if expected == "object":
-        return isinstance(value, dict)
-    return isinstance(value, list)
+# bool before int: ``bool`` is not an integer in JSON, although Python says it is
+_JSON_TYPES = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (dict, "object"),
+    (list, "array"),
+)
 
 
 def json_type_name(value: Any) -> str:
     """The JSON name of a Python value's type, for error messages a caller of the HTTP API understands."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
+def type_matches(expected: FieldType, value: Any) -> bool:
+    actual = json_type_name(value)
+    return actual == expected or (expected == "number" and actual == "integer")
 
 
 class InputProperty(BaseModel):
@@ -107,9 +93,6 @@ class InputSchema(BaseModel):
         return set(self.required) | {n for n, p in self.properties.items() if p.default is not None}
 
 
-# --- workflow --------------------------------------------------------------------------------------
-
-
 class WorkflowDefinition(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -121,8 +104,7 @@ class WorkflowDefinition(BaseModel):
     )
     description: str = ""
     input: InputSchema = Field(default_factory=InputSchema)
-    # As written under ``steps``: plain steps and parallel groups. Everyone but the scheduler uses
-    # ``steps`` (every step, in order) or ``stages`` (what runs together).
+    # As written under ``steps``; readers use ``steps`` (every step) or ``stages`` (what runs together).
     items: tuple[StepItem, ...] = Field(alias="steps", min_length=1)
     history_checkpoint_every: int = Field(
         default=25,
@@ -140,9 +122,7 @@ class WorkflowDefinition(BaseModel):
     business_key: str | None = Field(
         default=None, description="input field whose value names the instance for operators (e.g. tenant_id)"
     )
-    # An example input (what ``./scripts/demo <name>`` starts the workflow with; ``sas lint`` checks it
-    # against ``input``). Excluded from the canonical dump, so it is *not* part of the version: an
-    # instance never reads it, and editing it must not make a new version or touch a running one.
+    # Excluded from the canonical dump, so not part of the version: editing it touches no instance.
     sample_input: dict[str, Any] | None = Field(
         default=None, exclude=True, description="an example input for the demo, checked by sas lint"
     )
@@ -166,33 +146,23 @@ class WorkflowDefinition(BaseModel):
         return self
 
     def business_key_of(self, workflow_input: dict[str, Any]) -> str | None:
-        """The business key's value in a validated input (as text), or None (also for an empty one:
-        the ledger reads an empty text as absent, ``known_rows.py``)."""
+        """As text; None also for an empty one (the ledger reads an empty text as absent)."""
         if self.business_key is None or workflow_input.get(self.business_key) is None:
             return None
         return str(workflow_input[self.business_key])[:200] or None
 
     @model_validator(mode="after")
     def _steps_consistent(self) -> WorkflowDefinition:
-        # Each step with where it was written and the stage (index into ``stages``) it runs in.
-        placed: list[tuple[StepDefinition, str, int]] = []
-        for index, item in enumerate(self.items):
-            if isinstance(item, ParallelGroup):
-                placed.extend(
-                    (step, f"steps[{index}].parallel[{member}]", index)
-                    for member, step in enumerate(item.parallel)
-                )
-            else:
-                placed.append((item, f"steps[{index}]", index))
+        placed = list(self.located_steps())
         seen: dict[str, tuple[str, int]] = {}
-        for step, where, stage in placed:
+        for where, step, stage in placed:
             if step.id in seen:
                 raise ValueError(
                     f"{where}.id: duplicate step id {step.id!r} (first used by {seen[step.id][0]})"
                 )
             seen[step.id] = (where, stage)
         present = self.input.always_present()
-        for step, location, stage in placed:
+        for location, step, stage in placed:
             for where, ref in iter_references(step.input, f"{location}.input"):
                 if ref.source == "input":
                     if ref.path and ref.path[0] not in present:
@@ -216,22 +186,23 @@ class WorkflowDefinition(BaseModel):
                     )
         return self
 
-    # --- queries used by the scheduler, the agents and the HTTP starter -----------------------------
+    # Cached: the orchestrator asks on every replay, several times per step; recomputing them made a
+    # long workflow's replay quadratic in its steps.
 
-    # Derived once per definition object: the model is frozen, and the orchestrator asks for these on
-    # every replay of every instance (a pinned definition is one cached object per version,
-    # ``versions.from_canonical``), several times per step, so recomputing them made a long
-    # workflow's replay quadratic in its steps.
+    def located_steps(self) -> Iterator[tuple[str, StepDefinition, int]]:
+        """Every step with where it is written (``steps[2].parallel[0]``) and its stage's index."""
+        for index, item in enumerate(self.items):
+            members = item.parallel if isinstance(item, ParallelGroup) else (item,)
+            for member, step in enumerate(members):
+                yield f"steps[{index}]" + (f".parallel[{member}]" if len(members) > 1 else ""), step, index
 
     @cached_property
     def steps(self) -> tuple[StepDefinition, ...]:
-        """Every step, in the order written (a group's steps in the group's order)."""
         return tuple(step for stage in self.stages for step in stage)
 
     @cached_property
     def stages(self) -> tuple[tuple[StepDefinition, ...], ...]:
-        """What the scheduler runs one after the other: a plain step is a stage of one, a parallel
-        group a stage of its steps (which run at the same time)."""
+        """What the scheduler runs one after the other: a step alone, or a parallel group's steps."""
         return tuple(item.parallel if isinstance(item, ParallelGroup) else (item,) for item in self.items)
 
     @property
@@ -243,7 +214,6 @@ class WorkflowDefinition(BaseModel):
         return {step.id: n for n, step in enumerate(self.steps)}
 
     def position_of(self, step_id: str) -> int:
-        """Where ``step_id`` is in ``steps`` (its row's ``sequence``)."""
         try:
             return self._positions[step_id]
         except KeyError:
@@ -252,10 +222,8 @@ class WorkflowDefinition(BaseModel):
 
     @property
     def shortest_deadline_seconds(self) -> float:
-        """The shortest deadline any dispatch of this workflow can set (work or compensation): no
-        step can fall due sooner after the instance starts, so the starter places the instance's
-        deadline-index row no later than that and the dispatches find it early enough to watch
-        their steps without moving it (``workflow_core/ledger/watch.py``)."""
+        """No step can fall due sooner after the start: the starter's index row falls due by then,
+        early enough for dispatches to watch their steps without moving it (``ledger/watch.py``)."""
         spans = [s.deadline_seconds for s in self.steps]
         spans += [s.compensation.deadline_seconds for s in self.steps if s.compensation]
         return min(spans)
@@ -264,17 +232,13 @@ class WorkflowDefinition(BaseModel):
         return self.steps[self.position_of(step_id)]
 
     def agents_used(self) -> set[str]:
-        """Every agent a run of this workflow may call, work and compensation alike."""
         agents = {step.agent for step in self.steps}
         agents.update(step.compensation.agent for step in self.steps if step.compensation)
         return agents
 
     def validate_input(self, data: Any) -> dict[str, Any]:
-        """The input, checked against the schema and with defaults filled in.
-
-        Raises ``WorkflowInputError`` listing every problem at once, so an API caller fixes them in
-        one round trip.
-        """
+        """The input with defaults filled in; ``WorkflowInputError`` lists every problem at once, so an
+        API caller fixes them in one round trip."""
         if not isinstance(data, dict):
             raise WorkflowInputError(self.name, [f"input must be a JSON object, got {json_type_name(data)}"])
         schema = self.input
@@ -304,9 +268,5 @@ def _article(type_name: str) -> str:
 def resolve_step_input(
     step: StepDefinition, workflow_input: dict[str, Any], outputs: dict[str, Any]
 ) -> dict[str, Any]:
-    """The concrete input of ``step``: its mapping with every reference replaced.
-
-    ``outputs`` maps step ids to the outputs of the steps that completed. Pure, so the orchestrator
-    can call it on every replay; raises ``StepInputError`` naming the step, field and reference.
-    """
+    """``step``'s input with every reference replaced (pure: the orchestrator calls it on replay)."""
     return resolve_value(step.input, workflow_input, outputs, f"step {step.id!r} input")

@@ -1,14 +1,8 @@
-"""References inside a step's ``input`` mapping, and how they are resolved.
+"""References inside a step's ``input`` mapping (``$input.<field>...``, ``$steps.<id>.output...``,
+``$$`` for a literal ``$``), and how they are resolved.
 
-A string value that starts with ``$`` is a reference:
-
-- ``$input`` or ``$input.<field>[.<key>...]``: the (validated) workflow input, or part of it;
-- ``$steps.<step_id>.output[.<key>...]``: the output of an earlier step, or part of it;
-- ``$$...``: an escaped literal string starting with ``$``.
-
-Any other ``$`` string is rejected when the definition loads, so a typo such as ``$inputs.x`` fails
-a deployment instead of sending the text ``"$inputs.x"`` to a remote service. Resolution is pure
-(no I/O, no clock), so orchestrators can call it during replay.
+Any other ``$`` string is refused at load, so a typo fails a deployment instead of sending
+``"$inputs.x"`` to a remote service. Resolution is pure, so orchestrators call it during replay.
 """
 
 from __future__ import annotations
@@ -28,8 +22,6 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class Reference:
-    """A parsed reference: where it points (``input`` or a step's output) and the key path below."""
-
     text: str
     source: str  # "input" or "steps"
     step_id: str | None
@@ -83,7 +75,6 @@ def iter_references(value: Any, where: str) -> Iterator[tuple[str, Reference]]:
 def resolve_value(
     value: Any, workflow_input: Mapping[str, Any], outputs: Mapping[str, Any], where: str
 ) -> Any:
-    """``value`` with every reference replaced by what it points to (recursively)."""
     if isinstance(value, Mapping):
         return {
             key: resolve_value(item, workflow_input, outputs, f"{where}.{key}") for key, item in value.items()

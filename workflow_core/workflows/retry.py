@@ -1,9 +1,8 @@
 """Retry policy of a step or compensator: how many attempts, and how long to wait between them.
 
-``df.RetryOptions`` in the Python SDK has only a first interval and an attempt count, so exponential
-backoff, a cap and jitter are computed here and waited out with durable timers. Orchestrators must
-be deterministic, so the jitter is derived from a hash of a caller-supplied seed (instance, step,
-kind) instead of a random number: every replay computes the same delay.
+``df.RetryOptions`` has only a first interval and an attempt count, so backoff, cap and jitter are
+computed here and waited out with durable timers; the jitter is a hash of a seed, not a random
+number, so every replay computes the same delay.
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ MAX_INTERVAL_SECONDS = 24 * 3600
 
 
 class RetryPolicy(BaseModel):
-    """Attempts and backoff of one step (or one compensator)."""
-
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_attempts: int = Field(default=3, ge=1, le=100, description="attempts in total, the first included")
@@ -36,8 +33,7 @@ class RetryPolicy(BaseModel):
         return self
 
     def base_delay_seconds(self, attempt: int) -> float:
-        """Delay after attempt ``attempt`` (1-based) failed, before jitter:
-        ``min(max_interval, initial * coefficient ** (attempt - 1))``."""
+        """Delay after attempt ``attempt`` (1-based) failed, before jitter."""
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
         try:
@@ -47,17 +43,13 @@ class RetryPolicy(BaseModel):
         return min(self.max_interval_seconds, grown)
 
     def delay_seconds(self, attempt: int, seed: str) -> float:
-        """Delay after attempt ``attempt`` failed, with deterministic jitter.
-
-        The jitter only shortens the delay (by up to ``jitter`` of it), so the cap holds and two
-        instances that failed together spread out instead of retrying in lockstep. The same
-        ``(seed, attempt)`` always gives the same delay, which is what replay requires.
-        """
+        """The jitter only shortens the delay, so the cap holds and instances that failed together
+        spread out instead of retrying in lockstep."""
         base = self.base_delay_seconds(attempt)
         return base * (1.0 - self.jitter * _unit_interval(f"{seed}:{attempt}"))
 
 
 def _unit_interval(text: str) -> float:
-    """A number in [0, 1) derived from ``text``: stable across processes, unlike ``hash()``."""
+    """In [0, 1); stable across processes, unlike ``hash()``."""
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") / 2**64

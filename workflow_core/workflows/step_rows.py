@@ -1,10 +1,5 @@
-"""The ledger's step rows of a workflow definition: what creating an instance's steps writes.
-
-Its own module because two roles create steps from one definition and must write the same rows: the
-HTTP starter, in the instance record's own transaction, and the orchestration's ``create_workflow_steps``
-activity, for instances whose steps the starter did not create (started before it did, workflows too
-long for one transaction, inputs of a scheduler the watchdog restarts).
-"""
+"""The ledger's step rows of a workflow definition, one builder for the two roles that create them
+(the HTTP starter, and ``create_workflow_steps`` for workflows too long for the starter's transaction)."""
 
 from __future__ import annotations
 
@@ -14,13 +9,10 @@ from workflow_core.workflows.steps import StepDefinition
 
 
 def new_steps(definition: WorkflowDefinition) -> list[NewStep]:
-    """Every step of ``definition``, in order, as the ledger creates it (Pending, no input yet)."""
     return [new_step(step) for step in definition.steps]
 
 
 def new_step(step: StepDefinition) -> NewStep:
-    """One step of a definition as the ledger creates it (what a first dispatch writing against the
-    starter's version knows the row holds, without reading it)."""
     return NewStep(
         step_id=step.id,
         step_name=step.name or step.id,

@@ -89,11 +89,7 @@ class StepDefinition(BaseModel):
 
 
 class ParallelGroup(BaseModel):
-    """Steps that run at the same time: ``{parallel: [step, step, ...]}`` in a workflow's ``steps``.
-
-    The next item starts once every step of the group finished; if any of them gives up, the
-    instance is compensated after all of them finished. Groups do not nest.
-    """
+    """Steps that run at the same time; if one gives up, the instance is compensated once all finished."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -1,15 +1,9 @@
 """Durable copies of every definition version an instance ever started on, keyed by its hash.
 
-The YAML deployed with the app is only the *current* version; an instance in flight may run on an
-older one for days. So when an instance starts, its definition is written to the ledger table, in
-partition ``~definitions~<workflow>`` (``~`` is not allowed in instance ids, so it can never meet an
-instance's partition), RowKey = the short digest. Written once: the row is created, never updated,
-and a second create of the same version is a no-op. Any later process (an activity, the watchdog,
-a resume, an operator's rollback start) reads the definition back from here, verified against its
-hash, even after the YAML changed or was deleted.
-
-:func:`definition_for` is the one lookup every role uses: a pinned version is served from the
-process cache, the current YAML (when it still has that version) or this store, never anything else.
+The deployed YAML is only the *current* version; an instance may run on an older one for days. So
+its definition is created once, never updated, in the ledger table's partition
+``~definitions~<workflow>`` (``~`` is not allowed in instance ids) under its short digest, and any
+later process reads it back from there, verified against its hash, even after the YAML changed.
 """
 
 from __future__ import annotations
@@ -46,8 +40,6 @@ MAX_CHUNKS = 30  # about 900 KB: under the 1 MiB entity limit
 
 @dataclass(frozen=True)
 class StoredVersion:
-    """One stored version of a workflow (the row without the definition text)."""
-
     workflow: str
     version: str
     label: str | None
@@ -60,8 +52,6 @@ def partition_of(workflow: str) -> str:
 
 
 class DefinitionStore:
-    """Definition rows in the ledger table (see the module docstring)."""
-
     def __init__(self, table: TableClient) -> None:
         self._table = table
         self._saved: set[str] = set()
@@ -103,7 +93,6 @@ class DefinitionStore:
         return written
 
     def get(self, version: str) -> WorkflowDefinition | None:
-        """The stored definition of ``version`` (verified against its hash), or None."""
         cached = cached_definition(version)
         if cached is not None:
             return cached
@@ -116,7 +105,7 @@ class DefinitionStore:
         return from_canonical(version, text)
 
     def list(self, workflow: str) -> list[StoredVersion]:
-        """Every stored version of ``workflow``, oldest first (one partition query, no definitions)."""
+        """Every stored version of ``workflow``, oldest first (without the definitions)."""
         rows = self._table.query_entities(
             "PartitionKey eq @pk",
             parameters={"pk": partition_of(workflow)},
@@ -143,13 +132,8 @@ def _aware(value: Any) -> datetime | None:
 
 
 def definition_for(workflow: str, version: str | None, store: DefinitionStore | None) -> WorkflowDefinition:
-    """The definition an instance of ``workflow`` pinned to ``version`` runs on.
-
-    No version (an instance started before definitions were versioned, or steps written without an
-    instance) means the current YAML, as before. A version is served from the process cache, from
-    the current YAML when it still hashes to that version, or from the store; ``UnknownVersion``
-    when none has it.
-    """
+    """The definition an instance pinned to ``version`` runs on, from the process cache, the current
+    YAML when it still hashes to that version, or the store (no version: the current YAML)."""
     if not version or version == UNVERSIONED:
         return get_workflow(workflow)
     cached = cached_definition(version)
@@ -170,9 +154,8 @@ def definition_for(workflow: str, version: str | None, store: DefinitionStore | 
 def resolve_reference(
     workflow: str, reference: str, store: DefinitionStore, current: PinnedDefinition | None
 ) -> WorkflowDefinition:
-    """The definition a start request asks for with ``?version=``: a version id
-    (``name@<digest>``), its digest or a unique prefix of it (at least 6 characters), or a label
-    that names exactly one stored version. ``UnknownVersion`` (listing the stored ones) otherwise."""
+    """The definition ``?version=`` asks for: a version id, a unique digest prefix (6+ characters), or a
+    label naming exactly one stored version."""
     ref = reference.strip()
     stored = store.list(workflow)
     candidates = {v.version: v.label for v in stored}

@@ -1,14 +1,9 @@
 """Content-addressed versions of workflow definitions: ``provision-tenant@3f9a0c1d2e4b5a69``.
 
-A definition's version is a hash of its *canonical JSON*: the validated definition dumped with every
-default filled in, keys sorted, no whitespace. Two files that mean the same thing (comments, key
-order, a default written out or left implicit) have the same version; any change that could alter a
-run (a step added, an agent renamed, a deadline moved) gives a new one. The optional ``version:``
-label in the YAML is for people and is part of the hash like every other field.
-
-An instance is pinned to the version it started on: the definition travels in its orchestration
-input as canonical JSON and is rebuilt here, verified against its hash, without any I/O, so a replay
-is deterministic and never reads the YAML that is deployed *now*.
+A version is a hash of the *canonical JSON* (every default filled in, keys sorted): two files that
+mean the same thing have the same version, any change that could alter a run gives a new one. The
+pinned definition travels in the orchestration input and is rebuilt here, verified against its hash,
+without I/O, so a replay never reads the YAML deployed *now*.
 """
 
 from __future__ import annotations
@@ -52,7 +47,6 @@ def version_id(workflow: str, digest: str) -> str:
 
 
 def split_version(version: str) -> tuple[str, str]:
-    """``(workflow, short digest)`` of a version id; ``WorkflowDefinitionError`` if it is not one."""
     workflow, sep, digest = version.rpartition(SEPARATOR)
     if not sep or not workflow or len(digest) != DIGEST_CHARS or not _is_hex(digest):
         raise WorkflowDefinitionError(
@@ -68,8 +62,6 @@ def _is_hex(text: str) -> bool:
 
 @dataclass(frozen=True)
 class PinnedDefinition:
-    """A definition together with its version and the canonical JSON it was hashed from."""
-
     version: str
     definition: WorkflowDefinition
     canonical: str
@@ -90,7 +82,7 @@ class PinnedDefinition:
 
 
 def pin(definition: WorkflowDefinition) -> PinnedDefinition:
-    """The version of ``definition`` (and remember it, so a later lookup by version costs nothing)."""
+    """The version of ``definition``, remembered so a later lookup by version costs nothing."""
     canonical = canonical_json(definition)
     sha = digest_of(canonical)
     pinned = PinnedDefinition(version_id(definition.name, sha), definition, canonical, sha)
@@ -103,12 +95,8 @@ def version_of(definition: WorkflowDefinition) -> str:
 
 
 def from_canonical(version: str, data: dict[str, Any] | str) -> WorkflowDefinition:
-    """Rebuild the definition of ``version`` from its canonical JSON (or the data parsed from it).
-
-    Pure and cached by version: the orchestrator calls it on every replay. Raises
-    ``WorkflowDefinitionError`` when the data does not hash to the version (a corrupted input or row
-    must never run as if it were the definition the instance was pinned to).
-    """
+    """Rebuild ``version``'s definition; pure and cached, as the orchestrator calls it on every replay.
+    Data that does not hash to the version (a corrupted input or row) raises, never runs."""
     cached = cached_definition(version)
     if cached is not None:
         return cached
