@@ -19,12 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from activities._bp import bp
-from activities.common import COMP_FAILED, COMP_TIMED_OUT, as_dict, retry_on_conflict, step_output
+from activities.common import COMP_FAILED, COMP_TIMED_OUT, as_dict, step_output
 from workflow_core import contracts as c
 from workflow_core.contracts import ResultVerdict, StepKind, fit_text
 from workflow_core.ledger import StepRecord, StepStatus
-from workflow_core.runtime import Services, get_services
+from workflow_core.runtime import Services
 
 S = StepStatus
 ACTOR = "scheduler"
@@ -149,9 +148,7 @@ def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]
     attempt = int(args["attempt"])
     claimed = args.get("claimed")
     ledger = services.ledger
-    record = retry_on_conflict(
-        lambda: ledger.get(args["instance_id"], args["step_id"]), lambda r: r, what="verify result"
-    )
+    record = ledger.get(args["instance_id"], args["step_id"])
     found = recorded_outcome(record, kind, attempt)
     claim = describe_claim(claimed)
     said = claimed.get("outcome") if isinstance(claimed, dict) else None
@@ -182,9 +179,3 @@ def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]
     if verdict.output is not None:  # the scheduler builds later inputs from it: the value itself
         verdict = verdict.model_copy(update={"output": services.payloads.resolve(verdict.output)})
     return verdict.model_dump()
-
-
-@bp.function_name(c.ACTIVITY_VERIFY_RESULT)
-@bp.activity_trigger(input_name="payload")
-def verify_result_activity(payload: dict) -> dict:
-    return verify_result(payload, get_services())

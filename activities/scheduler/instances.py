@@ -19,14 +19,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from activities._bp import bp
 from activities.common import as_dict, now, retry_on_conflict
 from activities.scheduler.basis import BASIS_REFUSED, basis_rows, refused
 from workflow_core import contracts as c
 from workflow_core.contracts import ResultBasis
 from workflow_core.ledger import (
     InstanceHandle,
-    InstanceNotFound,
     InstanceRecord,
     InstanceStatus,
     LedgerError,
@@ -35,7 +33,7 @@ from workflow_core.ledger import (
     outcome_json,
 )
 from workflow_core.ledger.known_rows import known_instance, watched_in
-from workflow_core.runtime import Services, get_services
+from workflow_core.runtime import Services
 
 log = logging.getLogger(__name__)
 
@@ -229,16 +227,3 @@ def _settle_unread(args: SettleInput, decide: Callable[[Any], dict[str, Any]]) -
         log.info("settle of %s reads the ledger: %s", args.instance_id, exc)
         return None
     return done if done.get("changed") else None
-
-
-def find_handle(ledger: StepLedger, instance_id: str) -> InstanceHandle | None:
-    try:
-        return InstanceHandle(ledger.get_instance(instance_id))
-    except InstanceNotFound:
-        return None
-
-
-@bp.function_name(c.ACTIVITY_SETTLE_INSTANCE)
-@bp.activity_trigger(input_name="payload")
-def settle_instance_activity(payload: dict) -> dict:
-    return settle_instance(payload, get_services())
