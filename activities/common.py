@@ -12,7 +12,8 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -60,8 +61,6 @@ def retry_on_conflict(
     ``attempts`` lost races the last :class:`ConcurrencyConflict` propagates (the caller's trigger
     then retries the whole message or activity).
     """
-    if attempts < 1:
-        raise ValueError(f"attempts must be >= 1, got {attempts}")
     for attempt in range(1, attempts + 1):
         current = read()
         try:
@@ -72,6 +71,11 @@ def retry_on_conflict(
             log.debug("%s lost an ETag race (try %d of %d); re-reading", what, attempt, attempts)
             time.sleep(random.uniform(0, min(0.25, 0.01 * 2**attempt)))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def decide_on_step(ledger: Any, instance_id: str, step_id: str, decide: Callable[[Any], T], what: str) -> T:
+    """:func:`retry_on_conflict` on the step and its instance record (one request reads both)."""
+    return retry_on_conflict(lambda: ledger.read_step_and_instance(instance_id, step_id), decide, what=what)
 
 
 def as_dict(payload: Any, what: str) -> dict[str, Any]:
@@ -131,6 +135,15 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+@contextmanager
+def never_fails(what: str) -> Iterator[None]:
+    """Telemetry must never fail the work it describes: log what went wrong and carry on."""
+    try:
+        yield
+    except Exception:
+        log.exception("could not record %s", what)
+
+
 def emit_recovery(
     record: StepRecord, action: str, *, attempt: int | None = None, outcome: str | None = None, **attrs: Any
 ) -> None:
@@ -139,7 +152,7 @@ def emit_recovery(
 
     Called only by the run that actually changed the ledger, so a re-run does not count twice.
     """
-    try:
+    with never_fails(f"recovery telemetry for {action}"):
         if action == "finish_compensation":
             telemetry.record_compensation_failed(
                 record.instance_id,
@@ -158,8 +171,6 @@ def emit_recovery(
             workflow=record.workflow_name,
             **attrs,
         )
-    except Exception:  # telemetry must never fail the work it describes
-        log.exception("could not record recovery telemetry for %s", action)
 
 
 def park(

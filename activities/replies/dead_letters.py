@@ -29,9 +29,17 @@ import azure.functions as func
 from pydantic import ValidationError
 
 from activities._bp import bp
-from activities.common import COMP_FAILED, emit_recovery, grace_deadline, park, retry_on_conflict, step_output
+from activities.common import (
+    COMP_FAILED,
+    emit_recovery,
+    grace_deadline,
+    never_fails,
+    park,
+    retry_on_conflict,
+    step_output,
+)
 from activities.replies.results import EventClient, raise_result_event
-from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
@@ -85,18 +93,19 @@ async def handle_dead_letter(
 
 
 def _count(queue: str, reason: str | None, fields: dict[str, Any]) -> None:
-    try:
+    def text(name: str) -> str | None:
+        return fields.get(name) if isinstance(fields.get(name), str) else None
+
+    with never_fails("the dead letter"):
         telemetry.record_dead_letter(
             queue,
             reason=reason or "unknown",
-            workflow=fields.get("workflow") if isinstance(fields.get("workflow"), str) else None,
-            instance_id=fields.get("instance_id") if isinstance(fields.get("instance_id"), str) else None,
-            step_id=fields.get("step_id") if isinstance(fields.get("step_id"), str) else None,
+            workflow=text("workflow"),
+            instance_id=text("instance_id"),
+            step_id=text("step_id"),
             attempt=fields.get("attempt") if isinstance(fields.get("attempt"), int) else None,
-            kind=fields.get("kind") if isinstance(fields.get("kind"), str) else None,
+            kind=text("kind"),
         )
-    except Exception:  # telemetry must never fail the work it describes
-        log.exception("could not record the dead letter")
 
 
 async def _handle_dead_letter(
@@ -211,7 +220,16 @@ async def _handle_dead_letter(
     return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"
 
 
-# ---- trigger-bound function -----------------------------------------------------------------------
+async def _on_message(incoming: Incoming, client: EventClient) -> None:
+    await handle_dead_letter(
+        incoming.body,
+        reason=incoming.dead_letter_reason,
+        description=incoming.dead_letter_description,
+        client=client,
+        services=get_services(),
+        message_id=incoming.message_id,
+        trace=incoming.application_properties,
+    )
 
 
 def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
@@ -229,16 +247,7 @@ def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callabl
         )
         @blueprint.durable_client_input(client_name="client")
         async def agent_dead_letter_handler(msg: func.ServiceBusMessage, client) -> None:
-            incoming = from_servicebus_message(msg)
-            await handle_dead_letter(
-                incoming.body,
-                reason=incoming.dead_letter_reason,
-                description=incoming.dead_letter_description,
-                client=client,
-                services=get_services(),
-                message_id=incoming.message_id,
-                trace=incoming.application_properties,
-            )
+            await _on_message(from_servicebus_message(msg), client)
 
         return agent_dead_letter_handler
 
@@ -248,16 +257,7 @@ def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callabl
     )
     @blueprint.durable_client_input(client_name="client")
     async def agent_dead_letter_handler(msg: func.QueueMessage, client) -> None:
-        incoming = from_queue_message(msg, dead_letter=True)
-        await handle_dead_letter(
-            incoming.body,
-            reason=incoming.dead_letter_reason,
-            description=incoming.dead_letter_description,
-            client=client,
-            services=get_services(),
-            message_id=incoming.message_id,
-            trace=incoming.application_properties,
-        )
+        await _on_message(from_queue_message(msg, dead_letter=True), client)
 
     return agent_dead_letter_handler
 

@@ -35,9 +35,9 @@ import azure.functions as func
 from pydantic import ValidationError
 
 from activities._bp import bp
-from activities.common import park
+from activities.common import never_fails, park
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
-from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import (
     RESULT_FUNCTION,
@@ -110,7 +110,7 @@ async def raise_result_event(
         if quiet_if_gone:
             return "gone"
         log.info("late result %s for %s ignored: %s", event, result.orchestration_id, exc)
-        try:
+        with never_fails("late-result telemetry"):
             telemetry.record_recovery(
                 result.instance_id,
                 result.step_id,
@@ -120,8 +120,6 @@ async def raise_result_event(
                 kind=result.kind,
                 reason=str(exc),
             )
-        except Exception:  # telemetry must never fail the work it describes
-            log.exception("could not record late-result telemetry")
         services.ledger.note(
             result.instance_id,
             result.step_id,
@@ -270,7 +268,14 @@ def with_verdict(
     return ConfirmedResult(**confirmed.model_dump(), ledger_token=token, verdict=verdict, instance=snapshot)
 
 
-# ---- trigger-bound function -----------------------------------------------------------------------
+async def _on_message(incoming: Incoming, client: EventClient) -> None:
+    await handle_result(
+        incoming.body,
+        client,
+        get_services(),
+        message_id=incoming.message_id,
+        trace=incoming.application_properties,
+    )
 
 
 def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
@@ -283,14 +288,7 @@ def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[...
         )
         @blueprint.durable_client_input(client_name="client")
         async def agent_result_handler(msg: func.ServiceBusMessage, client) -> None:
-            incoming = from_servicebus_message(msg)
-            await handle_result(
-                incoming.body,
-                client,
-                get_services(),
-                message_id=incoming.message_id,
-                trace=incoming.application_properties,
-            )
+            await _on_message(from_servicebus_message(msg), client)
 
         return agent_result_handler
 
@@ -298,14 +296,7 @@ def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[...
     @blueprint.queue_trigger(arg_name="msg", queue_name="%RESULT_QUEUE_NAME%", connection=STORAGE_CONNECTION)
     @blueprint.durable_client_input(client_name="client")
     async def agent_result_handler(msg: func.QueueMessage, client) -> None:
-        incoming = from_queue_message(msg)
-        await handle_result(
-            incoming.body,
-            client,
-            get_services(),
-            message_id=incoming.message_id,
-            trace=incoming.application_properties,
-        )
+        await _on_message(from_queue_message(msg), client)
 
     return agent_result_handler
 

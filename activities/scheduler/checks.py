@@ -15,12 +15,12 @@ from activities.common import (
     COMP_FAILED,
     COMP_TIMED_OUT,
     as_dict,
+    decide_on_step,
     emit_recovery,
     grace_deadline,
     is_transient_claim,
     iso,
     now,
-    retry_on_conflict,
     step_output,
 )
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, S, StepAttemptInput
@@ -107,11 +107,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
             return StepCheck(state="timed_out", error=r.last_error)
         return StepCheck(state="failed", error=r.last_error or f"step is {r.status.value}")
 
-    check = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"check {args.step_id}",
-    )
+    check = decide_on_step(ledger, args.instance_id, args.step_id, decide, f"check {args.step_id}")
     if check.output is not None:  # the scheduler builds later inputs from it: the value, not a reference
         check = check.model_copy(update={"output": services.payloads.resolve(check.output)})
     return check.model_dump()
@@ -160,9 +156,7 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
         emit_recovery(r, "compensation_timed_out", attempt=r.compensation_attempt, reason=error)
         return StepCheck(state="timed_out", error=error)
 
-    check = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"check compensation {args.step_id}",
+    check = decide_on_step(
+        ledger, args.instance_id, args.step_id, decide, f"check compensation {args.step_id}"
     )
     return check.model_dump()

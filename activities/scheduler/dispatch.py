@@ -22,11 +22,11 @@ from pydantic import BaseModel
 
 from activities.common import (
     as_dict,
+    decide_on_step,
     emit_recovery,
     error_text,
     iso,
     parse_time,
-    retry_on_conflict,
 )
 from activities.scheduler.basis import BASIS_REFUSED, refused
 from activities.scheduler.dispatch_rules import (
@@ -165,10 +165,12 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             return _answer(d, message_id, BASIS_REFUSED, status=None, sent=False, error=why)
         if claimable is not None:  # a read does not say which steps the row watches
             claimable = ClaimableWork(None, keyed)
-        record, outcome = retry_on_conflict(
-            lambda: ledger.read_step_and_instance(d.instance_id, d.step_id),
+        record, outcome = decide_on_step(
+            ledger,
+            d.instance_id,
+            d.step_id,
             decide,
-            what=f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
+            f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
         )
     instance = handles[0].record if handles[0] is not None else None
     sent = False

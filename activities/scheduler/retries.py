@@ -19,12 +19,12 @@ from activities.common import (
     COMP_TIMED_OUT,
     GIVEN_UP,
     as_dict,
+    decide_on_step,
     emit_recovery,
     grace_deadline,
     iso,
     now,
     parse_time,
-    retry_on_conflict,
 )
 from activities.scheduler.inputs import (
     ACTOR,
@@ -88,10 +88,8 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
         )
         return updated, True
 
-    record, changed = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"schedule retry {args.step_id}",
+    record, changed = decide_on_step(
+        ledger, args.instance_id, args.step_id, decide, f"schedule retry {args.step_id}"
     )
     if changed:
         emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
@@ -120,10 +118,8 @@ def _schedule_compensation_retry(
         )
         return updated, True
 
-    record, changed = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"schedule compensation retry {args.step_id}",
+    record, changed = decide_on_step(
+        ledger, args.instance_id, args.step_id, decide, f"schedule compensation retry {args.step_id}"
     )
     if changed:
         emit_recovery(
@@ -185,10 +181,8 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
             )
         return r, False
 
-    record, changed = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"give up {args.step_id}",
+    record, changed = decide_on_step(
+        ledger, args.instance_id, args.step_id, decide, f"give up {args.step_id}"
     )
     if changed:
         emit_recovery(record, "give_up", reason=args.reason, to_be_compensated=record.compensator is not None)
@@ -236,10 +230,8 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
         log.warning("step %s/%s needs an operator: %s", r.instance_id, r.step_id, args.error)
         return updated, True
 
-    record, changed = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"finish compensation {args.step_id}",
+    record, changed = decide_on_step(
+        ledger, args.instance_id, args.step_id, decide, f"finish compensation {args.step_id}"
     )
     if changed:
         emit_recovery(record, "finish_compensation", error=args.error)

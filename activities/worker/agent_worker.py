@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from activities._bp import bp
 from activities.common import park
 from activities.worker.delivery import Delivery
-from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import tracing
 from workflow_core.contracts import WORKER_FUNCTION, WorkMessage
 from workflow_core.message_fields import explain
@@ -86,29 +86,21 @@ def process_work_message(
         return None
 
 
-# ---- trigger-bound function -----------------------------------------------------------------------
-
-
 def run_queue_message(
     msg: func.QueueMessage, *, services: Services | None = None, worker_id: str | None = None
 ) -> None:
     """Storage Queue trigger body: decode the transport envelope, then :func:`process_work_message`."""
-    incoming = from_queue_message(msg)
-    process_work_message(
-        incoming.body,
-        delivery_count=incoming.delivery_count,
-        services=services or get_services(),
-        worker_id=worker_id or default_worker_id(),
-        message_id=incoming.message_id,
-        trace=incoming.application_properties,
-    )
+    _run(from_queue_message(msg), services, worker_id)
 
 
 def run_servicebus_message(
     msg: func.ServiceBusMessage, *, services: Services | None = None, worker_id: str | None = None
 ) -> None:
     """Service Bus trigger body: the JSON body, then :func:`process_work_message`."""
-    incoming = from_servicebus_message(msg)
+    _run(from_servicebus_message(msg), services, worker_id)
+
+
+def _run(incoming: Incoming, services: Services | None, worker_id: str | None) -> None:
     process_work_message(
         incoming.body,
         delivery_count=incoming.delivery_count,

@@ -55,7 +55,7 @@ class RemoteEffects:
         with cls._cache_lock:
             effects = cls._cache.get(key)
             if effects is None:
-                effects = cls(_table_client(storage, table_name))
+                effects = cls(table_client(storage, table_name))
                 with contextlib.suppress(ResourceExistsError):
                     effects._table.create_table()
                 cls._cache[key] = effects
@@ -132,7 +132,3 @@ class RemoteEffects:
         return [
             dict(e) for e in self._table.query_entities("PartitionKey eq @pk", parameters={"pk": service})
         ]
-
-
-def _table_client(storage: StorageConnection, table_name: str) -> TableClient:
-    return table_client(storage, table_name)  # connection string, or service URI + managed identity
