@@ -53,6 +53,28 @@ from workflow_core.workflows import RetryPolicy
 Reporter = Callable[[str, int, datetime | None], None]
 
 
+class Status:
+    """Keeps an orchestration's custom status current: the ``fixed`` fields naming what it runs,
+    then the step, attempt, phase and until when, then what ``extra`` adds (its progress)."""
+
+    def __init__(self, context: Any, extra: Callable[[], dict[str, Any]] = dict, **fixed: Any) -> None:
+        self.context, self.extra, self.fixed = context, extra, fixed
+        self.step: str | None = None
+        self.progress: Any = None  # the workflow orchestrator's Progress, for its ``extra``
+
+    def __call__(self, phase: str, attempt: int | None = None, until: datetime | None = None) -> None:
+        self.context.set_custom_status(
+            {
+                **self.fixed,
+                "step": self.step,
+                "attempt": attempt,
+                "phase": phase,
+                "until": to_iso(until) if until else None,
+                **self.extra(),
+            }
+        )
+
+
 @dataclass(frozen=True)
 class StepRun:
     """Everything needed to run one step of one instance, whichever orchestrator runs it."""
@@ -174,57 +196,58 @@ def run_step(
     A first dispatch the ledger refuses for ``run.basis`` returns at once with ``basis_refused``.
     """
     attempt, tries, skipped = 1, 0, 0
-    if resume is not None:  # back to the attempt whose success was taken unread
-        attempt, tries, deadline = resume.attempt, resume.tries, parse_iso(resume.deadline)
-        outcome = yield from _await_outcome(context, run, attempt, deadline, report, True, None, listen=False)
-        if outcome.succeeded:
-            return StepResult(True, tries, output=outcome.output, instance=outcome.instance)
-        next_start = _next_start(context, run, tries, outcome)
-        if next_start is None:
-            return StepResult(False, tries, error=outcome.error)
-        yield from _back_off(context, run, attempt, next_start, report)
-        attempt += 1
     while True:
-        deadline = deadline_after(context.current_utc_datetime, run.deadline_seconds)
-        report("dispatching", attempt, deadline)
-        # The ledger write (Dispatched, owner, deadline) happens in this activity, before any wait:
-        # if this orchestration dies from here on, the watchdog still sees the step and its deadline.
-        dispatch = StepDispatch(
-            instance_id=run.instance_id,
-            orchestration_id=context.instance_id,
-            workflow=run.workflow,
-            step_id=run.step_id,
-            attempt=attempt,
-            deadline=to_iso(deadline),
-            input=run.input,
-            kind=run.kind,
-            trace=run.trace,
-            expected=run.expected if attempt == 1 and tries == 0 else None,
-            basis=run.basis if attempt == 1 and tries == 0 else None,
-            provisional=run.provisional or None,
-        )
-        dispatched = yield call_activity(
-            context, run.dispatch_activity, dispatch.model_dump(exclude_none=True)
-        )
-        next_move = after_dispatch(dispatched)
-        if next_move == BASIS_REFUSED:
-            return StepResult(False, tries, error=dispatched.get("error"), basis_refused=True)
-        if next_move == SKIP_ATTEMPT:
-            skipped += 1
-            if skipped > MAX_STALE_SKIPS:
-                raise ContractViolation(f"{run.dispatch_activity} called {skipped} attempts in a row stale")
-            attempt += 1
-            continue
-
-        tries += 1
-        token = dispatch_token(dispatched)
-        outcome = yield from _await_outcome(
-            context, run, attempt, deadline, report, next_move == CHECK_NOW, token
-        )
+        if resume is not None:  # back to the attempt whose success was taken unread
+            attempt, tries, deadline = resume.attempt, resume.tries, parse_iso(resume.deadline)
+            resume = None
+            outcome = yield from _await_outcome(
+                context, run, attempt, deadline, report, True, None, listen=False
+            )
+        else:
+            deadline = deadline_after(context.current_utc_datetime, run.deadline_seconds)
+            report("dispatching", attempt, deadline)
+            # The ledger write (Dispatched, owner, deadline) happens in this activity, before any wait:
+            # if this orchestration dies from here on, the watchdog still sees the step and its deadline.
+            first = attempt == 1 and tries == 0
+            dispatch = StepDispatch(
+                instance_id=run.instance_id,
+                orchestration_id=context.instance_id,
+                workflow=run.workflow,
+                step_id=run.step_id,
+                attempt=attempt,
+                deadline=to_iso(deadline),
+                input=run.input,
+                kind=run.kind,
+                trace=run.trace,
+                expected=run.expected if first else None,
+                basis=run.basis if first else None,
+                provisional=run.provisional or None,
+            )
+            dispatched = yield call_activity(
+                context, run.dispatch_activity, dispatch.model_dump(exclude_none=True)
+            )
+            next_move = after_dispatch(dispatched)
+            if next_move == BASIS_REFUSED:
+                return StepResult(False, tries, error=dispatched.get("error"), basis_refused=True)
+            if next_move == SKIP_ATTEMPT:
+                skipped += 1
+                if skipped > MAX_STALE_SKIPS:
+                    raise ContractViolation(
+                        f"{run.dispatch_activity} called {skipped} attempts in a row stale"
+                    )
+                attempt += 1
+                continue
+            tries += 1
+            token = dispatch_token(dispatched)
+            outcome = yield from _await_outcome(
+                context, run, attempt, deadline, report, next_move == CHECK_NOW, token
+            )
         if outcome.succeeded:
-            taken = None
-            if outcome.basis is not None:
-                taken = Provisional(attempt, tries, to_iso(deadline), outcome.basis)
+            taken = (
+                None
+                if outcome.basis is None
+                else Provisional(attempt, tries, to_iso(deadline), outcome.basis)
+            )
             return StepResult(
                 True, tries, output=outcome.output, instance=outcome.instance, provisional=taken
             )
@@ -284,17 +307,13 @@ def _await_outcome(
     ``check_first`` the ledger is asked before the first race (the dispatch found the attempt
     already under way or settled), and its answer may make the race unnecessary.
 
-    Trust only the ledger: an event is a signal, never the outcome. When it wins and carries this
-    attempt's ledger ``token`` (the result handler read the ledger and put its verdict in the event:
-    ``confirmed_outcome``) the verdict is taken as it is. A success the worker keyed with a basis
-    row is taken provisionally when ``run.provisional`` (``provisional_outcome``): the next ledger
-    write proves it or refuses it (then ``run_step`` comes back here with ``listen`` off, polling).
-    Otherwise ``verify_result``
-    reads what the ledger recorded for this attempt; if the ledger has no outcome for it (a forged,
-    corrupt or early event, possibly buffered by the runtime before this attempt even began), the
-    event is ignored (and audited by the activity). The name is then never waited for again (the SDK
-    would hand the same buffered event to a new wait): the ledger is polled every
-    ``UNCONFIRMED_POLL`` until the deadline instead.
+    Trust only the ledger: an event is a signal, never the outcome. When it carries this attempt's
+    ledger ``token`` (``confirmed_outcome``) the result handler's verdict is taken as it is; a success
+    the worker keyed with a basis row is taken provisionally when ``run.provisional``
+    (``provisional_outcome``: the next write proves or refuses it). Otherwise ``verify_result`` reads
+    the ledger; an event it does not back (forged, corrupt, or buffered by the runtime before this
+    attempt began) is ignored and the name never waited for again (the SDK would hand the same
+    buffered event to a new wait): the ledger is polled every ``UNCONFIRMED_POLL`` instead.
     """
     event: Any = (
         context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind)) if listen else None

@@ -102,7 +102,7 @@ def claim_of(payload: Any) -> dict[str, Any]:
 
 
 def dispatch_token(result: Any) -> str | None:
-    """The attempt's ledger token a dispatch activity returned (None from older activities)."""
+    """The attempt's ledger token a dispatch activity returned (None when it wrote no attempt)."""
     token = result.get("token") if isinstance(result, dict) else None
     return token if isinstance(token, str) and token else None
 
@@ -163,16 +163,19 @@ def interpret_verdict(payload: Any, deadline: datetime) -> AttemptOutcome | None
         raise ContractViolation(f"verify activity returned {payload!r}: {exc}") from None
     if verdict.state == "unconfirmed":
         return None
-    if verdict.state == "succeeded":
-        return AttemptOutcome(True, output=verdict.output if verdict.output is not None else {})
-    if verdict.state == "timed_out":
+    return _recorded(verdict, deadline)
+
+
+def _recorded(found: ResultVerdict | StepCheck, deadline: datetime) -> AttemptOutcome:
+    """The outcome of a ``succeeded``, ``timed_out`` or ``failed`` answer of the ledger."""
+    if found.state == "succeeded":
+        return AttemptOutcome(True, output=found.output if found.output is not None else {})
+    if found.state == "timed_out":
         return AttemptOutcome(
-            False, error=verdict.error or f"no result by the deadline {to_iso(deadline)}", timed_out=True
+            False, error=found.error or f"no result by the deadline {to_iso(deadline)}", timed_out=True
         )
     return AttemptOutcome(
-        False,
-        error=verdict.error or "the ledger records a failure without a reason",
-        permanent=verdict.permanent,
+        False, error=found.error or "the ledger records a failure without a reason", permanent=found.permanent
     )
 
 
@@ -207,18 +210,8 @@ def interpret_check(payload: Any, now: datetime, deadline: datetime) -> AttemptO
         check = StepCheck.model_validate(payload)
     except ValidationError as exc:
         raise ContractViolation(f"check activity returned {payload!r}: {exc}") from None
-    if check.state == "succeeded":
-        return AttemptOutcome(True, output=check.output if check.output is not None else {})
-    if check.state == "failed":
-        return AttemptOutcome(
-            False,
-            error=check.error or "the ledger records a failure without a reason",
-            permanent=check.permanent,
-        )
-    if check.state == "timed_out":
-        return AttemptOutcome(
-            False, error=check.error or f"no result by the deadline {to_iso(deadline)}", timed_out=True
-        )
+    if check.state != "extended":
+        return _recorded(check, deadline)
     if not check.deadline:
         raise ContractViolation("check activity said 'extended' without a new deadline")
     return Extended(max(parse_iso(check.deadline), as_utc(now) + MIN_EXTENSION_WAIT))

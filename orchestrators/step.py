@@ -10,30 +10,16 @@ Giving up and compensating stay with the workflow orchestrator, which sees the w
 from __future__ import annotations
 
 from collections.abc import Generator
-from datetime import datetime
 from typing import Any
 
-from orchestrators.attempts import StepRun, run_step
-from orchestrators.decisions import to_iso
+from orchestrators.attempts import Status, StepRun, run_step
 
 
 def step_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
     """Run the ``StepRun`` in the input; return ``{"succeeded", "attempts", "output", "error"}``."""
     run = StepRun.from_payload(context.get_input())
-
-    def status(phase: str, attempt: int | None = None, until: datetime | None = None) -> None:
-        context.set_custom_status(
-            {
-                "orchestration": "step",
-                "workflow": run.workflow,
-                "instance_id": run.instance_id,
-                "step": run.step_id,
-                "attempt": attempt,
-                "phase": phase,
-                "until": to_iso(until) if until else None,
-            }
-        )
-
+    status = Status(context, orchestration="step", workflow=run.workflow, instance_id=run.instance_id)
+    status.step = run.step_id
     result = yield from run_step(context, run, status)
     status("succeeded" if result.succeeded else "failed", result.attempts)
     return result.to_payload()

@@ -12,12 +12,11 @@ through activities.
 from __future__ import annotations
 
 from collections.abc import Generator
-from datetime import datetime
 from functools import partial
 from typing import Any
 
-from orchestrators.attempts import StepResult, StepRun
-from orchestrators.decisions import call_activity, should_checkpoint, to_iso
+from orchestrators.attempts import Status, StepResult, StepRun
+from orchestrators.decisions import call_activity, should_checkpoint
 from orchestrators.shortcuts import LedgerShortcuts, next_write_proves
 from orchestrators.state import Progress, WorkflowStart
 from workflow_core.contracts import (
@@ -36,31 +35,6 @@ from workflow_core.workflows import (
 )
 
 
-class _Status:
-    """Keeps the instance's custom status current: which workflow, step, attempt and phase."""
-
-    def __init__(self, context: Any, definition: WorkflowDefinition, progress: Progress) -> None:
-        self._context = context
-        self._definition = definition
-        self.progress = progress
-        self.step: str | None = None
-
-    def __call__(self, phase: str, attempt: int | None = None, until: datetime | None = None) -> None:
-        self._context.set_custom_status(
-            {
-                "orchestration": "workflow",
-                "workflow": self._definition.name,
-                "step": self.step,
-                "attempt": attempt,
-                "phase": phase,
-                "until": to_iso(until) if until else None,
-                "completed_steps": len(self.progress.completed),
-                "total_steps": len(self._definition.steps),
-                "generation": self.progress.generation,
-            }
-        )
-
-
 def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | None]:
     """Run the workflow named in the input; return its outcome (see docs/scheduler.md).
 
@@ -72,11 +46,23 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
     workflow_input = definition.validate_input(start.input)
     progress = start.state or Progress()
     _check_resumable(definition, progress)
-    status = _Status(context, definition, progress)
+    status = Status(
+        context,
+        lambda: {
+            "completed_steps": len(status.progress.completed),
+            "total_steps": len(definition.steps),
+            "generation": status.progress.generation,
+        },
+        orchestration="workflow",
+        workflow=definition.name,
+    )
+    status.progress = progress
     ledger = LedgerShortcuts(context, definition, start, status)
     compensate = partial(_give_up_and_compensate, context, definition, status=status, trace=start.trace)
     if start.state is None:
-        yield from _create_steps(context, definition, start, status)
+        status("creating_steps")
+        create = {"instance_id": context.instance_id, "workflow": definition.name, "version": start.version}
+        yield call_activity(context, ACTIVITY_CREATE_STEPS, create)
 
     completed_here = 0  # steps completed in this generation (a group counts as its steps)
     stages = _remaining_stages(definition, progress.position)
@@ -112,16 +98,8 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
     return {"status": "succeeded", "outputs": progress.outputs, "failed_step": None, "error": None}
 
 
-def _create_steps(
-    context: Any, definition: WorkflowDefinition, start: WorkflowStart, status: _Status
-) -> Generator[Any, Any, None]:
-    status("creating_steps")
-    create = {"instance_id": context.instance_id, "workflow": definition.name, "version": start.version}
-    yield call_activity(context, ACTIVITY_CREATE_STEPS, create)
-
-
 def _continue_as_new(
-    context: Any, start: WorkflowStart, workflow_input: dict[str, Any], progress: Progress, status: _Status
+    context: Any, start: WorkflowStart, workflow_input: dict[str, Any], progress: Progress, status: Status
 ) -> None:
     """Checkpoint: the next generation starts from ``progress`` with a fresh, short history."""
     status.step = None
@@ -176,7 +154,7 @@ def _run_group(
     stage: tuple[StepDefinition, ...],
     workflow_input: dict[str, Any],
     progress: Progress,
-    status: _Status,
+    status: Status,
     start: WorkflowStart,
 ) -> Generator[Any, Any, tuple[Progress, list[tuple[str, StepResult]]]]:
     """Run a parallel group: one ``step_orchestrator`` per step, all started in this episode, then
@@ -238,7 +216,7 @@ def _give_up_and_compensate(
     definition: WorkflowDefinition,
     failed: list[tuple[str, StepResult]],
     progress: Progress,
-    status: _Status,
+    status: Status,
     trace: dict[str, str] | None = None,
 ) -> Generator[Any, Any, dict[str, Any]]:
     """Record that the step(s) gave up, then undo what was done through the compensation orchestrator.
