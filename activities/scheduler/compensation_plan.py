@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from activities.common import as_dict, grace_deadline, retry_on_conflict, step_input, step_output
-from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, PlanInput, S
+from activities.scheduler.inputs import ACTOR, MAY_COMPENSATE, PlanInput, S, nothing_to_undo, time_out
 from workflow_core import contracts as c
 from workflow_core.ledger import InstanceStatus, StepLedger, StepRecord
 from workflow_core.runtime import Services
@@ -48,18 +48,9 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     for record in records:
 
         def decide(r: StepRecord) -> tuple[StepRecord, bool]:
-            if r.status in IN_FLIGHT:
-                r = ledger.transition(
-                    r,
-                    S.TIMED_OUT,
-                    actor=ACTOR,
-                    reason="workflow is being compensated; in-flight attempt abandoned",
-                    last_error=r.last_error or "abandoned by compensation",
-                    deadline=grace_deadline(grace),
-                )
-            if r.status is S.PENDING or (
-                r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
-            ):
+            reason = "workflow is being compensated; in-flight attempt abandoned"
+            r = time_out(ledger, r, grace, reason, last_error=r.last_error or "abandoned by compensation")
+            if nothing_to_undo(r):
                 return ledger.transition(r, S.CANCELLED, actor=ACTOR, reason="workflow compensated"), True
             return r, False
 

@@ -27,12 +27,11 @@ from activities.common import (
     decide_on_step,
     emit_recovery,
     error_text,
-    grace_deadline,
     iso,
     parse_time,
 )
 from activities.scheduler.basis import BASIS_REFUSED, basis_rows, refused
-from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S
+from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S, time_out
 from activities.scheduler.instances import with_promise, works_on
 from activities.verification import UNDOING, attempt_token
 from workflow_core import contracts as c
@@ -350,14 +349,7 @@ def decide_compensation_dispatch(
         return r, "settled"
     if r.compensator is None:
         return r, "not-dispatchable"
-    if r.status in IN_FLIGHT:  # compensation asked for while an attempt is out: stop waiting for it
-        r = ledger.transition(
-            r,
-            S.TIMED_OUT,
-            actor=ACTOR,
-            reason="compensation requested while an attempt was in flight",
-            deadline=grace_deadline(grace),
-        )
+    r = time_out(ledger, r, grace, "compensation requested while an attempt was in flight")
     if r.status in MAY_COMPENSATE and d.attempt > r.compensation_attempt:
         updated = ledger.transition(
             r,

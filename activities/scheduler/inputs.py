@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities.common import grace_deadline
 from workflow_core import contracts as c
-from workflow_core.ledger import StepRecord, StepStatus
+from workflow_core.ledger import StepLedger, StepRecord, StepStatus
 
 S = StepStatus
 ACTOR = "scheduler"
@@ -62,6 +63,23 @@ class FinishCompensationInput(_Input):
     instance_id: str
     step_id: str
     error: str = "compensator attempts exhausted"
+
+
+def time_out(ledger: StepLedger, r: StepRecord, grace: float, reason: str, **fields: Any) -> StepRecord:
+    """An attempt still in flight when the scheduler moves on is TimedOut first (no agent's result
+    may land on it any more); the row then waits for the scheduler, for the watchdog's grace."""
+    if r.status not in IN_FLIGHT:
+        return r
+    return ledger.transition(
+        r, S.TIMED_OUT, actor=ACTOR, reason=reason, deadline=grace_deadline(grace), **fields
+    )
+
+
+def nothing_to_undo(r: StepRecord) -> bool:
+    """Never ran, or failed without a compensator: Cancelled rather than compensated."""
+    return r.status is S.PENDING or (
+        r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
+    )
 
 
 def status_reply(r: StepRecord, changed: bool) -> dict[str, Any]:

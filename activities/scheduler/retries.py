@@ -28,14 +28,15 @@ from activities.common import (
 )
 from activities.scheduler.inputs import (
     ACTOR,
-    IN_FLIGHT,
     MAY_COMPENSATE,
     NEEDS_RETRY_DECISION,
     FinishCompensationInput,
     GiveUpInput,
     S,
     ScheduleRetryInput,
+    nothing_to_undo,
     status_reply,
+    time_out,
 )
 from activities.scheduler.instances import with_promise
 from workflow_core import contracts as c
@@ -66,15 +67,8 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
         r, handle = pair
         if r.attempt != args.attempt:
             return r, False  # superseded (or never dispatched): nothing of this attempt to retry
-        if r.status in IN_FLIGHT:
-            r = ledger.transition(
-                r,
-                S.TIMED_OUT,
-                actor=ACTOR,
-                reason=f"scheduler gave up waiting for attempt {r.attempt}",
-                last_error=r.last_error or f"attempt {r.attempt} timed out",
-                deadline=grace_deadline(grace),
-            )
+        reason = f"scheduler gave up waiting for attempt {r.attempt}"
+        r = time_out(ledger, r, grace, reason, last_error=r.last_error or f"attempt {r.attempt} timed out")
         if r.status not in NEEDS_RETRY_DECISION:
             return r, False  # already Retrying (a re-run), or settled another way
         updated = ledger.transition(
@@ -142,18 +136,8 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
-        if r.status in IN_FLIGHT:
-            r = ledger.transition(
-                r,
-                S.TIMED_OUT,
-                actor=ACTOR,
-                reason=f"given up: {args.reason}",
-                last_error=args.reason,
-                deadline=grace_deadline(grace),
-            )
-        if r.status is S.PENDING or (
-            r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
-        ):
+        r = time_out(ledger, r, grace, f"given up: {args.reason}", last_error=args.reason)
+        if nothing_to_undo(r):
             return (
                 ledger.transition(
                     r,
@@ -203,10 +187,7 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
         r, handle = pair
         if r.status in (S.COMPENSATED, S.COMPENSATION_FAILED):
             return r, False
-        if r.status in IN_FLIGHT:
-            r = ledger.transition(
-                r, S.TIMED_OUT, actor=ACTOR, reason="compensation gave up", deadline=grace_deadline(grace)
-            )
+        r = time_out(ledger, r, grace, "compensation gave up")
         if r.status is not S.COMPENSATING:
             if r.status not in MAY_COMPENSATE:
                 return r, False
