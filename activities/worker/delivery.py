@@ -1,8 +1,8 @@
 """One delivery of a work message, start to end: claim, run the agent's handler, heartbeat, record, reply.
 
-Split from ``activities.worker.agent_worker`` (the trigger-bound entry point) because the flow of a delivery
-carries its own state (the message, the row as this worker last wrote it, the instance record)
-across several ledger writes; the rules each write follows are in ``activities.worker.delivery_rules``.
+The rules each ledger write follows (claim or not, how to record) are ``delivery_rules``: together
+the two would be some 600 lines, and the rules are the idempotency table the pattern leans on, read
+and tested on their own; this module is the flow that carries a delivery's state between them.
 """
 
 from __future__ import annotations
@@ -55,16 +55,13 @@ log = logging.getLogger(__name__)
 S = StepStatus
 
 
-def non_retryable_errors(
-    workflow: str, step_id: str, kind: str, version: str | None = None, services: Services | None = None
-) -> tuple[str, ...]:
-    """The exception type names the step's definition (or its compensation's) says retrying cannot fix,
-    in the definition version the instance is pinned to."""
+def non_retryable_errors(workflow: str, step_id: str, kind: str, version: str | None, services: Services):
+    """The exception type names the step's definition (or its compensation's, in the version the
+    instance is pinned to) says retrying cannot fix."""
     from workflow_core.workflows.store import definition_for
 
     try:
-        store = services.definitions if services is not None and version else None
-        step = definition_for(workflow, version, store).step(step_id)
+        step = definition_for(workflow, version, services.definitions).step(step_id)
     except Exception:  # an unknown workflow or step: nothing listed (PermanentError still counts)
         return ()
     if kind == "work":
@@ -72,18 +69,7 @@ def non_retryable_errors(
     return step.compensation.non_retryable_errors if step.compensation else ()
 
 
-def result_message_id(instance_id: str, step_id: str, attempt: int, kind: str) -> str:
-    """MessageId of a reply. Work and compensation replies differ, so Service Bus duplicate
-    detection never drops a compensation's reply as a copy of the step's own reply."""
-    return message_id_for(
-        instance_id, step_id, attempt, kind="result" if kind == "work" else "compensation-result"
-    )
-
-
 class Delivery(DeliveryDecisions):
-    """One delivery of a work message to this worker (see
-    :func:`activities.worker.agent_worker.process_work_message`)."""
-
     def __init__(self, message: WorkMessage, delivery_count: int, services: Services, worker_id: str) -> None:
         self.m = message
         self.n = max(1, int(delivery_count))
@@ -99,8 +85,6 @@ class Delivery(DeliveryDecisions):
         # only while the instance is the version the work message carried (no re-read since)
         self.watched_after: list[str] | None = None
         self.latest: StepRecord | None = None  # the step row as this worker last wrote it
-
-    # ---- flow ------------------------------------------------------------------------------------
 
     def process(self) -> None:
         m = self.m
@@ -216,11 +200,8 @@ class Delivery(DeliveryDecisions):
             status=status,
         )
 
-    # ---- run -------------------------------------------------------------------------------------
-
     def _run(self, record: StepRecord) -> Outcome | None:
-        """Run the handler: ``(ok, output, error, non_retryable)``, or None when nothing may be
-        recorded or sent."""
+        """Run the handler; None when nothing may be recorded or sent."""
         m = self.m
         handler = get_handler(m.agent)
         if handler is None:
@@ -302,7 +283,6 @@ class Delivery(DeliveryDecisions):
         return retry_on_conflict(read, decide, what=f"heartbeat {self._label}")
 
     def _current(self, r: StepRecord) -> bool:
-        """Is the step still at this message's attempt, in progress?"""
         if self.work:
             return r.status is S.RUNNING and r.attempt == self.m.attempt
         return (
@@ -311,15 +291,16 @@ class Delivery(DeliveryDecisions):
             and r.compensation_status == COMP_RUNNING
         )
 
-    # ---- reply -----------------------------------------------------------------------------------
-
     def _send(self, result: ResultMessage) -> None:
         m = self.m
         self.services.transport.send(
             self.services.settings.result_queue,
             OutgoingMessage(
                 body=result.model_dump(mode="json"),
-                message_id=result_message_id(m.instance_id, m.step_id, m.attempt, m.kind),
+                # work and compensation replies differ, so duplicate detection never drops one as the other
+                message_id=message_id_for(
+                    m.instance_id, m.step_id, m.attempt, kind="result" if self.work else "compensation-result"
+                ),
                 correlation_id=message_id_for(m.instance_id, m.step_id, m.attempt, kind=m.kind),
                 subject=f"{m.kind}-result",
                 application_properties={

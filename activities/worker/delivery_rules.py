@@ -1,11 +1,10 @@
-"""The agent worker's decisions for one delivery: claim it or not, and how to record its outcome.
+"""The agent worker's decisions for one delivery (``delivery``): claim it or not, how to record it.
 
-Kept apart from the delivery's flow (``activities.worker.delivery``) because these are the idempotency
-rules the whole pattern leans on: each decision reads only the ledger row (and the message), and
-moves the row with an ETag-guarded write, so a redelivered, duplicated or late message can never
-run a step twice or overwrite a newer attempt.
+These are the idempotency rules the pattern leans on: each decision reads only the ledger row (and
+the message) and moves the row with an ETag-guarded write, so a redelivered, duplicated or late
+message can never run a step twice or overwrite a newer attempt.
 
-Claim and idempotency rules (kind ``work``; docs/agents.md has the full table):
+Claim rules (kind ``work``; docs/agents.md has the full table):
 
 - ledger Dispatched, same attempt -> Running (owner = this worker), ETag-guarded; run the handler;
 - Running, same attempt, redelivered (delivery count > 1) -> take over (owner update, ETag); run;
@@ -57,8 +56,7 @@ Outcome = tuple[bool, dict[str, Any] | None, str | None, bool]
 
 
 class Action(StrEnum):
-    """What a delivery does once it has read the step: run the handler, re-send the recorded reply, or
-    nothing (a stale, duplicate or settled delivery)."""
+    """Run the handler, re-send the recorded reply, or nothing (a stale, duplicate or settled delivery)."""
 
     RUN = "run"
     RESEND = "resend"
@@ -66,8 +64,7 @@ class Action(StrEnum):
 
 
 class DeliveryDecisions:
-    """The claim and record rules of :class:`activities.worker.delivery.Delivery` (a mixin: the state is
-    the delivery's): which ``Action`` a delivery takes, and what its outcome writes and replies."""
+    """The rules of :class:`activities.worker.delivery.Delivery` (a mixin: the state is the delivery's)."""
 
     m: WorkMessage
     n: int
@@ -79,8 +76,6 @@ class DeliveryDecisions:
     started_at: datetime | None
     instance: InstanceHandle | None
     watched_after: list[str] | None
-
-    # ---- claim -----------------------------------------------------------------------------------
 
     def _decide_claim(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
         mismatch = self._disagrees_with(r)
@@ -153,17 +148,12 @@ class DeliveryDecisions:
                 f"{r.compensation_attempt} ({r.status.value})"
             )
             return Action.IGNORE, r, ("stale-attempt-ignored", why)
-        if r.status is S.COMPENSATED:
+        if r.status is S.COMPENSATED or r.compensation_status == COMP_FAILED:
+            done = "done" if r.status is S.COMPENSATED else "failed"
             return (
                 Action.RESEND,
                 r,
-                ("result-resent", f"compensation attempt {a} already done; reply re-sent"),
-            )
-        if r.compensation_status == COMP_FAILED:
-            return (
-                Action.RESEND,
-                r,
-                ("result-resent", f"compensation attempt {a} already failed; reply re-sent"),
+                ("result-resent", f"compensation attempt {a} already {done}; reply re-sent"),
             )
         if r.compensation_status == COMP_RUNNING:
             if self.n > 1:
@@ -185,8 +175,6 @@ class DeliveryDecisions:
             compensation_status=COMP_RUNNING,
         )
         return Action.RUN, claimed, None
-
-    # ---- record ----------------------------------------------------------------------------------
 
     def _decide_record(
         self, r: StepRecord, outcome: Outcome
@@ -281,8 +269,6 @@ class DeliveryDecisions:
             "late-result-discarded",
             f"step is {r.status.value}; this compensation result is too late",
         )
-
-    # ---- reply -----------------------------------------------------------------------------------
 
     def _result(
         self, ok: bool, output: dict[str, Any] | None, error: str | None, permanent: bool = False
