@@ -1,22 +1,15 @@
 """The dead-letter handler: a work message that could not be processed fails its step *now*.
 
-Entry point for any host::
+Entry point for any host: ``await handle_dead_letter(body, reason=..., description=..., client=...,
+services=...)``, with the transport's dead-letter reason (a message the Functions host itself moved
+to ``<queue>-poison`` has none, and gets ``MaxDequeueCountExceeded``).
 
-    await handle_dead_letter(body, reason=..., description=..., client=client, services=services)
-
-``body`` is the dead-lettered ``WorkMessage`` dict; ``reason``/``description`` the dead-letter
-reason (Service Bus: ``DeadLetterReason``/``DeadLetterErrorDescription``; our
-``StorageQueueTransport.dead_letter``: the envelope's ``dead_letter_reason``/``_description``; a
-message the Functions host itself moved to ``<queue>-poison`` has none, and gets
-``MaxDequeueCountExceeded``). ``client`` has ``async raise_event`` (the durable client).
-
-What it does, for the message's attempt: ledger Dispatched/Running -> Failed with ``last_error``
-"dead-lettered: <reason>: <description>" (deadline = now + grace), then the failed ``ResultMessage``
-is raised as the orchestration's result event, so it retries or compensates at once instead of
-waiting for the deadline. A compensate message keeps its step Compensating with
-``compensation_status`` Failed and raises the failed compensation event. If the ledger already
-has the attempt's outcome (e.g. the work succeeded but its reply could not be sent), that outcome is
-raised instead. A message for an older attempt or a settled step is only audited.
+For the message's attempt: ledger Dispatched/Running -> Failed with ``last_error`` "dead-lettered:
+<reason>: <description>" (deadline = now + grace; a compensation keeps its step Compensating with
+``compensation_status`` Failed), then the failed result is raised as the orchestration's event, so
+it retries or compensates at once instead of waiting for the deadline. If the ledger already has the
+attempt's outcome (the work succeeded but its reply could not be sent), that outcome is raised
+instead. A message for an older attempt or a settled step is only audited.
 """
 
 from __future__ import annotations
@@ -65,11 +58,7 @@ async def handle_dead_letter(
     """Fail the dead-lettered attempt and tell its orchestration. Returns what happened:
     ``failed-event-raised``, ``result-event-raised`` (the ledger already had an outcome),
     ``late-result-ignored`` (the orchestration is gone), ``ignored``, or ``parked`` (not a valid
-    ``WorkMessage``: kept in the parked partition with a readable reason, never raised on).
-
-    Every message handled is counted (``sas.dead_lettered_messages``, custom event
-    ``sas.message_dead_lettered``); ``trace`` (its application properties) makes this handler's span
-    part of the step's trace."""
+    ``WorkMessage``). Every message handled is counted (``sas.dead_lettered_messages``)."""
     queue = services.settings.work_queue
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
@@ -139,8 +128,9 @@ async def _handle_dead_letter(
         output = step_output(r) if message.kind == "work" else {}
         return ResultMessage.answering(message, ok=ok, output=output, error=err, permanent=permanent)
 
+    a = message.attempt
+
     def decide(r: StepRecord) -> tuple[ResultMessage | None, bool, str]:
-        a = message.attempt
         if message.kind == "work":
             if r.attempt != a:
                 return None, False, f"ledger is at attempt {r.attempt} ({r.status.value})"
@@ -206,14 +196,7 @@ async def _handle_dead_letter(
         )
         return "ignored"
     if changed:
-        log.warning(
-            "%s %s/%s#%d failed: %s",
-            message.kind,
-            message.instance_id,
-            message.step_id,
-            message.attempt,
-            error,
-        )
+        log.warning("%s %s/%s#%d failed: %s", message.kind, message.instance_id, message.step_id, a, error)
     raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
     if raised != "raised":
         return raised
@@ -233,12 +216,9 @@ async def _on_message(incoming: Incoming, client: EventClient) -> None:
 
 
 def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
-    """Add ``agent_dead_letter_handler`` on the work queue's dead letters to ``blueprint``.
-
-    Service Bus: ``%WORK_QUEUE_NAME%/$DeadLetterQueue``. Storage queues: ``%DEAD_LETTER_QUEUE_NAME%``,
-    which must be ``<WORK_QUEUE_NAME>-poison`` (the default) to also see messages the Functions host
-    moves there itself.
-    """
+    """Add ``agent_dead_letter_handler`` on the work queue's dead letters to ``blueprint``. On Storage
+    Queues ``DEAD_LETTER_QUEUE_NAME`` must be ``<WORK_QUEUE_NAME>-poison`` (the default) to also see
+    the messages the Functions host moves there itself."""
     if kind is TransportKind.SERVICE_BUS:
 
         @blueprint.function_name(DEAD_LETTER_FUNCTION)

@@ -1,26 +1,16 @@
 """The result handler: turns an agent's reply into the external event its orchestration waits for.
 
-Entry point for any host: ``await handle_result(body, client, services)``. ``client`` is anything
-with ``raise_event(instance_id, event_name, event_data)``, async or plain (in Azure: the
-``DurableOrchestrationClient`` of the ``durable_client_input`` binding).
+Entry point for any host: ``await handle_result(body, client, services)``; ``client`` has
+``raise_event`` (async or plain: in Azure the ``durable_client_input`` binding's client).
 
-A sequential work step's success the worker keyed with a basis row (``ResultMessage.ledger``) is
-raised as it came, without reading the ledger: the scheduler takes it provisionally and its next
-ledger write proves it or writes nothing (``contracts.ResultBasis``, ``activities.scheduler.basis``). Every
-other reply, and a keyed one whose orchestration is gone:
-
-Trust only the ledger: the message is a claim. It is acted on only if the step row records that
-outcome for that very attempt (Succeeded with the same output; Failed or TimedOut for a failure;
-the compensation attempt's outcome for a compensation). Then the event
-``result_event_name(step_id, attempt, kind)`` is raised on the orchestration *the ledger* recorded,
-with the ledger's version of the result. Anything else (a forged or corrupt reply, one for an attempt
-the ledger never dispatched, one that disagrees with the row) is audited on the step
-(``unconfirmed-result-ignored`` / ``result-mismatch``) and completed without an event. A message that
-is not a valid ``ResultMessage`` is parked (``workflow_core.ledger.parking``), never raised on.
-
-If the orchestration is unknown (404) or already finished (410), the reply is too late to matter: a
-``late-result-ignored`` note goes to the ledger's audit trail and the message is completed. Any other
-failure propagates, so the host delivers the message again.
+A sequential work step's success the worker keyed with a basis row is raised as it came, unread: the
+scheduler takes it provisionally and its next write proves it or writes nothing
+(``activities.scheduler.basis``). Any other reply is a claim, acted on only if the step row records
+that outcome for that very attempt: then ``result_event_name(step_id, attempt, kind)`` is raised on
+the orchestration *the ledger* recorded, with the ledger's version of the result. Anything else is
+audited on the step (``unconfirmed-result-ignored`` / ``result-mismatch``) and completed without an
+event; a body that is not a ``ResultMessage`` is parked. An orchestration that is unknown (404) or
+finished (410) gets a ``late-result-ignored`` note; any other failure propagates (delivered again).
 """
 
 from __future__ import annotations
@@ -70,17 +60,6 @@ class EventClient(Protocol):
 def is_instance_gone(exc: BaseException) -> bool:
     """Did ``raise_event`` fail because the orchestration does not exist or has finished?"""
     return _GONE.match(str(exc)) is not None
-
-
-def keyed(result: ResultMessage) -> bool:
-    """Is ``result`` a work success recorded with a basis row (``contracts.ReplyVersions``)?"""
-    versions = result.ledger
-    return (
-        versions is not None
-        and result.kind == "work"
-        and result.outcome == "succeeded"
-        and bool(versions.etags.get("instance"))
-    )
 
 
 async def raise_result_event(
@@ -182,10 +161,8 @@ async def handle_result(
     message_id: str | None = None,
     trace: Any = None,
 ) -> HandleOutcome:
-    """Handle one result-queue message body (a ``ResultMessage`` dict); see the module docstring.
-
-    ``trace``: the message's application properties; their ``traceparent`` (the worker's span) is
-    the parent of this handler's span, so the reply stays in the workflow's trace."""
+    """Handle one result-queue message body; ``trace``: its application properties (the worker's
+    span is the parent of this handler's, so the reply stays in the workflow's trace)."""
     queue = services.settings.result_queue
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
@@ -216,9 +193,9 @@ async def _handle_result(
             message_id=message_id,
         )
         return "parked"
-    if keyed(result):
-        # The worker recorded this success with a basis row: the scheduler takes it provisionally and
-        # its next write proves it against the ledger (contracts.ResultBasis), so it goes unread. An
+    keyed = result.ledger is not None and bool(result.ledger.etags.get("instance"))
+    if keyed and result.kind == "work" and result.outcome == "succeeded":
+        # A success recorded with a basis row goes unread: the scheduler's next write proves it. An
         # orchestration that is gone may have been replaced by a resumed one the ledger names: read.
         raised = await raise_result_event(result, client, services, quiet_if_gone=True)
         if raised == "raised":
@@ -254,10 +231,9 @@ def with_verdict(
     watched: list[str] | None = None,
 ) -> ResultMessage:
     """``confirmed`` with the ledger's verdict and the attempt's token (a :class:`ConfirmedResult`),
-    so the orchestrator need not read the ledger again; as it is when the row holds no token for the
-    attempt (rows dispatched before tokens existed) or no outcome the scheduler could act on. With
-    the snapshot of ``instance`` as read with the step (and the in-flight steps its index row
-    watches), for the scheduler's next dispatch or its settle."""
+    so the orchestrator need not read the ledger again, and the snapshot of ``instance`` (with the
+    steps its index row watches) for its next dispatch or settle; as it is when the row holds no
+    token for the attempt or no outcome the scheduler could act on."""
     token = attempt_token(r, confirmed.kind, confirmed.attempt)
     verdict = verdict_of(recorded_outcome(r, confirmed.kind, confirmed.attempt))
     if token is None or verdict.state == "unconfirmed":

@@ -1,14 +1,9 @@
 """Turn what a trigger hands a function into the parts our bodies need, for either transport.
 
-- Storage Queue trigger (``func.QueueMessage``): the host has already base64-decoded the message, so
-  its body is the envelope text ``StorageQueueTransport`` wrote (``workflow_core.transport.envelope``).
-  A message the host moved to ``<queue>-poison`` itself is the same envelope, without a dead-letter
-  reason; one our transport dead-lettered carries ``dead_letter_reason``/``_description``.
-- Service Bus trigger (``func.ServiceBusMessage``): the body is the JSON message body; MessageId,
-  delivery count and dead-letter reason are message properties.
-
-The trigger kind is chosen once, at import time, from ``AGENT_TRANSPORT`` (as the host indexes the
-functions when it starts): see :func:`transport_kind`.
+A Storage Queue message's body is the envelope ``StorageQueueTransport`` wrote (the host has
+base64-decoded it; one the host moved to ``<queue>-poison`` itself has no dead-letter reason); a
+Service Bus message's body is the JSON body, its MessageId, delivery count and dead-letter reason
+message properties. The trigger kind is chosen once, at import, from ``AGENT_TRANSPORT``.
 """
 
 from __future__ import annotations
@@ -41,8 +36,6 @@ def transport_kind(env: dict[str, str] | None = None) -> TransportKind:
 
 @dataclass(frozen=True)
 class Incoming:
-    """A trigger message, transport-neutral."""
-
     body: dict[str, Any]
     message_id: str | None
     delivery_count: int
