@@ -1,9 +1,8 @@
 """Helpers every Agent-role function body shares: conflict-safe ledger writes, payload parsing, time.
 
-Every ledger write in this package goes through :func:`retry_on_conflict`: read the step, decide what
-to do from what the ledger says *now*, write with the ETag that read returned; if someone else wrote
-in between (``ConcurrencyConflict``), read again and decide again. Nothing is ever blindly
-overwritten, which is what lets the scheduler, many workers and the watchdog touch one step at once.
+Every ledger write here goes through :func:`retry_on_conflict`: decide from what the ledger says
+*now*, write with the ETag that read returned, and on a lost race read and decide again. Nothing is
+blindly overwritten: that lets the scheduler, many workers and the watchdog touch one step at once.
 """
 
 from __future__ import annotations
@@ -54,13 +53,9 @@ def retry_on_conflict(
     attempts: int = DEFAULT_CONFLICT_ATTEMPTS,
     what: str = "ledger update",
 ) -> T:
-    """``decide(read())``, re-read and re-decided whenever ``decide`` loses an ETag race.
-
-    ``decide`` must base every write on the record it is given (so a retry sees the winner's write)
-    and may perform several writes; a conflict on any of them restarts from a fresh read. After
-    ``attempts`` lost races the last :class:`ConcurrencyConflict` propagates (the caller's trigger
-    then retries the whole message or activity).
-    """
+    """``decide(read())``, re-read and re-decided whenever ``decide`` loses an ETag race (on any of
+    its writes, each based on the record it is given). After ``attempts`` lost races the conflict
+    propagates: the caller's trigger retries the whole message or activity."""
     for attempt in range(1, attempts + 1):
         current = read()
         try:
@@ -111,10 +106,8 @@ def now() -> datetime:
 
 
 def grace_deadline(grace_seconds: float, base: datetime | None = None) -> datetime:
-    """Deadline of a row that waits for the scheduler (Failed/TimedOut/Retrying): ``base + grace``.
-
-    The watchdog acts on such a row only if the scheduler did not move it on within the grace.
-    """
+    """Deadline of a row that waits for the scheduler (Failed/TimedOut/Retrying): the watchdog acts
+    on it only if the scheduler did not move it on within the grace."""
     return (base or now()) + timedelta(seconds=grace_seconds)
 
 
@@ -147,11 +140,8 @@ def never_fails(what: str) -> Iterator[None]:
 def emit_recovery(
     record: StepRecord, action: str, *, attempt: int | None = None, outcome: str | None = None, **attrs: Any
 ) -> None:
-    """Report a recovery action of the Agent role (``sas.recoveries`` counter, span event, log record
-    and custom event ``sas.recovery``).
-
-    Called only by the run that actually changed the ledger, so a re-run does not count twice.
-    """
+    """Report a recovery action (``sas.recoveries``, custom event ``sas.recovery``); only the run
+    that actually changed the ledger calls it, so a re-run does not count twice."""
     with never_fails(f"recovery telemetry for {action}"):
         if action == "finish_compensation":
             telemetry.record_compensation_failed(
@@ -182,12 +172,8 @@ def park(
     actor: str,
     message_id: str | None = None,
 ) -> str:
-    """Park a message no agent can process (``workflow_core.ledger.parking``) and, when its instance,
-    step and attempt can be read and the step exists, leave a ``message-parked`` note on the step.
-
-    Returns the readable reason. Raises only if the ledger itself is unreachable (then the message is
-    delivered again, as after any infrastructure error).
-    """
+    """Park a message no agent can process (``workflow_core.ledger.parking``), note it on its step
+    when that exists, and return the readable reason. Raises only if the ledger is unreachable."""
     from workflow_core.ledger import InvalidLedgerInput, StepNotFound
     from workflow_core.ledger.parking import park_message
 

@@ -1,17 +1,11 @@
 """Trust only the ledger: what it recorded for one attempt, and the activity that asks it.
 
-A result message, or an orchestration's result event, is a *claim*. Two places check it:
-
-* the result handler (``activities/replies/results.py``) raises an event only when the step row records the
-  outcome the message claims, for that very attempt, and then raises the ledger's version of it;
-* the orchestrator takes the handler's verdict from an event carrying the attempt's ledger token
-  (``attempt_token``: random per dispatch, in no message, so only a ledger read yields it); any other
-  event is a signal, and it asks ``verify_result`` for the attempt's outcome (events can reach it by
-  other paths, and the durable runtime buffers an event until someone waits for its name).
-  ``unconfirmed`` -> the orchestrator ignores the event.
-
-Every mismatch is audited on the step (``ledger.note``): ``unconfirmed-result-ignored`` or
-``result-mismatch``.
+A result message, or an orchestration's result event, is a *claim*. The result handler raises an
+event only when the step row records the claimed outcome for that very attempt, with the ledger's
+version of it; the orchestrator takes that verdict from an event carrying the attempt's ledger token
+(``attempt_token``: random per dispatch, in no message, so only a ledger read yields it), and asks
+``verify_result`` about any other event (the durable runtime buffers an event until someone waits for
+its name). Every mismatch is audited on the step.
 """
 
 from __future__ import annotations

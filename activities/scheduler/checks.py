@@ -1,8 +1,6 @@
-"""``check_step`` and ``check_compensation``: the ledger's word when a deadline timer fires.
-
-The orchestration waits on a durable timer for each attempt's deadline; when it fires before a
-result arrived, these activities read the ledger (the source of truth) and answer: the result is
-there after all, a heartbeat extended the deadline, or the attempt is now TimedOut (written here).
+"""``check_step`` and ``check_compensation``: the ledger's word when an attempt's deadline timer fired
+first: the result is there after all, a heartbeat extended the deadline, or the attempt is now
+TimedOut (written here).
 """
 
 from __future__ import annotations
@@ -36,14 +34,6 @@ from workflow_core.runtime import Services
 CLAIM_RECHECK_SECONDS = 5.0
 
 
-def wait_until(r: StepRecord, current: datetime) -> datetime:
-    """How long the scheduler should keep waiting for an attempt whose deadline is still ahead."""
-    assert r.deadline is not None
-    if is_transient_claim(r.owner):
-        return min(r.deadline, current + timedelta(seconds=CLAIM_RECHECK_SECONDS))
-    return r.deadline
-
-
 def keep_waiting(
     ledger: StepLedger,
     handle: InstanceHandle | None,
@@ -52,21 +42,19 @@ def keep_waiting(
     grace: float,
     doing: str,
 ) -> StepCheck:
-    """The attempt's deadline is still ahead: the scheduler waits on (see :func:`wait_until`) and
-    moves its promise on the instance record to match, so the watchdog does not take it for dead."""
-    until = wait_until(r, current)
+    """The attempt's deadline is still ahead: the scheduler waits on, and moves its promise on the
+    instance record to match, so the watchdog does not take it for dead."""
+    assert r.deadline is not None
+    until = r.deadline
+    if is_transient_claim(r.owner):
+        until = min(r.deadline, current + timedelta(seconds=CLAIM_RECHECK_SECONDS))
     reason = f"{doing} {r.step_id} until {iso(until)}"
     keep_promise(ledger, handle, until, grace, r.orchestration_id, reason=reason)
     return StepCheck(state="extended", deadline=iso(until))
 
 
 def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """The orchestration's deadline timer fired: what does the ledger say about this attempt?
-
-    ``succeeded``/``failed``: the result is in the ledger (its event was lost or is late);
-    ``extended``: a heartbeat moved the deadline past now; ``timed_out``: the ledger now says
-    TimedOut (written here if the attempt was still Dispatched/Running past its deadline).
-    """
+    """``StepCheck`` of the attempt (written TimedOut here if it was still in flight past its deadline)."""
     args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_STEP))
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
@@ -114,11 +102,8 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
 
 
 def check_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """Like :func:`check_step` for a compensation attempt (``attempt`` = compensation attempt).
-
-    A compensator that passes its deadline keeps the step Compensating, with ``compensation_status``
-    TimedOut and a ``last_error``; the scheduler then retries it or calls ``finish_compensation``.
-    """
+    """Like :func:`check_step` for a compensation attempt: one past its deadline keeps the step
+    Compensating, with ``compensation_status`` TimedOut (the scheduler retries or finishes it)."""
     args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_COMPENSATION))
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds

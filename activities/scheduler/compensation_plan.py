@@ -1,10 +1,7 @@
 """``plan_compensation``: which steps to undo, in which order, with which compensation policy.
 
-Planning is a read of every step of the instance plus the decisions that make the plan stable on a
-re-run: steps caught in flight are timed out, steps with nothing to undo are Cancelled, and the
-instance record turns Compensating (work dispatch is fenced off). The order (never-completed steps
-first, then completed ones in reverse completion order) and the fallback policy for a definition
-that can no longer be loaded live here too.
+The plan is made stable on a re-run by what it writes: steps caught in flight are timed out, steps
+with nothing to undo are Cancelled, and the instance record turns Compensating (work is fenced off).
 """
 
 from __future__ import annotations
@@ -26,12 +23,9 @@ FALLBACK_COMPENSATION_DEADLINE_SECONDS = 300.0
 
 
 def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """What to undo, in order: steps that may have taken effect and have a compensator.
-
-    Order: steps that never completed (the given-up step, or any caught in flight) first, then
-    completed steps in reverse completion order. Steps that never ran, and failed steps without a
-    compensator, become Cancelled. Steps already Compensated are left out; Compensating and
-    CompensationFailed ones stay in (a re-run, or an operator-requested retry).
+    """Steps that may have taken effect and have a compensator: the never-completed first (the
+    given-up step, any caught in flight), then the completed in reverse completion order. Compensated
+    steps are left out; Compensating and CompensationFailed ones stay in (a re-run, an operator's retry).
     """
     args = PlanInput.model_validate(as_dict(payload, c.ACTIVITY_PLAN_COMPENSATION))
     ledger = services.ledger
@@ -78,9 +72,8 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
 
 
 def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> InstanceStatus | None:
-    """The instance's record says Compensating from the moment the plan is made: work dispatch is
-    fenced off, and the watchdog now watches the compensation orchestration, not the workflow's.
-    Returns the status the record had (None: no record)."""
+    """Compensating from the moment the plan is made: work dispatch is fenced off, and the watchdog
+    watches the compensation orchestration now. Returns the status the record had (None: no record)."""
 
     def decide(record: Any) -> InstanceStatus | None:
         if record is None:
@@ -109,13 +102,16 @@ def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> I
 
 def _definition_or_none(record: StepRecord, services: Services):
     """The definition the instance is pinned to (its steps carry the version)."""
-    name, version = record.workflow_name, record.workflow_version
-    try:
-        from workflow_core.workflows.store import definition_for
+    from workflow_core.workflows.store import definition_for
 
-        return definition_for(name, version, services.definitions if version else None)
+    try:
+        return definition_for(record.workflow_name, record.workflow_version, services.definitions)
     except Exception as exc:  # a run must stay compensatable even if its definition went away
-        log.warning("workflow %r could not be loaded (%s); compensating with default policies", name, exc)
+        log.warning(
+            "workflow %r could not be loaded (%s); compensating with default policies",
+            record.workflow_name,
+            exc,
+        )
         return None
 
 

@@ -1,10 +1,5 @@
-"""What the scheduler's activities share: their input models and the step statuses they decide by.
-
-The activities live in one module per concern (``step_creation``, ``dispatch``, ``step_checks``,
-``retries``, ``compensation_plan``); this module holds what several of them need, so none of them
-imports another: the payload models each activity validates its input with, the status sets the
-decisions turn on (which statuses are in flight, need a retry decision, may start compensating),
-and the ``{"instance_id", "step_id", "status", "changed"}`` reply of the status-moving activities.
+"""What the scheduler's activities share (so none imports another): their input models, the status
+sets their decisions turn on, the moves several of them make, and the status-moving activities' reply.
 """
 
 from __future__ import annotations

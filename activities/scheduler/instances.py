@@ -49,13 +49,9 @@ def promise(
     *,
     keep_later: bool = False,
 ) -> dict[str, Any] | None:
-    """``instance_changes`` that promise the scheduler acts again by ``acts_by`` (+ grace).
-
-    None when there is nothing to promise on: no instance record (steps written without one), or an
-    instance no scheduler owns any more (settled, or handed to an operator). A parallel-group member
-    (a step orchestration), or a caller asking for it with ``keep_later``, never shortens a later
-    promise already recorded.
-    """
+    """``instance_changes`` that promise the scheduler acts again by ``acts_by`` (+ grace); None when
+    no scheduler owns the instance (no record, settled, or handed to an operator). A parallel-group
+    member, or a caller asking with ``keep_later``, never shortens a later promise already recorded."""
     if handle is None or not handle.record.supervised:
         return None
     target = acts_by + timedelta(seconds=grace_seconds)
@@ -141,10 +137,7 @@ class SettleInput(BaseModel):
 
 def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """The workflow (or its compensation) ended: record how, and stop supervising the scheduler.
-
-    Idempotent: an instance already settled the same way is left alone; one without a record (steps
-    written without one) is a no-op. CompensationFailed and Failed raise the attention flag.
-    """
+    Idempotent; CompensationFailed and Failed raise the attention flag."""
     args = SettleInput.model_validate(as_dict(payload, c.ACTIVITY_SETTLE_INSTANCE))
     ledger = services.ledger
     target = _SETTLED_AS[args.outcome]
@@ -157,12 +150,10 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         record, watched = pair
         if record is None:
             return {"instance_id": args.instance_id, "status": None, "changed": False}
-        if record.status is target:
-            return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
-        if record.status is IS.STOPPED:  # an operator stopped it: no scheduler's outcome moves it
-            return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
-        if target is IS.SUCCEEDED and record.status is not IS.RUNNING:
-            # compensation started meanwhile (an operator or the watchdog): it decides the outcome
+        # already so; stopped by an operator (no scheduler's outcome moves it); or compensation
+        # started meanwhile (an operator or the watchdog), which decides the outcome
+        stopped = record.status is IS.STOPPED or (target is IS.SUCCEEDED and record.status is not IS.RUNNING)
+        if record.status is target or stopped:
             return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
         for step in watched:  # the instance's row is about to go: each gets a row of its own
             ledger.unwatch(

@@ -1,10 +1,6 @@
-"""After a failed attempt: ``schedule_retry``, ``give_up_step`` and ``finish_compensation``.
-
-Each moves one step's ledger row to what the orchestration decided once an attempt (of the work
-or of its compensator) failed or timed out: try again at ``retry_at`` (Retrying, or a moved
-deadline for a compensator's backoff), stop and leave the step for compensation (or Cancelled),
-or stop compensating and hand the step to an operator (CompensationFailed). All three reply with
-:func:`activities.scheduler.inputs.status_reply`.
+"""After a failed attempt (of the work or of its compensator), what the orchestration decided: try
+again at ``retry_at`` (``schedule_retry``), stop and leave the step for compensation
+(``give_up_step``), or hand a compensation that keeps failing to an operator (``finish_compensation``).
 """
 
 from __future__ import annotations
