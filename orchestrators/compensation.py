@@ -1,11 +1,8 @@
 """The compensation orchestrator: undo a workflow instance's completed steps.
 
-It asks the ledger for a plan (``plan_compensation``: what to undo, in which order, with which
-compensator, deadline and retry policy), then runs each compensator exactly like a work step:
-dispatch, race the result against the deadline, retry with backoff. A compensator that exhausts
-its attempts is recorded as CompensationFailed (``finish_compensation``) for an operator, and the
-remaining steps are still undone. Started by the scheduler as a sub-orchestration, or by the
-supervisor, always under the same deterministic instance id.
+It runs each compensator of the ledger's plan (``plan_compensation``) exactly like a work step; one
+that exhausts its attempts is recorded CompensationFailed for an operator, and the remaining steps
+are still undone. The scheduler and the supervisor start it under the same deterministic id.
 """
 
 from __future__ import annotations

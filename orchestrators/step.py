@@ -1,10 +1,8 @@
 """The step orchestrator: runs one step of a parallel group to an outcome, as a sub-orchestration.
 
-The workflow orchestrator starts one per step of a group, under the deterministic instance id
-``step_instance_id(instance, step)``, and waits for all of them. Each runs ``run_step`` exactly as
-the workflow orchestrator runs a plain step; because the dispatch records this orchestration's id as
-the step's ``orchestration_id``, the step's result events (and the watchdog's nudges) come here.
-Giving up and compensating stay with the workflow orchestrator, which sees the whole group.
+The dispatch records this orchestration's id on the step, so its result events (and the watchdog's
+nudges) come here. Giving up and compensating stay with the workflow orchestrator, which sees the
+whole group.
 """
 
 from __future__ import annotations

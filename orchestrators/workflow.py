@@ -1,12 +1,7 @@
 """The scheduler: one generic orchestrator that walks any workflow definition step by step.
 
-For each step it records intent in the ledger (``dispatch_step``) before waiting, races the result
-event against the step's deadline, retries with durable-timer backoff, and when a step gives up it
-hands over to the compensation orchestrator. A parallel group runs each of its steps the same way in
-its own ``step_orchestrator`` sub-orchestration and waits for all of them. It checkpoints with
-continue_as_new every ``history_checkpoint_every`` completed steps so its history stays bounded.
-Everything here is deterministic: time comes from ``context.current_utc_datetime`` and all I/O goes
-through activities.
+A parallel group runs each of its steps in its own ``step_orchestrator`` and waits for all of them.
+Deterministic: time comes from ``context.current_utc_datetime`` and all I/O goes through activities.
 """
 
 from __future__ import annotations
@@ -219,11 +214,8 @@ def _give_up_and_compensate(
     status: Status,
     trace: dict[str, str] | None = None,
 ) -> Generator[Any, Any, dict[str, Any]]:
-    """Record that the step(s) gave up, then undo what was done through the compensation orchestrator.
-
-    ``failed`` is one step, or every step of a parallel group that gave up (in the group's order);
-    the output names the first of them as ``failed_step``.
-    """
+    """Record that the step(s) gave up (every one of a group that did, in its order; the output
+    names the first), then undo what was done through the compensation orchestrator."""
     instance_id = context.instance_id
     reasons = []
     for step_id, result in failed:
