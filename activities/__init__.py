@@ -7,7 +7,7 @@ that tests and the durable test host call directly (``ACTIVITY_BODIES``, ``proce
 Queue triggers according to ``AGENT_TRANSPORT`` when this package is imported.
 """
 
-from activities._bp import bp as blueprint
+from activities.common import bp as blueprint
 from activities.replies.dead_letters import handle_dead_letter
 from activities.replies.results import handle_result
 from activities.scheduler.functions import ACTIVITY_BODIES

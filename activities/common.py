@@ -16,10 +16,15 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+import azure.durable_functions as df
+
 from workflow_core import clock, telemetry
 from workflow_core.ledger import ConcurrencyConflict, StepRecord, decode_json
 
 log = logging.getLogger(__name__)
+
+# The one blueprint every function of the Agent role is registered on (``activities.blueprint``).
+bp = df.Blueprint()
 
 R = TypeVar("R")
 T = TypeVar("T")

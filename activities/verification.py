@@ -146,26 +146,23 @@ def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]
     found = recorded_outcome(record, kind, attempt)
     claim = describe_claim(claimed)
     said = claimed.get("outcome") if isinstance(claimed, dict) else None
+    event = f"{kind} result event for attempt {attempt} ({claim})"
+    audit = None
     if found.state == "unconfirmed":
-        ledger.note(
-            record.instance_id,
-            record.step_id,
-            actor=ACTOR,
-            action="unconfirmed-result-ignored",
-            reason=f"{kind} result event for attempt {attempt} ({claim}) ignored: {found.why}",
-            attempt=attempt,
-            status=record.status.value,
-        )
+        audit = ("unconfirmed-result-ignored", f"{event} ignored: {found.why}")
     elif said != ("succeeded" if found.state == "succeeded" else "failed"):
+        audit = (
+            "result-mismatch",
+            f"{event} disagrees with the ledger ({found.state}); the ledger's outcome is used",
+        )
+    if audit is not None:
+        action, reason = audit
         ledger.note(
             record.instance_id,
             record.step_id,
             actor=ACTOR,
-            action="result-mismatch",
-            reason=(
-                f"{kind} result event for attempt {attempt} ({claim}) disagrees with the ledger "
-                f"({found.state}); the ledger's outcome is used"
-            ),
+            action=action,
+            reason=reason,
             attempt=attempt,
             status=record.status.value,
         )

@@ -103,15 +103,11 @@ def expected_rows(
     etag = start.rows.steps.get(step.id) if start.rows is not None else None
     if etag is None or instance is None:
         return None
-    row = new_step(step)
+    as_created = {"step_name", "agent", "compensator", "max_attempts", "heartbeat_timeout_seconds"}
     return {
+        **new_step(step).model_dump(include=as_created),
         "step_etag": etag,
-        "step_name": row.step_name,
-        "agent": row.agent,
         "sequence": definition.position_of(step.id),
-        "compensator": row.compensator,
-        "max_attempts": row.max_attempts,
-        "heartbeat_timeout_seconds": row.heartbeat_timeout_seconds,
         "workflow_version": start.version,
         "instance": instance,
     }

@@ -21,9 +21,9 @@ from typing import Any
 import azure.functions as func
 from pydantic import ValidationError
 
-from activities._bp import bp
 from activities.common import (
     COMP_FAILED,
+    bp,
     emit_recovery,
     grace_deadline,
     never_fails,

@@ -24,8 +24,7 @@ from typing import Any, Literal, Protocol
 import azure.functions as func
 from pydantic import ValidationError
 
-from activities._bp import bp
-from activities.common import never_fails, park
+from activities.common import bp, never_fails, park
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
 from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing

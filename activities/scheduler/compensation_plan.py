@@ -14,6 +14,7 @@ from activities.scheduler.inputs import ACTOR, MAY_COMPENSATE, PlanInput, S, not
 from workflow_core import contracts as c
 from workflow_core.ledger import InstanceStatus, StepLedger, StepRecord
 from workflow_core.runtime import Services
+from workflow_core.workflows.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -116,20 +117,14 @@ def _definition_or_none(record: StepRecord, services: Services):
 
 
 def _plan_entry(r: StepRecord, definition: Any) -> dict[str, Any]:
-    compensation = None
-    if definition is not None:
-        try:
-            compensation = definition.step(r.step_id).compensation
-        except KeyError:
-            compensation = None
-    if compensation is not None:
-        deadline_seconds = compensation.deadline_seconds
-        retry = compensation.retry.model_dump()
-    else:
-        from workflow_core.workflows.retry import RetryPolicy
-
-        deadline_seconds = FALLBACK_COMPENSATION_DEADLINE_SECONDS
-        retry = RetryPolicy().model_dump()
+    try:
+        compensation = definition.step(r.step_id).compensation if definition is not None else None
+    except KeyError:
+        compensation = None
+    deadline_seconds = (
+        compensation.deadline_seconds if compensation else FALLBACK_COMPENSATION_DEADLINE_SECONDS
+    )
+    retry = (compensation.retry if compensation else RetryPolicy()).model_dump()
     return {
         "step_id": r.step_id,
         "compensator": r.compensator,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from activities._bp import bp
+from activities.common import bp
 from activities.scheduler.checks import check_compensation, check_step
 from activities.scheduler.compensation_plan import plan_compensation
 from activities.scheduler.dispatch import dispatch_compensation, dispatch_step

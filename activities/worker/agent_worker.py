@@ -17,8 +17,7 @@ from typing import Any
 import azure.functions as func
 from pydantic import ValidationError
 
-from activities._bp import bp
-from activities.common import park
+from activities.common import bp, park
 from activities.worker.delivery import Delivery
 from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import tracing

@@ -121,15 +121,8 @@ class DeliveryDecisions:
             return Action.RUN, claimed, None
         if r.status is S.RUNNING:
             if self.n > 1:
-                taken = self.ledger.update(
-                    r,
-                    actor=self.worker_id,
-                    reason=f"took over from {r.owner} after redelivery (delivery {self.n})",
-                    owner=self.worker_id,
-                )
                 self.started_at = now()
-                self.took_over = True
-                return Action.RUN, taken, None
+                return self._take_over(r, "")
             why = f"attempt {a} is already Running (owner {r.owner}); this is a duplicate copy"
             return Action.IGNORE, r, ("duplicate-delivery-ignored", why)
         if r.status in (S.SUCCEEDED, S.FAILED):
@@ -157,14 +150,7 @@ class DeliveryDecisions:
             )
         if r.compensation_status == COMP_RUNNING:
             if self.n > 1:
-                taken = self.ledger.update(
-                    r,
-                    actor=self.worker_id,
-                    reason=f"took over compensation from {r.owner} after redelivery (delivery {self.n})",
-                    owner=self.worker_id,
-                )
-                self.took_over = True
-                return Action.RUN, taken, None
+                return self._take_over(r, "compensation ")
             why = f"compensation attempt {a} is already running (owner {r.owner}); this is a duplicate copy"
             return Action.IGNORE, r, ("duplicate-delivery-ignored", why)
         claimed = self.ledger.update(
@@ -175,6 +161,16 @@ class DeliveryDecisions:
             compensation_status=COMP_RUNNING,
         )
         return Action.RUN, claimed, None
+
+    def _take_over(self, r: StepRecord, what: str) -> tuple[Action, StepRecord, None]:
+        """A redelivery of an attempt another worker claimed: that worker is presumed dead."""
+        reason = f"took over {what}from {r.owner} after redelivery (delivery {self.n})"
+        self.took_over = True
+        return (
+            Action.RUN,
+            self.ledger.update(r, actor=self.worker_id, reason=reason, owner=self.worker_id),
+            None,
+        )
 
     def _decide_record(
         self, r: StepRecord, outcome: Outcome

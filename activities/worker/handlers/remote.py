@@ -1,14 +1,9 @@
 """Simulated remote services for the example agents: one Azure Table row per remote effect.
 
-``RemoteEffects`` stands in for the systems the agents call (a storage API, a DNS provider, a payment
-gateway...). Each effect is an entity in the ``RemoteEffects`` table on the app's storage account,
-PartitionKey = service name, RowKey = the step's idempotency key. It behaves like a remote API that
-honours idempotency keys:
-
-- :meth:`RemoteEffects.apply` creates the effect once; a retry or a duplicate delivery with the same
-  key gets the stored result back and changes nothing (``create_entity`` -> ``ResourceExistsError``);
-- :meth:`RemoteEffects.undo` marks the effect undone; "nothing to undo" is a success, and leaves a
-  tombstone so an attempt that arrives *after* its compensation is refused instead of taking effect.
+PartitionKey = service name, RowKey = the step's idempotency key: like a remote API that honours
+idempotency keys, a retry or a duplicate delivery gets the stored result back and changes nothing.
+An undo with nothing to undo leaves a tombstone, so an attempt that arrives *after* its compensation
+is refused instead of taking effect.
 """
 
 from __future__ import annotations
