@@ -111,22 +111,9 @@ class StepRun:
         }
 
     @classmethod
-    def from_payload(cls, payload: Any) -> StepRun:
-        if not isinstance(payload, dict):
-            raise ContractViolation(f"a step run must be a JSON object, got {payload!r}")
-        missing = sorted({"kind", "instance_id", "workflow", "step_id", "deadline_seconds"} - set(payload))
-        if missing:
-            raise ContractViolation(f"step run {payload!r} lacks {', '.join(missing)}")
-        return cls(
-            kind=payload["kind"],
-            instance_id=payload["instance_id"],
-            workflow=payload["workflow"],
-            step_id=payload["step_id"],
-            deadline_seconds=float(payload["deadline_seconds"]),
-            retry=RetryPolicy.model_validate(payload.get("retry") or {}),
-            input=dict(payload.get("input") or {}),
-            trace=payload.get("trace") if isinstance(payload.get("trace"), dict) else None,
-        )
+    def from_payload(cls, payload: dict[str, Any]) -> StepRun:
+        """The run :meth:`to_payload` wrote (the workflow orchestrator's own sub-orchestration input)."""
+        return cls(**{**payload, "retry": RetryPolicy.model_validate(payload["retry"])})
 
     @property
     def dispatch_activity(self) -> str:
@@ -170,15 +157,9 @@ class StepResult:
         }
 
     @classmethod
-    def from_payload(cls, payload: Any) -> StepResult:
-        if not isinstance(payload, dict) or not isinstance(payload.get("succeeded"), bool):
-            raise ContractViolation(f"step_orchestrator returned {payload!r}")
-        return cls(
-            payload["succeeded"],
-            int(payload.get("attempts") or 0),
-            payload.get("output"),
-            payload.get("error"),
-        )
+    def from_payload(cls, payload: dict[str, Any]) -> StepResult:
+        """What :meth:`to_payload` wrote (a step orchestrator's own output)."""
+        return cls(**payload)
 
 
 def run_step(
@@ -187,13 +168,10 @@ def run_step(
     """Attempt ``run`` until it succeeds or its retry policy is exhausted.
 
     ``attempt`` numbers the ledger's attempts (and the result events); ``tries`` counts the ones this
-    orchestration made, against ``max_attempts``. They differ only when the ledger is ahead of a
-    re-run (for example a compensation restarted after an operator's retry).
-
-    With ``resume`` (a success this run took unread, which a later write refused) it goes back to
-    that attempt without dispatching: it asks the ledger and, while the attempt is under way, polls
-    it (the event's name, already taken once, is never waited for again), and carries on from there.
-    A first dispatch the ledger refuses for ``run.basis`` returns at once with ``basis_refused``.
+    orchestration made, against ``max_attempts`` (the ledger may be ahead of a re-run). With
+    ``resume`` (a success taken unread that a later write refused) it goes back to that attempt
+    without dispatching and polls the ledger (the event's name is never waited for again). A first
+    dispatch the ledger refuses for ``run.basis`` returns at once with ``basis_refused``.
     """
     attempt, tries, skipped = 1, 0, 0
     while True:

@@ -40,7 +40,7 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
     definition = start.pinned()  # the definition it started on, never the YAML deployed now
     workflow_input = definition.validate_input(start.input)
     progress = start.state or Progress()
-    _check_resumable(definition, progress)
+    stages = _remaining_stages(definition, progress)
     status = Status(
         context,
         lambda: {
@@ -60,7 +60,6 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
         yield call_activity(context, ACTIVITY_CREATE_STEPS, create)
 
     completed_here = 0  # steps completed in this generation (a group counts as its steps)
-    stages = _remaining_stages(definition, progress.position)
     for index, stage in enumerate(stages):
         steps_left = len(definition.steps) - progress.position
         checkpoint = should_checkpoint(completed_here, definition.history_checkpoint_every, steps_left)
@@ -107,13 +106,24 @@ def _continue_as_new(
     context.continue_as_new(carried)
 
 
-def _remaining_stages(definition: WorkflowDefinition, position: int) -> list[tuple[StepDefinition, ...]]:
-    """The stages from step index ``position`` on (``_check_resumable`` made it a stage boundary)."""
-    start, remaining = 0, []
+def _remaining_stages(definition: WorkflowDefinition, progress: Progress) -> list[tuple[StepDefinition, ...]]:
+    """The stages from ``progress.position`` on, if the checkpoint matches the definition it resumes
+    (its completed steps are the definition's prefix, up to a stage boundary). Otherwise the definition
+    changed while the instance was in flight, and resuming by position could skip or repeat a step;
+    failing loudly leaves the decision to an operator."""
+    start, remaining, boundaries = 0, [], {0}
     for stage in definition.stages:
-        if start >= position:
+        if start >= progress.position:
             remaining.append(stage)
         start += len(stage)
+        boundaries.add(start)
+    expected = definition.step_ids[: progress.position]
+    if progress.completed != expected or progress.position not in boundaries:
+        raise ValueError(
+            f"checkpoint of workflow {definition.name!r} does not match its definition: completed "
+            f"{progress.completed} but the definition's first {progress.position} steps are {expected} "
+            "(or position is beyond the end, or inside a parallel group)"
+        )
     return remaining
 
 
@@ -185,25 +195,6 @@ def _run_group(
             failed.append((run.step_id, result))
     status.progress = progress
     return progress, failed
-
-
-def _check_resumable(definition: WorkflowDefinition, progress: Progress) -> None:
-    """A checkpoint must match the definition it resumes: the completed steps are its prefix.
-
-    Otherwise the definition changed while the instance was in flight, and resuming by position
-    could skip or repeat a step; failing loudly leaves the decision to an operator.
-    """
-    expected = definition.step_ids[: progress.position]
-    boundaries, start = {0}, 0
-    for stage in definition.stages:
-        start += len(stage)
-        boundaries.add(start)
-    if progress.completed != expected or progress.position not in boundaries:
-        raise ValueError(
-            f"checkpoint of workflow {definition.name!r} does not match its definition: completed "
-            f"{progress.completed} but the definition's first {progress.position} steps are {expected} "
-            "(or position is beyond the end, or inside a parallel group)"
-        )
 
 
 def _give_up_and_compensate(
