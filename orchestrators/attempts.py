@@ -279,11 +279,10 @@ def _await_outcome(
 ) -> Generator[Any, Any, AttemptOutcome]:
     """Race the attempt's result event against its deadline timer, as often as heartbeats extend it.
 
-    One event task serves the whole attempt: after an extension only a new timer is created and
-    the race is run again against the same event task, so a result that arrived while the ledger
-    was being checked is not lost, and no second wait for the same name is registered. With
-    ``check_first`` the ledger is asked before the first race (the dispatch found the attempt
-    already under way or settled), and its answer may make the race unnecessary.
+    One event task serves the whole attempt: after an extension only a new timer is created, so a
+    result that arrived while the ledger was being checked is not lost, and no second wait for the
+    same name is registered. With ``check_first`` the ledger is asked before the first race (the
+    dispatch found the attempt already under way or settled).
 
     Trust only the ledger: an event is a signal, never the outcome. When it carries this attempt's
     ledger ``token`` (``confirmed_outcome``) the result handler's verdict is taken as it is; a success

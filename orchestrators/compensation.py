@@ -64,9 +64,9 @@ def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any
                 {"step_id": entry.step_id, "outcome": "compensation_failed", "error": result.error}
             )
 
-    overall = "compensated" if all(o["outcome"] == "compensated" for o in outcomes) else "compensation_failed"
-    status.step = None
     failed = next((o for o in outcomes if o["outcome"] != "compensated"), None)
+    overall = "compensation_failed" if failed else "compensated"
+    status.step = None
     status("settling")
     yield call_activity(
         context,

@@ -110,10 +110,9 @@ def dispatch_token(result: Any) -> str | None:
 def confirmed_outcome(
     event: Any, token: str | None, kind: StepKind, step_id: str, attempt: int, deadline: datetime
 ) -> AttemptOutcome | None:
-    """The attempt's outcome straight from a result event the result handler confirmed against the
-    ledger (``ConfirmedResult``: the attempt's token, the ledger's verdict), or ``None`` when the
-    event does not carry this attempt's token and a valid verdict: then it is only a signal and the
-    ledger is asked (``verify_result``). Saves that read on every step the handler already checked."""
+    """The attempt's outcome straight from an event the result handler confirmed against the ledger
+    (``ConfirmedResult``), saving a read; ``None`` when it lacks this attempt's token or a valid
+    verdict: then it is only a signal and the ledger is asked (``verify_result``)."""
     if token is None or not isinstance(event, dict) or event.get("ledger_token") != token:
         return None
     if (event.get("kind"), event.get("step_id"), event.get("attempt")) != (kind, step_id, attempt):
@@ -131,11 +130,9 @@ def confirmed_outcome(
 def provisional_outcome(
     event: Any, kind: StepKind, instance_id: str, step_id: str, attempt: int
 ) -> AttemptOutcome | None:
-    """A work success taken as it came, unread: the reply of a worker that recorded it with a basis
-    row (``contracts.ReplyVersions``), raised by the result handler without a ledger read. Its
-    ``basis`` (the reply's digest as this scheduler sees it, and its output's) goes with the next
-    ledger write, which lands only if the ledger recorded exactly that reply (``ResultBasis``).
-    None for anything else (then the event is verified, as any unconfirmed one)."""
+    """A work success taken as it came, unread: a worker's reply recorded with a basis row. Its
+    ``basis`` (the reply's digest as this scheduler sees it) goes with the next ledger write, which
+    lands only if the ledger recorded exactly that reply; None for anything else (then verified)."""
     if kind != "work" or not isinstance(event, dict) or not isinstance(event.get("ledger"), dict):
         return None
     try:

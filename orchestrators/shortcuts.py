@@ -1,8 +1,7 @@
 """What the scheduler knows of the ledger without reading it, and the writes that prove it.
 
-The idea: the scheduler's activities would each read the rows they are about to write (the step,
-the instance record) and, for a success the result handler raised, the step's recorded outcome. Most
-of those reads only confirm what the scheduler was just told. So it keeps three things:
+Most reads of the scheduler's activities (the rows they are about to write; for a raised success,
+the step's recorded outcome) only confirm what the scheduler was just told. So it keeps three things:
 
 * **known versions** (``known``): the instance record's snapshot as the starter wrote it, then as
   each confirmed result carried it, and each step's ETag from the start (``expected_rows``). A first
@@ -18,12 +17,9 @@ of those reads only confirm what the scheduler was just told. So it keeps three 
 
 Safety: nothing here decides anything the ledger has not recorded. Every shortcut is a write that is
 conditional on the very versions (ETag) or row (basis) it assumed, in one entity-group transaction;
-when the assumption is wrong the write does not land and the scheduler falls back to reading. The
-pinned request counts (``tests/perf/test_request_counts.py``) say what it saves.
-
-:class:`LedgerShortcuts` is the one object the workflow orchestrator passes along: it runs a single
-step, confirms before a group or a checkpoint, and settles, keeping these versions to itself.
-Deterministic, like all orchestrator code.
+when the assumption is wrong the write does not land and the scheduler falls back to reading
+(``tests/perf/test_request_counts.py`` pins what it saves). :class:`LedgerShortcuts` is the one
+object the workflow orchestrator passes along, keeping these versions to itself.
 """
 
 from __future__ import annotations

@@ -31,11 +31,8 @@ from workflow_core.workflows import (
 
 
 def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | None]:
-    """Run the workflow named in the input; return its outcome (see docs/scheduler.md).
-
-    For each stage, run its step (or its parallel group) to an outcome; when a step gives up,
-    compensate what was done; at the end, settle. Every ``history_checkpoint_every`` completed steps
-    it continues as new. What the scheduler knows of the ledger unread travels in ``ledger``."""
+    """For each stage, run its step (or group) to an outcome; when a step gives up, compensate; at the
+    end, settle (docs/scheduler.md). What it knows of the ledger unread travels in ``ledger``."""
     start = WorkflowStart.model_validate(context.get_input())
     definition = start.pinned()  # the definition it started on, never the YAML deployed now
     workflow_input = definition.validate_input(start.input)
@@ -162,9 +159,8 @@ def _run_group(
     status: Status,
     start: WorkflowStart,
 ) -> Generator[Any, Any, tuple[Progress, list[tuple[str, StepResult]]]]:
-    """Run a parallel group: one ``step_orchestrator`` per step, all started in this episode, then
-    wait for every one of them. Returns the progress with the succeeded steps' outputs recorded (in
-    the group's order) and the steps that gave up (empty when the whole group succeeded)."""
+    """One ``step_orchestrator`` per step, all started in this episode; the progress with the
+    succeeded steps' outputs (in the group's order) and the steps that gave up."""
     instance_id = context.instance_id
     status.step = ", ".join(step.id for step in stage)
     prepared = [

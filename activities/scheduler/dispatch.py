@@ -54,12 +54,9 @@ DispatchResult = Literal[
 
 
 class DispatchOutcome(BaseModel):
-    """What a dispatch activity did (``outcome``: what the scheduler does next is spelled out at
-    ``orchestrators.decisions.after_dispatch``). ``status`` is the ledger status afterwards (None:
-    not read, ``basis-refused``); ``sent`` whether this call sent the message: a re-run sends again
-    only while the attempt still waits for an agent and the watchdog has not re-sent it. When the
-    send failed even after quick retries, ``error`` says why and the step recovers at its deadline.
-    """
+    """What a dispatch activity did (each ``outcome`` is spelled out at
+    ``orchestrators.decisions.after_dispatch``); ``error``: why the send failed even after quick
+    retries (the step then recovers at its deadline)."""
 
     instance_id: str
     step_id: str

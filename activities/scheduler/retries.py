@@ -46,12 +46,9 @@ log = logging.getLogger(__name__)
 
 
 def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """Failed/TimedOut attempt -> Retrying until ``retry_at`` (deadline ``retry_at`` + grace).
-
-    With ``"kind": "compensate"`` (``attempt`` = compensation attempt) the step stays Compensating
-    and only its deadline moves to ``retry_at`` + grace, so the watchdog leaves a compensator's
-    backoff alone; the next ``dispatch_compensation`` starts the next attempt.
-    """
+    """Failed/TimedOut attempt -> Retrying until ``retry_at`` (deadline ``retry_at`` + grace). A
+    compensation stays Compensating and only its deadline moves, so the watchdog leaves its backoff
+    alone."""
     args = ScheduleRetryInput.model_validate(as_dict(payload, c.ACTIVITY_SCHEDULE_RETRY))
     ledger = services.ledger
     retry_at = parse_time(args.retry_at, "retry_at")

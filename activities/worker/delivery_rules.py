@@ -16,11 +16,9 @@ Claim rules (kind ``work``; docs/agents.md has the full table):
 - a message for the row's attempt whose agent or input is not the ledger's (forged or corrupted: the
   handler would run the wrong agent or on the wrong input) -> ignore, audit ``message-mismatch-ignored``.
 
-After the handler: Running -> Succeeded (``result_ref``) or Failed (``last_error``, deadline = now +
-grace), ETag-guarded, then the ``ResultMessage`` goes to the result queue (MessageId
-``message_id_for(instance, step, attempt, kind="result")``, ``"compensation-result"`` for
-compensations; CorrelationId = the work message's MessageId). If another worker recorded the
-attempt first, nothing more is written or sent (audit ``duplicate-result-discarded``).
+After the handler: Running -> Succeeded or Failed (deadline = now + grace), ETag-guarded, then the
+reply is sent; if another worker recorded the attempt first, nothing more is written or sent (audit
+``duplicate-result-discarded``).
 
 Kind ``compensate`` follows the same rules on the Compensating step, with ``compensation_attempt``
 and the sub-state ``compensation_status`` (Dispatched -> Running -> Compensated | Failed).
@@ -84,13 +82,9 @@ class DeliveryDecisions:
         return self._claim_work(r) if self.work else self._claim_compensation(r)
 
     def _disagrees_with(self, r: StepRecord) -> str | None:
-        """Why the message is not the one the ledger sent for its attempt, or None.
-
-        The handler is chosen by the message's agent and given the message's input, so both are
-        checked against the row before anything runs: the agent the step (or its compensation) names,
-        and the input the dispatch recorded (a compensation gets the step's input and output, as
-        ``plan_compensation`` read them). Only the attempt the message names is checked; another
-        attempt's message is stale whatever it says."""
+        """Why the message is not the one the ledger sent for its attempt, or None: the handler is
+        chosen by the message's agent and given its input, so both are checked against the row before
+        anything runs (another attempt's message is stale whatever it says)."""
         m = self.m
         attempt = r.attempt if self.work else r.compensation_attempt
         if attempt != m.attempt:

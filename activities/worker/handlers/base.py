@@ -1,13 +1,11 @@
 """What an agent handler is, how it is registered, and what it is given.
 
-A handler is a plain function ``handler(ctx: StepContext) -> dict | None`` registered under an agent
-name with :func:`agent`. It does the remote work of one step (or undoes it, for a compensator) and
-returns the step's output. It must be idempotent on ``ctx.idempotency_key`` (the same for every
-attempt of the step), because a message can be delivered twice and a timed-out attempt may have
-taken effect. Raising any exception reports the attempt as failed; the scheduler's retry policy
-decides what happens next (a timeout and a failure are treated alike), except for a failure retrying
-cannot fix: a :class:`PermanentError` (or a subclass), or an exception whose type the step lists in
-``non_retryable_errors``. Then the scheduler gives up at once and the workflow compensates.
+A handler ``handler(ctx: StepContext) -> dict | None``, registered with :func:`agent`, does (or,
+for a compensator, undoes) the remote work of one step and returns its output. It must be idempotent
+on ``ctx.idempotency_key`` (the same for every attempt): a message can be delivered twice and a
+timed-out attempt may have taken effect. Raising reports the attempt failed; the retry policy decides
+what next, unless retrying cannot fix it (:class:`PermanentError`, or a type the step lists in
+``non_retryable_errors``): then the scheduler gives up at once and the workflow compensates.
 """
 
 from __future__ import annotations
