@@ -6,7 +6,6 @@ again at ``retry_at`` (``schedule_retry``), stop and leave the step for compensa
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any
 
 from activities.common import (
@@ -42,9 +41,6 @@ from workflow_core.runtime import Services
 log = logging.getLogger(__name__)
 
 
-# ---- schedule_retry / give_up_step ----------------------------------------------------------------
-
-
 def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """Failed/TimedOut attempt -> Retrying until ``retry_at`` (deadline ``retry_at`` + grace). A
     compensation stays Compensating and only its deadline moves, so the watchdog leaves its backoff
@@ -53,11 +49,21 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
     ledger = services.ledger
     retry_at = parse_time(args.retry_at, "retry_at")
     grace = services.settings.watchdog_grace_seconds
-    if args.kind == "compensate":
-        return _schedule_compensation_retry(args, services, retry_at, grace)
+    compensate = args.kind == "compensate"
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
+        promise = with_promise(handle, retry_at, grace, r.orchestration_id)
+        if compensate:
+            waiting = r.compensation_status in (COMP_FAILED, COMP_TIMED_OUT)
+            if r.status is not S.COMPENSATING or r.compensation_attempt != args.attempt or not waiting:
+                return r, False  # settled, superseded, or still in flight: nothing to move
+            if r.deadline == grace_deadline(grace, retry_at):
+                return r, False  # a re-run
+            reason = f"compensation attempt {r.compensation_attempt + 1} at {iso(retry_at)}"
+            return ledger.update(
+                r, actor=ACTOR, reason=reason, deadline=grace_deadline(grace, retry_at), **promise
+            ), True
         if r.attempt != args.attempt:
             return r, False  # superseded (or never dispatched): nothing of this attempt to retry
         reason = f"scheduler gave up waiting for attempt {r.attempt}"
@@ -71,44 +77,13 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
             reason=f"attempt {r.attempt + 1} of {r.max_attempts} at {iso(retry_at)}",
             deadline=grace_deadline(grace, retry_at),
             owner="scheduler",
-            **with_promise(handle, retry_at, grace, r.orchestration_id),
+            **promise,
         )
         return updated, True
 
-    record, changed = decide_on_step(
-        ledger, args.instance_id, args.step_id, decide, f"schedule retry {args.step_id}"
-    )
-    if changed:
-        emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
-    return status_reply(record, changed)
-
-
-def _schedule_compensation_retry(
-    args: ScheduleRetryInput, services: Services, retry_at: datetime, grace: float
-) -> dict[str, Any]:
-    ledger = services.ledger
-    target = grace_deadline(grace, retry_at)
-
-    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
-        r, handle = pair
-        waiting = r.compensation_status in (COMP_FAILED, COMP_TIMED_OUT)
-        if r.status is not S.COMPENSATING or r.compensation_attempt != args.attempt or not waiting:
-            return r, False  # settled, superseded, or still in flight: nothing to move
-        if r.deadline == target:
-            return r, False  # a re-run
-        updated = ledger.update(
-            r,
-            actor=ACTOR,
-            reason=f"compensation attempt {r.compensation_attempt + 1} at {iso(retry_at)}",
-            deadline=target,
-            **with_promise(handle, retry_at, grace, r.orchestration_id),
-        )
-        return updated, True
-
-    record, changed = decide_on_step(
-        ledger, args.instance_id, args.step_id, decide, f"schedule compensation retry {args.step_id}"
-    )
-    if changed:
+    what = f"schedule {'compensation ' if compensate else ''}retry {args.step_id}"
+    record, changed = decide_on_step(ledger, args.instance_id, args.step_id, decide, what)
+    if changed and compensate:
         emit_recovery(
             record,
             "compensation_retry_scheduled",
@@ -116,6 +91,8 @@ def _schedule_compensation_retry(
             retry_at=iso(retry_at),
             reason=record.last_error,
         )
+    elif changed:
+        emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
     return status_reply(record, changed)
 
 
@@ -164,9 +141,6 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     if changed:
         emit_recovery(record, "give_up", reason=args.reason, to_be_compensated=record.compensator is not None)
     return status_reply(record, changed)
-
-
-# ---- finish_compensation -----------------------------------------------------------------------------
 
 
 def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
