@@ -7,7 +7,6 @@ blindly overwritten: that lets the scheduler, many workers and the watchdog touc
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -76,15 +75,6 @@ def retry_on_conflict(
 def decide_on_step(ledger: Any, instance_id: str, step_id: str, decide: Callable[[Any], T], what: str) -> T:
     """:func:`retry_on_conflict` on the step and its instance record (one request reads both)."""
     return retry_on_conflict(lambda: ledger.read_step_and_instance(instance_id, step_id), decide, what=what)
-
-
-def as_dict(payload: Any, what: str) -> dict[str, Any]:
-    """Activity input as a dict: the Functions worker hands over decoded JSON, a test may pass text."""
-    if isinstance(payload, str | bytes):
-        payload = json.loads(payload)
-    if not isinstance(payload, dict):
-        raise ValueError(f"{what} expects a JSON object, got {type(payload).__name__}")
-    return payload
 
 
 def parse_time(value: str | datetime, what: str = "time") -> datetime:

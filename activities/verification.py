@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from activities.common import COMP_FAILED, COMP_TIMED_OUT, as_dict, step_output
-from workflow_core import contracts as c
+from activities.common import COMP_FAILED, COMP_TIMED_OUT, step_output
 from workflow_core.contracts import ResultVerdict, StepKind, fit_text
 from workflow_core.ledger import StepRecord, StepStatus
 from workflow_core.runtime import Services
@@ -137,7 +136,7 @@ def describe_claim(claimed: Any) -> str:
 def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """``{instance_id, step_id, attempt, kind, claimed}`` -> ``ResultVerdict``: the ledger's outcome of
     the attempt, whatever the event (``claimed``) said; audits an event the ledger does not back."""
-    args = as_dict(payload, c.ACTIVITY_VERIFY_RESULT)
+    args = payload
     kind: StepKind = "compensate" if args.get("kind") == "compensate" else "work"
     attempt = int(args["attempt"])
     claimed = args.get("claimed")

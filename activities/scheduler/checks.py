@@ -12,7 +12,6 @@ from activities import step_metrics
 from activities.common import (
     COMP_FAILED,
     COMP_TIMED_OUT,
-    as_dict,
     decide_on_step,
     emit_recovery,
     grace_deadline,
@@ -23,7 +22,6 @@ from activities.common import (
 )
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, S, StepAttemptInput
 from activities.scheduler.instances import keep_promise, with_promise
-from workflow_core import contracts as c
 from workflow_core import telemetry
 from workflow_core.contracts import StepCheck
 from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord
@@ -55,7 +53,7 @@ def keep_waiting(
 
 def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """``StepCheck`` of the attempt (written TimedOut here if it was still in flight past its deadline)."""
-    args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_STEP))
+    args = StepAttemptInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
@@ -104,7 +102,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
 def check_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """Like :func:`check_step` for a compensation attempt: one past its deadline keeps the step
     Compensating, with ``compensation_status`` TimedOut (the scheduler retries or finishes it)."""
-    args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_COMPENSATION))
+    args = StepAttemptInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from activities.common import as_dict, grace_deadline, retry_on_conflict, step_input, step_output
+from activities.common import grace_deadline, retry_on_conflict, step_input, step_output
 from activities.scheduler.inputs import ACTOR, MAY_COMPENSATE, PlanInput, S, nothing_to_undo, time_out
-from workflow_core import contracts as c
 from workflow_core.ledger import InstanceStatus, StepLedger, StepRecord
 from workflow_core.runtime import Services
 from workflow_core.workflows.retry import RetryPolicy
@@ -28,7 +27,7 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     given-up step, any caught in flight), then the completed in reverse completion order. Compensated
     steps are left out; Compensating and CompensationFailed ones stay in (a re-run, an operator's retry).
     """
-    args = PlanInput.model_validate(as_dict(payload, c.ACTIVITY_PLAN_COMPENSATION))
+    args = PlanInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
     if _start_compensating(ledger, args.instance_id, grace) is InstanceStatus.STOPPED:

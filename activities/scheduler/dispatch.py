@@ -23,7 +23,6 @@ from pydantic import BaseModel
 
 from activities.common import (
     COMP_DISPATCHED,
-    as_dict,
     decide_on_step,
     emit_recovery,
     error_text,
@@ -77,7 +76,7 @@ def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]
     """Ledger Pending/Retrying -> Dispatched (owner, attempt, deadline, orchestration id, input)
     *then* send the work message (MessageId ``message_id_for(instance, step, attempt)``); a re-run
     sends again only as :func:`may_send_again` says."""
-    dispatch = StepDispatch.model_validate(as_dict(payload, c.ACTIVITY_DISPATCH_STEP))
+    dispatch = StepDispatch.model_validate(payload)
     if dispatch.kind != "work":
         raise ValueError(f"{c.ACTIVITY_DISPATCH_STEP} sends work; use {c.ACTIVITY_DISPATCH_COMPENSATION}")
     return _dispatch(dispatch, services).model_dump()
@@ -86,7 +85,7 @@ def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]
 def dispatch_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """Ledger -> Compensating (compensation_attempt, owner, deadline) *then* send the compensate
     message to the step's compensator agent; idempotent like :func:`dispatch_step`."""
-    data = dict(as_dict(payload, c.ACTIVITY_DISPATCH_COMPENSATION))
+    data = dict(payload)
     data["kind"] = "compensate"
     return _dispatch(StepDispatch.model_validate(data), services).model_dump()
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from activities.common import as_dict, now, retry_on_conflict
+from activities.common import now, retry_on_conflict
 from activities.scheduler.basis import BASIS_REFUSED, basis_rows, refused
 from workflow_core import contracts as c
 from workflow_core.contracts import ResultBasis
@@ -138,7 +138,7 @@ class SettleInput(BaseModel):
 def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """The workflow (or its compensation) ended: record how, and stop supervising the scheduler.
     Idempotent; CompensationFailed and Failed raise the attention flag."""
-    args = SettleInput.model_validate(as_dict(payload, c.ACTIVITY_SETTLE_INSTANCE))
+    args = SettleInput.model_validate(payload)
     ledger = services.ledger
     target = _SETTLED_AS[args.outcome]
 

@@ -13,7 +13,6 @@ from activities.common import (
     COMP_GAVE_UP,
     COMP_TIMED_OUT,
     GIVEN_UP,
-    as_dict,
     decide_on_step,
     emit_recovery,
     grace_deadline,
@@ -34,7 +33,6 @@ from activities.scheduler.inputs import (
     time_out,
 )
 from activities.scheduler.instances import with_promise
-from workflow_core import contracts as c
 from workflow_core.ledger import InstanceHandle, StepRecord
 from workflow_core.runtime import Services
 
@@ -45,7 +43,7 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
     """Failed/TimedOut attempt -> Retrying until ``retry_at`` (deadline ``retry_at`` + grace). A
     compensation stays Compensating and only its deadline moves, so the watchdog leaves its backoff
     alone."""
-    args = ScheduleRetryInput.model_validate(as_dict(payload, c.ACTIVITY_SCHEDULE_RETRY))
+    args = ScheduleRetryInput.model_validate(payload)
     ledger = services.ledger
     retry_at = parse_time(args.retry_at, "retry_at")
     grace = services.settings.watchdog_grace_seconds
@@ -100,7 +98,7 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """Attempts exhausted. A step with a compensator stays Failed/TimedOut, marked ``GivenUp``, for
     ``plan_compensation`` to undo first (a timed-out attempt may have taken effect); a step without
     one is Cancelled (nothing to undo)."""
-    args = GiveUpInput.model_validate(as_dict(payload, c.ACTIVITY_GIVE_UP_STEP))
+    args = GiveUpInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
@@ -146,7 +144,7 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
 def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """The compensator's attempts are exhausted: -> CompensationFailed (the operators' inbox,
     ``ledger.needing_attention()``). Idempotent; a step that did get Compensated stays so."""
-    args = FinishCompensationInput.model_validate(as_dict(payload, c.ACTIVITY_FINISH_COMPENSATION))
+    args = FinishCompensationInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 

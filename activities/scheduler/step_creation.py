@@ -9,10 +9,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from activities.common import as_dict, now, retry_on_conflict
+from activities.common import now, retry_on_conflict
 from activities.scheduler.inputs import ACTOR, CreateStepsInput
 from activities.scheduler.instances import with_promise
-from workflow_core import contracts as c
 from workflow_core.ledger import InstanceConflict, InstanceHandle
 from workflow_core.runtime import Services
 from workflow_core.workflows.step_rows import new_steps
@@ -22,7 +21,7 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
     """All steps of the instance's workflow (its pinned version), Pending, in one idempotent ledger write."""
     from workflow_core.workflows.store import definition_for
 
-    args = CreateStepsInput.model_validate(as_dict(payload, c.ACTIVITY_CREATE_STEPS))
+    args = CreateStepsInput.model_validate(payload)
     definition = definition_for(args.workflow, args.version, services.definitions)
     steps = new_steps(definition)
     orchestration_id = args.orchestration_id or args.instance_id
