@@ -2,14 +2,13 @@
 
 ``blueprint`` registers ``workflow_orchestrator``, ``compensation_orchestrator`` and
 ``step_orchestrator`` (one step of a parallel group) around the plain generator functions of
-``workflow``, ``compensation`` and ``step``, which stay importable and testable without the
-decorators. Importing it also makes the Durable SDK read history timestamps the fast way
-(``history_timestamps``), before any replay runs.
+``workflow`` and ``compensation``, which stay importable and testable without the decorators.
+Importing it also makes the Durable SDK read history timestamps the fast way (``history_timestamps``).
 """
 
 import azure.durable_functions as df
 
-from orchestrators import compensation, history_timestamps, step, workflow
+from orchestrators import compensation, history_timestamps, workflow
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, STEP_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
 
 history_timestamps.install()
@@ -32,4 +31,4 @@ def compensation_orchestrator(context: df.DurableOrchestrationContext):
 @blueprint.function_name(STEP_ORCHESTRATOR)
 @blueprint.orchestration_trigger(context_name="context")
 def step_orchestrator(context: df.DurableOrchestrationContext):
-    return (yield from step.step_orchestrator(context))
+    return (yield from workflow.step_orchestrator(context))

@@ -1,6 +1,6 @@
 """The scheduler: one generic orchestrator that walks any workflow definition step by step.
 
-A parallel group runs each of its steps in its own ``step_orchestrator`` and waits for all of them.
+A parallel group runs each of its steps in its own ``step_orchestrator`` (below) and waits for all.
 Deterministic: time comes from ``context.current_utc_datetime`` and all I/O goes through activities.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Generator
 from functools import partial
 from typing import Any
 
-from orchestrators.attempts import Status, StepResult, StepRun
+from orchestrators.attempts import Status, StepResult, StepRun, run_step
 from orchestrators.decisions import call_activity, should_checkpoint
 from orchestrators.shortcuts import LedgerShortcuts, next_write_proves
 from orchestrators.state import Progress, WorkflowStart
@@ -191,6 +191,20 @@ def _run_group(
             failed.append((run.step_id, result))
     status.progress = progress
     return progress, failed
+
+
+def step_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
+    """One step of a parallel group (the ``StepRun`` in the input) to an outcome, as a sub-orchestration.
+
+    The dispatch records this orchestration's id on the step, so its result events (and the
+    watchdog's nudges) come here; giving up and compensating stay with the workflow orchestrator,
+    which sees the whole group."""
+    run = StepRun.from_payload(context.get_input())
+    status = Status(context, orchestration="step", workflow=run.workflow, instance_id=run.instance_id)
+    status.step = run.step_id
+    result = yield from run_step(context, run, status)
+    status("succeeded" if result.succeeded else "failed", result.attempts)
+    return result.to_payload()
 
 
 def _give_up_and_compensate(

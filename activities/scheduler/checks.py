@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from activities import step_metrics
 from activities.common import (
     COMP_FAILED,
     COMP_TIMED_OUT,
+    attempt_finished,
     decide_on_step,
     emit_recovery,
     grace_deadline,
@@ -82,7 +82,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
                 **with_promise(handle, current, grace, r.orchestration_id),
             )
             emit_recovery(r, "timed_out", reason=f"no result by {iso(r.deadline)}")
-            step_metrics.attempt_finished(
+            attempt_finished(
                 r,
                 outcome=telemetry.STEP_TIMED_OUT,
                 started_at=r.sent_at(),

@@ -49,17 +49,3 @@ def _bind(name: str, body: Callable[[dict[str, Any], Any], dict[str, Any]]) -> N
 
 for _name, _body in ACTIVITY_BODIES.items():
     _bind(_name, _body)
-
-__all__ = [
-    "ACTIVITY_BODIES",
-    "check_compensation",
-    "check_step",
-    "create_workflow_steps",
-    "dispatch_compensation",
-    "dispatch_step",
-    "finish_compensation",
-    "give_up_step",
-    "plan_compensation",
-    "schedule_retry",
-    "settle_instance",
-]

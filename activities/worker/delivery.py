@@ -12,13 +12,13 @@ from datetime import datetime
 
 from azure.core.exceptions import HttpResponseError
 
-from activities import step_metrics
 from activities.common import (
     COMP_RUNNING,
     emit_recovery,
     error_text,
     is_transient_claim,
     now,
+    queue_wait,
     retry_on_conflict,
     step_input,
     step_output,
@@ -168,7 +168,7 @@ class Delivery(DeliveryDecisions):
         if versions.watched is not None and instance is not None:
             self.watched_after = [step for step in versions.watched if step != m.step_id]
         self.started_at = now()
-        step_metrics.queue_wait(known, self.started_at)
+        queue_wait(known, self.started_at)
         return Action.RUN, claimed, None
 
     def _read_with_instance(self) -> StepRecord:

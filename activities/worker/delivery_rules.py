@@ -30,13 +30,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from activities import step_metrics
 from activities.common import (
     COMP_DONE,
     COMP_FAILED,
     COMP_RUNNING,
+    attempt_finished,
+    compensation_finished,
+    error_type_of,
     grace_deadline,
     now,
+    queue_wait,
     step_input,
     step_output,
 )
@@ -111,7 +114,7 @@ class DeliveryDecisions:
                 owner=self.worker_id,
             )
             self.started_at = now()
-            step_metrics.queue_wait(r, self.started_at)
+            queue_wait(r, self.started_at)
             return Action.RUN, claimed, None
         if r.status is S.RUNNING:
             if self.n > 1:
@@ -206,12 +209,12 @@ class DeliveryDecisions:
                         non_retryable=permanent,
                         deadline=grace_deadline(self.grace),
                     )
-                step_metrics.attempt_finished(
+                attempt_finished(
                     r,
                     outcome=outcome_name,
                     started_at=self.started_at,
                     ended_at=now(),
-                    error_type=None if ok else step_metrics.error_type_of(error),
+                    error_type=None if ok else error_type_of(error),
                     final=ok or permanent or r.attempt >= r.max_attempts,
                 )
                 return reply, None
@@ -236,7 +239,7 @@ class DeliveryDecisions:
                     compensation_status=COMP_DONE,
                     completed_at=r.completed_at,  # keep when the step's own work completed
                 )
-                step_metrics.compensation_finished(r)
+                compensation_finished(r)
                 return self._result(True, output, None), None
             if r.compensation_status == COMP_FAILED:
                 return None, (
