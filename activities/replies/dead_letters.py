@@ -130,50 +130,40 @@ async def _handle_dead_letter(
 
     a = message.attempt
 
-    def decide(r: StepRecord) -> tuple[ResultMessage | None, bool, str]:
+    def failed_now(r: StepRecord) -> tuple[ResultMessage, str]:
+        """The write landed: report it, and raise the failure."""
+        emit_recovery(r, "dead_letter", attempt=a, kind=message.kind, reason=error)
+        log.warning("%s %s/%s#%d failed: %s", message.kind, message.instance_id, message.step_id, a, error)
+        return result(False, r, error), ""
+
+    def decide(r: StepRecord) -> tuple[ResultMessage | None, str]:
+        failure = {
+            "reason": error,
+            "last_error": error,
+            "non_retryable": False,
+            "deadline": grace_deadline(grace),
+        }
         if message.kind == "work":
             if r.attempt != a:
-                return None, False, f"ledger is at attempt {r.attempt} ({r.status.value})"
+                return None, f"ledger is at attempt {r.attempt} ({r.status.value})"
             if r.status in (S.DISPATCHED, S.RUNNING):
-                ledger.transition(
-                    r,
-                    S.FAILED,
-                    actor=ACTOR,
-                    reason=error,
-                    last_error=error,
-                    non_retryable=False,
-                    deadline=grace_deadline(grace),
-                )
-                emit_recovery(r, "dead_letter", attempt=a, kind="work", reason=error)
-                return result(False, r, error), True, ""
+                ledger.transition(r, S.FAILED, actor=ACTOR, **failure)
+                return failed_now(r)
             if r.status is S.SUCCEEDED:
-                return result(True, r, None), False, ""
+                return result(True, r, None), ""
             if r.status is S.FAILED:
-                return result(False, r, r.last_error or error, r.non_retryable), False, ""
-            return None, False, f"step is {r.status.value}"
+                return result(False, r, r.last_error or error, r.non_retryable), ""
+            return None, f"step is {r.status.value}"
         if r.compensation_attempt != a:
-            return (
-                None,
-                False,
-                f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})",
-            )
+            return None, f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
         if r.status is S.COMPENSATED:
-            return result(True, r, None), False, ""
+            return result(True, r, None), ""
         if r.status is not S.COMPENSATING:
-            return None, False, f"step is {r.status.value}"
+            return None, f"step is {r.status.value}"
         if r.compensation_status == COMP_FAILED:
-            return result(False, r, r.last_error or error, r.non_retryable), False, ""
-        ledger.update(
-            r,
-            actor=ACTOR,
-            reason=error,
-            compensation_status=COMP_FAILED,
-            last_error=error,
-            non_retryable=False,
-            deadline=grace_deadline(grace),
-        )
-        emit_recovery(r, "dead_letter", attempt=a, kind="compensate", reason=error)
-        return result(False, r, error), True, ""
+            return result(False, r, r.last_error or error, r.non_retryable), ""
+        ledger.update(r, actor=ACTOR, compensation_status=COMP_FAILED, **failure)
+        return failed_now(r)
 
     try:
         outcome = retry_on_conflict(
@@ -184,7 +174,7 @@ async def _handle_dead_letter(
     except StepNotFound:
         log.warning("dead-lettered message for unknown step %s/%s", message.instance_id, message.step_id)
         return "ignored"
-    to_raise, changed, why = outcome
+    to_raise, why = outcome
     if to_raise is None:
         ledger.note(
             message.instance_id,
@@ -195,8 +185,6 @@ async def _handle_dead_letter(
             attempt=message.attempt,
         )
         return "ignored"
-    if changed:
-        log.warning("%s %s/%s#%d failed: %s", message.kind, message.instance_id, message.step_id, a, error)
     raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
     if raised != "raised":
         return raised

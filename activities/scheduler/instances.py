@@ -109,8 +109,6 @@ def works_on(handle: InstanceHandle | None, kind: c.StepKind) -> bool:
     return handle.record.status in (IS.COMPENSATING, IS.RUNNING, IS.COMPENSATION_FAILED)
 
 
-# ---- settle_instance ------------------------------------------------------------------------------
-
 Outcome = Literal["succeeded", "compensated", "compensation_failed", "failed"]
 _SETTLED_AS: dict[str, InstanceStatus] = {
     "succeeded": IS.SUCCEEDED,
@@ -127,9 +125,7 @@ class SettleInput(BaseModel):
     outcome: Outcome
     failed_step: str | None = None
     error: str | None = None
-    # The instance record's snapshot from the last result (contracts.ConfirmedResult, or the keyed
-    # reply's contracts.ReplyVersions), with the steps its row watched then: a success settles
-    # against it without a read when none was.
+    # The instance's snapshot from the last result, with the steps its row watched: see _settle_unread
     expected: dict[str, Any] | None = None
     # The last step's success as the scheduler took it, unread: settle only if the ledger holds it.
     basis: ResultBasis | None = None

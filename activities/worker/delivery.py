@@ -81,8 +81,7 @@ class Delivery(DeliveryDecisions):
         self.took_over = False
         self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
         self.instance: InstanceHandle | None = None  # the instance record as last read or written
-        # the in-flight steps the instance's row may watch once this step is recorded, when known:
-        # only while the instance is the version the work message carried (no re-read since)
+        # the in-flight steps the instance's row may watch once this step is recorded, when known
         self.watched_after: list[str] | None = None
         self.latest: StepRecord | None = None  # the step row as this worker last wrote it
 
@@ -99,16 +98,15 @@ class Delivery(DeliveryDecisions):
             return
         if note is not None:
             self._note(*note, status=record.status.value)
-        if action is Action.RESEND:
-            emit_recovery(record, "result_resent", attempt=m.attempt, kind=m.kind, delivery=self.n)
-        elif action is Action.RUN and self.took_over:
-            emit_recovery(record, "agent_takeover", attempt=m.attempt, kind=m.kind, delivery=self.n)
         if action is Action.IGNORE:
             log.info("ignored %s: %s", self._label, note[1] if note else "")
             return
         if action is Action.RESEND:
+            emit_recovery(record, "result_resent", attempt=m.attempt, kind=m.kind, delivery=self.n)
             self._send(self._result_from_record(record))
             return
+        if self.took_over:
+            emit_recovery(record, "agent_takeover", attempt=m.attempt, kind=m.kind, delivery=self.n)
         self.latest = record
         outcome = self._run(record)
         if outcome is None:
