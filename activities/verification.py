@@ -136,12 +136,11 @@ def describe_claim(claimed: Any) -> str:
 def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """``{instance_id, step_id, attempt, kind, claimed}`` -> ``ResultVerdict``: the ledger's outcome of
     the attempt, whatever the event (``claimed``) said; audits an event the ledger does not back."""
-    args = payload
-    kind: StepKind = "compensate" if args.get("kind") == "compensate" else "work"
-    attempt = int(args["attempt"])
-    claimed = args.get("claimed")
+    kind: StepKind = "compensate" if payload.get("kind") == "compensate" else "work"
+    attempt = int(payload["attempt"])
+    claimed = payload.get("claimed")
     ledger = services.ledger
-    record = ledger.get(args["instance_id"], args["step_id"])
+    record = ledger.get(payload["instance_id"], payload["step_id"])
     found = recorded_outcome(record, kind, attempt)
     claim = describe_claim(claimed)
     said = claimed.get("outcome") if isinstance(claimed, dict) else None

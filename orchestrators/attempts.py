@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from orchestrators.decisions import (
@@ -22,10 +22,10 @@ from orchestrators.decisions import (
     ContractViolation,
     Extended,
     after_dispatch,
+    as_utc,
     call_activity,
     claim_of,
     confirmed_outcome,
-    deadline_after,
     dispatch_token,
     interpret_check,
     interpret_verdict,
@@ -87,14 +87,11 @@ class StepRun:
     retry: RetryPolicy
     input: dict[str, Any] = field(default_factory=dict)
     trace: dict[str, str] | None = None  # W3C trace context from the orchestration input, passed on
-    # The rows' versions the first attempt's dispatch may write against unread (contracts.ExpectedRows);
-    # never in a sub-orchestration's input: a parallel group's members share the instance record.
+    # The first attempt's dispatch writes against these versions unread (contracts.ExpectedRows) and
+    # only if the ledger holds the previous step's success taken unread (``basis``); ``provisional``:
+    # this run's own success may be taken unread. Never in a payload (a group's members share rows).
     expected: dict[str, Any] | None = None
-    # The previous step's success taken unread (contracts.ResultBasis): the first attempt's dispatch
-    # carries it and writes only if the ledger holds it. Never in a sub-orchestration's input.
     basis: dict[str, Any] | None = None
-    # May this run take a success unread (``decisions.provisional_outcome``)? Only a sequential work
-    # step of the workflow orchestrator, whose next write proves it; never in a payload.
     provisional: bool = False
 
     def to_payload(self) -> dict[str, Any]:
@@ -182,7 +179,7 @@ def run_step(
                 context, run, attempt, deadline, report, True, None, listen=False
             )
         else:
-            deadline = deadline_after(context.current_utc_datetime, run.deadline_seconds)
+            deadline = as_utc(context.current_utc_datetime) + timedelta(seconds=run.deadline_seconds)
             report("dispatching", attempt, deadline)
             # The ledger write (Dispatched, owner, deadline) happens in this activity, before any wait:
             # if this orchestration dies from here on, the watchdog still sees the step and its deadline.
@@ -229,19 +226,12 @@ def run_step(
             return StepResult(
                 True, tries, output=outcome.output, instance=outcome.instance, provisional=taken
             )
-        next_start = _next_start(context, run, tries, outcome)
-        if next_start is None:
+        seed = retry_seed(run.instance_id, run.step_id, run.kind)
+        next_start = retry_at(run.retry, tries, context.current_utc_datetime, seed)
+        if next_start is None or outcome.permanent:  # permanent: retrying cannot fix it
             return StepResult(False, tries, error=outcome.error)
         yield from _back_off(context, run, attempt, next_start, report)
         attempt += 1
-
-
-def _next_start(context: Any, run: StepRun, tries: int, outcome: AttemptOutcome) -> datetime | None:
-    """When the next attempt starts after a failed one, or None when the step gives up."""
-    if outcome.permanent:  # the ledger says retrying cannot fix it: give up at once
-        return None
-    seed = retry_seed(run.instance_id, run.step_id, run.kind)
-    return retry_at(run.retry, tries, context.current_utc_datetime, seed)
 
 
 def _back_off(

@@ -66,10 +66,6 @@ def parse_iso(text: str) -> datetime:
     return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
 
 
-def deadline_after(now: datetime, seconds: float) -> datetime:
-    return as_utc(now) + timedelta(seconds=seconds)
-
-
 @dataclass(frozen=True)
 class AttemptOutcome:
     """How one attempt ended, whichever way the orchestrator learnt it."""

@@ -71,14 +71,91 @@ async def handle_dead_letter(
         dead_letter_reason=reason,
     ):
         _count(queue, reason, fields)
-        return await _handle_dead_letter(
-            body,
-            reason=reason,
-            description=description,
-            client=client,
-            services=services,
-            message_id=message_id,
+        error = fit_text(
+            f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
         )
+        try:
+            message = WorkMessage.model_validate(body)
+        except ValidationError as exc:
+            park(
+                services,
+                source="dead-letter",
+                reason=f"not a valid work message: {explain(exc)} ({error})",
+                body=body,
+                actor=ACTOR,
+                message_id=message_id,
+            )
+            return "parked"
+        grace = services.settings.watchdog_grace_seconds
+        ledger = services.ledger
+
+        def result(ok: bool, r: StepRecord, err: str | None, permanent: bool = False) -> ResultMessage:
+            output = step_output(r) if message.kind == "work" else {}
+            return ResultMessage.answering(message, ok=ok, output=output, error=err, permanent=permanent)
+
+        a = message.attempt
+
+        def failed_now(r: StepRecord) -> tuple[ResultMessage, str]:
+            """The write landed: report it, and raise the failure."""
+            emit_recovery(r, "dead_letter", attempt=a, kind=message.kind, reason=error)
+            log.warning(
+                "%s %s/%s#%d failed: %s", message.kind, message.instance_id, message.step_id, a, error
+            )
+            return result(False, r, error), ""
+
+        def decide(r: StepRecord) -> tuple[ResultMessage | None, str]:
+            failure = {
+                "reason": error,
+                "last_error": error,
+                "non_retryable": False,
+                "deadline": grace_deadline(grace),
+            }
+            if message.kind == "work":
+                if r.attempt != a:
+                    return None, f"ledger is at attempt {r.attempt} ({r.status.value})"
+                if r.status in (S.DISPATCHED, S.RUNNING):
+                    ledger.transition(r, S.FAILED, actor=ACTOR, **failure)
+                    return failed_now(r)
+                if r.status is S.SUCCEEDED:
+                    return result(True, r, None), ""
+                if r.status is S.FAILED:
+                    return result(False, r, r.last_error or error, r.non_retryable), ""
+                return None, f"step is {r.status.value}"
+            if r.compensation_attempt != a:
+                return None, f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
+            if r.status is S.COMPENSATED:
+                return result(True, r, None), ""
+            if r.status is not S.COMPENSATING:
+                return None, f"step is {r.status.value}"
+            if r.compensation_status == COMP_FAILED:
+                return result(False, r, r.last_error or error, r.non_retryable), ""
+            ledger.update(r, actor=ACTOR, compensation_status=COMP_FAILED, **failure)
+            return failed_now(r)
+
+        try:
+            outcome = retry_on_conflict(
+                lambda: ledger.get(message.instance_id, message.step_id),
+                decide,
+                what=f"dead-letter {message.instance_id}/{message.step_id}",
+            )
+        except StepNotFound:
+            log.warning("dead-lettered message for unknown step %s/%s", message.instance_id, message.step_id)
+            return "ignored"
+        to_raise, why = outcome
+        if to_raise is None:
+            ledger.note(
+                message.instance_id,
+                message.step_id,
+                actor=ACTOR,
+                action="dead-letter-ignored",
+                reason=f"{message.kind} attempt {message.attempt} ({error}): {why}",
+                attempt=message.attempt,
+            )
+            return "ignored"
+        raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
+        if raised != "raised":
+            return raised
+        return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"
 
 
 def _count(queue: str, reason: str | None, fields: dict[str, Any]) -> None:
@@ -95,100 +172,6 @@ def _count(queue: str, reason: str | None, fields: dict[str, Any]) -> None:
             attempt=fields.get("attempt") if isinstance(fields.get("attempt"), int) else None,
             kind=text("kind"),
         )
-
-
-async def _handle_dead_letter(
-    body: Any,
-    *,
-    reason: str | None,
-    description: str | None,
-    client: EventClient,
-    services: Services,
-    message_id: str | None,
-) -> str:
-    error = fit_text(
-        f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
-    )
-    try:
-        message = WorkMessage.model_validate(body)
-    except ValidationError as exc:
-        park(
-            services,
-            source="dead-letter",
-            reason=f"not a valid work message: {explain(exc)} ({error})",
-            body=body,
-            actor=ACTOR,
-            message_id=message_id,
-        )
-        return "parked"
-    grace = services.settings.watchdog_grace_seconds
-    ledger = services.ledger
-
-    def result(ok: bool, r: StepRecord, err: str | None, permanent: bool = False) -> ResultMessage:
-        output = step_output(r) if message.kind == "work" else {}
-        return ResultMessage.answering(message, ok=ok, output=output, error=err, permanent=permanent)
-
-    a = message.attempt
-
-    def failed_now(r: StepRecord) -> tuple[ResultMessage, str]:
-        """The write landed: report it, and raise the failure."""
-        emit_recovery(r, "dead_letter", attempt=a, kind=message.kind, reason=error)
-        log.warning("%s %s/%s#%d failed: %s", message.kind, message.instance_id, message.step_id, a, error)
-        return result(False, r, error), ""
-
-    def decide(r: StepRecord) -> tuple[ResultMessage | None, str]:
-        failure = {
-            "reason": error,
-            "last_error": error,
-            "non_retryable": False,
-            "deadline": grace_deadline(grace),
-        }
-        if message.kind == "work":
-            if r.attempt != a:
-                return None, f"ledger is at attempt {r.attempt} ({r.status.value})"
-            if r.status in (S.DISPATCHED, S.RUNNING):
-                ledger.transition(r, S.FAILED, actor=ACTOR, **failure)
-                return failed_now(r)
-            if r.status is S.SUCCEEDED:
-                return result(True, r, None), ""
-            if r.status is S.FAILED:
-                return result(False, r, r.last_error or error, r.non_retryable), ""
-            return None, f"step is {r.status.value}"
-        if r.compensation_attempt != a:
-            return None, f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
-        if r.status is S.COMPENSATED:
-            return result(True, r, None), ""
-        if r.status is not S.COMPENSATING:
-            return None, f"step is {r.status.value}"
-        if r.compensation_status == COMP_FAILED:
-            return result(False, r, r.last_error or error, r.non_retryable), ""
-        ledger.update(r, actor=ACTOR, compensation_status=COMP_FAILED, **failure)
-        return failed_now(r)
-
-    try:
-        outcome = retry_on_conflict(
-            lambda: ledger.get(message.instance_id, message.step_id),
-            decide,
-            what=f"dead-letter {message.instance_id}/{message.step_id}",
-        )
-    except StepNotFound:
-        log.warning("dead-lettered message for unknown step %s/%s", message.instance_id, message.step_id)
-        return "ignored"
-    to_raise, why = outcome
-    if to_raise is None:
-        ledger.note(
-            message.instance_id,
-            message.step_id,
-            actor=ACTOR,
-            action="dead-letter-ignored",
-            reason=f"{message.kind} attempt {message.attempt} ({error}): {why}",
-            attempt=message.attempt,
-        )
-        return "ignored"
-    raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
-    if raised != "raised":
-        return raised
-    return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"
 
 
 async def _on_message(incoming: Incoming, client: EventClient) -> None:

@@ -174,53 +174,49 @@ async def handle_result(
         kind=fields.get("kind"),
         outcome=fields.get("outcome"),
     ):
-        return await _handle_result(body, client, services, message_id=message_id)
-
-
-async def _handle_result(
-    body: Any, client: EventClient, services: Services, *, message_id: str | None
-) -> HandleOutcome:
-    try:
-        result = ResultMessage.model_validate(body)
-    except ValidationError as exc:
-        park(
-            services,
-            source="result",
-            reason=f"not a valid result message: {explain(exc)}",
-            body=body,
-            actor=ACTOR,
-            message_id=message_id,
-        )
-        return "parked"
-    keyed = result.ledger is not None and bool(result.ledger.etags.get("instance"))
-    if keyed and result.kind == "work" and result.outcome == "succeeded":
-        # A success recorded with a basis row goes unread: the scheduler's next write proves it. An
-        # orchestration that is gone may have been replaced by a resumed one the ledger names: read.
-        raised = await raise_result_event(result, client, services, quiet_if_gone=True)
-        if raised == "raised":
-            return raised
-    try:  # the instance record and what its row watches, in the same request: they ride on the event
-        record, handle, watched = services.ledger.read_step_instance_and_watched(
-            result.instance_id, result.step_id
-        )
-    except (StepNotFound, InvalidLedgerInput) as exc:
-        park(services, source="result", reason=f"result for no known step: {exc}", body=body, actor=ACTOR)
-        return "parked"
-    confirmed, action, why = confirm(result, record)
-    if confirmed is None:
-        log.warning("result %s/%s#%d ignored: %s", result.instance_id, result.step_id, result.attempt, why)
-        services.ledger.note(
-            result.instance_id,
-            result.step_id,
-            actor=ACTOR,
-            action=action,
-            reason=f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}",
-            attempt=result.attempt,
-            status=record.status.value,
-        )
-        return action  # type: ignore[return-value]
-    instance = handle.record if handle is not None else None
-    return await raise_result_event(with_verdict(confirmed, record, instance, watched), client, services)
+        try:
+            result = ResultMessage.model_validate(body)
+        except ValidationError as exc:
+            park(
+                services,
+                source="result",
+                reason=f"not a valid result message: {explain(exc)}",
+                body=body,
+                actor=ACTOR,
+                message_id=message_id,
+            )
+            return "parked"
+        keyed = result.ledger is not None and bool(result.ledger.etags.get("instance"))
+        if keyed and result.kind == "work" and result.outcome == "succeeded":
+            # A success recorded with a basis row goes unread: the scheduler's next write proves it. An
+            # orchestration that is gone may have been replaced by a resumed one the ledger names: read.
+            raised = await raise_result_event(result, client, services, quiet_if_gone=True)
+            if raised == "raised":
+                return raised
+        try:  # the instance record and what its row watches, in the same request: they ride on the event
+            record, handle, watched = services.ledger.read_step_instance_and_watched(
+                result.instance_id, result.step_id
+            )
+        except (StepNotFound, InvalidLedgerInput) as exc:
+            park(services, source="result", reason=f"result for no known step: {exc}", body=body, actor=ACTOR)
+            return "parked"
+        confirmed, action, why = confirm(result, record)
+        if confirmed is None:
+            log.warning(
+                "result %s/%s#%d ignored: %s", result.instance_id, result.step_id, result.attempt, why
+            )
+            services.ledger.note(
+                result.instance_id,
+                result.step_id,
+                actor=ACTOR,
+                action=action,
+                reason=f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}",
+                attempt=result.attempt,
+                status=record.status.value,
+            )
+            return action  # type: ignore[return-value]
+        instance = handle.record if handle is not None else None
+        return await raise_result_event(with_verdict(confirmed, record, instance, watched), client, services)
 
 
 def with_verdict(
