@@ -75,11 +75,9 @@ class AttemptOutcome:
     error: str | None = None
     timed_out: bool = False
     permanent: bool = False  # the ledger says retrying cannot fix this failure: give up at once
-    # the instance record's snapshot a confirmed event carried (contracts.ConfirmedResult.instance):
-    # the version the next dispatch may write against unread
+    # the instance's snapshot a confirmed event carried: the next dispatch may write against it unread
     instance: dict[str, Any] | None = None
-    # a success taken unread (``provisional_outcome``): the ``contracts.ResultBasis`` the next
-    # ledger write must carry, which proves it or refuses to write
+    # a success taken unread: the ``contracts.ResultBasis`` the next ledger write must carry
     basis: dict[str, Any] | None = None
 
 

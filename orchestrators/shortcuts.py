@@ -64,10 +64,6 @@ class Taken:
     provisional: Provisional
     before: Progress
 
-    @property
-    def basis(self) -> dict[str, Any]:
-        return self.provisional.basis
-
     def confirm(
         self, context: Any, status: Any
     ) -> Generator[Any, Any, tuple[Progress, dict[str, Any] | None, Failed]]:
@@ -83,7 +79,7 @@ class Taken:
 
 
 def basis_refused(answer: Any) -> bool:
-    """Did ``settle_instance`` refuse the basis it was given (``activities.scheduler.basis``)?"""
+    """Did ``settle_instance`` refuse the basis it was given (``activities.scheduler.instances``)?"""
     return isinstance(answer, dict) and answer.get("outcome") == BASIS_REFUSED
 
 
@@ -159,7 +155,7 @@ class LedgerShortcuts:
                 run = replace(
                     prepared,
                     expected=expected_rows(self.definition, self.start, step, self.known),
-                    basis=self.taken.basis if self.taken is not None else None,
+                    basis=self.taken.provisional.basis if self.taken is not None else None,
                     provisional=proves_next,
                 )
                 result = yield from run_step(self.context, run, self.status)
@@ -187,7 +183,7 @@ class LedgerShortcuts:
             if self.known is not None:
                 settle["expected"] = self.known
             if self.taken is not None:
-                settle["basis"] = self.taken.basis
+                settle["basis"] = self.taken.provisional.basis
             settled = yield call_activity(self.context, ACTIVITY_SETTLE_INSTANCE, settle)
             if self.taken is None or not basis_refused(settled):
                 return progress, []

@@ -5,7 +5,7 @@ Entry point for any host: ``await handle_result(body, client, services)``; ``cli
 
 A sequential work step's success the worker keyed with a basis row is raised as it came, unread: the
 scheduler takes it provisionally and its next write proves it or writes nothing
-(``activities.scheduler.basis``). Any other reply is a claim, acted on only if the step row records
+(``activities.scheduler.instances``). Any other reply is a claim, acted on only if the step row records
 that outcome for that very attempt: then ``result_event_name(step_id, attempt, kind)`` is raised on
 the orchestration *the ledger* recorded, with the ledger's version of the result. Anything else is
 audited on the step (``unconfirmed-result-ignored`` / ``result-mismatch``) and completed without an

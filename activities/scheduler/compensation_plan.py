@@ -14,6 +14,7 @@ from activities.scheduler.inputs import ACTOR, MAY_COMPENSATE, PlanInput, S, not
 from workflow_core.ledger import InstanceStatus, StepLedger, StepRecord
 from workflow_core.runtime import Services
 from workflow_core.workflows.retry import RetryPolicy
+from workflow_core.workflows.store import definition_for
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,18 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
         # (a scheduler refused its dispatches, gave the step up and asks to compensate: fenced off).
         return {"steps": [], "cancelled": []}
     records = ledger.list_for_instance(args.instance_id)
-    definition = _definition_or_none(records[0], services) if records else None
+    definition = None
+    try:
+        if records:
+            definition = definition_for(
+                records[0].workflow_name, records[0].workflow_version, services.definitions
+            )
+    except Exception as exc:  # a run must stay compensatable even if its definition went away
+        log.warning(
+            "workflow %r could not be loaded (%s); compensating with default policies",
+            records[0].workflow_name,
+            exc,
+        )
 
     to_undo: list[StepRecord] = []
     cancelled: list[str] = []
@@ -59,9 +71,8 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
             to_undo.append(current)
 
     never_completed = sorted((r for r in to_undo if r.completed_at is None), key=lambda r: -r.sequence)
-    # Reverse completion order: the completion sequence the ledger wrote with each completion (one
-    # counter per instance, in the same transaction), never a writer's clock; rows written before
-    # the counter existed fall back to their completion time.
+    # Reverse completion order: the sequence the ledger wrote with each completion (one counter per
+    # instance, in the same transaction), never a writer's clock; a step without one, its time.
     completed = sorted(
         (r for r in to_undo if r.completed_at is not None),
         key=lambda r: (r.completion_seq is not None, r.completion_seq or 0, r.completed_at, r.sequence),
@@ -98,21 +109,6 @@ def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> I
     return retry_on_conflict(
         lambda: ledger.find_instance(instance_id), decide, what=f"compensate {instance_id}"
     )
-
-
-def _definition_or_none(record: StepRecord, services: Services):
-    """The definition the instance is pinned to (its steps carry the version)."""
-    from workflow_core.workflows.store import definition_for
-
-    try:
-        return definition_for(record.workflow_name, record.workflow_version, services.definitions)
-    except Exception as exc:  # a run must stay compensatable even if its definition went away
-        log.warning(
-            "workflow %r could not be loaded (%s); compensating with default policies",
-            record.workflow_name,
-            exc,
-        )
-        return None
 
 
 def _plan_entry(r: StepRecord, definition: Any) -> dict[str, Any]:

@@ -29,9 +29,8 @@ from activities.common import (
     iso,
     parse_time,
 )
-from activities.scheduler.basis import BASIS_REFUSED, basis_rows, refused
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S, time_out
-from activities.scheduler.instances import with_promise, works_on
+from activities.scheduler.instances import BASIS_REFUSED, basis_rows, refused, with_promise, works_on
 from activities.verification import UNDOING, attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
@@ -277,7 +276,7 @@ def decide_work_dispatch(
     """``claimable``: the message a worker may claim unread is built with the Dispatched write, and
     its claim-key row written in the same transaction (``workflow_core.messages.ClaimableWork``);
     ``also``: more operations for that transaction (the delete of a basis row,
-    ``activities.scheduler.basis``)."""
+    ``activities.scheduler.instances``)."""
     if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
         if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
             # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now

@@ -1,4 +1,5 @@
-"""The scheduler's promises on the instance record, and the activity that settles an instance.
+"""The scheduler's promises on the instance record, the proof of its provisional successes, and the
+activity that settles an instance.
 
 Every scheduler activity that moves a step also moves the instance's ``scheduler_deadline``, in the
 same entity-group transaction: the time by which the scheduler will act again on its own (the
@@ -8,6 +9,13 @@ that promise; when it dies, nothing moves the deadline and the watchdog finds th
 Parallel-group members run in their own step orchestrations and write the same instance record;
 a member never *shortens* the promise (a sibling may wait longer), so it takes the later of the
 two. The parent's next activity after the group sets the promise outright again.
+
+A sequential work step's success reaches the scheduler unread (``contracts.ResultBasis``): the worker
+recorded it with a *basis row* named by the reply's digest. The scheduler's next write (the next
+dispatch, or the settle) deletes that row in its own transaction, so it lands only if the ledger
+recorded exactly that reply; when the row is missing (a forged reply; a re-run of a write that
+already deleted it) the activity reads the step and goes on only if the ledger records that success
+with that output, otherwise writes nothing and answers ``basis-refused`` (audited on the step).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from activities.common import now, retry_on_conflict
-from activities.scheduler.basis import BASIS_REFUSED, basis_rows, refused
+from activities.verification import recorded_outcome
 from workflow_core import contracts as c
 from workflow_core.contracts import ResultBasis
 from workflow_core.ledger import (
@@ -29,16 +37,58 @@ from workflow_core.ledger import (
     InstanceStatus,
     LedgerError,
     StepLedger,
+    StepNotFound,
     StepRecord,
     outcome_json,
 )
-from workflow_core.ledger.known_rows import known_instance, watched_in
+from workflow_core.ledger.known_rows import basis_row_key, known_instance, watched_in
+from workflow_core.messages import payload_digest
 from workflow_core.runtime import Services
 
 log = logging.getLogger(__name__)
 
 ACTOR = "scheduler"
 IS = InstanceStatus
+
+BASIS_REFUSED = "basis-refused"
+
+
+def basis_rows(instance_id: str, basis: ResultBasis | None) -> list[tuple]:
+    """The delete of the basis row, for the transaction of a write made on ``basis`` (none without)."""
+    if basis is None:
+        return []
+    return [("delete", {"PartitionKey": instance_id, "RowKey": basis_row_key(basis.step_id, basis.digest)})]
+
+
+def refused(ledger: StepLedger, instance_id: str, basis: ResultBasis | None, *, by: str) -> str | None:
+    """Why the ledger does not back ``basis`` (read: the write's own proof failed), or None when it
+    does (or there is no basis). ``by`` names the write, for the audit note."""
+    if basis is None:
+        return None
+    try:
+        record = ledger.get(instance_id, basis.step_id)
+    except StepNotFound:
+        log.warning("%s of %s: the basis step %r does not exist", by, instance_id, basis.step_id)
+        return f"no step {basis.step_id!r} in the ledger"
+    found = recorded_outcome(record, "work", basis.attempt)
+    if found.state == "succeeded" and payload_digest(found.output or {}) == basis.output_digest:
+        return None
+    why = f"the scheduler took attempt {basis.attempt} as succeeded, unread; the ledger records " + (
+        "another output"
+        if found.state == "succeeded"
+        else f"{found.state} ({record.status.value} at attempt {record.attempt})"
+    )
+    log.warning("%s of %s refused: %s", by, instance_id, why)
+    ledger.note(
+        instance_id,
+        basis.step_id,
+        actor=ACTOR,
+        action="provisional-result-refused",
+        reason=f"{by} not written: {why}",
+        attempt=basis.attempt,
+        status=record.status.value,
+    )
+    return why
 
 
 def promise(

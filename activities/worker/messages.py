@@ -39,7 +39,6 @@ class Incoming:
     body: dict[str, Any]
     message_id: str | None
     delivery_count: int
-    correlation_id: str | None = None
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     # Service Bus application properties / the envelope's: carry ``traceparent``/``tracestate``
@@ -61,7 +60,6 @@ def from_queue_message(msg: func.QueueMessage, *, dead_letter: bool = False) -> 
         body=envelope.body,
         message_id=envelope.message_id or msg.id,
         delivery_count=int(msg.dequeue_count or 1),
-        correlation_id=envelope.correlation_id,
         dead_letter_reason=reason,
         dead_letter_description=description,
         application_properties=dict(envelope.application_properties),
@@ -73,7 +71,6 @@ def from_servicebus_message(msg: func.ServiceBusMessage) -> Incoming:
         body=body_from_text(_text(msg.get_body())),
         message_id=msg.message_id,
         delivery_count=int(msg.delivery_count or 1),
-        correlation_id=msg.correlation_id,
         dead_letter_reason=msg.dead_letter_reason,
         dead_letter_description=msg.dead_letter_error_description,
         application_properties=dict(getattr(msg, "application_properties", None) or {}),
