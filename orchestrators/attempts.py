@@ -32,7 +32,6 @@ from orchestrators.decisions import (
     parse_iso,
     provisional_outcome,
     retry_at,
-    retry_seed,
     timer_fire_at,
     to_iso,
 )
@@ -226,7 +225,8 @@ def run_step(
             return StepResult(
                 True, tries, output=outcome.output, instance=outcome.instance, provisional=taken
             )
-        seed = retry_seed(run.instance_id, run.step_id, run.kind)
+        # the jitter's seed: stable across replays, different per instance (no retries in lockstep)
+        seed = f"{run.instance_id}:{run.step_id}:{run.kind}"
         next_start = retry_at(run.retry, tries, context.current_utc_datetime, seed)
         if next_start is None or outcome.permanent:  # permanent: retrying cannot fix it
             return StepResult(False, tries, error=outcome.error)

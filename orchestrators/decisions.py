@@ -34,11 +34,9 @@ MIN_EXTENSION_WAIT = timedelta(seconds=1)
 UNCONFIRMED_POLL = timedelta(seconds=20)
 
 
-# Scheduler activities are idempotent and talk to storage and the broker: a transient failure there
-# (a storage timeout, a throttled request) must not fail the orchestration. Each call is retried by
-# the durable runtime: 4 attempts, 5 s apart (the Python SDK's RetryOptions has no backoff factor).
-# What still fails after that fails the orchestration, and the watchdog finds the instance through
-# its record's scheduler deadline.
+# Scheduler activities are idempotent: a transient storage or broker failure must not fail the
+# orchestration, so the durable runtime retries each call (the SDK's RetryOptions has no backoff
+# factor). What still fails fails the orchestration; the watchdog finds it by its scheduler deadline.
 ACTIVITY_RETRY_FIRST_INTERVAL_MS = 5_000
 ACTIVITY_RETRY_MAX_ATTEMPTS = 4
 
@@ -218,11 +216,6 @@ def retry_at(policy: RetryPolicy, failed_attempt: int, now: datetime, seed: str)
     if failed_attempt >= policy.max_attempts:
         return None
     return as_utc(now) + timedelta(seconds=policy.delay_seconds(failed_attempt, seed))
-
-
-def retry_seed(instance_id: str, step_id: str, kind: StepKind) -> str:
-    """Jitter seed: stable across replays, different per instance so instances do not retry in lockstep."""
-    return f"{instance_id}:{step_id}:{kind}"
 
 
 def should_checkpoint(completed_this_generation: int, every: int, steps_left: int) -> bool:

@@ -96,11 +96,11 @@ def _continue_as_new(
     status.step = None
     status("checkpointing")
     next_generation = progress.model_copy(update={"generation": progress.generation + 1})
-    carried = start.model_copy(update={"input": workflow_input, "state": next_generation}).model_dump()
-    if start.trace is None:
-        carried.pop("trace")
-    carried.pop("rows")  # the next generation reads the rows: these versions may be stale
-    context.continue_as_new(carried)
+    carried = start.model_copy(update={"input": workflow_input, "state": next_generation})
+    # the next generation reads the rows: these versions may be stale
+    context.continue_as_new(
+        carried.model_dump(exclude={"rows"} | ({"trace"} if start.trace is None else set()))
+    )
 
 
 def _remaining_stages(definition: WorkflowDefinition, progress: Progress) -> list[tuple[StepDefinition, ...]]:

@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from activities.common import grace_deadline, retry_on_conflict, step_input, step_output
-from activities.scheduler.inputs import ACTOR, MAY_COMPENSATE, PlanInput, S, nothing_to_undo, time_out
+from activities.scheduler.inputs import ACTOR, MAY_COMPENSATE, InstanceInput, S, nothing_to_undo, time_out
 from workflow_core.ledger import InstanceStatus, StepLedger, StepRecord
 from workflow_core.runtime import Services
 from workflow_core.workflows.retry import RetryPolicy
@@ -18,8 +18,7 @@ from workflow_core.workflows.store import definition_for
 
 log = logging.getLogger(__name__)
 
-# Used when a step's workflow definition can no longer be loaded (renamed or removed after the run
-# started): compensation must still be possible.
+# When a step's workflow definition can no longer be loaded, compensation must still be possible.
 FALLBACK_COMPENSATION_DEADLINE_SECONDS = 300.0
 
 
@@ -28,7 +27,7 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     given-up step, any caught in flight), then the completed in reverse completion order. Compensated
     steps are left out; Compensating and CompensationFailed ones stay in (a re-run, an operator's retry).
     """
-    args = PlanInput.model_validate(payload)
+    args = InstanceInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
     if _start_compensating(ledger, args.instance_id, grace) is InstanceStatus.STOPPED:
@@ -82,19 +81,18 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     return {"steps": steps, "cancelled": cancelled}
 
 
+_MAY_START_COMPENSATING = frozenset(
+    {InstanceStatus.RUNNING, InstanceStatus.FAILED, InstanceStatus.COMPENSATION_FAILED}
+)
+
+
 def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> InstanceStatus | None:
     """Compensating from the moment the plan is made: work dispatch is fenced off, and the watchdog
     watches the compensation orchestration now. Returns the status the record had (None: no record)."""
 
     def decide(record: Any) -> InstanceStatus | None:
-        if record is None:
-            return None
-        if record.status not in (
-            InstanceStatus.RUNNING,
-            InstanceStatus.FAILED,
-            InstanceStatus.COMPENSATION_FAILED,
-        ):
-            return record.status
+        if record is None or record.status not in _MAY_START_COMPENSATING:
+            return None if record is None else record.status
         ledger.transition_instance(
             record,
             InstanceStatus.COMPENSATING,

@@ -227,12 +227,10 @@ def dispatch_unread(
     grace: float,
     claimable: ClaimableWork | None = None,
 ) -> tuple[StepRecord, DispatchResult, InstanceHandle] | None:
-    """A first work attempt written against the versions the scheduler carried (``d.expected``: the
-    step as the starter created it, the instance as the result handler last read it), unread.
-
-    Only a write counts: the Dispatched transition is If-Match both carried ETags, so it lands only
-    if neither row changed since. Anything else (no versions, a lost race, a copy the ledger refuses,
-    a decision other than "dispatched", which a copy alone cannot prove) returns None: read instead."""
+    """A first work attempt written unread against the versions the scheduler carried (``d.expected``).
+    Only a write counts: the Dispatched transition is If-Match both carried ETags, so it lands only if
+    neither row changed since; anything else (a lost race, a copy the ledger refuses, a decision a copy
+    alone cannot prove) returns None: read instead."""
     e = d.expected
     if e is None or d.kind != "work" or d.attempt != 1:
         return None

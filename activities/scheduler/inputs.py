@@ -22,20 +22,23 @@ MAY_COMPENSATE = frozenset(
 )
 
 
-class _Input(BaseModel):
+class InstanceInput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-
-class CreateStepsInput(_Input):
     instance_id: str
+
+
+class CreateStepsInput(InstanceInput):
     workflow: str
     orchestration_id: str | None = None
     version: str | None = None  # the pinned definition version (absent: the current YAML)
 
 
-class StepAttemptInput(_Input):
-    instance_id: str
+class _StepInput(InstanceInput):
     step_id: str
+
+
+class StepAttemptInput(_StepInput):
     attempt: int = Field(ge=1)
 
 
@@ -44,19 +47,11 @@ class ScheduleRetryInput(StepAttemptInput):
     kind: c.StepKind = "work"
 
 
-class GiveUpInput(_Input):
-    instance_id: str
-    step_id: str
+class GiveUpInput(_StepInput):
     reason: str = "attempts exhausted"
 
 
-class PlanInput(_Input):
-    instance_id: str
-
-
-class FinishCompensationInput(_Input):
-    instance_id: str
-    step_id: str
+class FinishCompensationInput(_StepInput):
     error: str = "compensator attempts exhausted"
 
 

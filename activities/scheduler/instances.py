@@ -246,12 +246,10 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
 
 
 def _settle_unread(args: SettleInput, decide: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-    """A success settled against the snapshot the scheduler holds, without reading the instance.
-
-    Only when the snapshot watched no in-flight step: no step becomes watched without a write to the
-    instance record, so while the record is still that version (the write is If-Match its ETag) the
-    instance's row watches nothing and may go. Only a write counts: anything else (no snapshot, a
-    lost race, a snapshot that is not Running, a refused copy) returns None and the settle reads."""
+    """A success settled against the snapshot the scheduler holds, unread, when it watched no
+    in-flight step: no step becomes watched without a write to the instance record, so while the
+    record is that version (If-Match) its row watches nothing and may go. Only a write counts:
+    anything else returns None and the settle reads."""
     e = args.expected
     if e is None or args.outcome != "succeeded" or watched_in(e) != []:
         return None

@@ -31,7 +31,8 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
     # meanwhile, adopting is its own guarded write.
     found = ledger.find_instance(args.instance_id)
     handle = InstanceHandle(found) if found is not None and found.supervised else None
-    adoption = _adoption(handle, orchestration_id, services.settings.watchdog_grace_seconds)
+    grace = services.settings.watchdog_grace_seconds
+    adoption = _adoption(handle, orchestration_id, grace)
     create = functools.partial(
         ledger.create_steps,
         args.instance_id,
@@ -46,8 +47,17 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
     except InstanceConflict:
         handle = None
         records = create()
-    if handle is None or handle.record is found:
-        _adopt_instance(services, args.instance_id, orchestration_id)
+    if handle is None or handle.record is found:  # not adopted in the batch: on its own
+
+        def adopt(record: Any) -> None:
+            if record is not None and record.supervised:
+                changes = _adoption(InstanceHandle(record), orchestration_id, grace)
+                reason = f"orchestration {orchestration_id} created the steps"
+                ledger.update_instance(record, actor=ACTOR, reason=reason, **changes)
+
+        retry_on_conflict(
+            lambda: ledger.find_instance(args.instance_id), adopt, what=f"adopt {args.instance_id}"
+        )
     return {
         "instance_id": args.instance_id,
         "workflow": definition.name,
@@ -63,20 +73,3 @@ def _adoption(handle: InstanceHandle | None, orchestration_id: str, grace: float
         return {}
     promised = with_promise(handle, now(), grace, orchestration_id, keep_later=True)
     return {"orchestration_id": orchestration_id, **(promised.get("instance_changes") or {})}
-
-
-def _adopt_instance(services: Services, instance_id: str, orchestration_id: str) -> None:
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
-
-    def decide(record: Any) -> None:
-        if record is None or not record.supervised:
-            return
-        ledger.update_instance(
-            record,
-            actor=ACTOR,
-            reason=f"orchestration {orchestration_id} created the steps",
-            **_adoption(InstanceHandle(record), orchestration_id, grace),
-        )
-
-    retry_on_conflict(lambda: ledger.find_instance(instance_id), decide, what=f"adopt {instance_id}")

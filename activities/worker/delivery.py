@@ -125,11 +125,9 @@ class Delivery(DeliveryDecisions):
         return f"{m.kind} {m.instance_id}/{m.step_id}#{m.attempt}"
 
     def _claim_unread(self) -> tuple[Action, StepRecord, None] | None:
-        """Claim a first delivery against the rows the dispatch wrote, as its message carries them
-        (``contracts.WorkVersions``), without reading: the step moves to Running If-Match its ETag,
-        in a transaction that also deletes the claim-key row named by this message's digest, so it
-        lands only for the unaltered message on an unchanged row. None (read and decide instead)
-        for anything else: no versions, a compensation, a redelivery, a lost race, a missing key."""
+        """Claim a first delivery unread, against the rows its message carries: Running If-Match the
+        step's ETag, in a transaction that deletes the claim-key row named by this message's digest,
+        so it lands only for the unaltered message on an unchanged row. None: read and decide."""
         m, versions = self.m, self.m.ledger
         if versions is None or not self.work or self.n > 1:
             return None

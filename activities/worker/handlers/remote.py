@@ -57,11 +57,8 @@ class RemoteEffects:
             return effects
 
     def apply(self, service: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
-        """Make the effect (once) and return its result; with the same key again, the first result.
-
-        Returns ``result`` itself (the same object) exactly when this call made the effect, and a
-        copy of the stored result otherwise; observers (the test harness) count effects by that.
-        """
+        """Make the effect (once) and return ``result`` itself; with the same key again, a copy of
+        the first result (observers, the test harness, count effects by that identity)."""
         entity = {
             "PartitionKey": service,
             "RowKey": key,
