@@ -1,10 +1,4 @@
-"""The Function App: composes the role blueprints. No logic lives here.
-
-Scheduler  -> orchestrators/  (Durable Functions orchestrators)
-Agents     -> activities/     (dispatch activities, Service Bus / queue workers, result handler)
-Supervisor -> supervisor/     (timer-triggered watchdog)
-HTTP API   -> api/            (starter, status, ledger views, health)
-"""
+"""The Function App: composes the role blueprints (docs/architecture.md). No logic lives here."""
 
 import azure.durable_functions as df
 import azure.functions as func

@@ -1,25 +1,29 @@
 """Helpers every Agent-role function body shares: conflict-safe ledger writes, payload parsing, time.
 
-Every ledger write in this package goes through :func:`retry_on_conflict`: read the step, decide what
-to do from what the ledger says *now*, write with the ETag that read returned; if someone else wrote
-in between (``ConcurrencyConflict``), read again and decide again. Nothing is ever blindly
-overwritten, which is what lets the scheduler, many workers and the watchdog touch one step at once.
+Every ledger write here goes through :func:`retry_on_conflict`: decide from what the ledger says
+*now*, write with the ETag that read returned, and on a lost race read and decide again. Nothing is
+blindly overwritten: that lets the scheduler, many workers and the watchdog touch one step at once.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
+
+import azure.durable_functions as df
 
 from workflow_core import clock, telemetry
 from workflow_core.ledger import ConcurrencyConflict, StepRecord, decode_json
 
 log = logging.getLogger(__name__)
+
+# The one blueprint every function of the Agent role is registered on (``activities.blueprint``).
+bp = df.Blueprint()
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -53,15 +57,9 @@ def retry_on_conflict(
     attempts: int = DEFAULT_CONFLICT_ATTEMPTS,
     what: str = "ledger update",
 ) -> T:
-    """``decide(read())``, re-read and re-decided whenever ``decide`` loses an ETag race.
-
-    ``decide`` must base every write on the record it is given (so a retry sees the winner's write)
-    and may perform several writes; a conflict on any of them restarts from a fresh read. After
-    ``attempts`` lost races the last :class:`ConcurrencyConflict` propagates (the caller's trigger
-    then retries the whole message or activity).
-    """
-    if attempts < 1:
-        raise ValueError(f"attempts must be >= 1, got {attempts}")
+    """``decide(read())``, re-read and re-decided whenever ``decide`` loses an ETag race (on any of
+    its writes, each based on the record it is given). After ``attempts`` lost races the conflict
+    propagates: the caller's trigger retries the whole message or activity."""
     for attempt in range(1, attempts + 1):
         current = read()
         try:
@@ -74,13 +72,9 @@ def retry_on_conflict(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def as_dict(payload: Any, what: str) -> dict[str, Any]:
-    """Activity input as a dict: the Functions worker hands over decoded JSON, a test may pass text."""
-    if isinstance(payload, str | bytes):
-        payload = json.loads(payload)
-    if not isinstance(payload, dict):
-        raise ValueError(f"{what} expects a JSON object, got {type(payload).__name__}")
-    return payload
+def decide_on_step(ledger: Any, instance_id: str, step_id: str, decide: Callable[[Any], T], what: str) -> T:
+    """:func:`retry_on_conflict` on the step and its instance record (one request reads both)."""
+    return retry_on_conflict(lambda: ledger.read_step_and_instance(instance_id, step_id), decide, what=what)
 
 
 def parse_time(value: str | datetime, what: str = "time") -> datetime:
@@ -107,10 +101,8 @@ def now() -> datetime:
 
 
 def grace_deadline(grace_seconds: float, base: datetime | None = None) -> datetime:
-    """Deadline of a row that waits for the scheduler (Failed/TimedOut/Retrying): ``base + grace``.
-
-    The watchdog acts on such a row only if the scheduler did not move it on within the grace.
-    """
+    """Deadline of a row that waits for the scheduler (Failed/TimedOut/Retrying): the watchdog acts
+    on it only if the scheduler did not move it on within the grace."""
     return (base or now()) + timedelta(seconds=grace_seconds)
 
 
@@ -131,15 +123,21 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+@contextmanager
+def never_fails(what: str) -> Iterator[None]:
+    """Telemetry must never fail the work it describes: log what went wrong and carry on."""
+    try:
+        yield
+    except Exception:
+        log.exception("could not record %s", what)
+
+
 def emit_recovery(
     record: StepRecord, action: str, *, attempt: int | None = None, outcome: str | None = None, **attrs: Any
 ) -> None:
-    """Report a recovery action of the Agent role (``sas.recoveries`` counter, span event, log record
-    and custom event ``sas.recovery``).
-
-    Called only by the run that actually changed the ledger, so a re-run does not count twice.
-    """
-    try:
+    """Report a recovery action (``sas.recoveries``, custom event ``sas.recovery``); only the run
+    that actually changed the ledger calls it, so a re-run does not count twice."""
+    with never_fails(f"recovery telemetry for {action}"):
         if action == "finish_compensation":
             telemetry.record_compensation_failed(
                 record.instance_id,
@@ -158,8 +156,6 @@ def emit_recovery(
             workflow=record.workflow_name,
             **attrs,
         )
-    except Exception:  # telemetry must never fail the work it describes
-        log.exception("could not record recovery telemetry for %s", action)
 
 
 def park(
@@ -171,12 +167,8 @@ def park(
     actor: str,
     message_id: str | None = None,
 ) -> str:
-    """Park a message no agent can process (``workflow_core.ledger.parking``) and, when its instance,
-    step and attempt can be read and the step exists, leave a ``message-parked`` note on the step.
-
-    Returns the readable reason. Raises only if the ledger itself is unreachable (then the message is
-    delivered again, as after any infrastructure error).
-    """
+    """Park a message no agent can process (``workflow_core.ledger.parking``), note it on its step
+    when that exists, and return the readable reason. Raises only if the ledger is unreachable."""
     from workflow_core.ledger import InvalidLedgerInput, StepNotFound
     from workflow_core.ledger.parking import park_message
 
@@ -197,3 +189,50 @@ def park(
         attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
     )
     return row.reason
+
+
+# The step metrics take the rows the caller already read or wrote (no extra request); only the run
+# that changed the ledger calls them, so a redelivery does not count twice.
+def queue_wait(before_claim: StepRecord, started_at: datetime) -> None:
+    """An agent claimed a Dispatched attempt: ``sas.step.queue_wait.duration`` (dispatch to start)."""
+    with never_fails(f"the queue wait of {before_claim.step_id}"):
+        sent = before_claim.sent_at()
+        if sent is not None:
+            telemetry.record_dispatch_started(
+                before_claim.workflow_name, before_claim.step_id, dispatched_at=sent, started_at=started_at
+            )
+
+
+def attempt_finished(
+    record: StepRecord,
+    *,
+    outcome: str,
+    started_at: datetime | None,
+    ended_at: datetime,
+    error_type: str | None = None,
+    final: bool = False,
+) -> None:
+    """An attempt ended (``succeeded``/``failed``/``timed_out``): ``sas.step.duration`` from
+    ``started_at`` (the claim, or the dispatch for a timeout) and, when ``final``, ``sas.step.attempts``."""
+    with never_fails(f"the outcome of {record.step_id}"):
+        telemetry.record_step_finished(
+            record.workflow_name,
+            record.step_id,
+            outcome,
+            duration_s=None if started_at is None else (ended_at - started_at).total_seconds(),
+            attempts=record.attempt if final else None,
+            error_type=error_type,
+        )
+
+
+def error_type_of(error: str | None) -> str | None:
+    """The exception class name at the head of an error text (``"ValueError: ..."``), for
+    ``error.type``; None when the text does not start with one."""
+    head = (error or "").split(":", 1)[0].strip()
+    return head if head.isidentifier() else None
+
+
+def compensation_finished(record: StepRecord) -> None:
+    """A compensator succeeded (the step is Compensated): ``sas.compensations`` outcome compensated."""
+    with never_fails(f"the compensation of {record.step_id}"):
+        telemetry.record_compensation_finished(record.workflow_name)

@@ -1,17 +1,11 @@
 """Trust only the ledger: what it recorded for one attempt, and the activity that asks it.
 
-A result message, or an orchestration's result event, is a *claim*. Two places check it:
-
-* the result handler (``activities/replies/results.py``) raises an event only when the step row records the
-  outcome the message claims, for that very attempt, and then raises the ledger's version of it;
-* the orchestrator takes the handler's verdict from an event carrying the attempt's ledger token
-  (``attempt_token``: random per dispatch, in no message, so only a ledger read yields it); any other
-  event is a signal, and it asks ``verify_result`` for the attempt's outcome (events can reach it by
-  other paths, and the durable runtime buffers an event until someone waits for its name).
-  ``unconfirmed`` -> the orchestrator ignores the event.
-
-Every mismatch is audited on the step (``ledger.note``): ``unconfirmed-result-ignored`` or
-``result-mismatch``.
+A result message, or an orchestration's result event, is a *claim*. The result handler raises an
+event only when the step row records the claimed outcome for that very attempt, with the ledger's
+version of it; the orchestrator takes that verdict from an event carrying the attempt's ledger token
+(``attempt_token``: random per dispatch, in no message, so only a ledger read yields it), and asks
+``verify_result`` about any other event (the durable runtime buffers an event until someone waits for
+its name). Every mismatch is audited on the step.
 """
 
 from __future__ import annotations
@@ -19,12 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from activities._bp import bp
-from activities.common import COMP_FAILED, COMP_TIMED_OUT, as_dict, retry_on_conflict, step_output
-from workflow_core import contracts as c
+from activities.common import COMP_FAILED, COMP_TIMED_OUT, step_output
 from workflow_core.contracts import ResultVerdict, StepKind, fit_text
 from workflow_core.ledger import StepRecord, StepStatus
-from workflow_core.runtime import Services, get_services
+from workflow_core.runtime import Services
 
 S = StepStatus
 ACTOR = "scheduler"
@@ -144,37 +136,31 @@ def describe_claim(claimed: Any) -> str:
 def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """``{instance_id, step_id, attempt, kind, claimed}`` -> ``ResultVerdict``: the ledger's outcome of
     the attempt, whatever the event (``claimed``) said; audits an event the ledger does not back."""
-    args = as_dict(payload, c.ACTIVITY_VERIFY_RESULT)
-    kind: StepKind = "compensate" if args.get("kind") == "compensate" else "work"
-    attempt = int(args["attempt"])
-    claimed = args.get("claimed")
+    kind: StepKind = "compensate" if payload.get("kind") == "compensate" else "work"
+    attempt = int(payload["attempt"])
+    claimed = payload.get("claimed")
     ledger = services.ledger
-    record = retry_on_conflict(
-        lambda: ledger.get(args["instance_id"], args["step_id"]), lambda r: r, what="verify result"
-    )
+    record = ledger.get(payload["instance_id"], payload["step_id"])
     found = recorded_outcome(record, kind, attempt)
     claim = describe_claim(claimed)
     said = claimed.get("outcome") if isinstance(claimed, dict) else None
+    event = f"{kind} result event for attempt {attempt} ({claim})"
+    audit = None
     if found.state == "unconfirmed":
-        ledger.note(
-            record.instance_id,
-            record.step_id,
-            actor=ACTOR,
-            action="unconfirmed-result-ignored",
-            reason=f"{kind} result event for attempt {attempt} ({claim}) ignored: {found.why}",
-            attempt=attempt,
-            status=record.status.value,
-        )
+        audit = ("unconfirmed-result-ignored", f"{event} ignored: {found.why}")
     elif said != ("succeeded" if found.state == "succeeded" else "failed"):
+        audit = (
+            "result-mismatch",
+            f"{event} disagrees with the ledger ({found.state}); the ledger's outcome is used",
+        )
+    if audit is not None:
+        action, reason = audit
         ledger.note(
             record.instance_id,
             record.step_id,
             actor=ACTOR,
-            action="result-mismatch",
-            reason=(
-                f"{kind} result event for attempt {attempt} ({claim}) disagrees with the ledger "
-                f"({found.state}); the ledger's outcome is used"
-            ),
+            action=action,
+            reason=reason,
             attempt=attempt,
             status=record.status.value,
         )
@@ -182,9 +168,3 @@ def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]
     if verdict.output is not None:  # the scheduler builds later inputs from it: the value itself
         verdict = verdict.model_copy(update={"output": services.payloads.resolve(verdict.output)})
     return verdict.model_dump()
-
-
-@bp.function_name(c.ACTIVITY_VERIFY_RESULT)
-@bp.activity_trigger(input_name="payload")
-def verify_result_activity(payload: dict) -> dict:
-    return verify_result(payload, get_services())

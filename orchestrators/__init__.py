@@ -1,10 +1,34 @@
-"""Scheduler role: the Durable Functions orchestrators that walk workflow definitions.
+"""Scheduler role: the Durable Functions orchestrators that walk workflow definitions (docs/scheduler.md).
 
-``blueprint`` holds ``workflow_orchestrator``, ``compensation_orchestrator`` and ``step_orchestrator``
-(one step of a parallel group); the app registers it with
-``app.register_blueprint(orchestrators.blueprint)``. How they work: docs/scheduler.md.
+``blueprint`` registers ``workflow_orchestrator``, ``compensation_orchestrator`` and
+``step_orchestrator`` (one step of a parallel group) around the plain generator functions of
+``workflow`` and ``compensation``, which stay importable and testable without the decorators.
+Importing it also makes the Durable SDK read history timestamps the fast way (``history_timestamps``).
 """
 
-from orchestrators.functions import bp as blueprint
+import azure.durable_functions as df
 
-__all__ = ["blueprint"]
+from orchestrators import compensation, history_timestamps, workflow
+from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, STEP_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
+
+history_timestamps.install()
+
+blueprint = df.Blueprint()
+
+
+@blueprint.function_name(WORKFLOW_ORCHESTRATOR)
+@blueprint.orchestration_trigger(context_name="context")
+def workflow_orchestrator(context: df.DurableOrchestrationContext):
+    return (yield from workflow.workflow_orchestrator(context))
+
+
+@blueprint.function_name(COMPENSATION_ORCHESTRATOR)
+@blueprint.orchestration_trigger(context_name="context")
+def compensation_orchestrator(context: df.DurableOrchestrationContext):
+    return (yield from compensation.compensation_orchestrator(context))
+
+
+@blueprint.function_name(STEP_ORCHESTRATOR)
+@blueprint.orchestration_trigger(context_name="context")
+def step_orchestrator(context: df.DurableOrchestrationContext):
+    return (yield from workflow.step_orchestrator(context))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from orchestrators.decisions import (
@@ -22,17 +22,16 @@ from orchestrators.decisions import (
     ContractViolation,
     Extended,
     after_dispatch,
+    as_utc,
     call_activity,
     claim_of,
     confirmed_outcome,
-    deadline_after,
     dispatch_token,
     interpret_check,
     interpret_verdict,
     parse_iso,
     provisional_outcome,
     retry_at,
-    retry_seed,
     timer_fire_at,
     to_iso,
 )
@@ -53,6 +52,28 @@ from workflow_core.workflows import RetryPolicy
 Reporter = Callable[[str, int, datetime | None], None]
 
 
+class Status:
+    """Keeps an orchestration's custom status current: the ``fixed`` fields naming what it runs,
+    then the step, attempt, phase and until when, then what ``extra`` adds (its progress)."""
+
+    def __init__(self, context: Any, extra: Callable[[], dict[str, Any]] = dict, **fixed: Any) -> None:
+        self.context, self.extra, self.fixed = context, extra, fixed
+        self.step: str | None = None
+        self.progress: Any = None  # the workflow orchestrator's Progress, for its ``extra``
+
+    def __call__(self, phase: str, attempt: int | None = None, until: datetime | None = None) -> None:
+        self.context.set_custom_status(
+            {
+                **self.fixed,
+                "step": self.step,
+                "attempt": attempt,
+                "phase": phase,
+                "until": to_iso(until) if until else None,
+                **self.extra(),
+            }
+        )
+
+
 @dataclass(frozen=True)
 class StepRun:
     """Everything needed to run one step of one instance, whichever orchestrator runs it."""
@@ -65,14 +86,11 @@ class StepRun:
     retry: RetryPolicy
     input: dict[str, Any] = field(default_factory=dict)
     trace: dict[str, str] | None = None  # W3C trace context from the orchestration input, passed on
-    # The rows' versions the first attempt's dispatch may write against unread (contracts.ExpectedRows);
-    # never in a sub-orchestration's input: a parallel group's members share the instance record.
+    # The first attempt's dispatch writes against these versions unread (contracts.ExpectedRows) and
+    # only if the ledger holds the previous step's success taken unread (``basis``); ``provisional``:
+    # this run's own success may be taken unread. Never in a payload (a group's members share rows).
     expected: dict[str, Any] | None = None
-    # The previous step's success taken unread (contracts.ResultBasis): the first attempt's dispatch
-    # carries it and writes only if the ledger holds it. Never in a sub-orchestration's input.
     basis: dict[str, Any] | None = None
-    # May this run take a success unread (``decisions.provisional_outcome``)? Only a sequential work
-    # step of the workflow orchestrator, whose next write proves it; never in a payload.
     provisional: bool = False
 
     def to_payload(self) -> dict[str, Any]:
@@ -89,22 +107,9 @@ class StepRun:
         }
 
     @classmethod
-    def from_payload(cls, payload: Any) -> StepRun:
-        if not isinstance(payload, dict):
-            raise ContractViolation(f"a step run must be a JSON object, got {payload!r}")
-        missing = sorted({"kind", "instance_id", "workflow", "step_id", "deadline_seconds"} - set(payload))
-        if missing:
-            raise ContractViolation(f"step run {payload!r} lacks {', '.join(missing)}")
-        return cls(
-            kind=payload["kind"],
-            instance_id=payload["instance_id"],
-            workflow=payload["workflow"],
-            step_id=payload["step_id"],
-            deadline_seconds=float(payload["deadline_seconds"]),
-            retry=RetryPolicy.model_validate(payload.get("retry") or {}),
-            input=dict(payload.get("input") or {}),
-            trace=payload.get("trace") if isinstance(payload.get("trace"), dict) else None,
-        )
+    def from_payload(cls, payload: dict[str, Any]) -> StepRun:
+        """The run :meth:`to_payload` wrote (the workflow orchestrator's own sub-orchestration input)."""
+        return cls(**{**payload, "retry": RetryPolicy.model_validate(payload["retry"])})
 
     @property
     def dispatch_activity(self) -> str:
@@ -148,15 +153,9 @@ class StepResult:
         }
 
     @classmethod
-    def from_payload(cls, payload: Any) -> StepResult:
-        if not isinstance(payload, dict) or not isinstance(payload.get("succeeded"), bool):
-            raise ContractViolation(f"step_orchestrator returned {payload!r}")
-        return cls(
-            payload["succeeded"],
-            int(payload.get("attempts") or 0),
-            payload.get("output"),
-            payload.get("error"),
-        )
+    def from_payload(cls, payload: dict[str, Any]) -> StepResult:
+        """What :meth:`to_payload` wrote (a step orchestrator's own output)."""
+        return cls(**payload)
 
 
 def run_step(
@@ -165,82 +164,74 @@ def run_step(
     """Attempt ``run`` until it succeeds or its retry policy is exhausted.
 
     ``attempt`` numbers the ledger's attempts (and the result events); ``tries`` counts the ones this
-    orchestration made, against ``max_attempts``. They differ only when the ledger is ahead of a
-    re-run (for example a compensation restarted after an operator's retry).
-
-    With ``resume`` (a success this run took unread, which a later write refused) it goes back to
-    that attempt without dispatching: it asks the ledger and, while the attempt is under way, polls
-    it (the event's name, already taken once, is never waited for again), and carries on from there.
-    A first dispatch the ledger refuses for ``run.basis`` returns at once with ``basis_refused``.
+    orchestration made, against ``max_attempts`` (the ledger may be ahead of a re-run). With
+    ``resume`` (a success taken unread that a later write refused) it goes back to that attempt
+    without dispatching and polls the ledger (the event's name is never waited for again). A first
+    dispatch the ledger refuses for ``run.basis`` returns at once with ``basis_refused``.
     """
     attempt, tries, skipped = 1, 0, 0
-    if resume is not None:  # back to the attempt whose success was taken unread
-        attempt, tries, deadline = resume.attempt, resume.tries, parse_iso(resume.deadline)
-        outcome = yield from _await_outcome(context, run, attempt, deadline, report, True, None, listen=False)
-        if outcome.succeeded:
-            return StepResult(True, tries, output=outcome.output, instance=outcome.instance)
-        next_start = _next_start(context, run, tries, outcome)
-        if next_start is None:
-            return StepResult(False, tries, error=outcome.error)
-        yield from _back_off(context, run, attempt, next_start, report)
-        attempt += 1
     while True:
-        deadline = deadline_after(context.current_utc_datetime, run.deadline_seconds)
-        report("dispatching", attempt, deadline)
-        # The ledger write (Dispatched, owner, deadline) happens in this activity, before any wait:
-        # if this orchestration dies from here on, the watchdog still sees the step and its deadline.
-        dispatch = StepDispatch(
-            instance_id=run.instance_id,
-            orchestration_id=context.instance_id,
-            workflow=run.workflow,
-            step_id=run.step_id,
-            attempt=attempt,
-            deadline=to_iso(deadline),
-            input=run.input,
-            kind=run.kind,
-            trace=run.trace,
-            expected=run.expected if attempt == 1 and tries == 0 else None,
-            basis=run.basis if attempt == 1 and tries == 0 else None,
-            provisional=run.provisional or None,
-        )
-        dispatched = yield call_activity(
-            context, run.dispatch_activity, dispatch.model_dump(exclude_none=True)
-        )
-        next_move = after_dispatch(dispatched)
-        if next_move == BASIS_REFUSED:
-            return StepResult(False, tries, error=dispatched.get("error"), basis_refused=True)
-        if next_move == SKIP_ATTEMPT:
-            skipped += 1
-            if skipped > MAX_STALE_SKIPS:
-                raise ContractViolation(f"{run.dispatch_activity} called {skipped} attempts in a row stale")
-            attempt += 1
-            continue
-
-        tries += 1
-        token = dispatch_token(dispatched)
-        outcome = yield from _await_outcome(
-            context, run, attempt, deadline, report, next_move == CHECK_NOW, token
-        )
+        if resume is not None:  # back to the attempt whose success was taken unread
+            attempt, tries, deadline = resume.attempt, resume.tries, parse_iso(resume.deadline)
+            resume = None
+            outcome = yield from _await_outcome(
+                context, run, attempt, deadline, report, True, None, listen=False
+            )
+        else:
+            deadline = as_utc(context.current_utc_datetime) + timedelta(seconds=run.deadline_seconds)
+            report("dispatching", attempt, deadline)
+            # The ledger write (Dispatched, owner, deadline) happens in this activity, before any wait:
+            # if this orchestration dies from here on, the watchdog still sees the step and its deadline.
+            first = attempt == 1 and tries == 0
+            dispatch = StepDispatch(
+                instance_id=run.instance_id,
+                orchestration_id=context.instance_id,
+                workflow=run.workflow,
+                step_id=run.step_id,
+                attempt=attempt,
+                deadline=to_iso(deadline),
+                input=run.input,
+                kind=run.kind,
+                trace=run.trace,
+                expected=run.expected if first else None,
+                basis=run.basis if first else None,
+                provisional=run.provisional or None,
+            )
+            dispatched = yield call_activity(
+                context, run.dispatch_activity, dispatch.model_dump(exclude_none=True)
+            )
+            next_move = after_dispatch(dispatched)
+            if next_move == BASIS_REFUSED:
+                return StepResult(False, tries, error=dispatched.get("error"), basis_refused=True)
+            if next_move == SKIP_ATTEMPT:
+                skipped += 1
+                if skipped > MAX_STALE_SKIPS:
+                    raise ContractViolation(
+                        f"{run.dispatch_activity} called {skipped} attempts in a row stale"
+                    )
+                attempt += 1
+                continue
+            tries += 1
+            token = dispatch_token(dispatched)
+            outcome = yield from _await_outcome(
+                context, run, attempt, deadline, report, next_move == CHECK_NOW, token
+            )
         if outcome.succeeded:
-            taken = None
-            if outcome.basis is not None:
-                taken = Provisional(attempt, tries, to_iso(deadline), outcome.basis)
+            taken = (
+                None
+                if outcome.basis is None
+                else Provisional(attempt, tries, to_iso(deadline), outcome.basis)
+            )
             return StepResult(
                 True, tries, output=outcome.output, instance=outcome.instance, provisional=taken
             )
-        next_start = _next_start(context, run, tries, outcome)
-        if next_start is None:
+        # the jitter's seed: stable across replays, different per instance (no retries in lockstep)
+        seed = f"{run.instance_id}:{run.step_id}:{run.kind}"
+        next_start = retry_at(run.retry, tries, context.current_utc_datetime, seed)
+        if next_start is None or outcome.permanent:  # permanent: retrying cannot fix it
             return StepResult(False, tries, error=outcome.error)
         yield from _back_off(context, run, attempt, next_start, report)
         attempt += 1
-
-
-def _next_start(context: Any, run: StepRun, tries: int, outcome: AttemptOutcome) -> datetime | None:
-    """When the next attempt starts after a failed one, or None when the step gives up."""
-    if outcome.permanent:  # the ledger says retrying cannot fix it: give up at once
-        return None
-    seed = retry_seed(run.instance_id, run.step_id, run.kind)
-    return retry_at(run.retry, tries, context.current_utc_datetime, seed)
 
 
 def _back_off(
@@ -278,23 +269,18 @@ def _await_outcome(
 ) -> Generator[Any, Any, AttemptOutcome]:
     """Race the attempt's result event against its deadline timer, as often as heartbeats extend it.
 
-    One event task serves the whole attempt: after an extension only a new timer is created and
-    the race is run again against the same event task, so a result that arrived while the ledger
-    was being checked is not lost, and no second wait for the same name is registered. With
-    ``check_first`` the ledger is asked before the first race (the dispatch found the attempt
-    already under way or settled), and its answer may make the race unnecessary.
+    One event task serves the whole attempt: after an extension only a new timer is created, so a
+    result that arrived while the ledger was being checked is not lost, and no second wait for the
+    same name is registered. With ``check_first`` the ledger is asked before the first race (the
+    dispatch found the attempt already under way or settled).
 
-    Trust only the ledger: an event is a signal, never the outcome. When it wins and carries this
-    attempt's ledger ``token`` (the result handler read the ledger and put its verdict in the event:
-    ``confirmed_outcome``) the verdict is taken as it is. A success the worker keyed with a basis
-    row is taken provisionally when ``run.provisional`` (``provisional_outcome``): the next ledger
-    write proves it or refuses it (then ``run_step`` comes back here with ``listen`` off, polling).
-    Otherwise ``verify_result``
-    reads what the ledger recorded for this attempt; if the ledger has no outcome for it (a forged,
-    corrupt or early event, possibly buffered by the runtime before this attempt even began), the
-    event is ignored (and audited by the activity). The name is then never waited for again (the SDK
-    would hand the same buffered event to a new wait): the ledger is polled every
-    ``UNCONFIRMED_POLL`` until the deadline instead.
+    Trust only the ledger: an event is a signal, never the outcome. When it carries this attempt's
+    ledger ``token`` (``confirmed_outcome``) the result handler's verdict is taken as it is; a success
+    the worker keyed with a basis row is taken provisionally when ``run.provisional``
+    (``provisional_outcome``: the next write proves or refuses it). Otherwise ``verify_result`` reads
+    the ledger; an event it does not back (forged, corrupt, or buffered by the runtime before this
+    attempt began) is ignored and the name never waited for again (the SDK would hand the same
+    buffered event to a new wait): the ledger is polled every ``UNCONFIRMED_POLL`` instead.
     """
     event: Any = (
         context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind)) if listen else None

@@ -1,21 +1,17 @@
 """The compensation orchestrator: undo a workflow instance's completed steps.
 
-It asks the ledger for a plan (``plan_compensation``: what to undo, in which order, with which
-compensator, deadline and retry policy), then runs each compensator exactly like a work step:
-dispatch, race the result against the deadline, retry with backoff. A compensator that exhausts
-its attempts is recorded as CompensationFailed (``finish_compensation``) for an operator, and the
-remaining steps are still undone. Started by the scheduler as a sub-orchestration, or by the
-supervisor, always under the same deterministic instance id.
+It runs each compensator of the ledger's plan (``plan_compensation``) exactly like a work step; one
+that exhausts its attempts is recorded CompensationFailed for an operator, and the remaining steps
+are still undone. The scheduler and the supervisor start it under the same deterministic id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from datetime import datetime
 from typing import Any
 
-from orchestrators.attempts import StepRun, run_step
-from orchestrators.decisions import call_activity, to_iso
+from orchestrators.attempts import Status, StepRun, run_step
+from orchestrators.decisions import call_activity
 from orchestrators.state import CompensationPlan, CompensationStart
 from workflow_core.contracts import (
     ACTIVITY_FINISH_COMPENSATION,
@@ -27,32 +23,22 @@ from workflow_core.contracts import (
 def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
     """Compensate per the plan; return ``{"status", "steps": [{"step_id", "outcome", "error"}]}``."""
     start = CompensationStart.model_validate(context.get_input())
-    state: dict[str, Any] = {"step": None, "done": 0, "total": None}
-
-    def status(phase: str, attempt: int | None = None, until: datetime | None = None) -> None:
-        context.set_custom_status(
-            {
-                "orchestration": "compensation",
-                "workflow": start.workflow,
-                "instance_id": start.instance_id,
-                "step": state["step"],
-                "attempt": attempt,
-                "phase": phase,
-                "until": to_iso(until) if until else None,
-                "compensated_steps": state["done"],
-                "total_steps": state["total"],
-            }
-        )
-
+    plan: CompensationPlan | None = None
+    outcomes: list[dict[str, Any]] = []
+    status = Status(
+        context,
+        lambda: {"compensated_steps": len(outcomes), "total_steps": len(plan.steps) if plan else None},
+        orchestration="compensation",
+        workflow=start.workflow,
+        instance_id=start.instance_id,
+    )
     status("planning")
     plan = CompensationPlan.model_validate(
         (yield call_activity(context, ACTIVITY_PLAN_COMPENSATION, {"instance_id": start.instance_id}))
     )
-    state["total"] = len(plan.steps)
 
-    outcomes: list[dict[str, Any]] = []
     for entry in plan.steps:  # the plan's order is the undo order: never re-sorted here
-        state["step"] = entry.step_id
+        status.step = entry.step_id
         run = StepRun(
             kind="compensate",
             instance_id=start.instance_id,
@@ -77,11 +63,10 @@ def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any
             outcomes.append(
                 {"step_id": entry.step_id, "outcome": "compensation_failed", "error": result.error}
             )
-        state["done"] += 1
 
-    overall = "compensated" if all(o["outcome"] == "compensated" for o in outcomes) else "compensation_failed"
-    state["step"] = None
     failed = next((o for o in outcomes if o["outcome"] != "compensated"), None)
+    overall = "compensation_failed" if failed else "compensated"
+    status.step = None
     status("settling")
     yield call_activity(
         context,

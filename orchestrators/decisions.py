@@ -34,11 +34,9 @@ MIN_EXTENSION_WAIT = timedelta(seconds=1)
 UNCONFIRMED_POLL = timedelta(seconds=20)
 
 
-# Scheduler activities are idempotent and talk to storage and the broker: a transient failure there
-# (a storage timeout, a throttled request) must not fail the orchestration. Each call is retried by
-# the durable runtime: 4 attempts, 5 s apart (the Python SDK's RetryOptions has no backoff factor).
-# What still fails after that fails the orchestration, and the watchdog finds the instance through
-# its record's scheduler deadline.
+# Scheduler activities are idempotent: a transient storage or broker failure must not fail the
+# orchestration, so the durable runtime retries each call (the SDK's RetryOptions has no backoff
+# factor). What still fails fails the orchestration; the watchdog finds it by its scheduler deadline.
 ACTIVITY_RETRY_FIRST_INTERVAL_MS = 5_000
 ACTIVITY_RETRY_MAX_ATTEMPTS = 4
 
@@ -66,10 +64,6 @@ def parse_iso(text: str) -> datetime:
     return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
 
 
-def deadline_after(now: datetime, seconds: float) -> datetime:
-    return as_utc(now) + timedelta(seconds=seconds)
-
-
 @dataclass(frozen=True)
 class AttemptOutcome:
     """How one attempt ended, whichever way the orchestrator learnt it."""
@@ -79,11 +73,9 @@ class AttemptOutcome:
     error: str | None = None
     timed_out: bool = False
     permanent: bool = False  # the ledger says retrying cannot fix this failure: give up at once
-    # the instance record's snapshot a confirmed event carried (contracts.ConfirmedResult.instance):
-    # the version the next dispatch may write against unread
+    # the instance's snapshot a confirmed event carried: the next dispatch may write against it unread
     instance: dict[str, Any] | None = None
-    # a success taken unread (``provisional_outcome``): the ``contracts.ResultBasis`` the next
-    # ledger write must carry, which proves it or refuses to write
+    # a success taken unread: the ``contracts.ResultBasis`` the next ledger write must carry
     basis: dict[str, Any] | None = None
 
 
@@ -102,7 +94,7 @@ def claim_of(payload: Any) -> dict[str, Any]:
 
 
 def dispatch_token(result: Any) -> str | None:
-    """The attempt's ledger token a dispatch activity returned (None from older activities)."""
+    """The attempt's ledger token a dispatch activity returned (None when it wrote no attempt)."""
     token = result.get("token") if isinstance(result, dict) else None
     return token if isinstance(token, str) and token else None
 
@@ -110,10 +102,9 @@ def dispatch_token(result: Any) -> str | None:
 def confirmed_outcome(
     event: Any, token: str | None, kind: StepKind, step_id: str, attempt: int, deadline: datetime
 ) -> AttemptOutcome | None:
-    """The attempt's outcome straight from a result event the result handler confirmed against the
-    ledger (``ConfirmedResult``: the attempt's token, the ledger's verdict), or ``None`` when the
-    event does not carry this attempt's token and a valid verdict: then it is only a signal and the
-    ledger is asked (``verify_result``). Saves that read on every step the handler already checked."""
+    """The attempt's outcome straight from an event the result handler confirmed against the ledger
+    (``ConfirmedResult``), saving a read; ``None`` when it lacks this attempt's token or a valid
+    verdict: then it is only a signal and the ledger is asked (``verify_result``)."""
     if token is None or not isinstance(event, dict) or event.get("ledger_token") != token:
         return None
     if (event.get("kind"), event.get("step_id"), event.get("attempt")) != (kind, step_id, attempt):
@@ -131,11 +122,9 @@ def confirmed_outcome(
 def provisional_outcome(
     event: Any, kind: StepKind, instance_id: str, step_id: str, attempt: int
 ) -> AttemptOutcome | None:
-    """A work success taken as it came, unread: the reply of a worker that recorded it with a basis
-    row (``contracts.ReplyVersions``), raised by the result handler without a ledger read. Its
-    ``basis`` (the reply's digest as this scheduler sees it, and its output's) goes with the next
-    ledger write, which lands only if the ledger recorded exactly that reply (``ResultBasis``).
-    None for anything else (then the event is verified, as any unconfirmed one)."""
+    """A work success taken as it came, unread: a worker's reply recorded with a basis row. Its
+    ``basis`` (the reply's digest as this scheduler sees it) goes with the next ledger write, which
+    lands only if the ledger recorded exactly that reply; None for anything else (then verified)."""
     if kind != "work" or not isinstance(event, dict) or not isinstance(event.get("ledger"), dict):
         return None
     try:
@@ -163,16 +152,19 @@ def interpret_verdict(payload: Any, deadline: datetime) -> AttemptOutcome | None
         raise ContractViolation(f"verify activity returned {payload!r}: {exc}") from None
     if verdict.state == "unconfirmed":
         return None
-    if verdict.state == "succeeded":
-        return AttemptOutcome(True, output=verdict.output if verdict.output is not None else {})
-    if verdict.state == "timed_out":
+    return _recorded(verdict, deadline)
+
+
+def _recorded(found: ResultVerdict | StepCheck, deadline: datetime) -> AttemptOutcome:
+    """The outcome of a ``succeeded``, ``timed_out`` or ``failed`` answer of the ledger."""
+    if found.state == "succeeded":
+        return AttemptOutcome(True, output=found.output if found.output is not None else {})
+    if found.state == "timed_out":
         return AttemptOutcome(
-            False, error=verdict.error or f"no result by the deadline {to_iso(deadline)}", timed_out=True
+            False, error=found.error or f"no result by the deadline {to_iso(deadline)}", timed_out=True
         )
     return AttemptOutcome(
-        False,
-        error=verdict.error or "the ledger records a failure without a reason",
-        permanent=verdict.permanent,
+        False, error=found.error or "the ledger records a failure without a reason", permanent=found.permanent
     )
 
 
@@ -207,18 +199,8 @@ def interpret_check(payload: Any, now: datetime, deadline: datetime) -> AttemptO
         check = StepCheck.model_validate(payload)
     except ValidationError as exc:
         raise ContractViolation(f"check activity returned {payload!r}: {exc}") from None
-    if check.state == "succeeded":
-        return AttemptOutcome(True, output=check.output if check.output is not None else {})
-    if check.state == "failed":
-        return AttemptOutcome(
-            False,
-            error=check.error or "the ledger records a failure without a reason",
-            permanent=check.permanent,
-        )
-    if check.state == "timed_out":
-        return AttemptOutcome(
-            False, error=check.error or f"no result by the deadline {to_iso(deadline)}", timed_out=True
-        )
+    if check.state != "extended":
+        return _recorded(check, deadline)
     if not check.deadline:
         raise ContractViolation("check activity said 'extended' without a new deadline")
     return Extended(max(parse_iso(check.deadline), as_utc(now) + MIN_EXTENSION_WAIT))
@@ -234,11 +216,6 @@ def retry_at(policy: RetryPolicy, failed_attempt: int, now: datetime, seed: str)
     if failed_attempt >= policy.max_attempts:
         return None
     return as_utc(now) + timedelta(seconds=policy.delay_seconds(failed_attempt, seed))
-
-
-def retry_seed(instance_id: str, step_id: str, kind: StepKind) -> str:
-    """Jitter seed: stable across replays, different per instance so instances do not retry in lockstep."""
-    return f"{instance_id}:{step_id}:{kind}"
 
 
 def should_checkpoint(completed_this_generation: int, every: int, steps_left: int) -> bool:

@@ -1,25 +1,17 @@
 """Reads the timestamps of a replay's history events in microseconds instead of dozens of them.
 
-Every episode of an orchestration replays its whole history, and azure-functions-durable builds a
-``HistoryEvent`` for each event, parsing its ``Timestamp`` with dateutil's general-purpose parser
-(``HistoryEvent.py``: ``from dateutil.parser import parse as dt_parse``). That parser tokenises the
-text and guesses its shape: about 33 microseconds per event on these machines, 27 events per step
-in ``bench/throughput.py`` (a replay re-reads every earlier event), which made it the largest single
-cost of a replay after the orchestrator code itself.
+Every episode replays the whole history, and azure-functions-durable parses each event's
+``Timestamp`` with dateutil's general-purpose parser (``HistoryEvent.dt_parse``): about 33 µs per
+event here, 27 events per step (``bench/throughput.py``), the largest cost of a replay after the
+orchestrator code itself. The extension writes Json.NET's round-trip form for the UTC times it
+records (``2026-12-03T19:31:54.1234567Z``, 0 to 7 fractional digits); ``parse_history_timestamp``
+reads exactly that form with one regular expression, keeps six digits truncated as dateutil does,
+and hands anything else to dateutil unchanged. The one visible difference: ``Z`` becomes
+``datetime.UTC`` rather than dateutil's ``tzlocal()``: the same instant, offset and arithmetic.
 
-The extension serialises history with Json.NET, whose default date format is
-``yyyy'-'MM'-'dd'T'HH':'mm':'ss.FFFFFFFK``: for the UTC times the Durable Task Framework records,
-``2026-12-03T19:31:54.1234567Z``, 0 to 7 fractional digits (trailing zeros dropped), ``Z``.
-``parse_history_timestamp`` reads exactly that form with one regular expression and ``datetime``;
-anything else (no zone, an offset) goes to dateutil unchanged, so no input is read differently. Like
-dateutil it keeps the first six fractional digits (truncated, not rounded). The one visible
-difference: dateutil gives ``Z`` the machine's local zone object when that zone is UTC
-(``tzlocal()``), this gives ``datetime.UTC``: the same instant, offset and arithmetic.
-
-``install()`` swaps the SDK module's ``dt_parse`` for it; the scheduler's blueprint calls it on
-import. If a new SDK release no longer reads timestamps through that name, ``install()`` leaves the
-SDK alone and logs why, and ``tests/orchestrators/test_history_timestamps.py`` fails, so the pin
-cannot move on without this being looked at again.
+If a new SDK release no longer reads timestamps through ``dt_parse``, ``install()`` leaves the SDK
+alone and logs why, and ``tests/orchestrators/test_history_timestamps.py`` fails, so the pin cannot
+move on without this being looked at again.
 """
 
 from __future__ import annotations
@@ -61,10 +53,7 @@ def parse_history_timestamp(text: Any) -> datetime:
 
 
 def install() -> bool:
-    """Make the Durable SDK read history timestamps with ``parse_history_timestamp``.
-
-    Returns whether it is in place. Idempotent.
-    """
+    """Make the Durable SDK read history timestamps with ``parse_history_timestamp``; whether it is."""
     module = importlib.import_module(SDK_MODULE)
     current = getattr(module, "dt_parse", None)
     if current is parse_history_timestamp:

@@ -1,8 +1,7 @@
 """What the scheduler knows of the ledger without reading it, and the writes that prove it.
 
-The idea: the scheduler's activities would each read the rows they are about to write (the step,
-the instance record) and, for a success the result handler raised, the step's recorded outcome. Most
-of those reads only confirm what the scheduler was just told. So it keeps three things:
+Most reads of the scheduler's activities (the rows they are about to write; for a raised success,
+the step's recorded outcome) only confirm what the scheduler was just told. So it keeps three things:
 
 * **known versions** (``known``): the instance record's snapshot as the starter wrote it, then as
   each confirmed result carried it, and each step's ETag from the start (``expected_rows``). A first
@@ -18,12 +17,9 @@ of those reads only confirm what the scheduler was just told. So it keeps three 
 
 Safety: nothing here decides anything the ledger has not recorded. Every shortcut is a write that is
 conditional on the very versions (ETag) or row (basis) it assumed, in one entity-group transaction;
-when the assumption is wrong the write does not land and the scheduler falls back to reading. The
-pinned request counts (``tests/perf/test_request_counts.py``) say what it saves.
-
-:class:`LedgerShortcuts` is the one object the workflow orchestrator passes along: it runs a single
-step, confirms before a group or a checkpoint, and settles, keeping these versions to itself.
-Deterministic, like all orchestrator code.
+when the assumption is wrong the write does not land and the scheduler falls back to reading
+(``tests/perf/test_request_counts.py`` pins what it saves). :class:`LedgerShortcuts` is the one
+object the workflow orchestrator passes along, keeping these versions to itself.
 """
 
 from __future__ import annotations
@@ -68,10 +64,6 @@ class Taken:
     provisional: Provisional
     before: Progress
 
-    @property
-    def basis(self) -> dict[str, Any]:
-        return self.provisional.basis
-
     def confirm(
         self, context: Any, status: Any
     ) -> Generator[Any, Any, tuple[Progress, dict[str, Any] | None, Failed]]:
@@ -87,7 +79,7 @@ class Taken:
 
 
 def basis_refused(answer: Any) -> bool:
-    """Did ``settle_instance`` refuse the basis it was given (``activities.scheduler.basis``)?"""
+    """Did ``settle_instance`` refuse the basis it was given (``activities.scheduler.instances``)?"""
     return isinstance(answer, dict) and answer.get("outcome") == BASIS_REFUSED
 
 
@@ -103,15 +95,11 @@ def expected_rows(
     etag = start.rows.steps.get(step.id) if start.rows is not None else None
     if etag is None or instance is None:
         return None
-    row = new_step(step)
+    as_created = {"step_name", "agent", "compensator", "max_attempts", "heartbeat_timeout_seconds"}
     return {
+        **new_step(step).model_dump(include=as_created),
         "step_etag": etag,
-        "step_name": row.step_name,
-        "agent": row.agent,
         "sequence": definition.position_of(step.id),
-        "compensator": row.compensator,
-        "max_attempts": row.max_attempts,
-        "heartbeat_timeout_seconds": row.heartbeat_timeout_seconds,
         "workflow_version": start.version,
         "instance": instance,
     }
@@ -167,7 +155,7 @@ class LedgerShortcuts:
                 run = replace(
                     prepared,
                     expected=expected_rows(self.definition, self.start, step, self.known),
-                    basis=self.taken.basis if self.taken is not None else None,
+                    basis=self.taken.provisional.basis if self.taken is not None else None,
                     provisional=proves_next,
                 )
                 result = yield from run_step(self.context, run, self.status)
@@ -195,7 +183,7 @@ class LedgerShortcuts:
             if self.known is not None:
                 settle["expected"] = self.known
             if self.taken is not None:
-                settle["basis"] = self.taken.basis
+                settle["basis"] = self.taken.provisional.basis
             settled = yield call_activity(self.context, ACTIVITY_SETTLE_INSTANCE, settle)
             if self.taken is None or not basis_refused(settled):
                 return progress, []

@@ -37,24 +37,18 @@ class Progress(_Strict):
 
 
 class StartedRows(_Strict):
-    """What the HTTP starter wrote, as versions: the instance record's snapshot and each step's ETag
-    (``contracts.ExpectedRows``). Only the first scheduler of an instance gets them: a resume or a
-    new generation reads the rows instead."""
+    """What the HTTP starter wrote, as versions (``contracts.ExpectedRows``): only the first scheduler
+    of an instance gets them; a resume or a new generation reads the rows instead."""
 
     instance: dict[str, Any]
     steps: dict[str, str] = Field(default_factory=dict)
 
 
 class WorkflowStart(_Strict):
-    """Input of ``workflow_orchestrator``: ``{"workflow", "input", "version", "definition"}``, plus
-    ``state`` after a checkpoint or a resume, and ``epoch`` (the instance's resume count) once the
-    watchdog resumed it.
-
-    ``version`` and ``definition`` pin the instance: the definition's canonical JSON travels with
-    the input (into every continue_as_new generation and every resume), so a replay rebuilds exactly
-    the definition the instance started on without reading the YAML deployed now. Every start and
-    every resume carries them; there is no unpinned input (docs/scheduler.md, "Compatibility").
-    """
+    """Input of ``workflow_orchestrator``. ``version`` and ``definition`` pin the instance: the
+    definition's canonical JSON travels with the input (into every generation and every resume), so a
+    replay rebuilds exactly the definition the instance started on without reading the YAML deployed
+    now; there is no unpinned input (docs/scheduler.md, "Compatibility")."""
 
     workflow: str
     input: dict[str, Any] = Field(default_factory=dict)

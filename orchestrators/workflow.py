@@ -1,23 +1,17 @@
 """The scheduler: one generic orchestrator that walks any workflow definition step by step.
 
-For each step it records intent in the ledger (``dispatch_step``) before waiting, races the result
-event against the step's deadline, retries with durable-timer backoff, and when a step gives up it
-hands over to the compensation orchestrator. A parallel group runs each of its steps the same way in
-its own ``step_orchestrator`` sub-orchestration and waits for all of them. It checkpoints with
-continue_as_new every ``history_checkpoint_every`` completed steps so its history stays bounded.
-Everything here is deterministic: time comes from ``context.current_utc_datetime`` and all I/O goes
-through activities.
+A parallel group runs each of its steps in its own ``step_orchestrator`` (below) and waits for all.
+Deterministic: time comes from ``context.current_utc_datetime`` and all I/O goes through activities.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from datetime import datetime
 from functools import partial
 from typing import Any
 
-from orchestrators.attempts import StepResult, StepRun
-from orchestrators.decisions import call_activity, should_checkpoint, to_iso
+from orchestrators.attempts import Status, StepResult, StepRun, run_step
+from orchestrators.decisions import call_activity, should_checkpoint
 from orchestrators.shortcuts import LedgerShortcuts, next_write_proves
 from orchestrators.state import Progress, WorkflowStart
 from workflow_core.contracts import (
@@ -36,50 +30,33 @@ from workflow_core.workflows import (
 )
 
 
-class _Status:
-    """Keeps the instance's custom status current: which workflow, step, attempt and phase."""
-
-    def __init__(self, context: Any, definition: WorkflowDefinition, progress: Progress) -> None:
-        self._context = context
-        self._definition = definition
-        self.progress = progress
-        self.step: str | None = None
-
-    def __call__(self, phase: str, attempt: int | None = None, until: datetime | None = None) -> None:
-        self._context.set_custom_status(
-            {
-                "orchestration": "workflow",
-                "workflow": self._definition.name,
-                "step": self.step,
-                "attempt": attempt,
-                "phase": phase,
-                "until": to_iso(until) if until else None,
-                "completed_steps": len(self.progress.completed),
-                "total_steps": len(self._definition.steps),
-                "generation": self.progress.generation,
-            }
-        )
-
-
 def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | None]:
-    """Run the workflow named in the input; return its outcome (see docs/scheduler.md).
-
-    For each stage, run its step (or its parallel group) to an outcome; when a step gives up,
-    compensate what was done; at the end, settle. Every ``history_checkpoint_every`` completed steps
-    it continues as new. What the scheduler knows of the ledger unread travels in ``ledger``."""
+    """For each stage, run its step (or group) to an outcome; when a step gives up, compensate; at the
+    end, settle (docs/scheduler.md). What it knows of the ledger unread travels in ``ledger``."""
     start = WorkflowStart.model_validate(context.get_input())
     definition = start.pinned()  # the definition it started on, never the YAML deployed now
     workflow_input = definition.validate_input(start.input)
     progress = start.state or Progress()
-    _check_resumable(definition, progress)
-    status = _Status(context, definition, progress)
+    stages = _remaining_stages(definition, progress)
+    status = Status(
+        context,
+        lambda: {
+            "completed_steps": len(status.progress.completed),
+            "total_steps": len(definition.steps),
+            "generation": status.progress.generation,
+        },
+        orchestration="workflow",
+        workflow=definition.name,
+    )
+    status.progress = progress
     ledger = LedgerShortcuts(context, definition, start, status)
     compensate = partial(_give_up_and_compensate, context, definition, status=status, trace=start.trace)
     if start.state is None:
-        yield from _create_steps(context, definition, start, status)
+        status("creating_steps")
+        create = {"instance_id": context.instance_id, "workflow": definition.name, "version": start.version}
+        yield call_activity(context, ACTIVITY_CREATE_STEPS, create)
 
     completed_here = 0  # steps completed in this generation (a group counts as its steps)
-    stages = _remaining_stages(definition, progress.position)
     for index, stage in enumerate(stages):
         steps_left = len(definition.steps) - progress.position
         checkpoint = should_checkpoint(completed_here, definition.history_checkpoint_every, steps_left)
@@ -112,35 +89,38 @@ def workflow_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any] | 
     return {"status": "succeeded", "outputs": progress.outputs, "failed_step": None, "error": None}
 
 
-def _create_steps(
-    context: Any, definition: WorkflowDefinition, start: WorkflowStart, status: _Status
-) -> Generator[Any, Any, None]:
-    status("creating_steps")
-    create = {"instance_id": context.instance_id, "workflow": definition.name, "version": start.version}
-    yield call_activity(context, ACTIVITY_CREATE_STEPS, create)
-
-
 def _continue_as_new(
-    context: Any, start: WorkflowStart, workflow_input: dict[str, Any], progress: Progress, status: _Status
+    context: Any, start: WorkflowStart, workflow_input: dict[str, Any], progress: Progress, status: Status
 ) -> None:
     """Checkpoint: the next generation starts from ``progress`` with a fresh, short history."""
     status.step = None
     status("checkpointing")
     next_generation = progress.model_copy(update={"generation": progress.generation + 1})
-    carried = start.model_copy(update={"input": workflow_input, "state": next_generation}).model_dump()
-    if start.trace is None:
-        carried.pop("trace")
-    carried.pop("rows")  # the next generation reads the rows: these versions may be stale
-    context.continue_as_new(carried)
+    carried = start.model_copy(update={"input": workflow_input, "state": next_generation})
+    # the next generation reads the rows: these versions may be stale
+    context.continue_as_new(
+        carried.model_dump(exclude={"rows"} | ({"trace"} if start.trace is None else set()))
+    )
 
 
-def _remaining_stages(definition: WorkflowDefinition, position: int) -> list[tuple[StepDefinition, ...]]:
-    """The stages from step index ``position`` on (``_check_resumable`` made it a stage boundary)."""
-    start, remaining = 0, []
+def _remaining_stages(definition: WorkflowDefinition, progress: Progress) -> list[tuple[StepDefinition, ...]]:
+    """The stages from ``progress.position`` on, if the checkpoint matches the definition it resumes
+    (its completed steps are the definition's prefix, up to a stage boundary). Otherwise the definition
+    changed while the instance was in flight, and resuming by position could skip or repeat a step;
+    failing loudly leaves the decision to an operator."""
+    start, remaining, boundaries = 0, [], {0}
     for stage in definition.stages:
-        if start >= position:
+        if start >= progress.position:
             remaining.append(stage)
         start += len(stage)
+        boundaries.add(start)
+    expected = definition.step_ids[: progress.position]
+    if progress.completed != expected or progress.position not in boundaries:
+        raise ValueError(
+            f"checkpoint of workflow {definition.name!r} does not match its definition: completed "
+            f"{progress.completed} but the definition's first {progress.position} steps are {expected} "
+            "(or position is beyond the end, or inside a parallel group)"
+        )
     return remaining
 
 
@@ -176,12 +156,11 @@ def _run_group(
     stage: tuple[StepDefinition, ...],
     workflow_input: dict[str, Any],
     progress: Progress,
-    status: _Status,
+    status: Status,
     start: WorkflowStart,
 ) -> Generator[Any, Any, tuple[Progress, list[tuple[str, StepResult]]]]:
-    """Run a parallel group: one ``step_orchestrator`` per step, all started in this episode, then
-    wait for every one of them. Returns the progress with the succeeded steps' outputs recorded (in
-    the group's order) and the steps that gave up (empty when the whole group succeeded)."""
+    """One ``step_orchestrator`` per step, all started in this episode; the progress with the
+    succeeded steps' outputs (in the group's order) and the steps that gave up."""
     instance_id = context.instance_id
     status.step = ", ".join(step.id for step in stage)
     prepared = [
@@ -214,23 +193,18 @@ def _run_group(
     return progress, failed
 
 
-def _check_resumable(definition: WorkflowDefinition, progress: Progress) -> None:
-    """A checkpoint must match the definition it resumes: the completed steps are its prefix.
+def step_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
+    """One step of a parallel group (the ``StepRun`` in the input) to an outcome, as a sub-orchestration.
 
-    Otherwise the definition changed while the instance was in flight, and resuming by position
-    could skip or repeat a step; failing loudly leaves the decision to an operator.
-    """
-    expected = definition.step_ids[: progress.position]
-    boundaries, start = {0}, 0
-    for stage in definition.stages:
-        start += len(stage)
-        boundaries.add(start)
-    if progress.completed != expected or progress.position not in boundaries:
-        raise ValueError(
-            f"checkpoint of workflow {definition.name!r} does not match its definition: completed "
-            f"{progress.completed} but the definition's first {progress.position} steps are {expected} "
-            "(or position is beyond the end, or inside a parallel group)"
-        )
+    The dispatch records this orchestration's id on the step, so its result events (and the
+    watchdog's nudges) come here; giving up and compensating stay with the workflow orchestrator,
+    which sees the whole group."""
+    run = StepRun.from_payload(context.get_input())
+    status = Status(context, orchestration="step", workflow=run.workflow, instance_id=run.instance_id)
+    status.step = run.step_id
+    result = yield from run_step(context, run, status)
+    status("succeeded" if result.succeeded else "failed", result.attempts)
+    return result.to_payload()
 
 
 def _give_up_and_compensate(
@@ -238,14 +212,11 @@ def _give_up_and_compensate(
     definition: WorkflowDefinition,
     failed: list[tuple[str, StepResult]],
     progress: Progress,
-    status: _Status,
+    status: Status,
     trace: dict[str, str] | None = None,
 ) -> Generator[Any, Any, dict[str, Any]]:
-    """Record that the step(s) gave up, then undo what was done through the compensation orchestrator.
-
-    ``failed`` is one step, or every step of a parallel group that gave up (in the group's order);
-    the output names the first of them as ``failed_step``.
-    """
+    """Record that the step(s) gave up (every one of a group that did, in its order; the output
+    names the first), then undo what was done through the compensation orchestrator."""
     instance_id = context.instance_id
     reasons = []
     for step_id, result in failed:

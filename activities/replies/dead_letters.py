@@ -1,22 +1,15 @@
 """The dead-letter handler: a work message that could not be processed fails its step *now*.
 
-Entry point for any host::
+Entry point for any host: ``await handle_dead_letter(body, reason=..., description=..., client=...,
+services=...)``, with the transport's dead-letter reason (a message the Functions host itself moved
+to ``<queue>-poison`` has none, and gets ``MaxDequeueCountExceeded``).
 
-    await handle_dead_letter(body, reason=..., description=..., client=client, services=services)
-
-``body`` is the dead-lettered ``WorkMessage`` dict; ``reason``/``description`` the dead-letter
-reason (Service Bus: ``DeadLetterReason``/``DeadLetterErrorDescription``; our
-``StorageQueueTransport.dead_letter``: the envelope's ``dead_letter_reason``/``_description``; a
-message the Functions host itself moved to ``<queue>-poison`` has none, and gets
-``MaxDequeueCountExceeded``). ``client`` has ``async raise_event`` (the durable client).
-
-What it does, for the message's attempt: ledger Dispatched/Running -> Failed with ``last_error``
-"dead-lettered: <reason>: <description>" (deadline = now + grace), then the failed ``ResultMessage``
-is raised as the orchestration's result event, so it retries or compensates at once instead of
-waiting for the deadline. A compensate message keeps its step Compensating with
-``compensation_status`` Failed and raises the failed compensation event. If the ledger already
-has the attempt's outcome (e.g. the work succeeded but its reply could not be sent), that outcome is
-raised instead. A message for an older attempt or a settled step is only audited.
+For the message's attempt: ledger Dispatched/Running -> Failed with ``last_error`` "dead-lettered:
+<reason>: <description>" (deadline = now + grace; a compensation keeps its step Compensating with
+``compensation_status`` Failed), then the failed result is raised as the orchestration's event, so
+it retries or compensates at once instead of waiting for the deadline. If the ledger already has the
+attempt's outcome (the work succeeded but its reply could not be sent), that outcome is raised
+instead. A message for an older attempt or a settled step is only audited.
 """
 
 from __future__ import annotations
@@ -28,10 +21,18 @@ from typing import Any
 import azure.functions as func
 from pydantic import ValidationError
 
-from activities._bp import bp
-from activities.common import COMP_FAILED, emit_recovery, grace_deadline, park, retry_on_conflict, step_output
+from activities.common import (
+    COMP_FAILED,
+    bp,
+    emit_recovery,
+    grace_deadline,
+    never_fails,
+    park,
+    retry_on_conflict,
+    step_output,
+)
 from activities.replies.results import EventClient, raise_result_event
-from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
@@ -57,11 +58,7 @@ async def handle_dead_letter(
     """Fail the dead-lettered attempt and tell its orchestration. Returns what happened:
     ``failed-event-raised``, ``result-event-raised`` (the ledger already had an outcome),
     ``late-result-ignored`` (the orchestration is gone), ``ignored``, or ``parked`` (not a valid
-    ``WorkMessage``: kept in the parked partition with a readable reason, never raised on).
-
-    Every message handled is counted (``sas.dead_lettered_messages``, custom event
-    ``sas.message_dead_lettered``); ``trace`` (its application properties) makes this handler's span
-    part of the step's trace."""
+    ``WorkMessage``). Every message handled is counted (``sas.dead_lettered_messages``)."""
     queue = services.settings.work_queue
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
@@ -74,153 +71,125 @@ async def handle_dead_letter(
         dead_letter_reason=reason,
     ):
         _count(queue, reason, fields)
-        return await _handle_dead_letter(
-            body,
-            reason=reason,
-            description=description,
-            client=client,
-            services=services,
-            message_id=message_id,
+        error = fit_text(
+            f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
         )
+        try:
+            message = WorkMessage.model_validate(body)
+        except ValidationError as exc:
+            park(
+                services,
+                source="dead-letter",
+                reason=f"not a valid work message: {explain(exc)} ({error})",
+                body=body,
+                actor=ACTOR,
+                message_id=message_id,
+            )
+            return "parked"
+        grace = services.settings.watchdog_grace_seconds
+        ledger = services.ledger
+
+        def result(ok: bool, r: StepRecord, err: str | None, permanent: bool = False) -> ResultMessage:
+            output = step_output(r) if message.kind == "work" else {}
+            return ResultMessage.answering(message, ok=ok, output=output, error=err, permanent=permanent)
+
+        a = message.attempt
+
+        def failed_now(r: StepRecord) -> tuple[ResultMessage, str]:
+            """The write landed: report it, and raise the failure."""
+            emit_recovery(r, "dead_letter", attempt=a, kind=message.kind, reason=error)
+            log.warning(
+                "%s %s/%s#%d failed: %s", message.kind, message.instance_id, message.step_id, a, error
+            )
+            return result(False, r, error), ""
+
+        def decide(r: StepRecord) -> tuple[ResultMessage | None, str]:
+            failure = {
+                "reason": error,
+                "last_error": error,
+                "non_retryable": False,
+                "deadline": grace_deadline(grace),
+            }
+            if message.kind == "work":
+                if r.attempt != a:
+                    return None, f"ledger is at attempt {r.attempt} ({r.status.value})"
+                if r.status in (S.DISPATCHED, S.RUNNING):
+                    ledger.transition(r, S.FAILED, actor=ACTOR, **failure)
+                    return failed_now(r)
+                if r.status is S.SUCCEEDED:
+                    return result(True, r, None), ""
+                if r.status is S.FAILED:
+                    return result(False, r, r.last_error or error, r.non_retryable), ""
+                return None, f"step is {r.status.value}"
+            if r.compensation_attempt != a:
+                return None, f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
+            if r.status is S.COMPENSATED:
+                return result(True, r, None), ""
+            if r.status is not S.COMPENSATING:
+                return None, f"step is {r.status.value}"
+            if r.compensation_status == COMP_FAILED:
+                return result(False, r, r.last_error or error, r.non_retryable), ""
+            ledger.update(r, actor=ACTOR, compensation_status=COMP_FAILED, **failure)
+            return failed_now(r)
+
+        try:
+            outcome = retry_on_conflict(
+                lambda: ledger.get(message.instance_id, message.step_id),
+                decide,
+                what=f"dead-letter {message.instance_id}/{message.step_id}",
+            )
+        except StepNotFound:
+            log.warning("dead-lettered message for unknown step %s/%s", message.instance_id, message.step_id)
+            return "ignored"
+        to_raise, why = outcome
+        if to_raise is None:
+            ledger.note(
+                message.instance_id,
+                message.step_id,
+                actor=ACTOR,
+                action="dead-letter-ignored",
+                reason=f"{message.kind} attempt {message.attempt} ({error}): {why}",
+                attempt=message.attempt,
+            )
+            return "ignored"
+        raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
+        if raised != "raised":
+            return raised
+        return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"
 
 
 def _count(queue: str, reason: str | None, fields: dict[str, Any]) -> None:
-    try:
+    def text(name: str) -> str | None:
+        return fields.get(name) if isinstance(fields.get(name), str) else None
+
+    with never_fails("the dead letter"):
         telemetry.record_dead_letter(
             queue,
             reason=reason or "unknown",
-            workflow=fields.get("workflow") if isinstance(fields.get("workflow"), str) else None,
-            instance_id=fields.get("instance_id") if isinstance(fields.get("instance_id"), str) else None,
-            step_id=fields.get("step_id") if isinstance(fields.get("step_id"), str) else None,
+            workflow=text("workflow"),
+            instance_id=text("instance_id"),
+            step_id=text("step_id"),
             attempt=fields.get("attempt") if isinstance(fields.get("attempt"), int) else None,
-            kind=fields.get("kind") if isinstance(fields.get("kind"), str) else None,
+            kind=text("kind"),
         )
-    except Exception:  # telemetry must never fail the work it describes
-        log.exception("could not record the dead letter")
 
 
-async def _handle_dead_letter(
-    body: Any,
-    *,
-    reason: str | None,
-    description: str | None,
-    client: EventClient,
-    services: Services,
-    message_id: str | None,
-) -> str:
-    error = fit_text(
-        f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
+async def _on_message(incoming: Incoming, client: EventClient) -> None:
+    await handle_dead_letter(
+        incoming.body,
+        reason=incoming.dead_letter_reason,
+        description=incoming.dead_letter_description,
+        client=client,
+        services=get_services(),
+        message_id=incoming.message_id,
+        trace=incoming.application_properties,
     )
-    try:
-        message = WorkMessage.model_validate(body)
-    except ValidationError as exc:
-        park(
-            services,
-            source="dead-letter",
-            reason=f"not a valid work message: {explain(exc)} ({error})",
-            body=body,
-            actor=ACTOR,
-            message_id=message_id,
-        )
-        return "parked"
-    grace = services.settings.watchdog_grace_seconds
-    ledger = services.ledger
-
-    def result(ok: bool, r: StepRecord, err: str | None, permanent: bool = False) -> ResultMessage:
-        output = step_output(r) if message.kind == "work" else {}
-        return ResultMessage.answering(message, ok=ok, output=output, error=err, permanent=permanent)
-
-    def decide(r: StepRecord) -> tuple[ResultMessage | None, bool, str]:
-        a = message.attempt
-        if message.kind == "work":
-            if r.attempt != a:
-                return None, False, f"ledger is at attempt {r.attempt} ({r.status.value})"
-            if r.status in (S.DISPATCHED, S.RUNNING):
-                ledger.transition(
-                    r,
-                    S.FAILED,
-                    actor=ACTOR,
-                    reason=error,
-                    last_error=error,
-                    non_retryable=False,
-                    deadline=grace_deadline(grace),
-                )
-                emit_recovery(r, "dead_letter", attempt=a, kind="work", reason=error)
-                return result(False, r, error), True, ""
-            if r.status is S.SUCCEEDED:
-                return result(True, r, None), False, ""
-            if r.status is S.FAILED:
-                return result(False, r, r.last_error or error, r.non_retryable), False, ""
-            return None, False, f"step is {r.status.value}"
-        if r.compensation_attempt != a:
-            return (
-                None,
-                False,
-                f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})",
-            )
-        if r.status is S.COMPENSATED:
-            return result(True, r, None), False, ""
-        if r.status is not S.COMPENSATING:
-            return None, False, f"step is {r.status.value}"
-        if r.compensation_status == COMP_FAILED:
-            return result(False, r, r.last_error or error, r.non_retryable), False, ""
-        ledger.update(
-            r,
-            actor=ACTOR,
-            reason=error,
-            compensation_status=COMP_FAILED,
-            last_error=error,
-            non_retryable=False,
-            deadline=grace_deadline(grace),
-        )
-        emit_recovery(r, "dead_letter", attempt=a, kind="compensate", reason=error)
-        return result(False, r, error), True, ""
-
-    try:
-        outcome = retry_on_conflict(
-            lambda: ledger.get(message.instance_id, message.step_id),
-            decide,
-            what=f"dead-letter {message.instance_id}/{message.step_id}",
-        )
-    except StepNotFound:
-        log.warning("dead-lettered message for unknown step %s/%s", message.instance_id, message.step_id)
-        return "ignored"
-    to_raise, changed, why = outcome
-    if to_raise is None:
-        ledger.note(
-            message.instance_id,
-            message.step_id,
-            actor=ACTOR,
-            action="dead-letter-ignored",
-            reason=f"{message.kind} attempt {message.attempt} ({error}): {why}",
-            attempt=message.attempt,
-        )
-        return "ignored"
-    if changed:
-        log.warning(
-            "%s %s/%s#%d failed: %s",
-            message.kind,
-            message.instance_id,
-            message.step_id,
-            message.attempt,
-            error,
-        )
-    raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
-    if raised != "raised":
-        return raised
-    return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"
-
-
-# ---- trigger-bound function -----------------------------------------------------------------------
 
 
 def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
-    """Add ``agent_dead_letter_handler`` on the work queue's dead letters to ``blueprint``.
-
-    Service Bus: ``%WORK_QUEUE_NAME%/$DeadLetterQueue``. Storage queues: ``%DEAD_LETTER_QUEUE_NAME%``,
-    which must be ``<WORK_QUEUE_NAME>-poison`` (the default) to also see messages the Functions host
-    moves there itself.
-    """
+    """Add ``agent_dead_letter_handler`` on the work queue's dead letters to ``blueprint``. On Storage
+    Queues ``DEAD_LETTER_QUEUE_NAME`` must be ``<WORK_QUEUE_NAME>-poison`` (the default) to also see
+    the messages the Functions host moves there itself."""
     if kind is TransportKind.SERVICE_BUS:
 
         @blueprint.function_name(DEAD_LETTER_FUNCTION)
@@ -229,16 +198,7 @@ def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callabl
         )
         @blueprint.durable_client_input(client_name="client")
         async def agent_dead_letter_handler(msg: func.ServiceBusMessage, client) -> None:
-            incoming = from_servicebus_message(msg)
-            await handle_dead_letter(
-                incoming.body,
-                reason=incoming.dead_letter_reason,
-                description=incoming.dead_letter_description,
-                client=client,
-                services=get_services(),
-                message_id=incoming.message_id,
-                trace=incoming.application_properties,
-            )
+            await _on_message(from_servicebus_message(msg), client)
 
         return agent_dead_letter_handler
 
@@ -248,16 +208,7 @@ def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callabl
     )
     @blueprint.durable_client_input(client_name="client")
     async def agent_dead_letter_handler(msg: func.QueueMessage, client) -> None:
-        incoming = from_queue_message(msg, dead_letter=True)
-        await handle_dead_letter(
-            incoming.body,
-            reason=incoming.dead_letter_reason,
-            description=incoming.dead_letter_description,
-            client=client,
-            services=get_services(),
-            message_id=incoming.message_id,
-            trace=incoming.application_properties,
-        )
+        await _on_message(from_queue_message(msg, dead_letter=True), client)
 
     return agent_dead_letter_handler
 

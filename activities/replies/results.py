@@ -1,26 +1,16 @@
 """The result handler: turns an agent's reply into the external event its orchestration waits for.
 
-Entry point for any host: ``await handle_result(body, client, services)``. ``client`` is anything
-with ``raise_event(instance_id, event_name, event_data)``, async or plain (in Azure: the
-``DurableOrchestrationClient`` of the ``durable_client_input`` binding).
+Entry point for any host: ``await handle_result(body, client, services)``; ``client`` has
+``raise_event`` (async or plain: in Azure the ``durable_client_input`` binding's client).
 
-A sequential work step's success the worker keyed with a basis row (``ResultMessage.ledger``) is
-raised as it came, without reading the ledger: the scheduler takes it provisionally and its next
-ledger write proves it or writes nothing (``contracts.ResultBasis``, ``activities.scheduler.basis``). Every
-other reply, and a keyed one whose orchestration is gone:
-
-Trust only the ledger: the message is a claim. It is acted on only if the step row records that
-outcome for that very attempt (Succeeded with the same output; Failed or TimedOut for a failure;
-the compensation attempt's outcome for a compensation). Then the event
-``result_event_name(step_id, attempt, kind)`` is raised on the orchestration *the ledger* recorded,
-with the ledger's version of the result. Anything else (a forged or corrupt reply, one for an attempt
-the ledger never dispatched, one that disagrees with the row) is audited on the step
-(``unconfirmed-result-ignored`` / ``result-mismatch``) and completed without an event. A message that
-is not a valid ``ResultMessage`` is parked (``workflow_core.ledger.parking``), never raised on.
-
-If the orchestration is unknown (404) or already finished (410), the reply is too late to matter: a
-``late-result-ignored`` note goes to the ledger's audit trail and the message is completed. Any other
-failure propagates, so the host delivers the message again.
+A sequential work step's success the worker keyed with a basis row is raised as it came, unread: the
+scheduler takes it provisionally and its next write proves it or writes nothing
+(``activities.scheduler.instances``). Any other reply is a claim, acted on only if the step row records
+that outcome for that very attempt: then ``result_event_name(step_id, attempt, kind)`` is raised on
+the orchestration *the ledger* recorded, with the ledger's version of the result. Anything else is
+audited on the step (``unconfirmed-result-ignored`` / ``result-mismatch``) and completed without an
+event; a body that is not a ``ResultMessage`` is parked. An orchestration that is unknown (404) or
+finished (410) gets a ``late-result-ignored`` note; any other failure propagates (delivered again).
 """
 
 from __future__ import annotations
@@ -34,10 +24,9 @@ from typing import Any, Literal, Protocol
 import azure.functions as func
 from pydantic import ValidationError
 
-from activities._bp import bp
-from activities.common import park
+from activities.common import bp, never_fails, park
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
-from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import (
     RESULT_FUNCTION,
@@ -72,17 +61,6 @@ def is_instance_gone(exc: BaseException) -> bool:
     return _GONE.match(str(exc)) is not None
 
 
-def keyed(result: ResultMessage) -> bool:
-    """Is ``result`` a work success recorded with a basis row (``contracts.ReplyVersions``)?"""
-    versions = result.ledger
-    return (
-        versions is not None
-        and result.kind == "work"
-        and result.outcome == "succeeded"
-        and bool(versions.etags.get("instance"))
-    )
-
-
 async def raise_result_event(
     result: ResultMessage,
     client: EventClient,
@@ -110,7 +88,7 @@ async def raise_result_event(
         if quiet_if_gone:
             return "gone"
         log.info("late result %s for %s ignored: %s", event, result.orchestration_id, exc)
-        try:
+        with never_fails("late-result telemetry"):
             telemetry.record_recovery(
                 result.instance_id,
                 result.step_id,
@@ -120,8 +98,6 @@ async def raise_result_event(
                 kind=result.kind,
                 reason=str(exc),
             )
-        except Exception:  # telemetry must never fail the work it describes
-            log.exception("could not record late-result telemetry")
         services.ledger.note(
             result.instance_id,
             result.step_id,
@@ -184,10 +160,8 @@ async def handle_result(
     message_id: str | None = None,
     trace: Any = None,
 ) -> HandleOutcome:
-    """Handle one result-queue message body (a ``ResultMessage`` dict); see the module docstring.
-
-    ``trace``: the message's application properties; their ``traceparent`` (the worker's span) is
-    the parent of this handler's span, so the reply stays in the workflow's trace."""
+    """Handle one result-queue message body; ``trace``: its application properties (the worker's
+    span is the parent of this handler's, so the reply stays in the workflow's trace)."""
     queue = services.settings.result_queue
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
@@ -200,53 +174,49 @@ async def handle_result(
         kind=fields.get("kind"),
         outcome=fields.get("outcome"),
     ):
-        return await _handle_result(body, client, services, message_id=message_id)
-
-
-async def _handle_result(
-    body: Any, client: EventClient, services: Services, *, message_id: str | None
-) -> HandleOutcome:
-    try:
-        result = ResultMessage.model_validate(body)
-    except ValidationError as exc:
-        park(
-            services,
-            source="result",
-            reason=f"not a valid result message: {explain(exc)}",
-            body=body,
-            actor=ACTOR,
-            message_id=message_id,
-        )
-        return "parked"
-    if keyed(result):
-        # The worker recorded this success with a basis row: the scheduler takes it provisionally and
-        # its next write proves it against the ledger (contracts.ResultBasis), so it goes unread. An
-        # orchestration that is gone may have been replaced by a resumed one the ledger names: read.
-        raised = await raise_result_event(result, client, services, quiet_if_gone=True)
-        if raised == "raised":
-            return raised
-    try:  # the instance record and what its row watches, in the same request: they ride on the event
-        record, handle, watched = services.ledger.read_step_instance_and_watched(
-            result.instance_id, result.step_id
-        )
-    except (StepNotFound, InvalidLedgerInput) as exc:
-        park(services, source="result", reason=f"result for no known step: {exc}", body=body, actor=ACTOR)
-        return "parked"
-    confirmed, action, why = confirm(result, record)
-    if confirmed is None:
-        log.warning("result %s/%s#%d ignored: %s", result.instance_id, result.step_id, result.attempt, why)
-        services.ledger.note(
-            result.instance_id,
-            result.step_id,
-            actor=ACTOR,
-            action=action,
-            reason=f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}",
-            attempt=result.attempt,
-            status=record.status.value,
-        )
-        return action  # type: ignore[return-value]
-    instance = handle.record if handle is not None else None
-    return await raise_result_event(with_verdict(confirmed, record, instance, watched), client, services)
+        try:
+            result = ResultMessage.model_validate(body)
+        except ValidationError as exc:
+            park(
+                services,
+                source="result",
+                reason=f"not a valid result message: {explain(exc)}",
+                body=body,
+                actor=ACTOR,
+                message_id=message_id,
+            )
+            return "parked"
+        keyed = result.ledger is not None and bool(result.ledger.etags.get("instance"))
+        if keyed and result.kind == "work" and result.outcome == "succeeded":
+            # A success recorded with a basis row goes unread: the scheduler's next write proves it. An
+            # orchestration that is gone may have been replaced by a resumed one the ledger names: read.
+            raised = await raise_result_event(result, client, services, quiet_if_gone=True)
+            if raised == "raised":
+                return raised
+        try:  # the instance record and what its row watches, in the same request: they ride on the event
+            record, handle, watched = services.ledger.read_step_instance_and_watched(
+                result.instance_id, result.step_id
+            )
+        except (StepNotFound, InvalidLedgerInput) as exc:
+            park(services, source="result", reason=f"result for no known step: {exc}", body=body, actor=ACTOR)
+            return "parked"
+        confirmed, action, why = confirm(result, record)
+        if confirmed is None:
+            log.warning(
+                "result %s/%s#%d ignored: %s", result.instance_id, result.step_id, result.attempt, why
+            )
+            services.ledger.note(
+                result.instance_id,
+                result.step_id,
+                actor=ACTOR,
+                action=action,
+                reason=f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}",
+                attempt=result.attempt,
+                status=record.status.value,
+            )
+            return action  # type: ignore[return-value]
+        instance = handle.record if handle is not None else None
+        return await raise_result_event(with_verdict(confirmed, record, instance, watched), client, services)
 
 
 def with_verdict(
@@ -256,10 +226,9 @@ def with_verdict(
     watched: list[str] | None = None,
 ) -> ResultMessage:
     """``confirmed`` with the ledger's verdict and the attempt's token (a :class:`ConfirmedResult`),
-    so the orchestrator need not read the ledger again; as it is when the row holds no token for the
-    attempt (rows dispatched before tokens existed) or no outcome the scheduler could act on. With
-    the snapshot of ``instance`` as read with the step (and the in-flight steps its index row
-    watches), for the scheduler's next dispatch or its settle."""
+    so the orchestrator need not read the ledger again, and the snapshot of ``instance`` (with the
+    steps its index row watches) for its next dispatch or settle; as it is when the row holds no
+    token for the attempt or no outcome the scheduler could act on."""
     token = attempt_token(r, confirmed.kind, confirmed.attempt)
     verdict = verdict_of(recorded_outcome(r, confirmed.kind, confirmed.attempt))
     if token is None or verdict.state == "unconfirmed":
@@ -270,7 +239,14 @@ def with_verdict(
     return ConfirmedResult(**confirmed.model_dump(), ledger_token=token, verdict=verdict, instance=snapshot)
 
 
-# ---- trigger-bound function -----------------------------------------------------------------------
+async def _on_message(incoming: Incoming, client: EventClient) -> None:
+    await handle_result(
+        incoming.body,
+        client,
+        get_services(),
+        message_id=incoming.message_id,
+        trace=incoming.application_properties,
+    )
 
 
 def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
@@ -283,14 +259,7 @@ def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[...
         )
         @blueprint.durable_client_input(client_name="client")
         async def agent_result_handler(msg: func.ServiceBusMessage, client) -> None:
-            incoming = from_servicebus_message(msg)
-            await handle_result(
-                incoming.body,
-                client,
-                get_services(),
-                message_id=incoming.message_id,
-                trace=incoming.application_properties,
-            )
+            await _on_message(from_servicebus_message(msg), client)
 
         return agent_result_handler
 
@@ -298,14 +267,7 @@ def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[...
     @blueprint.queue_trigger(arg_name="msg", queue_name="%RESULT_QUEUE_NAME%", connection=STORAGE_CONNECTION)
     @blueprint.durable_client_input(client_name="client")
     async def agent_result_handler(msg: func.QueueMessage, client) -> None:
-        incoming = from_queue_message(msg)
-        await handle_result(
-            incoming.body,
-            client,
-            get_services(),
-            message_id=incoming.message_id,
-            trace=incoming.application_properties,
-        )
+        await _on_message(from_queue_message(msg), client)
 
     return agent_result_handler
 

@@ -1,8 +1,6 @@
-"""``check_step`` and ``check_compensation``: the ledger's word when a deadline timer fires.
-
-The orchestration waits on a durable timer for each attempt's deadline; when it fires before a
-result arrived, these activities read the ledger (the source of truth) and answer: the result is
-there after all, a heartbeat extended the deadline, or the attempt is now TimedOut (written here).
+"""``check_step`` and ``check_compensation``: the ledger's word when an attempt's deadline timer fired
+first: the result is there after all, a heartbeat extended the deadline, or the attempt is now
+TimedOut (written here).
 """
 
 from __future__ import annotations
@@ -10,22 +8,20 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from activities import step_metrics
 from activities.common import (
     COMP_FAILED,
     COMP_TIMED_OUT,
-    as_dict,
+    attempt_finished,
+    decide_on_step,
     emit_recovery,
     grace_deadline,
     is_transient_claim,
     iso,
     now,
-    retry_on_conflict,
     step_output,
 )
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, S, StepAttemptInput
 from activities.scheduler.instances import keep_promise, with_promise
-from workflow_core import contracts as c
 from workflow_core import telemetry
 from workflow_core.contracts import StepCheck
 from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord
@@ -36,14 +32,6 @@ from workflow_core.runtime import Services
 CLAIM_RECHECK_SECONDS = 5.0
 
 
-def wait_until(r: StepRecord, current: datetime) -> datetime:
-    """How long the scheduler should keep waiting for an attempt whose deadline is still ahead."""
-    assert r.deadline is not None
-    if is_transient_claim(r.owner):
-        return min(r.deadline, current + timedelta(seconds=CLAIM_RECHECK_SECONDS))
-    return r.deadline
-
-
 def keep_waiting(
     ledger: StepLedger,
     handle: InstanceHandle | None,
@@ -52,22 +40,20 @@ def keep_waiting(
     grace: float,
     doing: str,
 ) -> StepCheck:
-    """The attempt's deadline is still ahead: the scheduler waits on (see :func:`wait_until`) and
-    moves its promise on the instance record to match, so the watchdog does not take it for dead."""
-    until = wait_until(r, current)
+    """The attempt's deadline is still ahead: the scheduler waits on, and moves its promise on the
+    instance record to match, so the watchdog does not take it for dead."""
+    assert r.deadline is not None
+    until = r.deadline
+    if is_transient_claim(r.owner):
+        until = min(r.deadline, current + timedelta(seconds=CLAIM_RECHECK_SECONDS))
     reason = f"{doing} {r.step_id} until {iso(until)}"
     keep_promise(ledger, handle, until, grace, r.orchestration_id, reason=reason)
     return StepCheck(state="extended", deadline=iso(until))
 
 
 def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """The orchestration's deadline timer fired: what does the ledger say about this attempt?
-
-    ``succeeded``/``failed``: the result is in the ledger (its event was lost or is late);
-    ``extended``: a heartbeat moved the deadline past now; ``timed_out``: the ledger now says
-    TimedOut (written here if the attempt was still Dispatched/Running past its deadline).
-    """
-    args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_STEP))
+    """``StepCheck`` of the attempt (written TimedOut here if it was still in flight past its deadline)."""
+    args = StepAttemptInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
@@ -96,7 +82,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
                 **with_promise(handle, current, grace, r.orchestration_id),
             )
             emit_recovery(r, "timed_out", reason=f"no result by {iso(r.deadline)}")
-            step_metrics.attempt_finished(
+            attempt_finished(
                 r,
                 outcome=telemetry.STEP_TIMED_OUT,
                 started_at=r.sent_at(),
@@ -107,23 +93,16 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
             return StepCheck(state="timed_out", error=r.last_error)
         return StepCheck(state="failed", error=r.last_error or f"step is {r.status.value}")
 
-    check = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"check {args.step_id}",
-    )
+    check = decide_on_step(ledger, args.instance_id, args.step_id, decide, f"check {args.step_id}")
     if check.output is not None:  # the scheduler builds later inputs from it: the value, not a reference
         check = check.model_copy(update={"output": services.payloads.resolve(check.output)})
     return check.model_dump()
 
 
 def check_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """Like :func:`check_step` for a compensation attempt (``attempt`` = compensation attempt).
-
-    A compensator that passes its deadline keeps the step Compensating, with ``compensation_status``
-    TimedOut and a ``last_error``; the scheduler then retries it or calls ``finish_compensation``.
-    """
-    args = StepAttemptInput.model_validate(as_dict(payload, c.ACTIVITY_CHECK_COMPENSATION))
+    """Like :func:`check_step` for a compensation attempt: one past its deadline keeps the step
+    Compensating, with ``compensation_status`` TimedOut (the scheduler retries or finishes it)."""
+    args = StepAttemptInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
@@ -160,9 +139,7 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
         emit_recovery(r, "compensation_timed_out", attempt=r.compensation_attempt, reason=error)
         return StepCheck(state="timed_out", error=error)
 
-    check = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"check compensation {args.step_id}",
+    check = decide_on_step(
+        ledger, args.instance_id, args.step_id, decide, f"check compensation {args.step_id}"
     )
     return check.model_dump()

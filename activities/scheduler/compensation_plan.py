@@ -1,10 +1,7 @@
 """``plan_compensation``: which steps to undo, in which order, with which compensation policy.
 
-Planning is a read of every step of the instance plus the decisions that make the plan stable on a
-re-run: steps caught in flight are timed out, steps with nothing to undo are Cancelled, and the
-instance record turns Compensating (work dispatch is fenced off). The order (never-completed steps
-first, then completed ones in reverse completion order) and the fallback policy for a definition
-that can no longer be loaded live here too.
+The plan is made stable on a re-run by what it writes: steps caught in flight are timed out, steps
+with nothing to undo are Cancelled, and the instance record turns Compensating (work is fenced off).
 """
 
 from __future__ import annotations
@@ -12,28 +9,25 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from activities.common import as_dict, grace_deadline, retry_on_conflict, step_input, step_output
-from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, PlanInput, S
-from workflow_core import contracts as c
+from activities.common import grace_deadline, retry_on_conflict, step_input, step_output
+from activities.scheduler.inputs import ACTOR, MAY_COMPENSATE, InstanceInput, S, nothing_to_undo, time_out
 from workflow_core.ledger import InstanceStatus, StepLedger, StepRecord
 from workflow_core.runtime import Services
+from workflow_core.workflows.retry import RetryPolicy
+from workflow_core.workflows.store import definition_for
 
 log = logging.getLogger(__name__)
 
-# Used when a step's workflow definition can no longer be loaded (renamed or removed after the run
-# started): compensation must still be possible.
+# When a step's workflow definition can no longer be loaded, compensation must still be possible.
 FALLBACK_COMPENSATION_DEADLINE_SECONDS = 300.0
 
 
 def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """What to undo, in order: steps that may have taken effect and have a compensator.
-
-    Order: steps that never completed (the given-up step, or any caught in flight) first, then
-    completed steps in reverse completion order. Steps that never ran, and failed steps without a
-    compensator, become Cancelled. Steps already Compensated are left out; Compensating and
-    CompensationFailed ones stay in (a re-run, or an operator-requested retry).
+    """Steps that may have taken effect and have a compensator: the never-completed first (the
+    given-up step, any caught in flight), then the completed in reverse completion order. Compensated
+    steps are left out; Compensating and CompensationFailed ones stay in (a re-run, an operator's retry).
     """
-    args = PlanInput.model_validate(as_dict(payload, c.ACTIVITY_PLAN_COMPENSATION))
+    args = InstanceInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
     if _start_compensating(ledger, args.instance_id, grace) is InstanceStatus.STOPPED:
@@ -41,25 +35,27 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
         # (a scheduler refused its dispatches, gave the step up and asks to compensate: fenced off).
         return {"steps": [], "cancelled": []}
     records = ledger.list_for_instance(args.instance_id)
-    definition = _definition_or_none(records[0], services) if records else None
+    definition = None
+    try:
+        if records:
+            definition = definition_for(
+                records[0].workflow_name, records[0].workflow_version, services.definitions
+            )
+    except Exception as exc:  # a run must stay compensatable even if its definition went away
+        log.warning(
+            "workflow %r could not be loaded (%s); compensating with default policies",
+            records[0].workflow_name,
+            exc,
+        )
 
     to_undo: list[StepRecord] = []
     cancelled: list[str] = []
     for record in records:
 
         def decide(r: StepRecord) -> tuple[StepRecord, bool]:
-            if r.status in IN_FLIGHT:
-                r = ledger.transition(
-                    r,
-                    S.TIMED_OUT,
-                    actor=ACTOR,
-                    reason="workflow is being compensated; in-flight attempt abandoned",
-                    last_error=r.last_error or "abandoned by compensation",
-                    deadline=grace_deadline(grace),
-                )
-            if r.status is S.PENDING or (
-                r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
-            ):
+            reason = "workflow is being compensated; in-flight attempt abandoned"
+            r = time_out(ledger, r, grace, reason, last_error=r.last_error or "abandoned by compensation")
+            if nothing_to_undo(r):
                 return ledger.transition(r, S.CANCELLED, actor=ACTOR, reason="workflow compensated"), True
             return r, False
 
@@ -74,9 +70,8 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
             to_undo.append(current)
 
     never_completed = sorted((r for r in to_undo if r.completed_at is None), key=lambda r: -r.sequence)
-    # Reverse completion order: the completion sequence the ledger wrote with each completion (one
-    # counter per instance, in the same transaction), never a writer's clock; rows written before
-    # the counter existed fall back to their completion time.
+    # Reverse completion order: the sequence the ledger wrote with each completion (one counter per
+    # instance, in the same transaction), never a writer's clock; a step without one, its time.
     completed = sorted(
         (r for r in to_undo if r.completed_at is not None),
         key=lambda r: (r.completion_seq is not None, r.completion_seq or 0, r.completed_at, r.sequence),
@@ -86,20 +81,18 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     return {"steps": steps, "cancelled": cancelled}
 
 
+_MAY_START_COMPENSATING = frozenset(
+    {InstanceStatus.RUNNING, InstanceStatus.FAILED, InstanceStatus.COMPENSATION_FAILED}
+)
+
+
 def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> InstanceStatus | None:
-    """The instance's record says Compensating from the moment the plan is made: work dispatch is
-    fenced off, and the watchdog now watches the compensation orchestration, not the workflow's.
-    Returns the status the record had (None: no record)."""
+    """Compensating from the moment the plan is made: work dispatch is fenced off, and the watchdog
+    watches the compensation orchestration now. Returns the status the record had (None: no record)."""
 
     def decide(record: Any) -> InstanceStatus | None:
-        if record is None:
-            return None
-        if record.status not in (
-            InstanceStatus.RUNNING,
-            InstanceStatus.FAILED,
-            InstanceStatus.COMPENSATION_FAILED,
-        ):
-            return record.status
+        if record is None or record.status not in _MAY_START_COMPENSATING:
+            return None if record is None else record.status
         ledger.transition_instance(
             record,
             InstanceStatus.COMPENSATING,
@@ -116,33 +109,15 @@ def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> I
     )
 
 
-def _definition_or_none(record: StepRecord, services: Services):
-    """The definition the instance is pinned to (its steps carry the version)."""
-    name, version = record.workflow_name, record.workflow_version
-    try:
-        from workflow_core.workflows.store import definition_for
-
-        return definition_for(name, version, services.definitions if version else None)
-    except Exception as exc:  # a run must stay compensatable even if its definition went away
-        log.warning("workflow %r could not be loaded (%s); compensating with default policies", name, exc)
-        return None
-
-
 def _plan_entry(r: StepRecord, definition: Any) -> dict[str, Any]:
-    compensation = None
-    if definition is not None:
-        try:
-            compensation = definition.step(r.step_id).compensation
-        except KeyError:
-            compensation = None
-    if compensation is not None:
-        deadline_seconds = compensation.deadline_seconds
-        retry = compensation.retry.model_dump()
-    else:
-        from workflow_core.workflows.retry import RetryPolicy
-
-        deadline_seconds = FALLBACK_COMPENSATION_DEADLINE_SECONDS
-        retry = RetryPolicy().model_dump()
+    try:
+        compensation = definition.step(r.step_id).compensation if definition is not None else None
+    except KeyError:
+        compensation = None
+    deadline_seconds = (
+        compensation.deadline_seconds if compensation else FALLBACK_COMPENSATION_DEADLINE_SECONDS
+    )
+    retry = (compensation.retry if compensation else RetryPolicy()).model_dump()
     return {
         "step_id": r.step_id,
         "compensator": r.compensator,

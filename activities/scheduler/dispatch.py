@@ -1,48 +1,42 @@
 """``dispatch_step`` and ``dispatch_compensation``: write the intent to the ledger, then send the message.
 
-Both follow one protocol (ledger first, send second) and share the send with its quick retries, so
-they live together: the work and the compensation rules differ only in how the ledger row is moved
-(``decide_work_dispatch`` / ``decide_compensation_dispatch``). The send itself is not recorded:
-the Dispatched/Compensating write before it implies it, and a third write per step would only tell
-"never sent" from "sent" apart, which MessageId deduplication and the worker's ETag claim make
-unnecessary (a duplicate work message runs once; the other delivery re-sends the recorded reply or
-is ignored). A send that keeps failing is not an activity failure: the intent is in the ledger and
-the step recovers at its deadline (the orchestration's timer, or the watchdog's one re-send).
+The rules that move the row (``decide_work_dispatch`` / ``decide_compensation_dispatch``) make a
+dispatch safe to run twice, after a crash or by a resumed scheduler: each reads only the ledger (or
+writes against a version the ledger proves current) and moves the row with an ETag-guarded write.
+The send itself is not recorded: the Dispatched/Compensating write before it implies it, and a third
+write per step would only tell "never sent" from "sent" apart, which MessageId deduplication and the
+worker's ETag claim make unnecessary. A send that keeps failing is not an activity failure: the
+intent is in the ledger and the step recovers at its deadline (the orchestration's timer, or the
+watchdog's one re-send).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
+import secrets
 import time
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
 from activities.common import (
-    as_dict,
+    COMP_DISPATCHED,
+    decide_on_step,
     emit_recovery,
     error_text,
     iso,
     parse_time,
-    retry_on_conflict,
 )
-from activities.scheduler.basis import BASIS_REFUSED, refused
-from activities.scheduler.dispatch_rules import (
-    DispatchResult,
-    decide_compensation_dispatch,
-    decide_work_dispatch,
-    dispatch_unread,
-    may_send_again,
-)
-from activities.scheduler.inputs import ACTOR
-from activities.verification import attempt_token
+from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S, time_out
+from activities.scheduler.instances import BASIS_REFUSED, basis_rows, refused, with_promise, works_on
+from activities.verification import UNDOING, attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepDispatch
-from workflow_core.ledger import InstanceHandle, StepRecord
-from workflow_core.ledger.known_rows import watched_in
+from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
+from workflow_core.ledger.known_rows import KnownStepRecord, known_instance, watched_in
 from workflow_core.messages import ClaimableWork, work_message
 from workflow_core.runtime import Services
 from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
@@ -52,52 +46,36 @@ log = logging.getLogger(__name__)
 # Pauses between quick re-tries of a failed send inside one dispatch (then the deadline takes over).
 SEND_RETRY_DELAYS = (0.2, 1.0)
 
+DispatchResult = Literal[
+    "dispatched", "already-dispatched", "settled", "stale", "not-dispatchable", "basis-refused"
+]
+
 
 class DispatchOutcome(BaseModel):
-    """What a dispatch activity did.
-
-    ``outcome``: ``dispatched`` (ledger moved, message sent), ``already-dispatched`` (this attempt
-    was dispatched before; the same message, same MessageId, was sent again only while the attempt
-    still waits for an agent and the watchdog has not re-sent it), ``settled`` (the
-    step is already done: Succeeded by another attempt, Skipped, or Compensated; nothing sent, do
-    not wait for a result), ``stale`` (the ledger is at a later attempt; nothing done),
-    ``not-dispatchable`` (the status does not allow it, e.g. Cancelled, or no compensator; nothing
-    done), ``basis-refused`` (the previous step's success the scheduler took unread is not what the
-    ledger recorded, ``activities.scheduler.basis``; nothing done, ``error`` says why). ``status`` is
-    the ledger status afterwards. ``sent``: whether this call sent the message;
-    if sending failed even after a few quick retries, ``sent`` is false, ``error`` says why and the
-    step (its intent already in the ledger) recovers at its deadline.
-    """
+    """What a dispatch activity did (each ``outcome`` is spelled out at
+    ``orchestrators.decisions.after_dispatch``); ``error``: why the send failed even after quick
+    retries (the step then recovers at its deadline)."""
 
     instance_id: str
     step_id: str
     kind: c.StepKind
     attempt: int
     outcome: DispatchResult
-    status: str | None  # None: not read (``basis-refused``)
+    status: str | None
     message_id: str
     sent: bool
     deadline: str | None = None
-    error: str | None = None  # why the send failed (the step then recovers at its deadline)
+    error: str | None = None
     # The attempt's ledger token (dispatched / already-dispatched): a result event carrying it was
     # confirmed by the result handler against the ledger (contracts.ConfirmedResult).
     token: str | None = None
 
 
-# ---- dispatch -------------------------------------------------------------------------------------
-
-
 def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """Ledger Pending/Retrying -> Dispatched (owner, attempt, deadline, orchestration id, input) *then*
-    send the work message (MessageId ``message_id_for(instance, step, attempt)``). Nothing is written
-    after the send.
-
-    A second call for the same attempt (the activity re-run after a crash, or a resumed scheduler)
-    cannot know whether the first one sent, so it sends again while the row is still Dispatched at
-    that attempt and the watchdog has not re-sent it (``resent_at`` None): the same MessageId, so if
-    the first send did go out the copy is a duplicate the broker or the worker's claim absorbs. Once
-    an agent claimed the attempt, or the watchdog re-sent it, a re-run sends nothing."""
-    dispatch = StepDispatch.model_validate(as_dict(payload, c.ACTIVITY_DISPATCH_STEP))
+    """Ledger Pending/Retrying -> Dispatched (owner, attempt, deadline, orchestration id, input)
+    *then* send the work message (MessageId ``message_id_for(instance, step, attempt)``); a re-run
+    sends again only as :func:`may_send_again` says."""
+    dispatch = StepDispatch.model_validate(payload)
     if dispatch.kind != "work":
         raise ValueError(f"{c.ACTIVITY_DISPATCH_STEP} sends work; use {c.ACTIVITY_DISPATCH_COMPENSATION}")
     return _dispatch(dispatch, services).model_dump()
@@ -106,15 +84,14 @@ def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]
 def dispatch_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """Ledger -> Compensating (compensation_attempt, owner, deadline) *then* send the compensate
     message to the step's compensator agent; idempotent like :func:`dispatch_step`."""
-    data = dict(as_dict(payload, c.ACTIVITY_DISPATCH_COMPENSATION))
+    data = dict(payload)
     data["kind"] = "compensate"
     return _dispatch(StepDispatch.model_validate(data), services).model_dump()
 
 
 def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
-    """The dispatch as a PRODUCER span under the workflow's trace (``d.trace``): the span's own
-    context goes to the ledger row with the Dispatched/Compensating write and, from the row, into
-    the work message (``workflow_core.tracing``)."""
+    """A PRODUCER span under the workflow's trace: its context goes to the ledger row with the
+    Dispatched/Compensating write and, from the row, into the work message."""
     queue = services.settings.work_queue
     message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
     with tracing.span(
@@ -147,32 +124,32 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     keyed = bool(d.provisional)
     watched = watched_in(d.expected.instance) if d.expected is not None else None
     claimable = ClaimableWork(watched, keyed) if d.kind == "work" else None
-    handles: list[InstanceHandle | None] = [None]
     message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
 
-    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, DispatchResult]:
-        handles[0] = pair[1]
+    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, DispatchResult, Any]:
+        r, handle = pair
         if d.kind == "work":
-            return decide_work_dispatch(ledger, pair[0], pair[1], d, deadline, grace, claimable)
-        return decide_compensation_dispatch(ledger, pair[0], pair[1], d, deadline, grace)
+            return (*decide_work_dispatch(ledger, r, handle, d, deadline, grace, claimable), handle)
+        return (*decide_compensation_dispatch(ledger, r, handle, d, deadline, grace), handle)
 
     unread = dispatch_unread(ledger, d, deadline, grace, claimable)
     if unread is not None:
-        record, outcome, handles[0] = unread
+        record, outcome, handle = unread
     else:
         why = refused(ledger, d.instance_id, d.basis, by=f"dispatch of {d.step_id!r}")
         if why is not None:  # the step the scheduler built on is not what the ledger recorded
             return _answer(d, message_id, BASIS_REFUSED, status=None, sent=False, error=why)
         if claimable is not None:  # a read does not say which steps the row watches
             claimable = ClaimableWork(None, keyed)
-        record, outcome = retry_on_conflict(
-            lambda: ledger.read_step_and_instance(d.instance_id, d.step_id),
+        record, outcome, handle = decide_on_step(
+            ledger,
+            d.instance_id,
+            d.step_id,
             decide,
-            what=f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
+            f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
         )
-    instance = handles[0].record if handles[0] is not None else None
-    sent = False
-    error = None
+    instance = handle.record if handle is not None else None
+    sent, error = False, None
     if outcome == "dispatched" or (outcome == "already-dispatched" and may_send_again(record, d)):
         if claimable is not None and outcome == "dispatched":
             message = claimable.message(record, instance)
@@ -211,12 +188,13 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
         sent=sent,
         deadline=iso(record.deadline),
         error=error,
-        token=attempt_token(record, d.kind, d.attempt) if outcome in _TOKEN_OUTCOMES else None,
+        token=attempt_token(record, d.kind, d.attempt)
+        if outcome in ("dispatched", "already-dispatched")
+        else None,
     )
 
 
 def _answer(d: StepDispatch, message_id: str, outcome: DispatchResult, **fields: Any) -> DispatchOutcome:
-    """The activity's answer about dispatch ``d``."""
     return DispatchOutcome(
         instance_id=d.instance_id,
         step_id=d.step_id,
@@ -228,22 +206,180 @@ def _answer(d: StepDispatch, message_id: str, outcome: DispatchResult, **fields:
     )
 
 
-_TOKEN_OUTCOMES = frozenset({"dispatched", "already-dispatched"})
-
-
 def _send(message: OutgoingMessage, d: StepDispatch, services: Services) -> None:
-    """Send the message of ``d`` (built from the ledger row); nothing is recorded afterwards.
-
-    A send that fails is retried a few times at once (the same MessageId, so a send that did reach
-    the broker is deduplicated); the last ``TransportError`` propagates.
-    """
-    send = functools.partial(services.transport.send, services.settings.work_queue, message)
+    """Send, retrying a few times at once (the same MessageId: a send that did reach the broker is
+    deduplicated); the last ``TransportError`` propagates. Nothing is recorded afterwards."""
     for delay in (*SEND_RETRY_DELAYS, None):
         try:
-            send()
+            services.transport.send(services.settings.work_queue, message)
             return
         except TransportError as exc:
             if delay is None:
                 raise
             log.info("send of %s %s#%d failed (%s); retrying", d.kind, d.step_id, d.attempt, exc)
             time.sleep(delay)
+
+
+def dispatch_unread(
+    ledger: StepLedger,
+    d: StepDispatch,
+    deadline: datetime,
+    grace: float,
+    claimable: ClaimableWork | None = None,
+) -> tuple[StepRecord, DispatchResult, InstanceHandle] | None:
+    """A first work attempt written unread against the versions the scheduler carried (``d.expected``).
+    Only a write counts: the Dispatched transition is If-Match both carried ETags, so it lands only if
+    neither row changed since; anything else (a lost race, a copy the ledger refuses, a decision a copy
+    alone cannot prove) returns None: read instead."""
+    e = d.expected
+    if e is None or d.kind != "work" or d.attempt != 1:
+        return None
+    try:
+        record = KnownStepRecord(
+            instance_id=d.instance_id,
+            step_id=d.step_id,
+            workflow_name=d.workflow,
+            workflow_version=e.workflow_version,
+            step_name=e.step_name,
+            sequence=e.sequence,
+            agent=e.agent,
+            compensator=e.compensator,
+            max_attempts=e.max_attempts,
+            heartbeat_timeout_seconds=e.heartbeat_timeout_seconds,
+            orchestration_id=d.instance_id,  # as the starter writes it
+            etag=e.step_etag,
+        )
+        handle = InstanceHandle(known_instance(e.instance))
+        if handle.record.instance_id != d.instance_id or not works_on(handle, "work"):
+            return None
+        written, outcome = decide_work_dispatch(
+            ledger, record, handle, d, deadline, grace, claimable, also=basis_rows(d.instance_id, d.basis)
+        )
+    except (LedgerError, ValueError) as exc:  # 412/404 and refused copies alike: read instead
+        log.info("dispatch of %s/%s#1 reads the ledger: %s", d.instance_id, d.step_id, exc)
+        return None
+    return (written, outcome, handle) if outcome == "dispatched" else None
+
+
+def decide_work_dispatch(
+    ledger: StepLedger,
+    r: StepRecord,
+    handle: InstanceHandle | None,
+    d: StepDispatch,
+    deadline: datetime,
+    grace: float,
+    claimable: ClaimableWork | None = None,
+    also: list[tuple] | None = None,
+) -> tuple[StepRecord, DispatchResult]:
+    """``claimable``: the message a worker may claim unread is built with the Dispatched write, and
+    its claim-key row written in the same transaction (``workflow_core.messages.ClaimableWork``);
+    ``also``: more operations for that transaction (the delete of a basis row,
+    ``activities.scheduler.instances``)."""
+    if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
+        if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
+            # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now
+            r = ledger.update(
+                r,
+                actor=ACTOR,
+                reason=f"orchestration {d.orchestration_id} took over attempt {r.attempt} "
+                f"from {r.orchestration_id}",
+                orchestration_id=d.orchestration_id,
+                **with_promise(handle, r.deadline or deadline, grace, d.orchestration_id),
+            )
+        return r, "already-dispatched"
+    if r.status in (S.SUCCEEDED, S.SKIPPED):
+        return r, "settled"
+    if not works_on(handle, "work"):
+        return r, "not-dispatchable"  # the instance is compensating or settled: fenced off
+    if r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt:
+        updated = ledger.transition(
+            r,
+            S.DISPATCHED,
+            actor=ACTOR,
+            reason=f"dispatch attempt {d.attempt} to agent {r.agent}",
+            owner=f"agent:{r.agent}",
+            attempt=d.attempt,
+            input_ref=encode_json(d.input),
+            with_rows=lambda step, instance: [
+                *(claimable.rows(step, instance) if claimable is not None else []),
+                *(also or []),
+            ],
+            **new_attempt(d, handle, deadline, grace),
+        )
+        return updated, "dispatched"
+    if r.attempt >= d.attempt:
+        return r, "stale"
+    return r, "not-dispatchable"
+
+
+def new_attempt(
+    d: StepDispatch, handle: InstanceHandle | None, deadline: datetime, grace: float
+) -> dict[str, Any]:
+    """The fields every dispatch writes with its transition: a fresh attempt token, no watchdog
+    re-send or heartbeat yet, its trace, and the scheduler's promise."""
+    return {
+        "deadline": deadline,
+        "orchestration_id": d.orchestration_id,
+        "resent_at": None,
+        "last_heartbeat": None,
+        "attempt_token": secrets.token_hex(16),
+        **tracing.ledger_fields(d.trace),
+        **with_promise(handle, deadline, grace, d.orchestration_id),
+    }
+
+
+def decide_compensation_dispatch(
+    ledger: StepLedger,
+    r: StepRecord,
+    handle: InstanceHandle | None,
+    d: StepDispatch,
+    deadline: datetime,
+    grace: float,
+) -> tuple[StepRecord, DispatchResult]:
+    if r.compensation_attempt == d.attempt and r.status in UNDOING:
+        return r, "already-dispatched"
+    if r.status is S.COMPENSATED:
+        return r, "settled"
+    if r.compensator is None:
+        return r, "not-dispatchable"
+    r = time_out(ledger, r, grace, "compensation requested while an attempt was in flight")
+    if r.status in MAY_COMPENSATE and d.attempt > r.compensation_attempt:
+        updated = ledger.transition(
+            r,
+            S.COMPENSATING,
+            actor=ACTOR,
+            reason=f"dispatch compensation attempt {d.attempt} to agent {r.compensator}",
+            owner=f"agent:{r.compensator}",
+            compensation_attempt=d.attempt,
+            compensation_status=COMP_DISPATCHED,
+            **new_attempt(d, handle, deadline, grace),
+        )
+        return updated, "dispatched"
+    if r.compensation_attempt >= d.attempt:
+        return r, "stale"
+    return r, "not-dispatchable"
+
+
+def may_send_again(r: StepRecord, d: StepDispatch) -> bool:
+    """Whether a re-run of the dispatch of attempt ``d.attempt`` sends its message again.
+
+    The first run's send is not recorded, so a re-run sends while the attempt still waits for an
+    agent and nobody else has re-sent it. As the re-run reads the row:
+
+    | row                                                              | send again?               |
+    | ---------------------------------------------------------------- | ------------------------- |
+    | work: Dispatched at ``d.attempt``, ``resent_at`` None            | yes, same MessageId       |
+    | compensation: Compensating at ``d.attempt``, compensation_status | yes, same MessageId       |
+    |   Dispatched, ``resent_at`` None                                 |                           |
+    | ``resent_at`` set: the watchdog re-sent the attempt              | no: one re-send is enough |
+    | claimed (Running / compensation Running), settled, other attempt | no: an agent has it       |
+    """
+    if r.resent_at is not None:
+        return False
+    if d.kind == "work":
+        return r.status is S.DISPATCHED and r.attempt == d.attempt
+    return (
+        r.status is S.COMPENSATING
+        and r.compensation_attempt == d.attempt
+        and r.compensation_status == COMP_DISPATCHED
+    )

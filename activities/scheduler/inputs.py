@@ -1,10 +1,5 @@
-"""What the scheduler's activities share: their input models and the step statuses they decide by.
-
-The activities live in one module per concern (``step_creation``, ``dispatch``, ``step_checks``,
-``retries``, ``compensation_plan``); this module holds what several of them need, so none of them
-imports another: the payload models each activity validates its input with, the status sets the
-decisions turn on (which statuses are in flight, need a retry decision, may start compensating),
-and the ``{"instance_id", "step_id", "status", "changed"}`` reply of the status-moving activities.
+"""What the scheduler's activities share (so none imports another): their input models, the status
+sets their decisions turn on, the moves several of them make, and the status-moving activities' reply.
 """
 
 from __future__ import annotations
@@ -13,8 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities.common import grace_deadline
 from workflow_core import contracts as c
-from workflow_core.ledger import StepRecord, StepStatus
+from workflow_core.ledger import StepLedger, StepRecord, StepStatus
 
 S = StepStatus
 ACTOR = "scheduler"
@@ -26,20 +22,23 @@ MAY_COMPENSATE = frozenset(
 )
 
 
-class _Input(BaseModel):
+class InstanceInput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-
-class CreateStepsInput(_Input):
     instance_id: str
+
+
+class CreateStepsInput(InstanceInput):
     workflow: str
     orchestration_id: str | None = None
     version: str | None = None  # the pinned definition version (absent: the current YAML)
 
 
-class StepAttemptInput(_Input):
-    instance_id: str
+class _StepInput(InstanceInput):
     step_id: str
+
+
+class StepAttemptInput(_StepInput):
     attempt: int = Field(ge=1)
 
 
@@ -48,20 +47,29 @@ class ScheduleRetryInput(StepAttemptInput):
     kind: c.StepKind = "work"
 
 
-class GiveUpInput(_Input):
-    instance_id: str
-    step_id: str
+class GiveUpInput(_StepInput):
     reason: str = "attempts exhausted"
 
 
-class PlanInput(_Input):
-    instance_id: str
-
-
-class FinishCompensationInput(_Input):
-    instance_id: str
-    step_id: str
+class FinishCompensationInput(_StepInput):
     error: str = "compensator attempts exhausted"
+
+
+def time_out(ledger: StepLedger, r: StepRecord, grace: float, reason: str, **fields: Any) -> StepRecord:
+    """An attempt still in flight when the scheduler moves on is TimedOut first (no agent's result
+    may land on it any more); the row then waits for the scheduler, for the watchdog's grace."""
+    if r.status not in IN_FLIGHT:
+        return r
+    return ledger.transition(
+        r, S.TIMED_OUT, actor=ACTOR, reason=reason, deadline=grace_deadline(grace), **fields
+    )
+
+
+def nothing_to_undo(r: StepRecord) -> bool:
+    """Never ran, or failed without a compensator: Cancelled rather than compensated."""
+    return r.status is S.PENDING or (
+        r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
+    )
 
 
 def status_reply(r: StepRecord, changed: bool) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The scheduler's promises on the instance record, and the activity that settles an instance.
+"""The scheduler's promises on the instance record, the proof of its provisional successes, and the
+activity that settles an instance.
 
 Every scheduler activity that moves a step also moves the instance's ``scheduler_deadline``, in the
 same entity-group transaction: the time by which the scheduler will act again on its own (the
@@ -8,6 +9,13 @@ that promise; when it dies, nothing moves the deadline and the watchdog finds th
 Parallel-group members run in their own step orchestrations and write the same instance record;
 a member never *shortens* the promise (a sibling may wait longer), so it takes the later of the
 two. The parent's next activity after the group sets the promise outright again.
+
+A sequential work step's success reaches the scheduler unread (``contracts.ResultBasis``): the worker
+recorded it with a *basis row* named by the reply's digest. The scheduler's next write (the next
+dispatch, or the settle) deletes that row in its own transaction, so it lands only if the ledger
+recorded exactly that reply; when the row is missing (a forged reply; a re-run of a write that
+already deleted it) the activity reads the step and goes on only if the ledger records that success
+with that output, otherwise writes nothing and answers ``basis-refused`` (audited on the step).
 """
 
 from __future__ import annotations
@@ -19,28 +27,68 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from activities._bp import bp
-from activities.common import as_dict, now, retry_on_conflict
-from activities.scheduler.basis import BASIS_REFUSED, basis_rows, refused
+from activities.common import now, retry_on_conflict
+from activities.verification import recorded_outcome
 from workflow_core import contracts as c
 from workflow_core.contracts import ResultBasis
 from workflow_core.ledger import (
     InstanceHandle,
-    InstanceNotFound,
     InstanceRecord,
     InstanceStatus,
     LedgerError,
     StepLedger,
+    StepNotFound,
     StepRecord,
     outcome_json,
 )
-from workflow_core.ledger.known_rows import known_instance, watched_in
-from workflow_core.runtime import Services, get_services
+from workflow_core.ledger.known_rows import basis_row_key, known_instance, watched_in
+from workflow_core.messages import payload_digest
+from workflow_core.runtime import Services
 
 log = logging.getLogger(__name__)
 
 ACTOR = "scheduler"
 IS = InstanceStatus
+
+BASIS_REFUSED = "basis-refused"
+
+
+def basis_rows(instance_id: str, basis: ResultBasis | None) -> list[tuple]:
+    """The delete of the basis row, for the transaction of a write made on ``basis`` (none without)."""
+    if basis is None:
+        return []
+    return [("delete", {"PartitionKey": instance_id, "RowKey": basis_row_key(basis.step_id, basis.digest)})]
+
+
+def refused(ledger: StepLedger, instance_id: str, basis: ResultBasis | None, *, by: str) -> str | None:
+    """Why the ledger does not back ``basis`` (read: the write's own proof failed), or None when it
+    does (or there is no basis). ``by`` names the write, for the audit note."""
+    if basis is None:
+        return None
+    try:
+        record = ledger.get(instance_id, basis.step_id)
+    except StepNotFound:
+        log.warning("%s of %s: the basis step %r does not exist", by, instance_id, basis.step_id)
+        return f"no step {basis.step_id!r} in the ledger"
+    found = recorded_outcome(record, "work", basis.attempt)
+    if found.state == "succeeded" and payload_digest(found.output or {}) == basis.output_digest:
+        return None
+    why = f"the scheduler took attempt {basis.attempt} as succeeded, unread; the ledger records " + (
+        "another output"
+        if found.state == "succeeded"
+        else f"{found.state} ({record.status.value} at attempt {record.attempt})"
+    )
+    log.warning("%s of %s refused: %s", by, instance_id, why)
+    ledger.note(
+        instance_id,
+        basis.step_id,
+        actor=ACTOR,
+        action="provisional-result-refused",
+        reason=f"{by} not written: {why}",
+        attempt=basis.attempt,
+        status=record.status.value,
+    )
+    return why
 
 
 def promise(
@@ -51,13 +99,9 @@ def promise(
     *,
     keep_later: bool = False,
 ) -> dict[str, Any] | None:
-    """``instance_changes`` that promise the scheduler acts again by ``acts_by`` (+ grace).
-
-    None when there is nothing to promise on: no instance record (steps written without one), or an
-    instance no scheduler owns any more (settled, or handed to an operator). A parallel-group member
-    (a step orchestration), or a caller asking for it with ``keep_later``, never shortens a later
-    promise already recorded.
-    """
+    """``instance_changes`` that promise the scheduler acts again by ``acts_by`` (+ grace); None when
+    no scheduler owns the instance (no record, settled, or handed to an operator). A parallel-group
+    member, or a caller asking with ``keep_later``, never shortens a later promise already recorded."""
     if handle is None or not handle.record.supervised:
         return None
     target = acts_by + timedelta(seconds=grace_seconds)
@@ -115,8 +159,6 @@ def works_on(handle: InstanceHandle | None, kind: c.StepKind) -> bool:
     return handle.record.status in (IS.COMPENSATING, IS.RUNNING, IS.COMPENSATION_FAILED)
 
 
-# ---- settle_instance ------------------------------------------------------------------------------
-
 Outcome = Literal["succeeded", "compensated", "compensation_failed", "failed"]
 _SETTLED_AS: dict[str, InstanceStatus] = {
     "succeeded": IS.SUCCEEDED,
@@ -133,9 +175,7 @@ class SettleInput(BaseModel):
     outcome: Outcome
     failed_step: str | None = None
     error: str | None = None
-    # The instance record's snapshot from the last result (contracts.ConfirmedResult, or the keyed
-    # reply's contracts.ReplyVersions), with the steps its row watched then: a success settles
-    # against it without a read when none was.
+    # The instance's snapshot from the last result, with the steps its row watched: see _settle_unread
     expected: dict[str, Any] | None = None
     # The last step's success as the scheduler took it, unread: settle only if the ledger holds it.
     basis: ResultBasis | None = None
@@ -143,11 +183,8 @@ class SettleInput(BaseModel):
 
 def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """The workflow (or its compensation) ended: record how, and stop supervising the scheduler.
-
-    Idempotent: an instance already settled the same way is left alone; one without a record (steps
-    written without one) is a no-op. CompensationFailed and Failed raise the attention flag.
-    """
-    args = SettleInput.model_validate(as_dict(payload, c.ACTIVITY_SETTLE_INSTANCE))
+    Idempotent; CompensationFailed and Failed raise the attention flag."""
+    args = SettleInput.model_validate(payload)
     ledger = services.ledger
     target = _SETTLED_AS[args.outcome]
 
@@ -159,12 +196,10 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         record, watched = pair
         if record is None:
             return {"instance_id": args.instance_id, "status": None, "changed": False}
-        if record.status is target:
-            return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
-        if record.status is IS.STOPPED:  # an operator stopped it: no scheduler's outcome moves it
-            return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
-        if target is IS.SUCCEEDED and record.status is not IS.RUNNING:
-            # compensation started meanwhile (an operator or the watchdog): it decides the outcome
+        # already so; stopped by an operator (no scheduler's outcome moves it); or compensation
+        # started meanwhile (an operator or the watchdog), which decides the outcome
+        stopped = record.status is IS.STOPPED or (target is IS.SUCCEEDED and record.status is not IS.RUNNING)
+        if record.status is target or stopped:
             return {"instance_id": args.instance_id, "status": record.status.value, "changed": False}
         for step in watched:  # the instance's row is about to go: each gets a row of its own
             ledger.unwatch(
@@ -211,12 +246,10 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
 
 
 def _settle_unread(args: SettleInput, decide: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-    """A success settled against the snapshot the scheduler holds, without reading the instance.
-
-    Only when the snapshot watched no in-flight step: no step becomes watched without a write to the
-    instance record, so while the record is still that version (the write is If-Match its ETag) the
-    instance's row watches nothing and may go. Only a write counts: anything else (no snapshot, a
-    lost race, a snapshot that is not Running, a refused copy) returns None and the settle reads."""
+    """A success settled against the snapshot the scheduler holds, unread, when it watched no
+    in-flight step: no step becomes watched without a write to the instance record, so while the
+    record is that version (If-Match) its row watches nothing and may go. Only a write counts:
+    anything else returns None and the settle reads."""
     e = args.expected
     if e is None or args.outcome != "succeeded" or watched_in(e) != []:
         return None
@@ -229,16 +262,3 @@ def _settle_unread(args: SettleInput, decide: Callable[[Any], dict[str, Any]]) -
         log.info("settle of %s reads the ledger: %s", args.instance_id, exc)
         return None
     return done if done.get("changed") else None
-
-
-def find_handle(ledger: StepLedger, instance_id: str) -> InstanceHandle | None:
-    try:
-        return InstanceHandle(ledger.get_instance(instance_id))
-    except InstanceNotFound:
-        return None
-
-
-@bp.function_name(c.ACTIVITY_SETTLE_INSTANCE)
-@bp.activity_trigger(input_name="payload")
-def settle_instance_activity(payload: dict) -> dict:
-    return settle_instance(payload, get_services())

@@ -1,16 +1,11 @@
-"""After a failed attempt: ``schedule_retry``, ``give_up_step`` and ``finish_compensation``.
-
-Each moves one step's ledger row to what the orchestration decided once an attempt (of the work
-or of its compensator) failed or timed out: try again at ``retry_at`` (Retrying, or a moved
-deadline for a compensator's backoff), stop and leave the step for compensation (or Cancelled),
-or stop compensating and hand the step to an operator (CompensationFailed). All three reply with
-:func:`activities.scheduler.inputs.status_reply`.
+"""After a failed attempt (of the work or of its compensator), what the orchestration decided: try
+again at ``retry_at`` (``schedule_retry``), stop and leave the step for compensation
+(``give_up_step``), or hand a compensation that keeps failing to an operator (``finish_compensation``).
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any
 
 from activities.common import (
@@ -18,63 +13,59 @@ from activities.common import (
     COMP_GAVE_UP,
     COMP_TIMED_OUT,
     GIVEN_UP,
-    as_dict,
+    decide_on_step,
     emit_recovery,
     grace_deadline,
     iso,
     now,
     parse_time,
-    retry_on_conflict,
 )
 from activities.scheduler.inputs import (
     ACTOR,
-    IN_FLIGHT,
     MAY_COMPENSATE,
     NEEDS_RETRY_DECISION,
     FinishCompensationInput,
     GiveUpInput,
     S,
     ScheduleRetryInput,
+    nothing_to_undo,
     status_reply,
+    time_out,
 )
 from activities.scheduler.instances import with_promise
-from workflow_core import contracts as c
 from workflow_core.ledger import InstanceHandle, StepRecord
 from workflow_core.runtime import Services
 
 log = logging.getLogger(__name__)
 
 
-# ---- schedule_retry / give_up_step ----------------------------------------------------------------
-
-
 def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any]:
-    """Failed/TimedOut attempt -> Retrying until ``retry_at`` (deadline ``retry_at`` + grace).
-
-    With ``"kind": "compensate"`` (``attempt`` = compensation attempt) the step stays Compensating
-    and only its deadline moves to ``retry_at`` + grace, so the watchdog leaves a compensator's
-    backoff alone; the next ``dispatch_compensation`` starts the next attempt.
-    """
-    args = ScheduleRetryInput.model_validate(as_dict(payload, c.ACTIVITY_SCHEDULE_RETRY))
+    """Failed/TimedOut attempt -> Retrying until ``retry_at`` (deadline ``retry_at`` + grace). A
+    compensation stays Compensating and only its deadline moves, so the watchdog leaves its backoff
+    alone."""
+    args = ScheduleRetryInput.model_validate(payload)
     ledger = services.ledger
     retry_at = parse_time(args.retry_at, "retry_at")
     grace = services.settings.watchdog_grace_seconds
-    if args.kind == "compensate":
-        return _schedule_compensation_retry(args, services, retry_at, grace)
+    compensate = args.kind == "compensate"
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
+        promise = with_promise(handle, retry_at, grace, r.orchestration_id)
+        if compensate:
+            waiting = r.compensation_status in (COMP_FAILED, COMP_TIMED_OUT)
+            if r.status is not S.COMPENSATING or r.compensation_attempt != args.attempt or not waiting:
+                return r, False  # settled, superseded, or still in flight: nothing to move
+            if r.deadline == grace_deadline(grace, retry_at):
+                return r, False  # a re-run
+            reason = f"compensation attempt {r.compensation_attempt + 1} at {iso(retry_at)}"
+            return ledger.update(
+                r, actor=ACTOR, reason=reason, deadline=grace_deadline(grace, retry_at), **promise
+            ), True
         if r.attempt != args.attempt:
             return r, False  # superseded (or never dispatched): nothing of this attempt to retry
-        if r.status in IN_FLIGHT:
-            r = ledger.transition(
-                r,
-                S.TIMED_OUT,
-                actor=ACTOR,
-                reason=f"scheduler gave up waiting for attempt {r.attempt}",
-                last_error=r.last_error or f"attempt {r.attempt} timed out",
-                deadline=grace_deadline(grace),
-            )
+        reason = f"scheduler gave up waiting for attempt {r.attempt}"
+        r = time_out(ledger, r, grace, reason, last_error=r.last_error or f"attempt {r.attempt} timed out")
         if r.status not in NEEDS_RETRY_DECISION:
             return r, False  # already Retrying (a re-run), or settled another way
         updated = ledger.transition(
@@ -84,48 +75,13 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
             reason=f"attempt {r.attempt + 1} of {r.max_attempts} at {iso(retry_at)}",
             deadline=grace_deadline(grace, retry_at),
             owner="scheduler",
-            **with_promise(handle, retry_at, grace, r.orchestration_id),
+            **promise,
         )
         return updated, True
 
-    record, changed = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"schedule retry {args.step_id}",
-    )
-    if changed:
-        emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
-    return status_reply(record, changed)
-
-
-def _schedule_compensation_retry(
-    args: ScheduleRetryInput, services: Services, retry_at: datetime, grace: float
-) -> dict[str, Any]:
-    ledger = services.ledger
-    target = grace_deadline(grace, retry_at)
-
-    def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
-        r, handle = pair
-        waiting = r.compensation_status in (COMP_FAILED, COMP_TIMED_OUT)
-        if r.status is not S.COMPENSATING or r.compensation_attempt != args.attempt or not waiting:
-            return r, False  # settled, superseded, or still in flight: nothing to move
-        if r.deadline == target:
-            return r, False  # a re-run
-        updated = ledger.update(
-            r,
-            actor=ACTOR,
-            reason=f"compensation attempt {r.compensation_attempt + 1} at {iso(retry_at)}",
-            deadline=target,
-            **with_promise(handle, retry_at, grace, r.orchestration_id),
-        )
-        return updated, True
-
-    record, changed = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"schedule compensation retry {args.step_id}",
-    )
-    if changed:
+    what = f"schedule {'compensation ' if compensate else ''}retry {args.step_id}"
+    record, changed = decide_on_step(ledger, args.instance_id, args.step_id, decide, what)
+    if changed and compensate:
         emit_recovery(
             record,
             "compensation_retry_scheduled",
@@ -133,6 +89,8 @@ def _schedule_compensation_retry(
             retry_at=iso(retry_at),
             reason=record.last_error,
         )
+    elif changed:
+        emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
     return status_reply(record, changed)
 
 
@@ -140,24 +98,14 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """Attempts exhausted. A step with a compensator stays Failed/TimedOut, marked ``GivenUp``, for
     ``plan_compensation`` to undo first (a timed-out attempt may have taken effect); a step without
     one is Cancelled (nothing to undo)."""
-    args = GiveUpInput.model_validate(as_dict(payload, c.ACTIVITY_GIVE_UP_STEP))
+    args = GiveUpInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
-        if r.status in IN_FLIGHT:
-            r = ledger.transition(
-                r,
-                S.TIMED_OUT,
-                actor=ACTOR,
-                reason=f"given up: {args.reason}",
-                last_error=args.reason,
-                deadline=grace_deadline(grace),
-            )
-        if r.status is S.PENDING or (
-            r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
-        ):
+        r = time_out(ledger, r, grace, f"given up: {args.reason}", last_error=args.reason)
+        if nothing_to_undo(r):
             return (
                 ledger.transition(
                     r,
@@ -185,23 +133,18 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
             )
         return r, False
 
-    record, changed = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"give up {args.step_id}",
+    record, changed = decide_on_step(
+        ledger, args.instance_id, args.step_id, decide, f"give up {args.step_id}"
     )
     if changed:
         emit_recovery(record, "give_up", reason=args.reason, to_be_compensated=record.compensator is not None)
     return status_reply(record, changed)
 
 
-# ---- finish_compensation -----------------------------------------------------------------------------
-
-
 def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """The compensator's attempts are exhausted: -> CompensationFailed (the operators' inbox,
     ``ledger.needing_attention()``). Idempotent; a step that did get Compensated stays so."""
-    args = FinishCompensationInput.model_validate(as_dict(payload, c.ACTIVITY_FINISH_COMPENSATION))
+    args = FinishCompensationInput.model_validate(payload)
     ledger = services.ledger
     grace = services.settings.watchdog_grace_seconds
 
@@ -209,10 +152,7 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
         r, handle = pair
         if r.status in (S.COMPENSATED, S.COMPENSATION_FAILED):
             return r, False
-        if r.status in IN_FLIGHT:
-            r = ledger.transition(
-                r, S.TIMED_OUT, actor=ACTOR, reason="compensation gave up", deadline=grace_deadline(grace)
-            )
+        r = time_out(ledger, r, grace, "compensation gave up")
         if r.status is not S.COMPENSATING:
             if r.status not in MAY_COMPENSATE:
                 return r, False
@@ -236,10 +176,8 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
         log.warning("step %s/%s needs an operator: %s", r.instance_id, r.step_id, args.error)
         return updated, True
 
-    record, changed = retry_on_conflict(
-        lambda: ledger.read_step_and_instance(args.instance_id, args.step_id),
-        decide,
-        what=f"finish compensation {args.step_id}",
+    record, changed = decide_on_step(
+        ledger, args.instance_id, args.step_id, decide, f"finish compensation {args.step_id}"
     )
     if changed:
         emit_recovery(record, "finish_compensation", error=args.error)

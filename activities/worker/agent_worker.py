@@ -1,16 +1,10 @@
-"""The agent worker: takes a work message, claims the step in the ledger, runs the agent, replies.
+"""The agent worker's entry point: :func:`process_work_message`, called by the trigger-bound
+``agent_worker`` below and by the durable test host's queue pump.
 
-Entry point for any host: :func:`process_work_message` (a plain function; the trigger-bound
-``agent_worker`` below and the durable test host's queue pump both call it). It returns normally
-when the message is dealt with, including when it is deliberately ignored (stale, duplicate) or
-parked (not a valid ``WorkMessage``: bad ids or sizes, not JSON, missing fields); it
-raises when the message must be delivered again (ledger or transport unavailable, a simulated
-crash), so the host abandons it, and after ``MAX_DELIVERY_COUNT`` deliveries the broker (Service
-Bus) or the host (``<queue>-poison``) dead-letters it; ``agent_dead_letter_handler`` takes over.
-
-This module is the entry point only: one delivery's flow (claim, run, heartbeat, record, reply) is
-:class:`activities.worker.delivery.Delivery`, and the claim and idempotency rules it follows are spelled
-out in ``activities.worker.delivery_rules`` (docs/agents.md has the full table).
+It returns when the message is dealt with (including ignored or parked); it raises when the message
+must be delivered again (ledger or transport unavailable, a simulated crash), and after
+``MAX_DELIVERY_COUNT`` deliveries the broker or the host dead-letters it. One delivery's flow is
+:class:`activities.worker.delivery.Delivery`; its rules are ``activities.worker.delivery_rules``.
 """
 
 from __future__ import annotations
@@ -23,10 +17,9 @@ from typing import Any
 import azure.functions as func
 from pydantic import ValidationError
 
-from activities._bp import bp
-from activities.common import park
+from activities.common import bp, park
 from activities.worker.delivery import Delivery
-from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import tracing
 from workflow_core.contracts import WORKER_FUNCTION, WorkMessage
 from workflow_core.message_fields import explain
@@ -49,15 +42,11 @@ def process_work_message(
     message_id: str | None = None,
     trace: Any = None,
 ) -> str | None:
-    """Handle one delivery of a work message (the rules: ``activities.worker.delivery_rules``).
+    """Handle one delivery of a work message (``delivery_count``: 1 on first delivery; ``trace``: its
+    application properties, which make this delivery's span a child of the dispatch).
 
-    ``body``: the message body (a ``WorkMessage`` dict); ``delivery_count``: 1 on first delivery;
-    ``trace``: the message's application properties (its ``traceparent``/``tracestate`` make this
-    delivery's span a child of the dispatch, and the reply carries this span's context on).
-    A body that is not a valid ``WorkMessage`` (bad ids, sizes, types, missing fields, not JSON) is
-    never raised on: it is parked with a readable reason (returned) and the step, if it can be
-    identified, gets a ``message-parked`` note. Infrastructure errors and :class:`AgentCrash`
-    propagate so the message is delivered again.
+    A body that is not a valid ``WorkMessage`` is never raised on: it is parked, and its readable
+    reason returned. Infrastructure errors and ``AgentCrash`` propagate (delivered again).
     """
     queue = services.settings.work_queue
     fields = body if isinstance(body, dict) else {}
@@ -86,29 +75,21 @@ def process_work_message(
         return None
 
 
-# ---- trigger-bound function -----------------------------------------------------------------------
-
-
 def run_queue_message(
     msg: func.QueueMessage, *, services: Services | None = None, worker_id: str | None = None
 ) -> None:
     """Storage Queue trigger body: decode the transport envelope, then :func:`process_work_message`."""
-    incoming = from_queue_message(msg)
-    process_work_message(
-        incoming.body,
-        delivery_count=incoming.delivery_count,
-        services=services or get_services(),
-        worker_id=worker_id or default_worker_id(),
-        message_id=incoming.message_id,
-        trace=incoming.application_properties,
-    )
+    _run(from_queue_message(msg), services, worker_id)
 
 
 def run_servicebus_message(
     msg: func.ServiceBusMessage, *, services: Services | None = None, worker_id: str | None = None
 ) -> None:
     """Service Bus trigger body: the JSON body, then :func:`process_work_message`."""
-    incoming = from_servicebus_message(msg)
+    _run(from_servicebus_message(msg), services, worker_id)
+
+
+def _run(incoming: Incoming, services: Services | None, worker_id: str | None) -> None:
     process_work_message(
         incoming.body,
         delivery_count=incoming.delivery_count,

@@ -1,8 +1,8 @@
 """One delivery of a work message, start to end: claim, run the agent's handler, heartbeat, record, reply.
 
-Split from ``activities.worker.agent_worker`` (the trigger-bound entry point) because the flow of a delivery
-carries its own state (the message, the row as this worker last wrote it, the instance record)
-across several ledger writes; the rules each write follows are in ``activities.worker.delivery_rules``.
+The rules each ledger write follows (claim or not, how to record) are ``delivery_rules``: together
+the two would be some 600 lines, and the rules are the idempotency table the pattern leans on, read
+and tested on their own; this module is the flow that carries a delivery's state between them.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from datetime import datetime
 
 from azure.core.exceptions import HttpResponseError
 
-from activities import step_metrics
 from activities.common import (
     COMP_RUNNING,
     emit_recovery,
     error_text,
     is_transient_claim,
     now,
+    queue_wait,
     retry_on_conflict,
     step_input,
     step_output,
@@ -55,16 +55,13 @@ log = logging.getLogger(__name__)
 S = StepStatus
 
 
-def non_retryable_errors(
-    workflow: str, step_id: str, kind: str, version: str | None = None, services: Services | None = None
-) -> tuple[str, ...]:
-    """The exception type names the step's definition (or its compensation's) says retrying cannot fix,
-    in the definition version the instance is pinned to."""
+def non_retryable_errors(workflow: str, step_id: str, kind: str, version: str | None, services: Services):
+    """The exception type names the step's definition (or its compensation's, in the version the
+    instance is pinned to) says retrying cannot fix."""
     from workflow_core.workflows.store import definition_for
 
     try:
-        store = services.definitions if services is not None and version else None
-        step = definition_for(workflow, version, store).step(step_id)
+        step = definition_for(workflow, version, services.definitions).step(step_id)
     except Exception:  # an unknown workflow or step: nothing listed (PermanentError still counts)
         return ()
     if kind == "work":
@@ -72,18 +69,7 @@ def non_retryable_errors(
     return step.compensation.non_retryable_errors if step.compensation else ()
 
 
-def result_message_id(instance_id: str, step_id: str, attempt: int, kind: str) -> str:
-    """MessageId of a reply. Work and compensation replies differ, so Service Bus duplicate
-    detection never drops a compensation's reply as a copy of the step's own reply."""
-    return message_id_for(
-        instance_id, step_id, attempt, kind="result" if kind == "work" else "compensation-result"
-    )
-
-
 class Delivery(DeliveryDecisions):
-    """One delivery of a work message to this worker (see
-    :func:`activities.worker.agent_worker.process_work_message`)."""
-
     def __init__(self, message: WorkMessage, delivery_count: int, services: Services, worker_id: str) -> None:
         self.m = message
         self.n = max(1, int(delivery_count))
@@ -95,12 +81,9 @@ class Delivery(DeliveryDecisions):
         self.took_over = False
         self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
         self.instance: InstanceHandle | None = None  # the instance record as last read or written
-        # the in-flight steps the instance's row may watch once this step is recorded, when known:
-        # only while the instance is the version the work message carried (no re-read since)
+        # the in-flight steps the instance's row may watch once this step is recorded, when known
         self.watched_after: list[str] | None = None
         self.latest: StepRecord | None = None  # the step row as this worker last wrote it
-
-    # ---- flow ------------------------------------------------------------------------------------
 
     def process(self) -> None:
         m = self.m
@@ -115,16 +98,15 @@ class Delivery(DeliveryDecisions):
             return
         if note is not None:
             self._note(*note, status=record.status.value)
-        if action is Action.RESEND:
-            emit_recovery(record, "result_resent", attempt=m.attempt, kind=m.kind, delivery=self.n)
-        elif action is Action.RUN and self.took_over:
-            emit_recovery(record, "agent_takeover", attempt=m.attempt, kind=m.kind, delivery=self.n)
         if action is Action.IGNORE:
             log.info("ignored %s: %s", self._label, note[1] if note else "")
             return
         if action is Action.RESEND:
+            emit_recovery(record, "result_resent", attempt=m.attempt, kind=m.kind, delivery=self.n)
             self._send(self._result_from_record(record))
             return
+        if self.took_over:
+            emit_recovery(record, "agent_takeover", attempt=m.attempt, kind=m.kind, delivery=self.n)
         self.latest = record
         outcome = self._run(record)
         if outcome is None:
@@ -143,11 +125,9 @@ class Delivery(DeliveryDecisions):
         return f"{m.kind} {m.instance_id}/{m.step_id}#{m.attempt}"
 
     def _claim_unread(self) -> tuple[Action, StepRecord, None] | None:
-        """Claim a first delivery against the rows the dispatch wrote, as its message carries them
-        (``contracts.WorkVersions``), without reading: the step moves to Running If-Match its ETag,
-        in a transaction that also deletes the claim-key row named by this message's digest, so it
-        lands only for the unaltered message on an unchanged row. None (read and decide instead)
-        for anything else: no versions, a compensation, a redelivery, a lost race, a missing key."""
+        """Claim a first delivery unread, against the rows its message carries: Running If-Match the
+        step's ETag, in a transaction that deletes the claim-key row named by this message's digest,
+        so it lands only for the unaltered message on an unchanged row. None: read and decide."""
         m, versions = self.m, self.m.ledger
         if versions is None or not self.work or self.n > 1:
             return None
@@ -184,7 +164,7 @@ class Delivery(DeliveryDecisions):
         if versions.watched is not None and instance is not None:
             self.watched_after = [step for step in versions.watched if step != m.step_id]
         self.started_at = now()
-        step_metrics.queue_wait(known, self.started_at)
+        queue_wait(known, self.started_at)
         return Action.RUN, claimed, None
 
     def _read_with_instance(self) -> StepRecord:
@@ -216,11 +196,8 @@ class Delivery(DeliveryDecisions):
             status=status,
         )
 
-    # ---- run -------------------------------------------------------------------------------------
-
     def _run(self, record: StepRecord) -> Outcome | None:
-        """Run the handler: ``(ok, output, error, non_retryable)``, or None when nothing may be
-        recorded or sent."""
+        """Run the handler; None when nothing may be recorded or sent."""
         m = self.m
         handler = get_handler(m.agent)
         if handler is None:
@@ -302,7 +279,6 @@ class Delivery(DeliveryDecisions):
         return retry_on_conflict(read, decide, what=f"heartbeat {self._label}")
 
     def _current(self, r: StepRecord) -> bool:
-        """Is the step still at this message's attempt, in progress?"""
         if self.work:
             return r.status is S.RUNNING and r.attempt == self.m.attempt
         return (
@@ -311,15 +287,16 @@ class Delivery(DeliveryDecisions):
             and r.compensation_status == COMP_RUNNING
         )
 
-    # ---- reply -----------------------------------------------------------------------------------
-
     def _send(self, result: ResultMessage) -> None:
         m = self.m
         self.services.transport.send(
             self.services.settings.result_queue,
             OutgoingMessage(
                 body=result.model_dump(mode="json"),
-                message_id=result_message_id(m.instance_id, m.step_id, m.attempt, m.kind),
+                # work and compensation replies differ, so duplicate detection never drops one as the other
+                message_id=message_id_for(
+                    m.instance_id, m.step_id, m.attempt, kind="result" if self.work else "compensation-result"
+                ),
                 correlation_id=message_id_for(m.instance_id, m.step_id, m.attempt, kind=m.kind),
                 subject=f"{m.kind}-result",
                 application_properties={

@@ -1,11 +1,10 @@
-"""The agent worker's decisions for one delivery: claim it or not, and how to record its outcome.
+"""The agent worker's decisions for one delivery (``delivery``): claim it or not, how to record it.
 
-Kept apart from the delivery's flow (``activities.worker.delivery``) because these are the idempotency
-rules the whole pattern leans on: each decision reads only the ledger row (and the message), and
-moves the row with an ETag-guarded write, so a redelivered, duplicated or late message can never
-run a step twice or overwrite a newer attempt.
+These are the idempotency rules the pattern leans on: each decision reads only the ledger row (and
+the message) and moves the row with an ETag-guarded write, so a redelivered, duplicated or late
+message can never run a step twice or overwrite a newer attempt.
 
-Claim and idempotency rules (kind ``work``; docs/agents.md has the full table):
+Claim rules (kind ``work``; docs/agents.md has the full table):
 
 - ledger Dispatched, same attempt -> Running (owner = this worker), ETag-guarded; run the handler;
 - Running, same attempt, redelivered (delivery count > 1) -> take over (owner update, ETag); run;
@@ -17,11 +16,9 @@ Claim and idempotency rules (kind ``work``; docs/agents.md has the full table):
 - a message for the row's attempt whose agent or input is not the ledger's (forged or corrupted: the
   handler would run the wrong agent or on the wrong input) -> ignore, audit ``message-mismatch-ignored``.
 
-After the handler: Running -> Succeeded (``result_ref``) or Failed (``last_error``, deadline = now +
-grace), ETag-guarded, then the ``ResultMessage`` goes to the result queue (MessageId
-``message_id_for(instance, step, attempt, kind="result")``, ``"compensation-result"`` for
-compensations; CorrelationId = the work message's MessageId). If another worker recorded the
-attempt first, nothing more is written or sent (audit ``duplicate-result-discarded``).
+After the handler: Running -> Succeeded or Failed (deadline = now + grace), ETag-guarded, then the
+reply is sent; if another worker recorded the attempt first, nothing more is written or sent (audit
+``duplicate-result-discarded``).
 
 Kind ``compensate`` follows the same rules on the Compensating step, with ``compensation_attempt``
 and the sub-state ``compensation_status`` (Dispatched -> Running -> Compensated | Failed).
@@ -33,13 +30,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from activities import step_metrics
 from activities.common import (
     COMP_DONE,
     COMP_FAILED,
     COMP_RUNNING,
+    attempt_finished,
+    compensation_finished,
+    error_type_of,
     grace_deadline,
     now,
+    queue_wait,
     step_input,
     step_output,
 )
@@ -57,8 +57,7 @@ Outcome = tuple[bool, dict[str, Any] | None, str | None, bool]
 
 
 class Action(StrEnum):
-    """What a delivery does once it has read the step: run the handler, re-send the recorded reply, or
-    nothing (a stale, duplicate or settled delivery)."""
+    """Run the handler, re-send the recorded reply, or nothing (a stale, duplicate or settled delivery)."""
 
     RUN = "run"
     RESEND = "resend"
@@ -66,8 +65,7 @@ class Action(StrEnum):
 
 
 class DeliveryDecisions:
-    """The claim and record rules of :class:`activities.worker.delivery.Delivery` (a mixin: the state is
-    the delivery's): which ``Action`` a delivery takes, and what its outcome writes and replies."""
+    """The rules of :class:`activities.worker.delivery.Delivery` (a mixin: the state is the delivery's)."""
 
     m: WorkMessage
     n: int
@@ -80,8 +78,6 @@ class DeliveryDecisions:
     instance: InstanceHandle | None
     watched_after: list[str] | None
 
-    # ---- claim -----------------------------------------------------------------------------------
-
     def _decide_claim(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
         mismatch = self._disagrees_with(r)
         if mismatch is not None:
@@ -89,13 +85,9 @@ class DeliveryDecisions:
         return self._claim_work(r) if self.work else self._claim_compensation(r)
 
     def _disagrees_with(self, r: StepRecord) -> str | None:
-        """Why the message is not the one the ledger sent for its attempt, or None.
-
-        The handler is chosen by the message's agent and given the message's input, so both are
-        checked against the row before anything runs: the agent the step (or its compensation) names,
-        and the input the dispatch recorded (a compensation gets the step's input and output, as
-        ``plan_compensation`` read them). Only the attempt the message names is checked; another
-        attempt's message is stale whatever it says."""
+        """Why the message is not the one the ledger sent for its attempt, or None: the handler is
+        chosen by the message's agent and given its input, so both are checked against the row before
+        anything runs (another attempt's message is stale whatever it says)."""
         m = self.m
         attempt = r.attempt if self.work else r.compensation_attempt
         if attempt != m.attempt:
@@ -122,19 +114,12 @@ class DeliveryDecisions:
                 owner=self.worker_id,
             )
             self.started_at = now()
-            step_metrics.queue_wait(r, self.started_at)
+            queue_wait(r, self.started_at)
             return Action.RUN, claimed, None
         if r.status is S.RUNNING:
             if self.n > 1:
-                taken = self.ledger.update(
-                    r,
-                    actor=self.worker_id,
-                    reason=f"took over from {r.owner} after redelivery (delivery {self.n})",
-                    owner=self.worker_id,
-                )
                 self.started_at = now()
-                self.took_over = True
-                return Action.RUN, taken, None
+                return self._take_over(r, "")
             why = f"attempt {a} is already Running (owner {r.owner}); this is a duplicate copy"
             return Action.IGNORE, r, ("duplicate-delivery-ignored", why)
         if r.status in (S.SUCCEEDED, S.FAILED):
@@ -153,28 +138,16 @@ class DeliveryDecisions:
                 f"{r.compensation_attempt} ({r.status.value})"
             )
             return Action.IGNORE, r, ("stale-attempt-ignored", why)
-        if r.status is S.COMPENSATED:
+        if r.status is S.COMPENSATED or r.compensation_status == COMP_FAILED:
+            done = "done" if r.status is S.COMPENSATED else "failed"
             return (
                 Action.RESEND,
                 r,
-                ("result-resent", f"compensation attempt {a} already done; reply re-sent"),
-            )
-        if r.compensation_status == COMP_FAILED:
-            return (
-                Action.RESEND,
-                r,
-                ("result-resent", f"compensation attempt {a} already failed; reply re-sent"),
+                ("result-resent", f"compensation attempt {a} already {done}; reply re-sent"),
             )
         if r.compensation_status == COMP_RUNNING:
             if self.n > 1:
-                taken = self.ledger.update(
-                    r,
-                    actor=self.worker_id,
-                    reason=f"took over compensation from {r.owner} after redelivery (delivery {self.n})",
-                    owner=self.worker_id,
-                )
-                self.took_over = True
-                return Action.RUN, taken, None
+                return self._take_over(r, "compensation ")
             why = f"compensation attempt {a} is already running (owner {r.owner}); this is a duplicate copy"
             return Action.IGNORE, r, ("duplicate-delivery-ignored", why)
         claimed = self.ledger.update(
@@ -186,7 +159,15 @@ class DeliveryDecisions:
         )
         return Action.RUN, claimed, None
 
-    # ---- record ----------------------------------------------------------------------------------
+    def _take_over(self, r: StepRecord, what: str) -> tuple[Action, StepRecord, None]:
+        """A redelivery of an attempt another worker claimed: that worker is presumed dead."""
+        reason = f"took over {what}from {r.owner} after redelivery (delivery {self.n})"
+        self.took_over = True
+        return (
+            Action.RUN,
+            self.ledger.update(r, actor=self.worker_id, reason=reason, owner=self.worker_id),
+            None,
+        )
 
     def _decide_record(
         self, r: StepRecord, outcome: Outcome
@@ -228,12 +209,12 @@ class DeliveryDecisions:
                         non_retryable=permanent,
                         deadline=grace_deadline(self.grace),
                     )
-                step_metrics.attempt_finished(
+                attempt_finished(
                     r,
                     outcome=outcome_name,
                     started_at=self.started_at,
                     ended_at=now(),
-                    error_type=None if ok else step_metrics.error_type_of(error),
+                    error_type=None if ok else error_type_of(error),
                     final=ok or permanent or r.attempt >= r.max_attempts,
                 )
                 return reply, None
@@ -258,7 +239,7 @@ class DeliveryDecisions:
                     compensation_status=COMP_DONE,
                     completed_at=r.completed_at,  # keep when the step's own work completed
                 )
-                step_metrics.compensation_finished(r)
+                compensation_finished(r)
                 return self._result(True, output, None), None
             if r.compensation_status == COMP_FAILED:
                 return None, (
@@ -281,8 +262,6 @@ class DeliveryDecisions:
             "late-result-discarded",
             f"step is {r.status.value}; this compensation result is too late",
         )
-
-    # ---- reply -----------------------------------------------------------------------------------
 
     def _result(
         self, ok: bool, output: dict[str, Any] | None, error: str | None, permanent: bool = False

@@ -1,14 +1,9 @@
 """Turn what a trigger hands a function into the parts our bodies need, for either transport.
 
-- Storage Queue trigger (``func.QueueMessage``): the host has already base64-decoded the message, so
-  its body is the envelope text ``StorageQueueTransport`` wrote (``workflow_core.transport.envelope``).
-  A message the host moved to ``<queue>-poison`` itself is the same envelope, without a dead-letter
-  reason; one our transport dead-lettered carries ``dead_letter_reason``/``_description``.
-- Service Bus trigger (``func.ServiceBusMessage``): the body is the JSON message body; MessageId,
-  delivery count and dead-letter reason are message properties.
-
-The trigger kind is chosen once, at import time, from ``AGENT_TRANSPORT`` (as the host indexes the
-functions when it starts): see :func:`transport_kind`.
+A Storage Queue message's body is the envelope ``StorageQueueTransport`` wrote (the host has
+base64-decoded it; one the host moved to ``<queue>-poison`` itself has no dead-letter reason); a
+Service Bus message's body is the JSON body, its MessageId, delivery count and dead-letter reason
+message properties. The trigger kind is chosen once, at import, from ``AGENT_TRANSPORT``.
 """
 
 from __future__ import annotations
@@ -41,12 +36,9 @@ def transport_kind(env: dict[str, str] | None = None) -> TransportKind:
 
 @dataclass(frozen=True)
 class Incoming:
-    """A trigger message, transport-neutral."""
-
     body: dict[str, Any]
     message_id: str | None
     delivery_count: int
-    correlation_id: str | None = None
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     # Service Bus application properties / the envelope's: carry ``traceparent``/``tracestate``
@@ -68,7 +60,6 @@ def from_queue_message(msg: func.QueueMessage, *, dead_letter: bool = False) -> 
         body=envelope.body,
         message_id=envelope.message_id or msg.id,
         delivery_count=int(msg.dequeue_count or 1),
-        correlation_id=envelope.correlation_id,
         dead_letter_reason=reason,
         dead_letter_description=description,
         application_properties=dict(envelope.application_properties),
@@ -80,7 +71,6 @@ def from_servicebus_message(msg: func.ServiceBusMessage) -> Incoming:
         body=body_from_text(_text(msg.get_body())),
         message_id=msg.message_id,
         delivery_count=int(msg.delivery_count or 1),
-        correlation_id=msg.correlation_id,
         dead_letter_reason=msg.dead_letter_reason,
         dead_letter_description=msg.dead_letter_error_description,
         application_properties=dict(getattr(msg, "application_properties", None) or {}),

@@ -130,7 +130,7 @@ def test_without_the_basis_rows_delete_the_forgery_would_be_built_on(harness, mo
     """The mechanism is load-bearing: with the basis row's delete left out of the next dispatch's
     transaction (a deliberate breakage, in memory), the same forgery is written into the next step's
     input, because its instance ETag is the current one. The test above is what stops that."""
-    monkeypatch.setattr("activities.scheduler.dispatch_rules.basis_rows", lambda instance_id, basis: [])
+    monkeypatch.setattr("activities.scheduler.dispatch.basis_rows", lambda instance_id, basis: [])
     h = harness
     iid, _, _ = forge_while_held(h, "create_storage")
 

@@ -12,7 +12,7 @@ from dateutil.parser import parse as dateutil_parse
 from hypothesis import given
 from hypothesis import strategies as st
 
-import orchestrators.functions  # noqa: F401  (installs the parser, as the app's import does)
+import orchestrators  # noqa: F401  (installs the parser, as the app's import does)
 from orchestrators import history_timestamps
 from orchestrators.history_timestamps import SDK_MODULE, parse_history_timestamp
 from tests.durable_history import HistoryBuilder

@@ -142,12 +142,12 @@ def test_a_deterministic_change_still_replays(monkeypatch):
     """Custom status, logging, output wording: nothing the history records, nothing the check flags."""
     from orchestrators import workflow
 
-    original = workflow._Status.__call__
+    original = workflow.Status.__call__
 
     def louder(self, phase, attempt=None, until=None):
         original(self, phase.upper(), attempt, until)
 
-    monkeypatch.setattr(workflow._Status, "__call__", louder)
+    monkeypatch.setattr(workflow.Status, "__call__", louder)
     assert all(r.ok for path in FILES for r in check_file(path))
 
 

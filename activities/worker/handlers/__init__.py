@@ -1,4 +1,4 @@
-"""Agent handlers: the registry, the context handlers get, the example agents and fault injection.
+"""Agent handlers: the registry (``base``), the example agents, fault injection and simulated remotes.
 
 ``AGENT_HANDLERS`` maps agent names to handlers; ``@agent("name")`` registers one. Importing this
 package registers the example agents (``examples``). See docs/agents.md for how to add an agent.
@@ -8,30 +8,21 @@ from activities.worker.handlers import examples as _examples  # noqa: F401 - reg
 from activities.worker.handlers import faults
 from activities.worker.handlers.base import (
     AGENT_HANDLERS,
-    AgentCrash,
-    Handler,
     MissingAgentHandlers,
-    NoReply,
     StepContext,
-    StepNoLongerOwned,
     agent,
     check_agents_registered,
     check_shipped_workflows,
     get_handler,
 )
-from activities.worker.handlers.remote import REMOTE_EFFECTS_TABLE, EffectCancelled, RemoteEffects
+from activities.worker.handlers.remote import EffectCancelled, RemoteEffects
 
 __all__ = [
     "AGENT_HANDLERS",
-    "REMOTE_EFFECTS_TABLE",
-    "AgentCrash",
     "EffectCancelled",
-    "Handler",
     "MissingAgentHandlers",
-    "NoReply",
     "RemoteEffects",
     "StepContext",
-    "StepNoLongerOwned",
     "agent",
     "check_agents_registered",
     "check_shipped_workflows",

@@ -1,13 +1,11 @@
 """What an agent handler is, how it is registered, and what it is given.
 
-A handler is a plain function ``handler(ctx: StepContext) -> dict | None`` registered under an agent
-name with :func:`agent`. It does the remote work of one step (or undoes it, for a compensator) and
-returns the step's output. It must be idempotent on ``ctx.idempotency_key`` (the same for every
-attempt of the step), because a message can be delivered twice and a timed-out attempt may have
-taken effect. Raising any exception reports the attempt as failed; the scheduler's retry policy
-decides what happens next (a timeout and a failure are treated alike), except for a failure retrying
-cannot fix: a :class:`PermanentError` (or a subclass), or an exception whose type the step lists in
-``non_retryable_errors``. Then the scheduler gives up at once and the workflow compensates.
+A handler ``handler(ctx: StepContext) -> dict | None``, registered with :func:`agent`, does (or,
+for a compensator, undoes) the remote work of one step and returns its output. It must be idempotent
+on ``ctx.idempotency_key`` (the same for every attempt): a message can be delivered twice and a
+timed-out attempt may have taken effect. Raising reports the attempt failed; the retry policy decides
+what next, unless retrying cannot fix it (:class:`PermanentError`, or a type the step lists in
+``non_retryable_errors``): then the scheduler gives up at once and the workflow compensates.
 """
 
 from __future__ import annotations
@@ -25,33 +23,22 @@ if TYPE_CHECKING:
 
 
 class AgentCrash(Exception):
-    """Raised (by the fault injector) to simulate the agent's process dying mid-step.
-
-    The worker does not record anything and lets it propagate, so the host abandons the message
-    and delivers it again, exactly as after a real crash.
-    """
+    """A simulated crash of the agent's process (fault injection): the worker records nothing and
+    lets it propagate, so the host delivers the message again, exactly as after a real crash."""
 
 
 class StepNoLongerOwned(Exception):
-    """The step moved on without this worker (taken over, timed out, superseded): stop quietly.
-
-    Raised by :meth:`StepContext.heartbeat`; a handler should let it propagate. The worker then
-    records nothing and sends no result.
-    """
+    """Raised by :meth:`StepContext.heartbeat` when the step moved on without this worker: let it
+    propagate; the worker then records nothing and sends no result."""
 
 
 class PermanentError(Exception):
-    """A failure retrying cannot fix (a declined card, input the remote service rejects).
-
-    Raise it (or a subclass) from a handler: the attempt is recorded Failed and marked non-retryable,
-    so the scheduler makes no further attempt and the workflow compensates. A step definition can
-    name other exception types to treat the same way (``non_retryable_errors``).
-    """
+    """A failure retrying cannot fix (a declined card): the attempt is recorded Failed and
+    non-retryable, so the scheduler makes no further attempt and the workflow compensates."""
 
 
 def is_non_retryable(exc: BaseException, non_retryable_errors: Iterable[str] = ()) -> bool:
-    """Is ``exc`` a failure retrying cannot fix: a :class:`PermanentError`, or an instance of a type
-    (or a subclass of a type) named in ``non_retryable_errors`` (class names, e.g. ``CardDeclined``)?"""
+    """A :class:`PermanentError`, or an instance of a type named in ``non_retryable_errors``?"""
     if isinstance(exc, PermanentError):
         return True
     names = set(non_retryable_errors)
@@ -64,8 +51,6 @@ class NoReply(Exception):
 
 @dataclass
 class StepContext:
-    """Everything a handler may use about the step it is running."""
-
     instance_id: str
     step_id: str
     attempt: int
@@ -89,10 +74,8 @@ class StepContext:
         return clock.utcnow()
 
     def heartbeat(self, seconds: float | None = None) -> datetime | None:
-        """Tell the ledger the step is still making progress: its deadline becomes
-        ``now + seconds`` (default: the step's ``heartbeat_timeout_seconds``), never earlier than it
-        was. Returns the deadline now in force. Raises :class:`StepNoLongerOwned` if this worker no
-        longer owns the step."""
+        """The step is still making progress: its deadline becomes ``now + seconds`` (default: its
+        ``heartbeat_timeout_seconds``), never earlier. Returns the deadline now in force."""
         if self._heartbeat is None:
             return self.deadline
         deadline = self._heartbeat(seconds)
@@ -146,11 +129,8 @@ class MissingAgentHandlers(RuntimeError):
 
 
 def check_agents_registered(workflows: Mapping[str, Any] | Iterable[Any]) -> set[str]:
-    """Raise :class:`MissingAgentHandlers` naming every agent a workflow uses without a handler.
-
-    ``workflows``: ``{name: WorkflowDefinition}`` (what ``load_workflows()`` returns) or an iterable
-    of definitions. Returns the set of agents used, all of them registered.
-    """
+    """Raise :class:`MissingAgentHandlers` naming every agent a workflow uses without a handler;
+    return the set of agents used."""
     definitions = workflows.values() if isinstance(workflows, Mapping) else workflows
     used: dict[str, list[str]] = {}
     for definition in definitions:
@@ -163,11 +143,8 @@ def check_agents_registered(workflows: Mapping[str, Any] | Iterable[Any]) -> set
 
 
 def check_shipped_workflows() -> set[str]:
-    """Load the app's workflow definitions and check every agent they use has a handler.
-
-    For ``function_app`` to call at start-up, so a missing handler stops a deployment instead of
-    failing the first step that needs it.
-    """
+    """For ``function_app`` at start-up: a missing handler stops a deployment instead of failing
+    the first step that needs it."""
     from workflow_core.workflows import load_workflows
 
     return check_agents_registered(load_workflows())

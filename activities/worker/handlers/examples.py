@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from activities.worker.handlers.base import StepContext, agent
@@ -20,12 +21,13 @@ def _short_id(prefix: str, ctx: StepContext) -> str:
     return f"{prefix}-{hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:10]}"
 
 
-def _undo(ctx: StepContext, service: str) -> dict[str, Any]:
-    outcome = ctx.effects.undo(service, ctx.idempotency_key)
-    return {"service": service, **outcome}
+def _undoer(service: str) -> Callable[[StepContext], dict[str, Any]]:
+    """The compensator of ``service``'s effect: undo it; "nothing to undo" is a success too."""
 
+    def undo(ctx: StepContext) -> dict[str, Any]:
+        return {"service": service, **ctx.effects.undo(service, ctx.idempotency_key)}
 
-# ---- storage ----------------------------------------------------------------------------------------
+    return undo
 
 
 @agent("storage.create")
@@ -43,14 +45,6 @@ def storage_create(ctx: StepContext) -> dict[str, Any]:
     return ctx.effects.apply("storage", ctx.idempotency_key, result)
 
 
-@agent("storage.delete")
-def storage_delete(ctx: StepContext) -> dict[str, Any]:
-    return _undo(ctx, "storage")
-
-
-# ---- dns --------------------------------------------------------------------------------------------
-
-
 @agent("dns.register")
 def dns_register(ctx: StepContext) -> dict[str, Any]:
     host = str(ctx.input.get("hostname") or ctx.input.get("tenant_id") or ctx.step_id)
@@ -61,14 +55,6 @@ def dns_register(ctx: StepContext) -> dict[str, Any]:
         "target": ctx.input.get("target"),
     }
     return ctx.effects.apply("dns", ctx.idempotency_key, result)
-
-
-@agent("dns.unregister")
-def dns_unregister(ctx: StepContext) -> dict[str, Any]:
-    return _undo(ctx, "dns")
-
-
-# ---- email (no compensator: a sent e-mail cannot be unsent) ---------------------------------------
 
 
 @agent("email.send_welcome")
@@ -82,9 +68,6 @@ def email_send_welcome(ctx: StepContext) -> dict[str, Any]:
     return ctx.effects.apply("email", ctx.idempotency_key, result)
 
 
-# ---- inventory --------------------------------------------------------------------------------------
-
-
 @agent("inventory.reserve")
 def inventory_reserve(ctx: StepContext) -> dict[str, Any]:
     items = ctx.input.get("items")
@@ -96,14 +79,6 @@ def inventory_reserve(ctx: StepContext) -> dict[str, Any]:
         "items": items or [],
     }
     return ctx.effects.apply("inventory", ctx.idempotency_key, result)
-
-
-@agent("inventory.release")
-def inventory_release(ctx: StepContext) -> dict[str, Any]:
-    return _undo(ctx, "inventory")
-
-
-# ---- payments ---------------------------------------------------------------------------------------
 
 
 @agent("payments.charge")
@@ -120,14 +95,6 @@ def payments_charge(ctx: StepContext) -> dict[str, Any]:
     return ctx.effects.apply("payments", ctx.idempotency_key, result)
 
 
-@agent("payments.refund")
-def payments_refund(ctx: StepContext) -> dict[str, Any]:
-    return _undo(ctx, "payments")
-
-
-# ---- shipping ---------------------------------------------------------------------------------------
-
-
 @agent("shipping.create_shipment")
 def shipping_create_shipment(ctx: StepContext) -> dict[str, Any]:
     ctx.heartbeat()  # carrier booking is slow: tell the ledger this attempt is alive
@@ -140,6 +107,11 @@ def shipping_create_shipment(ctx: StepContext) -> dict[str, Any]:
     return ctx.effects.apply("shipping", ctx.idempotency_key, result)
 
 
-@agent("shipping.cancel_shipment")
-def shipping_cancel_shipment(ctx: StepContext) -> dict[str, Any]:
-    return _undo(ctx, "shipping")
+for _service, _compensator in {
+    "storage": "storage.delete",
+    "dns": "dns.unregister",
+    "inventory": "inventory.release",
+    "payments": "payments.refund",
+    "shipping": "shipping.cancel_shipment",
+}.items():
+    agent(_compensator)(_undoer(_service))

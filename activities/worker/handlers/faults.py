@@ -1,30 +1,18 @@
 """In-process fault injection for agents: make a handler fail, hang, or crash, on purpose.
 
-Used by the tests and the demo to show the pattern recover. Rules apply to an agent, or to one step
-of it, and are checked by the worker around the handler call::
-
-    from activities.worker.handlers import faults
+Used by the tests and the demo to show the pattern recover (docs/agents.md shows how)::
 
     faults.inject("dns.register", faults.Fail(times=2))       # fail twice, then succeed
-    faults.inject("payments.charge", faults.Fail())           # fail on every attempt
     faults.inject("storage.create", faults.Stall())           # never reply (a dead agent)
-    faults.inject("storage.create", faults.Stall(seconds=3))  # reply, but 3 s late
     faults.inject("inventory.reserve", faults.CrashAfterEffect())  # effect done, process dies
     faults.inject("dns.register", faults.Fail(times=1), step="dns")  # only for step "dns"
-    faults.clear()
 
-- :class:`Fail` raises :class:`InjectedFailure` *before* the handler runs (no effect); the worker
-  records the attempt Failed and replies "failed".
-- :class:`Stall` with ``seconds`` sleeps, then runs the handler; without ``seconds`` it raises
-  :class:`StallInjected`: the worker records nothing and sends no reply, so only the deadline (the
-  orchestration's timer or the watchdog) notices.
-- :class:`CrashAfterEffect` lets the handler make its effect, then raises :class:`InjectedCrash`,
-  which the worker lets propagate like a process crash: the message is abandoned and delivered
-  again, and the idempotent handler must not make the effect twice.
-
+:class:`Fail` fails *before* the handler runs (no effect); :class:`Stall` sleeps ``seconds`` first,
+or without them never replies (only the deadline notices); :class:`CrashAfterEffect` dies after the
+effect, so the message is delivered again and the idempotent handler must not make it twice.
 ``times`` (default: 1 for crashes, unlimited otherwise) counts how often a rule fires; a rule for a
-step wins over a rule for the whole agent. State is per process: it works with the in-process
-durable test host and a local ``func start``, not across scaled-out instances.
+step wins over one for the whole agent. State is per process (the durable test host, a local
+``func start``), not shared across scaled-out instances.
 """
 
 from __future__ import annotations
@@ -56,10 +44,6 @@ class InjectedCrash(AgentCrash):
 class Rule:
     times: int | None = None  # None: every time
     fired: int = field(default=0, init=False)
-
-    @property
-    def active(self) -> bool:
-        return self.times is None or self.fired < self.times
 
 
 @dataclass
@@ -122,7 +106,10 @@ def _take(ctx: StepContext, kinds: tuple[type[Rule], ...]) -> Rule | None:
         candidates = [
             (step is not None, rule)
             for agent, step, rule in _rules
-            if agent == ctx.agent and step in (None, ctx.step_id) and isinstance(rule, kinds) and rule.active
+            if agent == ctx.agent
+            and step in (None, ctx.step_id)
+            and isinstance(rule, kinds)
+            and (rule.times is None or rule.fired < rule.times)
         ]
         if not candidates:
             return None

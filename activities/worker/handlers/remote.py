@@ -1,14 +1,9 @@
 """Simulated remote services for the example agents: one Azure Table row per remote effect.
 
-``RemoteEffects`` stands in for the systems the agents call (a storage API, a DNS provider, a payment
-gateway...). Each effect is an entity in the ``RemoteEffects`` table on the app's storage account,
-PartitionKey = service name, RowKey = the step's idempotency key. It behaves like a remote API that
-honours idempotency keys:
-
-- :meth:`RemoteEffects.apply` creates the effect once; a retry or a duplicate delivery with the same
-  key gets the stored result back and changes nothing (``create_entity`` -> ``ResourceExistsError``);
-- :meth:`RemoteEffects.undo` marks the effect undone; "nothing to undo" is a success, and leaves a
-  tombstone so an attempt that arrives *after* its compensation is refused instead of taking effect.
+PartitionKey = service name, RowKey = the step's idempotency key: like a remote API that honours
+idempotency keys, a retry or a duplicate delivery gets the stored result back and changes nothing.
+An undo with nothing to undo leaves a tombstone, so an attempt that arrives *after* its compensation
+is refused instead of taking effect.
 """
 
 from __future__ import annotations
@@ -55,18 +50,15 @@ class RemoteEffects:
         with cls._cache_lock:
             effects = cls._cache.get(key)
             if effects is None:
-                effects = cls(_table_client(storage, table_name))
+                effects = cls(table_client(storage, table_name))
                 with contextlib.suppress(ResourceExistsError):
                     effects._table.create_table()
                 cls._cache[key] = effects
             return effects
 
     def apply(self, service: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
-        """Make the effect (once) and return its result; with the same key again, the first result.
-
-        Returns ``result`` itself (the same object) exactly when this call made the effect, and a
-        copy of the stored result otherwise; observers (the test harness) count effects by that.
-        """
+        """Make the effect (once) and return ``result`` itself; with the same key again, a copy of
+        the first result (observers, the test harness, count effects by that identity)."""
         entity = {
             "PartitionKey": service,
             "RowKey": key,
@@ -132,7 +124,3 @@ class RemoteEffects:
         return [
             dict(e) for e in self._table.query_entities("PartitionKey eq @pk", parameters={"pk": service})
         ]
-
-
-def _table_client(storage: StorageConnection, table_name: str) -> TableClient:
-    return table_client(storage, table_name)  # connection string, or service URI + managed identity
