@@ -97,6 +97,10 @@ async def call_ledger(services: Services, operation: Callable[[StepLedger], T]) 
         ) from None
 
 
+def no_instance(instance_id: str, why: str) -> ApiError:
+    return ApiError(404, f"no workflow instance {instance_id!r}", [why], code="instance-not-found")
+
+
 def describe_error(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

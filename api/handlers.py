@@ -28,11 +28,13 @@ from api.calls import (
     call_ledger,
     check_instance_id,
     known_workflows,
+    no_instance,
     resolve_services,
     status_url,
     steps_url,
 )
-from api.responses import ApiError, iso, json_errors, json_response, route_base
+from api.problems import iso
+from api.responses import ApiError, json_errors, json_response, route_base
 from api.views import (
     audit_view,
     orchestration_view,
@@ -66,12 +68,7 @@ async def get_workflow_status(
         call_ledger(svc, lambda ledger: ledger.find_instance(instance_id)),
     )
     if not status and not steps:
-        raise ApiError(
-            404,
-            f"no workflow instance {instance_id!r}",
-            ["neither the Durable task hub nor the step ledger knows this id"],
-            code="instance-not-found",
-        )
+        raise no_instance(instance_id, "neither the Durable task hub nor the step ledger knows this id")
     base = route_base(req)
     body = {
         "instanceId": instance_id,
@@ -107,12 +104,7 @@ async def get_workflow_steps(
         # No rows yet: fine if the orchestration exists (it has not written its steps yet).
         status = await call_durable(client.get_status(instance_id), "read the orchestration status")
         if not status:
-            raise ApiError(
-                404,
-                f"no workflow instance {instance_id!r}",
-                ["neither the step ledger nor the Durable task hub knows this id"],
-                code="instance-not-found",
-            )
+            raise no_instance(instance_id, "neither the step ledger nor the Durable task hub knows this id")
     base = route_base(req)
     body = {
         "instanceId": instance_id,
@@ -213,12 +205,8 @@ def _top(raw: str | None) -> int:
 
 
 async def health(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
-    """The health answer, with the API's security headers (no identity check: probes call it)."""
-    return secure(await _health(services))
-
-
-async def _health(services: ServicesSource) -> func.HttpResponse:
-    """200 when the app settings and workflow definitions load; 503 naming the problem otherwise.
+    """200 when the app settings and workflow definitions load; 503 naming the problem otherwise;
+    with the API's security headers but no identity check (probes call it).
 
     Makes no storage or Durable call: it answers "is this deployment configured", cheaply.
     """
@@ -226,16 +214,17 @@ async def _health(services: ServicesSource) -> func.HttpResponse:
         svc = resolve_services(services)
         workflows = known_workflows()
     except ApiError as exc:
-        return ApiError(
-            503, exc.message, exc.details, code="unhealthy", extra={"health": "unhealthy"}
-        ).to_response()
+        problem = ApiError(503, exc.message, exc.details, code="unhealthy", extra={"health": "unhealthy"})
+        return secure(problem.to_response())
     except WorkflowDefinitionError as exc:
         log.warning("health check failed: %s", exc)
-        return ApiError(
+        problem = ApiError(
             503,
             "the workflow definitions do not load",
             [str(exc)],
             code="unhealthy",
             extra={"health": "unhealthy"},
-        ).to_response()
-    return json_response({"status": "ok", "transport": svc.settings.transport.value, "workflows": workflows})
+        )
+        return secure(problem.to_response())
+    body = {"status": "ok", "transport": svc.settings.transport.value, "workflows": workflows}
+    return secure(json_response(body))

@@ -17,6 +17,7 @@ durable client, picks the step up on its next tick and enacts the intent:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -200,17 +201,19 @@ def preview(ledger: StepLedger, intent: str, instance_id: str, step_id: str) -> 
     return record, INTENTS[intent].target_for(record)
 
 
-def _apply(
-    ledger: StepLedger,
+def apply_intent(
     intent: Intent,
+    ledger: StepLedger,
     instance_id: str,
     step_id: str,
     *,
     user: str,
     reason: str,
-    now: datetime | None,
+    now: datetime | None = None,
     expect: Callable[[StepRecord], None] | None = None,
 ) -> StepRecord:
+    """Move the step as ``intent`` says, audited as ``operator:<user>``; ``expect`` may refuse the
+    step as read (it changed since the operator saw it). A lost race re-reads and re-checks."""
     actor = actor_for(user)
     reason = required_reason(reason)
     for _ in range(MAX_RACE_RETRIES):
@@ -240,46 +243,10 @@ def _apply(
     )
 
 
-def retry_step(
-    ledger: StepLedger,
-    instance_id: str,
-    step_id: str,
-    *,
-    user: str,
-    reason: str,
-    now: datetime | None = None,
-    expect: Callable[[StepRecord], None] | None = None,
-) -> StepRecord:
-    """Failed/TimedOut -> Retrying, CompensationFailed -> Compensating; due now for the watchdog."""
-    return _apply(ledger, RETRY, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)
-
-
-def skip_step(
-    ledger: StepLedger,
-    instance_id: str,
-    step_id: str,
-    *,
-    user: str,
-    reason: str,
-    now: datetime | None = None,
-    expect: Callable[[StepRecord], None] | None = None,
-) -> StepRecord:
-    """-> Skipped: the step needs no (more) work; it leaves the watchdog's worklist."""
-    return _apply(ledger, SKIP, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)
-
-
-def request_compensation(
-    ledger: StepLedger,
-    instance_id: str,
-    step_id: str,
-    *,
-    user: str,
-    reason: str,
-    now: datetime | None = None,
-    expect: Callable[[StepRecord], None] | None = None,
-) -> StepRecord:
-    """Succeeded/Failed/TimedOut -> Compensating, due now: the watchdog starts the compensation."""
-    return _apply(ledger, COMPENSATE, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)
+# The three step intents (see the module docstring for what each asks of the watchdog).
+retry_step = functools.partial(apply_intent, RETRY)
+skip_step = functools.partial(apply_intent, SKIP)
+request_compensation = functools.partial(apply_intent, COMPENSATE)
 
 
 # ---- instances -----------------------------------------------------------------------------------
