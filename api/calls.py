@@ -24,9 +24,6 @@ from workflow_core.ledger import (
 from workflow_core.ledger.model import validate_instance_id, validate_step_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
-from workflow_core.workflows import (
-    load_workflows,
-)
 from workflow_core.workflows.model import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
@@ -139,10 +136,6 @@ def check_workflow_name(value: object, source: str) -> str:
             code="invalid-workflow-name",
         )
     return value
-
-
-def known_workflows() -> list[str]:
-    return sorted(load_workflows())
 
 
 def status_url(base: str, instance_id: str) -> str:

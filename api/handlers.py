@@ -1,11 +1,8 @@
-"""The HTTP API's function bodies: plain ``async (req, client, services)`` functions.
+"""The status API's bodies: plain ``async (req, client, services)`` functions.
 
-``req`` is an ``azure.functions.HttpRequest``, ``client`` an
-``azure.durable_functions.DurableOrchestrationClient`` (or anything with the same methods) and
-``services`` a :class:`workflow_core.runtime.Services` or a zero-argument callable returning one
-(the bindings pass ``get_services`` so that broken app settings become a readable 503, not a crash).
-The Functions bindings in :mod:`api.functions` only adapt these; tests and the in-process durable
-test host call them directly.
+``client`` is a ``DurableOrchestrationClient`` or anything with the same methods; ``services`` may be
+a zero-argument callable (the bindings pass ``get_services`` so that broken app settings become a
+readable 503, not a crash). Tests and the in-process durable test host call these directly.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ from api.calls import (
     call_durable,
     call_ledger,
     check_instance_id,
-    known_workflows,
     no_instance,
     resolve_services,
     status_url,
@@ -44,9 +40,7 @@ from api.views import (
     workflow_name_of,
 )
 from workflow_core.contracts import compensation_instance_id
-from workflow_core.workflows import (
-    WorkflowDefinitionError,
-)
+from workflow_core.workflows import WorkflowDefinitionError, load_workflows
 
 log = logging.getLogger(__name__)
 # ---- GET /api/workflows/{instance_id} -------------------------------------------------------------
@@ -212,7 +206,7 @@ async def health(req: func.HttpRequest, client: Any, services: ServicesSource) -
     """
     try:
         svc = resolve_services(services)
-        workflows = known_workflows()
+        workflows = sorted(load_workflows())
     except ApiError as exc:
         problem = ApiError(503, exc.message, exc.details, code="unhealthy", extra={"health": "unhealthy"})
         return secure(problem.to_response())

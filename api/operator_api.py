@@ -32,7 +32,7 @@ from api.calls import (
 from api.identity import caller_name
 from api.responses import ApiError, json_errors, json_object_body, json_response, route_base
 from api.views import instance_detail_view, instance_record_view, runtime_status_name, step_view
-from supervisor import operator, operator_stop
+from supervisor import operator
 from workflow_core import clock
 from workflow_core.ledger import StepLedger, StepStatus
 
@@ -324,7 +324,7 @@ async def _end(
     and the watchdog, reading the record, never resumes the instance."""
     record = await _ledger_move(
         svc,
-        lambda ledger: operator_stop.end_instance(
+        lambda ledger: operator.end_instance(
             ledger, instance_id, action, reason=reason, actor=actor, expected_status=expected
         ),
     )

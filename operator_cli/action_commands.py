@@ -179,11 +179,9 @@ def _resume(ledger: Any, instance: str, user: str, reason: str, status: str) -> 
 
 def _end(name: str) -> Callable[..., Any]:
     def act(ledger: Any, instance: str, user: str, reason: str, status: str) -> Any:
-        from supervisor import operator_stop
+        from supervisor import operator
 
-        return operator_stop.end_instance(
-            ledger, instance, name, reason=reason, user=user, expected_status=status
-        )
+        return operator.end_instance(ledger, instance, name, reason=reason, user=user, expected_status=status)
 
     return act
 

@@ -1,9 +1,5 @@
 """``sas versions``, ``sas replay-check`` and ``sas lint``: the workflows themselves, not their instances.
 
-    sas versions provision-tenant            # stored versions, the current one, instances on each
-    sas replay-check tests/replay_corpus/*.json
-    sas lint [--directory path/to/workflows]
-
 ``versions`` reads the ledger (like every other command); ``replay-check`` reads only the files and
 the orchestrator code installed with the CLI, and exits 4 when a history no longer replays. ``lint``
 needs no storage: it reads the YAML files and the agents registered by importing

@@ -100,7 +100,6 @@ async def run_tick(
             log.exception("watchdog tick %s could not read the deadline index", report.tick_id)
             report.errors += 1
             overdue = []
-        report.overdue = len(overdue)
         # Index rows the tick's writes retire go in one batch per index partition at the end.
         with ledger.deferred_index_deletes():
             await _supervise_and_handle(tick, now, limit, overdue)
