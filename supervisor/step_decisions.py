@@ -88,12 +88,8 @@ class _Tick(_TickActions):
             if not await InstanceSupervisor(self).step_orphaned(found, done, why):
                 await self.start_compensation(found, reason=f"supervisor: {why}")
             return
-        # Orchestration alive. Overdue Dispatched/Running (in flight):
-        #   within the grace                                 -> note_overrun (its own timer acts)
-        #   Dispatched past the grace, resent_at None        -> resend (once per attempt)
-        #   Dispatched past the grace, resent_at set         -> fail_step
-        #   Running past the grace                           -> fail_step
-        # (a given-up step is noted whatever its status; Retrying, Failed, TimedOut: below)
+        # Orchestration alive: an in-flight attempt past the grace that is not due a re-send fails at
+        # once, its TimedOut write being the claim; everything else is claimed first (docs table).
         if (
             not self.within_grace(found, lateness)
             and in_flight
