@@ -1,19 +1,9 @@
-"""HTTP starter and status API: start workflows, read their orchestration status and step ledger.
+"""HTTP starter, status and operator API: :data:`blueprint` is what ``function_app.py`` registers.
 
-``function_app.py`` registers :data:`blueprint`; the plain ``async (req, client, services)`` bodies
-live in :mod:`api.handlers` and :mod:`api.start` so tests and the in-process durable test host can
-call them directly.
+The plain ``async (req, client, services)`` bodies live in :mod:`api.handlers`, :mod:`api.start` and
+:mod:`api.operator_api`, so tests and the in-process durable test host can call them directly.
 """
 
 from api.functions import blueprint
-from api.handlers import get_workflow_status, get_workflow_steps, health, list_workflows
-from api.start import start_workflow
 
-__all__ = [
-    "blueprint",
-    "get_workflow_status",
-    "get_workflow_steps",
-    "health",
-    "list_workflows",
-    "start_workflow",
-]
+__all__ = ["blueprint"]

@@ -24,9 +24,6 @@ from workflow_core.ledger import (
 from workflow_core.ledger.model import validate_instance_id, validate_step_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
-from workflow_core.workflows import (
-    load_workflows,
-)
 from workflow_core.workflows.model import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
@@ -97,6 +94,10 @@ async def call_ledger(services: Services, operation: Callable[[StepLedger], T]) 
         ) from None
 
 
+def no_instance(instance_id: str, why: str) -> ApiError:
+    return ApiError(404, f"no workflow instance {instance_id!r}", [why], code="instance-not-found")
+
+
 def describe_error(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -135,10 +136,6 @@ def check_workflow_name(value: object, source: str) -> str:
             code="invalid-workflow-name",
         )
     return value
-
-
-def known_workflows() -> list[str]:
-    return sorted(load_workflows())
 
 
 def status_url(base: str, instance_id: str) -> str:

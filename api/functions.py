@@ -8,6 +8,8 @@ host's arguments to the plain bodies in :mod:`api.handlers`, :mod:`api.start`, :
 
 # No ``from __future__ import annotations`` here: the Python worker reads these functions' annotations
 # to bind the trigger and the durable client, so they must be real types, not strings.
+from collections.abc import Awaitable, Callable
+
 import azure.durable_functions as df
 import azure.functions as func
 
@@ -24,88 +26,43 @@ def _services() -> runtime.Services:
     return runtime.get_services()
 
 
-@blueprint.route(route="workflows/{name}/instances", methods=["POST"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_start_workflow(
-    req: func.HttpRequest, client: df.DurableOrchestrationClient
-) -> func.HttpResponse:
-    return await start.start_workflow(req, client, _services)
+def _with_client(
+    name: str, route: str, method: str, body: Callable[..., Awaitable[func.HttpResponse]]
+) -> None:
+    """Register the function ``name``: ``body`` called with the request and a Durable client."""
+
+    async def function(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
+        return await body(req, client, _services)
+
+    function.__name__ = function.__qualname__ = name  # the host's function name
+    with_client = blueprint.durable_client_input(client_name="client")(function)
+    blueprint.route(route=route, methods=[method], auth_level=AUTH)(with_client)
 
 
-@blueprint.route(route="workflows", methods=["GET"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_list_workflows(
-    req: func.HttpRequest, client: df.DurableOrchestrationClient
-) -> func.HttpResponse:
-    return await handlers.list_workflows(req, client, _services)
-
-
-@blueprint.route(route="workflows/{instance_id}", methods=["GET"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_get_workflow(
-    req: func.HttpRequest, client: df.DurableOrchestrationClient
-) -> func.HttpResponse:
-    return await handlers.get_workflow_status(req, client, _services)
-
-
-@blueprint.route(route="workflows/{instance_id}/steps", methods=["GET"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_get_workflow_steps(
-    req: func.HttpRequest, client: df.DurableOrchestrationClient
-) -> func.HttpResponse:
-    return await handlers.get_workflow_steps(req, client, _services)
-
-
-@blueprint.route(route="workflows/{name}/versions", methods=["GET"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_list_workflow_versions(
-    req: func.HttpRequest, client: df.DurableOrchestrationClient
-) -> func.HttpResponse:
-    return await versions.list_versions(req, client, _services)
+for _name, _route, _method, _body in (
+    ("http_start_workflow", "workflows/{name}/instances", "POST", start.start_workflow),
+    ("http_list_workflows", "workflows", "GET", handlers.list_workflows),
+    ("http_get_workflow", "workflows/{instance_id}", "GET", handlers.get_workflow_status),
+    ("http_get_workflow_steps", "workflows/{instance_id}/steps", "GET", handlers.get_workflow_steps),
+    ("http_list_workflow_versions", "workflows/{name}/versions", "GET", versions.list_versions),
+    # the operator API (api/operator_api.py)
+    ("http_list_instances", "instances", "GET", operator_api.list_instances),
+    ("http_get_instance", "instances/{instance_id}", "GET", operator_api.get_instance),
+    (
+        "http_step_action",
+        "instances/{instance_id}/steps/{step_id}/{action}",
+        "POST",
+        operator_api.step_action,
+    ),
+    ("http_instance_action", "instances/{instance_id}/{action}", "POST", operator_api.instance_action),
+    ("http_attention", "attention", "GET", operator_api.attention),
+):
+    _with_client(_name, _route, _method, _body)
 
 
 @blueprint.route(route="health", methods=["GET"], auth_level=AUTH)
 async def http_health(req: func.HttpRequest) -> func.HttpResponse:
     return await handlers.health(req, None, _services)
-
-
-# ---- the operator API (api/operator_api.py) and the web console (api/console_site.py) --------------
-
-
-@blueprint.route(route="instances", methods=["GET"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_list_instances(
-    req: func.HttpRequest, client: df.DurableOrchestrationClient
-) -> func.HttpResponse:
-    return await operator_api.list_instances(req, client, _services)
-
-
-@blueprint.route(route="instances/{instance_id}", methods=["GET"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_get_instance(
-    req: func.HttpRequest, client: df.DurableOrchestrationClient
-) -> func.HttpResponse:
-    return await operator_api.get_instance(req, client, _services)
-
-
-@blueprint.route(route="instances/{instance_id}/steps/{step_id}/{action}", methods=["POST"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_step_action(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
-    return await operator_api.step_action(req, client, _services)
-
-
-@blueprint.route(route="instances/{instance_id}/{action}", methods=["POST"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_instance_action(
-    req: func.HttpRequest, client: df.DurableOrchestrationClient
-) -> func.HttpResponse:
-    return await operator_api.instance_action(req, client, _services)
-
-
-@blueprint.route(route="attention", methods=["GET"], auth_level=AUTH)
-@blueprint.durable_client_input(client_name="client")
-async def http_attention(req: func.HttpRequest, client: df.DurableOrchestrationClient) -> func.HttpResponse:
-    return await operator_api.attention(req, client, _services)
 
 
 @blueprint.route(route="console/{*path}", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)

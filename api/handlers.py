@@ -1,11 +1,8 @@
-"""The HTTP API's function bodies: plain ``async (req, client, services)`` functions.
+"""The status API's bodies: plain ``async (req, client, services)`` functions.
 
-``req`` is an ``azure.functions.HttpRequest``, ``client`` an
-``azure.durable_functions.DurableOrchestrationClient`` (or anything with the same methods) and
-``services`` a :class:`workflow_core.runtime.Services` or a zero-argument callable returning one
-(the bindings pass ``get_services`` so that broken app settings become a readable 503, not a crash).
-The Functions bindings in :mod:`api.functions` only adapt these; tests and the in-process durable
-test host call them directly.
+``client`` is a ``DurableOrchestrationClient`` or anything with the same methods; ``services`` may be
+a zero-argument callable (the bindings pass ``get_services`` so that broken app settings become a
+readable 503, not a crash). Tests and the in-process durable test host call these directly.
 """
 
 from __future__ import annotations
@@ -27,12 +24,13 @@ from api.calls import (
     call_durable,
     call_ledger,
     check_instance_id,
-    known_workflows,
+    no_instance,
     resolve_services,
     status_url,
     steps_url,
 )
-from api.responses import ApiError, iso, json_errors, json_response, route_base
+from api.problems import iso
+from api.responses import ApiError, json_errors, json_response, route_base
 from api.views import (
     audit_view,
     orchestration_view,
@@ -42,9 +40,7 @@ from api.views import (
     workflow_name_of,
 )
 from workflow_core.contracts import compensation_instance_id
-from workflow_core.workflows import (
-    WorkflowDefinitionError,
-)
+from workflow_core.workflows import WorkflowDefinitionError, load_workflows
 
 log = logging.getLogger(__name__)
 # ---- GET /api/workflows/{instance_id} -------------------------------------------------------------
@@ -66,12 +62,7 @@ async def get_workflow_status(
         call_ledger(svc, lambda ledger: ledger.find_instance(instance_id)),
     )
     if not status and not steps:
-        raise ApiError(
-            404,
-            f"no workflow instance {instance_id!r}",
-            ["neither the Durable task hub nor the step ledger knows this id"],
-            code="instance-not-found",
-        )
+        raise no_instance(instance_id, "neither the Durable task hub nor the step ledger knows this id")
     base = route_base(req)
     body = {
         "instanceId": instance_id,
@@ -107,12 +98,7 @@ async def get_workflow_steps(
         # No rows yet: fine if the orchestration exists (it has not written its steps yet).
         status = await call_durable(client.get_status(instance_id), "read the orchestration status")
         if not status:
-            raise ApiError(
-                404,
-                f"no workflow instance {instance_id!r}",
-                ["neither the step ledger nor the Durable task hub knows this id"],
-                code="instance-not-found",
-            )
+            raise no_instance(instance_id, "neither the step ledger nor the Durable task hub knows this id")
     base = route_base(req)
     body = {
         "instanceId": instance_id,
@@ -213,29 +199,26 @@ def _top(raw: str | None) -> int:
 
 
 async def health(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
-    """The health answer, with the API's security headers (no identity check: probes call it)."""
-    return secure(await _health(services))
-
-
-async def _health(services: ServicesSource) -> func.HttpResponse:
-    """200 when the app settings and workflow definitions load; 503 naming the problem otherwise.
+    """200 when the app settings and workflow definitions load; 503 naming the problem otherwise;
+    with the API's security headers but no identity check (probes call it).
 
     Makes no storage or Durable call: it answers "is this deployment configured", cheaply.
     """
     try:
         svc = resolve_services(services)
-        workflows = known_workflows()
+        workflows = sorted(load_workflows())
     except ApiError as exc:
-        return ApiError(
-            503, exc.message, exc.details, code="unhealthy", extra={"health": "unhealthy"}
-        ).to_response()
+        problem = ApiError(503, exc.message, exc.details, code="unhealthy", extra={"health": "unhealthy"})
+        return secure(problem.to_response())
     except WorkflowDefinitionError as exc:
         log.warning("health check failed: %s", exc)
-        return ApiError(
+        problem = ApiError(
             503,
             "the workflow definitions do not load",
             [str(exc)],
             code="unhealthy",
             extra={"health": "unhealthy"},
-        ).to_response()
-    return json_response({"status": "ok", "transport": svc.settings.transport.value, "workflows": workflows})
+        )
+        return secure(problem.to_response())
+    body = {"status": "ok", "transport": svc.settings.transport.value, "workflows": workflows}
+    return secure(json_response(body))

@@ -13,7 +13,7 @@ from typing import Any
 import azure.functions as func
 
 from api.calls import call_ledger
-from api.responses import PROBLEM_CONTENT_TYPE, ApiError
+from api.problems import PROBLEM_CONTENT_TYPE, ApiError
 from workflow_core.ledger import idempotency
 from workflow_core.ledger.idempotency import KEY_PATTERN
 

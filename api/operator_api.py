@@ -10,8 +10,9 @@ ledger does not allow is a 409 naming the allowed moves.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import azure.functions as func
 
@@ -25,17 +26,18 @@ from api.calls import (
     check_instance_id,
     check_step_id,
     check_workflow_name,
+    no_instance,
     resolve_services,
 )
 from api.identity import caller_name
-from api.instance_views import instance_detail_view, instance_record_view
 from api.responses import ApiError, json_errors, json_object_body, json_response, route_base
-from api.views import runtime_status_name, step_view
-from supervisor import operator, operator_stop
+from api.views import instance_detail_view, instance_record_view, runtime_status_name, step_view
+from supervisor import operator
 from workflow_core import clock
-from workflow_core.ledger import InstanceNotFound, StepLedger, StepStatus
+from workflow_core.ledger import StepLedger, StepStatus
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -127,30 +129,21 @@ async def list_instances(req: func.HttpRequest, client: Any, services: ServicesS
     return json_response(body)
 
 
-def _read_instance(ledger: StepLedger, instance_id: str) -> tuple[Any, list, list]:
-    """Record (``None`` for an instance started before the ledger kept records), steps and audit."""
-    steps = ledger.list_for_instance(instance_id)
-    audit = ledger.audit_trail(instance_id)
-    try:
-        record = ledger.get_instance(instance_id)
-    except InstanceNotFound:
-        record = None
-    return record, steps, audit
-
-
 @json_errors
 async def get_instance(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``GET /api/instances/{instance_id}``: record, steps, attempts, audit trail, capped payloads."""
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     svc = resolve_services(services)
-    record, steps, audit = await call_ledger(svc, lambda ledger: _read_instance(ledger, instance_id))
+    steps, audit, record = await call_ledger(
+        svc,
+        lambda ledger: (
+            ledger.list_for_instance(instance_id),
+            ledger.audit_trail(instance_id),
+            ledger.find_instance(instance_id),
+        ),
+    )
     if record is None and not steps:
-        raise ApiError(
-            404,
-            f"no workflow instance {instance_id!r}",
-            ["the step ledger has no record of this id"],
-            code="instance-not-found",
-        )
+        raise no_instance(instance_id, "the step ledger has no record of this id")
     body = instance_detail_view(instance_id, record, steps, audit)
     status = await call_durable(client.get_status(instance_id), "read the orchestration status")
     body["runtimeStatus"] = runtime_status_name(status) if status else None
@@ -212,6 +205,14 @@ def _operator_problem(exc: operator.OperatorError) -> ApiError:
     return ApiError(409, str(exc), code="changed-meanwhile")
 
 
+async def _ledger_move(svc: Any, act: Callable[[StepLedger], T]) -> T:
+    """An operator's move through :mod:`supervisor.operator`; a refusal becomes its problem."""
+    try:
+        return await call_ledger(svc, act)
+    except operator.OperatorError as exc:
+        raise _operator_problem(exc) from None
+
+
 @json_errors
 async def step_action(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``POST /api/instances/{instance_id}/steps/{step_id}/{action}``: retry or skip one step."""
@@ -235,12 +236,9 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
 async def _step_move(
     svc: Any, instance_id: str, step_id: str, action: str, apply: Any, user: str, reason: str
 ) -> func.HttpResponse:
-    try:
-        updated = await call_ledger(
-            svc, lambda ledger: apply(ledger, instance_id, step_id, user=user, reason=reason)
-        )
-    except operator.OperatorError as exc:
-        raise _operator_problem(exc) from None
+    updated = await _ledger_move(
+        svc, lambda ledger: apply(ledger, instance_id, step_id, user=user, reason=reason)
+    )
     log.info("operator %s: %s of %s by %s (%s)", action, step_id, instance_id, user, reason)
     return json_response({"action": action, "actor": operator.actor_for(user), "step": step_view(updated)})
 
@@ -280,22 +278,19 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     svc = resolve_services(services)
     expected = body.get("expectedStatus")
     expected = expected if isinstance(expected, str) and expected else None
-    if action in ("stop", "cancel"):
-        return await idempotent.once(
-            req,
-            svc,
-            instance_id,
-            f"{action} {instance_id} expecting {expected or 'any status'}",
-            actor,
-            lambda: _end(client, svc, instance_id, action, actor, reason, expected),
-        )
+    ends = action in ("stop", "cancel")
+    request = f"{action} {instance_id}" + (f" expecting {expected or 'any status'}" if ends else "")
     return await idempotent.once(
         req,
         svc,
         instance_id,
-        f"{action} {instance_id}",
+        request,
         actor,
-        lambda: _instance_move(svc, instance_id, action, user, actor, reason),
+        lambda: (
+            _end(client, svc, instance_id, action, actor, reason, expected)
+            if ends
+            else _instance_move(svc, instance_id, action, user, actor, reason)
+        ),
     )
 
 
@@ -316,10 +311,7 @@ async def _instance_move(
         record = operator.resume_instance(ledger, instance_id, actor=actor, reason=reason)
         return {"instance": instance_record_view(record)}
 
-    try:
-        result = await call_ledger(svc, act)
-    except operator.OperatorError as exc:
-        raise _operator_problem(exc) from None
+    result = await _ledger_move(svc, act)
     log.info("operator %s: %s by %s (%s)", action, instance_id, user, reason)
     return json_response({"action": action, "actor": actor, **result})
 
@@ -330,15 +322,12 @@ async def _end(
     """Stop or cancel: the record (and its audit row) is written first; only then is the
     orchestration terminated, so a failing terminate still leaves the operator's intent recorded,
     and the watchdog, reading the record, never resumes the instance."""
-    try:
-        record = await call_ledger(
-            svc,
-            lambda ledger: operator_stop.end_instance(
-                ledger, instance_id, action, reason=reason, actor=actor, expected_status=expected
-            ),
-        )
-    except operator.OperatorError as exc:
-        raise _operator_problem(exc) from None
+    record = await _ledger_move(
+        svc,
+        lambda ledger: operator.end_instance(
+            ledger, instance_id, action, reason=reason, actor=actor, expected_status=expected
+        ),
+    )
     status = await call_durable(client.get_status(instance_id), "read the orchestration status")
     terminated = bool(status and status.runtime_status in ACTIVE_STATUSES)
     if terminated:

@@ -82,11 +82,17 @@ _DEFAULT_CODES = {
 }
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        value = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    return str(value)
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a ``Z`` suffix (naive values are taken as UTC, as the Durable API sends them)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def json_default(value: Any) -> Any:
+    return iso(value) if isinstance(value, datetime) else str(value)
 
 
 def clip(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
@@ -156,7 +162,7 @@ class ApiError(Exception):
 
     def to_response(self) -> func.HttpResponse:
         return func.HttpResponse(
-            json.dumps(self.body(), default=_default),
+            json.dumps(self.body(), default=json_default),
             status_code=self.status_code,
             mimetype=PROBLEM_CONTENT_TYPE,
             headers={"Content-Type": PROBLEM_CONTENT_TYPE},

@@ -12,37 +12,18 @@ import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import azure.functions as func
 
 from api.boundary import admit, secure
-from api.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TITLES, PROBLEM_TYPE_PREFIX, ApiError
-
-__all__ = [
-    "PROBLEM_CONTENT_TYPE",
-    "PROBLEM_TITLES",
-    "PROBLEM_TYPE_PREFIX",
-    "ApiError",
-    "iso",
-    "json_errors",
-    "json_object_body",
-    "json_response",
-    "route_base",
-]
+from api.problems import ApiError, json_default
 
 log = logging.getLogger(__name__)
 
 JSON_CONTENT_TYPE = "application/json"
 DEFAULT_ROUTE_PREFIX = "/api"
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    return str(value)
 
 
 def _finite(value: Any) -> Any:
@@ -58,9 +39,9 @@ def _finite(value: Any) -> Any:
 
 def _dumps(body: Any) -> str:
     try:
-        return json.dumps(body, default=_default, allow_nan=False)
+        return json.dumps(body, default=json_default, allow_nan=False)
     except ValueError:  # a non-finite number stored before the door refused them
-        return json.dumps(_finite(body), default=_default, allow_nan=False)
+        return json.dumps(_finite(body), default=json_default, allow_nan=False)
 
 
 def json_response(
@@ -72,15 +53,6 @@ def json_response(
         headers=dict(headers or {}),
         mimetype=JSON_CONTENT_TYPE,
     )
-
-
-def iso(value: datetime | None) -> str | None:
-    """ISO 8601 in UTC with a ``Z`` suffix (naive values are taken as UTC, as the Durable API sends them)."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 Handler = Callable[..., Awaitable[func.HttpResponse]]

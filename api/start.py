@@ -136,13 +136,7 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
     except Exception as exc:
         await _never_started(svc, instance_id, exc)
         if "already exists" in str(exc).lower():  # the host answered 409: we lost a race
-            raise ApiError(
-                409,
-                f"workflow instance {instance_id!r} already exists",
-                ["instance ids are single-use: choose another instance_id, or omit it to get a fresh one"],
-                code="instance-exists",
-                extra={"instanceId": instance_id},
-            ) from None
+            raise _exists(instance_id, SINGLE_USE) from None
         log.warning("starting %s for %s failed: %r", WORKFLOW_ORCHESTRATOR, instance_id, exc)
         raise ApiError(
             502,
@@ -175,6 +169,7 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
 # create its steps, when the starter could not) before the watchdog treats it as a scheduler that
 # never started (on top of the watchdog's grace).
 SCHEDULER_START_SECONDS = 60.0
+SINGLE_USE = "instance ids are single-use: choose another instance_id, or omit it to get a fresh one"
 
 
 def _storable_input(name: str, validated: dict[str, Any], services: Services) -> str:
@@ -235,12 +230,9 @@ async def _record_instance(
             ),
         )
     except InstanceAlreadyExists as exc:
-        raise ApiError(
-            409,
-            f"workflow instance {instance_id!r} already exists",
-            [f"{exc}; instance ids are single-use: choose another instance_id, or omit it for a fresh one"],
-            code="instance-exists",
-            extra={"instanceId": instance_id},
+        raise _exists(
+            instance_id,
+            f"{exc}; instance ids are single-use: choose another instance_id, or omit it for a fresh one",
         ) from None
     if steps is None:
         return None
@@ -320,24 +312,21 @@ async def _ensure_unused(client: Any, services: Services, instance_id: str) -> N
     if status:
         runtime = runtime_status_name(status) or "unknown"
         state = "is still running" if status.runtime_status in ACTIVE_STATUSES else f"exists ({runtime})"
-        raise ApiError(
-            409,
-            f"workflow instance {instance_id!r} already exists",
-            [
-                f"an orchestration with this id {state}; instance ids are single-use: choose another "
-                "instance_id, or omit it to get a fresh one"
-            ],
-            code="instance-exists",
-            extra={"instanceId": instance_id, "runtimeStatus": runtime},
+        raise _exists(
+            instance_id, f"an orchestration with this id {state}; {SINGLE_USE}", runtimeStatus=runtime
         )
     if steps:
-        raise ApiError(
-            409,
-            f"workflow instance {instance_id!r} already exists",
-            [
-                f"the step ledger already holds {len(steps)} steps of workflow {steps[0].workflow_name!r} "
-                "for this id; choose another instance_id, or omit it to get a fresh one"
-            ],
-            code="instance-exists",
-            extra={"instanceId": instance_id},
+        held = f"the step ledger already holds {len(steps)} steps of workflow {steps[0].workflow_name!r}"
+        raise _exists(
+            instance_id, f"{held} for this id; choose another instance_id, or omit it to get a fresh one"
         )
+
+
+def _exists(instance_id: str, detail: str, **extra: str) -> ApiError:
+    return ApiError(
+        409,
+        f"workflow instance {instance_id!r} already exists",
+        [detail],
+        code="instance-exists",
+        extra={"instanceId": instance_id, **extra},
+    )

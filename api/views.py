@@ -1,4 +1,9 @@
-"""JSON views of ledger rows, audit entries and Durable orchestration statuses."""
+"""JSON views of ledger rows, audit entries and Durable orchestration statuses.
+
+The operator API's instance page shows dozens of step inputs and outputs, each up to the ledger's
+32,000 characters: each is cut to :data:`PAYLOAD_CAP` characters and marked, and the full text stays
+in the ledger (and in ``GET /api/workflows/{instance_id}``).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,13 @@ from typing import Any
 
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
-from api.responses import iso
-from workflow_core.ledger import AuditEntry, StepRecord
+from api.problems import iso
+from workflow_core.ledger import AuditEntry, InstanceRecord, StepRecord
+
+PAYLOAD_CAP = 4096
+# Statuses that end a work attempt, and the compensation's own phases.
+_ATTEMPT_ENDS = {"Succeeded", "Failed", "TimedOut", "Skipped", "Cancelled"}
+_COMPENSATION_ENDS = {"Compensated", "CompensationFailed", "Skipped"}
 
 
 def decode_maybe_json(value: Any) -> Any:
@@ -106,3 +116,118 @@ def workflow_name_of(status: DurableOrchestrationStatus | None, steps: list[Step
 
 def step_counts(steps: list[StepRecord]) -> dict[str, int]:
     return dict(sorted(Counter(s.status.value for s in steps).items()))
+
+
+def capped(text: str | None, cap: int = PAYLOAD_CAP) -> dict[str, Any] | None:
+    """``{"value": ..., "size": n, "truncated": bool}``: the JSON value when it fits, else a text preview."""
+    if text is None:
+        return None
+    if len(text) > cap:
+        return {"value": None, "preview": text[:cap], "size": len(text), "truncated": True}
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        value = text
+    return {"value": value, "size": len(text), "truncated": False}
+
+
+def instance_record_view(record: InstanceRecord) -> dict[str, Any]:
+    return {
+        "instanceId": record.instance_id,
+        "workflow": record.workflow,
+        "version": record.version,
+        "status": record.status.value,
+        "orchestrationId": record.orchestration_id,
+        "generation": record.generation,
+        "businessKey": record.business_key,
+        "startedAt": iso(record.started_at),
+        "updatedAt": iso(record.updated_at),
+        "completedAt": iso(record.completed_at),
+        "resumeCount": record.resume_count,
+        "maxResumes": record.max_resumes,
+        "schedulerDeadline": iso(record.scheduler_deadline),
+        "needsAttention": record.needs_attention,
+        "attentionReason": record.attention_reason,
+        "lastError": record.last_error,
+    }
+
+
+def attempts_view(audit: list[AuditEntry]) -> list[dict[str, Any]]:
+    """Each step's attempts, in ledger order: when each was dispatched and how (and when) it ended.
+
+    Read off the audit trail, because the step row holds only its latest attempt. A compensation is
+    one more "attempt" of kind ``compensate``, from the first move to Compensating to its outcome.
+    """
+    attempts: list[dict[str, Any]] = []
+    open_work: dict[str, dict[str, Any]] = {}
+    open_undo: dict[str, dict[str, Any]] = {}
+
+    def begin(entry: AuditEntry, kind: str, attempt: int | None, opened: dict[str, dict[str, Any]]) -> None:
+        opened[entry.step_id] = {
+            "step": entry.step_id,
+            "kind": kind,
+            "attempt": attempt,
+            "startedAt": iso(entry.at),
+            "endedAt": None,
+            "outcome": None,
+            "by": entry.actor,
+        }
+        attempts.append(opened[entry.step_id])
+
+    for entry in audit:
+        if entry.action != "transition":
+            continue
+        step, to = entry.step_id, entry.to_status
+        if to == "Dispatched":
+            begin(entry, "work", entry.attempt, open_work)
+        elif to in _ATTEMPT_ENDS and step in open_work:
+            open_work.pop(step).update(endedAt=iso(entry.at), outcome=to)
+        elif to == "Compensating" and step not in open_undo:
+            begin(entry, "compensate", None, open_undo)
+        elif to in _COMPENSATION_ENDS and step in open_undo:
+            open_undo.pop(step).update(endedAt=iso(entry.at), outcome=to)
+    return attempts
+
+
+def step_detail_view(record: StepRecord) -> dict[str, Any]:
+    """A step as the instance page shows it: the status view plus its capped input and output."""
+    view = step_view(record)
+    view.pop("output", None)
+    view["heartbeatTimeoutSeconds"] = record.heartbeat_timeout_seconds
+    view["input"] = capped(record.input_ref)
+    view["output"] = capped(record.result_ref)
+    return view
+
+
+def _as_of_current_attempt(view: dict[str, Any], step: StepRecord, audit: list[AuditEntry]) -> dict[str, Any]:
+    """A step's ``lastError`` as of its current attempt: the row keeps the text of an earlier failed
+    attempt while the next one is out, which would read as that attempt's failure. It moves to
+    ``earlierError`` (with the attempt it belongs to) until the current attempt ends."""
+    if not step.last_error or step.status.value not in ("Dispatched", "Running"):
+        return view
+    failed_in = [
+        a.attempt
+        for a in audit
+        if a.step_id == step.step_id and a.action == "transition" and a.to_status in ("Failed", "TimedOut")
+    ]
+    if failed_in and failed_in[-1] is not None and failed_in[-1] < step.attempt:
+        view["earlierError"] = {"attempt": failed_in[-1], "error": view.get("lastError")}
+        view["lastError"] = None
+    return view
+
+
+def instance_detail_view(
+    instance_id: str, record: Any, steps: list[StepRecord], audit: list[AuditEntry]
+) -> dict[str, Any]:
+    workflow = getattr(record, "workflow", None) or (steps[0].workflow_name if steps else None)
+    return {
+        "instanceId": instance_id,
+        "workflow": workflow,
+        "record": instance_record_view(record) if record is not None else None,
+        "input": capped(getattr(record, "input_ref", None)),
+        "outcome": capped(getattr(record, "outcome", None)),
+        "steps": [_as_of_current_attempt(step_detail_view(s), s, audit) for s in steps],
+        "attempts": attempts_view(audit),
+        "audit": [audit_view(a) for a in audit],
+        "payloadCap": PAYLOAD_CAP,
+    }

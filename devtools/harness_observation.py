@@ -232,7 +232,7 @@ class HarnessObservation:
             return [e for e in self.events if e.instance_id == instance_id]
 
     def decisions(self, instance_id: str | None = None) -> list[Any]:
-        """Every watchdog decision so far (``supervisor.Decision``), optionally for one instance."""
+        """Every watchdog decision so far (``watchdog_model.Decision``), optionally for one instance."""
         with self._lock:
             found = [d for r in self.tick_reports for d in r.decisions]
         return [d for d in found if instance_id is None or d.instance_id == instance_id]

@@ -339,7 +339,6 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("supervisor/watchdog_model.py", None, WATCHDOG),
     ("supervisor/tick_actions.py", None, WATCHDOG),
     ("supervisor/step_decisions.py", None, WATCHDOG),
-    ("supervisor/compensation_decisions.py", None, WATCHDOG),
     ("workflow_core/transport/storage_queue.py", "_receive", QUEUE_RECEIVE),
     ("workflow_core/transport/storage_queue.py", "complete", QUEUE_DELETE),
 )

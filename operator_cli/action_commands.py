@@ -1,11 +1,5 @@
-"""``sas``'s actions: steer one step or one instance, each confirmed, audited and done once.
-
-    sas retry <instance> <step> --reason "downstream fixed"
-    sas skip <instance> <step> --reason "done by hand" --yes
-    sas compensate <instance> <step> --reason "customer cancelled"
-    sas resume <instance> --reason "scheduler host replaced"
-    sas stop <instance> --reason "wrong tenant"          # keep what is done; nothing more runs
-    sas cancel <instance> --reason "customer withdrew"   # stop, then undo the done steps
+"""``sas``'s actions (retry, skip, compensate a step; resume, stop, cancel an instance): steer one
+step or one instance, each confirmed, audited and done once.
 
 Like every ``sas`` command these write the ledger only: the move (audited as ``operator:<OS user>``
 with the reason) is checked against what the confirmation showed, so a command that raced another
@@ -29,8 +23,15 @@ from typing import Any
 import click
 
 from operator_cli import render
-from operator_cli.options import OUTPUT
-from operator_cli.session import CliError, Session, confirm, current_session, operator_user
+from operator_cli.session import (
+    OUTPUT,
+    CliError,
+    Session,
+    confirm,
+    current_session,
+    get_instance,
+    operator_user,
+)
 from workflow_core import clock
 
 STEP_INTENTS = {
@@ -178,40 +179,34 @@ def _resume(ledger: Any, instance: str, user: str, reason: str, status: str) -> 
 
 def _end(name: str) -> Callable[..., Any]:
     def act(ledger: Any, instance: str, user: str, reason: str, status: str) -> Any:
-        from supervisor import operator_stop
+        from supervisor import operator
 
-        return operator_stop.end_instance(
-            ledger, instance, name, reason=reason, user=user, expected_status=status
-        )
+        return operator.end_instance(ledger, instance, name, reason=reason, user=user, expected_status=status)
 
     return act
 
 
-def _stopped(instance: str, status: str) -> str:
-    return (
-        f"stop: instance {instance} is Stopped (was {status}); no later step runs, its done steps stay; "
-        f"`sas cancel {instance}` undoes them."
-    )
-
-
-def _cancelled(instance: str, status: str) -> str:
-    return f"cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its done steps."
-
-
-def _resumed(instance: str, status: str) -> str:
-    return f"resume: instance {instance} recorded; the watchdog resumes it at its next tick."
-
-
 # name -> (help, what the prompt says it does (None: only its name), the act, what is printed after it)
-INSTANCE_ACTIONS: dict[str, tuple[str, str | None, Callable[..., Any], Callable[[str, str], str]]] = {
+INSTANCE_ACTIONS: dict[str, tuple[str, str | None, Callable[..., Any], str]] = {
     "resume": (
         "Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state.",
         None,
         _resume,
-        _resumed,
+        "resume: instance {instance} recorded; the watchdog resumes it at its next tick.",
     ),
-    "stop": (f"Stop an instance: {ENDS['stop']}.", ENDS["stop"], _end("stop"), _stopped),
-    "cancel": (f"Cancel an instance: {ENDS['cancel']}.", ENDS["cancel"], _end("cancel"), _cancelled),
+    "stop": (
+        f"Stop an instance: {ENDS['stop']}.",
+        ENDS["stop"],
+        _end("stop"),
+        "stop: instance {instance} is Stopped (was {status}); no later step runs, its done steps stay; "
+        "`sas cancel {instance}` undoes them.",
+    ),
+    "cancel": (
+        f"Cancel an instance: {ENDS['cancel']}.",
+        ENDS["cancel"],
+        _end("cancel"),
+        "cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its done steps.",
+    ),
 }
 
 
@@ -222,8 +217,6 @@ def _instance_command(name: str) -> click.Command:
     @click.argument("instance")
     @_common
     def command(instance: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
-        from operator_cli.instances import get_instance
-
         s = current_session()
         record = get_instance(s.ledger, instance)
         user = operator_user()
@@ -242,7 +235,7 @@ def _instance_command(name: str) -> click.Command:
             f"sas {name} {instance}",
             lambda: act(s.ledger, instance, user, reason, status),
         )
-        _print(s, output, updated, replayed, lambda: done(instance, status))
+        _print(s, output, updated, replayed, lambda: done.format(instance=instance, status=status))
 
     return command
 

@@ -1,23 +1,9 @@
 """``sas``, the operator CLI: look at workflow instances in the step ledger and steer stuck ones.
 
-    sas list [--status Failed] [--workflow provision-tenant] [--needs-attention] [-o json]
-    sas show <instance>
-    sas stalled
-    sas timeline <instance>
-    sas retry <instance> <step> --reason "downstream fixed"
-    sas skip <instance> <step> --reason "done by hand" --yes
-    sas compensate <instance> <step> --reason "customer cancelled"
-    sas resume <instance> --reason "scheduler host replaced"
-    sas stop <instance> --reason "wrong tenant"
-    sas cancel <instance> --reason "customer withdrew"
-    sas versions <workflow>
-    sas replay-check <history.json>...
-    sas lint [--directory workflows]
-
-The CLI reads and writes only the step ledger (Table Storage). Mutating commands
-(``operator_cli/action_commands.py``) record *intent*: the step (or instance) moves, audited as
-``operator:<OS user>`` with the reason, and becomes due now; the supervisor's watchdog, which holds the
-Durable Functions client, enacts it on its next tick.
+The reads are here; the actions are in ``action_commands.py`` and the commands about the workflows
+themselves in ``workflow_commands.py``. The CLI reads and writes only the step ledger (Table
+Storage): an action records *intent*, and the supervisor's watchdog, which holds the Durable
+Functions client, enacts it on its next tick.
 
 Settings: ``--connection-string``, else the environment (``AzureWebJobsStorage`` or its identity-based
 ``__tableServiceUri`` form, ``LEDGER_TABLE_NAME``, ``DEADLINE_INDEX_TABLE_NAME``), else the Values of
@@ -41,19 +27,19 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 from operator_cli import render
 from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
 from operator_cli.connection import ConnectionProblem
-from operator_cli.lint_commands import lint_command
-from operator_cli.options import OUTPUT
 from operator_cli.session import (
     EXIT_DECLINED,
     EXIT_OK,
     EXIT_STORAGE,
     EXIT_USAGE,
+    OUTPUT,
     CliError,
     Declined,
     Session,
     current_session,
+    get_instance,
 )
-from operator_cli.version_commands import replay_check_command, versions_command
+from operator_cli.workflow_commands import lint_command, replay_check_command, versions_command
 from workflow_core.ledger import LedgerError
 
 # ---- the command group --------------------------------------------------------------------------
@@ -123,22 +109,21 @@ def list_command(
     output: str,
 ) -> None:
     """Workflow instances, newest first (the same filters as GET /api/instances)."""
-    from operator_cli.instances import list_instances
-
     s = current_session()
-    records, token = list_instances(
-        s.ledger,
-        status=status,
-        workflow=workflow,
-        version=version,
-        business_key_prefix=business_key,
-        started_from=_parse_time(started_from, "--started-from"),
-        started_to=_parse_time(started_to, "--started-to"),
-        needs_attention=needs_attention,
-        limit=limit,
-        continuation=continuation,
-        all_pages=all_pages,
-    )
+    filters = {
+        "status": status,
+        "workflow": workflow,
+        "version": version,
+        "business_key_prefix": business_key,
+        "started_from": _parse_time(started_from, "--started-from"),
+        "started_to": _parse_time(started_to, "--started-to"),
+        "needs_attention": needs_attention,
+        "limit": limit,
+    }
+    records, token = s.ledger.list_instances(**filters, continuation=continuation)
+    while all_pages and token:
+        page, token = s.ledger.list_instances(**filters, continuation=token)
+        records.extend(page)
     if output == "json":
         render.print_json(s.out, {"instances": records, "continuation": token})
         return
@@ -155,7 +140,6 @@ def list_command(
 @OUTPUT
 def show(instance: str, output: str) -> None:
     """One instance: its record, its steps and its audit trail."""
-    from operator_cli.instances import get_instance
     from supervisor import operator
 
     s = current_session()

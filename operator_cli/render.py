@@ -20,7 +20,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.table import Table
 
-from workflow_core.ledger import AuditEntry, StepRecord
+from workflow_core.ledger import AuditEntry, InstanceRecord, StepRecord
 
 PLAIN_WIDTH = 200
 
@@ -106,13 +106,13 @@ def table(title: str | None, headers: list[str], rows: list[list[str]]) -> Table
     return result
 
 
-def instances_table(records: list[Any]) -> Table:
+def instances_table(records: list[InstanceRecord]) -> Table:
     rows = [
         [
             r.instance_id,
             r.workflow,
             str(r.version),
-            str(getattr(r.status, "value", r.status)),
+            r.status.value,
             r.business_key or "",
             when(r.started_at),
             when(r.updated_at),
@@ -121,8 +121,17 @@ def instances_table(records: list[Any]) -> Table:
         ]
         for r in records
     ]
-    headers = ["INSTANCE", "WORKFLOW", "VERSION", "STATUS", "BUSINESS KEY", "STARTED", "UPDATED", "ATTN"]
-    headers.append("NOTE")
+    headers = [
+        "INSTANCE",
+        "WORKFLOW",
+        "VERSION",
+        "STATUS",
+        "BUSINESS KEY",
+        "STARTED",
+        "UPDATED",
+        "ATTN",
+        "NOTE",
+    ]
     return table(None, headers, rows)
 
 

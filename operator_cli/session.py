@@ -16,8 +16,17 @@ import click
 
 from operator_cli import render
 from operator_cli.connection import LedgerLocation, locate, open_ledger
-from workflow_core.ledger import StepLedger
+from workflow_core.ledger import InstanceNotFound, InstanceRecord, StepLedger
 
+# The option of every command that prints: table for people, json for scripts.
+OUTPUT = click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for scripts",
+)
 EXIT_OK = 0
 EXIT_DECLINED = 1
 EXIT_USAGE = 2
@@ -84,3 +93,11 @@ def confirm(s: Session, prompt: str, yes: bool) -> None:
         answer = ""
     if answer.strip().lower() not in ("y", "yes"):
         raise Declined
+
+
+def get_instance(ledger: StepLedger, instance_id: str) -> InstanceRecord:
+    """The instance record; an unknown id is a :class:`CliError` sentence, never a traceback."""
+    try:
+        return ledger.get_instance(instance_id)
+    except InstanceNotFound:
+        raise CliError(f"no workflow instance {instance_id!r} in the ledger") from None

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from supervisor.tick_actions import _TickActions
+from supervisor.watchdog_model import ALIVE_STATUSES
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import (
     COMPENSATION_ORCHESTRATOR,
@@ -35,7 +36,6 @@ from workflow_core.resume import resume_input
 log = logging.getLogger("sas.supervisor.instances")
 
 IS = InstanceStatus
-ALIVE_STATUSES = frozenset({"Running", "Pending", "ContinuedAsNew", "Suspended"})
 
 
 class InstanceAction(StrEnum):
@@ -140,35 +140,52 @@ class _InstanceActions:
         with the cause (the compensation orchestration's own failure) where operators look (the
         attention inbox, ``sas stalled``, the console), and nothing restarts it until an operator
         retries a step (which answers the flag and resets the budget)."""
-        cause = cause or detail
-        claimed = await self.claim(
+        await self._give_up(
             record,
             IS.COMPENSATION_FAILED,
+            "compensation gave up",
             detail,
-            needs_attention=True,
-            attention_reason=f"compensation gave up: {detail}; cause: {cause}"[:1000],
-            last_error=cause[:MAX_TEXT],
+            cause,
+            InstanceAction.GIVE_UP_COMPENSATION,
         )
-        if claimed is not None:
-            await self.decided(record, InstanceAction.GIVE_UP_COMPENSATION, f"{detail}; cause: {cause[:500]}")
 
     async def give_up_scheduler(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
         """The watchdog's own recovery of a live scheduler cannot take (its terminations spent): the
         instance stays Running, flagged with the cause, and is *parked*: no scheduler deadline, so
         it leaves the deadline index for the operators' inbox and no tick acts on it again until an
         operator does (or its scheduler moves by itself and promises again)."""
+        await self._give_up(
+            record,
+            IS.RUNNING,
+            "supervisor gave up",
+            detail,
+            cause,
+            InstanceAction.GIVE_UP_SCHEDULER,
+            park=True,
+        )
+
+    async def _give_up(
+        self,
+        record: InstanceRecord,
+        to: InstanceStatus,
+        who: str,
+        detail: str,
+        cause: str | None,
+        action: InstanceAction,
+        park: bool = False,
+    ) -> None:
         cause = cause or detail
         claimed = await self.claim(
             record,
-            IS.RUNNING,
+            to,
             detail,
-            park=True,
+            park=park,
             needs_attention=True,
-            attention_reason=f"supervisor gave up: {detail}; cause: {cause}"[:1000],
+            attention_reason=f"{who}: {detail}; cause: {cause}"[:1000],
             last_error=cause[:MAX_TEXT],
         )
         if claimed is not None:
-            await self.decided(record, InstanceAction.GIVE_UP_SCHEDULER, f"{detail}; cause: {cause[:500]}")
+            await self.decided(record, action, f"{detail}; cause: {cause[:500]}")
 
     async def terminate_stalled(
         self,

@@ -2,27 +2,13 @@
 
 Steps carry deadlines only while something is in flight. A scheduler that dies *between* steps, or
 before it ever started, leaves no overdue step behind: only its instance record's
-``scheduler_deadline`` (the promise every scheduler activity renews) passes. This module decides,
-per overdue instance (decision table in docs/supervisor.md):
-
-* its orchestration is gone (no such instance, Completed/Failed/Terminated/Canceled): recover by the
-  workflow's ``on_scheduler_lost`` policy — **resume** (start the workflow orchestration again for
-  the same instance, from the ledger's state: completed steps are never run again) while
-  ``resume_count < max_resumes``, else **compensate** (and raise the attention flag when resumes ran
-  out);
-* it is alive but did not keep its promise: the first look notes it and waits one lease; a second
-  look with still no scheduler activity terminates it, and the next tick resumes it; terminations
-  that do not take are counted (``MAX_SCHEDULER_TERMINATIONS``), then the instance is flagged and
-  parked for an operator;
-* the instance is Compensating and no compensation orchestration runs: restart it, at most
-  ``MAX_COMPENSATION_RESTARTS`` times, whether it was found through the instance or a step; one
-  that runs but does not move is terminated (counted) and so restarted;
-* a step whose orchestration is gone, or that is Compensating with no compensation running, and
-  whose instance has no record at all: an invariant violation (the starter writes every record with
-  its steps), so nothing decides for it; it is noted once and left (:meth:`InstanceSupervisor.no_record`).
-
-Every loop has its counter on the instance record, written in the claim that acts, and an end:
-docs/supervisor.md, "Every recovery loop has a budget and an end".
+``scheduler_deadline`` (the promise every scheduler activity renews) passes. Per overdue instance
+(the decision table is in docs/supervisor.md): a gone orchestration is resumed from the ledger (its
+completed steps never run again) or compensated, by the workflow's ``on_scheduler_lost`` policy and
+``max_resumes``; one alive past its promise is noted, then terminated and so resumed; a Compensating
+instance with no compensation running has it restarted. Every loop has its counter on the instance
+record, written in the claim that acts, and an end (docs/supervisor.md, "Every recovery loop has a
+budget and an end").
 
 Exactly once: every action starts with an ETag-conditional claim of the *instance* record (owner
 ``supervisor:<tick>``, deadline moved a lease ahead). Two watchdog processes that reach the same dead
@@ -37,23 +23,14 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from supervisor.instance_actions import (
-    ALIVE_STATUSES,
-    IS,
-    InstanceAction,
-    _InstanceActions,
-    supervisor_holds,
-    trace_input,
-)
-from supervisor.watchdog_model import FLAGGED_LOOK_SECONDS, Action, _operator_requested
+from supervisor.instance_actions import IS, InstanceAction, _InstanceActions, supervisor_holds
+from supervisor.watchdog_model import ALIVE_STATUSES, FLAGGED_LOOK_SECONDS, Action, _operator_requested
 from workflow_core import telemetry
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import InstanceRecord
 from workflow_core.ledger.model import MAX_TEXT
 
 log = logging.getLogger("sas.supervisor.instances")
-
-__all__ = ["ALIVE_STATUSES", "InstanceAction", "InstanceSupervisor", "supervisor_holds", "trace_input"]
 
 
 class InstanceSupervisor(_InstanceActions):
@@ -99,10 +76,8 @@ class InstanceSupervisor(_InstanceActions):
 
     async def step_orphaned(self, step: Any, claimed: Any, why: str) -> bool:
         """A step's orchestration is gone (``claimed``: the step as this tick's claim wrote it). True
-        when the instance record took over the decision (the caller then does nothing more; also when
-        there is no record: :meth:`no_record`, and when the instance is Failed and waits for an operator:
-        :meth:`leave_for_operator`); False when the record leaves it to the step (the instance ended
-        while this step was still in flight)."""
+        when the instance record took over the decision; False when it leaves it to the step (the
+        instance ended while this step was still in flight)."""
         record = await self.tick.io(self.ledger.find_instance, step.instance_id)
         if record is None:
             await self.no_record(step, claimed, why)
@@ -137,10 +112,8 @@ class InstanceSupervisor(_InstanceActions):
 
     async def compensate_for_step(self, step: Any, claimed: Any, reason: str) -> bool:
         """A step is Compensating (an operator asked, or a compensation died) and no compensation
-        runs. True when the instance record took it over: claimed -> Compensating, the scheduler
-        ended if it still runs, the compensation started once (or, with no record, nothing:
-        :meth:`no_record`); False when the instance already ended (Succeeded, Compensated, Cancelled:
-        its record cannot move), where the step's own compensation start decides."""
+        runs. True when the instance record took it over (started once per instance); False when the
+        instance already ended (its record cannot move), where the step's own compensation start decides."""
         record = await self.tick.io(self.ledger.find_instance, step.instance_id)
         if record is None:
             await self.no_record(step, claimed, reason)
@@ -181,8 +154,7 @@ class InstanceSupervisor(_InstanceActions):
 
     async def step_of_flagged(self, step: Any, claimed: Any) -> bool:
         """A step the watchdog acted on before, with nothing moved since, and its orchestration alive.
-        True when its instance was flagged and parked by a spent budget: the step is left as it is
-        (looked at again after :data:`FLAGGED_LOOK_SECONDS`, not every lease), nothing raised or sent."""
+        True when its instance was flagged and parked by a spent budget: the step is left as it is."""
         record = await self.tick.io(self.ledger.find_instance, step.instance_id)
         if record is None or not record.needs_attention or record.scheduler_deadline is not None:
             return False
@@ -190,19 +162,17 @@ class InstanceSupervisor(_InstanceActions):
         return True
 
     async def leave_for_operator(self, step: Any, claimed: Any, record: InstanceRecord) -> None:
-        """The step of an instance that waits for an operator: noted, left as it is, looked at again
-        after :data:`FLAGGED_LOOK_SECONDS` (not every lease); nothing raised, sent or started."""
+        """The step of an instance that waits for an operator: noted and left; nothing raised, sent or
+        started."""
         why = record.attention_reason or f"the instance is {record.status.value}"
         detail = f"the instance waits for an operator ({why}); nothing done"[:1000]
         await self._leave_step(step, claimed, Action.NOTE_INSTANCE_FLAGGED, detail)
 
     async def no_record(self, step: Any, claimed: Any, why: str) -> None:
-        """A step whose instance has no record: an invariant violation (every instance's record is
-        written with its first steps, at the door). Only the record may decide between resume and
-        compensation, exactly once per instance; without it two watchdog processes, through two of
-        its steps, could each start one. So nothing is started or resumed: the violation is logged
-        and noted once on the step, which is left as it is, looked at again only after
-        :data:`FLAGGED_LOOK_SECONDS` (not every lease)."""
+        """A step whose instance has no record: an invariant violation (the starter writes every record
+        with its steps). Only the record may decide between resume and compensation, exactly once per
+        instance; without it two watchdog processes could each start one. So nothing is started: the
+        violation is logged and noted once on the step, which is left as it is."""
         detail = (
             f"{why}; instance {step.instance_id} has no record, so nothing decides for it (an invariant "
             "violation): nothing started or resumed, the step is left as it is"
@@ -211,8 +181,8 @@ class InstanceSupervisor(_InstanceActions):
         await self._leave_step(step, claimed, Action.NOTE_NO_INSTANCE_RECORD, detail)
 
     async def _leave_step(self, step: Any, claimed: Any, action: Action, detail: str) -> None:
-        """Note ``action`` on the step as this tick claimed it and leave it as it is, looked at again
-        after :data:`FLAGGED_LOOK_SECONDS` (not every lease)."""
+        """Note ``action`` on the step as claimed and leave it, looked at again after
+        :data:`FLAGGED_LOOK_SECONDS` (not every lease)."""
         await self.tick.io(
             self.ledger.update,
             claimed,

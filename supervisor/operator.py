@@ -13,10 +13,17 @@ durable client, picks the step up on its next tick and enacts the intent:
 * ``skip_step``: -> Skipped (terminal: the step leaves the watchdog's worklist for good).
 * ``request_compensation``: Succeeded/Failed/TimedOut -> Compensating (the watchdog starts the
   instance's compensation orchestration).
+* ``resume_instance``: a stranded or failed instance is resumed by the watchdog from the ledger.
+* ``end_instance`` stop: -> ``Stopped``, flagged; unsupervised, so the watchdog never resumes nor
+  compensates it, and the ledger fences off a scheduler still running; its done steps stay until a
+  cancel. Cancel: -> ``Compensating``, due now: the watchdog starts the compensation. Both write the
+  record and its audit row *before* the caller terminates the orchestration, so no orchestration is
+  ended without an audit row naming the actor and the reason.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -78,27 +85,10 @@ class IllegalMove(OperatorError):
         )
 
 
-# Which operator command performs which move (from, to); other moves belong to the automation.
-_COMMAND_FOR_MOVE: dict[tuple[StepStatus, StepStatus], str] = {
-    (S.FAILED, S.RETRYING): "retry",
-    (S.TIMED_OUT, S.RETRYING): "retry",
-    (S.COMPENSATION_FAILED, S.COMPENSATING): "retry",
-    (S.SUCCEEDED, S.COMPENSATING): "compensate",
-    (S.FAILED, S.COMPENSATING): "compensate",
-    (S.TIMED_OUT, S.COMPENSATING): "compensate",
-}
-
-
 def allowed_moves(status: StepStatus) -> list[str]:
     """Every legal move from ``status``, each with the CLI command that makes it (or who does)."""
-    moves = []
-    for target in sorted(ALLOWED_TRANSITIONS[status], key=lambda s: s.value):
-        if target is S.SKIPPED:
-            command = "skip"
-        else:
-            command = _COMMAND_FOR_MOVE.get((status, target), "automation only")
-        moves.append(f"{target.value} ({command})")
-    return moves
+    targets = sorted(ALLOWED_TRANSITIONS[status], key=lambda s: s.value)
+    return [f"{t.value} ({_COMMAND_FOR_MOVE.get((status, t), 'automation only')})" for t in targets]
 
 
 @dataclass(frozen=True)
@@ -131,6 +121,8 @@ COMPENSATE = Intent(
     sets_deadline=True,
 )
 INTENTS = {i.name: i for i in (RETRY, SKIP, COMPENSATE)}
+# Which operator command performs which move (from, to); other moves belong to the automation.
+_COMMAND_FOR_MOVE = {(frm, to): i.name for i in INTENTS.values() for frm, to in i.targets.items()}
 
 
 @dataclass(frozen=True)
@@ -200,17 +192,19 @@ def preview(ledger: StepLedger, intent: str, instance_id: str, step_id: str) -> 
     return record, INTENTS[intent].target_for(record)
 
 
-def _apply(
-    ledger: StepLedger,
+def apply_intent(
     intent: Intent,
+    ledger: StepLedger,
     instance_id: str,
     step_id: str,
     *,
     user: str,
     reason: str,
-    now: datetime | None,
+    now: datetime | None = None,
     expect: Callable[[StepRecord], None] | None = None,
 ) -> StepRecord:
+    """Move the step as ``intent`` says, audited as ``operator:<user>``; ``expect`` may refuse the
+    step as read (it changed since the operator saw it). A lost race re-reads and re-checks."""
     actor = actor_for(user)
     reason = required_reason(reason)
     for _ in range(MAX_RACE_RETRIES):
@@ -240,46 +234,10 @@ def _apply(
     )
 
 
-def retry_step(
-    ledger: StepLedger,
-    instance_id: str,
-    step_id: str,
-    *,
-    user: str,
-    reason: str,
-    now: datetime | None = None,
-    expect: Callable[[StepRecord], None] | None = None,
-) -> StepRecord:
-    """Failed/TimedOut -> Retrying, CompensationFailed -> Compensating; due now for the watchdog."""
-    return _apply(ledger, RETRY, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)
-
-
-def skip_step(
-    ledger: StepLedger,
-    instance_id: str,
-    step_id: str,
-    *,
-    user: str,
-    reason: str,
-    now: datetime | None = None,
-    expect: Callable[[StepRecord], None] | None = None,
-) -> StepRecord:
-    """-> Skipped: the step needs no (more) work; it leaves the watchdog's worklist."""
-    return _apply(ledger, SKIP, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)
-
-
-def request_compensation(
-    ledger: StepLedger,
-    instance_id: str,
-    step_id: str,
-    *,
-    user: str,
-    reason: str,
-    now: datetime | None = None,
-    expect: Callable[[StepRecord], None] | None = None,
-) -> StepRecord:
-    """Succeeded/Failed/TimedOut -> Compensating, due now: the watchdog starts the compensation."""
-    return _apply(ledger, COMPENSATE, instance_id, step_id, user=user, reason=reason, now=now, expect=expect)
+# The three step intents (see the module docstring for what each asks of the watchdog).
+retry_step = functools.partial(apply_intent, RETRY)
+skip_step = functools.partial(apply_intent, SKIP)
+request_compensation = functools.partial(apply_intent, COMPENSATE)
 
 
 # ---- instances -----------------------------------------------------------------------------------
@@ -302,13 +260,8 @@ def resume_instance(
     actor: str | None = None,
     now: datetime | None = None,
 ) -> InstanceRecord:
-    """Ask for a stranded or failed instance to be resumed from the ledger; audited.
-
-    Like the step intents this records intent only (owner ``operator:<user>``, scheduler deadline
-    now): the watchdog, which holds a Durable client, resumes the instance on its next tick if its
-    orchestration is gone, or notes that it is alive and hands it back. Raises
-    :class:`UnknownInstance` or :class:`OperatorError` (with the statuses that allow it).
-    """
+    """Ask for a stranded or failed instance to be resumed from the ledger: owner ``operator:<user>``,
+    scheduler deadline now; the watchdog resumes it if its orchestration is gone."""
     who = actor or actor_for(user or "")
     reason = required_reason(reason)
     when = require_aware(now, "now") if now is not None else clock.utcnow()
@@ -325,13 +278,12 @@ def resume_instance(
                     else ""
                 )
             )
-        changes = {
+        return target, {
             "owner": who,
             "scheduler_deadline": when,
             "needs_attention": False,
             "attention_reason": None,
         }
-        return target, changes
 
     return move_instance(ledger, instance_id, actor=who, reason=f"operator resume: {reason}", decide=decide)
 
@@ -370,3 +322,60 @@ def move_instance(
     raise OperatorError(
         f"instance {instance_id!r} keeps changing under us; look at its timeline and try again"
     )
+
+
+# What each action moves the record to, from which statuses (the decision table of this module).
+STOP_TABLE: dict[str, dict[InstanceStatus, InstanceStatus]] = {
+    "stop": {
+        InstanceStatus.RUNNING: InstanceStatus.STOPPED,
+        InstanceStatus.FAILED: InstanceStatus.STOPPED,
+    },
+    "cancel": {
+        InstanceStatus.RUNNING: InstanceStatus.COMPENSATING,
+        InstanceStatus.FAILED: InstanceStatus.COMPENSATING,
+        InstanceStatus.STOPPED: InstanceStatus.COMPENSATING,
+    },
+}
+
+
+def end_instance(
+    ledger: StepLedger,
+    instance_id: str,
+    action: str,
+    *,
+    reason: str,
+    user: str | None = None,
+    actor: str | None = None,
+    expected_status: str | None = None,
+    now: datetime | None = None,
+) -> InstanceRecord:
+    """Stop or cancel the instance (record + audit row, one write); ``expected_status`` is the status
+    the operator saw: a record that moved since is refused, saying what it is now."""
+    table = STOP_TABLE[action]
+    who = actor or actor_for(user or "")
+    reason = required_reason(reason)
+    when = now or clock.utcnow()
+
+    def decide(record: InstanceRecord) -> tuple[InstanceStatus, dict]:
+        if expected_status and record.status.value != expected_status:
+            raise OperatorError(
+                f"instance {instance_id!r} is {record.status.value} now, not {expected_status} as expected"
+            )
+        target = table.get(record.status)
+        if target is None:
+            allowed = ", ".join(s.value for s in table)
+            done = "stopped" if action == "stop" else "cancelled"
+            raise OperatorError(
+                f"instance {instance_id!r} is {record.status.value}; only {allowed} instances can be {done}"
+            )
+        if target is InstanceStatus.STOPPED:  # its done steps stay: flagged until a cancel undoes them
+            flag = f"stopped by {who}: {reason}; its done steps stay as they are until an operator cancels it"
+            return target, {"owner": who, "needs_attention": True, "attention_reason": flag}
+        return target, {
+            "owner": who,
+            "needs_attention": False,
+            "attention_reason": None,
+            "scheduler_deadline": when,
+        }
+
+    return move_instance(ledger, instance_id, actor=who, reason=f"operator {action}: {reason}", decide=decide)

@@ -2,10 +2,9 @@
 
 Its own module because these few moves carry the watchdog's exactly-once guarantee (an ETag-guarded
 claim before any side effect, an audit row and a ``sas.recovery`` record for every decision), and
-both the work-step decisions (``step_decisions.py``) and the compensation decisions
-(``compensation_decisions.py``) are built on them, and so are the instance decisions
-(``instance_actions.py``, which may end a live scheduler before a compensation starts: the one move
-both a step and an instance make). One :class:`_TickActions` lives for one tick.
+both the step decisions (``step_decisions.py``) and the instance decisions (``instance_actions.py``,
+which may end a live scheduler before a compensation starts) are built on them. One
+:class:`_TickActions` lives for one tick.
 """
 
 from __future__ import annotations
@@ -102,10 +101,6 @@ class _TickActions:
             tick_id=self.report.tick_id,
             reason=detail,
         )
-
-    async def time_out(self, claimed: StepRecord, *, reason: str, last_error: str) -> None:
-        """Record a mid-flight attempt as TimedOut; the claim's lease stays its deadline."""
-        await _io(self.time_out_now, claimed, reason=reason, last_error=last_error)
 
     def time_out_now(self, record: StepRecord, *, reason: str, last_error: str) -> StepRecord:
         """Blocking: ``record`` -> TimedOut, owned by this tick until now + lease (its claim); counted

@@ -9,22 +9,17 @@ One tick (see docs/supervisor.md for the full decision table):
    row forward, so an overlapping tick neither sees it nor wins it (a lost claim is a
    ``ConcurrencyConflict``: someone else acted, skip). A tick that dies after claiming leaves the step
    to be retried when the lease expires.
-3. The decision uses the step and the orchestration's real state (``client.get_status``): re-send a
-   work message lost between the ledger write and the send; note a short overrun the orchestration's
-   own timer will handle; fail a step whose orchestration missed its timer (the orchestration then
-   applies its retry policy); start the compensation orchestration when the workflow's orchestration
-   is gone; nudge or (re)start a compensation that overran.
+3. The decision uses the step and the orchestration's real state (``client.get_status``), never a
+   clock or a message alone.
 4. Every decision leaves an audit row in the ledger and a telemetry record (``sas.recovery``).
 
 :func:`run_tick` is the whole tick as a plain coroutine: the timer function in this package only
-builds its arguments. ``client`` is anything with the async ``get_status``/``raise_event``/
-``start_new`` of ``DurableOrchestrationClient``.
+builds its arguments.
 
 The tick's parts: the vocabulary (:class:`Action`, :class:`TickReport`, constants) is in
 ``watchdog_model.py``; the moves every decision is made of in ``tick_actions.py``; the per-step
-decision table in ``step_decisions.py`` and its compensation branches in
-``compensation_decisions.py``; whole instances in ``instances.py`` (the table) and
-``instance_actions.py`` (its moves). Every name is importable from here.
+decision table, with its compensation branches, in ``step_decisions.py``; whole instances in
+``instances.py`` (the table) and ``instance_actions.py`` (its moves).
 """
 
 from __future__ import annotations
@@ -38,38 +33,17 @@ from typing import Any
 import azure.durable_functions as df
 import azure.functions as func
 
-from supervisor.compensation_decisions import _CompensationDecisions
 from supervisor.instances import InstanceSupervisor
 from supervisor.step_decisions import _Tick
-from supervisor.tick_actions import _TickActions
 from supervisor.watchdog_model import (
-    ALIVE_STATUSES,
-    COMP_DISPATCHED,
-    COMP_FAILED,
-    COMP_GIVEN_UP,
-    COMP_IN_FLIGHT,
-    COMP_RUNNING,
-    COMP_TIMED_OUT,
-    COMPENSATION_OVERRUN_ERROR,
     DEFAULT_LEASE_SECONDS,
     ERROR_ACTION,
-    FALLBACK_STEP_DEADLINE_SECONDS,
     OPERATOR_PREFIX,
-    OVERRUN_ERROR,
-    SETTLED_ATTEMPT,
-    SUPERVISOR_PREFIX,
-    UNKNOWN_STATUS,
-    Action,
-    Decision,
     DurableClient,
-    S,
-    T,
     TickReport,
     _io,
     _operator_requested,
     new_tick_id,
-    runtime_status_name,
-    step_deadline_seconds,
 )
 from workflow_core import clock, ledger_gauges, telemetry, telemetry_instruments, tracing
 from workflow_core.contracts import WATCHDOG_FUNCTION
@@ -126,7 +100,6 @@ async def run_tick(
             log.exception("watchdog tick %s could not read the deadline index", report.tick_id)
             report.errors += 1
             overdue = []
-        report.overdue = len(overdue)
         # Index rows the tick's writes retire go in one batch per index partition at the end.
         with ledger.deferred_index_deletes():
             await _supervise_and_handle(tick, now, limit, overdue)
@@ -185,26 +158,35 @@ async def _handle_one(tick: _Tick, record: StepRecord) -> None:
         report.conflicts += 1
         log.info("step %s/%s moved on while being recovered: %s", record.instance_id, record.step_id, exc)
     except Exception as exc:
-        report.errors += 1
         log.exception(
-            "watchdog tick %s failed on step %s/%s",
-            report.tick_id,
-            record.instance_id,
-            record.step_id,
+            "watchdog tick %s failed on step %s/%s", report.tick_id, record.instance_id, record.step_id
         )
-        telemetry.record_recovery(
-            record.instance_id,
-            record.step_id,
-            record.attempt,
-            ERROR_ACTION,
-            telemetry.OUTCOME_ERROR,
-            workflow=record.workflow_name,
-            status=record.status.value,
-            tick_id=report.tick_id,
-            reason=f"{type(exc).__name__}: {exc}",
-        )
+        _record_error(report, record, record.step_id, record.attempt, record.workflow_name, exc)
         await _best_effort_claim(tick, record)
-        await _best_effort_note(tick, record, exc)
+        try:
+            await tick.note(
+                record, "error", f"{type(exc).__name__}: {exc}; retried when the claim's lease expires"
+            )
+        except Exception:
+            log.exception("could not audit the failure on %s/%s", record.instance_id, record.step_id)
+
+
+def _record_error(
+    report: TickReport, record: Any, step_id: str, attempt: int, workflow: str, exc: Exception
+) -> None:
+    """Count an error on a step (or an instance: step ``*``) and record it as ``sas.recovery``."""
+    report.errors += 1
+    telemetry.record_recovery(
+        record.instance_id,
+        step_id,
+        attempt,
+        ERROR_ACTION,
+        telemetry.OUTCOME_ERROR,
+        workflow=workflow,
+        status=record.status.value,
+        tick_id=report.tick_id,
+        reason=f"{type(exc).__name__}: {exc}",
+    )
 
 
 async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> list[StepRecord]:
@@ -231,19 +213,8 @@ async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> list[S
             report.conflicts += 1
             log.info("instance %s moved on while being recovered: %s", instance.instance_id, exc)
         except Exception as exc:
-            report.errors += 1
             log.exception("watchdog tick %s failed on instance %s", report.tick_id, instance.instance_id)
-            telemetry.record_recovery(
-                instance.instance_id,
-                "*",
-                instance.resume_count,
-                ERROR_ACTION,
-                telemetry.OUTCOME_ERROR,
-                workflow=instance.workflow,
-                status=instance.status.value,
-                tick_id=report.tick_id,
-                reason=f"{type(exc).__name__}: {exc}",
-            )
+            _record_error(report, instance, "*", instance.resume_count, instance.workflow, exc)
             await _hand_instance_back(tick, instance)
     return due.steps
 
@@ -304,15 +275,6 @@ async def _best_effort_claim(tick: _Tick, record: StepRecord) -> None:
     tick.report.claimed += 1
 
 
-async def _best_effort_note(tick: _Tick, record: StepRecord, exc: BaseException) -> None:
-    try:
-        await tick.note(
-            record, "error", f"{type(exc).__name__}: {exc}; retried when the claim's lease expires"
-        )
-    except Exception:
-        log.exception("could not audit the failure on %s/%s", record.instance_id, record.step_id)
-
-
 # ---- the Azure Function ---------------------------------------------------------------------------
 
 
@@ -345,41 +307,3 @@ async def supervisor_watchdog(timer: func.TimerRequest, client: df.DurableOrches
     report = await run_tick(client, services)
     if report.errors:
         log.warning(report.summary())
-
-
-__all__ = [
-    "ALIVE_STATUSES",
-    "COMPENSATION_OVERRUN_ERROR",
-    "COMP_DISPATCHED",
-    "COMP_FAILED",
-    "COMP_GIVEN_UP",
-    "COMP_IN_FLIGHT",
-    "COMP_RUNNING",
-    "COMP_TIMED_OUT",
-    "DEFAULT_LEASE_SECONDS",
-    "ERROR_ACTION",
-    "FALLBACK_STEP_DEADLINE_SECONDS",
-    "OPERATOR_PREFIX",
-    "OVERRUN_ERROR",
-    "SETTLED_ATTEMPT",
-    "SUPERVISOR_PREFIX",
-    "UNKNOWN_STATUS",
-    "Action",
-    "Decision",
-    "DurableClient",
-    "S",
-    "T",
-    "TickReport",
-    "_CompensationDecisions",
-    "_Tick",
-    "_TickActions",
-    "_io",
-    "_operator_requested",
-    "blueprint",
-    "new_tick_id",
-    "recovery_span",
-    "run_tick",
-    "runtime_status_name",
-    "step_deadline_seconds",
-    "supervisor_watchdog",
-]

@@ -1,8 +1,7 @@
 """The watchdog's vocabulary: what it can decide, what a tick reports, and the constants it reads.
 
-Its own module because every part of the watchdog (the tick in ``watchdog.py``, the per-step
-decisions in ``step_decisions.py`` and ``compensation_decisions.py``, the instance supervision in
-``instances.py``) speaks it, and tests and tools read it, without needing the decision logic itself.
+Its own module because every part of the watchdog (the tick, the step and instance decisions)
+speaks it, and tests and tools read it, without needing the decision logic itself.
 """
 
 from __future__ import annotations
@@ -140,8 +139,8 @@ def new_tick_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
-def step_deadline_seconds(record: StepRecord, kind: str = "work", store: Any = None) -> float:
-    """The step's ``deadline_seconds`` (or its compensation's) from its pinned workflow definition."""
+def step_deadline_seconds(record: StepRecord, store: Any = None) -> float:
+    """The step's ``deadline_seconds`` from its pinned workflow definition."""
     try:
         from workflow_core.workflows.store import definition_for
 
@@ -156,8 +155,6 @@ def step_deadline_seconds(record: StepRecord, kind: str = "work", store: Any = N
             FALLBACK_STEP_DEADLINE_SECONDS,
         )
         return FALLBACK_STEP_DEADLINE_SECONDS
-    if kind == "compensate" and step.compensation is not None:
-        return float(step.compensation.deadline_seconds)
     return float(step.deadline_seconds)
 
 

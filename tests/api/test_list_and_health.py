@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from api import get_workflow_status, health, list_workflows
+from api.handlers import get_workflow_status, health, list_workflows
 from tests.api.support import HOST, http_request, json_of
 from workflow_core.runtime import get_services
 from workflow_core.workflows import load_workflows

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from api import get_workflow_status, get_workflow_steps
+from api.handlers import get_workflow_status, get_workflow_steps
 from tests.api.support import HOST, http_request, json_of
 from workflow_core import clock
 from workflow_core.contracts import compensation_instance_id

@@ -158,7 +158,7 @@ def test_a_settled_instances_timeline_ends_at_its_last_event_not_at_the_demo_clo
 def test_a_stopped_instance_reads_as_stopped_and_only_cancel_applies(demo, page):
     from datetime import timedelta
 
-    from supervisor import operator_stop
+    from supervisor import operator
     from workflow_core import clock
 
     ledger = demo.harness.ledger
@@ -169,7 +169,7 @@ def test_a_stopped_instance_reads_as_stopped_and_only_cancel_applies(demo, page)
         input_json="{}",
         scheduler_deadline=clock.utcnow() + timedelta(hours=1),
     )
-    operator_stop.end_instance(ledger, "ui-stopped", "stop", reason="wrong tenant", user="alice")
+    operator.end_instance(ledger, "ui-stopped", "stop", reason="wrong tenant", user="alice")
 
     page.goto(f"{demo.console_url}#/instance/ui-stopped")
     cancel = page.locator('.actions[role="group"] button[data-action="cancel"]')

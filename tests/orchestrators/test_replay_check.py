@@ -28,7 +28,7 @@ from devtools.replay_check import (
 )
 from devtools.replay_corpus import SCENARIOS, record_scenario
 from operator_cli.cli import main as sas
-from operator_cli.version_commands import EXIT_NONDETERMINISTIC
+from operator_cli.workflow_commands import EXIT_NONDETERMINISTIC
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, STEP_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ import azure.durable_functions as df
 
 from devtools.replay_check import check_file
 from operator_cli.cli import main as sas
-from operator_cli.version_commands import EXIT_NONDETERMINISTIC
+from operator_cli.workflow_commands import EXIT_NONDETERMINISTIC
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "replay_corpus"

@@ -13,7 +13,8 @@ import pytest
 from operator_cli.cli import main
 from supervisor import operator
 from supervisor.instances import InstanceAction
-from supervisor.watchdog import Action, run_tick
+from supervisor.watchdog import run_tick
+from supervisor.watchdog_model import Action
 from tests.supervisor.conftest import IS, NOW, RecordingClient, connection_args, make_step
 from workflow_core import clock
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR

@@ -87,7 +87,7 @@ def test_versions_with_a_broken_definition_names_the_file(env, ledger, broken_de
 
 def test_help_lists_every_exit_code_a_command_uses(capsys):
     """``replay-check`` exits 4; ``sas --help`` once listed 0-3 only."""
-    from operator_cli.version_commands import EXIT_NONDETERMINISTIC
+    from operator_cli.workflow_commands import EXIT_NONDETERMINISTIC
 
     code, out, _ = run_cli("--help")
     text = " ".join((out + capsys.readouterr().out).split())

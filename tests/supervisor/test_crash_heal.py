@@ -15,7 +15,8 @@ from datetime import timedelta
 
 import pytest
 
-from supervisor.watchdog import Action, run_tick
+from supervisor.watchdog import run_tick
+from supervisor.watchdog_model import Action
 from tests.supervisor.conftest import NOW, WORKFLOW, RecordingClient, drain
 from workflow_core import clock
 from workflow_core.contracts import StepDispatch

@@ -185,14 +185,14 @@ def test_a_stopped_instance_is_not_noted_again_every_lease(harness):
 def test_a_stop_from_sas_fences_the_scheduler_off_through_the_ledger_alone(harness):
     """``sas`` holds no Durable client: its stop only writes the ledger. The scheduler, still running,
     is refused its next dispatch, and nothing resumes or compensates the instance."""
-    from supervisor import operator_stop
+    from supervisor import operator
 
     h = harness
     held = h.hold("register_dns")
     iid = start_provisioning(h)
     h.run_until(lambda: len(h.held(held)) == 1)
 
-    operator_stop.end_instance(h.ledger, iid, "stop", reason="wrong tenant", user="alice")
+    operator.end_instance(h.ledger, iid, "stop", reason="wrong tenant", user="alice")
     h.release(held)
     h.run_until(lambda: h.elapsed() >= timedelta(hours=3), timeout=timedelta(hours=4))
 

@@ -12,15 +12,15 @@ from datetime import timedelta
 import pytest
 
 from supervisor.instances import InstanceAction
-from supervisor.watchdog import (
+from supervisor.watchdog import run_tick
+from supervisor.watchdog_model import (
     COMPENSATION_OVERRUN_ERROR,
     DEFAULT_LEASE_SECONDS,
+    FLAGGED_LOOK_SECONDS,
     OVERRUN_ERROR,
     Action,
-    run_tick,
     runtime_status_name,
 )
-from supervisor.watchdog_model import FLAGGED_LOOK_SECONDS
 from tests.supervisor.conftest import IS, NOW, WORKFLOW, RecordingClient, drain, make_instance, make_step
 from workflow_core import clock
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WorkMessage
@@ -403,7 +403,7 @@ def test_report_summary_names_the_counts(services, ledger):
 
 def test_compensation_sub_states_match_what_the_agents_write():
     common = pytest.importorskip("activities.common")
-    from supervisor import watchdog
+    from supervisor import watchdog_model as watchdog
 
     assert (watchdog.COMP_DISPATCHED, watchdog.COMP_RUNNING) == (common.COMP_DISPATCHED, common.COMP_RUNNING)
     assert (watchdog.COMP_FAILED, watchdog.COMP_TIMED_OUT) == (common.COMP_FAILED, common.COMP_TIMED_OUT)

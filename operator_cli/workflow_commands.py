@@ -1,19 +1,24 @@
-"""``sas versions`` and ``sas replay-check``: definition versions and the orchestrators' determinism.
-
-    sas versions provision-tenant            # stored versions, the current one, instances on each
-    sas replay-check tests/replay_corpus/*.json
+"""``sas versions``, ``sas replay-check`` and ``sas lint``: the workflows themselves, not their instances.
 
 ``versions`` reads the ledger (like every other command); ``replay-check`` reads only the files and
-the orchestrator code installed with the CLI, and exits 4 when a history no longer replays.
+the orchestrator code installed with the CLI, and exits 4 when a history no longer replays. ``lint``
+needs no storage: it reads the YAML files and the agents registered by importing
+``activities.worker.handlers`` (the same registry the app checks at start-up), with the rules of
+``workflow_core.workflows.lint``; it exits 2 with one line per problem, each naming the file and the
+field.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from operator_cli.options import OUTPUT
+from operator_cli import render
+from operator_cli.session import OUTPUT, CliError, current_session
 
 EXIT_NONDETERMINISTIC = 4
+EXIT_PROBLEMS = 2
 
 
 @click.command("versions")
@@ -21,8 +26,6 @@ EXIT_NONDETERMINISTIC = 4
 @OUTPUT
 def versions_command(workflow: str, output: str) -> None:
     """A workflow's definition versions and how many instances run on each (0 in flight: drained)."""
-    from operator_cli import render
-    from operator_cli.session import CliError, current_session
     from workflow_core.workflows import UnknownWorkflow, WorkflowDefinitionError
     from workflow_core.workflows.inventory import workflow_versions
     from workflow_core.workflows.store import DefinitionStore
@@ -61,8 +64,6 @@ def replay_check_command(files: tuple[str, ...], output: str) -> None:
     """Replay recorded orchestration histories on the installed orchestrator code; exit 4 if one
     no longer replays (a non-deterministic change: instances in flight would break)."""
     from devtools.replay_check import ReplayFileError, app_orchestrators, check_file
-    from operator_cli import render
-    from operator_cli.session import CliError, current_session
 
     s = current_session()
     table = app_orchestrators()
@@ -99,3 +100,26 @@ def replay_check_command(files: tuple[str, ...], output: str) -> None:
         s.say(f"\n{len(results) - len(failed)} of {len(results)} recording(s) replay on the current code")
     if failed:
         raise click.exceptions.Exit(EXIT_NONDETERMINISTIC)
+
+
+@click.command("lint")
+@click.option(
+    "--directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="folder of workflow definitions (default: workflows/ next to the installed code)",
+)
+def lint_command(directory: Path | None) -> None:
+    """Check every workflow definition: it loads, its agents have handlers, its sample input is valid."""
+    from activities.worker.handlers import AGENT_HANDLERS
+    from workflow_core.workflows.lint import lint_directory, lint_summary
+
+    s = current_session()  # its output streams; lint never touches the ledger
+    definitions, problems = lint_directory(directory, agents=set(AGENT_HANDLERS))
+    if problems:
+        for problem in problems:
+            s.say(str(problem))
+        files = len({p.file for p in problems})
+        print(f"{len(problems)} problem(s) in {files} file(s)", file=s.err)
+        raise click.exceptions.Exit(EXIT_PROBLEMS)
+    for line in lint_summary(definitions):
+        s.say(line)
