@@ -44,7 +44,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _port_open(port: int) -> bool:
+def port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -95,7 +95,7 @@ class Azurite:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         ports = (self.blob_port, self.queue_port, self.table_port)
-        while not all(_port_open(p) for p in ports):
+        while not all(port_open(p) for p in ports):
             if self.process.poll() is not None:
                 raise RuntimeError(
                     f"Azurite exited with code {self.process.returncode}; see {self.location / 'azurite.log'}"
@@ -118,7 +118,7 @@ class Azurite:
         self.process = None
         # Wait until the ports are released so a restart on the same ports succeeds.
         deadline = time.monotonic() + 10
-        while any(_port_open(p) for p in (self.blob_port, self.queue_port, self.table_port)):
+        while any(port_open(p) for p in (self.blob_port, self.queue_port, self.table_port)):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)

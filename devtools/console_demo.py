@@ -25,7 +25,6 @@ import argparse
 import logging
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -34,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from devtools.azurite import Azurite, port_open
 from devtools.demo_preflight import DemoError, check_definitions, demo_input
 from devtools.logs import quiet_logging
 
@@ -42,12 +42,6 @@ DEFAULT_PORT = 7072
 PORT_SEARCH = 20  # a demo whose default port is taken tries the next ones
 DEFAULT_SPEED = 20.0
 SEED_TIMEOUT = timedelta(hours=12)
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class ConsoleDemo:
@@ -169,7 +163,7 @@ def _free_demo_port(wanted: int | None) -> int | None:
     a second demo on this machine moves over instead of failing."""
     if wanted is not None:
         return wanted
-    return next((p for p in range(DEFAULT_PORT, DEFAULT_PORT + PORT_SEARCH) if not _port_open(p)), None)
+    return next((p for p in range(DEFAULT_PORT, DEFAULT_PORT + PORT_SEARCH) if not port_open(p)), None)
 
 
 def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
@@ -177,8 +171,6 @@ def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
     so ``sas`` finds its ledger through ``local.settings.json``. A demo that ``moved`` off the default
     port because another demo has it starts its own Azurite on free ports with its own state, so two
     demos never share a ledger or a watchdog's work. Returns (azurite, started here)."""
-    from devtools.azurite import Azurite
-
     if moved:
         location = ROOT / ".azurite" / f"demo-{port}"
         location.mkdir(parents=True, exist_ok=True)
@@ -188,7 +180,7 @@ def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
             f"(state in .azurite/demo-{port}/)\n"
         )
         return azurite, True
-    if _port_open(10002):
+    if port_open(10002):
         out.write("  Azurite already listening on 10000-10002: using it\n")
         return Azurite(blob_port=10000, queue_port=10001, table_port=10002), False
     location = ROOT / ".azurite"
@@ -230,7 +222,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     port = _free_demo_port(args.port)
-    if port is None or (args.port is not None and _port_open(args.port)):
+    if port is None or (args.port is not None and port_open(args.port)):
         busy = args.port if args.port is not None else f"{DEFAULT_PORT}-{DEFAULT_PORT + PORT_SEARCH - 1}"
         print(f"error: port {busy} is busy; pass --port with a free one", file=sys.stderr)
         return 2

@@ -72,12 +72,6 @@ def _between_steps(h: Any, iid: str, definition: Any, step_id: str) -> bool:
     return statuses.get(step_id) == "Succeeded" and all(statuses.get(s) == "Pending" for s in later)
 
 
-def _settled(h: Any, iid: str) -> bool:
-    """The instance record says the workflow ended (its scheduler, whichever, settled it)."""
-    record = h.ledger.find_instance(iid)
-    return record is not None and not record.supervised
-
-
 def _preflight(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The workflow definition and input, checked the way the app checks them at start-up."""
     from workflow_core.workflows import UnknownWorkflow, get_workflow
@@ -204,7 +198,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                     why = f"{args.kill_scheduler} is done, nothing is in flight"
                 h.host.terminate(iid, "terminated by the demo")
                 narrator.say(h.now(), "workflow", f"ORCHESTRATION TERMINATED ({why})")
-                h.run_until(lambda: _settled(h, iid), timeout=timedelta(hours=6))
+                h.run_until(lambda: h.settled(iid), timeout=timedelta(hours=6))
                 h.release(held)
                 h.host.run_until_idle()
                 record = h.ledger.get_instance(iid)

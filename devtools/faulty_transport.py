@@ -1,7 +1,6 @@
-"""A transport wrapper for fault injection: the real transport, except for the sends you break.
-
-Used by ``devtools.harness`` (``fail_send`` / ``duplicate_send``); it also counts what
-was sent, by queue kind and by MessageId, so tests can see a re-send or a duplicate.
+"""The harness's transport: the real one, except for the sends you break (``fail_send`` /
+``duplicate_send``). It counts what was sent, by queue kind and by MessageId, so tests can see a
+re-send or a duplicate, and tells the pumps' ``KnownEmpty`` about everything that may fill a queue.
 """
 
 from __future__ import annotations
@@ -29,15 +28,15 @@ class SendFault:
     fired: int = 0
 
 
-# ---- the transport wrapper ----------------------------------------------------------------------
-
-
 class FaultyTransport(Transport):
-    """The real transport, with optional injected send failures and duplicate sends (see the harness)."""
+    """``forget(kind)``: a queue of that kind ("work", "results"; None: any) may no longer be empty."""
 
-    def __init__(self, real: Transport, queue_kind: Callable[[str], str]) -> None:
+    def __init__(
+        self, real: Transport, queue_kind: Callable[[str], str], forget: Callable[[str | None], None]
+    ) -> None:
         self.real = real
         self._queue_kind = queue_kind
+        self._forget = forget
         self._faults: list[SendFault] = []
         self._lock = threading.Lock()
         self.sent: Counter[str] = Counter()  # by queue kind
@@ -66,6 +65,13 @@ class FaultyTransport(Transport):
         return None
 
     def send(self, queue: str, message: OutgoingMessage) -> None:
+        kind = self._queue_kind(queue)
+        try:
+            self._send(queue, message)
+        finally:
+            self._forget(kind if kind in ("work", "results") else None)
+
+    def _send(self, queue: str, message: OutgoingMessage) -> None:
         fault = self._take(queue, message)
         if fault is not None and fault.action == "fail":
             raise fault.exc or RuntimeError(f"injected send failure on {queue}")
@@ -87,13 +93,22 @@ class FaultyTransport(Transport):
         self.real.complete(message)
 
     def abandon(self, message: ReceivedMessage) -> None:
-        self.real.abandon(message)
+        try:
+            self.real.abandon(message)
+        finally:
+            self._forget(None)
 
     def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
-        self.real.dead_letter(message, reason, description)
+        try:
+            self.real.dead_letter(message, reason, description)
+        finally:
+            self._forget(None)
 
     def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
-        self.real.renew_lock(message, lock_seconds)
+        try:
+            self.real.renew_lock(message, lock_seconds)
+        finally:
+            self._forget(None)
 
     def receive_dead_letters(self, queue: str, **kwargs: Any) -> list[ReceivedMessage]:
         return self.real.receive_dead_letters(queue, **kwargs)

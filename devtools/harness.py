@@ -65,9 +65,10 @@ from typing import Any
 import azure.functions as func
 
 from devtools.azurite import Azurite, env_for
+from devtools.faulty_transport import FaultyTransport
 from devtools.harness_faults import HarnessError, HarnessFaults, _Hold
 from devtools.harness_observation import HarnessObservation, LedgerEvent
-from devtools.harness_pumps import HarnessPumps, KnownEmpty, WatchedTransport
+from devtools.harness_pumps import HarnessPumps, KnownEmpty
 from workflow_core.ledger import StepLedger
 from workflow_core.transport import ReceivedMessage, Transport
 
@@ -206,7 +207,7 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
         # Skipping a poll known to come back empty is for Storage Queues only: a Service Bus broker
         # dead-letters and redelivers on its own, without the harness's transport.
         self._skip_empty_polls = not servicebus
-        self.transport = WatchedTransport(real_transport, self._queue_kind, self._known_empty)
+        self.transport = FaultyTransport(real_transport, self._queue_kind, self._known_empty.forget)
         services.__dict__["transport"] = self.transport
         self.services = services
         self.ledger: StepLedger = services.ledger  # creates the tables

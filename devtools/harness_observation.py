@@ -192,6 +192,11 @@ class HarnessObservation:
     def steps(self, instance_id: str) -> dict[str, StepRecord]:
         return {r.step_id: r for r in self.ledger.list_for_instance(instance_id)}
 
+    def settled(self, instance_id: str) -> bool:
+        """The instance record says the workflow ended (its scheduler, whichever, settled it)."""
+        record = self.ledger.find_instance(instance_id)
+        return record is not None and not record.supervised
+
     def statuses(self, instance_id: str) -> dict[str, str]:
         return {r.step_id: r.status.value for r in self.ledger.list_for_instance(instance_id)}
 

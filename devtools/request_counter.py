@@ -283,9 +283,6 @@ class RequestCounter:
     def by_label(self, requests: list[StorageRequest] | None = None) -> Counter[str | None]:
         return Counter(r.label for r in (self.snapshot() if requests is None else requests))
 
-    def by_op(self, requests: list[StorageRequest] | None = None) -> Counter[tuple[str, str]]:
-        return Counter((r.service, r.op) for r in (self.snapshot() if requests is None else requests))
-
 
 # ---- the pattern's operations, named from the call stack --------------------------------------------
 
@@ -300,7 +297,6 @@ RESULT_HANDLER = "result handler"
 WATCHDOG = "watchdog"
 QUEUE_RECEIVE = "queue receive"
 QUEUE_DELETE = "queue delete"
-QUEUE_OTHER = "queue other"
 HEARTBEAT = "heartbeat"
 START = "per workflow: start"
 VERIFY_RESULT = "orchestrator verifies result"  # verify_result: only for events the handler did not confirm
@@ -380,6 +376,3 @@ def pattern_operation() -> str | None:
         inner = name
         frame = frame.f_back
     return None
-
-
-__all__ = ["RequestCounter", "StorageRequest", "describe", "pattern_operation"]

@@ -124,7 +124,7 @@ def step_operations(
 ) -> StepCounts:
     """Drive one ``provision-tenant`` workflow through every operation; count the requests of each."""
     from activities import handle_result, process_work_message
-    from activities.scheduler.functions import create_workflow_steps, dispatch_step
+    from activities.scheduler.functions import dispatch_step
     from api.start import _ensure_unused, _record_instance
     from orchestrators.decisions import provisional_outcome
     from orchestrators.shortcuts import expected_rows
@@ -162,16 +162,11 @@ def step_operations(
                 version_of(definition),
             )
         )
-        if rows is not None:  # in the record's own transaction: the orchestration starts at step 0
-            step_ids = [step.id for step in definition.steps]
-        else:
-            created = create_workflow_steps(
-                {"instance_id": instance, "workflow": WORKFLOW, "version": version_of(definition)}, services
-            )
-            step_ids = [s["step_id"] for s in created["steps"]]
-        # what the orchestrator carries: the starter's versions, then each confirmed result's snapshot
+        # the steps went in the record's own transaction (three fit one): the orchestration starts at
+        # step 0 carrying the starter's versions, then each confirmed result's snapshot
+        step_ids = [step.id for step in definition.steps]
         start = WorkflowStart.of(definition, rows=rows)
-        known = rows["instance"] if rows is not None else None
+        known = rows["instance"]
         basis = None  # the previous success, taken unread as the orchestrator takes it
         for step_id in step_ids:
             dispatch_step(
@@ -232,9 +227,6 @@ class TickCounts:
     def per_overdue_step(self) -> float:
         """Everything but the detection query and the end-of-tick index cleanup, per overdue step."""
         return (self.total - self.detection - self.index_cleanup) / self.overdue
-
-    def by_op(self) -> Counter[tuple[str, str]]:
-        return Counter((r.service, r.op) for r in self.requests)
 
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

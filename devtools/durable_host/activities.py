@@ -115,12 +115,8 @@ class _Activities:
                 "redelivering",
             )
             return
-        inst = self._instances.get(item.instance_id)
-        if (
-            inst is None
-            or inst.execution.execution_id != item.execution_id
-            or inst.status in TERMINAL_STATUSES
-        ):
+        inst = self._live(item.instance_id, item.execution_id)
+        if inst is None:
             self._log(
                 item.instance_id,
                 f"activity {item.name!r} #{item.task_id} {outcome} ({elapsed}); result discarded",

@@ -31,6 +31,7 @@ from .history import (
     parse_time,
 )
 from .state import (
+    TERMINAL_STATUSES,
     H,
     Status,
     _Execution,
@@ -43,6 +44,15 @@ from .state import (
 )
 from .tracing import _delta
 
+#: The events that answer a task, and the field naming the task they answer.
+_ANSWERS = {
+    H.TASK_COMPLETED: "TaskScheduledId",
+    H.TASK_FAILED: "TaskScheduledId",
+    H.SUB_ORCHESTRATION_INSTANCE_COMPLETED: "TaskScheduledId",
+    H.SUB_ORCHESTRATION_INSTANCE_FAILED: "TaskScheduledId",
+    H.TIMER_FIRED: "TimerId",
+}
+
 
 class _Episodes:
     """Running episodes and recording what the orchestrator decided."""
@@ -53,21 +63,25 @@ class _Episodes:
         inst.inbox.append(_Message(event, volatile, task_id))
         self._dirty[inst.instance_id] = None
 
+    def _live(self, instance_id: str, execution_id: str) -> _Instance | None:
+        """The instance while ``execution_id`` is its running execution: a message for a finished or
+        continued-as-new execution is dropped, as ``TaskOrchestrationDispatcher`` drops it."""
+        inst = self._instances.get(instance_id)
+        if inst is None or inst.execution.execution_id != execution_id or inst.status in TERMINAL_STATUSES:
+            return None
+        return inst
+
     def _is_retry_relevant(self, execution: _Execution, event: dict) -> bool:
         """Events after which the engine allocates a sequence number for a retry (see module doc)."""
         kind = event["EventType"]
-        if kind in (H.TASK_FAILED, H.SUB_ORCHESTRATION_INSTANCE_FAILED):
-            task = execution.tasks.get(event["TaskScheduledId"])
-            return bool(task and task.retry and task.retry.current_task_id == task.id)
+        if kind not in (H.TASK_FAILED, H.SUB_ORCHESTRATION_INSTANCE_FAILED, H.TIMER_FIRED):
+            return False
+        task = execution.tasks.get(event[_ANSWERS[kind]])
+        if task is None or task.retry is None:
+            return False
         if kind == H.TIMER_FIRED:
-            task = execution.tasks.get(event["TimerId"])
-            return bool(
-                task
-                and task.retry
-                and task.retry.timer_id == task.id
-                and task.retry.attempts < task.retry.max_attempts
-            )
-        return False
+            return task.retry.timer_id == task.id and task.retry.attempts < task.retry.max_attempts
+        return task.retry.current_task_id == task.id
 
     def _take_batch(self, inst: _Instance) -> list[_Message]:
         """All new messages, retry-relevant ones first (stable otherwise).
@@ -136,15 +150,16 @@ class _Episodes:
         # scheduled before the exception is scheduled, and keeps the instance open until it is done.
         try:
             self._apply_actions(inst, state.get("actions") or [], now, decisions, after_commit)
+            broken = None
         except _OrchestrationError as exc:
-            # Non-determinism and unknown functions fail the orchestration at once, as the
-            # framework's NonDeterministicOrchestrationException does.
-            inst.history.extend(_played(e) for e in decisions)
-            inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
-            self._fail(inst, *orchestrator_failure(inst.name, str(exc), ""))
-            return
+            broken = exc
         inst.history.extend(_played(e) for e in decisions)
         inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
+        if broken is not None:
+            # Non-determinism and unknown functions fail the orchestration at once, as the
+            # framework's NonDeterministicOrchestrationException does.
+            self._fail(inst, *orchestrator_failure(inst.name, str(broken), ""))
+            return
 
         for action in after_commit:
             action()
@@ -195,42 +210,17 @@ class _Episodes:
         """Engine bookkeeping for an event entering history; retry follow-ups are decided here."""
         execution = inst.execution
         kind = event["EventType"]
-        if kind in (
-            H.TASK_COMPLETED,
-            H.TASK_FAILED,
-            H.SUB_ORCHESTRATION_INSTANCE_COMPLETED,
-            H.SUB_ORCHESTRATION_INSTANCE_FAILED,
-        ):
-            task = execution.tasks.get(event["TaskScheduledId"])
-            if task is None:
-                return
-            relevant = self._is_retry_relevant(execution, event)
-            task.done = True
-            if not relevant:
-                return
-            retry = task.retry
-            retry.current_task_id = None
-            timer_id = self._allocate(execution)
-            fire_at = now + retry.first_interval
-            timer = _Task(timer_id, "timer", fire_at=fire_at, retry=retry)
-            execution.tasks[timer_id] = timer
-            retry.timer_id = timer_id
-            decisions.append(make_event(H.TIMER_CREATED, now, timer_id, FireAt=format_time(fire_at)))
-            after_commit.append(lambda: self._schedule_timer(inst, timer))
-            self._log(
-                inst.instance_id,
-                f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed; "
-                f"retry timer #{timer_id} at {format_time(fire_at)}",
-            )
-        elif kind == H.TIMER_FIRED:
-            task = execution.tasks.get(event["TimerId"])
-            if task is None:
-                return
-            relevant = self._is_retry_relevant(execution, event)
-            task.done = True
-            if not relevant:
-                return
-            retry = task.retry
+        if kind not in _ANSWERS:
+            return
+        task = execution.tasks.get(event[_ANSWERS[kind]])
+        if task is None:
+            return
+        relevant = self._is_retry_relevant(execution, event)
+        task.done = True
+        if not relevant:
+            return
+        retry = task.retry
+        if kind == H.TIMER_FIRED:
             retry.timer_id = None
             retry.attempts += 1
             task_id = self._allocate(execution)
@@ -239,6 +229,20 @@ class _Episodes:
             execution.tasks[task_id] = attempt
             decisions.append(self._schedule_event(inst, attempt, now, retry.instance_id))
             after_commit.append(lambda: self._dispatch(inst, attempt))
+            return
+        retry.current_task_id = None
+        timer_id = self._allocate(execution)
+        fire_at = now + retry.first_interval
+        timer = _Task(timer_id, "timer", fire_at=fire_at, retry=retry)
+        execution.tasks[timer_id] = timer
+        retry.timer_id = timer_id
+        decisions.append(make_event(H.TIMER_CREATED, now, timer_id, FireAt=format_time(fire_at)))
+        after_commit.append(lambda: self._schedule_timer(inst, timer))
+        self._log(
+            inst.instance_id,
+            f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed; "
+            f"retry timer #{timer_id} at {format_time(fire_at)}",
+        )
 
     @staticmethod
     def _allocate(execution: _Execution) -> int:

@@ -16,17 +16,6 @@ from azure.durable_functions.models.actions.ActionType import ActionType
 from azure.durable_functions.models.history.HistoryEventType import HistoryEventType
 from dateutil.parser import isoparse
 
-__all__ = [
-    "ActionType",
-    "HistoryEventType",
-    "action_label",
-    "event_label",
-    "flatten_actions",
-    "format_time",
-    "make_event",
-    "parse_time",
-]
-
 
 def format_time(when: datetime) -> str:
     """A timestamp as the extension writes history times: Json.NET's round-trip form, UTC, with the
@@ -81,12 +70,10 @@ def event_label(event: dict) -> str:
     """A short human description of a history event, for timelines."""
     kind = HistoryEventType(event["EventType"])
     name = kind.name.title().replace("_", "")
-    if kind == HistoryEventType.TASK_COMPLETED:
+    if kind in (HistoryEventType.TASK_COMPLETED, HistoryEventType.SUB_ORCHESTRATION_INSTANCE_COMPLETED):
         return f"{name}(#{event['TaskScheduledId']}, {_short(event.get('Result'))})"
     if kind in (HistoryEventType.TASK_FAILED, HistoryEventType.SUB_ORCHESTRATION_INSTANCE_FAILED):
         return f"{name}(#{event['TaskScheduledId']}, {_short(event.get('Reason'))})"
-    if kind == HistoryEventType.SUB_ORCHESTRATION_INSTANCE_COMPLETED:
-        return f"{name}(#{event['TaskScheduledId']}, {_short(event.get('Result'))})"
     if kind == HistoryEventType.TIMER_FIRED:
         return f"{name}(#{event['TimerId']})"
     if kind == HistoryEventType.EVENT_RAISED:

@@ -16,7 +16,6 @@ from .history import (
 )
 from .state import (
     RUNNING_STATUSES,
-    TERMINAL_STATUSES,
     H,
     Status,
     _Execution,
@@ -151,7 +150,6 @@ class _Lifecycle:
         now = self.clock.now()
         inst.status = Status.Failed
         inst.output = message
-        inst.failure_details = details
         inst.updated = now
         inst.history.append(
             _played(
@@ -207,12 +205,8 @@ class _Lifecycle:
         ref = inst.parent
         if ref is None:
             return
-        parent = self._instances.get(ref.instance_id)
-        if (
-            parent is None
-            or parent.execution.execution_id != ref.execution_id
-            or parent.status in TERMINAL_STATUSES
-        ):
+        parent = self._live(ref.instance_id, ref.execution_id)
+        if parent is None:
             return
         now = self.clock.now()
         if failed:

@@ -34,10 +34,6 @@ class OrchestratorFunction:
     #: The handler the worker calls: context JSON in, state JSON out (made by ``Orchestrator.create``).
     handler: Callable[[Any], str]
 
-    @property
-    def generator_function(self) -> Callable:
-        return getattr(self.handler, "orchestrator_function", self.handler)
-
 
 @dataclass
 class ActivityFunction:

@@ -251,14 +251,11 @@ class _Loop:
         A cancelled timer is still delivered: the extension cancels only the .NET task, the timer
         message already sits in the backend's queue and fires into the instance (one more episode,
         nothing to do; ``TaskOrchestrationContext.HandleTimerFiredEvent`` logs it as a duplicate).
-        A timer of a finished or continued-as-new execution is dropped, as the dispatcher drops an
-        event whose execution id does not match (``TaskOrchestrationDispatcher``).
+        A timer of a finished or continued-as-new execution is dropped (``_live``).
         """
         _, _, instance_id, execution_id, task_id = entry
-        inst = self._instances.get(instance_id)
-        if inst is None or inst.execution.execution_id != execution_id or inst.status in TERMINAL_STATUSES:
-            return None
-        return inst.execution.tasks.get(task_id)
+        inst = self._live(instance_id, execution_id)
+        return None if inst is None else inst.execution.tasks.get(task_id)
 
     def _fire_due_timers(self) -> int:
         fired = 0
