@@ -48,9 +48,14 @@ from typing import Any
 
 from azure.functions._durable_functions import OrchestrationContext
 
-from devtools.durable_host.context_schema import schema_fields
 from devtools.durable_host.failures import parse_failure
-from devtools.durable_host.history import ActionType, HistoryEventType, flatten_actions, parse_time
+from devtools.durable_host.history import (
+    ActionType,
+    HistoryEventType,
+    flatten_actions,
+    parse_time,
+    schema_fields,
+)
 
 H = HistoryEventType
 

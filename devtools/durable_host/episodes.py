@@ -19,7 +19,6 @@ from typing import Any
 
 from azure.functions._durable_functions import OrchestrationContext
 
-from .context_schema import schema_fields
 from .failures import orchestrator_failure, parse_failure
 from .history import (
     ActionType,
@@ -29,6 +28,7 @@ from .history import (
     format_time,
     make_event,
     parse_time,
+    schema_fields,
 )
 from .state import (
     TERMINAL_STATUSES,

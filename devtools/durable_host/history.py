@@ -2,7 +2,9 @@
 
 History events are plain dicts shaped like the ones the extension sends in the orchestration
 context (``EventType``, ``EventId``, ``IsPlayed``, ``Timestamp`` and the per-type fields the SDK
-reads). Actions are the dicts the SDK returns in ``OrchestratorState.actions``.
+reads). Actions are the dicts the SDK returns in ``OrchestratorState.actions``. The schema fields
+of the context are shared by the host's episodes and the replay check, which must hand the
+orchestrator the same context shape.
 """
 
 from __future__ import annotations
@@ -99,3 +101,24 @@ def action_label(action: dict) -> str:
         return ActionType(kind).name
     except ValueError:
         return f"action type {kind}"
+
+
+def schema_fields(schema_version: int) -> dict:
+    """The schema part of the context JSON.
+
+    The extension (``OrchestrationTriggerAttributeBindingProvider.OrchestrationContextToString``)
+    always sends ``upperSchemaVersion: 1`` (V2, for SDKs 1.1.0-1.1.3 that knew no more) and
+    ``upperSchemaVersionNew: 2`` (V3) with the two timer durations; azure-functions-durable 1.7 takes
+    the larger of the two versions. The older schemas are sent the way an older extension did.
+    """
+    if schema_version < 2:
+        return {"upperSchemaVersion": schema_version}
+    return {
+        "upperSchemaVersion": 1,
+        "upperSchemaVersionNew": 2,
+        # the Azure Storage provider's defaults for V3's long timers (``MaximumDelayTime`` 6 days,
+        # ``LongRunningTimerIntervalLength`` 3 days), as Newtonsoft writes a .NET ``TimeSpan``
+        "longRunningTimerIntervalDuration": "3.00:00:00",
+        "maximumShortTimerDuration": "6.00:00:00",
+        "defaultHttpAsyncRequestSleepTimeMillseconds": 30000,
+    }

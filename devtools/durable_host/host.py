@@ -1,17 +1,6 @@
-"""The durable test host: real orchestrators through the real Durable Functions replay.
-
-The host plays the part of the Durable Functions extension for the Python worker, through the same
-contract the extension uses: it keeps each instance's history as history event dicts, calls the
-orchestrator handler (the one ``Orchestrator.create`` makes, which the SDK's replay engine drives)
-with the context JSON, reads back the actions JSON, turns new actions into history events and
-work (activities, timers, sub-orchestrations), and replays again when results arrive.
-
-This module is the public face (construction, the instance operations the durable client offers,
-calling function bodies); the work is split by concern into mixins: ``episodes`` (one replay),
-``lifecycle`` (start, complete, fail, continue-as-new), ``timers`` (the loop and the clock),
-``activities`` (activity execution and faults), ``tracing`` (timeline), and ``client`` (the SDK's
-durable client over an emulation of the extension's HTTP API). See ``docs/durable-test-host.md``.
-"""
+"""The durable test host's public face: construction, the instance operations the durable client
+offers, calling function bodies. The work is split by concern into mixins (docs/durable-test-host.md,
+"Where the code is")."""
 
 from __future__ import annotations
 
@@ -59,7 +48,7 @@ from .tracing import _short, _Tracing
 
 #: The replay schemas the SDK speaks: 0 (V1: one list of actions per ``yield``), 1 (V2: one flat
 #: list with WhenAny/WhenAll compound actions) and 2 (V3: V2 plus long timers split into intervals).
-#: The extension announces V3 (see ``context_schema.schema_fields``), so 2 is the default; 0 and 1 exist
+#: The extension announces V3 (see ``history.schema_fields``), so 2 is the default; 0 and 1 exist
 #: only to test the older protocols when asked for explicitly.
 SUPPORTED_SCHEMA_VERSIONS = (0, 1, 2)
 
