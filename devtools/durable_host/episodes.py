@@ -164,7 +164,8 @@ class _Episodes:
         for action in after_commit:
             action()
         if error is not None:
-            self._finish_failed(inst, *orchestrator_failure(inst.name, error, details))
+            if not self._held(inst, "raised"):
+                self._fail(inst, *orchestrator_failure(inst.name, error, details))
         elif state.get("isDone"):
             continue_as_new = _continue_as_new_action(state)
             if continue_as_new is not None:

@@ -141,11 +141,6 @@ class _Lifecycle:
         self._log(inst.instance_id, f"completed: {_short(output)}")
         self._notify_parent(inst, failed=False, result=result)
 
-    def _finish_failed(self, inst: _Instance, message: str, details: str) -> None:
-        """The orchestrator raised: it fails once no task is open (see ``_held``)."""
-        if not self._held(inst, "raised"):
-            self._fail(inst, message, details)
-
     def _fail(self, inst: _Instance, message: str, details: str) -> None:
         now = self.clock.now()
         inst.status = Status.Failed

@@ -76,7 +76,7 @@ class FunctionTable:
             for name, fn in source.items():
                 self.add_callable(name, fn)
             return
-        if _is_function_register(source):
+        if callable(getattr(source, "get_functions", None)) and hasattr(source, "_function_builders"):
             for function in source.get_functions():  # once: a second call raises
                 self.add_function(function)
             return
@@ -144,10 +144,6 @@ class FunctionTable:
         if name in table and table[name] is not entry:
             raise ValueError(f"two functions are named {name!r}")
         table[name] = entry
-
-
-def _is_function_register(source: Any) -> bool:
-    return callable(getattr(source, "get_functions", None)) and hasattr(source, "_function_builders")
 
 
 def _is_function(source: Any) -> bool:

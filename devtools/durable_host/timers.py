@@ -235,15 +235,12 @@ class _Loop:
         return work
 
     def _next_wakeup(self) -> datetime | None:
-        self._drop_dead_timers()
+        while self._timers and self._timer_task(self._timers[0]) is None:
+            heapq.heappop(self._timers)
         candidates = [p.next_at for p in self._periodics]
         if self._timers:
             candidates.append(self._timers[0][0])
         return min(candidates) if candidates else None
-
-    def _drop_dead_timers(self) -> None:
-        while self._timers and self._timer_task(self._timers[0]) is None:
-            heapq.heappop(self._timers)
 
     def _timer_task(self, entry: tuple) -> _Task | None:
         """The timer a queue entry stands for, or None once nobody can receive it.
