@@ -28,6 +28,12 @@ class SendFault:
     fired: int = 0
 
 
+def body_matches(body: dict, step_id: str | None, attempt: int | None, kind: str | None) -> bool:
+    """Whether a message body is for this step, attempt and kind (None matches any)."""
+    wanted = (("step_id", step_id), ("attempt", attempt), ("kind", kind))
+    return all(value is None or body.get(key) == value for key, value in wanted)
+
+
 class FaultyTransport(Transport):
     """``forget(kind)``: a queue of that kind ("work", "results"; None: any) may no longer be empty."""
 
@@ -49,19 +55,12 @@ class FaultyTransport(Transport):
 
     def _take(self, queue: str, message: OutgoingMessage) -> SendFault | None:
         kind = self._queue_kind(queue)
-        body = message.body
         with self._lock:
             for fault in self._faults:
-                if fault.fired >= fault.times or fault.queue != kind:
-                    continue
-                if fault.step_id is not None and body.get("step_id") != fault.step_id:
-                    continue
-                if fault.attempt is not None and body.get("attempt") != fault.attempt:
-                    continue
-                if fault.kind is not None and body.get("kind") != fault.kind:
-                    continue
-                fault.fired += 1
-                return fault
+                live = fault.fired < fault.times and fault.queue == kind
+                if live and body_matches(message.body, fault.step_id, fault.attempt, fault.kind):
+                    fault.fired += 1
+                    return fault
         return None
 
     def send(self, queue: str, message: OutgoingMessage) -> None:
