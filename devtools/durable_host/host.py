@@ -19,7 +19,6 @@ from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrc
 
 from workflow_core.clock import use_clock
 
-from .activities import _Activities
 from .aio import AsyncRunner, call_maybe_async
 from .clock import RealClock, VirtualClock
 from .episodes import _Episodes
@@ -27,7 +26,7 @@ from .history import (
     format_time,
     make_event,
 )
-from .lifecycle import _Lifecycle
+from .lifecycle import _Activities, _Lifecycle
 from .registry import FunctionTable, _is_function
 from .state import (
     RUNNING_STATUSES,
