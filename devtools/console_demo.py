@@ -1,22 +1,11 @@
 """``./scripts/demo --serve``: the operator console on http://127.0.0.1:PORT, with workflows to act on.
 
-It runs the real app in one process, as ``./scripts/demo`` does (Azurite, the in-process durable host,
-the agents, the watchdog), serves the app's HTTP functions (the operator API and the web console) on
-a socket, and first runs a few workflows with injected faults so the console has something to show:
-
-* a step whose agent stalls once (retried by its deadline, then succeeds);
-* a step that always fails (retries, then the completed steps are compensated);
-* a refund compensator that gives up (a ``CompensationFailed`` step waiting for an operator: retry it
-  from the console and the compensation runs again and succeeds);
-* a step whose agent never answers, left running for you to watch the deadline and the watchdog.
-
-Then it keeps serving, with the virtual clock running ``--speed`` times faster than the wall clock (the
-watchdog ticks every 30 virtual seconds). It uses Azurite on its default ports (starting it, with its
-state in ``.azurite/``, unless one is already listening) and the default table names, so the operator
-CLI reads the same ledger through ``local.settings.json``: ``.venv/bin/sas list``. A second demo on
-the same machine (the default port taken, no ``--port`` given) moves to the next free port and starts
-an Azurite of its own (state in ``.azurite/demo-<port>/``), and prints the ``sas --connection-string``
-that reads it.
+It runs the real app in one process, as ``./scripts/demo`` does, serves the app's HTTP functions on a
+socket, and first runs a few workflows with injected faults (``ConsoleDemo.seed``) so the console has
+something to show; then it keeps serving, with the virtual clock running ``--speed`` times faster
+than the wall clock. It uses Azurite on its default ports and the default table names, so the
+operator CLI reads the same ledger through ``local.settings.json``; a second demo moves to the next
+free port with an Azurite of its own (README.md, "Operators").
 """
 
 from __future__ import annotations

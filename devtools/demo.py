@@ -1,25 +1,12 @@
 """Watch the Scheduler Agent Supervisor pattern recover, in one process, in a few seconds.
 
     python -m devtools.demo provision-tenant --stall register_dns
-    python -m devtools.demo provision-tenant --fail send_welcome
-    python -m devtools.demo order-fulfilment --terminate charge_payment
-    python -m devtools.demo provision-tenant --kill-scheduler create_storage
     python -m devtools.demo --serve [--port 7072]   # the operator console, see devtools.console_demo
 
 It starts its own Azurite, runs the real app (HTTP starter, orchestrators, agents, watchdog) through
-``devtools.harness`` on a virtual clock, injects the fault you ask for, and prints the
-step ledger's timeline as it happens: every step transition with its (virtual) time, who noticed
-an overdue step (the orchestration's own deadline timer or the supervisor's watchdog), what was
-done about it (retry, re-send, compensation) and the final state of every step.
-
-Faults:
-  --stall STEP      the step's agent takes attempt 1 and never answers: the deadline catches it
-  --fail STEP       the step's agent fails every attempt: retries, then compensation
-  --terminate STEP  the orchestration is killed while STEP is out with its agent: the watchdog
-                    finds the dead scheduler and resumes the workflow from the ledger
-  --kill-scheduler STEP  the orchestration dies between two steps, right after STEP completed
-                    (nothing in flight): the watchdog finds the instance past its scheduler
-                    deadline and resumes it; every completed step ran exactly once
+``devtools.harness`` on a virtual clock, injects the fault you ask for (``--help``; README.md shows
+one run per fault), and prints the step ledger's timeline as it happens (``devtools.demo_narrator``)
+and the final state of every step.
 """
 
 from __future__ import annotations

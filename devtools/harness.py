@@ -13,10 +13,7 @@ What is real and what stands in::
                                                       |
           watchdog = ``supervisor.run_tick`` as a periodic function on the host clock (default 30 s)
 
-Only the Functions host itself is emulated (the durable test host for the Durable extension, the
-pumps for the queue triggers, a periodic callback for the timer trigger). Every function body,
-the ledger, the queues and the simulated remote services (the ``RemoteEffects`` table) are the
-production code on a real Azurite.
+Only the Functions host itself is emulated (docs/testing.md, "What is real").
 
     from devtools.harness import PatternHarness
 

@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from azure.functions._durable_functions import OrchestrationContext
-
 from devtools.durable_host.failures import parse_failure
 from devtools.durable_host.history import (
     ActionType,
     HistoryEventType,
     flatten_actions,
     parse_time,
+    replay,
     schema_fields,
 )
 
@@ -261,8 +260,7 @@ def check_recording(
             **schema_fields(2),
         }
         try:
-            raw = handler(OrchestrationContext(json.dumps(context)))
-            state, error = (json.loads(raw) if isinstance(raw, str) else raw), None
+            state, error = replay(handler, context), None
         except Exception as exc:
             state, error, _ = parse_failure(exc)
         produced = [

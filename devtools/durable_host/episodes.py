@@ -12,12 +12,9 @@ first in an episode.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
-
-from azure.functions._durable_functions import OrchestrationContext
 
 from .failures import orchestrator_failure, parse_failure
 from .history import (
@@ -28,6 +25,7 @@ from .history import (
     format_time,
     make_event,
     parse_time,
+    replay,
     schema_fields,
 )
 from .state import (
@@ -123,12 +121,8 @@ class _Episodes:
             "input": execution.input,
             **schema_fields(self.schema_version),
         }
-        error: str | None = None
-        details = ""
-        state: dict = {}
         try:
-            raw = orchestrator.handler(OrchestrationContext(json.dumps(context)))
-            state = json.loads(raw) if isinstance(raw, str) else raw
+            state, error, details = replay(orchestrator.handler, context), None, ""
         except Exception as exc:
             state, error, details = parse_failure(exc)
         carried = (
@@ -192,10 +186,9 @@ class _Episodes:
         for k in range(1, len(batch)):
             trial = {**context, "history": [*old, *(m.event for m in batch[:k])]}
             try:
-                raw = orchestrator.handler(OrchestrationContext(json.dumps(trial)))
+                state = replay(orchestrator.handler, trial)
             except Exception:
                 continue
-            state = json.loads(raw) if isinstance(raw, str) else raw
             if state.get("isDone") and _continue_as_new_action(state):
                 return [m for m in batch[k:] if m.event["EventType"] == H.EVENT_RAISED]
         return []

@@ -9,13 +9,15 @@ orchestrator the same context shape.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from azure.durable_functions.constants import DATETIME_STRING_FORMAT
 from azure.durable_functions.models.actions.ActionType import ActionType
 from azure.durable_functions.models.history.HistoryEventType import HistoryEventType
+from azure.functions._durable_functions import OrchestrationContext
 from dateutil.parser import isoparse
 
 
@@ -122,3 +124,9 @@ def schema_fields(schema_version: int) -> dict:
         "maximumShortTimerDuration": "6.00:00:00",
         "defaultHttpAsyncRequestSleepTimeMillseconds": 30000,
     }
+
+
+def replay(handler: Callable[[Any], Any], context: dict) -> dict:
+    """One call of an orchestrator handler, as the worker makes it: context JSON in, state out."""
+    raw = handler(OrchestrationContext(json.dumps(context)))
+    return json.loads(raw) if isinstance(raw, str) else raw
