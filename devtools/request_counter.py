@@ -135,14 +135,7 @@ def describe(request: Any, response: Any) -> StorageRequest:
         match = _ENTITY.match(first)
         table = match.group("table") if match else first
         keyed = bool(match and match.group("keys"))
-        if method == "GET":
-            op = "read" if keyed else "query"
-        elif method == "POST":
-            op = "insert"
-        elif method == "DELETE":
-            op = "delete"
-        else:  # PUT / PATCH / MERGE
-            op = "update"
+        op = {"GET": "read" if keyed else "query", "POST": "insert", "DELETE": "delete"}.get(method, "update")
         return StorageRequest("table", op, table, method, status)
     queue = segments[0] if segments else ""
     if len(segments) >= 2 and segments[1] == "messages":
@@ -271,14 +264,6 @@ class RequestCounter:
     def snapshot(self) -> list[StorageRequest]:
         with self._lock:
             return list(self.requests)
-
-    def count(self, predicate: Callable[[StorageRequest], bool] | None = None, **match: Any) -> int:
-        """Requests matching every ``field=value`` in ``match`` and ``predicate``."""
-        return sum(
-            1
-            for r in self.snapshot()
-            if all(getattr(r, k) == v for k, v in match.items()) and (predicate is None or predicate(r))
-        )
 
     def by_label(self, requests: list[StorageRequest] | None = None) -> Counter[str | None]:
         return Counter(r.label for r in (self.snapshot() if requests is None else requests))
