@@ -148,20 +148,13 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                     f"{args.kill_scheduler} completes\n"
                 )
             reported: list[Any] = []
+            said = {"Stall": "the agent went silent on attempt", "Fail": "the agent fails attempt"}
 
             def report_faults() -> int:  # a pump: prints injected faults as they fire
                 for event in faults.events()[len(reported) :]:
                     reported.append(event)
-                    if event.rule == "Stall":
-                        narrator.say(
-                            h.now(),
-                            event.step_id,
-                            f"(injected) the agent went silent on attempt {event.attempt}",
-                        )
-                    elif event.rule == "Fail":
-                        narrator.say(
-                            h.now(), event.step_id, f"(injected) the agent fails attempt {event.attempt}"
-                        )
+                    if event.rule in said:
+                        narrator.say(h.now(), event.step_id, f"(injected) {said[event.rule]} {event.attempt}")
                 return 0
 
             h.host.add_pump(report_faults, "demo")
