@@ -104,7 +104,6 @@ class HarnessPumps:
 
         if self.agents_paused or self._may_skip_poll("dead"):
             return 0
-        done = 0
         received = self.transport.receive_dead_letters(
             self.settings.work_queue, max_messages=RECEIVE_BATCH, lock_seconds=30
         )
@@ -122,8 +121,7 @@ class HarnessPumps:
                 )
             )
             self.transport.complete(message)
-            done += 1
-        return done
+        return len(received)
 
     def _consume(self, kind: str, queue: str, handle: Callable[[ReceivedMessage], None]) -> int:
         """Receive, then settle each message like the Functions host (see the module docstring)."""

@@ -16,10 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+from azure.durable_functions.models.utils.df_serialization import df_dumps
 
 from workflow_core.clock import use_clock
 
 from .aio import AsyncRunner, call_maybe_async
+from .client import DurableTestClient
 from .clock import RealClock, VirtualClock
 from .episodes import _Episodes
 from .history import (
@@ -119,8 +121,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         self._async = AsyncRunner()
         self._exit_stack: ExitStack | None = None
 
-        from .client import DurableTestClient
-
         #: A real ``DurableOrchestrationClient`` whose HTTP calls go to this host's emulation of the
         #: extension's HTTP API: same async methods, same status objects, same errors.
         self.client = DurableTestClient(self)
@@ -150,8 +150,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         self, name: str, instance_id: str | None = None, input: Any = None, *, version: str = ""
     ) -> str:
         """Schedule a new orchestration instance; returns its id (a uuid hex when none is given)."""
-        from azure.durable_functions.models.utils.df_serialization import df_dumps
-
         input_json = df_dumps(input) if input is not None else None
         return self._start(name, instance_id, input_json, version=version)
 
