@@ -23,6 +23,7 @@ from devtools.durable_host.history import (
     ActionType,
     HistoryEventType,
     flatten_actions,
+    json_value,
     parse_time,
     replay,
     schema_fields,
@@ -139,23 +140,13 @@ def episodes_of(history: list[dict]) -> list[tuple[int, int]]:
 Signature = tuple[str, str | None, Any]  # kind, name, what else must match (input, fire time...)
 
 
-def _json(text: Any) -> Any:
-    """An input as a JSON value (histories and actions carry it serialised, formatted differently)."""
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 def _signature(kind: str, fields: dict, name: str, instance_id: str, data: str, fire_at: str) -> Signature:
     """A recorded event or a returned action (their field names given) as what must match."""
     if kind == "timer":
         return kind, None, parse_time(fields[fire_at])
     if kind == "sub-orchestration":
-        return kind, fields.get(name), (fields.get(instance_id), _json(fields.get(data)))
-    return kind, fields.get(name), _json(fields.get(data))
+        return kind, fields.get(name), (fields.get(instance_id), json_value(fields.get(data)))
+    return kind, fields.get(name), json_value(fields.get(data))
 
 
 def _decision(event: dict) -> Signature:
@@ -164,7 +155,7 @@ def _decision(event: dict) -> Signature:
 
 def _action(action: dict) -> Signature:
     if action["actionType"] == ActionType.CONTINUE_AS_NEW:
-        return CONTINUED, None, _json(action.get("input"))
+        return CONTINUED, None, json_value(action.get("input"))
     return _signature(_ACTIONS[action["actionType"]], action, "functionName", "instanceId", "input", "fireAt")
 
 
@@ -173,10 +164,8 @@ def retry_events(history: list[dict]) -> set[int]:
     action the orchestrator returned for it: after a failure, a retry timer (in the failure's
     episode); when it fires, the call scheduled again (in the timer's episode). DurableTask.Core's
     RetryInterceptor; docs/durable-test-host.md, "Retries"."""
-    names = {e["EventId"]: e.get("Name") for e in history if e["EventType"] == H.TASK_SCHEDULED}
-    names |= {
-        e["EventId"]: e.get("Name") for e in history if e["EventType"] == H.SUB_ORCHESTRATION_INSTANCE_CREATED
-    }
+    calls = (H.TASK_SCHEDULED, H.SUB_ORCHESTRATION_INSTANCE_CREATED)
+    names = {e["EventId"]: e.get("Name") for e in history if e["EventType"] in calls}
     marked: set[int] = set()
     failed: list[str | None] = []  # failures in this episode awaiting their retry timer
     timers: dict[int, str | None] = {}  # retry timer id -> the call it retries
@@ -192,7 +181,7 @@ def retry_events(history: list[dict]) -> set[int]:
             marked.add(index)
         elif kind == H.TIMER_FIRED and event.get("TimerId") in timers:
             again.append(timers.pop(event["TimerId"]))
-        elif kind in (H.TASK_SCHEDULED, H.SUB_ORCHESTRATION_INSTANCE_CREATED) and event.get("Name") in again:
+        elif kind in calls and event.get("Name") in again:
             again.remove(event.get("Name"))
             marked.add(index)
     return marked
@@ -205,7 +194,7 @@ def _continued(history: list[dict]) -> Signature | None:
             event["EventType"] == H.EXECUTION_COMPLETED
             and event.get("OrchestrationStatus") == "ContinuedAsNew"
         ):
-            return CONTINUED, None, _json(event.get("Result"))
+            return CONTINUED, None, json_value(event.get("Result"))
     return None
 
 

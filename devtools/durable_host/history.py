@@ -38,6 +38,16 @@ def parse_time(text: str) -> datetime:
     return value.astimezone(UTC)
 
 
+def json_value(text: Any) -> Any:
+    """A serialised input or output as a JSON value (text that is not JSON stays text)."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def make_event(event_type: HistoryEventType, when: datetime, event_id: int = -1, **fields: Any) -> dict:
     event = {
         "EventType": int(event_type),

@@ -26,6 +26,7 @@ from .clock import RealClock, VirtualClock
 from .episodes import _Episodes
 from .history import (
     format_time,
+    json_value,
     make_event,
 )
 from .lifecycle import _Activities, _Lifecycle
@@ -281,7 +282,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             "name": inst.name,
             "instanceId": inst.instance_id,
             "runtimeStatus": inst.status.value,
-            "input": _loads(inst.execution.input) if show_input else None,
+            "input": json_value(inst.execution.input) if show_input else None,
             "customStatus": inst.custom_status,
             "output": inst.output,
             "createdTime": stamp(inst.created),
@@ -290,12 +291,3 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         if show_history:
             payload["historyEvents"] = copy.deepcopy(inst.history)
         return payload
-
-
-def _loads(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
