@@ -147,14 +147,6 @@ class ConsoleDemo:
         self.close()
 
 
-def _free_demo_port(wanted: int | None) -> int | None:
-    """``wanted`` if given (the caller checks it), else the default port or the next free one after it:
-    a second demo on this machine moves over instead of failing."""
-    if wanted is not None:
-        return wanted
-    return next((p for p in range(DEFAULT_PORT, DEFAULT_PORT + PORT_SEARCH) if not port_open(p)), None)
-
-
 def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
     """A demo uses Azurite's default ports (reusing one already listening, as ``func start`` would),
     so ``sas`` finds its ledger through ``local.settings.json``. A demo that ``moved`` off the default
@@ -181,13 +173,6 @@ def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
     return azurite.start(), True
 
 
-def _cli_hint(moved: bool, azurite: Any) -> str:
-    """How to point ``sas`` at this demo's ledger."""
-    if not moved:
-        return ".venv/bin/sas list   .venv/bin/sas stalled   .venv/bin/sas show <instance>"
-    return f".venv/bin/sas --connection-string '{azurite.connection_string}' list"
-
-
 def _stop_on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -210,7 +195,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     except DemoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    port = _free_demo_port(args.port)
+    # without --port: the default port, or the next free one (a second demo moves over, never fails)
+    searched = (p for p in range(DEFAULT_PORT, DEFAULT_PORT + PORT_SEARCH) if not port_open(p))
+    port = args.port if args.port is not None else next(searched, None)
     if port is None or (args.port is not None and port_open(args.port)):
         busy = args.port if args.port is not None else f"{DEFAULT_PORT}-{DEFAULT_PORT + PORT_SEARCH - 1}"
         print(f"error: port {busy} is busy; pass --port with a free one", file=sys.stderr)
@@ -236,10 +223,13 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
             for what in demo.injected:
                 out.write(f"    {what}\n")
             demo.start_clock()
+            cli = ".venv/bin/sas list   .venv/bin/sas stalled   .venv/bin/sas show <instance>"
+            if moved:  # how to point sas at this demo's own Azurite
+                cli = f".venv/bin/sas --connection-string '{azurite.connection_string}' list"
             out.write(
                 f"\n  console : {demo.console_url}\n"
                 f"  API     : {demo.url}/api/instances, {demo.url}/api/attention\n"
-                f"  CLI     : {_cli_hint(moved, azurite)}\n"
+                f"  CLI     : {cli}\n"
                 f"  clock   : {args.speed:g}x; the watchdog ticks every 30 virtual seconds\n"
                 "  Ctrl-C stops it.\n"
             )

@@ -332,7 +332,7 @@ class _Episodes:
         elif kind == ActionType.CONTINUE_AS_NEW:
             return None
         else:
-            raise _OrchestrationError(f"{action_label(action)} is not supported by the durable test host")
+            raise _OrchestrationError(f"{action_label(kind)} is not supported by the durable test host")
 
         if kind in (ActionType.CALL_ACTIVITY_WITH_RETRY, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
             options = action.get("retryOptions") or {}
@@ -374,10 +374,7 @@ def _signature(action: dict) -> tuple:
 
 def _describe_signature(signature: tuple) -> str:
     kind, name = signature
-    try:
-        label = ActionType(kind).name
-    except ValueError:
-        label = str(kind)
+    label = action_label(kind)
     return f"{label}({name!r})" if name else label
 
 

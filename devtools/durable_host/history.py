@@ -97,18 +97,8 @@ def event_label(event: dict) -> str:
     return name
 
 
-def action_label(action: dict) -> str:
-    kind = action.get("actionType")
-    if kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
-        return f"activity {action.get('functionName')!r}"
-    if kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
-        return f"sub-orchestration {action.get('functionName')!r}"
-    if kind == ActionType.CREATE_TIMER:
-        return "timer"
-    if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
-        return f"external event {action.get('externalEventName')!r}"
-    if kind == ActionType.CONTINUE_AS_NEW:
-        return "continue-as-new"
+def action_label(kind: Any) -> str:
+    """An action type's name, for messages (``CALL_HTTP``; ``action type 99`` when unknown)."""
     try:
         return ActionType(kind).name
     except ValueError:

@@ -120,17 +120,6 @@ class FunctionTable:
             self.others[name] = function
 
     def add_callable(self, name: str, fn: Any, kind: str | None = None) -> None:
-        if _is_function(fn) or (hasattr(fn, "_function") and _is_function(fn._function)):
-            function = fn if _is_function(fn) else fn._function
-            trigger_type = getattr(function.get_trigger(), "type", None)
-            if kind == "orchestrator" or (kind is None and trigger_type == ORCHESTRATION_TRIGGER):
-                self._put(self.orchestrators, name, OrchestratorFunction(name, _as_handler(function._func)))
-            elif kind == "activity" or (kind is None and trigger_type == ACTIVITY_TRIGGER):
-                parameter = function.get_trigger().name if trigger_type == ACTIVITY_TRIGGER else None
-                self._put(self.activities, name, ActivityFunction(name, function._func, parameter))
-            else:
-                self.others[name] = function
-            return
         if not callable(fn):
             raise TypeError(f"{name!r}: {fn!r} is not callable")
         is_orchestrator = hasattr(fn, "orchestrator_function") or inspect.isgeneratorfunction(fn)
