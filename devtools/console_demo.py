@@ -66,8 +66,6 @@ class ConsoleDemo:
         self._stop = threading.Event()
         self._pacer: threading.Thread | None = None
 
-    # ---- the demo workflows -------------------------------------------------------------------------
-
     def seed(self) -> dict[str, str]:
         """Run the fault scenarios on the virtual clock (seconds of real time); returns name -> instance."""
         from activities.worker.handlers import faults
@@ -111,8 +109,6 @@ class ConsoleDemo:
         # nobody told them about (the "running" instance's stalled attempt is retried at its deadline).
         faults.clear()
         return dict(self.instances)
-
-    # ---- serving ------------------------------------------------------------------------------------
 
     def start_clock(self) -> None:
         """Move the virtual clock with the wall clock (times ``speed``), so the watchdog keeps ticking."""

@@ -75,8 +75,6 @@ DEFAULT_WATCHDOG_PERIOD = timedelta(seconds=30)
 DEFAULT_LOCK_SECONDS = 1.0  # Storage Queues: visibility timeout of a received message (1 s minimum)
 SERVICEBUS_MIN_WAIT_SECONDS = 0.05  # Service Bus has no zero-wait receive; keep idle polls short
 
-# ---- the function app, indexed once per process -------------------------------------------------
-
 _functions_lock = threading.Lock()
 _functions: list[Any] | None = None
 
@@ -95,9 +93,6 @@ def app_functions() -> list[Any]:
                 app = function_app.app
                 _functions = [b.build(app.auth_level) for b in app._function_builders]
         return _functions
-
-
-# ---- the harness ---------------------------------------------------------------------------------
 
 
 class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
@@ -254,8 +249,6 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
         with contextlib.suppress(Exception):
             loader.load_workflows()
 
-    # ---- running ----------------------------------------------------------------------------------
-
     def start_workflow(
         self, workflow: str, workflow_input: Mapping[str, Any], instance_id: str | None = None
     ) -> str:
@@ -312,8 +305,6 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
     def watchdog_tick(self, **kwargs: Any) -> Any:
         """One watchdog tick now (``run_tick`` keyword arguments pass through); returns its report."""
         return self.host.run_async(self._tick(**kwargs))
-
-    # ---- lifecycle --------------------------------------------------------------------------------
 
     def close(self) -> None:
         if self._closed:

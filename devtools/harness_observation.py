@@ -16,8 +16,6 @@ from typing import Any
 
 from workflow_core.ledger import StepLedger, StepRecord
 
-# ---- what the harness observes ------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class LedgerEvent:

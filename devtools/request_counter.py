@@ -198,8 +198,6 @@ class RequestCounter:
         self._lock = threading.Lock()
         self._installed = False
 
-    # ---- attaching ------------------------------------------------------------------------------
-
     def _wrap(self, transport: HttpTransport) -> HttpTransport:
         return _CountingTransport(transport, self)
 
@@ -219,8 +217,6 @@ class RequestCounter:
 
     def __exit__(self, *exc: object) -> None:
         self.uninstall()
-
-    # ---- recording ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def scope(self, label: str) -> Iterator[None]:
@@ -258,8 +254,6 @@ class RequestCounter:
         finally:
             with self._lock:
                 made.extend(self.requests[start:])
-
-    # ---- reading --------------------------------------------------------------------------------
 
     def snapshot(self) -> list[StorageRequest]:
         with self._lock:

@@ -67,8 +67,6 @@ class FunctionTable:
     #: Every other function (HTTP, timer, queue... triggers), by name, as ``Function`` objects.
     others: dict[str, Any] = field(default_factory=dict)
 
-    # -- loading -------------------------------------------------------------------------------
-
     def load(self, source: Any) -> None:
         if source is None:
             return
