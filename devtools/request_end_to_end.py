@@ -41,6 +41,10 @@ class EndToEndCounts:
     def by_operation(self) -> Counter[str | None]:
         return Counter(r.label for r in self.counted)
 
+    @property
+    def per_step(self) -> float:
+        return len(self.counted) / self.steps
+
 
 def end_to_end(azurite: Any, workflows: int, workflow_input: dict[str, Any] | None = None) -> EndToEndCounts:
     """Start ``workflows`` workflows together, run them to completion, count what they cost

@@ -102,6 +102,10 @@ class StepCounts:
     def total_excluding_effect(self) -> int:
         return sum(n for label, n in self.by_operation.items() if label != AGENT_EFFECT)
 
+    @property
+    def per_step(self) -> float:
+        return self.total_excluding_effect / self.steps
+
 
 def step_operations(
     services: Services, counter: RequestCounter, *, instance_id: str | None = None
