@@ -6,7 +6,6 @@ the npm registry by ``npm ci`` (see package.json) and found in ``node_modules/.b
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -44,7 +43,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _port_open(port: int) -> bool:
+def port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -62,6 +61,10 @@ class Azurite:
     owns_location: bool = True
 
     @property
+    def _ports(self) -> tuple[int, int, int]:
+        return self.blob_port, self.queue_port, self.table_port
+
+    @property
     def connection_string(self) -> str:
         return azurite_connection_string(
             blob_port=self.blob_port, queue_port=self.queue_port, table_port=self.table_port
@@ -70,39 +73,21 @@ class Azurite:
     def start(self, timeout: float = 30.0) -> Azurite:
         if self.process is not None:
             return self
-        cmd = [
-            find_azurite(),
-            "--silent",
-            "--loose",
-            "--skipApiVersionCheck",
-            "--disableTelemetry",
-            "--location",
-            str(self.location),
-            "--blobHost",
-            "127.0.0.1",
-            "--queueHost",
-            "127.0.0.1",
-            "--tableHost",
-            "127.0.0.1",
-            "--blobPort",
-            str(self.blob_port),
-            "--queuePort",
-            str(self.queue_port),
-            "--tablePort",
-            str(self.table_port),
-        ]
+        cmd = [find_azurite(), "--silent", "--loose", "--skipApiVersionCheck", "--disableTelemetry"]
+        cmd += ["--location", str(self.location)]
+        for service, port in zip(("blob", "queue", "table"), self._ports, strict=True):
+            cmd += [f"--{service}Host", "127.0.0.1", f"--{service}Port", str(port)]
         with open(self.location / "azurite.log", "ab") as log:  # the child keeps its own descriptor
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
-        ports = (self.blob_port, self.queue_port, self.table_port)
-        while not all(_port_open(p) for p in ports):
+        while not all(port_open(p) for p in self._ports):
             if self.process.poll() is not None:
                 raise RuntimeError(
                     f"Azurite exited with code {self.process.returncode}; see {self.location / 'azurite.log'}"
                 )
             if time.monotonic() > deadline:
                 self.stop()
-                raise TimeoutError(f"Azurite did not open ports {ports} within {timeout}s")
+                raise TimeoutError(f"Azurite did not open ports {self._ports} within {timeout}s")
             time.sleep(0.05)
         return self
 
@@ -118,9 +103,7 @@ class Azurite:
         self.process = None
         # Wait until the ports are released so a restart on the same ports succeeds.
         deadline = time.monotonic() + 10
-        while any(_port_open(p) for p in (self.blob_port, self.queue_port, self.table_port)):
-            if time.monotonic() > deadline:
-                break
+        while any(port_open(p) for p in self._ports) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def restart(self) -> None:
@@ -161,14 +144,3 @@ def private_env(azurite: Azurite, prefix: str) -> dict[str, str]:
         "RESULT_QUEUE_NAME": f"{tag}-results",
         "DEAD_LETTER_QUEUE_NAME": f"{tag}-work-poison",
     }
-
-
-if __name__ == "__main__":  # pragma: no cover - manual helper
-    with Azurite() as a:
-        print(a.connection_string, flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
-    os._exit(0)

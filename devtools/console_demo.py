@@ -1,22 +1,11 @@
 """``./scripts/demo --serve``: the operator console on http://127.0.0.1:PORT, with workflows to act on.
 
-It runs the real app in one process, as ``./scripts/demo`` does (Azurite, the in-process durable host,
-the agents, the watchdog), serves the app's HTTP functions (the operator API and the web console) on
-a socket, and first runs a few workflows with injected faults so the console has something to show:
-
-* a step whose agent stalls once (retried by its deadline, then succeeds);
-* a step that always fails (retries, then the completed steps are compensated);
-* a refund compensator that gives up (a ``CompensationFailed`` step waiting for an operator: retry it
-  from the console and the compensation runs again and succeeds);
-* a step whose agent never answers, left running for you to watch the deadline and the watchdog.
-
-Then it keeps serving, with the virtual clock running ``--speed`` times faster than the wall clock (the
-watchdog ticks every 30 virtual seconds). It uses Azurite on its default ports (starting it, with its
-state in ``.azurite/``, unless one is already listening) and the default table names, so the operator
-CLI reads the same ledger through ``local.settings.json``: ``.venv/bin/sas list``. A second demo on
-the same machine (the default port taken, no ``--port`` given) moves to the next free port and starts
-an Azurite of its own (state in ``.azurite/demo-<port>/``), and prints the ``sas --connection-string``
-that reads it.
+It runs the real app in one process, as ``./scripts/demo`` does, serves the app's HTTP functions on a
+socket, and first runs a few workflows with injected faults (``ConsoleDemo.seed``) so the console has
+something to show; then it keeps serving, with the virtual clock running ``--speed`` times faster
+than the wall clock. It uses Azurite on its default ports and the default table names, so the
+operator CLI reads the same ledger through ``local.settings.json``; a second demo moves to the next
+free port with an Azurite of its own (README.md, "Operators").
 """
 
 from __future__ import annotations
@@ -25,7 +14,6 @@ import argparse
 import logging
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -34,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from devtools.azurite import Azurite, port_open
 from devtools.demo_preflight import DemoError, check_definitions, demo_input
 from devtools.logs import quiet_logging
 
@@ -42,12 +31,6 @@ DEFAULT_PORT = 7072
 PORT_SEARCH = 20  # a demo whose default port is taken tries the next ones
 DEFAULT_SPEED = 20.0
 SEED_TIMEOUT = timedelta(hours=12)
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class ConsoleDemo:
@@ -82,8 +65,6 @@ class ConsoleDemo:
         self.injected: list[str] = []  # the faults seed() injected, each cleared before serving
         self._stop = threading.Event()
         self._pacer: threading.Thread | None = None
-
-    # ---- the demo workflows -------------------------------------------------------------------------
 
     def seed(self) -> dict[str, str]:
         """Run the fault scenarios on the virtual clock (seconds of real time); returns name -> instance."""
@@ -129,8 +110,6 @@ class ConsoleDemo:
         faults.clear()
         return dict(self.instances)
 
-    # ---- serving ------------------------------------------------------------------------------------
-
     def start_clock(self) -> None:
         """Move the virtual clock with the wall clock (times ``speed``), so the watchdog keeps ticking."""
 
@@ -164,21 +143,11 @@ class ConsoleDemo:
         self.close()
 
 
-def _free_demo_port(wanted: int | None) -> int | None:
-    """``wanted`` if given (the caller checks it), else the default port or the next free one after it:
-    a second demo on this machine moves over instead of failing."""
-    if wanted is not None:
-        return wanted
-    return next((p for p in range(DEFAULT_PORT, DEFAULT_PORT + PORT_SEARCH) if not _port_open(p)), None)
-
-
 def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
     """A demo uses Azurite's default ports (reusing one already listening, as ``func start`` would),
     so ``sas`` finds its ledger through ``local.settings.json``. A demo that ``moved`` off the default
     port because another demo has it starts its own Azurite on free ports with its own state, so two
     demos never share a ledger or a watchdog's work. Returns (azurite, started here)."""
-    from devtools.azurite import Azurite
-
     if moved:
         location = ROOT / ".azurite" / f"demo-{port}"
         location.mkdir(parents=True, exist_ok=True)
@@ -188,7 +157,7 @@ def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
             f"(state in .azurite/demo-{port}/)\n"
         )
         return azurite, True
-    if _port_open(10002):
+    if port_open(10002):
         out.write("  Azurite already listening on 10000-10002: using it\n")
         return Azurite(blob_port=10000, queue_port=10001, table_port=10002), False
     location = ROOT / ".azurite"
@@ -198,13 +167,6 @@ def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
         location=location, blob_port=10000, queue_port=10001, table_port=10002, owns_location=False
     )
     return azurite.start(), True
-
-
-def _cli_hint(moved: bool, azurite: Any) -> str:
-    """How to point ``sas`` at this demo's ledger."""
-    if not moved:
-        return ".venv/bin/sas list   .venv/bin/sas stalled   .venv/bin/sas show <instance>"
-    return f".venv/bin/sas --connection-string '{azurite.connection_string}' list"
 
 
 def _stop_on_sigterm(signum: int, frame: Any) -> None:
@@ -229,8 +191,10 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     except DemoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    port = _free_demo_port(args.port)
-    if port is None or (args.port is not None and _port_open(args.port)):
+    # without --port: the default port, or the next free one (a second demo moves over, never fails)
+    searched = (p for p in range(DEFAULT_PORT, DEFAULT_PORT + PORT_SEARCH) if not port_open(p))
+    port = args.port if args.port is not None else next(searched, None)
+    if port is None or (args.port is not None and port_open(args.port)):
         busy = args.port if args.port is not None else f"{DEFAULT_PORT}-{DEFAULT_PORT + PORT_SEARCH - 1}"
         print(f"error: port {busy} is busy; pass --port with a free one", file=sys.stderr)
         return 2
@@ -255,10 +219,13 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
             for what in demo.injected:
                 out.write(f"    {what}\n")
             demo.start_clock()
+            cli = ".venv/bin/sas list   .venv/bin/sas stalled   .venv/bin/sas show <instance>"
+            if moved:  # how to point sas at this demo's own Azurite
+                cli = f".venv/bin/sas --connection-string '{azurite.connection_string}' list"
             out.write(
                 f"\n  console : {demo.console_url}\n"
                 f"  API     : {demo.url}/api/instances, {demo.url}/api/attention\n"
-                f"  CLI     : {_cli_hint(moved, azurite)}\n"
+                f"  CLI     : {cli}\n"
                 f"  clock   : {args.speed:g}x; the watchdog ticks every 30 virtual seconds\n"
                 "  Ctrl-C stops it.\n"
             )

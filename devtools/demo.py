@@ -1,25 +1,12 @@
 """Watch the Scheduler Agent Supervisor pattern recover, in one process, in a few seconds.
 
     python -m devtools.demo provision-tenant --stall register_dns
-    python -m devtools.demo provision-tenant --fail send_welcome
-    python -m devtools.demo order-fulfilment --terminate charge_payment
-    python -m devtools.demo provision-tenant --kill-scheduler create_storage
     python -m devtools.demo --serve [--port 7072]   # the operator console, see devtools.console_demo
 
 It starts its own Azurite, runs the real app (HTTP starter, orchestrators, agents, watchdog) through
-``devtools.harness`` on a virtual clock, injects the fault you ask for, and prints the
-step ledger's timeline as it happens: every step transition with its (virtual) time, who noticed
-an overdue step (the orchestration's own deadline timer or the supervisor's watchdog), what was
-done about it (retry, re-send, compensation) and the final state of every step.
-
-Faults:
-  --stall STEP      the step's agent takes attempt 1 and never answers: the deadline catches it
-  --fail STEP       the step's agent fails every attempt: retries, then compensation
-  --terminate STEP  the orchestration is killed while STEP is out with its agent: the watchdog
-                    finds the dead scheduler and resumes the workflow from the ledger
-  --kill-scheduler STEP  the orchestration dies between two steps, right after STEP completed
-                    (nothing in flight): the watchdog finds the instance past its scheduler
-                    deadline and resumes it; every completed step ran exactly once
+``devtools.harness`` on a virtual clock, injects the fault you ask for (``--help``; README.md shows
+one run per fault), and prints the step ledger's timeline as it happens (``devtools.demo_narrator``)
+and the final state of every step.
 """
 
 from __future__ import annotations
@@ -70,12 +57,6 @@ def _between_steps(h: Any, iid: str, definition: Any, step_id: str) -> bool:
     statuses = h.statuses(iid)
     later = definition.step_ids[definition.step_ids.index(step_id) + 1 :]
     return statuses.get(step_id) == "Succeeded" and all(statuses.get(s) == "Pending" for s in later)
-
-
-def _settled(h: Any, iid: str) -> bool:
-    """The instance record says the workflow ended (its scheduler, whichever, settled it)."""
-    record = h.ledger.find_instance(iid)
-    return record is not None and not record.supervised
 
 
 def _preflight(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -167,20 +148,13 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                     f"{args.kill_scheduler} completes\n"
                 )
             reported: list[Any] = []
+            said = {"Stall": "the agent went silent on attempt", "Fail": "the agent fails attempt"}
 
             def report_faults() -> int:  # a pump: prints injected faults as they fire
                 for event in faults.events()[len(reported) :]:
                     reported.append(event)
-                    if event.rule == "Stall":
-                        narrator.say(
-                            h.now(),
-                            event.step_id,
-                            f"(injected) the agent went silent on attempt {event.attempt}",
-                        )
-                    elif event.rule == "Fail":
-                        narrator.say(
-                            h.now(), event.step_id, f"(injected) the agent fails attempt {event.attempt}"
-                        )
+                    if event.rule in said:
+                        narrator.say(h.now(), event.step_id, f"(injected) {said[event.rule]} {event.attempt}")
                 return 0
 
             h.host.add_pump(report_faults, "demo")
@@ -204,7 +178,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
                     why = f"{args.kill_scheduler} is done, nothing is in flight"
                 h.host.terminate(iid, "terminated by the demo")
                 narrator.say(h.now(), "workflow", f"ORCHESTRATION TERMINATED ({why})")
-                h.run_until(lambda: _settled(h, iid), timeout=timedelta(hours=6))
+                h.run_until(lambda: h.settled(iid), timeout=timedelta(hours=6))
                 h.release(held)
                 h.host.run_until_idle()
                 record = h.ledger.get_instance(iid)

@@ -1,7 +1,6 @@
-"""A transport wrapper for fault injection: the real transport, except for the sends you break.
-
-Used by ``devtools.harness`` (``fail_send`` / ``duplicate_send``); it also counts what
-was sent, by queue kind and by MessageId, so tests can see a re-send or a duplicate.
+"""The harness's transport: the real one, except for the sends you break (``fail_send`` /
+``duplicate_send``). It counts what was sent, by queue kind and by MessageId, so tests can see a
+re-send or a duplicate, and tells the pumps' ``KnownEmpty`` about everything that may fill a queue.
 """
 
 from __future__ import annotations
@@ -29,15 +28,21 @@ class SendFault:
     fired: int = 0
 
 
-# ---- the transport wrapper ----------------------------------------------------------------------
+def body_matches(body: dict, step_id: str | None, attempt: int | None, kind: str | None) -> bool:
+    """Whether a message body is for this step, attempt and kind (None matches any)."""
+    wanted = (("step_id", step_id), ("attempt", attempt), ("kind", kind))
+    return all(value is None or body.get(key) == value for key, value in wanted)
 
 
 class FaultyTransport(Transport):
-    """The real transport, with optional injected send failures and duplicate sends (see the harness)."""
+    """``forget(kind)``: a queue of that kind ("work", "results"; None: any) may no longer be empty."""
 
-    def __init__(self, real: Transport, queue_kind: Callable[[str], str]) -> None:
+    def __init__(
+        self, real: Transport, queue_kind: Callable[[str], str], forget: Callable[[str | None], None]
+    ) -> None:
         self.real = real
         self._queue_kind = queue_kind
+        self._forget = forget
         self._faults: list[SendFault] = []
         self._lock = threading.Lock()
         self.sent: Counter[str] = Counter()  # by queue kind
@@ -50,22 +55,22 @@ class FaultyTransport(Transport):
 
     def _take(self, queue: str, message: OutgoingMessage) -> SendFault | None:
         kind = self._queue_kind(queue)
-        body = message.body
         with self._lock:
             for fault in self._faults:
-                if fault.fired >= fault.times or fault.queue != kind:
-                    continue
-                if fault.step_id is not None and body.get("step_id") != fault.step_id:
-                    continue
-                if fault.attempt is not None and body.get("attempt") != fault.attempt:
-                    continue
-                if fault.kind is not None and body.get("kind") != fault.kind:
-                    continue
-                fault.fired += 1
-                return fault
+                live = fault.fired < fault.times and fault.queue == kind
+                if live and body_matches(message.body, fault.step_id, fault.attempt, fault.kind):
+                    fault.fired += 1
+                    return fault
         return None
 
     def send(self, queue: str, message: OutgoingMessage) -> None:
+        kind = self._queue_kind(queue)
+        try:
+            self._send(queue, message)
+        finally:
+            self._forget(kind if kind in ("work", "results") else None)
+
+    def _send(self, queue: str, message: OutgoingMessage) -> None:
         fault = self._take(queue, message)
         if fault is not None and fault.action == "fail":
             raise fault.exc or RuntimeError(f"injected send failure on {queue}")
@@ -87,13 +92,22 @@ class FaultyTransport(Transport):
         self.real.complete(message)
 
     def abandon(self, message: ReceivedMessage) -> None:
-        self.real.abandon(message)
+        try:
+            self.real.abandon(message)
+        finally:
+            self._forget(None)
 
     def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
-        self.real.dead_letter(message, reason, description)
+        try:
+            self.real.dead_letter(message, reason, description)
+        finally:
+            self._forget(None)
 
     def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
-        self.real.renew_lock(message, lock_seconds)
+        try:
+            self.real.renew_lock(message, lock_seconds)
+        finally:
+            self._forget(None)
 
     def receive_dead_letters(self, queue: str, **kwargs: Any) -> list[ReceivedMessage]:
         return self.real.receive_dead_letters(queue, **kwargs)

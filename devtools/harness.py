@@ -13,10 +13,7 @@ What is real and what stands in::
                                                       |
           watchdog = ``supervisor.run_tick`` as a periodic function on the host clock (default 30 s)
 
-Only the Functions host itself is emulated (the durable test host for the Durable extension, the
-pumps for the queue triggers, a periodic callback for the timer trigger). Every function body,
-the ledger, the queues and the simulated remote services (the ``RemoteEffects`` table) are the
-production code on a real Azurite.
+Only the Functions host itself is emulated (docs/testing.md, "What is real").
 
     from devtools.harness import PatternHarness
 
@@ -65,17 +62,18 @@ from typing import Any
 import azure.functions as func
 
 from devtools.azurite import Azurite, env_for
+from devtools.durable_host import DurableTestHost
+from devtools.faulty_transport import FaultyTransport
 from devtools.harness_faults import HarnessError, HarnessFaults, _Hold
 from devtools.harness_observation import HarnessObservation, LedgerEvent
-from devtools.harness_pumps import HarnessPumps, KnownEmpty, WatchedTransport
+from devtools.harness_pumps import HarnessPumps, KnownEmpty
+from workflow_core import runtime
 from workflow_core.ledger import StepLedger
 from workflow_core.transport import ReceivedMessage, Transport
 
 DEFAULT_WATCHDOG_PERIOD = timedelta(seconds=30)
 DEFAULT_LOCK_SECONDS = 1.0  # Storage Queues: visibility timeout of a received message (1 s minimum)
 SERVICEBUS_MIN_WAIT_SECONDS = 0.05  # Service Bus has no zero-wait receive; keep idle polls short
-
-# ---- the function app, indexed once per process -------------------------------------------------
 
 _functions_lock = threading.Lock()
 _functions: list[Any] | None = None
@@ -95,9 +93,6 @@ def app_functions() -> list[Any]:
                 app = function_app.app
                 _functions = [b.build(app.auth_level) for b in app._function_builders]
         return _functions
-
-
-# ---- the harness ---------------------------------------------------------------------------------
 
 
 class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
@@ -148,88 +143,71 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
         self._restore: list[Callable[[], None]] = []
         self._closed = False
         try:
-            self._setup(clock, watchdog_every, settings or {}, extra_workflows or {}, poll_interval)
+            tag = uuid.uuid4().hex[:10]
+            work_queue = f"h{tag}-work"
+            env = {
+                **env_for(self.azurite),
+                "LEDGER_TABLE_NAME": f"h{tag}steps",
+                "DEADLINE_INDEX_TABLE_NAME": f"h{tag}deadlines",
+                "WORK_QUEUE_NAME": work_queue,
+                "RESULT_QUEUE_NAME": f"h{tag}-results",
+                "DEAD_LETTER_QUEUE_NAME": f"{work_queue}-poison",  # what the Functions host uses
+            }
+            servicebus = os.environ.get("SERVICEBUS_CONNECTION_STRING", "").strip()
+            if servicebus:  # infrastructure owns Service Bus queues: use the configured ones
+                env.update(
+                    {
+                        "AGENT_TRANSPORT": "servicebus",
+                        "ServiceBusConnection": servicebus,
+                        "WORK_QUEUE_NAME": os.environ.get("SERVICEBUS_WORK_QUEUE", "agent-work"),
+                        "RESULT_QUEUE_NAME": os.environ.get("SERVICEBUS_RESULT_QUEUE", "agent-results"),
+                    }
+                )
+            env.update(settings or {})
+            self._set_env(env)
+            if extra_workflows:
+                self._serve_workflows(extra_workflows)
+
+            runtime.reset_services()
+            self._restore.append(runtime.reset_services)
+            services = runtime.get_services()
+            self.settings = services.settings
+            if servicebus:  # a short empty-receive wait: the pumps poll every loop iteration
+                from workflow_core.transport.servicebus import ServiceBusTransport
+
+                real_transport: Transport = ServiceBusTransport.from_connection(
+                    services.settings.service_bus, min_wait_seconds=SERVICEBUS_MIN_WAIT_SECONDS
+                )
+            else:
+                real_transport = services.transport  # creates the Storage queues (and their poison queues)
+            self._known_empty = KnownEmpty()
+            # Skipping a poll known to come back empty is for Storage Queues only: a Service Bus broker
+            # dead-letters and redelivers on its own, without the harness's transport.
+            self._skip_empty_polls = not servicebus
+            self.transport = FaultyTransport(real_transport, self._queue_kind, self._known_empty.forget)
+            services.__dict__["transport"] = self.transport
+            self.services = services
+            self.ledger: StepLedger = services.ledger  # creates the tables
+            self._observe_ledger(self.ledger)
+            self._observe_agents()
+            if servicebus:
+                self.transport_label = f"Service Bus ({_endpoint(servicebus)})"
+                for queue in (self.settings.work_queue, self.settings.result_queue):
+                    self._drain(queue)
+            else:
+                self.transport_label = f"Storage Queues on Azurite (127.0.0.1:{self.azurite.queue_port})"
+            self.host = DurableTestHost(app_functions(), clock=clock, poll_interval=poll_interval)
+            self.host.__enter__()
+            self._restore.append(self.host.close)
+            self.host.add_pump(self._pump_work, "agent_worker")
+            self.host.add_pump(self._pump_results, "agent_result_handler")
+            self.host.add_pump(self._pump_dead_letters, "agent_dead_letter_handler")
+            self.watchdog_every = watchdog_every
+            if watchdog_every is not None:
+                self.host.add_periodic(self._watchdog, watchdog_every, name="supervisor_watchdog")
         except BaseException:
             self.close()
             raise
-
-    # ---- setup ------------------------------------------------------------------------------------
-
-    def _setup(
-        self,
-        clock: Any,
-        watchdog_every: timedelta | None,
-        settings: Mapping[str, str],
-        extra_workflows: Mapping[str, Any],
-        poll_interval: float,
-    ) -> None:
-        from workflow_core import runtime
-
-        tag = uuid.uuid4().hex[:10]
-        work_queue = f"h{tag}-work"
-        env = {
-            **env_for(self.azurite),
-            "LEDGER_TABLE_NAME": f"h{tag}steps",
-            "DEADLINE_INDEX_TABLE_NAME": f"h{tag}deadlines",
-            "WORK_QUEUE_NAME": work_queue,
-            "RESULT_QUEUE_NAME": f"h{tag}-results",
-            "DEAD_LETTER_QUEUE_NAME": f"{work_queue}-poison",  # what the Functions host uses
-        }
-        servicebus = os.environ.get("SERVICEBUS_CONNECTION_STRING", "").strip()
-        if servicebus:  # infrastructure owns Service Bus queues: use the configured ones
-            env.update(
-                {
-                    "AGENT_TRANSPORT": "servicebus",
-                    "ServiceBusConnection": servicebus,
-                    "WORK_QUEUE_NAME": os.environ.get("SERVICEBUS_WORK_QUEUE", "agent-work"),
-                    "RESULT_QUEUE_NAME": os.environ.get("SERVICEBUS_RESULT_QUEUE", "agent-results"),
-                }
-            )
-        env.update(settings)
-        self._set_env(env)
-        if extra_workflows:
-            self._serve_workflows(extra_workflows)
-
-        runtime.reset_services()
-        self._restore.append(runtime.reset_services)
-        services = runtime.get_services()
-        self.settings = services.settings
-        if servicebus:  # a short empty-receive wait: the pumps poll every loop iteration
-            from workflow_core.transport.servicebus import ServiceBusTransport
-
-            real_transport: Transport = ServiceBusTransport.from_connection(
-                services.settings.service_bus, min_wait_seconds=SERVICEBUS_MIN_WAIT_SECONDS
-            )
-        else:
-            real_transport = services.transport  # creates the Storage queues (and their poison queues)
-        self._known_empty = KnownEmpty()
-        # Skipping a poll known to come back empty is for Storage Queues only: a Service Bus broker
-        # dead-letters and redelivers on its own, without the harness's transport.
-        self._skip_empty_polls = not servicebus
-        self.transport = WatchedTransport(real_transport, self._queue_kind, self._known_empty)
-        services.__dict__["transport"] = self.transport
-        self.services = services
-        self.ledger: StepLedger = services.ledger  # creates the tables
-        self._observe_ledger(self.ledger)
-        self._observe_agents()
-        if servicebus:
-            self.transport_label = f"Service Bus ({_endpoint(servicebus)})"
-            for queue in (self.settings.work_queue, self.settings.result_queue):
-                self._drain(queue)
-        else:
-            self.transport_label = f"Storage Queues on Azurite (127.0.0.1:{self.azurite.queue_port})"
-
-        from devtools.durable_host import DurableTestHost
-
-        self.host = DurableTestHost(app_functions(), clock=clock, poll_interval=poll_interval)
-        self.host.__enter__()
-        self._restore.append(self.host.close)
-        self.host.add_pump(self._pump_work, "agent_worker")
-        self.host.add_pump(self._pump_results, "agent_result_handler")
-        self.host.add_pump(self._pump_dead_letters, "agent_dead_letter_handler")
-        self.watchdog_every = watchdog_every
-        if watchdog_every is not None:
-            self.host.add_periodic(self._watchdog, watchdog_every, name="supervisor_watchdog")
 
     def _set_env(self, env: Mapping[str, str]) -> None:
         previous = {name: os.environ.get(name) for name in env}
@@ -270,8 +248,6 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
         # not load raises where it did before (at its first use), so only a loadable set is read here.
         with contextlib.suppress(Exception):
             loader.load_workflows()
-
-    # ---- running ----------------------------------------------------------------------------------
 
     def start_workflow(
         self, workflow: str, workflow_input: Mapping[str, Any], instance_id: str | None = None
@@ -329,8 +305,6 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
     def watchdog_tick(self, **kwargs: Any) -> Any:
         """One watchdog tick now (``run_tick`` keyword arguments pass through); returns its report."""
         return self.host.run_async(self._tick(**kwargs))
-
-    # ---- lifecycle --------------------------------------------------------------------------------
 
     def close(self) -> None:
         if self._closed:

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from activities.worker.handlers.base import AgentCrash
-from devtools.faulty_transport import SendFault
+from devtools.faulty_transport import SendFault, body_matches
 from workflow_core.transport import (
     ReceivedMessage,
 )
@@ -137,9 +137,7 @@ class HarnessFaults:
             for entry in self._holds:
                 if entry.queue != kind or (entry.times is not None and entry.matched >= entry.times):
                     continue
-                if body.get("step_id") != entry.step_id or body.get("kind") != entry.kind:
-                    continue
-                if entry.attempt is not None and body.get("attempt") != entry.attempt:
+                if not body_matches(body, entry.step_id, entry.attempt, entry.kind):
                     continue
                 entry.matched += 1
                 entry.held.append(message)

@@ -16,8 +16,6 @@ from typing import Any
 
 from workflow_core.ledger import StepLedger, StepRecord
 
-# ---- what the harness observes ------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class LedgerEvent:
@@ -52,19 +50,18 @@ class HarnessObservation:
         """Wrap the ledger's public writes (on this instance only) to record each committed write."""
         from workflow_core import clock
 
-        names = ("transition", "update", "extend_deadline", "note")
-        originals = {name: getattr(ledger, name) for name in names}
-        original_create = ledger.create_steps
+        originals = {
+            name: getattr(ledger, name)
+            for name in ("transition", "update", "extend_deadline", "note", "create_steps")
+        }
 
-        def transition(record: StepRecord, to: Any, *, actor: str, reason: str = "", **changes: Any):
-            updated = originals["transition"](record, to, actor=actor, reason=reason, **changes)
-            self._emit_write("transition", record, updated, actor, reason, changes)
-            return updated
+        def write(action: str) -> Callable[..., StepRecord]:
+            def observed(record: StepRecord, *args: Any, actor: str, reason: str = "", **changes: Any):
+                updated = originals[action](record, *args, actor=actor, reason=reason, **changes)
+                self._emit_write(action, record, updated, actor, reason, changes)
+                return updated
 
-        def update(record: StepRecord, *, actor: str, reason: str = "", **changes: Any):
-            updated = originals["update"](record, actor=actor, reason=reason, **changes)
-            self._emit_write("update", record, updated, actor, reason, changes)
-            return updated
+            return observed
 
         def extend_deadline(record: StepRecord, seconds: float, *, actor: str, **kwargs: Any):
             updated = originals["extend_deadline"](record, seconds, actor=actor, **kwargs)
@@ -90,7 +87,7 @@ class HarnessObservation:
 
         def create_steps(instance_id: str, workflow_name: str, steps: Any, *, actor: str, **kwargs: Any):
             before = bool(ledger.list_for_instance(instance_id))
-            records = original_create(instance_id, workflow_name, steps, actor=actor, **kwargs)
+            records = originals["create_steps"](instance_id, workflow_name, steps, actor=actor, **kwargs)
             if not before:
                 self._emit(
                     at=clock.utcnow(),
@@ -105,14 +102,8 @@ class HarnessObservation:
                 )
             return records
 
-        for name, fn in (
-            ("transition", transition),
-            ("update", update),
-            ("extend_deadline", extend_deadline),
-            ("note", note),
-            ("create_steps", create_steps),
-        ):
-            setattr(ledger, name, fn)
+        ledger.transition, ledger.update = write("transition"), write("update")
+        ledger.extend_deadline, ledger.note, ledger.create_steps = extend_deadline, note, create_steps
 
     def _emit_write(
         self, action: str, before: StepRecord, after: StepRecord, actor: str, reason: str, changes: Mapping
@@ -191,6 +182,11 @@ class HarnessObservation:
 
     def steps(self, instance_id: str) -> dict[str, StepRecord]:
         return {r.step_id: r for r in self.ledger.list_for_instance(instance_id)}
+
+    def settled(self, instance_id: str) -> bool:
+        """The instance record says the workflow ended (its scheduler, whichever, settled it)."""
+        record = self.ledger.find_instance(instance_id)
+        return record is not None and not record.supervised
 
     def statuses(self, instance_id: str) -> dict[str, str]:
         return {r.step_id: r.status.value for r in self.ledger.list_for_instance(instance_id)}

@@ -8,9 +8,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from devtools.faulty_transport import FaultyTransport
 from devtools.harness_faults import AgentKilled
-from workflow_core.transport import LockLostError, OutgoingMessage, ReceivedMessage, Transport, settle_failure
+from workflow_core.transport import LockLostError, ReceivedMessage, settle_failure
 
 RECEIVE_BATCH = 16  # messages a pump asks for per poll
 
@@ -52,39 +51,6 @@ class KnownEmpty:
                 self._empty.clear()
             else:
                 self._empty.discard(kind)
-
-
-class WatchedTransport(FaultyTransport):
-    """The harness's transport: tells :class:`KnownEmpty` about everything that may fill a queue."""
-
-    def __init__(self, real: Transport, queue_kind: Callable[[str], str], known_empty: KnownEmpty) -> None:
-        super().__init__(real, queue_kind)
-        self._known_empty = known_empty
-
-    def send(self, queue: str, message: OutgoingMessage) -> None:
-        try:
-            super().send(queue, message)
-        finally:
-            kind = self._queue_kind(queue)
-            self._known_empty.forget(kind if kind in ("work", "results") else None)
-
-    def abandon(self, message: ReceivedMessage) -> None:
-        try:
-            super().abandon(message)
-        finally:
-            self._known_empty.forget()
-
-    def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
-        try:
-            super().dead_letter(message, reason, description)
-        finally:
-            self._known_empty.forget()
-
-    def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
-        try:
-            super().renew_lock(message, lock_seconds)
-        finally:
-            self._known_empty.forget()
 
 
 class HarnessPumps:
@@ -138,7 +104,6 @@ class HarnessPumps:
 
         if self.agents_paused or self._may_skip_poll("dead"):
             return 0
-        done = 0
         received = self.transport.receive_dead_letters(
             self.settings.work_queue, max_messages=RECEIVE_BATCH, lock_seconds=30
         )
@@ -156,8 +121,7 @@ class HarnessPumps:
                 )
             )
             self.transport.complete(message)
-            done += 1
-        return done
+        return len(received)
 
     def _consume(self, kind: str, queue: str, handle: Callable[[ReceivedMessage], None]) -> int:
         """Receive, then settle each message like the Functions host (see the module docstring)."""

@@ -1,41 +1,13 @@
 """The replay check: do recorded orchestration histories still replay on the current orchestrator code?
 
-An orchestration in flight is replayed from its history on every episode. A code change that makes
-the orchestrator take a different action at a point it already passed (an activity call inserted
-before another, a timer dropped, a sub-orchestration renamed) breaks every instance in flight: the
-Durable runtime fails it with "Non-Deterministic workflow detected", or worse, results are matched
-to the wrong calls. Definitions are pinned per instance (the orchestration input carries them), so
-what remains to guard is the *code*; this module is that guard, the way a replayer guards workflow
-code elsewhere.
-
-A *replay file* is JSON: one recording, or ``{"recordings": [...]}``. A recording is::
+Definitions are pinned per instance, so what remains to guard against breaking instances in flight
+is the orchestrator *code*. A *replay file* is JSON: one recording, or ``{"recordings": [...]}``::
 
     {"orchestrator": "workflow_orchestrator", "instanceId": "...", "history": [<events>]}
 
-with the history events as the Durable extension hands them to the Python worker (``EventType``,
-``EventId``, ``Timestamp``, ``Name``, ``Input``, ``TaskScheduledId``...: docs/durable-test-host.md).
-The orchestrator's name and input default to the ExecutionStarted event's.
-
-For each episode of the history (OrchestratorStarted to OrchestratorCompleted) the check replays the
-history up to the events that episode received, against the current code, and compares the actions
-the code returns with the actions the history says were taken by then, in order, on what the Durable
-extension itself holds against a replay (its out-of-process shim matches each new action to the
-recorded event by position, kind and name) and a little more, cheap to check here:
-
-* an activity: its name and its input (as JSON values, so formatting does not matter);
-* a sub-orchestration: its name, its instance id and its input;
-* a timer: when it fires (the scheduler derives fire times from the replayed clock);
-* the end of a generation: a recorded ``ContinueAsNew`` must be a ``continue_as_new`` with the same
-  input, and code that continues as new where the recorded run did not is a divergence too.
-
-A recorded run that finished must finish in its last episode too. Each episode is replayed as the
-extension hands it over: earlier episodes as stored (their recorded ``IsPlayed``), the episode's new
-events all at once, unplayed, in recorded order (a result beside the deadline's TimerFired, a late
-result beside newer ones). What it cannot see (docs/scheduler.md lists it): a recorded result used
-differently (same call, another decision, until that becomes another action), the names of the
-events the code waits for (a wait is not recorded) unless a recorded event reaches or misses it,
-any behaviour outside the orchestrator's actions (activities' own code, the ledger), and orders of
-events no recording holds.
+with the history events as the Durable extension hands them to the Python worker; the orchestrator's
+name and input default to the ExecutionStarted event's. What is compared episode by episode, how an
+episode is handed over, and what the check cannot see: docs/scheduler.md, "The replay check".
 """
 
 from __future__ import annotations
@@ -46,11 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from azure.functions._durable_functions import OrchestrationContext
-
-from devtools.durable_host.context_schema import schema_fields
 from devtools.durable_host.failures import parse_failure
-from devtools.durable_host.history import ActionType, HistoryEventType, flatten_actions, parse_time
+from devtools.durable_host.history import (
+    ActionType,
+    HistoryEventType,
+    flatten_actions,
+    json_value,
+    parse_time,
+    replay,
+    schema_fields,
+)
 
 H = HistoryEventType
 
@@ -104,18 +81,13 @@ class ReplayResult:
         return not self.problems
 
 
-def _started(history: list[dict]) -> dict:
-    for event in history:
-        if event.get("EventType") == H.EXECUTION_STARTED:
-            return event
-    raise ReplayFileError("the history has no ExecutionStarted event")
-
-
 def recording_from(data: Mapping[str, Any], source: str = "") -> Recording:
     history = data.get("history")
     if not isinstance(history, list) or not all(isinstance(e, dict) and "EventType" in e for e in history):
         raise ReplayFileError(f"{source or 'recording'}: 'history' must be a list of history events")
-    started = _started(history)
+    started = next((e for e in history if e["EventType"] == H.EXECUTION_STARTED), None)
+    if started is None:
+        raise ReplayFileError("the history has no ExecutionStarted event")
     parent = ((started.get("ParentInstance") or {}).get("OrchestrationInstance") or {}).get("InstanceId")
     raw_input = data.get("input", started.get("Input"))
     return Recording(
@@ -168,34 +140,23 @@ def episodes_of(history: list[dict]) -> list[tuple[int, int]]:
 Signature = tuple[str, str | None, Any]  # kind, name, what else must match (input, fire time...)
 
 
-def _json(text: Any) -> Any:
-    """An input as a JSON value (histories and actions carry it serialised, formatted differently)."""
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+def _signature(kind: str, fields: dict, name: str, instance_id: str, data: str, fire_at: str) -> Signature:
+    """A recorded event or a returned action (their field names given) as what must match."""
+    if kind == "timer":
+        return kind, None, parse_time(fields[fire_at])
+    if kind == "sub-orchestration":
+        return kind, fields.get(name), (fields.get(instance_id), json_value(fields.get(data)))
+    return kind, fields.get(name), json_value(fields.get(data))
 
 
 def _decision(event: dict) -> Signature:
-    kind = _DECISIONS[event["EventType"]]
-    if kind == "timer":
-        return kind, None, parse_time(event["FireAt"])
-    if kind == "sub-orchestration":
-        return kind, event.get("Name"), (event.get("InstanceId"), _json(event.get("Input")))
-    return kind, event.get("Name"), _json(event.get("Input"))
+    return _signature(_DECISIONS[event["EventType"]], event, "Name", "InstanceId", "Input", "FireAt")
 
 
 def _action(action: dict) -> Signature:
     if action["actionType"] == ActionType.CONTINUE_AS_NEW:
-        return CONTINUED, None, _json(action.get("input"))
-    kind = _ACTIONS[action["actionType"]]
-    if kind == "timer":
-        return kind, None, parse_time(action["fireAt"])
-    if kind == "sub-orchestration":
-        return kind, action.get("functionName"), (action.get("instanceId"), _json(action.get("input")))
-    return kind, action.get("functionName"), _json(action.get("input"))
+        return CONTINUED, None, json_value(action.get("input"))
+    return _signature(_ACTIONS[action["actionType"]], action, "functionName", "instanceId", "input", "fireAt")
 
 
 def retry_events(history: list[dict]) -> set[int]:
@@ -203,10 +164,8 @@ def retry_events(history: list[dict]) -> set[int]:
     action the orchestrator returned for it: after a failure, a retry timer (in the failure's
     episode); when it fires, the call scheduled again (in the timer's episode). DurableTask.Core's
     RetryInterceptor; docs/durable-test-host.md, "Retries"."""
-    names = {e["EventId"]: e.get("Name") for e in history if e["EventType"] == H.TASK_SCHEDULED}
-    names |= {
-        e["EventId"]: e.get("Name") for e in history if e["EventType"] == H.SUB_ORCHESTRATION_INSTANCE_CREATED
-    }
+    calls = (H.TASK_SCHEDULED, H.SUB_ORCHESTRATION_INSTANCE_CREATED)
+    names = {e["EventId"]: e.get("Name") for e in history if e["EventType"] in calls}
     marked: set[int] = set()
     failed: list[str | None] = []  # failures in this episode awaiting their retry timer
     timers: dict[int, str | None] = {}  # retry timer id -> the call it retries
@@ -222,7 +181,7 @@ def retry_events(history: list[dict]) -> set[int]:
             marked.add(index)
         elif kind == H.TIMER_FIRED and event.get("TimerId") in timers:
             again.append(timers.pop(event["TimerId"]))
-        elif kind in (H.TASK_SCHEDULED, H.SUB_ORCHESTRATION_INSTANCE_CREATED) and event.get("Name") in again:
+        elif kind in calls and event.get("Name") in again:
             again.remove(event.get("Name"))
             marked.add(index)
     return marked
@@ -235,7 +194,7 @@ def _continued(history: list[dict]) -> Signature | None:
             event["EventType"] == H.EXECUTION_COMPLETED
             and event.get("OrchestrationStatus") == "ContinuedAsNew"
         ):
-            return CONTINUED, None, _json(event.get("Result"))
+            return CONTINUED, None, json_value(event.get("Result"))
     return None
 
 
@@ -290,8 +249,7 @@ def check_recording(
             **schema_fields(2),
         }
         try:
-            raw = handler(OrchestrationContext(json.dumps(context)))
-            state, error = (json.loads(raw) if isinstance(raw, str) else raw), None
+            state, error = replay(handler, context), None
         except Exception as exc:
             state, error, _ = parse_failure(exc)
         produced = [

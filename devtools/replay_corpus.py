@@ -81,13 +81,8 @@ def _resume_after_dead_scheduler(h: PatternHarness) -> list[str]:
     h.run_until(lambda: len(h.held(held)) == 1)
     h.host.terminate(iid, "killed mid-step")
     h.release(held)
-    h.run_until(lambda: _settled(h, iid))
+    h.run_until(lambda: h.settled(iid))
     return [iid]
-
-
-def _settled(h: PatternHarness, iid: str) -> bool:
-    record = h.ledger.find_instance(iid)
-    return record is not None and not record.supervised
 
 
 def _duplicate_and_late_results(h: PatternHarness) -> list[str]:

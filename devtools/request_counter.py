@@ -135,14 +135,7 @@ def describe(request: Any, response: Any) -> StorageRequest:
         match = _ENTITY.match(first)
         table = match.group("table") if match else first
         keyed = bool(match and match.group("keys"))
-        if method == "GET":
-            op = "read" if keyed else "query"
-        elif method == "POST":
-            op = "insert"
-        elif method == "DELETE":
-            op = "delete"
-        else:  # PUT / PATCH / MERGE
-            op = "update"
+        op = {"GET": "read" if keyed else "query", "POST": "insert", "DELETE": "delete"}.get(method, "update")
         return StorageRequest("table", op, table, method, status)
     queue = segments[0] if segments else ""
     if len(segments) >= 2 and segments[1] == "messages":
@@ -205,8 +198,6 @@ class RequestCounter:
         self._lock = threading.Lock()
         self._installed = False
 
-    # ---- attaching ------------------------------------------------------------------------------
-
     def _wrap(self, transport: HttpTransport) -> HttpTransport:
         return _CountingTransport(transport, self)
 
@@ -226,8 +217,6 @@ class RequestCounter:
 
     def __exit__(self, *exc: object) -> None:
         self.uninstall()
-
-    # ---- recording ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def scope(self, label: str) -> Iterator[None]:
@@ -266,25 +255,12 @@ class RequestCounter:
             with self._lock:
                 made.extend(self.requests[start:])
 
-    # ---- reading --------------------------------------------------------------------------------
-
     def snapshot(self) -> list[StorageRequest]:
         with self._lock:
             return list(self.requests)
 
-    def count(self, predicate: Callable[[StorageRequest], bool] | None = None, **match: Any) -> int:
-        """Requests matching every ``field=value`` in ``match`` and ``predicate``."""
-        return sum(
-            1
-            for r in self.snapshot()
-            if all(getattr(r, k) == v for k, v in match.items()) and (predicate is None or predicate(r))
-        )
-
     def by_label(self, requests: list[StorageRequest] | None = None) -> Counter[str | None]:
         return Counter(r.label for r in (self.snapshot() if requests is None else requests))
-
-    def by_op(self, requests: list[StorageRequest] | None = None) -> Counter[tuple[str, str]]:
-        return Counter((r.service, r.op) for r in (self.snapshot() if requests is None else requests))
 
 
 # ---- the pattern's operations, named from the call stack --------------------------------------------
@@ -300,7 +276,6 @@ RESULT_HANDLER = "result handler"
 WATCHDOG = "watchdog"
 QUEUE_RECEIVE = "queue receive"
 QUEUE_DELETE = "queue delete"
-QUEUE_OTHER = "queue other"
 HEARTBEAT = "heartbeat"
 START = "per workflow: start"
 VERIFY_RESULT = "orchestrator verifies result"  # verify_result: only for events the handler did not confirm
@@ -379,6 +354,3 @@ def pattern_operation() -> str | None:
         inner = name
         frame = frame.f_back
     return None
-
-
-__all__ = ["RequestCounter", "StorageRequest", "describe", "pattern_operation"]

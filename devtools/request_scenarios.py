@@ -1,21 +1,9 @@
 """Deterministic scenarios that count the storage requests of each operation of the pattern.
 
 Shared by ``bench/requests_per_step.py`` (which prints them) and ``tests/perf`` (which pins them), so
-the pinned table and the printed one are the same measurement.
-
-* :func:`step_operations`: one three-step workflow (``provision-tenant``), every step driven through
-  the real function bodies one message at a time: the HTTP starter's new-instance check and its
-  instance record (which creates the steps in its own transaction), then per step
-  ``dispatch_step`` (with the row versions the orchestrator would carry), receive the work message,
-  ``process_work_message`` (claim, the agent's effect, record, reply), delete it, receive the
-  result, ``handle_result`` (a recording Durable client), delete it; the next dispatch carries the
-  success as the orchestrator takes it (unread, its basis). One message per receive, so
-  queue figures here are the unbatched worst case.
-* :func:`watchdog_tick`: ``overdue`` Running steps of live orchestrations, past their deadline and
-  the grace; one ``run_tick`` marks each TimedOut and raises its failed-result event.
-
-Both need ``Services`` built *after* the counter was installed (the hook wraps clients as they are
-built) and the storage-queue transport.
+the pinned table and the printed one are the same measurement (docs/capacity.md). Both need
+``Services`` built *after* the counter was installed (the hook wraps clients as they are built) and
+the storage-queue transport.
 """
 
 from __future__ import annotations
@@ -122,9 +110,10 @@ class StepCounts:
 def step_operations(
     services: Services, counter: RequestCounter, *, instance_id: str | None = None
 ) -> StepCounts:
-    """Drive one ``provision-tenant`` workflow through every operation; count the requests of each."""
+    """Drive one ``provision-tenant`` workflow through the real function bodies, one message per receive
+    (so queue figures are the unbatched worst case); count the requests of each operation."""
     from activities import handle_result, process_work_message
-    from activities.scheduler.functions import create_workflow_steps, dispatch_step
+    from activities.scheduler.functions import dispatch_step
     from api.start import _ensure_unused, _record_instance
     from orchestrators.decisions import provisional_outcome
     from orchestrators.shortcuts import expected_rows
@@ -162,16 +151,11 @@ def step_operations(
                 version_of(definition),
             )
         )
-        if rows is not None:  # in the record's own transaction: the orchestration starts at step 0
-            step_ids = [step.id for step in definition.steps]
-        else:
-            created = create_workflow_steps(
-                {"instance_id": instance, "workflow": WORKFLOW, "version": version_of(definition)}, services
-            )
-            step_ids = [s["step_id"] for s in created["steps"]]
-        # what the orchestrator carries: the starter's versions, then each confirmed result's snapshot
+        # the steps went in the record's own transaction (three fit one): the orchestration starts at
+        # step 0 carrying the starter's versions, then each confirmed result's snapshot
+        step_ids = [step.id for step in definition.steps]
         start = WorkflowStart.of(definition, rows=rows)
-        known = rows["instance"] if rows is not None else None
+        known = rows["instance"]
         basis = None  # the previous success, taken unread as the orchestrator takes it
         for step_id in step_ids:
             dispatch_step(
@@ -232,9 +216,6 @@ class TickCounts:
     def per_overdue_step(self) -> float:
         """Everything but the detection query and the end-of-tick index cleanup, per overdue step."""
         return (self.total - self.detection - self.index_cleanup) / self.overdue
-
-    def by_op(self) -> Counter[tuple[str, str]]:
-        return Counter((r.service, r.op) for r in self.requests)
 
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -301,7 +282,8 @@ def watchdog_tick(
     now: datetime = NOW,
     watched: bool = False,
 ) -> TickCounts:
-    """One tick over ``overdue`` overdue Running steps of live orchestrations; its requests.
+    """One ``run_tick`` over ``overdue`` Running steps of live orchestrations, past their deadline and
+    the grace (it marks each TimedOut and raises its failed-result event); its requests.
     ``watched``: steps watched through their instance's index row (see :func:`make_overdue`)."""
     from supervisor.watchdog import run_tick
 

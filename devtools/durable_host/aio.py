@@ -60,14 +60,6 @@ class AsyncRunner:
         self._local = threading.local()
 
 
-_default_runner = AsyncRunner()
-
-
-def run_async(awaitable: Awaitable[Any]) -> Any:
-    """Run an awaitable to completion from synchronous code and return its result."""
-    return _default_runner.run(awaitable)
-
-
 def call_maybe_async(runner: AsyncRunner, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Call ``fn``; if it is async (or returns an awaitable), run it to completion."""
     result = fn(*args, **kwargs)

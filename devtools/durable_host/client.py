@@ -107,7 +107,7 @@ class DurableTestClient(DurableOrchestrationClient):
         if not host.in_loop:
             with contextlib.suppress(TimeoutError):
                 host.run_until(
-                    lambda: _is_terminal(host.get_status(instance_id)),
+                    lambda: getattr(host._instances.get(instance_id), "status", None) in TERMINAL_STATUSES,
                     timeout_virtual=timedelta(milliseconds=timeout_in_milliseconds),
                 )
         status = await self.get_status(instance_id)
@@ -122,15 +122,6 @@ class DurableTestClient(DurableOrchestrationClient):
             if status.runtime_status == OrchestrationRuntimeStatus.Failed:
                 return self._create_http_response(500, status.to_json())
         return self.create_check_status_response(request, instance_id)
-
-
-def _is_terminal(status: Any) -> bool:
-    return bool(status) and status.runtime_status in (
-        OrchestrationRuntimeStatus.Completed,
-        OrchestrationRuntimeStatus.Failed,
-        OrchestrationRuntimeStatus.Terminated,
-        OrchestrationRuntimeStatus.Canceled,
-    )
 
 
 class ExtensionHttpApi:
@@ -157,7 +148,6 @@ class ExtensionHttpApi:
         return self.handle("DELETE", url, None)
 
     def handle(self, method: str, url: str, body: Any) -> list[Any]:
-
         host = self._host
         parsed = urlparse(url)
         path = parsed.path
@@ -198,47 +188,39 @@ class ExtensionHttpApi:
                 return [404, ""]
 
             inst = host._instances.get(instance_id)
-            if operation is None:
-                if method == "GET":
-                    if inst is None:
-                        return [404, ""]
-                    show_history = query.get("showHistory", "").lower() == "true"
-                    show_input = query.get("showInput", "true").lower() != "false"
-                    payload = host._status_payload(
-                        inst, show_history=show_history, show_input=show_input, precise=False
-                    )
-                    code = 202 if inst.status not in TERMINAL_STATUSES else 200
-                    return [code, payload]
-                if method == "DELETE":
-                    if inst is None:
-                        return [404, ""]
-                    if inst.status not in TERMINAL_STATUSES:
-                        return [
-                            412,
-                            f"Only orchestrations in a terminal state can be purged ({inst.status.value})",
-                        ]
-                    host.purge(instance_id)
-                    return [200, {"instancesDeleted": 1}]
+            raising = operation == "raiseEvent" and len(segments) > 3
+            if (operation, method) not in ((None, "GET"), (None, "DELETE"), ("terminate", "POST")) and not (
+                raising and method == "POST"
+            ):
+                if method == "POST" and operation is not None:
+                    return [501, f"{operation} is not supported by the durable test host"]
                 return [404, ""]
-
-            if method != "POST":
+            if inst is None:
                 return [404, ""]
-            if operation == "raiseEvent" and len(segments) > 3:
-                if inst is None:
-                    return [404, ""]
-                if inst.status in TERMINAL_STATUSES:
-                    return [410, ""]
-                data = json.loads(body) if isinstance(body, str) else body
-                host.raise_event(instance_id, segments[3], data)
-                return [202, ""]
-            if operation == "terminate":
-                if inst is None:
-                    return [404, ""]
-                if inst.status in TERMINAL_STATUSES:
-                    return [410, ""]
+            if method == "GET":
+                show_history = query.get("showHistory", "").lower() == "true"
+                show_input = query.get("showInput", "true").lower() != "false"
+                payload = host._status_payload(
+                    inst, show_history=show_history, show_input=show_input, precise=False
+                )
+                return [202 if inst.status not in TERMINAL_STATUSES else 200, payload]
+            if method == "DELETE":
+                if inst.status not in TERMINAL_STATUSES:
+                    return [
+                        412,
+                        f"Only orchestrations in a terminal state can be purged ({inst.status.value})",
+                    ]
+                host.purge(instance_id)
+                return [200, {"instancesDeleted": 1}]
+            if inst.status in TERMINAL_STATUSES:
+                return [410, ""]
+            if raising:
+                host.raise_event(
+                    instance_id, segments[3], json.loads(body) if isinstance(body, str) else body
+                )
+            else:
                 host.terminate(instance_id, query.get("reason", ""))
-                return [202, ""]
-            return [501, f"{operation} is not supported by the durable test host"]
+            return [202, ""]
 
     def _management_payload(self, instance_id: str) -> dict:
         urls = binding_context(self._host)["managementUrls"]
@@ -271,7 +253,6 @@ class ExtensionHttpApi:
         ]
 
     def _purge_by(self, query: dict) -> list[Any]:
-
         if "createdTimeFrom" not in query:
             return [400, "Please provide value for 'createdTimeFrom' parameter."]
         victims = [inst for inst in self._matching(query) if inst.status in TERMINAL_STATUSES]

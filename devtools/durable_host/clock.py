@@ -35,14 +35,19 @@ class VirtualClock:
     def start(self) -> datetime:
         return self._start
 
+    def _flow(self) -> None:
+        """Called under the lock before every read or move: a virtual clock stands still."""
+
     def now(self) -> datetime:
         with self._lock:
+            self._flow()
             return self._now
 
     def advance(self, delta: timedelta) -> datetime:
         if delta < timedelta(0):
             raise ValueError("a clock does not run backwards")
         with self._lock:
+            self._flow()
             self._now = self._now + delta
             return self._now
 
@@ -50,12 +55,13 @@ class VirtualClock:
         """Move to ``when``; a time already passed leaves the clock where it is."""
         when = _aware(when)
         with self._lock:
+            self._flow()
             if when > self._now:
                 self._now = when
             return self._now
 
     def __repr__(self) -> str:
-        return f"VirtualClock({self.now().isoformat()})"
+        return f"{type(self).__name__}({self.now().isoformat()})"
 
 
 class FlowingClock(VirtualClock):
@@ -78,30 +84,6 @@ class FlowingClock(VirtualClock):
         self._now += timedelta(seconds=now - self._since)
         self._since = now
 
-    def now(self) -> datetime:
-        with self._lock:
-            self._flow()
-            return self._now
-
-    def advance(self, delta: timedelta) -> datetime:
-        if delta < timedelta(0):
-            raise ValueError("a clock does not run backwards")
-        with self._lock:
-            self._flow()
-            self._now = self._now + delta
-            return self._now
-
-    def advance_to(self, when: datetime) -> datetime:
-        when = _aware(when)
-        with self._lock:
-            self._flow()
-            if when > self._now:
-                self._now = when
-            return self._now
-
-    def __repr__(self) -> str:
-        return f"FlowingClock({self.now().isoformat()})"
-
 
 class RealClock:
     """The wall clock (UTC). Timers fire when the wall clock reaches them; nothing is skipped."""
@@ -121,8 +103,7 @@ class RealClock:
     def advance(self, delta: timedelta) -> datetime:
         raise RuntimeError("the real clock cannot be advanced: use a VirtualClock to skip time")
 
-    def advance_to(self, when: datetime) -> datetime:
-        raise RuntimeError("the real clock cannot be advanced: use a VirtualClock to skip time")
+    advance_to = advance
 
     def __repr__(self) -> str:
         return "RealClock()"

@@ -12,14 +12,10 @@ first in an episode.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.functions._durable_functions import OrchestrationContext
-
-from .context_schema import schema_fields
 from .failures import orchestrator_failure, parse_failure
 from .history import (
     ActionType,
@@ -29,8 +25,11 @@ from .history import (
     format_time,
     make_event,
     parse_time,
+    replay,
+    schema_fields,
 )
 from .state import (
+    TERMINAL_STATUSES,
     H,
     Status,
     _Execution,
@@ -43,6 +42,15 @@ from .state import (
 )
 from .tracing import _delta
 
+#: The events that answer a task, and the field naming the task they answer.
+_ANSWERS = {
+    H.TASK_COMPLETED: "TaskScheduledId",
+    H.TASK_FAILED: "TaskScheduledId",
+    H.SUB_ORCHESTRATION_INSTANCE_COMPLETED: "TaskScheduledId",
+    H.SUB_ORCHESTRATION_INSTANCE_FAILED: "TaskScheduledId",
+    H.TIMER_FIRED: "TimerId",
+}
+
 
 class _Episodes:
     """Running episodes and recording what the orchestrator decided."""
@@ -53,21 +61,25 @@ class _Episodes:
         inst.inbox.append(_Message(event, volatile, task_id))
         self._dirty[inst.instance_id] = None
 
+    def _live(self, instance_id: str, execution_id: str) -> _Instance | None:
+        """The instance while ``execution_id`` is its running execution: a message for a finished or
+        continued-as-new execution is dropped, as ``TaskOrchestrationDispatcher`` drops it."""
+        inst = self._instances.get(instance_id)
+        if inst is None or inst.execution.execution_id != execution_id or inst.status in TERMINAL_STATUSES:
+            return None
+        return inst
+
     def _is_retry_relevant(self, execution: _Execution, event: dict) -> bool:
         """Events after which the engine allocates a sequence number for a retry (see module doc)."""
         kind = event["EventType"]
-        if kind in (H.TASK_FAILED, H.SUB_ORCHESTRATION_INSTANCE_FAILED):
-            task = execution.tasks.get(event["TaskScheduledId"])
-            return bool(task and task.retry and task.retry.current_task_id == task.id)
+        if kind not in (H.TASK_FAILED, H.SUB_ORCHESTRATION_INSTANCE_FAILED, H.TIMER_FIRED):
+            return False
+        task = execution.tasks.get(event[_ANSWERS[kind]])
+        if task is None or task.retry is None:
+            return False
         if kind == H.TIMER_FIRED:
-            task = execution.tasks.get(event["TimerId"])
-            return bool(
-                task
-                and task.retry
-                and task.retry.timer_id == task.id
-                and task.retry.attempts < task.retry.max_attempts
-            )
-        return False
+            return task.retry.timer_id == task.id and task.retry.attempts < task.retry.max_attempts
+        return task.retry.current_task_id == task.id
 
     def _take_batch(self, inst: _Instance) -> list[_Message]:
         """All new messages, retry-relevant ones first (stable otherwise).
@@ -109,12 +121,8 @@ class _Episodes:
             "input": execution.input,
             **schema_fields(self.schema_version),
         }
-        error: str | None = None
-        details = ""
-        state: dict = {}
         try:
-            raw = orchestrator.handler(OrchestrationContext(json.dumps(context)))
-            state = json.loads(raw) if isinstance(raw, str) else raw
+            state, error, details = replay(orchestrator.handler, context), None, ""
         except Exception as exc:
             state, error, details = parse_failure(exc)
         carried = (
@@ -136,20 +144,22 @@ class _Episodes:
         # scheduled before the exception is scheduled, and keeps the instance open until it is done.
         try:
             self._apply_actions(inst, state.get("actions") or [], now, decisions, after_commit)
+            broken = None
         except _OrchestrationError as exc:
-            # Non-determinism and unknown functions fail the orchestration at once, as the
-            # framework's NonDeterministicOrchestrationException does.
-            inst.history.extend(_played(e) for e in decisions)
-            inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
-            self._fail(inst, *orchestrator_failure(inst.name, str(exc), ""))
-            return
+            broken = exc
         inst.history.extend(_played(e) for e in decisions)
         inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
+        if broken is not None:
+            # Non-determinism and unknown functions fail the orchestration at once, as the
+            # framework's NonDeterministicOrchestrationException does.
+            self._fail(inst, *orchestrator_failure(inst.name, str(broken), ""))
+            return
 
         for action in after_commit:
             action()
         if error is not None:
-            self._finish_failed(inst, *orchestrator_failure(inst.name, error, details))
+            if not self._held(inst, "raised"):
+                self._fail(inst, *orchestrator_failure(inst.name, error, details))
         elif state.get("isDone"):
             continue_as_new = _continue_as_new_action(state)
             if continue_as_new is not None:
@@ -176,10 +186,9 @@ class _Episodes:
         for k in range(1, len(batch)):
             trial = {**context, "history": [*old, *(m.event for m in batch[:k])]}
             try:
-                raw = orchestrator.handler(OrchestrationContext(json.dumps(trial)))
+                state = replay(orchestrator.handler, trial)
             except Exception:
                 continue
-            state = json.loads(raw) if isinstance(raw, str) else raw
             if state.get("isDone") and _continue_as_new_action(state):
                 return [m for m in batch[k:] if m.event["EventType"] == H.EVENT_RAISED]
         return []
@@ -195,42 +204,17 @@ class _Episodes:
         """Engine bookkeeping for an event entering history; retry follow-ups are decided here."""
         execution = inst.execution
         kind = event["EventType"]
-        if kind in (
-            H.TASK_COMPLETED,
-            H.TASK_FAILED,
-            H.SUB_ORCHESTRATION_INSTANCE_COMPLETED,
-            H.SUB_ORCHESTRATION_INSTANCE_FAILED,
-        ):
-            task = execution.tasks.get(event["TaskScheduledId"])
-            if task is None:
-                return
-            relevant = self._is_retry_relevant(execution, event)
-            task.done = True
-            if not relevant:
-                return
-            retry = task.retry
-            retry.current_task_id = None
-            timer_id = self._allocate(execution)
-            fire_at = now + retry.first_interval
-            timer = _Task(timer_id, "timer", fire_at=fire_at, retry=retry)
-            execution.tasks[timer_id] = timer
-            retry.timer_id = timer_id
-            decisions.append(make_event(H.TIMER_CREATED, now, timer_id, FireAt=format_time(fire_at)))
-            after_commit.append(lambda: self._schedule_timer(inst, timer))
-            self._log(
-                inst.instance_id,
-                f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed; "
-                f"retry timer #{timer_id} at {format_time(fire_at)}",
-            )
-        elif kind == H.TIMER_FIRED:
-            task = execution.tasks.get(event["TimerId"])
-            if task is None:
-                return
-            relevant = self._is_retry_relevant(execution, event)
-            task.done = True
-            if not relevant:
-                return
-            retry = task.retry
+        if kind not in _ANSWERS:
+            return
+        task = execution.tasks.get(event[_ANSWERS[kind]])
+        if task is None:
+            return
+        relevant = self._is_retry_relevant(execution, event)
+        task.done = True
+        if not relevant:
+            return
+        retry = task.retry
+        if kind == H.TIMER_FIRED:
             retry.timer_id = None
             retry.attempts += 1
             task_id = self._allocate(execution)
@@ -239,6 +223,20 @@ class _Episodes:
             execution.tasks[task_id] = attempt
             decisions.append(self._schedule_event(inst, attempt, now, retry.instance_id))
             after_commit.append(lambda: self._dispatch(inst, attempt))
+            return
+        retry.current_task_id = None
+        timer_id = self._allocate(execution)
+        fire_at = now + retry.first_interval
+        timer = _Task(timer_id, "timer", fire_at=fire_at, retry=retry)
+        execution.tasks[timer_id] = timer
+        retry.timer_id = timer_id
+        decisions.append(make_event(H.TIMER_CREATED, now, timer_id, FireAt=format_time(fire_at)))
+        after_commit.append(lambda: self._schedule_timer(inst, timer))
+        self._log(
+            inst.instance_id,
+            f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed; "
+            f"retry timer #{timer_id} at {format_time(fire_at)}",
+        )
 
     @staticmethod
     def _allocate(execution: _Execution) -> int:
@@ -334,7 +332,7 @@ class _Episodes:
         elif kind == ActionType.CONTINUE_AS_NEW:
             return None
         else:
-            raise _OrchestrationError(f"{action_label(action)} is not supported by the durable test host")
+            raise _OrchestrationError(f"{action_label(kind)} is not supported by the durable test host")
 
         if kind in (ActionType.CALL_ACTIVITY_WITH_RETRY, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
             options = action.get("retryOptions") or {}
@@ -376,10 +374,7 @@ def _signature(action: dict) -> tuple:
 
 def _describe_signature(signature: tuple) -> str:
     kind, name = signature
-    try:
-        label = ActionType(kind).name
-    except ValueError:
-        label = str(kind)
+    label = action_label(kind)
     return f"{label}({name!r})" if name else label
 
 

@@ -28,20 +28,16 @@ _RPC_EXCEPTION = "Microsoft.Azure.WebJobs.Script.Workers.Rpc.RpcException"
 
 
 def activity_failure(name: str, exc: BaseException) -> tuple[str, str]:
-    """(Reason, Details) of the TaskFailed for activity ``name`` that raised ``exc``."""
+    """(Reason, Details) of the TaskFailed for activity ``name`` that raised ``exc``.
+
+    Details is ``Utils.SerializeCause``: the .NET exception as Newtonsoft JSON with type names. The
+    outer exception carries the friendly message; its inner exception is the worker's RPC exception,
+    whose message holds the Python type, message and stack.
+    """
     friendly = f" {type(exc).__name__}: {exc}"
     stack = "".join(traceback.format_tb(exc.__traceback__))
-    return f"Activity function '{name}' failed: {friendly}", serialised_exception(friendly, stack)
-
-
-def serialised_exception(friendly: str, stack: str) -> str:
-    """``Utils.SerializeCause``: the .NET exception as Newtonsoft JSON with type names.
-
-    The outer exception carries the friendly message; its inner exception is the worker's RPC
-    exception, whose message holds the Python type, message and stack.
-    """
     rpc_message = f"Result: Failure\nException:{friendly}\nStack: {stack}"
-    return json.dumps(
+    details = json.dumps(
         {
             "$type": "System.Exception, System.Private.CoreLib",
             "ClassName": "System.Exception",
@@ -63,6 +59,7 @@ def serialised_exception(friendly: str, stack: str) -> str:
             "Source": None,
         }
     )
+    return f"Activity function '{name}' failed: {friendly}", details
 
 
 def orchestrator_failure(name: str, error: str, stack: str) -> tuple[str, str]:

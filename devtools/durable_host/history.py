@@ -2,30 +2,23 @@
 
 History events are plain dicts shaped like the ones the extension sends in the orchestration
 context (``EventType``, ``EventId``, ``IsPlayed``, ``Timestamp`` and the per-type fields the SDK
-reads). Actions are the dicts the SDK returns in ``OrchestratorState.actions``.
+reads). Actions are the dicts the SDK returns in ``OrchestratorState.actions``. The schema fields
+of the context are shared by the host's episodes and the replay check, which must hand the
+orchestrator the same context shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from azure.durable_functions.constants import DATETIME_STRING_FORMAT
 from azure.durable_functions.models.actions.ActionType import ActionType
 from azure.durable_functions.models.history.HistoryEventType import HistoryEventType
+from azure.functions._durable_functions import OrchestrationContext
 from dateutil.parser import isoparse
-
-__all__ = [
-    "ActionType",
-    "HistoryEventType",
-    "action_label",
-    "event_label",
-    "flatten_actions",
-    "format_time",
-    "make_event",
-    "parse_time",
-]
 
 
 def format_time(when: datetime) -> str:
@@ -43,6 +36,16 @@ def parse_time(text: str) -> datetime:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
+
+
+def json_value(text: Any) -> Any:
+    """A serialised input or output as a JSON value (text that is not JSON stays text)."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def make_event(event_type: HistoryEventType, when: datetime, event_id: int = -1, **fields: Any) -> dict:
@@ -81,12 +84,10 @@ def event_label(event: dict) -> str:
     """A short human description of a history event, for timelines."""
     kind = HistoryEventType(event["EventType"])
     name = kind.name.title().replace("_", "")
-    if kind == HistoryEventType.TASK_COMPLETED:
+    if kind in (HistoryEventType.TASK_COMPLETED, HistoryEventType.SUB_ORCHESTRATION_INSTANCE_COMPLETED):
         return f"{name}(#{event['TaskScheduledId']}, {_short(event.get('Result'))})"
     if kind in (HistoryEventType.TASK_FAILED, HistoryEventType.SUB_ORCHESTRATION_INSTANCE_FAILED):
         return f"{name}(#{event['TaskScheduledId']}, {_short(event.get('Reason'))})"
-    if kind == HistoryEventType.SUB_ORCHESTRATION_INSTANCE_COMPLETED:
-        return f"{name}(#{event['TaskScheduledId']}, {_short(event.get('Result'))})"
     if kind == HistoryEventType.TIMER_FIRED:
         return f"{name}(#{event['TimerId']})"
     if kind == HistoryEventType.EVENT_RAISED:
@@ -96,19 +97,36 @@ def event_label(event: dict) -> str:
     return name
 
 
-def action_label(action: dict) -> str:
-    kind = action.get("actionType")
-    if kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
-        return f"activity {action.get('functionName')!r}"
-    if kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
-        return f"sub-orchestration {action.get('functionName')!r}"
-    if kind == ActionType.CREATE_TIMER:
-        return "timer"
-    if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
-        return f"external event {action.get('externalEventName')!r}"
-    if kind == ActionType.CONTINUE_AS_NEW:
-        return "continue-as-new"
+def action_label(kind: Any) -> str:
+    """An action type's name, for messages (``CALL_HTTP``; ``action type 99`` when unknown)."""
     try:
         return ActionType(kind).name
     except ValueError:
         return f"action type {kind}"
+
+
+def schema_fields(schema_version: int) -> dict:
+    """The schema part of the context JSON.
+
+    The extension (``OrchestrationTriggerAttributeBindingProvider.OrchestrationContextToString``)
+    always sends ``upperSchemaVersion: 1`` (V2, for SDKs 1.1.0-1.1.3 that knew no more) and
+    ``upperSchemaVersionNew: 2`` (V3) with the two timer durations; azure-functions-durable 1.7 takes
+    the larger of the two versions. The older schemas are sent the way an older extension did.
+    """
+    if schema_version < 2:
+        return {"upperSchemaVersion": schema_version}
+    return {
+        "upperSchemaVersion": 1,
+        "upperSchemaVersionNew": 2,
+        # the Azure Storage provider's defaults for V3's long timers (``MaximumDelayTime`` 6 days,
+        # ``LongRunningTimerIntervalLength`` 3 days), as Newtonsoft writes a .NET ``TimeSpan``
+        "longRunningTimerIntervalDuration": "3.00:00:00",
+        "maximumShortTimerDuration": "6.00:00:00",
+        "defaultHttpAsyncRequestSleepTimeMillseconds": 30000,
+    }
+
+
+def replay(handler: Callable[[Any], Any], context: dict) -> dict:
+    """One call of an orchestrator handler, as the worker makes it: context JSON in, state out."""
+    raw = handler(OrchestrationContext(json.dumps(context)))
+    return json.loads(raw) if isinstance(raw, str) else raw

@@ -1,17 +1,6 @@
-"""The durable test host: real orchestrators through the real Durable Functions replay.
-
-The host plays the part of the Durable Functions extension for the Python worker, through the same
-contract the extension uses: it keeps each instance's history as history event dicts, calls the
-orchestrator handler (the one ``Orchestrator.create`` makes, which the SDK's replay engine drives)
-with the context JSON, reads back the actions JSON, turns new actions into history events and
-work (activities, timers, sub-orchestrations), and replays again when results arrive.
-
-This module is the public face (construction, the instance operations the durable client offers,
-calling function bodies); the work is split by concern into mixins: ``episodes`` (one replay),
-``lifecycle`` (start, complete, fail, continue-as-new), ``timers`` (the loop and the clock),
-``activities`` (activity execution and faults), ``tracing`` (timeline), and ``client`` (the SDK's
-durable client over an emulation of the extension's HTTP API). See ``docs/durable-test-host.md``.
-"""
+"""The durable test host's public face: construction, the instance operations the durable client
+offers, calling function bodies. The work is split by concern into mixins (docs/durable-test-host.md,
+"Where the code is")."""
 
 from __future__ import annotations
 
@@ -27,18 +16,20 @@ from datetime import datetime
 from typing import Any
 
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+from azure.durable_functions.models.utils.df_serialization import df_dumps
 
 from workflow_core.clock import use_clock
 
-from .activities import _Activities
 from .aio import AsyncRunner, call_maybe_async
+from .client import DurableTestClient
 from .clock import RealClock, VirtualClock
 from .episodes import _Episodes
 from .history import (
     format_time,
+    json_value,
     make_event,
 )
-from .lifecycle import _Lifecycle
+from .lifecycle import _Activities, _Lifecycle
 from .registry import FunctionTable, _is_function
 from .state import (
     RUNNING_STATUSES,
@@ -59,7 +50,7 @@ from .tracing import _short, _Tracing
 
 #: The replay schemas the SDK speaks: 0 (V1: one list of actions per ``yield``), 1 (V2: one flat
 #: list with WhenAny/WhenAll compound actions) and 2 (V3: V2 plus long timers split into intervals).
-#: The extension announces V3 (see ``context_schema.schema_fields``), so 2 is the default; 0 and 1 exist
+#: The extension announces V3 (see ``history.schema_fields``), so 2 is the default; 0 and 1 exist
 #: only to test the older protocols when asked for explicitly.
 SUPPORTED_SCHEMA_VERSIONS = (0, 1, 2)
 
@@ -131,8 +122,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         self._async = AsyncRunner()
         self._exit_stack: ExitStack | None = None
 
-        from .client import DurableTestClient
-
         #: A real ``DurableOrchestrationClient`` whose HTTP calls go to this host's emulation of the
         #: extension's HTTP API: same async methods, same status objects, same errors.
         self.client = DurableTestClient(self)
@@ -162,8 +151,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         self, name: str, instance_id: str | None = None, input: Any = None, *, version: str = ""
     ) -> str:
         """Schedule a new orchestration instance; returns its id (a uuid hex when none is given)."""
-        from azure.durable_functions.models.utils.df_serialization import df_dumps
-
         input_json = df_dumps(input) if input is not None else None
         return self._start(name, instance_id, input_json, version=version)
 
@@ -295,7 +282,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             "name": inst.name,
             "instanceId": inst.instance_id,
             "runtimeStatus": inst.status.value,
-            "input": _loads(inst.execution.input) if show_input else None,
+            "input": json_value(inst.execution.input) if show_input else None,
             "customStatus": inst.custom_status,
             "output": inst.output,
             "createdTime": stamp(inst.created),
@@ -304,12 +291,3 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         if show_history:
             payload["historyEvents"] = copy.deepcopy(inst.history)
         return payload
-
-
-def _loads(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text

@@ -34,10 +34,6 @@ class OrchestratorFunction:
     #: The handler the worker calls: context JSON in, state JSON out (made by ``Orchestrator.create``).
     handler: Callable[[Any], str]
 
-    @property
-    def generator_function(self) -> Callable:
-        return getattr(self.handler, "orchestrator_function", self.handler)
-
 
 @dataclass
 class ActivityFunction:
@@ -71,8 +67,6 @@ class FunctionTable:
     #: Every other function (HTTP, timer, queue... triggers), by name, as ``Function`` objects.
     others: dict[str, Any] = field(default_factory=dict)
 
-    # -- loading -------------------------------------------------------------------------------
-
     def load(self, source: Any) -> None:
         if source is None:
             return
@@ -80,7 +74,7 @@ class FunctionTable:
             for name, fn in source.items():
                 self.add_callable(name, fn)
             return
-        if _is_function_register(source):
+        if callable(getattr(source, "get_functions", None)) and hasattr(source, "_function_builders"):
             for function in source.get_functions():  # once: a second call raises
                 self.add_function(function)
             return
@@ -124,17 +118,6 @@ class FunctionTable:
             self.others[name] = function
 
     def add_callable(self, name: str, fn: Any, kind: str | None = None) -> None:
-        if _is_function(fn) or (hasattr(fn, "_function") and _is_function(fn._function)):
-            function = fn if _is_function(fn) else fn._function
-            trigger_type = getattr(function.get_trigger(), "type", None)
-            if kind == "orchestrator" or (kind is None and trigger_type == ORCHESTRATION_TRIGGER):
-                self._put(self.orchestrators, name, OrchestratorFunction(name, _as_handler(function._func)))
-            elif kind == "activity" or (kind is None and trigger_type == ACTIVITY_TRIGGER):
-                parameter = function.get_trigger().name if trigger_type == ACTIVITY_TRIGGER else None
-                self._put(self.activities, name, ActivityFunction(name, function._func, parameter))
-            else:
-                self.others[name] = function
-            return
         if not callable(fn):
             raise TypeError(f"{name!r}: {fn!r} is not callable")
         is_orchestrator = hasattr(fn, "orchestrator_function") or inspect.isgeneratorfunction(fn)
@@ -148,10 +131,6 @@ class FunctionTable:
         if name in table and table[name] is not entry:
             raise ValueError(f"two functions are named {name!r}")
         table[name] = entry
-
-
-def _is_function_register(source: Any) -> bool:
-    return callable(getattr(source, "get_functions", None)) and hasattr(source, "_function_builders")
 
 
 def _is_function(source: Any) -> bool:

@@ -113,7 +113,6 @@ class _Instance:
     inbox: list[_Message] = field(default_factory=list)
     output: Any = None
     custom_status: Any = None
-    failure_details: str | None = None
     generations: int = 1
     #: The histories of the generations that continued as new, oldest first.
     past_histories: list[list[dict]] = field(default_factory=list)

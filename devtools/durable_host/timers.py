@@ -235,15 +235,12 @@ class _Loop:
         return work
 
     def _next_wakeup(self) -> datetime | None:
-        self._drop_dead_timers()
+        while self._timers and self._timer_task(self._timers[0]) is None:
+            heapq.heappop(self._timers)
         candidates = [p.next_at for p in self._periodics]
         if self._timers:
             candidates.append(self._timers[0][0])
         return min(candidates) if candidates else None
-
-    def _drop_dead_timers(self) -> None:
-        while self._timers and self._timer_task(self._timers[0]) is None:
-            heapq.heappop(self._timers)
 
     def _timer_task(self, entry: tuple) -> _Task | None:
         """The timer a queue entry stands for, or None once nobody can receive it.
@@ -251,14 +248,11 @@ class _Loop:
         A cancelled timer is still delivered: the extension cancels only the .NET task, the timer
         message already sits in the backend's queue and fires into the instance (one more episode,
         nothing to do; ``TaskOrchestrationContext.HandleTimerFiredEvent`` logs it as a duplicate).
-        A timer of a finished or continued-as-new execution is dropped, as the dispatcher drops an
-        event whose execution id does not match (``TaskOrchestrationDispatcher``).
+        A timer of a finished or continued-as-new execution is dropped (``_live``).
         """
         _, _, instance_id, execution_id, task_id = entry
-        inst = self._instances.get(instance_id)
-        if inst is None or inst.execution.execution_id != execution_id or inst.status in TERMINAL_STATUSES:
-            return None
-        return inst.execution.tasks.get(task_id)
+        inst = self._live(instance_id, execution_id)
+        return None if inst is None else inst.execution.tasks.get(task_id)
 
     def _fire_due_timers(self) -> int:
         fired = 0
