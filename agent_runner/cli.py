@@ -114,6 +114,7 @@ def main(
 ) -> None:
     """Run the app's agent worker for POOLs with your handlers; stop with SIGTERM or SIGINT."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK logs every request's headers at INFO
     from azure.core.exceptions import AzureError
 
     from workflow_core.transport import TransportError
