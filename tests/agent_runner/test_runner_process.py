@@ -50,7 +50,7 @@ def test_a_lock_is_renewed_and_after_sigkill_a_restart_finishes_the_step_with_th
 
 
 def test_sigterm_lets_the_step_in_flight_finish_and_exits_0(harness, start_runner, box):
-    runner = start_runner("--shutdown-grace", "30")
+    runner = start_runner("--shutdown-grace", "30", "--concurrency", "1")  # its one slot is taken
     iid = harness.start_workflow("runner-block", {"n": 1})
     wait_for(harness, lambda: len(files(box, "started")) == 1)
     runner.signal(signal.SIGTERM)
