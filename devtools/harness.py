@@ -199,7 +199,8 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             self.host = DurableTestHost(app_functions(), clock=clock, poll_interval=poll_interval)
             self.host.__enter__()
             self._restore.append(self.host.close)
-            self.host.add_pump(self._pump_work, "agent_worker")
+            # kept: a test whose work queue is served by another process removes it (host.remove_pump)
+            self.work_pump = self.host.add_pump(self._pump_work, "agent_worker")
             self.host.add_pump(self._pump_results, "agent_result_handler")
             self.host.add_pump(self._pump_dead_letters, "agent_dead_letter_handler")
             self.watchdog_every = watchdog_every

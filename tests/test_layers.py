@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = {"activities", "orchestrators", "supervisor", "api"}
-TOOLS = {"devtools", "operator_cli"}
+TOOLS = {"agent_runner", "devtools", "operator_cli"}
 
 
 def _imported_packages(path: Path) -> set[tuple[str, int]]:

@@ -13,6 +13,8 @@ a new command in the docs is either covered or listed here with the reason it is
   option exists; ``[optional]`` parts included); the README's operator commands also run against
   the demo server (``test_readme_operator_commands.py``); the docs' examples name instances that
   do not exist;
+* ``.venv/bin/sas-agent ...``: **parsed** by its command (it serves until stopped:
+  ``tests/agent_runner/test_doc_section.py`` runs the docs' command as a process);
 * ``.venv/bin/python bench/X.py``: **run** with ``--help``; every option shown exists;
 * ``.venv/bin/python -m pytest ...``: every path exists and every ``-m`` marker is declared (the
   suite itself is what CI runs);
@@ -97,6 +99,8 @@ def _rule(command: str) -> str | None:
         return "curl-azure" if "azurewebsites.net" in command else "curl-local"
     if command.startswith("./scripts/demo"):
         return "demo-serve" if "--serve" in command else "demo"
+    if command.startswith(".venv/bin/sas-agent "):
+        return "sas-agent"
     if command.startswith((".venv/bin/sas ", "sas ", ".venv/bin/python -m operator_cli")):
         return "sas"
     if command.startswith(".venv/bin/python bench/"):
@@ -134,6 +138,16 @@ def test_every_sas_command_shown_parses(where, command):
     assert sub is not None, f"{where}: sas has no command {args[0]!r}"
     try:
         sub.make_context(args[0], args[1:]).close()
+    except click.UsageError as exc:
+        pytest.fail(f"{where}: {command!r}: {exc.format_message()}")
+
+
+@pytest.mark.parametrize(("where", "command"), _of("sas-agent"), ids=[w for w, _ in _of("sas-agent")])
+def test_every_sas_agent_command_shown_parses(where, command):
+    from agent_runner.cli import main
+
+    try:
+        main.make_context("sas-agent", shlex.split(command)[1:]).close()
     except click.UsageError as exc:
         pytest.fail(f"{where}: {command!r}: {exc.format_message()}")
 
