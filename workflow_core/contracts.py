@@ -160,6 +160,10 @@ class WorkMessage(_Model):
     # The rows as the dispatch wrote them, for a claim without a read (``WorkVersions``); absent on
     # re-sends, compensations and messages from before it existed: the worker then reads the row.
     ledger: WorkVersions | None = None
+    # What a message-only agent's heartbeats and result must carry (``workflow_core.agent_messages``),
+    # and the key it dedupes on toward its remote service: ``StepContext.idempotency_key``.
+    reply_token: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    idempotency_key: str | None = Field(default=None, max_length=301)
 
 
 class WorkVersions(_Model):
@@ -214,6 +218,8 @@ class ResultMessage(_Model):
     permanent: bool = False
     # A success recorded with a basis row (``ReplyVersions``): raised unread, taken provisionally.
     ledger: ReplyVersions | None = None
+    # A message-only agent's reply: the app records it for the agent (``workflow_core.agent_messages``).
+    reply_token: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @classmethod
     def answering(

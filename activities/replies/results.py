@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from activities._bp import bp
 from activities.common import park
+from activities.replies.agent_reports import handle_heartbeat, record_reply
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
 from activities.worker.messages import from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
@@ -206,6 +207,8 @@ async def handle_result(
 async def _handle_result(
     body: Any, client: EventClient, services: Services, *, message_id: str | None
 ) -> HandleOutcome:
+    if isinstance(body, dict) and body.get("type") == "heartbeat":  # a message-only agent's
+        return handle_heartbeat(body, services, message_id=message_id)  # type: ignore[return-value]
     try:
         result = ResultMessage.model_validate(body)
     except ValidationError as exc:
@@ -218,6 +221,10 @@ async def _handle_result(
             message_id=message_id,
         )
         return "parked"
+    if result.reply_token is not None:  # a message-only agent's reply: recorded for it first
+        result, refused = record_reply(result, services)
+        if refused is not None:
+            return refused  # type: ignore[return-value]
     if keyed(result):
         # The worker recorded this success with a basis row: the scheduler takes it provisionally and
         # its next write proves it against the ledger (contracts.ResultBasis), so it goes unread. An
