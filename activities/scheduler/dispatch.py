@@ -36,6 +36,7 @@ from activities.scheduler.dispatch_rules import (
     dispatch_unread,
     may_send_again,
 )
+from activities.scheduler.inline_only import fail_blob_input
 from activities.scheduler.inputs import ACTOR
 from activities.verification import attempt_token
 from workflow_core import contracts as c
@@ -171,6 +172,8 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             what=f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
         )
     instance = handles[0].record if handles[0] is not None else None
+    if outcome == "dispatched" and (failed := fail_blob_input(record, d, services)) is not None:
+        record, outcome = failed, "settled"  # a message-only agent cannot read its input's blob
     sent = False
     error = None
     if outcome == "dispatched" or (outcome == "already-dispatched" and may_send_again(record, d)):
