@@ -5,8 +5,9 @@
 
 The schemas are generated from the pydantic models the app itself validates every message with
 (``workflow_core.contracts``: ``WorkMessage`` on the work queue, ``ResultMessage`` on the result
-queue), with the id, name and time rules those models check published as ``pattern``, ``maxLength``
-and ``format``. ``tests/transport/test_message_schemas.py`` keeps the committed files equal to the
+queue; ``workflow_core.agent_messages.Heartbeat``, a message-only agent's, on the result queue too),
+with the id, name and time rules those models check published as ``pattern``, ``maxLength`` and
+``format``. ``tests/transport/test_message_schemas.py`` keeps the committed files equal to the
 models and checks every message a whole workflow run sends against them.
 """
 
@@ -24,17 +25,19 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # The contract's version, in each schema's $id: raise it with any change an agent written against the
 # previous schemas would not accept (a new required field, a narrower pattern), never for an addition
 # the app tolerates missing.
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2  # 2: the work message's reply_token, the heartbeat message
 
 
 def schemas() -> dict[str, dict[str, Any]]:
     """File name -> schema, for each message the app sends."""
+    from workflow_core.agent_messages import Heartbeat
     from workflow_core.contracts import ResultMessage, WorkMessage
 
     found = {}
     for name, model, queue in (
         ("work-message", WorkMessage, "the work queue (WORK_QUEUE_NAME), read by agents"),
         ("result-message", ResultMessage, "the result queue (RESULT_QUEUE_NAME), written by agents"),
+        ("heartbeat-message", Heartbeat, "the result queue (RESULT_QUEUE_NAME), from message-only agents"),
     ):
         schema = model.model_json_schema()
         found[f"{name}.schema.json"] = {

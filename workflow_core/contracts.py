@@ -134,6 +134,10 @@ class WorkMessage(_Model):
     deadline: IsoTime
     input: MessagePayload = Field(default_factory=dict)
     ledger: WorkVersions | None = None  # absent on re-sends and compensations: the worker reads
+    # What a message-only agent's heartbeats and result must carry (``workflow_core.agent_messages``),
+    # and the key it dedupes on toward its remote service: ``StepContext.idempotency_key``.
+    reply_token: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    idempotency_key: str | None = Field(default=None, max_length=301)
 
 
 class WorkVersions(_Model):
@@ -175,6 +179,8 @@ class ResultMessage(_Model):
     error: ErrorText = None
     permanent: bool = False  # retrying cannot fix it: the scheduler gives up at once
     ledger: ReplyVersions | None = None  # recorded with a basis row: raised unread
+    # A message-only agent's reply: the app records it for the agent (``workflow_core.agent_messages``).
+    reply_token: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @classmethod
     def answering(

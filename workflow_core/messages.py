@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workflow_core import tracing
+from workflow_core.agent_messages import reply_token
 from workflow_core.contracts import ReplyVersions, ResultMessage, StepKind, WorkMessage, WorkVersions
 from workflow_core.ledger import InstanceRecord, StepRecord, decode_json
 from workflow_core.ledger.known_rows import (
@@ -79,6 +80,8 @@ def work_body(
         deadline=when.astimezone(UTC).isoformat(),
         input=stored_input(record) if input is None else input,
         ledger=versions,
+        reply_token=reply_token(record.attempt_token),
+        idempotency_key=f"{record.instance_id}:{record.step_id}",  # StepContext.idempotency_key
     )
 
 

@@ -25,6 +25,7 @@ import azure.functions as func
 from pydantic import ValidationError
 
 from activities.common import bp, never_fails, park
+from activities.replies.agent_reports import handle_heartbeat, record_reply
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
 from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
@@ -174,6 +175,8 @@ async def handle_result(
         kind=fields.get("kind"),
         outcome=fields.get("outcome"),
     ):
+        if fields.get("type") == "heartbeat":  # a message-only agent's
+            return handle_heartbeat(body, services, message_id=message_id)  # type: ignore[return-value]
         try:
             result = ResultMessage.model_validate(body)
         except ValidationError as exc:
@@ -186,6 +189,10 @@ async def handle_result(
                 message_id=message_id,
             )
             return "parked"
+        if result.reply_token is not None:  # a message-only agent's reply: recorded for it first
+            result, refused = record_reply(result, services)
+            if refused is not None:
+                return refused  # type: ignore[return-value]
         keyed = result.ledger is not None and bool(result.ledger.etags.get("instance"))
         if keyed and result.kind == "work" and result.outcome == "succeeded":
             # A success recorded with a basis row goes unread: the scheduler's next write proves it. An

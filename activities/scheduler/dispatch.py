@@ -29,6 +29,7 @@ from activities.common import (
     iso,
     parse_time,
 )
+from activities.scheduler.inline_only import fail_blob_input
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S, time_out
 from activities.scheduler.instances import BASIS_REFUSED, basis_rows, refused, with_promise, works_on
 from activities.verification import UNDOING, attempt_token
@@ -149,6 +150,8 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
         )
     instance = handle.record if handle is not None else None
+    if outcome == "dispatched" and (failed := fail_blob_input(record, d, services)) is not None:
+        record, outcome = failed, "settled"  # a message-only agent cannot read its input's blob
     sent, error = False, None
     if outcome == "dispatched" or (outcome == "already-dispatched" and may_send_again(record, d)):
         if claimable is not None and outcome == "dispatched":

@@ -1,0 +1,131 @@
+"""What a message-only agent reports, recorded in the ledger on its behalf by the result handler.
+
+An agent that holds no storage rights (``workflow_core.agent_messages``) cannot claim, heartbeat or
+record in the ledger itself, so it sends a ``Heartbeat`` or a ``ResultMessage`` with the work
+message's ``reply_token``, and the app does it for the agent with the in-app worker's own rules
+(``activities.worker.delivery_rules``): :class:`AgentReport` is a delivery of the message the ledger
+sent for the row's attempt, rebuilt from the row, whose worker id is the agent's name.
+
+A report is acted on only when its token is the one of the attempt the row holds: a report for an
+earlier attempt, another step, or with a guessed token is audited (``agent-report-refused``) and
+changes nothing. A heartbeat claims a step still Dispatched and moves the deadline on the ledger's
+clock; a reply records the outcome if the attempt has none yet, and the result handler then takes
+its verified path (the ledger backs the reply now). A duplicate reply finds the outcome recorded and
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from activities.common import park, retry_on_conflict, step_input, step_output
+from activities.verification import attempt_token
+from activities.worker.delivery import Delivery
+from activities.worker.delivery_rules import Outcome
+from activities.worker.handlers.base import StepNoLongerOwned
+from workflow_core import clock
+from workflow_core.agent_messages import Heartbeat, reply_token
+from workflow_core.contracts import ResultMessage
+from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
+from workflow_core.message_fields import explain
+from workflow_core.messages import work_body
+from workflow_core.payloads import as_stored
+from workflow_core.runtime import Services
+
+log = logging.getLogger(__name__)
+
+ACTOR = "result-handler"
+REFUSED = "agent-report-refused"
+
+
+class AgentReport(Delivery):
+    """The in-app worker's claim, heartbeat and record rules, for the agent the row names."""
+
+    def __init__(self, r: StepRecord, report: Heartbeat | ResultMessage, services: Services) -> None:
+        work = report.kind == "work"
+        sent = None if work else as_stored({"input": step_input(r), "output": step_output(r)})
+        message = work_body(r, report.kind, deadline=r.deadline or clock.utcnow(), input=sent)
+        super().__init__(message, 1, services, worker_id=message.agent)
+
+    def claim(self) -> bool:
+        """Claim the attempt for the agent if it is still Dispatched; is it in progress now?"""
+        what = f"agent report {self._label}"
+        _, record, _ = retry_on_conflict(self._read_with_instance, self._decide_claim, what=what)
+        self.latest = record
+        return self._current(record)
+
+
+def checked(report: Heartbeat | ResultMessage, services: Services) -> AgentReport | str:
+    """An :class:`AgentReport` when ``report``'s token is the one of the attempt the ledger holds;
+    else the outcome (``parked``: no such step; ``agent-report-refused``: audited on the step)."""
+    try:
+        r = services.ledger.get(report.instance_id, report.step_id)
+    except (StepNotFound, InvalidLedgerInput) as exc:
+        why = f"agent report for no known step: {exc}"
+        park(services, source="result", reason=why, body=report.model_dump(mode="json"), actor=ACTOR)
+        return "parked"
+    expected = reply_token(attempt_token(r, report.kind, report.attempt)) or ""
+    if hmac.compare_digest(expected, report.reply_token or ""):
+        return AgentReport(r, report, services)
+    what = "heartbeat" if isinstance(report, Heartbeat) else f"{report.outcome} reply"
+    why = (
+        f"{what} for {report.kind} attempt {report.attempt} ignored: its reply token is not the one of "
+        f"the attempt the ledger holds (attempt {r.attempt}, {r.status.value})"
+    )
+    log.warning("%s/%s: %s", report.instance_id, report.step_id, why)
+    services.ledger.note(
+        r.instance_id, r.step_id, actor=ACTOR, action=REFUSED, reason=why, attempt=report.attempt
+    )
+    return REFUSED
+
+
+def handle_heartbeat(body: Any, services: Services, *, message_id: str | None = None) -> str:
+    """A heartbeat on the result queue: ``heartbeat`` (claimed if need be, deadline moved),
+    ``agent-report-refused`` or ``parked``."""
+    try:
+        beat = Heartbeat.model_validate(body)
+    except ValidationError as exc:
+        reason = f"not a valid heartbeat message: {explain(exc)}"
+        park(services, source="result", reason=reason, body=body, actor=ACTOR, message_id=message_id)
+        return "parked"
+    report = checked(beat, services)
+    if isinstance(report, str):
+        return report
+    try:
+        if not report.claim():
+            raise StepNoLongerOwned(f"attempt {beat.attempt} is no longer in progress")
+        report._heartbeat(beat.seconds)  # the worker's own: on the ledger's clock, owner checked
+    except StepNoLongerOwned as exc:
+        services.ledger.note(
+            beat.instance_id,
+            beat.step_id,
+            actor=ACTOR,
+            action=REFUSED,
+            reason=f"heartbeat ignored: {exc}",
+            attempt=beat.attempt,
+        )
+        return REFUSED
+    return "heartbeat"
+
+
+def record_reply(result: ResultMessage, services: Services) -> tuple[ResultMessage, str | None]:
+    """Record a message-only agent's reply when the ledger has no outcome for its attempt yet.
+
+    Returns the reply as the ledger now holds it (a large output by reference) and None, for the
+    result handler's verified path; or the outcome when the reply is refused (nothing changed)."""
+    report = checked(result, services)
+    if isinstance(report, str):
+        return result, report
+    ok = result.outcome == "succeeded"
+    output = services.payloads.stored(result.output or {}) if ok else None
+    if report.claim():
+        error = None if ok else result.error or "the agent reported a failure without an error text"
+        outcome: Outcome = (ok, output, error, result.permanent and not ok)
+        _, note = report._record(outcome)
+        if note is not None:
+            report._note(*note, status=None)
+    return result.model_copy(update={"output": output}), None

@@ -1,0 +1,147 @@
+// A message-only agent in Node.js: it serves `email.send_welcome` (the last step of the shipped
+// `provision-tenant` workflow) and holds no storage rights beyond its pool's work queue and the
+// result queue. It never touches the ledger: it says "still running" with heartbeat messages and
+// reports its outcome with a result message, each carrying the work message's `reply_token`, and
+// the app records them in the ledger for it (docs/agents.md, "Write an agent in another language").
+//
+// Settings are the app's: AGENT_TRANSPORT (storage-queue | servicebus), AzureWebJobsStorage or
+// ServiceBusConnection, WORK_QUEUE_NAME, RESULT_QUEUE_NAME; plus AGENT_POOL (the pool it serves:
+// its queue is WORK_QUEUE_NAME for `default`, else `<WORK_QUEUE_NAME>-<pool>`), MAIL_OUTBOX (the
+// directory that stands in for the remote mail service), HEARTBEAT_SECONDS and WORK_MILLISECONDS.
+'use strict';
+
+const crypto = require('node:crypto');
+const fs = require('node:fs');
+const path = require('node:path');
+const { QueueClient } = require('@azure/storage-queue');
+const { ServiceBusClient } = require('@azure/service-bus');
+
+const env = process.env;
+const AGENT = 'email.send_welcome';
+const ENVELOPE = 'workflow-message/1'; // the Storage Queue envelope (workflow_core/transport/envelope.py)
+const pool = env.AGENT_POOL || 'default';
+const workQueue = `${env.WORK_QUEUE_NAME || 'agent-work'}${pool === 'default' ? '' : `-${pool}`}`;
+const resultQueue = env.RESULT_QUEUE_NAME || 'agent-results';
+const heartbeatSeconds = Number(env.HEARTBEAT_SECONDS || 120);
+const workMs = Number(env.WORK_MILLISECONDS || 0);
+const outbox = env.MAIL_OUTBOX || path.join(__dirname, 'outbox');
+const log = (...parts) => console.log(new Date().toISOString(), ...parts);
+
+// The remote mail service, idempotent on the key: one file per key, created once ('wx'). A second
+// delivery, or a retry after a crash, finds the file and returns what the first send returned.
+function sendWelcome(key, input) {
+  fs.mkdirSync(outbox, { recursive: true });
+  const file = path.join(outbox, `${crypto.createHash('sha256').update(key).digest('hex')}.json`);
+  const mail = { message_id: `<${crypto.randomUUID()}@mail.example.net>`, to: input.to, template: 'welcome',
+    hostname: input.hostname ?? null, idempotency_key: key };
+  try {
+    fs.writeFileSync(file, JSON.stringify(mail), { flag: 'wx' });
+    log('sent welcome mail', mail.message_id, 'for', key);
+  } catch (err) {
+    if (err.code !== 'EEXIST') throw err;
+    log('already sent for', key);
+  }
+  return JSON.parse(fs.readFileSync(file, 'utf8'));
+}
+
+const ids = (work) => ({ kind: work.kind, instance_id: work.instance_id, orchestration_id: work.orchestration_id,
+  step_id: work.step_id, attempt: work.attempt, reply_token: work.reply_token });
+
+const isWork = (work) => Boolean(work) && typeof work.reply_token === 'string' && typeof work.step_id === 'string'
+  && typeof work.instance_id === 'string' && Number.isInteger(work.attempt);
+
+async function handle(work, send) {
+  const idOf = (what) => `${what}:${work.instance_id}:${work.step_id}:${work.attempt}`;
+  // 1. Heartbeat: claims the step for this agent and moves its deadline, on the ledger's clock.
+  await send({ type: 'heartbeat', ...ids(work), seconds: heartbeatSeconds }, `${idOf('heartbeat')}:${Date.now()}`);
+  let reply;
+  try {
+    if (work.agent !== AGENT || work.kind !== 'work') throw new Error(`no handler for ${work.kind} of ${work.agent}`);
+    await new Promise((resolve) => setTimeout(resolve, workMs));
+    const output = sendWelcome(work.idempotency_key || `${work.instance_id}:${work.step_id}`, work.input || {});
+    reply = { ...ids(work), outcome: 'succeeded', output };
+  } catch (err) {
+    reply = { ...ids(work), outcome: 'failed', error: String(err && err.stack || err).slice(0, 8000) };
+  }
+  // 2. The result: the app records it in the ledger for this attempt (once) and moves the workflow on.
+  await send(reply, idOf('result'));
+}
+
+function storageQueues() {
+  const connection = env.AzureWebJobsStorage;
+  const work = new QueueClient(connection, workQueue);
+  const results = new QueueClient(connection, resultQueue);
+  const encode = (body, messageId) => Buffer.from(JSON.stringify({ envelope: ENVELOPE, message_id: messageId,
+    correlation_id: null, subject: body.type || `${body.kind}-result`, application_properties: {}, body })).toString('base64');
+  return {
+    async receive() {
+      const { receivedMessageItems } = await work.receiveMessages({ numberOfMessages: 1, visibilityTimeout: 60 });
+      return receivedMessageItems.map((item) => {
+        let body = null;
+        try {
+          const doc = JSON.parse(Buffer.from(item.messageText, 'base64').toString('utf8'));
+          body = doc && doc.envelope === ENVELOPE ? doc.body : doc;
+        } catch (err) { /* not ours: parked below */ }
+        return { body, complete: () => work.deleteMessage(item.messageId, item.popReceipt),
+          park: async (reason) => {
+            const poison = new QueueClient(connection, `${workQueue}-poison`);
+            await poison.createIfNotExists();
+            await poison.sendMessage(Buffer.from(JSON.stringify({ envelope: ENVELOPE, message_id: item.messageId,
+              body: body || { text: item.messageText }, application_properties: {}, dead_letter_reason: 'MalformedMessage',
+              dead_letter_description: reason })).toString('base64'));
+            await work.deleteMessage(item.messageId, item.popReceipt);
+          } };
+      });
+    },
+    send: (body, messageId) => results.sendMessage(encode(body, messageId)),
+    close: async () => {},
+  };
+}
+
+function serviceBus() {
+  const client = new ServiceBusClient(env.ServiceBusConnection);
+  const receiver = client.createReceiver(workQueue);
+  const sender = client.createSender(resultQueue);
+  return {
+    async receive() {
+      const messages = await receiver.receiveMessages(1, { maxWaitTimeInMs: 1000 });
+      return messages.map((m) => {
+        let body = m.body;
+        try { body = Buffer.isBuffer(body) ? JSON.parse(body.toString('utf8')) : body; } catch (err) { body = null; }
+        return { body, complete: () => receiver.completeMessage(m),
+          park: (reason) => receiver.deadLetterMessage(m, { deadLetterReason: 'MalformedMessage', deadLetterErrorDescription: reason }) };
+      });
+    },
+    send: (body, messageId) => sender.sendMessages({ body: Buffer.from(JSON.stringify(body)), messageId,
+      contentType: 'application/json', subject: body.type || `${body.kind}-result` }),
+    close: () => client.close(),
+  };
+}
+
+async function main() {
+  const queues = (env.AGENT_TRANSPORT || 'servicebus').toLowerCase() === 'storage-queue' ? storageQueues() : serviceBus();
+  let stopping = false;
+  for (const signal of ['SIGTERM', 'SIGINT']) process.on(signal, () => { stopping = true; });
+  log(`serving ${AGENT} from ${workQueue}, replying to ${resultQueue}`);
+  while (!stopping) {
+    const received = await queues.receive();
+    for (const message of received) {
+      if (!isWork(message.body)) {
+        log('parked a message that is not a work message with a reply_token');
+        await message.park('not a work message with a reply_token');
+        continue;
+      }
+      try {
+        await handle(message.body, queues.send);
+        await message.complete(); // only after the reply is sent: a crash before it means a redelivery
+      } catch (err) {
+        log('will be delivered again:', err.message); // its lock (visibility timeout) expires
+      }
+    }
+    if (!received.length) await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  await queues.close();
+  log('stopped');
+}
+
+main().catch((err) => { console.error(err); process.exit(1); });

@@ -1,0 +1,23 @@
+"""Work for a message-only pool is inline only: a step input that needs a blob reference is never
+sent to such an agent (it holds no storage rights to read it); the attempt fails for good with the
+reason, and the workflow compensates."""
+
+from __future__ import annotations
+
+from devtools.harness import PatternHarness
+
+POOLS = "pools:\n  mail:\n    agents: [email.send_welcome]\n    message_only: true\n"
+
+
+def test_a_blob_input_for_a_message_only_agent_fails_the_attempt_and_sends_nothing(azurite):
+    with PatternHarness(azurite, extra_workflows={"pools": POOLS}) as h:
+        tenant = {"tenant_id": "bigco", "admin_email": "a" * 40_000 + "@bigco.example"}
+        iid = h.start_workflow("provision-tenant", tenant)
+        assert h.run_until_complete(iid).output["status"] == "compensated"
+        row = h.ledger.get(iid, "send_welcome")
+        assert (row.attempt, row.non_retryable) == (1, True)  # failed for good, then Cancelled
+        events = [e for e in h.events_for(iid) if e.step_id == "send_welcome"]
+        assert [e.actor for e in events if e.to_status == "Failed"] == ["scheduler"]
+        assert "message-only" in row.last_error and "blob reference" in row.last_error
+        assert h.handler_calls(iid, "send_welcome") == 0
+        assert h.statuses(iid)["create_storage"] == "Compensated"

@@ -1,0 +1,76 @@
+"""The Node.js example agent (``examples/node-agent``, a real ``node`` process) serves the welcome
+e-mail step of ``provision-tenant`` with messages only, next to the app's own workers on Azurite:
+its heartbeat claims the step and extends the deadline, a duplicate delivery sends one e-mail and
+is recorded once, and every message it sends validates against the published schemas."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from devtools.harness import PatternHarness
+from tests.activities.message_only import route_agent
+from tests.faults.conftest import storage_queue_only
+from tests.transport.test_message_schemas import validator
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-agent"
+AGENT = "email.send_welcome"
+
+
+@storage_queue_only
+def test_the_node_agent_runs_the_welcome_step_once_under_a_duplicate_delivery(azurite, tmp_path):
+    if not (EXAMPLE / "node_modules" / "@azure" / "storage-queue").is_dir():
+        pytest.fail("examples/node-agent has no node_modules: run `npm ci` there (./scripts/bootstrap does)")
+    with PatternHarness(azurite, clock="real") as h:
+        queue = route_agent(h, AGENT, "mail", copies=2)  # no in-process worker reads this queue
+        reports: list[dict] = []
+        handle = h._result_handler
+
+        def recording(message):
+            if message.body.get("step_id") == "send_welcome":
+                reports.append(message.body)
+            return handle(message)
+
+        h._result_handler = recording
+        env = {
+            **os.environ,
+            "AGENT_TRANSPORT": "storage-queue",
+            "AzureWebJobsStorage": azurite.connection_string,
+            "WORK_QUEUE_NAME": h.settings.work_queue,
+            "RESULT_QUEUE_NAME": h.settings.result_queue,
+            "AGENT_POOL": "mail",
+            "MAIL_OUTBOX": str(tmp_path / "outbox"),
+            "HEARTBEAT_SECONDS": "600",
+            "WORK_MILLISECONDS": "1000",
+        }
+        log = (tmp_path / "agent.log").open("w")
+        agent = subprocess.Popen(["node", "agent.js"], cwd=EXAMPLE, env=env, stdout=log, stderr=log)
+        try:
+            tenant = {"tenant_id": "nodeco", "admin_email": "a@nodeco.example"}
+            iid = h.start_workflow("provision-tenant", tenant)
+            status = h.run_until_complete(iid, timeout=timedelta(minutes=2))
+            h.run_until(lambda: len(reports) >= 4, timeout=timedelta(seconds=30))  # the copy's too
+        finally:
+            agent.terminate()
+            agent.wait(timeout=10)
+        assert status.runtime_status.value == "Completed" and status.output["status"] == "succeeded"
+        assert f"from {queue}" in (tmp_path / "agent.log").read_text()
+
+        assert len(list((tmp_path / "outbox").iterdir())) == 1  # one e-mail for two deliveries
+        row = h.ledger.get(iid, "send_welcome")
+        assert (row.status.value, row.owner) == ("Succeeded", AGENT)
+        events = [e for e in h.events_for(iid) if e.step_id == "send_welcome"]
+        assert [e.actor for e in events if e.to_status == "Succeeded" and e.action == "transition"] == [AGENT]
+        dispatched = next(e for e in events if e.to_status == "Dispatched")
+        beats = [e for e in events if e.action == "heartbeat" and e.actor == AGENT]
+        assert beats and beats[0].record.deadline >= dispatched.record.deadline + timedelta(seconds=500)
+
+        kinds = sorted(body.get("type", body.get("outcome")) for body in reports)
+        assert kinds == ["heartbeat", "heartbeat", "succeeded", "succeeded"], reports
+        for body in reports:
+            schema = "heartbeat-message" if body.get("type") == "heartbeat" else "result-message"
+            assert list(validator(schema).iter_errors(body)) == [], body
