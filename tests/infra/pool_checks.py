@@ -74,7 +74,8 @@ RUNNER_SETTINGS = (
 
 
 class PoolEvaluator:
-    """main.bicep's pool variables and module parameters, for a given ``agentPools``."""
+    """main.bicep's variables and module parameters for a given ``agentPools`` and environment name
+    (the pool checks, and the resource-name rules in test_resource_names)."""
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.infra import bicep_checks as bc
+from tests.infra.pool_checks import PoolEvaluator
 
 TOKEN = "a1b2c3d4e5f6g"  # uniqueString(): 13 lower-case letters and digits
 
@@ -57,45 +58,6 @@ RULES: dict[str, tuple[str, int, int, str, str, str]] = {
 NASTY = ["dev", "dev_1", "a.b", "x" * 64, "UPPERCASE", "feature(1)", "a-b-c", "--", "Prod.EU_west(2)"]
 
 
-class Evaluator:
-    """The few Bicep functions main.bicep's names use, over pycep-parser's expression trees."""
-
-    def __init__(self, main: bc.BicepFile, params: dict[str, Any]) -> None:
-        self.variables = main.section("variables")
-        self.params = {name: p.get("default") for name, p in main.section("parameters").items()} | params
-
-    def value(self, expr: Any) -> Any:
-        if isinstance(expr, bool | int | float) or expr is None:
-            return expr
-        if isinstance(expr, str):
-            if expr in self.params:  # a literal default, or the value under test
-                return self.params[expr]
-            if expr in self.variables:
-                return self.value(self.variables[expr]["value"])
-            return re.sub(r"\$\{(\w+)\}", lambda m: str(self.value(m.group(1))), expr)
-        function = (expr.get("function") if isinstance(expr, dict) else None) or {}
-        args = [self.value(a) for a in (function.get("parameters") or {}).values()]
-        kind = function.get("type")
-        if kind == "to_lower":
-            return args[0].lower()
-        if kind == "replace":
-            return args[0].replace(args[1], args[2])
-        if kind == "take":
-            return args[0][: args[1]]
-        if kind == "empty":
-            return not args[0]
-        if kind == "unique_string":
-            return TOKEN
-        operator = (expr.get("operator") if isinstance(expr, dict) else None) or {}
-        if operator.get("type") == "conditional":
-            operands = operator["operands"]
-            chosen = operands["true_value"] if self.value(operands["condition"]) else operands["false_value"]
-            return self.value(chosen)
-        if operator.get("type") == "property_accessor":  # subscription().id and the like
-            return "id"
-        raise AssertionError(f"the name evaluator does not know {expr!r}: extend it, do not guess")
-
-
 def names_in_main(main: bc.BicepFile) -> list[Any]:
     """Every name expression of main.bicep built from the environment: variables and module
     parameters whose text starts with a known prefix."""
@@ -114,7 +76,7 @@ def test_every_resource_name_follows_its_rules_for_any_environment_name_azd_acce
     main = files["main.bicep"]
     declared = main.section("parameters")["environmentName"]
     assert "64" in str(declared.get("decorators"))  # azd's own limit, not a tighter one
-    evaluator = Evaluator(main, {"environmentName": environment})
+    evaluator = PoolEvaluator(files, environment=environment)
     checked = set()
     for expr in names_in_main(main):
         name = evaluator.value(expr)
