@@ -10,17 +10,12 @@ routes and status codes answered from the host's state.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-import azure.functions as func
 from azure.durable_functions import DurableOrchestrationClient
-from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
 
-from .history import parse_time
 from .state import TERMINAL_STATUSES, OrchestrationAlreadyExistsError
 
 # ``host`` below is the DurableTestHost this client belongs to (host.py builds it); typed Any so that
@@ -80,48 +75,10 @@ class DurableTestClient(DurableOrchestrationClient):
 
     def __init__(self, host: Any) -> None:
         super().__init__(json.dumps(binding_context(host)))
-        self._host = host
         self._api = ExtensionHttpApi(host)
         self._post_async_request = self._api.post
         self._get_async_request = self._api.get
         self._delete_async_request = self._api.delete
-
-    async def wait_for_completion_or_create_check_status_response(
-        self,
-        request,
-        instance_id: str,
-        timeout_in_milliseconds: int = 10000,
-        retry_interval_in_milliseconds: int = 1000,
-    ) -> func.HttpResponse:
-        """Like the SDK's, but lets the host run (on its clock) instead of sleeping on the wall clock.
-
-        When called from inside the host loop (a pump, an activity) it cannot drive the host, so it
-        answers from the current status, as a real call would after its timeout.
-        """
-        if retry_interval_in_milliseconds > timeout_in_milliseconds:
-            raise Exception(
-                f"Total timeout {timeout_in_milliseconds} (ms) should be bigger than "
-                f"retry timeout {retry_interval_in_milliseconds} (ms)"
-            )
-        host = self._host
-        if not host.in_loop:
-            with contextlib.suppress(TimeoutError):
-                host.run_until(
-                    lambda: getattr(host._instances.get(instance_id), "status", None) in TERMINAL_STATUSES,
-                    timeout_virtual=timedelta(milliseconds=timeout_in_milliseconds),
-                )
-        status = await self.get_status(instance_id)
-        if status:
-            if status.runtime_status == OrchestrationRuntimeStatus.Completed:
-                return self._create_http_response(200, status.output)
-            if status.runtime_status in (
-                OrchestrationRuntimeStatus.Canceled,
-                OrchestrationRuntimeStatus.Terminated,
-            ):
-                return self._create_http_response(200, status.to_json())
-            if status.runtime_status == OrchestrationRuntimeStatus.Failed:
-                return self._create_http_response(500, status.to_json())
-        return self.create_check_status_response(request, instance_id)
 
 
 class ExtensionHttpApi:
@@ -161,7 +118,7 @@ class ExtensionHttpApi:
                 name = segments[1]
                 instance_id = segments[2] if len(segments) > 2 and segments[2] else None
                 try:
-                    instance_id = host._start(name, instance_id, body, version=query.get("version", ""))
+                    instance_id = host._start(name, instance_id, body)
                 except OrchestrationAlreadyExistsError as exc:
                     return [409, {"Message": str(exc)}]
                 except ValueError as exc:
@@ -182,36 +139,31 @@ class ExtensionHttpApi:
 
             if instance_id is None:
                 if method == "GET":
-                    return [200, self._query(query)]
-                if method == "DELETE":
-                    return self._purge_by(query)
+                    statuses = {s for s in query.get("runtimeStatus", "").split(",") if s}
+                    return [
+                        200,
+                        [
+                            host._status_payload(inst, precise=False)
+                            for inst in host._instances.values()
+                            if not statuses or inst.status.value in statuses
+                        ],
+                    ]
                 return [404, ""]
 
             inst = host._instances.get(instance_id)
             raising = operation == "raiseEvent" and len(segments) > 3
-            if (operation, method) not in ((None, "GET"), (None, "DELETE"), ("terminate", "POST")) and not (
+            if (operation, method) not in ((None, "GET"), ("terminate", "POST")) and not (
                 raising and method == "POST"
             ):
-                if method == "POST" and operation is not None:
-                    return [501, f"{operation} is not supported by the durable test host"]
-                return [404, ""]
+                # purge, rewind, suspend, resume, restart: docs/durable-test-host.md, "What it does not do"
+                return [501, f"{method} {operation or ''} is not supported by the durable test host"]
             if inst is None:
                 return [404, ""]
             if method == "GET":
-                show_history = query.get("showHistory", "").lower() == "true"
-                show_input = query.get("showInput", "true").lower() != "false"
-                payload = host._status_payload(
-                    inst, show_history=show_history, show_input=show_input, precise=False
-                )
-                return [202 if inst.status not in TERMINAL_STATUSES else 200, payload]
-            if method == "DELETE":
-                if inst.status not in TERMINAL_STATUSES:
-                    return [
-                        412,
-                        f"Only orchestrations in a terminal state can be purged ({inst.status.value})",
-                    ]
-                host.purge(instance_id)
-                return [200, {"instancesDeleted": 1}]
+                return [
+                    202 if inst.status not in TERMINAL_STATUSES else 200,
+                    host._status_payload(inst, precise=False),
+                ]
             if inst.status in TERMINAL_STATUSES:
                 return [410, ""]
             if raising:
@@ -225,39 +177,3 @@ class ExtensionHttpApi:
     def _management_payload(self, instance_id: str) -> dict:
         urls = binding_context(self._host)["managementUrls"]
         return {key: value.replace("INSTANCEID", instance_id) for key, value in urls.items()}
-
-    def _matching(self, query: dict) -> list:
-        host = self._host
-        statuses = {s for s in query.get("runtimeStatus", "").split(",") if s}
-        prefix = query.get("instanceIdPrefix")
-        created_from = parse_time(query["createdTimeFrom"]) if "createdTimeFrom" in query else None
-        created_to = parse_time(query["createdTimeTo"]) if "createdTimeTo" in query else None
-        found = []
-        for inst in host._instances.values():
-            if statuses and inst.status.value not in statuses:
-                continue
-            if prefix and not inst.instance_id.startswith(prefix):
-                continue
-            if created_from and inst.created < created_from:
-                continue
-            if created_to and inst.created > created_to:
-                continue
-            found.append(inst)
-        return found
-
-    def _query(self, query: dict) -> list[dict]:
-        show_input = query.get("showInput", "true").lower() != "false"
-        return [
-            self._host._status_payload(inst, show_input=show_input, precise=False)
-            for inst in self._matching(query)
-        ]
-
-    def _purge_by(self, query: dict) -> list[Any]:
-        if "createdTimeFrom" not in query:
-            return [400, "Please provide value for 'createdTimeFrom' parameter."]
-        victims = [inst for inst in self._matching(query) if inst.status in TERMINAL_STATUSES]
-        for inst in victims:
-            self._host.purge(inst.instance_id)
-        if not victims:
-            return [404, ""]
-        return [200, {"instancesDeleted": len(victims)}]

@@ -73,10 +73,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         schema_version: int = 2,
         hold_for_open_tasks: bool = True,
         on_progress: Callable[[datetime, str, str], None] | None = None,
-        task_hub: str = "TestHubName",
-        base_url: str = "http://localhost:7071",
         poll_interval: float = 0.002,
-        timeline_limit: int = 200_000,
     ) -> None:
         if schema_version not in SUPPORTED_SCHEMA_VERSIONS:
             raise ValueError(f"schema_version must be one of {SUPPORTED_SCHEMA_VERSIONS}")
@@ -98,8 +95,8 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         #: completes or fails only once no task it scheduled is still open; False ends it at once.
         self.hold_for_open_tasks = hold_for_open_tasks
         self.on_progress = on_progress
-        self.task_hub = task_hub
-        self.base_url = base_url.rstrip("/")
+        self.task_hub = "TestHubName"
+        self.base_url = "http://localhost:7071"
         self.poll_interval = poll_interval
 
         #: How many times each activity's user code was invoked.
@@ -114,7 +111,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         self._periodics: list[_Periodic] = []
         self._pumps: list[tuple[str, Callable[[], Any]]] = []
         self._faults: dict[str, deque[_Fault]] = {}
-        self._timeline: deque[tuple[datetime, str, str]] = deque(maxlen=timeline_limit)
+        self._timeline: deque[tuple[datetime, str, str]] = deque(maxlen=200_000)
         self._lock = threading.RLock()
         self._loop_thread: int | None = None
         self._run_serial = 0  # entries into the loop (``run_serial``)
@@ -147,14 +144,12 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         with use_clock(self.clock.now):
             yield
 
-    def start_new(
-        self, name: str, instance_id: str | None = None, input: Any = None, *, version: str = ""
-    ) -> str:
+    def start_new(self, name: str, instance_id: str | None = None, input: Any = None) -> str:
         """Schedule a new orchestration instance; returns its id (a uuid hex when none is given)."""
         input_json = df_dumps(input) if input is not None else None
-        return self._start(name, instance_id, input_json, version=version)
+        return self._start(name, instance_id, input_json)
 
-    def _start(self, name: str, instance_id: str | None, input_json: str | None, *, version: str = "") -> str:
+    def _start(self, name: str, instance_id: str | None, input_json: str | None) -> str:
         with self._lock:
             if name not in self.functions.orchestrators:
                 raise ValueError(
@@ -166,7 +161,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
                 raise OrchestrationAlreadyExistsError(
                     f"An Orchestration instance with the status {existing.status.value} already exists."
                 )
-            self._create_instance(name, instance_id, input_json, version=version)
+            self._create_instance(name, instance_id, input_json)
             return instance_id
 
     def raise_event(self, instance_id: str, name: str, data: Any = None) -> None:
@@ -199,23 +194,13 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             self._notify_parent(inst, failed=True, reason=reason, details=None)
             return True
 
-    def purge(self, instance_id: str) -> bool:
-        with self._lock:
-            inst = self._instances.get(instance_id)
-            if inst is None:
-                return False
-            if inst.status not in TERMINAL_STATUSES:
-                raise RuntimeError(f"only a finished instance can be purged ({inst.status.value})")
-            del self._instances[instance_id]
-            return True
-
-    def get_status(self, instance_id: str, show_history: bool = False) -> DurableOrchestrationStatus | None:
+    def get_status(self, instance_id: str) -> DurableOrchestrationStatus | None:
         """The instance's status as the SDK's ``DurableOrchestrationStatus`` (None if unknown)."""
         with self._lock:
             inst = self._instances.get(instance_id)
             if inst is None:
                 return None
-            return DurableOrchestrationStatus.from_json(self._status_payload(inst, show_history=show_history))
+            return DurableOrchestrationStatus.from_json(self._status_payload(inst))
 
     def history(self, instance_id: str) -> list[dict]:
         """A copy of the current execution's history events."""
@@ -272,22 +257,17 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             raise InstanceNotFoundError(f"No instance with ID {instance_id} found.")
         return inst
 
-    def _status_payload(
-        self, inst: _Instance, *, show_history: bool = False, show_input: bool = True, precise: bool = True
-    ) -> dict:
+    def _status_payload(self, inst: _Instance, *, precise: bool = True) -> dict:
         def stamp(when: datetime) -> str:
             return format_time(when) if precise else when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
-        payload = {
+        return {
             "name": inst.name,
             "instanceId": inst.instance_id,
             "runtimeStatus": inst.status.value,
-            "input": json_value(inst.execution.input) if show_input else None,
+            "input": json_value(inst.execution.input),
             "customStatus": inst.custom_status,
             "output": inst.output,
             "createdTime": stamp(inst.created),
             "lastUpdatedTime": stamp(inst.updated),
         }
-        if show_history:
-            payload["historyEvents"] = copy.deepcopy(inst.history)
-        return payload

@@ -45,14 +45,11 @@ class _Lifecycle:
         instance_id: str,
         input_json: str | None,
         *,
-        version: str = "",
         parent: _ParentRef | None = None,
     ) -> _Instance:
         now = self.clock.now()
         execution = _Execution(uuid.uuid4().hex, input_json)
-        inst = _Instance(
-            instance_id, name, Status.Pending, now, now, execution, version=version, parent=parent
-        )
+        inst = _Instance(instance_id, name, Status.Pending, now, now, execution, parent=parent)
         self._instances[instance_id] = inst
         self._deliver(inst, self._execution_started(inst, now))
         where = f" (sub-orchestration of {parent.instance_id})" if parent else ""
@@ -76,7 +73,7 @@ class _Lifecycle:
             now,
             Name=inst.name,
             Input=inst.execution.input,
-            Version=inst.version,
+            Version="",
             OrchestrationInstance={
                 "InstanceId": inst.instance_id,
                 "ExecutionId": inst.execution.execution_id,

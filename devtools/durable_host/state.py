@@ -107,7 +107,6 @@ class _Instance:
     created: datetime
     updated: datetime
     execution: _Execution
-    version: str = ""
     parent: _ParentRef | None = None
     history: list[dict] = field(default_factory=list)
     inbox: list[_Message] = field(default_factory=list)

@@ -131,24 +131,6 @@ def test_terminate_and_queries_through_the_client(host):
     }
     terminated = host.run_async(host.client.get_status(second))
     assert terminated.output == "no longer needed"
-    by_prefix = host.run_async(host.client.get_status_by(instance_id_prefix="q-"))
-    assert len(by_prefix) == 2
-
-    purged = host.run_async(host.client.purge_instance_history(first))
-    assert purged.instances_deleted == 1
-    assert host.get_status(first) is None
-
-
-def test_wait_for_completion_runs_the_host_on_its_clock(host):
-    async def http_start(req, client):
-        instance_id = await client.start_new("approval")
-        return await client.wait_for_completion_or_create_check_status_response(
-            req, instance_id, timeout_in_milliseconds=10 * 60 * 1000
-        )
-
-    response = host.call(http_start, request(), client=host.client)
-    assert response.status_code == 200
-    assert json.loads(response.get_body()) == {"approved_by": None}  # the 5-minute timer won
 
 
 # -- loading a DFApp -------------------------------------------------------------------------------
