@@ -71,7 +71,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         activities: dict[str, Callable] | None = None,
         clock: VirtualClock | RealClock | str | None = None,
         schema_version: int = 2,
-        hold_for_open_tasks: bool = True,
         on_progress: Callable[[datetime, str, str], None] | None = None,
         poll_interval: float = 0.002,
     ) -> None:
@@ -91,9 +90,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             clock = RealClock()
         self.clock = clock
         self.schema_version = schema_version
-        #: As the Durable Task Framework does, an orchestration whose code finished (returned or raised)
-        #: completes or fails only once no task it scheduled is still open; False ends it at once.
-        self.hold_for_open_tasks = hold_for_open_tasks
         self.on_progress = on_progress
         self.task_hub = "TestHubName"
         self.base_url = "http://localhost:7071"

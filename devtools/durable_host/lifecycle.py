@@ -119,7 +119,7 @@ class _Lifecycle:
         timer neither fired nor cancelled, keeps it Running. The next episode replays the code, which
         finishes the same way again, and ends it once nothing is open.
         """
-        open_tasks = self._open_tasks(inst.execution) if self.hold_for_open_tasks else []
+        open_tasks = self._open_tasks(inst.execution)
         if not open_tasks:
             return False
         if inst.execution.held != outcome:

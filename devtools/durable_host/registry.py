@@ -7,7 +7,6 @@ Accepted sources (any mix, in a list or as separate arguments):
 - a list of the ``Function`` objects ``get_functions()`` returned, for callers that indexed the app
   themselves;
 - a blueprint (``df.Blueprint``), read without registering it anywhere;
-- a decorated module attribute (a ``FunctionBuilder``);
 - an explicit map ``{name: callable}``: generator functions and ``Orchestrator.create`` handlers are
   orchestrators, anything else is an activity (or use the ``orchestrators=`` / ``activities=``
   keywords of the host to say which).
@@ -68,8 +67,6 @@ class FunctionTable:
     others: dict[str, Any] = field(default_factory=dict)
 
     def load(self, source: Any) -> None:
-        if source is None:
-            return
         if isinstance(source, Mapping):
             for name, fn in source.items():
                 self.add_callable(name, fn)
@@ -81,9 +78,6 @@ class FunctionTable:
         if _is_function(source):
             self.add_function(source)
             return
-        if hasattr(source, "_function") and _is_function(source._function):  # FunctionBuilder
-            self.add_function(source._function)
-            return
         if hasattr(source, "_function_builders"):  # a blueprint: read, never register
             for builder in source._function_builders:
                 self.add_function(builder._function)
@@ -94,7 +88,7 @@ class FunctionTable:
             return
         raise TypeError(
             f"cannot load functions from {source!r}: pass a DFApp, a Blueprint, Function objects, "
-            "decorated functions or a {name: callable} map"
+            "or a {name: callable} map"
         )
 
     def add_function(self, function: Any) -> None:
@@ -103,17 +97,9 @@ class FunctionTable:
         kind = getattr(trigger, "type", None)
         user_function = function.get_user_function()
         if kind == ORCHESTRATION_TRIGGER:
-            entry = OrchestratorFunction(name, _as_handler(user_function))
-            self._put(self.orchestrators, name, entry)
-            alias = getattr(trigger, "orchestration", None)
-            if alias and alias != name:
-                self._put(self.orchestrators, alias, entry)
+            self._put(self.orchestrators, name, OrchestratorFunction(name, _as_handler(user_function)))
         elif kind == ACTIVITY_TRIGGER:
-            entry = ActivityFunction(name, user_function, trigger.name)
-            self._put(self.activities, name, entry)
-            alias = getattr(trigger, "activity", None)
-            if alias and alias != name:
-                self._put(self.activities, alias, entry)
+            self._put(self.activities, name, ActivityFunction(name, user_function, trigger.name))
         else:
             self.others[name] = function
 
