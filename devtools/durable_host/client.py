@@ -1,11 +1,6 @@
-"""The durable client facade: the SDK's own ``DurableOrchestrationClient``, served by the test host.
-
-The SDK client talks HTTP to the extension's management API (``rpcBaseUrl``): it posts, gets and
-deletes, then turns status codes and JSON bodies into return values and exceptions. Its three
-transport functions are instance attributes, so this class keeps every public method of the real
-client (names, signatures, parsing, error messages, ``create_check_status_response``) and replaces
-only the transport with :class:`ExtensionHttpApi`, an in-process emulation of the extension's
-routes and status codes answered from the host's state.
+"""The durable client facade: the SDK's own ``DurableOrchestrationClient`` with only its HTTP
+transport (three instance attributes) replaced by :class:`ExtensionHttpApi`, an in-process emulation
+of the extension's management routes (docs/durable-test-host.md, "The durable client").
 """
 
 from __future__ import annotations

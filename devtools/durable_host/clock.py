@@ -18,22 +18,14 @@ def _aware(when: datetime) -> datetime:
 
 
 class VirtualClock:
-    """A timezone-aware UTC clock that only moves when told to.
-
-    The host advances it to the earliest pending durable timer when nothing else can run, so a
-    workflow that waits ten minutes three times finishes in milliseconds of real time.
-    """
+    """A timezone-aware UTC clock that only moves when told to (the host skips it to timers)."""
 
     is_virtual = True
 
     def __init__(self, start: datetime | None = None) -> None:
         self._now = _aware(start) if start is not None else DEFAULT_EPOCH
-        self._start = self._now
+        self.start = self._now
         self._lock = threading.Lock()
-
-    @property
-    def start(self) -> datetime:
-        return self._start
 
     def _flow(self) -> None:
         """Called under the lock before every read or move: a virtual clock stands still."""
@@ -65,15 +57,8 @@ class VirtualClock:
 
 
 class FlowingClock(VirtualClock):
-    """A virtual clock that also moves with the wall clock while code runs.
-
-    Like :class:`VirtualClock`, the host skips it to the next timer when nothing can run; between
-    skips it advances as real time passes, so history timestamps progress from episode to episode
-    (and an activity's TaskCompleted is later than its TaskScheduled) as they do in Azure, where every
-    event carries the time it was written. Timestamps are therefore not reproducible from run to run:
-    use it to record histories in the extension's shape (``devtools.replay_corpus``), not where a
-    test compares times.
-    """
+    """A virtual clock that also moves with the wall clock between skips, so history timestamps
+    progress as in Azure; not reproducible, so for recording (docs/durable-test-host.md, "Time")."""
 
     def __init__(self, start: datetime | None = None) -> None:
         super().__init__(start)
@@ -91,11 +76,7 @@ class RealClock:
     is_virtual = False
 
     def __init__(self) -> None:
-        self._start = datetime.now(UTC)
-
-    @property
-    def start(self) -> datetime:
-        return self._start
+        self.start = datetime.now(UTC)
 
     def now(self) -> datetime:
         return datetime.now(UTC)

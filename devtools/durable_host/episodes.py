@@ -1,13 +1,8 @@
 """Episodes: one replay of an orchestrator and the bookkeeping the framework does around it.
 
-An episode takes the instance's new messages as one batch, appends them after an
-OrchestratorStarted, calls the orchestrator handler with the context JSON, and turns the actions it
-returns into history events and work. Sequence numbers are assigned the way the extension's
-out-of-process shim assigns them: one per id-consuming action (activity, timer, sub-orchestration)
-in the order the flattened actions list holds them, plus, for ``*_with_retry`` calls, one for each
-retry timer and one for each new attempt, allocated when the failure (or the retry timer) is
-processed. To keep that allocation in the same order as the SDK's, retry-relevant events are placed
-first in an episode.
+An episode takes the instance's new messages as one batch, calls the orchestrator handler with the
+context JSON, and turns the actions it returns into history events and work, numbered as the
+extension's shim numbers them (docs/durable-test-host.md, "Sequence numbers" and "Retries").
 """
 
 from __future__ import annotations
@@ -171,14 +166,9 @@ class _Episodes:
                 self._complete(inst, state.get("output"))
 
     def _carried_over(self, orchestrator: Any, context: dict, batch: list[_Message]) -> list[_Message]:
-        """The EventRaised messages of ``batch`` that the framework carries into the next execution.
-
-        The framework processes a batch one event at a time and reaches the orchestrator's
-        ContinueAsNew while processing one of them; every EventRaised after that point goes to the
-        next execution (``TaskOrchestrationContext.HandleEventRaisedEvent``). The point is found the
-        way the framework meets it: replaying the batch's prefixes, the first one after which the
-        code continues as new. Events before it were delivered to this execution and stay there.
-        """
+        """The EventRaised messages of ``batch`` after its continue-as-new point, found by replaying
+        the batch's prefixes (``TaskOrchestrationContext.HandleEventRaisedEvent``;
+        docs/durable-test-host.md, "Continue-as-new")."""
         if len(batch) < 2:
             return []
         history = context["history"]

@@ -2,20 +2,8 @@
 
 Orchestrators branch on these strings (they are all an orchestrator sees of a failure: the SDK
 raises ``Exception(f"{Reason} \\n {Details}")``), so the host and the tests' history builder write
-them the way the extension does rather than in a shape of their own:
-
-- an activity that raised: ``TaskActivityShim`` throws ``TaskFailureException($"Activity function
-  '{name}' failed: {message}", Utils.SerializeCause(exception))`` where ``message`` is what
-  ``OutOfProcExceptionHelpers.TryGetExceptionWithFriendlyMessage`` cuts out of the worker's
-  ``Result: Failure\\nException: <Type>: <msg>\\nStack: ...`` text: everything after
-  ``"\\nException:"``, leading space included, hence the two spaces;
-- an orchestrator that raised: ``OutOfProcOrchestrationShim.ScheduleDurableTaskEvents`` throws
-  ``OrchestrationFailureException($"Orchestrator function '{name}' failed: {error}",
-  $"Message: {error}, StackTrace: {stack}")``; the Durable Task Framework sends both to the parent
-  as the SubOrchestrationInstanceFailed's Reason and Details;
-- a terminated child: ``TaskOrchestrationContext.HandleExecutionTerminatedEvent`` completes it with
-  the termination reason as its result, and ``TaskOrchestrationDispatcher`` sends that result as the
-  parent's Reason, with no Details.
+them the way the extension does; the extension's sources for each shape: docs/durable-test-host.md,
+"Fidelity" (activity and orchestrator failure shapes, terminated child).
 """
 
 from __future__ import annotations
@@ -34,6 +22,8 @@ def activity_failure(name: str, exc: BaseException) -> tuple[str, str]:
     outer exception carries the friendly message; its inner exception is the worker's RPC exception,
     whose message holds the Python type, message and stack.
     """
+    # ``OutOfProcExceptionHelpers`` keeps everything after "\nException:" of the worker's text,
+    # leading space included: hence the two spaces after "failed:".
     friendly = f" {type(exc).__name__}: {exc}"
     stack = "".join(traceback.format_tb(exc.__traceback__))
     rpc_message = f"Result: Failure\nException:{friendly}\nStack: {stack}"

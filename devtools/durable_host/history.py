@@ -1,10 +1,6 @@
-"""History events and actions as the Durable Functions extension exchanges them with the Python SDK.
-
-History events are plain dicts shaped like the ones the extension sends in the orchestration
-context (``EventType``, ``EventId``, ``IsPlayed``, ``Timestamp`` and the per-type fields the SDK
-reads). Actions are the dicts the SDK returns in ``OrchestratorState.actions``. The schema fields
-of the context are shared by the host's episodes and the replay check, which must hand the
-orchestrator the same context shape.
+"""History events, actions and the context's schema fields as the Durable Functions extension
+exchanges them with the Python SDK; shared by the host's episodes and the replay check, which must
+hand the orchestrator the same context shape (docs/durable-test-host.md, "History").
 """
 
 from __future__ import annotations
@@ -60,12 +56,8 @@ def make_event(event_type: HistoryEventType, when: datetime, event_id: int = -1,
 
 
 def flatten_actions(actions: list) -> Iterator[dict]:
-    """Actions in the order the extension invokes them (and assigns sequence numbers).
-
-    Schema V1 returns one list of actions per ``yield`` (a ``task_any``/``task_all`` is a list of
-    several); schema V2 returns a single list in which ``task_any``/``task_all`` are compound
-    actions (``WhenAny``/``WhenAll``) holding their children in ``compoundActions``.
-    """
+    """Actions in the order the extension invokes them (and assigns sequence numbers): V1's nested
+    lists and V2's ``WhenAny``/``WhenAll`` compound actions flattened."""
     for entry in actions or []:
         if isinstance(entry, list):
             yield from flatten_actions(entry)
@@ -106,13 +98,9 @@ def action_label(kind: Any) -> str:
 
 
 def schema_fields(schema_version: int) -> dict:
-    """The schema part of the context JSON.
-
-    The extension (``OrchestrationTriggerAttributeBindingProvider.OrchestrationContextToString``)
-    always sends ``upperSchemaVersion: 1`` (V2, for SDKs 1.1.0-1.1.3 that knew no more) and
-    ``upperSchemaVersionNew: 2`` (V3) with the two timer durations; azure-functions-durable 1.7 takes
-    the larger of the two versions. The older schemas are sent the way an older extension did.
-    """
+    """The schema part of the context JSON, as
+    ``OrchestrationTriggerAttributeBindingProvider.OrchestrationContextToString`` sends it
+    (docs/durable-test-host.md, "Schema version"); older schemas as an older extension did."""
     if schema_version < 2:
         return {"upperSchemaVersion": schema_version}
     return {

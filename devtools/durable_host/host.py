@@ -10,8 +10,8 @@ import json
 import threading
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import datetime
 from typing import Any
 
@@ -48,21 +48,14 @@ from .state import (
 from .timers import _Loop
 from .tracing import _short, _Tracing
 
-#: The replay schemas the SDK speaks: 0 (V1: one list of actions per ``yield``), 1 (V2: one flat
-#: list with WhenAny/WhenAll compound actions) and 2 (V3: V2 plus long timers split into intervals).
-#: The extension announces V3 (see ``history.schema_fields``), so 2 is the default; 0 and 1 exist
-#: only to test the older protocols when asked for explicitly.
+#: The replay schemas the SDK speaks (V1-V3); the extension announces V3, so 2 is the default
+#: (docs/durable-test-host.md, "Schema version").
 SUPPORTED_SCHEMA_VERSIONS = (0, 1, 2)
 
 
 class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
-    """Runs Durable Functions orchestrations in process, deterministically, on a virtual clock.
-
-    >>> host = DurableTestHost(app)                      # a df.DFApp: get_functions() is called once
-    >>> iid = host.start_new("my_orchestrator", input={"order": 1})
-    >>> status = host.run_until_complete(iid)           # timers are skipped to, not waited for
-    >>> status.runtime_status, status.output
-    """
+    """Runs Durable Functions orchestrations in process, deterministically, on a virtual clock
+    (docs/durable-test-host.md, "Quick start")."""
 
     def __init__(
         self,
@@ -133,12 +126,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             self._exit_stack.close()
             self._exit_stack = None
         self._async.close()
-
-    @contextmanager
-    def installed_clock(self) -> Iterator[None]:
-        """The host clock as ``workflow_core.clock``'s clock for the duration of a block."""
-        with use_clock(self.clock.now):
-            yield
 
     def start_new(self, name: str, instance_id: str | None = None, input: Any = None) -> str:
         """Schedule a new orchestration instance; returns its id (a uuid hex when none is given)."""
@@ -234,17 +221,15 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         client from a binding string, is bypassed so ``client=host.client`` can be passed as is.
         """
         target: Any = self.function(fn) if isinstance(fn, str) else fn
-        if hasattr(target, "_function") and _is_function(target._function):
-            target = target._function
         if _is_function(target):
             target = target.get_user_function()
         target = getattr(target, "client_function", target)
-        with self.installed_clock():
+        with use_clock(self.clock.now):
             return call_maybe_async(self._async, target, *args, **kwargs)
 
     def run_async(self, awaitable: Any) -> Any:
         """Run an awaitable to completion from synchronous code (under the host clock)."""
-        with self.installed_clock():
+        with use_clock(self.clock.now):
             return self._async.run(awaitable)
 
     def _require(self, instance_id: str) -> _Instance:

@@ -1,10 +1,5 @@
-"""Instance lifecycle and activity work: the framework's decisions around an episode.
-
-When an instance starts, may complete or fail, what a parent hears from its child and what crosses a
-continue-as-new; and activities, queued work items run inline by the loop as the extension's
-activity shim runs them, whose results reach the orchestrator as TaskCompleted / TaskFailed
-messages. Fault injection and ``crash`` sit with them: both are about what happens to an activity's
-result between running and being committed to history.
+"""Instance lifecycle (start, completion, failure, continue-as-new, what a parent hears) and activity
+work, with the fault injection and ``crash`` that act on an activity's result before it is committed.
 """
 
 from __future__ import annotations
@@ -96,11 +91,9 @@ class _Lifecycle:
         child_id = task.child_instance_id
         existing = self._instances.get(child_id)
         if existing is not None and existing.status in RUNNING_STATUSES:
-            # The start message of a sub-orchestration reaches the running instance: the Azure Storage
-            # provider's ``DedupeExecutionStartedMessagesAsync`` skips it (it filters top-level starts
-            # only), and ``TaskOrchestrationDispatcher`` then drops it as a "Duplicate start event"
-            # because the instance already has an ExecutionStarted. Nobody answers the parent: its
-            # task stays open until something else ends the parent.
+            # Dropped as a "Duplicate start event" (``TaskOrchestrationDispatcher``; the provider's
+            # dedupe filters top-level starts only): nobody answers the parent (docs/durable-test-host.md,
+            # "Sub-orchestrations").
             self._log(
                 inst.instance_id,
                 f"sub-orchestration {task.name!r} #{task.id}: start message for {child_id} dropped "
@@ -112,13 +105,8 @@ class _Lifecycle:
         self._create_instance(task.name, child_id, task.input, parent=parent)
 
     def _held(self, inst: _Instance, outcome: str) -> bool:
-        """Whether the instance must stay Running although its code finished (``outcome``).
-
-        ``TaskOrchestrationExecutor.ExecuteCore`` completes or fails an orchestration only
-        ``if (!this.context.HasOpenTasks)``: an activity or sub-orchestration without a result, or a
-        timer neither fired nor cancelled, keeps it Running. The next episode replays the code, which
-        finishes the same way again, and ends it once nothing is open.
-        """
+        """Whether the instance must stay Running although its code finished (``outcome``):
+        ``TaskOrchestrationExecutor.ExecuteCore`` ends it only ``if (!this.context.HasOpenTasks)``."""
         open_tasks = self._open_tasks(inst.execution)
         if not open_tasks:
             return False
@@ -165,17 +153,11 @@ class _Lifecycle:
         self._notify_parent(inst, failed=True, reason=message, details=details)
 
     def _continue_as_new(self, inst: _Instance, input_json: str | None, carried: list[_Message]) -> None:
-        """Start the next execution with ``carried`` events from the batch, then any that arrived since.
-
-        ``TaskOrchestrationContext.HandleEventRaisedEvent`` hands an EventRaised processed after
-        ``ContinueAsNew`` (same batch) to ``AddEventToNextIteration``, and the dispatcher puts those
-        carry-over events into the new execution (the Azure Storage provider's default behaviour).
-        """
+        """Start the next execution with ``carried`` events from the batch, then any that arrived since
+        (``TaskOrchestrationContext.HandleEventRaisedEvent``: ``AddEventToNextIteration``)."""
         now = self.clock.now()
         carried = [*carried, *(m for m in inst.inbox if m.event["EventType"] == H.EVENT_RAISED)]
-        # The generation ends as the framework ends it (DurableTask.Core's ContinueAsNewEvent: an
-        # ExecutionCompleted of status ContinuedAsNew whose Result is the next input); its history
-        # is kept, so every generation of a run can be recorded and replayed (``histories``).
+        # DurableTask.Core's ContinueAsNewEvent; the old history is kept for ``histories``.
         ended = make_event(H.CONTINUE_AS_NEW, now, OrchestrationStatus="ContinuedAsNew", Result=input_json)
         inst.history.append(_played(ended))
         inst.past_histories.append(inst.history)
@@ -229,12 +211,8 @@ class _Activities:
     def crash_activity_once(
         self, name: str, exc: BaseException | None = None, *, after: bool = False, times: int = 1
     ) -> None:
-        """Make the next ``times`` calls of activity ``name`` raise ``exc``.
-
-        ``after=False``: raise instead of calling the activity (no side effect);
-        ``after=True``: call it, then raise (the side effect happened, the result is a failure).
-        Either way the orchestrator sees a TaskFailed.
-        """
+        """Make the next ``times`` calls of activity ``name`` raise ``exc``, instead of running
+        (``after=False``) or after running (``after=True``, the side effect happened)."""
         self._add_fault(
             name,
             _Fault(exc or RuntimeError(f"injected failure in {name!r}"), "after" if after else "before"),
@@ -251,12 +229,8 @@ class _Activities:
             queue.extend(fault for _ in range(times))
 
     def crash(self, instance_id: str | None = None) -> None:
-        """Drop in-memory orchestration state, keeping only what a durable backend would keep.
-
-        Kept: history, queued work and timers (queue messages), raised events. Lost: activity results
-        not yet appended to history (their activities are redelivered, so they run again) and any
-        cached replay state. The next loop iteration replays from history.
-        """
+        """Drop in-memory orchestration state, keeping only what a durable backend would keep
+        (docs/durable-test-host.md, "Crashes and faults")."""
         with self._lock:
             targets = [self._require(instance_id)] if instance_id else list(self._instances.values())
             for inst in targets:

@@ -1,16 +1,5 @@
-"""Finding orchestrators and activities in what ``azure.functions`` apps and blueprints expose.
-
-Accepted sources (any mix, in a list or as separate arguments):
-
-- a function app (``df.DFApp`` or ``func.FunctionApp``): ``get_functions()`` is called exactly once,
-  because a second call raises (duplicate function names);
-- a list of the ``Function`` objects ``get_functions()`` returned, for callers that indexed the app
-  themselves;
-- a blueprint (``df.Blueprint``), read without registering it anywhere;
-- an explicit map ``{name: callable}``: generator functions and ``Orchestrator.create`` handlers are
-  orchestrators, anything else is an activity (or use the ``orchestrators=`` / ``activities=``
-  keywords of the host to say which).
-"""
+"""Finding orchestrators and activities in what ``azure.functions`` apps and blueprints expose
+(the accepted sources: docs/durable-test-host.md, "Loading functions")."""
 
 from __future__ import annotations
 

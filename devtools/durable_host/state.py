@@ -1,9 +1,5 @@
-"""What the host keeps per instance, and the errors its API raises.
-
-Kept apart from the code that changes it so every concern (episodes, timers, activities) reads the
-same shapes. "Durable" fields survive ``host.crash()`` as a storage backend would keep them; the
-ones marked volatile do not.
-"""
+"""What the host keeps per instance, and the errors its API raises. Fields survive ``host.crash()``
+as a storage backend would keep them, except the ones marked volatile."""
 
 from __future__ import annotations
 
@@ -142,13 +138,9 @@ class _Periodic:
     next_at: datetime
 
 
-#: The events the framework *processes* when it runs an episode: the messages that came in. The
-#: Durable Task Framework sets ``IsPlayed = true`` on each of them once processed
-#: (``TaskOrchestrationExecutor.ExecuteCore``), before the episode's new events are stored; it skips
-#: OrchestratorStarted (``continue`` before the assignment; the Python SDK notes "OrchestratorStarted
-#: does not update its isPlayed field"), and the events its dispatcher writes for the actions
-#: (TaskScheduled, TimerCreated, SubOrchestrationInstanceCreated, OrchestratorCompleted,
-#: ExecutionCompleted, ContinueAsNew) are created after that loop, so they are stored with ``false``.
+#: The messages the framework processes in an episode, stored with ``IsPlayed = true``
+#: (``TaskOrchestrationExecutor.ExecuteCore``); every other event is stored with ``false``
+#: (docs/durable-test-host.md, "History").
 _PROCESSED = frozenset(
     {
         H.EXECUTION_STARTED,
@@ -164,9 +156,5 @@ _PROCESSED = frozenset(
 
 
 def _played(event: dict) -> dict:
-    """``event`` as the history stores it once its episode ran: ``IsPlayed`` as the framework left it.
-
-    The extension serialises the stored history into the context before the episode runs, so an
-    orchestrator sees ``IsPlayed: true`` only on the messages of earlier episodes, ``false`` on this
-    episode's new events and on every OrchestratorStarted and action event."""
+    """``event`` as the history stores it once its episode ran: ``IsPlayed`` as the framework left it."""
     return {**event, "IsPlayed": event["EventType"] in _PROCESSED}

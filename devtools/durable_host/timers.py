@@ -2,8 +2,7 @@
 
 The loop is one deterministic iteration (due timers, periodic callbacks, orchestrator episodes,
 queued activities, pumps) repeated until idle; only when nothing can run does a virtual clock jump
-to the earliest pending timer or periodic callback. Keeping this apart from the episode code keeps
-"when" separate from "what an episode does".
+to the earliest pending timer or periodic callback.
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
+
+from workflow_core.clock import use_clock
 
 from .aio import call_maybe_async
 from .history import (
@@ -186,14 +187,10 @@ class _Loop:
             self._loop_thread = threading.get_ident()
             self._run_serial += 1
             try:
-                with self.installed_clock():
+                with use_clock(self.clock.now):
                     yield
             finally:
                 self._loop_thread = None
-
-    @property
-    def in_loop(self) -> bool:
-        return self._loop_thread == threading.get_ident()
 
     def _run_idle(self, max_steps: int, count_steps: bool = False) -> int:
         total = 0
@@ -243,13 +240,9 @@ class _Loop:
         return min(candidates) if candidates else None
 
     def _timer_task(self, entry: tuple) -> _Task | None:
-        """The timer a queue entry stands for, or None once nobody can receive it.
-
-        A cancelled timer is still delivered: the extension cancels only the .NET task, the timer
-        message already sits in the backend's queue and fires into the instance (one more episode,
-        nothing to do; ``TaskOrchestrationContext.HandleTimerFiredEvent`` logs it as a duplicate).
-        A timer of a finished or continued-as-new execution is dropped (``_live``).
-        """
+        """The timer a queue entry stands for, or None once nobody can receive it: a cancelled timer
+        still fires into a running instance (``TaskOrchestrationContext.HandleTimerFiredEvent``), one
+        of a finished or continued-as-new execution is dropped (docs/durable-test-host.md, "Timers")."""
         _, _, instance_id, execution_id, task_id = entry
         inst = self._live(instance_id, execution_id)
         return None if inst is None else inst.execution.tasks.get(task_id)

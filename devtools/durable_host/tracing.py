@@ -1,8 +1,4 @@
-"""Tracing: the timeline every test failure prints, and the diagnosis a TimeoutError carries.
-
-A host run is only debuggable if it says what it did in host time; these helpers are shared by all
-the other concerns, so they live in one mixin the host class composes.
-"""
+"""Tracing: the timeline every test failure prints, and the diagnosis a TimeoutError carries."""
 
 from __future__ import annotations
 
