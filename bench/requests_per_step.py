@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools import request_counter as rc
-from devtools import request_end_to_end
+from devtools import request_scenarios
 from devtools.azurite import Azurite, private_env
 from devtools.logs import quiet_logging
 from devtools.request_counter import RequestCounter, StorageRequest, pattern_operation
@@ -100,7 +100,7 @@ def per_operation(azurite: Azurite) -> float:
 
 
 def end_to_end(azurite: Azurite, workflows: int) -> tuple[float, int]:
-    counts = request_end_to_end.end_to_end(azurite, workflows)
+    counts = request_scenarios.end_to_end(azurite, workflows)
     steps = counts.steps
     print()
     print(f"2. end to end: {workflows} x {WORKFLOW} started together on the in-process host ({steps} steps)")
@@ -125,7 +125,7 @@ LARGE_PLAN_CHARS = 100_000  # a plan over a ledger property (32,000 characters):
 def large_payloads(azurite: Azurite, workflows: int, inline_counted: int) -> float:
     """The end-to-end run with a large ``plan``: what the blob path costs per large payload."""
     large_input = {**WORKFLOW_INPUT, "plan": "p" * LARGE_PLAN_CHARS}
-    counts = request_end_to_end.end_to_end(azurite, workflows, large_input)
+    counts = request_scenarios.end_to_end(azurite, workflows, large_input)
     blob = [r for r in counts.counted if r.service == "blob"]
     payloads = 2 * workflows  # per workflow: its input (instance record), send_welcome's input
     # creating the container is a local run's (Azure provisions it): once per process, not per payload

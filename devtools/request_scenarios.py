@@ -1,9 +1,11 @@
-"""Deterministic scenarios that count the storage requests of each operation of the pattern.
+"""Scenarios that count the storage requests of each operation of the pattern: driven through the
+function bodies (``step_operations``, ``watchdog_tick``) and whole workflows end to end
+(``end_to_end``).
 
 Shared by ``bench/requests_per_step.py`` (which prints them) and ``tests/perf`` (which pins them), so
-the pinned table and the printed one are the same measurement (docs/capacity.md). Both need
-``Services`` built *after* the counter was installed (the hook wraps clients as they are built) and
-the storage-queue transport.
+the pinned table and the printed one are the same measurement (docs/capacity.md). The driven ones
+need ``Services`` built *after* the counter was installed (the hook wraps clients as they are built)
+and the storage-queue transport.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from devtools.request_counter import (
     AGENT_EFFECT,
     CREATE_STEPS,
     DISPATCH,
+    HARNESS,
     QUEUE_DELETE,
     QUEUE_RECEIVE,
     REPLY,
@@ -27,6 +30,7 @@ from devtools.request_counter import (
     WORKER_RECORD,
     RequestCounter,
     StorageRequest,
+    pattern_operation,
 )
 from workflow_core.runtime import Services
 
@@ -101,10 +105,6 @@ class StepCounts:
     @property
     def total_excluding_effect(self) -> int:
         return sum(n for label, n in self.by_operation.items() if label != AGENT_EFFECT)
-
-    @property
-    def per_step(self) -> float:
-        return self.total_excluding_effect / self.steps
 
 
 def step_operations(
@@ -301,3 +301,53 @@ def watchdog_tick(
         requests=list(made),
         index_table=services.settings.deadline_index_table,
     )
+
+
+@dataclass
+class EndToEndCounts:
+    """What ``workflows`` whole runs cost: ``counted`` are the product's requests."""
+
+    workflows: int
+    steps: int
+    index_table: str  # the deadline index's table (its requests are named by it)
+    counted: list[StorageRequest] = field(default_factory=list)
+    idle: list[StorageRequest] = field(default_factory=list)
+    effect: list[StorageRequest] = field(default_factory=list)
+    observed: list[StorageRequest] = field(default_factory=list)
+
+    @property
+    def by_operation(self) -> Counter[str | None]:
+        return Counter(r.label for r in self.counted)
+
+
+def end_to_end(azurite: Any, workflows: int, workflow_input: dict[str, Any] | None = None) -> EndToEndCounts:
+    """Start ``workflows`` three-step workflows together through the real starter, orchestrators,
+    worker and result handler on the durable test host, run them to completion, count what they cost
+    (``workflow_input``: another input than ``WORKFLOW_INPUT``, e.g. one with a large field).
+
+    Left out of the per-step figure, and counted apart: receives that came back empty (how often an
+    idle queue is polled is the host's choice, not a step's cost), the example agent's own effect,
+    and the harness reading its ledger to observe it."""
+    base = WORKFLOW_INPUT if workflow_input is None else workflow_input
+    forget_effect_clients()
+    from devtools.harness import PatternHarness
+
+    with (
+        RequestCounter(classify=pattern_operation) as counter,
+        PatternHarness(azurite, watchdog_every=None, settings={"WATCHDOG_GRACE_SECONDS": "30"}) as h,
+    ):
+        counter.reset()  # the harness's setup (tables, queues) is not a step's cost
+        iids = [h.start_workflow(WORKFLOW, {**base, "tenant_id": f"t{n}"}) for n in range(workflows)]
+        for iid in iids:
+            status = h.run_until_complete(iid, timeout=timedelta(hours=1))
+            if not isinstance(status.output, dict) or status.output.get("status") != "succeeded":
+                raise RuntimeError(f"{iid} did not succeed: {status.runtime_status} {status.output}")
+        made = counter.snapshot()
+        steps = sum(len(h.steps(iid)) for iid in iids)
+        index_table = h.settings.deadline_index_table
+    idle = [r for r in made if r.op == "receive" and r.empty]
+    effect = [r for r in made if r.label == AGENT_EFFECT]
+    observed = [r for r in made if r.label == HARNESS]
+    excluded = {id(r) for r in (*idle, *effect, *observed)}
+    counted = [r for r in made if id(r) not in excluded]
+    return EndToEndCounts(workflows, steps, index_table, counted, idle, effect, observed)

@@ -139,7 +139,7 @@ def test_clients_built_after_the_counter_is_removed_are_not_counted(azurite):
     assert counter.requests == []
 
 
-# Whole workflows on the in-process durable host (devtools.request_end_to_end): what a real run adds
+# Whole workflows on the in-process durable host (devtools.request_scenarios.end_to_end): what a real run adds
 # to the driven scenario above (the HTTP start and its instance record, settling the instance,
 # batched receives). Receives depend on timing (a pump takes up to 16 messages at once), so they are
 # bounded, not pinned.
@@ -170,7 +170,7 @@ E2E_ONCE = {rc.DEFINITION_STORE: 1}  # the first start of this definition versio
 
 
 def test_requests_of_whole_workflows_end_to_end(azurite):
-    from devtools.request_end_to_end import end_to_end
+    from devtools.request_scenarios import end_to_end
 
     counts = end_to_end(azurite, workflows=2)
 
