@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devtools.durable_host.failures import parse_failure
 from devtools.durable_host.history import (
     ActionType,
     HistoryEventType,
     flatten_actions,
     json_value,
+    parse_failure,
     parse_time,
     replay,
     schema_fields,

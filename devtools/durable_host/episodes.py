@@ -11,7 +11,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from .failures import orchestrator_failure, parse_failure
 from .history import (
     ActionType,
     action_label,
@@ -19,6 +18,8 @@ from .history import (
     flatten_actions,
     format_time,
     make_event,
+    orchestrator_failure,
+    parse_failure,
     parse_time,
     replay,
     schema_fields,
@@ -35,7 +36,7 @@ from .state import (
     _Retry,
     _Task,
 )
-from .tracing import _delta
+from .timers import _delta
 
 #: The events that answer a task, and the field naming the task they answer.
 _ANSWERS = {

@@ -45,8 +45,7 @@ from .state import (
     _played,
     _WorkItem,
 )
-from .timers import _Loop
-from .tracing import _short, _Tracing
+from .timers import _Loop, _short, _Tracing
 
 #: The replay schemas the SDK speaks (V1-V3); the extension announces V3, so 2 is the default
 #: (docs/durable-test-host.md, "Schema version").

@@ -12,8 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from .aio import call_maybe_async
-from .failures import activity_failure
-from .history import make_event
+from .history import activity_failure, make_event
 from .state import (
     RUNNING_STATUSES,
     TERMINAL_STATUSES,
@@ -28,7 +27,7 @@ from .state import (
     _Task,
     _WorkItem,
 )
-from .tracing import _short
+from .timers import _short
 
 
 class _Lifecycle:
