@@ -1,11 +1,7 @@
 """``./scripts/demo --serve``: the operator console on http://127.0.0.1:PORT, with workflows to act on.
 
-It runs the real app in one process, as ``./scripts/demo`` does, serves the app's HTTP functions on a
-socket, and first runs a few workflows with injected faults (``ConsoleDemo.seed``) so the console has
-something to show; then it keeps serving, with the virtual clock running ``--speed`` times faster
-than the wall clock. It uses Azurite on its default ports and the default table names, so the
-operator CLI reads the same ledger through ``local.settings.json``; a second demo moves to the next
-free port with an Azurite of its own (README.md, "Operators").
+It runs the real app in one process, seeds a few workflows with injected faults, then keeps serving
+with the virtual clock running ``--speed`` times faster than the wall clock (README.md, "Operators").
 """
 
 from __future__ import annotations

@@ -3,12 +3,8 @@
     .venv/bin/python -m devtools.contract_schemas            # (re)write docs/schemas/
     .venv/bin/python -m devtools.contract_schemas --check    # exit 1 when a committed file is stale
 
-The schemas are generated from the pydantic models the app itself validates every message with
-(``workflow_core.contracts``: ``WorkMessage`` on the work queue, ``ResultMessage`` on the result
-queue; ``workflow_core.agent_messages.Heartbeat``, a message-only agent's, on the result queue too),
-with the id, name and time rules those models check published as ``pattern``, ``maxLength`` and
-``format``. ``tests/transport/test_message_schemas.py`` keeps the committed files equal to the
-models and checks every message a whole workflow run sends against them.
+The schemas are generated from the pydantic models the app itself validates every message with;
+``tests/transport/test_message_schemas.py`` keeps the committed files equal to the models.
 """
 
 from __future__ import annotations

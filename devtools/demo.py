@@ -3,10 +3,8 @@
     python -m devtools.demo provision-tenant --stall register_dns
     python -m devtools.demo --serve [--port 7072]   # the operator console, see devtools.console_demo
 
-It starts its own Azurite, runs the real app (HTTP starter, orchestrators, agents, watchdog) through
-``devtools.harness`` on a virtual clock, injects the fault you ask for (``--help``; README.md shows
-one run per fault), and prints the step ledger's timeline as it happens (``devtools.demo_narrator``)
-and the final state of every step.
+It runs the real app through ``devtools.harness`` on a virtual clock with its own Azurite, injects
+the fault you ask for (README.md shows one run per fault) and narrates the step ledger.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""What both demos check before they start anything: the definitions in ``workflows/`` load and every
-agent they name has a handler, and the input a demo starts a workflow with: ``--input`` or the
-definition's own ``sample_input`` (``workflows/README.md``), checked against its input schema here so
-that a missing or wrong input is one ``error:`` line saying what to pass, never the starter's 400.
-
-Its own module so that ``./scripts/demo`` and ``./scripts/demo --serve`` (``devtools.console_demo``)
-share it without importing each other: a broken YAML stops either with one ``error:`` line naming
-the file, before Azurite or a server is started.
+"""What both demos check before they start anything (definitions, agents, the input), so that a
+broken YAML or a wrong input is one ``error:`` line saying what to fix, before Azurite or a server
+starts, never the starter's 400. Its own module so the two demos need not import each other.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The app's HTTP functions on a real socket, without Core Tools: a stand-in for the Functions host's
 HTTP front end, for the console demo and the browser tests.
 
-Routes come from the registered functions themselves (``route``, ``methods``, route parameters with
-``{name}`` and catch-all ``{*name}``, under host.json's ``routePrefix``), and each request is handed to
-the function body as a real ``azure.functions.HttpRequest`` with the durable test host's client, as
-the Functions host would. The durable host is single-threaded: a request runs while holding its lock,
-between two steps of the loop that moves the workflows on.
+Routes come from the registered functions themselves, under host.json's ``routePrefix``; each
+request reaches its body as a real ``azure.functions.HttpRequest`` with the durable test host's
+client. The durable host is single-threaded: a request runs while holding its lock, between steps.
 """
 
 from __future__ import annotations

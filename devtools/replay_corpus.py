@@ -1,11 +1,8 @@
 """Record the replay corpus: orchestration histories of representative runs, for the replay check.
 
-Each scenario runs the whole pattern on the durable test host (``devtools.harness``, on Azurite) and
-saves the history of every orchestration it ran (the workflow, its parallel steps, its compensation)
-as one replay file. The corpus is committed under ``tests/replay_corpus/``; the tests replay it
-against the current orchestrator code (``devtools.replay_check``), so a change that would break
-instances in flight fails CI. Re-record after a *deliberate* change of the orchestrators' actions
-(and handle the instances still in flight, docs/scheduler.md)::
+Each scenario runs the whole pattern on the durable test host and saves the history of every
+orchestration it ran as one replay file (docs/scheduler.md, "The replay check"). Re-record after a
+*deliberate* change of the orchestrators' actions (and handle the instances still in flight)::
 
     .venv/bin/python -m devtools.replay_corpus tests/replay_corpus
 

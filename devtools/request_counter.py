@@ -8,11 +8,8 @@
             dispatch_step(payload, services)
         print(counter.by_label())
 
-How it attaches: :func:`workflow_core.storage_clients.add_transport_hook` wraps the transport of every
-Table and Queue client built while the counter is installed (the ledger's, the queues', the example
-agent's effect table). Each request that reaches the wire is one :class:`StorageRequest`: a retry is
-a second request, an entity-group transaction is one request (``op="batch"``, with its size), a
-queue receive records whether it came back empty. Clients built before ``install()`` are not counted.
+It is a transport hook (docs/capacity.md): only clients built while it is installed are counted. A
+retry is a second request, an entity-group transaction one (``op="batch"``, with its size).
 
 Labels: the innermost :meth:`RequestCounter.scope` (a context variable, so it follows
 ``asyncio.to_thread``), else ``classify()`` called on the requesting thread (e.g.

@@ -61,12 +61,7 @@ def binding_context(host: Any) -> dict:
 
 
 class DurableTestClient(DurableOrchestrationClient):
-    """``DurableOrchestrationClient`` bound to a :class:`DurableTestHost`.
-
-    Pass it wherever a function body expects its ``client`` parameter::
-
-        response = host.call(http_start, req, client=host.client)
-    """
+    """``DurableOrchestrationClient`` bound to a :class:`DurableTestHost` (``host.client``)."""
 
     def __init__(self, host: Any) -> None:
         super().__init__(json.dumps(binding_context(host)))

@@ -213,12 +213,8 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         return function.get_user_function()
 
     def call(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
-        """Call a function body (sync or async) under the host clock and return its result.
-
-        Accepts a function name (see :meth:`function`), a decorated function or the plain callable.
-        For a function declared with ``durable_client_input`` the SDK's wrapper, which would build a
-        client from a binding string, is bypassed so ``client=host.client`` can be passed as is.
-        """
+        """Call a function body (sync or async, by name or as a function) under the host clock. The
+        SDK's ``durable_client_input`` wrapper is bypassed so ``client=host.client`` passes as is."""
         target: Any = self.function(fn) if isinstance(fn, str) else fn
         if _is_function(target):
             target = target.get_user_function()
