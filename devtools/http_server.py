@@ -95,7 +95,7 @@ class _QuietOnHangUp(ThreadingHTTPServer):
 class AppHttpServer:
     """Serves ``routes`` on ``127.0.0.1:port`` (0: a free port), calling each body through ``host``."""
 
-    def __init__(self, host: Any, routes: list[Route], port: int = 0, bind: str = "127.0.0.1") -> None:
+    def __init__(self, host: Any, routes: list[Route], port: int = 0) -> None:
         self.host = host
         self.routes = routes
         self.lock = host._lock  # the durable host's loop lock: a request never runs mid-step
@@ -117,10 +117,10 @@ class AppHttpServer:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
-        self.httpd = _QuietOnHangUp((bind, port), Handler)
+        self.httpd = _QuietOnHangUp(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.url = f"http://{bind}:{self.port}"
+        self.url = f"http://127.0.0.1:{self.port}"
         self._thread: threading.Thread | None = None
 
     def start(self) -> AppHttpServer:

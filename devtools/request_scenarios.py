@@ -107,9 +107,7 @@ class StepCounts:
         return sum(n for label, n in self.by_operation.items() if label != AGENT_EFFECT)
 
 
-def step_operations(
-    services: Services, counter: RequestCounter, *, instance_id: str | None = None
-) -> StepCounts:
+def step_operations(services: Services, counter: RequestCounter) -> StepCounts:
     """Drive one ``provision-tenant`` workflow through the real function bodies, one message per receive
     (so queue figures are the unbatched worst case); count the requests of each operation."""
     from activities import handle_result, process_work_message
@@ -127,7 +125,7 @@ def step_operations(
 
     settings = services.settings
     transport = services.transport
-    instance = instance_id or f"req{uuid.uuid4().hex[:12]}"
+    instance = f"req{uuid.uuid4().hex[:12]}"
     client = _EventClient()
     deadline = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()
     # the example agent's effect table: a client built now (so it is counted, as the agent's) and
@@ -221,9 +219,7 @@ class TickCounts:
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def make_overdue(
-    services: Services, count: int, *, now: datetime = NOW, prefix: str = "late", watched: bool = False
-) -> list[str]:
+def make_overdue(services: Services, count: int, *, now: datetime = NOW, watched: bool = False) -> list[str]:
     """``count`` Running steps, one instance each, claimed by a worker, deadline 5 min before ``now``.
 
     ``watched``: each has a supervised instance record whose scheduler still keeps its promise, and
@@ -235,7 +231,7 @@ def make_overdue(
     ledger = services.ledger
     instances = []
     for n in range(count):
-        instance = f"{prefix}{uuid.uuid4().hex[:10]}{n:04d}"
+        instance = f"late{uuid.uuid4().hex[:10]}{n:04d}"
         handle = None
         if watched:
             with clock.use_clock(lambda: now - timedelta(minutes=30)):
