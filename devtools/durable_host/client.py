@@ -77,21 +77,14 @@ class ExtensionHttpApi:
     def __init__(self, host: Any) -> None:
         self._host = host
 
-    # The SDK's transport signatures (models/utils/http_utils.py).
-    async def post(
-        self,
-        url: str,
-        data: Any = None,
-        trace_parent: str | None = None,
-        trace_state: str | None = None,
-        function_invocation_id: str | None = None,
-    ) -> list[Any]:
+    # The SDK's transport functions (models/utils/http_utils.py); trace and invocation ids are ignored.
+    async def post(self, url: str, data: Any = None, *_: Any, **__: Any) -> list[Any]:
         return self.handle("POST", url, data)
 
-    async def get(self, url: str, function_invocation_id: str | None = None) -> list[Any]:
+    async def get(self, url: str, *_: Any, **__: Any) -> list[Any]:
         return self.handle("GET", url, None)
 
-    async def delete(self, url: str, function_invocation_id: str | None = None) -> list[Any]:
+    async def delete(self, url: str, *_: Any, **__: Any) -> list[Any]:
         return self.handle("DELETE", url, None)
 
     def handle(self, method: str, url: str, body: Any) -> list[Any]:

@@ -32,6 +32,9 @@ from .state import (
     _Task,
 )
 
+#: Loop iterations one run to idle may take before the host calls it a livelock.
+MAX_STEPS = 100_000
+
 
 class _Loop:
     """Running the host: steps, idling, skipping virtual time, firing timers."""
@@ -88,16 +91,13 @@ class _Loop:
         with self._running():
             return self._step()
 
-    def run_until_idle(self, max_steps: int = 10_000) -> int:
+    def run_until_idle(self) -> int:
         """Run everything that can run at the current time; returns the work done. Never skips time."""
         with self._running():
-            return self._run_idle(max_steps)
+            return self._run_idle()
 
     def run_until(
-        self,
-        predicate: Callable[[], bool],
-        timeout_virtual: timedelta = timedelta(days=1),
-        max_steps: int = 100_000,
+        self, predicate: Callable[[], bool], timeout_virtual: timedelta = timedelta(days=1)
     ) -> None:
         """Run, skipping time to the next timer whenever idle, until ``predicate()`` holds.
 
@@ -106,9 +106,8 @@ class _Loop:
         """
         with self._running():
             deadline = self.clock.now() + timeout_virtual
-            steps = 0
             while True:
-                steps += self._run_idle(max_steps - steps, count_steps=True)
+                self._run_idle()
                 if predicate():
                     return
                 wake = self._next_wakeup()
@@ -135,30 +134,25 @@ class _Loop:
                         self._lock.acquire()
 
     def run_until_complete(
-        self, instance_id: str, timeout_virtual: timedelta = timedelta(days=1), max_steps: int = 100_000
+        self, instance_id: str, timeout_virtual: timedelta = timedelta(days=1)
     ) -> DurableOrchestrationStatus:
         """Run until the instance is Completed, Failed or Terminated; returns its status."""
         self._require(instance_id)
-        self.run_until(
-            lambda: self._instances[instance_id].status in TERMINAL_STATUSES, timeout_virtual, max_steps
-        )
+        self.run_until(lambda: self._instances[instance_id].status in TERMINAL_STATUSES, timeout_virtual)
         return self.get_status(instance_id)
 
-    def advance(self, delta: timedelta, max_steps: int = 100_000) -> None:
+    def advance(self, delta: timedelta) -> None:
         """Move the virtual clock forward by ``delta``, firing timers in order and running to idle."""
         if not self.clock.is_virtual:
             raise RuntimeError("advance() needs a virtual clock")
         with self._running():
             target = self.clock.now() + delta
-            steps = self._run_idle(max_steps, count_steps=True)
-            while True:
-                wake = self._next_wakeup()
-                if wake is None or wake > target:
-                    break
+            self._run_idle()
+            while (wake := self._next_wakeup()) is not None and wake <= target:
                 self.clock.advance_to(wake)
-                steps += self._run_idle(max_steps - steps, count_steps=True)
+                self._run_idle()
             self.clock.advance_to(target)
-            self._run_idle(max_steps - steps)
+            self._run_idle()
 
     @property
     def iteration_busy(self) -> bool:
@@ -190,15 +184,15 @@ class _Loop:
             finally:
                 self._loop_thread = None
 
-    def _run_idle(self, max_steps: int, count_steps: bool = False) -> int:
+    def _run_idle(self) -> int:
         total = 0
-        for steps in range(max(max_steps, 1)):
+        for _ in range(MAX_STEPS):
             work = self._step()
             if work == 0:
-                return steps if count_steps else total
+                return total
             total += work
         raise RuntimeError(
-            self._diagnose(f"still busy after {max_steps} steps: an orchestrator or a pump never goes idle")
+            self._diagnose(f"still busy after {MAX_STEPS} steps: an orchestrator or a pump never goes idle")
         )
 
     def _step(self) -> int:
