@@ -54,8 +54,8 @@ def binding_context(host: Any) -> dict:
     """The client binding data of the in-process host (its HTTP API is answered without sockets)."""
     return client_binding(
         origin=host.base_url,
-        task_hub=host.task_hub,
-        query=f"taskHub={host.task_hub}&connection=Storage",
+        task_hub="TestHubName",
+        query="taskHub=TestHubName&connection=Storage",
         rpc_base_url=f"http://127.0.0.1:17071{RPC_PATH}",
     )
 

@@ -63,7 +63,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         activities: dict[str, Callable] | None = None,
         clock: VirtualClock | RealClock | str | None = None,
         schema_version: int = 2,
-        on_progress: Callable[[datetime, str, str], None] | None = None,
         poll_interval: float = 0.002,
     ) -> None:
         if schema_version not in SUPPORTED_SCHEMA_VERSIONS:
@@ -82,8 +81,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             clock = RealClock()
         self.clock = clock
         self.schema_version = schema_version
-        self.on_progress = on_progress
-        self.task_hub = "TestHubName"
         self.base_url = "http://localhost:7071"
         self.poll_interval = poll_interval
 

@@ -303,10 +303,7 @@ class _Tracing:
         return "\n".join(f"{_offset(t - start)}  {text}" for t, text in self.timeline(instance_id))
 
     def _log(self, instance_id: str, text: str) -> None:
-        now = self.clock.now()
-        self._timeline.append((now, instance_id, text))
-        if self.on_progress is not None:
-            self.on_progress(now, instance_id, text)
+        self._timeline.append((self.clock.now(), instance_id, text))
 
     def _diagnose(self, reason: str) -> str:
         lines = [reason]
