@@ -160,13 +160,12 @@ class _CountingTransport(HttpTransport):
             return self._inner.send(request, **kwargs)
         label = self._counter.label()
         started = time.perf_counter()
+        response = None
         try:
             response = self._inner.send(request, **kwargs)
-        except Exception:
-            self._counter.record(describe(request, None), label, time.perf_counter() - started)
-            raise
-        self._counter.record(describe(request, response), label, time.perf_counter() - started)
-        return response
+            return response
+        finally:
+            self._counter.record(describe(request, response), label, time.perf_counter() - started)
 
     def open(self) -> None:
         self._inner.open()

@@ -52,9 +52,6 @@ class VirtualClock:
                 self._now = when
             return self._now
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.now().isoformat()})"
-
 
 class FlowingClock(VirtualClock):
     """A virtual clock that also moves with the wall clock between skips, so history timestamps
@@ -80,11 +77,3 @@ class RealClock:
 
     def now(self) -> datetime:
         return datetime.now(UTC)
-
-    def advance(self, delta: timedelta) -> datetime:
-        raise RuntimeError("the real clock cannot be advanced: use a VirtualClock to skip time")
-
-    advance_to = advance
-
-    def __repr__(self) -> str:
-        return "RealClock()"

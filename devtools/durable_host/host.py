@@ -169,7 +169,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             inst.output = reason
             inst.updated = now
             self._log(instance_id, f"terminated: {reason!r}")
-            # The parent hears the termination reason itself, with no details (see failures.py).
+            # The parent hears the termination reason, no details (``TaskOrchestrationDispatcher``).
             self._notify_parent(inst, failed=True, reason=reason, details=None)
             return True
 
