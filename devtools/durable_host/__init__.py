@@ -6,7 +6,6 @@ from .clock import DEFAULT_EPOCH, FlowingClock, RealClock, VirtualClock
 from .host import (
     DurableTestHost,
     InstanceCompletedError,
-    InstanceNotFoundError,
     OrchestrationAlreadyExistsError,
 )
 
@@ -16,7 +15,6 @@ __all__ = [
     "DurableTestHost",
     "FlowingClock",
     "InstanceCompletedError",
-    "InstanceNotFoundError",
     "OrchestrationAlreadyExistsError",
     "RealClock",
     "VirtualClock",
