@@ -29,6 +29,7 @@ from devtools.request_counter import (
     StorageRequest,
 )
 from workflow_core.runtime import Services
+from workflow_core.workflows import get_workflow, version_of
 
 WORKFLOW = "provision-tenant"
 WORKFLOW_INPUT = {"tenant_id": "bench", "admin_email": "admin@bench.example", "plan": "basic"}
@@ -246,6 +247,7 @@ def make_overdue(
                         actor="bench",
                         input_json=encode_json(WORKFLOW_INPUT),
                         scheduler_deadline=now + timedelta(minutes=10),
+                        version=version_of(get_workflow(WORKFLOW)),
                     )
                 )
         (record,) = ledger.create_steps(
