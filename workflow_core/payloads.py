@@ -77,9 +77,9 @@ def reference_to(data: bytes) -> dict[str, Any]:
     return {REFERENCE_KEY: f"sha256:{hashlib.sha256(data).hexdigest()}", SIZE_KEY: len(data)}
 
 
-def as_stored(value: Any, inline_chars: int = INLINE_PAYLOAD_CHARS) -> Any:
+def as_stored(value: Any) -> Any:
     """What :meth:`PayloadStore.stored` writes for ``value``, without I/O."""
-    if value is None or is_reference(value) or len(encode_json(value)) <= inline_chars:
+    if value is None or is_reference(value) or len(encode_json(value)) <= INLINE_PAYLOAD_CHARS:
         return value
     return reference_to(canonical_json(value))
 
@@ -118,14 +118,12 @@ class PayloadStore:
         container: Any | Callable[[], Any],
         *,
         max_bytes: int = PAYLOAD_CEILING_BYTES,
-        inline_chars: int = INLINE_PAYLOAD_CHARS,
     ) -> None:
         self._container = container
         self._made: Any = None
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, Any] = OrderedDict()
         self.max_bytes = max_bytes
-        self.inline_chars = inline_chars
 
     @property
     def container(self) -> Any:
@@ -142,7 +140,7 @@ class PayloadStore:
 
     def stored(self, value: Any) -> Any:
         """``value`` as the ledger and messages carry it (a reference: to a blob that now exists)."""
-        kept = as_stored(value, self.inline_chars)
+        kept = as_stored(value)
         if kept is value:
             return value
         data = canonical_json(value)

@@ -319,6 +319,3 @@ class TransactionTableClient(TableClient):
             _validate_tablename_error(decoded, table_name)
             raise decoded
         return [{} if part.etag is None else {"etag": part.etag} for part in parts]
-
-
-__all__ = ["TransactionTableClient", "decode_transaction_response", "encode_transaction", "serialize_request"]

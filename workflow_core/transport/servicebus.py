@@ -82,17 +82,13 @@ class ServiceBusTransport(Transport):
         fully_qualified_namespace: str,
         *,
         client_id: str | None = None,
-        credential: Any = None,
         min_wait_seconds: float = 1.0,
-        client_kwargs: dict[str, Any] | None = None,
     ) -> ServiceBusTransport:
         """Identity-based; the identity needs the Service Bus Data Sender and Data Receiver roles."""
-        if credential is None:
-            from azure.identity import DefaultAzureCredential
+        from azure.identity import DefaultAzureCredential
 
-            credential = DefaultAzureCredential(managed_identity_client_id=client_id)
-        client = ServiceBusClient(fully_qualified_namespace, credential, **(client_kwargs or {}))
-        return cls(client, min_wait_seconds=min_wait_seconds)
+        credential = DefaultAzureCredential(managed_identity_client_id=client_id)
+        return cls(ServiceBusClient(fully_qualified_namespace, credential), min_wait_seconds=min_wait_seconds)
 
     @classmethod
     def from_connection(cls, connection: ServiceBusConnection, **kwargs: Any) -> ServiceBusTransport:
@@ -336,6 +332,3 @@ def _text(value: Any) -> Any:
 
 def _value(value: Any) -> Any:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else value
-
-
-__all__ = ["DEAD_LETTER_SUFFIX", "ServiceBusTransport"]
