@@ -1,14 +1,8 @@
-"""Payloads larger than a ledger property: stored once in Blob Storage, passed around by reference.
+"""Payloads larger than a ledger property: stored once in Blob Storage, passed around by reference
+(the format and its rules: docs/contracts.md, "Payloads: inline or by blob reference").
 
-A payload may be up to ``MAX_PAYLOAD_BYTES`` of JSON, but a ledger property holds 32,000 characters
-and a queue message less than 64 KiB. So writers ask :meth:`PayloadStore.stored` for the form to
-write (the value itself while it fits inline, else a reference ``{"$blob": "sha256:<hex>", "size":
-<bytes>}``), and readers ask :meth:`PayloadStore.resolve`. Nothing else knows.
-
-The blob is content-addressed, so a write is idempotent (``If-None-Match: *``; "already exists" is
-success, and moves its Last-Modified to now so the lifecycle rule never deletes a payload a newer
-instance still names), and a resolved blob is checked against its digest and size. Blobs are
-deleted only by the container's lifecycle rule (``infra/``).
+Writers ask :meth:`PayloadStore.stored` for the form to write, readers ask
+:meth:`PayloadStore.resolve`; nothing else knows.
 """
 
 from __future__ import annotations

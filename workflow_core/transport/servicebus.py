@@ -1,10 +1,9 @@
-"""The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API).
+"""The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API); what
+it guarantees: docs/transport.md, "What each adapter guarantees".
 
-Settling goes through the receiver that received the message; the lock lasts the queue's
-``LockDuration`` (``lock_seconds`` is ignored). ``delivery_count`` is 1 on the first delivery: the
-AMQP header says "deliveries so far - 1", and this adapter adds 1 as the .NET SDK does. There is no
-"return at once if empty" receive: ``wait_seconds=0`` waits ``min_wait_seconds``. Senders and
-receivers are cached per entity path, each behind a lock, so threads can share one transport.
+``delivery_count`` is 1 on the first delivery: the AMQP header says "deliveries so far - 1", and this
+adapter adds 1 as the .NET SDK does. Senders and receivers are cached per entity path, each behind a
+lock, so threads can share one transport.
 """
 
 from __future__ import annotations
