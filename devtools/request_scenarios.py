@@ -33,6 +33,7 @@ from devtools.request_counter import (
     pattern_operation,
 )
 from workflow_core.runtime import Services
+from workflow_core.workflows import get_workflow, version_of
 
 WORKFLOW = "provision-tenant"
 WORKFLOW_INPUT = {"tenant_id": "bench", "admin_email": "admin@bench.example", "plan": "basic"}
@@ -242,6 +243,7 @@ def make_overdue(services: Services, count: int, *, now: datetime = NOW, watched
                         actor="bench",
                         input_json=encode_json(WORKFLOW_INPUT),
                         scheduler_deadline=now + timedelta(minutes=10),
+                        version=version_of(get_workflow(WORKFLOW)),
                     )
                 )
         (record,) = ledger.create_steps(

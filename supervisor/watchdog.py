@@ -91,7 +91,7 @@ async def run_tick(
     limit = batch_size or settings.watchdog_batch_size
     started = time.perf_counter()
     index_before, steps_before = ledger.stats.index_entities_read, ledger.stats.step_entities_read
-    with telemetry_instruments.tracer().start_as_current_span(
+    with telemetry_instruments.current().tracer.start_as_current_span(
         "sas.watchdog.tick", attributes={"sas.tick_id": report.tick_id, "sas.batch_size": limit}
     ) as span:
         try:

@@ -93,14 +93,9 @@ class StepDispatch(_Model):
 
 
 class ResultBasis(_Model):
-    """A success the scheduler took unread (``ReplyVersions``), passed to its next ledger write.
-
-    That write's transaction deletes the *basis row* the worker inserted with the success, named by
-    the reply's ``digest`` (``messages.reply_digest``), so it lands only if the ledger recorded
-    exactly that reply. Without the row (a forged reply, or a re-run after the write landed) the
-    activity reads the step: it goes on only if that attempt succeeded with output of
-    ``output_digest``, else answers ``basis-refused`` without writing, and the scheduler waits for
-    the ledger's word again."""
+    """A success the scheduler took unread (``ReplyVersions``), passed to its next ledger write, whose
+    transaction deletes the *basis row* named by ``digest`` (``messages.reply_digest``): it lands only
+    if the ledger recorded exactly that reply (the fallback: docs/contracts.md, "Trust only the ledger")."""
 
     step_id: StepId  # names a basis row's RowKey: checked like every key before a transaction
     attempt: int = Field(ge=1)
@@ -228,12 +223,9 @@ class ResultVerdict(_Model):
 
 
 class ConfirmedResult(ResultMessage):
-    """The event the result handler raises: the ledger's verdict and the attempt's ``ledger_token``.
-
-    The token is random per attempt and in no message, so only a ledger reader knows it: an event
-    carrying the token the dispatch returned was built from a ledger read, and the orchestrator
-    takes ``verdict`` unread. Any other event is only a signal: the orchestrator asks the ledger.
-    """
+    """The event the result handler raises: the ledger's verdict and the attempt's ``ledger_token``,
+    random per attempt and in no message, so only a ledger reader knows it: an event carrying it is
+    taken unread, any other is only a signal (docs/contracts.md, "Trust only the ledger")."""
 
     ledger_token: str = Field(min_length=16, max_length=64)
     verdict: ResultVerdict

@@ -39,13 +39,11 @@ class LedgerGauges:
         *,
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
-        cap: int = DEFAULT_CAP,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ledger_source = ledger_source
         self._ttl = ttl_seconds
         self._stale_after = stale_after_seconds
-        self._cap = cap
         self._monotonic = monotonic
         self._in_flight: tuple[float, int] | None = None
         self._lock = threading.Lock()
@@ -58,7 +56,7 @@ class LedgerGauges:
                 ledger = self._ledger_source()
                 if ledger is None:
                     return {}
-                self._in_flight = (now, ledger.count_in_flight(self._cap))
+                self._in_flight = (now, ledger.count_in_flight(DEFAULT_CAP))
             return self._in_flight[1]
 
     def overdue(self) -> int | dict[str, int]:

@@ -1,14 +1,8 @@
-"""Payloads larger than a ledger property: stored once in Blob Storage, passed around by reference.
+"""Payloads larger than a ledger property: stored once in Blob Storage, passed around by reference
+(the format and its rules: docs/contracts.md, "Payloads: inline or by blob reference").
 
-A payload may be up to ``MAX_PAYLOAD_BYTES`` of JSON, but a ledger property holds 32,000 characters
-and a queue message less than 64 KiB. So writers ask :meth:`PayloadStore.stored` for the form to
-write (the value itself while it fits inline, else a reference ``{"$blob": "sha256:<hex>", "size":
-<bytes>}``), and readers ask :meth:`PayloadStore.resolve`. Nothing else knows.
-
-The blob is content-addressed, so a write is idempotent (``If-None-Match: *``; "already exists" is
-success, and moves its Last-Modified to now so the lifecycle rule never deletes a payload a newer
-instance still names), and a resolved blob is checked against its digest and size. Blobs are
-deleted only by the container's lifecycle rule (``infra/``).
+Writers ask :meth:`PayloadStore.stored` for the form to write, readers ask
+:meth:`PayloadStore.resolve`; nothing else knows.
 """
 
 from __future__ import annotations
@@ -77,9 +71,9 @@ def reference_to(data: bytes) -> dict[str, Any]:
     return {REFERENCE_KEY: f"sha256:{hashlib.sha256(data).hexdigest()}", SIZE_KEY: len(data)}
 
 
-def as_stored(value: Any, inline_chars: int = INLINE_PAYLOAD_CHARS) -> Any:
+def as_stored(value: Any) -> Any:
     """What :meth:`PayloadStore.stored` writes for ``value``, without I/O."""
-    if value is None or is_reference(value) or len(encode_json(value)) <= inline_chars:
+    if value is None or is_reference(value) or len(encode_json(value)) <= INLINE_PAYLOAD_CHARS:
         return value
     return reference_to(canonical_json(value))
 
@@ -118,14 +112,12 @@ class PayloadStore:
         container: Any | Callable[[], Any],
         *,
         max_bytes: int = PAYLOAD_CEILING_BYTES,
-        inline_chars: int = INLINE_PAYLOAD_CHARS,
     ) -> None:
         self._container = container
         self._made: Any = None
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, Any] = OrderedDict()
         self.max_bytes = max_bytes
-        self.inline_chars = inline_chars
 
     @property
     def container(self) -> Any:
@@ -142,7 +134,7 @@ class PayloadStore:
 
     def stored(self, value: Any) -> Any:
         """``value`` as the ledger and messages carry it (a reference: to a blob that now exists)."""
-        kept = as_stored(value, self.inline_chars)
+        kept = as_stored(value)
         if kept is value:
             return value
         data = canonical_json(value)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflow_core.ledger import UNVERSIONED, StepRecord, StepStatus, decode_json
+from workflow_core.ledger import StepRecord, StepStatus, decode_json
 from workflow_core.payloads import PayloadStore, is_reference
 from workflow_core.workflows import WorkflowDefinition
-from workflow_core.workflows.versions import canonical_data, version_of
+from workflow_core.workflows.versions import canonical_data
 
 COMPLETED = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
 
@@ -22,7 +22,6 @@ def resume_state(
     definition: WorkflowDefinition,
     steps: list[StepRecord],
     generation: int = 0,
-    payloads: PayloadStore | None = None,
 ) -> dict[str, Any]:
     """The ``state`` (``Progress``) a resumed ``workflow_orchestrator`` takes (outputs as values)."""
     by_id = {r.step_id: r for r in steps}
@@ -37,7 +36,7 @@ def resume_state(
             completed.append(record.step_id)
             output = decode_json(record.result_ref)
             if is_reference(output):
-                output = (payloads or _payloads()).resolve(output)
+                output = _payloads().resolve(output)
             outputs[record.step_id] = output if output is not None else {}
     return {"position": len(completed), "completed": completed, "outputs": outputs, "generation": generation}
 
@@ -49,19 +48,16 @@ def resume_input(
     *,
     epoch: int,
     generation: int,
-    version: str | None = None,
-    payloads: PayloadStore | None = None,
+    version: str,
 ) -> dict[str, Any]:
     """The whole input of a resumed ``workflow_orchestrator``; ``definition`` must be the pinned one,
     so a resume after a new version was deployed still runs the old one to its end."""
     if is_reference(workflow_input):
-        workflow_input = (payloads or _payloads()).resolve(workflow_input)
+        workflow_input = _payloads().resolve(workflow_input)
     payload: dict[str, Any] = {"workflow": definition.name, "input": workflow_input, "epoch": epoch}
     if steps:  # no step rows: a scheduler that died before creating them; the resumed one creates them
-        payload["state"] = resume_state(definition, steps, generation, payloads)
-    # Always pinned: to the record's version, or (a record written without one, as tests do) to the
-    # definition it is resumed on, which is what that instance would have run anyway.
-    payload["version"] = version if version is not None and version != UNVERSIONED else version_of(definition)
+        payload["state"] = resume_state(definition, steps, generation)
+    payload["version"] = version
     payload["definition"] = canonical_data(definition)
     return payload
 

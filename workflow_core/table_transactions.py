@@ -1,14 +1,7 @@
-"""Entity-group transactions without the ``email`` package: a ``TableClient`` with its own $batch codec.
+"""Entity-group transactions without the ``email`` package: a ``TableClient`` with its own $batch
+codec (why, and what stays the SDK's: docs/architecture.md, "Transactions through our own $batch codec").
 
-Why: every ledger state change is one transaction, and the SDK (azure-data-tables 12.7.0) writes and
-reads the multipart ``$batch`` bodies with ``email.generator``/``email.parser`` in thread pools: on
-Azurite a ledger-shaped 3-operation transaction costs 3.2-3.9 ms client CPU through the SDK, 0.9-1.15
-ms through this client.
-
-Only the bytes are ours: the SDK still builds and validates the sub-requests, the one POST goes
-through the client's pipeline (auth, retries, transport hooks), and errors come from the SDK's own
-``_decode_error``, so ``TableTransactionError`` carries the same status, code and ``index``. This
-overrides the SDK's private ``_batch_send``; tests/storage/test_table_transactions_encoding.py fails
+It overrides the SDK's private ``_batch_send``; tests/storage/test_table_transactions_encoding.py fails
 if its signature, its source or the SDK versions change. Unlike the SDK, a malformed answer (no
 delimiter or boundary, a base64/quoted-printable part) raises ``ValueError``.
 """
@@ -319,6 +312,3 @@ class TransactionTableClient(TableClient):
             _validate_tablename_error(decoded, table_name)
             raise decoded
         return [{} if part.etag is None else {"etag": part.etag} for part in parts]
-
-
-__all__ = ["TransactionTableClient", "decode_transaction_response", "encode_transaction", "serialize_request"]

@@ -158,10 +158,6 @@ def use_providers(
         _instruments = None
 
 
-def tracer() -> trace.Tracer:
-    return current().tracer
-
-
 def configure_telemetry(settings: Settings | None = None) -> bool:
     """Export to Application Insights if ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set; once per process.
 

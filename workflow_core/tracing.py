@@ -109,7 +109,7 @@ def span(
     remote = span_context(parent)
     ctx = trace.set_span_in_context(trace.NonRecordingSpan(remote)) if remote is not None else None
     attrs = {k: v for k, v in (attributes or {}).items() if v is not None}
-    with telemetry_instruments.tracer().start_as_current_span(
+    with telemetry_instruments.current().tracer.start_as_current_span(
         name, context=ctx, kind=kind, attributes=attrs, links=link_to or None
     ) as started:
         yield started

@@ -16,6 +16,7 @@ from workflow_core import clock
 from workflow_core.contracts import WorkMessage
 from workflow_core.ledger import StepStatus, decode_json
 from workflow_core.transport import TransportError, message_id_for
+from workflow_core.workflows import get_workflow, version_of
 
 S = StepStatus
 
@@ -61,6 +62,7 @@ def test_adopting_the_instance_never_shortens_the_starters_promise(harness, star
         actor="api:start",
         input_json="{}",
         scheduler_deadline=clock.utcnow() + timedelta(seconds=start_deadline_in),
+        version=version_of(get_workflow("provision-tenant")),
     )
     scheduling.create_workflow_steps(
         {"instance_id": instance_id, "workflow": "provision-tenant", "orchestration_id": instance_id},

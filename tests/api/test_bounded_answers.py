@@ -16,6 +16,7 @@ from tests.api.support import http_request, json_of
 from tests.supervisor.conftest import make_step
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, StepStatus
+from workflow_core.workflows import get_workflow, version_of
 
 S = StepStatus
 GOOD = {"tenant_id": "contoso", "admin_email": "admin@contoso.example"}
@@ -106,6 +107,7 @@ def three_instances(ledger):
                 actor="test",
                 input_json="{}",
                 scheduler_deadline=started + timedelta(minutes=5),
+                version=version_of(get_workflow("provision-tenant")),
             )
 
 
@@ -165,6 +167,7 @@ def test_resuming_a_finished_instance_is_a_non_retryable_422(run, client, servic
         actor="test",
         input_json="{}",
         scheduler_deadline=datetime.now(UTC) + timedelta(minutes=5),
+        version=version_of(get_workflow("provision-tenant")),
     )
     ledger.transition_instance(record, InstanceStatus.SUCCEEDED, actor="test")
 
@@ -201,6 +204,7 @@ def test_an_id_whose_record_exists_is_instance_exists(run, stub, client, service
         actor="test",
         input_json="{}",
         scheduler_deadline=datetime.now(UTC) + timedelta(minutes=5),
+        version=version_of(get_workflow("provision-tenant")),
     )
     response = run(start_workflow(start(GOOD, {"instance_id": "rec-only-1"}), client, services))
     assert (response.status_code, json_of(response)["code"]) == (409, "instance-exists")

@@ -11,6 +11,7 @@ from api.operator_api import list_instances
 from tests.api.support import http_request, json_of
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus
+from workflow_core.workflows import get_workflow, version_of
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -33,6 +34,7 @@ def populated(ledger):
                 input_json="{}",
                 scheduler_deadline=started + timedelta(minutes=5),
                 business_key=f"cust-{n % 5}-{n}",
+                version=version_of(get_workflow("order-fulfilment" if n % 2 else "provision-tenant")),
             )
             if n % 10 == 0:
                 ledger.transition_instance(record, InstanceStatus.FAILED, actor="test", needs_attention=True)

@@ -14,6 +14,7 @@ from tests.api.support import http_request, json_of, principal_headers
 from tests.supervisor.conftest import make_step
 from workflow_core import clock
 from workflow_core.ledger import StepStatus
+from workflow_core.workflows import get_workflow, version_of
 
 S = StepStatus
 ALICE = principal_headers("alice@contoso.example")
@@ -182,7 +183,12 @@ def test_stop_marks_the_record_then_terminates_and_a_second_stop_is_refused(
     run, stub, client, services, ledger, platform_auth
 ):
     ledger.create_instance(
-        "op-stop", "provision-tenant", actor="test", input_json="{}", scheduler_deadline=clock.utcnow()
+        "op-stop",
+        "provision-tenant",
+        actor="test",
+        input_json="{}",
+        scheduler_deadline=clock.utcnow(),
+        version=version_of(get_workflow("provision-tenant")),
     )
     stub.add_instance("op-stop", runtime_status="Running")
 

@@ -7,6 +7,7 @@ import getpass
 import time
 
 from tests.console.conftest import screenshot
+from workflow_core.workflows import get_workflow, version_of
 
 TIMEOUT = 15_000
 
@@ -168,6 +169,7 @@ def test_a_stopped_instance_reads_as_stopped_and_only_cancel_applies(demo, page)
         actor="test",
         input_json="{}",
         scheduler_deadline=clock.utcnow() + timedelta(hours=1),
+        version=version_of(get_workflow("provision-tenant")),
     )
     operator.end_instance(ledger, "ui-stopped", "stop", reason="wrong tenant", user="alice")
 

@@ -13,6 +13,7 @@ from azure.core.exceptions import ServiceResponseError
 from devtools.harness import DEFAULT_WATCHDOG_PERIOD, PatternHarness
 from tests.faults.conftest import PROVISION_INPUT, start_provisioning, storage_queue_only, verify
 from workflow_core.ledger import decode_json
+from workflow_core.workflows import version_of
 
 STEPS = ("create_storage", "register_dns", "send_welcome")
 SETTLED_INSTANCE = frozenset({"Succeeded", "Compensated", "CompensationFailed", "Failed", "Cancelled"})
@@ -279,7 +280,7 @@ def test_scheduler_that_never_starts_is_resumed_from_step_0(harness, monkeypatch
     iid = "never-started"
     created = asyncio.run(
         _record_instance(
-            h.services, definition, iid, workflow_input, encode_json(workflow_input), "unversioned"
+            h.services, definition, iid, workflow_input, encode_json(workflow_input), version_of(definition)
         )
     )
     assert (created is not None) is starter_creates_steps  # the rows' versions when it wrote the steps

@@ -26,6 +26,7 @@ from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WORKFLOW_ORCHESTR
 from workflow_core.ledger import NewStep, encode_json
 from workflow_core.runtime import Services
 from workflow_core.settings import load_settings
+from workflow_core.workflows import get_workflow, version_of
 
 INSTANCES = 20
 WORKFLOW = "provision-tenant"
@@ -109,6 +110,7 @@ def seed_dead_instances(env: dict[str, str], policy: str, instance_overdue: bool
                 input_json=encode_json({"tenant_id": iid, "admin_email": "ops@contoso.example"}),
                 scheduler_deadline=past if instance_overdue else now + timedelta(hours=1),
                 on_scheduler_lost=policy,
+                version=version_of(get_workflow(WORKFLOW)),
             )
             for record in ledger.create_steps(iid, WORKFLOW, STEPS, actor="test")[:2]:
                 ledger.transition(

@@ -30,6 +30,7 @@ def _create(ledger, fake_now, n: int, *, workflow: str = "provision-tenant", key
         input_json="{}",
         scheduler_deadline=fake_now["now"] + timedelta(minutes=5),
         business_key=key,
+        version=f"{workflow}@test",
     )
 
 

@@ -11,6 +11,7 @@ from workflow_core.ledger import IllegalInstanceTransition, InstanceStatus, Step
 from workflow_core.ledger.instance import INSTANCE_TRANSITIONS, SUPERVISED_INSTANCE_STATUSES
 from workflow_core.ledger.instance_index import index_row_time
 from workflow_core.ledger.instance_list import LIST_PARTITION
+from workflow_core.workflows import get_workflow, version_of
 
 IS = InstanceStatus
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -39,6 +40,7 @@ def new_instance(ledger: StepLedger, deadline: datetime = NOW + timedelta(hours=
         actor="test",
         input_json=encode_json({"tenant_id": "contoso"}),
         scheduler_deadline=deadline,
+        version=version_of(get_workflow("provision-tenant")),
     )
 
 
@@ -173,7 +175,12 @@ def test_steps_created_with_the_record_are_pending_pinned_and_written_in_its_tra
 def test_a_used_id_writes_neither_record_nor_steps_and_too_many_steps_are_refused(ledger):
     from workflow_core.ledger import MAX_STEPS_WITH_INSTANCE, InstanceAlreadyExists, InvalidLedgerInput
 
-    kwargs = {"actor": "test", "input_json": "{}", "scheduler_deadline": NOW + timedelta(hours=1)}
+    kwargs = {
+        "actor": "test",
+        "input_json": "{}",
+        "scheduler_deadline": NOW + timedelta(hours=1),
+        "version": "wf@abc",
+    }
     ledger.create_instance("with-steps-2", "wf", **kwargs, steps=_steps(2))
     with pytest.raises(InstanceAlreadyExists):
         ledger.create_instance("with-steps-2", "other", **kwargs, steps=_steps(5))

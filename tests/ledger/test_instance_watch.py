@@ -13,6 +13,7 @@ from workflow_core.ledger import InstanceHandle, InstanceStatus, NewStep, StepLe
 from workflow_core.ledger.instance_index import index_row_time
 from workflow_core.ledger.instance_list import LIST_PARTITION
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE
+from workflow_core.workflows import get_workflow, version_of
 
 S = StepStatus
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -31,6 +32,7 @@ def started(ledger: StepLedger, *, promise: timedelta = timedelta(minutes=10), s
         input_json=encode_json({}),
         scheduler_deadline=NOW + promise,
         steps_due_after_seconds=steps_due_after,
+        version=version_of(get_workflow("provision-tenant")),
     )
     handle = InstanceHandle(record)
     steps = ledger.create_steps(

@@ -56,6 +56,7 @@ def make_machine(connection_string: str):
                     input_json=encode_json({"kept": True}),
                     scheduler_deadline=T0 + timedelta(minutes=30),
                     steps_due_after_seconds=600,
+                    version="wf@test",
                 )
             self.ledger.create_steps(
                 self.instance, "wf", [NewStep(step_id=s, step_name=s, agent="x") for s in STEP_IDS], actor="t"

@@ -26,6 +26,7 @@ from workflow_core.ledger.known_rows import (
     known_instance,
     merged_properties,
 )
+from workflow_core.workflows import get_workflow, version_of
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 KEYS = {"PartitionKey": "p", "RowKey": "r"}
@@ -67,6 +68,7 @@ def new_instance(ledger: StepLedger, iid: str):
         actor="test",
         input_json=encode_json({"tenant_id": iid, "blob": "x" * 5_000}),
         scheduler_deadline=NOW + timedelta(hours=1),
+        version=version_of(get_workflow("provision-tenant")),
         steps=[NewStep(step_id="a", step_name="a", agent="ag")],
     )
 

@@ -25,6 +25,7 @@ from workflow_core.ledger import (
 )
 from workflow_core.runtime import Services
 from workflow_core.settings import load_settings
+from workflow_core.workflows import get_workflow, version_of
 
 S = StepStatus
 IS = InstanceStatus
@@ -147,6 +148,7 @@ def make_instance(
         input_json=encode_json(INPUT),
         scheduler_deadline=scheduler_deadline,
         on_scheduler_lost=on_scheduler_lost,
+        version=version_of(get_workflow(workflow)),
     )
     path = {
         IS.RUNNING: [],

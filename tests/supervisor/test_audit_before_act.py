@@ -16,6 +16,7 @@ from supervisor.watchdog import run_tick
 from tests.supervisor.conftest import NOW, RecordingClient, make_step
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, StepStatus
+from workflow_core.workflows import get_workflow, version_of
 
 S = StepStatus
 IS = InstanceStatus
@@ -32,6 +33,7 @@ def resumable(ledger, instance_id, max_resumes=3):
         input_json="{}",
         scheduler_deadline=NOW,
         max_resumes=max_resumes,
+        version=version_of(get_workflow("provision-tenant")),
     )
     ledger.transition_instance(record, InstanceStatus.FAILED, actor="test", reason="gave up")
     return make_step(ledger, instance_id, S.FAILED, last_error="flaky", deadline=FUTURE)

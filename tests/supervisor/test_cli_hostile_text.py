@@ -7,6 +7,7 @@ from __future__ import annotations
 from tests.supervisor.conftest import make_step
 from tests.supervisor.test_cli import cli  # noqa: F401 - fixture
 from workflow_core.ledger import StepStatus
+from workflow_core.workflows import get_workflow, version_of
 
 S = StepStatus
 HOSTILE = "\x1b[2J\x9b31m[/] [link=https://e.example]x[/link] [bold red]\x1b]0;pwned\x07"
@@ -37,6 +38,7 @@ def test_list_prints_a_hostile_business_key_literally(cli, ledger):  # noqa: F81
         input_json="{}",
         scheduler_deadline=clock.utcnow(),
         business_key="k[/]ey",
+        version=version_of(get_workflow("provision-tenant")),
     )
     code, out, err = cli("list")
     assert code == 0, err

@@ -11,6 +11,7 @@ import pytest
 from tests.supervisor.conftest import NOW
 from tests.supervisor.test_cli import cli  # noqa: F401  (the fixture)
 from workflow_core.ledger import StepStatus
+from workflow_core.workflows import get_workflow, version_of
 
 
 def running(ledger, instance_id):
@@ -20,6 +21,7 @@ def running(ledger, instance_id):
         actor="test",
         input_json="{}",
         scheduler_deadline=NOW + timedelta(hours=1),
+        version=version_of(get_workflow("provision-tenant")),
     )
 
 

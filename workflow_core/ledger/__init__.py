@@ -14,9 +14,7 @@ from workflow_core.ledger.errors import (
     StepsAlreadyExist,
 )
 from workflow_core.ledger.instance import (
-    INSTANCE_TRANSITIONS,
     SUPERVISED_INSTANCE_STATUSES,
-    UNVERSIONED,
     InstanceRecord,
     InstanceStatus,
 )
@@ -36,10 +34,8 @@ __all__ = [
     "ALLOWED_TRANSITIONS",
     "ATTENTION_STATUSES",
     "DEADLINE_STATUSES",
-    "INSTANCE_TRANSITIONS",
     "MAX_STEPS_WITH_INSTANCE",
     "SUPERVISED_INSTANCE_STATUSES",
-    "UNVERSIONED",
     "AuditEntry",
     "ConcurrencyConflict",
     "IllegalInstanceTransition",

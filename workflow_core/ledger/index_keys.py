@@ -13,12 +13,12 @@ def minute_bucket(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y%m%d%H%M")
 
 
-def index_partition(moment: datetime, *ids: str, shards: int = INDEX_SHARDS) -> str:
+def index_partition(moment: datetime, *ids: str) -> str:
     """The minute bucket of ``moment`` plus a shard (a stable hash of the ids): one partition takes
     about 2,000 writes a second, the first limit a busy deployment would hit. ``-`` sorts before
     every digit, so ``<bucket>-<shard>`` keeps buckets in time order and ``<bucket(now)>-~`` bounds
     every shard up to now."""
-    shard = zlib.crc32("|".join(ids).encode()) % shards if shards > 1 else 0
+    shard = zlib.crc32("|".join(ids).encode()) % INDEX_SHARDS
     return f"{minute_bucket(moment)}{SHARD_SEPARATOR}{shard:02d}"
 
 

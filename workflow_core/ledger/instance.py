@@ -19,7 +19,6 @@ from workflow_core.ledger.model import AwareDatetime, LedgerText, entity_propert
 # RowKey of the instance record: '~' sorts after every step id (so step listings, ``RowKey lt '~'``,
 # never see it) and 'i' after 'a' (so the audit range ``~audit~ .. ~audit~~`` never sees it either).
 INSTANCE_ROW = "~instance"
-UNVERSIONED = "unversioned"
 
 SchedulerLostPolicy = Literal["resume", "compensate"]
 
@@ -76,7 +75,7 @@ class InstanceRecord(BaseModel):
 
     instance_id: str
     workflow: str
-    version: str = UNVERSIONED
+    version: str  # the pinned definition version: every instance starts pinned
     status: InstanceStatus = InstanceStatus.RUNNING
     orchestration_id: str | None = None  # the workflow orchestration that owns it (its instance id)
     generation: int = Field(default=0, ge=0)  # continue_as_new generation of that orchestration

@@ -32,7 +32,6 @@ from workflow_core.ledger.instance import (
     INSTANCE_ROW,
     INSTANCE_TRANSITIONS,
     SUPERVISED_INSTANCE_STATUSES,
-    UNVERSIONED,
     InstanceRecord,
     InstanceStatus,
     SchedulerLostPolicy,
@@ -87,7 +86,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         business_key: str | None = None,
         max_resumes: int = 3,
         on_scheduler_lost: SchedulerLostPolicy = "resume",
-        version: str = UNVERSIONED,
+        version: str,
         trace_parent: str | None = None,
         trace_state: str | None = None,
         steps_due_after_seconds: float | None = None,
@@ -115,7 +114,7 @@ class InstanceLedgerMixin(InstanceListMixin):
                 steps,
                 actor=actor,
                 orchestration_id=instance_id,
-                version=None if version == UNVERSIONED else version,
+                version=version,
                 now=now,
             )[1]
         record = InstanceRecord(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from azure.core.exceptions import ResourceExistsError
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient, TableTransactionError
 
 from workflow_core import clock
@@ -25,6 +25,7 @@ from workflow_core.ledger.deadline_index import ATTENTION_PARTITION, DeadlineInd
 from workflow_core.ledger.entities import (
     _MUTABLE,
     _deadline_key,
+    _from_entity,
     _nonce,
     _to_entity,
     if_match_update,
@@ -38,9 +39,9 @@ from workflow_core.ledger.errors import (
 )
 from workflow_core.ledger.heartbeat import HeartbeatMixin
 from workflow_core.ledger.index_keys import index_partition
-from workflow_core.ledger.instance import InstanceRecord
+from workflow_core.ledger.instance import INSTANCE_ROW, InstanceRecord
 from workflow_core.ledger.instance_deadlines import InstanceDeadlinesMixin
-from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin
+from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin, from_instance_entity
 from workflow_core.ledger.known_rows import KnownStepRecord, merged_properties
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
@@ -50,9 +51,10 @@ from workflow_core.ledger.model import (
     StepStatus,
     parse_status,
     require_aware,
+    validate_instance_id,
+    validate_step_id,
 )
 from workflow_core.ledger.step_creation import StepCreationMixin
-from workflow_core.ledger.step_reads import StepReadsMixin
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, has_own_row, watched_by_instance
 from workflow_core.settings import StorageConnection
 from workflow_core.storage_clients import table_service_client, transaction_table_client
@@ -77,7 +79,6 @@ class LedgerStats:
 
 class StepLedger(
     StepCreationMixin,
-    StepReadsMixin,
     HeartbeatMixin,
     AuditTrailMixin,
     DeadlineIndexMixin,
@@ -85,7 +86,7 @@ class StepLedger(
     InstanceDeadlinesMixin,
 ):
     """Conditional (ETag) reads and writes of step rows, their instance record, their deadline index
-    and their audit trail: the write path is here, the rest is mixed in."""
+    and their audit trail: step reads and the write path are here, the rest is mixed in."""
 
     _nonce = staticmethod(_nonce)
 
@@ -129,6 +130,46 @@ class StepLedger(
     def close(self) -> None:
         self._steps.close()
         self._index.close()
+
+    def get(self, instance_id: str, step_id: str) -> StepRecord:
+        validate_instance_id(instance_id)
+        validate_step_id(step_id)
+        try:
+            entity = self._steps.get_entity(instance_id, step_id)
+        except ResourceNotFoundError:
+            raise StepNotFound(instance_id, step_id) from None
+        self.stats.step_entities_read += 1
+        return _from_entity(entity)
+
+    def read_step_and_instance(
+        self, instance_id: str, step_id: str
+    ) -> tuple[StepRecord, InstanceHandle | None]:
+        """A step and its instance record in one partition query."""
+        validate_instance_id(instance_id)
+        validate_step_id(step_id)
+        self.stats.queries += 1
+        entities = list(
+            self._steps.query_entities(
+                "PartitionKey eq @pk and ( RowKey eq @step or RowKey eq @instance )",
+                parameters={"pk": instance_id, "step": step_id, "instance": INSTANCE_ROW},
+            )
+        )
+        step = next((e for e in entities if e["RowKey"] == step_id), None)
+        if step is None:
+            raise StepNotFound(instance_id, step_id)
+        self.stats.step_entities_read += 1
+        instance = next((e for e in entities if e["RowKey"] == INSTANCE_ROW), None)
+        return _from_entity(step), (InstanceHandle(from_instance_entity(instance)) if instance else None)
+
+    def list_for_instance(self, instance_id: str) -> list[StepRecord]:
+        validate_instance_id(instance_id)
+        self.stats.queries += 1
+        entities = self._steps.query_entities(
+            "PartitionKey eq @pk and RowKey lt @audit", parameters={"pk": instance_id, "audit": "~"}
+        )
+        records = [_from_entity(e) for e in entities]
+        self.stats.step_entities_read += len(records)
+        return sorted(records, key=lambda r: r.sequence)
 
     def transition(
         self,

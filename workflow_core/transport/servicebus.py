@@ -1,10 +1,9 @@
-"""The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API).
+"""The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API); what
+it guarantees: docs/transport.md, "What each adapter guarantees".
 
-Settling goes through the receiver that received the message; the lock lasts the queue's
-``LockDuration`` (``lock_seconds`` is ignored). ``delivery_count`` is 1 on the first delivery: the
-AMQP header says "deliveries so far - 1", and this adapter adds 1 as the .NET SDK does. There is no
-"return at once if empty" receive: ``wait_seconds=0`` waits ``min_wait_seconds``. Senders and
-receivers are cached per entity path, each behind a lock, so threads can share one transport.
+``delivery_count`` is 1 on the first delivery: the AMQP header says "deliveries so far - 1", and this
+adapter adds 1 as the .NET SDK does. Senders and receivers are cached per entity path, each behind a
+lock, so threads can share one transport.
 """
 
 from __future__ import annotations
@@ -82,17 +81,13 @@ class ServiceBusTransport(Transport):
         fully_qualified_namespace: str,
         *,
         client_id: str | None = None,
-        credential: Any = None,
         min_wait_seconds: float = 1.0,
-        client_kwargs: dict[str, Any] | None = None,
     ) -> ServiceBusTransport:
         """Identity-based; the identity needs the Service Bus Data Sender and Data Receiver roles."""
-        if credential is None:
-            from azure.identity import DefaultAzureCredential
+        from azure.identity import DefaultAzureCredential
 
-            credential = DefaultAzureCredential(managed_identity_client_id=client_id)
-        client = ServiceBusClient(fully_qualified_namespace, credential, **(client_kwargs or {}))
-        return cls(client, min_wait_seconds=min_wait_seconds)
+        credential = DefaultAzureCredential(managed_identity_client_id=client_id)
+        return cls(ServiceBusClient(fully_qualified_namespace, credential), min_wait_seconds=min_wait_seconds)
 
     @classmethod
     def from_connection(cls, connection: ServiceBusConnection, **kwargs: Any) -> ServiceBusTransport:
@@ -336,6 +331,3 @@ def _text(value: Any) -> Any:
 
 def _value(value: Any) -> Any:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else value
-
-
-__all__ = ["DEAD_LETTER_SUFFIX", "ServiceBusTransport"]

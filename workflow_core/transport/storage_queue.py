@@ -272,6 +272,3 @@ def _to_received(queue: str, qm: QueueMessage) -> ReceivedMessage:
         dead_letter_description=envelope.dead_letter_description,
         raw=qm,
     )
-
-
-__all__ = ["MAX_MESSAGE_BYTES", "POISON_SUFFIX", "StorageQueueTransport"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from workflow_core.ledger.instance import TERMINAL_INSTANCE_STATUSES, UNVERSIONED
+from workflow_core.ledger.instance import TERMINAL_INSTANCE_STATUSES
 from workflow_core.workflows.errors import UnknownWorkflow, WorkflowDefinitionError
 from workflow_core.workflows.loader import get_workflow, load_workflows
 from workflow_core.workflows.store import DefinitionStore
@@ -62,7 +62,7 @@ def workflow_versions(workflow: str, ledger: Any, store: DefinitionStore) -> lis
         current, broken = None, exc
     statuses: dict[str, Counter[str]] = {}
     for row in ledger.listing_rows(workflow=workflow):
-        version, status = row.get("Version") or UNVERSIONED, row.get("ListStatus") or "?"
+        version, status = row["Version"], row.get("ListStatus") or "?"
         if status not in _TERMINAL:  # the index may be behind: the record says where it really is
             record = ledger.find_instance(row["InstanceId"])
             if record is None or record.workflow != workflow:

@@ -32,20 +32,6 @@ class LintProblem:
         return f"{self.file}: {self.field}: {self.message}" if self.field else f"{self.file}: {self.message}"
 
 
-def missing_handlers(
-    definition: WorkflowDefinition, agents: Collection[str], source: str
-) -> list[LintProblem]:
-    problems = []
-    for where, step, _ in definition.located_steps():
-        if step.agent not in agents:
-            problems.append(LintProblem(source, f"{where}.agent", _no_handler(step.agent)))
-        if step.compensation is not None and step.compensation.agent not in agents:
-            problems.append(
-                LintProblem(source, f"{where}.compensation.agent", _no_handler(step.compensation.agent))
-            )
-    return problems
-
-
 def _no_handler(name: str) -> str:
     return (
         f"agent {name!r} has no handler; register one with @agent({name!r}) in a module of "
@@ -53,20 +39,28 @@ def _no_handler(name: str) -> str:
     )
 
 
-def missing_description(definition: WorkflowDefinition, source: str) -> list[LintProblem]:
-    if definition.description.strip():
-        return []
-    return [LintProblem(source, "description", "empty; say what the workflow does, for operators")]
-
-
-def sample_input_problems(definition: WorkflowDefinition, source: str) -> list[LintProblem]:
+def lint_definition(
+    definition: WorkflowDefinition, *, source: str, agents: Collection[str] | None = None
+) -> list[LintProblem]:
+    """Every problem of one loaded definition; ``agents=None`` skips the handler check."""
+    problems = []
+    if not definition.description.strip():
+        problems.append(
+            LintProblem(source, "description", "empty; say what the workflow does, for operators")
+        )
+    for where, step, _ in definition.located_steps():
+        if agents is not None and step.agent not in agents:
+            problems.append(LintProblem(source, f"{where}.agent", _no_handler(step.agent)))
+        if agents is not None and step.compensation is not None and step.compensation.agent not in agents:
+            problems.append(
+                LintProblem(source, f"{where}.compensation.agent", _no_handler(step.compensation.agent))
+            )
     if definition.sample_input is None:
-        return []
+        return problems
     try:
         validated = definition.validate_input(definition.sample_input)
     except WorkflowInputError as exc:
-        return [LintProblem(source, "sample_input", problem) for problem in exc.problems]
-    problems = []
+        return problems + [LintProblem(source, "sample_input", problem) for problem in exc.problems]
     for where, step, _ in definition.located_steps():
         for at, ref in iter_references(step.input, f"{where}.input"):
             if ref.source != "input":
@@ -76,16 +70,6 @@ def sample_input_problems(definition: WorkflowDefinition, source: str) -> list[L
             except StepInputError as exc:
                 problems.append(LintProblem(source, "sample_input", str(exc)))
     return problems
-
-
-def lint_definition(
-    definition: WorkflowDefinition, *, source: str, agents: Collection[str] | None = None
-) -> list[LintProblem]:
-    """Every problem of one loaded definition; ``agents=None`` skips the handler check."""
-    problems = missing_description(definition, source)
-    if agents is not None:
-        problems += missing_handlers(definition, agents, source)
-    return problems + sample_input_problems(definition, source)
 
 
 def lint_directory(

@@ -18,7 +18,6 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableClient
 
 from workflow_core import clock
-from workflow_core.ledger.instance import UNVERSIONED
 from workflow_core.workflows.errors import UnknownVersion, UnknownWorkflow, WorkflowDefinitionError
 from workflow_core.workflows.loader import get_workflow
 from workflow_core.workflows.model import WorkflowDefinition
@@ -134,7 +133,7 @@ def _aware(value: Any) -> datetime | None:
 def definition_for(workflow: str, version: str | None, store: DefinitionStore | None) -> WorkflowDefinition:
     """The definition an instance pinned to ``version`` runs on, from the process cache, the current
     YAML when it still hashes to that version, or the store (no version: the current YAML)."""
-    if not version or version == UNVERSIONED:
+    if not version:
         return get_workflow(workflow)
     cached = cached_definition(version)
     if cached is not None:
