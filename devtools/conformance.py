@@ -248,8 +248,11 @@ CHECKS: list[tuple[str, Callable[[Conformance], str]]] = [
 ]
 
 
-def run_checks(argv: Sequence[str], scratch: Path, azurite: Azurite | None = None) -> list[CheckResult]:
-    """Run every check against the agent ``argv`` starts, in order; one result per check."""
+def run_checks(
+    argv: Sequence[str], scratch: Path, azurite: Azurite | None = None
+) -> tuple[list[CheckResult], str]:
+    """Run every check against the agent ``argv`` starts, in order: one result per check, and what
+    the agent printed (its runs in ``scratch``)."""
     import agent_runner.conformance_echo  # noqa: F401 - the app checks every agent has a handler
 
     if str(ROOT) not in sys.path:  # function_app.py, which the harness hosts, is no package's module
@@ -272,4 +275,4 @@ def run_checks(argv: Sequence[str], scratch: Path, azurite: Azurite | None = Non
                     kit.start_agent()  # a check that killed it leaves the next one an agent
         finally:
             kit.stop_agent()
-    return results
+    return results, kit.agent_output()
