@@ -12,6 +12,7 @@ docs/agents.md, "Check an agent with the conformance kit".
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import subprocess
@@ -95,7 +96,8 @@ class Conformance:
                 self.process.wait(10)
 
     def agent_output(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in sorted(self.scratch.glob("agent-*.log")))
+        logs = sorted(self.scratch.glob("agent-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+        return "".join(p.read_text(errors="replace") for p in logs)
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -188,7 +190,7 @@ class Conformance:
         stale = before.attempt + 1
         message.body.update(attempt=stale, reply_token=secrets.token_hex(32))
         message.application_properties["attempt"] = stale
-        sent = type(message)(**{**message.__dict__, "message_id": message_id_for(iid, STEP, stale)})
+        sent = dataclasses.replace(message, message_id=message_id_for(iid, STEP, stale))
         self.h.transport.send(self.h.settings.work_queue, sent)
         self._pause(3.0)
         self._alive()
@@ -271,6 +273,8 @@ def run_checks(
                     results.append(CheckResult(name, True, check(kit)))
                 except CheckFailed as exc:
                     results.append(CheckResult(name, False, str(exc)))
+                except Exception as exc:  # the kit could not drive the check: a failure all the same
+                    results.append(CheckResult(name, False, f"{type(exc).__name__}: {exc}"))
                 if kit.process is None or kit.process.poll() is not None:
                     kit.start_agent()  # a check that killed it leaves the next one an agent
         finally:
