@@ -11,7 +11,8 @@ Settings: ``--connection-string``, else the environment (``AzureWebJobsStorage``
 
 Exit codes: 0 done; 1 declined at the confirmation prompt; 2 bad request (usage, unknown instance or
 step, a move the ledger does not allow, bad settings or connection string); 3 storage unreachable,
-refusing, or without the ledger's tables; 4 ``replay-check`` found a history that no longer replays.
+refusing, or without the ledger's tables; 4 ``replay-check`` found a history that no longer replays;
+5 ``conformance`` found a check the agent fails.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 
 from operator_cli import render
 from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
+from operator_cli.conformance_command import conformance_command
 from operator_cli.connection import ConnectionProblem
 from operator_cli.session import (
     EXIT_DECLINED,
@@ -59,7 +61,7 @@ def cli(
 
     Mutating commands record intent in the ledger; the supervisor's watchdog enacts it on its next
     tick. Exit codes: 0 done, 1 declined, 2 bad request, 3 storage error, 4 a recorded history no
-    longer replays (replay-check).
+    longer replays (replay-check), 5 an agent fails a conformance check.
     """
     # Located on first use, so that `sas <command> --help` works without any settings.
     ctx.ensure_object(Session).options = {
@@ -69,7 +71,7 @@ def cli(
     }
 
 
-for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_command):
+for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_command, conformance_command):
     cli.add_command(_command)
 
 

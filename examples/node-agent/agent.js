@@ -1,5 +1,6 @@
 // A message-only agent in Node.js: it serves `email.send_welcome` (the last step of the shipped
-// `provision-tenant` workflow) and holds no storage rights beyond its pool's work queue and the
+// `provision-tenant` workflow) and `conformance.echo` (the agent the conformance kit drives:
+// docs/agents.md, "Check an agent with the conformance kit"), and holds no storage rights beyond its pool's work queue and the
 // result queue. It never touches the ledger: it says "still running" with heartbeat messages and
 // reports its outcome with a result message, each carrying the work message's `reply_token`, and
 // the app records them in the ledger for it (docs/agents.md, "Write an agent in another language").
@@ -7,7 +8,8 @@
 // Settings are the app's: AGENT_TRANSPORT (storage-queue | servicebus), AzureWebJobsStorage or
 // ServiceBusConnection, WORK_QUEUE_NAME, RESULT_QUEUE_NAME; plus AGENT_POOL (the pool it serves:
 // its queue is WORK_QUEUE_NAME for `default`, else `<WORK_QUEUE_NAME>-<pool>`), MAIL_OUTBOX (the
-// directory that stands in for the remote mail service), HEARTBEAT_SECONDS and WORK_MILLISECONDS.
+// directory that stands in for the remote mail service), HEARTBEAT_SECONDS and WORK_MILLISECONDS;
+// CONFORMANCE_EFFECTS (the file the conformance kit reads conformance.echo's effects from).
 'use strict';
 
 const crypto = require('node:crypto');
@@ -44,6 +46,28 @@ function sendWelcome(key, input) {
   return JSON.parse(fs.readFileSync(file, 'utf8'));
 }
 
+// conformance.echo: its effect, a line with the key in CONFORMANCE_EFFECTS, once per key (a marker
+// file created once, 'wx', is the dedupe record); slow_seconds of work after a heartbeat; crash_once
+// names a file: if it does not exist yet, create it and exit hard right after the effect.
+async function echo(key, input, heartbeat) {
+  if (input.slow_seconds) {
+    await heartbeat(input.heartbeat_seconds);
+    await new Promise((resolve) => setTimeout(resolve, input.slow_seconds * 1000));
+  }
+  const effects = env.CONFORMANCE_EFFECTS;
+  try {
+    fs.writeFileSync(`${effects}.${crypto.createHash('sha256').update(key).digest('hex')}`, '', { flag: 'wx' });
+    fs.appendFileSync(effects, `${key}\n`);
+  } catch (err) {
+    if (err.code !== 'EEXIST') throw err;
+  }
+  if (input.crash_once && !fs.existsSync(input.crash_once)) {
+    fs.writeFileSync(input.crash_once, '');
+    process.exit(3);
+  }
+  return { echo: input.value };
+}
+
 const ids = (work) => ({ kind: work.kind, instance_id: work.instance_id, orchestration_id: work.orchestration_id,
   step_id: work.step_id, attempt: work.attempt, reply_token: work.reply_token });
 
@@ -53,12 +77,20 @@ const isWork = (work) => Boolean(work) && typeof work.reply_token === 'string' &
 async function handle(work, send) {
   const idOf = (what) => `${what}:${work.instance_id}:${work.step_id}:${work.attempt}`;
   // 1. Heartbeat: claims the step for this agent and moves its deadline, on the ledger's clock.
-  await send({ type: 'heartbeat', ...ids(work), seconds: heartbeatSeconds }, `${idOf('heartbeat')}:${Date.now()}`);
+  const heartbeat = (seconds) => send({ type: 'heartbeat', ...ids(work), seconds: seconds || heartbeatSeconds },
+    `${idOf('heartbeat')}:${Date.now()}`);
+  await heartbeat();
   let reply;
   try {
-    if (work.agent !== AGENT || work.kind !== 'work') throw new Error(`no handler for ${work.kind} of ${work.agent}`);
-    await new Promise((resolve) => setTimeout(resolve, workMs));
-    const output = sendWelcome(work.idempotency_key || `${work.instance_id}:${work.step_id}`, work.input || {});
+    const key = work.idempotency_key || `${work.instance_id}:${work.step_id}`;
+    let output;
+    if (work.kind === 'work' && work.agent === 'conformance.echo') {
+      output = await echo(key, work.input || {}, heartbeat);
+    } else {
+      if (work.agent !== AGENT || work.kind !== 'work') throw new Error(`no handler for ${work.kind} of ${work.agent}`);
+      await new Promise((resolve) => setTimeout(resolve, workMs));
+      output = sendWelcome(key, work.input || {});
+    }
     reply = { ...ids(work), outcome: 'succeeded', output };
   } catch (err) {
     reply = { ...ids(work), outcome: 'failed', error: String(err && err.stack || err).slice(0, 8000) };
@@ -122,7 +154,7 @@ async function main() {
   const queues = (env.AGENT_TRANSPORT || 'servicebus').toLowerCase() === 'storage-queue' ? storageQueues() : serviceBus();
   let stopping = false;
   for (const signal of ['SIGTERM', 'SIGINT']) process.on(signal, () => { stopping = true; });
-  log(`serving ${AGENT} from ${workQueue}, replying to ${resultQueue}`);
+  log(`serving ${AGENT} and conformance.echo from ${workQueue}, replying to ${resultQueue}`);
   while (!stopping) {
     const received = await queues.receive();
     for (const message of received) {

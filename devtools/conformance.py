@@ -1,0 +1,282 @@
+"""The conformance kit: drive a black-box agent process through the app's own code and check the protocol.
+
+``sas conformance -- <agent command line>`` (``operator_cli.conformance_command``) runs
+:func:`run_checks`. It starts a :class:`~devtools.harness.PatternHarness` on Azurite (its own, or the
+one given) with a scratch ledger and queues and one extra workflow, ``conformance``, whose one step
+needs the agent ``conformance.echo``; the harness's in-process worker is taken off the work queue, so
+the agent under test (started with the app's settings in its environment, plus ``CONFORMANCE_EFFECTS``)
+is its only worker. The scheduler, result handler, dead-letter handler and watchdog are the app's,
+unchanged: a check passes only when the ledger says so. What the agent must implement is in
+docs/agents.md, "Check an agent with the conformance kit".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from devtools.azurite import Azurite
+from devtools.harness import PatternHarness
+
+ROOT = Path(__file__).resolve().parents[1]
+AGENT = "conformance.echo"
+STEP = "echo"
+WORKFLOW = {
+    "name": "conformance",
+    "description": "One step whose agent, conformance.echo, is the agent under test.",
+    "input": {
+        "required": ["value"],
+        "properties": {
+            "value": {"type": "string"},
+            "slow_seconds": {"type": "number", "default": 0},
+            "heartbeat_seconds": {"type": "number", "default": 300},
+            "crash_once": {"type": "string", "default": ""},
+        },
+    },
+    "steps": [
+        {
+            "id": STEP,
+            "agent": AGENT,
+            "input": {k: f"$input.{k}" for k in ("value", "slow_seconds", "heartbeat_seconds", "crash_once")},
+            "deadline_seconds": 30,
+            "retry": {"max_attempts": 3, "initial_interval_seconds": 1},
+        }
+    ],
+}
+STEP_TIMEOUT = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    detail: str
+
+
+class CheckFailed(AssertionError):
+    """A check's finding: its message is the line the table shows."""
+
+
+class Conformance:
+    """One agent under test next to one harness; each ``check_*`` method raises :class:`CheckFailed`."""
+
+    def __init__(self, h: PatternHarness, argv: Sequence[str], scratch: Path) -> None:
+        self.h, self.argv, self.scratch = h, list(argv), scratch
+        self.effects = scratch / "effects.log"
+        self.runs = 0
+        self.process: subprocess.Popen | None = None
+
+    # ---- the agent process ----------------------------------------------------------------------
+
+    def start_agent(self) -> None:
+        self.runs += 1
+        env = {**os.environ, "CONFORMANCE_EFFECTS": str(self.effects)}
+        with (self.scratch / f"agent-{self.runs}.log").open("ab") as out:
+            self.process = subprocess.Popen(
+                self.argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def stop_agent(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def agent_output(self) -> str:
+        logs = sorted(self.scratch.glob("agent-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+        return "".join(p.read_text(errors="replace") for p in logs)
+
+    # ---- helpers --------------------------------------------------------------------------------
+
+    def _alive(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            code = None if self.process is None else self.process.returncode
+            raise CheckFailed(f"the agent process is not running (exit code {code})")
+
+    def _wait(self, predicate: Callable[[], bool], seconds: float, what: str) -> None:
+        try:
+            self.h.run_until(predicate, timeout=timedelta(seconds=seconds))
+        except Exception as exc:
+            raise CheckFailed(f"{what} within {seconds:g}s ({type(exc).__name__})") from None
+
+    def _pause(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        self.h.run_until(lambda: time.monotonic() >= end, timeout=timedelta(seconds=seconds + 30))
+
+    def effect_count(self, key: str) -> int:
+        lines = self.effects.read_text(encoding="utf-8").splitlines() if self.effects.exists() else []
+        return lines.count(key)
+
+    def _finish(self, iid: str, value: str) -> None:
+        """The instance completed with the echo as the step's output, and its effect made once."""
+        try:
+            status = self.h.run_until_complete(iid, timeout=STEP_TIMEOUT)
+        except Exception as exc:
+            raise CheckFailed(f"the workflow did not complete ({type(exc).__name__}: {exc})") from None
+        if status.runtime_status.value != "Completed" or (status.output or {}).get("status") != "succeeded":
+            raise CheckFailed(f"the workflow ended {status.runtime_status.value}: {status.output}")
+        from activities.common import step_output
+
+        output = step_output(self.h.ledger.get(iid, STEP))
+        if output != {"echo": value}:
+            raise CheckFailed(f"the step's output is {output!r}, not {{'echo': {value!r}}}")
+        if (n := self.effect_count(f"{iid}:{STEP}")) != 1:
+            raise CheckFailed(
+                f"the effect was made {n} times for idempotency key {iid}:{STEP} (once expected)"
+            )
+
+    def _start(self, **inputs: Any) -> tuple[str, str]:
+        value = f"v-{uuid.uuid4().hex[:8]}"
+        return self.h.start_workflow("conformance", {"value": value, **inputs}), value
+
+    # ---- the checks -----------------------------------------------------------------------------
+
+    def check_valid_result(self) -> str:
+        self._alive()
+        iid, value = self._start()
+        self._finish(iid, value)
+        return "echoed its input; the ledger recorded Succeeded"
+
+    def check_duplicate_delivery(self) -> str:
+        self.h.duplicate_send(STEP)
+        iid, value = self._start()
+        self._finish(iid, value)
+        self._pause(1.0)  # the second delivery's reply, if any, is handled too
+        self._finish(iid, value)
+        return "two deliveries of one work message: one effect, one outcome"
+
+    def check_heartbeat(self) -> str:
+        from workflow_core import clock
+
+        started = clock.utcnow()
+        iid, value = self._start(slow_seconds=3, heartbeat_seconds=300)
+        seen: list[Any] = []  # the deadlines the step had while in progress
+
+        def sample() -> bool:
+            row = self.h.ledger.get(iid, STEP)
+            if row.deadline is not None and row.status.value in ("Dispatched", "Running"):
+                seen.append(row.deadline)
+            return row.status.value == "Succeeded"
+
+        self._wait(sample, STEP_TIMEOUT.total_seconds(), "the slow step did not succeed")
+        self._finish(iid, value)
+        moved = int((max(seen) - started).total_seconds()) if seen else 0
+        if moved < 120:  # the step's own deadline is 30 s: only a heartbeat (of 300 s) moves it this far
+            raise CheckFailed(f"no heartbeat moved the deadline: at most {moved}s after the start, not ~300s")
+        return f"the deadline moved to {moved}s after the start (the step's own: 30s)"
+
+    def check_stale_attempt(self) -> str:
+        from workflow_core import clock
+        from workflow_core.messages import work_message
+        from workflow_core.transport import message_id_for
+
+        iid, value = self._start()
+        self._finish(iid, value)
+        before = self.h.ledger.get(iid, STEP)
+        message = work_message(before, deadline=clock.utcnow() + timedelta(seconds=60))
+        stale = before.attempt + 1
+        message.body.update(attempt=stale, reply_token=secrets.token_hex(32))
+        message.application_properties["attempt"] = stale
+        sent = dataclasses.replace(message, message_id=message_id_for(iid, STEP, stale))
+        self.h.transport.send(self.h.settings.work_queue, sent)
+        self._pause(3.0)
+        self._alive()
+        after = self.h.ledger.get(iid, STEP)
+        fields = ("etag", "status", "attempt", "result_ref", "owner")
+        if changed := [f for f in fields if getattr(after, f) != getattr(before, f)]:
+            raise CheckFailed(
+                f"a work message for attempt {stale} (not the ledger's) changed {', '.join(changed)}"
+            )
+        return f"attempt {stale} with a token the ledger never issued: the step row is unchanged"
+
+    def check_malformed(self) -> str:
+        from workflow_core.ledger.parking import parked_messages
+        from workflow_core.transport import OutgoingMessage
+
+        probe = f"conformance-malformed-{uuid.uuid4().hex[:8]}"
+        body = {"kind": "work", "agent": AGENT, "conformance_probe": probe}
+        self.h.transport.send(self.h.settings.work_queue, OutgoingMessage(body=body, message_id=probe))
+        found: list[Any] = []
+
+        def parked() -> bool:
+            found[:] = [
+                p for p in parked_messages(self.h.ledger, 1000) if probe in p.body or p.message_id == probe
+            ]
+            return bool(found)
+
+        self._wait(
+            parked, 30, "the malformed work message was not parked (in the ledger, or on the poison queue)"
+        )
+        self._alive()
+        if not found[0].reason.strip():
+            raise CheckFailed("the malformed work message was parked without a reason")
+        return f"parked: {found[0].reason[:80]}"
+
+    def check_crash_recovery(self) -> str:
+        marker = self.scratch / f"crash-{uuid.uuid4().hex[:8]}"
+        iid, value = self._start(crash_once=str(marker))
+        process = self.process
+        assert process is not None
+        self._wait(lambda: process.poll() is not None, 30, "a crash_once input did not make the agent exit")
+        self.start_agent()
+        self.h.watchdog_skew = timedelta(minutes=30)  # the deadline has passed, as far as the watchdog knows
+        try:
+            self._finish(iid, value)
+        finally:
+            self.h.watchdog_skew = timedelta(0)
+        return "exited mid-step; after a restart and the watchdog, finished with one effect"
+
+
+CHECKS: list[tuple[str, Callable[[Conformance], str]]] = [
+    ("valid message, valid result", Conformance.check_valid_result),
+    ("duplicate delivery, one effect", Conformance.check_duplicate_delivery),
+    ("heartbeats extend the deadline", Conformance.check_heartbeat),
+    ("stale attempt changes nothing", Conformance.check_stale_attempt),
+    ("malformed message parked", Conformance.check_malformed),
+    ("crash mid-step recovered once", Conformance.check_crash_recovery),
+]
+
+
+def run_checks(
+    argv: Sequence[str], scratch: Path, azurite: Azurite | None = None
+) -> tuple[list[CheckResult], str]:
+    """Run every check against the agent ``argv`` starts, in order: one result per check, and what
+    the agent printed (its runs in ``scratch``)."""
+    import agent_runner.conformance_echo  # noqa: F401 - the app checks every agent has a handler
+
+    if str(ROOT) not in sys.path:  # function_app.py, which the harness hosts, is no package's module
+        sys.path.insert(0, str(ROOT))
+
+    results = []
+    with PatternHarness(
+        azurite, clock="real", watchdog_every=timedelta(seconds=1), extra_workflows={"conformance": WORKFLOW}
+    ) as h:
+        h.host.remove_pump(h.work_pump)  # the agent under test is the work queue's only reader
+        kit = Conformance(h, argv, scratch)
+        kit.start_agent()
+        try:
+            for name, check in CHECKS:
+                try:
+                    results.append(CheckResult(name, True, check(kit)))
+                except CheckFailed as exc:
+                    results.append(CheckResult(name, False, str(exc)))
+                except Exception as exc:  # the kit could not drive the check: a failure all the same
+                    results.append(CheckResult(name, False, f"{type(exc).__name__}: {exc}"))
+                if kit.process is None or kit.process.poll() is not None:
+                    kit.start_agent()  # a check that killed it leaves the next one an agent
+        finally:
+            kit.stop_agent()
+    return results, kit.agent_output()

@@ -1,0 +1,71 @@
+"""``sas conformance -- <agent command line>``: check that an agent speaks the message protocol.
+
+It is an operator's question ("may this agent serve a pool?") asked before deployment, so it sits
+with the CLI; the work is the conformance kit's (``devtools.conformance``), which runs the app's own
+scheduler, handlers and watchdog on Azurite around the agent process. docs/agents.md, "Check an
+agent with the conformance kit", says what the agent must implement.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+
+import click
+
+from operator_cli import render
+from operator_cli.session import CliError, current_session
+
+EXIT_NONCONFORMING = 5
+AGENT_LOG_LINES = 20
+
+
+def _ports(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        ports = tuple(int(p) for p in value.split(","))
+    except ValueError:
+        ports = ()
+    if len(ports) != 3:
+        raise click.BadParameter("three port numbers: BLOB,QUEUE,TABLE")
+    return ports
+
+
+@click.command("conformance", context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--azurite-ports",
+    callback=_ports,
+    metavar="BLOB,QUEUE,TABLE",
+    help="use the Azurite already listening on these loopback ports (default: start one)",
+)
+@click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
+def conformance_command(azurite_ports: tuple[int, ...] | None, agent_command: tuple[str, ...]) -> None:
+    """Run AGENT_COMMAND (after --) as the agent conformance.echo against Azurite and check the
+    message protocol; print a pass/fail table; exit 5 if a check fails."""
+    from devtools.azurite import Azurite, AzuriteNotFound
+    from devtools.conformance import run_checks
+
+    s = current_session()
+    azurite = None
+    if azurite_ports:
+        blob, queue, table = azurite_ports
+        azurite = Azurite(blob_port=blob, queue_port=queue, table_port=table)
+    logging.disable(logging.WARNING)  # the app's own warnings about the probes are expected
+    warnings.simplefilter("ignore")
+    try:
+        with tempfile.TemporaryDirectory(prefix="sas-conformance-") as scratch:
+            results, agent_log = run_checks(agent_command, Path(scratch), azurite)
+    except (AzuriteNotFound, FileNotFoundError, PermissionError) as exc:
+        raise CliError(f"cannot run the check: {exc}") from None
+    finally:
+        logging.disable(logging.NOTSET)
+    rows = [[r.name, "pass" if r.passed else "FAIL", r.detail] for r in results]
+    s.show(render.table(None, ["CHECK", "RESULT", "DETAIL"], rows))
+    failed = [r for r in results if not r.passed]
+    s.say(f"\n{len(results) - len(failed)} of {len(results)} checks passed")
+    if failed:
+        s.say("\nthe agent's last output:\n" + "\n".join(agent_log.splitlines()[-AGENT_LOG_LINES:]))
+        raise click.exceptions.Exit(EXIT_NONCONFORMING)
