@@ -324,7 +324,7 @@ async def _end(
     and the watchdog, reading the record, never resumes the instance."""
     record = await _ledger_move(
         svc,
-        lambda ledger: operator.end_instance(
+        lambda ledger: operator.move_instance(
             ledger, instance_id, action, reason=reason, actor=actor, expected_status=expected
         ),
     )

@@ -171,17 +171,15 @@ def _step_command(name: str) -> click.Command:
     return command
 
 
-def _resume(ledger: Any, instance: str, user: str, reason: str, status: str) -> Any:
-    from supervisor import operator
-
-    return operator.resume_instance(ledger, instance, actor=f"operator:{user}", reason=reason)
-
-
-def _end(name: str) -> Callable[..., Any]:
+def _move(name: str) -> Callable[..., Any]:
     def act(ledger: Any, instance: str, user: str, reason: str, status: str) -> Any:
         from supervisor import operator
 
-        return operator.end_instance(ledger, instance, name, reason=reason, user=user, expected_status=status)
+        # a stop or cancel is refused when the instance moved since the prompt showed its status
+        expected = None if name == "resume" else status
+        return operator.move_instance(
+            ledger, instance, name, reason=reason, user=user, expected_status=expected
+        )
 
     return act
 
@@ -191,20 +189,20 @@ INSTANCE_ACTIONS: dict[str, tuple[str, str | None, Callable[..., Any], str]] = {
     "resume": (
         "Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state.",
         None,
-        _resume,
+        _move("resume"),
         "resume: instance {instance} recorded; the watchdog resumes it at its next tick.",
     ),
     "stop": (
         f"Stop an instance: {ENDS['stop']}.",
         ENDS["stop"],
-        _end("stop"),
+        _move("stop"),
         "stop: instance {instance} is Stopped (was {status}); no later step runs, its done steps stay; "
         "`sas cancel {instance}` undoes them.",
     ),
     "cancel": (
         f"Cancel an instance: {ENDS['cancel']}.",
         ENDS["cancel"],
-        _end("cancel"),
+        _move("cancel"),
         "cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its done steps.",
     ),
 }

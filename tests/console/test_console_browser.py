@@ -169,7 +169,7 @@ def test_a_stopped_instance_reads_as_stopped_and_only_cancel_applies(demo, page)
         input_json="{}",
         scheduler_deadline=clock.utcnow() + timedelta(hours=1),
     )
-    operator.end_instance(ledger, "ui-stopped", "stop", reason="wrong tenant", user="alice")
+    operator.move_instance(ledger, "ui-stopped", "stop", reason="wrong tenant", user="alice")
 
     page.goto(f"{demo.console_url}#/instance/ui-stopped")
     cancel = page.locator('.actions[role="group"] button[data-action="cancel"]')
