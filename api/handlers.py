@@ -17,20 +17,23 @@ from azure.durable_functions import OrchestrationRuntimeStatus
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
 from api.boundary import secure
-from api.calls import (
+from api.problems import iso
+from api.responses import (
     DEFAULT_TOP,
     MAX_TOP,
+    ApiError,
     ServicesSource,
     call_durable,
     call_ledger,
     check_instance_id,
+    json_errors,
+    json_response,
     no_instance,
     resolve_services,
+    route_base,
     status_url,
     steps_url,
 )
-from api.problems import iso
-from api.responses import ApiError, json_errors, json_response, route_base
 from api.views import (
     audit_view,
     orchestration_view,
