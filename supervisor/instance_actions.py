@@ -1,10 +1,6 @@
-"""What every instance decision is made of: claiming the record, resuming, compensating, flagging.
-
-Its own module because these moves carry the exactly-once guarantee for whole instances (an
-ETag-conditional claim of the instance record before any side effect, an audit row, a
-``sas.recovery`` record and the stalled-instances signal for every decision), while the decision
-table that picks among them is ``instances.py``: the same split as ``tick_actions.py`` (the moves)
-and ``step_decisions.py`` (the table) for steps.
+"""The moves every instance decision (``instances.py``) is made of: claiming the record, resuming,
+compensating, flagging; each claims the instance record (ETag) before any side effect and leaves an
+audit row, a ``sas.recovery`` record and the stalled-instances signal.
 """
 
 from __future__ import annotations

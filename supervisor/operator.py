@@ -1,24 +1,12 @@
 """Operator intents: what a human may ask of a stalled workflow, written to the ledger as intent.
 
-The operator CLI (``sas``, operator_cli/) has no Durable Functions client: it cannot raise
-events or start orchestrations. Instead every mutating command here moves the step in the ledger
-(ETag-guarded, audited with actor ``operator:<user>`` and the given reason) and, where something
-must happen next, sets the step's deadline to *now*. The watchdog, the only component with a
-durable client, picks the step up on its next tick and enacts the intent:
-
-* ``retry_step``: Failed/TimedOut -> Retrying (the watchdog raises the step's failed result so a
-  running orchestration applies its retry policy now; with the orchestration gone it compensates);
-  CompensationFailed -> Compensating (the watchdog (re)starts the compensation orchestration, which
-  runs the step's compensator again).
-* ``skip_step``: -> Skipped (terminal: the step leaves the watchdog's worklist for good).
-* ``request_compensation``: Succeeded/Failed/TimedOut -> Compensating (the watchdog starts the
-  instance's compensation orchestration).
-* ``resume_instance``: a stranded or failed instance is resumed by the watchdog from the ledger.
-* ``move_instance`` stop: -> ``Stopped``, flagged; unsupervised, so the watchdog never resumes nor
-  compensates it, and the ledger fences off a scheduler still running; its done steps stay until a
-  cancel. Cancel: -> ``Compensating``, due now: the watchdog starts the compensation. Both write the
-  record and its audit row *before* the caller terminates the orchestration, so no orchestration is
-  ended without an audit row naming the actor and the reason.
+The operator CLI (``sas``) has no Durable Functions client. Every mutating command here moves the
+step or instance record in the ledger (ETag-guarded, audited as ``operator:<user>`` with the reason)
+and, where something must happen next, makes it due *now*: the watchdog, the only component with a
+durable client, enacts the intent on its next tick (docs/supervisor.md, "Operator intents and the
+CLI", says what each command moves and what follows). A stop or cancel writes the record and its
+audit row *before* the caller terminates the orchestration, so no orchestration is ended without an
+audit row naming the actor and the reason.
 """
 
 from __future__ import annotations

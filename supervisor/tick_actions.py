@@ -1,10 +1,7 @@
-"""What every watchdog decision is made of: claiming a step, noting, timing out, recording.
+"""The moves every step decision is made of: claiming a step, noting, timing out, recording.
 
-Its own module because these few moves carry the watchdog's exactly-once guarantee (an ETag-guarded
-claim before any side effect, an audit row and a ``sas.recovery`` record for every decision), and
-both the step decisions (``step_decisions.py``) and the instance decisions (``instance_actions.py``,
-which may end a live scheduler before a compensation starts) are built on them. One
-:class:`_TickActions` lives for one tick.
+They carry the watchdog's exactly-once guarantee (an ETag-guarded claim before any side effect, an
+audit row and a ``sas.recovery`` record for every decision). One :class:`_TickActions` lives for one tick.
 """
 
 from __future__ import annotations
