@@ -192,6 +192,7 @@ def _storable_input(name: str, validated: dict[str, Any], services: Services) ->
                 f"the input is {exc.size:,} bytes as JSON; at most {exc.limit:,} bytes are accepted "
                 "(MAX_PAYLOAD_BYTES): pass larger data by reference (e.g. a blob URL) instead"
             ],
+            code="input-too-large",
             extra={"limit": exc.limit, "size": exc.size},
         ) from None
     return encode_json(payloads.stored(validated))
