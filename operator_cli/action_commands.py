@@ -1,16 +1,10 @@
 """``sas``'s actions (retry, skip, compensate a step; resume, stop, cancel an instance): steer one
-step or one instance, each confirmed, audited and done once.
+step or one instance, each confirmed, audited and done once (docs/supervisor.md, "Operator intents
+and the CLI").
 
-Like every ``sas`` command these write the ledger only: the move (audited as ``operator:<OS user>``
-with the reason) is checked against what the confirmation showed, so a command that raced another
-change refuses instead of acting on something the operator did not see. Each command claims an
-idempotency key in the instance's ledger partition first (``--idempotency-key``, a new one per
-command by default): a script that repeats a command with the same key, not knowing whether the
-first one got through, gets the first command's answer and nothing acts twice.
-
-Stop and cancel fence the scheduler off through the ledger (no later step is dispatched); the HTTP
-API's ``/stop`` and ``/cancel`` also terminate the orchestration at once, since the API holds a
-Durable client and the CLI does not.
+The move is checked against what the confirmation showed, so a command that raced another change
+refuses instead of acting on something the operator did not see; an idempotency key claimed in the
+ledger first makes a repeated command answer as the first did.
 """
 
 from __future__ import annotations
