@@ -53,8 +53,6 @@ async def run_tick(
     now: datetime | None = None,
     tick_id: str | None = None,
     batch_size: int | None = None,
-    grace_seconds: float | None = None,
-    lease_seconds: float | None = None,
 ) -> TickReport:
     """One watchdog tick over at most ``batch_size`` overdue steps; never raises for one bad step.
 
@@ -70,8 +68,8 @@ async def run_tick(
         client,
         services,
         report,
-        grace=timedelta(seconds=settings.watchdog_grace_seconds if grace_seconds is None else grace_seconds),
-        lease=timedelta(seconds=DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds),
+        grace=timedelta(seconds=settings.watchdog_grace_seconds),
+        lease=timedelta(seconds=DEFAULT_LEASE_SECONDS),
     )
     ledger = services.ledger
     limit = batch_size or settings.watchdog_batch_size
