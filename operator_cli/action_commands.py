@@ -26,7 +26,6 @@ from operator_cli.session import (
     get_instance,
     operator_user,
 )
-from workflow_core import clock
 
 STEP_INTENTS = {
     "retry": ("retry_step", "Failed/TimedOut -> Retrying, CompensationFailed -> Compensating (due now)"),
@@ -147,9 +146,7 @@ def _step_command(name: str) -> click.Command:
             instance,
             idempotency_key,
             f"sas {name} {instance}/{step}",
-            lambda: action(
-                s.ledger, instance, step, user=user, reason=reason, now=clock.utcnow(), expect=unchanged
-            ),
+            lambda: action(s.ledger, instance, step, user=user, reason=reason, expect=unchanged),
         )
         _print(
             s,

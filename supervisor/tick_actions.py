@@ -66,8 +66,7 @@ class _TickActions:
         return self._statuses[orchestration_id]
 
     async def failure_of(self, orchestration_id: str) -> str | None:
-        """Why an orchestration failed, as its status says (its output), or None when it did not fail
-        or the host does not say."""
+        """Why an orchestration failed, as its status output says, or None."""
         if await self.status_of(orchestration_id) != "Failed":
             return None
         status = await self.client.get_status(orchestration_id)
@@ -152,8 +151,8 @@ class _TickActions:
     async def claim_with(
         self, found: StepRecord, write: Callable[..., T], *args: Any, **kwargs: Any
     ) -> T | None:
-        """Run ``write`` (an ETag-guarded write of ``found`` as the tick read it) as this tick's claim:
-        whoever wrote the step since the tick read it won, and the tick skips it (None)."""
+        """Run ``write`` (ETag-guarded on ``found`` as read) as this tick's claim; None when someone
+        wrote the step since, and won."""
         try:
             written = await _io(write, *args, **kwargs)
         except (ConcurrencyConflict, StepNotFound):
