@@ -1,8 +1,6 @@
-"""The status API's bodies: plain ``async (req, client, services)`` functions.
-
-``client`` is a ``DurableOrchestrationClient`` or anything with the same methods; ``services`` may be
-a zero-argument callable (the bindings pass ``get_services`` so that broken app settings become a
-readable 503, not a crash). Tests and the in-process durable test host call these directly.
+"""The status API's bodies: plain ``async (req, client, services)`` functions that tests and the
+durable test host call directly; ``services`` may be a zero-argument callable, so that broken app
+settings become a readable 503, not a crash.
 """
 
 from __future__ import annotations
