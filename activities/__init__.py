@@ -1,10 +1,7 @@
 """The Agent role: the scheduler's activities, the agent worker, the result and dead-letter handlers.
 
-``function_app`` registers :data:`blueprint` (a ``df.Blueprint``) and calls
-:func:`check_shipped_workflows` at start-up. Every function is a thin binding around a plain body
-that tests and the durable test host call directly (``ACTIVITY_BODIES``, ``process_work_message``,
-``handle_result``, ``handle_dead_letter``). The queue-triggered functions use Service Bus or Storage
-Queue triggers according to ``AGENT_TRANSPORT`` when this package is imported.
+Every function is a thin binding (on :data:`blueprint`) around a plain body that tests and the
+durable test host call directly; the queue triggers follow ``AGENT_TRANSPORT`` at import.
 """
 
 from activities.common import bp as blueprint

@@ -42,30 +42,10 @@ UNDOING = frozenset({S.COMPENSATING, S.COMPENSATED, S.COMPENSATION_FAILED})
 def recorded_outcome(
     r: StepRecord, kind: StepKind, attempt: int, *, undone_succeeded: bool = False
 ) -> Recorded:
-    """What the ledger says about ``attempt`` of ``kind`` on step row ``r`` (explicit table below).
-
-    work (``r.attempt`` vs ``attempt``):
-
-    ============================  ==========================================================
-    row                           recorded
-    ============================  ==========================================================
-    Skipped (any attempt)         succeeded (an operator said the step needs no more work)
-    Succeeded, later attempt      succeeded (any attempt's success is the step's), not exact
-    later attempt, otherwise      timed_out (superseded), not exact
-    earlier attempt               unconfirmed (the ledger never dispatched this attempt)
-    same: Succeeded               succeeded with the row's output
-    same: Failed                  failed with ``last_error`` and ``non_retryable``
-    same: TimedOut / Retrying     timed_out with ``last_error``
-    same: Pending/Dispatched/Running  unconfirmed (no outcome yet)
-    same: being/been undone       failed ("step is <status>"); with ``undone_succeeded`` and a
-                                  recorded output: succeeded (it did, before it was undone)
-    same: anything else           failed ("step is <status>")
-    ============================  ==========================================================
-
-    compensate (``r.compensation_attempt``): Compensated (this or a later attempt) succeeded; later
-    attempt timed_out; earlier unconfirmed; same attempt: CompensationFailed failed, not Compensating
-    failed, ``compensation_status`` Failed failed, TimedOut timed_out, Dispatched/Running unconfirmed.
-    """
+    """What the ledger says about ``attempt`` of ``kind`` on step row ``r``. A later attempt
+    supersedes this one (timed_out), except that any attempt's success is the step's; an earlier one
+    means the ledger never dispatched it (unconfirmed); a Skipped step counts as succeeded. With
+    ``undone_succeeded``, a step undone since that recorded an output succeeded (it did, before)."""
     if kind == "work":
         if r.status is S.SKIPPED:
             return Recorded("succeeded", r.attempt == attempt, output=step_output(r) or {})

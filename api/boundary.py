@@ -1,17 +1,9 @@
 """The HTTP API's door: who may send a request, and how a state-changing one must look.
 
 Every API body runs behind :func:`admit` (through :func:`api.responses.json_errors`), so no route can
-forget it:
-
-* a state-changing request (any method but GET/HEAD/OPTIONS) must come from the app's own origin:
-  an ``Origin`` other than the request's own, or ``Sec-Fetch-Site: cross-site``, is a 403
-  ``cross-site``; it must be ``application/json`` (else 415 ``unsupported-media-type``) and carry the
-  header ``X-SAS-Client`` (else 400 ``client-header-required``). A cross-site HTML form can do none
-  of these, and a cross-site ``fetch`` that sets them needs a CORS preflight this app never grants;
-* then the caller must hold the role the request needs (:func:`api.identity.authorize`).
-
-Every answer carries :data:`SECURITY_HEADERS`: no framing (``frame-ancestors 'none'``, a button in a
-frame cannot be clicked through), no MIME sniffing, and no CORS grant (no ``Access-Control-*``).
+forget it. A state-changing request must be same-origin JSON carrying ``X-SAS-Client``: a cross-site
+HTML form can do none of these, and a cross-site ``fetch`` that does needs a CORS preflight this app
+never grants. Every answer carries :data:`SECURITY_HEADERS` (docs/api.md, "Who may call").
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Continuation tokens of ``GET /api/instances``: signed by the app and bound to the filter they page.
 
-The ledger's own token names the next row of its index; handed out as is, a caller could forge one
-(start anywhere in the index) or reuse it with another filter and get a page that answers neither.
-The API therefore hands out ``<payload>.<mac>``: the payload carries the ledger's token and a digest
-of the filter, the MAC is an HMAC-SHA256 over it. A token that does not verify, or whose filter
-digest differs from the request's filter, is a 400 ``invalid-continuation``.
-
-The key is the app setting ``CONTINUATION_TOKEN_KEY`` when set; otherwise a random key the ledger
-makes once and keeps in its index table (``StepLedger.list_token_key``), so every instance and
-process of the app signs and verifies with the same key, with no secret to configure.
+Handed out as is, the ledger's own token could be forged (start anywhere in the index) or reused
+with another filter. The API hands out ``<payload>.<mac>`` instead: the ledger's token and a digest
+of the filter, under an HMAC-SHA256; the key is ``CONTINUATION_TOKEN_KEY``, else one the ledger
+makes once and keeps (``StepLedger.list_token_key``), so every process shares it (docs/api.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The Functions bindings of the HTTP API: a ``df.Blueprint`` that ``function_app.py`` registers.
+"""The Functions bindings of the HTTP API, each only adapting the host's arguments to a plain body.
 
 Every API route is function-level (a function or host key in ``?code=`` or the ``x-functions-key``
-header); only the console's static files (no data) are anonymous. Each binding only adapts the
-host's arguments to the plain bodies in :mod:`api.handlers`, :mod:`api.start`, :mod:`api.operator_api` and
-:mod:`api.console_site`.
+header); only the console's static files (no data) are anonymous.
 """
 
 # No ``from __future__ import annotations`` here: the Python worker reads these functions' annotations

@@ -1,8 +1,6 @@
-"""The status API's bodies: plain ``async (req, client, services)`` functions.
-
-``client`` is a ``DurableOrchestrationClient`` or anything with the same methods; ``services`` may be
-a zero-argument callable (the bindings pass ``get_services`` so that broken app settings become a
-readable 503, not a crash). Tests and the in-process durable test host call these directly.
+"""The status API's bodies: plain ``async (req, client, services)`` functions that tests and the
+durable test host call directly; ``services`` may be a zero-argument callable, so that broken app
+settings become a readable 503, not a crash.
 """
 
 from __future__ import annotations
@@ -17,20 +15,23 @@ from azure.durable_functions import OrchestrationRuntimeStatus
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
 from api.boundary import secure
-from api.calls import (
+from api.problems import iso
+from api.responses import (
     DEFAULT_TOP,
     MAX_TOP,
+    ApiError,
     ServicesSource,
     call_durable,
     call_ledger,
     check_instance_id,
+    json_errors,
+    json_response,
     no_instance,
     resolve_services,
+    route_base,
     status_url,
     steps_url,
 )
-from api.problems import iso
-from api.responses import ApiError, json_errors, json_response, route_base
 from api.views import (
     audit_view,
     orchestration_view,

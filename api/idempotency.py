@@ -12,8 +12,8 @@ from typing import Any
 
 import azure.functions as func
 
-from api.calls import call_ledger
 from api.problems import PROBLEM_CONTENT_TYPE, ApiError
+from api.responses import call_ledger
 from workflow_core.ledger import idempotency
 from workflow_core.ledger.idempotency import KEY_PATTERN
 

@@ -1,25 +1,12 @@
 """Who is calling, and may they: the name the audit trail records, and the role each request needs.
 
-Three configurations, decided by the platform's own settings, never by the request:
-
-* **Platform authentication on** (``WEBSITE_AUTH_ENABLED=true``, set by App Service when App Service
-  Authentication is enabled): the platform signs the caller in, strips any client-sent
-  ``X-MS-CLIENT-PRINCIPAL*`` headers and sets its own. Only then are they believed. The principal's
-  app roles (claims of type ``roles``) decide: ``Workflows.Operate`` for every state-changing
-  request, ``Workflows.Read`` or ``Workflows.Operate`` for reads; otherwise 403.
-* **In Azure without it** (``WEBSITE_INSTANCE_ID`` or ``WEBSITE_SITE_NAME`` set): nobody vouches for a
-  name, so every action is 401; reads stay behind the function key.
-* **Locally** (neither): the caller is the developer, recorded as the OS account that runs the host,
-  and actions are accepted only from this machine (loopback). A principal header sent locally is
-  forged by definition (nothing local sets one): refused, not believed.
-
-How the caller's address is known: the Python worker is never told the socket peer. The app's own
-HTTP front end (``devtools.http_server``, the demo and browser tests) overwrites ``X-Forwarded-For``
-with the socket peer, as Azure's front end sets it. Core Tools sets no ``X-Forwarded-For``; the app
-then judges by the host the request was addressed to (``Host``/URL), which must be a loopback name,
-which also defeats DNS rebinding from a browser. Core Tools forwards a client-sent
-``X-Forwarded-For`` unchanged, so ``func start`` must not be exposed beyond the machine (it listens on
-all interfaces): docs/operations.md says so.
+Decided by the platform's own settings, never by the request (docs/api.md, "Who may call, and how
+an action must look"): with App Service Authentication on, the platform strips client-sent
+``X-MS-CLIENT-PRINCIPAL*`` headers and sets its own, so only then are they believed; in Azure
+without it nobody vouches for a name, so every action is 401; locally a principal header is forged
+by definition, and actions are accepted only from loopback. The Python worker is never told the
+socket peer: the app's own front end (``devtools.http_server``) overwrites ``X-Forwarded-For``, and
+without one the request must be addressed to a loopback name (which also defeats DNS rebinding).
 """
 
 from __future__ import annotations

@@ -18,19 +18,23 @@ import azure.functions as func
 
 from api import continuation
 from api import idempotency as idempotent
-from api.calls import (
+from api.identity import caller_name
+from api.responses import (
     ACTIVE_STATUSES,
+    ApiError,
     ServicesSource,
     call_durable,
     call_ledger,
     check_instance_id,
     check_step_id,
     check_workflow_name,
+    json_errors,
+    json_object_body,
+    json_response,
     no_instance,
     resolve_services,
+    route_base,
 )
-from api.identity import caller_name
-from api.responses import ApiError, json_errors, json_object_body, json_response, route_base
 from api.views import instance_detail_view, instance_record_view, runtime_status_name, step_view
 from supervisor import operator
 from workflow_core import clock
@@ -324,7 +328,7 @@ async def _end(
     and the watchdog, reading the record, never resumes the instance."""
     record = await _ledger_move(
         svc,
-        lambda ledger: operator.end_instance(
+        lambda ledger: operator.move_instance(
             ledger, instance_id, action, reason=reason, actor=actor, expected_status=expected
         ),
     )

@@ -67,19 +67,6 @@ PROBLEM_TITLES: dict[str, str] = {
     "ledger-unavailable": "The step ledger is unavailable",
     "unhealthy": "The app is not healthy",
 }
-_DEFAULT_CODES = {
-    400: "invalid-request",
-    401: "unauthenticated",
-    403: "forbidden",
-    404: "instance-not-found",
-    409: "illegal-move",
-    413: "input-too-large",
-    415: "unsupported-media-type",
-    428: "idempotency-key-required",
-    500: "internal-error",
-    502: "durable-unavailable",
-    503: "ledger-unavailable",
-}
 
 
 def iso(value: datetime | None) -> str | None:
@@ -123,14 +110,14 @@ class ApiError(Exception):
         message: str,
         details: Iterable[str] = (),
         *,
-        code: str | None = None,
+        code: str,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.message = message
         self.details = [str(d) for d in details]
-        self.code = code or _DEFAULT_CODES.get(status_code, "invalid-request")
+        self.code = code
         if self.code not in PROBLEM_TITLES:
             raise ValueError(f"unknown problem code {self.code!r}: add it to PROBLEM_TITLES")
         self.extra = dict(extra or {})

@@ -20,21 +20,25 @@ import azure.functions as func
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from api.calls import (
+from api.responses import (
     ACTIVE_STATUSES,
     COMPENSATION_SUFFIX,
     INSTANCE_ID_FIELD,
     STEP_INFIX,
+    ApiError,
     ServicesSource,
     call_durable,
     call_ledger,
     check_instance_id,
     describe_error,
+    json_errors,
+    json_object_body,
+    json_response,
     resolve_services,
+    route_base,
     status_url,
     steps_url,
 )
-from api.responses import ApiError, json_errors, json_object_body, json_response, route_base
 from api.views import (
     decode_maybe_json,
     runtime_status_name,
@@ -188,6 +192,7 @@ def _storable_input(name: str, validated: dict[str, Any], services: Services) ->
                 f"the input is {exc.size:,} bytes as JSON; at most {exc.limit:,} bytes are accepted "
                 "(MAX_PAYLOAD_BYTES): pass larger data by reference (e.g. a blob URL) instead"
             ],
+            code="input-too-large",
             extra={"limit": exc.limit, "size": exc.size},
         ) from None
     return encode_json(payloads.stored(validated))

@@ -13,8 +13,15 @@ from typing import Any
 
 import azure.functions as func
 
-from api.calls import ServicesSource, call_ledger, check_workflow_name, resolve_services
-from api.responses import ApiError, json_errors, json_response
+from api.responses import (
+    ApiError,
+    ServicesSource,
+    call_ledger,
+    check_workflow_name,
+    json_errors,
+    json_response,
+    resolve_services,
+)
 from workflow_core.runtime import Services
 from workflow_core.workflows import (
     PinnedDefinition,

@@ -118,17 +118,13 @@ def step_counts(steps: list[StepRecord]) -> dict[str, int]:
     return dict(sorted(Counter(s.status.value for s in steps).items()))
 
 
-def capped(text: str | None, cap: int = PAYLOAD_CAP) -> dict[str, Any] | None:
+def capped(text: str | None) -> dict[str, Any] | None:
     """``{"value": ..., "size": n, "truncated": bool}``: the JSON value when it fits, else a text preview."""
     if text is None:
         return None
-    if len(text) > cap:
-        return {"value": None, "preview": text[:cap], "size": len(text), "truncated": True}
-    try:
-        value: Any = json.loads(text)
-    except ValueError:
-        value = text
-    return {"value": value, "size": len(text), "truncated": False}
+    if len(text) > PAYLOAD_CAP:
+        return {"value": None, "preview": text[:PAYLOAD_CAP], "size": len(text), "truncated": True}
+    return {"value": _ref(text), "size": len(text), "truncated": False}
 
 
 def instance_record_view(record: InstanceRecord) -> dict[str, Any]:

@@ -1,16 +1,10 @@
 """``sas``'s actions (retry, skip, compensate a step; resume, stop, cancel an instance): steer one
-step or one instance, each confirmed, audited and done once.
+step or one instance, each confirmed, audited and done once (docs/supervisor.md, "Operator intents
+and the CLI").
 
-Like every ``sas`` command these write the ledger only: the move (audited as ``operator:<OS user>``
-with the reason) is checked against what the confirmation showed, so a command that raced another
-change refuses instead of acting on something the operator did not see. Each command claims an
-idempotency key in the instance's ledger partition first (``--idempotency-key``, a new one per
-command by default): a script that repeats a command with the same key, not knowing whether the
-first one got through, gets the first command's answer and nothing acts twice.
-
-Stop and cancel fence the scheduler off through the ledger (no later step is dispatched); the HTTP
-API's ``/stop`` and ``/cancel`` also terminate the orchestration at once, since the API holds a
-Durable client and the CLI does not.
+The move is checked against what the confirmation showed, so a command that raced another change
+refuses instead of acting on something the operator did not see; an idempotency key claimed in the
+ledger first makes a repeated command answer as the first did.
 """
 
 from __future__ import annotations
@@ -32,7 +26,6 @@ from operator_cli.session import (
     get_instance,
     operator_user,
 )
-from workflow_core import clock
 
 STEP_INTENTS = {
     "retry": ("retry_step", "Failed/TimedOut -> Retrying, CompensationFailed -> Compensating (due now)"),
@@ -153,9 +146,7 @@ def _step_command(name: str) -> click.Command:
             instance,
             idempotency_key,
             f"sas {name} {instance}/{step}",
-            lambda: action(
-                s.ledger, instance, step, user=user, reason=reason, now=clock.utcnow(), expect=unchanged
-            ),
+            lambda: action(s.ledger, instance, step, user=user, reason=reason, expect=unchanged),
         )
         _print(
             s,
@@ -171,17 +162,15 @@ def _step_command(name: str) -> click.Command:
     return command
 
 
-def _resume(ledger: Any, instance: str, user: str, reason: str, status: str) -> Any:
-    from supervisor import operator
-
-    return operator.resume_instance(ledger, instance, actor=f"operator:{user}", reason=reason)
-
-
-def _end(name: str) -> Callable[..., Any]:
+def _move(name: str) -> Callable[..., Any]:
     def act(ledger: Any, instance: str, user: str, reason: str, status: str) -> Any:
         from supervisor import operator
 
-        return operator.end_instance(ledger, instance, name, reason=reason, user=user, expected_status=status)
+        # a stop or cancel is refused when the instance moved since the prompt showed its status
+        expected = None if name == "resume" else status
+        return operator.move_instance(
+            ledger, instance, name, reason=reason, user=user, expected_status=expected
+        )
 
     return act
 
@@ -191,20 +180,20 @@ INSTANCE_ACTIONS: dict[str, tuple[str, str | None, Callable[..., Any], str]] = {
     "resume": (
         "Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state.",
         None,
-        _resume,
+        _move("resume"),
         "resume: instance {instance} recorded; the watchdog resumes it at its next tick.",
     ),
     "stop": (
         f"Stop an instance: {ENDS['stop']}.",
         ENDS["stop"],
-        _end("stop"),
+        _move("stop"),
         "stop: instance {instance} is Stopped (was {status}); no later step runs, its done steps stay; "
         "`sas cancel {instance}` undoes them.",
     ),
     "cancel": (
         f"Cancel an instance: {ENDS['cancel']}.",
         ENDS["cancel"],
-        _end("cancel"),
+        _move("cancel"),
         "cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its done steps.",
     ),
 }

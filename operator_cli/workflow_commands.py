@@ -1,11 +1,8 @@
 """``sas versions``, ``sas replay-check`` and ``sas lint``: the workflows themselves, not their instances.
 
-``versions`` reads the ledger (like every other command); ``replay-check`` reads only the files and
-the orchestrator code installed with the CLI, and exits 4 when a history no longer replays. ``lint``
-needs no storage: it reads the YAML files and the agents registered by importing
-``activities.worker.handlers`` (the same registry the app checks at start-up), with the rules of
-``workflow_core.workflows.lint``; it exits 2 with one line per problem, each naming the file and the
-field.
+Only ``versions`` reads the ledger: ``replay-check`` reads the files and the installed orchestrator
+code (exit 4 when a history no longer replays), ``lint`` the YAML files and the agents registered by
+``activities.worker.handlers`` (exit 2, one line per problem).
 """
 
 from __future__ import annotations

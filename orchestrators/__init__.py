@@ -1,9 +1,8 @@
 """Scheduler role: the Durable Functions orchestrators that walk workflow definitions (docs/scheduler.md).
 
-``blueprint`` registers ``workflow_orchestrator``, ``compensation_orchestrator`` and
-``step_orchestrator`` (one step of a parallel group) around the plain generator functions of
-``workflow`` and ``compensation``, which stay importable and testable without the decorators.
-Importing it also makes the Durable SDK read history timestamps the fast way (``history_timestamps``).
+``blueprint`` binds the plain generator functions of ``workflow`` and ``compensation``, which stay
+testable without the decorators. Importing it also makes the Durable SDK read history timestamps the
+fast way (``history_timestamps``).
 """
 
 import azure.durable_functions as df

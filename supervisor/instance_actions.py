@@ -1,10 +1,6 @@
-"""What every instance decision is made of: claiming the record, resuming, compensating, flagging.
-
-Its own module because these moves carry the exactly-once guarantee for whole instances (an
-ETag-conditional claim of the instance record before any side effect, an audit row, a
-``sas.recovery`` record and the stalled-instances signal for every decision), while the decision
-table that picks among them is ``instances.py``: the same split as ``tick_actions.py`` (the moves)
-and ``step_decisions.py`` (the table) for steps.
+"""The moves every instance decision (``instances.py``) is made of: claiming the record, resuming,
+compensating, flagging; each claims the instance record (ETag) before any side effect and leaves an
+audit row, a ``sas.recovery`` record and the stalled-instances signal.
 """
 
 from __future__ import annotations
@@ -55,9 +51,8 @@ class InstanceAction(StrEnum):
 
 
 def trace_input(record: Any) -> dict[str, Any]:
-    """``{"trace": <carrier>}`` for an orchestration input, from the W3C context a ledger row (step or
-    instance record) holds, so a resumed scheduler or a compensation the supervisor starts stays in
-    the workflow's trace; {} when the row has none. Observability only."""
+    """The orchestration input's ``trace`` from a ledger row's W3C context, so what the supervisor
+    starts stays in the workflow's trace (observability only)."""
     carrier = tracing.from_fields(record.trace_parent, record.trace_state)
     return {tracing.TRACE_FIELD: carrier} if carrier else {}
 
@@ -136,10 +131,8 @@ class _InstanceActions:
         await self.start_compensation(record, f"supervisor: {reason}", InstanceAction.COMPENSATE)
 
     async def give_up_compensation(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
-        """The compensation cannot finish on its own: the instance becomes CompensationFailed, flagged
-        with the cause (the compensation orchestration's own failure) where operators look (the
-        attention inbox, ``sas stalled``, the console), and nothing restarts it until an operator
-        retries a step (which answers the flag and resets the budget)."""
+        """The compensation cannot finish on its own: CompensationFailed, flagged with the cause for an
+        operator; nothing restarts it until an operator retries a step."""
         await self._give_up(
             record,
             IS.COMPENSATION_FAILED,
@@ -150,10 +143,9 @@ class _InstanceActions:
         )
 
     async def give_up_scheduler(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
-        """The watchdog's own recovery of a live scheduler cannot take (its terminations spent): the
-        instance stays Running, flagged with the cause, and is *parked*: no scheduler deadline, so
-        it leaves the deadline index for the operators' inbox and no tick acts on it again until an
-        operator does (or its scheduler moves by itself and promises again)."""
+        """The terminations of a live scheduler did not take: the instance stays Running, flagged, and
+        *parked* (no scheduler deadline): no tick acts on it again until an operator does (or its
+        scheduler moves by itself and promises again)."""
         await self._give_up(
             record,
             IS.RUNNING,

@@ -1,20 +1,13 @@
 """The watchdog's view of whole workflow instances: a scheduler that died is found and replaced.
 
-Steps carry deadlines only while something is in flight. A scheduler that dies *between* steps, or
-before it ever started, leaves no overdue step behind: only its instance record's
-``scheduler_deadline`` (the promise every scheduler activity renews) passes. Per overdue instance
-(the decision table is in docs/supervisor.md): a gone orchestration is resumed from the ledger (its
-completed steps never run again) or compensated, by the workflow's ``on_scheduler_lost`` policy and
-``max_resumes``; one alive past its promise is noted, then terminated and so resumed; a Compensating
-instance with no compensation running has it restarted. Every loop has its counter on the instance
-record, written in the claim that acts, and an end (docs/supervisor.md, "Every recovery loop has a
-budget and an end").
+A scheduler that dies *between* steps leaves no overdue step behind: only its instance record's
+``scheduler_deadline`` (the promise every scheduler activity renews) passes. The decision table and
+the budget of every loop: docs/supervisor.md ("Instances: a scheduler that died"); the moves:
+``instance_actions.py``.
 
-Exactly once: every action starts with an ETag-conditional claim of the *instance* record (owner
-``supervisor:<tick>``, deadline moved a lease ahead). Two watchdog processes that reach the same dead
-instance, through the instance or through two of its overdue steps, race for that one row: one
-claim wins, the other gets a conflict and does nothing. The moves these decisions are made of
-(claim, resume, compensate, give up, record) are in ``instance_actions.py``.
+Exactly once: every action starts with an ETag-conditional claim of the *instance* record. Two
+watchdog processes that reach the same dead instance, through the instance or through two of its
+overdue steps, race for that one row: one claim wins, the other gets a conflict and does nothing.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Operator intents: what a human may ask of a stalled workflow, written to the ledger as intent.
 
-The operator CLI (``sas``, operator_cli/) has no Durable Functions client: it cannot raise
-events or start orchestrations. Instead every mutating command here moves the step in the ledger
-(ETag-guarded, audited with actor ``operator:<user>`` and the given reason) and, where something
-must happen next, sets the step's deadline to *now*. The watchdog, the only component with a
-durable client, picks the step up on its next tick and enacts the intent:
-
-* ``retry_step``: Failed/TimedOut -> Retrying (the watchdog raises the step's failed result so a
-  running orchestration applies its retry policy now; with the orchestration gone it compensates);
-  CompensationFailed -> Compensating (the watchdog (re)starts the compensation orchestration, which
-  runs the step's compensator again).
-* ``skip_step``: -> Skipped (terminal: the step leaves the watchdog's worklist for good).
-* ``request_compensation``: Succeeded/Failed/TimedOut -> Compensating (the watchdog starts the
-  instance's compensation orchestration).
-* ``resume_instance``: a stranded or failed instance is resumed by the watchdog from the ledger.
-* ``end_instance`` stop: -> ``Stopped``, flagged; unsupervised, so the watchdog never resumes nor
-  compensates it, and the ledger fences off a scheduler still running; its done steps stay until a
-  cancel. Cancel: -> ``Compensating``, due now: the watchdog starts the compensation. Both write the
-  record and its audit row *before* the caller terminates the orchestration, so no orchestration is
-  ended without an audit row naming the actor and the reason.
+The operator CLI (``sas``) has no Durable Functions client. Every mutating command here moves the
+step or instance record in the ledger (ETag-guarded, audited as ``operator:<user>`` with the reason)
+and, where something must happen next, makes it due *now*: the watchdog, the only component with a
+durable client, enacts the intent on its next tick (docs/supervisor.md, "Operator intents and the
+CLI", says what each command moves and what follows). A stop or cancel writes the record and its
+audit row *before* the caller terminates the orchestration, so no orchestration is ended without an
+audit row naming the actor and the reason.
 """
 
 from __future__ import annotations
@@ -242,50 +230,26 @@ request_compensation = functools.partial(apply_intent, COMPENSATE)
 
 # ---- instances -----------------------------------------------------------------------------------
 
-# Instance statuses an operator may resume from, and where each goes. Running: the scheduler is
-# stranded (or the operator believes so): the watchdog resumes it now if its orchestration is gone,
-# whatever the workflow's policy and resume count say. Failed: the instance gave up; it runs again.
-RESUMABLE_INSTANCE_STATUSES = {
-    InstanceStatus.RUNNING: InstanceStatus.RUNNING,
-    InstanceStatus.FAILED: InstanceStatus.RUNNING,
+# Where each instance action moves the record, from which statuses. Resume from Running: the scheduler
+# is stranded (or the operator believes so): the watchdog resumes it now if its orchestration is gone,
+# whatever the workflow's policy and resume count say; from Failed: the instance gave up, it runs again.
+INSTANCE_MOVES: dict[str, dict[InstanceStatus, InstanceStatus]] = {
+    "resume": {
+        InstanceStatus.RUNNING: InstanceStatus.RUNNING,
+        InstanceStatus.FAILED: InstanceStatus.RUNNING,
+    },
+    "stop": {
+        InstanceStatus.RUNNING: InstanceStatus.STOPPED,
+        InstanceStatus.FAILED: InstanceStatus.STOPPED,
+    },
+    "cancel": {
+        InstanceStatus.RUNNING: InstanceStatus.COMPENSATING,
+        InstanceStatus.FAILED: InstanceStatus.COMPENSATING,
+        InstanceStatus.STOPPED: InstanceStatus.COMPENSATING,
+    },
 }
-
-
-def resume_instance(
-    ledger: StepLedger,
-    instance_id: str,
-    *,
-    reason: str,
-    user: str | None = None,
-    actor: str | None = None,
-    now: datetime | None = None,
-) -> InstanceRecord:
-    """Ask for a stranded or failed instance to be resumed from the ledger: owner ``operator:<user>``,
-    scheduler deadline now; the watchdog resumes it if its orchestration is gone."""
-    who = actor or actor_for(user or "")
-    reason = required_reason(reason)
-    when = require_aware(now, "now") if now is not None else clock.utcnow()
-
-    def decide(record: InstanceRecord) -> tuple[InstanceStatus, dict]:
-        target = RESUMABLE_INSTANCE_STATUSES.get(record.status)
-        if target is None:
-            allowed = ", ".join(s.value for s in RESUMABLE_INSTANCE_STATUSES)
-            raise OperatorError(
-                f"instance {instance_id!r} is {record.status.value}; only {allowed} instances can be resumed"
-                + (
-                    " (retry its CompensationFailed step instead)"
-                    if record.status.value == "CompensationFailed"
-                    else ""
-                )
-            )
-        return target, {
-            "owner": who,
-            "scheduler_deadline": when,
-            "needs_attention": False,
-            "attention_reason": None,
-        }
-
-    return move_instance(ledger, instance_id, actor=who, reason=f"operator resume: {reason}", decide=decide)
+RESUMABLE_INSTANCE_STATUSES = INSTANCE_MOVES["resume"]
+_DONE = {"resume": "resumed", "stop": "stopped", "cancel": "cancelled"}
 
 
 def required_reason(reason: str | None) -> str:
@@ -299,48 +263,6 @@ def required_reason(reason: str | None) -> str:
 def move_instance(
     ledger: StepLedger,
     instance_id: str,
-    *,
-    actor: str,
-    reason: str,
-    decide: Callable[[InstanceRecord], tuple[InstanceStatus, dict]],
-) -> InstanceRecord:
-    """An operator's move of an instance record and its audit row, one ETag-guarded write: ``decide``
-    gives the target status and changes for the record as read (or raises :class:`OperatorError`);
-    a lost race re-reads and decides again."""
-    for _ in range(MAX_RACE_RETRIES):
-        try:
-            record = ledger.get_instance(instance_id)
-        except InstanceNotFound:
-            raise UnknownInstance(instance_id) from None
-        except InvalidLedgerInput as exc:
-            raise OperatorError(str(exc)) from None
-        target, changes = decide(record)
-        try:
-            return ledger.transition_instance(record, target, actor=actor, reason=reason, **changes)
-        except ConcurrencyConflict:
-            continue
-    raise OperatorError(
-        f"instance {instance_id!r} keeps changing under us; look at its timeline and try again"
-    )
-
-
-# What each action moves the record to, from which statuses (the decision table of this module).
-STOP_TABLE: dict[str, dict[InstanceStatus, InstanceStatus]] = {
-    "stop": {
-        InstanceStatus.RUNNING: InstanceStatus.STOPPED,
-        InstanceStatus.FAILED: InstanceStatus.STOPPED,
-    },
-    "cancel": {
-        InstanceStatus.RUNNING: InstanceStatus.COMPENSATING,
-        InstanceStatus.FAILED: InstanceStatus.COMPENSATING,
-        InstanceStatus.STOPPED: InstanceStatus.COMPENSATING,
-    },
-}
-
-
-def end_instance(
-    ledger: StepLedger,
-    instance_id: str,
     action: str,
     *,
     reason: str,
@@ -349,14 +271,20 @@ def end_instance(
     expected_status: str | None = None,
     now: datetime | None = None,
 ) -> InstanceRecord:
-    """Stop or cancel the instance (record + audit row, one write); ``expected_status`` is the status
-    the operator saw: a record that moved since is refused, saying what it is now."""
-    table = STOP_TABLE[action]
+    """Resume, stop or cancel the instance: its record and audit row in one ETag-guarded write (a lost
+    race re-reads and decides again). Resume and cancel set the scheduler deadline to now, for the
+    watchdog; ``expected_status`` is the status the operator saw: a record that moved since is refused."""
+    table = INSTANCE_MOVES[action]
     who = actor or actor_for(user or "")
     reason = required_reason(reason)
-    when = now or clock.utcnow()
-
-    def decide(record: InstanceRecord) -> tuple[InstanceStatus, dict]:
+    when = require_aware(now, "now") if now is not None else clock.utcnow()
+    for _ in range(MAX_RACE_RETRIES):
+        try:
+            record = ledger.get_instance(instance_id)
+        except InstanceNotFound:
+            raise UnknownInstance(instance_id) from None
+        except InvalidLedgerInput as exc:
+            raise OperatorError(str(exc)) from None
         if expected_status and record.status.value != expected_status:
             raise OperatorError(
                 f"instance {instance_id!r} is {record.status.value} now, not {expected_status} as expected"
@@ -364,18 +292,28 @@ def end_instance(
         target = table.get(record.status)
         if target is None:
             allowed = ", ".join(s.value for s in table)
-            done = "stopped" if action == "stop" else "cancelled"
-            raise OperatorError(
-                f"instance {instance_id!r} is {record.status.value}; only {allowed} instances can be {done}"
+            hint = (
+                " (retry its CompensationFailed step instead)"
+                if action == "resume" and record.status.value == "CompensationFailed"
+                else ""
             )
+            raise OperatorError(
+                f"instance {instance_id!r} is {record.status.value}; "
+                f"only {allowed} instances can be {_DONE[action]}{hint}"
+            )
+        changes: dict = {"needs_attention": False, "attention_reason": None, "scheduler_deadline": when}
         if target is InstanceStatus.STOPPED:  # its done steps stay: flagged until a cancel undoes them
             flag = f"stopped by {who}: {reason}; its done steps stay as they are until an operator cancels it"
-            return target, {"owner": who, "needs_attention": True, "attention_reason": flag}
-        return target, {
-            "owner": who,
-            "needs_attention": False,
-            "attention_reason": None,
-            "scheduler_deadline": when,
-        }
+            changes = {"needs_attention": True, "attention_reason": flag}
+        try:
+            return ledger.transition_instance(
+                record, target, actor=who, reason=f"operator {action}: {reason}", owner=who, **changes
+            )
+        except ConcurrencyConflict:
+            continue
+    raise OperatorError(
+        f"instance {instance_id!r} keeps changing under us; look at its timeline and try again"
+    )
 
-    return move_instance(ledger, instance_id, actor=who, reason=f"operator {action}: {reason}", decide=decide)
+
+resume_instance = functools.partial(move_instance, action="resume")

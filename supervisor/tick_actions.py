@@ -1,10 +1,7 @@
-"""What every watchdog decision is made of: claiming a step, noting, timing out, recording.
+"""The moves every step decision is made of: claiming a step, noting, timing out, recording.
 
-Its own module because these few moves carry the watchdog's exactly-once guarantee (an ETag-guarded
-claim before any side effect, an audit row and a ``sas.recovery`` record for every decision), and
-both the step decisions (``step_decisions.py``) and the instance decisions (``instance_actions.py``,
-which may end a live scheduler before a compensation starts) are built on them. One
-:class:`_TickActions` lives for one tick.
+They carry the watchdog's exactly-once guarantee (an ETag-guarded claim before any side effect, an
+audit row and a ``sas.recovery`` record for every decision). One :class:`_TickActions` lives for one tick.
 """
 
 from __future__ import annotations
@@ -69,8 +66,7 @@ class _TickActions:
         return self._statuses[orchestration_id]
 
     async def failure_of(self, orchestration_id: str) -> str | None:
-        """Why an orchestration failed, as its status says (its output), or None when it did not fail
-        or the host does not say."""
+        """Why an orchestration failed, as its status output says, or None."""
         if await self.status_of(orchestration_id) != "Failed":
             return None
         status = await self.client.get_status(orchestration_id)
@@ -155,8 +151,8 @@ class _TickActions:
     async def claim_with(
         self, found: StepRecord, write: Callable[..., T], *args: Any, **kwargs: Any
     ) -> T | None:
-        """Run ``write`` (an ETag-guarded write of ``found`` as the tick read it) as this tick's claim:
-        whoever wrote the step since the tick read it won, and the tick skips it (None)."""
+        """Run ``write`` (ETag-guarded on ``found`` as read) as this tick's claim; None when someone
+        wrote the step since, and won."""
         try:
             written = await _io(write, *args, **kwargs)
         except (ConcurrencyConflict, StepNotFound):

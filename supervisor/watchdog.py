@@ -1,25 +1,11 @@
-"""The supervisor's watchdog: find overdue steps in the ledger and recover them, exactly once each.
+"""The supervisor's watchdog: find overdue steps and instances in the ledger and recover them, exactly
+once each (docs/supervisor.md, "One tick").
 
-One tick (see docs/supervisor.md for the full decision table):
-
-1. ``ledger.overdue(now, limit=WATCHDOG_BATCH_SIZE)`` reads only the deadline index up to ``now``
-   (a bounded page; what does not fit waits for the next tick).
-2. Each step is **claimed** with an ETag-conditional ``ledger.update`` that sets the owner to
-   ``supervisor:<tick>`` and moves the deadline to ``now + lease``. The claim moves the step's index
-   row forward, so an overlapping tick neither sees it nor wins it (a lost claim is a
-   ``ConcurrencyConflict``: someone else acted, skip). A tick that dies after claiming leaves the step
-   to be retried when the lease expires.
-3. The decision uses the step and the orchestration's real state (``client.get_status``), never a
-   clock or a message alone.
-4. Every decision leaves an audit row in the ledger and a telemetry record (``sas.recovery``).
-
-:func:`run_tick` is the whole tick as a plain coroutine: the timer function in this package only
-builds its arguments.
-
-The tick's parts: the vocabulary (:class:`Action`, :class:`TickReport`, constants) is in
-``watchdog_model.py``; the moves every decision is made of in ``tick_actions.py``; the per-step
-decision table, with its compensation branches, in ``step_decisions.py``; whole instances in
-``instances.py`` (the table) and ``instance_actions.py`` (its moves).
+Exactly once because each step or instance is *claimed* with an ETag-conditional write (owner
+``supervisor:<tick>``, deadline a lease ahead) before anything acts: an overlapping tick loses the
+claim and skips; a tick that dies after claiming leaves the step to the next tick after the lease.
+Decisions use the ledger and the orchestration's runtime status, never a clock or a message alone.
+:func:`run_tick` is the whole tick as a plain coroutine; the timer function only builds its arguments.
 """
 
 from __future__ import annotations
@@ -67,8 +53,6 @@ async def run_tick(
     now: datetime | None = None,
     tick_id: str | None = None,
     batch_size: int | None = None,
-    grace_seconds: float | None = None,
-    lease_seconds: float | None = None,
 ) -> TickReport:
     """One watchdog tick over at most ``batch_size`` overdue steps; never raises for one bad step.
 
@@ -84,8 +68,8 @@ async def run_tick(
         client,
         services,
         report,
-        grace=timedelta(seconds=settings.watchdog_grace_seconds if grace_seconds is None else grace_seconds),
-        lease=timedelta(seconds=DEFAULT_LEASE_SECONDS if lease_seconds is None else lease_seconds),
+        grace=timedelta(seconds=settings.watchdog_grace_seconds),
+        lease=timedelta(seconds=DEFAULT_LEASE_SECONDS),
     )
     ledger = services.ledger
     limit = batch_size or settings.watchdog_batch_size

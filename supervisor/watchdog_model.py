@@ -1,7 +1,5 @@
-"""The watchdog's vocabulary: what it can decide, what a tick reports, and the constants it reads.
-
-Its own module because every part of the watchdog (the tick, the step and instance decisions)
-speaks it, and tests and tools read it, without needing the decision logic itself.
+"""The watchdog's vocabulary, which every part of it, and its tests and tools, speak: what it can
+decide, what a tick reports, and the constants it reads.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The result handler: turns an agent's reply into the external event its orchestration waits for.
 
-Entry point for any host: ``await handle_result(body, client, services)``; ``client`` has
-``raise_event`` (async or plain: in Azure the ``durable_client_input`` binding's client).
-
-A sequential work step's success the worker keyed with a basis row is raised as it came, unread: the
-scheduler takes it provisionally and its next write proves it or writes nothing
-(``activities.scheduler.instances``). Any other reply is a claim, acted on only if the step row records
-that outcome for that very attempt: then ``result_event_name(step_id, attempt, kind)`` is raised on
-the orchestration *the ledger* recorded, with the ledger's version of the result. Anything else is
-audited on the step (``unconfirmed-result-ignored`` / ``result-mismatch``) and completed without an
-event; a body that is not a ``ResultMessage`` is parked. An orchestration that is unknown (404) or
-finished (410) gets a ``late-result-ignored`` note; any other failure propagates (delivered again).
+Entry point for any host: ``await handle_result(body, client, services)`` (docs/agents.md, "Result
+and dead-letter handlers"). A keyed work success is raised as it came, unread: the scheduler's next
+write proves it (``activities.scheduler.instances``). Any other reply is a claim, raised only when
+the step row records that outcome for that very attempt, on the orchestration *the ledger* recorded,
+with the ledger's version of the result; anything else is audited and completed without an event.
 """
 
 from __future__ import annotations

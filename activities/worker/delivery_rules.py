@@ -1,27 +1,11 @@
 """The agent worker's decisions for one delivery (``delivery``): claim it or not, how to record it.
 
-These are the idempotency rules the pattern leans on: each decision reads only the ledger row (and
-the message) and moves the row with an ETag-guarded write, so a redelivered, duplicated or late
-message can never run a step twice or overwrite a newer attempt.
-
-Claim rules (kind ``work``; docs/agents.md has the full table):
-
-- ledger Dispatched, same attempt -> Running (owner = this worker), ETag-guarded; run the handler;
-- Running, same attempt, redelivered (delivery count > 1) -> take over (owner update, ETag); run;
-- Running, same attempt, first delivery -> a duplicate copy of a message another worker is running:
-  ignore, audit ``duplicate-delivery-ignored``;
-- Succeeded or Failed, same attempt -> the attempt is over but its reply may have been lost: re-send
-  the recorded result (audit ``result-resent``), do not run the handler again;
-- any other attempt or status -> ignore, audit ``stale-attempt-ignored`` / ``settled-step-ignored``;
-- a message for the row's attempt whose agent or input is not the ledger's (forged or corrupted: the
-  handler would run the wrong agent or on the wrong input) -> ignore, audit ``message-mismatch-ignored``.
-
-After the handler: Running -> Succeeded or Failed (deadline = now + grace), ETag-guarded, then the
-reply is sent; if another worker recorded the attempt first, nothing more is written or sent (audit
-``duplicate-result-discarded``).
-
-Kind ``compensate`` follows the same rules on the Compensating step, with ``compensation_attempt``
-and the sub-state ``compensation_status`` (Dispatched -> Running -> Compensated | Failed).
+These are the idempotency rules the pattern leans on (docs/agents.md, "The worker: claim and
+idempotency rules", has the table): each decision reads only the ledger row (and the message) and
+moves the row with an ETag-guarded write, so a redelivered, duplicated, late or forged message can
+never run a step twice, run the wrong agent or input, or overwrite a newer attempt. Kind
+``compensate`` follows the same rules on the Compensating step, with ``compensation_attempt`` and
+the sub-state ``compensation_status`` (Dispatched -> Running -> Compensated | Failed).
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def test_a_stopped_instance_reads_as_stopped_and_only_cancel_applies(demo, page)
         scheduler_deadline=clock.utcnow() + timedelta(hours=1),
         version=version_of(get_workflow("provision-tenant")),
     )
-    operator.end_instance(ledger, "ui-stopped", "stop", reason="wrong tenant", user="alice")
+    operator.move_instance(ledger, "ui-stopped", "stop", reason="wrong tenant", user="alice")
 
     page.goto(f"{demo.console_url}#/instance/ui-stopped")
     cancel = page.locator('.actions[role="group"] button[data-action="cancel"]')

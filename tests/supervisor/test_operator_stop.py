@@ -192,7 +192,7 @@ def test_a_stop_from_sas_fences_the_scheduler_off_through_the_ledger_alone(harne
     iid = start_provisioning(h)
     h.run_until(lambda: len(h.held(held)) == 1)
 
-    operator.end_instance(h.ledger, iid, "stop", reason="wrong tenant", user="alice")
+    operator.move_instance(h.ledger, iid, "stop", reason="wrong tenant", user="alice")
     h.release(held)
     h.run_until(lambda: h.elapsed() >= timedelta(hours=3), timeout=timedelta(hours=4))
 

@@ -1,18 +1,8 @@
 """In-process fault injection for agents: make a handler fail, hang, or crash, on purpose.
 
-Used by the tests and the demo to show the pattern recover (docs/agents.md shows how)::
-
-    faults.inject("dns.register", faults.Fail(times=2))       # fail twice, then succeed
-    faults.inject("storage.create", faults.Stall())           # never reply (a dead agent)
-    faults.inject("inventory.reserve", faults.CrashAfterEffect())  # effect done, process dies
-    faults.inject("dns.register", faults.Fail(times=1), step="dns")  # only for step "dns"
-
-:class:`Fail` fails *before* the handler runs (no effect); :class:`Stall` sleeps ``seconds`` first,
-or without them never replies (only the deadline notices); :class:`CrashAfterEffect` dies after the
-effect, so the message is delivered again and the idempotent handler must not make it twice.
-``times`` (default: 1 for crashes, unlimited otherwise) counts how often a rule fires; a rule for a
-step wins over one for the whole agent. State is per process (the durable test host, a local
-``func start``), not shared across scaled-out instances.
+Used by the tests and the demo to show the pattern recover; docs/agents.md ("The fault injector")
+shows the rules. State is per process (the durable test host, a local ``func start``), not shared
+across scaled-out instances.
 """
 
 from __future__ import annotations
