@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from datetime import timedelta
 
 import azure.durable_functions as df
 import pytest
 
+from devtools.demo_pools import runner_argv as runner_argv_of
 from devtools.harness import PatternHarness
 from tests.agent_runner.conftest import ROOT, Runner
 from tests.agent_runner.test_runner_process import files
@@ -70,11 +70,6 @@ DEFAULT_ONLY = {
         for n in range(3)
     ],
 }
-# ``sas-agent`` over the harness's workflows directory (argv[1]), which declares the pools above
-LAUNCH_RUNNER = (
-    "import sys; from pathlib import Path; from workflow_core.workflows import loader; "
-    "loader.DEFAULT_DIRECTORY = Path(sys.argv.pop(1)); from agent_runner.cli import run; run()"
-)
 
 
 def timed_run(h: PatternHarness, workflow: str, workflow_input: dict) -> float:
@@ -101,20 +96,15 @@ def test_three_pools_one_killed_runner_and_no_pool_waits_for_another(azurite, tm
         hosted_pools=["default"],
     ) as h:
         env = {**os.environ, "RUNNER_TEST_DIR": str(box), "MAIL_OUTBOX": str(outbox), "AGENT_POOL": "mail"}
-        runner_argv = [
-            sys.executable,
-            "-c",
-            LAUNCH_RUNNER,
-            str(loader.DEFAULT_DIRECTORY),
-            "--pool",
+        runner_argv = runner_argv_of(
+            loader.DEFAULT_DIRECTORY,
             "remote",
-            "--handlers",
             "tests.agent_runner.blocking_agents",
             "--lock-seconds",
             "2",
             "--concurrency",
             "1",  # one step at a time: the others wait in the queue while it blocks
-        ]
+        )
         runners = [Runner(runner_argv, env, ROOT, tmp_path / "runner-0.log")]
         node_log = (tmp_path / "node.log").open("w")
         node = subprocess.Popen(["node", "agent.js"], cwd=EXAMPLE, env=env, stdout=node_log, stderr=node_log)
