@@ -185,6 +185,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="serve the operator console on sample instances (http://127.0.0.1:7072/api/console/)",
     )
+    parser.add_argument(
+        "--pools",
+        action="store_true",
+        help="agent pools: a sas-agent runner serving one pool is killed mid-step while another flows",
+    )
     return parser.parse_args(argv)
 
 
@@ -215,6 +220,10 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         from devtools.console_demo import main as serve
 
         return serve(argv, out)
+    if "--pools" in (sys.argv[1:] if argv is None else argv):
+        from devtools.demo_pools import main as pools
+
+        return pools(out)
     args = _parse(argv)
     quiet_logging()
     import warnings

@@ -54,7 +54,7 @@ import tempfile
 import threading
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,8 @@ from devtools.harness_pumps import HarnessPumps, KnownEmpty
 from workflow_core import runtime
 from workflow_core.ledger import StepLedger
 from workflow_core.transport import ReceivedMessage, Transport
+from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import pool_queue
 
 DEFAULT_WATCHDOG_PERIOD = timedelta(seconds=30)
 DEFAULT_LOCK_SECONDS = 1.0  # Storage Queues: visibility timeout of a received message (1 s minimum)
@@ -107,6 +109,8 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
     ``settings``: extra app settings (``WATCHDOG_GRACE_SECONDS``, ``MAX_DELIVERY_COUNT``...).
     ``extra_workflows``: ``{name: definition dict or YAML text}`` served next to the shipped ones.
     ``on_event``: called with each :class:`LedgerEvent` as it commits (the demo prints them).
+    ``hosted_pools``: the pools whose work queues the harness's agents serve (``HOSTED_POOLS``; default:
+    every declared pool), so a test can leave a pool to another process.
     """
 
     def __init__(
@@ -121,6 +125,7 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
         extra_workflows: Mapping[str, Any] | None = None,
         on_event: Callable[[LedgerEvent], None] | None = None,
         poll_interval: float = 0.002,
+        hosted_pools: Iterable[str] | None = None,
     ) -> None:
         self._own_azurite = azurite is None
         self.azurite = azurite or Azurite().start()
@@ -167,6 +172,8 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             self._set_env(env)
             if extra_workflows:
                 self._serve_workflows(extra_workflows)
+            declared = agent_pools().names
+            self._set_env({"HOSTED_POOLS": ",".join(declared if hosted_pools is None else hosted_pools)})
 
             runtime.reset_services()
             self._restore.append(runtime.reset_services)
@@ -180,6 +187,10 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
                 )
             else:
                 real_transport = services.transport  # creates the Storage queues (and their poison queues)
+            work = self.settings.work_queue
+            self._pool_queues = {pool_queue(work, pool): pool for pool in declared}  # queue -> pool
+            dead = self.settings.hosted_pools if servicebus else declared  # as the app reads them
+            self._dead_letter_pools = [(pool_queue(work, pool), pool) for pool in dead]
             self._known_empty = KnownEmpty()
             # Skipping a poll known to come back empty is for Storage Queues only: a Service Bus broker
             # dead-letters and redelivers on its own, without the harness's transport.

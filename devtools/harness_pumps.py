@@ -7,9 +7,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from devtools.harness_faults import AgentKilled
 from workflow_core.transport import LockLostError, ReceivedMessage, settle_failure
+from workflow_core.workflows.pools import DEFAULT_POOL
 
 RECEIVE_BATCH = 16  # messages a pump asks for per poll
 
@@ -78,6 +80,7 @@ class HarnessPumps:
             worker_id=f"worker:w{next(self._deliveries)}",
             message_id=message.message_id,
             trace=message.application_properties,
+            pool=self._pool_queues.get(message.queue, DEFAULT_POOL),
         )
 
     def _result_handler(self, message: ReceivedMessage) -> None:
@@ -94,7 +97,10 @@ class HarnessPumps:
         )
 
     def _pump_work(self) -> int:
-        return self._consume("work", self.settings.work_queue, self._work_handler)
+        """The work queues of the pools the harness hosts (``hosted_pools``); another pool's work waits
+        for whatever serves it (a ``sas-agent`` process, an agent in another language)."""
+        hosted = [q for q, pool in self._pool_queues.items() if pool in self.settings.hosted_pools]
+        return sum(self._consume(self._queue_kind(q), q, self._work_handler) for q in hosted)
 
     def _pump_results(self) -> int:
         return self._consume("results", self.settings.result_queue, self._result_handler)
@@ -102,12 +108,16 @@ class HarnessPumps:
     def _pump_dead_letters(self) -> int:
         from activities import handle_dead_letter
 
-        if self.agents_paused or self._may_skip_poll("dead"):
-            return 0
-        received = self.transport.receive_dead_letters(
-            self.settings.work_queue, max_messages=RECEIVE_BATCH, lock_seconds=30
+        return sum(
+            self._pump_dead_letters_of(q, pool, handle_dead_letter) for q, pool in self._dead_letter_pools
         )
-        self._known_empty.polled("dead", drained=len(received) < RECEIVE_BATCH)
+
+    def _pump_dead_letters_of(self, queue: str, pool: str, handle_dead_letter: Callable[..., Any]) -> int:
+        kind = "dead" if pool == DEFAULT_POOL else f"dead-{pool}"
+        if self.agents_paused or self._may_skip_poll(kind):
+            return 0
+        received = self.transport.receive_dead_letters(queue, max_messages=RECEIVE_BATCH, lock_seconds=30)
+        self._known_empty.polled(kind, drained=len(received) < RECEIVE_BATCH)
         for message in received:
             self.host.run_async(
                 handle_dead_letter(
@@ -118,6 +128,7 @@ class HarnessPumps:
                     services=self.services,
                     message_id=message.message_id,
                     trace=message.application_properties,
+                    pool=pool,
                 )
             )
             self.transport.complete(message)

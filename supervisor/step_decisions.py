@@ -41,6 +41,7 @@ from workflow_core.contracts import (
 )
 from workflow_core.ledger import StepRecord, StepStatus
 from workflow_core.messages import work_message
+from workflow_core.workflows.loader import agent_pools
 
 S = StepStatus
 
@@ -149,11 +150,12 @@ class _Tick(_TickActions):
             seconds=step_deadline_seconds(found, store=getattr(self.services, "definitions", None))
         )
         message = work_message(found, deadline=deadline)
-        await _io(self.services.transport.send, self.services.settings.work_queue, message)
+        queue = agent_pools().queue_of(found.agent, self.services.settings.work_queue)  # its pool's
+        await _io(self.services.transport.send, queue, message)
         detail = (
             f"work message {message.message_id} still unclaimed past the grace after its deadline (never "
-            f"sent, e.g. a crash between ledger write and send, or lost); re-sent once with the same "
-            f"MessageId, new deadline {deadline.isoformat()}"
+            f"sent, e.g. a crash between ledger write and send, or lost); re-sent once to {queue} with the "
+            f"same MessageId, new deadline {deadline.isoformat()}"
         )
         await _io(
             self.ledger.update,

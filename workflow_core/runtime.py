@@ -58,8 +58,12 @@ class Services:
     @cached_property
     def transport(self) -> Transport:
         transport = create_transport(self.settings)
-        if self.settings.storage.connection_string:
-            transport.ensure_queues(self.settings.work_queue, self.settings.result_queue)
+        if self.settings.storage.connection_string:  # local/dev: every pool's queue, hosted or not
+            from workflow_core.workflows.loader import agent_pools
+            from workflow_core.workflows.pools import pool_queue
+
+            pools = [pool_queue(self.settings.work_queue, pool) for pool in agent_pools().names]
+            transport.ensure_queues(*pools, self.settings.result_queue)
         return transport
 
     def close(self) -> None:

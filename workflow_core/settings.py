@@ -68,6 +68,7 @@ class Settings:
     ledger_sdk_transactions: bool = False  # LEDGER_TRANSACTION_CODEC=sdk
     max_payload_bytes: int = 1_048_576
     payload_container: str = "sas-payloads"
+    hosted_pools: tuple[str, ...] = ("default",)
 
     @property
     def ledger_connection(self) -> StorageConnection:
@@ -142,6 +143,11 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
         "sas-payloads",
         "Blob container (in the `AzureWebJobsStorage` account) holding payloads too large for a ledger "
         "property; provisioned by `infra/` with a lifecycle rule that deletes them after a retention period.",
+    ),
+    "HOSTED_POOLS": (
+        "default",
+        "Comma-separated agent pools (`workflows/pools.yaml`) whose work this app receives: one work-queue "
+        "trigger each; every other pool is served elsewhere (`sas-agent`, an agent in another language).",
     ),
     "TASK_HUB_NAME": ("SchedulerAgentSupervisor", "Durable Functions task hub (read by host.json)."),
     "APPLICATIONINSIGHTS_CONNECTION_STRING": (
@@ -320,7 +326,26 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ledger_sdk_transactions=_transaction_codec(env) == "sdk",
         max_payload_bytes=_max_payload_bytes(env),
         payload_container=_queue_name(env, "PAYLOAD_CONTAINER_NAME", "blob container"),
+        hosted_pools=hosted_pools(env),
     )
+
+
+def hosted_pools(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``HOSTED_POOLS``, each a pool ``workflows/pools.yaml`` declares: read on its own too, at import,
+    where the Function App registers one work-queue trigger per hosted pool."""
+    from workflow_core.workflows.loader import agent_pools
+
+    env = os.environ if env is None else env
+    raw = _get(env, "HOSTED_POOLS") or _default("HOSTED_POOLS")
+    names = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
+    declared = agent_pools().names
+    unknown = [name for name in names if name not in declared]
+    if unknown or not names:
+        raise SettingsError(
+            f"HOSTED_POOLS={raw!r} names {', '.join(map(repr, unknown)) or 'no pool'}: the pools declared in "
+            f"workflows/pools.yaml are {', '.join(declared)}"
+        )
+    return names
 
 
 # The Durable Task Scheduler has no large-payload offload for Python workers, and the scheduler's

@@ -32,13 +32,15 @@ from activities.common import (
     step_output,
 )
 from activities.replies.results import EventClient, raise_result_event
-from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
+from activities.worker import messages as m
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
 from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
-from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
+from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
+from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
 
 log = logging.getLogger(__name__)
 S = StepStatus
@@ -54,12 +56,14 @@ async def handle_dead_letter(
     services: Services,
     message_id: str | None = None,
     trace: Any = None,
+    pool: str = DEFAULT_POOL,
 ) -> str:
-    """Fail the dead-lettered attempt and tell its orchestration. Returns what happened:
+    """Fail the dead-lettered attempt (a dead letter of ``pool``'s queue) and tell its orchestration.
+    Returns what happened:
     ``failed-event-raised``, ``result-event-raised`` (the ledger already had an outcome),
     ``late-result-ignored`` (the orchestration is gone), ``ignored``, or ``parked`` (not a valid
     ``WorkMessage``). Every message handled is counted (``sas.dead_lettered_messages``)."""
-    queue = services.settings.work_queue
+    queue = pool_queue(services.settings.work_queue, pool)
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
         f"process {queue}/dead-letter",
@@ -69,8 +73,9 @@ async def handle_dead_letter(
         body=body,
         parent=trace,
         dead_letter_reason=reason,
+        pool=pool,
     ):
-        _count(queue, reason, fields)
+        _count(queue, pool, reason, fields)
         error = fit_text(
             f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
         )
@@ -99,7 +104,13 @@ async def handle_dead_letter(
             """The write landed: report it, and raise the failure."""
             emit_recovery(r, "dead_letter", attempt=a, kind=message.kind, reason=error)
             log.warning(
-                "%s %s/%s#%d failed: %s", message.kind, message.instance_id, message.step_id, a, error
+                "%s %s/%s#%d (pool %s) failed: %s",
+                message.kind,
+                message.instance_id,
+                message.step_id,
+                a,
+                pool,
+                error,
             )
             return result(False, r, error), ""
 
@@ -158,7 +169,7 @@ async def handle_dead_letter(
         return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"
 
 
-def _count(queue: str, reason: str | None, fields: dict[str, Any]) -> None:
+def _count(queue: str, pool: str, reason: str | None, fields: dict[str, Any]) -> None:
     def text(name: str) -> str | None:
         return fields.get(name) if isinstance(fields.get(name), str) else None
 
@@ -171,10 +182,11 @@ def _count(queue: str, reason: str | None, fields: dict[str, Any]) -> None:
             step_id=text("step_id"),
             attempt=fields.get("attempt") if isinstance(fields.get("attempt"), int) else None,
             kind=text("kind"),
+            pool=pool,
         )
 
 
-async def _on_message(incoming: Incoming, client: EventClient) -> None:
+async def _on_message(incoming: m.Incoming, client: EventClient, pool: str) -> None:
     await handle_dead_letter(
         incoming.body,
         reason=incoming.dead_letter_reason,
@@ -183,34 +195,48 @@ async def _on_message(incoming: Incoming, client: EventClient) -> None:
         services=get_services(),
         message_id=incoming.message_id,
         trace=incoming.application_properties,
+        pool=pool,
     )
 
 
-def register_dead_letter_handler(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
-    """Add ``agent_dead_letter_handler`` on the work queue's dead letters to ``blueprint``. On Storage
-    Queues ``DEAD_LETTER_QUEUE_NAME`` must be ``<WORK_QUEUE_NAME>-poison`` (the default) to also see
-    the messages the Functions host moves there itself."""
+def dead_letter_pools(kind: TransportKind) -> list[str]:
+    """The pools whose dead letters this app reads. Service Bus: the hosted ones only, since the app
+    holds no receive right on another pool's queue, nor so on its ``$DeadLetterQueue`` (RBAC cannot
+    split them): that pool's runner or an operator drains them, and its dead-letter alert says when
+    (docs/deploy.md, "Agent pools"). Storage Queues: every declared pool's ``<queue>-poison``."""
+    return list(hosted_pools()) if kind is TransportKind.SERVICE_BUS else agent_pools().names
+
+
+def register_dead_letter_handler(
+    blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL
+) -> Callable[..., Any]:
+    """Add the dead-letter handler of ``pool``'s queue (``agent_dead_letter_handler``, or
+    ``agent_dead_letter_handler_<pool>``) to ``blueprint``. On Storage Queues the default pool's is
+    ``DEAD_LETTER_QUEUE_NAME``, which must be ``<WORK_QUEUE_NAME>-poison`` (the default) to also see the
+    messages the Functions host moves there itself; another pool's is ``<its queue>-poison``."""
+    name, queue = m.pool_function_name(DEAD_LETTER_FUNCTION, pool), m.pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
 
-        @blueprint.function_name(DEAD_LETTER_FUNCTION)
+        @blueprint.function_name(name)
         @blueprint.service_bus_queue_trigger(
-            arg_name="msg", queue_name="%WORK_QUEUE_NAME%/$DeadLetterQueue", connection=SERVICE_BUS_CONNECTION
+            arg_name="msg", queue_name=f"{queue}/$DeadLetterQueue", connection=SERVICE_BUS_CONNECTION
         )
         @blueprint.durable_client_input(client_name="client")
         async def agent_dead_letter_handler(msg: func.ServiceBusMessage, client) -> None:
-            await _on_message(from_servicebus_message(msg), client)
+            await _on_message(m.from_servicebus_message(msg), client, pool)
 
         return agent_dead_letter_handler
 
-    @blueprint.function_name(DEAD_LETTER_FUNCTION)
-    @blueprint.queue_trigger(
-        arg_name="msg", queue_name="%DEAD_LETTER_QUEUE_NAME%", connection=STORAGE_CONNECTION
-    )
+    poison = "%DEAD_LETTER_QUEUE_NAME%" if pool == DEFAULT_POOL else f"{queue}-poison"
+
+    @blueprint.function_name(name)
+    @blueprint.queue_trigger(arg_name="msg", queue_name=poison, connection=STORAGE_CONNECTION)
     @blueprint.durable_client_input(client_name="client")
     async def agent_dead_letter_handler(msg: func.QueueMessage, client) -> None:
-        await _on_message(from_queue_message(msg, dead_letter=True), client)
+        await _on_message(m.from_queue_message(msg, dead_letter=True), client, pool)
 
     return agent_dead_letter_handler
 
 
-agent_dead_letter_handler = register_dead_letter_handler(bp, transport_kind())
+_kind = m.transport_kind()
+dead_letter_handlers = {p: register_dead_letter_handler(bp, _kind, p) for p in dead_letter_pools(_kind)}

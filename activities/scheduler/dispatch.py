@@ -18,6 +18,7 @@ import time
 from datetime import datetime
 from typing import Any, Literal
 
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
@@ -41,6 +42,8 @@ from workflow_core.ledger.known_rows import KnownStepRecord, known_instance, wat
 from workflow_core.messages import ClaimableWork, work_message
 from workflow_core.runtime import Services
 from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
+from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import pool_queue
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +162,9 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
         else:
             message = work_message(record, d.kind, input=None if d.kind == "work" else d.input)
         try:
-            _send(message, d, services)
+            queue = _send(message, d, services)
             sent = True
-            log.info("sent %s %s (outcome %s)", d.kind, message_id, outcome)
+            log.info("sent %s %s to %s (outcome %s)", d.kind, message_id, queue, outcome)
         except TransportError as exc:
             # The intent is in the ledger (Dispatched/Compensating with a deadline): failing the
             # activity would fail the whole orchestration, while the deadline recovers this (the
@@ -209,13 +212,19 @@ def _answer(d: StepDispatch, message_id: str, outcome: DispatchResult, **fields:
     )
 
 
-def _send(message: OutgoingMessage, d: StepDispatch, services: Services) -> None:
-    """Send, retrying a few times at once (the same MessageId: a send that did reach the broker is
-    deduplicated); the last ``TransportError`` propagates. Nothing is recorded afterwards."""
+def _send(message: OutgoingMessage, d: StepDispatch, services: Services) -> str:
+    """Send to the queue of the agent's pool (the send span names it), retrying a few times at once (the
+    same MessageId: a send that did reach the broker is deduplicated); the queue, or the last
+    ``TransportError`` propagates. Nothing is recorded afterwards."""
+    pool = agent_pools().pool_of(str(message.application_properties.get("agent", "")))
+    queue = pool_queue(services.settings.work_queue, pool)
+    span = trace.get_current_span()
+    span.update_name(f"send {queue}")
+    span.set_attributes({"messaging.destination.name": queue, "sas.pool": pool})
     for delay in (*SEND_RETRY_DELAYS, None):
         try:
-            services.transport.send(services.settings.work_queue, message)
-            return
+            services.transport.send(queue, message)
+            return queue
         except TransportError as exc:
             if delay is None:
                 raise

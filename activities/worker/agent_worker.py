@@ -1,5 +1,7 @@
 """The agent worker's entry point: :func:`process_work_message`, called by the trigger-bound
-``agent_worker`` below and by the durable test host's queue pump.
+``agent_worker`` functions below (one per pool in ``HOSTED_POOLS``: ``agent_worker`` on the default
+pool's queue, ``agent_worker_<pool>`` on ``<WORK_QUEUE_NAME>-<pool>``) and by the durable test host's
+queue pumps and the ``sas-agent`` runner.
 
 It returns when the message is dealt with (including ignored or parked); it raises when the message
 must be delivered again (ledger or transport unavailable, a simulated crash), and after
@@ -19,12 +21,20 @@ from pydantic import ValidationError
 
 from activities.common import bp, park
 from activities.worker.delivery import Delivery
-from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.messages import (
+    Incoming,
+    from_queue_message,
+    from_servicebus_message,
+    pool_function_name,
+    pool_queue_setting,
+    transport_kind,
+)
 from workflow_core import tracing
 from workflow_core.contracts import WORKER_FUNCTION, WorkMessage
 from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
-from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
+from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
+from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
 
 
 def default_worker_id(invocation_id: str | None = None) -> str:
@@ -41,14 +51,16 @@ def process_work_message(
     worker_id: str,
     message_id: str | None = None,
     trace: Any = None,
+    pool: str = DEFAULT_POOL,
 ) -> str | None:
     """Handle one delivery of a work message (``delivery_count``: 1 on first delivery; ``trace``: its
-    application properties, which make this delivery's span a child of the dispatch).
+    application properties, which make this delivery's span a child of the dispatch; ``pool``: whose
+    queue it came from, named by the span).
 
     A body that is not a valid ``WorkMessage`` is never raised on: it is parked, and its readable
     reason returned. Infrastructure errors and ``AgentCrash`` propagate (delivered again).
     """
-    queue = services.settings.work_queue
+    queue = pool_queue(services.settings.work_queue, pool)
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
         f"process {queue}",
@@ -59,6 +71,7 @@ def process_work_message(
         parent=trace,
         kind=fields.get("kind"),
         delivery_count=delivery_count,
+        pool=pool,
     ):
         try:
             message = WorkMessage.model_validate(body)
@@ -76,20 +89,28 @@ def process_work_message(
 
 
 def run_queue_message(
-    msg: func.QueueMessage, *, services: Services | None = None, worker_id: str | None = None
+    msg: func.QueueMessage,
+    *,
+    services: Services | None = None,
+    worker_id: str | None = None,
+    pool: str = DEFAULT_POOL,
 ) -> None:
     """Storage Queue trigger body: decode the transport envelope, then :func:`process_work_message`."""
-    _run(from_queue_message(msg), services, worker_id)
+    _run(from_queue_message(msg), services, worker_id, pool)
 
 
 def run_servicebus_message(
-    msg: func.ServiceBusMessage, *, services: Services | None = None, worker_id: str | None = None
+    msg: func.ServiceBusMessage,
+    *,
+    services: Services | None = None,
+    worker_id: str | None = None,
+    pool: str = DEFAULT_POOL,
 ) -> None:
     """Service Bus trigger body: the JSON body, then :func:`process_work_message`."""
-    _run(from_servicebus_message(msg), services, worker_id)
+    _run(from_servicebus_message(msg), services, worker_id, pool)
 
 
-def _run(incoming: Incoming, services: Services | None, worker_id: str | None) -> None:
+def _run(incoming: Incoming, services: Services | None, worker_id: str | None, pool: str) -> None:
     process_work_message(
         incoming.body,
         delivery_count=incoming.delivery_count,
@@ -97,28 +118,31 @@ def _run(incoming: Incoming, services: Services | None, worker_id: str | None) -
         worker_id=worker_id or default_worker_id(),
         message_id=incoming.message_id,
         trace=incoming.application_properties,
+        pool=pool,
     )
 
 
-def register_worker(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
-    """Add ``agent_worker`` with the trigger of ``kind`` to ``blueprint`` (done once at import)."""
+def register_worker(blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL) -> Callable[..., Any]:
+    """Add the worker of ``pool``'s queue with the trigger of ``kind`` to ``blueprint`` (done once per
+    hosted pool at import)."""
+    name, queue = pool_function_name(WORKER_FUNCTION, pool), pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
 
-        @blueprint.function_name(WORKER_FUNCTION)
+        @blueprint.function_name(name)
         @blueprint.service_bus_queue_trigger(
-            arg_name="msg", queue_name="%WORK_QUEUE_NAME%", connection=SERVICE_BUS_CONNECTION
+            arg_name="msg", queue_name=queue, connection=SERVICE_BUS_CONNECTION
         )
         def agent_worker(msg: func.ServiceBusMessage, context: func.Context) -> None:
-            run_servicebus_message(msg, worker_id=default_worker_id(context.invocation_id))
+            run_servicebus_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
 
         return agent_worker
 
-    @blueprint.function_name(WORKER_FUNCTION)
-    @blueprint.queue_trigger(arg_name="msg", queue_name="%WORK_QUEUE_NAME%", connection=STORAGE_CONNECTION)
+    @blueprint.function_name(name)
+    @blueprint.queue_trigger(arg_name="msg", queue_name=queue, connection=STORAGE_CONNECTION)
     def agent_worker(msg: func.QueueMessage, context: func.Context) -> None:
-        run_queue_message(msg, worker_id=default_worker_id(context.invocation_id))
+        run_queue_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
 
     return agent_worker
 
 
-agent_worker = register_worker(bp, transport_kind())
+agent_workers = {pool: register_worker(bp, transport_kind(), pool) for pool in hosted_pools()}

@@ -18,6 +18,7 @@ import azure.functions as func
 
 from workflow_core.settings import TransportKind
 from workflow_core.transport.envelope import body_from_text, read_envelope
+from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
 
 HOST_POISON_REASON = "MaxDequeueCountExceeded"
 HOST_POISON_DESCRIPTION = "moved to the poison queue by the Functions host after its last allowed delivery"
@@ -32,6 +33,17 @@ def transport_kind(env: dict[str, str] | None = None) -> TransportKind:
     except ValueError:
         choices = ", ".join(k.value for k in TransportKind)
         raise ValueError(f"AGENT_TRANSPORT must be one of {choices}; got {raw!r}") from None
+
+
+def pool_function_name(base: str, pool: str) -> str:
+    """``base`` for the default pool, ``base_<pool>`` for another: one function per pool's queue."""
+    return base if pool == DEFAULT_POOL else f"{base}_{pool.replace('-', '_')}"
+
+
+def pool_queue_setting(pool: str) -> str:
+    """A trigger's queue name for ``pool``'s work: ``%WORK_QUEUE_NAME%`` or ``%WORK_QUEUE_NAME%-<pool>``
+    (the host resolves the app setting inside the name, as ``workflow_core.workflows.pools`` names it)."""
+    return pool_queue("%WORK_QUEUE_NAME%", pool)
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,39 @@
 """A message-only agent (no storage rights): its heartbeats and replies on the result queue are
 recorded in the ledger by the app, under the reply token of the attempt the ledger holds.
 
-The agent here is a pump of the durable test host that reads ``email.send_welcome``'s pool queue and
-answers with messages only; everything else is the real app on Azurite."""
+The agent here is a pump of the durable test host that reads the queue of ``email.send_welcome``'s
+message-only pool (``MAIL_POOL``, which the harness does not host) and answers with messages only;
+everything else is the real app on Azurite."""
 
 from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from activities import handle_result
-from tests.activities.message_only import route_agent
-from tests.faults.conftest import harness, start_provisioning  # noqa: F401  (the fixture)
+from activities.worker.handlers import faults
+from devtools.harness import PatternHarness
+from tests.faults.conftest import start_provisioning
 from tests.transport.test_message_schemas import validator
 from workflow_core.ledger.parking import parked_messages
 from workflow_core.transport import OutgoingMessage
 
 AGENT = "email.send_welcome"
+MAIL_POOL = "pools:\n  mail:\n    agents: [email.send_welcome]\n    message_only: true\n"
+
+
+@pytest.fixture
+def harness(azurite):
+    """The app hosting the default pool only: the work of pool ``mail`` waits in its own queue."""
+    faults.clear()
+    with PatternHarness(azurite, extra_workflows={"pools": MAIL_POOL}, hosted_pools=["default"]) as h:
+        yield h
+    faults.clear()
+
+
+def mail_queue(h) -> str:
+    return f"{h.settings.work_queue}-mail"
 
 
 def serve(h, queue, answer):
@@ -54,9 +72,8 @@ def actions(h, iid, step="send_welcome"):
     return [(e.actor, e.action, e.note or e.to_status) for e in h.events_for(iid) if e.step_id == step]
 
 
-def test_heartbeat_claims_and_extends_and_a_duplicate_reply_is_recorded_once(harness):  # noqa: F811
-    queue = route_agent(harness, AGENT, "mail")
-    seen = serve(harness, queue, lambda work: [heartbeat(work), reply(work), reply(work)])
+def test_heartbeat_claims_and_extends_and_a_duplicate_reply_is_recorded_once(harness):
+    seen = serve(harness, mail_queue(harness), lambda work: [heartbeat(work), reply(work), reply(work)])
     iid = start_provisioning(harness)
     assert harness.run_until_complete(iid).runtime_status.value == "Completed"
 
@@ -73,8 +90,7 @@ def test_heartbeat_claims_and_extends_and_a_duplicate_reply_is_recorded_once(har
     assert harness.host.get_status(iid).output["status"] == "succeeded"
 
 
-def test_a_report_with_another_attempts_or_a_guessed_token_changes_nothing(harness):  # noqa: F811
-    queue = route_agent(harness, AGENT, "mail")
+def test_a_report_with_another_attempts_or_a_guessed_token_changes_nothing(harness):
     forged = "0" * 64
 
     def answer(work):
@@ -85,7 +101,7 @@ def test_a_report_with_another_attempts_or_a_guessed_token_changes_nothing(harne
             reply(work),
         ]
 
-    serve(harness, queue, answer)
+    serve(harness, mail_queue(harness), answer)
     iid = start_provisioning(harness)
     assert harness.run_until_complete(iid).runtime_status.value == "Completed"
 
@@ -96,7 +112,7 @@ def test_a_report_with_another_attempts_or_a_guessed_token_changes_nothing(harne
     assert not [e for e in harness.events_for(iid) if e.action == "heartbeat" and e.actor == AGENT]
 
 
-def test_a_malformed_heartbeat_is_parked_with_a_clear_reason(harness):  # noqa: F811
+def test_a_malformed_heartbeat_is_parked_with_a_clear_reason(harness):
     body = {"type": "heartbeat", "kind": "work", "instance_id": "i-1", "step_id": "a/b", "attempt": 1}
     outcome = harness.host.run_async(handle_result(body, harness.host.client, harness.services))
     assert outcome == "parked"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from devtools.harness import PatternHarness
-from tests.activities.message_only import route_agent
+from tests.activities.test_agent_reports import MAIL_POOL
 from tests.faults.conftest import storage_queue_only
 from tests.transport.test_message_schemas import validator
 
@@ -25,8 +25,10 @@ AGENT = "email.send_welcome"
 def test_the_node_agent_runs_the_welcome_step_once_under_a_duplicate_delivery(azurite, tmp_path):
     if not (EXAMPLE / "node_modules" / "@azure" / "storage-queue").is_dir():
         pytest.fail("examples/node-agent has no node_modules: run `npm ci` there (./scripts/bootstrap does)")
-    with PatternHarness(azurite, clock="real") as h:
-        queue = route_agent(h, AGENT, "mail", copies=2)  # no in-process worker reads this queue
+    pools = {"extra_workflows": {"pools": MAIL_POOL}, "hosted_pools": ["default"]}
+    with PatternHarness(azurite, clock="real", **pools) as h:  # no in-process worker reads pool mail
+        queue = f"{h.settings.work_queue}-mail"
+        h.duplicate_send("send_welcome", queue=queue)  # at-least-once delivery: two copies
         reports: list[dict] = []
         handle = h._result_handler
 

@@ -128,15 +128,18 @@ class MissingAgentHandlers(RuntimeError):
         )
 
 
-def check_agents_registered(workflows: Mapping[str, Any] | Iterable[Any]) -> set[str]:
-    """Raise :class:`MissingAgentHandlers` naming every agent a workflow uses without a handler;
-    return the set of agents used."""
+def check_agents_registered(
+    workflows: Mapping[str, Any] | Iterable[Any], served_here: Callable[[str], bool] | None = None
+) -> set[str]:
+    """Raise :class:`MissingAgentHandlers` naming every agent a workflow uses without a handler (of
+    those ``served_here`` says this process runs: all by default); return the set of agents used."""
     definitions = workflows.values() if isinstance(workflows, Mapping) else workflows
     used: dict[str, list[str]] = {}
     for definition in definitions:
         for name in definition.agents_used():
             used.setdefault(name, []).append(definition.name)
-    missing = {name: users for name, users in used.items() if name not in AGENT_HANDLERS}
+    needed = {name: users for name, users in used.items() if served_here is None or served_here(name)}
+    missing = {name: users for name, users in needed.items() if name not in AGENT_HANDLERS}
     if missing:
         raise MissingAgentHandlers(missing)
     return set(used)
@@ -144,7 +147,11 @@ def check_agents_registered(workflows: Mapping[str, Any] | Iterable[Any]) -> set
 
 def check_shipped_workflows() -> set[str]:
     """For ``function_app`` at start-up: a missing handler stops a deployment instead of failing
-    the first step that needs it."""
+    the first step that needs it. Only the agents of the pools the app hosts (``HOSTED_POOLS``) need
+    one here: another pool's handlers live where that pool is served."""
+    from workflow_core.settings import hosted_pools
     from workflow_core.workflows import load_workflows
+    from workflow_core.workflows.loader import agent_pools
 
-    return check_agents_registered(load_workflows())
+    pools, hosted = agent_pools(), hosted_pools()
+    return check_agents_registered(load_workflows(), lambda agent: pools.pool_of(agent) in hosted)
