@@ -63,8 +63,8 @@ def load_handlers(modules: Sequence[str]) -> list[str]:
     return sorted(AGENT_HANDLERS)
 
 
-def pool_queues(pools: Sequence[str], work_queue: str) -> list[str]:
-    """Each pool's queue; a pool ``workflows/pools.yaml`` does not declare is refused."""
+def pool_queues(pools: Sequence[str], work_queue: str) -> dict[str, str]:
+    """Each pool by its queue; a pool ``workflows/pools.yaml`` does not declare is refused."""
     from workflow_core.workflows.loader import agent_pools
     from workflow_core.workflows.pools import pool_queue
 
@@ -74,7 +74,7 @@ def pool_queues(pools: Sequence[str], work_queue: str) -> list[str]:
         raise CannotStart(
             f"--pool {unknown[0]!r} is not declared in pools.yaml (pools: {', '.join(declared)})"
         )
-    return [pool_queue(work_queue, p) for p in dict.fromkeys(pools)]
+    return {pool_queue(work_queue, p): p for p in pools}
 
 
 def export_telemetry(settings) -> None:

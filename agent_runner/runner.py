@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from activities.worker.agent_worker import default_worker_id, process_work_message
@@ -46,12 +46,13 @@ class InFlight:
 
 
 class AgentRunner:
-    """Serve ``queues`` with the app's worker until :meth:`stop`; see the module docstring."""
+    """Serve ``queues`` (each pool by its queue) with the app's worker until :meth:`stop`; see the
+    module docstring."""
 
     def __init__(
         self,
         services: Services,
-        queues: Sequence[str],
+        queues: Mapping[str, str],
         *,
         concurrency: int,
         lock_seconds: float,
@@ -59,6 +60,7 @@ class AgentRunner:
     ) -> None:
         self.services = services
         self.transport = services.transport
+        self.pools = dict(queues)
         self.queues = list(queues)
         self.concurrency = concurrency
         self.lock_seconds = lock_seconds
@@ -122,6 +124,7 @@ class AgentRunner:
                 worker_id=default_worker_id(uuid.uuid4().hex),  # one owner per delivery, as per invocation
                 message_id=m.message_id,
                 trace=m.application_properties,
+                pool=self.pools[m.queue],
             )
         except Exception as exc:  # to be delivered again (or dead-lettered on its last delivery)
             error = exc
