@@ -10,12 +10,3 @@ from activities.replies.results import handle_result
 from activities.scheduler.functions import ACTIVITY_BODIES
 from activities.worker.agent_worker import process_work_message
 from activities.worker.handlers import check_shipped_workflows
-
-__all__ = [
-    "ACTIVITY_BODIES",
-    "blueprint",
-    "check_shipped_workflows",
-    "handle_dead_letter",
-    "handle_result",
-    "process_work_message",
-]

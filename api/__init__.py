@@ -1,5 +1,3 @@
 """HTTP starter, status and operator API: :data:`blueprint` is what ``function_app.py`` registers."""
 
 from api.functions import blueprint
-
-__all__ = ["blueprint"]

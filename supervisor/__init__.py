@@ -5,5 +5,3 @@ the watchdog's whole logic as a plain coroutine.
 """
 
 from supervisor.watchdog import blueprint, run_tick
-
-__all__ = ["blueprint", "run_tick"]

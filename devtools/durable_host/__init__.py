@@ -8,14 +8,3 @@ from .host import (
     InstanceCompletedError,
     OrchestrationAlreadyExistsError,
 )
-
-__all__ = [
-    "DEFAULT_EPOCH",
-    "DurableTestClient",
-    "DurableTestHost",
-    "FlowingClock",
-    "InstanceCompletedError",
-    "OrchestrationAlreadyExistsError",
-    "RealClock",
-    "VirtualClock",
-]

@@ -29,32 +29,3 @@ from workflow_core.ledger.model import (
     StepStatus,
 )
 from workflow_core.ledger.store import StepLedger
-
-__all__ = [
-    "ALLOWED_TRANSITIONS",
-    "ATTENTION_STATUSES",
-    "DEADLINE_STATUSES",
-    "MAX_STEPS_WITH_INSTANCE",
-    "SUPERVISED_INSTANCE_STATUSES",
-    "AuditEntry",
-    "ConcurrencyConflict",
-    "IllegalInstanceTransition",
-    "IllegalTransition",
-    "InstanceAlreadyExists",
-    "InstanceConflict",
-    "InstanceHandle",
-    "InstanceNotFound",
-    "InstanceRecord",
-    "InstanceStatus",
-    "InvalidLedgerInput",
-    "LedgerError",
-    "NewStep",
-    "StepLedger",
-    "StepNotFound",
-    "StepRecord",
-    "StepStatus",
-    "StepsAlreadyExist",
-    "decode_json",
-    "encode_json",
-    "outcome_json",
-]

@@ -32,17 +32,3 @@ def create_transport(settings: Settings) -> Transport:
     return StorageQueueTransport.from_connection(
         settings.storage, dead_letter_queues={settings.work_queue: settings.dead_letter_queue}
     )
-
-
-__all__ = [
-    "LockLostError",
-    "OutgoingMessage",
-    "ReceivedMessage",
-    "Settlement",
-    "Transport",
-    "TransportError",
-    "create_transport",
-    "message_id_for",
-    "pump",
-    "settle_failure",
-]

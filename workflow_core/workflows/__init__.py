@@ -24,26 +24,3 @@ from workflow_core.workflows.model import WorkflowDefinition, resolve_step_input
 from workflow_core.workflows.retry import RetryPolicy
 from workflow_core.workflows.steps import ParallelGroup, StepDefinition
 from workflow_core.workflows.versions import PinnedDefinition, from_canonical, pin, version_of
-
-__all__ = [
-    "DEFAULT_DIRECTORY",
-    "ParallelGroup",
-    "PinnedDefinition",
-    "RetryPolicy",
-    "StepDefinition",
-    "StepInputError",
-    "UnknownVersion",
-    "UnknownWorkflow",
-    "WorkflowDefinition",
-    "WorkflowDefinitionError",
-    "WorkflowInputError",
-    "agents_used",
-    "clear_workflow_cache",
-    "from_canonical",
-    "get_workflow",
-    "load_workflows",
-    "parse_workflow",
-    "pin",
-    "resolve_step_input",
-    "version_of",
-]

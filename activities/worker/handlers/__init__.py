@@ -4,7 +4,7 @@
 package registers the example agents (``examples``). See docs/agents.md for how to add an agent.
 """
 
-from activities.worker.handlers import examples as _examples  # noqa: F401 - registers the example agents
+from activities.worker.handlers import examples as _examples  # registers the example agents
 from activities.worker.handlers import faults
 from activities.worker.handlers.base import (
     AGENT_HANDLERS,
@@ -16,16 +16,3 @@ from activities.worker.handlers.base import (
     get_handler,
 )
 from activities.worker.handlers.remote import EffectCancelled, RemoteEffects
-
-__all__ = [
-    "AGENT_HANDLERS",
-    "EffectCancelled",
-    "MissingAgentHandlers",
-    "RemoteEffects",
-    "StepContext",
-    "agent",
-    "check_agents_registered",
-    "check_shipped_workflows",
-    "faults",
-    "get_handler",
-]
