@@ -7,12 +7,13 @@ the page forwards the ``code`` query parameter it was opened with as the API's f
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import azure.functions as func
 
 from api.boundary import CONSOLE_CSP, secure
-from api.responses import ApiError, public_json_errors
+from api.responses import ApiError, json_errors
 
 STATIC = Path(__file__).resolve().parent / "static"
 TYPES = {
@@ -37,7 +38,7 @@ def _file_for(path: str) -> Path:
     return candidate
 
 
-@public_json_errors
+@functools.partial(json_errors, public=True)
 async def console_file(
     req: func.HttpRequest, client: object = None, services: object = None
 ) -> func.HttpResponse:

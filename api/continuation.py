@@ -23,9 +23,9 @@ _CONTEXT = b"sas-continuation-v1"
 MAX_TOKEN_CHARS = 2_000
 
 
-def configured_key(env: Mapping[str, str] | None = None) -> bytes | None:
+def configured_key() -> bytes | None:
     """The key from ``CONTINUATION_TOKEN_KEY``, or ``None`` (then the ledger's stored key is used)."""
-    value = (os.environ if env is None else env).get(KEY_SETTING)
+    value = os.environ.get(KEY_SETTING)
     return hashlib.sha256(_CONTEXT + value.encode()).digest() if value else None
 
 
