@@ -23,7 +23,6 @@ import ipaddress
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -51,14 +50,6 @@ _NAME_CLAIMS = (
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 
 
-@dataclass(frozen=True)
-class Principal:
-    """A signed-in caller as the platform describes it."""
-
-    name: str | None
-    roles: frozenset[str]
-
-
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     for key, value in headers.items():
         if key.lower() == name and value and value.strip():
@@ -66,21 +57,16 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def _decode_principal(encoded: str) -> dict[str, Any] | None:
+def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] | None:
+    """The platform's principal (name, roles), or ``None`` when the request carries none (anonymous)."""
+    encoded = _header(headers, PRINCIPAL_HEADER) or ""
     try:
-        data = json.loads(base64.b64decode(encoded + "=" * (-len(encoded) % 4)))
+        data = json.loads(base64.b64decode(encoded + "=" * (-len(encoded) % 4))) if encoded else None
     except (binascii.Error, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _principal(headers: Mapping[str, str]) -> Principal | None:
-    """The platform's principal, or ``None`` when the request carries none (anonymous)."""
-    encoded = _header(headers, PRINCIPAL_HEADER)
-    data = _decode_principal(encoded) if encoded is not None else None
+        data = None
     name = _header(headers, PRINCIPAL_NAME_HEADER)
-    if data is None:
-        return None if name is None else Principal(name, frozenset())
+    if not isinstance(data, dict):
+        return None if name is None else (name, frozenset())
     claims = [c for c in data.get("claims") or [] if isinstance(c, dict)]
     role_types = {data.get("role_typ"), *_ROLE_CLAIMS} - {None}
     roles = frozenset(str(c.get("val")) for c in claims if c.get("typ") in role_types and c.get("val"))
@@ -90,11 +76,7 @@ def _principal(headers: Mapping[str, str]) -> Principal | None:
         for claim in claims:
             if name is None and wanted and claim.get("typ") == wanted and str(claim.get("val") or "").strip():
                 name = str(claim["val"]).strip()
-    return Principal(name, roles)
-
-
-def platform_auth_on(env: Mapping[str, str]) -> bool:
-    return (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true"
+    return name, roles
 
 
 def in_azure(env: Mapping[str, str]) -> bool:
@@ -135,7 +117,7 @@ def authorize(request: Any, *, action: bool) -> str | None:
     """The name to record for this request (``None`` for an anonymous read), or a 401/403 problem;
     ``action``: the request changes state."""
     headers, url, env = request.headers, request.url or "", os.environ
-    if platform_auth_on(env):
+    if (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true":
         principal = _principal(headers)
         if principal is None:
             raise ApiError(
@@ -145,16 +127,17 @@ def authorize(request: Any, *, action: bool) -> str | None:
                 code="unauthenticated",
             )
         needed = (OPERATE_ROLE,) if action else (READ_ROLE, OPERATE_ROLE)
-        if not principal.roles.intersection(needed):
+        name, roles = principal
+        if not roles.intersection(needed):
             raise ApiError(
                 403,
                 f"{'operator actions need' if action else 'reading workflows needs'} the app role "
                 f"{' or '.join(needed)}",
                 ["an administrator assigns app roles to users and groups on the app registration"],
                 code="forbidden",
-                extra={"requiredRoles": list(needed), "roles": sorted(principal.roles)},
+                extra={"requiredRoles": list(needed), "roles": sorted(roles)},
             )
-        return principal.name or "signed-in-user"
+        return name or "signed-in-user"
     if action and in_azure(env):
         raise ApiError(
             401,

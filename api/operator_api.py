@@ -263,43 +263,39 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     expected = expected if isinstance(expected, str) and expected else None
     ends = action in ("stop", "cancel")
     request = f"{action} {instance_id}" + (f" expecting {expected or 'any status'}" if ends else "")
+
+    async def move() -> func.HttpResponse:
+        def act(ledger: StepLedger) -> dict[str, Any]:
+            if action == "compensate":
+                step_id = _compensation_target(ledger, instance_id)
+                updated = operator.request_compensation(
+                    ledger, instance_id, step_id, user=user, reason=reason
+                )
+                return {"step": step_view(updated)}
+            current = ledger.find_instance(instance_id)
+            if current is not None and current.status not in operator.RESUMABLE_INSTANCE_STATUSES:
+                allowed = ", ".join(s.value for s in operator.RESUMABLE_INSTANCE_STATUSES)
+                raise ApiError(
+                    422,
+                    f"instance {instance_id!r} is {current.status.value}; "
+                    f"only {allowed} instances can be resumed",
+                    code="already-finished",
+                )
+            record = operator.resume_instance(ledger, instance_id, actor=actor, reason=reason)
+            return {"instance": instance_record_view(record)}
+
+        result = await _ledger_move(svc, act)
+        log.info("operator %s: %s by %s (%s)", action, instance_id, user, reason)
+        return json_response({"action": action, "actor": actor, **result})
+
     return await idempotent.once(
         req,
         svc,
         instance_id,
         request,
         actor,
-        lambda: (
-            _end(client, svc, instance_id, action, actor, reason, expected)
-            if ends
-            else _instance_move(svc, instance_id, action, user, actor, reason)
-        ),
+        lambda: _end(client, svc, instance_id, action, actor, reason, expected) if ends else move(),
     )
-
-
-async def _instance_move(
-    svc: Any, instance_id: str, action: str, user: str, actor: str, reason: str
-) -> func.HttpResponse:
-    def act(ledger: StepLedger) -> dict[str, Any]:
-        if action == "compensate":
-            step_id = _compensation_target(ledger, instance_id)
-            updated = operator.request_compensation(ledger, instance_id, step_id, user=user, reason=reason)
-            return {"step": step_view(updated)}
-        current = ledger.find_instance(instance_id)
-        if current is not None and current.status not in operator.RESUMABLE_INSTANCE_STATUSES:
-            allowed = ", ".join(s.value for s in operator.RESUMABLE_INSTANCE_STATUSES)
-            raise ApiError(
-                422,
-                f"instance {instance_id!r} is {current.status.value}; "
-                f"only {allowed} instances can be resumed",
-                code="already-finished",
-            )
-        record = operator.resume_instance(ledger, instance_id, actor=actor, reason=reason)
-        return {"instance": instance_record_view(record)}
-
-    result = await _ledger_move(svc, act)
-    log.info("operator %s: %s by %s (%s)", action, instance_id, user, reason)
-    return json_response({"action": action, "actor": actor, **result})
 
 
 async def _end(

@@ -52,18 +52,15 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _dumps(body: Any) -> str:
-    try:
-        return json.dumps(body, default=json_default, allow_nan=False)
-    except ValueError:  # a non-finite number stored before the door refused them
-        return json.dumps(_finite(body), default=json_default, allow_nan=False)
-
-
 def json_response(
     body: Any, status_code: int = 200, headers: Mapping[str, str] | None = None
 ) -> func.HttpResponse:
+    try:
+        text = json.dumps(body, default=json_default, allow_nan=False)
+    except ValueError:  # a non-finite number stored before the door refused them
+        text = json.dumps(_finite(body), default=json_default, allow_nan=False)
     return func.HttpResponse(
-        _dumps(body),
+        text,
         status_code=status_code,
         headers=dict(headers or {}),
         mimetype=JSON_CONTENT_TYPE,

@@ -274,20 +274,15 @@ def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> tuple
         return uuid.uuid4().hex, False
     source = "the query string" if from_query is not None else "the request body"
     instance_id = check_instance_id(from_query if from_query is not None else from_body, source)
-    if instance_id.endswith(COMPENSATION_SUFFIX):
-        raise ApiError(
-            400,
-            f"invalid instance id in {source}",
-            [f"ids ending in {COMPENSATION_SUFFIX!r} are reserved for compensation orchestrations"],
-            code="invalid-instance-id",
-        )
-    if STEP_INFIX in instance_id:
-        raise ApiError(
-            400,
-            f"invalid instance id in {source}",
-            [f"ids containing {STEP_INFIX!r} are reserved for the steps of parallel groups"],
-            code="invalid-instance-id",
-        )
+    reserved = (
+        f"ids ending in {COMPENSATION_SUFFIX!r} are reserved for compensation orchestrations"
+        if instance_id.endswith(COMPENSATION_SUFFIX)
+        else f"ids containing {STEP_INFIX!r} are reserved for the steps of parallel groups"
+        if STEP_INFIX in instance_id
+        else None
+    )
+    if reserved:
+        raise ApiError(400, f"invalid instance id in {source}", [reserved], code="invalid-instance-id")
     return instance_id, True
 
 
