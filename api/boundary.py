@@ -79,10 +79,6 @@ def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] 
     return name, roles
 
 
-def in_azure(env: Mapping[str, str]) -> bool:
-    return any(env.get(name) for name in AZURE_MARKER_SETTINGS)
-
-
 def _is_loopback(host: str) -> bool:
     host = host.strip().lower()
     if host.startswith("["):  # [::1] or [::1]:port
@@ -117,6 +113,7 @@ def authorize(request: Any, *, action: bool) -> str | None:
     """The name to record for this request (``None`` for an anonymous read), or a 401/403 problem;
     ``action``: the request changes state."""
     headers, url, env = request.headers, request.url or "", os.environ
+    in_azure = any(env.get(name) for name in AZURE_MARKER_SETTINGS)
     if (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true":
         principal = _principal(headers)
         if principal is None:
@@ -138,7 +135,7 @@ def authorize(request: Any, *, action: bool) -> str | None:
                 extra={"requiredRoles": list(needed), "roles": sorted(roles)},
             )
         return name or "signed-in-user"
-    if action and in_azure(env):
+    if action and in_azure:
         raise ApiError(
             401,
             "operator actions need a signed-in caller",
@@ -158,7 +155,7 @@ def authorize(request: Any, *, action: bool) -> str | None:
             ],
             code="untrusted-identity",
         )
-    if in_azure(env):
+    if in_azure:
         return None  # a read: the function key guards it
     if action and not from_loopback(headers, url):
         raise ApiError(
@@ -215,16 +212,9 @@ def _origin_of(url: str) -> str | None:
 def _own_origins(req: Any) -> set[str]:
     """The origins this request was addressed to: its URL's, and its ``Host`` header's (behind a
     front end the URL may name the worker's address while the browser used the public host)."""
-    origins = set()
-    url_origin = _origin_of(req.url or "")
-    if url_origin:
-        origins.add(url_origin)
     host = _req_header(req, "host")
-    if host:
-        for scheme in ("http", "https"):
-            if candidate := _origin_of(f"{scheme}://{host}"):
-                origins.add(candidate)
-    return origins
+    urls = [req.url or "", *((f"http://{host}", f"https://{host}") if host else ())]
+    return {origin for url in urls if (origin := _origin_of(url))}
 
 
 def _check_same_site(req: Any) -> None:

@@ -57,7 +57,6 @@ from workflow_core.workflows import WorkflowInputError
 from workflow_core.workflows.step_rows import new_steps
 
 log = logging.getLogger(__name__)
-# ---- POST /api/workflows/{name}/instances ---------------------------------------------------------------
 
 
 @json_errors

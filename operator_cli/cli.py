@@ -197,16 +197,13 @@ def timeline(instance: str, output: str) -> None:
 # ---- running ------------------------------------------------------------------------------------
 
 
+DEFAULT_TABLES = {"LEDGER_TABLE_NAME": "StepLedger", "DEADLINE_INDEX_TABLE_NAME": "StepDeadlines"}
+
+
 def _storage_message(exc: AzureError, session: Session) -> str:
     if isinstance(exc, ResourceNotFoundError) and "TableNotFound" in str(exc):
-        tables = ""
-        if session.env is not None:
-            env = session.env
-            names = (
-                env.get("LEDGER_TABLE_NAME", "StepLedger"),
-                env.get("DEADLINE_INDEX_TABLE_NAME", "StepDeadlines"),
-            )
-            tables = f" ({', '.join(names)})"
+        env = session.env
+        tables = "" if env is None else f" ({', '.join(env.get(k, d) for k, d in DEFAULT_TABLES.items())})"
         return (
             f"the ledger's tables{tables} do not exist in this storage account: the app has not run "
             "against it yet, or the settings point at another account"
