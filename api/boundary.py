@@ -1,18 +1,178 @@
-"""The HTTP API's door: who may send a request, and how a state-changing one must look.
+"""The HTTP API's door: who is calling, may they, and how a state-changing request must look.
 
 Every API body runs behind :func:`admit` (through :func:`api.responses.json_errors`), so no route can
 forget it. A state-changing request must be same-origin JSON carrying ``X-SAS-Client``: a cross-site
 HTML form can do none of these, and a cross-site ``fetch`` that does needs a CORS preflight this app
-never grants. Every answer carries :data:`SECURITY_HEADERS` (docs/api.md, "Who may call").
+never grants. Every answer carries :data:`SECURITY_HEADERS`.
+
+Who is calling is decided by the platform's own settings, never by the request (docs/api.md, "Who may
+call, and how an action must look"): with App Service Authentication on, the platform strips
+client-sent ``X-MS-CLIENT-PRINCIPAL*`` headers and sets its own, so only then are they believed; in
+Azure without it nobody vouches for a name, so every action is 401; locally a principal header is
+forged by definition, and actions are accepted only from loopback. The Python worker is never told
+the socket peer: the app's own front end (``devtools.http_server``) overwrites ``X-Forwarded-For``,
+and without one the request must be addressed to a loopback name (which also defeats DNS rebinding).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import getpass
+import ipaddress
+import json
+import os
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from api.identity import authorize
 from api.problems import ApiError
+
+PRINCIPAL_NAME_HEADER = "x-ms-client-principal-name"
+PRINCIPAL_HEADER = "x-ms-client-principal"
+PRINCIPAL_ID_HEADER = "x-ms-client-principal-id"
+PRINCIPAL_IDP_HEADER = "x-ms-client-principal-idp"
+_PRINCIPAL_HEADERS = (PRINCIPAL_NAME_HEADER, PRINCIPAL_HEADER, PRINCIPAL_ID_HEADER, PRINCIPAL_IDP_HEADER)
+FORWARDED_FOR_HEADER = "x-forwarded-for"
+# Set by App Service on every Azure-hosted Function App; never by Core Tools or the demo server.
+AZURE_MARKER_SETTINGS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME")
+AUTH_ENABLED_SETTING = "WEBSITE_AUTH_ENABLED"
+READ_ROLE = "Workflows.Read"
+OPERATE_ROLE = "Workflows.Operate"
+_ROLE_CLAIMS = ("roles", "role", "http://schemas.microsoft.com/ws/2008/06/identity/claims/role")
+_NAME_CLAIMS = (
+    "name",
+    "preferred_username",
+    "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name",
+    "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/upn",
+    "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress",
+)
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    for key, value in headers.items():
+        if key.lower() == name and value and value.strip():
+            return value.strip()
+    return None
+
+
+def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] | None:
+    """The platform's principal (name, roles), or ``None`` when the request carries none (anonymous)."""
+    encoded = _header(headers, PRINCIPAL_HEADER) or ""
+    try:
+        data = json.loads(base64.b64decode(encoded + "=" * (-len(encoded) % 4))) if encoded else None
+    except (binascii.Error, ValueError, RecursionError):
+        data = None
+    name = _header(headers, PRINCIPAL_NAME_HEADER)
+    if not isinstance(data, dict):
+        return None if name is None else (name, frozenset())
+    claims = [c for c in data.get("claims") or [] if isinstance(c, dict)]
+    role_types = {data.get("role_typ"), *_ROLE_CLAIMS} - {None}
+    roles = frozenset(str(c.get("val")) for c in claims if c.get("typ") in role_types and c.get("val"))
+    if name is None and isinstance(data.get("userDetails"), str) and data["userDetails"].strip():
+        name = data["userDetails"].strip()
+    for wanted in (data.get("name_typ"), *_NAME_CLAIMS):
+        for claim in claims:
+            if name is None and wanted and claim.get("typ") == wanted and str(claim.get("val") or "").strip():
+                name = str(claim["val"]).strip()
+    return name, roles
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip().lower()
+    if host.startswith("["):  # [::1] or [::1]:port
+        host = host[1 : host.find("]")] if "]" in host else host[1:]
+    elif host.count(":") == 1:  # 127.0.0.1:port, localhost:port
+        host = host.split(":", 1)[0]
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def from_loopback(headers: Mapping[str, str], url: str) -> bool:
+    """Whether a local request came from this machine (see the module's docstring for how)."""
+    forwarded = _header(headers, FORWARDED_FOR_HEADER)
+    if forwarded is not None:
+        return all(_is_loopback(hop) for hop in forwarded.split(","))
+    host = _header(headers, "host") or urlsplit(url).netloc
+    return bool(host) and _is_loopback(host)
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "local-developer"
+
+
+def authorize(request: Any, *, action: bool) -> str | None:
+    """The name to record for this request (``None`` for an anonymous read), or a 401/403 problem;
+    ``action``: the request changes state."""
+    headers, url, env = request.headers, request.url or "", os.environ
+    in_azure = any(env.get(name) for name in AZURE_MARKER_SETTINGS)
+    if (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true":
+        principal = _principal(headers)
+        if principal is None:
+            raise ApiError(
+                401,
+                "this request needs a signed-in caller",
+                ["sign in through the Function App's App Service Authentication (Microsoft Entra ID)"],
+                code="unauthenticated",
+            )
+        needed = (OPERATE_ROLE,) if action else (READ_ROLE, OPERATE_ROLE)
+        name, roles = principal
+        if not roles.intersection(needed):
+            raise ApiError(
+                403,
+                f"{'operator actions need' if action else 'reading workflows needs'} the app role "
+                f"{' or '.join(needed)}",
+                ["an administrator assigns app roles to users and groups on the app registration"],
+                code="forbidden",
+                extra={"requiredRoles": list(needed), "roles": sorted(roles)},
+            )
+        return name or "signed-in-user"
+    if action and in_azure:
+        raise ApiError(
+            401,
+            "operator actions need a signed-in caller",
+            [
+                "enable App Service Authentication on the Function App, so that each action is "
+                "recorded with the operator's identity"
+            ],
+            code="unauthenticated",
+        )
+    if any(_header(headers, name) is not None for name in _PRINCIPAL_HEADERS):
+        raise ApiError(
+            403,
+            "identity headers are not accepted here",
+            [
+                "X-MS-CLIENT-PRINCIPAL* headers are believed only when App Service Authentication is on "
+                "(WEBSITE_AUTH_ENABLED=true); a request that sends one without it is refused"
+            ],
+            code="untrusted-identity",
+        )
+    if in_azure:
+        return None  # a read: the function key guards it
+    if action and not from_loopback(headers, url):
+        raise ApiError(
+            403,
+            "local operator actions are accepted only from this machine",
+            ["without App Service Authentication the app cannot tell who a remote caller is"],
+            code="not-loopback",
+        )
+    return _os_user()
+
+
+def caller_name(request: Any) -> str:
+    """The name recorded for a state-changing request: :func:`authorize` with ``action=True``."""
+    name = authorize(request, action=True)
+    assert name is not None  # an action is never anonymous
+    return name
+
 
 CLIENT_HEADER = "X-SAS-Client"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -31,7 +191,7 @@ SECURITY_HEADERS = {
 }
 
 
-def _header(req: Any, name: str) -> str | None:
+def _req_header(req: Any, name: str) -> str | None:
     for key, value in (req.headers or {}).items():
         if key.lower() == name.lower():
             return value.strip() if isinstance(value, str) else None
@@ -52,21 +212,14 @@ def _origin_of(url: str) -> str | None:
 def _own_origins(req: Any) -> set[str]:
     """The origins this request was addressed to: its URL's, and its ``Host`` header's (behind a
     front end the URL may name the worker's address while the browser used the public host)."""
-    origins = set()
-    url_origin = _origin_of(req.url or "")
-    if url_origin:
-        origins.add(url_origin)
-    host = _header(req, "host")
-    if host:
-        for scheme in ("http", "https"):
-            if candidate := _origin_of(f"{scheme}://{host}"):
-                origins.add(candidate)
-    return origins
+    host = _req_header(req, "host")
+    urls = [req.url or "", *((f"http://{host}", f"https://{host}") if host else ())]
+    return {origin for url in urls if (origin := _origin_of(url))}
 
 
 def _check_same_site(req: Any) -> None:
-    fetch_site = (_header(req, "sec-fetch-site") or "").lower()
-    origin = _header(req, "origin")
+    fetch_site = (_req_header(req, "sec-fetch-site") or "").lower()
+    origin = _req_header(req, "origin")
     foreign_origin = origin is not None and (
         origin.lower() == "null" or _origin_of(origin) not in _own_origins(req)
     )
@@ -80,7 +233,7 @@ def _check_same_site(req: Any) -> None:
 
 
 def _check_shape(req: Any) -> None:
-    media = (_header(req, "content-type") or "").split(";", 1)[0].strip().lower()
+    media = (_req_header(req, "content-type") or "").split(";", 1)[0].strip().lower()
     if media != "application/json":
         raise ApiError(
             415,
@@ -88,7 +241,7 @@ def _check_shape(req: Any) -> None:
             [f"got Content-Type {media or 'none'!r}; send Content-Type: application/json"],
             code="unsupported-media-type",
         )
-    if not _header(req, CLIENT_HEADER):
+    if not _req_header(req, CLIENT_HEADER):
         raise ApiError(
             400,
             f"state-changing requests need the {CLIENT_HEADER} header",

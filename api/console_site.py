@@ -7,12 +7,13 @@ the page forwards the ``code`` query parameter it was opened with as the API's f
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import azure.functions as func
 
 from api.boundary import CONSOLE_CSP, secure
-from api.responses import ApiError, public_json_errors
+from api.responses import ApiError, json_errors
 
 STATIC = Path(__file__).resolve().parent / "static"
 TYPES = {
@@ -24,25 +25,19 @@ TYPES = {
 INDEX = "index.html"
 
 
-def _file_for(path: str) -> Path:
+@functools.partial(json_errors, public=True)
+async def console_file(req: func.HttpRequest) -> func.HttpResponse:
+    """``GET /api/console/{*path}``: one file of the console; the bare path is the page itself."""
+    path = req.route_params.get("path") or ""
     name = path.strip("/") or INDEX
     if "/" in name or "\\" in name or name.startswith("."):
         raise ApiError(
             404, f"no console file {path!r}", ["the console is one folder of files"], code="not-found"
         )
-    candidate = STATIC / name
-    if candidate.suffix not in TYPES or not candidate.is_file():
+    target = STATIC / name
+    if target.suffix not in TYPES or not target.is_file():
         known = ", ".join(sorted(p.name for p in STATIC.iterdir() if p.suffix in TYPES))
         raise ApiError(404, f"no console file {name!r}", [f"console files: {known}"], code="not-found")
-    return candidate
-
-
-@public_json_errors
-async def console_file(
-    req: func.HttpRequest, client: object = None, services: object = None
-) -> func.HttpResponse:
-    """``GET /api/console/{*path}``: one file of the console; the bare path is the page itself."""
-    target = _file_for(req.route_params.get("path") or "")
     response = func.HttpResponse(
         target.read_bytes(),
         status_code=200,

@@ -156,20 +156,9 @@ def _created_key(status: DurableOrchestrationStatus) -> float:
 
 
 def _status_filter(raw: str | None) -> list[OrchestrationRuntimeStatus]:
-    if raw is None or not raw.strip():
-        return []
     by_name = {s.value.lower(): s for s in OrchestrationRuntimeStatus}
-    wanted: list[OrchestrationRuntimeStatus] = []
-    unknown: list[str] = []
-    for part in raw.split(","):
-        token = part.strip()
-        if not token:
-            continue
-        match = by_name.get(token.lower())
-        if match is None:
-            unknown.append(token)
-        elif match not in wanted:
-            wanted.append(match)
+    tokens = [part.strip() for part in (raw or "").split(",") if part.strip()]
+    unknown = [token for token in tokens if token.lower() not in by_name]
     if unknown:
         raise ApiError(
             400,
@@ -180,7 +169,7 @@ def _status_filter(raw: str | None) -> list[OrchestrationRuntimeStatus]:
             ],
             code="invalid-filter",
         )
-    return wanted
+    return list(dict.fromkeys(by_name[token.lower()] for token in tokens))
 
 
 def _top(raw: str | None) -> int:
@@ -208,18 +197,15 @@ async def health(req: func.HttpRequest, client: Any, services: ServicesSource) -
     try:
         svc = resolve_services(services)
         workflows = sorted(load_workflows())
-    except ApiError as exc:
-        problem = ApiError(503, exc.message, exc.details, code="unhealthy", extra={"health": "unhealthy"})
-        return secure(problem.to_response())
     except WorkflowDefinitionError as exc:
         log.warning("health check failed: %s", exc)
-        problem = ApiError(
-            503,
-            "the workflow definitions do not load",
-            [str(exc)],
-            code="unhealthy",
-            extra={"health": "unhealthy"},
-        )
-        return secure(problem.to_response())
+        return _unhealthy("the workflow definitions do not load", [str(exc)])
+    except ApiError as exc:
+        return _unhealthy(exc.message, exc.details)
     body = {"status": "ok", "transport": svc.settings.transport.value, "workflows": workflows}
     return secure(json_response(body))
+
+
+def _unhealthy(message: str, details: list[str]) -> func.HttpResponse:
+    problem = ApiError(503, message, details, code="unhealthy", extra={"health": "unhealthy"})
+    return secure(problem.to_response())

@@ -20,7 +20,16 @@ from workflow_core.ledger.idempotency import KEY_PATTERN
 HEADER = "Idempotency-Key"
 
 
-def key_of(req: func.HttpRequest) -> str:
+async def once(
+    req: func.HttpRequest,
+    svc: Any,
+    instance_id: str,
+    request: str,
+    actor: str,
+    act: Callable[[], Awaitable[func.HttpResponse]],
+) -> func.HttpResponse:
+    """Run ``act`` once per key; ``request`` names the action and its target (a key reused for
+    another request is a 422)."""
     key = req.headers.get(HEADER)
     if not key:
         raise ApiError(
@@ -36,20 +45,6 @@ def key_of(req: func.HttpRequest) -> str:
             [f"{HEADER} is 1-100 characters of A-Z a-z 0-9 . _ : -"],
             code="bad-idempotency-key",
         )
-    return key
-
-
-async def once(
-    req: func.HttpRequest,
-    svc: Any,
-    instance_id: str,
-    request: str,
-    actor: str,
-    act: Callable[[], Awaitable[func.HttpResponse]],
-) -> func.HttpResponse:
-    """Run ``act`` once per key; ``request`` names the action and its target (a key reused for
-    another request is a 422)."""
-    key = key_of(req)
     try:
         stored = await call_ledger(
             svc, lambda ledger: idempotency.claim_or_replay(ledger, instance_id, key, request, actor)

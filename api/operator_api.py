@@ -18,7 +18,7 @@ import azure.functions as func
 
 from api import continuation
 from api import idempotency as idempotent
-from api.identity import caller_name
+from api.boundary import caller_name
 from api.responses import (
     ACTIVE_STATUSES,
     ApiError,
@@ -62,25 +62,19 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
         raw = text(name)
         if raw is None:
             return None
+
+        def bad(why: str) -> ApiError:
+            return ApiError(400, f"invalid {name}", [why], code="invalid-filter")
+
         try:
             parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
         except ValueError:
-            raise ApiError(
-                400,
-                f"invalid {name}",
-                [f"{name} must be an ISO 8601 time such as 2025-03-01T09:00:00Z, got {raw!r}"],
-                code="invalid-filter",
-            ) from None
+            raise bad(f"{name} must be an ISO 8601 time such as 2025-03-01T09:00:00Z, got {raw!r}") from None
         parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
         try:  # 0001-01-01T00:00:00+14:00 parses, but is before the first representable UTC instant
             return parsed.astimezone(UTC)
         except OverflowError:
-            raise ApiError(
-                400,
-                f"invalid {name}",
-                [f"{raw!r} is outside the representable calendar"],
-                code="invalid-filter",
-            ) from None
+            raise bad(f"{raw!r} is outside the representable calendar") from None
 
     attention = text("needsAttention")
     if attention is not None and attention.lower() not in ("true", "false"):
@@ -181,20 +175,8 @@ def _action(req: func.HttpRequest, kind: str, known: Any) -> str:
     return action
 
 
-class NothingToCompensate(operator.OperatorError):
-    """No step of the instance is Succeeded, Failed or TimedOut: a compensation has nothing to undo."""
-
-
-class AlreadyFinished(operator.OperatorError):
-    """The instance's status is not one a resume starts from (it finished, or is being undone)."""
-
-
 def _operator_problem(exc: operator.OperatorError) -> ApiError:
-    # 422 for what no retry can change; 409 only when the ledger moved under the request.
-    if isinstance(exc, NothingToCompensate):
-        return ApiError(422, str(exc), code="nothing-to-compensate")
-    if isinstance(exc, AlreadyFinished):
-        return ApiError(422, str(exc), code="already-finished")
+    # 409 only when the ledger moved under the request (what no retry can change is a 422, raised as such)
     if isinstance(exc, operator.UnknownInstance):
         return ApiError(404, str(exc), code="instance-not-found")
     if isinstance(exc, operator.UnknownStep):
@@ -224,27 +206,22 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
     step_id = check_step_id(req.route_params.get("step_id", ""), "the URL")
     action = _action(req, "step", STEP_ACTIONS)
     reason = _reason(json_object_body(req))
-    user = caller_name(req.headers)
+    user = caller_name(req)
     svc = resolve_services(services)
     apply = STEP_ACTIONS[action]
-    return await idempotent.once(
-        req,
-        svc,
-        instance_id,
-        f"{action} {instance_id}/{step_id}",
-        operator.actor_for(user),
-        lambda: _step_move(svc, instance_id, step_id, action, apply, user, reason),
-    )
+    actor = operator.actor_for(user)
 
+    async def move() -> func.HttpResponse:
+        updated = await _ledger_move(
+            svc, lambda ledger: apply(ledger, instance_id, step_id, user=user, reason=reason)
+        )
+        log.info("operator %s: %s of %s by %s (%s)", action, step_id, instance_id, user, reason)
+        return json_response(
+            {"action": action, "actor": operator.actor_for(user), "step": step_view(updated)}
+        )
 
-async def _step_move(
-    svc: Any, instance_id: str, step_id: str, action: str, apply: Any, user: str, reason: str
-) -> func.HttpResponse:
-    updated = await _ledger_move(
-        svc, lambda ledger: apply(ledger, instance_id, step_id, user=user, reason=reason)
-    )
-    log.info("operator %s: %s of %s by %s (%s)", action, step_id, instance_id, user, reason)
-    return json_response({"action": action, "actor": operator.actor_for(user), "step": step_view(updated)})
+    actor = operator.actor_for(user)
+    return await idempotent.once(req, svc, instance_id, f"{action} {instance_id}/{step_id}", actor, move)
 
 
 def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
@@ -265,8 +242,10 @@ def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
     if done:
         return done[-1].step_id
     statuses = ", ".join(f"{s.step_id} {s.status.value}" for s in steps)
-    raise NothingToCompensate(
-        f"nothing to compensate in {instance_id!r}: no step is Succeeded, Failed or TimedOut ({statuses})"
+    raise ApiError(
+        422,
+        f"nothing to compensate in {instance_id!r}: no step is Succeeded, Failed or TimedOut ({statuses})",
+        code="nothing-to-compensate",
     )
 
 
@@ -277,47 +256,46 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     action = _action(req, "instance", INSTANCE_ACTIONS)
     body = json_object_body(req)
     reason = _reason(body)
-    user = caller_name(req.headers)
+    user = caller_name(req)
     actor = operator.actor_for(user)
     svc = resolve_services(services)
     expected = body.get("expectedStatus")
     expected = expected if isinstance(expected, str) and expected else None
     ends = action in ("stop", "cancel")
     request = f"{action} {instance_id}" + (f" expecting {expected or 'any status'}" if ends else "")
+
+    async def move() -> func.HttpResponse:
+        def act(ledger: StepLedger) -> dict[str, Any]:
+            if action == "compensate":
+                step_id = _compensation_target(ledger, instance_id)
+                updated = operator.request_compensation(
+                    ledger, instance_id, step_id, user=user, reason=reason
+                )
+                return {"step": step_view(updated)}
+            current = ledger.find_instance(instance_id)
+            if current is not None and current.status not in operator.RESUMABLE_INSTANCE_STATUSES:
+                allowed = ", ".join(s.value for s in operator.RESUMABLE_INSTANCE_STATUSES)
+                raise ApiError(
+                    422,
+                    f"instance {instance_id!r} is {current.status.value}; "
+                    f"only {allowed} instances can be resumed",
+                    code="already-finished",
+                )
+            record = operator.resume_instance(ledger, instance_id, actor=actor, reason=reason)
+            return {"instance": instance_record_view(record)}
+
+        result = await _ledger_move(svc, act)
+        log.info("operator %s: %s by %s (%s)", action, instance_id, user, reason)
+        return json_response({"action": action, "actor": actor, **result})
+
     return await idempotent.once(
         req,
         svc,
         instance_id,
         request,
         actor,
-        lambda: (
-            _end(client, svc, instance_id, action, actor, reason, expected)
-            if ends
-            else _instance_move(svc, instance_id, action, user, actor, reason)
-        ),
+        lambda: _end(client, svc, instance_id, action, actor, reason, expected) if ends else move(),
     )
-
-
-async def _instance_move(
-    svc: Any, instance_id: str, action: str, user: str, actor: str, reason: str
-) -> func.HttpResponse:
-    def act(ledger: StepLedger) -> dict[str, Any]:
-        if action == "compensate":
-            step_id = _compensation_target(ledger, instance_id)
-            updated = operator.request_compensation(ledger, instance_id, step_id, user=user, reason=reason)
-            return {"step": step_view(updated)}
-        current = ledger.find_instance(instance_id)
-        if current is not None and current.status not in operator.RESUMABLE_INSTANCE_STATUSES:
-            allowed = ", ".join(s.value for s in operator.RESUMABLE_INSTANCE_STATUSES)
-            raise AlreadyFinished(
-                f"instance {instance_id!r} is {current.status.value}; only {allowed} instances can be resumed"
-            )
-        record = operator.resume_instance(ledger, instance_id, actor=actor, reason=reason)
-        return {"instance": instance_record_view(record)}
-
-    result = await _ledger_move(svc, act)
-    log.info("operator %s: %s by %s (%s)", action, instance_id, user, reason)
-    return json_response({"action": action, "actor": actor, **result})
 
 
 async def _end(
@@ -367,12 +345,12 @@ async def attention(req: func.HttpRequest, client: Any, services: ServicesSource
             if s.status is StepStatus.FAILED and (s.last_error or "").startswith(DEAD_LETTER_PREFIX)
         ]
         flagged, _ = ledger.list_instances(needs_attention=True, limit=200)
+        lists = {"stalled": stalled, "compensationFailed": failed_compensations, "deadLettered": dead}
         return {
-            "stalled": [step_view(s) | {"instanceId": s.instance_id} for s in stalled],
-            "compensationFailed": [
-                step_view(s) | {"instanceId": s.instance_id} for s in failed_compensations
-            ],
-            "deadLettered": [step_view(s) | {"instanceId": s.instance_id} for s in dead],
+            **{
+                key: [step_view(s) | {"instanceId": s.instance_id} for s in steps]
+                for key, steps in lists.items()
+            },
             "instances": [instance_record_view(r) for r in flagged],
         }
 

@@ -5,8 +5,8 @@ wrong; sent by an attacker, that echo must not grow with the request. Every answ
 most :data:`MAX_DETAILS` sentences of at most :data:`MAX_DETAIL_CHARS` characters each, and lists in
 ``extra`` at most :data:`MAX_LIST_ITEMS` items, saying how many were left out.
 
-Its own module (not :mod:`api.responses`) so that :mod:`api.identity` and :mod:`api.boundary`, which
-raise problems, sit below the response helpers that call them.
+Its own module (not :mod:`api.responses`) so that :mod:`api.boundary`, which raises problems, sits
+below the response helpers that call it.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 JSON_CONTENT_TYPE = "application/json"
 DEFAULT_ROUTE_PREFIX = "/api"
+JSON_TYPES = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}  # else null
 
 
 def _finite(value: Any) -> Any:
@@ -51,18 +52,15 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _dumps(body: Any) -> str:
-    try:
-        return json.dumps(body, default=json_default, allow_nan=False)
-    except ValueError:  # a non-finite number stored before the door refused them
-        return json.dumps(_finite(body), default=json_default, allow_nan=False)
-
-
 def json_response(
     body: Any, status_code: int = 200, headers: Mapping[str, str] | None = None
 ) -> func.HttpResponse:
+    try:
+        text = json.dumps(body, default=json_default, allow_nan=False)
+    except ValueError:  # a non-finite number stored before the door refused them
+        text = json.dumps(_finite(body), default=json_default, allow_nan=False)
     return func.HttpResponse(
-        _dumps(body),
+        text,
         status_code=status_code,
         headers=dict(headers or {}),
         mimetype=JSON_CONTENT_TYPE,
@@ -72,24 +70,16 @@ def json_response(
 Handler = Callable[..., Awaitable[func.HttpResponse]]
 
 
-def json_errors(handler: Handler) -> Handler:
+def json_errors(handler: Handler, *, public: bool = False) -> Handler:
     """Admit the request (:func:`api.boundary.admit`), turn :class:`ApiError` into its problem response
-    and anything unexpected into a logged 500; every answer gets the security headers."""
-    return _errors(handler, admitted=True)
+    and anything unexpected into a logged 500; every answer gets the security headers. ``public``: a
+    route that serves no data (the console's files) skips the door, not the rest."""
 
-
-def public_json_errors(handler: Handler) -> Handler:
-    """:func:`json_errors` for a route that serves no data (the console's files): no identity check,
-    the same problems and security headers."""
-    return _errors(handler, admitted=False)
-
-
-def _errors(handler: Handler, *, admitted: bool) -> Handler:
     @functools.wraps(handler)
     async def wrapper(*args: Any, **kwargs: Any) -> func.HttpResponse:
         req = args[0] if args else kwargs.get("req")
         try:
-            if admitted and req is not None:
+            if not public and req is not None:
                 admit(req)
             response = await handler(*args, **kwargs)
         except ApiError as exc:
@@ -167,24 +157,10 @@ def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
         raise ApiError(
             400,
             "request body must be a JSON object",
-            [f"got a JSON {_json_type(data)}; send a JSON object, e.g. {{}}"],
+            [f"got a JSON {JSON_TYPES.get(type(data), 'null')}; send a JSON object, e.g. {{}}"],
             code="invalid-body",
         )
     return data
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if value is None:
-        return "null"
-    return type(value).__name__
 
 
 def route_base(req: func.HttpRequest) -> str:
@@ -251,11 +227,8 @@ async def call_durable(awaitable: Awaitable[T], what: str) -> T:
 async def call_ledger(services: Services, operation: Callable[[StepLedger], T]) -> T:
     """Run a (blocking) ledger call off the event loop; storage failures become a readable 503."""
 
-    def run() -> T:
-        return operation(services.ledger)
-
     try:
-        return await asyncio.to_thread(run)
+        return await asyncio.to_thread(operation, services.ledger)
     except InvalidLedgerInput as exc:
         raise ApiError(400, "invalid request", [str(exc)], code="invalid-request") from None
     except AzureError as exc:
@@ -279,22 +252,20 @@ def describe_error(exc: BaseException) -> str:
 
 def check_instance_id(value: object, source: str) -> str:
     """Validate an instance id the way the ledger does; a bad one is a readable 400."""
-    try:
-        instance_id = validate_instance_id(value)
-    except InvalidLedgerInput as exc:
-        raise ApiError(
-            400, f"invalid instance id in {source}", [str(exc)], code="invalid-instance-id"
-        ) from None
-    return instance_id
+    return _checked(validate_instance_id, value, f"invalid instance id in {source}", "invalid-instance-id")
 
 
 def check_step_id(value: object, source: str) -> str:
     """Validate a step id the way the ledger does (a full match: no trailing newline); a bad one is
     a 400 before any lookup, so a client never retries what can never succeed."""
+    return _checked(validate_step_id, value, f"invalid step id in {source}", "invalid-step-id")
+
+
+def _checked(validate: Callable[[object], str], value: object, message: str, code: str) -> str:
     try:
-        return validate_step_id(value)
+        return validate(value)
     except InvalidLedgerInput as exc:
-        raise ApiError(400, f"invalid step id in {source}", [str(exc)], code="invalid-step-id") from None
+        raise ApiError(400, message, [str(exc)], code=code) from None
 
 
 def check_workflow_name(value: object, source: str) -> str:

@@ -9,10 +9,8 @@ one write path of the HTTP API and the longest body.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -39,10 +37,7 @@ from api.responses import (
     status_url,
     steps_url,
 )
-from api.views import (
-    decode_maybe_json,
-    runtime_status_name,
-)
+from api.views import decode_maybe_json, runtime_status_name
 from workflow_core import clock, tracing
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR
 from workflow_core.ledger import (
@@ -58,40 +53,31 @@ from workflow_core.ledger.known_rows import created_snapshot
 from workflow_core.payloads import PayloadTooLarge
 from workflow_core.resume import resume_state
 from workflow_core.runtime import Services
-from workflow_core.workflows import (
-    WorkflowInputError,
-)
+from workflow_core.workflows import WorkflowInputError
 from workflow_core.workflows.step_rows import new_steps
 
 log = logging.getLogger(__name__)
-# ---- POST /api/workflows/{name}/instances ---------------------------------------------------------------
-
-
-def _traced_start(handler: Callable[..., Awaitable[func.HttpResponse]]) -> Callable[..., Any]:
-    """Run the starter in the span ``sas.workflow.start``: the root of the instance's trace.
-
-    Its parent is the current span when the host's invocation span is current, else the caller's
-    ``traceparent`` header (if any). The span's context goes into the orchestration input and the
-    instance record (``workflow_core.tracing``), never into a decision."""
-
-    @functools.wraps(handler)
-    async def traced(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
-        nested = tracing.has_current_span()
-        with tracing.span(
-            tracing.START_SPAN,
-            parent=None if nested else dict(req.headers or {}),
-            kind=SpanKind.INTERNAL if nested else SpanKind.SERVER,
-            attributes={"http.request.method": req.method, "sas.workflow": req.route_params.get("name")},
-        ):
-            return await handler(req, client, services)
-
-    return traced
 
 
 @json_errors
-@_traced_start
 async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
-    """Validate the input, start ``workflow_orchestrator`` and answer 202 with the status URLs."""
+    """Validate the input, start ``workflow_orchestrator`` and answer 202 with the status URLs.
+
+    All in the span ``sas.workflow.start``, the root of the instance's trace: its parent is the current
+    span when the host's invocation span is current, else the caller's ``traceparent`` header (if any).
+    The span's context goes into the orchestration input and the instance record
+    (``workflow_core.tracing``), never into a decision."""
+    nested = tracing.has_current_span()
+    with tracing.span(
+        tracing.START_SPAN,
+        parent=None if nested else dict(req.headers or {}),
+        kind=SpanKind.INTERNAL if nested else SpanKind.SERVER,
+        attributes={"http.request.method": req.method, "sas.workflow": req.route_params.get("name")},
+    ):
+        return await _start(req, client, services)
+
+
+async def _start(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     name = req.route_params.get("name", "")
     from api.versions import definition_to_start, store_definition
 
@@ -287,20 +273,15 @@ def _requested_instance_id(req: func.HttpRequest, body: dict[str, Any]) -> tuple
         return uuid.uuid4().hex, False
     source = "the query string" if from_query is not None else "the request body"
     instance_id = check_instance_id(from_query if from_query is not None else from_body, source)
-    if instance_id.endswith(COMPENSATION_SUFFIX):
-        raise ApiError(
-            400,
-            f"invalid instance id in {source}",
-            [f"ids ending in {COMPENSATION_SUFFIX!r} are reserved for compensation orchestrations"],
-            code="invalid-instance-id",
-        )
-    if STEP_INFIX in instance_id:
-        raise ApiError(
-            400,
-            f"invalid instance id in {source}",
-            [f"ids containing {STEP_INFIX!r} are reserved for the steps of parallel groups"],
-            code="invalid-instance-id",
-        )
+    reserved = (
+        f"ids ending in {COMPENSATION_SUFFIX!r} are reserved for compensation orchestrations"
+        if instance_id.endswith(COMPENSATION_SUFFIX)
+        else f"ids containing {STEP_INFIX!r} are reserved for the steps of parallel groups"
+        if STEP_INFIX in instance_id
+        else None
+    )
+    if reserved:
+        raise ApiError(400, f"invalid instance id in {source}", [reserved], code="invalid-instance-id")
     return instance_id, True
 
 

@@ -50,20 +50,6 @@ def _unknown_workflow(name: str, exc: UnknownWorkflow) -> ApiError:
     )
 
 
-def current_definition(name: str) -> tuple[PinnedDefinition | None, UnknownWorkflow | None]:
-    """The deployed definition of ``name`` with its version (or why there is none); a broken
-    definitions folder is a 500, as before versions existed."""
-    try:
-        return pin(get_workflow(name)), None
-    except UnknownWorkflow as exc:
-        return None, exc
-    except WorkflowDefinitionError as exc:
-        log.error("workflow definitions do not load: %s", exc)
-        raise ApiError(
-            500, "the workflow definitions do not load", [str(exc)], code="workflows-invalid"
-        ) from None
-
-
 async def definition_to_start(
     req: func.HttpRequest, name: str, services: ServicesSource
 ) -> tuple[PinnedDefinition, Services | None]:
@@ -73,11 +59,19 @@ async def definition_to_start(
     versions) for a ``?version=`` that names no stored version.
     """
     check_workflow_name(name, "the URL")
-    current, unknown = current_definition(name)
+    current, unknown = None, None
+    try:
+        current = pin(get_workflow(name))
+    except UnknownWorkflow as exc:
+        unknown = exc
+    except WorkflowDefinitionError as exc:  # a broken definitions folder is a 500, as before versions
+        log.error("workflow definitions do not load: %s", exc)
+        raise ApiError(
+            500, "the workflow definitions do not load", [str(exc)], code="workflows-invalid"
+        ) from None
     reference = req.params.get(VERSION_PARAM)
     if reference is None or not reference.strip():
-        if current is None:
-            assert unknown is not None
+        if unknown is not None:
             raise _unknown_workflow(name, unknown)
         return current, None
     if len(reference) > MAX_REFERENCE:
@@ -93,8 +87,7 @@ async def definition_to_start(
             svc, lambda _: resolve_reference(name, reference, svc.definitions, current)
         )
     except UnknownVersion as exc:
-        if current is None and not exc.known:
-            assert unknown is not None
+        if unknown is not None and not exc.known:
             raise _unknown_workflow(name, unknown) from None
         raise ApiError(
             404,

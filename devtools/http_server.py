@@ -77,7 +77,7 @@ def http_routes(functions: list[Any]) -> list[Route]:
 
 def forwarded_headers(request: BaseHTTPRequestHandler) -> dict[str, str]:
     """The request's headers as a front end hands them on: ``X-Forwarded-For`` is the socket peer,
-    whatever the client sent (the app judges "local caller" by it: ``api.identity``)."""
+    whatever the client sent (the app judges "local caller" by it: ``api.boundary``)."""
     headers = {k: v for k, v in request.headers.items() if k.lower() != "x-forwarded-for"}
     headers["X-Forwarded-For"] = str(request.client_address[0])
     return headers

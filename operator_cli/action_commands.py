@@ -76,8 +76,17 @@ def _common(function: Callable) -> Callable:
     return function
 
 
-def _once(s: Session, instance_id: str, key: str, request: str, act: Callable[[], Any]) -> tuple[Any, bool]:
-    """``act()`` once per key: (its answer, False); a repeat gets (the first answer, True)."""
+def _once(
+    s: Session,
+    output: str,
+    instance_id: str,
+    key: str,
+    request: str,
+    act: Callable[[], Any],
+    text: Callable[[Any], str],
+) -> None:
+    """``act()`` once per key, and print its answer (``text(answer)`` for people); a repeat prints the
+    first answer instead of acting."""
     from workflow_core.ledger import idempotency
 
     try:
@@ -89,27 +98,24 @@ def _once(s: Session, instance_id: str, key: str, request: str, act: Callable[[]
     except idempotency.KeyInProgress:
         raise CliError(f"the command with idempotency key {key!r} is still being carried out") from None
     if stored is not None:
-        return json.loads(stored["body"]), True
-    try:
-        answer = act()
-    except BaseException:
-        idempotency.release_key(s.ledger, instance_id, key)  # nothing was done: a repeat may act
-        raise
-    idempotency.record_answer(s.ledger, instance_id, key, 200, _as_json(answer))
-    return answer, False
+        answer = json.loads(stored["body"])
+        said = f"already done by the first command with this idempotency key: {_as_json(answer)}"
+    else:
+        try:
+            answer = act()
+        except BaseException:
+            idempotency.release_key(s.ledger, instance_id, key)  # nothing was done: a repeat may act
+            raise
+        idempotency.record_answer(s.ledger, instance_id, key, 200, _as_json(answer))
+        said = text(answer)
+    if output == "json":
+        render.print_json(s.out, answer)
+    else:
+        s.say(said)
 
 
 def _as_json(answer: Any) -> str:
     return json.dumps(render.to_json(answer), default=str)
-
-
-def _print(s: Session, output: str, answer: Any, replayed: bool, text: Callable[[], str]) -> None:
-    if output == "json":
-        render.print_json(s.out, answer)
-    elif replayed:
-        s.say(f"already done by the first command with this idempotency key: {_as_json(answer)}")
-    else:
-        s.say(text())
 
 
 def _step_command(name: str) -> click.Command:
@@ -141,19 +147,14 @@ def _step_command(name: str) -> click.Command:
                 )
 
         action = getattr(operator, function_name)
-        updated, replayed = _once(
+        _once(
             s,
+            output,
             instance,
             idempotency_key,
             f"sas {name} {instance}/{step}",
             lambda: action(s.ledger, instance, step, user=user, reason=reason, expect=unchanged),
-        )
-        _print(
-            s,
-            output,
-            updated,
-            replayed,
-            lambda: (
+            lambda updated: (
                 f"{name}: step {step} of {instance} is now {updated.status.value} "
                 f"(was {record.status.value}); {NEXT[name]}."
             ),
@@ -162,50 +163,36 @@ def _step_command(name: str) -> click.Command:
     return command
 
 
-def _move(name: str) -> Callable[..., Any]:
-    def act(ledger: Any, instance: str, user: str, reason: str, status: str) -> Any:
-        from supervisor import operator
-
-        # a stop or cancel is refused when the instance moved since the prompt showed its status
-        expected = None if name == "resume" else status
-        return operator.move_instance(
-            ledger, instance, name, reason=reason, user=user, expected_status=expected
-        )
-
-    return act
-
-
-# name -> (help, what the prompt says it does (None: only its name), the act, what is printed after it)
-INSTANCE_ACTIONS: dict[str, tuple[str, str | None, Callable[..., Any], str]] = {
+# name -> (help, what the prompt says it does (None: only its name), what is printed after it)
+INSTANCE_ACTIONS: dict[str, tuple[str, str | None, str]] = {
     "resume": (
         "Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state.",
         None,
-        _move("resume"),
         "resume: instance {instance} recorded; the watchdog resumes it at its next tick.",
     ),
     "stop": (
         f"Stop an instance: {ENDS['stop']}.",
         ENDS["stop"],
-        _move("stop"),
         "stop: instance {instance} is Stopped (was {status}); no later step runs, its done steps stay; "
         "`sas cancel {instance}` undoes them.",
     ),
     "cancel": (
         f"Cancel an instance: {ENDS['cancel']}.",
         ENDS["cancel"],
-        _move("cancel"),
         "cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its done steps.",
     ),
 }
 
 
 def _instance_command(name: str) -> click.Command:
-    help_text, what, act, done = INSTANCE_ACTIONS[name]
+    help_text, what, done = INSTANCE_ACTIONS[name]
 
     @click.command(name=name, help=help_text)
     @click.argument("instance")
     @_common
     def command(instance: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
+        from supervisor import operator
+
         s = current_session()
         record = get_instance(s.ledger, instance)
         user = operator_user()
@@ -217,14 +204,23 @@ def _instance_command(name: str) -> click.Command:
             "Proceed? [y/N] ",
             yes,
         )
-        updated, replayed = _once(
+        _once(
             s,
+            output,
             instance,
             idempotency_key,
             f"sas {name} {instance}",
-            lambda: act(s.ledger, instance, user, reason, status),
+            # a stop or cancel is refused when the instance moved since the prompt showed its status
+            lambda: operator.move_instance(
+                s.ledger,
+                instance,
+                name,
+                reason=reason,
+                user=user,
+                expected_status=None if name == "resume" else status,
+            ),
+            lambda _: done.format(instance=instance, status=status),
         )
-        _print(s, output, updated, replayed, lambda: done.format(instance=instance, status=status))
 
     return command
 

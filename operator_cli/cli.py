@@ -3,24 +3,17 @@
 The reads are here; the actions are in ``action_commands.py`` and the commands about the workflows
 themselves in ``workflow_commands.py``. The CLI reads and writes only the step ledger (Table
 Storage): an action records *intent*, and the supervisor's watchdog, which holds the Durable
-Functions client, enacts it on its next tick.
-
-Settings: ``--connection-string``, else the environment (``AzureWebJobsStorage`` or its identity-based
-``__tableServiceUri`` form, ``LEDGER_TABLE_NAME``, ``DEADLINE_INDEX_TABLE_NAME``), else the Values of
-``local.settings.json``. No command creates a table.
-
-Exit codes: 0 done; 1 declined at the confirmation prompt; 2 bad request (usage, unknown instance or
-step, a move the ledger does not allow, bad settings or connection string); 3 storage unreachable,
-refusing, or without the ledger's tables; 4 ``replay-check`` found a history that no longer replays;
-5 ``conformance`` found a check the agent fails.
+Functions client, enacts it on its next tick. Where it finds its settings: ``session.py``; the
+exit codes: the group's help below.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import IO
+from typing import IO, Any
 
 import click
 from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequestError
@@ -28,7 +21,6 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 from operator_cli import render
 from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
 from operator_cli.conformance_command import conformance_command
-from operator_cli.connection import ConnectionProblem
 from operator_cli.session import (
     EXIT_DECLINED,
     EXIT_OK,
@@ -36,6 +28,7 @@ from operator_cli.session import (
     EXIT_USAGE,
     OUTPUT,
     CliError,
+    ConnectionProblem,
     Declined,
     Session,
     current_session,
@@ -98,30 +91,19 @@ def _parse_time(value: str | None, option: str) -> datetime | None:
 @click.option("--all", "all_pages", is_flag=True, help="follow continuation tokens to the end")
 @OUTPUT
 def list_command(
-    status: str | None,
-    workflow: str | None,
-    version: str | None,
     business_key: str | None,
     started_from: str | None,
     started_to: str | None,
-    needs_attention: bool | None,
-    limit: int,
     continuation: str | None,
     all_pages: bool,
     output: str,
+    **filters: Any,  # status, workflow, version, needs_attention, limit: as list_instances takes them
 ) -> None:
     """Workflow instances, newest first (the same filters as GET /api/instances)."""
     s = current_session()
-    filters = {
-        "status": status,
-        "workflow": workflow,
-        "version": version,
-        "business_key_prefix": business_key,
-        "started_from": _parse_time(started_from, "--started-from"),
-        "started_to": _parse_time(started_to, "--started-to"),
-        "needs_attention": needs_attention,
-        "limit": limit,
-    }
+    filters["business_key_prefix"] = business_key
+    filters["started_from"] = _parse_time(started_from, "--started-from")
+    filters["started_to"] = _parse_time(started_to, "--started-to")
     records, token = s.ledger.list_instances(**filters, continuation=continuation)
     while all_pages and token:
         page, token = s.ledger.list_instances(**filters, continuation=token)
@@ -215,16 +197,13 @@ def timeline(instance: str, output: str) -> None:
 # ---- running ------------------------------------------------------------------------------------
 
 
+DEFAULT_TABLES = {"LEDGER_TABLE_NAME": "StepLedger", "DEADLINE_INDEX_TABLE_NAME": "StepDeadlines"}
+
+
 def _storage_message(exc: AzureError, session: Session) -> str:
     if isinstance(exc, ResourceNotFoundError) and "TableNotFound" in str(exc):
-        tables = ""
-        if session.location is not None:
-            env = session.location.env
-            names = (
-                env.get("LEDGER_TABLE_NAME", "StepLedger"),
-                env.get("DEADLINE_INDEX_TABLE_NAME", "StepDeadlines"),
-            )
-            tables = f" ({', '.join(names)})"
+        env = session.env
+        tables = "" if env is None else f" ({', '.join(env.get(k, d) for k, d in DEFAULT_TABLES.items())})"
         return (
             f"the ledger's tables{tables} do not exist in this storage account: the app has not run "
             "against it yet, or the settings point at another account"
@@ -248,9 +227,7 @@ def main(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
 
-    def prompt(text: str) -> str:
-        return click.prompt(text, default="", show_default=False, prompt_suffix="")
-
+    prompt = functools.partial(click.prompt, default="", show_default=False, prompt_suffix="")
     session = Session(out, err, read or prompt)
     args = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Callable
 from datetime import datetime
 from typing import IO, Any
 
@@ -106,91 +107,68 @@ def table(title: str | None, headers: list[str], rows: list[list[str]]) -> Table
     return result
 
 
+Column = tuple[str, Callable[[Any], str]]  # a header, and the cell of one record under it
+_INSTANCE: Column = ("INSTANCE", lambda r: r.instance_id)
+_STEP: tuple[Column, ...] = (
+    ("STEP", lambda r: r.step_id),
+    ("STATUS", lambda r: r.status.value),
+)
+_ATTEMPT: tuple[Column, ...] = (
+    ("ATTEMPT", lambda r: str(r.attempt)),
+    ("DEADLINE", lambda r: when(r.deadline)),
+)
+_OWNER: Column = ("OWNER", lambda r: r.owner or "-")
+
+
+def _columns(records: list[Any], *columns: Column) -> Table:
+    return table(None, [header for header, _ in columns], [[cell(r) for _, cell in columns] for r in records])
+
+
+def _last_error(limit: int) -> Column:
+    return ("LAST ERROR", lambda r: short(r.last_error, limit))
+
+
 def instances_table(records: list[InstanceRecord]) -> Table:
-    rows = [
-        [
-            r.instance_id,
-            r.workflow,
-            str(r.version),
-            r.status.value,
-            r.business_key or "",
-            when(r.started_at),
-            when(r.updated_at),
-            "yes" if r.needs_attention else "",
-            short(r.attention_reason or r.last_error, 50),
-        ]
-        for r in records
-    ]
-    headers = [
-        "INSTANCE",
-        "WORKFLOW",
-        "VERSION",
-        "STATUS",
-        "BUSINESS KEY",
-        "STARTED",
-        "UPDATED",
-        "ATTN",
-        "NOTE",
-    ]
-    return table(None, headers, rows)
+    return _columns(
+        records,
+        _INSTANCE,
+        ("WORKFLOW", lambda r: r.workflow),
+        ("VERSION", lambda r: str(r.version)),
+        ("STATUS", lambda r: r.status.value),
+        ("BUSINESS KEY", lambda r: r.business_key or ""),
+        ("STARTED", lambda r: when(r.started_at)),
+        ("UPDATED", lambda r: when(r.updated_at)),
+        ("ATTN", lambda r: "yes" if r.needs_attention else ""),
+        ("NOTE", lambda r: short(r.attention_reason or r.last_error, 50)),
+    )
 
 
 def steps_table(steps: list[StepRecord]) -> Table:
-    rows = [
-        [
-            str(r.sequence),
-            r.step_id,
-            r.status.value,
-            str(r.attempt),
-            when(r.deadline),
-            r.owner or "-",
-            short(r.last_error, 50),
-        ]
-        for r in steps
-    ]
-    return table(None, ["#", "STEP", "STATUS", "ATTEMPT", "DEADLINE", "OWNER", "LAST ERROR"], rows)
+    return _columns(steps, ("#", lambda r: str(r.sequence)), *_STEP, *_ATTEMPT, _OWNER, _last_error(50))
+
+
+def _move(a: AuditEntry) -> str:
+    return f"{a.from_status or '-'} -> {a.to_status}" if a.from_status != a.to_status else a.to_status or ""
 
 
 def audit_table(audit: list[AuditEntry]) -> Table:
-    rows = []
-    for a in audit:
-        moved = a.from_status != a.to_status
-        move = f"{a.from_status or '-'} -> {a.to_status}" if moved else a.to_status or ""
-        rows.append(
-            [
-                a.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-                a.step_id,
-                a.actor,
-                a.action,
-                move,
-                "" if a.attempt is None else str(a.attempt),
-                short(a.reason, 100),
-            ]
-        )
-    return table(None, ["AT (UTC)", "STEP", "ACTOR", "ACTION", "STATUS", "ATTEMPT", "REASON"], rows)
+    return _columns(
+        audit,
+        ("AT (UTC)", lambda a: a.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]),
+        ("STEP", lambda a: a.step_id),
+        ("ACTOR", lambda a: a.actor),
+        ("ACTION", lambda a: a.action),
+        ("STATUS", _move),
+        ("ATTEMPT", lambda a: "" if a.attempt is None else str(a.attempt)),
+        ("REASON", lambda a: short(a.reason, 100)),
+    )
 
 
 def overdue_table(now: datetime, steps: list[StepRecord]) -> Table:
-    rows = [
-        [
-            r.instance_id,
-            r.step_id,
-            r.status.value,
-            str(r.attempt),
-            when(r.deadline),
-            ago(now, r.deadline),
-            r.owner or "-",
-            short(r.last_error, 40),
-        ]
-        for r in steps
-    ]
-    headers = ["INSTANCE", "STEP", "STATUS", "ATTEMPT", "DEADLINE", "LATE", "OWNER", "LAST ERROR"]
-    return table(None, headers, rows)
+    late: Column = ("LATE", lambda r: ago(now, r.deadline))
+    return _columns(steps, _INSTANCE, *_STEP, *_ATTEMPT, late, _OWNER, _last_error(40))
 
 
 def attention_table(steps: list[StepRecord]) -> Table:
-    rows = [
-        [r.instance_id, r.step_id, r.status.value, str(r.compensation_attempt), short(r.last_error, 60)]
-        for r in steps
-    ]
-    return table(None, ["INSTANCE", "STEP", "STATUS", "COMP. ATTEMPT", "LAST ERROR"], rows)
+    compensation: Column = ("COMP. ATTEMPT", lambda r: str(r.compensation_attempt))
+    return _columns(steps, _INSTANCE, *_STEP, compensation, _last_error(60))

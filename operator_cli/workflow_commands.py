@@ -50,8 +50,7 @@ def versions_command(workflow: str, output: str) -> None:
         for v in summaries
     ]
     headers = ["version", "label", "stored", "instances", "in flight", "by status"]
-    table = render.table(f"Versions of {workflow}", headers, rows)
-    s.show(table)
+    s.show(render.table(f"Versions of {workflow}", headers, rows))
 
 
 @click.command("replay-check")

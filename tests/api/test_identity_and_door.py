@@ -76,7 +76,7 @@ def test_locally_an_action_from_another_machine_is_refused(run, client, services
 
 
 def test_locally_a_loopback_action_is_recorded_as_the_os_user(run, client, services, ledger, monkeypatch):
-    monkeypatch.setattr("api.identity.getpass.getuser", lambda: "dev-two")
+    monkeypatch.setattr("api.boundary.getpass.getuser", lambda: "dev-two")
     make_step(ledger, "id-local", S.FAILED)
 
     response = run(step_action(skip_post("id-local", headers={"X-Forwarded-For": "::1"}), client, services))

@@ -91,7 +91,7 @@ def test_the_caller_comes_from_the_encoded_principal_too(run, client, services, 
 
 
 def test_locally_the_caller_is_the_os_user(run, client, services, ledger, monkeypatch):
-    monkeypatch.setattr("api.identity.getpass.getuser", lambda: "dev-one")
+    monkeypatch.setattr("api.boundary.getpass.getuser", lambda: "dev-one")
     monkeypatch.delenv("WEBSITE_INSTANCE_ID", raising=False)
     make_step(ledger, "op-local", S.FAILED)
 

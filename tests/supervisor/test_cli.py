@@ -190,7 +190,7 @@ def test_connection_string_option_and_missing_settings(env, ledger, monkeypatch,
     for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # no local.settings.json here, nor in the (patched) project root
-    monkeypatch.setattr("operator_cli.connection.PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr("operator_cli.session.PROJECT_ROOT", tmp_path)
     out, err = io.StringIO(), io.StringIO()
     assert main(["stalled"], stdout=out, stderr=err) == 2
     assert "no storage settings" in err.getvalue() and "--connection-string" in err.getvalue()

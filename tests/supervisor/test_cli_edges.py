@@ -26,7 +26,7 @@ def no_settings(monkeypatch, folder):
     for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(folder)
-    monkeypatch.setattr("operator_cli.connection.PROJECT_ROOT", folder)
+    monkeypatch.setattr("operator_cli.session.PROJECT_ROOT", folder)
 
 
 def test_reads_local_settings_json_when_the_environment_has_no_storage(env, ledger, monkeypatch, tmp_path):
