@@ -230,9 +230,3 @@ def error_type_of(error: str | None) -> str | None:
     ``error.type``; None when the text does not start with one."""
     head = (error or "").split(":", 1)[0].strip()
     return head if head.isidentifier() else None
-
-
-def compensation_finished(record: StepRecord) -> None:
-    """A compensator succeeded (the step is Compensated): ``sas.compensations`` outcome compensated."""
-    with never_fails(f"the compensation of {record.step_id}"):
-        telemetry.record_compensation_finished(record.workflow_name)

@@ -1,17 +1,10 @@
 """What a message-only agent reports, recorded in the ledger on its behalf by the result handler.
 
-An agent that holds no storage rights (``workflow_core.agent_messages``) cannot claim, heartbeat or
-record in the ledger itself, so it sends a ``Heartbeat`` or a ``ResultMessage`` with the work
-message's ``reply_token``, and the app does it for the agent with the in-app worker's own rules
-(``activities.worker.delivery_rules``): :class:`AgentReport` is a delivery of the message the ledger
-sent for the row's attempt, rebuilt from the row, whose worker id is the agent's name.
-
-A report is acted on only when its token is the one of the attempt the row holds: a report for an
-earlier attempt, another step, or with a guessed token is audited (``agent-report-refused``) and
-changes nothing. A heartbeat claims a step still Dispatched and moves the deadline on the ledger's
-clock; a reply records the outcome if the attempt has none yet, and the result handler then takes
-its verified path (the ledger backs the reply now). A duplicate reply finds the outcome recorded and
-changes nothing.
+Such an agent holds no storage rights (docs/agents.md, "Write an agent in another language"), so the
+app claims, heartbeats and records for it with the in-app worker's own rules: :class:`AgentReport` is
+a delivery of the message the ledger sent for the row's attempt, rebuilt from the row. A report acts
+only when its reply token is the one of the attempt the row holds; any other is audited
+(``agent-report-refused``) and changes nothing.
 """
 
 from __future__ import annotations

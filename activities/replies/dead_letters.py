@@ -1,15 +1,6 @@
-"""The dead-letter handler: a work message that could not be processed fails its step *now*.
-
-Entry point for any host: ``await handle_dead_letter(body, reason=..., description=..., client=...,
-services=...)``, with the transport's dead-letter reason (a message the Functions host itself moved
-to ``<queue>-poison`` has none, and gets ``MaxDequeueCountExceeded``).
-
-For the message's attempt: ledger Dispatched/Running -> Failed with ``last_error`` "dead-lettered:
-<reason>: <description>" (deadline = now + grace; a compensation keeps its step Compensating with
-``compensation_status`` Failed), then the failed result is raised as the orchestration's event, so
-it retries or compensates at once instead of waiting for the deadline. If the ledger already has the
-attempt's outcome (the work succeeded but its reply could not be sent), that outcome is raised
-instead. A message for an older attempt or a settled step is only audited.
+"""The dead-letter handler: a work message that could not be processed fails its step *now*, so its
+orchestration retries or compensates at once instead of at the deadline (docs/agents.md, "Result
+and dead-letter handlers"). An attempt the ledger already settled has that outcome raised instead.
 """
 
 from __future__ import annotations
@@ -58,11 +49,9 @@ async def handle_dead_letter(
     trace: Any = None,
     pool: str = DEFAULT_POOL,
 ) -> str:
-    """Fail the dead-lettered attempt (a dead letter of ``pool``'s queue) and tell its orchestration.
-    Returns what happened:
+    """Fail the dead-lettered attempt (a dead letter of ``pool``'s queue) and tell its orchestration:
     ``failed-event-raised``, ``result-event-raised`` (the ledger already had an outcome),
-    ``late-result-ignored`` (the orchestration is gone), ``ignored``, or ``parked`` (not a valid
-    ``WorkMessage``). Every message handled is counted (``sas.dead_lettered_messages``)."""
+    ``late-result-ignored``, ``ignored`` or ``parked``."""
     queue = pool_queue(services.settings.work_queue, pool)
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
@@ -200,20 +189,17 @@ async def _on_message(incoming: m.Incoming, client: EventClient, pool: str) -> N
 
 
 def dead_letter_pools(kind: TransportKind) -> list[str]:
-    """The pools whose dead letters this app reads. Service Bus: the hosted ones only, since the app
-    holds no receive right on another pool's queue, nor so on its ``$DeadLetterQueue`` (RBAC cannot
-    split them): that pool's runner or an operator drains them, and its dead-letter alert says when
-    (docs/deploy.md, "Agent pools"). Storage Queues: every declared pool's ``<queue>-poison``."""
+    """The pools whose dead letters this app reads: on Service Bus the hosted ones only (no receive
+    right on another pool's queue; docs/agents.md, "Result and dead-letter handlers"), on Storage
+    Queues every declared pool's ``<queue>-poison``."""
     return list(hosted_pools()) if kind is TransportKind.SERVICE_BUS else agent_pools().names
 
 
 def register_dead_letter_handler(
     blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL
 ) -> Callable[..., Any]:
-    """Add the dead-letter handler of ``pool``'s queue (``agent_dead_letter_handler``, or
-    ``agent_dead_letter_handler_<pool>``) to ``blueprint``. On Storage Queues the default pool's is
-    ``DEAD_LETTER_QUEUE_NAME``, which must be ``<WORK_QUEUE_NAME>-poison`` (the default) to also see the
-    messages the Functions host moves there itself; another pool's is ``<its queue>-poison``."""
+    """Add the dead-letter handler of ``pool``'s queue to ``blueprint`` (on Storage Queues the default
+    pool's is ``DEAD_LETTER_QUEUE_NAME``, where the Functions host also moves poison messages)."""
     name, queue = m.pool_function_name(DEAD_LETTER_FUNCTION, pool), m.pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
 

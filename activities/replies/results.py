@@ -1,10 +1,8 @@
 """The result handler: turns an agent's reply into the external event its orchestration waits for.
 
-Entry point for any host: ``await handle_result(body, client, services)`` (docs/agents.md, "Result
-and dead-letter handlers"). A keyed work success is raised as it came, unread: the scheduler's next
-write proves it (``activities.scheduler.instances``). Any other reply is a claim, raised only when
-the step row records that outcome for that very attempt, on the orchestration *the ledger* recorded,
-with the ledger's version of the result; anything else is audited and completed without an event.
+docs/agents.md, "Result and dead-letter handlers": a keyed work success is raised unread (the
+scheduler's next write proves it, ``activities.scheduler.instances``); any other reply is a claim,
+raised only as the ledger recorded it for that very attempt, and otherwise audited.
 """
 
 from __future__ import annotations

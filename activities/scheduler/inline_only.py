@@ -1,10 +1,6 @@
-"""Work for a message-only pool carries its input inline, never by blob reference.
-
-An agent of a ``message_only`` pool (``workflows/pools.yaml``) holds no storage rights, so it cannot
-read a payload stored by reference (``workflow_core.payloads``). A dispatch whose input would need a
-blob for such an agent sends nothing: it records the attempt Failed (a compensation: its
-``compensation_status`` Failed), non-retryable since no retry makes the input smaller, with the
-reason, and answers ``settled``; the scheduler then reads that failure from the ledger at once.
+"""Work for a message-only pool carries its input inline, never by blob reference (docs/agents.md,
+"Write an agent in another language"): its agents cannot read blobs, so such a dispatch sends nothing
+and records the attempt Failed, non-retryable (no retry makes the input smaller), answering ``settled``.
 """
 
 from __future__ import annotations

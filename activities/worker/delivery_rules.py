@@ -1,11 +1,9 @@
 """The agent worker's decisions for one delivery (``delivery``): claim it or not, how to record it.
 
-These are the idempotency rules the pattern leans on (docs/agents.md, "The worker: claim and
-idempotency rules", has the table): each decision reads only the ledger row (and the message) and
-moves the row with an ETag-guarded write, so a redelivered, duplicated, late or forged message can
-never run a step twice, run the wrong agent or input, or overwrite a newer attempt. Kind
-``compensate`` follows the same rules on the Compensating step, with ``compensation_attempt`` and
-the sub-state ``compensation_status`` (Dispatched -> Running -> Compensated | Failed).
+These are the idempotency rules (docs/agents.md, "The worker: claim and idempotency rules"): each
+reads only the ledger row and the message and moves the row with an ETag-guarded write, so a
+redelivered, duplicated, late or forged message never runs a step twice, runs the wrong agent or
+input, or overwrites a newer attempt.
 """
 
 from __future__ import annotations
@@ -19,9 +17,9 @@ from activities.common import (
     COMP_FAILED,
     COMP_RUNNING,
     attempt_finished,
-    compensation_finished,
     error_type_of,
     grace_deadline,
+    never_fails,
     now,
     queue_wait,
     step_input,
@@ -223,7 +221,8 @@ class DeliveryDecisions:
                     compensation_status=COMP_DONE,
                     completed_at=r.completed_at,  # keep when the step's own work completed
                 )
-                compensation_finished(r)
+                with never_fails(f"the compensation of {r.step_id}"):  # sas.compensations: compensated
+                    telemetry.record_compensation_finished(r.workflow_name)
                 return self._result(True, output, None), None
             if r.compensation_status == COMP_FAILED:
                 return None, (

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from workflow_core import clock
-
 if TYPE_CHECKING:
     from activities.worker.handlers.remote import RemoteEffects
     from workflow_core.runtime import Services
@@ -69,9 +67,6 @@ class StepContext:
     def idempotency_key(self) -> str:
         """Stable across attempts (``instance:step``), so the remote service dedupes retries."""
         return f"{self.instance_id}:{self.step_id}"
-
-    def now(self) -> datetime:
-        return clock.utcnow()
 
     def heartbeat(self, seconds: float | None = None) -> datetime | None:
         """The step is still making progress: its deadline becomes ``now + seconds`` (default: its

@@ -43,14 +43,14 @@ class RemoteEffects:
         self._table = table
 
     @classmethod
-    def for_services(cls, services: Services, table_name: str = REMOTE_EFFECTS_TABLE) -> RemoteEffects:
+    def for_services(cls, services: Services) -> RemoteEffects:
         """One client per storage account (created on first use, table created if missing)."""
         storage = services.settings.storage
-        key = (storage, table_name)
+        key = (storage, REMOTE_EFFECTS_TABLE)
         with cls._cache_lock:
             effects = cls._cache.get(key)
             if effects is None:
-                effects = cls(table_client(storage, table_name))
+                effects = cls(table_client(storage, REMOTE_EFFECTS_TABLE))
                 with contextlib.suppress(ResourceExistsError):
                     effects._table.create_table()
                 cls._cache[key] = effects
