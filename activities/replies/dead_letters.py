@@ -20,10 +20,10 @@ from activities.common import (
     never_fails,
     park,
     retry_on_conflict,
-    step_output,
 )
 from activities.replies.results import EventClient, raise_result_event
 from activities.worker import messages as m
+from activities.worker.delivery_rules import recorded_reply
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
@@ -83,10 +83,6 @@ async def handle_dead_letter(
         grace = services.settings.watchdog_grace_seconds
         ledger = services.ledger
 
-        def result(ok: bool, r: StepRecord, err: str | None, permanent: bool = False) -> ResultMessage:
-            output = step_output(r) if message.kind == "work" else {}
-            return ResultMessage.answering(message, ok=ok, output=output, error=err, permanent=permanent)
-
         a = message.attempt
 
         def failed_now(r: StepRecord) -> tuple[ResultMessage, str]:
@@ -101,7 +97,7 @@ async def handle_dead_letter(
                 pool,
                 error,
             )
-            return result(False, r, error), ""
+            return ResultMessage.answering(message, ok=False, error=error), ""
 
         def decide(r: StepRecord) -> tuple[ResultMessage | None, str]:
             failure = {
@@ -116,19 +112,15 @@ async def handle_dead_letter(
                 if r.status in (S.DISPATCHED, S.RUNNING):
                     ledger.transition(r, S.FAILED, actor=ACTOR, **failure)
                     return failed_now(r)
-                if r.status is S.SUCCEEDED:
-                    return result(True, r, None), ""
-                if r.status is S.FAILED:
-                    return result(False, r, r.last_error or error, r.non_retryable), ""
+                if r.status in (S.SUCCEEDED, S.FAILED):
+                    return recorded_reply(message, r, error), ""
                 return None, f"step is {r.status.value}"
             if r.compensation_attempt != a:
                 return None, f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
-            if r.status is S.COMPENSATED:
-                return result(True, r, None), ""
-            if r.status is not S.COMPENSATING:
+            if r.status not in (S.COMPENSATING, S.COMPENSATED):
                 return None, f"step is {r.status.value}"
-            if r.compensation_status == COMP_FAILED:
-                return result(False, r, r.last_error or error, r.non_retryable), ""
+            if r.status is S.COMPENSATED or r.compensation_status == COMP_FAILED:
+                return recorded_reply(message, r, error), ""
             ledger.update(r, actor=ACTOR, compensation_status=COMP_FAILED, **failure)
             return failed_now(r)
 

@@ -17,13 +17,11 @@ from activities.common import (
     emit_recovery,
     error_text,
     is_transient_claim,
-    now,
-    queue_wait,
     retry_on_conflict,
     step_input,
     step_output,
 )
-from activities.worker.delivery_rules import Action, DeliveryDecisions, Outcome
+from activities.worker.delivery_rules import Action, DeliveryDecisions, Outcome, recorded_reply
 from activities.worker.handlers import faults
 from activities.worker.handlers.base import (
     AgentCrash,
@@ -103,7 +101,7 @@ class Delivery(DeliveryDecisions):
             return
         if action is Action.RESEND:
             emit_recovery(record, "result_resent", attempt=m.attempt, kind=m.kind, delivery=self.n)
-            self._send(self._result_from_record(record))
+            self._send(recorded_reply(m, record))
             return
         if self.took_over:
             emit_recovery(record, "agent_takeover", attempt=m.attempt, kind=m.kind, delivery=self.n)
@@ -148,13 +146,8 @@ class Delivery(DeliveryDecisions):
                 snapshot = {**versions.instance, "etag": versions.etags.get("instance")}
                 instance = InstanceHandle(known_instance(snapshot))
             key = claim_row_key(m.step_id, claim_digest(m))
-            claimed = self.ledger.transition(
-                known,
-                S.RUNNING,
-                actor=self.worker_id,
-                reason=f"claimed (delivery {self.n})",
-                owner=self.worker_id,
-                with_rows=lambda *_: [("delete", {"PartitionKey": m.instance_id, "RowKey": key})],
+            claimed = self._claim_dispatched(
+                known, lambda *_: [("delete", {"PartitionKey": m.instance_id, "RowKey": key})]
             )
         except (LedgerError, ValueError, HttpResponseError) as exc:  # a lost race, a missing key, a
             # refused copy or a version the service would not even parse (a forged ETag): read
@@ -163,8 +156,6 @@ class Delivery(DeliveryDecisions):
         self.instance = instance
         if versions.watched is not None and instance is not None:
             self.watched_after = [step for step in versions.watched if step != m.step_id]
-        self.started_at = now()
-        queue_wait(known, self.started_at)
         return Action.RUN, claimed, None
 
     def _read_with_instance(self) -> StepRecord:
