@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from activities.common import now, retry_on_conflict
+from activities.scheduler.inputs import ACTOR
 from activities.verification import recorded_outcome
 from workflow_core import contracts as c
 from workflow_core.contracts import ResultBasis
@@ -38,7 +39,6 @@ from workflow_core.runtime import Services
 
 log = logging.getLogger(__name__)
 
-ACTOR = "scheduler"
 IS = InstanceStatus
 
 BASIS_REFUSED = "basis-refused"
@@ -111,11 +111,9 @@ def with_promise(
     acts_by: datetime,
     grace_seconds: float,
     orchestration_id: str | None,
-    *,
-    keep_later: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for ``ledger.transition``/``update``: the instance and its promise, or none."""
-    changes = promise(handle, acts_by, grace_seconds, orchestration_id, keep_later=keep_later)
+    changes = promise(handle, acts_by, grace_seconds, orchestration_id)
     if changes is None:
         return {}
     return {"instance": handle, "instance_changes": changes}
