@@ -118,9 +118,7 @@ class RemoteEffects:
         except ResourceNotFoundError:
             return None
 
-    def list(self, service: str | None = None) -> list[dict[str, Any]]:
-        if service is None:
-            return [dict(e) for e in self._table.list_entities()]
+    def list(self, service: str) -> list[dict[str, Any]]:
         return [
             dict(e) for e in self._table.query_entities("PartitionKey eq @pk", parameters={"pk": service})
         ]
