@@ -161,10 +161,7 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             queue = _send(message, d, services)
             sent = True
             log.info("sent %s %s to %s (outcome %s)", d.kind, message_id, queue, outcome)
-        except TransportError as exc:
-            # The intent is in the ledger (Dispatched/Compensating with a deadline): failing the
-            # activity would fail the whole orchestration, while the deadline recovers this (the
-            # orchestration's timer retries the step; past the grace the watchdog re-sends once).
+        except TransportError as exc:  # no activity failure: the deadline recovers it (module docstring)
             error = error_text(exc)
             log.warning("could not send %s (%s); the deadline will recover it", message_id, error)
             ledger.note(
