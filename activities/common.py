@@ -16,9 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import azure.durable_functions as df
+from pydantic import BaseModel, ValidationError
 
 from workflow_core import clock, telemetry
 from workflow_core.ledger import ConcurrencyConflict, StepRecord, decode_json
+from workflow_core.message_fields import explain
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,7 @@ bp = df.Blueprint()
 
 R = TypeVar("R")
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_CONFLICT_ATTEMPTS = 10
 
@@ -189,6 +192,26 @@ def park(
         attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
     )
     return row.reason
+
+
+def parse_or_park(
+    model: type[M],
+    body: Any,
+    services: Any,
+    *,
+    source: str,
+    actor: str,
+    message_id: str | None,
+    note: str = "",
+) -> M | str:
+    """``body`` as a ``model`` message, or, when it is none, the reason it was parked with: a body no
+    agent can process is never raised on (a redelivery could not fix it)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        what = model.__name__.removesuffix("Message").lower()
+        reason = f"not a valid {what} message: {explain(exc)}{note}"
+        return park(services, source=source, reason=reason, body=body, actor=actor, message_id=message_id)
 
 
 # The step metrics take the rows the caller already read or wrote (no extra request); only the run

@@ -13,9 +13,7 @@ import hmac
 import logging
 from typing import Any
 
-from pydantic import ValidationError
-
-from activities.common import park, retry_on_conflict, step_input, step_output
+from activities.common import park, parse_or_park, retry_on_conflict, step_input, step_output
 from activities.verification import attempt_token
 from activities.worker.delivery import Delivery
 from activities.worker.delivery_rules import Outcome
@@ -24,7 +22,6 @@ from workflow_core import clock
 from workflow_core.agent_messages import Heartbeat, reply_token
 from workflow_core.contracts import ResultMessage
 from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
-from workflow_core.message_fields import explain
 from workflow_core.messages import work_body
 from workflow_core.payloads import as_stored
 from workflow_core.runtime import Services
@@ -79,11 +76,8 @@ def checked(report: Heartbeat | ResultMessage, services: Services) -> AgentRepor
 def handle_heartbeat(body: Any, services: Services, *, message_id: str | None = None) -> str:
     """A heartbeat on the result queue: ``heartbeat`` (claimed if need be, deadline moved),
     ``agent-report-refused`` or ``parked``."""
-    try:
-        beat = Heartbeat.model_validate(body)
-    except ValidationError as exc:
-        reason = f"not a valid heartbeat message: {explain(exc)}"
-        park(services, source="result", reason=reason, body=body, actor=ACTOR, message_id=message_id)
+    beat = parse_or_park(Heartbeat, body, services, source="result", actor=ACTOR, message_id=message_id)
+    if isinstance(beat, str):
         return "parked"
     report = checked(beat, services)
     if isinstance(report, str):

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import azure.functions as func
-from pydantic import ValidationError
 
 from activities.common import (
     COMP_FAILED,
@@ -18,7 +17,7 @@ from activities.common import (
     emit_recovery,
     grace_deadline,
     never_fails,
-    park,
+    parse_or_park,
     retry_on_conflict,
 )
 from activities.replies.results import EventClient, raise_result_event
@@ -27,7 +26,6 @@ from activities.worker.delivery_rules import recorded_reply
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
-from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
 from workflow_core.workflows.loader import agent_pools
@@ -68,17 +66,16 @@ async def handle_dead_letter(
         error = fit_text(
             f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
         )
-        try:
-            message = WorkMessage.model_validate(body)
-        except ValidationError as exc:
-            park(
-                services,
-                source="dead-letter",
-                reason=f"not a valid work message: {explain(exc)} ({error})",
-                body=body,
-                actor=ACTOR,
-                message_id=message_id,
-            )
+        message = parse_or_park(
+            WorkMessage,
+            body,
+            services,
+            source="dead-letter",
+            actor=ACTOR,
+            message_id=message_id,
+            note=f" ({error})",
+        )
+        if isinstance(message, str):
             return "parked"
         grace = services.settings.watchdog_grace_seconds
         ledger = services.ledger

@@ -14,9 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import azure.functions as func
-from pydantic import ValidationError
 
-from activities.common import bp, park
+from activities.common import bp, parse_or_park
 from activities.worker.delivery import Delivery
 from activities.worker.messages import (
     Incoming,
@@ -28,7 +27,6 @@ from activities.worker.messages import (
 )
 from workflow_core import tracing
 from workflow_core.contracts import WORKER_FUNCTION, WorkMessage
-from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
 from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
@@ -66,17 +64,11 @@ def process_work_message(
         delivery_count=delivery_count,
         pool=pool,
     ):
-        try:
-            message = WorkMessage.model_validate(body)
-        except ValidationError as exc:
-            return park(
-                services,
-                source="work",
-                reason=f"not a valid work message: {explain(exc)}",
-                body=body,
-                actor=worker_id,
-                message_id=message_id,
-            )
+        message = parse_or_park(
+            WorkMessage, body, services, source="work", actor=worker_id, message_id=message_id
+        )
+        if isinstance(message, str):
+            return message
         Delivery(message, delivery_count, services, worker_id).process()
         return None
 
