@@ -16,9 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import azure.durable_functions as df
+from pydantic import BaseModel, ValidationError
 
 from workflow_core import clock, telemetry
 from workflow_core.ledger import ConcurrencyConflict, StepRecord, decode_json
+from workflow_core.message_fields import explain
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,7 @@ bp = df.Blueprint()
 
 R = TypeVar("R")
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_CONFLICT_ATTEMPTS = 10
 
@@ -191,6 +194,26 @@ def park(
     return row.reason
 
 
+def parse_or_park(
+    model: type[M],
+    body: Any,
+    services: Any,
+    *,
+    source: str,
+    actor: str,
+    message_id: str | None,
+    note: str = "",
+) -> M | str:
+    """``body`` as a ``model`` message, or, when it is none, the reason it was parked with: a body no
+    agent can process is never raised on (a redelivery could not fix it)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        what = model.__name__.removesuffix("Message").lower()
+        reason = f"not a valid {what} message: {explain(exc)}{note}"
+        return park(services, source=source, reason=reason, body=body, actor=actor, message_id=message_id)
+
+
 # The step metrics take the rows the caller already read or wrote (no extra request); only the run
 # that changed the ledger calls them, so a redelivery does not count twice.
 def queue_wait(before_claim: StepRecord, started_at: datetime) -> None:
@@ -230,9 +253,3 @@ def error_type_of(error: str | None) -> str | None:
     ``error.type``; None when the text does not start with one."""
     head = (error or "").split(":", 1)[0].strip()
     return head if head.isidentifier() else None
-
-
-def compensation_finished(record: StepRecord) -> None:
-    """A compensator succeeded (the step is Compensated): ``sas.compensations`` outcome compensated."""
-    with never_fails(f"the compensation of {record.step_id}"):
-        telemetry.record_compensation_finished(record.workflow_name)

@@ -1,11 +1,7 @@
 """Trust only the ledger: what it recorded for one attempt, and the activity that asks it.
 
-A result message, or an orchestration's result event, is a *claim*. The result handler raises an
-event only when the step row records the claimed outcome for that very attempt, with the ledger's
-version of it; the orchestrator takes that verdict from an event carrying the attempt's ledger token
-(``attempt_token``: random per dispatch, in no message, so only a ledger read yields it), and asks
-``verify_result`` about any other event (the durable runtime buffers an event until someone waits for
-its name). Every mismatch is audited on the step.
+A result message or event is a *claim* (docs/contracts.md, "Trust only the ledger"): it is acted on
+only as the step row records it for that very attempt, and every mismatch is audited on the step.
 """
 
 from __future__ import annotations

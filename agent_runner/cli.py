@@ -1,19 +1,8 @@
 """``sas-agent``: serve agent pools with your own handlers, outside the Function App.
 
-    sas-agent --pool NAME [--pool NAME ...] --handlers MODULE[,MODULE] [--concurrency N]
-              [--shutdown-grace SECONDS] [--lock-seconds SECONDS]
-
-Settings come from the environment, as the Function App reads them (``workflow_core/settings.py``):
-``AzureWebJobsStorage`` (or its identity-based ``__tableServiceUri`` / ``__queueServiceUri`` form),
-``AGENT_TRANSPORT``, ``ServiceBusConnection`` (or ``__fullyQualifiedNamespace``), the table and queue
-names, ``MAX_DELIVERY_COUNT``, ``APPLICATIONINSIGHTS_CONNECTION_STRING``. Pool ``p`` is served from
-its queue (``workflow_core.workflows.pools.pool_queue``). ``--handlers`` imports the named modules
-(the working directory is on the import path); the runner serves the agents they register with
-``@agent`` and no other: the app's example agents, registered when the worker's package is imported,
-are dropped unless a named module is theirs.
-
-Exit codes: 0 stopped by SIGTERM or SIGINT (work in flight finished or released); 2 it could not
-start: a bad option, setting, pool or handler module, or storage it cannot reach (one line on stderr).
+Options, settings and exit codes: docs/agents.md, "Run an agent outside the Function App". Only the
+agents the ``--handlers`` modules register are served (the app's example agents, registered when the
+worker's package is imported, are dropped unless a named module is theirs).
 """
 
 from __future__ import annotations

@@ -2,12 +2,8 @@
 
     sas-agent --pool default --handlers agent_runner.conformance_echo --lock-seconds 2
 
-What the agent must do is in docs/agents.md, "Check an agent with the conformance kit": reply
-``{"echo": input.value}``; make its one effect (a line with the idempotency key appended to the file
-``$CONFORMANCE_EFFECTS``) once per key, however often the step is delivered; heartbeat before
-``input.slow_seconds`` of work; exit hard right after the effect when ``input.crash_once`` names a
-file that does not exist yet (creating it first). The remote service here is that file; a real agent
-passes the same key to its own service.
+What it must do: docs/agents.md, "Check an agent with the conformance kit". Its remote service is the
+file ``$CONFORMANCE_EFFECTS``; a real agent passes the same key to its own service.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The receive loop of ``sas-agent``: what the Functions host's queue trigger does for the app's worker.
 
-From its pool queues it receives at most as many messages as it has free delivery slots
-(``concurrency``), runs each on a thread of its own through the app worker's entry point
-(:func:`activities.worker.agent_worker.process_work_message`, so the claim, heartbeat, record and reply
-rules are the app's, unchanged) and settles it as the host does: complete when the worker returns,
-abandon when it raises, dead-letter on the last allowed delivery (``settle_failure``: ``<queue>-poison``
-on Storage Queues, where the dead-letter handler looks; the queue's own dead-letter queue on Service
-Bus). While a delivery runs, its lock (Storage Queues: the visibility timeout; Service Bus: the
-peek-lock) is renewed every third of ``lock_seconds``, so a slow handler never sees its message handed
-to another runner; a runner that dies stops renewing, and the message comes back when the lock ends.
-
-Stopping (:meth:`AgentRunner.stop`, on SIGTERM or SIGINT): no more receives; deliveries in flight get
-``shutdown_grace`` seconds to finish and settle; any still running then is released (abandoned:
-visible again at once). Nothing is lost: a released message is back in its queue. Nothing runs twice
-in effect: the redelivery finds its step Running under a delivery count above 1 and takes it over,
-the handler is idempotent on the step's key, and of two outcomes the ledger records the first (ETag).
+docs/agents.md, "Run an agent outside the Function App", describes it (concurrency, lock renewal,
+settling, SIGTERM). Every delivery goes through the app worker's entry point, so the ledger rules are
+the app's; a message is never lost (a released or unrenewed one comes back to its queue) and never
+runs twice in effect (the redelivery takes the Running step over; the ledger keeps the first outcome).
 """
 
 from __future__ import annotations

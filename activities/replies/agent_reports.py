@@ -1,17 +1,10 @@
 """What a message-only agent reports, recorded in the ledger on its behalf by the result handler.
 
-An agent that holds no storage rights (``workflow_core.agent_messages``) cannot claim, heartbeat or
-record in the ledger itself, so it sends a ``Heartbeat`` or a ``ResultMessage`` with the work
-message's ``reply_token``, and the app does it for the agent with the in-app worker's own rules
-(``activities.worker.delivery_rules``): :class:`AgentReport` is a delivery of the message the ledger
-sent for the row's attempt, rebuilt from the row, whose worker id is the agent's name.
-
-A report is acted on only when its token is the one of the attempt the row holds: a report for an
-earlier attempt, another step, or with a guessed token is audited (``agent-report-refused``) and
-changes nothing. A heartbeat claims a step still Dispatched and moves the deadline on the ledger's
-clock; a reply records the outcome if the attempt has none yet, and the result handler then takes
-its verified path (the ledger backs the reply now). A duplicate reply finds the outcome recorded and
-changes nothing.
+Such an agent holds no storage rights (docs/agents.md, "Write an agent in another language"), so the
+app claims, heartbeats and records for it with the in-app worker's own rules: :class:`AgentReport` is
+a delivery of the message the ledger sent for the row's attempt, rebuilt from the row. A report acts
+only when its reply token is the one of the attempt the row holds; any other is audited
+(``agent-report-refused``) and changes nothing.
 """
 
 from __future__ import annotations
@@ -20,9 +13,7 @@ import hmac
 import logging
 from typing import Any
 
-from pydantic import ValidationError
-
-from activities.common import park, retry_on_conflict, step_input, step_output
+from activities.common import park, parse_or_park, retry_on_conflict, step_input, step_output
 from activities.verification import attempt_token
 from activities.worker.delivery import Delivery
 from activities.worker.delivery_rules import Outcome
@@ -31,7 +22,6 @@ from workflow_core import clock
 from workflow_core.agent_messages import Heartbeat, reply_token
 from workflow_core.contracts import ResultMessage
 from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
-from workflow_core.message_fields import explain
 from workflow_core.messages import work_body
 from workflow_core.payloads import as_stored
 from workflow_core.runtime import Services
@@ -86,11 +76,8 @@ def checked(report: Heartbeat | ResultMessage, services: Services) -> AgentRepor
 def handle_heartbeat(body: Any, services: Services, *, message_id: str | None = None) -> str:
     """A heartbeat on the result queue: ``heartbeat`` (claimed if need be, deadline moved),
     ``agent-report-refused`` or ``parked``."""
-    try:
-        beat = Heartbeat.model_validate(body)
-    except ValidationError as exc:
-        reason = f"not a valid heartbeat message: {explain(exc)}"
-        park(services, source="result", reason=reason, body=body, actor=ACTOR, message_id=message_id)
+    beat = parse_or_park(Heartbeat, body, services, source="result", actor=ACTOR, message_id=message_id)
+    if isinstance(beat, str):
         return "parked"
     report = checked(beat, services)
     if isinstance(report, str):

@@ -1,15 +1,6 @@
-"""The dead-letter handler: a work message that could not be processed fails its step *now*.
-
-Entry point for any host: ``await handle_dead_letter(body, reason=..., description=..., client=...,
-services=...)``, with the transport's dead-letter reason (a message the Functions host itself moved
-to ``<queue>-poison`` has none, and gets ``MaxDequeueCountExceeded``).
-
-For the message's attempt: ledger Dispatched/Running -> Failed with ``last_error`` "dead-lettered:
-<reason>: <description>" (deadline = now + grace; a compensation keeps its step Compensating with
-``compensation_status`` Failed), then the failed result is raised as the orchestration's event, so
-it retries or compensates at once instead of waiting for the deadline. If the ledger already has the
-attempt's outcome (the work succeeded but its reply could not be sent), that outcome is raised
-instead. A message for an older attempt or a settled step is only audited.
+"""The dead-letter handler: a work message that could not be processed fails its step *now*, so its
+orchestration retries or compensates at once instead of at the deadline (docs/agents.md, "Result
+and dead-letter handlers"). An attempt the ledger already settled has that outcome raised instead.
 """
 
 from __future__ import annotations
@@ -19,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import azure.functions as func
-from pydantic import ValidationError
 
 from activities.common import (
     COMP_FAILED,
@@ -27,16 +17,15 @@ from activities.common import (
     emit_recovery,
     grace_deadline,
     never_fails,
-    park,
+    parse_or_park,
     retry_on_conflict,
-    step_output,
 )
 from activities.replies.results import EventClient, raise_result_event
 from activities.worker import messages as m
+from activities.worker.delivery_rules import recorded_reply
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
-from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
 from workflow_core.workflows.loader import agent_pools
@@ -58,11 +47,9 @@ async def handle_dead_letter(
     trace: Any = None,
     pool: str = DEFAULT_POOL,
 ) -> str:
-    """Fail the dead-lettered attempt (a dead letter of ``pool``'s queue) and tell its orchestration.
-    Returns what happened:
+    """Fail the dead-lettered attempt (a dead letter of ``pool``'s queue) and tell its orchestration:
     ``failed-event-raised``, ``result-event-raised`` (the ledger already had an outcome),
-    ``late-result-ignored`` (the orchestration is gone), ``ignored``, or ``parked`` (not a valid
-    ``WorkMessage``). Every message handled is counted (``sas.dead_lettered_messages``)."""
+    ``late-result-ignored``, ``ignored`` or ``parked``."""
     queue = pool_queue(services.settings.work_queue, pool)
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
@@ -79,24 +66,19 @@ async def handle_dead_letter(
         error = fit_text(
             f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
         )
-        try:
-            message = WorkMessage.model_validate(body)
-        except ValidationError as exc:
-            park(
-                services,
-                source="dead-letter",
-                reason=f"not a valid work message: {explain(exc)} ({error})",
-                body=body,
-                actor=ACTOR,
-                message_id=message_id,
-            )
+        message = parse_or_park(
+            WorkMessage,
+            body,
+            services,
+            source="dead-letter",
+            actor=ACTOR,
+            message_id=message_id,
+            note=f" ({error})",
+        )
+        if isinstance(message, str):
             return "parked"
         grace = services.settings.watchdog_grace_seconds
         ledger = services.ledger
-
-        def result(ok: bool, r: StepRecord, err: str | None, permanent: bool = False) -> ResultMessage:
-            output = step_output(r) if message.kind == "work" else {}
-            return ResultMessage.answering(message, ok=ok, output=output, error=err, permanent=permanent)
 
         a = message.attempt
 
@@ -112,7 +94,7 @@ async def handle_dead_letter(
                 pool,
                 error,
             )
-            return result(False, r, error), ""
+            return ResultMessage.answering(message, ok=False, error=error), ""
 
         def decide(r: StepRecord) -> tuple[ResultMessage | None, str]:
             failure = {
@@ -127,19 +109,15 @@ async def handle_dead_letter(
                 if r.status in (S.DISPATCHED, S.RUNNING):
                     ledger.transition(r, S.FAILED, actor=ACTOR, **failure)
                     return failed_now(r)
-                if r.status is S.SUCCEEDED:
-                    return result(True, r, None), ""
-                if r.status is S.FAILED:
-                    return result(False, r, r.last_error or error, r.non_retryable), ""
+                if r.status in (S.SUCCEEDED, S.FAILED):
+                    return recorded_reply(message, r, error), ""
                 return None, f"step is {r.status.value}"
             if r.compensation_attempt != a:
                 return None, f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
-            if r.status is S.COMPENSATED:
-                return result(True, r, None), ""
-            if r.status is not S.COMPENSATING:
+            if r.status not in (S.COMPENSATING, S.COMPENSATED):
                 return None, f"step is {r.status.value}"
-            if r.compensation_status == COMP_FAILED:
-                return result(False, r, r.last_error or error, r.non_retryable), ""
+            if r.status is S.COMPENSATED or r.compensation_status == COMP_FAILED:
+                return recorded_reply(message, r, error), ""
             ledger.update(r, actor=ACTOR, compensation_status=COMP_FAILED, **failure)
             return failed_now(r)
 
@@ -200,20 +178,17 @@ async def _on_message(incoming: m.Incoming, client: EventClient, pool: str) -> N
 
 
 def dead_letter_pools(kind: TransportKind) -> list[str]:
-    """The pools whose dead letters this app reads. Service Bus: the hosted ones only, since the app
-    holds no receive right on another pool's queue, nor so on its ``$DeadLetterQueue`` (RBAC cannot
-    split them): that pool's runner or an operator drains them, and its dead-letter alert says when
-    (docs/deploy.md, "Agent pools"). Storage Queues: every declared pool's ``<queue>-poison``."""
+    """The pools whose dead letters this app reads: on Service Bus the hosted ones only (no receive
+    right on another pool's queue; docs/agents.md, "Result and dead-letter handlers"), on Storage
+    Queues every declared pool's ``<queue>-poison``."""
     return list(hosted_pools()) if kind is TransportKind.SERVICE_BUS else agent_pools().names
 
 
 def register_dead_letter_handler(
     blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL
 ) -> Callable[..., Any]:
-    """Add the dead-letter handler of ``pool``'s queue (``agent_dead_letter_handler``, or
-    ``agent_dead_letter_handler_<pool>``) to ``blueprint``. On Storage Queues the default pool's is
-    ``DEAD_LETTER_QUEUE_NAME``, which must be ``<WORK_QUEUE_NAME>-poison`` (the default) to also see the
-    messages the Functions host moves there itself; another pool's is ``<its queue>-poison``."""
+    """Add the dead-letter handler of ``pool``'s queue to ``blueprint`` (on Storage Queues the default
+    pool's is ``DEAD_LETTER_QUEUE_NAME``, where the Functions host also moves poison messages)."""
     name, queue = m.pool_function_name(DEAD_LETTER_FUNCTION, pool), m.pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
 

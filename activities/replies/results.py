@@ -1,10 +1,8 @@
 """The result handler: turns an agent's reply into the external event its orchestration waits for.
 
-Entry point for any host: ``await handle_result(body, client, services)`` (docs/agents.md, "Result
-and dead-letter handlers"). A keyed work success is raised as it came, unread: the scheduler's next
-write proves it (``activities.scheduler.instances``). Any other reply is a claim, raised only when
-the step row records that outcome for that very attempt, on the orchestration *the ledger* recorded,
-with the ledger's version of the result; anything else is audited and completed without an event.
+docs/agents.md, "Result and dead-letter handlers": a keyed work success is raised unread (the
+scheduler's next write proves it, ``activities.scheduler.instances``); any other reply is a claim,
+raised only as the ledger recorded it for that very attempt, and otherwise audited.
 """
 
 from __future__ import annotations
@@ -16,9 +14,8 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import azure.functions as func
-from pydantic import ValidationError
 
-from activities.common import bp, never_fails, park
+from activities.common import bp, never_fails, park, parse_or_park
 from activities.replies.agent_reports import handle_heartbeat, record_reply
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
 from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
@@ -31,7 +28,6 @@ from workflow_core.contracts import (
 )
 from workflow_core.ledger import InstanceRecord, InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.ledger.known_rows import WATCHED_KEY, instance_snapshot
-from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 
@@ -171,17 +167,10 @@ async def handle_result(
     ):
         if fields.get("type") == "heartbeat":  # a message-only agent's
             return handle_heartbeat(body, services, message_id=message_id)  # type: ignore[return-value]
-        try:
-            result = ResultMessage.model_validate(body)
-        except ValidationError as exc:
-            park(
-                services,
-                source="result",
-                reason=f"not a valid result message: {explain(exc)}",
-                body=body,
-                actor=ACTOR,
-                message_id=message_id,
-            )
+        result = parse_or_park(
+            ResultMessage, body, services, source="result", actor=ACTOR, message_id=message_id
+        )
+        if isinstance(result, str):
             return "parked"
         if result.reply_token is not None:  # a message-only agent's reply: recorded for it first
             result, refused = record_reply(result, services)

@@ -1,13 +1,9 @@
 """``dispatch_step`` and ``dispatch_compensation``: write the intent to the ledger, then send the message.
 
-The rules that move the row (``decide_work_dispatch`` / ``decide_compensation_dispatch``) make a
-dispatch safe to run twice, after a crash or by a resumed scheduler: each reads only the ledger (or
-writes against a version the ledger proves current) and moves the row with an ETag-guarded write.
-The send itself is not recorded: the Dispatched/Compensating write before it implies it, and a third
-write per step would only tell "never sent" from "sent" apart, which MessageId deduplication and the
-worker's ETag claim make unnecessary. A send that keeps failing is not an activity failure: the
-intent is in the ledger and the step recovers at its deadline (the orchestration's timer, or the
-watchdog's one re-send).
+Safe to run twice (a crash, a resumed scheduler): each rule reads only the ledger, or writes against
+a version the ledger proves current, with an ETag-guarded write. The send is not recorded: MessageId
+deduplication and the worker's ETag claim make "sent" unnecessary, and a send that keeps failing is
+no activity failure: the intent is in the ledger and the step recovers at its deadline.
 """
 
 from __future__ import annotations
@@ -165,10 +161,7 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             queue = _send(message, d, services)
             sent = True
             log.info("sent %s %s to %s (outcome %s)", d.kind, message_id, queue, outcome)
-        except TransportError as exc:
-            # The intent is in the ledger (Dispatched/Compensating with a deadline): failing the
-            # activity would fail the whole orchestration, while the deadline recovers this (the
-            # orchestration's timer retries the step; past the grace the watchdog re-sends once).
+        except TransportError as exc:  # no activity failure: the deadline recovers it (module docstring)
             error = error_text(exc)
             log.warning("could not send %s (%s); the deadline will recover it", message_id, error)
             ledger.note(
@@ -373,19 +366,9 @@ def decide_compensation_dispatch(
 
 
 def may_send_again(r: StepRecord, d: StepDispatch) -> bool:
-    """Whether a re-run of the dispatch of attempt ``d.attempt`` sends its message again.
-
-    The first run's send is not recorded, so a re-run sends while the attempt still waits for an
-    agent and nobody else has re-sent it. As the re-run reads the row:
-
-    | row                                                              | send again?               |
-    | ---------------------------------------------------------------- | ------------------------- |
-    | work: Dispatched at ``d.attempt``, ``resent_at`` None            | yes, same MessageId       |
-    | compensation: Compensating at ``d.attempt``, compensation_status | yes, same MessageId       |
-    |   Dispatched, ``resent_at`` None                                 |                           |
-    | ``resent_at`` set: the watchdog re-sent the attempt              | no: one re-send is enough |
-    | claimed (Running / compensation Running), settled, other attempt | no: an agent has it       |
-    """
+    """Whether a re-run of the dispatch of attempt ``d.attempt`` sends its message again (same
+    MessageId): the first run's send is not recorded, so while the attempt still waits for an agent
+    and the watchdog has not re-sent it (``resent_at``: one re-send is enough)."""
     if r.resent_at is not None:
         return False
     if d.kind == "work":

@@ -1,9 +1,8 @@
-"""The activities the orchestrators call, bound on the blueprint: every ledger write and send they need.
+"""The activities the orchestrators call, bound on the blueprint (docs/agents.md, "The activities").
 
 Each is a plain body ``(payload: dict, services) -> dict`` that tests and the durable test host call
-directly (``ACTIVITY_BODIES``), bound here by the same thin wrapper. All are idempotent: the durable
-engine may run an activity again after a crash, so each decides from what the ledger says now
-(docs/agents.md lists their replies).
+directly (``ACTIVITY_BODIES``). All are idempotent: the durable engine may run an activity again after
+a crash, so each decides from what the ledger says now.
 """
 
 from __future__ import annotations

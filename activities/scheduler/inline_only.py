@@ -1,10 +1,6 @@
-"""Work for a message-only pool carries its input inline, never by blob reference.
-
-An agent of a ``message_only`` pool (``workflows/pools.yaml``) holds no storage rights, so it cannot
-read a payload stored by reference (``workflow_core.payloads``). A dispatch whose input would need a
-blob for such an agent sends nothing: it records the attempt Failed (a compensation: its
-``compensation_status`` Failed), non-retryable since no retry makes the input smaller, with the
-reason, and answers ``settled``; the scheduler then reads that failure from the ledger at once.
+"""Work for a message-only pool carries its input inline, never by blob reference (docs/agents.md,
+"Write an agent in another language"): its agents cannot read blobs, so such a dispatch sends nothing
+and records the attempt Failed, non-retryable (no retry makes the input smaller), answering ``settled``.
 """
 
 from __future__ import annotations
@@ -12,14 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from activities.common import COMP_DISPATCHED, COMP_FAILED, grace_deadline, retry_on_conflict
+from activities.scheduler.inputs import ACTOR, S
 from workflow_core.contracts import StepDispatch
-from workflow_core.ledger import StepRecord, StepStatus
+from workflow_core.ledger import StepRecord
 from workflow_core.payloads import INLINE_PAYLOAD_CHARS, is_reference
 from workflow_core.runtime import Services
 from workflow_core.workflows.loader import agent_pools
-
-S = StepStatus
-ACTOR = "scheduler"
 
 
 def needs_blob(value: Any) -> bool:

@@ -1,21 +1,12 @@
 """The scheduler's promises on the instance record, the proof of its provisional successes, and the
 activity that settles an instance.
 
-Every scheduler activity that moves a step also moves the instance's ``scheduler_deadline``, in the
-same entity-group transaction: the time by which the scheduler will act again on its own (the
-step's deadline, a backoff's end) plus the watchdog's grace. While the scheduler is alive it keeps
-that promise; when it dies, nothing moves the deadline and the watchdog finds the instance.
-
-Parallel-group members run in their own step orchestrations and write the same instance record;
-a member never *shortens* the promise (a sibling may wait longer), so it takes the later of the
-two. The parent's next activity after the group sets the promise outright again.
-
-A sequential work step's success reaches the scheduler unread (``contracts.ResultBasis``): the worker
-recorded it with a *basis row* named by the reply's digest. The scheduler's next write (the next
-dispatch, or the settle) deletes that row in its own transaction, so it lands only if the ledger
-recorded exactly that reply; when the row is missing (a forged reply; a re-run of a write that
-already deleted it) the activity reads the step and goes on only if the ledger records that success
-with that output, otherwise writes nothing and answers ``basis-refused`` (audited on the step).
+Every step change also moves the instance's ``scheduler_deadline`` in the same transaction
+(docs/architecture.md, "The instance record"): while the scheduler lives it keeps that promise; when
+it dies nothing moves it and the watchdog finds the instance. A parallel-group member never shortens
+the promise (a sibling may wait longer). A provisional success's basis row is deleted by the next
+write's own transaction, or the write reads the step first (docs/contracts.md, "Trust only the
+ledger", path 1).
 """
 
 from __future__ import annotations
@@ -28,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from activities.common import now, retry_on_conflict
+from activities.scheduler.inputs import ACTOR
 from activities.verification import recorded_outcome
 from workflow_core import contracts as c
 from workflow_core.contracts import ResultBasis
@@ -47,7 +39,6 @@ from workflow_core.runtime import Services
 
 log = logging.getLogger(__name__)
 
-ACTOR = "scheduler"
 IS = InstanceStatus
 
 BASIS_REFUSED = "basis-refused"
@@ -120,11 +111,9 @@ def with_promise(
     acts_by: datetime,
     grace_seconds: float,
     orchestration_id: str | None,
-    *,
-    keep_later: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for ``ledger.transition``/``update``: the instance and its promise, or none."""
-    changes = promise(handle, acts_by, grace_seconds, orchestration_id, keep_later=keep_later)
+    changes = promise(handle, acts_by, grace_seconds, orchestration_id)
     if changes is None:
         return {}
     return {"instance": handle, "instance_changes": changes}

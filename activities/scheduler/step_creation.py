@@ -11,7 +11,7 @@ from typing import Any
 
 from activities.common import now, retry_on_conflict
 from activities.scheduler.inputs import ACTOR, CreateStepsInput
-from activities.scheduler.instances import with_promise
+from activities.scheduler.instances import promise
 from workflow_core.ledger import InstanceConflict, InstanceHandle
 from workflow_core.runtime import Services
 from workflow_core.workflows.step_rows import new_steps
@@ -69,7 +69,5 @@ def _adoption(handle: InstanceHandle | None, orchestration_id: str, grace: float
     """The orchestration owns the instance and promises to dispatch at once; never *sooner* than the
     starter's promise, so the instance's index row stays put (an insert and a delete saved per
     workflow; a scheduler dying right here is found at most ``SCHEDULER_START_SECONDS`` later)."""
-    if handle is None:
-        return {}
-    promised = with_promise(handle, now(), grace, orchestration_id, keep_later=True)
-    return {"orchestration_id": orchestration_id, **(promised.get("instance_changes") or {})}
+    promised = promise(handle, now(), grace, orchestration_id, keep_later=True)
+    return {} if handle is None else {"orchestration_id": orchestration_id, **(promised or {})}

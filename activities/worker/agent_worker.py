@@ -1,12 +1,9 @@
-"""The agent worker's entry point: :func:`process_work_message`, called by the trigger-bound
-``agent_worker`` functions below (one per pool in ``HOSTED_POOLS``: ``agent_worker`` on the default
-pool's queue, ``agent_worker_<pool>`` on ``<WORK_QUEUE_NAME>-<pool>``) and by the durable test host's
-queue pumps and the ``sas-agent`` runner.
+"""The agent worker's entry point, :func:`process_work_message`, for the trigger-bound ``agent_worker``
+functions below (one per hosted pool), the durable test host's queue pumps and the ``sas-agent`` runner.
 
-It returns when the message is dealt with (including ignored or parked); it raises when the message
-must be delivered again (ledger or transport unavailable, a simulated crash), and after
-``MAX_DELIVERY_COUNT`` deliveries the broker or the host dead-letters it. One delivery's flow is
-:class:`activities.worker.delivery.Delivery`; its rules are ``activities.worker.delivery_rules``.
+It returns when the message is dealt with (ignored or parked included) and raises when it must be
+delivered again (ledger or transport unavailable, a simulated crash); after ``MAX_DELIVERY_COUNT``
+deliveries the message is dead-lettered.
 """
 
 from __future__ import annotations
@@ -17,9 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import azure.functions as func
-from pydantic import ValidationError
 
-from activities.common import bp, park
+from activities.common import bp, parse_or_park
 from activities.worker.delivery import Delivery
 from activities.worker.messages import (
     Incoming,
@@ -31,7 +27,6 @@ from activities.worker.messages import (
 )
 from workflow_core import tracing
 from workflow_core.contracts import WORKER_FUNCTION, WorkMessage
-from workflow_core.message_fields import explain
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
 from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
@@ -53,13 +48,9 @@ def process_work_message(
     trace: Any = None,
     pool: str = DEFAULT_POOL,
 ) -> str | None:
-    """Handle one delivery of a work message (``delivery_count``: 1 on first delivery; ``trace``: its
-    application properties, which make this delivery's span a child of the dispatch; ``pool``: whose
-    queue it came from, named by the span).
-
-    A body that is not a valid ``WorkMessage`` is never raised on: it is parked, and its readable
-    reason returned. Infrastructure errors and ``AgentCrash`` propagate (delivered again).
-    """
+    """Handle one delivery of a work message (``trace``: its application properties, which make this
+    delivery's span a child of the dispatch). A body that is not a valid ``WorkMessage`` is parked,
+    never raised on: its readable reason is returned."""
     queue = pool_queue(services.settings.work_queue, pool)
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
@@ -73,17 +64,11 @@ def process_work_message(
         delivery_count=delivery_count,
         pool=pool,
     ):
-        try:
-            message = WorkMessage.model_validate(body)
-        except ValidationError as exc:
-            return park(
-                services,
-                source="work",
-                reason=f"not a valid work message: {explain(exc)}",
-                body=body,
-                actor=worker_id,
-                message_id=message_id,
-            )
+        message = parse_or_park(
+            WorkMessage, body, services, source="work", actor=worker_id, message_id=message_id
+        )
+        if isinstance(message, str):
+            return message
         Delivery(message, delivery_count, services, worker_id).process()
         return None
 

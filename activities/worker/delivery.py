@@ -17,21 +17,19 @@ from activities.common import (
     emit_recovery,
     error_text,
     is_transient_claim,
-    now,
-    queue_wait,
     retry_on_conflict,
     step_input,
     step_output,
 )
-from activities.worker.delivery_rules import Action, DeliveryDecisions, Outcome
+from activities.worker.delivery_rules import Action, DeliveryDecisions, Outcome, recorded_reply
 from activities.worker.handlers import faults
 from activities.worker.handlers.base import (
     AgentCrash,
     NoReply,
+    PermanentError,
     StepContext,
     StepNoLongerOwned,
     get_handler,
-    is_non_retryable,
 )
 from workflow_core import tracing
 from workflow_core.contracts import ResultMessage, WorkMessage, fit_text
@@ -55,18 +53,17 @@ log = logging.getLogger(__name__)
 S = StepStatus
 
 
-def non_retryable_errors(workflow: str, step_id: str, kind: str, version: str | None, services: Services):
-    """The exception type names the step's definition (or its compensation's, in the version the
-    instance is pinned to) says retrying cannot fix."""
+def is_permanent(exc: BaseException, m: WorkMessage, version: str | None, services: Services) -> bool:
+    """A :class:`PermanentError`, or an error of a type the step's definition (its compensation's, in
+    the version the instance is pinned to) says retrying cannot fix."""
     from workflow_core.workflows.store import definition_for
 
     try:
-        step = definition_for(workflow, version, services.definitions).step(step_id)
-    except Exception:  # an unknown workflow or step: nothing listed (PermanentError still counts)
-        return ()
-    if kind == "work":
-        return step.non_retryable_errors
-    return step.compensation.non_retryable_errors if step.compensation else ()
+        step = definition_for(m.workflow, version, services.definitions).step(m.step_id)
+        listed = step.non_retryable_errors if m.kind == "work" else step.compensation.non_retryable_errors
+    except Exception:  # an unknown workflow or step, no compensation: nothing listed
+        listed = []
+    return isinstance(exc, PermanentError) or any(cls.__name__ in listed for cls in type(exc).__mro__)
 
 
 class Delivery(DeliveryDecisions):
@@ -103,7 +100,7 @@ class Delivery(DeliveryDecisions):
             return
         if action is Action.RESEND:
             emit_recovery(record, "result_resent", attempt=m.attempt, kind=m.kind, delivery=self.n)
-            self._send(self._result_from_record(record))
+            self._send(recorded_reply(m, record))
             return
         if self.took_over:
             emit_recovery(record, "agent_takeover", attempt=m.attempt, kind=m.kind, delivery=self.n)
@@ -148,13 +145,8 @@ class Delivery(DeliveryDecisions):
                 snapshot = {**versions.instance, "etag": versions.etags.get("instance")}
                 instance = InstanceHandle(known_instance(snapshot))
             key = claim_row_key(m.step_id, claim_digest(m))
-            claimed = self.ledger.transition(
-                known,
-                S.RUNNING,
-                actor=self.worker_id,
-                reason=f"claimed (delivery {self.n})",
-                owner=self.worker_id,
-                with_rows=lambda *_: [("delete", {"PartitionKey": m.instance_id, "RowKey": key})],
+            claimed = self._claim_dispatched(
+                known, lambda *_: [("delete", {"PartitionKey": m.instance_id, "RowKey": key})]
             )
         except (LedgerError, ValueError, HttpResponseError) as exc:  # a lost race, a missing key, a
             # refused copy or a version the service would not even parse (a forged ETag): read
@@ -163,8 +155,6 @@ class Delivery(DeliveryDecisions):
         self.instance = instance
         if versions.watched is not None and instance is not None:
             self.watched_after = [step for step in versions.watched if step != m.step_id]
-        self.started_at = now()
-        queue_wait(known, self.started_at)
         return Action.RUN, claimed, None
 
     def _read_with_instance(self) -> StepRecord:
@@ -234,10 +224,7 @@ class Delivery(DeliveryDecisions):
             # The error text is cut to fit the ledger (head and tail kept), so a huge one is still
             # recorded once, as this attempt's failure, instead of failing the write on every delivery.
             error = fit_text(error_text(exc))
-            permanent = is_non_retryable(
-                exc,
-                non_retryable_errors(m.workflow, m.step_id, m.kind, record.workflow_version, self.services),
-            )
+            permanent = is_permanent(exc, m, record.workflow_version, self.services)
             log.info("%s: agent failed%s: %s", self._label, " (non-retryable)" if permanent else "", error)
             return False, None, error, permanent
         output = {} if raw is None else dict(raw) if isinstance(raw, dict) else {"value": raw}

@@ -1,11 +1,9 @@
 """The agent worker's decisions for one delivery (``delivery``): claim it or not, how to record it.
 
-These are the idempotency rules the pattern leans on (docs/agents.md, "The worker: claim and
-idempotency rules", has the table): each decision reads only the ledger row (and the message) and
-moves the row with an ETag-guarded write, so a redelivered, duplicated, late or forged message can
-never run a step twice, run the wrong agent or input, or overwrite a newer attempt. Kind
-``compensate`` follows the same rules on the Compensating step, with ``compensation_attempt`` and
-the sub-state ``compensation_status`` (Dispatched -> Running -> Compensated | Failed).
+These are the idempotency rules (docs/agents.md, "The worker: claim and idempotency rules"): each
+reads only the ledger row and the message and moves the row with an ETag-guarded write, so a
+redelivered, duplicated, late or forged message never runs a step twice, runs the wrong agent or
+input, or overwrites a newer attempt.
 """
 
 from __future__ import annotations
@@ -19,9 +17,9 @@ from activities.common import (
     COMP_FAILED,
     COMP_RUNNING,
     attempt_finished,
-    compensation_finished,
     error_type_of,
     grace_deadline,
+    never_fails,
     now,
     queue_wait,
     step_input,
@@ -90,16 +88,7 @@ class DeliveryDecisions:
             why = f"message is for attempt {a}; the ledger is at attempt {r.attempt} ({r.status.value})"
             return Action.IGNORE, r, ("stale-attempt-ignored", why)
         if r.status is S.DISPATCHED:
-            claimed = self.ledger.transition(
-                r,
-                S.RUNNING,
-                actor=self.worker_id,
-                reason=f"claimed (delivery {self.n})",
-                owner=self.worker_id,
-            )
-            self.started_at = now()
-            queue_wait(r, self.started_at)
-            return Action.RUN, claimed, None
+            return Action.RUN, self._claim_dispatched(r), None
         if r.status is S.RUNNING:
             if self.n > 1:
                 self.started_at = now()
@@ -142,6 +131,20 @@ class DeliveryDecisions:
             compensation_status=COMP_RUNNING,
         )
         return Action.RUN, claimed, None
+
+    def _claim_dispatched(self, r: StepRecord, with_rows: Any = None) -> StepRecord:
+        """Dispatched -> Running, owned by this worker (``with_rows``: more of the claim's transaction)."""
+        claimed = self.ledger.transition(
+            r,
+            S.RUNNING,
+            actor=self.worker_id,
+            reason=f"claimed (delivery {self.n})",
+            owner=self.worker_id,
+            with_rows=with_rows,
+        )
+        self.started_at = now()
+        queue_wait(r, self.started_at)
+        return claimed
 
     def _take_over(self, r: StepRecord, what: str) -> tuple[Action, StepRecord, None]:
         """A redelivery of an attempt another worker claimed: that worker is presumed dead."""
@@ -223,7 +226,8 @@ class DeliveryDecisions:
                     compensation_status=COMP_DONE,
                     completed_at=r.completed_at,  # keep when the step's own work completed
                 )
-                compensation_finished(r)
+                with never_fails(f"the compensation of {r.step_id}"):  # sas.compensations: compensated
+                    telemetry.record_compensation_finished(r.workflow_name)
                 return self._result(True, output, None), None
             if r.compensation_status == COMP_FAILED:
                 return None, (
@@ -262,9 +266,12 @@ class DeliveryDecisions:
             return None
         return KeyedReply(reply, self.watched_after)
 
-    def _result_from_record(self, r: StepRecord) -> ResultMessage:
-        if self.work:
-            ok = r.status is S.SUCCEEDED
-            return self._result(ok, step_output(r) if ok else None, r.last_error, r.non_retryable)
-        ok = r.status is S.COMPENSATED
-        return self._result(ok, {} if ok else None, r.last_error, r.non_retryable)
+
+def recorded_reply(m: WorkMessage, r: StepRecord, error: str | None = None) -> ResultMessage:
+    """The reply to ``m`` that the outcome row ``r`` recorded for its attempt (a re-send); ``error``
+    stands in for a failure recorded without one."""
+    ok = r.status is (S.SUCCEEDED if m.kind == "work" else S.COMPENSATED)
+    output = (step_output(r) if m.kind == "work" else {}) if ok else None
+    return ResultMessage.answering(
+        m, ok=ok, output=output, error=r.last_error or error, permanent=r.non_retryable
+    )

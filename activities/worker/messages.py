@@ -1,15 +1,14 @@
 """Turn what a trigger hands a function into the parts our bodies need, for either transport.
 
-A Storage Queue message's body is the envelope ``StorageQueueTransport`` wrote (the host has
-base64-decoded it; one the host moved to ``<queue>-poison`` itself has no dead-letter reason); a
-Service Bus message's body is the JSON body, its MessageId, delivery count and dead-letter reason
-message properties. The trigger kind is chosen once, at import, from ``AGENT_TRANSPORT``.
+A Storage Queue message's body is the envelope ``StorageQueueTransport`` wrote, base64-decoded by
+the host (``messageEncoding`` in host.json); one the host moved to ``<queue>-poison`` itself has no
+dead-letter reason. A Service Bus message's body is the JSON body, its MessageId, delivery count and
+dead-letter reason message properties. The trigger kind is chosen once, at import, from
+``AGENT_TRANSPORT``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,12 +57,7 @@ class Incoming:
 
 
 def from_queue_message(msg: func.QueueMessage, *, dead_letter: bool = False) -> Incoming:
-    text = _text(msg.get_body())
-    envelope = read_envelope(text)
-    if not envelope.is_envelope:  # the host may hand over the raw base64 if messageEncoding is "none"
-        decoded = _b64(text)
-        if decoded is not None and read_envelope(decoded).is_envelope:
-            envelope = read_envelope(decoded)
+    envelope = read_envelope(_text(msg.get_body()))
     reason = envelope.dead_letter_reason
     description = envelope.dead_letter_description
     if dead_letter and reason is None:
@@ -93,10 +87,3 @@ def _text(body: bytes | str | None) -> str:
     if body is None:
         return ""
     return body.decode("utf-8", errors="replace") if isinstance(body, bytes) else str(body)
-
-
-def _b64(text: str) -> str | None:
-    try:
-        return base64.b64decode(text, validate=True).decode("utf-8")
-    except (binascii.Error, ValueError):
-        return None

@@ -10,12 +10,10 @@ what next, unless retrying cannot fix it (:class:`PermanentError`, or a type the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
-
-from workflow_core import clock
 
 if TYPE_CHECKING:
     from activities.worker.handlers.remote import RemoteEffects
@@ -35,14 +33,6 @@ class StepNoLongerOwned(Exception):
 class PermanentError(Exception):
     """A failure retrying cannot fix (a declined card): the attempt is recorded Failed and
     non-retryable, so the scheduler makes no further attempt and the workflow compensates."""
-
-
-def is_non_retryable(exc: BaseException, non_retryable_errors: Iterable[str] = ()) -> bool:
-    """A :class:`PermanentError`, or an instance of a type named in ``non_retryable_errors``?"""
-    if isinstance(exc, PermanentError):
-        return True
-    names = set(non_retryable_errors)
-    return any(cls.__name__ in names for cls in type(exc).__mro__)
 
 
 class NoReply(Exception):
@@ -69,9 +59,6 @@ class StepContext:
     def idempotency_key(self) -> str:
         """Stable across attempts (``instance:step``), so the remote service dedupes retries."""
         return f"{self.instance_id}:{self.step_id}"
-
-    def now(self) -> datetime:
-        return clock.utcnow()
 
     def heartbeat(self, seconds: float | None = None) -> datetime | None:
         """The step is still making progress: its deadline becomes ``now + seconds`` (default: its
@@ -129,13 +116,12 @@ class MissingAgentHandlers(RuntimeError):
 
 
 def check_agents_registered(
-    workflows: Mapping[str, Any] | Iterable[Any], served_here: Callable[[str], bool] | None = None
+    workflows: Mapping[str, Any], served_here: Callable[[str], bool] | None = None
 ) -> set[str]:
     """Raise :class:`MissingAgentHandlers` naming every agent a workflow uses without a handler (of
     those ``served_here`` says this process runs: all by default); return the set of agents used."""
-    definitions = workflows.values() if isinstance(workflows, Mapping) else workflows
     used: dict[str, list[str]] = {}
-    for definition in definitions:
+    for definition in workflows.values():
         for name in definition.agents_used():
             used.setdefault(name, []).append(definition.name)
     needed = {name: users for name, users in used.items() if served_here is None or served_here(name)}

@@ -8,6 +8,7 @@ compensator undoes that effect, treating "nothing to undo" as success. Inputs ar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 from collections.abc import Callable
@@ -21,97 +22,91 @@ def _short_id(prefix: str, ctx: StepContext) -> str:
     return f"{prefix}-{hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:10]}"
 
 
-def _undoer(service: str) -> Callable[[StepContext], dict[str, Any]]:
-    """The compensator of ``service``'s effect: undo it; "nothing to undo" is a success too."""
-
-    def undo(ctx: StepContext) -> dict[str, Any]:
-        return {"service": service, **ctx.effects.undo(service, ctx.idempotency_key)}
-
-    return undo
+Build = Callable[[StepContext], dict[str, Any]]
 
 
-@agent("storage.create")
+def effect(name: str, service: str, undo: str | None = None) -> Callable[[Build], Build]:
+    """Register agent ``name``: the dict it builds is ``service``'s effect, made once per idempotency
+    key; ``undo`` names its compensator, which undoes it ("nothing to undo" is a success too)."""
+
+    def register(build: Build) -> Build:
+        @functools.wraps(build)
+        def handler(ctx: StepContext) -> dict[str, Any]:
+            return ctx.effects.apply(service, ctx.idempotency_key, build(ctx))
+
+        if undo is not None:
+            agent(undo)(lambda ctx: {"service": service, **ctx.effects.undo(service, ctx.idempotency_key)})
+        return agent(name)(handler)
+
+    return register
+
+
+@effect("storage.create", "storage", undo="storage.delete")
 def storage_create(ctx: StepContext) -> dict[str, Any]:
     tenant = str(ctx.input.get("tenant_id") or ctx.input.get("name") or ctx.instance_id).lower()
     ctx.heartbeat()  # account creation is slow: tell the ledger this attempt is alive
     account = _short_id("st", ctx).replace("-", "")
-    result = {
+    return {
         "account": account,
         "tenant_id": tenant,
         "endpoint": f"https://{account}.blob.core.windows.net",
         "region": ctx.input.get("region", "westeurope"),
         "sku": ctx.input.get("sku", "Standard_LRS"),
     }
-    return ctx.effects.apply("storage", ctx.idempotency_key, result)
 
 
-@agent("dns.register")
+@effect("dns.register", "dns", undo="dns.unregister")
 def dns_register(ctx: StepContext) -> dict[str, Any]:
     host = str(ctx.input.get("hostname") or ctx.input.get("tenant_id") or ctx.step_id)
     zone = str(ctx.input.get("zone", "example.net"))
-    result = {
+    return {
         "fqdn": f"{host.lower()}.{zone}",
         "record_id": str(uuid.uuid4()),
         "target": ctx.input.get("target"),
     }
-    return ctx.effects.apply("dns", ctx.idempotency_key, result)
 
 
-@agent("email.send_welcome")
+@effect("email.send_welcome", "email")
 def email_send_welcome(ctx: StepContext) -> dict[str, Any]:
-    result = {
+    return {
         "message_id": f"<{uuid.uuid4()}@mail.example.net>",
         "to": ctx.input.get("to") or ctx.input.get("email"),
         "template": "welcome",
         "hostname": ctx.input.get("hostname"),
     }
-    return ctx.effects.apply("email", ctx.idempotency_key, result)
 
 
-@agent("inventory.reserve")
+@effect("inventory.reserve", "inventory", undo="inventory.release")
 def inventory_reserve(ctx: StepContext) -> dict[str, Any]:
     items = ctx.input.get("items")
     if items is None and "sku" in ctx.input:
         items = [{"sku": ctx.input["sku"], "quantity": ctx.input.get("quantity", 1)}]
-    result = {
+    return {
         "reservation_id": str(uuid.uuid4()),
         "order_id": ctx.input.get("order_id"),
         "items": items or [],
     }
-    return ctx.effects.apply("inventory", ctx.idempotency_key, result)
 
 
-@agent("payments.charge")
+@effect("payments.charge", "payments", undo="payments.refund")
 def payments_charge(ctx: StepContext) -> dict[str, Any]:
     amount = ctx.input.get("amount", 0)
     if isinstance(amount, int | float) and amount < 0:
         raise ValueError(f"cannot charge a negative amount ({amount})")
-    result = {
+    return {
         "payment_id": f"pay_{uuid.uuid4().hex[:16]}",
         "order_id": ctx.input.get("order_id"),
         "amount": amount,
         "currency": ctx.input.get("currency", "EUR"),
     }
-    return ctx.effects.apply("payments", ctx.idempotency_key, result)
 
 
-@agent("shipping.create_shipment")
+@effect("shipping.create_shipment", "shipping", undo="shipping.cancel_shipment")
 def shipping_create_shipment(ctx: StepContext) -> dict[str, Any]:
     ctx.heartbeat()  # carrier booking is slow: tell the ledger this attempt is alive
-    result = {
+    return {
         "shipment_id": _short_id("shp", ctx),
         "order_id": ctx.input.get("order_id"),
         "tracking_number": f"TRK{uuid.uuid4().hex[:12].upper()}",
         "address": ctx.input.get("address"),
     }
-    return ctx.effects.apply("shipping", ctx.idempotency_key, result)
-
-
-for _service, _compensator in {
-    "storage": "storage.delete",
-    "dns": "dns.unregister",
-    "inventory": "inventory.release",
-    "payments": "payments.refund",
-    "shipping": "shipping.cancel_shipment",
-}.items():
-    agent(_compensator)(_undoer(_service))

@@ -43,14 +43,14 @@ class RemoteEffects:
         self._table = table
 
     @classmethod
-    def for_services(cls, services: Services, table_name: str = REMOTE_EFFECTS_TABLE) -> RemoteEffects:
+    def for_services(cls, services: Services) -> RemoteEffects:
         """One client per storage account (created on first use, table created if missing)."""
         storage = services.settings.storage
-        key = (storage, table_name)
+        key = (storage, REMOTE_EFFECTS_TABLE)
         with cls._cache_lock:
             effects = cls._cache.get(key)
             if effects is None:
-                effects = cls(table_client(storage, table_name))
+                effects = cls(table_client(storage, REMOTE_EFFECTS_TABLE))
                 with contextlib.suppress(ResourceExistsError):
                     effects._table.create_table()
                 cls._cache[key] = effects
@@ -118,9 +118,7 @@ class RemoteEffects:
         except ResourceNotFoundError:
             return None
 
-    def list(self, service: str | None = None) -> list[dict[str, Any]]:
-        if service is None:
-            return [dict(e) for e in self._table.list_entities()]
+    def list(self, service: str) -> list[dict[str, Any]]:
         return [
             dict(e) for e in self._table.query_entities("PartitionKey eq @pk", parameters={"pk": service})
         ]
