@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -113,24 +113,18 @@ class DeadlineIndexMixin:
         return sorted(found, key=lambda r: r.deadline or now)
 
     def needing_attention(self, limit: int = 100) -> list[StepRecord]:
-        """Steps no automation will move on from (CompensationFailed): the operator's inbox."""
+        """Steps no automation will move on from (CompensationFailed): the operator's inbox. A row its
+        step no longer names is deleted."""
         self.stats.queries += 1
-
-        def read(row: Any) -> StepRecord | None:
-            with contextlib.suppress(StepNotFound):
-                return self.get(row["InstanceId"], row["StepId"])
-            return None
-
-        return self._inbox(ATTENTION_PARTITION, limit, read)
-
-    def _inbox(self, partition: str, limit: int, read: Callable[[Any], Any]) -> list[Any]:
-        """The records an attention partition's rows name; a row its record no longer names is deleted."""
-        result: list[Any] = []
+        result: list[StepRecord] = []
         for row in self._index.query_entities(
-            "PartitionKey eq @p", parameters={"p": partition}, results_per_page=limit
+            "PartitionKey eq @p", parameters={"p": ATTENTION_PARTITION}, results_per_page=limit
         ):
             key = f"{row['PartitionKey']}|{row['RowKey']}"
-            record = read(row)
+            try:
+                record = self.get(row["InstanceId"], row["StepId"])
+            except StepNotFound:
+                record = None
             if record is None or record.index_key != key:
                 self._delete_index_row(key)
                 continue

@@ -56,8 +56,6 @@ INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
 # its ``scheduler_deadline``: each has a deadline-index row.
 SUPERVISED_INSTANCE_STATUSES = frozenset({IS.RUNNING, IS.COMPENSATING})
 TERMINAL_INSTANCE_STATUSES = frozenset(s for s, nxt in INSTANCE_TRANSITIONS.items() if not nxt)
-# Statuses no automation moves on from: the operators' inbox.
-ATTENTION_INSTANCE_STATUSES = frozenset({IS.COMPENSATION_FAILED, IS.FAILED, IS.STOPPED})
 
 
 def parse_instance_status(value: str | InstanceStatus) -> InstanceStatus:

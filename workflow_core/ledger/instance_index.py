@@ -11,50 +11,35 @@ from datetime import UTC, datetime
 
 from workflow_core.ledger.entities import _deadline_key
 from workflow_core.ledger.index_keys import index_partition
-from workflow_core.ledger.instance import (
-    ATTENTION_INSTANCE_STATUSES,
-    SUPERVISED_INSTANCE_STATUSES,
-    InstanceRecord,
-)
+from workflow_core.ledger.instance import SUPERVISED_INSTANCE_STATUSES, InstanceRecord
 
 INSTANCE_INDEX_PREFIX = "i"
-INSTANCE_ATTENTION_PARTITION = "attention-instances"
 
 
 def index_row_time(index_key: str | None) -> datetime | None:
-    """When an instance's deadline-index row falls due (None for no row or an attention row)."""
+    """When an instance's deadline-index row falls due (None for no row)."""
     if not index_key or not index_key.startswith(INSTANCE_INDEX_PREFIX):
         return None
     row = index_key.partition("|")[2]
     return datetime.strptime(row.split("~", 1)[0], "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=UTC)
 
 
-def _parked(record: InstanceRecord) -> bool:
-    """Supervised but flagged and promised nothing (a recovery budget spent): in the operators' inbox."""
-    return record.needs_attention and record.scheduler_deadline is None
-
-
 def plan_instance_index(
     current: InstanceRecord, updated: InstanceRecord, nonce: str, due_by: datetime | None = None
 ) -> tuple[str, str] | None:
     """The new index row ``updated`` needs, or None when its current row (or none) will do; ``due_by``:
-    the deadline of a step the same transaction hands the row to watch."""
-    if updated.status in SUPERVISED_INSTANCE_STATUSES and not _parked(updated):
-        deadline = updated.scheduler_deadline
-        if deadline is None:
-            return None
-        if due_by is not None and due_by < deadline:
-            deadline = due_by
-        due = index_row_time(current.index_key)
-        if due is not None and due <= deadline:
-            return None  # the row falls due no later than the deadline: the watchdog moves it on
-        partition = index_partition(deadline, updated.instance_id)
-        return (f"{INSTANCE_INDEX_PREFIX}{partition}", f"{_deadline_key(deadline)}~{nonce}")
-    if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
-        if current.index_key and current.index_key.startswith(INSTANCE_ATTENTION_PARTITION):
-            return None
-        return (INSTANCE_ATTENTION_PARTITION, f"{updated.instance_id}~{nonce}")
-    return None
+    the deadline of a step the same transaction hands the row to watch. An instance parked for an
+    operator (supervised, promising nothing) has none: the operators find it by its listing row."""
+    deadline = updated.scheduler_deadline
+    if updated.status not in SUPERVISED_INSTANCE_STATUSES or deadline is None:
+        return None
+    if due_by is not None and due_by < deadline:
+        deadline = due_by
+    due = index_row_time(current.index_key)
+    if due is not None and due <= deadline:
+        return None  # the row falls due no later than the deadline: the watchdog moves it on
+    partition = index_partition(deadline, updated.instance_id)
+    return (f"{INSTANCE_INDEX_PREFIX}{partition}", f"{_deadline_key(deadline)}~{nonce}")
 
 
 def instance_index_key_after(current: InstanceRecord, updated: InstanceRecord, new: tuple[str, str] | None):
@@ -62,7 +47,5 @@ def instance_index_key_after(current: InstanceRecord, updated: InstanceRecord, n
     if new is not None:
         return f"{new[0]}|{new[1]}"
     if updated.status in SUPERVISED_INSTANCE_STATUSES and updated.scheduler_deadline is not None:
-        return current.index_key
-    if updated.status in ATTENTION_INSTANCE_STATUSES or updated.needs_attention:
         return current.index_key
     return None

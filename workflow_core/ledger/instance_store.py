@@ -37,11 +37,7 @@ from workflow_core.ledger.instance import (
     SchedulerLostPolicy,
     parse_instance_status,
 )
-from workflow_core.ledger.instance_index import (
-    INSTANCE_ATTENTION_PARTITION,
-    instance_index_key_after,
-    plan_instance_index,
-)
+from workflow_core.ledger.instance_index import instance_index_key_after, plan_instance_index
 from workflow_core.ledger.instance_list import InstanceListMixin, listing_changed
 from workflow_core.ledger.known_rows import KnownInstanceRecord, merged_properties
 from workflow_core.ledger.model import NewStep, require_aware, validate_instance_id
@@ -268,7 +264,7 @@ class InstanceLedgerMixin(InstanceListMixin):
             data.setdefault("completed_at", None)
             data["completed_at"] = data["completed_at"] or now
         draft = type(record).model_validate(data)  # a snapshot stays one: merged, never replaced
-        # only one flagged for an operator may promise nothing (parked: instance_index.py)
+        # only one flagged for an operator may promise nothing (parked: no index row)
         promises = draft.scheduler_deadline is not None or draft.needs_attention
         if draft.status in SUPERVISED_INSTANCE_STATUSES and not promises:
             raise InvalidLedgerInput(f"instance status {draft.status.value} needs a scheduler deadline")
@@ -312,12 +308,6 @@ class InstanceLedgerMixin(InstanceListMixin):
         if record is None:
             raise InstanceNotFound(instance_id)
         return record
-
-    def instances_needing_attention(self, limit: int = 100) -> list[InstanceRecord]:
-        """Instances no automation moves on from (CompensationFailed, Failed, or flagged)."""
-        return self._inbox(
-            INSTANCE_ATTENTION_PARTITION, limit, lambda row: self.find_instance(row["InstanceId"])
-        )
 
 
 def outcome_json(status: str, *, failed_step: str | None = None, error: str | None = None) -> str:
