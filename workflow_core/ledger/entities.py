@@ -12,6 +12,7 @@ from typing import Any
 from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
 
+from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.model import StepRecord, entity_properties
 
 MAX_BATCH = 100  # Table Storage limit per entity-group transaction
@@ -55,6 +56,19 @@ def if_match_update(entity: dict[str, Any], etag: str | None, *, merge: bool) ->
             "match_condition": MatchConditions.IfNotModified,
         },
     )
+
+
+def changed_fields(
+    record: Any, status: Any, changes: dict[str, Any], now: datetime, mutable: set[str], what: tuple[str, str]
+) -> dict[str, Any]:
+    """``record``'s fields as a write of ``changes`` leaves them: only a record read with its ETag is
+    written, and only its ``mutable`` fields change (``what``: the record, and whose it is)."""
+    if record.etag is None:
+        raise InvalidLedgerInput(f"{what[0]} has no ETag: read it from the ledger before updating it")
+    unknown = set(changes) - mutable
+    if unknown:
+        raise InvalidLedgerInput(f"cannot change {sorted(unknown)} of {what[1]}")
+    return {**record.model_dump(), **changes, "status": status, "updated_at": now}
 
 
 def entity_values(entity: Any, fields: dict[str, str]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 An instance's index row only has to fall due *no later* than its ``scheduler_deadline``: the
 scheduler moves that deadline on every step, and rewriting the row each time would cost two more
 requests per step. So the hot path moves the row only when it must fall due earlier, and the
-watchdog moves it forward (``instance_deadlines.py``).
+watchdog moves it forward (``deadline_index.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableTransactionError
 
 from workflow_core import clock
-from workflow_core.ledger.entities import MAX_BATCH, entity_values, if_match_update, to_entity
+from workflow_core.ledger.entities import MAX_BATCH, changed_fields, entity_values, if_match_update, to_entity
 from workflow_core.ledger.errors import (
     IllegalInstanceTransition,
     InstanceAlreadyExists,
@@ -26,6 +26,7 @@ from workflow_core.ledger.errors import (
     InstanceNotFound,
     InvalidLedgerInput,
 )
+from workflow_core.ledger.index_keys import instance_index_key_after, plan_instance_index
 from workflow_core.ledger.instance import (
     INSTANCE_FIELDS,
     INSTANCE_MUTABLE,
@@ -37,7 +38,6 @@ from workflow_core.ledger.instance import (
     SchedulerLostPolicy,
     parse_instance_status,
 )
-from workflow_core.ledger.instance_index import instance_index_key_after, plan_instance_index
 from workflow_core.ledger.instance_list import InstanceListMixin, listing_changed
 from workflow_core.ledger.known_rows import KnownInstanceRecord, merged_properties
 from workflow_core.ledger.model import NewStep, require_aware, validate_instance_id
@@ -135,7 +135,7 @@ class InstanceLedgerMixin(InstanceListMixin):
             record.model_copy(update={"index_key": None}), record, self._nonce(), steps_due
         )
         assert new_index is not None
-        record = record.model_copy(update={"index_key": f"{new_index[0]}|{new_index[1]}"})
+        record = record.model_copy(update={"index_key": new_index})
         self._create_instance_index_row(new_index, record)
         audit = self._audit_entity(
             instance_id,
@@ -224,8 +224,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         try:
             result = self._steps.submit_transaction([operation, ("create", audit), *(with_rows or [])])
         except TableTransactionError as exc:
-            if new_index is not None:
-                self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
+            self._delete_index_row(new_index)
             failed_at = getattr(exc, "index", None)
             if exc.status_code == 412 or (failed_at is not None and failed_at >= 2):
                 raise InstanceConflict(record.instance_id) from None
@@ -245,19 +244,11 @@ class InstanceLedgerMixin(InstanceListMixin):
         now: datetime,
         *,
         due_by: datetime | None = None,
-    ) -> tuple[InstanceRecord, tuple[str, str] | None]:
+    ) -> tuple[InstanceRecord, str | None]:
         """The instance as it will be written, and the index row to create first (if any)."""
-        if record.etag is None:
-            raise InvalidLedgerInput(
-                "instance record has no ETag: read it from the ledger before updating it"
-            )
-        unknown = set(changes) - INSTANCE_MUTABLE
-        if unknown:
-            raise InvalidLedgerInput(f"cannot change {sorted(unknown)} of a workflow instance")
-        data = record.model_dump()
-        data.update(changes)
-        data["status"] = status
-        data["updated_at"] = now
+        data = changed_fields(
+            record, status, changes, now, INSTANCE_MUTABLE, ("instance record", "a workflow instance")
+        )
         if status not in SUPERVISED_INSTANCE_STATUSES and "scheduler_deadline" not in changes:
             data["scheduler_deadline"] = None
         if status in (InstanceStatus.SUCCEEDED, InstanceStatus.COMPENSATED, InstanceStatus.CANCELLED):
@@ -284,15 +275,9 @@ class InstanceLedgerMixin(InstanceListMixin):
         if record.index_key and record.index_key != updated.index_key:
             self._delete_index_row(record.index_key)
 
-    def _create_instance_index_row(self, key: tuple[str, str], record: InstanceRecord) -> None:
-        self._index.create_entity(
-            {
-                "PartitionKey": key[0],
-                "RowKey": key[1],
-                "InstanceId": record.instance_id,
-                "Kind": "instance",
-                "Status": record.status.value,
-            }
+    def _create_instance_index_row(self, key: str, record: InstanceRecord) -> None:
+        self._create_index_row(
+            key, InstanceId=record.instance_id, Kind="instance", Status=record.status.value
         )
 
     def find_instance(self, instance_id: str) -> InstanceRecord | None:

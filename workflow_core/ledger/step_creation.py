@@ -65,8 +65,8 @@ class StepCreationMixin:
             for start in range(0, len(operations), MAX_BATCH):
                 results.extend(self._steps.submit_transaction(operations[start : start + MAX_BATCH]))
         except TableTransactionError as exc:
-            if instance_index is not None and not results:
-                self._delete_index_row(f"{instance_index[0]}|{instance_index[1]}")
+            if not results:
+                self._delete_index_row(instance_index)
             if exc.status_code == 412 and not results:
                 raise InstanceConflict(instance_id) from None
             if exc.status_code != 409:  # 409: a concurrent (or earlier) call created them first

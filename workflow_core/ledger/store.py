@@ -28,6 +28,7 @@ from workflow_core.ledger.entities import (
     _from_entity,
     _nonce,
     _to_entity,
+    changed_fields,
     if_match_update,
 )
 from workflow_core.ledger.errors import (
@@ -39,9 +40,8 @@ from workflow_core.ledger.errors import (
 )
 from workflow_core.ledger.heartbeat import HeartbeatMixin
 from workflow_core.ledger.index_keys import index_partition
-from workflow_core.ledger.instance import INSTANCE_ROW, InstanceRecord
-from workflow_core.ledger.instance_deadlines import InstanceDeadlinesMixin
-from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin, from_instance_entity
+from workflow_core.ledger.instance import InstanceRecord
+from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin
 from workflow_core.ledger.known_rows import KnownStepRecord, merged_properties
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
@@ -83,7 +83,6 @@ class StepLedger(
     AuditTrailMixin,
     DeadlineIndexMixin,
     InstanceLedgerMixin,
-    InstanceDeadlinesMixin,
 ):
     """Conditional (ETag) reads and writes of step rows, their instance record, their deadline index
     and their audit trail: step reads and the write path are here, the rest is mixed in."""
@@ -145,21 +144,8 @@ class StepLedger(
         self, instance_id: str, step_id: str
     ) -> tuple[StepRecord, InstanceHandle | None]:
         """A step and its instance record in one partition query."""
-        validate_instance_id(instance_id)
-        validate_step_id(step_id)
-        self.stats.queries += 1
-        entities = list(
-            self._steps.query_entities(
-                "PartitionKey eq @pk and ( RowKey eq @step or RowKey eq @instance )",
-                parameters={"pk": instance_id, "step": step_id, "instance": INSTANCE_ROW},
-            )
-        )
-        step = next((e for e in entities if e["RowKey"] == step_id), None)
-        if step is None:
-            raise StepNotFound(instance_id, step_id)
-        self.stats.step_entities_read += 1
-        instance = next((e for e in entities if e["RowKey"] == INSTANCE_ROW), None)
-        return _from_entity(step), (InstanceHandle(from_instance_entity(instance)) if instance else None)
+        step, handle, _ = self._step_and_instance(instance_id, step_id, watched=False)
+        return step, handle
 
     def list_for_instance(self, instance_id: str) -> list[StepRecord]:
         validate_instance_id(instance_id)
@@ -256,16 +242,8 @@ class StepLedger(
         with_rows: RowsOf | None = None,
         **changes: Any,
     ) -> StepRecord:
-        if record.etag is None:
-            raise InvalidLedgerInput("record has no ETag: read it from the ledger before updating it")
-        unknown = set(changes) - _MUTABLE
-        if unknown:
-            raise InvalidLedgerInput(f"cannot change {sorted(unknown)} of a step")
         now = clock.utcnow()
-        data = record.model_dump()
-        data.update(changes)
-        data["status"] = status
-        data["updated_at"] = now
+        data = changed_fields(record, status, changes, now, _MUTABLE, ("record", "a step"))
         if status in (StepStatus.SUCCEEDED, StepStatus.COMPENSATED) and "completed_at" not in changes:
             data["completed_at"] = now
         deadline = require_aware(data["deadline"], "deadline") if status in DEADLINE_STATUSES else None
@@ -283,24 +261,22 @@ class StepLedger(
                 instance.record, instance.record.status, changes_i, now, due_by=deadline
             )
             instance_op = self.instance_operation(instance.record, instance_updated)
-        new_index: tuple[str, str] | None = None
+        new_index: str | None = None
         if deadline is not None:
             data["deadline"] = deadline
             old = record.index_key
             if not own_row and watched_by_instance(record, deadline, instance_updated):
                 data["index_key"] = WATCHED_BY_INSTANCE  # no row of its own (watch.py)
             elif not has_own_row(old) or old.startswith(ATTENTION_PARTITION) or record.deadline != deadline:
-                new_index = (
-                    index_partition(deadline, record.instance_id, record.step_id),
-                    f"{_deadline_key(deadline)}~{_nonce()}",
-                )
+                partition = index_partition(deadline, record.instance_id, record.step_id)
+                new_index = f"{partition}|{_deadline_key(deadline)}~{_nonce()}"
         elif status in ATTENTION_STATUSES:
             if record.index_key is None or not record.index_key.startswith(ATTENTION_PARTITION):
-                new_index = (ATTENTION_PARTITION, f"{record.instance_id}~{record.step_id}~{_nonce()}")
+                new_index = f"{ATTENTION_PARTITION}|{record.instance_id}~{record.step_id}~{_nonce()}"
         else:
             data["index_key"] = None
         if new_index is not None:
-            data["index_key"] = f"{new_index[0]}|{new_index[1]}"
+            data["index_key"] = new_index
         updated = type(record).model_validate(data)  # a known row stays known: merged again next time
         # A row known by an earlier write's ETag (not read) is merged, only what changes (known_rows.py);
         # built, with the caller's rows, before any index row is written: a refusal leaves nothing behind
@@ -314,15 +290,12 @@ class StepLedger(
 
         # (1) new index row first, so the step never points at a missing one
         if new_index is not None:
-            self._index.create_entity(
-                {
-                    "PartitionKey": new_index[0],
-                    "RowKey": new_index[1],
-                    "InstanceId": record.instance_id,
-                    "StepId": record.step_id,
-                    "Deadline": updated.deadline if status in DEADLINE_STATUSES else now,
-                    "Status": status.value,
-                }
+            self._create_index_row(
+                new_index,
+                InstanceId=record.instance_id,
+                StepId=record.step_id,
+                Deadline=updated.deadline if status in DEADLINE_STATUSES else now,
+                Status=status.value,
             )
         # (2) step row + audit row, atomically, only if nobody changed the step since it was read
         audit = self._audit_entity(
@@ -344,10 +317,8 @@ class StepLedger(
         try:
             result = self._steps.submit_transaction(operations)
         except TableTransactionError as exc:
-            if new_index is not None:
-                self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
-            if instance_index is not None:
-                self._delete_index_row(f"{instance_index[0]}|{instance_index[1]}")
+            self._delete_index_row(new_index)
+            self._delete_index_row(instance_index)
             failed_at = getattr(exc, "index", None)
             if failed_at is not None and failed_at >= own_operations:  # a caller's row: the race lost
                 raise ConcurrencyConflict(record.instance_id, record.step_id) from None
