@@ -1,10 +1,6 @@
 """The deadline index: the steps' and the instances' rows in the index table, the watchdog's only way
-to find them (the order of writes on a deadline change: ``store.py``).
-
-When an instance row falls due, one partition query reads the instance and its watched steps
-(``watch.py``); when nothing is overdue yet, the row moves forward to the earliest of their
-deadlines, so a scheduler that keeps moving its promise never costs a hot-path index write.
-"""
+to find them. A due instance row is read with its watched steps in one partition query (``watch.py``)
+and, when nothing is overdue yet, moved forward to the earliest of their deadlines."""
 
 from __future__ import annotations
 
@@ -280,7 +276,7 @@ class DeadlineIndexMixin:
         if not record.supervised or record.scheduler_deadline is None:
             return
         due = min([record.scheduler_deadline, *(s.deadline for s in watched if s.deadline is not None)])
-        new = instance_index_key(due, record.instance_id, self._nonce())
+        new = instance_index_key(due, record.instance_id)
         self._create_instance_index_row(new, record)
         try:
             self._steps.update_entity(

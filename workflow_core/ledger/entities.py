@@ -9,9 +9,6 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from azure.core import MatchConditions
-from azure.data.tables import UpdateMode
-
 from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.model import StepRecord, entity_properties
 
@@ -42,20 +39,6 @@ def to_entity(record: Any, row_key: str, fields: dict[str, str]) -> dict[str, An
 
 def _to_entity(record: StepRecord) -> dict[str, Any]:
     return to_entity(record, record.step_id, _FIELDS)
-
-
-def if_match_update(entity: dict[str, Any], etag: str | None, *, merge: bool) -> tuple:
-    """A transaction's If-Match update of ``entity``: a merge when the row is known, not read
-    (``known_rows.py``), else a replace."""
-    return (
-        "update",
-        entity,
-        {
-            "mode": UpdateMode.MERGE if merge else UpdateMode.REPLACE,
-            "etag": etag,
-            "match_condition": MatchConditions.IfNotModified,
-        },
-    )
 
 
 def changed_fields(

@@ -21,8 +21,8 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from workflow_core.ledger.errors import InvalidLedgerInput
-from workflow_core.ledger.instance import InstanceRecord, InstanceStatus, parse_instance_status
-from workflow_core.ledger.model import require_aware
+from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
+from workflow_core.ledger.model import parse_status, require_aware
 
 LIST_PARTITION = "list"
 # Keys the app keeps for itself: '~' sorts after every deadline bucket and named partition, so no
@@ -135,7 +135,7 @@ class InstanceListMixin:
         """
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidLedgerInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
-        wanted = parse_instance_status(status).value if status is not None else None
+        wanted = parse_status(status, InstanceStatus, "instance").value if status is not None else None
         filters = {
             "ListStatus": wanted,
             "Workflow": workflow,

@@ -1,11 +1,8 @@
-"""The step ledger on Azure Table Storage (layout: docs/architecture.md).
+"""The step ledger on Azure Table Storage (layout: docs/architecture.md, "The step ledger").
 
-Audit rows share the step's partition and are written in the same entity-group transaction as the
-change they describe, so the trail never misses or invents a move. The deadline index lives in
-another table, so it cannot share that transaction; on a deadline change: (1) create the new index
-row, (2) conditionally update the step row pointing at it (``IndexKey``), (3) delete the old one. A
-crash after (1) or (2) leaves an index row no step points at, which ``overdue`` verifies and deletes:
-every step that needs watching always has its index row, and extra rows heal themselves.
+Audit rows join the transaction of the change they describe, so the trail never misses or invents a
+move. The deadline index is another table: the order of writes that keeps every watched step's row
+(1, 2, 3 in ``_write``) is argued in docs/architecture.md, "The deadline index".
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from workflow_core.ledger.entities import (
     _nonce,
     _to_entity,
     changed_fields,
-    if_match_update,
 )
 from workflow_core.ledger.errors import (
     ConcurrencyConflict,
@@ -41,8 +37,8 @@ from workflow_core.ledger.errors import (
 from workflow_core.ledger.heartbeat import HeartbeatMixin
 from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance import InstanceRecord
-from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin
-from workflow_core.ledger.known_rows import KnownStepRecord, merged_properties
+from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin, to_instance_entity
+from workflow_core.ledger.known_rows import if_match_write
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
     ATTENTION_STATUSES,
@@ -86,8 +82,6 @@ class StepLedger(
 ):
     """Conditional (ETag) reads and writes of step rows, their instance record, their deadline index
     and their audit trail: step reads and the write path are here, the rest is mixed in."""
-
-    _nonce = staticmethod(_nonce)
 
     def __init__(
         self,
@@ -260,7 +254,7 @@ class StepLedger(
             instance_updated, instance_index = self.prepare_instance_change(
                 instance.record, instance.record.status, changes_i, now, due_by=deadline
             )
-            instance_op = self.instance_operation(instance.record, instance_updated)
+            instance_op = if_match_write(instance.record, instance_updated, to_instance_entity)
         new_index: str | None = None
         if deadline is not None:
             data["deadline"] = deadline
@@ -278,12 +272,8 @@ class StepLedger(
         if new_index is not None:
             data["index_key"] = new_index
         updated = type(record).model_validate(data)  # a known row stays known: merged again next time
-        # A row known by an earlier write's ETag (not read) is merged, only what changes (known_rows.py);
         # built, with the caller's rows, before any index row is written: a refusal leaves nothing behind
-        known = isinstance(record, KnownStepRecord)
-        step_entity = (
-            merged_properties(_to_entity(record), _to_entity(updated)) if known else _to_entity(updated)
-        )
+        step_operation = if_match_write(record, updated, _to_entity)
         extra_operations = with_rows(updated, instance_updated) if with_rows is not None else []
         if instance_index is not None:
             self._create_instance_index_row(instance_index, instance_updated)
@@ -309,7 +299,7 @@ class StepLedger(
             reason,
             now,
         )
-        operations: list[tuple] = [if_match_update(step_entity, record.etag, merge=known), ("create", audit)]
+        operations: list[tuple] = [step_operation, ("create", audit)]
         if instance_op is not None:
             operations.append(instance_op)
         own_operations = len(operations)
