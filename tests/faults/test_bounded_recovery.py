@@ -73,7 +73,7 @@ def test_a_compensation_that_can_never_be_sent_is_flagged_with_its_cause_not_res
     # the real cause, where operators look: which activity, and what failed
     cause = re.compile(r"dispatch_compensation.*(ContainerNotFound|container does not exist)", re.I)
     assert cause.search(record.attention_reason) and cause.search(record.last_error), record.attention_reason
-    assert iid in [r.instance_id for r in h.ledger.instances_needing_attention()]
+    assert iid in [r.instance_id for r in h.ledger.list_instances(needs_attention=True)[0]]
     shown = sas_show(h, iid)  # the operator's view shows the whole cause, not a cut note
     assert "Needs attention: compensation gave up" in shown and cause.search(shown)
     decided = restarts(h, iid)

@@ -243,7 +243,7 @@ def test_max_resumes_exhausted_compensates_and_flags_the_instance(harness):
     assert record.resume_count == 1
     assert record.needs_attention is True
     assert record.attention_reason and "resume" in record.attention_reason
-    assert iid in [r.instance_id for r in h.ledger.instances_needing_attention()]
+    assert iid in [r.instance_id for r in h.ledger.list_instances(needs_attention=True)[0]]
     assert h.statuses(iid)["create_storage"] == "Compensated"
     assert h.statuses(iid)["send_welcome"] == "Cancelled"
     assert h.handler_calls(iid, "create_storage") == 1

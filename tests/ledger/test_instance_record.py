@@ -8,8 +8,8 @@ from itertools import count
 import pytest
 
 from workflow_core.ledger import IllegalInstanceTransition, InstanceStatus, StepLedger, encode_json
+from workflow_core.ledger.index_keys import index_row_time
 from workflow_core.ledger.instance import INSTANCE_TRANSITIONS, SUPERVISED_INSTANCE_STATUSES
-from workflow_core.ledger.instance_index import index_row_time
 from workflow_core.ledger.instance_list import LIST_PARTITION
 from workflow_core.workflows import get_workflow, version_of
 

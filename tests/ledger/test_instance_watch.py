@@ -10,7 +10,7 @@ from itertools import count
 import pytest
 
 from workflow_core.ledger import InstanceHandle, InstanceStatus, NewStep, StepLedger, StepStatus, encode_json
-from workflow_core.ledger.instance_index import index_row_time
+from workflow_core.ledger.index_keys import index_row_time
 from workflow_core.ledger.instance_list import LIST_PARTITION
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE
 from workflow_core.workflows import get_workflow, version_of

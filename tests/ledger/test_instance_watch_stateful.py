@@ -31,7 +31,7 @@ from workflow_core.ledger import (
     StepStatus,
     encode_json,
 )
-from workflow_core.ledger.instance_index import index_row_time
+from workflow_core.ledger.index_keys import index_row_time
 from workflow_core.ledger.known_rows import instance_snapshot, known_instance, known_step, step_fields
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE
 

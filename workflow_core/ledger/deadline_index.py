@@ -1,31 +1,43 @@
-"""The deadline index: the steps' rows in the index table, the watchdog's only way to find them
-(the order of writes on a deadline change: ``store.py``)."""
+"""The deadline index: the steps' and the instances' rows in the index table, the watchdog's only way
+to find them. A due instance row is read with its watched steps in one partition query (``watch.py``)
+and, when nothing is overdue yet, moved forward to the earliest of their deadlines."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
-from azure.data.tables import TableTransactionError
+from azure.data.tables import TableTransactionError, UpdateMode
 
-from workflow_core.ledger.entities import MAX_BATCH, _deadline_key
+from workflow_core.ledger.entities import MAX_BATCH, _deadline_key, _from_entity
 from workflow_core.ledger.errors import InvalidLedgerInput, StepNotFound
-from workflow_core.ledger.index_keys import overdue_upper_partition
-from workflow_core.ledger.instance_index import INSTANCE_INDEX_PREFIX
-from workflow_core.ledger.model import StepRecord, require_aware
-from workflow_core.ledger.watch import has_own_row
+from workflow_core.ledger.index_keys import INSTANCE_INDEX_PREFIX, instance_index_key, overdue_upper_partition
+from workflow_core.ledger.instance import INSTANCE_ROW, InstanceRecord
+from workflow_core.ledger.instance_store import InstanceHandle, from_instance_entity
+from workflow_core.ledger.model import StepRecord, require_aware, validate_instance_id, validate_step_id
+from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, has_own_row, is_watched
 
 log = logging.getLogger("workflow_core.ledger.store")
 
 ATTENTION_PARTITION = "attention"  # sorts after every digit bucket, so overdue() never reads it
 # Index rows retired while ``StepLedger.deferred_index_deletes`` is active (None: delete at once).
 _DEFERRED: ContextVar[list[str] | None] = ContextVar("deferred_index_deletes", default=None)
+
+
+@dataclass
+class DueWork:
+    """Overdue instances and overdue watched steps, earliest first."""
+
+    instances: list[InstanceRecord] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
 
 
 class DeadlineIndexMixin:
@@ -48,6 +60,10 @@ class DeadlineIndexMixin:
             pending.append(index_key)
         else:
             self._delete_index_row(index_key)
+
+    def _create_index_row(self, key: str, **properties: Any) -> None:
+        partition, _, row = key.partition("|")
+        self._index.create_entity({"PartitionKey": partition, "RowKey": row, **properties})
 
     def _delete_index_rows(self, keys: Sequence[str]) -> None:
         by_partition: dict[str, list[str]] = {}
@@ -79,28 +95,43 @@ class DeadlineIndexMixin:
         except HttpResponseError as exc:  # stays as a stray row; overdue() removes it later
             log.warning("could not delete deadline-index row %s: %s", index_key, exc)
 
+    def _due_index_rows(self, now: datetime, limit: int, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        """Each index row due by ``now`` in the minute buckets behind ``prefix`` (the steps' have
+        none, the instances' ``i``), with its key."""
+        if limit < 1:
+            raise InvalidLedgerInput(f"limit must be >= 1, got {limit}")
+        self.stats.queries += 1
+        lower = "PartitionKey ge @lo and " if prefix else ""
+        rows = self._index.query_entities(
+            f"{lower}PartitionKey le @hi and RowKey le @key",
+            parameters={
+                "lo": prefix,
+                "hi": prefix + overdue_upper_partition(now),
+                "key": _deadline_key(now) + "~~",
+            },
+            results_per_page=min(max(limit, 10), 1000),
+        )
+        for row in rows:
+            self.stats.index_entities_read += 1
+            yield f"{row['PartitionKey']}|{row['RowKey']}", row
+
+    def _indexed_step(self, key: str, row: Any) -> StepRecord | None:
+        """The step an index row names, None when it no longer points at that row (a stray row)."""
+        try:
+            record = self.get(row["InstanceId"], row["StepId"])
+        except StepNotFound:
+            return None
+        return record if record.index_key == key else None
+
     def overdue(self, now: datetime, limit: int = 100) -> list[StepRecord]:
         """Steps due by ``now``, earliest first, at most ``limit``: reads only index rows in buckets up
         to ``now``, then verifies each against its step; stray index rows are deleted."""
         now = require_aware(now, "now")
-        if limit < 1:
-            raise InvalidLedgerInput(f"limit must be >= 1, got {limit}")
         found: list[StepRecord] = []
         stale: list[str] = []
-        self.stats.queries += 1
-        pages = self._index.query_entities(
-            "PartitionKey le @bucket and RowKey le @key",
-            parameters={"bucket": overdue_upper_partition(now), "key": _deadline_key(now) + "~~"},
-            results_per_page=min(max(limit, 10), 1000),
-        )
-        for row in pages:
-            self.stats.index_entities_read += 1
-            key = f"{row['PartitionKey']}|{row['RowKey']}"
-            try:
-                record = self.get(row["InstanceId"], row["StepId"])
-            except StepNotFound:
-                record = None
-            if record is None or record.index_key != key:
+        for key, row in self._due_index_rows(now, limit):
+            record = self._indexed_step(key, row)
+            if record is None:
                 stale.append(key)
                 self.stats.stale_index_rows_removed += 1
                 continue
@@ -113,25 +144,16 @@ class DeadlineIndexMixin:
         return sorted(found, key=lambda r: r.deadline or now)
 
     def needing_attention(self, limit: int = 100) -> list[StepRecord]:
-        """Steps no automation will move on from (CompensationFailed): the operator's inbox."""
+        """Steps no automation will move on from (CompensationFailed): the operator's inbox. A row its
+        step no longer names is deleted."""
         self.stats.queries += 1
-
-        def read(row: Any) -> StepRecord | None:
-            with contextlib.suppress(StepNotFound):
-                return self.get(row["InstanceId"], row["StepId"])
-            return None
-
-        return self._inbox(ATTENTION_PARTITION, limit, read)
-
-    def _inbox(self, partition: str, limit: int, read: Callable[[Any], Any]) -> list[Any]:
-        """The records an attention partition's rows name; a row its record no longer names is deleted."""
-        result: list[Any] = []
+        result: list[StepRecord] = []
         for row in self._index.query_entities(
-            "PartitionKey eq @p", parameters={"p": partition}, results_per_page=limit
+            "PartitionKey eq @p", parameters={"p": ATTENTION_PARTITION}, results_per_page=limit
         ):
             key = f"{row['PartitionKey']}|{row['RowKey']}"
-            record = read(row)
-            if record is None or record.index_key != key:
+            record = self._indexed_step(key, row)
+            if record is None:
                 self._delete_index_row(key)
                 continue
             result.append(record)
@@ -167,3 +189,107 @@ class DeadlineIndexMixin:
     def index_rows(self) -> list[dict[str, Any]]:
         """Every deadline-index row (consistency checks; a full scan)."""
         return [dict(e, _key=f"{e['PartitionKey']}|{e['RowKey']}") for e in self._index.list_entities()]
+
+    def overdue_work(self, now: datetime, limit: int = 100) -> DueWork:
+        """At most ``limit`` together; stray rows are deleted."""
+        now = require_aware(now, "now")
+        due = DueWork()
+        for key, row in self._due_index_rows(now, limit, INSTANCE_INDEX_PREFIX):
+            record, watched = self.instance_and_watched_steps(row["InstanceId"])
+            if record is None or record.index_key != key:
+                self._delete_index_row(key)
+                self.stats.stale_index_rows_removed += 1
+                continue
+            late_steps = [s for s in watched if s.is_overdue(now)]
+            overdue = record.is_overdue(now)
+            if overdue:
+                due.instances.append(record)
+            due.steps.extend(late_steps)
+            if not overdue and not late_steps:
+                self._move_instance_row_forward(record, watched)
+            if len(due.instances) + len(due.steps) >= limit:
+                break
+        # rows come minute by minute, and within a minute shard by shard
+        due.instances.sort(key=lambda r: r.scheduler_deadline or now)
+        due.steps.sort(key=lambda r: r.deadline or now)
+        return due
+
+    def overdue_instances(self, now: datetime, limit: int = 100) -> list[InstanceRecord]:
+        return self.overdue_work(now, limit).instances
+
+    def instance_and_watched_steps(self, instance_id: str) -> tuple[InstanceRecord | None, list[StepRecord]]:
+        """The instance record and the in-flight steps its index row watches, in one request."""
+        instance, steps = self._instance_partition_rows(instance_id)
+        record = from_instance_entity(instance) if instance is not None else None
+        return record, [s for s in steps if is_watched(s)]
+
+    def read_step_instance_and_watched(
+        self, instance_id: str, step_id: str
+    ) -> tuple[StepRecord, InstanceHandle | None, list[str]]:
+        """A step, its instance record and the ids of the steps the instance's row watches, in one
+        request: a settle may write against the snapshot unread when it watches nothing."""
+        step, handle, steps = self._step_and_instance(instance_id, step_id)
+        return step, handle, sorted(s.step_id for s in steps if is_watched(s))
+
+    def _step_and_instance(
+        self, instance_id: str, step_id: str, *, watched: bool = True
+    ) -> tuple[StepRecord, InstanceHandle | None, list[StepRecord]]:
+        validate_step_id(step_id)
+        instance, steps = self._instance_partition_rows(instance_id, step_id, watched=watched)
+        step = next((s for s in steps if s.step_id == step_id), None)
+        if step is None:
+            raise StepNotFound(instance_id, step_id)
+        return step, InstanceHandle(from_instance_entity(instance)) if instance is not None else None, steps
+
+    def _instance_partition_rows(
+        self, instance_id: str, step_id: str | None = None, *, watched: bool = True
+    ) -> tuple[Any, list[StepRecord]]:
+        """One query: the instance's entity, ``step_id``'s and (``watched``) the step rows its index
+        row watches."""
+        validate_instance_id(instance_id)
+        self.stats.queries += 1
+        clauses = [
+            *(["RowKey eq @step"] if step_id is not None else []),
+            "RowKey eq @instance",
+            *(["( RowKey lt @audit and IndexKey eq @watched )"] if watched else []),
+        ]
+        entities = list(
+            self._steps.query_entities(
+                f"PartitionKey eq @pk and ( {' or '.join(clauses)} )",
+                parameters={
+                    "pk": instance_id,
+                    "step": step_id,
+                    "instance": INSTANCE_ROW,
+                    "audit": "~",
+                    "watched": WATCHED_BY_INSTANCE,
+                },
+            )
+        )
+        instance = next((e for e in entities if e["RowKey"] == INSTANCE_ROW), None)
+        steps = [_from_entity(e) for e in entities if e["RowKey"] != INSTANCE_ROW]
+        self.stats.step_entities_read += len(steps)
+        return instance, steps
+
+    def _move_instance_row_forward(self, record: InstanceRecord, watched: list[StepRecord]) -> None:
+        """Re-key a row that fell due early to the earliest of what it watches, with the instance's
+        ETag: a write meanwhile (which may have handed the row another step) voids the move."""
+        if not record.supervised or record.scheduler_deadline is None:
+            return
+        due = min([record.scheduler_deadline, *(s.deadline for s in watched if s.deadline is not None)])
+        new = instance_index_key(due, record.instance_id)
+        self._create_instance_index_row(new, record)
+        try:
+            self._steps.update_entity(
+                {
+                    "PartitionKey": record.instance_id,
+                    "RowKey": INSTANCE_ROW,
+                    "IndexKey": new,
+                },
+                mode=UpdateMode.MERGE,
+                etag=record.etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        except Exception:  # someone wrote the instance meanwhile: their write decides; drop our row
+            self._delete_index_row(new)
+            return
+        self._delete_index_row(record.index_key)

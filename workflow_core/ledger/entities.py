@@ -9,9 +9,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from azure.core import MatchConditions
-from azure.data.tables import UpdateMode
-
+from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.model import StepRecord, entity_properties
 
 MAX_BATCH = 100  # Table Storage limit per entity-group transaction
@@ -43,18 +41,17 @@ def _to_entity(record: StepRecord) -> dict[str, Any]:
     return to_entity(record, record.step_id, _FIELDS)
 
 
-def if_match_update(entity: dict[str, Any], etag: str | None, *, merge: bool) -> tuple:
-    """A transaction's If-Match update of ``entity``: a merge when the row is known, not read
-    (``known_rows.py``), else a replace."""
-    return (
-        "update",
-        entity,
-        {
-            "mode": UpdateMode.MERGE if merge else UpdateMode.REPLACE,
-            "etag": etag,
-            "match_condition": MatchConditions.IfNotModified,
-        },
-    )
+def changed_fields(
+    record: Any, status: Any, changes: dict[str, Any], now: datetime, mutable: set[str], what: tuple[str, str]
+) -> dict[str, Any]:
+    """``record``'s fields as a write of ``changes`` leaves them: only a record read with its ETag is
+    written, and only its ``mutable`` fields change (``what``: the record, and whose it is)."""
+    if record.etag is None:
+        raise InvalidLedgerInput(f"{what[0]} has no ETag: read it from the ledger before updating it")
+    unknown = set(changes) - mutable
+    if unknown:
+        raise InvalidLedgerInput(f"cannot change {sorted(unknown)} of {what[1]}")
+    return {**record.model_dump(), **changes, "status": status, "updated_at": now}
 
 
 def entity_values(entity: Any, fields: dict[str, str]) -> dict[str, Any]:

@@ -19,8 +19,6 @@ def _illegal_move(subject: str, current: str, requested: str, allowed: list[str]
 class StepNotFound(LedgerError, LookupError):
     def __init__(self, instance_id: str, step_id: str) -> None:
         super().__init__(f"no step {step_id!r} in workflow instance {instance_id!r}")
-        self.instance_id = instance_id
-        self.step_id = step_id
 
 
 class IllegalTransition(LedgerError):
@@ -36,8 +34,6 @@ class ConcurrencyConflict(LedgerError):
             f"step {step_id!r} of {instance_id!r} changed since it was read (ETag mismatch); "
             "re-read it and decide again"
         )
-        self.instance_id = instance_id
-        self.step_id = step_id
 
 
 class StepsAlreadyExist(LedgerError):
@@ -47,7 +43,6 @@ class StepsAlreadyExist(LedgerError):
 class InstanceNotFound(LedgerError, LookupError):
     def __init__(self, instance_id: str) -> None:
         super().__init__(f"no workflow instance {instance_id!r} in the ledger")
-        self.instance_id = instance_id
 
 
 class InstanceAlreadyExists(LedgerError):
@@ -55,14 +50,11 @@ class InstanceAlreadyExists(LedgerError):
 
     def __init__(self, instance_id: str, workflow: str) -> None:
         super().__init__(f"workflow instance {instance_id!r} already exists (workflow {workflow!r})")
-        self.instance_id = instance_id
-        self.workflow = workflow
 
 
 class IllegalInstanceTransition(LedgerError):
     def __init__(self, instance_id: str, current: str, requested: str, allowed: list[str]) -> None:
         super().__init__(_illegal_move(f"workflow instance {instance_id!r}", current, requested, allowed))
-        self.instance_id = instance_id
 
 
 class InstanceConflict(ConcurrencyConflict):
@@ -72,5 +64,3 @@ class InstanceConflict(ConcurrencyConflict):
         LedgerError.__init__(
             self, f"workflow instance {instance_id!r} changed since it was read (ETag mismatch); re-read it"
         )
-        self.instance_id = instance_id
-        self.step_id = "~instance"

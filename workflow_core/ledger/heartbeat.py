@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -92,9 +93,6 @@ class HeartbeatMixin:
 
 
 def _http_date(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
+    with contextlib.suppress(TypeError, ValueError):  # none, or not an HTTP date
         return parsedate_to_datetime(text).astimezone(UTC)
-    except (TypeError, ValueError):
-        return None
+    return None

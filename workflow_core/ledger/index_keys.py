@@ -1,9 +1,20 @@
-"""Deadline-index partition keys: minute buckets, sharded, in time order (instance rows prefix ``i``)."""
+"""Deadline-index keys: minute buckets, sharded, in time order; and where an instance record's row
+is and must go after a change.
+
+An instance row lives in partitions ``i<YYYYMMDDHHMM>-<shard>`` (``i`` sorts after every digit, so
+the steps' range query never reads it) and must fall due *no later* than the scheduler's promise and
+every watched step's deadline. The scheduler moves its promise on every step, and rewriting the row
+each time would cost two more requests per step: so the hot path moves it only when it must fall due
+earlier, and the watchdog moves it forward (``deadline_index.py``).
+"""
 
 from __future__ import annotations
 
 import zlib
 from datetime import UTC, datetime
+
+from workflow_core.ledger.entities import _deadline_key, _nonce
+from workflow_core.ledger.instance import SUPERVISED_INSTANCE_STATUSES, InstanceRecord
 
 INDEX_SHARDS = 16  # deadline-index partitions per minute bucket
 SHARD_SEPARATOR = "-"
@@ -24,3 +35,44 @@ def index_partition(moment: datetime, *ids: str) -> str:
 
 def overdue_upper_partition(now: datetime) -> str:
     return f"{minute_bucket(now)}{SHARD_SEPARATOR}~"
+
+
+INSTANCE_INDEX_PREFIX = "i"
+
+
+def index_row_time(index_key: str | None) -> datetime | None:
+    """When an instance's deadline-index row falls due (None for no row)."""
+    if not index_key or not index_key.startswith(INSTANCE_INDEX_PREFIX):
+        return None
+    row = index_key.partition("|")[2]
+    return datetime.strptime(row.split("~", 1)[0], "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=UTC)
+
+
+def instance_index_key(due: datetime, instance_id: str) -> str:
+    return f"{INSTANCE_INDEX_PREFIX}{index_partition(due, instance_id)}|{_deadline_key(due)}~{_nonce()}"
+
+
+def plan_instance_index(
+    current: InstanceRecord, updated: InstanceRecord, due_by: datetime | None = None
+) -> str | None:
+    """The key of the new index row ``updated`` needs, or None when its current row (or none) will
+    do; ``due_by``: the deadline of a step the same transaction hands the row to watch. An instance
+    parked for an operator (supervised, promising nothing) has none: operators find it by its listing."""
+    deadline = updated.scheduler_deadline
+    if updated.status not in SUPERVISED_INSTANCE_STATUSES or deadline is None:
+        return None
+    if due_by is not None and due_by < deadline:
+        deadline = due_by
+    due = index_row_time(current.index_key)
+    if due is not None and due <= deadline:
+        return None  # the row falls due no later than the deadline: the watchdog moves it on
+    return instance_index_key(deadline, updated.instance_id)
+
+
+def instance_index_key_after(current: InstanceRecord, updated: InstanceRecord, new: str | None):
+    """What ``updated.index_key`` must say after the write (None: no row at all)."""
+    if new is not None:
+        return new
+    if updated.status in SUPERVISED_INSTANCE_STATUSES and updated.scheduler_deadline is not None:
+        return current.index_key
+    return None

@@ -11,10 +11,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from workflow_core.ledger.errors import InvalidLedgerInput
-from workflow_core.ledger.model import AwareDatetime, LedgerText, entity_properties, validate_instance_id
+from workflow_core.ledger.model import AwareDatetime, InstanceId, LedgerText, entity_properties
 
 # RowKey of the instance record: '~' sorts after every step id (so step listings, ``RowKey lt '~'``,
 # never see it) and 'i' after 'a' (so the audit range ``~audit~ .. ~audit~~`` never sees it either).
@@ -56,16 +55,6 @@ INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
 # its ``scheduler_deadline``: each has a deadline-index row.
 SUPERVISED_INSTANCE_STATUSES = frozenset({IS.RUNNING, IS.COMPENSATING})
 TERMINAL_INSTANCE_STATUSES = frozenset(s for s, nxt in INSTANCE_TRANSITIONS.items() if not nxt)
-# Statuses no automation moves on from: the operators' inbox.
-ATTENTION_INSTANCE_STATUSES = frozenset({IS.COMPENSATION_FAILED, IS.FAILED, IS.STOPPED})
-
-
-def parse_instance_status(value: str | InstanceStatus) -> InstanceStatus:
-    try:
-        return InstanceStatus(value)
-    except ValueError:
-        known = ", ".join(s.value for s in InstanceStatus)
-        raise InvalidLedgerInput(f"unknown instance status {value!r}; known statuses: {known}") from None
 
 
 class InstanceRecord(BaseModel):
@@ -73,7 +62,7 @@ class InstanceRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, validate_assignment=True)
 
-    instance_id: str
+    instance_id: InstanceId
     workflow: str
     version: str  # the pinned definition version: every instance starts pinned
     status: InstanceStatus = InstanceStatus.RUNNING
@@ -102,11 +91,6 @@ class InstanceRecord(BaseModel):
     trace_parent: str | None = None
     trace_state: str | None = None
     etag: str | None = None
-
-    @field_validator("instance_id")
-    @classmethod
-    def _instance(cls, v: str) -> str:
-        return validate_instance_id(v)
 
     @property
     def supervised(self) -> bool:

@@ -21,8 +21,8 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from workflow_core.ledger.errors import InvalidLedgerInput
-from workflow_core.ledger.instance import InstanceRecord, InstanceStatus, parse_instance_status
-from workflow_core.ledger.model import require_aware
+from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
+from workflow_core.ledger.model import parse_status, require_aware
 
 LIST_PARTITION = "list"
 # Keys the app keeps for itself: '~' sorts after every deadline bucket and named partition, so no
@@ -34,24 +34,16 @@ _MAX_TICKS = 10**19  # beyond any datetime's microseconds since 0001-01-01
 _TICK = timedelta(microseconds=1)
 
 
-def _ticks(moment: datetime) -> int:
-    delta = moment.astimezone(UTC) - datetime(1, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
 def _inverted(moment: datetime) -> str:
-    return f"{_MAX_TICKS - _ticks(moment):020d}"
-
-
-def list_row_key(started_at: datetime, instance_id: str) -> str:
-    return f"{_inverted(started_at)}~{instance_id}"
+    ticks = (moment.astimezone(UTC) - datetime(1, 1, 1, tzinfo=UTC)) // _TICK  # exact, in integers
+    return f"{_MAX_TICKS - ticks:020d}"
 
 
 def listing_entity(record: InstanceRecord) -> dict[str, Any]:
     assert record.started_at is not None
     entity: dict[str, Any] = {
         "PartitionKey": LIST_PARTITION,
-        "RowKey": list_row_key(record.started_at, record.instance_id),
+        "RowKey": f"{_inverted(record.started_at)}~{record.instance_id}",
         "InstanceId": record.instance_id,
         **_listed(record),
         "StartedAt": record.started_at,
@@ -109,24 +101,18 @@ class InstanceListMixin:
         cached = getattr(self, "_list_token_key", None)
         if cached is not None:
             return cached
-        for _ in range(2):
+        try:
+            key = self._index.get_entity(KEY_PARTITION, LIST_TOKEN_KEY_ROW)["Key"]
+        except ResourceNotFoundError:
+            key = base64.b64encode(secrets.token_bytes(32)).decode()
             try:
-                row = self._index.get_entity(KEY_PARTITION, LIST_TOKEN_KEY_ROW)
-                key = base64.b64decode(row["Key"])
-                break
-            except ResourceNotFoundError:
-                fresh = {"PartitionKey": KEY_PARTITION, "RowKey": LIST_TOKEN_KEY_ROW}
-                fresh["Key"] = base64.b64encode(secrets.token_bytes(32)).decode()
-                try:
-                    self._index.create_entity(fresh)
-                except ResourceExistsError:
-                    continue  # another process made it first: read theirs
-                key = base64.b64decode(fresh["Key"])
-                break
-        else:
-            raise RuntimeError("the list token key row keeps disappearing")  # pragma: no cover
-        self._list_token_key = key
-        return key
+                self._index.create_entity(
+                    {"PartitionKey": KEY_PARTITION, "RowKey": LIST_TOKEN_KEY_ROW, "Key": key}
+                )
+            except ResourceExistsError:  # another process made it first: read theirs
+                key = self._index.get_entity(KEY_PARTITION, LIST_TOKEN_KEY_ROW)["Key"]
+        self._list_token_key = base64.b64decode(key)
+        return self._list_token_key
 
     def write_listing_row(self, record: InstanceRecord) -> None:
         self._index.upsert_entity(listing_entity(record), mode=UpdateMode.REPLACE)
@@ -149,7 +135,7 @@ class InstanceListMixin:
         """
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidLedgerInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
-        wanted = parse_instance_status(status).value if status is not None else None
+        wanted = parse_status(status, InstanceStatus, "instance").value if status is not None else None
         filters = {
             "ListStatus": wanted,
             "Workflow": workflow,

@@ -1,10 +1,4 @@
-"""Reads and writes of the instance record alone, and its place in the deadline index.
-
-An instance's index row only has to fall due *no later* than its ``scheduler_deadline``: the
-scheduler moves that deadline on every step, and rewriting the row each time would cost two more
-requests per step. So the hot path moves the row only when it must fall due earlier, and the
-watchdog moves it forward (``instance_deadlines.py``).
-"""
+"""Reads and writes of the instance record alone (where its index row goes: ``index_keys.py``)."""
 
 from __future__ import annotations
 
@@ -18,7 +12,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableTransactionError
 
 from workflow_core import clock
-from workflow_core.ledger.entities import MAX_BATCH, entity_values, if_match_update, to_entity
+from workflow_core.ledger.entities import MAX_BATCH, changed_fields, entity_values, to_entity
 from workflow_core.ledger.errors import (
     IllegalInstanceTransition,
     InstanceAlreadyExists,
@@ -26,6 +20,7 @@ from workflow_core.ledger.errors import (
     InstanceNotFound,
     InvalidLedgerInput,
 )
+from workflow_core.ledger.index_keys import instance_index_key_after, plan_instance_index
 from workflow_core.ledger.instance import (
     INSTANCE_FIELDS,
     INSTANCE_MUTABLE,
@@ -35,16 +30,10 @@ from workflow_core.ledger.instance import (
     InstanceRecord,
     InstanceStatus,
     SchedulerLostPolicy,
-    parse_instance_status,
-)
-from workflow_core.ledger.instance_index import (
-    INSTANCE_ATTENTION_PARTITION,
-    instance_index_key_after,
-    plan_instance_index,
 )
 from workflow_core.ledger.instance_list import InstanceListMixin, listing_changed
-from workflow_core.ledger.known_rows import KnownInstanceRecord, merged_properties
-from workflow_core.ledger.model import NewStep, require_aware, validate_instance_id
+from workflow_core.ledger.known_rows import if_match_write
+from workflow_core.ledger.model import NewStep, parse_status, require_aware, validate_instance_id
 
 INSTANCE_AUDIT_STEP = "*"  # the audit rows of instance changes name no step
 # Steps that fit the instance record's creating transaction: the record, its audit row, the steps'
@@ -135,11 +124,8 @@ class InstanceLedgerMixin(InstanceListMixin):
             trace_state=trace_state,
         )
         steps_due = now + timedelta(seconds=steps_due_after_seconds) if steps_due_after_seconds else None
-        new_index = plan_instance_index(
-            record.model_copy(update={"index_key": None}), record, self._nonce(), steps_due
-        )
-        assert new_index is not None
-        record = record.model_copy(update={"index_key": f"{new_index[0]}|{new_index[1]}"})
+        new_index = plan_instance_index(record, record, steps_due)  # it has none yet
+        record = record.model_copy(update={"index_key": new_index})
         self._create_instance_index_row(new_index, record)
         audit = self._audit_entity(
             instance_id,
@@ -180,7 +166,7 @@ class InstanceLedgerMixin(InstanceListMixin):
     ) -> InstanceRecord:
         """Move an instance along :data:`INSTANCE_TRANSITIONS`, ETag-guarded, with its audit row (and
         ``with_rows``: a failing one is a lost race)."""
-        target = parse_instance_status(to)
+        target = parse_status(to, InstanceStatus, "instance")
         if target not in INSTANCE_TRANSITIONS[record.status]:
             raise IllegalInstanceTransition(
                 record.instance_id,
@@ -211,7 +197,7 @@ class InstanceLedgerMixin(InstanceListMixin):
     ) -> InstanceRecord:
         now = clock.utcnow()
         updated, new_index = self.prepare_instance_change(record, status, changes, now)
-        operation = self.instance_operation(record, updated)  # refused (a merge) before any write
+        operation = if_match_write(record, updated, to_instance_entity)  # refused (a merge) before any write
         if new_index is not None:
             self._create_instance_index_row(new_index, updated)
         audit = self._audit_entity(
@@ -228,8 +214,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         try:
             result = self._steps.submit_transaction([operation, ("create", audit), *(with_rows or [])])
         except TableTransactionError as exc:
-            if new_index is not None:
-                self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
+            self._delete_index_row(new_index)
             failed_at = getattr(exc, "index", None)
             if exc.status_code == 412 or (failed_at is not None and failed_at >= 2):
                 raise InstanceConflict(record.instance_id) from None
@@ -249,54 +234,32 @@ class InstanceLedgerMixin(InstanceListMixin):
         now: datetime,
         *,
         due_by: datetime | None = None,
-    ) -> tuple[InstanceRecord, tuple[str, str] | None]:
+    ) -> tuple[InstanceRecord, str | None]:
         """The instance as it will be written, and the index row to create first (if any)."""
-        if record.etag is None:
-            raise InvalidLedgerInput(
-                "instance record has no ETag: read it from the ledger before updating it"
-            )
-        unknown = set(changes) - INSTANCE_MUTABLE
-        if unknown:
-            raise InvalidLedgerInput(f"cannot change {sorted(unknown)} of a workflow instance")
-        data = record.model_dump()
-        data.update(changes)
-        data["status"] = status
-        data["updated_at"] = now
+        data = changed_fields(
+            record, status, changes, now, INSTANCE_MUTABLE, ("instance record", "a workflow instance")
+        )
         if status not in SUPERVISED_INSTANCE_STATUSES and "scheduler_deadline" not in changes:
             data["scheduler_deadline"] = None
         if status in (InstanceStatus.SUCCEEDED, InstanceStatus.COMPENSATED, InstanceStatus.CANCELLED):
             data.setdefault("completed_at", None)
             data["completed_at"] = data["completed_at"] or now
         draft = type(record).model_validate(data)  # a snapshot stays one: merged, never replaced
-        # only one flagged for an operator may promise nothing (parked: instance_index.py)
+        # only one flagged for an operator may promise nothing (parked: no index row)
         promises = draft.scheduler_deadline is not None or draft.needs_attention
         if draft.status in SUPERVISED_INSTANCE_STATUSES and not promises:
             raise InvalidLedgerInput(f"instance status {draft.status.value} needs a scheduler deadline")
-        new_index = plan_instance_index(record, draft, self._nonce(), due_by)
+        new_index = plan_instance_index(record, draft, due_by)
         updated = draft.model_copy(update={"index_key": instance_index_key_after(record, draft, new_index)})
         return updated, new_index
-
-    @staticmethod
-    def instance_operation(record: InstanceRecord, updated: InstanceRecord) -> tuple:
-        known = isinstance(record, KnownInstanceRecord)
-        entity = to_instance_entity(updated)
-        if known:
-            entity = merged_properties(to_instance_entity(record), entity)
-        return if_match_update(entity, record.etag, merge=known)
 
     def instance_written(self, record: InstanceRecord, updated: InstanceRecord) -> None:
         if record.index_key and record.index_key != updated.index_key:
             self._delete_index_row(record.index_key)
 
-    def _create_instance_index_row(self, key: tuple[str, str], record: InstanceRecord) -> None:
-        self._index.create_entity(
-            {
-                "PartitionKey": key[0],
-                "RowKey": key[1],
-                "InstanceId": record.instance_id,
-                "Kind": "instance",
-                "Status": record.status.value,
-            }
+    def _create_instance_index_row(self, key: str, record: InstanceRecord) -> None:
+        self._create_index_row(
+            key, InstanceId=record.instance_id, Kind="instance", Status=record.status.value
         )
 
     def find_instance(self, instance_id: str) -> InstanceRecord | None:
@@ -312,12 +275,6 @@ class InstanceLedgerMixin(InstanceListMixin):
         if record is None:
             raise InstanceNotFound(instance_id)
         return record
-
-    def instances_needing_attention(self, limit: int = 100) -> list[InstanceRecord]:
-        """Instances no automation moves on from (CompensationFailed, Failed, or flagged)."""
-        return self._inbox(
-            INSTANCE_ATTENTION_PARTITION, limit, lambda row: self.find_instance(row["InstanceId"])
-        )
 
 
 def outcome_json(status: str, *, failed_step: str | None = None, error: str | None = None) -> str:

@@ -1,27 +1,20 @@
-"""Rows a writer knows by the ETag an earlier write returned, instead of reading them again.
+"""Rows a writer knows by the ETag an earlier write returned, instead of reading them again
+(docs/architecture.md, "The step ledger").
 
-On the happy path a scheduler activity's read tells it nothing new: the starter wrote the step and
-returned its ETag, the result handler read the instance just before. Those versions travel to the
-next dispatch (``contracts.ExpectedRows``), which writes against them with If-Match, unread.
-
-What makes that safe is the ETag, not the carried fields: the write succeeds only if the row is
-still exactly that version, and a version is only ever carried with the fields it had. Two rules
-keep a stale or incomplete copy from writing anything wrong:
-
-* the row is written as a **merge of the properties that differ** from the known version, never a
-  replace: a copy that leaves out a large field (the workflow input) cannot erase it;
-* a merge cannot remove a property, so a change that **clears** one writes the empty string, which
-  every read takes as absent (``entities.entity_values``; no field holds an empty text otherwise).
-
-A 412 is a lost race like any other: the caller reads the row; it acts only on a write, never on a
-decision taken from a copy alone.
+Safe because of the ETag, not the carried fields: the write lands only if the row is still exactly
+that version. It is a **merge of the properties that differ**, never a replace, so a copy that
+leaves out a large field cannot erase it; a cleared property is written as the empty string, which
+every read takes as absent (``entities.entity_values``). A 412 is a lost race: the caller reads.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
+from azure.core import MatchConditions
+from azure.data.tables import UpdateMode
 from pydantic import AfterValidator
 
 from workflow_core.ledger.errors import InvalidLedgerInput
@@ -122,6 +115,19 @@ WATCHED_KEY = "watched"
 def watched_in(snapshot: dict[str, Any] | None) -> list[str] | None:
     watched = snapshot.get(WATCHED_KEY) if isinstance(snapshot, dict) else None
     return watched if isinstance(watched, list) else None
+
+
+def if_match_write(record: Any, updated: Any, entity_of: Callable[[Any], dict[str, Any]]) -> tuple:
+    """The transaction's If-Match update writing ``updated`` over the row ``record`` is: a merge of
+    what differs when the row is known, not read; else a replace."""
+    known = isinstance(record, KnownStepRecord | KnownInstanceRecord)
+    entity = merged_properties(entity_of(record), entity_of(updated)) if known else entity_of(updated)
+    mode = UpdateMode.MERGE if known else UpdateMode.REPLACE
+    return (
+        "update",
+        entity,
+        {"mode": mode, "etag": record.etag, "match_condition": MatchConditions.IfNotModified},
+    )
 
 
 def merged_properties(known: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from workflow_core.ledger.errors import InvalidLedgerInput
 
@@ -56,12 +56,13 @@ DEADLINE_STATUSES = frozenset({S.DISPATCHED, S.RUNNING, S.FAILED, S.TIMED_OUT, S
 ATTENTION_STATUSES = frozenset({S.COMPENSATION_FAILED})
 
 
-def parse_status(value: str | StepStatus) -> StepStatus:
+def parse_status(value: str | StrEnum, kind: type[StrEnum] = StepStatus, what: str = "step") -> Any:
+    """A step's (or, with ``kind``, an instance's) status from its name, or a clear refusal."""
     try:
-        return StepStatus(value)
+        return kind(value)
     except ValueError:
-        known = ", ".join(s.value for s in StepStatus)
-        raise InvalidLedgerInput(f"unknown step status {value!r}; known statuses: {known}") from None
+        known = ", ".join(s.value for s in kind)
+        raise InvalidLedgerInput(f"unknown {what} status {value!r}; known statuses: {known}") from None
 
 
 # Table keys forbid / \ # ? and control characters; we are stricter and allow a portable set, and
@@ -72,31 +73,29 @@ INSTANCE_ID_PATTERN = _INSTANCE_ID.pattern  # as published in the message schema
 STEP_ID_PATTERN = _STEP_ID.pattern
 
 
-def _explain_bad_key(kind: str, value: object, pattern: re.Pattern[str], limit: int) -> str:
+def _valid_key(kind: str, value: object, pattern: re.Pattern[str], limit: int) -> str:
+    if isinstance(value, str) and pattern.fullmatch(value):
+        return value
     if not isinstance(value, str):
-        return f"{kind} must be a string, got {type(value).__name__}"
+        raise InvalidLedgerInput(f"{kind} must be a string, got {type(value).__name__}")
     if value == "":
-        return f"{kind} must not be empty"
+        raise InvalidLedgerInput(f"{kind} must not be empty")
     bad = sorted({c for c in value if c in "/\\#?" or ord(c) < 32 or 0x7F <= ord(c) <= 0x9F})
     if bad:
-        return f"{kind} {value!r} contains characters Table Storage keys forbid: {bad!r}"
+        raise InvalidLedgerInput(f"{kind} {value!r} contains characters Table Storage keys forbid: {bad!r}")
     if len(value) > limit:
-        return f"{kind} is {len(value)} characters long; at most {limit} are allowed"
-    return (
+        raise InvalidLedgerInput(f"{kind} is {len(value)} characters long; at most {limit} are allowed")
+    raise InvalidLedgerInput(
         f"{kind} {value!r} must match {pattern.pattern} (letters, digits and . _ - and a letter/digit first)"
     )
 
 
 def validate_instance_id(value: object) -> str:
-    if not isinstance(value, str) or not _INSTANCE_ID.fullmatch(value):
-        raise InvalidLedgerInput(_explain_bad_key("instance id", value, _INSTANCE_ID, 200))
-    return value
+    return _valid_key("instance id", value, _INSTANCE_ID, 200)
 
 
 def validate_step_id(value: object) -> str:
-    if not isinstance(value, str) or not _STEP_ID.fullmatch(value):
-        raise InvalidLedgerInput(_explain_bad_key("step id", value, _STEP_ID, 100))
-    return value
+    return _valid_key("step id", value, _STEP_ID, 100)
 
 
 def require_aware(value: datetime | None, what: str = "datetime") -> datetime | None:
@@ -111,6 +110,8 @@ def require_aware(value: datetime | None, what: str = "datetime") -> datetime | 
 
 
 AwareDatetime = Annotated[datetime | None, AfterValidator(require_aware)]
+InstanceId = Annotated[str, AfterValidator(validate_instance_id)]
+StepId = Annotated[str, AfterValidator(validate_step_id)]
 
 MAX_TEXT = 32_000  # Table Storage string properties hold 64 KiB (32K UTF-16 chars)
 
@@ -142,8 +143,8 @@ class StepRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, validate_assignment=True)
 
-    instance_id: str
-    step_id: str
+    instance_id: InstanceId
+    step_id: StepId
     workflow_name: str
     workflow_version: str | None = None  # the pinned definition version
     step_name: str
@@ -183,16 +184,6 @@ class StepRecord(BaseModel):
     trace_state: str | None = None
     etag: str | None = None
 
-    @field_validator("instance_id")
-    @classmethod
-    def _instance(cls, v: str) -> str:
-        return validate_instance_id(v)
-
-    @field_validator("step_id")
-    @classmethod
-    def _step(cls, v: str) -> str:
-        return validate_step_id(v)
-
     def is_overdue(self, now: datetime) -> bool:
         return self.status in DEADLINE_STATUSES and self.deadline is not None and self.deadline <= now
 
@@ -221,15 +212,10 @@ class AuditEntry(BaseModel):
 class NewStep(BaseModel):
     """What ``create_steps`` needs to know about one step of a workflow instance."""
 
-    step_id: str
+    step_id: StepId
     step_name: str
     agent: str
     compensator: str | None = None
     max_attempts: int = Field(default=1, ge=1)
     heartbeat_timeout_seconds: float | None = Field(default=None, gt=0)
     input_ref: str | None = None
-
-    @field_validator("step_id")
-    @classmethod
-    def _step(cls, v: str) -> str:
-        return validate_step_id(v)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from workflow_core import clock
 from workflow_core.contracts import fit_text
-from workflow_core.ledger.entities import _deadline_key, _nonce
+from workflow_core.ledger.entities import _deadline_key, _nonce, entity_values
 from workflow_core.ledger.model import camel_case
 from workflow_core.ledger.store import StepLedger
 
@@ -90,11 +90,9 @@ def parked_messages(ledger: StepLedger, limit: int = 100) -> list[ParkedMessage]
     for e in ledger._index.query_entities(
         "PartitionKey eq @p", parameters={"p": PARKED_PARTITION}, results_per_page=min(limit, 1000)
     ):
-        values = {f: e.get(prop, "" if f in _TEXTS else None) for f, prop in _PROPERTIES.items()}
-        at = e["At"]
-        found.append(
-            ParkedMessage(key=e["RowKey"], **{**values, "at": at if at.tzinfo else at.replace(tzinfo=UTC)})
-        )
+        values = {**dict.fromkeys(_PROPERTIES), **dict.fromkeys(_TEXTS, ""), **entity_values(e, _PROPERTIES)}
+        del values["etag"]
+        found.append(ParkedMessage(key=e["RowKey"], **values))
         if len(found) >= limit:
             break
     return found

@@ -11,7 +11,8 @@ from azure.data.tables import TableTransactionError
 from workflow_core import clock
 from workflow_core.ledger.entities import MAX_BATCH, _to_entity
 from workflow_core.ledger.errors import InstanceConflict, InvalidLedgerInput, StepsAlreadyExist
-from workflow_core.ledger.instance_store import InstanceHandle
+from workflow_core.ledger.instance_store import InstanceHandle, to_instance_entity
+from workflow_core.ledger.known_rows import if_match_write
 from workflow_core.ledger.model import NewStep, StepRecord, validate_instance_id
 
 # Written with an instance's steps (see create_steps). '~' keeps it out of step listings, and 's'
@@ -57,7 +58,7 @@ class StepCreationMixin:
             instance_updated, instance_index = self.prepare_instance_change(
                 instance.record, instance.record.status, dict(instance_changes or {}), now
             )
-            operations.insert(0, self.instance_operation(instance.record, instance_updated))
+            operations.insert(0, if_match_write(instance.record, instance_updated, to_instance_entity))
             if instance_index is not None:
                 self._create_instance_index_row(instance_index, instance_updated)
         results: list[Any] = []
@@ -65,8 +66,8 @@ class StepCreationMixin:
             for start in range(0, len(operations), MAX_BATCH):
                 results.extend(self._steps.submit_transaction(operations[start : start + MAX_BATCH]))
         except TableTransactionError as exc:
-            if instance_index is not None and not results:
-                self._delete_index_row(f"{instance_index[0]}|{instance_index[1]}")
+            if not results:
+                self._delete_index_row(instance_index)
             if exc.status_code == 412 and not results:
                 raise InstanceConflict(instance_id) from None
             if exc.status_code != 409:  # 409: a concurrent (or earlier) call created them first
@@ -106,17 +107,11 @@ class StepCreationMixin:
             raise InvalidLedgerInput(f"duplicate step ids in {ids}")
         records = [
             StepRecord(
+                **s.model_dump(),  # a new step's fields are step-row fields of the same names
                 instance_id=instance_id,
-                step_id=s.step_id,
                 workflow_name=workflow_name,
                 workflow_version=version,
-                step_name=s.step_name,
                 sequence=i,
-                agent=s.agent,
-                compensator=s.compensator,
-                max_attempts=s.max_attempts,
-                heartbeat_timeout_seconds=s.heartbeat_timeout_seconds,
-                input_ref=s.input_ref,
                 orchestration_id=orchestration_id or instance_id,
                 created_at=now,
                 updated_at=now,

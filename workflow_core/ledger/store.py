@@ -1,11 +1,8 @@
-"""The step ledger on Azure Table Storage (layout: docs/architecture.md).
+"""The step ledger on Azure Table Storage (layout: docs/architecture.md, "The step ledger").
 
-Audit rows share the step's partition and are written in the same entity-group transaction as the
-change they describe, so the trail never misses or invents a move. The deadline index lives in
-another table, so it cannot share that transaction; on a deadline change: (1) create the new index
-row, (2) conditionally update the step row pointing at it (``IndexKey``), (3) delete the old one. A
-crash after (1) or (2) leaves an index row no step points at, which ``overdue`` verifies and deletes:
-every step that needs watching always has its index row, and extra rows heal themselves.
+Audit rows join the transaction of the change they describe, so the trail never misses or invents a
+move. The deadline index is another table: the order of writes that keeps every watched step's row
+(1, 2, 3 in ``_write``) is argued in docs/architecture.md, "The deadline index".
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from workflow_core.ledger.entities import (
     _from_entity,
     _nonce,
     _to_entity,
-    if_match_update,
+    changed_fields,
 )
 from workflow_core.ledger.errors import (
     ConcurrencyConflict,
@@ -39,10 +36,9 @@ from workflow_core.ledger.errors import (
 )
 from workflow_core.ledger.heartbeat import HeartbeatMixin
 from workflow_core.ledger.index_keys import index_partition
-from workflow_core.ledger.instance import INSTANCE_ROW, InstanceRecord
-from workflow_core.ledger.instance_deadlines import InstanceDeadlinesMixin
-from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin, from_instance_entity
-from workflow_core.ledger.known_rows import KnownStepRecord, merged_properties
+from workflow_core.ledger.instance import InstanceRecord
+from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin, to_instance_entity
+from workflow_core.ledger.known_rows import if_match_write
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
     ATTENTION_STATUSES,
@@ -83,12 +79,9 @@ class StepLedger(
     AuditTrailMixin,
     DeadlineIndexMixin,
     InstanceLedgerMixin,
-    InstanceDeadlinesMixin,
 ):
     """Conditional (ETag) reads and writes of step rows, their instance record, their deadline index
     and their audit trail: step reads and the write path are here, the rest is mixed in."""
-
-    _nonce = staticmethod(_nonce)
 
     def __init__(
         self,
@@ -145,21 +138,8 @@ class StepLedger(
         self, instance_id: str, step_id: str
     ) -> tuple[StepRecord, InstanceHandle | None]:
         """A step and its instance record in one partition query."""
-        validate_instance_id(instance_id)
-        validate_step_id(step_id)
-        self.stats.queries += 1
-        entities = list(
-            self._steps.query_entities(
-                "PartitionKey eq @pk and ( RowKey eq @step or RowKey eq @instance )",
-                parameters={"pk": instance_id, "step": step_id, "instance": INSTANCE_ROW},
-            )
-        )
-        step = next((e for e in entities if e["RowKey"] == step_id), None)
-        if step is None:
-            raise StepNotFound(instance_id, step_id)
-        self.stats.step_entities_read += 1
-        instance = next((e for e in entities if e["RowKey"] == INSTANCE_ROW), None)
-        return _from_entity(step), (InstanceHandle(from_instance_entity(instance)) if instance else None)
+        step, handle, _ = self._step_and_instance(instance_id, step_id, watched=False)
+        return step, handle
 
     def list_for_instance(self, instance_id: str) -> list[StepRecord]:
         validate_instance_id(instance_id)
@@ -256,16 +236,8 @@ class StepLedger(
         with_rows: RowsOf | None = None,
         **changes: Any,
     ) -> StepRecord:
-        if record.etag is None:
-            raise InvalidLedgerInput("record has no ETag: read it from the ledger before updating it")
-        unknown = set(changes) - _MUTABLE
-        if unknown:
-            raise InvalidLedgerInput(f"cannot change {sorted(unknown)} of a step")
         now = clock.utcnow()
-        data = record.model_dump()
-        data.update(changes)
-        data["status"] = status
-        data["updated_at"] = now
+        data = changed_fields(record, status, changes, now, _MUTABLE, ("record", "a step"))
         if status in (StepStatus.SUCCEEDED, StepStatus.COMPENSATED) and "completed_at" not in changes:
             data["completed_at"] = now
         deadline = require_aware(data["deadline"], "deadline") if status in DEADLINE_STATUSES else None
@@ -282,47 +254,38 @@ class StepLedger(
             instance_updated, instance_index = self.prepare_instance_change(
                 instance.record, instance.record.status, changes_i, now, due_by=deadline
             )
-            instance_op = self.instance_operation(instance.record, instance_updated)
-        new_index: tuple[str, str] | None = None
+            instance_op = if_match_write(instance.record, instance_updated, to_instance_entity)
+        new_index: str | None = None
         if deadline is not None:
             data["deadline"] = deadline
             old = record.index_key
             if not own_row and watched_by_instance(record, deadline, instance_updated):
                 data["index_key"] = WATCHED_BY_INSTANCE  # no row of its own (watch.py)
             elif not has_own_row(old) or old.startswith(ATTENTION_PARTITION) or record.deadline != deadline:
-                new_index = (
-                    index_partition(deadline, record.instance_id, record.step_id),
-                    f"{_deadline_key(deadline)}~{_nonce()}",
-                )
+                partition = index_partition(deadline, record.instance_id, record.step_id)
+                new_index = f"{partition}|{_deadline_key(deadline)}~{_nonce()}"
         elif status in ATTENTION_STATUSES:
             if record.index_key is None or not record.index_key.startswith(ATTENTION_PARTITION):
-                new_index = (ATTENTION_PARTITION, f"{record.instance_id}~{record.step_id}~{_nonce()}")
+                new_index = f"{ATTENTION_PARTITION}|{record.instance_id}~{record.step_id}~{_nonce()}"
         else:
             data["index_key"] = None
         if new_index is not None:
-            data["index_key"] = f"{new_index[0]}|{new_index[1]}"
+            data["index_key"] = new_index
         updated = type(record).model_validate(data)  # a known row stays known: merged again next time
-        # A row known by an earlier write's ETag (not read) is merged, only what changes (known_rows.py);
         # built, with the caller's rows, before any index row is written: a refusal leaves nothing behind
-        known = isinstance(record, KnownStepRecord)
-        step_entity = (
-            merged_properties(_to_entity(record), _to_entity(updated)) if known else _to_entity(updated)
-        )
+        step_operation = if_match_write(record, updated, _to_entity)
         extra_operations = with_rows(updated, instance_updated) if with_rows is not None else []
         if instance_index is not None:
             self._create_instance_index_row(instance_index, instance_updated)
 
         # (1) new index row first, so the step never points at a missing one
         if new_index is not None:
-            self._index.create_entity(
-                {
-                    "PartitionKey": new_index[0],
-                    "RowKey": new_index[1],
-                    "InstanceId": record.instance_id,
-                    "StepId": record.step_id,
-                    "Deadline": updated.deadline if status in DEADLINE_STATUSES else now,
-                    "Status": status.value,
-                }
+            self._create_index_row(
+                new_index,
+                InstanceId=record.instance_id,
+                StepId=record.step_id,
+                Deadline=updated.deadline if status in DEADLINE_STATUSES else now,
+                Status=status.value,
             )
         # (2) step row + audit row, atomically, only if nobody changed the step since it was read
         audit = self._audit_entity(
@@ -336,7 +299,7 @@ class StepLedger(
             reason,
             now,
         )
-        operations: list[tuple] = [if_match_update(step_entity, record.etag, merge=known), ("create", audit)]
+        operations: list[tuple] = [step_operation, ("create", audit)]
         if instance_op is not None:
             operations.append(instance_op)
         own_operations = len(operations)
@@ -344,10 +307,8 @@ class StepLedger(
         try:
             result = self._steps.submit_transaction(operations)
         except TableTransactionError as exc:
-            if new_index is not None:
-                self._delete_index_row(f"{new_index[0]}|{new_index[1]}")
-            if instance_index is not None:
-                self._delete_index_row(f"{instance_index[0]}|{instance_index[1]}")
+            self._delete_index_row(new_index)
+            self._delete_index_row(instance_index)
             failed_at = getattr(exc, "index", None)
             if failed_at is not None and failed_at >= own_operations:  # a caller's row: the race lost
                 raise ConcurrencyConflict(record.instance_id, record.step_id) from None

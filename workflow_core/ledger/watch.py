@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from workflow_core.ledger.index_keys import index_row_time
 from workflow_core.ledger.instance import SUPERVISED_INSTANCE_STATUSES, InstanceRecord
-from workflow_core.ledger.instance_index import index_row_time
 from workflow_core.ledger.model import DEADLINE_STATUSES, StepRecord
 
 WATCHED_BY_INSTANCE = "instance"  # a step's index_key when its instance's row watches it
