@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from supervisor.instance_actions import IS, InstanceAction, _InstanceActions, supervisor_holds
-from supervisor.watchdog_model import ALIVE_STATUSES, FLAGGED_LOOK_SECONDS, Action, _operator_requested
+from supervisor.watchdog_model import ALIVE_STATUSES, FLAGGED_LOOK_SECONDS, Action, _io, _operator_requested
 from workflow_core import telemetry
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import InstanceRecord
@@ -71,7 +71,7 @@ class InstanceSupervisor(_InstanceActions):
         """A step's orchestration is gone (``claimed``: the step as this tick's claim wrote it). True
         when the instance record took over the decision; False when it leaves it to the step (the
         instance ended while this step was still in flight)."""
-        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        record = await _io(self.ledger.find_instance, step.instance_id)
         if record is None:
             await self.no_record(step, claimed, why)
             return True
@@ -107,7 +107,7 @@ class InstanceSupervisor(_InstanceActions):
         """A step is Compensating (an operator asked, or a compensation died) and no compensation
         runs. True when the instance record took it over (started once per instance); False when the
         instance already ended (its record cannot move), where the step's own compensation start decides."""
-        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        record = await _io(self.ledger.find_instance, step.instance_id)
         if record is None:
             await self.no_record(step, claimed, reason)
             return True
@@ -121,7 +121,7 @@ class InstanceSupervisor(_InstanceActions):
         if record.status is IS.COMPENSATION_FAILED and not _operator_requested(step):
             # flagged (its compensation gave up): only an operator's retry of a step starts it again;
             # the step settles as CompensationFailed, out of the deadline index, in the inbox
-            await self.tick.io(self.settle_given_up_step, step, record)
+            await _io(self.settle_given_up_step, step, record)
             await self.decided(
                 record, InstanceAction.NOTE_FLAGGED, f"{reason}; the instance waits for an operator"
             )
@@ -148,7 +148,7 @@ class InstanceSupervisor(_InstanceActions):
     async def step_of_flagged(self, step: Any, claimed: Any) -> bool:
         """A step the watchdog acted on before, with nothing moved since, and its orchestration alive.
         True when its instance was flagged and parked by a spent budget: the step is left as it is."""
-        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        record = await _io(self.ledger.find_instance, step.instance_id)
         if record is None or not record.needs_attention or record.scheduler_deadline is not None:
             return False
         await self.leave_for_operator(step, claimed, record)
@@ -176,7 +176,7 @@ class InstanceSupervisor(_InstanceActions):
     async def _leave_step(self, step: Any, claimed: Any, action: Action, detail: str) -> None:
         """Note ``action`` on the step as claimed and leave it, looked at again after
         :data:`FLAGGED_LOOK_SECONDS` (not every lease)."""
-        await self.tick.io(
+        await _io(
             self.ledger.update,
             claimed,
             actor=self.tick.actor,
@@ -216,7 +216,7 @@ class InstanceSupervisor(_InstanceActions):
                 if spent
                 else "it failed the same way after a restart: no repetition can fix it"
             )
-            await self.give_up_compensation(record, f"{reason}; {why}", cause)
+            await self.give_up(record, InstanceAction.GIVE_UP_COMPENSATION, f"{reason}; {why}", cause)
             return
         claimed = await self.claim(
             record,
@@ -249,7 +249,7 @@ class InstanceSupervisor(_InstanceActions):
                 f"compensation {compensation_id} is still {status} past its promise after {terminated} "
                 "termination(s), the budget (MAX_SCHEDULER_TERMINATIONS)"
             )
-            await self.give_up_compensation(record, detail, record.last_error)
+            await self.give_up(record, InstanceAction.GIVE_UP_COMPENSATION, detail, record.last_error)
             return
         detail = (
             f"compensation {compensation_id} is {status} and has not moved for a lease: terminated "
@@ -279,7 +279,7 @@ class InstanceSupervisor(_InstanceActions):
                 f"{terminated} termination(s), the budget (MAX_SCHEDULER_TERMINATIONS)"
             )
             cause = record.last_error or f"scheduler {orchestration_id} stalled and could not be terminated"
-            await self.give_up_scheduler(record, detail, cause)
+            await self.give_up(record, InstanceAction.GIVE_UP_SCHEDULER, detail, cause)
             return
         detail = (
             f"orchestration {orchestration_id} is {status} and has not moved for a lease after being "

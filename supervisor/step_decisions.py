@@ -2,7 +2,7 @@
 
 This is the decision table of docs/supervisor.md in code: :meth:`_Tick.handle` reads the step and
 its orchestration's real state and picks one action. The moves it is made of are in
-``tick_actions.py``; the tick that calls it for every overdue step is ``watchdog.run_tick``.
+``watchdog_model.py``; the tick that calls it for every overdue step is ``watchdog.run_tick``.
 Compensation has its own orchestration (``compensation_instance_id``), its own in-flight statuses on
 the step row and its own hazard: a scheduler still running must be ended before a compensation is
 started here (see :meth:`_TickActions.end_scheduler`).
@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from supervisor.instance_actions import trace_input
 from supervisor.instances import InstanceSupervisor
-from supervisor.tick_actions import _TickActions
 from supervisor.watchdog_model import (
     ALIVE_STATUSES,
     COMP_FAILED,
@@ -29,11 +27,11 @@ from supervisor.watchdog_model import (
     Action,
     _io,
     _operator_requested,
+    _TickActions,
     step_deadline_seconds,
 )
 from workflow_core import telemetry
 from workflow_core.contracts import (
-    COMPENSATION_ORCHESTRATOR,
     ResultMessage,
     StepKind,
     compensation_instance_id,
@@ -242,18 +240,7 @@ class _Tick(_TickActions):
         verb = "started" if status == UNKNOWN_STATUS else f"restarted (was {status})"
         detail = f"{reason}; compensation {compensation_id} {verb}"
         await self.note(found, Action.START_COMPENSATION, detail)
-        await self.client.start_new(
-            COMPENSATION_ORCHESTRATOR,
-            compensation_id,
-            {
-                "instance_id": found.instance_id,
-                "workflow": found.workflow_name,
-                "reason": reason,
-                # the compensation's dispatches continue the step's trace (observability only)
-                **trace_input(found),
-            },
-        )
-        self._statuses[compensation_id] = "Pending"  # other steps of this instance in this tick see it
+        await self.start_compensation_orchestration(found, found.workflow_name, reason)
         self.decided(found, Action.START_COMPENSATION, telemetry.OUTCOME_OK, detail)
 
     async def compensating(self, found: StepRecord, claimed: StepRecord, lateness: timedelta) -> None:
