@@ -14,20 +14,9 @@ history_timestamps.install()
 
 blueprint = df.Blueprint()
 
-
-@blueprint.function_name(WORKFLOW_ORCHESTRATOR)
-@blueprint.orchestration_trigger(context_name="context")
-def workflow_orchestrator(context: df.DurableOrchestrationContext):
-    return (yield from workflow.workflow_orchestrator(context))
-
-
-@blueprint.function_name(COMPENSATION_ORCHESTRATOR)
-@blueprint.orchestration_trigger(context_name="context")
-def compensation_orchestrator(context: df.DurableOrchestrationContext):
-    return (yield from compensation.compensation_orchestrator(context))
-
-
-@blueprint.function_name(STEP_ORCHESTRATOR)
-@blueprint.orchestration_trigger(context_name="context")
-def step_orchestrator(context: df.DurableOrchestrationContext):
-    return (yield from workflow.step_orchestrator(context))
+for name, orchestrator in (
+    (WORKFLOW_ORCHESTRATOR, workflow.workflow_orchestrator),
+    (COMPENSATION_ORCHESTRATOR, compensation.compensation_orchestrator),
+    (STEP_ORCHESTRATOR, workflow.step_orchestrator),
+):
+    blueprint.function_name(name)(blueprint.orchestration_trigger(context_name="context")(orchestrator))

@@ -106,11 +106,6 @@ class StepRun:
             "input": self.input,
         }
 
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> StepRun:
-        """The run :meth:`to_payload` wrote (the workflow orchestrator's own sub-orchestration input)."""
-        return cls(**{**payload, "retry": RetryPolicy.model_validate(payload["retry"])})
-
     @property
     def dispatch_activity(self) -> str:
         return ACTIVITY_DISPATCH_STEP if self.kind == "work" else ACTIVITY_DISPATCH_COMPENSATION
@@ -151,11 +146,6 @@ class StepResult:
             "output": self.output,
             "error": self.error,
         }
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> StepResult:
-        """What :meth:`to_payload` wrote (a step orchestrator's own output)."""
-        return cls(**payload)
 
 
 def run_step(
@@ -230,30 +220,23 @@ def run_step(
         next_start = retry_at(run.retry, tries, context.current_utc_datetime, seed)
         if next_start is None or outcome.permanent:  # permanent: retrying cannot fix it
             return StepResult(False, tries, error=outcome.error)
-        yield from _back_off(context, run, attempt, next_start, report)
+        # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
+        # to retry_at + grace), so the watchdog leaves a step alone while it is meant to wait.
+        report("scheduling_retry", attempt, next_start)
+        yield call_activity(
+            context,
+            ACTIVITY_SCHEDULE_RETRY,
+            {
+                "instance_id": run.instance_id,
+                "step_id": run.step_id,
+                "attempt": attempt,
+                "retry_at": to_iso(next_start),
+                "kind": run.kind,
+            },
+        )
+        report("backoff", attempt, next_start)
+        yield context.create_timer(next_start)
         attempt += 1
-
-
-def _back_off(
-    context: Any, run: StepRun, attempt: int, next_start: datetime, report: Reporter
-) -> Generator[Any, Any, None]:
-    """Record the backoff, then wait until ``next_start``."""
-    # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
-    # to retry_at + grace), so the watchdog leaves a step alone while it is meant to wait.
-    report("scheduling_retry", attempt, next_start)
-    yield call_activity(
-        context,
-        ACTIVITY_SCHEDULE_RETRY,
-        {
-            "instance_id": run.instance_id,
-            "step_id": run.step_id,
-            "attempt": attempt,
-            "retry_at": to_iso(next_start),
-            "kind": run.kind,
-        },
-    )
-    report("backoff", attempt, next_start)
-    yield context.create_timer(next_start)
 
 
 def _await_outcome(

@@ -23,6 +23,7 @@ from workflow_core.contracts import (
     step_instance_id,
 )
 from workflow_core.workflows import (
+    RetryPolicy,
     StepDefinition,
     StepInputError,
     WorkflowDefinition,
@@ -184,7 +185,7 @@ def _run_group(
     answers = yield context.task_all(children)
     failed: list[tuple[str, StepResult]] = []
     for run, answer in zip(runs, answers, strict=True):
-        result = StepResult.from_payload(answer)
+        result = StepResult(**answer)
         if result.succeeded:
             progress = progress.after(run.step_id, result.output)
         else:
@@ -199,7 +200,8 @@ def step_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
     The dispatch records this orchestration's id on the step, so its result events (and the
     watchdog's nudges) come here; giving up and compensating stay with the workflow orchestrator,
     which sees the whole group."""
-    run = StepRun.from_payload(context.get_input())
+    payload = context.get_input()
+    run = StepRun(**{**payload, "retry": RetryPolicy.model_validate(payload["retry"])})
     status = Status(context, orchestration="step", workflow=run.workflow, instance_id=run.instance_id)
     status.step = run.step_id
     result = yield from run_step(context, run, status)
