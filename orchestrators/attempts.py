@@ -250,20 +250,15 @@ def _await_outcome(
     *,
     listen: bool = True,
 ) -> Generator[Any, Any, AttemptOutcome]:
-    """Race the attempt's result event against its deadline timer, as often as heartbeats extend it.
+    """Race the attempt's result event against its deadline timer, as often as heartbeats extend it
+    (docs/scheduler.md, "One step"). One event task serves the whole attempt, so a result that arrived
+    while the ledger was being checked is not lost. ``check_first``: ask the ledger before racing.
 
-    One event task serves the whole attempt: after an extension only a new timer is created, so a
-    result that arrived while the ledger was being checked is not lost, and no second wait for the
-    same name is registered. With ``check_first`` the ledger is asked before the first race (the
-    dispatch found the attempt already under way or settled).
-
-    Trust only the ledger: an event is a signal, never the outcome. When it carries this attempt's
-    ledger ``token`` (``confirmed_outcome``) the result handler's verdict is taken as it is; a success
-    the worker keyed with a basis row is taken provisionally when ``run.provisional``
-    (``provisional_outcome``: the next write proves or refuses it). Otherwise ``verify_result`` reads
-    the ledger; an event it does not back (forged, corrupt, or buffered by the runtime before this
-    attempt began) is ignored and the name never waited for again (the SDK would hand the same
-    buffered event to a new wait): the ledger is polled every ``UNCONFIRMED_POLL`` instead.
+    Trust only the ledger: an event is a signal, never the outcome. It is taken as it is only when it
+    carries this attempt's ledger ``token``, or provisionally (a keyed success, ``run.provisional``);
+    otherwise ``verify_result`` reads the ledger. An event the ledger does not back is ignored and its
+    name never waited for again (the SDK hands a buffered event to every later wait for it): the ledger
+    is polled every ``UNCONFIRMED_POLL`` instead.
     """
     event: Any = (
         context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind)) if listen else None

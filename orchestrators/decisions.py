@@ -168,14 +168,8 @@ def _recorded(found: ResultVerdict | StepCheck, deadline: datetime) -> AttemptOu
     )
 
 
-# What the dispatch activities report (``outcome`` of their result) and what the scheduler does next:
-# "dispatched" (or an answer without an outcome): the message went out, race result and deadline;
-# "already-dispatched" / "settled" / "not-dispatchable": the ledger already had this attempt, the
-# step is done, or it refuses the attempt; ask the ledger now instead of waiting out a deadline;
-# "stale": the ledger is at a later attempt (a re-run after an operator retry, or the supervisor
-# moved on): move to the next attempt number at once, without spending the retry budget.
-# "basis-refused": the previous step's success this scheduler took unread is not what the ledger
-# recorded; nothing was written: go back and ask the ledger about that step.
+# What the dispatch activities report (``outcome``) and what the scheduler does next: docs/scheduler.md,
+# "One step" (2.); "basis-refused": nothing was written, ask the ledger about the step taken unread.
 WAIT, CHECK_NOW, SKIP_ATTEMPT, BASIS_REFUSED = "wait", "check", "skip", "basis-refused"
 _CHECK_NOW_OUTCOMES = frozenset({"already-dispatched", "settled", "not-dispatchable"})
 MAX_STALE_SKIPS = 100  # a ledger cannot be that many attempts ahead; beyond it the answer is a bug
