@@ -9,7 +9,7 @@ import logging
 from enum import StrEnum
 from typing import Any
 
-from supervisor.watchdog_model import ALIVE_STATUSES, _io, _TickActions, trace_input
+from supervisor.watchdog_model import ALIVE_STATUSES, SUPERVISOR_PREFIX, _io, _TickActions, trace_input
 from workflow_core import telemetry
 from workflow_core.contracts import (
     WORKFLOW_ORCHESTRATOR,
@@ -48,23 +48,25 @@ class InstanceAction(StrEnum):
     NOTE_OWNED = "note_instance_owned"  # another tick holds the instance: left to it
 
 
-def supervisor_holds(record: InstanceRecord, tick: _TickActions) -> bool:
-    """Another watchdog tick claimed the instance and its lease has not run out."""
-    return bool(
-        record.owner
-        and record.owner.startswith("supervisor:")
-        and record.owner != tick.actor
-        and record.scheduler_deadline is not None
-        and record.scheduler_deadline > tick.now
-    )
-
-
 class _InstanceActions:
     """The moves of the instance decisions of one tick (``tick`` is that tick)."""
 
     def __init__(self, tick: _TickActions) -> None:
         self.tick = tick
         self.ledger = tick.ledger
+
+    async def held_elsewhere(self, record: InstanceRecord, why: str) -> bool:
+        """Another watchdog tick claimed the instance and its lease has not run out: left to it."""
+        held = bool(
+            record.owner
+            and record.owner.startswith(SUPERVISOR_PREFIX)
+            and record.owner != self.tick.actor
+            and record.scheduler_deadline is not None
+            and record.scheduler_deadline > self.tick.now
+        )
+        if held:
+            await self.decided(record, InstanceAction.NOTE_OWNED, f"{why}; {record.owner} holds the instance")
+        return held
 
     # ---- resume, compensate, give up -----------------------------------------------------------------
 
@@ -86,7 +88,16 @@ class _InstanceActions:
         definition = definition_for(
             record.workflow, record.version, getattr(self.tick.services, "definitions", None)
         )
-        await self.stop_orphaned_children(steps, record.instance_id, why)
+        # Step orchestrations a dead scheduler left running are ended, so only the resumed one drives
+        # the instance's steps (best effort: the ledger's ETags keep a straggler harmless).
+        children = {r.orchestration_id for r in steps if is_step_instance_id(r.orchestration_id)}
+        for child in sorted(c for c in children if c):
+            if await self.tick.status_of(child) in ALIVE_STATUSES:
+                try:
+                    await self.tick.client.terminate(child, f"supervisor: {why}; the instance is resumed")
+                    self.tick._statuses[child] = "Terminated"
+                except Exception:
+                    log.exception("could not terminate %s before resuming %s", child, record.instance_id)
         payload = resume_input(
             definition,
             decode_json(record.input_ref) or {},
@@ -228,18 +239,6 @@ class _InstanceActions:
             return
         await self.tick.start_compensation_orchestration(record, record.workflow, reason)
         await self.decided(record, action, f"{reason}; compensation {compensation_id} started")
-
-    async def stop_orphaned_children(self, steps: list, instance_id: str, why: str) -> None:
-        """Terminate step orchestrations a dead scheduler left running, so only the resumed one
-        drives the instance's steps (best effort: the ledger's ETags keep a straggler harmless)."""
-        children = {r.orchestration_id for r in steps if is_step_instance_id(r.orchestration_id)}
-        for child in sorted(c for c in children if c):
-            if await self.tick.status_of(child) in ALIVE_STATUSES:
-                try:
-                    await self.tick.client.terminate(child, f"supervisor: {why}; the instance is resumed")
-                    self.tick._statuses[child] = "Terminated"
-                except Exception:
-                    log.exception("could not terminate %s before resuming %s", child, instance_id)
 
     async def decided(self, record: InstanceRecord, action: InstanceAction, detail: str) -> None:
         self.tick.report.actions[action.value] += 1

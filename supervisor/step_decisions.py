@@ -1,11 +1,6 @@
-"""The watchdog's decision for one overdue step: re-send, note, time out or hand over to compensation.
-
-This is the decision table of docs/supervisor.md in code: :meth:`_Tick.handle` reads the step and
-its orchestration's real state and picks one action. The moves it is made of are in
-``watchdog_model.py``; the tick that calls it for every overdue step is ``watchdog.run_tick``.
-Compensation has its own orchestration (``compensation_instance_id``), its own in-flight statuses on
-the step row and its own hazard: a scheduler still running must be ended before a compensation is
-started here (see :meth:`_TickActions.end_scheduler`).
+"""The watchdog's decision for one overdue step, the decision table of docs/supervisor.md in code:
+:meth:`_Tick.handle` reads the step and its orchestration's real state and picks one action, made of
+the moves of ``watchdog_model._TickActions``; ``watchdog.run_tick`` calls it for every overdue step.
 """
 
 from __future__ import annotations
@@ -130,14 +125,9 @@ class _Tick(_TickActions):
 
     @staticmethod
     def resend_due(found: StepRecord) -> bool:
-        """A Dispatched attempt nobody claimed, past the grace (the caller checks that), that the
-        watchdog has not re-sent yet.
-
-        The dispatch's own send is not recorded, so this cannot tell a message that never left (the
-        dispatch died between its ledger write and its send, and the orchestration still waits for
-        that activity rather than on its timer) from one that is only late. Re-sending the same
-        MessageId is harmless in both cases (a duplicate is deduplicated or loses the worker's
-        claim), and ``resent_at`` makes it happen once: a second overdue tick fails the attempt."""
+        """A Dispatched attempt nobody claimed, past the grace (the caller checks that), not re-sent yet:
+        its send may never have left, and re-sending the same MessageId is harmless either way; once
+        per attempt (``resent_at``), then the attempt fails (docs/supervisor.md, ``resend``)."""
         return found.status is S.DISPATCHED and found.resent_at is None
 
     async def resend(self, found: StepRecord, claimed: StepRecord) -> None:

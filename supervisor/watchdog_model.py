@@ -9,9 +9,7 @@ one tick.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,10 +137,6 @@ def runtime_status_name(status: Any) -> str:
     return str(getattr(value, "value", value))
 
 
-def new_tick_id(now: datetime) -> str:
-    return f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
-
-
 def step_deadline_seconds(record: StepRecord, store: Any = None) -> float:
     """The step's ``deadline_seconds`` from its pinned workflow definition."""
     try:
@@ -169,9 +163,7 @@ def trace_input(record: Any) -> dict[str, Any]:
     return {tracing.TRACE_FIELD: carrier} if carrier else {}
 
 
-async def _io(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a blocking ledger/transport call off the event loop (the Functions worker shares it)."""
-    return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+_io = asyncio.to_thread  # blocking ledger/transport calls run off the event loop the worker shares
 
 
 def _operator_requested(record: StepRecord) -> bool:
@@ -310,10 +302,8 @@ class _TickActions:
         return written
 
     def within_grace(self, found: StepRecord, lateness: timedelta) -> bool:
-        """Overran an attempt deadline by less than the grace: the orchestration's own timer (which
-        fires at that deadline) is expected to handle it. Rows that wait for the scheduler (Failed,
-        TimedOut, Retrying, a failed compensation attempt) already carry the grace in their deadline,
-        and operator requests are due at once."""
+        """Overran an attempt deadline by less than the grace: the orchestration's own timer handles it
+        (docs/supervisor.md, "Grace"); rows waiting for the scheduler and operator requests are due."""
         if lateness >= self.grace or _operator_requested(found):
             return False
         if found.status in (S.DISPATCHED, S.RUNNING):
@@ -348,14 +338,9 @@ class _TickActions:
         self._statuses[compensation_id] = "Pending"  # other rows of this instance in this tick see it
 
     async def end_scheduler(self, found: StepRecord, reason: str) -> None:
-        """Terminate the instance's scheduler before a compensation is started here, if it still runs.
-
-        A compensation started here runs top-level under ``compensation_instance_id``; a scheduler
-        that later gives a step up calls that same id as its sub-orchestration, and the framework
-        drops a sub-orchestration start for a running instance as a duplicate start event: the
-        scheduler would wait forever on it (and keep the task open for good). The compensation
-        undoes the whole instance anyway, so the scheduler is ended first.
-        """
+        """Terminate the instance's scheduler before a compensation is started here, if it still runs:
+        the framework drops a scheduler's later sub-orchestration start of the same compensation id as
+        a duplicate, and the scheduler would wait on it forever (docs/supervisor.md, "Decision table")."""
         scheduler_id = found.instance_id
         status = await self.status_of(scheduler_id)
         if status not in ALIVE_STATUSES:
