@@ -145,14 +145,8 @@ class _Tick(_TickActions):
             f"sent, e.g. a crash between ledger write and send, or lost); re-sent once to {queue} with the "
             f"same MessageId, new deadline {deadline.isoformat()}"
         )
-        await _io(
-            self.ledger.update,
-            claimed,
-            actor=self.actor,
-            reason=f"{Action.RESEND.value}: {detail}",
-            resent_at=self.now,
-            deadline=deadline,
-            owner=found.owner,
+        await self.hand_back(
+            claimed, found, f"{Action.RESEND.value}: {detail}", resent_at=self.now, deadline=deadline
         )
         self.decided(found, Action.RESEND, telemetry.OUTCOME_OK, detail)
 

@@ -310,6 +310,10 @@ class _TickActions:
             return True
         return found.status is S.COMPENSATING and found.compensation_status in COMP_IN_FLIGHT
 
+    async def hand_back(self, claimed: StepRecord, found: StepRecord, reason: str, **changes: Any) -> None:
+        """Write the step this tick claimed back to the owner it had when the tick found it."""
+        await _io(self.ledger.update, claimed, actor=self.actor, reason=reason, owner=found.owner, **changes)
+
     async def release_with_note(
         self, found: StepRecord, claimed: StepRecord, lateness: timedelta, who: str
     ) -> None:
@@ -320,14 +324,8 @@ class _TickActions:
             f"{self.grace.total_seconds():.0f}s grace; {who} is alive and its own timer handles it"
         )
         await self.note(found, action, detail)
-        await _io(
-            self.ledger.update,
-            claimed,
-            actor=self.actor,
-            reason=f"released by watchdog tick {self.report.tick_id}: {action.value}",
-            owner=found.owner,
-            deadline=found.deadline,
-        )
+        reason = f"released by watchdog tick {self.report.tick_id}: {action.value}"
+        await self.hand_back(claimed, found, reason, deadline=found.deadline)
         self.decided(found, action, telemetry.OUTCOME_OK, detail)
 
     async def start_compensation_orchestration(self, record: Any, workflow: str, reason: str) -> None:
