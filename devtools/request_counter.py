@@ -308,7 +308,6 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("activities/replies/dead_letters.py", None, "dead-letter handler"),
     ("supervisor/watchdog.py", None, WATCHDOG),
     ("supervisor/watchdog_model.py", None, WATCHDOG),
-    ("supervisor/tick_actions.py", None, WATCHDOG),
     ("supervisor/step_decisions.py", None, WATCHDOG),
     ("workflow_core/transport/storage_queue.py", "_receive", QUEUE_RECEIVE),
     ("workflow_core/transport/storage_queue.py", "complete", QUEUE_DELETE),

@@ -106,11 +106,6 @@ class StepRun:
             "input": self.input,
         }
 
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> StepRun:
-        """The run :meth:`to_payload` wrote (the workflow orchestrator's own sub-orchestration input)."""
-        return cls(**{**payload, "retry": RetryPolicy.model_validate(payload["retry"])})
-
     @property
     def dispatch_activity(self) -> str:
         return ACTIVITY_DISPATCH_STEP if self.kind == "work" else ACTIVITY_DISPATCH_COMPENSATION
@@ -151,11 +146,6 @@ class StepResult:
             "output": self.output,
             "error": self.error,
         }
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> StepResult:
-        """What :meth:`to_payload` wrote (a step orchestrator's own output)."""
-        return cls(**payload)
 
 
 def run_step(
@@ -230,30 +220,23 @@ def run_step(
         next_start = retry_at(run.retry, tries, context.current_utc_datetime, seed)
         if next_start is None or outcome.permanent:  # permanent: retrying cannot fix it
             return StepResult(False, tries, error=outcome.error)
-        yield from _back_off(context, run, attempt, next_start, report)
+        # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
+        # to retry_at + grace), so the watchdog leaves a step alone while it is meant to wait.
+        report("scheduling_retry", attempt, next_start)
+        yield call_activity(
+            context,
+            ACTIVITY_SCHEDULE_RETRY,
+            {
+                "instance_id": run.instance_id,
+                "step_id": run.step_id,
+                "attempt": attempt,
+                "retry_at": to_iso(next_start),
+                "kind": run.kind,
+            },
+        )
+        report("backoff", attempt, next_start)
+        yield context.create_timer(next_start)
         attempt += 1
-
-
-def _back_off(
-    context: Any, run: StepRun, attempt: int, next_start: datetime, report: Reporter
-) -> Generator[Any, Any, None]:
-    """Record the backoff, then wait until ``next_start``."""
-    # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
-    # to retry_at + grace), so the watchdog leaves a step alone while it is meant to wait.
-    report("scheduling_retry", attempt, next_start)
-    yield call_activity(
-        context,
-        ACTIVITY_SCHEDULE_RETRY,
-        {
-            "instance_id": run.instance_id,
-            "step_id": run.step_id,
-            "attempt": attempt,
-            "retry_at": to_iso(next_start),
-            "kind": run.kind,
-        },
-    )
-    report("backoff", attempt, next_start)
-    yield context.create_timer(next_start)
 
 
 def _await_outcome(
@@ -267,20 +250,15 @@ def _await_outcome(
     *,
     listen: bool = True,
 ) -> Generator[Any, Any, AttemptOutcome]:
-    """Race the attempt's result event against its deadline timer, as often as heartbeats extend it.
+    """Race the attempt's result event against its deadline timer, as often as heartbeats extend it
+    (docs/scheduler.md, "One step"). One event task serves the whole attempt, so a result that arrived
+    while the ledger was being checked is not lost. ``check_first``: ask the ledger before racing.
 
-    One event task serves the whole attempt: after an extension only a new timer is created, so a
-    result that arrived while the ledger was being checked is not lost, and no second wait for the
-    same name is registered. With ``check_first`` the ledger is asked before the first race (the
-    dispatch found the attempt already under way or settled).
-
-    Trust only the ledger: an event is a signal, never the outcome. When it carries this attempt's
-    ledger ``token`` (``confirmed_outcome``) the result handler's verdict is taken as it is; a success
-    the worker keyed with a basis row is taken provisionally when ``run.provisional``
-    (``provisional_outcome``: the next write proves or refuses it). Otherwise ``verify_result`` reads
-    the ledger; an event it does not back (forged, corrupt, or buffered by the runtime before this
-    attempt began) is ignored and the name never waited for again (the SDK would hand the same
-    buffered event to a new wait): the ledger is polled every ``UNCONFIRMED_POLL`` instead.
+    Trust only the ledger: an event is a signal, never the outcome. It is taken as it is only when it
+    carries this attempt's ledger ``token``, or provisionally (a keyed success, ``run.provisional``);
+    otherwise ``verify_result`` reads the ledger. An event the ledger does not back is ignored and its
+    name never waited for again (the SDK hands a buffered event to every later wait for it): the ledger
+    is polled every ``UNCONFIRMED_POLL`` instead.
     """
     event: Any = (
         context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind)) if listen else None

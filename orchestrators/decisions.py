@@ -19,9 +19,8 @@ from workflow_core.contracts import ResultBasis, ResultMessage, ResultVerdict, S
 from workflow_core.messages import payload_digest, reply_digest
 from workflow_core.workflows import RetryPolicy
 
-# Longest durable timer the scheduler creates. Azure Storage caps a single timer (6 days today) and
-# the SDK's own long-timer splitting does not propagate cancellation to the timer it schedules, so
-# a longer wait is a chain of timers no longer than this, each re-armed until the deadline.
+# Longest durable timer the scheduler creates: a longer wait is a chain of them (docs/scheduler.md,
+# "One step": Azure Storage caps a timer, and the SDK's own splitting loses the cancellation).
 MAX_TIMER_SPAN = timedelta(days=3)
 
 # When a heartbeat "extends" the deadline to a time that is already past in orchestration time,
@@ -34,9 +33,8 @@ MIN_EXTENSION_WAIT = timedelta(seconds=1)
 UNCONFIRMED_POLL = timedelta(seconds=20)
 
 
-# Scheduler activities are idempotent: a transient storage or broker failure must not fail the
-# orchestration, so the durable runtime retries each call (the SDK's RetryOptions has no backoff
-# factor). What still fails fails the orchestration; the watchdog finds it by its scheduler deadline.
+# Scheduler activities are idempotent, so the durable runtime retries each call on a transient
+# failure (docs/scheduler.md, "One step"); the SDK's RetryOptions has no backoff factor.
 ACTIVITY_RETRY_FIRST_INTERVAL_MS = 5_000
 ACTIVITY_RETRY_MAX_ATTEMPTS = 4
 
@@ -168,14 +166,8 @@ def _recorded(found: ResultVerdict | StepCheck, deadline: datetime) -> AttemptOu
     )
 
 
-# What the dispatch activities report (``outcome`` of their result) and what the scheduler does next:
-# "dispatched" (or an answer without an outcome): the message went out, race result and deadline;
-# "already-dispatched" / "settled" / "not-dispatchable": the ledger already had this attempt, the
-# step is done, or it refuses the attempt; ask the ledger now instead of waiting out a deadline;
-# "stale": the ledger is at a later attempt (a re-run after an operator retry, or the supervisor
-# moved on): move to the next attempt number at once, without spending the retry budget.
-# "basis-refused": the previous step's success this scheduler took unread is not what the ledger
-# recorded; nothing was written: go back and ask the ledger about that step.
+# What the dispatch activities report (``outcome``) and what the scheduler does next: docs/scheduler.md,
+# "One step" (2.); "basis-refused": nothing was written, ask the ledger about the step taken unread.
 WAIT, CHECK_NOW, SKIP_ATTEMPT, BASIS_REFUSED = "wait", "check", "skip", "basis-refused"
 _CHECK_NOW_OUTCOMES = frozenset({"already-dispatched", "settled", "not-dispatchable"})
 MAX_STALE_SKIPS = 100  # a ledger cannot be that many attempts ahead; beyond it the answer is a bug

@@ -36,18 +36,9 @@ def parse_history_timestamp(text: Any) -> datetime:
     match = _ROUND_TRIP_UTC.match(text) if isinstance(text, str) else None
     if match is None:
         return dateutil_parse(text)
-    year, month, day, hour, minute, second, fraction = match.groups()
+    *date_and_time, fraction = match.groups()
     try:
-        return datetime(
-            int(year),
-            int(month),
-            int(day),
-            int(hour),
-            int(minute),
-            int(second),
-            int(fraction[:6].ljust(6, "0")) if fraction else 0,
-            UTC,
-        )
+        return datetime(*map(int, date_and_time), int((fraction or "0")[:6].ljust(6, "0")), UTC)
     except ValueError:  # out of range (a 24th hour, a 30th of February): dateutil decides
         return dateutil_parse(text)
 

@@ -47,7 +47,7 @@ def next_write_proves(
 ) -> bool:
     """May the single step of ``stages[index]`` take its success unread? Only when the scheduler's
     next ledger write carries its basis: the next single step's dispatch, or the settle. Before a
-    parallel group or a checkpoint the ledger would have to be asked anyway (``Taken.confirm``)."""
+    parallel group or a checkpoint the ledger would have to be asked anyway (``LedgerShortcuts.confirm``)."""
     if index + 1 == len(stages):
         return True
     if len(stages[index + 1]) > 1:
@@ -63,19 +63,6 @@ class Taken:
     run: StepRun
     provisional: Provisional
     before: Progress
-
-    def confirm(
-        self, context: Any, status: Any
-    ) -> Generator[Any, Any, tuple[Progress, dict[str, Any] | None, Failed]]:
-        """Ask the ledger about the step (polling while its attempt is under way, retrying as its
-        policy says): the progress with the ledger's output, its snapshot, and the step if it failed."""
-        status.step = self.run.step_id
-        status.progress = self.before
-        asked = replace(self.run, expected=None, basis=None, provisional=False)
-        result = yield from run_step(context, asked, status, resume=self.provisional)
-        if not result.succeeded:
-            return self.before, None, [(self.run.step_id, result)]
-        return self.before.after(self.run.step_id, result.output), result.instance, []
 
 
 def basis_refused(answer: Any) -> bool:
@@ -126,13 +113,21 @@ class LedgerShortcuts:
 
     def confirm(self, progress: Progress) -> Generator[Any, Any, tuple[Progress, Failed]]:
         """Before a write that will not carry the taken success (a group, a checkpoint), or when one
-        refused it: ask the ledger about that step. Nothing taken: nothing to ask."""
+        refused it: ask the ledger about that step (polling while its attempt is under way, retrying
+        as its policy says). Nothing taken: nothing to ask."""
         if self.taken is None:
             return progress, []
         taken, self.taken = self.taken, None
-        progress, self.known, failed = yield from taken.confirm(self.context, self.status)
+        self.status.step = taken.run.step_id
+        self.status.progress = taken.before
+        asked = replace(taken.run, expected=None, basis=None, provisional=False)
+        result = yield from run_step(self.context, asked, self.status, resume=taken.provisional)
+        self.known = result.instance if result.succeeded else None
+        if not result.succeeded:
+            return taken.before, [(taken.run.step_id, result)]
+        progress = taken.before.after(taken.run.step_id, result.output)
         self.status.progress = progress
-        return progress, failed
+        return progress, []
 
     def run_single(
         self,

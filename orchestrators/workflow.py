@@ -1,6 +1,9 @@
 """The scheduler: one generic orchestrator that walks any workflow definition step by step.
 
-A parallel group runs each of its steps in its own ``step_orchestrator`` (below) and waits for all.
+A parallel group runs each of its steps in its own ``step_orchestrator`` (below) and waits for all; a
+step that gives up starts ``compensation_orchestrator`` (below), which the supervisor starts too, under
+the same deterministic id: it runs each compensator of the ledger's plan exactly like a work step, and
+one that exhausts its attempts is recorded CompensationFailed while the remaining steps are still undone.
 Deterministic: time comes from ``context.current_utc_datetime`` and all I/O goes through activities.
 """
 
@@ -13,16 +16,20 @@ from typing import Any
 from orchestrators.attempts import Status, StepResult, StepRun, run_step
 from orchestrators.decisions import call_activity, should_checkpoint
 from orchestrators.shortcuts import LedgerShortcuts, next_write_proves
-from orchestrators.state import Progress, WorkflowStart
+from orchestrators.state import CompensationPlan, CompensationStart, Progress, WorkflowStart
 from workflow_core.contracts import (
     ACTIVITY_CREATE_STEPS,
+    ACTIVITY_FINISH_COMPENSATION,
     ACTIVITY_GIVE_UP_STEP,
+    ACTIVITY_PLAN_COMPENSATION,
+    ACTIVITY_SETTLE_INSTANCE,
     COMPENSATION_ORCHESTRATOR,
     STEP_ORCHESTRATOR,
     compensation_instance_id,
     step_instance_id,
 )
 from workflow_core.workflows import (
+    RetryPolicy,
     StepDefinition,
     StepInputError,
     WorkflowDefinition,
@@ -184,7 +191,7 @@ def _run_group(
     answers = yield context.task_all(children)
     failed: list[tuple[str, StepResult]] = []
     for run, answer in zip(runs, answers, strict=True):
-        result = StepResult.from_payload(answer)
+        result = StepResult(**answer)
         if result.succeeded:
             progress = progress.after(run.step_id, result.output)
         else:
@@ -199,7 +206,8 @@ def step_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
     The dispatch records this orchestration's id on the step, so its result events (and the
     watchdog's nudges) come here; giving up and compensating stay with the workflow orchestrator,
     which sees the whole group."""
-    run = StepRun.from_payload(context.get_input())
+    payload = context.get_input()
+    run = StepRun(**{**payload, "retry": RetryPolicy.model_validate(payload["retry"])})
     status = Status(context, orchestration="step", workflow=run.workflow, instance_id=run.instance_id)
     status.step = run.step_id
     result = yield from run_step(context, run, status)
@@ -255,3 +263,65 @@ def _give_up_and_compensate(
         "error": result.error,
         "compensation": compensation,
     }
+
+
+def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
+    """Compensate per the plan; return ``{"status", "steps": [{"step_id", "outcome", "error"}]}``."""
+    start = CompensationStart.model_validate(context.get_input())
+    plan: CompensationPlan | None = None
+    outcomes: list[dict[str, Any]] = []
+    status = Status(
+        context,
+        lambda: {"compensated_steps": len(outcomes), "total_steps": len(plan.steps) if plan else None},
+        orchestration="compensation",
+        workflow=start.workflow,
+        instance_id=start.instance_id,
+    )
+    status("planning")
+    plan = CompensationPlan.model_validate(
+        (yield call_activity(context, ACTIVITY_PLAN_COMPENSATION, {"instance_id": start.instance_id}))
+    )
+
+    for entry in plan.steps:  # the plan's order is the undo order: never re-sorted here
+        status.step = entry.step_id
+        run = StepRun(
+            kind="compensate",
+            instance_id=start.instance_id,
+            workflow=start.workflow,
+            step_id=entry.step_id,
+            deadline_seconds=entry.deadline_seconds,
+            retry=entry.retry,
+            # The compensator sees what the step was asked to do and what it reported doing.
+            input={"input": entry.input or {}, "output": entry.output},
+            trace=start.trace,
+        )
+        result = yield from run_step(context, run, status)
+        if result.succeeded:
+            outcomes.append({"step_id": entry.step_id, "outcome": "compensated", "error": None})
+        else:
+            status("finishing", result.attempts)
+            yield call_activity(
+                context,
+                ACTIVITY_FINISH_COMPENSATION,
+                {"instance_id": start.instance_id, "step_id": entry.step_id, "error": result.error},
+            )
+            outcomes.append(
+                {"step_id": entry.step_id, "outcome": "compensation_failed", "error": result.error}
+            )
+
+    failed = next((o for o in outcomes if o["outcome"] != "compensated"), None)
+    overall = "compensation_failed" if failed else "compensated"
+    status.step = None
+    status("settling")
+    yield call_activity(
+        context,
+        ACTIVITY_SETTLE_INSTANCE,
+        {
+            "instance_id": start.instance_id,
+            "outcome": overall,
+            "failed_step": failed["step_id"] if failed else None,
+            "error": (failed["error"] if failed else None) or start.reason or None,
+        },
+    )
+    status(overall)
+    return {"status": overall, "steps": outcomes}

@@ -9,11 +9,9 @@ import logging
 from enum import StrEnum
 from typing import Any
 
-from supervisor.tick_actions import _TickActions
-from supervisor.watchdog_model import ALIVE_STATUSES
-from workflow_core import telemetry, tracing
+from supervisor.watchdog_model import ALIVE_STATUSES, SUPERVISOR_PREFIX, _io, _TickActions, trace_input
+from workflow_core import telemetry
 from workflow_core.contracts import (
-    COMPENSATION_ORCHESTRATOR,
     WORKFLOW_ORCHESTRATOR,
     compensation_instance_id,
     is_step_instance_id,
@@ -50,30 +48,25 @@ class InstanceAction(StrEnum):
     NOTE_OWNED = "note_instance_owned"  # another tick holds the instance: left to it
 
 
-def trace_input(record: Any) -> dict[str, Any]:
-    """The orchestration input's ``trace`` from a ledger row's W3C context, so what the supervisor
-    starts stays in the workflow's trace (observability only)."""
-    carrier = tracing.from_fields(record.trace_parent, record.trace_state)
-    return {tracing.TRACE_FIELD: carrier} if carrier else {}
-
-
-def supervisor_holds(record: InstanceRecord, tick: _TickActions) -> bool:
-    """Another watchdog tick claimed the instance and its lease has not run out."""
-    return bool(
-        record.owner
-        and record.owner.startswith("supervisor:")
-        and record.owner != tick.actor
-        and record.scheduler_deadline is not None
-        and record.scheduler_deadline > tick.now
-    )
-
-
 class _InstanceActions:
     """The moves of the instance decisions of one tick (``tick`` is that tick)."""
 
     def __init__(self, tick: _TickActions) -> None:
         self.tick = tick
         self.ledger = tick.ledger
+
+    async def held_elsewhere(self, record: InstanceRecord, why: str) -> bool:
+        """Another watchdog tick claimed the instance and its lease has not run out: left to it."""
+        held = bool(
+            record.owner
+            and record.owner.startswith(SUPERVISOR_PREFIX)
+            and record.owner != self.tick.actor
+            and record.scheduler_deadline is not None
+            and record.scheduler_deadline > self.tick.now
+        )
+        if held:
+            await self.decided(record, InstanceAction.NOTE_OWNED, f"{why}; {record.owner} holds the instance")
+        return held
 
     # ---- resume, compensate, give up -----------------------------------------------------------------
 
@@ -90,12 +83,21 @@ class _InstanceActions:
         )
         if claimed is None:
             return
-        steps = await self.tick.io(self.ledger.list_for_instance, record.instance_id)
+        steps = await _io(self.ledger.list_for_instance, record.instance_id)
         # the version the instance is pinned to, even if the YAML changed or went away since
         definition = definition_for(
             record.workflow, record.version, getattr(self.tick.services, "definitions", None)
         )
-        await self.stop_orphaned_children(steps, record.instance_id, why)
+        # Step orchestrations a dead scheduler left running are ended, so only the resumed one drives
+        # the instance's steps (best effort: the ledger's ETags keep a straggler harmless).
+        children = {r.orchestration_id for r in steps if is_step_instance_id(r.orchestration_id)}
+        for child in sorted(c for c in children if c):
+            if await self.tick.status_of(child) in ALIVE_STATUSES:
+                try:
+                    await self.tick.client.terminate(child, f"supervisor: {why}; the instance is resumed")
+                    self.tick._statuses[child] = "Terminated"
+                except Exception:
+                    log.exception("could not terminate %s before resuming %s", child, record.instance_id)
         payload = resume_input(
             definition,
             decode_json(record.input_ref) or {},
@@ -130,48 +132,22 @@ class _InstanceActions:
             return
         await self.start_compensation(record, f"supervisor: {reason}", InstanceAction.COMPENSATE)
 
-    async def give_up_compensation(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
-        """The compensation cannot finish on its own: CompensationFailed, flagged with the cause for an
-        operator; nothing restarts it until an operator retries a step."""
-        await self._give_up(
-            record,
-            IS.COMPENSATION_FAILED,
-            "compensation gave up",
-            detail,
-            cause,
-            InstanceAction.GIVE_UP_COMPENSATION,
-        )
-
-    async def give_up_scheduler(self, record: InstanceRecord, detail: str, cause: str | None) -> None:
-        """The terminations of a live scheduler did not take: the instance stays Running, flagged, and
-        *parked* (no scheduler deadline): no tick acts on it again until an operator does (or its
-        scheduler moves by itself and promises again)."""
-        await self._give_up(
-            record,
-            IS.RUNNING,
-            "supervisor gave up",
-            detail,
-            cause,
-            InstanceAction.GIVE_UP_SCHEDULER,
-            park=True,
-        )
-
-    async def _give_up(
-        self,
-        record: InstanceRecord,
-        to: InstanceStatus,
-        who: str,
-        detail: str,
-        cause: str | None,
-        action: InstanceAction,
-        park: bool = False,
+    async def give_up(
+        self, record: InstanceRecord, action: InstanceAction, detail: str, cause: str | None
     ) -> None:
+        """Flag the instance for an operator with the cause. ``GIVE_UP_COMPENSATION``: the compensation
+        cannot finish on its own: CompensationFailed; nothing restarts it until an operator retries a
+        step. ``GIVE_UP_SCHEDULER``: the terminations of a live scheduler did not take: it stays
+        Running and is *parked* (no scheduler deadline): no tick acts on it again until an operator
+        does (or its scheduler moves by itself and promises again)."""
+        scheduler = action is InstanceAction.GIVE_UP_SCHEDULER
+        who = "supervisor gave up" if scheduler else "compensation gave up"
         cause = cause or detail
         claimed = await self.claim(
             record,
-            to,
+            IS.RUNNING if scheduler else IS.COMPENSATION_FAILED,
             detail,
-            park=park,
+            park=scheduler,
             needs_attention=True,
             attention_reason=f"{who}: {detail}; cause: {cause}"[:1000],
             last_error=cause[:MAX_TEXT],
@@ -199,7 +175,7 @@ class _InstanceActions:
             self.tick._statuses[orchestration_id] = "Terminated"
         except Exception as exc:
             failed = f"terminating {orchestration_id} failed: {type(exc).__name__}: {exc}"[:MAX_TEXT]
-            await self.tick.io(
+            await _io(
                 self.ledger.update_instance, claimed, actor=self.tick.actor, reason=failed, last_error=failed
             )
             detail = f"{detail}; {failed}"
@@ -235,10 +211,10 @@ class _InstanceActions:
     ) -> InstanceRecord | None:
         """ETag-claim the instance for this tick (None: someone else changed it first); the counters
         a decision spends go in ``changes``, so they are written with the claim that acts. ``park``:
-        no scheduler deadline (a flagged instance no tick acts on, see :meth:`give_up_scheduler`)."""
+        no scheduler deadline (a flagged instance no tick acts on, see :meth:`give_up`)."""
         deadline = None if park else self.tick.now if due_now else self.tick.now + self.tick.lease
         try:
-            return await self.tick.io(
+            return await _io(
                 self.ledger.transition_instance,
                 record,
                 to,
@@ -261,37 +237,15 @@ class _InstanceActions:
                 record, InstanceAction.NOTE_COMPENSATION_RUNNING, f"{reason}; {compensation_id} is {status}"
             )
             return
-        await self.tick.client.start_new(
-            COMPENSATION_ORCHESTRATOR,
-            compensation_id,
-            {
-                "instance_id": record.instance_id,
-                "workflow": record.workflow,
-                "reason": reason,
-                **trace_input(record),
-            },
-        )
-        self.tick._statuses[compensation_id] = "Pending"
+        await self.tick.start_compensation_orchestration(record, record.workflow, reason)
         await self.decided(record, action, f"{reason}; compensation {compensation_id} started")
-
-    async def stop_orphaned_children(self, steps: list, instance_id: str, why: str) -> None:
-        """Terminate step orchestrations a dead scheduler left running, so only the resumed one
-        drives the instance's steps (best effort: the ledger's ETags keep a straggler harmless)."""
-        children = {r.orchestration_id for r in steps if is_step_instance_id(r.orchestration_id)}
-        for child in sorted(c for c in children if c):
-            if await self.tick.status_of(child) in ALIVE_STATUSES:
-                try:
-                    await self.tick.client.terminate(child, f"supervisor: {why}; the instance is resumed")
-                    self.tick._statuses[child] = "Terminated"
-                except Exception:
-                    log.exception("could not terminate %s before resuming %s", child, instance_id)
 
     async def decided(self, record: InstanceRecord, action: InstanceAction, detail: str) -> None:
         self.tick.report.actions[action.value] += 1
         self.tick.report.instance_decisions.append(
             (record.instance_id, record.status.value, action.value, detail)
         )
-        await self.tick.io(
+        await _io(
             self.ledger.note,
             record.instance_id,
             "*",

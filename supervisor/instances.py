@@ -1,13 +1,10 @@
-"""The watchdog's view of whole workflow instances: a scheduler that died is found and replaced.
+"""The watchdog's view of whole workflow instances: a scheduler that died *between* steps leaves no
+overdue step behind, only its instance record's ``scheduler_deadline`` (the promise every scheduler
+activity renews) passes (docs/supervisor.md, "Instances: a scheduler that died"; the moves:
+``instance_actions.py``).
 
-A scheduler that dies *between* steps leaves no overdue step behind: only its instance record's
-``scheduler_deadline`` (the promise every scheduler activity renews) passes. The decision table and
-the budget of every loop: docs/supervisor.md ("Instances: a scheduler that died"); the moves:
-``instance_actions.py``.
-
-Exactly once: every action starts with an ETag-conditional claim of the *instance* record. Two
-watchdog processes that reach the same dead instance, through the instance or through two of its
-overdue steps, race for that one row: one claim wins, the other gets a conflict and does nothing.
+Exactly once: every action starts with an ETag-conditional claim of the *instance* record, so two
+watchdogs that reach the same dead instance (through it or through two of its steps) race for one row.
 """
 
 from __future__ import annotations
@@ -16,8 +13,8 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from supervisor.instance_actions import IS, InstanceAction, _InstanceActions, supervisor_holds
-from supervisor.watchdog_model import ALIVE_STATUSES, FLAGGED_LOOK_SECONDS, Action, _operator_requested
+from supervisor.instance_actions import IS, InstanceAction, _InstanceActions
+from supervisor.watchdog_model import ALIVE_STATUSES, FLAGGED_LOOK_SECONDS, Action, _io, _operator_requested
 from workflow_core import telemetry
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import InstanceRecord
@@ -56,7 +53,7 @@ class InstanceSupervisor(_InstanceActions):
                 if await self.claim(found, IS.RUNNING, detail, stalls=0, **answered) is not None:
                     await self.decided(found, InstanceAction.NOTE_LATE, detail)
                 return
-            await self.alive_but_late(found, orchestration_id, status)
+            await self.late(found, orchestration_id, status)
             return
         if requested:  # an operator's resume is not bound by the policy or the resume count
             await self.resume(
@@ -71,7 +68,7 @@ class InstanceSupervisor(_InstanceActions):
         """A step's orchestration is gone (``claimed``: the step as this tick's claim wrote it). True
         when the instance record took over the decision; False when it leaves it to the step (the
         instance ended while this step was still in flight)."""
-        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        record = await _io(self.ledger.find_instance, step.instance_id)
         if record is None:
             await self.no_record(step, claimed, why)
             return True
@@ -85,8 +82,7 @@ class InstanceSupervisor(_InstanceActions):
             return True
         if record.status not in (IS.RUNNING, IS.COMPENSATING):
             return False
-        if supervisor_holds(record, self.tick):
-            await self.decided(record, InstanceAction.NOTE_OWNED, f"{why}; {record.owner} holds the instance")
+        if await self.held_elsewhere(record, why):
             return True
         if record.status is IS.COMPENSATING:
             await self.compensation_lost(record)
@@ -107,21 +103,18 @@ class InstanceSupervisor(_InstanceActions):
         """A step is Compensating (an operator asked, or a compensation died) and no compensation
         runs. True when the instance record took it over (started once per instance); False when the
         instance already ended (its record cannot move), where the step's own compensation start decides."""
-        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        record = await _io(self.ledger.find_instance, step.instance_id)
         if record is None:
             await self.no_record(step, claimed, reason)
             return True
         if record.status in (IS.SUCCEEDED, IS.COMPENSATED, IS.CANCELLED):
             return False
-        if supervisor_holds(record, self.tick):
-            await self.decided(
-                record, InstanceAction.NOTE_OWNED, f"{reason}; {record.owner} holds the instance"
-            )
+        if await self.held_elsewhere(record, reason):
             return True
         if record.status is IS.COMPENSATION_FAILED and not _operator_requested(step):
             # flagged (its compensation gave up): only an operator's retry of a step starts it again;
             # the step settles as CompensationFailed, out of the deadline index, in the inbox
-            await self.tick.io(self.settle_given_up_step, step, record)
+            await _io(self.settle_given_up_step, step, record)
             await self.decided(
                 record, InstanceAction.NOTE_FLAGGED, f"{reason}; the instance waits for an operator"
             )
@@ -148,7 +141,7 @@ class InstanceSupervisor(_InstanceActions):
     async def step_of_flagged(self, step: Any, claimed: Any) -> bool:
         """A step the watchdog acted on before, with nothing moved since, and its orchestration alive.
         True when its instance was flagged and parked by a spent budget: the step is left as it is."""
-        record = await self.tick.io(self.ledger.find_instance, step.instance_id)
+        record = await _io(self.ledger.find_instance, step.instance_id)
         if record is None or not record.needs_attention or record.scheduler_deadline is not None:
             return False
         await self.leave_for_operator(step, claimed, record)
@@ -176,7 +169,7 @@ class InstanceSupervisor(_InstanceActions):
     async def _leave_step(self, step: Any, claimed: Any, action: Action, detail: str) -> None:
         """Note ``action`` on the step as claimed and leave it, looked at again after
         :data:`FLAGGED_LOOK_SECONDS` (not every lease)."""
-        await self.tick.io(
+        await _io(
             self.ledger.update,
             claimed,
             actor=self.tick.actor,
@@ -204,7 +197,7 @@ class InstanceSupervisor(_InstanceActions):
         compensation_id = compensation_instance_id(record.instance_id)
         status = await self.tick.status_of(compensation_id)
         if status in ALIVE_STATUSES:
-            await self.compensation_late(record, compensation_id, status)
+            await self.late(record, compensation_id, status)
             return
         reason = f"instance is Compensating and compensation {compensation_id} is {status}"
         cause = await self.tick.failure_of(compensation_id)
@@ -216,7 +209,7 @@ class InstanceSupervisor(_InstanceActions):
                 if spent
                 else "it failed the same way after a restart: no repetition can fix it"
             )
-            await self.give_up_compensation(record, f"{reason}; {why}", cause)
+            await self.give_up(record, InstanceAction.GIVE_UP_COMPENSATION, f"{reason}; {why}", cause)
             return
         claimed = await self.claim(
             record,
@@ -230,60 +223,46 @@ class InstanceSupervisor(_InstanceActions):
             return
         await self.start_compensation(record, f"supervisor: {reason}", InstanceAction.RESTART_COMPENSATION)
 
-    async def compensation_late(self, record: InstanceRecord, compensation_id: str, status: str) -> None:
-        """The compensation runs but broke the promise its dispatches renew (each resets ``stalls``):
-        noted once, then terminated like a stalled scheduler (counted), so the next tick restarts it
-        against ``MAX_COMPENSATION_RESTARTS``; terminations that do not take are bounded too."""
-        if record.stalls == 0:
-            detail = (
-                f"compensation {compensation_id} is {status}; its own steps' deadlines watch it; "
-                f"looking again in {self.tick.lease.total_seconds():.0f}s"
-            )
-            if await self.claim(record, IS.COMPENSATING, detail, stalls=1) is not None:
-                await self.decided(record, InstanceAction.NOTE_COMPENSATION_RUNNING, detail)
-            return
-        terminated = record.stalls - 1
-        budget = self.tick.services.settings.max_scheduler_terminations
-        if terminated >= budget:
-            detail = (
-                f"compensation {compensation_id} is still {status} past its promise after {terminated} "
-                "termination(s), the budget (MAX_SCHEDULER_TERMINATIONS)"
-            )
-            await self.give_up_compensation(record, detail, record.last_error)
-            return
-        detail = (
-            f"compensation {compensation_id} is {status} and has not moved for a lease: terminated "
-            f"(termination {terminated + 1} of at most {budget}); the next tick restarts it"
-        )
-        await self.terminate_stalled(
-            record, IS.COMPENSATING, compensation_id, detail, InstanceAction.TERMINATE_COMPENSATION
-        )
-
-    async def alive_but_late(self, record: InstanceRecord, orchestration_id: str, status: str) -> None:
+    async def late(self, record: InstanceRecord, orchestration_id: str, status: str) -> None:
+        """The scheduler (or, for a Compensating instance, the compensation) runs but broke the promise
+        its activities renew (each resets ``stalls``): noted once, then terminated (counted), so the
+        next tick resumes the instance (or restarts the compensation against
+        ``MAX_COMPENSATION_RESTARTS``); terminations that do not take are bounded too."""
+        scheduler = record.status is not IS.COMPENSATING
+        to = IS.RUNNING if scheduler else IS.COMPENSATING
+        name = f"orchestration {orchestration_id}" if scheduler else f"compensation {orchestration_id}"
         late = (self.tick.now - record.scheduler_deadline).total_seconds() if record.scheduler_deadline else 0
+        past = f" {late:.0f}s" if scheduler else ""
         if record.stalls == 0:
-            detail = (
-                f"orchestration {orchestration_id} is {status} but {late:.0f}s past its promise; "
-                f"looking again in {self.tick.lease.total_seconds():.0f}s"
-            )
-            if await self.claim(record, IS.RUNNING, detail, stalls=1) is not None:
-                await self.decided(record, InstanceAction.NOTE_LATE, detail)
+            watched = f" but{past} past its promise" if scheduler else "; its own steps' deadlines watch it"
+            detail = f"{name} is {status}{watched}; looking again in {self.tick.lease.total_seconds():.0f}s"
+            if await self.claim(record, to, detail, stalls=1) is not None:
+                note = InstanceAction.NOTE_LATE if scheduler else InstanceAction.NOTE_COMPENSATION_RUNNING
+                await self.decided(record, note, detail)
             return
         terminated = record.stalls - 1  # terminations since the last resume (or operator action)
         budget = self.tick.services.settings.max_scheduler_terminations
         if terminated >= budget:
             # the terminations did not take (a refused or lost request): terminating it once more
-            # cannot help, and nothing else may replace a scheduler that still runs
+            # cannot help, and nothing else may replace an orchestration that still runs
             detail = (
-                f"orchestration {orchestration_id} is still {status} {late:.0f}s past its promise after "
-                f"{terminated} termination(s), the budget (MAX_SCHEDULER_TERMINATIONS)"
+                f"{name} is still {status}{past} past its promise after {terminated} termination(s), "
+                "the budget (MAX_SCHEDULER_TERMINATIONS)"
             )
-            cause = record.last_error or f"scheduler {orchestration_id} stalled and could not be terminated"
-            await self.give_up_scheduler(record, detail, cause)
+            if scheduler:
+                cause = (
+                    record.last_error or f"scheduler {orchestration_id} stalled and could not be terminated"
+                )
+                await self.give_up(record, InstanceAction.GIVE_UP_SCHEDULER, detail, cause)
+            else:
+                await self.give_up(record, InstanceAction.GIVE_UP_COMPENSATION, detail, record.last_error)
             return
-        detail = (
-            f"orchestration {orchestration_id} is {status} and has not moved for a lease after being "
-            f"found late: terminated (termination {terminated + 1} of at most {budget}); the next "
-            "tick resumes the instance"
+        found_late, then = (
+            (" after being found late", "resumes the instance") if scheduler else ("", "restarts it")
         )
-        await self.terminate_stalled(record, IS.RUNNING, orchestration_id, detail)
+        detail = (
+            f"{name} is {status} and has not moved for a lease{found_late}: terminated "
+            f"(termination {terminated + 1} of at most {budget}); the next tick {then}"
+        )
+        action = InstanceAction.TERMINATE if scheduler else InstanceAction.TERMINATE_COMPENSATION
+        await self.terminate_stalled(record, to, orchestration_id, detail, action)

@@ -1,12 +1,9 @@
 """Operator intents: what a human may ask of a stalled workflow, written to the ledger as intent.
 
-The operator CLI (``sas``) has no Durable Functions client. Every mutating command here moves the
-step or instance record in the ledger (ETag-guarded, audited as ``operator:<user>`` with the reason)
-and, where something must happen next, makes it due *now*: the watchdog, the only component with a
-durable client, enacts the intent on its next tick (docs/supervisor.md, "Operator intents and the
-CLI", says what each command moves and what follows). A stop or cancel writes the record and its
-audit row *before* the caller terminates the orchestration, so no orchestration is ended without an
-audit row naming the actor and the reason.
+The operator CLI (``sas``) has no Durable Functions client: every mutating command moves the step or
+instance record (ETag-guarded, audited as ``operator:<user>`` with the reason) and, where something
+must happen next, makes it due *now* for the watchdog to enact (docs/supervisor.md, "Operator intents
+and the CLI"). A stop or cancel writes its audit row *before* the caller ends the orchestration.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from supervisor.watchdog_model import COMP_FAILED, OPERATOR_PREFIX
 from workflow_core import clock
 from workflow_core.ledger import (
     ALLOWED_TRANSITIONS,
@@ -34,8 +32,6 @@ from workflow_core.ledger import (
 from workflow_core.ledger.model import require_aware
 
 S = StepStatus
-ACTOR_PREFIX = "operator:"
-COMP_FAILED = "Failed"  # StepRecord.compensation_status of a failed compensation attempt (activities.common)
 MAX_RACE_RETRIES = 5
 
 
@@ -46,7 +42,6 @@ class OperatorError(Exception):
 class UnknownInstance(OperatorError):
     def __init__(self, instance_id: str) -> None:
         super().__init__(f"no workflow instance {instance_id!r} in the ledger")
-        self.instance_id = instance_id
 
 
 class UnknownStep(OperatorError):
@@ -54,14 +49,11 @@ class UnknownStep(OperatorError):
         super().__init__(
             f"workflow instance {instance_id!r} has no step {step_id!r}; its steps: {', '.join(known)}"
         )
-        self.instance_id = instance_id
-        self.step_id = step_id
         self.known = known
 
 
 class IllegalMove(OperatorError):
     def __init__(self, intent: str, record: StepRecord, accepted: list[StepStatus]) -> None:
-        self.intent = intent
         self.status = record.status
         self.allowed_moves = allowed_moves(record.status)
         moves = "; ".join(self.allowed_moves) if self.allowed_moves else "none (terminal status)"
@@ -133,7 +125,7 @@ def actor_for(user: str) -> str:
     user = (user or "").strip()
     if not user:
         raise OperatorError("an operator user name is required (it is recorded in the audit trail)")
-    return f"{ACTOR_PREFIX}{user}"
+    return f"{OPERATOR_PREFIX}{user}"
 
 
 def list_stalled(ledger: StepLedger, *, now: datetime | None = None, limit: int = 100) -> StalledReport:

@@ -1,20 +1,13 @@
-"""The watchdog's decision for one overdue step: re-send, note, time out or hand over to compensation.
-
-This is the decision table of docs/supervisor.md in code: :meth:`_Tick.handle` reads the step and
-its orchestration's real state and picks one action. The moves it is made of are in
-``tick_actions.py``; the tick that calls it for every overdue step is ``watchdog.run_tick``.
-Compensation has its own orchestration (``compensation_instance_id``), its own in-flight statuses on
-the step row and its own hazard: a scheduler still running must be ended before a compensation is
-started here (see :meth:`_TickActions.end_scheduler`).
+"""The watchdog's decision for one overdue step, the decision table of docs/supervisor.md in code:
+:meth:`_Tick.handle` reads the step and its orchestration's real state and picks one action, made of
+the moves of ``watchdog_model._TickActions``; ``watchdog.run_tick`` calls it for every overdue step.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from supervisor.instance_actions import trace_input
 from supervisor.instances import InstanceSupervisor
-from supervisor.tick_actions import _TickActions
 from supervisor.watchdog_model import (
     ALIVE_STATUSES,
     COMP_FAILED,
@@ -29,11 +22,11 @@ from supervisor.watchdog_model import (
     Action,
     _io,
     _operator_requested,
+    _TickActions,
     step_deadline_seconds,
 )
 from workflow_core import telemetry
 from workflow_core.contracts import (
-    COMPENSATION_ORCHESTRATOR,
     ResultMessage,
     StepKind,
     compensation_instance_id,
@@ -132,14 +125,9 @@ class _Tick(_TickActions):
 
     @staticmethod
     def resend_due(found: StepRecord) -> bool:
-        """A Dispatched attempt nobody claimed, past the grace (the caller checks that), that the
-        watchdog has not re-sent yet.
-
-        The dispatch's own send is not recorded, so this cannot tell a message that never left (the
-        dispatch died between its ledger write and its send, and the orchestration still waits for
-        that activity rather than on its timer) from one that is only late. Re-sending the same
-        MessageId is harmless in both cases (a duplicate is deduplicated or loses the worker's
-        claim), and ``resent_at`` makes it happen once: a second overdue tick fails the attempt."""
+        """A Dispatched attempt nobody claimed, past the grace (the caller checks that), not re-sent yet:
+        its send may never have left, and re-sending the same MessageId is harmless either way; once
+        per attempt (``resent_at``), then the attempt fails (docs/supervisor.md, ``resend``)."""
         return found.status is S.DISPATCHED and found.resent_at is None
 
     async def resend(self, found: StepRecord, claimed: StepRecord) -> None:
@@ -157,14 +145,8 @@ class _Tick(_TickActions):
             f"sent, e.g. a crash between ledger write and send, or lost); re-sent once to {queue} with the "
             f"same MessageId, new deadline {deadline.isoformat()}"
         )
-        await _io(
-            self.ledger.update,
-            claimed,
-            actor=self.actor,
-            reason=f"{Action.RESEND.value}: {detail}",
-            resent_at=self.now,
-            deadline=deadline,
-            owner=found.owner,
+        await self.hand_back(
+            claimed, found, f"{Action.RESEND.value}: {detail}", resent_at=self.now, deadline=deadline
         )
         self.decided(found, Action.RESEND, telemetry.OUTCOME_OK, detail)
 
@@ -242,18 +224,7 @@ class _Tick(_TickActions):
         verb = "started" if status == UNKNOWN_STATUS else f"restarted (was {status})"
         detail = f"{reason}; compensation {compensation_id} {verb}"
         await self.note(found, Action.START_COMPENSATION, detail)
-        await self.client.start_new(
-            COMPENSATION_ORCHESTRATOR,
-            compensation_id,
-            {
-                "instance_id": found.instance_id,
-                "workflow": found.workflow_name,
-                "reason": reason,
-                # the compensation's dispatches continue the step's trace (observability only)
-                **trace_input(found),
-            },
-        )
-        self._statuses[compensation_id] = "Pending"  # other steps of this instance in this tick see it
+        await self.start_compensation_orchestration(found, found.workflow_name, reason)
         self.decided(found, Action.START_COMPENSATION, telemetry.OUTCOME_OK, detail)
 
     async def compensating(self, found: StepRecord, claimed: StepRecord, lateness: timedelta) -> None:

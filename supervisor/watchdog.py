@@ -1,17 +1,15 @@
 """The supervisor's watchdog: find overdue steps and instances in the ledger and recover them, exactly
-once each (docs/supervisor.md, "One tick").
-
-Exactly once because each step or instance is *claimed* with an ETag-conditional write (owner
-``supervisor:<tick>``, deadline a lease ahead) before anything acts: an overlapping tick loses the
-claim and skips; a tick that dies after claiming leaves the step to the next tick after the lease.
-Decisions use the ledger and the orchestration's runtime status, never a clock or a message alone.
-:func:`run_tick` is the whole tick as a plain coroutine; the timer function only builds its arguments.
+once each: each is *claimed* with an ETag-conditional write (owner ``supervisor:<tick>``, deadline a
+lease ahead) before anything acts (docs/supervisor.md, "One tick", "Exactly once"). Decisions use the
+ledger and the orchestration's runtime status, never a clock or a message alone. :func:`run_tick` is
+the whole tick as a plain coroutine; the timer function only builds its arguments.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,7 +27,6 @@ from supervisor.watchdog_model import (
     TickReport,
     _io,
     _operator_requested,
-    new_tick_id,
 )
 from workflow_core import clock, ledger_gauges, telemetry, telemetry_instruments, tracing
 from workflow_core.contracts import WATCHDOG_FUNCTION
@@ -63,7 +60,7 @@ async def run_tick(
     settings = services.settings
     now = require_aware(now, "now") if now is not None else clock.utcnow()
     assert now is not None
-    report = TickReport(tick_id=tick_id or new_tick_id(now), now=now)
+    report = TickReport(tick_id=tick_id or f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}", now=now)
     tick = _Tick(
         client,
         services,
@@ -86,7 +83,15 @@ async def run_tick(
             overdue = []
         # Index rows the tick's writes retire go in one batch per index partition at the end.
         with ledger.deferred_index_deletes():
-            await _supervise_and_handle(tick, now, limit, overdue)
+            watched = await _supervise_instances(tick, now, limit)
+            # Steps watched through their instance's row (workflow_core/ledger/watch.py) join those the
+            # step index found; a write between the two reads can move a step across: taken once.
+            seen = {(r.instance_id, r.step_id) for r in overdue}
+            overdue = overdue + [r for r in watched if (r.instance_id, r.step_id) not in seen]
+            report.overdue = len(overdue)
+            for record in overdue:
+                with recovery_span(record):
+                    await _handle_one(tick, record)
         report.index_entities_read = ledger.stats.index_entities_read - index_before
         report.step_entities_read = ledger.stats.step_entities_read - steps_before
         report.duration_seconds = time.perf_counter() - started
@@ -116,19 +121,6 @@ def recovery_span(record: Any) -> Any:
         },
         link_to=tracing.links(tracing.from_fields(record.trace_parent, record.trace_state)),
     )
-
-
-async def _supervise_and_handle(tick: _Tick, now: datetime, limit: int, overdue: list[StepRecord]) -> None:
-    watched = await _supervise_instances(tick, now, limit)
-    # Steps watched through their instance's row (workflow_core/ledger/watch.py) join those the step
-    # index found. A step has one or the other at a time, but a write between the two reads can move
-    # it across, so it is taken once.
-    seen = {(r.instance_id, r.step_id) for r in overdue}
-    overdue = overdue + [r for r in watched if (r.instance_id, r.step_id) not in seen]
-    tick.report.overdue = len(overdue)
-    for record in overdue:
-        with recovery_span(record):
-            await _handle_one(tick, record)
 
 
 async def _handle_one(tick: _Tick, record: StepRecord) -> None:
@@ -228,13 +220,9 @@ async def _hand_instance_back(tick: _Tick, found: InstanceRecord) -> None:
 
 async def _best_effort_claim(tick: _Tick, record: StepRecord) -> None:
     """After an error on a step the tick had not written yet: claim it for the lease anyway, so it
-    is retried after the lease, not hammered every tick. If anyone wrote it meanwhile, leave it.
-
-    An operator's request (the step's owner ``operator:<user>``) is handed back instead, whether or
-    not this tick had claimed it before the error: its act (an event raised, a compensation started)
-    failed, so the request stands, owned by the operator, and is carried out after the lease. A
-    claim left in place would turn it into an ordinary overrun and the operator's intent, audited
-    already, would never be enacted."""
+    is retried after the lease, not hammered every tick; if anyone wrote it meanwhile, leave it. An
+    operator's request is handed back to the operator instead (claimed or not), so its act, which
+    failed, is carried out after the lease rather than lost as an ordinary overrun."""
     operator_asked = _operator_requested(record)
     try:
         current = record
