@@ -23,6 +23,7 @@ from .history import (
     parse_time,
     replay,
     schema_fields,
+    unknown_function,
 )
 from .state import (
     TERMINAL_STATUSES,
@@ -45,6 +46,15 @@ _ANSWERS = {
     H.SUB_ORCHESTRATION_INSTANCE_COMPLETED: "TaskScheduledId",
     H.SUB_ORCHESTRATION_INSTANCE_FAILED: "TaskScheduledId",
     H.TIMER_FIRED: "TimerId",
+}
+
+
+#: The call actions: the kind of task each makes, and the role its function must have.
+_CALLS = {
+    ActionType.CALL_ACTIVITY: ("activity", "activity"),
+    ActionType.CALL_ACTIVITY_WITH_RETRY: ("activity", "activity"),
+    ActionType.CALL_SUB_ORCHESTRATOR: ("suborchestration", "orchestrator"),
+    ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY: ("suborchestration", "orchestrator"),
 }
 
 
@@ -121,11 +131,6 @@ class _Episodes:
             state, error, details = replay(orchestrator.handler, context), None, ""
         except Exception as exc:
             state, error, details = parse_failure(exc)
-        carried = (
-            self._carried_over(orchestrator, context, batch)
-            if error is None and state.get("isDone") and _continue_as_new_action(state)
-            else []
-        )
 
         inst.history.extend(_played(e) for e in new_events)
         if inst.status in (Status.Pending, Status.ContinuedAsNew):
@@ -156,15 +161,13 @@ class _Episodes:
         if error is not None:
             if not self._held(inst, "raised"):
                 self._fail(inst, *orchestrator_failure(inst.name, error, details))
+        elif state.get("isDone") and (continue_as_new := _continue_as_new_action(state)) is not None:
+            # Continue-as-new is a completion too: it waits for open tasks like any other.
+            execution.carried.extend(self._carried_over(orchestrator, context, batch))
+            if not self._held(inst, "continued as new"):
+                self._continue_as_new(inst, continue_as_new.get("input"), execution.carried)
         elif state.get("isDone"):
-            continue_as_new = _continue_as_new_action(state)
-            if continue_as_new is not None:
-                # Continue-as-new is a completion too: it waits for open tasks like any other.
-                execution.carried.extend(carried)
-                if not self._held(inst, "continued as new"):
-                    self._continue_as_new(inst, continue_as_new.get("input"), execution.carried)
-            else:
-                self._complete(inst, state.get("output"))
+            self._complete(inst, state.get("output"))
 
     def _carried_over(self, orchestrator: Any, context: dict, batch: list[_Message]) -> list[_Message]:
         """The EventRaised messages of ``batch`` after its continue-as-new point, found by replaying
@@ -208,7 +211,7 @@ class _Episodes:
         if kind == H.TIMER_FIRED:
             retry.timer_id = None
             retry.attempts += 1
-            task_id = self._allocate(execution)
+            task_id = next(execution.ids)
             retry.current_task_id = task_id
             attempt = _Task(task_id, retry.kind, name=retry.name, input=retry.input, retry=retry)
             execution.tasks[task_id] = attempt
@@ -216,7 +219,7 @@ class _Episodes:
             after_commit.append(lambda: self._dispatch(inst, attempt))
             return
         retry.current_task_id = None
-        timer_id = self._allocate(execution)
+        timer_id = next(execution.ids)
         fire_at = now + retry.first_interval
         timer = _Task(timer_id, "timer", fire_at=fire_at, retry=retry)
         execution.tasks[timer_id] = timer
@@ -229,12 +232,6 @@ class _Episodes:
             f"retry timer #{timer_id} at {format_time(fire_at)}",
         )
 
-    @staticmethod
-    def _allocate(execution: _Execution) -> int:
-        task_id = execution.next_id
-        execution.next_id += 1
-        return task_id
-
     def _apply_actions(
         self,
         inst: _Instance,
@@ -245,7 +242,7 @@ class _Episodes:
     ) -> None:
         execution = inst.execution
         flat = list(flatten_actions(actions))
-        known = len(execution.action_signatures)
+        known = len(execution.actions)
         if len(flat) < known:
             raise _OrchestrationError(
                 f"Non-Deterministic workflow detected: a previous execution scheduled {known} action(s) "
@@ -254,21 +251,19 @@ class _Episodes:
             )
         for index, action in enumerate(flat):
             signature = _signature(action)
-            if index < known:
-                if signature != execution.action_signatures[index]:
-                    raise _OrchestrationError(
-                        f"Non-Deterministic workflow detected: action #{index} was "
-                        f"{_describe_signature(execution.action_signatures[index])} in a previous execution "
-                        f"but is {_describe_signature(signature)} in this replay."
-                    )
-                task_id = execution.action_task_ids[index]
-                if action.get("actionType") == ActionType.CREATE_TIMER and action.get("isCanceled"):
-                    self._cancel_timer(inst, execution.tasks[task_id])
+            if index >= known:
+                task_id = self._schedule_action(inst, action, now, decisions, after_commit)
+                execution.actions.append((signature, task_id))
                 continue
-            execution.action_signatures.append(signature)
-            execution.action_task_ids.append(
-                self._schedule_action(inst, action, now, decisions, after_commit)
-            )
+            previous, task_id = execution.actions[index]
+            if signature != previous:
+                raise _OrchestrationError(
+                    f"Non-Deterministic workflow detected: action #{index} was "
+                    f"{_describe_signature(previous)} in a previous execution "
+                    f"but is {_describe_signature(signature)} in this replay."
+                )
+            if action.get("actionType") == ActionType.CREATE_TIMER and action.get("isCanceled"):
+                self._cancel_timer(inst, execution.tasks[task_id])
 
     def _schedule_action(
         self,
@@ -280,32 +275,9 @@ class _Episodes:
     ) -> int | None:
         execution = inst.execution
         kind = action.get("actionType")
-        if kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
-            name = action["functionName"]
-            if name not in self.functions.activities:
-                raise _OrchestrationError(
-                    f"The function '{name}' doesn't exist, is disabled, or is not an activity function."
-                )
-            task = _Task(self._allocate(execution), "activity", name=name, input=action.get("input"))
-        elif kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
-            name = action["functionName"]
-            if name not in self.functions.orchestrators:
-                raise _OrchestrationError(
-                    f"The function '{name}' doesn't exist, is disabled, or is not an orchestrator function."
-                )
-            requested = action.get("instanceId")
-            if requested is not None and requested in (
-                inst.instance_id,
-                inst.parent and inst.parent.instance_id,
-            ):
-                raise _OrchestrationError(
-                    "The instance ID of a sub-orchestration must be different than the instance ID of a "
-                    "parent orchestration."
-                )
-            task = _Task(self._allocate(execution), "suborchestration", name=name, input=action.get("input"))
-        elif kind == ActionType.CREATE_TIMER:
+        if kind == ActionType.CREATE_TIMER:
             fire_at = parse_time(action["fireAt"])
-            task = _Task(self._allocate(execution), "timer", fire_at=fire_at)
+            task = _Task(next(execution.ids), "timer", fire_at=fire_at)
             execution.tasks[task.id] = task
             decisions.append(make_event(H.TIMER_CREATED, now, task.id, FireAt=format_time(fire_at)))
             self._log(
@@ -317,27 +289,37 @@ class _Episodes:
             else:
                 after_commit.append(lambda: self._schedule_timer(inst, task))
             return task.id
-        elif kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
+        if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
             self._log(inst.instance_id, f"waiting for external event {action.get('externalEventName')!r}")
             return None
-        elif kind == ActionType.CONTINUE_AS_NEW:
+        if kind == ActionType.CONTINUE_AS_NEW:
             return None
-        else:
+        if kind not in _CALLS:
             raise _OrchestrationError(f"{action_label(kind)} is not supported by the durable test host")
 
+        task_kind, role = _CALLS[kind]
+        name, requested = action["functionName"], action.get("instanceId")
+        if name not in (self.functions.activities if role == "activity" else self.functions.orchestrators):
+            raise _OrchestrationError(unknown_function(name, role))
+        if requested is not None and requested in (inst.instance_id, inst.parent and inst.parent.instance_id):
+            raise _OrchestrationError(
+                "The instance ID of a sub-orchestration must be different than the instance ID of a "
+                "parent orchestration."
+            )
+        task = _Task(next(execution.ids), task_kind, name=name, input=action.get("input"))
         if kind in (ActionType.CALL_ACTIVITY_WITH_RETRY, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
             options = action.get("retryOptions") or {}
             task.retry = _Retry(
                 kind=task.kind,
                 name=task.name,
                 input=task.input,
-                instance_id=action.get("instanceId"),
+                instance_id=requested,
                 first_interval=timedelta(milliseconds=options.get("firstRetryIntervalInMilliseconds", 1000)),
                 max_attempts=int(options.get("maxNumberOfAttempts", 1)),
                 current_task_id=task.id,
             )
         execution.tasks[task.id] = task
-        decisions.append(self._schedule_event(inst, task, now, action.get("instanceId")))
+        decisions.append(self._schedule_event(inst, task, now, requested))
         after_commit.append(lambda: self._dispatch(inst, task))
         return task.id
 

@@ -102,6 +102,12 @@ def action_label(kind: Any) -> str:
         return f"action type {kind}"
 
 
+def unknown_function(name: str, role: str) -> str:
+    """The extension's answer to a call of a function the app does not have (``role``: activity,
+    orchestrator)."""
+    return f"The function '{name}' doesn't exist, is disabled, or is not an {role} function."
+
+
 def schema_fields(schema_version: int) -> dict:
     """The schema part of the context JSON, as
     ``OrchestrationTriggerAttributeBindingProvider.OrchestrationContextToString`` sends it

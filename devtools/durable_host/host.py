@@ -28,6 +28,7 @@ from .history import (
     format_time,
     json_value,
     make_event,
+    unknown_function,
 )
 from .lifecycle import _Activities, _Lifecycle
 from .registry import FunctionTable, _is_function
@@ -42,7 +43,6 @@ from .state import (
     _Fault,
     _Instance,
     _Periodic,
-    _played,
     _WorkItem,
 )
 from .timers import _Loop, _short, _Tracing
@@ -131,9 +131,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
     def _start(self, name: str, instance_id: str | None, input_json: str | None) -> str:
         with self._lock:
             if name not in self.functions.orchestrators:
-                raise ValueError(
-                    f"The function '{name}' doesn't exist, is disabled, or is not an orchestrator function."
-                )
+                raise ValueError(unknown_function(name, "orchestrator"))
             instance_id = instance_id or uuid.uuid4().hex
             existing = self._instances.get(instance_id)
             if existing is not None and existing.status in RUNNING_STATUSES:
@@ -161,16 +159,12 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             inst = self._require(instance_id)
             if inst.status in TERMINAL_STATUSES:
                 return False
-            now = self.clock.now()
-            inst.history.append(_played(make_event(H.EXECUTION_TERMINATED, now, Input=reason)))
             inst.inbox.clear()
             self._dirty.pop(instance_id, None)
-            inst.status = Status.Terminated
-            inst.output = reason
-            inst.updated = now
-            self._log(instance_id, f"terminated: {reason!r}")
+            ended = make_event(H.EXECUTION_TERMINATED, self.clock.now(), Input=reason)
             # The parent hears the termination reason, no details (``TaskOrchestrationDispatcher``).
-            self._notify_parent(inst, failed=True, reason=reason, details=None)
+            self._finish(inst, Status.Terminated, reason, ended, {"Reason": reason, "Details": None})
+            self._log(instance_id, f"terminated: {reason!r}")
             return True
 
     def get_status(self, instance_id: str) -> DurableOrchestrationStatus | None:

@@ -81,9 +81,7 @@ class _Lifecycle:
     def _dispatch(self, inst: _Instance, task: _Task) -> None:
         execution = inst.execution
         if task.kind == "activity":
-            self._activity_queue.append(
-                _WorkItem(inst.instance_id, execution.execution_id, task.id, task.name, task.input)
-            )
+            self._queue_activity(inst, task)
             attempt = f" (attempt {task.retry.attempts})" if task.retry and task.retry.attempts > 1 else ""
             self._log(inst.instance_id, f"activity {task.name!r} #{task.id} scheduled{attempt}")
             return
@@ -103,6 +101,10 @@ class _Lifecycle:
         parent = _ParentRef(inst.instance_id, execution.execution_id, task.id, inst.name)
         self._create_instance(task.name, child_id, task.input, parent=parent)
 
+    def _queue_activity(self, inst: _Instance, task: _Task) -> None:
+        item = _WorkItem(inst.instance_id, inst.execution.execution_id, task.id, task.name, task.input)
+        self._activity_queue.append(item)
+
     def _held(self, inst: _Instance, outcome: str) -> bool:
         """Whether the instance must stay Running although its code finished (``outcome``):
         ``TaskOrchestrationExecutor.ExecuteCore`` ends it only ``if (!this.context.HasOpenTasks)``."""
@@ -121,35 +123,37 @@ class _Lifecycle:
     def _complete(self, inst: _Instance, output: Any) -> None:
         if self._held(inst, "returned"):
             return
-        now = self.clock.now()
-        inst.status = Status.Completed
-        inst.output = output
-        inst.updated = now
         result = json.dumps(output)
-        inst.history.append(
-            _played(make_event(H.EXECUTION_COMPLETED, now, OrchestrationStatus="Completed", Result=result))
-        )
+        now = self.clock.now()
+        ended = make_event(H.EXECUTION_COMPLETED, now, OrchestrationStatus="Completed", Result=result)
+        self._finish(inst, Status.Completed, output, ended, {"Result": result})
         self._log(inst.instance_id, f"completed: {_short(output)}")
-        self._notify_parent(inst, failed=False, result=result)
 
     def _fail(self, inst: _Instance, message: str, details: str) -> None:
+        failure = {"ErrorMessage": message, "StackTrace": details}
         now = self.clock.now()
-        inst.status = Status.Failed
-        inst.output = message
-        inst.updated = now
-        inst.history.append(
-            _played(
-                make_event(
-                    H.EXECUTION_COMPLETED,
-                    now,
-                    OrchestrationStatus="Failed",
-                    Result=message,
-                    FailureDetails={"ErrorMessage": message, "StackTrace": details},
-                )
-            )
+        ended = make_event(
+            H.EXECUTION_COMPLETED, now, OrchestrationStatus="Failed", Result=message, FailureDetails=failure
         )
+        self._finish(inst, Status.Failed, message, ended, {"Reason": message, "Details": details})
         self._log(inst.instance_id, f"FAILED: {message}")
-        self._notify_parent(inst, failed=True, reason=message, details=details)
+
+    def _finish(self, inst: _Instance, status: Status, output: Any, ended: dict, answer: dict) -> None:
+        """End the execution with the ``ended`` event; the parent hears ``answer``, the fields of a
+        SubOrchestrationInstanceFailed (when it has a Reason) or Completed."""
+        inst.history.append(_played(ended))
+        inst.status = status
+        inst.output = output
+        inst.updated = self.clock.now()
+        ref = inst.parent
+        parent = ref and self._live(ref.instance_id, ref.execution_id)
+        if parent is not None:
+            kind = (
+                H.SUB_ORCHESTRATION_INSTANCE_FAILED
+                if "Reason" in answer
+                else H.SUB_ORCHESTRATION_INSTANCE_COMPLETED
+            )
+            self._deliver(parent, make_event(kind, inst.updated, TaskScheduledId=ref.task_id, **answer))
 
     def _continue_as_new(self, inst: _Instance, input_json: str | None, carried: list[_Message]) -> None:
         """Start the next execution with ``carried`` events from the batch, then any that arrived since
@@ -172,36 +176,6 @@ class _Lifecycle:
             inst.instance_id,
             f"continued as new (generation {inst.generations}) with input {_short(input_json)}{kept}",
         )
-
-    def _notify_parent(
-        self,
-        inst: _Instance,
-        *,
-        failed: bool,
-        result: str | None = None,
-        reason: str = "",
-        details: str | None = "",
-    ) -> None:
-        ref = inst.parent
-        if ref is None:
-            return
-        parent = self._live(ref.instance_id, ref.execution_id)
-        if parent is None:
-            return
-        now = self.clock.now()
-        if failed:
-            event = make_event(
-                H.SUB_ORCHESTRATION_INSTANCE_FAILED,
-                now,
-                TaskScheduledId=ref.task_id,
-                Reason=reason,
-                Details=details,
-            )
-        else:
-            event = make_event(
-                H.SUB_ORCHESTRATION_INSTANCE_COMPLETED, now, TaskScheduledId=ref.task_id, Result=result
-            )
-        self._deliver(parent, event)
 
 
 class _Activities:
@@ -236,13 +210,7 @@ class _Activities:
                 lost = [m for m in inst.inbox if m.volatile]
                 inst.inbox = [m for m in inst.inbox if not m.volatile]
                 for message in lost:
-                    task = inst.execution.tasks.get(message.task_id)
-                    if task is not None and task.kind == "activity":
-                        self._activity_queue.append(
-                            _WorkItem(
-                                inst.instance_id, inst.execution.execution_id, task.id, task.name, task.input
-                            )
-                        )
+                    self._queue_activity(inst, inst.execution.tasks[message.task_id])
                 inst.last_actions = None
                 detail = f"; {len(lost)} uncommitted activity result(s) lost, redelivering" if lost else ""
                 self._log(inst.instance_id, f"CRASH: in-memory state dropped{detail}")

@@ -3,7 +3,8 @@ as a storage backend would keep them, except the ones marked volatile."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,9 +69,10 @@ class _Task:
 class _Execution:
     execution_id: str
     input: str | None
-    next_id: int = 0
-    action_signatures: list[tuple] = field(default_factory=list)
-    action_task_ids: list[int | None] = field(default_factory=list)
+    #: Sequence numbers, given in the order the extension's shim meets the actions.
+    ids: Iterator[int] = field(default_factory=itertools.count)
+    #: (signature, task id) of every action returned so far, checked on each replay.
+    actions: list[tuple[tuple, int | None]] = field(default_factory=list)
     tasks: dict[int, _Task] = field(default_factory=dict)
     episodes: int = 0
     #: How the orchestrator code finished while tasks were still open ("returned", "raised", ...).
