@@ -1,9 +1,6 @@
-"""Episodes: one replay of an orchestrator and the bookkeeping the framework does around it.
-
-An episode takes the instance's new messages as one batch, calls the orchestrator handler with the
-context JSON, and turns the actions it returns into history events and work, numbered as the
-extension's shim numbers them (docs/durable-test-host.md, "Sequence numbers" and "Retries").
-"""
+"""Episodes: one replay of an orchestrator on a batch of new messages, and turning the actions it
+returns into history and work, numbered as the extension's shim numbers them
+(docs/durable-test-host.md, "Sequence numbers" and "Retries")."""
 
 from __future__ import annotations
 
@@ -76,7 +73,7 @@ class _Episodes:
         return inst
 
     def _is_retry_relevant(self, execution: _Execution, event: dict) -> bool:
-        """Events after which the engine allocates a sequence number for a retry (see module doc)."""
+        """Events after which the engine allocates a sequence number for a retry."""
         kind = event["EventType"]
         if kind not in (H.TASK_FAILED, H.SUB_ORCHESTRATION_INSTANCE_FAILED, H.TIMER_FIRED):
             return False
@@ -88,20 +85,20 @@ class _Episodes:
         return task.retry.current_task_id == task.id
 
     def _take_batch(self, inst: _Instance) -> list[_Message]:
-        """All new messages, retry-relevant ones first (stable otherwise).
+        """All new messages, retry-relevant ones first after an ExecutionStarted (stable otherwise).
 
-        The SDK allocates a retry's timer/attempt sequence number when it replays the failure (or
-        the retry timer); the engine allocates it before the replay. Those events never resume the
-        orchestrator code, so putting them first keeps both allocations in the same order even when
-        another event in the same episode makes the orchestrator schedule new work.
+        The SDK numbers a retry's timer or attempt when it replays the failure (or retry timer), the
+        engine before the replay; those events never resume the orchestrator code, so putting them
+        first keeps both numberings in step when the episode also schedules new work.
         """
-        execution = inst.execution
-        relevant = [m for m in inst.inbox if self._is_retry_relevant(execution, m.event)]
-        others = [m for m in inst.inbox if not self._is_retry_relevant(execution, m.event)]
-        inst.inbox = []
-        if others and others[0].event["EventType"] == H.EXECUTION_STARTED:
-            return [others[0], *relevant, *others[1:]]
-        return [*relevant, *others]
+
+        def rank(message: _Message) -> int:
+            if message.event["EventType"] == H.EXECUTION_STARTED:
+                return 0
+            return 1 if self._is_retry_relevant(inst.execution, message.event) else 2
+
+        batch, inst.inbox = sorted(inst.inbox, key=rank), []
+        return batch
 
     def _run_episode(self, inst: _Instance) -> None:
         execution = inst.execution
@@ -140,9 +137,8 @@ class _Episodes:
             inst.custom_status = state["customStatus"]
         inst.last_actions = state.get("actions")
 
-        # The extension replays the actions even when the orchestrator raised
-        # (``ScheduleDurableTaskEvents`` calls ``ReplayOOProcOrchestration`` before it throws), so work
-        # scheduled before the exception is scheduled, and keeps the instance open until it is done.
+        # Scheduled even when the orchestrator raised (``ScheduleDurableTaskEvents`` replays the actions
+        # before it throws); that work keeps the instance open until it is done.
         try:
             self._apply_actions(inst, state.get("actions") or [], now, decisions, after_commit)
             broken = None
@@ -151,8 +147,7 @@ class _Episodes:
         inst.history.extend(_played(e) for e in decisions)
         inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
         if broken is not None:
-            # Non-determinism and unknown functions fail the orchestration at once, as the
-            # framework's NonDeterministicOrchestrationException does.
+            # At once, as the framework's NonDeterministicOrchestrationException does.
             self._fail(inst, *orchestrator_failure(inst.name, str(broken), ""))
             return
 

@@ -30,7 +30,7 @@ from .history import (
     make_event,
     unknown_function,
 )
-from .lifecycle import _Activities, _Lifecycle
+from .lifecycle import _Lifecycle
 from .registry import FunctionTable, _is_function
 from .state import (
     RUNNING_STATUSES,
@@ -45,14 +45,14 @@ from .state import (
     _Periodic,
     _WorkItem,
 )
-from .timers import _Loop, _short, _Tracing
+from .timers import _Loop, _short
 
 #: The replay schemas the SDK speaks (V1-V3); the extension announces V3, so 2 is the default
 #: (docs/durable-test-host.md, "Schema version").
 SUPPORTED_SCHEMA_VERSIONS = (0, 1, 2)
 
 
-class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
+class DurableTestHost(_Lifecycle, _Episodes, _Loop):
     """Runs Durable Functions orchestrations in process, deterministically, on a virtual clock
     (docs/durable-test-host.md, "Quick start")."""
 

@@ -31,7 +31,7 @@ from .timers import _short
 
 
 class _Lifecycle:
-    """What the framework does when an instance starts, ends or continues as new."""
+    """What the framework does when an instance starts, ends or continues as new, and activity work."""
 
     def _create_instance(
         self,
@@ -177,9 +177,7 @@ class _Lifecycle:
             f"continued as new (generation {inst.generations}) with input {_short(input_json)}{kept}",
         )
 
-
-class _Activities:
-    """Activity execution, fault injection and crash recovery."""
+    # Activity execution, fault injection and crash recovery.
 
     def crash_activity_once(
         self, name: str, exc: BaseException | None = None, *, after: bool = False, times: int = 1
