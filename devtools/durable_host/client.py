@@ -12,8 +12,7 @@ from azure.durable_functions import DurableOrchestrationClient
 
 from .state import TERMINAL_STATUSES, OrchestrationAlreadyExistsError
 
-# ``host`` below is the DurableTestHost this client belongs to (host.py builds it); typed Any so that
-# this module does not import host.py, which imports it.
+# ``host`` is typed Any: host.py imports this module.
 
 RPC_PATH = "/durabletask/"
 WEBHOOK_PATH = "/runtime/webhooks/durabletask"

@@ -1,6 +1,5 @@
-"""The durable test host's public face: construction, the instance operations the durable client
-offers, calling function bodies. The work is split by concern into mixins (docs/durable-test-host.md,
-"Where the code is")."""
+"""The durable test host's public face: construction, the instance operations, calling function
+bodies; the rest is in mixins (docs/durable-test-host.md, "Where the code is")."""
 
 from __future__ import annotations
 
@@ -40,15 +39,13 @@ from .state import (
     InstanceNotFoundError,
     OrchestrationAlreadyExistsError,
     Status,
-    _Fault,
     _Instance,
     _Periodic,
     _WorkItem,
 )
 from .timers import _Loop, _short
 
-#: The replay schemas the SDK speaks (V1-V3); the extension announces V3, so 2 is the default
-#: (docs/durable-test-host.md, "Schema version").
+#: The replay schemas the SDK speaks, V1-V3 (docs/durable-test-host.md, "Schema version").
 SUPPORTED_SCHEMA_VERSIONS = (0, 1, 2)
 
 
@@ -95,7 +92,9 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
         self._timer_seq = itertools.count()
         self._periodics: list[_Periodic] = []
         self._pumps: list[tuple[str, Callable[[], Any]]] = []
-        self._faults: dict[str, deque[_Fault]] = {}
+        self._faults: dict[
+            str, deque[tuple[str, BaseException | None]]
+        ] = {}  # "before"/"after"/"lose_result"
         self._timeline: deque[tuple[datetime, str, str]] = deque(maxlen=200_000)
         self._lock = threading.RLock()
         self._loop_thread: int | None = None
@@ -109,7 +108,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
         self.client = DurableTestClient(self)
 
     def __enter__(self) -> DurableTestHost:
-        """Install the host clock as the process clock (``workflow_core.clock``) until exit."""
         self._exit_stack = ExitStack()
         self._exit_stack.enter_context(use_clock(self.clock.now))
         return self
@@ -181,8 +179,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
             return copy.deepcopy(self._require(instance_id).history)
 
     def histories(self, instance_id: str) -> list[list[dict]]:
-        """A copy of every generation's history, oldest first (one for a run that never continued
-        as new); each earlier one ends with its ContinueAsNew event."""
+        """A copy of every generation's history, oldest first."""
         with self._lock:
             inst = self._require(instance_id)
             return copy.deepcopy([*inst.past_histories, inst.history])
@@ -204,8 +201,8 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
         return function.get_user_function()
 
     def call(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
-        """Call a function body (sync or async, by name or as a function) under the host clock. The
-        SDK's ``durable_client_input`` wrapper is bypassed so ``client=host.client`` passes as is."""
+        """Call a function body under the host clock, bypassing the SDK's ``durable_client_input``
+        wrapper so ``client=host.client`` passes as is."""
         target: Any = self.function(fn) if isinstance(fn, str) else fn
         if _is_function(target):
             target = target.get_user_function()

@@ -19,7 +19,6 @@ from .state import (
     H,
     Status,
     _Execution,
-    _Fault,
     _Instance,
     _Message,
     _ParentRef,
@@ -40,7 +39,7 @@ class _Lifecycle:
         input_json: str | None,
         *,
         parent: _ParentRef | None = None,
-    ) -> _Instance:
+    ) -> None:
         now = self.clock.now()
         execution = _Execution(uuid.uuid4().hex, input_json)
         inst = _Instance(instance_id, name, Status.Pending, now, now, execution, parent=parent)
@@ -48,20 +47,17 @@ class _Lifecycle:
         self._deliver(inst, self._execution_started(inst, now))
         where = f" (sub-orchestration of {parent.instance_id})" if parent else ""
         self._log(instance_id, f"scheduled {name!r}{where} with input {_short(input_json)}")
-        return inst
 
     def _execution_started(self, inst: _Instance, now: datetime) -> dict:
         parent = inst.parent
-        parent_json = None
-        if parent is not None:
-            parent_json = {
-                "Name": parent.name,
-                "OrchestrationInstance": {
-                    "InstanceId": parent.instance_id,
-                    "ExecutionId": parent.execution_id,
-                },
-                "TaskScheduleId": parent.task_id,
-            }
+        parent_json = parent and {
+            "Name": parent.name,
+            "OrchestrationInstance": {
+                "InstanceId": parent.instance_id,
+                "ExecutionId": parent.execution_id,
+            },
+            "TaskScheduleId": parent.task_id,
+        }
         return make_event(
             H.EXECUTION_STARTED,
             now,
@@ -75,7 +71,7 @@ class _Lifecycle:
             ParentInstance=parent_json,
             Tags=None,
             ParentTraceContext=None,  # DurableTask.Core's distributed-trace context; the app carries its own
-            Generation=inst.generations,
+            Generation=len(inst.past_histories) + 1,
         )
 
     def _dispatch(self, inst: _Instance, task: _Task) -> None:
@@ -88,9 +84,7 @@ class _Lifecycle:
         child_id = task.child_instance_id
         existing = self._instances.get(child_id)
         if existing is not None and existing.status in RUNNING_STATUSES:
-            # Dropped as a "Duplicate start event" (``TaskOrchestrationDispatcher``; the provider's
-            # dedupe filters top-level starts only): nobody answers the parent (docs/durable-test-host.md,
-            # "Sub-orchestrations").
+            # A "Duplicate start event": nobody answers the parent (docs/durable-test-host.md, "Fidelity").
             self._log(
                 inst.instance_id,
                 f"sub-orchestration {task.name!r} #{task.id}: start message for {child_id} dropped "
@@ -166,15 +160,15 @@ class _Lifecycle:
         inst.past_histories.append(inst.history)
         inst.execution = _Execution(uuid.uuid4().hex, input_json)
         inst.history = []
-        inst.generations += 1
         inst.status = Status.ContinuedAsNew
         inst.updated = now
         inst.inbox = [_Message(self._execution_started(inst, now)), *carried]
         self._dirty[inst.instance_id] = None
         kept = f", {len(carried)} event(s) carried over" if carried else ""
+        generation = len(inst.past_histories) + 1
         self._log(
             inst.instance_id,
-            f"continued as new (generation {inst.generations}) with input {_short(input_json)}{kept}",
+            f"continued as new (generation {generation}) with input {_short(input_json)}{kept}",
         )
 
     # Activity execution, fault injection and crash recovery.
@@ -184,20 +178,16 @@ class _Lifecycle:
     ) -> None:
         """Make the next ``times`` calls of activity ``name`` raise ``exc``, instead of running
         (``after=False``) or after running (``after=True``, the side effect happened)."""
-        self._add_fault(
-            name,
-            _Fault(exc or RuntimeError(f"injected failure in {name!r}"), "after" if after else "before"),
-            times,
-        )
+        injected = exc or RuntimeError(f"injected failure in {name!r}")
+        self._add_fault(name, ("after" if after else "before", injected), times)
 
     def lose_activity_result_once(self, name: str, *, times: int = 1) -> None:
         """Call activity ``name``, then lose its result as a worker crash would: it is redelivered."""
-        self._add_fault(name, _Fault(None, "lose_result"), times)
+        self._add_fault(name, ("lose_result", None), times)
 
-    def _add_fault(self, name: str, fault: _Fault, times: int) -> None:
+    def _add_fault(self, name: str, fault: tuple[str, BaseException | None], times: int) -> None:
         with self._lock:
-            queue = self._faults.setdefault(name, deque())
-            queue.extend(fault for _ in range(times))
+            self._faults.setdefault(name, deque()).extend([fault] * times)
 
     def crash(self, instance_id: str | None = None) -> None:
         """Drop in-memory orchestration state, keeping only what a durable backend would keep
@@ -218,17 +208,16 @@ class _Lifecycle:
     def _execute_activity(self, item: _WorkItem) -> None:
         activity = self.functions.activities[item.name]
         faults = self._faults.get(item.name)
-        fault = faults.popleft() if faults else None
+        fault, injected = faults.popleft() if faults else (None, None)
         started = time.perf_counter()
-        event: dict | None = None
         try:
-            if fault is not None and fault.mode == "before":
-                raise fault.exc
+            if fault == "before":
+                raise injected
             value = activity.decode_input(item.input)
             self.activity_calls[item.name] += 1
             result = call_maybe_async(self._async, activity.invoke, value)
-            if fault is not None and fault.mode == "after":
-                raise fault.exc
+            if fault == "after":
+                raise injected
             encoded = activity.encode_output(result)
             event = make_event(
                 H.TASK_COMPLETED, self.clock.now(), TaskScheduledId=item.task_id, Result=encoded
@@ -245,7 +234,7 @@ class _Lifecycle:
             )
             outcome = f"failed: {type(exc).__name__}: {exc}"
         elapsed = f"{(time.perf_counter() - started) * 1000:.1f} ms"
-        if fault is not None and fault.mode == "lose_result":
+        if fault == "lose_result":
             self._activity_queue.append(item)
             self._log(
                 item.instance_id,

@@ -110,7 +110,6 @@ class _Instance:
     inbox: list[_Message] = field(default_factory=list)
     output: Any = None
     custom_status: Any = None
-    generations: int = 1
     #: The histories of the generations that continued as new, oldest first.
     past_histories: list[list[dict]] = field(default_factory=list)
     #: Volatile: the actions the last replay returned (dropped on crash).
@@ -127,12 +126,6 @@ class _WorkItem:
 
 
 @dataclass
-class _Fault:
-    exc: BaseException | None
-    mode: str  # "before" | "after" | "lose_result"
-
-
-@dataclass
 class _Periodic:
     name: str
     fn: Callable[[], Any]
@@ -140,9 +133,7 @@ class _Periodic:
     next_at: datetime
 
 
-#: The messages the framework processes in an episode, stored with ``IsPlayed = true``
-#: (``TaskOrchestrationExecutor.ExecuteCore``); every other event is stored with ``false``
-#: (docs/durable-test-host.md, "History").
+#: The messages the framework marks ``IsPlayed`` (docs/durable-test-host.md, "History").
 _PROCESSED = frozenset(
     {
         H.EXECUTION_STARTED,
