@@ -4,8 +4,7 @@ returns into history and work, numbered as the extension's shim numbers them
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from .history import (
@@ -26,6 +25,7 @@ from .state import (
     TERMINAL_STATUSES,
     H,
     Status,
+    _Decisions,
     _Execution,
     _Instance,
     _Message,
@@ -111,10 +111,9 @@ class _Episodes:
         self._log(
             inst.instance_id, f"replay #{execution.episodes} with {len(inst.history)} old event(s) + {labels}"
         )
-        decisions: list[dict] = []
-        after_commit: list[Callable[[], None]] = []
+        out = _Decisions(now)
         for message in batch:
-            self._account(inst, message.event, now, decisions, after_commit)
+            self._account(inst, message.event, out)
 
         context = {
             "history": [*inst.history, *new_events],
@@ -140,18 +139,18 @@ class _Episodes:
         # Scheduled even when the orchestrator raised (``ScheduleDurableTaskEvents`` replays the actions
         # before it throws); that work keeps the instance open until it is done.
         try:
-            self._apply_actions(inst, state.get("actions") or [], now, decisions, after_commit)
+            self._apply_actions(inst, state.get("actions") or [], out)
             broken = None
         except _OrchestrationError as exc:
             broken = exc
-        inst.history.extend(_played(e) for e in decisions)
+        inst.history.extend(_played(e) for e in out.events)
         inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
         if broken is not None:
             # At once, as the framework's NonDeterministicOrchestrationException does.
             self._fail(inst, *orchestrator_failure(inst.name, str(broken), ""))
             return
 
-        for action in after_commit:
+        for action in out.after_commit:
             action()
         if error is not None:
             if not self._held(inst, "raised"):
@@ -182,14 +181,7 @@ class _Episodes:
                 return [m for m in batch[k:] if m.event["EventType"] == H.EVENT_RAISED]
         return []
 
-    def _account(
-        self,
-        inst: _Instance,
-        event: dict,
-        now: datetime,
-        decisions: list[dict],
-        after_commit: list[Callable[[], None]],
-    ) -> None:
+    def _account(self, inst: _Instance, event: dict, out: _Decisions) -> None:
         """Engine bookkeeping for an event entering history; retry follow-ups are decided here."""
         execution = inst.execution
         kind = event["EventType"]
@@ -206,35 +198,19 @@ class _Episodes:
         if kind == H.TIMER_FIRED:
             retry.timer_id = None
             retry.attempts += 1
-            task_id = next(execution.ids)
-            retry.current_task_id = task_id
-            attempt = _Task(task_id, retry.kind, name=retry.name, input=retry.input, retry=retry)
-            execution.tasks[task_id] = attempt
-            decisions.append(self._schedule_event(inst, attempt, now, retry.instance_id))
-            after_commit.append(lambda: self._dispatch(inst, attempt))
+            attempt = _Task(next(execution.ids), retry.kind, name=retry.name, input=retry.input, retry=retry)
+            retry.current_task_id = self._add_task(inst, attempt, out, retry.instance_id)
             return
         retry.current_task_id = None
-        timer_id = next(execution.ids)
-        fire_at = now + retry.first_interval
-        timer = _Task(timer_id, "timer", fire_at=fire_at, retry=retry)
-        execution.tasks[timer_id] = timer
-        retry.timer_id = timer_id
-        decisions.append(make_event(H.TIMER_CREATED, now, timer_id, FireAt=format_time(fire_at)))
-        after_commit.append(lambda: self._schedule_timer(inst, timer))
+        timer = _Task(next(execution.ids), "timer", fire_at=out.now + retry.first_interval, retry=retry)
+        retry.timer_id = self._add_task(inst, timer, out)
         self._log(
             inst.instance_id,
             f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed; "
-            f"retry timer #{timer_id} at {format_time(fire_at)}",
+            f"retry timer #{timer.id} at {format_time(timer.fire_at)}",
         )
 
-    def _apply_actions(
-        self,
-        inst: _Instance,
-        actions: list,
-        now: datetime,
-        decisions: list[dict],
-        after_commit: list[Callable[[], None]],
-    ) -> None:
+    def _apply_actions(self, inst: _Instance, actions: list, out: _Decisions) -> None:
         execution = inst.execution
         flat = list(flatten_actions(actions))
         known = len(execution.actions)
@@ -247,7 +223,7 @@ class _Episodes:
         for index, action in enumerate(flat):
             signature = _signature(action)
             if index >= known:
-                task_id = self._schedule_action(inst, action, now, decisions, after_commit)
+                task_id = self._schedule_action(inst, action, out)
                 execution.actions.append((signature, task_id))
                 continue
             previous, task_id = execution.actions[index]
@@ -260,30 +236,19 @@ class _Episodes:
             if action.get("actionType") == ActionType.CREATE_TIMER and action.get("isCanceled"):
                 self._cancel_timer(inst, execution.tasks[task_id])
 
-    def _schedule_action(
-        self,
-        inst: _Instance,
-        action: dict,
-        now: datetime,
-        decisions: list[dict],
-        after_commit: list[Callable[[], None]],
-    ) -> int | None:
+    def _schedule_action(self, inst: _Instance, action: dict, out: _Decisions) -> int | None:
         execution = inst.execution
         kind = action.get("actionType")
         if kind == ActionType.CREATE_TIMER:
             fire_at = parse_time(action["fireAt"])
             task = _Task(next(execution.ids), "timer", fire_at=fire_at)
-            execution.tasks[task.id] = task
-            decisions.append(make_event(H.TIMER_CREATED, now, task.id, FireAt=format_time(fire_at)))
             self._log(
                 inst.instance_id,
-                f"timer #{task.id} created for {format_time(fire_at)} (in {_delta(fire_at - now)})",
+                f"timer #{task.id} created for {format_time(fire_at)} (in {_delta(fire_at - out.now)})",
             )
             if action.get("isCanceled"):
                 self._cancel_timer(inst, task)
-            else:
-                after_commit.append(lambda: self._schedule_timer(inst, task))
-            return task.id
+            return self._add_task(inst, task, out)
         if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
             self._log(inst.instance_id, f"waiting for external event {action.get('externalEventName')!r}")
             return None
@@ -313,24 +278,36 @@ class _Episodes:
                 max_attempts=int(options.get("maxNumberOfAttempts", 1)),
                 current_task_id=task.id,
             )
-        execution.tasks[task.id] = task
-        decisions.append(self._schedule_event(inst, task, now, requested))
-        after_commit.append(lambda: self._dispatch(inst, task))
-        return task.id
+        return self._add_task(inst, task, out, requested)
 
-    def _schedule_event(self, inst: _Instance, task: _Task, now: datetime, requested_id: str | None) -> dict:
-        if task.kind == "activity":
-            return make_event(H.TASK_SCHEDULED, now, task.id, Name=task.name, Input=task.input, Version="")
-        task.child_instance_id = requested_id or f"{inst.execution.execution_id}:{task.id}"
-        return make_event(
-            H.SUB_ORCHESTRATION_INSTANCE_CREATED,
-            now,
-            task.id,
-            Name=task.name,
-            Input=task.input,
-            InstanceId=task.child_instance_id,
-            Version="",
-        )
+    def _add_task(
+        self, inst: _Instance, task: _Task, out: _Decisions, requested_id: str | None = None
+    ) -> int:
+        """Record ``task`` and the event that schedules it; its work starts once the episode is stored."""
+        inst.execution.tasks[task.id] = task
+        if task.kind == "timer":
+            event = make_event(H.TIMER_CREATED, out.now, task.id, FireAt=format_time(task.fire_at))
+        elif task.kind == "activity":
+            event = make_event(
+                H.TASK_SCHEDULED, out.now, task.id, Name=task.name, Input=task.input, Version=""
+            )
+        else:
+            task.child_instance_id = requested_id or f"{inst.execution.execution_id}:{task.id}"
+            event = make_event(
+                H.SUB_ORCHESTRATION_INSTANCE_CREATED,
+                out.now,
+                task.id,
+                Name=task.name,
+                Input=task.input,
+                InstanceId=task.child_instance_id,
+                Version="",
+            )
+        out.events.append(event)
+        if task.kind != "timer":
+            out.after_commit.append(lambda: self._dispatch(inst, task))
+        elif not task.cancelled:
+            out.after_commit.append(lambda: self._schedule_timer(inst, task))
+        return task.id
 
 
 def _signature(action: dict) -> tuple:

@@ -82,6 +82,15 @@ class _Execution:
 
 
 @dataclass
+class _Decisions:
+    """What an episode decided: events for its history, and work that starts once they are stored."""
+
+    now: datetime
+    events: list[dict] = field(default_factory=list)
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+
+@dataclass
 class _Message:
     event: dict
     #: An activity result not yet committed to history: lost (and the activity redelivered) on crash.
