@@ -58,10 +58,8 @@ _CALLS = {
 class _Episodes:
     """Running episodes and recording what the orchestrator decided."""
 
-    def _deliver(
-        self, inst: _Instance, event: dict, *, volatile: bool = False, task_id: int | None = None
-    ) -> None:
-        inst.inbox.append(_Message(event, volatile, task_id))
+    def _deliver(self, inst: _Instance, event: dict, task_id: int | None = None) -> None:
+        inst.inbox.append(_Message(event, task_id))
         self._dirty[inst.instance_id] = None
 
     def _live(self, instance_id: str, execution_id: str) -> _Instance | None:
@@ -167,8 +165,6 @@ class _Episodes:
         """The EventRaised messages of ``batch`` after its continue-as-new point, found by replaying
         the batch's prefixes (``TaskOrchestrationContext.HandleEventRaisedEvent``;
         docs/durable-test-host.md, "Continue-as-new")."""
-        if len(batch) < 2:
-            return []
         history = context["history"]
         old = history[: len(history) - len(batch)]
         for k in range(1, len(batch)):

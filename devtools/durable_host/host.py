@@ -92,9 +92,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
         self._timer_seq = itertools.count()
         self._periodics: list[_Periodic] = []
         self._pumps: list[tuple[str, Callable[[], Any]]] = []
-        self._faults: dict[
-            str, deque[tuple[str, BaseException | None]]
-        ] = {}  # "before"/"after"/"lose_result"
+        self._faults: dict[str, deque[tuple[str, BaseException | None]]] = {}  # (mode, exception)
         self._timeline: deque[tuple[datetime, str, str]] = deque(maxlen=200_000)
         self._lock = threading.RLock()
         self._loop_thread: int | None = None

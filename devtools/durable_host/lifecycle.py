@@ -195,8 +195,8 @@ class _Lifecycle:
         with self._lock:
             targets = [self._require(instance_id)] if instance_id else list(self._instances.values())
             for inst in targets:
-                lost = [m for m in inst.inbox if m.volatile]
-                inst.inbox = [m for m in inst.inbox if not m.volatile]
+                lost = [m for m in inst.inbox if m.task_id is not None]
+                inst.inbox = [m for m in inst.inbox if m.task_id is None]
                 for message in lost:
                     self._queue_activity(inst, inst.execution.tasks[message.task_id])
                 inst.last_actions = None
@@ -250,4 +250,4 @@ class _Lifecycle:
             )
             return
         self._log(item.instance_id, f"activity {item.name!r} #{item.task_id} {outcome} ({elapsed})")
-        self._deliver(inst, event, volatile=True, task_id=item.task_id)
+        self._deliver(inst, event, task_id=item.task_id)

@@ -93,8 +93,8 @@ class _Decisions:
 @dataclass
 class _Message:
     event: dict
-    #: An activity result not yet committed to history: lost (and the activity redelivered) on crash.
-    volatile: bool = False
+    #: Set on an activity result, which is volatile until its episode stores it: lost (and the
+    #: activity redelivered) on crash.
     task_id: int | None = None
 
 
