@@ -9,20 +9,11 @@ from collections.abc import Awaitable
 from typing import Any
 
 
-async def _await(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
-
-
 class AsyncRunner:
-    """Runs awaitables to completion from synchronous code, always in the calling thread.
-
-    Keeps one private event loop per thread (kept open, so libraries that cache loop-bound sessions
-    keep working). When an event loop is already running in this thread (an async test, Playwright's
-    sync API, or an async activity that calls back into the host), that loop is set aside while ours
-    runs and put back after, rather than handing the awaitable to another thread: the host's loop lock
-    is re-entrant for this thread only, so a helper thread calling back into the host would wait for
-    a lock its own caller holds.
-    """
+    """Runs awaitables to completion in the calling thread, on one private event loop per thread
+    (kept open: libraries cache loop-bound sessions). A loop already running in this thread is set
+    aside meanwhile rather than the work handed to another thread: the host's lock is re-entrant for
+    this thread only, so a helper thread calling back into the host would wait for its own caller."""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -30,7 +21,6 @@ class AsyncRunner:
         self._lock = threading.Lock()
 
     def run(self, awaitable: Awaitable[Any]) -> Any:
-        coroutine = awaitable if inspect.iscoroutine(awaitable) else _await(awaitable)
         loop = getattr(self._local, "loop", None)
         nested = loop is not None and loop.is_running()
         if nested:  # re-entered from inside our own loop: a short-lived loop of its own
@@ -44,7 +34,7 @@ class AsyncRunner:
         if outer is not None:
             asyncio.events._set_running_loop(None)
         try:
-            return loop.run_until_complete(coroutine)
+            return loop.run_until_complete(awaitable)
         finally:
             if outer is not None:
                 asyncio.events._set_running_loop(outer)

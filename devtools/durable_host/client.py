@@ -1,7 +1,6 @@
-"""The durable client facade: the SDK's own ``DurableOrchestrationClient`` with only its HTTP
-transport (three instance attributes) replaced by :class:`ExtensionHttpApi`, an in-process emulation
-of the extension's management routes (docs/durable-test-host.md, "The durable client").
-"""
+"""The durable client: the SDK's own ``DurableOrchestrationClient`` with only its HTTP transport
+(three instance attributes) replaced by an in-process emulation of the extension's management routes
+(docs/durable-test-host.md, "The durable client")."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from azure.durable_functions import DurableOrchestrationClient
 
 from .state import TERMINAL_STATUSES, OrchestrationAlreadyExistsError
 
-# ``host`` below is the DurableTestHost this client belongs to (host.py builds it); typed Any so that
-# this module does not import host.py, which imports it.
+# ``host`` is typed Any: host.py imports this module.
 
 RPC_PATH = "/durabletask/"
 WEBHOOK_PATH = "/runtime/webhooks/durabletask"
@@ -61,33 +59,27 @@ def binding_context(host: Any) -> dict:
 
 
 class DurableTestClient(DurableOrchestrationClient):
-    """``DurableOrchestrationClient`` bound to a :class:`DurableTestHost` (``host.client``)."""
+    """``DurableOrchestrationClient`` bound to a :class:`DurableTestHost` (``host.client``); its
+    transport answers the extension's management HTTP API in process: ``[status_code, json_body]``."""
 
     def __init__(self, host: Any) -> None:
         super().__init__(json.dumps(binding_context(host)))
-        self._api = ExtensionHttpApi(host)
-        self._post_async_request = self._api.post
-        self._get_async_request = self._api.get
-        self._delete_async_request = self._api.delete
-
-
-class ExtensionHttpApi:
-    """The extension's management HTTP API, answered in process: ``[status_code, json_body]``."""
-
-    def __init__(self, host: Any) -> None:
         self._host = host
+        self._post_async_request = self._post
+        self._get_async_request = self._get
+        self._delete_async_request = self._delete
 
     # The SDK's transport functions (models/utils/http_utils.py); trace and invocation ids are ignored.
-    async def post(self, url: str, data: Any = None, *_: Any, **__: Any) -> list[Any]:
-        return self.handle("POST", url, data)
+    async def _post(self, url: str, data: Any = None, *_: Any, **__: Any) -> list[Any]:
+        return self._handle("POST", url, data)
 
-    async def get(self, url: str, *_: Any, **__: Any) -> list[Any]:
-        return self.handle("GET", url, None)
+    async def _get(self, url: str, *_: Any, **__: Any) -> list[Any]:
+        return self._handle("GET", url, None)
 
-    async def delete(self, url: str, *_: Any, **__: Any) -> list[Any]:
-        return self.handle("DELETE", url, None)
+    async def _delete(self, url: str, *_: Any, **__: Any) -> list[Any]:
+        return self._handle("DELETE", url, None)
 
-    def handle(self, method: str, url: str, body: Any) -> list[Any]:
+    def _handle(self, method: str, url: str, body: Any) -> list[Any]:
         host = self._host
         parsed = urlparse(url)
         path = parsed.path

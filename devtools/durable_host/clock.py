@@ -6,8 +6,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
-#: Where a :class:`VirtualClock` starts unless told otherwise: fixed, so timelines and timestamps in
-#: tests are reproducible.
+#: Where a :class:`VirtualClock` starts unless told otherwise: fixed, for reproducible timelines.
 DEFAULT_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 
 

@@ -1,14 +1,10 @@
-"""Episodes: one replay of an orchestrator and the bookkeeping the framework does around it.
-
-An episode takes the instance's new messages as one batch, calls the orchestrator handler with the
-context JSON, and turns the actions it returns into history events and work, numbered as the
-extension's shim numbers them (docs/durable-test-host.md, "Sequence numbers" and "Retries").
-"""
+"""Episodes: one replay of an orchestrator on a batch of new messages, and turning the actions it
+returns into history and work, numbered as the extension's shim numbers them
+(docs/durable-test-host.md, "Sequence numbers" and "Retries")."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from .history import (
@@ -23,11 +19,13 @@ from .history import (
     parse_time,
     replay,
     schema_fields,
+    unknown_function,
 )
 from .state import (
     TERMINAL_STATUSES,
     H,
     Status,
+    _Decisions,
     _Execution,
     _Instance,
     _Message,
@@ -48,13 +46,20 @@ _ANSWERS = {
 }
 
 
+#: The call actions: the kind of task each makes, and the role its function must have.
+_CALLS = {
+    ActionType.CALL_ACTIVITY: ("activity", "activity"),
+    ActionType.CALL_ACTIVITY_WITH_RETRY: ("activity", "activity"),
+    ActionType.CALL_SUB_ORCHESTRATOR: ("suborchestration", "orchestrator"),
+    ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY: ("suborchestration", "orchestrator"),
+}
+
+
 class _Episodes:
     """Running episodes and recording what the orchestrator decided."""
 
-    def _deliver(
-        self, inst: _Instance, event: dict, *, volatile: bool = False, task_id: int | None = None
-    ) -> None:
-        inst.inbox.append(_Message(event, volatile, task_id))
+    def _deliver(self, inst: _Instance, event: dict, task_id: int | None = None) -> None:
+        inst.inbox.append(_Message(event, task_id))
         self._dirty[inst.instance_id] = None
 
     def _live(self, instance_id: str, execution_id: str) -> _Instance | None:
@@ -66,7 +71,7 @@ class _Episodes:
         return inst
 
     def _is_retry_relevant(self, execution: _Execution, event: dict) -> bool:
-        """Events after which the engine allocates a sequence number for a retry (see module doc)."""
+        """Events after which the engine allocates a sequence number for a retry."""
         kind = event["EventType"]
         if kind not in (H.TASK_FAILED, H.SUB_ORCHESTRATION_INSTANCE_FAILED, H.TIMER_FIRED):
             return False
@@ -78,20 +83,20 @@ class _Episodes:
         return task.retry.current_task_id == task.id
 
     def _take_batch(self, inst: _Instance) -> list[_Message]:
-        """All new messages, retry-relevant ones first (stable otherwise).
+        """All new messages, retry-relevant ones first after an ExecutionStarted (stable otherwise).
 
-        The SDK allocates a retry's timer/attempt sequence number when it replays the failure (or
-        the retry timer); the engine allocates it before the replay. Those events never resume the
-        orchestrator code, so putting them first keeps both allocations in the same order even when
-        another event in the same episode makes the orchestrator schedule new work.
+        The SDK numbers a retry's timer or attempt when it replays the failure (or retry timer), the
+        engine before the replay; those events never resume the orchestrator code, so putting them
+        first keeps both numberings in step when the episode also schedules new work.
         """
-        execution = inst.execution
-        relevant = [m for m in inst.inbox if self._is_retry_relevant(execution, m.event)]
-        others = [m for m in inst.inbox if not self._is_retry_relevant(execution, m.event)]
-        inst.inbox = []
-        if others and others[0].event["EventType"] == H.EXECUTION_STARTED:
-            return [others[0], *relevant, *others[1:]]
-        return [*relevant, *others]
+
+        def rank(message: _Message) -> int:
+            if message.event["EventType"] == H.EXECUTION_STARTED:
+                return 0
+            return 1 if self._is_retry_relevant(inst.execution, message.event) else 2
+
+        batch, inst.inbox = sorted(inst.inbox, key=rank), []
+        return batch
 
     def _run_episode(self, inst: _Instance) -> None:
         execution = inst.execution
@@ -104,10 +109,9 @@ class _Episodes:
         self._log(
             inst.instance_id, f"replay #{execution.episodes} with {len(inst.history)} old event(s) + {labels}"
         )
-        decisions: list[dict] = []
-        after_commit: list[Callable[[], None]] = []
+        out = _Decisions(now)
         for message in batch:
-            self._account(inst, message.event, now, decisions, after_commit)
+            self._account(inst, message.event, out)
 
         context = {
             "history": [*inst.history, *new_events],
@@ -121,11 +125,6 @@ class _Episodes:
             state, error, details = replay(orchestrator.handler, context), None, ""
         except Exception as exc:
             state, error, details = parse_failure(exc)
-        carried = (
-            self._carried_over(orchestrator, context, batch)
-            if error is None and state.get("isDone") and _continue_as_new_action(state)
-            else []
-        )
 
         inst.history.extend(_played(e) for e in new_events)
         if inst.status in (Status.Pending, Status.ContinuedAsNew):
@@ -135,43 +134,37 @@ class _Episodes:
             inst.custom_status = state["customStatus"]
         inst.last_actions = state.get("actions")
 
-        # The extension replays the actions even when the orchestrator raised
-        # (``ScheduleDurableTaskEvents`` calls ``ReplayOOProcOrchestration`` before it throws), so work
-        # scheduled before the exception is scheduled, and keeps the instance open until it is done.
+        # Scheduled even when the orchestrator raised (``ScheduleDurableTaskEvents`` replays the actions
+        # before it throws); that work keeps the instance open until it is done.
         try:
-            self._apply_actions(inst, state.get("actions") or [], now, decisions, after_commit)
+            self._apply_actions(inst, state.get("actions") or [], out)
             broken = None
         except _OrchestrationError as exc:
             broken = exc
-        inst.history.extend(_played(e) for e in decisions)
+        inst.history.extend(_played(e) for e in out.events)
         inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
         if broken is not None:
-            # Non-determinism and unknown functions fail the orchestration at once, as the
-            # framework's NonDeterministicOrchestrationException does.
+            # At once, as the framework's NonDeterministicOrchestrationException does.
             self._fail(inst, *orchestrator_failure(inst.name, str(broken), ""))
             return
 
-        for action in after_commit:
+        for action in out.after_commit:
             action()
         if error is not None:
             if not self._held(inst, "raised"):
                 self._fail(inst, *orchestrator_failure(inst.name, error, details))
+        elif state.get("isDone") and (continue_as_new := _continue_as_new_action(state)) is not None:
+            # Continue-as-new is a completion too: it waits for open tasks like any other.
+            execution.carried.extend(self._carried_over(orchestrator, context, batch))
+            if not self._held(inst, "continued as new"):
+                self._continue_as_new(inst, continue_as_new.get("input"), execution.carried)
         elif state.get("isDone"):
-            continue_as_new = _continue_as_new_action(state)
-            if continue_as_new is not None:
-                # Continue-as-new is a completion too: it waits for open tasks like any other.
-                execution.carried.extend(carried)
-                if not self._held(inst, "continued as new"):
-                    self._continue_as_new(inst, continue_as_new.get("input"), execution.carried)
-            else:
-                self._complete(inst, state.get("output"))
+            self._complete(inst, state.get("output"))
 
     def _carried_over(self, orchestrator: Any, context: dict, batch: list[_Message]) -> list[_Message]:
         """The EventRaised messages of ``batch`` after its continue-as-new point, found by replaying
         the batch's prefixes (``TaskOrchestrationContext.HandleEventRaisedEvent``;
         docs/durable-test-host.md, "Continue-as-new")."""
-        if len(batch) < 2:
-            return []
         history = context["history"]
         old = history[: len(history) - len(batch)]
         for k in range(1, len(batch)):
@@ -184,14 +177,7 @@ class _Episodes:
                 return [m for m in batch[k:] if m.event["EventType"] == H.EVENT_RAISED]
         return []
 
-    def _account(
-        self,
-        inst: _Instance,
-        event: dict,
-        now: datetime,
-        decisions: list[dict],
-        after_commit: list[Callable[[], None]],
-    ) -> None:
+    def _account(self, inst: _Instance, event: dict, out: _Decisions) -> None:
         """Engine bookkeeping for an event entering history; retry follow-ups are decided here."""
         execution = inst.execution
         kind = event["EventType"]
@@ -208,44 +194,22 @@ class _Episodes:
         if kind == H.TIMER_FIRED:
             retry.timer_id = None
             retry.attempts += 1
-            task_id = self._allocate(execution)
-            retry.current_task_id = task_id
-            attempt = _Task(task_id, retry.kind, name=retry.name, input=retry.input, retry=retry)
-            execution.tasks[task_id] = attempt
-            decisions.append(self._schedule_event(inst, attempt, now, retry.instance_id))
-            after_commit.append(lambda: self._dispatch(inst, attempt))
+            attempt = _Task(next(execution.ids), retry.kind, name=retry.name, input=retry.input, retry=retry)
+            retry.current_task_id = self._add_task(inst, attempt, out, retry.instance_id)
             return
         retry.current_task_id = None
-        timer_id = self._allocate(execution)
-        fire_at = now + retry.first_interval
-        timer = _Task(timer_id, "timer", fire_at=fire_at, retry=retry)
-        execution.tasks[timer_id] = timer
-        retry.timer_id = timer_id
-        decisions.append(make_event(H.TIMER_CREATED, now, timer_id, FireAt=format_time(fire_at)))
-        after_commit.append(lambda: self._schedule_timer(inst, timer))
+        timer = _Task(next(execution.ids), "timer", fire_at=out.now + retry.first_interval, retry=retry)
+        retry.timer_id = self._add_task(inst, timer, out)
         self._log(
             inst.instance_id,
             f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed; "
-            f"retry timer #{timer_id} at {format_time(fire_at)}",
+            f"retry timer #{timer.id} at {format_time(timer.fire_at)}",
         )
 
-    @staticmethod
-    def _allocate(execution: _Execution) -> int:
-        task_id = execution.next_id
-        execution.next_id += 1
-        return task_id
-
-    def _apply_actions(
-        self,
-        inst: _Instance,
-        actions: list,
-        now: datetime,
-        decisions: list[dict],
-        after_commit: list[Callable[[], None]],
-    ) -> None:
+    def _apply_actions(self, inst: _Instance, actions: list, out: _Decisions) -> None:
         execution = inst.execution
         flat = list(flatten_actions(actions))
-        known = len(execution.action_signatures)
+        known = len(execution.actions)
         if len(flat) < known:
             raise _OrchestrationError(
                 f"Non-Deterministic workflow detected: a previous execution scheduled {known} action(s) "
@@ -254,106 +218,92 @@ class _Episodes:
             )
         for index, action in enumerate(flat):
             signature = _signature(action)
-            if index < known:
-                if signature != execution.action_signatures[index]:
-                    raise _OrchestrationError(
-                        f"Non-Deterministic workflow detected: action #{index} was "
-                        f"{_describe_signature(execution.action_signatures[index])} in a previous execution "
-                        f"but is {_describe_signature(signature)} in this replay."
-                    )
-                task_id = execution.action_task_ids[index]
-                if action.get("actionType") == ActionType.CREATE_TIMER and action.get("isCanceled"):
-                    self._cancel_timer(inst, execution.tasks[task_id])
+            if index >= known:
+                task_id = self._schedule_action(inst, action, out)
+                execution.actions.append((signature, task_id))
                 continue
-            execution.action_signatures.append(signature)
-            execution.action_task_ids.append(
-                self._schedule_action(inst, action, now, decisions, after_commit)
-            )
+            previous, task_id = execution.actions[index]
+            if signature != previous:
+                raise _OrchestrationError(
+                    f"Non-Deterministic workflow detected: action #{index} was "
+                    f"{_describe_signature(previous)} in a previous execution "
+                    f"but is {_describe_signature(signature)} in this replay."
+                )
+            if action.get("actionType") == ActionType.CREATE_TIMER and action.get("isCanceled"):
+                self._cancel_timer(inst, execution.tasks[task_id])
 
-    def _schedule_action(
-        self,
-        inst: _Instance,
-        action: dict,
-        now: datetime,
-        decisions: list[dict],
-        after_commit: list[Callable[[], None]],
-    ) -> int | None:
+    def _schedule_action(self, inst: _Instance, action: dict, out: _Decisions) -> int | None:
         execution = inst.execution
         kind = action.get("actionType")
-        if kind in (ActionType.CALL_ACTIVITY, ActionType.CALL_ACTIVITY_WITH_RETRY):
-            name = action["functionName"]
-            if name not in self.functions.activities:
-                raise _OrchestrationError(
-                    f"The function '{name}' doesn't exist, is disabled, or is not an activity function."
-                )
-            task = _Task(self._allocate(execution), "activity", name=name, input=action.get("input"))
-        elif kind in (ActionType.CALL_SUB_ORCHESTRATOR, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
-            name = action["functionName"]
-            if name not in self.functions.orchestrators:
-                raise _OrchestrationError(
-                    f"The function '{name}' doesn't exist, is disabled, or is not an orchestrator function."
-                )
-            requested = action.get("instanceId")
-            if requested is not None and requested in (
-                inst.instance_id,
-                inst.parent and inst.parent.instance_id,
-            ):
-                raise _OrchestrationError(
-                    "The instance ID of a sub-orchestration must be different than the instance ID of a "
-                    "parent orchestration."
-                )
-            task = _Task(self._allocate(execution), "suborchestration", name=name, input=action.get("input"))
-        elif kind == ActionType.CREATE_TIMER:
+        if kind == ActionType.CREATE_TIMER:
             fire_at = parse_time(action["fireAt"])
-            task = _Task(self._allocate(execution), "timer", fire_at=fire_at)
-            execution.tasks[task.id] = task
-            decisions.append(make_event(H.TIMER_CREATED, now, task.id, FireAt=format_time(fire_at)))
+            task = _Task(next(execution.ids), "timer", fire_at=fire_at)
             self._log(
                 inst.instance_id,
-                f"timer #{task.id} created for {format_time(fire_at)} (in {_delta(fire_at - now)})",
+                f"timer #{task.id} created for {format_time(fire_at)} (in {_delta(fire_at - out.now)})",
             )
             if action.get("isCanceled"):
                 self._cancel_timer(inst, task)
-            else:
-                after_commit.append(lambda: self._schedule_timer(inst, task))
-            return task.id
-        elif kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
+            return self._add_task(inst, task, out)
+        if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
             self._log(inst.instance_id, f"waiting for external event {action.get('externalEventName')!r}")
             return None
-        elif kind == ActionType.CONTINUE_AS_NEW:
+        if kind == ActionType.CONTINUE_AS_NEW:
             return None
-        else:
+        if kind not in _CALLS:
             raise _OrchestrationError(f"{action_label(kind)} is not supported by the durable test host")
 
+        task_kind, role = _CALLS[kind]
+        name, requested = action["functionName"], action.get("instanceId")
+        if name not in (self.functions.activities if role == "activity" else self.functions.orchestrators):
+            raise _OrchestrationError(unknown_function(name, role))
+        if requested is not None and requested in (inst.instance_id, inst.parent and inst.parent.instance_id):
+            raise _OrchestrationError(
+                "The instance ID of a sub-orchestration must be different than the instance ID of a "
+                "parent orchestration."
+            )
+        task = _Task(next(execution.ids), task_kind, name=name, input=action.get("input"))
         if kind in (ActionType.CALL_ACTIVITY_WITH_RETRY, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
             options = action.get("retryOptions") or {}
             task.retry = _Retry(
                 kind=task.kind,
                 name=task.name,
                 input=task.input,
-                instance_id=action.get("instanceId"),
+                instance_id=requested,
                 first_interval=timedelta(milliseconds=options.get("firstRetryIntervalInMilliseconds", 1000)),
                 max_attempts=int(options.get("maxNumberOfAttempts", 1)),
                 current_task_id=task.id,
             )
-        execution.tasks[task.id] = task
-        decisions.append(self._schedule_event(inst, task, now, action.get("instanceId")))
-        after_commit.append(lambda: self._dispatch(inst, task))
-        return task.id
+        return self._add_task(inst, task, out, requested)
 
-    def _schedule_event(self, inst: _Instance, task: _Task, now: datetime, requested_id: str | None) -> dict:
-        if task.kind == "activity":
-            return make_event(H.TASK_SCHEDULED, now, task.id, Name=task.name, Input=task.input, Version="")
-        task.child_instance_id = requested_id or f"{inst.execution.execution_id}:{task.id}"
-        return make_event(
-            H.SUB_ORCHESTRATION_INSTANCE_CREATED,
-            now,
-            task.id,
-            Name=task.name,
-            Input=task.input,
-            InstanceId=task.child_instance_id,
-            Version="",
-        )
+    def _add_task(
+        self, inst: _Instance, task: _Task, out: _Decisions, requested_id: str | None = None
+    ) -> int:
+        """Record ``task`` and the event that schedules it; its work starts once the episode is stored."""
+        inst.execution.tasks[task.id] = task
+        if task.kind == "timer":
+            event = make_event(H.TIMER_CREATED, out.now, task.id, FireAt=format_time(task.fire_at))
+        elif task.kind == "activity":
+            event = make_event(
+                H.TASK_SCHEDULED, out.now, task.id, Name=task.name, Input=task.input, Version=""
+            )
+        else:
+            task.child_instance_id = requested_id or f"{inst.execution.execution_id}:{task.id}"
+            event = make_event(
+                H.SUB_ORCHESTRATION_INSTANCE_CREATED,
+                out.now,
+                task.id,
+                Name=task.name,
+                Input=task.input,
+                InstanceId=task.child_instance_id,
+                Version="",
+            )
+        out.events.append(event)
+        if task.kind != "timer":
+            out.after_commit.append(lambda: self._dispatch(inst, task))
+        elif not task.cancelled:
+            out.after_commit.append(lambda: self._schedule_timer(inst, task))
+        return task.id
 
 
 def _signature(action: dict) -> tuple:

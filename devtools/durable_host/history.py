@@ -23,9 +23,7 @@ from dateutil.parser import isoparse
 
 
 def format_time(when: datetime) -> str:
-    """A timestamp as the extension writes history times: Json.NET's round-trip form, UTC, with the
-    fraction's trailing zeros trimmed and none at all on a whole second (``...:05Z``,
-    ``...:05.25Z``; .NET has 7 digits, Python's clock 6)."""
+    """A timestamp as the extension writes history times (docs/durable-test-host.md, "History")."""
     text = when.astimezone(UTC).strftime(DATETIME_STRING_FORMAT)  # ...:05.250000Z
     whole, fraction = text[:-1].split(".")
     fraction = fraction.rstrip("0")
@@ -33,10 +31,7 @@ def format_time(when: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    value = isoparse(text)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    return isoparse(text).astimezone(UTC)  # the SDK and the extension write every time with its Z
 
 
 def json_value(text: Any) -> Any:
@@ -61,8 +56,8 @@ def make_event(event_type: HistoryEventType, when: datetime, event_id: int = -1,
 
 
 def flatten_actions(actions: list) -> Iterator[dict]:
-    """Actions in the order the extension invokes them (and assigns sequence numbers): V1's nested
-    lists and V2's ``WhenAny``/``WhenAll`` compound actions flattened."""
+    """Actions in the order the extension invokes (and numbers) them: V1's nested lists and the
+    ``WhenAny``/``WhenAll`` compound actions flattened."""
     for entry in actions or []:
         if isinstance(entry, list):
             yield from flatten_actions(entry)
@@ -102,17 +97,20 @@ def action_label(kind: Any) -> str:
         return f"action type {kind}"
 
 
+def unknown_function(name: str, role: str) -> str:
+    """The extension's answer to a call of a function the app does not have (``role``: activity,
+    orchestrator)."""
+    return f"The function '{name}' doesn't exist, is disabled, or is not an {role} function."
+
+
 def schema_fields(schema_version: int) -> dict:
-    """The schema part of the context JSON, as
-    ``OrchestrationTriggerAttributeBindingProvider.OrchestrationContextToString`` sends it
-    (docs/durable-test-host.md, "Schema version"); older schemas as an older extension did."""
+    """The schema part of the context JSON (docs/durable-test-host.md, "Schema version")."""
     if schema_version < 2:
         return {"upperSchemaVersion": schema_version}
     return {
         "upperSchemaVersion": 1,
         "upperSchemaVersionNew": 2,
-        # the Azure Storage provider's defaults for V3's long timers (``MaximumDelayTime`` 6 days,
-        # ``LongRunningTimerIntervalLength`` 3 days), as Newtonsoft writes a .NET ``TimeSpan``
+        # the Azure Storage provider's long-timer defaults, as Newtonsoft writes a .NET ``TimeSpan``
         "longRunningTimerIntervalDuration": "3.00:00:00",
         "maximumShortTimerDuration": "6.00:00:00",
         "defaultHttpAsyncRequestSleepTimeMillseconds": 30000,

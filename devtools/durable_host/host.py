@@ -1,6 +1,5 @@
-"""The durable test host's public face: construction, the instance operations the durable client
-offers, calling function bodies. The work is split by concern into mixins (docs/durable-test-host.md,
-"Where the code is")."""
+"""The durable test host's public face: construction, the instance operations, calling function
+bodies; the rest is in mixins (docs/durable-test-host.md, "Where the code is")."""
 
 from __future__ import annotations
 
@@ -28,8 +27,9 @@ from .history import (
     format_time,
     json_value,
     make_event,
+    unknown_function,
 )
-from .lifecycle import _Activities, _Lifecycle
+from .lifecycle import _Lifecycle
 from .registry import FunctionTable, _is_function
 from .state import (
     RUNNING_STATUSES,
@@ -39,20 +39,17 @@ from .state import (
     InstanceNotFoundError,
     OrchestrationAlreadyExistsError,
     Status,
-    _Fault,
     _Instance,
     _Periodic,
-    _played,
     _WorkItem,
 )
-from .timers import _Loop, _short, _Tracing
+from .timers import _Loop, _short
 
-#: The replay schemas the SDK speaks (V1-V3); the extension announces V3, so 2 is the default
-#: (docs/durable-test-host.md, "Schema version").
+#: The replay schemas the SDK speaks, V1-V3 (docs/durable-test-host.md, "Schema version").
 SUPPORTED_SCHEMA_VERSIONS = (0, 1, 2)
 
 
-class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
+class DurableTestHost(_Lifecycle, _Episodes, _Loop):
     """Runs Durable Functions orchestrations in process, deterministically, on a virtual clock
     (docs/durable-test-host.md, "Quick start")."""
 
@@ -95,7 +92,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         self._timer_seq = itertools.count()
         self._periodics: list[_Periodic] = []
         self._pumps: list[tuple[str, Callable[[], Any]]] = []
-        self._faults: dict[str, deque[_Fault]] = {}
+        self._faults: dict[str, deque[tuple[str, BaseException | None]]] = {}  # (mode, exception)
         self._timeline: deque[tuple[datetime, str, str]] = deque(maxlen=200_000)
         self._lock = threading.RLock()
         self._loop_thread: int | None = None
@@ -109,7 +106,6 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         self.client = DurableTestClient(self)
 
     def __enter__(self) -> DurableTestHost:
-        """Install the host clock as the process clock (``workflow_core.clock``) until exit."""
         self._exit_stack = ExitStack()
         self._exit_stack.enter_context(use_clock(self.clock.now))
         return self
@@ -131,9 +127,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
     def _start(self, name: str, instance_id: str | None, input_json: str | None) -> str:
         with self._lock:
             if name not in self.functions.orchestrators:
-                raise ValueError(
-                    f"The function '{name}' doesn't exist, is disabled, or is not an orchestrator function."
-                )
+                raise ValueError(unknown_function(name, "orchestrator"))
             instance_id = instance_id or uuid.uuid4().hex
             existing = self._instances.get(instance_id)
             if existing is not None and existing.status in RUNNING_STATUSES:
@@ -161,16 +155,12 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             inst = self._require(instance_id)
             if inst.status in TERMINAL_STATUSES:
                 return False
-            now = self.clock.now()
-            inst.history.append(_played(make_event(H.EXECUTION_TERMINATED, now, Input=reason)))
             inst.inbox.clear()
             self._dirty.pop(instance_id, None)
-            inst.status = Status.Terminated
-            inst.output = reason
-            inst.updated = now
-            self._log(instance_id, f"terminated: {reason!r}")
+            ended = make_event(H.EXECUTION_TERMINATED, self.clock.now(), Input=reason)
             # The parent hears the termination reason, no details (``TaskOrchestrationDispatcher``).
-            self._notify_parent(inst, failed=True, reason=reason, details=None)
+            self._finish(inst, Status.Terminated, reason, ended, {"Reason": reason, "Details": None})
+            self._log(instance_id, f"terminated: {reason!r}")
             return True
 
     def get_status(self, instance_id: str) -> DurableOrchestrationStatus | None:
@@ -187,8 +177,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
             return copy.deepcopy(self._require(instance_id).history)
 
     def histories(self, instance_id: str) -> list[list[dict]]:
-        """A copy of every generation's history, oldest first (one for a run that never continued
-        as new); each earlier one ends with its ContinueAsNew event."""
+        """A copy of every generation's history, oldest first."""
         with self._lock:
             inst = self._require(instance_id)
             return copy.deepcopy([*inst.past_histories, inst.history])
@@ -210,8 +199,8 @@ class DurableTestHost(_Lifecycle, _Episodes, _Activities, _Loop, _Tracing):
         return function.get_user_function()
 
     def call(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
-        """Call a function body (sync or async, by name or as a function) under the host clock. The
-        SDK's ``durable_client_input`` wrapper is bypassed so ``client=host.client`` passes as is."""
+        """Call a function body under the host clock, bypassing the SDK's ``durable_client_input``
+        wrapper so ``client=host.client`` passes as is."""
         target: Any = self.function(fn) if isinstance(fn, str) else fn
         if _is_function(target):
             target = target.get_user_function()

@@ -19,7 +19,6 @@ from .state import (
     H,
     Status,
     _Execution,
-    _Fault,
     _Instance,
     _Message,
     _ParentRef,
@@ -31,7 +30,7 @@ from .timers import _short
 
 
 class _Lifecycle:
-    """What the framework does when an instance starts, ends or continues as new."""
+    """What the framework does when an instance starts, ends or continues as new, and activity work."""
 
     def _create_instance(
         self,
@@ -40,7 +39,7 @@ class _Lifecycle:
         input_json: str | None,
         *,
         parent: _ParentRef | None = None,
-    ) -> _Instance:
+    ) -> None:
         now = self.clock.now()
         execution = _Execution(uuid.uuid4().hex, input_json)
         inst = _Instance(instance_id, name, Status.Pending, now, now, execution, parent=parent)
@@ -48,20 +47,17 @@ class _Lifecycle:
         self._deliver(inst, self._execution_started(inst, now))
         where = f" (sub-orchestration of {parent.instance_id})" if parent else ""
         self._log(instance_id, f"scheduled {name!r}{where} with input {_short(input_json)}")
-        return inst
 
     def _execution_started(self, inst: _Instance, now: datetime) -> dict:
         parent = inst.parent
-        parent_json = None
-        if parent is not None:
-            parent_json = {
-                "Name": parent.name,
-                "OrchestrationInstance": {
-                    "InstanceId": parent.instance_id,
-                    "ExecutionId": parent.execution_id,
-                },
-                "TaskScheduleId": parent.task_id,
-            }
+        parent_json = parent and {
+            "Name": parent.name,
+            "OrchestrationInstance": {
+                "InstanceId": parent.instance_id,
+                "ExecutionId": parent.execution_id,
+            },
+            "TaskScheduleId": parent.task_id,
+        }
         return make_event(
             H.EXECUTION_STARTED,
             now,
@@ -75,24 +71,20 @@ class _Lifecycle:
             ParentInstance=parent_json,
             Tags=None,
             ParentTraceContext=None,  # DurableTask.Core's distributed-trace context; the app carries its own
-            Generation=inst.generations,
+            Generation=len(inst.past_histories) + 1,
         )
 
     def _dispatch(self, inst: _Instance, task: _Task) -> None:
         execution = inst.execution
         if task.kind == "activity":
-            self._activity_queue.append(
-                _WorkItem(inst.instance_id, execution.execution_id, task.id, task.name, task.input)
-            )
+            self._queue_activity(inst, task)
             attempt = f" (attempt {task.retry.attempts})" if task.retry and task.retry.attempts > 1 else ""
             self._log(inst.instance_id, f"activity {task.name!r} #{task.id} scheduled{attempt}")
             return
         child_id = task.child_instance_id
         existing = self._instances.get(child_id)
         if existing is not None and existing.status in RUNNING_STATUSES:
-            # Dropped as a "Duplicate start event" (``TaskOrchestrationDispatcher``; the provider's
-            # dedupe filters top-level starts only): nobody answers the parent (docs/durable-test-host.md,
-            # "Sub-orchestrations").
+            # A "Duplicate start event": nobody answers the parent (docs/durable-test-host.md, "Fidelity").
             self._log(
                 inst.instance_id,
                 f"sub-orchestration {task.name!r} #{task.id}: start message for {child_id} dropped "
@@ -102,6 +94,10 @@ class _Lifecycle:
             return
         parent = _ParentRef(inst.instance_id, execution.execution_id, task.id, inst.name)
         self._create_instance(task.name, child_id, task.input, parent=parent)
+
+    def _queue_activity(self, inst: _Instance, task: _Task) -> None:
+        item = _WorkItem(inst.instance_id, inst.execution.execution_id, task.id, task.name, task.input)
+        self._activity_queue.append(item)
 
     def _held(self, inst: _Instance, outcome: str) -> bool:
         """Whether the instance must stay Running although its code finished (``outcome``):
@@ -121,35 +117,37 @@ class _Lifecycle:
     def _complete(self, inst: _Instance, output: Any) -> None:
         if self._held(inst, "returned"):
             return
-        now = self.clock.now()
-        inst.status = Status.Completed
-        inst.output = output
-        inst.updated = now
         result = json.dumps(output)
-        inst.history.append(
-            _played(make_event(H.EXECUTION_COMPLETED, now, OrchestrationStatus="Completed", Result=result))
-        )
+        now = self.clock.now()
+        ended = make_event(H.EXECUTION_COMPLETED, now, OrchestrationStatus="Completed", Result=result)
+        self._finish(inst, Status.Completed, output, ended, {"Result": result})
         self._log(inst.instance_id, f"completed: {_short(output)}")
-        self._notify_parent(inst, failed=False, result=result)
 
     def _fail(self, inst: _Instance, message: str, details: str) -> None:
+        failure = {"ErrorMessage": message, "StackTrace": details}
         now = self.clock.now()
-        inst.status = Status.Failed
-        inst.output = message
-        inst.updated = now
-        inst.history.append(
-            _played(
-                make_event(
-                    H.EXECUTION_COMPLETED,
-                    now,
-                    OrchestrationStatus="Failed",
-                    Result=message,
-                    FailureDetails={"ErrorMessage": message, "StackTrace": details},
-                )
-            )
+        ended = make_event(
+            H.EXECUTION_COMPLETED, now, OrchestrationStatus="Failed", Result=message, FailureDetails=failure
         )
+        self._finish(inst, Status.Failed, message, ended, {"Reason": message, "Details": details})
         self._log(inst.instance_id, f"FAILED: {message}")
-        self._notify_parent(inst, failed=True, reason=message, details=details)
+
+    def _finish(self, inst: _Instance, status: Status, output: Any, ended: dict, answer: dict) -> None:
+        """End the execution with the ``ended`` event; the parent hears ``answer``, the fields of a
+        SubOrchestrationInstanceFailed (when it has a Reason) or Completed."""
+        inst.history.append(_played(ended))
+        inst.status = status
+        inst.output = output
+        inst.updated = self.clock.now()
+        ref = inst.parent
+        parent = ref and self._live(ref.instance_id, ref.execution_id)
+        if parent is not None:
+            kind = (
+                H.SUB_ORCHESTRATION_INSTANCE_FAILED
+                if "Reason" in answer
+                else H.SUB_ORCHESTRATION_INSTANCE_COMPLETED
+            )
+            self._deliver(parent, make_event(kind, inst.updated, TaskScheduledId=ref.task_id, **answer))
 
     def _continue_as_new(self, inst: _Instance, input_json: str | None, carried: list[_Message]) -> None:
         """Start the next execution with ``carried`` events from the batch, then any that arrived since
@@ -162,70 +160,34 @@ class _Lifecycle:
         inst.past_histories.append(inst.history)
         inst.execution = _Execution(uuid.uuid4().hex, input_json)
         inst.history = []
-        inst.generations += 1
         inst.status = Status.ContinuedAsNew
         inst.updated = now
         inst.inbox = [_Message(self._execution_started(inst, now)), *carried]
         self._dirty[inst.instance_id] = None
         kept = f", {len(carried)} event(s) carried over" if carried else ""
+        generation = len(inst.past_histories) + 1
         self._log(
             inst.instance_id,
-            f"continued as new (generation {inst.generations}) with input {_short(input_json)}{kept}",
+            f"continued as new (generation {generation}) with input {_short(input_json)}{kept}",
         )
 
-    def _notify_parent(
-        self,
-        inst: _Instance,
-        *,
-        failed: bool,
-        result: str | None = None,
-        reason: str = "",
-        details: str | None = "",
-    ) -> None:
-        ref = inst.parent
-        if ref is None:
-            return
-        parent = self._live(ref.instance_id, ref.execution_id)
-        if parent is None:
-            return
-        now = self.clock.now()
-        if failed:
-            event = make_event(
-                H.SUB_ORCHESTRATION_INSTANCE_FAILED,
-                now,
-                TaskScheduledId=ref.task_id,
-                Reason=reason,
-                Details=details,
-            )
-        else:
-            event = make_event(
-                H.SUB_ORCHESTRATION_INSTANCE_COMPLETED, now, TaskScheduledId=ref.task_id, Result=result
-            )
-        self._deliver(parent, event)
-
-
-class _Activities:
-    """Activity execution, fault injection and crash recovery."""
+    # Activity execution, fault injection and crash recovery.
 
     def crash_activity_once(
         self, name: str, exc: BaseException | None = None, *, after: bool = False, times: int = 1
     ) -> None:
         """Make the next ``times`` calls of activity ``name`` raise ``exc``, instead of running
         (``after=False``) or after running (``after=True``, the side effect happened)."""
-        self._add_fault(
-            name,
-            _Fault(exc or RuntimeError(f"injected failure in {name!r}"), "after" if after else "before"),
-            times,
-        )
+        injected = exc or RuntimeError(f"injected failure in {name!r}")
+        self._add_fault(name, ("after" if after else "before", injected), times)
 
     def lose_activity_result_once(self, name: str, *, times: int = 1) -> None:
         """Call activity ``name``, then lose its result as a worker crash would: it is redelivered."""
-        self._add_fault(name, _Fault(None, "lose_result"), times)
+        self._add_fault(name, ("lose_result", None), times)
 
-    def _add_fault(self, name: str, fault: _Fault, times: int) -> None:
+    def _add_fault(self, name: str, fault: tuple[str, BaseException | None], times: int) -> None:
         with self._lock:
-            queue = self._faults.setdefault(name, deque())
-            queue.extend(fault for _ in range(times))
+            self._faults.setdefault(name, deque()).extend([fault] * times)
 
     def crash(self, instance_id: str | None = None) -> None:
         """Drop in-memory orchestration state, keeping only what a durable backend would keep
@@ -233,16 +195,10 @@ class _Activities:
         with self._lock:
             targets = [self._require(instance_id)] if instance_id else list(self._instances.values())
             for inst in targets:
-                lost = [m for m in inst.inbox if m.volatile]
-                inst.inbox = [m for m in inst.inbox if not m.volatile]
+                lost = [m for m in inst.inbox if m.task_id is not None]
+                inst.inbox = [m for m in inst.inbox if m.task_id is None]
                 for message in lost:
-                    task = inst.execution.tasks.get(message.task_id)
-                    if task is not None and task.kind == "activity":
-                        self._activity_queue.append(
-                            _WorkItem(
-                                inst.instance_id, inst.execution.execution_id, task.id, task.name, task.input
-                            )
-                        )
+                    self._queue_activity(inst, inst.execution.tasks[message.task_id])
                 inst.last_actions = None
                 detail = f"; {len(lost)} uncommitted activity result(s) lost, redelivering" if lost else ""
                 self._log(inst.instance_id, f"CRASH: in-memory state dropped{detail}")
@@ -252,17 +208,16 @@ class _Activities:
     def _execute_activity(self, item: _WorkItem) -> None:
         activity = self.functions.activities[item.name]
         faults = self._faults.get(item.name)
-        fault = faults.popleft() if faults else None
+        fault, injected = faults.popleft() if faults else (None, None)
         started = time.perf_counter()
-        event: dict | None = None
         try:
-            if fault is not None and fault.mode == "before":
-                raise fault.exc
+            if fault == "before":
+                raise injected
             value = activity.decode_input(item.input)
             self.activity_calls[item.name] += 1
             result = call_maybe_async(self._async, activity.invoke, value)
-            if fault is not None and fault.mode == "after":
-                raise fault.exc
+            if fault == "after":
+                raise injected
             encoded = activity.encode_output(result)
             event = make_event(
                 H.TASK_COMPLETED, self.clock.now(), TaskScheduledId=item.task_id, Result=encoded
@@ -279,7 +234,7 @@ class _Activities:
             )
             outcome = f"failed: {type(exc).__name__}: {exc}"
         elapsed = f"{(time.perf_counter() - started) * 1000:.1f} ms"
-        if fault is not None and fault.mode == "lose_result":
+        if fault == "lose_result":
             self._activity_queue.append(item)
             self._log(
                 item.instance_id,
@@ -295,4 +250,4 @@ class _Activities:
             )
             return
         self._log(item.instance_id, f"activity {item.name!r} #{item.task_id} {outcome} ({elapsed})")
-        self._deliver(inst, event, volatile=True, task_id=item.task_id)
+        self._deliver(inst, event, task_id=item.task_id)

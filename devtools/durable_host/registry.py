@@ -12,20 +12,15 @@ import azure.durable_functions as df
 from azure.functions import meta
 from azure.functions.durable_functions import ActivityTriggerConverter
 
-ORCHESTRATION_TRIGGER = "orchestrationTrigger"
-ACTIVITY_TRIGGER = "activityTrigger"
-
 
 @dataclass
 class OrchestratorFunction:
-    name: str
     #: The handler the worker calls: context JSON in, state JSON out (made by ``Orchestrator.create``).
     handler: Callable[[Any], str]
 
 
 @dataclass
 class ActivityFunction:
-    name: str
     fn: Callable[..., Any]
     #: The trigger binding's parameter name (the worker passes the input by this keyword); ``None``
     #: for explicit maps, which get the input as their first positional argument.
@@ -85,10 +80,10 @@ class FunctionTable:
         name = function.get_function_name()
         kind = getattr(trigger, "type", None)
         user_function = function.get_user_function()
-        if kind == ORCHESTRATION_TRIGGER:
-            self._put(self.orchestrators, name, OrchestratorFunction(name, _as_handler(user_function)))
-        elif kind == ACTIVITY_TRIGGER:
-            self._put(self.activities, name, ActivityFunction(name, user_function, trigger.name))
+        if kind == "orchestrationTrigger":
+            self._put(self.orchestrators, name, OrchestratorFunction(_as_handler(user_function)))
+        elif kind == "activityTrigger":
+            self._put(self.activities, name, ActivityFunction(user_function, trigger.name))
         else:
             self.others[name] = function
 
@@ -97,13 +92,13 @@ class FunctionTable:
             raise TypeError(f"{name!r}: {fn!r} is not callable")
         is_orchestrator = hasattr(fn, "orchestrator_function") or inspect.isgeneratorfunction(fn)
         if kind == "orchestrator" or (kind is None and is_orchestrator):
-            self._put(self.orchestrators, name, OrchestratorFunction(name, _as_handler(fn)))
+            self._put(self.orchestrators, name, OrchestratorFunction(_as_handler(fn)))
         else:
-            self._put(self.activities, name, ActivityFunction(name, fn, None))
+            self._put(self.activities, name, ActivityFunction(fn))
 
     @staticmethod
     def _put(table: dict, name: str, entry: Any) -> None:
-        if name in table and table[name] is not entry:
+        if name in table:
             raise ValueError(f"two functions are named {name!r}")
         table[name] = entry
 

@@ -3,7 +3,8 @@ as a storage backend would keep them, except the ones marked volatile."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,9 +69,10 @@ class _Task:
 class _Execution:
     execution_id: str
     input: str | None
-    next_id: int = 0
-    action_signatures: list[tuple] = field(default_factory=list)
-    action_task_ids: list[int | None] = field(default_factory=list)
+    #: Sequence numbers, given in the order the extension's shim meets the actions.
+    ids: Iterator[int] = field(default_factory=itertools.count)
+    #: (signature, task id) of every action returned so far, checked on each replay.
+    actions: list[tuple[tuple, int | None]] = field(default_factory=list)
     tasks: dict[int, _Task] = field(default_factory=dict)
     episodes: int = 0
     #: How the orchestrator code finished while tasks were still open ("returned", "raised", ...).
@@ -80,10 +82,19 @@ class _Execution:
 
 
 @dataclass
+class _Decisions:
+    """What an episode decided: events for its history, and work that starts once they are stored."""
+
+    now: datetime
+    events: list[dict] = field(default_factory=list)
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+
+@dataclass
 class _Message:
     event: dict
-    #: An activity result not yet committed to history: lost (and the activity redelivered) on crash.
-    volatile: bool = False
+    #: Set on an activity result, which is volatile until its episode stores it: lost (and the
+    #: activity redelivered) on crash.
     task_id: int | None = None
 
 
@@ -108,7 +119,6 @@ class _Instance:
     inbox: list[_Message] = field(default_factory=list)
     output: Any = None
     custom_status: Any = None
-    generations: int = 1
     #: The histories of the generations that continued as new, oldest first.
     past_histories: list[list[dict]] = field(default_factory=list)
     #: Volatile: the actions the last replay returned (dropped on crash).
@@ -125,12 +135,6 @@ class _WorkItem:
 
 
 @dataclass
-class _Fault:
-    exc: BaseException | None
-    mode: str  # "before" | "after" | "lose_result"
-
-
-@dataclass
 class _Periodic:
     name: str
     fn: Callable[[], Any]
@@ -138,9 +142,7 @@ class _Periodic:
     next_at: datetime
 
 
-#: The messages the framework processes in an episode, stored with ``IsPlayed = true``
-#: (``TaskOrchestrationExecutor.ExecuteCore``); every other event is stored with ``false``
-#: (docs/durable-test-host.md, "History").
+#: The messages the framework marks ``IsPlayed`` (docs/durable-test-host.md, "History").
 _PROCESSED = frozenset(
     {
         H.EXECUTION_STARTED,

@@ -1,10 +1,6 @@
-"""The loop, the clock and timers: what runs when, how far time may skip, and what the run says.
-
-The loop is one deterministic iteration (due timers, periodic callbacks, orchestrator episodes,
-queued activities, pumps) repeated until idle; only when nothing can run does a virtual clock jump
-to the earliest pending timer or periodic callback. The timeline it writes is what every test
-failure prints, and a TimeoutError carries its diagnosis.
-"""
+"""The loop, the clock and timers: one deterministic iteration (due timers, periodic callbacks,
+episodes, activities, pumps) repeated until idle; only then does a virtual clock jump to the next
+timer (docs/durable-test-host.md, "Time"). A TimeoutError carries the timeline's diagnosis."""
 
 from __future__ import annotations
 
@@ -37,13 +33,10 @@ MAX_STEPS = 100_000
 
 
 class _Loop:
-    """Running the host: steps, idling, skipping virtual time, firing timers."""
+    """Running the host: steps, idling, skipping virtual time, firing timers, and the timeline."""
 
     def add_pump(self, fn: Callable[[], int | None], name: str | None = None) -> Callable[[], int | None]:
-        """Call ``fn()`` every loop iteration; it returns how much work it did (0/None = idle).
-
-        While any pump reports work the host does not skip time.
-        """
+        """Call ``fn()`` every loop iteration; while it reports work (0/None = idle), time never skips."""
         with self._lock:
             self._pumps.append((name or getattr(fn, "__name__", "pump"), fn))
             return fn
@@ -74,10 +67,8 @@ class _Loop:
 
     @contextmanager
     def batched(self, *instance_ids: str) -> Iterator[None]:
-        """Hold the episodes of these instances while the block runs: every message that arrives
-        meanwhile (results, raised events, fired timers) reaches the orchestrator in one episode, in
-        arrival order. The backend does this whenever messages queue up while an orchestration is
-        busy or unloaded; tests use it to choose a batch's content and order."""
+        """Hold these instances' episodes while the block runs, so what arrives meanwhile forms one
+        batch (docs/durable-test-host.md, "Batches")."""
         with self._lock:
             self._batching.update(instance_ids)
         try:
@@ -99,11 +90,8 @@ class _Loop:
     def run_until(
         self, predicate: Callable[[], bool], timeout_virtual: timedelta = timedelta(days=1)
     ) -> None:
-        """Run, skipping time to the next timer whenever idle, until ``predicate()`` holds.
-
-        ``timeout_virtual`` bounds host time (real time with a real clock). Raises ``TimeoutError``
-        with a diagnosis when the predicate cannot become true.
-        """
+        """Run, skipping time to the next timer whenever idle, until ``predicate()`` holds; raises
+        ``TimeoutError`` after ``timeout_virtual`` of host time (real time with a real clock)."""
         with self._running():
             deadline = self.clock.now() + timeout_virtual
             while True:
@@ -156,19 +144,15 @@ class _Loop:
 
     @property
     def iteration_busy(self) -> bool:
-        """Whether the loop iteration now calling a pump has already done work before it.
-
-        An iteration that did work is always followed by another, and the loop counts as idle (a
-        virtual clock skips ahead) only after an iteration in which nothing did work. So a pump called
-        in a busy iteration may put off a poll it expects to come back empty: the next idle check
-        makes it poll for real.
-        """
+        """Whether the iteration now calling a pump already did work. Such an iteration is always
+        followed by another, and only an iteration without work lets a virtual clock skip, so a pump
+        may put off a poll it expects to come back empty: the idle check still polls for real."""
         return self._iteration_work > 0
 
     @property
     def run_serial(self) -> int:
-        """Counts the entries into the loop (``step``, ``run_until*``, ``advance``): whatever a test
-        did between two of them (e.g. put a message in a queue itself) lies behind a new number."""
+        """Counts entries into the loop: what a test did between two (e.g. queued a message itself)
+        lies behind a new number."""
         return self._run_serial
 
     @contextmanager
@@ -232,9 +216,8 @@ class _Loop:
         return min(candidates) if candidates else None
 
     def _timer_task(self, entry: tuple) -> _Task | None:
-        """The timer a queue entry stands for, or None once nobody can receive it: a cancelled timer
-        still fires into a running instance (``TaskOrchestrationContext.HandleTimerFiredEvent``), one
-        of a finished or continued-as-new execution is dropped (docs/durable-test-host.md, "Timers")."""
+        """The timer a queue entry stands for, or None once nobody can receive it (a cancelled one still
+        fires into its running execution: docs/durable-test-host.md, "Timers")."""
         _, _, instance_id, execution_id, task_id = entry
         inst = self._live(instance_id, execution_id)
         return None if inst is None else inst.execution.tasks.get(task_id)
@@ -283,16 +266,13 @@ class _Loop:
         )
 
     def _open_tasks(self, execution: _Execution) -> list[_Task]:
-        """Tasks the framework still waits for: activities and sub-orchestrations without a result,
-        timers neither fired nor cancelled (``TaskOrchestrationContext.openTasks``)."""
+        """Tasks the framework still waits for (``TaskOrchestrationContext.openTasks``)."""
         return [t for t in execution.tasks.values() if not t.done and not t.cancelled]
 
-
-class _Tracing:
-    """Timeline lines and diagnoses, in host time."""
+    # Tracing: timeline lines and diagnoses, in host time.
 
     def timeline(self, instance_id: str | None = None) -> list[tuple[datetime, str]]:
-        """(host time, event) lines, for one instance or (prefixed with the instance id) all."""
+        """(host time, line) for one instance, or for all with the instance id as prefix."""
         with self._lock:
             if instance_id is not None:
                 return [(t, text) for t, iid, text in self._timeline if iid == instance_id]
