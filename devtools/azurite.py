@@ -6,6 +6,7 @@ the npm registry by ``npm ci`` (see package.json) and found in ``node_modules/.b
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -24,6 +25,10 @@ class AzuriteNotFound(RuntimeError):
     pass
 
 
+class AzuriteExited(RuntimeError):
+    """Azurite died while starting (most often: a port was taken)."""
+
+
 def find_azurite() -> str:
     """The azurite binary: the repo's npm install first, then PATH."""
     local = REPO_ROOT / "node_modules" / ".bin" / "azurite"
@@ -37,10 +42,15 @@ def find_azurite() -> str:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports() -> tuple[int, int, int]:
+    """Three distinct free loopback ports: every socket stays bound until all three are picked, so
+    the kernel cannot hand one port out twice (one at a time, two services once got the same port)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(3)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        blob, queue, table = (s.getsockname()[1] for s in sockets)
+        return blob, queue, table
 
 
 def port_open(port: int) -> bool:
@@ -54,11 +64,17 @@ class Azurite:
     """One Azurite process with on-disk state, so it can be restarted with its data intact."""
 
     location: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="azurite-")))
-    blob_port: int = field(default_factory=_free_port)
-    queue_port: int = field(default_factory=_free_port)
-    table_port: int = field(default_factory=_free_port)
+    blob_port: int = 0  # 0: free ports picked here
+    queue_port: int = 0
+    table_port: int = 0
     process: subprocess.Popen | None = None
     owns_location: bool = True
+    picked_ports: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        if not any(self._ports):
+            self.blob_port, self.queue_port, self.table_port = _free_ports()
+            self.picked_ports = True
 
     @property
     def _ports(self) -> tuple[int, int, int]:
@@ -71,8 +87,24 @@ class Azurite:
         )
 
     def start(self, timeout: float = 30.0) -> Azurite:
+        """Start and wait for the three ports. Ports picked here can be taken by another process
+        before Azurite binds them: a first start that dies is retried on fresh ports (a restart
+        keeps its ports, the connection string others hold names them)."""
+        tries = 3 if self.picked_ports else 1
+        for attempt in range(1, tries + 1):
+            try:
+                self._launch(timeout)
+                break
+            except AzuriteExited:
+                if attempt == tries:
+                    raise
+                self.blob_port, self.queue_port, self.table_port = _free_ports()
+        self.picked_ports = False
+        return self
+
+    def _launch(self, timeout: float) -> None:
         if self.process is not None:
-            return self
+            return
         cmd = [find_azurite(), "--silent", "--loose", "--skipApiVersionCheck", "--disableTelemetry"]
         cmd += ["--location", str(self.location)]
         for service, port in zip(("blob", "queue", "table"), self._ports, strict=True):
@@ -81,15 +113,13 @@ class Azurite:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while not all(port_open(p) for p in self._ports):
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"Azurite exited with code {self.process.returncode}; see {self.location / 'azurite.log'}"
-                )
+            if (code := self.process.poll()) is not None:
+                self.process = None
+                raise AzuriteExited(f"Azurite exited with code {code}; see {self.location / 'azurite.log'}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError(f"Azurite did not open ports {self._ports} within {timeout}s")
             time.sleep(0.05)
-        return self
 
     def stop(self) -> None:
         if self.process is None:
