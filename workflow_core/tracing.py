@@ -120,11 +120,6 @@ def has_current_span() -> bool:
     return trace.get_current_span(otel_context.get_current()).get_span_context().is_valid
 
 
-def message_properties(carrier: Any) -> dict[str, str]:
-    """The application properties that carry ``carrier`` on a message."""
-    return clean(carrier)
-
-
 def messaging_attributes(
     transport: Any, queue: str, operation: str, message_id: str | None
 ) -> dict[str, Any]:

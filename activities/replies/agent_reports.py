@@ -1,6 +1,6 @@
 """What a message-only agent reports, recorded in the ledger on its behalf by the result handler.
 
-An agent that holds no storage rights (``workflow_core.agent_messages``) cannot claim, heartbeat or
+An agent that holds no storage rights (``messages.reply_token``) cannot claim, heartbeat or
 record in the ledger itself, so it sends a ``Heartbeat`` or a ``ResultMessage`` with the work
 message's ``reply_token``, and the app does it for the agent with the in-app worker's own rules
 (``activities.worker.delivery_rules``): :class:`AgentReport` is a delivery of the message the ledger
@@ -28,11 +28,10 @@ from activities.worker.delivery import Delivery
 from activities.worker.delivery_rules import Outcome
 from activities.worker.handlers.base import StepNoLongerOwned
 from workflow_core import clock
-from workflow_core.agent_messages import Heartbeat, reply_token
-from workflow_core.contracts import ResultMessage
+from workflow_core.contracts import Heartbeat, ResultMessage
 from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.message_fields import explain
-from workflow_core.messages import work_body
+from workflow_core.messages import reply_token, work_body
 from workflow_core.payloads import as_stored
 from workflow_core.runtime import Services
 

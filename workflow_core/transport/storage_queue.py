@@ -75,11 +75,10 @@ class StorageQueueTransport(Transport):
     def from_connection(cls, connection: StorageConnection, **kwargs) -> StorageQueueTransport:
         if connection.connection_string:
             return cls.from_connection_string(connection.connection_string, **kwargs)
-        if connection.queue_service_uri:
-            return cls.from_queue_service_uri(
-                connection.queue_service_uri, client_id=connection.client_id, **kwargs
-            )
-        raise TransportError("Storage connection has neither a connection string nor a queue service URI")
+        # settings.storage_connection refuses a connection with neither
+        return cls.from_queue_service_uri(
+            connection.queue_service_uri, client_id=connection.client_id, **kwargs
+        )
 
     def dead_letter_queue_for(self, queue: str) -> str:
         return self._dead_letter_queues.get(queue, queue + POISON_SUFFIX)
