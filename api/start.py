@@ -61,7 +61,7 @@ from workflow_core.runtime import Services
 from workflow_core.workflows import (
     WorkflowInputError,
 )
-from workflow_core.workflows.step_rows import new_steps
+from workflow_core.workflows.model import new_steps
 
 log = logging.getLogger(__name__)
 # ---- POST /api/workflows/{name}/instances ---------------------------------------------------------------
