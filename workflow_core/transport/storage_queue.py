@@ -1,10 +1,7 @@
 """The :class:`Transport` on Azure Storage Queues (Azurite locally and in CI); how Service Bus
-concepts map onto it is in docs/transport.md.
-
-The lock is the visibility timeout (the pop receipt is the lock token), the dead-letter queue is
-``<queue>-poison`` (the Functions queue trigger's own), properties travel in a JSON envelope, and
-there is no duplicate detection: the ledger dedupes. Messages go base64-encoded, the Functions
-host's default, and are decoded leniently so one foreign message cannot break a receive.
+concepts map onto it (visibility timeout as lock, ``<queue>-poison``, the JSON envelope, no duplicate
+detection: the ledger dedupes) is in docs/transport.md. Messages are decoded leniently, so one
+foreign message cannot break a receive.
 """
 
 from __future__ import annotations
