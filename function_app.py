@@ -8,9 +8,9 @@ import api
 import orchestrators
 import supervisor
 from workflow_core import ledger_gauges
-from workflow_core.telemetry_instruments import configure_telemetry_from_env
+from workflow_core.telemetry_instruments import configure_telemetry
 
-configure_telemetry_from_env()
+configure_telemetry()  # from the environment: the other settings may not be valid yet
 # The in-flight and overdue gauges read the ledger lazily, at export time (nothing when not exported).
 ledger_gauges.register()
 # Fail the start-up, naming the file and field, if a workflow definition is invalid or uses an

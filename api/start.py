@@ -54,7 +54,7 @@ from workflow_core.payloads import PayloadTooLarge
 from workflow_core.resume import resume_state
 from workflow_core.runtime import Services
 from workflow_core.workflows import WorkflowInputError
-from workflow_core.workflows.step_rows import new_steps
+from workflow_core.workflows.model import new_steps
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,7 @@ CONTRACT_VERSION = 2  # 2: the work message's reply_token, the heartbeat message
 
 def schemas() -> dict[str, dict[str, Any]]:
     """File name -> schema, for each message the app sends."""
-    from workflow_core.agent_messages import Heartbeat
-    from workflow_core.contracts import ResultMessage, WorkMessage
+    from workflow_core.contracts import Heartbeat, ResultMessage, WorkMessage
 
     found = {}
     for name, model, queue in (

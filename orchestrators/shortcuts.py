@@ -33,7 +33,7 @@ from orchestrators.decisions import BASIS_REFUSED, call_activity, should_checkpo
 from orchestrators.state import Progress, WorkflowStart
 from workflow_core.contracts import ACTIVITY_SETTLE_INSTANCE
 from workflow_core.workflows import StepDefinition, WorkflowDefinition
-from workflow_core.workflows.step_rows import new_step
+from workflow_core.workflows.model import new_step
 
 Failed = list[tuple[str, StepResult]]  # the step(s) that gave up; empty when none did
 

@@ -1,10 +1,6 @@
 """The one source of "now" outside orchestrators, so the durable test host can run the whole pattern
-on a virtual clock.
-
-``utcnow()`` is *this process's* clock: where a wrong clock would move a deadline (heartbeats), the
-ledger takes the storage service's time instead (``StepLedger.trusted_now``, docs/supervisor.md
-"Clocks"); a virtual clock *is* the trusted clock. ``WORKFLOW_CLOCK_OFFSET_SECONDS`` (tests only)
-skews this process's wall clock, so a test can run an agent whose machine clock is wrong.
+on a virtual clock. It is *this process's* clock: where a wrong one would move a deadline, the ledger
+takes the storage service's time instead (docs/supervisor.md, "Clocks").
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-OFFSET_ENV = "WORKFLOW_CLOCK_OFFSET_SECONDS"
+OFFSET_ENV = "WORKFLOW_CLOCK_OFFSET_SECONDS"  # tests only: an agent whose machine clock is wrong
 
 # How far the trusted clock may sit from the watchdog's: the service's Date header has whole seconds,
 # plus latency and NTP skew. WATCHDOG_GRACE_SECONDS must be at least this (docs/supervisor.md).

@@ -129,7 +129,7 @@ class WorkMessage(_Model):
     deadline: IsoTime
     input: MessagePayload = Field(default_factory=dict)
     ledger: WorkVersions | None = None  # absent on re-sends and compensations: the worker reads
-    # What a message-only agent's heartbeats and result must carry (``workflow_core.agent_messages``),
+    # What a message-only agent's heartbeats and result must carry (``messages.reply_token``),
     # and the key it dedupes on toward its remote service: ``StepContext.idempotency_key``.
     reply_token: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     idempotency_key: str | None = Field(default=None, max_length=301)
@@ -174,7 +174,7 @@ class ResultMessage(_Model):
     error: ErrorText = None
     permanent: bool = False  # retrying cannot fix it: the scheduler gives up at once
     ledger: ReplyVersions | None = None  # recorded with a basis row: raised unread
-    # A message-only agent's reply: the app records it for the agent (``workflow_core.agent_messages``).
+    # A message-only agent's reply: the app records it for the agent (``messages.reply_token``).
     reply_token: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @classmethod
@@ -199,6 +199,21 @@ class ResultMessage(_Model):
             error=None if ok else (None if error is None else fit_text(error)),
             permanent=False if ok else permanent,
         )
+
+
+class Heartbeat(_Model):
+    """A message-only agent's "attempt ``attempt`` of this step is still running: move its deadline
+    to ``seconds`` (default: the step's ``heartbeat_timeout_seconds``) from now", now being the
+    ledger's clock. The first one also claims a Dispatched step for the agent."""
+
+    type: Literal["heartbeat"]
+    kind: StepKind
+    instance_id: InstanceId
+    orchestration_id: OrchestrationId
+    step_id: StepId
+    attempt: int = Field(ge=1)
+    reply_token: str = Field(pattern=r"^[0-9a-f]{64}$")
+    seconds: float | None = Field(default=None, gt=0, le=86400)
 
 
 class StepCheck(_Model):

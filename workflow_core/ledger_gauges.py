@@ -1,10 +1,6 @@
-"""What the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue`` read, cheaply.
-
-A callback runs at every export on the exporter's thread, so it never scans the ledger: work in
-flight is one capped query of the deadline index (live work only), cached for ``ttl_seconds``;
-overdue instances are what the watchdog's last tick *in this process* found, and nothing once that
-is older than ``stale_after_seconds``. For charts only; the ledger is resolved at the first reading,
-so start-up needs no storage.
+"""What the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue`` read (what each
+counts: docs/operations.md). A callback runs at every export on the exporter's thread, so it never
+scans the ledger; the ledger is resolved at the first reading, so start-up needs no storage.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workflow_core import tracing
-from workflow_core.agent_messages import reply_token
 from workflow_core.contracts import ReplyVersions, ResultMessage, StepKind, WorkMessage, WorkVersions
 from workflow_core.ledger import InstanceRecord, StepRecord, decode_json
 from workflow_core.ledger.known_rows import (
@@ -24,6 +23,15 @@ from workflow_core.ledger.known_rows import (
 )
 from workflow_core.ledger.watch import is_watched
 from workflow_core.transport import OutgoingMessage, message_id_for
+
+
+def reply_token(attempt_token: str | None) -> str | None:
+    """What a message-only agent's heartbeats and reply carry (``contracts.Heartbeat``), proving they
+    answer the attempt whose row holds ``attempt_token``: a hash, so the token itself, which proves an
+    event came from a ledger read, never leaves the ledger, and a guessed reply token changes nothing."""
+    if not attempt_token:
+        return None
+    return hashlib.sha256(f"reply:{attempt_token}".encode()).hexdigest()
 
 
 def stored_input(record: StepRecord) -> dict[str, Any]:
@@ -51,7 +59,7 @@ def work_message(
             "instance_id": record.instance_id,
             "step_id": record.step_id,
             "attempt": body.attempt,
-            **tracing.message_properties(tracing.from_fields(record.trace_parent, record.trace_state)),
+            **tracing.from_fields(record.trace_parent, record.trace_state),
         },
     )
 

@@ -161,14 +161,15 @@ def _get(env: Mapping[str, str], name: str) -> str | None:
     return (env.get(name) or "").strip() or None
 
 
-def _default(name: str) -> str:
+def _value(env: Mapping[str, str], name: str) -> str:
+    """The setting, else its documented default."""
     default = DOCUMENTED_SETTINGS[name][0]
     assert default is not None, name
-    return default
+    return _get(env, name) or default
 
 
 def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> int:
-    raw = _get(env, name) or _default(name)
+    raw = _value(env, name)
     try:
         value = int(raw)
     except ValueError:
@@ -179,7 +180,7 @@ def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> int:
 
 
 def _float(env: Mapping[str, str], name: str) -> float:
-    raw = _get(env, name) or _default(name)
+    raw = _value(env, name)
     try:
         value = float(raw)
     except ValueError:
@@ -190,7 +191,7 @@ def _float(env: Mapping[str, str], name: str) -> float:
 
 
 def _bool(env: Mapping[str, str], name: str) -> bool:
-    raw = (_get(env, name) or _default(name)).lower()
+    raw = _value(env, name).lower()
     if raw in ("1", "true", "yes"):
         return True
     if raw in ("0", "false", "no"):
@@ -199,7 +200,7 @@ def _bool(env: Mapping[str, str], name: str) -> bool:
 
 
 def _table_name(env: Mapping[str, str], name: str) -> str:
-    value = _get(env, name) or _default(name)
+    value = _value(env, name)
     if not (3 <= len(value) <= 63 and value.isalnum() and value[0].isalpha()):
         raise SettingsError(
             f"{name}={value!r} is not a valid table name (3-63 letters/digits, starting with a letter)"
@@ -208,7 +209,7 @@ def _table_name(env: Mapping[str, str], name: str) -> str:
 
 
 def _queue_name(env: Mapping[str, str], name: str, kind: str = "queue") -> str:
-    value = _get(env, name) or _default(name)
+    value = _value(env, name)
     ok = 3 <= len(value) <= 63 and value == value.lower() and "--" not in value
     ok = ok and value[0].isalnum() and value[-1].isalnum() and all(c.isalnum() or c == "-" for c in value)
     if not ok:
@@ -299,7 +300,7 @@ def service_bus_connection(
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate every setting; raise :class:`SettingsError` naming the first bad one."""
     env = os.environ if env is None else env
-    raw_transport = (_get(env, "AGENT_TRANSPORT") or _default("AGENT_TRANSPORT")).lower()
+    raw_transport = _value(env, "AGENT_TRANSPORT").lower()
     try:
         transport = TransportKind(raw_transport)
     except ValueError:
@@ -315,7 +316,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         result_queue=_queue_name(env, "RESULT_QUEUE_NAME"),
         dead_letter_queue=_queue_name(env, "DEAD_LETTER_QUEUE_NAME"),
         max_delivery_count=_int(env, "MAX_DELIVERY_COUNT"),
-        watchdog_schedule=_get(env, "WATCHDOG_SCHEDULE") or _default("WATCHDOG_SCHEDULE"),
+        watchdog_schedule=_value(env, "WATCHDOG_SCHEDULE"),
         watchdog_batch_size=_int(env, "WATCHDOG_BATCH_SIZE"),
         watchdog_grace_seconds=_float(env, "WATCHDOG_GRACE_SECONDS"),
         watchdog_run_on_startup=_bool(env, "WATCHDOG_RUN_ON_STARTUP"),
@@ -336,7 +337,7 @@ def hosted_pools(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     from workflow_core.workflows.loader import agent_pools
 
     env = os.environ if env is None else env
-    raw = _get(env, "HOSTED_POOLS") or _default("HOSTED_POOLS")
+    raw = _value(env, "HOSTED_POOLS")
     names = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
     declared = agent_pools().names
     unknown = [name for name in names if name not in declared]
@@ -355,7 +356,7 @@ DTS_MAX_PAYLOAD_BYTES = 262_144
 
 def _max_payload_bytes(env: Mapping[str, str]) -> int:
     value = _int(env, "MAX_PAYLOAD_BYTES", minimum=1024)
-    ceiling = int(_default("MAX_PAYLOAD_BYTES"))
+    ceiling = int(_value({}, "MAX_PAYLOAD_BYTES"))
     if value > ceiling:
         raise SettingsError(f"MAX_PAYLOAD_BYTES must be at most {ceiling} (1 MiB), got {value}")
     if _get(env, "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"):
@@ -364,7 +365,7 @@ def _max_payload_bytes(env: Mapping[str, str]) -> int:
 
 
 def _transaction_codec(env: Mapping[str, str]) -> str:
-    raw = (_get(env, "LEDGER_TRANSACTION_CODEC") or _default("LEDGER_TRANSACTION_CODEC")).lower()
+    raw = _value(env, "LEDGER_TRANSACTION_CODEC").lower()
     if raw not in ("own", "sdk"):
         raise SettingsError(f"LEDGER_TRANSACTION_CODEC must be own or sdk; got {raw!r}")
     return raw

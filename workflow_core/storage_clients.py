@@ -77,12 +77,6 @@ def _endpoint_from_connection_string(connection_string: str, key: str) -> str | 
     return f"{protocol}://{account}.{key.lower()}.{suffix}" if account else None
 
 
-def _credential(storage: StorageConnection) -> Any:
-    from azure.identity import DefaultAzureCredential
-
-    return DefaultAzureCredential(managed_identity_client_id=storage.client_id)
-
-
 def _client(
     cls: Any, storage: StorageConnection, service: str, uri: str | None, credential: Any, *args: Any
 ) -> Any:
@@ -92,7 +86,11 @@ def _client(
         return cls.from_connection_string(
             storage.connection_string, *args, transport=storage_transport(endpoint)
         )
-    return cls(uri, *args, credential=credential or _credential(storage), transport=storage_transport(uri))
+    if credential is None:
+        from azure.identity import DefaultAzureCredential
+
+        credential = DefaultAzureCredential(managed_identity_client_id=storage.client_id)
+    return cls(uri, *args, credential=credential, transport=storage_transport(uri))
 
 
 def table_service_client(storage: StorageConnection, credential: Any = None) -> Any:

@@ -134,14 +134,6 @@ def record_compensation_failed(
     )
 
 
-def _outcome_dimensions(workflow: str, step: str, outcome: str, error_type: str | None) -> dict[str, str]:
-    dimensions = {"workflow": workflow or "unknown", "step": step, "outcome": outcome}
-    if outcome != STEP_SUCCEEDED:
-        default = "timeout" if outcome == STEP_TIMED_OUT else ERROR_TYPE_OTHER
-        dimensions[ERROR_TYPE] = error_type or default
-    return dimensions
-
-
 def record_step_finished(
     workflow: str,
     step: str,
@@ -154,7 +146,9 @@ def record_step_finished(
     """``attempts``: only when the outcome is final for the step; ``step`` is the definition's step
     name (low cardinality), never an id."""
     instruments = current()
-    dimensions = _outcome_dimensions(workflow, step, outcome, error_type)
+    dimensions = {"workflow": workflow or "unknown", "step": step, "outcome": outcome}
+    if outcome != STEP_SUCCEEDED:
+        dimensions[ERROR_TYPE] = error_type or ("timeout" if outcome == STEP_TIMED_OUT else ERROR_TYPE_OTHER)
     if duration_s is not None:
         instruments.step_duration.record(max(0.0, float(duration_s)), dimensions)
     if attempts is not None:

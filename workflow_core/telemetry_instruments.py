@@ -199,11 +199,6 @@ def _entra_credential() -> Any:
     return ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
 
 
-def configure_telemetry_from_env() -> bool:
-    """For ``function_app`` at import time, when the other settings may not be valid yet."""
-    return configure_telemetry(None)
-
-
 def is_configured() -> bool:
     return _configured
 

@@ -1,12 +1,7 @@
-"""W3C trace context carried as data across the pattern's hops, so one workflow instance is one trace.
-
-Data, not ambient context: a step crosses processes and time (start, orchestration, dispatch, work
-queue, agent, result queue, result handler), and the orchestrator may read nothing ambient (replay
-must be deterministic). So the context travels with the work: in the orchestration input, on the
-step row (``TraceParent``/``TraceState``) and as the messages' ``traceparent``/``tracestate``
-properties; a watchdog re-send builds the same message from the same row, and its recovery spans
-*link* to the row's context. Observability only: nothing decides on it; anything read back is
-validated and dropped when malformed; no function here raises.
+"""W3C trace context carried as data across the pattern's hops, so one workflow instance is one trace
+(docs/architecture.md, "One trace per workflow instance": the orchestrator may read nothing ambient).
+Observability only: nothing decides on it; anything read back is validated and dropped when
+malformed; no function here raises.
 """
 
 from __future__ import annotations
@@ -118,11 +113,6 @@ def span(
 def has_current_span() -> bool:
     """Is a valid span current (e.g. the Functions host's, with the worker's OpenTelemetry on)?"""
     return trace.get_current_span(otel_context.get_current()).get_span_context().is_valid
-
-
-def message_properties(carrier: Any) -> dict[str, str]:
-    """The application properties that carry ``carrier`` on a message."""
-    return clean(carrier)
 
 
 def messaging_attributes(

@@ -19,10 +19,9 @@ from activities.worker.delivery import Delivery
 from activities.worker.delivery_rules import Outcome
 from activities.worker.handlers.base import StepNoLongerOwned
 from workflow_core import clock
-from workflow_core.agent_messages import Heartbeat, reply_token
-from workflow_core.contracts import ResultMessage
+from workflow_core.contracts import Heartbeat, ResultMessage
 from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
-from workflow_core.messages import work_body
+from workflow_core.messages import reply_token, work_body
 from workflow_core.payloads import as_stored
 from workflow_core.runtime import Services
 

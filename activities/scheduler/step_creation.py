@@ -14,7 +14,7 @@ from activities.scheduler.inputs import ACTOR, CreateStepsInput
 from activities.scheduler.instances import promise
 from workflow_core.ledger import InstanceConflict, InstanceHandle
 from workflow_core.runtime import Services
-from workflow_core.workflows.step_rows import new_steps
+from workflow_core.workflows.model import new_steps
 
 
 def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[str, Any]:

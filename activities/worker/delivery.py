@@ -291,7 +291,7 @@ class Delivery(DeliveryDecisions):
                     "outcome": result.outcome,
                     "agent": m.agent,
                     # the reply continues this delivery's trace (the result handler's span is its child)
-                    **tracing.message_properties(tracing.current()),
+                    **tracing.current(),
                 },
             ),
         )

@@ -29,7 +29,7 @@ from workflow_core.ledger.known_rows import created_snapshot
 from workflow_core.runtime import Services, get_services, reset_services
 from workflow_core.transport import ReceivedMessage
 from workflow_core.workflows import get_workflow
-from workflow_core.workflows.step_rows import new_steps
+from workflow_core.workflows.model import new_steps
 from workflow_core.workflows.versions import version_of
 
 GRACE_SECONDS = 30

@@ -138,7 +138,7 @@ def test_a_watchdog_tick_emits_recovery_telemetry(otel, services, ledger):
 def test_nothing_is_exported_without_a_connection_string(monkeypatch):
     monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
     assert telemetry_instruments.configure_telemetry() is False
-    assert telemetry_instruments.configure_telemetry_from_env() is False
+    assert telemetry_instruments.configure_telemetry() is False
     assert telemetry_instruments.is_configured() is False
 
 
@@ -154,8 +154,8 @@ def test_azure_monitor_is_configured_once_with_a_connection_string():
 
         real = am.configure_azure_monitor
         with mock.patch.object(am, "configure_azure_monitor", wraps=real) as spy:
-            first = telemetry_instruments.configure_telemetry_from_env()
-            second = telemetry_instruments.configure_telemetry_from_env()
+            first = telemetry_instruments.configure_telemetry()
+            second = telemetry_instruments.configure_telemetry()
         telemetry.record_recovery("wf", "s", 1, "resend", "ok", workflow="w")
         print(json.dumps({
             "first": first, "second": second, "calls": spy.call_count,

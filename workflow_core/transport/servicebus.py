@@ -93,11 +93,10 @@ class ServiceBusTransport(Transport):
     def from_connection(cls, connection: ServiceBusConnection, **kwargs: Any) -> ServiceBusTransport:
         if connection.connection_string:
             return cls.from_connection_string(connection.connection_string, **kwargs)
-        if connection.fully_qualified_namespace:
-            return cls.from_namespace(
-                connection.fully_qualified_namespace, client_id=connection.client_id, **kwargs
-            )
-        raise TransportError("Service Bus connection has neither a connection string nor a namespace")
+        # settings.service_bus_connection refuses a connection with neither
+        return cls.from_namespace(
+            connection.fully_qualified_namespace, client_id=connection.client_id, **kwargs
+        )
 
     def ensure_queues(self, *queues: str) -> None:
         """A no-op: Service Bus queues are infrastructure (Bicep, or the emulator's config)."""

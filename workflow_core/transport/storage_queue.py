@@ -1,10 +1,7 @@
 """The :class:`Transport` on Azure Storage Queues (Azurite locally and in CI); how Service Bus
-concepts map onto it is in docs/transport.md.
-
-The lock is the visibility timeout (the pop receipt is the lock token), the dead-letter queue is
-``<queue>-poison`` (the Functions queue trigger's own), properties travel in a JSON envelope, and
-there is no duplicate detection: the ledger dedupes. Messages go base64-encoded, the Functions
-host's default, and are decoded leniently so one foreign message cannot break a receive.
+concepts map onto it (visibility timeout as lock, ``<queue>-poison``, the JSON envelope, no duplicate
+detection: the ledger dedupes) is in docs/transport.md. Messages are decoded leniently, so one
+foreign message cannot break a receive.
 """
 
 from __future__ import annotations
@@ -75,11 +72,10 @@ class StorageQueueTransport(Transport):
     def from_connection(cls, connection: StorageConnection, **kwargs) -> StorageQueueTransport:
         if connection.connection_string:
             return cls.from_connection_string(connection.connection_string, **kwargs)
-        if connection.queue_service_uri:
-            return cls.from_queue_service_uri(
-                connection.queue_service_uri, client_id=connection.client_id, **kwargs
-            )
-        raise TransportError("Storage connection has neither a connection string nor a queue service URI")
+        # settings.storage_connection refuses a connection with neither
+        return cls.from_queue_service_uri(
+            connection.queue_service_uri, client_id=connection.client_id, **kwargs
+        )
 
     def dead_letter_queue_for(self, queue: str) -> str:
         return self._dead_letter_queues.get(queue, queue + POISON_SUFFIX)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workflow_core.ledger.model import NewStep
 from workflow_core.workflows.errors import WorkflowInputError
 from workflow_core.workflows.references import iter_references, resolve_value
 from workflow_core.workflows.steps import ParallelGroup, StepDefinition, StepItem
@@ -270,3 +271,20 @@ def resolve_step_input(
 ) -> dict[str, Any]:
     """``step``'s input with every reference replaced (pure: the orchestrator calls it on replay)."""
     return resolve_value(step.input, workflow_input, outputs, f"step {step.id!r} input")
+
+
+def new_steps(definition: WorkflowDefinition) -> list[NewStep]:
+    """The ledger's step rows of ``definition``: one builder for the HTTP starter and
+    ``create_workflow_steps`` (workflows too long for the starter's transaction)."""
+    return [new_step(step) for step in definition.steps]
+
+
+def new_step(step: StepDefinition) -> NewStep:
+    return NewStep(
+        step_id=step.id,
+        step_name=step.name or step.id,
+        agent=step.agent,
+        compensator=step.compensation.agent if step.compensation else None,
+        max_attempts=step.retry.max_attempts,
+        heartbeat_timeout_seconds=step.heartbeat_timeout_seconds,
+    )

@@ -1,16 +1,7 @@
-"""Agent pools: which work queue carries an agent's work.
-
-A pool is a named set of agents served by one group of workers: the Function App (the pools named
-in ``HOSTED_POOLS``), a ``sas-agent`` runner on another machine, or an agent in another language
-that holds no storage rights at all (``message_only``: it reports liveness and results as messages
-and the app records them in the ledger for it). Work for a pool goes only to that pool's queue, so a
-slow or dead pool never delays another pool's steps; each queue has its own dead-letter queue,
-length, alert and role assignments.
+"""Agent pools: which work queue carries an agent's work (docs/agents.md, "Agent pools").
 
 Declared once, in ``workflows/pools.yaml``; an agent named in no pool belongs to ``default``, whose
 queue is the work queue itself (``WORK_QUEUE_NAME``); pool ``p`` uses ``<WORK_QUEUE_NAME>-p``.
-Routing is deployment configuration, not part of a workflow's version: moving an agent to another
-pool moves its next dispatch, while a message already queued is served where it is.
 """
 
 from __future__ import annotations

@@ -31,11 +31,7 @@ def canonical_data(definition: WorkflowDefinition) -> dict[str, Any]:
 
 
 def canonical_json(definition: WorkflowDefinition) -> str:
-    return _dumps(canonical_data(definition))
-
-
-def _dumps(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(canonical_data(definition), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def digest_of(canonical: str) -> str:
@@ -48,16 +44,12 @@ def version_id(workflow: str, digest: str) -> str:
 
 def split_version(version: str) -> tuple[str, str]:
     workflow, sep, digest = version.rpartition(SEPARATOR)
-    if not sep or not workflow or len(digest) != DIGEST_CHARS or not _is_hex(digest):
+    if not sep or not workflow or len(digest) != DIGEST_CHARS or not set(digest) <= set("0123456789abcdef"):
         raise WorkflowDefinitionError(
             f"{version!r} is not a workflow version "
             f"(expected <workflow>{SEPARATOR}<{DIGEST_CHARS} hex digits>)"
         )
     return workflow, digest
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
 
 
 @dataclass(frozen=True)
