@@ -112,7 +112,8 @@ def main(out: TextIO = sys.stdout) -> int:
             say("runner started again")
             status = h.run_until_complete(iid, timeout=timedelta(seconds=90))
             row = h.ledger.get(iid, "remote_work")
-            owners = _running_owners(h, iid)
+            actors = [a.actor for a in h.ledger.audit_trail(iid) if a.step_id == "remote_work"]
+            owners = list(dict.fromkeys(a for a in actors if a.startswith("worker:")))  # any process's
             say(f"remote-job {iid[:8]} {status.output['status']}: remote_work taken over from the queue")
         finally:
             runner.kill()
@@ -127,9 +128,3 @@ def main(out: TextIO = sys.stdout) -> int:
 
 def _status(h: Any, iid: str) -> str:
     return h.ledger.get(iid, "remote_work").status.value
-
-
-def _running_owners(h: Any, iid: str) -> list[str]:
-    """The workers (of any process) that wrote ``remote_work`` in the ledger, in order."""
-    actors = [a.actor for a in h.ledger.audit_trail(iid) if a.step_id == "remote_work"]
-    return list(dict.fromkeys(a for a in actors if a.startswith("worker:")))

@@ -23,21 +23,9 @@ Only the Functions host itself is emulated (docs/testing.md, "What is real").
         assert h.double_effects() == {}
         print(h.transport_label, h.steps(iid))
 
-Observation: ``events`` (every ledger write, in the order it committed, live through ``on_event``),
-``handler_calls`` / ``effects`` / ``double_effects`` per (instance, step), ``remote_effects`` (the
-simulated service's rows), ``decisions`` / ``tick_reports`` of the watchdog, ``transport.sent_ids``.
-
-Fault hooks (besides ``activities.worker.handlers.faults`` for failing, stalling and crashing handlers, and
-the durable host's own ``terminate``, ``crash`` and ``crash_activity_once``):
-
-* ``fail_send`` / ``duplicate_send``: the next matching send raises, or goes out twice;
-* ``hold`` / ``release`` / ``take_held`` + ``deliver``: an agent keeps a message (locked, unanswered)
-  and answers late, or you deliver it yourself (e.g. to two competing workers at once);
-* ``kill_agent``: the agent process dies mid-step without settling its message (:class:`AgentKilled`):
-  it comes back when its lock expires;
-* ``crash_dispatch_before_send``: the process running ``dispatch_step`` dies between its ledger write
-  and its send; the Durable runtime redelivers the activity minutes later;
-* ``pause_agents`` / ``resume_agents``; ``watchdog_skew`` (a watchdog whose clock runs ahead).
+Observation is :class:`~devtools.harness_observation.HarnessObservation`'s, the fault hooks are
+:class:`~devtools.harness_faults.HarnessFaults`' (besides ``activities.worker.handlers.faults`` and the
+durable host's ``terminate``, ``crash`` and ``crash_activity_once``).
 
 One harness at a time per process: it points the process environment, ``workflow_core.runtime``'s
 services and ``workflow_core.clock`` at itself, and restores them on ``close()``.
@@ -74,7 +62,6 @@ from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import pool_queue
 
 DEFAULT_WATCHDOG_PERIOD = timedelta(seconds=30)
-DEFAULT_LOCK_SECONDS = 1.0  # Storage Queues: visibility timeout of a received message (1 s minimum)
 SERVICEBUS_MIN_WAIT_SECONDS = 0.05  # Service Bus has no zero-wait receive; keep idle polls short
 
 _functions_lock = threading.Lock()
@@ -105,13 +92,14 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
     ``watchdog_every``: the watchdog period on the host clock (``None``: no periodic watchdog; call
     :meth:`watchdog_tick`);
     ``watchdog_skew``: how far the periodic watchdog's clock runs ahead of everyone else's.
-    ``lock_seconds``: the lock (visibility timeout) the agent pumps take on a received message.
     ``settings``: extra app settings (``WATCHDOG_GRACE_SECONDS``, ``MAX_DELIVERY_COUNT``...).
     ``extra_workflows``: ``{name: definition dict or YAML text}`` served next to the shipped ones.
     ``on_event``: called with each :class:`LedgerEvent` as it commits (the demo prints them).
     ``hosted_pools``: the pools whose work queues the harness's agents serve (``HOSTED_POOLS``; default:
     every declared pool), so a test can leave a pool to another process.
     """
+
+    lock_seconds = 1.0  # the agent pumps' lock on a received message (Storage Queues: 1 s minimum)
 
     def __init__(
         self,
@@ -121,15 +109,12 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
         watchdog_every: timedelta | None = DEFAULT_WATCHDOG_PERIOD,
         watchdog_skew: timedelta = timedelta(0),
         settings: Mapping[str, str] | None = None,
-        lock_seconds: float = DEFAULT_LOCK_SECONDS,
         extra_workflows: Mapping[str, Any] | None = None,
         on_event: Callable[[LedgerEvent], None] | None = None,
-        poll_interval: float = 0.002,
         hosted_pools: Iterable[str] | None = None,
     ) -> None:
         self._own_azurite = azurite is None
         self.azurite = azurite or Azurite().start()
-        self.lock_seconds = lock_seconds
         self.watchdog_skew = watchdog_skew
         self.on_event = on_event
         self.events: list[LedgerEvent] = []
@@ -207,7 +192,7 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
                     self._drain(queue)
             else:
                 self.transport_label = f"Storage Queues on Azurite (127.0.0.1:{self.azurite.queue_port})"
-            self.host = DurableTestHost(app_functions(), clock=clock, poll_interval=poll_interval)
+            self.host = DurableTestHost(app_functions(), clock=clock, poll_interval=0.002)
             self.host.__enter__()
             self._restore.append(self.host.close)
             # kept: a test whose work queue is served by another process removes it (host.remove_pump)

@@ -27,10 +27,10 @@ class LedgerEvent:
     step_id: str  # "*" for the instance's "created" row
     actor: str
     action: str  # created | transition | update | heartbeat | note
-    from_status: str | None
-    to_status: str | None
-    attempt: int | None
     reason: str
+    from_status: str | None = None
+    to_status: str | None = None
+    attempt: int | None = None
     note: str | None = None  # the audit action of a note ("late-result-ignored", "recovery"...)
     changes: tuple[str, ...] = ()  # fields an update/transition set
     record: StepRecord | None = None  # the step after the write (None for notes)
@@ -95,7 +95,6 @@ class HarnessObservation:
                     step_id="*",
                     actor=actor,
                     action="created",
-                    from_status=None,
                     to_status="Pending",
                     attempt=0,
                     reason=f"workflow {workflow_name}: {', '.join(r.step_id for r in records)}",
@@ -129,7 +128,7 @@ class HarnessObservation:
         current = threading.local()
         originals = dict(AGENT_HANDLERS)
 
-        def counting(name: str, handler: Callable) -> Callable:
+        def counting(handler: Callable) -> Callable:
             @functools.wraps(handler)
             def wrapper(ctx: Any) -> Any:
                 key = (ctx.instance_id, ctx.step_id, ctx.kind, ctx.attempt)
@@ -147,7 +146,7 @@ class HarnessObservation:
             return wrapper
 
         for name, handler in originals.items():
-            AGENT_HANDLERS[name] = counting(name, handler)
+            AGENT_HANDLERS[name] = counting(handler)
 
         original_apply, original_undo = RemoteEffects.apply, RemoteEffects.undo
 

@@ -75,14 +75,6 @@ def http_routes(functions: list[Any]) -> list[Route]:
     return sorted(routes, key=lambda r: (-literal(r), r.template))
 
 
-def forwarded_headers(request: BaseHTTPRequestHandler) -> dict[str, str]:
-    """The request's headers as a front end hands them on: ``X-Forwarded-For`` is the socket peer,
-    whatever the client sent (the app judges "local caller" by it: ``api.boundary``)."""
-    headers = {k: v for k, v in request.headers.items() if k.lower() != "x-forwarded-for"}
-    headers["X-Forwarded-For"] = str(request.client_address[0])
-    return headers
-
-
 class _QuietOnHangUp(ThreadingHTTPServer):
     """A client that hangs up (mid-request or mid-answer) is not an error worth a traceback."""
 
@@ -138,6 +130,10 @@ class AppHttpServer:
             return self._send(request, 302, b"", {"Location": f"{route_prefix()}/console/"})
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else b""
+        # as a front end hands them on: X-Forwarded-For is the socket peer, whatever the client sent
+        # (the app judges "local caller" by it: ``api.boundary``)
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "x-forwarded-for"}
+        headers["X-Forwarded-For"] = str(request.client_address[0])
         for route in self.routes:
             params = route.match(request.command, parts.path)
             if params is None:
@@ -145,19 +141,17 @@ class AppHttpServer:
             req = func.HttpRequest(
                 request.command,
                 f"{self.url}{request.path}",
-                headers=forwarded_headers(request),
+                headers=headers,
                 params=dict(parse_qsl(parts.query, keep_blank_values=True)),
                 route_params=params,
                 body=body,
             )
+            client = {"client": self.host.client} if route.needs_client else {}
             with self.lock:
-                if route.needs_client:
-                    response = self.host.call(route.function, req, client=self.host.client)
-                else:
-                    response = self.host.call(route.function, req)
-            headers = dict(response.headers)
-            headers.setdefault("Content-Type", response.mimetype or "application/octet-stream")
-            return self._send(request, response.status_code, response.get_body() or b"", headers)
+                response = self.host.call(route.function, req, **client)
+            answer = dict(response.headers)
+            answer.setdefault("Content-Type", response.mimetype or "application/octet-stream")
+            return self._send(request, response.status_code, response.get_body() or b"", answer)
         problem = {
             "type": "about:blank",
             "title": "Not Found",

@@ -149,10 +149,6 @@ def _signature(kind: str, fields: dict, name: str, instance_id: str, data: str, 
     return kind, fields.get(name), json_value(fields.get(data))
 
 
-def _decision(event: dict) -> Signature:
-    return _signature(_DECISIONS[event["EventType"]], event, "Name", "InstanceId", "Input", "FireAt")
-
-
 def _action(action: dict) -> Signature:
     if action["actionType"] == ActionType.CONTINUE_AS_NEW:
         return CONTINUED, None, json_value(action.get("input"))
@@ -234,7 +230,7 @@ def check_recording(
             if e["EventType"] not in _DECISIONS and e["EventType"] not in _OUTSIDE
         ]
         expected = [
-            _decision(e)
+            _signature(_DECISIONS[e["EventType"]], e, "Name", "InstanceId", "Input", "FireAt")
             for i, e in enumerate(history[:end])
             if e["EventType"] in _DECISIONS and i not in retries
         ]

@@ -95,10 +95,6 @@ def _duplicate_and_late_results(h: PatternHarness) -> list[str]:
     return [iid]
 
 
-def _has_event(h: PatternHarness, iid: str, name: str) -> bool:
-    return any(e["EventType"] == 15 and e.get("Name") == name for e in h.host.history(iid))
-
-
 def _timer_and_event_in_one_episode(h: PatternHarness) -> list[str]:
     """A step's reply and its deadline arrive together: the reply is held until the deadline timer
     is due, and both reach the scheduler in one episode (an EventRaised and a TimerFired among its
@@ -140,7 +136,7 @@ def _late_result_after_retry(h: PatternHarness) -> list[str]:
         client.raise_event = on_time
     for instance_id, event_name, event_data in deferred[:1]:
         h.host.raise_event(instance_id, event_name, event_data)
-    h.run_until(lambda: _has_event(h, iid, name))
+    h.run_until(lambda: any(e["EventType"] == 15 and e.get("Name") == name for e in h.host.history(iid)))
     h.release(second)
     h.run_until_complete(iid)
     return [iid]
@@ -214,21 +210,14 @@ def _without_checkout_paths(recordings: list[dict[str, Any]]) -> list[dict[str, 
     return json.loads(json.dumps(recordings).replace(root, ""))
 
 
-def record_corpus(directory: Path, azurite: Any = None) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in SCENARIOS:
-        path = directory / f"{name}.json"
-        path.write_text(json.dumps(record_scenario(name, azurite), indent=1, sort_keys=True) + "\n")
-        written.append(path)
-    return written
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=Path, nargs="?", default=Path("tests/replay_corpus"))
     args = parser.parse_args(argv)
-    for path in record_corpus(args.directory):
+    args.directory.mkdir(parents=True, exist_ok=True)
+    for name in SCENARIOS:
+        path = args.directory / f"{name}.json"
+        path.write_text(json.dumps(record_scenario(name), indent=1, sort_keys=True) + "\n")
         print(f"recorded {path}")
     return 0
 

@@ -87,11 +87,6 @@ def _response_text(response: Any) -> str:
     return ""
 
 
-def _is_table(request: Any, segments: list[str]) -> bool:
-    headers = {k.lower() for k in request.headers}
-    return "dataserviceversion" in headers or (bool(segments) and segments[0] in ("$batch", "Tables"))
-
-
 def _blob_op(request: Any, method: str) -> str | None:
     """The blob operation a request is (the payload store's: upload, download, create-container),
     told by what only blob requests carry; None for a table or queue request."""
@@ -114,11 +109,11 @@ def describe(request: Any, response: Any) -> StorageRequest:
     url = request.url.split("?")[0]
     segments = _account_relative_path(url)
     status = getattr(response, "status_code", None)
+    first = segments[0] if segments else ""
     blob = _blob_op(request, method)
     if blob is not None:
-        return StorageRequest("blob", blob, segments[0] if segments else "", method, status)
-    if _is_table(request, segments):
-        first = segments[0] if segments else ""
+        return StorageRequest("blob", blob, first, method, status)
+    if first in ("$batch", "Tables") or "dataserviceversion" in {k.lower() for k in request.headers}:
         if first == "$batch":
             parts = _BATCH_PART.findall(_body(request))
             tables = {_account_relative_path(u.decode())[0].split("(")[0] for _, u in parts}
@@ -134,7 +129,7 @@ def describe(request: Any, response: Any) -> StorageRequest:
         keyed = bool(match and match.group("keys"))
         op = {"GET": "read" if keyed else "query", "POST": "insert", "DELETE": "delete"}.get(method, "update")
         return StorageRequest("table", op, table, method, status)
-    queue = segments[0] if segments else ""
+    queue = first
     if len(segments) >= 2 and segments[1] == "messages":
         if len(segments) == 2:
             if method == "GET":

@@ -52,9 +52,11 @@ OPERATIONS = (
 
 
 class _EventClient:
-    """The Durable client's ``raise_event``, recorded (no storage)."""
+    """The Durable client's ``raise_event``, recorded (no storage); ``known=False``: the client's
+    answer for an instance id nobody used yet."""
 
-    def __init__(self) -> None:
+    def __init__(self, known: bool = True) -> None:
+        self.known = known
         self.events: list[tuple[str, str]] = []
         self.data: list[Any] = []
 
@@ -63,6 +65,8 @@ class _EventClient:
         self.data.append(event_data)
 
     async def get_status(self, instance_id: str, *args: Any, **kwargs: Any) -> Any:
+        if not self.known:
+            return None
         from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
         return DurableOrchestrationStatus(
@@ -82,13 +86,6 @@ def forget_effect_clients() -> None:
         cached, RemoteEffects._cache = list(RemoteEffects._cache.values()), {}
     for effects in cached:
         effects._table.close()
-
-
-class _NewInstanceClient:
-    """The Durable client's answer for an instance id nobody used yet."""
-
-    async def get_status(self, instance_id: str, *args: Any, **kwargs: Any) -> None:
-        return None
 
 
 @dataclass
@@ -120,7 +117,6 @@ def step_operations(services: Services, counter: RequestCounter) -> StepCounts:
     from workflow_core.contracts import StepDispatch
     from workflow_core.ledger import encode_json
     from workflow_core.workflows.store import definition_for
-    from workflow_core.workflows.versions import version_of
 
     definition = definition_for(WORKFLOW, None, None)
 
@@ -139,7 +135,7 @@ def step_operations(services: Services, counter: RequestCounter) -> StepCounts:
     with counter.measure() as made:
         # the HTTP starter's check that the instance id is new (Durable status + ledger), and the
         # instance record it writes before starting the orchestration, as it runs
-        asyncio.run(_ensure_unused(_NewInstanceClient(), services, instance))
+        asyncio.run(_ensure_unused(_EventClient(known=False), services, instance))
         rows = asyncio.run(
             _record_instance(
                 services,
