@@ -3,7 +3,8 @@
 #
 #   infra/deploy.sh <env> <resource-group> <location> [--what-if] [--skip-publish]
 #   infra/deploy.sh --package-only [zip-path] [--durable-backend AzureStorage|DurableTaskScheduler]
-#   infra/deploy.sh --host-json AzureStorage|DurableTaskScheduler   (azd's package hooks)
+#   infra/deploy.sh --host-json AzureStorage|DurableTaskScheduler   (azd's prepackage hook)
+#   infra/deploy.sh --restore-host-json                             (azd's postpackage hook)
 #
 #   <env>            picks infra/main.<env>.bicepparam (dev, prod, ...)
 #   <resource-group> created (or reused) in <location>; every resource lands there
@@ -11,7 +12,9 @@
 #   --skip-publish   provision only, do not publish the code
 #   --package-only   only build the deployment zip (the app's source, no dependencies),
 #                    default path: ./app-package.zip; needs no Azure login
-#   --host-json      write ./host.json for that Durable backend (azd's prepackage/postpackage hooks)
+#   --host-json      save ./host.json to .azure/host.json.committed (restoring a copy a failed
+#                    package left first), then write ./host.json for that Durable backend
+#   --restore-host-json  put the saved .azure/host.json.committed back (no-op without one)
 #
 # The packaged host.json names the Durable backend (infra/host_json.py): the environment's
 # durableBackend parameter (its .bicepparam) when deploying, --durable-backend with --package-only.
@@ -33,7 +36,7 @@ trap 'rm -rf "$WORK"' EXIT
 workdir() { mktemp -d "$WORK/XXXXXX"; }
 
 usage() {
-  sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 
@@ -118,7 +121,7 @@ publish() {
 }
 
 main() {
-  local what_if=false skip_publish=false package_only=false backend="" host_json=""
+  local what_if=false skip_publish=false package_only=false backend="" host_json="" restore=false
   local positional=()
   while (($#)); do
     case "$1" in
@@ -127,6 +130,7 @@ main() {
       --package-only) package_only=true ;;
       --durable-backend) shift; backend="${1:-}" ;;
       --host-json) shift; host_json="${1:-}"; [[ -n "$host_json" ]] || usage ;;
+      --restore-host-json) restore=true ;;
       -h | --help) usage 0 ;;
       -*) printf 'unknown option: %s\n' "$1" >&2; usage ;;
       *) positional+=("$1") ;;
@@ -134,9 +138,21 @@ main() {
     shift
   done
 
-  if [[ -n "$host_json" ]]; then
-    "$PYTHON" "$ROOT/infra/host_json.py" "$host_json" "$ROOT/host.json" "$ROOT/host.json"
-    log "host.json: Durable backend $host_json"
+  local saved="$ROOT/.azure/host.json.committed"
+  if $restore || [[ -n "$host_json" ]]; then
+    # A copy left by a package that failed before postpackage ran is the committed file: put it back.
+    if [[ -f "$saved" ]]; then
+      mv -f "$saved" "$ROOT/host.json"
+      log "host.json: restored the committed file"
+    fi
+    $restore && return
+    mkdir -p "$ROOT/.azure"
+    cp "$ROOT/host.json" "$saved"
+    "$PYTHON" "$ROOT/infra/host_json.py" "$host_json" "$ROOT/host.json" "$ROOT/host.json" || {
+      mv -f "$saved" "$ROOT/host.json"
+      die "cannot write host.json for the Durable backend $host_json"
+    }
+    log "host.json: Durable backend $host_json (committed file saved to .azure/host.json.committed)"
     return
   fi
   if $package_only; then

@@ -54,6 +54,7 @@ _instruments: Instruments | None = None
 _meter_provider: metrics.MeterProvider | None = None
 _tracer_provider: trace.TracerProvider | None = None
 _configured = False
+_configured_by: str | None = None
 # Callbacks of the observable gauges, set by register_ledger_gauges.
 _gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {
     WORK_IN_FLIGHT_GAUGE: None,
@@ -164,7 +165,7 @@ def configure_telemetry(settings: Settings | None = None) -> bool:
     Only the ``sas`` loggers are exported: the Functions host already forwards ordinary logs.
     Without ``settings`` it reads the environment, so it works before the other settings are valid.
     """
-    global _configured
+    global _configured, _configured_by
     connection_string = (
         settings.app_insights_connection_string
         if settings is not None
@@ -175,13 +176,21 @@ def configure_telemetry(settings: Settings | None = None) -> bool:
     with _lock:
         if _configured:
             return True
-        from azure.monitor.opentelemetry import configure_azure_monitor
+        if worker_owns_telemetry():
+            # The Python worker already called configure_azure_monitor() at worker init (its
+            # dispatcher.py, initialize_azure_monitor): a second call would install a second set of
+            # providers and export every span and record twice. Use the worker's global providers.
+            _configured = True
+            _configured_by = "worker"
+        else:
+            from azure.monitor.opentelemetry import configure_azure_monitor
 
-        credential = _entra_credential()
-        # Application Insights in infra/ has local (key) auth disabled: ingestion needs Entra ID.
-        options = {} if credential is None else {"credential": credential}
-        configure_azure_monitor(connection_string=connection_string, logger_name="sas", **options)
-        _configured = True
+            credential = _entra_credential()
+            # Application Insights in infra/ has local (key) auth disabled: ingestion needs Entra ID.
+            options = {} if credential is None else {"credential": credential}
+            configure_azure_monitor(connection_string=connection_string, logger_name="sas", **options)
+            _configured = True
+            _configured_by = "app"
     # Rebind the instruments to the (now real) global providers.
     use_providers(None, None)
     return True
@@ -201,6 +210,20 @@ def _entra_credential() -> Any:
 
 def is_configured() -> bool:
     return _configured
+
+
+WORKER_TELEMETRY_SETTING = "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"
+NULL_PROPAGATOR_SETTING = "PYTHON_ENABLE_OPENTELEMETRY"
+
+
+def worker_owns_telemetry() -> bool:
+    """True when the Functions Python worker configures azure-monitor itself (and so the app must not)."""
+    return (os.environ.get(WORKER_TELEMETRY_SETTING) or "").strip().lower() == "true"
+
+
+def configured_by() -> str | None:
+    """Who configured the exporter in this process: ``"worker"``, ``"app"`` or None (not configured)."""
+    return _configured_by if _configured else None
 
 
 def register_ledger_gauges(

@@ -200,13 +200,20 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
           value: 'Authorization=AAD;ClientId=${identityClientId}'
         }
-        // The Python worker continues the host's spans (HTTP request, trigger) in Python, so a
-        // workflow's trace starts at the request that started it and the host does not log the
-        // worker's records a second time. Not PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY: that would
-        // make the worker configure an exporter of its own, without the Entra credential.
+        // The Python worker owns telemetry: PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY makes it create its
+        // trace-context propagator AND call configure_azure_monitor() itself at worker init (worker
+        // dispatcher.py, worker_init_request / initialize_azure_monitor), so the host's request span
+        // continues in Python. Not PYTHON_ENABLE_OPENTELEMETRY: that marks OpenTelemetry as on without
+        // creating the propagator, and every invocation then calls .extract on None (worker issue 1881).
+        // The app then does not configure azure-monitor a second time (workflow_core/telemetry_instruments.py).
         {
-          name: 'PYTHON_ENABLE_OPENTELEMETRY'
+          name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY'
           value: 'true'
+        }
+        // Only the pattern's own loggers are exported by the worker's exporter (the host forwards the rest).
+        {
+          name: 'PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME'
+          value: 'sas'
         }
         // The pattern's own settings.
         {

@@ -700,15 +700,15 @@ def check_app_settings(files: dict[str, BicepFile]) -> list[str]:
         problems.append(
             "APPLICATIONINSIGHTS_AUTHENTICATION_STRING must be 'Authorization=AAD;ClientId=<client id>'"
         )
-    if values.get("PYTHON_ENABLE_OPENTELEMETRY") != "true":
+    if values.get("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY") != "true":
         problems.append(
-            "PYTHON_ENABLE_OPENTELEMETRY must be 'true': without it the host's request span never reaches "
-            "the worker (tracing.has_current_span, api/start.py) and the worker's logs appear twice"
+            "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY must be 'true': it makes the worker create its "
+            "trace-context propagator and configure azure-monitor once (worker dispatcher.py)"
         )
-    if "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY" in raw:
+    if "PYTHON_ENABLE_OPENTELEMETRY" in raw:
         problems.append(
-            "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY makes the worker export on its own, without the "
-            "Entra credential; the app configures azure-monitor-opentelemetry itself"
+            "PYTHON_ENABLE_OPENTELEMETRY marks OpenTelemetry on without a trace-context propagator: every "
+            "invocation calls .extract on None (azure-functions-python-worker issue 1881)"
         )
     for name in sorted(FLEX_DEPRECATED_SETTINGS & set(raw)):
         problems.append(f"app setting {name} is not supported on Flex Consumption")

@@ -679,16 +679,30 @@ def test_durable_task_scheduler_without_its_role_is_caught(tmp_path):
     ]
 
 
-def test_the_workers_opentelemetry_integration_is_on(tmp_path):
-    """Without PYTHON_ENABLE_OPENTELEMETRY the host's request span never reaches Python: the host's
-    request and the workflow's trace are disconnected, and the worker's logs appear twice."""
+def test_the_worker_owns_telemetry(tmp_path):
+    """Without PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY the worker neither creates its trace-context
+    propagator nor configures azure-monitor: the host's request span never reaches Python."""
     problems = _problems_after(
         tmp_path,
         "modules/function-app.bicep",
-        _drop_app_setting("PYTHON_ENABLE_OPENTELEMETRY"),
+        _drop_app_setting("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"),
         bc.check_app_settings,
     )
-    assert any("PYTHON_ENABLE_OPENTELEMETRY must be 'true'" in p for p in problems), problems
+    assert any("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY must be 'true'" in p for p in problems), problems
+
+
+def test_the_null_propagator_setting_is_refused(tmp_path):
+    """PYTHON_ENABLE_OPENTELEMETRY alone leaves the worker's propagator None (issue 1881)."""
+    change = _replace(
+        "      appSettings: concat([\n",
+        "      appSettings: concat([\n"
+        "        {\n"
+        "          name: 'PYTHON_ENABLE_OPENTELEMETRY'\n"
+        "          value: 'true'\n"
+        "        }\n",
+    )
+    problems = _problems_after(tmp_path, "modules/function-app.bicep", change, bc.check_app_settings)
+    assert any("PYTHON_ENABLE_OPENTELEMETRY marks OpenTelemetry on" in p for p in problems), problems
 
 
 def test_an_app_setting_overriding_host_jsons_durable_backend_is_caught(tmp_path):

@@ -184,7 +184,8 @@ def test_azure_yaml_for_azd():
     assert "remote build" in text
     config = yaml.safe_load(text)
     assert config["infra"] == {"provider": "bicep", "path": "infra", "module": "main"}
-    assert config["services"]["api"] == {"project": ".", "language": "python", "host": "function"}
+    service = {k: v for k, v in config["services"]["api"].items() if k != "hooks"}
+    assert service == {"project": ".", "language": "python", "host": "function"}
 
 
 def test_azd_parameter_file_matches_main_bicep():
@@ -340,9 +341,9 @@ def test_the_committed_host_json_is_the_azure_storage_variant():
         json.dumps(host_json.for_backend(json.loads(committed), "AzureStorage"), indent=2) + "\n" == committed
     )
     assert "durableBackend" in json.loads((bc.INFRA_DIR / "main.parameters.json").read_text())["parameters"]
-    hooks = yaml.safe_load((ROOT / "azure.yaml").read_text())["hooks"]
+    hooks = yaml.safe_load((ROOT / "azure.yaml").read_text())["services"]["api"]["hooks"]
     assert "--host-json" in hooks["prepackage"]["run"] and "DURABLE_BACKEND" in hooks["prepackage"]["run"]
-    assert hooks["postpackage"]["run"].endswith("--host-json AzureStorage")
+    assert hooks["postpackage"]["run"].endswith("--restore-host-json")
     with pytest.raises(ValueError, match="unknown Durable backend"):
         host_json.for_backend(json.loads(committed), "Netherite")
 
@@ -353,3 +354,41 @@ def test_deploying_an_environment_packages_its_durable_backend(fake_repo, tmp_pa
     result, _ = _run(fake_repo, tmp_path, "dev", "rg-sas-dev", "westeurope")
     assert result.returncode == 0, result.stderr
     assert "Durable backend DurableTaskScheduler" in result.stderr
+
+
+def test_the_backend_switch_is_a_service_hook_so_azd_deploy_runs_it():
+    """azd raises project-level package hooks only for the commands that raise the project event; a
+    stand-alone `azd deploy` packages each service and raises only the SERVICE package event (azure-dev
+    cli/azd/pkg/project/service_config.go). Project-level hooks would ship the Azure Storage host.json
+    to an app wired for the Durable Task Scheduler."""
+    config = yaml.safe_load((ROOT / "azure.yaml").read_text())
+    assert not {"prepackage", "postpackage"} & set(config.get("hooks") or {})
+    hooks = config["services"]["api"]["hooks"]
+    assert {"prepackage", "postpackage"} <= set(hooks)
+    assert all(hooks[name]["shell"] == "sh" for name in ("prepackage", "postpackage"))
+    assert "azd >= 1.10.0" in (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+
+
+def test_a_failed_package_never_leaves_host_json_modified(fake_repo, tmp_path):
+    """prepackage saves the committed host.json; postpackage (or the next prepackage, after a package
+    that failed before postpackage ran) puts it back byte for byte."""
+    committed = (fake_repo / "host.json").read_bytes()
+    result, _ = _run(fake_repo, tmp_path, "--host-json", "DurableTaskScheduler")
+    assert result.returncode == 0, result.stderr
+    assert b"azureManaged" in (fake_repo / "host.json").read_bytes()
+    assert (fake_repo / ".azure" / "host.json.committed").read_bytes() == committed
+    # the package failed: postpackage never ran; the next prepackage starts from the committed file
+    result, _ = _run(fake_repo, tmp_path, "--host-json", "DurableTaskScheduler")
+    assert result.returncode == 0, result.stderr
+    assert (fake_repo / ".azure" / "host.json.committed").read_bytes() == committed
+    result, _ = _run(fake_repo, tmp_path, "--restore-host-json")
+    assert result.returncode == 0, result.stderr
+    assert (fake_repo / "host.json").read_bytes() == committed
+    assert not (fake_repo / ".azure" / "host.json.committed").exists()
+    # restoring with nothing saved is a no-op
+    result, _ = _run(fake_repo, tmp_path, "--restore-host-json")
+    assert result.returncode == 0 and (fake_repo / "host.json").read_bytes() == committed
+    # an unknown backend leaves the committed file in place
+    result, _ = _run(fake_repo, tmp_path, "--host-json", "Netherite")
+    assert result.returncode != 0 and (fake_repo / "host.json").read_bytes() == committed
+    assert not (fake_repo / ".azure" / "host.json.committed").exists()

@@ -1,0 +1,68 @@
+"""The Functions Python worker owns azure-monitor when PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY=true.
+
+The worker calls ``configure_azure_monitor()`` itself at worker init when that setting is true
+(azure-functions-python-worker, ``dispatcher.py`` / ``otel.py``: ``initialize_azure_monitor``). The
+app must then not configure it a second time: two calls install two exporters and every span and
+record is sent twice. infra/modules/function-app.bicep sets the setting (tests/infra pins that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, os
+    from unittest import mock
+    import azure.monitor.opentelemetry as am
+    from workflow_core import telemetry_instruments
+
+    with mock.patch.object(am, "configure_azure_monitor") as spy:
+        first = telemetry_instruments.configure_telemetry()
+        second = telemetry_instruments.configure_telemetry()
+    print(json.dumps({
+        "first": first, "second": second, "calls": spy.call_count,
+        "by": telemetry_instruments.configured_by(),
+    }))
+    os._exit(0)
+    """
+)
+
+
+def _run(worker_setting: str | None) -> dict:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "PYTHON_ENABLE_OPENTELEMETRY")
+    }
+    env.update(
+        APPLICATIONINSIGHTS_CONNECTION_STRING="InstrumentationKey=00000000-0000-0000-0000-000000000000;"
+        "IngestionEndpoint=http://127.0.0.1:9/",
+        APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL="true",
+        PYTHONPATH=str(REPO),
+    )
+    if worker_setting is not None:
+        env["PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"] = worker_setting
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_app_does_not_configure_azure_monitor_when_the_worker_does():
+    result = _run("true")
+    assert result == {"first": True, "second": True, "calls": 0, "by": "worker"}
+
+
+def test_the_app_configures_azure_monitor_once_when_the_worker_does_not():
+    for setting in (None, "false"):
+        result = _run(setting)
+        assert result == {"first": True, "second": True, "calls": 1, "by": "app"}, setting
