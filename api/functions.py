@@ -1,7 +1,9 @@
 """The Functions bindings of the HTTP API, each only adapting the host's arguments to a plain body.
 
 Every API route is function-level (a function or host key in ``?code=`` or the ``x-functions-key``
-header); only the console's static files (no data) are anonymous.
+header), except behind App Service Authentication, where the platform authenticates and the routes are
+anonymous at the Functions level (api/platform_auth.py); the health probe (excluded from platform
+authentication) always needs a key; the console's static files (no data) are anonymous.
 """
 
 # No ``from __future__ import annotations`` here: the Python worker reads these functions' annotations
@@ -11,12 +13,12 @@ from collections.abc import Awaitable, Callable
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import console_site, handlers, operator_api, start, versions
+from api import console_site, handlers, operator_api, platform_auth, start, versions
 from workflow_core import runtime
 
 blueprint = df.Blueprint(http_auth_level=func.AuthLevel.FUNCTION)
 
-AUTH = func.AuthLevel.FUNCTION
+AUTH = platform_auth.api_auth_level()  # read when the worker indexes the app
 
 
 def _services() -> runtime.Services:
@@ -58,7 +60,7 @@ for _name, _route, _method, _body in (
     _with_client(_name, _route, _method, _body)
 
 
-@blueprint.route(route="health", methods=["GET"], auth_level=AUTH)
+@blueprint.route(route="health", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 async def http_health(req: func.HttpRequest) -> func.HttpResponse:
     return await handlers.health(req, None, _services)
 

@@ -3,7 +3,7 @@
 // Why Flex Consumption and not Elastic Premium: Flex Consumption supports Durable Functions on the default
 // Azure Storage provider, timer triggers (the watchdog) and Service Bus triggers with identity-based
 // connections, scales to zero, and scales the Durable (orchestrator/activity) functions as one group.
-// Its constraints do not bite here: no deployment slots, no Windows, no EasyAuth, and app settings must not
+// Its constraints do not bite here: no deployment slots, no Windows, and app settings must not
 // carry the deprecated FUNCTIONS_WORKER_RUNTIME / FUNCTIONS_EXTENSION_VERSION / WEBSITE_RUN_FROM_PACKAGE /
 // WEBSITE_CONTENT* settings (runtime and deployment live in functionAppConfig instead).
 //

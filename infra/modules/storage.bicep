@@ -203,9 +203,6 @@ resource deadlineIndexTable 'Microsoft.Storage/storageAccounts/tableServices/tab
   name: deadlineIndexTableName
 }
 
-// Resource logs of the data services, kept in Log Analytics: the `audit` category group only. `allLogs` would
-// log every Durable Functions queue poll, lease renewal and history read (thousands of entries a minute
-// from an idle app), which costs more than the whole app; audit keeps the writes and deletes that matter.
 // The data-service logs, by category, not by a category group whose members the platform may change:
 // writes and deletes (who changed the ledger, the task hub, the deployment package). Not StorageRead:
 // it logs every Durable Functions queue poll and table read, thousands of entries a minute from an

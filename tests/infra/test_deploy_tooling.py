@@ -392,3 +392,45 @@ def test_a_failed_package_never_leaves_host_json_modified(fake_repo, tmp_path):
     result, _ = _run(fake_repo, tmp_path, "--host-json", "Netherite")
     assert result.returncode != 0 and (fake_repo / "host.json").read_bytes() == committed
     assert not (fake_repo / ".azure" / "host.json.committed").exists()
+
+
+CHECKOV_STUB = """#!/usr/bin/env bash
+if [[ "$1" == "--version" ]]; then echo "$PINNED"; exit 0; fi
+printf '%s\\n' "$REPORT"
+exit 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("report", "passes"),
+    [
+        ("bicep scan results:\nPassed checks: 12, Failed checks: 0, Skipped checks: 3", True),
+        (
+            "[ERROR]  Failed to run check CKV_AZURE_70 on /infra/modules/function-app.bicep:authSettings\n"
+            "Traceback (most recent call last):\n  KeyError: 'properties'\n"
+            "bicep scan results:\nPassed checks: 12, Failed checks: 0, Skipped checks: 3",
+            False,
+        ),
+        ("Passed checks: 12, Failed checks: 0, Skipped checks: 3\nParsing errors: 1", False),
+    ],
+)
+def test_check_infra_fails_when_a_checkov_check_crashes(tmp_path, report, passes):
+    """checkov logs a crashing check and exits 0: scripts/check-infra must not pass then."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "infra").mkdir()
+    shutil.copy2(ROOT / "scripts" / "check-infra", repo / "scripts" / "check-infra")
+    shutil.copy2(ROOT / "requirements-infra.txt", repo / "requirements-infra.txt")
+    pinned = re.search(r"^checkov==(\S+)$", (ROOT / "requirements-infra.txt").read_text(), re.MULTILINE)[1]
+    stub = repo / ".venv-infra" / "bin" / "checkov"
+    stub.parent.mkdir(parents=True)
+    stub.write_text(CHECKOV_STUB, encoding="utf-8")
+    stub.chmod(0o755)
+    (repo / ".venv-infra" / "bin" / "python").symlink_to(sys.executable)
+    dirs = os.environ["PATH"].split(os.pathsep)
+    path = os.pathsep.join(p for p in dirs if not (Path(p) / "bicep").exists())
+    env = {**os.environ, "PINNED": pinned, "REPORT": report, "PATH": path}
+    done = subprocess.run(
+        ["bash", str(repo / "scripts" / "check-infra")], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode == 0) is passes, done.stdout + done.stderr
