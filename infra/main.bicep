@@ -229,6 +229,19 @@ var remotePools = filter(pools, pool => (pool.hosting != 'app'))
 var containerAppPools = filter(pools, pool => (pool.hosting == 'containerApp'))
 var poolIdentityPrefix = 'id-${baseName}-${resourceToken}-pool'
 
+// agentPools input checks: modules/agent-pools-validation.bicep fails the deployment up front on any. Bicep has
+// no regular expressions: a name is lower-case, 1-20 long, of letters, digits and single inner dashes when it
+// equals its lower-case form and holds none of the characters a queue or identity name refuses.
+var poolNameRefused = [' ', '_', '.', '/', ':', '@', '#', '+', '=', ',', ';', '*', '?', '!', '~', '&', '%', '$', '(', ')']
+var poolNames = map(agentPools, pool => string(pool.?name ?? ''))
+var poolValidation = {
+  poolsWithAnUnknownHosting: map(filter(agentPools, pool => !contains(['app', 'external', 'containerApp'], pool.?hosting ?? '')), pool => pool.?name ?? '?')
+  poolsWithABadName: filter(poolNames, name => (empty(name) || ((length(name) > 20) || ((toLower(name) != name) || (startsWith(name, '-') || (endsWith(name, '-') || (contains(name, '--') || (length(split(name, poolNameRefused)) > 1))))))))
+  // union() drops repeats: fewer names after it means some name is listed twice
+  poolNamesListedTwice: (length(union(poolNames, [])) == length(poolNames)) ? [] : poolNames
+  containerAppPoolsWithoutImageOrReplicas: map(filter(agentPools, pool => (((pool.?hosting ?? '') == 'containerApp') && (empty(pool.?image ?? '') || ((pool.?maxReplicas ?? 10) < 1)))), pool => pool.?name ?? '?')
+}
+
 module identity 'modules/identity.bicep' = {
   name: 'identity'
   params: {
@@ -324,6 +337,16 @@ module serviceBusAlerts 'modules/servicebus-alerts.bicep' = {
     resultQueueName: resultQueueName
     pools: pools
     actionGroupId: monitoring.outputs.actionGroupId
+  }
+}
+
+module agentPoolsValidation 'modules/agent-pools-validation.bicep' = {
+  name: 'agent-pools-validation'
+  params: {
+    poolsWithAnUnknownHosting: poolValidation.poolsWithAnUnknownHosting
+    poolsWithABadName: poolValidation.poolsWithABadName
+    poolNamesListedTwice: poolValidation.poolNamesListedTwice
+    containerAppPoolsWithoutImageOrReplicas: poolValidation.containerAppPoolsWithoutImageOrReplicas
   }
 }
 

@@ -154,7 +154,13 @@ class PoolEvaluator:
             lam = params["expression"]["detail"]
             items = self.value(params["input_array"], scope)
             return [i for i in items if self.value(lam["expression"], {**scope, lam["var_1"]: i})]
+        if kind == "map":  # pycep names map()'s arguments arg_1, arg_2
+            lam = params["arg_2"]["detail"]
+            items = self.value(params["arg_1"], scope)
+            return [self.value(lam["expression"], {**scope, lam["var_1"]: i}) for i in items]
         args = [self.value(arg, scope) for arg in params.values()]
+        if kind in _VALIDATION_FUNCTIONS:  # the agentPools checks (agent-pools-validation.bicep)
+            return _VALIDATION_FUNCTIONS[kind](*args)
         if kind == "first":
             return args[0][0] if args[0] else None
         if kind == "empty":
@@ -194,6 +200,8 @@ class PoolEvaluator:
             return first != second
         if kind == "coalesce":
             return second if first is None else first
+        if kind in _VALIDATION_OPERATORS:
+            return _VALIDATION_OPERATORS[kind](first, second)
         raise AssertionError(f"the pool evaluator does not know the operator {kind}: extend it")
 
     def _access(self, base: Any, key: Any, scope: dict[str, Any]) -> Any:
@@ -400,3 +408,31 @@ POOL_CHECKS = (
     check_pool_role_assignments,
     check_container_apps,
 )
+
+
+def _split(text: str, delimiters: Any) -> list[str]:
+    parts = [text]
+    for delimiter in [delimiters] if isinstance(delimiters, str) else delimiters:
+        parts = [piece for part in parts for piece in part.split(delimiter)]
+    return parts
+
+
+def _union(*arrays: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(item for array in arrays for item in array))
+
+
+_VALIDATION_FUNCTIONS: dict[str, Any] = {
+    "contains": lambda container, item: item in container,
+    "length": len,
+    "split": _split,
+    "union": _union,
+    "string": str,
+    "starts_with": lambda text, prefix: text.startswith(prefix),
+    "ends_with": lambda text, suffix: text.endswith(suffix),
+}
+_VALIDATION_OPERATORS: dict[str, Any] = {
+    "or": lambda a, b: a or b,
+    "and": lambda a, b: a and b,
+    "greater_than": lambda a, b: a > b,
+    "less_than": lambda a, b: a < b,
+}

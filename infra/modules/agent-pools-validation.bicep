@@ -1,0 +1,23 @@
+// Validation of main.bicep's agentPools: deploys nothing. Each parameter is a list of the pools that break
+// one rule and must be empty (@maxLength(0)); ARM checks a nested deployment's parameters before it creates
+// anything, so a bad agentPools fails the whole deployment up front, naming the rule (this parameter's
+// name and description) and the offending pools, instead of half-creating queues and identities.
+// (Bicep's user-defined types would say it more briefly, but the offline checks' parser does not read them.)
+
+@description('Pools whose hosting is not one of app, external, containerApp.')
+@maxLength(0)
+param poolsWithAnUnknownHosting array
+
+@description('Pools whose name is not 1-20 lower-case letters, digits and single inner dashes (workflows/pools.yaml).')
+@maxLength(0)
+param poolsWithABadName array
+
+@description('Pool names listed more than once.')
+@maxLength(0)
+param poolNamesListedTwice array
+
+@description('containerApp pools without an image, or with maxReplicas below 1.')
+@maxLength(0)
+param containerAppPoolsWithoutImageOrReplicas array
+
+output problemCount int = length(concat(poolsWithAnUnknownHosting, poolsWithABadName, poolNamesListedTwice, containerAppPoolsWithoutImageOrReplicas))
