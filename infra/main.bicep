@@ -184,6 +184,9 @@ param agentPoolMessagesPerReplica int = 5
 @description('containerApp pools: registry server of a private image (pulled with the pool\'s identity, which then needs AcrPull on it); empty = a public image.')
 param agentPoolRegistryServer string = ''
 
+@description('containerApp pools: resource id of the Azure Container Registry their image comes from; the deployment grants each containerApp pool identity AcrPull on it (and derives agentPoolRegistryServer when that is empty). Empty = grant nothing: a public image, or a registry outside Azure.')
+param agentPoolRegistryId string = ''
+
 // ----- Names -----
 
 var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName))
@@ -228,6 +231,8 @@ var remoteExtraPoolQueueNames = [for pool in filter(extraPools, pool => (pool.ho
 var remotePools = filter(pools, pool => (pool.hosting != 'app'))
 var containerAppPools = filter(pools, pool => (pool.hosting == 'containerApp'))
 var poolIdentityPrefix = 'id-${baseName}-${resourceToken}-pool'
+var registryIdParts = split(agentPoolRegistryId, '/')
+var agentPoolRegistryLoginServer = !empty(agentPoolRegistryServer) ? agentPoolRegistryServer : (empty(agentPoolRegistryId) ? '' : '${last(registryIdParts)}${environment().suffixes.acrLoginServer}')
 
 // agentPools input checks: modules/agent-pools-validation.bicep fails the deployment up front on any. Bicep has
 // no regular expressions: a name is lower-case, 1-20 long, of letters, digits and single inner dashes when it
@@ -371,6 +376,19 @@ module agentPool 'modules/agent-pool.bicep' = [for pool in remotePools: {
   }
 }]
 
+// AcrPull on the private registry for the identities created above, before the first revision pulls.
+module agentPoolRegistryPull 'modules/agent-pool-registry-pull.bicep' = if (!empty(agentPoolRegistryId) && !empty(containerAppPools)) {
+  name: 'agent-pool-registry-pull'
+  scope: resourceGroup(registryIdParts[2], registryIdParts[4])
+  params: {
+    registryName: last(registryIdParts)
+    pools: [for (pool, i) in remotePools: {
+      principalId: agentPool[i].outputs.principalId
+      pull: (pool.hosting == 'containerApp')
+    }]
+  }
+}
+
 // Optional: containerApp pools run sas-agent on Azure Container Apps, scaled by KEDA on their queue's backlog.
 // Nothing is created unless a pool asks for it.
 module agentPoolContainerApps 'modules/agent-pool-containerapp.bicep' = if (!empty(containerAppPools)) {
@@ -383,7 +401,7 @@ module agentPoolContainerApps 'modules/agent-pool-containerapp.bicep' = if (!emp
     pools: containerAppPools
     identityNamePrefix: poolIdentityPrefix
     messagesPerReplica: agentPoolMessagesPerReplica
-    registryServer: agentPoolRegistryServer
+    registryServer: agentPoolRegistryLoginServer
     logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     storageAccountName: storage.outputs.name
@@ -396,9 +414,10 @@ module agentPoolContainerApps 'modules/agent-pool-containerapp.bicep' = if (!emp
     maxPayloadBytes: maxPayloadBytes
     payloadContainerName: payloadContainerName
   }
-  // The runner claims work as soon as it starts: its identity and roles first.
+  // The runner claims work as soon as it starts: its identity and roles first (AcrPull included).
   dependsOn: [
     agentPool
+    agentPoolRegistryPull
   ]
 }
 

@@ -37,7 +37,7 @@ param identityNamePrefix string
 @minValue(1)
 param messagesPerReplica int = 5
 
-@description('Registry server of a private image, pulled with the pool\'s identity (which needs AcrPull there); empty = a public image.')
+@description('Registry server of a private image, pulled with the pool\'s identity (AcrPull granted by agent-pool-registry-pull.bicep when main.bicep\'s agentPoolRegistryId names the registry); empty = a public image.')
 param registryServer string = ''
 
 @description('Log Analytics workspace that receives the containers\' logs.')
@@ -108,7 +108,7 @@ resource environmentDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-0
   }
 }
 
-resource containerApps 'Microsoft.App/containerApps@2024-03-01' = [for (pool, i) in pools: {
+resource containerApps 'Microsoft.App/containerApps@2025-01-01' = [for (pool, i) in pools: {
   name: 'ca-${pool.name}-${appNameSuffix}'
   location: location
   tags: union(tags, {

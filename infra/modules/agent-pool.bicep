@@ -10,6 +10,8 @@
 //   reply                              Azure Service Bus Data Sender on the result queue
 //   claim, heartbeat, record (unless   Storage Table Data Contributor on the ledger table and on the deadline
 //   messageOnly)                       index table (a deadline change moves the step's index row)
+//   the example agents' idempotency   Storage Table Data Contributor on the RemoteEffects table
+//   (unless messageOnly)               (activities/worker/handlers/remote.py; storage.bicep creates it)
 //   large payloads (unless messageOnly) Storage Blob Data Contributor on the payload container
 //   telemetry                          Monitoring Metrics Publisher on the Application Insights component
 //
@@ -48,6 +50,9 @@ param ledgerTableName string
 
 @description('Deadline index table (DEADLINE_INDEX_TABLE_NAME).')
 param deadlineIndexTableName string
+
+@description('The example agents\' RemoteEffects table (created by storage.bicep).')
+param remoteEffectsTableName string = 'RemoteEffects'
 
 @description('Blob container of large payloads (PAYLOAD_CONTAINER_NAME).')
 param payloadContainerName string
@@ -101,6 +106,11 @@ resource ledgerTable 'Microsoft.Storage/storageAccounts/tableServices/tables@202
 resource deadlineIndexTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = {
   parent: tableService
   name: deadlineIndexTableName
+}
+
+resource remoteEffectsTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = {
+  parent: tableService
+  name: remoteEffectsTableName
 }
 
 resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
@@ -160,6 +170,16 @@ resource ledgerTableContributor 'Microsoft.Authorization/roleAssignments@2022-04
 resource deadlineIndexTableContributor 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!messageOnly) {
   name: guid(deadlineIndexTable.id, poolIdentity.id, roles.storageTableDataContributor)
   scope: deadlineIndexTable
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageTableDataContributor)
+    principalId: poolIdentity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource remoteEffectsTableContributor 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!messageOnly) {
+  name: guid(remoteEffectsTable.id, poolIdentity.id, roles.storageTableDataContributor)
+  scope: remoteEffectsTable
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageTableDataContributor)
     principalId: poolIdentity.properties.principalId

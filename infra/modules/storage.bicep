@@ -31,6 +31,9 @@ param ledgerTableName string
 @description('Deadline index table (DEADLINE_INDEX_TABLE_NAME).')
 param deadlineIndexTableName string
 
+@description('The example agents\' RemoteEffects table (activities/worker/handlers/remote.py).')
+param remoteEffectsTableName string = 'RemoteEffects'
+
 @description('Work queue of the storage-queue transport (WORK_QUEUE_NAME).')
 param workQueueName string
 
@@ -201,6 +204,13 @@ resource ledgerTable 'Microsoft.Storage/storageAccounts/tableServices/tables@202
 resource deadlineIndexTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = {
   parent: tableService
   name: deadlineIndexTableName
+}
+
+// The example agents' idempotency table (activities/worker/handlers/remote.py, REMOTE_EFFECTS_TABLE): created
+// here so that a pool identity, which holds a role on this table only, never needs the right to create tables.
+resource remoteEffectsTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = {
+  parent: tableService
+  name: remoteEffectsTableName
 }
 
 // The data-service logs, by category, not by a category group whose members the platform may change:

@@ -766,6 +766,9 @@ def scope_symbol(assignment: Resource) -> str | None:
     return scope if isinstance(scope, str) else None
 
 
+REGISTRY_PULL = "modules/agent-pool-registry-pull.bicep"
+
+
 def _principal_of(resolver: Resolver, files: dict[str, BicepFile], assignment: Resource) -> str | None:
     """``app`` (the managed identity's principalId, passed down from a module output), ``operator`` (main's
     ``principalId`` parameter) or None (anything else)."""
@@ -775,6 +778,8 @@ def _principal_of(resolver: Resolver, files: dict[str, BicepFile], assignment: R
         own = _symbols(files, assignment.file).get(path[0])
         if own is not None and own.type == "Microsoft.ManagedIdentity/userAssignedIdentities":
             return "pool"  # an agent pool's own identity, declared beside it: pool_checks.py
+    if assignment.file == REGISTRY_PULL and dotted(principal) == "pool.principalId":
+        return "pool"  # a containerApp pool's identity, from main.bicep: test_pool_registry_pull.py
     if not isinstance(principal, str):
         return None
     if assignment.file == MAIN:

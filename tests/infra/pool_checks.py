@@ -37,7 +37,7 @@ POOL_ROLES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     bc.STORAGE_TABLE_DATA_CONTRIBUTOR: (
         "Storage Table Data Contributor",
         bc.STORAGE_TABLE,
-        ("ledgerTable", "deadlineIndexTable"),
+        ("ledgerTable", "deadlineIndexTable", "remoteEffectsTable"),
     ),
     bc.STORAGE_BLOB_DATA_CONTRIBUTOR: (
         "Storage Blob Data Contributor",

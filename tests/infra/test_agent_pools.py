@@ -190,7 +190,8 @@ def _scope_of(symbol: str, old: str, new: str):
             "ledgerTableContributor",
             "ledgerTable",
             "storage",
-            "Storage Table Data Contributor must be scoped to ledgerTable or deadlineIndexTable "
+            "Storage Table Data Contributor must be scoped to ledgerTable or deadlineIndexTable or "
+            "remoteEffectsTable "
             "(Microsoft.Storage/storageAccounts/tableServices/tables), is scoped to storage "
             "(Microsoft.Storage/storageAccounts)",
         ),
