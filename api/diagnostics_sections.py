@@ -1,0 +1,322 @@
+"""The sections of ``GET /api/diagnostics``: what the running app itself sees of the platform.
+
+Each section returns check rows ``{"check", "ok", "detail", "fix"}`` (``ok`` None: not applicable or
+not measurable here). Nothing here returns a setting's *value*: names and whether they are set only.
+The access probes write and delete their own row / message / blob (partition and names under
+:data:`PROBE_PREFIX`), never workflow data. docs/platform.md lists the platform behaviour each check
+stands for; ``sas doctor`` (operator_cli/doctor_command.py) prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from workflow_core import clock, liveness, telemetry_instruments
+from workflow_core.settings import DOCUMENTED_SETTINGS
+
+Row = dict[str, Any]
+APP_ROOT = Path(__file__).resolve().parents[1]
+PROBE_PREFIX = "sas-doctor-probe"
+DTS_CONNECTION = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"
+# Platform settings the app or its host reads (names only are reported).
+PLATFORM_SETTINGS = (
+    "AzureWebJobsStorage",
+    "AzureWebJobsStorage__credential",
+    "AzureWebJobsStorage__clientId",
+    "AzureWebJobsStorage__tableServiceUri",
+    "AzureWebJobsStorage__queueServiceUri",
+    "AzureWebJobsStorage__blobServiceUri",
+    "ServiceBusConnection__fullyQualifiedNamespace",
+    "AZURE_CLIENT_ID",
+    "APPLICATIONINSIGHTS_CONNECTION_STRING",
+    "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+    telemetry_instruments.WORKER_TELEMETRY_SETTING,
+    telemetry_instruments.NULL_PROPAGATOR_SETTING,
+    "PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME",
+    "WEBSITE_AUTH_ENABLED",
+    "WEBSITE_SITE_NAME",
+    "IDENTITY_ENDPOINT",
+    DTS_CONNECTION,
+    "TASK_HUB_NAME",
+)
+
+
+def row(check: str, ok: bool | None, detail: str, fix: str = "") -> Row:
+    return {"check": check, "ok": ok, "detail": detail, "fix": "" if ok else fix}
+
+
+def _env(name: str) -> str:
+    return (os.environ.get(name) or "").strip()
+
+
+# ---- host.json -----------------------------------------------------------------------------------
+
+
+def host_json(_services: Any, *, root: Path = APP_ROOT) -> list[Row]:
+    """The host.json the app was packaged with: backend, hub, bundle, telemetry mode."""
+    try:
+        host = json.loads((root / "host.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [row("host.json", False, f"cannot read the app's host.json: {exc}", "package host.json")]
+    durable = (host.get("extensions") or {}).get("durableTask") or {}
+    provider = (durable.get("storageProvider") or {}).get("type") or "AzureStorage"
+    wants_dts = bool(_env(DTS_CONNECTION))
+    backend_ok = (provider == "azureManaged") == wants_dts
+    rows = [
+        row(
+            "host.json durable backend",
+            backend_ok,
+            f"storageProvider.type={provider}; {DTS_CONNECTION} {'set' if wants_dts else 'not set'}",
+            "package the host.json of the deployed backend: infra/deploy.sh picks it from durableBackend, "
+            "azd's service prepackage hook from DURABLE_BACKEND (docs/deploy.md)",
+        ),
+        row(
+            "host.json task hub",
+            bool(durable.get("hubName")),
+            f"hubName={durable.get('hubName')!r}",
+            "host.json extensions.durableTask.hubName must name the hub (%TASK_HUB_NAME%)",
+        ),
+        row(
+            "host.json telemetryMode",
+            host.get("telemetryMode") == "OpenTelemetry",
+            f"telemetryMode={host.get('telemetryMode')!r}",
+            'set "telemetryMode": "OpenTelemetry" in host.json',
+        ),
+        row(
+            "host.json extension bundle",
+            bool((host.get("extensionBundle") or {}).get("version")),
+            f"extensionBundle={(host.get('extensionBundle') or {}).get('version')!r}",
+            "host.json needs the Microsoft.Azure.Functions.ExtensionBundle [4.*, 5.0.0)",
+        ),
+    ]
+    return rows
+
+
+# ---- settings, identity, telemetry ----------------------------------------------------------------
+
+
+def settings(_services: Any) -> list[Row]:
+    """Which settings are set (names only, never values)."""
+    names = sorted(set(DOCUMENTED_SETTINGS) | set(PLATFORM_SETTINGS))
+    set_names = [name for name in names if _env(name)]
+    return [
+        row("app settings", True, f"set: {', '.join(set_names) or '(none)'}"),
+        *[
+            row(f"setting {name}", False, f"{name} is not set", f"set the app setting {name}")
+            for name in ("TASK_HUB_NAME",)
+            if not _env(name) and _env("WEBSITE_SITE_NAME")
+        ],
+    ]
+
+
+def identity(_services: Any) -> list[Row]:
+    in_azure = bool(_env("WEBSITE_SITE_NAME") or _env("WEBSITE_INSTANCE_ID"))
+    managed = bool(_env("IDENTITY_ENDPOINT") or _env("MSI_ENDPOINT"))
+    auth_on = _env("WEBSITE_AUTH_ENABLED").lower() == "true"
+    return [
+        row(
+            "platform identity",
+            managed if in_azure else None,
+            ("managed identity endpoint present" if managed else "no managed identity endpoint")
+            + ("" if in_azure else " (local: not applicable)"),
+            "assign the user-assigned identity to the Function App (infra/modules/function-app.bicep)",
+        ),
+        row(
+            "identity client id",
+            bool(_env("AZURE_CLIENT_ID")) if in_azure else None,
+            f"AZURE_CLIENT_ID {'set' if _env('AZURE_CLIENT_ID') else 'not set'}",
+            "set AZURE_CLIENT_ID to the user-assigned identity's client id",
+        ),
+        row(
+            "App Service Authentication",
+            None,
+            f"WEBSITE_AUTH_ENABLED {'True' if auth_on else 'not set'}: routes are "
+            f"{'anonymous behind platform authentication' if auth_on and in_azure else 'function-key'}",
+        ),
+    ]
+
+
+def telemetry(_services: Any) -> list[Row]:
+    worker = telemetry_instruments.worker_owns_telemetry()
+    null_propagator = bool(_env(telemetry_instruments.NULL_PROPAGATOR_SETTING)) and not worker
+    by = telemetry_instruments.configured_by()
+    connection = bool(_env("APPLICATIONINSIGHTS_CONNECTION_STRING"))
+    rows = [
+        row(
+            "telemetry propagator",
+            not null_propagator,
+            f"{telemetry_instruments.NULL_PROPAGATOR_SETTING} "
+            f"{'set without' if null_propagator else 'not relied on;'} "
+            f"{telemetry_instruments.WORKER_TELEMETRY_SETTING}={'true' if worker else 'unset'}",
+            f"replace {telemetry_instruments.NULL_PROPAGATOR_SETTING} with "
+            f"{telemetry_instruments.WORKER_TELEMETRY_SETTING}=true (worker issue 1881)",
+        ),
+        row(
+            "telemetry configured once",
+            not (worker and by == "app"),
+            f"exporter configured by {by or 'nobody yet'}; worker owns telemetry: {worker}",
+            "the app must not call configure_azure_monitor when the worker does "
+            "(workflow_core/telemetry_instruments.py)",
+        ),
+    ]
+    if _env("WEBSITE_SITE_NAME"):
+        rows.append(
+            row(
+                "telemetry connection",
+                connection,
+                f"APPLICATIONINSIGHTS_CONNECTION_STRING {'set' if connection else 'not set'}",
+                "set APPLICATIONINSIGHTS_CONNECTION_STRING (infra sets it from the component)",
+            )
+        )
+    return rows
+
+
+# ---- access probes and queues --------------------------------------------------------------------
+
+
+def _probe(check: str, action: Callable[[], None], fix: str) -> Row:
+    try:
+        action()
+    except Exception as exc:  # a failed probe is the finding
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        return row(check, False, f"{type(exc).__name__}: {first}", fix)
+    return row(check, True, "wrote and deleted its own probe")
+
+
+def _table_probe(table: Any) -> None:
+    key = {"PartitionKey": PROBE_PREFIX, "RowKey": uuid.uuid4().hex}
+    table.create_entity(key)
+    table.delete_entity(key["PartitionKey"], key["RowKey"])
+
+
+def access(services: Any) -> list[Row]:
+    """The identity's access to every table and the payload container: a probe of its own each."""
+    s = services.settings
+    ledger = services.ledger
+    rows = [
+        _probe(
+            f"table {name}",
+            lambda name=name: _table_probe(ledger._client_for(name)),
+            f"grant the app's identity Storage Table Data Contributor on {name} "
+            "(infra/modules/role-assignments.bicep)",
+        )
+        for name in (s.ledger_table, s.deadline_index_table)
+    ]
+
+    def blob() -> None:
+        from workflow_core.storage_clients import blob_container_client
+
+        client = blob_container_client(s.storage, s.payload_container)
+        name = f"{PROBE_PREFIX}/{uuid.uuid4().hex}"
+        client.upload_blob(name, b"probe")
+        client.delete_blob(name)
+
+    rows.append(
+        _probe(
+            f"container {s.payload_container}",
+            blob,
+            f"grant the app's identity Storage Blob Data Contributor on {s.payload_container}",
+        )
+    )
+    return rows
+
+
+def queues(services: Any) -> list[Row]:
+    """Every pool queue and the result queue: a probe, depth and oldest message age where measurable."""
+    from workflow_core.workflows.loader import agent_pools
+    from workflow_core.workflows.pools import pool_queue
+
+    s = services.settings
+    names = [pool_queue(s.work_queue, pool) for pool in agent_pools().names] + [s.result_queue]
+    transport = services.transport
+    inspect = getattr(transport, "diagnose_queue", None) or _diagnose_queue
+    return [inspect(transport, name) for name in names]
+
+
+def _diagnose_queue(transport: Any, queue: str) -> Row:
+    """Storage queues: send an invisible message and delete it; depth and the oldest visible message."""
+    client_of = getattr(transport, "_client", None)
+    if client_of is None:
+        return row(f"queue {queue}", None, "this transport offers no probe (depth not measurable here)")
+    try:
+        client = client_of(queue)
+        sent = client.send_message(PROBE_PREFIX, visibility_timeout=300)
+        client.delete_message(sent.id, pop_receipt=sent.pop_receipt)
+        depth = client.get_queue_properties().approximate_message_count
+        peeked = client.peek_messages(max_messages=1)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        return row(
+            f"queue {queue}",
+            False,
+            f"{type(exc).__name__}: {first}",
+            f"grant the app's identity send/receive rights on {queue}",
+        )
+    oldest = peeked[0].inserted_on if peeked else None
+    age = "" if oldest is None else f", oldest message {int((clock.utcnow() - oldest).total_seconds())} s old"
+    return row(f"queue {queue}", True, f"probe sent and deleted; depth {depth}{age}")
+
+
+# ---- watchdog, and pluggable providers -----------------------------------------------------------
+
+
+def watchdog(services: Any) -> list[Row]:
+    s = services.settings
+    tick = liveness.last_tick(services.ledger.table_client())
+    # the schedule is a CRON expression; allow two periods plus the grace before calling it stopped
+    limit = timedelta(seconds=max(180, 3 * s.watchdog_grace_seconds))
+    if tick is None:
+        return [
+            row(
+                "watchdog last tick",
+                False,
+                "the watchdog has never recorded a tick",
+                "check that supervisor_watchdog runs (WATCHDOG_SCHEDULE; the function is not disabled)",
+            )
+        ]
+    age = tick.age_seconds()
+    return [
+        row(
+            "watchdog last tick",
+            age <= limit.total_seconds(),
+            f"watchdog last ran {int(age)} s ago ({tick.ticks} ticks recorded, {tick.errors} errors last)",
+            f"the watchdog has not ticked for over {int(limit.total_seconds())} s: check the timer "
+            "trigger (WATCHDOG_SCHEDULE), the app's state and its logs",
+        )
+    ]
+
+
+# Other features register here (the recovery canary, circuit breakers): name -> callable(services)
+# returning rows. A provider that raises is reported as a failed row, never a 500.
+PROVIDERS: dict[str, Callable[[Any], list[Row]]] = {}
+
+
+def register_provider(name: str, provider: Callable[[Any], list[Row]] | None) -> None:
+    """Add (or, with None, remove) a diagnostics provider, e.g. ``"canary"`` or ``"circuits"``."""
+    if provider is None:
+        PROVIDERS.pop(name, None)
+    else:
+        PROVIDERS[name] = provider
+
+
+def providers(services: Any) -> list[Row]:
+    rows: list[Row] = []
+    for name in ("canary", "circuits"):
+        if name not in PROVIDERS:
+            rows.append(row(name, None, f"no {name} provider is installed in this build"))
+    for name, provider in sorted(PROVIDERS.items()):
+        try:
+            rows.extend(provider(services))
+        except Exception as exc:
+            rows.append(row(name, False, f"the {name} provider failed: {type(exc).__name__}", "see the logs"))
+    return rows
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
