@@ -9,6 +9,7 @@ stands for; ``sas doctor`` (operator_cli/doctor_command.py) prints them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -197,12 +198,16 @@ def _table_probe(table: Any) -> None:
 
 def access(services: Any) -> list[Row]:
     """The identity's access to every table and the payload container: a probe of its own each."""
+    from workflow_core.storage_clients import table_client
+
     s = services.settings
-    ledger = services.ledger
+    if s.ledger_connection.connection_string:  # local/dev: the tables are created on first use
+        with contextlib.suppress(Exception):
+            services.ledger  # noqa: B018 - creates what infra would have provisioned
     rows = [
         _probe(
             f"table {name}",
-            lambda name=name: _table_probe(ledger._client_for(name)),
+            lambda name=name: _table_probe(table_client(s.ledger_connection, name)),
             f"grant the app's identity Storage Table Data Contributor on {name} "
             "(infra/modules/role-assignments.bicep)",
         )
@@ -213,6 +218,11 @@ def access(services: Any) -> list[Row]:
         from workflow_core.storage_clients import blob_container_client
 
         client = blob_container_client(s.storage, s.payload_container)
+        if s.storage.connection_string:  # local/dev: created on first use, as workflow_core.runtime does
+            from azure.core.exceptions import ResourceExistsError
+
+            with contextlib.suppress(ResourceExistsError):
+                client.create_container()
         name = f"{PROBE_PREFIX}/{uuid.uuid4().hex}"
         client.upload_blob(name, b"probe")
         client.delete_blob(name)
@@ -234,7 +244,12 @@ def queues(services: Any) -> list[Row]:
 
     s = services.settings
     names = [pool_queue(s.work_queue, pool) for pool in agent_pools().names] + [s.result_queue]
-    transport = services.transport
+    try:
+        transport = services.transport
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        fix = "grant the app's identity send and receive rights on its queues (role-assignments.bicep)"
+        return [row(f"queue {name}", False, f"{type(exc).__name__}: {first}", fix) for name in names]
     inspect = getattr(transport, "diagnose_queue", None) or _diagnose_queue
     return [inspect(transport, name) for name in names]
 
@@ -267,8 +282,10 @@ def _diagnose_queue(transport: Any, queue: str) -> Row:
 
 
 def watchdog(services: Any) -> list[Row]:
+    from workflow_core.storage_clients import table_client
+
     s = services.settings
-    tick = liveness.last_tick(services.ledger.table_client())
+    tick = liveness.last_tick(table_client(s.ledger_connection, s.ledger_table))
     # the schedule is a CRON expression; allow two periods plus the grace before calling it stopped
     limit = timedelta(seconds=max(180, 3 * s.watchdog_grace_seconds))
     if tick is None:
