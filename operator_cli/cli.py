@@ -21,6 +21,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 from operator_cli import render
 from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
 from operator_cli.conformance_command import conformance_command
+from operator_cli.doctor_command import doctor_command
 from operator_cli.session import (
     EXIT_DECLINED,
     EXIT_OK,
@@ -54,7 +55,8 @@ def cli(
 
     Mutating commands record intent in the ledger; the supervisor's watchdog enacts it on its next
     tick. Exit codes: 0 done, 1 declined, 2 bad request, 3 storage error, 4 a recorded history no
-    longer replays (replay-check), 5 an agent fails a conformance check.
+    longer replays (replay-check), 5 an agent fails a conformance check, 6 a platform check failed
+    (doctor), 7 the app could not be asked (doctor).
     """
     # Located on first use, so that `sas <command> --help` works without any settings.
     ctx.ensure_object(Session).options = {
@@ -66,6 +68,7 @@ def cli(
 
 for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_command, conformance_command):
     cli.add_command(_command)
+cli.add_command(doctor_command)
 
 
 def _parse_time(value: str | None, option: str) -> datetime | None:

@@ -1,0 +1,123 @@
+"""``sas doctor`` against the app's diagnostics served over real HTTP (the demo's front end,
+devtools/http_server.py) with Azurite behind it: each seeded fault in one line, exit 6; an app that
+cannot be asked, exit 7; ``-o json`` for scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import threading
+from datetime import timedelta
+
+import azure.functions as func
+import pytest
+
+from api import diagnostics
+from devtools.http_server import AppHttpServer, Route, _compile
+from operator_cli.cli import main
+from workflow_core import clock, liveness, telemetry_instruments
+
+
+class Host:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def call(self, function, req, **kwargs):
+        return function(req)
+
+
+@pytest.fixture
+def served(services, monkeypatch):
+    for name in (
+        "DURABLE_TASK_SCHEDULER_CONNECTION_STRING",
+        "PYTHON_ENABLE_OPENTELEMETRY",
+        "WEBSITE_AUTH_ENABLED",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(telemetry_instruments, "_configured", False)
+
+    def answer(req: func.HttpRequest) -> func.HttpResponse:
+        return asyncio.run(diagnostics.diagnostics(req, None, services))
+
+    route = Route(
+        "http_diagnostics",
+        frozenset({"GET"}),
+        _compile("/api/diagnostics"),
+        "/api/diagnostics",
+        False,
+        answer,
+    )
+    server = AppHttpServer(Host(), [route]).start()
+    yield server
+    server.close()
+
+
+def _doctor(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["doctor", *args], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_a_healthy_app_exits_0(served, services):
+    liveness.record_tick(services.ledger.table_client())
+    code, out, _ = _doctor("--url", served.url)
+    assert code == 0, out
+    assert "FAIL" not in out and "watchdog last ran" in out
+
+
+def test_a_stopped_watchdog_is_one_failed_line_and_exit_6(served, services):
+    liveness.record_tick(services.ledger.table_client(), now=clock.utcnow() - timedelta(minutes=30))
+    code, out, _ = _doctor("--url", served.url)
+    assert code == 6
+    failed = [line for line in out.splitlines() if line.lstrip().startswith("FAIL")]
+    assert len(failed) == 1 and "watchdog last tick" in failed[0], out
+    assert "watchdog last ran 1800 s ago" in out
+
+
+def test_a_wrong_backend_and_json_output(served, services, monkeypatch):
+    liveness.record_tick(services.ledger.table_client())
+    monkeypatch.setenv("DURABLE_TASK_SCHEDULER_CONNECTION_STRING", "Endpoint=https://x;Authentication=None")
+    code, out, _ = _doctor("--url", served.url, "-o", "json")
+    assert code == 6
+    body = json.loads(out)
+    assert body["ok"] is False and body["failed"] == 1
+    (row,) = [r for r in body["checks"] if r["ok"] is False]
+    assert row["check"] == "host.json durable backend" and "host.json" in row["assumption"]
+
+
+def test_an_unreachable_app_exits_7():
+    code, out, _ = _doctor("--url", "http://127.0.0.1:9", "--timeout", "2")
+    assert code == 7 and "cannot reach" in out
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://x", "not a url"])
+def test_a_url_that_is_not_http_is_refused(url):
+    code, out, _ = _doctor("--url", url)
+    assert code == 7 and "http(s)" in out
+
+
+def test_a_refusal_exits_7_with_what_to_pass(served, monkeypatch):
+    monkeypatch.setenv("WEBSITE_INSTANCE_ID", "x")
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")
+    code, out, _ = _doctor("--url", served.url)
+    assert code == 7 and "HTTP 401" in out and "--token" in out
+
+
+def test_an_answer_that_is_not_a_report_exits_7():
+    def junk(req):
+        return func.HttpResponse(json.dumps({"sections": "nope"}), status_code=200)
+
+    route = Route("x", frozenset({"GET"}), _compile("/api/diagnostics"), "/api/diagnostics", False, junk)
+    server = AppHttpServer(Host(), [route]).start()
+    try:
+        code, out, _ = _doctor("--url", server.url)
+    finally:
+        server.close()
+    assert code == 7 and "not a diagnostics report" in out
+
+
+def test_doctor_help_documents_the_exit_codes(capsys):
+    code, _, _ = _doctor("--help")
+    out = capsys.readouterr().out
+    assert code == 0 and "6 a check failed" in out and "7 the app could not be asked" in out
