@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from workflow_core import clock, liveness, telemetry_instruments
+from workflow_core import liveness, telemetry_instruments
 from workflow_core.settings import DOCUMENTED_SETTINGS
 
 Row = dict[str, Any]
@@ -250,32 +250,9 @@ def queues(services: Any) -> list[Row]:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         fix = "grant the app's identity send and receive rights on its queues (role-assignments.bicep)"
         return [row(f"queue {name}", False, f"{type(exc).__name__}: {first}", fix) for name in names]
-    inspect = getattr(transport, "diagnose_queue", None) or _diagnose_queue
-    return [inspect(transport, name) for name in names]
+    from api.diagnostics_queues import diagnose
 
-
-def _diagnose_queue(transport: Any, queue: str) -> Row:
-    """Storage queues: send an invisible message and delete it; depth and the oldest visible message."""
-    client_of = getattr(transport, "_client", None)
-    if client_of is None:
-        return row(f"queue {queue}", None, "this transport offers no probe (depth not measurable here)")
-    try:
-        client = client_of(queue)
-        sent = client.send_message(PROBE_PREFIX, visibility_timeout=300)
-        client.delete_message(sent.id, pop_receipt=sent.pop_receipt)
-        depth = client.get_queue_properties().approximate_message_count
-        peeked = client.peek_messages(max_messages=1)
-    except Exception as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-        return row(
-            f"queue {queue}",
-            False,
-            f"{type(exc).__name__}: {first}",
-            f"grant the app's identity send/receive rights on {queue}",
-        )
-    oldest = peeked[0].inserted_on if peeked else None
-    age = "" if oldest is None else f", oldest message {int((clock.utcnow() - oldest).total_seconds())} s old"
-    return row(f"queue {queue}", True, f"probe sent and deleted; depth {depth}{age}")
+    return [diagnose(transport, name) for name in names]
 
 
 # ---- watchdog, and pluggable providers -----------------------------------------------------------
