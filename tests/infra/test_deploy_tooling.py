@@ -367,6 +367,8 @@ def test_the_backend_switch_is_a_service_hook_so_azd_deploy_runs_it():
     assert {"prepackage", "postpackage"} <= set(hooks)
     assert all(hooks[name]["shell"] == "sh" for name in ("prepackage", "postpackage"))
     assert "azd >= 1.10.0" in (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    # the saved copy (.azure/host.json.committed) never goes into the package azd zips
+    assert ".azure" in (ROOT / ".funcignore").read_text(encoding="utf-8").split()
 
 
 def test_a_failed_package_never_leaves_host_json_modified(fake_repo, tmp_path):
