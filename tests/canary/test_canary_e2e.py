@@ -99,3 +99,32 @@ def test_a_resume_path_that_refuses_fails_naming_it(azurite, monkeypatch):
         _idle(h, 10)
         verdict = _verdict(h, iid, later=600)
     assert verdict.outcome == "failed" and "resume" in verdict.cause, verdict
+
+
+def test_a_verdict_is_the_metric_the_alerts_read(harness):
+    """What tests/infra/test_canary_alerts.py checks the KQL against: the name and the dimensions."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from supervisor.canary import RECOVERY_METRIC, RUNS_METRIC
+    from workflow_core import telemetry_instruments
+
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    telemetry_instruments.use_providers(meters, None)
+    try:
+        iid = _run(harness, "retry")
+        verdict = _verdict(harness, iid)
+        data = reader.get_metrics_data()
+    finally:
+        telemetry_instruments.use_providers(None, None)
+        meters.shutdown()
+    found = {
+        metric.name: [dict(p.attributes) for p in metric.data.data_points]
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert found[RUNS_METRIC] == [{"outcome": "passed", "scenario": "retry", "pool": "default"}]
+    assert found[RECOVERY_METRIC] == [{"scenario": "retry", "pool": "default"}]
+    assert verdict.outcome == "passed"

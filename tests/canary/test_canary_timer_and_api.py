@@ -1,0 +1,71 @@
+"""The canary timer (start through the real starter, terminate for scheduler-lost, judge later) and
+``GET /api/canary``, in the in-process durable host with the real ledger on Azurite."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import azure.functions as func
+import pytest
+
+from api import canary
+from devtools.harness import PatternHarness
+from workflow_core.canary import SCENARIOS
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def harness(azurite, monkeypatch):
+    monkeypatch.delenv("CANARY_ENABLED", raising=False)
+    monkeypatch.delenv("CANARY_PERIOD_SECONDS", raising=False)
+    with PatternHarness(azurite) as h:
+        yield h
+
+
+def _get(h: PatternHarness, **params: str):
+    request = func.HttpRequest("GET", f"{h.host.base_url}/api/canary", params=params, body=b"")
+    response = h.host.call("http_canary", request, client=h.host.client)
+    return response.status_code, json.loads(response.get_body())
+
+
+def _hour_of(scenario: str) -> datetime:
+    return datetime(2030, 1, 1, tzinfo=UTC) + list(SCENARIOS).index(scenario) * HOUR
+
+
+def test_the_scenario_rotates_each_period():
+    seen = [canary.scenario_for(_hour_of("lost-reply") + n * HOUR) for n in range(len(SCENARIOS))]
+    assert sorted(seen) == sorted(SCENARIOS)
+
+
+def test_a_tick_starts_a_run_and_a_later_tick_records_its_verdict(harness):
+    h = harness
+    assert _get(h)[1]["state"] == "none"
+    done = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=_hour_of("scheduler-lost")))
+    iid = done["started"]
+    assert done["scenario"] == "scheduler-lost" and h.host.get_status(iid).runtime_status.name == "Terminated"
+    h.run_until(lambda: h.ledger.get_instance(iid).status.value == "Succeeded", timeout=timedelta(minutes=10))
+    later = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=h.now()))
+    assert later["judged"] == [iid]
+    status, body = _get(h)
+    assert status == 200 and body["state"] == "passed" and body["enabled"] is False
+    (verdict,) = body["verdicts"]
+    assert verdict["instance_id"] == iid and verdict["scenario"] == "scheduler-lost"
+    assert verdict["recovery_seconds"] <= verdict["expected_seconds"]
+
+
+@pytest.mark.parametrize("limit", ["0", "51", "-1", "abc", "1e3", "9" * 400, ""])
+def test_a_bad_limit_is_a_clear_400(harness, limit):
+    status, body = _get(harness, limit=limit)
+    assert status == 400 and "limit" in json.dumps(body)
+
+
+def test_the_timer_does_nothing_unless_enabled(harness):
+    assert canary.canary_enabled({}) is False
+    assert canary.canary_enabled({"CANARY_ENABLED": "true"}) is True
+
+
+def test_an_unknown_scenario_is_refused_by_name(harness):
+    with pytest.raises(ValueError, match="unknown canary scenario 'nope'"):
+        harness.host.run_async(canary.start_canary_run(harness.host.client, harness.services, "nope"))
