@@ -38,9 +38,8 @@ def main() -> int:
             counted = [r for r in made if not r.empty]
             totals[scenario] = len(counted)
             ops = Counter(f"{r.service}:{r.op}" for r in counted)
-            print(
-                f"{scenario:<16} {len(counted):>4} requests  ({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})"
-            )
+            detail = ", ".join(f"{k} {v}" for k, v in sorted(ops.items()))
+            print(f"{scenario:<16} {len(counted):>4} requests  ({detail})")
     mean = sum(totals.values()) / len(totals)
     print(f"=> {mean:.1f} requests per run on average; {mean * RUNS_PER_MONTH:,.0f} per month hourly")
     return 0
