@@ -69,3 +69,35 @@ def test_the_timer_does_nothing_unless_enabled(harness):
 def test_an_unknown_scenario_is_refused_by_name(harness):
     with pytest.raises(ValueError, match="unknown canary scenario 'nope'"):
         harness.host.run_async(canary.start_canary_run(harness.host.client, harness.services, "nope"))
+
+
+def _list(h: PatternHarness, route: str, name: str, **params: str):
+    request = func.HttpRequest("GET", f"{h.host.base_url}/api/{route}", params=params, body=b"")
+    response = h.host.call(name, request, client=h.host.client)
+    return response.status_code, json.loads(response.get_body())
+
+
+def test_canary_runs_are_hidden_from_the_default_list_and_the_inbox(harness):
+    h = harness
+    canary_id = h.start_workflow("sas-canary", {"scenario": "compensate"})
+    other_id = h.start_workflow("provision-tenant", {"tenant_id": "t1", "admin_email": "a@example.net"})
+    h.run_until_complete(canary_id)
+    h.run_until_complete(other_id)
+    for iid in (canary_id, other_id):  # both flagged: only the ordinary one reaches the inbox
+        record = h.ledger.get_instance(iid)
+        h.ledger.update_instance(record, actor="test", reason="flag", needs_attention=True)
+
+    def ids(**params: str) -> set[str]:
+        status, body = _list(h, "instances", "http_list_instances", **params)
+        assert status == 200, body
+        return {i["instanceId"] for i in body["instances"]}
+
+    assert ids() == {other_id}
+    assert ids(canary="include") == {canary_id, other_id}
+    assert ids(workflow="sas-canary") == {canary_id}
+    assert _list(h, "instances", "http_list_instances", canary="bogus")[0] == 400
+    _, inbox = _list(h, "attention", "http_attention")
+    assert [i["instanceId"] for i in inbox["instances"]] == [other_id]
+    _, everything = _list(h, "attention", "http_attention", canary="include")
+    assert {i["instanceId"] for i in everything["instances"]} == {canary_id, other_id}
+    assert _list(h, "attention", "http_attention", canary="x" * 5000)[0] == 400
