@@ -18,7 +18,14 @@ from typing import Any
 import azure.durable_functions as df
 import azure.functions as func
 
-from api.responses import ApiError, ServicesSource, json_errors, json_response, resolve_services
+from api.responses import (
+    ApiError,
+    ServicesSource,
+    json_errors,
+    json_object_body,
+    json_response,
+    resolve_services,
+)
 from api.start import start_workflow
 from supervisor.canary import latest_verdicts, verify_runs
 from workflow_core import clock, runtime
@@ -129,3 +136,18 @@ async def get_canary(req: func.HttpRequest, client: Any, services: ServicesSourc
     svc = resolve_services(services)
     body = await asyncio.to_thread(latest_verdicts, svc.ledger, period=period_of(), limit=int(raw))
     return json_response({**body, "enabled": canary_enabled()})
+
+
+@json_errors
+async def run_canary(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """``POST /api/canary/runs`` ``{"scenario": ...}``: start one canary run now (an operator action)."""
+    body = json_object_body(req)
+    unknown = sorted(set(body) - {"scenario"})
+    scenario = body.get("scenario")
+    if unknown or not isinstance(scenario, str) or scenario not in SCENARIOS:
+        problems = [f"unknown field {name!r}" for name in unknown[:5]] or [
+            f"scenario must be one of {', '.join(SCENARIOS)}"
+        ]
+        raise ApiError(400, "invalid canary run", problems, code="invalid-input")
+    instance_id = await start_canary_run(client, services, scenario)
+    return json_response({"instanceId": instance_id, "scenario": scenario}, status_code=202)

@@ -55,6 +55,7 @@ for _name, _route, _method, _body in (
     ("http_instance_action", "instances/{instance_id}/{action}", "POST", operator_api.instance_action),
     ("http_attention", "attention", "GET", operator_api.attention),
     ("http_canary", "canary", "GET", canary.get_canary),
+    ("http_canary_run", "canary/runs", "POST", canary.run_canary),
 ):
     _with_client(_name, _route, _method, _body)
 

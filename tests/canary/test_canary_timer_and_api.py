@@ -101,3 +101,71 @@ def test_canary_runs_are_hidden_from_the_default_list_and_the_inbox(harness):
     _, everything = _list(h, "attention", "http_attention", canary="include")
     assert {i["instanceId"] for i in everything["instances"]} == {canary_id, other_id}
     assert _list(h, "attention", "http_attention", canary="x" * 5000)[0] == 400
+
+
+def _post_run(h: PatternHarness, body: bytes, **headers: str):
+    request = func.HttpRequest(
+        "POST",
+        f"{h.host.base_url}/api/canary/runs",
+        headers={"Content-Type": "application/json", "X-SAS-Client": "test", **headers},
+        params={},
+        body=body,
+    )
+    response = h.host.call("http_canary_run", request, client=h.host.client)
+    return response.status_code, json.loads(response.get_body())
+
+
+def test_post_canary_runs_starts_one_and_refuses_bad_bodies(harness):
+    h = harness
+    status, body = _post_run(h, b'{"scenario": "retry"}')
+    assert status == 202 and body["scenario"] == "retry"
+    h.run_until_complete(body["instanceId"])
+    assert h.ledger.get_instance(body["instanceId"]).workflow == "sas-canary"
+    for bad in (
+        b'{"scenario": "nope"}',
+        b'{"scenario": 3}',
+        b"{}",
+        b'{"scenario": "retry", "extra": 1}',
+        b"[1]",
+        b"not json",
+        b'{"scenario": "' + b"x" * 100_000 + b'"}',
+    ):
+        status, problem = _post_run(h, bad)
+        assert status == 400, (bad[:40], problem)
+    assert _post_run(h, b'{"scenario": "retry"}', **{"X-SAS-Client": ""})[0] == 400
+
+
+def test_sas_canary_prints_the_verdicts_and_run_refuses_clearly(harness, azurite):
+    import io
+
+    from devtools.azurite import env_for
+    from operator_cli.cli import main
+
+    h = harness
+    iid = h.start_workflow("sas-canary", {"scenario": "retry"})
+    h.run_until_complete(iid)
+    h.host.run_async(canary.canary_tick(h.host.client, h.services, now=h.now()))
+    settings = h.services.settings
+    conn = [
+        "--connection-string",
+        env_for(azurite)["AzureWebJobsStorage"],
+        "--ledger-table",
+        settings.ledger_table,
+        "--index-table",
+        settings.deadline_index_table,
+    ]
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        return main([*conn, *argv], stdout=out, stderr=err), out.getvalue(), err.getvalue()
+
+    code, out, _ = run("canary")
+    assert code == 0 and "canary: passed" in out and iid in out and "retry" in out
+    code, out, _ = run("canary", "--output", "json")
+    assert code == 0 and json.loads(out)["verdicts"][0]["instance_id"] == iid
+    code, _, err = run("canary", "run", "--scenario", "nope")
+    assert code == 2 and "unknown scenario 'nope'" in err
+    code, _, err = run("canary", "run", "--scenario", "retry", "--api", "ftp://x")
+    assert code == 2 and "http(s) URL" in err
+    code, _, err = run("canary", "run", "--scenario", "retry", "--api", "http://127.0.0.1:9")
+    assert code != 0 and "could not reach" in err
