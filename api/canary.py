@@ -135,7 +135,8 @@ async def get_canary(req: func.HttpRequest, client: Any, services: ServicesSourc
         raise ApiError(400, f"limit must be a whole number from 1 to {MAX_LIMIT}", code="invalid-filter")
     svc = resolve_services(services)
     body = await asyncio.to_thread(latest_verdicts, svc.ledger, period=period_of(), limit=int(raw))
-    return json_response({**body, "enabled": canary_enabled()})
+    now = clock.utcnow().isoformat()  # the badge counts minutes on the server's clock, not the browser's
+    return json_response({**body, "enabled": canary_enabled(), "now": now})
 
 
 @json_errors
