@@ -82,3 +82,7 @@ def test_canary_runs_are_not_in_the_console_list(demo, page):
     page.goto(demo.console_url)
     page.wait_for_selector("main table")
     assert iid not in page.locator("main").inner_text()
+    page.check("input[name=canary]")  # the filter that shows them
+    page.click("form.filters button[type=submit]")
+    page.wait_for_selector(f"text={iid}")
+    assert "canary=include" in page.url
