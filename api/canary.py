@@ -29,7 +29,7 @@ from api.responses import (
 from api.start import start_workflow
 from supervisor.canary import latest_verdicts, verify_runs
 from workflow_core import clock, runtime
-from workflow_core.canary import CANARY_WORKFLOW, SCENARIOS, scenario_named
+from workflow_core.canary import CANARY_WORKFLOW, SCENARIOS, canary_pool, scenario_named
 
 log = logging.getLogger(__name__)
 blueprint = df.Blueprint()
@@ -59,11 +59,11 @@ def scenario_for(now: datetime, period: timedelta = PERIOD) -> str:
     return names[int(now.timestamp() // period.total_seconds()) % len(names)]
 
 
-async def start_canary_run(
-    client: Any, services: ServicesSource, scenario: str, pool: str = "default"
-) -> str:
-    """Start one canary run now (the real starter, so the run is an ordinary instance); its id."""
+async def start_canary_run(client: Any, services: ServicesSource, scenario: str) -> str:
+    """Start one canary run now (the real starter, so the run is an ordinary instance); its id. The run
+    exercises the pool ``workflows/pools.yaml`` routes the canary's agents to (default: ``default``)."""
     scenario_named(scenario)  # a clear error for an unknown one
+    pool = canary_pool()
     request = func.HttpRequest(
         "POST",
         f"/api/workflows/{CANARY_WORKFLOW}/instances",

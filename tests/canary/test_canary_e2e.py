@@ -128,3 +128,27 @@ def test_a_verdict_is_the_metric_the_alerts_read(harness):
     assert found[RUNS_METRIC] == [{"outcome": "passed", "scenario": "retry", "pool": "default"}]
     assert found[RECOVERY_METRIC] == [{"scenario": "retry", "pool": "default"}]
     assert verdict.outcome == "passed"
+
+
+CANARY_POOL = "pools:\n  canaries:\n    agents: [canary.probe, canary.undo]\n"
+
+
+def test_a_pool_that_opts_in_is_exercised_and_named(azurite):
+    """A pool opts in by listing the canary's agents (workflows/pools.yaml): its queue carries the run."""
+    from api.canary import start_canary_run
+
+    with PatternHarness(azurite, extra_workflows={"pools": CANARY_POOL}) as h:
+        iid = h.host.run_async(start_canary_run(h.host.client, h.services, "retry"))
+        h.run_until_complete(iid)
+        verdict = _verdict(h, iid)
+    assert verdict.pool == "canaries" and verdict.outcome == "passed", verdict
+
+
+def test_an_opted_in_pool_nobody_serves_fails_naming_the_agent(azurite):
+    from api.canary import start_canary_run
+
+    with PatternHarness(azurite, extra_workflows={"pools": CANARY_POOL}, hosted_pools=["default"]) as h:
+        iid = h.host.run_async(start_canary_run(h.host.client, h.services, "retry"))
+        _idle(h, 10)
+        verdict = _verdict(h, iid, later=600)
+    assert verdict.pool == "canaries" and verdict.outcome == "failed" and "agent" in verdict.cause, verdict

@@ -9,6 +9,7 @@ from workflow_core.canary.scenarios import (
     CANARY_WORKFLOW,
     SCENARIOS,
     Scenario,
+    canary_pool,
     expected_recovery_seconds,
     scenario_named,
 )

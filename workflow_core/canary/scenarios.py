@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from workflow_core.workflows import get_workflow
 
 CANARY_WORKFLOW = "sas-canary"
+CANARY_AGENT, CANARY_UNDO = "canary.probe", "canary.undo"
 PROBE, FINISH = "probe", "finish"
 
 
@@ -72,6 +73,14 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+
+
+def canary_pool() -> str:
+    """The agent pool the canary exercises: where ``workflows/pools.yaml`` routes ``canary.probe``
+    (a pool opts in by listing ``canary.probe`` and ``canary.undo`` among its agents)."""
+    from workflow_core.workflows.loader import agent_pools
+
+    return agent_pools().pool_of(CANARY_AGENT)
 
 
 def scenario_named(name: str) -> Scenario:
