@@ -169,3 +169,23 @@ def test_sas_canary_prints_the_verdicts_and_run_refuses_clearly(harness, azurite
     assert code == 2 and "http(s) URL" in err
     code, _, err = run("canary", "run", "--scenario", "retry", "--api", "http://127.0.0.1:9")
     assert code != 0 and "could not reach" in err
+
+
+def test_the_timer_is_bound_to_canary_schedule_and_off_unless_enabled(monkeypatch):
+    import asyncio
+
+    from devtools.harness import app_functions
+
+    (timer,) = [f for f in app_functions() if f.get_function_name() == "canary"]
+    assert timer.get_trigger().type == "timerTrigger"
+    assert timer.get_trigger().schedule == "%CANARY_SCHEDULE%"
+    body = canary.canary._function.get_user_function().__wrapped__  # inside the SDK's client shim
+
+    class Untouchable:
+        def __getattr__(self, name: str):
+            raise AssertionError(f"a disabled canary used the Durable client ({name})")
+
+    monkeypatch.delenv("CANARY_ENABLED", raising=False)
+    asyncio.run(body(timer=None, client=Untouchable()))
+    monkeypatch.setenv("CANARY_ENABLED", "off")
+    asyncio.run(body(timer=None, client=Untouchable()))
