@@ -24,6 +24,7 @@ ACTOR = "supervisor:canary"
 RUNS_METRIC = "sas.canary.runs"
 RECOVERY_METRIC = "sas.canary.recovery_seconds"
 DEFAULT_PERIOD = timedelta(hours=1)
+MAX_FIELD = 1000  # the verdict row is one audit reason (at most 4000 characters): keep its JSON whole
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,24 @@ def _input_of(record: Any) -> dict[str, Any]:
 def _recorded(ledger: Any, instance_id: str) -> dict[str, Any] | None:
     for entry in ledger.audit_trail(instance_id):
         if entry.action == VERDICT_ACTION:
-            return json.loads(entry.reason)
+            try:
+                found = json.loads(entry.reason)
+            except ValueError:  # written by hand or cut short: still a verdict, shown as unreadable
+                found = None
+            if isinstance(found, dict) and {"outcome", "at"} <= found.keys():
+                return found
+            return {
+                "instance_id": instance_id,
+                "outcome": "failed",
+                "at": entry.at.isoformat(),
+                "scenario": "",
+                "pool": "",
+                "expected": "",
+                "observed": "",
+                "expected_seconds": 0,
+                "recovery_seconds": None,
+                "cause": "unreadable verdict row",
+            }
     return None
 
 
@@ -97,10 +115,10 @@ def verify_runs(
             pool=str(given.get("pool", "default")),
             outcome=seen.outcome,
             expected=f"{spec.recovery}: {_events_text(spec.expected_events)} -> {spec.outcome}",
-            observed=seen.observed,
+            observed=seen.observed[:MAX_FIELD],
             expected_seconds=expected,
             recovery_seconds=seen.recovery_seconds,
-            cause=seen.cause,
+            cause=seen.cause[:MAX_FIELD],
             at=now.isoformat(),
         )
         reason = json.dumps(asdict(verdict))

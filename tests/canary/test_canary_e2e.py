@@ -152,3 +152,12 @@ def test_an_opted_in_pool_nobody_serves_fails_naming_the_agent(azurite):
         _idle(h, 10)
         verdict = _verdict(h, iid, later=600)
     assert verdict.pool == "canaries" and verdict.outcome == "failed" and "agent" in verdict.cause, verdict
+
+
+def test_an_unreadable_verdict_row_shows_as_a_failure_not_a_crash(harness):
+    from supervisor.canary import ACTOR, VERDICT_ACTION
+
+    iid = harness.start_workflow("sas-canary", {"scenario": "retry"})
+    harness.ledger.note(iid, "*", actor=ACTOR, action=VERDICT_ACTION, reason='{"outcome": "pass')
+    summary = latest_verdicts(harness.ledger, now=harness.now())
+    assert summary["state"] == "failed" and summary["verdicts"][0]["cause"] == "unreadable verdict row"
