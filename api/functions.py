@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import console_site, diagnostics, handlers, operator_api, platform_auth, start, versions
+from api import canary, console_site, diagnostics, handlers, operator_api, platform_auth, start, versions
 from workflow_core import runtime
 
 blueprint = df.Blueprint(http_auth_level=func.AuthLevel.FUNCTION)
@@ -57,6 +57,8 @@ for _name, _route, _method, _body in (
     ("http_instance_action", "instances/{instance_id}/{action}", "POST", operator_api.instance_action),
     ("http_attention", "attention", "GET", operator_api.attention),
     ("http_diagnostics", "diagnostics", "GET", diagnostics.diagnostics),
+    ("http_canary", "canary", "GET", canary.get_canary),
+    ("http_canary_run", "canary/runs", "POST", canary.run_canary),
 ):
     _with_client(_name, _route, _method, _body)
 

@@ -38,6 +38,7 @@ from api.responses import (
 from api.views import instance_detail_view, instance_record_view, runtime_status_name, step_view
 from supervisor import operator
 from workflow_core import clock
+from workflow_core.canary import CANARY_WORKFLOW
 from workflow_core.ledger import StepLedger, StepStatus
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,14 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
             code="invalid-filter",
         )
     workflow = params.get("workflow") if text("workflow") is not None else None  # unstripped: checked
+    canary_runs = text("canary") or "exclude"
+    if canary_runs not in ("include", "exclude"):
+        raise ApiError(
+            400, "invalid canary", [f"use include or exclude, got {canary_runs!r}"], code="invalid-filter"
+        )
+    hide_canary = canary_runs == "exclude" and workflow is None  # asking for sas-canary by name shows it
     return {
+        "exclude_workflow": CANARY_WORKFLOW if hide_canary else None,
         "status": text("status"),
         "workflow": None if workflow is None else check_workflow_name(workflow, "the query string"),
         "version": text("version"),
@@ -334,6 +342,12 @@ async def attention(req: func.HttpRequest, client: Any, services: ServicesSource
     """``GET /api/attention``: the operator's inbox: stalled steps, failed compensations, dead letters."""
     svc = resolve_services(services)
     now = clock.utcnow()
+    show = (req.params.get("canary") or "exclude").strip()
+    if show not in ("include", "exclude"):
+        raise ApiError(
+            400, "invalid canary", [f"use include or exclude, got {show!r}"], code="invalid-filter"
+        )
+    hidden = CANARY_WORKFLOW if show == "exclude" else None
 
     def read(ledger: StepLedger) -> dict[str, Any]:
         stalled = ledger.overdue(now, limit=200)
@@ -344,7 +358,11 @@ async def attention(req: func.HttpRequest, client: Any, services: ServicesSource
             for s in soon
             if s.status is StepStatus.FAILED and (s.last_error or "").startswith(DEAD_LETTER_PREFIX)
         ]
-        flagged, _ = ledger.list_instances(needs_attention=True, limit=200)
+        flagged, _ = ledger.list_instances(needs_attention=True, limit=200, exclude_workflow=hidden)
+        if hidden:  # the recovery canary's runs have their own alerts and page (docs/operations.md)
+            stalled = [s for s in stalled if s.workflow_name != hidden]
+            failed_compensations = [s for s in failed_compensations if s.workflow_name != hidden]
+            dead = [s for s in dead if s.workflow_name != hidden]
         lists = {"stalled": stalled, "compensationFailed": failed_compensations, "deadLettered": dead}
         return {
             **{

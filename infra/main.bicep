@@ -122,6 +122,17 @@ param maxDeliveryCount int = 5
 @description('WATCHDOG_SCHEDULE: NCRONTAB schedule of the supervisor\'s watchdog.')
 param watchdogSchedule string = '*/30 * * * * *'
 
+@description('CANARY_SCHEDULE: NCRONTAB schedule of the recovery canary (one sas-canary run each time).')
+param canarySchedule string = '0 0 * * * *'
+
+@description('CANARY_ENABLED: run the recovery canary (docs/operations.md, "Recovery canary").')
+param canaryEnabled bool = true
+
+@description('The recovery canary\'s period in hours (matches canarySchedule): the stale alert waits two.')
+@minValue(1)
+@maxValue(12)
+param canaryPeriodHours int = 1
+
 @description('WATCHDOG_BATCH_SIZE: overdue steps handled per watchdog tick.')
 @minValue(1)
 param watchdogBatchSize int = 100
@@ -355,6 +366,18 @@ module agentPoolsValidation 'modules/agent-pools-validation.bicep' = {
   }
 }
 
+// Recovery canary alerts: a failed verdict, and no pass for two canary periods (sas.canary.runs).
+module canaryAlerts 'modules/canary-alerts.bicep' = {
+  name: 'canary-alerts'
+  params: {
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    location: location
+    tags: allTags
+    actionGroupId: monitoring.outputs.actionGroupId
+    canaryPeriodHours: canaryPeriodHours
+  }
+}
+
 // A pool served outside the Function App (a sas-agent runner anywhere, an agent in another language, or the
 // Container Apps pool below): its own identity, with its pool's rights only.
 module agentPool 'modules/agent-pool.bicep' = [for pool in remotePools: {
@@ -464,6 +487,9 @@ module functionApp 'modules/function-app.bicep' = {
     deadLetterQueueName: deadLetterQueueName
     maxDeliveryCount: maxDeliveryCount
     watchdogSchedule: watchdogSchedule
+    canarySchedule: canarySchedule
+    canaryEnabled: canaryEnabled
+    canaryPeriodHours: canaryPeriodHours
     watchdogBatchSize: watchdogBatchSize
     maxCompensationRestarts: maxCompensationRestarts
     maxSchedulerTerminations: maxSchedulerTerminations

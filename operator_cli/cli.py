@@ -20,6 +20,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 
 from operator_cli import render
 from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
+from operator_cli.canary_commands import canary_command
 from operator_cli.conformance_command import conformance_command
 from operator_cli.doctor_command import doctor_command
 from operator_cli.session import (
@@ -69,6 +70,7 @@ def cli(
 for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_command, conformance_command):
     cli.add_command(_command)
 cli.add_command(doctor_command)
+cli.add_command(canary_command)
 
 
 def _parse_time(value: str | None, option: str) -> datetime | None:

@@ -134,6 +134,8 @@ function filterForm(params) {
     field("Started from", "startedFrom", "datetime-local"), field("Started before", "startedTo", "datetime-local"),
     h("label", { class: "check" }, h("input", { type: "checkbox", name: "needsAttention", value: "true",
       checked: params.get("needsAttention") === "true" }), "Needs attention"),
+    h("label", { class: "check" }, h("input", { type: "checkbox", name: "canary", value: "include",
+      checked: params.get("canary") === "include" }), "Canary runs"),
     h("button", { type: "submit", class: "primary" }, "Apply filters"));
   form.addEventListener("submit", (e) => {
     e.preventDefault();

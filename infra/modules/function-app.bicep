@@ -78,6 +78,12 @@ param resultQueueName string
 param deadLetterQueueName string
 param maxDeliveryCount int
 param watchdogSchedule string
+@description('CANARY_SCHEDULE: NCRONTAB schedule of the recovery canary.')
+param canarySchedule string = '0 0 * * * *'
+@description('CANARY_ENABLED: run the recovery canary.')
+param canaryEnabled bool = true
+@description('CANARY_PERIOD_SECONDS is this many hours (the period of canarySchedule).')
+param canaryPeriodHours int = 1
 param watchdogBatchSize int
 param watchdogGraceSeconds int
 param maxCompensationRestarts int
@@ -251,6 +257,18 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'WATCHDOG_SCHEDULE'
           value: watchdogSchedule
+        }
+        {
+          name: 'CANARY_SCHEDULE'
+          value: canarySchedule
+        }
+        {
+          name: 'CANARY_ENABLED'
+          value: canaryEnabled ? 'true' : 'false'
+        }
+        {
+          name: 'CANARY_PERIOD_SECONDS'
+          value: string(canaryPeriodHours * 3600)
         }
         {
           name: 'WATCHDOG_BATCH_SIZE'

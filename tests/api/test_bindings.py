@@ -27,6 +27,8 @@ EXPECTED_ROUTES = {
     "http_instance_action": ("instances/{instance_id}/{action}", {"POST"}, True),
     "http_attention": ("attention", {"GET"}, True),
     "http_diagnostics": ("diagnostics", {"GET"}, True),
+    "http_canary": ("canary", {"GET"}, True),
+    "http_canary_run": ("canary/runs", {"POST"}, True),
     "http_console": ("console/{*path}", {"GET"}, False),
 }
 ANONYMOUS = {"http_console"}  # static files, no data: the page passes the function key to the API

@@ -4,6 +4,7 @@
 package registers the example agents (``examples``). See docs/agents.md for how to add an agent.
 """
 
+from activities.worker.handlers import canary as _canary  # registers the recovery canary's agents
 from activities.worker.handlers import examples as _examples  # registers the example agents
 from activities.worker.handlers import faults
 from activities.worker.handlers.base import (

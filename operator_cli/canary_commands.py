@@ -1,0 +1,84 @@
+"""``sas canary``: the recovery canary's verdicts (from the ledger), and ``sas canary run``, which starts
+one run now through the app's API (``POST /api/canary/runs``; docs/operations.md, "Recovery canary")."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+import click
+
+from operator_cli import render
+from operator_cli.session import OUTPUT, CliError, current_session
+
+DEFAULT_API = "http://localhost:7071"
+
+
+@click.group("canary", invoke_without_command=True)
+@click.option("--limit", type=click.IntRange(1, 50), default=10, show_default=True, help="runs to show")
+@OUTPUT
+@click.pass_context
+def canary_command(ctx: click.Context, limit: int, output: str) -> None:
+    """The recovery canary's newest verdicts: scenario, outcome, recovery time, cause."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from supervisor.canary import latest_verdicts
+
+    s = current_session()
+    summary = latest_verdicts(s.ledger, limit=limit)
+    if output == "json":
+        render.print_json(s.out, summary)
+        return
+    s.say(f"canary: {summary['state']}; last passed {summary['last_passed_at'] or 'never'}")
+    rows = [
+        [
+            v["at"],
+            v["scenario"],
+            v["pool"],
+            v["outcome"],
+            "-" if v["recovery_seconds"] is None else f"{v['recovery_seconds']:.0f}s",
+            f"{v['expected_seconds']:.0f}s",
+            v["instance_id"],
+            v["cause"],
+        ]
+        for v in summary["verdicts"]
+    ]
+    if rows:
+        headers = ["judged", "scenario", "pool", "outcome", "recovery", "bound", "instance", "cause"]
+        s.show(render.table("Recovery canary", headers, rows))
+
+
+@canary_command.command("run")
+@click.option(
+    "--scenario", required=True, help="lost-reply, retry, compensate, scheduler-lost, heartbeat-stops"
+)
+@click.option(
+    "--api", "api_url", default=None, help=f"the app's base URL (default: SAS_API_URL or {DEFAULT_API})"
+)
+@click.option("--key", default=None, help="a function key (default: SAS_API_KEY; none locally)")
+def run_command(scenario: str, api_url: str | None, key: str | None) -> None:
+    """Start one canary run now; prints its instance id."""
+    from workflow_core.canary import SCENARIOS
+
+    if scenario not in SCENARIOS:
+        raise CliError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    base = (api_url or os.environ.get("SAS_API_URL") or DEFAULT_API).rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise CliError(f"--api must be an http(s) URL, got {base!r}")
+    headers = {"Content-Type": "application/json", "X-SAS-Client": "sas-cli"}
+    if key or os.environ.get("SAS_API_KEY"):
+        headers["x-functions-key"] = key or os.environ["SAS_API_KEY"]
+    request = urllib.request.Request(
+        f"{base}/api/canary/runs", data=json.dumps({"scenario": scenario}).encode(), headers=headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:2000].decode("utf-8", "replace")
+        raise CliError(f"the app answered {exc.code}: {detail}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise CliError(f"could not reach {base}: {exc}") from None
+    current_session().say(f"started {body.get('instanceId')} ({scenario}); see `sas canary` after its bound")

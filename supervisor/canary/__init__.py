@@ -1,0 +1,153 @@
+"""The recovery canary's verifier: judge finished (or overdue) ``sas-canary`` runs from their audit
+trails, record each verdict once as a ledger row in the run's own partition, and emit metrics.
+
+:func:`verify_runs` is what the canary timer calls; :func:`latest_verdicts` is what ``sas doctor``,
+``GET /api/canary`` and the console badge read. Canary runs are ordinary instances of the
+``sas-canary`` workflow, so retention purges them like any finished instance.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from opentelemetry import metrics
+
+from workflow_core import clock, telemetry_instruments
+from workflow_core.canary import CANARY_WORKFLOW, SCENARIOS, expected_recovery_seconds, judge
+from workflow_core.ledger import decode_json
+
+VERDICT_ACTION = "canary-verdict"
+ACTOR = "supervisor:canary"
+RUNS_METRIC = "sas.canary.runs"
+RECOVERY_METRIC = "sas.canary.recovery_seconds"
+DEFAULT_PERIOD = timedelta(hours=1)
+MAX_FIELD = 1000  # the verdict row is one audit reason (at most 4000 characters): keep its JSON whole
+
+
+@dataclass(frozen=True)
+class Verdict:
+    instance_id: str
+    scenario: str
+    pool: str
+    outcome: str  # passed | failed
+    expected: str
+    observed: str
+    expected_seconds: float
+    recovery_seconds: float | None
+    cause: str
+    at: str
+
+
+def _instruments() -> tuple[Any, Any]:
+    provider = telemetry_instruments._meter_provider or metrics.get_meter_provider()
+    meter = provider.get_meter(telemetry_instruments.INSTRUMENTATION_NAME)
+    runs = meter.create_counter(RUNS_METRIC, unit="{run}", description="Canary runs judged, by outcome")
+    recovery = meter.create_histogram(
+        RECOVERY_METRIC, unit="s", description="Seconds a canary run took from start to recovered end"
+    )
+    return runs, recovery
+
+
+def _events_text(events: Any) -> str:
+    return ", ".join(f"{step}:{status}" for step, status in events)
+
+
+def _input_of(record: Any) -> dict[str, Any]:
+    try:
+        value = decode_json(record.input_ref) if record.input_ref else {}
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _recorded(ledger: Any, instance_id: str) -> dict[str, Any] | None:
+    for entry in ledger.audit_trail(instance_id):
+        if entry.action == VERDICT_ACTION:
+            try:
+                found = json.loads(entry.reason)
+            except ValueError:  # written by hand or cut short: still a verdict, shown as unreadable
+                found = None
+            if isinstance(found, dict) and {"outcome", "at"} <= found.keys():
+                return found
+            return {
+                "instance_id": instance_id,
+                "outcome": "failed",
+                "at": entry.at.isoformat(),
+                "scenario": "",
+                "pool": "",
+                "expected": "",
+                "observed": "",
+                "expected_seconds": 0,
+                "recovery_seconds": None,
+                "cause": "unreadable verdict row",
+            }
+    return None
+
+
+def verify_runs(
+    ledger: Any, *, watchdog_period: float, grace: float, now: datetime | None = None, limit: int = 20
+) -> list[Verdict]:
+    """Judge the newest ``limit`` canary runs not yet judged; record and return the new verdicts
+    (a run still within its expected recovery time is left for a later pass)."""
+    now = now or clock.utcnow()
+    records, _ = ledger.list_instances(workflow=CANARY_WORKFLOW, limit=limit)
+    new: list[Verdict] = []
+    for record in records:
+        if _recorded(ledger, record.instance_id) is not None:
+            continue
+        given = _input_of(record)
+        scenario = record.business_key or str(given.get("scenario", ""))
+        if scenario not in SCENARIOS:
+            continue
+        expected = expected_recovery_seconds(scenario, watchdog_period=watchdog_period, grace=grace)
+        trail = ledger.audit_trail(record.instance_id)
+        started = next((a.at for a in trail if a.action == "instance-created"), record.started_at)
+        seen = judge(scenario, trail, expected_seconds=expected, now=now, started_at=started)
+        if seen.outcome == "pending":
+            continue
+        spec = SCENARIOS[scenario]
+        verdict = Verdict(
+            instance_id=record.instance_id,
+            scenario=scenario,
+            pool=str(given.get("pool", "default")),
+            outcome=seen.outcome,
+            expected=f"{spec.recovery}: {_events_text(spec.expected_events)} -> {spec.outcome}",
+            observed=seen.observed[:MAX_FIELD],
+            expected_seconds=expected,
+            recovery_seconds=seen.recovery_seconds,
+            cause=seen.cause[:MAX_FIELD],
+            at=now.isoformat(),
+        )
+        reason = json.dumps(asdict(verdict))
+        ledger.note(record.instance_id, "*", actor=ACTOR, action=VERDICT_ACTION, reason=reason)
+        runs, recovery = _instruments()
+        runs.add(1, {"outcome": verdict.outcome, "scenario": scenario, "pool": verdict.pool})
+        if verdict.recovery_seconds is not None:
+            recovery.record(verdict.recovery_seconds, {"scenario": scenario, "pool": verdict.pool})
+        new.append(verdict)
+    return new
+
+
+def latest_verdicts(
+    ledger: Any, *, now: datetime | None = None, period: timedelta = DEFAULT_PERIOD, limit: int = 10
+) -> dict[str, Any]:
+    """``{state, last_passed_at, verdicts}`` for operators: state ``failed`` when the newest verdict
+    failed, ``stale`` when none passed within two periods, ``passed`` otherwise (``none`` if no run)."""
+    now = now or clock.utcnow()
+    records, _ = ledger.list_instances(workflow=CANARY_WORKFLOW, limit=limit)
+    verdicts = [v for v in (_recorded(ledger, r.instance_id) for r in records) if v is not None]
+    verdicts.sort(key=lambda v: v["at"], reverse=True)
+    passed = [v["at"] for v in verdicts if v["outcome"] == "passed"]
+    last_passed = max(passed) if passed else None
+    if not verdicts:
+        state = "none"
+    elif verdicts[0]["outcome"] == "failed":
+        state = "failed"
+    elif last_passed is None or now - datetime.fromisoformat(last_passed) > 2 * period:
+        state = "stale"
+    else:
+        state = "passed"
+    return {"state": state, "last_passed_at": last_passed, "verdicts": verdicts}

@@ -1,0 +1,191 @@
+"""The canary timer (start through the real starter, terminate for scheduler-lost, judge later) and
+``GET /api/canary``, in the in-process durable host with the real ledger on Azurite."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import azure.functions as func
+import pytest
+
+from api import canary
+from devtools.harness import PatternHarness
+from workflow_core.canary import SCENARIOS
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def harness(azurite, monkeypatch):
+    monkeypatch.delenv("CANARY_ENABLED", raising=False)
+    monkeypatch.delenv("CANARY_PERIOD_SECONDS", raising=False)
+    with PatternHarness(azurite) as h:
+        yield h
+
+
+def _get(h: PatternHarness, **params: str):
+    request = func.HttpRequest("GET", f"{h.host.base_url}/api/canary", params=params, body=b"")
+    response = h.host.call("http_canary", request, client=h.host.client)
+    return response.status_code, json.loads(response.get_body())
+
+
+def _hour_of(scenario: str) -> datetime:
+    return datetime(2030, 1, 1, tzinfo=UTC) + list(SCENARIOS).index(scenario) * HOUR
+
+
+def test_the_scenario_rotates_each_period():
+    seen = [canary.scenario_for(_hour_of("lost-reply") + n * HOUR) for n in range(len(SCENARIOS))]
+    assert sorted(seen) == sorted(SCENARIOS)
+
+
+def test_a_tick_starts_a_run_and_a_later_tick_records_its_verdict(harness):
+    h = harness
+    assert _get(h)[1]["state"] == "none"
+    done = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=_hour_of("scheduler-lost")))
+    iid = done["started"]
+    assert done["scenario"] == "scheduler-lost" and h.host.get_status(iid).runtime_status.name == "Terminated"
+    h.run_until(lambda: h.ledger.get_instance(iid).status.value == "Succeeded", timeout=timedelta(minutes=10))
+    later = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=h.now()))
+    assert later["judged"] == [iid]
+    status, body = _get(h)
+    assert status == 200 and body["state"] == "passed" and body["enabled"] is False
+    (verdict,) = body["verdicts"]
+    assert verdict["instance_id"] == iid and verdict["scenario"] == "scheduler-lost"
+    assert verdict["recovery_seconds"] <= verdict["expected_seconds"]
+
+
+@pytest.mark.parametrize("limit", ["0", "51", "-1", "abc", "1e3", "9" * 400, ""])
+def test_a_bad_limit_is_a_clear_400(harness, limit):
+    status, body = _get(harness, limit=limit)
+    assert status == 400 and "limit" in json.dumps(body)
+
+
+def test_the_timer_does_nothing_unless_enabled(harness):
+    assert canary.canary_enabled({}) is False
+    assert canary.canary_enabled({"CANARY_ENABLED": "true"}) is True
+
+
+def test_an_unknown_scenario_is_refused_by_name(harness):
+    with pytest.raises(ValueError, match="unknown canary scenario 'nope'"):
+        harness.host.run_async(canary.start_canary_run(harness.host.client, harness.services, "nope"))
+
+
+def _list(h: PatternHarness, route: str, name: str, **params: str):
+    request = func.HttpRequest("GET", f"{h.host.base_url}/api/{route}", params=params, body=b"")
+    response = h.host.call(name, request, client=h.host.client)
+    return response.status_code, json.loads(response.get_body())
+
+
+def test_canary_runs_are_hidden_from_the_default_list_and_the_inbox(harness):
+    h = harness
+    canary_id = h.start_workflow("sas-canary", {"scenario": "compensate"})
+    other_id = h.start_workflow("provision-tenant", {"tenant_id": "t1", "admin_email": "a@example.net"})
+    h.run_until_complete(canary_id)
+    h.run_until_complete(other_id)
+    for iid in (canary_id, other_id):  # both flagged: only the ordinary one reaches the inbox
+        record = h.ledger.get_instance(iid)
+        h.ledger.update_instance(record, actor="test", reason="flag", needs_attention=True)
+
+    def ids(**params: str) -> set[str]:
+        status, body = _list(h, "instances", "http_list_instances", **params)
+        assert status == 200, body
+        return {i["instanceId"] for i in body["instances"]}
+
+    assert ids() == {other_id}
+    assert ids(canary="include") == {canary_id, other_id}
+    assert ids(workflow="sas-canary") == {canary_id}
+    assert _list(h, "instances", "http_list_instances", canary="bogus")[0] == 400
+    _, inbox = _list(h, "attention", "http_attention")
+    assert [i["instanceId"] for i in inbox["instances"]] == [other_id]
+    _, everything = _list(h, "attention", "http_attention", canary="include")
+    assert {i["instanceId"] for i in everything["instances"]} == {canary_id, other_id}
+    assert _list(h, "attention", "http_attention", canary="x" * 5000)[0] == 400
+
+
+def _post_run(h: PatternHarness, body: bytes, **headers: str):
+    request = func.HttpRequest(
+        "POST",
+        f"{h.host.base_url}/api/canary/runs",
+        headers={"Content-Type": "application/json", "X-SAS-Client": "test", **headers},
+        params={},
+        body=body,
+    )
+    response = h.host.call("http_canary_run", request, client=h.host.client)
+    return response.status_code, json.loads(response.get_body())
+
+
+def test_post_canary_runs_starts_one_and_refuses_bad_bodies(harness):
+    h = harness
+    status, body = _post_run(h, b'{"scenario": "retry"}')
+    assert status == 202 and body["scenario"] == "retry"
+    h.run_until_complete(body["instanceId"])
+    assert h.ledger.get_instance(body["instanceId"]).workflow == "sas-canary"
+    for bad in (
+        b'{"scenario": "nope"}',
+        b'{"scenario": 3}',
+        b"{}",
+        b'{"scenario": "retry", "extra": 1}',
+        b"[1]",
+        b"not json",
+        b'{"scenario": "' + b"x" * 100_000 + b'"}',
+    ):
+        status, problem = _post_run(h, bad)
+        assert status == 400, (bad[:40], problem)
+    assert _post_run(h, b'{"scenario": "retry"}', **{"X-SAS-Client": ""})[0] == 400
+
+
+def test_sas_canary_prints_the_verdicts_and_run_refuses_clearly(harness, azurite):
+    import io
+
+    from devtools.azurite import env_for
+    from operator_cli.cli import main
+
+    h = harness
+    iid = h.start_workflow("sas-canary", {"scenario": "retry"})
+    h.run_until_complete(iid)
+    h.host.run_async(canary.canary_tick(h.host.client, h.services, now=h.now()))
+    settings = h.services.settings
+    conn = [
+        "--connection-string",
+        env_for(azurite)["AzureWebJobsStorage"],
+        "--ledger-table",
+        settings.ledger_table,
+        "--index-table",
+        settings.deadline_index_table,
+    ]
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        return main([*conn, *argv], stdout=out, stderr=err), out.getvalue(), err.getvalue()
+
+    code, out, _ = run("canary")
+    assert code == 0 and "canary: passed" in out and iid in out and "retry" in out
+    code, out, _ = run("canary", "--output", "json")
+    assert code == 0 and json.loads(out)["verdicts"][0]["instance_id"] == iid
+    code, _, err = run("canary", "run", "--scenario", "nope")
+    assert code == 2 and "unknown scenario 'nope'" in err
+    code, _, err = run("canary", "run", "--scenario", "retry", "--api", "ftp://x")
+    assert code == 2 and "http(s) URL" in err
+    code, _, err = run("canary", "run", "--scenario", "retry", "--api", "http://127.0.0.1:9")
+    assert code != 0 and "could not reach" in err
+
+
+def test_the_timer_is_bound_to_canary_schedule_and_off_unless_enabled(monkeypatch):
+    import asyncio
+
+    from devtools.harness import app_functions
+
+    (timer,) = [f for f in app_functions() if f.get_function_name() == "canary"]
+    assert timer.get_trigger().type == "timerTrigger"
+    assert timer.get_trigger().schedule == "%CANARY_SCHEDULE%"
+    body = canary.canary._function.get_user_function().__wrapped__  # inside the SDK's client shim
+
+    class Untouchable:
+        def __getattr__(self, name: str):
+            raise AssertionError(f"a disabled canary used the Durable client ({name})")
+
+    monkeypatch.delenv("CANARY_ENABLED", raising=False)
+    asyncio.run(body(timer=None, client=Untouchable()))
+    monkeypatch.setenv("CANARY_ENABLED", "off")
+    asyncio.run(body(timer=None, client=Untouchable()))

@@ -1,0 +1,88 @@
+"""The console's recovery-canary badge in headless Chromium: green after a recent pass, red after a
+failed verdict, red when the last pass is older than two periods; it links to the history page.
+
+The verdicts are real ledger rows (``supervisor.canary``'s ``canary-verdict`` notes on real sas-canary
+instances of the demo's ledger), read through the real ``GET /api/canary``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import timedelta
+
+from supervisor.canary import ACTOR, VERDICT_ACTION, Verdict
+from tests.console.conftest import screenshot
+
+
+def _verdict(demo, outcome: str, at, cause: str = "") -> str:
+    h = demo.harness
+    iid = h.start_workflow("sas-canary", {"scenario": "retry"})
+    verdict = Verdict(
+        instance_id=iid,
+        scenario="retry",
+        pool="default",
+        outcome=outcome,
+        expected="retry with backoff",
+        observed="probe:Failed, probe:Succeeded",
+        expected_seconds=140.0,
+        recovery_seconds=5.0 if outcome == "passed" else None,
+        cause=cause,
+        at=at.isoformat(),
+    )
+    h.ledger.note(iid, "*", actor=ACTOR, action=VERDICT_ACTION, reason=json.dumps(asdict(verdict)))
+    return iid
+
+
+def _badge(page, demo):
+    page.goto(demo.console_url)
+    badge = page.locator("#canary-badge")
+    badge.wait_for(state="visible")
+    page.wait_for_function("document.getElementById('canary-badge').dataset.state !== undefined")
+    return badge
+
+
+def test_the_badge_is_red_when_stale_green_after_a_pass_red_after_a_failure(demo, page):
+    now = demo.harness.now()
+    _verdict(demo, "passed", now - timedelta(hours=3))  # only an old pass: stale
+    badge = _badge(page, demo)
+    assert badge.get_attribute("data-state") == "stale"
+    assert "canary-bad" in badge.get_attribute("class")
+    assert "recovery verified 18" in badge.inner_text() and "stale" in badge.inner_text()
+
+    passed = _verdict(demo, "passed", demo.harness.now())
+    badge = _badge(page, demo)
+    assert badge.get_attribute("data-state") == "passed"
+    assert "canary-ok" in badge.get_attribute("class")
+    assert badge.inner_text().startswith("recovery verified 0 min ago")
+    color = page.evaluate("getComputedStyle(document.getElementById('canary-badge')).backgroundColor")
+    assert color == "rgb(31, 138, 76)"  # --ok
+    screenshot(page, "canary-badge-green")
+
+    failed = _verdict(
+        demo, "failed", demo.harness.now() + timedelta(seconds=1), cause="is the watchdog running?"
+    )
+    badge = _badge(page, demo)
+    assert badge.get_attribute("data-state") == "failed"
+    assert "last check failed" in badge.inner_text()
+    color = page.evaluate("getComputedStyle(document.getElementById('canary-badge')).backgroundColor")
+    assert color == "rgb(194, 53, 43)"  # --bad
+    screenshot(page, "canary-badge-red")
+
+    badge.click()  # the history page
+    page.wait_for_selector("table.canary-history")
+    rows = page.locator("table.canary-history tbody tr")
+    assert rows.count() >= 3
+    assert failed in rows.nth(0).inner_text() and "is the watchdog running?" in rows.nth(0).inner_text()
+    assert passed in page.locator("table.canary-history").inner_text()
+    screenshot(page, "canary-history")
+
+
+def test_canary_runs_are_not_in_the_console_list(demo, page):
+    iid = demo.harness.start_workflow("sas-canary", {"scenario": "retry"})
+    page.goto(demo.console_url)
+    page.wait_for_selector("main table")
+    assert iid not in page.locator("main").inner_text()
+    page.check("input[name=canary]")  # the filter that shows them
+    page.click("form.filters button[type=submit]")
+    page.wait_for_selector(f"text={iid}")
+    assert "canary=include" in page.url

@@ -1,0 +1,34 @@
+"""The canary alerts' KQL names the metric and the outcomes the code emits (both read here)."""
+
+from __future__ import annotations
+
+import re
+
+from supervisor.canary import RECOVERY_METRIC, RUNS_METRIC
+from tests.infra import bicep_checks as bc
+
+
+def _rules():
+    files, problems = bc.load()
+    assert problems == []
+    resolver = bc.Resolver(files)
+    rules = {r.symbol: r for r in bc.declared(files, "Microsoft.Insights/scheduledQueryRules")}
+    return resolver, rules
+
+
+def test_the_failed_alert_reads_the_runs_metric_with_the_failed_outcome():
+    resolver, rules = _rules()
+    ((query, criterion),) = bc._query_text(resolver, rules["canaryFailedAlert"])
+    assert f'name == "{RUNS_METRIC}"' in query
+    assert 'outcome == "failed"' in query and 'customDimensions["outcome"]' in query
+    assert criterion["operator"] == "GreaterThan" and criterion["threshold"] == 0
+    assert RECOVERY_METRIC.startswith("sas.canary.")
+
+
+def test_the_stale_alert_wants_a_pass_within_two_periods():
+    resolver, rules = _rules()
+    ((query, criterion),) = bc._query_text(resolver, rules["canaryStaleAlert"])
+    assert f'name == "{RUNS_METRIC}"' in query and 'outcome == "passed"' in query
+    assert criterion["operator"] == "LessThan" and criterion["threshold"] == 1
+    window = rules["canaryStaleAlert"].properties.get("windowSize")
+    assert re.search(r"2 \* canaryPeriodHours", str(window)), window

@@ -1,0 +1,16 @@
+"""The recovery canary's core: its scenarios (the fault each injects, the recovery it expects, the
+time that recovery may take) and the verdict a finished run earns from its audit trail.
+
+Roles build on it: the canary agent (``activities/worker/handlers/canary.py``) reads the fault from
+its own input; the supervisor's canary timer (``supervisor/canary``) starts runs and records verdicts.
+"""
+
+from workflow_core.canary.scenarios import (
+    CANARY_WORKFLOW,
+    SCENARIOS,
+    Scenario,
+    canary_pool,
+    expected_recovery_seconds,
+    scenario_named,
+)
+from workflow_core.canary.verdicts import Observation, judge
