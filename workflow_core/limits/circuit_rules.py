@@ -51,6 +51,7 @@ class Circuit:
     probe: str | None = None  # half-open: the holder key of the probe dispatch
     probe_deadline: datetime | None = None
     changed_by: str | None = None
+    version: int = 0  # every write adds one: the circuit's audit rows are keyed (ordered) by it
     etag: str | None = None  # None: no row yet (a closed circuit with no history)
 
 

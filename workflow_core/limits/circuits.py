@@ -4,6 +4,7 @@ circuit row, If-Match the version read, and its audit row; a lost race re-reads 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ def move_circuit(
         )
         if moved is None:
             return current, False
+        moved = dataclasses.replace(moved, version=current.version + 1)
         ops: list[tuple] = [guarded(circuit_entity(agent, moved), current.etag)]
         if moved.state is not current.state or event in (
             CircuitEvent.OPERATOR_OPEN,
@@ -64,7 +66,14 @@ def move_circuit(
                 (
                     "create",
                     audit_entity(
-                        agent, at, actor, event.value, current.state.value, moved.state.value, reason
+                        agent,
+                        moved.version,
+                        at,
+                        actor,
+                        event.value,
+                        current.state.value,
+                        moved.state.value,
+                        reason,
                     ),
                 )
             )

@@ -17,7 +17,6 @@ from typing import Any
 from azure.core import MatchConditions
 from azure.data.tables import TableClient, UpdateMode
 
-from workflow_core.ledger.entities import _deadline_key, _nonce
 from workflow_core.limits.circuit_rules import Circuit, CircuitState
 
 PARTITION_PREFIX = "~limits~"
@@ -117,6 +116,7 @@ def circuit_of(e: dict[str, Any]) -> Circuit:
         probe=e.get("Probe") or None,
         probe_deadline=_time(e.get("ProbeDeadline")),
         changed_by=e.get("ChangedBy") or None,
+        version=int(e.get("Version", 0)),
         etag=e.metadata["etag"],
     )
 
@@ -134,6 +134,7 @@ def circuit_entity(agent: str, c: Circuit) -> dict[str, Any]:
         "Probe": c.probe or "",
         "ProbeDeadline": _iso(c.probe_deadline),
         "ChangedBy": c.changed_by or "",
+        "Version": c.version,
     }
 
 
@@ -150,11 +151,11 @@ def guarded(entity: dict[str, Any], etag: str | None) -> tuple:
 
 
 def audit_entity(
-    agent: str, at: datetime, actor: str, action: str, before: str, after: str, reason: str
+    agent: str, version: int, at: datetime, actor: str, action: str, before: str, after: str, reason: str
 ) -> dict[str, Any]:
     return {
         "PartitionKey": partition_of(agent),
-        "RowKey": f"{AUDIT_PREFIX}{_deadline_key(at)}~{_nonce()}",
+        "RowKey": f"{AUDIT_PREFIX}{version:012d}",
         "At": _iso(at),
         "Actor": actor[:200],
         "Action": action,
