@@ -26,6 +26,8 @@ EXPECTED_ROUTES = {
     "http_step_action": ("instances/{instance_id}/steps/{step_id}/{action}", {"POST"}, True),
     "http_instance_action": ("instances/{instance_id}/{action}", {"POST"}, True),
     "http_attention": ("attention", {"GET"}, True),
+    "http_list_circuits": ("circuits", {"GET"}, True),
+    "http_circuit_action": ("circuits/{agent}/{action}", {"POST"}, True),
     "http_console": ("console/{*path}", {"GET"}, False),
 }
 ANONYMOUS = {"http_console"}  # static files, no data: the page passes the function key to the API

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from activities.worker.handlers import faults
+from api.circuits_api import mark_waiting
+from api.views import instance_detail_view
 from devtools.harness import PatternHarness
 from tests.limits.support import AGENT, InFlightSampler, one_step, pools
 from workflow_core.limits import circuit_states
@@ -36,6 +38,17 @@ def test_a_holder_killed_mid_step_frees_its_slot_at_its_deadline(azurite):
         h.run_until(lambda: h.statuses(first)["create_storage"] == "Running", timeout=timedelta(minutes=1))
         started = h.now()
         second = h.start_workflow("limited", {"tenant_id": "waiter"})
+        ledger = h.services.ledger
+
+        def view():
+            steps, audit = ledger.list_for_instance(second), ledger.audit_trail(second)
+            body = instance_detail_view(second, ledger.find_instance(second), steps, audit)
+            mark_waiting(body, steps, audit)
+            return body["steps"][0]
+
+        h.run_until(lambda: "waiting" in view(), timeout=timedelta(minutes=1))
+        assert view()["waiting"].startswith("attempt 1 waits: 1 of 1 slots of storage.create in flight")
+        assert view()["status"] == "Pending" and view()["attempt"] == 0  # no attempt spent
         h.run_until(
             lambda: h.statuses(second)["create_storage"] in {"Dispatched", "Running", "Succeeded"},
             timeout=timedelta(minutes=10),
@@ -45,3 +58,4 @@ def test_a_holder_killed_mid_step_frees_its_slot_at_its_deadline(azurite):
         for iid in (first, second):
             assert h.run_until_complete(iid, timeout=timedelta(hours=1)).runtime_status.name == "Completed"
         assert sampler.most == 1
+        assert "waiting" not in view()
