@@ -30,13 +30,13 @@ from workflow_core import clock
 from workflow_core.ledger import AuditEntry, StepRecord
 from workflow_core.limits import circuit_audit, circuit_states, operator_move
 from workflow_core.limits.rows import partition_of
+from workflow_core.limits.waiting import waiting_steps
 from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import AGENT_NAME
 
 log = logging.getLogger(__name__)
 
 CIRCUIT_ACTIONS = ("open", "close")
-WAITING_ACTION = "waiting"  # the dispatch's audit note on a step held back (activities.scheduler.limits_gate)
 MAX_REASON = 2_000
 
 
@@ -115,12 +115,7 @@ def circuit_history(ledger: Any, agent: str) -> list[dict[str, Any]]:
 def mark_waiting(body: dict[str, Any], steps: list[StepRecord], audit: list[AuditEntry]) -> None:
     """Give each step the dispatch holds back (its next attempt noted ``waiting``, not started) a
     ``waiting`` reason in the instance view."""
-    pending = {s.step_id: s.attempt + 1 for s in steps if s.status.value in ("Pending", "Retrying")}
-    waits = {
-        a.step_id: a.reason
-        for a in audit
-        if a.action == WAITING_ACTION and pending.get(a.step_id) == a.attempt
-    }
+    waits = waiting_steps(steps, audit)
     for view in body.get("steps", []):
         if isinstance(view, dict) and view.get("id") in waits:
             view["waiting"] = waits[view["id"]]

@@ -15,10 +15,9 @@ from activities.scheduler.instances import keep_promise, works_on
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, StepNotFound, StepRecord
 from workflow_core.limits import Admission, Holder, admit
+from workflow_core.limits.waiting import WAITING_ACTION
 from workflow_core.runtime import Services
 from workflow_core.workflows.loader import agent_pools
-
-WAITING_ACTION = "waiting"  # the audit action of a step held back (api views: "waiting")
 
 
 def is_limited(agent: str | None) -> bool:
