@@ -19,6 +19,7 @@ from workflow_core import clock, telemetry_instruments
 from workflow_core.limits.circuit_rules import STATE_VALUES, Circuit, CircuitEvent, CircuitState, next_circuit
 from workflow_core.limits.rows import audit_entity, circuit_entity, guarded, read_audit, read_rows
 from workflow_core.workflows.agent_limits import CircuitSettings
+from workflow_core.workflows.loader import agent_pools
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +159,6 @@ def circuit_states(ledger: Any, agents: dict[str, Any] | None = None) -> list[Ci
     """Every agent with declared limits, its circuit and slots (``GET /api/circuits``, the inbox,
     ``sas doctor``): one query per such agent, none when none is declared."""
     if agents is None:
-        from workflow_core.workflows.loader import agent_pools
-
         agents = {a: lim for a, lim in agent_pools().agents.items() if lim.active}
     table = ledger.table_client()
     views = []
