@@ -43,3 +43,21 @@ def test_an_outage_opens_the_circuit_and_everyone_completes_after_it(azurite):
         assert failed_probes >= 2  # at 20 s and 40 s
         assert len(faults.events()) == 8 + failed_probes
         assert not [e for e in h.events if e.to_status == "Compensating"]
+
+
+def test_timeouts_count_like_failures(azurite):
+    served = {"limited": one_step(deadline=10, attempts=5), "pools": pools(threshold=2, open_seconds=30)}
+    with PatternHarness(azurite, extra_workflows=served) as h:
+        hang = faults.inject(AGENT, faults.Stall(times=2))  # two attempts never answer
+        ids = [h.start_workflow("limited", {"tenant_id": f"t{i}"}) for i in range(2)]
+
+        def state():
+            (v,) = circuit_states(h.services.ledger)
+            return v.circuit
+
+        h.run_until(lambda: state().state.value == "open", timeout=timedelta(minutes=2))
+        assert state().last_error == "timed out" and state().failures >= 2
+        faults.remove(hang)
+        for iid in ids:
+            assert h.run_until_complete(iid, timeout=timedelta(hours=1)).runtime_status.name == "Completed"
+        assert state().state.value == "closed"
