@@ -13,7 +13,17 @@ from collections.abc import Awaitable, Callable
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import canary, console_site, diagnostics, handlers, operator_api, platform_auth, start, versions
+from api import (
+    canary,
+    circuits_api,
+    console_site,
+    diagnostics,
+    handlers,
+    operator_api,
+    platform_auth,
+    start,
+    versions,
+)
 from workflow_core import runtime
 
 blueprint = df.Blueprint(http_auth_level=func.AuthLevel.FUNCTION)
@@ -59,6 +69,8 @@ for _name, _route, _method, _body in (
     ("http_diagnostics", "diagnostics", "GET", diagnostics.diagnostics),
     ("http_canary", "canary", "GET", canary.get_canary),
     ("http_canary_run", "canary/runs", "POST", canary.run_canary),
+    ("http_list_circuits", "circuits", "GET", circuits_api.list_circuits),
+    ("http_circuit_action", "circuits/{agent}/{action}", "POST", circuits_api.circuit_action),
 ):
     _with_client(_name, _route, _method, _body)
 

@@ -19,6 +19,7 @@ import azure.functions as func
 from api import continuation
 from api import idempotency as idempotent
 from api.boundary import caller_name
+from api.circuits_api import attention_circuits, mark_waiting
 from api.responses import (
     ACTIVE_STATUSES,
     ApiError,
@@ -151,6 +152,7 @@ async def get_instance(req: func.HttpRequest, client: Any, services: ServicesSou
     if record is None and not steps:
         raise no_instance(instance_id, "the step ledger has no record of this id")
     body = instance_detail_view(instance_id, record, steps, audit)
+    mark_waiting(body, steps, audit)  # steps held back by their agent's limits (api/circuits_api.py)
     status = await call_durable(client.get_status(instance_id), "read the orchestration status")
     body["runtimeStatus"] = runtime_status_name(status) if status else None
     body["now"] = clock.utcnow().isoformat().replace("+00:00", "Z")
@@ -370,6 +372,7 @@ async def attention(req: func.HttpRequest, client: Any, services: ServicesSource
                 for key, steps in lists.items()
             },
             "instances": [instance_record_view(r) for r in flagged],
+            "circuits": attention_circuits(ledger),  # agents' circuits not closed (api/circuits_api.py)
         }
 
     body = await call_ledger(svc, read)

@@ -21,6 +21,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 from operator_cli import render
 from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
 from operator_cli.canary_commands import canary_command
+from operator_cli.circuit_commands import circuit_command
 from operator_cli.conformance_command import conformance_command
 from operator_cli.doctor_command import doctor_command
 from operator_cli.session import (
@@ -71,6 +72,7 @@ for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_
     cli.add_command(_command)
 cli.add_command(doctor_command)
 cli.add_command(canary_command)
+cli.add_command(circuit_command)  # sas circuit list|open|close (operator_cli/circuit_commands.py)
 
 
 def _parse_time(value: str | None, option: str) -> datetime | None:
@@ -130,12 +132,16 @@ def list_command(
 def show(instance: str, output: str) -> None:
     """One instance: its record, its steps and its audit trail."""
     from supervisor import operator
+    from workflow_core.limits.waiting import waiting_steps
 
     s = current_session()
     record = get_instance(s.ledger, instance)
     tl = operator.timeline(s.ledger, instance)
+    waiting = waiting_steps(tl.steps, tl.audit)  # held back by their agent's limits
     if output == "json":
-        render.print_json(s.out, {"instance": record, "steps": tl.steps, "audit": tl.audit})
+        render.print_json(
+            s.out, {"instance": record, "steps": tl.steps, "audit": tl.audit, "waiting": waiting}
+        )
         return
     s.show(render.instances_table([record]))
     for label, text in (("Needs attention", record.attention_reason), ("Last error", record.last_error)):
@@ -143,6 +149,8 @@ def show(instance: str, output: str) -> None:
             s.say(f"\n{label}: {text}")
     s.say("")
     s.show(render.steps_table(tl.steps))
+    for step_id, why in waiting.items():
+        s.say(f"Waiting: {step_id}: {why}")
     s.say(f"\nAudit trail ({len(tl.audit)} entries, oldest first):")
     s.show(render.audit_table(tl.audit))
 

@@ -15,6 +15,7 @@ from typing import Any
 from orchestrators.decisions import (
     BASIS_REFUSED,
     CHECK_NOW,
+    HELD,
     MAX_STALE_SKIPS,
     SKIP_ATTEMPT,
     UNCONFIRMED_POLL,
@@ -27,6 +28,7 @@ from orchestrators.decisions import (
     claim_of,
     confirmed_outcome,
     dispatch_token,
+    held_until,
     interpret_check,
     interpret_verdict,
     parse_iso,
@@ -160,6 +162,7 @@ def run_step(
     dispatch the ledger refuses for ``run.basis`` returns at once with ``basis_refused``.
     """
     attempt, tries, skipped = 1, 0, 0
+    waiting_since: datetime | None = None  # held back by the agent's limits since (no attempt spent)
     while True:
         if resume is not None:  # back to the attempt whose success was taken unread
             attempt, tries, deadline = resume.attempt, resume.tries, parse_iso(resume.deadline)
@@ -186,6 +189,7 @@ def run_step(
                 expected=run.expected if first else None,
                 basis=run.basis if first else None,
                 provisional=run.provisional or None,
+                held=waiting_since is not None or None,
             )
             dispatched = yield call_activity(
                 context, run.dispatch_activity, dispatch.model_dump(exclude_none=True)
@@ -193,6 +197,19 @@ def run_step(
             next_move = after_dispatch(dispatched)
             if next_move == BASIS_REFUSED:
                 return StepResult(False, tries, error=dispatched.get("error"), basis_refused=True)
+            if next_move == HELD:  # the agent's circuit or slots: ask again, bound by the step's budget
+                waiting_since = waiting_since or as_utc(context.current_utc_datetime)
+                budget = run.deadline_seconds * run.retry.max_attempts
+                again = held_until(dispatched, context.current_utc_datetime, waiting_since, budget)
+                if again is None:
+                    why = dispatched.get("error") or "the agent's limits"
+                    return StepResult(
+                        False, tries, error=f"waited {budget:g} s and was never let through: {why}"
+                    )
+                report("held", attempt, again)
+                yield context.create_timer(again)
+                continue
+            waiting_since = None
             if next_move == SKIP_ATTEMPT:
                 skipped += 1
                 if skipped > MAX_STALE_SKIPS:

@@ -169,6 +169,7 @@ def _recorded(found: ResultVerdict | StepCheck, deadline: datetime) -> AttemptOu
 # What the dispatch activities report (``outcome``) and what the scheduler does next: docs/scheduler.md,
 # "One step" (2.); "basis-refused": nothing was written, ask the ledger about the step taken unread.
 WAIT, CHECK_NOW, SKIP_ATTEMPT, BASIS_REFUSED = "wait", "check", "skip", "basis-refused"
+HELD = "held"  # "waiting": the agent's circuit or slots held the step back; no attempt was spent
 _CHECK_NOW_OUTCOMES = frozenset({"already-dispatched", "settled", "not-dispatchable"})
 MAX_STALE_SKIPS = 100  # a ledger cannot be that many attempts ahead; beyond it the answer is a bug
 
@@ -180,6 +181,8 @@ def after_dispatch(result: Any) -> str:
         return SKIP_ATTEMPT
     if outcome == BASIS_REFUSED:
         return BASIS_REFUSED
+    if outcome == "waiting":
+        return HELD
     if outcome in _CHECK_NOW_OUTCOMES:
         return CHECK_NOW
     return WAIT
@@ -214,3 +217,15 @@ def should_checkpoint(completed_this_generation: int, every: int, steps_left: in
     """Continue as new once ``every`` steps completed in this generation, if work is left, so the
     history (and the replay cost of every episode) stays bounded however long the workflow is."""
     return steps_left > 0 and completed_this_generation >= every
+
+
+def held_until(result: Any, now: datetime, waiting_since: datetime, budget_seconds: float) -> datetime | None:
+    """When to ask a dispatch that answered "waiting" again, or None when the step's wait budget
+    (``budget_seconds`` from ``waiting_since``: what its attempts were given, docs/agent-limits.md)
+    is spent. The activity's ``retry_after`` is kept within 1 s .. 1 h."""
+    after = result.get("retry_after") if isinstance(result, dict) else None
+    seconds = min(max(float(after), 1.0), 3600.0) if isinstance(after, int | float) else 5.0
+    end = as_utc(waiting_since) + timedelta(seconds=budget_seconds)
+    if as_utc(now) >= end:
+        return None
+    return min(as_utc(now) + timedelta(seconds=seconds), end)

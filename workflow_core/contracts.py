@@ -90,6 +90,7 @@ class StepDispatch(_Model):
     expected: ExpectedRows | None = None  # rows to write against unread (first work attempt only)
     basis: ResultBasis | None = None  # the previous success, taken unread: write only if recorded
     provisional: bool | None = None  # this success will be taken unread (``ReplyVersions``)
+    held: bool | None = None  # asked again after a "waiting" answer (the agent's limits): read the ledger
 
 
 class ResultBasis(_Model):

@@ -20,11 +20,13 @@ from activities.common import (
     now,
     step_output,
 )
+from activities.limits_outcome import observe_outcome
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, S, StepAttemptInput
 from activities.scheduler.instances import keep_promise, with_promise
 from workflow_core import telemetry
 from workflow_core.contracts import StepCheck
 from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord
+from workflow_core.limits import Holder
 from workflow_core.runtime import Services
 
 # While the supervisor or an operator holds a short claim on a step, its deadline is their lease,
@@ -82,6 +84,9 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
                 **with_promise(handle, current, grace, r.orchestration_id),
             )
             emit_recovery(r, "timed_out", reason=f"no result by {iso(r.deadline)}")
+            # a timeout counts like a retryable failure for the agent's circuit, and frees its slot
+            holder = Holder(r.instance_id, r.step_id, r.attempt)
+            observe_outcome(services, r.agent, holder, ok=False, error="timed out", permanent=False)
             attempt_finished(
                 r,
                 outcome=telemetry.STEP_TIMED_OUT,

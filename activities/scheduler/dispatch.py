@@ -29,6 +29,7 @@ from activities.common import (
 from activities.scheduler.inline_only import fail_blob_input
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S, time_out
 from activities.scheduler.instances import BASIS_REFUSED, basis_rows, refused, with_promise, works_on
+from activities.scheduler.limits_gate import hold_back, is_limited
 from activities.verification import UNDOING, attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 SEND_RETRY_DELAYS = (0.2, 1.0)
 
 DispatchResult = Literal[
-    "dispatched", "already-dispatched", "settled", "stale", "not-dispatchable", "basis-refused"
+    "dispatched", "already-dispatched", "settled", "stale", "not-dispatchable", "basis-refused", "waiting"
 ]
 
 
@@ -69,6 +70,8 @@ class DispatchOutcome(BaseModel):
     # The attempt's ledger token (dispatched / already-dispatched): a result event carrying it was
     # confirmed by the result handler against the ledger (contracts.ConfirmedResult).
     token: str | None = None
+    # waiting: the agent's circuit or slots held the step back (``error`` says why); ask again then
+    retry_after: float | None = None
 
 
 def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
@@ -126,13 +129,19 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
     claimable = ClaimableWork(watched, keyed) if d.kind == "work" else None
     message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
 
+    held: list[Any] = []  # the waiting answer of the agent's limits (activities.scheduler.limits_gate)
+
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, DispatchResult, Any]:
         r, handle = pair
         if d.kind == "work":
+            if (waiting := hold_back(services, r, handle, d, deadline)) is not None:
+                held[:] = [waiting]
+                return r, "waiting", handle
             return (*decide_work_dispatch(ledger, r, handle, d, deadline, grace, claimable), handle)
         return (*decide_compensation_dispatch(ledger, r, handle, d, deadline, grace), handle)
 
-    unread = dispatch_unread(ledger, d, deadline, grace, claimable)
+    limited = d.held or (d.expected is not None and is_limited(d.expected.agent))
+    unread = None if limited else dispatch_unread(ledger, d, deadline, grace, claimable)
     if unread is not None:
         record, outcome, handle = unread
     else:
@@ -147,6 +156,16 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             d.step_id,
             decide,
             f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
+        )
+    if outcome == "waiting":
+        return _answer(
+            d,
+            message_id,
+            outcome,
+            status=record.status.value,
+            sent=False,
+            error=held[0].reason,
+            retry_after=held[0].retry_after,
         )
     instance = handle.record if handle is not None else None
     if outcome == "dispatched" and (failed := fail_blob_input(record, d, services)) is not None:

@@ -21,6 +21,7 @@ from activities.common import (
     step_input,
     step_output,
 )
+from activities.limits_outcome import observe_outcome
 from activities.worker.delivery_rules import Action, DeliveryDecisions, Outcome, recorded_reply
 from activities.worker.handlers import faults
 from activities.worker.handlers.base import (
@@ -44,6 +45,7 @@ from workflow_core.ledger import (
     encode_json,
 )
 from workflow_core.ledger.known_rows import claim_row_key, known_instance, known_step
+from workflow_core.limits import Holder
 from workflow_core.messages import claim_digest
 from workflow_core.payloads import PayloadTooLarge
 from workflow_core.runtime import Services
@@ -164,6 +166,14 @@ class Delivery(DeliveryDecisions):
         return record
 
     def _record(self, outcome: Outcome) -> tuple[ResultMessage | None, tuple[str, str] | None]:
+        recorded = self._record_outcome(outcome)
+        if recorded[0] is not None and self.work:  # the agent's limits learn it (activities.limits_outcome)
+            ok, _, error, permanent = outcome
+            holder = Holder(self.m.instance_id, self.m.step_id, self.m.attempt)
+            observe_outcome(self.services, self.m.agent, holder, ok=ok, error=error, permanent=permanent)
+        return recorded
+
+    def _record_outcome(self, outcome: Outcome) -> tuple[ResultMessage | None, tuple[str, str] | None]:
         """Record the outcome on the row this worker last wrote (the claim, or its last heartbeat),
         with the ETag that write returned: no read when nobody else wrote in between. A lost race
         (412 on the step or the instance record) re-reads both and decides again."""

@@ -223,7 +223,14 @@ async function renderAttention() {
     h("h2", {}, "Compensation failed: no automation will move these on"), stepRows(null, inbox.compensationFailed, "compensation-failed"),
     h("h2", {}, "Stalled: past their deadline"), stepRows(null, inbox.stalled, "stalled"),
     h("h2", {}, "Dead-lettered work messages"), stepRows(null, inbox.deadLettered, "dead-lettered"),
-    h("h2", {}, "Instances flagged by the supervisor"), instanceRows(inbox.instances));
+    h("h2", {}, "Instances flagged by the supervisor"), instanceRows(inbox.instances),
+    h("h2", {}, "Agents' circuits not closed"), circuitLines(inbox.circuits || []));
+}
+
+function circuitLines(circuits) {
+  // docs/agent-limits.md: each line as the API words it; an operator opens/closes with `sas circuit`
+  if (!circuits.length) return h("p", { class: "empty" }, "Every circuit is closed.");
+  return h("ul", { "data-inbox": "circuits" }, circuits.map((c) => h("li", {}, c.text)));
 }
 
 // ---- one instance ----------------------------------------------------------------------------------
@@ -295,6 +302,7 @@ function payload(label, p) {
 
 function lastError(step) {
   // As of the current attempt: an earlier attempt's error is named as such, never as this one's.
+  if (step.waiting) return h("span", { class: "muted" }, `waiting: ${step.waiting}`); // agent limits
   if (step.lastError) return step.lastError;
   if (!step.earlierError) return "";
   return h("span", { class: "muted" }, `none in attempt ${step.attempt} (attempt ${step.earlierError.attempt}: ${step.earlierError.error})`);

@@ -29,6 +29,8 @@ EXPECTED_ROUTES = {
     "http_diagnostics": ("diagnostics", {"GET"}, True),
     "http_canary": ("canary", {"GET"}, True),
     "http_canary_run": ("canary/runs", {"POST"}, True),
+    "http_list_circuits": ("circuits", {"GET"}, True),
+    "http_circuit_action": ("circuits/{agent}/{action}", {"POST"}, True),
     "http_console": ("console/{*path}", {"GET"}, False),
 }
 ANONYMOUS = {"http_console"}  # static files, no data: the page passes the function key to the API

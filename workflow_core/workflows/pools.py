@@ -13,11 +13,13 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from workflow_core.workflows.agent_limits import AgentLimits
 from workflow_core.workflows.errors import WorkflowDefinitionError
 
 POOLS_FILE = "pools.yaml"
 DEFAULT_POOL = "default"
 # Short enough that "<queue name>-<pool>" stays a valid queue name on both transports.
+AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")  # as message_fields
 POOL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){0,19}$")
 
 
@@ -34,6 +36,8 @@ class AgentPools(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pools: dict[str, Pool] = Field(default_factory=dict)
+    # per-agent concurrency limit and circuit breaker (docs/agent-limits.md); unset: unlimited
+    agents: dict[str, AgentLimits] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> AgentPools:
@@ -45,6 +49,9 @@ class AgentPools(BaseModel):
                 if agent in owner:
                     raise ValueError(f"agent {agent!r} is in pools {owner[agent]!r} and {name!r}")
                 owner[agent] = name
+        for agent in self.agents:
+            if not AGENT_NAME.match(agent) or len(agent) > 200:
+                raise ValueError(f"agents: {agent!r} is not an agent name")
         return self
 
     @property
@@ -54,6 +61,11 @@ class AgentPools(BaseModel):
 
     def pool_of(self, agent: str) -> str:
         return next((name for name, pool in self.pools.items() if agent in pool.agents), DEFAULT_POOL)
+
+    def limits_of(self, agent: str) -> AgentLimits | None:
+        """The agent's declared limits, or None (unlimited: dispatch reads nothing more)."""
+        limits = self.agents.get(agent)
+        return limits if limits is not None and limits.active else None
 
     def is_message_only(self, pool: str) -> bool:
         return self.pools.get(pool, Pool()).message_only

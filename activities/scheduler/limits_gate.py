@@ -1,0 +1,66 @@
+"""The dispatch's side of per-agent limits: ask the agent's circuit and slots before the Dispatched
+write, and on *waiting* keep the scheduler's promise (the watchdog must not take a waiting scheduler
+for a dead one) and note the wait once in the step's audit trail (what the instance view shows).
+
+An agent without declared limits costs nothing here: :func:`hold_back` returns at once, no I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from activities.common import now
+from activities.scheduler.inputs import ACTOR, IN_FLIGHT, S
+from activities.scheduler.instances import keep_promise, works_on
+from workflow_core.contracts import StepDispatch
+from workflow_core.ledger import InstanceHandle, StepNotFound, StepRecord
+from workflow_core.limits import Admission, Holder, admit
+from workflow_core.limits.waiting import WAITING_ACTION
+from workflow_core.runtime import Services
+from workflow_core.workflows.loader import agent_pools
+
+
+def is_limited(agent: str | None) -> bool:
+    return bool(agent) and agent_pools().limits_of(agent) is not None
+
+
+def hold_back(
+    services: Services, r: StepRecord, handle: InstanceHandle | None, d: StepDispatch, deadline: datetime
+) -> Admission | None:
+    """None: dispatch (no limits, or not a fresh attempt, or admitted). Else the waiting answer."""
+    limits = agent_pools().limits_of(r.agent)
+    if limits is None or d.kind != "work":
+        return None
+    fresh = r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt and works_on(handle, "work")
+    if not fresh:
+        return None
+    ledger = services.ledger
+    at = now()
+
+    def in_flight(holder: Holder) -> datetime | None:
+        try:
+            step = ledger.get(holder.instance_id, holder.step_id)
+        except StepNotFound:
+            return None
+        if step.attempt == holder.attempt and step.status in IN_FLIGHT:
+            return step.deadline
+        return None
+
+    holder = Holder(r.instance_id, r.step_id, d.attempt)
+    answer = admit(ledger.table_client(), r.agent, limits, holder, deadline, at, in_flight)
+    if answer.admitted:
+        return None
+    grace = services.settings.watchdog_grace_seconds
+    acts_by = at + timedelta(seconds=answer.retry_after)
+    keep_promise(ledger, handle, acts_by, grace, d.orchestration_id, reason=f"waiting: {answer.reason}")
+    if answer.first_wait:
+        ledger.note(
+            r.instance_id,
+            r.step_id,
+            actor=ACTOR,
+            action=WAITING_ACTION,
+            reason=f"attempt {d.attempt} waits: {answer.reason}",
+            attempt=d.attempt,
+            status=r.status.value,
+        )
+    return answer

@@ -1,0 +1,121 @@
+"""The operator API of per-agent limits (docs/agent-limits.md): read every limited agent's circuit
+and slots, open or close a circuit by hand, and the "waiting" marks of the instance view.
+
+``POST /api/circuits/{agent}/{open|close}`` goes through the same door as every operator action
+(App Service Authentication and its operate role, or the local loopback user; JSON, the client
+header, a reason, an ``Idempotency-Key``) and is audited on the circuit as ``operator:<caller>``. An
+operator's open holds until an operator closes it: no probe, no watchdog moves it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import azure.functions as func
+
+from api import idempotency as idempotent
+from api.boundary import caller_name
+from api.responses import (
+    ApiError,
+    ServicesSource,
+    call_ledger,
+    json_errors,
+    json_object_body,
+    json_response,
+    resolve_services,
+)
+from supervisor import operator
+from workflow_core import clock
+from workflow_core.ledger import AuditEntry, StepRecord
+from workflow_core.limits import circuit_audit, circuit_states, operator_move
+from workflow_core.limits.rows import partition_of
+from workflow_core.limits.waiting import waiting_steps
+from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import AGENT_NAME
+
+log = logging.getLogger(__name__)
+
+CIRCUIT_ACTIONS = ("open", "close")
+MAX_REASON = 2_000
+
+
+@json_errors
+async def list_circuits(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """``GET /api/circuits``: each agent with declared limits, its circuit, slots held and waiters."""
+    svc = resolve_services(services)
+    views = await call_ledger(svc, lambda ledger: [v.to_json() for v in circuit_states(ledger)])
+    return json_response({"circuits": views, "now": clock.utcnow().isoformat().replace("+00:00", "Z")})
+
+
+@json_errors
+async def circuit_action(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
+    """``POST /api/circuits/{agent}/{open|close}`` with ``{"reason": "..."}``."""
+    agent = req.route_params.get("agent", "")
+    action = req.route_params.get("action", "")
+    if action not in CIRCUIT_ACTIONS:
+        raise ApiError(
+            404, f"no circuit action {action[:40]!r}", ["circuit actions: open, close"], code="unknown-action"
+        )
+    limits = agent_pools().limits_of(agent) if AGENT_NAME.match(agent) and len(agent) <= 200 else None
+    if limits is None or limits.circuit is None:
+        declared = sorted(a for a, lim in agent_pools().agents.items() if lim.circuit is not None)
+        raise ApiError(
+            404,
+            f"agent {agent[:200]!r} declares no circuit",
+            [
+                "declare one under agents: in workflows/pools.yaml "
+                "(circuit: {failure_threshold, open_seconds})",
+                f"agents with a circuit: {', '.join(declared) or 'none'}",
+            ],
+            code="not-found",
+        )
+    reason = _reason(json_object_body(req))
+    user = caller_name(req)
+    actor = operator.actor_for(user)
+    svc = resolve_services(services)
+
+    async def move() -> func.HttpResponse:
+        def act(ledger: Any) -> dict[str, Any]:
+            table = ledger.table_client()
+            operator_move(table, agent, limits.circuit, open_it=action == "open", actor=actor, reason=reason)
+            (view,) = circuit_states(ledger, {agent: limits})
+            return view.to_json()
+
+        circuit = await call_ledger(svc, act)
+        log.info("operator %s: circuit of %s %s (%s)", user, agent, action, reason)
+        return json_response({"action": action, "actor": actor, "circuit": circuit})
+
+    return await idempotent.once(req, svc, partition_of(agent), f"{action} circuit {agent}", actor, move)
+
+
+def _reason(body: dict[str, Any]) -> str:
+    reason = body.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ApiError(
+            400,
+            "a reason is required",
+            ['send {"reason": "..."}: it is recorded in the circuit\'s audit trail with your name'],
+            code="reason-required",
+        )
+    if len(reason) > MAX_REASON:
+        raise ApiError(400, f"the reason is longer than {MAX_REASON} characters", code="invalid-body")
+    return reason.strip()
+
+
+def attention_circuits(ledger: Any) -> list[dict[str, Any]]:
+    """The inbox's circuits: every one not closed, with its line ("circuit open for X since ...")."""
+    return [{**v.to_json(), "text": v.attention_text()} for v in circuit_states(ledger) if v.attention_text()]
+
+
+def circuit_history(ledger: Any, agent: str) -> list[dict[str, Any]]:
+    return circuit_audit(ledger, agent)
+
+
+def mark_waiting(body: dict[str, Any], steps: list[StepRecord], audit: list[AuditEntry]) -> None:
+    """Give each step the dispatch holds back (its next attempt noted ``waiting``, not started) a
+    ``waiting`` reason in the instance view."""
+    waits = waiting_steps(steps, audit)
+    for view in body.get("steps", []):
+        if isinstance(view, dict) and view.get("id") in waits:
+            view["waiting"] = waits[view["id"]]

@@ -1,0 +1,173 @@
+"""Moving an agent's circuit: outcomes recorded by the result handler, the probe taken by a dispatch,
+an operator's open or close. Each move is one entity-group transaction of the agent's partition: the
+circuit row, If-Match the version read, and its audit row; a lost race re-reads and re-decides."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from azure.core.exceptions import HttpResponseError
+from azure.data.tables import TableClient, TableTransactionError
+from opentelemetry import metrics
+
+from workflow_core import clock, telemetry_instruments
+from workflow_core.limits.circuit_rules import STATE_VALUES, Circuit, CircuitEvent, CircuitState, next_circuit
+from workflow_core.limits.rows import audit_entity, circuit_entity, guarded, read_audit, read_rows
+from workflow_core.workflows.agent_limits import CircuitSettings
+from workflow_core.workflows.loader import agent_pools
+
+log = logging.getLogger(__name__)
+
+CIRCUIT_STATE_GAUGE = "sas.circuit.state"
+MAX_RACES = 5
+
+
+class CircuitConflict(RuntimeError):
+    """The circuit kept changing under us (MAX_RACES lost races)."""
+
+
+def move_circuit(
+    table: TableClient,
+    agent: str,
+    settings: CircuitSettings,
+    event: CircuitEvent,
+    *,
+    actor: str,
+    reason: str,
+    error: str | None = None,
+    probe: str | None = None,
+    probe_deadline: datetime | None = None,
+    expect: Callable[[Circuit], bool] | None = None,
+    now: datetime | None = None,
+) -> tuple[Circuit, bool]:
+    """Apply ``event``; the circuit as it stands and whether this call changed it. ``expect``: apply
+    only while it holds for the circuit read (the probe: only the one a dispatch saw)."""
+    for _ in range(MAX_RACES):
+        current = read_rows(table, agent).circuit
+        at = now or clock.utcnow()
+        if expect is not None and not expect(current):
+            return current, False
+        moved = next_circuit(
+            current, event, at, settings, error=error, probe=probe, probe_deadline=probe_deadline, actor=actor
+        )
+        if moved is None:
+            return current, False
+        moved = dataclasses.replace(moved, version=current.version + 1)
+        ops: list[tuple] = [guarded(circuit_entity(agent, moved), current.etag)]
+        if moved.state is not current.state or event in (
+            CircuitEvent.OPERATOR_OPEN,
+            CircuitEvent.OPERATOR_CLOSE,
+        ):
+            ops.append(
+                (
+                    "create",
+                    audit_entity(
+                        agent,
+                        moved.version,
+                        at,
+                        actor,
+                        event.value,
+                        current.state.value,
+                        moved.state.value,
+                        reason,
+                    ),
+                )
+            )
+        try:
+            table.submit_transaction(ops)
+        except (TableTransactionError, HttpResponseError) as exc:
+            log.info("circuit of %s changed under %s (%s): re-reading", agent, event.value, exc)
+            continue
+        if moved.state is not current.state:
+            log.warning("circuit of %s: %s -> %s (%s)", agent, current.state.value, moved.state.value, reason)
+            record_state(agent, moved.state)
+        return moved, True
+    raise CircuitConflict(f"the circuit of {agent} kept changing ({MAX_RACES} lost races)")
+
+
+def record_state(agent: str, state: CircuitState) -> None:
+    """The ``sas.circuit.state`` gauge: 0 closed, 1 half-open, 2 open, per agent."""
+    provider = telemetry_instruments._meter_provider or metrics.get_meter_provider()
+    gauge = provider.get_meter(telemetry_instruments.INSTRUMENTATION_NAME).create_gauge(
+        CIRCUIT_STATE_GAUGE, description="Circuit state per agent: 0 closed, 1 half-open, 2 open"
+    )
+    gauge.set(STATE_VALUES[state], {"sas.agent": agent})
+
+
+def record_outcome(
+    table: TableClient, agent: str, settings: CircuitSettings, *, ok: bool, error: str | None = None
+) -> Circuit:
+    """A recorded outcome of ``agent``: a success resets or closes, a retryable failure counts (the
+    caller leaves non-retryable ones out)."""
+    event = CircuitEvent.SUCCESS if ok else CircuitEvent.FAILURE
+    reason = "a success was recorded" if ok else f"a retryable failure was recorded: {error or 'no reason'}"
+    circuit, _ = move_circuit(table, agent, settings, event, actor="results", reason=reason, error=error)
+    return circuit
+
+
+def operator_move(
+    table: TableClient, agent: str, settings: CircuitSettings, *, open_it: bool, actor: str, reason: str
+) -> Circuit:
+    """An operator's open (held until an operator closes it) or close (count reset), audited."""
+    event = CircuitEvent.OPERATOR_OPEN if open_it else CircuitEvent.OPERATOR_CLOSE
+    circuit, _ = move_circuit(table, agent, settings, event, actor=actor, reason=reason)
+    return circuit
+
+
+@dataclass(frozen=True)
+class CircuitView:
+    agent: str
+    circuit: Circuit
+    max_in_flight: int | None
+    in_flight: int  # slots held
+    waiting: int  # steps waiting for a slot
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.circuit
+        return {
+            "agent": self.agent,
+            "state": c.state.value,
+            "manual": c.manual,
+            "failures": c.failures,
+            "since": c.since.isoformat() if c.since else None,
+            "open_until": c.open_until.isoformat() if c.open_until else None,
+            "last_error": c.last_error,
+            "changed_by": c.changed_by,
+            "max_in_flight": self.max_in_flight,
+            "in_flight": self.in_flight,
+            "waiting": self.waiting,
+        }
+
+    def attention_text(self) -> str | None:
+        """The inbox line while it is not closed."""
+        c = self.circuit
+        if c.state is CircuitState.CLOSED:
+            return None
+        since = c.since.strftime("%H:%M") if c.since else "?"
+        what = "open" if c.state is CircuitState.OPEN else "half-open (one probe in flight)"
+        how = " by an operator" if c.manual else ""
+        last = f", last {c.last_error[:200]}" if c.last_error else ""
+        return f"circuit {what}{how} for {self.agent} since {since}: {c.failures} failures{last}"
+
+
+def circuit_states(ledger: Any, agents: dict[str, Any] | None = None) -> list[CircuitView]:
+    """Every agent with declared limits, its circuit and slots (``GET /api/circuits``, the inbox,
+    ``sas doctor``): one query per such agent, none when none is declared."""
+    if agents is None:
+        agents = {a: lim for a, lim in agent_pools().agents.items() if lim.active}
+    table = ledger.table_client()
+    views = []
+    for agent in sorted(agents):
+        rows = read_rows(table, agent)
+        held = sum(1 for s in rows.slots.values() if s.holder is not None)
+        views.append(CircuitView(agent, rows.circuit, agents[agent].max_in_flight, held, len(rows.waiters)))
+    return views
+
+
+def circuit_audit(ledger: Any, agent: str, limit: int = 200) -> list[dict[str, Any]]:
+    return read_audit(ledger.table_client(), agent, limit)

@@ -1,0 +1,195 @@
+"""Where an agent's limits live: one partition of the ledger table per agent, ``~limits~<agent>``
+(``~`` keeps it apart from instance partitions, like the stored definitions' ``~definitions~``).
+
+Rows: ``circuit`` (the breaker, :mod:`circuit_rules`), ``slot~NNN`` (one per concurrency slot: the
+holding step's instance, step, attempt and deadline), ``wait~<since>~<hash>`` (a step waiting for a
+slot, oldest first by key) and ``~audit~...`` (every circuit change, written in its transaction).
+One query reads all but the audit: what a dispatch needs to decide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.data.tables import TableClient, UpdateMode
+
+from workflow_core.limits.circuit_rules import Circuit, CircuitState
+
+PARTITION_PREFIX = "~limits~"
+CIRCUIT_ROW = "circuit"
+SLOT_PREFIX = "slot~"
+WAIT_PREFIX = "wait~"
+AUDIT_PREFIX = "~audit~"
+MAX_ERROR_CHARS = 1_000
+
+
+def partition_of(agent: str) -> str:
+    return f"{PARTITION_PREFIX}{agent}"
+
+
+def slot_key(index: int) -> str:
+    return f"{SLOT_PREFIX}{index:03d}"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One attempt of one step: what holds a slot or the probe, or waits."""
+
+    instance_id: str
+    step_id: str
+    attempt: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance_id}|{self.step_id}|{self.attempt}"
+
+    @property
+    def step_key(self) -> str:
+        """The step, whatever the attempt: a waiter keeps its place across polls."""
+        return hashlib.sha256(f"{self.instance_id}|{self.step_id}".encode()).hexdigest()[:20]
+
+    @classmethod
+    def parse(cls, key: str | None) -> Holder | None:
+        if not key:
+            return None
+        instance_id, step_id, attempt = key.rsplit("|", 2)
+        return cls(instance_id, step_id, int(attempt))
+
+
+@dataclass(frozen=True)
+class Slot:
+    key: str
+    holder: Holder | None = None
+    deadline: datetime | None = None
+    etag: str | None = None  # None: the row does not exist yet
+
+
+@dataclass(frozen=True)
+class Waiter:
+    key: str
+    holder: Holder
+    since: datetime
+    seen: datetime
+    etag: str
+
+
+@dataclass
+class AgentRows:
+    agent: str
+    circuit: Circuit = field(default_factory=Circuit)
+    slots: dict[str, Slot] = field(default_factory=dict)
+    waiters: list[Waiter] = field(default_factory=list)  # oldest first
+
+
+def read_rows(table: TableClient, agent: str) -> AgentRows:
+    """Everything of ``agent`` but its audit, in one partition query."""
+    rows = AgentRows(agent)
+    for e in table.query_entities(
+        "PartitionKey eq @pk and RowKey lt @audit",
+        parameters={"pk": partition_of(agent), "audit": AUDIT_PREFIX},
+    ):
+        key, etag = e["RowKey"], e.metadata["etag"]
+        if key == CIRCUIT_ROW:
+            rows.circuit = circuit_of(e)
+        elif key.startswith(SLOT_PREFIX):
+            rows.slots[key] = Slot(key, Holder.parse(e.get("Holder")), _time(e.get("Deadline")), etag)
+        elif key.startswith(WAIT_PREFIX):
+            holder = Holder.parse(e.get("Holder"))
+            if holder is not None:
+                rows.waiters.append(Waiter(key, holder, _time(e["Since"]), _time(e["Seen"]), etag))
+    rows.waiters.sort(key=lambda w: w.key)
+    return rows
+
+
+def circuit_of(e: dict[str, Any]) -> Circuit:
+    return Circuit(
+        state=CircuitState(e.get("State", "closed")),
+        failures=int(e.get("Failures", 0)),
+        since=_time(e.get("Since")),
+        open_until=_time(e.get("OpenUntil")),
+        last_error=e.get("LastError") or None,
+        manual=bool(e.get("Manual", False)),
+        probe=e.get("Probe") or None,
+        probe_deadline=_time(e.get("ProbeDeadline")),
+        changed_by=e.get("ChangedBy") or None,
+        version=int(e.get("Version", 0)),
+        etag=e.metadata["etag"],
+    )
+
+
+def circuit_entity(agent: str, c: Circuit) -> dict[str, Any]:
+    return {
+        "PartitionKey": partition_of(agent),
+        "RowKey": CIRCUIT_ROW,
+        "State": c.state.value,
+        "Failures": c.failures,
+        "Since": _iso(c.since),
+        "OpenUntil": _iso(c.open_until),
+        "LastError": (c.last_error or "")[:MAX_ERROR_CHARS],
+        "Manual": c.manual,
+        "Probe": c.probe or "",
+        "ProbeDeadline": _iso(c.probe_deadline),
+        "ChangedBy": c.changed_by or "",
+        "Version": c.version,
+    }
+
+
+def guarded(entity: dict[str, Any], etag: str | None) -> tuple:
+    """The transaction operation writing ``entity`` over the row read with ``etag`` (If-Match), or
+    creating it when it was absent (fails if someone created it meanwhile)."""
+    if etag is None:
+        return ("create", entity)
+    return (
+        "update",
+        entity,
+        {"mode": UpdateMode.REPLACE, "etag": etag, "match_condition": MatchConditions.IfNotModified},
+    )
+
+
+def audit_entity(
+    agent: str, version: int, at: datetime, actor: str, action: str, before: str, after: str, reason: str
+) -> dict[str, Any]:
+    return {
+        "PartitionKey": partition_of(agent),
+        "RowKey": f"{AUDIT_PREFIX}{version:012d}",
+        "At": _iso(at),
+        "Actor": actor[:200],
+        "Action": action,
+        "FromState": before,
+        "ToState": after,
+        "Reason": reason[:4_000],
+    }
+
+
+def read_audit(table: TableClient, agent: str, limit: int = 200) -> list[dict[str, Any]]:
+    """The circuit's audit rows, oldest first (at most ``limit``, the newest)."""
+    rows = table.query_entities(
+        "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",
+        parameters={"pk": partition_of(agent), "lo": AUDIT_PREFIX, "hi": AUDIT_PREFIX + "~"},
+    )
+    found = [{k: e.get(p, "") for k, p in _AUDIT_FIELDS.items()} for e in rows]
+    return found[-limit:]
+
+
+_AUDIT_FIELDS = {
+    "at": "At",
+    "actor": "Actor",
+    "action": "Action",
+    "from": "FromState",
+    "to": "ToState",
+    "reason": "Reason",
+}
+
+
+def _iso(moment: datetime | None) -> str:
+    return moment.isoformat() if moment is not None else ""
+
+
+def _time(text: Any) -> datetime | None:
+    if isinstance(text, datetime):
+        return text
+    return datetime.fromisoformat(text) if text else None
