@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import console_site, handlers, operator_api, start, versions
+from api import console_site, handlers, operations_api, operator_api, start, versions
 from workflow_core import runtime
 
 blueprint = df.Blueprint(http_auth_level=func.AuthLevel.FUNCTION)
@@ -54,6 +54,7 @@ for _name, _route, _method, _body in (
     ),
     ("http_instance_action", "instances/{instance_id}/{action}", "POST", operator_api.instance_action),
     ("http_attention", "attention", "GET", operator_api.attention),
+    *operations_api.ROUTES,  # bulk operations (api/operations_api.py)
 ):
     _with_client(_name, _route, _method, _body)
 

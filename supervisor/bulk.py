@@ -13,10 +13,10 @@ after each page, so a restart goes over at most one page again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import secrets
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -257,7 +257,7 @@ async def run(
     rate_per_second: float = 20,
     max_instances: int | None = None,
     terminate: Terminate | None = None,
-    sleep: Callable[[float], Any] = time.sleep,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> BulkOperation:
     """Carry ``op`` on from its cursor: at most ``max_instances`` (None: to the end), at most
     ``rate_per_second``. Returns it as saved (``done`` at the end of the listing)."""
@@ -290,7 +290,7 @@ async def run(
             else:
                 store.record(op.bulk_id, iid, ACTED)
             if gap:
-                sleep(gap)
+                await sleep(gap)
         op.cursor = token
         op.done = token is None
         store.save(op)

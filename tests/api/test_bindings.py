@@ -26,6 +26,8 @@ EXPECTED_ROUTES = {
     "http_step_action": ("instances/{instance_id}/steps/{step_id}/{action}", {"POST"}, True),
     "http_instance_action": ("instances/{instance_id}/{action}", {"POST"}, True),
     "http_attention": ("attention", {"GET"}, True),
+    "http_start_operation": ("operations", {"POST"}, True),
+    "http_get_operation": ("operations/{operation_id}", {"GET"}, True),
     "http_console": ("console/{*path}", {"GET"}, False),
 }
 ANONYMOUS = {"http_console"}  # static files, no data: the page passes the function key to the API
