@@ -20,3 +20,4 @@ activities.check_shipped_workflows()
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
 for blueprint in (orchestrators.blueprint, activities.blueprint, supervisor.blueprint, api.blueprint):
     app.register_blueprint(blueprint)
+app.register_blueprint(supervisor.maintenance_blueprint)  # retention and bulk-operation timers

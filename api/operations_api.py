@@ -17,7 +17,6 @@ from pydantic import ValidationError
 
 from api.boundary import caller_name
 from api.responses import (
-    ACTIVE_STATUSES,
     ApiError,
     ServicesSource,
     call_durable,
@@ -74,13 +73,13 @@ def parse_filter(raw: Any) -> bulk.BulkFilter:
         raise _bad("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
 
 
-def _terminate(client: Any):
-    async def terminate(instance_id: str, reason: str) -> None:
-        status = await call_durable(client.get_status(instance_id), "read the orchestration status")
-        if status and status.runtime_status in ACTIVE_STATUSES:
-            await call_durable(client.terminate(instance_id, reason), "terminate the orchestration")
+def _terminate_through(client: Any) -> bulk.Terminate:
+    terminate = bulk.durable_terminate(client)
 
-    return terminate
+    async def call(instance_id: str, reason: str) -> None:
+        await call_durable(terminate(instance_id, reason), "end the orchestration")
+
+    return call
 
 
 @json_errors
@@ -113,7 +112,7 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
     store = bulk.BulkStore(svc.ledger)
     # a dry run lists everything at once (it changes nothing); a real one acts on the first few
     limit = None if dry_run else INLINE_INSTANCES
-    await bulk.run(store, op, rate_per_second=rate, max_instances=limit, terminate=_terminate(client))
+    await bulk.run(store, op, rate_per_second=rate, max_instances=limit, terminate=_terminate_through(client))
     progress = await call_ledger(svc, lambda ledger: store.progress(op))
     log.info("bulk %s %s by %s (%s)", op.bulk_id, action, actor, reason)
     return json_response(progress, status_code=200 if op.done else 202)

@@ -25,12 +25,18 @@ from typing import Any
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
+from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
 from pydantic import BaseModel, ConfigDict, Field
 
 from supervisor import operator
 from workflow_core import clock
 from workflow_core.ledger import InstanceRecord, StepLedger, StepStatus
 
+_ACTIVE = {
+    OrchestrationRuntimeStatus.Pending,
+    OrchestrationRuntimeStatus.Running,
+    OrchestrationRuntimeStatus.ContinuedAsNew,
+}
 BULK_PARTITION = "~bulk"
 BULK_ACTIONS = ("retry", "skip", "compensate", "resume", "stop", "cancel")
 PAGE = 50
@@ -207,6 +213,17 @@ class BulkStore:
                 {"instanceId": r["instanceId"], "why": r["why"]} for r in rows if r["result"] == FAILED
             ],
         }
+
+
+def durable_terminate(client: Any) -> Terminate:
+    """End an instance's orchestration through ``client`` if it is still active (stop, cancel)."""
+
+    async def terminate(instance_id: str, reason: str) -> None:
+        status = await client.get_status(instance_id)
+        if status is not None and status.runtime_status in _ACTIVE:
+            await client.terminate(instance_id, reason)
+
+    return terminate
 
 
 def _why(row: dict[str, Any]) -> dict[str, Any]:
