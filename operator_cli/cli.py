@@ -21,6 +21,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 from operator_cli import render
 from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
 from operator_cli.conformance_command import conformance_command
+from operator_cli.operations_commands import COMMANDS as OPERATIONS_COMMANDS
 from operator_cli.session import (
     EXIT_DECLINED,
     EXIT_OK,
@@ -65,6 +66,8 @@ def cli(
 
 
 for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_command, conformance_command):
+    cli.add_command(_command)
+for _command in OPERATIONS_COMMANDS:  # sas purge, sas bulk (operations_commands.py)
     cli.add_command(_command)
 
 
