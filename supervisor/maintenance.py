@@ -7,6 +7,7 @@ start-up (``RETENTION_SCHEDULE``, ``BULK_SCHEDULE``: :mod:`workflow_core.operati
 
 # No ``from __future__ import annotations``: the Python worker reads the timer functions' annotations.
 import logging
+from datetime import datetime
 from typing import Any
 
 import azure.durable_functions as df
@@ -43,9 +44,11 @@ def retention_for(
     )
 
 
-async def retention_tick(services: runtime.Services, client: Any, ops: OperationsSettings) -> PurgeReport:
+async def retention_tick(
+    services: runtime.Services, client: Any, ops: OperationsSettings, now: datetime | None = None
+) -> PurgeReport:
     retention = retention_for(services, ops, client.purge_instance_history)
-    report = await retention.run()
+    report = await retention.run(now)
     log.info(
         "retention: marked %d, purged %d, failed %d",
         len(report.marked),
