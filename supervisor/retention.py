@@ -97,6 +97,7 @@ class Retention:
         self.purge_history = purge_history
         self.archive = archive
         self.actor = actor
+        self._archive_ready = False
 
     def cutoff(self, now: datetime, workflow: str | None = None, days: int | None = None) -> datetime:
         keep = days if days is not None else self.per_workflow.get(workflow or "", self.retention_days)
@@ -242,8 +243,10 @@ class Retention:
         lines = [json.dumps(merged[key], sort_keys=True) for key in sorted(merged)]
         lines.append(json.dumps({"kind": END, "rows": len(merged), "instanceId": instance_id}))
         data = ("\n".join(lines) + "\n").encode()
-        with contextlib.suppress(ResourceExistsError):
-            self.archive.create_container()
+        if not self._archive_ready:  # once per process
+            with contextlib.suppress(ResourceExistsError):
+                self.archive.create_container()
+            self._archive_ready = True
         blob.upload_blob(data, overwrite=True)
         if blob.download_blob().readall() != data:
             raise OSError(f"archive {name} reads back differently from what was written; nothing deleted")
