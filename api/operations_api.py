@@ -123,7 +123,7 @@ async def get_operation(req: func.HttpRequest, client: Any, services: ServicesSo
     """``GET /api/operations/{id}``: progress, acted, skipped (with why) and failed."""
     bulk_id = req.route_params.get("operation_id", "")
     if not bulk_id or len(bulk_id) > 64 or not all(c.isalnum() or c in "-T" for c in bulk_id):
-        raise ApiError(404, f"no bulk operation {bulk_id[:64]!r}", code="operation-not-found")
+        raise ApiError(404, f"no bulk operation {bulk_id[:64]!r}", code="not-found")
     svc = resolve_services(services)
 
     def read(ledger):
@@ -133,7 +133,7 @@ async def get_operation(req: func.HttpRequest, client: Any, services: ServicesSo
 
     progress = await call_ledger(svc, read)
     if progress is None:
-        raise ApiError(404, f"no bulk operation {bulk_id!r}", code="operation-not-found")
+        raise ApiError(404, f"no bulk operation {bulk_id!r}", code="not-found")
     return json_response(progress)
 
 

@@ -66,7 +66,6 @@ PROBLEM_TITLES: dict[str, str] = {
     "settings-invalid": "The app settings are invalid",
     "ledger-unavailable": "The step ledger is unavailable",
     "unhealthy": "The app is not healthy",
-    "operation-not-found": "No such bulk operation",
 }
 
 
