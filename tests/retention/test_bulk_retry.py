@@ -119,3 +119,51 @@ def test_an_unknown_action_or_no_reason_is_refused(ledger):
         store.create("delete-all", bulk.BulkFilter(), reason="r", actor="operator:a")
     with pytest.raises(bulk.operator.OperatorError, match="reason"):
         store.create("retry", bulk.BulkFilter(), reason="  ", actor="operator:a")
+
+
+RUNNER = """
+import asyncio, sys
+from supervisor import bulk
+from workflow_core.ledger import StepLedger
+conn, steps, idx, op_id = sys.argv[1:5]
+ledger = StepLedger.from_connection_string(conn, steps, idx)
+store = bulk.BulkStore(ledger)
+asyncio.run(bulk.run(store, store.get(op_id), rate_per_second=0))
+"""
+
+
+def test_bulk_retry_survives_a_sigkill_of_the_process_running_it(ledger, azurite):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    ids = [failed_instance(ledger, n) for n in range(500)]
+    store = bulk.BulkStore(ledger)
+    op = store.create("retry", bulk.BulkFilter(), reason="after the outage", actor="operator:ana")
+    root = Path(__file__).resolve().parents[2]
+    args = [azurite.connection_string, ledger.ledger_table_name, ledger.index_table_name, op.bulk_id]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    process = subprocess.Popen([sys.executable, "-c", RUNNER, *args], cwd=root, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while len(store.outcomes(op.bulk_id)) < 120 and time.monotonic() < deadline:
+            assert process.poll() is None, "the runner ended before it could be killed"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)  # mid-run, wherever it is
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    killed_at = len(store.outcomes(op.bulk_id))
+    assert 120 <= killed_at < 500
+
+    resumed = bulk.BulkStore(ledger).get(op.bulk_id)
+    finished = asyncio.run(bulk.run(store, resumed, rate_per_second=0))
+    assert finished.done and store.progress(finished)["counts"]["acted"] == 500
+    for instance_id in ids:
+        naming = [a for a in ledger.audit_trail(instance_id) if f"[bulk {op.bulk_id}]" in (a.reason or "")]
+        assert len(naming) == 1, instance_id
