@@ -21,3 +21,4 @@ app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
 for blueprint in (orchestrators.blueprint, activities.blueprint, supervisor.blueprint, api.blueprint):
     app.register_blueprint(blueprint)
 app.register_blueprint(api.canary.blueprint)  # the recovery canary's timer (docs/operations.md)
+app.register_blueprint(supervisor.maintenance_blueprint)  # retention and bulk-operation timers

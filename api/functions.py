@@ -19,6 +19,7 @@ from api import (
     console_site,
     diagnostics,
     handlers,
+    operations_api,
     operator_api,
     platform_auth,
     start,
@@ -71,6 +72,7 @@ for _name, _route, _method, _body in (
     ("http_canary_run", "canary/runs", "POST", canary.run_canary),
     ("http_list_circuits", "circuits", "GET", circuits_api.list_circuits),
     ("http_circuit_action", "circuits/{agent}/{action}", "POST", circuits_api.circuit_action),
+    *operations_api.ROUTES,  # bulk operations (api/operations_api.py)
 ):
     _with_client(_name, _route, _method, _body)
 

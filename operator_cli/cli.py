@@ -24,6 +24,7 @@ from operator_cli.canary_commands import canary_command
 from operator_cli.circuit_commands import circuit_command
 from operator_cli.conformance_command import conformance_command
 from operator_cli.doctor_command import doctor_command
+from operator_cli.operations_commands import COMMANDS as OPERATIONS_COMMANDS
 from operator_cli.session import (
     EXIT_DECLINED,
     EXIT_OK,
@@ -73,6 +74,8 @@ for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_
 cli.add_command(doctor_command)
 cli.add_command(canary_command)
 cli.add_command(circuit_command)  # sas circuit list|open|close (operator_cli/circuit_commands.py)
+for _command in OPERATIONS_COMMANDS:  # sas purge, sas bulk (operations_commands.py)
+    cli.add_command(_command)
 
 
 def _parse_time(value: str | None, option: str) -> datetime | None:

@@ -4,4 +4,5 @@
 the watchdog's whole logic as a plain coroutine.
 """
 
+from supervisor.maintenance import maintenance_blueprint
 from supervisor.watchdog import blueprint, run_tick

@@ -126,6 +126,8 @@ class DurableTestClient(DurableOrchestrationClient):
                 return [404, ""]
 
             inst = host._instances.get(instance_id)
+            if operation is None and method == "DELETE":
+                return self._purge(instance_id, inst)
             raising = operation == "raiseEvent" and len(segments) > 3
             if (operation, method) not in ((None, "GET"), ("terminate", "POST")) and not (
                 raising and method == "POST"
@@ -148,6 +150,18 @@ class DurableTestClient(DurableOrchestrationClient):
             else:
                 host.terminate(instance_id, query.get("reason", ""))
             return [202, ""]
+
+    def _purge(self, instance_id: str, inst: Any) -> list[Any]:
+        """``DELETE instances/{id}`` as the extension's HTTP API answers it: 404 for an unknown instance,
+        else its history and state deleted and ``200 {"instancesDeleted": 1}``. The test host refuses
+        (501) a live one, whose timers and inbox it would have to unwind."""
+        if inst is None:
+            return [404, ""]
+        if inst.status not in TERMINAL_STATUSES:
+            return [501, "purging a live instance is not supported by the durable test host"]
+        del self._host._instances[instance_id]
+        self._host._dirty.pop(instance_id, None)
+        return [200, {"instancesDeleted": 1}]
 
     def _management_payload(self, instance_id: str) -> dict:
         urls = binding_context(self._host)["managementUrls"]

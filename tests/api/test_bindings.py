@@ -31,6 +31,8 @@ EXPECTED_ROUTES = {
     "http_canary_run": ("canary/runs", {"POST"}, True),
     "http_list_circuits": ("circuits", {"GET"}, True),
     "http_circuit_action": ("circuits/{agent}/{action}", {"POST"}, True),
+    "http_start_operation": ("operations", {"POST"}, True),
+    "http_get_operation": ("operations/{operation_id}", {"GET"}, True),
     "http_console": ("console/{*path}", {"GET"}, False),
 }
 ANONYMOUS = {"http_console"}  # static files, no data: the page passes the function key to the API

@@ -28,6 +28,7 @@ PATH_TO = {
     IS.FAILED: [IS.FAILED],
     IS.CANCELLED: [IS.CANCELLED],
     IS.STOPPED: [IS.STOPPED],
+    IS.PURGING: [IS.SUCCEEDED, IS.PURGING],
 }
 ALLOWED = [(a, b) for a, targets in INSTANCE_TRANSITIONS.items() for b in sorted(targets)]
 REFUSED = [(a, b) for a in IS for b in IS if b not in INSTANCE_TRANSITIONS[a]]
@@ -67,11 +68,14 @@ def instance_rows(ledger: StepLedger, instance_id: str) -> list[str]:
 
 def test_the_table_covers_every_status_and_terminal_ones_lead_nowhere():
     assert set(INSTANCE_TRANSITIONS) == set(IS)
-    assert {s for s, nxt in INSTANCE_TRANSITIONS.items() if not nxt} == {
+    # finished ones lead only to Purging (retention), which leads nowhere
+    assert {s for s, nxt in INSTANCE_TRANSITIONS.items() if nxt <= {IS.PURGING}} == {
         IS.SUCCEEDED,
         IS.COMPENSATED,
         IS.CANCELLED,
+        IS.PURGING,
     }
+    assert {s for s, nxt in INSTANCE_TRANSITIONS.items() if not nxt} == {IS.PURGING}
     assert len(ALLOWED) + len(REFUSED) == len(IS) ** 2
 
 

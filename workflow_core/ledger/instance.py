@@ -33,6 +33,8 @@ class InstanceStatus(StrEnum):
     # An operator stopped it: its done steps stay done, no later step runs, nothing automatic resumes or
     # compensates it; in the inbox until an operator cancels it (Stopped -> Compensating).
     STOPPED = "Stopped"
+    # Retention is deleting it (workflow_core/retention.py): never live again; its rows may be half gone.
+    PURGING = "Purging"
 
 
 IS = InstanceStatus
@@ -47,14 +49,18 @@ INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
     IS.COMPENSATION_FAILED: frozenset({IS.COMPENSATING}),
     IS.FAILED: frozenset({IS.RUNNING, IS.COMPENSATING, IS.CANCELLED, IS.STOPPED}),
     IS.STOPPED: frozenset({IS.COMPENSATING}),
-    IS.SUCCEEDED: frozenset(),
-    IS.COMPENSATED: frozenset(),
-    IS.CANCELLED: frozenset(),
+    IS.SUCCEEDED: frozenset({IS.PURGING}),
+    IS.COMPENSATED: frozenset({IS.PURGING}),
+    IS.CANCELLED: frozenset({IS.PURGING}),
+    IS.PURGING: frozenset(),
 }
 # Statuses in which a scheduler (workflow or compensation orchestration) must keep the promise of
 # its ``scheduler_deadline``: each has a deadline-index row.
 SUPERVISED_INSTANCE_STATUSES = frozenset({IS.RUNNING, IS.COMPENSATING})
-TERMINAL_INSTANCE_STATUSES = frozenset(s for s, nxt in INSTANCE_TRANSITIONS.items() if not nxt)
+# Finished: no automation or operator moves it on (only retention, to Purging and then deletion).
+TERMINAL_INSTANCE_STATUSES = frozenset({IS.SUCCEEDED, IS.COMPENSATED, IS.CANCELLED, IS.PURGING})
+# What retention may purge (when not flagged for an operator): finished, and not already being purged.
+PURGEABLE_INSTANCE_STATUSES = TERMINAL_INSTANCE_STATUSES - {IS.PURGING}
 
 
 class InstanceRecord(BaseModel):

@@ -123,6 +123,8 @@ class WorkflowDefinition(BaseModel):
     business_key: str | None = Field(
         default=None, description="input field whose value names the instance for operators (e.g. tenant_id)"
     )
+    # Days its finished instances are kept before retention purges them (None: RETENTION_DAYS).
+    retention_days: int | None = Field(default=None, ge=1, le=36_500, exclude=True)
     # Excluded from the canonical dump, so not part of the version: editing it touches no instance.
     sample_input: dict[str, Any] | None = Field(
         default=None, exclude=True, description="an example input for the demo, checked by sas lint"

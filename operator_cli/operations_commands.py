@@ -1,0 +1,211 @@
+"""``sas purge`` and ``sas bulk``: retention by hand, and one action over every matching instance.
+
+``sas purge`` marks the finished instances it selects ``Purging`` (each audited); the retention
+timer, which holds the Durable client, deletes them on its next tick. ``sas bulk`` records a bulk
+operation in the ledger and carries it out (:mod:`supervisor.bulk`) with a progress bar; an
+interrupted one goes on with ``sas bulk continue <id>``. ``--dry-run`` prints what either would do
+and changes nothing. Stop and cancel are recorded in the ledger; the watchdog ends the orchestration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from operator_cli import render
+from operator_cli.session import OUTPUT, CliError, Session, confirm, current_session, operator_user
+from supervisor import bulk, operator
+from supervisor.retention import Retention
+from workflow_core import clock
+
+_AGE = re.compile(r"^(\d{1,5})d$")
+SAMPLE = 10
+
+
+def _days(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
+    match = _AGE.fullmatch(value.strip())
+    if not match or int(match.group(1)) < 1:
+        raise click.BadParameter("an age in whole days, e.g. 30d")
+    return int(match.group(1))
+
+
+@click.command("purge")
+@click.option("--older-than", required=True, callback=_days, help="finished at least this long ago, e.g. 30d")
+@click.option("--workflow", help="only this workflow")
+@click.option("--dry-run", is_flag=True, help="print what would be purged and change nothing")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="at most")
+@click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
+@OUTPUT
+def purge_command(
+    older_than: int, workflow: str | None, dry_run: bool, limit: int, yes: bool, output: str
+) -> None:
+    """Mark finished instances older than --older-than Purging (the retention timer deletes them).
+
+    Only Succeeded, Compensated and Cancelled instances not flagged for an operator are taken.
+    """
+    s = current_session()
+    retention = Retention(s.ledger, batch_size=limit, actor=f"operator:{operator_user()}")
+    now = clock.utcnow()
+    preview = asyncio.run(retention.run(now, workflow=workflow, older_than_days=older_than, dry_run=True))
+    if dry_run or not preview.would_purge:
+        _print(
+            s,
+            output,
+            {"dryRun": True, "wouldPurge": preview.would_purge, "cutoff": preview.cutoff.isoformat()},
+        )
+        return
+    confirm(
+        s,
+        f"Mark {len(preview.would_purge)} instance(s) Purging{_listed(preview.would_purge)}? [y/N] ",
+        yes,
+    )
+    report = asyncio.run(retention.run(now, workflow=workflow, older_than_days=older_than, finish=False))
+    _print(s, output, report.as_dict())
+
+
+def _print(s: Session, output: str, body: dict) -> None:
+    if output == "json":
+        s.say(json.dumps(body, indent=2, default=str))
+        return
+    for key, value in body.items():
+        if isinstance(value, list):
+            s.say(
+                f"{key}: {len(value)}"
+                + (
+                    f" ({', '.join(map(str, value[:SAMPLE]))}{' ...' if len(value) > SAMPLE else ''})"
+                    if value
+                    else ""
+                )
+            )
+        else:
+            s.say(f"{key}: {value}")
+
+
+def _listed(values: list) -> str:
+    more = " ..." if len(values) > SAMPLE else ""
+    return f" ({', '.join(map(str, values[:SAMPLE]))}{more})" if values else ""
+
+
+def _filter(**values) -> bulk.BulkFilter:
+    try:
+        return bulk.BulkFilter.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValueError as exc:
+        raise CliError(f"bad filter: {exc}") from None
+
+
+def _carry(s: Session, store: bulk.BulkStore, op: bulk.BulkOperation, rate: float, output: str) -> None:
+    total = None
+    if output != "json":
+        with Progress(
+            TextColumn(f"bulk {op.action} {op.bulk_id}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=render.console_for(s.out),
+        ) as progress:
+            task = progress.add_task("bulk", total=total)
+            while not op.done:
+                asyncio.run(bulk.run(store, op, rate_per_second=rate, max_instances=bulk.PAGE))
+                progress.update(task, completed=store.progress(op)["processed"])
+    else:
+        asyncio.run(bulk.run(store, op, rate_per_second=rate))
+    _show(s, store, op, output)
+
+
+def _show(s: Session, store: bulk.BulkStore, op: bulk.BulkOperation, output: str) -> None:
+    body = store.progress(op)
+    if output == "json":
+        s.say(json.dumps(body, indent=2))
+        return
+    table = Table(title=f"bulk {body['action']} {body['id']} ({'done' if body['done'] else 'in progress'})")
+    for column in ("result", "count", "sample"):
+        table.add_column(column)
+    for result, key in (
+        ("acted", "acted"),
+        ("would act", "wouldAct"),
+        ("skipped", "skipped"),
+        ("failed", "failed"),
+    ):
+        rows = body[key]
+        sample = [r if isinstance(r, str) else f"{r['instanceId']}: {r['why']}" for r in rows[:3]]
+        table.add_row(result, str(len(rows)), "\n".join(sample))
+    s.show(table)
+
+
+@click.group("bulk")
+def bulk_group() -> None:
+    """One action over every instance matching a filter (recorded first, resumable, audited)."""
+
+
+def _action_command(action: str) -> click.Command:
+    @click.option("--workflow")
+    @click.option("--version", "version")
+    @click.option("--status", help="instance status, e.g. Running, Failed")
+    @click.option("--needs-attention", is_flag=True, default=None)
+    @click.option("--error-contains", help="text in its or a step's last error")
+    @click.option("--started-after", help="ISO 8601 with a zone")
+    @click.option("--started-before", help="ISO 8601 with a zone")
+    @click.option("--business-key", "business_key_prefix", help="business key prefix")
+    @click.option("--reason", required=True, help="why (recorded in every audit row)")
+    @click.option("--dry-run", is_flag=True, help="list what would be acted on; change nothing")
+    @click.option(
+        "--rate", type=click.FloatRange(0.1, 1000), default=20, show_default=True, help="per second"
+    )
+    @click.option("--yes", "-y", is_flag=True)
+    @OUTPUT
+    def command(reason: str, dry_run: bool, rate: float, yes: bool, output: str, **filters) -> None:
+        s = current_session()
+        flt = _filter(**filters)
+        store = bulk.BulkStore(s.ledger)
+        actor = operator.actor_for(operator_user())
+        try:
+            if not dry_run:
+                probe = store.create(action, flt, reason=reason, actor=actor, dry_run=True)
+                asyncio.run(bulk.run(store, probe, rate_per_second=0))
+                found = store.progress(probe)["wouldAct"]
+                confirm(s, f"{action} {len(found)} instance(s) (e.g. {', '.join(found[:3])})? [y/N] ", yes)
+            op = store.create(action, flt, reason=reason, actor=actor, dry_run=dry_run)
+        except operator.OperatorError as exc:
+            raise CliError(str(exc)) from None
+        _carry(s, store, op, 0 if dry_run else rate, output)
+
+    command.__doc__ = f"{action} every matching instance (see `sas bulk --help`)."
+    return click.command(action)(command)
+
+
+for _action in bulk.BULK_ACTIONS:
+    bulk_group.add_command(_action_command(_action))
+
+
+@bulk_group.command("show")
+@click.argument("operation")
+@OUTPUT
+def show_command(operation: str, output: str) -> None:
+    """A bulk operation's progress: acted, skipped (with why), failed."""
+    s = current_session()
+    store = bulk.BulkStore(s.ledger)
+    op = store.get(operation) if len(operation) <= 64 else None
+    if op is None:
+        raise CliError(f"no bulk operation {operation[:64]!r}")
+    _show(s, store, op, output)
+
+
+@bulk_group.command("continue")
+@click.argument("operation")
+@click.option("--rate", type=click.FloatRange(0.1, 1000), default=20, show_default=True)
+@OUTPUT
+def continue_command(operation: str, rate: float, output: str) -> None:
+    """Carry an interrupted bulk operation on from its cursor (never acting twice)."""
+    s = current_session()
+    store = bulk.BulkStore(s.ledger)
+    op = store.get(operation) if len(operation) <= 64 else None
+    if op is None:
+        raise CliError(f"no bulk operation {operation[:64]!r}")
+    _carry(s, store, op, rate, output)
+
+
+COMMANDS = (purge_command, bulk_group)

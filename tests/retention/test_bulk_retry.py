@@ -1,0 +1,169 @@
+"""Bulk retry over 500 instances after a simulated outage (real Azurite): killed mid-run, restarted
+from its cursor, it acts on each instance exactly once and every audit trail names the operation."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from supervisor import bulk
+from workflow_core import clock
+from workflow_core.ledger import InstanceStatus, NewStep, StepLedger, StepStatus
+
+S = StepStatus
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+class Killed(BaseException):
+    """The process died (not an Exception: nothing in the runner catches it)."""
+
+
+@pytest.fixture
+def ledger(azurite, unique_name):
+    conn = azurite.connection_string
+    led = StepLedger.from_connection_string(conn, unique_name("steps"), unique_name("idx"))
+    led.create_tables()
+    yield led
+    led.close()
+
+
+def failed_instance(ledger: StepLedger, n: int, workflow: str = "provision-tenant") -> str:
+    instance_id = f"out-{n:04d}"
+    with clock.use_clock(lambda: T0 + timedelta(seconds=n)):
+        _ = ledger.create_instance_with_steps(
+            instance_id,
+            workflow,
+            actor="test",
+            input_json="{}",
+            scheduler_deadline=T0 + timedelta(hours=1),
+            version=f"{workflow}@test",
+            steps=[NewStep(step_id="call-api", step_name="call-api", agent="api.call")],
+        )
+        step = ledger.get(instance_id, "call-api")
+        deadline = T0 + timedelta(hours=1)
+        step = ledger.transition(step, S.DISPATCHED, actor="scheduler", deadline=deadline, attempt=1)
+        ledger.transition(step, S.FAILED, actor="worker", deadline=deadline, last_error="HTTP 503 outage")
+    return instance_id
+
+
+def test_bulk_retry_over_500_acts_once_each_across_a_kill(ledger, monkeypatch):
+    ids = [failed_instance(ledger, n) for n in range(500)]
+    failed_instance(ledger, 900, workflow="other-flow")  # not matched by the filter
+    store = bulk.BulkStore(ledger)
+    flt = bulk.BulkFilter(workflow="provision-tenant", status=InstanceStatus.RUNNING.value)
+    op = store.create("retry", flt, reason="downstream back after outage", actor="operator:ana")
+
+    real_record = bulk.BulkStore.record
+    calls = {"n": 0}
+
+    def dying_record(self, bulk_id, instance_id, result, why=""):
+        calls["n"] += 1
+        if calls["n"] == 137:  # after acting on the 137th, before recording it: the worst moment
+            raise Killed
+        return real_record(self, bulk_id, instance_id, result, why)
+
+    monkeypatch.setattr(bulk.BulkStore, "record", dying_record)
+    with pytest.raises(Killed):
+        asyncio.run(bulk.run(store, op, rate_per_second=0))
+    monkeypatch.setattr(bulk.BulkStore, "record", real_record)
+
+    # a new process: reads the operation back and carries it on from its cursor
+    store2 = bulk.BulkStore(ledger)
+    resumed = store2.get(op.bulk_id)
+    assert resumed is not None and not resumed.done
+    finished = asyncio.run(bulk.run(store2, resumed, rate_per_second=0))
+    assert finished.done
+
+    progress = store2.progress(finished)
+    assert progress["counts"]["acted"] == 500
+    assert progress["counts"]["failed"] == progress["counts"]["skipped"] == 0
+    assert set(progress["acted"]) == set(ids)
+    for instance_id in ids:
+        naming = [a for a in ledger.audit_trail(instance_id) if f"[bulk {op.bulk_id}]" in (a.reason or "")]
+        assert len(naming) == 1, instance_id
+        assert naming[0].actor == "operator:ana" and naming[0].to_status == S.RETRYING.value
+        assert ledger.get(instance_id, "call-api").status is S.RETRYING
+    assert ledger.get("out-0900", "call-api").status is S.FAILED
+
+
+def test_dry_run_lists_and_changes_nothing(ledger):
+    ids = [failed_instance(ledger, n) for n in range(3)]
+    store = bulk.BulkStore(ledger)
+    op = store.create(
+        "skip", bulk.BulkFilter(error_contains="503"), reason="r", actor="operator:a", dry_run=True
+    )
+    before = {i: len(ledger.audit_trail(i)) for i in ids}
+    asyncio.run(bulk.run(store, op, rate_per_second=0))
+    assert sorted(store.progress(op)["wouldAct"]) == ids
+    assert {i: len(ledger.audit_trail(i)) for i in ids} == before
+    assert all(ledger.get(i, "call-api").status is S.FAILED for i in ids)
+
+
+def test_what_cannot_be_acted_on_is_skipped_with_why(ledger):
+    failed_instance(ledger, 1)
+    store = bulk.BulkStore(ledger)
+    first = store.create("retry", bulk.BulkFilter(), reason="r", actor="operator:a")
+    asyncio.run(bulk.run(store, first, rate_per_second=0))
+    second = store.create("retry", bulk.BulkFilter(), reason="again", actor="operator:b")
+    asyncio.run(bulk.run(store, second, rate_per_second=0))
+    assert store.progress(first)["acted"] == ["out-0001"]
+    (skipped,) = store.progress(second)["skipped"]
+    assert skipped["instanceId"] == "out-0001" and "no step" in skipped["why"]
+
+
+def test_an_unknown_action_or_no_reason_is_refused(ledger):
+    store = bulk.BulkStore(ledger)
+    with pytest.raises(bulk.operator.OperatorError, match="no bulk action"):
+        store.create("delete-all", bulk.BulkFilter(), reason="r", actor="operator:a")
+    with pytest.raises(bulk.operator.OperatorError, match="reason"):
+        store.create("retry", bulk.BulkFilter(), reason="  ", actor="operator:a")
+
+
+RUNNER = """
+import asyncio, sys
+from supervisor import bulk
+from workflow_core.ledger import StepLedger
+conn, steps, idx, op_id = sys.argv[1:5]
+ledger = StepLedger.from_connection_string(conn, steps, idx)
+store = bulk.BulkStore(ledger)
+asyncio.run(bulk.run(store, store.get(op_id), rate_per_second=0))
+"""
+
+
+def test_bulk_retry_survives_a_sigkill_of_the_process_running_it(ledger, azurite):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    ids = [failed_instance(ledger, n) for n in range(500)]
+    store = bulk.BulkStore(ledger)
+    op = store.create("retry", bulk.BulkFilter(), reason="after the outage", actor="operator:ana")
+    root = Path(__file__).resolve().parents[2]
+    args = [azurite.connection_string, ledger.ledger_table_name, ledger.index_table_name, op.bulk_id]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    process = subprocess.Popen([sys.executable, "-c", RUNNER, *args], cwd=root, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while len(store.outcomes(op.bulk_id)) < 120 and time.monotonic() < deadline:
+            assert process.poll() is None, "the runner ended before it could be killed"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)  # mid-run, wherever it is
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    killed_at = len(store.outcomes(op.bulk_id))
+    assert 120 <= killed_at < 500
+
+    resumed = bulk.BulkStore(ledger).get(op.bulk_id)
+    finished = asyncio.run(bulk.run(store, resumed, rate_per_second=0))
+    assert finished.done and store.progress(finished)["counts"]["acted"] == 500
+    for instance_id in ids:
+        naming = [a for a in ledger.audit_trail(instance_id) if f"[bulk {op.bulk_id}]" in (a.reason or "")]
+        assert len(naming) == 1, instance_id

@@ -1,0 +1,70 @@
+"""Storage requests of a purge, pinned (docs/capacity.md, "Retention and bulk operations"): per purged
+instance 9 Table requests (+3 blob requests with the archive), plus 4 listing queries per tick."""
+
+from __future__ import annotations
+
+from devtools.purge_scenario import finished_instance, measure_purge
+from devtools.request_counter import RequestCounter
+from workflow_core.ledger import StepLedger
+from workflow_core.settings import StorageConnection
+from workflow_core.storage_clients import blob_container_client
+
+
+def test_requests_per_purged_instance(azurite, unique_name):
+    with RequestCounter() as counter:
+        ledger = StepLedger.from_connection_string(
+            azurite.connection_string, unique_name("s"), unique_name("i")
+        )
+        ledger.create_tables()
+        for n in range(5):
+            finished_instance(ledger, f"pq-{n}")
+        made, purged = measure_purge(counter, ledger, 1)
+        assert purged == 1
+        one = sum(made.values())
+        made, purged = measure_purge(counter, ledger, 4)
+        assert purged == 4
+        assert made["table batch"] == 2 * 4  # the mark, and the rows' delete (one transaction each)
+        per_instance = (sum(made.values()) - 4) / 4  # 4 listing scans (3 finished statuses, Purging)
+        assert per_instance == 9 and one == 4 + 9
+
+        archive = blob_container_client(
+            StorageConnection(connection_string=azurite.connection_string), unique_name("a")
+        )
+        for n in range(5, 7):
+            finished_instance(ledger, f"pq-{n}")
+        made, purged = measure_purge(counter, ledger, 2, archive=archive)
+        assert purged == 2
+        blob = {k: v for k, v in made.items() if k.startswith("blob")}
+        # per instance: look for an earlier archive, upload, read back; the container once
+        assert blob == {"blob download": 4, "blob upload": 2, "blob create-container": 1}
+
+
+def test_operations_md_documents_every_operations_setting_with_its_default():
+    import re
+    from pathlib import Path
+
+    from workflow_core.operations_settings import OPERATIONS_SETTINGS, load_operations_settings
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| (.+?) \|", text, flags=re.M))
+    assert set(rows) == set(OPERATIONS_SETTINGS)
+    for name, (default, _) in OPERATIONS_SETTINGS.items():
+        assert rows[name] == (f"`{default}`" if default else "(unset)")
+    loaded = load_operations_settings({})
+    assert loaded.retention_days == 30 and loaded.retention_batch_size == 50
+
+
+def test_malformed_operations_settings_are_named():
+    import pytest
+
+    from workflow_core.operations_settings import load_operations_settings
+    from workflow_core.settings import SettingsError
+
+    for env, name in (
+        ({"RETENTION_DAYS": "thirty"}, "RETENTION_DAYS"),
+        ({"RETENTION_DAYS": "0"}, "RETENTION_DAYS"),
+        ({"RETENTION_DAYS": "99999"}, "RETENTION_DAYS"),
+        ({"BULK_RATE_PER_SECOND": "-1"}, "BULK_RATE_PER_SECOND"),
+    ):
+        with pytest.raises(SettingsError, match=name):
+            load_operations_settings(env)

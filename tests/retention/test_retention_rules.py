@@ -1,0 +1,76 @@
+"""Who retention takes: finished, unflagged instances past their workflow's retention period, at most
+a batch per tick; a workflow's own ``retention_days`` wins over RETENTION_DAYS."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from supervisor.retention import Retention
+from workflow_core import clock
+from workflow_core.ledger import InstanceStatus, StepLedger
+from workflow_core.workflows import parse_workflow
+
+IS = InstanceStatus
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def ledger(azurite, unique_name):
+    conn = azurite.connection_string
+    led = StepLedger.from_connection_string(conn, unique_name("steps"), unique_name("idx"))
+    led.create_tables()
+    yield led
+    led.close()
+
+
+def done(ledger, instance_id: str, workflow: str, at: datetime) -> None:
+    with clock.use_clock(lambda: at):
+        record = ledger.create_instance(
+            instance_id,
+            workflow,
+            actor="t",
+            input_json="{}",
+            scheduler_deadline=at + timedelta(minutes=5),
+            version=f"{workflow}@t",
+        )
+        ledger.transition_instance(record, IS.SUCCEEDED, actor="t")
+
+
+def test_a_workflows_own_retention_wins_and_batches_are_bounded(ledger):
+    done(ledger, "short-1", "short-lived", T0)
+    done(ledger, "long-1", "kept-long", T0)
+    for n in range(3):
+        done(ledger, f"default-{n}", "provision-tenant", T0 + timedelta(seconds=n))
+    retention = Retention(
+        ledger, retention_days=30, per_workflow={"short-lived": 7, "kept-long": 365}, batch_size=2
+    )
+    now = T0 + timedelta(days=10)  # past 7 days, not past 30 or 365
+    report = asyncio.run(retention.run(now))
+    assert report.purged == ["short-1"]
+    now = T0 + timedelta(days=31)
+    first = asyncio.run(retention.run(now))
+    second = asyncio.run(retention.run(now))
+    assert len(first.purged) == 2 and len(second.purged) == 1  # bounded per tick, the rest next tick
+    assert sorted(first.purged + second.purged) == ["default-0", "default-1", "default-2"]
+    assert ledger.find_instance("long-1").status is IS.SUCCEEDED
+
+
+def test_retention_days_is_a_definition_field_outside_the_version():
+    from workflow_core.workflows import version_of
+
+    text = """
+name: tiny-flow
+steps:
+  - id: only
+    agent: echo.say
+    deadline_seconds: 60
+"""
+    plain = parse_workflow(text)
+    kept = parse_workflow(text + "retention_days: 90\n")
+    assert kept.retention_days == 90 and plain.retention_days is None
+    assert version_of(kept) == version_of(plain)
+    with pytest.raises(Exception, match="retention_days"):
+        parse_workflow(text + "retention_days: 0\n")

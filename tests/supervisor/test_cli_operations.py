@@ -1,0 +1,107 @@
+"""``sas purge`` and ``sas bulk``: --dry-run prints what would happen and changes nothing; a real run
+is confirmed, audited, and shows what it did."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+
+import pytest
+
+from operator_cli.cli import main
+from tests.supervisor.conftest import IS, NOW, make_instance, make_step
+from workflow_core import clock
+from workflow_core.ledger import StepStatus
+
+S = StepStatus
+LATER = NOW + timedelta(days=40)
+
+
+@pytest.fixture
+def cli(env, monkeypatch):
+    for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.delenv("AGENT_TRANSPORT", raising=False)
+    monkeypatch.setattr("operator_cli.operations_commands.operator_user", lambda: "alice")
+
+    def run(*argv: str, answer: str | None = None) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+
+        def read(prompt: str) -> str:
+            out.write(prompt)
+            if answer is None:
+                raise AssertionError("the CLI asked for confirmation unexpectedly")
+            return answer
+
+        with clock.use_clock(lambda: LATER):
+            code = main(list(argv), stdout=out, stderr=err, read=read)
+        return code, out.getvalue(), err.getvalue()
+
+    return run
+
+
+def snapshot(ledger, ids):
+    return {i: (ledger.find_instance(i).status, len(ledger.audit_trail(i))) for i in ids}
+
+
+def test_purge_dry_run_lists_and_changes_nothing_then_a_real_run_marks_purging(cli, ledger):
+    with clock.use_clock(lambda: NOW):
+        make_instance(ledger, "old-done", IS.SUCCEEDED)
+        make_instance(ledger, "old-failed", IS.FAILED)
+    before = snapshot(ledger, ["old-done", "old-failed"])
+    code, out, _ = cli("purge", "--older-than", "30d", "--dry-run", "-o", "json")
+    assert code == 0 and json.loads(out)["wouldPurge"] == ["old-done"]
+    assert snapshot(ledger, ["old-done", "old-failed"]) == before
+
+    code, out, _ = cli("purge", "--older-than", "30d", answer="n")
+    assert code == 1 and ledger.find_instance("old-done").status is IS.SUCCEEDED
+
+    code, out, _ = cli("purge", "--older-than", "30d", "--yes")
+    assert code == 0 and "marked: 1 (old-done)" in out
+    assert ledger.find_instance("old-done").status is IS.PURGING
+    assert ledger.audit_trail("old-done")[-1].actor == "operator:alice"
+    assert ledger.find_instance("old-failed").status is IS.FAILED
+    code, out, _ = cli("purge", "--older-than", "30d", "--dry-run")  # Purging: left for the timer
+    assert code == 0 and "wouldPurge: 1 (old-done)" in out and "old-failed" not in out
+
+
+@pytest.mark.parametrize("age", ["30", "0d", "-3d", "30days", "9999999d", ""])
+def test_purge_refuses_a_malformed_age(cli, age):
+    code, _, err = cli("purge", "--older-than", age, "--dry-run")
+    assert code == 2 and "30d" in err
+
+
+def test_bulk_dry_run_changes_nothing_and_a_real_one_acts_once(cli, ledger):
+    for n in range(3):
+        make_step(ledger, f"cli-bulk-{n}", S.FAILED)
+    before = snapshot(ledger, [f"cli-bulk-{n}" for n in range(3)])
+    code, out, _ = cli("bulk", "retry", "--reason", "back", "--dry-run", "-o", "json")
+    body = json.loads(out)
+    assert code == 0 and sorted(body["wouldAct"]) == [f"cli-bulk-{n}" for n in range(3)]
+    assert snapshot(ledger, [f"cli-bulk-{n}" for n in range(3)]) == before
+
+    code, out, _ = cli("bulk", "retry", "--reason", "back", "--rate", "1000", "-o", "json", answer="y")
+    prompt, _, rest = out.partition("[y/N] ")
+    assert "retry 3 instance(s)" in prompt
+    body = json.loads(rest)
+    assert code == 0 and body["counts"]["acted"] == 3 and body["done"]
+    code, out, _ = cli("bulk", "show", body["id"])
+    assert code == 0 and "acted" in out
+    code, out, _ = cli("bulk", "continue", body["id"], "-o", "json")
+    assert code == 0 and json.loads(out)["counts"]["acted"] == 3  # nothing acted twice
+    assert all(ledger.get(f"cli-bulk-{n}", "create_storage").status is S.RETRYING for n in range(3))
+
+
+def test_bulk_refuses_bad_input(cli):
+    assert cli("bulk", "retry", "--reason", " ", "--dry-run")[0] == 2
+    assert cli("bulk", "show", "nope")[0] == 2
+    assert cli("bulk", "show", "x" * 500)[0] == 2
+    assert cli("bulk", "retry", "--reason", "r", "--started-after", "soon", "--dry-run")[0] == 2
+
+
+def test_bulk_with_a_progress_bar_reports_what_it_skipped_and_why(cli, ledger):
+    make_step(ledger, "cli-bar-1", S.RETRYING)
+    code, out, _ = cli("bulk", "skip", "--reason", "not needed", "--rate", "1000", "--yes")
+    assert code == 0
+    assert "bulk skip" in out and "skipped" in out and "no step of 'cli-bar-1'" in out
