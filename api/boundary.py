@@ -57,8 +57,42 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+# Bounds on what the platform's headers may carry before anything is written (400 invalid-principal):
+# far above what Microsoft Entra ID issues, far below what Table Storage refuses.
+MAX_PRINCIPAL_NAME_CHARS = 256
+MAX_PRINCIPAL_HEADER_CHARS = 32 * 1024
+MAX_PRINCIPAL_CLAIMS = 500
+MAX_CLAIM_CHARS = 1024
+
+
+def _invalid_principal(what: str, limit: str) -> ApiError:
+    return ApiError(
+        400,
+        f"the signed-in principal's {what} is over the limit: {limit}",
+        ["the platform's principal headers are bounded before anything is recorded (docs/api.md)"],
+        code="invalid-principal",
+        extra={"limit": limit},
+    )
+
+
+def _check_principal_bounds(headers: Mapping[str, str]) -> None:
+    encoded = _header(headers, PRINCIPAL_HEADER) or ""
+    if len(encoded) > MAX_PRINCIPAL_HEADER_CHARS:
+        raise _invalid_principal(PRINCIPAL_HEADER, f"at most {MAX_PRINCIPAL_HEADER_CHARS} characters")
+
+
+def _checked_name(name: str) -> str:
+    if len(name) > MAX_PRINCIPAL_NAME_CHARS:
+        raise _invalid_principal("name", f"at most {MAX_PRINCIPAL_NAME_CHARS} characters")
+    if not name.isprintable() or any("\ud800" <= c <= "\udfff" for c in name):
+        raise _invalid_principal("name", "printable characters only")
+    return name
+
+
 def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] | None:
-    """The platform's principal (name, roles), or ``None`` when the request carries none (anonymous)."""
+    """The platform's principal (name, roles), or ``None`` when the request carries none (anonymous);
+    400 ``invalid-principal`` when it breaks a bound."""
+    _check_principal_bounds(headers)
     encoded = _header(headers, PRINCIPAL_HEADER) or ""
     try:
         data = json.loads(base64.b64decode(encoded + "=" * (-len(encoded) % 4))) if encoded else None
@@ -66,8 +100,13 @@ def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] 
         data = None
     name = _header(headers, PRINCIPAL_NAME_HEADER)
     if not isinstance(data, dict):
-        return None if name is None else (name, frozenset())
-    claims = [c for c in data.get("claims") or [] if isinstance(c, dict)]
+        return None if name is None else (_checked_name(name), frozenset())
+    raw_claims = data.get("claims") or []
+    if not isinstance(raw_claims, list) or len(raw_claims) > MAX_PRINCIPAL_CLAIMS:
+        raise _invalid_principal("claims", f"a list of at most {MAX_PRINCIPAL_CLAIMS} claims")
+    claims = [c for c in raw_claims if isinstance(c, dict)]
+    if any(max(len(str(c.get("typ"))), len(str(c.get("val")))) > MAX_CLAIM_CHARS for c in claims):
+        raise _invalid_principal("claims", f"each type and value at most {MAX_CLAIM_CHARS} characters")
     role_types = {data.get("role_typ"), *_ROLE_CLAIMS} - {None}
     roles = frozenset(str(c.get("val")) for c in claims if c.get("typ") in role_types and c.get("val"))
     if name is None and isinstance(data.get("userDetails"), str) and data["userDetails"].strip():
@@ -76,7 +115,7 @@ def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] 
         for claim in claims:
             if name is None and wanted and claim.get("typ") == wanted and str(claim.get("val") or "").strip():
                 name = str(claim["val"]).strip()
-    return name, roles
+    return (None if name is None else _checked_name(name)), roles
 
 
 # The names a local request may be addressed to (with the port it was served on): a browser sends
@@ -123,6 +162,18 @@ def authorize(request: Any, *, action: bool) -> str | None:
     headers, url, env = request.headers, request.url or "", os.environ
     in_azure = any(env.get(name) for name in AZURE_MARKER_SETTINGS)
     if (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true":
+        if _header(headers, PRINCIPAL_IDP_HEADER) is None and any(
+            _header(headers, name) is not None for name in _PRINCIPAL_HEADERS
+        ):  # App Service sets the identity provider with every principal: without it, not the platform's
+            raise ApiError(
+                403,
+                "identity headers without the platform's marker are not accepted",
+                [
+                    "App Service Authentication sends X-MS-CLIENT-PRINCIPAL-IDP with every signed-in "
+                    "principal; X-MS-CLIENT-PRINCIPAL* headers without it were not set by the platform"
+                ],
+                code="untrusted-identity",
+            )
         principal = _principal(headers)
         if principal is None:
             raise ApiError(

@@ -80,7 +80,12 @@ def test_the_caller_comes_from_the_encoded_principal_too(run, client, services, 
 
     response = run(
         step_action(
-            step_post("op-claims", "create_storage", "skip", headers={"X-MS-CLIENT-PRINCIPAL": encoded}),
+            step_post(
+                "op-claims",
+                "create_storage",
+                "skip",
+                headers={"X-MS-CLIENT-PRINCIPAL": encoded, "X-MS-CLIENT-PRINCIPAL-IDP": "aad"},
+            ),
             client,
             services,
         )
