@@ -302,3 +302,32 @@ def test_an_action_on_an_unknown_instance_leaves_no_key_row_behind(
 
     assert response.status_code == 404 and json_of(response)["code"] == "instance-not-found"
     assert partition_rows(ledger, "op-nobody") == []
+
+
+def test_an_idempotency_key_used_on_one_instance_is_refused_on_another(
+    run, client, services, ledger, platform_auth
+):
+    make_step(ledger, "op-key-a", S.FAILED)
+    make_step(ledger, "op-key-b", S.FAILED)
+
+    first = run(instance_action(keyed("op-key-a", "compensate", "shared-key"), client, services))
+    other = run(instance_action(keyed("op-key-b", "compensate", "shared-key"), client, services))
+
+    assert first.status_code == 200, first.get_body()
+    assert (other.status_code, json_of(other)["code"]) == (422, "idempotency-key-reused")
+    assert "op-key-a" in json_of(other)["detail"]  # names the request that owns the key
+    assert operator_moves(ledger, "op-key-b") == []  # the other instance was not acted on
+    again = run(instance_action(keyed("op-key-a", "compensate", "shared-key"), client, services))
+    assert again.headers.get("Idempotent-Replayed") == "true"  # its own instance still replays
+
+
+def test_a_key_released_after_a_404_may_be_used_on_another_instance(
+    run, client, services, ledger, platform_auth
+):
+    make_step(ledger, "op-key-c", S.FAILED)
+
+    missing = run(instance_action(keyed("op-key-nowhere", "compensate", "retry-key"), client, services))
+    used = run(instance_action(keyed("op-key-c", "compensate", "retry-key"), client, services))
+
+    assert missing.status_code == 404
+    assert used.status_code == 200, used.get_body()
