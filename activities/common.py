@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from workflow_core import clock, telemetry
 from workflow_core.ledger import ConcurrencyConflict, StepRecord, decode_json
 from workflow_core.message_fields import explain
+from workflow_core.transport.envelope import MALFORMED_KEY
 
 log = logging.getLogger(__name__)
 
@@ -206,11 +207,15 @@ def parse_or_park(
 ) -> M | str:
     """``body`` as a ``model`` message, or, when it is none, the reason it was parked with: a body no
     agent can process is never raised on (a redelivery could not fix it)."""
+    what = model.__name__.removesuffix("Message").lower()
+    if isinstance(body, dict) and isinstance(body.get(MALFORMED_KEY), str):  # bounded_json refused it
+        reason = f"not a valid {what} message: malformed JSON: {body[MALFORMED_KEY]}{note}"
+        return park(services, source=source, reason=reason, body=body, actor=actor, message_id=message_id)
     try:
         return model.model_validate(body)
-    except ValidationError as exc:
-        what = model.__name__.removesuffix("Message").lower()
-        reason = f"not a valid {what} message: {explain(exc)}{note}"
+    except (ValidationError, RecursionError) as exc:
+        why = explain(exc) if isinstance(exc, ValidationError) else "nested too deeply"
+        reason = f"not a valid {what} message: {why}{note}"
         return park(services, source=source, reason=reason, body=body, actor=actor, message_id=message_id)
 
 

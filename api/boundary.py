@@ -9,9 +9,12 @@ Who is calling is decided by the platform's own settings, never by the request (
 call, and how an action must look"): with App Service Authentication on, the platform strips
 client-sent ``X-MS-CLIENT-PRINCIPAL*`` headers and sets its own, so only then are they believed; in
 Azure without it nobody vouches for a name, so every action is 401; locally a principal header is
-forged by definition, and actions are accepted only from loopback. The Python worker is never told
-the socket peer: the app's own front end (``devtools.http_server``) overwrites ``X-Forwarded-For``,
-and without one the request must be addressed to a loopback name (which also defeats DNS rebinding).
+forged by definition, and requests are accepted only from this machine. The Python worker is never
+told the socket peer (Core Tools and the demo server listen on loopback), and every forwarding header
+(``X-Forwarded-For``, ``Forwarded``) is one a web page may send, so none is read: a local request must
+be addressed, in ``Host``, to a loopback name on the port it was served on (:data:`LOCAL_HOSTS`). A
+page on an attacker's name that resolves to 127.0.0.1 (DNS rebinding) is sent with that name in
+``Host`` and refused (docs/api.md, "Who may call").
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import getpass
-import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -33,7 +35,6 @@ PRINCIPAL_HEADER = "x-ms-client-principal"
 PRINCIPAL_ID_HEADER = "x-ms-client-principal-id"
 PRINCIPAL_IDP_HEADER = "x-ms-client-principal-idp"
 _PRINCIPAL_HEADERS = (PRINCIPAL_NAME_HEADER, PRINCIPAL_HEADER, PRINCIPAL_ID_HEADER, PRINCIPAL_IDP_HEADER)
-FORWARDED_FOR_HEADER = "x-forwarded-for"
 # Set by App Service on every Azure-hosted Function App; never by Core Tools or the demo server.
 AZURE_MARKER_SETTINGS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME")
 AUTH_ENABLED_SETTING = "WEBSITE_AUTH_ENABLED"
@@ -47,7 +48,6 @@ _NAME_CLAIMS = (
     "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/upn",
     "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress",
 )
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -57,8 +57,42 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+# Bounds on what the platform's headers may carry before anything is written (400 invalid-principal):
+# far above what Microsoft Entra ID issues, far below what Table Storage refuses.
+MAX_PRINCIPAL_NAME_CHARS = 256
+MAX_PRINCIPAL_HEADER_CHARS = 32 * 1024
+MAX_PRINCIPAL_CLAIMS = 500
+MAX_CLAIM_CHARS = 1024
+
+
+def _invalid_principal(what: str, limit: str) -> ApiError:
+    return ApiError(
+        400,
+        f"the signed-in principal's {what} is over the limit: {limit}",
+        ["the platform's principal headers are bounded before anything is recorded (docs/api.md)"],
+        code="invalid-principal",
+        extra={"limit": limit},
+    )
+
+
+def _check_principal_bounds(headers: Mapping[str, str]) -> None:
+    encoded = _header(headers, PRINCIPAL_HEADER) or ""
+    if len(encoded) > MAX_PRINCIPAL_HEADER_CHARS:
+        raise _invalid_principal(PRINCIPAL_HEADER, f"at most {MAX_PRINCIPAL_HEADER_CHARS} characters")
+
+
+def _checked_name(name: str) -> str:
+    if len(name) > MAX_PRINCIPAL_NAME_CHARS:
+        raise _invalid_principal("name", f"at most {MAX_PRINCIPAL_NAME_CHARS} characters")
+    if not name.isprintable() or any("\ud800" <= c <= "\udfff" for c in name):
+        raise _invalid_principal("name", "printable characters only")
+    return name
+
+
 def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] | None:
-    """The platform's principal (name, roles), or ``None`` when the request carries none (anonymous)."""
+    """The platform's principal (name, roles), or ``None`` when the request carries none (anonymous);
+    400 ``invalid-principal`` when it breaks a bound."""
+    _check_principal_bounds(headers)
     encoded = _header(headers, PRINCIPAL_HEADER) or ""
     try:
         data = json.loads(base64.b64decode(encoded + "=" * (-len(encoded) % 4))) if encoded else None
@@ -66,8 +100,13 @@ def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] 
         data = None
     name = _header(headers, PRINCIPAL_NAME_HEADER)
     if not isinstance(data, dict):
-        return None if name is None else (name, frozenset())
-    claims = [c for c in data.get("claims") or [] if isinstance(c, dict)]
+        return None if name is None else (_checked_name(name), frozenset())
+    raw_claims = data.get("claims") or []
+    if not isinstance(raw_claims, list) or len(raw_claims) > MAX_PRINCIPAL_CLAIMS:
+        raise _invalid_principal("claims", f"a list of at most {MAX_PRINCIPAL_CLAIMS} claims")
+    claims = [c for c in raw_claims if isinstance(c, dict)]
+    if any(max(len(str(c.get("typ"))), len(str(c.get("val")))) > MAX_CLAIM_CHARS for c in claims):
+        raise _invalid_principal("claims", f"each type and value at most {MAX_CLAIM_CHARS} characters")
     role_types = {data.get("role_typ"), *_ROLE_CLAIMS} - {None}
     roles = frozenset(str(c.get("val")) for c in claims if c.get("typ") in role_types and c.get("val"))
     if name is None and isinstance(data.get("userDetails"), str) and data["userDetails"].strip():
@@ -76,30 +115,38 @@ def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] 
         for claim in claims:
             if name is None and wanted and claim.get("typ") == wanted and str(claim.get("val") or "").strip():
                 name = str(claim["val"]).strip()
-    return name, roles
+    return (None if name is None else _checked_name(name)), roles
 
 
-def _is_loopback(host: str) -> bool:
-    host = host.strip().lower()
-    if host.startswith("["):  # [::1] or [::1]:port
-        host = host[1 : host.find("]")] if "]" in host else host[1:]
-    elif host.count(":") == 1:  # 127.0.0.1:port, localhost:port
-        host = host.split(":", 1)[0]
-    if host in _LOOPBACK_NAMES:
-        return True
+# The names a local request may be addressed to (with the port it was served on): a browser sends
+# the name it resolved, so a rebinding name never matches.
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+
+
+def _host_and_port(value: str) -> tuple[str, int | None] | None:
+    """``Host`` split into (lower-case name, port); ``None`` when it is not a plain host[:port]."""
+    parts = urlsplit(f"//{value.strip()}")
     try:
-        return ipaddress.ip_address(host).is_loopback
+        port = parts.port
     except ValueError:
-        return False
+        return None
+    name = (parts.hostname or "").lower()
+    if not name or parts.username is not None or parts.path or parts.query or parts.fragment:
+        return None
+    return (f"[{name}]" if ":" in name else name), port
 
 
 def from_loopback(headers: Mapping[str, str], url: str) -> bool:
-    """Whether a local request came from this machine (see the module's docstring for how)."""
-    forwarded = _header(headers, FORWARDED_FOR_HEADER)
-    if forwarded is not None:
-        return all(_is_loopback(hop) for hop in forwarded.split(","))
-    host = _header(headers, "host") or urlsplit(url).netloc
-    return bool(host) and _is_loopback(host)
+    """Whether a local request came from this machine: addressed to a :data:`LOCAL_HOSTS` name on the
+    port it was served on (the request URL's). No forwarding header is read."""
+    served = _host_and_port(urlsplit(url).netloc) if url else None
+    sent = [value for key, value in headers.items() if key.lower() == "host"]
+    host = _host_and_port(sent[0] if sent else (urlsplit(url).netloc if url else ""))  # absent: the URL's
+    if host is None or host[0] not in LOCAL_HOSTS:
+        return False
+    default = {"http": 80, "https": 443}.get(urlsplit(url).scheme.lower()) if url else None
+    served_port = (served[1] if served else None) or default
+    return served is None or (host[1] or default) == served_port
 
 
 def _os_user() -> str:
@@ -115,6 +162,18 @@ def authorize(request: Any, *, action: bool) -> str | None:
     headers, url, env = request.headers, request.url or "", os.environ
     in_azure = any(env.get(name) for name in AZURE_MARKER_SETTINGS)
     if (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true":
+        if _header(headers, PRINCIPAL_IDP_HEADER) is None and any(
+            _header(headers, name) is not None for name in _PRINCIPAL_HEADERS
+        ):  # App Service sets the identity provider with every principal: without it, not the platform's
+            raise ApiError(
+                403,
+                "identity headers without the platform's marker are not accepted",
+                [
+                    "App Service Authentication sends X-MS-CLIENT-PRINCIPAL-IDP with every signed-in "
+                    "principal; X-MS-CLIENT-PRINCIPAL* headers without it were not set by the platform"
+                ],
+                code="untrusted-identity",
+            )
         principal = _principal(headers)
         if principal is None:
             raise ApiError(
@@ -157,11 +216,15 @@ def authorize(request: Any, *, action: bool) -> str | None:
         )
     if in_azure:
         return None  # a read: the function key guards it
-    if action and not from_loopback(headers, url):
+    if not from_loopback(headers, url):
         raise ApiError(
             403,
-            "local operator actions are accepted only from this machine",
-            ["without App Service Authentication the app cannot tell who a remote caller is"],
+            f"local {'operator actions are' if action else 'views are'} accepted only from this machine",
+            [
+                "without App Service Authentication the app cannot tell who a remote caller is; address "
+                "it as localhost, 127.0.0.1 or [::1] on the port it serves (forwarding headers are "
+                "ignored)"
+            ],
             code="not-loopback",
         )
     return _os_user()

@@ -73,8 +73,11 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
         except ValueError:
             raise bad(f"{name} must be an ISO 8601 time such as 2025-03-01T09:00:00Z, got {raw!r}") from None
         parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-        try:  # 0001-01-01T00:00:00+14:00 parses, but is before the first representable UTC instant
-            return parsed.astimezone(UTC)
+        try:  # 0001-01-01T00:00:00+14:00 parses, but is before the first representable UTC instant;
+            # a day's margin each side: the ledger compares with a tick (or an inverted time) either side
+            value = parsed.astimezone(UTC)
+            _ = (value - timedelta(days=1), value + timedelta(days=1))
+            return value
         except OverflowError:
             raise bad(f"{raw!r} is outside the representable calendar") from None
 
@@ -253,7 +256,7 @@ def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
         return done[-1].step_id
     statuses = ", ".join(f"{s.step_id} {s.status.value}" for s in steps)
     raise ApiError(
-        422,
+        409,
         f"nothing to compensate in {instance_id!r}: no step is Succeeded, Failed or TimedOut ({statuses})",
         code="nothing-to-compensate",
     )
@@ -286,7 +289,7 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
             if current is not None and current.status not in operator.RESUMABLE_INSTANCE_STATUSES:
                 allowed = ", ".join(s.value for s in operator.RESUMABLE_INSTANCE_STATUSES)
                 raise ApiError(
-                    422,
+                    409,
                     f"instance {instance_id!r} is {current.status.value}; "
                     f"only {allowed} instances can be resumed",
                     code="already-finished",

@@ -40,6 +40,7 @@ PROBLEM_TITLES: dict[str, str] = {
     "invalid-workflow-name": "The workflow name is malformed",
     "invalid-filter": "A query parameter is invalid",
     "invalid-continuation": "The continuation token is not valid for this list",
+    "invalid-principal": "The signed-in principal is over a bound",
     "unsupported-media-type": "State-changing requests take only application/json",
     "client-header-required": "State-changing requests need the X-SAS-Client header",
     "cross-site": "Cross-site requests may not change state",

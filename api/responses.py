@@ -128,7 +128,27 @@ def parse_json(text: str) -> Any:
     except RecursionError:
         raise ValueError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
     _check_depth(data)
+    _check_strings(data)
     return data
+
+
+def _check_strings(data: Any) -> None:
+    """Raise ValueError when a key or string holds a lone UTF-16 surrogate (``"\\ud800"``): valid
+    JSON, but no UTF-8 store (Table Storage, a blob, a queue) can hold it."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if any("\ud800" <= c <= "\udfff" for c in value):
+                raise ValueError(
+                    f"the string {value[:40]!r} holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
+                    "which cannot be stored: send whole characters (a surrogate pair or the character)"
+                )
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 def json_object_body(req: func.HttpRequest) -> dict[str, Any]:

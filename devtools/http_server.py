@@ -75,6 +75,15 @@ def http_routes(functions: list[Any]) -> list[Route]:
     return sorted(routes, key=lambda r: (-literal(r), r.template))
 
 
+_FORWARDING = ("forwarded", "x-forwarded-", "x-real-ip", "x-client-ip", "x-original-", "x-arr-")
+
+
+def _forwarding(name: str) -> bool:
+    """A header a proxy would set about the client (its address, host, scheme): never trusted here."""
+    lower = name.lower()
+    return any(lower == f or (f.endswith("-") and lower.startswith(f)) for f in _FORWARDING)
+
+
 class _QuietOnHangUp(ThreadingHTTPServer):
     """A client that hangs up (mid-request or mid-answer) is not an error worth a traceback."""
 
@@ -130,10 +139,10 @@ class AppHttpServer:
             return self._send(request, 302, b"", {"Location": f"{route_prefix()}/console/"})
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else b""
-        # as a front end hands them on: X-Forwarded-For is the socket peer, whatever the client sent
-        # (the app judges "local caller" by it: ``api.boundary``)
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "x-forwarded-for"}
-        headers["X-Forwarded-For"] = str(request.client_address[0])
+        # nothing that widens trust is handed on: this server listens on loopback only, and the app
+        # judges "local caller" by Host alone (``api.boundary.from_loopback``), so a client's
+        # forwarding headers are dropped and none is added
+        headers = {k: v for k, v in request.headers.items() if not _forwarding(k)}
         for route in self.routes:
             params = route.match(request.command, parts.path)
             if params is None:

@@ -30,6 +30,7 @@ from operator_cli.session import (
     EXIT_OK,
     EXIT_STORAGE,
     EXIT_USAGE,
+    LIST_OUTPUT,
     OUTPUT,
     CliError,
     ConnectionProblem,
@@ -99,7 +100,7 @@ def _parse_time(value: str | None, option: str) -> datetime | None:
 @click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True, help="page size")
 @click.option("--continuation", help="token from the previous page")
 @click.option("--all", "all_pages", is_flag=True, help="follow continuation tokens to the end")
-@OUTPUT
+@LIST_OUTPUT
 def list_command(
     business_key: str | None,
     started_from: str | None,
@@ -124,7 +125,8 @@ def list_command(
     if not records:
         s.say("no instances match")
     else:
-        s.show(render.instances_table(records))
+        shown = render.instances_table(records, wide=output == "wide")
+        s.say(render.wide_text(shown)) if output == "wide" else s.show(shown)
     if token:
         s.say(f"\nmore: sas list ... --continuation {token}")
 

@@ -12,6 +12,7 @@ character (ESC and OSC sequences, bidi overrides) as an escape instead of sendin
 
 from __future__ import annotations
 
+import io
 import json
 import unicodedata
 from collections.abc import Callable
@@ -92,7 +93,16 @@ def short(text: str | None, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def table(title: str | None, headers: list[str], rows: list[list[str]]) -> Table:
+# Identifiers and keys an operator copies: never wrapped mid-value (a narrow terminal cuts them with
+# an ellipsis; ``sas list -o wide`` or ``-o json`` shows them whole).
+WHOLE_VALUES = frozenset({"INSTANCE", "WORKFLOW", "VERSION", "BUSINESS KEY", "STEP", "STARTED", "UPDATED"})
+ID_COLUMN_CHARS = 64  # an instance id, workflow or step name up to this is shown whole in a table
+KEY_COLUMN_CHARS = 40  # a business key beyond this is cut ("…"): -o wide shows it
+WIDE_WIDTH = 100_000  # -o wide: as wide as the longest row needs
+
+
+def table(title: str | None, headers: list[str], rows: list[list[str]], *, wide: bool = False) -> Table:
+    """``wide``: identifiers and keys whole however long (for :func:`wide_text`)."""
     result = Table(
         title=terminal_safe(title) if title else None,
         title_justify="left",
@@ -100,11 +110,28 @@ def table(title: str | None, headers: list[str], rows: list[list[str]]) -> Table
         header_style="bold",
         box=None,
     )
-    for header in headers:
-        result.add_column(header, overflow="fold")
+    for n, header in enumerate(headers):
+        if header in WHOLE_VALUES:  # as wide as its values (to a point), then cut, never wrapped
+            longest = max([len(header), *(len(terminal_safe(row[n])) for row in rows if n < len(row))])
+            limit = WIDE_WIDTH if wide else KEY_COLUMN_CHARS if header == "BUSINESS KEY" else ID_COLUMN_CHARS
+            result.add_column(
+                header, overflow="ellipsis", no_wrap=True, min_width=min(longest, limit), max_width=limit
+            )
+        else:
+            result.add_column(header, overflow="fold")
     for row in rows:
         result.add_row(*(terminal_safe(cell) for cell in row))
     return result
+
+
+def wide_text(renderable: Any) -> str:
+    """``renderable`` as plain text on lines as long as it needs: nothing cut, nothing wrapped."""
+    console = Console(
+        file=io.StringIO(), width=WIDE_WIDTH, highlight=False, soft_wrap=False, markup=False, emoji=False
+    )
+    with console.capture() as captured:
+        console.print(renderable)
+    return "\n".join(line.rstrip() for line in captured.get().splitlines())
 
 
 Column = tuple[str, Callable[[Any], str]]  # a header, and the cell of one record under it
@@ -120,15 +147,16 @@ _ATTEMPT: tuple[Column, ...] = (
 _OWNER: Column = ("OWNER", lambda r: r.owner or "-")
 
 
-def _columns(records: list[Any], *columns: Column) -> Table:
-    return table(None, [header for header, _ in columns], [[cell(r) for _, cell in columns] for r in records])
+def _columns(records: list[Any], *columns: Column, wide: bool = False) -> Table:
+    rows = [[cell(r) for _, cell in columns] for r in records]
+    return table(None, [header for header, _ in columns], rows, wide=wide)
 
 
 def _last_error(limit: int) -> Column:
     return ("LAST ERROR", lambda r: short(r.last_error, limit))
 
 
-def instances_table(records: list[InstanceRecord]) -> Table:
+def instances_table(records: list[InstanceRecord], *, wide: bool = False) -> Table:
     return _columns(
         records,
         _INSTANCE,
@@ -140,6 +168,7 @@ def instances_table(records: list[InstanceRecord]) -> Table:
         ("UPDATED", lambda r: when(r.updated_at)),
         ("ATTN", lambda r: "yes" if r.needs_attention else ""),
         ("NOTE", lambda r: short(r.attention_reason or r.last_error, 50)),
+        wide=wide,
     )
 
 

@@ -39,6 +39,14 @@ OUTPUT = click.option(
     show_default=True,
     help="table for people, json for scripts",
 )
+LIST_OUTPUT = click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "wide", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people (long values cut with …), wide (every value whole), json for scripts",
+)
 EXIT_OK = 0
 EXIT_DECLINED = 1
 EXIT_USAGE = 2

@@ -124,8 +124,11 @@ async function refreshAttentionCount() {
 // ---- the instance list -----------------------------------------------------------------------------
 
 function filterForm(params) {
+  // a refused value is shown as typed: a datetime-local input would blank one it cannot parse
+  const asTyped = (name, type) => (type === "datetime-local" && params.get(name)
+    && !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?$/.test(params.get(name)) ? "text" : type);
   const field = (label, name, type = "text") =>
-    h("label", {}, label, h("input", { name, type, value: params.get(name) || "" }));
+    h("label", {}, label, h("input", { name, type: asTyped(name, type), value: params.get(name) || "" }));
   const status = h("select", { name: "status" }, h("option", { value: "" }, "any"),
     STATUSES.map((s) => h("option", { value: s, selected: params.get("status") === s }, s)));
   const form = h("form", { class: "filters card", role: "search", "aria-label": "Filter instances" },
@@ -150,7 +153,9 @@ function query(params, continuation) {
   const q = new URLSearchParams();
   for (const [k, v] of params) {
     if (!v) continue;
-    q.set(k, k.startsWith("started") && !v.endsWith("Z") ? v + ":00Z" : v);
+    // a datetime-local value is the operator's UTC time: seconds and "Z" added where it has none
+    const utc = /T\d{2}:\d{2}$/.test(v) ? v + ":00Z" : /T\d{2}:\d{2}:\d{2}(\.\d+)?$/.test(v) ? v + "Z" : v;
+    q.set(k, k.startsWith("started") ? utc : v);
   }
   if (continuation) q.set("continuation", continuation);
   return q.toString();
@@ -168,7 +173,18 @@ function instanceRows(list) {
 }
 
 async function renderList(params, first) {
-  const page = await api("/instances?" + query(params));
+  let page;
+  try {
+    page = await api("/instances?" + query(params));
+  } catch (err) {
+    if (!(err instanceof ApiProblem) || err.status >= 500 || err.status === 401 || err.status === 403) throw err;
+    // the API refused a filter: keep the form with the refused value, and say why next to it
+    state.view = "list-refused";
+    const box = h("div", { id: "filter-problem", class: "problem", role: "alert" });
+    problemBox(box, err);
+    $("#main").replaceChildren(h("h1", {}, "Workflow instances"), filterForm(params), box);
+    return;
+  }
   if (!first && state.view === "list" && state.continuation && state.instances.length > page.instances.length) {
     return; // the operator loaded more pages: do not pull them away under their eyes
   }

@@ -104,7 +104,7 @@ def process_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Mapping[s
 def http_app(azurite) -> Iterator[Any]:
     """The app's HTTP functions on a real socket (``devtools.http_server``, as the console demo serves
     them) over the in-process durable host: requests arrive as the Functions host hands them on, with
-    URL decoding and the front end's ``X-Forwarded-For``. Module-scoped: the harness's virtual clock is
+    URL decoding and no forwarding header. Module-scoped: the harness's virtual clock is
     process-wide while it runs."""
     from devtools.console_demo import ConsoleDemo
 

@@ -60,6 +60,7 @@ def principal_headers(name: str, roles: tuple[str, ...] = ("Workflows.Operate",)
     return {
         "X-MS-CLIENT-PRINCIPAL-NAME": name,
         "X-MS-CLIENT-PRINCIPAL": base64.b64encode(json.dumps(principal).encode()).decode(),
+        "X-MS-CLIENT-PRINCIPAL-IDP": "aad",  # App Service sets it with every principal
     }
 
 

@@ -1,5 +1,5 @@
 """Bad input ends in a bounded 4xx problem, never a 500 or a non-JSON answer (observation 7), and each
-refusal says the right thing: 400 malformed, 404 unknown, 422 can never succeed, 409 only for a race,
+refusal says the right thing: 400 malformed, 404 unknown, 409 a conflict with the current state (RFC 9110),
 ``instance-exists`` for a lost start race (observation 8)."""
 
 from __future__ import annotations
@@ -62,7 +62,15 @@ def test_deep_nesting_is_a_400_not_a_recursion_error(run, stub, client, services
 
 
 @pytest.mark.parametrize(
-    "moment", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+23:59"]
+    "moment",
+    [
+        "0001-01-01T00:00:00+14:00",
+        "9999-12-31T23:59:59-14:00",
+        "0001-01-01T00:00:00+23:59",
+        "0001-01-01T00:00:00",  # on the calendar, but the ledger compares a tick before it
+        "0001-01-01T00:00:00Z",
+        "9999-12-31T23:59:59.999999",
+    ],
 )
 def test_a_time_off_the_calendar_is_a_400(run, client, services, moment):
     for name in ("startedFrom", "startedTo"):
@@ -70,6 +78,24 @@ def test_a_time_off_the_calendar_is_a_400(run, client, services, moment):
             list_instances(http_request("GET", "/api/instances", params={name: moment}), client, services)
         )
         assert (response.status_code, json_of(response)["code"]) == (400, "invalid-filter")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"tenant_id": "c\\ud800", "admin_email": "a@b.c"}',
+        '{"tenant_id": "c", "admin_email": "a@b.c", "note": ["\\udfff"]}',
+        '{"tenant_id": "c", "admin_email": "a@b.c", "\\udc00": 1}',
+    ],
+    ids=["value", "list-item", "key"],
+)
+def test_a_lone_surrogate_anywhere_in_the_input_is_a_400_and_nothing_starts(run, stub, client, services, raw):
+    response = run(start_workflow(start(raw), client, services))
+
+    problem = json_of(response)
+    assert (response.status_code, problem["code"]) == (400, "invalid-json")
+    assert "surrogate" in problem["detail"] + json.dumps(problem)
+    assert stub.requests_to("POST", "/orchestrators/") == []
 
 
 def test_100000_unknown_fields_give_a_bounded_answer_that_says_what_was_left_out(run, stub, client, services):
@@ -160,7 +186,7 @@ def test_stopping_an_unknown_instance_is_a_404(run, stub, client, services):
     assert (response.status_code, json_of(response)["code"]) == (404, "instance-not-found")
 
 
-def test_resuming_a_finished_instance_is_a_non_retryable_422(run, client, services, ledger):
+def test_resuming_a_finished_instance_is_a_409_conflict(run, client, services, ledger):
     record = ledger.create_instance(
         "done-1",
         "provision-tenant",
@@ -173,14 +199,14 @@ def test_resuming_a_finished_instance_is_a_non_retryable_422(run, client, servic
 
     response = run(instance_action(act("done-1", "resume"), client, services))
 
-    assert (response.status_code, json_of(response)["code"]) == (422, "already-finished")
+    assert (response.status_code, json_of(response)["code"]) == (409, "already-finished")
     assert ledger.get_instance("done-1").status is InstanceStatus.SUCCEEDED
 
 
-def test_compensating_with_nothing_done_is_a_non_retryable_422(run, client, services, ledger):
+def test_compensating_with_nothing_done_is_a_409_conflict(run, client, services, ledger):
     make_step(ledger, "nothing-1", S.PENDING)
     response = run(instance_action(act("nothing-1", "compensate"), client, services))
-    assert (response.status_code, json_of(response)["code"]) == (422, "nothing-to-compensate")
+    assert (response.status_code, json_of(response)["code"]) == (409, "nothing-to-compensate")
 
 
 def test_the_loser_of_a_start_race_is_told_instance_exists(run, stub, client, services):

@@ -70,13 +70,15 @@ def test_a_workflow_name_with_an_encoded_newline_is_a_400(http_app):
         assert (status, problem["code"]) == (400, "invalid-workflow-name"), url
 
 
-def test_a_client_sent_forwarded_for_is_replaced_by_the_socket_peer(http_app, victim):
-    # A remote address in X-Forwarded-For does not make a local caller remote, nor the reverse: the
-    # front end writes the socket's peer. Here the peer is loopback, so the action is judged local.
-    status, _, body = call(
-        f"{http_app.url}/api/instances/victim/steps/nope/skip",
-        "POST",
-        {"reason": "r"},
-        {**ACTION, "X-Forwarded-For": "203.0.113.9"},
-    )
-    assert (status, body["code"]) == (404, "step-not-found")
+def test_forwarding_headers_neither_make_a_local_caller_remote_nor_a_rebound_name_local(http_app, victim):
+    # The front end hands on no forwarding header and the app reads none: Host alone decides.
+    url = f"{http_app.url}/api/instances/victim/steps/nope/skip"
+    status, _, body = call(url, "POST", {"reason": "r"}, {**ACTION, "X-Forwarded-For": "203.0.113.9"})
+    assert (status, body["code"]) == (404, "step-not-found")  # local: it got past the door
+    rebound = {"Host": f"rebind.example:{http_app.server.port}", "X-Forwarded-For": "127.0.0.1"}
+    for method, target, payload in (
+        ("POST", url, {"reason": "r"}),
+        ("GET", f"{http_app.url}/api/instances", None),
+    ):
+        status, _, body = call(target, method, payload, {**ACTION, **rebound, "Forwarded": "for=127.0.0.1"})
+        assert (status, body["code"]) == (403, "not-loopback"), target

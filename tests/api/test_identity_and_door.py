@@ -130,7 +130,11 @@ def test_a_principal_header_that_is_not_base64_json_gives_no_roles(
     run, client, services, ledger, platform_auth
 ):
     make_step(ledger, "id-garbage", S.FAILED)
-    garbage = {"X-MS-CLIENT-PRINCIPAL": "%%%not-base64", "X-MS-CLIENT-PRINCIPAL-NAME": "mallory"}
+    garbage = {
+        "X-MS-CLIENT-PRINCIPAL": "%%%not-base64",
+        "X-MS-CLIENT-PRINCIPAL-NAME": "mallory",
+        "X-MS-CLIENT-PRINCIPAL-IDP": "aad",
+    }
 
     response = run(step_action(skip_post("id-garbage", headers=garbage), client, services))
 

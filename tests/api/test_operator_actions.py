@@ -80,7 +80,12 @@ def test_the_caller_comes_from_the_encoded_principal_too(run, client, services, 
 
     response = run(
         step_action(
-            step_post("op-claims", "create_storage", "skip", headers={"X-MS-CLIENT-PRINCIPAL": encoded}),
+            step_post(
+                "op-claims",
+                "create_storage",
+                "skip",
+                headers={"X-MS-CLIENT-PRINCIPAL": encoded, "X-MS-CLIENT-PRINCIPAL-IDP": "aad"},
+            ),
             client,
             services,
         )
@@ -175,7 +180,7 @@ def test_compensate_with_nothing_to_undo_is_refused(run, client, services, ledge
 
     body = json_of(response)
     # not a race: no retry can make it succeed, so not a 409
-    assert response.status_code == 422 and body["code"] == "nothing-to-compensate"
+    assert response.status_code == 409 and body["code"] == "nothing-to-compensate"
     assert "nothing to compensate" in body["error"]
 
 
@@ -297,3 +302,32 @@ def test_an_action_on_an_unknown_instance_leaves_no_key_row_behind(
 
     assert response.status_code == 404 and json_of(response)["code"] == "instance-not-found"
     assert partition_rows(ledger, "op-nobody") == []
+
+
+def test_an_idempotency_key_used_on_one_instance_is_refused_on_another(
+    run, client, services, ledger, platform_auth
+):
+    make_step(ledger, "op-key-a", S.FAILED)
+    make_step(ledger, "op-key-b", S.FAILED)
+
+    first = run(instance_action(keyed("op-key-a", "compensate", "shared-key"), client, services))
+    other = run(instance_action(keyed("op-key-b", "compensate", "shared-key"), client, services))
+
+    assert first.status_code == 200, first.get_body()
+    assert (other.status_code, json_of(other)["code"]) == (422, "idempotency-key-reused")
+    assert "op-key-a" in json_of(other)["detail"]  # names the request that owns the key
+    assert operator_moves(ledger, "op-key-b") == []  # the other instance was not acted on
+    again = run(instance_action(keyed("op-key-a", "compensate", "shared-key"), client, services))
+    assert again.headers.get("Idempotent-Replayed") == "true"  # its own instance still replays
+
+
+def test_a_key_released_after_a_404_may_be_used_on_another_instance(
+    run, client, services, ledger, platform_auth
+):
+    make_step(ledger, "op-key-c", S.FAILED)
+
+    missing = run(instance_action(keyed("op-key-nowhere", "compensate", "retry-key"), client, services))
+    used = run(instance_action(keyed("op-key-c", "compensate", "retry-key"), client, services))
+
+    assert missing.status_code == 404
+    assert used.status_code == 200, used.get_body()

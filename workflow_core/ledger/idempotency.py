@@ -1,24 +1,30 @@
-"""Operator requests' idempotency keys, kept in the instance's own ledger partition.
+"""Operator requests' idempotency keys, kept in the instance's own ledger partition, and unique
+across the API through one row per key in the index table.
 
 A row ``~idem~<key>`` is inserted (insert-only: the first request wins) before the action runs, and
 the answer is merged into it afterwards, ETag-guarded. A repeat with the same key finds the row and
-is answered from it without acting again; a key reused for another request is refused.
+is answered from it without acting again; a key reused for another request is refused. Before it,
+the key is claimed API-wide: a row in the index table's :data:`KEY_INDEX_PARTITION` (row key: the
+key's SHA-256, so any key is a valid row key) names the instance and the request that own it, so the
+same key sent for another instance is refused too (docs/api.md, "Idempotency-Key").
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from workflow_core import clock
 
 IDEMPOTENCY_PREFIX = "~idem~"  # after "~": outside the step rows and the audit rows
+KEY_INDEX_PARTITION = "~idempotency"  # in the index table; sorts after every deadline bucket
 KEY_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,100}")  # a key as the API and the CLI take it
 
 
@@ -41,6 +47,7 @@ def claim_or_replay(
     first request's stored answer (``request``, ``status``, ``body``) when ``request`` repeats it.
     :class:`KeyReused` for a key claimed by another request, :class:`KeyInProgress` while the first
     one still acts."""
+    _claim_api_wide(ledger, instance_id, key, request, actor)
     row_key = IDEMPOTENCY_PREFIX + key
     try:
         ledger._steps.create_entity(
@@ -62,6 +69,32 @@ def claim_or_replay(
     return {"request": entity.get("Request"), "status": entity.get("Status"), "body": entity.get("Answer")}
 
 
+def key_index_row(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _claim_api_wide(ledger: Any, instance_id: str, key: str, request: str, actor: str) -> None:
+    """Insert the key's index row for ``instance_id`` (insert-only: the first instance wins), or
+    :class:`KeyReused` when it already names another instance."""
+    row = key_index_row(key)
+    try:
+        ledger._index.create_entity(
+            {
+                "PartitionKey": KEY_INDEX_PARTITION,
+                "RowKey": row,
+                "Instance": instance_id,
+                "Request": request,
+                "Actor": actor,
+                "At": clock.utcnow(),
+            }
+        )
+        return
+    except ResourceExistsError:
+        entity = ledger._index.get_entity(KEY_INDEX_PARTITION, row)
+    if entity.get("Instance") != instance_id:
+        raise KeyReused(str(entity.get("Request") or f"a request on instance {entity.get('Instance')!r}"))
+
+
 def record_answer(ledger: Any, instance_id: str, key: str, status: int, body: Any) -> None:
     entity = ledger._steps.get_entity(instance_id, IDEMPOTENCY_PREFIX + key)
     entity["Status"] = status
@@ -78,3 +111,9 @@ def release_key(ledger: Any, instance_id: str, key: str) -> None:
     """Forget a key whose request failed on our side (5xx): a retry with it may act."""
     with contextlib.suppress(ResourceNotFoundError):
         ledger._steps.delete_entity(instance_id, IDEMPOTENCY_PREFIX + key)
+    with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
+        entity = ledger._index.get_entity(KEY_INDEX_PARTITION, key_index_row(key))
+        if entity.get("Instance") == instance_id:  # only this instance's claim, as read (ETag)
+            ledger._index.delete_entity(
+                entity, etag=entity.metadata["etag"], match_condition=MatchConditions.IfNotModified
+            )

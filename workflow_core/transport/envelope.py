@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from workflow_core.transport import bounded_json
 from workflow_core.transport.base import OutgoingMessage
 
 ENVELOPE_FORMAT = "workflow-message/1"
@@ -48,6 +49,10 @@ def write_envelope(
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
+MALFORMED_KEY = "malformed"  # set on a body whose text is JSON this app will not read (bounded_json)
+MAX_KEPT_TEXT = 4096  # of a malformed body, kept for the audit
+
+
 def read_envelope(text: str) -> Envelope:
     """Parse an envelope; anything else becomes a foreign one (``is_envelope=False``)."""
     doc = _json_or_none(text)
@@ -67,17 +72,23 @@ def read_envelope(text: str) -> Envelope:
 
 def body_from_text(text: str) -> dict[str, Any]:
     """A message body as a dict, whatever was sent: a JSON object is itself, other JSON becomes
-    ``{"value": ...}``, text that is not JSON becomes ``{"text": ...}``."""
-    doc = _json_or_none(text)
-    if doc is None and text.strip() != "null":
-        return {"text": text}
+    ``{"value": ...}``, text that is not JSON becomes ``{"text": ...}``.
+    A body that looks like JSON but breaks a bound or a rule (:mod:`bounded_json`: depth, size,
+    duplicate keys, lone surrogates, huge numbers) becomes ``{"malformed": <why>, "text": <its
+    start>}``, which no message model accepts: the reader parks it with that reason."""
+    try:
+        doc = bounded_json.loads(text)
+    except bounded_json.MalformedJson as exc:
+        if text.lstrip()[:1] in ("{", "["):
+            return {MALFORMED_KEY: str(exc), "text": text[:MAX_KEPT_TEXT]}
+        return {"text": text[:MAX_KEPT_TEXT] if len(text) > bounded_json.MAX_CHARS else text}
     return _as_body(doc)
 
 
 def _json_or_none(text: str) -> Any:
     try:
-        return json.loads(text)
-    except ValueError:
+        return bounded_json.loads(text)
+    except bounded_json.MalformedJson:
         return None
 
 
