@@ -12,10 +12,13 @@ from typing import Any
 
 import azure.functions as func
 
+from api import diagnostics_providers
 from api import diagnostics_sections as sections
 from api.boundary import authorize, secure
 from api.platform_auth import platform_authentication_on
 from api.responses import ServicesSource, json_errors, json_response, resolve_services
+
+diagnostics_providers.install()  # the canary's and the circuits' rows
 
 SECTIONS: tuple[tuple[str, Any], ...] = (
     ("host", sections.host_json),

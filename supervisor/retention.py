@@ -31,6 +31,7 @@ from workflow_core import clock
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import InstanceRecord, InstanceStatus, StepLedger
 from workflow_core.ledger.errors import ConcurrencyConflict
+from workflow_core.ledger.idempotency import forget_instance_keys
 from workflow_core.ledger.instance import INSTANCE_ROW, PURGEABLE_INSTANCE_STATUSES
 from workflow_core.ledger.instance_list import listing_entity
 
@@ -205,6 +206,7 @@ class Retention:
         if self.archive is not None:
             self._archive(instance_id, rows)
         others = [r for r in rows if r["RowKey"] != INSTANCE_ROW]
+        forget_instance_keys(ledger, instance_id, [r["RowKey"] for r in others])  # before their pointers go
         ledger._delete_index_rows([r["IndexKey"] for r in others if r.get("IndexKey")])
         for start in range(0, len(others), MAX_BATCH):
             chunk = others[start : start + MAX_BATCH]

@@ -5,7 +5,7 @@
 const API = location.pathname.replace(/\/console(\/.*)?$/, "");
 const KEY = new URLSearchParams(location.search).get("code");
 const REFRESH_MS = 3000;
-const STATUSES = ["Running", "Succeeded", "Compensating", "Compensated", "CompensationFailed", "Failed", "Stopped", "Cancelled"];
+const STATUSES = ["Running", "Succeeded", "Compensating", "Compensated", "CompensationFailed", "Failed", "Stopped", "Cancelled", "Purging"];
 const COLORS = {
   Pending: "#c9ced8", Dispatched: "#6d9be6", Running: "#2f6fd6", Succeeded: "#1f8a4c", Failed: "#c2352b",
   TimedOut: "#e0683c", Retrying: "#d4a21a", Compensating: "#7d4cc2", Compensated: "#4f9a78",

@@ -117,12 +117,13 @@ def test_providers_plug_in_and_a_failing_one_is_a_row(services):
     def broken(_services):
         raise RuntimeError("boom")
 
+    installed = dict(sections.PROVIDERS)
     sections.register_provider("circuits", broken)
     try:
         rows = _rows(diagnostics.collect(services))
     finally:
-        sections.register_provider("canary", None)
-        sections.register_provider("circuits", None)
+        for name in ("canary", "circuits"):
+            sections.register_provider(name, installed.get(name))
     assert rows["canary last verdict"]["ok"] is True
     assert rows["circuits"]["ok"] is False and "RuntimeError" in rows["circuits"]["detail"]
 

@@ -117,3 +117,20 @@ def release_key(ledger: Any, instance_id: str, key: str) -> None:
             ledger._index.delete_entity(
                 entity, etag=entity.metadata["etag"], match_condition=MatchConditions.IfNotModified
             )
+
+
+def forget_instance_keys(ledger: Any, instance_id: str, row_keys: list[str]) -> None:
+    """Delete the API-wide index rows of the keys an instance claimed (its ``~idem~`` rows, as read
+    by a purge before it deletes them): a purged instance leaves no key row behind. Only rows that
+    still name this instance go, each ETag-guarded."""
+    for row_key in row_keys:
+        if not row_key.startswith(IDEMPOTENCY_PREFIX):
+            continue
+        with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
+            entity = ledger._index.get_entity(
+                KEY_INDEX_PARTITION, key_index_row(row_key[len(IDEMPOTENCY_PREFIX) :])
+            )
+            if entity.get("Instance") == instance_id:
+                ledger._index.delete_entity(
+                    entity, etag=entity.metadata["etag"], match_condition=MatchConditions.IfNotModified
+                )

@@ -1,0 +1,75 @@
+"""The recovery canary's and the circuit breakers' rows in ``GET /api/diagnostics`` (``sas doctor``).
+
+Kept apart from :mod:`api.diagnostics_sections` (which knows the platform, not the features) and
+installed by :mod:`api.diagnostics` through ``register_provider``. What makes a row fail is what an
+operator must act on: the canary's newest verdict failed or none passed within two periods; a
+circuit is open. A disabled canary, a canary that has not judged a run yet, a half-open circuit and
+superseded failures are shown, not failed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from api import diagnostics_sections as sections
+from api.canary import canary_enabled, period_of
+from supervisor.canary import latest_verdicts
+from workflow_core import clock
+from workflow_core.limits import circuit_states
+
+VERDICTS_SHOWN = 5
+
+
+def _age(at: str, now: datetime) -> str:
+    minutes = int((now - datetime.fromisoformat(at)).total_seconds() // 60)
+    return f"{minutes} min ago"
+
+
+def canary_rows(services: Any) -> list[sections.Row]:
+    if not canary_enabled():
+        return [sections.row("canary", None, "the recovery canary is off (CANARY_ENABLED)")]
+    now = clock.utcnow()
+    period = period_of()
+    summary = latest_verdicts(services.ledger, now=now, period=period, limit=VERDICTS_SHOWN)
+    state, verdicts = summary["state"], summary["verdicts"]
+    passed_at = summary["last_passed_at"]
+    last_pass = f"last passed {_age(passed_at, now)}" if passed_at else "never passed"
+    fixes = {
+        "failed": "read the verdict's cause; docs/operations.md 'Recovery canary' says what to check first",
+        "stale": "check the canary timer runs (CANARY_SCHEDULE) and the watchdog; `sas canary` lists runs",
+    }
+    if state == "none":
+        head = sections.row("canary", None, "enabled; no run judged yet (the first verdict takes a period)")
+    else:
+        detail = f"{state}: {last_pass}" + (f"; newest: {verdicts[0]['cause']}" if state == "failed" else "")
+        head = sections.row("canary", state == "passed", detail[:400], fixes.get(state, ""))
+    rows = [head]
+    for index, verdict in enumerate(verdicts):
+        passed = verdict["outcome"] == "passed"
+        ok: bool | None = True if passed else (False if index == 0 else None)
+        what = verdict["observed"] if passed else f"failed: {verdict['cause']}"
+        detail = f"{_age(verdict['at'], now)} on pool {verdict['pool']}: {what} ({verdict['instance_id']})"
+        rows.append(sections.row(f"canary verdict {verdict['scenario']}", ok, detail[:400]))
+    return rows
+
+
+def circuit_rows(services: Any, agents: dict[str, Any] | None = None) -> list[sections.Row]:
+    views = circuit_states(services.ledger, agents)
+    if not views:
+        return [sections.row("circuits", None, "no agent declares limits (workflows/pools.yaml `agents:`)")]
+    rows = []
+    for view in views:
+        text = view.attention_text()
+        state = view.circuit.state.value
+        ok = True if text is None else (False if state == "open" else None)
+        slots = f"{view.in_flight}/{view.max_in_flight}" if view.max_in_flight else f"{view.in_flight}"
+        detail = text or f"closed; slots held {slots}, {view.waiting} waiting"
+        fix = "" if ok is not False else "see docs/agent-limits.md; `sas circuit close AGENT --reason ...`"
+        rows.append(sections.row(f"circuit {view.agent}", ok, detail[:400], fix))
+    return rows
+
+
+def install() -> None:
+    sections.register_provider("canary", canary_rows)
+    sections.register_provider("circuits", circuit_rows)
