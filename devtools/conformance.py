@@ -141,16 +141,33 @@ class Conformance:
             found = f"crash: the agent process exited (code {self.process.returncode}) and was not restarted"
         return found
 
-    def _finish(self, iid: str, value: str, *, restarts: bool = False) -> None:
+    def _no_reply(self, iid: str) -> str:
+        """The fault of a step still in flight when a correct agent would have replied."""
+        from workflow_core import clock
+
+        row = self.h.ledger.get(iid, STEP)
+        within = f"within the step's deadline ({STEP_DEADLINE_SECONDS}s)"
+        if row.last_heartbeat is None:
+            return f"no reply {within}: not even a heartbeat"
+        age = (clock.utcnow() - row.last_heartbeat).total_seconds()
+        if age < STEP_DEADLINE_SECONDS / 2:  # still beating, long after a correct agent replied
+            return f"heartbeats without an end: the last one {age:.0f}s ago, and no reply {within}"
+        return f"no reply {within} after its heartbeat"
+
+    def _finish(self, iid: str, value: str, *, restarts: bool = False, allow: float = 0.0) -> None:
         """The instance completed with the echo as the step's output, and its effect made once; ends
         as soon as the ledger shows a fault (``conformance_verdicts``)."""
         self.instances.append(iid)
         found: list[str] = []
+        give_up = time.monotonic() + STEP_DEADLINE_SECONDS + allow + 2
 
         def decided() -> bool:  # a crash check's agent exits and times out on purpose: tokens only
             fault = verdicts.fault(self.h.ledger.audit_trail(iid), STEP) if restarts else self._verdict(iid)
             if fault:
                 found.append(fault)
+                return True
+            if not restarts and time.monotonic() > give_up:
+                found.append(self._no_reply(iid))
                 return True
             return self.h.ledger.get(iid, STEP).status.value in (
                 "Succeeded",
@@ -219,9 +236,9 @@ class Conformance:
             return row.status.value == "Succeeded"
 
         try:
-            self._wait(sample, STEP_TIMEOUT.total_seconds(), "the slow step did not succeed")
-        except CheckFailed as exc:
-            raise CheckFailed(self._verdict(iid) or str(exc)) from None
+            self._wait(sample, STEP_DEADLINE_SECONDS + 5, "the slow step did not succeed")
+        except CheckFailed:
+            raise CheckFailed(self._verdict(iid) or self._no_reply(iid)) from None
         self._finish(iid, value)
         moved = int((max(seen) - started).total_seconds()) if seen else 0
         if moved < 120:  # the step's own deadline is 10 s: only a heartbeat (of 300 s) moves it this far
@@ -359,14 +376,20 @@ def run_checks(
         h.host.remove_pump(h.work_pump)  # the agent under test is the work queue's only reader
         kit = Conformance(h, argv, scratch)
         kit.start_agent()
+        fatal = ""
         try:
             for name, check in CHECKS:
                 if wanted and name not in wanted:
+                    continue
+                if fatal:
+                    results.append(CheckResult(name, False, f"not run: the agent already failed: {fatal}"))
                     continue
                 try:
                     results.append(CheckResult(name, True, check(kit)))
                 except CheckFailed as exc:
                     results.append(CheckResult(name, False, str(exc)))
+                    if str(exc).startswith(verdicts.PROTOCOL_FAULTS):  # fail fast: it fails every check
+                        fatal = str(exc).split(":", 1)[0]
                 except Exception as exc:  # the kit could not drive the check: a failure all the same
                     results.append(CheckResult(name, False, f"{type(exc).__name__}: {exc}"))
                 if kit.process is None or kit.process.poll() is not None:

@@ -14,6 +14,15 @@ from typing import Any
 REFUSED = "agent-report-refused"  # activities.replies.agent_reports.REFUSED
 MISMATCH = "result-mismatch"
 DEAD_LETTER = "dead-letter"
+# Faults that fail every check the same way: once one is found, the kit runs no further check.
+PROTOCOL_FAULTS = (
+    "wrong reply token",
+    "stale reply token",
+    "contradicting replies",
+    "no reply",
+    "heartbeats without an end",
+    "crash",
+)
 
 
 def fault(trail: Sequence[Any], step_id: str) -> str | None:

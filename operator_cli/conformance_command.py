@@ -94,7 +94,7 @@ def conformance_command(
             "checks": [{"name": r.name, "passed": r.passed, "detail": r.detail} for r in results],
             "timeline": str(timeline) if timeline else None,
         }
-        click.echo(json.dumps(doc, indent=2))
+        s.say(json.dumps(doc, indent=2))
         if failed:
             raise click.exceptions.Exit(EXIT_NONCONFORMING)
         return

@@ -71,7 +71,6 @@ def main() -> None:
         connection, os.environ.get("RESULT_QUEUE_NAME", "agent-results")
     )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    first_token: dict[str, str] = {}  # stale-token: the first token seen per step, reused after
     while True:
         for item in work.receive_messages(max_messages=1, visibility_timeout=30):
             w = None
@@ -102,8 +101,11 @@ def main() -> None:
             token = w["reply_token"]
             if fault == "wrong-token":
                 token = secrets.token_hex(32)
-            if fault == "stale-token":
-                token = first_token.setdefault(f"{w['instance_id']}:{w['step_id']}", token)
+            if fault == "stale-token":  # the first token seen for the step, kept across restarts
+                kept = Path(os.environ["CONFORMANCE_EFFECTS"]).with_name(f"token-{w['instance_id']}")
+                if not kept.exists():
+                    kept.write_text(token)
+                token = kept.read_text()
             ids = {k: w[k] for k in ("kind", "instance_id", "orchestration_id", "step_id", "attempt")}
             ids["reply_token"] = token
 
