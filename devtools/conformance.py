@@ -125,11 +125,7 @@ class Conformance:
 
     def timeline(self, iid: str) -> list[str]:
         """The instance's audit trail, one line each (written to the timeline file, not the table)."""
-        return [
-            f"{e.at.isoformat()} {e.step_id} {e.actor} {e.action} {e.from_status or ''}->{e.to_status or ''}"
-            f" attempt={e.attempt} {e.reason}".rstrip()
-            for e in self.h.ledger.audit_trail(iid)
-        ]
+        return verdicts.timeline(self.h.ledger.audit_trail(iid))
 
     def _verdict(self, iid: str) -> str | None:
         """The fault the ledger already shows for ``iid``, or None (undecided or fine)."""

@@ -62,3 +62,12 @@ def effect_fault(count: int, key: str) -> str | None:
     if count > 1:
         return f"effect without idempotency: the effect was made {count} times for idempotency key {key}"
     return None
+
+
+def timeline(trail: Sequence[Any]) -> list[str]:
+    """An audit trail, one line per entry: the kit's ``--timeline`` file."""
+    return [
+        f"{e.at.isoformat()} {e.step_id} {e.actor} {e.action} {e.from_status or ''}->{e.to_status or ''}"
+        f" attempt={e.attempt} {e.reason}".rstrip()
+        for e in trail
+    ]
