@@ -66,6 +66,26 @@ def pool_queues(pools: Sequence[str], work_queue: str) -> dict[str, str]:
     return {pool_queue(work_queue, p): p for p in pools}
 
 
+def use_sources(definitions_dir: str | None, pools_file: str | None) -> None:
+    """Read the definitions and pools from where the operator says: an installed runner's package
+    directory (site-packages) holds only the shipped ``workflows/``."""
+    from pathlib import Path
+
+    from workflow_core.workflows import loader
+
+    if definitions_dir:
+        directory = Path(definitions_dir)
+        if not directory.is_dir():
+            raise CannotStart(f"--definitions-dir {definitions_dir!r} is not a directory")
+        loader.DEFAULT_DIRECTORY = directory.resolve()
+    if pools_file:
+        path = Path(pools_file)
+        if not path.is_file():
+            raise CannotStart(f"--pools-file {pools_file!r} is not a file")
+        loader.POOLS_FILE_OVERRIDE = path.resolve()
+    loader.clear_workflow_cache()
+
+
 def export_telemetry(settings) -> None:
     """Logs, metrics and traces as the app's worker sends them, under service.name ``sas-agent``; the
     worker's own log records too (in the app, the Functions host forwards those)."""
@@ -98,8 +118,26 @@ def export_telemetry(settings) -> None:
     help="Storage Queues: visibility timeout of a received message, renewed while it runs; how soon "
     "a dead runner's messages come back (Service Bus: the queue's LockDuration)",
 )
+@click.option(
+    "--pools-file",
+    envvar="SAS_POOLS_FILE",
+    help="the pools.yaml declaring the pools served [env SAS_POOLS_FILE; default: the one next to the "
+    "definitions]",
+)
+@click.option(
+    "--definitions-dir",
+    envvar="SAS_DEFINITIONS_DIR",
+    help="directory of the workflow definitions (and pools.yaml) [env SAS_DEFINITIONS_DIR; default: "
+    "the package's workflows/]",
+)
 def main(
-    pools: tuple[str, ...], handlers: str, concurrency: int, shutdown_grace: float, lock_seconds: float
+    pools: tuple[str, ...],
+    handlers: str,
+    concurrency: int,
+    shutdown_grace: float,
+    lock_seconds: float,
+    pools_file: str | None = None,
+    definitions_dir: str | None = None,
 ) -> None:
     """Run the app's agent worker for POOLs with your handlers; stop with SIGTERM or SIGINT."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -109,6 +147,7 @@ def main(
     from workflow_core.transport import TransportError
 
     try:
+        use_sources(definitions_dir, pools_file)  # before the settings: HOSTED_POOLS is checked on them
         settings = load_settings()
         queues = pool_queues(pools, settings.work_queue)
         agents = load_handlers([m.strip() for m in handlers.split(",") if m.strip()])
@@ -120,7 +159,7 @@ def main(
         services.ledger  # noqa: B018 - reach storage now: a wrong setting fails here, in one line
         if settings.storage.connection_string:  # local/dev: create what infra would have provisioned
             services.transport.ensure_queues(*queues)
-    except (SettingsError, ValueError, TransportError, AzureError) as exc:
+    except (SettingsError, ValueError, OSError, TransportError, AzureError) as exc:
         raise CannotStart(str(exc).splitlines()[0]) from None
     runner = AgentRunner(
         services, queues, concurrency=concurrency, lock_seconds=lock_seconds, shutdown_grace=shutdown_grace

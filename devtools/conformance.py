@@ -25,10 +25,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from devtools import conformance_verdicts as verdicts
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
 
 ROOT = Path(__file__).resolve().parents[1]
+STEP_DEADLINE_SECONDS = 10  # short, so an agent that never replies is found out quickly
 AGENT = "conformance.echo"
 STEP = "echo"
 WORKFLOW = {
@@ -48,12 +50,12 @@ WORKFLOW = {
             "id": STEP,
             "agent": AGENT,
             "input": {k: f"$input.{k}" for k in ("value", "slow_seconds", "heartbeat_seconds", "crash_once")},
-            "deadline_seconds": 30,
+            "deadline_seconds": STEP_DEADLINE_SECONDS,
             "retry": {"max_attempts": 3, "initial_interval_seconds": 1},
         }
     ],
 }
-STEP_TIMEOUT = timedelta(seconds=60)
+STEP_TIMEOUT = timedelta(seconds=40)  # a verdict is usually known much sooner (``_finish``)
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class Conformance:
         self.effects = scratch / "effects.log"
         self.runs = 0
         self.process: subprocess.Popen | None = None
+        self.instances: list[str] = []  # every instance a check started: their timelines
 
     # ---- the agent process ----------------------------------------------------------------------
 
@@ -120,12 +123,71 @@ class Conformance:
         lines = self.effects.read_text(encoding="utf-8").splitlines() if self.effects.exists() else []
         return lines.count(key)
 
-    def _finish(self, iid: str, value: str) -> None:
-        """The instance completed with the echo as the step's output, and its effect made once."""
+    def timeline(self, iid: str) -> list[str]:
+        """The instance's audit trail, one line each (written to the timeline file, not the table)."""
+        return verdicts.timeline(self.h.ledger.audit_trail(iid))
+
+    def _verdict(self, iid: str) -> str | None:
+        """The fault the ledger already shows for ``iid``, or None (undecided or fine)."""
+        trail = self.h.ledger.audit_trail(iid)
+        found = verdicts.fault(trail, STEP)
+        if found is None:
+            found = verdicts.stalled(self.h.ledger.get(iid, STEP), trail, STEP, STEP_DEADLINE_SECONDS)
+        if found is None and self.process is not None and self.process.poll() is not None:
+            found = f"crash: the agent process exited (code {self.process.returncode}) and was not restarted"
+        return found
+
+    def _no_reply(self, iid: str) -> str:
+        """The fault of a step still in flight when a correct agent would have replied."""
+        from workflow_core import clock
+
+        row = self.h.ledger.get(iid, STEP)
+        within = f"within the step's deadline ({STEP_DEADLINE_SECONDS}s)"
+        if row.last_heartbeat is None:
+            return f"no reply {within}: not even a heartbeat"
+        age = (clock.utcnow() - row.last_heartbeat).total_seconds()
+        if age < STEP_DEADLINE_SECONDS / 2:  # still beating, long after a correct agent replied
+            return f"heartbeats without an end: the last one {age:.0f}s ago, and no reply {within}"
+        return f"no reply {within} after its heartbeat"
+
+    def _finish(self, iid: str, value: str, *, restarts: bool = False, allow: float = 0.0) -> None:
+        """The instance completed with the echo as the step's output, and its effect made once; ends
+        as soon as the ledger shows a fault (``conformance_verdicts``)."""
+        self.instances.append(iid)
+        found: list[str] = []
+        give_up = time.monotonic() + STEP_DEADLINE_SECONDS + allow + 2
+
+        def decided() -> bool:  # a crash check's agent exits and times out on purpose: tokens only
+            fault = verdicts.fault(self.h.ledger.audit_trail(iid), STEP) if restarts else self._verdict(iid)
+            if fault:
+                found.append(fault)
+                return True
+            if not restarts and time.monotonic() > give_up:
+                found.append(self._no_reply(iid))
+                return True
+            return self.h.ledger.get(iid, STEP).status.value in (
+                "Succeeded",
+                "Failed",
+                "Compensated",
+                "Cancelled",
+            )
+
         try:
-            status = self.h.run_until_complete(iid, timeout=STEP_TIMEOUT)
+            self.h.run_until(decided, timeout=STEP_TIMEOUT)
+        except Exception:
+            raise CheckFailed(
+                self._verdict(iid) or f"no reply within {STEP_TIMEOUT.total_seconds():g}s (no fault recorded)"
+            ) from None
+        if found:
+            raise CheckFailed(found[0])
+        try:
+            status = self.h.run_until_complete(iid, timeout=timedelta(seconds=15))
         except Exception as exc:
-            raise CheckFailed(f"the workflow did not complete ({type(exc).__name__}: {exc})") from None
+            raise CheckFailed(
+                self._verdict(iid) or f"the workflow did not complete ({type(exc).__name__})"
+            ) from None
+        if fault := verdicts.fault(self.h.ledger.audit_trail(iid), STEP):
+            raise CheckFailed(fault)
         if status.runtime_status.value != "Completed" or (status.output or {}).get("status") != "succeeded":
             raise CheckFailed(f"the workflow ended {status.runtime_status.value}: {status.output}")
         from activities.common import step_output
@@ -133,10 +195,8 @@ class Conformance:
         output = step_output(self.h.ledger.get(iid, STEP))
         if output != {"echo": value}:
             raise CheckFailed(f"the step's output is {output!r}, not {{'echo': {value!r}}}")
-        if (n := self.effect_count(f"{iid}:{STEP}")) != 1:
-            raise CheckFailed(
-                f"the effect was made {n} times for idempotency key {iid}:{STEP} (once expected)"
-            )
+        if fault := verdicts.effect_fault(self.effect_count(f"{iid}:{STEP}"), f"{iid}:{STEP}"):
+            raise CheckFailed(fault)
 
     def _start(self, **inputs: Any) -> tuple[str, str]:
         value = f"v-{uuid.uuid4().hex[:8]}"
@@ -171,12 +231,15 @@ class Conformance:
                 seen.append(row.deadline)
             return row.status.value == "Succeeded"
 
-        self._wait(sample, STEP_TIMEOUT.total_seconds(), "the slow step did not succeed")
+        try:
+            self._wait(sample, STEP_DEADLINE_SECONDS + 5, "the slow step did not succeed")
+        except CheckFailed:
+            raise CheckFailed(self._verdict(iid) or self._no_reply(iid)) from None
         self._finish(iid, value)
         moved = int((max(seen) - started).total_seconds()) if seen else 0
-        if moved < 120:  # the step's own deadline is 30 s: only a heartbeat (of 300 s) moves it this far
+        if moved < 120:  # the step's own deadline is 10 s: only a heartbeat (of 300 s) moves it this far
             raise CheckFailed(f"no heartbeat moved the deadline: at most {moved}s after the start, not ~300s")
-        return f"the deadline moved to {moved}s after the start (the step's own: 30s)"
+        return f"the deadline moved to {moved}s after the start (the step's own: {STEP_DEADLINE_SECONDS}s)"
 
     def check_stale_attempt(self) -> str:
         from workflow_core import clock
@@ -234,10 +297,34 @@ class Conformance:
         self.start_agent()
         self.h.watchdog_skew = timedelta(minutes=30)  # the deadline has passed, as far as the watchdog knows
         try:
-            self._finish(iid, value)
+            self._finish(iid, value, restarts=True)
         finally:
             self.h.watchdog_skew = timedelta(0)
         return "exited mid-step; after a restart and the watchdog, finished with one effect"
+
+    def check_expiry(self) -> str:
+        """A work message that arrives after its attempt expired (``expires_at`` an hour ago, the
+        worker's fast-clock allowance far behind) must make no effect."""
+        from workflow_core import clock
+        from workflow_core.messages import work_message
+        from workflow_core.transport import message_id_for
+
+        iid, value = self._start()
+        self._finish(iid, value)
+        before = self.h.ledger.get(iid, STEP)
+        past = clock.utcnow() - timedelta(hours=1)
+        message = work_message(before, deadline=past)
+        key = f"{iid}:expired-probe"
+        stale = before.attempt + 1
+        message.body.update(attempt=stale, idempotency_key=key, expires_at=past.isoformat())
+        sent = dataclasses.replace(message, message_id=message_id_for(iid, STEP, stale), expires_at=None)
+        self.h.transport.send(self.h.settings.work_queue, sent)  # no TTL: this probe must be delivered
+        self._pause(3.0)
+        if self.effect_count(key):
+            raise CheckFailed(
+                f"ignoring expiry: a work message expired at {past.isoformat()} made its effect"
+            )
+        return "a work message past its expires_at made no effect"
 
 
 CHECKS: list[tuple[str, Callable[[Conformance], str]]] = [
@@ -247,14 +334,32 @@ CHECKS: list[tuple[str, Callable[[Conformance], str]]] = [
     ("stale attempt changes nothing", Conformance.check_stale_attempt),
     ("malformed message parked", Conformance.check_malformed),
     ("crash mid-step recovered once", Conformance.check_crash_recovery),
+    ("expired work makes no effect", Conformance.check_expiry),
 ]
+CHECK_NAMES = {
+    "valid": "valid message, valid result",
+    "duplicate": "duplicate delivery, one effect",
+    "heartbeat": "heartbeats extend the deadline",
+    "stale": "stale attempt changes nothing",
+    "malformed": "malformed message parked",
+    "crash": "crash mid-step recovered once",
+    "expiry": "expired work makes no effect",
+}
 
 
 def run_checks(
-    argv: Sequence[str], scratch: Path, azurite: Azurite | None = None
+    argv: Sequence[str],
+    scratch: Path,
+    azurite: Azurite | None = None,
+    only: Sequence[str] = (),
+    timeline: Path | None = None,
 ) -> tuple[list[CheckResult], str]:
-    """Run every check against the agent ``argv`` starts, in order: one result per check, and what
-    the agent printed (its runs in ``scratch``)."""
+    """Run every check (or those named in ``only``: a short name of ``CHECK_NAMES`` or a full one)
+    against the agent ``argv`` starts, in order: one result per check, and what the agent printed (its
+    runs in ``scratch``). ``timeline``: a file that gets each instance's audit trail."""
+    wanted = {CHECK_NAMES.get(n, n) for n in only}
+    if unknown := wanted - {name for name, _ in CHECKS}:
+        raise ValueError(f"no check named {sorted(unknown)[0]!r} (checks: {', '.join(CHECK_NAMES)})")
     import agent_runner.conformance_echo  # noqa: F401 - the app checks every agent has a handler
 
     if str(ROOT) not in sys.path:  # function_app.py, which the harness hosts, is no package's module
@@ -267,16 +372,27 @@ def run_checks(
         h.host.remove_pump(h.work_pump)  # the agent under test is the work queue's only reader
         kit = Conformance(h, argv, scratch)
         kit.start_agent()
+        fatal = ""
         try:
             for name, check in CHECKS:
+                if wanted and name not in wanted:
+                    continue
+                if fatal:
+                    results.append(CheckResult(name, False, f"not run: the agent already failed: {fatal}"))
+                    continue
                 try:
                     results.append(CheckResult(name, True, check(kit)))
                 except CheckFailed as exc:
                     results.append(CheckResult(name, False, str(exc)))
+                    if str(exc).startswith(verdicts.PROTOCOL_FAULTS):  # fail fast: it fails every check
+                        fatal = str(exc).split(":", 1)[0]
                 except Exception as exc:  # the kit could not drive the check: a failure all the same
                     results.append(CheckResult(name, False, f"{type(exc).__name__}: {exc}"))
                 if kit.process is None or kit.process.poll() is not None:
                     kit.start_agent()  # a check that killed it leaves the next one an agent
         finally:
             kit.stop_agent()
+            if timeline is not None:
+                lines = [f"# {iid}\n" + "\n".join(kit.timeline(iid)) for iid in kit.instances]
+                timeline.write_text("\n\n".join(lines) + "\n", encoding="utf-8")
     return results, kit.agent_output()

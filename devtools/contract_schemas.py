@@ -21,7 +21,43 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # The contract's version, in each schema's $id: raise it with any change an agent written against the
 # previous schemas would not accept (a new required field, a narrower pattern), never for an addition
 # the app tolerates missing.
-CONTRACT_VERSION = 2  # 2: the work message's reply_token, the heartbeat message
+CONTRACT_VERSION = 3  # 2: the work message's reply_token, the heartbeat message; 3: expires_at,
+# reply_token and idempotency_key required, compensate input and blob references described
+
+# Fields of the work message the app always sends (``messages.work_body``), though the model accepts
+# them missing: an agent may rely on each.
+ALWAYS_SENT = ("reply_token", "idempotency_key", "expires_at")
+BLOB_REFERENCE = {
+    "type": "object",
+    "description": "A value too large to travel inline, stored in the payload container (PAYLOAD_CONTAINER) "
+    "under its SHA-256: never sent to a message-only pool (its work fails instead). An agent that cannot "
+    "read the container must refuse such work, never succeed without it.",
+    "properties": {
+        "$blob": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+        "size": {"type": "integer", "minimum": 0, "description": "bytes of the stored JSON"},
+    },
+    "required": ["$blob", "size"],
+    "additionalProperties": False,
+}
+INPUT_DESCRIPTION = (
+    "kind 'work': the step's input as the definition maps it. kind 'compensate': {\"input\": the step's "
+    'input, "output": its recorded output}. The whole input, or input/output of a compensation, may '
+    "be a blob reference (#/$defs/BlobReference) on pools that are not message-only."
+)
+
+
+def _as_sent(schema: dict[str, Any]) -> dict[str, Any]:
+    """The work message schema as the app sends it: ``ALWAYS_SENT`` required and never null; the input
+    and blob references described."""
+    props = schema["properties"]
+    for name in ALWAYS_SENT:
+        variants = [v for v in props[name].pop("anyOf", []) if v.get("type") != "null"]
+        props[name].pop("default", None)
+        props[name].update(variants[0] if variants else {})
+    schema["required"] = [*schema["required"], *ALWAYS_SENT]
+    props["input"]["description"] = INPUT_DESCRIPTION
+    schema.setdefault("$defs", {})["BlobReference"] = BLOB_REFERENCE
+    return schema
 
 
 def schemas() -> dict[str, dict[str, Any]]:
@@ -35,6 +71,8 @@ def schemas() -> dict[str, dict[str, Any]]:
         ("heartbeat-message", Heartbeat, "the result queue (RESULT_QUEUE_NAME), from message-only agents"),
     ):
         schema = model.model_json_schema()
+        if model is WorkMessage:
+            schema = _as_sent(schema)
         found[f"{name}.schema.json"] = {
             "$schema": DIALECT,
             "$id": f"urn:sas:schema:{name}:v{CONTRACT_VERSION}",

@@ -134,6 +134,9 @@ class WorkMessage(_Model):
     # and the key it dedupes on toward its remote service: ``StepContext.idempotency_key``.
     reply_token: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     idempotency_key: str | None = Field(default=None, max_length=301)
+    # When the attempt is over for good (its deadline plus ``EXPIRY_GRACE_SECONDS``): the message is
+    # sent with a matching time-to-live, and an agent refuses one that arrives later (no effect).
+    expires_at: IsoTime | None = None
 
 
 class WorkVersions(_Model):

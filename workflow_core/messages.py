@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from workflow_core import tracing
@@ -23,6 +23,23 @@ from workflow_core.ledger.known_rows import (
 )
 from workflow_core.ledger.watch import is_watched
 from workflow_core.transport import OutgoingMessage, message_id_for
+
+EXPIRY_GRACE_SECONDS = 30.0  # an attempt's work stays valid this long past its deadline (clock skew)
+
+
+def expires_at(deadline: datetime) -> datetime:
+    """When the work of an attempt due by ``deadline`` expires: its message's ``expires_at``."""
+    return deadline.astimezone(UTC) + timedelta(seconds=EXPIRY_GRACE_SECONDS)
+
+
+def is_expired(message: WorkMessage, now: datetime, allowance: float = 0.0) -> bool:
+    """Whether ``message`` arrived after its attempt expired: an agent must then do nothing.
+    ``allowance``: seconds the reader's clock may run fast (the app's worker tolerates a fast clock,
+    as the ledger, not its clock, decides whether its attempt is current)."""
+    if not message.expires_at:
+        return False
+    limit = datetime.fromisoformat(message.expires_at) + timedelta(seconds=allowance)
+    return limit.astimezone(UTC) <= now.astimezone(UTC)
 
 
 def reply_token(attempt_token: str | None) -> str | None:
@@ -53,6 +70,7 @@ def work_message(
         body=body.model_dump(mode="json", exclude_none=True),
         message_id=message_id_for(record.instance_id, record.step_id, body.attempt, kind=kind),
         subject=body.agent,
+        expires_at=datetime.fromisoformat(body.expires_at) if body.expires_at else None,
         application_properties={
             "kind": kind,
             "agent": body.agent,
@@ -86,6 +104,7 @@ def work_body(
         agent=agent,
         attempt=attempt,
         deadline=when.astimezone(UTC).isoformat(),
+        expires_at=expires_at(when).isoformat(),
         input=stored_input(record) if input is None else input,
         ledger=versions,
         reply_token=reply_token(record.attempt_token),

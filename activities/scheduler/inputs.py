@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from activities.common import grace_deadline
 from workflow_core import contracts as c
-from workflow_core.ledger import StepLedger, StepRecord, StepStatus
+from workflow_core.ledger import StepLedger, StepRecord, StepStatus, decode_json
+from workflow_core.payloads import is_reference
+from workflow_core.workflows.loader import agent_pools
 
 S = StepStatus
 ACTOR = "scheduler"
@@ -66,10 +68,20 @@ def time_out(ledger: StepLedger, r: StepRecord, grace: float, reason: str, **fie
 
 
 def nothing_to_undo(r: StepRecord) -> bool:
-    """Never ran, or failed without a compensator: Cancelled rather than compensated."""
+    """Never ran, failed without a compensator, or its work was never sent: Cancelled rather than
+    compensated."""
     return r.status is S.PENDING or (
-        r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensator is None
+        r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and (r.compensator is None or never_sent(r))
     )
+
+
+def never_sent(r: StepRecord) -> bool:
+    """Was no work message of this step ever sent? So when its input is stored by blob reference and its
+    agent's pool is message-only: every dispatch of it was refused (``inline_only.fail_blob_input``)."""
+    if not r.non_retryable or not is_reference(decode_json(r.input_ref)):
+        return False
+    pools = agent_pools()
+    return pools.is_message_only(pools.pool_of(r.agent))
 
 
 def status_reply(r: StepRecord, changed: bool) -> dict[str, Any]:

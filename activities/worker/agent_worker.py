@@ -8,6 +8,7 @@ deliveries the message is dead-lettered.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Callable
@@ -25,11 +26,17 @@ from activities.worker.messages import (
     pool_queue_setting,
     transport_kind,
 )
-from workflow_core import tracing
+from workflow_core import clock, tracing
 from workflow_core.contracts import WORKER_FUNCTION, WorkMessage
+from workflow_core.messages import is_expired
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
 from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
+
+log = logging.getLogger("sas.worker")
+# The worker refuses work whose attempt expired (``WorkMessage.expires_at``) by its own clock, allowing
+# for this much of a fast clock: the ledger refuses a non-current attempt's claim whatever the clock.
+FAST_CLOCK_ALLOWANCE_SECONDS = 300.0
 
 
 def default_worker_id(invocation_id: str | None = None) -> str:
@@ -69,6 +76,10 @@ def process_work_message(
         )
         if isinstance(message, str):
             return message
+        if is_expired(message, clock.utcnow(), FAST_CLOCK_ALLOWANCE_SECONDS):
+            reason = f"attempt {message.attempt} of {message.step_id} expired at {message.expires_at}"
+            log.warning("refused work message %s: %s", message_id, reason)
+            return reason
         Delivery(message, delivery_count, services, worker_id).process()
         return None
 

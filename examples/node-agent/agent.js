@@ -71,8 +71,20 @@ async function echo(key, input, heartbeat) {
 const ids = (work) => ({ kind: work.kind, instance_id: work.instance_id, orchestration_id: work.orchestration_id,
   step_id: work.step_id, attempt: work.attempt, reply_token: work.reply_token });
 
-const isWork = (work) => Boolean(work) && typeof work.reply_token === 'string' && typeof work.step_id === 'string'
-  && typeof work.instance_id === 'string' && Number.isInteger(work.attempt);
+// The fields docs/schemas/work-message.schema.json requires, with their types: anything else is parked.
+const isWork = (work) => Boolean(work) && typeof work === 'object' && ['work', 'compensate'].includes(work.kind)
+  && /^[0-9a-f]{64}$/.test(work.reply_token || '') && typeof work.step_id === 'string' && work.step_id !== ''
+  && typeof work.instance_id === 'string' && work.instance_id !== '' && typeof work.agent === 'string'
+  && Number.isInteger(work.attempt) && work.attempt >= 1 && typeof work.idempotency_key === 'string'
+  && !Number.isNaN(Date.parse(work.deadline)) && !Number.isNaN(Date.parse(work.expires_at))
+  && (work.input === undefined || (typeof work.input === 'object' && work.input !== null && !Array.isArray(work.input)));
+
+// Its attempt is over (the app gave it up, maybe compensated): doing it now would be an effect nobody wants.
+const isExpired = (work) => Date.parse(work.expires_at) <= Date.now();
+
+// A value stored in the app's payload container: this agent holds no rights to read it.
+const isBlobReference = (value) => Boolean(value) && typeof value === 'object' && typeof value.$blob === 'string'
+  && Number.isInteger(value.size) && Object.keys(value).length === 2;
 
 async function handle(work, send) {
   const idOf = (what) => `${what}:${work.instance_id}:${work.step_id}:${work.attempt}`;
@@ -84,6 +96,7 @@ async function handle(work, send) {
   try {
     const key = work.idempotency_key || `${work.instance_id}:${work.step_id}`;
     let output;
+    if (isBlobReference(work.input)) throw new Error('input is a blob reference; this agent cannot read blobs');
     if (work.kind === 'work' && work.agent === 'conformance.echo') {
       output = await echo(key, work.input || {}, heartbeat);
     } else {
@@ -161,6 +174,11 @@ async function main() {
       if (!isWork(message.body)) {
         log('parked a message that is not a work message with a reply_token');
         await message.park('not a work message with a reply_token');
+        continue;
+      }
+      if (isExpired(message.body)) {
+        log(`refused expired work ${message.body.instance_id}/${message.body.step_id} attempt ${message.body.attempt}`);
+        await message.complete(); // no heartbeat, no effect, no reply
         continue;
       }
       try {

@@ -21,3 +21,19 @@ def test_a_blob_input_for_a_message_only_agent_fails_the_attempt_and_sends_nothi
         assert "message-only" in row.last_error and "blob reference" in row.last_error
         assert h.handler_calls(iid, "send_welcome") == 0
         assert h.statuses(iid)["create_storage"] == "Compensated"
+
+
+STORAGE_POOL = "pools:\n  storage:\n    agents: [storage.create, storage.delete]\n    message_only: true\n"
+
+
+def test_a_never_sent_step_with_a_compensator_is_cancelled_and_the_instance_compensates_cleanly(azurite):
+    """Its work was never sent, so there is nothing to undo: no compensation message (which would need
+    the same blob), no CompensationFailed, no flag."""
+    with PatternHarness(azurite, extra_workflows={"pools": STORAGE_POOL}) as h:
+        iid = h.start_workflow("provision-tenant", {"tenant_id": "t" * 40_000, "admin_email": "a@b.example"})
+        assert h.run_until_complete(iid).output["status"] == "compensated"
+        row = h.ledger.get(iid, "create_storage")
+        assert (row.attempt, row.non_retryable, row.compensation_attempt) == (1, True, 0)
+        assert "message-only" in row.last_error
+        assert h.statuses(iid)["create_storage"] == "Cancelled"
+        assert h.handler_calls(iid, "create_storage") == 0

@@ -80,7 +80,16 @@ def test_the_schema_refuses_what_the_app_refuses(field, value):
 
     from workflow_core.contracts import WorkMessage
 
-    body = {
+    body = _work_body()
+    assert list(validator("work-message").iter_errors(body)) == []
+    bad = {**body, field: value}
+    assert list(validator("work-message").iter_errors(bad)) != []
+    with pytest.raises(ValidationError):
+        WorkMessage.model_validate(bad)
+
+
+def _work_body() -> dict:
+    return {
         "kind": "work",
         "instance_id": "wf-1",
         "orchestration_id": "wf-1",
@@ -89,10 +98,25 @@ def test_the_schema_refuses_what_the_app_refuses(field, value):
         "agent": "storage.create",
         "attempt": 1,
         "deadline": "2030-06-01T12:00:00+00:00",
+        "expires_at": "2030-06-01T12:00:30+00:00",
         "input": {},
+        "reply_token": "a" * 64,
+        "idempotency_key": "wf-1:create_storage",
     }
-    assert list(validator("work-message").iter_errors(body)) == []
-    bad = {**body, field: value}
-    assert list(validator("work-message").iter_errors(bad)) != []
-    with pytest.raises(ValidationError):
-        WorkMessage.model_validate(bad)
+
+
+@pytest.mark.parametrize("field", ["reply_token", "idempotency_key", "expires_at"])
+def test_what_every_work_message_carries_is_required_and_never_null(field):
+    body = _work_body()
+    assert list(validator("work-message").iter_errors({**body, field: None})) != []
+    assert list(validator("work-message").iter_errors({k: v for k, v in body.items() if k != field})) != []
+
+
+def test_blob_references_and_the_compensate_input_are_described():
+    schema = json.loads(
+        (contract_schemas.SCHEMA_DIR / "work-message.schema.json").read_text(encoding="utf-8")
+    )
+    blob = Draft202012Validator(schema["$defs"]["BlobReference"])
+    assert blob.is_valid({"$blob": "sha256:" + "0" * 64, "size": 12})
+    assert not blob.is_valid({"$blob": "sha256:" + "0" * 64})
+    assert '{"input"' in schema["properties"]["input"]["description"]

@@ -8,7 +8,7 @@ import abc
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 
@@ -39,6 +39,15 @@ class OutgoingMessage:
     correlation_id: str | None = None
     subject: str | None = None
     application_properties: dict[str, str | int | float | bool] = field(default_factory=dict)
+    # After this instant the message is useless (its attempt expired): sent with a matching
+    # time-to-live on both transports, so the broker drops it instead of delivering it.
+    expires_at: datetime | None = None
+
+    def time_to_live(self, now: datetime) -> timedelta | None:
+        """What is left until ``expires_at`` (at least a second), or None: the queue's default."""
+        if self.expires_at is None:
+            return None
+        return max(self.expires_at - now, timedelta(seconds=1))
 
     def body_bytes(self) -> bytes:
         return json.dumps(self.body, separators=(",", ":"), sort_keys=True).encode()

@@ -34,6 +34,7 @@ from azure.servicebus.exceptions import (
     ServiceBusError,
 )
 
+from workflow_core import clock
 from workflow_core.settings import ServiceBusConnection
 from workflow_core.transport.base import (
     LockLostError,
@@ -285,6 +286,7 @@ def _to_sb_message(message: OutgoingMessage) -> ServiceBusMessage:
         subject=message.subject,
         application_properties=dict(message.application_properties) or None,
         content_type="application/json",
+        time_to_live=message.time_to_live(clock.utcnow()),
     )
 
 

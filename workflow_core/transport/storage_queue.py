@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient, TextBase64EncodePolicy
 
+from workflow_core import clock
 from workflow_core.settings import StorageConnection
 from workflow_core.storage_clients import (
     queue_service_client_from_connection_string,
@@ -102,7 +103,9 @@ class StorageQueueTransport(Transport):
                     raise TransportError(f"Storage queue {name!r}: could not create it: {exc}") from exc
 
     def send(self, queue: str, message: OutgoingMessage) -> None:
-        self._send_text(queue, write_envelope(message), message.message_id)
+        ttl = message.time_to_live(clock.utcnow())
+        seconds = None if ttl is None else math.ceil(ttl.total_seconds())
+        self._send_text(queue, write_envelope(message), message.message_id, time_to_live=seconds)
 
     def receive(
         self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
@@ -159,7 +162,7 @@ class StorageQueueTransport(Transport):
             client.close()
         self._service.close()
 
-    def _send_text(self, queue: str, text: str, message_id: str) -> None:
+    def _send_text(self, queue: str, text: str, message_id: str, time_to_live: int | None = None) -> None:
         size = len(base64.b64encode(text.encode()))
         if size > MAX_MESSAGE_BYTES:
             raise TransportError(
@@ -167,7 +170,7 @@ class StorageQueueTransport(Transport):
                 f"the limit is {MAX_MESSAGE_BYTES}. Store large payloads elsewhere and send a reference."
             )
         try:
-            self._client(queue).send_message(text)
+            self._client(queue).send_message(text, time_to_live=time_to_live)
         except AzureError as exc:
             raise _queue_error(queue, f"send {message_id!r}", exc) from exc
 

@@ -13,9 +13,17 @@ from pydantic import ValidationError
 
 from workflow_core.workflows.errors import UnknownWorkflow, WorkflowDefinitionError
 from workflow_core.workflows.model import WorkflowDefinition
-from workflow_core.workflows.pools import POOLS_FILE, AgentPools, clear_pools_cache, load_pools
+from workflow_core.workflows.pools import (
+    POOLS_FILE,
+    AgentPools,
+    clear_pools_cache,
+    load_pools,
+    load_pools_file,
+)
 
 DEFAULT_DIRECTORY = Path(__file__).resolve().parents[2] / "workflows"
+# A pools.yaml elsewhere than next to the definitions (``sas-agent --pools-file``); None: next to them.
+POOLS_FILE_OVERRIDE: Path | None = None
 
 _cache: dict[Path, dict[str, WorkflowDefinition]] = {}
 _lock = threading.Lock()
@@ -176,6 +184,8 @@ def get_workflow(name: str, directory: Path | None = None) -> WorkflowDefinition
 
 def agent_pools(directory: Path | None = None) -> AgentPools:
     """The agent pools declared next to the definitions (``workflow_core.workflows.pools``)."""
+    if directory is None and POOLS_FILE_OVERRIDE is not None:
+        return load_pools_file(POOLS_FILE_OVERRIDE)
     return load_pools(directory or DEFAULT_DIRECTORY)
 
 

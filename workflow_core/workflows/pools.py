@@ -103,7 +103,12 @@ _lock = threading.Lock()
 def load_pools(directory: Path) -> AgentPools:
     """The pools declared in ``directory`` (none declared: everything in ``default``), parsed once
     per process (``workflow_core.workflows.loader.agent_pools`` passes the definitions' directory)."""
-    path = (directory / POOLS_FILE).resolve()
+    return load_pools_file(directory / POOLS_FILE)
+
+
+def load_pools_file(path: Path) -> AgentPools:
+    """The pools declared in the file ``path`` (absent: everything in ``default``), parsed once."""
+    path = path.resolve()
     with _lock:
         if path not in _cache:
             _cache[path] = parse_pools(path.read_text(encoding="utf-8")) if path.is_file() else AgentPools()
