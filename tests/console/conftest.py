@@ -9,6 +9,7 @@ Python ``playwright`` package; no browser is ever downloaded. Without it the tes
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,10 @@ def _need_chromium() -> None:
 def demo(azurite):
     """Module-scoped: the harness installs its virtual clock process-wide while it runs, and other
     test modules must get the wall clock back."""
-    with ConsoleDemo(azurite, tables=("Consolesteps", "Consoledeadlines"), speed=20) as running:
+    suffix = uuid.uuid4().hex[:10]  # tables of its own: modules share one Azurite, never their rows
+    tables = (f"Consolesteps{suffix}", f"Consoledeadlines{suffix}")
+    with ConsoleDemo(azurite, tables=tables, speed=20) as running:
+        running.tables = tables
         running.seed()
         running.start_clock()
         yield running

@@ -46,8 +46,8 @@ def test_the_readme_operator_commands_work_against_the_demo_server(demo):
     env = {
         **os.environ,
         **env_for(demo.harness.azurite),
-        "LEDGER_TABLE_NAME": "Consolesteps",
-        "DEADLINE_INDEX_TABLE_NAME": "Consoledeadlines",
+        "LEDGER_TABLE_NAME": demo.tables[0],
+        "DEADLINE_INDEX_TABLE_NAME": demo.tables[1],
     }
     outputs = {}
     for command in commands:
