@@ -23,6 +23,7 @@ from api.responses import (
     json_errors,
     json_object_body,
     json_response,
+    required_reason,
     resolve_services,
 )
 from supervisor import operator
@@ -70,7 +71,9 @@ async def circuit_action(req: func.HttpRequest, client: Any, services: ServicesS
             ],
             code="not-found",
         )
-    reason = _reason(json_object_body(req))
+    reason = required_reason(
+        json_object_body(req), recorded_in="the circuit's audit trail", max_length=MAX_REASON
+    )
     user = caller_name(req)
     actor = operator.actor_for(user)
     svc = resolve_services(services)
@@ -87,20 +90,6 @@ async def circuit_action(req: func.HttpRequest, client: Any, services: ServicesS
         return json_response({"action": action, "actor": actor, "circuit": circuit})
 
     return await idempotent.once(req, svc, partition_of(agent), f"{action} circuit {agent}", actor, move)
-
-
-def _reason(body: dict[str, Any]) -> str:
-    reason = body.get("reason")
-    if not isinstance(reason, str) or not reason.strip():
-        raise ApiError(
-            400,
-            "a reason is required",
-            ['send {"reason": "..."}: it is recorded in the circuit\'s audit trail with your name'],
-            code="reason-required",
-        )
-    if len(reason) > MAX_REASON:
-        raise ApiError(400, f"the reason is longer than {MAX_REASON} characters", code="invalid-body")
-    return reason.strip()
 
 
 def attention_circuits(ledger: Any) -> list[dict[str, Any]]:

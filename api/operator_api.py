@@ -33,6 +33,7 @@ from api.responses import (
     json_object_body,
     json_response,
     no_instance,
+    required_reason,
     resolve_services,
     route_base,
 )
@@ -163,18 +164,6 @@ async def get_instance(req: func.HttpRequest, client: Any, services: ServicesSou
     return json_response(body)
 
 
-def _reason(body: dict[str, Any]) -> str:
-    reason = body.get("reason")
-    if not isinstance(reason, str) or not reason.strip():
-        raise ApiError(
-            400,
-            "a reason is required",
-            ['send {"reason": "..."}: it is recorded in the audit trail with your name'],
-            code="reason-required",
-        )
-    return reason.strip()
-
-
 def _action(req: func.HttpRequest, kind: str, known: Any) -> str:
     """The URL's ``{action}``; one not in ``known`` is a 404 listing the ``kind``'s actions."""
     action = req.route_params.get("action", "")
@@ -218,7 +207,7 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     step_id = check_step_id(req.route_params.get("step_id", ""), "the URL")
     action = _action(req, "step", STEP_ACTIONS)
-    reason = _reason(json_object_body(req))
+    reason = required_reason(json_object_body(req))
     user = caller_name(req)
     svc = resolve_services(services)
     apply = STEP_ACTIONS[action]
@@ -268,7 +257,7 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     action = _action(req, "instance", INSTANCE_ACTIONS)
     body = json_object_body(req)
-    reason = _reason(body)
+    reason = required_reason(body)
     user = caller_name(req)
     actor = operator.actor_for(user)
     svc = resolve_services(services)

@@ -309,3 +309,20 @@ def status_url(base: str, instance_id: str) -> str:
 
 def steps_url(base: str, instance_id: str) -> str:
     return f"{base}/workflows/{instance_id}/steps"
+
+
+def required_reason(
+    body: dict[str, Any], *, recorded_in: str = "the audit trail", max_length: int | None = None
+) -> str:
+    """An operator action's ``reason``: present, not blank, within ``max_length``; else a readable 400."""
+    reason = body.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ApiError(
+            400,
+            "a reason is required",
+            [f'send {{"reason": "..."}}: it is recorded in {recorded_in} with your name'],
+            code="reason-required",
+        )
+    if max_length is not None and len(reason) > max_length:
+        raise ApiError(400, f"the reason is longer than {max_length} characters", code="invalid-body")
+    return reason.strip()

@@ -235,31 +235,28 @@ def free_expired_slots(table: TableClient, agent: str, now: datetime, in_flight:
             continue
         if not _is_free_holder(slot.holder, slot.deadline, now, in_flight):
             continue
-        try:
-            table.update_entity(
-                {"PartitionKey": partition_of(agent), "RowKey": slot.key, "Holder": "", "Deadline": ""},
-                mode=UpdateMode.REPLACE,
-                etag=slot.etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
+        if _empty(table, agent, slot):
             freed += 1
-        except HttpResponseError:
-            pass
     return freed
+
+
+def _empty(table: TableClient, agent: str, slot: Slot) -> bool:
+    """Empty ``slot`` if it is still as read (ETag); False when another writer moved it first."""
+    try:
+        table.update_entity(
+            {"PartitionKey": partition_of(agent), "RowKey": slot.key, "Holder": "", "Deadline": ""},
+            mode=UpdateMode.REPLACE,
+            etag=slot.etag,
+            match_condition=MatchConditions.IfNotModified,
+        )
+        return True
+    except HttpResponseError:
+        return False
 
 
 def release_slot(table: TableClient, agent: str, holder: Holder) -> bool:
     """The holder's outcome was recorded: empty its slot now rather than when a waiter checks."""
     for slot in read_rows(table, agent).slots.values():
         if slot.holder == holder:
-            try:
-                table.update_entity(
-                    {"PartitionKey": partition_of(agent), "RowKey": slot.key, "Holder": "", "Deadline": ""},
-                    mode=UpdateMode.REPLACE,
-                    etag=slot.etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
-                return True
-            except HttpResponseError:
-                return False
+            return _empty(table, agent, slot)
     return False
