@@ -34,6 +34,10 @@ REFUSED = "agent-report-refused"
 class AgentReport(Delivery):
     """The in-app worker's claim, heartbeat and record rules, for the agent the row names."""
 
+    # Every beat of a message-only agent is recorded (``last_heartbeat``, the audit trail), even one
+    # that leaves a later deadline: the only sign that the agent is alive and not replying.
+    record_kept_beats = True
+
     def __init__(self, r: StepRecord, report: Heartbeat | ResultMessage, services: Services) -> None:
         work = report.kind == "work"
         sent = None if work else as_stored({"input": step_input(r), "output": step_output(r)})

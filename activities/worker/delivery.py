@@ -69,6 +69,9 @@ def is_permanent(exc: BaseException, m: WorkMessage, version: str | None, servic
 
 
 class Delivery(DeliveryDecisions):
+    # whether a heartbeat that leaves a later deadline as it is still writes (message-only agents)
+    record_kept_beats = False
+
     def __init__(self, message: WorkMessage, delivery_count: int, services: Services, worker_id: str) -> None:
         self.m = message
         self.n = max(1, int(delivery_count))
@@ -268,7 +271,12 @@ class Delivery(DeliveryDecisions):
                 return r.deadline
             # "extend by": the ledger computes the deadline from the storage service's clock, not ours
             extended = self.ledger.extend_deadline(
-                r, float(timeout), actor=self.worker_id, reason=f"heartbeat +{timeout:g}s", now=service_now[0]
+                r,
+                float(timeout),
+                actor=self.worker_id,
+                reason=f"heartbeat +{timeout:g}s",
+                now=service_now[0],
+                record_kept=self.record_kept_beats,
             )
             self.latest = extended
             return extended.deadline

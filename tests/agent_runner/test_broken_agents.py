@@ -20,7 +20,7 @@ NAMED = {
     "stale-token": r"stale reply token",
     "contradict": r"contradicting replies",
     "no-reply": r"no reply within the step's deadline",
-    "endless-heartbeat": r"heartbeats without an end|no reply within the step's deadline",
+    "endless-heartbeat": r"heartbeats without an end",
     "crash": r"crash",
     "no-idempotency": r"effect without idempotency",
     "no-effect": r"success without effect",

@@ -31,10 +31,13 @@ class HeartbeatMixin:
         reason: str = "heartbeat",
         allow_earlier: bool = False,
         now: datetime | None = None,
+        record_kept: bool = False,
     ) -> StepRecord:
         """The deadline becomes *trusted now* + ``seconds``, whatever the heartbeating machine's clock
-        says; a later deadline is kept unless ``allow_earlier``. ``now``: the service's time of the read
-        that returned ``record`` (:meth:`get_with_service_time`), sparing :meth:`trusted_now` a read.
+        says; a later deadline is kept unless ``allow_earlier``, with no write unless ``record_kept``
+        (then the beat is recorded all the same, in ``last_heartbeat`` and the audit trail). ``now``:
+        the service's time of the read that returned ``record`` (:meth:`get_with_service_time`),
+        sparing :meth:`trusted_now` a read.
         """
         if not isinstance(seconds, int | float) or seconds != seconds or abs(seconds) > 10 * 365 * 86400:
             raise InvalidLedgerInput(f"extend by {seconds!r}: expected a finite number of seconds")
@@ -46,14 +49,20 @@ class HeartbeatMixin:
         now = self.trusted_now(record) if now is None else require_aware(now, "now")
         target = now + timedelta(seconds=seconds)
         if not allow_earlier and record.deadline is not None and record.deadline >= target:
-            return record
+            if not record_kept:
+                return record
+            # A message-only agent's beat (one write, like any heartbeat that moves the deadline): an
+            # agent that beats on without replying is told apart from one that went silent.
+            deadline, reason = record.deadline, f"{reason} (deadline kept)"
+        else:
+            deadline = target
         return self._write(
             record,
             actor=actor,
             reason=reason,
             status=record.status,
             action="heartbeat",
-            deadline=target,
+            deadline=deadline,
             last_heartbeat=now,
         )
 
