@@ -123,8 +123,11 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
             )
         except Exception:  # recorded: the timer carries it on from its cursor; answer with its id
             log.warning("bulk %s: the inline run stopped; the timer carries it on", op.bulk_id, exc_info=True)
-        progress = await call_ledger(svc, lambda ledger: store.progress(op))
         log.info("bulk %s %s by %s (%s)", op.bulk_id, action, actor, reason)
+        try:
+            progress = await call_ledger(svc, lambda ledger: store.progress(op))
+        except ApiError:  # recorded: answer with its id (a 5xx would free the key for a second one)
+            return json_response(store.progress(op, rows=[]), status_code=202)
         return json_response(progress, status_code=200 if op.done else 202)
 
     if dry_run and not req.headers.get(idempotent.HEADER):

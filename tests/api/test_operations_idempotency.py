@@ -157,3 +157,24 @@ def test_a_request_that_failed_on_our_side_releases_its_key(
     assert retried.status_code == 200 and retried.headers.get("Idempotent-Replayed") is None
     assert operations(ledger) == [json_of(retried)["id"]]
     assert len(bulk_moves(ledger, "idem-5xx")) == 1
+
+
+def test_once_recorded_the_operation_is_the_answer_even_if_the_rest_of_the_request_fails(
+    run, client, services, ledger, platform_auth, monkeypatch
+):
+    make_step(ledger, "idem-late", S.FAILED)  # the inline run and the progress read both fail
+
+    async def run_fails(*_args, **_kwargs):
+        raise ServiceRequestError("connection reset")
+
+    def outcomes_fail(self, bulk_id):
+        raise ServiceRequestError("connection reset")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(bulk, "run", run_fails)
+        patch.setattr(bulk.BulkStore, "outcomes", outcomes_fail)
+        first = run(start_operation(post(RETRY, "late-1"), client, services))
+    assert first.status_code == 202, first.get_body()
+    again = run(start_operation(post(RETRY, "late-1"), client, services))
+    assert (again.status_code, again.get_body()) == (202, first.get_body())
+    assert operations(ledger) == [json_of(first)["id"]]  # the timer carries it on, not a second one
