@@ -178,3 +178,20 @@ def test_once_recorded_the_operation_is_the_answer_even_if_the_rest_of_the_reque
     again = run(start_operation(post(RETRY, "late-1"), client, services))
     assert (again.status_code, again.get_body()) == (202, first.get_body())
     assert operations(ledger) == [json_of(first)["id"]]  # the timer carries it on, not a second one
+
+
+def test_a_repeat_while_the_first_request_still_runs_is_a_409_and_acts_on_nothing(
+    run, client, services, ledger, platform_auth
+):
+    from supervisor.bulk_keys import request_of
+    from workflow_core.ledger import idempotency
+
+    make_step(ledger, "idem-busy", S.FAILED)
+    flt = bulk.BulkFilter(error_contains="boom")
+    # the first request with the key has claimed it and is still acting (no answer stored yet)
+    idempotency.claim_or_replay(
+        ledger, KEYS_PARTITION, "busy-1", request_of("retry", flt, "service back", False), "operator:x"
+    )
+    response = run(start_operation(post(RETRY, "busy-1"), client, services))
+    assert response.status_code == 409 and json_of(response)["code"] == "in-progress"
+    assert operations(ledger) == [] and ledger.get("idem-busy", "create_storage").status is S.FAILED
