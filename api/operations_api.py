@@ -15,6 +15,7 @@ from typing import Any
 import azure.functions as func
 from pydantic import ValidationError
 
+from api import idempotency as idempotent
 from api.boundary import caller_name
 from api.responses import (
     ApiError,
@@ -26,7 +27,7 @@ from api.responses import (
     json_response,
     resolve_services,
 )
-from supervisor import bulk, operator
+from supervisor import bulk, bulk_keys, operator
 from workflow_core.operations_settings import load_operations_settings
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ def _terminate_through(client: Any) -> bulk.Terminate:
 
 @json_errors
 async def start_operation(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
-    """``POST /api/operations``: record a bulk operation, act on its first instances, 202."""
+    """``POST /api/operations``: record a bulk operation, act on its first instances, 202. Once per
+    ``Idempotency-Key`` (required, 428 without, except on a dry run): a repeat gets the first answer."""
     body = json_object_body(req)
     unknown = sorted(set(body) - _BODY_FIELDS)
     if unknown:
@@ -105,17 +107,33 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
     svc = resolve_services(services)
     rate = load_operations_settings().bulk_rate_per_second
 
-    def create(ledger):
-        return bulk.BulkStore(ledger).create(action, flt, reason=reason, actor=actor, dry_run=dry_run)
+    async def act() -> func.HttpResponse:
+        op = await call_ledger(
+            svc,
+            lambda ledger: bulk.BulkStore(ledger).create(
+                action, flt, reason=reason, actor=actor, dry_run=dry_run
+            ),
+        )
+        store = bulk.BulkStore(svc.ledger)
+        # a dry run lists everything at once (it changes nothing); a real one acts on the first few
+        limit = None if dry_run else INLINE_INSTANCES
+        try:
+            await bulk.run(
+                store, op, rate_per_second=rate, max_instances=limit, terminate=_terminate_through(client)
+            )
+        except Exception:  # recorded: the timer carries it on from its cursor; answer with its id
+            log.warning("bulk %s: the inline run stopped; the timer carries it on", op.bulk_id, exc_info=True)
+        log.info("bulk %s %s by %s (%s)", op.bulk_id, action, actor, reason)
+        try:
+            progress = await call_ledger(svc, lambda ledger: store.progress(op))
+        except ApiError:  # recorded: answer with its id (a 5xx would free the key for a second one)
+            return json_response(store.progress(op, rows=[]), status_code=202)
+        return json_response(progress, status_code=200 if op.done else 202)
 
-    op = await call_ledger(svc, create)
-    store = bulk.BulkStore(svc.ledger)
-    # a dry run lists everything at once (it changes nothing); a real one acts on the first few
-    limit = None if dry_run else INLINE_INSTANCES
-    await bulk.run(store, op, rate_per_second=rate, max_instances=limit, terminate=_terminate_through(client))
-    progress = await call_ledger(svc, lambda ledger: store.progress(op))
-    log.info("bulk %s %s by %s (%s)", op.bulk_id, action, actor, reason)
-    return json_response(progress, status_code=200 if op.done else 202)
+    if dry_run and not req.headers.get(idempotent.HEADER):
+        return await act()  # a dry run changes nothing: its key is optional
+    request = bulk_keys.request_of(action, flt, reason, dry_run)
+    return await idempotent.once(req, svc, bulk_keys.KEYS_PARTITION, request, actor, act)
 
 
 @json_errors

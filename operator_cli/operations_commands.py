@@ -3,8 +3,11 @@
 ``sas purge`` marks the finished instances it selects ``Purging`` (each audited); the retention
 timer, which holds the Durable client, deletes them on its next tick. ``sas bulk`` records a bulk
 operation in the ledger and carries it out (:mod:`supervisor.bulk`) with a progress bar; an
-interrupted one goes on with ``sas bulk continue <id>``. ``--dry-run`` prints what either would do
-and changes nothing. Stop and cancel are recorded in the ledger; the watchdog ends the orchestration.
+interrupted one goes on with ``sas bulk continue <id>``, or with the same command and the
+``--idempotency-key`` it printed: the key (a new one per command, claimed as ``POST /api/operations``
+claims it) makes a repeat carry the first operation on instead of recording a second one.
+``--dry-run`` prints what either would do and changes nothing. Stop and cancel are recorded in the
+ledger; the watchdog ends the orchestration.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from operator_cli import render
+from operator_cli.action_commands import KEY_CHARS, _key
 from operator_cli.session import OUTPUT, CliError, Session, confirm, current_session, operator_user
-from supervisor import bulk, operator
+from supervisor import bulk, bulk_keys, operator
 from supervisor.retention import Retention
 from workflow_core import clock
+from workflow_core.ledger import idempotency
 
 _AGE = re.compile(r"^(\d{1,5})d$")
 SAMPLE = 10
@@ -98,6 +103,27 @@ def _filter(**values) -> bulk.BulkFilter:
         raise CliError(f"bad filter: {exc}") from None
 
 
+def _claimed(
+    s: Session, store: bulk.BulkStore, key: str, request: str, actor: str
+) -> bulk.BulkOperation | None:
+    """None when this command is the first with ``key``; the operation the first one recorded when
+    it repeats that command (from ``sas bulk`` or ``POST /api/operations``)."""
+    try:
+        stored = idempotency.claim_or_replay(s.ledger, bulk_keys.KEYS_PARTITION, key, request, actor)
+    except idempotency.KeyReused as exc:
+        raise CliError(f"idempotency key {key!r} was used for another request ({exc.request})") from None
+    except idempotency.KeyInProgress:
+        raise CliError(f"the command with idempotency key {key!r} is still being carried out") from None
+    if stored is None:
+        return None
+    answer = json.loads(stored["body"] or "{}")
+    op = store.get(str(answer.get("id", ""))[:64]) if isinstance(answer, dict) else None
+    if op is None:
+        raise CliError(f"idempotency key {key!r} was answered without an operation: use a new key")
+    s.err.write(f"bulk {op.bulk_id}: already started with idempotency key {key!r}; carrying it on\n")
+    return op
+
+
 def _carry(s: Session, store: bulk.BulkStore, op: bulk.BulkOperation, rate: float, output: str) -> None:
     total = None
     if output != "json":
@@ -156,21 +182,47 @@ def _action_command(action: str) -> click.Command:
         "--rate", type=click.FloatRange(0.1, 1000), default=20, show_default=True, help="per second"
     )
     @click.option("--yes", "-y", is_flag=True)
+    @click.option(
+        "--idempotency-key",
+        callback=_key,
+        help=f"repeat a cut-off command with the key it printed: the same operation goes on, none is "
+        f"recorded twice ({KEY_CHARS}; default: a new key)",
+    )
     @OUTPUT
-    def command(reason: str, dry_run: bool, rate: float, yes: bool, output: str, **filters) -> None:
+    def command(
+        reason: str, dry_run: bool, rate: float, yes: bool, idempotency_key: str, output: str, **filters
+    ) -> None:
         s = current_session()
         flt = _filter(**filters)
-        store = bulk.BulkStore(s.ledger)
-        actor = operator.actor_for(operator_user())
         try:
-            if not dry_run:
-                probe = store.create(action, flt, reason=reason, actor=actor, dry_run=True)
-                asyncio.run(bulk.run(store, probe, rate_per_second=0))
-                found = store.progress(probe)["wouldAct"]
-                confirm(s, f"{action} {len(found)} instance(s) (e.g. {', '.join(found[:3])})? [y/N] ", yes)
-            op = store.create(action, flt, reason=reason, actor=actor, dry_run=dry_run)
+            operator.required_reason(reason)  # before anything is claimed or read
         except operator.OperatorError as exc:
             raise CliError(str(exc)) from None
+        store = bulk.BulkStore(s.ledger)
+        actor = operator.actor_for(operator_user())
+        op = _claimed(s, store, idempotency_key, bulk_keys.request_of(action, flt, reason, dry_run), actor)
+        if op is None:
+            try:
+                if not dry_run:
+                    probe = store.create(action, flt, reason=reason, actor=actor, dry_run=True)
+                    asyncio.run(bulk.run(store, probe, rate_per_second=0))
+                    found = store.progress(probe)["wouldAct"]
+                    sample = ", ".join(found[:3])
+                    confirm(s, f"{action} {len(found)} instance(s) (e.g. {sample})? [y/N] ", yes)
+                op = store.create(action, flt, reason=reason, actor=actor, dry_run=dry_run)
+            except BaseException as exc:  # nothing recorded: a repeat with the key may act
+                idempotency.release_key(s.ledger, bulk_keys.KEYS_PARTITION, idempotency_key)
+                if isinstance(exc, operator.OperatorError):
+                    raise CliError(str(exc)) from None
+                raise
+            # recorded before it is carried out: a repeat after a crash carries this one on
+            answer = json.dumps(store.progress(op))
+            idempotency.record_answer(s.ledger, bulk_keys.KEYS_PARTITION, idempotency_key, 202, answer)
+            if output != "json":
+                s.err.write(
+                    f"bulk {op.bulk_id}: if this command is cut off, repeat it with "
+                    f"--idempotency-key {idempotency_key} to carry the same operation on\n"
+                )
         _carry(s, store, op, 0 if dry_run else rate, output)
 
     command.__doc__ = f"{action} every matching instance (see `sas bulk --help`)."

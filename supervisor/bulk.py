@@ -190,8 +190,9 @@ class BulkStore:
         )
         return [{"instanceId": e["RowKey"], "result": e["Result"], "why": e.get("Why") or None} for e in rows]
 
-    def progress(self, op: BulkOperation) -> dict[str, Any]:
-        rows = self.outcomes(op.bulk_id)
+    def progress(self, op: BulkOperation, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The operation and its outcomes (``rows``: as already read, else read now)."""
+        rows = self.outcomes(op.bulk_id) if rows is None else rows
         counts = {k: sum(1 for r in rows if r["result"] == k) for k in (ACTED, SKIPPED, FAILED, WOULD_ACT)}
         return {
             "id": op.bulk_id,

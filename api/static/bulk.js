@@ -1,6 +1,8 @@
 // Bulk actions from the instance list: "Act on all N matching" (docs/operations.md, "Bulk operations").
 // A dry run first (POST /api/operations with dryRun: it lists, changes nothing) gives the count and a
-// sample for the confirmation; only the confirmed request, with the operator's reason, acts.
+// sample for the confirmation; only the confirmed request, with the operator's reason, acts. Opening the
+// confirmation makes one Idempotency-Key for that intent: a Confirm repeated after a dropped answer
+// sends it again and gets the first operation back instead of starting a second one.
 "use strict";
 
 const BULK_ACTIONS = ["retry", "skip", "compensate", "resume", "stop", "cancel"];
@@ -50,6 +52,7 @@ async function bulkPreview(action) {
     const found = preview.wouldAct || [];
     dialog.dataset.action = action;
     dialog.dataset.filter = JSON.stringify(filter);
+    dialog.dataset.key = crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(36).slice(2)}`;
     dialog.querySelector("#bulk-title").textContent = `${action[0].toUpperCase()}${action.slice(1)} all ${found.length} matching?`;
     dialog.querySelector("#bulk-count").textContent = found.length
       ? `${found.length} instance(s) match these filters; each is acted on once, audited with your name. For example:`
@@ -72,8 +75,8 @@ async function bulkSubmit(e) {
   }
   dialog.querySelector("#bulk-ok").disabled = true;
   try {
-    const result = await api("/operations", { method: "POST", body: JSON.stringify({
-      action: dialog.dataset.action, filter: JSON.parse(dialog.dataset.filter), reason }) });
+    const result = await api("/operations", { method: "POST", headers: { "Idempotency-Key": dialog.dataset.key },
+      body: JSON.stringify({ action: dialog.dataset.action, filter: JSON.parse(dialog.dataset.filter), reason }) });
     dialog.close();
     const c = result.counts || {};
     notice(`bulk ${result.action} ${result.id} by ${result.actor}: acted ${c.acted || 0}, skipped ${c.skipped || 0}, ` +

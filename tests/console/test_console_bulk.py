@@ -32,7 +32,10 @@ def test_act_on_all_matching_confirms_with_count_and_sample_then_acts(demo, page
     assert page.locator("#bulk-confirm[open]").count() == 1
     assert ledger.get(instance_id, "charge_payment").status.value == "CompensationFailed"
     page.fill("#bulk-reason", "refund service is back")
-    page.click("#bulk-ok")
+    with page.expect_request(lambda r: r.url.endswith("/api/operations") and r.method == "POST") as sent:
+        page.click("#bulk-ok")
+    key = sent.value.headers.get("idempotency-key", "")  # one per intent: a lost answer is resent with it
+    assert 10 <= len(key) <= 100, sent.value.headers
     page.wait_for_function(
         "() => document.querySelector('#notice').textContent.includes('acted 1')", timeout=TIMEOUT
     )
@@ -40,3 +43,13 @@ def test_act_on_all_matching_confirms_with_count_and_sample_then_acts(demo, page
     assert len(moves) == 1 and moves[0].actor.startswith("operator:")
     assert "refund service is back" in moves[0].reason
     assert ledger.get(instance_id, "charge_payment").status.value in ("Compensating", "Compensated")
+
+    # Confirm pressed again with the same key (an answer lost on the way): the first answer, no second act
+    again = page.evaluate(
+        """async (key) => (await api('/operations', { method: 'POST', headers: { 'Idempotency-Key': key },
+          body: JSON.stringify({ action: 'retry', reason: 'refund service is back',
+            filter: JSON.parse(document.querySelector('#bulk-confirm').dataset.filter) }) })).id""",
+        key,
+    )
+    assert f"bulk retry {again} by" in page.locator("#notice").inner_text()  # the same operation
+    assert len([a for a in ledger.audit_trail(instance_id) if "[bulk " in (a.reason or "")]) == 1

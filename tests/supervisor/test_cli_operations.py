@@ -105,3 +105,53 @@ def test_bulk_with_a_progress_bar_reports_what_it_skipped_and_why(cli, ledger):
     code, out, _ = cli("bulk", "skip", "--reason", "not needed", "--rate", "1000", "--yes")
     assert code == 0
     assert "bulk skip" in out and "skipped" in out and "no step of 'cli-bar-1'" in out
+
+
+def bulk_operations(ledger):
+    rows = ledger.table_client().query_entities("PartitionKey eq @p", parameters={"p": "~bulk"})
+    return [r for r in rows if not r["DryRun"]]
+
+
+def test_a_bulk_command_cut_off_and_repeated_with_its_key_carries_the_same_operation_on(
+    cli, ledger, monkeypatch
+):
+    from azure.core.exceptions import ServiceRequestError
+
+    from supervisor import bulk
+
+    for n in range(2):
+        make_step(ledger, f"cli-key-{n}", S.FAILED)
+    real_run = bulk.run
+
+    async def cut_off(store, op, **kwargs):
+        if not op.dry_run:
+            raise ServiceRequestError("connection reset")  # cut off after the operation is recorded
+        return await real_run(store, op, **kwargs)
+
+    monkeypatch.setattr(bulk, "run", cut_off)
+    code, _, err = cli("bulk", "retry", "--reason", "back", "--idempotency-key", "ticket-7", "--yes")
+    assert code != 0 and "--idempotency-key ticket-7" in err
+    assert all(ledger.get(f"cli-key-{n}", "create_storage").status is S.FAILED for n in range(2))
+    monkeypatch.setattr(bulk, "run", real_run)
+
+    argv = ("bulk", "retry", "--reason", "back", "--idempotency-key", "ticket-7", "-o", "json")
+    code, out, err = cli(*argv, "--rate", "1000")  # no prompt: it is the same operation
+    assert code == 0 and "already started" in err
+    assert json.loads(out)["counts"]["acted"] == 2 and len(bulk_operations(ledger)) == 1
+    code, out, _ = cli(*argv)  # once more: nothing acted twice
+    assert code == 0 and json.loads(out)["counts"]["acted"] == 2 and len(bulk_operations(ledger)) == 1
+    assert all(ledger.get(f"cli-key-{n}", "create_storage").status is S.RETRYING for n in range(2))
+
+
+def test_a_bulk_key_reused_for_another_request_or_malformed_is_refused(cli, ledger):
+    make_step(ledger, "cli-key-x", S.FAILED)
+    assert cli("bulk", "skip", "--reason", "one", "--idempotency-key", "k-9", "--yes")[0] == 0
+    code, out, err = cli("bulk", "skip", "--reason", "two", "--idempotency-key", "k-9", "--yes")
+    assert code == 2 and "was used for another request" in out + err
+    make_step(ledger, "cli-key-y", S.FAILED)  # after the skip: still to retry
+    single = ("retry", "cli-key-y", "create_storage", "--reason", "x", "-y")
+    code, out, err = cli(*single, "--idempotency-key", "k-9")
+    assert code == 2 and "was used for another" in out + err
+    for bad in ("bad key", "k" * 101, "~idem~x"):
+        assert cli("bulk", "skip", "--reason", "one", "--idempotency-key", bad, "--yes")[0] == 2
+    assert len(bulk_operations(ledger)) == 1
