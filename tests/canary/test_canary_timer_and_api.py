@@ -43,7 +43,8 @@ def test_a_tick_starts_a_run_and_a_later_tick_records_its_verdict(harness):
     h = harness
     assert _get(h)[1]["state"] == "none"
     done = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=_hour_of("scheduler-lost")))
-    iid = done["started"]
+    assert list(done["started"]) == ["default"]  # one run per canary pool: here the one hosted pool
+    iid = done["started"]["default"]
     assert done["scenario"] == "scheduler-lost" and h.host.get_status(iid).runtime_status.name == "Terminated"
     h.run_until(lambda: h.ledger.get_instance(iid).status.value == "Succeeded", timeout=timedelta(minutes=10))
     later = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=h.now()))
