@@ -205,19 +205,3 @@ def test_a_pool_nobody_serves_fails_naming_that_pool_while_the_others_pass(azuri
     assert "agent" in pools["beta"]["last"]["cause"]
     assert pools["alpha"]["state"] == "passed" and pools["default"]["state"] == "passed"
     assert summary["state"] == "failed"
-
-
-def test_only_the_canary_agents_of_the_canary_workflow_can_name_a_pool():
-    from workflow_core.canary import route_pool
-    from workflow_core.workflows.pools import parse_pools
-
-    pools = parse_pools(TWO_POOLS)
-    canary = {"workflow": "sas-canary", "agent": "canary.probe", "kind": "work", "input": {"pool": "beta"}}
-    assert route_pool(pools, canary) == "beta"
-    undo = {**canary, "agent": "canary.undo", "kind": "compensate", "input": {"input": {"pool": "alpha"}}}
-    assert route_pool(pools, undo) == "alpha"
-    assert route_pool(pools, {**canary, "workflow": "order-fulfilment"}) == "default"  # others cannot steer
-    assert route_pool(pools, {**canary, "agent": "payment.charge"}) == "default"
-    assert route_pool(pools, {**canary, "input": {"pool": "nowhere"}}) == "default"  # undeclared: the rule
-    assert route_pool(pools, {**canary, "input": {"pool": ["beta"]}}) == "default"
-    assert route_pool(pools, {**canary, "input": "beta"}) == "default"
