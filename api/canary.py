@@ -2,8 +2,10 @@
 
 The ``canary`` timer (``CANARY_SCHEDULE``, default hourly; does nothing unless ``CANARY_ENABLED`` is
 true, which ``infra/`` sets) first judges earlier runs (``supervisor.canary.verify_runs``), then starts
-one run of ``sas-canary`` through the same starter as ``POST /api/workflows/{name}/instances``, its
-scenario rotating with the period. The scheduler-lost scenario is made here: its orchestration is
+one run of ``sas-canary`` per canary pool (``workflow_core.canary.canary_pools``: every hosted pool and
+every pool that opts in) through the same starter as ``POST /api/workflows/{name}/instances``, the
+scenario rotating with the period (each pool gets the same scenario in a tick).
+The scheduler-lost scenario is made here: its orchestration is
 terminated as soon as it is started, so the watchdog must resume it from the ledger.
 """
 
@@ -29,7 +31,8 @@ from api.responses import (
 from api.start import start_workflow
 from supervisor.canary import latest_verdicts, verify_runs
 from workflow_core import clock, runtime
-from workflow_core.canary import CANARY_WORKFLOW, SCENARIOS, canary_pool, scenario_named
+from workflow_core.canary import CANARY_WORKFLOW, SCENARIOS, canary_pool, canary_pools, scenario_named
+from workflow_core.workflows.loader import agent_pools
 
 log = logging.getLogger(__name__)
 blueprint = df.Blueprint()
@@ -59,11 +62,21 @@ def scenario_for(now: datetime, period: timedelta = PERIOD) -> str:
     return names[int(now.timestamp() // period.total_seconds()) % len(names)]
 
 
-async def start_canary_run(client: Any, services: ServicesSource, scenario: str) -> str:
+def pools_of(services: ServicesSource) -> list[str]:
+    """The pools a canary tick exercises (hosted ones and those that opt in)."""
+    return canary_pools(agent_pools(), resolve_services(services).settings.hosted_pools)
+
+
+async def start_canary_run(
+    client: Any, services: ServicesSource, scenario: str, pool: str | None = None
+) -> str:
     """Start one canary run now (the real starter, so the run is an ordinary instance); its id. The run
-    exercises the pool ``workflows/pools.yaml`` routes the canary's agents to (default: ``default``)."""
+    exercises ``pool`` (one of :func:`pools_of`; unset: the pool ``workflows/pools.yaml`` routes the
+    canary's agents to, ``default`` unless one lists them)."""
     scenario_named(scenario)  # a clear error for an unknown one
-    pool = canary_pool()
+    pool = canary_pool() if pool is None else pool
+    if pool not in (allowed := pools_of(services)):
+        raise ValueError(f"pool {pool!r} does not serve the canary; canary pools: {', '.join(allowed)}")
     request = func.HttpRequest(
         "POST",
         f"/api/workflows/{CANARY_WORKFLOW}/instances",
@@ -90,7 +103,8 @@ async def start_canary_run(client: Any, services: ServicesSource, scenario: str)
 async def canary_tick(
     client: Any, services: ServicesSource, *, now: datetime | None = None
 ) -> dict[str, Any]:
-    """One timer run: judge earlier runs, then start the next scenario. What it did."""
+    """One timer run: judge earlier runs, then start the next scenario in every canary pool. What it did
+    (``started``: one instance id per pool, in :func:`pools_of` order)."""
     svc = resolve_services(services)
     now = now or clock.utcnow()
     settings = svc.settings
@@ -103,8 +117,13 @@ async def canary_tick(
         now=now,
     )
     scenario = scenario_for(now, period_of())
-    instance_id = await start_canary_run(client, services, scenario)
-    return {"started": instance_id, "scenario": scenario, "judged": [v.instance_id for v in judged]}
+    started: dict[str, str] = {}
+    for pool in pools_of(services):
+        try:
+            started[pool] = await start_canary_run(client, services, scenario, pool)
+        except RuntimeError as exc:  # one pool's start failing must not keep the others from running
+            log.warning("canary: could not start %s in pool %s: %s", scenario, pool, exc)
+    return {"started": started, "scenario": scenario, "judged": [v.instance_id for v in judged]}
 
 
 def _watchdog_period_seconds(schedule: str) -> float:
@@ -134,21 +153,30 @@ async def get_canary(req: func.HttpRequest, client: Any, services: ServicesSourc
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
         raise ApiError(400, f"limit must be a whole number from 1 to {MAX_LIMIT}", code="invalid-filter")
     svc = resolve_services(services)
-    body = await asyncio.to_thread(latest_verdicts, svc.ledger, period=period_of(), limit=int(raw))
+    pools = pools_of(svc)
+    body = await asyncio.to_thread(
+        latest_verdicts, svc.ledger, period=period_of(), limit=int(raw), pools=pools
+    )
     now = clock.utcnow().isoformat()  # the badge counts minutes on the server's clock, not the browser's
     return json_response({**body, "enabled": canary_enabled(), "now": now})
 
 
 @json_errors
 async def run_canary(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
-    """``POST /api/canary/runs`` ``{"scenario": ...}``: start one canary run now (an operator action)."""
+    """``POST /api/canary/runs`` ``{"scenario": ..., "pool": ...}``: start one canary run now (an operator
+    action); ``pool`` (optional) is one of the canary pools (``GET /api/canary``'s ``pools``)."""
     body = json_object_body(req)
-    unknown = sorted(set(body) - {"scenario"})
-    scenario = body.get("scenario")
-    if unknown or not isinstance(scenario, str) or scenario not in SCENARIOS:
-        problems = [f"unknown field {name!r}" for name in unknown[:5]] or [
-            f"scenario must be one of {', '.join(SCENARIOS)}"
-        ]
+    unknown = sorted(set(body) - {"scenario", "pool"})
+    scenario, pool = body.get("scenario"), body.get("pool")
+    allowed = pools_of(services)
+    problems = [f"unknown field {name!r}" for name in unknown[:5]]
+    if not isinstance(scenario, str) or scenario not in SCENARIOS:
+        problems.append(f"scenario must be one of {', '.join(SCENARIOS)}")
+    if pool is not None and (not isinstance(pool, str) or pool not in allowed):
+        problems.append(f"pool must be one of the canary pools: {', '.join(allowed)}")
+    if problems:
         raise ApiError(400, "invalid canary run", problems, code="invalid-input")
-    instance_id = await start_canary_run(client, services, scenario)
-    return json_response({"instanceId": instance_id, "scenario": scenario}, status_code=202)
+    instance_id = await start_canary_run(client, services, scenario, pool)
+    return json_response(
+        {"instanceId": instance_id, "scenario": scenario, "pool": pool or canary_pool()}, status_code=202
+    )

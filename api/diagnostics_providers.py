@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from api import diagnostics_sections as sections
-from api.canary import canary_enabled, period_of
+from api.canary import canary_enabled, period_of, pools_of
 from supervisor.canary import latest_verdicts
 from workflow_core import clock
 from workflow_core.limits import circuit_states
@@ -31,7 +31,9 @@ def canary_rows(services: Any) -> list[sections.Row]:
         return [sections.row("canary", None, "the recovery canary is off (CANARY_ENABLED)")]
     now = clock.utcnow()
     period = period_of()
-    summary = latest_verdicts(services.ledger, now=now, period=period, limit=VERDICTS_SHOWN)
+    summary = latest_verdicts(
+        services.ledger, now=now, period=period, limit=VERDICTS_SHOWN, pools=pools_of(services)
+    )
     state, verdicts = summary["state"], summary["verdicts"]
     passed_at = summary["last_passed_at"]
     last_pass = f"last passed {_age(passed_at, now)}" if passed_at else "never passed"
@@ -42,12 +44,20 @@ def canary_rows(services: Any) -> list[sections.Row]:
     if state == "none":
         head = sections.row("canary", None, "enabled; no run judged yet (the first verdict takes a period)")
     else:
-        detail = f"{state}: {last_pass}" + (f"; newest: {verdicts[0]['cause']}" if state == "failed" else "")
+        failing = [p["last"]["cause"] for p in summary["pools"].values() if p["state"] == "failed"]
+        detail = f"{state}: {last_pass}" + (f"; {'; '.join(failing)}" if failing else "")
         head = sections.row("canary", state == "passed", detail[:400], fixes.get(state, ""))
     rows = [head]
-    for index, verdict in enumerate(verdicts):
+    pool_ok = {"passed": True, "failed": False, "stale": False}
+    for name, pool in summary["pools"].items():  # each pool on its own: one passing hides no other
+        at = pool["last_passed_at"]
+        seen = f"last passed {_age(at, now)}" if at else "never passed"
+        ok_pool = pool_ok.get(pool["state"])
+        rows.append(sections.row(f"canary pool {name}", ok_pool, f"{pool['state']}: {seen}"))
+    newest = {id(p["last"]) for p in summary["pools"].values() if p["last"] is not None}
+    for verdict in verdicts:
         passed = verdict["outcome"] == "passed"
-        ok: bool | None = True if passed else (False if index == 0 else None)
+        ok: bool | None = True if passed else (False if id(verdict) in newest else None)
         what = verdict["observed"] if passed else f"failed: {verdict['cause']}"
         detail = f"{_age(verdict['at'], now)} on pool {verdict['pool']}: {what} ({verdict['instance_id']})"
         rows.append(sections.row(f"canary verdict {verdict['scenario']}", ok, detail[:400]))

@@ -41,7 +41,8 @@ def main() -> int:
             detail = ", ".join(f"{k} {v}" for k, v in sorted(ops.items()))
             print(f"{scenario:<16} {len(counted):>4} requests  ({detail})")
     mean = sum(totals.values()) / len(totals)
-    print(f"=> {mean:.1f} requests per run on average; {mean * RUNS_PER_MONTH:,.0f} per month hourly")
+    monthly = mean * RUNS_PER_MONTH
+    print(f"=> {mean:.1f} requests per run on average; {monthly:,.0f} per month hourly, per canary pool")
     return 0
 
 

@@ -21,17 +21,19 @@ DEFAULT_API = "http://localhost:7071"
 @OUTPUT
 @click.pass_context
 def canary_command(ctx: click.Context, limit: int, output: str) -> None:
-    """The recovery canary's newest verdicts: scenario, outcome, recovery time, cause."""
+    """The recovery canary's newest verdicts: each pool's state, then each run's outcome and cause."""
     if ctx.invoked_subcommand is not None:
         return
     from supervisor.canary import latest_verdicts
 
     s = current_session()
-    summary = latest_verdicts(s.ledger, limit=limit)
+    summary = latest_verdicts(s.ledger, limit=limit, pools=_canary_pools())
     if output == "json":
         render.print_json(s.out, summary)
         return
     s.say(f"canary: {summary['state']}; last passed {summary['last_passed_at'] or 'never'}")
+    for pool, state in summary["pools"].items():  # a failed pool is shown even when another passed
+        s.say(f"  pool {pool}: {state['state']}; last passed {state['last_passed_at'] or 'never'}")
     rows = [
         [
             v["at"],
@@ -50,6 +52,19 @@ def canary_command(ctx: click.Context, limit: int, output: str) -> None:
         s.show(render.table("Recovery canary", headers, rows))
 
 
+def _canary_pools() -> list[str]:
+    """The pools the canary covers, from this machine's ``HOSTED_POOLS`` and ``workflows/pools.yaml``
+    (unreadable settings: none named, so only the pools that have verdicts are listed)."""
+    from workflow_core.canary import canary_pools
+    from workflow_core.settings import SettingsError, hosted_pools
+    from workflow_core.workflows.loader import agent_pools
+
+    try:
+        return canary_pools(agent_pools(), hosted_pools())
+    except (SettingsError, ValueError):
+        return []
+
+
 @canary_command.command("run")
 @click.option(
     "--scenario", required=True, help="lost-reply, retry, compensate, scheduler-lost, heartbeat-stops"
@@ -58,7 +73,10 @@ def canary_command(ctx: click.Context, limit: int, output: str) -> None:
     "--api", "api_url", default=None, help=f"the app's base URL (default: SAS_API_URL or {DEFAULT_API})"
 )
 @click.option("--key", default=None, help="a function key (default: SAS_API_KEY; none locally)")
-def run_command(scenario: str, api_url: str | None, key: str | None) -> None:
+@click.option(
+    "--pool", default=None, help="the pool to exercise (default: where pools.yaml routes the canary)"
+)
+def run_command(scenario: str, api_url: str | None, key: str | None, pool: str | None) -> None:
     """Start one canary run now; prints its instance id."""
     from workflow_core.canary import SCENARIOS
 
@@ -67,11 +85,12 @@ def run_command(scenario: str, api_url: str | None, key: str | None) -> None:
     base = (api_url or os.environ.get("SAS_API_URL") or DEFAULT_API).rstrip("/")
     if not base.startswith(("http://", "https://")):
         raise CliError(f"--api must be an http(s) URL, got {base!r}")
+    payload = {"scenario": scenario} if pool is None else {"scenario": scenario, "pool": pool}
     headers = {"Content-Type": "application/json", "X-SAS-Client": "sas-cli"}
     if key or os.environ.get("SAS_API_KEY"):
         headers["x-functions-key"] = key or os.environ["SAS_API_KEY"]
     request = urllib.request.Request(
-        f"{base}/api/canary/runs", data=json.dumps({"scenario": scenario}).encode(), headers=headers
+        f"{base}/api/canary/runs", data=json.dumps(payload).encode(), headers=headers
     )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:

@@ -26,6 +26,7 @@ from supervisor.watchdog_model import (
     step_deadline_seconds,
 )
 from workflow_core import telemetry
+from workflow_core.canary.routing import route_pool
 from workflow_core.contracts import (
     ResultMessage,
     StepKind,
@@ -35,6 +36,7 @@ from workflow_core.contracts import (
 from workflow_core.ledger import StepRecord, StepStatus
 from workflow_core.messages import work_message
 from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import pool_queue
 
 S = StepStatus
 
@@ -138,7 +140,8 @@ class _Tick(_TickActions):
             seconds=step_deadline_seconds(found, store=getattr(self.services, "definitions", None))
         )
         message = work_message(found, deadline=deadline)
-        queue = agent_pools().queue_of(found.agent, self.services.settings.work_queue)  # its pool's
+        pool = route_pool(agent_pools(), message.body)  # its pool's (a canary run: the one it names)
+        queue = pool_queue(self.services.settings.work_queue, pool)
         await _io(self.services.transport.send, queue, message)
         detail = (
             f"work message {message.message_id} still unclaimed past the grace after its deadline (never "

@@ -33,6 +33,7 @@ from activities.scheduler.limits_gate import hold_back, is_limited
 from activities.verification import UNDOING, attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
+from workflow_core.canary.routing import route_pool
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
 from workflow_core.ledger.known_rows import KnownStepRecord, known_instance, watched_in
@@ -228,7 +229,7 @@ def _send(message: OutgoingMessage, d: StepDispatch, services: Services) -> str:
     """Send to the queue of the agent's pool (the send span names it), retrying a few times at once (the
     same MessageId: a send that did reach the broker is deduplicated); the queue, or the last
     ``TransportError`` propagates. Nothing is recorded afterwards."""
-    pool = agent_pools().pool_of(str(message.application_properties.get("agent", "")))
+    pool = route_pool(agent_pools(), message.body)  # the agent's pool (a canary run: the one it names)
     queue = pool_queue(services.settings.work_queue, pool)
     span = trace.get_current_span()
     span.update_name(f"send {queue}")

@@ -38,7 +38,9 @@
     if (data.state === "failed") text += " · last check failed";
     else if (data.state === "stale") text += " · stale";
     badge.textContent = text;
-    badge.title = `recovery canary: ${data.state}${data.enabled ? "" : " (CANARY_ENABLED is off)"}`;
+    const failing = Object.entries(data.pools || {}).filter(([, p]) => p.state === "failed").map(([n]) => n);
+    const where = failing.length ? ` (failed in pool ${failing.join(", ")})` : "";
+    badge.title = `recovery canary: ${data.state}${where}${data.enabled ? "" : " (CANARY_ENABLED is off)"}`;
     badge.hidden = false;
   }
 
@@ -46,6 +48,15 @@
     main.replaceChildren();
     main.append(el("h1", "Recovery canary"));
     main.append(el("p", `State: ${data.state}. Last passed: ${data.last_passed_at || "never"}.`, "muted"));
+    // Each pool's own state: a pool whose last verdict failed is red even when another pool passed.
+    const pools = Object.entries(data.pools || {});
+    if (pools.length) {
+      const list = el("ul", null, "canary-pools");
+      for (const [name, p] of pools) {
+        list.append(el("li", `pool ${name}: ${p.state}; last passed ${p.last_passed_at || "never"}`, `verdict-${p.state}`));
+      }
+      main.append(list);
+    }
     if (!data.verdicts.length) {
       main.append(el("p", "No verdict yet: the canary timer records one after each run (docs/operations.md)."));
       return;

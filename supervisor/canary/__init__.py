@@ -9,6 +9,7 @@ trails, record each verdict once as a ledger row in the run's own partition, and
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +18,12 @@ from opentelemetry import metrics
 
 from workflow_core import clock, telemetry_instruments
 from workflow_core.canary import CANARY_WORKFLOW, SCENARIOS, expected_recovery_seconds, judge
-from workflow_core.ledger import decode_json
+from workflow_core.canary.routing import route_pool
+from workflow_core.canary.scenarios import PROBE
+from workflow_core.ledger import StepNotFound, decode_json
+from workflow_core.messages import stored_input
+from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import DEFAULT_POOL
 
 VERDICT_ACTION = "canary-verdict"
 ACTOR = "supervisor:canary"
@@ -87,6 +93,17 @@ def _recorded(ledger: Any, instance_id: str) -> dict[str, Any] | None:
     return None
 
 
+def exercised_pool(ledger: Any, instance_id: str, given: dict[str, Any]) -> str:
+    """The pool the run's probe was sent to: dispatch's rule (``route_pool``) applied to the probe step's
+    input as the ledger stores it, so a verdict names where the work went, not what was asked."""
+    try:
+        probe = ledger.get(instance_id, PROBE)
+    except StepNotFound:
+        return str(given.get("pool") or DEFAULT_POOL)
+    body = {"workflow": CANARY_WORKFLOW, "agent": probe.agent, "kind": "work", "input": stored_input(probe)}
+    return route_pool(agent_pools(), body)
+
+
 def verify_runs(
     ledger: Any, *, watchdog_period: float, grace: float, now: datetime | None = None, limit: int = 20
 ) -> list[Verdict]:
@@ -109,16 +126,17 @@ def verify_runs(
         if seen.outcome == "pending":
             continue
         spec = SCENARIOS[scenario]
+        pool = exercised_pool(ledger, record.instance_id, given)
         verdict = Verdict(
             instance_id=record.instance_id,
             scenario=scenario,
-            pool=str(given.get("pool", "default")),
+            pool=pool,
             outcome=seen.outcome,
             expected=f"{spec.recovery}: {_events_text(spec.expected_events)} -> {spec.outcome}",
             observed=seen.observed[:MAX_FIELD],
             expected_seconds=expected,
             recovery_seconds=seen.recovery_seconds,
-            cause=seen.cause[:MAX_FIELD],
+            cause=(f"pool {pool!r}: {seen.cause}" if seen.cause else "")[:MAX_FIELD],
             at=now.isoformat(),
         )
         reason = json.dumps(asdict(verdict))
@@ -131,23 +149,50 @@ def verify_runs(
     return new
 
 
-def latest_verdicts(
-    ledger: Any, *, now: datetime | None = None, period: timedelta = DEFAULT_PERIOD, limit: int = 10
-) -> dict[str, Any]:
-    """``{state, last_passed_at, verdicts}`` for operators: state ``failed`` when the newest verdict
-    failed, ``stale`` when none passed within two periods, ``passed`` otherwise (``none`` if no run)."""
-    now = now or clock.utcnow()
-    records, _ = ledger.list_instances(workflow=CANARY_WORKFLOW, limit=limit)
-    verdicts = [v for v in (_recorded(ledger, r.instance_id) for r in records) if v is not None]
-    verdicts.sort(key=lambda v: v["at"], reverse=True)
+def _state(verdicts: list[dict[str, Any]], now: datetime, period: timedelta) -> tuple[str, str | None]:
+    """(state, last pass) of verdicts newest first: ``failed`` when the newest failed, ``stale`` when
+    none passed within two periods, ``passed`` otherwise, ``none`` without a verdict."""
     passed = [v["at"] for v in verdicts if v["outcome"] == "passed"]
     last_passed = max(passed) if passed else None
     if not verdicts:
-        state = "none"
-    elif verdicts[0]["outcome"] == "failed":
-        state = "failed"
-    elif last_passed is None or now - datetime.fromisoformat(last_passed) > 2 * period:
-        state = "stale"
-    else:
-        state = "passed"
-    return {"state": state, "last_passed_at": last_passed, "verdicts": verdicts}
+        return "none", None
+    if verdicts[0]["outcome"] == "failed":
+        return "failed", last_passed
+    if last_passed is None or now - datetime.fromisoformat(last_passed) > 2 * period:
+        return "stale", last_passed
+    return "passed", last_passed
+
+
+def latest_verdicts(
+    ledger: Any,
+    *,
+    now: datetime | None = None,
+    period: timedelta = DEFAULT_PERIOD,
+    limit: int = 10,
+    pools: Sequence[str] = (),
+) -> dict[str, Any]:
+    """``{state, last_passed_at, verdicts, pools}`` for operators. ``pools`` maps each canary pool (those
+    given, plus any a verdict names) to its own ``{state, last_passed_at, last}``, from that pool's
+    verdicts alone. The overall state is the worst pool's: ``failed`` when any pool's newest verdict
+    failed (another pool passing does not hide it), ``stale`` when a pool that has verdicts has none
+    passed within two periods, ``passed`` otherwise (``none`` without any verdict). ``limit`` runs are
+    read per pool, so a tick that starts one run per pool shows ``limit`` ticks."""
+    now = now or clock.utcnow()
+    records, _ = ledger.list_instances(workflow=CANARY_WORKFLOW, limit=limit * max(1, len(pools)))
+    verdicts = [v for v in (_recorded(ledger, r.instance_id) for r in records) if v is not None]
+    verdicts.sort(key=lambda v: v["at"], reverse=True)
+    names = list(dict.fromkeys([*pools, *(str(v.get("pool") or "") for v in verdicts)]))
+    per_pool: dict[str, Any] = {}
+    for name in names:
+        mine = [v for v in verdicts if str(v.get("pool") or "") == name]
+        state, last_passed = _state(mine, now, period)
+        per_pool[name or "?"] = {
+            "state": state,
+            "last_passed_at": last_passed,
+            "last": mine[0] if mine else None,
+        }
+    states = {p["state"] for p in per_pool.values()}
+    overall, last_passed = _state(verdicts, now, period)
+    if overall != "none":
+        overall = next((s for s in ("failed", "stale") if s in states), "passed")
+    return {"state": overall, "last_passed_at": last_passed, "verdicts": verdicts, "pools": per_pool}

@@ -19,7 +19,7 @@ def _rows(rows):
     return {r["check"]: r for r in rows}
 
 
-def _run(ledger, n: int, outcome: str, at, cause: str = "") -> str:
+def _run(ledger, n: int, outcome: str, at, cause: str = "", pool: str = "default") -> str:
     iid = f"canary-{n}"
     ledger.create_instance(
         iid,
@@ -33,7 +33,7 @@ def _run(ledger, n: int, outcome: str, at, cause: str = "") -> str:
     verdict = {
         "instance_id": iid,
         "scenario": "retry",
-        "pool": "default",
+        "pool": pool,
         "outcome": outcome,
         "expected": "retry",
         "observed": "retried once",
@@ -66,12 +66,24 @@ def test_the_newest_failed_verdict_fails_doctor_and_older_ones_do_not(services, 
     _run(services.ledger, 2, "passed", now - timedelta(minutes=20))
     rows = diagnostics_providers.canary_rows(services)
     assert rows[0]["check"] == "canary" and rows[0]["ok"] is True and "passed" in rows[0]["detail"]
-    assert [r["ok"] for r in rows[1:]] == [True, None]  # the superseded failure is shown, not failed
+    assert [r["ok"] for r in rows if r["check"] == "canary pool default"] == [True]
+    verdicts = [r["ok"] for r in rows if r["check"].startswith("canary verdict")]
+    assert verdicts == [True, None]  # the superseded failure is shown, not failed
 
     _run(services.ledger, 3, "failed", now - timedelta(minutes=1), cause="watchdog did not resume")
     rows = diagnostics_providers.canary_rows(services)
     assert rows[0]["ok"] is False and "watchdog did not resume" in rows[0]["detail"]
-    assert rows[0]["fix"] and rows[1]["ok"] is False
+    assert rows[0]["fix"] and rows[1]["ok"] is False and rows[1]["check"] == "canary pool default"
+
+
+def test_a_pool_whose_newest_verdict_failed_fails_doctor_though_another_pool_passed(services, monkeypatch):
+    monkeypatch.setenv("CANARY_ENABLED", "true")
+    now = clock.utcnow()
+    _run(services.ledger, 1, "failed", now - timedelta(minutes=5), cause="pool 'beta': no agent", pool="beta")
+    _run(services.ledger, 2, "passed", now - timedelta(minutes=1))
+    rows = {r["check"]: r for r in diagnostics_providers.canary_rows(services)}
+    assert rows["canary"]["ok"] is False and "pool 'beta': no agent" in rows["canary"]["detail"]
+    assert rows["canary pool beta"]["ok"] is False and rows["canary pool default"]["ok"] is True
 
 
 def test_no_pass_within_two_periods_is_stale(services, monkeypatch):

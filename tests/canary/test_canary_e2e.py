@@ -161,3 +161,47 @@ def test_an_unreadable_verdict_row_shows_as_a_failure_not_a_crash(harness):
     harness.ledger.note(iid, "*", actor=ACTOR, action=VERDICT_ACTION, reason='{"outcome": "pass')
     summary = latest_verdicts(harness.ledger, now=harness.now())
     assert summary["state"] == "failed" and summary["verdicts"][0]["cause"] == "unreadable verdict row"
+
+
+TWO_POOLS = "pools:\n  alpha:\n    agents: []\n  beta:\n    agents: []\n    canary: true\n"
+
+
+def _tick_and_judge(h: PatternHarness, minutes: int) -> dict:
+    from api.canary import canary_tick
+
+    done = h.host.run_async(canary_tick(h.host.client, h.services, now=h.now()))
+    _idle(h, minutes)
+    verify_runs(h.ledger, watchdog_period=PERIOD, grace=GRACE, now=h.now() + timedelta(seconds=600))
+    return done
+
+
+def test_a_tick_exercises_every_hosted_pool_and_each_gets_its_verdict(azurite):
+    """Two hosted pools besides default: one run each per tick, each verdict names the pool its probe
+    was sent to (the harness serves each pool's queue separately)."""
+    with PatternHarness(
+        azurite, extra_workflows={"pools": TWO_POOLS}, hosted_pools=["default", "alpha", "beta"]
+    ) as h:
+        done = _tick_and_judge(h, 10)
+        summary = latest_verdicts(h.ledger, now=h.now(), pools=["default", "alpha", "beta"])
+    assert sorted(done["started"]) == ["alpha", "beta", "default"]
+    by_id = {v["instance_id"]: v for v in summary["verdicts"]}
+    for pool, iid in done["started"].items():
+        assert by_id[iid]["pool"] == pool and by_id[iid]["outcome"] == "passed", by_id[iid]
+    assert summary["state"] == "passed"
+    states = {p: s["state"] for p, s in summary["pools"].items()}
+    assert states == dict.fromkeys(["default", "alpha", "beta"], "passed")
+
+
+def test_a_pool_nobody_serves_fails_naming_that_pool_while_the_others_pass(azurite):
+    """beta opts in (canary: true) but no worker serves its queue: its verdict fails naming beta, the
+    hosted pools pass, and the overall state is failed (red) although other pools passed."""
+    hosted = ["default", "alpha"]
+    with PatternHarness(azurite, extra_workflows={"pools": TWO_POOLS}, hosted_pools=hosted) as h:
+        done = _tick_and_judge(h, 10)
+        summary = latest_verdicts(h.ledger, now=h.now(), pools=["default", "alpha", "beta"])
+    assert sorted(done["started"]) == ["alpha", "beta", "default"]
+    pools = summary["pools"]
+    assert pools["beta"]["state"] == "failed" and "pool 'beta'" in pools["beta"]["last"]["cause"], pools
+    assert "agent" in pools["beta"]["last"]["cause"]
+    assert pools["alpha"]["state"] == "passed" and pools["default"]["state"] == "passed"
+    assert summary["state"] == "failed"

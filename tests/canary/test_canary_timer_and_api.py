@@ -43,13 +43,18 @@ def test_a_tick_starts_a_run_and_a_later_tick_records_its_verdict(harness):
     h = harness
     assert _get(h)[1]["state"] == "none"
     done = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=_hour_of("scheduler-lost")))
-    iid = done["started"]
+    assert list(done["started"]) == ["default"]  # one run per canary pool: here the one hosted pool
+    iid = done["started"]["default"]
     assert done["scenario"] == "scheduler-lost" and h.host.get_status(iid).runtime_status.name == "Terminated"
     h.run_until(lambda: h.ledger.get_instance(iid).status.value == "Succeeded", timeout=timedelta(minutes=10))
     later = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=h.now()))
     assert later["judged"] == [iid]
     status, body = _get(h)
     assert status == 200 and body["state"] == "passed" and body["enabled"] is False
+    assert (
+        body["pools"]["default"]["state"] == "passed"
+        and body["pools"]["default"]["last"]["instance_id"] == iid
+    )
     (verdict,) = body["verdicts"]
     assert verdict["instance_id"] == iid and verdict["scenario"] == "scheduler-lost"
     assert verdict["recovery_seconds"] <= verdict["expected_seconds"]
@@ -129,10 +134,17 @@ def test_post_canary_runs_starts_one_and_refuses_bad_bodies(harness):
         b"[1]",
         b"not json",
         b'{"scenario": "' + b"x" * 100_000 + b'"}',
+        b'{"scenario": "retry", "pool": "nowhere"}',
+        b'{"scenario": "retry", "pool": ["default"]}',
+        b'{"scenario": "retry", "pool": "' + b"p" * 5000 + b'"}',
     ):
         status, problem = _post_run(h, bad)
         assert status == 400, (bad[:40], problem)
     assert _post_run(h, b'{"scenario": "retry"}', **{"X-SAS-Client": ""})[0] == 400
+    status, problem = _post_run(h, b'{"scenario": "retry", "pool": "nowhere"}')
+    assert "canary pools: default" in json.dumps(problem)
+    status, body = _post_run(h, b'{"scenario": "retry", "pool": "default"}')
+    assert status == 202 and body["pool"] == "default"
 
 
 def test_sas_canary_prints_the_verdicts_and_run_refuses_clearly(harness, azurite):
@@ -161,6 +173,7 @@ def test_sas_canary_prints_the_verdicts_and_run_refuses_clearly(harness, azurite
 
     code, out, _ = run("canary")
     assert code == 0 and "canary: passed" in out and iid in out and "retry" in out
+    assert "pool default: passed" in out
     code, out, _ = run("canary", "--output", "json")
     assert code == 0 and json.loads(out)["verdicts"][0]["instance_id"] == iid
     code, _, err = run("canary", "run", "--scenario", "nope")

@@ -14,13 +14,13 @@ from supervisor.canary import ACTOR, VERDICT_ACTION, Verdict
 from tests.console.conftest import screenshot
 
 
-def _verdict(demo, outcome: str, at, cause: str = "") -> str:
+def _verdict(demo, outcome: str, at, cause: str = "", pool: str = "default") -> str:
     h = demo.harness
     iid = h.start_workflow("sas-canary", {"scenario": "retry"})
     verdict = Verdict(
         instance_id=iid,
         scenario="retry",
-        pool="default",
+        pool=pool,
         outcome=outcome,
         expected="retry with backoff",
         observed="probe:Failed, probe:Succeeded",
@@ -75,6 +75,24 @@ def test_the_badge_is_red_when_stale_green_after_a_pass_red_after_a_failure(demo
     assert failed in rows.nth(0).inner_text() and "is the watchdog running?" in rows.nth(0).inner_text()
     assert passed in page.locator("table.canary-history").inner_text()
     screenshot(page, "canary-history")
+
+
+def test_a_pool_whose_last_verdict_failed_keeps_the_badge_red_after_another_pool_passed(demo, page):
+    now = demo.harness.now()
+    _verdict(demo, "failed", now - timedelta(seconds=30), cause="pool 'beta': no agent", pool="beta")
+    _verdict(demo, "passed", now)  # newer, in another pool: does not hide beta's failure
+    badge = _badge(page, demo)
+    assert badge.get_attribute("data-state") == "failed" and "canary-bad" in badge.get_attribute("class")
+    assert "failed in pool beta" in badge.get_attribute("title")
+    badge.click()
+    page.wait_for_selector("ul.canary-pools")
+    pools = page.locator("ul.canary-pools").inner_text()
+    assert "pool beta: failed" in pools and "pool default: passed" in pools
+    color = page.evaluate(
+        "getComputedStyle(document.querySelector('ul.canary-pools li.verdict-failed')).color"
+    )
+    assert color == "rgb(194, 53, 43)"  # --bad
+    screenshot(page, "canary-pools")
 
 
 def test_canary_runs_are_not_in_the_console_list(demo, page):

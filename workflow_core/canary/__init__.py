@@ -5,6 +5,7 @@ Roles build on it: the canary agent (``activities/worker/handlers/canary.py``) r
 its own input; the supervisor's canary timer (``supervisor/canary``) starts runs and records verdicts.
 """
 
+from workflow_core.canary.routing import CANARY_AGENTS, canary_pools, route_pool
 from workflow_core.canary.scenarios import (
     CANARY_WORKFLOW,
     SCENARIOS,

@@ -28,6 +28,7 @@ class Pool(BaseModel):
 
     agents: tuple[str, ...] = ()
     message_only: bool = False
+    canary: bool = False  # opts the pool in to the recovery canary (docs/operations.md, "Recovery canary")
 
 
 class AgentPools(BaseModel):
