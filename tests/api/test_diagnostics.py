@@ -110,6 +110,7 @@ def test_a_missing_role_fails_the_access_probes(app_env, azurite):
 
 def test_providers_plug_in_and_a_failing_one_is_a_row(services):
     liveness.record_tick(services.ledger.table_client())
+    installed = dict(sections.PROVIDERS)  # the app's own providers, put back afterwards
     sections.register_provider(
         "canary", lambda _s: [sections.row("canary last verdict", True, "passed 12 s ago")]
     )
@@ -117,7 +118,6 @@ def test_providers_plug_in_and_a_failing_one_is_a_row(services):
     def broken(_services):
         raise RuntimeError("boom")
 
-    installed = dict(sections.PROVIDERS)
     sections.register_provider("circuits", broken)
     try:
         rows = _rows(diagnostics.collect(services))

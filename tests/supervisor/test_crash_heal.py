@@ -11,7 +11,7 @@ real agent worker to show the re-sent message is the one the agent acts on.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -117,7 +117,9 @@ def test_crash_between_ledger_write_and_send_is_healed_once(services, ledger):
     # claimed after reading the row)
     assert "ledger" not in messages[0].body and "ledger" in normal.body
     assert messages[0].body.keys() == normal.body.keys() - {"ledger"}
-    own = ("instance_id", "orchestration_id", "deadline", "reply_token", "idempotency_key")  # per step
+    # per step; the expiry follows the attempt's deadline, which the re-send moved past the heal
+    own = ("instance_id", "orchestration_id", "deadline", "expires_at", "reply_token", "idempotency_key")
+    assert datetime.fromisoformat(messages[0].body["expires_at"]) > healed_at
     assert {k: v for k, v in messages[0].body.items() if k not in own} == {
         k: v for k, v in normal.body.items() if k not in (*own, "ledger")
     }
