@@ -249,13 +249,15 @@ var agentPoolRegistryLoginServer = !empty(agentPoolRegistryServer) ? agentPoolRe
 // no regular expressions: a name is lower-case, 1-20 long, of letters, digits and single inner dashes when it
 // equals its lower-case form and holds none of the characters a queue or identity name refuses.
 var poolNameRefused = [' ', '_', '.', '/', ':', '@', '#', '+', '=', ',', ';', '*', '?', '!', '~', '&', '%', '$', '(', ')']
-var poolNames = map(agentPools, pool => string(pool.?name ?? ''))
+var poolNames = [for pool in agentPools: contains(pool, 'name') ? string(pool.name) : '']
+var poolsWithAnUnknownHosting = [for pool in filter(agentPools, pool => !contains(['app', 'external', 'containerApp'], contains(pool, 'hosting') ? pool.hosting : '')): contains(pool, 'name') ? pool.name : '?']
+var containerAppPoolsWithoutImageOrReplicas = [for pool in filter(agentPools, pool => (((contains(pool, 'hosting') ? pool.hosting : '') == 'containerApp') && (empty(contains(pool, 'image') ? pool.image : '') || ((contains(pool, 'maxReplicas') ? pool.maxReplicas : 10) < 1)))): contains(pool, 'name') ? pool.name : '?']
 var poolValidation = {
-  poolsWithAnUnknownHosting: map(filter(agentPools, pool => !contains(['app', 'external', 'containerApp'], pool.?hosting ?? '')), pool => pool.?name ?? '?')
+  poolsWithAnUnknownHosting: poolsWithAnUnknownHosting
   poolsWithABadName: filter(poolNames, name => (empty(name) || ((length(name) > 20) || ((toLower(name) != name) || (startsWith(name, '-') || (endsWith(name, '-') || (contains(name, '--') || (length(split(name, poolNameRefused)) > 1))))))))
   // union() drops repeats: fewer names after it means some name is listed twice
   poolNamesListedTwice: (length(union(poolNames, [])) == length(poolNames)) ? [] : poolNames
-  containerAppPoolsWithoutImageOrReplicas: map(filter(agentPools, pool => (((pool.?hosting ?? '') == 'containerApp') && (empty(pool.?image ?? '') || ((pool.?maxReplicas ?? 10) < 1)))), pool => pool.?name ?? '?')
+  containerAppPoolsWithoutImageOrReplicas: containerAppPoolsWithoutImageOrReplicas
 }
 
 module identity 'modules/identity.bicep' = {
@@ -469,8 +471,6 @@ module functionApp 'modules/function-app.bicep' = {
     identityClientId: identity.outputs.clientId
     storageAccountName: storage.outputs.name
     deploymentContainerName: deploymentContainerName
-    authClientId: authClientId
-    authTenantId: authTenantId
     serviceBusNamespaceName: serviceBus.outputs.name
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     maximumInstanceCount: maximumInstanceCount
@@ -503,6 +503,19 @@ module functionApp 'modules/function-app.bicep' = {
     roleAssignments
     durableTaskScheduler
   ]
+}
+
+// App Service Authentication (Easy Auth) with Microsoft Entra ID, only with an authClientId: every request
+// needs a bearer token for the app registration, except the health probe; API callers get 401. The platform
+// then sets WEBSITE_AUTH_ENABLED and passes X-MS-CLIENT-PRINCIPAL (app roles Workflows.Read, Workflows.Operate).
+// A module of its own so its resource is unconditional (checkov's CKV_AZURE_70 crashes on a conditional one).
+module authentication 'modules/app-authentication.bicep' = if (!empty(authClientId)) {
+  name: 'app-authentication'
+  params: {
+    functionAppName: functionApp.outputs.name
+    authClientId: authClientId
+    authTenantId: authTenantId
+  }
 }
 
 output functionAppName string = functionApp.outputs.name

@@ -92,12 +92,6 @@ param maxPayloadBytes int
 param payloadContainerName string
 param taskHubName string
 
-@description('Client (application) id of the Entra app registration that fronts the API (App Service Authentication); empty = no platform authentication (function keys only).')
-param authClientId string = ''
-
-@description('Tenant of that app registration.')
-param authTenantId string = tenant().tenantId
-
 var useDurableTaskScheduler = durableBackend == 'DurableTaskScheduler'
 
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
@@ -206,12 +200,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
           value: 'Authorization=AAD;ClientId=${identityClientId}'
         }
-        // The Python worker owns telemetry: PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY makes it create its
-        // trace-context propagator AND call configure_azure_monitor() itself at worker init (worker
-        // dispatcher.py, worker_init_request / initialize_azure_monitor), so the host's request span
-        // continues in Python. Not PYTHON_ENABLE_OPENTELEMETRY: that marks OpenTelemetry as on without
-        // creating the propagator, and every invocation then calls .extract on None (worker issue 1881).
-        // The app then does not configure azure-monitor a second time (workflow_core/telemetry_instruments.py).
+        // The worker owns telemetry: this makes it create its trace-context propagator and call
+        // configure_azure_monitor itself at init, so the host's span continues in Python and the app does
+        // not configure azure-monitor twice. Not PYTHON_ENABLE_OPENTELEMETRY: no propagator then, and every
+        // invocation calls extract on None (worker issue 1881). Sources: docs/platform.md.
         {
           name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY'
           value: 'true'
@@ -368,57 +360,6 @@ resource ftpBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@20
   location: location
   properties: {
     allow: false
-  }
-}
-
-// App Service Authentication (Easy Auth) with Microsoft Entra ID: every request needs a bearer token for the
-// app registration, except the health probe; API callers get 401 (no login redirect). The platform then sets
-// WEBSITE_AUTH_ENABLED and passes X-MS-CLIENT-PRINCIPAL (with the app roles Workflows.Read and
-// Workflows.Operate) to the app. No client secret: the app only validates tokens, it signs nobody in.
-resource authSettings 'Microsoft.Web/sites/config@2024-04-01' = if (!empty(authClientId)) {
-  // checkov:skip=CKV_AZURE_13: This resource IS App Service Authentication; checkov reads the config child as a web app without auth settings.
-  // checkov:skip=CKV_AZURE_66: Failed request tracing is a site logging setting, not part of authsettingsV2; checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
-  // checkov:skip=CKV_AZURE_63: HTTP logging is a site logging setting, not part of authsettingsV2; checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
-  // checkov:skip=CKV_AZURE_222: Public network access is a site property (suppressed with its reason on functionApp); checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
-  // checkov:skip=CKV_AZURE_80: .NET Framework does not apply to a Python app, nor to an authsettingsV2 config child.
-  // checkov:skip=CKV_AZURE_88: Azure Files storage mounts are a site property, not part of authsettingsV2; checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
-  // checkov:skip=CKV_AZURE_65: Detailed error messages are a site logging setting, not part of authsettingsV2; checkov reads this authsettingsV2 config child as a whole web app; the site's own setting is on functionApp above.
-  parent: functionApp
-  name: 'authsettingsV2'
-  properties: {
-    platform: {
-      enabled: true
-    }
-    globalValidation: {
-      requireAuthentication: true
-      unauthenticatedClientAction: 'Return401'
-      excludedPaths: [
-        '/api/health'
-      ]
-    }
-    identityProviders: {
-      azureActiveDirectory: {
-        enabled: true
-        registration: {
-          clientId: authClientId
-          openIdIssuer: '${environment().authentication.loginEndpoint}${authTenantId}/v2.0'
-        }
-        validation: {
-          allowedAudiences: [
-            'api://${authClientId}'
-            authClientId
-          ]
-        }
-      }
-    }
-    login: {
-      tokenStore: {
-        enabled: false
-      }
-    }
-    httpSettings: {
-      requireHttps: true
-    }
   }
 }
 

@@ -36,11 +36,15 @@ def test_the_api_requires_an_entra_token_and_answers_401():
 
 def test_authentication_is_provisioned_only_with_a_client_id_and_prod_requires_one():
     files, auth = _auth_settings()
-    assert auth.condition is not None and "authClientId" in str(auth.condition)
+    # The resource is unconditional in its own module (checkov crashes on a conditional config resource);
+    # the module call in function-app.bicep carries the condition and passes the client id through.
+    assert auth.file == "modules/app-authentication.bicep" and auth.condition is None
+    path, params, condition = bc.modules_of(files["main.bicep"])["authentication"]
+    assert path == "modules/app-authentication.bicep"
+    assert condition is not None and "authClientId" in str(condition)
+    assert bc.dotted(params["authClientId"]) == "authClientId"
     main_params = files["main.bicep"].section("parameters")
     assert {"authClientId", "authTenantId"} <= set(main_params)
-    call = bc.modules_of(files["main.bicep"])["functionApp"][1]
-    assert bc.dotted(call["authClientId"]) == "authClientId"
     prod = (bc.INFRA_DIR / "main.prod.bicepparam").read_text(encoding="utf-8")
     # readEnvironmentVariable without a default: a prod deploy without the registration fails to build.
     assert re.search(r"^param authClientId = readEnvironmentVariable\('SAS_AUTH_CLIENT_ID'\)$", prod, re.M)
