@@ -14,6 +14,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from supervisor import bulk
+from supervisor.bulk_retention import bulk_retention_tick
 from supervisor.retention import PurgeReport, Retention
 from workflow_core import runtime
 from workflow_core.operations_settings import OperationsSettings, load_operations_settings
@@ -49,6 +50,7 @@ async def retention_tick(
 ) -> PurgeReport:
     retention = retention_for(services, ops, client.purge_instance_history)
     report = await retention.run(now)
+    bulk_retention_tick(services.ledger, ops, now)  # finished bulk operations' rows (issue 42)
     log.info(
         "retention: marked %d, purged %d, failed %d",
         len(report.marked),
