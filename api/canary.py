@@ -1,7 +1,8 @@
 """The recovery canary's timer and ``GET /api/canary`` (docs/operations.md, "Recovery canary").
 
 The ``canary`` timer (``CANARY_SCHEDULE``, default hourly; does nothing unless ``CANARY_ENABLED`` is
-true, which ``infra/`` sets) first judges earlier runs (``supervisor.canary.verify_runs``), then starts
+true, which ``infra/`` sets) first judges earlier runs (``supervisor.canary.verify_runs``) and counts
+the pools gone stale (``supervisor.canary.stale``: the per-pool alert's metric), then starts
 one run of ``sas-canary`` per canary pool (``workflow_core.canary.canary_pools``: every hosted pool and
 every pool that opts in) through the same starter as ``POST /api/workflows/{name}/instances``, the
 scenario rotating with the period (each pool gets the same scenario in a tick).
@@ -30,6 +31,7 @@ from api.responses import (
 )
 from api.start import start_workflow
 from supervisor.canary import latest_verdicts, verify_runs
+from supervisor.canary.stale import report_stale_pools
 from workflow_core import clock, runtime
 from workflow_core.canary import CANARY_WORKFLOW, SCENARIOS, canary_pool, canary_pools, scenario_named
 from workflow_core.workflows.loader import agent_pools
@@ -109,21 +111,29 @@ async def canary_tick(
     now = now or clock.utcnow()
     settings = svc.settings
     watchdog_period = _watchdog_period_seconds(settings.watchdog_schedule)
+    pools = pools_of(services)
     judged = await asyncio.to_thread(
         verify_runs,
         svc.ledger,
         watchdog_period=watchdog_period,
         grace=settings.watchdog_grace_seconds,
         now=now,
+        limit=max(20, 4 * len(pools)),  # four ticks' runs: many pools must not leave runs unjudged
     )
+    stale = await asyncio.to_thread(report_stale_pools, svc.ledger, pools, now=now, period=period_of())
     scenario = scenario_for(now, period_of())
     started: dict[str, str] = {}
-    for pool in pools_of(services):
+    for pool in pools:
         try:
             started[pool] = await start_canary_run(client, services, scenario, pool)
         except RuntimeError as exc:  # one pool's start failing must not keep the others from running
             log.warning("canary: could not start %s in pool %s: %s", scenario, pool, exc)
-    return {"started": started, "scenario": scenario, "judged": [v.instance_id for v in judged]}
+    return {
+        "started": started,
+        "scenario": scenario,
+        "judged": [v.instance_id for v in judged],
+        "stale": sorted(stale),
+    }
 
 
 def _watchdog_period_seconds(schedule: str) -> float:

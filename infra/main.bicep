@@ -368,7 +368,8 @@ module agentPoolsValidation 'modules/agent-pools-validation.bicep' = {
   }
 }
 
-// Recovery canary alerts: a failed verdict, and no pass for two canary periods (sas.canary.runs).
+// Recovery canary alerts: a failed verdict, no pass for two canary periods (sas.canary.runs), and one
+// pool without a pass for two periods (sas.canary.stale_pools).
 module canaryAlerts 'modules/canary-alerts.bicep' = {
   name: 'canary-alerts'
   params: {

@@ -2,11 +2,14 @@
 //
 // The canary timer judges each run of the built-in sas-canary workflow from the ledger's audit trail and
 // counts it in the counter sas.canary.runs (dimension outcome: passed | failed; also scenario, pool).
-// -> customMetrics (valueSum = count in the export interval). Two alerts:
+// -> customMetrics (valueSum = count in the export interval). Each tick also counts every canary pool
+// with no pass within two periods in sas.canary.stale_pools (dimension pool). Three alerts:
 //   canaryFailedAlert  any failed verdict: a recovery path (watchdog, retry, compensation, resume, a pool's
 //                      agent) did not work when exercised on purpose.
 //   canaryStaleAlert   no passed verdict for two canary periods: the canary itself is not running (timer
 //                      disabled, CANARY_ENABLED off, the app down) or every run fails.
+//   canaryPoolStaleAlert one pool has had no pass for two periods while others pass (its runs never
+//                      start or are never judged), one alert per pool.
 
 @description('Application Insights component the app exports its metrics to.')
 param applicationInsightsName string
@@ -44,6 +47,13 @@ customMetrics
 | extend outcome = tostring(customDimensions["outcome"])
 | where outcome == "passed"
 | summarize occurrences = sum(todouble(valueSum))
+'''
+
+var canaryPoolStaleQuery = '''
+customMetrics
+| where name == "sas.canary.stale_pools"
+| extend pool = tostring(customDimensions["pool"])
+| summarize occurrences = sum(todouble(valueSum)) by pool
 '''
 
 resource canaryFailedAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
@@ -109,6 +119,54 @@ resource canaryStaleAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = 
           metricMeasureColumn: 'occurrences'
           operator: 'LessThan'
           threshold: 1
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    actions: {
+      actionGroups: empty(actionGroupId) ? [] : [
+        actionGroupId
+      ]
+    }
+  }
+}
+
+resource canaryPoolStaleAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
+  name: 'alert-${applicationInsightsName}-canary-pool-stale'
+  location: location
+  tags: tags
+  kind: 'LogAlert'
+  properties: {
+    displayName: 'Scheduler Agent Supervisor: a canary pool has not passed for two periods'
+    description: 'The canary tick counted a pool with no passed sas-canary run for two periods (sas.canary.stale_pools, dimension pool): its runs do not start or are not judged while other pools pass. Run `sas canary` and see docs/operations.md, "Recovery canary".'
+    severity: 2
+    enabled: true
+    scopes: [
+      appInsights.id
+    ]
+    evaluationFrequency: 'PT15M'
+    windowSize: 'PT${canaryPeriodHours}H'
+    autoMitigate: true
+    criteria: {
+      allOf: [
+        {
+          query: canaryPoolStaleQuery
+          timeAggregation: 'Total'
+          metricMeasureColumn: 'occurrences'
+          dimensions: [
+            {
+              name: 'pool'
+              operator: 'Include'
+              values: [
+                '*'
+              ]
+            }
+          ]
+          operator: 'GreaterThan'
+          threshold: 0
           failingPeriods: {
             numberOfEvaluationPeriods: 1
             minFailingPeriodsToAlert: 1

@@ -175,7 +175,8 @@ def latest_verdicts(
     given, plus any a verdict names) to its own ``{state, last_passed_at, last}``, from that pool's
     verdicts alone. The overall state is the worst pool's: ``failed`` when any pool's newest verdict
     failed (another pool passing does not hide it), ``stale`` when a pool that has verdicts has none
-    passed within two periods, ``passed`` otherwise (``none`` without any verdict). ``limit`` runs are
+    passed within two periods (or a given pool has none at all while others' go back two periods),
+    ``passed`` otherwise (``none`` without any verdict). ``limit`` runs are
     read per pool, so a tick that starts one run per pool shows ``limit`` ticks."""
     now = now or clock.utcnow()
     records, _ = ledger.list_instances(workflow=CANARY_WORKFLOW, limit=limit * max(1, len(pools)))
@@ -183,9 +184,14 @@ def latest_verdicts(
     verdicts.sort(key=lambda v: v["at"], reverse=True)
     names = list(dict.fromkeys([*pools, *(str(v.get("pool") or "") for v in verdicts)]))
     per_pool: dict[str, Any] = {}
+    # the canary has run for two periods when a verdict that old was read: from then on a pool without
+    # any verdict (its runs never start, or are never judged) is stale, not merely new
+    running_long = bool(verdicts) and now - datetime.fromisoformat(verdicts[-1]["at"]) > 2 * period
     for name in names:
         mine = [v for v in verdicts if str(v.get("pool") or "") == name]
         state, last_passed = _state(mine, now, period)
+        if state == "none" and running_long:
+            state = "stale"
         per_pool[name or "?"] = {
             "state": state,
             "last_passed_at": last_passed,

@@ -183,7 +183,7 @@ def test_a_tick_exercises_every_hosted_pool_and_each_gets_its_verdict(azurite):
     ) as h:
         done = _tick_and_judge(h, 10)
         summary = latest_verdicts(h.ledger, now=h.now(), pools=["default", "alpha", "beta"])
-    assert sorted(done["started"]) == ["alpha", "beta", "default"]
+    assert sorted(done["started"]) == ["alpha", "beta", "default"] and done["stale"] == []
     by_id = {v["instance_id"]: v for v in summary["verdicts"]}
     for pool, iid in done["started"].items():
         assert by_id[iid]["pool"] == pool and by_id[iid]["outcome"] == "passed", by_id[iid]

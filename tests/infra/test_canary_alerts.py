@@ -32,3 +32,16 @@ def test_the_stale_alert_wants_a_pass_within_two_periods():
     assert criterion["operator"] == "LessThan" and criterion["threshold"] == 1
     window = rules["canaryStaleAlert"].properties.get("windowSize")
     assert re.search(r"2 \* canaryPeriodHours", str(window)), window
+
+
+def test_the_pool_stale_alert_reads_the_stale_pools_metric_per_pool():
+    from supervisor.canary.stale import STALE_METRIC
+
+    resolver, rules = _rules()
+    ((query, criterion),) = bc._query_text(resolver, rules["canaryPoolStaleAlert"])
+    assert f'name == "{STALE_METRIC}"' in query and 'customDimensions["pool"]' in query
+    assert "by pool" in query
+    assert criterion["operator"] == "GreaterThan" and criterion["threshold"] == 0
+    assert [d["name"] for d in criterion["dimensions"]] == ["pool"]
+    window = rules["canaryPoolStaleAlert"].properties.get("windowSize")
+    assert re.search(r"canaryPeriodHours", str(window)), window
