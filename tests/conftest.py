@@ -32,6 +32,20 @@ def unique_name():
 
 
 @pytest.fixture
+def ledger(azurite, unique_name):
+    """A ledger on fresh tables of the session's real Azurite (folders whose tests run on an app's
+    services override it with that app's ledger)."""
+    from workflow_core.ledger import StepLedger
+
+    led = StepLedger.from_connection_string(
+        azurite.connection_string, unique_name("steps"), unique_name("idx")
+    )
+    led.create_tables()
+    yield led
+    led.close()
+
+
+@pytest.fixture
 def broken_definitions(tmp_path, monkeypatch):
     """The shipped workflows/ with one typo (``agnet:`` in provision-tenant.yaml), loaded from a copy:
     what a newcomer's half-edited file looks like to every command that reads the definitions."""

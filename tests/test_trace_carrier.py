@@ -13,22 +13,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from workflow_core import ledger_gauges, telemetry_instruments, tracing
-from workflow_core.ledger import NewStep, StepLedger, StepStatus
+from workflow_core.ledger import NewStep, StepStatus
 from workflow_core.messages import work_message
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
-
-
-@pytest.fixture
-def ledger(azurite, unique_name):
-    """A ledger on fresh tables of the session's Azurite."""
-    led = StepLedger.from_connection_string(
-        azurite.connection_string, unique_name("steps"), unique_name("idx")
-    )
-    led.create_tables()
-    yield led
-    led.close()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import hashlib
 import json
 import os
 import secrets
@@ -21,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from azure.storage.queue import QueueClient
+
+from agent_runner.conformance_echo import apply_once
 
 ENVELOPE = "workflow-message/1"
 FAULTS = (
@@ -50,14 +51,12 @@ def encode(body: dict, message_id: str) -> str:
 
 
 def effect(key: str, once: bool) -> None:
-    effects = Path(os.environ["CONFORMANCE_EFFECTS"])
+    """The kit's stand-in remote service: once per key (its marker files), or, for the
+    ``no-idempotency`` fault, every time."""
     if once:
-        marker = effects.with_name(f"{effects.name}.{hashlib.sha256(key.encode()).hexdigest()}")
-        try:
-            marker.touch(exist_ok=False)
-        except FileExistsError:
-            return
-    with effects.open("a", encoding="utf-8") as log:
+        apply_once(key)
+        return
+    with Path(os.environ["CONFORMANCE_EFFECTS"]).open("a", encoding="utf-8") as log:
         log.write(key + "\n")
 
 

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 
 from supervisor.slot_sweep import sweep_slots
-from workflow_core.ledger import StepLedger
 from workflow_core.limits import Circuit, CircuitEvent, CircuitState, Holder, admit, next_circuit
 from workflow_core.limits.circuit_rules import TABLE
 from workflow_core.limits.circuits import circuit_audit, circuit_states, operator_move, record_outcome
@@ -21,15 +20,6 @@ from workflow_core.workflows.pools import clear_pools_cache, parse_pools
 T0 = datetime(2026, 1, 1, 10, 2, tzinfo=UTC)
 SETTINGS = CircuitSettings(failure_threshold=3, open_seconds=30)
 S, E = CircuitState, CircuitEvent
-
-
-@pytest.fixture
-def ledger(azurite, unique_name):
-    connection = azurite.connection_string
-    led = StepLedger.from_connection_string(connection, unique_name("steps"), unique_name("idx"))
-    led.create_tables()
-    yield led
-    led.close()
 
 
 def test_unset_limits_are_none_and_bad_ones_are_refused():

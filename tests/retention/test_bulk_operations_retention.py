@@ -27,14 +27,6 @@ from workflow_core.ledger.idempotency import (
 LATER = timedelta(days=31)  # Azurite stamps rows with the real time: the tick runs "31 days later"
 
 
-@pytest.fixture
-def ledger(azurite, unique_name):
-    led = StepLedger.from_connection_string(azurite.connection_string, unique_name("s"), unique_name("i"))
-    led.create_tables()
-    yield led
-    led.close()
-
-
 def make_op(ledger: StepLedger, *, outcomes: int, key: str | None, done: bool = True) -> bulk.BulkOperation:
     store = bulk.BulkStore(ledger)
     if key is not None:

@@ -20,15 +20,6 @@ class Killed(BaseException):
     """The process died (not an Exception: nothing in the runner catches it)."""
 
 
-@pytest.fixture
-def ledger(azurite, unique_name):
-    conn = azurite.connection_string
-    led = StepLedger.from_connection_string(conn, unique_name("steps"), unique_name("idx"))
-    led.create_tables()
-    yield led
-    led.close()
-
-
 def failed_instance(ledger: StepLedger, n: int, workflow: str = "provision-tenant") -> str:
     instance_id = f"out-{n:04d}"
     with clock.use_clock(lambda: T0 + timedelta(seconds=n)):

@@ -60,16 +60,6 @@ class Crashing:
 
 
 @pytest.fixture
-def ledger(azurite, unique_name):
-    led = StepLedger.from_connection_string(
-        azurite.connection_string, unique_name("steps"), unique_name("idx")
-    )
-    led.create_tables()
-    yield led
-    led.close()
-
-
-@pytest.fixture
 def archive(azurite, unique_name):
     container = ContainerClient.from_connection_string(azurite.connection_string, unique_name("arch"))
     container.create_container()

@@ -10,20 +10,11 @@ import pytest
 
 from supervisor.retention import Retention
 from workflow_core import clock
-from workflow_core.ledger import InstanceStatus, StepLedger
+from workflow_core.ledger import InstanceStatus
 from workflow_core.workflows import parse_workflow
 
 IS = InstanceStatus
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def ledger(azurite, unique_name):
-    conn = azurite.connection_string
-    led = StepLedger.from_connection_string(conn, unique_name("steps"), unique_name("idx"))
-    led.create_tables()
-    yield led
-    led.close()
 
 
 def done(ledger, instance_id: str, workflow: str, at: datetime) -> None:
