@@ -62,13 +62,19 @@ def _as_sent(schema: dict[str, Any]) -> dict[str, Any]:
 
 def schemas() -> dict[str, dict[str, Any]]:
     """File name -> schema, for each message the app sends."""
-    from workflow_core.contracts import Heartbeat, ResultMessage, WorkMessage
+    from workflow_core.contracts import AttemptStatus, Heartbeat, ResultMessage, WorkMessage
 
     found = {}
     for name, model, queue in (
         ("work-message", WorkMessage, "the work queue (WORK_QUEUE_NAME), read by agents"),
         ("result-message", ResultMessage, "the result queue (RESULT_QUEUE_NAME), written by agents"),
         ("heartbeat-message", Heartbeat, "the result queue (RESULT_QUEUE_NAME), from message-only agents"),
+        (
+            "attempt-status",
+            AttemptStatus,
+            "an agent's answer queue (a heartbeat's answer_queue, <RESULT_QUEUE_NAME>-answers-...), "
+            "written by the app",
+        ),
     ):
         schema = model.model_json_schema()
         if model is WorkMessage:
