@@ -135,12 +135,13 @@ class WorkMessage(_Model):
     input: MessagePayload = Field(default_factory=dict)
     ledger: WorkVersions | None = None  # absent on re-sends and compensations: the worker reads
     # What a message-only agent's heartbeats and result must carry (``messages.reply_token``),
-    # and the key it dedupes on toward its remote service: ``StepContext.idempotency_key``.
-    reply_token: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    idempotency_key: str | None = Field(default=None, max_length=301)
+    # and the key it dedupes on toward its remote service: ``StepContext.idempotency_key``. Every
+    # message carries both: one without is parked with the reason, never worked on.
+    reply_token: str = Field(pattern=r"^[0-9a-f]{64}$")
+    idempotency_key: str = Field(min_length=1, max_length=301)
     # When the attempt is over for good (its deadline plus ``EXPIRY_GRACE_SECONDS``): the message is
     # sent with a matching time-to-live, and an agent refuses one that arrives later (no effect).
-    expires_at: IsoTime | None = None
+    expires_at: IsoTime
 
 
 class WorkVersions(_Model):
