@@ -12,9 +12,9 @@ from __future__ import annotations
 import hmac
 import logging
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from activities.common import park, parse_or_park, retry_on_conflict, step_input, step_output
+from activities.common import park, retry_on_conflict, step_input, step_output
 from activities.verification import attempt_token
 from activities.worker.delivery import Delivery
 from activities.worker.delivery_rules import Outcome
@@ -89,15 +89,6 @@ def _check(report: Heartbeat | ResultMessage, services: Services) -> AgentReport
         r.instance_id, r.step_id, actor=ACTOR, action=REFUSED, reason=why, attempt=report.attempt
     )
     return Refusal(REFUSED, why, r)
-
-
-def handle_heartbeat(body: Any, services: Services, *, message_id: str | None = None) -> str:
-    """A heartbeat on the result queue: ``heartbeat`` (claimed if need be, deadline moved),
-    ``agent-report-refused`` or ``parked``."""
-    beat = parse_or_park(Heartbeat, body, services, source="result", actor=ACTOR, message_id=message_id)
-    if isinstance(beat, str):
-        return "parked"
-    return apply_heartbeat(beat, services).outcome
 
 
 class BeatVerdict(NamedTuple):
