@@ -24,9 +24,6 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 CONTRACT_VERSION = 3  # 2: the work message's reply_token, the heartbeat message; 3: expires_at,
 # reply_token and idempotency_key required, compensate input and blob references described
 
-# Fields of the work message the app always sends (``messages.work_body``), though the model accepts
-# them missing: an agent may rely on each.
-ALWAYS_SENT = ("reply_token", "idempotency_key", "expires_at")
 BLOB_REFERENCE = {
     "type": "object",
     "description": "A value too large to travel inline, stored in the payload container (PAYLOAD_CONTAINER) "
@@ -47,28 +44,27 @@ INPUT_DESCRIPTION = (
 
 
 def _as_sent(schema: dict[str, Any]) -> dict[str, Any]:
-    """The work message schema as the app sends it: ``ALWAYS_SENT`` required and never null; the input
-    and blob references described."""
-    props = schema["properties"]
-    for name in ALWAYS_SENT:
-        variants = [v for v in props[name].pop("anyOf", []) if v.get("type") != "null"]
-        props[name].pop("default", None)
-        props[name].update(variants[0] if variants else {})
-    schema["required"] = [*schema["required"], *ALWAYS_SENT]
-    props["input"]["description"] = INPUT_DESCRIPTION
+    """The work message schema with its input and blob references described."""
+    schema["properties"]["input"]["description"] = INPUT_DESCRIPTION
     schema.setdefault("$defs", {})["BlobReference"] = BLOB_REFERENCE
     return schema
 
 
 def schemas() -> dict[str, dict[str, Any]]:
     """File name -> schema, for each message the app sends."""
-    from workflow_core.contracts import Heartbeat, ResultMessage, WorkMessage
+    from workflow_core.contracts import AttemptStatus, Heartbeat, ResultMessage, WorkMessage
 
     found = {}
     for name, model, queue in (
         ("work-message", WorkMessage, "the work queue (WORK_QUEUE_NAME), read by agents"),
         ("result-message", ResultMessage, "the result queue (RESULT_QUEUE_NAME), written by agents"),
         ("heartbeat-message", Heartbeat, "the result queue (RESULT_QUEUE_NAME), from message-only agents"),
+        (
+            "attempt-status",
+            AttemptStatus,
+            "an agent's answer queue (a heartbeat's answer_queue, <RESULT_QUEUE_NAME>-answers-...), "
+            "written by the app",
+        ),
     ):
         schema = model.model_json_schema()
         if model is WorkMessage:

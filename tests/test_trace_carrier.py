@@ -85,7 +85,13 @@ def test_the_work_message_carries_the_context_the_row_recorded(ledger):
     )
     deadline = datetime.now(UTC) + timedelta(minutes=5)
     dispatched = ledger.transition(
-        record, StepStatus.DISPATCHED, actor="t", attempt=1, deadline=deadline, trace_parent=PARENT
+        record,
+        StepStatus.DISPATCHED,
+        actor="t",
+        attempt=1,
+        deadline=deadline,
+        trace_parent=PARENT,
+        attempt_token="0" * 32,  # as every dispatch writes one
     )
     assert ledger.get("wf-trace-1", "a").trace_parent == PARENT  # stored with the write, read back
     message = work_message(dispatched)

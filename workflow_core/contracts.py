@@ -6,14 +6,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workflow_core.ledger.model import StepStatus
 from workflow_core.message_fields import (
+    MAX_REASON_CHARS,
     AgentName,
+    CorrelationId,
     ErrorText,
     InstanceId,
     IsoTime,
     MessagePayload,
     OptionalPayload,
     OrchestrationId,
+    QueueName,
     StepId,
     WorkflowName,
     fit_text,
@@ -131,12 +135,13 @@ class WorkMessage(_Model):
     input: MessagePayload = Field(default_factory=dict)
     ledger: WorkVersions | None = None  # absent on re-sends and compensations: the worker reads
     # What a message-only agent's heartbeats and result must carry (``messages.reply_token``),
-    # and the key it dedupes on toward its remote service: ``StepContext.idempotency_key``.
-    reply_token: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    idempotency_key: str | None = Field(default=None, max_length=301)
+    # and the key it dedupes on toward its remote service: ``StepContext.idempotency_key``. Every
+    # message carries both: one without is parked with the reason, never worked on.
+    reply_token: str = Field(pattern=r"^[0-9a-f]{64}$")
+    idempotency_key: str = Field(min_length=1, max_length=301)
     # When the attempt is over for good (its deadline plus ``EXPIRY_GRACE_SECONDS``): the message is
     # sent with a matching time-to-live, and an agent refuses one that arrives later (no effect).
-    expires_at: IsoTime | None = None
+    expires_at: IsoTime
 
 
 class WorkVersions(_Model):
@@ -208,7 +213,9 @@ class ResultMessage(_Model):
 class Heartbeat(_Model):
     """A message-only agent's "attempt ``attempt`` of this step is still running: move its deadline
     to ``seconds`` (default: the step's ``heartbeat_timeout_seconds``) from now", now being the
-    ledger's clock. The first one also claims a Dispatched step for the agent."""
+    ledger's clock. The first one also claims a Dispatched step for the agent. With ``answer_queue``
+    (a name beginning with ``<RESULT_QUEUE_NAME>-answers-``) the app answers there: is the attempt
+    still current (``AttemptStatus``)?"""
 
     type: Literal["heartbeat"]
     kind: StepKind
@@ -218,6 +225,27 @@ class Heartbeat(_Model):
     attempt: int = Field(ge=1)
     reply_token: str = Field(pattern=r"^[0-9a-f]{64}$")
     seconds: float | None = Field(default=None, gt=0, le=86400)
+    # Answer on this queue with an :class:`AttemptStatus` (only a name beginning with
+    # ``<RESULT_QUEUE_NAME>-answers-`` is answered: ``activities.replies.attempt_status``).
+    answer_queue: QueueName | None = None
+    correlation_id: CorrelationId | None = None  # echoed in the answer
+
+
+class AttemptStatus(_Model):
+    """The app's answer to a heartbeat that named an ``answer_queue``: is that attempt still the
+    ledger's current one? ``current`` only when the heartbeat was accepted (claimed, deadline moved
+    or kept) for the attempt the ledger holds; then do the work, else do nothing for it."""
+
+    type: Literal["attempt-status"]
+    kind: StepKind
+    instance_id: InstanceId
+    step_id: StepId
+    attempt: int = Field(ge=1)
+    current: bool
+    status: StepStatus | None  # the step's status in the ledger; null: the ledger has no such step
+    deadline: IsoTime | None  # the step's deadline in the ledger, if any
+    reason: str = Field(max_length=MAX_REASON_CHARS)
+    correlation_id: CorrelationId | None = None  # the heartbeat's, as sent
 
 
 class StepCheck(_Model):

@@ -26,6 +26,12 @@ MAX_ERROR_CHARS = 8_000  # an error text kept in the ledger (last_error) and in 
 MAX_ORCHESTRATION_ID = 320  # "<instance>:step:<step>" with the longest instance and step ids
 MAX_AGENT_CHARS = 200
 MAX_WORKFLOW_CHARS = 100
+MAX_REASON_CHARS = 2_000  # the reason text of an answer (``contracts.AttemptStatus``)
+MAX_CORRELATION_CHARS = 128
+# A queue name both transports accept (Storage Queues: 3-63 lowercase letters, digits and single
+# hyphens, a letter or digit at each end; Service Bus accepts these too).
+QUEUE_NAME_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+CORRELATION_PATTERN = r"^[A-Za-z0-9._:@/+=-]+$"
 _ORCHESTRATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
 _AGENT = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 _WORKFLOW = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
@@ -132,6 +138,10 @@ WorkflowName = Annotated[
 IsoTime = Annotated[str, AfterValidator(_iso_time), _published(format="date-time")]
 MessagePayload = Annotated[dict[str, Any], AfterValidator(message_payload)]  # inline-sized or a reference
 OptionalPayload = Annotated[dict[str, Any] | None, AfterValidator(bounded_payload)]
+QueueName = Annotated[str, Field(min_length=3, max_length=63, pattern=QUEUE_NAME_PATTERN)]
+CorrelationId = Annotated[  # opaque to the app: an agent's own id for one question, echoed
+    str, Field(min_length=1, max_length=MAX_CORRELATION_CHARS, pattern=CORRELATION_PATTERN)
+]
 ErrorText = Annotated[str | None, AfterValidator(_error), _published(maxLength=MAX_ERROR_CHARS)]
 
 

@@ -95,6 +95,9 @@ def work_body(
     when = deadline or record.deadline
     if when is None:
         raise ValueError(f"step {record.step_id!r} has no deadline to put in its work message")
+    token = reply_token(record.attempt_token)
+    if token is None:  # every dispatch writes one (activities.scheduler.dispatch)
+        raise ValueError(f"step {record.step_id!r} has no attempt token to put in its work message")
     return WorkMessage(
         kind=kind,
         instance_id=record.instance_id,
@@ -107,7 +110,7 @@ def work_body(
         expires_at=expires_at(when).isoformat(),
         input=stored_input(record) if input is None else input,
         ledger=versions,
-        reply_token=reply_token(record.attempt_token),
+        reply_token=token,
         idempotency_key=f"{record.instance_id}:{record.step_id}",  # StepContext.idempotency_key
     )
 

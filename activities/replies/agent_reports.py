@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any
+from datetime import datetime
+from typing import NamedTuple
 
-from activities.common import park, parse_or_park, retry_on_conflict, step_input, step_output
+from activities.common import park, retry_on_conflict, step_input, step_output
 from activities.verification import attempt_token
 from activities.worker.delivery import Delivery
 from activities.worker.delivery_rules import Outcome
@@ -55,12 +56,26 @@ class AgentReport(Delivery):
 def checked(report: Heartbeat | ResultMessage, services: Services) -> AgentReport | str:
     """An :class:`AgentReport` when ``report``'s token is the one of the attempt the ledger holds;
     else the outcome (``parked``: no such step; ``agent-report-refused``: audited on the step)."""
+    found = _check(report, services)
+    return found if isinstance(found, AgentReport) else found.outcome
+
+
+class Refusal(NamedTuple):
+    """Why a report changed nothing: ``outcome`` (``parked`` or ``agent-report-refused``), the
+    reason audited, and the step's row as read (None: the ledger has no such step)."""
+
+    outcome: str
+    reason: str
+    record: StepRecord | None
+
+
+def _check(report: Heartbeat | ResultMessage, services: Services) -> AgentReport | Refusal:
     try:
         r = services.ledger.get(report.instance_id, report.step_id)
     except (StepNotFound, InvalidLedgerInput) as exc:
         why = f"agent report for no known step: {exc}"
         park(services, source="result", reason=why, body=report.model_dump(mode="json"), actor=ACTOR)
-        return "parked"
+        return Refusal("parked", why, None)
     expected = reply_token(attempt_token(r, report.kind, report.attempt)) or ""
     if hmac.compare_digest(expected, report.reply_token or ""):
         return AgentReport(r, report, services)
@@ -73,33 +88,42 @@ def checked(report: Heartbeat | ResultMessage, services: Services) -> AgentRepor
     services.ledger.note(
         r.instance_id, r.step_id, actor=ACTOR, action=REFUSED, reason=why, attempt=report.attempt
     )
-    return REFUSED
+    return Refusal(REFUSED, why, r)
 
 
-def handle_heartbeat(body: Any, services: Services, *, message_id: str | None = None) -> str:
-    """A heartbeat on the result queue: ``heartbeat`` (claimed if need be, deadline moved),
-    ``agent-report-refused`` or ``parked``."""
-    beat = parse_or_park(Heartbeat, body, services, source="result", actor=ACTOR, message_id=message_id)
-    if isinstance(beat, str):
-        return "parked"
-    report = checked(beat, services)
-    if isinstance(report, str):
-        return report
+class BeatVerdict(NamedTuple):
+    """What became of a heartbeat: ``outcome`` (``heartbeat``: accepted for the attempt the ledger
+    holds; else ``agent-report-refused`` or ``parked``), why, and the step's row as last read or
+    written (None: no such step)."""
+
+    outcome: str
+    reason: str
+    record: StepRecord | None
+
+
+def apply_heartbeat(beat: Heartbeat, services: Services) -> BeatVerdict:
+    """Claim (if need be) and extend ``beat``'s attempt for its agent, or refuse it (audited)."""
+    report = _check(beat, services)
+    if isinstance(report, Refusal):
+        return BeatVerdict(*report)
     try:
         if not report.claim():
             raise StepNoLongerOwned(f"attempt {beat.attempt} is no longer in progress")
-        report._heartbeat(beat.seconds)  # the worker's own: on the ledger's clock, owner checked
+        deadline = report._heartbeat(beat.seconds)  # the worker's own: on the ledger's clock, owner checked
     except StepNoLongerOwned as exc:
+        why = f"heartbeat ignored: {exc}"
         services.ledger.note(
-            beat.instance_id,
-            beat.step_id,
-            actor=ACTOR,
-            action=REFUSED,
-            reason=f"heartbeat ignored: {exc}",
-            attempt=beat.attempt,
+            beat.instance_id, beat.step_id, actor=ACTOR, action=REFUSED, reason=why, attempt=beat.attempt
         )
-        return REFUSED
-    return "heartbeat"
+        return BeatVerdict(REFUSED, why, report.latest)
+    record = report.latest
+    if record is not None and deadline is not None and record.deadline != deadline:
+        record = record.model_copy(update={"deadline": deadline})
+    return BeatVerdict("heartbeat", f"attempt {beat.attempt} is current: deadline {_iso(deadline)}", record)
+
+
+def _iso(when: datetime | None) -> str:
+    return when.isoformat() if when is not None else "none"
 
 
 def record_reply(result: ResultMessage, services: Services) -> tuple[ResultMessage, str | None]:

@@ -16,7 +16,8 @@ from typing import Any, Literal, Protocol
 import azure.functions as func
 
 from activities.common import bp, never_fails, park, parse_or_park
-from activities.replies.agent_reports import handle_heartbeat, record_reply
+from activities.replies.agent_reports import record_reply
+from activities.replies.attempt_status import handle_heartbeat
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
 from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing

@@ -9,7 +9,10 @@
 // ServiceBusConnection, WORK_QUEUE_NAME, RESULT_QUEUE_NAME; plus AGENT_POOL (the pool it serves:
 // its queue is WORK_QUEUE_NAME for `default`, else `<WORK_QUEUE_NAME>-<pool>`), MAIL_OUTBOX (the
 // directory that stands in for the remote mail service), HEARTBEAT_SECONDS and WORK_MILLISECONDS;
-// CONFORMANCE_EFFECTS (the file the conformance kit reads conformance.echo's effects from).
+// CONFORMANCE_EFFECTS (the file the conformance kit reads conformance.echo's effects from);
+// ASK_SECONDS (how long to wait for the app's answer before an effect, default 30) and, on Service
+// Bus only, ANSWER_QUEUE (the answer queue the operator provisioned for this agent, named
+// `<RESULT_QUEUE_NAME>-answers-...`; on Storage Queues the agent creates its own at start).
 'use strict';
 
 const crypto = require('node:crypto');
@@ -27,7 +30,10 @@ const resultQueue = env.RESULT_QUEUE_NAME || 'agent-results';
 const heartbeatSeconds = Number(env.HEARTBEAT_SECONDS || 120);
 const workMs = Number(env.WORK_MILLISECONDS || 0);
 const outbox = env.MAIL_OUTBOX || path.join(__dirname, 'outbox');
+const askMs = Number(env.ASK_SECONDS || 30) * 1000; // the longest wait for an answer before an effect
+const answersPrefix = `${resultQueue}-answers-`; // the app answers only queues named so
 const log = (...parts) => console.log(new Date().toISOString(), ...parts);
+let stopping = false; // SIGTERM or SIGINT: finish the message in hand (no new wait for an answer), then stop
 
 // The remote mail service, idempotent on the key: one file per key, created once ('wx'). A second
 // delivery, or a retry after a crash, finds the file and returns what the first send returned.
@@ -86,12 +92,26 @@ const isExpired = (work) => Date.parse(work.expires_at) <= Date.now();
 const isBlobReference = (value) => Boolean(value) && typeof value === 'object' && typeof value.$blob === 'string'
   && Number.isInteger(value.size) && Object.keys(value).length === 2;
 
-async function handle(work, send) {
+async function handle(work, queues) {
   const idOf = (what) => `${what}:${work.instance_id}:${work.step_id}:${work.attempt}`;
-  // 1. Heartbeat: claims the step for this agent and moves its deadline, on the ledger's clock.
-  const heartbeat = (seconds) => send({ type: 'heartbeat', ...ids(work), seconds: seconds || heartbeatSeconds },
+  // Heartbeat: claims the step for this agent and moves its deadline, on the ledger's clock.
+  const heartbeat = (seconds) => queues.send({ type: 'heartbeat', ...ids(work), seconds: seconds || heartbeatSeconds },
     `${idOf('heartbeat')}:${Date.now()}`);
-  await heartbeat();
+  // 1. Ask before any effect: the first heartbeat names the answer queue, and the app answers whether
+  // this attempt is still the ledger's current one. Not current (given up, retried, compensated):
+  // no effect and no reply. No answer in time: leave the message, it is delivered again.
+  if (queues.answerQueue) {
+    const correlationId = crypto.randomUUID();
+    const answer = await queues.ask({ type: 'heartbeat', ...ids(work), seconds: heartbeatSeconds,
+      answer_queue: queues.answerQueue, correlation_id: correlationId }, `${idOf('heartbeat')}:${Date.now()}`, correlationId);
+    if (!answer) return 'unanswered';
+    if (answer.current !== true) {
+      log(`attempt ${work.attempt} of ${work.instance_id}/${work.step_id} is not current (${answer.status}): ${answer.reason}`);
+      return 'not-current';
+    }
+  } else {
+    await heartbeat();
+  }
   let reply;
   try {
     const key = work.idempotency_key || `${work.instance_id}:${work.step_id}`;
@@ -109,13 +129,31 @@ async function handle(work, send) {
     reply = { ...ids(work), outcome: 'failed', error: String(err && err.stack || err).slice(0, 8000) };
   }
   // 2. The result: the app records it in the ledger for this attempt (once) and moves the workflow on.
-  await send(reply, idOf('result'));
+  await queues.send(reply, idOf('result'));
+  return 'done';
+}
+
+// Wait up to askMs for the answer carrying `correlationId` on an answer queue read with `receive()`
+// (answers to earlier questions, which nobody waits for any more, are deleted as they come).
+async function awaitAnswer(receive, correlationId) {
+  const until = Date.now() + askMs;
+  while (Date.now() < until && !stopping) {
+    for (const { body, remove } of await receive()) {
+      await remove();
+      if (body && body.type === 'attempt-status' && body.correlation_id === correlationId) return body;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  return null;
 }
 
 function storageQueues() {
   const connection = env.AzureWebJobsStorage;
   const work = new QueueClient(connection, workQueue);
   const results = new QueueClient(connection, resultQueue);
+  // Its own answer queue, made at start and deleted at stop: rights to create, read and delete it.
+  const answerQueue = `${answersPrefix}${crypto.randomBytes(4).toString('hex')}`;
+  const answers = new QueueClient(connection, answerQueue);
   const encode = (body, messageId) => Buffer.from(JSON.stringify({ envelope: ENVELOPE, message_id: messageId,
     correlation_id: null, subject: body.type || `${body.kind}-result`, application_properties: {}, body })).toString('base64');
   return {
@@ -139,7 +177,23 @@ function storageQueues() {
       });
     },
     send: (body, messageId) => results.sendMessage(encode(body, messageId)),
-    close: async () => {},
+    answerQueue,
+    open: () => answers.createIfNotExists(),
+    async ask(body, messageId, correlationId) {
+      await results.sendMessage(encode(body, messageId));
+      return awaitAnswer(async () => {
+        const { receivedMessageItems } = await answers.receiveMessages({ numberOfMessages: 32, visibilityTimeout: 30 });
+        return receivedMessageItems.map((item) => {
+          let answer = null;
+          try {
+            const doc = JSON.parse(Buffer.from(item.messageText, 'base64').toString('utf8'));
+            answer = doc && doc.envelope === ENVELOPE ? doc.body : doc;
+          } catch (err) { /* not an answer: deleted */ }
+          return { body: answer, remove: () => answers.deleteMessage(item.messageId, item.popReceipt) };
+        });
+      }, correlationId);
+    },
+    close: () => answers.deleteIfExists(),
   };
 }
 
@@ -147,6 +201,15 @@ function serviceBus() {
   const client = new ServiceBusClient(env.ServiceBusConnection);
   const receiver = client.createReceiver(workQueue);
   const sender = client.createSender(resultQueue);
+  // Service Bus queues are the operator's (infra), not the agent's: ANSWER_QUEUE names the one
+  // provisioned for this agent (one per agent process). Without it the agent does not ask.
+  const answerQueue = env.ANSWER_QUEUE || null;
+  if (answerQueue && !answerQueue.startsWith(answersPrefix)) {
+    throw new Error(`ANSWER_QUEUE must begin with ${answersPrefix}: the app answers no other queue`);
+  }
+  const answers = answerQueue ? client.createReceiver(answerQueue, { receiveMode: 'receiveAndDelete' }) : null;
+  const sendBody = (body, messageId) => sender.sendMessages({ body: Buffer.from(JSON.stringify(body)), messageId,
+    contentType: 'application/json', subject: body.type || `${body.kind}-result` });
   return {
     async receive() {
       const messages = await receiver.receiveMessages(1, { maxWaitTimeInMs: 1000 });
@@ -157,17 +220,27 @@ function serviceBus() {
           park: (reason) => receiver.deadLetterMessage(m, { deadLetterReason: 'MalformedMessage', deadLetterErrorDescription: reason }) };
       });
     },
-    send: (body, messageId) => sender.sendMessages({ body: Buffer.from(JSON.stringify(body)), messageId,
-      contentType: 'application/json', subject: body.type || `${body.kind}-result` }),
+    send: sendBody,
+    answerQueue,
+    open: async () => {},
+    async ask(body, messageId, correlationId) {
+      await sendBody(body, messageId);
+      return awaitAnswer(async () => (await answers.receiveMessages(10, { maxWaitTimeInMs: 1000 })).map((m) => {
+        let answer = m.body;
+        try { answer = Buffer.isBuffer(answer) ? JSON.parse(answer.toString('utf8')) : answer; } catch (err) { answer = null; }
+        return { body: answer, remove: async () => {} }; // received and deleted already
+      }), correlationId);
+    },
     close: () => client.close(),
   };
 }
 
 async function main() {
   const queues = (env.AGENT_TRANSPORT || 'servicebus').toLowerCase() === 'storage-queue' ? storageQueues() : serviceBus();
-  let stopping = false;
   for (const signal of ['SIGTERM', 'SIGINT']) process.on(signal, () => { stopping = true; });
-  log(`serving ${AGENT} and conformance.echo from ${workQueue}, replying to ${resultQueue}`);
+  await queues.open();
+  const asking = queues.answerQueue ? `, asking on ${queues.answerQueue}` : ', not asking (no answer queue)';
+  log(`serving ${AGENT} and conformance.echo from ${workQueue}, replying to ${resultQueue}${asking}`);
   while (!stopping) {
     const received = await queues.receive();
     for (const message of received) {
@@ -182,8 +255,13 @@ async function main() {
         continue;
       }
       try {
-        await handle(message.body, queues.send);
-        await message.complete(); // only after the reply is sent: a crash before it means a redelivery
+        const done = await handle(message.body, queues);
+        if (done === 'unanswered') {
+          log(`no answer within ${askMs} ms: left for a later delivery`); // its lock (visibility timeout) expires
+          continue;
+        }
+        // only after the reply is sent (or, not current, none is due): a crash before means a redelivery
+        await message.complete();
       } catch (err) {
         log('will be delivered again:', err.message); // its lock (visibility timeout) expires
       }

@@ -110,3 +110,27 @@ def test_a_malformed_result_message_is_parked_too(harness, durable_client):
     assert outcome == "parked" and durable_client.calls == []
     [row] = parked_messages(harness.ledger)
     assert row.source == "result" and "step_id: Value error" in row.reason and row.message_id == "r-1"
+
+
+@pytest.mark.parametrize("field", ["reply_token", "idempotency_key", "expires_at"])
+@pytest.mark.parametrize("value", ["missing", None])
+def test_a_work_message_without_what_every_one_carries_is_parked(harness, durable_client, field, value):
+    """``reply_token``, ``idempotency_key`` and ``expires_at`` are required (contract v3): a message
+    without one (an older sender's, a hand-made one) is parked with the reason, never worked on."""
+    body = _valid_body(harness)
+    payload = {k: v for k, v in body.items() if k != field} if value == "missing" else {**body, field: None}
+
+    run_queue_message(_through_the_queue(harness, payload), services=harness.services, worker_id="w1")
+    outcome = asyncio.run(
+        handle_dead_letter(
+            payload, reason="MaxDeliveryCountExceeded", client=durable_client, services=harness.services
+        )
+    )
+
+    assert outcome == "parked" and durable_client.calls == []
+    worker_row, dead_letter_row = parked_messages(harness.ledger)
+    for row in (worker_row, dead_letter_row):
+        assert row.reason.startswith(f"not a valid work message: {field}: "), row.reason
+    row = harness.ledger.get(body["instance_id"], "create_storage")
+    assert row.status.value == "Dispatched"  # nothing claimed, nothing failed
+    assert harness.results() == []

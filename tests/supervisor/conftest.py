@@ -6,6 +6,7 @@ The only stand-in is :class:`RecordingClient`, at the Durable client boundary (`
 
 from __future__ import annotations
 
+import secrets
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -228,6 +229,7 @@ def make_step(
         owner=owner,
         orchestration_id=instance_id,
         input_ref=encode_json(INPUT),
+        attempt_token=secrets.token_hex(16),  # as every dispatch writes it (activities.scheduler.dispatch)
     )
     if resent:
         record = ledger.update(record, actor="supervisor:t0", resent_at=deadline - timedelta(minutes=5))

@@ -132,6 +132,19 @@ def test_unclaimed_dispatched_step_is_noted_then_resent_once_then_failed(service
     assert failed.status is S.TIMED_OUT and failed.last_error == OVERRUN_ERROR
 
 
+def test_a_dispatched_step_without_an_attempt_token_is_failed_not_resent(services, ledger, client):
+    """A row written before work messages carried a reply token has no valid message to send again
+    (the token is required): past the grace its attempt fails, and a retry dispatches one that does."""
+    record = make_step(ledger, "wf-old", S.DISPATCHED)  # 5 min late
+    ledger.update(record, actor="test", attempt_token=None)
+    client.statuses["wf-old"] = "Running"
+
+    report = tick(client, services)
+    assert report.count(Action.FAIL_STEP) == 1 and report.count(Action.RESEND) == 0 and report.errors == 0
+    assert drain(services.transport, services.settings.work_queue) == []
+    assert ledger.get("wf-old", "create_storage").status is S.TIMED_OUT
+
+
 def test_resent_dispatched_step_past_the_grace_is_failed_without_a_send(services, ledger, client):
     make_step(ledger, "wf-resent", S.DISPATCHED, resent=True)  # 5 min late, re-sent before
     client.statuses["wf-resent"] = "Running"

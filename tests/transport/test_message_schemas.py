@@ -29,7 +29,10 @@ def test_a_stale_schema_is_caught(tmp_path, capsys):
     for name, schema in contract_schemas.schemas().items():
         (tmp_path / name).write_text(contract_schemas.render({**schema, "title": "edited"}), encoding="utf-8")
     assert contract_schemas.main(["--check", str(tmp_path)]) == 1
-    stale = "stale: work-message.schema.json, result-message.schema.json, heartbeat-message.schema.json"
+    stale = (
+        "stale: work-message.schema.json, result-message.schema.json, heartbeat-message.schema.json, "
+        "attempt-status.schema.json"
+    )
     assert stale in capsys.readouterr().err
 
 

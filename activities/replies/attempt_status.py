@@ -1,0 +1,102 @@
+"""A message-only agent asks whether its attempt is still current: a heartbeat naming an
+``answer_queue`` is answered there with an :class:`~workflow_core.contracts.AttemptStatus`.
+
+The heartbeat itself is handled by ``agent_reports`` with its own rules; this module only tells the
+agent what became of it: ``current`` when it was accepted for the attempt the ledger holds, else why
+not (stale attempt, wrong token, finished, compensated, no such step). Only queues whose name begins
+with ``<RESULT_QUEUE_NAME>-answers-`` are answered, so a forged heartbeat can never make the app write
+into its own work, result or control queues; any other name gets no answer and the refusal is audited
+on the step (logged when there is no step). An answer that cannot be delivered (its queue is
+missing) is logged and changes nothing else: the heartbeat's own outcome stands. The answer carries no
+token (docs/agents.md, "Write an agent in another language").
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from activities.common import parse_or_park
+from activities.replies.agent_reports import ACTOR, BeatVerdict, apply_heartbeat
+from workflow_core import clock
+from workflow_core.contracts import AttemptStatus, Heartbeat
+from workflow_core.message_fields import MAX_REASON_CHARS, fit_text
+from workflow_core.runtime import Services
+from workflow_core.transport import OutgoingMessage, TransportError
+
+log = logging.getLogger(__name__)
+
+ANSWERS_INFIX = "-answers-"
+ANSWER_TTL = timedelta(minutes=10)  # an answer nobody read by then is of no use: the queue drops it
+REFUSED_ANSWER = "attempt-status-refused"  # audit action: an answer queue the app does not write
+
+
+def answer_queue_prefix(services: Services) -> str:
+    """Every answer queue's name begins with this: ``<RESULT_QUEUE_NAME>-answers-``."""
+    return f"{services.settings.result_queue}{ANSWERS_INFIX}"
+
+
+def handle_heartbeat(body: Any, services: Services, *, message_id: str | None = None) -> str:
+    """A heartbeat on the result queue (``agent_reports.apply_heartbeat``), answered on its
+    ``answer_queue`` if it names one; the outcome is the heartbeat's: ``heartbeat``,
+    ``agent-report-refused`` or ``parked`` (a malformed one is parked and never answered)."""
+    beat = parse_or_park(Heartbeat, body, services, source="result", actor=ACTOR, message_id=message_id)
+    if isinstance(beat, str):
+        return "parked"
+    verdict = apply_heartbeat(beat, services)
+    if beat.answer_queue is not None:
+        answer(beat, verdict, services)
+    return verdict.outcome
+
+
+def status_of(beat: Heartbeat, verdict: BeatVerdict) -> AttemptStatus:
+    r = verdict.record
+    return AttemptStatus(
+        type="attempt-status",
+        kind=beat.kind,
+        instance_id=beat.instance_id,
+        step_id=beat.step_id,
+        attempt=beat.attempt,
+        current=verdict.outcome == "heartbeat",
+        status=r.status if r is not None else None,
+        deadline=r.deadline.isoformat() if r is not None and r.deadline is not None else None,
+        reason=fit_text(verdict.reason, MAX_REASON_CHARS),
+        correlation_id=beat.correlation_id,
+    )
+
+
+def answer(beat: Heartbeat, verdict: BeatVerdict, services: Services) -> str:
+    """Send ``beat``'s answer: ``answered``, ``refused`` (not an answer queue) or ``undelivered``."""
+    queue = beat.answer_queue or ""
+    prefix = answer_queue_prefix(services)
+    where = f"{beat.instance_id}/{beat.step_id}#{beat.attempt}"
+    if not queue.startswith(prefix) or len(queue) == len(prefix):
+        why = f"heartbeat not answered: answer queue {queue!r} does not begin with {prefix!r}"
+        log.warning("%s: %s", where, why)
+        if verdict.record is not None:  # no step, no audit trail: the log line is all there is
+            services.ledger.note(
+                beat.instance_id,
+                beat.step_id,
+                actor=ACTOR,
+                action=REFUSED_ANSWER,
+                reason=why,
+                attempt=beat.attempt,
+            )
+        return "refused"
+    status = status_of(beat, verdict)
+    message = OutgoingMessage(
+        body=status.model_dump(mode="json"),
+        message_id=f"attempt-status:{where}:{uuid.uuid4().hex}",
+        correlation_id=beat.correlation_id,
+        subject="attempt-status",
+        expires_at=clock.utcnow() + ANSWER_TTL,
+    )
+    try:
+        services.transport.send(queue, message)
+    except TransportError as exc:  # the agent's queue is gone or was never made: its loss, not ours
+        log.warning("%s: answer to %s not delivered (the heartbeat stands): %s", where, queue, exc)
+        return "undelivered"
+    log.info("%s: answered on %s: current=%s", where, queue, status.current)
+    return "answered"
