@@ -29,6 +29,7 @@ from workflow_core.canary.routing import route_pool
 from workflow_core.canary.scenarios import PROBE
 from workflow_core.ledger import StepNotFound, decode_json
 from workflow_core.messages import stored_input
+from workflow_core.workflows import get_workflow
 from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import DEFAULT_POOL
 
@@ -140,7 +141,8 @@ def verify_runs(
         )
         trail = ledger.audit_trail(record.instance_id)
         started = next((a.at for a in trail if a.action == "instance-created"), record.started_at)
-        seen = judge(scenario, trail, expected_seconds=expected, now=now, started_at=started)
+        agents = sorted(get_workflow(record.workflow).agents_used())
+        seen = judge(scenario, trail, expected_seconds=expected, now=now, started_at=started, agents=agents)
         if seen.outcome == "pending":
             continue
         spec = SCENARIOS[scenario]

@@ -60,7 +60,7 @@ SCENARIOS: dict[str, Scenario] = {
             "compensation in reverse order",
             ((PROBE, "Succeeded"), (FINISH, "Failed"), (PROBE, "Compensated")),
             "compensated",
-            "the probe was not compensated: is compensation disabled, does canary.undo have an agent?",
+            "the probe was not compensated: is compensation disabled, does its compensator have an agent?",
         ),
         Scenario(
             "scheduler-lost",
