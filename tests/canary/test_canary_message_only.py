@@ -112,3 +112,25 @@ def test_a_tick_runs_the_echo_canary_in_the_message_only_pool_and_the_canary_in_
     verify_runs(h.ledger, watchdog_period=PERIOD, grace=GRACE, now=h.now())
     summary = latest_verdicts(h.ledger, now=h.now(), pools=["default", "edge"])
     assert {p: s["state"] for p, s in summary["pools"].items()} == {"default": "passed", "edge": "passed"}
+
+
+@pytest.mark.parametrize("scenario", ["lost-reply", "retry", "compensate", "heartbeat-stops"])
+def test_the_sas_agent_echo_serves_the_same_run(azurite, scenario):
+    """The same definition served by ``sas-agent --handlers agent_runner.conformance_echo`` (the app's
+    worker, which claims in the ledger: here in process, serving the pool's queue)."""
+    import agent_runner.conformance_echo  # noqa: F401 - registers conformance.echo in this process
+    from workflow_core.canary import echo_input
+
+    settings = {"WATCHDOG_GRACE_SECONDS": str(int(GRACE))}
+    pools = {"pools": EDGE}
+    with PatternHarness(
+        azurite, settings=settings, extra_workflows=pools, hosted_pools=["default", "edge"]
+    ) as h:
+        iid = h.start_workflow("sas-canary-echo", echo_input(scenario, "edge"))
+        bound = expected_recovery_seconds(scenario, watchdog_period=PERIOD, grace=GRACE)
+        h.run_until(
+            lambda: h.ledger.get_instance(iid).status.value not in ("Running", "Compensating"),
+            timeout=timedelta(seconds=bound * 2),
+        )
+        verdict = _verdict(h, iid)
+    assert verdict.outcome == "passed" and verdict.pool == "edge", verdict
