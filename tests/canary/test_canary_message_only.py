@@ -12,8 +12,8 @@ import pytest
 
 from api.canary import start_canary_run
 from devtools.harness import PatternHarness
+from devtools.message_only_echo import MessageOnlyEcho
 from supervisor.canary import latest_verdicts, verify_runs
-from tests.canary.echo_agent import MessageOnlyEcho
 from workflow_core.canary import ECHO_FAULTS, SCENARIOS, expected_recovery_seconds
 
 PERIOD, GRACE = 30.0, 30.0
@@ -134,3 +134,38 @@ def test_the_sas_agent_echo_serves_the_same_run(azurite, scenario):
         )
         verdict = _verdict(h, iid)
     assert verdict.outcome == "passed" and verdict.pool == "edge", verdict
+
+
+def test_post_canary_runs_names_the_definition_the_pool_gets(edge):
+    import json
+
+    import azure.functions as func
+
+    h = edge
+
+    def post(body: dict):
+        request = func.HttpRequest(
+            "POST",
+            f"{h.host.base_url}/api/canary/runs",
+            headers={"Content-Type": "application/json", "X-SAS-Client": "test"},
+            params={},
+            body=json.dumps(body).encode(),
+        )
+        response = h.host.call("http_canary_run", request, client=h.host.client)
+        return response.status_code, json.loads(response.get_body())
+
+    status, body = post({"scenario": "compensate", "pool": "edge"})
+    assert status == 202 and (body["pool"], body["workflow"]) == ("edge", "sas-canary-echo"), body
+    given = json.loads(h.ledger.get_instance(body["instanceId"]).input_ref)
+    assert given == {
+        "scenario": "compensate",
+        "pool": "edge",
+        "finish_fault": "fail-permanently",
+        "probe_fault": "none",
+        "probe_fault_attempts": 1,
+        "finish_fault_attempts": 1,
+    }
+    status, body = post({"scenario": "retry"})
+    assert status == 202 and (body["pool"], body["workflow"]) == ("default", "sas-canary"), body
+    status, problem = post({"scenario": "retry", "pool": "edge", "workflow": "sas-canary"})
+    assert status == 400 and "unknown field 'workflow'" in json.dumps(problem)  # no steering by the caller

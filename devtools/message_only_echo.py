@@ -2,7 +2,9 @@
 agent with the conformance kit", the canary faults included): it holds no ledger rights, reads its pool's
 work queue and sends real heartbeat and result messages on the result queue, each with the work
 message's ``reply_token``; the app's result handler records them. It runs as a pump of the harness's
-host loop, so the harness's virtual clock carries the run.
+host loop, so the harness's virtual clock carries the run. It stands in for an agent in another
+language serving a message-only pool's recovery canary (``sas-canary-echo``): tests/canary and
+bench/canary_requests.py use it. It makes no effect (the canary's runs need none).
 """
 
 from __future__ import annotations
