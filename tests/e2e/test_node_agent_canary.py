@@ -79,3 +79,96 @@ def test_the_node_agent_passes_the_retry_and_compensate_canaries_of_its_pool(azu
     for body in reports:
         schema = "heartbeat-message" if body.get("type") == "heartbeat" else "result-message"
         assert list(validator(schema).iter_errors(body)) == [], body
+
+
+@storage_queue_only
+def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
+    """Work messages put straight on its queue: ``silent`` and ``heartbeat-then-silent`` get no reply
+    (only the claim heartbeat the agent sends before any work, plus the one the fault makes), a fault
+    past ``fault_attempts`` is none, an unknown fault fails for good, a compensation is ``undone``; every
+    message is completed."""
+    import base64
+    import json
+    import secrets
+    import time
+    import uuid
+    from datetime import UTC, datetime
+
+    from azure.storage.queue import QueueClient
+
+    tag = uuid.uuid4().hex[:8]
+    work_name, result_name = f"n{tag}-work", f"n{tag}-results"
+    work = QueueClient.from_connection_string(azurite.connection_string, work_name)
+    results = QueueClient.from_connection_string(azurite.connection_string, result_name)
+    work.create_queue()
+    results.create_queue()
+    now = datetime.now(UTC)
+    cases = {  # instance id -> (kind, attempt, input)
+        "silent": ("work", 1, {"fault": "silent", "value": 1}),
+        "beat": ("work", 1, {"fault": "heartbeat-then-silent", "value": 2}),
+        "past": ("work", 2, {"fault": "fail", "fault_attempts": 1, "value": 3}),
+        "bogus": ("work", 1, {"fault": "explode", "value": 4}),
+        "undo": ("compensate", 1, {"input": {"fault": "fail-permanently"}, "output": None}),
+    }
+    for iid, (kind, attempt, given) in cases.items():
+        body = {
+            "kind": kind,
+            "instance_id": iid,
+            "orchestration_id": iid,
+            "step_id": "probe",
+            "attempt": attempt,
+            "agent": "conformance.echo",
+            "workflow": "sas-canary-echo",
+            "reply_token": secrets.token_hex(32),
+            "idempotency_key": f"{iid}:probe",
+            "deadline": (now + timedelta(minutes=1)).isoformat(),
+            "expires_at": (now + timedelta(minutes=5)).isoformat(),
+            "input": given,
+        }
+        doc = {
+            "envelope": "workflow-message/1",
+            "message_id": iid,
+            "body": body,
+            "application_properties": {},
+        }
+        work.send_message(base64.b64encode(json.dumps(doc).encode()).decode())
+    env = {
+        **os.environ,
+        "AGENT_TRANSPORT": "storage-queue",
+        "AzureWebJobsStorage": azurite.connection_string,
+        "WORK_QUEUE_NAME": work_name,
+        "RESULT_QUEUE_NAME": result_name,
+    }
+    env.pop("CONFORMANCE_EFFECTS", None)
+    log = (tmp_path / "agent.log").open("w")
+    agent = subprocess.Popen(["node", "agent.js"], cwd=EXAMPLE, env=env, stdout=log, stderr=log)
+    sent: list[dict] = []
+    try:
+        until = time.monotonic() + 20
+        while time.monotonic() < until and (
+            len(sent) < 9 or work.get_queue_properties().approximate_message_count
+        ):
+            for item in results.receive_messages(max_messages=32, visibility_timeout=60):
+                sent.append(json.loads(base64.b64decode(item.content))["body"])
+            time.sleep(0.2)
+        time.sleep(1)  # anything more it would send (it must not)
+        for item in results.receive_messages(max_messages=32, visibility_timeout=60):
+            sent.append(json.loads(base64.b64decode(item.content))["body"])
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+        work.delete_queue()
+        results.delete_queue()
+    got = {
+        iid: sorted(b.get("type") or b["outcome"] for b in sent if b["instance_id"] == iid) for iid in cases
+    }
+    assert got == {
+        "silent": ["heartbeat"],  # the claim only
+        "beat": ["heartbeat", "heartbeat"],
+        "past": ["heartbeat", "succeeded"],
+        "bogus": ["failed", "heartbeat"],
+        "undo": ["heartbeat", "succeeded"],
+    }, sent
+    replies = {b["instance_id"]: b for b in sent if b.get("outcome")}
+    assert replies["past"]["output"] == {"echo": 3} and replies["undo"]["output"] == {"undone": True}
+    assert replies["bogus"]["permanent"] is True and "fault must be one of" in replies["bogus"]["error"]
