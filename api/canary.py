@@ -2,10 +2,11 @@
 
 The ``canary`` timer (``CANARY_SCHEDULE``, default hourly; does nothing unless ``CANARY_ENABLED`` is
 true, which ``infra/`` sets) first judges earlier runs (``supervisor.canary.verify_runs``) and counts
-the pools gone stale (``supervisor.canary.stale``: the per-pool alert's metric), then starts
-one run of ``sas-canary`` per canary pool (``workflow_core.canary.canary_pools``: every hosted pool and
-every pool that opts in) through the same starter as ``POST /api/workflows/{name}/instances``, the
-scenario rotating with the period (each pool gets the same scenario in a tick).
+the pools gone stale (``supervisor.canary.stale``: the per-pool alert's metric), then starts one run
+per canary pool (``workflow_core.canary.canary_pools``: every hosted pool and every pool that opts in)
+through the same starter as ``POST /api/workflows/{name}/instances``, the scenario rotating with the
+period (each pool gets the same scenario in a tick): of ``sas-canary``, or of ``sas-canary-echo`` in a
+message-only pool that opts in (``workflow_core.canary.canary_workflow_of``).
 The scheduler-lost scenario is made here: its orchestration is
 terminated as soon as it is started, so the watchdog must resume it from the ledger.
 """
@@ -33,7 +34,15 @@ from api.start import start_workflow
 from supervisor.canary import latest_verdicts, verify_runs
 from supervisor.canary.stale import report_stale_pools
 from workflow_core import clock, runtime
-from workflow_core.canary import CANARY_WORKFLOW, SCENARIOS, canary_pool, canary_pools, scenario_named
+from workflow_core.canary import (
+    CANARY_ECHO_WORKFLOW,
+    SCENARIOS,
+    canary_pool,
+    canary_pools,
+    canary_workflow_of,
+    echo_input,
+    scenario_named,
+)
 from workflow_core.workflows.loader import agent_pools
 
 log = logging.getLogger(__name__)
@@ -69,6 +78,11 @@ def pools_of(services: ServicesSource) -> list[str]:
     return canary_pools(agent_pools(), resolve_services(services).settings.hosted_pools)
 
 
+def workflow_of(services: ServicesSource, pool: str) -> str:
+    """The canary definition that exercises ``pool`` (``sas-canary-echo`` in an opted-in message-only one)."""
+    return canary_workflow_of(agent_pools(), pool, resolve_services(services).settings.hosted_pools)
+
+
 async def start_canary_run(
     client: Any, services: ServicesSource, scenario: str, pool: str | None = None
 ) -> str:
@@ -79,13 +93,19 @@ async def start_canary_run(
     pool = canary_pool() if pool is None else pool
     if pool not in (allowed := pools_of(services)):
         raise ValueError(f"pool {pool!r} does not serve the canary; canary pools: {', '.join(allowed)}")
+    workflow = workflow_of(services, pool)
+    given = (
+        echo_input(scenario, pool)
+        if workflow == CANARY_ECHO_WORKFLOW
+        else {"scenario": scenario, "pool": pool}
+    )
     request = func.HttpRequest(
         "POST",
-        f"/api/workflows/{CANARY_WORKFLOW}/instances",
+        f"/api/workflows/{workflow}/instances",
         headers={"Content-Type": "application/json", "X-SAS-Client": "canary"},
         params={},
-        route_params={"name": CANARY_WORKFLOW},
-        body=json.dumps({"scenario": scenario, "pool": pool}).encode(),
+        route_params={"name": workflow},
+        body=json.dumps(given).encode(),
     )
     # The starter itself, inside the door (json_errors' admit): the timer is the app calling itself,
     # not an HTTP caller with an identity to check. Validation, pinning and the ledger record are the same.
@@ -187,6 +207,11 @@ async def run_canary(req: func.HttpRequest, client: Any, services: ServicesSourc
     if problems:
         raise ApiError(400, "invalid canary run", problems, code="invalid-input")
     instance_id = await start_canary_run(client, services, scenario, pool)
-    return json_response(
-        {"instanceId": instance_id, "scenario": scenario, "pool": pool or canary_pool()}, status_code=202
-    )
+    pool = pool or canary_pool()
+    body = {
+        "instanceId": instance_id,
+        "scenario": scenario,
+        "pool": pool,
+        "workflow": workflow_of(services, pool),
+    }
+    return json_response(body, status_code=202)

@@ -40,7 +40,7 @@ from api.responses import (
 from api.views import instance_detail_view, instance_record_view, runtime_status_name, step_view
 from supervisor import operator
 from workflow_core import clock
-from workflow_core.canary import CANARY_WORKFLOW
+from workflow_core.canary import CANARY_WORKFLOWS
 from workflow_core.ledger import StepLedger, StepStatus
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
         )
     hide_canary = canary_runs == "exclude" and workflow is None  # asking for sas-canary by name shows it
     return {
-        "exclude_workflow": CANARY_WORKFLOW if hide_canary else None,
+        "exclude_workflow": CANARY_WORKFLOWS if hide_canary else None,
         "status": text("status"),
         "workflow": None if workflow is None else check_workflow_name(workflow, "the query string"),
         "version": text("version"),
@@ -341,7 +341,7 @@ async def attention(req: func.HttpRequest, client: Any, services: ServicesSource
         raise ApiError(
             400, "invalid canary", [f"use include or exclude, got {show!r}"], code="invalid-filter"
         )
-    hidden = CANARY_WORKFLOW if show == "exclude" else None
+    hidden = CANARY_WORKFLOWS if show == "exclude" else ()
 
     def read(ledger: StepLedger) -> dict[str, Any]:
         stalled = ledger.overdue(now, limit=200)
@@ -354,9 +354,9 @@ async def attention(req: func.HttpRequest, client: Any, services: ServicesSource
         ]
         flagged, _ = ledger.list_instances(needs_attention=True, limit=200, exclude_workflow=hidden)
         if hidden:  # the recovery canary's runs have their own alerts and page (docs/operations.md)
-            stalled = [s for s in stalled if s.workflow_name != hidden]
-            failed_compensations = [s for s in failed_compensations if s.workflow_name != hidden]
-            dead = [s for s in dead if s.workflow_name != hidden]
+            stalled = [s for s in stalled if s.workflow_name not in hidden]
+            failed_compensations = [s for s in failed_compensations if s.workflow_name not in hidden]
+            dead = [s for s in dead if s.workflow_name not in hidden]
         lists = {"stalled": stalled, "compensationFailed": failed_compensations, "deadLettered": dead}
         return {
             **{

@@ -16,11 +16,11 @@ class DemoError(Exception):
 def check_definitions() -> None:
     """Load every definition the way the app does at start-up; DemoError saying which file and what
     is wrong, or which agent has no handler."""
-    from activities.worker.handlers.base import MissingAgentHandlers, check_agents_registered
+    from activities.worker.handlers.base import MissingAgentHandlers, app_served, check_agents_registered
     from workflow_core.workflows import WorkflowDefinitionError, load_workflows
 
     try:
-        check_agents_registered(load_workflows())
+        check_agents_registered(app_served(load_workflows()))
     except WorkflowDefinitionError as exc:
         where = "workflows/" if str(exc).split(":", 1)[0].endswith((".yaml", ".yml")) else ""
         raise DemoError(f"{where}{exc} (fix the file, or move it out of workflows/)") from None

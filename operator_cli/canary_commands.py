@@ -100,4 +100,9 @@ def run_command(scenario: str, api_url: str | None, key: str | None, pool: str |
         raise CliError(f"the app answered {exc.code}: {detail}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise CliError(f"could not reach {base}: {exc}") from None
-    current_session().say(f"started {body.get('instanceId')} ({scenario}); see `sas canary` after its bound")
+    where = (
+        f", {body['workflow']} in pool {body.get('pool')}" if isinstance(body.get("workflow"), str) else ""
+    )
+    current_session().say(
+        f"started {body.get('instanceId')} ({scenario}{where}); see `sas canary` after its bound"
+    )

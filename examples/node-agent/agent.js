@@ -53,17 +53,41 @@ function sendWelcome(key, input) {
 }
 
 // conformance.echo: its effect, a line with the key in CONFORMANCE_EFFECTS, once per key (a marker
-// file created once, 'wx', is the dedupe record); slow_seconds of work after a heartbeat; crash_once
-// names a file: if it does not exist yet, create it and exit hard right after the effect.
-async function echo(key, input, heartbeat) {
+// file created once, 'wx', is the dedupe record; unset: no effect to make, as for the recovery canary);
+// slow_seconds of work after a heartbeat; crash_once names a file: if it does not exist yet, create it
+// and exit hard right after the effect. The recovery canary's faults, while attempt <= fault_attempts
+// (default 1) and before the effect: `fail` throws, `fail-permanently` throws with `permanent`,
+// `silent` and `heartbeat-then-silent` (after one more heartbeat) return ECHO_SILENT: no reply. A
+// compensate message needs nothing undone: {undone: true}.
+const ECHO_SILENT = Symbol('no reply');
+async function echo(key, work, heartbeat) {
+  if (work.kind === 'compensate') return { undone: true };
+  const input = work.input || {};
+  const fault = input.fault || 'none';
+  const faultAttempts = input.fault_attempts === undefined ? 1 : input.fault_attempts;
+  if (fault !== 'none') {
+    if (!['silent', 'fail', 'fail-permanently', 'heartbeat-then-silent'].includes(fault) || !Number.isInteger(faultAttempts)) {
+      throw Object.assign(new Error('fault must be one of none, silent, fail, fail-permanently, heartbeat-then-silent'), { permanent: true });
+    }
+    if (work.attempt <= faultAttempts) {
+      if (fault === 'fail') throw new Error(`conformance.echo fault fail: attempt ${work.attempt} fails`);
+      if (fault === 'fail-permanently') {
+        throw Object.assign(new Error(`conformance.echo fault fail-permanently: attempt ${work.attempt}`), { permanent: true });
+      }
+      if (fault === 'heartbeat-then-silent') await heartbeat();
+      return ECHO_SILENT;
+    }
+  }
   if (input.slow_seconds) {
     await heartbeat(input.heartbeat_seconds);
     await new Promise((resolve) => setTimeout(resolve, input.slow_seconds * 1000));
   }
   const effects = env.CONFORMANCE_EFFECTS;
   try {
-    fs.writeFileSync(`${effects}.${crypto.createHash('sha256').update(key).digest('hex')}`, '', { flag: 'wx' });
-    fs.appendFileSync(effects, `${key}\n`);
+    if (effects) {
+      fs.writeFileSync(`${effects}.${crypto.createHash('sha256').update(key).digest('hex')}`, '', { flag: 'wx' });
+      fs.appendFileSync(effects, `${key}\n`);
+    }
   } catch (err) {
     if (err.code !== 'EEXIST') throw err;
   }
@@ -117,19 +141,19 @@ async function handle(work, queues) {
     const key = work.idempotency_key || `${work.instance_id}:${work.step_id}`;
     let output;
     if (isBlobReference(work.input)) throw new Error('input is a blob reference; this agent cannot read blobs');
-    if (work.kind === 'work' && work.agent === 'conformance.echo') {
-      output = await echo(key, work.input || {}, heartbeat);
+    if (work.agent === 'conformance.echo') {
+      output = await echo(key, work, heartbeat);
     } else {
       if (work.agent !== AGENT || work.kind !== 'work') throw new Error(`no handler for ${work.kind} of ${work.agent}`);
       await new Promise((resolve) => setTimeout(resolve, workMs));
       output = sendWelcome(key, work.input || {});
     }
-    reply = { ...ids(work), outcome: 'succeeded', output };
+    reply = output === ECHO_SILENT ? null : { ...ids(work), outcome: 'succeeded', output };
   } catch (err) {
-    reply = { ...ids(work), outcome: 'failed', error: String(err && err.stack || err).slice(0, 8000) };
+    reply = { ...ids(work), outcome: 'failed', error: String(err && err.stack || err).slice(0, 8000), ...(err && err.permanent && { permanent: true }) };
   }
   // 2. The result: the app records it in the ledger for this attempt (once) and moves the workflow on.
-  await queues.send(reply, idOf('result'));
+  if (reply) await queues.send(reply, idOf('result'));
   return 'done';
 }
 

@@ -1,9 +1,10 @@
-"""The recovery canary's verifier: judge finished (or overdue) ``sas-canary`` runs from their audit
-trails, record each verdict once as a ledger row in the run's own partition, and emit metrics.
+"""The recovery canary's verifier: judge finished (or overdue) ``sas-canary`` and ``sas-canary-echo``
+runs from their audit trails, record each verdict once as a ledger row in the run's own partition, and
+emit metrics.
 
 :func:`verify_runs` is what the canary timer calls; :func:`latest_verdicts` is what ``sas doctor``,
-``GET /api/canary`` and the console badge read. Canary runs are ordinary instances of the
-``sas-canary`` workflow, so retention purges them like any finished instance.
+``GET /api/canary`` and the console badge read. Canary runs are ordinary instances of the canary
+workflows, so retention purges them like any finished instance.
 """
 
 from __future__ import annotations
@@ -17,11 +18,18 @@ from typing import Any
 from opentelemetry import metrics
 
 from workflow_core import clock, telemetry_instruments
-from workflow_core.canary import CANARY_WORKFLOW, SCENARIOS, expected_recovery_seconds, judge
+from workflow_core.canary import (
+    CANARY_WORKFLOW,
+    CANARY_WORKFLOWS,
+    SCENARIOS,
+    expected_recovery_seconds,
+    judge,
+)
 from workflow_core.canary.routing import route_pool
 from workflow_core.canary.scenarios import PROBE
 from workflow_core.ledger import StepNotFound, decode_json
 from workflow_core.messages import stored_input
+from workflow_core.workflows import get_workflow
 from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import DEFAULT_POOL
 
@@ -93,15 +101,25 @@ def _recorded(ledger: Any, instance_id: str) -> dict[str, Any] | None:
     return None
 
 
-def exercised_pool(ledger: Any, instance_id: str, given: dict[str, Any]) -> str:
+def exercised_pool(
+    ledger: Any, instance_id: str, given: dict[str, Any], workflow: str = CANARY_WORKFLOW
+) -> str:
     """The pool the run's probe was sent to: dispatch's rule (``route_pool``) applied to the probe step's
     input as the ledger stores it, so a verdict names where the work went, not what was asked."""
     try:
         probe = ledger.get(instance_id, PROBE)
     except StepNotFound:
         return str(given.get("pool") or DEFAULT_POOL)
-    body = {"workflow": CANARY_WORKFLOW, "agent": probe.agent, "kind": "work", "input": stored_input(probe)}
+    body = {"workflow": workflow, "agent": probe.agent, "kind": "work", "input": stored_input(probe)}
     return route_pool(agent_pools(), body)
+
+
+def canary_records(ledger: Any, limit: int) -> list[Any]:
+    """The newest ``limit`` runs of every canary workflow (``sas-canary``, ``sas-canary-echo``), newest
+    first: one listing query per workflow."""
+    records = [r for name in CANARY_WORKFLOWS for r in ledger.list_instances(workflow=name, limit=limit)[0]]
+    records.sort(key=lambda r: r.started_at.timestamp() if r.started_at else 0.0, reverse=True)
+    return records[:limit]
 
 
 def verify_runs(
@@ -110,23 +128,25 @@ def verify_runs(
     """Judge the newest ``limit`` canary runs not yet judged; record and return the new verdicts
     (a run still within its expected recovery time is left for a later pass)."""
     now = now or clock.utcnow()
-    records, _ = ledger.list_instances(workflow=CANARY_WORKFLOW, limit=limit)
     new: list[Verdict] = []
-    for record in records:
+    for record in canary_records(ledger, limit):
         if _recorded(ledger, record.instance_id) is not None:
             continue
         given = _input_of(record)
         scenario = record.business_key or str(given.get("scenario", ""))
         if scenario not in SCENARIOS:
             continue
-        expected = expected_recovery_seconds(scenario, watchdog_period=watchdog_period, grace=grace)
+        expected = expected_recovery_seconds(
+            scenario, watchdog_period=watchdog_period, grace=grace, workflow_name=record.workflow
+        )
         trail = ledger.audit_trail(record.instance_id)
         started = next((a.at for a in trail if a.action == "instance-created"), record.started_at)
-        seen = judge(scenario, trail, expected_seconds=expected, now=now, started_at=started)
+        agents = sorted(get_workflow(record.workflow).agents_used())
+        seen = judge(scenario, trail, expected_seconds=expected, now=now, started_at=started, agents=agents)
         if seen.outcome == "pending":
             continue
         spec = SCENARIOS[scenario]
-        pool = exercised_pool(ledger, record.instance_id, given)
+        pool = exercised_pool(ledger, record.instance_id, given, record.workflow)
         verdict = Verdict(
             instance_id=record.instance_id,
             scenario=scenario,
@@ -179,7 +199,7 @@ def latest_verdicts(
     ``passed`` otherwise (``none`` without any verdict). ``limit`` runs are
     read per pool, so a tick that starts one run per pool shows ``limit`` ticks."""
     now = now or clock.utcnow()
-    records, _ = ledger.list_instances(workflow=CANARY_WORKFLOW, limit=limit * max(1, len(pools)))
+    records = canary_records(ledger, limit * max(1, len(pools)))
     verdicts = [v for v in (_recorded(ledger, r.instance_id) for r in records) if v is not None]
     verdicts.sort(key=lambda v: v["at"], reverse=True)
     names = list(dict.fromkeys([*pools, *(str(v.get("pool") or "") for v in verdicts)]))

@@ -85,10 +85,12 @@ def _list(h: PatternHarness, route: str, name: str, **params: str):
 def test_canary_runs_are_hidden_from_the_default_list_and_the_inbox(harness):
     h = harness
     canary_id = h.start_workflow("sas-canary", {"scenario": "compensate"})
+    # the message-only pool's canary: hidden the same way (nobody serves it here; it only has to exist)
+    echo_id = h.start_workflow("sas-canary-echo", {"scenario": "retry", "pool": "default"})
     other_id = h.start_workflow("provision-tenant", {"tenant_id": "t1", "admin_email": "a@example.net"})
     h.run_until_complete(canary_id)
     h.run_until_complete(other_id)
-    for iid in (canary_id, other_id):  # both flagged: only the ordinary one reaches the inbox
+    for iid in (canary_id, echo_id, other_id):  # all flagged: only the ordinary one reaches the inbox
         record = h.ledger.get_instance(iid)
         h.ledger.update_instance(record, actor="test", reason="flag", needs_attention=True)
 
@@ -98,13 +100,14 @@ def test_canary_runs_are_hidden_from_the_default_list_and_the_inbox(harness):
         return {i["instanceId"] for i in body["instances"]}
 
     assert ids() == {other_id}
-    assert ids(canary="include") == {canary_id, other_id}
+    assert ids(canary="include") == {canary_id, echo_id, other_id}
     assert ids(workflow="sas-canary") == {canary_id}
+    assert ids(workflow="sas-canary-echo") == {echo_id}
     assert _list(h, "instances", "http_list_instances", canary="bogus")[0] == 400
     _, inbox = _list(h, "attention", "http_attention")
     assert [i["instanceId"] for i in inbox["instances"]] == [other_id]
     _, everything = _list(h, "attention", "http_attention", canary="include")
-    assert {i["instanceId"] for i in everything["instances"]} == {canary_id, other_id}
+    assert {i["instanceId"] for i in everything["instances"]} == {canary_id, echo_id, other_id}
     assert _list(h, "attention", "http_attention", canary="x" * 5000)[0] == 400
 
 

@@ -5,12 +5,18 @@ Roles build on it: the canary agent (``activities/worker/handlers/canary.py``) r
 its own input; the supervisor's canary timer (``supervisor/canary``) starts runs and records verdicts.
 """
 
-from workflow_core.canary.routing import CANARY_AGENTS, canary_pools, route_pool
+from workflow_core.canary.routing import CANARY_AGENTS, canary_pools, canary_workflow_of, route_pool
 from workflow_core.canary.scenarios import (
+    CANARY_ECHO_WORKFLOW,
     CANARY_WORKFLOW,
+    CANARY_WORKFLOWS,
+    ECHO_AGENT,
+    ECHO_FAULTS,
     SCENARIOS,
+    SERVED_OUTSIDE_THE_APP,
     Scenario,
     canary_pool,
+    echo_input,
     expected_recovery_seconds,
     scenario_named,
 )

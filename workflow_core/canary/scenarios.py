@@ -1,8 +1,8 @@
 """The canary's scenarios as one table: the fault, the recovery path it proves, the audit events
 that recovery leaves, and how long it may take (from the canary's deadlines and the watchdog period).
 
-Times are read from the shipped ``sas-canary`` definition, never restated, so editing a deadline
-there moves the expected recovery time with it.
+Times are read from the shipped definition the run used (``sas-canary``, or ``sas-canary-echo`` in a
+message-only pool), never restated, so editing a deadline there moves the expected recovery time with it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,13 @@ from workflow_core.workflows import get_workflow
 
 CANARY_WORKFLOW = "sas-canary"
 CANARY_AGENT, CANARY_UNDO = "canary.probe", "canary.undo"
+# A message-only pool's canary: its own agent's conformance echo contract (docs/agents.md), faults
+# from the run's input (ECHO_FAULTS), the same steps, deadlines and retries as sas-canary.
+CANARY_ECHO_WORKFLOW, ECHO_AGENT = "sas-canary-echo", "conformance.echo"
+CANARY_WORKFLOWS = (CANARY_WORKFLOW, CANARY_ECHO_WORKFLOW)
+# Workflows whose agents only pools outside the app serve (a message-only pool's own runtime): the
+# app's handler checks (start-up, `sas lint`, the demo) do not ask the app for their handlers.
+SERVED_OUTSIDE_THE_APP = frozenset({CANARY_ECHO_WORKFLOW})
 PROBE, FINISH = "probe", "finish"
 
 
@@ -53,7 +60,7 @@ SCENARIOS: dict[str, Scenario] = {
             "compensation in reverse order",
             ((PROBE, "Succeeded"), (FINISH, "Failed"), (PROBE, "Compensated")),
             "compensated",
-            "the probe was not compensated: is compensation disabled, does canary.undo have an agent?",
+            "the probe was not compensated: is compensation disabled, does its compensator have an agent?",
         ),
         Scenario(
             "scheduler-lost",
@@ -75,6 +82,23 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+# The echo contract's fault per step for each scenario (sas-canary-echo): the same fault canary.probe
+# makes on its own. scheduler-lost has none: the canary timer terminates the orchestration.
+ECHO_FAULTS: dict[str, dict[str, str]] = {
+    "lost-reply": {PROBE: "silent"},
+    "retry": {PROBE: "fail"},
+    "compensate": {FINISH: "fail-permanently"},
+    "scheduler-lost": {},
+    "heartbeat-stops": {PROBE: "heartbeat-then-silent"},
+}
+
+
+def echo_input(scenario: str, pool: str) -> dict[str, object]:
+    """A ``sas-canary-echo`` run's input: the scenario, the pool and each step's fault (first attempt)."""
+    faults = ECHO_FAULTS[scenario_named(scenario).name]
+    return {"scenario": scenario, "pool": pool, **{f"{step}_fault": f for step, f in faults.items()}}
+
+
 def canary_pool() -> str:
     """The agent pool the canary exercises: where ``workflows/pools.yaml`` routes ``canary.probe``
     (a pool opts in by listing ``canary.probe`` and ``canary.undo`` among its agents)."""
@@ -90,11 +114,16 @@ def scenario_named(name: str) -> Scenario:
         raise ValueError(f"unknown canary scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
 
 
-def expected_recovery_seconds(name: str, *, watchdog_period: float, grace: float) -> float:
+def expected_recovery_seconds(
+    name: str, *, watchdog_period: float, grace: float, workflow_name: str = CANARY_WORKFLOW
+) -> float:
     """The longest the scenario's recovery may take, from the fault to the run's end, stated from the
-    canary definition's deadlines and the watchdog's period (plus its grace, plus one period of lag)."""
+    deadlines of the canary definition the run used (``workflow_name``) and the watchdog's period (plus
+    its grace, plus one period of lag)."""
     scenario = scenario_named(name)
-    workflow = get_workflow(CANARY_WORKFLOW)
+    if workflow_name not in CANARY_WORKFLOWS:
+        raise ValueError(f"{workflow_name!r} is not a canary workflow ({', '.join(CANARY_WORKFLOWS)})")
+    workflow = get_workflow(workflow_name)
     probe, finish = workflow.steps[0], workflow.steps[1]
     wake = watchdog_period + grace  # a deadline is noticed within one period after grace
     retry_wait = probe.retry.max_interval_seconds  # the longest single backoff wait

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from workflow_core.canary.scenarios import scenario_named
 from workflow_core.ledger.model import AuditEntry
@@ -38,6 +39,19 @@ def _in_order(wanted: Sequence[tuple[str, str]], seen: Sequence[tuple[str, str]]
     return None
 
 
+def _likely_cause(spec: Any, seen: Sequence[tuple[str, str]], agents: Sequence[str]) -> str:
+    """The scenario's usual cause, unless the trail names a plainer one: attempts were dispatched but no
+    agent ever took one (no step ever Running), which is a pool without a (running) agent."""
+    dispatched = any(status in ("Dispatched", "Compensating") for _, status in seen)
+    if dispatched and not any(status == "Running" for _, status in seen):
+        serving = f" serving {', '.join(agents)}" if agents else ""
+        return (
+            "no agent took any attempt (dispatched, never running): "
+            f"does the pool have a running agent{serving}?"
+        )
+    return spec.cause_if_missing
+
+
 def judge(
     scenario: str,
     trail: Sequence[AuditEntry],
@@ -45,7 +59,9 @@ def judge(
     expected_seconds: float,
     now: datetime,
     started_at: datetime,
+    agents: Sequence[str] = (),
 ) -> Observation:
+    """``agents``: the run's agents, named in a cause when no agent took any attempt."""
     spec = scenario_named(scenario)
     end = next((a for a in trail if a.action == "instance-transition" and a.to_status in TERMINAL), None)
     seen = _events(trail)
@@ -60,18 +76,18 @@ def judge(
             "failed",
             summary,
             None,
-            f"not recovered within {expected_seconds:.0f}s ({what}): {spec.cause_if_missing}",
+            f"not recovered within {expected_seconds:.0f}s ({what}): {_likely_cause(spec, seen, agents)}",
         )
     took = (end.at - started_at).total_seconds()
     missing = _in_order(spec.expected_events, seen)
     if missing is not None:
-        cause = f"expected {missing[0]} {missing[1]} did not happen: {spec.cause_if_missing}"
+        cause = f"expected {missing[0]} {missing[1]} did not happen: {_likely_cause(spec, seen, agents)}"
         return Observation("failed", summary, took, cause)
     resumed = any(a.action == "recovery" and a.reason.startswith("resume_instance") for a in trail)
     if spec.name == "scheduler-lost" and not resumed:
         return Observation("failed", summary, took, f"no watchdog resume recorded: {spec.cause_if_missing}")
     if end.to_status.lower() != spec.outcome:
-        cause = f"run ended {end.to_status}, expected {spec.outcome}: {spec.cause_if_missing}"
+        cause = f"run ended {end.to_status}, expected {spec.outcome}: {_likely_cause(spec, seen, agents)}"
         return Observation("failed", summary, took, cause)
     if took > expected_seconds:
         cause = (

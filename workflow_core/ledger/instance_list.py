@@ -129,7 +129,7 @@ class InstanceListMixin:
         needs_attention: bool | None = None,
         limit: int = 50,
         continuation: str | None = None,
-        exclude_workflow: str | None = None,
+        exclude_workflow: str | tuple[str, ...] | None = None,
     ) -> tuple[list[InstanceRecord], str | None]:
         """One page of instances, newest first, and the token of the next page (None at the end);
         ``started_from`` is inclusive and ``started_to`` exclusive, so adjacent windows never overlap.
@@ -146,9 +146,11 @@ class InstanceListMixin:
         filters = {prop: value for prop, value in filters.items() if value is not None}
         clauses = ["PartitionKey eq @pk", *(f"{prop} eq @{prop}" for prop in filters)]
         params: dict[str, Any] = {"pk": LIST_PARTITION, **filters}
-        if exclude_workflow:  # e.g. the recovery canary's runs, hidden from the operators' default list
-            clauses.append("Workflow ne @exclude_workflow")
-            params["exclude_workflow"] = exclude_workflow
+        # e.g. the recovery canary's runs, hidden from the operators' default list (one name or several)
+        excluded = (exclude_workflow,) if isinstance(exclude_workflow, str) else tuple(exclude_workflow or ())
+        for n, name in enumerate(excluded):
+            clauses.append(f"Workflow ne @exclude_workflow{n}")
+            params[f"exclude_workflow{n}"] = name
         if business_key_prefix:
             clauses.append("BusinessKey ge @bk_lo and BusinessKey lt @bk_hi")
             params["bk_lo"] = business_key_prefix
@@ -176,7 +178,7 @@ class InstanceListMixin:
             if (
                 all(listed[prop] == value for prop, value in filters.items())
                 and (record.business_key or "").startswith(business_key_prefix or "")
-                and record.workflow != exclude_workflow
+                and record.workflow not in excluded
             ):
                 records.append(record)
         return records, encode_token(page_iter.continuation_token)

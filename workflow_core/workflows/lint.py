@@ -42,7 +42,12 @@ def _no_handler(name: str) -> str:
 def lint_definition(
     definition: WorkflowDefinition, *, source: str, agents: Collection[str] | None = None
 ) -> list[LintProblem]:
-    """Every problem of one loaded definition; ``agents=None`` skips the handler check."""
+    """Every problem of one loaded definition; ``agents=None`` skips the handler check (as it is for a
+    definition whose agents only pools outside the app serve: ``workflow_core.canary``)."""
+    from workflow_core.canary import SERVED_OUTSIDE_THE_APP
+
+    if definition.name in SERVED_OUTSIDE_THE_APP:
+        agents = None
     problems = []
     if not definition.description.strip():
         problems.append(

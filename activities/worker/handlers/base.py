@@ -140,4 +140,12 @@ def check_shipped_workflows() -> set[str]:
     from workflow_core.workflows.loader import agent_pools
 
     pools, hosted = agent_pools(), hosted_pools()
-    return check_agents_registered(load_workflows(), lambda agent: pools.pool_of(agent) in hosted)
+    return check_agents_registered(app_served(load_workflows()), lambda agent: pools.pool_of(agent) in hosted)
+
+
+def app_served(workflows: Mapping[str, Any]) -> dict[str, Any]:
+    """``workflows`` without those whose agents only pools outside the app serve (the message-only
+    canary, ``sas-canary-echo``: its runs go only to a message-only pool's own agents)."""
+    from workflow_core.canary import SERVED_OUTSIDE_THE_APP
+
+    return {name: d for name, d in workflows.items() if name not in SERVED_OUTSIDE_THE_APP}

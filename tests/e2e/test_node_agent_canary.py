@@ -1,0 +1,174 @@
+"""The Node.js example agent (``examples/node-agent``, a real ``node`` process) serves the recovery
+canary of the message-only pool it runs in (``sas-canary-echo``, through the conformance echo contract)
+on Azurite, next to the app's scheduler, result handler and watchdog: the ``retry`` run (its probe's
+first attempt fails, the retry succeeds) and the ``compensate`` run (the finish step fails for good, the
+probe is compensated) both pass their verdicts, and every message it sends validates against the
+published schemas (``permanent: true`` included)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from api.canary import start_canary_run
+from devtools.harness import PatternHarness
+from supervisor.canary import verify_runs
+from tests.faults.conftest import storage_queue_only
+from tests.transport.test_message_schemas import validator
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-agent"
+EDGE = "pools:\n  edge:\n    message_only: true\n    canary: true\n"
+
+
+@storage_queue_only
+def test_the_node_agent_passes_the_retry_and_compensate_canaries_of_its_pool(azurite, tmp_path):
+    if not (EXAMPLE / "node_modules" / "@azure" / "storage-queue").is_dir():
+        pytest.fail("examples/node-agent has no node_modules: run `npm ci` there (./scripts/bootstrap does)")
+    pools = {"extra_workflows": {"pools": EDGE}, "hosted_pools": ["default"]}
+    with PatternHarness(azurite, clock="real", **pools) as h:  # no in-process worker reads pool edge
+        reports: list[dict] = []
+        handle = h._result_handler
+
+        def recording(message):
+            reports.append(message.body)
+            return handle(message)
+
+        h._result_handler = recording
+        env = {
+            **os.environ,
+            "AGENT_TRANSPORT": "storage-queue",
+            "AzureWebJobsStorage": azurite.connection_string,
+            "WORK_QUEUE_NAME": h.settings.work_queue,
+            "RESULT_QUEUE_NAME": h.settings.result_queue,
+            "AGENT_POOL": "edge",
+        }
+        env.pop("CONFORMANCE_EFFECTS", None)
+        log = (tmp_path / "agent.log").open("w")
+        agent = subprocess.Popen(["node", "agent.js"], cwd=EXAMPLE, env=env, stdout=log, stderr=log)
+        try:
+            started = {
+                s: h.host.run_async(start_canary_run(h.host.client, h.services, s, "edge"))
+                for s in ("compensate", "retry")
+            }
+            for iid in started.values():
+                h.run_until(
+                    lambda iid=iid: (
+                        h.ledger.get_instance(iid).status.value not in ("Running", "Compensating")
+                    ),
+                    timeout=timedelta(seconds=60),
+                )
+        finally:
+            agent.terminate()
+            agent.wait(timeout=10)
+        verdicts = {v.scenario: v for v in verify_runs(h.ledger, watchdog_period=30, grace=30, now=h.now())}
+        for scenario, iid in started.items():
+            assert h.ledger.get_instance(iid).workflow == "sas-canary-echo"
+            verdict = verdicts[scenario]
+            assert verdict.instance_id == iid and verdict.outcome == "passed" and verdict.pool == "edge", (
+                verdict
+            )
+        assert h.statuses(started["compensate"])["probe"] == "Compensated"
+    failed = [(b["step_id"], b.get("permanent")) for b in reports if b.get("outcome") == "failed"]
+    assert sorted(failed) == [("finish", True), ("probe", None)], reports
+    undone = [b["output"] for b in reports if b.get("kind") == "compensate" and b.get("outcome")]
+    assert undone == [{"undone": True}], reports
+    for body in reports:
+        schema = "heartbeat-message" if body.get("type") == "heartbeat" else "result-message"
+        assert list(validator(schema).iter_errors(body)) == [], body
+
+
+@storage_queue_only
+def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
+    """Work messages put straight on its queue: ``silent`` and ``heartbeat-then-silent`` get no reply
+    (only the claim heartbeat the agent sends before any work, plus the one the fault makes), a fault
+    past ``fault_attempts`` is none, an unknown fault fails for good, a compensation is ``undone``; every
+    message is completed."""
+    import base64
+    import json
+    import secrets
+    import time
+    import uuid
+    from datetime import UTC, datetime
+
+    from azure.storage.queue import QueueClient
+
+    tag = uuid.uuid4().hex[:8]
+    work_name, result_name = f"n{tag}-work", f"n{tag}-results"
+    work = QueueClient.from_connection_string(azurite.connection_string, work_name)
+    results = QueueClient.from_connection_string(azurite.connection_string, result_name)
+    work.create_queue()
+    results.create_queue()
+    now = datetime.now(UTC)
+    cases = {  # instance id -> (kind, attempt, input)
+        "silent": ("work", 1, {"fault": "silent", "value": 1}),
+        "beat": ("work", 1, {"fault": "heartbeat-then-silent", "value": 2}),
+        "past": ("work", 2, {"fault": "fail", "fault_attempts": 1, "value": 3}),
+        "bogus": ("work", 1, {"fault": "explode", "value": 4}),
+        "undo": ("compensate", 1, {"input": {"fault": "fail-permanently"}, "output": None}),
+    }
+    for iid, (kind, attempt, given) in cases.items():
+        body = {
+            "kind": kind,
+            "instance_id": iid,
+            "orchestration_id": iid,
+            "step_id": "probe",
+            "attempt": attempt,
+            "agent": "conformance.echo",
+            "workflow": "sas-canary-echo",
+            "reply_token": secrets.token_hex(32),
+            "idempotency_key": f"{iid}:probe",
+            "deadline": (now + timedelta(minutes=1)).isoformat(),
+            "expires_at": (now + timedelta(minutes=5)).isoformat(),
+            "input": given,
+        }
+        doc = {
+            "envelope": "workflow-message/1",
+            "message_id": iid,
+            "body": body,
+            "application_properties": {},
+        }
+        work.send_message(base64.b64encode(json.dumps(doc).encode()).decode())
+    env = {
+        **os.environ,
+        "AGENT_TRANSPORT": "storage-queue",
+        "AzureWebJobsStorage": azurite.connection_string,
+        "WORK_QUEUE_NAME": work_name,
+        "RESULT_QUEUE_NAME": result_name,
+    }
+    env.pop("CONFORMANCE_EFFECTS", None)
+    log = (tmp_path / "agent.log").open("w")
+    agent = subprocess.Popen(["node", "agent.js"], cwd=EXAMPLE, env=env, stdout=log, stderr=log)
+    sent: list[dict] = []
+    try:
+        until = time.monotonic() + 20
+        while time.monotonic() < until and (
+            len(sent) < 9 or work.get_queue_properties().approximate_message_count
+        ):
+            for item in results.receive_messages(max_messages=32, visibility_timeout=60):
+                sent.append(json.loads(base64.b64decode(item.content))["body"])
+            time.sleep(0.2)
+        time.sleep(1)  # anything more it would send (it must not)
+        for item in results.receive_messages(max_messages=32, visibility_timeout=60):
+            sent.append(json.loads(base64.b64decode(item.content))["body"])
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+        work.delete_queue()
+        results.delete_queue()
+    got = {
+        iid: sorted(b.get("type") or b["outcome"] for b in sent if b["instance_id"] == iid) for iid in cases
+    }
+    assert got == {
+        "silent": ["heartbeat"],  # the claim only
+        "beat": ["heartbeat", "heartbeat"],
+        "past": ["heartbeat", "succeeded"],
+        "bogus": ["failed", "heartbeat"],
+        "undo": ["heartbeat", "succeeded"],
+    }, sent
+    replies = {b["instance_id"]: b for b in sent if b.get("outcome")}
+    assert replies["past"]["output"] == {"echo": 3} and replies["undo"]["output"] == {"undone": True}
+    assert replies["bogus"]["permanent"] is True and "fault must be one of" in replies["bogus"]["error"]
