@@ -130,8 +130,8 @@ class _Tick(_TickActions):
         """A Dispatched attempt nobody claimed, past the grace (the caller checks that), not re-sent yet:
         its send may never have left, and re-sending the same MessageId is harmless either way; once
         per attempt (``resent_at``), then the attempt fails (docs/supervisor.md, ``resend``). A row
-        without an attempt token (written before work messages carried one) has no message to send
-        again: its attempt fails, and a retry dispatches one that does."""
+        without an attempt token (every dispatch writes one: a hand-made or damaged row) has no valid
+        message to send again: its attempt fails, and a retry dispatches one that does."""
         return found.status is S.DISPATCHED and found.resent_at is None and bool(found.attempt_token)
 
     async def resend(self, found: StepRecord, claimed: StepRecord) -> None:

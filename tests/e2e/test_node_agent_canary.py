@@ -7,12 +7,18 @@ published schemas (``permanent: true`` included)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import secrets
 import subprocess
-from datetime import timedelta
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from azure.storage.queue import QueueClient
 
 from api.canary import start_canary_run
 from devtools.harness import PatternHarness
@@ -82,20 +88,27 @@ def test_the_node_agent_passes_the_retry_and_compensate_canaries_of_its_pool(azu
 
 
 @storage_queue_only
+def answer(connection: str, beat: dict) -> None:
+    """What the app answers an accepted heartbeat that names an answer queue
+    (``activities.replies.attempt_status``): this attempt is current."""
+    status = {
+        "type": "attempt-status",
+        **{k: beat[k] for k in ("kind", "instance_id", "step_id", "attempt", "correlation_id")},
+        "current": True,
+        "status": "Running",
+        "deadline": None,
+        "reason": "",
+    }
+    doc = {"envelope": "workflow-message/1", "message_id": uuid.uuid4().hex, "body": status}
+    queue = QueueClient.from_connection_string(connection, beat["answer_queue"])
+    queue.send_message(base64.b64encode(json.dumps(doc).encode()).decode())
+
+
 def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
     """Work messages put straight on its queue: ``silent`` and ``heartbeat-then-silent`` get no reply
     (only the claim heartbeat the agent sends before any work, plus the one the fault makes), a fault
     past ``fault_attempts`` is none, an unknown fault fails for good, a compensation is ``undone``; every
-    message is completed."""
-    import base64
-    import json
-    import secrets
-    import time
-    import uuid
-    from datetime import UTC, datetime
-
-    from azure.storage.queue import QueueClient
-
+    message is completed. The test answers the agent's asking heartbeat as the app does (current)."""
     tag = uuid.uuid4().hex[:8]
     work_name, result_name = f"n{tag}-work", f"n{tag}-results"
     work = QueueClient.from_connection_string(azurite.connection_string, work_name)
@@ -149,7 +162,10 @@ def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
             len(sent) < 9 or work.get_queue_properties().approximate_message_count
         ):
             for item in results.receive_messages(max_messages=32, visibility_timeout=60):
-                sent.append(json.loads(base64.b64decode(item.content))["body"])
+                body = json.loads(base64.b64decode(item.content))["body"]
+                sent.append(body)
+                if body.get("answer_queue"):  # it asks before its effect: answer as the app does
+                    answer(azurite.connection_string, body)
             time.sleep(0.2)
         time.sleep(1)  # anything more it would send (it must not)
         for item in results.receive_messages(max_messages=32, visibility_timeout=60):
