@@ -7,27 +7,21 @@ sends it, validates against the published schemas."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
 from azure.storage.queue import QueueServiceClient
 
 from devtools.harness import PatternHarness
 from tests.activities.test_agent_reports import MAIL_POOL
+from tests.e2e.node_agent import node_agent, node_env, record_answers
 from tests.faults.conftest import storage_queue_only
 from tests.transport.test_message_schemas import validator
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-agent"
 AGENT = "email.send_welcome"
 
 
 @storage_queue_only
 def test_the_node_agent_runs_the_welcome_step_once_under_a_duplicate_delivery(azurite, tmp_path):
-    if not (EXAMPLE / "node_modules" / "@azure" / "storage-queue").is_dir():
-        pytest.fail("examples/node-agent has no node_modules: run `npm ci` there (./scripts/bootstrap does)")
     pools = {"extra_workflows": {"pools": MAIL_POOL}, "hosted_pools": ["default"]}
     with PatternHarness(azurite, clock="real", **pools) as h:  # no in-process worker reads pool mail
         queue = f"{h.settings.work_queue}-mail"
@@ -41,29 +35,16 @@ def test_the_node_agent_runs_the_welcome_step_once_under_a_duplicate_delivery(az
             return handle(message)
 
         h._result_handler = recording
-        answers: list[tuple[str, dict]] = []  # what the app sends to the agent's answer queue
-        send = h.transport.send
-
-        def answering(queue, message):
-            if "-answers-" in queue:
-                answers.append((queue, message.body))
-            return send(queue, message)
-
-        h.transport.send = answering
-        env = {
-            **os.environ,
-            "AGENT_TRANSPORT": "storage-queue",
-            "AzureWebJobsStorage": azurite.connection_string,
-            "WORK_QUEUE_NAME": h.settings.work_queue,
-            "RESULT_QUEUE_NAME": h.settings.result_queue,
-            "AGENT_POOL": "mail",
-            "MAIL_OUTBOX": str(tmp_path / "outbox"),
-            "HEARTBEAT_SECONDS": "600",
-            "WORK_MILLISECONDS": "1000",
-        }
-        log = (tmp_path / "agent.log").open("w")
-        agent = subprocess.Popen(["node", "agent.js"], cwd=EXAMPLE, env=env, stdout=log, stderr=log)
-        try:
+        answers = record_answers(h)  # what the app sends to the agent's answer queue
+        env = node_env(
+            azurite.connection_string,
+            h.settings,
+            "mail",
+            MAIL_OUTBOX=str(tmp_path / "outbox"),
+            HEARTBEAT_SECONDS="600",
+            WORK_MILLISECONDS="1000",
+        )
+        with node_agent(env, tmp_path / "agent.log"):
             tenant = {"tenant_id": "nodeco", "admin_email": "a@nodeco.example"}
             iid = h.start_workflow("provision-tenant", tenant)
             status = h.run_until_complete(iid, timeout=timedelta(minutes=2))
@@ -72,9 +53,6 @@ def test_the_node_agent_runs_the_welcome_step_once_under_a_duplicate_delivery(az
                 lambda: len(answers) >= 2 and _replies(reports) == _current(answers),
                 timeout=timedelta(seconds=30),
             )
-        finally:
-            agent.terminate()
-            agent.wait(timeout=10)
         prefix = f"{h.settings.result_queue}-answers-"
         queues = QueueServiceClient.from_connection_string(azurite.connection_string)
         left = [q.name for q in queues.list_queues(name_starts_with=prefix)]

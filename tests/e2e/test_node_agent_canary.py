@@ -9,31 +9,26 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
-import subprocess
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from types import SimpleNamespace
 
-import pytest
 from azure.storage.queue import QueueClient
 
 from api.canary import start_canary_run
 from devtools.harness import PatternHarness
 from supervisor.canary import verify_runs
+from tests.e2e.node_agent import node_agent, node_env
 from tests.faults.conftest import storage_queue_only
 from tests.transport.test_message_schemas import validator
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-agent"
 EDGE = "pools:\n  edge:\n    message_only: true\n    canary: true\n"
 
 
 @storage_queue_only
 def test_the_node_agent_passes_the_retry_and_compensate_canaries_of_its_pool(azurite, tmp_path):
-    if not (EXAMPLE / "node_modules" / "@azure" / "storage-queue").is_dir():
-        pytest.fail("examples/node-agent has no node_modules: run `npm ci` there (./scripts/bootstrap does)")
     pools = {"extra_workflows": {"pools": EDGE}, "hosted_pools": ["default"]}
     with PatternHarness(azurite, clock="real", **pools) as h:  # no in-process worker reads pool edge
         reports: list[dict] = []
@@ -44,18 +39,8 @@ def test_the_node_agent_passes_the_retry_and_compensate_canaries_of_its_pool(azu
             return handle(message)
 
         h._result_handler = recording
-        env = {
-            **os.environ,
-            "AGENT_TRANSPORT": "storage-queue",
-            "AzureWebJobsStorage": azurite.connection_string,
-            "WORK_QUEUE_NAME": h.settings.work_queue,
-            "RESULT_QUEUE_NAME": h.settings.result_queue,
-            "AGENT_POOL": "edge",
-        }
-        env.pop("CONFORMANCE_EFFECTS", None)
-        log = (tmp_path / "agent.log").open("w")
-        agent = subprocess.Popen(["node", "agent.js"], cwd=EXAMPLE, env=env, stdout=log, stderr=log)
-        try:
+        env = node_env(azurite.connection_string, h.settings, "edge")
+        with node_agent(env, tmp_path / "agent.log"):
             started = {
                 s: h.host.run_async(start_canary_run(h.host.client, h.services, s, "edge"))
                 for s in ("compensate", "retry")
@@ -67,9 +52,6 @@ def test_the_node_agent_passes_the_retry_and_compensate_canaries_of_its_pool(azu
                     ),
                     timeout=timedelta(seconds=60),
                 )
-        finally:
-            agent.terminate()
-            agent.wait(timeout=10)
         verdicts = {v.scenario: v for v in verify_runs(h.ledger, watchdog_period=30, grace=30, now=h.now())}
         for scenario, iid in started.items():
             assert h.ledger.get_instance(iid).workflow == "sas-canary-echo"
@@ -145,34 +127,25 @@ def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
             "application_properties": {},
         }
         work.send_message(base64.b64encode(json.dumps(doc).encode()).decode())
-    env = {
-        **os.environ,
-        "AGENT_TRANSPORT": "storage-queue",
-        "AzureWebJobsStorage": azurite.connection_string,
-        "WORK_QUEUE_NAME": work_name,
-        "RESULT_QUEUE_NAME": result_name,
-    }
-    env.pop("CONFORMANCE_EFFECTS", None)
-    log = (tmp_path / "agent.log").open("w")
-    agent = subprocess.Popen(["node", "agent.js"], cwd=EXAMPLE, env=env, stdout=log, stderr=log)
+    queues = SimpleNamespace(work_queue=work_name, result_queue=result_name)
+    env = node_env(azurite.connection_string, queues, "default")
     sent: list[dict] = []
     try:
-        until = time.monotonic() + 20
-        while time.monotonic() < until and (
-            len(sent) < 9 or work.get_queue_properties().approximate_message_count
-        ):
+        with node_agent(env, tmp_path / "agent.log"):
+            until = time.monotonic() + 20
+            while time.monotonic() < until and (
+                len(sent) < 9 or work.get_queue_properties().approximate_message_count
+            ):
+                for item in results.receive_messages(max_messages=32, visibility_timeout=60):
+                    body = json.loads(base64.b64decode(item.content))["body"]
+                    sent.append(body)
+                    if body.get("answer_queue"):  # it asks before its effect: answer as the app does
+                        answer(azurite.connection_string, body)
+                time.sleep(0.2)
+            time.sleep(1)  # anything more it would send (it must not)
             for item in results.receive_messages(max_messages=32, visibility_timeout=60):
-                body = json.loads(base64.b64decode(item.content))["body"]
-                sent.append(body)
-                if body.get("answer_queue"):  # it asks before its effect: answer as the app does
-                    answer(azurite.connection_string, body)
-            time.sleep(0.2)
-        time.sleep(1)  # anything more it would send (it must not)
-        for item in results.receive_messages(max_messages=32, visibility_timeout=60):
-            sent.append(json.loads(base64.b64decode(item.content))["body"])
+                sent.append(json.loads(base64.b64decode(item.content))["body"])
     finally:
-        agent.terminate()
-        agent.wait(timeout=10)
         work.delete_queue()
         results.delete_queue()
     got = {

@@ -16,8 +16,6 @@ rows of those refused heartbeats.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -31,7 +29,7 @@ from activities.worker.handlers import RemoteEffects, faults
 from devtools.durable_host.clock import VirtualClock
 from devtools.harness import PatternHarness
 from tests.activities.test_agent_reports import heartbeat, reply
-from tests.e2e.test_node_agent import EXAMPLE
+from tests.e2e.node_agent import node_agent, node_env, record_answers
 from tests.faults.conftest import storage_queue_only
 from tests.transport.test_message_schemas import validator
 from workflow_core.contracts import WorkMessage
@@ -200,35 +198,20 @@ def test_a_revived_agent_makes_no_effect_for_its_stale_backlog(azurite, agent):
 def test_the_revived_node_agent_asks_and_makes_no_effect_for_its_stale_backlog(azurite, tmp_path):
     """The Node.js example (a real ``node`` process), revived after the app gave up and compensated:
     its messages are not expired on the wall clock, so it is the ledger's answer that stops it."""
-    if not (EXAMPLE / "node_modules" / "@azure" / "storage-queue").is_dir():
-        pytest.fail("examples/node-agent has no node_modules: run `npm ci` there (./scripts/bootstrap does)")
     faults.clear()
     with harness(azurite) as h:
         iids = gave_up(h)
         rows, events = ledger_rows(h, iids), audit(h, iids)
-        answers: list[tuple[str, dict]] = []
-        send = h.transport.send
-
-        def answering(queue, message):
-            if "-answers-" in queue:
-                answers.append((queue, message.body))
-            return send(queue, message)
-
-        h.transport.send = answering
-        env = {
-            **os.environ,
-            "AGENT_TRANSPORT": "storage-queue",
-            "AzureWebJobsStorage": azurite.connection_string,
-            "WORK_QUEUE_NAME": h.settings.work_queue,
-            "RESULT_QUEUE_NAME": h.settings.result_queue,
-            "AGENT_POOL": "mail",
-            "MAIL_OUTBOX": str(tmp_path / "outbox"),
-            "HEARTBEAT_SECONDS": "600",
-        }
-        log = (tmp_path / "agent.log").open("w")
-        agent = subprocess.Popen(["node", "agent.js"], cwd=EXAMPLE, env=env, stdout=log, stderr=log)
+        answers = record_answers(h)
+        env = node_env(
+            azurite.connection_string,
+            h.settings,
+            "mail",
+            MAIL_OUTBOX=str(tmp_path / "outbox"),
+            HEARTBEAT_SECONDS="600",
+        )
         queue = f"{h.settings.work_queue}-mail"
-        try:
+        with node_agent(env, tmp_path / "agent.log") as agent:
             until = time.monotonic() + 60
             while len(answers) < 4:
                 assert time.monotonic() < until, (tmp_path / "agent.log").read_text()
@@ -237,9 +220,6 @@ def test_the_revived_node_agent_asks_and_makes_no_effect_for_its_stale_backlog(a
                 time.sleep(0.05)
             time.sleep(1)  # what the agent would do after its last answer, it has done
             h.host.run_until_idle()
-        finally:
-            agent.terminate()
-            agent.wait(timeout=10)
         text = (tmp_path / "agent.log").read_text()
 
         assert not (tmp_path / "outbox").exists() or list((tmp_path / "outbox").iterdir()) == [], text

@@ -17,13 +17,12 @@ import time
 from datetime import timedelta
 
 import azure.durable_functions as df
-import pytest
 
 from devtools.demo_pools import runner_argv as runner_argv_of
 from devtools.harness import PatternHarness
 from tests.agent_runner.conftest import ROOT, Runner
 from tests.agent_runner.test_runner_process import files
-from tests.e2e.test_node_agent import EXAMPLE
+from tests.e2e.node_agent import EXAMPLE, require_node_modules
 from tests.faults.conftest import storage_queue_only
 from workflow_core.workflows import loader
 
@@ -83,8 +82,7 @@ def timed_run(h: PatternHarness, workflow: str, workflow_input: dict) -> float:
 
 @storage_queue_only
 def test_three_pools_one_killed_runner_and_no_pool_waits_for_another(azurite, tmp_path):
-    if not (EXAMPLE / "node_modules" / "@azure" / "storage-queue").is_dir():
-        pytest.fail("examples/node-agent has no node_modules: run `npm ci` there (./scripts/bootstrap does)")
+    require_node_modules()
     box, outbox = tmp_path / "box", tmp_path / "outbox"
     box.mkdir()
     served = {"pools": POOLS, "three-pools": THREE_POOLS, "default-only": DEFAULT_ONLY}
