@@ -7,6 +7,7 @@ come from this environment's site-packages on PYTHONPATH (which holds no editabl
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -52,7 +53,12 @@ def installed(tmp_path_factory) -> Path:
         "-w",
         str(where),
     ]
-    subprocess.run([*build, str(ROOT)], check=True, capture_output=True, timeout=300)
+    leftover = not (ROOT / "build").exists()  # setuptools builds in <source>/build: not ours to keep
+    try:
+        subprocess.run([*build, str(ROOT)], check=True, capture_output=True, timeout=300)
+    finally:
+        if leftover:
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     [wheel] = where.glob("*.whl")
     venv = where / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
