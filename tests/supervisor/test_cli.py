@@ -16,36 +16,11 @@ from supervisor.instances import InstanceAction
 from supervisor.watchdog import run_tick
 from supervisor.watchdog_model import Action
 from tests.supervisor.conftest import IS, NOW, RecordingClient, connection_args, make_step
-from workflow_core import clock
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR
 from workflow_core.ledger import StepStatus
 
 S = StepStatus
 LATER = NOW + timedelta(minutes=1)
-
-
-@pytest.fixture
-def cli(env, monkeypatch):
-    """Run the CLI with the app's settings in the environment (as an operator's shell would have)."""
-    for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
-        monkeypatch.setenv(name, env[name])
-    monkeypatch.delenv("AGENT_TRANSPORT", raising=False)  # the CLI must not need transport settings
-    monkeypatch.setattr("operator_cli.action_commands.operator_user", lambda: "alice")  # the OS account
-
-    def run(*argv: str, answer: str | None = None) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-
-        def read(prompt: str) -> str:
-            out.write(prompt)
-            if answer is None:
-                raise AssertionError("the CLI asked for confirmation unexpectedly")
-            return answer
-
-        with clock.use_clock(lambda: LATER):
-            code = main(list(argv), stdout=out, stderr=err, read=read)
-        return code, out.getvalue(), err.getvalue()
-
-    return run
 
 
 def test_stalled_lists_overdue_steps_and_the_operators_inbox(cli, ledger):

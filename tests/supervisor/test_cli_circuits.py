@@ -8,7 +8,6 @@ import pytest
 
 from tests.activities.test_pool_routing import declare_pools
 from tests.supervisor.conftest import make_step
-from tests.supervisor.test_cli import cli  # noqa: F401 - the fixture
 from workflow_core.ledger import StepStatus
 from workflow_core.limits import circuit_audit
 from workflow_core.workflows.pools import clear_pools_cache
@@ -29,12 +28,12 @@ def limited(monkeypatch, tmp_path):
     clear_pools_cache()
 
 
-def test_list_says_when_no_agent_is_limited(cli):  # noqa: F811
+def test_list_says_when_no_agent_is_limited(cli):
     code, out, _ = cli("circuit", "list")
     assert code == 0 and "no agent declares limits" in out
 
 
-def test_open_list_close_are_audited_and_done_once(cli, ledger, limited):  # noqa: F811
+def test_open_list_close_are_audited_and_done_once(cli, ledger, limited):
     code, out, err = cli(
         "circuit", "open", "storage.create", "--reason", "maintenance", "-y", "--idempotency-key", "k1"
     )
@@ -72,13 +71,13 @@ def test_open_list_close_are_audited_and_done_once(cli, ledger, limited):  # noq
         ("circuit", "toggle", "storage.create"),
     ],
 )
-def test_bad_commands_are_refused_and_change_nothing(cli, ledger, limited, argv):  # noqa: F811
+def test_bad_commands_are_refused_and_change_nothing(cli, ledger, limited, argv):
     code, _, _ = cli(*argv)
     assert code == 2
     assert circuit_audit(ledger, "storage.create") == []
 
 
-def test_show_says_which_step_waits(cli, ledger, limited):  # noqa: F811
+def test_show_says_which_step_waits(cli, ledger, limited):
     make_step(ledger, "wf-held", StepStatus.PENDING, attempt=0)
     ledger.note(
         "wf-held",

@@ -5,7 +5,6 @@ eaten, ESC/OSC sequences were printed raw)."""
 from __future__ import annotations
 
 from tests.supervisor.conftest import make_step
-from tests.supervisor.test_cli import cli  # noqa: F401 - fixture
 from workflow_core.ledger import StepStatus
 from workflow_core.workflows import get_workflow, version_of
 
@@ -18,7 +17,7 @@ def assert_safe(text: str) -> None:
         assert ch not in text, repr(ch)
 
 
-def test_stalled_and_timeline_print_hostile_errors_literally_and_escaped(cli, ledger):  # noqa: F811
+def test_stalled_and_timeline_print_hostile_errors_literally_and_escaped(cli, ledger):
     make_step(ledger, "wf-hostile", S.COMPENSATION_FAILED, last_error=HOSTILE)
     for argv in (("stalled",), ("timeline", "wf-hostile")):
         code, out, err = cli(*argv)
@@ -28,7 +27,7 @@ def test_stalled_and_timeline_print_hostile_errors_literally_and_escaped(cli, le
         assert "\\x1b[2J" in out and "\\x9b31m" in out  # visible escapes
 
 
-def test_list_prints_a_hostile_business_key_literally(cli, ledger):  # noqa: F811
+def test_list_prints_a_hostile_business_key_literally(cli, ledger):
     from workflow_core import clock
 
     ledger.create_instance(

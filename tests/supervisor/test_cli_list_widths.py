@@ -9,7 +9,6 @@ import json
 import pytest
 
 from operator_cli.render import PLAIN_WIDTH
-from tests.supervisor.test_cli import cli  # noqa: F401 - fixture
 from workflow_core import clock
 from workflow_core.workflows import get_workflow, version_of
 
@@ -38,7 +37,7 @@ def _row(out: str, instance_id: str) -> list[str]:
     return [lines[at], lines[at + 1] if at + 1 < len(lines) else ""]
 
 
-def test_the_table_cuts_a_long_key_with_an_ellipsis_and_never_wraps_it(cli, long_key):  # noqa: F811
+def test_the_table_cuts_a_long_key_with_an_ellipsis_and_never_wraps_it(cli, long_key):
     code, out, err = cli("list")
 
     assert code == 0, err
@@ -48,7 +47,7 @@ def test_the_table_cuts_a_long_key_with_an_ellipsis_and_never_wraps_it(cli, long
     assert all(len(line) <= PLAIN_WIDTH for line in out.splitlines())
 
 
-def test_wide_output_shows_every_value_whole_on_one_line(cli, long_key):  # noqa: F811
+def test_wide_output_shows_every_value_whole_on_one_line(cli, long_key):
     code, out, err = cli("list", "-o", "wide")
 
     assert code == 0, err
@@ -56,7 +55,7 @@ def test_wide_output_shows_every_value_whole_on_one_line(cli, long_key):  # noqa
     assert long_key in row and "…" not in row
 
 
-def test_json_output_carries_the_key_as_stored(cli, long_key):  # noqa: F811
+def test_json_output_carries_the_key_as_stored(cli, long_key):
     code, out, err = cli("list", "-o", "json")
 
     assert code == 0, err

@@ -3,42 +3,17 @@ is confirmed, audited, and shows what it did."""
 
 from __future__ import annotations
 
-import io
 import json
 from datetime import timedelta
 
 import pytest
 
-from operator_cli.cli import main
 from tests.supervisor.conftest import IS, NOW, make_instance, make_step
 from workflow_core import clock
 from workflow_core.ledger import StepStatus
 
 S = StepStatus
 LATER = NOW + timedelta(days=40)
-
-
-@pytest.fixture
-def cli(env, monkeypatch):
-    for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
-        monkeypatch.setenv(name, env[name])
-    monkeypatch.delenv("AGENT_TRANSPORT", raising=False)
-    monkeypatch.setattr("operator_cli.operations_commands.operator_user", lambda: "alice")
-
-    def run(*argv: str, answer: str | None = None) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-
-        def read(prompt: str) -> str:
-            out.write(prompt)
-            if answer is None:
-                raise AssertionError("the CLI asked for confirmation unexpectedly")
-            return answer
-
-        with clock.use_clock(lambda: LATER):
-            code = main(list(argv), stdout=out, stderr=err, read=read)
-        return code, out.getvalue(), err.getvalue()
-
-    return run
 
 
 def snapshot(ledger, ids):

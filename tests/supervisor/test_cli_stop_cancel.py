@@ -9,7 +9,6 @@ from datetime import timedelta
 import pytest
 
 from tests.supervisor.conftest import NOW
-from tests.supervisor.test_cli import cli  # noqa: F401  (the fixture)
 from workflow_core.ledger import StepStatus
 from workflow_core.workflows import get_workflow, version_of
 
@@ -29,7 +28,7 @@ def operator_moves(ledger, instance_id):
     return [a for a in ledger.audit_trail(instance_id) if a.actor.startswith("operator:")]
 
 
-def test_stop_asks_then_leaves_the_instance_stopped_and_flagged(cli, ledger):  # noqa: F811
+def test_stop_asks_then_leaves_the_instance_stopped_and_flagged(cli, ledger):
     running(ledger, "cli-stop")
 
     code, out, err = cli("stop", "cli-stop", "--reason", "wrong tenant", answer="y")
@@ -44,7 +43,7 @@ def test_stop_asks_then_leaves_the_instance_stopped_and_flagged(cli, ledger):  #
     assert (move.actor, move.reason) == ("operator:alice", "operator stop: wrong tenant")
 
 
-def test_declining_the_stop_changes_nothing(cli, ledger):  # noqa: F811
+def test_declining_the_stop_changes_nothing(cli, ledger):
     running(ledger, "cli-no")
     code, out, _ = cli("stop", "cli-no", "--reason", "r", answer="n")
     assert code == 1 and "aborted: nothing changed" in out
@@ -52,7 +51,7 @@ def test_declining_the_stop_changes_nothing(cli, ledger):  # noqa: F811
     assert operator_moves(ledger, "cli-no") == []
 
 
-def test_cancel_after_stop_compensates_and_answers_the_flag(cli, ledger):  # noqa: F811
+def test_cancel_after_stop_compensates_and_answers_the_flag(cli, ledger):
     running(ledger, "cli-undo")
     assert cli("stop", "cli-undo", "--reason", "hold on", "--yes")[0] == 0
 
@@ -68,7 +67,7 @@ def test_cancel_after_stop_compensates_and_answers_the_flag(cli, ledger):  # noq
     ]
 
 
-def test_a_second_stop_is_refused_saying_what_the_instance_is(cli, ledger):  # noqa: F811
+def test_a_second_stop_is_refused_saying_what_the_instance_is(cli, ledger):
     running(ledger, "cli-twice")
     assert cli("stop", "cli-twice", "--reason", "r", "--yes")[0] == 0
     code, _, err = cli("stop", "cli-twice", "--reason", "r", "--yes")
@@ -76,7 +75,7 @@ def test_a_second_stop_is_refused_saying_what_the_instance_is(cli, ledger):  # n
     assert len(operator_moves(ledger, "cli-twice")) == 1
 
 
-def test_a_command_repeated_with_its_key_acts_once_and_prints_the_first_answer(cli, ledger):  # noqa: F811
+def test_a_command_repeated_with_its_key_acts_once_and_prints_the_first_answer(cli, ledger):
     running(ledger, "cli-key")
     first = cli("stop", "cli-key", "--reason", "r", "--yes", "--idempotency-key", "run-42")
     again = cli("stop", "cli-key", "--reason", "r", "--yes", "--idempotency-key", "run-42")
@@ -90,7 +89,7 @@ def test_a_command_repeated_with_its_key_acts_once_and_prints_the_first_answer(c
     assert ledger.get_instance("cli-key").status.value == "Stopped"
 
 
-def test_a_refused_command_leaves_its_key_free(cli, ledger):  # noqa: F811
+def test_a_refused_command_leaves_its_key_free(cli, ledger):
     from tests.supervisor.conftest import make_step
 
     make_step(ledger, "cli-free", StepStatus.SUCCEEDED)
@@ -103,14 +102,14 @@ def test_a_refused_command_leaves_its_key_free(cli, ledger):  # noqa: F811
 
 
 @pytest.mark.parametrize("key", ["has space", "x" * 101, "new\nline"])
-def test_a_malformed_key_is_a_usage_error(cli, ledger, key):  # noqa: F811
+def test_a_malformed_key_is_a_usage_error(cli, ledger, key):
     running(ledger, "cli-badkey")
     code, _, err = cli("stop", "cli-badkey", "--reason", "r", "--yes", "--idempotency-key", key)
     assert code == 2 and "idempotency key is 1-100 of" in err
     assert ledger.get_instance("cli-badkey").status.value == "Running"
 
 
-def test_stalled_lists_the_instances_flagged_for_an_operator(cli, ledger):  # noqa: F811
+def test_stalled_lists_the_instances_flagged_for_an_operator(cli, ledger):
     running(ledger, "cli-flagged")
     running(ledger, "cli-fine")
     assert cli("stop", "cli-flagged", "--reason", "wrong tenant", "--yes")[0] == 0
