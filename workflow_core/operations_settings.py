@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from workflow_core.settings import SettingsError
+from workflow_core.settings import SettingsError, parse_int
 
 # name -> (default, description): the README's configuration table.
 OPERATIONS_SETTINGS: dict[str, tuple[str | None, str]] = {
@@ -41,14 +41,7 @@ def _text(env: Mapping[str, str], name: str) -> str | None:
 
 
 def _int(env: Mapping[str, str], name: str) -> int:
-    raw = _text(env, name) or ""
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
-    if value < 1:
-        raise SettingsError(f"{name} must be >= 1, got {value}")
-    return value
+    return parse_int(_text(env, name) or "", name)
 
 
 def load_operations_settings(env: Mapping[str, str] | None = None) -> OperationsSettings:

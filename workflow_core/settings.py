@@ -168,8 +168,8 @@ def _value(env: Mapping[str, str], name: str) -> str:
     return _get(env, name) or default
 
 
-def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> int:
-    raw = _value(env, name)
+def parse_int(raw: str, name: str, minimum: int = 1) -> int:
+    """Setting ``name``'s text as a whole number of at least ``minimum``, or an error naming it."""
     try:
         value = int(raw)
     except ValueError:
@@ -177,6 +177,10 @@ def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> int:
     if value < minimum:
         raise SettingsError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> int:
+    return parse_int(_value(env, name), name, minimum)
 
 
 def _float(env: Mapping[str, str], name: str) -> float:
