@@ -33,9 +33,12 @@ from devtools.harness import PatternHarness
 from devtools.logs import quiet_logging
 from devtools.request_counter import AGENT_EFFECT, HARNESS, RequestCounter, pattern_operation
 from devtools.request_scenarios import forget_effect_clients
+from workflow_core.limits import operator_move
+from workflow_core.workflows.agent_limits import CircuitSettings
 
 AGENT = "storage.create"
 POLL_SECONDS = 5
+BY = {"actor": "operator:bench", "reason": "bench"}  # who opens and closes the circuit by hand
 STEP = {
     "id": "create_storage",
     "agent": AGENT,
@@ -75,34 +78,14 @@ def run(azurite: Azurite, workflows: int, pools_yaml: str, open_for: float | Non
     ):
         held = 0
         if open_for is not None:
-            from workflow_core.limits import operator_move
-            from workflow_core.workflows.agent_limits import CircuitSettings
-
-            operator_move(
-                h.services.ledger.table_client(),
-                AGENT,
-                CircuitSettings(),
-                open_it=True,
-                actor="operator:bench",
-                reason="bench",
-            )
+            operator_move(h.services.ledger.table_client(), AGENT, CircuitSettings(), open_it=True, **BY)
         counter.reset()
         ids = [h.start_workflow("limited-bench", {"tenant_id": f"t{n}"}) for n in range(workflows)]
         if open_for is not None:
             began = h.now()
             h.run_until(lambda: h.now() - began >= timedelta(seconds=open_for), timeout=timedelta(hours=1))
             held = len(counted(counter.snapshot()))
-            from workflow_core.limits import operator_move
-            from workflow_core.workflows.agent_limits import CircuitSettings
-
-            operator_move(
-                h.services.ledger.table_client(),
-                AGENT,
-                CircuitSettings(),
-                open_it=False,
-                actor="operator:bench",
-                reason="bench",
-            )
+            operator_move(h.services.ledger.table_client(), AGENT, CircuitSettings(), open_it=False, **BY)
         for iid in ids:
             h.run_until_complete(iid, timeout=timedelta(hours=2))
         return len(counted(counter.snapshot())), held
