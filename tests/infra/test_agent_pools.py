@@ -22,13 +22,6 @@ from workflow_core import settings as app_settings
 DEPLOY_DOC = bc.INFRA_DIR.parent / "docs" / "deploy.md"
 
 
-@pytest.fixture(scope="module")
-def files() -> dict[str, bc.BicepFile]:
-    loaded, problems = bc.load()
-    assert problems == []
-    return loaded
-
-
 def documented_example() -> tuple[list[dict], dict]:
     """The ``bicep`` block of docs/deploy.md's "Agent pools": its agentPools and its other params."""
     section = DEPLOY_DOC.read_text(encoding="utf-8").split("## Agent pools", 1)[1].split("\n## ", 1)[0]

@@ -7,17 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.infra import bicep_checks as bc
 from tests.infra import pool_checks as pc
 
 VALIDATION = "modules/agent-pools-validation.bicep"
-
-
-@pytest.fixture(scope="module")
-def files() -> dict[str, bc.BicepFile]:
-    loaded, problems = bc.load()
-    assert problems == []
-    return loaded
 
 
 def _problems(files, pools: list[dict[str, Any]]) -> dict[str, list[str]]:

@@ -33,13 +33,6 @@ BUILT_IN_ROLE_IDS = {
 SERVICE_BUS_DATA_OWNER = BUILT_IN_ROLE_IDS["Azure Service Bus Data Owner"]
 
 
-@pytest.fixture(scope="module")
-def files() -> dict[str, bc.BicepFile]:
-    loaded, problems = bc.load()
-    assert problems == []
-    return loaded
-
-
 # ----------------------------------------------------------------------------------------------------------
 # The templates as committed
 # ----------------------------------------------------------------------------------------------------------

@@ -7,19 +7,10 @@ container apps wait for it.
 
 from __future__ import annotations
 
-import pytest
-
 from tests.infra import bicep_checks as bc
 from tests.infra import pool_checks as pc
 
 ACR_PULL = "7f951dda-4ed3-4680-a7ca-43fe172d538d"
-
-
-@pytest.fixture(scope="module")
-def files() -> dict[str, bc.BicepFile]:
-    loaded, problems = bc.load()
-    assert problems == []
-    return loaded
 
 
 def test_acr_pull_on_the_registry_only(files):
