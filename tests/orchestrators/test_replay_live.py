@@ -1,0 +1,189 @@
+"""``sas replay-check --live`` against rows in the Azure Storage provider's own format, in Azurite.
+
+The rows are written by ``tests/task_hub_rows.py``, which follows the provider's source; the
+corpus makes the round trip history -> rows -> history, and the running instances the check reads
+are the corpus's histories cut where the instances still ran, and instances the durable test host
+left running (a large input in the blob container, a generation after a continue-as-new).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from devtools.live_history import (
+    EVENT_TYPES,
+    JSON_MEMBERS,
+    TaskHub,
+    TaskHubReader,
+    escape_partition_key,
+    unescape_partition_key,
+)
+from devtools.replay_check import load_recordings
+from operator_cli.cli import main as sas
+from operator_cli.workflow_commands import EXIT_NONDETERMINISTIC
+from tests.task_hub_rows import MEMBERS, TaskHubWriter, provider_defaults, running
+from workflow_core.settings import StorageConnection
+from workflow_core.storage_clients import blob_container_client, table_client
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = sorted((ROOT / "tests" / "replay_corpus").glob("*.json"))
+
+
+def _generations(path: Path) -> dict[str, list[list[dict]]]:
+    by_instance: dict[str, list[list[dict]]] = {}
+    for recording in load_recordings(path):
+        by_instance.setdefault(recording.instance_id, []).append(recording.history)
+    return by_instance
+
+
+@pytest.fixture
+def hub(azurite, unique_name):
+    writer = TaskHubWriter(azurite.connection_string, TaskHub(unique_name("Hub")))
+    yield writer
+    writer.close()
+
+
+def reader_for(azurite, hub: TaskHub) -> TaskHubReader:
+    storage = StorageConnection(connection_string=azurite.connection_string)
+    return TaskHubReader(
+        hub, lambda name: table_client(storage, name), lambda name: blob_container_client(storage, name)
+    )
+
+
+def test_the_writer_stores_every_member_the_reader_parses_as_json():
+    assert {m for members in MEMBERS.values() for m, t in members.items() if t == "json"} == JSON_MEMBERS
+    assert set(MEMBERS) <= set(EVENT_TYPES)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_history_to_rows_to_history_round_trips_every_corpus_file(azurite, hub, path):
+    """Every generation written as the provider writes it (a continue-as-new rewrites the rows from
+    0 under a new ExecutionId) reads back as the recorded events: every recorded field unchanged,
+    the rest the provider's defaults for members the recorder does not set."""
+    reader = reader_for(azurite, hub.hub)
+    try:
+        for instance_id, generations in _generations(path).items():
+            for number in range(1, len(generations) + 1):
+                hub.write_instance(instance_id, generations[:number])
+                read = reader.history(instance_id)
+                recorded = generations[number - 1]
+                assert len(read) == len(recorded), (instance_id, number)
+                for got, want in zip(read, recorded, strict=True):
+                    assert got == {**provider_defaults(want), **want}, (instance_id, number, want)
+    finally:
+        reader.close()
+
+
+def test_rows_are_in_the_providers_format(azurite, hub):
+    """What the rows hold, property by property (docs/platform.md cites each from the provider)."""
+    generations = _generations(ROOT / "tests" / "replay_corpus" / "continue-as-new.json")["corpus-chain"]
+    first, *_ = hub.write_instance("corpus/chain?1", generations[:1])
+    second = hub.write_instance("corpus/chain?1", generations[:2])[-1]
+    pk = escape_partition_key("corpus/chain?1")
+    assert pk == "corpus^0chain^31" and unescape_partition_key(pk) == "corpus/chain?1"
+    rows = list(hub.history.query_entities("PartitionKey eq @pk", parameters={"pk": pk}))
+    sentinel = next(r for r in rows if r["RowKey"] == "sentinel")
+    assert sentinel["ExecutionId"] == second and sentinel["IsCheckpointComplete"] is True
+    events = [r for r in rows if r["RowKey"] != "sentinel"]
+    assert [r["RowKey"] for r in events] == [f"{i:016X}" for i in range(len(events))]
+    current = [r for r in events if r["ExecutionId"] == second]
+    assert len(current) == len(generations[1])
+    assert all(r["ExecutionId"] == first for r in events[len(current) :])  # an old generation's tail
+    started = current[1]
+    assert started["EventType"] == "ExecutionStarted" and started["GenerateNewTrace"] is False
+    assert json.loads(started["OrchestrationInstance"])["InstanceId"] == "corpus-chain"
+    assert started["Tags"] == "null" and isinstance(started["Generation"], int)
+    assert hasattr(started["_Timestamp"], "tables_service_value")  # Edm.DateTime
+    timer = next(r for r in current if r["EventType"] == "TimerCreated")
+    assert hasattr(timer["FireAt"], "tables_service_value") and isinstance(timer["IsPlayed"], bool)
+    assert {r["EventType"] for r in events} <= set(EVENT_TYPES)
+    instance = hub.instances.get_entity(pk, "")
+    assert instance["ExecutionId"] == second and instance["Name"] == "workflow_orchestrator"
+    assert instance["Generation"] == generations[1][1]["Generation"]
+    assert instance["RuntimeStatus"] == "ContinuedAsNew"  # generation 2 of 3 ended by continuing
+
+
+def _live(azurite, hub: TaskHub, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = sas(
+        [
+            "--connection-string",
+            azurite.connection_string,
+            "replay-check",
+            "--live",
+            "--task-hub",
+            hub.name,
+            *args,
+        ],
+        stdout=out,
+        stderr=err,
+    )
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def running_hub(azurite):
+    """Every corpus instance as it stood one episode before it finished (its current generation),
+    and one finished instance the check must leave alone."""
+    writer = TaskHubWriter(azurite.connection_string, TaskHub("LiveCorpus"))
+    ids = []
+    for path in FILES:
+        for instance_id, generations in _generations(path).items():
+            writer.write_instance(instance_id, [*generations[:-1], running(generations[-1])])
+            ids.append(instance_id)
+    writer.write_instance("finished-one", _generations(FILES[0]).popitem()[1])
+    yield writer.hub, ids
+    writer.close()
+
+
+def test_the_in_flight_corpus_replays_and_finished_instances_are_not_read(azurite, running_hub):
+    hub, ids = running_hub
+    code, out, err = _live(azurite, hub, "-o", "json")
+    assert code == 0, out + err
+    report = json.loads(out)
+    assert report["ok"] is True and sorted(r["instance"] for r in report["recordings"]) == sorted(ids)
+    assert all(r["episodes"] >= 1 for r in report["recordings"])
+    assert "reading the in-flight instances of task hub 'LiveCorpus'" in err
+
+
+def test_filters_workflow_and_limit(azurite, running_hub):
+    hub, _ = running_hub
+    code, out, _ = _live(azurite, hub, "--workflow", "onboard-tenant", "-o", "json")
+    assert code == 0
+    instances = {r["instance"] for r in json.loads(out)["recordings"]}
+    assert instances and all(i.startswith("corpus-parallel") for i in instances)
+    code, out, _ = _live(azurite, hub, "--limit", "2", "-o", "json")
+    assert code == 0 and len(json.loads(out)["recordings"]) == 2
+    code, out, _ = _live(azurite, hub, "--created-since", "2999-01-01", "-o", "json")
+    assert code == 0 and json.loads(out)["recordings"] == []
+
+
+def test_a_read_error_exits_2(azurite, running_hub, unique_name):
+    code, _, err = _live(azurite, TaskHub(unique_name("NoSuchHub")))
+    assert code == 2 and "check TASK_HUB_NAME" in err, err
+    out, err = io.StringIO(), io.StringIO()
+    unreachable = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;TableEndpoint=http://127.0.0.1:9/devstoreaccount1"
+    code = sas(["--connection-string", unreachable, "replay-check", "--live"], stdout=out, stderr=err)
+    assert code == 2 and "could not read task hub" in err.getvalue(), err.getvalue()
+
+
+def test_an_activity_inserted_before_dispatch_is_refused_naming_instance_and_episode(
+    azurite, running_hub, monkeypatch
+):
+    from orchestrators import shortcuts
+
+    original = shortcuts.run_step
+
+    def run_step_with_quota(context, run, status):
+        yield context.call_activity("reserve_quota", {"step_id": run.step_id})
+        return (yield from original(context, run, status))
+
+    monkeypatch.setattr(shortcuts, "run_step", run_step_with_quota)
+    code, out, _ = _live(azurite, running_hub[0])
+    assert code == EXIT_NONDETERMINISTIC, out
+    assert "first divergence: corpus-" in out and "episode 1: action #0 differs" in out, out
+    assert "reserve_quota" in out
