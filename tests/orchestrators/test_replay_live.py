@@ -25,6 +25,15 @@ from devtools.live_history import (
 from devtools.replay_check import load_recordings
 from operator_cli.cli import main as sas
 from operator_cli.workflow_commands import EXIT_NONDETERMINISTIC
+from tests.orchestrators.test_replay_mutations import (
+    copy_of_the_app,
+    note_in_dispatch_input,
+    replay_check_in,
+    reverse_parallel_groups,
+    swap_parallel_members,
+    timers_a_second_later,
+    waits_without_the_attempt,
+)
 from tests.task_hub_rows import MEMBERS, TaskHubWriter, provider_defaults, running
 from workflow_core.settings import StorageConnection
 from workflow_core.storage_clients import blob_container_client, table_client
@@ -187,3 +196,53 @@ def test_an_activity_inserted_before_dispatch_is_refused_naming_instance_and_epi
     assert code == EXIT_NONDETERMINISTIC, out
     assert "first divergence: corpus-" in out and "episode 1: action #0 differs" in out, out
     assert "reserve_quota" in out
+
+
+# ---- the mutation suite (test_replay_mutations.py) against live rows ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutation", "instance", "where"),
+    [
+        (reverse_parallel_groups, "corpus-parallel", "sub-orchestration 'step_orchestrator'"),
+        (note_in_dispatch_input, "corpus-", "(.note: "),
+        (timers_a_second_later, "corpus-", "recorded: timer"),
+        (waits_without_the_attempt, "corpus-late-result", "where the recorded run took none"),
+    ],
+    ids=lambda v: getattr(v, "__name__", None) if callable(v) else None,
+)
+def test_each_breaking_change_is_refused_on_live_rows(
+    azurite, running_hub, monkeypatch, mutation, instance, where
+):
+    """Exit 4, naming the first divergent instance and the episode, as for the recorded files."""
+    mutation(monkeypatch)
+    code, out, _ = _live(azurite, running_hub[0])
+    assert code == EXIT_NONDETERMINISTIC, out
+    first = next(line for line in out.splitlines() if line.startswith("first divergence: corpus-"))
+    assert ": episode " in first and "action" in first, first
+    assert any("NON-DETERMINISTIC  live: " in line and f" {instance}" in line for line in out.splitlines()), (
+        out
+    )
+    assert where in out, out
+
+
+def test_safe_changes_pass_on_live_rows(azurite, running_hub, monkeypatch, tmp_path):
+    """A custom status worded otherwise (in memory), and the parallel members swapped in the YAML of
+    a copy of the code, checked by ``python -m operator_cli replay-check --live`` from that copy:
+    pinned instances replay on their own definition."""
+    from orchestrators import workflow
+
+    original = workflow.Status.__call__
+    monkeypatch.setattr(
+        workflow.Status,
+        "__call__",
+        lambda self, phase, attempt=None, until=None: original(self, phase.upper(), attempt, until),
+    )
+    assert _live(azurite, running_hub[0])[0] == 0
+    copy = copy_of_the_app(tmp_path)
+    swap_parallel_members(copy)
+    hub = running_hub[0].name
+    monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)  # the copy's settings
+    done = replay_check_in(copy, "--live", "--task-hub", hub, "--workflow", "onboard-tenant")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok  live: step_orchestrator corpus-parallel" in done.stdout, done.stdout
