@@ -259,9 +259,12 @@ class TaskHubReader:
     def recording(self, instance: LiveInstance) -> Recording | None:
         """The instance's current execution as a recording (None: nothing ran yet)."""
         history = self.history(instance.instance_id)
-        if not any(e["EventType"] == 0 for e in history):
+        started = next((e for e in history if e["EventType"] == 0), None)
+        if started is None:
             return None
-        return recording_from({"instanceId": instance.instance_id, "history": history}, "live")
+        generation = started.get("Generation") if (started.get("Generation") or 0) > 1 else None
+        data = {"instanceId": instance.instance_id, "history": history, "generation": generation}
+        return recording_from(data, "live")
 
 
 def workflow_of(instance: LiveInstance, recording: Recording | None) -> str | None:

@@ -241,6 +241,26 @@ class TaskHubWriter:
             self.instances.upsert_entity(instance, mode=UpdateMode.MERGE)
         return executions
 
+    def write_pending(self, instance_id: str, name: str, input_json: str) -> None:
+        """``SetNewExecutionAsync``: a started instance no worker has picked up (no history yet)."""
+        now = datetime.now(UTC)
+        self.instances.create_entity(
+            {
+                "PartitionKey": escape_partition_key(instance_id),
+                "RowKey": "",
+                "Input": input_json,
+                "CreatedTime": now,
+                "Name": name,
+                "Version": "",
+                "RuntimeStatus": "Pending",
+                "LastUpdatedTime": now,
+                "TaskHubName": self.hub.name,
+                "ExecutionId": uuid.uuid4().hex,
+                "Generation": 0,
+                "Tags": "null",
+            }
+        )
+
     def _instance_changes(self, pk: str, rows: list[dict], batch: list[dict]) -> dict[str, Any]:
         """What ``UpdateStateAsync`` merges into the Instances row for one episode."""
         changes: dict[str, Any] = {

@@ -23,6 +23,7 @@ from devtools.live_history import (
     unescape_partition_key,
 )
 from devtools.replay_check import load_recordings
+from devtools.replay_corpus import CHAIN
 from operator_cli.cli import main as sas
 from operator_cli.workflow_commands import EXIT_NONDETERMINISTIC
 from tests.orchestrators.test_replay_mutations import (
@@ -145,18 +146,27 @@ def running_hub(azurite):
             writer.write_instance(instance_id, [*generations[:-1], running(generations[-1])])
             ids.append(instance_id)
     writer.write_instance("finished-one", _generations(FILES[0]).popitem()[1])
+    writer.write_pending("not-picked-up", "workflow_orchestrator", '{"workflow": "provision-tenant"}')
     yield writer.hub, ids
     writer.close()
 
 
-def test_the_in_flight_corpus_replays_and_finished_instances_are_not_read(azurite, running_hub):
+def test_the_in_flight_corpus_replays_and_finished_instances_are_not_read(azurite, running_hub, monkeypatch):
+    from operator_cli import replay_live
+
+    monkeypatch.setattr(replay_live, "PROGRESS_EVERY_SECONDS", 0.0)  # a line after every instance
     hub, ids = running_hub
     code, out, err = _live(azurite, hub, "-o", "json")
     assert code == 0, out + err
     report = json.loads(out)
     assert report["ok"] is True and sorted(r["instance"] for r in report["recordings"]) == sorted(ids)
-    assert all(r["episodes"] >= 1 for r in report["recordings"])
+    assert all(r["episodes"] >= 1 for r in report["recordings"]) and report["not_started"] == 1
     assert "reading the in-flight instances of task hub 'LiveCorpus'" in err
+    assert f"replay-check: {len(ids)} instance(s) replayed, 0 diverge" in err
+    code, out, _ = _live(azurite, hub)
+    assert (
+        code == 0 and f"{len(ids)} of {len(ids)} instance(s) replay on the current code; 1 not started" in out
+    )
 
 
 def test_filters_workflow_and_limit(azurite, running_hub):
@@ -246,3 +256,68 @@ def test_safe_changes_pass_on_live_rows(azurite, running_hub, monkeypatch, tmp_p
     done = replay_check_in(copy, "--live", "--task-hub", hub, "--workflow", "onboard-tenant")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok  live: step_orchestrator corpus-parallel" in done.stdout, done.stdout
+
+
+# ---- instances the durable test host left running -------------------------------------------------
+
+BIG_CHAIN = {  # corpus-chain's three steps, each carrying a note too large for a table property
+    **CHAIN,
+    "name": "big-chain",
+    "input": {
+        "required": ["tenant_id", "notes"],
+        "properties": {"tenant_id": {"type": "string"}, "notes": {"type": "string"}},
+    },
+    "steps": [
+        {**s, "input": {"tenant_id": "$input.tenant_id", "notes": "$input.notes"}} for s in CHAIN["steps"]
+    ],
+}
+
+
+def test_instances_left_running_by_the_local_host(azurite, unique_name, monkeypatch):
+    """A provision-tenant waiting on its DNS step, and a big-chain in its third generation (two
+    continue-as-new before it) whose input and dispatch are over the table limit, so in the
+    large-message container: written as the provider writes them, they replay on this code; an
+    activity inserted before each dispatch is refused naming the instance and the episode."""
+    from devtools.durable_host import FlowingClock
+    from devtools.harness import PatternHarness
+
+    with PatternHarness(azurite, clock=FlowingClock(), extra_workflows={"big-chain": BIG_CHAIN}) as h:
+        dns, third = h.hold("register_dns"), h.hold("s3")
+        tenant = {"tenant_id": "live-t1", "admin_email": "admin@live.example"}
+        waiting = h.start_workflow("provision-tenant", tenant, instance_id="live-tenant")
+        big = h.start_workflow(
+            "big-chain", {"tenant_id": "live-t2", "notes": "n" * 40_000}, instance_id="live-big"
+        )
+        h.run_until(lambda: len(h.held(dns)) == 1 and len(h.held(third)) == 1)
+        histories = {iid: h.host.histories(iid) for iid in (waiting, big)}
+    assert len(histories[big]) == 3 and len(histories[waiting]) == 1
+    writer = TaskHubWriter(azurite.connection_string, TaskHub(unique_name("Left")))
+    try:
+        for iid, generations in histories.items():
+            writer.write_instance(iid, generations)
+        assert any(
+            "/history-" in n and "-ExecutionStarted-" in n and n.endswith("-Input.json.gz")
+            for n in writer.blobs_written
+        )
+        code, out, err = _live(azurite, writer.hub, "-o", "json")
+        assert code == 0, out + err
+        report = {r["instance"]: r for r in json.loads(out)["recordings"]}
+        assert set(report) == {"live-tenant", "live-big"}
+        assert report["live-big"]["recording"].endswith("(generation 3)")
+        assert all(r["ok"] and r["actions"] > 0 for r in report.values())
+
+        from orchestrators import shortcuts
+
+        original = shortcuts.run_step
+
+        def run_step_with_quota(context, run, status):
+            yield context.call_activity("reserve_quota", {"step_id": run.step_id})
+            return (yield from original(context, run, status))
+
+        monkeypatch.setattr(shortcuts, "run_step", run_step_with_quota)
+        code, out, _ = _live(azurite, writer.hub)
+        assert code == EXIT_NONDETERMINISTIC, out
+        assert "first divergence: live-" in out and "episode 1: action #0 differs" in out, out
+        assert "NON-DETERMINISTIC  live: workflow_orchestrator live-big (generation 3)" in out, out
+    finally:
+        writer.close()
