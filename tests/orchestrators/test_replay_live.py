@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from devtools.live_history import (
 )
 from devtools.replay_check import load_recordings
 from devtools.replay_corpus import CHAIN
+from devtools.request_counter import RequestCounter
 from operator_cli.cli import main as sas
 from operator_cli.workflow_commands import EXIT_NONDETERMINISTIC
 from tests.orchestrators.test_replay_mutations import (
@@ -299,8 +301,18 @@ def test_instances_left_running_by_the_local_host(azurite, unique_name, monkeypa
             "/history-" in n and "-ExecutionStarted-" in n and n.endswith("-Input.json.gz")
             for n in writer.blobs_written
         )
-        code, out, err = _live(azurite, writer.hub, "-o", "json")
+        with RequestCounter() as counter:
+            code, out, err = _live(azurite, writer.hub, "-o", "json")
         assert code == 0, out + err
+        # The cost docs/scheduler.md gives: one query for the list, one per instance's history, one
+        # download per payload in a blob (this generation's input and its dispatch's input).
+        made = Counter((r.service, r.op, r.resource) for r in counter.requests)
+        hub = writer.hub
+        assert made == {
+            ("table", "query", hub.instances_table): 1,
+            ("table", "query", hub.history_table): 2,
+            ("blob", "download", hub.large_messages): 2,
+        }, made
         report = {r["instance"]: r for r in json.loads(out)["recordings"]}
         assert set(report) == {"live-tenant", "live-big"}
         assert report["live-big"]["recording"].endswith("(generation 3)")
