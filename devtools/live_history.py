@@ -130,7 +130,7 @@ def unescape_partition_key(key: str) -> str:
             out.append(c)
             continue
         nxt = next(chars, "")
-        out.append(back.get(nxt) or chr(ord(nxt) - ord("À")))
+        out.append(back.get(nxt) or (nxt if nxt < "À" else chr(ord(nxt) - ord("À"))))
     return "".join(out)
 
 
