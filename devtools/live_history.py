@@ -78,7 +78,7 @@ TIMESTAMP = "_Timestamp"  # HistoryEvent.Timestamp: "Timestamp" is the table's o
 SENTINEL = "sentinel"
 # The row's keys and the tracking store's own bookkeeping, not event members.
 _NOT_MEMBERS = frozenset({"PartitionKey", "RowKey", "ExecutionId"})
-IN_FLIGHT = ("Running", "Pending")
+IN_FLIGHT = ("Running", "Pending", "Suspended", "ContinuedAsNew")  # will replay again
 
 
 class LiveHistoryError(Exception):
@@ -217,7 +217,7 @@ class TaskHubReader:
                 client.close()
 
     def in_flight(self, created_since: datetime | None = None) -> Iterator[LiveInstance]:
-        """Running and pending orchestrations (entities' ``@...`` rows left out), in table order."""
+        """Orchestrations that will replay again (entities' ``@...`` rows left out), in table order."""
         parts = [f"({' or '.join(f'RuntimeStatus eq {s!r}' for s in IN_FLIGHT)})", "RowKey eq ''"]
         parameters: dict[str, Any] = {}
         if created_since is not None:

@@ -80,6 +80,7 @@ def live_results(
     workflow: str | None,
     created_since: str | None,
     limit: int | None,
+    new_hub_ok: bool | None,
     table: dict[str, Any],
 ) -> tuple[list[Any], int]:
     """Replay the task hub's in-flight instances; (results, instances with no history yet)."""
@@ -118,6 +119,10 @@ def live_results(
                 failed = sum(1 for r in results if not r.ok)
                 print(f"replay-check: {len(results)} instance(s) replayed, {failed} diverge", file=s.err)
                 last = time.monotonic()
+    except ResourceNotFoundError as exc:
+        if not (new_hub_ok and not results and not not_started and "TableNotFound" in str(exc)):
+            raise CliError(_read_error(exc, hub.name)) from None
+        print(f"replay-check: task hub {hub.name!r} has no tables yet: nothing in flight", file=s.err)
     except (AzureError, LiveHistoryError, ReplayFileError, OSError, ValueError, SettingsError) as exc:
         if isinstance(exc, gzip.BadGzipFile | json.JSONDecodeError | LiveHistoryError | ReplayFileError):
             raise CliError(f"task hub {hub.name!r}: a history row cannot be read: {exc}") from None

@@ -66,6 +66,12 @@ def versions_command(workflow: str, output: str) -> None:
     "--created-since", help="with --live: only instances created at or after (ISO 8601, UTC if no zone)"
 )
 @click.option("--limit", type=click.IntRange(1), help="with --live: at most this many instances")
+@click.option(
+    "--new-hub-ok",
+    is_flag=True,
+    default=None,
+    help="with --live: a task hub whose tables do not exist yet has nothing in flight (a first deployment)",
+)
 @OUTPUT
 def replay_check_command(files: tuple[str, ...], live: bool, output: str, **filters: Any) -> None:
     """Replay recorded orchestration histories (files, or with --live the task hub's in-flight
@@ -77,7 +83,7 @@ def replay_check_command(files: tuple[str, ...], live: bool, output: str, **filt
     if bool(files) == live:
         raise CliError("give replay files or --live, not both" if live else "give replay files, or --live")
     if not live and any(v is not None for v in filters.values()):
-        raise CliError("--task-hub, --workflow, --created-since and --limit go with --live")
+        raise CliError("--task-hub, --workflow, --created-since, --limit and --new-hub-ok go with --live")
     table = app_orchestrators()
     results, not_started = [], 0
     if live:

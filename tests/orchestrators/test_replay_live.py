@@ -186,6 +186,8 @@ def test_filters_workflow_and_limit(azurite, running_hub):
 def test_a_read_error_exits_2(azurite, running_hub, unique_name):
     code, _, err = _live(azurite, TaskHub(unique_name("NoSuchHub")))
     assert code == 2 and "check TASK_HUB_NAME" in err, err
+    code, out, err = _live(azurite, TaskHub(unique_name("NewHub")), "--new-hub-ok")  # a first deployment
+    assert code == 0 and "has no tables yet: nothing in flight" in err, err
     out, err = io.StringIO(), io.StringIO()
     unreachable = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;TableEndpoint=http://127.0.0.1:9/devstoreaccount1"
     code = sas(["--connection-string", unreachable, "replay-check", "--live"], stdout=out, stderr=err)
