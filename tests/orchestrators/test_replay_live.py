@@ -181,6 +181,32 @@ def test_filters_workflow_and_limit(azurite, running_hub):
     assert code == 0 and len(json.loads(out)["recordings"]) == 2
     code, out, _ = _live(azurite, hub, "--created-since", "2999-01-01", "-o", "json")
     assert code == 0 and json.loads(out)["recordings"] == []
+    code, out, _ = _live(azurite, hub, "--created-since", "2000-01-01T00:00:00Z", "-o", "json")
+    assert code == 0 and len(json.loads(out)["recordings"]) == len(running_hub[1])
+
+
+def test_the_apps_connection_settings_reach_the_task_hub():
+    """A connection string, the account name, or the service URIs with an identity (``__credential``
+    as the host reads it; this reader needs no queue URI)."""
+    from operator_cli.replay_live import hub_storage
+
+    assert hub_storage({"AzureWebJobsStorage": "UseDevelopmentStorage=true"}).connection_string
+    named = hub_storage({"AzureWebJobsStorage__accountName": "stsas1"})
+    assert named.table_service_uri == "https://stsas1.table.core.windows.net"
+    assert named.blob_service_uri == "https://stsas1.blob.core.windows.net"
+    by_uri = hub_storage(
+        {
+            "AzureWebJobsStorage__tableServiceUri": "https://st2.table.core.windows.net",
+            "AzureWebJobsStorage__blobServiceUri": "https://st2.blob.core.windows.net",
+            "AzureWebJobsStorage__credential": "managedidentity",
+            "AzureWebJobsStorage__clientId": "00000000-0000-0000-0000-000000000001",
+        }
+    )
+    assert (by_uri.table_service_uri, by_uri.blob_service_uri, by_uri.client_id) == (
+        "https://st2.table.core.windows.net",
+        "https://st2.blob.core.windows.net",
+        "00000000-0000-0000-0000-000000000001",
+    )
 
 
 def test_a_read_error_exits_2(azurite, running_hub, unique_name):
