@@ -34,30 +34,14 @@ from devtools.replay_check import Recording, recording_from
 
 # DurableTask.Core.History.EventType, in declaration order: a row stores the name, the worker gets
 # the number.
-EVENT_TYPES = (
-    "ExecutionStarted",
-    "ExecutionCompleted",
-    "ExecutionFailed",
-    "ExecutionTerminated",
-    "TaskScheduled",
-    "TaskCompleted",
-    "TaskFailed",
-    "SubOrchestrationInstanceCreated",
-    "SubOrchestrationInstanceCompleted",
-    "SubOrchestrationInstanceFailed",
-    "TimerCreated",
-    "TimerFired",
-    "OrchestratorStarted",
-    "OrchestratorCompleted",
-    "EventSent",
-    "EventRaised",
-    "ContinueAsNew",
-    "GenericEvent",
-    "HistoryState",
-    "ExecutionSuspended",
-    "ExecutionResumed",
-    "ExecutionRewound",
+_NAMES = (
+    "ExecutionStarted ExecutionCompleted ExecutionFailed ExecutionTerminated TaskScheduled TaskCompleted "
+    "TaskFailed SubOrchestrationInstanceCreated SubOrchestrationInstanceCompleted "
+    "SubOrchestrationInstanceFailed TimerCreated TimerFired OrchestratorStarted OrchestratorCompleted "
+    "EventSent EventRaised ContinueAsNew GenericEvent HistoryState ExecutionSuspended ExecutionResumed "
+    "ExecutionRewound"
 )
+EVENT_TYPES = tuple(_NAMES.split())
 # Members of a type the table converter does not store natively: written with Json.NET.
 JSON_MEMBERS = frozenset(
     {"OrchestrationInstance", "ParentInstance", "Tags", "ParentTraceContext", "FailureDetails", "State"}
@@ -193,11 +177,8 @@ def current_generation(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @dataclass
 class LiveInstance:
     instance_id: str
-    name: str
     status: str
-    created: str
-    execution_id: str
-    input: str | None
+    input: str | None  # the Instances row's: the input, or a large one's blob URL
 
 
 class TaskHubReader:
@@ -226,20 +207,12 @@ class TaskHubReader:
         rows = self._instances.query_entities(
             " and ".join(parts),
             parameters=parameters,
-            select=["PartitionKey", "Name", "RuntimeStatus", "CreatedTime", "ExecutionId", "Input"],
+            select=["PartitionKey", "RuntimeStatus", "Input"],
         )
         for row in rows:
-            if row["PartitionKey"].startswith("@"):
-                continue
-            created = row.get("CreatedTime")
-            yield LiveInstance(
-                instance_id=unescape_partition_key(row["PartitionKey"]),
-                name=str(row.get("Name") or ""),
-                status=str(row.get("RuntimeStatus")),
-                created=json_time(created) if created is not None else "",
-                execution_id=str(row.get("ExecutionId") or ""),
-                input=row.get("Input"),
-            )
+            if not row["PartitionKey"].startswith("@"):
+                key = unescape_partition_key(row["PartitionKey"])
+                yield LiveInstance(key, str(row.get("RuntimeStatus")), row.get("Input"))
 
     def history(self, instance_id: str) -> list[dict[str, Any]]:
         """The current execution's events, large payloads resolved from their blobs."""

@@ -69,6 +69,12 @@ def reader_for(azurite, hub: TaskHub) -> TaskHubReader:
 def test_the_writer_stores_every_member_the_reader_parses_as_json():
     assert {m for members in MEMBERS.values() for m, t in members.items() if t == "json"} == JSON_MEMBERS
     assert set(MEMBERS) <= set(EVENT_TYPES)
+    # the names the rows hold, at the numbers the Python SDK reads (it lacks only ExecutionRewound, 21)
+    from azure.durable_functions.models.history.HistoryEventType import HistoryEventType
+
+    assert [EVENT_TYPES[int(h)] for h in HistoryEventType] == [
+        "".join(p.title() for p in h.name.split("_")) for h in HistoryEventType
+    ]
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
