@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Provision one environment of the Scheduler Agent Supervisor and publish the code to it.
 #
-#   infra/deploy.sh <env> <resource-group> <location> [--what-if] [--skip-publish]
+#   infra/deploy.sh <env> <resource-group> <location> [--what-if] [--skip-publish] [--[no-]replay-check]
 #   infra/deploy.sh --package-only [zip-path] [--durable-backend AzureStorage|DurableTaskScheduler]
 #   infra/deploy.sh --host-json AzureStorage|DurableTaskScheduler   (azd's prepackage hook)
 #   infra/deploy.sh --restore-host-json                             (azd's postpackage hook)
@@ -10,6 +10,9 @@
 #   <resource-group> created (or reused) in <location>; every resource lands there
 #   --what-if        show what the deployment would change; create nothing but the resource group
 #   --skip-publish   provision only, do not publish the code
+#   --replay-check   before publishing, replay the task hub's in-flight instances on this code and
+#                    refuse on a divergence (infra/replay-check.sh; SAS_REPLAY_CHECK=true|false);
+#                    on by default when the parameter file's environmentName is 'prod'
 #   --package-only   only build the deployment zip (the app's source, no dependencies),
 #                    default path: ./app-package.zip; needs no Azure login
 #   --host-json      save ./host.json to .azure/host.json.committed (restoring a copy a failed
@@ -36,7 +39,7 @@ trap 'rm -rf "$WORK"' EXIT
 workdir() { mktemp -d "$WORK/XXXXXX"; }
 
 usage() {
-  sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 
@@ -127,6 +130,8 @@ main() {
     case "$1" in
       --what-if) what_if=true ;;
       --skip-publish) skip_publish=true ;;
+      --replay-check) export SAS_REPLAY_CHECK=true ;;
+      --no-replay-check) export SAS_REPLAY_CHECK=false ;;
       --package-only) package_only=true ;;
       --durable-backend) shift; backend="${1:-}" ;;
       --host-json) shift; host_json="${1:-}"; [[ -n "$host_json" ]] || usage ;;
@@ -202,6 +207,14 @@ main() {
   [[ -n "$app_name" ]] || die "deployment $deployment has no functionAppName output"
 
   if ! $skip_publish; then
+    local account hub
+    account="$(az deployment group show --resource-group "$group" --name "$deployment" \
+      --query properties.outputs.storageAccountName.value --output tsv)"
+    hub="$(az deployment group show --resource-group "$group" --name "$deployment" \
+      --query properties.parameters.taskHubName.value --output tsv)"
+    "$ROOT/infra/replay-check.sh" "$(sed -n "s/^param environmentName = '\([^']*\)'.*/\1/p" "$params")" \
+      "$account" "${hub:-SchedulerAgentSupervisor}" "$(durable_backend_of "$params")" ||
+      die "not published: the replay check refused (above)"
     publish "$group" "$app_name" "$(durable_backend_of "$params")"
   fi
   log "function app: $app_name"

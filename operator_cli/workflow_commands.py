@@ -1,13 +1,15 @@
 """``sas versions``, ``sas replay-check`` and ``sas lint``: the workflows themselves, not their instances.
 
-Only ``versions`` reads the ledger: ``replay-check`` reads the files and the installed orchestrator
-code (exit 4 when a history no longer replays), ``lint`` the YAML files and the agents registered by
+Only ``versions`` reads the ledger: ``replay-check`` reads the files (or, with ``--live``, the task
+hub's history tables: ``replay_live.py``) and the installed orchestrator code (exit 4 when a history
+no longer replays), ``lint`` the YAML files and the agents registered by
 ``activities.worker.handlers`` (exit 2, one line per problem).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -54,38 +56,61 @@ def versions_command(workflow: str, output: str) -> None:
 
 
 @click.command("replay-check")
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--live", is_flag=True, help="replay the task hub's running and pending instances instead of files"
+)
+@click.option("--task-hub", help="with --live: the task hub (default: TASK_HUB_NAME)")
+@click.option("--workflow", help="with --live: only instances of this workflow")
+@click.option(
+    "--created-since", help="with --live: only instances created at or after (ISO 8601, UTC if no zone)"
+)
+@click.option("--limit", type=click.IntRange(1), help="with --live: at most this many instances")
+@click.option(
+    "--new-hub-ok",
+    is_flag=True,
+    default=None,
+    help="with --live: a task hub whose tables do not exist yet has nothing in flight (a first deployment)",
+)
 @OUTPUT
-def replay_check_command(files: tuple[str, ...], output: str) -> None:
-    """Replay recorded orchestration histories on the installed orchestrator code; exit 4 if one
-    no longer replays (a non-deterministic change: instances in flight would break)."""
+def replay_check_command(files: tuple[str, ...], live: bool, output: str, **filters: Any) -> None:
+    """Replay recorded orchestration histories (files, or with --live the task hub's in-flight
+    instances) on the installed orchestrator code; exit 4 if one no longer replays (a
+    non-deterministic change: instances in flight would break), 2 if they cannot be read."""
     from devtools.replay_check import ReplayFileError, app_orchestrators, check_file
 
     s = current_session()
+    if bool(files) == live:
+        raise CliError("give replay files or --live, not both" if live else "give replay files, or --live")
+    if not live and any(v is not None for v in filters.values()):
+        raise CliError("--task-hub, --workflow, --created-since, --limit and --new-hub-ok go with --live")
     table = app_orchestrators()
-    results = []
+    results, not_started = [], 0
+    if live:
+        from operator_cli.replay_live import live_results
+
+        results, not_started = live_results(s, table=table, **filters)
     for path in files:
         try:
             results.extend(check_file(path, table))
         except ReplayFileError as exc:
             raise CliError(str(exc)) from None
     failed = [r for r in results if not r.ok]
+    noun = "instance(s)" if live else "recording(s)"
     if output == "json":
-        render.print_json(
-            s.out,
+        report = [
             {
-                "ok": not failed,
-                "recordings": [
-                    {
-                        "recording": r.recording.label,
-                        "ok": r.ok,
-                        "episodes": r.episodes,
-                        "actions": r.actions,
-                        "problems": r.problems,
-                    }
-                    for r in results
-                ],
-            },
+                "recording": r.recording.label,
+                "instance": r.recording.instance_id,
+                "ok": r.ok,
+                "episodes": r.episodes,
+                "actions": r.actions,
+                "problems": r.problems,
+            }
+            for r in results
+        ]
+        render.print_json(
+            s.out, {"ok": not failed, "recordings": report, **({"not_started": not_started} if live else {})}
         )
     else:
         for r in results:
@@ -93,7 +118,11 @@ def replay_check_command(files: tuple[str, ...], output: str) -> None:
             s.say(f"{verdict:>17}  {r.recording.label} ({r.episodes} episode(s), {r.actions} action(s))")
             for problem in r.problems:
                 s.say(f"{'':>19}{problem}")
-        s.say(f"\n{len(results) - len(failed)} of {len(results)} recording(s) replay on the current code")
+        waiting = f"; {not_started} not started yet (no history to replay)" if not_started else ""
+        s.say(f"\n{len(results) - len(failed)} of {len(results)} {noun} replay on the current code{waiting}")
+        if failed:
+            first = failed[0]
+            s.say(f"first divergence: {first.recording.instance_id}: {first.problems[0].splitlines()[0]}")
     if failed:
         raise click.exceptions.Exit(EXIT_NONDETERMINISTIC)
 

@@ -45,6 +45,7 @@ def fake_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / "infra").mkdir(parents=True)
     shutil.copy2(DEPLOY, repo / "infra" / "deploy.sh")
+    shutil.copy2(bc.INFRA_DIR / "replay-check.sh", repo / "infra" / "replay-check.sh")
     for param_file in bc.INFRA_DIR.glob("main.*.bicepparam"):
         shutil.copy2(param_file, repo / "infra" / param_file.name)
     (repo / "infra" / "main.bicep").write_text("// stub\n", encoding="utf-8")

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import azure.durable_functions as df
 
@@ -46,7 +47,10 @@ def test_the_corpus_replays_unchanged(capsys):
     assert sas_replay_check(capsys)[0] == 0
 
 
-def test_a_parallel_group_started_in_reverse_order_is_caught(monkeypatch, capsys):
+# The changes, applied with monkeypatch; also replayed against live rows (test_replay_live.py).
+
+
+def reverse_parallel_groups(monkeypatch) -> None:
     from orchestrators import workflow
 
     original = workflow._run_group
@@ -55,6 +59,41 @@ def test_a_parallel_group_started_in_reverse_order_is_caught(monkeypatch, capsys
         return original(context, definition, tuple(reversed(stage)), *args, **kwargs)
 
     monkeypatch.setattr(workflow, "_run_group", reversed_group)
+
+
+def note_in_dispatch_input(monkeypatch) -> None:
+    from orchestrators import attempts
+
+    original = attempts.call_activity
+
+    def with_a_note(context, activity, payload, *args, **kwargs):
+        if activity == "dispatch_step" and isinstance(payload, dict):
+            payload = {**payload, "note": "added by a code change"}
+        return original(context, activity, payload, *args, **kwargs)
+
+    monkeypatch.setattr(attempts, "call_activity", with_a_note)
+
+
+def timers_a_second_later(monkeypatch) -> None:
+    real = df.DurableOrchestrationContext.create_timer
+    monkeypatch.setattr(
+        df.DurableOrchestrationContext,
+        "create_timer",
+        lambda self, fire_at: real(self, fire_at + timedelta(seconds=1)),
+    )
+
+
+def waits_without_the_attempt(monkeypatch) -> None:
+    from orchestrators import attempts
+
+    real = attempts.result_event_name
+    monkeypatch.setattr(
+        attempts, "result_event_name", lambda step_id, attempt, kind="work": real(step_id, 1, kind)
+    )
+
+
+def test_a_parallel_group_started_in_reverse_order_is_caught(monkeypatch, capsys):
+    reverse_parallel_groups(monkeypatch)
     problems = broken()
     assert any("parallel-group.json" in p and ": episode " in p and "action #" in p for p in problems), (
         problems
@@ -79,28 +118,14 @@ def test_history_checkpoint_every_ignored_is_caught(monkeypatch, capsys):
 
 def test_a_different_activity_input_is_caught(monkeypatch):
     """Same activity, another input: the recorded result belongs to another call."""
-    from orchestrators import attempts
-
-    original = attempts.call_activity
-
-    def with_a_note(context, activity, payload, *args, **kwargs):
-        if activity == "dispatch_step" and isinstance(payload, dict):
-            payload = {**payload, "note": "added by a code change"}
-        return original(context, activity, payload, *args, **kwargs)
-
-    monkeypatch.setattr(attempts, "call_activity", with_a_note)
+    note_in_dispatch_input(monkeypatch)
     succeed = [p for p in broken() if p.startswith("succeed.json")]
     assert succeed and "episode 1: action #0 differs (.note: " in succeed[0], succeed
 
 
 def test_a_timer_that_fires_at_another_time_is_caught(monkeypatch):
     """A deadline computed one second later: the recorded timer is another timer."""
-    real = df.DurableOrchestrationContext.create_timer
-    monkeypatch.setattr(
-        df.DurableOrchestrationContext,
-        "create_timer",
-        lambda self, fire_at: real(self, fire_at + timedelta(seconds=1)),
-    )
+    timers_a_second_later(monkeypatch)
     succeed = [p for p in broken() if p.startswith("succeed.json")]
     assert succeed and "episode 2: action #1 differs" in succeed[0] and "recorded: timer" in succeed[0]
 
@@ -109,12 +134,7 @@ def test_a_wait_that_would_consume_a_late_result_is_caught(monkeypatch, capsys):
     """Attempt 2 waits for attempt 1's event name (the attempt dropped from the name): the late
     result of attempt 1, which the recorded scheduler ignored, now ends attempt 2's wait. Caught in
     the very episode in which the late event arrived, where the recorded run took no action."""
-    from orchestrators import attempts
-
-    real = attempts.result_event_name
-    monkeypatch.setattr(
-        attempts, "result_event_name", lambda step_id, attempt, kind="work": real(step_id, 1, kind)
-    )
+    waits_without_the_attempt(monkeypatch)
     late = next(p for p in broken() if p.startswith("late-result-after-retry.json"))
     (recording,) = check_file(CORPUS / "late-result-after-retry.json")
     history = recording.recording.history
@@ -128,7 +148,7 @@ def test_a_wait_that_would_consume_a_late_result_is_caught(monkeypatch, capsys):
     assert f"episode {episode}" in out, out
 
 
-def _copy_of_the_app(tmp_path: Path) -> Path:
+def copy_of_the_app(tmp_path: Path) -> Path:
     """The code and definitions as deployed, in a folder of their own, to change on disk."""
     copy = tmp_path / "app"
     for folder in ("workflow_core", "activities", "orchestrators", "supervisor", "api", "operator_cli"):
@@ -138,9 +158,10 @@ def _copy_of_the_app(tmp_path: Path) -> Path:
     return copy
 
 
-def _replay_check_in(copy: Path) -> subprocess.CompletedProcess:
+def replay_check_in(copy: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m operator_cli replay-check`` run from ``copy`` (default: on the corpus files)."""
     return subprocess.run(
-        [sys.executable, "-m", "operator_cli", "replay-check", *map(str, FILES)],
+        [sys.executable, "-m", "operator_cli", "replay-check", *(args or map(str, FILES))],
         cwd=copy,
         capture_output=True,
         text=True,
@@ -148,16 +169,10 @@ def _replay_check_in(copy: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_parallel_members_swapped_in_the_yaml_cannot_break_a_pinned_instance(tmp_path):
-    """The row of the issue's table, for the pinned instances every run now is: the two members of
-    onboard-tenant's group swapped in the YAML of a copy. Nothing to catch: every recorded instance
-    carries its definition (and the version that hashes it) in its input and replays on that, so each
-    member still gets its own recorded result; the swapped YAML is another version, which only new
-    instances take. ``sas replay-check`` exits 0, and says so (docs/scheduler.md)."""
+def swap_parallel_members(copy: Path) -> Any:
+    """onboard-tenant's two parallel members swapped in the YAML of ``copy``; the new definition."""
     from workflow_core.workflows.loader import parse_workflow
-    from workflow_core.workflows.versions import version_of
 
-    copy = _copy_of_the_app(tmp_path)
     target = copy / "workflows" / "onboard-tenant.yaml"
     text = target.read_text()
     first = text.index("      - id: register_portal_dns")
@@ -167,6 +182,19 @@ def test_parallel_members_swapped_in_the_yaml_cannot_break_a_pinned_instance(tmp
     target.write_text(text[:first] + files + "\n\n" + portal + "\n\n" + text[end:])
     new = parse_workflow(target.read_text(), str(target))
     assert [s.id for s in new.steps][1:3] == ["register_files_dns", "register_portal_dns"]  # really swapped
+    return new
+
+
+def test_parallel_members_swapped_in_the_yaml_cannot_break_a_pinned_instance(tmp_path):
+    """The row of the issue's table, for the pinned instances every run now is: the two members of
+    onboard-tenant's group swapped in the YAML of a copy. Nothing to catch: every recorded instance
+    carries its definition (and the version that hashes it) in its input and replays on that, so each
+    member still gets its own recorded result; the swapped YAML is another version, which only new
+    instances take. ``sas replay-check`` exits 0, and says so (docs/scheduler.md)."""
+    from workflow_core.workflows.versions import version_of
+
+    copy = copy_of_the_app(tmp_path)
+    new = swap_parallel_members(copy)
 
     recording = check_file(CORPUS / "parallel-group.json")[0]
     pinned = json.loads(recording.recording.input)
@@ -174,7 +202,7 @@ def test_parallel_members_swapped_in_the_yaml_cannot_break_a_pinned_instance(tmp
     assert [m["id"] for m in members] == ["register_portal_dns", "register_files_dns"]
     assert version_of(new) != pinned["version"]  # the swap is another version: never this instance's
 
-    done = _replay_check_in(copy)
+    done = replay_check_in(copy)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok  parallel-group.json[0]" in done.stdout, done.stdout
 
@@ -182,7 +210,7 @@ def test_parallel_members_swapped_in_the_yaml_cannot_break_a_pinned_instance(tmp
 def test_an_activity_added_on_disk_fails_sas_replay_check_with_exit_4(tmp_path):
     """The operator's way: a copy of the code where the scheduler calls one more activity before the
     settle, and ``python -m operator_cli replay-check`` run from that copy."""
-    copy = _copy_of_the_app(tmp_path)
+    copy = copy_of_the_app(tmp_path)
     target = copy / "orchestrators" / "shortcuts.py"
     settle = "settled = yield call_activity(self.context, ACTIVITY_SETTLE_INSTANCE, settle)"
     text = target.read_text()
@@ -190,6 +218,6 @@ def test_an_activity_added_on_disk_fails_sas_replay_check_with_exit_4(tmp_path):
     target.write_text(
         text.replace(settle, 'yield call_activity(self.context, "audit_settle", {})\n            ' + settle)
     )
-    done = _replay_check_in(copy)
+    done = replay_check_in(copy)
     assert done.returncode == EXIT_NONDETERMINISTIC, done.stdout + done.stderr
     assert "succeed.json" in done.stdout and "episode" in done.stdout and "audit_settle" in done.stdout
