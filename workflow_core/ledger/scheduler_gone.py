@@ -1,18 +1,11 @@
 """A reply that finds its instance's scheduler gone makes the instance due now (docs/supervisor.md,
-"A dead scheduler found by a reply").
-
-The instance record's ``scheduler_deadline`` is the scheduler's promise; a scheduler that died mid-step
-is found when it passes (the in-flight step's deadline plus the grace). A reply for that step learns
-sooner: the raise of its event answers 404/410 (or, for a heartbeat, the orchestration's status says
-so). :func:`bring_forward` then moves the promise to now, in one ETag-guarded write of the record with
-its audit row (and its deadline-index row, due now, created first: ``instance_store``), so the
-watchdog's next tick resumes or compensates the instance by its policy, as for any overdue instance.
+"A dead scheduler found by a reply"): one ETag-guarded write of the record and its audit row, its
+index row due now (``instance_store``), so the watchdog's next tick resumes or compensates it by its
+policy instead of waiting for the promise (the in-flight step's deadline plus the grace).
 
 Only an instance the scheduler owns, Running, whose promise is not already due, and whose own
-orchestration is the one found gone: a held instance (a watchdog tick's claim, an operator's) is left to
-its holder, and a gone child (a parallel member's) says nothing about a live parent. A burst of replies
-writes the record once: the first write makes it due, so the others find nothing to do (or lose the
-ETag race).
+orchestration is the one found gone: a claim (a tick's, an operator's) is left to its holder, a gone
+child (a parallel member's) says nothing about its parent, and a burst of replies writes once.
 """
 
 from __future__ import annotations
