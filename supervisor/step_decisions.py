@@ -34,6 +34,7 @@ from workflow_core.contracts import (
     result_event_name,
 )
 from workflow_core.ledger import StepRecord, StepStatus
+from workflow_core.ledger.scheduler_gone import bring_forward, is_instance_gone
 from workflow_core.messages import work_message
 from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import pool_queue
@@ -196,7 +197,15 @@ class _Tick(_TickActions):
             )
         else:
             await self.note(found, Action.FAIL_STEP, detail)
-        await self.raise_failed(found, "work", orchestration_id, found.attempt, error)
+        try:
+            await self.raise_failed(found, "work", orchestration_id, found.attempt, error)
+        except Exception as exc:
+            if not is_instance_gone(exc):
+                raise
+            # it died since its status was read: its instance is due now, for the next tick's decision
+            detail += f"; not delivered ({exc}): the orchestration is gone"
+            record = await _io(self.ledger.find_instance, found.instance_id)
+            await _io(bring_forward, self.ledger, record, orchestration_id, actor=self.actor, why=detail)
         self.decided(found, Action.FAIL_STEP, telemetry.OUTCOME_OK, detail)
 
     async def raise_failed(

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, compensation_instance_id
 from workflow_core.ledger import ConcurrencyConflict, StepNotFound, StepRecord, StepStatus
+from workflow_core.ledger.scheduler_gone import ALIVE_STATUSES  # the orchestration still reacts
 
 log = logging.getLogger("sas.supervisor.watchdog")
 
@@ -38,9 +39,6 @@ COMPENSATION_OVERRUN_ERROR = "supervisor: compensation deadline overrun"
 # index (its status needs a deadline).
 FLAGGED_LOOK_SECONDS = 86_400.0
 
-# Orchestration runtime statuses in which the orchestration will still react (to its own timers and
-# to raised events). Anything else (Completed, Failed, Terminated, Canceled, unknown) is "gone".
-ALIVE_STATUSES = frozenset({"Running", "Pending", "ContinuedAsNew", "Suspended"})
 UNKNOWN_STATUS = "Unknown"
 
 # ``StepRecord.compensation_status`` values the scheduler and the agents write (activities.common).

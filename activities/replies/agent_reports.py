@@ -21,7 +21,7 @@ from activities.worker.delivery_rules import Outcome
 from activities.worker.handlers.base import StepNoLongerOwned
 from workflow_core import clock
 from workflow_core.contracts import Heartbeat, ResultMessage
-from workflow_core.ledger import InvalidLedgerInput, StepNotFound, StepRecord
+from workflow_core.ledger import InstanceRecord, InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.messages import reply_token, work_body
 from workflow_core.payloads import as_stored
 from workflow_core.runtime import Services
@@ -93,12 +93,13 @@ def _check(report: Heartbeat | ResultMessage, services: Services) -> AgentReport
 
 class BeatVerdict(NamedTuple):
     """What became of a heartbeat: ``outcome`` (``heartbeat``: accepted for the attempt the ledger
-    holds; else ``agent-report-refused`` or ``parked``), why, and the step's row as last read or
-    written (None: no such step)."""
+    holds; else ``agent-report-refused`` or ``parked``), why, the step's row as last read or
+    written (None: no such step), and (accepted) its instance record as read with it."""
 
     outcome: str
     reason: str
     record: StepRecord | None
+    instance: InstanceRecord | None = None
 
 
 def apply_heartbeat(beat: Heartbeat, services: Services) -> BeatVerdict:
@@ -119,7 +120,10 @@ def apply_heartbeat(beat: Heartbeat, services: Services) -> BeatVerdict:
     record = report.latest
     if record is not None and deadline is not None and record.deadline != deadline:
         record = record.model_copy(update={"deadline": deadline})
-    return BeatVerdict("heartbeat", f"attempt {beat.attempt} is current: deadline {_iso(deadline)}", record)
+    instance = report.instance.record if report.instance is not None else None
+    return BeatVerdict(
+        "heartbeat", f"attempt {beat.attempt} is current: deadline {_iso(deadline)}", record, instance
+    )
 
 
 def _iso(when: datetime | None) -> str:

@@ -22,6 +22,7 @@ from activities.common import parse_or_park
 from activities.replies.agent_reports import ACTOR, BeatVerdict, apply_heartbeat
 from workflow_core import clock
 from workflow_core.contracts import AttemptStatus, Heartbeat
+from workflow_core.ledger.scheduler_gone import bring_forward, is_alive, may_bring_forward
 from workflow_core.message_fields import MAX_REASON_CHARS, fit_text
 from workflow_core.runtime import Services
 from workflow_core.transport import OutgoingMessage, TransportError
@@ -38,17 +39,43 @@ def answer_queue_prefix(services: Services) -> str:
     return f"{services.settings.result_queue}{ANSWERS_INFIX}"
 
 
-def handle_heartbeat(body: Any, services: Services, *, message_id: str | None = None) -> str:
+async def handle_heartbeat(
+    body: Any, services: Services, client: Any = None, *, message_id: str | None = None
+) -> str:
     """A heartbeat on the result queue (``agent_reports.apply_heartbeat``), answered on its
     ``answer_queue`` if it names one; the outcome is the heartbeat's: ``heartbeat``,
-    ``agent-report-refused`` or ``parked`` (a malformed one is parked and never answered)."""
+    ``agent-report-refused`` or ``parked`` (a malformed one is parked and never answered). An accepted
+    one also looks whether its instance's scheduler still runs (``client``: the durable client)."""
     beat = parse_or_park(Heartbeat, body, services, source="result", actor=ACTOR, message_id=message_id)
     if isinstance(beat, str):
         return "parked"
     verdict = apply_heartbeat(beat, services)
     if beat.answer_queue is not None:
         answer(beat, verdict, services)
+    if verdict.outcome == "heartbeat" and client is not None:
+        await look_for_scheduler(verdict, client, services)
     return verdict.outcome
+
+
+async def look_for_scheduler(verdict: BeatVerdict, client: Any, services: Services) -> None:
+    """One status read of the scheduler of an accepted beat's instance, when the scheduler owns it and
+    its promise is not due yet (a beat of an instance already due, held or settled reads nothing); a
+    gone scheduler makes the instance due now (``workflow_core.ledger.scheduler_gone``)."""
+    r = verdict.record
+    if r is None:
+        return
+    orchestration_id = r.orchestration_id or r.instance_id
+    if not may_bring_forward(verdict.instance, orchestration_id, clock.utcnow()):
+        return
+    try:
+        status = await client.get_status(orchestration_id)
+    except Exception as exc:  # the status is not known: the promise stands, the watchdog finds it then
+        log.warning("%s: status of %s not read: %s", r.instance_id, orchestration_id, exc)
+        return
+    if not is_alive(status):
+        name = getattr(getattr(status, "runtime_status", None), "value", None) or "not found"
+        why = f"a heartbeat of {r.step_id} attempt {r.attempt} found it {name}"
+        bring_forward(services.ledger, verdict.instance, orchestration_id, actor=ACTOR, why=why)
 
 
 def status_of(beat: Heartbeat, verdict: BeatVerdict) -> AttemptStatus:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
@@ -29,6 +28,7 @@ from workflow_core.contracts import (
 )
 from workflow_core.ledger import InstanceRecord, InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.ledger.known_rows import WATCHED_KEY, instance_snapshot
+from workflow_core.ledger.scheduler_gone import bring_forward, is_instance_gone
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 
@@ -36,21 +36,11 @@ log = logging.getLogger(__name__)
 
 ACTOR = "result-handler"
 
-# DurableOrchestrationClient.raise_event raises a bare Exception for these HTTP answers
-# (azure-functions-durable 1.x): 410 "Instance with ID <id> is gone: either completed or failed",
-# 404 "No instance with ID <id> found.".
-_GONE = re.compile(r"^(Instance with ID .* is gone|No instance with ID .* found)", re.DOTALL)
-
 
 class EventClient(Protocol):
     """``DurableOrchestrationClient`` or anything with its ``raise_event`` (async, or plain)."""
 
     def raise_event(self, instance_id: str, event_name: str, event_data: Any = None) -> Any: ...
-
-
-def is_instance_gone(exc: BaseException) -> bool:
-    """Did ``raise_event`` fail because the orchestration does not exist or has finished?"""
-    return _GONE.match(str(exc)) is not None
 
 
 async def raise_result_event(
@@ -60,9 +50,11 @@ async def raise_result_event(
     *,
     actor: str = ACTOR,
     quiet_if_gone: bool = False,
+    instance: InstanceRecord | None = None,
 ) -> Literal["raised", "late-result-ignored", "gone"]:
     """Raise the result's event on its orchestration; audit (not raise) if the orchestration is gone,
-    or with ``quiet_if_gone`` only answer ``gone``."""
+    or with ``quiet_if_gone`` only answer ``gone``. A gone orchestration that ``instance`` (its record
+    as read) still names as its running scheduler makes the instance due now (``scheduler_gone``)."""
     event = result_event_name(result.step_id, result.attempt, result.kind)
     try:
         data = result.model_dump(mode="json")
@@ -98,6 +90,8 @@ async def raise_result_event(
             reason=f"{event} ({result.outcome}) for orchestration {result.orchestration_id}: {exc}",
             attempt=result.attempt,
         )
+        why = f"the {result.outcome} result {event} could not be raised: {exc}"
+        bring_forward(services.ledger, instance, result.orchestration_id, actor=actor, why=why)
         return "late-result-ignored"
     log.info("raised %s (%s) on %s", event, result.outcome, result.orchestration_id)
     return "raised"
@@ -167,7 +161,7 @@ async def handle_result(
         outcome=fields.get("outcome"),
     ):
         if fields.get("type") == "heartbeat":  # a message-only agent's
-            return handle_heartbeat(body, services, message_id=message_id)  # type: ignore[return-value]
+            return await handle_heartbeat(body, services, client, message_id=message_id)  # type: ignore[return-value]
         result = parse_or_park(
             ResultMessage, body, services, source="result", actor=ACTOR, message_id=message_id
         )
@@ -207,7 +201,8 @@ async def handle_result(
             )
             return action  # type: ignore[return-value]
         instance = handle.record if handle is not None else None
-        return await raise_result_event(with_verdict(confirmed, record, instance, watched), client, services)
+        confirmed = with_verdict(confirmed, record, instance, watched)
+        return await raise_result_event(confirmed, client, services, instance=instance)
 
 
 def with_verdict(
