@@ -33,7 +33,6 @@ from devtools.harness import PatternHarness
 from devtools.logs import quiet_logging
 from devtools.request_counter import AGENT_EFFECT, HARNESS, RequestCounter, pattern_operation
 from devtools.request_scenarios import forget_effect_clients
-from workflow_core.limits import operator_move
 from workflow_core.workflows.agent_limits import CircuitSettings
 
 AGENT = "storage.create"
@@ -78,14 +77,14 @@ def run(azurite: Azurite, workflows: int, pools_yaml: str, open_for: float | Non
     ):
         held = 0
         if open_for is not None:
-            operator_move(h.services.ledger.table_client(), AGENT, CircuitSettings(), open_it=True, **BY)
+            h.services.circuits.operator_move(AGENT, CircuitSettings(), open_it=True, **BY)
         counter.reset()
         ids = [h.start_workflow("limited-bench", {"tenant_id": f"t{n}"}) for n in range(workflows)]
         if open_for is not None:
             began = h.now()
             h.run_until(lambda: h.now() - began >= timedelta(seconds=open_for), timeout=timedelta(hours=1))
             held = len(counted(counter.snapshot()))
-            operator_move(h.services.ledger.table_client(), AGENT, CircuitSettings(), open_it=False, **BY)
+            h.services.circuits.operator_move(AGENT, CircuitSettings(), open_it=False, **BY)
         for iid in ids:
             h.run_until_complete(iid, timeout=timedelta(hours=2))
         return len(counted(counter.snapshot())), held

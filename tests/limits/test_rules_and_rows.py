@@ -8,9 +8,17 @@ from types import SimpleNamespace
 import pytest
 
 from supervisor.slot_sweep import sweep_slots
-from workflow_core.limits import Circuit, CircuitEvent, CircuitState, Holder, admit, next_circuit
+from workflow_core.limits import (
+    Circuit,
+    CircuitEvent,
+    CircuitState,
+    CircuitStore,
+    Holder,
+    LimitsStore,
+    next_circuit,
+)
 from workflow_core.limits.circuit_rules import TABLE
-from workflow_core.limits.circuits import circuit_audit, circuit_states, operator_move, record_outcome
+from workflow_core.limits.gate import HolderState, Phase, admit
 from workflow_core.limits.rows import read_rows
 from workflow_core.workflows import loader
 from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
@@ -60,16 +68,16 @@ def test_the_state_table():
 
 
 def test_circuit_moves_are_guarded_audited_and_manual_holds(ledger):
-    table = ledger.table_client()
+    circuits = CircuitStore(ledger)
     for _ in range(3):
-        record_outcome(table, "pay.refund", SETTINGS, ok=False, error="ConnectionError: refused")
-    (view,) = circuit_states(ledger, {"pay.refund": AgentLimits(circuit=SETTINGS)})
+        circuits.record_outcome("pay.refund", SETTINGS, ok=False, error="ConnectionError: refused")
+    (view,) = circuits.states({"pay.refund": AgentLimits(circuit=SETTINGS)})
     assert view.circuit.state is S.OPEN and view.circuit.failures == 3
     assert view.attention_text().startswith("circuit open for pay.refund since ")
     assert view.attention_text().endswith(": 3 failures, last ConnectionError: refused")
-    operator_move(table, "pay.refund", SETTINGS, open_it=True, actor="operator:ann", reason="maintenance")
-    operator_move(table, "pay.refund", SETTINGS, open_it=False, actor="operator:bob", reason="back")
-    trail = circuit_audit(ledger, "pay.refund")
+    circuits.operator_move("pay.refund", SETTINGS, open_it=True, actor="operator:ann", reason="maintenance")
+    circuits.operator_move("pay.refund", SETTINGS, open_it=False, actor="operator:bob", reason="back")
+    trail = circuits.audit("pay.refund")
     assert [(a["actor"], a["action"], a["to"]) for a in trail] == [
         ("results", "failure", "open"),
         ("operator:ann", "operator_open", "open"),
@@ -78,15 +86,15 @@ def test_circuit_moves_are_guarded_audited_and_manual_holds(ledger):
     assert trail[1]["reason"] == "maintenance"
 
 
-def _holder_states(states: dict[Holder, datetime | None]):
-    return lambda holder: states.get(holder)
-
-
 def test_slots_go_oldest_waiter_first_and_a_dead_holders_at_its_deadline(ledger):
     table, limits = ledger.table_client(), AgentLimits(max_in_flight=1, wait_poll_seconds=5)
     a, b, c = (Holder("i-a", "s", 1), Holder("i-b", "s", 1), Holder("i-c", "s", 1))
     live = {a: T0 + timedelta(seconds=60)}
-    ask = lambda h, at: admit(table, "pay.refund", limits, h, T0 + timedelta(seconds=60), at, live.get)  # noqa: E731
+
+    def state_of(h: Holder) -> HolderState:
+        return HolderState(Phase.IN_FLIGHT, live[h]) if h in live else HolderState(Phase.SETTLED)
+
+    ask = lambda h, at: admit(table, "pay.refund", limits, h, T0 + timedelta(seconds=60), at, state_of)  # noqa: E731
     assert ask(a, T0).admitted
     assert ask(a, T0).admitted  # a re-run keeps its slot
     first = ask(b, T0 + timedelta(seconds=1))
@@ -108,11 +116,11 @@ def test_the_watchdog_frees_a_crashed_holders_slot_only_past_its_deadline(ledger
     monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
     clear_pools_cache()
     try:
-        table, limits = ledger.table_client(), AgentLimits(max_in_flight=1)
+        table, limits, store = ledger.table_client(), AgentLimits(max_in_flight=1), LimitsStore(ledger)
         dead = Holder("i-dead", "s", 1)  # no step row: whatever it was, it is not in flight
         until = T0 + timedelta(seconds=40)
-        assert admit(table, "pay.refund", limits, dead, until, T0, lambda h: None).admitted
-        services = SimpleNamespace(ledger=ledger)
+        assert store.admit("pay.refund", limits, dead, until, T0).admitted
+        services = SimpleNamespace(limits=store)
         assert sweep_slots(services, T0 + timedelta(seconds=39)) == 0
         assert sweep_slots(services, T0 + timedelta(seconds=41)) == 1
         assert [s.holder for s in read_rows(table, "pay.refund").slots.values()] == [None]

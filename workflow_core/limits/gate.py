@@ -2,14 +2,18 @@
 
 A dispatch asks :func:`admit` before it writes the Dispatched transition. The answer is admitted, or
 *waiting* with a reason: nothing of the step changed, no attempt was spent, and the scheduler asks
-again after ``wait_poll_seconds``. Reads one partition (the agent's rows) per ask; writes only when
-it takes the probe or a slot, joins the queue, or refreshes its place in it.
+again after ``retry_after``. Reads one partition (the agent's rows) per ask; writes only when it
+takes the probe or a slot, joins the queue, or refreshes its place in it.
 
-Slots: ``max_in_flight`` rows ``slot~NNN``. A slot is free when empty, when its holder's attempt is no
-longer in flight in the ledger (settled, retried), or when that attempt's deadline passed (a crashed
-holder: freed at its deadline, here or by the watchdog's :func:`free_expired_slots`). Fair: a step
-takes a slot only when no older live waiter is queued (oldest waiter first); a waiter that stopped
-asking for ``STALE_POLLS`` polls (its scheduler gave up, was stopped) loses its place.
+Slots: ``max_in_flight`` rows ``slot~NNN``. A slot is held from its admission until its holder's
+attempt is settled, whatever the step's status in between (:class:`Phase`): an admitted attempt whose
+Dispatched write has not landed yet holds it like one in flight. It is free when empty, when the
+ledger has the holder's attempt settled or superseded, or when an attempt in flight overran its
+deadline (a crashed holder). An admission whose dispatch never happened is freed by the watchdog's
+sweep (:func:`free_lapsed_slots`) once the attempt's deadline passed, after it fenced the step row so
+that a late Dispatched write of that admission fails its ETag. Fair: a step takes a slot only when no
+older live waiter is queued (oldest waiter first); a waiter that stopped asking for ``STALE_POLLS``
+polls (its scheduler gave up, was stopped) loses its place.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
 
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
@@ -43,8 +49,33 @@ log = logging.getLogger(__name__)
 
 STALE_POLLS = 3  # a waiter silent this many polls is skipped and removed
 
-# holder -> the deadline of its attempt while that attempt is in flight in the ledger, else None
-InFlight = Callable[[Holder], datetime | None]
+
+class Phase(StrEnum):
+    """Where a holder's attempt stands in the ledger."""
+
+    ADMITTED = "admitted"  # let through, its Dispatched write not (yet) made: holds its slot
+    IN_FLIGHT = "in_flight"  # Dispatched or Running: holds its slot until its deadline
+    SETTLED = "settled"  # over, superseded, or the row moved on: the slot is free
+
+
+@dataclass(frozen=True)
+class HolderState:
+    phase: Phase
+    deadline: datetime | None = None  # in flight: the attempt's (heartbeats extend it)
+    step: Any = None  # admitted: the step row as read, which the sweep's fence writes against
+
+
+# holder -> what the ledger says of its attempt (workflow_core.limits.store.LimitsStore.holder_state)
+StateOf = Callable[[Holder], HolderState]
+# the sweep's fence: write the admitted step's row (If-Match the row read); False if it moved meanwhile
+Fence = Callable[[str, Holder, HolderState], bool]
+
+
+def lapsed(state: HolderState, now: datetime) -> bool:
+    """No longer holding: settled, or in flight past its deadline (a crashed holder)."""
+    if state.phase is Phase.SETTLED:
+        return True
+    return state.phase is Phase.IN_FLIGHT and (state.deadline is None or state.deadline <= now)
 
 
 @dataclass(frozen=True)
@@ -62,12 +93,12 @@ def admit(
     holder: Holder,
     deadline: datetime,
     now: datetime,
-    in_flight: InFlight,
+    state_of: StateOf,
 ) -> Admission:
     rows = read_rows(table, agent)
     poll = limits.wait_poll_seconds
     if limits.circuit is not None:
-        why = _circuit_says(table, agent, limits, rows, holder, deadline, now, in_flight)
+        why = _circuit_says(table, agent, limits, rows, holder, deadline, now, state_of)
         if why is not None:
             return _wait(table, rows, holder, now, poll, why)
     if limits.max_in_flight is None:
@@ -86,7 +117,7 @@ def admit(
     busy = f"{limits.max_in_flight} of {limits.max_in_flight} slots of {agent} in flight"
     if ahead:
         return _wait(table, rows, holder, now, poll, f"{busy}; {len(ahead)} waiting ahead", mine)
-    free = next((s for s in slots.values() if _is_free(s, now, in_flight)), None)
+    free = next((s for s in slots.values() if s.holder is None or lapsed(state_of(s.holder), now)), None)
     if free is None:
         return _wait(table, rows, holder, now, poll, busy, mine)
     taken = {
@@ -121,7 +152,7 @@ def _circuit_says(
     holder: Holder,
     deadline: datetime,
     now: datetime,
-    in_flight: InFlight,
+    state_of: StateOf,
 ) -> str | None:
     """None when the circuit lets this dispatch through (closed, or it is the probe), else why not."""
     c, settings = rows.circuit, limits.circuit
@@ -136,7 +167,7 @@ def _circuit_says(
         return f"circuit of {agent} open{how} (since {since}, {c.failures} failures)"
     if c.state is CircuitState.HALF_OPEN:
         probe = Holder.parse(c.probe)
-        probe_lost = probe is None or _is_free_holder(probe, c.probe_deadline, now, in_flight)
+        probe_lost = probe is None or _probe_lost(state_of(probe), c.probe_deadline, now)
         if not probe_lost:
             return f"circuit of {agent} half-open: its probe is in flight"
         event = CircuitEvent.PROBE_LOST
@@ -160,14 +191,11 @@ def _circuit_says(
     return f"circuit of {agent} half-open: another dispatch probes"
 
 
-def _is_free(slot: Slot, now: datetime, in_flight: InFlight) -> bool:
-    return slot.holder is None or _is_free_holder(slot.holder, slot.deadline, now, in_flight)
-
-
-def _is_free_holder(holder: Holder, deadline: datetime | None, now: datetime, in_flight: InFlight) -> bool:
-    """Free unless the ledger has the holder's attempt in flight before its (possibly extended) deadline."""
-    current = in_flight(holder)
-    return current is None or current <= now
+def _probe_lost(state: HolderState, deadline: datetime | None, now: datetime) -> bool:
+    """An admitted probe that never dispatched is lost at its deadline; otherwise as :func:`lapsed`."""
+    if state.phase is Phase.ADMITTED:
+        return deadline is None or deadline <= now
+    return lapsed(state, now)
 
 
 def _wait(
@@ -218,22 +246,19 @@ def _drop_stale(table: TableClient, rows: AgentRows, stale_before: datetime, min
                 )
 
 
-def leave_queue(table: TableClient, agent: str, holder: Holder) -> None:
-    """A waiter that stops waiting (its wait budget spent) gives its place up at once."""
-    for w in read_rows(table, agent).waiters:
-        if w.holder.step_key == holder.step_key:
-            with contextlib.suppress(HttpResponseError):
-                table.delete_entity(partition_of(agent), w.key)
-
-
-def free_expired_slots(table: TableClient, agent: str, now: datetime, in_flight: InFlight) -> int:
-    """The watchdog's sweep: empty every slot whose holder is no longer in flight or overran its
-    deadline (If-Match: a slot taken meanwhile stays taken). How many it freed."""
+def free_lapsed_slots(table: TableClient, agent: str, now: datetime, state_of: StateOf, fence: Fence) -> int:
+    """The watchdog's sweep: empty every slot past its deadline whose holder is settled or overran it,
+    or whose admission never dispatched (fenced first: its late Dispatched write would fail). If-Match:
+    a slot taken meanwhile stays taken. How many it freed."""
     freed = 0
     for slot in read_rows(table, agent).slots.values():
         if slot.holder is None or slot.deadline is None or slot.deadline > now:
             continue
-        if not _is_free_holder(slot.holder, slot.deadline, now, in_flight):
+        state = state_of(slot.holder)
+        if state.phase is Phase.ADMITTED:
+            if not fence(agent, slot.holder, state):
+                continue
+        elif not lapsed(state, now):
             continue
         if _empty(table, agent, slot):
             freed += 1
