@@ -26,7 +26,7 @@ from api.responses import (
     required_reason,
     resolve_services,
 )
-from supervisor import operator
+from supervisor import operator, slot_sweep
 from workflow_core import clock
 from workflow_core.ledger import AuditEntry, StepRecord
 from workflow_core.limits import CircuitStore
@@ -87,6 +87,8 @@ async def circuit_action(req: func.HttpRequest, client: Any, services: ServicesS
             return view.to_json()
 
         circuit = await call_ledger(svc, act)
+        if action == "close":  # the steps parked behind it go now, not at the end of their park
+            await slot_sweep.wake_parked(client, svc, agent)
         log.info("operator %s: circuit of %s %s (%s)", user, agent, action, reason)
         return json_response({"action": action, "actor": actor, "circuit": circuit})
 

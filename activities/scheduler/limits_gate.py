@@ -37,7 +37,7 @@ def hold_back(
     ledger = services.ledger
     at = now()
     holder = Holder(r.instance_id, r.step_id, d.attempt)
-    answer = services.limits.admit(r.agent, limits, holder, deadline, at)
+    answer = services.limits.admit(r.agent, limits, holder, deadline, at, d.orchestration_id)
     if answer.admitted:
         return None
     grace = services.settings.watchdog_grace_seconds

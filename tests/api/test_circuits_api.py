@@ -106,3 +106,23 @@ def test_the_door_needs_the_operate_role_and_the_idempotency_key(
     assert opened.status_code == 200 and json_of(opened)["actor"] == "operator:bob"
     no_key = act("pay.refund", "close", headers={**operator, "Idempotency-Key": ""})
     assert json_of(run(circuit_action(no_key, client, services)))["code"] == "idempotency-key-required"
+
+
+def test_an_operators_close_wakes_the_steps_parked_behind_the_circuit(run, client, services, limited, stub):
+    from datetime import timedelta
+
+    from workflow_core import clock
+    from workflow_core.limits import Holder
+    from workflow_core.workflows.loader import agent_pools
+
+    run(circuit_action(act("pay.refund", "open"), client, services))
+    stub.add_instance("orch-parked", runtime_status="Running")
+    now = clock.utcnow()
+    limits = agent_pools().limits_of("pay.refund")
+    parked = services.limits.admit(
+        "pay.refund", limits, Holder("i-parked", "s", 1), now + timedelta(minutes=1), now, "orch-parked"
+    )
+    assert not parked.admitted and parked.wake
+    assert stub.instances["orch-parked"].events == []
+    run(circuit_action(act("pay.refund", "close", {"reason": "back"}), client, services))
+    assert stub.instances["orch-parked"].events == [(parked.wake, None)]

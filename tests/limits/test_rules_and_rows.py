@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
 
-from supervisor.slot_sweep import sweep_slots
+from supervisor.slot_sweep import tend_limits
+from workflow_core import clock
 from workflow_core.limits import (
     Circuit,
     CircuitEvent,
@@ -18,7 +20,7 @@ from workflow_core.limits import (
     next_circuit,
 )
 from workflow_core.limits.circuit_rules import TABLE
-from workflow_core.limits.gate import HolderState, Phase, admit
+from workflow_core.limits.gate import PARK_SECONDS, HolderState, Phase, admit
 from workflow_core.limits.rows import read_rows
 from workflow_core.workflows import loader
 from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
@@ -121,8 +123,55 @@ def test_the_watchdog_frees_a_crashed_holders_slot_only_past_its_deadline(ledger
         until = T0 + timedelta(seconds=40)
         assert store.admit("pay.refund", limits, dead, until, T0).admitted
         services = SimpleNamespace(limits=store)
-        assert sweep_slots(services, T0 + timedelta(seconds=39)) == 0
-        assert sweep_slots(services, T0 + timedelta(seconds=41)) == 1
+        assert asyncio.run(tend_limits(None, services, T0 + timedelta(seconds=39))) == 0
+        assert asyncio.run(tend_limits(None, services, T0 + timedelta(seconds=41))) == 1
         assert [s.holder for s in read_rows(table, "pay.refund").slots.values()] == [None]
+    finally:
+        clear_pools_cache()
+
+
+class Wakes:
+    """The Durable client's ``raise_event``, recorded: which parked schedulers a tick woke."""
+
+    def __init__(self) -> None:
+        self.raised: list[tuple[str, str]] = []
+
+    async def raise_event(self, instance_id: str, name: str, data: object = None) -> None:
+        self.raised.append((instance_id, name))
+
+
+def test_steps_held_by_the_circuit_park_and_one_tick_per_agent_wakes_them(ledger, tmp_path, monkeypatch):
+    (tmp_path / "pools.yaml").write_text("agents:\n  pay.refund:\n    circuit: {failure_threshold: 3}\n")
+    monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
+    clear_pools_cache()
+    store, circuits = LimitsStore(ledger), CircuitStore(ledger)
+    limits = AgentLimits(circuit=SETTINGS, wait_poll_seconds=5)
+    a, b = Holder("i-a", "s", 1), Holder("i-b", "s", 1)
+    services, wakes = SimpleNamespace(limits=store), Wakes()
+
+    def ask(h: Holder, at):
+        return store.admit("pay.refund", limits, h, at + timedelta(seconds=60), at, f"orch-{h.instance_id}")
+
+    try:
+        for _ in range(3):
+            circuits.record_outcome("pay.refund", SETTINGS, ok=False, error="down")
+        now = clock.utcnow()
+        open_until = circuits.states({"pay.refund": limits})[0].circuit.open_until
+        parked = ask(a, now)  # an automatic open: parked until its probe time, not polling
+        assert not parked.admitted and parked.wake.startswith("wake:s:1:")
+        assert parked.retry_after == pytest.approx((open_until - now).total_seconds())
+        again = ask(a, now + timedelta(seconds=1))
+        assert again.wake != parked.wake  # a fresh event name per park
+        assert asyncio.run(tend_limits(wakes, services, now + timedelta(seconds=2))) == 0
+        assert wakes.raised == []  # still open: nobody woken
+        asyncio.run(tend_limits(wakes, services, open_until + timedelta(seconds=1)))
+        assert wakes.raised == [("orch-i-a", again.wake)]  # probe time: the oldest, to probe
+        circuits.operator_move("pay.refund", SETTINGS, open_it=True, actor="operator:ann", reason="hold")
+        held = ask(b, now + timedelta(seconds=3))  # an operator's open has no end: the longest park
+        assert (held.retry_after, held.first_wait) == (PARK_SECONDS, True)
+        circuits.operator_move("pay.refund", SETTINGS, open_it=False, actor="operator:ann", reason="go")
+        assert sorted(store.parked("pay.refund")) == [("orch-i-a", again.wake), ("orch-i-b", held.wake)]
+        assert ask(a, now + timedelta(seconds=4)).admitted
+        assert [w.holder for w in read_rows(store.table, "pay.refund").waiters] == [b]  # a left the queue
     finally:
         clear_pools_cache()

@@ -43,14 +43,15 @@ def app(azurite, tmp_path, monkeypatch):
     clear_pools_cache()
 
 
-def pending(services: Services, *instance_ids: str) -> None:
+def pending(services: Services, *instance_ids: str, promise: timedelta = timedelta(hours=1)) -> None:
+    """Instances with one Pending step on the agent; ``promise``: their scheduler's, from now."""
     for instance_id in instance_ids:
         services.ledger.create_instance_with_steps(
             instance_id,
             "provision-tenant",
             actor="test",
             input_json="{}",
-            scheduler_deadline=clock.utcnow() + timedelta(hours=1),
+            scheduler_deadline=clock.utcnow() + promise,
             version="v1",
             steps=[NewStep(step_id=STEP, step_name=STEP, agent=AGENT, max_attempts=3)],
         )
@@ -106,8 +107,8 @@ def test_a_dispatcher_killed_anywhere_leaks_no_slot(app, point):
     (slot,) = held(services)
     assert slot.holder.instance_id == "killed"
     assert dispatch_step(payload("next", 1), services)["outcome"] == "waiting"  # held, whatever the status
-    assert services.limits.sweep([AGENT], slot.deadline - SECOND) == 0
-    assert services.limits.sweep([AGENT], slot.deadline + SECOND) == 1
+    assert services.limits.tend([AGENT], slot.deadline - SECOND)[0] == 0
+    assert services.limits.tend([AGENT], slot.deadline + SECOND)[0] == 1
     assert held(services) == []
     assert dispatch_step(payload("next", 1), services)["outcome"] == "dispatched"
     killed = services.ledger.get("killed", STEP)
@@ -125,7 +126,7 @@ def test_an_admission_the_sweep_released_cannot_dispatch_late(app):
     process = spawn(env, "stop", "admitted", str(directory), "late")
     assert process.stdout.readline().strip() == "at admitted"  # a slot taken, the step unwritten
     (slot,) = held(services)
-    assert services.limits.sweep([AGENT], slot.deadline + SECOND) == 1  # fenced, then freed
+    assert services.limits.tend([AGENT], slot.deadline + SECOND)[0] == 1  # fenced, then freed
     assert dispatch_step(payload("next", 1), services)["outcome"] == "dispatched"
     process.stdin.write("go\n")
     process.stdin.flush()

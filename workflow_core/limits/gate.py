@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,13 +32,14 @@ from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
 from workflow_core.ledger.entities import _deadline_key
-from workflow_core.limits.circuit_rules import CircuitEvent, CircuitState
+from workflow_core.limits.circuit_rules import Circuit, CircuitEvent, CircuitState
 from workflow_core.limits.circuits import move_circuit
 from workflow_core.limits.rows import (
     WAIT_PREFIX,
     AgentRows,
     Holder,
     Slot,
+    Waiter,
     guarded,
     partition_of,
     read_rows,
@@ -47,7 +49,8 @@ from workflow_core.workflows.agent_limits import AgentLimits
 
 log = logging.getLogger(__name__)
 
-STALE_POLLS = 3  # a waiter silent this many polls is skipped and removed
+STALE_POLLS = 3  # a waiter silent this many polls past its next ask is skipped and removed
+PARK_SECONDS = 60.0  # the longest a step held back by the circuit parks before it asks again
 
 
 class Phase(StrEnum):
@@ -84,6 +87,7 @@ class Admission:
     reason: str | None = None  # why it waits
     retry_after: float = 0.0  # seconds until it asks again
     first_wait: bool = False  # it joined the queue now (worth one audit note)
+    wake: str | None = None  # parked: the event that ends the wait early (raised by :func:`wakeable`'s users)
 
 
 def admit(
@@ -94,25 +98,28 @@ def admit(
     deadline: datetime,
     now: datetime,
     state_of: StateOf,
+    orchestration: str | None = None,
 ) -> Admission:
+    """``orchestration``: the waiting scheduler, which a parked wait names for its wake-up."""
     rows = read_rows(table, agent)
     poll = limits.wait_poll_seconds
+    mine = next((w for w in rows.waiters if w.holder.step_key == holder.step_key), None)
     if limits.circuit is not None:
         why = _circuit_says(table, agent, limits, rows, holder, deadline, now, state_of)
         if why is not None:
-            return _wait(table, rows, holder, now, poll, why)
+            park = park_seconds(rows.circuit, now, poll)
+            return _wait(table, rows, holder, now, poll, why, mine, park=park, orchestration=orchestration)
     if limits.max_in_flight is None:
+        _leave(table, agent, mine)
         return Admission(True)
     keys = [slot_key(i) for i in range(limits.max_in_flight)]
     slots = {k: rows.slots.get(k, Slot(k)) for k in keys}
     if any(s.holder == holder for s in slots.values()):
         return Admission(True)  # a re-run of a dispatch that took its slot
-    mine = next((w for w in rows.waiters if w.holder.step_key == holder.step_key), None)
-    stale_before = now - timedelta(seconds=poll * STALE_POLLS)
     ahead = [
         w
         for w in rows.waiters
-        if w is not mine and w.seen >= stale_before and (mine is None or w.key < mine.key)
+        if w is not mine and _live(w, now, poll) and (mine is None or w.key < mine.key)
     ]
     busy = f"{limits.max_in_flight} of {limits.max_in_flight} slots of {agent} in flight"
     if ahead:
@@ -140,7 +147,7 @@ def admit(
     except (TableTransactionError, HttpResponseError) as exc:  # another dispatch took it: ask again soon
         log.info("slot %s of %s taken meanwhile (%s)", free.key, agent, exc)
         return _wait(table, rows, holder, now, poll, busy, mine)
-    _drop_stale(table, rows, stale_before, mine)
+    _drop_stale(table, rows, now, poll, mine)
     return Admission(True)
 
 
@@ -198,6 +205,36 @@ def _probe_lost(state: HolderState, deadline: datetime | None, now: datetime) ->
     return lapsed(state, now)
 
 
+def park_seconds(circuit: Circuit, now: datetime, poll: float) -> float:
+    """How long a step the circuit holds back parks: until an automatic open's probe time, else (an
+    operator's open, a probe in flight) ``PARK_SECONDS``, a probe's deadline sooner. A wake-up
+    (:func:`wakeable`) ends it early when the circuit lets steps through."""
+    until = circuit.open_until
+    if circuit.state is CircuitState.OPEN and not circuit.manual and until is not None and until > now:
+        return (until - now).total_seconds()
+    if circuit.state is CircuitState.HALF_OPEN and circuit.probe_deadline is not None:
+        return min(PARK_SECONDS, max((circuit.probe_deadline - now).total_seconds(), poll))
+    return PARK_SECONDS
+
+
+def wakeable(rows: AgentRows, now: datetime) -> list[Waiter]:
+    """The parked waiters a tick should wake: every one when the circuit is closed, the oldest when a
+    dispatch may probe (an automatic open past its probe time, a probe past its deadline)."""
+    parked = [w for w in rows.waiters if w.wake and w.orchestration]
+    c = rows.circuit
+    if c.state is CircuitState.CLOSED:
+        return parked
+    due = (
+        c.state is CircuitState.OPEN and not c.manual and c.open_until is not None and c.open_until <= now
+    ) or (c.state is CircuitState.HALF_OPEN and c.probe_deadline is not None and c.probe_deadline <= now)
+    return parked[:1] if due else []
+
+
+def _live(w: Waiter, now: datetime, poll: float) -> bool:
+    """Still asking: not silent for ``STALE_POLLS`` polls past when it said it would ask again."""
+    return now - w.next_ask < timedelta(seconds=poll * STALE_POLLS)
+
+
 def _wait(
     table: TableClient,
     rows: AgentRows,
@@ -205,62 +242,66 @@ def _wait(
     now: datetime,
     poll: float,
     reason: str,
-    mine: object = ...,
+    mine: Waiter | None,
+    *,
+    park: float | None = None,
+    orchestration: str | None = None,
 ) -> Admission:
-    """Join the queue (a row keyed by the time, oldest first), or refresh the place already held
-    (at most once per half poll: a write per poll at most)."""
-    if mine is ...:
-        mine = next((w for w in rows.waiters if w.holder.step_key == holder.step_key), None)
+    """Join the queue (a row keyed by the time, oldest first), or refresh the place already held (at
+    most once per half poll: a write per poll at most). ``park``: wait that long, named for a wake-up
+    (a fresh event name each time: a raised event is handed to every later wait for its name)."""
     pk = partition_of(rows.agent)
+    seen: dict[str, Any] = {"Seen": now.isoformat(), "Holder": holder.key}
+    wake = None
+    if park is not None:
+        wake = f"wake:{holder.step_id}:{holder.attempt}:{secrets.token_hex(4)}"
+        until = now + timedelta(seconds=park)
+        seen |= {"Until": until.isoformat(), "Orchestration": orchestration or "", "Wake": wake}
+    after = park if park is not None else poll
     try:
         if mine is None:
-            table.create_entity(
-                {
-                    "PartitionKey": pk,
-                    "RowKey": f"{WAIT_PREFIX}{_deadline_key(now)}~{holder.step_key}",
-                    "Holder": holder.key,
-                    "Since": now.isoformat(),
-                    "Seen": now.isoformat(),
-                }
-            )
-            return Admission(False, reason, poll, first_wait=True)
-        if now - mine.seen >= timedelta(seconds=poll / 2):
-            table.update_entity(
-                {"PartitionKey": pk, "RowKey": mine.key, "Seen": now.isoformat(), "Holder": holder.key},
-                mode=UpdateMode.MERGE,
-            )
+            key = f"{WAIT_PREFIX}{_deadline_key(now)}~{holder.step_key}"
+            table.create_entity({"PartitionKey": pk, "RowKey": key, "Since": now.isoformat(), **seen})
+            return Admission(False, reason, after, first_wait=True, wake=wake)
+        if park is not None or now - mine.seen >= timedelta(seconds=poll / 2):
+            table.update_entity({"PartitionKey": pk, "RowKey": mine.key, **seen}, mode=UpdateMode.MERGE)
     except HttpResponseError as exc:  # a place is a courtesy: the next poll tries again
         log.info("could not record the wait of %s: %s", holder.key, exc)
-    return Admission(False, reason, poll)
+    return Admission(False, reason, after, wake=wake)
 
 
-def _drop_stale(table: TableClient, rows: AgentRows, stale_before: datetime, mine: object) -> None:
+def _leave(table: TableClient, agent: str, mine: Waiter | None) -> None:
+    """An admitted step's place in the queue is given up (If-Match: a refresh meanwhile stays)."""
+    if mine is not None:
+        with contextlib.suppress(HttpResponseError):
+            table.delete_entity(
+                partition_of(agent), mine.key, etag=mine.etag, match_condition=MatchConditions.IfNotModified
+            )
+
+
+def _drop_stale(table: TableClient, rows: AgentRows, now: datetime, poll: float, mine: Waiter | None) -> None:
     for w in rows.waiters:
-        if w is not mine and w.seen < stale_before:
-            with contextlib.suppress(HttpResponseError):  # refreshed meanwhile: alive after all
-                table.delete_entity(
-                    partition_of(rows.agent),
-                    w.key,
-                    etag=w.etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
+        if w is not mine and not _live(w, now, poll):
+            _leave(table, rows.agent, w)  # refreshed meanwhile: alive after all
 
 
-def free_lapsed_slots(table: TableClient, agent: str, now: datetime, state_of: StateOf, fence: Fence) -> int:
-    """The watchdog's sweep: empty every slot past its deadline whose holder is settled or overran it,
-    or whose admission never dispatched (fenced first: its late Dispatched write would fail). If-Match:
-    a slot taken meanwhile stays taken. How many it freed."""
+def free_lapsed_slots(
+    table: TableClient, rows: AgentRows, now: datetime, state_of: StateOf, fence: Fence
+) -> int:
+    """The watchdog's sweep of the rows read: empty every slot past its deadline whose holder is
+    settled or overran it, or whose admission never dispatched (fenced first: its late Dispatched
+    write would fail). If-Match: a slot taken meanwhile stays taken. How many it freed."""
     freed = 0
-    for slot in read_rows(table, agent).slots.values():
+    for slot in rows.slots.values():
         if slot.holder is None or slot.deadline is None or slot.deadline > now:
             continue
         state = state_of(slot.holder)
         if state.phase is Phase.ADMITTED:
-            if not fence(agent, slot.holder, state):
+            if not fence(rows.agent, slot.holder, state):
                 continue
         elif not lapsed(state, now):
             continue
-        if _empty(table, agent, slot):
+        if _empty(table, rows.agent, slot):
             freed += 1
     return freed
 

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
+from workflow_core import clock
 from workflow_core.ledger import ConcurrencyConflict, StepLedger, StepNotFound, StepStatus
 from workflow_core.limits.gate import (
     Admission,
@@ -16,8 +17,9 @@ from workflow_core.limits.gate import (
     admit,
     free_lapsed_slots,
     release_slot,
+    wakeable,
 )
-from workflow_core.limits.rows import Holder
+from workflow_core.limits.rows import Holder, read_rows
 from workflow_core.workflows.agent_limits import AgentLimits
 
 log = logging.getLogger(__name__)
@@ -32,24 +34,37 @@ class LimitsStore:
         self.table = ledger.table_client()
 
     def admit(
-        self, agent: str, limits: AgentLimits, holder: Holder, deadline: datetime, now: datetime
+        self,
+        agent: str,
+        limits: AgentLimits,
+        holder: Holder,
+        deadline: datetime,
+        now: datetime,
+        orchestration: str | None = None,
     ) -> Admission:
-        return admit(self.table, agent, limits, holder, deadline, now, self.holder_state)
+        return admit(self.table, agent, limits, holder, deadline, now, self.holder_state, orchestration)
 
     def release(self, agent: str, holder: Holder) -> bool:
         """The holder's outcome was recorded: empty its slot now rather than when a waiter checks."""
         return release_slot(self.table, agent, holder)
 
-    def sweep(self, agents: Iterable[str], now: datetime) -> int:
-        """Free the lapsed slots of ``agents`` (the watchdog's tick); how many were freed. One
-        partition query per agent and one step read per slot past its deadline."""
-        freed = 0
+    def tend(self, agents: Iterable[str], now: datetime) -> tuple[int, list[tuple[str, str]]]:
+        """The watchdog's tick over ``agents``: free their lapsed slots, and say which parked
+        waiters to wake, as (orchestration, event). One partition query per agent, and one step read
+        per slot past its deadline: the gate asked once per agent per tick, not once per waiting step."""
+        freed, wakes = 0, []
         for agent in agents:
             try:
-                freed += free_lapsed_slots(self.table, agent, now, self.holder_state, self._fence)
+                rows = read_rows(self.table, agent)
+                freed += free_lapsed_slots(self.table, rows, now, self.holder_state, self._fence)
+                wakes += [(w.orchestration, w.wake) for w in wakeable(rows, now)]
             except Exception as exc:  # one agent's rows never stop the tick
-                log.warning("could not sweep the slots of %s: %s", agent, exc)
-        return freed
+                log.warning("could not tend the limits of %s: %s", agent, exc)
+        return freed, wakes
+
+    def parked(self, agent: str) -> list[tuple[str, str]]:
+        """Every parked waiter of ``agent`` whose circuit lets it through now (an operator's close)."""
+        return [(w.orchestration, w.wake) for w in wakeable(read_rows(self.table, agent), clock.utcnow())]
 
     def holder_state(self, holder: Holder) -> HolderState:
         """What the ledger says of ``holder``'s attempt. Behind the step's attempt, the step still
