@@ -161,16 +161,8 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
         )
     if outcome == "waiting":
-        return _answer(
-            d,
-            message_id,
-            outcome,
-            status=record.status.value,
-            sent=False,
-            error=held[0].reason,
-            retry_after=held[0].retry_after,
-            wake=held[0].wake,
-        )
+        wait = {"error": held[0].reason, "retry_after": held[0].retry_after, "wake": held[0].wake}
+        return _answer(d, message_id, outcome, status=record.status.value, sent=False, **wait)
     instance = handle.record if handle is not None else None
     if outcome == "dispatched" and (failed := fail_blob_input(record, d, services)) is not None:
         record, outcome = failed, "settled"  # a message-only agent cannot read its input's blob
