@@ -257,13 +257,15 @@ def _wait(
         wake = f"wake:{holder.step_id}:{holder.attempt}:{secrets.token_hex(4)}"
         until = now + timedelta(seconds=park)
         seen |= {"Until": until.isoformat(), "Orchestration": orchestration or "", "Wake": wake}
+    elif mine is not None and mine.wake:  # parked before, polling for a slot now: no wake-up owed
+        seen |= {"Until": "", "Orchestration": "", "Wake": ""}
     after = park if park is not None else poll
     try:
         if mine is None:
             key = f"{WAIT_PREFIX}{_deadline_key(now)}~{holder.step_key}"
             table.create_entity({"PartitionKey": pk, "RowKey": key, "Since": now.isoformat(), **seen})
             return Admission(False, reason, after, first_wait=True, wake=wake)
-        if park is not None or now - mine.seen >= timedelta(seconds=poll / 2):
+        if "Wake" in seen or now - mine.seen >= timedelta(seconds=poll / 2):
             table.update_entity({"PartitionKey": pk, "RowKey": mine.key, **seen}, mode=UpdateMode.MERGE)
     except HttpResponseError as exc:  # a place is a courtesy: the next poll tries again
         log.info("could not record the wait of %s: %s", holder.key, exc)

@@ -81,7 +81,7 @@ class Waiter:
 
     @property
     def next_ask(self) -> datetime:
-        return self.until or self.seen
+        return max(self.until, self.seen) if self.until else self.seen
 
 
 @dataclass
