@@ -20,7 +20,7 @@ from workflow_core.limits import (
     next_circuit,
 )
 from workflow_core.limits.circuit_rules import TABLE
-from workflow_core.limits.gate import PARK_SECONDS, HolderState, Phase, admit
+from workflow_core.limits.gate import PARK_SECONDS, HolderState, Phase, admit, slot_park
 from workflow_core.limits.rows import read_rows
 from workflow_core.workflows import loader
 from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
@@ -101,8 +101,10 @@ def test_slots_go_oldest_waiter_first_and_a_dead_holders_at_its_deadline(ledger)
     assert ask(a, T0).admitted  # a re-run keeps its slot
     first = ask(b, T0 + timedelta(seconds=1))
     assert (first.admitted, first.first_wait) == (False, True)
-    assert "1 of 1 slots of pay.refund in flight" in first.reason
-    assert not ask(c, T0 + timedelta(seconds=2)).admitted
+    assert "1 of 1 slots of pay.refund in flight" in first.reason and first.retry_after == 5  # a poll
+    behind = ask(c, T0 + timedelta(seconds=2))  # one waiting ahead on one slot: parks two polls
+    assert (behind.admitted, behind.retry_after, behind.wake) == (False, 10, None)
+    assert slot_park(10, 2, 5) == 30 and slot_park(400, 2, 5) == PARK_SECONDS
     del live[a]  # a's attempt settled: its slot is free, and b (older) takes it before c
     assert not ask(c, T0 + timedelta(seconds=3)).admitted
     assert ask(b, T0 + timedelta(seconds=4)).admitted

@@ -108,7 +108,9 @@ def admit(
         why = _circuit_says(table, agent, limits, rows, holder, deadline, now, state_of)
         if why is not None:
             park = park_seconds(rows.circuit, now, poll)
-            return _wait(table, rows, holder, now, poll, why, mine, park=park, orchestration=orchestration)
+            return _wait(
+                table, rows, holder, now, poll, why, mine, park=park, orchestration=orchestration or ""
+            )
     if limits.max_in_flight is None:
         _leave(table, agent, mine)
         return Admission(True)
@@ -123,7 +125,8 @@ def admit(
     ]
     busy = f"{limits.max_in_flight} of {limits.max_in_flight} slots of {agent} in flight"
     if ahead:
-        return _wait(table, rows, holder, now, poll, f"{busy}; {len(ahead)} waiting ahead", mine)
+        park = slot_park(len(ahead), limits.max_in_flight, poll)
+        return _wait(table, rows, holder, now, poll, f"{busy}; {len(ahead)} waiting ahead", mine, park=park)
     free = next((s for s in slots.values() if s.holder is None or lapsed(state_of(s.holder), now)), None)
     if free is None:
         return _wait(table, rows, holder, now, poll, busy, mine)
@@ -248,18 +251,22 @@ def _wait(
     orchestration: str | None = None,
 ) -> Admission:
     """Join the queue (a row keyed by the time, oldest first), or refresh the place already held (at
-    most once per half poll: a write per poll at most). ``park``: wait that long, named for a wake-up
-    (a fresh event name each time: a raised event is handed to every later wait for its name)."""
+    most once per half poll), saying when it asks again: after ``park`` (a slot wait: behind others)
+    or ``poll``. ``orchestration``: the circuit holds it back, and the park is named for a wake-up (a
+    fresh event name each time: a raised event is handed to every later wait for its name)."""
     pk = partition_of(rows.agent)
-    seen: dict[str, Any] = {"Seen": now.isoformat(), "Holder": holder.key}
+    after = poll if park is None else park
+    seen: dict[str, Any] = {
+        "Seen": now.isoformat(),
+        "Holder": holder.key,
+        "Until": (now + timedelta(seconds=after)).isoformat(),
+    }
     wake = None
-    if park is not None:
+    if orchestration is not None:
         wake = f"wake:{holder.step_id}:{holder.attempt}:{secrets.token_hex(4)}"
-        until = now + timedelta(seconds=park)
-        seen |= {"Until": until.isoformat(), "Orchestration": orchestration or "", "Wake": wake}
-    elif mine is not None and mine.wake:  # parked before, polling for a slot now: no wake-up owed
-        seen |= {"Until": "", "Orchestration": "", "Wake": ""}
-    after = park if park is not None else poll
+        seen |= {"Orchestration": orchestration, "Wake": wake}
+    elif mine is not None and mine.wake:  # parked behind the circuit before, a slot wait now
+        seen |= {"Orchestration": "", "Wake": ""}
     try:
         if mine is None:
             key = f"{WAIT_PREFIX}{_deadline_key(now)}~{holder.step_key}"
@@ -270,6 +277,13 @@ def _wait(
     except HttpResponseError as exc:  # a place is a courtesy: the next poll tries again
         log.info("could not record the wait of %s: %s", holder.key, exc)
     return Admission(False, reason, after, wake=wake)
+
+
+def slot_park(ahead: int, slots: int, poll: float) -> float:
+    """How long a step waiting for a slot parks: a poll at the head of the queue, one more for every
+    ``slots`` waiters ahead of it (it cannot be let through before they are), at most
+    ``PARK_SECONDS``: the agent's waiters ask about ``slots`` x log(waiters) times a poll, not once each."""
+    return min(poll * (ahead // slots + 1), max(PARK_SECONDS, poll))
 
 
 def _leave(table: TableClient, agent: str, mine: Waiter | None) -> None:
