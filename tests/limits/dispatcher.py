@@ -22,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from activities.scheduler.dispatch import dispatch_step
+from tests.limits.support import AGENT, STEP
 from workflow_core import clock
 from workflow_core.ledger import StepStatus
 from workflow_core.limits import Holder
@@ -30,7 +31,6 @@ from workflow_core.settings import load_settings
 from workflow_core.workflows import loader
 
 S = StepStatus
-STEP, AGENT = "create_storage", "storage.create"
 
 
 def payload(instance_id: str, attempt: int, deadline_seconds: float = 60) -> dict:

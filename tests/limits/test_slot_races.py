@@ -19,9 +19,9 @@ import pytest
 from activities.scheduler.dispatch import dispatch_step
 from devtools.azurite import private_env
 from tests.activities.test_pool_routing import declare_pools
-from tests.limits.dispatcher import AGENT, STEP, payload
-from workflow_core import clock
-from workflow_core.ledger import NewStep, StepStatus
+from tests.limits.dispatcher import payload
+from tests.limits.support import AGENT, STEP, pending
+from workflow_core.ledger import StepStatus
 from workflow_core.limits.rows import read_rows
 from workflow_core.runtime import Services
 from workflow_core.settings import load_settings
@@ -41,20 +41,6 @@ def app(azurite, tmp_path, monkeypatch):
     yield env, directory, services
     services.close()
     clear_pools_cache()
-
-
-def pending(services: Services, *instance_ids: str, promise: timedelta = timedelta(hours=1)) -> None:
-    """Instances with one Pending step on the agent; ``promise``: their scheduler's, from now."""
-    for instance_id in instance_ids:
-        services.ledger.create_instance_with_steps(
-            instance_id,
-            "provision-tenant",
-            actor="test",
-            input_json="{}",
-            scheduler_deadline=clock.utcnow() + promise,
-            version="v1",
-            steps=[NewStep(step_id=STEP, step_name=STEP, agent=AGENT, max_attempts=3)],
-        )
 
 
 def spawn(env: dict[str, str], *args: str) -> subprocess.Popen:

@@ -153,8 +153,8 @@ def test_limits_a_step_parked_behind_an_open_circuit_costs_at_most_six_requests_
 ):
     from activities.scheduler.dispatch import dispatch_step
     from tests.activities.test_pool_routing import declare_pools
-    from tests.limits.dispatcher import AGENT, STEP, payload
-    from tests.limits.test_slot_races import pending
+    from tests.limits.dispatcher import payload
+    from tests.limits.support import AGENT, STEP, pending
     from workflow_core.limits.gate import PARK_SECONDS
     from workflow_core.workflows.agent_limits import CircuitSettings
     from workflow_core.workflows.pools import clear_pools_cache
