@@ -1,5 +1,6 @@
 """An operator's open holds against the watchdog (and against the clock: no probe) until an operator
-closes it; both moves are audited; the waiting instance is neither resumed nor compensated."""
+closes it; both moves are audited; the waiting instance is neither resumed nor compensated, and the
+watchdog's next tick wakes it from its park once the circuit is closed."""
 
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ def test_a_manual_open_holds_until_a_manual_close(azurite):
         ticks = [r for r in h.tick_reports if r.now - opened_at >= timedelta(seconds=30)]
         assert len(ticks) >= 5 and not any(r.instance_decisions for r in ticks)  # nothing resumed it
         h.services.circuits.operator_move(AGENT, SETTINGS, open_it=False, actor="operator:bob", reason="done")
+        closed_at = h.now()
         assert h.run_until_complete(iid, timeout=timedelta(minutes=5)).runtime_status.name == "Completed"
+        # parked for 60 s at a time, it was woken by the next watchdog tick (every 15 s) instead
+        (dispatched,) = [a.at for a in h.services.ledger.audit_trail(iid) if a.to_status == "Dispatched"]
+        assert dispatched - closed_at < timedelta(seconds=25)
         assert h.statuses(iid)["create_storage"] == "Succeeded"
         trail = h.services.circuits.audit(AGENT)
         assert [(a["actor"], a["action"], a["to"]) for a in trail] == [
