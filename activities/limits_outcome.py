@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from workflow_core.limits import Holder, record_outcome, release_slot
+from workflow_core.limits import Holder
 from workflow_core.runtime import Services
 from workflow_core.workflows.loader import agent_pools
 
@@ -31,11 +31,10 @@ def observe_outcome(
     limits = agent_pools().limits_of(agent)
     if limits is None:
         return
-    table = services.ledger.table_client()
     try:
         if limits.max_in_flight is not None:
-            release_slot(table, agent, holder)
+            services.limits.release(agent, holder)
         if limits.circuit is not None and (ok or not permanent):
-            record_outcome(table, agent, limits.circuit, ok=ok, error=error)
+            services.circuits.record_outcome(agent, limits.circuit, ok=ok, error=error)
     except Exception as exc:  # the outcome is recorded; limits catch up on their own
         log.warning("limits of %s not updated after %s: %s", agent, holder.key, exc)

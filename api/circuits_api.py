@@ -26,10 +26,10 @@ from api.responses import (
     required_reason,
     resolve_services,
 )
-from supervisor import operator
+from supervisor import operator, slot_sweep
 from workflow_core import clock
 from workflow_core.ledger import AuditEntry, StepRecord
-from workflow_core.limits import circuit_audit, circuit_states, operator_move
+from workflow_core.limits import CircuitStore
 from workflow_core.limits.rows import partition_of
 from workflow_core.limits.waiting import waiting_steps
 from workflow_core.workflows.loader import agent_pools
@@ -45,7 +45,7 @@ MAX_REASON = 2_000
 async def list_circuits(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``GET /api/circuits``: each agent with declared limits, its circuit, slots held and waiters."""
     svc = resolve_services(services)
-    views = await call_ledger(svc, lambda ledger: [v.to_json() for v in circuit_states(ledger)])
+    views = await call_ledger(svc, lambda _: [v.to_json() for v in svc.circuits.states()])
     return json_response({"circuits": views, "now": clock.utcnow().isoformat().replace("+00:00", "Z")})
 
 
@@ -79,13 +79,16 @@ async def circuit_action(req: func.HttpRequest, client: Any, services: ServicesS
     svc = resolve_services(services)
 
     async def move() -> func.HttpResponse:
-        def act(ledger: Any) -> dict[str, Any]:
-            table = ledger.table_client()
-            operator_move(table, agent, limits.circuit, open_it=action == "open", actor=actor, reason=reason)
-            (view,) = circuit_states(ledger, {agent: limits})
+        def act(_: Any) -> dict[str, Any]:
+            svc.circuits.operator_move(
+                agent, limits.circuit, open_it=action == "open", actor=actor, reason=reason
+            )
+            (view,) = svc.circuits.states({agent: limits})
             return view.to_json()
 
         circuit = await call_ledger(svc, act)
+        if action == "close":  # the steps parked behind it go now, not at the end of their park
+            await slot_sweep.wake_parked(client, svc, agent)
         log.info("operator %s: circuit of %s %s (%s)", user, agent, action, reason)
         return json_response({"action": action, "actor": actor, "circuit": circuit})
 
@@ -94,11 +97,8 @@ async def circuit_action(req: func.HttpRequest, client: Any, services: ServicesS
 
 def attention_circuits(ledger: Any) -> list[dict[str, Any]]:
     """The inbox's circuits: every one not closed, with its line ("circuit open for X since ...")."""
-    return [{**v.to_json(), "text": v.attention_text()} for v in circuit_states(ledger) if v.attention_text()]
-
-
-def circuit_history(ledger: Any, agent: str) -> list[dict[str, Any]]:
-    return circuit_audit(ledger, agent)
+    views = CircuitStore(ledger).states()
+    return [{**v.to_json(), "text": v.attention_text()} for v in views if v.attention_text()]
 
 
 def mark_waiting(body: dict[str, Any], steps: list[StepRecord], audit: list[AuditEntry]) -> None:

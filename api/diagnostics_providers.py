@@ -16,7 +16,6 @@ from api import diagnostics_sections as sections
 from api.canary import canary_enabled, period_of, pools_of
 from supervisor.canary import latest_verdicts
 from workflow_core import clock
-from workflow_core.limits import circuit_states
 
 VERDICTS_SHOWN = 5
 
@@ -65,7 +64,7 @@ def canary_rows(services: Any) -> list[sections.Row]:
 
 
 def circuit_rows(services: Any, agents: dict[str, Any] | None = None) -> list[sections.Row]:
-    views = circuit_states(services.ledger, agents)
+    views = services.circuits.states(agents)
     if not views:
         return [sections.row("circuits", None, "no agent declares limits (workflows/pools.yaml `agents:`)")]
     rows = []

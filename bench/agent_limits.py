@@ -12,8 +12,9 @@ does (empty receives, the example agent's effect and the harness's own reads lef
 3. **max_in_flight 2** for the agent, the workflows started together: the slot rows, the waiters'
    polls (every ``wait_poll_seconds``), the releases;
 4. **circuit open** (an operator's open) for ``--open-seconds`` of virtual time while the workflows
-   wait: requests per waiting step per minute, against the bound of the poll (about three requests per
-   poll: the partition read, the wait row's refresh, the scheduler's promise).
+   wait: requests per waiting step per minute. A held-back step parks (``PARK_SECONDS``, or until an
+   automatic open's probe time, or until a wake-up): about four requests per park (the step and the
+   agent's rows read, the wait row, the scheduler's promise), at most 6 a minute.
 
 Raw counts first, then ratios. Not part of the test suite.
 """
@@ -33,7 +34,7 @@ from devtools.harness import PatternHarness
 from devtools.logs import quiet_logging
 from devtools.request_counter import AGENT_EFFECT, HARNESS, RequestCounter, pattern_operation
 from devtools.request_scenarios import forget_effect_clients
-from workflow_core.limits import operator_move
+from workflow_core.limits.gate import PARK_SECONDS
 from workflow_core.workflows.agent_limits import CircuitSettings
 
 AGENT = "storage.create"
@@ -78,14 +79,14 @@ def run(azurite: Azurite, workflows: int, pools_yaml: str, open_for: float | Non
     ):
         held = 0
         if open_for is not None:
-            operator_move(h.services.ledger.table_client(), AGENT, CircuitSettings(), open_it=True, **BY)
+            h.services.circuits.operator_move(AGENT, CircuitSettings(), open_it=True, **BY)
         counter.reset()
         ids = [h.start_workflow("limited-bench", {"tenant_id": f"t{n}"}) for n in range(workflows)]
         if open_for is not None:
             began = h.now()
             h.run_until(lambda: h.now() - began >= timedelta(seconds=open_for), timeout=timedelta(hours=1))
             held = len(counted(counter.snapshot()))
-            operator_move(h.services.ledger.table_client(), AGENT, CircuitSettings(), open_it=False, **BY)
+            h.services.circuits.operator_move(AGENT, CircuitSettings(), open_it=False, **BY)
         for iid in ids:
             h.run_until_complete(iid, timeout=timedelta(hours=2))
         return len(counted(counter.snapshot())), held
@@ -106,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
         slots, _ = run(azurite, n, pools(AGENT, slots=2))
         total, held = run(azurite, n, pools(AGENT, circuit=True), open_for=args.open_seconds)
     per_minute = held / n / (args.open_seconds / 60)
-    polls_per_minute = 60 / POLL_SECONDS
     print(f"{n} one-step workflows per scenario; requests counted at the SDK (idle receives excluded)")
     print(f"1. no limits:                     {base:>6} requests  {base / n:6.2f} per step")
     print(f"2. limits for another agent only: {other:>6} requests  {other / n:6.2f} per step")
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   2/1 = {other / base:.2f} (must be 1.00)")
     print(f"   3/1 = {slots / base:.2f} (slots, waiting polls, releases with {n} steps on 2 slots)")
     print(
-        f"   4: {per_minute:.1f} requests per waiting step per minute = "
-        f"{per_minute / polls_per_minute:.2f} per poll (one poll every {POLL_SECONDS} s)"
+        f"   4: {per_minute:.1f} requests per waiting step per minute (at most 6): parked, asking again "
+        f"after {PARK_SECONDS:g} s or when woken, not every wait_poll_seconds ({POLL_SECONDS} s)"
     )
     return 0
 

@@ -24,10 +24,10 @@ def circuit_command() -> None:
 def list_circuits(output: str) -> None:
     """Every agent with declared limits: its circuit, failures, slots held and steps waiting."""
     from operator_cli import render
-    from workflow_core.limits import circuit_states
+    from workflow_core.limits import CircuitStore
 
     s = current_session()
-    views = circuit_states(s.ledger)
+    views = CircuitStore(s.ledger).states()
     if output == "json":
         render.print_json(s.out, [v.to_json() for v in views])
         return
@@ -72,7 +72,7 @@ def _move_command(action: str) -> click.Command:
     @click.argument("agent")
     @_common
     def command(agent: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
-        from workflow_core.limits import circuit_states, operator_move
+        from workflow_core.limits import CircuitStore
         from workflow_core.limits.rows import partition_of
         from workflow_core.workflows.loader import agent_pools
 
@@ -90,15 +90,11 @@ def _move_command(action: str) -> click.Command:
         )
 
         def act() -> dict[str, Any]:
-            operator_move(
-                s.ledger.table_client(),
-                agent,
-                limits.circuit,
-                open_it=action == "open",
-                actor=actor,
-                reason=reason,
+            circuits = CircuitStore(s.ledger)
+            circuits.operator_move(
+                agent, limits.circuit, open_it=action == "open", actor=actor, reason=reason
             )
-            (view,) = circuit_states(s.ledger, {agent: limits})
+            (view,) = circuits.states({agent: limits})
             return {"action": action, "actor": actor, "circuit": view.to_json()}
 
         def text(answer: dict[str, Any]) -> str:

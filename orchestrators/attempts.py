@@ -207,7 +207,7 @@ def run_step(
                         False, tries, error=f"waited {budget:g} s and was never let through: {why}"
                     )
                 report("held", attempt, again)
-                yield context.create_timer(again)
+                yield from _park(context, again, dispatched.get("wake"))
                 continue
             waiting_since = None
             if next_move == SKIP_ATTEMPT:
@@ -254,6 +254,20 @@ def run_step(
         report("backoff", attempt, next_start)
         yield context.create_timer(next_start)
         attempt += 1
+
+
+def _park(context: Any, until: datetime, wake: Any) -> Generator[Any, Any, None]:
+    """Wait until ``until``, or until the ``wake`` event the dispatch named arrives (raised when the
+    agent's circuit lets steps through: docs/agent-limits.md). Without ``wake`` (a slot wait, and
+    every history recorded before parking existed) it is the plain timer it always was; the event
+    adds no scheduled action, so both shapes replay."""
+    timer = context.create_timer(until)
+    if not isinstance(wake, str) or not wake:
+        yield timer
+        return
+    event = context.wait_for_external_event(wake)
+    if (yield context.task_any([event, timer])) is event:
+        timer.cancel()  # or the host keeps the instance Running until the timer fires
 
 
 def _await_outcome(

@@ -18,7 +18,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from supervisor.instances import InstanceSupervisor
-from supervisor.slot_sweep import sweep_slots
+from supervisor.slot_sweep import tend_limits
 from supervisor.step_decisions import _Tick
 from supervisor.watchdog_model import (
     DEFAULT_LEASE_SECONDS,
@@ -93,7 +93,7 @@ async def run_tick(
             for record in overdue:
                 with recovery_span(record):
                     await _handle_one(tick, record)
-            if freed := await _io(sweep_slots, services, now):  # crashed holders' slots (agent limits)
+            if freed := await tend_limits(client, services, now):  # agent limits: slots freed, parked woken
                 report.actions["slot_freed"] += freed
         report.index_entities_read = ledger.stats.index_entities_read - index_before
         report.step_entities_read = ledger.stats.step_entities_read - steps_before

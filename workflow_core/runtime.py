@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from workflow_core.ledger import StepLedger
+from workflow_core.limits import CircuitStore, LimitsStore
 from workflow_core.payloads import PayloadStore
 from workflow_core.settings import Settings, get_settings
 from workflow_core.storage_clients import blob_container_client, table_service_client
@@ -38,6 +39,14 @@ class Services:
     @cached_property
     def definitions(self) -> DefinitionStore:
         return DefinitionStore(self.ledger.table_client())
+
+    @cached_property
+    def limits(self) -> LimitsStore:
+        return LimitsStore(self.ledger)
+
+    @cached_property
+    def circuits(self) -> CircuitStore:
+        return CircuitStore(self.ledger)
 
     @cached_property
     def payloads(self) -> PayloadStore:

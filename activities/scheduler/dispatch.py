@@ -71,8 +71,10 @@ class DispatchOutcome(BaseModel):
     # The attempt's ledger token (dispatched / already-dispatched): a result event carrying it was
     # confirmed by the result handler against the ledger (contracts.ConfirmedResult).
     token: str | None = None
-    # waiting: the agent's circuit or slots held the step back (``error`` says why); ask again then
+    # waiting: the agent's circuit or slots held the step back (``error`` says why); ask again then,
+    # or (a parked wait) when the event ``wake`` arrives, whichever comes first
     retry_after: float | None = None
+    wake: str | None = None
 
 
 def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
@@ -159,15 +161,8 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
         )
     if outcome == "waiting":
-        return _answer(
-            d,
-            message_id,
-            outcome,
-            status=record.status.value,
-            sent=False,
-            error=held[0].reason,
-            retry_after=held[0].retry_after,
-        )
+        wait = {"error": held[0].reason, "retry_after": held[0].retry_after, "wake": held[0].wake}
+        return _answer(d, message_id, outcome, status=record.status.value, sent=False, **wait)
     instance = handle.record if handle is not None else None
     if outcome == "dispatched" and (failed := fail_blob_input(record, d, services)) is not None:
         record, outcome = failed, "settled"  # a message-only agent cannot read its input's blob

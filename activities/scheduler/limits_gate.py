@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from activities.common import now
-from activities.scheduler.inputs import ACTOR, IN_FLIGHT, S
+from activities.scheduler.inputs import ACTOR, S
 from activities.scheduler.instances import keep_promise, works_on
 from workflow_core.contracts import StepDispatch
-from workflow_core.ledger import InstanceHandle, StepNotFound, StepRecord
-from workflow_core.limits import Admission, Holder, admit
+from workflow_core.ledger import InstanceHandle, StepRecord
+from workflow_core.limits import Admission, Holder
 from workflow_core.limits.waiting import WAITING_ACTION
 from workflow_core.runtime import Services
 from workflow_core.workflows.loader import agent_pools
@@ -36,18 +36,8 @@ def hold_back(
         return None
     ledger = services.ledger
     at = now()
-
-    def in_flight(holder: Holder) -> datetime | None:
-        try:
-            step = ledger.get(holder.instance_id, holder.step_id)
-        except StepNotFound:
-            return None
-        if step.attempt == holder.attempt and step.status in IN_FLIGHT:
-            return step.deadline
-        return None
-
     holder = Holder(r.instance_id, r.step_id, d.attempt)
-    answer = admit(ledger.table_client(), r.agent, limits, holder, deadline, at, in_flight)
+    answer = services.limits.admit(r.agent, limits, holder, deadline, at, d.orchestration_id)
     if answer.admitted:
         return None
     grace = services.settings.watchdog_grace_seconds

@@ -9,7 +9,6 @@ from api.circuits_api import circuit_action, list_circuits
 from api.operator_api import attention
 from tests.activities.test_pool_routing import declare_pools
 from tests.api.support import http_request, json_of, principal_headers
-from workflow_core.limits import circuit_audit
 from workflow_core.workflows.pools import clear_pools_cache
 
 POOLS = """agents:
@@ -62,7 +61,7 @@ def test_operator_open_and_close_are_audited_replayed_and_shown_in_the_inbox(run
     assert line["agent"] == "pay.refund"
     assert line["text"].startswith("circuit open by an operator for pay.refund since ")
     run(circuit_action(act("pay.refund", "close", {"reason": "back"}), client, services))
-    trail = circuit_audit(services.ledger, "pay.refund")
+    trail = services.circuits.audit("pay.refund")
     assert [(a["action"], a["to"], a["reason"]) for a in trail] == [
         ("operator_open", "open", "payments maintenance"),
         ("operator_close", "closed", "back"),
@@ -94,7 +93,7 @@ def test_hostile_requests_are_refused(run, client, services, limited, agent, act
     assert response.status_code == status, problem
     if code:
         assert problem["code"] == code
-    assert circuit_audit(services.ledger, "pay.refund") == []
+    assert services.circuits.audit("pay.refund") == []
 
 
 def test_the_door_needs_the_operate_role_and_the_idempotency_key(
@@ -107,3 +106,23 @@ def test_the_door_needs_the_operate_role_and_the_idempotency_key(
     assert opened.status_code == 200 and json_of(opened)["actor"] == "operator:bob"
     no_key = act("pay.refund", "close", headers={**operator, "Idempotency-Key": ""})
     assert json_of(run(circuit_action(no_key, client, services)))["code"] == "idempotency-key-required"
+
+
+def test_an_operators_close_wakes_the_steps_parked_behind_the_circuit(run, client, services, limited, stub):
+    from datetime import timedelta
+
+    from workflow_core import clock
+    from workflow_core.limits import Holder
+    from workflow_core.workflows.loader import agent_pools
+
+    run(circuit_action(act("pay.refund", "open"), client, services))
+    stub.add_instance("orch-parked", runtime_status="Running")
+    now = clock.utcnow()
+    limits = agent_pools().limits_of("pay.refund")
+    parked = services.limits.admit(
+        "pay.refund", limits, Holder("i-parked", "s", 1), now + timedelta(minutes=1), now, "orch-parked"
+    )
+    assert not parked.admitted and parked.wake
+    assert stub.instances["orch-parked"].events == []
+    run(circuit_action(act("pay.refund", "close", {"reason": "back"}), client, services))
+    assert stub.instances["orch-parked"].events == [(parked.wake, None)]

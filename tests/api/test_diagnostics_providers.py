@@ -11,7 +11,6 @@ import pytest
 from api import diagnostics, diagnostics_providers
 from workflow_core import clock
 from workflow_core.canary import CANARY_WORKFLOW
-from workflow_core.limits import operator_move
 from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
 
 
@@ -97,8 +96,9 @@ def test_no_pass_within_two_periods_is_stale(services, monkeypatch):
 def test_an_open_circuit_fails_doctor(services, open_it):
     agents = {"payments.refund": AgentLimits(max_in_flight=2, circuit=CircuitSettings())}
     if open_it:
-        table = services.ledger.table_client()
-        operator_move(table, "payments.refund", CircuitSettings(), open_it=True, actor="op", reason="down")
+        services.circuits.operator_move(
+            "payments.refund", CircuitSettings(), open_it=True, actor="op", reason="down"
+        )
     (row,) = diagnostics_providers.circuit_rows(services, agents)
     assert row["check"] == "circuit payments.refund"
     if open_it:

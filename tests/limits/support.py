@@ -4,11 +4,15 @@ in flight at once."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 from devtools.harness_observation import LedgerEvent
+from workflow_core import clock
+from workflow_core.ledger import NewStep
 
 AGENT = "storage.create"
+STEP = "create_storage"
 IN_FLIGHT = {"Dispatched", "Running"}
 
 
@@ -52,3 +56,17 @@ class InFlightSampler:
         with self.lock:
             self.status[(event.instance_id, event.step_id)] = event.record.status.value
             self.most = max(self.most, sum(1 for s in self.status.values() if s in IN_FLIGHT))
+
+
+def pending(services: Any, *instance_ids: str, promise: timedelta = timedelta(hours=1)) -> None:
+    """Instances with one Pending step on the agent; ``promise``: their scheduler's, from now."""
+    for instance_id in instance_ids:
+        services.ledger.create_instance_with_steps(
+            instance_id,
+            "provision-tenant",
+            actor="test",
+            input_json="{}",
+            scheduler_deadline=clock.utcnow() + promise,
+            version="v1",
+            steps=[NewStep(step_id=STEP, step_name=STEP, agent=AGENT, max_attempts=3)],
+        )

@@ -9,7 +9,6 @@ from datetime import timedelta
 from activities.worker.handlers import faults
 from devtools.harness import PatternHarness
 from tests.limits.support import AGENT, one_step, pools
-from workflow_core.limits import circuit_audit, circuit_states
 
 
 def test_an_outage_opens_the_circuit_and_everyone_completes_after_it(azurite):
@@ -20,7 +19,7 @@ def test_an_outage_opens_the_circuit_and_everyone_completes_after_it(azurite):
         ids = [h.start_workflow("limited", {"tenant_id": f"t{i}"}) for i in range(8)]
 
         def view():
-            (v,) = circuit_states(h.services.ledger)
+            (v,) = h.services.circuits.states()
             return v
 
         h.run_until(lambda: view().circuit.state.value == "open", timeout=timedelta(minutes=1))
@@ -37,7 +36,7 @@ def test_an_outage_opens_the_circuit_and_everyone_completes_after_it(azurite):
 
         # While open the agent got nothing but probes: the 8 first attempts (all sent before it
         # opened) and one probe per half-open spell, which failed while the outage lasted.
-        trail = [(a["from"], a["to"]) for a in circuit_audit(h.services.ledger, AGENT)]
+        trail = [(a["from"], a["to"]) for a in h.services.circuits.audit(AGENT)]
         failed_probes = trail.count(("half_open", "open"))
         assert trail[0] == ("closed", "open") and trail[-1] == ("half_open", "closed")
         assert failed_probes >= 2  # at 20 s and 40 s
@@ -52,7 +51,7 @@ def test_timeouts_count_like_failures(azurite):
         ids = [h.start_workflow("limited", {"tenant_id": f"t{i}"}) for i in range(2)]
 
         def state():
-            (v,) = circuit_states(h.services.ledger)
+            (v,) = h.services.circuits.states()
             return v.circuit
 
         h.run_until(lambda: state().state.value == "open", timeout=timedelta(minutes=2))

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
 
-from supervisor.slot_sweep import sweep_slots
-from workflow_core.limits import Circuit, CircuitEvent, CircuitState, Holder, admit, next_circuit
+from supervisor.slot_sweep import tend_limits
+from workflow_core import clock
+from workflow_core.limits import (
+    Circuit,
+    CircuitEvent,
+    CircuitState,
+    CircuitStore,
+    Holder,
+    LimitsStore,
+    next_circuit,
+)
 from workflow_core.limits.circuit_rules import TABLE
-from workflow_core.limits.circuits import circuit_audit, circuit_states, operator_move, record_outcome
+from workflow_core.limits.gate import PARK_SECONDS, HolderState, Phase, admit, slot_park
 from workflow_core.limits.rows import read_rows
 from workflow_core.workflows import loader
 from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
@@ -60,16 +70,16 @@ def test_the_state_table():
 
 
 def test_circuit_moves_are_guarded_audited_and_manual_holds(ledger):
-    table = ledger.table_client()
+    circuits = CircuitStore(ledger)
     for _ in range(3):
-        record_outcome(table, "pay.refund", SETTINGS, ok=False, error="ConnectionError: refused")
-    (view,) = circuit_states(ledger, {"pay.refund": AgentLimits(circuit=SETTINGS)})
+        circuits.record_outcome("pay.refund", SETTINGS, ok=False, error="ConnectionError: refused")
+    (view,) = circuits.states({"pay.refund": AgentLimits(circuit=SETTINGS)})
     assert view.circuit.state is S.OPEN and view.circuit.failures == 3
     assert view.attention_text().startswith("circuit open for pay.refund since ")
     assert view.attention_text().endswith(": 3 failures, last ConnectionError: refused")
-    operator_move(table, "pay.refund", SETTINGS, open_it=True, actor="operator:ann", reason="maintenance")
-    operator_move(table, "pay.refund", SETTINGS, open_it=False, actor="operator:bob", reason="back")
-    trail = circuit_audit(ledger, "pay.refund")
+    circuits.operator_move("pay.refund", SETTINGS, open_it=True, actor="operator:ann", reason="maintenance")
+    circuits.operator_move("pay.refund", SETTINGS, open_it=False, actor="operator:bob", reason="back")
+    trail = circuits.audit("pay.refund")
     assert [(a["actor"], a["action"], a["to"]) for a in trail] == [
         ("results", "failure", "open"),
         ("operator:ann", "operator_open", "open"),
@@ -78,21 +88,23 @@ def test_circuit_moves_are_guarded_audited_and_manual_holds(ledger):
     assert trail[1]["reason"] == "maintenance"
 
 
-def _holder_states(states: dict[Holder, datetime | None]):
-    return lambda holder: states.get(holder)
-
-
 def test_slots_go_oldest_waiter_first_and_a_dead_holders_at_its_deadline(ledger):
     table, limits = ledger.table_client(), AgentLimits(max_in_flight=1, wait_poll_seconds=5)
     a, b, c = (Holder("i-a", "s", 1), Holder("i-b", "s", 1), Holder("i-c", "s", 1))
     live = {a: T0 + timedelta(seconds=60)}
-    ask = lambda h, at: admit(table, "pay.refund", limits, h, T0 + timedelta(seconds=60), at, live.get)  # noqa: E731
+
+    def state_of(h: Holder) -> HolderState:
+        return HolderState(Phase.IN_FLIGHT, live[h]) if h in live else HolderState(Phase.SETTLED)
+
+    ask = lambda h, at: admit(table, "pay.refund", limits, h, T0 + timedelta(seconds=60), at, state_of)  # noqa: E731
     assert ask(a, T0).admitted
     assert ask(a, T0).admitted  # a re-run keeps its slot
     first = ask(b, T0 + timedelta(seconds=1))
     assert (first.admitted, first.first_wait) == (False, True)
-    assert "1 of 1 slots of pay.refund in flight" in first.reason
-    assert not ask(c, T0 + timedelta(seconds=2)).admitted
+    assert "1 of 1 slots of pay.refund in flight" in first.reason and first.retry_after == 5  # a poll
+    behind = ask(c, T0 + timedelta(seconds=2))  # one waiting ahead on one slot: parks two polls
+    assert (behind.admitted, behind.retry_after, behind.wake) == (False, 10, None)
+    assert slot_park(10, 2, 5) == 30 and slot_park(400, 2, 5) == PARK_SECONDS
     del live[a]  # a's attempt settled: its slot is free, and b (older) takes it before c
     assert not ask(c, T0 + timedelta(seconds=3)).admitted
     assert ask(b, T0 + timedelta(seconds=4)).admitted
@@ -108,13 +120,60 @@ def test_the_watchdog_frees_a_crashed_holders_slot_only_past_its_deadline(ledger
     monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
     clear_pools_cache()
     try:
-        table, limits = ledger.table_client(), AgentLimits(max_in_flight=1)
+        table, limits, store = ledger.table_client(), AgentLimits(max_in_flight=1), LimitsStore(ledger)
         dead = Holder("i-dead", "s", 1)  # no step row: whatever it was, it is not in flight
         until = T0 + timedelta(seconds=40)
-        assert admit(table, "pay.refund", limits, dead, until, T0, lambda h: None).admitted
-        services = SimpleNamespace(ledger=ledger)
-        assert sweep_slots(services, T0 + timedelta(seconds=39)) == 0
-        assert sweep_slots(services, T0 + timedelta(seconds=41)) == 1
+        assert store.admit("pay.refund", limits, dead, until, T0).admitted
+        services = SimpleNamespace(limits=store)
+        assert asyncio.run(tend_limits(None, services, T0 + timedelta(seconds=39))) == 0
+        assert asyncio.run(tend_limits(None, services, T0 + timedelta(seconds=41))) == 1
         assert [s.holder for s in read_rows(table, "pay.refund").slots.values()] == [None]
+    finally:
+        clear_pools_cache()
+
+
+class Wakes:
+    """The Durable client's ``raise_event``, recorded: which parked schedulers a tick woke."""
+
+    def __init__(self) -> None:
+        self.raised: list[tuple[str, str]] = []
+
+    async def raise_event(self, instance_id: str, name: str, data: object = None) -> None:
+        self.raised.append((instance_id, name))
+
+
+def test_steps_held_by_the_circuit_park_and_one_tick_per_agent_wakes_them(ledger, tmp_path, monkeypatch):
+    (tmp_path / "pools.yaml").write_text("agents:\n  pay.refund:\n    circuit: {failure_threshold: 3}\n")
+    monkeypatch.setattr(loader, "DEFAULT_DIRECTORY", tmp_path)
+    clear_pools_cache()
+    store, circuits = LimitsStore(ledger), CircuitStore(ledger)
+    limits = AgentLimits(circuit=SETTINGS, wait_poll_seconds=5)
+    a, b = Holder("i-a", "s", 1), Holder("i-b", "s", 1)
+    services, wakes = SimpleNamespace(limits=store), Wakes()
+
+    def ask(h: Holder, at):
+        return store.admit("pay.refund", limits, h, at + timedelta(seconds=60), at, f"orch-{h.instance_id}")
+
+    try:
+        for _ in range(3):
+            circuits.record_outcome("pay.refund", SETTINGS, ok=False, error="down")
+        now = clock.utcnow()
+        open_until = circuits.states({"pay.refund": limits})[0].circuit.open_until
+        parked = ask(a, now)  # an automatic open: parked until its probe time, not polling
+        assert not parked.admitted and parked.wake.startswith("wake:s:1:")
+        assert parked.retry_after == pytest.approx((open_until - now).total_seconds())
+        again = ask(a, now + timedelta(seconds=1))
+        assert again.wake != parked.wake  # a fresh event name per park
+        assert asyncio.run(tend_limits(wakes, services, now + timedelta(seconds=2))) == 0
+        assert wakes.raised == []  # still open: nobody woken
+        asyncio.run(tend_limits(wakes, services, open_until + timedelta(seconds=1)))
+        assert wakes.raised == [("orch-i-a", again.wake)]  # probe time: the oldest, to probe
+        circuits.operator_move("pay.refund", SETTINGS, open_it=True, actor="operator:ann", reason="hold")
+        held = ask(b, now + timedelta(seconds=3))  # an operator's open has no end: the longest park
+        assert (held.retry_after, held.first_wait) == (PARK_SECONDS, True)
+        circuits.operator_move("pay.refund", SETTINGS, open_it=False, actor="operator:ann", reason="go")
+        assert sorted(store.parked("pay.refund")) == [("orch-i-a", again.wake), ("orch-i-b", held.wake)]
+        assert ask(a, now + timedelta(seconds=4)).admitted
+        assert [w.holder for w in read_rows(store.table, "pay.refund").waiters] == [b]  # a left the queue
     finally:
         clear_pools_cache()

@@ -10,7 +10,6 @@ from api.circuits_api import mark_waiting
 from api.views import instance_detail_view
 from devtools.harness import PatternHarness
 from tests.limits.support import AGENT, InFlightSampler, one_step, pools
-from workflow_core.limits import circuit_states
 
 
 def test_twenty_instances_share_two_slots_and_all_finish(azurite):
@@ -25,7 +24,7 @@ def test_twenty_instances_share_two_slots_and_all_finish(azurite):
         assert h.double_effects() == {}
         waited = [e for e in h.events if e.note == "waiting"]
         assert waited, "some steps must have waited for a slot"
-        (view,) = circuit_states(h.services.ledger)
+        (view,) = h.services.circuits.states()
         assert (view.agent, view.max_in_flight, view.waiting) == (AGENT, 2, 0)
 
 

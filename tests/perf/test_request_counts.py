@@ -8,6 +8,8 @@ today's costs, not targets: when a write path gets cheaper, lower its row in ``E
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from devtools import request_counter as rc
@@ -137,6 +139,45 @@ def test_clients_built_after_the_counter_is_removed_are_not_counted(azurite):
     list(service.list_tables())
     service.close()
     assert counter.requests == []
+
+
+# A step an agent's circuit holds back parks (docs/agent-limits.md): requests of one ask of the gate,
+# the first (the step and instance read, the agent's rows read, the wait row's insert, the scheduler's
+# promise, the audit note) and each after a park or a wake-up (the same, the wait row refreshed, no note)
+EXPECTED_HELD_FIRST_ASK = 5
+EXPECTED_HELD_ASK = 4
+
+
+def test_limits_a_step_parked_behind_an_open_circuit_costs_at_most_six_requests_a_minute(
+    counted, monkeypatch, tmp_path
+):
+    from activities.scheduler.dispatch import dispatch_step
+    from tests.activities.test_pool_routing import declare_pools
+    from tests.limits.dispatcher import payload
+    from tests.limits.support import AGENT, STEP, pending
+    from workflow_core.limits.gate import PARK_SECONDS
+    from workflow_core.workflows.agent_limits import CircuitSettings
+    from workflow_core.workflows.pools import clear_pools_cache
+
+    counter, services = counted
+    declare_pools(monkeypatch, tmp_path, f"agents:\n  {AGENT}:\n    circuit: {{failure_threshold: 3}}\n")
+    clear_pools_cache()
+    try:
+        pending(services, "held", promise=timedelta(0))  # each ask moves it
+        services.circuits.operator_move(
+            AGENT, CircuitSettings(), open_it=True, actor="operator:t", reason="t"
+        )
+        asks = []
+        for held in (None, True):
+            with counter.measure() as made:
+                answer = dispatch_step({**payload("held", 1), "held": held}, services)
+            assert (answer["outcome"], answer["retry_after"]) == ("waiting", PARK_SECONDS) and answer["wake"]
+            asks.append(len(made))
+    finally:
+        clear_pools_cache()
+    assert asks == [EXPECTED_HELD_FIRST_ASK, EXPECTED_HELD_ASK]
+    assert services.ledger.get("held", STEP).attempt == 0  # no attempt spent
+    assert EXPECTED_HELD_ASK * 60 / PARK_SECONDS <= 6
 
 
 # Whole workflows on the in-process durable host (devtools.request_scenarios.end_to_end): what a real run adds

@@ -9,7 +9,7 @@ import pytest
 from tests.activities.test_pool_routing import declare_pools
 from tests.supervisor.conftest import make_step
 from workflow_core.ledger import StepStatus
-from workflow_core.limits import circuit_audit
+from workflow_core.limits import CircuitStore
 from workflow_core.workflows.pools import clear_pools_cache
 
 POOLS = """agents:
@@ -53,7 +53,7 @@ def test_open_list_close_are_audited_and_done_once(cli, ledger, limited):
     assert code == 1  # declined: nothing done
     code, out, _ = cli("circuit", "close", "storage.create", "--reason", "done", answer="y")
     assert code == 0 and "closed" in out
-    trail = circuit_audit(ledger, "storage.create")
+    trail = CircuitStore(ledger).audit("storage.create")
     assert [(a["actor"], a["action"], a["reason"]) for a in trail] == [
         ("operator:alice", "operator_open", "maintenance"),
         ("operator:alice", "operator_close", "done"),
@@ -74,7 +74,7 @@ def test_open_list_close_are_audited_and_done_once(cli, ledger, limited):
 def test_bad_commands_are_refused_and_change_nothing(cli, ledger, limited, argv):
     code, _, _ = cli(*argv)
     assert code == 2
-    assert circuit_audit(ledger, "storage.create") == []
+    assert CircuitStore(ledger).audit("storage.create") == []
 
 
 def test_show_says_which_step_waits(cli, ledger, limited):

@@ -2,16 +2,10 @@
 (docs/agent-limits.md). Nothing here runs for an agent without declared limits."""
 
 from workflow_core.limits.circuit_rules import Circuit, CircuitEvent, CircuitState, next_circuit
-from workflow_core.limits.circuits import (
-    CIRCUIT_STATE_GAUGE,
-    CircuitView,
-    circuit_audit,
-    circuit_states,
-    operator_move,
-    record_outcome,
-)
-from workflow_core.limits.gate import Admission, admit, free_expired_slots, release_slot
+from workflow_core.limits.circuits import CIRCUIT_STATE_GAUGE, CircuitStore, CircuitView
+from workflow_core.limits.gate import Admission
 from workflow_core.limits.rows import Holder
+from workflow_core.limits.store import LimitsStore
 
 __all__ = [
     "CIRCUIT_STATE_GAUGE",
@@ -19,14 +13,9 @@ __all__ = [
     "Circuit",
     "CircuitEvent",
     "CircuitState",
+    "CircuitStore",
     "CircuitView",
     "Holder",
-    "admit",
-    "circuit_audit",
-    "circuit_states",
-    "free_expired_slots",
+    "LimitsStore",
     "next_circuit",
-    "operator_move",
-    "record_outcome",
-    "release_slot",
 ]

@@ -99,26 +99,6 @@ def record_state(agent: str, state: CircuitState) -> None:
     gauge.set(STATE_VALUES[state], {"sas.agent": agent})
 
 
-def record_outcome(
-    table: TableClient, agent: str, settings: CircuitSettings, *, ok: bool, error: str | None = None
-) -> Circuit:
-    """A recorded outcome of ``agent``: a success resets or closes, a retryable failure counts (the
-    caller leaves non-retryable ones out)."""
-    event = CircuitEvent.SUCCESS if ok else CircuitEvent.FAILURE
-    reason = "a success was recorded" if ok else f"a retryable failure was recorded: {error or 'no reason'}"
-    circuit, _ = move_circuit(table, agent, settings, event, actor="results", reason=reason, error=error)
-    return circuit
-
-
-def operator_move(
-    table: TableClient, agent: str, settings: CircuitSettings, *, open_it: bool, actor: str, reason: str
-) -> Circuit:
-    """An operator's open (held until an operator closes it) or close (count reset), audited."""
-    event = CircuitEvent.OPERATOR_OPEN if open_it else CircuitEvent.OPERATOR_CLOSE
-    circuit, _ = move_circuit(table, agent, settings, event, actor=actor, reason=reason)
-    return circuit
-
-
 @dataclass(frozen=True)
 class CircuitView:
     agent: str
@@ -155,19 +135,49 @@ class CircuitView:
         return f"circuit {what}{how} for {self.agent} since {since}: {c.failures} failures{last}"
 
 
-def circuit_states(ledger: Any, agents: dict[str, Any] | None = None) -> list[CircuitView]:
-    """Every agent with declared limits, its circuit and slots (``GET /api/circuits``, the inbox,
-    ``sas doctor``): one query per such agent, none when none is declared."""
-    if agents is None:
-        agents = {a: lim for a, lim in agent_pools().agents.items() if lim.active}
-    table = ledger.table_client()
-    views = []
-    for agent in sorted(agents):
-        rows = read_rows(table, agent)
-        held = sum(1 for s in rows.slots.values() if s.holder is not None)
-        views.append(CircuitView(agent, rows.circuit, agents[agent].max_in_flight, held, len(rows.waiters)))
-    return views
+class CircuitStore:
+    """The agents' circuits (``Services.circuits``): outcomes, operators' moves, and what the API, the
+    inbox, ``sas circuit`` and ``sas doctor`` show."""
 
+    def __init__(self, ledger: Any) -> None:
+        self.table = ledger.table_client()
 
-def circuit_audit(ledger: Any, agent: str, limit: int = 200) -> list[dict[str, Any]]:
-    return read_audit(ledger.table_client(), agent, limit)
+    def record_outcome(
+        self, agent: str, settings: CircuitSettings, *, ok: bool, error: str | None = None
+    ) -> Circuit:
+        """A recorded outcome of ``agent``: a success resets or closes, a retryable failure counts
+        (the caller leaves non-retryable ones out)."""
+        event = CircuitEvent.SUCCESS if ok else CircuitEvent.FAILURE
+        reason = (
+            "a success was recorded" if ok else f"a retryable failure was recorded: {error or 'no reason'}"
+        )
+        circuit, _ = move_circuit(
+            self.table, agent, settings, event, actor="results", reason=reason, error=error
+        )
+        return circuit
+
+    def operator_move(
+        self, agent: str, settings: CircuitSettings, *, open_it: bool, actor: str, reason: str
+    ) -> Circuit:
+        """An operator's open (held until an operator closes it) or close (count reset), audited."""
+        event = CircuitEvent.OPERATOR_OPEN if open_it else CircuitEvent.OPERATOR_CLOSE
+        circuit, _ = move_circuit(self.table, agent, settings, event, actor=actor, reason=reason)
+        return circuit
+
+    def states(self, agents: dict[str, Any] | None = None) -> list[CircuitView]:
+        """Every agent with declared limits (or ``agents``), its circuit and slots (``GET
+        /api/circuits``, the inbox, ``sas doctor``): one query per such agent, none when none is
+        declared."""
+        if agents is None:
+            agents = {a: lim for a, lim in agent_pools().agents.items() if lim.active}
+        views = []
+        for agent in sorted(agents):
+            rows = read_rows(self.table, agent)
+            held = sum(1 for s in rows.slots.values() if s.holder is not None)
+            views.append(
+                CircuitView(agent, rows.circuit, agents[agent].max_in_flight, held, len(rows.waiters))
+            )
+        return views
+
+    def audit(self, agent: str, limit: int = 200) -> list[dict[str, Any]]:
+        return read_audit(self.table, agent, limit)

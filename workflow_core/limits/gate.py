@@ -2,36 +2,44 @@
 
 A dispatch asks :func:`admit` before it writes the Dispatched transition. The answer is admitted, or
 *waiting* with a reason: nothing of the step changed, no attempt was spent, and the scheduler asks
-again after ``wait_poll_seconds``. Reads one partition (the agent's rows) per ask; writes only when
-it takes the probe or a slot, joins the queue, or refreshes its place in it.
+again after ``retry_after``. Reads one partition (the agent's rows) per ask; writes only when it
+takes the probe or a slot, joins the queue, or refreshes its place in it.
 
-Slots: ``max_in_flight`` rows ``slot~NNN``. A slot is free when empty, when its holder's attempt is no
-longer in flight in the ledger (settled, retried), or when that attempt's deadline passed (a crashed
-holder: freed at its deadline, here or by the watchdog's :func:`free_expired_slots`). Fair: a step
-takes a slot only when no older live waiter is queued (oldest waiter first); a waiter that stopped
-asking for ``STALE_POLLS`` polls (its scheduler gave up, was stopped) loses its place.
+Slots: ``max_in_flight`` rows ``slot~NNN``. A slot is held from its admission until its holder's
+attempt is settled, whatever the step's status in between (:class:`Phase`): an admitted attempt whose
+Dispatched write has not landed yet holds it like one in flight. It is free when empty, when the
+ledger has the holder's attempt settled or superseded, or when an attempt in flight overran its
+deadline (a crashed holder). An admission whose dispatch never happened is freed by the watchdog's
+sweep (:func:`free_lapsed_slots`) once the attempt's deadline passed, after it fenced the step row so
+that a late Dispatched write of that admission fails its ETag. Fair: a step takes a slot only when no
+older live waiter is queued (oldest waiter first); a waiter that stopped asking for ``STALE_POLLS``
+polls (its scheduler gave up, was stopped) loses its place.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
 
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
 from workflow_core.ledger.entities import _deadline_key
-from workflow_core.limits.circuit_rules import CircuitEvent, CircuitState
+from workflow_core.limits.circuit_rules import Circuit, CircuitEvent, CircuitState
 from workflow_core.limits.circuits import move_circuit
 from workflow_core.limits.rows import (
     WAIT_PREFIX,
     AgentRows,
     Holder,
     Slot,
+    Waiter,
     guarded,
     partition_of,
     read_rows,
@@ -41,10 +49,36 @@ from workflow_core.workflows.agent_limits import AgentLimits
 
 log = logging.getLogger(__name__)
 
-STALE_POLLS = 3  # a waiter silent this many polls is skipped and removed
+STALE_POLLS = 3  # a waiter silent this many polls past its next ask is skipped and removed
+PARK_SECONDS = 60.0  # the longest a step held back by the circuit parks before it asks again
 
-# holder -> the deadline of its attempt while that attempt is in flight in the ledger, else None
-InFlight = Callable[[Holder], datetime | None]
+
+class Phase(StrEnum):
+    """Where a holder's attempt stands in the ledger."""
+
+    ADMITTED = "admitted"  # let through, its Dispatched write not (yet) made: holds its slot
+    IN_FLIGHT = "in_flight"  # Dispatched or Running: holds its slot until its deadline
+    SETTLED = "settled"  # over, superseded, or the row moved on: the slot is free
+
+
+@dataclass(frozen=True)
+class HolderState:
+    phase: Phase
+    deadline: datetime | None = None  # in flight: the attempt's (heartbeats extend it)
+    step: Any = None  # admitted: the step row as read, which the sweep's fence writes against
+
+
+# holder -> what the ledger says of its attempt (workflow_core.limits.store.LimitsStore.holder_state)
+StateOf = Callable[[Holder], HolderState]
+# the sweep's fence: write the admitted step's row (If-Match the row read); False if it moved meanwhile
+Fence = Callable[[str, Holder, HolderState], bool]
+
+
+def lapsed(state: HolderState, now: datetime) -> bool:
+    """No longer holding: settled, or in flight past its deadline (a crashed holder)."""
+    if state.phase is Phase.SETTLED:
+        return True
+    return state.phase is Phase.IN_FLIGHT and (state.deadline is None or state.deadline <= now)
 
 
 @dataclass(frozen=True)
@@ -53,6 +87,7 @@ class Admission:
     reason: str | None = None  # why it waits
     retry_after: float = 0.0  # seconds until it asks again
     first_wait: bool = False  # it joined the queue now (worth one audit note)
+    wake: str | None = None  # parked: the event that ends the wait early (raised by :func:`wakeable`'s users)
 
 
 def admit(
@@ -62,31 +97,37 @@ def admit(
     holder: Holder,
     deadline: datetime,
     now: datetime,
-    in_flight: InFlight,
+    state_of: StateOf,
+    orchestration: str | None = None,
 ) -> Admission:
+    """``orchestration``: the waiting scheduler, which a parked wait names for its wake-up."""
     rows = read_rows(table, agent)
     poll = limits.wait_poll_seconds
+    mine = next((w for w in rows.waiters if w.holder.step_key == holder.step_key), None)
     if limits.circuit is not None:
-        why = _circuit_says(table, agent, limits, rows, holder, deadline, now, in_flight)
+        why = _circuit_says(table, agent, limits, rows, holder, deadline, now, state_of)
         if why is not None:
-            return _wait(table, rows, holder, now, poll, why)
+            park = park_seconds(rows.circuit, now, poll)
+            return _wait(
+                table, rows, holder, now, poll, why, mine, park=park, orchestration=orchestration or ""
+            )
     if limits.max_in_flight is None:
+        _leave(table, agent, mine)
         return Admission(True)
     keys = [slot_key(i) for i in range(limits.max_in_flight)]
     slots = {k: rows.slots.get(k, Slot(k)) for k in keys}
     if any(s.holder == holder for s in slots.values()):
         return Admission(True)  # a re-run of a dispatch that took its slot
-    mine = next((w for w in rows.waiters if w.holder.step_key == holder.step_key), None)
-    stale_before = now - timedelta(seconds=poll * STALE_POLLS)
     ahead = [
         w
         for w in rows.waiters
-        if w is not mine and w.seen >= stale_before and (mine is None or w.key < mine.key)
+        if w is not mine and _live(w, now, poll) and (mine is None or w.key < mine.key)
     ]
     busy = f"{limits.max_in_flight} of {limits.max_in_flight} slots of {agent} in flight"
     if ahead:
-        return _wait(table, rows, holder, now, poll, f"{busy}; {len(ahead)} waiting ahead", mine)
-    free = next((s for s in slots.values() if _is_free(s, now, in_flight)), None)
+        park = slot_park(len(ahead), limits.max_in_flight, poll)
+        return _wait(table, rows, holder, now, poll, f"{busy}; {len(ahead)} waiting ahead", mine, park=park)
+    free = next((s for s in slots.values() if s.holder is None or lapsed(state_of(s.holder), now)), None)
     if free is None:
         return _wait(table, rows, holder, now, poll, busy, mine)
     taken = {
@@ -109,7 +150,7 @@ def admit(
     except (TableTransactionError, HttpResponseError) as exc:  # another dispatch took it: ask again soon
         log.info("slot %s of %s taken meanwhile (%s)", free.key, agent, exc)
         return _wait(table, rows, holder, now, poll, busy, mine)
-    _drop_stale(table, rows, stale_before, mine)
+    _drop_stale(table, rows, now, poll, mine)
     return Admission(True)
 
 
@@ -121,7 +162,7 @@ def _circuit_says(
     holder: Holder,
     deadline: datetime,
     now: datetime,
-    in_flight: InFlight,
+    state_of: StateOf,
 ) -> str | None:
     """None when the circuit lets this dispatch through (closed, or it is the probe), else why not."""
     c, settings = rows.circuit, limits.circuit
@@ -136,7 +177,7 @@ def _circuit_says(
         return f"circuit of {agent} open{how} (since {since}, {c.failures} failures)"
     if c.state is CircuitState.HALF_OPEN:
         probe = Holder.parse(c.probe)
-        probe_lost = probe is None or _is_free_holder(probe, c.probe_deadline, now, in_flight)
+        probe_lost = probe is None or _probe_lost(state_of(probe), c.probe_deadline, now)
         if not probe_lost:
             return f"circuit of {agent} half-open: its probe is in flight"
         event = CircuitEvent.PROBE_LOST
@@ -160,14 +201,41 @@ def _circuit_says(
     return f"circuit of {agent} half-open: another dispatch probes"
 
 
-def _is_free(slot: Slot, now: datetime, in_flight: InFlight) -> bool:
-    return slot.holder is None or _is_free_holder(slot.holder, slot.deadline, now, in_flight)
+def _probe_lost(state: HolderState, deadline: datetime | None, now: datetime) -> bool:
+    """An admitted probe that never dispatched is lost at its deadline; otherwise as :func:`lapsed`."""
+    if state.phase is Phase.ADMITTED:
+        return deadline is None or deadline <= now
+    return lapsed(state, now)
 
 
-def _is_free_holder(holder: Holder, deadline: datetime | None, now: datetime, in_flight: InFlight) -> bool:
-    """Free unless the ledger has the holder's attempt in flight before its (possibly extended) deadline."""
-    current = in_flight(holder)
-    return current is None or current <= now
+def park_seconds(circuit: Circuit, now: datetime, poll: float) -> float:
+    """How long a step the circuit holds back parks: until an automatic open's probe time, else (an
+    operator's open, a probe in flight) ``PARK_SECONDS``, a probe's deadline sooner. A wake-up
+    (:func:`wakeable`) ends it early when the circuit lets steps through."""
+    until = circuit.open_until
+    if circuit.state is CircuitState.OPEN and not circuit.manual and until is not None and until > now:
+        return (until - now).total_seconds()
+    if circuit.state is CircuitState.HALF_OPEN and circuit.probe_deadline is not None:
+        return min(PARK_SECONDS, max((circuit.probe_deadline - now).total_seconds(), poll))
+    return PARK_SECONDS
+
+
+def wakeable(rows: AgentRows, now: datetime) -> list[Waiter]:
+    """The parked waiters a tick should wake: every one when the circuit is closed, the oldest when a
+    dispatch may probe (an automatic open past its probe time, a probe past its deadline)."""
+    parked = [w for w in rows.waiters if w.wake and w.orchestration]
+    c = rows.circuit
+    if c.state is CircuitState.CLOSED:
+        return parked
+    due = (
+        c.state is CircuitState.OPEN and not c.manual and c.open_until is not None and c.open_until <= now
+    ) or (c.state is CircuitState.HALF_OPEN and c.probe_deadline is not None and c.probe_deadline <= now)
+    return parked[:1] if due else []
+
+
+def _live(w: Waiter, now: datetime, poll: float) -> bool:
+    """Still asking: not silent for ``STALE_POLLS`` polls past when it said it would ask again."""
+    return now - w.next_ask < timedelta(seconds=poll * STALE_POLLS)
 
 
 def _wait(
@@ -177,65 +245,79 @@ def _wait(
     now: datetime,
     poll: float,
     reason: str,
-    mine: object = ...,
+    mine: Waiter | None,
+    *,
+    park: float | None = None,
+    orchestration: str | None = None,
 ) -> Admission:
-    """Join the queue (a row keyed by the time, oldest first), or refresh the place already held
-    (at most once per half poll: a write per poll at most)."""
-    if mine is ...:
-        mine = next((w for w in rows.waiters if w.holder.step_key == holder.step_key), None)
+    """Join the queue (a row keyed by the time, oldest first), or refresh the place already held (at
+    most once per half poll), saying when it asks again: after ``park`` (a slot wait: behind others)
+    or ``poll``. ``orchestration``: the circuit holds it back, and the park is named for a wake-up (a
+    fresh event name each time: a raised event is handed to every later wait for its name)."""
     pk = partition_of(rows.agent)
+    after = poll if park is None else park
+    seen: dict[str, Any] = {
+        "Seen": now.isoformat(),
+        "Holder": holder.key,
+        "Until": (now + timedelta(seconds=after)).isoformat(),
+    }
+    wake = None
+    if orchestration is not None:
+        wake = f"wake:{holder.step_id}:{holder.attempt}:{secrets.token_hex(4)}"
+        seen |= {"Orchestration": orchestration, "Wake": wake}
+    elif mine is not None and mine.wake:  # parked behind the circuit before, a slot wait now
+        seen |= {"Orchestration": "", "Wake": ""}
     try:
         if mine is None:
-            table.create_entity(
-                {
-                    "PartitionKey": pk,
-                    "RowKey": f"{WAIT_PREFIX}{_deadline_key(now)}~{holder.step_key}",
-                    "Holder": holder.key,
-                    "Since": now.isoformat(),
-                    "Seen": now.isoformat(),
-                }
-            )
-            return Admission(False, reason, poll, first_wait=True)
-        if now - mine.seen >= timedelta(seconds=poll / 2):
-            table.update_entity(
-                {"PartitionKey": pk, "RowKey": mine.key, "Seen": now.isoformat(), "Holder": holder.key},
-                mode=UpdateMode.MERGE,
-            )
+            key = f"{WAIT_PREFIX}{_deadline_key(now)}~{holder.step_key}"
+            table.create_entity({"PartitionKey": pk, "RowKey": key, "Since": now.isoformat(), **seen})
+            return Admission(False, reason, after, first_wait=True, wake=wake)
+        if "Wake" in seen or now - mine.seen >= timedelta(seconds=poll / 2):
+            table.update_entity({"PartitionKey": pk, "RowKey": mine.key, **seen}, mode=UpdateMode.MERGE)
     except HttpResponseError as exc:  # a place is a courtesy: the next poll tries again
         log.info("could not record the wait of %s: %s", holder.key, exc)
-    return Admission(False, reason, poll)
+    return Admission(False, reason, after, wake=wake)
 
 
-def _drop_stale(table: TableClient, rows: AgentRows, stale_before: datetime, mine: object) -> None:
+def slot_park(ahead: int, slots: int, poll: float) -> float:
+    """How long a step waiting for a slot parks: a poll at the head of the queue, one more for every
+    ``slots`` waiters ahead of it (it cannot be let through before they are), at most
+    ``PARK_SECONDS``: the agent's waiters ask about ``slots`` x log(waiters) times a poll, not once each."""
+    return min(poll * (ahead // slots + 1), max(PARK_SECONDS, poll))
+
+
+def _leave(table: TableClient, agent: str, mine: Waiter | None) -> None:
+    """An admitted step's place in the queue is given up (If-Match: a refresh meanwhile stays)."""
+    if mine is not None:
+        with contextlib.suppress(HttpResponseError):
+            table.delete_entity(
+                partition_of(agent), mine.key, etag=mine.etag, match_condition=MatchConditions.IfNotModified
+            )
+
+
+def _drop_stale(table: TableClient, rows: AgentRows, now: datetime, poll: float, mine: Waiter | None) -> None:
     for w in rows.waiters:
-        if w is not mine and w.seen < stale_before:
-            with contextlib.suppress(HttpResponseError):  # refreshed meanwhile: alive after all
-                table.delete_entity(
-                    partition_of(rows.agent),
-                    w.key,
-                    etag=w.etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
+        if w is not mine and not _live(w, now, poll):
+            _leave(table, rows.agent, w)  # refreshed meanwhile: alive after all
 
 
-def leave_queue(table: TableClient, agent: str, holder: Holder) -> None:
-    """A waiter that stops waiting (its wait budget spent) gives its place up at once."""
-    for w in read_rows(table, agent).waiters:
-        if w.holder.step_key == holder.step_key:
-            with contextlib.suppress(HttpResponseError):
-                table.delete_entity(partition_of(agent), w.key)
-
-
-def free_expired_slots(table: TableClient, agent: str, now: datetime, in_flight: InFlight) -> int:
-    """The watchdog's sweep: empty every slot whose holder is no longer in flight or overran its
-    deadline (If-Match: a slot taken meanwhile stays taken). How many it freed."""
+def free_lapsed_slots(
+    table: TableClient, rows: AgentRows, now: datetime, state_of: StateOf, fence: Fence
+) -> int:
+    """The watchdog's sweep of the rows read: empty every slot past its deadline whose holder is
+    settled or overran it, or whose admission never dispatched (fenced first: its late Dispatched
+    write would fail). If-Match: a slot taken meanwhile stays taken. How many it freed."""
     freed = 0
-    for slot in read_rows(table, agent).slots.values():
+    for slot in rows.slots.values():
         if slot.holder is None or slot.deadline is None or slot.deadline > now:
             continue
-        if not _is_free_holder(slot.holder, slot.deadline, now, in_flight):
+        state = state_of(slot.holder)
+        if state.phase is Phase.ADMITTED:
+            if not fence(rows.agent, slot.holder, state):
+                continue
+        elif not lapsed(state, now):
             continue
-        if _empty(table, agent, slot):
+        if _empty(table, rows.agent, slot):
             freed += 1
     return freed
 

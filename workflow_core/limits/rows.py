@@ -75,6 +75,13 @@ class Waiter:
     since: datetime
     seen: datetime
     etag: str
+    until: datetime | None = None  # parked: when it asks again at the latest
+    orchestration: str | None = None  # parked: whose scheduler waits for ``wake``
+    wake: str | None = None  # parked: the event that ends its park early
+
+    @property
+    def next_ask(self) -> datetime:
+        return max(self.until, self.seen) if self.until else self.seen
 
 
 @dataclass
@@ -100,7 +107,8 @@ def read_rows(table: TableClient, agent: str) -> AgentRows:
         elif key.startswith(WAIT_PREFIX):
             holder = Holder.parse(e.get("Holder"))
             if holder is not None:
-                rows.waiters.append(Waiter(key, holder, _time(e["Since"]), _time(e["Seen"]), etag))
+                parked = (_time(e.get("Until")), e.get("Orchestration") or None, e.get("Wake") or None)
+                rows.waiters.append(Waiter(key, holder, _time(e["Since"]), _time(e["Seen"]), etag, *parked))
     rows.waiters.sort(key=lambda w: w.key)
     return rows
 
