@@ -109,7 +109,9 @@ param deadlineIndexTableName string = 'StepDeadlines'
 @description('WORK_QUEUE_NAME: queue the scheduler sends step work to.')
 param workQueueName string = 'agent-work'
 
-@description('RESULT_QUEUE_NAME: queue agents send step results to.')
+@description('RESULT_QUEUE_NAME: queue agents send step results to (at most 46 characters: answer queues are <it>-answers-<up to 8 more>).')
+@minLength(3)
+@maxLength(46)
 param resultQueueName string = 'agent-results'
 
 @description('DEAD_LETTER_QUEUE_NAME: poison queue of the storage-queue transport.')
