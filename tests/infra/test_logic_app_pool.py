@@ -5,6 +5,8 @@ storage are checked by ``pool_checks.check_logic_app_pool``, and each check fail
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.infra import pool_checks as pc
@@ -77,3 +79,26 @@ def test_a_logic_app_pool_without_what_it_needs_is_refused(files, pool):
 def test_a_broken_logic_app_pool_is_caught(tmp_path, before, after, expected):
     problems = _problems_after(tmp_path, pc.LOGIC_APP, _replace(before, after), pc.check_logic_app_pool)
     assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("environment", ["dev", "x" * 64, "Prod.EU_west(2)"])
+def test_the_logic_app_names_follow_their_rules(files, environment):
+    """Site and plan: at most 60 letters, digits and dashes; storage account: 3-24 lower-case letters
+    and digits (Microsoft Learn, "Naming rules and restrictions for Azure resources"), for the longest
+    pool name and any environment name azd accepts."""
+    pool = {**FLOWS, "name": "p" * 20}
+    suffix = pc.PoolEvaluator(files, [pool], environment=environment).module_param(
+        pc.LOGIC_APP, "nameSuffix", pool
+    )
+    text = files[pc.LOGIC_APP].text
+    names = dict(re.findall(r"^var (name|planName|storageAccountName) = '(.*)'$", text, re.M))
+    filled = {
+        key: value.replace("${uniqueString(nameSuffix, poolName)}", pc.TOKEN)
+        .replace("${nameSuffix}", suffix)
+        .replace("${poolName}", pool["name"])
+        for key, value in names.items()
+    }
+    assert re.fullmatch(r"[a-z0-9][a-z0-9-]{0,58}[a-z0-9]", filled["name"]), filled
+    assert re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9-]{0,58}[a-zA-Z0-9]", filled["planName"]), filled
+    assert re.fullmatch(r"[a-z0-9]{3,24}", filled["storageAccountName"]), filled
+    assert "--" not in filled["name"], filled
