@@ -41,6 +41,7 @@ INLINE_OBJECT = {
     "description": "A JSON object carried inline: any object that is not a BlobReference.",
     "not": {"$ref": "#/$defs/BlobReference"},
 }
+INLINE_OR_BLOB = [{"$ref": "#/$defs/InlineObject"}, {"$ref": "#/$defs/BlobReference"}]
 # A compensation's input: what the step was asked and what it reported, each inline or by reference
 # (the output is null when the step never recorded one: it was caught in flight or given up).
 COMPENSATE_INPUT = {
@@ -48,10 +49,8 @@ COMPENSATE_INPUT = {
     "description": "The input of a compensate message: the step's input and its recorded output (null "
     "when it recorded none).",
     "properties": {
-        "input": {"oneOf": [{"$ref": "#/$defs/InlineObject"}, {"$ref": "#/$defs/BlobReference"}]},
-        "output": {
-            "oneOf": [{"$ref": "#/$defs/InlineObject"}, {"$ref": "#/$defs/BlobReference"}, {"type": "null"}]
-        },
+        "input": {"oneOf": INLINE_OR_BLOB},
+        "output": {"oneOf": [*INLINE_OR_BLOB, {"type": "null"}]},
     },
     "required": ["input", "output"],
     "additionalProperties": False,
@@ -65,8 +64,7 @@ INPUT_DESCRIPTION = (
 def _as_sent(schema: dict[str, Any]) -> dict[str, Any]:
     """The work message schema with the shapes of its input: an inline object or a blob reference,
     and for ``kind: compensate`` the ``{input, output}`` pair (``if``/``then`` on ``kind``)."""
-    one_of = [{"$ref": "#/$defs/InlineObject"}, {"$ref": "#/$defs/BlobReference"}]
-    schema["properties"]["input"] = {"description": INPUT_DESCRIPTION, "oneOf": one_of}
+    schema["properties"]["input"] = {"description": INPUT_DESCRIPTION, "oneOf": INLINE_OR_BLOB}
     schema.setdefault("$defs", {}).update(
         BlobReference=BLOB_REFERENCE, InlineObject=INLINE_OBJECT, CompensateInput=COMPENSATE_INPUT
     )
