@@ -466,7 +466,6 @@ module agentPoolLogicApps 'modules/agent-pool-logicapp.bicep' = [for pool in log
     poolQueueName: '${workQueueName}-${pool.name}'
     resultQueueName: resultQueueName
     serviceBusNamespaceName: serviceBus.outputs.name
-    maxDeliveryCount: maxDeliveryCount
     appPrincipalId: identity.outputs.principalId
     agent: pool.agent
     compensator: pool.?compensator ?? ''

@@ -49,10 +49,6 @@ param resultQueueName string
 @description('Service Bus namespace of the agent queues.')
 param serviceBusNamespaceName string
 
-@description('Deliveries of one answer before Service Bus dead-letters it (MAX_DELIVERY_COUNT).')
-@minValue(1)
-param maxDeliveryCount int
-
 @description('Principal id of the Function App\'s identity: it sends the answers.')
 param appPrincipalId string
 
@@ -105,12 +101,15 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
 }
 
 // Answers live ten minutes at most (activities/replies/attempt_status.py, ANSWER_TTL): an unread one is of no use.
+// The workflow's runs (at most 5 at once) share the queue: each abandons the answers of the others, so an
+// answer is delivered several times before its own run takes it: at most 75 times in its 30-second wait (5
+// runs polling every 2 s), far below 1000. One no run waits for any more expires, or is dead-lettered.
 resource answerQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
   parent: serviceBus
   name: answerQueueName
   properties: {
     lockDuration: 'PT5M'
-    maxDeliveryCount: maxDeliveryCount
+    maxDeliveryCount: 1000
     defaultMessageTimeToLive: 'PT10M'
     deadLetteringOnMessageExpiration: false
     requiresSession: false
