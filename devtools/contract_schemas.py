@@ -36,17 +36,41 @@ BLOB_REFERENCE = {
     "required": ["$blob", "size"],
     "additionalProperties": False,
 }
+INLINE_OBJECT = {
+    "type": "object",
+    "description": "A JSON object carried inline: any object that is not a BlobReference.",
+    "not": {"$ref": "#/$defs/BlobReference"},
+}
+INLINE_OR_BLOB = [{"$ref": "#/$defs/InlineObject"}, {"$ref": "#/$defs/BlobReference"}]
+# A compensation's input: what the step was asked and what it reported, each inline or by reference
+# (the output is null when the step never recorded one: it was caught in flight or given up).
+COMPENSATE_INPUT = {
+    "type": "object",
+    "description": "The input of a compensate message: the step's input and its recorded output (null "
+    "when it recorded none).",
+    "properties": {
+        "input": {"oneOf": INLINE_OR_BLOB},
+        "output": {"oneOf": [*INLINE_OR_BLOB, {"type": "null"}]},
+    },
+    "required": ["input", "output"],
+    "additionalProperties": False,
+}
 INPUT_DESCRIPTION = (
-    "kind 'work': the step's input as the definition maps it. kind 'compensate': {\"input\": the step's "
-    'input, "output": its recorded output}. The whole input, or input/output of a compensation, may '
-    "be a blob reference (#/$defs/BlobReference) on pools that are not message-only."
+    "kind 'work': the step's input as the definition maps it, inline or (never on a message-only pool) "
+    "a BlobReference. kind 'compensate': a CompensateInput, or the whole of it as one BlobReference."
 )
 
 
 def _as_sent(schema: dict[str, Any]) -> dict[str, Any]:
-    """The work message schema with its input and blob references described."""
-    schema["properties"]["input"]["description"] = INPUT_DESCRIPTION
-    schema.setdefault("$defs", {})["BlobReference"] = BLOB_REFERENCE
+    """The work message schema with the shapes of its input: an inline object or a blob reference,
+    and for ``kind: compensate`` the ``{input, output}`` pair (``if``/``then`` on ``kind``)."""
+    schema["properties"]["input"] = {"description": INPUT_DESCRIPTION, "oneOf": INLINE_OR_BLOB}
+    schema.setdefault("$defs", {}).update(
+        BlobReference=BLOB_REFERENCE, InlineObject=INLINE_OBJECT, CompensateInput=COMPENSATE_INPUT
+    )
+    pair = [{"$ref": "#/$defs/CompensateInput"}, {"$ref": "#/$defs/BlobReference"}]
+    schema["if"] = {"properties": {"kind": {"const": "compensate"}}, "required": ["kind"]}
+    schema["then"] = {"properties": {"input": {"oneOf": pair}}}
     return schema
 
 

@@ -25,6 +25,8 @@
 # Publishing is always a remote build: the source zip goes to `az functionapp deployment source
 # config-zip --build-remote true`, and the platform installs requirements.txt (for a Python app on Flex
 # Consumption the Azure CLI builds remotely whatever you ask: enable_zip_deploy_flex in azure-cli).
+# Each logicApp agent pool's Logic App then gets examples/logic-app-agent (`az logicapp deployment source
+# config-zip`; docs/agents.md, "A Logic App as an agent").
 # Needs the Azure CLI (az login; az account set -s <subscription>). The deployer needs Contributor + User
 # Access Administrator (or Role Based Access Control Administrator) on the resource group: the template
 # creates role assignments.
@@ -39,7 +41,7 @@ trap 'rm -rf "$WORK"' EXIT
 workdir() { mktemp -d "$WORK/XXXXXX"; }
 
 usage() {
-  sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 
@@ -92,11 +94,9 @@ durable_backend_of() {
 }
 
 # Zip the app's source (no dependencies: the remote build installs requirements.txt on the platform).
-build_zip() {
-  local zip_path="$1" backend="$2" stage
-  stage="$(workdir)"
-  stage_app "$stage/app" "$backend"
-  "$PYTHON" - "$stage/app" "$zip_path" <<'PY'
+# Zip the folder $1 into $2, its paths relative to it.
+zip_folder() {
+  "$PYTHON" - "$1" "$2" <<'PY'
 import os
 import sys
 import zipfile
@@ -111,6 +111,13 @@ with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as archive:
             path = os.path.join(folder, name)
             archive.write(path, os.path.relpath(path, app))
 PY
+}
+
+build_zip() {
+  local zip_path="$1" backend="$2" stage
+  stage="$(workdir)"
+  stage_app "$stage/app" "$backend"
+  zip_folder "$stage/app" "$zip_path"
   log "built $zip_path ($(du -h "$zip_path" | cut -f1); Durable backend $backend)"
 }
 
@@ -121,6 +128,19 @@ publish() {
   log "publishing to $app_name (remote build: the platform installs requirements.txt)"
   az functionapp deployment source config-zip \
     --resource-group "$group" --name "$app_name" --src "$zip_dir/app.zip" --build-remote true --output none
+}
+
+# The Logic App of each logicApp pool (output agentPoolLogicApps) gets the example's workflow project.
+publish_logic_apps() {
+  local group="$1" deployment="$2" name zip_dir
+  for name in $(az deployment group show --resource-group "$group" --name "$deployment" \
+    --query 'properties.outputs.agentPoolLogicApps.value[].logicAppName' --output tsv); do
+    zip_dir="$(workdir)"
+    zip_folder "$ROOT/examples/logic-app-agent" "$zip_dir/logic-app.zip"
+    log "publishing examples/logic-app-agent to the Logic App $name"
+    az logicapp deployment source config-zip \
+      --resource-group "$group" --name "$name" --src "$zip_dir/logic-app.zip" --output none
+  done
 }
 
 main() {
@@ -216,6 +236,7 @@ main() {
       "$account" "${hub:-SchedulerAgentSupervisor}" "$(durable_backend_of "$params")" ||
       die "not published: the replay check refused (above)"
     publish "$group" "$app_name" "$(durable_backend_of "$params")"
+    publish_logic_apps "$group" "$deployment"
   fi
   log "function app: $app_name"
   log "start a workflow: POST $starter_url"

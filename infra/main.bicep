@@ -109,7 +109,9 @@ param deadlineIndexTableName string = 'StepDeadlines'
 @description('WORK_QUEUE_NAME: queue the scheduler sends step work to.')
 param workQueueName string = 'agent-work'
 
-@description('RESULT_QUEUE_NAME: queue agents send step results to.')
+@description('RESULT_QUEUE_NAME: queue agents send step results to (at most 46 characters: answer queues are <it>-answers-<up to 8 more>).')
+@minLength(3)
+@maxLength(46)
 param resultQueueName string = 'agent-results'
 
 @description('DEAD_LETTER_QUEUE_NAME: poison queue of the storage-queue transport.')
@@ -180,7 +182,7 @@ param duplicateDetectionWindow string = 'PT10M'
 
 // Pool names are those of workflows/pools.yaml: 1-20 lowercase letters, digits and single dashes. The default
 // pool always exists (every agent named in no pool is in it) and is hosted by the app unless listed otherwise.
-@description('Agent pools: [{ name, hosting: \'app\' | \'external\' | \'containerApp\', messageOnly?: bool, image?: string (containerApp), maxReplicas?: int (containerApp) }]. Pool p\'s work queue is <workQueueName>-p (the default pool\'s is workQueueName); the app hosts the pools with hosting \'app\' (HOSTED_POOLS); every other pool gets its own managed identity with least-privilege roles; containerApp pools also run sas-agent on Azure Container Apps.')
+@description('Agent pools: [{ name, hosting: \'app\' | \'external\' | \'containerApp\' | \'logicApp\', messageOnly?: bool, image?: string (containerApp), maxReplicas?: int (containerApp), agent?: string, compensator?: string, serviceUrl?: string, workflowPlanId?: string (logicApp) }]. Pool p\'s work queue is <workQueueName>-p (the default pool\'s is workQueueName); the app hosts the pools with hosting \'app\' (HOSTED_POOLS); every other pool gets its own managed identity with least-privilege roles; containerApp pools also run sas-agent on Azure Container Apps; a logicApp pool is a Logic App Standard with its system identity instead.')
 param agentPools array = [
   {
     name: 'default'
@@ -239,7 +241,7 @@ var hostedPoolNames = [for pool in filter(pools, pool => (pool.hosting == 'app')
 var extraPoolQueueNames = [for pool in extraPools: pool.queue]
 var hostedExtraPoolQueueNames = [for pool in filter(extraPools, pool => (pool.hosting == 'app')): pool.queue]
 var remoteExtraPoolQueueNames = [for pool in filter(extraPools, pool => (pool.hosting != 'app')): pool.queue]
-var remotePools = filter(pools, pool => (pool.hosting != 'app'))
+var remotePools = filter(pools, pool => !contains(['app', 'logicApp'], pool.hosting)) // a logicApp pool has its system identity
 var containerAppPools = filter(pools, pool => (pool.hosting == 'containerApp'))
 var poolIdentityPrefix = 'id-${baseName}-${resourceToken}-pool'
 var registryIdParts = split(agentPoolRegistryId, '/')
@@ -250,7 +252,8 @@ var agentPoolRegistryLoginServer = !empty(agentPoolRegistryServer) ? agentPoolRe
 // equals its lower-case form and holds none of the characters a queue or identity name refuses.
 var poolNameRefused = [' ', '_', '.', '/', ':', '@', '#', '+', '=', ',', ';', '*', '?', '!', '~', '&', '%', '$', '(', ')']
 var poolNames = [for pool in agentPools: contains(pool, 'name') ? string(pool.name) : '']
-var poolsWithAnUnknownHosting = [for pool in filter(agentPools, pool => !contains(['app', 'external', 'containerApp'], contains(pool, 'hosting') ? pool.hosting : '')): contains(pool, 'name') ? pool.name : '?']
+var poolsWithAnUnknownHosting = [for pool in filter(agentPools, pool => !contains(['app', 'external', 'containerApp', 'logicApp'], contains(pool, 'hosting') ? pool.hosting : '')): contains(pool, 'name') ? pool.name : '?']
+var logicAppPoolsWithoutAgentOrService = [for pool in filter(agentPools, pool => (((contains(pool, 'hosting') ? pool.hosting : '') == 'logicApp') && (empty(contains(pool, 'agent') ? pool.agent : '') || (empty(contains(pool, 'serviceUrl') ? pool.serviceUrl : '') || ((contains(pool, 'name') ? pool.name : '') == 'default'))))): contains(pool, 'name') ? pool.name : '?']
 var containerAppPoolsWithoutImageOrReplicas = [for pool in filter(agentPools, pool => (((contains(pool, 'hosting') ? pool.hosting : '') == 'containerApp') && (empty(contains(pool, 'image') ? pool.image : '') || ((contains(pool, 'maxReplicas') ? pool.maxReplicas : 10) < 1)))): contains(pool, 'name') ? pool.name : '?']
 var poolValidation = {
   poolsWithAnUnknownHosting: poolsWithAnUnknownHosting
@@ -258,6 +261,7 @@ var poolValidation = {
   // union() drops repeats: fewer names after it means some name is listed twice
   poolNamesListedTwice: (length(union(poolNames, [])) == length(poolNames)) ? [] : poolNames
   containerAppPoolsWithoutImageOrReplicas: containerAppPoolsWithoutImageOrReplicas
+  logicAppPoolsWithoutAgentOrService: logicAppPoolsWithoutAgentOrService
 }
 
 module identity 'modules/identity.bicep' = {
@@ -365,6 +369,7 @@ module agentPoolsValidation 'modules/agent-pools-validation.bicep' = {
     poolsWithABadName: poolValidation.poolsWithABadName
     poolNamesListedTwice: poolValidation.poolNamesListedTwice
     containerAppPoolsWithoutImageOrReplicas: poolValidation.containerAppPoolsWithoutImageOrReplicas
+    logicAppPoolsWithoutAgentOrService: poolValidation.logicAppPoolsWithoutAgentOrService
   }
 }
 
@@ -447,6 +452,32 @@ module agentPoolContainerApps 'modules/agent-pool-containerapp.bicep' = if (!emp
   ]
 }
 
+// Optional: logicApp pools are served by a Logic App Standard running examples/logic-app-agent's workflow, with
+// its own plan (or the shared workflowPlanId), runtime storage, system identity and answer queue.
+var logicAppPools = filter(agentPools, pool => ((pool.?hosting ?? '') == 'logicApp'))
+module agentPoolLogicApps 'modules/agent-pool-logicapp.bicep' = [for pool in logicAppPools: {
+  name: 'agent-pool-logicapp-${pool.name}'
+  params: {
+    poolName: pool.name
+    nameSuffix: '${baseName}-${resourceToken}'
+    workflowPlanId: pool.?workflowPlanId ?? ''
+    location: location
+    tags: allTags
+    poolQueueName: '${workQueueName}-${pool.name}'
+    resultQueueName: resultQueueName
+    serviceBusNamespaceName: serviceBus.outputs.name
+    appPrincipalId: identity.outputs.principalId
+    agent: pool.agent
+    compensator: pool.?compensator ?? ''
+    serviceUrl: pool.serviceUrl
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+  }
+  // The pool's work queue must exist before its role assignment, and the pools must be valid.
+  dependsOn: [
+    agentPoolsValidation
+  ]
+}]
+
 module durableTaskScheduler 'modules/durable-task-scheduler.bicep' = if (useDurableTaskScheduler) {
   name: 'durable-task-scheduler'
   params: {
@@ -527,6 +558,12 @@ output serviceBusNamespace string = serviceBus.outputs.fullyQualifiedNamespace
 output applicationInsightsName string = monitoring.outputs.applicationInsightsName
 output managedIdentityClientId string = identity.outputs.clientId
 // The identity of each pool served outside the app: a runner elsewhere sets AZURE_CLIENT_ID to its clientId.
+// Each logicApp pool's Logic App: deploy examples/logic-app-agent onto it (docs/agents.md, "A Logic App as an agent").
+output agentPoolLogicApps array = [for (pool, i) in logicAppPools: {
+  name: pool.name
+  logicAppName: agentPoolLogicApps[i].outputs.name
+  answerQueue: agentPoolLogicApps[i].outputs.answerQueueName
+}]
 output agentPoolIdentities array = [for (pool, i) in remotePools: {
   name: pool.name
   queue: pool.queue

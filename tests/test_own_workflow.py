@@ -1,6 +1,7 @@
 """A newcomer's own workflow and agent, added exactly as docs/agents.md says ("Your own workflow and
-agent, end to end"), in a copy of the repository: `sas lint` is clean, the demo runs it to success,
-and the tests that check every definition pass with it, none of them edited.
+agent, end to end"), in a copy of the repository: the project's lint (ruff) passes on it, `sas lint` is
+clean, the demo runs it to success, and the tests that check every definition pass with it, none of
+them edited.
 
 The files and the import line are taken from the doc's own blocks, so the doc cannot drift from what
 works. The copy runs on this checkout's interpreter with the copy as its working directory (what
@@ -52,14 +53,23 @@ def copy_with_own_workflow(tmp_path_factory) -> Path:
     (repo / "activities" / "worker" / "handlers" / "greetings.py").write_text(agent_module, encoding="utf-8")
     init = repo / "activities" / "worker" / "handlers" / "__init__.py"
     text = init.read_text(encoding="utf-8")
-    anchor = "from activities.worker.handlers import examples as _examples"
-    assert anchor in text, "the doc says: next to the examples import"
-    init.write_text(text.replace(anchor, import_line.strip() + "\n" + anchor, 1), encoding="utf-8")
+    anchor = "from activities.worker.handlers import faults\n"
+    assert anchor in text and "right after the `faults`" in section, "the doc says: after the faults import"
+    init.write_text(text.replace(anchor, anchor + import_line.strip() + "\n", 1), encoding="utf-8")
     return repo
 
 
 def run(repo: Path, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *argv], cwd=repo, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_copy_with_the_recipe_passes_ruff_as_written(copy_with_own_workflow):
+    """The project's lint, as ``./scripts/test`` runs it, over the copy: the recipe's files and import
+    line, placed where the doc says, trip no rule (an unused ``noqa`` is RUF100, an import out of
+    name order I001)."""
+    for argv in (("check", "."), ("format", "--check", ".")):
+        done = run(copy_with_own_workflow, "-m", "ruff", *argv, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_sas_lint_is_clean_with_the_new_workflow(copy_with_own_workflow):

@@ -102,7 +102,11 @@ DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
     "LEDGER_TABLE_NAME": ("StepLedger", "Table holding step rows and their audit trail."),
     "DEADLINE_INDEX_TABLE_NAME": ("StepDeadlines", "Table holding the deadline index."),
     "WORK_QUEUE_NAME": ("agent-work", "Queue the scheduler sends step work to."),
-    "RESULT_QUEUE_NAME": ("agent-results", "Queue agents send step results to."),
+    "RESULT_QUEUE_NAME": (
+        "agent-results",
+        "Queue agents send step results to; at most 46 characters, so that an agent's answer queue, "
+        "`<RESULT_QUEUE_NAME>-answers-` and up to 8 characters of its own, is a valid queue name.",
+    ),
     "DEAD_LETTER_QUEUE_NAME": (
         "agent-work-poison",
         "Storage-queue transport only: where poison work messages go (Service Bus has its own DLQ).",
@@ -212,13 +216,20 @@ def _table_name(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _queue_name(env: Mapping[str, str], name: str, kind: str = "queue") -> str:
+# "<RESULT_QUEUE_NAME>-answers-" plus an agent's own suffix of up to 8 characters is an answer queue's
+# name (activities/replies/attempt_status.py), and a queue name has at most 63 characters.
+RESULT_QUEUE_LONGEST = 63 - len("-answers-") - 8
+
+
+def _queue_name(env: Mapping[str, str], name: str, kind: str = "queue", longest: int = 63) -> str:
     value = _value(env, name)
-    ok = 3 <= len(value) <= 63 and value == value.lower() and "--" not in value
+    ok = 3 <= len(value) <= longest and value == value.lower() and "--" not in value
     ok = ok and value[0].isalnum() and value[-1].isalnum() and all(c.isalnum() or c == "-" for c in value)
     if not ok:
+        why = ": its answer queues are named <it>-answers-<up to 8 more>" if longest < 63 else ""
         raise SettingsError(
-            f"{name}={value!r} is not a valid {kind} name (3-63 lowercase letters, digits, single dashes)"
+            f"{name}={value!r} is not a valid {kind} name (3-{longest} lowercase letters, digits, "
+            f"single dashes{why})"
         )
     return value
 
@@ -317,7 +328,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ledger_table=_table_name(env, "LEDGER_TABLE_NAME"),
         deadline_index_table=_table_name(env, "DEADLINE_INDEX_TABLE_NAME"),
         work_queue=_queue_name(env, "WORK_QUEUE_NAME"),
-        result_queue=_queue_name(env, "RESULT_QUEUE_NAME"),
+        result_queue=_queue_name(env, "RESULT_QUEUE_NAME", longest=RESULT_QUEUE_LONGEST),
         dead_letter_queue=_queue_name(env, "DEAD_LETTER_QUEUE_NAME"),
         max_delivery_count=_int(env, "MAX_DELIVERY_COUNT"),
         watchdog_schedule=_value(env, "WATCHDOG_SCHEDULE"),

@@ -23,6 +23,7 @@ const { ServiceBusClient } = require('@azure/service-bus');
 
 const env = process.env;
 const AGENT = 'email.send_welcome';
+const SERVED = [AGENT, 'conformance.echo']; // any other agent's message is misrouted: dead-lettered
 const ENVELOPE = 'workflow-message/1'; // the Storage Queue envelope (workflow_core/transport/envelope.py)
 const pool = env.AGENT_POOL || 'default';
 const workQueue = `${env.WORK_QUEUE_NAME || 'agent-work'}${pool === 'default' ? '' : `-${pool}`}`;
@@ -112,15 +113,24 @@ const isWork = (work) => Boolean(work) && typeof work === 'object' && ['work', '
 // Its attempt is over (the app gave it up, maybe compensated): doing it now would be an effect nobody wants.
 const isExpired = (work) => Date.parse(work.expires_at) <= Date.now();
 
-// A value stored in the app's payload container: this agent holds no rights to read it.
+// A value stored in the app's payload container: this agent holds no rights to read it. Only a value
+// it needs counts: a work input (both agents read theirs); conformance.echo's compensation reads nothing.
 const isBlobReference = (value) => Boolean(value) && typeof value === 'object' && typeof value.$blob === 'string'
   && Number.isInteger(value.size) && Object.keys(value).length === 2;
+const needsBlob = (work) => work.kind === 'work' && isBlobReference(work.input);
 
 async function handle(work, queues) {
   const idOf = (what) => `${what}:${work.instance_id}:${work.step_id}:${work.attempt}`;
   // Heartbeat: claims the step for this agent and moves its deadline, on the ledger's clock.
   const heartbeat = (seconds) => queues.send({ type: 'heartbeat', ...ids(work), seconds: seconds || heartbeatSeconds },
     `${idOf('heartbeat')}:${Date.now()}`);
+  // 0. An input it cannot read: refused for good (no retry makes it readable). A refusal is no
+  // effect, so it needs no question first; a stale one is refused by its token.
+  if (needsBlob(work)) {
+    await queues.send({ ...ids(work), outcome: 'failed', permanent: true,
+      error: 'input is a blob reference; this agent holds no right to read the payload container' }, idOf('result'));
+    return 'done';
+  }
   // 1. Ask before any effect: the first heartbeat names the answer queue, and the app answers whether
   // this attempt is still the ledger's current one. Not current (given up, retried, compensated):
   // no effect and no reply. No answer in time: leave the message, it is delivered again.
@@ -140,7 +150,6 @@ async function handle(work, queues) {
   try {
     const key = work.idempotency_key || `${work.instance_id}:${work.step_id}`;
     let output;
-    if (isBlobReference(work.input)) throw new Error('input is a blob reference; this agent cannot read blobs');
     if (work.agent === 'conformance.echo') {
       output = await echo(key, work, heartbeat);
     } else {
@@ -157,8 +166,10 @@ async function handle(work, queues) {
   return 'done';
 }
 
-// Wait up to askMs for the answer carrying `correlationId` on an answer queue read with `receive()`
-// (answers to earlier questions, which nobody waits for any more, are deleted as they come).
+// Wait up to askMs for the answer carrying `correlationId` on an answer queue read with `receive()`.
+// Answers are routed by correlation_id: this agent has one delivery in flight, so an answer with any
+// other id belongs to an earlier question nobody waits for any more, and is deleted. An agent with
+// several deliveries in flight hands each answer to the delivery waiting for its id instead.
 async function awaitAnswer(receive, correlationId) {
   const until = Date.now() + askMs;
   while (Date.now() < until && !stopping) {
@@ -190,12 +201,12 @@ function storageQueues() {
           body = doc && doc.envelope === ENVELOPE ? doc.body : doc;
         } catch (err) { /* not ours: parked below */ }
         return { body, complete: () => work.deleteMessage(item.messageId, item.popReceipt),
-          park: async (reason) => {
+          park: async (description, reason = 'MalformedMessage') => {
             const poison = new QueueClient(connection, `${workQueue}-poison`);
             await poison.createIfNotExists();
             await poison.sendMessage(Buffer.from(JSON.stringify({ envelope: ENVELOPE, message_id: item.messageId,
-              body: body || { text: item.messageText }, application_properties: {}, dead_letter_reason: 'MalformedMessage',
-              dead_letter_description: reason })).toString('base64'));
+              body: body || { text: item.messageText }, application_properties: {}, dead_letter_reason: reason,
+              dead_letter_description: description })).toString('base64'));
             await work.deleteMessage(item.messageId, item.popReceipt);
           } };
       });
@@ -241,7 +252,8 @@ function serviceBus() {
         let body = m.body;
         try { body = Buffer.isBuffer(body) ? JSON.parse(body.toString('utf8')) : body; } catch (err) { body = null; }
         return { body, complete: () => receiver.completeMessage(m),
-          park: (reason) => receiver.deadLetterMessage(m, { deadLetterReason: 'MalformedMessage', deadLetterErrorDescription: reason }) };
+          park: (description, reason = 'MalformedMessage') => receiver.deadLetterMessage(m,
+            { deadLetterReason: reason, deadLetterErrorDescription: description }) };
       });
     },
     send: sendBody,
@@ -276,6 +288,12 @@ async function main() {
       if (isExpired(message.body)) {
         log(`refused expired work ${message.body.instance_id}/${message.body.step_id} attempt ${message.body.attempt}`);
         await message.complete(); // no heartbeat, no effect, no reply
+        continue;
+      }
+      if (!SERVED.includes(message.body.agent)) { // a routing error: no heartbeat (no claim), no reply
+        const why = `agent '${message.body.agent}' is not served by pool '${pool}' (it serves ${SERVED.join(', ')})`;
+        log(`dead-lettered misrouted work ${message.body.instance_id}/${message.body.step_id}: ${why}`);
+        await message.park(why, 'MisroutedMessage');
         continue;
       }
       try {

@@ -4,7 +4,7 @@
 // name and description) and the offending pools, instead of half-creating queues and identities.
 // (Bicep's user-defined types would say it more briefly, but the offline checks' parser does not read them.)
 
-@description('Pools whose hosting is not one of app, external, containerApp.')
+@description('Pools whose hosting is not one of app, external, containerApp, logicApp.')
 @maxLength(0)
 param poolsWithAnUnknownHosting array
 
@@ -20,4 +20,8 @@ param poolNamesListedTwice array
 @maxLength(0)
 param containerAppPoolsWithoutImageOrReplicas array
 
-output problemCount int = length(concat(poolsWithAnUnknownHosting, poolsWithABadName, poolNamesListedTwice, containerAppPoolsWithoutImageOrReplicas))
+@description('logicApp pools without an agent or a serviceUrl, or named default (the default pool\'s queue is the app\'s own work queue).')
+@maxLength(0)
+param logicAppPoolsWithoutAgentOrService array
+
+output problemCount int = length(concat(poolsWithAnUnknownHosting, poolsWithABadName, poolNamesListedTwice, containerAppPoolsWithoutImageOrReplicas, logicAppPoolsWithoutAgentOrService))

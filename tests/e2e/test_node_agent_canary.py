@@ -8,6 +8,7 @@ published schemas (``permanent: true`` included)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import secrets
 import time
@@ -15,6 +16,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
+from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
 from api.canary import start_canary_run
@@ -24,6 +26,7 @@ from tests.e2e.node_agent import node_agent, node_env
 from tests.faults.conftest import storage_queue_only
 from tests.transport.test_message_schemas import validator
 
+REF = {"$blob": "sha256:" + "0" * 64, "size": 12}  # a payload stored by reference: unreadable to it
 EDGE = "pools:\n  edge:\n    message_only: true\n    canary: true\n"
 
 
@@ -89,11 +92,15 @@ def answer(connection: str, beat: dict) -> None:
 def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
     """Work messages put straight on its queue: ``silent`` and ``heartbeat-then-silent`` get no reply
     (only the claim heartbeat the agent sends before any work, plus the one the fault makes), a fault
-    past ``fault_attempts`` is none, an unknown fault fails for good, a compensation is ``undone``; every
-    message is completed. The test answers the agent's asking heartbeat as the app does (current)."""
+    past ``fault_attempts`` is none, an unknown fault fails for good, a compensation is ``undone`` (blob
+    references in its pair included: it reads neither); a work input by blob reference is refused for
+    good before any question; a message for an agent it does not serve is dead-lettered as
+    ``MisroutedMessage`` with nothing sent; every message is settled. The test answers the agent's
+    asking heartbeat as the app does (current)."""
     tag = uuid.uuid4().hex[:8]
     work_name, result_name = f"n{tag}-work", f"n{tag}-results"
     work = QueueClient.from_connection_string(azurite.connection_string, work_name)
+    poison = QueueClient.from_connection_string(azurite.connection_string, f"{work_name}-poison")
     results = QueueClient.from_connection_string(azurite.connection_string, result_name)
     work.create_queue()
     results.create_queue()
@@ -104,6 +111,9 @@ def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
         "past": ("work", 2, {"fault": "fail", "fault_attempts": 1, "value": 3}),
         "bogus": ("work", 1, {"fault": "explode", "value": 4}),
         "undo": ("compensate", 1, {"input": {"fault": "fail-permanently"}, "output": None}),
+        "blob": ("work", 1, REF),
+        "blob-undo": ("compensate", 1, {"input": REF, "output": REF}),
+        "elsewhere": ("work", 1, {"value": 5}),  # for an agent of another pool
     }
     for iid, (kind, attempt, given) in cases.items():
         body = {
@@ -112,7 +122,7 @@ def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
             "orchestration_id": iid,
             "step_id": "probe",
             "attempt": attempt,
-            "agent": "conformance.echo",
+            "agent": "crm.create_account" if iid == "elsewhere" else "conformance.echo",
             "workflow": "sas-canary-echo",
             "reply_token": secrets.token_hex(32),
             "idempotency_key": f"{iid}:probe",
@@ -134,7 +144,7 @@ def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
         with node_agent(env, tmp_path / "agent.log"):
             until = time.monotonic() + 20
             while time.monotonic() < until and (
-                len(sent) < 9 or work.get_queue_properties().approximate_message_count
+                len(sent) < 12 or work.get_queue_properties().approximate_message_count
             ):
                 for item in results.receive_messages(max_messages=32, visibility_timeout=60):
                     body = json.loads(base64.b64decode(item.content))["body"]
@@ -145,9 +155,11 @@ def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
             time.sleep(1)  # anything more it would send (it must not)
             for item in results.receive_messages(max_messages=32, visibility_timeout=60):
                 sent.append(json.loads(base64.b64decode(item.content))["body"])
+        parked = [json.loads(base64.b64decode(m.content)) for m in poison.receive_messages(max_messages=32)]
     finally:
-        work.delete_queue()
-        results.delete_queue()
+        for queue in (work, results, poison):
+            with contextlib.suppress(ResourceNotFoundError):
+                queue.delete_queue()
     got = {
         iid: sorted(b.get("type") or b["outcome"] for b in sent if b["instance_id"] == iid) for iid in cases
     }
@@ -157,7 +169,19 @@ def test_the_node_agent_keeps_each_echo_fault_on_its_own(azurite, tmp_path):
         "past": ["heartbeat", "succeeded"],
         "bogus": ["failed", "heartbeat"],
         "undo": ["heartbeat", "succeeded"],
+        "blob": ["failed"],  # refused before any question: no claim, no effect
+        "blob-undo": ["heartbeat", "succeeded"],
+        "elsewhere": [],  # no heartbeat (no claim), no reply
     }, sent
     replies = {b["instance_id"]: b for b in sent if b.get("outcome")}
     assert replies["past"]["output"] == {"echo": 3} and replies["undo"]["output"] == {"undone": True}
     assert replies["bogus"]["permanent"] is True and "fault must be one of" in replies["bogus"]["error"]
+    assert replies["blob"]["permanent"] is True and "blob reference" in replies["blob"]["error"]
+    assert replies["blob-undo"]["output"] == {"undone": True}
+    [misrouted] = parked
+    assert misrouted["dead_letter_reason"] == "MisroutedMessage"
+    assert misrouted["body"]["instance_id"] == "elsewhere"
+    assert "'crm.create_account' is not served by pool 'default'" in misrouted["dead_letter_description"]
+    for body in sent:
+        schema = "heartbeat-message" if body.get("type") == "heartbeat" else "result-message"
+        assert list(validator(schema).iter_errors(body)) == [], body

@@ -100,6 +100,8 @@ FLEX_UNSUPPORTED_SITE_CONFIG = {
     "functionAppScaleLimit",
 }
 
+LOGIC_APP_POOL = "modules/agent-pool-logicapp.bicep"  # its Workflow Standard plan: checked in pool_checks
+
 # Resource types the deployment must declare (not merely reference as `existing`).
 REQUIRED_RESOURCE_TYPES: dict[str, str] = {
     "Microsoft.Storage/storageAccounts": "storage account",
@@ -374,11 +376,15 @@ class Resolver:
         return name  # a string literal (pycep renders identifiers and literals alike)
 
 
+def function_app_sites(files: dict[str, BicepFile]) -> list[Resource]:
+    """The Function App's site: kind functionapp, not a Logic App (``functionapp,workflowapp``)."""
+    kinds = [(r, str(r.config.get("kind", ""))) for r in declared(files, "Microsoft.Web/sites")]
+    return [r for r, kind in kinds if "functionapp" in kind and "workflowapp" not in kind]
+
+
 def app_settings_of(files: dict[str, BicepFile]) -> tuple[Resource | None, dict[str, Any]]:
     """The Function App and its ``siteConfig.appSettings`` as ``{name: raw expression}``."""
-    sites = [
-        r for r in declared(files, "Microsoft.Web/sites") if "functionapp" in str(r.config.get("kind", ""))
-    ]
+    sites = function_app_sites(files)
     if not sites:
         return None, {}
     site = sites[0]
@@ -391,9 +397,7 @@ def app_settings_of(files: dict[str, BicepFile]) -> tuple[Resource | None, dict[
 def conditional_app_settings(files: dict[str, BicepFile]) -> dict[str, Any]:
     """The app settings that exist only under a condition (``cond ? [...] : []`` inside ``concat``),
     ``{name: condition expression}``."""
-    sites = [
-        r for r in declared(files, "Microsoft.Web/sites") if "functionapp" in str(r.config.get("kind", ""))
-    ]
+    sites = function_app_sites(files)
     if not sites:
         return {}
     site = sites[0]
@@ -571,7 +575,7 @@ def check_service_bus(files: dict[str, BicepFile]) -> list[str]:
 def check_function_app(files: dict[str, BicepFile]) -> list[str]:
     problems = []
     resolver = Resolver(files)
-    plans = declared(files, "Microsoft.Web/serverfarms")
+    plans = [p for p in declared(files, "Microsoft.Web/serverfarms") if p.file != LOGIC_APP_POOL]
     for plan in plans:
         sku = resolver.value(plan.file, plan.config.get("sku") or {})
         if not isinstance(sku, dict) or (sku.get("name"), sku.get("tier")) != ("FC1", "FlexConsumption"):
@@ -779,6 +783,8 @@ def _principal_of(resolver: Resolver, files: dict[str, BicepFile], assignment: R
         own = _symbols(files, assignment.file).get(path[0])
         if own is not None and own.type == "Microsoft.ManagedIdentity/userAssignedIdentities":
             return "pool"  # an agent pool's own identity, declared beside it: pool_checks.py
+    if assignment.file == LOGIC_APP_POOL and dotted(principal) == "logicApp.identity.principalId":
+        return "pool"  # a logicApp pool's system identity: pool_checks.check_logic_app_pool
     if assignment.file == REGISTRY_PULL and dotted(principal) == "pool.principalId":
         return "pool"  # a containerApp pool's identity, from main.bicep: test_pool_registry_pull.py
     if not isinstance(principal, str):

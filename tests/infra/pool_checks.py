@@ -25,6 +25,7 @@ CONTAINER_APPS = "modules/agent-pool-containerapp.bicep"
 ROLE_ASSIGNMENTS = "modules/role-assignments.bicep"
 ALERTS = "modules/servicebus-alerts.bicep"
 SERVICE_BUS = "modules/servicebus.bicep"
+LOGIC_APP = bc.LOGIC_APP_POOL
 DEFAULT_POOLS = [{"name": "default", "hosting": "app"}]
 TOKEN = "a1b2c3d4e5f6g"  # uniqueString(): 13 lower-case letters and digits
 POOL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){0,19}$")  # as workflows/pools.yaml
@@ -401,12 +402,74 @@ def check_container_apps(files: dict[str, bc.BicepFile]) -> list[str]:
     return problems
 
 
+# A logicApp pool: (whose principal, role) -> the symbols of agent-pool-logicapp.bicep it is scoped to.
+LOGIC_APP_ROLES: dict[tuple[str, str], set[str]] = {
+    ("logicApp.identity.principalId", bc.SERVICE_BUS_DATA_RECEIVER): {"poolQueue", "answerQueue"},
+    ("logicApp.identity.principalId", bc.SERVICE_BUS_DATA_SENDER): {"resultQueue"},
+    ("logicApp.identity.principalId", bc.STORAGE_BLOB_DATA_OWNER): {"runtimeStorage"},
+    ("logicApp.identity.principalId", bc.STORAGE_QUEUE_DATA_CONTRIBUTOR): {"runtimeStorage"},
+    ("logicApp.identity.principalId", bc.STORAGE_TABLE_DATA_CONTRIBUTOR): {"runtimeStorage"},
+    ("logicApp.identity.principalId", bc.MONITORING_METRICS_PUBLISHER): {"appInsights"},
+    ("appPrincipalId", bc.SERVICE_BUS_DATA_SENDER): {"answerQueue"},  # the app answers there
+}
+
+
+def check_logic_app_pool(files: dict[str, bc.BicepFile]) -> list[str]:
+    """A logicApp pool's Logic App: kind functionapp,workflowapp on its system identity with the workflows
+    extension bundle and no account key anywhere; its runtime storage without shared keys; exactly the
+    roles of LOGIC_APP_ROLES (its work and answer queues, the result queue, its own runtime storage), and
+    the app's Data Sender on its answer queue."""
+    problems = []
+    resolver = bc.Resolver(files)
+    sites = [s for s in bc.declared(files, "Microsoft.Web/sites") if s.file == LOGIC_APP]
+    if len(sites) != 1:
+        return [f"{LOGIC_APP}: expected one Logic App, found {len(sites)}"]
+    (site,) = sites
+    if site.config.get("kind") != "functionapp,workflowapp":
+        problems.append(f"{LOGIC_APP}: kind must be functionapp,workflowapp, is {site.config.get('kind')!r}")
+    if (site.config.get("identity") or {}).get("type") != "SystemAssigned":
+        problems.append(f"{LOGIC_APP}: the Logic App runs as its system-assigned identity")
+    settings = {
+        e.get("name"): e.get("value")
+        for e in ((site.properties.get("siteConfig") or {}).get("appSettings") or [])
+        if isinstance(e, dict)
+    }
+    bundle = settings.get("AzureFunctionsJobHost__extensionBundle__id")
+    if bundle != "Microsoft.Azure.Functions.ExtensionBundle.Workflows":
+        problems.append(f"{LOGIC_APP}: the workflows extension bundle must be set, is {bundle!r}")
+    text = files[LOGIC_APP].text
+    for secret in ("listKeys", "AccountKey", "connectionString"):
+        if secret in text:
+            problems.append(f"{LOGIC_APP}: {secret} appears: the Logic App holds no secret")
+    for storage in bc.declared(files, "Microsoft.Storage/storageAccounts"):
+        shared = resolver.value(storage.file, storage.properties.get("allowSharedKeyAccess"))
+        if storage.file == LOGIC_APP and shared is not False:
+            problems.append(f"{LOGIC_APP}: runtime storage must set allowSharedKeyAccess false")
+    granted: dict[tuple[str, str], set[str]] = {}
+    for assignment in bc.declared(files, "Microsoft.Authorization/roleAssignments"):
+        if assignment.file != LOGIC_APP:
+            continue
+        function = bc._node(assignment.properties.get("roleDefinitionId"), "function") or {}
+        guid = resolver.value(LOGIC_APP, (function.get("parameters") or {}).get("resource_name_1"))
+        key = (bc.dotted(assignment.properties.get("principalId")), guid)
+        scope = bc.scope_symbol(assignment) or "the resource group"
+        if scope not in LOGIC_APP_ROLES.get(key, set()):
+            problems.append(f"{LOGIC_APP}: role assignment {assignment.symbol}: {key} on {scope} is refused")
+            continue
+        granted.setdefault(key, set()).add(scope)
+    for key, scopes in LOGIC_APP_ROLES.items():
+        if granted.get(key, set()) != scopes:
+            problems.append(f"{LOGIC_APP}: {key} must be granted on {sorted(scopes)}")
+    return problems
+
+
 POOL_CHECKS = (
     check_pool_parameter,
     check_pool_queues,
     check_pool_alerts,
     check_pool_role_assignments,
     check_container_apps,
+    check_logic_app_pool,
 )
 
 

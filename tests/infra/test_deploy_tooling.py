@@ -30,6 +30,7 @@ case "$*" in
       "$src" >> "$STUB_LOG" ;;
   "account show --query user.type"*) echo "${{STUB_USER_TYPE:-user}}" ;;
   "account show"*) echo "test-subscription" ;;
+  *"deployment group show"*agentPoolLogicApps*) echo "${{STUB_LOGIC_APPS:-}}" ;;
   *"deployment group show"*functionAppName*) echo "{APP_NAME}" ;;
   *"deployment group show"*workflowStarterUrl*) echo "{STARTER_URL}" ;;
 esac
@@ -61,12 +62,18 @@ def fake_repo(tmp_path: Path) -> Path:
     (repo / "local.settings.json").write_text("{}", encoding="utf-8")
     (repo / "devtools").mkdir()
     (repo / "devtools" / "x.py").write_text("", encoding="utf-8")
-    (repo / ".funcignore").write_text("# as azd reads it\ndevtools/\n", encoding="utf-8")
+    (repo / ".funcignore").write_text("# as azd reads it\ndevtools/\nexamples/\n", encoding="utf-8")
+    shutil.copytree(ROOT / "examples" / "logic-app-agent", repo / "examples" / "logic-app-agent")
     return repo
 
 
 def _run(
-    repo: Path, tmp_path: Path, *args: str, with_func: bool = True, user_type: str = "user"
+    repo: Path,
+    tmp_path: Path,
+    *args: str,
+    with_func: bool = True,
+    user_type: str = "user",
+    logic_apps: str = "",
 ) -> tuple[subprocess.CompletedProcess, list]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -82,6 +89,7 @@ def _run(
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "STUB_LOG": str(log),
         "STUB_USER_TYPE": user_type,
+        "STUB_LOGIC_APPS": logic_apps,
     }
     result = subprocess.run(
         ["bash", str(repo / "infra" / "deploy.sh"), *args],
@@ -138,6 +146,24 @@ def test_deploy_provisions_then_publishes_the_source_for_a_remote_build(fake_rep
     assert set(staged) == {"function_app.py", "host.json", "requirements.txt", "workflow_core/__init__.py"}
     assert calls.index(create[0]) < calls.index(publish)
     assert STARTER_URL in result.stderr
+
+
+def test_each_logic_app_pool_gets_the_example_workflow_after_the_app(fake_repo, tmp_path):
+    apps = "logic-a\nlogic-b"  # az ... --output tsv: one name a line
+    result, calls = _run(fake_repo, tmp_path, "dev", "rg-sas-dev", "westeurope", logic_apps=apps)
+    assert result.returncode == 0, result.stderr
+    zips = [c for c in calls if c.startswith("az logicapp deployment source config-zip")]
+    assert [re.search(r"--name (\S+)", c).group(1) for c in zips] == ["logic-a", "logic-b"]
+    for call in zips:
+        assert re.fullmatch(
+            r"az logicapp deployment source config-zip --resource-group rg-sas-dev --name logic-[ab] "
+            r"--src \S+/logic-app\.zip --output none",
+            call,
+        )
+        staged = set(calls[calls.index(call) + 1].split())
+        assert {"host.json", "connections.json", "parameters.json", "work-agent/workflow.json"} <= staged
+    app_zip = next(c for c in calls if c.startswith("az functionapp deployment source config-zip"))
+    assert calls.index(app_zip) < calls.index(zips[0])  # the app first: it answers the workflow
 
 
 def test_package_only_builds_the_source_zip_without_dependencies(fake_repo, tmp_path):

@@ -102,3 +102,19 @@ def test_the_ledger_may_live_on_its_own_storage_account():
 
     conn = load_settings({**base, "LedgerStorage": "UseDevelopmentStorage=true"})
     assert "devstoreaccount1" in (conn.ledger_connection.connection_string or "")
+
+
+@pytest.mark.parametrize(("length", "valid"), [(46, True), (47, False), (55, False)])
+def test_a_result_queue_name_leaves_room_for_answer_queues(length, valid):
+    """An agent's answer queue is ``<RESULT_QUEUE_NAME>-answers-`` and up to 8 characters of its own
+    (the Node example's 8 hex): a longer result queue name would leave it no valid name."""
+    from workflow_core.settings import SettingsError
+
+    name = ("r" * length)[: length - 2] + "-q"
+    env = {"AzureWebJobsStorage": "UseDevelopmentStorage=true", "AGENT_TRANSPORT": "storage-queue"}
+    env["RESULT_QUEUE_NAME"] = name
+    if valid:
+        assert len(f"{load_settings(env).result_queue}-answers-{'0' * 8}") == 63
+        return
+    with pytest.raises(SettingsError, match=r"RESULT_QUEUE_NAME=.*3-46 .*answer queues"):
+        load_settings(env)

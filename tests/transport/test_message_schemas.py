@@ -6,13 +6,18 @@ what the app refuses."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
+from activities.worker.handlers import faults
 from devtools import contract_schemas
 from devtools.faulty_transport import FaultyTransport
 from tests.faults.conftest import harness, start_provisioning  # noqa: F401  (the fixture)
+from tests.faults.test_large_payloads import large_dns  # noqa: F401  (the fixture)
+from tests.faults.test_large_payloads import start as start_large
+from workflow_core.payloads import is_reference
 
 
 def validator(name: str) -> Draft202012Validator:
@@ -51,8 +56,6 @@ def sent(monkeypatch):
 
 
 def test_every_message_a_workflow_run_sends_validates(harness, sent):  # noqa: F811
-    from activities.worker.handlers import faults
-
     faults.inject("email.send_welcome", faults.Fail())  # the last step fails for good: compensation
     iid = start_provisioning(harness)
     harness.run_until_complete(iid)
@@ -115,11 +118,44 @@ def test_what_every_work_message_carries_is_required_and_never_null(field):
     assert list(validator("work-message").iter_errors({k: v for k, v in body.items() if k != field})) != []
 
 
-def test_blob_references_and_the_compensate_input_are_described():
-    schema = json.loads(
-        (contract_schemas.SCHEMA_DIR / "work-message.schema.json").read_text(encoding="utf-8")
+REF = {"$blob": "sha256:" + "0" * 64, "size": 12}
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "valid"),
+    [
+        ("work", {"tenant": "x"}, True),
+        ("work", REF, True),
+        ("work", {"input": {}, "output": None}, True),  # a work input may look like anything inline
+        ("compensate", {"input": {"tenant": "x"}, "output": None}, True),
+        ("compensate", {"input": REF, "output": REF}, True),
+        ("compensate", REF, True),  # the whole pair by one reference
+        ("compensate", {"tenant": "x"}, False),  # not the {input, output} pair
+        ("compensate", {"input": {}, "output": {}, "extra": 1}, False),
+        ("compensate", {"input": {}}, False),
+    ],
+)
+def test_the_input_shapes_are_schema_not_prose(kind, value, valid):
+    """``input`` is ``oneOf`` an inline object and a ``BlobReference``; ``if kind == compensate``
+    it is the ``{input, output}`` pair (each inline or a reference) or one reference."""
+    body = {**_work_body(), "kind": kind, "input": value}
+    assert (list(validator("work-message").iter_errors(body)) == []) is valid
+
+
+def test_messages_carrying_blob_references_validate(harness, sent, large_dns):  # noqa: F811
+    """A real run whose input, an output and a compensation's pair travel by reference."""
+    faults.inject("email.send_welcome", faults.Fail())
+    iid = start_large(harness)
+    harness.run_until(
+        lambda: harness.ledger.get_instance(iid).status.value == "Compensated", timedelta(hours=2)
     )
-    blob = Draft202012Validator(schema["$defs"]["BlobReference"])
-    assert blob.is_valid({"$blob": "sha256:" + "0" * 64, "size": 12})
-    assert not blob.is_valid({"$blob": "sha256:" + "0" * 64})
-    assert '{"input"' in schema["properties"]["input"]["description"]
+    work = validator("work-message")
+    inputs = [(body["kind"], body.get("input")) for queue, body in sent if queue == "work"]
+    assert any(kind == "work" and is_reference(value) for kind, value in inputs), inputs
+    assert any(
+        kind == "compensate" and (is_reference(value) or is_reference(value.get("output")))
+        for kind, value in inputs
+    ), inputs
+    for queue, body in sent:
+        if queue == "work":
+            assert [e.message for e in work.iter_errors(body)] == [], body["kind"]

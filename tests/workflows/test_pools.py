@@ -29,6 +29,11 @@ def test_agents_route_to_their_pool_and_the_rest_to_default():
     assert not pools.is_message_only(DEFAULT_POOL)
 
 
+def test_a_logic_app_pool_is_message_only():
+    pools = parse_pools("pools:\n  flows: {agents: [crm.create], kind: logicApp, message_only: true}\n")
+    assert pools.pools["flows"].kind == "logicApp" and pools.is_message_only("flows")
+
+
 def test_no_pools_file_means_everything_in_default(tmp_path):
     clear_workflow_cache()
     pools = agent_pools(tmp_path)
@@ -43,6 +48,8 @@ def test_no_pools_file_means_everything_in_default(tmp_path):
         ("pools:\n  a: {agent: [x]}\n", "a.agent"),
         ("pools:\n  a: {agents: [x]\n", "not valid YAML"),
         ("pools:\n  " + "a" * 21 + ": {}\n", "1-20 lowercase"),
+        ("pools:\n  flows: {kind: logicApp}\n", "pool 'flows': a logicApp pool holds no storage rights"),
+        ("pools:\n  flows: {kind: powerAutomate, message_only: true}\n", "flows.kind"),
     ],
 )
 def test_a_bad_pools_file_is_refused_naming_the_problem(text, needle):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -29,6 +30,9 @@ class Pool(BaseModel):
     agents: tuple[str, ...] = ()
     message_only: bool = False
     canary: bool = False  # opts the pool in to the recovery canary (docs/operations.md, "Recovery canary")
+    # Who serves it, when that constrains the pool: ``logicApp``, a Logic App Standard workflow
+    # (examples/logic-app-agent), which holds no storage rights, so the pool must be message-only.
+    kind: Literal["logicApp"] | None = None
 
 
 class AgentPools(BaseModel):
@@ -46,6 +50,10 @@ class AgentPools(BaseModel):
         for name, pool in self.pools.items():
             if not POOL_NAME.match(name):
                 raise ValueError(f"pool {name!r}: 1-20 lowercase letters, digits and single dashes")
+            if pool.kind == "logicApp" and not pool.message_only:
+                raise ValueError(
+                    f"pool {name!r}: a logicApp pool holds no storage rights: declare it message_only: true"
+                )
             for agent in pool.agents:
                 if agent in owner:
                     raise ValueError(f"agent {agent!r} is in pools {owner[agent]!r} and {name!r}")
