@@ -25,13 +25,12 @@ from workflow_core.canary import (
     expected_recovery_seconds,
     judge,
 )
-from workflow_core.canary.routing import route_pool
 from workflow_core.canary.scenarios import PROBE
 from workflow_core.ledger import StepNotFound, decode_json
 from workflow_core.messages import stored_input
 from workflow_core.workflows import get_workflow
 from workflow_core.workflows.loader import agent_pools
-from workflow_core.workflows.pools import DEFAULT_POOL
+from workflow_core.workflows.pools import DEFAULT_POOL, route_pool
 
 VERDICT_ACTION = "canary-verdict"
 ACTOR = "supervisor:canary"
