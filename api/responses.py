@@ -30,6 +30,7 @@ from workflow_core.ledger import InvalidLedgerInput, StepLedger
 from workflow_core.ledger.model import validate_instance_id, validate_step_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
+from workflow_core.starter import describe_error
 from workflow_core.workflows.model import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
@@ -263,11 +264,6 @@ async def call_ledger(services: Services, operation: Callable[[StepLedger], T]) 
 
 def no_instance(instance_id: str, why: str) -> ApiError:
     return ApiError(404, f"no workflow instance {instance_id!r}", [why], code="instance-not-found")
-
-
-def describe_error(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def check_instance_id(value: object, source: str) -> str:

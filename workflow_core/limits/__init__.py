@@ -3,7 +3,6 @@
 
 from workflow_core.limits.circuit_rules import Circuit, CircuitEvent, CircuitState, next_circuit
 from workflow_core.limits.circuits import (
-    CIRCUIT_STATE_GAUGE,
     CircuitView,
     circuit_audit,
     circuit_states,
@@ -14,7 +13,6 @@ from workflow_core.limits.gate import Admission, admit, free_expired_slots, rele
 from workflow_core.limits.rows import Holder
 
 __all__ = [
-    "CIRCUIT_STATE_GAUGE",
     "Admission",
     "Circuit",
     "CircuitEvent",
