@@ -11,11 +11,12 @@ Python reads as infinity, and would serve back as the non-JSON ``Infinity``) and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -247,9 +248,15 @@ async def call_durable(awaitable: Awaitable[T], what: str) -> T:
 
 async def call_ledger(services: Services, operation: Callable[[StepLedger], T]) -> T:
     """Run a (blocking) ledger call off the event loop; storage failures become a readable 503."""
-
-    try:
+    with ledger_errors():
         return await asyncio.to_thread(operation, services.ledger)
+
+
+@contextlib.contextmanager
+def ledger_errors() -> Iterator[None]:
+    """Ledger failures inside become problems: invalid input a 400, storage failures a readable 503."""
+    try:
+        yield
     except InvalidLedgerInput as exc:
         raise ApiError(400, "invalid request", [str(exc)], code="invalid-request") from None
     except AzureError as exc:

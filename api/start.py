@@ -8,11 +8,9 @@ path every starter takes; what that refuses becomes the problem it names, and a 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import azure.functions as func
-from azure.core.exceptions import AzureError
 
 from api.responses import (
     COMPENSATION_SUFFIX,
@@ -21,10 +19,10 @@ from api.responses import (
     ApiError,
     ServicesSource,
     check_instance_id,
-    describe_error,
     json_errors,
     json_object_body,
     json_response,
+    ledger_errors,
     resolve_services,
     route_base,
     status_url,
@@ -32,10 +30,7 @@ from api.responses import (
 )
 from api.versions import definition_to_start
 from api.views import decode_maybe_json
-from workflow_core.ledger import InvalidLedgerInput
 from workflow_core.starter import StartRefused, start_instance
-
-log = logging.getLogger(__name__)
 
 STATUS_OF = {"invalid-input": 400, "input-too-large": 413, "instance-exists": 409, "durable-unavailable": 502}
 
@@ -51,40 +46,31 @@ async def start_workflow(req: func.HttpRequest, client: Any, services: ServicesS
     name = req.route_params.get("name", "")
     pinned, svc = await definition_to_start(req, name, services)
     body = json_object_body(req)
-    instance_id = _requested_instance_id(req, body)
-    try:
-        started = await start_instance(
-            client,
-            svc or resolve_services(services),
-            pinned,
-            body,
-            instance_id=instance_id,
-            trace_parent=dict(req.headers or {}),
-            attributes={"http.request.method": req.method},
-        )
-    except StartRefused as exc:
-        raise refused(exc) from None
-    except InvalidLedgerInput as exc:
-        raise ApiError(400, "invalid request", [str(exc)], code="invalid-request") from None
-    except AzureError as exc:
-        log.warning("step ledger call failed: %r", exc)
-        raise ApiError(
-            503,
-            "the step ledger (Table Storage) is unavailable",
-            [describe_error(exc).splitlines()[0]],
-            code="ledger-unavailable",
-        ) from None
-    check = client.create_check_status_response(req, started.instance_id)
+    chosen = _requested_instance_id(req, body)
+    with ledger_errors():
+        try:
+            instance_id = await start_instance(
+                client,
+                svc or resolve_services(services),
+                pinned,
+                body,
+                instance_id=chosen,
+                trace_parent=dict(req.headers or {}),
+                attributes={"http.request.method": req.method},
+            )
+        except StartRefused as exc:
+            raise refused(exc) from None
+    check = client.create_check_status_response(req, instance_id)
     payload = decode_maybe_json(check.get_body().decode("utf-8"))
     base = route_base(req)
     payload.update(
         {
-            "instanceId": started.instance_id,
+            "instanceId": instance_id,
             "workflow": name,
             "version": pinned.version,
             "versionLabel": pinned.label,
-            "statusUrl": status_url(base, started.instance_id),
-            "ledgerUrl": steps_url(base, started.instance_id),
+            "statusUrl": status_url(base, instance_id),
+            "ledgerUrl": steps_url(base, instance_id),
         }
     )
     headers = {"Location": check.headers.get("Location") or payload["statusQueryGetUri"]}

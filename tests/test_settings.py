@@ -43,7 +43,7 @@ def test_operations_md_documents_every_feature_setting_with_its_default():
         ({"RETENTION_SCHEDULE": "hourly"}, "RETENTION_SCHEDULE: 'hourly' is not a six-field NCRONTAB"),
         ({"BULK_RATE_PER_SECOND": "-1"}, "BULK_RATE_PER_SECOND must be >= 1, got -1"),
         ({"BULK_SCHEDULE": "*/30 * * * * MON"}, "BULK_SCHEDULE: '*/30 * * * * MON': 'MON'"),
-        ({"CANARY_ENABLED": "maybe"}, "CANARY_ENABLED must be one of true, false"),
+        ({"CANARY_ENABLED": "maybe"}, "CANARY_ENABLED must be one of true, yes, on, 1, false, no, off, 0"),
         ({"CANARY_SCHEDULE": "0 0 9 * * 1"}, "CANARY_SCHEDULE: '0 0 9 * * 1' does not repeat every day"),
         ({"CANARY_SCHEDULE": "0 0,10 * * * *"}, "does not repeat at even gaps (600 s and 3000 s)"),
         ({"CANARY_SCHEDULE": "0 70 * * * *"}, "CANARY_SCHEDULE: '0 70 * * * *': '70' is outside 0-59"),

@@ -119,25 +119,25 @@ FEATURE_SETTINGS: dict[str, dict[str, str | None]] = {
 _DEFAULTS = {**DOCUMENTED_SETTINGS, **{k: v for group in FEATURE_SETTINGS.values() for k, v in group.items()}}
 
 
-def _schedule(env: Mapping[str, str], name: str) -> Schedule:
+def _schedule(env: Mapping[str, str] | None, name: str) -> Schedule:
     try:
         return Schedule.parse(_value(env, name))
     except ValueError as exc:
         raise SettingsError(f"{name}: {exc}") from None
 
 
-def _get(env: Mapping[str, str], name: str) -> str | None:
-    return (env.get(name) or "").strip() or None
+def _get(env: Mapping[str, str] | None, name: str) -> str | None:
+    return ((os.environ if env is None else env).get(name) or "").strip() or None
 
 
-def _value(env: Mapping[str, str], name: str) -> str:
+def _value(env: Mapping[str, str] | None, name: str) -> str:
     """The setting, else its documented default."""
     default = _DEFAULTS[name]
     assert default is not None, name
     return _get(env, name) or default
 
 
-def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> int:
+def _int(env: Mapping[str, str] | None, name: str, minimum: int = 1) -> int:
     """Setting ``name`` as a whole number of at least ``minimum``, or an error naming it."""
     raw = _value(env, name)
     try:
@@ -149,7 +149,10 @@ def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> int:
     return value
 
 
-def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+TRUE = ("true", "yes", "on", "1")
+
+
+def _choice(env: Mapping[str, str] | None, name: str, choices: tuple[str, ...]) -> str:
     raw = _value(env, name).lower()
     if raw not in choices:
         raise SettingsError(f"{name} must be one of {', '.join(choices)}; got {raw!r}")
@@ -167,13 +170,8 @@ def _float(env: Mapping[str, str], name: str) -> float:
     return value
 
 
-def _bool(env: Mapping[str, str], name: str) -> bool:
-    return _choice(env, name, ("true", "false", "yes", "no", "on", "off", "1", "0")) in (
-        "true",
-        "yes",
-        "on",
-        "1",
-    )
+def _bool(env: Mapping[str, str] | None, name: str) -> bool:
+    return _choice(env, name, (*TRUE, "false", "no", "off", "0")) in TRUE
 
 
 def _table_name(env: Mapping[str, str], name: str) -> str:
@@ -362,7 +360,6 @@ class BulkSettings:
 
 
 def canary_settings(env: Mapping[str, str] | None = None) -> CanarySettings:
-    env = os.environ if env is None else env
     schedule = _schedule(env, "CANARY_SCHEDULE")
     try:
         period = schedule.period()
@@ -372,7 +369,6 @@ def canary_settings(env: Mapping[str, str] | None = None) -> CanarySettings:
 
 
 def retention_settings(env: Mapping[str, str] | None = None) -> RetentionSettings:
-    env = os.environ if env is None else env
     days = _int(env, "RETENTION_DAYS")
     if days > 36_500:
         raise SettingsError(f"RETENTION_DAYS is {days}; at most 36500 (100 years)")
@@ -385,7 +381,6 @@ def retention_settings(env: Mapping[str, str] | None = None) -> RetentionSetting
 
 
 def bulk_settings(env: Mapping[str, str] | None = None) -> BulkSettings:
-    env = os.environ if env is None else env
     return BulkSettings(
         schedule=_schedule(env, "BULK_SCHEDULE"), rate_per_second=_int(env, "BULK_RATE_PER_SECOND")
     )

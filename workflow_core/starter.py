@@ -13,7 +13,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -57,12 +56,6 @@ class StartRefused(Exception):
         self.code, self.message, self.details, self.extra = code, message, details, extra
 
 
-@dataclass(frozen=True)
-class Started:
-    instance_id: str
-    pinned: PinnedDefinition
-
-
 def describe_error(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -78,9 +71,9 @@ async def start_instance(
     actor: str = "api:start",
     trace_parent: Mapping[str, str] | None = None,
     attributes: Mapping[str, Any] | None = None,
-) -> Started:
+) -> str:
     """Start ``definition`` (pinned, or a name: its deployed version) on ``given`` as ``instance_id``
-    (None: a fresh one, 128 random bits), writing the ledger record first.
+    (None: a fresh one, 128 random bits), writing the ledger record first; the instance id.
 
     All in the span ``sas.workflow.start``, the root of the instance's trace: its parent is the current
     span when one is (the host's invocation span), else ``trace_parent`` (a caller's headers, which
@@ -104,7 +97,7 @@ async def _start(
     given: dict[str, Any],
     chosen: str | None,
     actor: str,
-) -> Started:
+) -> str:
     definition = pinned.definition
     name = definition.name
     try:
@@ -149,7 +142,7 @@ async def _start(
             [describe_error(exc)],
         ) from None
     log.info("started workflow %s as instance %s", pinned.version, instance_id)
-    return Started(instance_id, pinned)
+    return instance_id
 
 
 def _store_definition(services: Services, pinned: PinnedDefinition) -> None:

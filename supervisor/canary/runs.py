@@ -74,10 +74,10 @@ async def start_canary_run(client: Any, services: Services, scenario: str, pool:
         if workflow == CANARY_ECHO_WORKFLOW
         else {"scenario": scenario, "pool": pool}
     )
-    started = await start_instance(client, services, workflow, given, actor="supervisor:canary")
+    instance_id = await start_instance(client, services, workflow, given, actor="supervisor:canary")
     if scenario == "scheduler-lost":
-        await client.terminate(started.instance_id, TERMINATE_REASON)
-    return started.instance_id
+        await client.terminate(instance_id, TERMINATE_REASON)
+    return instance_id
 
 
 def watchdog_period_seconds(schedule: str) -> float:
