@@ -41,34 +41,25 @@ SCHEDULE = "*/30 * * * * *"  # every TICK
 BULK_TICK_SECONDS = 20  # a tick acts for about this long (rate x seconds instances), then yields
 
 
-def retention_for(services: runtime.Services, ops: RetentionSettings, purge_history: Any = None) -> Retention:
-    per_workflow = {
-        name: d.retention_days for name, d in load_workflows().items() if d.retention_days is not None
-    }
-    archive = None
-    if ops.archive_container:
-        archive = blob_container_client(services.settings.ledger_connection, ops.archive_container)
-    return Retention(
-        services.ledger,
-        retention_days=ops.days,
-        per_workflow=per_workflow,
-        batch_size=ops.batch_size,
-        purge_history=purge_history,
-        archive=archive,
-    )
-
-
 async def retention_tick(
     services: runtime.Services, client: Any, ops: RetentionSettings, now: datetime | None = None
 ) -> PurgeReport:
-    retention = retention_for(services, ops, client.purge_instance_history)
+    """Purge up to ``RETENTION_BATCH_SIZE`` instances finished longer ago than their retention, then
+    finished bulk operations' rows."""
+    workflows = load_workflows().items()
+    container = ops.archive_container
+    retention = Retention(
+        services.ledger,
+        retention_days=ops.days,
+        per_workflow={name: d.retention_days for name, d in workflows if d.retention_days is not None},
+        batch_size=ops.batch_size,
+        purge_history=client.purge_instance_history,
+        archive=blob_container_client(services.settings.ledger_connection, container) if container else None,
+    )
     report = await retention.run(now)
-    await asyncio.to_thread(bulk_retention_tick, services.ledger, ops, now)  # finished bulk operations' rows
+    await asyncio.to_thread(bulk_retention_tick, services.ledger, ops, now)
     log.info(
-        "retention: marked %d, purged %d, failed %d",
-        len(report.marked),
-        len(report.purged),
-        len(report.failed),
+        "retention: marked %d, purged %d, failed %d", *map(len, (report.marked, report.purged, report.failed))
     )
     return report
 

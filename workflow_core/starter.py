@@ -64,7 +64,7 @@ def describe_error(exc: BaseException) -> str:
 async def start_instance(
     client: Any,
     services: Services,
-    definition: PinnedDefinition | str,
+    workflow: PinnedDefinition | str,
     given: dict[str, Any],
     *,
     instance_id: str | None = None,
@@ -72,77 +72,65 @@ async def start_instance(
     trace_parent: Mapping[str, str] | None = None,
     attributes: Mapping[str, Any] | None = None,
 ) -> str:
-    """Start ``definition`` (pinned, or a name: its deployed version) on ``given`` as ``instance_id``
+    """Start ``workflow`` (pinned, or a name: its deployed version) on ``given`` as ``instance_id``
     (None: a fresh one, 128 random bits), writing the ledger record first; the instance id.
 
     All in the span ``sas.workflow.start``, the root of the instance's trace: its parent is the current
     span when one is (the host's invocation span), else ``trace_parent`` (a caller's headers, which
     makes it a server span). The span's context goes into the orchestration input and the instance
     record (``workflow_core.tracing``), never into a decision."""
-    pinned = definition if isinstance(definition, PinnedDefinition) else pin(get_workflow(definition))
+    pinned = workflow if isinstance(workflow, PinnedDefinition) else pin(get_workflow(workflow))
+    definition, name, chosen = pinned.definition, pinned.definition.name, instance_id
     nested = tracing.has_current_span()
     with tracing.span(
         tracing.START_SPAN,
         parent=None if nested else trace_parent,
         kind=SpanKind.SERVER if trace_parent is not None and not nested else SpanKind.INTERNAL,
-        attributes={**(attributes or {}), "sas.workflow": pinned.definition.name},
+        attributes={**(attributes or {}), "sas.workflow": name},
     ):
-        return await _start(client, services, pinned, given, instance_id, actor)
-
-
-async def _start(
-    client: Any,
-    services: Services,
-    pinned: PinnedDefinition,
-    given: dict[str, Any],
-    chosen: str | None,
-    actor: str,
-) -> str:
-    definition = pinned.definition
-    name = definition.name
-    try:
-        validated = definition.validate_input(given)
-    except WorkflowInputError as exc:
-        problems = exc.problems or [str(exc)]
-        raise StartRefused(
-            "invalid-input", f"invalid input for workflow {name!r}", problems, workflow=name
-        ) from None
-    input_json = await asyncio.to_thread(storable_input, name, validated, services)
-    instance_id = chosen or uuid.uuid4().hex
-    if chosen:  # an id made here is new: no look-up (the record's insert still guards)
-        await ensure_unused(client, services, instance_id)
-    await asyncio.to_thread(_store_definition, services, pinned)
-    trace_context = tracing.current()
-    trace.get_current_span().set_attribute("sas.instance_id", instance_id)
-    rows = await record_instance(
-        services, definition, instance_id, validated, input_json, pinned.version, trace_context, actor
-    )
-    # The definition travels with the input: every replay, generation and child runs on exactly it.
-    orchestrator_input: dict[str, Any] = {
-        "workflow": name,
-        "input": validated,
-        "version": pinned.version,
-        "definition": pinned.data,
-    }
-    if rows is not None:  # a state says the steps exist: step 0 comes first, no creation
-        orchestrator_input["state"] = resume_state(definition, [])
-        orchestrator_input["rows"] = rows  # their versions: first dispatches write unread
-    if trace_context:  # observability data for the orchestrators to pass on (workflow_core.tracing)
-        orchestrator_input[tracing.TRACE_FIELD] = trace_context
-    try:
-        await client.start_new(WORKFLOW_ORCHESTRATOR, instance_id, orchestrator_input)
-    except Exception as exc:
-        await _never_started(services, instance_id, exc, actor)
-        if "already exists" in str(exc).lower():  # the host answered 409: we lost a race
-            raise _exists(instance_id, SINGLE_USE) from None
-        log.warning("starting %s for %s failed: %r", WORKFLOW_ORCHESTRATOR, instance_id, exc)
-        raise StartRefused(
-            "durable-unavailable",
-            "could not start the workflow: the Durable Functions host call failed",
-            [describe_error(exc)],
-        ) from None
-    log.info("started workflow %s as instance %s", pinned.version, instance_id)
-    return instance_id
+        try:
+            validated = definition.validate_input(given)
+        except WorkflowInputError as exc:
+            problems = exc.problems or [str(exc)]
+            raise StartRefused(
+                "invalid-input", f"invalid input for workflow {name!r}", problems, workflow=name
+            ) from None
+        input_json = await asyncio.to_thread(storable_input, name, validated, services)
+        instance_id = chosen or uuid.uuid4().hex
+        if chosen:  # an id made here is new: no look-up (the record's insert still guards)
+            await ensure_unused(client, services, instance_id)
+        await asyncio.to_thread(_store_definition, services, pinned)
+        trace_context = tracing.current()
+        trace.get_current_span().set_attribute("sas.instance_id", instance_id)
+        rows = await record_instance(
+            services, definition, instance_id, validated, input_json, pinned.version, trace_context, actor
+        )
+        # The definition travels with the input: every replay, generation and child runs on exactly it.
+        orchestrator_input: dict[str, Any] = {
+            "workflow": name,
+            "input": validated,
+            "version": pinned.version,
+            "definition": pinned.data,
+        }
+        if rows is not None:  # a state says the steps exist: step 0 comes first, no creation
+            orchestrator_input["state"] = resume_state(definition, [])
+            orchestrator_input["rows"] = rows  # their versions: first dispatches write unread
+        if trace_context:  # observability data for the orchestrators to pass on (workflow_core.tracing)
+            orchestrator_input[tracing.TRACE_FIELD] = trace_context
+        try:
+            await client.start_new(WORKFLOW_ORCHESTRATOR, instance_id, orchestrator_input)
+        except Exception as exc:
+            await _never_started(services, instance_id, exc, actor)
+            if "already exists" in str(exc).lower():  # the host answered 409: we lost a race
+                raise _exists(instance_id, SINGLE_USE) from None
+            log.warning("starting %s for %s failed: %r", WORKFLOW_ORCHESTRATOR, instance_id, exc)
+            raise StartRefused(
+                "durable-unavailable",
+                "could not start the workflow: the Durable Functions host call failed",
+                [describe_error(exc)],
+            ) from None
+        log.info("started workflow %s as instance %s", pinned.version, instance_id)
+        return instance_id
 
 
 def _store_definition(services: Services, pinned: PinnedDefinition) -> None:

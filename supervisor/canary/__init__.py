@@ -77,18 +77,8 @@ def _recorded(trail: Sequence[Any], instance_id: str) -> dict[str, Any] | None:
                 found = None
             if isinstance(found, dict) and {"outcome", "at"} <= found.keys():
                 return found
-            return {
-                "instance_id": instance_id,
-                "outcome": "failed",
-                "at": entry.at.isoformat(),
-                "scenario": "",
-                "pool": "",
-                "expected": "",
-                "observed": "",
-                "expected_seconds": 0,
-                "recovery_seconds": None,
-                "cause": "unreadable verdict row",
-            }
+            unreadable = Verdict(instance_id, "", "", "failed", "", "", 0, None, "unreadable verdict row", "")
+            return {**asdict(unreadable), "at": entry.at.isoformat()}
     return None
 
 
