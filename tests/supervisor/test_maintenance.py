@@ -97,3 +97,28 @@ def test_a_tick_runs_every_due_feature_side_by_side_and_a_bad_one_stops_no_other
     assert set(done) == {"bulk"} and done["bulk"] == []  # retention is off; bulk had nothing to carry
     done = host.run_async(maintenance_tick(services, host.client, now=TICK_AT_NOON))
     assert set(done) == {"canary", "bulk"} and done["canary"]["started"] == {}  # the canary is off here
+
+
+def test_a_bad_feature_setting_at_start_is_one_logged_line_and_every_function_stays():
+    """Read at start (function_app.py): the app registers all its functions, the bad feature is named."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import function_app; print(sorted(f.get_function_name() for f in function_app.app.get_functions()))"
+    )
+    root = Path(__file__).resolve().parents[2]
+
+    def start(**env: str) -> subprocess.CompletedProcess[str]:
+        run_env = {**os.environ, "PYTHONPATH": str(root), **env}
+        return subprocess.run(
+            [sys.executable, "-c", script], cwd=root, env=run_env, capture_output=True, text=True, timeout=120
+        )
+
+    good, bad = start(), start(RETENTION_DAYS="thirty")
+    assert good.returncode == 0 and bad.returncode == 0, bad.stderr
+    assert bad.stdout == good.stdout and "maintenance_timer" in bad.stdout
+    errors = [line for line in bad.stderr.splitlines() if "disabled" in line]
+    assert errors == ["maintenance: retention is disabled: RETENTION_DAYS must be an integer, got 'thirty'"]

@@ -2,7 +2,8 @@
 time that recovery may take) and the verdict a finished run earns from its audit trail.
 
 Roles build on it: the canary agent (``activities/worker/handlers/canary.py``) reads the fault from
-its own input; the supervisor's canary timer (``supervisor/canary``) starts runs and records verdicts.
+its own input; the supervisor's canary (``supervisor/canary``, run by the maintenance timer) starts
+runs and records verdicts.
 """
 
 from workflow_core.canary.scenarios import (

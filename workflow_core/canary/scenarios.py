@@ -86,7 +86,7 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 # The echo contract's fault per step for each scenario (sas-canary-echo): the same fault canary.probe
-# makes on its own. scheduler-lost has none: the canary timer terminates the orchestration.
+# makes on its own. scheduler-lost has none: the canary terminates the orchestration.
 ECHO_FAULTS: dict[str, dict[str, str]] = {
     "lost-reply": {PROBE: "silent"},
     "retry": {PROBE: "fail"},
