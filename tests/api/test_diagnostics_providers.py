@@ -118,6 +118,8 @@ def test_a_feature_with_a_bad_setting_is_a_failing_row_naming_it(services, monke
     monkeypatch.setenv("CANARY_SCHEDULE", "0 0,10 * * * *")
     rows = _rows(diagnostics.collect(services)["sections"]["providers"])
     assert rows["feature bulk"]["ok"] is False
-    assert rows["feature bulk"]["detail"] == "bulk is off: BULK_RATE_PER_SECOND must be an integer, got 'fast'"
+    assert (
+        rows["feature bulk"]["detail"] == "bulk is off: BULK_RATE_PER_SECOND must be an integer, got 'fast'"
+    )
     assert rows["feature canary"]["ok"] is False and "CANARY_SCHEDULE" in rows["feature canary"]["detail"]
     assert "canary" not in rows  # the canary's own rows wait for its settings
