@@ -134,3 +134,18 @@ def test_the_echo_definition_keeps_the_canary_shape_and_carries_the_faults():
         "pool": "edge",
     }
     assert resolve_step_input(echo.steps[1], given, {})["fault"] == "none"
+
+
+def test_dispatch_and_the_watchdog_route_without_importing_the_canary():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for module in (
+        "activities/scheduler/dispatch.py",
+        "supervisor/step_decisions.py",
+        "supervisor/watchdog.py",
+    ):
+        tree = ast.parse((root / module).read_text(encoding="utf-8"))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not {m for m in imported if ".canary" in f".{m}"}, module
