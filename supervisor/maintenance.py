@@ -99,9 +99,9 @@ def due_features(now: datetime, env: Any = None) -> tuple[dict[str, Any], dict[s
     return due, errors
 
 
-def report_feature_errors() -> dict[str, str]:
-    """Log, once at start, each feature whose settings do not load (it stays off until they do)."""
-    errors = feature_errors()
+def report_feature_errors(errors: dict[str, str] | None = None) -> dict[str, str]:
+    """Log each feature whose settings do not load (at start, and each tick: it stays off until they do)."""
+    errors = feature_errors() if errors is None else errors
     for feature, error in errors.items():
         log.error("maintenance: %s is disabled: %s", feature, error)
     return errors
@@ -113,8 +113,7 @@ async def maintenance_tick(
     """One tick: every due feature, side by side; what each did (or its error)."""
     now = now or clock.utcnow()
     due, errors = due_features(now)
-    for feature, error in errors.items():
-        log.error("maintenance: %s is disabled: %s", feature, error)
+    report_feature_errors(errors)
     names = list(due)
     ticks = [FEATURE_TICKS[name](services, client, due[name]) for name in names]
     done: dict[str, Any] = {}
