@@ -26,8 +26,8 @@ from workflow_core.starter import StartRefused
 
 MAX_LIMIT = 50
 TURN_ON = (
-    "set the app setting CANARY_ENABLED=true (infra/ sets it; CANARY_SCHEDULE, hourly by default, sets "
-    "the period); `sas canary run --scenario retry` starts one run now"
+    "set the app setting CANARY_ENABLED=true (Bicep parameter canaryEnabled): the canary then starts runs "
+    "each CANARY_SCHEDULE period, hourly by default; `sas canary run --scenario retry` starts one run now"
 )
 
 
