@@ -16,9 +16,10 @@ ledger_gauges.register()
 # Fail the start-up, naming the file and field, if a workflow definition is invalid or uses an
 # agent that has no handler: better a failed deployment than a failed first step.
 activities.check_shipped_workflows()
+# A feature whose settings are invalid is off, named in the log now and in /api/diagnostics, never the app.
+supervisor.report_feature_errors()
 
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
 for blueprint in (orchestrators.blueprint, activities.blueprint, supervisor.blueprint, api.blueprint):
     app.register_blueprint(blueprint)
-app.register_blueprint(api.canary.blueprint)  # the recovery canary's timer (docs/operations.md)
-app.register_blueprint(supervisor.maintenance_blueprint)  # retention and bulk-operation timers
+app.register_blueprint(supervisor.maintenance_blueprint)  # canary, retention and bulk operations

@@ -1,4 +1,5 @@
-"""The recovery canary's and the circuit breakers' rows in ``GET /api/diagnostics`` (``sas doctor``).
+"""The optional features' rows in ``GET /api/diagnostics`` (``sas doctor``): the recovery canary's,
+the circuit breakers', and a failing row for each feature whose settings are invalid (it is off).
 
 Kept apart from :mod:`api.diagnostics_sections` (which knows the platform, not the features) and
 installed by :mod:`api.diagnostics` through ``register_provider``. What makes a row fail is what an
@@ -13,9 +14,12 @@ from datetime import datetime
 from typing import Any
 
 from api import diagnostics_sections as sections
-from api.canary import canary_enabled, period_of, pools_of
+from api.canary import TURN_ON
 from supervisor.canary import latest_verdicts
+from supervisor.canary.runs import pools_of
 from workflow_core import clock
+from workflow_core.feature_settings import canary_settings, feature_errors
+from workflow_core.settings import SettingsError
 
 VERDICTS_SHOWN = 5
 
@@ -25,11 +29,23 @@ def _age(at: str, now: datetime) -> str:
     return f"{minutes} min ago"
 
 
+def feature_rows(_services: Any) -> list[sections.Row]:
+    """A feature (canary, retention, bulk) whose settings do not load is off: a failing row naming it."""
+    return [
+        sections.row(f"feature {feature}", False, f"{feature} is off: {error}", "fix that app setting")
+        for feature, error in feature_errors().items()
+    ]
+
+
 def canary_rows(services: Any) -> list[sections.Row]:
-    if not canary_enabled():
-        return [sections.row("canary", None, "the recovery canary is off (CANARY_ENABLED)")]
+    try:
+        canary = canary_settings()
+    except SettingsError:  # feature_rows names it
+        return []
+    if not canary.enabled:
+        return [sections.row("canary", None, "the recovery canary is off (CANARY_ENABLED)", TURN_ON)]
     now = clock.utcnow()
-    period = period_of()
+    period = canary.period
     summary = latest_verdicts(
         services.ledger, now=now, period=period, limit=VERDICTS_SHOWN, pools=pools_of(services)
     )
@@ -38,7 +54,7 @@ def canary_rows(services: Any) -> list[sections.Row]:
     last_pass = f"last passed {_age(passed_at, now)}" if passed_at else "never passed"
     fixes = {
         "failed": "read the verdict's cause; docs/operations.md 'Recovery canary' says what to check first",
-        "stale": "check the canary timer runs (CANARY_SCHEDULE) and the watchdog; `sas canary` lists runs",
+        "stale": "check that the maintenance timer and the watchdog run; `sas canary` lists the runs",
     }
     if state == "none":
         head = sections.row("canary", None, "enabled; no run judged yet (the first verdict takes a period)")
@@ -80,5 +96,6 @@ def circuit_rows(services: Any, agents: dict[str, Any] | None = None) -> list[se
 
 
 def install() -> None:
+    sections.register_provider("features", feature_rows)
     sections.register_provider("canary", canary_rows)
     sections.register_provider("circuits", circuit_rows)

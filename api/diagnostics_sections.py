@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_core import liveness, telemetry_instruments
-from workflow_core.settings import DOCUMENTED_SETTINGS
+from workflow_core.settings import DOCUMENTED_SETTINGS, FEATURE_SETTINGS
 
 Row = dict[str, Any]
 APP_ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,8 @@ def host_json(_services: Any, *, root: Path = APP_ROOT) -> list[Row]:
 
 def settings(_services: Any) -> list[Row]:
     """Which settings are set (names only, never values)."""
-    names = sorted(set(DOCUMENTED_SETTINGS) | set(PLATFORM_SETTINGS))
+    features = {name for group in FEATURE_SETTINGS.values() for name in group}
+    names = sorted(set(DOCUMENTED_SETTINGS) | set(PLATFORM_SETTINGS) | features)
     set_names = [name for name in names if _env(name)]
     return [
         row("app settings", True, f"set: {', '.join(set_names) or '(none)'}"),

@@ -28,7 +28,8 @@ from api.responses import (
     resolve_services,
 )
 from supervisor import bulk, bulk_keys, operator
-from workflow_core.operations_settings import load_operations_settings
+from workflow_core.feature_settings import bulk_settings
+from workflow_core.settings import SettingsError
 
 log = logging.getLogger(__name__)
 INLINE_INSTANCES = 25
@@ -105,7 +106,10 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
     flt = parse_filter(body.get("filter"))
     actor = operator.actor_for(caller_name(req))
     svc = resolve_services(services)
-    rate = load_operations_settings().bulk_rate_per_second
+    try:
+        rate = bulk_settings().rate_per_second
+    except SettingsError as exc:  # the feature is off until its settings are fixed
+        raise ApiError(503, "bulk operations are disabled", [str(exc)], code="settings-invalid") from None
 
     async def act() -> func.HttpResponse:
         op = await call_ledger(

@@ -11,11 +11,12 @@ Python reads as infinity, and would serve back as the non-JSON ``Infinity``) and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -30,6 +31,7 @@ from workflow_core.ledger import InvalidLedgerInput, StepLedger
 from workflow_core.ledger.model import validate_instance_id, validate_step_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
+from workflow_core.starter import describe_error
 from workflow_core.workflows.model import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
@@ -246,9 +248,15 @@ async def call_durable(awaitable: Awaitable[T], what: str) -> T:
 
 async def call_ledger(services: Services, operation: Callable[[StepLedger], T]) -> T:
     """Run a (blocking) ledger call off the event loop; storage failures become a readable 503."""
-
-    try:
+    with ledger_errors():
         return await asyncio.to_thread(operation, services.ledger)
+
+
+@contextlib.contextmanager
+def ledger_errors() -> Iterator[None]:
+    """Ledger failures inside become problems: invalid input a 400, storage failures a readable 503."""
+    try:
+        yield
     except InvalidLedgerInput as exc:
         raise ApiError(400, "invalid request", [str(exc)], code="invalid-request") from None
     except AzureError as exc:
@@ -263,11 +271,6 @@ async def call_ledger(services: Services, operation: Callable[[StepLedger], T]) 
 
 def no_instance(instance_id: str, why: str) -> ApiError:
     return ApiError(404, f"no workflow instance {instance_id!r}", [why], code="instance-not-found")
-
-
-def describe_error(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def check_instance_id(value: object, source: str) -> str:

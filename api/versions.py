@@ -102,11 +102,6 @@ async def definition_to_start(
     return pin(definition), svc
 
 
-async def store_definition(services: Services, pinned: PinnedDefinition) -> None:
-    """Write the definition by its hash (once; later starts of the same version cost no request)."""
-    await call_ledger(services, lambda _: services.definitions.save(pinned))
-
-
 @json_errors
 async def list_versions(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``GET /api/workflows/{name}/versions``: stored versions, the current one, instance counts."""

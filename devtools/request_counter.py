@@ -292,9 +292,9 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     # the old index row's delete, deferred by process() until after the reply
     ("activities/worker/delivery.py", "process", WORKER_RECORD),
     ("activities/scheduler/step_creation.py", "create_workflow_steps", CREATE_STEPS),
-    ("api/start.py", "_ensure_unused", START),
-    ("api/versions.py", None, DEFINITION_STORE),
-    ("api/start.py", None, HTTP_API),
+    ("workflow_core/starter.py", "ensure_unused", START),
+    ("workflow_core/starter.py", "_store_definition", DEFINITION_STORE),
+    ("workflow_core/starter.py", None, HTTP_API),
     ("api/handlers.py", None, HTTP_API),
     ("activities/scheduler/dispatch.py", "_dispatch", DISPATCH),
     ("activities/replies/results.py", None, RESULT_HANDLER),

@@ -110,12 +110,12 @@ def step_operations(services: Services, counter: RequestCounter) -> StepCounts:
     (so queue figures are the unbatched worst case); count the requests of each operation."""
     from activities import handle_result, process_work_message
     from activities.scheduler.functions import dispatch_step
-    from api.start import _ensure_unused, _record_instance
     from orchestrators.decisions import provisional_outcome
     from orchestrators.shortcuts import expected_rows
     from orchestrators.state import WorkflowStart
     from workflow_core.contracts import StepDispatch
     from workflow_core.ledger import encode_json
+    from workflow_core.starter import ensure_unused, record_instance
     from workflow_core.workflows.store import definition_for
 
     definition = definition_for(WORKFLOW, None, None)
@@ -135,9 +135,9 @@ def step_operations(services: Services, counter: RequestCounter) -> StepCounts:
     with counter.measure() as made:
         # the HTTP starter's check that the instance id is new (Durable status + ledger), and the
         # instance record it writes before starting the orchestration, as it runs
-        asyncio.run(_ensure_unused(_EventClient(known=False), services, instance))
+        asyncio.run(ensure_unused(_EventClient(known=False), services, instance))
         rows = asyncio.run(
-            _record_instance(
+            record_instance(
                 services,
                 definition,
                 instance,

@@ -104,5 +104,5 @@ def run_command(scenario: str, api_url: str | None, key: str | None, pool: str |
         f", {body['workflow']} in pool {body.get('pool')}" if isinstance(body.get("workflow"), str) else ""
     )
     current_session().say(
-        f"started {body.get('instanceId')} ({scenario}{where}); see `sas canary` after its bound"
+        f"started {body.get('instanceId')} ({scenario}{where}); `sas canary` shows it judged next period"
     )

@@ -1,8 +1,9 @@
-"""Supervisor: the timer-triggered watchdog that recovers overdue steps, and the operator intents.
+"""Supervisor: the timer-triggered watchdog that recovers overdue steps, the operator intents, and
+the maintenance timer (the recovery canary, retention, bulk operations).
 
-``function_app.py`` registers :data:`blueprint` (the watchdog timer function); :func:`run_tick` is
-the watchdog's whole logic as a plain coroutine.
+``function_app.py`` registers :data:`blueprint` (the watchdog timer function) and
+:data:`maintenance_blueprint`; :func:`run_tick` is the watchdog's whole logic as a plain coroutine.
 """
 
-from supervisor.maintenance import maintenance_blueprint
+from supervisor.maintenance import maintenance_blueprint, report_feature_errors
 from supervisor.watchdog import blueprint, run_tick

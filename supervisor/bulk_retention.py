@@ -130,9 +130,7 @@ class BulkRetention:
 
 def bulk_retention_tick(ledger: StepLedger, ops: Any, now: datetime | None = None) -> BulkPurgeReport:
     """Called from ``retention_tick``: one bounded pass (``RETENTION_DAYS``, ``RETENTION_BATCH_SIZE``)."""
-    report = BulkRetention(
-        ledger, retention_days=ops.retention_days, batch_size=ops.retention_batch_size
-    ).run(now)
+    report = BulkRetention(ledger, retention_days=ops.days, batch_size=ops.batch_size).run(now)
     if report.deleted or report.failed:
         log.info("bulk retention: deleted %d, failed %d", len(report.deleted), len(report.failed))
     return report

@@ -1,13 +1,20 @@
-"""Maintenance timers: retention (purge instances finished longer ago than their retention period)
-and bulk operations (carry each unfinished one on from its cursor).
+"""The maintenance timer: one timer function (one Flex scale group) for the recovery canary, retention
+and bulk operations, apart from the watchdog's, so no maintenance work ever delays a watchdog tick.
 
-``function_app.py`` registers :data:`maintenance_blueprint`. The schedules are app settings read at
-start-up (``RETENTION_SCHEDULE``, ``BULK_SCHEDULE``: :mod:`workflow_core.operations_settings`).
+It ticks every 30 seconds. Each feature does its work when its own schedule (``CANARY_SCHEDULE``,
+``RETENTION_SCHEDULE``, ``BULK_SCHEDULE``) has an occurrence in the 30 seconds the tick closes, and
+each is bounded, so one cannot starve another: the canary reads at most ten runs a pool and starts
+one run a pool; retention purges at most ``RETENTION_BATCH_SIZE`` instances; bulk operations act for
+about :data:`BULK_TICK_SECONDS`. The features run side by side (a failing one is logged, the others
+go on). Each feature's settings are read on their own each tick (``workflow_core.settings``): a bad
+value disables that feature with a one-line error in the log and in ``GET /api/diagnostics``, never
+the app.
 """
 
-# No ``from __future__ import annotations``: the Python worker reads the timer functions' annotations.
+# No ``from __future__ import annotations``: the Python worker reads the timer function's annotations.
+import asyncio
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import azure.durable_functions as df
@@ -15,81 +22,109 @@ import azure.functions as func
 
 from supervisor import bulk
 from supervisor.bulk_retention import bulk_retention_tick
+from supervisor.canary.runs import canary_tick
 from supervisor.retention import PurgeReport, Retention
-from workflow_core import runtime
-from workflow_core.operations_settings import OperationsSettings, load_operations_settings
+from workflow_core import clock, runtime
+from workflow_core.feature_settings import FEATURE_LOADERS, BulkSettings, RetentionSettings, feature_errors
+from workflow_core.settings import SettingsError
 from workflow_core.storage_clients import blob_container_client
 from workflow_core.workflows import load_workflows
 
 log = logging.getLogger(__name__)
-_SETTINGS = load_operations_settings()
-BULK_TICK_SECONDS = 25  # a tick acts for about this long (rate x seconds instances), then yields
-
-
-def retention_for(
-    services: runtime.Services, ops: OperationsSettings, purge_history: Any = None
-) -> Retention:
-    per_workflow = {
-        name: d.retention_days for name, d in load_workflows().items() if d.retention_days is not None
-    }
-    archive = None
-    if ops.audit_archive_container:
-        archive = blob_container_client(services.settings.ledger_connection, ops.audit_archive_container)
-    return Retention(
-        services.ledger,
-        retention_days=ops.retention_days,
-        per_workflow=per_workflow,
-        batch_size=ops.retention_batch_size,
-        purge_history=purge_history,
-        archive=archive,
-    )
+TICK = timedelta(seconds=30)
+SCHEDULE = "*/30 * * * * *"  # every TICK
+BULK_TICK_SECONDS = 20  # a tick acts for about this long (rate x seconds instances), then yields
 
 
 async def retention_tick(
-    services: runtime.Services, client: Any, ops: OperationsSettings, now: datetime | None = None
+    services: runtime.Services, client: Any, ops: RetentionSettings, now: datetime | None = None
 ) -> PurgeReport:
-    retention = retention_for(services, ops, client.purge_instance_history)
+    """Purge up to ``RETENTION_BATCH_SIZE`` instances finished longer ago than their retention, then
+    finished bulk operations' rows."""
+    workflows = load_workflows().items()
+    container = ops.archive_container
+    retention = Retention(
+        services.ledger,
+        retention_days=ops.days,
+        per_workflow={name: d.retention_days for name, d in workflows if d.retention_days is not None},
+        batch_size=ops.batch_size,
+        purge_history=client.purge_instance_history,
+        archive=blob_container_client(services.settings.ledger_connection, container) if container else None,
+    )
     report = await retention.run(now)
-    bulk_retention_tick(services.ledger, ops, now)  # finished bulk operations' rows (issue 42)
+    await asyncio.to_thread(bulk_retention_tick, services.ledger, ops, now)
     log.info(
-        "retention: marked %d, purged %d, failed %d",
-        len(report.marked),
-        len(report.purged),
-        len(report.failed),
+        "retention: marked %d, purged %d, failed %d", *map(len, (report.marked, report.purged, report.failed))
     )
     return report
 
 
-async def bulk_tick(services: runtime.Services, client: Any, ops: OperationsSettings) -> list[str]:
-    """Carry every unfinished bulk operation on, each for about :data:`BULK_TICK_SECONDS`."""
+async def bulk_tick(services: runtime.Services, client: Any, ops: BulkSettings) -> list[str]:
+    """Carry every unfinished bulk operation on, together for about :data:`BULK_TICK_SECONDS`."""
     store = bulk.BulkStore(services.ledger)
     carried = []
-    for op in store.unfinished():
+    for op in await asyncio.to_thread(store.unfinished):
         await bulk.run(
             store,
             op,
-            rate_per_second=ops.bulk_rate_per_second,
-            max_instances=ops.bulk_rate_per_second * BULK_TICK_SECONDS,
+            rate_per_second=ops.rate_per_second,
+            max_instances=ops.rate_per_second * BULK_TICK_SECONDS,
             terminate=bulk.durable_terminate(client),
         )
         carried.append(op.bulk_id)
     return carried
 
 
+FEATURE_TICKS = {"canary": canary_tick, "retention": retention_tick, "bulk": bulk_tick}
+
+
+def due_features(now: datetime, env: Any = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The features whose schedule has an occurrence in the tick that ``now`` closes, with their
+    settings; and each feature whose settings do not load, with its error."""
+    end = now.replace(second=now.second - now.second % 30, microsecond=0)  # the tick's own time
+    due, errors = {}, {}
+    for feature, load in FEATURE_LOADERS.items():
+        try:
+            settings = load(env)
+        except SettingsError as exc:
+            errors[feature] = str(exc)
+            continue
+        if settings.schedule.due(end - TICK, end):
+            due[feature] = settings
+    return due, errors
+
+
+def report_feature_errors(errors: dict[str, str] | None = None) -> dict[str, str]:
+    """Log each feature whose settings do not load (at start, and each tick: it stays off until they do)."""
+    errors = feature_errors() if errors is None else errors
+    for feature, error in errors.items():
+        log.error("maintenance: %s is disabled: %s", feature, error)
+    return errors
+
+
+async def maintenance_tick(
+    services: runtime.Services, client: Any, *, now: datetime | None = None
+) -> dict[str, Any]:
+    """One tick: every due feature, side by side; what each did (or its error)."""
+    now = now or clock.utcnow()
+    due, errors = due_features(now)
+    report_feature_errors(errors)
+    names = list(due)
+    ticks = [FEATURE_TICKS[name](services, client, due[name]) for name in names]
+    done: dict[str, Any] = {}
+    for name, result in zip(names, await asyncio.gather(*ticks, return_exceptions=True), strict=True):
+        if isinstance(result, BaseException):
+            log.error("maintenance: %s failed: %r", name, result)
+        done[name] = result
+    return done
+
+
 maintenance_blueprint = df.Blueprint()
 
 
-@maintenance_blueprint.function_name("retention_timer")
-@maintenance_blueprint.timer_trigger(
-    arg_name="timer", schedule=_SETTINGS.retention_schedule, use_monitor=True
-)
+@maintenance_blueprint.function_name("maintenance_timer")
+@maintenance_blueprint.timer_trigger(arg_name="timer", schedule=SCHEDULE, use_monitor=True)
 @maintenance_blueprint.durable_client_input(client_name="client")
-async def retention_timer(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
-    await retention_tick(runtime.get_services(), client, load_operations_settings())
-
-
-@maintenance_blueprint.function_name("bulk_operations_timer")
-@maintenance_blueprint.timer_trigger(arg_name="timer", schedule=_SETTINGS.bulk_schedule, use_monitor=True)
-@maintenance_blueprint.durable_client_input(client_name="client")
-async def bulk_operations_timer(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
-    await bulk_tick(runtime.get_services(), client, load_operations_settings())
+async def maintenance_timer(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+    done = await maintenance_tick(runtime.get_services(), client)
+    log.info("maintenance: %s", {name: type(result).__name__ for name, result in done.items()})

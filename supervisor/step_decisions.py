@@ -26,7 +26,6 @@ from supervisor.watchdog_model import (
     step_deadline_seconds,
 )
 from workflow_core import telemetry
-from workflow_core.canary.routing import route_pool
 from workflow_core.contracts import (
     ResultMessage,
     StepKind,
@@ -37,7 +36,7 @@ from workflow_core.ledger import StepRecord, StepStatus
 from workflow_core.ledger.scheduler_gone import bring_forward, is_instance_gone
 from workflow_core.messages import work_message
 from workflow_core.workflows.loader import agent_pools
-from workflow_core.workflows.pools import pool_queue
+from workflow_core.workflows.pools import pool_queue, route_pool
 
 S = StepStatus
 

@@ -320,3 +320,35 @@ def test_the_alert_queries_read_the_names_the_code_emits():
     compensation = variables["compensationFailuresQuery"]["value"]
     assert telemetry_instruments.COMPENSATION_FAILED_COUNTER in compensation
     assert f'"{telemetry.OUTCOME_COMPENSATION_FAILED}"' in compensation
+
+
+def test_every_instrument_is_made_in_the_one_module():
+    """Metric names and instruments live in workflow_core/telemetry_instruments.py: no other module makes
+    one or reaches for its providers (a second place drifts from docs/operations.md's table)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    made = re.compile(
+        r"\b(create_(counter|histogram|gauge|observable_gauge|up_down_counter)|get_meter)\(|_meter_provider"
+    )
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for package in ("workflow_core", "activities", "orchestrators", "supervisor", "api", "devtools")
+        for path in sorted((root / package).rglob("*.py"))
+        if path.name != "telemetry_instruments.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if made.search(line)
+    ]
+    assert found == []
+    names = {
+        value
+        for name, value in vars(telemetry_instruments).items()
+        if name.endswith(("_COUNTER", "_GAUGE", "_HISTOGRAM"))
+    }
+    assert {
+        "sas.canary.runs",
+        "sas.canary.recovery_seconds",
+        "sas.canary.stale_pools",
+        "sas.circuit.state",
+    } <= names

@@ -75,105 +75,61 @@ class Settings:
         return self.ledger_storage or self.storage
 
 
-# name -> (default, description). The README's configuration table and the Bicep tests read this.
-DOCUMENTED_SETTINGS: dict[str, tuple[str | None, str]] = {
-    "AzureWebJobsStorage": (
-        None,
-        "Storage connection string (`UseDevelopmentStorage=true` for Azurite). In Azure use the "
-        "identity form `AzureWebJobsStorage__tableServiceUri` / `__queueServiceUri` / "
-        "`__blobServiceUri` with `__credential=managedidentity` and `__clientId`.",
-    ),
-    "AGENT_TRANSPORT": (
-        "servicebus",
-        "`servicebus` (production) or `storage-queue` (Azurite-only local runs and CI).",
-    ),
-    "ServiceBusConnection": (
-        None,
-        "Service Bus connection string (emulator: `Endpoint=sb://localhost;...;"
-        "UseDevelopmentEmulator=true;`). In Azure use `ServiceBusConnection__fullyQualifiedNamespace` "
-        "with `__credential=managedidentity` and `__clientId`.",
-    ),
-    "LedgerStorage": (
-        None,
-        "Optional storage account for the ledger and its deadline index, apart from the Durable task "
-        "hub's (`AzureWebJobsStorage`, used when this is empty): a connection string, or "
-        "`LedgerStorage__tableServiceUri` / `__accountName` with `__clientId` for a managed identity.",
-    ),
-    "LEDGER_TABLE_NAME": ("StepLedger", "Table holding step rows and their audit trail."),
-    "DEADLINE_INDEX_TABLE_NAME": ("StepDeadlines", "Table holding the deadline index."),
-    "WORK_QUEUE_NAME": ("agent-work", "Queue the scheduler sends step work to."),
-    "RESULT_QUEUE_NAME": (
-        "agent-results",
-        "Queue agents send step results to; at most 46 characters, so that an agent's answer queue, "
-        "`<RESULT_QUEUE_NAME>-answers-` and up to 8 characters of its own, is a valid queue name.",
-    ),
-    "DEAD_LETTER_QUEUE_NAME": (
-        "agent-work-poison",
-        "Storage-queue transport only: where poison work messages go (Service Bus has its own DLQ).",
-    ),
-    "MAX_DELIVERY_COUNT": ("5", "Deliveries of one message before it is dead-lettered."),
-    "WATCHDOG_SCHEDULE": ("*/30 * * * * *", "NCRONTAB schedule of the supervisor's watchdog."),
-    "WATCHDOG_BATCH_SIZE": ("100", "Overdue steps handled per watchdog tick (the rest wait a tick)."),
-    "WATCHDOG_GRACE_SECONDS": (
-        "30",
-        "How late past its deadline a step may be before the watchdog acts (clock skew, timer lag).",
-    ),
-    "WATCHDOG_RUN_ON_STARTUP": ("false", "Run a watchdog tick when the host starts (dev only)."),
-    "MAX_COMPENSATION_RESTARTS": (
-        "3",
-        "Times the watchdog restarts one instance's compensation after its orchestration ended without "
-        "finishing; then the instance is CompensationFailed, flagged with the cause, until an operator acts.",
-    ),
-    "MAX_SCHEDULER_TERMINATIONS": (
-        "2",
-        "Times the watchdog terminates one instance's live but stalled scheduler (or compensation) without "
-        "the termination taking effect; then the instance is flagged needs_attention with the cause and left "
-        "to an operator.",
-    ),
-    "LEDGER_TRANSACTION_CODEC": (
-        "own",
-        "`own`: the ledger's entity-group transactions are encoded by `workflow_core/table_transactions.py` "
-        "(a third of the SDK's client CPU); `sdk`: by the Azure SDK's own code. A switch back without a "
-        "redeploy if the storage service ever answers a transaction in a shape the codec refuses.",
-    ),
-    "MAX_PAYLOAD_BYTES": (
-        "1048576",
-        "Largest workflow input, step input or step output, in bytes of JSON (at most the default, "
-        "1 MiB); a bigger workflow input is refused with 413. Above 32,000 characters a payload is "
-        "stored once in Blob Storage and passed by reference. With the Durable Task Scheduler backend "
-        "(`DURABLE_TASK_SCHEDULER_CONNECTION_STRING` set) at most 256 KiB: its messages are capped.",
-    ),
-    "PAYLOAD_CONTAINER_NAME": (
-        "sas-payloads",
-        "Blob container (in the `AzureWebJobsStorage` account) holding payloads too large for a ledger "
-        "property; provisioned by `infra/` with a lifecycle rule that deletes them after a retention period.",
-    ),
-    "HOSTED_POOLS": (
-        "default",
-        "Comma-separated agent pools (`workflows/pools.yaml`) whose work this app receives: one work-queue "
-        "trigger each; every other pool is served elsewhere (`sas-agent`, an agent in another language).",
-    ),
-    "TASK_HUB_NAME": ("SchedulerAgentSupervisor", "Durable Functions task hub (read by host.json)."),
-    "APPLICATIONINSIGHTS_CONNECTION_STRING": (
-        None,
-        "Enables OpenTelemetry export to Application Insights when set.",
-    ),
+# Every setting the app reads: name -> default (None: none). The app's own (README, "Configuration",
+# whose table a test holds to these defaults; `infra/` sets each) are read at start: a bad one fails the
+# app, naming it (`/api/health`). Each optional feature's (docs/operations.md, "Settings") are read
+# per feature: a bad one disables that feature, logged and shown in `/api/diagnostics`, never the app.
+DOCUMENTED_SETTINGS: dict[str, str | None] = {
+    "AzureWebJobsStorage": None,
+    "AGENT_TRANSPORT": "servicebus",
+    "ServiceBusConnection": None,
+    "LedgerStorage": None,
+    "LEDGER_TABLE_NAME": "StepLedger",
+    "DEADLINE_INDEX_TABLE_NAME": "StepDeadlines",
+    "WORK_QUEUE_NAME": "agent-work",
+    "RESULT_QUEUE_NAME": "agent-results",
+    "DEAD_LETTER_QUEUE_NAME": "agent-work-poison",
+    "MAX_DELIVERY_COUNT": "5",
+    "WATCHDOG_SCHEDULE": "*/30 * * * * *",
+    "WATCHDOG_BATCH_SIZE": "100",
+    "WATCHDOG_GRACE_SECONDS": "30",
+    "WATCHDOG_RUN_ON_STARTUP": "false",
+    "MAX_COMPENSATION_RESTARTS": "3",
+    "MAX_SCHEDULER_TERMINATIONS": "2",
+    "LEDGER_TRANSACTION_CODEC": "own",
+    "MAX_PAYLOAD_BYTES": "1048576",
+    "PAYLOAD_CONTAINER_NAME": "sas-payloads",
+    "HOSTED_POOLS": "default",
+    "TASK_HUB_NAME": "SchedulerAgentSupervisor",
+    "APPLICATIONINSIGHTS_CONNECTION_STRING": None,
 }
+FEATURE_SETTINGS: dict[str, dict[str, str | None]] = {
+    "canary": {"CANARY_ENABLED": "false", "CANARY_SCHEDULE": "0 0 * * * *"},
+    "retention": {
+        "RETENTION_DAYS": "30",
+        "RETENTION_SCHEDULE": "0 17 * * * *",
+        "RETENTION_BATCH_SIZE": "50",
+        "AUDIT_ARCHIVE_CONTAINER": None,
+    },
+    "bulk": {"BULK_SCHEDULE": "*/30 * * * * *", "BULK_RATE_PER_SECOND": "20"},
+}
+_DEFAULTS = {**DOCUMENTED_SETTINGS, **{k: v for group in FEATURE_SETTINGS.values() for k, v in group.items()}}
 
 
-def _get(env: Mapping[str, str], name: str) -> str | None:
-    return (env.get(name) or "").strip() or None
+def _get(env: Mapping[str, str] | None, name: str) -> str | None:
+    return ((os.environ if env is None else env).get(name) or "").strip() or None
 
 
-def _value(env: Mapping[str, str], name: str) -> str:
+def _value(env: Mapping[str, str] | None, name: str) -> str:
     """The setting, else its documented default."""
-    default = DOCUMENTED_SETTINGS[name][0]
+    default = _DEFAULTS[name]
     assert default is not None, name
     return _get(env, name) or default
 
 
-def parse_int(raw: str, name: str, minimum: int = 1) -> int:
-    """Setting ``name``'s text as a whole number of at least ``minimum``, or an error naming it."""
+def _int(env: Mapping[str, str] | None, name: str, minimum: int = 1) -> int:
+    """Setting ``name`` as a whole number of at least ``minimum``, or an error naming it."""
+    raw = _value(env, name)
     try:
         value = int(raw)
     except ValueError:
@@ -183,8 +139,14 @@ def parse_int(raw: str, name: str, minimum: int = 1) -> int:
     return value
 
 
-def _int(env: Mapping[str, str], name: str, minimum: int = 1) -> int:
-    return parse_int(_value(env, name), name, minimum)
+TRUE = ("true", "yes", "on", "1")
+
+
+def _choice(env: Mapping[str, str] | None, name: str, choices: tuple[str, ...]) -> str:
+    raw = _value(env, name).lower()
+    if raw not in choices:
+        raise SettingsError(f"{name} must be one of {', '.join(choices)}; got {raw!r}")
+    return raw
 
 
 def _float(env: Mapping[str, str], name: str) -> float:
@@ -198,13 +160,8 @@ def _float(env: Mapping[str, str], name: str) -> float:
     return value
 
 
-def _bool(env: Mapping[str, str], name: str) -> bool:
-    raw = _value(env, name).lower()
-    if raw in ("1", "true", "yes"):
-        return True
-    if raw in ("0", "false", "no"):
-        return False
-    raise SettingsError(f"{name} must be true or false, got {raw!r}")
+def _bool(env: Mapping[str, str] | None, name: str) -> bool:
+    return _choice(env, name, (*TRUE, "false", "no", "off", "0")) in TRUE
 
 
 def _table_name(env: Mapping[str, str], name: str) -> str:
@@ -315,12 +272,7 @@ def service_bus_connection(
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate every setting; raise :class:`SettingsError` naming the first bad one."""
     env = os.environ if env is None else env
-    raw_transport = _value(env, "AGENT_TRANSPORT").lower()
-    try:
-        transport = TransportKind(raw_transport)
-    except ValueError:
-        choices = ", ".join(k.value for k in TransportKind)
-        raise SettingsError(f"AGENT_TRANSPORT must be one of {choices}; got {raw_transport!r}") from None
+    transport = TransportKind(_choice(env, "AGENT_TRANSPORT", tuple(TransportKind)))
     return Settings(
         storage=storage_connection(env),
         transport=transport,
@@ -339,7 +291,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         max_scheduler_terminations=_int(env, "MAX_SCHEDULER_TERMINATIONS"),
         app_insights_connection_string=_get(env, "APPLICATIONINSIGHTS_CONNECTION_STRING"),
         ledger_storage=ledger_storage_connection(env),
-        ledger_sdk_transactions=_transaction_codec(env) == "sdk",
+        ledger_sdk_transactions=_choice(env, "LEDGER_TRANSACTION_CODEC", ("own", "sdk")) == "sdk",
         max_payload_bytes=_max_payload_bytes(env),
         payload_container=_queue_name(env, "PAYLOAD_CONTAINER_NAME", "blob container"),
         hosted_pools=hosted_pools(env),
@@ -364,9 +316,7 @@ def hosted_pools(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return names
 
 
-# The Durable Task Scheduler has no large-payload offload for Python workers, and the scheduler's
-# messages carry values (docs/deploy.md): the door must refuse what it cannot carry.
-DTS_MAX_PAYLOAD_BYTES = 262_144
+DTS_MAX_PAYLOAD_BYTES = 262_144  # the Durable Task Scheduler's messages carry values (docs/deploy.md)
 
 
 def _max_payload_bytes(env: Mapping[str, str]) -> int:
@@ -377,13 +327,6 @@ def _max_payload_bytes(env: Mapping[str, str]) -> int:
     if _get(env, "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"):
         return min(value, DTS_MAX_PAYLOAD_BYTES)
     return value
-
-
-def _transaction_codec(env: Mapping[str, str]) -> str:
-    raw = _value(env, "LEDGER_TRANSACTION_CODEC").lower()
-    if raw not in ("own", "sdk"):
-        raise SettingsError(f"LEDGER_TRANSACTION_CODEC must be own or sdk; got {raw!r}")
-    return raw
 
 
 @lru_cache(maxsize=1)

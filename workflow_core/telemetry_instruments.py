@@ -28,6 +28,10 @@ STEP_ATTEMPTS_HISTOGRAM = "sas.step.attempts"
 QUEUE_WAIT_HISTOGRAM = "sas.step.queue_wait.duration"
 WORK_IN_FLIGHT_GAUGE = "sas.work.in_flight"
 INSTANCES_OVERDUE_GAUGE = "sas.instance.overdue"
+CANARY_RUNS_COUNTER = "sas.canary.runs"
+CANARY_RECOVERY_HISTOGRAM = "sas.canary.recovery_seconds"
+CANARY_STALE_COUNTER = "sas.canary.stale_pools"
+CIRCUIT_STATE_GAUGE = "sas.circuit.state"
 LOGGER_NAME = "sas.supervisor"
 INSTRUMENTATION_NAME = "sas.supervisor"
 
@@ -46,6 +50,10 @@ class Instruments:
     step_duration: metrics.Histogram
     step_attempts: metrics.Histogram
     queue_wait: metrics.Histogram
+    canary_runs: metrics.Counter
+    canary_recovery: metrics.Histogram
+    canary_stale_pools: metrics.Counter
+    circuit_state: metrics.Gauge
     tracer: trace.Tracer
 
 
@@ -102,6 +110,22 @@ def _build(
             QUEUE_WAIT_HISTOGRAM,
             unit="s",
             description="Time from a step's dispatch (ledger) to its agent starting it: the queue wait",
+        ),
+        canary_runs=meter.create_counter(
+            CANARY_RUNS_COUNTER, unit="{run}", description="Canary runs judged, by outcome"
+        ),
+        canary_recovery=meter.create_histogram(
+            CANARY_RECOVERY_HISTOGRAM,
+            unit="s",
+            description="Seconds a canary run took from start to recovered end",
+        ),
+        canary_stale_pools=meter.create_counter(
+            CANARY_STALE_COUNTER,
+            unit="{pool}",
+            description="Canary pools with no pass within two periods, per tick",
+        ),
+        circuit_state=meter.create_gauge(
+            CIRCUIT_STATE_GAUGE, description="Circuit state per agent: 0 closed, 1 half-open, 2 open"
         ),
         tracer=tracer,
     )

@@ -33,7 +33,6 @@ from activities.scheduler.limits_gate import hold_back, is_limited
 from activities.verification import UNDOING, attempt_token
 from workflow_core import contracts as c
 from workflow_core import telemetry, tracing
-from workflow_core.canary.routing import route_pool
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
 from workflow_core.ledger.known_rows import KnownStepRecord, known_instance, watched_in
@@ -41,7 +40,7 @@ from workflow_core.messages import ClaimableWork, work_message
 from workflow_core.runtime import Services
 from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
 from workflow_core.workflows.loader import agent_pools
-from workflow_core.workflows.pools import pool_queue
+from workflow_core.workflows.pools import pool_queue, route_pool
 
 log = logging.getLogger(__name__)
 

@@ -2,20 +2,22 @@
 runs from their audit trails, record each verdict once as a ledger row in the run's own partition, and
 emit metrics.
 
-:func:`verify_runs` is what the canary timer calls; :func:`latest_verdicts` is what ``sas doctor``,
-``GET /api/canary`` and the console badge read. Canary runs are ordinary instances of the canary
-workflows, so retention purges them like any finished instance.
+:func:`read_runs` reads the newest runs once for a whole pass: each run's audit trail at most once,
+shared by the verifier (:func:`verify_runs`) and the summary (:func:`latest_verdicts`: ``sas canary``,
+``GET /api/canary``, the per-pool stale count), and never again once this process has seen the run's
+verdict (a verdict never changes). Canary runs are ordinary instances of the canary workflows, so
+retention purges them like any finished instance; the timer and the starter are in
+:mod:`supervisor.canary.runs`.
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
-
-from opentelemetry import metrics
 
 from workflow_core import clock, telemetry_instruments
 from workflow_core.canary import (
@@ -25,20 +27,18 @@ from workflow_core.canary import (
     expected_recovery_seconds,
     judge,
 )
-from workflow_core.canary.routing import route_pool
 from workflow_core.canary.scenarios import PROBE
 from workflow_core.ledger import StepNotFound, decode_json
 from workflow_core.messages import stored_input
 from workflow_core.workflows import get_workflow
 from workflow_core.workflows.loader import agent_pools
-from workflow_core.workflows.pools import DEFAULT_POOL
+from workflow_core.workflows.pools import DEFAULT_POOL, route_pool
 
 VERDICT_ACTION = "canary-verdict"
 ACTOR = "supervisor:canary"
-RUNS_METRIC = "sas.canary.runs"
-RECOVERY_METRIC = "sas.canary.recovery_seconds"
 DEFAULT_PERIOD = timedelta(hours=1)
 MAX_FIELD = 1000  # the verdict row is one audit reason (at most 4000 characters): keep its JSON whole
+MEMORY = 1000  # verdicts remembered per ledger: far more than the listing windows read
 
 
 @dataclass(frozen=True)
@@ -55,16 +55,6 @@ class Verdict:
     at: str
 
 
-def _instruments() -> tuple[Any, Any]:
-    provider = telemetry_instruments._meter_provider or metrics.get_meter_provider()
-    meter = provider.get_meter(telemetry_instruments.INSTRUMENTATION_NAME)
-    runs = meter.create_counter(RUNS_METRIC, unit="{run}", description="Canary runs judged, by outcome")
-    recovery = meter.create_histogram(
-        RECOVERY_METRIC, unit="s", description="Seconds a canary run took from start to recovered end"
-    )
-    return runs, recovery
-
-
 def _events_text(events: Any) -> str:
     return ", ".join(f"{step}:{status}" for step, status in events)
 
@@ -77,8 +67,9 @@ def _input_of(record: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _recorded(ledger: Any, instance_id: str) -> dict[str, Any] | None:
-    for entry in ledger.audit_trail(instance_id):
+def _recorded(trail: Sequence[Any], instance_id: str) -> dict[str, Any] | None:
+    """The verdict row in a run's audit trail, if any."""
+    for entry in trail:
         if entry.action == VERDICT_ACTION:
             try:
                 found = json.loads(entry.reason)
@@ -86,19 +77,27 @@ def _recorded(ledger: Any, instance_id: str) -> dict[str, Any] | None:
                 found = None
             if isinstance(found, dict) and {"outcome", "at"} <= found.keys():
                 return found
-            return {
-                "instance_id": instance_id,
-                "outcome": "failed",
-                "at": entry.at.isoformat(),
-                "scenario": "",
-                "pool": "",
-                "expected": "",
-                "observed": "",
-                "expected_seconds": 0,
-                "recovery_seconds": None,
-                "cause": "unreadable verdict row",
-            }
+            unreadable = Verdict(instance_id, "", "", "failed", "", "", 0, None, "unreadable verdict row", "")
+            return {**asdict(unreadable), "at": entry.at.isoformat()}
     return None
+
+
+@dataclass
+class Run:
+    record: Any  # its InstanceRecord
+    verdict: dict[str, Any] | None
+    trail: list[Any] | None  # read when no verdict was remembered
+
+
+# ledger -> {instance id: verdict}, oldest first: what this process has seen judged
+_judged: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
+
+
+def _remember(ledger: Any, instance_id: str, verdict: dict[str, Any]) -> None:
+    known = _judged.setdefault(ledger, {})
+    known[instance_id] = verdict
+    while len(known) > MEMORY:
+        known.pop(next(iter(known)))
 
 
 def exercised_pool(
@@ -122,15 +121,38 @@ def canary_records(ledger: Any, limit: int) -> list[Any]:
     return records[:limit]
 
 
-def verify_runs(
-    ledger: Any, *, watchdog_period: float, grace: float, now: datetime | None = None, limit: int = 20
-) -> list[Verdict]:
-    """Judge the newest ``limit`` canary runs not yet judged; record and return the new verdicts
-    (a run still within its expected recovery time is left for a later pass)."""
-    now = now or clock.utcnow()
-    new: list[Verdict] = []
+def read_runs(ledger: Any, limit: int) -> list[Run]:
+    """The newest ``limit`` canary runs with their verdicts: the listing, then the audit trail of each
+    run whose verdict this process has not seen (one query each)."""
+    known = _judged.get(ledger, {})
+    runs = []
     for record in canary_records(ledger, limit):
-        if _recorded(ledger, record.instance_id) is not None:
+        verdict = known.get(record.instance_id)
+        trail = None if verdict is not None else ledger.audit_trail(record.instance_id)
+        if trail is not None and (verdict := _recorded(trail, record.instance_id)) is not None:
+            _remember(ledger, record.instance_id, verdict)
+        runs.append(Run(record, verdict, trail))
+    return runs
+
+
+def verify_runs(
+    ledger: Any,
+    *,
+    watchdog_period: float,
+    grace: float,
+    now: datetime | None = None,
+    limit: int = 20,
+    runs: list[Run] | None = None,
+) -> list[Verdict]:
+    """Judge the newest ``limit`` canary runs (or ``runs``, read by :func:`read_runs`) not yet judged;
+    record and return the new verdicts (a run still within its expected recovery time is left for a
+    later pass)."""
+    now = now or clock.utcnow()
+    instruments = telemetry_instruments.current()
+    new: list[Verdict] = []
+    for run in read_runs(ledger, limit) if runs is None else runs:
+        record = run.record
+        if run.verdict is not None or run.trail is None:
             continue
         given = _input_of(record)
         scenario = record.business_key or str(given.get("scenario", ""))
@@ -139,7 +161,7 @@ def verify_runs(
         expected = expected_recovery_seconds(
             scenario, watchdog_period=watchdog_period, grace=grace, workflow_name=record.workflow
         )
-        trail = ledger.audit_trail(record.instance_id)
+        trail = run.trail
         started = next((a.at for a in trail if a.action == "instance-created"), record.started_at)
         agents = sorted(get_workflow(record.workflow).agents_used())
         seen = judge(scenario, trail, expected_seconds=expected, now=now, started_at=started, agents=agents)
@@ -161,10 +183,11 @@ def verify_runs(
         )
         reason = json.dumps(asdict(verdict))
         ledger.note(record.instance_id, "*", actor=ACTOR, action=VERDICT_ACTION, reason=reason)
-        runs, recovery = _instruments()
-        runs.add(1, {"outcome": verdict.outcome, "scenario": scenario, "pool": verdict.pool})
+        run.verdict = asdict(verdict)
+        _remember(ledger, record.instance_id, run.verdict)
+        instruments.canary_runs.add(1, {"outcome": verdict.outcome, "scenario": scenario, "pool": pool})
         if verdict.recovery_seconds is not None:
-            recovery.record(verdict.recovery_seconds, {"scenario": scenario, "pool": verdict.pool})
+            instruments.canary_recovery.record(verdict.recovery_seconds, {"scenario": scenario, "pool": pool})
         new.append(verdict)
     return new
 
@@ -190,6 +213,7 @@ def latest_verdicts(
     period: timedelta = DEFAULT_PERIOD,
     limit: int = 10,
     pools: Sequence[str] = (),
+    runs: list[Run] | None = None,
 ) -> dict[str, Any]:
     """``{state, last_passed_at, verdicts, pools}`` for operators. ``pools`` maps each canary pool (those
     given, plus any a verdict names) to its own ``{state, last_passed_at, last}``, from that pool's
@@ -197,10 +221,10 @@ def latest_verdicts(
     failed (another pool passing does not hide it), ``stale`` when a pool that has verdicts has none
     passed within two periods (or a given pool has none at all while others' go back two periods),
     ``passed`` otherwise (``none`` without any verdict). ``limit`` runs are
-    read per pool, so a tick that starts one run per pool shows ``limit`` ticks."""
+    read per pool, so a tick that starts one run per pool shows ``limit`` ticks (``runs``: already read)."""
     now = now or clock.utcnow()
-    records = canary_records(ledger, limit * max(1, len(pools)))
-    verdicts = [v for v in (_recorded(ledger, r.instance_id) for r in records) if v is not None]
+    runs = read_runs(ledger, limit * max(1, len(pools))) if runs is None else runs
+    verdicts = [dict(r.verdict) for r in runs if r.verdict is not None]
     verdicts.sort(key=lambda v: v["at"], reverse=True)
     names = list(dict.fromkeys([*pools, *(str(v.get("pool") or "") for v in verdicts)]))
     per_pool: dict[str, Any] = {}

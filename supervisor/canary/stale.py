@@ -11,36 +11,20 @@ verdict at all once the canary has run for two periods) in ``sas.canary.stale_po
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
 from typing import Any
 
-from opentelemetry import metrics
-
-from supervisor.canary import latest_verdicts
 from workflow_core import telemetry_instruments
 
-STALE_METRIC = "sas.canary.stale_pools"
 
-
-def _counter() -> Any:
-    provider = telemetry_instruments._meter_provider or metrics.get_meter_provider()
-    meter = provider.get_meter(telemetry_instruments.INSTRUMENTATION_NAME)
-    return meter.create_counter(
-        STALE_METRIC, unit="{pool}", description="Canary pools with no pass within two periods, per tick"
-    )
-
-
-def report_stale_pools(
-    ledger: Any, pools: Sequence[str], *, now: datetime, period: timedelta
-) -> dict[str, str | None]:
-    """Count each stale canary pool once in :data:`STALE_METRIC`; ``{pool: last passed at}`` of those."""
-    summary = latest_verdicts(ledger, now=now, period=period, pools=pools)
+def report_stale_pools(summary: dict[str, Any], pools: Sequence[str]) -> dict[str, str | None]:
+    """Count each stale canary pool of ``summary`` (:func:`supervisor.canary.latest_verdicts`) once in
+    ``sas.canary.stale_pools``; ``{pool: last passed at}`` of those."""
     stale = {
         name: state["last_passed_at"]
         for name, state in summary["pools"].items()
         if name in pools and state["state"] == "stale"
     }
-    counter = _counter()
+    counter = telemetry_instruments.current().canary_stale_pools
     for name in stale:
         counter.add(1, {"pool": name})
     return stale

@@ -110,3 +110,16 @@ def test_an_open_circuit_fails_doctor(services, open_it):
 def test_no_declared_limits_is_not_a_failure(services):
     (row,) = diagnostics_providers.circuit_rows(services, {})
     assert row["ok"] is None
+
+
+def test_a_feature_with_a_bad_setting_is_a_failing_row_naming_it(services, monkeypatch):
+    assert diagnostics_providers.feature_rows(services) == []
+    monkeypatch.setenv("BULK_RATE_PER_SECOND", "fast")
+    monkeypatch.setenv("CANARY_SCHEDULE", "0 0,10 * * * *")
+    rows = _rows(diagnostics.collect(services)["sections"]["providers"])
+    assert rows["feature bulk"]["ok"] is False
+    assert (
+        rows["feature bulk"]["detail"] == "bulk is off: BULK_RATE_PER_SECOND must be an integer, got 'fast'"
+    )
+    assert rows["feature canary"]["ok"] is False and "CANARY_SCHEDULE" in rows["feature canary"]["detail"]
+    assert "canary" not in rows  # the canary's own rows wait for its settings

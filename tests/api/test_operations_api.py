@@ -80,3 +80,13 @@ def test_an_anonymous_caller_cannot_start_one(run, client, services, ledger, pla
 def test_unknown_or_forged_ids_are_404(run, client, services, ledger, platform_auth, op_id):
     response = run(get_operation(get(op_id), client, services))
     assert response.status_code == 404
+
+
+def test_bulk_operations_with_a_bad_setting_are_off_with_a_503_naming_it(
+    run, client, services, platform_auth, monkeypatch
+):
+    monkeypatch.setenv("BULK_RATE_PER_SECOND", "fast")
+    response = run(start_operation(post({"action": "retry", "reason": "x"}), client, services))
+    problem = json_of(response)
+    assert response.status_code == 503 and problem["code"] == "settings-invalid"
+    assert problem["details"] == ["BULK_RATE_PER_SECOND must be an integer, got 'fast'"]

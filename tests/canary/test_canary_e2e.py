@@ -106,8 +106,9 @@ def test_a_verdict_is_the_metric_the_alerts_read(harness):
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from supervisor.canary import RECOVERY_METRIC, RUNS_METRIC
     from workflow_core import telemetry_instruments
+    from workflow_core.telemetry_instruments import CANARY_RECOVERY_HISTOGRAM as RECOVERY_METRIC
+    from workflow_core.telemetry_instruments import CANARY_RUNS_COUNTER as RUNS_METRIC
 
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
@@ -135,7 +136,7 @@ CANARY_POOL = "pools:\n  canaries:\n    agents: [canary.probe, canary.undo]\n"
 
 def test_a_pool_that_opts_in_is_exercised_and_named(azurite):
     """A pool opts in by listing the canary's agents (workflows/pools.yaml): its queue carries the run."""
-    from api.canary import start_canary_run
+    from supervisor.canary.runs import start_canary_run
 
     with PatternHarness(azurite, extra_workflows={"pools": CANARY_POOL}) as h:
         iid = h.host.run_async(start_canary_run(h.host.client, h.services, "retry"))
@@ -145,7 +146,7 @@ def test_a_pool_that_opts_in_is_exercised_and_named(azurite):
 
 
 def test_an_opted_in_pool_nobody_serves_fails_naming_the_agent(azurite):
-    from api.canary import start_canary_run
+    from supervisor.canary.runs import start_canary_run
 
     with PatternHarness(azurite, extra_workflows={"pools": CANARY_POOL}, hosted_pools=["default"]) as h:
         iid = h.host.run_async(start_canary_run(h.host.client, h.services, "retry"))
@@ -167,9 +168,12 @@ TWO_POOLS = "pools:\n  alpha:\n    agents: []\n  beta:\n    agents: []\n    cana
 
 
 def _tick_and_judge(h: PatternHarness, minutes: int) -> dict:
-    from api.canary import canary_tick
+    from supervisor.canary.runs import canary_tick
+    from workflow_core.feature_settings import canary_settings
 
-    done = h.host.run_async(canary_tick(h.host.client, h.services, now=h.now()))
+    done = h.host.run_async(
+        canary_tick(h.services, h.host.client, canary_settings({"CANARY_ENABLED": "true"}), now=h.now())
+    )
     _idle(h, minutes)
     verify_runs(h.ledger, watchdog_period=PERIOD, grace=GRACE, now=h.now() + timedelta(seconds=600))
     return done

@@ -10,10 +10,10 @@ from datetime import timedelta
 
 import pytest
 
-from api.canary import start_canary_run
 from devtools.harness import PatternHarness
 from devtools.message_only_echo import MessageOnlyEcho
 from supervisor.canary import latest_verdicts, verify_runs
+from supervisor.canary.runs import start_canary_run
 from workflow_core.canary import ECHO_FAULTS, SCENARIOS, expected_recovery_seconds
 
 PERIOD, GRACE = 30.0, 30.0
@@ -99,11 +99,14 @@ def test_a_message_only_pool_without_an_agent_fails_naming_the_pool_and_the_agen
 
 
 def test_a_tick_runs_the_echo_canary_in_the_message_only_pool_and_the_canary_in_the_hosted_one(edge):
-    from api.canary import canary_tick
+    from supervisor.canary.runs import canary_tick
+    from workflow_core.feature_settings import canary_settings
 
     h = edge
     MessageOnlyEcho(h, "edge")
-    done = h.host.run_async(canary_tick(h.host.client, h.services, now=h.now()))
+    done = h.host.run_async(
+        canary_tick(h.services, h.host.client, canary_settings({"CANARY_ENABLED": "true"}), now=h.now())
+    )
     assert sorted(done["started"]) == ["default", "edge"]
     workflows = {pool: h.ledger.get_instance(iid).workflow for pool, iid in done["started"].items()}
     assert workflows == {"default": "sas-canary", "edge": "sas-canary-echo"}

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from workflow_core.canary import canary_pools, route_pool
+from workflow_core.canary import (
+    CANARY_AGENTS,
+    CANARY_ECHO_WORKFLOW,
+    CANARY_WORKFLOW,
+    ECHO_AGENT,
+    canary_pools,
+)
 from workflow_core.workflows.errors import WorkflowDefinitionError
-from workflow_core.workflows.pools import parse_pools
+from workflow_core.workflows.pools import STEERED, parse_pools, route_pool
 
 TWO_POOLS = "pools:\n  alpha:\n    agents: []\n  beta:\n    agents: []\n    canary: true\n"
 
@@ -26,9 +32,11 @@ def test_a_malformed_opt_in_is_refused_by_name(bad):
         parse_pools(bad)
 
 
-def test_only_the_canary_agents_of_the_canary_workflow_can_name_a_pool():
-    from workflow_core.workflows.pools import parse_pools
+def test_the_routing_exception_names_the_canary_workflows_and_agents():
+    assert {CANARY_WORKFLOW: CANARY_AGENTS, CANARY_ECHO_WORKFLOW: frozenset({ECHO_AGENT})} == STEERED
 
+
+def test_only_the_canary_agents_of_the_canary_workflow_can_name_a_pool():
     pools = parse_pools(TWO_POOLS)
     canary = {"workflow": "sas-canary", "agent": "canary.probe", "kind": "work", "input": {"pool": "beta"}}
     assert route_pool(pools, canary) == "beta"
@@ -126,3 +134,18 @@ def test_the_echo_definition_keeps_the_canary_shape_and_carries_the_faults():
         "pool": "edge",
     }
     assert resolve_step_input(echo.steps[1], given, {})["fault"] == "none"
+
+
+def test_dispatch_and_the_watchdog_route_without_importing_the_canary():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for module in (
+        "activities/scheduler/dispatch.py",
+        "supervisor/step_decisions.py",
+        "supervisor/watchdog.py",
+    ):
+        tree = ast.parse((root / module).read_text(encoding="utf-8"))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not {m for m in imported if ".canary" in f".{m}"}, module

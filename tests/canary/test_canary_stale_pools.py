@@ -13,8 +13,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from devtools.harness import PatternHarness
 from supervisor.canary import ACTOR, VERDICT_ACTION, latest_verdicts
-from supervisor.canary.stale import STALE_METRIC, report_stale_pools
+from supervisor.canary.stale import report_stale_pools
 from workflow_core import telemetry_instruments
+from workflow_core.telemetry_instruments import CANARY_STALE_COUNTER
 
 PERIOD = timedelta(hours=1)
 POOLS = ["default", "alpha", "beta"]
@@ -40,7 +41,7 @@ def _stale_points(h: PatternHarness) -> tuple[dict, list[dict]]:
     meters = MeterProvider(metric_readers=[reader])
     telemetry_instruments.use_providers(meters, None)
     try:
-        stale = report_stale_pools(h.ledger, POOLS, now=h.now(), period=PERIOD)
+        stale = report_stale_pools(latest_verdicts(h.ledger, now=h.now(), period=PERIOD, pools=POOLS), POOLS)
         data = reader.get_metrics_data()
     finally:
         telemetry_instruments.use_providers(None, None)
@@ -50,7 +51,7 @@ def _stale_points(h: PatternHarness) -> tuple[dict, list[dict]]:
         for resource in (data.resource_metrics if data else [])
         for scope in resource.scope_metrics
         for metric in scope.metrics
-        if metric.name == STALE_METRIC
+        if metric.name == CANARY_STALE_COUNTER
         for p in metric.data.data_points
     ]
     return stale, points

@@ -1,5 +1,6 @@
-"""The canary timer (start through the real starter, terminate for scheduler-lost, judge later) and
-``GET /api/canary``, in the in-process durable host with the real ledger on Azurite."""
+"""The canary's tick (start through the one starter, terminate for scheduler-lost, judge later), run by
+the maintenance timer, and ``GET /api/canary``, in the in-process durable host with the real ledger on
+Azurite."""
 
 from __future__ import annotations
 
@@ -9,17 +10,18 @@ from datetime import UTC, datetime, timedelta
 import azure.functions as func
 import pytest
 
-from api import canary
 from devtools.harness import PatternHarness
+from supervisor.canary import runs as canary
 from workflow_core.canary import SCENARIOS
+from workflow_core.feature_settings import canary_settings
 
 HOUR = timedelta(hours=1)
+ON = canary_settings({"CANARY_ENABLED": "true"})
 
 
 @pytest.fixture
 def harness(azurite, monkeypatch):
     monkeypatch.delenv("CANARY_ENABLED", raising=False)
-    monkeypatch.delenv("CANARY_PERIOD_SECONDS", raising=False)
     with PatternHarness(azurite) as h:
         yield h
 
@@ -35,22 +37,23 @@ def _hour_of(scenario: str) -> datetime:
 
 
 def test_the_scenario_rotates_each_period():
-    seen = [canary.scenario_for(_hour_of("lost-reply") + n * HOUR) for n in range(len(SCENARIOS))]
+    seen = [canary.scenario_for(_hour_of("lost-reply") + n * HOUR, HOUR) for n in range(len(SCENARIOS))]
     assert sorted(seen) == sorted(SCENARIOS)
 
 
-def test_a_tick_starts_a_run_and_a_later_tick_records_its_verdict(harness):
+def test_a_tick_starts_a_run_and_a_later_tick_records_its_verdict(harness, monkeypatch):
     h = harness
+    monkeypatch.setenv("CANARY_ENABLED", "true")
     assert _get(h)[1]["state"] == "none"
-    done = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=_hour_of("scheduler-lost")))
+    done = h.host.run_async(canary.canary_tick(h.services, h.host.client, ON, now=_hour_of("scheduler-lost")))
     assert list(done["started"]) == ["default"]  # one run per canary pool: here the one hosted pool
     iid = done["started"]["default"]
     assert done["scenario"] == "scheduler-lost" and h.host.get_status(iid).runtime_status.name == "Terminated"
     h.run_until(lambda: h.ledger.get_instance(iid).status.value == "Succeeded", timeout=timedelta(minutes=10))
-    later = h.host.run_async(canary.canary_tick(h.host.client, h.services, now=h.now()))
+    later = h.host.run_async(canary.canary_tick(h.services, h.host.client, ON, now=h.now()))
     assert later["judged"] == [iid]
     status, body = _get(h)
-    assert status == 200 and body["state"] == "passed" and body["enabled"] is False
+    assert status == 200 and body["state"] == "passed" and body["enabled"] is True
     assert (
         body["pools"]["default"]["state"] == "passed"
         and body["pools"]["default"]["last"]["instance_id"] == iid
@@ -66,9 +69,21 @@ def test_a_bad_limit_is_a_clear_400(harness, limit):
     assert status == 400 and "limit" in json.dumps(body)
 
 
-def test_the_timer_does_nothing_unless_enabled(harness):
-    assert canary.canary_enabled({}) is False
-    assert canary.canary_enabled({"CANARY_ENABLED": "true"}) is True
+def test_off_the_canary_says_so_and_how_to_turn_it_on_and_still_judges_a_run_by_hand(harness, monkeypatch):
+    h = harness
+    status, body = _get(h)
+    assert status == 200 and body["state"] == "off" and body["enabled"] is False
+    assert "CANARY_ENABLED=true" in body["how_to_enable"]
+    iid = h.start_workflow("sas-canary", {"scenario": "retry"})  # as `sas canary run` does
+    h.run_until_complete(iid)
+    off = canary_settings({})
+    done = h.host.run_async(canary.canary_tick(h.services, h.host.client, off, now=h.now()))
+    assert done["started"] == {} and done["judged"] == [iid]
+    _, body = _get(h)
+    assert body["state"] == "off" and body["verdicts"][0]["instance_id"] == iid
+    monkeypatch.setenv("CANARY_SCHEDULE", "0 0 9 * * 1")  # weekly: no even period
+    _, body = _get(h)
+    assert body["state"] == "off" and "CANARY_SCHEDULE" in body["how_to_enable"]
 
 
 def test_an_unknown_scenario_is_refused_by_name(harness):
@@ -159,7 +174,7 @@ def test_sas_canary_prints_the_verdicts_and_run_refuses_clearly(harness, azurite
     h = harness
     iid = h.start_workflow("sas-canary", {"scenario": "retry"})
     h.run_until_complete(iid)
-    h.host.run_async(canary.canary_tick(h.host.client, h.services, now=h.now()))
+    h.host.run_async(canary.canary_tick(h.services, h.host.client, ON, now=h.now()))
     settings = h.services.settings
     conn = [
         "--connection-string",
@@ -187,21 +202,11 @@ def test_sas_canary_prints_the_verdicts_and_run_refuses_clearly(harness, azurite
     assert code != 0 and "could not reach" in err
 
 
-def test_the_timer_is_bound_to_canary_schedule_and_off_unless_enabled(monkeypatch):
-    import asyncio
-
-    from devtools.harness import app_functions
-
-    (timer,) = [f for f in app_functions() if f.get_function_name() == "canary"]
-    assert timer.get_trigger().type == "timerTrigger"
-    assert timer.get_trigger().schedule == "%CANARY_SCHEDULE%"
-    body = canary.canary._function.get_user_function().__wrapped__  # inside the SDK's client shim
-
+def test_a_disabled_canary_starts_nothing(harness):
     class Untouchable:
         def __getattr__(self, name: str):
             raise AssertionError(f"a disabled canary used the Durable client ({name})")
 
-    monkeypatch.delenv("CANARY_ENABLED", raising=False)
-    asyncio.run(body(timer=None, client=Untouchable()))
-    monkeypatch.setenv("CANARY_ENABLED", "off")
-    asyncio.run(body(timer=None, client=Untouchable()))
+    off = canary_settings({"CANARY_ENABLED": "off"})
+    done = harness.host.run_async(canary.canary_tick(harness.services, Untouchable(), off))
+    assert done["started"] == {}

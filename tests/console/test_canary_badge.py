@@ -10,8 +10,16 @@ import json
 from dataclasses import asdict
 from datetime import timedelta
 
+import pytest
+
 from supervisor.canary import ACTOR, VERDICT_ACTION, Verdict
 from tests.console.conftest import screenshot
+
+
+@pytest.fixture(autouse=True)
+def canary_on(monkeypatch):
+    """The badge of a canary that runs (off, ``GET /api/canary`` answers ``off``)."""
+    monkeypatch.setenv("CANARY_ENABLED", "true")
 
 
 def _verdict(demo, outcome: str, at, cause: str = "", pool: str = "default") -> str:

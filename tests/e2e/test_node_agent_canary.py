@@ -19,9 +19,9 @@ from types import SimpleNamespace
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
-from api.canary import start_canary_run
 from devtools.harness import PatternHarness
 from supervisor.canary import verify_runs
+from supervisor.canary.runs import start_canary_run
 from tests.e2e.node_agent import node_agent, node_env
 from tests.faults.conftest import storage_queue_only
 from tests.transport.test_message_schemas import validator

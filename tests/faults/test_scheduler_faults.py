@@ -267,19 +267,19 @@ def test_scheduler_that_never_starts_is_resumed_from_step_0(harness, monkeypatch
     Each step runs once."""
     import asyncio
 
-    import api.start
-    from api.start import _record_instance
+    import workflow_core.starter
     from workflow_core.ledger import encode_json
+    from workflow_core.starter import record_instance
     from workflow_core.workflows.store import definition_for
 
     h = harness
     if not starter_creates_steps:
-        monkeypatch.setattr(api.start, "MAX_STEPS_WITH_INSTANCE", 0)
+        monkeypatch.setattr(workflow_core.starter, "MAX_STEPS_WITH_INSTANCE", 0)
     definition = definition_for("provision-tenant", None, None)
     workflow_input = definition.validate_input({"tenant_id": "never-started", **PROVISION_INPUT})
     iid = "never-started"
     created = asyncio.run(
-        _record_instance(
+        record_instance(
             h.services, definition, iid, workflow_input, encode_json(workflow_input), version_of(definition)
         )
     )

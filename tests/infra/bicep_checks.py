@@ -485,7 +485,7 @@ def check_required_resources(files: dict[str, BicepFile]) -> list[str]:
 
 
 def _documented_default(name: str) -> str:
-    default = app_settings.DOCUMENTED_SETTINGS[name][0]
+    default = app_settings.DOCUMENTED_SETTINGS[name]
     assert default is not None, name
     return default
 
@@ -656,7 +656,7 @@ def check_app_settings(files: dict[str, BicepFile]) -> list[str]:
         problems.append(
             "AZURE_CLIENT_ID is not set (azure-identity would not find the user-assigned identity)"
         )
-    for name, (default, _description) in app_settings.DOCUMENTED_SETTINGS.items():
+    for name, default in app_settings.DOCUMENTED_SETTINGS.items():
         if name in app_settings.OPTIONAL_CONNECTIONS:
             # optional (e.g. the ledger's own account): unset is fine, a connection string is not
             if name in raw:

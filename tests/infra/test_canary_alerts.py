@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from supervisor.canary import RECOVERY_METRIC, RUNS_METRIC
 from tests.infra import bicep_checks as bc
+from workflow_core.telemetry_instruments import CANARY_RECOVERY_HISTOGRAM as RECOVERY_METRIC
+from workflow_core.telemetry_instruments import CANARY_RUNS_COUNTER as RUNS_METRIC
 
 
 def _rules():
@@ -35,7 +36,7 @@ def test_the_stale_alert_wants_a_pass_within_two_periods():
 
 
 def test_the_pool_stale_alert_reads_the_stale_pools_metric_per_pool():
-    from supervisor.canary.stale import STALE_METRIC
+    from workflow_core.telemetry_instruments import CANARY_STALE_COUNTER as STALE_METRIC
 
     resolver, rules = _rules()
     ((query, criterion),) = bc._query_text(resolver, rules["canaryPoolStaleAlert"])

@@ -22,7 +22,7 @@ MIN_RETENTION_DAYS = 30  # longer than any workflow here runs, with its retries,
 
 def check_payload_container(files: dict[str, bc.BicepFile]) -> list[str]:
     resolver = bc.Resolver(files)
-    name = app_settings.DOCUMENTED_SETTINGS["PAYLOAD_CONTAINER_NAME"][0]
+    name = app_settings.DOCUMENTED_SETTINGS["PAYLOAD_CONTAINER_NAME"]
     problems = []
     containers = {resolver.value(r.file, r.config.get("name")): r for r in bc.declared(files, CONTAINER)}
     container = containers.get(name)

@@ -37,34 +37,3 @@ def test_requests_per_purged_instance(azurite, unique_name):
         blob = {k: v for k, v in made.items() if k.startswith("blob")}
         # per instance: look for an earlier archive, upload, read back; the container once
         assert blob == {"blob download": 4, "blob upload": 2, "blob create-container": 1}
-
-
-def test_operations_md_documents_every_operations_setting_with_its_default():
-    import re
-    from pathlib import Path
-
-    from workflow_core.operations_settings import OPERATIONS_SETTINGS, load_operations_settings
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
-    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| (.+?) \|", text, flags=re.M))
-    assert set(rows) == set(OPERATIONS_SETTINGS)
-    for name, (default, _) in OPERATIONS_SETTINGS.items():
-        assert rows[name] == (f"`{default}`" if default else "(unset)")
-    loaded = load_operations_settings({})
-    assert loaded.retention_days == 30 and loaded.retention_batch_size == 50
-
-
-def test_malformed_operations_settings_are_named():
-    import pytest
-
-    from workflow_core.operations_settings import load_operations_settings
-    from workflow_core.settings import SettingsError
-
-    for env, name in (
-        ({"RETENTION_DAYS": "thirty"}, "RETENTION_DAYS"),
-        ({"RETENTION_DAYS": "0"}, "RETENTION_DAYS"),
-        ({"RETENTION_DAYS": "99999"}, "RETENTION_DAYS"),
-        ({"BULK_RATE_PER_SECOND": "-1"}, "BULK_RATE_PER_SECOND"),
-    ):
-        with pytest.raises(SettingsError, match=name):
-            load_operations_settings(env)

@@ -46,7 +46,7 @@ def test_the_setting_picks_the_codec_and_either_gives_a_working_ledger(azurite, 
 
 
 def test_an_unknown_codec_is_a_clear_settings_error():
-    with pytest.raises(SettingsError, match="LEDGER_TRANSACTION_CODEC must be own or sdk; got 'fast'"):
+    with pytest.raises(SettingsError, match="LEDGER_TRANSACTION_CODEC must be one of own, sdk; got 'fast'"):
         load_settings(
             {
                 "AzureWebJobsStorage": "UseDevelopmentStorage=true",

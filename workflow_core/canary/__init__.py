@@ -2,11 +2,12 @@
 time that recovery may take) and the verdict a finished run earns from its audit trail.
 
 Roles build on it: the canary agent (``activities/worker/handlers/canary.py``) reads the fault from
-its own input; the supervisor's canary timer (``supervisor/canary``) starts runs and records verdicts.
+its own input; the supervisor's canary (``supervisor/canary``, run by the maintenance timer) starts
+runs and records verdicts.
 """
 
-from workflow_core.canary.routing import CANARY_AGENTS, canary_pools, canary_workflow_of, route_pool
 from workflow_core.canary.scenarios import (
+    CANARY_AGENTS,
     CANARY_ECHO_WORKFLOW,
     CANARY_WORKFLOW,
     CANARY_WORKFLOWS,
@@ -16,6 +17,8 @@ from workflow_core.canary.scenarios import (
     SERVED_OUTSIDE_THE_APP,
     Scenario,
     canary_pool,
+    canary_pools,
+    canary_workflow_of,
     echo_input,
     expected_recovery_seconds,
     scenario_named,

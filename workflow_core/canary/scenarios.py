@@ -7,9 +7,11 @@ message-only pool), never restated, so editing a deadline there moves the expect
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from workflow_core.workflows import get_workflow
+from workflow_core.workflows.pools import AgentPools
 
 CANARY_WORKFLOW = "sas-canary"
 CANARY_AGENT, CANARY_UNDO = "canary.probe", "canary.undo"
@@ -21,6 +23,7 @@ CANARY_WORKFLOWS = (CANARY_WORKFLOW, CANARY_ECHO_WORKFLOW)
 # app's handler checks (start-up, `sas lint`, the demo) do not ask the app for their handlers.
 SERVED_OUTSIDE_THE_APP = frozenset({CANARY_ECHO_WORKFLOW})
 PROBE, FINISH = "probe", "finish"
+CANARY_AGENTS = frozenset({CANARY_AGENT, CANARY_UNDO})
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 # The echo contract's fault per step for each scenario (sas-canary-echo): the same fault canary.probe
-# makes on its own. scheduler-lost has none: the canary timer terminates the orchestration.
+# makes on its own. scheduler-lost has none: the canary terminates the orchestration.
 ECHO_FAULTS: dict[str, dict[str, str]] = {
     "lost-reply": {PROBE: "silent"},
     "retry": {PROBE: "fail"},
@@ -139,3 +142,32 @@ def expected_recovery_seconds(
     else:  # scheduler-lost: noticed when the probe is overdue, resumed on the next tick
         bound = probe.deadline_seconds + 2 * wake + work
     return float(bound)
+
+
+def canary_pools(pools: AgentPools, hosted: Iterable[str]) -> list[str]:
+    """The pools each canary tick exercises, ``default`` first (the order of ``pools.names``): every
+    hosted pool (``HOSTED_POOLS``), every pool that opts in (``canary: true`` in ``workflows/pools.yaml``),
+    and the pool that lists ``canary.probe``. Dispatch routes a run's messages to the pool its input
+    names (``workflow_core.workflows.pools.STEERED``)."""
+    hosted = set(hosted)
+    listed = pools.pool_of(CANARY_AGENT)
+    return [
+        name
+        for name in pools.names
+        if name in hosted or name == listed or (name in pools.pools and pools.pools[name].canary)
+    ]
+
+
+def canary_workflow_of(pools: AgentPools, pool: str, hosted: Iterable[str]) -> str:
+    """The definition a canary run in ``pool`` uses: ``sas-canary-echo`` when the pool is message-only,
+    opts in (``canary: true``), is not hosted and does not list ``canary.probe`` (its agents implement
+    the conformance echo contract, not the app's Python handlers); else ``sas-canary``."""
+    declared = pools.pools.get(pool)
+    echo = (
+        declared is not None
+        and declared.message_only
+        and declared.canary
+        and pool not in set(hosted)
+        and CANARY_AGENT not in declared.agents
+    )
+    return CANARY_ECHO_WORKFLOW if echo else CANARY_WORKFLOW

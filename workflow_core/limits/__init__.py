@@ -2,13 +2,12 @@
 (docs/agent-limits.md). Nothing here runs for an agent without declared limits."""
 
 from workflow_core.limits.circuit_rules import Circuit, CircuitEvent, CircuitState, next_circuit
-from workflow_core.limits.circuits import CIRCUIT_STATE_GAUGE, CircuitStore, CircuitView
+from workflow_core.limits.circuits import CircuitStore, CircuitView
 from workflow_core.limits.gate import Admission
 from workflow_core.limits.rows import Holder
 from workflow_core.limits.store import LimitsStore
 
 __all__ = [
-    "CIRCUIT_STATE_GAUGE",
     "Admission",
     "Circuit",
     "CircuitEvent",

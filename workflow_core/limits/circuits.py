@@ -13,7 +13,6 @@ from typing import Any
 
 from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableClient, TableTransactionError
-from opentelemetry import metrics
 
 from workflow_core import clock, telemetry_instruments
 from workflow_core.limits.circuit_rules import STATE_VALUES, Circuit, CircuitEvent, CircuitState, next_circuit
@@ -23,7 +22,6 @@ from workflow_core.workflows.loader import agent_pools
 
 log = logging.getLogger(__name__)
 
-CIRCUIT_STATE_GAUGE = "sas.circuit.state"
 MAX_RACES = 5
 
 
@@ -92,11 +90,7 @@ def move_circuit(
 
 def record_state(agent: str, state: CircuitState) -> None:
     """The ``sas.circuit.state`` gauge: 0 closed, 1 half-open, 2 open, per agent."""
-    provider = telemetry_instruments._meter_provider or metrics.get_meter_provider()
-    gauge = provider.get_meter(telemetry_instruments.INSTRUMENTATION_NAME).create_gauge(
-        CIRCUIT_STATE_GAUGE, description="Circuit state per agent: 0 closed, 1 half-open, 2 open"
-    )
-    gauge.set(STATE_VALUES[state], {"sas.agent": agent})
+    telemetry_instruments.current().circuit_state.set(STATE_VALUES[state], {"sas.agent": agent})
 
 
 @dataclass(frozen=True)

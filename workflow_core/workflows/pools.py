@@ -2,14 +2,22 @@
 
 Declared once, in ``workflows/pools.yaml``; an agent named in no pool belongs to ``default``, whose
 queue is the work queue itself (``WORK_QUEUE_NAME``); pool ``p`` uses ``<WORK_QUEUE_NAME>-p``.
+
+Routing (:func:`route_pool`, what dispatch and the watchdog's redispatch use) is that one rule with one
+declared exception, :data:`STEERED`: the recovery canary's messages go to the pool their step input
+names (``pool``, copied from the run's input by the canary definitions), when that pool is declared.
+No other workflow or agent can steer its messages, and an undeclared name falls back to the rule. Why
+not pool-qualified agent names: the step's agent comes from the pinned definition, so one definition
+per pool would be needed; the input carries the pool instead, and the ledger keeps it.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -22,6 +30,12 @@ DEFAULT_POOL = "default"
 # Short enough that "<queue name>-<pool>" stays a valid queue name on both transports.
 AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")  # as message_fields
 POOL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){0,19}$")
+# The one exception to the routing rule (workflow -> its agents whose messages go to the pool their
+# input names): the recovery canary's, ``workflow_core.canary``'s names (a test keeps them in step).
+STEERED: dict[str, frozenset[str]] = {
+    "sas-canary": frozenset({"canary.probe", "canary.undo"}),
+    "sas-canary-echo": frozenset({"conformance.echo"}),
+}
 
 
 class Pool(BaseModel):
@@ -89,6 +103,23 @@ def pool_queue(work_queue: str, pool: str) -> str:
     if not POOL_NAME.match(pool):
         raise ValueError(f"{pool!r} is not a pool name (1-20 lowercase letters, digits and single dashes)")
     return work_queue if pool == DEFAULT_POOL else f"{work_queue}-{pool}"
+
+
+def _named_pool(body: Mapping[str, Any]) -> Any:
+    given = body.get("input")
+    if body.get("kind") == "compensate" and isinstance(given, Mapping):
+        given = given.get("input")  # a compensator gets {"input": the step's input, "output": ...}
+    return given.get("pool") if isinstance(given, Mapping) else None
+
+
+def route_pool(pools: AgentPools, body: Mapping[str, Any]) -> str:
+    """The pool whose queue carries the work message ``body`` (a ``WorkMessage`` as a dict)."""
+    agent = str(body.get("agent", ""))
+    ordinary = pools.pool_of(agent)
+    if agent not in STEERED.get(str(body.get("workflow", "")), ()):
+        return ordinary
+    named = _named_pool(body)
+    return named if isinstance(named, str) and named in pools.names else ordinary
 
 
 def parse_pools(text: str, source: str = POOLS_FILE) -> AgentPools:

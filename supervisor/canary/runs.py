@@ -1,0 +1,125 @@
+"""The recovery canary's tick and its runs (docs/operations.md, "Recovery canary").
+
+The maintenance timer (``supervisor.maintenance``) runs :func:`canary_tick` when ``CANARY_SCHEDULE``
+is due: it reads the newest runs once (``supervisor.canary.read_runs``), judges the finished ones,
+counts the pools gone stale (``supervisor.canary.stale``: the per-pool alert's metric) from the same
+read, then, when ``CANARY_ENABLED``, starts one run per canary pool (``workflow_core.canary.
+canary_pools``: every hosted pool and every pool that opts in) through the one starter
+(``workflow_core.starter.start_instance``), the scenario rotating with the period (each pool gets the
+same scenario in a tick): of ``sas-canary``, or of ``sas-canary-echo`` in a message-only pool that
+opts in. With the canary off it still judges, so a run started by hand (``sas canary run``) is judged.
+The scheduler-lost scenario is made here: its orchestration is terminated as soon as it is started,
+so the watchdog must resume it from the ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from azure.core.exceptions import AzureError
+
+from supervisor.canary import latest_verdicts, read_runs, verify_runs
+from supervisor.canary.stale import report_stale_pools
+from workflow_core import clock
+from workflow_core.canary import (
+    CANARY_ECHO_WORKFLOW,
+    SCENARIOS,
+    canary_pool,
+    canary_pools,
+    canary_workflow_of,
+    echo_input,
+    scenario_named,
+)
+from workflow_core.feature_settings import CanarySettings
+from workflow_core.runtime import Services
+from workflow_core.schedules import Schedule
+from workflow_core.starter import StartRefused, start_instance
+from workflow_core.workflows.loader import agent_pools
+
+log = logging.getLogger(__name__)
+TERMINATE_REASON = "canary scheduler-lost: terminated on purpose"
+SHOWN = 10  # verdicts per pool the stale count reads, as GET /api/canary's default
+
+
+def scenario_for(now: datetime, period: timedelta) -> str:
+    """The scenario of the run started at ``now``: each period the next one, round the table."""
+    names = list(SCENARIOS)
+    return names[int(now.timestamp() // period.total_seconds()) % len(names)]
+
+
+def pools_of(services: Services) -> list[str]:
+    """The pools a canary tick exercises (hosted ones and those that opt in)."""
+    return canary_pools(agent_pools(), services.settings.hosted_pools)
+
+
+def workflow_of(services: Services, pool: str) -> str:
+    """The canary definition that exercises ``pool`` (``sas-canary-echo`` in an opted-in message-only one)."""
+    return canary_workflow_of(agent_pools(), pool, services.settings.hosted_pools)
+
+
+async def start_canary_run(client: Any, services: Services, scenario: str, pool: str | None = None) -> str:
+    """Start one canary run now (the one starter, so the run is an ordinary instance); its id. The run
+    exercises ``pool`` (one of :func:`pools_of`; unset: the pool ``workflows/pools.yaml`` routes the
+    canary's agents to, ``default`` unless one lists them). Raises ``StartRefused`` as the starter does."""
+    scenario_named(scenario)  # a clear error for an unknown one
+    pool = canary_pool() if pool is None else pool
+    if pool not in (allowed := pools_of(services)):
+        raise ValueError(f"pool {pool!r} does not serve the canary; canary pools: {', '.join(allowed)}")
+    workflow = workflow_of(services, pool)
+    given = (
+        echo_input(scenario, pool)
+        if workflow == CANARY_ECHO_WORKFLOW
+        else {"scenario": scenario, "pool": pool}
+    )
+    instance_id = await start_instance(client, services, workflow, given, actor="supervisor:canary")
+    if scenario == "scheduler-lost":
+        await client.terminate(instance_id, TERMINATE_REASON)
+    return instance_id
+
+
+def watchdog_period_seconds(schedule: str) -> float:
+    """The watchdog's period from its NCRONTAB (60 s when it has none)."""
+    try:
+        return Schedule.parse(schedule).period().total_seconds()
+    except ValueError:
+        return 60.0
+
+
+async def canary_tick(
+    services: Services, client: Any, canary: CanarySettings, now: datetime | None = None
+) -> dict[str, Any]:
+    """One canary pass: judge earlier runs and count stale pools from one read of the newest runs, then
+    (when enabled) start the next scenario in every canary pool. What it did (``started``: one
+    instance id per pool, in :func:`pools_of` order)."""
+    now = now or clock.utcnow()
+    settings = services.settings
+    pools = pools_of(services)
+    # one read for both: the stale count's window (ten runs a pool) holds the verifier's (a run is
+    # judged within its bound, minutes, so well inside ten periods)
+    runs = await asyncio.to_thread(read_runs, services.ledger, SHOWN * max(1, len(pools)))
+    judged = await asyncio.to_thread(
+        verify_runs,
+        services.ledger,
+        watchdog_period=watchdog_period_seconds(settings.watchdog_schedule),
+        grace=settings.watchdog_grace_seconds,
+        now=now,
+        runs=runs,
+    )
+    summary = latest_verdicts(services.ledger, now=now, period=canary.period, pools=pools, runs=runs)
+    stale = report_stale_pools(summary, pools) if canary.enabled else {}
+    scenario = scenario_for(now, canary.period)
+    started: dict[str, str] = {}
+    for pool in pools if canary.enabled else ():
+        try:
+            started[pool] = await start_canary_run(client, services, scenario, pool)
+        except (StartRefused, AzureError) as exc:  # one pool's failing start must not stop the others
+            log.warning("canary: could not start %s in pool %s: %s", scenario, pool, exc)
+    return {
+        "started": started,
+        "scenario": scenario,
+        "judged": [v.instance_id for v in judged],
+        "stale": sorted(stale),
+    }
