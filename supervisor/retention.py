@@ -31,8 +31,9 @@ from workflow_core import clock
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import InstanceRecord, InstanceStatus, StepLedger
 from workflow_core.ledger.errors import ConcurrencyConflict
+from workflow_core.ledger.families import INSTANCE_ROW
 from workflow_core.ledger.idempotency import forget_instance_keys
-from workflow_core.ledger.instance import INSTANCE_ROW, PURGEABLE_INSTANCE_STATUSES
+from workflow_core.ledger.instance import PURGEABLE_INSTANCE_STATUSES
 from workflow_core.ledger.instance_list import listing_entity
 
 log = logging.getLogger(__name__)

@@ -23,10 +23,10 @@ from azure.core.exceptions import (
 )
 
 from workflow_core import clock
+from workflow_core.ledger.families import LIVENESS_PARTITION as PARTITION
 
 log = logging.getLogger("sas.liveness")
 
-PARTITION = "~liveness"
 WATCHDOG = "watchdog"
 
 

@@ -22,9 +22,8 @@ from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, Re
 from azure.data.tables import UpdateMode
 
 from workflow_core import clock
+from workflow_core.ledger.families import IDEMPOTENCY_PREFIX, KEY_INDEX_PARTITION
 
-IDEMPOTENCY_PREFIX = "~idem~"  # after "~": outside the step rows and the audit rows
-KEY_INDEX_PARTITION = "~idempotency"  # in the index table; sorts after every deadline bucket
 KEY_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,100}")  # a key as the API and the CLI take it
 
 
