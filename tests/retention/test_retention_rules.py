@@ -68,12 +68,20 @@ steps:
 
 
 def test_a_purge_forgets_the_instances_idempotency_keys_api_wide(ledger):
-    from workflow_core.ledger.idempotency import KEY_INDEX_PARTITION, claim_or_replay, key_index_row
+    from workflow_core.ledger.idempotency import (
+        KEY_INDEX_PARTITION,
+        claim_or_replay,
+        key_index_row,
+        record_answer,
+    )
 
     done(ledger, "keyed-1", "provision-tenant", T0)
     done(ledger, "kept-1", "provision-tenant", T0 + timedelta(days=40))
     assert claim_or_replay(ledger, "keyed-1", "key-a", "POST /a", "op") is None
     assert claim_or_replay(ledger, "kept-1", "key-b", "POST /b", "op") is None
+    unanswered = asyncio.run(Retention(ledger, retention_days=30).run(T0 + timedelta(days=31)))
+    assert unanswered.purged == []  # an operator action in flight (no answer yet) keeps it
+    record_answer(ledger, "keyed-1", "key-a", 200, {})
     report = asyncio.run(Retention(ledger, retention_days=30, batch_size=10).run(T0 + timedelta(days=31)))
     assert report.purged == ["keyed-1"]
     keys = {e["RowKey"] for e in ledger._index.query_entities(f"PartitionKey eq '{KEY_INDEX_PARTITION}'")}
