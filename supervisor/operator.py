@@ -283,6 +283,11 @@ def compensation_target(ledger: StepLedger, instance_id: str) -> str:
     record = ledger.find_instance(instance_id)
     if record is not None:
         _check(instance_state.Action.COMPENSATE, record, steps)
+    return compensation_target_of(instance_id, steps)
+
+
+def compensation_target_of(instance_id: str, steps: list[StepRecord]) -> str:
+    """:func:`compensation_target` of the steps as read."""
     asked = [s for s in steps if s.status is S.COMPENSATING]
     if asked:
         raise OperatorError(

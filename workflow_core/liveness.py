@@ -85,3 +85,16 @@ def last_tick(table: Any) -> Tick | None:
         overdue=int(row.get("Overdue") or 0),
         errors=int(row.get("Errors") or 0),
     )
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """The liveness row in one ledger table (``Services.liveness``)."""
+
+    table: Any
+
+    def record_tick(self, **kwargs: Any) -> bool:
+        return record_tick(self.table, **kwargs)
+
+    def last_tick(self) -> Tick | None:
+        return last_tick(self.table)

@@ -83,8 +83,7 @@ def test_bulk_with_a_progress_bar_reports_what_it_skipped_and_why(cli, ledger):
 
 
 def bulk_operations(ledger):
-    rows = ledger.table_client().query_entities("PartitionKey eq @p", parameters={"p": "~bulk"})
-    return [r for r in rows if not r["DryRun"]]
+    return list(ledger.table_client().query_entities("PartitionKey eq @p", parameters={"p": "~bulk"}))
 
 
 def test_a_bulk_command_cut_off_and_repeated_with_its_key_carries_the_same_operation_on(
@@ -99,9 +98,7 @@ def test_a_bulk_command_cut_off_and_repeated_with_its_key_carries_the_same_opera
     real_run = bulk.run
 
     async def cut_off(store, op, **kwargs):
-        if not op.dry_run:
-            raise ServiceRequestError("connection reset")  # cut off after the operation is recorded
-        return await real_run(store, op, **kwargs)
+        raise ServiceRequestError("connection reset")  # cut off after the operation is recorded
 
     monkeypatch.setattr(bulk, "run", cut_off)
     code, _, err = cli("bulk", "retry", "--reason", "back", "--idempotency-key", "ticket-7", "--yes")

@@ -133,3 +133,32 @@ def forget_instance_keys(ledger: Any, instance_id: str, row_keys: list[str]) -> 
                 ledger._index.delete_entity(
                     entity, etag=entity.metadata["etag"], match_condition=MatchConditions.IfNotModified
                 )
+
+
+class IdempotencyKeys:
+    """The keys of one partition (an instance's, or ``~bulk-keys``): ``Services.idempotency_keys``."""
+
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+
+    def claim_or_replay(self, partition: str, key: str, request: str, actor: str) -> dict[str, Any] | None:
+        return claim_or_replay(self.ledger, partition, key, request, actor)
+
+    def record_answer(self, partition: str, key: str, status: int, body: Any) -> None:
+        record_answer(self.ledger, partition, key, status, body)
+
+    def release(self, partition: str, key: str) -> None:
+        release_key(self.ledger, partition, key)
+
+    def answers(self, partition: str) -> list[tuple[str, Any]]:
+        """(row key, stored answer) of every key of ``partition``."""
+        rows = self.ledger._steps.query_entities(
+            "PartitionKey eq @pk", parameters={"pk": partition}, select=["RowKey", "Answer"]
+        )
+        return [(r["RowKey"], r.get("Answer")) for r in rows]
+
+    def forget(self, partition: str, row_key: str) -> None:
+        """A key's API-wide row (while it names ``partition``), then its own row: the key is free."""
+        forget_instance_keys(self.ledger, partition, [row_key])
+        with contextlib.suppress(ResourceNotFoundError):
+            self.ledger._steps.delete_entity(partition, row_key)
