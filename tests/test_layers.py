@@ -83,9 +83,9 @@ def _raw_table_access(path: Path, root: Path = ROOT) -> list[str]:
     """``x.table_client()`` calls and ``<...ledger>._private`` attributes in ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr == "table_client":
-                found.append(f"{path.relative_to(root)}:{node.lineno} calls .table_client()")
+        call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        if call and node.func.attr == "table_client":
+            found.append(f"{path.relative_to(root)}:{node.lineno} calls .table_client()")
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
             owner = node.value
             name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
