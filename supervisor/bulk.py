@@ -20,7 +20,7 @@ import json
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from azure.core.exceptions import ResourceModifiedError
@@ -83,7 +83,7 @@ class BulkFilter(BaseModel):
     def mismatch(self, record: InstanceRecord, steps: list[StepRecord]) -> str | None:
         """Why ``record`` (with its ``steps``) does not match, or None: the listing's condition,
         checked against the record itself."""
-        started = record.started_at
+        started = record.started_at or datetime.min.replace(tzinfo=UTC)
         checks = (
             (self.workflow is None or record.workflow == self.workflow, f"workflow is {record.workflow}"),
             (self.version is None or record.version == self.version, f"version is {record.version}"),
@@ -98,23 +98,13 @@ class BulkFilter(BaseModel):
                 or (record.business_key or "").startswith(self.business_key_prefix),
                 "its business key",
             ),
-            (
-                self.started_after is None or (started is not None and started >= self.started_after),
-                "started",
-            ),
-            (
-                self.started_before is None or (started is not None and started < self.started_before),
-                "started",
-            ),
+            (self.started_after is None or started >= self.started_after, "it started before the window"),
+            (self.started_before is None or started < self.started_before, "it started after the window"),
         )
         why = next((why for ok, why in checks if not ok), None)
         if why is None and self.error_contains:
-            errors = [
-                record.last_error,
-                record.outcome,
-                record.attention_reason,
-                *(s.last_error for s in steps),
-            ]
+            errors = [record.last_error, record.outcome, record.attention_reason]
+            errors += [s.last_error for s in steps]
             if self.error_contains.lower() not in " ".join(filter(None, errors)).lower():
                 why = f"no error contains {self.error_contains!r}"
         return why
@@ -263,11 +253,7 @@ def eligibility(
     return None, None
 
 
-def _read(ledger: StepLedger, instance_id: str) -> tuple[InstanceRecord | None, list[StepRecord]]:
-    return ledger.find_instance(instance_id), ledger.list_for_instance(instance_id)
-
-
-def preview(ledger: StepLedger, action: str, flt: BulkFilter, limit: int | None = None) -> dict[str, Any]:
+def preview(ledger: StepLedger, action: str, flt: BulkFilter) -> dict[str, Any]:
     """The dry run: what a real run would act on and skip (and why), as of now; writes nothing."""
     would_act: list[str] = []
     would_skip: list[dict[str, str]] = []
@@ -283,7 +269,7 @@ def preview(ledger: StepLedger, action: str, flt: BulkFilter, limit: int | None 
                 would_act.append(record.instance_id)
             else:
                 would_skip.append({"instanceId": record.instance_id, "why": why})
-        if token is None or (limit is not None and len(would_act) + len(would_skip) >= limit):
+        if token is None:
             break
     return {"action": action, "dryRun": True, "wouldAct": would_act, "wouldSkip": would_skip, "acted": []}
 
@@ -295,7 +281,7 @@ def act_on(ledger: StepLedger, op: BulkOperation, instance_id: str) -> tuple[str
     """Re-read the instance, re-check the filter and the eligibility, and act conditional on the
     record as checked: ``(result, why, ends its orchestration)``."""
     for _ in range(operator.MAX_RACE_RETRIES):
-        record, steps = _read(ledger, instance_id)
+        record, steps = ledger.find_instance(instance_id), ledger.list_for_instance(instance_id)
         if record is None:
             return NO_LONGER_MATCHES, "its record is gone", False
         why = op.filter.mismatch(record, steps)
@@ -307,7 +293,7 @@ def act_on(ledger: StepLedger, op: BulkOperation, instance_id: str) -> tuple[str
         reason, user = f"{op.reason} {op.marker}", op.actor.removeprefix("operator:")
         try:
             if step_id is not None:
-                intent = operator.COMPENSATE if op.action == "compensate" else operator.INTENTS[op.action]
+                intent = operator.INTENTS[op.action]
                 operator.apply_intent(
                     intent, ledger, instance_id, step_id, user=user, reason=reason, instance=record
                 )

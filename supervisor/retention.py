@@ -167,6 +167,7 @@ class Retention:
         report = PurgeReport(dry_run, self.cutoff(now, workflow, older_than_days))
         purging, fresh = self.candidates(now, workflow=workflow, older_than_days=older_than_days)
         if dry_run:
+            fresh = [r for r in fresh if self.ledger.may_purge(r.instance_id)]  # what the mark would take
             report.would_purge = [r.instance_id for r in purging + fresh]
             return report
         queue = list(purging)

@@ -58,3 +58,12 @@ def test_the_check_sees_a_new_family(tmp_path):
 def test_the_purge_deletes_every_family_outside_the_partition_by_its_name():
     outside = {f.name for f in FAMILIES if f.purge in (Purge.POINTED, Purge.NAMED)}
     assert set(PURGERS) == outside
+
+
+def test_operations_md_shows_the_instance_state_table_as_the_code_decides_it():
+    from workflow_core.ledger.instance_state import Action, decision_table
+
+    actions = [a.value for a in Action]
+    lines = [f"| instance status | {' | '.join(actions)} |", "|---|" + "---|" * len(actions)]
+    lines += [f"| {status} | {' | '.join(cells[a] for a in actions)} |" for status, cells in decision_table()]
+    assert "\n".join(lines) in (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")

@@ -125,13 +125,9 @@ class PurgeMixin:
     ) -> InstanceRecord | None:
         """The instance moved to Purging (or already Purging), or None: gone, ``keep`` says no, the
         instance state refuses a purge (:func:`purge_refusal`), or it changed since it was read."""
-        from workflow_core.ledger.instance_store import from_instance_entity
-
-        rows = self.instance_rows(instance_id)
-        entity = next((r for r in rows if r["RowKey"] == F.INSTANCE_ROW), None)
-        if entity is None:
+        record, rows = self._purge_view(instance_id)
+        if record is None:
             return None
-        record = from_instance_entity(entity)
         if record.status is InstanceStatus.PURGING:
             return record
         if not keep(record) or purge_refusal(record, rows) is not None:
@@ -140,6 +136,18 @@ class PurgeMixin:
             return self.transition_instance(record, InstanceStatus.PURGING, actor=actor, reason=reason)
         except (ConcurrencyConflict, IllegalInstanceTransition):
             return None
+
+    def may_purge(self, instance_id: str) -> bool:
+        """Would :meth:`mark_purging` take it now (``sas purge --dry-run`` shows what the mark does)?"""
+        record, rows = self._purge_view(instance_id)
+        return record is not None and purge_refusal(record, rows) is None
+
+    def _purge_view(self, instance_id: str) -> tuple[InstanceRecord | None, list[Any]]:
+        from workflow_core.ledger.instance_store import from_instance_entity
+
+        rows = self.instance_rows(instance_id)
+        entity = next((r for r in rows if r["RowKey"] == F.INSTANCE_ROW), None)
+        return (from_instance_entity(entity) if entity is not None else None), rows
 
     def purge_instance(self, record: InstanceRecord, rows: list[Any]) -> None:
         """Delete every row of a Purging instance (``rows``: its partition as read), by the registry."""
