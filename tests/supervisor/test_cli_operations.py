@@ -127,3 +127,20 @@ def test_a_bulk_key_reused_for_another_request_or_malformed_is_refused(cli, ledg
     for bad in ("bad key", "k" * 101, "~idem~x"):
         assert cli("bulk", "skip", "--reason", "one", "--idempotency-key", bad, "--yes")[0] == 2
     assert len(bulk_operations(ledger)) == 1
+
+
+def test_a_bulk_dry_run_writes_nothing_and_an_invalid_filter_names_no_operation(cli, ledger):
+    make_step(ledger, "cli-dry-1", S.FAILED)
+    make_step(ledger, "cli-dry-2", S.RETRYING)
+    code, out, err = cli("bulk", "retry", "--reason", "look", "--dry-run")
+    assert code == 0 and "would act" in out and "would skip" in out and "no step of 'cli-dry-2'" in out
+    assert "idempotency-key" not in out + err
+    table = ledger.table_client()
+    written = [
+        e["PartitionKey"]
+        for e in table.query_entities("PartitionKey ge '~bulk' and PartitionKey lt '~bulk~~'")
+    ]
+    assert written == []  # no operation, no snapshot, no key
+    code, out, err = cli("bulk", "cancel", "--reason", "r", "--status", "Broken", "--yes")
+    assert code == 2 and "bad filter" in out + err and "bulk 20" not in out + err
+    assert cli("bulk", "stop", "--reason", "r", "--workflow", "sas-canary", "--yes")[0] == 2
