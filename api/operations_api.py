@@ -113,9 +113,12 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
 
     async def act() -> func.HttpResponse:
         op = await call_ledger(
-            svc, lambda ledger: bulk.BulkStore(ledger).create(action, flt, reason=reason, actor=actor)
+            svc,
+            lambda ledger: bulk.BulkStore(ledger, svc.bulk_operations).create(
+                action, flt, reason=reason, actor=actor
+            ),
         )
-        store = bulk.BulkStore(svc.ledger)
+        store = bulk.BulkStore(svc.ledger, svc.bulk_operations)
         try:  # the snapshot first (all of it), then the first few instances
             await bulk.run(
                 store,

@@ -125,3 +125,33 @@ def test_a_purge_by_the_registry_leaves_no_row_of_the_instance(ledger):
     assert [s.holder.instance_id for s in agent.slots.values() if s.holder] == ["other-1"]
     assert agent.circuit.state.value == "open"  # the agent's breaker is no instance's
     assert ledger.find_instance("other-1") is not None
+
+
+def test_an_action_between_the_purges_read_and_its_mark_voids_the_mark(ledger, monkeypatch):
+    with clock.use_clock(lambda: T0):
+        ledger.create_instance_with_steps(
+            "race-1",
+            "provision-tenant",
+            actor="test",
+            input_json="{}",
+            scheduler_deadline=T0 + timedelta(hours=1),
+            version="provision-tenant@t",
+            steps=[NewStep(step_id="a", step_name="a", agent=AGENT)],
+        )
+        row = ledger.get("race-1", "a")
+        row = ledger.transition(row, S.DISPATCHED, actor="s", deadline=T0 + timedelta(minutes=5), attempt=1)
+        row = ledger.transition(row, S.RUNNING, actor="a", deadline=row.deadline)
+        ledger.transition(row, S.SUCCEEDED, actor="a")
+        ledger.transition_instance(ledger.get_instance("race-1"), IS.SUCCEEDED, actor="s")
+    real_read = ledger.instance_rows
+
+    def read_then_an_operator_acts(instance_id):
+        rows = real_read(instance_id)  # the purge reads: nothing live yet
+        operator.request_compensation(ledger, instance_id, "a", user="ana", reason="refund")
+        return rows
+
+    monkeypatch.setattr(ledger, "instance_rows", read_then_an_operator_acts)
+    assert ledger.mark_purging("race-1", actor="retention", reason="old") is None
+    monkeypatch.undo()
+    assert ledger.get_instance("race-1").status is IS.SUCCEEDED
+    assert ledger.get("race-1", "a").status is S.COMPENSATING

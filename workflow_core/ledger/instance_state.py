@@ -13,9 +13,10 @@ an operator is compensating is live. The table (docs/operations.md, "Who may act
   flight (an idempotency row without its answer).
 
 A check and the write it allows are one: every operator step action on a finished instance carries
-the instance record's ETag in its transaction (:func:`instance_guard`), and the purge's mark is a
-conditional write on that ETag, so an action that lands between a purge's read and its mark voids
-the mark, and a mark that lands first makes the action read again and be refused.
+the instance record's ETag in its transaction (:func:`instance_guard`), and the purge's mark is
+conditional on the record and its steps as read (:func:`unchanged`), so an action that lands between
+a purge's read and its mark voids the mark, and a mark that lands first makes the action read again
+and be refused.
 """
 
 from __future__ import annotations
@@ -123,12 +124,14 @@ def check(action: Action | str, record: InstanceRecord, steps: Sequence[StepReco
 def instance_guard(record: InstanceRecord) -> tuple:
     """A transaction operation that only checks (If-Match) that the instance record is still the
     version ``record`` was read as, and bumps its ETag: a purge's mark read before it is void."""
-    keys = {"PartitionKey": record.instance_id, "RowKey": INSTANCE_ROW}
-    return (
-        "update",
-        keys,
-        {"mode": UpdateMode.MERGE, "etag": record.etag, "match_condition": MatchConditions.IfNotModified},
-    )
+    return unchanged(record.instance_id, INSTANCE_ROW, record.etag)
+
+
+def unchanged(partition: str, row_key: str, etag: str | None) -> tuple:
+    """An If-Match merge of nothing: the transaction fails if the row changed since ``etag``."""
+    keys = {"PartitionKey": partition, "RowKey": row_key}
+    condition = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+    return ("update", keys, {"mode": UpdateMode.MERGE, **condition})
 
 
 def decision_table() -> list[tuple[str, dict[str, str]]]:

@@ -27,7 +27,7 @@ from workflow_core.ledger.errors import ConcurrencyConflict, IllegalInstanceTran
 from workflow_core.ledger.idempotency import forget_instance_keys
 from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
 from workflow_core.ledger.instance_list import listing_entity
-from workflow_core.ledger.instance_state import Action, refusal
+from workflow_core.ledger.instance_state import Action, refusal, unchanged
 
 IN_FLIGHT_BOUND = timedelta(minutes=15)  # longer than any request is carried out
 Purger = Callable[[Any, InstanceRecord, list[Any]], None]  # (ledger, record, its partition's rows)
@@ -132,8 +132,18 @@ class PurgeMixin:
             return record
         if not keep(record) or purge_refusal(record, rows) is not None:
             return None
-        try:  # conditional on the record as read with its steps: an action since voids it
-            return self.transition_instance(record, InstanceStatus.PURGING, actor=actor, reason=reason)
+        # conditional on the record and its steps as read: an action since voids it (a step action
+        # on a finished instance also carries the record's ETag: beyond a transaction's rows, that)
+        steps = [r for r in rows if not r["RowKey"].startswith("~")]
+        guards = [unchanged(instance_id, r["RowKey"], r.metadata["etag"]) for r in steps]
+        try:
+            return self.transition_instance(
+                record,
+                InstanceStatus.PURGING,
+                actor=actor,
+                reason=reason,
+                with_rows=guards if len(guards) <= F.MAX_BATCH - 2 else [],
+            )
         except (ConcurrencyConflict, IllegalInstanceTransition):
             return None
 
