@@ -191,8 +191,8 @@ def test_a_repeat_while_the_first_request_still_runs_is_a_409_and_acts_on_nothin
     make_step(ledger, "idem-busy", S.FAILED)
     flt = bulk.BulkFilter(error_contains="boom")
     # the first request with the key has claimed it and is still acting (no answer stored yet)
-    idempotency.claim_or_replay(
-        ledger, KEYS_PARTITION, "busy-1", request_of("retry", flt, "service back"), "operator:x"
+    idempotency.IdempotencyKeys(ledger).claim_or_replay(
+        KEYS_PARTITION, "busy-1", request_of("retry", flt, "service back"), "operator:x"
     )
     response = run(start_operation(post(RETRY, "busy-1"), client, services))
     assert response.status_code == 409 and json_of(response)["code"] == "in-progress"

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from supervisor import bulk, operator
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, NewStep, StepLedger, StepStatus
-from workflow_core.ledger.idempotency import claim_or_replay, record_answer
+from workflow_core.ledger.idempotency import IdempotencyKeys
 from workflow_core.ledger.parking import park_message
 from workflow_core.limits import Holder
 from workflow_core.limits.circuits import operator_move
@@ -88,7 +88,10 @@ def test_a_purge_by_the_registry_leaves_no_row_of_the_instance(ledger):
             admit(table, AGENT, limits, holder, until, clock.utcnow(), lambda h: until)
         operator_move(table, AGENT, CircuitSettings(), open_it=True, actor="operator:ana", reason="outage")
         ledger.note(IID, "*", actor="canary", action="canary-verdict", reason='{"outcome": "passed"}')
-        assert claim_or_replay(ledger, IID, "key-1", "compensate every-1", "operator:ana") is None
+        assert (
+            IdempotencyKeys(ledger).claim_or_replay(IID, "key-1", "compensate every-1", "operator:ana")
+            is None
+        )
         park_message(ledger, source="worker", reason="unreadable", body={"instance_id": IID})
         store = bulk.BulkStore(ledger)
         op = store.create(
@@ -96,7 +99,7 @@ def test_a_purge_by_the_registry_leaves_no_row_of_the_instance(ledger):
         )
         asyncio.run(bulk.run(store, op, rate_per_second=0))  # skipped: it finished
         assert store.progress(op)["skipped"][0]["instanceId"] == IID
-        record_answer(ledger, IID, "key-1", 200, {})
+        IdempotencyKeys(ledger).record_answer(IID, "key-1", 200, {})
 
     with clock.use_clock(lambda: T0 + timedelta(days=40)):
         # an operator compensates a step 40 days later: live until the compensation is done

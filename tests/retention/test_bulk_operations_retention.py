@@ -19,9 +19,8 @@ from workflow_core import clock
 from workflow_core.ledger import StepLedger
 from workflow_core.ledger.idempotency import (
     KEY_INDEX_PARTITION,
-    claim_or_replay,
+    IdempotencyKeys,
     key_index_row,
-    record_answer,
 )
 
 LATER = timedelta(days=31)  # Azurite stamps rows with the real time: the tick runs "31 days later"
@@ -30,13 +29,16 @@ LATER = timedelta(days=31)  # Azurite stamps rows with the real time: the tick r
 def make_op(ledger: StepLedger, *, outcomes: int, key: str | None, done: bool = True) -> bulk.BulkOperation:
     store = bulk.BulkStore(ledger)
     if key is not None:
-        assert claim_or_replay(ledger, KEYS_PARTITION, key, f"bulk retry {key}", "operator:ana") is None
+        assert (
+            IdempotencyKeys(ledger).claim_or_replay(KEYS_PARTITION, key, f"bulk retry {key}", "operator:ana")
+            is None
+        )
     op = store.create("retry", bulk.BulkFilter(workflow="w"), reason="outage over", actor="operator:ana")
     store.rows.freeze(op.bulk_id, [f"inst-{n:04d}" for n in range(outcomes)])
     op.done = done
     store.save(op)
     if key is not None:
-        record_answer(ledger, KEYS_PARTITION, key, 202, json.dumps(store.progress(op)))
+        IdempotencyKeys(ledger).record_answer(KEYS_PARTITION, key, 202, json.dumps(store.progress(op)))
     return op
 
 
@@ -61,7 +63,10 @@ def test_old_finished_op_goes_with_its_keys_others_stay(ledger):
     assert index_row(ledger, "k-old") is None
     assert [r["RowKey"] for r in rows(ledger, KEYS_PARTITION)] == ["~idem~k-run"]
     # the key is free again: another request may claim it
-    assert claim_or_replay(ledger, KEYS_PARTITION, "k-old", "bulk skip other", "operator:bo") is None
+    assert (
+        IdempotencyKeys(ledger).claim_or_replay(KEYS_PARTITION, "k-old", "bulk skip other", "operator:bo")
+        is None
+    )
     # the unfinished one is untouched, even long after
     assert store.get(running.bulk_id) is not None and len(store.rows.instance_rows(running.bulk_id)) == 3
     assert index_row(ledger, "k-run") is not None

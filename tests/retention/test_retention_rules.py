@@ -70,23 +70,24 @@ steps:
 def test_a_purge_forgets_the_instances_idempotency_keys_api_wide(ledger):
     from workflow_core.ledger.idempotency import (
         KEY_INDEX_PARTITION,
-        claim_or_replay,
+        IdempotencyKeys,
         key_index_row,
-        record_answer,
     )
 
     done(ledger, "keyed-1", "provision-tenant", T0)
     done(ledger, "kept-1", "provision-tenant", T0 + timedelta(days=40))
-    assert claim_or_replay(ledger, "keyed-1", "key-a", "POST /a", "op") is None
-    assert claim_or_replay(ledger, "kept-1", "key-b", "POST /b", "op") is None
+    assert IdempotencyKeys(ledger).claim_or_replay("keyed-1", "key-a", "POST /a", "op") is None
+    assert IdempotencyKeys(ledger).claim_or_replay("kept-1", "key-b", "POST /b", "op") is None
     unanswered = asyncio.run(Retention(ledger, retention_days=30).run(T0 + timedelta(days=31)))
     assert unanswered.purged == []  # an operator action in flight (no answer yet) keeps it
-    record_answer(ledger, "keyed-1", "key-a", 200, {})
+    IdempotencyKeys(ledger).record_answer("keyed-1", "key-a", 200, {})
     report = asyncio.run(Retention(ledger, retention_days=30, batch_size=10).run(T0 + timedelta(days=31)))
     assert report.purged == ["keyed-1"]
     keys = {e["RowKey"] for e in ledger._index.query_entities(f"PartitionKey eq '{KEY_INDEX_PARTITION}'")}
     assert keys == {key_index_row("key-b")}  # the purged instance's key row went, the live one's stayed
-    assert claim_or_replay(ledger, "kept-1", "key-a", "POST /c", "op") is None  # the key is free again
+    assert (
+        IdempotencyKeys(ledger).claim_or_replay("kept-1", "key-a", "POST /c", "op") is None
+    )  # the key is free again
 
 
 def test_an_instance_an_operator_compensates_long_after_it_succeeded_is_not_purged(ledger):

@@ -24,7 +24,7 @@ from workflow_core import clock
 from workflow_core.ledger import families as F
 from workflow_core.ledger.entities import _from_entity
 from workflow_core.ledger.errors import ConcurrencyConflict, IllegalInstanceTransition
-from workflow_core.ledger.idempotency import forget_instance_keys
+from workflow_core.ledger.idempotency import IdempotencyKeys
 from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
 from workflow_core.ledger.instance_list import listing_entity
 from workflow_core.ledger.instance_state import Action, refusal, unchanged
@@ -42,7 +42,7 @@ def _instance_index(ledger: Any, record: InstanceRecord, rows: list[Any]) -> Non
 
 
 def _key_index(ledger: Any, record: InstanceRecord, rows: list[Any]) -> None:
-    forget_instance_keys(ledger, record.instance_id, [r["RowKey"] for r in rows])
+    IdempotencyKeys(ledger).forget_index_rows(record.instance_id, [r["RowKey"] for r in rows])
 
 
 def _listing(ledger: Any, record: InstanceRecord, rows: list[Any]) -> None:
