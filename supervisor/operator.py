@@ -180,20 +180,11 @@ def _instance_steps(ledger: StepLedger, instance_id: str) -> list[StepRecord]:
     return steps
 
 
-def get_step(ledger: StepLedger, instance_id: str, step_id: str) -> StepRecord:
-    """The step, or :class:`UnknownInstance` / :class:`UnknownStep` naming what exists."""
-    try:
-        return ledger.get(instance_id, step_id)
-    except InvalidLedgerInput as exc:
-        raise OperatorError(str(exc)) from None
-    except StepNotFound:
-        steps = _instance_steps(ledger, instance_id)
-        raise UnknownStep(instance_id, step_id, [s.step_id for s in steps]) from None
-
-
 def preview(ledger: StepLedger, intent: str, instance_id: str, step_id: str) -> tuple[StepRecord, StepStatus]:
     """What ``intent`` would do to the step now (for a confirmation prompt); raises like the intent."""
-    record = get_step(ledger, instance_id, step_id)
+    record, handle = _step_and_instance(ledger, instance_id, step_id)
+    if handle is not None:
+        _check(intent, handle.record)
     return record, INTENTS[intent].target_for(record)
 
 
@@ -259,6 +250,7 @@ def apply_intent(
 
 
 def _step_and_instance(ledger: StepLedger, instance_id: str, step_id: str):
+    """The step and its instance record, or :class:`UnknownStep` naming the instance's steps."""
     try:
         return ledger.read_step_and_instance(instance_id, step_id)
     except InvalidLedgerInput as exc:

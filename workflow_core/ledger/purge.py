@@ -163,9 +163,9 @@ class PurgeMixin:
         """Delete every row of a Purging instance (``rows``: its partition as read), by the registry."""
         if record.status is not InstanceStatus.PURGING:
             raise ValueError(f"instance {record.instance_id!r} is {record.status.value}, not Purging")
-        for family in F.FAMILIES:
-            if family.name in PURGERS and family.name != _LAST:
-                PURGERS[family.name](self, record, rows)
+        names = [f.name for f in F.FAMILIES if f.name in PURGERS and f.name != _LAST]
+        for purger in dict.fromkeys(PURGERS[name] for name in names):  # one call each
+            purger(self, record, rows)
         others = [r for r in rows if r["RowKey"] != F.INSTANCE_ROW]
         for start in range(0, len(others), F.MAX_BATCH):
             chunk = others[start : start + F.MAX_BATCH]
