@@ -14,7 +14,16 @@ from workflow_core.ledger.families import FAMILIES, Family, Purge
 from workflow_core.ledger.purge import PURGERS
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("workflow_core", "activities", "orchestrators", "supervisor", "api", "devtools", "operator_cli")
+PACKAGES = (
+    "workflow_core",
+    "activities",
+    "orchestrators",
+    "supervisor",
+    "api",
+    "devtools",
+    "operator_cli",
+    "agent_runner",
+)
 # Temporary: removed when the limits stores land (the limits rows still name their own keys).
 LIMITS_STORES_PENDING = {"workflow_core/limits/rows.py"}
 
