@@ -22,7 +22,6 @@ class Purge(StrEnum):
     NAMED = "by a query for the instance's id"  # purge_instance finds the rows that name it
     OPERATION = "with its bulk operation"  # bulk retention, after RETENTION_DAYS
     BOUNDED = "never: one row per app, agent or version, overwritten in place"
-    ROTATING = "by its writer, as it moves on"  # deleted when it stops being current
 
 
 @dataclass(frozen=True)
