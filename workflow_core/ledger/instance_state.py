@@ -57,7 +57,6 @@ INSTANCE_MOVES: dict[Action, dict[InstanceStatus, InstanceStatus]] = {
     Action.STOP: {IS.RUNNING: IS.STOPPED, IS.FAILED: IS.STOPPED},
     Action.CANCEL: {IS.RUNNING: IS.COMPENSATING, IS.FAILED: IS.COMPENSATING, IS.STOPPED: IS.COMPENSATING},
 }
-STEP_ACTIONS = frozenset({Action.RETRY, Action.SKIP, Action.COMPENSATE})
 # A step someone is working on, or will be at once: its instance is live whatever its record says.
 LIVE_STEP_STATUSES = frozenset({S.DISPATCHED, S.RUNNING, S.RETRYING, S.COMPENSATING})
 _DONE = {Action.RESUME: "resumed", Action.STOP: "stopped", Action.CANCEL: "cancelled"}
