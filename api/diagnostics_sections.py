@@ -263,7 +263,7 @@ def watchdog(services: Any) -> list[Row]:
     from workflow_core.storage_clients import table_client
 
     s = services.settings
-    tick = liveness.last_tick(table_client(s.ledger_connection, s.ledger_table))
+    tick = liveness.Liveness(table_client(s.ledger_connection, s.ledger_table)).last_tick()
     # the schedule is a CRON expression; allow two periods plus the grace before calling it stopped
     limit = timedelta(seconds=max(180, 3 * s.watchdog_grace_seconds))
     if tick is None:

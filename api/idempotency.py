@@ -47,7 +47,7 @@ async def once(
         )
     try:
         stored = await call_ledger(
-            svc, lambda ledger: idempotency.claim_or_replay(ledger, instance_id, key, request, actor)
+            svc, lambda _: svc.idempotency_keys.claim_or_replay(instance_id, key, request, actor)
         )
     except idempotency.KeyReused as exc:
         raise ApiError(
@@ -74,14 +74,13 @@ async def once(
     except ApiError as exc:
         response = exc.to_response()  # a refusal is an answer too: a repeat gets the same one
     except BaseException:
-        await call_ledger(svc, lambda ledger: idempotency.release_key(ledger, instance_id, key))
+        await call_ledger(svc, lambda _: svc.idempotency_keys.release(instance_id, key))
         raise
     if response.status_code >= 500 or response.status_code == 404:
         # a 5xx: a retry with the key may act; a 404: no row is left in a partition of no instance
-        await call_ledger(svc, lambda ledger: idempotency.release_key(ledger, instance_id, key))
+        await call_ledger(svc, lambda _: svc.idempotency_keys.release(instance_id, key))
         return response
     body = response.get_body().decode("utf-8")
-    await call_ledger(
-        svc, lambda ledger: idempotency.record_answer(ledger, instance_id, key, response.status_code, body)
-    )
+    keys = svc.idempotency_keys
+    await call_ledger(svc, lambda _: keys.record_answer(instance_id, key, response.status_code, body))
     return response

@@ -1,9 +1,9 @@
 """Bulk operations over HTTP: ``POST /api/operations`` and ``GET /api/operations/{id}``.
 
 Same door and identity as single actions (function key, caller name, a reason), the operation
-recorded in the ledger before anything is acted on (:mod:`supervisor.bulk`). The request acts on the
-first :data:`INLINE_INSTANCES` matching instances itself; the ``bulk_operations_timer`` carries the
-rest on from the operation's cursor at ``BULK_RATE_PER_SECOND``.
+recorded in the ledger and its matching instances frozen before anything is acted on
+(:mod:`supervisor.bulk`). The request acts on the first :data:`INLINE_INSTANCES` of them itself; the
+``bulk_operations_timer`` carries the rest on at ``BULK_RATE_PER_SECOND``.
 """
 
 from __future__ import annotations
@@ -86,8 +86,9 @@ def _terminate_through(client: Any) -> bulk.Terminate:
 
 @json_errors
 async def start_operation(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
-    """``POST /api/operations``: record a bulk operation, act on its first instances, 202. Once per
-    ``Idempotency-Key`` (required, 428 without, except on a dry run): a repeat gets the first answer."""
+    """``POST /api/operations``: record a bulk operation, freeze what matches, act on its first
+    instances, 202. Once per ``Idempotency-Key`` (required, 428 without): a repeat gets the first
+    answer. A dry run (``dryRun``) answers what would be acted on and skipped, and writes nothing."""
     body = json_object_body(req)
     unknown = sorted(set(body) - _BODY_FIELDS)
     if unknown:
@@ -111,19 +112,25 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
     except SettingsError as exc:  # the feature is off until its settings are fixed
         raise ApiError(503, "bulk operations are disabled", [str(exc)], code="settings-invalid") from None
 
+    if dry_run:  # the same eligibility check as the act; writes nothing, takes no key
+        return json_response(await call_ledger(svc, lambda ledger: bulk.preview(ledger, action, flt)))
+
     async def act() -> func.HttpResponse:
         op = await call_ledger(
             svc,
-            lambda ledger: bulk.BulkStore(ledger).create(
-                action, flt, reason=reason, actor=actor, dry_run=dry_run
+            lambda ledger: bulk.BulkStore(ledger, svc.bulk_operations).create(
+                action, flt, reason=reason, actor=actor
             ),
         )
-        store = bulk.BulkStore(svc.ledger)
-        # a dry run lists everything at once (it changes nothing); a real one acts on the first few
-        limit = None if dry_run else INLINE_INSTANCES
-        try:
+        store = bulk.BulkStore(svc.ledger, svc.bulk_operations)
+        try:  # the snapshot first (all of it), then the first few instances
             await bulk.run(
-                store, op, rate_per_second=rate, max_instances=limit, terminate=_terminate_through(client)
+                store,
+                op,
+                runner="request",
+                rate_per_second=rate,
+                max_instances=INLINE_INSTANCES,
+                terminate=_terminate_through(client),
             )
         except Exception:  # recorded: the timer carries it on from its cursor; answer with its id
             log.warning("bulk %s: the inline run stopped; the timer carries it on", op.bulk_id, exc_info=True)
@@ -131,12 +138,10 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
         try:
             progress = await call_ledger(svc, lambda ledger: store.progress(op))
         except ApiError:  # recorded: answer with its id (a 5xx would free the key for a second one)
-            return json_response(store.progress(op, rows=[]), status_code=202)
+            return json_response({"id": op.bulk_id, "action": action, "done": False}, status_code=202)
         return json_response(progress, status_code=200 if op.done else 202)
 
-    if dry_run and not req.headers.get(idempotent.HEADER):
-        return await act()  # a dry run changes nothing: its key is optional
-    request = bulk_keys.request_of(action, flt, reason, dry_run)
+    request = bulk_keys.request_of(action, flt, reason)
     return await idempotent.once(req, svc, bulk_keys.KEYS_PARTITION, request, actor, act)
 
 

@@ -190,7 +190,7 @@ def _operator_problem(exc: operator.OperatorError) -> ApiError:
             code="illegal-move",
             extra={"currentStatus": exc.status.value, "allowedMoves": exc.allowed_moves},
         )
-    return ApiError(409, str(exc), code="changed-meanwhile")
+    return ApiError(409, str(exc), code=exc.code)  # the instance state's refusal, or a race
 
 
 async def _ledger_move(svc: Any, act: Callable[[StepLedger], T]) -> T:
@@ -226,31 +226,6 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
     return await idempotent.once(req, svc, instance_id, f"{action} {instance_id}/{step_id}", actor, move)
 
 
-def _compensation_target(ledger: StepLedger, instance_id: str) -> str:
-    """The step whose move to Compensating asks for the instance's compensation: a failed one, else the
-    last completed one (the compensation orchestration then undoes every completed step)."""
-    steps = ledger.list_for_instance(instance_id)
-    if not steps:
-        raise operator.UnknownInstance(instance_id)
-    asked = [s for s in steps if s.status is StepStatus.COMPENSATING]
-    if asked:
-        raise operator.OperatorError(
-            f"compensation of {instance_id!r} is already asked for: step {asked[0].step_id} is Compensating"
-        )
-    failed = [s for s in steps if s.status in (StepStatus.FAILED, StepStatus.TIMED_OUT)]
-    done = [s for s in steps if s.status is StepStatus.SUCCEEDED]
-    if failed:
-        return failed[0].step_id
-    if done:
-        return done[-1].step_id
-    statuses = ", ".join(f"{s.step_id} {s.status.value}" for s in steps)
-    raise ApiError(
-        409,
-        f"nothing to compensate in {instance_id!r}: no step is Succeeded, Failed or TimedOut ({statuses})",
-        code="nothing-to-compensate",
-    )
-
-
 @json_errors
 async def instance_action(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """``POST /api/instances/{instance_id}/{action}``: compensate, resume, stop or cancel an instance."""
@@ -269,20 +244,11 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
     async def move() -> func.HttpResponse:
         def act(ledger: StepLedger) -> dict[str, Any]:
             if action == "compensate":
-                step_id = _compensation_target(ledger, instance_id)
+                step_id = operator.compensation_target(ledger, instance_id)
                 updated = operator.request_compensation(
                     ledger, instance_id, step_id, user=user, reason=reason
                 )
                 return {"step": step_view(updated)}
-            current = ledger.find_instance(instance_id)
-            if current is not None and current.status not in operator.RESUMABLE_INSTANCE_STATUSES:
-                allowed = ", ".join(s.value for s in operator.RESUMABLE_INSTANCE_STATUSES)
-                raise ApiError(
-                    409,
-                    f"instance {instance_id!r} is {current.status.value}; "
-                    f"only {allowed} instances can be resumed",
-                    code="already-finished",
-                )
             record = operator.resume_instance(ledger, instance_id, actor=actor, reason=reason)
             return {"instance": instance_record_view(record)}
 

@@ -56,6 +56,7 @@ PROBLEM_TITLES: dict[str, str] = {
     "illegal-move": "The ledger does not allow this action in the current state",
     "nothing-to-compensate": "The instance has no step to compensate",
     "already-finished": "The instance has already finished",
+    "instance-purging": "The instance is being purged",
     "changed-meanwhile": "The ledger changed while the action was being applied",
     "unauthenticated": "Sign-in required",
     "forbidden": "The caller lacks the role this request needs",

@@ -47,7 +47,8 @@ from devtools.azurite import Azurite, env_for
 from devtools.request_counter import RequestCounter
 from supervisor.watchdog import run_tick
 from workflow_core.ledger import StepLedger, StepRecord, StepStatus
-from workflow_core.ledger.entities import MAX_BATCH, _deadline_key, _to_entity
+from workflow_core.ledger.entities import _deadline_key, _to_entity
+from workflow_core.ledger.families import MAX_BATCH
 from workflow_core.ledger.index_keys import index_partition
 from workflow_core.runtime import Services
 from workflow_core.settings import load_settings

@@ -283,10 +283,7 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
     async def _watchdog(self) -> str | None:
         report = await self._tick(now=self.host.clock.now() + self.watchdog_skew)
         # as the timer function does (supervisor/watchdog.py): `sas doctor` reads when it last ran
-        from workflow_core import liveness
-
-        table = self.services.ledger.table_client()
-        liveness.record_tick(table, overdue=report.overdue, errors=report.errors)
+        self.services.liveness.record_tick(overdue=report.overdue, errors=report.errors)
         return report.summary() if report.overdue else None
 
     async def _tick(self, **kwargs: Any) -> Any:

@@ -90,8 +90,8 @@ def _once(
     from workflow_core.ledger import idempotency
 
     try:
-        stored = idempotency.claim_or_replay(
-            s.ledger, instance_id, key, request, f"operator:{operator_user()}"
+        stored = idempotency.IdempotencyKeys(s.ledger).claim_or_replay(
+            instance_id, key, request, f"operator:{operator_user()}"
         )
     except idempotency.KeyReused as exc:
         raise CliError(f"idempotency key {key!r} was used for another command ({exc.request})") from None
@@ -104,9 +104,11 @@ def _once(
         try:
             answer = act()
         except BaseException:
-            idempotency.release_key(s.ledger, instance_id, key)  # nothing was done: a repeat may act
+            idempotency.IdempotencyKeys(s.ledger).release(
+                instance_id, key
+            )  # nothing was done: a repeat may act
             raise
-        idempotency.record_answer(s.ledger, instance_id, key, 200, _as_json(answer))
+        idempotency.IdempotencyKeys(s.ledger).record_answer(instance_id, key, 200, _as_json(answer))
         said = text(answer)
     if output == "json":
         render.print_json(s.out, answer)

@@ -109,7 +109,7 @@ def _claimed(
     """None when this command is the first with ``key``; the operation the first one recorded when
     it repeats that command (from ``sas bulk`` or ``POST /api/operations``)."""
     try:
-        stored = idempotency.claim_or_replay(s.ledger, bulk_keys.KEYS_PARTITION, key, request, actor)
+        stored = s.keys.claim_or_replay(bulk_keys.KEYS_PARTITION, key, request, actor)
     except idempotency.KeyReused as exc:
         raise CliError(f"idempotency key {key!r} was used for another request ({exc.request})") from None
     except idempotency.KeyInProgress:
@@ -125,7 +125,6 @@ def _claimed(
 
 
 def _carry(s: Session, store: bulk.BulkStore, op: bulk.BulkOperation, rate: float, output: str) -> None:
-    total = None
     if output != "json":
         with Progress(
             TextColumn(f"bulk {op.action} {op.bulk_id}"),
@@ -133,30 +132,35 @@ def _carry(s: Session, store: bulk.BulkStore, op: bulk.BulkOperation, rate: floa
             MofNCompleteColumn(),
             console=render.console_for(s.out),
         ) as progress:
-            task = progress.add_task("bulk", total=total)
+            task = progress.add_task("bulk", total=None)
             while not op.done:
-                asyncio.run(bulk.run(store, op, rate_per_second=rate, max_instances=bulk.PAGE))
-                progress.update(task, completed=store.progress(op)["processed"])
+                asyncio.run(bulk.run(store, op, runner="sas", rate_per_second=rate, max_instances=bulk.PAGE))
+                body = store.progress(op)
+                progress.update(task, completed=body["processed"], total=body["matched"])
     else:
-        asyncio.run(bulk.run(store, op, rate_per_second=rate))
-    _show(s, store, op, output)
+        asyncio.run(bulk.run(store, op, runner="sas", rate_per_second=rate))
+    _show(s, store.progress(op), output)
 
 
-def _show(s: Session, store: bulk.BulkStore, op: bulk.BulkOperation, output: str) -> None:
-    body = store.progress(op)
+def _show(s: Session, body: dict, output: str) -> None:
     if output == "json":
         s.say(json.dumps(body, indent=2))
         return
-    table = Table(title=f"bulk {body['action']} {body['id']} ({'done' if body['done'] else 'in progress'})")
+    state = "dry run" if body.get("dryRun") else "done" if body["done"] else "in progress"
+    table = Table(title=f"bulk {body['action']} {body.get('id', '')} ({state})")
     for column in ("result", "count", "sample"):
         table.add_column(column)
     for result, key in (
         ("acted", "acted"),
         ("would act", "wouldAct"),
+        ("would skip", "wouldSkip"),
         ("skipped", "skipped"),
+        ("no longer matches", "noLongerMatches"),
         ("failed", "failed"),
     ):
-        rows = body[key]
+        rows = body.get(key)
+        if rows is None:
+            continue
         sample = [r if isinstance(r, str) else f"{r['instanceId']}: {r['why']}" for r in rows[:3]]
         table.add_row(result, str(len(rows)), "\n".join(sample))
     s.show(table)
@@ -193,37 +197,42 @@ def _action_command(action: str) -> click.Command:
         reason: str, dry_run: bool, rate: float, yes: bool, idempotency_key: str, output: str, **filters
     ) -> None:
         s = current_session()
-        flt = _filter(**filters)
+        flt = _filter(**filters)  # an invalid filter is refused before anything is read or written
         try:
-            operator.required_reason(reason)  # before anything is claimed or read
+            operator.required_reason(reason)
         except operator.OperatorError as exc:
             raise CliError(str(exc)) from None
+        if dry_run:  # the act's own eligibility check; writes nothing, takes no key
+            _show(s, bulk.preview(s.ledger, action, flt), output)
+            return
         store = bulk.BulkStore(s.ledger)
         actor = operator.actor_for(operator_user())
-        op = _claimed(s, store, idempotency_key, bulk_keys.request_of(action, flt, reason, dry_run), actor)
+        op = _claimed(s, store, idempotency_key, bulk_keys.request_of(action, flt, reason), actor)
         if op is None:
             try:
-                if not dry_run:
-                    probe = store.create(action, flt, reason=reason, actor=actor, dry_run=True)
-                    asyncio.run(bulk.run(store, probe, rate_per_second=0))
-                    found = store.progress(probe)["wouldAct"]
-                    sample = ", ".join(found[:3])
-                    confirm(s, f"{action} {len(found)} instance(s) (e.g. {sample})? [y/N] ", yes)
-                op = store.create(action, flt, reason=reason, actor=actor, dry_run=dry_run)
+                shown = bulk.preview(s.ledger, action, flt)
+                found, skip = shown["wouldAct"], shown["wouldSkip"]
+                skips = f", skip {len(skip)} ({skip[0]['why']}...)" if skip else ""
+                confirm(
+                    s, f"{action} {len(found)} instance(s) (e.g. {', '.join(found[:3])}){skips}? [y/N] ", yes
+                )
+                # the operation acts on what was shown, never on what starts matching later
+                matched = found + [x["instanceId"] for x in skip]
+                op = store.create(action, flt, reason=reason, actor=actor, matched=matched)
             except BaseException as exc:  # nothing recorded: a repeat with the key may act
-                idempotency.release_key(s.ledger, bulk_keys.KEYS_PARTITION, idempotency_key)
+                s.keys.release(bulk_keys.KEYS_PARTITION, idempotency_key)
                 if isinstance(exc, operator.OperatorError):
                     raise CliError(str(exc)) from None
                 raise
             # recorded before it is carried out: a repeat after a crash carries this one on
-            answer = json.dumps(store.progress(op))
-            idempotency.record_answer(s.ledger, bulk_keys.KEYS_PARTITION, idempotency_key, 202, answer)
+            answer = json.dumps({"id": op.bulk_id, "action": action})
+            s.keys.record_answer(bulk_keys.KEYS_PARTITION, idempotency_key, 202, answer)
             if output != "json":
                 s.err.write(
                     f"bulk {op.bulk_id}: if this command is cut off, repeat it with "
                     f"--idempotency-key {idempotency_key} to carry the same operation on\n"
                 )
-        _carry(s, store, op, 0 if dry_run else rate, output)
+        _carry(s, store, op, rate, output)
 
     command.__doc__ = f"{action} every matching instance (see `sas bulk --help`)."
     return click.command(action)(command)
@@ -243,7 +252,7 @@ def show_command(operation: str, output: str) -> None:
     op = store.get(operation) if len(operation) <= 64 else None
     if op is None:
         raise CliError(f"no bulk operation {operation[:64]!r}")
-    _show(s, store, op, output)
+    _show(s, store.progress(op), output)
 
 
 @bulk_group.command("continue")

@@ -28,6 +28,7 @@ from azure.data.tables import TableServiceClient
 
 from operator_cli import render
 from workflow_core.ledger import InstanceNotFound, InstanceRecord, StepLedger
+from workflow_core.ledger.idempotency import IdempotencyKeys
 from workflow_core.settings import STORAGE_CONNECTION, SettingsError, load_settings
 
 # The option of every command that prints: table for people, json for scripts.
@@ -164,6 +165,11 @@ class Session:
             self.env, source = locate(**self.options)
             self._ledger = open_ledger(self.env, source)
         return self._ledger
+
+    @property
+    def keys(self) -> IdempotencyKeys:
+        """The ledger's idempotency keys (single actions' and bulk operations')."""
+        return IdempotencyKeys(self.ledger)
 
     def close(self) -> None:
         if self._ledger is not None:

@@ -1,63 +1,72 @@
 """Bulk operations: one operator action over every instance matching a filter, after an outage.
 
-The operation is recorded in the ledger *first* (partition ``~bulk``: filter, action, actor, reason,
-cursor), then each matching instance is acted on individually through the same code as a single
-action (:mod:`supervisor.operator`), so the same state machine, ETag guards and audit rows apply; each
-audit row names the operation (``[bulk <id>]`` in its reason). Exactly once per instance, across a
-crash anywhere: before acting, the runner looks for its outcome row (partition ``~bulk~<id>``, RowKey
-the instance id: the key derived from the bulk id and the instance) and then for an audit row naming
-the operation, which the action writes in the same transaction as its move; a move found there was
-done by an interrupted run and is only recorded. The cursor (the listing's continuation token) moves
-after each page, so a restart goes over at most one page again.
+What is shown is what is done. :func:`preview` (the dry run) and the act apply one eligibility check
+(:func:`eligibility`, which asks the one instance state, ``workflow_core/ledger/instance_state.py``)
+and a dry run writes nothing. A real operation is recorded (``~bulk``) and then *frozen*: the
+instances that match are written as its snapshot (``~bulk~<id>``, one ``pending`` row each, the
+listing's cursor saved after each page) before anything is acted on, by whichever runner (the
+request, the timer, ``sas bulk``) gets there, so an instance that starts matching later is never
+swept up. Each runner then claims a pending row (ETag), re-reads the instance, re-checks the filter
+and acts conditional on the record as checked (a change since is "no longer matches", not an
+action), and records the outcome with its name on the row it claimed: two runners never act on, or
+report, the same instance. Each audit row names the operation (``[bulk <id>]``), so an action whose
+runner died before recording it is found and recorded, not repeated. Canary runs are never listed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from azure.core import MatchConditions
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
-from azure.data.tables import UpdateMode
+from azure.core.exceptions import ResourceModifiedError
 from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from supervisor import operator
 from workflow_core import clock
-from workflow_core.ledger import InstanceRecord, StepLedger, StepStatus
+from workflow_core.canary import CANARY_WORKFLOWS
+from workflow_core.ledger import InstanceRecord, InstanceStatus, StepLedger, StepRecord
+from workflow_core.ledger.bulk_rows import CLAIMED, PENDING, BulkRows
+from workflow_core.ledger.instance_state import refusal
 
 _ACTIVE = {
     OrchestrationRuntimeStatus.Pending,
     OrchestrationRuntimeStatus.Running,
     OrchestrationRuntimeStatus.ContinuedAsNew,
 }
-BULK_PARTITION = "~bulk"
 BULK_ACTIONS = ("retry", "skip", "compensate", "resume", "stop", "cancel")
 PAGE = 50
-ACTED, SKIPPED, FAILED, WOULD_ACT = "acted", "skipped", "failed", "would-act"
+ACTED, SKIPPED, NO_LONGER_MATCHES, FAILED = "acted", "skipped", "no-longer-matches", "failed"
+RESULTS = (ACTED, SKIPPED, NO_LONGER_MATCHES, FAILED)
 Terminate = Callable[[str, str], Awaitable[None]]  # (instance id, reason): end its orchestration
 
 
 class BulkFilter(BaseModel):
     """Which instances: every field given must match (``error_contains``: in its or a step's last
-    error, its outcome or attention reason, case-insensitive)."""
+    error, its outcome or attention reason, case-insensitive). Canary runs never match."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workflow: str | None = Field(default=None, max_length=200)
     version: str | None = Field(default=None, max_length=200)
-    status: str | None = Field(default=None, max_length=40)
+    status: InstanceStatus | None = None
     needs_attention: bool | None = None
     error_contains: str | None = Field(default=None, min_length=1, max_length=500)
     started_after: datetime | None = None
     started_before: datetime | None = None
     business_key_prefix: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @field_validator("workflow")
+    @classmethod
+    def _no_canary(cls, value: str | None) -> str | None:
+        if value in CANARY_WORKFLOWS:
+            raise ValueError(f"{value} runs are the recovery canary's: no bulk action takes them")
+        return value
 
     def listing(self) -> dict[str, Any]:
         return {
@@ -68,14 +77,37 @@ class BulkFilter(BaseModel):
             "started_from": self.started_after,
             "started_to": self.started_before,
             "business_key_prefix": self.business_key_prefix,
+            "exclude_workflow": CANARY_WORKFLOWS,
         }
 
-    def matches(self, record: InstanceRecord, ledger: StepLedger) -> bool:
-        if not self.error_contains:
-            return True
-        errors = [record.last_error, record.outcome, record.attention_reason]
-        errors += [s.last_error for s in ledger.list_for_instance(record.instance_id)]
-        return self.error_contains.lower() in " ".join(filter(None, errors)).lower()
+    def mismatch(self, record: InstanceRecord, steps: list[StepRecord]) -> str | None:
+        """Why ``record`` (with its ``steps``) does not match, or None: the listing's condition,
+        checked against the record itself."""
+        started = record.started_at or datetime.min.replace(tzinfo=UTC)
+        checks = (
+            (self.workflow is None or record.workflow == self.workflow, f"workflow is {record.workflow}"),
+            (self.version is None or record.version == self.version, f"version is {record.version}"),
+            (self.status is None or record.status is self.status, f"it is {record.status.value}"),
+            (
+                self.needs_attention is None or record.needs_attention == self.needs_attention,
+                f"needs attention is {record.needs_attention}",
+            ),
+            (record.workflow not in CANARY_WORKFLOWS, "a canary run"),
+            (
+                self.business_key_prefix is None
+                or (record.business_key or "").startswith(self.business_key_prefix),
+                "its business key",
+            ),
+            (self.started_after is None or started >= self.started_after, "it started before the window"),
+            (self.started_before is None or started < self.started_before, "it started after the window"),
+        )
+        why = next((why for ok, why in checks if not ok), None)
+        if why is None and self.error_contains:
+            errors = [record.last_error, record.outcome, record.attention_reason]
+            errors += [s.last_error for s in steps]
+            if self.error_contains.lower() not in " ".join(filter(None, errors)).lower():
+                why = f"no error contains {self.error_contains!r}"
+        return why
 
 
 @dataclass
@@ -86,22 +118,20 @@ class BulkOperation:
     reason: str
     actor: str
     created_at: datetime
-    dry_run: bool = False
-    cursor: str | None = None
+    cursor: str | None = None  # the listing's, while the snapshot is written
+    frozen: bool = False  # the snapshot is complete: only its instances are acted on
     done: bool = False
     etag: str | None = None
 
-    def entity(self) -> dict[str, Any]:
+    def properties(self) -> dict[str, Any]:
         return {
-            "PartitionKey": BULK_PARTITION,
-            "RowKey": self.bulk_id,
             "Action": self.action,
             "Filter": self.filter.model_dump_json(exclude_none=True),
             "Reason": self.reason,
             "Actor": self.actor,
             "CreatedAt": self.created_at,
-            "DryRun": self.dry_run,
             "Cursor": self.cursor or "",
+            "Frozen": self.frozen,
             "Done": self.done,
         }
 
@@ -114,8 +144,8 @@ class BulkOperation:
             reason=e["Reason"],
             actor=e["Actor"],
             created_at=e["CreatedAt"],
-            dry_run=bool(e.get("DryRun")),
             cursor=e.get("Cursor") or None,
+            frozen=bool(e.get("Frozen")),
             done=bool(e.get("Done")),
             etag=e.metadata.get("etag"),
         )
@@ -125,75 +155,47 @@ class BulkOperation:
         return f"[bulk {self.bulk_id}]"
 
 
-def _outcomes_partition(bulk_id: str) -> str:
-    return f"{BULK_PARTITION}~{bulk_id}"
-
-
 class BulkStore:
-    """Bulk operations and their per-instance outcomes, in the ledger table."""
+    """Bulk operations and their instances (rows: ``workflow_core/ledger/bulk_rows.py``)."""
 
-    def __init__(self, ledger: StepLedger) -> None:
+    def __init__(self, ledger: StepLedger, rows: BulkRows | None = None) -> None:
         self.ledger = ledger
-        self.table = ledger.table_client()
+        self.rows = rows or BulkRows.of(ledger)
 
     def create(
-        self, action: str, flt: BulkFilter, *, reason: str, actor: str, dry_run: bool = False
+        self, action: str, flt: BulkFilter, *, reason: str, actor: str, matched: list[str] | None = None
     ) -> BulkOperation:
+        """Record an operation; ``matched``: the instances the operator confirmed (its snapshot)."""
         if action not in BULK_ACTIONS:
             raise operator.OperatorError(f"no bulk action {action!r}; actions: {', '.join(BULK_ACTIONS)}")
         reason = operator.required_reason(reason)
         bulk_id = clock.utcnow().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(4)
-        op = BulkOperation(bulk_id, action, flt, reason, actor, clock.utcnow(), dry_run=dry_run)
-        meta = self.table.create_entity(op.entity())
-        op.etag = meta.get("etag")
+        op = BulkOperation(bulk_id, action, flt, reason, actor, clock.utcnow(), frozen=matched is not None)
+        if matched:
+            self.rows.freeze(bulk_id, matched)
+        op.etag = self.rows.create(bulk_id, op.properties())
         return op
 
     def get(self, bulk_id: str) -> BulkOperation | None:
-        try:
-            return BulkOperation.from_entity(self.table.get_entity(BULK_PARTITION, bulk_id))
-        except ResourceNotFoundError:
-            return None
+        row = self.rows.get(bulk_id)
+        return None if row is None else BulkOperation.from_entity(row)
 
     def unfinished(self) -> list[BulkOperation]:
-        rows = self.table.query_entities(
-            "PartitionKey eq @pk and Done eq false", parameters={"pk": BULK_PARTITION}
-        )
-        return [BulkOperation.from_entity(e) for e in rows]
+        return [BulkOperation.from_entity(e) for e in self.rows.unfinished()]
 
     def save(self, op: BulkOperation) -> None:
-        """The cursor moves on (ETag-guarded: two runners of one operation never both move it)."""
-        meta = self.table.update_entity(
-            op.entity(), mode=UpdateMode.REPLACE, etag=op.etag, match_condition=MatchConditions.IfNotModified
-        )
-        op.etag = meta.get("etag")
+        op.etag = self.rows.replace(op.bulk_id, op.properties(), op.etag)
 
-    def outcome(self, bulk_id: str, instance_id: str) -> dict[str, Any] | None:
-        try:
-            return dict(self.table.get_entity(_outcomes_partition(bulk_id), instance_id))
-        except ResourceNotFoundError:
-            return None
+    def progress(self, op: BulkOperation) -> dict[str, Any]:
+        rows = self.rows.instance_rows(op.bulk_id)
+        by = {r: [e for e in rows if e.get("Result") == r] for r in (*RESULTS, PENDING, CLAIMED)}
 
-    def record(self, bulk_id: str, instance_id: str, result: str, why: str = "") -> None:
-        entity = {
-            "PartitionKey": _outcomes_partition(bulk_id),
-            "RowKey": instance_id,
-            "Result": result,
-            "Why": why[:2000],
-            "At": clock.utcnow(),
-        }
-        with contextlib.suppress(ResourceExistsError):  # an interrupted run's word stands
-            self.table.create_entity(entity)
+        def listed(result: str) -> list[dict[str, Any]]:
+            return [
+                {"instanceId": e["RowKey"], "why": e.get("Why") or None, "runner": e.get("Runner")}
+                for e in by[result]
+            ]
 
-    def outcomes(self, bulk_id: str) -> list[dict[str, Any]]:
-        rows = self.table.query_entities(
-            "PartitionKey eq @pk", parameters={"pk": _outcomes_partition(bulk_id)}
-        )
-        return [{"instanceId": e["RowKey"], "result": e["Result"], "why": e.get("Why") or None} for e in rows]
-
-    def progress(self, op: BulkOperation, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The operation and its outcomes (``rows``: as already read, else read now)."""
-        rows = self.outcomes(op.bulk_id) if rows is None else rows
-        counts = {k: sum(1 for r in rows if r["result"] == k) for k in (ACTED, SKIPPED, FAILED, WOULD_ACT)}
         return {
             "id": op.bulk_id,
             "action": op.action,
@@ -201,18 +203,17 @@ class BulkStore:
             "reason": op.reason,
             "actor": op.actor,
             "createdAt": op.created_at.isoformat(),
-            "dryRun": op.dry_run,
+            "dryRun": False,
+            "frozen": op.frozen,
             "done": op.done,
-            "processed": len(rows),
-            "counts": counts,
-            "acted": [r["instanceId"] for r in rows if r["result"] == ACTED],
-            "wouldAct": [r["instanceId"] for r in rows if r["result"] == WOULD_ACT],
-            "skipped": [
-                {"instanceId": r["instanceId"], "why": r["why"]} for r in rows if r["result"] == SKIPPED
-            ],
-            "failed": [
-                {"instanceId": r["instanceId"], "why": r["why"]} for r in rows if r["result"] == FAILED
-            ],
+            "matched": len(rows),
+            "processed": sum(len(by[r]) for r in RESULTS),
+            "counts": {r: len(by[r]) for r in (*RESULTS, PENDING)},
+            "acted": [e["RowKey"] for e in by[ACTED]],
+            "actedBy": {e["RowKey"]: e.get("Runner") for e in by[ACTED]},
+            "skipped": listed(SKIPPED),
+            "noLongerMatches": listed(NO_LONGER_MATCHES),
+            "failed": listed(FAILED),
         }
 
 
@@ -227,89 +228,163 @@ def durable_terminate(client: Any) -> Terminate:
     return terminate
 
 
-def _why(row: dict[str, Any]) -> dict[str, Any]:
-    return {"instanceId": row["instanceId"], "why": row["why"]}
+# ---- the one eligibility check (dry run and act) --------------------------------------------------
 
 
-def _failed_step(ledger: StepLedger, instance_id: str, statuses: Iterable[StepStatus]) -> str:
-    wanted = set(statuses)
-    for step in ledger.list_for_instance(instance_id):
-        if step.status in wanted:
-            return step.step_id
-    raise operator.OperatorError(
-        f"no step of {instance_id!r} is {' or '.join(sorted(s.value for s in wanted))}"
-    )
+def eligibility(
+    action: str, record: InstanceRecord, steps: list[StepRecord]
+) -> tuple[str | None, str | None]:
+    """``(why not, None)`` when ``action`` cannot be taken on the instance now, else ``(None, the
+    step it moves)`` (None for an instance action)."""
+    refused = refusal(action, record, steps)
+    if refused is not None:
+        return refused[1], None
+    if action in ("retry", "skip"):
+        step = next((s for s in steps if s.status in operator.RETRY.targets), None)
+        if step is None:
+            wanted = " or ".join(sorted(s.value for s in operator.RETRY.targets))
+            return f"no step of {record.instance_id!r} is {wanted}", None
+        return None, step.step_id
+    if action == "compensate":
+        try:
+            return None, operator.compensation_target_of(record.instance_id, steps)
+        except operator.OperatorError as exc:
+            return str(exc), None
+    return None, None
 
 
-def act_on(ledger: StepLedger, op: BulkOperation, instance_id: str) -> bool:
-    """The single action's ledger move, its audit reason naming the operation. True: the
-    orchestration must be ended next (stop, cancel)."""
-    reason = f"{op.reason} {op.marker}"
-    user = op.actor.removeprefix("operator:")
-    if op.action in ("retry", "skip"):  # the instance's failed step (what a retry accepts)
-        step_id = _failed_step(ledger, instance_id, operator.RETRY.targets)
-        apply = operator.retry_step if op.action == "retry" else operator.skip_step
-        apply(ledger, instance_id, step_id, user=user, reason=reason)
-        return False
-    if op.action == "compensate":
-        steps = ledger.list_for_instance(instance_id)
-        failed = [s for s in steps if s.status in (StepStatus.FAILED, StepStatus.TIMED_OUT)]
-        done = [s for s in steps if s.status is StepStatus.SUCCEEDED]
-        target = (failed or done[-1:] or [None])[0]
-        if target is None:
-            raise operator.OperatorError(f"nothing to compensate in {instance_id!r}")
-        operator.request_compensation(ledger, instance_id, target.step_id, user=user, reason=reason)
-        return False
-    operator.move_instance(ledger, instance_id, op.action, reason=reason, actor=op.actor)
-    return op.action in ("stop", "cancel")
+def preview(ledger: StepLedger, action: str, flt: BulkFilter) -> dict[str, Any]:
+    """The dry run: what a real run would act on and skip (and why), as of now; writes nothing."""
+    would_act: list[str] = []
+    would_skip: list[dict[str, str]] = []
+    token = None
+    while True:
+        page, token = ledger.list_instances(**flt.listing(), limit=PAGE, continuation=token)
+        for record in page:
+            steps = ledger.list_for_instance(record.instance_id)
+            if flt.mismatch(record, steps) is not None:
+                continue
+            why, _ = eligibility(action, record, steps)
+            if why is None:
+                would_act.append(record.instance_id)
+            else:
+                would_skip.append({"instanceId": record.instance_id, "why": why})
+        if token is None:
+            break
+    return {"action": action, "dryRun": True, "wouldAct": would_act, "wouldSkip": would_skip, "acted": []}
+
+
+# ---- acting ----------------------------------------------------------------------------------------
+
+
+def act_on(ledger: StepLedger, op: BulkOperation, instance_id: str) -> tuple[str, str, bool]:
+    """Re-read the instance, re-check the filter and the eligibility, and act conditional on the
+    record as checked: ``(result, why, ends its orchestration)``."""
+    for _ in range(operator.MAX_RACE_RETRIES):
+        record, steps = ledger.find_instance(instance_id), ledger.list_for_instance(instance_id)
+        if record is None:
+            return NO_LONGER_MATCHES, "its record is gone", False
+        why = op.filter.mismatch(record, steps)
+        if why is not None:
+            return NO_LONGER_MATCHES, f"no longer matches: {why}", False
+        why, step_id = eligibility(op.action, record, steps)
+        if why is not None:
+            return SKIPPED, why, False
+        reason, user = f"{op.reason} {op.marker}", op.actor.removeprefix("operator:")
+        try:
+            if step_id is not None:
+                intent = operator.INTENTS[op.action]
+                operator.apply_intent(
+                    intent, ledger, instance_id, step_id, user=user, reason=reason, instance=record
+                )
+            else:
+                operator.move_instance(
+                    ledger, instance_id, op.action, reason=reason, actor=op.actor, instance=record
+                )
+        except operator.Changed:
+            continue  # changed since it was checked: check again
+        return ACTED, "", op.action in ("stop", "cancel")
+    return NO_LONGER_MATCHES, "it keeps changing; left as it is", False
 
 
 def _already_acted(ledger: StepLedger, op: BulkOperation, instance_id: str) -> bool:
     return any(op.marker in (entry.reason or "") for entry in ledger.audit_trail(instance_id))
 
 
+def _freeze(store: BulkStore, op: BulkOperation) -> None:
+    """Write the snapshot from the cursor on, a page at a time (a runner that loses the race to move
+    the cursor reads the operation again and goes on from where the other one got)."""
+    ledger = store.ledger
+    while not op.frozen:
+        page, token = ledger.list_instances(**op.filter.listing(), limit=PAGE, continuation=op.cursor)
+        matched = [
+            r.instance_id
+            for r in page
+            if op.filter.mismatch(
+                r, ledger.list_for_instance(r.instance_id) if op.filter.error_contains else []
+            )
+            is None
+        ]
+        store.rows.freeze(op.bulk_id, matched)
+        op.cursor, op.frozen = token, token is None
+        try:
+            store.save(op)
+        except ResourceModifiedError:
+            fresh = store.get(op.bulk_id)
+            if fresh is None:
+                return
+            op.__dict__.update(fresh.__dict__)
+
+
 async def run(
     store: BulkStore,
     op: BulkOperation,
     *,
+    runner: str = "runner",
     rate_per_second: float = 20,
     max_instances: int | None = None,
     terminate: Terminate | None = None,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> BulkOperation:
-    """Carry ``op`` on from its cursor: at most ``max_instances`` (None: to the end), at most
-    ``rate_per_second``. Returns it as saved (``done`` at the end of the listing)."""
+    """Freeze ``op``'s snapshot if it is not yet, then act on its pending instances: at most
+    ``max_instances`` (None: all), at most ``rate_per_second``; ``runner`` names this runner on each
+    row it settles. Returns it as saved (``done`` when no instance is left)."""
+    runner = f"{runner}-{secrets.token_hex(3)}"
     ledger = store.ledger
+    _freeze(store, op)
     handled = 0
     gap = 1.0 / rate_per_second if rate_per_second > 0 else 0.0
-    while not op.done:
-        page, token = ledger.list_instances(**op.filter.listing(), limit=PAGE, continuation=op.cursor)
-        for record in page:
-            if max_instances is not None and handled >= max_instances:
-                return op
-            iid = record.instance_id
-            if store.outcome(op.bulk_id, iid) is not None or not op.filter.matches(record, ledger):
-                continue
-            handled += 1
-            if op.dry_run:
-                store.record(op.bulk_id, iid, WOULD_ACT)
-                continue
-            if _already_acted(ledger, op, iid):
-                store.record(op.bulk_id, iid, ACTED, "acted before an interruption")
-                continue
-            try:
-                ends = act_on(ledger, op, iid)
-                if ends and terminate is not None:
-                    await terminate(iid, f"operator {op.action} by {op.actor}: {op.reason} {op.marker}")
-            except operator.OperatorError as exc:
-                store.record(op.bulk_id, iid, SKIPPED, str(exc))
-            except Exception as exc:  # one instance's failure never stops the operation
-                store.record(op.bulk_id, iid, FAILED, f"{type(exc).__name__}: {exc}")
-            else:
-                store.record(op.bulk_id, iid, ACTED)
-            if gap:
-                await sleep(gap)
-        op.cursor = token
-        op.done = token is None
-        store.save(op)
+    now = clock.utcnow()
+    open_rows = store.rows.instance_rows(op.bulk_id, results=(PENDING, CLAIMED))
+    for row in open_rows:
+        if row.get("Result") == CLAIMED and not store.rows.stale(row, now):
+            continue  # another runner is on it
+        if max_instances is not None and handled >= max_instances:
+            return op
+        claimed = store.rows.claim(row, runner)
+        if claimed is None:
+            continue  # another runner claimed it first: its outcome is that runner's
+        handled += 1
+        iid = row["RowKey"]
+        if _already_acted(ledger, op, iid):  # a runner died between its action and its outcome
+            store.rows.settle(claimed, ACTED, "acted before an interruption")
+            continue
+        try:
+            result, why, ends = act_on(ledger, op, iid)
+            if ends and terminate is not None:
+                await terminate(iid, f"operator {op.action} by {op.actor}: {op.reason} {op.marker}")
+        except operator.OperatorError as exc:
+            result, why = SKIPPED, str(exc)
+        except Exception as exc:  # one instance's failure never stops the operation
+            result, why = FAILED, f"{type(exc).__name__}: {exc}"
+        store.rows.settle(claimed, result, why)
+        if gap:
+            await sleep(gap)
+    if not op.done and not store.rows.instance_rows(op.bulk_id, results=(PENDING, CLAIMED)):
+        op.done = True
+        try:
+            store.save(op)
+        except ResourceModifiedError:  # the other runner saved it done first
+            fresh = store.get(op.bulk_id)
+            op.__dict__.update((fresh or op).__dict__)
     return op

@@ -4,9 +4,9 @@
 A key is claimed API-wide (its SHA-256 row in the index table's ``~idempotency`` partition names
 :data:`KEYS_PARTITION` as its "instance"), so a key already used by a single action is refused for a
 bulk request and the other way round. The request a key stands for is :func:`request_of`: the action
-and a digest of the whole request (filter, reason, dry run), the same from ``POST /api/operations``
+and a digest of the whole request (filter, reason), the same from ``POST /api/operations``
 and from ``sas bulk``; a repeat with the same key and request gets the first answer (the same
-operation), a different request with it is refused.
+operation), a different request with it is refused. A dry run writes nothing and takes no key.
 """
 
 from __future__ import annotations
@@ -15,21 +15,21 @@ import hashlib
 import json
 
 from supervisor.bulk import BulkFilter
+from workflow_core.ledger.families import BULK_KEYS_PARTITION as KEYS_PARTITION
 
-KEYS_PARTITION = "~bulk-keys"  # in the ledger table: not an instance, not a ``~bulk~<id>`` partition
+__all__ = ["KEYS_PARTITION", "request_of"]
 
 
-def request_of(action: str, flt: BulkFilter, reason: str, dry_run: bool) -> str:
+def request_of(action: str, flt: BulkFilter, reason: str) -> str:
     """What the key stands for, e.g. ``bulk resume 3f2a…`` (a digest: the reason may be long)."""
     canonical = json.dumps(
         {
             "action": action,
             "filter": flt.model_dump(mode="json", exclude_none=True),
             "reason": reason.strip(),
-            "dryRun": bool(dry_run),
         },
         sort_keys=True,
         separators=(",", ":"),
     )
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:24]
-    return f"bulk {action}{' dry-run' if dry_run else ''} {digest}"
+    return f"bulk {action} {digest}"

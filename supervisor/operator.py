@@ -28,7 +28,10 @@ from workflow_core.ledger import (
     StepNotFound,
     StepRecord,
     StepStatus,
+    instance_state,
 )
+from workflow_core.ledger.instance import PURGEABLE_INSTANCE_STATUSES as PURGEABLE
+from workflow_core.ledger.instance_state import instance_guard
 from workflow_core.ledger.model import require_aware
 
 S = StepStatus
@@ -36,7 +39,29 @@ MAX_RACE_RETRIES = 5
 
 
 class OperatorError(Exception):
-    """An operator request cannot be carried out; the message says why and what is possible."""
+    """An operator request cannot be carried out; the message says why and what is possible;
+    ``code``: the API's problem code for it (a 409)."""
+
+    code = "changed-meanwhile"
+
+
+class Refused(OperatorError):
+    """The instance state refuses the action (``instance_state``): ``code`` says why."""
+
+    def __init__(self, refused: instance_state.InstanceRefused) -> None:
+        super().__init__(refused.reason)
+        self.code = refused.code  # type: ignore[misc]
+
+
+class NothingToCompensate(OperatorError):
+    code = "nothing-to-compensate"
+
+
+class Changed(OperatorError):
+    """The instance changed since the caller checked it (a bulk runner re-checks it)."""
+
+    def __init__(self, instance_id: str) -> None:
+        super().__init__(f"instance {instance_id!r} changed since it was checked")
 
 
 class UnknownInstance(OperatorError):
@@ -155,20 +180,11 @@ def _instance_steps(ledger: StepLedger, instance_id: str) -> list[StepRecord]:
     return steps
 
 
-def get_step(ledger: StepLedger, instance_id: str, step_id: str) -> StepRecord:
-    """The step, or :class:`UnknownInstance` / :class:`UnknownStep` naming what exists."""
-    try:
-        return ledger.get(instance_id, step_id)
-    except InvalidLedgerInput as exc:
-        raise OperatorError(str(exc)) from None
-    except StepNotFound:
-        steps = _instance_steps(ledger, instance_id)
-        raise UnknownStep(instance_id, step_id, [s.step_id for s in steps]) from None
-
-
 def preview(ledger: StepLedger, intent: str, instance_id: str, step_id: str) -> tuple[StepRecord, StepStatus]:
     """What ``intent`` would do to the step now (for a confirmation prompt); raises like the intent."""
-    record = get_step(ledger, instance_id, step_id)
+    record, handle = _step_and_instance(ledger, instance_id, step_id)
+    if handle is not None:
+        _check(intent, handle.record)
     return record, INTENTS[intent].target_for(record)
 
 
@@ -182,13 +198,22 @@ def apply_intent(
     reason: str,
     now: datetime | None = None,
     expect: Callable[[StepRecord], None] | None = None,
+    instance: InstanceRecord | None = None,
 ) -> StepRecord:
     """Move the step as ``intent`` says, audited as ``operator:<user>``; ``expect`` may refuse the
-    step as read (it changed since the operator saw it). A lost race re-reads and re-checks."""
+    step as read (it changed since the operator saw it). The instance state decides first
+    (``instance_state``): a Purging instance refuses. A lost race re-reads and re-checks; with
+    ``instance`` (the record as a bulk runner checked it) the write is conditional on that version
+    and a change since is :class:`Changed`, not a re-read."""
     actor = actor_for(user)
     reason = required_reason(reason)
     for _ in range(MAX_RACE_RETRIES):
-        record = get_step(ledger, instance_id, step_id)
+        record, handle = _step_and_instance(ledger, instance_id, step_id)
+        current = handle.record if handle is not None else None
+        if instance is not None and (current is None or current.etag != instance.etag):
+            raise Changed(instance_id)
+        if current is not None:
+            _check(intent.name, current)
         if expect is not None:
             expect(record)
         target = intent.target_for(record)
@@ -200,11 +225,21 @@ def apply_intent(
         if intent.sets_deadline:
             when = require_aware(now, "now") if now is not None else clock.utcnow()
             changes["deadline"] = when
+        # on a finished instance (or as checked by a bulk runner) the write carries the record's ETag
+        guarded = current is not None and (instance is not None or current.status in PURGEABLE)
+        guard = [instance_guard(current)] if guarded and current is not None else None
         try:
             return ledger.transition(
-                record, target, actor=actor, reason=f"operator {intent.name}: {reason}", **changes
+                record,
+                target,
+                actor=actor,
+                reason=f"operator {intent.name}: {reason}",
+                with_rows=(lambda *_, rows=guard: rows) if guard else None,
+                **changes,
             )
         except ConcurrencyConflict:
+            if instance is not None:
+                raise Changed(instance_id) from None
             continue  # someone moved it meanwhile: re-read and re-check the move
         except IllegalTransition as exc:
             raise OperatorError(str(exc)) from None
@@ -214,6 +249,53 @@ def apply_intent(
     )
 
 
+def _step_and_instance(ledger: StepLedger, instance_id: str, step_id: str):
+    """The step and its instance record, or :class:`UnknownStep` naming the instance's steps."""
+    try:
+        return ledger.read_step_and_instance(instance_id, step_id)
+    except InvalidLedgerInput as exc:
+        raise OperatorError(str(exc)) from None
+    except StepNotFound:
+        steps = _instance_steps(ledger, instance_id)
+        raise UnknownStep(instance_id, step_id, [s.step_id for s in steps]) from None
+
+
+def _check(action: str, record: InstanceRecord, steps=()) -> None:
+    try:
+        instance_state.check(action, record, steps)
+    except instance_state.InstanceRefused as exc:
+        raise Refused(exc) from None
+
+
+def compensation_target(ledger: StepLedger, instance_id: str) -> str:
+    """The step whose move to Compensating asks for the instance's compensation: a failed one, else
+    the last completed one (the compensation orchestration then undoes every completed step). The
+    instance state decides first: a Purging instance refuses."""
+    steps = _instance_steps(ledger, instance_id)
+    record = ledger.find_instance(instance_id)
+    if record is not None:
+        _check(instance_state.Action.COMPENSATE, record, steps)
+    return compensation_target_of(instance_id, steps)
+
+
+def compensation_target_of(instance_id: str, steps: list[StepRecord]) -> str:
+    """:func:`compensation_target` of the steps as read."""
+    asked = [s for s in steps if s.status is S.COMPENSATING]
+    if asked:
+        raise OperatorError(
+            f"compensation of {instance_id!r} is already asked for: step {asked[0].step_id} is Compensating"
+        )
+    failed = [s for s in steps if s.status in (S.FAILED, S.TIMED_OUT)]
+    done = [s for s in steps if s.status is S.SUCCEEDED]
+    target = (failed or done[-1:] or [None])[0]
+    if target is None:
+        statuses = ", ".join(f"{s.step_id} {s.status.value}" for s in steps)
+        raise NothingToCompensate(
+            f"nothing to compensate in {instance_id!r}: no step is Succeeded, Failed or TimedOut ({statuses})"
+        )
+    return target.step_id
+
+
 # The three step intents (see the module docstring for what each asks of the watchdog).
 retry_step = functools.partial(apply_intent, RETRY)
 skip_step = functools.partial(apply_intent, SKIP)
@@ -221,27 +303,6 @@ request_compensation = functools.partial(apply_intent, COMPENSATE)
 
 
 # ---- instances -----------------------------------------------------------------------------------
-
-# Where each instance action moves the record, from which statuses. Resume from Running: the scheduler
-# is stranded (or the operator believes so): the watchdog resumes it now if its orchestration is gone,
-# whatever the workflow's policy and resume count say; from Failed: the instance gave up, it runs again.
-INSTANCE_MOVES: dict[str, dict[InstanceStatus, InstanceStatus]] = {
-    "resume": {
-        InstanceStatus.RUNNING: InstanceStatus.RUNNING,
-        InstanceStatus.FAILED: InstanceStatus.RUNNING,
-    },
-    "stop": {
-        InstanceStatus.RUNNING: InstanceStatus.STOPPED,
-        InstanceStatus.FAILED: InstanceStatus.STOPPED,
-    },
-    "cancel": {
-        InstanceStatus.RUNNING: InstanceStatus.COMPENSATING,
-        InstanceStatus.FAILED: InstanceStatus.COMPENSATING,
-        InstanceStatus.STOPPED: InstanceStatus.COMPENSATING,
-    },
-}
-RESUMABLE_INSTANCE_STATUSES = INSTANCE_MOVES["resume"]
-_DONE = {"resume": "resumed", "stop": "stopped", "cancel": "cancelled"}
 
 
 def required_reason(reason: str | None) -> str:
@@ -262,17 +323,20 @@ def move_instance(
     actor: str | None = None,
     expected_status: str | None = None,
     now: datetime | None = None,
+    instance: InstanceRecord | None = None,
 ) -> InstanceRecord:
     """Resume, stop or cancel the instance: its record and audit row in one ETag-guarded write (a lost
     race re-reads and decides again). Resume and cancel set the scheduler deadline to now, for the
-    watchdog; ``expected_status`` is the status the operator saw: a record that moved since is refused."""
-    table = INSTANCE_MOVES[action]
+    watchdog; ``expected_status`` is the status the operator saw: a record that moved since is refused;
+    ``instance``: the record as a bulk runner checked it, written only as that version (else
+    :class:`Changed`)."""
+    table = instance_state.INSTANCE_MOVES[instance_state.Action(action)]
     who = actor or actor_for(user or "")
     reason = required_reason(reason)
     when = require_aware(now, "now") if now is not None else clock.utcnow()
     for _ in range(MAX_RACE_RETRIES):
         try:
-            record = ledger.get_instance(instance_id)
+            record = instance or ledger.get_instance(instance_id)
         except InstanceNotFound:
             raise UnknownInstance(instance_id) from None
         except InvalidLedgerInput as exc:
@@ -281,18 +345,8 @@ def move_instance(
             raise OperatorError(
                 f"instance {instance_id!r} is {record.status.value} now, not {expected_status} as expected"
             )
-        target = table.get(record.status)
-        if target is None:
-            allowed = ", ".join(s.value for s in table)
-            hint = (
-                " (retry its CompensationFailed step instead)"
-                if action == "resume" and record.status.value == "CompensationFailed"
-                else ""
-            )
-            raise OperatorError(
-                f"instance {instance_id!r} is {record.status.value}; "
-                f"only {allowed} instances can be {_DONE[action]}{hint}"
-            )
+        _check(action, record)
+        target = table[record.status]
         changes: dict = {"needs_attention": False, "attention_reason": None, "scheduler_deadline": when}
         if target is InstanceStatus.STOPPED:  # its done steps stay: flagged until a cancel undoes them
             flag = f"stopped by {who}: {reason}; its done steps stay as they are until an operator cancels it"
@@ -302,6 +356,8 @@ def move_instance(
                 record, target, actor=who, reason=f"operator {action}: {reason}", owner=who, **changes
             )
         except ConcurrencyConflict:
+            if instance is not None:
+                raise Changed(instance_id) from None
             continue
     raise OperatorError(
         f"instance {instance_id!r} keeps changing under us; look at its timeline and try again"

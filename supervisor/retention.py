@@ -7,9 +7,11 @@ An instance is purged in two moves, so that no reader ever sees it half deleted 
    instance not flagged for an operator is marked (:data:`PURGEABLE_INSTANCE_STATUSES`).
 2. *Finish* (idempotent, so a crash anywhere is finished by the next tick): archive (when
    ``AUDIT_ARCHIVE_CONTAINER`` is set: every row of its partition as one JSON-lines blob, written and
-   read back before anything is deleted), then its step, audit and key rows, their deadline-index
-   rows, its Durable histories (workflow and compensation orchestrations), and *last* its record and
-   then its listing row. A listing row left without a record is removed by the next listing read.
+   read back before anything is deleted), its Durable histories (workflow and compensation
+   orchestrations), then every row of it by the ledger's registry (``ledger.purge_instance``).
+
+Both moves ask the one instance state (``workflow_core/ledger/instance_state.py``): an instance
+with a live step (an operator compensating a step of one that finished long ago) is not taken.
 
 Payload blobs are content-addressed (``workflow_core.payloads``): one blob can serve many instances,
 so the purge does not delete them; the container's lifecycle rule expires them (docs/operations.md).
@@ -30,14 +32,10 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from workflow_core import clock
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import InstanceRecord, InstanceStatus, StepLedger
-from workflow_core.ledger.errors import ConcurrencyConflict
-from workflow_core.ledger.idempotency import forget_instance_keys
-from workflow_core.ledger.instance import INSTANCE_ROW, PURGEABLE_INSTANCE_STATUSES
-from workflow_core.ledger.instance_list import listing_entity
+from workflow_core.ledger.instance import PURGEABLE_INSTANCE_STATUSES
 
 log = logging.getLogger(__name__)
 RETENTION_ACTOR = "retention"
-MAX_BATCH = 100  # Table Storage's entity-group transaction limit
 END = "end"  # kind of an archive's last line: the archive is complete
 PurgeHistory = Callable[[str], Awaitable[Any]]  # a Durable client's ``purge_instance_history``
 
@@ -146,18 +144,14 @@ class Retention:
         return found[:limit]
 
     def mark(self, record: InstanceRecord, cutoff: datetime, reason: str) -> InstanceRecord | None:
-        """Move ``record`` to Purging if it still may be purged (re-read: the listing is an index)."""
-        current = self.ledger.find_instance(record.instance_id)
-        if current is None or current.status is InstanceStatus.PURGING:
-            return current
-        if not purgeable(current, cutoff):
-            return None
-        try:
-            return self.ledger.transition_instance(
-                current, InstanceStatus.PURGING, actor=self.actor, reason=f"retention: {reason}"
-            )
-        except ConcurrencyConflict:
-            return None  # it changed meanwhile: the next tick looks again
+        """Move ``record`` to Purging if the instance state still allows it (re-read with its steps:
+        the listing is an index, and a finished instance may have a step an operator compensates)."""
+        return self.ledger.mark_purging(
+            record.instance_id,
+            actor=self.actor,
+            reason=f"retention: {reason}",
+            keep=lambda current: purgeable(current, cutoff),
+        )
 
     async def run(
         self,
@@ -173,6 +167,7 @@ class Retention:
         report = PurgeReport(dry_run, self.cutoff(now, workflow, older_than_days))
         purging, fresh = self.candidates(now, workflow=workflow, older_than_days=older_than_days)
         if dry_run:
+            fresh = [r for r in fresh if self.ledger.may_purge(r.instance_id)]  # what the mark would take
             report.would_purge = [r.instance_id for r in purging + fresh]
             return report
         queue = list(purging)
@@ -196,33 +191,16 @@ class Retention:
 
     async def finish(self, instance_id: str) -> bool:
         """Delete a Purging instance (idempotent). False: it is not Purging (nothing deleted)."""
-        ledger = self.ledger
-        record = ledger.find_instance(instance_id)
-        if record is None:
-            return False
-        if record.status is not InstanceStatus.PURGING:
+        record = self.ledger.find_instance(instance_id)
+        if record is None or record.status is not InstanceStatus.PURGING:
             return False  # never delete anything else
-        rows = list(ledger._steps.query_entities("PartitionKey eq @pk", parameters={"pk": instance_id}))
+        rows = self.ledger.instance_rows(instance_id)
         if self.archive is not None:
             self._archive(instance_id, rows)
-        others = [r for r in rows if r["RowKey"] != INSTANCE_ROW]
-        forget_instance_keys(ledger, instance_id, [r["RowKey"] for r in others])  # before their pointers go
-        ledger._delete_index_rows([r["IndexKey"] for r in others if r.get("IndexKey")])
-        for start in range(0, len(others), MAX_BATCH):
-            chunk = others[start : start + MAX_BATCH]
-            ledger._steps.submit_transaction(
-                [("delete", {"PartitionKey": r["PartitionKey"], "RowKey": r["RowKey"]}) for r in chunk]
-            )
         if self.purge_history is not None:
             for orchestration in (instance_id, compensation_instance_id(instance_id)):
                 await self.purge_history(orchestration)
-        ledger._delete_index_rows([record.index_key] if record.index_key else [])
-        with contextlib.suppress(ResourceNotFoundError):
-            ledger._steps.delete_entity(instance_id, INSTANCE_ROW)
-        if record.started_at is not None:
-            listing = listing_entity(record)
-            with contextlib.suppress(ResourceNotFoundError):
-                ledger._index.delete_entity(listing["PartitionKey"], listing["RowKey"])
+        self.ledger.purge_instance(record, rows)
         return True
 
     def _archive(self, instance_id: str, rows: list[Any]) -> None:

@@ -29,7 +29,7 @@ from supervisor.watchdog_model import (
     _io,
     _operator_requested,
 )
-from workflow_core import clock, ledger_gauges, liveness, telemetry, telemetry_instruments, tracing
+from workflow_core import clock, ledger_gauges, telemetry, telemetry_instruments, tracing
 from workflow_core.contracts import WATCHDOG_FUNCTION
 from workflow_core.ledger import (
     SUPERVISED_INSTANCE_STATUSES,
@@ -284,8 +284,7 @@ async def supervisor_watchdog(timer: func.TimerRequest, client: df.DurableOrches
         log.warning(report.summary())
     # `sas doctor` reads when the watchdog last ran from this row (workflow_core/liveness.py).
     await _io(
-        liveness.record_tick,
-        services.ledger.table_client(),
+        services.liveness.record_tick,
         now=report.now,
         overdue=report.overdue,
         errors=report.errors,

@@ -64,3 +64,41 @@ def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
     )
     names = {name for name, _ in _imported_packages(module)}
     assert {"supervisor", "api", "activities", "os"} <= names
+
+
+# The ledger's tables have one owner (workflow_core/ledger/families.py): roles and tools reach them
+# through the ledger's methods and the typed stores on Services, never through a raw table client
+# or a private attribute of the ledger.
+
+
+def _raw_table_access(path: Path, root: Path = ROOT) -> list[str]:
+    """``x.table_client()`` calls and ``<...ledger>._private`` attributes in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        if call and node.func.attr == "table_client":
+            found.append(f"{path.relative_to(root)}:{node.lineno} calls .table_client()")
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+            if name.lower().endswith("ledger"):
+                found.append(f"{path.relative_to(root)}:{node.lineno} reads {name}.{node.attr}")
+    return found
+
+
+def test_no_role_or_tool_touches_the_ledgers_tables_directly() -> None:
+    violations = [
+        v
+        for package in sorted(ROLES | TOOLS)
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for v in _raw_table_access(path)
+    ]
+    assert violations == []
+
+
+def test_the_table_access_check_sees_both_shapes(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "def f(services, ledger):\n    services.ledger.table_client()\n    ledger._steps.query()\n"
+    )
+    assert len(_raw_table_access(module, tmp_path)) == 2

@@ -23,10 +23,10 @@ from azure.core.exceptions import (
 )
 
 from workflow_core import clock
+from workflow_core.ledger.families import LIVENESS_PARTITION as PARTITION
 
 log = logging.getLogger("sas.liveness")
 
-PARTITION = "~liveness"
 WATCHDOG = "watchdog"
 
 
@@ -41,47 +41,43 @@ class Tick:
         return ((now or clock.utcnow()) - self.at).total_seconds()
 
 
-def record_tick(table: Any, *, now: datetime | None = None, overdue: int = 0, errors: int = 0) -> bool:
-    """Record one watchdog tick in ``table`` (the ledger's TableClient); False if it could not."""
-    now = now or clock.utcnow()
-    try:
+@dataclass(frozen=True)
+class Liveness:
+    """The liveness row in one ledger table (``Services.liveness``)."""
+
+    table: Any
+
+    def record_tick(self, *, now: datetime | None = None, overdue: int = 0, errors: int = 0) -> bool:
+        """Record one watchdog tick; False if it could not."""
+        now = now or clock.utcnow()
+        row = {"PartitionKey": PARTITION, "RowKey": WATCHDOG, "At": now, "Overdue": overdue, "Errors": errors}
         try:
-            current = table.get_entity(PARTITION, WATCHDOG)
-        except ResourceNotFoundError:
-            row = {"PartitionKey": PARTITION, "RowKey": WATCHDOG, "At": now, "Ticks": 1}
-            table.create_entity({**row, "Overdue": overdue, "Errors": errors})
+            try:
+                current = self.table.get_entity(PARTITION, WATCHDOG)
+            except ResourceNotFoundError:
+                self.table.create_entity({**row, "Ticks": 1})
+                return True
+            self.table.update_entity(
+                {**row, "Ticks": int(current.get("Ticks") or 0) + 1},
+                etag=current.metadata["etag"],
+                match_condition=MatchConditions.IfNotModified,
+                mode="replace",
+            )
             return True
-        row = {
-            "PartitionKey": PARTITION,
-            "RowKey": WATCHDOG,
-            "At": now,
-            "Ticks": int(current.get("Ticks") or 0) + 1,
-            "Overdue": overdue,
-            "Errors": errors,
-        }
-        table.update_entity(
-            row, etag=current.metadata["etag"], match_condition=MatchConditions.IfNotModified, mode="replace"
-        )
-        return True
-    except (ResourceExistsError, ResourceModifiedError):
-        return False  # another tick wrote it at the same moment: its time is as recent as ours
-    except AzureError:
-        log.warning("could not record the watchdog's tick", exc_info=True)
-        return False
+        except (ResourceExistsError, ResourceModifiedError):
+            return False  # another tick wrote it at the same moment: its time is as recent as ours
+        except AzureError:
+            log.warning("could not record the watchdog's tick", exc_info=True)
+            return False
 
-
-def last_tick(table: Any) -> Tick | None:
-    """The last recorded tick, or None if the watchdog never recorded one."""
-    try:
-        row = table.get_entity(PARTITION, WATCHDOG)
-    except ResourceNotFoundError:
-        return None
-    at = row["At"]
-    if isinstance(at, str):
-        at = datetime.fromisoformat(at.replace("Z", "+00:00"))
-    return Tick(
-        at=at,
-        ticks=int(row.get("Ticks") or 0),
-        overdue=int(row.get("Overdue") or 0),
-        errors=int(row.get("Errors") or 0),
-    )
+    def last_tick(self) -> Tick | None:
+        """The last recorded tick, or None if the watchdog never recorded one."""
+        try:
+            row = self.table.get_entity(PARTITION, WATCHDOG)
+        except ResourceNotFoundError:
+            return None
+        at = row["At"]
+        if isinstance(at, str):
+            at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        counts = {k: int(row.get(k.title()) or 0) for k in ("ticks", "overdue", "errors")}
+        return Tick(at=at, **counts)

@@ -10,7 +10,10 @@ from functools import cached_property
 from typing import Any
 
 from workflow_core.ledger import StepLedger
+from workflow_core.ledger.bulk_rows import BulkRows
+from workflow_core.ledger.idempotency import IdempotencyKeys
 from workflow_core.limits import CircuitStore, LimitsStore
+from workflow_core.liveness import Liveness
 from workflow_core.payloads import PayloadStore
 from workflow_core.settings import Settings, get_settings
 from workflow_core.storage_clients import blob_container_client, table_service_client
@@ -38,7 +41,19 @@ class Services:
 
     @cached_property
     def definitions(self) -> DefinitionStore:
-        return DefinitionStore(self.ledger.table_client())
+        return DefinitionStore.of(self.ledger)
+
+    @cached_property
+    def bulk_operations(self) -> BulkRows:
+        return BulkRows.of(self.ledger)
+
+    @cached_property
+    def idempotency_keys(self) -> IdempotencyKeys:
+        return IdempotencyKeys(self.ledger)
+
+    @cached_property
+    def liveness(self) -> Liveness:
+        return Liveness(self.ledger.table_client())
 
     @cached_property
     def limits(self) -> LimitsStore:

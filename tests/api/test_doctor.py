@@ -16,7 +16,7 @@ import pytest
 from api import diagnostics
 from devtools.http_server import AppHttpServer, Route, _compile
 from operator_cli.cli import main
-from workflow_core import clock, liveness, telemetry_instruments
+from workflow_core import clock, telemetry_instruments
 
 
 class Host:
@@ -60,14 +60,14 @@ def _doctor(*args: str) -> tuple[int, str, str]:
 
 
 def test_a_healthy_app_exits_0(served, services):
-    liveness.record_tick(services.ledger.table_client())
+    services.liveness.record_tick()
     code, out, _ = _doctor("--url", served.url)
     assert code == 0, out
     assert "FAIL" not in out and "watchdog last ran" in out
 
 
 def test_a_stopped_watchdog_is_one_failed_line_and_exit_6(served, services):
-    liveness.record_tick(services.ledger.table_client(), now=clock.utcnow() - timedelta(minutes=30))
+    services.liveness.record_tick(now=clock.utcnow() - timedelta(minutes=30))
     code, out, _ = _doctor("--url", served.url)
     assert code == 6
     failed = [line for line in out.splitlines() if line.lstrip().startswith("FAIL")]
@@ -76,7 +76,7 @@ def test_a_stopped_watchdog_is_one_failed_line_and_exit_6(served, services):
 
 
 def test_a_wrong_backend_and_json_output(served, services, monkeypatch):
-    liveness.record_tick(services.ledger.table_client())
+    services.liveness.record_tick()
     monkeypatch.setenv("DURABLE_TASK_SCHEDULER_CONNECTION_STRING", "Endpoint=https://x;Authentication=None")
     code, out, _ = _doctor("--url", served.url, "-o", "json")
     assert code == 6

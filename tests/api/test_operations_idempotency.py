@@ -26,7 +26,7 @@ def post(body, key):
 
 
 def operations(ledger):
-    rows = ledger.table_client().query_entities("PartitionKey eq @p", parameters={"p": bulk.BULK_PARTITION})
+    rows = ledger.table_client().query_entities("PartitionKey eq @p", parameters={"p": "~bulk"})
     return [r["RowKey"] for r in rows]
 
 
@@ -67,11 +67,13 @@ def test_the_same_key_with_another_request_is_a_422_and_records_nothing(
         {**RETRY, "reason": "service back again"},
         {**RETRY, "action": "skip"},
         {**RETRY, "filter": {"errorContains": "bang"}},
-        {**RETRY, "dryRun": True},
     ):
         response = run(start_operation(post(other, "k-1"), client, services))
         assert response.status_code == 422, other
         assert json_of(response)["code"] == "idempotency-key-reused"
+    assert operations(ledger) == [json_of(first)["id"]]
+    dry = run(start_operation(post({**RETRY, "dryRun": True}, "k-1"), client, services))
+    assert dry.status_code == 200 and json_of(dry)["wouldAct"] == []  # a dry run takes no key
     assert operations(ledger) == [json_of(first)["id"]]
 
 
@@ -167,12 +169,12 @@ def test_once_recorded_the_operation_is_the_answer_even_if_the_rest_of_the_reque
     async def run_fails(*_args, **_kwargs):
         raise ServiceRequestError("connection reset")
 
-    def outcomes_fail(self, bulk_id):
+    def progress_fails(self, op):
         raise ServiceRequestError("connection reset")
 
     with monkeypatch.context() as patch:
         patch.setattr(bulk, "run", run_fails)
-        patch.setattr(bulk.BulkStore, "outcomes", outcomes_fail)
+        patch.setattr(bulk.BulkStore, "progress", progress_fails)
         first = run(start_operation(post(RETRY, "late-1"), client, services))
     assert first.status_code == 202, first.get_body()
     again = run(start_operation(post(RETRY, "late-1"), client, services))
@@ -189,8 +191,8 @@ def test_a_repeat_while_the_first_request_still_runs_is_a_409_and_acts_on_nothin
     make_step(ledger, "idem-busy", S.FAILED)
     flt = bulk.BulkFilter(error_contains="boom")
     # the first request with the key has claimed it and is still acting (no answer stored yet)
-    idempotency.claim_or_replay(
-        ledger, KEYS_PARTITION, "busy-1", request_of("retry", flt, "service back", False), "operator:x"
+    idempotency.IdempotencyKeys(ledger).claim_or_replay(
+        KEYS_PARTITION, "busy-1", request_of("retry", flt, "service back"), "operator:x"
     )
     response = run(start_operation(post(RETRY, "busy-1"), client, services))
     assert response.status_code == 409 and json_of(response)["code"] == "in-progress"

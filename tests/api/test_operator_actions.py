@@ -331,3 +331,35 @@ def test_a_key_released_after_a_404_may_be_used_on_another_instance(
 
     assert missing.status_code == 404
     assert used.status_code == 200, used.get_body()
+
+
+def test_after_sas_purge_marks_an_instance_purging_every_action_is_a_409_naming_why(
+    run, client, services, ledger, app_env, monkeypatch, platform_auth
+):
+    import io
+    from datetime import timedelta
+
+    from operator_cli.cli import main
+    from workflow_core.ledger import InstanceStatus
+
+    long_ago = clock.utcnow() - timedelta(days=40)
+    with clock.use_clock(lambda: long_ago):
+        make_step(ledger, "purged-1", S.SUCCEEDED, instance=InstanceStatus.SUCCEEDED)
+    for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
+        monkeypatch.setenv(name, app_env[name])
+    monkeypatch.setattr("operator_cli.operations_commands.operator_user", lambda: "alice")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["purge", "--older-than", "30d", "--yes"], stdout=out, stderr=err, read=input) == 0, err
+    assert ledger.get_instance("purged-1").status is InstanceStatus.PURGING
+
+    for request in (
+        instance_post("purged-1", "compensate", headers=ALICE),
+        instance_post("purged-1", "cancel", headers=ALICE),
+        step_post("purged-1", "create_storage", "retry", headers=ALICE),
+    ):
+        act = step_action if "/steps/" in request.url else instance_action
+        response = run(act(request, client, services))
+        body = json_of(response)
+        assert response.status_code == 409 and body["code"] == "instance-purging", body
+        assert "being purged" in body["detail"] and response.mimetype == "application/problem+json"
+    assert ledger.get_instance("purged-1").status is InstanceStatus.PURGING

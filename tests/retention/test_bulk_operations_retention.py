@@ -19,9 +19,8 @@ from workflow_core import clock
 from workflow_core.ledger import StepLedger
 from workflow_core.ledger.idempotency import (
     KEY_INDEX_PARTITION,
-    claim_or_replay,
+    IdempotencyKeys,
     key_index_row,
-    record_answer,
 )
 
 LATER = timedelta(days=31)  # Azurite stamps rows with the real time: the tick runs "31 days later"
@@ -30,14 +29,16 @@ LATER = timedelta(days=31)  # Azurite stamps rows with the real time: the tick r
 def make_op(ledger: StepLedger, *, outcomes: int, key: str | None, done: bool = True) -> bulk.BulkOperation:
     store = bulk.BulkStore(ledger)
     if key is not None:
-        assert claim_or_replay(ledger, KEYS_PARTITION, key, f"bulk retry {key}", "operator:ana") is None
+        assert (
+            IdempotencyKeys(ledger).claim_or_replay(KEYS_PARTITION, key, f"bulk retry {key}", "operator:ana")
+            is None
+        )
     op = store.create("retry", bulk.BulkFilter(workflow="w"), reason="outage over", actor="operator:ana")
-    for n in range(outcomes):
-        store.record(op.bulk_id, f"inst-{n:04d}", bulk.ACTED)
+    store.rows.freeze(op.bulk_id, [f"inst-{n:04d}" for n in range(outcomes)])
     op.done = done
     store.save(op)
     if key is not None:
-        record_answer(ledger, KEYS_PARTITION, key, 202, json.dumps(store.progress(op)))
+        IdempotencyKeys(ledger).record_answer(KEYS_PARTITION, key, 202, json.dumps(store.progress(op)))
     return op
 
 
@@ -62,9 +63,12 @@ def test_old_finished_op_goes_with_its_keys_others_stay(ledger):
     assert index_row(ledger, "k-old") is None
     assert [r["RowKey"] for r in rows(ledger, KEYS_PARTITION)] == ["~idem~k-run"]
     # the key is free again: another request may claim it
-    assert claim_or_replay(ledger, KEYS_PARTITION, "k-old", "bulk skip other", "operator:bo") is None
+    assert (
+        IdempotencyKeys(ledger).claim_or_replay(KEYS_PARTITION, "k-old", "bulk skip other", "operator:bo")
+        is None
+    )
     # the unfinished one is untouched, even long after
-    assert store.get(running.bulk_id) is not None and len(store.outcomes(running.bulk_id)) == 3
+    assert store.get(running.bulk_id) is not None and len(store.rows.instance_rows(running.bulk_id)) == 3
     assert index_row(ledger, "k-run") is not None
     assert BulkRetention(ledger, retention_days=30).run(clock.utcnow() + 10 * LATER).deleted == []
 
@@ -81,11 +85,12 @@ class Crash(Exception):
 
 @pytest.mark.parametrize("nth", [1, 2, 3, 4, 5])
 def test_crash_midway_is_finished_next_tick(ledger, nth):
-    op = make_op(ledger, outcomes=150, key="k-crash")  # 2 outcome batches, index + key row, op row
+    op = make_op(ledger, outcomes=150, key="k-crash")  # index + key row, 2 row batches, op row
     retention = BulkRetention(ledger, retention_days=30)
     calls = {"n": 0}
-    real_submit, real_delete = retention.table.submit_transaction, retention.table.delete_entity
-    real_index_delete = ledger._index.delete_entity
+    table = retention.rows.table
+    real_submit, real_delete = table.submit_transaction, table.delete_entity
+    real_index_delete, real_key_delete = ledger._index.delete_entity, ledger._steps.delete_entity
 
     def counted(real):
         def call(*a, **kw):
@@ -96,9 +101,10 @@ def test_crash_midway_is_finished_next_tick(ledger, nth):
 
         return call
 
-    retention.table.submit_transaction = counted(real_submit)
-    retention.table.delete_entity = counted(real_delete)
+    table.submit_transaction = counted(real_submit)
+    table.delete_entity = counted(real_delete)
     ledger._index.delete_entity = counted(real_index_delete)
+    ledger._steps.delete_entity = counted(real_key_delete)
     now = clock.utcnow() + LATER
     first = retention.run(now)
     assert op.bulk_id in first.failed and first.deleted == []

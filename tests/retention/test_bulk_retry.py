@@ -11,6 +11,7 @@ import pytest
 from supervisor import bulk
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, NewStep, StepLedger, StepStatus
+from workflow_core.ledger.bulk_rows import CLAIM_LEASE, CLAIMED, PENDING, BulkRows
 
 S = StepStatus
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -39,6 +40,17 @@ def failed_instance(ledger: StepLedger, n: int, workflow: str = "provision-tenan
     return instance_id
 
 
+def settled(store: bulk.BulkStore, op: bulk.BulkOperation) -> int:
+    return sum(r["Result"] not in (PENDING, CLAIMED) for r in store.rows.instance_rows(op.bulk_id))
+
+
+async def after_the_lease(run):
+    """Run a runner later than a dead runner's claims last (CLAIM_LEASE): it takes them over."""
+    later = clock.utcnow() + CLAIM_LEASE + timedelta(minutes=1)
+    with clock.use_clock(lambda: later):
+        return await run
+
+
 def test_bulk_retry_over_500_acts_once_each_across_a_kill(ledger, monkeypatch):
     ids = [failed_instance(ledger, n) for n in range(500)]
     failed_instance(ledger, 900, workflow="other-flow")  # not matched by the filter
@@ -46,25 +58,25 @@ def test_bulk_retry_over_500_acts_once_each_across_a_kill(ledger, monkeypatch):
     flt = bulk.BulkFilter(workflow="provision-tenant", status=InstanceStatus.RUNNING.value)
     op = store.create("retry", flt, reason="downstream back after outage", actor="operator:ana")
 
-    real_record = bulk.BulkStore.record
+    real_settle = BulkRows.settle
     calls = {"n": 0}
 
-    def dying_record(self, bulk_id, instance_id, result, why=""):
+    def dying_settle(self, claimed, result, why=""):
         calls["n"] += 1
         if calls["n"] == 137:  # after acting on the 137th, before recording it: the worst moment
             raise Killed
-        return real_record(self, bulk_id, instance_id, result, why)
+        return real_settle(self, claimed, result, why)
 
-    monkeypatch.setattr(bulk.BulkStore, "record", dying_record)
+    monkeypatch.setattr(BulkRows, "settle", dying_settle)
     with pytest.raises(Killed):
         asyncio.run(bulk.run(store, op, rate_per_second=0))
-    monkeypatch.setattr(bulk.BulkStore, "record", real_record)
+    monkeypatch.setattr(BulkRows, "settle", real_settle)
 
-    # a new process: reads the operation back and carries it on from its cursor
+    # a new process, after the dead runner's claim ran out: reads the operation back, carries it on
     store2 = bulk.BulkStore(ledger)
     resumed = store2.get(op.bulk_id)
-    assert resumed is not None and not resumed.done
-    finished = asyncio.run(bulk.run(store2, resumed, rate_per_second=0))
+    assert resumed is not None and not resumed.done and resumed.frozen
+    finished = asyncio.run(after_the_lease(bulk.run(store2, resumed, rate_per_second=0)))
     assert finished.done
 
     progress = store2.progress(finished)
@@ -81,15 +93,12 @@ def test_bulk_retry_over_500_acts_once_each_across_a_kill(ledger, monkeypatch):
 
 def test_dry_run_lists_and_changes_nothing(ledger):
     ids = [failed_instance(ledger, n) for n in range(3)]
-    store = bulk.BulkStore(ledger)
-    op = store.create(
-        "skip", bulk.BulkFilter(error_contains="503"), reason="r", actor="operator:a", dry_run=True
-    )
     before = {i: len(ledger.audit_trail(i)) for i in ids}
-    asyncio.run(bulk.run(store, op, rate_per_second=0))
-    assert sorted(store.progress(op)["wouldAct"]) == ids
+    shown = bulk.preview(ledger, "skip", bulk.BulkFilter(error_contains="503"))
+    assert sorted(shown["wouldAct"]) == ids and shown["wouldSkip"] == []
     assert {i: len(ledger.audit_trail(i)) for i in ids} == before
     assert all(ledger.get(i, "call-api").status is S.FAILED for i in ids)
+    assert list(ledger.table_client().query_entities("PartitionKey eq '~bulk'")) == []  # nothing written
 
 
 def test_what_cannot_be_acted_on_is_skipped_with_why(ledger):
@@ -140,7 +149,7 @@ def test_bulk_retry_survives_a_sigkill_of_the_process_running_it(ledger, azurite
     process = subprocess.Popen([sys.executable, "-c", RUNNER, *args], cwd=root, env=env)
     try:
         deadline = time.monotonic() + 120
-        while len(store.outcomes(op.bulk_id)) < 120 and time.monotonic() < deadline:
+        while settled(store, op) < 120 and time.monotonic() < deadline:
             assert process.poll() is None, "the runner ended before it could be killed"
             time.sleep(0.05)
         process.send_signal(signal.SIGKILL)  # mid-run, wherever it is
@@ -149,11 +158,11 @@ def test_bulk_retry_survives_a_sigkill_of_the_process_running_it(ledger, azurite
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
-    killed_at = len(store.outcomes(op.bulk_id))
+    killed_at = settled(store, op)
     assert 120 <= killed_at < 500
 
     resumed = bulk.BulkStore(ledger).get(op.bulk_id)
-    finished = asyncio.run(bulk.run(store, resumed, rate_per_second=0))
+    finished = asyncio.run(after_the_lease(bulk.run(store, resumed, rate_per_second=0)))
     assert finished.done and store.progress(finished)["counts"]["acted"] == 500
     for instance_id in ids:
         naming = [a for a in ledger.audit_trail(instance_id) if f"[bulk {op.bulk_id}]" in (a.reason or "")]

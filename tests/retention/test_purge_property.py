@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from supervisor.retention import Retention
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, StepLedger
-from workflow_core.ledger.instance import INSTANCE_ROW
+from workflow_core.ledger.families import INSTANCE_ROW
 
 IS = InstanceStatus
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

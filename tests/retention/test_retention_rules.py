@@ -68,14 +68,57 @@ steps:
 
 
 def test_a_purge_forgets_the_instances_idempotency_keys_api_wide(ledger):
-    from workflow_core.ledger.idempotency import KEY_INDEX_PARTITION, claim_or_replay, key_index_row
+    from workflow_core.ledger.idempotency import (
+        KEY_INDEX_PARTITION,
+        IdempotencyKeys,
+        key_index_row,
+    )
 
     done(ledger, "keyed-1", "provision-tenant", T0)
     done(ledger, "kept-1", "provision-tenant", T0 + timedelta(days=40))
-    assert claim_or_replay(ledger, "keyed-1", "key-a", "POST /a", "op") is None
-    assert claim_or_replay(ledger, "kept-1", "key-b", "POST /b", "op") is None
+    assert IdempotencyKeys(ledger).claim_or_replay("keyed-1", "key-a", "POST /a", "op") is None
+    assert IdempotencyKeys(ledger).claim_or_replay("kept-1", "key-b", "POST /b", "op") is None
+    unanswered = asyncio.run(Retention(ledger, retention_days=30).run(T0 + timedelta(days=31)))
+    assert unanswered.purged == []  # an operator action in flight (no answer yet) keeps it
+    IdempotencyKeys(ledger).record_answer("keyed-1", "key-a", 200, {})
     report = asyncio.run(Retention(ledger, retention_days=30, batch_size=10).run(T0 + timedelta(days=31)))
     assert report.purged == ["keyed-1"]
     keys = {e["RowKey"] for e in ledger._index.query_entities(f"PartitionKey eq '{KEY_INDEX_PARTITION}'")}
     assert keys == {key_index_row("key-b")}  # the purged instance's key row went, the live one's stayed
-    assert claim_or_replay(ledger, "kept-1", "key-a", "POST /c", "op") is None  # the key is free again
+    assert (
+        IdempotencyKeys(ledger).claim_or_replay("kept-1", "key-a", "POST /c", "op") is None
+    )  # the key is free again
+
+
+def test_an_instance_an_operator_compensates_long_after_it_succeeded_is_not_purged(ledger):
+    from supervisor import operator
+    from workflow_core.ledger import NewStep, StepStatus
+
+    S = StepStatus
+    with clock.use_clock(lambda: T0):
+        ledger.create_instance_with_steps(
+            "refund-1",
+            "provision-tenant",
+            actor="t",
+            input_json="{}",
+            scheduler_deadline=T0 + timedelta(minutes=5),
+            version="provision-tenant@t",
+            steps=[NewStep(step_id="charge", step_name="charge", agent="pay.charge")],
+        )
+        step = ledger.get("refund-1", "charge")
+        step = ledger.transition(step, S.DISPATCHED, actor="s", deadline=T0 + timedelta(minutes=5), attempt=1)
+        step = ledger.transition(step, S.RUNNING, actor="w", deadline=T0 + timedelta(minutes=5))
+        ledger.transition(step, S.SUCCEEDED, actor="w")
+        ledger.transition_instance(ledger.get_instance("refund-1"), IS.SUCCEEDED, actor="s")
+    now = T0 + timedelta(days=40)
+    with clock.use_clock(lambda: now):
+        operator.request_compensation(ledger, "refund-1", "charge", user="ana", reason="refund")
+    report = asyncio.run(Retention(ledger, retention_days=30).run(now))
+    assert report.marked == report.purged == []  # live: its step is Compensating
+    assert ledger.get_instance("refund-1").status is IS.SUCCEEDED
+    assert ledger.get("refund-1", "charge").status is S.COMPENSATING
+
+    with clock.use_clock(lambda: now):
+        ledger.transition(ledger.get("refund-1", "charge"), S.COMPENSATED, actor="compensator")
+    assert asyncio.run(Retention(ledger, retention_days=30).run(now)).purged == ["refund-1"]
+    assert ledger.find_instance("refund-1") is None and ledger.instance_rows("refund-1") == []

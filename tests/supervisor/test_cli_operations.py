@@ -83,8 +83,7 @@ def test_bulk_with_a_progress_bar_reports_what_it_skipped_and_why(cli, ledger):
 
 
 def bulk_operations(ledger):
-    rows = ledger.table_client().query_entities("PartitionKey eq @p", parameters={"p": "~bulk"})
-    return [r for r in rows if not r["DryRun"]]
+    return list(ledger.table_client().query_entities("PartitionKey eq @p", parameters={"p": "~bulk"}))
 
 
 def test_a_bulk_command_cut_off_and_repeated_with_its_key_carries_the_same_operation_on(
@@ -99,9 +98,7 @@ def test_a_bulk_command_cut_off_and_repeated_with_its_key_carries_the_same_opera
     real_run = bulk.run
 
     async def cut_off(store, op, **kwargs):
-        if not op.dry_run:
-            raise ServiceRequestError("connection reset")  # cut off after the operation is recorded
-        return await real_run(store, op, **kwargs)
+        raise ServiceRequestError("connection reset")  # cut off after the operation is recorded
 
     monkeypatch.setattr(bulk, "run", cut_off)
     code, _, err = cli("bulk", "retry", "--reason", "back", "--idempotency-key", "ticket-7", "--yes")
@@ -130,3 +127,20 @@ def test_a_bulk_key_reused_for_another_request_or_malformed_is_refused(cli, ledg
     for bad in ("bad key", "k" * 101, "~idem~x"):
         assert cli("bulk", "skip", "--reason", "one", "--idempotency-key", bad, "--yes")[0] == 2
     assert len(bulk_operations(ledger)) == 1
+
+
+def test_a_bulk_dry_run_writes_nothing_and_an_invalid_filter_names_no_operation(cli, ledger):
+    make_step(ledger, "cli-dry-1", S.FAILED)
+    make_step(ledger, "cli-dry-2", S.RETRYING)
+    code, out, err = cli("bulk", "retry", "--reason", "look", "--dry-run")
+    assert code == 0 and "would act" in out and "would skip" in out and "no step of 'cli-dry-2'" in out
+    assert "idempotency-key" not in out + err
+    table = ledger.table_client()
+    written = [
+        e["PartitionKey"]
+        for e in table.query_entities("PartitionKey ge '~bulk' and PartitionKey lt '~bulk~~'")
+    ]
+    assert written == []  # no operation, no snapshot, no key
+    code, out, err = cli("bulk", "cancel", "--reason", "r", "--status", "Broken", "--yes")
+    assert code == 2 and "bad filter" in out + err and "bulk 20" not in out + err
+    assert cli("bulk", "stop", "--reason", "r", "--workflow", "sas-canary", "--yes")[0] == 2

@@ -60,14 +60,14 @@ def test_bulk_tick_carries_a_recorded_stop_on_and_ends_the_orchestration(service
 def test_retention_tick_also_deletes_old_finished_bulk_operations(services, host):
     store = bulk.BulkStore(services.ledger)
     done = store.create("stop", bulk.BulkFilter(status="Running"), reason="outage", actor="operator:bo")
-    store.record(done.bulk_id, "m-x", bulk.SKIPPED, "not running")
+    store.rows.freeze(done.bulk_id, ["m-x"])
     done.done = True
     store.save(done)
     live = store.create("stop", bulk.BulkFilter(status="Running"), reason="outage", actor="operator:bo")
     ops = replace(retention_settings({}), days=30)
     # Azurite stamps rows with the real time; NOW (2030) is more than 30 days after it
     host.run_async(retention_tick(services, host.client, ops, NOW))
-    assert store.get(done.bulk_id) is None and store.outcomes(done.bulk_id) == []
+    assert store.get(done.bulk_id) is None and store.rows.instance_rows(done.bulk_id) == []
     assert store.get(live.bulk_id) is not None
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from workflow_core import clock
 from workflow_core.ledger.entities import _deadline_key, _nonce, entity_values, to_entity
+from workflow_core.ledger.families import AUDIT_PREFIX
 from workflow_core.ledger.model import AuditEntry, entity_properties, validate_instance_id
 
-AUDIT_PREFIX = "~audit~"
 _AUDIT_SEQUENCE = itertools.count()
 _FIELDS = entity_properties(AuditEntry, keys={"instance_id"})  # AuditEntry field -> entity property
 

@@ -17,17 +17,17 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.data.tables import TableTransactionError, UpdateMode
 
-from workflow_core.ledger.entities import MAX_BATCH, _deadline_key, _from_entity
+from workflow_core.ledger.entities import _deadline_key, _from_entity
 from workflow_core.ledger.errors import InvalidLedgerInput, StepNotFound
+from workflow_core.ledger.families import ATTENTION_PARTITION, INSTANCE_ROW, MAX_BATCH
 from workflow_core.ledger.index_keys import INSTANCE_INDEX_PREFIX, instance_index_key, overdue_upper_partition
-from workflow_core.ledger.instance import INSTANCE_ROW, InstanceRecord
+from workflow_core.ledger.instance import InstanceRecord
 from workflow_core.ledger.instance_store import InstanceHandle, from_instance_entity
 from workflow_core.ledger.model import StepRecord, require_aware, validate_instance_id, validate_step_id
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, has_own_row, is_watched
 
 log = logging.getLogger("workflow_core.ledger.store")
 
-ATTENTION_PARTITION = "attention"  # sorts after every digit bucket, so overdue() never reads it
 # Index rows retired while ``StepLedger.deferred_index_deletes`` is active (None: delete at once).
 _DEFERRED: ContextVar[list[str] | None] = ContextVar("deferred_index_deletes", default=None)
 

@@ -12,8 +12,6 @@ from typing import Any
 from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.model import StepRecord, entity_properties
 
-MAX_BATCH = 100  # Table Storage limit per entity-group transaction
-
 # StepRecord field -> entity property (the field's name in CamelCase)
 _FIELDS = entity_properties(StepRecord, keys={"instance_id", "step_id"})
 _MUTABLE = set(_FIELDS) - {

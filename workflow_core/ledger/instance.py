@@ -15,10 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workflow_core.ledger.model import AwareDatetime, InstanceId, LedgerText, entity_properties
 
-# RowKey of the instance record: '~' sorts after every step id (so step listings, ``RowKey lt '~'``,
-# never see it) and 'i' after 'a' (so the audit range ``~audit~ .. ~audit~~`` never sees it either).
-INSTANCE_ROW = "~instance"
-
 SchedulerLostPolicy = Literal["resume", "compensate"]
 
 

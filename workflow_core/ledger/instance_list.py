@@ -21,13 +21,10 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.families import KEY_PARTITION, LIST_PARTITION
 from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
 from workflow_core.ledger.model import parse_status, require_aware
 
-LIST_PARTITION = "list"
-# Keys the app keeps for itself: '~' sorts after every deadline bucket and named partition, so no
-# index scan meets it.
-KEY_PARTITION = "~keys"
 LIST_TOKEN_KEY_ROW = "list-token"
 MAX_LIST_LIMIT = 1000
 _MAX_TICKS = 10**19  # beyond any datetime's microseconds since 0001-01-01

@@ -12,7 +12,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableTransactionError
 
 from workflow_core import clock
-from workflow_core.ledger.entities import MAX_BATCH, changed_fields, entity_values, to_entity
+from workflow_core.ledger.entities import changed_fields, entity_values, to_entity
 from workflow_core.ledger.errors import (
     IllegalInstanceTransition,
     InstanceAlreadyExists,
@@ -20,11 +20,11 @@ from workflow_core.ledger.errors import (
     InstanceNotFound,
     InvalidLedgerInput,
 )
+from workflow_core.ledger.families import INSTANCE_ROW, MAX_BATCH
 from workflow_core.ledger.index_keys import instance_index_key_after, plan_instance_index
 from workflow_core.ledger.instance import (
     INSTANCE_FIELDS,
     INSTANCE_MUTABLE,
-    INSTANCE_ROW,
     INSTANCE_TRANSITIONS,
     SUPERVISED_INSTANCE_STATUSES,
     InstanceRecord,

@@ -18,6 +18,7 @@ from azure.data.tables import UpdateMode
 from pydantic import AfterValidator
 
 from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.families import BASIS_KEY_PREFIX, CLAIM_KEY_PREFIX
 from workflow_core.ledger.instance import InstanceRecord
 from workflow_core.ledger.model import StepRecord
 
@@ -85,14 +86,8 @@ def known_step(fields: dict[str, Any], etag: str) -> KnownStepRecord:
     return KnownStepRecord.model_validate({**clean, "etag": etag})
 
 
-CLAIM_KEY_PREFIX = "~claim~"  # sorts between the audit rows (~audit~) and the instance (~instance)
-
-
 def claim_row_key(step_id: str, digest: str) -> str:
     return f"{CLAIM_KEY_PREFIX}{step_id}~{digest}"
-
-
-BASIS_KEY_PREFIX = "~basis~"  # sorts between the audit rows (~audit~) and the claim-key rows
 
 
 def basis_row_key(step_id: str, digest: str) -> str:

@@ -16,10 +16,10 @@ from typing import Any
 from workflow_core import clock
 from workflow_core.contracts import fit_text
 from workflow_core.ledger.entities import _deadline_key, _nonce, entity_values
+from workflow_core.ledger.families import PARKED_PARTITION
 from workflow_core.ledger.model import camel_case
 from workflow_core.ledger.store import StepLedger
 
-PARKED_PARTITION = "parked"
 MAX_PARKED_BODY = 16_000
 MAX_PARKED_FIELD = 1_000
 

@@ -9,15 +9,15 @@ from typing import Any
 from azure.data.tables import TableTransactionError
 
 from workflow_core import clock
-from workflow_core.ledger.entities import MAX_BATCH, _to_entity
+from workflow_core.ledger.entities import _to_entity
 from workflow_core.ledger.errors import InstanceConflict, InvalidLedgerInput, StepsAlreadyExist
+from workflow_core.ledger.families import MAX_BATCH, STEPS_MARKER_ROW
 from workflow_core.ledger.instance_store import InstanceHandle, to_instance_entity
 from workflow_core.ledger.known_rows import if_match_write
 from workflow_core.ledger.model import NewStep, StepRecord, validate_instance_id
 
 # Written with an instance's steps (see create_steps). '~' keeps it out of step listings, and 's'
 # after 'a' and 'i' keeps it out of the audit range and off the instance record's key.
-STEPS_MARKER_ROW = "~steps"
 
 
 class StepCreationMixin:

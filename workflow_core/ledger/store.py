@@ -50,6 +50,7 @@ from workflow_core.ledger.model import (
     validate_instance_id,
     validate_step_id,
 )
+from workflow_core.ledger.purge import PurgeMixin
 from workflow_core.ledger.step_creation import StepCreationMixin
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, has_own_row, watched_by_instance
 from workflow_core.settings import StorageConnection
@@ -79,6 +80,7 @@ class StepLedger(
     AuditTrailMixin,
     DeadlineIndexMixin,
     InstanceLedgerMixin,
+    PurgeMixin,
 ):
     """Conditional (ETag) reads and writes of step rows, their instance record, their deadline index
     and their audit trail: step reads and the write path are here, the rest is mixed in."""

@@ -17,13 +17,13 @@ from typing import Any
 from azure.core import MatchConditions
 from azure.data.tables import TableClient, UpdateMode
 
+from workflow_core.ledger.families import AUDIT_PREFIX, LIMITS_PREFIX
 from workflow_core.limits.circuit_rules import Circuit, CircuitState
 
-PARTITION_PREFIX = "~limits~"
+PARTITION_PREFIX = LIMITS_PREFIX
 CIRCUIT_ROW = "circuit"
 SLOT_PREFIX = "slot~"
 WAIT_PREFIX = "wait~"
-AUDIT_PREFIX = "~audit~"
 MAX_ERROR_CHARS = 1_000
 
 

@@ -18,6 +18,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableClient
 
 from workflow_core import clock
+from workflow_core.ledger.families import DEFINITIONS_PREFIX as PARTITION_PREFIX
 from workflow_core.workflows.errors import UnknownVersion, UnknownWorkflow, WorkflowDefinitionError
 from workflow_core.workflows.loader import get_workflow
 from workflow_core.workflows.model import WorkflowDefinition
@@ -32,7 +33,6 @@ from workflow_core.workflows.versions import (
 
 log = logging.getLogger(__name__)
 
-PARTITION_PREFIX = "~definitions~"
 CHUNK_CHARS = 30_000  # under Table Storage's 32K-character string property
 MAX_CHUNKS = 30  # about 900 KB: under the 1 MiB entity limit
 
@@ -55,6 +55,11 @@ class DefinitionStore:
         self._table = table
         self._saved: set[str] = set()
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, ledger: Any) -> DefinitionStore:
+        """The store in ``ledger``'s table (``Services.definitions``)."""
+        return cls(ledger.table_client())
 
     def save(self, pinned: PinnedDefinition) -> bool:
         """Store the definition unless it already is; True when this call wrote it."""
