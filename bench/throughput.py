@@ -32,7 +32,9 @@ of the machine hits every variant alike), on fresh tables and queues:
   result, delete it (8 requests per step, receives batched up to 16 like the harness's pumps); one
   batch per workflow creates its step rows.
 
-Prints every repetition's raw steps/s and storage requests per step first, then the medians, then
+Prints every repetition's raw steps/s, storage requests per step and CPU time per step of this
+process (every thread: the app's and the SDK's work, not Azurite's; less moved by a busy machine than
+the rates) first, then the medians, then
 for the median repetition of the project and of the lean loop the time per step spent in the
 transport (every request timed, the example agent's effect and idle receives included, though the
 requests-per-step figures leave them out) and outside it, by kind of request, then the ratios of the
@@ -106,8 +108,11 @@ def definition(steps: int, agent_name: str = NO_OP_AGENT) -> dict[str, Any]:
 
 
 class Run:
-    def __init__(self, seconds: float, steps: int, requests: int, made: list[Any] | None = None) -> None:
+    def __init__(
+        self, seconds: float, steps: int, requests: int, made: list[Any] | None = None, cpu: float = 0.0
+    ) -> None:
         self.seconds, self.steps, self.requests = seconds, steps, requests
+        self.cpu = cpu  # this process's CPU time (every thread; Azurite is another process)
         # every request on the wire (the agent's effect and idle receives too: they take time)
         self.made = made or []
 
@@ -173,7 +178,7 @@ def project(
             RemoteEffects.for_services(h.services)  # built (and its table created) before the clock starts
             counter.reset()
             tag = uuid.uuid4().hex[:6]
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             iids = [h.start_workflow(WORKFLOW, {"tenant_id": f"{tag}-{n}"}) for n in range(workflows)]
             # One run until every instance finished (not one per instance: each further run would
             # end with an idle iteration, one empty poll per queue, that the lean loop does not make).
@@ -181,7 +186,7 @@ def project(
                 lambda: all(h.host.get_status(i).runtime_status.value in FINISHED for i in iids),
                 timedelta(hours=1),
             )
-            seconds = time.perf_counter() - started
+            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             made = counter.snapshot()
             for iid in iids:
                 status = h.host.get_status(iid)
@@ -192,7 +197,7 @@ def project(
         storage_clients.remove_transport_hook(sdk_default)
     # requests per step: everything but idle polls and the example agent's own effect table
     useful = [r for r in made if not (r.op == "receive" and r.empty) and r.resource != "RemoteEffects"]
-    return Run(seconds, workflows * steps, len(useful), made)
+    return Run(seconds, workflows * steps, len(useful), made, cpu)
 
 
 def lean_loop(azurite: Azurite, workflows: int, steps: int) -> Run:
@@ -210,7 +215,7 @@ def lean_loop(azurite: Azurite, workflows: int, steps: int) -> Run:
         work.create_queue()
         results.create_queue()
         counter.reset()
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         etags: dict[tuple[str, int], str] = {}
         for w in range(workflows):  # one batch per workflow: every step row Pending
             created = table.submit_transaction(
@@ -269,14 +274,14 @@ def lean_loop(azurite: Azurite, workflows: int, steps: int) -> Run:
                 position[body["instance"]] += 1
                 if position[body["instance"]] < steps:
                     dispatch(body["instance"])
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         made = counter.snapshot()
         table.close()
         queues.close()
     finally:
         counter.uninstall()
     useful = [r for r in made if not (r.op == "receive" and r.empty)]
-    return Run(seconds, workflows * steps, len(useful), made)
+    return Run(seconds, workflows * steps, len(useful), made, cpu)
 
 
 def point_reads(azurite: Azurite, reads: int, *, sdk_transport: bool) -> float:
@@ -343,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name].append(r)
                 print(
                     f"  rep {rep + 1}  {name:<32} {r.rate:7.1f} steps/s  ({r.steps} steps in "
-                    f"{r.seconds:5.2f} s, {r.requests / r.steps:5.2f} storage requests per step)",
+                    f"{r.seconds:5.2f} s, {r.requests / r.steps:5.2f} storage requests per step, "
+                    f"CPU {r.cpu / r.steps * 1e3:5.1f} ms per step)",
                     flush=True,
                 )
         reads: dict[str, list[float]] = {"ours": [], "sdk": []}
@@ -366,7 +372,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median of {args.repetitions} repetitions (steps/s):")
     for name, value in medians.items():
         per_step = statistics.median(r.requests / r.steps for r in runs[name])
-        print(f"  {name:<32} {value:7.1f} steps/s   {per_step:5.2f} requests per step")
+        cpu = statistics.median(r.cpu / r.steps for r in runs[name]) * 1e3
+        print(
+            f"  {name:<32} {value:7.1f} steps/s   {per_step:5.2f} requests per step   "
+            f"CPU {cpu:5.1f} ms per step"
+        )
     baseline = medians["lean loop (baseline)"]
     print()
     print("time per step, the median repetition of each (transport: from handing a request to the SDK's")
@@ -380,6 +390,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"      {kind:<20} {n / run.steps:5.2f} per step  {t / n * 1e3:5.2f} ms each")
     print()
     print(f"ratio project / lean loop:                          {medians['project'] / baseline:5.2f}")
+    cpu = {
+        name: statistics.median(r.cpu / r.steps for r in runs[name])
+        for name in ("project", "lean loop (baseline)")
+    }
+    print(
+        "CPU per step (this process), project / lean loop:   "
+        f"{cpu['project'] / cpu['lean loop (baseline)']:5.2f}"
+    )
     example = medians["project, example agent"]
     print(
         f"ratio project with the example agent / lean loop:   {example / baseline:5.2f}  "

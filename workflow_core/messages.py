@@ -5,7 +5,6 @@ dispatch's message also carries the rows' versions (``ClaimableWork``), for a cl
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from datetime import UTC, datetime, timedelta
@@ -62,10 +61,11 @@ def work_message(
     *,
     deadline: datetime | None = None,
     input: dict[str, Any] | None = None,
+    body: WorkMessage | None = None,
 ) -> OutgoingMessage:
-    """The message for the step's current attempt of ``kind``; the trace context recorded on the row
-    rides along, so a re-send continues the same trace."""
-    body = work_body(record, kind, deadline=deadline, input=input)
+    """The message for the step's current attempt of ``kind`` (``body`` when already built); the
+    trace context recorded on the row rides along, so a re-send continues the same trace."""
+    body = body if body is not None else work_body(record, kind, deadline=deadline, input=input)
     return OutgoingMessage(
         body=body.model_dump(mode="json", exclude_none=True),
         message_id=message_id_for(record.instance_id, record.step_id, body.attempt, kind=kind),
@@ -165,16 +165,15 @@ class ClaimableWork:
         return [("create", {"PartitionKey": step.instance_id, "RowKey": key})]
 
     def message(self, step: StepRecord, instance: InstanceRecord | None) -> OutgoingMessage:
-        sent = work_message(step, "work")
         versions = self.body.ledger if self.body is not None else None
         written_instance = instance_fields(instance) if instance is not None else None
         if versions is None or step.etag is None or versions.step != step_fields(step):
-            return sent  # not built for this write (a lost race, another outcome): claimed after a read
+            return work_message(step, "work")  # not built for this write (a lost race, another outcome)
         if versions.instance != written_instance:
-            return sent
+            return work_message(step, "work")  # claimed after a read
         etags = {"step": step.etag, **({"instance": instance.etag} if instance and instance.etag else {})}
-        body = self.body.model_copy(update={"ledger": self.body.ledger.model_copy(update={"etags": etags})})
-        return dataclasses.replace(sent, body=body.model_dump(mode="json", exclude_none=True))
+        body = self.body.model_copy(update={"ledger": versions.model_copy(update={"etags": etags})})
+        return work_message(step, "work", body=body)
 
 
 class KeyedReply:

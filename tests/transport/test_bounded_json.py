@@ -74,3 +74,38 @@ def test_ordinary_json_reads_as_the_standard_library_does(value):
 def test_anything_at_all_parses_or_is_malformed(data):
     with contextlib.suppress(MalformedJson):
         bounded_json.loads(data)
+
+
+def _reference_depth_within(text: str, limit: int) -> bool:
+    """The scan character by character that ``_depth_within`` does in C."""
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif char in "]}":
+            depth -= 1
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet='[]{}"\\ax,:', max_size=300), st.integers(0, 8))
+def test_the_depth_bound_is_the_character_scans(text, limit):
+    assert bounded_json._depth_within(text, limit) == _reference_depth_within(text, limit)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"a": "\\\\ud800"}', {"a": "\\ud800"}),  # an escaped backslash, then the letters: no surrogate
+        ('{"a": "\\ud83d\\ude00"}', {"a": "\U0001f600"}),  # a pair is one character
+        ('{"a": "\\uD7FF\\uE000"}', {"a": "\ud7ff\ue000"}),  # either side of the surrogate range
+    ],
+)
+def test_text_that_only_looks_like_a_surrogate_is_read(text, expected):
+    assert bounded_json.loads(text) == expected

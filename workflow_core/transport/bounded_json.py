@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from itertools import accumulate
 from typing import Any
 
 MAX_CHARS = 1024 * 1024  # above any queue's message size (Service Bus Premium aside: 1 MiB here)
@@ -25,32 +27,23 @@ class MalformedJson(ValueError):
     """The text is not JSON this app will read; ``str(exc)`` says why (bounded)."""
 
 
+# A JSON string (the parser ends one at the same quote), and a lone surrogate, raw or escaped
+# (``\\u`` + D800-DFFF; an escaped backslash before a ``u`` only costs the full check).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)  # unclosed: to the end
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_MAYBE_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
+
+
 def _depth_within(text: str, limit: int) -> bool:
     """Whether no array/object nests deeper than ``limit`` (strings skipped; the text need not be
-    valid JSON: parsing comes after)."""
-    depth = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > limit:
-                return False
-        elif char in "]}":
-            depth -= 1
-    return True
-
-
-def _has_lone_surrogate(text: str) -> bool:
-    return any("\ud800" <= char <= "\udfff" for char in text)
+    valid JSON: parsing comes after). Text that opens ``limit`` brackets or fewer cannot; otherwise
+    the brackets outside strings are summed, in C (regular expressions, ``accumulate``)."""
+    if text.count("[") + text.count("{") <= limit:
+        return True
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(accumulate(map(_NESTING.__getitem__, brackets)), default=0) <= limit
 
 
 def _checked_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -87,7 +80,7 @@ def _check_strings(value: Any) -> None:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if _has_lone_surrogate(item):
+            if _SURROGATE.search(item):
                 raise MalformedJson("a string holds a lone UTF-16 surrogate")
         elif isinstance(item, list):
             stack.extend(item)
@@ -119,5 +112,6 @@ def loads(data: str | bytes, *, max_chars: int = MAX_CHARS, max_depth: int = MAX
         raise
     except (ValueError, RecursionError, TypeError, OverflowError) as exc:
         raise MalformedJson(f"not JSON: {str(exc)[:MAX_REASON_CHARS]}") from None
-    _check_strings(value)
+    if _MAYBE_SURROGATE.search(data):  # else no parsed string can hold one
+        _check_strings(value)
     return value

@@ -160,11 +160,12 @@ def _load_directory(directory: Path) -> dict[str, WorkflowDefinition]:
 
 def load_workflows(directory: Path | None = None) -> dict[str, WorkflowDefinition]:
     """All definitions in ``directory`` (default: the repository's ``workflows/``), by name."""
-    key = (directory or DEFAULT_DIRECTORY).resolve()
+    given = directory or DEFAULT_DIRECTORY
     with _lock:
-        if key not in _cache:
-            _cache[key] = _load_directory(key)
-        return dict(_cache[key])
+        if given not in _cache:  # resolved once per spelling (a lookup runs on every step)
+            key = given.resolve()
+            _cache[given] = _cache[key] = _cache.get(key) or _load_directory(key)
+        return dict(_cache[given])
 
 
 def clear_workflow_cache() -> None:

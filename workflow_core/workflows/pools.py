@@ -148,10 +148,13 @@ def load_pools(directory: Path) -> AgentPools:
 
 def load_pools_file(path: Path) -> AgentPools:
     """The pools declared in the file ``path`` (absent: everything in ``default``), parsed once."""
-    path = path.resolve()
     with _lock:
-        if path not in _cache:
-            _cache[path] = parse_pools(path.read_text(encoding="utf-8")) if path.is_file() else AgentPools()
+        if path not in _cache:  # resolved once per spelling (a lookup runs on every step)
+            key = path.resolve()
+            found = _cache.get(key)
+            if found is None:
+                found = parse_pools(key.read_text(encoding="utf-8")) if key.is_file() else AgentPools()
+            _cache[path] = _cache[key] = found
         return _cache[path]
 
 
