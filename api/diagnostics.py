@@ -12,7 +12,7 @@ from typing import Any
 
 import azure.functions as func
 
-from api import diagnostics_providers
+from api import diagnostics_providers, diagnostics_timers
 from api import diagnostics_sections as sections
 from api.boundary import authorize, secure
 from api.platform_auth import platform_authentication_on
@@ -27,7 +27,7 @@ SECTIONS: tuple[tuple[str, Any], ...] = (
     ("telemetry", sections.telemetry),
     ("access", sections.access),
     ("queues", sections.queues),
-    ("watchdog", sections.watchdog),
+    ("timers", diagnostics_timers.timers),
     ("providers", sections.providers),
 )
 

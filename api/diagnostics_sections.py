@@ -14,11 +14,11 @@ import json
 import os
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from workflow_core import liveness, telemetry_instruments
+from workflow_core import telemetry_instruments
 from workflow_core.settings import DOCUMENTED_SETTINGS
 
 Row = dict[str, Any]
@@ -255,35 +255,7 @@ def queues(services: Any) -> list[Row]:
     return [diagnose(transport, name) for name in names]
 
 
-# ---- watchdog, and pluggable providers -----------------------------------------------------------
-
-
-def watchdog(services: Any) -> list[Row]:
-    from workflow_core.storage_clients import table_client
-
-    s = services.settings
-    tick = liveness.last_tick(table_client(s.ledger_connection, s.ledger_table))
-    # the schedule is a CRON expression; allow two periods plus the grace before calling it stopped
-    limit = timedelta(seconds=max(180, 3 * s.watchdog_grace_seconds))
-    if tick is None:
-        return [
-            row(
-                "watchdog last tick",
-                False,
-                "the watchdog has never recorded a tick",
-                "check that supervisor_watchdog runs (WATCHDOG_SCHEDULE; the function is not disabled)",
-            )
-        ]
-    age = tick.age_seconds()
-    return [
-        row(
-            "watchdog last tick",
-            age <= limit.total_seconds(),
-            f"watchdog last ran {int(age)} s ago ({tick.ticks} ticks recorded, {tick.errors} errors last)",
-            f"the watchdog has not ticked for over {int(limit.total_seconds())} s: check the timer "
-            "trigger (WATCHDOG_SCHEDULE), the app's state and its logs",
-        )
-    ]
+# ---- pluggable providers ------------------------------------------------------------------------
 
 
 # Other features register here (the recovery canary, circuit breakers): name -> callable(services)

@@ -32,7 +32,7 @@ CHECKS: tuple[Check, ...] = (
     Check("access", "table ", "the identity's table data role on each ledger table"),
     Check("access", "container ", "the identity's blob data role on the payload container"),
     Check("queues", "queue ", "the identity's rights on each pool queue and the result queue"),
-    Check("watchdog", "watchdog last tick", "the timer trigger runs the watchdog on WATCHDOG_SCHEDULE"),
+    Check("timers", "watchdog last tick", "the timer trigger runs the watchdog on WATCHDOG_SCHEDULE"),
     Check("providers", "canary", "the recovery canary's last verdict"),
     Check("providers", "circuits", "the agents' circuit states"),
 )

@@ -1,10 +1,13 @@
-"""The watchdog's liveness row in the step ledger: when it last ticked, so ``sas doctor`` can say so.
+"""The timers' liveness rows in the step ledger: when each last ticked, on which schedule, so ``sas doctor``
+can say whether it still runs.
 
-One row, partition :data:`PARTITION` (never an instance id: instance ids are validated and cannot
-start with ``~``), beside the stored definition versions. Every write is ETag-guarded: a tick reads
-the row and replaces it only if nobody wrote it meanwhile, or creates it if absent; a tick that loses
-that race leaves the other tick's (equally recent) time in place. Recording never raises: liveness
-must not fail a tick.
+One row per timer (row key: the timer's name, :data:`WATCHDOG` for the watchdog), partition
+:data:`PARTITION` (never an instance id: instance ids are validated and cannot start with ``~``),
+beside the stored definition versions. A timer records its NCRONTAB schedule with each tick, so doctor
+judges every timer that ever ticked against its own period, whatever timers the app has. Every write
+is ETag-guarded: a tick reads the row and replaces it only if nobody wrote it meanwhile, or creates it
+if absent; a tick that loses that race leaves the other tick's (equally recent) time in place.
+Recording never raises: liveness must not fail a tick.
 """
 
 from __future__ import annotations
@@ -36,28 +39,38 @@ class Tick:
     ticks: int
     overdue: int
     errors: int
+    timer: str = WATCHDOG
+    schedule: str | None = None  # NCRONTAB, as the timer trigger reads it
 
     def age_seconds(self, now: datetime | None = None) -> float:
         return ((now or clock.utcnow()) - self.at).total_seconds()
 
 
-def record_tick(table: Any, *, now: datetime | None = None, overdue: int = 0, errors: int = 0) -> bool:
-    """Record one watchdog tick in ``table`` (the ledger's TableClient); False if it could not."""
+def record_tick(
+    table: Any,
+    *,
+    now: datetime | None = None,
+    overdue: int = 0,
+    errors: int = 0,
+    timer: str = WATCHDOG,
+    schedule: str | None = None,
+) -> bool:
+    """Record one tick of ``timer`` (on ``schedule``) in ``table`` (the ledger's TableClient); False if
+    it could not."""
     now = now or clock.utcnow()
+    extra = {"Overdue": overdue, "Errors": errors, **({"Schedule": schedule} if schedule else {})}
     try:
         try:
-            current = table.get_entity(PARTITION, WATCHDOG)
+            current = table.get_entity(PARTITION, timer)
         except ResourceNotFoundError:
-            row = {"PartitionKey": PARTITION, "RowKey": WATCHDOG, "At": now, "Ticks": 1}
-            table.create_entity({**row, "Overdue": overdue, "Errors": errors})
+            table.create_entity({"PartitionKey": PARTITION, "RowKey": timer, "At": now, "Ticks": 1, **extra})
             return True
         row = {
             "PartitionKey": PARTITION,
-            "RowKey": WATCHDOG,
+            "RowKey": timer,
             "At": now,
             "Ticks": int(current.get("Ticks") or 0) + 1,
-            "Overdue": overdue,
-            "Errors": errors,
+            **extra,
         }
         table.update_entity(
             row, etag=current.metadata["etag"], match_condition=MatchConditions.IfNotModified, mode="replace"
@@ -66,16 +79,25 @@ def record_tick(table: Any, *, now: datetime | None = None, overdue: int = 0, er
     except (ResourceExistsError, ResourceModifiedError):
         return False  # another tick wrote it at the same moment: its time is as recent as ours
     except AzureError:
-        log.warning("could not record the watchdog's tick", exc_info=True)
+        log.warning("could not record the %s timer's tick", timer, exc_info=True)
         return False
 
 
-def last_tick(table: Any) -> Tick | None:
-    """The last recorded tick, or None if the watchdog never recorded one."""
+def last_tick(table: Any, timer: str = WATCHDOG) -> Tick | None:
+    """The last recorded tick of ``timer``, or None if it never recorded one."""
     try:
-        row = table.get_entity(PARTITION, WATCHDOG)
+        return _tick(table.get_entity(PARTITION, timer))
     except ResourceNotFoundError:
         return None
+
+
+def last_ticks(table: Any) -> dict[str, Tick]:
+    """Every timer's last recorded tick, by timer name."""
+    rows = table.query_entities(f"PartitionKey eq '{PARTITION}'")
+    return {tick.timer: tick for tick in map(_tick, rows)}
+
+
+def _tick(row: Any) -> Tick:
     at = row["At"]
     if isinstance(at, str):
         at = datetime.fromisoformat(at.replace("Z", "+00:00"))
@@ -84,4 +106,6 @@ def last_tick(table: Any) -> Tick | None:
         ticks=int(row.get("Ticks") or 0),
         overdue=int(row.get("Overdue") or 0),
         errors=int(row.get("Errors") or 0),
+        timer=str(row["RowKey"]),
+        schedule=row.get("Schedule") or None,
     )

@@ -208,7 +208,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY'
           value: 'true'
         }
-        // Only the pattern's own loggers are exported by the worker's exporter (the host forwards the rest).
+        // The worker attaches its exporter's handler to this logger only (its otel.py, initialize_azure_monitor;
+        // unset = the root, which would also export every Azure SDK request and the exporter's own records).
+        // Every app package's logger is a child of "sas" (workflow_core/__init__.py), so every record the app
+        // writes reaches Application Insights; nothing outside it is exported by the worker.
         {
           name: 'PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME'
           value: 'sas'

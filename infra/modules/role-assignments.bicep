@@ -32,6 +32,9 @@ param hostedPoolQueueNames array = []
 @description('Work queues of the other agent pools served elsewhere: the app only sends to them.')
 param remotePoolQueueNames array = []
 
+@description('Answer queues of the message-only pools that ask (<RESULT_QUEUE_NAME>-answers-...): the app only sends its answers there.')
+param answerQueueNames array = []
+
 @description('Service Bus queue agents send step results to (RESULT_QUEUE_NAME).')
 param resultQueueName string
 
@@ -69,7 +72,8 @@ var roles = {
   // claim the scale controller needs for target-based scaling of the Service Bus triggers (without it, it falls
   // back to a slower scaler). Trade-off: Manage on these two queues, nothing on any other entity.
   serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
-  // On the work queue of a pool served elsewhere: dispatch (and re-send) its work, never receive it.
+  // On the work queue of a pool served elsewhere: dispatch (and re-send) its work, never receive it; on each
+  // answer queue: answer an agent's heartbeat, never read the answers.
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
   // Operator: peek and receive the dead-letter queues (RBAC scopes stop at the queue, so this covers the live
   // queue too: read only $DeadLetterQueue).
@@ -101,6 +105,11 @@ resource hostedPoolQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' ex
 }]
 
 resource remotePoolQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for queueName in remotePoolQueueNames: {
+  parent: serviceBus
+  name: queueName
+}]
+
+resource answerQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for queueName in answerQueueNames: {
   parent: serviceBus
   name: queueName
 }]
@@ -210,6 +219,16 @@ resource hostedPoolQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-
 resource remotePoolQueueDataSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in remotePoolQueueNames: {
   name: guid(remotePoolQueues[i].id, principalId, roles.serviceBusDataSender)
   scope: remotePoolQueues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataSender)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}]
+
+resource answerQueueDataSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in answerQueueNames: {
+  name: guid(answerQueues[i].id, principalId, roles.serviceBusDataSender)
+  scope: answerQueues[i]
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataSender)
     principalId: principalId

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -47,7 +48,7 @@ def test_a_healthy_local_app_passes_every_check(services):
     rows = _rows(body)
     assert rows[f"table {services.settings.ledger_table}"]["ok"] is True
     assert rows[f"queue {services.settings.work_queue}"]["detail"].startswith("probe sent and deleted; depth")
-    assert "watchdog last ran 0 s ago" in rows["watchdog last tick"]["detail"]
+    assert re.match(r"watchdog last ran [0-5] s ago", rows["watchdog last tick"]["detail"])
     # the probes left nothing behind
     assert (
         list(services.ledger.table_client().query_entities(f"PartitionKey eq '{sections.PROBE_PREFIX}'"))
@@ -88,7 +89,7 @@ def test_a_watchdog_that_stopped_ticking(services):
     liveness.record_tick(services.ledger.table_client(), now=clock.utcnow() - timedelta(hours=1))
     failed = _failed(diagnostics.collect(services))
     assert set(failed) == {"watchdog last tick"}
-    assert "watchdog last ran 3600 s ago" in failed["watchdog last tick"]["detail"]
+    assert re.match(r"watchdog last ran 360[0-5] s ago", failed["watchdog last tick"]["detail"])
 
 
 def test_a_watchdog_that_never_ticked(services):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import threading
 from datetime import timedelta
 
@@ -72,7 +73,7 @@ def test_a_stopped_watchdog_is_one_failed_line_and_exit_6(served, services):
     assert code == 6
     failed = [line for line in out.splitlines() if line.lstrip().startswith("FAIL")]
     assert len(failed) == 1 and "watchdog last tick" in failed[0], out
-    assert "watchdog last ran 1800 s ago" in out
+    assert re.search(r"watchdog last ran 180[0-5] s ago", out)
 
 
 def test_a_wrong_backend_and_json_output(served, services, monkeypatch):

@@ -544,6 +544,7 @@ def test_short_service_bus_lock_is_caught(tmp_path):
     assert problems == [
         "Service Bus queue workQueue: lockDuration must be PT5M, is 'PT1M'",
         "Service Bus queue poolQueues: lockDuration must be PT5M, is 'PT1M'",
+        "Service Bus queue answerQueues: lockDuration must be PT5M, is 'PT1M'",
         "Service Bus queue resultQueue: lockDuration must be PT5M, is 'PT1M'",
     ]
 
