@@ -25,6 +25,9 @@ Row = dict[str, Any]
 APP_ROOT = Path(__file__).resolve().parents[1]
 PROBE_PREFIX = "sas-doctor-probe"
 DTS_CONNECTION = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"
+BUNDLE_ID = "Microsoft.Azure.Functions.ExtensionBundle"
+BUNDLE_RANGE = "[4.*, 5.0.0)"
+MAX_POLLING_SECONDS = 10
 # Platform settings the app or its host reads (names only are reported).
 PLATFORM_SETTINGS = (
     "AzureWebJobsStorage",
@@ -66,7 +69,9 @@ def host_json(_services: Any, *, root: Path = APP_ROOT) -> list[Row]:
     except (OSError, ValueError) as exc:
         return [row("host.json", False, f"cannot read the app's host.json: {exc}", "package host.json")]
     durable = (host.get("extensions") or {}).get("durableTask") or {}
-    provider = (durable.get("storageProvider") or {}).get("type") or "AzureStorage"
+    storage_provider = durable.get("storageProvider") or {}
+    provider = storage_provider.get("type") or "AzureStorage"
+    bundle = host.get("extensionBundle") or {}
     wants_dts = bool(_env(DTS_CONNECTION))
     backend_ok = (provider == "azureManaged") == wants_dts
     rows = [
@@ -91,12 +96,36 @@ def host_json(_services: Any, *, root: Path = APP_ROOT) -> list[Row]:
         ),
         row(
             "host.json extension bundle",
-            bool((host.get("extensionBundle") or {}).get("version")),
-            f"extensionBundle={(host.get('extensionBundle') or {}).get('version')!r}",
-            "host.json needs the Microsoft.Azure.Functions.ExtensionBundle [4.*, 5.0.0)",
+            (bundle.get("id"), bundle.get("version")) == (BUNDLE_ID, BUNDLE_RANGE),
+            f"extensionBundle id={bundle.get('id')!r} version={bundle.get('version')!r}",
+            f"host.json needs the {BUNDLE_ID} {BUNDLE_RANGE}: the Durable, Service Bus and queue bindings "
+            "this app uses, as the Durable Task Scheduler samples pin it",
         ),
     ]
+    # The Azure Storage provider polls its queues, backing off to this interval; the scheduler pushes.
+    interval = storage_provider.get("maxQueuePollingInterval")
+    seconds = _seconds(interval)
+    rows.append(
+        row(
+            "host.json polling interval",
+            (seconds is not None and seconds <= MAX_POLLING_SECONDS) if provider == "AzureStorage" else None,
+            f"durableTask.storageProvider.maxQueuePollingInterval={interval!r}"
+            + ("" if provider == "AzureStorage" else f" (not read by {provider})"),
+            "set it to 00:00:10 or less: on Flex Consumption the Durable docs ask for at most 10 s "
+            "(the default 30 s leaves orchestrations idle between polls)",
+        )
+    )
     return rows
+
+
+def _seconds(timespan: Any) -> float | None:
+    """A host.json ``hh:mm:ss`` as seconds (None when it is not one)."""
+    parts = str(timespan or "").split(":")
+    try:
+        hours, minutes, seconds = (float(p) for p in parts) if len(parts) == 3 else (None, None, None)
+    except ValueError:
+        return None
+    return None if hours is None else hours * 3600 + minutes * 60 + seconds
 
 
 # ---- settings, identity, telemetry ----------------------------------------------------------------

@@ -526,6 +526,7 @@ module functionApp 'modules/function-app.bicep' = {
     deadlineIndexTableName: deadlineIndexTableName
     workQueueName: workQueueName
     hostedPools: join(hostedPoolNames, ',')
+    answerQueues: join(answerQueueNames, ',')
     resultQueueName: resultQueueName
     deadLetterQueueName: deadLetterQueueName
     maxDeliveryCount: maxDeliveryCount

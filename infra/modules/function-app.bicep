@@ -74,6 +74,8 @@ param deadlineIndexTableName string
 param workQueueName string
 @description('HOSTED_POOLS: comma-separated agent pools whose work this app receives (one trigger each).')
 param hostedPools string
+@description('ANSWER_QUEUES: the Service Bus answer queues infra created (comma-separated), which sas doctor probes.')
+param answerQueues string = ''
 param resultQueueName string
 param deadLetterQueueName string
 param maxDeliveryCount int
@@ -236,6 +238,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'HOSTED_POOLS'
           value: hostedPools
+        }
+        {
+          name: 'ANSWER_QUEUES'
+          value: answerQueues
         }
         {
           name: 'RESULT_QUEUE_NAME'

@@ -134,6 +134,8 @@ def test_the_documented_three_pool_example(files):
     # the pool's identity receive (Data Receiver, in agent-pool.bicep over answerQueueNames)
     assert ev.module_param(pc.SERVICE_BUS, "answerQueueNames") == ANSWER_QUEUES
     assert ev.module_param(pc.ROLE_ASSIGNMENTS, "answerQueueNames") == ANSWER_QUEUES
+    # ... and the app knows them, so `sas doctor` probes each (ANSWER_QUEUES)
+    assert ev.module_param("modules/function-app.bicep", "answerQueues") == ",".join(ANSWER_QUEUES)
     # Container Apps only for the pool that asks
     assert ev.module_condition(pc.CONTAINER_APPS) is True
     assert [p["name"] for p in ev.module_param(pc.CONTAINER_APPS, "pools")] == ["provisioning"]
