@@ -24,33 +24,41 @@ ANSWER_QUEUES_SETTING = "ANSWER_QUEUES"  # the answer queues infra created (comm
 ANSWERED_STATUSES = {200, 202, 400, 404}  # a status, or "no such instance": the backend answered
 
 
-def telemetry_exporter() -> Row:
-    """Whether an OpenTelemetry log handler sits on the logger the exporter was configured for, and
-    that logger is one every app record passes (``sas``, or the root)."""
-    from opentelemetry.sdk._logs import LoggingHandler
+def _exporting(name: str) -> bool:
+    """An OpenTelemetry ``LoggingHandler`` on the logger (the SDK's, or the logging instrumentation's,
+    which azure-monitor-opentelemetry 1.8 attaches)."""
+    return any(
+        type(h).__name__ == "LoggingHandler" and type(h).__module__.startswith("opentelemetry.")
+        for h in logging.getLogger(name).handlers
+    )
 
+
+def telemetry_exporter() -> Row:
+    """Whether an OpenTelemetry log handler sits on a logger every app record passes (``sas``, or the
+    root), where the worker's configure_azure_monitor (or the app's) attached it."""
     worker = telemetry_instruments.worker_owns_telemetry()
-    name = (os.environ.get(LOGGER_SETTING) or "") if worker else APP_LOGGER
-    started = any(isinstance(h, LoggingHandler) for h in logging.getLogger(name).handlers)
-    by = "the worker" if worker else "the app"
     if not worker and telemetry_instruments.configured_by() is None:
+        return row("telemetry exporter", None, "the app configured no exporter (no connection string)")
+    by = "the worker" if worker else "the app"
+    named = (os.environ.get(LOGGER_SETTING) or "") if worker else APP_LOGGER
+    on = [name for name in dict.fromkeys((named, APP_LOGGER, "")) if _exporting(name)]
+    if any(name in (APP_LOGGER, "") for name in on):
+        where = " and ".join(repr(name or "(root)") for name in on)
+        return row("telemetry exporter", True, f"exporter started by {by} on logger {where}")
+    if on:
         return row(
-            "telemetry exporter", None, "the app has not configured an exporter (no connection string)"
+            "telemetry exporter",
+            False,
+            f"exporter started by {by} on logger {on[0]!r}, which no app record passes",
+            f"set {LOGGER_SETTING}={APP_LOGGER}",
         )
-    fixes = []
-    if not started:
-        fixes.append(
-            f"{by} did not start the exporter: read the host's log for 'Error initializing Azure monitor "
-            "distro' (azure-monitor-opentelemetry must be in requirements.txt; APPLICATIONINSIGHTS_"
-            "CONNECTION_STRING and _AUTHENTICATION_STRING set)"
-        )
-    if name not in (APP_LOGGER, ""):
-        fixes.append(f"set {LOGGER_SETTING}={APP_LOGGER}: records outside {name!r} are not exported")
     return row(
         "telemetry exporter",
-        not fixes,
-        f"exporter {'started' if started else 'not started'} by {by} on logger {name or '(root)'!r}",
-        "; ".join(fixes),
+        False,
+        f"no exporter on logger {APP_LOGGER!r} or the root ({LOGGER_SETTING}={named!r})",
+        f"{by} did not start the exporter: read the host's log for 'Error initializing Azure monitor "
+        "distro' (azure-monitor-opentelemetry must be in requirements.txt; APPLICATIONINSIGHTS_"
+        "CONNECTION_STRING and _AUTHENTICATION_STRING set)",
     )
 
 

@@ -91,7 +91,8 @@ AS_THE_WORKER_DOES = textwrap.dedent(
     )
     for name in names + ["azure.core.pipeline.policies.http_logging_policy"]:
         logging.getLogger(name).error("probe")
-    print(json.dumps({"names": names, "exported": exported}))
+    from api.diagnostics_runtime import telemetry_exporter
+    print(json.dumps({"names": names, "exported": exported, "marker": telemetry_exporter()}))
     os._exit(0)
     """
 )
@@ -114,6 +115,7 @@ def test_every_app_logger_reaches_the_exporter_the_worker_configures():
         "IngestionEndpoint=http://127.0.0.1:9/",
         APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL="true",
         PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME=logger_name,
+        PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY="true",
         PYTHONPATH=str(REPO),
     )
     done = subprocess.run(
@@ -130,3 +132,5 @@ def test_every_app_logger_reaches_the_exporter_the_worker_configures():
     assert "activities.replies.attempt_status" in modules  # a module logger, not under "sas"
     assert logger_name == "sas"
     assert sorted(result["exported"]) == result["names"]
+    # doctor's worker-side marker sees the exporter the worker started, on "sas"
+    assert result["marker"]["ok"] is True and "'sas'" in result["marker"]["detail"]
