@@ -12,7 +12,7 @@ from typing import Any
 
 import azure.functions as func
 
-from api import diagnostics_providers, diagnostics_runtime, diagnostics_timers
+from api import diagnostics_providers, diagnostics_rbac, diagnostics_runtime, diagnostics_timers
 from api import diagnostics_sections as sections
 from api.boundary import authorize, secure
 from api.platform_auth import platform_authentication_on
@@ -27,6 +27,7 @@ SECTIONS: tuple[tuple[str, Any], ...] = (
     ("telemetry", lambda s: [*sections.telemetry(s), diagnostics_runtime.telemetry_exporter()]),
     ("access", sections.access),
     ("queues", lambda s: [*sections.queues(s), *diagnostics_runtime.answer_queues(s)]),
+    ("roles", diagnostics_rbac.roles),
     ("timers", diagnostics_timers.timers),
     ("providers", sections.providers),
 )

@@ -527,6 +527,14 @@ module functionApp 'modules/function-app.bicep' = {
     workQueueName: workQueueName
     hostedPools: join(hostedPoolNames, ',')
     answerQueues: join(answerQueueNames, ',')
+    identityPrincipalId: identity.outputs.principalId
+    agentPoolIdentities: [for (pool, i) in remotePools: {
+      name: pool.name
+      principalId: agentPool[i].outputs.principalId
+      queue: pool.queue
+      scalesOnQueue: (pool.hosting == 'containerApp')
+      answerQueues: pool.answerQueues
+    }]
     resultQueueName: resultQueueName
     deadLetterQueueName: deadLetterQueueName
     maxDeliveryCount: maxDeliveryCount

@@ -36,6 +36,7 @@ CHECKS: tuple[Check, ...] = (
     Check("access", "container ", "the identity's blob data role on the payload container"),
     Check("queues", "queue ", "the identity's rights on each pool queue and the result queue"),
     Check("queues", "answer queue", "the app's Data Sender on each answer queue infra created"),
+    Check("roles", "role", "the Service Bus roles infra granted the app (Manage) and each pool"),
     Check("timers", "watchdog last tick", "the timer trigger runs the watchdog on WATCHDOG_SCHEDULE"),
     Check("providers", "canary", "the recovery canary's last verdict"),
     Check("providers", "circuits", "the agents' circuit states"),

@@ -76,6 +76,10 @@ param workQueueName string
 param hostedPools string
 @description('ANSWER_QUEUES: the Service Bus answer queues infra created (comma-separated), which sas doctor probes.')
 param answerQueues string = ''
+@description('Principal id of the app\'s identity (APP_PRINCIPAL_ID): sas doctor reads its roles back.')
+param identityPrincipalId string = ''
+@description('AGENT_POOL_IDENTITIES: [{ name, principalId, queue, scalesOnQueue, answerQueues }] of the pools served elsewhere, whose Service Bus roles sas doctor reads back.')
+param agentPoolIdentities array = []
 param resultQueueName string
 param deadLetterQueueName string
 param maxDeliveryCount int
@@ -242,6 +246,20 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'ANSWER_QUEUES'
           value: answerQueues
+        }
+        // What sas doctor reads back from the management plane (api/diagnostics_rbac.py): the Service Bus
+        // roles infra granted the app and each pool identity, as Reader on the namespace.
+        {
+          name: 'SERVICE_BUS_NAMESPACE_ID'
+          value: serviceBus.id
+        }
+        {
+          name: 'APP_PRINCIPAL_ID'
+          value: identityPrincipalId
+        }
+        {
+          name: 'AGENT_POOL_IDENTITIES'
+          value: string(agentPoolIdentities)
         }
         {
           name: 'RESULT_QUEUE_NAME'

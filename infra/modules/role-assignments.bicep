@@ -78,6 +78,9 @@ var roles = {
   // Operator: peek and receive the dead-letter queues (RBAC scopes stop at the queue, so this covers the live
   // queue too: read only $DeadLetterQueue).
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
+  // On the Service Bus namespace: read the role assignments there, so `sas doctor` can check the Service Bus
+  // rights infra granted the app and the pools (api/diagnostics_rbac.py). Control-plane reads only.
+  reader: 'acdd72a7-3385-48ef-bd42-f606fba81ae7'
   // Entra-authenticated telemetry ingestion (the component has local auth disabled).
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
 }
@@ -241,6 +244,16 @@ resource resultQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-0
   scope: resultQueue
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataOwner)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource namespaceReader 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(serviceBus.id, principalId, roles.reader)
+  scope: serviceBus
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.reader)
     principalId: principalId
     principalType: 'ServicePrincipal'
   }

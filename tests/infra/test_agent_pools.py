@@ -412,3 +412,27 @@ def test_the_registry_scope_never_indexes_an_empty_id(files):
     ev = pc.PoolEvaluator(files)
     parts = ev.value("registryIdParts")
     assert len(parts) > 4 and parts[2] and parts[4]  # resourceGroup(parts[2], parts[4]) is well formed
+
+
+def test_the_app_is_told_what_doctor_reads_back_and_may_read_it(files):
+    """api/diagnostics_rbac.py reads the Service Bus roles infra granted: the app settings name the
+    namespace, the app's principal and each remote pool's, and the app is Reader on the namespace."""
+    _site, settings = bc.app_settings_of(files)
+    assert {"SERVICE_BUS_NAMESPACE_ID", "APP_PRINCIPAL_ID", "AGENT_POOL_IDENTITIES", "ANSWER_QUEUES"} <= set(
+        settings
+    )
+    text = files[bc.MAIN].text
+    call = text[text.index("module functionApp ") :]
+    identities = call[call.index("agentPoolIdentities: [for (pool, i) in remotePools:") :]
+    for key in (
+        "principalId: agentPool[i].outputs.principalId",
+        "queue: pool.queue",
+        "answerQueues: pool.answerQueues",
+    ):
+        assert key in identities[: identities.index("}]")]
+    (reader,) = [
+        a
+        for a in bc.declared(files, "Microsoft.Authorization/roleAssignments")
+        if a.file == pc.ROLE_ASSIGNMENTS and a.symbol == "namespaceReader"
+    ]
+    assert bc.scope_symbol(reader) == "serviceBus" and reader.properties["principalId"] == "principalId"
