@@ -248,7 +248,8 @@ var containerAppPools = filter(pools, pool => (pool.hosting == 'containerApp'))
 // The answer queues of the message-only pools that ask before an effect (docs/agents.md, "Ask whether the
 // attempt is still current"): on Service Bus they are the operator's, so infra creates them.
 var answerQueuePrefix = '${resultQueueName}-answers-'
-var answerQueueNames = flatten(map(remotePools, pool => pool.answerQueues))
+var answerQueuesPerPool = [for pool in remotePools: pool.answerQueues]
+var answerQueueNames = flatten(answerQueuesPerPool)
 var poolIdentityPrefix = 'id-${baseName}-${resourceToken}-pool'
 // Without a registry id the (unused) scope is this resource group's: never an index into an empty string.
 var registryIdParts = split(empty(agentPoolRegistryId) ? resourceGroup().id : agentPoolRegistryId, '/')
@@ -260,7 +261,10 @@ var agentPoolRegistryLoginServer = !empty(agentPoolRegistryServer) ? agentPoolRe
 var poolNameRefused = [' ', '_', '.', '/', ':', '@', '#', '+', '=', ',', ';', '*', '?', '!', '~', '&', '%', '$', '(', ')']
 var poolNames = [for pool in agentPools: contains(pool, 'name') ? string(pool.name) : '']
 var poolsWithAnUnknownHosting = [for pool in filter(agentPools, pool => !contains(['app', 'external', 'containerApp'], contains(pool, 'hosting') ? pool.hosting : '')): contains(pool, 'name') ? pool.name : '?']
-var poolAnswerQueues = flatten(map(agentPools, pool => (contains(pool, 'answerQueues') ? pool.answerQueues : [])))
+var declaredAnswerQueues = [for pool in agentPools: (contains(pool, 'answerQueues') ? pool.answerQueues : [])]
+var poolAnswerQueues = flatten(declaredAnswerQueues)
+var containerAppPoolsMessageOnly = [for pool in filter(agentPools, pool => (((contains(pool, 'hosting') ? pool.hosting : '') == 'containerApp') && (contains(pool, 'messageOnly') ? pool.messageOnly : false))): pool.name]
+var answerQueuesOutsideAnExternalMessageOnlyPool = [for pool in filter(agentPools, pool => ((length(contains(pool, 'answerQueues') ? pool.answerQueues : []) > 0) && (((contains(pool, 'hosting') ? pool.hosting : '') != 'external') || !(contains(pool, 'messageOnly') ? pool.messageOnly : false)))): pool.name]
 var containerAppPoolsWithoutImageOrReplicas = [for pool in filter(agentPools, pool => (((contains(pool, 'hosting') ? pool.hosting : '') == 'containerApp') && (empty(contains(pool, 'image') ? pool.image : '') || ((contains(pool, 'maxReplicas') ? pool.maxReplicas : 10) < 1)))): contains(pool, 'name') ? pool.name : '?']
 var poolValidation = {
   poolsWithAnUnknownHosting: poolsWithAnUnknownHosting
@@ -269,9 +273,9 @@ var poolValidation = {
   poolNamesListedTwice: (length(union(poolNames, [])) == length(poolNames)) ? [] : poolNames
   containerAppPoolsWithoutImageOrReplicas: containerAppPoolsWithoutImageOrReplicas
   // sas-agent on Container Apps records in the ledger itself: a message-only pool there cannot work
-  containerAppPoolsMessageOnly: map(filter(agentPools, pool => (((contains(pool, 'hosting') ? pool.hosting : '') == 'containerApp') && (contains(pool, 'messageOnly') ? pool.messageOnly : false))), pool => pool.name)
+  containerAppPoolsMessageOnly: containerAppPoolsMessageOnly
   // only an agent that cannot read the ledger asks: answer queues belong to external messageOnly pools
-  answerQueuesOutsideAnExternalMessageOnlyPool: map(filter(agentPools, pool => ((length(contains(pool, 'answerQueues') ? pool.answerQueues : []) > 0) && (((contains(pool, 'hosting') ? pool.hosting : '') != 'external') || !(contains(pool, 'messageOnly') ? pool.messageOnly : false)))), pool => pool.name)
+  answerQueuesOutsideAnExternalMessageOnlyPool: answerQueuesOutsideAnExternalMessageOnlyPool
   // the app answers only <resultQueueName>-answers-<...>, 3-63 lower-case letters, digits and single dashes
   answerQueuesWithABadName: filter(poolAnswerQueues, queue => ((!startsWith(string(queue), answerQueuePrefix)) || ((length(string(queue)) > 63) || ((toLower(string(queue)) != string(queue)) || (endsWith(string(queue), '-') || (contains(string(queue), '--') || (length(split(string(queue), poolNameRefused)) > 1)))))))
   answerQueuesListedTwice: (length(union(poolAnswerQueues, [])) == length(poolAnswerQueues)) ? [] : poolAnswerQueues
