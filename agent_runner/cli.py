@@ -87,14 +87,11 @@ def use_sources(definitions_dir: str | None, pools_file: str | None) -> None:
 
 
 def export_telemetry(settings) -> None:
-    """Logs, metrics and traces as the app's worker sends them, under service.name ``sas-agent``; the
-    worker's own log records too (in the app, the Functions host forwards those)."""
+    """Logs, metrics and traces as the app's worker sends them, under service.name ``sas-agent``."""
     from workflow_core.telemetry_instruments import configure_telemetry
 
     os.environ.setdefault("OTEL_SERVICE_NAME", SERVICE_NAME)
-    if configure_telemetry(settings):
-        for handler in logging.getLogger("sas").handlers:
-            logging.getLogger("activities").addHandler(handler)
+    configure_telemetry(settings)  # the package loggers are children of "sas" (workflow_core)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

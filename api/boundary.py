@@ -6,10 +6,13 @@ HTML form can do none of these, and a cross-site ``fetch`` that does needs a COR
 never grants. Every answer carries :data:`SECURITY_HEADERS`.
 
 Who is calling is decided by the platform's own settings, never by the request (docs/api.md, "Who may
-call, and how an action must look"): with App Service Authentication on, the platform strips
-client-sent ``X-MS-CLIENT-PRINCIPAL*`` headers and sets its own, so only then are they believed; in
-Azure without it nobody vouches for a name, so every action is 401; locally a principal header is
-forged by definition, and requests are accepted only from this machine. The Python worker is never
+call, and how an action must look"): with App Service Authentication on an Azure-hosted app
+(:func:`api.platform_auth.platform_authentication_on`: ``WEBSITE_AUTH_ENABLED=true`` *and* an Azure
+marker the platform sets, never a request header), the platform strips client-sent
+``X-MS-CLIENT-PRINCIPAL*`` headers and sets its own, so only then are they believed; in Azure without
+it nobody vouches for a name, so every action is 401; locally (``WEBSITE_AUTH_ENABLED`` copied into
+local settings included) a principal header is forged by definition (403 ``untrusted-identity``), and
+requests are accepted only from this machine. The Python worker is never
 told the socket peer (Core Tools and the demo server listen on loopback), and every forwarding header
 (``X-Forwarded-For``, ``Forwarded``) is one a web page may send, so none is read: a local request must
 be addressed, in ``Host``, to a loopback name on the port it was served on (:data:`LOCAL_HOSTS`). A
@@ -28,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from api.platform_auth import AZURE_MARKER_SETTINGS, platform_authentication_on
 from api.problems import ApiError
 
 PRINCIPAL_NAME_HEADER = "x-ms-client-principal-name"
@@ -35,9 +39,6 @@ PRINCIPAL_HEADER = "x-ms-client-principal"
 PRINCIPAL_ID_HEADER = "x-ms-client-principal-id"
 PRINCIPAL_IDP_HEADER = "x-ms-client-principal-idp"
 _PRINCIPAL_HEADERS = (PRINCIPAL_NAME_HEADER, PRINCIPAL_HEADER, PRINCIPAL_ID_HEADER, PRINCIPAL_IDP_HEADER)
-# Set by App Service on every Azure-hosted Function App; never by Core Tools or the demo server.
-AZURE_MARKER_SETTINGS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME")
-AUTH_ENABLED_SETTING = "WEBSITE_AUTH_ENABLED"
 READ_ROLE = "Workflows.Read"
 OPERATE_ROLE = "Workflows.Operate"
 _ROLE_CLAIMS = ("roles", "role", "http://schemas.microsoft.com/ws/2008/06/identity/claims/role")
@@ -160,8 +161,8 @@ def authorize(request: Any, *, action: bool) -> str | None:
     """The name to record for this request (``None`` for an anonymous read), or a 401/403 problem;
     ``action``: the request changes state."""
     headers, url, env = request.headers, request.url or "", os.environ
-    in_azure = any(env.get(name) for name in AZURE_MARKER_SETTINGS)
-    if (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true":
+    in_azure = any((env.get(name) or "").strip() for name in AZURE_MARKER_SETTINGS)
+    if platform_authentication_on(env):
         if _header(headers, PRINCIPAL_IDP_HEADER) is None and any(
             _header(headers, name) is not None for name in _PRINCIPAL_HEADERS
         ):  # App Service sets the identity provider with every principal: without it, not the platform's
@@ -209,8 +210,9 @@ def authorize(request: Any, *, action: bool) -> str | None:
             403,
             "identity headers are not accepted here",
             [
-                "X-MS-CLIENT-PRINCIPAL* headers are believed only when App Service Authentication is on "
-                "(WEBSITE_AUTH_ENABLED=true); a request that sends one without it is refused"
+                "X-MS-CLIENT-PRINCIPAL* headers are believed only when App Service Authentication fronts "
+                "an Azure-hosted app (WEBSITE_AUTH_ENABLED=true and WEBSITE_INSTANCE_ID or "
+                "WEBSITE_SITE_NAME set by the platform); a request that sends one otherwise is refused"
             ],
             code="untrusted-identity",
         )

@@ -12,7 +12,7 @@ from typing import Any
 
 import azure.functions as func
 
-from api import diagnostics_providers
+from api import diagnostics_providers, diagnostics_rbac, diagnostics_runtime, diagnostics_timers
 from api import diagnostics_sections as sections
 from api.boundary import authorize, secure
 from api.platform_auth import platform_authentication_on
@@ -24,16 +24,20 @@ SECTIONS: tuple[tuple[str, Any], ...] = (
     ("host", sections.host_json),
     ("settings", sections.settings),
     ("identity", sections.identity),
-    ("telemetry", sections.telemetry),
+    ("telemetry", lambda s: [*sections.telemetry(s), diagnostics_runtime.telemetry_exporter()]),
     ("access", sections.access),
-    ("queues", sections.queues),
-    ("watchdog", sections.watchdog),
+    ("queues", lambda s: [*sections.queues(s), *diagnostics_runtime.answer_queues(s)]),
+    ("roles", diagnostics_rbac.roles),
+    ("timers", diagnostics_timers.timers),
     ("providers", sections.providers),
 )
 
 
-def collect(services: Any) -> dict[str, Any]:
+def collect(services: Any, durable: list[sections.Row] | None = None) -> dict[str, Any]:
+    """Every section's rows (``durable``: the Durable round trip's, asked before on the event loop)."""
     body: dict[str, Any] = {"generatedAt": sections.now_iso(), "sections": {}}
+    if durable is not None:
+        body["sections"]["durable"] = durable
     for name, section in SECTIONS:
         try:
             rows = section(services)
@@ -51,9 +55,10 @@ def collect(services: Any) -> dict[str, Any]:
 
 
 @json_errors
-async def diagnostics(req: func.HttpRequest, _client: Any, services: ServicesSource) -> func.HttpResponse:
+async def diagnostics(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     # Behind platform authentication: the operator role; otherwise the function key (or loopback).
     authorize(req, action=platform_authentication_on())
     svc = resolve_services(services)
-    body = await asyncio.to_thread(collect, svc)
+    durable = [await diagnostics_runtime.durable_backend(client)]
+    body = await asyncio.to_thread(collect, svc, durable)
     return secure(json_response(body))

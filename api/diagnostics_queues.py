@@ -13,8 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from workflow_core import clock
-
-PROBE_BODY = "sas-doctor-probe"
+from workflow_core.transport.envelope import DOCTOR_PROBE as PROBE_BODY
 
 
 def _row(queue: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:

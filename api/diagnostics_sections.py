@@ -14,17 +14,20 @@ import json
 import os
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from workflow_core import liveness, telemetry_instruments
+from workflow_core import telemetry_instruments
 from workflow_core.settings import DOCUMENTED_SETTINGS, FEATURE_SETTINGS
 
 Row = dict[str, Any]
 APP_ROOT = Path(__file__).resolve().parents[1]
 PROBE_PREFIX = "sas-doctor-probe"
 DTS_CONNECTION = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"
+BUNDLE_ID = "Microsoft.Azure.Functions.ExtensionBundle"
+BUNDLE_RANGE = "[4.*, 5.0.0)"
+MAX_POLLING_SECONDS = 10
 # Platform settings the app or its host reads (names only are reported).
 PLATFORM_SETTINGS = (
     "AzureWebJobsStorage",
@@ -66,7 +69,9 @@ def host_json(_services: Any, *, root: Path = APP_ROOT) -> list[Row]:
     except (OSError, ValueError) as exc:
         return [row("host.json", False, f"cannot read the app's host.json: {exc}", "package host.json")]
     durable = (host.get("extensions") or {}).get("durableTask") or {}
-    provider = (durable.get("storageProvider") or {}).get("type") or "AzureStorage"
+    storage_provider = durable.get("storageProvider") or {}
+    provider = storage_provider.get("type") or "AzureStorage"
+    bundle = host.get("extensionBundle") or {}
     wants_dts = bool(_env(DTS_CONNECTION))
     backend_ok = (provider == "azureManaged") == wants_dts
     rows = [
@@ -91,12 +96,36 @@ def host_json(_services: Any, *, root: Path = APP_ROOT) -> list[Row]:
         ),
         row(
             "host.json extension bundle",
-            bool((host.get("extensionBundle") or {}).get("version")),
-            f"extensionBundle={(host.get('extensionBundle') or {}).get('version')!r}",
-            "host.json needs the Microsoft.Azure.Functions.ExtensionBundle [4.*, 5.0.0)",
+            (bundle.get("id"), bundle.get("version")) == (BUNDLE_ID, BUNDLE_RANGE),
+            f"extensionBundle id={bundle.get('id')!r} version={bundle.get('version')!r}",
+            f"host.json needs the {BUNDLE_ID} {BUNDLE_RANGE}: the Durable, Service Bus and queue bindings "
+            "this app uses, as the Durable Task Scheduler samples pin it",
         ),
     ]
+    # The Azure Storage provider polls its queues, backing off to this interval; the scheduler pushes.
+    interval = storage_provider.get("maxQueuePollingInterval")
+    seconds = _seconds(interval)
+    rows.append(
+        row(
+            "host.json polling interval",
+            (seconds is not None and seconds <= MAX_POLLING_SECONDS) if provider == "AzureStorage" else None,
+            f"durableTask.storageProvider.maxQueuePollingInterval={interval!r}"
+            + ("" if provider == "AzureStorage" else f" (not read by {provider})"),
+            "set it to 00:00:10 or less: on Flex Consumption the Durable docs ask for at most 10 s "
+            "(the default 30 s leaves orchestrations idle between polls)",
+        )
+    )
     return rows
+
+
+def _seconds(timespan: Any) -> float | None:
+    """A host.json ``hh:mm:ss`` as seconds (None when it is not one)."""
+    parts = str(timespan or "").split(":")
+    try:
+        hours, minutes, seconds = (float(p) for p in parts) if len(parts) == 3 else (None, None, None)
+    except ValueError:
+        return None
+    return None if hours is None else hours * 3600 + minutes * 60 + seconds
 
 
 # ---- settings, identity, telemetry ----------------------------------------------------------------
@@ -256,35 +285,7 @@ def queues(services: Any) -> list[Row]:
     return [diagnose(transport, name) for name in names]
 
 
-# ---- watchdog, and pluggable providers -----------------------------------------------------------
-
-
-def watchdog(services: Any) -> list[Row]:
-    from workflow_core.storage_clients import table_client
-
-    s = services.settings
-    tick = liveness.Liveness(table_client(s.ledger_connection, s.ledger_table)).last_tick()
-    # the schedule is a CRON expression; allow two periods plus the grace before calling it stopped
-    limit = timedelta(seconds=max(180, 3 * s.watchdog_grace_seconds))
-    if tick is None:
-        return [
-            row(
-                "watchdog last tick",
-                False,
-                "the watchdog has never recorded a tick",
-                "check that supervisor_watchdog runs (WATCHDOG_SCHEDULE; the function is not disabled)",
-            )
-        ]
-    age = tick.age_seconds()
-    return [
-        row(
-            "watchdog last tick",
-            age <= limit.total_seconds(),
-            f"watchdog last ran {int(age)} s ago ({tick.ticks} ticks recorded, {tick.errors} errors last)",
-            f"the watchdog has not ticked for over {int(limit.total_seconds())} s: check the timer "
-            "trigger (WATCHDOG_SCHEDULE), the app's state and its logs",
-        )
-    ]
+# ---- pluggable providers ------------------------------------------------------------------------
 
 
 # Other features register here (the recovery canary, circuit breakers): name -> callable(services)

@@ -53,6 +53,9 @@ param durableAlwaysReadyInstanceCount int = 1
 ])
 param durableBackend string = 'AzureStorage'
 
+@description('Durable Task Scheduler only: its region (empty = location). Its regions are not Flex Consumption\'s: pick the nearest one that offers Microsoft.DurableTask/schedulers when location does not.')
+param durableTaskSchedulerLocation string = ''
+
 @description('Object id of the deployer/operator who gets the data roles the operator CLI needs (azd passes AZURE_PRINCIPAL_ID); empty = none.')
 param principalId string = ''
 
@@ -182,7 +185,7 @@ param duplicateDetectionWindow string = 'PT10M'
 
 // Pool names are those of workflows/pools.yaml: 1-20 lowercase letters, digits and single dashes. The default
 // pool always exists (every agent named in no pool is in it) and is hosted by the app unless listed otherwise.
-@description('Agent pools: [{ name, hosting: \'app\' | \'external\' | \'containerApp\' | \'logicApp\', messageOnly?: bool, image?: string (containerApp), maxReplicas?: int (containerApp), agent?: string, compensator?: string, serviceUrl?: string, workflowPlanId?: string (logicApp) }]. Pool p\'s work queue is <workQueueName>-p (the default pool\'s is workQueueName); the app hosts the pools with hosting \'app\' (HOSTED_POOLS); every other pool gets its own managed identity with least-privilege roles; containerApp pools also run sas-agent on Azure Container Apps; a logicApp pool is a Logic App Standard with its system identity instead.')
+@description('Agent pools: [{ name, hosting: \'app\' | \'external\' | \'containerApp\' | \'logicApp\', messageOnly?: bool, answerQueues?: string[] (external messageOnly pools whose agents ask before an effect: Service Bus queues <resultQueueName>-answers-..., one per agent process), image?: string (containerApp), maxReplicas?: int (containerApp), agent?: string, compensator?: string, serviceUrl?: string, workflowPlanId?: string (logicApp) }]. Pool p\'s work queue is <workQueueName>-p (the default pool\'s is workQueueName); the app hosts the pools with hosting \'app\' (HOSTED_POOLS); every other pool gets its own managed identity with least-privilege roles; containerApp pools also run sas-agent on Azure Container Apps; a logicApp pool is a Logic App Standard with its system identity instead.')
 param agentPools array = [
   {
     name: 'default'
@@ -232,6 +235,7 @@ var pools = [for pool in allPools: {
   queue: (pool.name == 'default') ? workQueueName : '${workQueueName}-${pool.name}'
   hosting: pool.hosting
   messageOnly: pool.?messageOnly ?? false
+  answerQueues: pool.?answerQueues ?? []
   image: pool.?image ?? ''
   maxReplicas: pool.?maxReplicas ?? 10
 }]
@@ -243,8 +247,14 @@ var hostedExtraPoolQueueNames = [for pool in filter(extraPools, pool => (pool.ho
 var remoteExtraPoolQueueNames = [for pool in filter(extraPools, pool => (pool.hosting != 'app')): pool.queue]
 var remotePools = filter(pools, pool => !contains(['app', 'logicApp'], pool.hosting)) // a logicApp pool has its system identity
 var containerAppPools = filter(pools, pool => (pool.hosting == 'containerApp'))
+// The answer queues of the message-only pools that ask before an effect (docs/agents.md, "Ask whether the
+// attempt is still current"): on Service Bus they are the operator's, so infra creates them.
+var answerQueuePrefix = '${resultQueueName}-answers-'
+var answerQueuesPerPool = [for pool in remotePools: pool.answerQueues]
+var answerQueueNames = flatten(answerQueuesPerPool)
 var poolIdentityPrefix = 'id-${baseName}-${resourceToken}-pool'
-var registryIdParts = split(agentPoolRegistryId, '/')
+// Without a registry id the (unused) scope is this resource group's: never an index into an empty string.
+var registryIdParts = split(empty(agentPoolRegistryId) ? resourceGroup().id : agentPoolRegistryId, '/')
 var agentPoolRegistryLoginServer = !empty(agentPoolRegistryServer) ? agentPoolRegistryServer : (empty(agentPoolRegistryId) ? '' : '${last(registryIdParts)}${environment().suffixes.acrLoginServer}')
 
 // agentPools input checks: modules/agent-pools-validation.bicep fails the deployment up front on any. Bicep has
@@ -254,6 +264,10 @@ var poolNameRefused = [' ', '_', '.', '/', ':', '@', '#', '+', '=', ',', ';', '*
 var poolNames = [for pool in agentPools: contains(pool, 'name') ? string(pool.name) : '']
 var poolsWithAnUnknownHosting = [for pool in filter(agentPools, pool => !contains(['app', 'external', 'containerApp', 'logicApp'], contains(pool, 'hosting') ? pool.hosting : '')): contains(pool, 'name') ? pool.name : '?']
 var logicAppPoolsWithoutAgentOrService = [for pool in filter(agentPools, pool => (((contains(pool, 'hosting') ? pool.hosting : '') == 'logicApp') && (empty(contains(pool, 'agent') ? pool.agent : '') || (empty(contains(pool, 'serviceUrl') ? pool.serviceUrl : '') || ((contains(pool, 'name') ? pool.name : '') == 'default'))))): contains(pool, 'name') ? pool.name : '?']
+var declaredAnswerQueues = [for pool in agentPools: (contains(pool, 'answerQueues') ? pool.answerQueues : [])]
+var poolAnswerQueues = flatten(declaredAnswerQueues)
+var containerAppPoolsMessageOnly = [for pool in filter(agentPools, pool => (((contains(pool, 'hosting') ? pool.hosting : '') == 'containerApp') && (contains(pool, 'messageOnly') ? pool.messageOnly : false))): pool.name]
+var answerQueuesOutsideAnExternalMessageOnlyPool = [for pool in filter(agentPools, pool => ((length(contains(pool, 'answerQueues') ? pool.answerQueues : []) > 0) && (((contains(pool, 'hosting') ? pool.hosting : '') != 'external') || !(contains(pool, 'messageOnly') ? pool.messageOnly : false)))): pool.name]
 var containerAppPoolsWithoutImageOrReplicas = [for pool in filter(agentPools, pool => (((contains(pool, 'hosting') ? pool.hosting : '') == 'containerApp') && (empty(contains(pool, 'image') ? pool.image : '') || ((contains(pool, 'maxReplicas') ? pool.maxReplicas : 10) < 1)))): contains(pool, 'name') ? pool.name : '?']
 var poolValidation = {
   poolsWithAnUnknownHosting: poolsWithAnUnknownHosting
@@ -262,6 +276,13 @@ var poolValidation = {
   poolNamesListedTwice: (length(union(poolNames, [])) == length(poolNames)) ? [] : poolNames
   containerAppPoolsWithoutImageOrReplicas: containerAppPoolsWithoutImageOrReplicas
   logicAppPoolsWithoutAgentOrService: logicAppPoolsWithoutAgentOrService
+  // sas-agent on Container Apps records in the ledger itself: a message-only pool there cannot work
+  containerAppPoolsMessageOnly: containerAppPoolsMessageOnly
+  // only an agent that cannot read the ledger asks: answer queues belong to external messageOnly pools
+  answerQueuesOutsideAnExternalMessageOnlyPool: answerQueuesOutsideAnExternalMessageOnlyPool
+  // the app answers only <resultQueueName>-answers-<...>, 3-63 lower-case letters, digits and single dashes
+  answerQueuesWithABadName: filter(poolAnswerQueues, queue => ((!startsWith(string(queue), answerQueuePrefix)) || ((length(string(queue)) > 63) || ((toLower(string(queue)) != string(queue)) || (endsWith(string(queue), '-') || (contains(string(queue), '--') || (length(split(string(queue), poolNameRefused)) > 1)))))))
+  answerQueuesListedTwice: (length(union(poolAnswerQueues, [])) == length(poolAnswerQueues)) ? [] : poolAnswerQueues
 }
 
 module identity 'modules/identity.bicep' = {
@@ -314,12 +335,17 @@ module serviceBus 'modules/servicebus.bicep' = {
     tags: allTags
     workQueueName: workQueueName
     poolQueueNames: extraPoolQueueNames
+    answerQueueNames: answerQueueNames
     resultQueueName: resultQueueName
     maxDeliveryCount: maxDeliveryCount
     lockDuration: serviceBusLockDuration
     duplicateDetectionWindow: duplicateDetectionWindow
     logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
   }
+  // Pool queues only from a valid agentPools (as every module below that takes the pools).
+  dependsOn: [
+    agentPoolsValidation
+  ]
 }
 
 module roleAssignments 'modules/role-assignments.bicep' = {
@@ -333,6 +359,7 @@ module roleAssignments 'modules/role-assignments.bicep' = {
     defaultPoolHosted: (defaultPool.hosting == 'app')
     hostedPoolQueueNames: hostedExtraPoolQueueNames
     remotePoolQueueNames: remoteExtraPoolQueueNames
+    answerQueueNames: answerQueueNames
     resultQueueName: resultQueueName
     ledgerTableName: ledgerTableName
     deadlineIndexTableName: deadlineIndexTableName
@@ -344,6 +371,7 @@ module roleAssignments 'modules/role-assignments.bicep' = {
   dependsOn: [
     storage
     serviceBus
+    agentPoolsValidation
   ]
 }
 
@@ -360,6 +388,9 @@ module serviceBusAlerts 'modules/servicebus-alerts.bicep' = {
     pools: pools
     actionGroupId: monitoring.outputs.actionGroupId
   }
+  dependsOn: [
+    agentPoolsValidation
+  ]
 }
 
 module agentPoolsValidation 'modules/agent-pools-validation.bicep' = {
@@ -370,11 +401,17 @@ module agentPoolsValidation 'modules/agent-pools-validation.bicep' = {
     poolNamesListedTwice: poolValidation.poolNamesListedTwice
     containerAppPoolsWithoutImageOrReplicas: poolValidation.containerAppPoolsWithoutImageOrReplicas
     logicAppPoolsWithoutAgentOrService: poolValidation.logicAppPoolsWithoutAgentOrService
+    containerAppPoolsMessageOnly: poolValidation.containerAppPoolsMessageOnly
+    answerQueuesOutsideAnExternalMessageOnlyPool: poolValidation.answerQueuesOutsideAnExternalMessageOnlyPool
+    answerQueuesWithABadName: poolValidation.answerQueuesWithABadName
+    answerQueuesListedTwice: poolValidation.answerQueuesListedTwice
   }
 }
 
 // Recovery canary alerts: a failed verdict, no pass for two canary periods (sas.canary.runs), and one
-// pool without a pass for two periods (sas.canary.stale_pools).
+// pool without a pass for two periods (sas.canary.stale_pools). Disabled with the canary (canaryEnabled
+// false): deployed disabled rather than left out, so turning the canary off also silences alerts an
+// earlier deployment created.
 module canaryAlerts 'modules/canary-alerts.bicep' = {
   name: 'canary-alerts'
   params: {
@@ -383,6 +420,7 @@ module canaryAlerts 'modules/canary-alerts.bicep' = {
     tags: allTags
     actionGroupId: monitoring.outputs.actionGroupId
     canaryPeriodHours: canaryPeriodHours
+    enabled: canaryEnabled
   }
 }
 
@@ -397,6 +435,7 @@ module agentPool 'modules/agent-pool.bicep' = [for pool in remotePools: {
     poolQueueName: pool.queue
     scalesOnQueue: (pool.hosting == 'containerApp')
     messageOnly: pool.messageOnly
+    answerQueueNames: pool.answerQueues
     serviceBusNamespaceName: serviceBus.outputs.name
     resultQueueName: resultQueueName
     storageAccountName: storage.outputs.name
@@ -405,6 +444,9 @@ module agentPool 'modules/agent-pool.bicep' = [for pool in remotePools: {
     payloadContainerName: payloadContainerName
     applicationInsightsName: monitoring.outputs.applicationInsightsName
   }
+  dependsOn: [
+    agentPoolsValidation
+  ]
 }]
 
 // AcrPull on the private registry for the identities created above, before the first revision pulls.
@@ -418,6 +460,9 @@ module agentPoolRegistryPull 'modules/agent-pool-registry-pull.bicep' = if (!emp
       pull: (pool.hosting == 'containerApp')
     }]
   }
+  dependsOn: [
+    agentPoolsValidation
+  ]
 }
 
 // Optional: containerApp pools run sas-agent on Azure Container Apps, scaled by KEDA on their queue's backlog.
@@ -449,6 +494,7 @@ module agentPoolContainerApps 'modules/agent-pool-containerapp.bicep' = if (!emp
   dependsOn: [
     agentPool
     agentPoolRegistryPull
+    agentPoolsValidation
   ]
 }
 
@@ -482,7 +528,7 @@ module durableTaskScheduler 'modules/durable-task-scheduler.bicep' = if (useDura
   name: 'durable-task-scheduler'
   params: {
     name: 'dts-${baseName}-${resourceToken}'
-    location: location
+    location: empty(durableTaskSchedulerLocation) ? location : durableTaskSchedulerLocation
     tags: allTags
     taskHubName: taskHubName
     principalId: identity.outputs.principalId
@@ -515,6 +561,15 @@ module functionApp 'modules/function-app.bicep' = {
     deadlineIndexTableName: deadlineIndexTableName
     workQueueName: workQueueName
     hostedPools: join(hostedPoolNames, ',')
+    answerQueues: join(answerQueueNames, ',')
+    identityPrincipalId: identity.outputs.principalId
+    agentPoolIdentities: [for (pool, i) in remotePools: {
+      name: pool.name
+      principalId: agentPool[i].outputs.principalId
+      queue: pool.queue
+      scalesOnQueue: (pool.hosting == 'containerApp')
+      answerQueues: pool.answerQueues
+    }]
     resultQueueName: resultQueueName
     deadLetterQueueName: deadLetterQueueName
     maxDeliveryCount: maxDeliveryCount

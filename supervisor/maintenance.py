@@ -33,6 +33,7 @@ from workflow_core.workflows import load_workflows
 log = logging.getLogger(__name__)
 TICK = timedelta(seconds=30)
 SCHEDULE = "*/30 * * * * *"  # every TICK
+TIMER = "maintenance"  # its liveness row (workflow_core/liveness.py), judged by `sas doctor`
 BULK_TICK_SECONDS = 20  # a tick acts for about this long (rate x seconds instances), then yields
 
 
@@ -126,5 +127,8 @@ maintenance_blueprint = df.Blueprint()
 @maintenance_blueprint.timer_trigger(arg_name="timer", schedule=SCHEDULE, use_monitor=True)
 @maintenance_blueprint.durable_client_input(client_name="client")
 async def maintenance_timer(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
-    done = await maintenance_tick(runtime.get_services(), client)
+    services = runtime.get_services()
+    done = await maintenance_tick(services, client)
     log.info("maintenance: %s", {name: type(result).__name__ for name, result in done.items()})
+    errors = sum(isinstance(result, BaseException) for result in done.values())
+    await asyncio.to_thread(services.liveness.record_tick, errors=errors, timer=TIMER, schedule=SCHEDULE)

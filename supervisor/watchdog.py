@@ -288,4 +288,5 @@ async def supervisor_watchdog(timer: func.TimerRequest, client: df.DurableOrches
         now=report.now,
         overdue=report.overdue,
         errors=report.errors,
+        schedule=services.settings.watchdog_schedule,
     )

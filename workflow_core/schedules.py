@@ -9,8 +9,8 @@ day at even gaps (``0 0 * * * *``: 3600 s); the canary rotates its scenarios by 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from itertools import product
+from datetime import date, datetime, timedelta
+from itertools import pairwise, product
 
 # (lowest, highest) of second, minute, hour, day, month, weekday
 _RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
@@ -80,3 +80,21 @@ class Schedule:
         if len(gaps) != 1:
             raise ValueError(f"{self.text!r} does not repeat at even gaps ({min(gaps)} s and {max(gaps)} s)")
         return timedelta(seconds=gaps.pop())
+
+    def longest_gap(self) -> timedelta:
+        """The longest gap between two occurrences, over two years from a leap year's first day (every
+        day of month and week occurs); ValueError when it fires at most once in that span."""
+        second, minute, hour, days, months, weekdays = self.fields
+        times = sorted(h * 3600 + m * 60 + s for h, m, s in product(hour, minute, second))
+        start = date(2024, 1, 1)
+        firing = [
+            n
+            for n in range(2 * 366)
+            if (d := start + timedelta(days=n)).day in days
+            and d.month in months
+            and d.isoweekday() % 7 in weekdays
+        ]
+        gaps = [b - a for a, b in pairwise(day * DAY + t for day in firing for t in times)]
+        if not gaps:
+            raise ValueError(f"{self.text!r} fires at most once in two years")
+        return timedelta(seconds=max(gaps))

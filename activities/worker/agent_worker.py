@@ -31,6 +31,7 @@ from workflow_core.contracts import WORKER_FUNCTION, WorkMessage
 from workflow_core.messages import is_expired
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
+from workflow_core.transport.envelope import is_doctor_probe
 from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
 
 log = logging.getLogger("sas.worker")
@@ -59,6 +60,9 @@ def process_work_message(
     delivery's span a child of the dispatch). A body that is not a valid ``WorkMessage`` is parked,
     never raised on: its readable reason is returned."""
     queue = pool_queue(services.settings.work_queue, pool)
+    if is_doctor_probe(body):  # its cancel did not take: nothing to do, nothing to park
+        log.info("dropped a sas doctor probe delivered on %s (message %s)", queue, message_id)
+        return None
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
         f"process {queue}",

@@ -87,6 +87,14 @@ resource environment 'Microsoft.App/managedEnvironments@2024-03-01' = {
     appLogsConfiguration: {
       destination: 'azure-monitor'
     }
+    // A workload profiles environment with its Consumption profile (the current environment type; without
+    // workloadProfiles ARM creates the legacy Consumption-only one, which cannot take a dedicated profile later).
+    workloadProfiles: [
+      {
+        name: 'Consumption'
+        workloadProfileType: 'Consumption'
+      }
+    ]
   }
 }
 
@@ -122,6 +130,7 @@ resource containerApps 'Microsoft.App/containerApps@2025-01-01' = [for (pool, i)
   }
   properties: {
     managedEnvironmentId: environment.id
+    workloadProfileName: 'Consumption'
     configuration: {
       // No ingress: the runner only pulls work from its queue. No secrets: see the header.
       activeRevisionsMode: 'Single'

@@ -8,6 +8,8 @@
 //                                      when KEDA scales on the queue (scalesOnQueue): its Service Bus scaler
 //                                      reads the queue's message count, which needs the Manage claim
 //   reply                              Azure Service Bus Data Sender on the result queue
+//   read the app's answers (answerQueueNames, messageOnly pools that ask) Azure Service Bus Data Receiver
+//                                      on each of the pool's answer queues (servicebus.bicep creates them)
 //   claim, heartbeat, record (unless   Storage Table Data Contributor on the ledger table and on the deadline
 //   messageOnly)                       index table (a deadline change moves the step's index row)
 //   the example agents' idempotency   Storage Table Data Contributor on the RemoteEffects table
@@ -35,6 +37,9 @@ param scalesOnQueue bool = false
 
 @description('The pool\'s agents speak messages only: no storage role.')
 param messageOnly bool = false
+
+@description('The pool\'s answer queues (<RESULT_QUEUE_NAME>-answers-...; servicebus.bicep creates them): its agents read the app\'s answers there.')
+param answerQueueNames array = []
 
 @description('Service Bus namespace of the agent queues.')
 param serviceBusNamespaceName string
@@ -83,6 +88,11 @@ resource poolQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing 
   parent: serviceBus
   name: poolQueueName
 }
+
+resource answerQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for queueName in answerQueueNames: {
+  parent: serviceBus
+  name: queueName
+}]
 
 resource resultQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = {
   parent: serviceBus
@@ -146,6 +156,16 @@ resource poolQueueScaler 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
     principalType: 'ServicePrincipal'
   }
 }
+
+resource answerQueueReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in answerQueueNames: {
+  name: guid(answerQueues[i].id, poolIdentity.id, roles.serviceBusDataReceiver)
+  scope: answerQueues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+    principalId: poolIdentity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}]
 
 resource resultQueueSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(resultQueue.id, poolIdentity.id, roles.serviceBusDataSender)

@@ -24,4 +24,20 @@ param containerAppPoolsWithoutImageOrReplicas array
 @maxLength(0)
 param logicAppPoolsWithoutAgentOrService array
 
-output problemCount int = length(concat(poolsWithAnUnknownHosting, poolsWithABadName, poolNamesListedTwice, containerAppPoolsWithoutImageOrReplicas, logicAppPoolsWithoutAgentOrService))
+@description('containerApp pools declared messageOnly: sas-agent on Container Apps records in the ledger itself, so such a pool cannot work; serve it with hosting external.')
+@maxLength(0)
+param containerAppPoolsMessageOnly array
+
+@description('Pools with answerQueues that are not external messageOnly pools: only an agent that cannot read the ledger asks, and the app and a containerApp runner read it.')
+@maxLength(0)
+param answerQueuesOutsideAnExternalMessageOnlyPool array
+
+@description('Answer queues not named <resultQueueName>-answers-<...> in at most 63 lower-case letters, digits and single dashes: the app answers no other queue (docs/agents.md).')
+@maxLength(0)
+param answerQueuesWithABadName array
+
+@description('Answer queue names listed more than once (one queue per agent process).')
+@maxLength(0)
+param answerQueuesListedTwice array
+
+output problemCount int = length(concat(poolsWithAnUnknownHosting, poolsWithABadName, poolNamesListedTwice, containerAppPoolsWithoutImageOrReplicas, containerAppPoolsMessageOnly, answerQueuesOutsideAnExternalMessageOnlyPool, answerQueuesWithABadName, answerQueuesListedTwice, logicAppPoolsWithoutAgentOrService))

@@ -28,6 +28,9 @@ param actionGroupId string = ''
 @maxValue(12)
 param canaryPeriodHours int = 1
 
+@description('CANARY_ENABLED: with the canary off no verdict is ever emitted, so the alerts are deployed disabled.')
+param enabled bool = true
+
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: applicationInsightsName
 }
@@ -65,7 +68,7 @@ resource canaryFailedAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' =
     displayName: 'Scheduler Agent Supervisor: the recovery canary failed'
     description: 'A sas-canary run did not recover as expected (sas.canary.runs, outcome failed). Its verdict names the scenario, the pool and the cause: run `sas canary` and see docs/operations.md, "Recovery canary".'
     severity: 1
-    enabled: true
+    enabled: enabled
     scopes: [
       appInsights.id
     ]
@@ -104,7 +107,7 @@ resource canaryStaleAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = 
     displayName: 'Scheduler Agent Supervisor: no recovery canary passed for two periods'
     description: 'No sas-canary run passed (sas.canary.runs, outcome passed) for two canary periods: the canary timer is not running (CANARY_ENABLED, CANARY_SCHEDULE, the app) or every run fails. See docs/operations.md, "Recovery canary".'
     severity: 2
-    enabled: true
+    enabled: enabled
     scopes: [
       appInsights.id
     ]
@@ -143,7 +146,7 @@ resource canaryPoolStaleAlert 'Microsoft.Insights/scheduledQueryRules@2023-12-01
     displayName: 'Scheduler Agent Supervisor: a canary pool has not passed for two periods'
     description: 'The canary tick counted a pool with no passed sas-canary run for two periods (sas.canary.stale_pools, dimension pool): its runs do not start or are not judged while other pools pass. Run `sas canary` and see docs/operations.md, "Recovery canary".'
     severity: 2
-    enabled: true
+    enabled: enabled
     scopes: [
       appInsights.id
     ]

@@ -74,6 +74,12 @@ param deadlineIndexTableName string
 param workQueueName string
 @description('HOSTED_POOLS: comma-separated agent pools whose work this app receives (one trigger each).')
 param hostedPools string
+@description('ANSWER_QUEUES: the Service Bus answer queues infra created (comma-separated), which sas doctor probes.')
+param answerQueues string = ''
+@description('Principal id of the app\'s identity (APP_PRINCIPAL_ID): sas doctor reads its roles back.')
+param identityPrincipalId string = ''
+@description('AGENT_POOL_IDENTITIES: [{ name, principalId, queue, scalesOnQueue, answerQueues }] of the pools served elsewhere, whose Service Bus roles sas doctor reads back.')
+param agentPoolIdentities array = []
 param resultQueueName string
 param deadLetterQueueName string
 param maxDeliveryCount int
@@ -208,7 +214,10 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY'
           value: 'true'
         }
-        // Only the pattern's own loggers are exported by the worker's exporter (the host forwards the rest).
+        // The worker attaches its exporter's handler to this logger only (its otel.py, initialize_azure_monitor;
+        // unset = the root, which would also export every Azure SDK request and the exporter's own records).
+        // Every app package's logger is a child of "sas" (workflow_core/__init__.py), so every record the app
+        // writes reaches Application Insights; nothing outside it is exported by the worker.
         {
           name: 'PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME'
           value: 'sas'
@@ -233,6 +242,24 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'HOSTED_POOLS'
           value: hostedPools
+        }
+        {
+          name: 'ANSWER_QUEUES'
+          value: answerQueues
+        }
+        // What sas doctor reads back from the management plane (api/diagnostics_rbac.py): the Service Bus
+        // roles infra granted the app and each pool identity, as Reader on the namespace.
+        {
+          name: 'SERVICE_BUS_NAMESPACE_ID'
+          value: serviceBus.id
+        }
+        {
+          name: 'APP_PRINCIPAL_ID'
+          value: identityPrincipalId
+        }
+        {
+          name: 'AGENT_POOL_IDENTITIES'
+          value: string(agentPoolIdentities)
         }
         {
           name: 'RESULT_QUEUE_NAME'

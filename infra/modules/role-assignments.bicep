@@ -32,6 +32,9 @@ param hostedPoolQueueNames array = []
 @description('Work queues of the other agent pools served elsewhere: the app only sends to them.')
 param remotePoolQueueNames array = []
 
+@description('Answer queues of the message-only pools that ask (<RESULT_QUEUE_NAME>-answers-...): the app only sends its answers there.')
+param answerQueueNames array = []
+
 @description('Service Bus queue agents send step results to (RESULT_QUEUE_NAME).')
 param resultQueueName string
 
@@ -69,11 +72,15 @@ var roles = {
   // claim the scale controller needs for target-based scaling of the Service Bus triggers (without it, it falls
   // back to a slower scaler). Trade-off: Manage on these two queues, nothing on any other entity.
   serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
-  // On the work queue of a pool served elsewhere: dispatch (and re-send) its work, never receive it.
+  // On the work queue of a pool served elsewhere: dispatch (and re-send) its work, never receive it; on each
+  // answer queue: answer an agent's heartbeat, never read the answers.
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
   // Operator: peek and receive the dead-letter queues (RBAC scopes stop at the queue, so this covers the live
   // queue too: read only $DeadLetterQueue).
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
+  // On the Service Bus namespace: read the role assignments there, so `sas doctor` can check the Service Bus
+  // rights infra granted the app and the pools (api/diagnostics_rbac.py). Control-plane reads only.
+  reader: 'acdd72a7-3385-48ef-bd42-f606fba81ae7'
   // Entra-authenticated telemetry ingestion (the component has local auth disabled).
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
 }
@@ -101,6 +108,11 @@ resource hostedPoolQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' ex
 }]
 
 resource remotePoolQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for queueName in remotePoolQueueNames: {
+  parent: serviceBus
+  name: queueName
+}]
+
+resource answerQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [for queueName in answerQueueNames: {
   parent: serviceBus
   name: queueName
 }]
@@ -217,11 +229,31 @@ resource remotePoolQueueDataSender 'Microsoft.Authorization/roleAssignments@2022
   }
 }]
 
+resource answerQueueDataSender 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in answerQueueNames: {
+  name: guid(answerQueues[i].id, principalId, roles.serviceBusDataSender)
+  scope: answerQueues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataSender)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}]
+
 resource resultQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(resultQueue.id, principalId, roles.serviceBusDataOwner)
   scope: resultQueue
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataOwner)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource namespaceReader 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(serviceBus.id, principalId, roles.reader)
+  scope: serviceBus
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.reader)
     principalId: principalId
     principalType: 'ServicePrincipal'
   }

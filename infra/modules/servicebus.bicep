@@ -21,6 +21,9 @@ param workQueueName string
 @description('Work queues of the agent pools other than the default one (<WORK_QUEUE_NAME>-<pool>).')
 param poolQueueNames array = []
 
+@description('Answer queues of the message-only pools that ask before an effect (<RESULT_QUEUE_NAME>-answers-...).')
+param answerQueueNames array = []
+
 @description('Queue agents send step results to (RESULT_QUEUE_NAME).')
 param resultQueueName string
 
@@ -83,6 +86,25 @@ resource poolQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [for q
     duplicateDetectionHistoryTimeWindow: duplicateDetectionWindow
     defaultMessageTimeToLive: messageTimeToLive
     deadLetteringOnMessageExpiration: true
+    requiresSession: false
+    enablePartitioning: false
+    enableBatchedOperations: true
+    maxSizeInMegabytes: 1024
+  }
+}]
+
+// The app's answers to an agent's "is my attempt still current?" (activities/replies/attempt_status.py): read
+// and deleted by that agent alone, worthless once its question timed out, so they expire within minutes and
+// are dropped, not dead-lettered; no duplicate detection (each answer is new).
+resource answerQueues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [for queueName in answerQueueNames: {
+  parent: namespace
+  name: queueName
+  properties: {
+    lockDuration: lockDuration
+    maxDeliveryCount: maxDeliveryCount
+    requiresDuplicateDetection: false
+    defaultMessageTimeToLive: 'PT10M'
+    deadLetteringOnMessageExpiration: false
     requiresSession: false
     enablePartitioning: false
     enableBatchedOperations: true

@@ -134,3 +134,16 @@ def test_a_work_message_without_what_every_one_carries_is_parked(harness, durabl
     row = harness.ledger.get(body["instance_id"], "create_storage")
     assert row.status.value == "Dispatched"  # nothing claimed, nothing failed
     assert harness.results() == []
+
+
+def test_a_doctor_probe_whose_cancel_did_not_take_is_dropped_not_parked(harness):
+    """`sas doctor` schedules a probe on every queue and cancels it; delivered anyway (the cancel failed),
+    the worker completes it without parking it or touching a step."""
+    from api.diagnostics_queues import PROBE_BODY
+
+    msg = _through_the_queue(harness, PROBE_BODY)
+
+    run_queue_message(msg, services=harness.services, worker_id="w1")  # must not raise
+
+    assert parked_messages(harness.services.ledger) == []
+    assert harness.transport.receive(harness.services.settings.work_queue, lock_seconds=1) == []

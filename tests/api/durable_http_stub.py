@@ -110,6 +110,7 @@ class DurableHttpStub:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.status_failure: int | None = None  # a backend the extension cannot reach: every status query
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -207,6 +208,7 @@ class DurableHttpStub:
         with self._lock:
             self.instances.clear()
             self.requests.clear()
+            self.status_failure = None
 
     def add_instance(
         self,
@@ -295,6 +297,8 @@ class DurableHttpStub:
 
     async def _get_instance(self, request: web.Request) -> web.Response:
         await self._record(request)
+        if self.status_failure is not None:  # what the host answers when the extension's call throws
+            return web.Response(status=self.status_failure, text="the backend refused the request")
         with self._lock:
             instance = self.instances.get(request.match_info["instance_id"])
             payload = None if instance is None else instance.payload()

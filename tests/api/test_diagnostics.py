@@ -18,6 +18,7 @@ from workflow_core.settings import load_settings
 CLEAN = (
     "DURABLE_TASK_SCHEDULER_CONNECTION_STRING",
     "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",
+    "PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME",
     "PYTHON_ENABLE_OPENTELEMETRY",
     "WEBSITE_SITE_NAME",
     "WEBSITE_INSTANCE_ID",
@@ -73,7 +74,28 @@ def test_a_wrong_backend_in_host_json(services, monkeypatch):
     assert "DURABLE_BACKEND" in failed["host.json durable backend"]["fix"]
 
 
-def test_telemetry_configured_twice_and_the_null_propagator(services, monkeypatch):
+@pytest.fixture
+def exporter_on():
+    """An OpenTelemetry log handler on a logger, as configure_azure_monitor(logger_name=...) leaves it."""
+    import logging
+
+    from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+
+    added: list[tuple[logging.Logger, logging.Handler]] = []
+
+    def attach(name: str) -> None:
+        handler = LoggingHandler(logger_provider=LoggerProvider())
+        logging.getLogger(name).addHandler(handler)
+        added.append((logging.getLogger(name), handler))
+
+    yield attach
+    for logger, handler in added:
+        logger.removeHandler(handler)
+
+
+def test_telemetry_configured_twice_and_the_null_propagator(services, monkeypatch, exporter_on):
+    exporter_on("sas")
+    monkeypatch.setenv("PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME", "sas")
     services.liveness.record_tick()
     monkeypatch.setenv("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "true")
     monkeypatch.setattr(telemetry_instruments, "_configured", True)
@@ -90,7 +112,7 @@ def test_a_watchdog_that_stopped_ticking(services):
     services.liveness.record_tick(now=clock.utcnow() - timedelta(hours=1))
     failed = _failed(diagnostics.collect(services))
     assert set(failed) == {"watchdog last tick"}
-    assert "watchdog last ran 3600 s ago" in failed["watchdog last tick"]["detail"]
+    assert re.match(r"watchdog last ran 360[0-5] s ago", failed["watchdog last tick"]["detail"])
 
 
 def test_a_watchdog_that_never_ticked(services):
@@ -174,3 +196,103 @@ def test_the_watchdog_records_its_tick_with_an_etag(services):
     tick = liveness.Liveness(table).last_tick()
     assert tick is not None and tick.ticks == 2 and tick.overdue == 1 and tick.errors == 1
     assert tick.age_seconds() < 5
+
+
+@pytest.mark.parametrize(
+    ("change", "check"),
+    [
+        (
+            lambda h: h["extensions"]["durableTask"]["storageProvider"].pop("maxQueuePollingInterval"),
+            "polling",
+        ),
+        (
+            lambda h: h["extensions"]["durableTask"]["storageProvider"].update(
+                maxQueuePollingInterval="00:00:30"
+            ),
+            "polling",
+        ),
+        (lambda h: h["extensionBundle"].update(version="[3.*, 4.0.0)"), "extension bundle"),
+        (lambda h: h["extensionBundle"].update(version="[4.*, 6.0.0)"), "extension bundle"),
+    ],
+)
+def test_a_packaged_host_json_off_the_platforms_rules_fails_its_row(services, tmp_path, change, check):
+    """The running app reads the host.json it was packaged with (the one the host and the scale
+    controller read): a polling interval over 10 s or another bundle range is a failed row."""
+    host = json.loads((sections.APP_ROOT / "host.json").read_text(encoding="utf-8"))
+    assert {r["check"]: r["ok"] for r in sections.host_json(services, root=sections.APP_ROOT)} == {
+        "host.json durable backend": True,
+        "host.json task hub": True,
+        "host.json telemetryMode": True,
+        "host.json extension bundle": True,
+        "host.json polling interval": True,
+    }
+    change(host)
+    (tmp_path / "host.json").write_text(json.dumps(host), encoding="utf-8")
+    failed = [r["check"] for r in sections.host_json(services, root=tmp_path) if r["ok"] is False]
+    assert failed == [f"host.json {'polling interval' if check == 'polling' else check}"]
+
+
+def test_an_exporter_the_worker_did_not_start_or_started_on_another_logger(
+    services, monkeypatch, exporter_on
+):
+    """The worker owns telemetry: its configure_azure_monitor failing (a missing package, a bad
+    connection string) leaves no handler, and a logger name other than ``sas`` misses the app's
+    records; either is the failed row "telemetry exporter"."""
+    services.liveness.record_tick()
+    monkeypatch.setenv("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "true")
+    monkeypatch.setenv("PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME", "sas")
+    failed = _failed(diagnostics.collect(services))
+    assert set(failed) == {"telemetry exporter"} and "did not start" in failed["telemetry exporter"]["fix"]
+
+    exporter_on("myapp")
+    monkeypatch.setenv("PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME", "myapp")
+    failed = _failed(diagnostics.collect(services))
+    assert set(failed) == {"telemetry exporter"}
+    assert "started by the worker on logger 'myapp'" in failed["telemetry exporter"]["detail"]
+
+    exporter_on("sas")
+    monkeypatch.setenv("PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME", "sas")
+    rows = _rows(diagnostics.collect(services))
+    assert rows["telemetry exporter"]["ok"] is True
+
+
+def test_the_durable_backend_is_asked_through_the_apps_client(run, services, client, stub):
+    """A status query through the Durable client binding: "no such instance" is a backend that answered;
+    a refused call (a missing Durable Task Data Contributor, a wrong scheduler endpoint or hub) or an
+    extension that does not answer is the failed row "durable backend round trip"."""
+    from azure.durable_functions import DurableOrchestrationClient
+
+    services.liveness.record_tick()
+    req = http_request("GET", "/api/diagnostics")
+
+    body = json.loads(run(diagnostics.diagnostics(req, client, services)).get_body())
+    assert body["ok"] is True and _rows(body)["durable backend round trip"]["ok"] is True
+    assert stub.requests_to("GET", "/instances/sas-doctor-probe")
+
+    stub.status_failure = 500
+    failed = _failed(json.loads(run(diagnostics.diagnostics(req, client, services)).get_body()))
+    assert (
+        set(failed) == {"durable backend round trip"}
+        and "HTTP 500" in failed["durable backend round trip"]["detail"]
+    )
+
+    gone = DurableOrchestrationClient(stub.binding_json().replace(f":{stub.port}/", ":9/"))
+    failed = _failed(json.loads(run(diagnostics.diagnostics(req, gone, services)).get_body()))
+    assert set(failed) == {"durable backend round trip"}
+
+
+def test_each_answer_queue_infra_created_is_probed(services, app_env, monkeypatch):
+    """ANSWER_QUEUES names the answer queues infra created: the app sends a probe answer to each (and
+    removes it); one it cannot send to (absent, or no Data Sender) is a failed row naming it."""
+    services.liveness.record_tick()
+    present = f"{services.settings.result_queue}-answers-doctor1"
+    services.transport._client(present).create_queue()
+    absent = f"{services.settings.result_queue}-answers-gone"
+    monkeypatch.setenv("ANSWER_QUEUES", f"{present}, {absent}")
+    try:
+        body = diagnostics.collect(services)
+    finally:
+        services.transport._client(present).delete_queue()
+    rows = _rows(body)
+    assert rows[f"answer queue {present}"]["ok"] is True
+    assert set(_failed(body)) == {f"answer queue {absent}"}

@@ -84,6 +84,27 @@ def test_locally_a_loopback_action_is_recorded_as_the_os_user(run, client, servi
     assert response.status_code == 200 and json_of(response)["actor"] == "operator:dev-two"
 
 
+@pytest.mark.parametrize("marker", [None, "X-MS-CLIENT-PRINCIPAL-IDP"])
+def test_auth_enabled_without_an_azure_marker_believes_no_principal(
+    run, client, services, ledger, monkeypatch, marker
+):
+    """``WEBSITE_AUTH_ENABLED=true`` copied into local settings: no platform strips headers, so a
+    forged principal (with the IDP header, which any caller can send, or without) is refused, and a
+    request without one meets the loopback rule."""
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "true")
+    make_step(ledger, "id-copied", S.FAILED)
+    forged = dict(OPERATOR) if marker else {"X-MS-CLIENT-PRINCIPAL-NAME": "ceo@contoso.example"}
+
+    response = run(step_action(skip_post("id-copied", headers=forged), client, services))
+    remote = run(step_action(skip_post("id-copied", headers={"Host": "build-box:7071"}), client, services))
+
+    assert (response.status_code, json_of(response)["code"]) == (403, "untrusted-identity")
+    assert (remote.status_code, json_of(remote)["code"]) == (403, "not-loopback")
+    assert unchanged(ledger, "id-copied")
+    local = run(step_action(skip_post("id-copied"), client, services))
+    assert local.status_code == 200 and not json_of(local)["actor"].endswith("@contoso.example")
+
+
 def test_in_azure_without_platform_auth_every_action_is_401_even_with_a_principal(
     run, client, services, ledger, monkeypatch
 ):

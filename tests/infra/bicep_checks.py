@@ -45,6 +45,7 @@ SERVICE_BUS_DATA_RECEIVER = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0"
 SERVICE_BUS_DATA_SENDER = "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39"
 MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
 DURABLE_TASK_DATA_CONTRIBUTOR = "0ad04412-c4d5-4796-b79c-f76d14c8d402"
+READER = "acdd72a7-3385-48ef-bd42-f606fba81ae7"
 DURABLE_TASK_DATA_READER = "d6a5505f-6ebb-45a4-896e-ac8274cfc0ac"
 
 SERVICE_BUS_QUEUE = "Microsoft.ServiceBus/namespaces/queues"
@@ -63,6 +64,8 @@ REQUIRED_ROLES: dict[str, tuple[str, str]] = {
     # the Service Bus triggers needs (the Functions docs' Service Bus trigger role table).
     SERVICE_BUS_DATA_OWNER: ("Azure Service Bus Data Owner", SERVICE_BUS_QUEUE),
     MONITORING_METRICS_PUBLISHER: ("Monitoring Metrics Publisher", "Microsoft.Insights/components"),
+    # Control-plane reads on the namespace: `sas doctor` reads the Service Bus role assignments back.
+    READER: ("Reader", "Microsoft.ServiceBus/namespaces"),
 }
 # Granted to the app's identity only where the resource exists (the Durable Task Scheduler backend).
 OPTIONAL_ROLES: dict[str, tuple[str, str]] = {

@@ -32,7 +32,12 @@ POOL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){0,19}$")  # as work
 
 # An agent pool's own identity: role -> (name, scope type, symbol of the scope in agent-pool.bicep).
 POOL_ROLES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    bc.SERVICE_BUS_DATA_RECEIVER: ("Azure Service Bus Data Receiver", bc.SERVICE_BUS_QUEUE, ("poolQueue",)),
+    # its work queue, and the answer queues its agents read (a messageOnly pool that asks)
+    bc.SERVICE_BUS_DATA_RECEIVER: (
+        "Azure Service Bus Data Receiver",
+        bc.SERVICE_BUS_QUEUE,
+        ("poolQueue", "answerQueues"),
+    ),
     bc.SERVICE_BUS_DATA_OWNER: ("Azure Service Bus Data Owner", bc.SERVICE_BUS_QUEUE, ("poolQueue",)),
     bc.SERVICE_BUS_DATA_SENDER: ("Azure Service Bus Data Sender", bc.SERVICE_BUS_QUEUE, ("resultQueue",)),
     bc.STORAGE_TABLE_DATA_CONTRIBUTOR: (
@@ -168,6 +173,8 @@ class PoolEvaluator:
             return not args[0]
         if kind == "concat":
             return [item for arg in args for item in arg]
+        if kind == "flatten":
+            return [item for arg in args[0] for item in arg]
         if kind == "join":
             return args[1].join(args[0])
         if kind == "to_lower":
@@ -178,8 +185,10 @@ class PoolEvaluator:
             return args[0][: args[1]]
         if kind == "unique_string":
             return TOKEN
-        if kind in ("subscription", "resource_group"):
-            return {"id": f"/{kind}-id", "location": "westeurope"}
+        if kind == "subscription":
+            return {"id": "/subscriptions/sub-id", "subscriptionId": "sub-id"}
+        if kind == "resource_group":
+            return {"id": "/subscriptions/sub-id/resourceGroups/rg", "name": "rg", "location": "westeurope"}
         raise AssertionError(f"the pool evaluator does not know {kind}(): extend it, do not guess")
 
     def _operator(self, op: dict[str, Any], scope: dict[str, Any], left: Any = ..., **_: Any) -> Any:
@@ -329,7 +338,7 @@ def check_pool_role_assignments(files: dict[str, bc.BicepFile]) -> list[str]:
             problems.append(f"{AGENT_POOL}: missing {role_name} on {', '.join(sorted(missing))}")
     app_scopes = {
         bc.SERVICE_BUS_DATA_OWNER: {"workQueue", "hostedPoolQueues", "resultQueue"},
-        bc.SERVICE_BUS_DATA_SENDER: {"workQueue", "remotePoolQueues"},
+        bc.SERVICE_BUS_DATA_SENDER: {"workQueue", "remotePoolQueues", "answerQueues"},
     }
     for assignment in bc.declared(files, "Microsoft.Authorization/roleAssignments"):
         if assignment.file != ROLE_ASSIGNMENTS or assignment.properties.get("principalId") != "principalId":

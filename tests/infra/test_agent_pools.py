@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pycep import BicepParser
@@ -20,6 +21,7 @@ from tests.infra.test_bicep_structure import _problems_after, _replace
 from workflow_core import settings as app_settings
 
 DEPLOY_DOC = bc.INFRA_DIR.parent / "docs" / "deploy.md"
+ANSWER_QUEUES = ["agent-results-answers-dns1", "agent-results-answers-dns2"]
 
 
 def documented_example() -> tuple[list[dict], dict]:
@@ -44,12 +46,14 @@ def test_by_default_the_deployment_is_what_it_was_before_pools(files):
             "queue": "agent-work",
             "hosting": "app",
             "messageOnly": False,
+            "answerQueues": [],
             "image": "",
             "maxReplicas": 10,
         }
     ]
     assert ev.module_param("modules/function-app.bicep", "hostedPools") == "default"
     assert ev.module_param(pc.SERVICE_BUS, "poolQueueNames") == []
+    assert ev.module_param(pc.SERVICE_BUS, "answerQueueNames") == []
     assert ev.module_param(pc.ROLE_ASSIGNMENTS, "defaultPoolHosted") is True
     assert ev.module_param(pc.ROLE_ASSIGNMENTS, "hostedPoolQueueNames") == []
     assert ev.module_param(pc.ROLE_ASSIGNMENTS, "remotePoolQueueNames") == []
@@ -106,7 +110,7 @@ def test_the_documented_three_pool_example(files):
     per_pool = {
         pool["name"]: {
             key: ev.module_param(pc.AGENT_POOL, key, pool)
-            for key in ("identityName", "poolQueueName", "scalesOnQueue", "messageOnly")
+            for key in ("identityName", "poolQueueName", "scalesOnQueue", "messageOnly", "answerQueueNames")
         }
         for pool in ev.var("remotePools")
     }
@@ -116,14 +120,22 @@ def test_the_documented_three_pool_example(files):
             "poolQueueName": "agent-work-provisioning",
             "scalesOnQueue": True,
             "messageOnly": False,
+            "answerQueueNames": [],
         },
         "dns": {
             "identityName": f"id-sas-dev-{pc.TOKEN}-pool-dns",
             "poolQueueName": "agent-work-dns",
             "scalesOnQueue": False,
             "messageOnly": True,
+            "answerQueueNames": ANSWER_QUEUES,
         },
     }
+    # the message-only pool that asks: its answer queues exist, the app may send there (Data Sender) and
+    # the pool's identity receive (Data Receiver, in agent-pool.bicep over answerQueueNames)
+    assert ev.module_param(pc.SERVICE_BUS, "answerQueueNames") == ANSWER_QUEUES
+    assert ev.module_param(pc.ROLE_ASSIGNMENTS, "answerQueueNames") == ANSWER_QUEUES
+    # ... and the app knows them, so `sas doctor` probes each (ANSWER_QUEUES)
+    assert ev.module_param("modules/function-app.bicep", "answerQueues") == ",".join(ANSWER_QUEUES)
     # Container Apps only for the pool that asks
     assert ev.module_condition(pc.CONTAINER_APPS) is True
     assert [p["name"] for p in ev.module_param(pc.CONTAINER_APPS, "pools")] == ["provisioning"]
@@ -170,8 +182,9 @@ def _scope_of(symbol: str, old: str, new: str):
             "poolQueueReceiver",
             "poolQueue",
             "serviceBus",
-            "Azure Service Bus Data Receiver must be scoped to poolQueue (Microsoft.ServiceBus/namespaces/"
-            "queues), is scoped to serviceBus (Microsoft.ServiceBus/namespaces)",
+            "Azure Service Bus Data Receiver must be scoped to poolQueue or answerQueues "
+            "(Microsoft.ServiceBus/namespaces/queues), is scoped to serviceBus "
+            "(Microsoft.ServiceBus/namespaces)",
         ),
         (
             "poolQueueReceiver",
@@ -338,3 +351,88 @@ def test_a_shipped_parameter_file_that_opts_in_is_caught(tmp_path):
 def test_the_scale_rule_identity_form_is_cited_in_the_bicep():
     text = Path(bc.INFRA_DIR / pc.CONTAINER_APPS).read_text(encoding="utf-8")
     assert "learn.microsoft.com/azure/container-apps/managed-identity#scale-rules" in text
+
+
+def _looped_over(files, path: str, symbol: str) -> tuple[str, Any]:
+    """The array a looped resource of ``path`` iterates, and the resource (scope, role, principal)."""
+    raw = files[path].section("resources")[symbol]["config"]
+    resource = next(
+        r
+        for r in bc.declared(files, bc.SERVICE_BUS_QUEUE)
+        + bc.declared(files, "Microsoft.Authorization/roleAssignments")
+        if r.file == path and r.symbol == symbol
+    )
+    return raw["loop_type"]["detail"]["array_name"], resource
+
+
+def _role(files, path: str, assignment) -> str:
+    function = bc._node(assignment.properties["roleDefinitionId"], "function")
+    return bc.Resolver(files).value(path, function["parameters"]["resource_name_1"])
+
+
+def test_each_answer_queue_exists_with_the_apps_sender_and_the_pools_receiver(files):
+    """The queue the Node example's ANSWER_QUEUE names is created (servicebus.bicep), the app's identity
+    may send its answers there and only there (role-assignments.bicep), and the asking pool's identity
+    may receive them (agent-pool.bicep): without all three the pool's every step waits for an answer."""
+    source, queue = _looped_over(files, pc.SERVICE_BUS, "answerQueues")
+    assert source == "answerQueueNames" and queue.config["name"] == "queueName"
+    ttl = bc.iso_seconds(queue.properties["defaultMessageTimeToLive"])
+    assert ttl is not None and ttl <= 600  # an answer nobody read in time is of no use
+    source, sender = _looped_over(files, pc.ROLE_ASSIGNMENTS, "answerQueueDataSender")
+    assert source == "answerQueueNames" and bc.scope_symbol(sender) == "answerQueues"
+    assert _role(files, pc.ROLE_ASSIGNMENTS, sender) == bc.SERVICE_BUS_DATA_SENDER
+    assert sender.properties["principalId"] == "principalId"  # the app's identity
+    source, receiver = _looped_over(files, pc.AGENT_POOL, "answerQueueReceiver")
+    assert source == "answerQueueNames" and bc.scope_symbol(receiver) == "answerQueues"
+    assert _role(files, pc.AGENT_POOL, receiver) == bc.SERVICE_BUS_DATA_RECEIVER
+    assert bc.dotted(receiver.properties["principalId"]) == "poolIdentity.properties.principalId"
+    for path in (pc.SERVICE_BUS, pc.ROLE_ASSIGNMENTS, pc.AGENT_POOL):
+        existing = bc._symbols(files, path)["answerQueues"]
+        assert existing.type == bc.SERVICE_BUS_QUEUE
+
+
+def test_every_module_that_takes_the_pools_waits_for_their_validation(files):
+    """ "Fails before creating anything" rests on dependsOn, not on ARM's preflight."""
+    text = files[bc.MAIN].text
+    for module in (
+        "serviceBus",
+        "roleAssignments",
+        "serviceBusAlerts",
+        "agentPool",
+        "agentPoolRegistryPull",
+        "agentPoolContainerApps",
+    ):
+        body = text[text.index(f"module {module} ") :]
+        body = body[: body.index("\n}")]
+        depends = body[body.index("dependsOn") :] if "dependsOn" in body else ""
+        assert "agentPoolsValidation" in depends, module
+
+
+def test_the_registry_scope_never_indexes_an_empty_id(files):
+    ev = pc.PoolEvaluator(files)
+    parts = ev.value("registryIdParts")
+    assert len(parts) > 4 and parts[2] and parts[4]  # resourceGroup(parts[2], parts[4]) is well formed
+
+
+def test_the_app_is_told_what_doctor_reads_back_and_may_read_it(files):
+    """api/diagnostics_rbac.py reads the Service Bus roles infra granted: the app settings name the
+    namespace, the app's principal and each remote pool's, and the app is Reader on the namespace."""
+    _site, settings = bc.app_settings_of(files)
+    assert {"SERVICE_BUS_NAMESPACE_ID", "APP_PRINCIPAL_ID", "AGENT_POOL_IDENTITIES", "ANSWER_QUEUES"} <= set(
+        settings
+    )
+    text = files[bc.MAIN].text
+    call = text[text.index("module functionApp ") :]
+    identities = call[call.index("agentPoolIdentities: [for (pool, i) in remotePools:") :]
+    for key in (
+        "principalId: agentPool[i].outputs.principalId",
+        "queue: pool.queue",
+        "answerQueues: pool.answerQueues",
+    ):
+        assert key in identities[: identities.index("}]")]
+    (reader,) = [
+        a
+        for a in bc.declared(files, "Microsoft.Authorization/roleAssignments")
+        if a.file == pc.ROLE_ASSIGNMENTS and a.symbol == "namespaceReader"
+    ]
+    assert bc.scope_symbol(reader) == "serviceBus" and reader.properties["principalId"] == "principalId"

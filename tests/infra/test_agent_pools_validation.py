@@ -19,6 +19,10 @@ def _problems(files, pools: list[dict[str, Any]]) -> dict[str, list[str]]:
     return {name: value for name, value in result.items() if value}
 
 
+def _asking(*queues: str) -> list[dict[str, Any]]:
+    return [{"name": "mail", "hosting": "external", "messageOnly": True, "answerQueues": list(queues)}]
+
+
 def test_every_rule_is_a_parameter_that_must_be_empty(files):
     declared = files[VALIDATION].section("parameters")
     assert declared
@@ -32,6 +36,12 @@ def test_valid_pools_pass(files):
         {"name": "provisioning", "hosting": "external"},
         {"name": "dns-1", "hosting": "containerApp", "image": "reg.example/a:1", "maxReplicas": 3},
         {"name": "mail", "hosting": "external", "messageOnly": True},
+        {
+            "name": "dns",
+            "hosting": "external",
+            "messageOnly": True,
+            "answerQueues": ["agent-results-answers-dns1", "agent-results-answers-dns-2"],
+        },
     ]
     assert _problems(files, pools) == {}
     assert _problems(files, pc.DEFAULT_POOLS) == {}
@@ -55,6 +65,31 @@ def test_valid_pools_pass(files):
             [{"name": "a", "hosting": "containerApp", "image": "i", "maxReplicas": 0}],
             "containerAppPoolsWithoutImageOrReplicas",
         ),
+        (
+            [{"name": "a", "hosting": "containerApp", "image": "i", "messageOnly": True}],
+            "containerAppPoolsMessageOnly",
+        ),
+        (
+            [{"name": "a", "hosting": "external", "answerQueues": ["agent-results-answers-a1"]}],
+            "answerQueuesOutsideAnExternalMessageOnlyPool",
+        ),
+        (
+            [
+                {
+                    "name": "a",
+                    "hosting": "app",
+                    "messageOnly": True,
+                    "answerQueues": ["agent-results-answers-a1"],
+                }
+            ],
+            "answerQueuesOutsideAnExternalMessageOnlyPool",
+        ),
+        (_asking("agent-work"), "answerQueuesWithABadName"),  # the app would never answer there
+        (_asking("agent-results-answers-"), "answerQueuesWithABadName"),
+        (_asking("agent-results-answers-A1"), "answerQueuesWithABadName"),
+        (_asking("agent-results-answers-a--1"), "answerQueuesWithABadName"),
+        (_asking("agent-results-answers-" + "a" * 42), "answerQueuesWithABadName"),  # 64 characters
+        (_asking("agent-results-answers-a1", "agent-results-answers-a1"), "answerQueuesListedTwice"),
     ],
 )
 def test_each_bad_input_names_its_rule(files, pools, rule):

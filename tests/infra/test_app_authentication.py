@@ -53,3 +53,14 @@ def test_authentication_is_provisioned_only_with_a_client_id_and_prod_requires_o
 def test_the_health_route_excluded_from_authentication_exists():
     source = (bc.INFRA_DIR.parent / "api" / "functions.py").read_text(encoding="utf-8")
     assert 'route="health"' in source
+
+
+def test_the_documented_registration_asks_for_the_v2_tokens_the_v2_issuer_issues():
+    """authsettingsV2 validates the v2.0 issuer; a registration at the default (v1.0 tokens, issuer
+    sts.windows.net) would be refused with 401, so the recipe sets api.requestedAccessTokenVersion."""
+    _files, auth = _auth_settings()
+    issuer = auth.config["properties"]["identityProviders"]["azureActiveDirectory"]["registration"]
+    assert str(issuer["openIdIssuer"]).endswith("/v2.0")
+    recipe = (bc.INFRA_DIR.parent / "docs" / "deploy.md").read_text(encoding="utf-8")
+    section = recipe.split("## App Service Authentication", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"az ad app update [^\n]*--set api\.requestedAccessTokenVersion=2", section)

@@ -29,6 +29,7 @@ BUILT_IN_ROLE_IDS = {
     "Storage Table Data Contributor": "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
     "Monitoring Metrics Publisher": "3913510d-42f4-4e42-8a64-420c390055eb",
     "Durable Task Data Contributor": "0ad04412-c4d5-4796-b79c-f76d14c8d402",
+    "Reader": "acdd72a7-3385-48ef-bd42-f606fba81ae7",
 }
 SERVICE_BUS_DATA_OWNER = BUILT_IN_ROLE_IDS["Azure Service Bus Data Owner"]
 
@@ -544,6 +545,7 @@ def test_short_service_bus_lock_is_caught(tmp_path):
     assert problems == [
         "Service Bus queue workQueue: lockDuration must be PT5M, is 'PT1M'",
         "Service Bus queue poolQueues: lockDuration must be PT5M, is 'PT1M'",
+        "Service Bus queue answerQueues: lockDuration must be PT5M, is 'PT1M'",
         "Service Bus queue resultQueue: lockDuration must be PT5M, is 'PT1M'",
     ]
 

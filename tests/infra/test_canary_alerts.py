@@ -46,3 +46,19 @@ def test_the_pool_stale_alert_reads_the_stale_pools_metric_per_pool():
     assert [d["name"] for d in criterion["dimensions"]] == ["pool"]
     window = rules["canaryPoolStaleAlert"].properties.get("windowSize")
     assert re.search(r"canaryPeriodHours", str(window)), window
+
+
+def test_the_alerts_follow_canary_enabled():
+    """With CANARY_ENABLED false no verdict is emitted: the stale alerts would fire for ever."""
+    from tests.infra import pool_checks as pc
+
+    files, _problems = bc.load()
+    _resolver, rules = _rules()
+    assert {name: rule.properties.get("enabled") for name, rule in rules.items() if "canary" in name} == {
+        "canaryFailedAlert": "enabled",
+        "canaryStaleAlert": "enabled",
+        "canaryPoolStaleAlert": "enabled",
+    }
+    ev = pc.PoolEvaluator(files)
+    ev.params["canaryEnabled"] = False
+    assert ev.module_param("modules/canary-alerts.bicep", "enabled") is False

@@ -394,7 +394,9 @@ def test_the_backend_switch_is_a_service_hook_so_azd_deploy_runs_it():
     hooks = config["services"]["api"]["hooks"]
     assert {"prepackage", "postpackage"} <= set(hooks)
     assert all(hooks[name]["shell"] == "sh" for name in ("prepackage", "postpackage"))
-    assert "azd >= 1.10.0" in (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    # azd 1.17.1 sets AZURE_PRINCIPAL_TYPE (main.parameters.json's principalType): the project's floor
+    assert config["requiredVersions"]["azd"] == ">= 1.17.1"
+    assert "azd >= 1.17.1" in (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
     # the saved copy (.azure/host.json.committed) never goes into the package azd zips
     assert ".azure" in (ROOT / ".funcignore").read_text(encoding="utf-8").split()
 

@@ -70,6 +70,16 @@ def read_envelope(text: str) -> Envelope:
     )
 
 
+# The body of the message `sas doctor` schedules on each queue and cancels (api/diagnostics_queues.py). Should
+# a cancel not take, the probe is delivered an hour later: a reader that meets it drops it.
+DOCTOR_PROBE = "sas-doctor-probe"
+
+
+def is_doctor_probe(body: Any) -> bool:
+    """Whether a received body (as :func:`body_from_text` made it) is a ``sas doctor`` probe."""
+    return body == {"text": DOCTOR_PROBE}
+
+
 def body_from_text(text: str) -> dict[str, Any]:
     """A message body as a dict, whatever was sent: a JSON object is itself, other JSON becomes
     ``{"value": ...}``, text that is not JSON becomes ``{"text": ...}``.

@@ -1,0 +1,105 @@
+"""Rows of ``GET /api/diagnostics`` that ask the running system, not its settings: did the worker's
+exporter start, on which logger; does the Durable backend answer; can the app answer on every answer
+queue.
+
+The Durable round trip is a status query of an instance id nobody uses, through the ``durableClient``
+binding the HTTP functions get: the host's Durable extension asks its backend (the task hub's tables
+or the Durable Task Scheduler) with the app's identity, so a missing Durable Task Data Contributor, a
+wrong scheduler endpoint or task hub, or an unreachable storage account answers an error, while "no
+such instance" (404) is a backend that answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from api.diagnostics_sections import Row, row
+from workflow_core import APP_LOGGER, telemetry_instruments
+
+PROBE_INSTANCE = "sas-doctor-probe"
+LOGGER_SETTING = "PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME"  # the worker's, read as its otel.py does
+ANSWER_QUEUES_SETTING = "ANSWER_QUEUES"  # the answer queues infra created (comma-separated)
+ANSWERED_STATUSES = {200, 202, 400, 404}  # a status, or "no such instance": the backend answered
+
+
+def _exporting(name: str) -> bool:
+    """An OpenTelemetry ``LoggingHandler`` on the logger (the SDK's, or the logging instrumentation's,
+    which azure-monitor-opentelemetry 1.8 attaches)."""
+    return any(
+        type(h).__name__ == "LoggingHandler" and type(h).__module__.startswith("opentelemetry.")
+        for h in logging.getLogger(name).handlers
+    )
+
+
+def telemetry_exporter() -> Row:
+    """Whether an OpenTelemetry log handler sits on a logger every app record passes (``sas``, or the
+    root), where the worker's configure_azure_monitor (or the app's) attached it."""
+    worker = telemetry_instruments.worker_owns_telemetry()
+    if not worker and telemetry_instruments.configured_by() is None:
+        return row("telemetry exporter", None, "the app configured no exporter (no connection string)")
+    by = "the worker" if worker else "the app"
+    named = (os.environ.get(LOGGER_SETTING) or "") if worker else APP_LOGGER
+    on = [name for name in dict.fromkeys((named, APP_LOGGER, "")) if _exporting(name)]
+    if any(name in (APP_LOGGER, "") for name in on):
+        where = " and ".join(repr(name or "(root)") for name in on)
+        return row("telemetry exporter", True, f"exporter started by {by} on logger {where}")
+    if on:
+        return row(
+            "telemetry exporter",
+            False,
+            f"exporter started by {by} on logger {on[0]!r}, which no app record passes",
+            f"set {LOGGER_SETTING}={APP_LOGGER}",
+        )
+    return row(
+        "telemetry exporter",
+        False,
+        f"no exporter on logger {APP_LOGGER!r} or the root ({LOGGER_SETTING}={named!r})",
+        f"{by} did not start the exporter: read the host's log for 'Error initializing Azure monitor "
+        "distro' (azure-monitor-opentelemetry must be in requirements.txt; APPLICATIONINSIGHTS_"
+        "CONNECTION_STRING and _AUTHENTICATION_STRING set)",
+    )
+
+
+async def durable_backend(client: Any) -> Row:
+    """A status query of :data:`PROBE_INSTANCE` through the app's Durable client binding."""
+    check, fix = (
+        "durable backend round trip",
+        "the app's identity needs its Durable backend: Storage Table/Queue/Blob roles on the account "
+        "(Azure Storage provider) or Durable Task Data Contributor on the scheduler, and the connection "
+        "and task hub host.json names (DURABLE_TASK_SCHEDULER_CONNECTION_STRING, TASK_HUB_NAME)",
+    )
+    if client is None:
+        return row(check, None, "no Durable client binding in this call (not measurable here)")
+    import aiohttp
+    from azure.durable_functions.models.RpcManagementOptions import RpcManagementOptions
+
+    url = RpcManagementOptions(instance_id=PROBE_INSTANCE).to_url(client._orchestration_bindings.rpc_base_url)
+    try:
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
+            status, text = response.status, (await response.text())[:200]
+    except Exception as exc:  # the extension itself did not answer
+        return row(check, False, f"{type(exc).__name__}: {str(exc)[:300]}", fix)
+    if status not in ANSWERED_STATUSES:
+        detail = f"the status query of {PROBE_INSTANCE!r} answered HTTP {status}: {text}"
+        return row(check, False, detail, fix)
+    return row(check, True, f"status query of {PROBE_INSTANCE!r} answered (HTTP {status})")
+
+
+def answer_queue_names() -> list[str]:
+    return [q.strip() for q in (os.environ.get(ANSWER_QUEUES_SETTING) or "").split(",") if q.strip()]
+
+
+def answer_queues(services: Any) -> list[Row]:
+    """Each answer queue of ``ANSWER_QUEUES``: a probe answer the app schedules and cancels (it may
+    send there; reading back is the pool's right, not the app's)."""
+    from api.diagnostics_queues import diagnose
+
+    names = answer_queue_names()
+    if not names:
+        return [
+            row("answer queues", None, f"{ANSWER_QUEUES_SETTING} names none (no pool asks on Service Bus)")
+        ]
+    return [{**diagnose(services.transport, name), "check": f"answer queue {name}"} for name in names]
