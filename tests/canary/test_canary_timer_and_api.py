@@ -181,10 +181,10 @@ def test_sas_canary_prints_the_verdicts_and_run_refuses_clearly(harness, azurite
     assert code == 0 and json.loads(out)["verdicts"][0]["instance_id"] == iid
     code, _, err = run("canary", "run", "--scenario", "nope")
     assert code == 2 and "unknown scenario 'nope'" in err
-    code, _, err = run("canary", "run", "--scenario", "retry", "--api", "ftp://x")
-    assert code == 2 and "http(s) URL" in err
-    code, _, err = run("canary", "run", "--scenario", "retry", "--api", "http://127.0.0.1:9")
-    assert code != 0 and "could not reach" in err
+    code, _, err = run("canary", "run", "--scenario", "retry", "--url", "ftp://x")
+    assert code == 7 and "http(s) URL" in err
+    code, _, err = run("canary", "run", "--scenario", "retry", "--url", "http://127.0.0.1:9")
+    assert code == 7 and "cannot reach" in err
 
 
 def test_the_timer_is_bound_to_canary_schedule_and_off_unless_enabled(monkeypatch):
