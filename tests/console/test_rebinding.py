@@ -10,7 +10,7 @@ import pytest
 
 from devtools.console_demo import ConsoleDemo
 from tests.console.conftest import CHROMIUM, FLAGS, _need_chromium
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 TARGET = "rebind-victim"

@@ -14,7 +14,8 @@ from azure.functions.timer import TimerRequest
 
 import supervisor
 from supervisor import watchdog
-from tests.supervisor.conftest import NOW, RecordingClient, make_step
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import NOW, make_step
 from workflow_core import clock
 from workflow_core.contracts import WATCHDOG_FUNCTION
 from workflow_core.ledger import StepStatus

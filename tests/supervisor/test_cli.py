@@ -15,7 +15,9 @@ from supervisor import operator
 from supervisor.instances import InstanceAction
 from supervisor.watchdog import run_tick
 from supervisor.watchdog_model import Action
-from tests.supervisor.conftest import IS, NOW, RecordingClient, connection_args, make_step
+from tests.helpers.app import connection_args
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import IS, NOW, make_step
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR
 from workflow_core.ledger import StepStatus
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from azure.data.tables import TableServiceClient
 
 from operator_cli.cli import EXIT_STORAGE, EXIT_USAGE, main
-from tests.supervisor.conftest import connection_args, make_step
+from tests.helpers.app import connection_args
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from supervisor.watchdog import run_tick
-from tests.supervisor.conftest import NOW, RecordingClient, drain, make_step
+from tests.helpers.app import drain
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import NOW, make_step
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import StepStatus
 from workflow_core.runtime import Services

@@ -13,7 +13,7 @@ from devtools.durable_host import DurableTestHost
 from supervisor import bulk
 from supervisor.maintenance import bulk_tick, retention_tick
 from tests.durable_host.test_client_and_app import approval
-from tests.supervisor.conftest import IS, NOW, make_instance
+from tests.helpers.rows import IS, NOW, make_instance
 from workflow_core import clock
 from workflow_core.operations_settings import load_operations_settings
 
