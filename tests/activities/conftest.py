@@ -22,11 +22,10 @@ from activities.common import step_input, step_output
 from activities.scheduler import functions as scheduling
 from activities.worker.agent_worker import process_work_message
 from activities.worker.handlers import AGENT_HANDLERS, faults
-from devtools.azurite import env_for
 from workflow_core import clock
 from workflow_core.ledger import encode_json
 from workflow_core.ledger.known_rows import created_snapshot
-from workflow_core.runtime import Services, get_services, reset_services
+from workflow_core.runtime import Services, reset_services, set_services
 from workflow_core.transport import ReceivedMessage
 from workflow_core.workflows import get_workflow
 from workflow_core.workflows.model import new_steps
@@ -53,27 +52,23 @@ def vclock() -> Iterator[VirtualClock]:
 
 
 @pytest.fixture
-def services(azurite, monkeypatch, unique_name) -> Iterator[Services]:
-    """App settings for this test's own tables and queues on the session's Azurite, and the
-    services (ledger, transport) built from them, exactly as a function would get them."""
-    work_queue = unique_name("work")
-    env = {
-        **env_for(azurite),
-        "LEDGER_TABLE_NAME": unique_name("ledger"),
-        "DEADLINE_INDEX_TABLE_NAME": unique_name("deadlines"),
-        "WORK_QUEUE_NAME": work_queue,
-        "RESULT_QUEUE_NAME": unique_name("results"),
-        "DEAD_LETTER_QUEUE_NAME": f"{work_queue}-poison",
-        "WATCHDOG_GRACE_SECONDS": str(GRACE_SECONDS),
-        "MAX_DELIVERY_COUNT": "3",
-    }
-    for name, value in env.items():
+def app_settings() -> dict[str, str]:
+    return {"WATCHDOG_GRACE_SECONDS": str(GRACE_SECONDS), "MAX_DELIVERY_COUNT": "3"}
+
+
+@pytest.fixture
+def services(services, app_env, monkeypatch) -> Iterator[Services]:
+    """The root fixture's services, installed as the process's and with their settings in the
+    environment, exactly as a function body gets them (``get_services()``); no fault injected and the
+    agent handlers as they were, before and after."""
+    for name, value in app_env.items():
         monkeypatch.setenv(name, value)
     reset_services()
+    set_services(services)
     faults.clear()
     handlers_before = dict(AGENT_HANDLERS)
     try:
-        yield get_services()
+        yield services
     finally:
         faults.clear()
         AGENT_HANDLERS.clear()

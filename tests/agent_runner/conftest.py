@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from devtools.harness import PatternHarness
 from tests.agent_runner import blocking_agents  # noqa: F401 - the app checks every agent has a handler
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,15 +61,13 @@ def box(tmp_path) -> Path:
 
 
 @pytest.fixture
-def harness(azurite):
-    with PatternHarness(
-        azurite,
-        clock="real",
-        watchdog_every=timedelta(seconds=2),
-        extra_workflows={"runner-block": BLOCKING_WORKFLOW},
-    ) as h:
-        h.host.remove_pump(h.work_pump)
-        yield h
+def harness_options():
+    return {
+        "clock": "real",
+        "watchdog_every": timedelta(seconds=2),
+        "extra_workflows": {"runner-block": BLOCKING_WORKFLOW},
+        "serve_work": False,
+    }
 
 
 @pytest.fixture

@@ -17,11 +17,10 @@ HOUR = timedelta(hours=1)
 
 
 @pytest.fixture
-def harness(azurite, monkeypatch):
+def harness_options(monkeypatch):
     monkeypatch.delenv("CANARY_ENABLED", raising=False)
     monkeypatch.delenv("CANARY_PERIOD_SECONDS", raising=False)
-    with PatternHarness(azurite) as h:
-        yield h
+    return {}
 
 
 def _get(h: PatternHarness, **params: str):

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from activities.worker.handlers import faults
 from devtools.harness import PatternHarness
 
 # On Service Bus (SERVICEBUS_CONNECTION_STRING set) the broker's duplicate detection drops copies and
@@ -90,14 +89,6 @@ def _row_even_if_the_test_fails_early(request):
     yield
     if not _CURRENT["recorded"] and request.node.get_closest_marker("breakage") is None:
         ROWS.append(Row(request.node.name, "(test failed before verify)", "?", "?", "?"))
-
-
-@pytest.fixture
-def harness(azurite):
-    faults.clear()
-    with PatternHarness(azurite) as h:
-        yield h
-    faults.clear()
 
 
 PROVISION_INPUT = {"admin_email": "ops@contoso.example", "region": "westeurope"}

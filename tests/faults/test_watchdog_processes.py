@@ -17,9 +17,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
-import pytest
-
-from devtools.azurite import env_for
 from tests.api.durable_http_stub import DurableHttpStub
 from tests.faults.conftest import _CURRENT, ROWS, Row
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
@@ -82,15 +79,6 @@ def _watchdog_process(env: dict[str, str], binding: str, barrier: Any, results: 
         results.put({"pid": os.getpid(), "crash": repr(exc)})
     finally:
         services.close()
-
-
-@pytest.fixture
-def app_env(azurite, unique_name) -> dict[str, str]:
-    return {
-        **env_for(azurite),
-        "LEDGER_TABLE_NAME": unique_name("Ledger"),
-        "DEADLINE_INDEX_TABLE_NAME": unique_name("Deadlines"),
-    }
 
 
 def seed_dead_instances(env: dict[str, str], policy: str, instance_overdue: bool) -> list[str]:

@@ -9,13 +9,16 @@ from devtools.azurite import env_for
 
 
 def settings_env(azurite, unique_name, **overrides: str) -> dict[str, str]:
+    """App settings for ``azurite`` naming tables and queues of their own (the dead-letter queue as the
+    Functions host names it: the work queue's name + ``-poison``)."""
+    work_queue = unique_name("work")
     env = {
         **env_for(azurite),
         "LEDGER_TABLE_NAME": unique_name("steps"),
         "DEADLINE_INDEX_TABLE_NAME": unique_name("idx"),
-        "WORK_QUEUE_NAME": unique_name("work"),
+        "WORK_QUEUE_NAME": work_queue,
         "RESULT_QUEUE_NAME": unique_name("results"),
-        "DEAD_LETTER_QUEUE_NAME": unique_name("poison"),
+        "DEAD_LETTER_QUEUE_NAME": f"{work_queue}-poison",
         "WATCHDOG_GRACE_SECONDS": "30",
         "WATCHDOG_BATCH_SIZE": "100",
     }

@@ -13,38 +13,20 @@ from datetime import timedelta
 import pytest
 
 from operator_cli.cli import main
-from tests.helpers.app import settings_env
 from tests.helpers.durable import RecordingClient
 from tests.helpers.rows import NOW
 from workflow_core import clock
 from workflow_core.ledger import StepLedger
-from workflow_core.runtime import Services
-from workflow_core.settings import load_settings
 
 
 @pytest.fixture
-def env(azurite, unique_name) -> dict[str, str]:
-    return settings_env(azurite, unique_name)
-
-
-@pytest.fixture
-def services(env) -> Services:
-    """Services on fresh tables and queues of the session's Azurite (storage-queue transport)."""
-    svc = Services(load_settings(env))
-    svc.ledger  # noqa: B018 - creates the tables
-    svc.transport  # noqa: B018 - creates the queues
-    yield svc
-    svc.close()
-
-
-@pytest.fixture
-def cli(env, monkeypatch, request):
+def cli(app_env, monkeypatch, request):
     """Run the CLI with the app's settings in the environment (as an operator's shell would have), as
     OS user ``alice``, on the clock at the test module's ``LATER`` (default: a minute after ``NOW``).
     ``run(*argv, answer=...)``: ``(exit code, stdout, stderr)``; ``answer`` is what the operator types
     at a confirmation prompt (none expected when unset)."""
     for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
-        monkeypatch.setenv(name, env[name])
+        monkeypatch.setenv(name, app_env[name])
     monkeypatch.delenv("AGENT_TRANSPORT", raising=False)  # the CLI must not need transport settings
     for commands in ("action_commands", "operations_commands", "circuit_commands"):  # the OS account
         monkeypatch.setattr(f"operator_cli.{commands}.operator_user", lambda: "alice")

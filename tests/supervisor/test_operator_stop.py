@@ -5,22 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from api.operator_api import instance_action
-from devtools.harness import PatternHarness
 from tests.api.support import http_request, json_of
 from tests.faults.conftest import start_provisioning, storage_queue_only
-
-
-@pytest.fixture
-def harness(azurite):
-    from activities.worker.handlers import faults
-
-    faults.clear()
-    with PatternHarness(azurite) as h:  # the watchdog ticks on its own period
-        yield h
-    faults.clear()
 
 
 def post(instance_id, action, body):

@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from devtools import contract_schemas
 from devtools.faulty_transport import FaultyTransport
-from tests.faults.conftest import harness, start_provisioning  # noqa: F401  (the fixture)
+from tests.faults.conftest import start_provisioning
 
 
 def validator(name: str) -> Draft202012Validator:
@@ -50,7 +50,7 @@ def sent(monkeypatch):
     return bodies
 
 
-def test_every_message_a_workflow_run_sends_validates(harness, sent):  # noqa: F811
+def test_every_message_a_workflow_run_sends_validates(harness, sent):
     from activities.worker.handlers import faults
 
     faults.inject("email.send_welcome", faults.Fail())  # the last step fails for good: compensation
