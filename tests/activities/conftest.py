@@ -16,12 +16,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from azure.durable_functions import DurableOrchestrationClient
 
 from activities.common import step_input, step_output
 from activities.scheduler import functions as scheduling
 from activities.worker.agent_worker import process_work_message
 from activities.worker.handlers import AGENT_HANDLERS, faults
+from tests.helpers.durable import sdk_raise_event_answering
 from workflow_core import clock
 from workflow_core.ledger import encode_json
 from workflow_core.ledger.known_rows import created_snapshot
@@ -30,8 +30,6 @@ from workflow_core.transport import ReceivedMessage
 from workflow_core.workflows import get_workflow
 from workflow_core.workflows.model import new_steps
 from workflow_core.workflows.versions import version_of
-
-GRACE_SECONDS = 30
 
 
 @dataclass
@@ -53,7 +51,7 @@ def vclock() -> Iterator[VirtualClock]:
 
 @pytest.fixture
 def app_settings() -> dict[str, str]:
-    return {"WATCHDOG_GRACE_SECONDS": str(GRACE_SECONDS), "MAX_DELIVERY_COUNT": "3"}
+    return {"MAX_DELIVERY_COUNT": "3"}
 
 
 @pytest.fixture
@@ -187,65 +185,12 @@ class Harness:
         return [a for a in self.ledger.audit_trail(instance_id) if step_id is None or a.step_id == step_id]
 
 
-class CallCounter:
-    """Counts calls of some of an object's methods (still made): how many ledger reads a path made."""
-
-    def __init__(self, target: Any, monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
-        self.calls = 0
-        for name in names:
-            monkeypatch.setattr(target, name, self._counting(getattr(target, name)))
-
-    def _counting(self, real: Any) -> Any:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return real(*args, **kwargs)
-
-        return counted
-
-
-def json_paths(value: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every leaf of a JSON body, as a path of keys."""
-    if isinstance(value, dict) and value:
-        return [p for k, v in value.items() for p in json_paths(v, (*prefix, k))]
-    return [prefix]
-
-
-def altered_at(body: dict[str, Any], path: tuple, new: Any) -> dict[str, Any]:
-    """``body`` with the value at ``path`` replaced by ``new`` (a deep copy)."""
-    copy = json.loads(json.dumps(body))
-    node = copy
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = new
-    return copy
-
-
 @pytest.fixture
 def harness(services) -> Harness:
     return Harness(services)
 
 
 # ---- the durable client boundary ------------------------------------------------------------------
-
-_CLIENT_BINDING = json.dumps(
-    {
-        "taskHubName": "TestHub",
-        "creationUrls": {},
-        "managementUrls": {},
-        "rpcBaseUrl": "http://127.0.0.1:17071/durabletask/",
-    }
-)
-
-
-async def sdk_raise_event_answering(status: int, instance_id: str, event_name: str, event_data: Any) -> None:
-    """Run the SDK's real ``raise_event`` against a host that answers ``status``."""
-
-    async def post(url: str, data: Any = None, **kwargs: Any) -> list[Any]:
-        return [status, None]
-
-    sdk_client = DurableOrchestrationClient(_CLIENT_BINDING)
-    sdk_client._post_async_request = post
-    await sdk_client.raise_event(instance_id, event_name, event_data)
 
 
 @dataclass

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from activities import handle_result
-from tests.faults.conftest import start_provisioning
+from tests.helpers.fault_matrix import start_provisioning
 from tests.transport.test_message_schemas import validator
 from workflow_core.ledger.parking import parked_messages
 from workflow_core.transport import OutgoingMessage

@@ -15,7 +15,7 @@ import azure.durable_functions as df
 import pytest
 
 from activities.common import step_output
-from tests.agent_runner.conftest import ROOT, SAS_AGENT
+from tests.helpers.runner import ROOT, SAS_AGENT
 from tests.test_own_workflow import blocks, doc_section
 
 SECTION = "## Run an agent outside the Function App"

@@ -18,7 +18,7 @@ import azure.durable_functions as df
 import pytest
 
 from agent_runner import conformance_echo  # noqa: F401 - the app checks every agent has a handler
-from tests.agent_runner.conftest import ROOT, Runner
+from tests.helpers.runner import ROOT, Runner
 from workflow_core.workflows import loader
 
 POOLS = "pools:\n  remote:\n    agents: [conformance.echo]\n    message_only: false\n"

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from datetime import timedelta
 
 from supervisor.canary import ACTOR, VERDICT_ACTION, Verdict
-from tests.console.conftest import screenshot
+from tests.helpers.browser import screenshot
 
 
 def _verdict(demo, outcome: str, at, cause: str = "", pool: str = "default") -> str:

@@ -21,7 +21,7 @@ from api.canary import start_canary_run
 from devtools.harness import PatternHarness
 from supervisor.canary import verify_runs
 from tests.e2e.node_agent import node_agent, node_env
-from tests.faults.conftest import storage_queue_only
+from tests.helpers.fault_matrix import storage_queue_only
 from tests.transport.test_message_schemas import validator
 
 EDGE = "pools:\n  edge:\n    message_only: true\n    canary: true\n"

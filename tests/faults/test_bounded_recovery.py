@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from activities.worker.handlers import faults
 from operator_cli.cli import main as sas
-from tests.faults.conftest import verify
+from tests.helpers.fault_matrix import verify
 from workflow_core.payloads import is_reference
 
 HUGE_REGION = "r" * 30_000  # under a ledger property (32,000 characters): the step input stays inline

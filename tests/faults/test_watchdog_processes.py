@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from tests.api.durable_http_stub import DurableHttpStub
-from tests.faults.conftest import _CURRENT, ROWS, Row
+from tests.helpers.fault_matrix import CURRENT, ROWS, Row
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
 from workflow_core.ledger import NewStep, encode_json
 from workflow_core.runtime import Services
@@ -142,7 +142,7 @@ def test_two_watchdog_processes_start_each_dead_instance_once(app_env):
             "1 resume or 1 compensation start each" if set(per_start.values()) == {1} else "double starts",
         )
     )
-    _CURRENT["recorded"] = True
+    CURRENT["recorded"] = True
     assert [r.get("crash") for r in reports] == [None, None]
     assert len({r["pid"] for r in reports} | {os.getpid()}) == 3  # two processes besides this one
     assert [p.exitcode for p in processes] == [0, 0]

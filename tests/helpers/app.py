@@ -7,6 +7,8 @@ from typing import Any
 
 from devtools.azurite import env_for
 
+GRACE_SECONDS = 30  # WATCHDOG_GRACE_SECONDS of settings_env
+
 
 def settings_env(azurite, unique_name, **overrides: str) -> dict[str, str]:
     """App settings for ``azurite`` naming tables and queues of their own (the dead-letter queue as the
@@ -19,7 +21,7 @@ def settings_env(azurite, unique_name, **overrides: str) -> dict[str, str]:
         "WORK_QUEUE_NAME": work_queue,
         "RESULT_QUEUE_NAME": unique_name("results"),
         "DEAD_LETTER_QUEUE_NAME": f"{work_queue}-poison",
-        "WATCHDOG_GRACE_SECONDS": "30",
+        "WATCHDOG_GRACE_SECONDS": str(GRACE_SECONDS),
         "WATCHDOG_BATCH_SIZE": "100",
     }
     env.update(overrides)

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
+from azure.durable_functions import DurableOrchestrationClient
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
 
@@ -55,3 +57,24 @@ class RecordingClient:
         with self._lock:
             self.terminations.append((instance_id, reason))
             self.statuses[instance_id] = "Terminated"
+
+
+_CLIENT_BINDING = json.dumps(
+    {
+        "taskHubName": "TestHub",
+        "creationUrls": {},
+        "managementUrls": {},
+        "rpcBaseUrl": "http://127.0.0.1:17071/durabletask/",
+    }
+)
+
+
+async def sdk_raise_event_answering(status: int, instance_id: str, event_name: str, event_data: Any) -> None:
+    """Run the SDK's real ``raise_event`` against a host that answers ``status``."""
+
+    async def post(url: str, data: Any = None, **kwargs: Any) -> list[Any]:
+        return [status, None]
+
+    sdk_client = DurableOrchestrationClient(_CLIENT_BINDING)
+    sdk_client._post_async_request = post
+    await sdk_client.raise_event(instance_id, event_name, event_data)

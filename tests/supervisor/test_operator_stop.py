@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from api.operator_api import instance_action
 from tests.api.support import http_request, json_of
-from tests.faults.conftest import start_provisioning, storage_queue_only
+from tests.helpers.fault_matrix import start_provisioning, storage_queue_only
 
 
 def post(instance_id, action, body):

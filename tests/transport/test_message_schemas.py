@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from devtools import contract_schemas
 from devtools.faulty_transport import FaultyTransport
-from tests.faults.conftest import start_provisioning
+from tests.helpers.fault_matrix import start_provisioning
 
 
 def validator(name: str) -> Draft202012Validator:
