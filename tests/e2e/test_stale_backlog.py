@@ -28,8 +28,8 @@ from activities.worker.agent_worker import process_work_message
 from activities.worker.handlers import RemoteEffects, faults
 from devtools.durable_host.clock import VirtualClock
 from devtools.harness import PatternHarness
-from tests.activities.test_agent_reports import heartbeat, reply
 from tests.e2e.node_agent import node_agent, node_env, record_answers
+from tests.e2e.test_agent_reports import heartbeat, reply
 from tests.helpers.fault_matrix import storage_queue_only
 from tests.transport.test_message_schemas import validator
 from workflow_core.contracts import WorkMessage
