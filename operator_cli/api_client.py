@@ -52,29 +52,20 @@ class ApiClient:
     key: str | None = None
     token: str | None = None
     timeout: float = DEFAULT_TIMEOUT
-    client: str = "sas-cli"  # the X-SAS-Client header the app's door asks of callers
-
-    def get(self, path: str) -> Any:
-        return self.call("GET", path)
-
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        return self.call("POST", path, body)
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """The JSON answer of ``method path``, or :class:`ApiError` saying why not."""
         if not self.url.startswith(("http://", "https://")):
             raise ApiError(f"--url must be an http(s) URL, is {self.url!r}")
-        headers = {"Accept": "application/json", "X-SAS-Client": self.client}
-        if self.key:
-            headers["x-functions-key"] = self.key
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        headers = {
+            "Accept": "application/json",
+            "X-SAS-Client": "sas-cli",
+            "Content-Type": "application/json",
+        }
+        headers |= {"x-functions-key": self.key} if self.key else {}
+        headers |= {"Authorization": f"Bearer {self.token}"} if self.token else {}
         data = None if body is None else json.dumps(body).encode()
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(
-            self.url.rstrip("/") + path, data=data, headers=headers, method=method
-        )
+        request = urllib.request.Request(self.url.rstrip("/") + path, data, headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 raw = response.read(MAX_BODY + 1)
@@ -98,7 +89,7 @@ def refusal(status: int, raw: bytes) -> ApiError:
     except ValueError:
         problem = None
     said = ""
-    if isinstance(problem, dict):
+    if isinstance(problem, dict):  # problem+json
         detail = problem.get("detail") or problem.get("error") or problem.get("title") or ""
         details = [str(d) for d in problem.get("details") or [] if d][:5]
         said = "; ".join([str(detail), *details] if detail else details)
@@ -117,19 +108,12 @@ def api_options(function: Callable[..., Any]) -> Callable[..., Any]:
         api = ApiClient(url, os.environ.get(KEY_VARIABLE) or None, token, timeout)
         return function(*args, api=api, **kwargs)
 
+    timeout = click.FloatRange(1, 300)
+    url_help = f"the Function App's base URL (its function key: env {KEY_VARIABLE})"
     for option in (
+        click.option("--timeout", type=timeout, default=DEFAULT_TIMEOUT, show_default=True, help="seconds"),
         click.option(
-            "--timeout",
-            type=click.FloatRange(1, 300),
-            default=DEFAULT_TIMEOUT,
-            show_default=True,
-            help="seconds to wait for the app",
-        ),
-        click.option(
-            "--token",
-            envvar="SAS_TOKEN",
-            show_envvar=True,
-            help="a bearer token for App Service Authentication",
+            "--token", envvar="SAS_TOKEN", show_envvar=True, help="a bearer token (App Service Auth)"
         ),
         click.option(
             "--url",
@@ -137,7 +121,7 @@ def api_options(function: Callable[..., Any]) -> Callable[..., Any]:
             show_envvar=True,
             default=DEFAULT_URL,
             show_default=True,
-            help=f"the Function App's base URL (its function key: env {KEY_VARIABLE})",
+            help=url_help,
         ),
     ):
         command = option(command)

@@ -74,7 +74,7 @@ def run_command(scenario: str, pool: str | None, api: ApiClient) -> None:
     if scenario not in SCENARIOS:
         raise CliError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     payload = {"scenario": scenario} if pool is None else {"scenario": scenario, "pool": pool}
-    body = api.post("/api/canary/runs", payload)
+    body = api.call("POST", "/api/canary/runs", payload)
     body = body if isinstance(body, dict) else {}
     where = (
         f", {body['workflow']} in pool {body.get('pool')}" if isinstance(body.get("workflow"), str) else ""

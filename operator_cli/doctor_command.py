@@ -22,7 +22,7 @@ EXIT_CHECK_FAILED = 6
 
 def fetch(api: ApiClient) -> dict[str, Any]:
     """The diagnostics report, or :class:`ApiError` saying why not."""
-    body = api.get("/api/diagnostics")
+    body = api.call("GET", "/api/diagnostics")
     sections = body.get("sections") if isinstance(body, dict) else None
     if not isinstance(sections, dict) or not all(isinstance(v, list) for v in sections.values()):
         raise ApiError("the answer is not a diagnostics report", EXIT_UNREACHABLE)
