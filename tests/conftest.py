@@ -52,14 +52,14 @@ def app_env(azurite, unique_name, app_settings) -> dict[str, str]:
 
 @pytest.fixture
 def services(app_env):
-    """The app's services (ledger, transport, payloads...) built from ``app_env``, their tables and
-    queues created. Function bodies that read the process's services get them in tests/activities."""
+    """The app's services (ledger, transport, payloads...) built from ``app_env``: the ledger's tables
+    created, the queues on first use (after a test declared its pools). Function bodies that read the
+    process's services get these in tests/activities."""
     from workflow_core.runtime import Services
     from workflow_core.settings import load_settings
 
     built = Services(load_settings(app_env))
     built.ledger  # noqa: B018 - creates the tables
-    built.transport  # noqa: B018 - creates the queues
     yield built
     built.close()
 
