@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -47,7 +48,9 @@ def test_a_healthy_local_app_passes_every_check(services):
     rows = _rows(body)
     assert rows[f"table {services.settings.ledger_table}"]["ok"] is True
     assert rows[f"queue {services.settings.work_queue}"]["detail"].startswith("probe sent and deleted; depth")
-    assert "watchdog last ran 0 s ago" in rows["watchdog last tick"]["detail"]
+    assert re.match(
+        r"watchdog last ran \d s ago", rows["watchdog last tick"]["detail"]
+    )  # a loaded machine: 1 s
     # the probes left nothing behind
     assert (
         list(services.ledger.table_client().query_entities(f"PartitionKey eq '{sections.PROBE_PREFIX}'"))
