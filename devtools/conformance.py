@@ -150,27 +150,24 @@ class Conformance:
             return f"heartbeats without an end: the last one {age:.0f}s ago, and no reply {within}"
         return f"no reply {within} after its heartbeat"
 
-    def _finish(self, iid: str, value: str, *, restarts: bool = False, allow: float = 0.0) -> None:
+    def _finish(self, iid: str, value: str, *, restarts: bool = False) -> None:
         """The instance completed with the echo as the step's output, and its effect made once; ends
-        as soon as the ledger shows a fault (``conformance_verdicts``)."""
+        as soon as the ledger shows a fault (``conformance_verdicts``), or the attempt is still in
+        flight 2 s past the step's deadline from its dispatch (``verdicts.overdue``)."""
+        from workflow_core import clock
+
         self.instances.append(iid)
         found: list[str] = []
-        give_up = time.monotonic() + STEP_DEADLINE_SECONDS + allow + 2
 
         def decided() -> bool:  # a crash check's agent exits and times out on purpose: tokens only
-            fault = verdicts.fault(self.h.ledger.audit_trail(iid), STEP) if restarts else self._verdict(iid)
-            if fault:
-                found.append(fault)
-                return True
-            if not restarts and time.monotonic() > give_up:
-                found.append(self._no_reply(iid))
-                return True
-            return self.h.ledger.get(iid, STEP).status.value in (
-                "Succeeded",
-                "Failed",
-                "Compensated",
-                "Cancelled",
-            )
+            trail, row = self.h.ledger.audit_trail(iid), self.h.ledger.get(iid, STEP)
+            fault = verdicts.fault(trail, STEP) if restarts else self._verdict(iid)
+            if not (fault or restarts) and verdicts.overdue(
+                row, trail, STEP, STEP_DEADLINE_SECONDS + 2, clock.utcnow()
+            ):
+                fault = self._no_reply(iid)
+            found.extend([fault] if fault else [])
+            return bool(fault) or row.status.value in ("Succeeded", "Failed", "Compensated", "Cancelled")
 
         try:
             self.h.run_until(decided, timeout=STEP_TIMEOUT)
@@ -295,11 +292,15 @@ class Conformance:
         assert process is not None
         self._wait(lambda: process.poll() is not None, 30, "a crash_once input did not make the agent exit")
         self.start_agent()
-        self.h.watchdog_skew = timedelta(minutes=30)  # the deadline has passed, as far as the watchdog knows
+        # The watchdog sees the crashed attempt's deadline passed until the ledger shows that attempt
+        # ended (timed out, or finished from its redelivery); then the retry gets its whole deadline.
+        self.h.watchdog_skew = timedelta(minutes=30)
         try:
-            self._finish(iid, value, restarts=True)
+            ended = lambda: verdicts.first_attempt_ended(self.h.ledger.get(iid, STEP))  # noqa: E731
+            self._wait(ended, 30, "the crashed attempt was neither timed out by the watchdog nor finished")
         finally:
             self.h.watchdog_skew = timedelta(0)
+        self._finish(iid, value, restarts=True)
         return "exited mid-step; after a restart and the watchdog, finished with one effect"
 
     def check_expiry(self) -> str:

@@ -9,11 +9,13 @@ the audit entries of one instance (``LedgerAudit.audit_trail``) and returns the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 REFUSED = "agent-report-refused"  # activities.replies.agent_reports.REFUSED
 MISMATCH = "result-mismatch"
 DEAD_LETTER = "dead-letter"
+IN_FLIGHT = ("Dispatched", "Running")
 # Faults that fail every check the same way: once one is found, the kit runs no further check.
 PROTOCOL_FAULTS = (
     "wrong reply token",
@@ -53,6 +55,23 @@ def stalled(row: Any, trail: Sequence[Any], step_id: str, deadline_seconds: floa
             return f"heartbeats without an end: {beats} heartbeat(s), then no reply within the deadline"
         return f"no reply within the step's deadline ({deadline_seconds:g}s): the attempt timed out"
     return None
+
+
+def overdue(row: Any, trail: Sequence[Any], step_id: str, seconds: float, now: datetime) -> bool:
+    """The attempt is still in flight ``seconds`` after its dispatch as the ledger recorded it: no
+    reply is coming. Counted from the dispatch, not from when a check began, so a start that a loaded
+    machine delays is no fault of the agent's."""
+    sent = [
+        e.at
+        for e in trail
+        if e.step_id == step_id and e.to_status == "Dispatched" and e.attempt == row.attempt
+    ]
+    return row.status.value in IN_FLIGHT and bool(sent) and now > sent[-1] + timedelta(seconds=seconds)
+
+
+def first_attempt_ended(row: Any) -> bool:
+    """The ledger shows attempt 1 over: timed out (a later attempt, or TimedOut/Retrying) or finished."""
+    return row.attempt > 1 or row.status.value not in IN_FLIGHT
 
 
 def effect_fault(count: int, key: str) -> str | None:

@@ -23,7 +23,12 @@ from devtools.demo_preflight import DemoError, check_definitions, demo_input
 from devtools.logs import quiet_logging
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PORT = 7072
+DEFAULT_PORT = 7071  # func start's port: `sas doctor` and `sas canary run` find either there
+# Where the demo keeps its ledger: Azurite's default ports (what local.settings.json names, so `sas`
+# finds it) and the checkout's .azurite/. Tests point these at a temporary folder and free ports.
+AZURITE_PORTS = (10000, 10001, 10002)
+STATE = ROOT / ".azurite"
+LOCAL_SETTINGS = ROOT / "local.settings.json"
 PORT_SEARCH = 20  # a demo whose default port is taken tries the next ones
 DEFAULT_SPEED = 20.0
 SEED_TIMEOUT = timedelta(hours=12)
@@ -144,24 +149,22 @@ def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
     so ``sas`` finds its ledger through ``local.settings.json``. A demo that ``moved`` off the default
     port because another demo has it starts its own Azurite on free ports with its own state, so two
     demos never share a ledger or a watchdog's work. Returns (azurite, started here)."""
+    blob, queue, table = AZURITE_PORTS
     if moved:
-        location = ROOT / ".azurite" / f"demo-{port}"
+        location = STATE / f"demo-{port}"
         location.mkdir(parents=True, exist_ok=True)
         azurite = Azurite(location=location, owns_location=False).start()
         out.write(
             f"  starting Azurite on {azurite.blob_port}-{azurite.table_port} for this demo "
-            f"(state in .azurite/demo-{port}/)\n"
+            f"(state in {location})\n"
         )
         return azurite, True
-    if port_open(10002):
-        out.write("  Azurite already listening on 10000-10002: using it\n")
-        return Azurite(blob_port=10000, queue_port=10001, table_port=10002), False
-    location = ROOT / ".azurite"
-    location.mkdir(exist_ok=True)
-    out.write(f"  starting Azurite on 10000-10002 (state in {location.name}/)\n")
-    azurite = Azurite(
-        location=location, blob_port=10000, queue_port=10001, table_port=10002, owns_location=False
-    )
+    if port_open(table):
+        out.write(f"  Azurite already listening on {blob}-{table}: using it\n")
+        return Azurite(blob_port=blob, queue_port=queue, table_port=table), False
+    STATE.mkdir(parents=True, exist_ok=True)
+    out.write(f"  starting Azurite on {blob}-{table} (state in {STATE})\n")
+    azurite = Azurite(location=STATE, blob_port=blob, queue_port=queue, table_port=table, owns_location=False)
     return azurite.start(), True
 
 
@@ -196,10 +199,12 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         return 2
     moved = port != DEFAULT_PORT and args.port is None
     if moved:
-        out.write(f"  port {DEFAULT_PORT} is taken (another demo?): serving on {port} with its own Azurite\n")
-    settings = ROOT / "local.settings.json"
-    if not settings.exists():
-        shutil.copy(ROOT / "local.settings.json.example", settings)
+        out.write(
+            f"  port {DEFAULT_PORT} is taken (func start, another demo?): serving on {port} "
+            "with its own Azurite\n"
+        )
+    if not LOCAL_SETTINGS.exists():
+        shutil.copy(ROOT / "local.settings.json.example", LOCAL_SETTINGS)
         out.write("  created local.settings.json from the example (the operator CLI reads it)\n")
     azurite, owned = _azurite_for(port, moved, out)
     # SIGTERM (a service manager, `kill`, a closed terminal's job control) stops the demo like Ctrl-C:

@@ -1,7 +1,7 @@
 """Watch the Scheduler Agent Supervisor pattern recover, in one process, in a few seconds.
 
     python -m devtools.demo provision-tenant --stall register_dns
-    python -m devtools.demo --serve [--port 7072]   # the operator console, see devtools.console_demo
+    python -m devtools.demo --serve [--port 7071]   # the operator console, see devtools.console_demo
 
 It runs the real app through ``devtools.harness`` on a virtual clock with its own Azurite, injects
 the fault you ask for (README.md shows one run per fault) and narrates the step ledger.
@@ -164,7 +164,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0],
         epilog=(
             "Example: python -m devtools.demo provision-tenant --stall register_dns\n"
-            "         python -m devtools.demo --serve [--port 7072]   # the operator console instead"
+            "         python -m devtools.demo --serve [--port 7071]   # the operator console instead"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -183,7 +183,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--serve",
         action="store_true",
-        help="serve the operator console on sample instances (http://127.0.0.1:7072/api/console/)",
+        help="serve the operator console on sample instances (http://localhost:7071/api/console/)",
     )
     parser.add_argument(
         "--pools",

@@ -576,7 +576,6 @@ module functionApp 'modules/function-app.bicep' = {
     watchdogSchedule: watchdogSchedule
     canarySchedule: canarySchedule
     canaryEnabled: canaryEnabled
-    canaryPeriodHours: canaryPeriodHours
     watchdogBatchSize: watchdogBatchSize
     maxCompensationRestarts: maxCompensationRestarts
     maxSchedulerTerminations: maxSchedulerTerminations

@@ -47,7 +47,7 @@ ENDS = {
 KEY_CHARS = "1-100 of A-Z a-z 0-9 . _ : -"
 
 
-def _key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+def check_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
     from workflow_core.ledger.idempotency import KEY_PATTERN
 
     if value is None:
@@ -57,7 +57,7 @@ def _key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str
     return value
 
 
-def _common(function: Callable) -> Callable:
+def action_options(function: Callable) -> Callable:
     """The options every action takes."""
     for option in reversed(
         (
@@ -65,7 +65,7 @@ def _common(function: Callable) -> Callable:
             click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation"),
             click.option(
                 "--idempotency-key",
-                callback=_key,
+                callback=check_key,
                 help="repeat a command with the same key to learn its outcome without acting twice "
                 "(default: a new key)",
             ),
@@ -76,7 +76,7 @@ def _common(function: Callable) -> Callable:
     return function
 
 
-def _once(
+def act_once(
     s: Session,
     output: str,
     instance_id: str,
@@ -126,7 +126,7 @@ def _step_command(name: str) -> click.Command:
     @click.command(name=name, help=help_text)
     @click.argument("instance")
     @click.argument("step")
-    @_common
+    @action_options
     def command(instance: str, step: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
         from supervisor import operator
 
@@ -149,7 +149,7 @@ def _step_command(name: str) -> click.Command:
                 )
 
         action = getattr(operator, function_name)
-        _once(
+        act_once(
             s,
             output,
             instance,
@@ -191,7 +191,7 @@ def _instance_command(name: str) -> click.Command:
 
     @click.command(name=name, help=help_text)
     @click.argument("instance")
-    @_common
+    @action_options
     def command(instance: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
         from supervisor import operator
 
@@ -206,7 +206,7 @@ def _instance_command(name: str) -> click.Command:
             "Proceed? [y/N] ",
             yes,
         )
-        _once(
+        act_once(
             s,
             output,
             instance,

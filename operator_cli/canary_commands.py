@@ -3,17 +3,11 @@ one run now through the app's API (``POST /api/canary/runs``; docs/operations.md
 
 from __future__ import annotations
 
-import json
-import os
-import urllib.error
-import urllib.request
-
 import click
 
 from operator_cli import render
+from operator_cli.api_client import ApiClient, api_options
 from operator_cli.session import OUTPUT, CliError, current_session
-
-DEFAULT_API = "http://localhost:7071"
 
 
 @click.group("canary", invoke_without_command=True)
@@ -70,36 +64,18 @@ def _canary_pools() -> list[str]:
     "--scenario", required=True, help="lost-reply, retry, compensate, scheduler-lost, heartbeat-stops"
 )
 @click.option(
-    "--api", "api_url", default=None, help=f"the app's base URL (default: SAS_API_URL or {DEFAULT_API})"
-)
-@click.option("--key", default=None, help="a function key (default: SAS_API_KEY; none locally)")
-@click.option(
     "--pool", default=None, help="the pool to exercise (default: where pools.yaml routes the canary)"
 )
-def run_command(scenario: str, api_url: str | None, key: str | None, pool: str | None) -> None:
+@api_options
+def run_command(scenario: str, pool: str | None, api: ApiClient) -> None:
     """Start one canary run now; prints its instance id."""
     from workflow_core.canary import SCENARIOS
 
     if scenario not in SCENARIOS:
         raise CliError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-    base = (api_url or os.environ.get("SAS_API_URL") or DEFAULT_API).rstrip("/")
-    if not base.startswith(("http://", "https://")):
-        raise CliError(f"--api must be an http(s) URL, got {base!r}")
     payload = {"scenario": scenario} if pool is None else {"scenario": scenario, "pool": pool}
-    headers = {"Content-Type": "application/json", "X-SAS-Client": "sas-cli"}
-    if key or os.environ.get("SAS_API_KEY"):
-        headers["x-functions-key"] = key or os.environ["SAS_API_KEY"]
-    request = urllib.request.Request(
-        f"{base}/api/canary/runs", data=json.dumps(payload).encode(), headers=headers
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            body = json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        detail = exc.read()[:2000].decode("utf-8", "replace")
-        raise CliError(f"the app answered {exc.code}: {detail}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise CliError(f"could not reach {base}: {exc}") from None
+    body = api.call("POST", "/api/canary/runs", payload)
+    body = body if isinstance(body, dict) else {}
     where = (
         f", {body['workflow']} in pool {body.get('pool')}" if isinstance(body.get("workflow"), str) else ""
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from operator_cli.action_commands import _common, _once
+from operator_cli.action_commands import act_once, action_options
 from operator_cli.render import Table, short, table
 from operator_cli.session import OUTPUT, CliError, confirm, current_session, operator_user
 
@@ -70,7 +70,7 @@ def _move_command(action: str) -> click.Command:
 
     @circuit_command.command(name=action, help=f"{action.capitalize()} AGENT's circuit: {what}.")
     @click.argument("agent")
-    @_common
+    @action_options
     def command(agent: str, reason: str, yes: bool, idempotency_key: str, output: str) -> None:
         from workflow_core.limits import CircuitStore
         from workflow_core.limits.rows import partition_of
@@ -100,7 +100,7 @@ def _move_command(action: str) -> click.Command:
         def text(answer: dict[str, Any]) -> str:
             return f"circuit of {agent}: {answer['circuit']['state']} ({answer['actor']})"
 
-        _once(s, output, partition_of(agent), idempotency_key, f"{action} circuit {agent}", act, text)
+        act_once(s, output, partition_of(agent), idempotency_key, f"{action} circuit {agent}", act, text)
 
     return command
 

@@ -20,6 +20,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceRequ
 
 from operator_cli import render
 from operator_cli.action_commands import COMMANDS as ACTION_COMMANDS
+from operator_cli.api_client import ApiError
 from operator_cli.canary_commands import canary_command
 from operator_cli.circuit_commands import circuit_command
 from operator_cli.conformance_command import conformance_command
@@ -58,9 +59,9 @@ def cli(
     """Inspect and steer workflow instances in the step ledger.
 
     Mutating commands record intent in the ledger; the supervisor's watchdog enacts it on its next
-    tick. Exit codes: 0 done, 1 declined, 2 bad request, 3 storage error, 4 a recorded history no
-    longer replays (replay-check), 5 an agent fails a conformance check, 6 a platform check failed
-    (doctor), 7 the app could not be asked (doctor).
+    tick. Exit codes: 0 done, 1 declined, 2 bad request (or lint found a problem), 3 storage error,
+    4 a recorded history no longer replays (replay-check), 5 an agent fails a conformance check,
+    6 a platform check failed (doctor), 7 the app's API could not be asked (doctor, canary run).
     """
     # Located on first use, so that `sas <command> --help` works without any settings.
     ctx.ensure_object(Session).options = {
@@ -239,7 +240,7 @@ def main(
     stderr: IO[str] | None = None,
     read: Callable[[str], str] | None = None,
 ) -> int:
-    """Run one command; returns the exit code (0 ok, 1 declined, 2 bad request, 3 storage error)."""
+    """Run one command; returns its exit code (the group's help lists them)."""
     from supervisor import operator
 
     out = stdout or sys.stdout
@@ -265,6 +266,9 @@ def main(
     except (operator.OperatorError, CliError, ConnectionProblem, LedgerError) as exc:
         print(f"error: {render.terminal_safe(exc, lines=True)}", file=err)
         return EXIT_USAGE
+    except ApiError as exc:
+        print(f"error: {render.terminal_safe(exc, lines=True)}", file=err)
+        return exc.exit_code
     except AzureError as exc:
         print(f"error: {render.terminal_safe(_storage_message(exc, session), lines=True)}", file=err)
         return EXIT_STORAGE

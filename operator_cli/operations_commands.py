@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from operator_cli import render
-from operator_cli.action_commands import KEY_CHARS, _key
+from operator_cli.action_commands import KEY_CHARS, check_key
 from operator_cli.session import OUTPUT, CliError, Session, confirm, current_session, operator_user
 from supervisor import bulk, bulk_keys, operator
 from supervisor.retention import Retention
@@ -188,7 +188,7 @@ def _action_command(action: str) -> click.Command:
     @click.option("--yes", "-y", is_flag=True)
     @click.option(
         "--idempotency-key",
-        callback=_key,
+        callback=check_key,
         help=f"repeat a cut-off command with the key it printed: the same operation goes on, none is "
         f"recorded twice ({KEY_CHARS}; default: a new key)",
     )

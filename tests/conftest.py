@@ -1,12 +1,16 @@
-"""Shared fixtures: one real Azurite per test session, fresh tables/queues per test."""
+"""Shared fixtures: one real Azurite per test session, fresh tables/queues per test, and the whole app
+in one process (``harness``) on it."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 from devtools.azurite import Azurite
+
+TRANSPORTS_USED: set[str] = set()  # the agents' transport of every harness, printed at the end
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +33,35 @@ def unique_name():
         return f"{prefix}{uuid.uuid4().hex[:12]}"
 
     return make
+
+
+@pytest.fixture
+def app_settings() -> dict[str, str]:
+    """Settings over :func:`tests.helpers.app.settings_env`'s defaults for ``app_env``; a folder's
+    conftest or a test module overrides this fixture."""
+    return {}
+
+
+@pytest.fixture
+def app_env(azurite, unique_name, app_settings) -> dict[str, str]:
+    """App settings for the session's Azurite naming tables and queues of this test's own."""
+    from tests.helpers.app import settings_env
+
+    return settings_env(azurite, unique_name, **app_settings)
+
+
+@pytest.fixture
+def services(app_env):
+    """The app's services (ledger, transport, payloads...) built from ``app_env``: the ledger's tables
+    created, the queues on first use (after a test declared its pools). Function bodies that read the
+    process's services get these in tests/activities."""
+    from workflow_core.runtime import Services
+    from workflow_core.settings import load_settings
+
+    built = Services(load_settings(app_env))
+    built.ledger  # noqa: B018 - creates the tables
+    yield built
+    built.close()
 
 
 @pytest.fixture
@@ -60,3 +93,35 @@ def broken_definitions(tmp_path, monkeypatch):
     loader.clear_workflow_cache()
     yield "provision-tenant.yaml: steps[0].agnet: unknown key"
     loader.clear_workflow_cache()
+
+
+@pytest.fixture
+def harness_options() -> dict[str, Any]:
+    """:class:`~devtools.harness.PatternHarness`'s keyword arguments for ``harness``; a folder's
+    conftest or a test module overrides this fixture to shape its harness (``serve_work=False``: the
+    harness's own worker is taken off the work queue, for an agent process under test)."""
+    return {}
+
+
+@pytest.fixture
+def harness(azurite, harness_options):
+    """The whole pattern in one process (``devtools.harness``) on fresh tables and queues of the
+    session's Azurite: the real HTTP starter, orchestrators through the SDK's replay on a virtual
+    clock, agent bodies pumping real queues, the watchdog every 30 s; no fault injected before or after."""
+    from activities.worker.handlers import faults
+    from devtools.harness import PatternHarness
+
+    options = dict(harness_options)
+    serve_work = options.pop("serve_work", True)
+    faults.clear()
+    with PatternHarness(azurite, **options) as h:
+        if not serve_work:
+            h.host.remove_pump(h.work_pump)
+        TRANSPORTS_USED.add(h.transport_label)
+        yield h
+    faults.clear()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if TRANSPORTS_USED:
+        terminalreporter.write_line(f"end-to-end agent transport: {', '.join(sorted(TRANSPORTS_USED))}")

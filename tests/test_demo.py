@@ -158,14 +158,41 @@ def test_an_agent_without_a_handler_is_one_error_line(capsys, tmp_path, monkeypa
     assert "no handler: email.send_postcard (used by" in err and "@agent(name)" in err
 
 
-def serve(*argv: str):
-    """``python -m devtools.demo --serve`` in its own process, its output on a pipe."""
+# ``python -m devtools.demo`` with the console demo's fixed places moved: a developer's running demo
+# (port 7071, Azurite on 10000-10002, the checkout's .azurite/ and local.settings.json) is never touched.
+SERVE = """import sys
+from devtools import console_demo, demo
+console_demo.DEFAULT_PORT = int(sys.argv[1])
+console_demo.AZURITE_PORTS = tuple(int(p) for p in sys.argv[2].split(","))
+console_demo.STATE = console_demo.Path(sys.argv[3]) / "azurite"
+console_demo.LOCAL_SETTINGS = console_demo.Path(sys.argv[3]) / "local.settings.json"
+sys.exit(demo.main(sys.argv[4:]))
+"""
+
+
+@pytest.fixture
+def places(tmp_path):
+    """Free ports for the demo's default HTTP port and its default Azurite, and a folder for its state."""
+    import contextlib
+    import socket
+
+    with contextlib.ExitStack() as held:  # all bound at once: four distinct ports
+        sockets = [held.enter_context(socket.socket()) for _ in range(4)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        port, *azurite = (s.getsockname()[1] for s in sockets)
+    return {"port": port, "azurite": tuple(azurite), "folder": tmp_path}
+
+
+def serve(places, *argv: str):
+    """``python -m devtools.demo --serve`` in its own process at ``places``, its output on a pipe."""
     import subprocess
     import sys
     from pathlib import Path
 
+    ports = ",".join(map(str, places["azurite"]))
     return subprocess.Popen(
-        [sys.executable, "-m", "devtools.demo", "--serve", *argv],
+        [sys.executable, "-c", SERVE, str(places["port"]), ports, str(places["folder"]), "--serve", *argv],
         cwd=Path(__file__).resolve().parent.parent,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -187,33 +214,28 @@ def read_until(proc, marker: str, seconds: float = 180) -> str:
     return "".join(lines)
 
 
-def test_sigterm_stops_the_console_demo_and_the_azurite_it_started():
+def test_sigterm_stops_the_console_demo_and_the_azurite_it_started(places):
     """``./scripts/demo --serve`` under a service manager or ``kill``: SIGTERM stops it like Ctrl-C,
     and the Azurite it started on the default ports goes with it (it once kept running)."""
     import signal
-    import socket
 
-    def listening(port: int) -> bool:
-        with socket.socket() as s:
-            s.settimeout(0.2)
-            return s.connect_ex(("127.0.0.1", port)) == 0
+    from devtools.azurite import port_open
 
-    assert not listening(10002), "an Azurite already listens on 10002: the demo would use it, not start one"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = serve("--port", str(port))
+    table_port = places["azurite"][2]
+    proc = serve(places)
     try:
         text = read_until(proc, "console :")
         assert "console :" in text, text
-        assert listening(10002)
+        assert f"console : http://127.0.0.1:{places['port']}/api/console/" in text
+        assert port_open(table_port) and (places["folder"] / "azurite").is_dir()
+        assert (places["folder"] / "local.settings.json").is_file()
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0 and "stopped" in rest and "Traceback" not in rest, rest
-    assert not listening(10002)
+    assert not port_open(table_port)
 
 
 def test_help_names_serve(capsys):
@@ -222,7 +244,7 @@ def test_help_names_serve(capsys):
     assert "--serve" in capsys.readouterr().out
 
 
-def test_a_second_console_demo_moves_over_lists_its_faults_and_a_newcomers_start_succeeds():
+def test_a_second_console_demo_moves_over_lists_its_faults_and_a_newcomers_start_succeeds(places):
     """Another demo has the default port: this one takes the next free port and an Azurite of its own
     (never the other's ledger), says how to point ``sas`` at it, lists the faults it seeded with (all
     cleared), and a newcomer's own start through its API runs to Succeeded."""
@@ -233,26 +255,24 @@ def test_a_second_console_demo_moves_over_lists_its_faults_and_a_newcomers_start
     import time
     import urllib.request
 
-    from devtools.console_demo import DEFAULT_PORT
     from operator_cli.cli import main as sas
 
+    default_port = places["port"]
     other = socket.socket()
-    try:
-        other.bind(("127.0.0.1", DEFAULT_PORT))
-        other.listen()
-    except OSError:  # something already has it: as good as another demo
-        other.close()
-    proc = serve()
+    other.bind(("127.0.0.1", default_port))  # another demo (or func start) has the default port
+    other.listen()
+    proc = serve(places)
     try:
         text = read_until(proc, "Ctrl-C")
         assert "Ctrl-C" in text, text
-        assert f"port {DEFAULT_PORT} is taken" in text
+        assert f"port {default_port} is taken" in text
         own = re.search(r"starting Azurite on (\d+)-(\d+) for this demo", text)
-        assert own and own.group(1) != "10000", text
+        assert own and int(own.group(1)) != places["azurite"][0], text
+        assert f"state in {places['folder'] / 'azurite' / 'demo-'}" in text
         faults = text.split("all cleared now")[1].split("console :")[0]
         assert "register_dns (dns.register)" in faults and "charge_payment (payments.refund)" in faults
         url = re.search(r"console : (http://127\.0\.0\.1:(\d+))/api/console/", text)
-        assert url and int(url.group(2)) != DEFAULT_PORT
+        assert url and int(url.group(2)) != default_port
         hint = re.search(r"--connection-string '([^']+)' list", text)
         assert hint, text
 

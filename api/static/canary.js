@@ -1,5 +1,6 @@
 // The recovery canary in the console: the header badge ("recovery verified N min ago", red when the last
-// verdict failed or none passed recently) on every page, and the history table on canary.html.
+// verdict failed or none passed recently; grey "off" with how to turn it on when CANARY_ENABLED is off)
+// on every page, and the history table on canary.html.
 // Reads GET /api/canary only; times are the server's ("now" in the answer), not the browser's.
 "use strict";
 
@@ -27,11 +28,25 @@
     return Math.max(0, Math.floor((Date.parse(now) - Date.parse(then)) / 60000));
   }
 
+  const TURN_ON = "set CANARY_ENABLED=true (docs/operations.md, \"Recovery canary\")";
+
+  function hintOf(data) {  // GET /api/canary's hint when it sends one
+    return String(data.hint || TURN_ON).replace(/\.$/, "");
+  }
+
   function drawBadge(badge, data) {
     const ok = data.state === "passed";
+    const off = data.state === "off";
     badge.classList.toggle("canary-ok", ok);
-    badge.classList.toggle("canary-bad", !ok);
+    badge.classList.toggle("canary-bad", !ok && !off);
+    badge.classList.toggle("canary-off", off);
     badge.dataset.state = data.state;
+    badge.hidden = false;
+    if (off) {  // nothing is wrong: nobody turned it on
+      badge.textContent = "recovery canary off · CANARY_ENABLED=true turns it on";
+      badge.title = `the recovery canary is off: ${hintOf(data)}`;
+      return;
+    }
     let text = data.last_passed_at
       ? `recovery verified ${minutesAgo(data.now, data.last_passed_at)} min ago`
       : "recovery not verified yet";
@@ -47,6 +62,9 @@
   function drawHistory(main, data) {
     main.replaceChildren();
     main.append(el("h1", "Recovery canary"));
+    if (data.state === "off") {
+      main.append(el("p", `The recovery canary is off: ${hintOf(data)}.`, "canary-off-hint"));
+    }
     main.append(el("p", `State: ${data.state}. Last passed: ${data.last_passed_at || "never"}.`, "muted"));
     // Each pool's own state: a pool whose last verdict failed is red even when another pool passed.
     const pools = Object.entries(data.pools || {});

@@ -88,8 +88,6 @@ param watchdogSchedule string
 param canarySchedule string = '0 0 * * * *'
 @description('CANARY_ENABLED: run the recovery canary.')
 param canaryEnabled bool = true
-@description('CANARY_PERIOD_SECONDS is this many hours (the period of canarySchedule).')
-param canaryPeriodHours int = 1
 param watchdogBatchSize int
 param watchdogGraceSeconds int
 param maxCompensationRestarts int
@@ -284,10 +282,6 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         {
           name: 'CANARY_ENABLED'
           value: canaryEnabled ? 'true' : 'false'
-        }
-        {
-          name: 'CANARY_PERIOD_SECONDS'
-          value: string(canaryPeriodHours * 3600)
         }
         {
           name: 'WATCHDOG_BATCH_SIZE'

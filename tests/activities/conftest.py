@@ -16,23 +16,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from azure.durable_functions import DurableOrchestrationClient
 
 from activities.common import step_input, step_output
 from activities.scheduler import functions as scheduling
 from activities.worker.agent_worker import process_work_message
 from activities.worker.handlers import AGENT_HANDLERS, faults
-from devtools.azurite import env_for
+from tests.helpers.durable import sdk_raise_event_answering
 from workflow_core import clock
 from workflow_core.ledger import encode_json
 from workflow_core.ledger.known_rows import created_snapshot
-from workflow_core.runtime import Services, get_services, reset_services
+from workflow_core.runtime import Services, reset_services, set_services
 from workflow_core.transport import ReceivedMessage
 from workflow_core.workflows import get_workflow
 from workflow_core.workflows.model import new_steps
 from workflow_core.workflows.versions import version_of
-
-GRACE_SECONDS = 30
 
 
 @dataclass
@@ -53,27 +50,23 @@ def vclock() -> Iterator[VirtualClock]:
 
 
 @pytest.fixture
-def services(azurite, monkeypatch, unique_name) -> Iterator[Services]:
-    """App settings for this test's own tables and queues on the session's Azurite, and the
-    services (ledger, transport) built from them, exactly as a function would get them."""
-    work_queue = unique_name("work")
-    env = {
-        **env_for(azurite),
-        "LEDGER_TABLE_NAME": unique_name("ledger"),
-        "DEADLINE_INDEX_TABLE_NAME": unique_name("deadlines"),
-        "WORK_QUEUE_NAME": work_queue,
-        "RESULT_QUEUE_NAME": unique_name("results"),
-        "DEAD_LETTER_QUEUE_NAME": f"{work_queue}-poison",
-        "WATCHDOG_GRACE_SECONDS": str(GRACE_SECONDS),
-        "MAX_DELIVERY_COUNT": "3",
-    }
-    for name, value in env.items():
+def app_settings() -> dict[str, str]:
+    return {"MAX_DELIVERY_COUNT": "3"}
+
+
+@pytest.fixture
+def services(services, app_env, monkeypatch) -> Iterator[Services]:
+    """The root fixture's services, installed as the process's and with their settings in the
+    environment, exactly as a function body gets them (``get_services()``); no fault injected and the
+    agent handlers as they were, before and after."""
+    for name, value in app_env.items():
         monkeypatch.setenv(name, value)
     reset_services()
+    set_services(services)
     faults.clear()
     handlers_before = dict(AGENT_HANDLERS)
     try:
-        yield get_services()
+        yield services
     finally:
         faults.clear()
         AGENT_HANDLERS.clear()
@@ -192,65 +185,12 @@ class Harness:
         return [a for a in self.ledger.audit_trail(instance_id) if step_id is None or a.step_id == step_id]
 
 
-class CallCounter:
-    """Counts calls of some of an object's methods (still made): how many ledger reads a path made."""
-
-    def __init__(self, target: Any, monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
-        self.calls = 0
-        for name in names:
-            monkeypatch.setattr(target, name, self._counting(getattr(target, name)))
-
-    def _counting(self, real: Any) -> Any:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return real(*args, **kwargs)
-
-        return counted
-
-
-def json_paths(value: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every leaf of a JSON body, as a path of keys."""
-    if isinstance(value, dict) and value:
-        return [p for k, v in value.items() for p in json_paths(v, (*prefix, k))]
-    return [prefix]
-
-
-def altered_at(body: dict[str, Any], path: tuple, new: Any) -> dict[str, Any]:
-    """``body`` with the value at ``path`` replaced by ``new`` (a deep copy)."""
-    copy = json.loads(json.dumps(body))
-    node = copy
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = new
-    return copy
-
-
 @pytest.fixture
 def harness(services) -> Harness:
     return Harness(services)
 
 
 # ---- the durable client boundary ------------------------------------------------------------------
-
-_CLIENT_BINDING = json.dumps(
-    {
-        "taskHubName": "TestHub",
-        "creationUrls": {},
-        "managementUrls": {},
-        "rpcBaseUrl": "http://127.0.0.1:17071/durabletask/",
-    }
-)
-
-
-async def sdk_raise_event_answering(status: int, instance_id: str, event_name: str, event_data: Any) -> None:
-    """Run the SDK's real ``raise_event`` against a host that answers ``status``."""
-
-    async def post(url: str, data: Any = None, **kwargs: Any) -> list[Any]:
-        return [status, None]
-
-    sdk_client = DurableOrchestrationClient(_CLIENT_BINDING)
-    sdk_client._post_async_request = post
-    await sdk_client.raise_event(instance_id, event_name, event_data)
 
 
 @dataclass

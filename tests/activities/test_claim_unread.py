@@ -18,7 +18,7 @@ from activities.worker.agent_worker import process_work_message
 from activities.worker.handlers import AGENT_HANDLERS
 from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
-from tests.activities.conftest import CallCounter, altered_at, json_paths
+from tests.helpers.bodies import CallCounter, altered_at, json_paths
 from workflow_core.contracts import WorkMessage
 from workflow_core.ledger import StepStatus
 from workflow_core.ledger.known_rows import CLAIM_KEY_PREFIX, claim_row_key

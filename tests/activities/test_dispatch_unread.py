@@ -18,7 +18,7 @@ from activities.replies.results import handle_result
 from activities.scheduler import functions as scheduling
 from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
-from tests.activities.conftest import CallCounter
+from tests.helpers.bodies import CallCounter
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, encode_json
 from workflow_core.workflows import get_workflow

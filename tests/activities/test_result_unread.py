@@ -23,7 +23,7 @@ from activities.scheduler.instances import settle_instance
 from orchestrators.decisions import provisional_outcome
 from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
-from tests.activities.conftest import CallCounter, altered_at, json_paths
+from tests.helpers.bodies import CallCounter, altered_at, json_paths
 from workflow_core.contracts import ResultMessage
 from workflow_core.ledger import StepStatus
 from workflow_core.ledger.known_rows import BASIS_KEY_PREFIX, WATCHED_KEY, basis_row_key

@@ -17,7 +17,7 @@ from activities.scheduler import functions as scheduling
 from activities.worker.agent_worker import process_work_message
 from activities.worker.handlers import faults
 from activities.worker.messages import HOST_POISON_REASON, from_queue_message, from_servicebus_message
-from tests.activities.conftest import sdk_raise_event_answering
+from tests.helpers.durable import sdk_raise_event_answering
 from workflow_core.contracts import result_event_name
 from workflow_core.ledger import StepStatus
 from workflow_core.transport import Settlement, pump

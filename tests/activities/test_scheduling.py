@@ -11,7 +11,7 @@ from activities.common import GIVEN_UP
 from activities.scheduler import dispatch
 from activities.scheduler import functions as scheduling
 from activities.worker.handlers import faults
-from tests.activities.conftest import GRACE_SECONDS
+from tests.helpers.app import GRACE_SECONDS
 from workflow_core import clock
 from workflow_core.contracts import WorkMessage
 from workflow_core.ledger import StepStatus, decode_json

@@ -17,7 +17,7 @@ from activities.scheduler import functions as scheduling
 from activities.scheduler.instances import settle_instance
 from orchestrators.shortcuts import expected_rows
 from orchestrators.state import WorkflowStart
-from tests.activities.conftest import CallCounter
+from tests.helpers.bodies import CallCounter
 from workflow_core.ledger.instance_list import LIST_PARTITION
 from workflow_core.ledger.known_rows import WATCHED_KEY
 from workflow_core.workflows import get_workflow

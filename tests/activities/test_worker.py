@@ -21,7 +21,7 @@ from activities.worker.agent_worker import (
 )
 from activities.worker.handlers import RemoteEffects, agent, faults
 from activities.worker.handlers.base import NoReply
-from tests.activities.conftest import GRACE_SECONDS
+from tests.helpers.app import GRACE_SECONDS
 from workflow_core.contracts import ResultMessage
 from workflow_core.ledger import NewStep, StepStatus, decode_json
 from workflow_core.transport import Settlement, message_id_for, pump

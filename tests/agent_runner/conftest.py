@@ -7,50 +7,21 @@ and which pools it hosts is not its to know yet.)"""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from devtools.harness import PatternHarness
 from tests.agent_runner import blocking_agents  # noqa: F401 - the app checks every agent has a handler
+from tests.helpers.runner import ROOT, SAS_AGENT, Runner
 
-ROOT = Path(__file__).resolve().parents[2]
-SAS_AGENT = str(Path(sys.executable).parent / "sas-agent")
 BLOCKING_WORKFLOW = {
     "name": "runner-block",
     "description": "One step whose agent blocks until the test releases it.",
     "input": {"properties": {"n": {"type": "integer"}}},
     "steps": [{"id": "wait", "agent": "runner.block", "input": {}, "deadline_seconds": 120}],
 }
-
-
-class Runner:
-    """One ``sas-agent`` process; its output is kept in a file (read with :meth:`output`)."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.process = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def signal(self, sig: int) -> None:
-        self.process.send_signal(sig)
-
-    def wait(self, timeout: float = 60) -> int:
-        return self.process.wait(timeout)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
 
 
 @pytest.fixture
@@ -62,15 +33,13 @@ def box(tmp_path) -> Path:
 
 
 @pytest.fixture
-def harness(azurite):
-    with PatternHarness(
-        azurite,
-        clock="real",
-        watchdog_every=timedelta(seconds=2),
-        extra_workflows={"runner-block": BLOCKING_WORKFLOW},
-    ) as h:
-        h.host.remove_pump(h.work_pump)
-        yield h
+def harness_options():
+    return {
+        "clock": "real",
+        "watchdog_every": timedelta(seconds=2),
+        "extra_workflows": {"runner-block": BLOCKING_WORKFLOW},
+        "serve_work": False,
+    }
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 from devtools.conformance import CHECKS
 from operator_cli.cli import main as sas
-from tests.faults.conftest import storage_queue_only
+from tests.helpers.fault_matrix import storage_queue_only
 
 NAMED = {
     "wrong-token": r"wrong reply token",

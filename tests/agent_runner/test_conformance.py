@@ -14,8 +14,8 @@ import pytest
 
 from devtools.conformance import CHECKS
 from operator_cli.cli import main as sas
-from tests.agent_runner.conftest import ROOT, SAS_AGENT
-from tests.faults.conftest import storage_queue_only
+from tests.helpers.fault_matrix import storage_queue_only
+from tests.helpers.runner import ROOT, SAS_AGENT
 from tests.test_own_workflow import blocks
 
 SECTION = "## Check an agent with the conformance kit"

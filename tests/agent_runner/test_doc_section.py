@@ -15,8 +15,7 @@ import azure.durable_functions as df
 import pytest
 
 from activities.common import step_output
-from devtools.harness import PatternHarness
-from tests.agent_runner.conftest import ROOT, SAS_AGENT
+from tests.helpers.runner import ROOT, SAS_AGENT
 from tests.test_own_workflow import blocks, doc_section
 
 SECTION = "## Run an agent outside the Function App"
@@ -28,17 +27,18 @@ def section() -> str:
 
 
 @pytest.fixture
-def harness(azurite, tmp_path):
+def harness_options(tmp_path):
     (say_hello,) = blocks(doc_section(), "yaml")
     (module,) = blocks(section(), "python")
     assert "saved as\n   `greetings.py` in the folder you start the runner from" in section()
     (tmp_path / "greetings.py").write_text(module, encoding="utf-8")
     runpy.run_path(str(tmp_path / "greetings.py"))  # the app checks every agent has a handler
-    with PatternHarness(
-        azurite, clock="real", watchdog_every=timedelta(seconds=2), extra_workflows={"say-hello": say_hello}
-    ) as h:
-        h.host.remove_pump(h.work_pump)
-        yield h
+    return {
+        "clock": "real",
+        "watchdog_every": timedelta(seconds=2),
+        "extra_workflows": {"say-hello": say_hello},
+        "serve_work": False,
+    }
 
 
 def test_the_section_runs_say_hello_on_a_sas_agent_process(harness, start_runner, tmp_path):

@@ -18,8 +18,7 @@ import azure.durable_functions as df
 import pytest
 
 from agent_runner import conformance_echo  # noqa: F401 - the app checks every agent has a handler
-from devtools.harness import PatternHarness
-from tests.agent_runner.conftest import ROOT, Runner
+from tests.helpers.runner import ROOT, Runner
 from workflow_core.workflows import loader
 
 POOLS = "pools:\n  remote:\n    agents: [conformance.echo]\n    message_only: false\n"
@@ -68,14 +67,12 @@ def installed(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def harness(azurite):
-    with PatternHarness(
-        azurite,
-        clock="real",
-        extra_workflows={"pools": POOLS, "remote-echo": WORKFLOW},
-        hosted_pools=["default"],
-    ) as h:  # the runner alone serves the pool remote
-        yield h
+def harness_options():  # the runner alone serves the pool remote
+    return {
+        "clock": "real",
+        "extra_workflows": {"pools": POOLS, "remote-echo": WORKFLOW},
+        "hosted_pools": ["default"],
+    }
 
 
 def _runner(installed: Path, tmp_path: Path, *options: str, env: dict[str, str] | None = None) -> Runner:

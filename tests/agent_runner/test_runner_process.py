@@ -12,7 +12,7 @@ from pathlib import Path
 
 import azure.durable_functions as df
 
-from tests.agent_runner.conftest import ROOT, SAS_AGENT
+from tests.helpers.runner import ROOT, SAS_AGENT
 
 
 def files(box: Path, prefix: str) -> list[str]:

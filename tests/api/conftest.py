@@ -15,12 +15,10 @@ import pytest
 from azure.durable_functions import DurableOrchestrationClient
 from azure.durable_functions.models.utils import http_utils
 
-from devtools.azurite import env_for
 from tests.api.durable_http_stub import DurableHttpStub
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
 from workflow_core.ledger import StepLedger
 from workflow_core.runtime import Services, reset_services
-from workflow_core.settings import load_settings
 
 
 @pytest.fixture
@@ -62,23 +60,6 @@ def stub(durable_stub: DurableHttpStub) -> DurableHttpStub:
 def client(stub: DurableHttpStub) -> DurableOrchestrationClient:
     """The real durable client, as the ``durable_client_input`` binding builds it."""
     return DurableOrchestrationClient(stub.binding_json())
-
-
-@pytest.fixture
-def app_env(azurite, unique_name) -> dict[str, str]:
-    """App settings for the session's Azurite, with ledger tables of this test's own."""
-    return {
-        **env_for(azurite),
-        "LEDGER_TABLE_NAME": unique_name("Ledger"),
-        "DEADLINE_INDEX_TABLE_NAME": unique_name("Deadlines"),
-    }
-
-
-@pytest.fixture
-def services(app_env: dict[str, str]) -> Iterator[Services]:
-    built = Services(load_settings(app_env))
-    yield built
-    built.close()
 
 
 @pytest.fixture

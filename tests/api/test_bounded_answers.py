@@ -13,7 +13,7 @@ import pytest
 from api.operator_api import instance_action, list_instances
 from api.start import start_workflow
 from tests.api.support import http_request, json_of
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, StepStatus
 from workflow_core.workflows import get_workflow, version_of

@@ -91,21 +91,43 @@ def test_a_wrong_backend_and_json_output(served, services, monkeypatch):
 
 
 def test_an_unreachable_app_exits_7():
-    code, out, _ = _doctor("--url", "http://127.0.0.1:9", "--timeout", "2")
-    assert code == 7 and "cannot reach" in out
+    code, out, err = _doctor("--url", "http://127.0.0.1:9", "--timeout", "2")
+    assert code == 7 and not out and err.startswith("error: cannot reach") and err.count("\n") == 1
+    code, out, _ = _doctor("--url", "http://127.0.0.1:9", "--timeout", "2", "-o", "json")
+    assert code == 7 and json.loads(out)["reachable"] is False and "cannot reach" in json.loads(out)["error"]
 
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://x", "not a url"])
 def test_a_url_that_is_not_http_is_refused(url):
-    code, out, _ = _doctor("--url", url)
-    assert code == 7 and "http(s)" in out
+    code, _, err = _doctor("--url", url)
+    assert code == 7 and "http(s)" in err
+
+
+def test_the_url_comes_from_sas_api_url_and_the_key_from_sas_function_key(served, services, monkeypatch):
+    """One set of settings for every command that asks the app (operator_cli/api_client.py)."""
+    services.liveness.record_tick()
+    seen = []
+    monkeypatch.setattr(diagnostics, "diagnostics", _recording(diagnostics.diagnostics, seen))
+    monkeypatch.setenv("SAS_API_URL", served.url)
+    monkeypatch.setenv("SAS_FUNCTION_KEY", "k3y")
+    code, out, _ = _doctor()
+    assert code == 0, out
+    assert seen == [("k3y", "sas-cli")]
+
+
+def _recording(answer, seen):
+    async def recorded(req, client, services):
+        seen.append((req.headers.get("x-functions-key"), req.headers.get("x-sas-client")))
+        return await answer(req, client, services)
+
+    return recorded
 
 
 def test_a_refusal_exits_7_with_what_to_pass(served, monkeypatch):
     monkeypatch.setenv("WEBSITE_INSTANCE_ID", "x")
     monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")
-    code, out, _ = _doctor("--url", served.url)
-    assert code == 7 and "HTTP 401" in out and "--token" in out
+    code, _, err = _doctor("--url", served.url)
+    assert code == 7 and "HTTP 401" in err and "--token" in err and "SAS_FUNCTION_KEY" in err
 
 
 def test_an_answer_that_is_not_a_report_exits_7():
@@ -115,10 +137,10 @@ def test_an_answer_that_is_not_a_report_exits_7():
     route = Route("x", frozenset({"GET"}), _compile("/api/diagnostics"), "/api/diagnostics", False, junk)
     server = AppHttpServer(Host(), [route]).start()
     try:
-        code, out, _ = _doctor("--url", server.url)
+        code, _, err = _doctor("--url", server.url)
     finally:
         server.close()
-    assert code == 7 and "not a diagnostics report" in out
+    assert code == 7 and "not a diagnostics report" in err
 
 
 def test_doctor_help_documents_the_exit_codes(capsys):

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 BAD = ["victim%0A", "victim%0D", "victim%00", "vic%09tim", "victim%0A%0A", "%0Avictim"]

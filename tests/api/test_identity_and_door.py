@@ -10,7 +10,7 @@ from api.handlers import get_workflow_status, health
 from api.operator_api import get_instance, instance_action, list_instances, step_action
 from api.start import start_workflow
 from tests.api.support import http_request, json_of, principal_headers
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 S = StepStatus

@@ -9,7 +9,7 @@ import pytest
 from api.boundary import from_loopback
 from api.operator_api import list_instances, step_action
 from tests.api.support import http_request, json_of
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 URL = "http://localhost:7071/api/instances"

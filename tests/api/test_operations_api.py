@@ -7,7 +7,7 @@ import pytest
 
 from api.operations_api import get_operation, start_operation
 from tests.api.support import http_request, json_of, principal_headers
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 S = StepStatus

@@ -13,7 +13,7 @@ from api.operator_api import instance_action
 from supervisor import bulk
 from supervisor.bulk_keys import KEYS_PARTITION
 from tests.api.support import http_request, json_of, principal_headers
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 S = StepStatus

@@ -11,7 +11,7 @@ import pytest
 from api.console_site import console_file
 from api.operator_api import instance_action, step_action
 from tests.api.support import http_request, json_of, principal_headers
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core import clock
 from workflow_core.ledger import StepStatus
 from workflow_core.workflows import get_workflow, version_of

@@ -13,7 +13,7 @@ import pytest
 from api.boundary import MAX_PRINCIPAL_CLAIMS, MAX_PRINCIPAL_NAME_CHARS
 from api.operator_api import list_instances, step_action
 from tests.api.support import http_request, json_of, principal_headers
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 

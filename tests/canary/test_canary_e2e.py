@@ -17,9 +17,8 @@ PERIOD, GRACE = 30.0, 30.0
 
 
 @pytest.fixture
-def harness(azurite):
-    with PatternHarness(azurite, settings={"WATCHDOG_GRACE_SECONDS": str(int(GRACE))}) as h:
-        yield h
+def harness_options():
+    return {"settings": {"WATCHDOG_GRACE_SECONDS": str(int(GRACE))}}
 
 
 def _run(h: PatternHarness, scenario: str, *, terminate: bool = False) -> str:

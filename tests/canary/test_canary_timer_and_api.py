@@ -20,10 +20,9 @@ ON = canary_settings({"CANARY_ENABLED": "true"})
 
 
 @pytest.fixture
-def harness(azurite, monkeypatch):
+def harness_options(monkeypatch):
     monkeypatch.delenv("CANARY_ENABLED", raising=False)
-    with PatternHarness(azurite) as h:
-        yield h
+    return {}
 
 
 def _get(h: PatternHarness, **params: str):
@@ -196,10 +195,10 @@ def test_sas_canary_prints_the_verdicts_and_run_refuses_clearly(harness, azurite
     assert code == 0 and json.loads(out)["verdicts"][0]["instance_id"] == iid
     code, _, err = run("canary", "run", "--scenario", "nope")
     assert code == 2 and "unknown scenario 'nope'" in err
-    code, _, err = run("canary", "run", "--scenario", "retry", "--api", "ftp://x")
-    assert code == 2 and "http(s) URL" in err
-    code, _, err = run("canary", "run", "--scenario", "retry", "--api", "http://127.0.0.1:9")
-    assert code != 0 and "could not reach" in err
+    code, _, err = run("canary", "run", "--scenario", "retry", "--url", "ftp://x")
+    assert code == 7 and "http(s) URL" in err
+    code, _, err = run("canary", "run", "--scenario", "retry", "--url", "http://127.0.0.1:9")
+    assert code == 7 and "cannot reach" in err
 
 
 def test_a_disabled_canary_starts_nothing(harness):

@@ -8,35 +8,12 @@ Python ``playwright`` package; no browser is ever downloaded. Without it the tes
 
 from __future__ import annotations
 
-import os
 import uuid
-from pathlib import Path
 
 import pytest
 
 from devtools.console_demo import ConsoleDemo
-
-CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def _need_chromium() -> None:
-    if Path(CHROMIUM).exists():
-        return
-    message = f"headless Chromium is missing at {CHROMIUM}: run scripts/bootstrap (apt-get install chromium)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+from tests.helpers.browser import CHROMIUM, FLAGS, need_chromium
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +33,7 @@ def demo(azurite):
 def browser():
     # Module scope, not session: Playwright's sync API keeps its event loop marked running on the main
     # thread while it is open, and later tests that call asyncio.run() there would fail.
-    _need_chromium()
+    need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:  # launch() gives the browser a fresh temporary profile of its own
@@ -71,10 +48,3 @@ def page(browser):
     tab = context.new_page()
     yield tab
     context.close()
-
-
-def screenshot(page, name: str) -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from supervisor.canary import ACTOR, VERDICT_ACTION, Verdict
-from tests.console.conftest import screenshot
+from tests.helpers.browser import screenshot
 
 
 @pytest.fixture(autouse=True)
@@ -112,3 +112,31 @@ def test_canary_runs_are_not_in_the_console_list(demo, page):
     page.click("form.filters button[type=submit]")
     page.wait_for_selector(f"text={iid}")
     assert "canary=include" in page.url
+
+
+def test_the_badge_says_off_and_how_to_turn_it_on_when_the_canary_is_off(demo, page):
+    """``GET /api/canary`` answers ``state: "off"`` with a hint when ``CANARY_ENABLED`` is off: the badge
+    is grey, says "off" and how to turn it on (never the red "not verified yet"), and so does the
+    history page. The answer is the endpoint's, stubbed at the browser."""
+    hint = "set CANARY_ENABLED=true and CANARY_SCHEDULE (docs/operations.md, Recovery canary)."
+    answer = {
+        "state": "off",
+        "hint": hint,
+        "enabled": False,
+        "last_passed_at": None,
+        "pools": {},
+        "verdicts": [],
+        "now": demo.harness.now().isoformat(),
+    }
+    page.route("**/api/canary?*", lambda route: route.fulfill(json=answer))
+    badge = _badge(page, demo)
+    assert badge.get_attribute("data-state") == "off"
+    assert badge.get_attribute("class").split() == ["canary-badge", "canary-off"]
+    assert badge.inner_text() == "recovery canary off · CANARY_ENABLED=true turns it on"
+    assert badge.get_attribute("title") == f"the recovery canary is off: {hint[:-1]}"
+    color = page.evaluate("getComputedStyle(document.getElementById('canary-badge')).backgroundColor")
+    assert color == "rgb(91, 101, 119)"  # --muted, neither --ok nor --bad
+    badge.click()
+    page.wait_for_selector("p.canary-off-hint")
+    assert page.locator("p.canary-off-hint").inner_text() == f"The recovery canary is off: {hint}"
+    screenshot(page, "canary-badge-off")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import getpass
 import time
 
-from tests.console.conftest import screenshot
+from tests.helpers.browser import screenshot
 from workflow_core.workflows import get_workflow, version_of
 
 TIMEOUT = 15_000

@@ -4,7 +4,7 @@ through POST /api/operations, each audit row naming the operation."""
 
 from __future__ import annotations
 
-from tests.console.conftest import screenshot
+from tests.helpers.browser import screenshot
 
 TIMEOUT = 15_000
 

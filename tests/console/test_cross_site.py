@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from devtools.console_demo import ConsoleDemo
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 TIMEOUT = 15_000

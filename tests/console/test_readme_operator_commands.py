@@ -74,3 +74,16 @@ def test_the_readme_operator_commands_work_against_the_demo_server(demo):
     ):
         time.sleep(0.2)
     assert ledger.get(instance, "charge_payment").status.value == "Compensated"
+
+
+def test_the_readme_lists_every_exit_code_sas_uses():
+    """Every ``EXIT_*`` of operator_cli/ is in the README's list, and the list names no other."""
+    import re
+
+    used = set()
+    for path in (ROOT / "operator_cli").glob("*.py"):
+        used |= {int(n) for n in re.findall(r"^EXIT_\w+ = (\d+)$", path.read_text(encoding="utf-8"), re.M)}
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Operators", 1)[1]
+    listed = section.split("Exit codes:", 1)[1].split("Each instance is pinned", 1)[0]
+    numbers = {int(n) for n in re.findall(r"(?:^|[ ,(])(\d) (?=[a-z`])", listed, re.M)}
+    assert used == numbers == set(range(8)), (used, numbers)

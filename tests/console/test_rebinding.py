@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from devtools.console_demo import ConsoleDemo
-from tests.console.conftest import CHROMIUM, FLAGS, _need_chromium
-from tests.supervisor.conftest import make_step
+from tests.helpers.browser import CHROMIUM, FLAGS, need_chromium
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 TARGET = "rebind-victim"
@@ -34,7 +34,7 @@ def app(azurite):
 
 @pytest.fixture(scope="module")
 def rebinding_browser():
-    _need_chromium()
+    need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:  # the attacker's name resolves to loopback, as after a rebinding

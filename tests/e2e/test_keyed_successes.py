@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tests.faults.conftest import start_provisioning
 from tests.faults.test_provisional_results import basis_rows
+from tests.helpers.fault_matrix import start_provisioning
 
 EVENT_RAISED, TASK_SCHEDULED = 15, 4  # history event types, as the Durable extension numbers them
 

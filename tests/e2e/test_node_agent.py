@@ -12,9 +12,9 @@ from datetime import timedelta
 from azure.storage.queue import QueueServiceClient
 
 from devtools.harness import PatternHarness
-from tests.activities.test_agent_reports import MAIL_POOL
 from tests.e2e.node_agent import node_agent, node_env, record_answers
-from tests.faults.conftest import storage_queue_only
+from tests.e2e.test_agent_reports import MAIL_POOL
+from tests.helpers.fault_matrix import storage_queue_only
 from tests.transport.test_message_schemas import validator
 
 AGENT = "email.send_welcome"

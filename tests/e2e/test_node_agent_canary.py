@@ -23,7 +23,7 @@ from devtools.harness import PatternHarness
 from supervisor.canary import verify_runs
 from supervisor.canary.runs import start_canary_run
 from tests.e2e.node_agent import node_agent, node_env
-from tests.faults.conftest import storage_queue_only
+from tests.helpers.fault_matrix import storage_queue_only
 from tests.transport.test_message_schemas import validator
 
 REF = {"$blob": "sha256:" + "0" * 64, "size": 12}  # a payload stored by reference: unreadable to it

@@ -28,9 +28,9 @@ from activities.worker.agent_worker import process_work_message
 from activities.worker.handlers import RemoteEffects, faults
 from devtools.durable_host.clock import VirtualClock
 from devtools.harness import PatternHarness
-from tests.activities.test_agent_reports import heartbeat, reply
 from tests.e2e.node_agent import node_agent, node_env, record_answers
-from tests.faults.conftest import storage_queue_only
+from tests.e2e.test_agent_reports import heartbeat, reply
+from tests.helpers.fault_matrix import storage_queue_only
 from tests.transport.test_message_schemas import validator
 from workflow_core.contracts import WorkMessage
 from workflow_core.messages import is_expired
@@ -60,7 +60,7 @@ WELCOME = {
 TENANTS = ("stale-a", "stale-b")
 
 
-def harness(azurite) -> PatternHarness:
+def backlog_harness(azurite) -> PatternHarness:
     """The app hosting the default pool only, on a virtual clock that starts at the wall clock's now:
     it runs ahead of the wall clock from there, so the given-up attempts' messages are expired on the
     app's clock and not on the wall clock a message-only agent reads."""
@@ -160,7 +160,7 @@ def only_refused_beats(before: list, after: list, count: int) -> None:
 @pytest.mark.parametrize("agent", ["message-only", "sas-agent"])
 def test_a_revived_agent_makes_no_effect_for_its_stale_backlog(azurite, agent):
     faults.clear()
-    with harness(azurite) as h:
+    with backlog_harness(azurite) as h:
         iids = gave_up(h)
         rows, events = ledger_rows(h, iids), audit(h, iids)
 
@@ -199,7 +199,7 @@ def test_the_revived_node_agent_asks_and_makes_no_effect_for_its_stale_backlog(a
     """The Node.js example (a real ``node`` process), revived after the app gave up and compensated:
     its messages are not expired on the wall clock, so it is the ledger's answer that stops it."""
     faults.clear()
-    with harness(azurite) as h:
+    with backlog_harness(azurite) as h:
         iids = gave_up(h)
         rows, events = ledger_rows(h, iids), audit(h, iids)
         answers = record_answers(h)

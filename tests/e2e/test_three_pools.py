@@ -20,10 +20,10 @@ import azure.durable_functions as df
 
 from devtools.demo_pools import runner_argv as runner_argv_of
 from devtools.harness import PatternHarness
-from tests.agent_runner.conftest import ROOT, Runner
 from tests.agent_runner.test_runner_process import files
 from tests.e2e.node_agent import EXAMPLE, require_node_modules
-from tests.faults.conftest import storage_queue_only
+from tests.helpers.fault_matrix import storage_queue_only
+from tests.helpers.runner import ROOT, Runner
 from workflow_core.workflows import loader
 
 POOLS = """pools:

@@ -1,8 +1,8 @@
 """The fault matrix: one fault per test, injected into the whole pattern running in one process
 (``devtools.harness``: durable test host + real Azurite + real agent and watchdog bodies).
 
-Every test ends with :func:`verify`, which records a row for the summary table printed at the end of
-the session and asserts the two properties the pattern promises:
+Every test ends with :func:`tests.helpers.fault_matrix.verify`, which records a row for the summary
+table printed at the end of the session and asserts the two properties the pattern promises:
 
 * nothing lost: every step of every instance reached a settled status, and every workflow reached
   the outcome the test expects;
@@ -11,100 +11,17 @@ the session and asserts the two properties the pattern promises:
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-
 import pytest
 
-from activities.worker.handlers import faults
-from devtools.harness import PatternHarness
-
-# On Service Bus (SERVICEBUS_CONNECTION_STRING set) the broker's duplicate detection drops copies and
-# the queue's LockDuration, not the receiver, decides when an unsettled or held message comes back.
-storage_queue_only = pytest.mark.skipif(
-    bool(os.environ.get("SERVICEBUS_CONNECTION_STRING", "").strip()),
-    reason="relies on Storage Queue delivery: duplicates delivered, per-receive locks (holds, kills)",
-)
-
-# CompensationFailed is settled as far as automation goes: it sits in the operators' inbox.
-SETTLED = frozenset({"Succeeded", "Compensated", "Cancelled", "Skipped", "CompensationFailed"})
-
-
-@dataclass
-class Row:
-    fault: str
-    injected: str
-    steps_lost: int | str
-    double_effects: int | str
-    outcome: str
-    transport: str = ""
-
-
-ROWS: list[Row] = []
-_CURRENT = {"recorded": False}
-
-
-def outcome_of(h: PatternHarness, instance_id: str) -> str:
-    """The workflow's final word: its output status, or, when it was terminated, its compensation's."""
-    status = h.host.get_status(instance_id)
-    if status is None:
-        return "unknown"
-    runtime = status.runtime_status.value
-    if runtime == "Terminated":
-        compensation = h.host.get_status(f"{instance_id}:compensation")
-        output = compensation.output if compensation else None
-        return f"terminated, then {output['status'] if isinstance(output, dict) else 'no compensation'}"
-    if runtime != "Completed":
-        return runtime.lower()
-    return status.output.get("status", "?") if isinstance(status.output, dict) else str(status.output)
-
-
-def verify(h: PatternHarness, fault: str, injected: str, expected: dict[str, str]) -> None:
-    """Record the summary row, then assert nothing was lost and nothing was done twice."""
-    lost = {
-        iid: {step: status for step, status in h.statuses(iid).items() if status not in SETTLED}
-        for iid in expected
-    }
-    outcomes = {iid: outcome_of(h, iid) for iid in expected}
-    doubles = h.double_effects(expected)
-    shown = sorted(set(outcomes.values()))
-    ROWS.append(
-        Row(
-            fault,
-            injected,
-            sum(len(v) for v in lost.values()),
-            len(doubles),
-            ", ".join(shown),
-            h.transport_label.split(" (")[0],
-        )
-    )
-    _CURRENT["recorded"] = True
-    assert {iid: steps for iid, steps in lost.items() if steps} == {}, "steps left unsettled"
-    assert outcomes == expected
-    assert doubles == {}, "a remote effect was made (or undone) more than once"
+from tests.helpers.fault_matrix import CURRENT, ROWS, Row
 
 
 @pytest.fixture(autouse=True)
 def _row_even_if_the_test_fails_early(request):
-    _CURRENT["recorded"] = False
+    CURRENT["recorded"] = False
     yield
-    if not _CURRENT["recorded"] and request.node.get_closest_marker("breakage") is None:
+    if not CURRENT["recorded"] and request.node.get_closest_marker("breakage") is None:
         ROWS.append(Row(request.node.name, "(test failed before verify)", "?", "?", "?"))
-
-
-@pytest.fixture
-def harness(azurite):
-    faults.clear()
-    with PatternHarness(azurite) as h:
-        yield h
-    faults.clear()
-
-
-PROVISION_INPUT = {"admin_email": "ops@contoso.example", "region": "westeurope"}
-
-
-def start_provisioning(h: PatternHarness, tenant: str = "contoso") -> str:
-    return h.start_workflow("provision-tenant", {"tenant_id": tenant, **PROVISION_INPUT})
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

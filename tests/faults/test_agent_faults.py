@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from activities.worker.handlers import faults
-from tests.faults.conftest import start_provisioning, storage_queue_only, verify
+from tests.helpers.fault_matrix import start_provisioning, storage_queue_only, verify
 from workflow_core.contracts import result_event_name
 
 STEPS = ("create_storage", "register_dns", "send_welcome")

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from activities.worker.handlers import faults
 from operator_cli.cli import main as sas
-from tests.faults.conftest import verify
+from tests.helpers.fault_matrix import verify
 from workflow_core.payloads import is_reference
 
 HUGE_REGION = "r" * 30_000  # under a ledger property (32,000 characters): the step input stays inline
@@ -84,9 +84,10 @@ def test_a_compensation_that_can_never_be_sent_is_flagged_with_its_cause_not_res
     assert h.steps(iid)["create_storage"].status.value == "Succeeded"
     assert "at step create_storage" in record.attention_reason
 
-    # ...and stays flagged: hours later, nothing was restarted and the audit trail stopped growing
+    # ...and stays flagged: hours later (24 leases of 300 s), nothing was restarted and the audit
+    # trail stopped growing
     trail = len(h.ledger.audit_trail(iid))
-    h.host.advance(timedelta(hours=8))
+    h.host.advance(timedelta(hours=2))
     assert restarts(h, iid).count("restart_compensation") == decided.count("restart_compensation")
     assert len(h.ledger.audit_trail(iid)) == trail
     assert h.ledger.get_instance(iid).status.value == "CompensationFailed"

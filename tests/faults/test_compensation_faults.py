@@ -9,7 +9,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from activities.worker.handlers import faults
-from tests.faults.conftest import start_provisioning, verify
+from tests.helpers.fault_matrix import start_provisioning, verify
 from workflow_core import telemetry_instruments
 
 

@@ -9,7 +9,7 @@ import pytest
 from activities.worker.handlers import faults
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
-from tests.faults.conftest import start_provisioning, verify
+from tests.helpers.fault_matrix import start_provisioning, verify
 from workflow_core.transport import TransportError, message_id_for
 
 STEPS = ("create_storage", "register_dns", "send_welcome")

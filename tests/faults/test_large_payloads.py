@@ -16,7 +16,7 @@ import pytest
 
 from activities.worker.handlers import faults
 from activities.worker.handlers.base import AGENT_HANDLERS
-from tests.faults.conftest import verify
+from tests.helpers.fault_matrix import verify
 from workflow_core.payloads import is_reference
 
 FQDN = "h" * 40_000 + ".example.net"  # the DNS agent's answer: over 32,000 characters

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from tests.faults.conftest import start_provisioning, verify
+from tests.helpers.fault_matrix import start_provisioning, verify
 from workflow_core.ledger.known_rows import BASIS_KEY_PREFIX, WATCHED_KEY
 from workflow_core.transport import OutgoingMessage
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from activities.worker.handlers import faults
 from devtools.harness import DEFAULT_WATCHDOG_PERIOD, PatternHarness
-from tests.faults.conftest import _CURRENT, ROWS, Row
+from tests.helpers.fault_matrix import CURRENT, ROWS, Row
 
 END_STATES = frozenset({"Succeeded", "Compensated", "Cancelled", "CompensationFailed"})
 # what restarts or repeats work; notes and the settling of a given-up step's row are not work
@@ -93,7 +93,7 @@ def agent_calls(h: PatternHarness, iid: str) -> int:
 )
 @given(plan=faults_of_one_instance)
 def test_every_instance_ends_or_is_flagged_within_bounded_ticks_and_nothing_restarts_after(azurite, plan):
-    _CURRENT["recorded"] = True  # checked here, summed up by the test below
+    CURRENT["recorded"] = True  # checked here, summed up by the test below
     faults.clear()
     try:
         with PatternHarness(azurite) as h:
@@ -146,4 +146,4 @@ def test_the_invariant_row_in_the_fault_matrix():
                 ", ".join(sorted(OUTCOMES)),
             )
         )
-    _CURRENT["recorded"] = True
+    CURRENT["recorded"] = True

@@ -11,7 +11,7 @@ import pytest
 from azure.core.exceptions import ServiceResponseError
 
 from devtools.harness import DEFAULT_WATCHDOG_PERIOD, PatternHarness
-from tests.faults.conftest import PROVISION_INPUT, start_provisioning, storage_queue_only, verify
+from tests.helpers.fault_matrix import PROVISION_INPUT, start_provisioning, storage_queue_only, verify
 from workflow_core.ledger import decode_json
 from workflow_core.workflows import version_of
 

@@ -11,7 +11,7 @@ import pytest
 
 from devtools.harness import PatternHarness
 from supervisor import run_tick
-from tests.faults.conftest import start_provisioning, storage_queue_only, verify
+from tests.helpers.fault_matrix import start_provisioning, storage_queue_only, verify
 from workflow_core.transport import message_id_for
 
 STEPS = ("create_storage", "register_dns", "send_welcome")

@@ -11,7 +11,7 @@ import pytest
 from activities.worker.handlers import agent
 from activities.worker.handlers.base import PermanentError
 from devtools.harness import PatternHarness
-from tests.faults.conftest import start_provisioning, verify
+from tests.helpers.fault_matrix import start_provisioning, verify
 from workflow_core.contracts import result_event_name
 from workflow_core.transport import OutgoingMessage
 

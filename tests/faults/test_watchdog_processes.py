@@ -17,11 +17,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
-import pytest
-
-from devtools.azurite import env_for
 from tests.api.durable_http_stub import DurableHttpStub
-from tests.faults.conftest import _CURRENT, ROWS, Row
+from tests.helpers.fault_matrix import CURRENT, ROWS, Row
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WORKFLOW_ORCHESTRATOR
 from workflow_core.ledger import NewStep, encode_json
 from workflow_core.runtime import Services
@@ -82,15 +79,6 @@ def _watchdog_process(env: dict[str, str], binding: str, barrier: Any, results: 
         results.put({"pid": os.getpid(), "crash": repr(exc)})
     finally:
         services.close()
-
-
-@pytest.fixture
-def app_env(azurite, unique_name) -> dict[str, str]:
-    return {
-        **env_for(azurite),
-        "LEDGER_TABLE_NAME": unique_name("Ledger"),
-        "DEADLINE_INDEX_TABLE_NAME": unique_name("Deadlines"),
-    }
 
 
 def seed_dead_instances(env: dict[str, str], policy: str, instance_overdue: bool) -> list[str]:
@@ -154,7 +142,7 @@ def test_two_watchdog_processes_start_each_dead_instance_once(app_env):
             "1 resume or 1 compensation start each" if set(per_start.values()) == {1} else "double starts",
         )
     )
-    _CURRENT["recorded"] = True
+    CURRENT["recorded"] = True
     assert [r.get("crash") for r in reports] == [None, None]
     assert len({r["pid"] for r in reports} | {os.getpid()}) == 3  # two processes besides this one
     assert [p.exitcode for p in processes] == [0, 0]

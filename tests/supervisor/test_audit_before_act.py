@@ -13,7 +13,8 @@ from azure.core.exceptions import ServiceRequestError
 
 from supervisor import operator
 from supervisor.watchdog import run_tick
-from tests.supervisor.conftest import NOW, RecordingClient, make_step
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import NOW, make_step
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, StepStatus
 from workflow_core.workflows import get_workflow, version_of

@@ -14,7 +14,8 @@ from azure.functions.timer import TimerRequest
 
 import supervisor
 from supervisor import watchdog
-from tests.supervisor.conftest import NOW, RecordingClient, make_step
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import NOW, make_step
 from workflow_core import clock
 from workflow_core.contracts import WATCHDOG_FUNCTION
 from workflow_core.ledger import StepStatus
@@ -59,8 +60,8 @@ def test_run_on_startup_is_read_from_the_settings_at_import():
     assert True in json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_function_body_runs_a_tick_with_the_apps_services(env, monkeypatch, services):
-    for name, value in env.items():
+def test_function_body_runs_a_tick_with_the_apps_services(app_env, monkeypatch, services):
+    for name, value in app_env.items():
         monkeypatch.setenv(name, value)
     reset_services()
     try:

@@ -15,7 +15,9 @@ from supervisor import operator
 from supervisor.instances import InstanceAction
 from supervisor.watchdog import run_tick
 from supervisor.watchdog_model import Action
-from tests.supervisor.conftest import IS, NOW, RecordingClient, connection_args, make_step
+from tests.helpers.app import connection_args
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import IS, NOW, make_step
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR
 from workflow_core.ledger import StepStatus
 
@@ -160,7 +162,7 @@ def test_skip_takes_the_step_off_the_worklist(cli, ledger):
     assert ledger.overdue(LATER + timedelta(days=1)) == []
 
 
-def test_connection_string_option_and_missing_settings(env, ledger, monkeypatch, tmp_path):
+def test_connection_string_option_and_missing_settings(app_env, ledger, monkeypatch, tmp_path):
     make_step(ledger, "wf-conn", S.RUNNING)
     for name in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME"):
         monkeypatch.delenv(name, raising=False)
@@ -171,7 +173,7 @@ def test_connection_string_option_and_missing_settings(env, ledger, monkeypatch,
     assert "no storage settings" in err.getvalue() and "--connection-string" in err.getvalue()
 
     out = io.StringIO()
-    argv = [*connection_args(env), "timeline", "wf-conn"]
+    argv = [*connection_args(app_env), "timeline", "wf-conn"]
     assert main(argv, stdout=out, stderr=io.StringIO()) == 0
     assert "wf-conn" in out.getvalue()
 

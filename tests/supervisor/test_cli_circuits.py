@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.activities.test_pool_routing import declare_pools
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 from workflow_core.limits import CircuitStore
 from workflow_core.workflows.pools import clear_pools_cache

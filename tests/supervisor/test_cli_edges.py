@@ -11,7 +11,8 @@ from pathlib import Path
 from azure.data.tables import TableServiceClient
 
 from operator_cli.cli import EXIT_STORAGE, EXIT_USAGE, main
-from tests.supervisor.conftest import connection_args, make_step
+from tests.helpers.app import connection_args
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +30,14 @@ def no_settings(monkeypatch, folder):
     monkeypatch.setattr("operator_cli.session.PROJECT_ROOT", folder)
 
 
-def test_reads_local_settings_json_when_the_environment_has_no_storage(env, ledger, monkeypatch, tmp_path):
+def test_reads_local_settings_json_when_the_environment_has_no_storage(
+    app_env, ledger, monkeypatch, tmp_path
+):
     make_step(ledger, "cli-local", StepStatus.FAILED)
     no_settings(monkeypatch, tmp_path)
-    values = {k: env[k] for k in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME")}
+    values = {
+        k: app_env[k] for k in ("AzureWebJobsStorage", "LEDGER_TABLE_NAME", "DEADLINE_INDEX_TABLE_NAME")
+    }
     (tmp_path / "local.settings.json").write_text(json.dumps({"IsEncrypted": False, "Values": values}))
 
     code, out, err = run_cli("timeline", "cli-local", "--output", "json")
@@ -49,12 +54,12 @@ def test_a_malformed_connection_string_is_one_error_line(monkeypatch, tmp_path):
     assert "Traceback" not in err
 
 
-def test_read_only_commands_never_create_tables(env, monkeypatch, tmp_path, unique_name):
+def test_read_only_commands_never_create_tables(app_env, monkeypatch, tmp_path, unique_name):
     ledger_table, index_table = unique_name("Nope"), unique_name("Nope")
     for argv in (("stalled",), ("timeline", "x-1"), ("list",)):
-        code, _, err = run_cli(*connection_args(env, ledger_table, index_table), *argv)
+        code, _, err = run_cli(*connection_args(app_env, ledger_table, index_table), *argv)
         assert code == EXIT_STORAGE and "do not exist" in err, (argv, err)
-    service = TableServiceClient.from_connection_string(env["AzureWebJobsStorage"])
+    service = TableServiceClient.from_connection_string(app_env["AzureWebJobsStorage"])
     names = {t.name for t in service.list_tables()}
     assert ledger_table not in names and index_table not in names
 
@@ -77,10 +82,10 @@ def test_sas_is_the_installed_console_script():
     assert project["project"]["scripts"]["sas"] == "operator_cli.cli:run"
 
 
-def test_versions_with_a_broken_definition_names_the_file(env, ledger, broken_definitions):
+def test_versions_with_a_broken_definition_names_the_file(app_env, ledger, broken_definitions):
     """``sas versions`` once answered "known workflows: none" when one YAML in workflows/ was broken,
     leaving the operator to guess why."""
-    code, out, err = run_cli(*connection_args(env), "versions", "provision-tenant")
+    code, out, err = run_cli(*connection_args(app_env), "versions", "provision-tenant")
     assert code == EXIT_USAGE and out == "" and "Traceback" not in err, err
     assert broken_definitions in err and "known workflows: none" not in err
 
@@ -100,14 +105,14 @@ def test_help_lists_every_exit_code_a_command_uses(capsys):
 HOSTILE = "[/]\x1b[2J\u202e[link=https://e.x]c[/link] :skull:"  # shown whole: under the 60-char cut
 
 
-def test_ledger_text_is_shown_as_data_never_as_markup_or_terminal_codes(env, ledger):
+def test_ledger_text_is_shown_as_data_never_as_markup_or_terminal_codes(app_env, ledger):
     """A step error (text an agent or a caller controls) holding rich markup, an emoji code, a
     screen-clearing ESC sequence and a bidi override: every command that shows
     it runs, shows the markup literally, and sends no control character to the terminal (``[/]``
     once crashed ``sas stalled`` and ``timeline`` for every operator)."""
     make_step(ledger, "cli-hostile", StepStatus.FAILED, last_error=HOSTILE)
     for argv in (("stalled",), ("timeline", "cli-hostile"), ("list",)):
-        code, out, err = run_cli(*connection_args(env), *argv)
+        code, out, err = run_cli(*connection_args(app_env), *argv)
         assert code == 0, (argv, err)
         assert "\x1b" not in out and "\u202e" not in out, argv
         if argv[0] == "timeline":  # the one that shows step errors

@@ -4,7 +4,7 @@ eaten, ESC/OSC sequences were printed raw)."""
 
 from __future__ import annotations
 
-from tests.supervisor.conftest import make_step
+from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
 from workflow_core.workflows import get_workflow, version_of
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.supervisor.conftest import IS, NOW, make_instance, make_step
+from tests.helpers.rows import IS, NOW, make_instance, make_step
 from workflow_core import clock
 from workflow_core.ledger import StepStatus
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.supervisor.conftest import NOW
+from tests.helpers.rows import NOW
 from workflow_core.ledger import StepStatus
 from workflow_core.workflows import get_workflow, version_of
 
@@ -90,7 +90,7 @@ def test_a_command_repeated_with_its_key_acts_once_and_prints_the_first_answer(c
 
 
 def test_a_refused_command_leaves_its_key_free(cli, ledger):
-    from tests.supervisor.conftest import make_step
+    from tests.helpers.rows import make_step
 
     make_step(ledger, "cli-free", StepStatus.SUCCEEDED)
     keyed = ("create_storage", "--reason", "r", "--yes", "--idempotency-key", "k1")

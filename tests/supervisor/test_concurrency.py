@@ -13,7 +13,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from supervisor.watchdog import run_tick
-from tests.supervisor.conftest import NOW, RecordingClient, drain, make_step
+from tests.helpers.app import drain
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import NOW, make_step
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import StepStatus
 from workflow_core.runtime import Services
@@ -23,7 +25,7 @@ S = StepStatus
 STEPS = 200
 
 
-def test_two_concurrent_ticks_act_on_each_step_exactly_once(env, services, ledger):
+def test_two_concurrent_ticks_act_on_each_step_exactly_once(app_env, services, ledger):
     client = RecordingClient()
     kinds: dict[str, str] = {}
 
@@ -51,7 +53,7 @@ def test_two_concurrent_ticks_act_on_each_step_exactly_once(env, services, ledge
     failures: list[BaseException] = []
 
     def watchdog(name: str) -> None:
-        own = Services(load_settings(env))  # its own ledger, table client and queue client
+        own = Services(load_settings(app_env))  # its own ledger, table client and queue client
         try:
             barrier.wait()
             while True:  # small batches, so the two ticks interleave a lot

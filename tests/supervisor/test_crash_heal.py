@@ -17,7 +17,9 @@ import pytest
 
 from supervisor.watchdog import run_tick
 from supervisor.watchdog_model import Action
-from tests.supervisor.conftest import NOW, WORKFLOW, RecordingClient, drain
+from tests.helpers.app import drain
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import NOW, WORKFLOW
 from workflow_core import clock
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import NewStep, StepStatus

@@ -15,7 +15,7 @@ from azure.functions.timer import TimerRequest
 import api
 import supervisor
 from supervisor import watchdog
-from tests.supervisor.conftest import settings_env
+from tests.helpers.app import settings_env
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import StepStatus
 from workflow_core.runtime import get_services, reset_services

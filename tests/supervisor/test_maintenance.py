@@ -14,7 +14,7 @@ from devtools.durable_host import DurableTestHost
 from supervisor import bulk
 from supervisor.maintenance import bulk_tick, due_features, maintenance_tick, retention_tick
 from tests.durable_host.test_client_and_app import approval
-from tests.supervisor.conftest import IS, NOW, make_instance
+from tests.helpers.rows import IS, NOW, make_instance
 from workflow_core import clock
 from workflow_core.feature_settings import bulk_settings, retention_settings
 

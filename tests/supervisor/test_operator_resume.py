@@ -8,7 +8,7 @@ import pytest
 
 from devtools.harness import PatternHarness
 from supervisor import operator, run_tick
-from tests.faults.conftest import start_provisioning, storage_queue_only
+from tests.helpers.fault_matrix import start_provisioning, storage_queue_only
 from tests.test_telemetry_instruments import custom_events, events  # noqa: F401 - fixture
 from workflow_core import telemetry
 

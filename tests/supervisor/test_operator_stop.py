@@ -5,22 +5,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from api.operator_api import instance_action
-from devtools.harness import PatternHarness
 from tests.api.support import http_request, json_of
-from tests.faults.conftest import start_provisioning, storage_queue_only
+from tests.helpers.fault_matrix import start_provisioning, storage_queue_only
 
-
-@pytest.fixture
-def harness(azurite):
-    from activities.worker.handlers import faults
-
-    faults.clear()
-    with PatternHarness(azurite) as h:  # the watchdog ticks on its own period
-        yield h
-    faults.clear()
+# Long enough for everything a watchdog would do to an instance it ignored the stop of: provision-tenant's
+# longest step (300 s, three attempts, backoff up to 120 s) times out twice over, its instance would be
+# resumed (max_resumes 3) and a lease (300 s) expires 12 times. Each virtual half minute is a real tick.
+HOURS_OF_TICKS = timedelta(hours=1)
 
 
 def post(instance_id, action, body):
@@ -54,7 +46,7 @@ def test_a_stopped_provisioning_is_never_resumed_and_send_welcome_never_runs(har
     h.release(held)
     # hours of watchdog ticks: the shipped policy (on_scheduler_lost: resume) would resume a
     # terminated instance; a stopped one stays stopped
-    h.run_until(lambda: h.elapsed() >= timedelta(hours=3), timeout=timedelta(hours=4))
+    h.run_until(lambda: h.elapsed() >= HOURS_OF_TICKS, timeout=HOURS_OF_TICKS * 2)
     assert h.handler_calls(iid, "send_welcome") == 0
     assert "send_welcome" not in h.statuses(iid) or h.statuses(iid)["send_welcome"] != "Succeeded"
     record = h.ledger.get_instance(iid)
@@ -137,7 +129,7 @@ def test_a_stop_while_a_step_never_answers_undoes_nothing_and_runs_nothing_later
     iid = start_provisioning(h)
     h.run_until(lambda: len(h.held(held)) == 1)
     assert act(h, iid, "stop").status_code == 200
-    h.run_until(lambda: h.elapsed() >= timedelta(hours=3), timeout=timedelta(hours=4))
+    h.run_until(lambda: h.elapsed() >= HOURS_OF_TICKS, timeout=HOURS_OF_TICKS * 2)
     statuses = h.statuses(iid)
     assert statuses["create_storage"] == "Succeeded" and statuses["send_welcome"] == "Pending", statuses
     assert h.ledger.get_instance(iid).status.value == "Stopped"
@@ -177,7 +169,7 @@ def test_a_stopped_instance_is_not_noted_again_every_lease(harness):
     assert act(h, iid, "stop").status_code == 200
     h.run_until(lambda: h.elapsed() >= timedelta(hours=1), timeout=timedelta(hours=2))
     first = len(h.ledger.audit_trail(iid))
-    h.run_until(lambda: h.elapsed() >= timedelta(hours=4), timeout=timedelta(hours=5))
+    h.run_until(lambda: h.elapsed() >= timedelta(hours=1) + HOURS_OF_TICKS, timeout=HOURS_OF_TICKS * 3)
     assert len(h.ledger.audit_trail(iid)) == first
 
 
@@ -194,7 +186,7 @@ def test_a_stop_from_sas_fences_the_scheduler_off_through_the_ledger_alone(harne
 
     operator.move_instance(h.ledger, iid, "stop", reason="wrong tenant", user="alice")
     h.release(held)
-    h.run_until(lambda: h.elapsed() >= timedelta(hours=3), timeout=timedelta(hours=4))
+    h.run_until(lambda: h.elapsed() >= HOURS_OF_TICKS, timeout=HOURS_OF_TICKS * 2)
 
     assert h.handler_calls(iid, "send_welcome") == 0
     statuses = h.statuses(iid)

@@ -8,7 +8,8 @@ from datetime import timedelta
 from supervisor.watchdog import run_tick
 from supervisor.watchdog_model import Action
 from tests.activities.test_pool_routing import declare_pools
-from tests.supervisor.conftest import NOW, drain, make_step
+from tests.helpers.app import drain
+from tests.helpers.rows import NOW, make_step
 from workflow_core.ledger import StepStatus
 from workflow_core.transport import message_id_for
 

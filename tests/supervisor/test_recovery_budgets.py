@@ -23,9 +23,8 @@ LOOK = timedelta(seconds=DEFAULT_LEASE_SECONDS + 1)  # each tick a lease after t
 
 
 @pytest.fixture
-def harness(azurite):
-    with PatternHarness(azurite, watchdog_every=None) as h:
-        yield h
+def harness_options():
+    return {"watchdog_every": None}
 
 
 def instance_decisions(h: PatternHarness, iid: str) -> list[str]:

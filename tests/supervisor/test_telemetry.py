@@ -19,7 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from supervisor.watchdog import run_tick
-from tests.supervisor.conftest import NOW, WORKFLOW, RecordingClient, make_step
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import NOW, WORKFLOW, make_step
 from workflow_core import telemetry, telemetry_instruments
 from workflow_core.ledger import StepStatus
 

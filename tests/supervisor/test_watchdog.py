@@ -21,7 +21,9 @@ from supervisor.watchdog_model import (
     Action,
     runtime_status_name,
 )
-from tests.supervisor.conftest import IS, NOW, WORKFLOW, RecordingClient, drain, make_instance, make_step
+from tests.helpers.app import drain
+from tests.helpers.durable import RecordingClient
+from tests.helpers.rows import IS, NOW, WORKFLOW, make_instance, make_step
 from workflow_core import clock
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, WorkMessage
 from workflow_core.ledger import NewStep, StepStatus

@@ -14,9 +14,9 @@ from jsonschema import Draft202012Validator, FormatChecker
 from activities.worker.handlers import faults
 from devtools import contract_schemas
 from devtools.faulty_transport import FaultyTransport
-from tests.faults.conftest import harness, start_provisioning  # noqa: F401  (the fixture)
 from tests.faults.test_large_payloads import large_dns  # noqa: F401  (the fixture)
 from tests.faults.test_large_payloads import start as start_large
+from tests.helpers.fault_matrix import start_provisioning
 from workflow_core.payloads import is_reference
 
 
@@ -55,7 +55,9 @@ def sent(monkeypatch):
     return bodies
 
 
-def test_every_message_a_workflow_run_sends_validates(harness, sent):  # noqa: F811
+def test_every_message_a_workflow_run_sends_validates(harness, sent):
+    from activities.worker.handlers import faults
+
     faults.inject("email.send_welcome", faults.Fail())  # the last step fails for good: compensation
     iid = start_provisioning(harness)
     harness.run_until_complete(iid)

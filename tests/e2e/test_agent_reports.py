@@ -12,9 +12,7 @@ import uuid
 import pytest
 
 from activities import handle_result
-from activities.worker.handlers import faults
-from devtools.harness import PatternHarness
-from tests.faults.conftest import start_provisioning
+from tests.helpers.fault_matrix import start_provisioning
 from tests.transport.test_message_schemas import validator
 from workflow_core.ledger.parking import parked_messages
 from workflow_core.transport import OutgoingMessage
@@ -24,12 +22,9 @@ MAIL_POOL = "pools:\n  mail:\n    agents: [email.send_welcome]\n    message_only
 
 
 @pytest.fixture
-def harness(azurite):
+def harness_options():
     """The app hosting the default pool only: the work of pool ``mail`` waits in its own queue."""
-    faults.clear()
-    with PatternHarness(azurite, extra_workflows={"pools": MAIL_POOL}, hosted_pools=["default"]) as h:
-        yield h
-    faults.clear()
+    return {"extra_workflows": {"pools": MAIL_POOL}, "hosted_pools": ["default"]}
 
 
 def mail_queue(h) -> str:
