@@ -1,6 +1,7 @@
 """The dead-letter handler: a work message that could not be processed fails its step *now*, so its
 orchestration retries or compensates at once instead of at the deadline (docs/agents.md, "Result
 and dead-letter handlers"). An attempt the ledger already settled has that outcome raised instead.
+An orchestration found gone makes its instance due now, as for a reply (``scheduler_gone``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from activities.worker.delivery_rules import recorded_reply
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
+from workflow_core.ledger.scheduler_gone import bring_forward
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
 from workflow_core.workflows.loader import agent_pools
@@ -142,6 +144,10 @@ async def handle_dead_letter(
             )
             return "ignored"
         raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
+        if raised == "late-result-ignored":  # its scheduler is gone: the instance is due now
+            why = f"dead-lettered {message.kind} attempt {a}: its {to_raise.outcome} could not be raised"
+            record = ledger.find_instance(message.instance_id)  # read only on this rare path
+            bring_forward(ledger, record, to_raise.orchestration_id, actor=ACTOR, why=why)
         if raised != "raised":
             return raised
         return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"

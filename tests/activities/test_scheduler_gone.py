@@ -16,6 +16,7 @@ import pytest
 from azure.durable_functions import DurableOrchestrationClient
 from azure.durable_functions.models.utils import http_utils
 
+from activities.replies.dead_letters import handle_dead_letter
 from activities.replies.results import handle_result
 from activities.worker.handlers import faults
 from devtools.request_counter import RequestCounter
@@ -194,6 +195,49 @@ def test_a_heartbeat_of_a_live_scheduler_changes_nothing_on_the_instance(harness
     assert handle(heartbeat(work), harness.services) == "heartbeat"
     assert harness.ledger.get_instance(instance_id).etag == before.etag
     assert len(stub.requests_to("GET", "/instances/")) == 1
+
+
+# ---- dead letters ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("runtime_status", ["Terminated", None])
+def test_a_dead_letter_that_finds_its_scheduler_gone_makes_the_instance_due_now(
+    harness, stub, run, runtime_status
+):
+    instance_id, work = message_only_work(harness)
+    if runtime_status is not None:
+        stub.add_instance(instance_id, runtime_status=runtime_status)
+    before = harness.ledger.get_instance(instance_id)
+    assert before.scheduler_deadline > clock.utcnow() + timedelta(seconds=60)
+    outcome = run(
+        handle_dead_letter(
+            work, reason="MaxDeliveryCountExceeded", client=client_of(stub), services=harness.services
+        )
+    )
+    assert outcome == "late-result-ignored"
+    now = clock.utcnow()
+    record = harness.ledger.get_instance(instance_id)
+    assert record.status.value == "Running" and record.scheduler_deadline <= now
+    [row] = brought_forward(harness, instance_id)
+    assert row.actor == "dead-letter-handler"
+    assert "dead-lettered work attempt 1: its failed could not be raised" in row.reason
+    assert harness.ledger.get(instance_id, STEP).status.value == "Failed"  # the attempt still failed
+    assert [i.instance_id for i in harness.ledger.overdue_instances(now)] == [instance_id]
+    # the same dead letter again finds the instance due: no second write
+    again = run(handle_dead_letter(work, reason="x", client=client_of(stub), services=harness.services))
+    assert again == "late-result-ignored"
+    assert harness.ledger.get_instance(instance_id).etag == record.etag
+
+
+def test_a_dead_letter_of_a_live_scheduler_changes_nothing_on_the_instance(harness, stub, run):
+    instance_id, work = message_only_work(harness)
+    stub.add_instance(instance_id, runtime_status="Running")
+    before = harness.ledger.get_instance(instance_id)
+    outcome = run(handle_dead_letter(work, reason="x", client=client_of(stub), services=harness.services))
+    assert outcome == "failed-event-raised"
+    assert harness.ledger.get_instance(instance_id).etag == before.etag
+    assert brought_forward(harness, instance_id) == []
+    assert stub.requests_to("GET", "/instances/") == []
 
 
 # ---- the watchdog's own step decision ---------------------------------------------------------------

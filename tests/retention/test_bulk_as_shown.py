@@ -1,12 +1,14 @@
 """Bulk operations do what was shown (real Azurite): the dry run and the act agree, an instance that
 stopped matching is recorded as such and left alone, an instance that started matching after the
-confirmation is never swept up, canary runs are never listed, and two runners racing on one
-operation act on each instance once and report only their own work."""
+confirmation is never swept up, canary runs are never listed, and two runner processes racing on
+one operation (as the timer and the request) act on each instance once and report only their own
+work, and an instance another operator's process moves meanwhile is left to that move."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import multiprocessing
+import os
 from datetime import UTC, datetime, timedelta
 
 from supervisor import bulk, operator
@@ -98,36 +100,109 @@ def test_canary_runs_are_never_listed(ledger):
     assert ledger.get_instance("canary-1").status is IS.FAILED
 
 
-def test_two_runners_on_one_operation_act_once_each_and_report_only_their_own_work(azurite, ledger):
-    ids = [instance(ledger, f"race-{n:03d}", S.FAILED) for n in range(40)]
-    op = bulk.BulkStore(ledger).create("retry", bulk.BulkFilter(), reason="back", actor="operator:a")
-    errors: list[BaseException] = []
-    start = threading.Barrier(2)
+# ---- two OS processes, as the timer and the request (or a second operator) would be ----------------
 
-    def runner(name: str) -> None:
-        own = StepLedger.from_connection_string(
-            azurite.connection_string, ledger.ledger_table_name, ledger.index_table_name
-        )  # a process of its own: its own clients
+
+def _process(role: str, connection: str, tables: tuple[str, str], bulk_id: str, ids: list[str], barrier, out):
+    """One process: ``resume`` resumes ``ids`` one by one (last first) as another operator would;
+    any other role runs the operation as that runner (``bulk.run``), with the instances it acted on
+    recorded as they are acted on (the runner's own count, to check the progress against)."""
+    own = StepLedger.from_connection_string(connection, *tables)  # its own clients
+    done: list[str] = []
+    real = bulk.act_on
+
+    def act_on(ledger: StepLedger, op: bulk.BulkOperation, iid: str) -> tuple[str, str, bool]:
+        outcome = real(ledger, op, iid)
+        if outcome[0] == bulk.ACTED:
+            done.append(iid)
+        return outcome
+
+    bulk.act_on = act_on
+    try:
         store = bulk.BulkStore(own)
-        try:
-            start.wait()
-            asyncio.run(bulk.run(store, store.get(op.bulk_id), runner=name, rate_per_second=0))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            own.close()
+        op = store.get(bulk_id)
+        barrier.wait()
+        if role == "resume":
+            for iid in reversed(ids):
+                try:
+                    operator.resume_instance(own, iid, user="bo", reason="retrying by hand")
+                    done.append(iid)
+                except operator.OperatorError:
+                    pass  # cancelled by the bulk operation first: no longer Failed
+        else:
+            asyncio.run(bulk.run(store, op, runner=role, rate_per_second=0))
+        out.put({"role": role, "pid": os.getpid(), "done": done})
+    except BaseException as exc:  # reported to the test, not lost in the child's stderr
+        out.put({"role": role, "pid": os.getpid(), "crash": repr(exc)})
+    finally:
+        own.close()
 
-    threads = [threading.Thread(target=runner, args=(name,)) for name in ("timer", "request")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert errors == []
+
+def race(
+    ledger: StepLedger, azurite, bulk_id: str, roles: tuple[str, str], ids: list[str]
+) -> dict[str, list]:
+    """Run ``roles`` as two spawned OS processes started together; what each one did, by role."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(2, timeout=120), ctx.Queue()
+    tables = (ledger.ledger_table_name, ledger.index_table_name)
+    processes = [
+        ctx.Process(
+            target=_process, args=(role, azurite.connection_string, tables, bulk_id, ids, barrier, out)
+        )
+        for role in roles
+    ]
+    for p in processes:
+        p.start()
+    reports = [out.get(timeout=300) for _ in processes]
+    for p in processes:
+        p.join(30)
+    assert [r.get("crash") for r in reports] == [None, None]
+    assert len({r["pid"] for r in reports} | {os.getpid()}) == 3
+    return {r["role"]: r["done"] for r in reports}
+
+
+def test_two_runner_processes_on_one_operation_act_once_each_and_report_only_their_own_work(azurite, ledger):
+    ids = [instance(ledger, f"race-{n:03d}", S.FAILED) for n in range(24)]
+    # not yet frozen: both runners list and write the snapshot at once, then act
+    op = bulk.BulkStore(ledger).create("retry", bulk.BulkFilter(), reason="back", actor="operator:a")
+    did = race(ledger, azurite, op.bulk_id, ("timer", "request"), ids)
+
     store = bulk.BulkStore(ledger)
     progress = store.progress(store.get(op.bulk_id))
-    assert progress["done"] and sorted(progress["acted"]) == ids
+    assert progress["done"] and progress["matched"] == len(ids) and sorted(progress["acted"]) == ids
+    # nothing reported as skipped, no longer matching or failed: neither runner reports the other's work
     assert progress["skipped"] == progress["noLongerMatches"] == progress["failed"] == []
-    assert {runner.split("-")[0] for runner in progress["actedBy"].values()} <= {"timer", "request"}
+    # each instance acted on by one runner, and its progress row names that one
+    assert did["timer"] and did["request"]  # both runners did act: they raced
+    assert sorted(did["timer"] + did["request"]) == ids
+    for role in ("timer", "request"):
+        assert {progress["actedBy"][iid].split("-")[0] for iid in did[role]} == {role}
     for iid in ids:
         moves = [a for a in ledger.audit_trail(iid) if f"[bulk {op.bulk_id}]" in (a.reason or "")]
         assert len(moves) == 1 and ledger.get(iid, "call").status is S.RETRYING
+
+
+def test_an_instance_resumed_by_another_process_during_the_operation_is_not_acted_on(azurite, ledger):
+    """A bulk cancel over ``status: Failed`` in one process, another operator resuming the same
+    instances (last first) in another: each instance is either cancelled or resumed, never both."""
+    ids = [instance(ledger, f"both-{n:03d}", S.FAILED) for n in range(24)]
+    store = bulk.BulkStore(ledger)
+    op = store.create(
+        "cancel", bulk.BulkFilter(status=IS.FAILED), reason="give up", actor="operator:a", matched=ids
+    )
+    did = race(ledger, azurite, op.bulk_id, ("timer", "resume"), ids)
+
+    progress = store.progress(store.get(op.bulk_id))
+    assert progress["done"] and progress["skipped"] == progress["failed"] == []
+    cancelled, resumed = set(did["timer"]), set(did["resume"])
+    assert cancelled and resumed and not cancelled & resumed and cancelled | resumed == set(ids)
+    assert set(progress["acted"]) == cancelled
+    assert {row["instanceId"] for row in progress["noLongerMatches"]} == resumed
+    assert all("it is Running" in row["why"] for row in progress["noLongerMatches"])
+    for iid in ids:
+        trail = ledger.audit_trail(iid)
+        cancels = [a for a in trail if f"[bulk {op.bulk_id}]" in (a.reason or "")]
+        resumes = [a for a in trail if "retrying by hand" in (a.reason or "")]
+        assert len(cancels) + len(resumes) == 1  # one of the two moves, never both
+        want = IS.RUNNING if iid in resumed else IS.COMPENSATING
+        assert ledger.get_instance(iid).status is want
