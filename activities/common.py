@@ -122,11 +122,6 @@ def step_output(record: StepRecord) -> dict[str, Any] | None:
     return {"value": value}
 
 
-def error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 @contextmanager
 def never_fails(what: str) -> Iterator[None]:
     """Telemetry must never fail the work it describes: log what went wrong and carry on."""

@@ -22,7 +22,6 @@ from activities.common import (
     COMP_DISPATCHED,
     decide_on_step,
     emit_recovery,
-    error_text,
     iso,
     parse_time,
 )
@@ -38,6 +37,7 @@ from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRe
 from workflow_core.ledger.known_rows import KnownStepRecord, known_instance, watched_in
 from workflow_core.messages import ClaimableWork, work_message
 from workflow_core.runtime import Services
+from workflow_core.starter import describe_error
 from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
 from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import pool_queue, route_pool
@@ -176,7 +176,7 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             sent = True
             log.info("sent %s %s to %s (outcome %s)", d.kind, message_id, queue, outcome)
         except TransportError as exc:  # no activity failure: the deadline recovers it (module docstring)
-            error = error_text(exc)
+            error = describe_error(exc)
             log.warning("could not send %s (%s); the deadline will recover it", message_id, error)
             ledger.note(
                 d.instance_id,

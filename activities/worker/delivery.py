@@ -15,7 +15,6 @@ from azure.core.exceptions import HttpResponseError
 from activities.common import (
     COMP_RUNNING,
     emit_recovery,
-    error_text,
     is_transient_claim,
     retry_on_conflict,
     step_input,
@@ -49,6 +48,7 @@ from workflow_core.limits import Holder
 from workflow_core.messages import claim_digest
 from workflow_core.payloads import PayloadTooLarge
 from workflow_core.runtime import Services
+from workflow_core.starter import describe_error
 from workflow_core.transport import OutgoingMessage, message_id_for
 
 log = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ class Delivery(DeliveryDecisions):
         except Exception as exc:
             # The error text is cut to fit the ledger (head and tail kept), so a huge one is still
             # recorded once, as this attempt's failure, instead of failing the write on every delivery.
-            error = fit_text(error_text(exc))
+            error = fit_text(describe_error(exc))
             permanent = is_permanent(exc, m, record.workflow_version, self.services)
             log.info("%s: agent failed%s: %s", self._label, " (non-retryable)" if permanent else "", error)
             return False, None, error, permanent
