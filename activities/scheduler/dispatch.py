@@ -18,13 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
-from activities.common import (
-    COMP_DISPATCHED,
-    decide_on_step,
-    emit_recovery,
-    iso,
-    parse_time,
-)
+from activities.common import decide_on_step, emit_recovery, iso, parse_time
 from activities.scheduler.inline_only import fail_blob_input
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S, time_out
 from activities.scheduler.instances import BASIS_REFUSED, basis_rows, refused, with_promise, works_on
@@ -35,6 +29,7 @@ from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
 from workflow_core.ledger.known_rows import KnownStepRecord, known_instance, watched_in
+from workflow_core.ledger.model import COMP_DISPATCHED
 from workflow_core.messages import ClaimableWork, work_message
 from workflow_core.runtime import Services
 from workflow_core.starter import describe_error

@@ -12,14 +12,7 @@ from datetime import datetime
 
 from azure.core.exceptions import HttpResponseError
 
-from activities.common import (
-    COMP_RUNNING,
-    emit_recovery,
-    is_transient_claim,
-    retry_on_conflict,
-    step_input,
-    step_output,
-)
+from activities.common import emit_recovery, is_transient_claim, retry_on_conflict, step_input, step_output
 from activities.limits_outcome import observe_outcome
 from activities.worker.delivery_rules import Action, DeliveryDecisions, Outcome, recorded_reply
 from activities.worker.handlers import faults
@@ -44,6 +37,7 @@ from workflow_core.ledger import (
     encode_json,
 )
 from workflow_core.ledger.known_rows import claim_row_key, known_instance, known_step
+from workflow_core.ledger.model import COMP_RUNNING
 from workflow_core.limits import Holder
 from workflow_core.messages import claim_digest
 from workflow_core.payloads import PayloadTooLarge
