@@ -28,13 +28,12 @@ from api.boundary import admit, secure
 from api.problems import ApiError, json_default
 from workflow_core.contracts import compensation_instance_id, step_instance_id
 from workflow_core.ledger import InvalidLedgerInput, StepLedger
-from workflow_core.ledger.model import validate_instance_id, validate_step_id
+from workflow_core.ledger.model import WORKFLOW_NAME, validate_instance_id, validate_step_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
 from workflow_core.starter import describe_error
 from workflow_core.transport import bounded_json
 from workflow_core.transport.bounded_json import MAX_DEPTH as MAX_JSON_DEPTH
-from workflow_core.workflows.model import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
 

@@ -84,6 +84,8 @@ _INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 _STEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 INSTANCE_ID_PATTERN = _INSTANCE_ID.pattern  # as published in the message schemas (docs/schemas/)
 STEP_ID_PATTERN = _STEP_ID.pattern
+AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")  # lowercase dotted words
+WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")  # lowercase words joined by '-'
 
 
 def _valid_key(kind: str, value: object, pattern: re.Pattern[str], limit: int) -> str:
