@@ -34,16 +34,6 @@ M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_CONFLICT_ATTEMPTS = 10
 
-# Sub-states of a Compensating step, kept in ``StepRecord.compensation_status`` (the ledger status
-# stays Compensating until the compensator succeeded or the scheduler gave up on it).
-COMP_DISPATCHED = "Dispatched"
-COMP_RUNNING = "Running"
-COMP_FAILED = "Failed"
-COMP_TIMED_OUT = "TimedOut"
-COMP_DONE = "Compensated"
-COMP_GAVE_UP = "GaveUp"  # on CompensationFailed rows
-GIVEN_UP = "GivenUp"  # on a work step whose attempts were exhausted (give_up_step)
-
 # Owners that claim a step briefly to inspect it (the supervisor's watchdog, an operator action) and
 # hand it back: a worker keeps running through such a claim, and the scheduler does not mistake the
 # claim's lease for an agent's heartbeat.
@@ -120,11 +110,6 @@ def step_output(record: StepRecord) -> dict[str, Any] | None:
     if value is None or isinstance(value, dict):
         return value
     return {"value": value}
-
-
-def error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @contextmanager

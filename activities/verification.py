@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from activities.common import COMP_FAILED, COMP_TIMED_OUT, step_output
+from activities.common import step_output
 from workflow_core.contracts import ResultVerdict, StepKind, fit_text
 from workflow_core.ledger import StepRecord, StepStatus
+from workflow_core.ledger.model import COMP_FAILED, COMP_TIMED_OUT
 from workflow_core.runtime import Services
 
 S = StepStatus

@@ -29,11 +29,11 @@ from api.responses import (
 from supervisor import operator, slot_sweep
 from workflow_core import clock
 from workflow_core.ledger import AuditEntry, StepRecord
+from workflow_core.ledger.model import AGENT_NAME
 from workflow_core.limits import CircuitStore
 from workflow_core.limits.rows import partition_of
 from workflow_core.limits.waiting import waiting_steps
 from workflow_core.workflows.loader import agent_pools
-from workflow_core.workflows.pools import AGENT_NAME
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ their values. Each section (:data:`SECTIONS`) runs on its own: one that raises b
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import azure.functions as func
@@ -35,7 +36,7 @@ SECTIONS: tuple[tuple[str, Any], ...] = (
 
 def collect(services: Any, durable: list[sections.Row] | None = None) -> dict[str, Any]:
     """Every section's rows (``durable``: the Durable round trip's, asked before on the event loop)."""
-    body: dict[str, Any] = {"generatedAt": sections.now_iso(), "sections": {}}
+    body: dict[str, Any] = {"generatedAt": datetime.now(UTC).isoformat(), "sections": {}}
     if durable is not None:
         body["sections"]["durable"] = durable
     for name, section in SECTIONS:

@@ -14,7 +14,6 @@ import json
 import os
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -312,7 +311,3 @@ def providers(services: Any) -> list[Row]:
         except Exception as exc:
             rows.append(row(name, False, f"the {name} provider failed: {type(exc).__name__}", "see the logs"))
     return rows
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat()

@@ -28,11 +28,12 @@ from api.boundary import admit, secure
 from api.problems import ApiError, json_default
 from workflow_core.contracts import compensation_instance_id, step_instance_id
 from workflow_core.ledger import InvalidLedgerInput, StepLedger
-from workflow_core.ledger.model import validate_instance_id, validate_step_id
+from workflow_core.ledger.model import WORKFLOW_NAME, validate_instance_id, validate_step_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
 from workflow_core.starter import describe_error
-from workflow_core.workflows.model import WORKFLOW_NAME
+from workflow_core.transport import bounded_json
+from workflow_core.transport.bounded_json import MAX_DEPTH as MAX_JSON_DEPTH
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,6 @@ def json_errors(handler: Handler, *, public: bool = False) -> Handler:
     return wrapper
 
 
-MAX_JSON_DEPTH = 64
-
-
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -110,47 +108,15 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _check_depth(data: Any, limit: int = MAX_JSON_DEPTH) -> None:
-    """Raise ValueError when ``data`` nests deeper than ``limit`` (iteratively: no recursion)."""
-    stack = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-        for child in children:
-            if isinstance(child, dict | list):
-                if depth + 1 > limit:
-                    raise ValueError(f"JSON nests deeper than {limit} levels")
-                stack.append((child, depth + 1))
-
-
 def parse_json(text: str) -> Any:
-    """JSON with only finite numbers, nested at most :data:`MAX_JSON_DEPTH` deep, else ValueError."""
-    try:
-        data = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except RecursionError:
-        raise ValueError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
-    _check_depth(data)
-    _check_strings(data)
+    """JSON with only finite numbers, nested at most :data:`MAX_JSON_DEPTH` deep and no lone surrogate
+    in a string, else ValueError (the depth is checked before parsing: no recursion)."""
+    if not bounded_json.depth_within(text, MAX_JSON_DEPTH):
+        raise ValueError(f"JSON nests deeper than {MAX_JSON_DEPTH} levels")
+    data = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    if bounded_json.MAYBE_SURROGATE.search(text):  # else no parsed string can hold one
+        bounded_json.check_strings(data)
     return data
-
-
-def _check_strings(data: Any) -> None:
-    """Raise ValueError when a key or string holds a lone UTF-16 surrogate (``"\\ud800"``): valid
-    JSON, but no UTF-8 store (Table Storage, a blob, a queue) can hold it."""
-    stack = [data]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, str):
-            if any("\ud800" <= c <= "\udfff" for c in value):
-                raise ValueError(
-                    f"the string {value[:40]!r} holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
-                    "which cannot be stored: send whole characters (a surrogate pair or the character)"
-                )
-        elif isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
 
 
 def json_object_body(req: func.HttpRequest) -> dict[str, Any]:

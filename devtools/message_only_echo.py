@@ -31,10 +31,7 @@ class MessageOnlyEcho:
         self.queue = pool_queue(h.settings.work_queue, pool)
         self.seen: list[tuple[str, str, int, str]] = []
         self._ids = itertools.count(1)
-        self._pump = h.host.add_pump(self.pump, f"echo-agent-{pool}")
-
-    def detach(self) -> None:
-        self.h.host.remove_pump(self._pump)
+        h.host.add_pump(self.pump, f"echo-agent-{pool}")
 
     def _send(self, body: dict[str, Any]) -> None:
         message_id = f"echo-{body['instance_id']}-{body['step_id']}-{next(self._ids)}"

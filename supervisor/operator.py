@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from supervisor.watchdog_model import COMP_FAILED, OPERATOR_PREFIX
+from supervisor.watchdog_model import OPERATOR_PREFIX
 from workflow_core import clock
 from workflow_core.ledger import (
     ALLOWED_TRANSITIONS,
@@ -32,7 +32,7 @@ from workflow_core.ledger import (
 )
 from workflow_core.ledger.instance import PURGEABLE_INSTANCE_STATUSES as PURGEABLE
 from workflow_core.ledger.instance_state import instance_guard
-from workflow_core.ledger.model import require_aware
+from workflow_core.ledger.model import COMP_FAILED, require_aware
 
 S = StepStatus
 MAX_RACE_RETRIES = 5

@@ -10,10 +10,6 @@ from datetime import timedelta
 from supervisor.instances import InstanceSupervisor
 from supervisor.watchdog_model import (
     ALIVE_STATUSES,
-    COMP_FAILED,
-    COMP_GIVEN_UP,
-    COMP_IN_FLIGHT,
-    COMP_TIMED_OUT,
     COMPENSATION_OVERRUN_ERROR,
     OVERRUN_ERROR,
     SETTLED_ATTEMPT,
@@ -33,6 +29,7 @@ from workflow_core.contracts import (
     result_event_name,
 )
 from workflow_core.ledger import StepRecord, StepStatus
+from workflow_core.ledger.model import COMP_FAILED, COMP_IN_FLIGHT, COMP_TIMED_OUT, GIVEN_UP
 from workflow_core.ledger.scheduler_gone import bring_forward, is_instance_gone
 from workflow_core.messages import work_message
 from workflow_core.workflows.loader import agent_pools
@@ -90,7 +87,7 @@ class _Tick(_TickActions):
             not self.within_grace(found, lateness)
             and in_flight
             and not self.resend_due(found)
-            and found.compensation_status != COMP_GIVEN_UP
+            and found.compensation_status != GIVEN_UP
         ):
             await self.fail_step(found, None, orchestration_id, orchestration, lateness)
             return
@@ -100,7 +97,7 @@ class _Tick(_TickActions):
             return
         if acted_last and await InstanceSupervisor(self).step_of_flagged(found, claimed):
             return  # the watchdog acted on it before and nothing moved since: its instance is flagged
-        if found.compensation_status == COMP_GIVEN_UP:
+        if found.compensation_status == GIVEN_UP:
             # The scheduler gave the step up and is about to start (or runs) the compensation as its
             # sub-orchestration: starting it here too would race the scheduler for the same id.
             status = await self.status_of(compensation_instance_id(found.instance_id))

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, compensation_instance_id
 from workflow_core.ledger import ConcurrencyConflict, StepNotFound, StepRecord, StepStatus
+from workflow_core.ledger.model import COMP_IN_FLIGHT
 from workflow_core.ledger.scheduler_gone import ALIVE_STATUSES  # the orchestration still reacts
 
 log = logging.getLogger("sas.supervisor.watchdog")
@@ -41,13 +42,6 @@ FLAGGED_LOOK_SECONDS = 86_400.0
 
 UNKNOWN_STATUS = "Unknown"
 
-# ``StepRecord.compensation_status`` values the scheduler and the agents write (activities.common).
-COMP_DISPATCHED = "Dispatched"
-COMP_RUNNING = "Running"
-COMP_FAILED = "Failed"
-COMP_TIMED_OUT = "TimedOut"
-COMP_GIVEN_UP = "GivenUp"  # on a work step whose attempts ran out: the scheduler compensates next
-COMP_IN_FLIGHT = frozenset({COMP_DISPATCHED, COMP_RUNNING})
 # Work statuses whose attempt is over (its error, if any, is in ``last_error``).
 SETTLED_ATTEMPT = frozenset({S.FAILED, S.TIMED_OUT, S.RETRYING})
 

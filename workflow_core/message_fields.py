@@ -14,8 +14,10 @@ from pydantic import AfterValidator, Field, ValidationError
 
 from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.model import (
+    AGENT_NAME,
     INSTANCE_ID_PATTERN,
     STEP_ID_PATTERN,
+    WORKFLOW_NAME,
     validate_instance_id,
     validate_step_id,
 )
@@ -33,8 +35,6 @@ MAX_CORRELATION_CHARS = 128
 QUEUE_NAME_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
 CORRELATION_PATTERN = r"^[A-Za-z0-9._:@/+=-]+$"
 _ORCHESTRATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
-_AGENT = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
-_WORKFLOW = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 def fit_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -84,7 +84,9 @@ def _orchestration_id(value: str) -> str:
 
 
 def _agent(value: str) -> str:
-    return _key_text("agent", value, _AGENT, MAX_AGENT_CHARS, "lowercase dotted words such as storage.create")
+    return _key_text(
+        "agent", value, AGENT_NAME, MAX_AGENT_CHARS, "lowercase dotted words such as storage.create"
+    )
 
 
 def _agent_or_empty(value: str) -> str:
@@ -92,7 +94,7 @@ def _agent_or_empty(value: str) -> str:
 
 
 def _workflow(value: str) -> str:
-    return _key_text("workflow", value, _WORKFLOW, MAX_WORKFLOW_CHARS, "lowercase words joined by '-'")
+    return _key_text("workflow", value, WORKFLOW_NAME, MAX_WORKFLOW_CHARS, "lowercase words joined by '-'")
 
 
 def _iso_time(value: str) -> str:
@@ -130,10 +132,10 @@ OrchestrationId = Annotated[
 AgentName = Annotated[  # empty: a compensation's message names no agent of its own
     str,
     AfterValidator(_agent_or_empty),
-    _published(pattern=f"^$|{_AGENT.pattern}", maxLength=MAX_AGENT_CHARS),
+    _published(pattern=f"^$|{AGENT_NAME.pattern}", maxLength=MAX_AGENT_CHARS),
 ]
 WorkflowName = Annotated[
-    str, AfterValidator(_workflow), _published(pattern=_WORKFLOW.pattern, maxLength=MAX_WORKFLOW_CHARS)
+    str, AfterValidator(_workflow), _published(pattern=WORKFLOW_NAME.pattern, maxLength=MAX_WORKFLOW_CHARS)
 ]
 IsoTime = Annotated[str, AfterValidator(_iso_time), _published(format="date-time")]
 MessagePayload = Annotated[dict[str, Any], AfterValidator(message_payload)]  # inline-sized or a reference

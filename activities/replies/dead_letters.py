@@ -12,21 +12,14 @@ from typing import Any
 
 import azure.functions as func
 
-from activities.common import (
-    COMP_FAILED,
-    bp,
-    emit_recovery,
-    grace_deadline,
-    never_fails,
-    parse_or_park,
-    retry_on_conflict,
-)
+from activities.common import bp, emit_recovery, grace_deadline, never_fails, parse_or_park, retry_on_conflict
 from activities.replies.results import EventClient, raise_result_event
 from activities.worker import messages as m
 from activities.worker.delivery_rules import recorded_reply
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import DEAD_LETTER_FUNCTION, ResultMessage, WorkMessage, fit_text
 from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
+from workflow_core.ledger.model import COMP_FAILED
 from workflow_core.ledger.scheduler_gone import bring_forward
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools

@@ -9,8 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from activities.common import (
-    COMP_FAILED,
-    COMP_TIMED_OUT,
     attempt_finished,
     decide_on_step,
     emit_recovery,
@@ -26,6 +24,7 @@ from activities.scheduler.instances import keep_promise, with_promise
 from workflow_core import telemetry
 from workflow_core.contracts import StepCheck
 from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord
+from workflow_core.ledger.model import COMP_FAILED, COMP_TIMED_OUT
 from workflow_core.limits import Holder
 from workflow_core.runtime import Services
 

@@ -18,14 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
-from activities.common import (
-    COMP_DISPATCHED,
-    decide_on_step,
-    emit_recovery,
-    error_text,
-    iso,
-    parse_time,
-)
+from activities.common import decide_on_step, emit_recovery, iso, parse_time
 from activities.scheduler.inline_only import fail_blob_input
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S, time_out
 from activities.scheduler.instances import BASIS_REFUSED, basis_rows, refused, with_promise, works_on
@@ -36,8 +29,10 @@ from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
 from workflow_core.ledger.known_rows import KnownStepRecord, known_instance, watched_in
+from workflow_core.ledger.model import COMP_DISPATCHED
 from workflow_core.messages import ClaimableWork, work_message
 from workflow_core.runtime import Services
+from workflow_core.starter import describe_error
 from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
 from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import pool_queue, route_pool
@@ -176,7 +171,7 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             sent = True
             log.info("sent %s %s to %s (outcome %s)", d.kind, message_id, queue, outcome)
         except TransportError as exc:  # no activity failure: the deadline recovers it (module docstring)
-            error = error_text(exc)
+            error = describe_error(exc)
             log.warning("could not send %s (%s); the deadline will recover it", message_id, error)
             ledger.note(
                 d.instance_id,

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.common import COMP_DISPATCHED, COMP_FAILED, grace_deadline, retry_on_conflict
+from activities.common import grace_deadline, retry_on_conflict
 from activities.scheduler.inputs import ACTOR, S
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import StepRecord
+from workflow_core.ledger.model import COMP_DISPATCHED, COMP_FAILED
 from workflow_core.payloads import INLINE_PAYLOAD_CHARS, is_reference
 from workflow_core.runtime import Services
 from workflow_core.workflows.loader import agent_pools

@@ -8,18 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from activities.common import (
-    COMP_FAILED,
-    COMP_GAVE_UP,
-    COMP_TIMED_OUT,
-    GIVEN_UP,
-    decide_on_step,
-    emit_recovery,
-    grace_deadline,
-    iso,
-    now,
-    parse_time,
-)
+from activities.common import decide_on_step, emit_recovery, grace_deadline, iso, now, parse_time
 from activities.scheduler.inputs import (
     ACTOR,
     MAY_COMPENSATE,
@@ -34,6 +23,7 @@ from activities.scheduler.inputs import (
 )
 from activities.scheduler.instances import with_promise
 from workflow_core.ledger import InstanceHandle, StepRecord
+from workflow_core.ledger.model import COMP_FAILED, COMP_GAVE_UP, COMP_TIMED_OUT, GIVEN_UP
 from workflow_core.runtime import Services
 
 log = logging.getLogger(__name__)

@@ -12,15 +12,7 @@ from datetime import datetime
 
 from azure.core.exceptions import HttpResponseError
 
-from activities.common import (
-    COMP_RUNNING,
-    emit_recovery,
-    error_text,
-    is_transient_claim,
-    retry_on_conflict,
-    step_input,
-    step_output,
-)
+from activities.common import emit_recovery, is_transient_claim, retry_on_conflict, step_input, step_output
 from activities.limits_outcome import observe_outcome
 from activities.worker.delivery_rules import Action, DeliveryDecisions, Outcome, recorded_reply
 from activities.worker.handlers import faults
@@ -45,10 +37,12 @@ from workflow_core.ledger import (
     encode_json,
 )
 from workflow_core.ledger.known_rows import claim_row_key, known_instance, known_step
+from workflow_core.ledger.model import COMP_RUNNING
 from workflow_core.limits import Holder
 from workflow_core.messages import claim_digest
 from workflow_core.payloads import PayloadTooLarge
 from workflow_core.runtime import Services
+from workflow_core.starter import describe_error
 from workflow_core.transport import OutgoingMessage, message_id_for
 
 log = logging.getLogger(__name__)
@@ -236,7 +230,7 @@ class Delivery(DeliveryDecisions):
         except Exception as exc:
             # The error text is cut to fit the ledger (head and tail kept), so a huge one is still
             # recorded once, as this attempt's failure, instead of failing the write on every delivery.
-            error = fit_text(error_text(exc))
+            error = fit_text(describe_error(exc))
             permanent = is_permanent(exc, m, record.workflow_version, self.services)
             log.info("%s: agent failed%s: %s", self._label, " (non-retryable)" if permanent else "", error)
             return False, None, error, permanent

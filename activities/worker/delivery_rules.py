@@ -13,9 +13,6 @@ from enum import StrEnum
 from typing import Any
 
 from activities.common import (
-    COMP_DONE,
-    COMP_FAILED,
-    COMP_RUNNING,
     attempt_finished,
     error_type_of,
     grace_deadline,
@@ -28,6 +25,7 @@ from activities.common import (
 from workflow_core import telemetry
 from workflow_core.contracts import ResultMessage, WorkMessage
 from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord, StepStatus, encode_json
+from workflow_core.ledger.model import COMP_DONE, COMP_FAILED, COMP_RUNNING
 from workflow_core.messages import KeyedReply
 from workflow_core.payloads import as_stored, is_reference
 

@@ -7,7 +7,6 @@ from datetime import timedelta
 import pytest
 from azure.storage.queue import QueueClient
 
-from activities.common import GIVEN_UP
 from activities.scheduler import dispatch
 from activities.scheduler import functions as scheduling
 from activities.worker.handlers import faults
@@ -15,6 +14,7 @@ from tests.helpers.app import GRACE_SECONDS
 from workflow_core import clock
 from workflow_core.contracts import WorkMessage
 from workflow_core.ledger import StepStatus, decode_json
+from workflow_core.ledger.model import GIVEN_UP
 from workflow_core.transport import TransportError, message_id_for
 from workflow_core.workflows import get_workflow, version_of
 

@@ -417,12 +417,18 @@ def test_report_summary_names_the_counts(services, ledger):
 
 
 def test_compensation_sub_states_match_what_the_agents_write():
-    common = pytest.importorskip("activities.common")
+    pytest.importorskip("activities.common")
+    from activities.scheduler import dispatch, retries
+    from activities.worker import delivery
+    from supervisor import step_decisions
     from supervisor import watchdog_model as watchdog
 
-    assert (watchdog.COMP_DISPATCHED, watchdog.COMP_RUNNING) == (common.COMP_DISPATCHED, common.COMP_RUNNING)
-    assert (watchdog.COMP_FAILED, watchdog.COMP_TIMED_OUT) == (common.COMP_FAILED, common.COMP_TIMED_OUT)
-    assert watchdog.COMP_GIVEN_UP == common.GIVEN_UP
+    assert {dispatch.COMP_DISPATCHED, delivery.COMP_RUNNING} == watchdog.COMP_IN_FLIGHT
+    assert (step_decisions.COMP_FAILED, step_decisions.COMP_TIMED_OUT) == (
+        retries.COMP_FAILED,
+        retries.COMP_TIMED_OUT,
+    )
+    assert step_decisions.GIVEN_UP == retries.GIVEN_UP
 
 
 def test_an_orphaned_step_of_a_failed_instance_waits_for_an_operator(services, ledger, client):

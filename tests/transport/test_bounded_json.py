@@ -77,7 +77,7 @@ def test_anything_at_all_parses_or_is_malformed(data):
 
 
 def _reference_depth_within(text: str, limit: int) -> bool:
-    """The scan character by character that ``_depth_within`` does in C."""
+    """The scan character by character that ``depth_within`` does in C."""
     depth, in_string, escaped = 0, False, False
     for char in text:
         if in_string:
@@ -96,7 +96,7 @@ def _reference_depth_within(text: str, limit: int) -> bool:
 @settings(max_examples=400, deadline=None)
 @given(st.text(alphabet='[]{}"\\ax,:', max_size=300), st.integers(0, 8))
 def test_the_depth_bound_is_the_character_scans(text, limit):
-    assert bounded_json._depth_within(text, limit) == _reference_depth_within(text, limit)
+    assert bounded_json.depth_within(text, limit) == _reference_depth_within(text, limit)
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,19 @@ class StepStatus(StrEnum):
     CANCELLED = "Cancelled"  # never ran, or failed with nothing to undo, and the workflow stopped
 
 
+# Sub-states of a Compensating step, kept in ``StepRecord.compensation_status`` (the status stays
+# Compensating until the compensator succeeded or the scheduler gave up on it): the agents and the
+# scheduler write them, the watchdog reads them.
+COMP_DISPATCHED = "Dispatched"
+COMP_RUNNING = "Running"
+COMP_FAILED = "Failed"
+COMP_TIMED_OUT = "TimedOut"
+COMP_DONE = "Compensated"
+COMP_GAVE_UP = "GaveUp"  # on CompensationFailed rows
+COMP_IN_FLIGHT = frozenset({COMP_DISPATCHED, COMP_RUNNING})
+GIVEN_UP = "GivenUp"  # on a work step whose attempts were exhausted (give_up_step): compensated next
+
+
 S = StepStatus
 
 # The state machine. Keys: current status; values: statuses it may move to.
@@ -71,6 +84,8 @@ _INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 _STEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 INSTANCE_ID_PATTERN = _INSTANCE_ID.pattern  # as published in the message schemas (docs/schemas/)
 STEP_ID_PATTERN = _STEP_ID.pattern
+AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")  # lowercase dotted words
+WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")  # lowercase words joined by '-'
 
 
 def _valid_key(kind: str, value: object, pattern: re.Pattern[str], limit: int) -> str:

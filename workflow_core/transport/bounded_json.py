@@ -33,10 +33,10 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)  # unclos
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_MAYBE_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
+MAYBE_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
 
 
-def _depth_within(text: str, limit: int) -> bool:
+def depth_within(text: str, limit: int) -> bool:
     """Whether no array/object nests deeper than ``limit`` (strings skipped; the text need not be
     valid JSON: parsing comes after). Text that opens ``limit`` brackets or fewer cannot; otherwise
     the brackets outside strings are summed, in C (regular expressions, ``accumulate``)."""
@@ -74,14 +74,18 @@ def _constant(name: str) -> Any:
     raise MalformedJson(f"{name} is not JSON")
 
 
-def _check_strings(value: Any) -> None:
-    """No string (key or value, at any depth) holds a lone surrogate."""
+def check_strings(value: Any) -> None:
+    """No string (key or value, at any depth) holds a lone surrogate: valid JSON, but no UTF-8 store
+    (Table Storage, a blob, a queue) can hold it."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
             if _SURROGATE.search(item):
-                raise MalformedJson("a string holds a lone UTF-16 surrogate")
+                raise MalformedJson(
+                    f"the string {item[:40]!r} holds a lone UTF-16 surrogate (\\ud800-\\udfff), which cannot "
+                    "be stored: send whole characters (a surrogate pair or the character)"
+                )
         elif isinstance(item, list):
             stack.extend(item)
         elif isinstance(item, dict):
@@ -98,7 +102,7 @@ def loads(data: str | bytes, *, max_chars: int = MAX_CHARS, max_depth: int = MAX
             raise MalformedJson(f"not UTF-8 (byte {exc.start})") from None
     if len(data) > max_chars:
         raise MalformedJson(f"{len(data)} characters (at most {max_chars})")
-    if not _depth_within(data, max_depth):
+    if not depth_within(data, max_depth):
         raise MalformedJson(f"nested deeper than {max_depth} levels")
     try:
         value = json.loads(
@@ -112,6 +116,6 @@ def loads(data: str | bytes, *, max_chars: int = MAX_CHARS, max_depth: int = MAX
         raise
     except (ValueError, RecursionError, TypeError, OverflowError) as exc:
         raise MalformedJson(f"not JSON: {str(exc)[:MAX_REASON_CHARS]}") from None
-    if _MAYBE_SURROGATE.search(data):  # else no parsed string can hold one
-        _check_strings(value)
+    if MAYBE_SURROGATE.search(data):  # else no parsed string can hold one
+        check_strings(value)
     return value

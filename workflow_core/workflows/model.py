@@ -13,12 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workflow_core.ledger.model import NewStep
+from workflow_core.ledger.model import WORKFLOW_NAME, NewStep
 from workflow_core.workflows.errors import WorkflowInputError
 from workflow_core.workflows.references import iter_references, resolve_value
 from workflow_core.workflows.steps import ParallelGroup, StepDefinition, StepItem
 
-WORKFLOW_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]

@@ -22,13 +22,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from workflow_core.ledger.model import AGENT_NAME
 from workflow_core.workflows.agent_limits import AgentLimits
 from workflow_core.workflows.errors import WorkflowDefinitionError
 
 POOLS_FILE = "pools.yaml"
 DEFAULT_POOL = "default"
 # Short enough that "<queue name>-<pool>" stays a valid queue name on both transports.
-AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")  # as message_fields
 POOL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){0,19}$")
 # The one exception to the routing rule (workflow -> its agents whose messages go to the pool their
 # input names): the recovery canary's, ``workflow_core.canary``'s names (a test keeps them in step).

@@ -10,10 +10,9 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 from pydantic.functional_validators import AfterValidator
 
 from workflow_core.ledger.errors import InvalidLedgerInput
-from workflow_core.ledger.model import validate_step_id
+from workflow_core.ledger.model import AGENT_NAME, validate_step_id
 from workflow_core.workflows.retry import RetryPolicy
 
-AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 MAX_DEADLINE_SECONDS = 7 * 24 * 3600  # a first deadline beyond a week is a definition mistake
 
