@@ -2,8 +2,8 @@
 
 Same door and identity as single actions (function key, caller name, a reason), the operation
 recorded in the ledger and its matching instances frozen before anything is acted on
-(:mod:`supervisor.bulk`). The request acts on the first :data:`INLINE_INSTANCES` of them itself; the
-``bulk_operations_timer`` carries the rest on at ``BULK_RATE_PER_SECOND``.
+(:mod:`supervisor.maintenance.bulk`). The request acts on the first :data:`INLINE_INSTANCES` of them
+itself; the maintenance timer carries the rest on at ``BULK_RATE_PER_SECOND``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from api.responses import (
     json_response,
     resolve_services,
 )
-from supervisor import bulk, bulk_keys, operator
+from supervisor import operator
+from supervisor.maintenance import bulk, bulk_keys
 from workflow_core.feature_settings import bulk_settings
 from workflow_core.settings import SettingsError
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devtools.request_counter import RequestCounter
-from supervisor.retention import Retention
+from supervisor.maintenance.retention import Retention
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, NewStep, StepLedger, StepStatus
 

@@ -2,7 +2,7 @@
 
 ``sas purge`` marks the finished instances it selects ``Purging`` (each audited); the retention
 timer, which holds the Durable client, deletes them on its next tick. ``sas bulk`` records a bulk
-operation in the ledger and carries it out (:mod:`supervisor.bulk`) with a progress bar; an
+operation in the ledger and carries it out (:mod:`supervisor.maintenance.bulk`) with a progress bar; an
 interrupted one goes on with ``sas bulk continue <id>``, or with the same command and the
 ``--idempotency-key`` it printed: the key (a new one per command, claimed as ``POST /api/operations``
 claims it) makes a repeat carry the first operation on instead of recording a second one.
@@ -23,8 +23,9 @@ from rich.table import Table
 from operator_cli import render
 from operator_cli.action_commands import KEY_CHARS, check_key
 from operator_cli.session import OUTPUT, CliError, Session, confirm, current_session, operator_user
-from supervisor import bulk, bulk_keys, operator
-from supervisor.retention import Retention
+from supervisor import operator
+from supervisor.maintenance import bulk, bulk_keys
+from supervisor.maintenance.retention import Retention
 from workflow_core import clock
 from workflow_core.ledger import idempotency
 

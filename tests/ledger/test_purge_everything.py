@@ -10,7 +10,8 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
-from supervisor import bulk, operator
+from supervisor import operator
+from supervisor.maintenance import bulk
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, NewStep, StepLedger, StepStatus
 from workflow_core.ledger.idempotency import IdempotencyKeys

@@ -11,7 +11,8 @@ import multiprocessing
 import os
 from datetime import UTC, datetime, timedelta
 
-from supervisor import bulk, operator
+from supervisor import operator
+from supervisor.maintenance import bulk
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, NewStep, StepLedger, StepStatus
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from supervisor import bulk
+from supervisor.maintenance import bulk
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, NewStep, StepLedger, StepStatus
 from workflow_core.ledger.bulk_rows import CLAIM_LEASE, CLAIMED, PENDING, BulkRows
@@ -123,7 +123,7 @@ def test_an_unknown_action_or_no_reason_is_refused(ledger):
 
 RUNNER = """
 import asyncio, sys
-from supervisor import bulk
+from supervisor.maintenance import bulk
 from workflow_core.ledger import StepLedger
 conn, steps, idx, op_id = sys.argv[1:5]
 ledger = StepLedger.from_connection_string(conn, steps, idx)

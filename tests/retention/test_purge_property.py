@@ -14,7 +14,7 @@ from azure.storage.blob import ContainerClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.retention import Retention
+from supervisor.maintenance.retention import Retention
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus, StepLedger
 from workflow_core.ledger.families import INSTANCE_ROW

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from supervisor.retention import Retention
+from supervisor.maintenance.retention import Retention
 from workflow_core import clock
 from workflow_core.ledger import InstanceStatus
 from workflow_core.workflows import parse_workflow

@@ -91,7 +91,7 @@ def test_a_bulk_command_cut_off_and_repeated_with_its_key_carries_the_same_opera
 ):
     from azure.core.exceptions import ServiceRequestError
 
-    from supervisor import bulk
+    from supervisor.maintenance import bulk
 
     for n in range(2):
         make_step(ledger, f"cli-key-{n}", S.FAILED)

@@ -11,8 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from devtools.durable_host import DurableTestHost
-from supervisor import bulk
-from supervisor.maintenance import bulk_tick, due_features, maintenance_tick, retention_tick
+from supervisor.maintenance import bulk, bulk_tick, due_features, maintenance_tick, retention_tick
 from tests.durable_host.test_client_and_app import approval
 from tests.helpers.rows import IS, NOW, make_instance
 from workflow_core import clock

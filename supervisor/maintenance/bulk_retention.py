@@ -5,8 +5,8 @@ Per operation, in this order (each delete tolerant of a row already gone, so a c
 finished by the next tick, which finds the operation row again):
 
 1. the idempotency keys whose stored answer names it: first the API-wide ``~idempotency`` index row
-   (only while it still names :data:`~supervisor.bulk_keys.KEYS_PARTITION`, ETag-guarded), then the
-   key row in ``~bulk-keys``, so the key is free again;
+   (only while it still names :data:`~supervisor.maintenance.bulk_keys.KEYS_PARTITION`, ETag-guarded),
+   then the key row in ``~bulk-keys``, so the key is free again;
 2. its instances' rows (partition ``~bulk~<id>``), in entity-group transactions of at most 100;
 3. last, the operation row itself (ETag-guarded: an operation changed meanwhile is left).
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from supervisor.bulk_keys import KEYS_PARTITION
+from supervisor.maintenance.bulk_keys import KEYS_PARTITION
 from workflow_core import clock
 from workflow_core.ledger import StepLedger
 from workflow_core.ledger.bulk_rows import BulkRows

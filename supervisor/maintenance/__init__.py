@@ -20,10 +20,10 @@ from typing import Any
 import azure.durable_functions as df
 import azure.functions as func
 
-from supervisor import bulk
-from supervisor.bulk_retention import bulk_retention_tick
 from supervisor.canary.runs import canary_tick
-from supervisor.retention import PurgeReport, Retention
+from supervisor.maintenance import bulk
+from supervisor.maintenance.bulk_retention import bulk_retention_tick
+from supervisor.maintenance.retention import PurgeReport, Retention
 from workflow_core import clock, runtime
 from workflow_core.feature_settings import FEATURE_LOADERS, BulkSettings, RetentionSettings, feature_errors
 from workflow_core.settings import SettingsError

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from supervisor.bulk import BulkFilter
+from supervisor.maintenance.bulk import BulkFilter
 from workflow_core.ledger.families import BULK_KEYS_PARTITION as KEYS_PARTITION
 
 __all__ = ["KEYS_PARTITION", "request_of"]
