@@ -11,6 +11,8 @@ such instance" (404) is a backend that answered.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 from typing import Any
@@ -72,20 +74,32 @@ async def durable_backend(client: Any) -> Row:
     )
     if client is None:
         return row(check, None, "no Durable client binding in this call (not measurable here)")
-    import aiohttp
     from azure.durable_functions.models.RpcManagementOptions import RpcManagementOptions
 
     url = RpcManagementOptions(instance_id=PROBE_INSTANCE).to_url(client._orchestration_bindings.rpc_base_url)
     try:
-        timeout = aiohttp.ClientTimeout(total=30)
-        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
-            status, text = response.status, (await response.text())[:200]
+        status, text = await asyncio.wait_for(_get(client, url), timeout=30)
     except Exception as exc:  # the extension itself did not answer
         return row(check, False, f"{type(exc).__name__}: {str(exc)[:300]}", fix)
     if status not in ANSWERED_STATUSES:
         detail = f"the status query of {PROBE_INSTANCE!r} answered HTTP {status}: {text}"
         return row(check, False, detail, fix)
     return row(check, True, f"status query of {PROBE_INSTANCE!r} answered (HTTP {status})")
+
+
+async def _get(client: Any, url: str) -> tuple[int, str]:
+    """GET ``url`` as the client's transport would. The SDK's own transport (``http_utils``) keeps one
+    process-wide session and decodes every body as JSON, so it is asked with a session of this call's
+    own (the same request); a client whose transport was replaced (the in-process durable host of
+    ``devtools/``, which answers the same API in process) is asked through that transport."""
+    get = client._get_async_request
+    if getattr(get, "__module__", "").startswith("azure.durable_functions"):
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            return response.status, (await response.text())[:200]
+    status, body = await get(url)
+    return status, (body if isinstance(body, str) else json.dumps(body))[:200]
 
 
 def answer_queue_names() -> list[str]:
