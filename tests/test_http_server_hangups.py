@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
 import urllib.request
 
 import azure.functions as func
 
 from devtools.http_server import AppHttpServer, Route, _compile
-
-
-class Host:
-    """What AppHttpServer needs of the durable host: its lock, and ``call``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def call(self, function, req, **kwargs):
-        return function(req)
+from tests.helpers.bare_host import BareHost
 
 
 def slow_answer(req: func.HttpRequest) -> func.HttpResponse:
@@ -30,7 +20,7 @@ def slow_answer(req: func.HttpRequest) -> func.HttpResponse:
 
 def test_a_client_that_hangs_up_mid_answer_prints_no_traceback(capfd):
     route = Route("slow", frozenset({"GET"}), _compile("/api/slow"), "/api/slow", False, slow_answer)
-    server = AppHttpServer(Host(), [route]).start()
+    server = AppHttpServer(BareHost(), [route]).start()
     try:
         for _ in range(3):
             s = socket.create_connection(("127.0.0.1", server.port))

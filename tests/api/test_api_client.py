@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 
 import azure.functions as func
 import pytest
@@ -14,14 +13,7 @@ import pytest
 from api.problems import ApiError as Problem
 from devtools.http_server import AppHttpServer, Route, _compile
 from operator_cli.cli import main
-
-
-class Host:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def call(self, function, req, **kwargs):
-        return function(req)
+from tests.helpers.bare_host import BareHost
 
 
 @pytest.fixture
@@ -35,7 +27,7 @@ def app():
         return answers.pop(0)
 
     route = Route("runs", frozenset({"POST"}), _compile("/api/canary/runs"), "/api/canary/runs", False, runs)
-    server = AppHttpServer(Host(), [route]).start()
+    server = AppHttpServer(BareHost(), [route]).start()
     server.answers, server.calls = answers, calls
     yield server
     server.close()

@@ -8,7 +8,6 @@ import asyncio
 import io
 import json
 import re
-import threading
 from datetime import timedelta
 
 import azure.functions as func
@@ -17,15 +16,8 @@ import pytest
 from api import diagnostics
 from devtools.http_server import AppHttpServer, Route, _compile
 from operator_cli.cli import main
+from tests.helpers.bare_host import BareHost
 from workflow_core import clock, telemetry_instruments
-
-
-class Host:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def call(self, function, req, **kwargs):
-        return function(req)
 
 
 @pytest.fixture
@@ -52,7 +44,7 @@ def served(services, monkeypatch, client):
         False,
         answer,
     )
-    server = AppHttpServer(Host(), [route]).start()
+    server = AppHttpServer(BareHost(), [route]).start()
     yield server
     server.close()
 
@@ -135,7 +127,7 @@ def test_an_answer_that_is_not_a_report_exits_7():
         return func.HttpResponse(json.dumps({"sections": "nope"}), status_code=200)
 
     route = Route("x", frozenset({"GET"}), _compile("/api/diagnostics"), "/api/diagnostics", False, junk)
-    server = AppHttpServer(Host(), [route]).start()
+    server = AppHttpServer(BareHost(), [route]).start()
     try:
         code, _, err = _doctor("--url", server.url)
     finally:
