@@ -8,6 +8,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"^\| (\d+) \|")
 TEST = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)`")
+# A source is pinned (`repo@commit`, `abbrev@release`) or, where none is public, a docs page by its title.
+PINNED = re.compile(r"[\w.-]+@[\w.-]+|docs \"")
 
 
 def _rows() -> list[list[str]]:
@@ -33,6 +35,7 @@ def test_every_row_names_an_existing_test_and_a_source():
             f"row {number}: {path} has no {name}"
         )
         assert source and live, f"row {number}: source and live check are required"
+        assert PINNED.search(source), f"row {number}: the source names no version read (repo@commit)"
 
 
 def test_rows_are_numbered_in_order():
