@@ -28,7 +28,7 @@ from azure.data.tables import TableServiceClient
 
 from operator_cli import render
 from workflow_core.ledger import InstanceNotFound, InstanceRecord, StepLedger
-from workflow_core.ledger.idempotency import IdempotencyKeys
+from workflow_core.ledger.idempotency import IdempotencyKeys, KeyInProgress, KeyReused
 from workflow_core.settings import STORAGE_CONNECTION, SettingsError, load_settings
 
 # The option of every command that prints: table for people, json for scripts.
@@ -213,3 +213,14 @@ def get_instance(ledger: StepLedger, instance_id: str) -> InstanceRecord:
         return ledger.get_instance(instance_id)
     except InstanceNotFound:
         raise CliError(f"no workflow instance {instance_id!r} in the ledger") from None
+
+
+def claim_key(s: Session, partition: str, key: str, request: str, actor: str) -> dict | None:
+    """Claim an idempotency key (None: this command is the first with it), or the stored answer of
+    the first command; a key used for another request, or still in progress, is a :class:`CliError`."""
+    try:
+        return s.keys.claim_or_replay(partition, key, request, actor)
+    except KeyReused as exc:
+        raise CliError(f"idempotency key {key!r} was used for another request ({exc.request})") from None
+    except KeyInProgress:
+        raise CliError(f"the command with idempotency key {key!r} is still being carried out") from None
