@@ -82,8 +82,6 @@ class Conformance:
         self.process: subprocess.Popen | None = None
         self.instances: list[str] = []  # every instance a check started: their timelines
 
-    # ---- the agent process ----------------------------------------------------------------------
-
     def start_agent(self) -> None:
         self.runs += 1
         env = {**os.environ, "CONFORMANCE_EFFECTS": str(self.effects)}
@@ -104,8 +102,6 @@ class Conformance:
     def agent_output(self) -> str:
         logs = sorted(self.scratch.glob("agent-*.log"), key=lambda p: int(p.stem.split("-")[1]))
         return "".join(p.read_text(errors="replace") for p in logs)
-
-    # ---- helpers --------------------------------------------------------------------------------
 
     def _alive(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -197,8 +193,6 @@ class Conformance:
     def _start(self, **inputs: Any) -> tuple[str, str]:
         value = f"v-{uuid.uuid4().hex[:8]}"
         return self.h.start_workflow("conformance", {"value": value, **inputs}), value
-
-    # ---- the checks -----------------------------------------------------------------------------
 
     def check_valid_result(self) -> str:
         self._alive()

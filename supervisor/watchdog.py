@@ -24,7 +24,6 @@ from supervisor.watchdog_model import (
     DEFAULT_LEASE_SECONDS,
     ERROR_ACTION,
     OPERATOR_PREFIX,
-    DurableClient,
     TickReport,
     _io,
     _operator_requested,
@@ -46,7 +45,7 @@ log = logging.getLogger("sas.supervisor.watchdog")
 
 
 async def run_tick(
-    client: DurableClient,
+    client: Any,
     services: Any,
     *,
     now: datetime | None = None,
@@ -284,9 +283,6 @@ async def _wake(client: Any, wakes: list[tuple[str, str]]) -> None:
             await client.raise_event(orchestration, event, None)
         except Exception as exc:  # gone, or finished: the park's own timer ends any wait anyway
             log.info("could not wake %s (%s): %s", orchestration, event, exc)
-
-
-# ---- the Azure Function ---------------------------------------------------------------------------
 
 
 def _run_on_startup() -> bool:

@@ -102,7 +102,8 @@ class DurableTestClient(DurableOrchestrationClient):
                             "ExceptionType": "System.ArgumentException",
                         },
                     ]
-                return [202, self._management_payload(instance_id)]
+                urls = binding_context(host)["managementUrls"]
+                return [202, {key: value.replace("INSTANCEID", instance_id) for key, value in urls.items()}]
 
             if segments[0] != "instances":
                 return [404, ""]
@@ -159,7 +160,3 @@ class DurableTestClient(DurableOrchestrationClient):
         del self._host._instances[instance_id]
         self._host._dirty.pop(instance_id, None)
         return [200, {"instancesDeleted": 1}]
-
-    def _management_payload(self, instance_id: str) -> dict:
-        urls = binding_context(self._host)["managementUrls"]
-        return {key: value.replace("INSTANCEID", instance_id) for key, value in urls.items()}
