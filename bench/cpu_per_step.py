@@ -34,7 +34,7 @@ from azure.storage.queue import QueueClient
 
 import orchestrators.attempts as attempts
 from bench import throughput
-from devtools import harness_pumps
+from devtools import harness_agents
 from devtools.azurite import Azurite
 from devtools.durable_host import episodes, host, registry
 from devtools.logs import quiet_logging
@@ -48,8 +48,8 @@ SDK_QUEUE = "Azure SDK queue client (request, XML, base64)"
 PHASES: list[tuple[Any, str, str]] = [
     (episodes._Episodes, "_run_episode", "orchestration episodes: Durable SDK, orchestrator code, host"),
     (registry.ActivityFunction, "invoke", "scheduler activities (dispatch, settle): own code"),
-    (harness_pumps.HarnessPumps, "_work_handler", "worker (claim, handler, record, reply): own code"),
-    (harness_pumps.HarnessPumps, "_result_handler", "result handler: own code"),
+    (harness_agents.HarnessPumps, "_work_handler", "worker (claim, handler, record, reply): own code"),
+    (harness_agents.HarnessPumps, "_result_handler", "result handler: own code"),
     (host.DurableTestHost, "call", "HTTP starter: own code"),
     (storage_queue.StorageQueueTransport, "receive", "queue pumps (receive, delete)"),
     (storage_queue.StorageQueueTransport, "complete", "queue pumps (receive, delete)"),
