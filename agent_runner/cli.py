@@ -86,14 +86,6 @@ def use_sources(definitions_dir: str | None, pools_file: str | None) -> None:
     loader.clear_workflow_cache()
 
 
-def export_telemetry(settings) -> None:
-    """Logs, metrics and traces as the app's worker sends them, under service.name ``sas-agent``."""
-    from workflow_core.telemetry_instruments import configure_telemetry
-
-    os.environ.setdefault("OTEL_SERVICE_NAME", SERVICE_NAME)
-    configure_telemetry(settings)  # the package loggers are children of "sas" (workflow_core)
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--pool", "pools", multiple=True, required=True, help="an agent pool to serve (repeatable)")
 @click.option("--handlers", required=True, help="module(s) registering your @agent handlers, comma-separated")
@@ -141,6 +133,7 @@ def main(
     logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK logs every request's headers at INFO
     from azure.core.exceptions import AzureError
 
+    from workflow_core.telemetry_instruments import configure_telemetry
     from workflow_core.transport import TransportError
 
     try:
@@ -148,7 +141,9 @@ def main(
         settings = load_settings()
         queues = pool_queues(pools, settings.work_queue)
         agents = load_handlers([m.strip() for m in handlers.split(",") if m.strip()])
-        export_telemetry(settings)
+        # logs, metrics and traces as the app's worker sends them, under service.name sas-agent
+        os.environ.setdefault("OTEL_SERVICE_NAME", SERVICE_NAME)
+        configure_telemetry(settings)  # the package loggers are children of "sas" (workflow_core)
         from agent_runner.runner import AgentRunner
         from workflow_core.runtime import get_services
 

@@ -76,12 +76,6 @@ def _invalid_principal(what: str, limit: str) -> ApiError:
     )
 
 
-def _check_principal_bounds(headers: Mapping[str, str]) -> None:
-    encoded = _header(headers, PRINCIPAL_HEADER) or ""
-    if len(encoded) > MAX_PRINCIPAL_HEADER_CHARS:
-        raise _invalid_principal(PRINCIPAL_HEADER, f"at most {MAX_PRINCIPAL_HEADER_CHARS} characters")
-
-
 def _checked_name(name: str) -> str:
     if len(name) > MAX_PRINCIPAL_NAME_CHARS:
         raise _invalid_principal("name", f"at most {MAX_PRINCIPAL_NAME_CHARS} characters")
@@ -93,8 +87,9 @@ def _checked_name(name: str) -> str:
 def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] | None:
     """The platform's principal (name, roles), or ``None`` when the request carries none (anonymous);
     400 ``invalid-principal`` when it breaks a bound."""
-    _check_principal_bounds(headers)
     encoded = _header(headers, PRINCIPAL_HEADER) or ""
+    if len(encoded) > MAX_PRINCIPAL_HEADER_CHARS:
+        raise _invalid_principal(PRINCIPAL_HEADER, f"at most {MAX_PRINCIPAL_HEADER_CHARS} characters")
     try:
         data = json.loads(base64.b64decode(encoded + "=" * (-len(encoded) % 4))) if encoded else None
     except (binascii.Error, ValueError, RecursionError):

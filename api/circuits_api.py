@@ -26,7 +26,8 @@ from api.responses import (
     required_reason,
     resolve_services,
 )
-from supervisor import operator, slot_sweep
+from supervisor import operator
+from supervisor.watchdog import wake_parked
 from workflow_core import clock
 from workflow_core.ledger import AuditEntry, StepRecord
 from workflow_core.ledger.model import AGENT_NAME
@@ -88,7 +89,7 @@ async def circuit_action(req: func.HttpRequest, client: Any, services: ServicesS
 
         circuit = await call_ledger(svc, act)
         if action == "close":  # the steps parked behind it go now, not at the end of their park
-            await slot_sweep.wake_parked(client, svc, agent)
+            await wake_parked(client, svc, agent)
         log.info("operator %s: circuit of %s %s (%s)", user, agent, action, reason)
         return json_response({"action": action, "actor": actor, "circuit": circuit})
 

@@ -15,7 +15,6 @@ from azure.durable_functions import OrchestrationRuntimeStatus
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
 from api.boundary import secure
-from api.problems import iso
 from api.responses import (
     DEFAULT_TOP,
     MAX_TOP,
@@ -44,7 +43,6 @@ from workflow_core.contracts import compensation_instance_id
 from workflow_core.workflows import WorkflowDefinitionError, load_workflows
 
 log = logging.getLogger(__name__)
-# ---- GET /api/workflows/{instance_id} -------------------------------------------------------------
 
 
 @json_errors
@@ -80,9 +78,6 @@ async def get_workflow_status(
     return json_response(body)
 
 
-# ---- GET /api/workflows/{instance_id}/steps -------------------------------------------------------
-
-
 @json_errors
 async def get_workflow_steps(
     req: func.HttpRequest, client: Any, services: ServicesSource
@@ -111,9 +106,6 @@ async def get_workflow_steps(
     return json_response(body)
 
 
-# ---- GET /api/workflows ---------------------------------------------------------------------------
-
-
 @json_errors
 async def list_workflows(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
     """Recent orchestration instances, newest first; ``?status=Running,Failed`` and ``?top=`` filter."""
@@ -126,14 +118,9 @@ async def list_workflows(req: func.HttpRequest, client: Any, services: ServicesS
     found = sorted((s for s in found if s), key=_created_key, reverse=True)
     base = route_base(req)
     instances = [
-        {
-            "instanceId": s.instance_id,
-            "name": s.name,
+        {k: v for k, v in (orchestration_view(s) or {}).items() if k != "output"}
+        | {
             "workflow": workflow_name_of(s, []),
-            "runtimeStatus": runtime_status_name(s),
-            "customStatus": s.custom_status,
-            "createdTime": iso(s.created_time),
-            "lastUpdatedTime": iso(s.last_updated_time),
             "statusUrl": status_url(base, s.instance_id) if s.instance_id else None,
         }
         for s in found[:top]
@@ -183,9 +170,6 @@ def _top(raw: str | None) -> int:
     if not 1 <= top <= MAX_TOP:
         raise ApiError(400, "invalid top", [f"{rule}, got {top}"], code="invalid-filter")
     return top
-
-
-# ---- GET /api/health ------------------------------------------------------------------------------
 
 
 async def health(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:

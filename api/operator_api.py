@@ -100,12 +100,7 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
             code="invalid-filter",
         )
     workflow = params.get("workflow") if text("workflow") is not None else None  # unstripped: checked
-    canary_runs = text("canary") or "exclude"
-    if canary_runs not in ("include", "exclude"):
-        raise ApiError(
-            400, "invalid canary", [f"use include or exclude, got {canary_runs!r}"], code="invalid-filter"
-        )
-    hide_canary = canary_runs == "exclude" and workflow is None  # asking for sas-canary by name shows it
+    hide_canary = _hide_canary(req) and workflow is None  # asking for sas-canary by name shows it
     return {
         "exclude_workflow": CANARY_WORKFLOWS if hide_canary else None,
         "status": text("status"),
@@ -118,6 +113,14 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
         "limit": limit,
         "continuation": text("continuation"),
     }
+
+
+def _hide_canary(req: func.HttpRequest) -> bool:
+    """``?canary=exclude`` (the default) or ``include``: the recovery canary's runs."""
+    show = (req.params.get("canary") or "").strip() or "exclude"
+    if show not in ("include", "exclude"):
+        raise ApiError(400, "invalid canary", [f"include or exclude, not {show!r}"], code="invalid-filter")
+    return show == "exclude"
 
 
 @json_errors
@@ -211,16 +214,13 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
     user = caller_name(req)
     svc = resolve_services(services)
     apply = STEP_ACTIONS[action]
-    actor = operator.actor_for(user)
 
     async def move() -> func.HttpResponse:
         updated = await _ledger_move(
             svc, lambda ledger: apply(ledger, instance_id, step_id, user=user, reason=reason)
         )
         log.info("operator %s: %s of %s by %s (%s)", action, step_id, instance_id, user, reason)
-        return json_response(
-            {"action": action, "actor": operator.actor_for(user), "step": step_view(updated)}
-        )
+        return json_response({"action": action, "actor": actor, "step": step_view(updated)})
 
     actor = operator.actor_for(user)
     return await idempotent.once(req, svc, instance_id, f"{action} {instance_id}/{step_id}", actor, move)
@@ -302,12 +302,7 @@ async def attention(req: func.HttpRequest, client: Any, services: ServicesSource
     """``GET /api/attention``: the operator's inbox: stalled steps, failed compensations, dead letters."""
     svc = resolve_services(services)
     now = clock.utcnow()
-    show = (req.params.get("canary") or "exclude").strip()
-    if show not in ("include", "exclude"):
-        raise ApiError(
-            400, "invalid canary", [f"use include or exclude, got {show!r}"], code="invalid-filter"
-        )
-    hidden = CANARY_WORKFLOWS if show == "exclude" else ()
+    hidden = CANARY_WORKFLOWS if _hide_canary(req) else ()
 
     def read(ledger: StepLedger) -> dict[str, Any]:
         stalled = ledger.overdue(now, limit=200)

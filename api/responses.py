@@ -125,13 +125,11 @@ def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        text = raw.decode("utf-8")
+        data = parse_json(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ApiError(
             400, "request body is not valid UTF-8 text", ["send a JSON object"], code="invalid-json"
         ) from None
-    try:
-        data = parse_json(text)
     except json.JSONDecodeError as exc:
         raise ApiError(
             400,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
@@ -44,30 +45,34 @@ def _ref(text: str | None) -> Any:
         return text
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def _fields(obj: Any, names: str) -> dict[str, Any]:
+    """``obj``'s attributes ``names`` under their camelCase names, times in ISO 8601, enums as values."""
+    out = {}
+    for name in names.split():
+        value = getattr(obj, name)
+        out[_camel(name)] = iso(value) if isinstance(value, datetime) else getattr(value, "value", value)
+    return out
+
+
 def step_view(record: StepRecord) -> dict[str, Any]:
     return {
         "id": record.step_id,
         "name": record.step_name,
-        "sequence": record.sequence,
-        "agent": record.agent,
-        "status": record.status.value,
-        "attempt": record.attempt,
-        "maxAttempts": record.max_attempts,
-        "owner": record.owner,
-        "deadline": iso(record.deadline),
-        "lastHeartbeat": iso(record.last_heartbeat),
-        "lastError": record.last_error,
+        **_fields(
+            record, "sequence agent status attempt max_attempts owner deadline last_heartbeat last_error"
+        ),
         "compensation": {
             "compensator": record.compensator,
             "status": record.compensation_status,
             "attempt": record.compensation_attempt,
         },
         "output": _ref(record.result_ref),
-        "createdAt": iso(record.created_at),
-        "updatedAt": iso(record.updated_at),
-        "completedAt": iso(record.completed_at),
-        "resentAt": iso(record.resent_at),
-        "orchestrationId": record.orchestration_id,
+        **_fields(record, "created_at updated_at completed_at resent_at orchestration_id"),
     }
 
 
@@ -94,13 +99,9 @@ def orchestration_view(status: DurableOrchestrationStatus | None) -> dict[str, A
     if not status:  # DurableOrchestrationStatus is falsy for "not found"
         return None
     return {
-        "name": status.name,
-        "instanceId": status.instance_id,
+        **_fields(status, "name instance_id"),
         "runtimeStatus": runtime_status_name(status),
-        "customStatus": status.custom_status,
-        "output": status.output,
-        "createdTime": iso(status.created_time),
-        "lastUpdatedTime": iso(status.last_updated_time),
+        **_fields(status, "custom_status output created_time last_updated_time"),
     }
 
 
@@ -127,25 +128,14 @@ def capped(text: str | None) -> dict[str, Any] | None:
     return {"value": _ref(text), "size": len(text), "truncated": False}
 
 
+INSTANCE_FIELDS = (
+    "instance_id workflow version status orchestration_id generation business_key started_at updated_at "
+    "completed_at resume_count max_resumes scheduler_deadline needs_attention attention_reason last_error"
+)
+
+
 def instance_record_view(record: InstanceRecord) -> dict[str, Any]:
-    return {
-        "instanceId": record.instance_id,
-        "workflow": record.workflow,
-        "version": record.version,
-        "status": record.status.value,
-        "orchestrationId": record.orchestration_id,
-        "generation": record.generation,
-        "businessKey": record.business_key,
-        "startedAt": iso(record.started_at),
-        "updatedAt": iso(record.updated_at),
-        "completedAt": iso(record.completed_at),
-        "resumeCount": record.resume_count,
-        "maxResumes": record.max_resumes,
-        "schedulerDeadline": iso(record.scheduler_deadline),
-        "needsAttention": record.needs_attention,
-        "attentionReason": record.attention_reason,
-        "lastError": record.last_error,
-    }
+    return _fields(record, INSTANCE_FIELDS)
 
 
 def attempts_view(audit: list[AuditEntry]) -> list[dict[str, Any]]:

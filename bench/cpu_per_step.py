@@ -6,7 +6,7 @@ the transport and in it.
     python bench/cpu_per_step.py --runs 10
 
 Each timed function is wrapped; a wrapped call's time counts for it alone (its own wrapped callees
-are subtracted), and the time inside the counted transport (``devtools.request_counter``: from
+are subtracted), and the time inside the transport (the SDK's ``RequestsTransport.send``: from
 handing a request to the HTTP stack to its answer, the stack's own CPU included) is charged to a
 column of its own. CPU time, not wall time: a busy machine moves it far less than the rates
 (``bench/throughput.py``), though not at all is too much to ask of a shared core. Main thread only:
@@ -28,12 +28,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from azure.core.pipeline import Pipeline
+from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableClient
 from azure.storage.queue import QueueClient
 
 import orchestrators.attempts as attempts
 from bench import throughput
-from devtools import harness_pumps, request_counter
+from devtools import harness_agents
 from devtools.azurite import Azurite
 from devtools.durable_host import episodes, host, registry
 from devtools.logs import quiet_logging
@@ -47,8 +48,8 @@ SDK_QUEUE = "Azure SDK queue client (request, XML, base64)"
 PHASES: list[tuple[Any, str, str]] = [
     (episodes._Episodes, "_run_episode", "orchestration episodes: Durable SDK, orchestrator code, host"),
     (registry.ActivityFunction, "invoke", "scheduler activities (dispatch, settle): own code"),
-    (harness_pumps.HarnessPumps, "_work_handler", "worker (claim, handler, record, reply): own code"),
-    (harness_pumps.HarnessPumps, "_result_handler", "result handler: own code"),
+    (harness_agents.HarnessPumps, "_work_handler", "worker (claim, handler, record, reply): own code"),
+    (harness_agents.HarnessPumps, "_result_handler", "result handler: own code"),
     (host.DurableTestHost, "call", "HTTP starter: own code"),
     (storage_queue.StorageQueueTransport, "receive", "queue pumps (receive, delete)"),
     (storage_queue.StorageQueueTransport, "complete", "queue pumps (receive, delete)"),
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ledger = CpuLedger()
     for owner, name, phase in PHASES:
         ledger.wrap(owner, name, phase)
-    ledger.wrap(request_counter._CountingTransport, "send", "", wire=True)
+    ledger.wrap(RequestsTransport, "send", "", wire=True)
     harness = throughput.PatternHarness
     for name in ("start_workflow", "run_until"):  # the timed part of a run, nothing before or after
         setattr(harness, name, _timed(ledger, getattr(harness, name)))

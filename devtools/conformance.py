@@ -28,6 +28,9 @@ from typing import Any
 from devtools import conformance_verdicts as verdicts
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
+from workflow_core import clock
+from workflow_core.messages import work_message
+from workflow_core.transport import message_id_for
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_DEADLINE_SECONDS = 10  # short, so an agent that never replies is found out quickly
@@ -79,8 +82,6 @@ class Conformance:
         self.process: subprocess.Popen | None = None
         self.instances: list[str] = []  # every instance a check started: their timelines
 
-    # ---- the agent process ----------------------------------------------------------------------
-
     def start_agent(self) -> None:
         self.runs += 1
         env = {**os.environ, "CONFORMANCE_EFFECTS": str(self.effects)}
@@ -101,8 +102,6 @@ class Conformance:
     def agent_output(self) -> str:
         logs = sorted(self.scratch.glob("agent-*.log"), key=lambda p: int(p.stem.split("-")[1]))
         return "".join(p.read_text(errors="replace") for p in logs)
-
-    # ---- helpers --------------------------------------------------------------------------------
 
     def _alive(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -139,8 +138,6 @@ class Conformance:
 
     def _no_reply(self, iid: str) -> str:
         """The fault of a step still in flight when a correct agent would have replied."""
-        from workflow_core import clock
-
         row = self.h.ledger.get(iid, STEP)
         within = f"within the step's deadline ({STEP_DEADLINE_SECONDS}s)"
         if row.last_heartbeat is None:
@@ -154,8 +151,6 @@ class Conformance:
         """The instance completed with the echo as the step's output, and its effect made once; ends
         as soon as the ledger shows a fault (``conformance_verdicts``), or the attempt is still in
         flight 2 s past the step's deadline from its dispatch (``verdicts.overdue``)."""
-        from workflow_core import clock
-
         self.instances.append(iid)
         found: list[str] = []
 
@@ -199,8 +194,6 @@ class Conformance:
         value = f"v-{uuid.uuid4().hex[:8]}"
         return self.h.start_workflow("conformance", {"value": value, **inputs}), value
 
-    # ---- the checks -----------------------------------------------------------------------------
-
     def check_valid_result(self) -> str:
         self._alive()
         iid, value = self._start()
@@ -216,8 +209,6 @@ class Conformance:
         return "two deliveries of one work message: one effect, one outcome"
 
     def check_heartbeat(self) -> str:
-        from workflow_core import clock
-
         started = clock.utcnow()
         iid, value = self._start(slow_seconds=3, heartbeat_seconds=300)
         seen: list[Any] = []  # the deadlines the step had while in progress
@@ -239,10 +230,6 @@ class Conformance:
         return f"the deadline moved to {moved}s after the start (the step's own: {STEP_DEADLINE_SECONDS}s)"
 
     def check_stale_attempt(self) -> str:
-        from workflow_core import clock
-        from workflow_core.messages import work_message
-        from workflow_core.transport import message_id_for
-
         iid, value = self._start()
         self._finish(iid, value)
         before = self.h.ledger.get(iid, STEP)
@@ -306,10 +293,6 @@ class Conformance:
     def check_expiry(self) -> str:
         """A work message that arrives after its attempt expired (``expires_at`` an hour ago, the
         worker's fast-clock allowance far behind) must make no effect."""
-        from workflow_core import clock
-        from workflow_core.messages import work_message
-        from workflow_core.transport import message_id_for
-
         iid, value = self._start()
         self._finish(iid, value)
         before = self.h.ledger.get(iid, STEP)
@@ -328,24 +311,18 @@ class Conformance:
         return "a work message past its expires_at made no effect"
 
 
-CHECKS: list[tuple[str, Callable[[Conformance], str]]] = [
-    ("valid message, valid result", Conformance.check_valid_result),
-    ("duplicate delivery, one effect", Conformance.check_duplicate_delivery),
-    ("heartbeats extend the deadline", Conformance.check_heartbeat),
-    ("stale attempt changes nothing", Conformance.check_stale_attempt),
-    ("malformed message parked", Conformance.check_malformed),
-    ("crash mid-step recovered once", Conformance.check_crash_recovery),
-    ("expired work makes no effect", Conformance.check_expiry),
-]
-CHECK_NAMES = {
-    "valid": "valid message, valid result",
-    "duplicate": "duplicate delivery, one effect",
-    "heartbeat": "heartbeats extend the deadline",
-    "stale": "stale attempt changes nothing",
-    "malformed": "malformed message parked",
-    "crash": "crash mid-step recovered once",
-    "expiry": "expired work makes no effect",
+# short name (``sas conformance --check``) -> (the table's name, the check), in the order they run
+_CHECKS: dict[str, tuple[str, Callable[[Conformance], str]]] = {
+    "valid": ("valid message, valid result", Conformance.check_valid_result),
+    "duplicate": ("duplicate delivery, one effect", Conformance.check_duplicate_delivery),
+    "heartbeat": ("heartbeats extend the deadline", Conformance.check_heartbeat),
+    "stale": ("stale attempt changes nothing", Conformance.check_stale_attempt),
+    "malformed": ("malformed message parked", Conformance.check_malformed),
+    "crash": ("crash mid-step recovered once", Conformance.check_crash_recovery),
+    "expiry": ("expired work makes no effect", Conformance.check_expiry),
 }
+CHECKS = list(_CHECKS.values())
+CHECK_NAMES = {short: name for short, (name, _) in _CHECKS.items()}
 
 
 def run_checks(

@@ -168,10 +168,6 @@ def _azurite_for(port: int, moved: bool, out: TextIO) -> tuple[Any, bool]:
     return azurite.start(), True
 
 
-def _stop_on_sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(prog="./scripts/demo --serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -209,7 +205,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     azurite, owned = _azurite_for(port, moved, out)
     # SIGTERM (a service manager, `kill`, a closed terminal's job control) stops the demo like Ctrl-C:
     # through the finally below, so the Azurite it started does not outlive it.
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
     try:
         with ConsoleDemo(azurite, port=port, speed=args.speed) as demo:
             out.write("  running the demo workflows (faults injected; virtual clock)...\n")

@@ -162,10 +162,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m devtools.demo",
         description=__doc__.split("\n\n")[0],
-        epilog=(
-            "Example: python -m devtools.demo provision-tenant --stall register_dns\n"
-            "         python -m devtools.demo --serve [--port 7071]   # the operator console instead"
-        ),
+        epilog=__doc__.split("\n\n")[1],  # the usage lines
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("workflow", nargs="?", default="provision-tenant", help="workflow to run")
@@ -265,27 +262,21 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
             period = h.watchdog_every.total_seconds()
             out.write(f"  watchdog           : every {period:.0f} s, grace {grace:.0f} s\n")
             out.write("  clock              : virtual; it jumps to the next timer whenever nothing can run\n")
-            held = None
-            if args.stall:
-                agent = definition.step(args.stall).agent
-                faults.inject(agent, faults.Stall(times=1), step=args.stall)
-                out.write(f"  injected fault     : {args.stall}'s agent ({agent}) never answers attempt 1\n")
-            elif args.fail:
-                agent = definition.step(args.fail).agent
-                faults.inject(agent, faults.Fail(), step=args.fail)
-                out.write(f"  injected fault     : {args.fail}'s agent ({agent}) fails every attempt\n")
-            elif args.terminate:
-                held = h.hold(args.terminate)
-                out.write(
-                    f"  injected fault     : the orchestration is terminated while {args.terminate} is out\n"
+            held, step = None, args.stall or args.fail or args.terminate or args.kill_scheduler
+            if args.stall or args.fail:
+                agent = definition.step(step).agent
+                faults.inject(agent, faults.Stall(times=1) if args.stall else faults.Fail(), step=step)
+                does = "never answers attempt 1" if args.stall else "fails every attempt"
+                out.write(f"  injected fault     : {step}'s agent ({agent}) {does}\n")
+            elif step:
+                # a killed scheduler's reply is held: it dies with the step done and nothing in flight
+                held = h.hold(step, queue="work" if args.terminate else "results")
+                when = (
+                    f"is terminated while {step} is out"
+                    if args.terminate
+                    else f"dies right after {step} completes"
                 )
-            elif args.kill_scheduler:
-                # the reply is held, so the scheduler is killed with the step done and nothing in flight
-                held = h.hold(args.kill_scheduler, queue="results")
-                out.write(
-                    "  injected fault     : the orchestration dies right after "
-                    f"{args.kill_scheduler} completes\n"
-                )
+                out.write(f"  injected fault     : the orchestration {when}\n")
             reported: list[Any] = []
             said = {"Stall": "the agent went silent on attempt", "Fail": "the agent fails attempt"}
 

@@ -7,7 +7,7 @@ What is real and what stands in::
                                                       v
     Azurite tables (ledger, deadline index)    real queues (Storage Queues on Azurite, or Service Bus)
                                                       |
-          agent pumps (harness_pumps) = the Functions host's queue triggers: receive, call the REAL
+          agent pumps (harness_agents) = the Functions host's queue triggers: receive, call the REAL
           worker / result-handler / dead-letter bodies, complete on success, abandon on an exception,
           dead-letter after MAX_DELIVERY_COUNT deliveries (``workflow_core.transport.settle_failure``)
                                                       |
@@ -24,7 +24,7 @@ Only the Functions host itself is emulated (docs/testing.md, "What is real").
         print(h.transport_label, h.steps(iid))
 
 Observation is :class:`~devtools.harness_observation.HarnessObservation`'s, the fault hooks are
-:class:`~devtools.harness_faults.HarnessFaults`' (besides ``activities.worker.handlers.faults`` and the
+:class:`~devtools.harness_agents.HarnessFaults`' (besides ``activities.worker.handlers.faults`` and the
 durable host's ``terminate``, ``crash`` and ``crash_activity_once``).
 
 One harness at a time per process: it points the process environment, ``workflow_core.runtime``'s
@@ -52,9 +52,8 @@ import azure.functions as func
 from devtools.azurite import Azurite, env_for
 from devtools.durable_host import DurableTestHost
 from devtools.faulty_transport import FaultyTransport
-from devtools.harness_faults import HarnessError, HarnessFaults, _Hold
+from devtools.harness_agents import HarnessError, HarnessFaults, HarnessPumps, KnownEmpty, _Hold
 from devtools.harness_observation import HarnessObservation, LedgerEvent
-from devtools.harness_pumps import HarnessPumps, KnownEmpty
 from workflow_core import runtime
 from workflow_core.ledger import StepLedger
 from workflow_core.transport import ReceivedMessage, Transport

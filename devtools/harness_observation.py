@@ -177,8 +177,6 @@ class HarnessObservation:
 
         self._restore.append(restore)
 
-    # ---- what a test asks after a run ------------------------------------------------------------
-
     def steps(self, instance_id: str) -> dict[str, StepRecord]:
         return {r.step_id: r for r in self.ledger.list_for_instance(instance_id)}
 

@@ -29,19 +29,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from devtools.durable_host.history import format_time
+from devtools.durable_host.history import HistoryEventType, format_time
 from devtools.replay_check import Recording, recording_from
 
-# DurableTask.Core.History.EventType, in declaration order: a row stores the name, the worker gets
-# the number.
-_NAMES = (
-    "ExecutionStarted ExecutionCompleted ExecutionFailed ExecutionTerminated TaskScheduled TaskCompleted "
-    "TaskFailed SubOrchestrationInstanceCreated SubOrchestrationInstanceCompleted "
-    "SubOrchestrationInstanceFailed TimerCreated TimerFired OrchestratorStarted OrchestratorCompleted "
-    "EventSent EventRaised ContinueAsNew GenericEvent HistoryState ExecutionSuspended ExecutionResumed "
-    "ExecutionRewound"
+# DurableTask.Core.History.EventType's names by value (a row stores the name, the worker gets the
+# number): the SDK's HistoryEventType, which stops one short of the last.
+EVENT_TYPES = (
+    *("".join(w.capitalize() for w in t.name.split("_")) for t in HistoryEventType),
+    "ExecutionRewound",
 )
-EVENT_TYPES = tuple(_NAMES.split())
 # Members of a type the table converter does not store natively: written with Json.NET.
 JSON_MEMBERS = frozenset(
     {"OrchestrationInstance", "ParentInstance", "Tags", "ParentTraceContext", "FailureDetails", "State"}

@@ -143,42 +143,6 @@ def describe(request: Any, response: Any) -> StorageRequest:
     return StorageRequest("queue", op, queue, method, status)
 
 
-class _CountingTransport(HttpTransport):
-    """Wraps a client's transport; records each request after it was answered (or failed)."""
-
-    def __init__(self, inner: HttpTransport, counter: RequestCounter) -> None:
-        self._inner = inner
-        self._counter = counter
-
-    def send(self, request: Any, **kwargs: Any) -> Any:
-        if self._counter.paused:
-            return self._inner.send(request, **kwargs)
-        label = self._counter.label()
-        started = time.perf_counter()
-        response = None
-        try:
-            response = self._inner.send(request, **kwargs)
-            return response
-        finally:
-            self._counter.record(describe(request, response), label, time.perf_counter() - started)
-
-    def open(self) -> None:
-        self._inner.open()
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def __enter__(self) -> _CountingTransport:
-        self._inner.__enter__()
-        return self
-
-    def __exit__(self, *args: Any) -> None:
-        self._inner.__exit__(*args)
-
-    def __getattr__(self, name: str) -> Any:  # session, connection_config...: the inner transport's
-        return getattr(self._inner, name)
-
-
 class RequestCounter:
     """Records every storage request of the clients built while installed. Thread-safe."""
 
@@ -190,7 +154,21 @@ class RequestCounter:
         self._installed = False
 
     def _wrap(self, transport: HttpTransport) -> HttpTransport:
-        return _CountingTransport(transport, self)
+        """The client's own transport, its ``send`` recording each request once answered (or failed)."""
+        send = transport.send
+
+        def counted(request: Any, **kwargs: Any) -> Any:
+            if self.paused:
+                return send(request, **kwargs)
+            label, started, response = self.label(), time.perf_counter(), None
+            try:
+                response = send(request, **kwargs)
+                return response
+            finally:
+                self.record(describe(request, response), label, time.perf_counter() - started)
+
+        transport.send = counted  # type: ignore[method-assign]
+        return transport
 
     def install(self) -> RequestCounter:
         if not self._installed:

@@ -1,6 +1,6 @@
 """Scenarios that count the storage requests of each operation of the pattern: driven through the
-function bodies (``step_operations``, ``watchdog_tick``) and whole workflows end to end
-(``end_to_end``).
+function bodies (``step_operations``, ``watchdog_tick``), whole workflows end to end
+(``end_to_end``), and the purge of finished instances (``measure_purge``).
 
 Shared by ``bench/requests_per_step.py`` (which prints them) and ``tests/perf`` (which pins them), so
 the pinned table and the printed one are the same measurement (docs/capacity.md). The driven ones
@@ -32,6 +32,9 @@ from devtools.request_counter import (
     StorageRequest,
     pattern_operation,
 )
+from supervisor.maintenance.retention import Retention
+from workflow_core import clock
+from workflow_core.ledger import InstanceHandle, InstanceStatus, NewStep, StepLedger, StepStatus, encode_json
 from workflow_core.runtime import Services
 from workflow_core.workflows import get_workflow, version_of
 
@@ -114,7 +117,6 @@ def step_operations(services: Services, counter: RequestCounter) -> StepCounts:
     from orchestrators.shortcuts import expected_rows
     from orchestrators.state import WorkflowStart
     from workflow_core.contracts import StepDispatch
-    from workflow_core.ledger import encode_json
     from workflow_core.starter import ensure_unused, record_instance
     from workflow_core.workflows.store import definition_for
 
@@ -222,9 +224,6 @@ def make_overdue(services: Services, count: int, *, now: datetime = NOW, watched
     ``watched``: each has a supervised instance record whose scheduler still keeps its promise, and
     the dispatch carried it, so the instance's index row watches the step (no row of its own); else
     the steps are written without an instance and have their own index rows."""
-    from workflow_core import clock
-    from workflow_core.ledger import InstanceHandle, NewStep, StepStatus, encode_json
-
     ledger = services.ledger
     instances = []
     for n in range(count):
@@ -345,3 +344,48 @@ def end_to_end(azurite: Any, workflows: int, workflow_input: dict[str, Any] | No
     excluded = {id(r) for r in (*idle, *effect, *observed)}
     counted = [r for r in made if id(r) not in excluded]
     return EndToEndCounts(workflows, steps, index_table, counted, idle, effect, observed)
+
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+STEPS = ("create_storage", "register_dns", "send_welcome")
+
+
+def finished_instance(ledger: StepLedger, instance_id: str) -> None:
+    """Three steps walked Pending -> Dispatched -> Running -> Succeeded, then the instance Succeeded:
+    the rows a real run leaves (records, audit rows, listing row)."""
+    with clock.use_clock(lambda: T0):
+        ledger.create_instance_with_steps(
+            instance_id,
+            "provision-tenant",
+            actor="api:start",
+            input_json="{}",
+            scheduler_deadline=T0 + timedelta(hours=1),
+            version="provision-tenant@bench",
+            steps=[NewStep(step_id=s, step_name=s, agent="bench.agent") for s in STEPS],
+        )
+        for step_id in STEPS:
+            step = ledger.get(instance_id, step_id)
+            step = ledger.transition(
+                step, StepStatus.DISPATCHED, actor="scheduler", deadline=T0 + timedelta(minutes=5)
+            )
+            step = ledger.transition(
+                step, StepStatus.RUNNING, actor="worker", deadline=T0 + timedelta(minutes=5)
+            )
+            ledger.transition(step, StepStatus.SUCCEEDED, actor="worker")
+        record = ledger.get_instance(instance_id)
+        ledger.transition_instance(record, InstanceStatus.SUCCEEDED, actor="scheduler")
+
+
+def measure_purge(
+    counter: RequestCounter, ledger: StepLedger, count: int, *, archive: Any = None
+) -> tuple[Counter[str], int]:
+    """Purge ``count`` finished instances in one tick; the requests by (service, operation), and
+    how many were purged."""
+
+    async def no_history(_: str) -> None:  # the Durable purge is one call per orchestration, not Storage
+        return None
+
+    retention = Retention(ledger, batch_size=count, purge_history=no_history, archive=archive)
+    with counter.measure() as made:
+        report = asyncio.run(retention.run(T0 + timedelta(days=31)))
+    return Counter(f"{r.service} {r.op}" for r in made), len(report.purged)

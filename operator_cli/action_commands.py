@@ -19,8 +19,8 @@ import click
 from operator_cli import render
 from operator_cli.session import (
     OUTPUT,
-    CliError,
     Session,
+    claim_key,
     confirm,
     current_session,
     get_instance,
@@ -87,16 +87,7 @@ def act_once(
 ) -> None:
     """``act()`` once per key, and print its answer (``text(answer)`` for people); a repeat prints the
     first answer instead of acting."""
-    from workflow_core.ledger import idempotency
-
-    try:
-        stored = idempotency.IdempotencyKeys(s.ledger).claim_or_replay(
-            instance_id, key, request, f"operator:{operator_user()}"
-        )
-    except idempotency.KeyReused as exc:
-        raise CliError(f"idempotency key {key!r} was used for another command ({exc.request})") from None
-    except idempotency.KeyInProgress:
-        raise CliError(f"the command with idempotency key {key!r} is still being carried out") from None
+    stored = claim_key(s, instance_id, key, request, f"operator:{operator_user()}")
     if stored is not None:
         answer = json.loads(stored["body"])
         said = f"already done by the first command with this idempotency key: {_as_json(answer)}"
@@ -104,11 +95,9 @@ def act_once(
         try:
             answer = act()
         except BaseException:
-            idempotency.IdempotencyKeys(s.ledger).release(
-                instance_id, key
-            )  # nothing was done: a repeat may act
+            s.keys.release(instance_id, key)  # nothing was done: a repeat may act
             raise
-        idempotency.IdempotencyKeys(s.ledger).record_answer(instance_id, key, 200, _as_json(answer))
+        s.keys.record_answer(instance_id, key, 200, _as_json(answer))
         said = text(answer)
     if output == "json":
         render.print_json(s.out, answer)

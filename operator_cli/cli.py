@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import IO, Any
 
 import click
@@ -39,11 +38,10 @@ from operator_cli.session import (
     Session,
     current_session,
     get_instance,
+    parse_time,
 )
 from operator_cli.workflow_commands import lint_command, replay_check_command, versions_command
 from workflow_core.ledger import LedgerError
-
-# ---- the command group --------------------------------------------------------------------------
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -80,16 +78,6 @@ for _command in OPERATIONS_COMMANDS:  # sas purge, sas bulk (operations_commands
     cli.add_command(_command)
 
 
-def _parse_time(value: str | None, option: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise CliError(f"{option} {value!r} is not an ISO 8601 time, e.g. 2025-03-01T09:00:00Z") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 @cli.command("list")
 @click.option("--status", help="instance status, e.g. Running, Failed, CompensationFailed")
 @click.option("--workflow", help="workflow name")
@@ -114,8 +102,8 @@ def list_command(
     """Workflow instances, newest first (the same filters as GET /api/instances)."""
     s = current_session()
     filters["business_key_prefix"] = business_key
-    filters["started_from"] = _parse_time(started_from, "--started-from")
-    filters["started_to"] = _parse_time(started_to, "--started-to")
+    filters["started_from"] = parse_time(started_from, "--started-from")
+    filters["started_to"] = parse_time(started_to, "--started-to")
     records, token = s.ledger.list_instances(**filters, continuation=continuation)
     while all_pages and token:
         page, token = s.ledger.list_instances(**filters, continuation=token)
@@ -211,9 +199,6 @@ def timeline(instance: str, output: str) -> None:
     s.show(render.steps_table(tl.steps))
     s.say(f"\nAudit trail ({len(tl.audit)} entries, oldest first):")
     s.show(render.audit_table(tl.audit))
-
-
-# ---- running ------------------------------------------------------------------------------------
 
 
 DEFAULT_TABLES = {"LEDGER_TABLE_NAME": "StepLedger", "DEADLINE_INDEX_TABLE_NAME": "StepDeadlines"}

@@ -22,12 +22,19 @@ from rich.table import Table
 
 from operator_cli import render
 from operator_cli.action_commands import KEY_CHARS, check_key
-from operator_cli.session import OUTPUT, CliError, Session, confirm, current_session, operator_user
+from operator_cli.session import (
+    OUTPUT,
+    CliError,
+    Session,
+    claim_key,
+    confirm,
+    current_session,
+    operator_user,
+)
 from supervisor import operator
 from supervisor.maintenance import bulk, bulk_keys
 from supervisor.maintenance.retention import Retention
 from workflow_core import clock
-from workflow_core.ledger import idempotency
 
 _AGE = re.compile(r"^(\d{1,5})d$")
 SAMPLE = 10
@@ -79,17 +86,7 @@ def _print(s: Session, output: str, body: dict) -> None:
         s.say(json.dumps(body, indent=2, default=str))
         return
     for key, value in body.items():
-        if isinstance(value, list):
-            s.say(
-                f"{key}: {len(value)}"
-                + (
-                    f" ({', '.join(map(str, value[:SAMPLE]))}{' ...' if len(value) > SAMPLE else ''})"
-                    if value
-                    else ""
-                )
-            )
-        else:
-            s.say(f"{key}: {value}")
+        s.say(f"{key}: {len(value)}{_listed(value)}" if isinstance(value, list) else f"{key}: {value}")
 
 
 def _listed(values: list) -> str:
@@ -109,12 +106,7 @@ def _claimed(
 ) -> bulk.BulkOperation | None:
     """None when this command is the first with ``key``; the operation the first one recorded when
     it repeats that command (from ``sas bulk`` or ``POST /api/operations``)."""
-    try:
-        stored = s.keys.claim_or_replay(bulk_keys.KEYS_PARTITION, key, request, actor)
-    except idempotency.KeyReused as exc:
-        raise CliError(f"idempotency key {key!r} was used for another request ({exc.request})") from None
-    except idempotency.KeyInProgress:
-        raise CliError(f"the command with idempotency key {key!r} is still being carried out") from None
+    stored = claim_key(s, bulk_keys.KEYS_PARTITION, key, request, actor)
     if stored is None:
         return None
     answer = json.loads(stored["body"] or "{}")
@@ -249,11 +241,16 @@ for _action in bulk.BULK_ACTIONS:
 def show_command(operation: str, output: str) -> None:
     """A bulk operation's progress: acted, skipped (with why), failed."""
     s = current_session()
+    store, op = _operation(s, operation)
+    _show(s, store.progress(op), output)
+
+
+def _operation(s: Session, operation: str) -> tuple[bulk.BulkStore, bulk.BulkOperation]:
     store = bulk.BulkStore(s.ledger)
     op = store.get(operation) if len(operation) <= 64 else None
     if op is None:
         raise CliError(f"no bulk operation {operation[:64]!r}")
-    _show(s, store.progress(op), output)
+    return store, op
 
 
 @bulk_group.command("continue")
@@ -263,10 +260,7 @@ def show_command(operation: str, output: str) -> None:
 def continue_command(operation: str, rate: float, output: str) -> None:
     """Carry an interrupted bulk operation on from its cursor (never acting twice)."""
     s = current_session()
-    store = bulk.BulkStore(s.ledger)
-    op = store.get(operation) if len(operation) <= 64 else None
-    if op is None:
-        raise CliError(f"no bulk operation {operation[:64]!r}")
+    store, op = _operation(s, operation)
     _carry(s, store, op, rate, output)
 
 

@@ -27,16 +27,11 @@ from workflow_core.ledger import AuditEntry, InstanceRecord, StepRecord
 PLAIN_WIDTH = 200
 
 
-def console_for(stream: IO[str]) -> Console:
+def console_for(stream: IO[str], width: int | None = None) -> Console:
     is_tty = bool(getattr(stream, "isatty", lambda: False)())
-    return Console(
-        file=stream,
-        width=None if is_tty else PLAIN_WIDTH,
-        highlight=False,
-        soft_wrap=False,
-        markup=False,  # ledger text is data: "[/]" or "[link=...]" is shown as it is
-        emoji=False,
-    )
+    width = width or (None if is_tty else PLAIN_WIDTH)
+    # ledger text is data: "[/]" or "[link=...]" is shown as it is (no markup, no emoji codes)
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False, markup=False, emoji=False)
 
 
 def terminal_safe(text: Any, *, lines: bool = False) -> str:
@@ -126,9 +121,7 @@ def table(title: str | None, headers: list[str], rows: list[list[str]], *, wide:
 
 def wide_text(renderable: Any) -> str:
     """``renderable`` as plain text on lines as long as it needs: nothing cut, nothing wrapped."""
-    console = Console(
-        file=io.StringIO(), width=WIDE_WIDTH, highlight=False, soft_wrap=False, markup=False, emoji=False
-    )
+    console = console_for(io.StringIO(), WIDE_WIDTH)
     with console.capture() as captured:
         console.print(renderable)
     return "\n".join(line.rstrip() for line in captured.get().splitlines())

@@ -14,12 +14,11 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 
-from operator_cli.session import CliError, ConnectionProblem, Session, locate
+from operator_cli.session import CliError, ConnectionProblem, Session, locate, parse_time
 from workflow_core.settings import (
     DOCUMENTED_SETTINGS,
     STORAGE_CONNECTION,
@@ -44,18 +43,6 @@ def hub_storage(env: dict[str, str]) -> StorageConnection:
             blob_service_uri=env.get(f"{STORAGE_CONNECTION}__blobServiceUri", "").strip() or None,
             client_id=env.get(f"{STORAGE_CONNECTION}__clientId", "").strip() or None,
         )
-
-
-def parse_since(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise CliError(
-            f"--created-since {value!r} is not an ISO 8601 time, e.g. 2025-03-01T09:00:00Z"
-        ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _read_error(exc: BaseException, hub: str) -> str:
@@ -88,7 +75,7 @@ def live_results(
     from devtools.replay_check import ReplayFileError, check_recording
     from workflow_core.storage_clients import blob_container_client, table_client
 
-    since = parse_since(created_since)
+    since = parse_time(created_since, "--created-since")
     env, source = locate(**s.options)
     hub = TaskHub(task_hub or env.get("TASK_HUB_NAME", "").strip() or DOCUMENTED_SETTINGS["TASK_HUB_NAME"][0])
     try:

@@ -20,6 +20,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,24 +29,22 @@ from azure.data.tables import TableServiceClient
 
 from operator_cli import render
 from workflow_core.ledger import InstanceNotFound, InstanceRecord, StepLedger
-from workflow_core.ledger.idempotency import IdempotencyKeys
+from workflow_core.ledger.idempotency import IdempotencyKeys, KeyInProgress, KeyReused
 from workflow_core.settings import STORAGE_CONNECTION, SettingsError, load_settings
 
+
+def _output(*choices: str, help: str) -> Callable[[Any], Any]:
+    return click.option(
+        "-o", "--output", type=click.Choice(choices), default="table", show_default=True, help=help
+    )
+
+
 # The option of every command that prints: table for people, json for scripts.
-OUTPUT = click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people, json for scripts",
-)
-LIST_OUTPUT = click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "wide", "json"]),
-    default="table",
-    show_default=True,
+OUTPUT = _output("table", "json", help="table for people, json for scripts")
+LIST_OUTPUT = _output(
+    "table",
+    "wide",
+    "json",
     help="table for people (long values cut with …), wide (every value whole), json for scripts",
 )
 EXIT_OK = 0
@@ -213,3 +212,25 @@ def get_instance(ledger: StepLedger, instance_id: str) -> InstanceRecord:
         return ledger.get_instance(instance_id)
     except InstanceNotFound:
         raise CliError(f"no workflow instance {instance_id!r} in the ledger") from None
+
+
+def claim_key(s: Session, partition: str, key: str, request: str, actor: str) -> dict | None:
+    """Claim an idempotency key (None: this command is the first with it), or the stored answer of
+    the first command; a key used for another request, or still in progress, is a :class:`CliError`."""
+    try:
+        return s.keys.claim_or_replay(partition, key, request, actor)
+    except KeyReused as exc:
+        raise CliError(f"idempotency key {key!r} was used for another request ({exc.request})") from None
+    except KeyInProgress:
+        raise CliError(f"the command with idempotency key {key!r} is still being carried out") from None
+
+
+def parse_time(value: str | None, option: str) -> datetime | None:
+    """An option's ISO 8601 time (UTC when it names no zone); a malformed one is a :class:`CliError`."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"{option} {value!r} is not an ISO 8601 time, e.g. 2025-03-01T09:00:00Z") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

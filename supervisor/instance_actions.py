@@ -68,8 +68,6 @@ class _InstanceActions:
             await self.decided(record, InstanceAction.NOTE_OWNED, f"{why}; {record.owner} holds the instance")
         return held
 
-    # ---- resume, compensate, give up -----------------------------------------------------------------
-
     async def resume(
         self, record: InstanceRecord, why: str, *, cause: str | None = None, **changes: Any
     ) -> None:

@@ -26,8 +26,6 @@ log = logging.getLogger("sas.supervisor.instances")
 class InstanceSupervisor(_InstanceActions):
     """The decision table for one overdue instance (docs/supervisor.md, "Instances")."""
 
-    # ---- entry points ------------------------------------------------------------------------------
-
     async def handle(self, found: InstanceRecord) -> None:
         """One overdue instance from ``ledger.overdue_instances``."""
         if found.status is IS.COMPENSATING:
@@ -177,8 +175,6 @@ class InstanceSupervisor(_InstanceActions):
             deadline=self.tick.now + timedelta(seconds=FLAGGED_LOOK_SECONDS),
         )
         self.tick.decided(step, action, telemetry.OUTCOME_OK, detail)
-
-    # ---- decisions -------------------------------------------------------------------------------
 
     async def recover(self, record: InstanceRecord, why: str) -> None:
         orchestration_id = record.orchestration_id or record.instance_id

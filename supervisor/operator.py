@@ -302,9 +302,6 @@ skip_step = functools.partial(apply_intent, SKIP)
 request_compensation = functools.partial(apply_intent, COMPENSATE)
 
 
-# ---- instances -----------------------------------------------------------------------------------
-
-
 def required_reason(reason: str | None) -> str:
     """The operator's reason, stripped; every move records one in the audit trail."""
     reason = (reason or "").strip()

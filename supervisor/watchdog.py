@@ -7,6 +7,7 @@ the whole tick as a plain coroutine; the timer function only builds its argument
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -18,13 +19,11 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from supervisor.instances import InstanceSupervisor
-from supervisor.slot_sweep import tend_limits
 from supervisor.step_decisions import _Tick
 from supervisor.watchdog_model import (
     DEFAULT_LEASE_SECONDS,
     ERROR_ACTION,
     OPERATOR_PREFIX,
-    DurableClient,
     TickReport,
     _io,
     _operator_requested,
@@ -40,12 +39,13 @@ from workflow_core.ledger import (
     StepRecord,
 )
 from workflow_core.ledger.model import require_aware
+from workflow_core.workflows.loader import agent_pools
 
 log = logging.getLogger("sas.supervisor.watchdog")
 
 
 async def run_tick(
-    client: DurableClient,
+    client: Any,
     services: Any,
     *,
     now: datetime | None = None,
@@ -250,7 +250,39 @@ async def _best_effort_claim(tick: _Tick, record: StepRecord) -> None:
     tick.report.claimed += 1
 
 
-# ---- the Azure Function ---------------------------------------------------------------------------
+async def tend_limits(client: Any, services: Any, now: datetime) -> int:
+    """Per-agent limits (docs/agent-limits.md): free the slots whose holder crashed, or whose admission
+    never dispatched, once the holder's attempt deadline passed, and wake the steps parked behind a
+    circuit that now lets them through; how many slots were freed. One partition query per limited
+    agent; circuits are not moved here (an open or close holds until an operator or a probe changes it)."""
+    limited = [a for a, lim in agent_pools().agents.items() if lim.active]
+    if not limited:
+        return 0
+    freed, wakes = await asyncio.to_thread(services.limits.tend, limited, now)
+    if freed:
+        log.info("watchdog freed %d slot(s) of crashed holders or lapsed admissions", freed)
+    await _wake(client, wakes)
+    return freed
+
+
+async def wake_parked(client: Any, services: Any, agent: str) -> int:
+    """Wake the steps parked behind ``agent``'s circuit at once if it lets them through now (an
+    operator's close through the API); how many."""
+    try:
+        wakes = await asyncio.to_thread(services.limits.parked, agent)
+    except Exception as exc:  # the close is recorded; the watchdog's tick wakes them instead
+        log.warning("could not read the parked steps of %s: %s", agent, exc)
+        return 0
+    await _wake(client, wakes)
+    return len(wakes)
+
+
+async def _wake(client: Any, wakes: list[tuple[str, str]]) -> None:
+    for orchestration, event in wakes:
+        try:
+            await client.raise_event(orchestration, event, None)
+        except Exception as exc:  # gone, or finished: the park's own timer ends any wait anyway
+            log.info("could not wake %s (%s): %s", orchestration, event, exc)
 
 
 def _run_on_startup() -> bool:

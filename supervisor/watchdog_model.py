@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import COMPENSATION_ORCHESTRATOR, compensation_instance_id
@@ -59,20 +59,6 @@ class Action(StrEnum):
     END_SCHEDULER = "end_scheduler"  # compensation starts while the scheduler lives: scheduler terminated
     NOTE_INSTANCE_FLAGGED = "note_instance_flagged"  # its instance waits for an operator: nothing done
     NOTE_NO_INSTANCE_RECORD = "note_no_instance_record"  # invariant broken: no record decides; left as is
-
-
-class DurableClient(Protocol):
-    """The part of ``azure.durable_functions.DurableOrchestrationClient`` the watchdog uses."""
-
-    async def get_status(self, instance_id: str) -> Any: ...
-
-    async def raise_event(self, instance_id: str, event_name: str, event_data: Any = None) -> None: ...
-
-    async def terminate(self, instance_id: str, reason: str) -> None: ...
-
-    async def start_new(
-        self, orchestration_function_name: str, instance_id: str | None = None, client_input: Any = None
-    ) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -168,7 +154,7 @@ class _TickActions:
 
     def __init__(
         self,
-        client: DurableClient,
+        client: Any,  # a DurableOrchestrationClient: get_status, raise_event, terminate, start_new
         services: Any,
         report: TickReport,
         *,
@@ -184,8 +170,6 @@ class _TickActions:
         self.grace = grace
         self.lease = lease
         self._statuses: dict[str, str] = {}
-
-    # ---- helpers --------------------------------------------------------------------------------
 
     async def status_of(self, orchestration_id: str) -> str:
         if orchestration_id not in self._statuses:

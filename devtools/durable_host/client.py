@@ -65,19 +65,16 @@ class DurableTestClient(DurableOrchestrationClient):
     def __init__(self, host: Any) -> None:
         super().__init__(json.dumps(binding_context(host)))
         self._host = host
-        self._post_async_request = self._post
-        self._get_async_request = self._get
-        self._delete_async_request = self._delete
+        # The SDK's transport functions (models/utils/http_utils.py): only a POST has a body after its
+        # URL; trace and invocation ids are ignored.
+        for method in ("POST", "GET", "DELETE"):
+            setattr(self, f"_{method.lower()}_async_request", self._transport(method))
 
-    # The SDK's transport functions (models/utils/http_utils.py); trace and invocation ids are ignored.
-    async def _post(self, url: str, data: Any = None, *_: Any, **__: Any) -> list[Any]:
-        return self._handle("POST", url, data)
+    def _transport(self, method: str) -> Any:
+        async def request(url: str, *args: Any, **_: Any) -> list[Any]:
+            return self._handle(method, url, args[0] if method == "POST" and args else None)
 
-    async def _get(self, url: str, *_: Any, **__: Any) -> list[Any]:
-        return self._handle("GET", url, None)
-
-    async def _delete(self, url: str, *_: Any, **__: Any) -> list[Any]:
-        return self._handle("DELETE", url, None)
+        return request
 
     def _handle(self, method: str, url: str, body: Any) -> list[Any]:
         host = self._host
@@ -105,7 +102,8 @@ class DurableTestClient(DurableOrchestrationClient):
                             "ExceptionType": "System.ArgumentException",
                         },
                     ]
-                return [202, self._management_payload(instance_id)]
+                urls = binding_context(host)["managementUrls"]
+                return [202, {key: value.replace("INSTANCEID", instance_id) for key, value in urls.items()}]
 
             if segments[0] != "instances":
                 return [404, ""]
@@ -162,7 +160,3 @@ class DurableTestClient(DurableOrchestrationClient):
         del self._host._instances[instance_id]
         self._host._dirty.pop(instance_id, None)
         return [200, {"instancesDeleted": 1}]
-
-    def _management_payload(self, instance_id: str) -> dict:
-        urls = binding_context(self._host)["managementUrls"]
-        return {key: value.replace("INSTANCEID", instance_id) for key, value in urls.items()}

@@ -2,7 +2,7 @@
 
 The maintenance timer (``supervisor.maintenance``) runs :func:`canary_tick` when ``CANARY_SCHEDULE``
 is due: it reads the newest runs once (``supervisor.canary.read_runs``), judges the finished ones,
-counts the pools gone stale (``supervisor.canary.stale``: the per-pool alert's metric) from the same
+counts the pools gone stale (:func:`report_stale_pools`: the per-pool alert's metric) from the same
 read, then, when ``CANARY_ENABLED``, starts one run per canary pool (``workflow_core.canary.
 canary_pools``: every hosted pool and every pool that opts in) through the one starter
 (``workflow_core.starter.start_instance``), the scenario rotating with the period (each pool gets the
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from azure.core.exceptions import AzureError
 
 from supervisor.canary import latest_verdicts, read_runs, verify_runs
-from supervisor.canary.stale import report_stale_pools
-from workflow_core import clock
+from workflow_core import clock, telemetry_instruments
 from workflow_core.canary import (
     CANARY_ECHO_WORKFLOW,
     SCENARIOS,
@@ -78,6 +78,25 @@ async def start_canary_run(client: Any, services: Services, scenario: str, pool:
     if scenario == "scheduler-lost":
         await client.terminate(instance_id, TERMINATE_REASON)
     return instance_id
+
+
+def report_stale_pools(summary: dict[str, Any], pools: Sequence[str]) -> dict[str, str | None]:
+    """Count each stale canary pool of ``summary`` (:func:`supervisor.canary.latest_verdicts`) once in
+    ``sas.canary.stale_pools``; ``{pool: last passed at}`` of those.
+
+    A pool whose runs never start, or are never judged, leaves no ``sas.canary.runs`` row: the
+    failed-verdict alert cannot see it, and the "no pass for two periods" alert stays quiet while any
+    other pool passes; ``infra/modules/canary-alerts.bicep``'s ``canaryPoolStaleAlert`` fires per pool
+    on this metric instead."""
+    stale = {
+        name: state["last_passed_at"]
+        for name, state in summary["pools"].items()
+        if name in pools and state["state"] == "stale"
+    }
+    counter = telemetry_instruments.current().canary_stale_pools
+    for name in stale:
+        counter.add(1, {"pool": name})
+    return stale
 
 
 def watchdog_period_seconds(schedule: str) -> float:

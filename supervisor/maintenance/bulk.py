@@ -274,9 +274,6 @@ def preview(ledger: StepLedger, action: str, flt: BulkFilter) -> dict[str, Any]:
     return {"action": action, "dryRun": True, "wouldAct": would_act, "wouldSkip": would_skip, "acted": []}
 
 
-# ---- acting ----------------------------------------------------------------------------------------
-
-
 def act_on(ledger: StepLedger, op: BulkOperation, instance_id: str) -> tuple[str, str, bool]:
     """Re-read the instance, re-check the filter and the eligibility, and act conditional on the
     record as checked: ``(result, why, ends its orchestration)``."""

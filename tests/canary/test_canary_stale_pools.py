@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from devtools.harness import PatternHarness
 from supervisor.canary import ACTOR, VERDICT_ACTION, latest_verdicts
-from supervisor.canary.stale import report_stale_pools
+from supervisor.canary.runs import report_stale_pools
 from workflow_core import telemetry_instruments
 from workflow_core.telemetry_instruments import CANARY_STALE_COUNTER
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from supervisor.slot_sweep import tend_limits
+from supervisor.watchdog import tend_limits
 from workflow_core import clock
 from workflow_core.limits import (
     Circuit,

@@ -85,7 +85,7 @@ def test_a_command_repeated_with_its_key_acts_once_and_prints_the_first_answer(c
     assert '"status": "Stopped"' in again[1]
     assert len(operator_moves(ledger, "cli-key")) == 1
     other = cli("cancel", "cli-key", "--reason", "r", "--yes", "--idempotency-key", "run-42")
-    assert other[0] == 2 and "was used for another command (sas stop cli-key)" in other[2]
+    assert other[0] == 2 and "was used for another request (sas stop cli-key)" in other[2]
     assert ledger.get_instance("cli-key").status.value == "Stopped"
 
 
