@@ -165,38 +165,59 @@ def test_every_role_infra_granted_is_read_back(services, plane):
     assert all(r["ok"] is True for r in rows.values()), rows
 
 
-@pytest.mark.parametrize(
-    "lost",
-    ["publisher", "ledger table", "deadline table", "effects table", "payload container"],
-)
-def test_each_missing_storage_or_telemetry_role_of_a_pool_is_a_failed_row(services, plane, lost):
-    """The line names the pool, the role and the scope; a grant on the whole account covers a table."""
-    s = services.settings
-    grant, name = {
-        "publisher": ((PUBLISHER, COMPONENT), "Monitoring Metrics Publisher on appi-test"),
+def _lost_grants(s) -> dict[str, tuple[str, tuple[str, str], str]]:
+    """Each pool grant doctor reads back: (pool, the assignment, the row that names it)."""
+    blob = f"{STORAGE}/blobServices/default/containers/{s.payload_container}"
+    return {
+        "work queue receiver": ("mail", _queue(RECEIVER, MAIL["queue"]), "Data Receiver on agent-work-mail"),
+        "scaler's Manage": ("runner", _queue(OWNER, RUNNER["queue"]), "Data Owner on agent-work-runner"),
+        "results sender": ("runner", _queue(SENDER, s.result_queue), f"Data Sender on {s.result_queue}"),
+        "publisher": ("mail", (PUBLISHER, COMPONENT), "Monitoring Metrics Publisher on appi-test"),
         "ledger table": (
+            "runner",
             (TABLE, _table(s.ledger_table)),
             f"Storage Table Data Contributor on {s.ledger_table}",
         ),
         "deadline table": (
+            "runner",
             (TABLE, _table(s.deadline_index_table)),
             f"Storage Table Data Contributor on {s.deadline_index_table}",
         ),
         "effects table": (
+            "runner",
             (TABLE, _table("RemoteEffects")),
             "Storage Table Data Contributor on RemoteEffects",
         ),
         "payload container": (
-            (BLOB, f"{STORAGE}/blobServices/default/containers/{s.payload_container}"),
+            "runner",
+            (BLOB, blob),
             f"Storage Blob Data Contributor on {s.payload_container}",
         ),
-    }[lost]
-    plane.grants["pool-runner"].discard(grant)
+    }
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        "work queue receiver",
+        "scaler's Manage",
+        "results sender",
+        "publisher",
+        "ledger table",
+        "deadline table",
+        "effects table",
+        "payload container",
+    ],
+)
+def test_each_missing_role_of_a_pool_is_a_failed_row_naming_pool_role_and_scope(services, plane, lost):
+    """A pool's queue, storage and telemetry roles; a grant on the whole account covers a table."""
+    pool, grant, name = _lost_grants(services.settings)[lost]
+    plane.grants[f"pool-{pool}"].discard(grant)
     failed = _failed(diagnostics.collect(services))
-    assert set(failed) == {f"role pool runner: {name}"}
-    assert failed[f"role pool runner: {name}"]["detail"] == f"pool-runner lacks it on {grant[1]}"
+    assert set(failed) == {f"role pool {pool}: {name}"}
+    assert failed[f"role pool {pool}: {name}"]["detail"] == f"pool-{pool} lacks it on {grant[1]}"
     if grant[0] == TABLE:
-        plane.grants["pool-runner"].add((TABLE, STORAGE))  # account-wide: wider, and enough
+        plane.grants[f"pool-{pool}"].add((TABLE, STORAGE))  # account-wide: wider, and enough
         assert _failed(diagnostics.collect(services)) == {}
 
 
