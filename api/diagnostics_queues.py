@@ -100,44 +100,36 @@ def answer_round_trip(transport: Any, queue: str) -> dict[str, Any]:
     """Send a probe answer to ``queue`` and read it back (the module's docstring says how)."""
     from workflow_core.transport.base import OutgoingMessage
     from workflow_core.transport.servicebus import ServiceBusTransport
-    from workflow_core.transport.storage_queue import StorageQueueTransport
 
-    check = f"answer queue {queue}"
-    if isinstance(transport, ServiceBusTransport):
-        roles, reader = ("Azure Service Bus Data Sender", "Azure Service Bus Data Receiver"), _sb_reader
-    elif isinstance(transport, StorageQueueTransport):
-        roles, reader = ("Storage Queue Data Contributor",) * 2, _storage_reader
-    else:
-        return {**_row(queue, None, f"{type(transport).__name__} offers no probe"), "check": check}
-    probe = f"{PROBE_BODY}:{uuid.uuid4().hex}"
+    bus = isinstance(transport, ServiceBusTransport)
+    role = "Azure Service Bus Data Sender" if bus else "Storage Queue Data Contributor"
+    probe, step = f"{PROBE_BODY}:{uuid.uuid4().hex}", "send a probe answer to"
     expires = clock.utcnow() + ANSWER_PROBE_TTL
-    message = OutgoingMessage({"text": PROBE_BODY}, probe, subject=PROBE_BODY, expires_at=expires)
-    step = "send a probe answer to"
     try:
-        transport.send(queue, message)
-        step = "receive from"
-        with reader(transport, queue) as (receive, complete, abandon):
+        transport.send(
+            queue, OutgoingMessage({"text": PROBE_BODY}, probe, subject=PROBE_BODY, expires_at=expires)
+        )
+        step, role = "receive from", role.replace("Sender", "Receiver")
+        with (_own_receiver if bus else _receiver)(transport, queue) as (receive, complete, abandon):
             found, others = _read_back(probe, receive, complete, abandon)
     except Exception as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-        role = roles[step != "send a probe answer to"]
-        fix = (
-            f"infra creates {queue} (the pool's answerQueues) and grants the app's identity {role} on it "
-            "(infra/modules/role-assignments.bicep): deploy"
-        )
-        return {**_row(queue, False, f"cannot {step} it: {type(exc).__name__}: {first}", fix), "check": check}
+        fix = f"infra creates {queue} (the pool's answerQueues) and grants the app's identity {role} on it"
+        detail = f"cannot {step} it: {type(exc).__name__}: {first}"
+        return _answer_row(queue, False, detail, f"{fix} (infra/modules/role-assignments.bicep): deploy")
     met = f"; {others} agent answer(s) met and left in place" if others else ""
     if found:
-        return {**_row(queue, True, f"probe answer sent and read back{met}"), "check": check}
+        return _answer_row(queue, True, f"probe answer sent and read back{met}")
     detail = (
         f"reachable, probe consumed by the pool's agent: the app sent its probe answer and may receive "
         f"there, but the probe was gone within {ANSWER_WAIT_SECONDS:.0f} s (an agent read it first and "
         f"dropped it, as agents drop doctor probes){met}"
     )
-    return {**_row(queue, True, detail), "check": check}
+    return _answer_row(queue, True, detail)
 
 
-Reader = tuple[Callable[[float], list[Any]], Callable[[Any], None], Callable[[Any], None]]
+def _answer_row(queue: str, ok: bool, detail: str, fix: str = "") -> dict[str, Any]:
+    return {**_row(queue, ok, detail, fix), "check": f"answer queue {queue}"}
 
 
 def _read_back(probe: str, receive: Any, complete: Any, abandon: Any) -> tuple[bool, int]:
@@ -163,20 +155,22 @@ def _read_back(probe: str, receive: Any, complete: Any, abandon: Any) -> tuple[b
 
 
 @contextlib.contextmanager
-def _storage_reader(transport: Any, queue: str) -> Iterator[Reader]:
-    def receive(left: float) -> list[Any]:
-        return transport.receive(queue, max_messages=32, lock_seconds=60, wait_seconds=left)
-
-    yield receive, transport.complete, transport.abandon
+def _receiver(transport: Any, queue: str) -> Iterator[tuple[Callable[[float], list[Any]], Any, Any]]:
+    """Through the transport itself (Storage Queues: no link to keep)."""
+    yield (
+        lambda left: transport.receive(queue, max_messages=32, lock_seconds=60, wait_seconds=left),
+        transport.complete,
+        transport.abandon,
+    )
 
 
 @contextlib.contextmanager
-def _sb_reader(transport: Any, queue: str) -> Iterator[Reader]:
-    """A receiver of its own, closed afterwards (no prefetch): the transport's cached receivers stay
-    for the queues the app consumes, and none of them may hold an agent's answer."""
+def _own_receiver(transport: Any, queue: str) -> Iterator[tuple[Callable[[float], list[Any]], Any, Any]]:
+    """A Service Bus receiver of its own, closed afterwards (no prefetch): the transport keeps its
+    receivers open for the queues the app consumes, and none may hold an agent's answer after this."""
     with transport._client.get_queue_receiver(queue, prefetch_count=0) as receiver:
-
-        def receive(left: float) -> list[Any]:
-            return receiver.receive_messages(max_message_count=32, max_wait_time=max(left, 1))
-
-        yield receive, receiver.complete_message, receiver.abandon_message
+        yield (
+            lambda left: receiver.receive_messages(max_message_count=32, max_wait_time=max(left, 1)),
+            receiver.complete_message,
+            receiver.abandon_message,
+        )
