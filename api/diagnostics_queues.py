@@ -5,15 +5,30 @@ Storage queues: a message invisible for five minutes, deleted by id and pop rece
 message *scheduled* an hour ahead and cancelled by sequence number (no receiver ever sees it); the
 oldest message by a peek (needs Listen: the app holds it on the queues it hosts, not on the remote
 pools' queues, where the depth is reported as not measurable rather than as a failure).
+
+An answer queue gets a round trip instead (:func:`answer_round_trip`): a probe answer sent as the app
+sends its answers, then received back by its message id and completed, the only proof that an answer
+lands where the pool's agent reads (the app holds Data Receiver there for this alone). Its body is the
+doctor probe (``{"text": "sas-doctor-probe"}``, no ``attempt-status``) and it expires after a minute, so
+an agent that receives it first drops it as an answer nobody waits for; doctor then reports the queue
+reachable, its probe consumed by the agent. An agent's answer met on the way stays locked until doctor
+is done and is then abandoned, once (one delivery counted, never dead-lettered by doctor).
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 from workflow_core import clock
 from workflow_core.transport.envelope import DOCTOR_PROBE as PROBE_BODY
+
+ANSWER_WAIT_SECONDS = 10.0
+ANSWER_PROBE_TTL = timedelta(minutes=1)
 
 
 def _row(queue: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
@@ -79,3 +94,83 @@ def _service_bus(transport: Any, queue: str) -> dict[str, Any]:
         return _row(queue, True, "probe scheduled and cancelled; depth not readable with a send-only role")
     oldest = peeked[0].enqueued_time_utc if peeked else None
     return _row(queue, True, f"probe scheduled and cancelled; {_age(oldest)}")
+
+
+def answer_round_trip(transport: Any, queue: str) -> dict[str, Any]:
+    """Send a probe answer to ``queue`` and read it back (the module's docstring says how)."""
+    from workflow_core.transport.base import OutgoingMessage
+    from workflow_core.transport.servicebus import ServiceBusTransport
+
+    bus = isinstance(transport, ServiceBusTransport)
+    role = "Azure Service Bus Data Sender" if bus else "Storage Queue Data Contributor"
+    probe, step = f"{PROBE_BODY}:{uuid.uuid4().hex}", "send a probe answer to"
+    expires = clock.utcnow() + ANSWER_PROBE_TTL
+    try:
+        transport.send(
+            queue, OutgoingMessage({"text": PROBE_BODY}, probe, subject=PROBE_BODY, expires_at=expires)
+        )
+        step, role = "receive from", role.replace("Sender", "Receiver")
+        with (_own_receiver if bus else _receiver)(transport, queue) as (receive, complete, abandon):
+            found, others = _read_back(probe, receive, complete, abandon)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        fix = f"infra creates {queue} (the pool's answerQueues) and grants the app's identity {role} on it"
+        detail = f"cannot {step} it: {type(exc).__name__}: {first}"
+        return _answer_row(queue, False, detail, f"{fix} (infra/modules/role-assignments.bicep): deploy")
+    met = f"; {others} agent answer(s) met and left in place" if others else ""
+    if found:
+        return _answer_row(queue, True, f"probe answer sent and read back{met}")
+    detail = (
+        f"reachable, probe consumed by the pool's agent: the app sent its probe answer and may receive "
+        f"there, but the probe was gone within {ANSWER_WAIT_SECONDS:.0f} s (an agent read it first and "
+        f"dropped it, as agents drop doctor probes){met}"
+    )
+    return _answer_row(queue, True, detail)
+
+
+def _answer_row(queue: str, ok: bool, detail: str, fix: str = "") -> dict[str, Any]:
+    return {**_row(queue, ok, detail, fix), "check": f"answer queue {queue}"}
+
+
+def _read_back(probe: str, receive: Any, complete: Any, abandon: Any) -> tuple[bool, int]:
+    """Receive until the probe (by message id) or the wait ends; complete the probe only. Every other
+    message stays locked until then (so none is received twice) and is abandoned once at the end."""
+    held: list[Any] = []
+    deadline = time.monotonic() + ANSWER_WAIT_SECONDS
+    found = False
+    try:
+        while not found and (left := deadline - time.monotonic()) > 0:
+            for message in receive(left):
+                ident = message.message_id
+                if (ident.decode() if isinstance(ident, bytes) else ident) == probe:
+                    complete(message)
+                    found = True
+                else:
+                    held.append(message)
+    finally:
+        for message in held:
+            with contextlib.suppress(Exception):  # its lock lapses anyway
+                abandon(message)
+    return found, len(held)
+
+
+@contextlib.contextmanager
+def _receiver(transport: Any, queue: str) -> Iterator[tuple[Callable[[float], list[Any]], Any, Any]]:
+    """Through the transport itself (Storage Queues: no link to keep)."""
+    yield (
+        lambda left: transport.receive(queue, max_messages=32, lock_seconds=60, wait_seconds=left),
+        transport.complete,
+        transport.abandon,
+    )
+
+
+@contextlib.contextmanager
+def _own_receiver(transport: Any, queue: str) -> Iterator[tuple[Callable[[float], list[Any]], Any, Any]]:
+    """A Service Bus receiver of its own, closed afterwards (no prefetch): the transport keeps its
+    receivers open for the queues the app consumes, and none may hold an agent's answer after this."""
+    with transport._client.get_queue_receiver(queue, prefetch_count=0) as receiver:
+        yield (
+            lambda left: receiver.receive_messages(max_message_count=32, max_wait_time=max(left, 1)),
+            receiver.complete_message,
+            receiver.abandon_message,
+        )

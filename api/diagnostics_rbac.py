@@ -1,20 +1,25 @@
-"""The role rows of ``GET /api/diagnostics``: the Service Bus rights infra granted, read back from the
-management plane.
+"""The role rows of ``GET /api/diagnostics``: the rights infra granted the app and each pool identity,
+read back from the management plane.
 
 The app cannot exercise another identity's rights, nor tell from a send whether it also holds the Manage
-claim, so it reads the role assignments themselves: ``GET {arm}/{namespace}/providers/
+claim, so it reads the role assignments themselves: ``GET {arm}/{resource}/providers/
 Microsoft.Authorization/roleAssignments?$filter=principalId eq '{id}'`` answers every assignment of that
-principal at, above and below the namespace (Azure RBAC REST, "Role Assignments - List For Scope"),
-with the app's identity, which infra makes Reader on the namespace. Expected, per
-``infra/modules/role-assignments.bicep`` and ``agent-pool.bicep``:
+principal at, above and below the resource (Azure RBAC REST, "Role Assignments - List For Scope"), with
+the app's identity, which infra makes Reader on the three resources read here (the Service Bus namespace,
+the storage account, the Application Insights component). Expected, per
+``infra/modules/role-assignments.bicep`` and ``agent-pool.bicep`` (:data:`EXPECTED` and :func:`expected`):
 
 * the app: Azure Service Bus Data Owner on each queue it receives from (the Manage claim the scale
   controller's target-based scaling needs; Send and Listen alone pass every probe);
 * each pool served elsewhere: Data Receiver on its work queue (Data Owner when KEDA scales on it), Data
-  Sender on the result queue, Data Receiver on each of its answer queues.
+  Sender on the result queue, Data Receiver on each of its answer queues, Monitoring Metrics Publisher on
+  the component and, unless it is message-only, Storage Table Data Contributor on the ledger, deadline
+  index and RemoteEffects tables and Storage Blob Data Contributor on the payload container. (Infra
+  deploys the Service Bus transport only, so no pool holds a storage queue role.)
 
-Infra names the identities (``APP_PRINCIPAL_ID``, ``AGENT_POOL_IDENTITIES``) and the namespace
-(``SERVICE_BUS_NAMESPACE_ID``) in app settings; without them (locally) the rows do not apply.
+A grant at a wider scope (the namespace, the account) covers the narrower one. Infra names the identities
+(``APP_PRINCIPAL_ID``, ``AGENT_POOL_IDENTITIES``) and the resources (:data:`RESOURCES`) in app settings;
+without them (locally) the rows do not apply.
 """
 
 from __future__ import annotations
@@ -33,20 +38,35 @@ RECEIVER, SENDER, OWNER = (
     "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39",
     "090c5cfd-751d-490a-894a-3ce6f1109419",
 )
-ROLE_NAMES = {RECEIVER: "Data Receiver", SENDER: "Data Sender", OWNER: "Data Owner"}
+TABLE, BLOB, PUBLISHER = (
+    "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
+    "ba92f5b4-2d11-453d-a403-e96b0029c9fe",
+    "3913510d-42f4-4e42-8a64-420c390055eb",
+)
+ROLE_NAMES = {
+    RECEIVER: "Data Receiver",
+    SENDER: "Data Sender",
+    OWNER: "Data Owner",
+    TABLE: "Storage Table Data Contributor",
+    BLOB: "Storage Blob Data Contributor",
+    PUBLISHER: "Monitoring Metrics Publisher",
+}
+# The resources whose role assignments are read: the app setting naming each resource id.
+RESOURCES = ("SERVICE_BUS_NAMESPACE_ID", "STORAGE_ACCOUNT_ID", "APPLICATION_INSIGHTS_ID")
+REMOTE_EFFECTS_TABLE = "RemoteEffects"  # the example agents' idempotency table (storage.bicep)
 
 
 def _arm() -> str:
     return (os.environ.get("AZURE_RESOURCE_MANAGER_ENDPOINT") or ARM_ENDPOINT).rstrip("/")
 
 
-def _assignments(namespace: str, principal: str, token: str) -> set[tuple[str, str]]:
-    """(role guid, lower-case scope) of every assignment of ``principal`` around ``namespace``."""
+def _assignments(resource: str, principal: str, token: str) -> set[tuple[str, str]]:
+    """(role guid, lower-case scope) of every assignment of ``principal`` around ``resource``."""
     query = urllib.parse.urlencode(
         {"api-version": "2022-04-01", "$filter": f"principalId eq '{principal}'"},
         quote_via=urllib.parse.quote,
     )
-    url = f"{_arm()}{namespace}/providers/Microsoft.Authorization/roleAssignments?{query}"
+    url = f"{_arm()}{resource}/providers/Microsoft.Authorization/roleAssignments?{query}"
     found: set[tuple[str, str]] = set()
     while url:
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
@@ -60,42 +80,56 @@ def _assignments(namespace: str, principal: str, token: str) -> set[tuple[str, s
     return found
 
 
-def expected(settings: Any, pools: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
-    """(who, principal id, role guid, queue) of every Service Bus grant doctor reads back."""
+def expected(settings: Any, pools: list[dict[str, Any]], ids: dict[str, str]) -> list[tuple[str, ...]]:
+    """(who, principal id, role guid, resource id, scope) of every grant doctor reads back; ``ids`` maps
+    each of :data:`RESOURCES` to its resource id."""
     from workflow_core.workflows.pools import pool_queue
 
+    bus, storage, component = (ids[name] for name in RESOURCES)
+    tables = (settings.ledger_table, settings.deadline_index_table, REMOTE_EFFECTS_TABLE)
+    storage_scopes = [f"{storage}/tableServices/default/tables/{t}" for t in tables]
+    blob = f"{storage}/blobServices/default/containers/{settings.payload_container}"
     app = os.environ.get("APP_PRINCIPAL_ID") or ""
-
-    rows = [("the app", app, OWNER, pool_queue(settings.work_queue, p)) for p in settings.hosted_pools]
-    rows.append(("the app", app, OWNER, settings.result_queue))
+    app_queues = [pool_queue(settings.work_queue, p) for p in settings.hosted_pools] + [settings.result_queue]
+    rows = [("the app", app, OWNER, bus, f"{bus}/queues/{q}") for q in app_queues]
     for pool in pools:
         who, principal = f"pool {pool['name']}", str(pool["principalId"])
-        rows.append((who, principal, OWNER if pool.get("scalesOnQueue") else RECEIVER, pool["queue"]))
-        rows.append((who, principal, SENDER, settings.result_queue))
-        rows.extend((who, principal, RECEIVER, queue) for queue in pool.get("answerQueues") or [])
+        grants = [(OWNER if pool.get("scalesOnQueue") else RECEIVER, bus, f"{bus}/queues/{pool['queue']}")]
+        grants.append((SENDER, bus, f"{bus}/queues/{settings.result_queue}"))
+        grants += [(RECEIVER, bus, f"{bus}/queues/{q}") for q in pool.get("answerQueues") or []]
+        grants.append((PUBLISHER, component, component))
+        if not pool.get("messageOnly"):
+            grants += [(TABLE, storage, scope) for scope in storage_scopes] + [(BLOB, storage, blob)]
+        rows += [(who, principal, *grant) for grant in grants]
     return [r for r in rows if r[1]]
 
 
 def roles(services: Any) -> list[Row]:
-    namespace = (os.environ.get("SERVICE_BUS_NAMESPACE_ID") or "").rstrip("/")
-    if not namespace:
+    ids = {name: (os.environ.get(name) or "").rstrip("/") for name in RESOURCES}
+    if not ids["SERVICE_BUS_NAMESPACE_ID"]:
         return [row("role", None, "SERVICE_BUS_NAMESPACE_ID is not set (local: not applicable)")]
-    pools = json.loads(os.environ.get("AGENT_POOL_IDENTITIES") or "[]")
-    wanted = expected(services.settings, pools)
-    fix = "grant it in infra (role-assignments.bicep, agent-pool.bicep) and deploy"
+    unset = [name for name, value in ids.items() if not value]
+    if unset:
+        fix = "deploy infra/main.bicep, which sets them (infra/modules/function-app.bicep)"
+        return [row("role assignments", False, f"{', '.join(unset)} not set", fix)]
+    wanted = expected(services.settings, json.loads(os.environ.get("AGENT_POOL_IDENTITIES") or "[]"), ids)
     try:
         from azure.identity import ManagedIdentityCredential
 
         credential = ManagedIdentityCredential(client_id=os.environ.get("AZURE_CLIENT_ID") or None)
         token = credential.get_token(f"{_arm()}/.default").token
-        held = {p: _assignments(namespace, p, token) for p in {r[1] for r in wanted}}
+        held = {key: _assignments(*key, token) for key in {(r[3], r[1]) for r in wanted}}
     except Exception as exc:  # no Reader, no identity: the rights cannot be read
         detail = f"cannot read role assignments: {type(exc).__name__}: {str(exc)[:300]}"
-        return [row("role assignments", False, detail, f"grant the app's identity Reader on {namespace}")]
+        fix = f"grant the app's identity Reader on {', '.join(ids.values())}"
+        return [row("role assignments", False, detail, fix)]
+    fix = "grant it in infra (role-assignments.bicep, agent-pool.bicep) and deploy"
     out = []
-    for who, principal, role, queue in wanted:
-        scope = f"{namespace}/queues/{queue}".lower()
-        ok = (role, scope) in held[principal] or (role, namespace.lower()) in held[principal]
-        detail = f"{principal} {'holds' if ok else 'lacks'} it"
-        out.append(row(f"role {who}: {ROLE_NAMES[role]} on {queue}", ok, detail, fix))
+    for who, principal, role, resource, scope in wanted:
+        target = scope.lower()  # a grant at a wider scope (the namespace, the account) covers it
+        ok = any(
+            r == role and s and (target + "/").startswith(s + "/") for r, s in held[(resource, principal)]
+        )
+        detail = f"{principal} {'holds' if ok else 'lacks'} it on {scope}"
+        out.append(row(f"role {who}: {ROLE_NAMES[role]} on {scope.rsplit('/', 1)[-1]}", ok, detail, fix))
     return out

@@ -1,6 +1,6 @@
 """Rows of ``GET /api/diagnostics`` that ask the running system, not its settings: did the worker's
-exporter start, on which logger; does the Durable backend answer; can the app answer on every answer
-queue.
+exporter start, on which logger; does the Durable backend answer; does an answer of the app's reach
+every answer queue (sent and read back).
 
 The Durable round trip is a status query of an instance id nobody uses, through the ``durableClient``
 binding the HTTP functions get: the host's Durable extension asks its backend (the task hub's tables
@@ -107,13 +107,13 @@ def answer_queue_names() -> list[str]:
 
 
 def answer_queues(services: Any) -> list[Row]:
-    """Each answer queue of ``ANSWER_QUEUES``: a probe answer the app schedules and cancels (it may
-    send there; reading back is the pool's right, not the app's)."""
-    from api.diagnostics_queues import diagnose
+    """Each answer queue of ``ANSWER_QUEUES``: a probe answer sent and read back
+    (:func:`api.diagnostics_queues.answer_round_trip`)."""
+    from api.diagnostics_queues import answer_round_trip
 
     names = answer_queue_names()
     if not names:
         return [
             row("answer queues", None, f"{ANSWER_QUEUES_SETTING} names none (no pool asks on Service Bus)")
         ]
-    return [{**diagnose(services.transport, name), "check": f"answer queue {name}"} for name in names]
+    return [answer_round_trip(services.transport, name) for name in names]

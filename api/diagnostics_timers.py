@@ -4,12 +4,14 @@ Each timer records its ticks in a liveness row with its NCRONTAB schedule (``wor
 a timer is late when its last tick is older than two of its periods plus a cold start's margin. The
 watchdog's period comes from ``WATCHDOG_SCHEDULE`` (the setting its trigger reads), and a watchdog that
 never ticked fails; every other timer is judged on the schedule it recorded, so the rows follow the
-timers the app has (the maintenance timer records one too). A schedule's period is the longest gap
-between two consecutive firings (``workflow_core/schedules.py``).
+timers the app has. In Azure (``WEBSITE_SITE_NAME``) a maintenance timer that never ticked fails too:
+``function_app.py`` registers it unconditionally (a local host may run the watchdog alone). A
+schedule's period is the longest gap between two consecutive firings (``workflow_core/schedules.py``).
 """
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -58,4 +60,8 @@ def timers(services: Any) -> list[Row]:
     s = services.settings
     ticks = liveness.Liveness(table_client(s.ledger_connection, s.ledger_table)).last_ticks()
     rows = [_timer_row("watchdog", ticks.pop(liveness.WATCHDOG, None), s.watchdog_schedule)]
-    return rows + [_timer_row(name, tick, tick.schedule) for name, tick in sorted(ticks.items())]
+    if os.environ.get("WEBSITE_SITE_NAME"):
+        from supervisor.maintenance import TIMER
+
+        ticks.setdefault(TIMER, None)
+    return rows + [_timer_row(name, tick, tick and tick.schedule) for name, tick in sorted(ticks.items())]

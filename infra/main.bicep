@@ -568,6 +568,7 @@ module functionApp 'modules/function-app.bicep' = {
       principalId: agentPool[i].outputs.principalId
       queue: pool.queue
       scalesOnQueue: (pool.hosting == 'containerApp')
+      messageOnly: pool.messageOnly
       answerQueues: pool.answerQueues
     }]
     resultQueueName: resultQueueName

@@ -35,8 +35,10 @@ CHECKS: tuple[Check, ...] = (
     Check("access", "table ", "the identity's table data role on each ledger table"),
     Check("access", "container ", "the identity's blob data role on the payload container"),
     Check("queues", "queue ", "the identity's rights on each pool queue and the result queue"),
-    Check("queues", "answer queue", "the app's Data Sender on each answer queue infra created"),
-    Check("roles", "role", "the Service Bus roles infra granted the app (Manage) and each pool"),
+    Check("queues", "answer queue", "an answer the app sends reaches each answer queue (read back)"),
+    Check(
+        "roles", "role", "the roles infra granted the app (Manage) and each pool (queues, storage, telemetry)"
+    ),
     Check("timers", "watchdog last tick", "the timer trigger runs the watchdog on WATCHDOG_SCHEDULE"),
     Check("providers", "canary", "the recovery canary's last verdict"),
     Check("providers", "circuits", "the agents' circuit states"),

@@ -31,6 +31,7 @@ from workflow_core.ledger.known_rows import WATCHED_KEY, instance_snapshot
 from workflow_core.ledger.scheduler_gone import bring_forward, is_instance_gone
 from workflow_core.runtime import Services, get_services
 from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
+from workflow_core.transport.envelope import is_doctor_probe
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ async def raise_result_event(
 
 
 HandleOutcome = Literal[
-    "raised", "late-result-ignored", "unconfirmed-result-ignored", "result-mismatch", "parked"
+    "raised", "late-result-ignored", "unconfirmed-result-ignored", "result-mismatch", "parked", "dropped"
 ]
 
 
@@ -149,6 +150,9 @@ async def handle_result(
     """Handle one result-queue message body; ``trace``: its application properties (the worker's
     span is the parent of this handler's, so the reply stays in the workflow's trace)."""
     queue = services.settings.result_queue
+    if is_doctor_probe(body):  # `sas doctor`'s probe whose cancel did not take: nothing to do or park
+        log.info("dropped a sas doctor probe delivered on %s (message %s)", queue, message_id)
+        return "dropped"
     fields = body if isinstance(body, dict) else {}
     with tracing.consumer_span(
         f"process {queue}",

@@ -78,7 +78,7 @@ param hostedPools string
 param answerQueues string = ''
 @description('Principal id of the app\'s identity (APP_PRINCIPAL_ID): sas doctor reads its roles back.')
 param identityPrincipalId string = ''
-@description('AGENT_POOL_IDENTITIES: [{ name, principalId, queue, scalesOnQueue, answerQueues }] of the pools served elsewhere, whose Service Bus roles sas doctor reads back.')
+@description('AGENT_POOL_IDENTITIES: [{ name, principalId, queue, scalesOnQueue, messageOnly, answerQueues }] of the pools served elsewhere, whose roles sas doctor reads back.')
 param agentPoolIdentities array = []
 param resultQueueName string
 param deadLetterQueueName string
@@ -245,11 +245,20 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           name: 'ANSWER_QUEUES'
           value: answerQueues
         }
-        // What sas doctor reads back from the management plane (api/diagnostics_rbac.py): the Service Bus
-        // roles infra granted the app and each pool identity, as Reader on the namespace.
+        // What sas doctor reads back from the management plane (api/diagnostics_rbac.py): the roles infra
+        // granted the app and each pool identity on the namespace, the storage account and the component,
+        // as Reader on each of the three.
         {
           name: 'SERVICE_BUS_NAMESPACE_ID'
           value: serviceBus.id
+        }
+        {
+          name: 'STORAGE_ACCOUNT_ID'
+          value: storage.id
+        }
+        {
+          name: 'APPLICATION_INSIGHTS_ID'
+          value: appInsights.id
         }
         {
           name: 'APP_PRINCIPAL_ID'

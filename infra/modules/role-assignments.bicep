@@ -32,7 +32,7 @@ param hostedPoolQueueNames array = []
 @description('Work queues of the other agent pools served elsewhere: the app only sends to them.')
 param remotePoolQueueNames array = []
 
-@description('Answer queues of the message-only pools that ask (<RESULT_QUEUE_NAME>-answers-...): the app only sends its answers there.')
+@description('Answer queues of the message-only pools that ask (<RESULT_QUEUE_NAME>-answers-...): the app sends its answers there and reads back only sas doctor\'s probe.')
 param answerQueueNames array = []
 
 @description('Service Bus queue agents send step results to (RESULT_QUEUE_NAME).')
@@ -73,13 +73,18 @@ var roles = {
   // back to a slower scaler). Trade-off: Manage on these two queues, nothing on any other entity.
   serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
   // On the work queue of a pool served elsewhere: dispatch (and re-send) its work, never receive it; on each
-  // answer queue: answer an agent's heartbeat, never read the answers.
+  // answer queue: answer an agent's heartbeat.
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
   // Operator: peek and receive the dead-letter queues (RBAC scopes stop at the queue, so this covers the live
   // queue too: read only $DeadLetterQueue).
+  // The app, on each answer queue and nothing else: `sas doctor` sends a probe answer there and reads it back
+  // (api/diagnostics_queues.py), the only proof that an answer lands where the agent reads. Least privilege:
+  // Receiver is the narrowest built-in role that may receive: Listen only, no Manage, no other entity; it takes only
+  // its own probe, by message id, and abandons at once any answer it meets on the way (docs/deploy.md, Roles).
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
-  // On the Service Bus namespace: read the role assignments there, so `sas doctor` can check the Service Bus
-  // rights infra granted the app and the pools (api/diagnostics_rbac.py). Control-plane reads only.
+  // On the Service Bus namespace, the storage account and the Application Insights component: read the role
+  // assignments there, so `sas doctor` can check the rights infra granted the app and each pool identity
+  // (api/diagnostics_rbac.py). Control-plane reads only: Reader holds no data action and no listKeys.
   reader: 'acdd72a7-3385-48ef-bd42-f606fba81ae7'
   // Entra-authenticated telemetry ingestion (the component has local auth disabled).
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
@@ -239,6 +244,16 @@ resource answerQueueDataSender 'Microsoft.Authorization/roleAssignments@2022-04-
   }
 }]
 
+resource answerQueueDataReceiver 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (queueName, i) in answerQueueNames: {
+  name: guid(answerQueues[i].id, principalId, roles.serviceBusDataReceiver)
+  scope: answerQueues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}]
+
 resource resultQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(resultQueue.id, principalId, roles.serviceBusDataOwner)
   scope: resultQueue
@@ -252,6 +267,26 @@ resource resultQueueDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-0
 resource namespaceReader 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(serviceBus.id, principalId, roles.reader)
   scope: serviceBus
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.reader)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource storageReader 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(storage.id, principalId, roles.reader)
+  scope: storage
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.reader)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appInsightsReader 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(appInsights.id, principalId, roles.reader)
+  scope: appInsights
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.reader)
     principalId: principalId

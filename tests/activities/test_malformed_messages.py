@@ -147,3 +147,14 @@ def test_a_doctor_probe_whose_cancel_did_not_take_is_dropped_not_parked(harness)
 
     assert parked_messages(harness.services.ledger) == []
     assert harness.transport.receive(harness.services.settings.work_queue, lock_seconds=1) == []
+
+
+def test_a_doctor_probe_on_the_result_queue_is_dropped_not_parked(harness, durable_client):
+    """The same probe on the result queue: dropped, never parked (a parked result is an operator's
+    work, and its dead letter would fire the results alert)."""
+    from api.diagnostics_queues import PROBE_BODY
+    from workflow_core.transport.envelope import body_from_text
+
+    outcome = asyncio.run(handle_result(body_from_text(PROBE_BODY), durable_client, harness.services))
+    assert outcome == "dropped" and durable_client.calls == []
+    assert parked_messages(harness.services.ledger) == []

@@ -279,20 +279,3 @@ def test_the_durable_backend_is_asked_through_the_apps_client(run, services, cli
     gone = DurableOrchestrationClient(stub.binding_json().replace(f":{stub.port}/", ":9/"))
     failed = _failed(json.loads(run(diagnostics.diagnostics(req, gone, services)).get_body()))
     assert set(failed) == {"durable backend round trip"}
-
-
-def test_each_answer_queue_infra_created_is_probed(services, app_env, monkeypatch):
-    """ANSWER_QUEUES names the answer queues infra created: the app sends a probe answer to each (and
-    removes it); one it cannot send to (absent, or no Data Sender) is a failed row naming it."""
-    services.liveness.record_tick()
-    present = f"{services.settings.result_queue}-answers-doctor1"
-    services.transport._client(present).create_queue()
-    absent = f"{services.settings.result_queue}-answers-gone"
-    monkeypatch.setenv("ANSWER_QUEUES", f"{present}, {absent}")
-    try:
-        body = diagnostics.collect(services)
-    finally:
-        services.transport._client(present).delete_queue()
-    rows = _rows(body)
-    assert rows[f"answer queue {present}"]["ok"] is True
-    assert set(_failed(body)) == {f"answer queue {absent}"}

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from api import diagnostics
+from api import diagnostics, diagnostics_timers
 from api.diagnostics_timers import schedule_period
 from tests.api.test_diagnostics import _clean_env, _failed, _rows  # noqa: F401 - the autouse fixture
 from workflow_core import clock, liveness
@@ -60,3 +60,13 @@ def test_every_timer_that_records_liveness_is_judged_on_its_own_schedule(service
     failed = _failed(diagnostics.collect(services))
     assert set(failed) == {"maintenance last tick"}
     assert "maintenance last ran 120" in failed["maintenance last tick"]["detail"]
+
+
+def test_in_azure_a_maintenance_timer_that_never_ticked_fails(services, monkeypatch):
+    """function_app.py registers the maintenance timer unconditionally: deployed, its absence is a
+    stopped timer (locally a host may run the watchdog alone, so there it has no row until it ticks)."""
+    services.liveness.record_tick()
+    assert "maintenance last tick" not in _rows(diagnostics.collect(services))
+    monkeypatch.setenv("WEBSITE_SITE_NAME", "func-sas")
+    row = {r["check"]: r for r in diagnostics_timers.timers(services)}["maintenance last tick"]
+    assert row["ok"] is False and row["detail"] == "the maintenance timer has never recorded a tick"

@@ -51,7 +51,7 @@ DURABLE_TASK_DATA_READER = "d6a5505f-6ebb-45a4-896e-ac8274cfc0ac"
 SERVICE_BUS_QUEUE = "Microsoft.ServiceBus/namespaces/queues"
 STORAGE_TABLE = "Microsoft.Storage/storageAccounts/tableServices/tables"
 
-REQUIRED_ROLES: dict[str, tuple[str, str]] = {
+REQUIRED_ROLES: dict[str, tuple[str, str | tuple[str, ...]]] = {
     STORAGE_BLOB_DATA_OWNER: ("Storage Blob Data Owner", "Microsoft.Storage/storageAccounts"),
     STORAGE_QUEUE_DATA_CONTRIBUTOR: ("Storage Queue Data Contributor", "Microsoft.Storage/storageAccounts"),
     STORAGE_TABLE_DATA_CONTRIBUTOR: ("Storage Table Data Contributor", "Microsoft.Storage/storageAccounts"),
@@ -64,13 +64,23 @@ REQUIRED_ROLES: dict[str, tuple[str, str]] = {
     # the Service Bus triggers needs (the Functions docs' Service Bus trigger role table).
     SERVICE_BUS_DATA_OWNER: ("Azure Service Bus Data Owner", SERVICE_BUS_QUEUE),
     MONITORING_METRICS_PUBLISHER: ("Monitoring Metrics Publisher", "Microsoft.Insights/components"),
-    # Control-plane reads on the namespace: `sas doctor` reads the Service Bus role assignments back.
-    READER: ("Reader", "Microsoft.ServiceBus/namespaces"),
+    # Control-plane reads on each of these three (one assignment each): `sas doctor` reads the role
+    # assignments of the app and the pools back there (api/diagnostics_rbac.py).
+    READER: (
+        "Reader",
+        (
+            "Microsoft.ServiceBus/namespaces",
+            "Microsoft.Storage/storageAccounts",
+            "Microsoft.Insights/components",
+        ),
+    ),
 }
 # Granted to the app's identity only where the resource exists (the Durable Task Scheduler backend).
 OPTIONAL_ROLES: dict[str, tuple[str, str]] = {
     # On the work queue of an agent pool served elsewhere: dispatch only (pool_checks.py says where).
     SERVICE_BUS_DATA_SENDER: ("Azure Service Bus Data Sender", SERVICE_BUS_QUEUE),
+    # On each answer queue only: doctor reads its own probe answer back (pool_checks.py says where).
+    SERVICE_BUS_DATA_RECEIVER: ("Azure Service Bus Data Receiver", SERVICE_BUS_QUEUE),
     DURABLE_TASK_DATA_CONTRIBUTOR: ("Durable Task Data Contributor", "Microsoft.DurableTask/schedulers"),
 }
 # The deployer/operator (main.bicep's principalId): what the operator CLI needs.
@@ -850,7 +860,9 @@ def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
         role_name, scope_type = allowed[guid]
         scope = scope_symbol(assignment)
         target = _symbols(files, assignment.file).get(scope) if isinstance(scope, str) else None
-        if target is None or target.type != scope_type:
+        if target is None or target.type not in (
+            scope_type if isinstance(scope_type, tuple) else (scope_type,)
+        ):
             problems.append(
                 f"{where}: {role_name} must be scoped to a {scope_type} resource, is scoped to "
                 f"{dotted(scope) if scope is not None else 'the resource group'}"
@@ -874,9 +886,11 @@ def check_role_assignments(files: dict[str, BicepFile]) -> list[str]:
         granted.setdefault((principal, guid), set()).add(
             resolver.value(target.file, target.config.get("name"))
         )
+        granted.setdefault((principal, guid, "types"), set()).add(target.type)
     for guid, (role_name, scope_type) in REQUIRED_ROLES.items():
-        if ("app", guid) not in granted:
-            problems.append(f"missing role assignment: {role_name} ({guid}) on the {scope_type}")
+        for one in scope_type if isinstance(scope_type, tuple) else (scope_type,):
+            if one not in granted.get(("app", guid, "types"), set()):
+                problems.append(f"missing role assignment: {role_name} ({guid}) on the {one}")
     if (
         declared(files, "Microsoft.DurableTask/schedulers")
         and ("app", DURABLE_TASK_DATA_CONTRIBUTOR) not in granted

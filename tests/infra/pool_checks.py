@@ -339,6 +339,7 @@ def check_pool_role_assignments(files: dict[str, bc.BicepFile]) -> list[str]:
     app_scopes = {
         bc.SERVICE_BUS_DATA_OWNER: {"workQueue", "hostedPoolQueues", "resultQueue"},
         bc.SERVICE_BUS_DATA_SENDER: {"workQueue", "remotePoolQueues", "answerQueues"},
+        bc.SERVICE_BUS_DATA_RECEIVER: {"answerQueues"},  # doctor reads its own probe answer back
     }
     for assignment in bc.declared(files, "Microsoft.Authorization/roleAssignments"):
         if assignment.file != ROLE_ASSIGNMENTS or assignment.properties.get("principalId") != "principalId":

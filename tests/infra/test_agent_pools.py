@@ -251,10 +251,19 @@ def test_an_unconditional_pool_role_is_caught(tmp_path, before, after, expected)
     assert any(expected in p for p in problems), problems
 
 
-def test_the_app_receiving_a_pool_it_does_not_host_is_caught(tmp_path):
-    change = _scope_of("hostedPoolQueueDataOwner", "hostedPoolQueues[i]", "remotePoolQueues[i]")
-    problems = _problems_after(tmp_path, pc.ROLE_ASSIGNMENTS, change, pc.check_pool_role_assignments)
-    assert any("hostedPoolQueueDataOwner" in p and "remotePoolQueues" in p for p in problems), problems
+@pytest.mark.parametrize(
+    ("symbol", "old", "new"),
+    [
+        ("hostedPoolQueueDataOwner", "hostedPoolQueues[i]", "remotePoolQueues[i]"),
+        ("answerQueueDataReceiver", "answerQueues[i]", "remotePoolQueues[i]"),
+    ],
+    ids=["a pool it does not host", "a work queue with the answer queues' receiver"],
+)
+def test_the_app_receiving_a_pool_it_does_not_host_is_caught(tmp_path, symbol, old, new):
+    problems = _problems_after(
+        tmp_path, pc.ROLE_ASSIGNMENTS, _scope_of(symbol, old, new), pc.check_pool_role_assignments
+    )
+    assert any(symbol in p and "remotePoolQueues" in p for p in problems), problems
 
 
 def test_a_pool_queue_that_drifts_from_the_work_queue_is_caught(tmp_path):
@@ -373,7 +382,8 @@ def _role(files, path: str, assignment) -> str:
 def test_each_answer_queue_exists_with_the_apps_sender_and_the_pools_receiver(files):
     """The queue the Node example's ANSWER_QUEUE names is created (servicebus.bicep), the app's identity
     may send its answers there and only there (role-assignments.bicep), and the asking pool's identity
-    may receive them (agent-pool.bicep): without all three the pool's every step waits for an answer."""
+    may receive them (agent-pool.bicep): without all three the pool's every step waits for an answer.
+    The app may receive there too: doctor reads its own probe answer back (api/diagnostics_queues.py)."""
     source, queue = _looped_over(files, pc.SERVICE_BUS, "answerQueues")
     assert source == "answerQueueNames" and queue.config["name"] == "queueName"
     ttl = bc.iso_seconds(queue.properties["defaultMessageTimeToLive"])
@@ -382,6 +392,10 @@ def test_each_answer_queue_exists_with_the_apps_sender_and_the_pools_receiver(fi
     assert source == "answerQueueNames" and bc.scope_symbol(sender) == "answerQueues"
     assert _role(files, pc.ROLE_ASSIGNMENTS, sender) == bc.SERVICE_BUS_DATA_SENDER
     assert sender.properties["principalId"] == "principalId"  # the app's identity
+    source, probe = _looped_over(files, pc.ROLE_ASSIGNMENTS, "answerQueueDataReceiver")
+    assert source == "answerQueueNames" and bc.scope_symbol(probe) == "answerQueues"
+    assert _role(files, pc.ROLE_ASSIGNMENTS, probe) == bc.SERVICE_BUS_DATA_RECEIVER
+    assert probe.properties["principalId"] == "principalId"
     source, receiver = _looped_over(files, pc.AGENT_POOL, "answerQueueReceiver")
     assert source == "answerQueueNames" and bc.scope_symbol(receiver) == "answerQueues"
     assert _role(files, pc.AGENT_POOL, receiver) == bc.SERVICE_BUS_DATA_RECEIVER
@@ -415,24 +429,33 @@ def test_the_registry_scope_never_indexes_an_empty_id(files):
 
 
 def test_the_app_is_told_what_doctor_reads_back_and_may_read_it(files):
-    """api/diagnostics_rbac.py reads the Service Bus roles infra granted: the app settings name the
-    namespace, the app's principal and each remote pool's, and the app is Reader on the namespace."""
+    """api/diagnostics_rbac.py reads the roles infra granted: the app settings name the namespace, the
+    storage account, the component, the app's principal and each remote pool's (with messageOnly: whether
+    it holds storage roles), and the app is Reader on each of the three."""
     _site, settings = bc.app_settings_of(files)
-    assert {"SERVICE_BUS_NAMESPACE_ID", "APP_PRINCIPAL_ID", "AGENT_POOL_IDENTITIES", "ANSWER_QUEUES"} <= set(
-        settings
-    )
+    assert {
+        "SERVICE_BUS_NAMESPACE_ID",
+        "STORAGE_ACCOUNT_ID",
+        "APPLICATION_INSIGHTS_ID",
+        "APP_PRINCIPAL_ID",
+        "AGENT_POOL_IDENTITIES",
+        "ANSWER_QUEUES",
+    } <= set(settings)
     text = files[bc.MAIN].text
     call = text[text.index("module functionApp ") :]
     identities = call[call.index("agentPoolIdentities: [for (pool, i) in remotePools:") :]
     for key in (
         "principalId: agentPool[i].outputs.principalId",
         "queue: pool.queue",
+        "messageOnly: pool.messageOnly",
         "answerQueues: pool.answerQueues",
     ):
         assert key in identities[: identities.index("}]")]
-    (reader,) = [
-        a
+    readers = {
+        bc.scope_symbol(a)
         for a in bc.declared(files, "Microsoft.Authorization/roleAssignments")
-        if a.file == pc.ROLE_ASSIGNMENTS and a.symbol == "namespaceReader"
-    ]
-    assert bc.scope_symbol(reader) == "serviceBus" and reader.properties["principalId"] == "principalId"
+        if a.file == pc.ROLE_ASSIGNMENTS
+        and a.properties["principalId"] == "principalId"
+        and _role(files, pc.ROLE_ASSIGNMENTS, a) == bc.READER
+    }
+    assert readers == {"serviceBus", "storage", "appInsights"}

@@ -732,3 +732,19 @@ def test_the_schedulers_ip_allow_list_is_a_parameter(files):
     scheduler = bc.declared(files, "Microsoft.DurableTask/schedulers")[0]
     assert scheduler.properties.get("ipAllowlist") == "ipAllowlist"
     assert "durableTaskSchedulerIpAllowlist" in files["main.bicep"].section("parameters")
+
+
+@pytest.mark.parametrize(
+    ("symbol", "where"),
+    [
+        ("namespaceReader", "Microsoft.ServiceBus/namespaces"),
+        ("storageReader", "Microsoft.Storage/storageAccounts"),
+        ("appInsightsReader", "Microsoft.Insights/components"),
+    ],
+)
+def test_each_reader_doctor_reads_role_assignments_with_is_required(tmp_path, symbol, where):
+    """Without Reader there, `sas doctor` cannot read back the roles infra granted on that resource."""
+    problems = _problems_after(
+        tmp_path, "modules/role-assignments.bicep", _drop_resource(symbol), bc.check_role_assignments
+    )
+    assert problems == [f"missing role assignment: Reader ({bc.READER}) on the {where}"]

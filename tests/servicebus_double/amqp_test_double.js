@@ -27,6 +27,10 @@
 // - Messages still locked when their receiver link or connection goes away are put back (a real
 //   broker would wait for the lock to expire).
 //
+// - Refusals a test asks for on the control channel (below): "refuse-receive <queue>" answers a receiver's
+//   attach with amqp:unauthorized-access (an identity without Listen), "missing <queue>" answers every
+//   attach to that queue with amqp:not-found (a queue infra did not create).
+//
 // Usage: node amqp_test_double.js [--host 127.0.0.1] [--port 0] [--lock-duration-seconds 30] [--verbose]
 // Prints "LISTENING <port>" on stdout when ready. Reads control commands on stdin (see the end of this
 // file: "state" reports what each queue holds). Exits when stdin closes or on SIGTERM/SIGINT.
@@ -70,6 +74,7 @@ function log(...parts) {
 // ---- state -------------------------------------------------------------------------------------
 
 const queues = new Map(); // entity path -> { messages: [stored], senders: Set<rhea sender> }
+const refusals = new Map(); // entity path -> 'refuse-receive' | 'missing'
 const locks = new Map(); // lock token (hex of the 16-byte delivery tag) -> lock
 let nextSequenceNumber = 1;
 
@@ -350,9 +355,21 @@ function answerAttach(link) {
 
 const container = rhea.create_container({ id: 'servicebus-amqp-test-double' });
 
+// Answer the attach, then detach with an error when the control channel asked for a refusal.
+function refused(link, address, receiving) {
+    const refusal = refusals.get(address);
+    if (refusal === 'missing' || (refusal === 'refuse-receive' && receiving)) {
+        const condition = refusal === 'missing' ? 'amqp:not-found' : 'amqp:unauthorized-access';
+        link.close({ condition, description: `${refusal}: ${address} (test double)` });
+        return true;
+    }
+    return false;
+}
+
 container.on('receiver_open', (context) => {
     // The client attached a sender: it will send to us.
     answerAttach(context.receiver); // rhea's default credit window keeps the client supplied
+    if (refused(context.receiver, entityOf(context.receiver.remote.attach.target.address), false)) return;
     log('client sender attached to', context.receiver.remote.attach.target.address);
 });
 
@@ -361,6 +378,7 @@ container.on('sender_open', (context) => {
     const sender = context.sender;
     answerAttach(sender);
     const address = entityOf(sender.remote.attach.source && sender.remote.attach.source.address);
+    if (refused(sender, address, true)) return;
     if (address === CBS || address.endsWith(MANAGEMENT_SUFFIX)) {
         const connection = context.connection;
         connection._doubleRequestReplies = connection._doubleRequestReplies || [];
@@ -416,6 +434,7 @@ server.on('error', (error) => {
 
 // ---- control channel: one command per stdin line, one JSON line back on stdout ------------------
 //   state     -> {"queues": {"<entity>": {"available": n, "locked": n}}}   (what a broker would hold)
+//   refuse-receive <entity> | missing <entity>   -> {"ok": true}   (the refusals above, from now on)
 
 function state() {
     const result = {};
@@ -435,7 +454,13 @@ process.stdin.on('data', (chunk) => {
     while ((newline = pendingInput.indexOf('\n')) >= 0) {
         const command = pendingInput.slice(0, newline).trim();
         pendingInput = pendingInput.slice(newline + 1);
-        const answer = command === 'state' ? state() : { error: 'unknown command ' + command };
+        const [verb, entity] = command.split(/\s+/);
+        let answer = { error: 'unknown command ' + command };
+        if (command === 'state') answer = state();
+        else if ((verb === 'refuse-receive' || verb === 'missing') && entity) {
+            refusals.set(entity, verb);
+            answer = { ok: true };
+        }
         process.stdout.write(JSON.stringify(answer) + '\n');
     }
 });

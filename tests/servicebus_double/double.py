@@ -77,15 +77,24 @@ class AmqpTestDouble:
 
     def state(self) -> dict[str, dict[str, int]]:
         """What the double holds per entity: ``{"q": {"available": n, "locked": n}, ...}``."""
+        return self._command("state")["queues"]
+
+    def refuse(self, refusal: str, entity: str) -> None:
+        """From now on answer attaches to ``entity`` with an error: ``"refuse-receive"`` (a receiver:
+        amqp:unauthorized-access, an identity without Listen) or ``"missing"`` (any: amqp:not-found)."""
+        if refusal not in ("refuse-receive", "missing"):
+            raise ValueError(refusal)
+        self._command(f"{refusal} {entity}")
+
+    def _command(self, line: str) -> dict:
         if self.process is None or self.process.stdin is None or self.process.stdout is None:
             raise RuntimeError("the AMQP test double is not running")
         if self.process.poll() is not None:
             raise RuntimeError(f"the AMQP test double exited ({self.process.returncode}): {self.log_path}")
         with self._control:
-            self.process.stdin.write("state\n")
+            self.process.stdin.write(line + "\n")
             self.process.stdin.flush()
-            answer = json.loads(self.process.stdout.readline())
-        return answer["queues"]
+            return json.loads(self.process.stdout.readline())
 
     def queue_state(self, entity: str) -> tuple[int, int]:
         """``(available, locked)`` for one entity (``(0, 0)`` if it was never used)."""
