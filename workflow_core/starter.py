@@ -99,7 +99,8 @@ async def start_instance(
         instance_id = chosen or uuid.uuid4().hex
         if chosen:  # an id made here is new: no look-up (the record's insert still guards)
             await ensure_unused(client, services, instance_id)
-        await asyncio.to_thread(_store_definition, services, pinned)
+        # before the record names it, so whoever reads one finds the other (once per version)
+        await asyncio.to_thread(services.definitions.save, pinned)
         trace_context = tracing.current()
         trace.get_current_span().set_attribute("sas.instance_id", instance_id)
         rows = await record_instance(
@@ -131,12 +132,6 @@ async def start_instance(
             ) from None
         log.info("started workflow %s as instance %s", pinned.version, instance_id)
         return instance_id
-
-
-def _store_definition(services: Services, pinned: PinnedDefinition) -> None:
-    """Before the record names it, so whoever reads one finds the other; by its hash, once (later starts
-    of the same version cost no request)."""
-    services.definitions.save(pinned)
 
 
 def storable_input(name: str, validated: dict[str, Any], services: Services) -> str:
@@ -252,10 +247,9 @@ async def ensure_unused(client: Any, services: Services, instance_id: str) -> No
                 [describe_error(exc)],
             ) from None
 
-    def ledger_steps() -> list[Any]:
-        return services.ledger.list_for_instance(instance_id)
-
-    status, steps = await asyncio.gather(durable_status(), asyncio.to_thread(ledger_steps))
+    status, steps = await asyncio.gather(
+        durable_status(), asyncio.to_thread(services.ledger.list_for_instance, instance_id)
+    )
     if status:
         runtime = getattr(status.runtime_status, "value", None) or "unknown"
         state = "is still running" if runtime in ACTIVE_RUNTIME_STATUSES else f"exists ({runtime})"

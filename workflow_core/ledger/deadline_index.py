@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
-from azure.data.tables import TableTransactionError, UpdateMode
+from azure.data.tables import UpdateMode
 
-from workflow_core.ledger.entities import _deadline_key, _from_entity
+from workflow_core.ledger.entities import _deadline_key, _from_entity, delete_rows, if_match
 from workflow_core.ledger.errors import InvalidLedgerInput, StepNotFound
-from workflow_core.ledger.families import ATTENTION_PARTITION, INSTANCE_ROW, MAX_BATCH
+from workflow_core.ledger.families import ATTENTION_PARTITION, INSTANCE_ROW
 from workflow_core.ledger.index_keys import INSTANCE_INDEX_PREFIX, instance_index_key, overdue_upper_partition
 from workflow_core.ledger.instance import InstanceRecord
 from workflow_core.ledger.instance_store import InstanceHandle, from_instance_entity
@@ -71,18 +70,9 @@ class DeadlineIndexMixin:
             partition, _, row = key.partition("|")
             by_partition.setdefault(partition, []).append(row)
         for partition, rows in by_partition.items():
-            for start in range(0, len(rows), MAX_BATCH):
-                chunk = rows[start : start + MAX_BATCH]
-                if len(chunk) == 1:
-                    self._delete_index_row(f"{partition}|{chunk[0]}")
-                    continue
-                try:
-                    self._index.submit_transaction(
-                        [("delete", {"PartitionKey": partition, "RowKey": r}) for r in chunk]
-                    )
-                except (TableTransactionError, HttpResponseError):  # one already gone: one by one
-                    for r in chunk:
-                        self._delete_index_row(f"{partition}|{r}")
+            delete_rows(
+                self._index, partition, rows, lambda r, p=partition: self._delete_index_row(f"{p}|{r}")
+            )
 
     def _delete_index_row(self, index_key: str | None) -> None:
         if not has_own_row(index_key):  # none, or watched through the instance's row
@@ -279,15 +269,9 @@ class DeadlineIndexMixin:
         new = instance_index_key(due, record.instance_id)
         self._create_instance_index_row(new, record)
         try:
+            keys = {"PartitionKey": record.instance_id, "RowKey": INSTANCE_ROW}
             self._steps.update_entity(
-                {
-                    "PartitionKey": record.instance_id,
-                    "RowKey": INSTANCE_ROW,
-                    "IndexKey": new,
-                },
-                mode=UpdateMode.MERGE,
-                etag=record.etag,
-                match_condition=MatchConditions.IfNotModified,
+                {**keys, "IndexKey": new}, mode=UpdateMode.MERGE, **if_match(record.etag)
             )
         except Exception:  # someone wrote the instance meanwhile: their write decides; drop our row
             self._delete_index_row(new)

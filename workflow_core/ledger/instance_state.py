@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
 
+from workflow_core.ledger.entities import if_match
 from workflow_core.ledger.families import INSTANCE_ROW
 from workflow_core.ledger.instance import (
     PURGEABLE_INSTANCE_STATUSES,
@@ -129,8 +129,7 @@ def instance_guard(record: InstanceRecord) -> tuple:
 def unchanged(partition: str, row_key: str, etag: str | None) -> tuple:
     """An If-Match merge of nothing: the transaction fails if the row changed since ``etag``."""
     keys = {"PartitionKey": partition, "RowKey": row_key}
-    condition = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
-    return ("update", keys, {"mode": UpdateMode.MERGE, **condition})
+    return ("update", keys, {"mode": UpdateMode.MERGE, **if_match(etag)})
 
 
 def decision_table() -> list[tuple[str, dict[str, str]]]:

@@ -27,11 +27,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
-from workflow_core.ledger.entities import _deadline_key
+from workflow_core.ledger.entities import _deadline_key, if_match
 from workflow_core.limits.circuit_rules import Circuit, CircuitEvent, CircuitState
 from workflow_core.limits.circuits import move_circuit
 from workflow_core.limits.rows import (
@@ -138,13 +137,7 @@ def admit(
     }
     ops: list[tuple] = [guarded(taken, free.etag)]
     if mine is not None:
-        ops.append(
-            (
-                "delete",
-                {"PartitionKey": partition_of(agent), "RowKey": mine.key},
-                {"etag": mine.etag, "match_condition": MatchConditions.IfNotModified},
-            )
-        )
+        ops.append(("delete", {"PartitionKey": partition_of(agent), "RowKey": mine.key}, if_match(mine.etag)))
     try:
         table.submit_transaction(ops)
     except (TableTransactionError, HttpResponseError) as exc:  # another dispatch took it: ask again soon
@@ -290,9 +283,7 @@ def _leave(table: TableClient, agent: str, mine: Waiter | None) -> None:
     """An admitted step's place in the queue is given up (If-Match: a refresh meanwhile stays)."""
     if mine is not None:
         with contextlib.suppress(HttpResponseError):
-            table.delete_entity(
-                partition_of(agent), mine.key, etag=mine.etag, match_condition=MatchConditions.IfNotModified
-            )
+            table.delete_entity(partition_of(agent), mine.key, **if_match(mine.etag))
 
 
 def _drop_stale(table: TableClient, rows: AgentRows, now: datetime, poll: float, mine: Waiter | None) -> None:
@@ -328,8 +319,7 @@ def _empty(table: TableClient, agent: str, slot: Slot) -> bool:
         table.update_entity(
             {"PartitionKey": partition_of(agent), "RowKey": slot.key, "Holder": "", "Deadline": ""},
             mode=UpdateMode.REPLACE,
-            etag=slot.etag,
-            match_condition=MatchConditions.IfNotModified,
+            **if_match(slot.etag),
         )
         return True
     except HttpResponseError:

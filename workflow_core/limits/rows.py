@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.data.tables import TableClient, UpdateMode
 
+from workflow_core.ledger.entities import if_match
 from workflow_core.ledger.families import AUDIT_PREFIX, LIMITS_PREFIX
 from workflow_core.limits.circuit_rules import Circuit, CircuitState
 
@@ -151,11 +151,7 @@ def guarded(entity: dict[str, Any], etag: str | None) -> tuple:
     creating it when it was absent (fails if someone created it meanwhile)."""
     if etag is None:
         return ("create", entity)
-    return (
-        "update",
-        entity,
-        {"mode": UpdateMode.REPLACE, "etag": etag, "match_condition": MatchConditions.IfNotModified},
-    )
+    return ("update", entity, {"mode": UpdateMode.REPLACE, **if_match(etag)})
 
 
 def audit_entity(
