@@ -151,9 +151,9 @@ def load_pools_file(path: Path) -> AgentPools:
     with _lock:
         if path not in _cache:  # resolved once per spelling (a lookup runs on every step)
             key = path.resolve()
-            found = _cache.get(key)
-            if found is None:
-                found = parse_pools(key.read_text(encoding="utf-8")) if key.is_file() else AgentPools()
+            found = _cache.get(key) or (
+                parse_pools(key.read_text("utf-8")) if key.is_file() else AgentPools()
+            )
             _cache[path] = _cache[key] = found
         return _cache[path]
 
