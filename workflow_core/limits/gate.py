@@ -5,15 +5,10 @@ A dispatch asks :func:`admit` before it writes the Dispatched transition. The an
 again after ``retry_after``. Reads one partition (the agent's rows) per ask; writes only when it
 takes the probe or a slot, joins the queue, or refreshes its place in it.
 
-Slots: ``max_in_flight`` rows ``slot~NNN``. A slot is held from its admission until its holder's
-attempt is settled, whatever the step's status in between (:class:`Phase`): an admitted attempt whose
-Dispatched write has not landed yet holds it like one in flight. It is free when empty, when the
-ledger has the holder's attempt settled or superseded, or when an attempt in flight overran its
-deadline (a crashed holder). An admission whose dispatch never happened is freed by the watchdog's
-sweep (:func:`free_lapsed_slots`) once the attempt's deadline passed, after it fenced the step row so
-that a late Dispatched write of that admission fails its ETag. Fair: a step takes a slot only when no
-older live waiter is queued (oldest waiter first); a waiter that stopped asking for ``STALE_POLLS``
-polls (its scheduler gave up, was stopped) loses its place.
+Slots are held from the admission until the holder's attempt is settled (:class:`Phase`), oldest
+waiter first (docs/agent-limits.md, "The dispatch's side"). An admission whose dispatch never happened
+is freed by the watchdog's sweep (:func:`free_lapsed_slots`) after it fenced the step row, so that a
+late Dispatched write of that admission fails its ETag.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Where an agent's limits live: one partition of the ledger table per agent, ``~limits~<agent>``
-(``~`` keeps it apart from instance partitions, like the stored definitions' ``~definitions~``).
-
-Rows: ``circuit`` (the breaker, :mod:`circuit_rules`), ``slot~NNN`` (one per concurrency slot: the
-holding step's instance, step, attempt and deadline), ``wait~<since>~<hash>`` (a step waiting for a
-slot, oldest first by key) and ``~audit~...`` (every circuit change, written in its transaction).
-One query reads all but the audit: what a dispatch needs to decide.
+"""An agent's limits rows, one partition of the ledger table per agent, ``~limits~<agent>`` (the rows:
+docs/agent-limits.md): one query reads all but the audit, which is what a dispatch needs to decide.
 """
 
 from __future__ import annotations
