@@ -209,34 +209,29 @@ def _service_uri(env: Mapping[str, str], prefix: str, service: str) -> str | Non
 
 
 def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION) -> StorageConnection:
-    if by_string := _connection_string(env, prefix):
-        return by_string
-    table_uri = _service_uri(env, prefix, "table")
-    queue_uri = _service_uri(env, prefix, "queue")
-    if table_uri is None or queue_uri is None:
+    found = _connection(env, prefix)
+    if found is None or (found.connection_string is None and found.queue_service_uri is None):
         raise SettingsError(
             f"Storage is not configured: set {prefix} to a connection string "
             f"(UseDevelopmentStorage=true for Azurite), or set {prefix}__accountName, or both "
             f"{prefix}__tableServiceUri and {prefix}__queueServiceUri for a managed identity"
         )
-    return StorageConnection(
-        table_service_uri=table_uri,
-        queue_service_uri=queue_uri,
-        client_id=_get(env, f"{prefix}__clientId"),
-        blob_service_uri=_service_uri(env, prefix, "blob"),
-    )
+    return found
 
 
-def ledger_storage_connection(
-    env: Mapping[str, str], prefix: str = LEDGER_STORAGE_CONNECTION
-) -> StorageConnection | None:
-    """The ledger's own account (tables only), if set."""
+def _connection(env: Mapping[str, str], prefix: str) -> StorageConnection | None:
+    """``prefix``'s connection string, else its service URIs (None: no table service named)."""
     if by_string := _connection_string(env, prefix):
         return by_string
     table_uri = _service_uri(env, prefix, "table")
     if table_uri is None:
         return None
-    return StorageConnection(table_service_uri=table_uri, client_id=_get(env, f"{prefix}__clientId"))
+    return StorageConnection(
+        table_service_uri=table_uri,
+        queue_service_uri=_service_uri(env, prefix, "queue"),
+        client_id=_get(env, f"{prefix}__clientId"),
+        blob_service_uri=_service_uri(env, prefix, "blob"),
+    )
 
 
 def azurite_connection_string(
@@ -290,7 +285,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         max_compensation_restarts=_int(env, "MAX_COMPENSATION_RESTARTS"),
         max_scheduler_terminations=_int(env, "MAX_SCHEDULER_TERMINATIONS"),
         app_insights_connection_string=_get(env, "APPLICATIONINSIGHTS_CONNECTION_STRING"),
-        ledger_storage=ledger_storage_connection(env),
+        ledger_storage=_connection(env, LEDGER_STORAGE_CONNECTION),  # the ledger's own account (tables)
         ledger_sdk_transactions=_choice(env, "LEDGER_TRANSACTION_CODEC", ("own", "sdk")) == "sdk",
         max_payload_bytes=_max_payload_bytes(env),
         payload_container=_queue_name(env, "PAYLOAD_CONTAINER_NAME", "blob container"),

@@ -66,12 +66,14 @@ def entity_values(entity: Any, fields: dict[str, str]) -> dict[str, Any]:
     for field, prop in fields.items():
         # an empty text is how a merge clears a property (known_rows.py): absent, like null
         if prop in entity and entity[prop] is not None and entity[prop] != "":
-            value = entity[prop]
-            if isinstance(value, datetime) and value.tzinfo is None:
-                value = value.replace(tzinfo=UTC)
-            data[field] = value
+            data[field] = as_utc(entity[prop])
     data["etag"] = entity.metadata.get("etag") if hasattr(entity, "metadata") else None
     return data
+
+
+def as_utc(value: Any) -> Any:
+    """A datetime a table handed back without its zone as the UTC it is; any other value as it is."""
+    return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
 
 
 def _from_entity(entity: Any) -> StepRecord:

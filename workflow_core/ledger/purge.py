@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
@@ -21,7 +21,7 @@ from azure.data.tables import UpdateMode
 
 from workflow_core import clock
 from workflow_core.ledger import families as F
-from workflow_core.ledger.entities import _from_entity, delete_rows, if_match
+from workflow_core.ledger.entities import _from_entity, as_utc, delete_rows, if_match
 from workflow_core.ledger.errors import ConcurrencyConflict, IllegalInstanceTransition
 from workflow_core.ledger.idempotency import IdempotencyKeys
 from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
@@ -181,13 +181,8 @@ def purge_refusal(record: InstanceRecord, rows: list[Any]) -> tuple[str, str] | 
     in_flight = any(
         r["RowKey"].startswith(F.IDEMPOTENCY_PREFIX)
         and r.get("Status") is None
-        and _aware(r.get("At")) > since
+        and isinstance(at := as_utc(r.get("At")), datetime)
+        and at > since
         for r in rows
     )
     return refusal(Action.PURGE, record, steps, action_in_flight=in_flight)
-
-
-def _aware(at: Any) -> datetime:
-    if not isinstance(at, datetime):
-        return datetime.min.replace(tzinfo=UTC)
-    return at if at.tzinfo else at.replace(tzinfo=UTC)

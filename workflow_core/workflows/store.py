@@ -18,6 +18,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableClient
 
 from workflow_core import clock
+from workflow_core.ledger.entities import as_utc
 from workflow_core.ledger.families import DEFINITIONS_PREFIX as PARTITION_PREFIX
 from workflow_core.workflows.errors import UnknownVersion, UnknownWorkflow, WorkflowDefinitionError
 from workflow_core.workflows.loader import get_workflow
@@ -120,19 +121,13 @@ class DefinitionStore:
                 workflow=row.get("Workflow") or workflow,
                 version=row["Version"],
                 label=row.get("Label"),
-                stored_at=_aware(row.get("StoredAt")),
+                stored_at=as_utc(row.get("StoredAt")),
                 sha256=row.get("Sha256") or "",
             )
             for row in rows
         ]
         far = datetime.max.replace(tzinfo=UTC)
         return sorted(found, key=lambda v: (v.stored_at or far, v.version))
-
-
-def _aware(value: Any) -> datetime | None:
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value if isinstance(value, datetime) else None
 
 
 def definition_for(workflow: str, version: str | None, store: DefinitionStore | None) -> WorkflowDefinition:
