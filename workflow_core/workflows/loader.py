@@ -18,7 +18,6 @@ from workflow_core.workflows.pools import (
     POOLS_FILE,
     AgentPools,
     clear_pools_cache,
-    load_pools,
     load_pools_file,
 )
 
@@ -199,7 +198,7 @@ def agent_pools(directory: Path | None = None) -> AgentPools:
     """The agent pools declared next to the definitions (``workflow_core.workflows.pools``)."""
     if directory is None and POOLS_FILE_OVERRIDE is not None:
         return load_pools_file(POOLS_FILE_OVERRIDE)
-    return load_pools(directory or DEFAULT_DIRECTORY)
+    return load_pools_file((directory or DEFAULT_DIRECTORY) / POOLS_FILE)
 
 
 def agents_used(directory: Path | None = None) -> set[str]:

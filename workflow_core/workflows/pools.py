@@ -93,10 +93,6 @@ class AgentPools(BaseModel):
     def is_message_only(self, pool: str) -> bool:
         return self.pools.get(pool, Pool()).message_only
 
-    def queue_of(self, agent: str, work_queue: str) -> str:
-        """The queue that carries ``agent``'s work, given the default pool's ``work_queue``."""
-        return pool_queue(work_queue, self.pool_of(agent))
-
 
 def pool_queue(work_queue: str, pool: str) -> str:
     """The work queue of ``pool``: the default pool's is ``work_queue`` itself."""
@@ -138,12 +134,6 @@ def parse_pools(text: str, source: str = POOLS_FILE) -> AgentPools:
 
 _cache: dict[Path, AgentPools] = {}
 _lock = threading.Lock()
-
-
-def load_pools(directory: Path) -> AgentPools:
-    """The pools declared in ``directory`` (none declared: everything in ``default``), parsed once
-    per process (``workflow_core.workflows.loader.agent_pools`` passes the definitions' directory)."""
-    return load_pools_file(directory / POOLS_FILE)
 
 
 def load_pools_file(path: Path) -> AgentPools:
