@@ -42,13 +42,7 @@ class StepCreationMixin:
         validate_instance_id(instance_id)
         now = clock.utcnow()
         records, operations = self.step_creation_operations(
-            instance_id,
-            workflow_name,
-            steps,
-            actor=actor,
-            orchestration_id=orchestration_id,
-            version=version,
-            now=now,
+            instance_id, workflow_name, steps, actor, orchestration_id, version, now
         )
         ids = [r.step_id for r in records]
         instance_updated = instance_index = None
@@ -92,7 +86,6 @@ class StepCreationMixin:
         instance_id: str,
         workflow_name: str,
         steps: Sequence[NewStep],
-        *,
         actor: str,
         orchestration_id: str | None,
         version: str | None,

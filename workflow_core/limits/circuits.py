@@ -23,6 +23,7 @@ from workflow_core.workflows.loader import agent_pools
 log = logging.getLogger(__name__)
 
 MAX_RACES = 5
+_OPERATOR_EVENTS = (CircuitEvent.OPERATOR_OPEN, CircuitEvent.OPERATOR_CLOSE)
 
 
 class CircuitConflict(RuntimeError):
@@ -57,24 +58,10 @@ def move_circuit(
             return current, False
         moved = dataclasses.replace(moved, version=current.version + 1)
         ops: list[tuple] = [guarded(circuit_entity(agent, moved), current.etag)]
-        if moved.state is not current.state or event in (
-            CircuitEvent.OPERATOR_OPEN,
-            CircuitEvent.OPERATOR_CLOSE,
-        ):
+        if moved.state is not current.state or event in _OPERATOR_EVENTS:  # audited
+            before, after = current.state.value, moved.state.value
             ops.append(
-                (
-                    "create",
-                    audit_entity(
-                        agent,
-                        moved.version,
-                        at,
-                        actor,
-                        event.value,
-                        current.state.value,
-                        moved.state.value,
-                        reason,
-                    ),
-                )
+                ("create", audit_entity(agent, moved.version, at, actor, event.value, before, after, reason))
             )
         try:
             table.submit_transaction(ops)
