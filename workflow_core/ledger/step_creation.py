@@ -112,17 +112,8 @@ class StepCreationMixin:
             for i, s in enumerate(steps)
         ]
         marker = {"PartitionKey": instance_id, "RowKey": STEPS_MARKER_ROW, "Workflow": workflow_name}
-        audit = self._audit_entity(
-            instance_id,
-            "*",
-            actor,
-            "created",
-            None,
-            "Pending",
-            0,
-            f"workflow {workflow_name} with {len(records)} steps",
-            now,
-        )
+        why = f"workflow {workflow_name} with {len(records)} steps"
+        audit = self._audit_entity(instance_id, "*", actor, "created", None, "Pending", 0, why, now)
         return records, [("create", marker), *(("create", _to_entity(r)) for r in records), ("create", audit)]
 
     def _instance_written_in_batch(self, handle: InstanceHandle, updated: Any, result: Any) -> None:
