@@ -90,19 +90,10 @@ class CircuitView:
 
     def to_json(self) -> dict[str, Any]:
         c = self.circuit
-        return {
-            "agent": self.agent,
-            "state": c.state.value,
-            "manual": c.manual,
-            "failures": c.failures,
-            "since": c.since.isoformat() if c.since else None,
-            "open_until": c.open_until.isoformat() if c.open_until else None,
-            "last_error": c.last_error,
-            "changed_by": c.changed_by,
-            "max_in_flight": self.max_in_flight,
-            "in_flight": self.in_flight,
-            "waiting": self.waiting,
-        }
+        names = ("manual", "failures", "since", "open_until", "last_error", "changed_by")
+        shown = {k: v.isoformat() if isinstance(v := getattr(c, k), datetime) else v for k in names}
+        slots = {"max_in_flight": self.max_in_flight, "in_flight": self.in_flight, "waiting": self.waiting}
+        return {"agent": self.agent, "state": c.state.value, **shown, **slots}
 
     def attention_text(self) -> str | None:
         """The inbox line while it is not closed."""
