@@ -82,19 +82,16 @@ class DefinitionStore:
             "StoredAt": clock.utcnow(),
             "Chunks": len(chunks),
         }
-        if pinned.label:
-            entity["Label"] = pinned.label
-        for index, chunk in enumerate(chunks):
-            entity[f"Definition{index}"] = chunk
+        entity |= {"Label": pinned.label} if pinned.label else {}
+        entity |= {f"Definition{index}": chunk for index, chunk in enumerate(chunks)}
+        written = True
         try:
             self._table.create_entity(entity)
-            written = True
+            log.info("stored workflow definition %s", pinned.version)
         except ResourceExistsError:  # content-addressed: what is there is the same definition
             written = False
         with self._lock:
             self._saved.add(pinned.version)
-        if written:
-            log.info("stored workflow definition %s", pinned.version)
         return written
 
     def get(self, version: str) -> WorkflowDefinition | None:
