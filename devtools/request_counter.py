@@ -271,7 +271,7 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("activities/worker/delivery.py", "process", WORKER_RECORD),
     ("activities/scheduler/step_creation.py", "create_workflow_steps", CREATE_STEPS),
     ("workflow_core/starter.py", "ensure_unused", START),
-    ("workflow_core/starter.py", "_store_definition", DEFINITION_STORE),
+    ("workflow_core/workflows/store.py", "save", DEFINITION_STORE),
     ("workflow_core/starter.py", None, HTTP_API),
     ("api/handlers.py", None, HTTP_API),
     ("activities/scheduler/dispatch.py", "_dispatch", DISPATCH),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from workflow_core.schedules import Schedule
-from workflow_core.settings import SettingsError, _bool, _get, _int, _value
+from workflow_core.settings import SettingsError, _bool, _get, _number, _value
 
 
 def _schedule(env: Mapping[str, str] | None, name: str) -> Schedule:
@@ -50,20 +50,20 @@ def canary_settings(env: Mapping[str, str] | None = None) -> CanarySettings:
 
 
 def retention_settings(env: Mapping[str, str] | None = None) -> RetentionSettings:
-    days = _int(env, "RETENTION_DAYS")
+    days = _number(env, "RETENTION_DAYS")
     if days > 36_500:
         raise SettingsError(f"RETENTION_DAYS is {days}; at most 36500 (100 years)")
     return RetentionSettings(
         days=days,
         schedule=_schedule(env, "RETENTION_SCHEDULE"),
-        batch_size=_int(env, "RETENTION_BATCH_SIZE"),
+        batch_size=_number(env, "RETENTION_BATCH_SIZE"),
         archive_container=_get(env, "AUDIT_ARCHIVE_CONTAINER"),
     )
 
 
 def bulk_settings(env: Mapping[str, str] | None = None) -> BulkSettings:
     return BulkSettings(
-        schedule=_schedule(env, "BULK_SCHEDULE"), rate_per_second=_int(env, "BULK_RATE_PER_SECOND")
+        schedule=_schedule(env, "BULK_SCHEDULE"), rate_per_second=_number(env, "BULK_RATE_PER_SECOND")
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
+from typing import Any
 
 
 class SettingsError(ValueError):
@@ -127,13 +128,15 @@ def _value(env: Mapping[str, str] | None, name: str) -> str:
     return _get(env, name) or default
 
 
-def _int(env: Mapping[str, str] | None, name: str, minimum: int = 1) -> int:
-    """Setting ``name`` as a whole number of at least ``minimum``, or an error naming it."""
+def _number(env: Mapping[str, str] | None, name: str, minimum: float = 1, kind: type = int) -> Any:
+    """Setting ``name`` as a whole number (``kind=float``: seconds) of at least ``minimum``, or an
+    error naming it."""
     raw = _value(env, name)
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+        what = "an integer" if kind is int else "a number of seconds"
+        raise SettingsError(f"{name} must be {what}, got {raw!r}") from None
     if value < minimum:
         raise SettingsError(f"{name} must be >= {minimum}, got {value}")
     return value
@@ -147,17 +150,6 @@ def _choice(env: Mapping[str, str] | None, name: str, choices: tuple[str, ...]) 
     if raw not in choices:
         raise SettingsError(f"{name} must be one of {', '.join(choices)}; got {raw!r}")
     return raw
-
-
-def _float(env: Mapping[str, str], name: str) -> float:
-    raw = _value(env, name)
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if value < 0:
-        raise SettingsError(f"{name} must not be negative, got {value}")
-    return value
 
 
 def _bool(env: Mapping[str, str] | None, name: str) -> bool:
@@ -209,34 +201,29 @@ def _service_uri(env: Mapping[str, str], prefix: str, service: str) -> str | Non
 
 
 def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION) -> StorageConnection:
-    if by_string := _connection_string(env, prefix):
-        return by_string
-    table_uri = _service_uri(env, prefix, "table")
-    queue_uri = _service_uri(env, prefix, "queue")
-    if table_uri is None or queue_uri is None:
+    found = _connection(env, prefix)
+    if found is None or (found.connection_string is None and found.queue_service_uri is None):
         raise SettingsError(
             f"Storage is not configured: set {prefix} to a connection string "
             f"(UseDevelopmentStorage=true for Azurite), or set {prefix}__accountName, or both "
             f"{prefix}__tableServiceUri and {prefix}__queueServiceUri for a managed identity"
         )
-    return StorageConnection(
-        table_service_uri=table_uri,
-        queue_service_uri=queue_uri,
-        client_id=_get(env, f"{prefix}__clientId"),
-        blob_service_uri=_service_uri(env, prefix, "blob"),
-    )
+    return found
 
 
-def ledger_storage_connection(
-    env: Mapping[str, str], prefix: str = LEDGER_STORAGE_CONNECTION
-) -> StorageConnection | None:
-    """The ledger's own account (tables only), if set."""
+def _connection(env: Mapping[str, str], prefix: str) -> StorageConnection | None:
+    """``prefix``'s connection string, else its service URIs (None: no table service named)."""
     if by_string := _connection_string(env, prefix):
         return by_string
     table_uri = _service_uri(env, prefix, "table")
     if table_uri is None:
         return None
-    return StorageConnection(table_service_uri=table_uri, client_id=_get(env, f"{prefix}__clientId"))
+    return StorageConnection(
+        table_service_uri=table_uri,
+        queue_service_uri=_service_uri(env, prefix, "queue"),
+        client_id=_get(env, f"{prefix}__clientId"),
+        blob_service_uri=_service_uri(env, prefix, "blob"),
+    )
 
 
 def azurite_connection_string(
@@ -282,15 +269,15 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         work_queue=_queue_name(env, "WORK_QUEUE_NAME"),
         result_queue=_queue_name(env, "RESULT_QUEUE_NAME", longest=RESULT_QUEUE_LONGEST),
         dead_letter_queue=_queue_name(env, "DEAD_LETTER_QUEUE_NAME"),
-        max_delivery_count=_int(env, "MAX_DELIVERY_COUNT"),
+        max_delivery_count=_number(env, "MAX_DELIVERY_COUNT"),
         watchdog_schedule=_value(env, "WATCHDOG_SCHEDULE"),
-        watchdog_batch_size=_int(env, "WATCHDOG_BATCH_SIZE"),
-        watchdog_grace_seconds=_float(env, "WATCHDOG_GRACE_SECONDS"),
+        watchdog_batch_size=_number(env, "WATCHDOG_BATCH_SIZE"),
+        watchdog_grace_seconds=_number(env, "WATCHDOG_GRACE_SECONDS", 0, float),
         watchdog_run_on_startup=_bool(env, "WATCHDOG_RUN_ON_STARTUP"),
-        max_compensation_restarts=_int(env, "MAX_COMPENSATION_RESTARTS"),
-        max_scheduler_terminations=_int(env, "MAX_SCHEDULER_TERMINATIONS"),
+        max_compensation_restarts=_number(env, "MAX_COMPENSATION_RESTARTS"),
+        max_scheduler_terminations=_number(env, "MAX_SCHEDULER_TERMINATIONS"),
         app_insights_connection_string=_get(env, "APPLICATIONINSIGHTS_CONNECTION_STRING"),
-        ledger_storage=ledger_storage_connection(env),
+        ledger_storage=_connection(env, LEDGER_STORAGE_CONNECTION),  # the ledger's own account (tables)
         ledger_sdk_transactions=_choice(env, "LEDGER_TRANSACTION_CODEC", ("own", "sdk")) == "sdk",
         max_payload_bytes=_max_payload_bytes(env),
         payload_container=_queue_name(env, "PAYLOAD_CONTAINER_NAME", "blob container"),
@@ -320,7 +307,7 @@ DTS_MAX_PAYLOAD_BYTES = 262_144  # the Durable Task Scheduler's messages carry v
 
 
 def _max_payload_bytes(env: Mapping[str, str]) -> int:
-    value = _int(env, "MAX_PAYLOAD_BYTES", minimum=1024)
+    value = _number(env, "MAX_PAYLOAD_BYTES", minimum=1024)
     ceiling = int(_value({}, "MAX_PAYLOAD_BYTES"))
     if value > ceiling:
         raise SettingsError(f"MAX_PAYLOAD_BYTES must be at most {ceiling} (1 MiB), got {value}")

@@ -99,7 +99,8 @@ async def start_instance(
         instance_id = chosen or uuid.uuid4().hex
         if chosen:  # an id made here is new: no look-up (the record's insert still guards)
             await ensure_unused(client, services, instance_id)
-        await asyncio.to_thread(_store_definition, services, pinned)
+        # before the record names it, so whoever reads one finds the other (once per version)
+        await asyncio.to_thread(services.definitions.save, pinned)
         trace_context = tracing.current()
         trace.get_current_span().set_attribute("sas.instance_id", instance_id)
         rows = await record_instance(
@@ -133,12 +134,6 @@ async def start_instance(
         return instance_id
 
 
-def _store_definition(services: Services, pinned: PinnedDefinition) -> None:
-    """Before the record names it, so whoever reads one finds the other; by its hash, once (later starts
-    of the same version cost no request)."""
-    services.definitions.save(pinned)
-
-
 def storable_input(name: str, validated: dict[str, Any], services: Services) -> str:
     """The input as the ledger stores it (inline, or a blob reference when its JSON is larger than a
     ledger property), or ``input-too-large`` over ``MAX_PAYLOAD_BYTES``: the instance record keeps it
@@ -148,16 +143,9 @@ def storable_input(name: str, validated: dict[str, Any], services: Services) -> 
     try:
         payloads.check_size(validated, "the input")
     except PayloadTooLarge as exc:
-        raise StartRefused(
-            "input-too-large",
-            f"input of workflow {name!r} is too large",
-            [
-                f"the input is {exc.size:,} bytes as JSON; at most {exc.limit:,} bytes are accepted "
-                "(MAX_PAYLOAD_BYTES): pass larger data by reference (e.g. a blob URL) instead"
-            ],
-            limit=exc.limit,
-            size=exc.size,
-        ) from None
+        hint = f"{exc}: pass larger data by reference (e.g. a blob URL) instead"
+        too_large = f"input of workflow {name!r} is too large"
+        raise StartRefused("input-too-large", too_large, [hint], limit=exc.limit, size=exc.size) from None
     return encode_json(payloads.stored(validated))
 
 
@@ -252,7 +240,7 @@ async def ensure_unused(client: Any, services: Services, instance_id: str) -> No
                 [describe_error(exc)],
             ) from None
 
-    def ledger_steps() -> list[Any]:
+    def ledger_steps() -> list[Any]:  # a frame of its own: the request counter names its read by it
         return services.ledger.list_for_instance(instance_id)
 
     status, steps = await asyncio.gather(durable_status(), asyncio.to_thread(ledger_steps))

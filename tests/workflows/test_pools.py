@@ -23,8 +23,8 @@ def test_agents_route_to_their_pool_and_the_rest_to_default():
     assert pools.names == ["default", "notifications", "provisioning"]
     assert pools.pool_of("storage.delete") == "provisioning"
     assert pools.pool_of("dns.register") == DEFAULT_POOL
-    assert pools.queue_of("storage.create", "agent-work") == "agent-work-provisioning"
-    assert pools.queue_of("dns.register", "agent-work") == "agent-work"
+    assert pool_queue("agent-work", pools.pool_of("storage.create")) == "agent-work-provisioning"
+    assert pool_queue("agent-work", pools.pool_of("dns.register")) == "agent-work"
     assert pools.is_message_only("notifications") and not pools.is_message_only("provisioning")
     assert not pools.is_message_only(DEFAULT_POOL)
 

@@ -10,7 +10,6 @@ import contextlib
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import (
     HttpResponseError,
     ResourceExistsError,
@@ -20,14 +19,11 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError, UpdateMode
 
 from workflow_core import clock
+from workflow_core.ledger.entities import delete_rows, if_match
 from workflow_core.ledger.families import BULK_OUTCOMES_PREFIX, BULK_PARTITION, MAX_BATCH
 
 PENDING, CLAIMED = "pending", "claimed"
 CLAIM_LEASE = timedelta(minutes=5)  # a claim older than this was left by a runner that died
-
-
-def _if_match(etag: str | None) -> dict[str, Any]:
-    return {"etag": etag, "match_condition": MatchConditions.IfNotModified}
 
 
 class BulkRows:
@@ -67,7 +63,7 @@ class BulkRows:
     def replace(self, row_key: str, properties: dict[str, Any], etag: str | None) -> str:
         """ETag-guarded (two runners of one operation never both move its cursor)."""
         entity = {"PartitionKey": BULK_PARTITION, "RowKey": row_key, **properties}
-        return self.table.update_entity(entity, mode=UpdateMode.REPLACE, **_if_match(etag))["etag"]
+        return self.table.update_entity(entity, mode=UpdateMode.REPLACE, **if_match(etag))["etag"]
 
     def delete(self, row: Any) -> None:
         """An operation and every row it left (its instances' rows first), each tolerant of a row
@@ -79,18 +75,9 @@ class BulkRows:
                 "PartitionKey eq @pk", parameters={"pk": partition}, select=["RowKey"]
             )
         ]
-        for start in range(0, len(keys), MAX_BATCH):
-            chunk = keys[start : start + MAX_BATCH]
-            try:
-                self.table.submit_transaction(
-                    [("delete", {"PartitionKey": partition, "RowKey": r}) for r in chunk]
-                )
-            except HttpResponseError:  # one row gone meanwhile fails the batch: one by one
-                for r in chunk:
-                    with contextlib.suppress(ResourceNotFoundError):
-                        self.table.delete_entity(partition, r)
+        delete_rows(self.table, partition, keys)
         with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
-            self.table.delete_entity(row, **_if_match(row.metadata["etag"]))
+            self.table.delete_entity(row, **if_match(row.metadata["etag"]))
 
     # ---- its instances ----------------------------------------------------------------------------
     def freeze(self, bulk_id: str, instance_ids: list[str]) -> None:
@@ -125,7 +112,7 @@ class BulkRows:
             "At": clock.utcnow(),
         }
         try:
-            meta = self.table.update_entity(entity, mode=UpdateMode.MERGE, **_if_match(row.metadata["etag"]))
+            meta = self.table.update_entity(entity, mode=UpdateMode.MERGE, **if_match(row.metadata["etag"]))
         except (ResourceModifiedError, ResourceNotFoundError):
             return None
         entity["etag"] = meta["etag"]
@@ -140,7 +127,7 @@ class BulkRows:
             "At": clock.utcnow(),
         }
         try:
-            self.table.update_entity(entity, mode=UpdateMode.MERGE, **_if_match(claimed["etag"]))
+            self.table.update_entity(entity, mode=UpdateMode.MERGE, **if_match(claimed["etag"]))
             return True
         except (ResourceModifiedError, ResourceNotFoundError):
             return False

@@ -7,19 +7,18 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
-from azure.data.tables import TableTransactionError, UpdateMode
+from azure.data.tables import UpdateMode
 
-from workflow_core.ledger.entities import _deadline_key, _from_entity
+from workflow_core.ledger.entities import _deadline_key, _from_entity, delete_rows, if_match
 from workflow_core.ledger.errors import InvalidLedgerInput, StepNotFound
-from workflow_core.ledger.families import ATTENTION_PARTITION, INSTANCE_ROW, MAX_BATCH
+from workflow_core.ledger.families import ATTENTION_PARTITION, INSTANCE_ROW
 from workflow_core.ledger.index_keys import INSTANCE_INDEX_PREFIX, instance_index_key, overdue_upper_partition
 from workflow_core.ledger.instance import InstanceRecord
 from workflow_core.ledger.instance_store import InstanceHandle, from_instance_entity
@@ -71,18 +70,9 @@ class DeadlineIndexMixin:
             partition, _, row = key.partition("|")
             by_partition.setdefault(partition, []).append(row)
         for partition, rows in by_partition.items():
-            for start in range(0, len(rows), MAX_BATCH):
-                chunk = rows[start : start + MAX_BATCH]
-                if len(chunk) == 1:
-                    self._delete_index_row(f"{partition}|{chunk[0]}")
-                    continue
-                try:
-                    self._index.submit_transaction(
-                        [("delete", {"PartitionKey": partition, "RowKey": r}) for r in chunk]
-                    )
-                except (TableTransactionError, HttpResponseError):  # one already gone: one by one
-                    for r in chunk:
-                        self._delete_index_row(f"{partition}|{r}")
+            delete_rows(
+                self._index, partition, rows, lambda r, p=partition: self._delete_index_row(f"{p}|{r}")
+            )
 
     def _delete_index_row(self, index_key: str | None) -> None:
         if not has_own_row(index_key):  # none, or watched through the instance's row
@@ -115,51 +105,43 @@ class DeadlineIndexMixin:
             self.stats.index_entities_read += 1
             yield f"{row['PartitionKey']}|{row['RowKey']}", row
 
-    def _indexed_step(self, key: str, row: Any) -> StepRecord | None:
-        """The step an index row names, None when it no longer points at that row (a stray row)."""
-        try:
-            record = self.get(row["InstanceId"], row["StepId"])
-        except StepNotFound:
-            return None
-        return record if record.index_key == key else None
-
-    def overdue(self, now: datetime, limit: int = 100) -> list[StepRecord]:
-        """Steps due by ``now``, earliest first, at most ``limit``: reads only index rows in buckets up
-        to ``now``, then verifies each against its step; stray index rows are deleted."""
-        now = require_aware(now, "now")
+    def _indexed_steps(
+        self, rows: Iterator[tuple[str, Any]], limit: int, wanted: Callable[[StepRecord], bool]
+    ) -> list[StepRecord]:
+        """At most ``limit`` of the ``wanted`` steps the index rows name; a row its step no longer
+        names (a stray row) is deleted."""
         found: list[StepRecord] = []
         stale: list[str] = []
-        for key, row in self._due_index_rows(now, limit):
-            record = self._indexed_step(key, row)
-            if record is None:
+        for key, row in rows:
+            try:
+                record = self.get(row["InstanceId"], row["StepId"])
+            except StepNotFound:
+                record = None
+            if record is None or record.index_key != key:
                 stale.append(key)
-                self.stats.stale_index_rows_removed += 1
-                continue
-            if record.is_overdue(now):
+            elif wanted(record):
                 found.append(record)
                 if len(found) >= limit:
                     break
         self._delete_index_rows(stale)
+        self.stats.stale_index_rows_removed += len(stale)
+        return found
+
+    def overdue(self, now: datetime, limit: int = 100) -> list[StepRecord]:
+        """Steps due by ``now``, earliest first, at most ``limit``: reads only index rows in buckets up
+        to ``now``, then verifies each against its step."""
+        now = require_aware(now, "now")
+        found = self._indexed_steps(self._due_index_rows(now, limit), limit, lambda r: r.is_overdue(now))
         # Rows come minute by minute, and within a minute shard by shard: sort what was found.
         return sorted(found, key=lambda r: r.deadline or now)
 
     def needing_attention(self, limit: int = 100) -> list[StepRecord]:
-        """Steps no automation will move on from (CompensationFailed): the operator's inbox. A row its
-        step no longer names is deleted."""
+        """Steps no automation will move on from (CompensationFailed): the operator's inbox."""
         self.stats.queries += 1
-        result: list[StepRecord] = []
-        for row in self._index.query_entities(
+        rows = self._index.query_entities(
             "PartitionKey eq @p", parameters={"p": ATTENTION_PARTITION}, results_per_page=limit
-        ):
-            key = f"{row['PartitionKey']}|{row['RowKey']}"
-            record = self._indexed_step(key, row)
-            if record is None:
-                self._delete_index_row(key)
-                continue
-            result.append(record)
-            if len(result) >= limit:
-                break
-        return result
+        )
+        return self._indexed_steps(((f"{r['PartitionKey']}|{r['RowKey']}", r) for r in rows), limit, bool)
 
     def count_in_flight(self, cap: int = 5000) -> int:
         """Work in flight the watchdog watches (the ``sas.work.in_flight`` gauge; never decided on):
@@ -279,15 +261,9 @@ class DeadlineIndexMixin:
         new = instance_index_key(due, record.instance_id)
         self._create_instance_index_row(new, record)
         try:
+            keys = {"PartitionKey": record.instance_id, "RowKey": INSTANCE_ROW}
             self._steps.update_entity(
-                {
-                    "PartitionKey": record.instance_id,
-                    "RowKey": INSTANCE_ROW,
-                    "IndexKey": new,
-                },
-                mode=UpdateMode.MERGE,
-                etag=record.etag,
-                match_condition=MatchConditions.IfNotModified,
+                {**keys, "IndexKey": new}, mode=UpdateMode.MERGE, **if_match(record.etag)
             )
         except Exception:  # someone wrote the instance meanwhile: their write decides; drop our row
             self._delete_index_row(new)

@@ -3,13 +3,19 @@ one place so every part of the ledger (and the benchmarks that seed rows) maps a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+from azure.core import MatchConditions
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
 from workflow_core.ledger.errors import InvalidLedgerInput
+from workflow_core.ledger.families import MAX_BATCH
 from workflow_core.ledger.model import StepRecord, entity_properties
 
 # StepRecord field -> entity property (the field's name in CamelCase)
@@ -60,17 +66,45 @@ def entity_values(entity: Any, fields: dict[str, str]) -> dict[str, Any]:
     for field, prop in fields.items():
         # an empty text is how a merge clears a property (known_rows.py): absent, like null
         if prop in entity and entity[prop] is not None and entity[prop] != "":
-            value = entity[prop]
-            if isinstance(value, datetime) and value.tzinfo is None:
-                value = value.replace(tzinfo=UTC)
-            data[field] = value
+            data[field] = as_utc(entity[prop])
     data["etag"] = entity.metadata.get("etag") if hasattr(entity, "metadata") else None
     return data
+
+
+def as_utc(value: Any) -> Any:
+    """A datetime a table handed back without its zone as the UTC it is; any other value as it is."""
+    return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
 
 
 def _from_entity(entity: Any) -> StepRecord:
     keys = {"instance_id": entity["PartitionKey"], "step_id": entity["RowKey"]}
     return StepRecord.model_validate({**keys, **entity_values(entity, _FIELDS)})
+
+
+def if_match(etag: str | None) -> dict[str, Any]:
+    """A write's keywords that make it land only on the row version ``etag`` names."""
+    return {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+
+
+def delete_rows(
+    table: Any, partition: str, row_keys: Sequence[str], delete_one: Callable[[str], None] | None = None
+) -> None:
+    """Delete rows of one partition, a transaction per ``MAX_BATCH`` rows; a lone row, or a batch that
+    failed (a row gone meanwhile), row by row with ``delete_one`` (default: a row already gone is fine)."""
+    for start in range(0, len(row_keys), MAX_BATCH):
+        chunk = row_keys[start : start + MAX_BATCH]
+        if len(chunk) > 1:
+            with contextlib.suppress(HttpResponseError):  # TableTransactionError is one
+                table.submit_transaction(
+                    [("delete", {"PartitionKey": partition, "RowKey": r}) for r in chunk]
+                )
+                continue
+        for row in chunk:
+            if delete_one is not None:
+                delete_one(row)
+            else:
+                with contextlib.suppress(ResourceNotFoundError):
+                    table.delete_entity(partition, row)
 
 
 def _deadline_key(deadline: datetime) -> str:

@@ -17,11 +17,11 @@ import json
 import re
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from workflow_core import clock
+from workflow_core.ledger.entities import if_match
 from workflow_core.ledger.families import IDEMPOTENCY_PREFIX, KEY_INDEX_PARTITION
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,100}")  # a key as the API and the CLI take it
@@ -90,7 +90,7 @@ class IdempotencyKeys:
         entity = self._steps.get_entity(partition, IDEMPOTENCY_PREFIX + key)
         entity["Status"] = status
         entity["Answer"] = body if isinstance(body, str) else json.dumps(body)
-        self._steps.update_entity(entity, mode=UpdateMode.MERGE, **_if_match(entity))
+        self._steps.update_entity(entity, mode=UpdateMode.MERGE, **if_match(entity.metadata["etag"]))
 
     def release(self, partition: str, key: str) -> None:
         """Forget a key whose request failed on our side (5xx): a retry with it may act."""
@@ -111,7 +111,7 @@ class IdempotencyKeys:
                     KEY_INDEX_PARTITION, key_index_row(row_key[len(IDEMPOTENCY_PREFIX) :])
                 )
                 if entity.get("Instance") == partition:
-                    self._index.delete_entity(entity, **_if_match(entity))
+                    self._index.delete_entity(entity, **if_match(entity.metadata["etag"]))
 
     def answers(self, partition: str) -> list[tuple[str, Any]]:
         """(row key, stored answer) of every key of ``partition``."""
@@ -119,7 +119,3 @@ class IdempotencyKeys:
             "PartitionKey eq @pk", parameters={"pk": partition}, select=["RowKey", "Answer"]
         )
         return [(r["RowKey"], r.get("Answer")) for r in rows]
-
-
-def _if_match(entity: Any) -> dict[str, Any]:
-    return {"etag": entity.metadata["etag"], "match_condition": MatchConditions.IfNotModified}

@@ -1,22 +1,11 @@
 """The one instance state every actor consults: may this action be taken on this instance now?
+(the table, and why the check and its write are one: docs/operations.md, "Who may act on an instance").
 
 Operators (single and bulk), retention and ``sas purge`` ask :func:`refusal` with the instance
 record *and* its steps, never the record alone: an instance that finished long ago but whose step
-an operator is compensating is live. The table (docs/operations.md, "Who may act on an instance"):
-
-* ``Purging`` refuses every action (retention is deleting it);
-* the instance actions move the record only from the statuses in :data:`INSTANCE_MOVES`;
-* the step actions are taken in any other status, each step by its own move table
-  (``supervisor/operator.py``);
-* a purge takes only a finished instance (:data:`PURGEABLE_INSTANCE_STATUSES`) not flagged for an
-  operator, none of whose steps is live (:data:`LIVE_STEP_STATUSES`) and with no operator action in
-  flight (an idempotency row without its answer).
-
-A check and the write it allows are one: every operator step action on a finished instance carries
-the instance record's ETag in its transaction (:func:`instance_guard`), and the purge's mark is
-conditional on the record and its steps as read (:func:`unchanged`), so an action that lands between
-a purge's read and its mark voids the mark, and a mark that lands first makes the action read again
-and be refused.
+an operator is compensating is live. An operator step action on a finished instance carries
+:func:`instance_guard` in its transaction, and a purge's mark is conditional on the rows it read
+(:func:`unchanged`): whichever lands second re-reads and is refused.
 """
 
 from __future__ import annotations
@@ -24,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
 
+from workflow_core.ledger.entities import if_match
 from workflow_core.ledger.families import INSTANCE_ROW
 from workflow_core.ledger.instance import (
     PURGEABLE_INSTANCE_STATUSES,
@@ -129,8 +118,7 @@ def instance_guard(record: InstanceRecord) -> tuple:
 def unchanged(partition: str, row_key: str, etag: str | None) -> tuple:
     """An If-Match merge of nothing: the transaction fails if the row changed since ``etag``."""
     keys = {"PartitionKey": partition, "RowKey": row_key}
-    condition = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
-    return ("update", keys, {"mode": UpdateMode.MERGE, **condition})
+    return ("update", keys, {"mode": UpdateMode.MERGE, **if_match(etag)})
 
 
 def decision_table() -> list[tuple[str, dict[str, str]]]:

@@ -98,13 +98,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         step_rows: list[tuple] = []  # built (and so checked) before anything is written
         if steps:
             step_rows = self.step_creation_operations(
-                instance_id,
-                workflow,
-                steps,
-                actor=actor,
-                orchestration_id=instance_id,
-                version=version,
-                now=now,
+                instance_id, workflow, steps, actor, None, version, now
             )[1]
         record = InstanceRecord(
             instance_id=instance_id,

@@ -13,10 +13,10 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
 from pydantic import AfterValidator
 
+from workflow_core.ledger.entities import if_match
 from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.families import BASIS_KEY_PREFIX, CLAIM_KEY_PREFIX
 from workflow_core.ledger.instance import InstanceRecord
@@ -118,11 +118,7 @@ def if_match_write(record: Any, updated: Any, entity_of: Callable[[Any], dict[st
     known = isinstance(record, KnownStepRecord | KnownInstanceRecord)
     entity = merged_properties(entity_of(record), entity_of(updated)) if known else entity_of(updated)
     mode = UpdateMode.MERGE if known else UpdateMode.REPLACE
-    return (
-        "update",
-        entity,
-        {"mode": mode, "etag": record.etag, "match_condition": MatchConditions.IfNotModified},
-    )
+    return ("update", entity, {"mode": mode, **if_match(record.etag)})
 
 
 def merged_properties(known: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

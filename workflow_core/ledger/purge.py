@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from workflow_core import clock
 from workflow_core.ledger import families as F
-from workflow_core.ledger.entities import _from_entity
+from workflow_core.ledger.entities import _from_entity, as_utc, delete_rows, if_match
 from workflow_core.ledger.errors import ConcurrencyConflict, IllegalInstanceTransition
 from workflow_core.ledger.idempotency import IdempotencyKeys
 from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
@@ -73,7 +72,7 @@ def _limits(ledger: Any, record: InstanceRecord, rows: list[Any]) -> None:
         select=["PartitionKey", "RowKey", "Holder"],
     )
     for row in list(found):
-        condition = {"etag": row.metadata["etag"], "match_condition": MatchConditions.IfNotModified}
+        condition = if_match(row.metadata["etag"])
         with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
             if row["RowKey"].startswith("slot~"):
                 keys = {"PartitionKey": row["PartitionKey"], "RowKey": row["RowKey"]}
@@ -166,19 +165,11 @@ class PurgeMixin:
         names = [f.name for f in F.FAMILIES if f.name in PURGERS and f.name != _LAST]
         for purger in dict.fromkeys(PURGERS[name] for name in names):  # one call each
             purger(self, record, rows)
-        others = [r for r in rows if r["RowKey"] != F.INSTANCE_ROW]
-        for start in range(0, len(others), F.MAX_BATCH):
-            chunk = others[start : start + F.MAX_BATCH]
-            self._steps.submit_transaction(
-                [("delete", {"PartitionKey": r["PartitionKey"], "RowKey": r["RowKey"]}) for r in chunk]
-            )
+        delete_rows(
+            self._steps, record.instance_id, [r["RowKey"] for r in rows if r["RowKey"] != F.INSTANCE_ROW]
+        )
         with contextlib.suppress(ResourceNotFoundError):
-            self._steps.delete_entity(
-                record.instance_id,
-                F.INSTANCE_ROW,
-                etag=record.etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
+            self._steps.delete_entity(record.instance_id, F.INSTANCE_ROW, **if_match(record.etag))
         PURGERS[_LAST](self, record, rows)
 
 
@@ -190,13 +181,8 @@ def purge_refusal(record: InstanceRecord, rows: list[Any]) -> tuple[str, str] | 
     in_flight = any(
         r["RowKey"].startswith(F.IDEMPOTENCY_PREFIX)
         and r.get("Status") is None
-        and _aware(r.get("At")) > since
+        and isinstance(at := as_utc(r.get("At")), datetime)
+        and at > since
         for r in rows
     )
     return refusal(Action.PURGE, record, steps, action_in_flight=in_flight)
-
-
-def _aware(at: Any) -> datetime:
-    if not isinstance(at, datetime):
-        return datetime.min.replace(tzinfo=UTC)
-    return at if at.tzinfo else at.replace(tzinfo=UTC)

@@ -42,13 +42,7 @@ class StepCreationMixin:
         validate_instance_id(instance_id)
         now = clock.utcnow()
         records, operations = self.step_creation_operations(
-            instance_id,
-            workflow_name,
-            steps,
-            actor=actor,
-            orchestration_id=orchestration_id,
-            version=version,
-            now=now,
+            instance_id, workflow_name, steps, actor, orchestration_id, version, now
         )
         ids = [r.step_id for r in records]
         instance_updated = instance_index = None
@@ -92,7 +86,6 @@ class StepCreationMixin:
         instance_id: str,
         workflow_name: str,
         steps: Sequence[NewStep],
-        *,
         actor: str,
         orchestration_id: str | None,
         version: str | None,
@@ -119,17 +112,8 @@ class StepCreationMixin:
             for i, s in enumerate(steps)
         ]
         marker = {"PartitionKey": instance_id, "RowKey": STEPS_MARKER_ROW, "Workflow": workflow_name}
-        audit = self._audit_entity(
-            instance_id,
-            "*",
-            actor,
-            "created",
-            None,
-            "Pending",
-            0,
-            f"workflow {workflow_name} with {len(records)} steps",
-            now,
-        )
+        why = f"workflow {workflow_name} with {len(records)} steps"
+        audit = self._audit_entity(instance_id, "*", actor, "created", None, "Pending", 0, why, now)
         return records, [("create", marker), *(("create", _to_entity(r)) for r in records), ("create", audit)]
 
     def _instance_written_in_batch(self, handle: InstanceHandle, updated: Any, result: Any) -> None:

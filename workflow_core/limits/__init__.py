@@ -6,15 +6,3 @@ from workflow_core.limits.circuits import CircuitStore, CircuitView
 from workflow_core.limits.gate import Admission
 from workflow_core.limits.rows import Holder
 from workflow_core.limits.store import LimitsStore
-
-__all__ = [
-    "Admission",
-    "Circuit",
-    "CircuitEvent",
-    "CircuitState",
-    "CircuitStore",
-    "CircuitView",
-    "Holder",
-    "LimitsStore",
-    "next_circuit",
-]

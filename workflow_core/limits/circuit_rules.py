@@ -1,12 +1,5 @@
-"""The circuit breaker of one agent as an explicit state table (docs/agent-limits.md).
-
-States: ``closed`` (dispatch freely), ``open`` (no dispatch until ``open_until``; an operator's open
-has none and holds until an operator closes it), ``half_open`` (one probe dispatch in flight).
-
-It opens after ``failure_threshold`` *consecutive* retryable failures across all instances: a count
-needs one small row and no clock window, a success anywhere resets it, and an outage (every call
-fails) trips it after exactly that many calls whatever the traffic; a failure *rate* over a window
-would need the window's calls recorded and trips late on low traffic (the why: docs/agent-limits.md).
+"""The circuit breaker of one agent as an explicit state table (docs/agent-limits.md; why it counts
+*consecutive* failures, not a rate: "Outcomes, and why consecutive failures").
 
 Pure: no clock, no I/O. :func:`next_circuit` answers the circuit after an event, or None (no write).
 """

@@ -23,6 +23,7 @@ from workflow_core.workflows.loader import agent_pools
 log = logging.getLogger(__name__)
 
 MAX_RACES = 5
+_OPERATOR_EVENTS = (CircuitEvent.OPERATOR_OPEN, CircuitEvent.OPERATOR_CLOSE)
 
 
 class CircuitConflict(RuntimeError):
@@ -57,24 +58,10 @@ def move_circuit(
             return current, False
         moved = dataclasses.replace(moved, version=current.version + 1)
         ops: list[tuple] = [guarded(circuit_entity(agent, moved), current.etag)]
-        if moved.state is not current.state or event in (
-            CircuitEvent.OPERATOR_OPEN,
-            CircuitEvent.OPERATOR_CLOSE,
-        ):
+        if moved.state is not current.state or event in _OPERATOR_EVENTS:  # audited
+            before, after = current.state.value, moved.state.value
             ops.append(
-                (
-                    "create",
-                    audit_entity(
-                        agent,
-                        moved.version,
-                        at,
-                        actor,
-                        event.value,
-                        current.state.value,
-                        moved.state.value,
-                        reason,
-                    ),
-                )
+                ("create", audit_entity(agent, moved.version, at, actor, event.value, before, after, reason))
             )
         try:
             table.submit_transaction(ops)
@@ -103,19 +90,10 @@ class CircuitView:
 
     def to_json(self) -> dict[str, Any]:
         c = self.circuit
-        return {
-            "agent": self.agent,
-            "state": c.state.value,
-            "manual": c.manual,
-            "failures": c.failures,
-            "since": c.since.isoformat() if c.since else None,
-            "open_until": c.open_until.isoformat() if c.open_until else None,
-            "last_error": c.last_error,
-            "changed_by": c.changed_by,
-            "max_in_flight": self.max_in_flight,
-            "in_flight": self.in_flight,
-            "waiting": self.waiting,
-        }
+        names = ("manual", "failures", "since", "open_until", "last_error", "changed_by")
+        shown = {k: v.isoformat() if isinstance(v := getattr(c, k), datetime) else v for k in names}
+        slots = {"max_in_flight": self.max_in_flight, "in_flight": self.in_flight, "waiting": self.waiting}
+        return {"agent": self.agent, "state": c.state.value, **shown, **slots}
 
     def attention_text(self) -> str | None:
         """The inbox line while it is not closed."""

@@ -5,15 +5,10 @@ A dispatch asks :func:`admit` before it writes the Dispatched transition. The an
 again after ``retry_after``. Reads one partition (the agent's rows) per ask; writes only when it
 takes the probe or a slot, joins the queue, or refreshes its place in it.
 
-Slots: ``max_in_flight`` rows ``slot~NNN``. A slot is held from its admission until its holder's
-attempt is settled, whatever the step's status in between (:class:`Phase`): an admitted attempt whose
-Dispatched write has not landed yet holds it like one in flight. It is free when empty, when the
-ledger has the holder's attempt settled or superseded, or when an attempt in flight overran its
-deadline (a crashed holder). An admission whose dispatch never happened is freed by the watchdog's
-sweep (:func:`free_lapsed_slots`) once the attempt's deadline passed, after it fenced the step row so
-that a late Dispatched write of that admission fails its ETag. Fair: a step takes a slot only when no
-older live waiter is queued (oldest waiter first); a waiter that stopped asking for ``STALE_POLLS``
-polls (its scheduler gave up, was stopped) loses its place.
+Slots are held from the admission until the holder's attempt is settled (:class:`Phase`), oldest
+waiter first (docs/agent-limits.md, "The dispatch's side"). An admission whose dispatch never happened
+is freed by the watchdog's sweep (:func:`free_lapsed_slots`) after it fenced the step row, so that a
+late Dispatched write of that admission fails its ETag.
 """
 
 from __future__ import annotations
@@ -27,11 +22,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
-from workflow_core.ledger.entities import _deadline_key
+from workflow_core.ledger.entities import _deadline_key, if_match
 from workflow_core.limits.circuit_rules import Circuit, CircuitEvent, CircuitState
 from workflow_core.limits.circuits import move_circuit
 from workflow_core.limits.rows import (
@@ -138,13 +132,7 @@ def admit(
     }
     ops: list[tuple] = [guarded(taken, free.etag)]
     if mine is not None:
-        ops.append(
-            (
-                "delete",
-                {"PartitionKey": partition_of(agent), "RowKey": mine.key},
-                {"etag": mine.etag, "match_condition": MatchConditions.IfNotModified},
-            )
-        )
+        ops.append(("delete", {"PartitionKey": partition_of(agent), "RowKey": mine.key}, if_match(mine.etag)))
     try:
         table.submit_transaction(ops)
     except (TableTransactionError, HttpResponseError) as exc:  # another dispatch took it: ask again soon
@@ -290,9 +278,7 @@ def _leave(table: TableClient, agent: str, mine: Waiter | None) -> None:
     """An admitted step's place in the queue is given up (If-Match: a refresh meanwhile stays)."""
     if mine is not None:
         with contextlib.suppress(HttpResponseError):
-            table.delete_entity(
-                partition_of(agent), mine.key, etag=mine.etag, match_condition=MatchConditions.IfNotModified
-            )
+            table.delete_entity(partition_of(agent), mine.key, **if_match(mine.etag))
 
 
 def _drop_stale(table: TableClient, rows: AgentRows, now: datetime, poll: float, mine: Waiter | None) -> None:
@@ -328,8 +314,7 @@ def _empty(table: TableClient, agent: str, slot: Slot) -> bool:
         table.update_entity(
             {"PartitionKey": partition_of(agent), "RowKey": slot.key, "Holder": "", "Deadline": ""},
             mode=UpdateMode.REPLACE,
-            etag=slot.etag,
-            match_condition=MatchConditions.IfNotModified,
+            **if_match(slot.etag),
         )
         return True
     except HttpResponseError:

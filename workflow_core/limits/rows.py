@@ -1,23 +1,20 @@
-"""Where an agent's limits live: one partition of the ledger table per agent, ``~limits~<agent>``
-(``~`` keeps it apart from instance partitions, like the stored definitions' ``~definitions~``).
-
-Rows: ``circuit`` (the breaker, :mod:`circuit_rules`), ``slot~NNN`` (one per concurrency slot: the
-holding step's instance, step, attempt and deadline), ``wait~<since>~<hash>`` (a step waiting for a
-slot, oldest first by key) and ``~audit~...`` (every circuit change, written in its transaction).
-One query reads all but the audit: what a dispatch needs to decide.
+"""An agent's limits rows, one partition of the ledger table per agent, ``~limits~<agent>`` (the rows:
+docs/agent-limits.md): one query reads all but the audit, which is what a dispatch needs to decide.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from azure.core import MatchConditions
 from azure.data.tables import TableClient, UpdateMode
 
+from workflow_core.ledger.entities import if_match
 from workflow_core.ledger.families import AUDIT_PREFIX, LIMITS_PREFIX
+from workflow_core.ledger.model import camel_case
 from workflow_core.limits.circuit_rules import Circuit, CircuitState
 
 PARTITION_PREFIX = LIMITS_PREFIX
@@ -113,37 +110,27 @@ def read_rows(table: TableClient, agent: str) -> AgentRows:
     return rows
 
 
-def circuit_of(e: dict[str, Any]) -> Circuit:
+# Circuit field -> entity property (the field's name in CamelCase); a time is ISO text, None is ""
+_CIRCUIT = {f.name: camel_case(f.name) for f in dataclasses.fields(Circuit) if f.name != "etag"}
+_CIRCUIT_TIMES = {"since", "open_until", "probe_deadline"}
+
+
+def circuit_of(e: Any) -> Circuit:
+    values = {f: e.get(p) for f, p in _CIRCUIT.items() if e.get(p) not in (None, "")}
+    values |= {f: _time(values.get(f)) for f in _CIRCUIT_TIMES}
     return Circuit(
-        state=CircuitState(e.get("State", "closed")),
-        failures=int(e.get("Failures", 0)),
-        since=_time(e.get("Since")),
-        open_until=_time(e.get("OpenUntil")),
-        last_error=e.get("LastError") or None,
-        manual=bool(e.get("Manual", False)),
-        probe=e.get("Probe") or None,
-        probe_deadline=_time(e.get("ProbeDeadline")),
-        changed_by=e.get("ChangedBy") or None,
-        version=int(e.get("Version", 0)),
-        etag=e.metadata["etag"],
+        **{**values, "state": CircuitState(values.get("state", "closed")), "etag": e.metadata["etag"]}
     )
 
 
 def circuit_entity(agent: str, c: Circuit) -> dict[str, Any]:
-    return {
-        "PartitionKey": partition_of(agent),
-        "RowKey": CIRCUIT_ROW,
-        "State": c.state.value,
-        "Failures": c.failures,
-        "Since": _iso(c.since),
-        "OpenUntil": _iso(c.open_until),
-        "LastError": (c.last_error or "")[:MAX_ERROR_CHARS],
-        "Manual": c.manual,
-        "Probe": c.probe or "",
-        "ProbeDeadline": _iso(c.probe_deadline),
-        "ChangedBy": c.changed_by or "",
-        "Version": c.version,
-    }
+    entity = {"PartitionKey": partition_of(agent), "RowKey": CIRCUIT_ROW}
+    for f, prop in _CIRCUIT.items():
+        value = getattr(c, f)
+        entity[prop] = _iso(value) if f in _CIRCUIT_TIMES else "" if value is None else value
+    entity["State"] = c.state.value
+    entity["LastError"] = entity["LastError"][:MAX_ERROR_CHARS]
+    return entity
 
 
 def guarded(entity: dict[str, Any], etag: str | None) -> tuple:
@@ -151,11 +138,7 @@ def guarded(entity: dict[str, Any], etag: str | None) -> tuple:
     creating it when it was absent (fails if someone created it meanwhile)."""
     if etag is None:
         return ("create", entity)
-    return (
-        "update",
-        entity,
-        {"mode": UpdateMode.REPLACE, "etag": etag, "match_condition": MatchConditions.IfNotModified},
-    )
+    return ("update", entity, {"mode": UpdateMode.REPLACE, **if_match(etag)})
 
 
 def audit_entity(

@@ -1,13 +1,5 @@
-"""Per-agent limits declared under ``agents:`` in ``workflows/pools.yaml`` (docs/agent-limits.md).
-
-    agents:
-      payments.refund:
-        max_in_flight: 2          # at most 2 steps of this agent dispatched or running at once
-        circuit: {failure_threshold: 5, open_seconds: 60}
-        wait_poll_seconds: 5      # how often a step held back asks again
-
-An agent named nowhere here is unlimited: dispatch reads no limit row for it (today's cost).
-"""
+"""Per-agent limits declared under ``agents:`` in ``workflows/pools.yaml`` (docs/agent-limits.md). An
+agent named nowhere there is unlimited: dispatch reads no limit row for it."""
 
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ back from its record, since "0 in flight" on an old version is what an operator 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -32,16 +33,12 @@ class VersionSummary:
     by_status: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "label": self.label,
-            "storedAt": self.stored_at.isoformat() if self.stored_at else None,
-            "current": self.current,
-            "stored": self.stored,
-            "instances": self.instances,
-            "inFlight": self.in_flight,
-            "byStatus": dict(sorted(self.by_status.items())),
+        """The API's form: camelCase names, the time as ISO text, the statuses sorted."""
+        shown = {
+            "stored_at": self.stored_at and self.stored_at.isoformat(),
+            "by_status": dict(sorted(self.by_status.items())),
         }
+        return {re.sub(r"_(.)", lambda m: m[1].upper(), k): v for k, v in {**asdict(self), **shown}.items()}
 
 
 def workflow_versions(workflow: str, ledger: Any, store: DefinitionStore) -> list[VersionSummary]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_core.workflows.errors import StepInputError, WorkflowDefinitionError, WorkflowInputError
-from workflow_core.workflows.loader import DEFAULT_DIRECTORY, parse_workflow
+from workflow_core.workflows.loader import DEFAULT_DIRECTORY, read_directory
 from workflow_core.workflows.model import WorkflowDefinition
 from workflow_core.workflows.references import iter_references, resolve_value
 
@@ -85,23 +85,13 @@ def lint_directory(
     if not directory.is_dir():
         return {}, [LintProblem(str(directory), "", "no such directory")]
     found: dict[str, WorkflowDefinition] = {}
-    origin: dict[str, str] = {}
     problems: list[LintProblem] = []
-    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-        try:
-            definition = parse_workflow(path.read_text(encoding="utf-8"), source=path.name)
-        except WorkflowDefinitionError as exc:
-            problems.append(_load_problem(path.name, str(exc)))
+    for file, definition in read_directory(directory):
+        if isinstance(definition, WorkflowDefinitionError):
+            problems.append(_load_problem(file, str(definition)))
             continue
-        if definition.name != path.stem:
-            mismatch = f"{definition.name!r} must match the file name ({path.stem!r})"
-            problems.append(LintProblem(path.name, "name", mismatch))
-            continue
-        if definition.name in origin:
-            problems.append(LintProblem(path.name, "name", f"also defined in {origin[definition.name]}"))
-            continue
-        found[definition.name], origin[definition.name] = definition, path.name
-        problems += lint_definition(definition, source=path.name, agents=agents)
+        found[definition.name] = definition
+        problems += lint_definition(definition, source=file, agents=agents)
     return found, problems
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,6 @@ from workflow_core.workflows.pools import (
     POOLS_FILE,
     AgentPools,
     clear_pools_cache,
-    load_pools,
     load_pools_file,
 )
 
@@ -135,26 +135,37 @@ def parse_workflow(text: str, source: str = "<string>") -> WorkflowDefinition:
         raise WorkflowDefinitionError(f"{source}: {_format_validation_error(exc)}") from None
 
 
-def _load_directory(directory: Path) -> dict[str, WorkflowDefinition]:
-    if not directory.is_dir():
-        raise WorkflowDefinitionError(f"workflow directory {directory} does not exist")
-    found: dict[str, WorkflowDefinition] = {}
+def read_directory(directory: Path) -> Iterator[tuple[str, WorkflowDefinition | WorkflowDefinitionError]]:
+    """Each definition file's name, with its definition or what keeps it out: it does not parse, its
+    name is not its file's (so the file that defines a workflow is obvious), or another file took it."""
     origin: dict[str, str] = {}
     for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
         if path.name == POOLS_FILE:  # routing, not a workflow (workflow_core.workflows.pools)
             continue
-        definition = parse_workflow(path.read_text(encoding="utf-8"), source=path.name)
-        if definition.name != path.stem:
-            raise WorkflowDefinitionError(
-                f"{path.name}: name: {definition.name!r} must match the file name ({path.stem!r}), "
-                "so the file that defines a workflow is obvious"
-            )
-        if definition.name in found:
-            raise WorkflowDefinitionError(
-                f"{path.name}: name: {definition.name!r} is also defined in {origin[definition.name]}"
-            )
-        found[definition.name] = definition
+        try:
+            definition = parse_workflow(path.read_text(encoding="utf-8"), source=path.name)
+            if definition.name != path.stem:
+                raise WorkflowDefinitionError(
+                    f"{path.name}: name: {definition.name!r} must match the file name ({path.stem!r})"
+                )
+            if definition.name in origin:
+                taken = f"{definition.name!r} is also defined in {origin[definition.name]}"
+                raise WorkflowDefinitionError(f"{path.name}: name: {taken}")
+        except WorkflowDefinitionError as exc:
+            yield path.name, exc
+            continue
         origin[definition.name] = path.name
+        yield path.name, definition
+
+
+def _load_directory(directory: Path) -> dict[str, WorkflowDefinition]:
+    if not directory.is_dir():
+        raise WorkflowDefinitionError(f"workflow directory {directory} does not exist")
+    found: dict[str, WorkflowDefinition] = {}
+    for _, definition in read_directory(directory):
+        if isinstance(definition, WorkflowDefinitionError):
+            raise definition
+        found[definition.name] = definition
     return found
 
 
@@ -187,7 +198,7 @@ def agent_pools(directory: Path | None = None) -> AgentPools:
     """The agent pools declared next to the definitions (``workflow_core.workflows.pools``)."""
     if directory is None and POOLS_FILE_OVERRIDE is not None:
         return load_pools_file(POOLS_FILE_OVERRIDE)
-    return load_pools(directory or DEFAULT_DIRECTORY)
+    return load_pools_file((directory or DEFAULT_DIRECTORY) / POOLS_FILE)
 
 
 def agents_used(directory: Path | None = None) -> set[str]:

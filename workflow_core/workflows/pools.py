@@ -93,10 +93,6 @@ class AgentPools(BaseModel):
     def is_message_only(self, pool: str) -> bool:
         return self.pools.get(pool, Pool()).message_only
 
-    def queue_of(self, agent: str, work_queue: str) -> str:
-        """The queue that carries ``agent``'s work, given the default pool's ``work_queue``."""
-        return pool_queue(work_queue, self.pool_of(agent))
-
 
 def pool_queue(work_queue: str, pool: str) -> str:
     """The work queue of ``pool``: the default pool's is ``work_queue`` itself."""
@@ -140,20 +136,14 @@ _cache: dict[Path, AgentPools] = {}
 _lock = threading.Lock()
 
 
-def load_pools(directory: Path) -> AgentPools:
-    """The pools declared in ``directory`` (none declared: everything in ``default``), parsed once
-    per process (``workflow_core.workflows.loader.agent_pools`` passes the definitions' directory)."""
-    return load_pools_file(directory / POOLS_FILE)
-
-
 def load_pools_file(path: Path) -> AgentPools:
     """The pools declared in the file ``path`` (absent: everything in ``default``), parsed once."""
     with _lock:
         if path not in _cache:  # resolved once per spelling (a lookup runs on every step)
             key = path.resolve()
-            found = _cache.get(key)
-            if found is None:
-                found = parse_pools(key.read_text(encoding="utf-8")) if key.is_file() else AgentPools()
+            found = _cache.get(key) or (
+                parse_pools(key.read_text("utf-8")) if key.is_file() else AgentPools()
+            )
             _cache[path] = _cache[key] = found
         return _cache[path]
 

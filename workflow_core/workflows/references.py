@@ -28,13 +28,9 @@ class Reference:
     path: tuple[str, ...]
 
 
-def is_escaped_literal(value: str) -> bool:
-    return value.startswith("$$")
-
-
 def parse_reference(value: Any) -> Reference | None:
     """The reference ``value`` denotes, ``None`` for a literal; ``ValueError`` for a malformed one."""
-    if not isinstance(value, str) or not value.startswith("$") or is_escaped_literal(value):
+    if not isinstance(value, str) or not value.startswith("$") or value.startswith("$$"):
         return None
     if match := _STEPS.match(value):
         return Reference(value, "steps", match["step"], _split(value, match["path"]))
@@ -81,7 +77,7 @@ def resolve_value(
         }
     if isinstance(value, list):
         return [resolve_value(item, workflow_input, outputs, f"{where}[{i}]") for i, item in enumerate(value)]
-    if isinstance(value, str) and is_escaped_literal(value):
+    if isinstance(value, str) and value.startswith("$$"):  # a literal "$..."
         return value[1:]
     try:
         ref = parse_reference(value)

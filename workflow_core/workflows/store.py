@@ -18,6 +18,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableClient
 
 from workflow_core import clock
+from workflow_core.ledger.entities import as_utc
 from workflow_core.ledger.families import DEFINITIONS_PREFIX as PARTITION_PREFIX
 from workflow_core.workflows.errors import UnknownVersion, UnknownWorkflow, WorkflowDefinitionError
 from workflow_core.workflows.loader import get_workflow
@@ -81,19 +82,16 @@ class DefinitionStore:
             "StoredAt": clock.utcnow(),
             "Chunks": len(chunks),
         }
-        if pinned.label:
-            entity["Label"] = pinned.label
-        for index, chunk in enumerate(chunks):
-            entity[f"Definition{index}"] = chunk
+        entity |= {"Label": pinned.label} if pinned.label else {}
+        entity |= {f"Definition{index}": chunk for index, chunk in enumerate(chunks)}
+        written = True
         try:
             self._table.create_entity(entity)
-            written = True
+            log.info("stored workflow definition %s", pinned.version)
         except ResourceExistsError:  # content-addressed: what is there is the same definition
             written = False
         with self._lock:
             self._saved.add(pinned.version)
-        if written:
-            log.info("stored workflow definition %s", pinned.version)
         return written
 
     def get(self, version: str) -> WorkflowDefinition | None:
@@ -120,19 +118,13 @@ class DefinitionStore:
                 workflow=row.get("Workflow") or workflow,
                 version=row["Version"],
                 label=row.get("Label"),
-                stored_at=_aware(row.get("StoredAt")),
+                stored_at=as_utc(row.get("StoredAt")),
                 sha256=row.get("Sha256") or "",
             )
             for row in rows
         ]
         far = datetime.max.replace(tzinfo=UTC)
         return sorted(found, key=lambda v: (v.stored_at or far, v.version))
-
-
-def _aware(value: Any) -> datetime | None:
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value if isinstance(value, datetime) else None
 
 
 def definition_for(workflow: str, version: str | None, store: DefinitionStore | None) -> WorkflowDefinition:
