@@ -77,7 +77,7 @@ def live_results(
 
     since = parse_time(created_since, "--created-since")
     env, source = locate(**s.options)
-    hub = TaskHub(task_hub or env.get("TASK_HUB_NAME", "").strip() or DOCUMENTED_SETTINGS["TASK_HUB_NAME"][0])
+    hub = TaskHub(task_hub or env.get("TASK_HUB_NAME", "").strip() or DOCUMENTED_SETTINGS["TASK_HUB_NAME"])
     try:
         storage = hub_storage(env)
     except SettingsError as exc:

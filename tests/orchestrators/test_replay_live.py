@@ -226,6 +226,14 @@ def test_a_read_error_exits_2(azurite, running_hub, unique_name):
     assert code == 2 and "could not read task hub" in err.getvalue(), err.getvalue()
 
 
+def test_without_a_task_hub_named_the_documented_default_is_read(azurite, monkeypatch):
+    monkeypatch.delenv("TASK_HUB_NAME", raising=False)
+    out, err = io.StringIO(), io.StringIO()
+    args = ["--connection-string", azurite.connection_string, "replay-check", "--live", "--new-hub-ok"]
+    code = sas(args, stdout=out, stderr=err)
+    assert code == 0 and "task hub 'SchedulerAgentSupervisor'" in err.getvalue(), err.getvalue()
+
+
 def test_an_activity_inserted_before_dispatch_is_refused_naming_instance_and_episode(
     azurite, running_hub, monkeypatch
 ):
