@@ -10,7 +10,10 @@ import pytest
 
 from devtools.azurite import Azurite
 
-TRANSPORTS_USED: set[str] = set()  # the agents' transport of every harness, printed at the end
+# What the tests' reports carried (``user_properties``), gathered where the terminal summary is
+# printed: in the one pytest process, or in the controller when workers run the tests (-n).
+TRANSPORTS_USED: set[str] = set()  # the agents' transport of every harness
+FAULT_ROWS: list[tuple] = []  # tests/faults' rows (tests/helpers/fault_matrix.Row as a tuple)
 
 
 @pytest.fixture(scope="session")
@@ -104,7 +107,7 @@ def harness_options() -> dict[str, Any]:
 
 
 @pytest.fixture
-def harness(azurite, harness_options):
+def harness(azurite, harness_options, request):
     """The whole pattern in one process (``devtools.harness``) on fresh tables and queues of the
     session's Azurite: the real HTTP starter, orchestrators through the SDK's replay on a virtual
     clock, agent bodies pumping real queues, the watchdog every 30 s; no fault injected before or after."""
@@ -117,11 +120,23 @@ def harness(azurite, harness_options):
     with PatternHarness(azurite, **options) as h:
         if not serve_work:
             h.host.remove_pump(h.work_pump)
-        TRANSPORTS_USED.add(h.transport_label)
+        request.node.user_properties.append(("transport", h.transport_label))
         yield h
     faults.clear()
+
+
+def pytest_runtest_logreport(report):
+    for key, value in report.user_properties if report.when == "teardown" else ():
+        if key == "transport":
+            TRANSPORTS_USED.add(value)
+        elif key == "fault_row":
+            FAULT_ROWS.append(tuple(value))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if TRANSPORTS_USED:
         terminalreporter.write_line(f"end-to-end agent transport: {', '.join(sorted(TRANSPORTS_USED))}")
+    if FAULT_ROWS:
+        from tests.helpers.fault_matrix import print_table
+
+        print_table(terminalreporter, sorted(FAULT_ROWS, key=lambda row: row[0]))

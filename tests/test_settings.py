@@ -5,10 +5,13 @@ feature with a one-line error naming the bad setting, the canary's period derive
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workflow_core.feature_settings import bulk_settings, canary_settings, feature_errors, retention_settings
 from workflow_core.schedules import Schedule
@@ -69,3 +72,45 @@ def test_a_schedule_is_due_when_an_occurrence_falls_in_the_window():
     assert weekly.due(noon - timedelta(seconds=1), noon)
     assert not weekly.due(noon + timedelta(days=1) - timedelta(seconds=1), noon + timedelta(days=1))
     assert Schedule.parse("*/30 * * * * *").due(noon, noon + timedelta(seconds=30))
+
+
+def _every_occurrence_gap(schedule: Schedule) -> int | None:
+    """The longest gap by listing every occurrence in two years (what ``longest_gap`` must equal)."""
+    second, minute, hour, days, months, weekdays = schedule.fields
+    times = sorted(h * 3600 + m * 60 + s for h in hour for m in minute for s in second)
+    start = date(2024, 1, 1)
+    occurrences = [
+        n * 86_400 + t
+        for n in range(2 * 366)
+        if (d := start + timedelta(days=n)).day in days
+        and d.month in months
+        and d.isoweekday() % 7 in weekdays
+        for t in times
+    ]
+    return max((b - a for a, b in pairwise(occurrences)), default=None)
+
+
+def _field_text(values: list[int]) -> str:
+    return ",".join(str(v) for v in sorted(set(values)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seconds=st.lists(st.integers(0, 59), min_size=1, max_size=3),
+    minutes=st.lists(st.integers(0, 59), min_size=1, max_size=3),
+    hours=st.lists(st.integers(0, 23), min_size=1, max_size=4),
+    days=st.one_of(st.just("*"), st.lists(st.integers(1, 31), min_size=1, max_size=3).map(_field_text)),
+    months=st.one_of(st.just("*"), st.lists(st.integers(1, 12), min_size=1, max_size=3).map(_field_text)),
+    weekdays=st.one_of(st.just("*"), st.lists(st.integers(0, 6), min_size=1, max_size=3).map(_field_text)),
+)
+def test_the_longest_gap_is_the_longest_between_listed_occurrences(
+    seconds, minutes, hours, days, months, weekdays
+):
+    text = f"{_field_text(seconds)} {_field_text(minutes)} {_field_text(hours)} {days} {months} {weekdays}"
+    schedule = Schedule.parse(text)
+    expected = _every_occurrence_gap(schedule)
+    if expected is None:
+        with pytest.raises(ValueError, match="fires at most once"):
+            schedule.longest_gap()
+    else:
+        assert schedule.longest_gap() == timedelta(seconds=expected)

@@ -83,7 +83,9 @@ class Schedule:
 
     def longest_gap(self) -> timedelta:
         """The longest gap between two occurrences, over two years from a leap year's first day (every
-        day of month and week occurs); ValueError when it fires at most once in that span."""
+        day of month and week occurs); ValueError when it fires at most once in that span. Computed
+        from the firing days and the times of a day, never by listing every occurrence (a schedule
+        every 5 s fires 12.6 million times in two years)."""
         second, minute, hour, days, months, weekdays = self.fields
         times = sorted(h * 3600 + m * 60 + s for h, m, s in product(hour, minute, second))
         start = date(2024, 1, 1)
@@ -94,7 +96,9 @@ class Schedule:
             and d.month in months
             and d.isoweekday() % 7 in weekdays
         ]
-        gaps = [b - a for a, b in pairwise(day * DAY + t for day in firing for t in times)]
+        within_a_day = [b - a for a, b in pairwise(times)] if firing else []
+        across_days = [(b - a) * DAY + times[0] - times[-1] for a, b in pairwise(firing)]
+        gaps = within_a_day + across_days
         if not gaps:
             raise ValueError(f"{self.text!r} fires at most once in two years")
         return timedelta(seconds=max(gaps))

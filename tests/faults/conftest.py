@@ -11,6 +11,8 @@ table printed at the end of the session and asserts the two properties the patte
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import pytest
 
 from tests.helpers.fault_matrix import CURRENT, ROWS, Row
@@ -18,24 +20,12 @@ from tests.helpers.fault_matrix import CURRENT, ROWS, Row
 
 @pytest.fixture(autouse=True)
 def _row_even_if_the_test_fails_early(request):
+    """Each row this test recorded rides on its report (``user_properties``), so the summary that
+    tests/conftest.py prints is whole when the suite runs in several worker processes."""
     CURRENT["recorded"] = False
+    first = len(ROWS)
     yield
     if not CURRENT["recorded"] and request.node.get_closest_marker("breakage") is None:
         ROWS.append(Row(request.node.name, "(test failed before verify)", "?", "?", "?"))
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if not ROWS:
-        return
-    headers = ("fault", "injected", "steps lost", "double effects", "workflow outcome", "transport")
-    table = [headers] + [
-        (r.fault, r.injected, str(r.steps_lost), str(r.double_effects), r.outcome, r.transport) for r in ROWS
-    ]
-    widths = [min(max(len(row[i]) for row in table), 60) for i in range(len(headers))]
-    terminalreporter.section("fault matrix")
-    for n, row in enumerate(table):
-        terminalreporter.write_line(
-            "  ".join(cell[:60].ljust(w) for cell, w in zip(row, widths, strict=True))
-        )
-        if n == 0:
-            terminalreporter.write_line("  ".join("-" * w for w in widths))
+    for row in ROWS[first:]:
+        request.node.user_properties.append(("fault_row", astuple(row)))

@@ -81,3 +81,16 @@ PROVISION_INPUT = {"admin_email": "ops@contoso.example", "region": "westeurope"}
 
 def start_provisioning(h: PatternHarness, tenant: str = "contoso") -> str:
     return h.start_workflow("provision-tenant", {"tenant_id": tenant, **PROVISION_INPUT})
+
+
+def print_table(terminalreporter, rows: list[tuple]) -> None:
+    """The fault matrix's summary table, which tests/conftest.py prints from the tests' reports."""
+    headers = ("fault", "injected", "steps lost", "double effects", "workflow outcome", "transport")
+    table = [headers] + [tuple(str(cell) for cell in row) for row in rows]
+    widths = [min(max(len(row[i]) for row in table), 60) for i in range(len(headers))]
+    terminalreporter.section("fault matrix")
+    for n, row in enumerate(table):
+        cells = (cell[:60].ljust(w) for cell, w in zip(row, widths, strict=True))
+        terminalreporter.write_line("  ".join(cells))
+        if n == 0:
+            terminalreporter.write_line("  ".join("-" * w for w in widths))
