@@ -4,6 +4,8 @@ from its cursor, it acts on each instance exactly once and every audit trail nam
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,23 +23,59 @@ class Killed(BaseException):
     """The process died (not an Exception: nothing in the runner catches it)."""
 
 
+_THREAD_NOW = threading.local()
+
+
 def failed_instance(ledger: StepLedger, n: int, workflow: str = "provision-tenant") -> str:
     instance_id = f"out-{n:04d}"
     with clock.use_clock(lambda: T0 + timedelta(seconds=n)):
-        _ = ledger.create_instance_with_steps(
-            instance_id,
-            workflow,
-            actor="test",
-            input_json="{}",
-            scheduler_deadline=T0 + timedelta(hours=1),
-            version=f"{workflow}@test",
-            steps=[NewStep(step_id="call-api", step_name="call-api", agent="api.call")],
-        )
-        step = ledger.get(instance_id, "call-api")
-        deadline = T0 + timedelta(hours=1)
-        step = ledger.transition(step, S.DISPATCHED, actor="scheduler", deadline=deadline, attempt=1)
-        ledger.transition(step, S.FAILED, actor="worker", deadline=deadline, last_error="HTTP 503 outage")
+        _fail(ledger, instance_id, workflow)
     return instance_id
+
+
+def failed_instances(ledger: StepLedger, count: int) -> list[str]:
+    """``count`` failed instances written by eight threads (the ledger's client is thread-safe), each
+    stamped at T0 + n seconds on its thread's own virtual clock, as :func:`failed_instance` does."""
+
+    def one(n: int) -> str:
+        _THREAD_NOW.at = T0 + timedelta(seconds=n)
+        _fail(ledger, f"out-{n:04d}", "provision-tenant")
+        return f"out-{n:04d}"
+
+    with clock.use_clock(lambda: _THREAD_NOW.at), ThreadPoolExecutor(8) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def _fail(ledger: StepLedger, instance_id: str, workflow: str) -> None:
+    _ = ledger.create_instance_with_steps(
+        instance_id,
+        workflow,
+        actor="test",
+        input_json="{}",
+        scheduler_deadline=T0 + timedelta(hours=1),
+        version=f"{workflow}@test",
+        steps=[NewStep(step_id="call-api", step_name="call-api", agent="api.call")],
+    )
+    step = ledger.get(instance_id, "call-api")
+    deadline = T0 + timedelta(hours=1)
+    step = ledger.transition(step, S.DISPATCHED, actor="scheduler", deadline=deadline, attempt=1)
+    ledger.transition(step, S.FAILED, actor="worker", deadline=deadline, last_error="HTTP 503 outage")
+
+
+def assert_acted_once_each(ledger: StepLedger, ids: list[str], bulk_id: str) -> None:
+    """Each instance's trail names the operation exactly once, and its step is retrying."""
+
+    def moves(instance_id: str) -> tuple[list, StepStatus]:
+        trail = ledger.audit_trail(instance_id)
+        return [a for a in trail if f"[bulk {bulk_id}]" in (a.reason or "")], ledger.get(
+            instance_id, "call-api"
+        ).status
+
+    with ThreadPoolExecutor(8) as pool:
+        for instance_id, (naming, status) in zip(ids, pool.map(moves, ids), strict=True):
+            assert len(naming) == 1, instance_id
+            assert naming[0].actor == "operator:ana" and naming[0].to_status == S.RETRYING.value
+            assert status is S.RETRYING, instance_id
 
 
 def settled(store: bulk.BulkStore, op: bulk.BulkOperation) -> int:
@@ -52,7 +90,7 @@ async def after_the_lease(run):
 
 
 def test_bulk_retry_over_500_acts_once_each_across_a_kill(ledger, monkeypatch):
-    ids = [failed_instance(ledger, n) for n in range(500)]
+    ids = failed_instances(ledger, 500)
     failed_instance(ledger, 900, workflow="other-flow")  # not matched by the filter
     store = bulk.BulkStore(ledger)
     flt = bulk.BulkFilter(workflow="provision-tenant", status=InstanceStatus.RUNNING.value)
@@ -83,11 +121,7 @@ def test_bulk_retry_over_500_acts_once_each_across_a_kill(ledger, monkeypatch):
     assert progress["counts"]["acted"] == 500
     assert progress["counts"]["failed"] == progress["counts"]["skipped"] == 0
     assert set(progress["acted"]) == set(ids)
-    for instance_id in ids:
-        naming = [a for a in ledger.audit_trail(instance_id) if f"[bulk {op.bulk_id}]" in (a.reason or "")]
-        assert len(naming) == 1, instance_id
-        assert naming[0].actor == "operator:ana" and naming[0].to_status == S.RETRYING.value
-        assert ledger.get(instance_id, "call-api").status is S.RETRYING
+    assert_acted_once_each(ledger, ids, op.bulk_id)
     assert ledger.get("out-0900", "call-api").status is S.FAILED
 
 
@@ -140,7 +174,7 @@ def test_bulk_retry_survives_a_sigkill_of_the_process_running_it(ledger, azurite
     import time
     from pathlib import Path
 
-    ids = [failed_instance(ledger, n) for n in range(500)]
+    ids = failed_instances(ledger, 500)
     store = bulk.BulkStore(ledger)
     op = store.create("retry", bulk.BulkFilter(), reason="after the outage", actor="operator:ana")
     root = Path(__file__).resolve().parents[2]
@@ -164,6 +198,4 @@ def test_bulk_retry_survives_a_sigkill_of_the_process_running_it(ledger, azurite
     resumed = bulk.BulkStore(ledger).get(op.bulk_id)
     finished = asyncio.run(after_the_lease(bulk.run(store, resumed, rate_per_second=0)))
     assert finished.done and store.progress(finished)["counts"]["acted"] == 500
-    for instance_id in ids:
-        naming = [a for a in ledger.audit_trail(instance_id) if f"[bulk {op.bulk_id}]" in (a.reason or "")]
-        assert len(naming) == 1, instance_id
+    assert_acted_once_each(ledger, ids, op.bulk_id)
