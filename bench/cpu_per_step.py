@@ -39,9 +39,10 @@ from devtools.durable_host import episodes, host, registry
 from devtools.logs import quiet_logging
 from workflow_core import messages, table_transactions
 from workflow_core.ledger import store
+from workflow_core.table_transactions import TransactionTableClient
 from workflow_core.transport import bounded_json, envelope, storage_queue
 
-SDK_TABLE = "Azure SDK table client (sub-requests, entities, reading the answer)"
+SDK_TABLE = "table client (the SDK's, sub-requests built by ours: entities, reading the answer)"
 SDK_QUEUE = "Azure SDK queue client (request, XML, base64)"
 # (owner, attribute, phase): outer phases first; an inner one takes its share from the outer
 PHASES: list[tuple[Any, str, str]] = [
@@ -56,6 +57,7 @@ PHASES: list[tuple[Any, str, str]] = [
     *((TableClient, name, SDK_TABLE) for name in ("submit_transaction", "update_entity", "upsert_entity")),
     *((TableClient, name, SDK_TABLE) for name in ("create_entity", "delete_entity", "query_entities")),
     (TableClient, "get_entity", SDK_TABLE),
+    (TransactionTableClient, "submit_transaction", SDK_TABLE),
     *((QueueClient, name, SDK_QUEUE) for name in ("send_message", "receive_messages", "delete_message")),
     (table_transactions, "encode_transaction", "$batch codec"),
     (table_transactions, "decode_transaction_response", "$batch codec"),
