@@ -245,7 +245,8 @@ def _package(path: str, function: str) -> str:
         parts = Path(path).relative_to(ROOT).parts
         return "/".join(parts[:2])
     parts = Path(path).parts  # the standard library: its module, package included
-    return "stdlib " + "/".join(parts[-2:] if not parts[-2].startswith("python3") else parts[-1:])
+    inside = len(parts) > 1 and not parts[-2].startswith("python3")
+    return "stdlib " + "/".join(parts[-2:] if inside else parts[-1:])
 
 
 def _timed(ledger: CpuLedger, inner: Any) -> Any:
