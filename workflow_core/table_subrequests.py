@@ -3,14 +3,15 @@ generated request builders.
 
 ``TableClient.submit_transaction`` turns each operation into an ``HttpRequest`` through
 ``TableBatchOperations`` and the generated ``build_table_*_request`` functions, whose generic
-serializer (each key and header through a type dispatch), two case-insensitive dictionaries and
-keyword plumbing cost ≈ 0.35 ms of client CPU per operation here; the app writes ≈ 12 per step (a
-step row, its instance, an audit row, a claim-key or basis row, in three to four transactions).
-:class:`SubRequests` builds the same request (method, URL, headers in the same order, body) with the
-SDK's own entity serializer, key escaping and match conditions, for the shapes the app sends: an
-operation with keyword arguments beyond ``mode``, ``etag`` and ``match_condition``, keys that are not
-plain strings, or a Cosmos endpoint go through the SDK's builders. ``tests/storage/test_table_subrequests.py``
-holds every shape to the SDK's request, and fails if the SDK's version changes.
+serializer (each key and header through a type dispatch), case-insensitive dictionaries and keyword
+plumbing take ≈ 0.25 ms of client CPU per operation here, against ≈ 0.09 ms for the same request
+built by :class:`SubRequests`; the app's transactions hold ≈ 15 operations per step (step rows,
+instance records, audit rows, claim-key and basis rows). It uses the SDK's own entity serializer,
+key escaping and match conditions, for the shapes the app sends; an operation with keyword
+arguments beyond ``mode``, ``etag`` and ``match_condition``, keys that are not plain strings, an
+entity read from the table given a condition without its ETag, or a Cosmos endpoint goes through
+the SDK's builders. ``tests/storage/test_table_subrequests.py`` holds every shape and random
+operations to the SDK's requests and fails if the SDK sources it mirrors change.
 """
 
 from __future__ import annotations
