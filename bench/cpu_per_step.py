@@ -187,7 +187,7 @@ def profile(runs: int, workflows: int, steps: int) -> int:
     print(f"project, {done} steps under cProfile: {total / done * 1e3:.1f} ms per step (inflated)")
     for package, seconds in by_package.most_common(30):
         print(f"  {seconds / total:6.1%}  {package}")
-    print("our own functions, self time:")
+    print(f"our own functions, self time: {sum(own.values()) / total:.1%} in all; the most:")
     for function, seconds in own.most_common(15):
         print(f"  {seconds / total:6.1%}  {function}")
     return 0
