@@ -4,6 +4,8 @@ the transport and in it.
 
     python bench/cpu_per_step.py            # 5 workflows x 3 steps, 6 repetitions of each after a warm-up
     python bench/cpu_per_step.py --runs 10
+    python bench/cpu_per_step.py --profile  # the project's timed part under cProfile, by package
+    python bench/cpu_per_step.py --cuts     # this round's cuts off and on, alternately, one process
 
 Each timed function is wrapped; a wrapped call's time counts for it alone (its own wrapped callees
 are subtracted), and the time inside the transport (the SDK's ``RequestsTransport.send``: from
@@ -16,7 +18,10 @@ the HTTP starter hands two ledger writes to an executor thread, not counted. Not
 from __future__ import annotations
 
 import argparse
+import cProfile
 import functools
+import pstats
+import statistics
 import sys
 import threading
 import time
@@ -40,9 +45,10 @@ from devtools.durable_host import episodes, host, registry
 from devtools.logs import quiet_logging
 from workflow_core import messages, table_transactions
 from workflow_core.ledger import store
+from workflow_core.table_transactions import TransactionTableClient
 from workflow_core.transport import bounded_json, envelope, storage_queue
 
-SDK_TABLE = "Azure SDK table client (sub-requests, entities, reading the answer)"
+SDK_TABLE = "table client (the SDK's, sub-requests built by ours: entities, reading the answer)"
 SDK_QUEUE = "Azure SDK queue client (request, XML, base64)"
 # (owner, attribute, phase): outer phases first; an inner one takes its share from the outer
 PHASES: list[tuple[Any, str, str]] = [
@@ -57,6 +63,7 @@ PHASES: list[tuple[Any, str, str]] = [
     *((TableClient, name, SDK_TABLE) for name in ("submit_transaction", "update_entity", "upsert_entity")),
     *((TableClient, name, SDK_TABLE) for name in ("create_entity", "delete_entity", "query_entities")),
     (TableClient, "get_entity", SDK_TABLE),
+    (TransactionTableClient, "submit_transaction", SDK_TABLE),
     *((QueueClient, name, SDK_QUEUE) for name in ("send_message", "receive_messages", "delete_message")),
     (table_transactions, "encode_transaction", "$batch codec"),
     (table_transactions, "decode_transaction_response", "$batch codec"),
@@ -121,9 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=6, help="timed repetitions (default 6)")
     parser.add_argument("--workflows", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="cProfile's self time by package instead")
+    parser.add_argument("--cuts", action="store_true", help="the client cuts off and on, alternately")
     args = parser.parse_args(argv)
     quiet_logging()
     warnings.filterwarnings("ignore")
+    if args.profile:
+        return profile(args.runs, args.workflows, args.steps)
+    if args.cuts:
+        return cuts(args.runs, args.workflows, args.steps)
     ledger = CpuLedger()
     for owner, name, phase in PHASES:
         ledger.wrap(owner, name, phase)
@@ -149,6 +162,92 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {outside / steps * 1e3:6.2f}  outside the transport, in all")
             print(f"  {wire / steps * 1e3:6.2f}  in the transport (the HTTP stack below the SDK's pipeline)")
     return 0
+
+
+def profile(runs: int, workflows: int, steps: int) -> int:
+    """The project's timed part under cProfile, self time summed by package and the own functions
+    that take most. cProfile charges every call, so many small calls (the SDK's) weigh more than a
+    sampling profiler says: a guide to where the time goes, the table above to how much."""
+    profiler, on = cProfile.Profile(), [False]
+    harness = throughput.PatternHarness
+    for name in ("start_workflow", "run_until"):  # the timed part of a run, as in main
+        setattr(harness, name, _profiled(profiler, on, getattr(harness, name)))
+    with Azurite() as azurite:
+        throughput.project(azurite, workflows, steps)  # warm-up, not profiled
+        on[0] = True
+        done = sum(throughput.project(azurite, workflows, steps).steps for _ in range(runs))
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    by_package: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    for (path, line, function), (_, _, self_time, _, _) in stats.items():
+        package = _package(path, function)
+        by_package[package] += self_time
+        if package.split("/")[0] in ("workflow_core", "activities", "orchestrators", "api"):
+            own[f"{Path(path).relative_to(ROOT)}:{line} {function}"] += self_time
+    total = sum(by_package.values())
+    print(f"project, {done} steps under cProfile: {total / done * 1e3:.1f} ms per step (inflated)")
+    for package, seconds in by_package.most_common(30):
+        print(f"  {seconds / total:6.1%}  {package}")
+    print(f"our own functions, self time: {sum(own.values()) / total:.1%} in all; the most:")
+    for function, seconds in own.most_common(15):
+        print(f"  {seconds / total:6.1%}  {function}")
+    return 0
+
+
+def cuts(runs: int, workflows: int, steps: int) -> int:
+    """The project's CPU per step (this process, every thread) with the storage clients' cuts of
+    issue 53 off and on in alternate repetitions (a busy machine moves both alike): answers' heads
+    read as headers only (``http_headers``) and sub-requests built by ``table_subrequests``."""
+    from azure.data.tables._table_batch import TableBatchOperations
+
+    from workflow_core import storage_clients
+    from workflow_core.table_subrequests import SubRequests
+
+    variants = {
+        "off": (lambda _pool_manager: None, TableBatchOperations),
+        "on": (storage_clients.headers_only_pools, SubRequests),
+    }
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    with Azurite() as azurite:
+        throughput.project(azurite, workflows, steps)  # warm-up
+        for _ in range(runs):
+            for name, (pools, batch) in variants.items():
+                storage_clients.headers_only_pools, table_transactions.SubRequests = pools, batch  # type: ignore[attr-defined]
+                run = throughput.project(azurite, workflows, steps)
+                cpu[name].append(run.cpu / run.steps * 1e3)
+    for name, values in cpu.items():
+        print(f"cuts {name:>3}: CPU per step {statistics.median(values):5.1f} ms (median), runs:", end="")
+        print(" ".join(f"{v:.1f}" for v in values))
+    saved = [off - on for off, on in zip(cpu["off"], cpu["on"], strict=True)]
+    pairs = " ".join(f"{v:.1f}" for v in saved)
+    print(f"saved per step, each pair: {pairs} ms; median {statistics.median(saved):.1f}")
+    return 0
+
+
+def _profiled(profiler: cProfile.Profile, on: list[bool], inner: Any) -> Any:
+    @functools.wraps(inner)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return profiler.runcall(inner, *args, **kwargs) if on[0] else inner(*args, **kwargs)
+
+    return run
+
+
+ROOT = Path(__file__).resolve().parents[1]
+_SOCKETS = ("recv_into", "sendall", "poll")
+
+
+def _package(path: str, function: str) -> str:
+    if path == "~":  # a builtin: waiting on sockets apart, charged by name
+        return "waiting on sockets" if any(s in function for s in _SOCKETS) else f"builtin {function}"
+    if "site-packages" in path:
+        parts = path.split("site-packages/", 1)[1].split("/")
+        return "/".join(parts[:3] if parts[0] == "azure" else parts[:1])
+    if path.startswith(str(ROOT)):
+        parts = Path(path).relative_to(ROOT).parts
+        return "/".join(parts[:2])
+    parts = Path(path).parts  # the standard library: its module, package included
+    inside = len(parts) > 1 and not parts[-2].startswith("python3")
+    return "stdlib " + "/".join(parts[-2:] if inside else parts[-1:])
 
 
 def _timed(ledger: CpuLedger, inner: Any) -> Any:

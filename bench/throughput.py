@@ -19,10 +19,10 @@ of the machine hits every variant alike), on fresh tables and queues:
   one ``workflow_core.storage_clients`` builds (environment read once per client). Omit with
   ``--no-sdk-transport``.
 * **project / lean loop, SDK's $batch codec**: the same two runs with entity-group transactions
-  encoded and decoded by azure-core's ``email``-based multipart code instead of
-  ``workflow_core.table_transactions`` (what the app used before it had its own codec): the codec's
-  effect, and the ratio when both sides pay the SDK's price per transaction. Omit with
-  ``--no-sdk-codec``.
+  built by the SDK's request builders and encoded and decoded by azure-core's ``email``-based
+  multipart code instead of ``workflow_core.table_subrequests`` and ``table_transactions`` (what the
+  app used before it had its own codec): their effect, and the ratio when both sides pay the SDK's
+  price per transaction. Omit with ``--no-sdk-codec``.
 * **point reads** (with the SDK variant): ``--reads`` reads of one entity with our transport and
   with the SDK's default, interleaved: the per-request cost of the environment lookups alone.
 * **lean loop** (the baseline): the same workflows and steps, single-threaded like the host, doing
@@ -140,12 +140,14 @@ def sdk_batch_codec() -> Iterator[None]:
 
     from workflow_core.table_transactions import TransactionTableClient
 
-    ours = TransactionTableClient.__dict__["_batch_send"]
-    TransactionTableClient._batch_send = TableClient._batch_send  # type: ignore[method-assign]
+    ours = {name: TransactionTableClient.__dict__[name] for name in ("_batch_send", "submit_transaction")}
+    for name in ours:  # the SDK's sub-requests and codec both
+        setattr(TransactionTableClient, name, getattr(TableClient, name))
     try:
         yield
     finally:
-        TransactionTableClient._batch_send = ours  # type: ignore[method-assign]
+        for name, method in ours.items():
+            setattr(TransactionTableClient, name, method)
 
 
 def with_sdk_codec(run: Callable[[Azurite], Run]) -> Callable[[Azurite], Run]:

@@ -6,8 +6,9 @@
 * **A hook for tests and benchmarks** (:func:`add_transport_hook`) wraps the transport of every
   client built while registered, e.g. to count requests; none is registered in production.
 
-Table clients are ``TransactionTableClient`` (``table_transactions.py``: transactions at a third of
-the SDK's client CPU).
+Responses are read by ``http_headers.HeadersOnlyResponse`` (a ``$batch`` answer's header block
+without ``email``'s search for parts). Table clients are ``TransactionTableClient``
+(``table_transactions.py``: transactions at a third of the SDK's client CPU).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import requests
 from azure.core.pipeline.transport import HttpTransport, RequestsTransport
 
+from workflow_core.http_headers import headers_only_pools
 from workflow_core.settings import SettingsError, StorageConnection
 
 TransportHook = Callable[[HttpTransport], HttpTransport]
@@ -39,6 +41,8 @@ class ResolvedEnvTransport(RequestsTransport):
 
     def _init_session(self, session: requests.Session) -> None:
         super()._init_session(session)  # trust_env = False (use_env_settings), adapters
+        for adapter in session.adapters.values():  # a $batch answer's headers read as headers only
+            headers_only_pools(adapter.poolmanager)
         if self._endpoint:
             proxies = requests.utils.get_environ_proxies(self._endpoint)  # {} when NO_PROXY matches
             session.proxies.update({k: v for k, v in proxies.items() if k != "no"})

@@ -52,11 +52,12 @@ def test_the_private_sdk_method_the_client_overrides_is_the_pinned_one():
         TablesBaseClient._batch_send: "0ada8524fa600705",
         extract_batch_part_metadata: "0c44ee07d828c200",
         TableServiceClient.get_table_client: "1cf6abb883686254",
+        # what TransactionTableClient.submit_transaction and table_subrequests.SubRequests mirror
+        TableClient.submit_transaction: "8333c3c4d9d81679",
     }
     for function, digest in pinned.items():
         source = inspect.getsource(function)
         assert hashlib.sha256(source.encode()).hexdigest()[:16] == digest, f"the SDK changed:\n{source}"
-    assert TransactionTableClient.submit_transaction is TableClient.submit_transaction
 
 
 # ---- encoding ------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def index_row_time(index_key: str | None) -> datetime | None:
     if not index_key or not index_key.startswith(INSTANCE_INDEX_PREFIX):
         return None
     row = index_key.partition("|")[2]
-    return datetime.strptime(row.split("~", 1)[0], "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=UTC)
+    return datetime.fromisoformat(row.split("~", 1)[0])  # _deadline_key's UTC form, "Z" and all
 
 
 def instance_index_key(due: datetime, instance_id: str) -> str:
