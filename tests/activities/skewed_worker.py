@@ -1,8 +1,9 @@
 """An agent worker in its own OS process, whose clock is off by ``WORKFLOW_CLOCK_OFFSET_SECONDS``.
 
-``python -m tests.activities.skewed_worker <mode> <beats> <interval>``: takes one message from the
-work queue of the app settings in the environment and runs it; the handler heartbeats ``beats``
-times, ``interval`` seconds apart, then succeeds (``finish``) or the process dies (``die``).
+``python -m tests.activities.skewed_worker <mode> <beats> <interval>``: prints ``ready`` once it polls,
+takes one message from the work queue of the app settings in the environment and runs it; the
+handler heartbeats ``beats`` times, ``interval`` seconds apart, then succeeds (``finish``) or the
+process dies (``die``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def main(mode: str, beats: int, interval: float) -> int:
         return {"beats": beats}
 
     services = get_services()
+    print("ready", flush=True)  # imported and connected: the test dispatches only now
     give_up = time.monotonic() + 30
     while time.monotonic() < give_up:
         for message in services.transport.receive(services.settings.work_queue, lock_seconds=120):

@@ -18,7 +18,7 @@ from workflow_core.ledger import NewStep, StepStatus
 from workflow_core.settings import DOCUMENTED_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
-HEARTBEAT_TIMEOUT = 3.0
+HEARTBEAT_TIMEOUT = 5.0  # five beats' worth: a loaded machine may hold a beat back a few seconds
 TICK = 0.5  # the watchdog period of this test
 
 
@@ -31,7 +31,7 @@ def _start(harness, name: str):
         actor="test",
     )
     scheduling.dispatch_step(
-        # the first deadline leaves the worker process time to start (imports) and take the message
+        # the worker process is polling already: the first deadline is its time to take the message
         harness.dispatch_payload(instance, "work", deadline_in=6, workflow="custom"),
         harness.services,
     )
@@ -39,12 +39,18 @@ def _start(harness, name: str):
 
 
 def _worker(offset_seconds: float, mode: str, beats: int, interval: float) -> subprocess.Popen:
+    """The skewed worker process, returned once it has imported everything and polls the queue (its
+    start-up takes seconds on a loaded machine, which must not count against the step's deadline)."""
     env = {**os.environ, clock.OFFSET_ENV: str(offset_seconds), "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "tests.activities.skewed_worker", mode, str(beats), str(interval)],
         cwd=ROOT,
         env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return process
 
 
 def _overdue(harness, instance: str) -> bool:
@@ -53,8 +59,8 @@ def _overdue(harness, instance: str) -> bool:
 
 
 def test_a_worker_two_minutes_behind_keeps_its_step_alive_by_heartbeating(harness):
-    instance = _start(harness, "behind")
     worker = _worker(-120, "finish", beats=10, interval=1.0)  # runs ~10 s, past its first deadline
+    instance = _start(harness, "behind")
     overdue_seen = []
     while worker.poll() is None:
         if _overdue(harness, instance):
@@ -69,8 +75,8 @@ def test_a_worker_two_minutes_behind_keeps_its_step_alive_by_heartbeating(harnes
 
 
 def test_a_dead_worker_two_minutes_ahead_is_found_within_timeout_plus_tick_plus_skew_bound(harness):
-    instance = _start(harness, "ahead")
     worker = _worker(+120, "die", beats=10, interval=0.8)  # beats past the first deadline, then dies
+    instance = _start(harness, "ahead")
     assert worker.wait(timeout=60) == DIED
     row = harness.ledger.get(instance, "work")
     assert row.status is StepStatus.RUNNING and row.last_heartbeat is not None
