@@ -32,7 +32,7 @@ param hostedPoolQueueNames array = []
 @description('Work queues of the other agent pools served elsewhere: the app only sends to them.')
 param remotePoolQueueNames array = []
 
-@description('Answer queues of the message-only pools that ask (<RESULT_QUEUE_NAME>-answers-...): the app sends its answers there and reads back only sas doctor\'s probe.')
+@description('Answer queues of the message-only pools that ask (<RESULT_QUEUE_NAME>-answers-...): the app sends its answers there and reads back only the probe of sas doctor.')
 param answerQueueNames array = []
 
 @description('Service Bus queue agents send step results to (RESULT_QUEUE_NAME).')
@@ -77,10 +77,8 @@ var roles = {
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
   // Operator: peek and receive the dead-letter queues (RBAC scopes stop at the queue, so this covers the live
   // queue too: read only $DeadLetterQueue).
-  // The app, on each answer queue and nothing else: `sas doctor` sends a probe answer there and reads it back
-  // (api/diagnostics_queues.py), the only proof that an answer lands where the agent reads. Least privilege:
-  // Receiver is the narrowest built-in role that may receive: Listen only, no Manage, no other entity; it takes only
-  // its own probe, by message id, and abandons at once any answer it meets on the way (docs/deploy.md, Roles).
+  // The app, on each answer queue only: sas doctor reads its own probe answer back there (docs/deploy.md, Roles);
+  // the narrowest built-in role that may receive (Listen, no Manage); any other answer it meets is abandoned.
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
   // On the Service Bus namespace, the storage account and the Application Insights component: read the role
   // assignments there, so `sas doctor` can check the rights infra granted the app and each pool identity
