@@ -40,6 +40,8 @@ from devtools.live_history import (
 )
 
 MAX_TABLE_PROPERTY_BYTES = 60 * 1024  # AzureTableTrackingStore.MaxTablePropertySizeInBytes
+# VariableSizeEntityProperties, read from the provider again rather than imported from the reader
+# (devtools.live_history.BLOB_MEMBERS): a member the reader forgot must fail the round trip.
 VARIABLE_SIZE = (
     "Name",
     "Input",

@@ -1,6 +1,7 @@
 """The fault matrix's bookkeeping (tests/faults): :func:`verify` asserts the pattern's two promises for a
-test's workflows (nothing lost, nothing done twice) and records its row of the summary table that
-tests/faults/conftest.py prints at the end of the session."""
+test's workflows (nothing lost, nothing done twice) and records its row of the summary table
+(:func:`print_table`), which reaches tests/conftest.py on the test's report and is printed at the end
+of the session."""
 
 from __future__ import annotations
 

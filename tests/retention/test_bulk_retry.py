@@ -23,53 +23,47 @@ class Killed(BaseException):
     """The process died (not an Exception: nothing in the runner catches it)."""
 
 
-_THREAD_NOW = threading.local()
+_THREAD_NOW = threading.local()  # each writing thread's virtual time (the process clock is global)
 
 
-def failed_instance(ledger: StepLedger, n: int, workflow: str = "provision-tenant") -> str:
-    instance_id = f"out-{n:04d}"
-    with clock.use_clock(lambda: T0 + timedelta(seconds=n)):
-        _fail(ledger, instance_id, workflow)
-    return instance_id
-
-
-def failed_instances(ledger: StepLedger, count: int) -> list[str]:
-    """``count`` failed instances written by eight threads (the ledger's client is thread-safe), each
-    stamped at T0 + n seconds on its thread's own virtual clock, as :func:`failed_instance` does."""
+def failed_instances(
+    ledger: StepLedger, ns: range | list[int], workflow: str = "provision-tenant"
+) -> list[str]:
+    """Instance ``out-<n>`` for each n, its one step Failed with an HTTP 503, stamped at T0 + n
+    seconds on its thread's own virtual clock; written by eight threads (the client is thread-safe)."""
 
     def one(n: int) -> str:
         _THREAD_NOW.at = T0 + timedelta(seconds=n)
-        _fail(ledger, f"out-{n:04d}", "provision-tenant")
-        return f"out-{n:04d}"
+        instance_id = f"out-{n:04d}"
+        ledger.create_instance_with_steps(
+            instance_id,
+            workflow,
+            actor="test",
+            input_json="{}",
+            scheduler_deadline=T0 + timedelta(hours=1),
+            version=f"{workflow}@test",
+            steps=[NewStep(step_id="call-api", step_name="call-api", agent="api.call")],
+        )
+        step = ledger.get(instance_id, "call-api")
+        deadline = T0 + timedelta(hours=1)
+        step = ledger.transition(step, S.DISPATCHED, actor="scheduler", deadline=deadline, attempt=1)
+        ledger.transition(step, S.FAILED, actor="worker", deadline=deadline, last_error="HTTP 503 outage")
+        return instance_id
 
     with clock.use_clock(lambda: _THREAD_NOW.at), ThreadPoolExecutor(8) as pool:
-        return list(pool.map(one, range(count)))
+        return list(pool.map(one, ns))
 
 
-def _fail(ledger: StepLedger, instance_id: str, workflow: str) -> None:
-    _ = ledger.create_instance_with_steps(
-        instance_id,
-        workflow,
-        actor="test",
-        input_json="{}",
-        scheduler_deadline=T0 + timedelta(hours=1),
-        version=f"{workflow}@test",
-        steps=[NewStep(step_id="call-api", step_name="call-api", agent="api.call")],
-    )
-    step = ledger.get(instance_id, "call-api")
-    deadline = T0 + timedelta(hours=1)
-    step = ledger.transition(step, S.DISPATCHED, actor="scheduler", deadline=deadline, attempt=1)
-    ledger.transition(step, S.FAILED, actor="worker", deadline=deadline, last_error="HTTP 503 outage")
+def failed_instance(ledger: StepLedger, n: int, workflow: str = "provision-tenant") -> str:
+    return failed_instances(ledger, [n], workflow)[0]
 
 
 def assert_acted_once_each(ledger: StepLedger, ids: list[str], bulk_id: str) -> None:
     """Each instance's trail names the operation exactly once, and its step is retrying."""
 
     def moves(instance_id: str) -> tuple[list, StepStatus]:
-        trail = ledger.audit_trail(instance_id)
-        return [a for a in trail if f"[bulk {bulk_id}]" in (a.reason or "")], ledger.get(
-            instance_id, "call-api"
-        ).status
+        naming = [a for a in ledger.audit_trail(instance_id) if f"[bulk {bulk_id}]" in (a.reason or "")]
+        return naming, ledger.get(instance_id, "call-api").status
 
     with ThreadPoolExecutor(8) as pool:
         for instance_id, (naming, status) in zip(ids, pool.map(moves, ids), strict=True):
@@ -90,7 +84,7 @@ async def after_the_lease(run):
 
 
 def test_bulk_retry_over_500_acts_once_each_across_a_kill(ledger, monkeypatch):
-    ids = failed_instances(ledger, 500)
+    ids = failed_instances(ledger, range(500))
     failed_instance(ledger, 900, workflow="other-flow")  # not matched by the filter
     store = bulk.BulkStore(ledger)
     flt = bulk.BulkFilter(workflow="provision-tenant", status=InstanceStatus.RUNNING.value)
@@ -126,7 +120,7 @@ def test_bulk_retry_over_500_acts_once_each_across_a_kill(ledger, monkeypatch):
 
 
 def test_dry_run_lists_and_changes_nothing(ledger):
-    ids = [failed_instance(ledger, n) for n in range(3)]
+    ids = failed_instances(ledger, range(3))
     before = {i: len(ledger.audit_trail(i)) for i in ids}
     shown = bulk.preview(ledger, "skip", bulk.BulkFilter(error_contains="503"))
     assert sorted(shown["wouldAct"]) == ids and shown["wouldSkip"] == []
@@ -174,7 +168,7 @@ def test_bulk_retry_survives_a_sigkill_of_the_process_running_it(ledger, azurite
     import time
     from pathlib import Path
 
-    ids = failed_instances(ledger, 500)
+    ids = failed_instances(ledger, range(500))
     store = bulk.BulkStore(ledger)
     op = store.create("retry", bulk.BulkFilter(), reason="after the outage", actor="operator:ana")
     root = Path(__file__).resolve().parents[2]
