@@ -1,18 +1,10 @@
-"""HTTP responses whose header block is parsed as headers only: a ``$batch`` answer without a regular
-expression compiled for it.
-
-``http.client`` hands every response's header block to ``email``'s parser as a whole message, and a
-``multipart/mixed`` content type makes that parser look for parts in the (empty) body: it compiles a
-regular expression for the boundary, which is new in every ``$batch`` answer, so the ``re`` cache
-never holds it (≈ 0.9 ms a transaction measured alone, seven times the parse of any other head;
-0.3-0.5 ms of a transaction's client CPU; the app makes about 3.7 transactions per step).
-:class:`HeadersOnlyResponse` is ``http.client``'s own ``begin`` with its ``parse_headers`` looked
-up in a namespace where it parses headers only: the same headers, status, length and framing, and
-no parts looked for in a body that is not there. What that search records, ``urllib3`` ignores,
-except a multipart type without a boundary, which it only logged. ``tests/storage/test_http_headers.py``
-holds it to the standard parse on varied heads and fails if ``begin`` stops calling ``parse_headers``.
-
-Only the storage clients' connections (:func:`headers_only_pools`) use it; no module is patched.
+"""HTTP responses whose header block is parsed as headers only, so a ``$batch`` answer's
+``multipart/mixed`` type no longer makes ``email`` compile a pattern for its boundary (new in every
+answer, never cached; docs/capacity.md). :class:`HeadersOnlyResponse` is ``http.client``'s own
+``begin`` with ``parse_headers`` looked up where it passes ``headersonly``: the same headers, status,
+length and framing (what the skipped search records, ``urllib3`` ignores). Only the storage clients'
+connections use it; no module is patched. ``tests/storage/test_http_headers.py`` holds it to the
+standard parse.
 """
 
 from __future__ import annotations
@@ -47,23 +39,19 @@ class HeadersOnlyResponse(http.client.HTTPResponse):
     )
 
 
-class _Connection(HTTPConnection):
-    response_class = HeadersOnlyResponse
+def _headers_only_pool(pool: type, connection: type) -> type:
+    """``pool`` whose connections read responses with :class:`HeadersOnlyResponse`."""
+    reading = type(connection.__name__, (connection,), {"response_class": HeadersOnlyResponse})
+    return type(pool.__name__, (pool,), {"ConnectionCls": reading})
 
 
-class _TLSConnection(HTTPSConnection):
-    response_class = HeadersOnlyResponse
-
-
-class _Pool(HTTPConnectionPool):
-    ConnectionCls = _Connection
-
-
-class _TLSPool(HTTPSConnectionPool):
-    ConnectionCls = _TLSConnection
+_POOLS = {
+    "http": _headers_only_pool(HTTPConnectionPool, HTTPConnection),
+    "https": _headers_only_pool(HTTPSConnectionPool, HTTPSConnection),
+}
 
 
 def headers_only_pools(pool_manager: Any) -> None:
     """Make ``pool_manager`` (a ``urllib3.PoolManager``) open connections that read responses with
     :class:`HeadersOnlyResponse`; pools it already holds keep theirs."""
-    pool_manager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
+    pool_manager.pool_classes_by_scheme = dict(_POOLS)

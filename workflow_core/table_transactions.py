@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from http.client import HTTPResponse, InvalidURL
 from types import SimpleNamespace
@@ -33,16 +34,7 @@ _URL_CONTROL = re.compile("[\x00-\x20\x7f]")
 _METHOD_CONTROL = re.compile("[\x00-\x1f]")
 _LEGAL_NAME = re.compile(rb"[^:\s][^:\r\n]*")
 _KNOWN_LEGAL_NAMES = frozenset(  # the names sub-requests carry: legal, not matched again
-    {
-        b"Content-Type",
-        b"Content-Length",
-        b"x-ms-version",
-        b"DataServiceVersion",
-        b"Accept",
-        b"If-Match",
-        b"x-ms-date",
-        b"Date",
-    }
+    b"Content-Type Content-Length x-ms-version DataServiceVersion Accept If-Match x-ms-date Date".split()
 )
 _ILLEGAL_VALUE = re.compile(rb"\n(?![ \t])|\r(?![ \t\n])")
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
@@ -87,10 +79,8 @@ def serialize_request(request: HttpRequest) -> bytes | None:
             raise ValueError(f"Invalid header value {raw!r}")
         lines.append(raw_name + b": " + raw)
     lines.append(b"\r\n")
-    head = b"\r\n".join(lines)
-    if body is None:
-        return head
-    return head + (body.encode("latin-1") if isinstance(body, str) else body)
+    body = body.encode("latin-1") if isinstance(body, str) else body
+    return b"\r\n".join(lines) + (body or b"")
 
 
 def encode_transaction(
@@ -236,12 +226,12 @@ def _scan(raw: bytes) -> tuple[int, str | None] | None:
     return int(status[1]), etag
 
 
+@dataclass
 class _Changeset:
     """Where the SDK would match a part to its changeset request (a part outside the changeset)."""
 
-    def __init__(self, requests: Sequence[HttpRequest], boundary: str) -> None:
-        self.requests = requests
-        self.boundary = boundary
+    requests: Sequence[HttpRequest]
+    boundary: str
 
     @cached_property
     def request(self) -> HttpRequest:

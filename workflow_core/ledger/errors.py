@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any
+
 
 class LedgerError(Exception):
     """Base class of every error the ledger raises on purpose."""
@@ -11,8 +15,8 @@ class InvalidLedgerInput(LedgerError):
     """Bad input; not a ``ValueError``, so pydantic does not fold it into a ValidationError."""
 
 
-def _illegal_move(subject: str, current: str, requested: str, allowed: list[str]) -> str:
-    allowed_text = ", ".join(allowed) if allowed else "none (terminal status)"
+def _illegal_move(subject: str, current: StrEnum, requested: StrEnum, allowed: Iterable[StrEnum]) -> str:
+    allowed_text = ", ".join(sorted(s.value for s in allowed)) or "none (terminal status)"
     return f"{subject} cannot move {current} -> {requested}; allowed from {current}: {allowed_text}"
 
 
@@ -22,8 +26,9 @@ class StepNotFound(LedgerError, LookupError):
 
 
 class IllegalTransition(LedgerError):
-    def __init__(self, instance_id: str, step_id: str, current: str, requested: str, allowed: list[str]):
-        super().__init__(_illegal_move(f"step {step_id!r} of {instance_id!r}", current, requested, allowed))
+    def __init__(self, record: Any, requested: StrEnum, allowed: Iterable[StrEnum]) -> None:
+        subject = f"step {record.step_id!r} of {record.instance_id!r}"
+        super().__init__(_illegal_move(subject, record.status, requested, allowed))
 
 
 class ConcurrencyConflict(LedgerError):
@@ -53,8 +58,9 @@ class InstanceAlreadyExists(LedgerError):
 
 
 class IllegalInstanceTransition(LedgerError):
-    def __init__(self, instance_id: str, current: str, requested: str, allowed: list[str]) -> None:
-        super().__init__(_illegal_move(f"workflow instance {instance_id!r}", current, requested, allowed))
+    def __init__(self, record: Any, requested: StrEnum, allowed: Iterable[StrEnum]) -> None:
+        subject = f"workflow instance {record.instance_id!r}"
+        super().__init__(_illegal_move(subject, record.status, requested, allowed))
 
 
 class InstanceConflict(ConcurrencyConflict):

@@ -162,12 +162,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         ``with_rows``: a failing one is a lost race)."""
         target = parse_status(to, InstanceStatus, "instance")
         if target not in INSTANCE_TRANSITIONS[record.status]:
-            raise IllegalInstanceTransition(
-                record.instance_id,
-                record.status.value,
-                target.value,
-                sorted(s.value for s in INSTANCE_TRANSITIONS[record.status]),
-            )
+            raise IllegalInstanceTransition(record, target, INSTANCE_TRANSITIONS[record.status])
         return self._write_instance(
             record, target, actor=actor, reason=reason, changes=changes, with_rows=with_rows or []
         )

@@ -154,68 +154,30 @@ class StepLedger(
         return sorted(records, key=lambda r: r.sequence)
 
     def transition(
-        self,
-        record: StepRecord,
-        to: StepStatus | str,
-        *,
-        actor: str,
-        reason: str = "",
-        instance: InstanceHandle | None = None,
-        instance_changes: dict[str, Any] | None = None,
-        with_rows: RowsOf | None = None,
-        **changes: Any,
+        self, record: StepRecord, to: StepStatus | str, *, actor: str, reason: str = "", **kwargs: Any
     ) -> StepRecord:
-        """Move a step to ``to`` if the state machine allows it and nobody changed it since it was read.
+        """Move a step to ``to`` if the state machine allows it and nobody changed it since it was read
+        (the other keywords: the step's changes and :meth:`_write`'s).
 
-        With ``instance``, the instance record changes in the same entity-group transaction and the
-        handle then holds it as written; ``with_rows(step, instance)`` adds operations on other rows
-        of the partition, built from the rows as they will be written (a failing one is a lost race).
+        With ``instance``, the instance record changes (``instance_changes``) in the same entity-group
+        transaction and the handle then holds it as written; ``with_rows(step, instance)`` adds operations
+        on other rows of the partition, built from the rows as they will be written (a failing one is a
+        lost race).
         """
         target = parse_status(to)
         if target not in ALLOWED_TRANSITIONS[record.status]:
-            raise IllegalTransition(
-                record.instance_id,
-                record.step_id,
-                record.status.value,
-                target.value,
-                sorted(s.value for s in ALLOWED_TRANSITIONS[record.status]),
-            )
-        if target in DEADLINE_STATUSES and changes.get("deadline", record.deadline) is None:
+            raise IllegalTransition(record, target, ALLOWED_TRANSITIONS[record.status])
+        if target in DEADLINE_STATUSES and kwargs.get("deadline", record.deadline) is None:
             raise InvalidLedgerInput(f"status {target.value} needs a deadline")
-        return self._write(
-            record,
-            actor=actor,
-            reason=reason,
-            status=target,
-            action="transition",
-            instance=instance,
-            instance_changes=instance_changes,
-            with_rows=with_rows,
-            **changes,
-        )
+        return self._write(record, actor=actor, reason=reason, status=target, action="transition", **kwargs)
 
-    def update(
-        self,
-        record: StepRecord,
-        *,
-        actor: str,
-        reason: str = "",
-        instance: InstanceHandle | None = None,
-        instance_changes: dict[str, Any] | None = None,
-        **changes: Any,
-    ) -> StepRecord:
-        """Change fields other than the status (owner, deadline, resent_at...) under the same ETag guard."""
-        if "status" in changes:
+    def update(self, record: StepRecord, *, actor: str, reason: str = "", **kwargs: Any) -> StepRecord:
+        """Change fields other than the status (owner, deadline, resent_at...) under the same ETag guard,
+        with ``instance`` and ``instance_changes`` as in :meth:`transition`."""
+        if "status" in kwargs:
             raise InvalidLedgerInput("use transition() to change a step's status")
         return self._write(
-            record,
-            actor=actor,
-            reason=reason,
-            status=record.status,
-            action="update",
-            instance=instance,
-            instance_changes=instance_changes,
-            **changes,
+            record, actor=actor, reason=reason, status=record.status, action="update", **kwargs
         )
 
     def unwatch(self, record: StepRecord, *, actor: str, reason: str) -> StepRecord:
@@ -239,6 +201,7 @@ class StepLedger(
         **changes: Any,
     ) -> StepRecord:
         now = clock.utcnow()
+        ids = (record.instance_id, record.step_id)
         data = changed_fields(record, status, changes, now, _MUTABLE, ("record", "a step"))
         if status in (StepStatus.SUCCEEDED, StepStatus.COMPENSATED) and "completed_at" not in changes:
             data["completed_at"] = now
@@ -251,8 +214,7 @@ class StepLedger(
             changes_i = dict(instance_changes or {})
             if status is StepStatus.SUCCEEDED and record.status is not StepStatus.SUCCEEDED:
                 # the completion sequence: written with the completion, from the instance's counter
-                changes_i["completions"] = instance.record.completions + 1
-                data["completion_seq"] = instance.record.completions + 1
+                changes_i["completions"] = data["completion_seq"] = instance.record.completions + 1
             instance_updated, instance_index = self.prepare_instance_change(
                 instance.record, instance.record.status, changes_i, now, due_by=deadline
             )
@@ -264,10 +226,9 @@ class StepLedger(
             if not own_row and watched_by_instance(record, deadline, instance_updated):
                 data["index_key"] = WATCHED_BY_INSTANCE  # no row of its own (watch.py)
             elif not has_own_row(old) or old.startswith(ATTENTION_PARTITION) or record.deadline != deadline:
-                partition = index_partition(deadline, record.instance_id, record.step_id)
-                new_index = f"{partition}|{_deadline_key(deadline)}~{_nonce()}"
+                new_index = f"{index_partition(deadline, *ids)}|{_deadline_key(deadline)}~{_nonce()}"
         elif status in ATTENTION_STATUSES:
-            if record.index_key is None or not record.index_key.startswith(ATTENTION_PARTITION):
+            if not (record.index_key or "").startswith(ATTENTION_PARTITION):
                 new_index = f"{ATTENTION_PARTITION}|{record.instance_id}~{record.step_id}~{_nonce()}"
         else:
             data["index_key"] = None
@@ -275,37 +236,23 @@ class StepLedger(
             data["index_key"] = new_index
         updated = type(record).model_validate(data)  # a known row stays known: merged again next time
         # built, with the caller's rows, before any index row is written: a refusal leaves nothing behind
-        step_operation = if_match_write(record, updated, _to_entity)
-        extra_operations = with_rows(updated, instance_updated) if with_rows is not None else []
+        audit = self._audit_entity(
+            *ids, actor, action, record.status.value, status.value, updated.attempt, reason, now
+        )
+        operations = [if_match_write(record, updated, _to_entity), ("create", audit)]
+        if instance_op is not None:
+            operations.append(instance_op)
+        own_operations = len(operations)
+        operations += with_rows(updated, instance_updated) if with_rows is not None else []
         if instance_index is not None:
             self._create_instance_index_row(instance_index, instance_updated)
 
         # (1) new index row first, so the step never points at a missing one
         if new_index is not None:
             self._create_index_row(
-                new_index,
-                InstanceId=record.instance_id,
-                StepId=record.step_id,
-                Deadline=updated.deadline if status in DEADLINE_STATUSES else now,
-                Status=status.value,
+                new_index, InstanceId=ids[0], StepId=ids[1], Deadline=deadline or now, Status=status.value
             )
         # (2) step row + audit row, atomically, only if nobody changed the step since it was read
-        audit = self._audit_entity(
-            record.instance_id,
-            record.step_id,
-            actor,
-            action,
-            record.status.value,
-            status.value,
-            updated.attempt,
-            reason,
-            now,
-        )
-        operations: list[tuple] = [step_operation, ("create", audit)]
-        if instance_op is not None:
-            operations.append(instance_op)
-        own_operations = len(operations)
-        operations += extra_operations
         try:
             result = self._steps.submit_transaction(operations)
         except TableTransactionError as exc:
@@ -313,13 +260,13 @@ class StepLedger(
             self._delete_index_row(instance_index)
             failed_at = getattr(exc, "index", None)
             if failed_at is not None and failed_at >= own_operations:  # a caller's row: the race lost
-                raise ConcurrencyConflict(record.instance_id, record.step_id) from None
+                raise ConcurrencyConflict(*ids) from None
+            if exc.status_code == 412 and instance is not None and failed_at == 2:
+                raise InstanceConflict(record.instance_id) from None
             if exc.status_code == 412:
-                if instance is not None and failed_at == 2:
-                    raise InstanceConflict(record.instance_id) from None
-                raise ConcurrencyConflict(record.instance_id, record.step_id) from None
+                raise ConcurrencyConflict(*ids) from None
             if exc.status_code == 404:
-                raise StepNotFound(record.instance_id, record.step_id) from None
+                raise StepNotFound(*ids) from None
             raise
         # (3) the old index row is now stale: deleted now or where a caller deferred it, not left
         # for overdue() to find (the singleton watchdog would read it once more: docs/capacity.md)
