@@ -104,33 +104,23 @@ class BulkRows:
 
     def claim(self, row: Any, runner: str) -> Any | None:
         """The row claimed by ``runner`` (with its new ETag), or None: another runner moved it first."""
-        entity = {
-            "PartitionKey": row["PartitionKey"],
-            "RowKey": row["RowKey"],
-            "Result": CLAIMED,
-            "Runner": runner,
-            "At": clock.utcnow(),
-        }
-        try:
-            meta = self.table.update_entity(entity, mode=UpdateMode.MERGE, **if_match(row.metadata["etag"]))
-        except (ResourceModifiedError, ResourceNotFoundError):
-            return None
-        entity["etag"] = meta["etag"]
-        return entity
+        keys = {"PartitionKey": row["PartitionKey"], "RowKey": row["RowKey"]}
+        entity = {**keys, "Result": CLAIMED, "Runner": runner, "At": clock.utcnow()}
+        etag = self._merge(entity, row.metadata["etag"])
+        return None if etag is None else {**entity, "etag": etag}
 
     def settle(self, claimed: dict[str, Any], result: str, why: str = "") -> bool:
         """The claimed row's outcome, by the runner that claimed it (False: its claim was taken over)."""
-        entity = {
-            **{k: v for k, v in claimed.items() if k != "etag"},
-            "Result": result,
-            "Why": why[:2000],
-            "At": clock.utcnow(),
-        }
+        entity = {k: v for k, v in claimed.items() if k != "etag"}
+        entity.update(Result=result, Why=why[:2000], At=clock.utcnow())
+        return self._merge(entity, claimed["etag"]) is not None
+
+    def _merge(self, entity: dict[str, Any], etag: str) -> str | None:
+        """The row's new ETag, or None when it is no longer at ``etag`` (or gone)."""
         try:
-            self.table.update_entity(entity, mode=UpdateMode.MERGE, **if_match(claimed["etag"]))
-            return True
+            return self.table.update_entity(entity, mode=UpdateMode.MERGE, **if_match(etag))["etag"]
         except (ResourceModifiedError, ResourceNotFoundError):
-            return False
+            return None
 
     @staticmethod
     def stale(row: Any, now: datetime) -> bool:

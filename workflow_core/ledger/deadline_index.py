@@ -79,9 +79,8 @@ class DeadlineIndexMixin:
             return
         partition, _, row = index_key.partition("|")
         try:
-            self._index.delete_entity(partition, row)
-        except ResourceNotFoundError:
-            pass
+            with contextlib.suppress(ResourceNotFoundError):
+                self._index.delete_entity(partition, row)
         except HttpResponseError as exc:  # stays as a stray row; overdue() removes it later
             log.warning("could not delete deadline-index row %s: %s", index_key, exc)
 
@@ -92,13 +91,10 @@ class DeadlineIndexMixin:
             raise InvalidLedgerInput(f"limit must be >= 1, got {limit}")
         self.stats.queries += 1
         lower = "PartitionKey ge @lo and " if prefix else ""
+        bounds = {"lo": prefix, "hi": prefix + overdue_upper_partition(now), "key": _deadline_key(now) + "~~"}
         rows = self._index.query_entities(
             f"{lower}PartitionKey le @hi and RowKey le @key",
-            parameters={
-                "lo": prefix,
-                "hi": prefix + overdue_upper_partition(now),
-                "key": _deadline_key(now) + "~~",
-            },
+            parameters=bounds,
             results_per_page=min(max(limit, 10), 1000),
         )
         for row in rows:
@@ -113,10 +109,9 @@ class DeadlineIndexMixin:
         found: list[StepRecord] = []
         stale: list[str] = []
         for key, row in rows:
-            try:
+            record = None
+            with contextlib.suppress(StepNotFound):
                 record = self.get(row["InstanceId"], row["StepId"])
-            except StepNotFound:
-                record = None
             if record is None or record.index_key != key:
                 stale.append(key)
             elif wanted(record):
@@ -183,11 +178,10 @@ class DeadlineIndexMixin:
                 self.stats.stale_index_rows_removed += 1
                 continue
             late_steps = [s for s in watched if s.is_overdue(now)]
-            overdue = record.is_overdue(now)
-            if overdue:
+            due.steps += late_steps
+            if record.is_overdue(now):
                 due.instances.append(record)
-            due.steps.extend(late_steps)
-            if not overdue and not late_steps:
+            elif not late_steps:
                 self._move_instance_row_forward(record, watched)
             if len(due.instances) + len(due.steps) >= limit:
                 break
@@ -260,11 +254,9 @@ class DeadlineIndexMixin:
         due = min([record.scheduler_deadline, *(s.deadline for s in watched if s.deadline is not None)])
         new = instance_index_key(due, record.instance_id)
         self._create_instance_index_row(new, record)
+        entity = {"PartitionKey": record.instance_id, "RowKey": INSTANCE_ROW, "IndexKey": new}
         try:
-            keys = {"PartitionKey": record.instance_id, "RowKey": INSTANCE_ROW}
-            self._steps.update_entity(
-                {**keys, "IndexKey": new}, mode=UpdateMode.MERGE, **if_match(record.etag)
-            )
+            self._steps.update_entity(entity, mode=UpdateMode.MERGE, **if_match(record.etag))
         except Exception:  # someone wrote the instance meanwhile: their write decides; drop our row
             self._delete_index_row(new)
             return

@@ -121,19 +121,12 @@ class InstanceLedgerMixin(InstanceListMixin):
         new_index = plan_instance_index(record, record, steps_due)  # it has none yet
         record = record.model_copy(update={"index_key": new_index})
         self._create_instance_index_row(new_index, record)
+        why = f"workflow {workflow} ({version}) accepted; scheduler due by {scheduler_deadline.isoformat()}"
+        moved = (None, record.status.value, None)  # from nothing to Running, no attempt
         audit = self._audit_entity(
-            instance_id,
-            INSTANCE_AUDIT_STEP,
-            actor,
-            "instance-created",
-            None,
-            InstanceStatus.RUNNING.value,
-            None,
-            f"workflow {workflow} ({version}) accepted; scheduler due by {scheduler_deadline.isoformat()}",
-            now,
+            instance_id, INSTANCE_AUDIT_STEP, actor, "instance-created", *moved, why, now
         )
-        operations: list[tuple] = [("create", to_instance_entity(record)), ("create", audit)]
-        operations += step_rows
+        operations = [("create", to_instance_entity(record)), ("create", audit), *step_rows]
         try:
             result = self._steps.submit_transaction(operations)
         except TableTransactionError as exc:
@@ -143,9 +136,9 @@ class InstanceLedgerMixin(InstanceListMixin):
                 raise InstanceAlreadyExists(instance_id, existing.workflow if existing else "?") from None
             raise
         self.write_listing_row(record)
-        # the steps' results follow the record, its audit row and the steps' marker row
-        step_etags = {op[1]["RowKey"]: result[i]["etag"] for i, op in enumerate(operations) if i >= 3}
-        step_etags = {k: v for k, v in step_etags.items() if not k.startswith("~")}
+        # the steps' results follow the record and its audit row (and skip the marker and audit rows)
+        step_keys = (op[1]["RowKey"] for op in step_rows)
+        step_etags = {k: r["etag"] for k, r in zip(step_keys, result[2:], strict=False) if k[0] != "~"}
         return record.model_copy(update={"etag": result[0]["etag"]}), step_etags
 
     def transition_instance(
@@ -189,16 +182,10 @@ class InstanceLedgerMixin(InstanceListMixin):
         operation = if_match_write(record, updated, to_instance_entity)  # refused (a merge) before any write
         if new_index is not None:
             self._create_instance_index_row(new_index, updated)
+        action = "instance-transition" if status != record.status else "instance-update"
+        moved = (record.status.value, status.value, updated.resume_count)
         audit = self._audit_entity(
-            record.instance_id,
-            INSTANCE_AUDIT_STEP,
-            actor,
-            "instance-transition" if status != record.status else "instance-update",
-            record.status.value,
-            status.value,
-            updated.resume_count,
-            reason,
-            now,
+            record.instance_id, INSTANCE_AUDIT_STEP, actor, action, *moved, reason, now
         )
         try:
             result = self._steps.submit_transaction([operation, ("create", audit), *(with_rows or [])])
@@ -231,7 +218,6 @@ class InstanceLedgerMixin(InstanceListMixin):
         if status not in SUPERVISED_INSTANCE_STATUSES and "scheduler_deadline" not in changes:
             data["scheduler_deadline"] = None
         if status in (InstanceStatus.SUCCEEDED, InstanceStatus.COMPENSATED, InstanceStatus.CANCELLED):
-            data.setdefault("completed_at", None)
             data["completed_at"] = data["completed_at"] or now
         draft = type(record).model_validate(data)  # a snapshot stays one: merged, never replaced
         # only one flagged for an operator may promise nothing (parked: no index row)

@@ -27,6 +27,7 @@ from workflow_core.ledger.idempotency import IdempotencyKeys
 from workflow_core.ledger.instance import InstanceRecord, InstanceStatus
 from workflow_core.ledger.instance_list import listing_entity
 from workflow_core.ledger.instance_state import Action, refusal, unchanged
+from workflow_core.ledger.instance_store import from_instance_entity
 
 IN_FLIGHT_BOUND = timedelta(minutes=15)  # longer than any request is carried out
 Purger = Callable[[Any, InstanceRecord, list[Any]], None]  # (ledger, record, its partition's rows)
@@ -75,10 +76,8 @@ def _limits(ledger: Any, record: InstanceRecord, rows: list[Any]) -> None:
         condition = if_match(row.metadata["etag"])
         with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
             if row["RowKey"].startswith("slot~"):
-                keys = {"PartitionKey": row["PartitionKey"], "RowKey": row["RowKey"]}
-                ledger._steps.update_entity(
-                    {**keys, "Holder": "", "Deadline": ""}, mode=UpdateMode.MERGE, **condition
-                )
+                freed = {**row, "Holder": "", "Deadline": ""}  # the row as selected: its keys, Holder
+                ledger._steps.update_entity(freed, mode=UpdateMode.MERGE, **condition)
             else:
                 ledger._steps.delete_entity(row["PartitionKey"], row["RowKey"], **condition)
 
@@ -152,8 +151,6 @@ class PurgeMixin:
         return record is not None and purge_refusal(record, rows) is None
 
     def _purge_view(self, instance_id: str) -> tuple[InstanceRecord | None, list[Any]]:
-        from workflow_core.ledger.instance_store import from_instance_entity
-
         rows = self.instance_rows(instance_id)
         entity = next((r for r in rows if r["RowKey"] == F.INSTANCE_ROW), None)
         return (from_instance_entity(entity) if entity is not None else None), rows
