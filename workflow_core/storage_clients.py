@@ -1,14 +1,7 @@
-"""Every Azure Storage client of the app is built here, with one HTTP transport setup.
-
-* **No environment lookups per request**: ``requests`` with ``trust_env`` re-reads the proxy
-  variables, ``NO_PROXY`` and ``~/.netrc`` on *every* call; here they are resolved once per client
-  (a change needs a restart, like every other app setting).
-* **A hook for tests and benchmarks** (:func:`add_transport_hook`) wraps the transport of every
-  client built while registered, e.g. to count requests; none is registered in production.
-
-Responses are read by ``http_headers.HeadersOnlyResponse`` (a ``$batch`` answer's header block
-without ``email``'s search for parts). Table clients are ``TransactionTableClient``
-(``table_transactions.py``: transactions at a third of the SDK's client CPU).
+"""Every Azure Storage client of the app is built here, with one HTTP transport: proxy settings,
+``NO_PROXY`` and the CA bundle resolved once per client (``requests``' ``trust_env`` re-reads them on
+every call), responses read by ``http_headers.HeadersOnlyResponse``, table clients that are
+``TransactionTableClient``; :func:`add_transport_hook` wraps it for tests and benchmarks.
 """
 
 from __future__ import annotations

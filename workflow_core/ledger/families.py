@@ -41,7 +41,7 @@ class Family:
 
 # ---- keys (modules import these; a "~" key declared elsewhere fails tests/ledger/test_families.py) ---
 INSTANCE_ROW = "~instance"  # '~' after every step id, 'i' after '~audit~': outside both ranges
-STEPS_MARKER_ROW = "~steps"
+STEPS_MARKER_ROW = "~steps"  # 's' after 'a' and 'i': outside the audit range, not the instance record's key
 AUDIT_PREFIX = "~audit~"
 CLAIM_KEY_PREFIX = "~claim~"
 BASIS_KEY_PREFIX = "~basis~"

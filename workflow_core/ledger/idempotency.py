@@ -1,12 +1,7 @@
-"""Operator requests' idempotency keys, kept in the instance's own ledger partition, and unique
-across the API through one row per key in the index table.
-
-A row ``~idem~<key>`` is inserted (insert-only: the first request wins) before the action runs, and
-the answer is merged into it afterwards, ETag-guarded. A repeat with the same key finds the row and
-is answered from it without acting again; a key reused for another request is refused. Before it,
-the key is claimed API-wide: a row in the index table's :data:`KEY_INDEX_PARTITION` (row key: the
-key's SHA-256, so any key is a valid row key) names the instance and the request that own it, so the
-same key sent for another instance is refused too (docs/api.md, "Idempotency-Key").
+"""Operator requests' idempotency keys (docs/api.md, "Idempotency keys"): a ``~idem~<key>`` row in the
+instance's partition, insert-only (the first request wins), its answer merged in afterwards
+(ETag-guarded); before it, the key is claimed API-wide by a row in the index table's
+:data:`KEY_INDEX_PARTITION` (row key: the key's SHA-256), so one key cannot act on two instances.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Deadline-index keys: minute buckets, sharded, in time order; and where an instance record's row
 is and must go after a change.
 
-An instance row lives in partitions ``i<YYYYMMDDHHMM>-<shard>`` (``i`` sorts after every digit, so
-the steps' range query never reads it) and must fall due *no later* than the scheduler's promise and
-every watched step's deadline. The scheduler moves its promise on every step, and rewriting the row
-each time would cost two more requests per step: so the hot path moves it only when it must fall due
-earlier, and the watchdog moves it forward (``deadline_index.py``).
+An instance row (partitions ``i<YYYYMMDDHHMM>-<shard>``: ``i`` sorts after every digit) must fall due
+no later than the scheduler's promise and every watched step's deadline: the hot path moves it only
+when it must fall due earlier, the watchdog moves it forward (``deadline_index.py``).
 """
 
 from __future__ import annotations
@@ -54,25 +52,18 @@ def instance_index_key(due: datetime, instance_id: str) -> str:
 
 def plan_instance_index(
     current: InstanceRecord, updated: InstanceRecord, due_by: datetime | None = None
-) -> str | None:
-    """The key of the new index row ``updated`` needs, or None when its current row (or none) will
-    do; ``due_by``: the deadline of a step the same transaction hands the row to watch. An instance
-    parked for an operator (supervised, promising nothing) has none: operators find it by its listing."""
+) -> tuple[str | None, str | None]:
+    """The key of the new index row ``updated`` needs (None when its current row, or none, will do),
+    and the key its record holds after the write (None: no row); ``due_by``: the deadline of a step the
+    same transaction hands the row to watch. An instance parked for an operator (supervised, promising
+    nothing) has none: operators find it by its listing."""
     deadline = updated.scheduler_deadline
     if updated.status not in SUPERVISED_INSTANCE_STATUSES or deadline is None:
-        return None
+        return None, None
     if due_by is not None and due_by < deadline:
         deadline = due_by
     due = index_row_time(current.index_key)
     if due is not None and due <= deadline:
-        return None  # the row falls due no later than the deadline: the watchdog moves it on
-    return instance_index_key(deadline, updated.instance_id)
-
-
-def instance_index_key_after(current: InstanceRecord, updated: InstanceRecord, new: str | None):
-    """What ``updated.index_key`` must say after the write (None: no row at all)."""
-    if new is not None:
-        return new
-    if updated.status in SUPERVISED_INSTANCE_STATUSES and updated.scheduler_deadline is not None:
-        return current.index_key
-    return None
+        return None, current.index_key  # it falls due no later than the deadline: the watchdog moves it on
+    new = instance_index_key(deadline, updated.instance_id)
+    return new, new

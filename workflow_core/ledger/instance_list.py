@@ -1,12 +1,10 @@
 """The operators' list of workflow instances: newest first, filtered, paged with a stable token.
 
-No query lists instance records (one per partition) newest first, so each instance also has a
-*listing row* in the deadline-index table's ``list`` partition, keyed by inverted start time, with the
-fields operators filter on, written when its status, version or attention flag changes (never per
-step). It cannot share the record's transaction, so it is only an *index*: every listed instance is
-read back from its record, and a row that disagrees is dropped from the page and repaired (a page may
-hold fewer than ``limit`` while more follow). The service's own continuation pages, so an instance
-started meanwhile never shifts a page.
+Each instance has a *listing row* in the index table's ``list`` partition, keyed by inverted start
+time, with the fields operators filter on, written when they change (never per step). It cannot join
+the record's transaction, so it is only an index: every listed instance is read back from its record,
+and a row that disagrees is dropped from the page and repaired (a page may hold fewer than
+``limit``). The service's own continuation pages, so an instance started meanwhile never shifts one.
 """
 
 from __future__ import annotations
@@ -44,10 +42,9 @@ def listing_entity(record: InstanceRecord) -> dict[str, Any]:
         "InstanceId": record.instance_id,
         **_listed(record),
         "StartedAt": record.started_at,
+        "BusinessKey": record.business_key,
     }
-    if record.business_key is not None:
-        entity["BusinessKey"] = record.business_key
-    return entity
+    return {k: v for k, v in entity.items() if v is not None}
 
 
 def listing_changed(before: InstanceRecord, after: InstanceRecord) -> bool:
@@ -134,13 +131,8 @@ class InstanceListMixin:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidLedgerInput(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
         wanted = parse_status(status, InstanceStatus, "instance").value if status is not None else None
-        filters = {
-            "ListStatus": wanted,
-            "Workflow": workflow,
-            "Version": version,
-            "NeedsAttention": needs_attention,
-        }
-        filters = {prop: value for prop, value in filters.items() if value is not None}
+        asked = dict(ListStatus=wanted, Workflow=workflow, Version=version, NeedsAttention=needs_attention)
+        filters = {prop: value for prop, value in asked.items() if value is not None}
         clauses = ["PartitionKey eq @pk", *(f"{prop} eq @{prop}" for prop in filters)]
         params: dict[str, Any] = {"pk": LIST_PARTITION, **filters}
         # e.g. the recovery canary's runs, hidden from the operators' default list (one name or several)
@@ -150,8 +142,7 @@ class InstanceListMixin:
             params[f"exclude_workflow{n}"] = name
         if business_key_prefix:
             clauses.append("BusinessKey ge @bk_lo and BusinessKey lt @bk_hi")
-            params["bk_lo"] = business_key_prefix
-            params["bk_hi"] = business_key_prefix + "\uffff"
+            params.update(bk_lo=business_key_prefix, bk_hi=business_key_prefix + "\uffff")
         # newest first, a later start has a smaller RowKey: "started_to" (exclusive) bounds from below
         if started_to is not None:
             clauses.append("RowKey ge @rk_lo")
@@ -161,9 +152,8 @@ class InstanceListMixin:
             params["rk_hi"] = _inverted(require_aware(started_from, "started_from") - _TICK)
         pages = self._index.query_entities(" and ".join(clauses), parameters=params, results_per_page=limit)
         page_iter = pages.by_page(continuation_token=decode_token(continuation))
-        rows = list(next(page_iter, []))
         records: list[InstanceRecord] = []
-        for row in rows:
+        for row in list(next(page_iter, [])):
             record = self.find_instance(row["InstanceId"])
             if record is None:
                 self._index.delete_entity(row["PartitionKey"], row["RowKey"])

@@ -1,11 +1,7 @@
 """The one instance state every actor consults: may this action be taken on this instance now?
 (the table, and why the check and its write are one: docs/operations.md, "Who may act on an instance").
-
-Operators (single and bulk), retention and ``sas purge`` ask :func:`refusal` with the instance
-record *and* its steps, never the record alone: an instance that finished long ago but whose step
-an operator is compensating is live. An operator step action on a finished instance carries
-:func:`instance_guard` in its transaction, and a purge's mark is conditional on the rows it read
-(:func:`unchanged`): whichever lands second re-reads and is refused.
+Ask :func:`refusal` with the record *and* its steps: an old finished instance whose step an operator
+is compensating is live.
 """
 
 from __future__ import annotations
@@ -90,11 +86,9 @@ def refusal(
     moves = INSTANCE_MOVES.get(action)
     if moves is not None and status not in moves:
         allowed = ", ".join(s.value for s in moves)
-        hint = (
-            " (retry its CompensationFailed step instead)"
-            if action is Action.RESUME and status is IS.COMPENSATION_FAILED
-            else ""
-        )
+        hint = ""
+        if action is Action.RESUME and status is IS.COMPENSATION_FAILED:
+            hint = " (retry its CompensationFailed step instead)"
         code = "already-finished" if status in TERMINAL_INSTANCE_STATUSES else "illegal-move"
         return code, (
             f"instance {iid!r} is {status.value}; only {allowed} instances can be {_DONE[action]}{hint}"
@@ -124,9 +118,5 @@ def unchanged(partition: str, row_key: str, etag: str | None) -> tuple:
 def decision_table() -> list[tuple[str, dict[str, str]]]:
     """(instance status, {action: "allowed" or the refusal's code}) for every status, as the docs
     show it; steps all settled and no action in flight (a live step or one in flight refuses purge)."""
-    rows = []
-    for status in IS:
-        record = InstanceRecord(instance_id="i", workflow="w", version="w@v", status=status)
-        cells = {a.value: (refusal(a, record) or ("allowed",))[0] for a in Action}
-        rows.append((status.value, cells))
-    return rows
+    records = [InstanceRecord(instance_id="i", workflow="w", version="w@v", status=status) for status in IS]
+    return [(r.status.value, {a.value: (refusal(a, r) or ("allowed",))[0] for a in Action}) for r in records]

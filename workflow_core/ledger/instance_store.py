@@ -21,7 +21,7 @@ from workflow_core.ledger.errors import (
     InvalidLedgerInput,
 )
 from workflow_core.ledger.families import INSTANCE_ROW, MAX_BATCH
-from workflow_core.ledger.index_keys import instance_index_key_after, plan_instance_index
+from workflow_core.ledger.index_keys import plan_instance_index
 from workflow_core.ledger.instance import (
     INSTANCE_FIELDS,
     INSTANCE_MUTABLE,
@@ -118,7 +118,7 @@ class InstanceLedgerMixin(InstanceListMixin):
             trace_state=trace_state,
         )
         steps_due = now + timedelta(seconds=steps_due_after_seconds) if steps_due_after_seconds else None
-        new_index = plan_instance_index(record, record, steps_due)  # it has none yet
+        new_index = plan_instance_index(record, record, steps_due)[0]  # it has none yet
         record = record.model_copy(update={"index_key": new_index})
         self._create_instance_index_row(new_index, record)
         why = f"workflow {workflow} ({version}) accepted; scheduler due by {scheduler_deadline.isoformat()}"
@@ -224,9 +224,8 @@ class InstanceLedgerMixin(InstanceListMixin):
         promises = draft.scheduler_deadline is not None or draft.needs_attention
         if draft.status in SUPERVISED_INSTANCE_STATUSES and not promises:
             raise InvalidLedgerInput(f"instance status {draft.status.value} needs a scheduler deadline")
-        new_index = plan_instance_index(record, draft, due_by)
-        updated = draft.model_copy(update={"index_key": instance_index_key_after(record, draft, new_index)})
-        return updated, new_index
+        new_index, index_key = plan_instance_index(record, draft, due_by)
+        return draft.model_copy(update={"index_key": index_key}), new_index
 
     def instance_written(self, record: InstanceRecord, updated: InstanceRecord) -> None:
         if record.index_key and record.index_key != updated.index_key:

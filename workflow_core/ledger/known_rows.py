@@ -1,10 +1,7 @@
 """Rows a writer knows by the ETag an earlier write returned, instead of reading them again
-(docs/architecture.md, "The step ledger").
-
-Safe because of the ETag, not the carried fields: the write lands only if the row is still exactly
-that version. It is a **merge of the properties that differ**, never a replace, so a copy that
-leaves out a large field cannot erase it; a cleared property is written as the empty string, which
-every read takes as absent (``entities.entity_values``). A 412 is a lost race: the caller reads.
+(docs/architecture.md, "Writing against a version, unread"). Safe because of the ETag: such a write
+is a **merge of the properties that differ**, so a copy leaving out a large field cannot erase it; a
+cleared property is written as the empty string, which every read takes as absent.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Parked messages: messages no agent can ever process, kept where an operator reads them.
-
-A message the ledger cannot store the ids of, or that is not JSON or lacks fields, fails the same
-way on every delivery: the handlers *park* it and complete it, never raise. Parked rows live in the
-deadline-index table's ``parked`` partition (letters sort after the digit buckets, so ``overdue()``
-never reads them), oldest first, their texts escaped and cut to size.
+"""Parked messages: messages no agent can ever process (the ledger cannot store their ids, not JSON,
+fields missing), which fail the same way on every delivery: the handlers park and complete them. The
+rows live in the index table's ``parked`` partition (never read by ``overdue()``), oldest first,
+their texts escaped and cut to size.
 """
 
 from __future__ import annotations

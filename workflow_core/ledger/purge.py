@@ -1,12 +1,6 @@
 """Purging an instance by the registry (``families.py``): mark it Purging when the instance state
-allows (``instance_state.py``), then delete every row of it, family by family.
-
-The mark reads the instance's partition once (record, steps, idempotency rows) and is a conditional
-write on the record's ETag as read: an operator action that landed since (it carries that ETag, see
-``instance_state.instance_guard``) voids it. Deletion is idempotent, so a crash anywhere is finished
-by the next call: the rows other families keep for the instance first (each found by the pointer an
-instance row holds, or by a query naming the instance), then its partition, then the record itself
-(ETag-guarded), then its listing row, which a listing read would also drop once the record is gone.
+allows, conditional on the record and steps as read, then delete every row of it, family by family,
+idempotently (order and why: docs/operations.md, "Retention: purging finished instances").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """A reply that finds its instance's scheduler gone makes the instance due now (docs/supervisor.md,
-"A dead scheduler found by a reply"): one ETag-guarded write of the record and its audit row, its
-index row due now (``instance_store``), so the watchdog's next tick resumes or compensates it by its
-policy instead of waiting for the promise (the in-flight step's deadline plus the grace).
-
-Only an instance the scheduler owns, Running, whose promise is not already due, and whose own
-orchestration is the one found gone: a claim (a tick's, an operator's) is left to its holder, a gone
-child (a parallel member's) says nothing about its parent, and a burst of replies writes once.
+"A dead scheduler found by a reply"): one ETag-guarded write of the record, so the watchdog's next
+tick resumes or compensates it instead of waiting for the promise. Only a Running instance the
+scheduler owns, not already due, whose own orchestration is the one found gone.
 """
 
 from __future__ import annotations

@@ -16,9 +16,6 @@ from workflow_core.ledger.instance_store import InstanceHandle, to_instance_enti
 from workflow_core.ledger.known_rows import if_match_write
 from workflow_core.ledger.model import NewStep, StepRecord, validate_instance_id
 
-# Written with an instance's steps (see create_steps). '~' keeps it out of step listings, and 's'
-# after 'a' and 'i' keeps it out of the audit range and off the instance record's key.
-
 
 class StepCreationMixin:
     def create_steps(
@@ -76,8 +73,7 @@ class StepCreationMixin:
                 self._instance_written_in_batch(instance, instance_updated, results[0])
             return existing
         if instance is not None:
-            self._instance_written_in_batch(instance, instance_updated, results[0])
-            results = results[1:]
+            self._instance_written_in_batch(instance, instance_updated, results.pop(0))
         results = results[1:]  # the marker row
         return [r.model_copy(update={"etag": res["etag"]}) for r, res in zip(records, results, strict=False)]
 

@@ -272,7 +272,6 @@ class StepLedger(
         # for overdue() to find (the singleton watchdog would read it once more: docs/capacity.md)
         if has_own_row(record.index_key) and record.index_key != updated.index_key:
             self._retire_index_row(record.index_key)
-        if instance is not None and instance_updated is not None:
-            self.instance_written(instance.record, instance_updated)
-            instance.record = instance_updated.model_copy(update={"etag": result[2]["etag"]})
+        if instance is not None:
+            self._instance_written_in_batch(instance, instance_updated, result[2])
         return updated.model_copy(update={"etag": result[0]["etag"]})
