@@ -144,18 +144,13 @@ class DeadlineIndexMixin:
         watches their steps), from index rows only, at most ``cap``."""
         # Two range queries, not one with "or": an "or" across partition ranges makes the service
         # scan the whole table, the operators' listing partition (one row per instance ever) included.
-        ranges = (
-            (
-                "PartitionKey lt @letters and ( Status eq @dispatched or Status eq @running )",
-                {"letters": "a", "dispatched": "Dispatched", "running": "Running"},
-            ),
-            (
-                "PartitionKey ge @lo and PartitionKey lt @hi and Kind eq @instance",
-                {"lo": INSTANCE_INDEX_PREFIX, "hi": f"{INSTANCE_INDEX_PREFIX}~", "instance": "instance"},
-            ),
-        )
+        parameters = dict(letters="a", dispatched="Dispatched", running="Running", instance="instance")
+        parameters.update(lo=INSTANCE_INDEX_PREFIX, hi=f"{INSTANCE_INDEX_PREFIX}~")
         counted = 0
-        for query, parameters in ranges:
+        for query in (
+            "PartitionKey lt @letters and ( Status eq @dispatched or Status eq @running )",
+            "PartitionKey ge @lo and PartitionKey lt @hi and Kind eq @instance",
+        ):
             self.stats.queries += 1
             rows = self._index.query_entities(
                 query, parameters=parameters, select=["Status"], results_per_page=1000
@@ -229,18 +224,11 @@ class DeadlineIndexMixin:
             "RowKey eq @instance",
             *(["( RowKey lt @audit and IndexKey eq @watched )"] if watched else []),
         ]
-        entities = list(
-            self._steps.query_entities(
-                f"PartitionKey eq @pk and ( {' or '.join(clauses)} )",
-                parameters={
-                    "pk": instance_id,
-                    "step": step_id,
-                    "instance": INSTANCE_ROW,
-                    "audit": "~",
-                    "watched": WATCHED_BY_INSTANCE,
-                },
-            )
+        parameters = dict(
+            pk=instance_id, step=step_id, instance=INSTANCE_ROW, audit="~", watched=WATCHED_BY_INSTANCE
         )
+        query = f"PartitionKey eq @pk and ( {' or '.join(clauses)} )"
+        entities = list(self._steps.query_entities(query, parameters=parameters))
         instance = next((e for e in entities if e["RowKey"] == INSTANCE_ROW), None)
         steps = [_from_entity(e) for e in entities if e["RowKey"] != INSTANCE_ROW]
         self.stats.step_entities_read += len(steps)

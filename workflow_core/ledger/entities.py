@@ -20,15 +20,8 @@ from workflow_core.ledger.model import StepRecord, entity_properties
 
 # StepRecord field -> entity property (the field's name in CamelCase)
 _FIELDS = entity_properties(StepRecord, keys={"instance_id", "step_id"})
-_MUTABLE = set(_FIELDS) - {
-    "workflow_name",
-    "workflow_version",
-    "step_name",
-    "sequence",
-    "agent",
-    "created_at",
-    "status",
-}
+_FIXED = {"workflow_name", "workflow_version", "step_name", "sequence", "agent", "created_at", "status"}
+_MUTABLE = set(_FIELDS) - _FIXED
 
 
 def to_entity(record: Any, row_key: str, fields: dict[str, str]) -> dict[str, Any]:

@@ -8,8 +8,10 @@ move. The deadline index is another table: the order of writes that keeps every 
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -17,7 +19,6 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient, TableTransactionError
 
 from workflow_core import clock
-from workflow_core.ledger.audit import AuditTrailMixin
 from workflow_core.ledger.deadline_index import ATTENTION_PARTITION, DeadlineIndexMixin
 from workflow_core.ledger.entities import (
     _MUTABLE,
@@ -26,6 +27,8 @@ from workflow_core.ledger.entities import (
     _nonce,
     _to_entity,
     changed_fields,
+    entity_values,
+    to_entity,
 )
 from workflow_core.ledger.errors import (
     ConcurrencyConflict,
@@ -34,6 +37,7 @@ from workflow_core.ledger.errors import (
     InvalidLedgerInput,
     StepNotFound,
 )
+from workflow_core.ledger.families import AUDIT_PREFIX
 from workflow_core.ledger.heartbeat import HeartbeatMixin
 from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance import InstanceRecord
@@ -43,8 +47,10 @@ from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
     ATTENTION_STATUSES,
     DEADLINE_STATUSES,
+    AuditEntry,
     StepRecord,
     StepStatus,
+    entity_properties,
     parse_status,
     require_aware,
     validate_instance_id,
@@ -58,6 +64,8 @@ from workflow_core.storage_clients import table_service_client, transaction_tabl
 
 # Operations on other rows of the step's partition, given the step and instance as they will be written.
 RowsOf = Callable[[StepRecord, InstanceRecord | None], list[tuple]]
+_AUDIT_SEQUENCE = itertools.count()
+_AUDIT_FIELDS = entity_properties(AuditEntry, keys={"instance_id"})  # AuditEntry field -> entity property
 
 
 @dataclass
@@ -77,7 +85,6 @@ class LedgerStats:
 class StepLedger(
     StepCreationMixin,
     HeartbeatMixin,
-    AuditTrailMixin,
     DeadlineIndexMixin,
     InstanceLedgerMixin,
     PurgeMixin,
@@ -152,6 +159,55 @@ class StepLedger(
         records = [_from_entity(e) for e in entities]
         self.stats.step_entities_read += len(records)
         return sorted(records, key=lambda r: r.sequence)
+
+    @staticmethod
+    def _audit_entity(
+        instance_id: str,
+        step_id: str,
+        actor: str,
+        action: str,
+        from_status: str | None,
+        to_status: str | None,
+        attempt: int | None,
+        reason: str,
+        at: datetime,
+    ) -> dict[str, Any]:
+        entry = AuditEntry(**{**locals(), "reason": reason[:4000]})  # the parameters are its fields
+        # time, then this process's write order (many moves can share a timestamp, e.g. on a virtual
+        # clock), then a nonce so two processes never collide
+        return to_entity(
+            entry, f"{AUDIT_PREFIX}{_deadline_key(at)}~{next(_AUDIT_SEQUENCE):012d}~{_nonce()}", _AUDIT_FIELDS
+        )
+
+    def note(
+        self,
+        instance_id: str,
+        step_id: str,
+        *,
+        actor: str,
+        action: str,
+        reason: str,
+        attempt: int | None = None,
+        status: str | None = None,
+    ) -> None:
+        """Record a decision that changes no step (e.g. a late result)."""
+        validate_instance_id(instance_id)
+        now = clock.utcnow()
+        self._steps.create_entity(
+            self._audit_entity(instance_id, step_id, actor, action, status, status, attempt, reason, now)
+        )
+
+    def audit_trail(self, instance_id: str) -> list[AuditEntry]:
+        validate_instance_id(instance_id)
+        entities = self._steps.query_entities(
+            "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",
+            parameters={"pk": instance_id, "lo": AUDIT_PREFIX, "hi": AUDIT_PREFIX + "~"},
+        )
+        rows = (
+            AuditEntry.model_validate({"instance_id": e["PartitionKey"], **entity_values(e, _AUDIT_FIELDS)})
+            for e in entities
+        )
+        return sorted(rows, key=lambda a: a.at)
 
     def transition(
         self, record: StepRecord, to: StepStatus | str, *, actor: str, reason: str = "", **kwargs: Any
