@@ -38,7 +38,6 @@ from workflow_core.ledger.errors import (
     StepNotFound,
 )
 from workflow_core.ledger.families import AUDIT_PREFIX
-from workflow_core.ledger.heartbeat import HeartbeatMixin
 from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance import InstanceRecord
 from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin, to_instance_entity
@@ -57,7 +56,6 @@ from workflow_core.ledger.model import (
     validate_step_id,
 )
 from workflow_core.ledger.purge import PurgeMixin
-from workflow_core.ledger.step_creation import StepCreationMixin
 from workflow_core.ledger.watch import WATCHED_BY_INSTANCE, has_own_row, watched_by_instance
 from workflow_core.settings import StorageConnection
 from workflow_core.storage_clients import table_service_client, transaction_table_client
@@ -83,8 +81,6 @@ class LedgerStats:
 
 
 class StepLedger(
-    StepCreationMixin,
-    HeartbeatMixin,
     DeadlineIndexMixin,
     InstanceLedgerMixin,
     PurgeMixin,
