@@ -55,11 +55,9 @@ def entity_values(entity: Any, fields: dict[str, str]) -> dict[str, Any]:
     """A record's fields from a table entity (``fields``: record field -> property): absent, null and
     empty-text properties left out, naive datetimes read as UTC, plus the entity's ETag. Steps and instance
     records are read through it."""
-    data: dict[str, Any] = {}
-    for field, prop in fields.items():
-        # an empty text is how a merge clears a property (known_rows.py): absent, like null
-        if prop in entity and entity[prop] is not None and entity[prop] != "":
-            data[field] = as_utc(entity[prop])
+    values = {field: entity.get(prop) for field, prop in fields.items()}
+    # an empty text is how a merge clears a property (known_rows.py): absent, like null
+    data = {field: as_utc(value) for field, value in values.items() if value is not None and value != ""}
     data["etag"] = entity.metadata.get("etag") if hasattr(entity, "metadata") else None
     return data
 

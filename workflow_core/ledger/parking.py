@@ -6,6 +6,7 @@ their texts escaped and cut to size.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -84,13 +85,12 @@ def park_message(
 
 
 def parked_messages(ledger: StepLedger, limit: int = 100) -> list[ParkedMessage]:
-    found: list[ParkedMessage] = []
-    for e in ledger._index.query_entities(
+    rows = ledger._index.query_entities(
         "PartitionKey eq @p", parameters={"p": PARKED_PARTITION}, results_per_page=min(limit, 1000)
-    ):
+    )
+    found: list[ParkedMessage] = []
+    for e in itertools.islice(rows, limit):
         values = {**dict.fromkeys(_PROPERTIES), **dict.fromkeys(_TEXTS, ""), **entity_values(e, _PROPERTIES)}
         del values["etag"]
         found.append(ParkedMessage(key=e["RowKey"], **values))
-        if len(found) >= limit:
-            break
     return found

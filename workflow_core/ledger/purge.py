@@ -28,11 +28,8 @@ Purger = Callable[[Any, InstanceRecord, list[Any]], None]  # (ledger, record, it
 
 
 def _index_rows(ledger: Any, record: InstanceRecord, rows: list[Any]) -> None:
+    """The index rows the partition's rows name: its steps' and its record's (``IndexKey``)."""
     ledger._delete_index_rows([r["IndexKey"] for r in rows if r.get("IndexKey")])
-
-
-def _instance_index(ledger: Any, record: InstanceRecord, rows: list[Any]) -> None:
-    ledger._delete_index_rows([record.index_key] if record.index_key else [])
 
 
 def _key_index(ledger: Any, record: InstanceRecord, rows: list[Any]) -> None:
@@ -92,7 +89,7 @@ def _bulk_rows(ledger: Any, record: InstanceRecord, rows: list[Any]) -> None:
 PURGERS: dict[str, Purger] = {
     "deadline index": _index_rows,
     "attention index": _index_rows,
-    "instance index": _instance_index,
+    "instance index": _index_rows,
     "key index": _key_index,
     "parked messages": _parked,
     "limits slots and waiters": _limits,

@@ -76,8 +76,7 @@ class LedgerStats:
     stale_index_rows_removed: int = 0
 
     def reset(self) -> None:
-        self.queries = self.index_entities_read = self.step_entities_read = 0
-        self.stale_index_rows_removed = 0
+        vars(self).update(vars(LedgerStats()))
 
 
 class StepLedger(
