@@ -197,7 +197,8 @@ def profile(runs: int, workflows: int, steps: int) -> int:
 def cuts(runs: int, workflows: int, steps: int) -> int:
     """The project's CPU per step (this process, every thread) with the storage clients' cuts of
     issue 53 off and on in alternate repetitions (a busy machine moves both alike): answers' heads
-    read as headers only (``http_headers``) and sub-requests built by ``table_subrequests``."""
+    read as headers only (``storage_clients.HeadersOnlyResponse``) and sub-requests built by
+    ``table_subrequests``."""
     from azure.data.tables._table_batch import TableBatchOperations
 
     from workflow_core import storage_clients

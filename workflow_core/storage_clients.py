@@ -1,26 +1,76 @@
 """Every Azure Storage client of the app is built here, with one HTTP transport: proxy settings,
 ``NO_PROXY`` and the CA bundle resolved once per client (``requests``' ``trust_env`` re-reads them on
-every call), responses read by ``http_headers.HeadersOnlyResponse``, table clients that are
-``TransactionTableClient``; :func:`add_transport_hook` wraps it for tests and benchmarks.
+every call), table clients that are ``TransactionTableClient``; :func:`add_transport_hook` wraps it
+for tests and benchmarks.
+
+Its connections read a response's header block as headers only (:class:`HeadersOnlyResponse`), so a
+``$batch`` answer's ``multipart/mixed`` type no longer makes ``email`` compile a pattern for its
+boundary (new in every answer, never cached; docs/capacity.md): ``http.client``'s own ``begin`` with
+``parse_headers`` looked up where it passes ``headersonly``, the same headers, status, length and
+framing (what the skipped search records, ``urllib3`` ignores); no module is patched.
+``tests/storage/test_http_headers.py`` holds it to the standard parse.
 """
 
 from __future__ import annotations
 
+import email.parser
+import http.client
 import os
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
 import requests
 from azure.core.pipeline.transport import HttpTransport, RequestsTransport
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from workflow_core.http_headers import headers_only_pools
 from workflow_core.settings import SettingsError, StorageConnection
 
 TransportHook = Callable[[HttpTransport], HttpTransport]
 
 _hooks: list[TransportHook] = []
 _hooks_lock = threading.Lock()
+
+
+def parse_headers_only(fp: Any, _class: type = http.client.HTTPMessage) -> http.client.HTTPMessage:
+    """``http.client.parse_headers`` with ``headersonly``: the header block is all there is."""
+    raw = b"".join(http.client._read_headers(fp))  # type: ignore[attr-defined]
+    return email.parser.Parser(_class=_class).parsestr(raw.decode("iso-8859-1"), headersonly=True)
+
+
+_stdlib_begin = http.client.HTTPResponse.begin
+
+
+class HeadersOnlyResponse(http.client.HTTPResponse):
+    """``http.client.HTTPResponse`` reading its header block with :func:`parse_headers_only`."""
+
+    begin = types.FunctionType(
+        _stdlib_begin.__code__,
+        {**vars(http.client), "parse_headers": parse_headers_only},
+        _stdlib_begin.__name__,
+        _stdlib_begin.__defaults__,
+        _stdlib_begin.__closure__,
+    )
+
+
+def _headers_only_pool(pool: type, connection: type) -> type:
+    """``pool`` whose connections read responses with :class:`HeadersOnlyResponse`."""
+    reading = type(connection.__name__, (connection,), {"response_class": HeadersOnlyResponse})
+    return type(pool.__name__, (pool,), {"ConnectionCls": reading})
+
+
+_POOLS = {
+    "http": _headers_only_pool(HTTPConnectionPool, HTTPConnection),
+    "https": _headers_only_pool(HTTPSConnectionPool, HTTPSConnection),
+}
+
+
+def headers_only_pools(pool_manager: Any) -> None:
+    """Make ``pool_manager`` (a ``urllib3.PoolManager``) open connections that read responses with
+    :class:`HeadersOnlyResponse`; pools it already holds keep theirs."""
+    pool_manager.pool_classes_by_scheme = dict(_POOLS)
 
 
 class ResolvedEnvTransport(RequestsTransport):

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from urllib3.util.response import assert_header_parsing
 
 from workflow_core import storage_clients
-from workflow_core.http_headers import HeadersOnlyResponse
 from workflow_core.settings import StorageConnection
+from workflow_core.storage_clients import HeadersOnlyResponse
 
 BATCH_ANSWER = (
     b"HTTP/1.1 202 Accepted\r\n"
