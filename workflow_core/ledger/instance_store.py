@@ -13,15 +13,8 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableTransactionError
 
 from workflow_core import clock
+from workflow_core.ledger import errors
 from workflow_core.ledger.entities import _to_entity, changed_fields, entity_values, to_entity
-from workflow_core.ledger.errors import (
-    IllegalInstanceTransition,
-    InstanceAlreadyExists,
-    InstanceConflict,
-    InstanceNotFound,
-    InvalidLedgerInput,
-    StepsAlreadyExist,
-)
 from workflow_core.ledger.families import INSTANCE_ROW, MAX_BATCH, STEPS_MARKER_ROW
 from workflow_core.ledger.index_keys import plan_instance_index
 from workflow_core.ledger.instance import (
@@ -92,7 +85,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         """
         validate_instance_id(instance_id)
         if steps and len(steps) > MAX_STEPS_WITH_INSTANCE:
-            raise InvalidLedgerInput(
+            raise errors.InvalidLedgerInput(
                 f"{len(steps)} steps do not fit the instance record's transaction "
                 f"(at most {MAX_STEPS_WITH_INSTANCE}): let the orchestration create them"
             )
@@ -135,7 +128,9 @@ class InstanceLedgerMixin(InstanceListMixin):
             self._delete_index_row(record.index_key)
             if exc.status_code == 409:
                 existing = self.find_instance(instance_id)
-                raise InstanceAlreadyExists(instance_id, existing.workflow if existing else "?") from None
+                raise errors.InstanceAlreadyExists(
+                    instance_id, existing.workflow if existing else "?"
+                ) from None
             raise
         self.write_listing_row(record)
         # the steps' results follow the record and its audit row (and skip the marker and audit rows)
@@ -157,7 +152,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         ``with_rows``: a failing one is a lost race)."""
         target = parse_status(to, InstanceStatus, "instance")
         if target not in INSTANCE_TRANSITIONS[record.status]:
-            raise IllegalInstanceTransition(record, target, INSTANCE_TRANSITIONS[record.status])
+            raise errors.IllegalInstanceTransition(record, target, INSTANCE_TRANSITIONS[record.status])
         return self._write_instance(
             record, target, actor=actor, reason=reason, changes=changes, with_rows=with_rows or []
         )
@@ -166,7 +161,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         self, record: InstanceRecord, *, actor: str, reason: str = "", **changes: Any
     ) -> InstanceRecord:
         if "status" in changes:
-            raise InvalidLedgerInput("use transition_instance() to change an instance's status")
+            raise errors.InvalidLedgerInput("use transition_instance() to change an instance's status")
         return self._write_instance(record, record.status, actor=actor, reason=reason, changes=changes)
 
     def _write_instance(
@@ -195,9 +190,9 @@ class InstanceLedgerMixin(InstanceListMixin):
             self._delete_index_row(new_index)
             failed_at = getattr(exc, "index", None)
             if exc.status_code == 412 or (failed_at is not None and failed_at >= 2):
-                raise InstanceConflict(record.instance_id) from None
+                raise errors.InstanceConflict(record.instance_id) from None
             if exc.status_code == 404:
-                raise InstanceNotFound(record.instance_id) from None
+                raise errors.InstanceNotFound(record.instance_id) from None
             raise
         self.instance_written(record, updated)
         if listing_changed(record, updated):
@@ -225,7 +220,9 @@ class InstanceLedgerMixin(InstanceListMixin):
         # only one flagged for an operator may promise nothing (parked: no index row)
         promises = draft.scheduler_deadline is not None or draft.needs_attention
         if draft.status in SUPERVISED_INSTANCE_STATUSES and not promises:
-            raise InvalidLedgerInput(f"instance status {draft.status.value} needs a scheduler deadline")
+            raise errors.InvalidLedgerInput(
+                f"instance status {draft.status.value} needs a scheduler deadline"
+            )
         new_index, index_key = plan_instance_index(record, draft, due_by)
         return draft.model_copy(update={"index_key": index_key}), new_index
 
@@ -249,7 +246,7 @@ class InstanceLedgerMixin(InstanceListMixin):
     def get_instance(self, instance_id: str) -> InstanceRecord:
         record = self.find_instance(instance_id)
         if record is None:
-            raise InstanceNotFound(instance_id)
+            raise errors.InstanceNotFound(instance_id)
         return record
 
     def create_steps(
@@ -279,7 +276,7 @@ class InstanceLedgerMixin(InstanceListMixin):
         instance_updated = instance_index = None
         if instance is not None:
             if instance.record.instance_id != instance_id:
-                raise InvalidLedgerInput("the instance handle belongs to another instance")
+                raise errors.InvalidLedgerInput("the instance handle belongs to another instance")
             instance_updated, instance_index = self.prepare_instance_change(
                 instance.record, instance.record.status, dict(instance_changes or {}), now
             )
@@ -294,12 +291,12 @@ class InstanceLedgerMixin(InstanceListMixin):
             if not results:
                 self._delete_index_row(instance_index)
             if exc.status_code == 412 and not results:
-                raise InstanceConflict(instance_id) from None
+                raise errors.InstanceConflict(instance_id) from None
             if exc.status_code != 409:  # 409: a concurrent (or earlier) call created them first
                 raise
             existing = self.list_for_instance(instance_id)
             if [r.step_id for r in existing] != ids or {r.workflow_name for r in existing} != {workflow_name}:
-                raise StepsAlreadyExist(
+                raise errors.StepsAlreadyExist(
                     f"instance {instance_id!r} already has steps {[r.step_id for r in existing]} "
                     f"of workflow {sorted({r.workflow_name for r in existing})}; refusing to mix in {ids}"
                 ) from None
@@ -324,10 +321,10 @@ class InstanceLedgerMixin(InstanceListMixin):
         """The marker row (a second creation conflicts on it whatever its steps are), every step
         Pending, and one ``created`` audit row, as entity-group operations."""
         if not steps:
-            raise InvalidLedgerInput("a workflow instance needs at least one step")
+            raise errors.InvalidLedgerInput("a workflow instance needs at least one step")
         ids = [s.step_id for s in steps]
         if len(set(ids)) != len(ids):
-            raise InvalidLedgerInput(f"duplicate step ids in {ids}")
+            raise errors.InvalidLedgerInput(f"duplicate step ids in {ids}")
         records = [
             StepRecord(
                 **s.model_dump(),  # a new step's fields are step-row fields of the same names

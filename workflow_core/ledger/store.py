@@ -19,6 +19,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient, TableTransactionError
 
 from workflow_core import clock
+from workflow_core.ledger import errors
 from workflow_core.ledger.deadline_index import ATTENTION_PARTITION, DeadlineIndexMixin
 from workflow_core.ledger.entities import (
     _MUTABLE,
@@ -29,13 +30,6 @@ from workflow_core.ledger.entities import (
     changed_fields,
     entity_values,
     to_entity,
-)
-from workflow_core.ledger.errors import (
-    ConcurrencyConflict,
-    IllegalTransition,
-    InstanceConflict,
-    InvalidLedgerInput,
-    StepNotFound,
 )
 from workflow_core.ledger.families import AUDIT_PREFIX
 from workflow_core.ledger.index_keys import index_partition
@@ -134,7 +128,7 @@ class StepLedger(
         try:
             entity = self._steps.get_entity(instance_id, step_id)
         except ResourceNotFoundError:
-            raise StepNotFound(instance_id, step_id) from None
+            raise errors.StepNotFound(instance_id, step_id) from None
         self.stats.step_entities_read += 1
         return _from_entity(entity)
 
@@ -217,16 +211,16 @@ class StepLedger(
         """
         target = parse_status(to)
         if target not in ALLOWED_TRANSITIONS[record.status]:
-            raise IllegalTransition(record, target, ALLOWED_TRANSITIONS[record.status])
+            raise errors.IllegalTransition(record, target, ALLOWED_TRANSITIONS[record.status])
         if target in DEADLINE_STATUSES and kwargs.get("deadline", record.deadline) is None:
-            raise InvalidLedgerInput(f"status {target.value} needs a deadline")
+            raise errors.InvalidLedgerInput(f"status {target.value} needs a deadline")
         return self._write(record, actor=actor, reason=reason, status=target, action="transition", **kwargs)
 
     def update(self, record: StepRecord, *, actor: str, reason: str = "", **kwargs: Any) -> StepRecord:
         """Change fields other than the status (owner, deadline, resent_at...) under the same ETag guard,
         with ``instance`` and ``instance_changes`` as in :meth:`transition`."""
         if "status" in kwargs:
-            raise InvalidLedgerInput("use transition() to change a step's status")
+            raise errors.InvalidLedgerInput("use transition() to change a step's status")
         return self._write(
             record, actor=actor, reason=reason, status=record.status, action="update", **kwargs
         )
@@ -261,7 +255,7 @@ class StepLedger(
         instance_op = instance_updated = instance_index = None
         if instance is not None:
             if instance.record.instance_id != record.instance_id:
-                raise InvalidLedgerInput("the instance handle belongs to another instance")
+                raise errors.InvalidLedgerInput("the instance handle belongs to another instance")
             changes_i = dict(instance_changes or {})
             if status is StepStatus.SUCCEEDED and record.status is not StepStatus.SUCCEEDED:
                 # the completion sequence: written with the completion, from the instance's counter
@@ -311,13 +305,13 @@ class StepLedger(
             self._delete_index_row(instance_index)
             failed_at = getattr(exc, "index", None)
             if failed_at is not None and failed_at >= own_operations:  # a caller's row: the race lost
-                raise ConcurrencyConflict(*ids) from None
+                raise errors.ConcurrencyConflict(*ids) from None
             if exc.status_code == 412 and instance is not None and failed_at == 2:
-                raise InstanceConflict(record.instance_id) from None
+                raise errors.InstanceConflict(record.instance_id) from None
             if exc.status_code == 412:
-                raise ConcurrencyConflict(*ids) from None
+                raise errors.ConcurrencyConflict(*ids) from None
             if exc.status_code == 404:
-                raise StepNotFound(*ids) from None
+                raise errors.StepNotFound(*ids) from None
             raise
         # (3) the old index row is now stale: deleted now or where a caller deferred it, not left
         # for overdue() to find (the singleton watchdog would read it once more: docs/capacity.md)
