@@ -153,22 +153,19 @@ class InstanceLedgerMixin(InstanceListMixin):
         target = parse_status(to, InstanceStatus, "instance")
         if target not in INSTANCE_TRANSITIONS[record.status]:
             raise errors.IllegalInstanceTransition(record, target, INSTANCE_TRANSITIONS[record.status])
-        return self._write_instance(
-            record, target, actor=actor, reason=reason, changes=changes, with_rows=with_rows or []
-        )
+        return self._write_instance(record, target, actor, reason, changes, with_rows)
 
     def update_instance(
         self, record: InstanceRecord, *, actor: str, reason: str = "", **changes: Any
     ) -> InstanceRecord:
         if "status" in changes:
             raise errors.InvalidLedgerInput("use transition_instance() to change an instance's status")
-        return self._write_instance(record, record.status, actor=actor, reason=reason, changes=changes)
+        return self._write_instance(record, record.status, actor, reason, changes)
 
     def _write_instance(
         self,
         record: InstanceRecord,
         status: InstanceStatus,
-        *,
         actor: str,
         reason: str,
         changes: dict[str, Any],
