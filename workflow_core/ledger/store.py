@@ -227,9 +227,7 @@ class StepLedger(
 
     def unwatch(self, record: StepRecord, *, actor: str, reason: str) -> StepRecord:
         """Give a watched step a row of its own before its instance leaves supervision (``watch.py``)."""
-        return self._write(
-            record, actor=actor, reason=reason, status=record.status, action="update", own_row=True
-        )
+        return self.update(record, actor=actor, reason=reason, own_row=True)
 
     def _write(
         self,
