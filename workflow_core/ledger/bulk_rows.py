@@ -69,13 +69,10 @@ class BulkRows:
         """An operation and every row it left (its instances' rows first), each tolerant of a row
         already gone, the operation row last and ETag-guarded."""
         partition = BULK_OUTCOMES_PREFIX + row["RowKey"]
-        keys = [
-            e["RowKey"]
-            for e in self.table.query_entities(
-                "PartitionKey eq @pk", parameters={"pk": partition}, select=["RowKey"]
-            )
-        ]
-        delete_rows(self.table, partition, keys)
+        rows = self.table.query_entities(
+            "PartitionKey eq @pk", parameters={"pk": partition}, select=["RowKey"]
+        )
+        delete_rows(self.table, partition, [e["RowKey"] for e in rows])
         with contextlib.suppress(ResourceNotFoundError, ResourceModifiedError):
             self.table.delete_entity(row, **if_match(row.metadata["etag"]))
 

@@ -136,7 +136,7 @@ class DeadlineIndexMixin:
         to ``now``, then verifies each against its step."""
         now = require_aware(now, "now")
         found = self._indexed_steps(self._due_index_rows(now, limit), limit, lambda r: r.is_overdue(now))
-        # Rows come minute by minute, and within a minute shard by shard: sort what was found.
+        # Rows come minute by minute, and within a minute shard by shard (here and in overdue_work).
         return sorted(found, key=lambda r: r.deadline or now)
 
     def needing_attention(self, limit: int = 100) -> list[StepRecord]:
@@ -189,7 +189,6 @@ class DeadlineIndexMixin:
                 self._move_instance_row_forward(record, watched)
             if len(due.instances) + len(due.steps) >= limit:
                 break
-        # rows come minute by minute, and within a minute shard by shard
         due.instances.sort(key=lambda r: r.scheduler_deadline or now)
         due.steps.sort(key=lambda r: r.deadline or now)
         return due
