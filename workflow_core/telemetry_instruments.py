@@ -61,74 +61,16 @@ _lock = threading.Lock()
 _instruments: Instruments | None = None
 _meter_provider: metrics.MeterProvider | None = None
 _tracer_provider: trace.TracerProvider | None = None
-_configured = False
-_configured_by: str | None = None
+_configured_by: str | None = None  # "worker" or "app" once the exporter is configured
 # Callbacks of the observable gauges, set by register_ledger_gauges.
-_gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {
-    WORK_IN_FLIGHT_GAUGE: None,
-    INSTANCES_OVERDUE_GAUGE: None,
-}
+_gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {}
 
 
 def _build(
     meter_provider: metrics.MeterProvider | None, tracer_provider: trace.TracerProvider | None
 ) -> Instruments:
     meter = (meter_provider or metrics.get_meter_provider()).get_meter(INSTRUMENTATION_NAME)
-    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(INSTRUMENTATION_NAME)
-    instruments = Instruments(
-        recovery=meter.create_counter(
-            RECOVERY_COUNTER,
-            unit="{action}",
-            description="Recovery actions taken on workflow steps (retry, re-send, compensation...)",
-        ),
-        compensation_failed=meter.create_counter(
-            COMPENSATION_FAILED_COUNTER,
-            unit="{step}",
-            description="Compensations that ended failed: the step needs an operator",
-        ),
-        compensations=meter.create_counter(
-            COMPENSATIONS_COUNTER,
-            unit="{step}",
-            description="Finished compensations of a step, by outcome (compensated, compensation_failed)",
-        ),
-        dead_lettered=meter.create_counter(
-            DEAD_LETTER_COUNTER,
-            unit="{message}",
-            description="Messages that reached a dead-letter queue, by queue and dead-letter reason",
-        ),
-        step_duration=meter.create_histogram(
-            STEP_DURATION_HISTOGRAM,
-            unit="s",
-            description="How long an agent worked on one attempt of a step, by outcome",
-        ),
-        step_attempts=meter.create_histogram(
-            STEP_ATTEMPTS_HISTOGRAM,
-            unit="{attempt}",
-            description="Attempts a step took to reach its final outcome",
-        ),
-        queue_wait=meter.create_histogram(
-            QUEUE_WAIT_HISTOGRAM,
-            unit="s",
-            description="Time from a step's dispatch (ledger) to its agent starting it: the queue wait",
-        ),
-        canary_runs=meter.create_counter(
-            CANARY_RUNS_COUNTER, unit="{run}", description="Canary runs judged, by outcome"
-        ),
-        canary_recovery=meter.create_histogram(
-            CANARY_RECOVERY_HISTOGRAM,
-            unit="s",
-            description="Seconds a canary run took from start to recovered end",
-        ),
-        canary_stale_pools=meter.create_counter(
-            CANARY_STALE_COUNTER,
-            unit="{pool}",
-            description="Canary pools with no pass within two periods, per tick",
-        ),
-        circuit_state=meter.create_gauge(
-            CIRCUIT_STATE_GAUGE, description="Circuit state per agent: 0 closed, 1 half-open, 2 open"
-        ),
-        tracer=tracer,
-    )
+    counter, histogram = meter.create_counter, meter.create_histogram
     meter.create_observable_gauge(
         WORK_IN_FLIGHT_GAUGE,
         callbacks=[_gauge_callback(WORK_IN_FLIGHT_GAUGE)],
@@ -142,7 +84,50 @@ def _build(
         unit="{instance}",
         description="Workflow instances past their scheduler deadline, as the ledger counts them",
     )
-    return instruments
+    return Instruments(
+        recovery=counter(
+            RECOVERY_COUNTER,
+            "{action}",
+            "Recovery actions taken on workflow steps (retry, re-send, compensation...)",
+        ),
+        compensation_failed=counter(
+            COMPENSATION_FAILED_COUNTER,
+            "{step}",
+            "Compensations that ended failed: the step needs an operator",
+        ),
+        compensations=counter(
+            COMPENSATIONS_COUNTER,
+            "{step}",
+            "Finished compensations of a step, by outcome (compensated, compensation_failed)",
+        ),
+        dead_lettered=counter(
+            DEAD_LETTER_COUNTER,
+            "{message}",
+            "Messages that reached a dead-letter queue, by queue and dead-letter reason",
+        ),
+        step_duration=histogram(
+            STEP_DURATION_HISTOGRAM, "s", "How long an agent worked on one attempt of a step, by outcome"
+        ),
+        step_attempts=histogram(
+            STEP_ATTEMPTS_HISTOGRAM, "{attempt}", "Attempts a step took to reach its final outcome"
+        ),
+        queue_wait=histogram(
+            QUEUE_WAIT_HISTOGRAM,
+            "s",
+            "Time from a step's dispatch (ledger) to its agent starting it: the queue wait",
+        ),
+        canary_runs=counter(CANARY_RUNS_COUNTER, "{run}", "Canary runs judged, by outcome"),
+        canary_recovery=histogram(
+            CANARY_RECOVERY_HISTOGRAM, "s", "Seconds a canary run took from start to recovered end"
+        ),
+        canary_stale_pools=counter(
+            CANARY_STALE_COUNTER, "{pool}", "Canary pools with no pass within two periods, per tick"
+        ),
+        circuit_state=meter.create_gauge(
+            CIRCUIT_STATE_GAUGE, description="Circuit state per agent: 0 closed, 1 half-open, 2 open"
+        ),
+        tracer=(tracer_provider or trace.get_tracer_provider()).get_tracer(INSTRUMENTATION_NAME),
+    )
 
 
 def _gauge_callback(name: str) -> Callable[[metrics.CallbackOptions], Iterable[metrics.Observation]]:
@@ -189,7 +174,7 @@ def configure_telemetry(settings: Settings | None = None) -> bool:
     Only the ``sas`` loggers are exported: the Functions host already forwards ordinary logs.
     Without ``settings`` it reads the environment, so it works before the other settings are valid.
     """
-    global _configured, _configured_by
+    global _configured_by
     connection_string = (
         settings.app_insights_connection_string
         if settings is not None
@@ -198,13 +183,12 @@ def configure_telemetry(settings: Settings | None = None) -> bool:
     if not connection_string:
         return False
     with _lock:
-        if _configured:
+        if _configured_by:
             return True
         if worker_owns_telemetry():
             # The Python worker already called configure_azure_monitor() at worker init (its
             # dispatcher.py, initialize_azure_monitor): a second call would install a second set of
             # providers and export every span and record twice. Use the worker's global providers.
-            _configured = True
             _configured_by = "worker"
         else:
             from azure.monitor.opentelemetry import configure_azure_monitor
@@ -213,7 +197,6 @@ def configure_telemetry(settings: Settings | None = None) -> bool:
             # Application Insights in infra/ has local (key) auth disabled: ingestion needs Entra ID.
             options = {} if credential is None else {"credential": credential}
             configure_azure_monitor(connection_string=connection_string, logger_name="sas", **options)
-            _configured = True
             _configured_by = "app"
     # Rebind the instruments to the (now real) global providers.
     use_providers(None, None)
@@ -232,10 +215,6 @@ def _entra_credential() -> Any:
     return ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
 
 
-def is_configured() -> bool:
-    return _configured
-
-
 WORKER_TELEMETRY_SETTING = "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"
 NULL_PROPAGATOR_SETTING = "PYTHON_ENABLE_OPENTELEMETRY"
 
@@ -247,7 +226,7 @@ def worker_owns_telemetry() -> bool:
 
 def configured_by() -> str | None:
     """Who configured the exporter in this process: ``"worker"``, ``"app"`` or None (not configured)."""
-    return _configured_by if _configured else None
+    return _configured_by
 
 
 def register_ledger_gauges(
