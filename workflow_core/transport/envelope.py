@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_core.transport import bounded_json
-from workflow_core.transport.base import OutgoingMessage
+from workflow_core.transport.base import OutgoingMessage, ReceivedMessage
 
 ENVELOPE_FORMAT = "workflow-message/1"
 
@@ -30,7 +30,7 @@ class Envelope:
 
 
 def write_envelope(
-    message: OutgoingMessage,
+    message: OutgoingMessage | ReceivedMessage,
     *,
     dead_letter_reason: str | None = None,
     dead_letter_description: str | None = None,
@@ -55,7 +55,10 @@ MAX_KEPT_TEXT = 4096  # of a malformed body, kept for the audit
 
 def read_envelope(text: str) -> Envelope:
     """Parse an envelope; anything else becomes a foreign one (``is_envelope=False``)."""
-    doc = _json_or_none(text)
+    try:
+        doc = bounded_json.loads(text)
+    except bounded_json.MalformedJson:
+        doc = None
     if not isinstance(doc, dict) or doc.get("envelope") != ENVELOPE_FORMAT:
         return Envelope(body=body_from_text(text), message_id=None, is_envelope=False)
     props = doc.get("application_properties")
@@ -93,13 +96,6 @@ def body_from_text(text: str) -> dict[str, Any]:
             return {MALFORMED_KEY: str(exc), "text": text[:MAX_KEPT_TEXT]}
         return {"text": text[:MAX_KEPT_TEXT] if len(text) > bounded_json.MAX_CHARS else text}
     return _as_body(doc)
-
-
-def _json_or_none(text: str) -> Any:
-    try:
-        return bounded_json.loads(text)
-    except bounded_json.MalformedJson:
-        return None
 
 
 def _as_body(value: Any) -> dict[str, Any]:

@@ -110,7 +110,25 @@ class StorageQueueTransport(Transport):
     def receive(
         self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
     ) -> list[ReceivedMessage]:
-        return self._receive(queue, max_messages, lock_seconds, wait_seconds)
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        visibility = _visibility(lock_seconds)
+        client = self._client(queue)
+        deadline = time.monotonic() + max(0.0, wait_seconds)
+        while True:
+            try:
+                received = list(
+                    client.receive_messages(
+                        messages_per_page=min(max_messages, MAX_MESSAGES_PER_CALL),
+                        max_messages=max_messages,
+                        visibility_timeout=visibility,
+                    )
+                )
+            except AzureError as exc:
+                raise _queue_error(queue, "receive", exc) from exc
+            if received or time.monotonic() >= deadline:
+                return [_to_received(queue, qm) for qm in received]
+            time.sleep(min(self._poll_interval, max(0.0, deadline - time.monotonic())))
 
     def complete(self, message: ReceivedMessage) -> None:
         qm = self._queue_message(message)
@@ -129,14 +147,7 @@ class StorageQueueTransport(Transport):
         """Check the lock (extend it briefly), copy the message to the poison queue, then delete it:
         a failed delete may put it there twice, never zero times."""
         self._update_visibility(message, 30, "dead-letter")
-        copy = OutgoingMessage(
-            body=message.body,
-            message_id=message.message_id,
-            correlation_id=message.correlation_id,
-            subject=message.subject,
-            application_properties=dict(message.application_properties),
-        )
-        text = write_envelope(copy, dead_letter_reason=reason, dead_letter_description=description)
+        text = write_envelope(message, dead_letter_reason=reason, dead_letter_description=description)
         dlq = self.dead_letter_queue_for(message.queue)
         try:
             self._send_text(dlq, text, message.message_id)
@@ -150,7 +161,8 @@ class StorageQueueTransport(Transport):
     def receive_dead_letters(
         self, queue: str, *, max_messages: int = 10, lock_seconds: float = 30.0, wait_seconds: float = 0.0
     ) -> list[ReceivedMessage]:
-        return self._receive(self.dead_letter_queue_for(queue), max_messages, lock_seconds, wait_seconds)
+        options = {"max_messages": max_messages, "lock_seconds": lock_seconds, "wait_seconds": wait_seconds}
+        return self.receive(self.dead_letter_queue_for(queue), **options)
 
     def close(self) -> None:
         with self._lock:
@@ -173,28 +185,6 @@ class StorageQueueTransport(Transport):
             self._client(queue).send_message(text, time_to_live=time_to_live)
         except AzureError as exc:
             raise _queue_error(queue, f"send {message_id!r}", exc) from exc
-
-    def _receive(
-        self, queue: str, max_messages: int, lock_seconds: float, wait_seconds: float
-    ) -> list[ReceivedMessage]:
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
-        visibility = _visibility(lock_seconds)
-        client = self._client(queue)
-        deadline = time.monotonic() + max(0.0, wait_seconds)
-        while True:
-            try:
-                pages = client.receive_messages(
-                    messages_per_page=min(max_messages, MAX_MESSAGES_PER_CALL),
-                    max_messages=max_messages,
-                    visibility_timeout=visibility,
-                )
-                received = list(pages)
-            except AzureError as exc:
-                raise _queue_error(queue, "receive", exc) from exc
-            if received or time.monotonic() >= deadline:
-                return [_to_received(queue, qm) for qm in received]
-            time.sleep(min(self._poll_interval, max(0.0, deadline - time.monotonic())))
 
     def _queue_message(self, message: ReceivedMessage) -> QueueMessage:
         if not isinstance(message.raw, QueueMessage) or not message.queue:
