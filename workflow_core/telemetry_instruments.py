@@ -157,8 +157,7 @@ def current() -> Instruments:
 
 
 def use_providers(
-    meter_provider: metrics.MeterProvider | None = None,
-    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None, tracer_provider: trace.TracerProvider | None = None
 ) -> None:
     """Send the pattern's signals to these providers instead of the global ones (tests, embedders)."""
     global _instruments, _meter_provider, _tracer_provider
@@ -230,9 +229,7 @@ def configured_by() -> str | None:
 
 
 def register_ledger_gauges(
-    *,
-    in_flight: Callable[[], GaugeReading] | None = None,
-    overdue: Callable[[], GaugeReading] | None = None,
+    *, in_flight: Callable[[], GaugeReading] | None = None, overdue: Callable[[], GaugeReading] | None = None
 ) -> None:
     """Feed the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue``.
 

@@ -131,14 +131,7 @@ def messaging_attributes(
 
 
 def consumer_span(
-    name: str,
-    *,
-    transport: Any,
-    queue: str,
-    message_id: str | None,
-    body: Any,
-    parent: Any,
-    **extra: Any,
+    name: str, *, transport: Any, queue: str, message_id: str | None, body: Any, parent: Any, **extra: Any
 ) -> Any:
     """The CONSUMER span of a message handler, a child of the message's trace context."""
     fields = body if isinstance(body, dict) else {}

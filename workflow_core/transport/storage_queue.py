@@ -16,12 +16,8 @@ from collections.abc import Mapping
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient, TextBase64EncodePolicy
 
-from workflow_core import clock
+from workflow_core import clock, storage_clients
 from workflow_core.settings import StorageConnection
-from workflow_core.storage_clients import (
-    queue_service_client_from_connection_string,
-    queue_service_client_from_uri,
-)
 from workflow_core.transport.base import (
     LockLostError,
     OutgoingMessage,
@@ -56,7 +52,7 @@ class StorageQueueTransport(Transport):
 
     @classmethod
     def from_connection_string(cls, connection_string: str, **kwargs) -> StorageQueueTransport:
-        return cls(queue_service_client_from_connection_string(connection_string), **kwargs)
+        return cls(storage_clients.queue_service_client_from_connection_string(connection_string), **kwargs)
 
     @classmethod
     def from_queue_service_uri(
@@ -67,7 +63,7 @@ class StorageQueueTransport(Transport):
             from azure.identity import DefaultAzureCredential
 
             credential = DefaultAzureCredential(managed_identity_client_id=client_id)
-        return cls(queue_service_client_from_uri(queue_service_uri, credential), **kwargs)
+        return cls(storage_clients.queue_service_client_from_uri(queue_service_uri, credential), **kwargs)
 
     @classmethod
     def from_connection(cls, connection: StorageConnection, **kwargs) -> StorageQueueTransport:
