@@ -168,17 +168,14 @@ def use_providers(
 
 
 def configure_telemetry(settings: Settings | None = None) -> bool:
-    """Export to Application Insights if ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set; once per process.
-
-    Only the ``sas`` loggers are exported: the Functions host already forwards ordinary logs.
-    Without ``settings`` it reads the environment, so it works before the other settings are valid.
-    """
+    """Export the ``sas`` loggers (the host forwards the others), spans and metrics to Application Insights
+    if ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set; once per process. Without ``settings`` it reads
+    the environment, so it works before the other settings are valid."""
     global _configured_by
-    connection_string = (
-        settings.app_insights_connection_string
-        if settings is not None
-        else (os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING") or "").strip() or None
-    )
+    if settings is not None:
+        connection_string = settings.app_insights_connection_string
+    else:
+        connection_string = (os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING") or "").strip()
     if not connection_string:
         return False
     with _lock:
@@ -197,8 +194,7 @@ def configure_telemetry(settings: Settings | None = None) -> bool:
             options = {} if credential is None else {"credential": credential}
             configure_azure_monitor(connection_string=connection_string, logger_name="sas", **options)
             _configured_by = "app"
-    # Rebind the instruments to the (now real) global providers.
-    use_providers(None, None)
+    use_providers(None, None)  # rebind the instruments to the (now real) global providers
     return True
 
 
@@ -231,11 +227,9 @@ def configured_by() -> str | None:
 def register_ledger_gauges(
     *, in_flight: Callable[[], GaugeReading] | None = None, overdue: Callable[[], GaugeReading] | None = None
 ) -> None:
-    """Feed the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue``.
-
-    Each callback runs at every metric export on the exporter's thread: it must be cheap (a cached
-    count, never a table scan) and return a number or ``{workflow: number}``; ``None`` stops observing.
-    """
+    """Feed the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue``: each callback runs at
+    every export on the exporter's thread, so it must be cheap (never a table scan) and return a number or
+    ``{workflow: number}``; ``None`` stops observing."""
     with _lock:
         _gauge_sources[WORK_IN_FLIGHT_GAUGE] = in_flight
         _gauge_sources[INSTANCES_OVERDUE_GAUGE] = overdue

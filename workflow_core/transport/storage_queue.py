@@ -12,6 +12,7 @@ import math
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient, TextBase64EncodePolicy
@@ -55,24 +56,19 @@ class StorageQueueTransport(Transport):
         return cls(storage_clients.queue_service_client_from_connection_string(connection_string), **kwargs)
 
     @classmethod
-    def from_queue_service_uri(
-        cls, queue_service_uri: str, *, client_id: str | None = None, credential=None, **kwargs
+    def from_connection(
+        cls, connection: StorageConnection, *, credential: Any = None, **kwargs: Any
     ) -> StorageQueueTransport:
-        """Identity-based; the identity needs the Storage Queue Data Contributor role."""
+        """By connection string, else by identity (settings.storage_connection refuses neither), which
+        needs the Storage Queue Data Contributor role; ``credential``: the managed identity's by default."""
+        if connection.connection_string:
+            return cls.from_connection_string(connection.connection_string, **kwargs)
         if credential is None:
             from azure.identity import DefaultAzureCredential
 
-            credential = DefaultAzureCredential(managed_identity_client_id=client_id)
-        return cls(storage_clients.queue_service_client_from_uri(queue_service_uri, credential), **kwargs)
-
-    @classmethod
-    def from_connection(cls, connection: StorageConnection, **kwargs) -> StorageQueueTransport:
-        if connection.connection_string:
-            return cls.from_connection_string(connection.connection_string, **kwargs)
-        # settings.storage_connection refuses a connection with neither
-        return cls.from_queue_service_uri(
-            connection.queue_service_uri, client_id=connection.client_id, **kwargs
-        )
+            credential = DefaultAzureCredential(managed_identity_client_id=connection.client_id)
+        service = storage_clients.queue_service_client_from_uri(connection.queue_service_uri, credential)
+        return cls(service, **kwargs)
 
     def dead_letter_queue_for(self, queue: str) -> str:
         return self._dead_letter_queues.get(queue, queue + POISON_SUFFIX)
