@@ -45,8 +45,6 @@ DEAD_LETTER_FUNCTION = "agent_dead_letter_handler"
 WATCHDOG_FUNCTION = "supervisor_watchdog"
 
 StepKind = Literal["work", "compensate"]
-
-
 STEP_INFIX = ":step:"  # in the ids of a parallel group's step orchestrations
 
 
@@ -63,10 +61,8 @@ def compensation_instance_id(instance_id: str) -> str:
 
 def step_instance_id(instance_id: str, step_id: str, epoch: int = 0) -> str:
     """Id of the sub-orchestration running one step of a parallel group (its result events go there).
-
     ``epoch`` (the resume count) keeps a resumed scheduler off an id a dead scheduler's child may
-    still hold: a start for a running id is dropped, and the parent would wait forever.
-    """
+    still hold: a start for a running id is dropped, and the parent would wait forever."""
     base = f"{instance_id}{STEP_INFIX}{step_id}"
     return base if epoch == 0 else f"{base}:r{epoch}"
 
@@ -98,9 +94,9 @@ class StepDispatch(_Model):
 
 
 class ResultBasis(_Model):
-    """A success the scheduler took unread (``ReplyVersions``), passed to its next ledger write, whose
-    transaction deletes the *basis row* named by ``digest`` (``messages.reply_digest``): it lands only
-    if the ledger recorded exactly that reply (the fallback: docs/contracts.md, "Trust only the ledger")."""
+    """A success the scheduler took unread (``ReplyVersions``): its next ledger write deletes the *basis
+    row* named by ``digest`` (``messages.reply_digest``), so it lands only if the ledger recorded exactly
+    that reply (docs/contracts.md, "Trust only the ledger")."""
 
     step_id: StepId  # names a basis row's RowKey: checked like every key before a transaction
     attempt: int = Field(ge=1)
@@ -276,6 +272,4 @@ class ConfirmedResult(ResultMessage):
 
     ledger_token: str = Field(min_length=16, max_length=64)
     verdict: ResultVerdict
-    # The instance record as read with the step (``known_rows.instance_snapshot``): what the next
-    # dispatch may write against unread (``ExpectedRows``).
-    instance: dict[str, Any] | None = None
+    instance: dict[str, Any] | None = None  # as read with the step: the next dispatch's ExpectedRows

@@ -129,8 +129,7 @@ def _value(env: Mapping[str, str] | None, name: str) -> str:
 
 
 def _number(env: Mapping[str, str] | None, name: str, minimum: float = 1, kind: type = int) -> Any:
-    """Setting ``name`` as a whole number (``kind=float``: seconds) of at least ``minimum``, or an
-    error naming it."""
+    """Setting ``name`` as a whole number (``kind=float``: seconds) of at least ``minimum``."""
     raw = _value(env, name)
     try:
         value = kind(raw)
@@ -231,8 +230,7 @@ def azurite_connection_string(
 def service_bus_connection(
     env: Mapping[str, str], prefix: str = SERVICE_BUS_CONNECTION
 ) -> ServiceBusConnection:
-    conn = _get(env, prefix)
-    if conn is not None:
+    if conn := _get(env, prefix):
         return ServiceBusConnection(connection_string=conn)
     fqns = _get(env, f"{prefix}__fullyQualifiedNamespace")
     if fqns is None:
@@ -278,7 +276,6 @@ def hosted_pools(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     where the Function App registers one work-queue trigger per hosted pool."""
     from workflow_core.workflows.loader import agent_pools
 
-    env = os.environ if env is None else env
     raw = _value(env, "HOSTED_POOLS")
     names = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
     declared = agent_pools().names
@@ -299,9 +296,8 @@ def _max_payload_bytes(env: Mapping[str, str]) -> int:
     ceiling = int(_value({}, "MAX_PAYLOAD_BYTES"))
     if value > ceiling:
         raise SettingsError(f"MAX_PAYLOAD_BYTES must be at most {ceiling} (1 MiB), got {value}")
-    if _get(env, "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"):
-        return min(value, DTS_MAX_PAYLOAD_BYTES)
-    return value
+    dts = _get(env, "DURABLE_TASK_SCHEDULER_CONNECTION_STRING")
+    return min(value, DTS_MAX_PAYLOAD_BYTES) if dts else value
 
 
 @lru_cache(maxsize=1)
