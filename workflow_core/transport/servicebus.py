@@ -182,7 +182,8 @@ class ServiceBusTransport(Transport):
 
     def _sender(self, queue: str) -> tuple[ServiceBusSender, threading.Lock]:
         with self._lock:
-            self._check_open()
+            if self._closed:
+                raise TransportError("Service Bus transport is closed")
             entry = self._senders.get(queue)
             if entry is None:
                 entry = (self._client.get_queue_sender(queue), threading.Lock())
@@ -191,7 +192,8 @@ class ServiceBusTransport(Transport):
 
     def _receiver(self, entity: str) -> tuple[ServiceBusReceiver, threading.Lock]:
         with self._lock:
-            self._check_open()
+            if self._closed:
+                raise TransportError("Service Bus transport is closed")
             entry = self._receivers.get(entity)
         if entry is not None:
             return entry
@@ -205,14 +207,12 @@ class ServiceBusTransport(Transport):
         # Open the link before the first receive: the SDK counts link set-up against max_wait_time.
         self._call("open a receiver on", entity, receiver.__enter__)
         with self._lock:
-            existing = None if self._closed else self._receivers.get(entity)
-            if existing is None and not self._closed:
-                entry = self._receivers[entity] = (receiver, threading.Lock())
-                return entry
-        receiver.close()  # another thread won the race, or the transport was closed meanwhile
-        if existing is None:
+            entry = None if self._closed else self._receivers.setdefault(entity, (receiver, threading.Lock()))
+        if entry is None or entry[0] is not receiver:
+            receiver.close()  # the transport was closed meanwhile, or another thread won the race
+        if entry is None:
             raise TransportError("Service Bus transport is closed")
-        return existing
+        return entry
 
     def _settle(
         self,
@@ -251,10 +251,6 @@ class ServiceBusTransport(Transport):
             ) from exc
         except (ServiceBusError, ValueError, TypeError) as exc:
             raise TransportError(f"Service Bus: could not {action} {entity!r}: {exc}") from exc
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise TransportError("Service Bus transport is closed")
 
 
 def _close_quietly(closable: Any) -> BaseException | None:
