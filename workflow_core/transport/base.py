@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -84,11 +84,6 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def send(self, queue: str, message: OutgoingMessage) -> None: ...
-
-    def send_many(self, queue: str, messages: Iterable[OutgoingMessage]) -> None:
-        """Not atomic; re-sending is safe because every message has a stable MessageId."""
-        for message in messages:
-            self.send(queue, message)
 
     @abc.abstractmethod
     def receive(

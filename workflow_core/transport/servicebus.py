@@ -9,7 +9,7 @@ lock, so threads can share one transport.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 from azure.servicebus import (
     ServiceBusClient,
     ServiceBusMessage,
-    ServiceBusMessageBatch,
     ServiceBusReceivedMessage,
     ServiceBusReceiveMode,
     ServiceBusReceiver,
@@ -29,7 +28,6 @@ from azure.servicebus.exceptions import (
     MessageAlreadySettled,
     MessageLockLostError,
     MessageNotFoundError,
-    MessageSizeExceededError,
     MessagingEntityNotFoundError,
     ServiceBusError,
 )
@@ -98,37 +96,6 @@ class ServiceBusTransport(Transport):
         sender, lock = self._sender(queue)
         with lock:
             self._call(f"send {message.message_id!r} to", queue, lambda: sender.send_messages(sb_message))
-
-    def send_many(self, queue: str, messages: Iterable[OutgoingMessage]) -> None:
-        """In as few batches as the size limit allows."""
-        sender, lock = self._sender(queue)
-
-        def new_batch() -> ServiceBusMessageBatch:
-            return self._call("create a message batch for", queue, sender.create_message_batch)
-
-        def flush(batch: ServiceBusMessageBatch) -> None:
-            if len(batch):
-                self._call(
-                    f"send a batch of {len(batch)} messages to", queue, partial(sender.send_messages, batch)
-                )
-
-        with lock:
-            batch = new_batch()
-            for message in messages:
-                sb_message = _to_sb_message(message)
-                while True:
-                    try:
-                        batch.add_message(sb_message)
-                        break
-                    except MessageSizeExceededError as exc:
-                        if not len(batch):  # alone in a batch: too large to send at all
-                            raise TransportError(
-                                f"Service Bus {queue!r}: message {message.message_id!r} is larger than the "
-                                f"maximum message size ({batch.max_size_in_bytes} bytes)"
-                            ) from exc
-                    flush(batch)
-                    batch = new_batch()
-            flush(batch)
 
     def receive(
         self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
