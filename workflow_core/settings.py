@@ -1,5 +1,8 @@
-"""Every app setting the code reads, in one typed place: read once, with an error that names the
-missing or malformed setting, rather than a ``KeyError`` deep inside a trigger at 3 a.m."""
+"""Every app setting the code reads, in one typed place, with an error that names the missing or
+malformed setting rather than a ``KeyError`` deep inside a trigger at 3 a.m. The app's own are read
+once, at start (:func:`load_settings`). Each optional feature's (canary, retention, bulk operations;
+docs/operations.md, "Settings") are read per feature: a bad value disables its feature (logged, and a
+failing row in ``/api/diagnostics``), never the whole app."""
 
 from __future__ import annotations
 
@@ -7,9 +10,12 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
+
+from workflow_core.schedules import Schedule
 
 
 class SettingsError(ValueError):
@@ -304,3 +310,73 @@ def _max_payload_bytes(env: Mapping[str, str]) -> int:
 def get_settings() -> Settings:
     """Read once; tests that change the environment call ``cache_clear``."""
     return load_settings()
+
+
+# Each optional feature's settings, read when the feature runs (see the module docstring).
+def _schedule(env: Mapping[str, str] | None, name: str) -> Schedule:
+    try:
+        return Schedule.parse(_value(env, name))
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class CanarySettings:
+    enabled: bool
+    schedule: Schedule
+    period: timedelta  # the schedule's: the scenario rotation's and the staleness unit
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    days: int
+    schedule: Schedule
+    batch_size: int
+    archive_container: str | None
+
+
+@dataclass(frozen=True)
+class BulkSettings:
+    schedule: Schedule
+    rate_per_second: int
+
+
+def canary_settings(env: Mapping[str, str] | None = None) -> CanarySettings:
+    schedule = _schedule(env, "CANARY_SCHEDULE")
+    try:
+        period = schedule.period()
+    except ValueError as exc:  # the rotation and the stale alert count periods: one must exist
+        raise SettingsError(f"CANARY_SCHEDULE: {exc}; the canary needs a period") from None
+    return CanarySettings(enabled=_bool(env, "CANARY_ENABLED"), schedule=schedule, period=period)
+
+
+def retention_settings(env: Mapping[str, str] | None = None) -> RetentionSettings:
+    days = _number(env, "RETENTION_DAYS")
+    if days > 36_500:
+        raise SettingsError(f"RETENTION_DAYS is {days}; at most 36500 (100 years)")
+    return RetentionSettings(
+        days=days,
+        schedule=_schedule(env, "RETENTION_SCHEDULE"),
+        batch_size=_number(env, "RETENTION_BATCH_SIZE"),
+        archive_container=_get(env, "AUDIT_ARCHIVE_CONTAINER"),
+    )
+
+
+def bulk_settings(env: Mapping[str, str] | None = None) -> BulkSettings:
+    return BulkSettings(
+        schedule=_schedule(env, "BULK_SCHEDULE"), rate_per_second=_number(env, "BULK_RATE_PER_SECOND")
+    )
+
+
+FEATURE_LOADERS = {"canary": canary_settings, "retention": retention_settings, "bulk": bulk_settings}
+
+
+def feature_errors(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each feature whose settings do not load, with the one-line error that names the setting."""
+    errors = {}
+    for feature, load in FEATURE_LOADERS.items():
+        try:
+            load(env)
+        except SettingsError as exc:
+            errors[feature] = str(exc)
+    return errors
