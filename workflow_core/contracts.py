@@ -193,12 +193,9 @@ class ResultMessage(_Model):
         permanent: bool = False,
     ) -> ResultMessage:
         """The reply to ``work``: its output on success, its error on failure (never both)."""
+        ids = work.model_dump(include={"kind", "instance_id", "orchestration_id", "step_id", "attempt"})
         return cls(
-            kind=work.kind,
-            instance_id=work.instance_id,
-            orchestration_id=work.orchestration_id,
-            step_id=work.step_id,
-            attempt=work.attempt,
+            **ids,
             outcome="succeeded" if ok else "failed",
             output=output if ok else None,
             error=None if ok else (None if error is None else fit_text(error)),

@@ -1,9 +1,8 @@
 """What the roles record: step metrics, recoveries, compensations, dead letters and custom events.
 
 A recovery action gives four signals with the same fields: the counter ``sas.recoveries`` (low
-cardinality, for charts and alerts), a span event, a ``sas.supervisor`` log record and the custom
-event ``sas.recovery``. Custom events are log records the Azure Monitor exporter sends to
-``customEvents``; the alerts and workbook in ``infra/`` query them (docs/operations.md).
+cardinality), a span event, a ``sas.supervisor`` log record and the custom event ``sas.recovery`` (a log
+record the exporter sends to ``customEvents``, which the alerts in ``infra/`` query: docs/operations.md).
 """
 
 from __future__ import annotations

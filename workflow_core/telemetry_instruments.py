@@ -1,8 +1,6 @@
-"""The pattern's instruments, their names, and the providers they report to (the table of
-instruments is in docs/operations.md).
-
-Nothing is exported unless :func:`configure_telemetry` found ``APPLICATIONINSIGHTS_CONNECTION_STRING``:
-without it the OpenTelemetry API's no-op providers swallow the signals.
+"""The pattern's instruments, their names, and the providers they report to (the table of instruments is
+in docs/operations.md). Nothing is exported unless :func:`configure_telemetry` found
+``APPLICATIONINSIGHTS_CONNECTION_STRING``: without it the API's no-op providers swallow the signals.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API); what
-it guarantees: docs/transport.md, "What each adapter guarantees".
-
-``delivery_count`` is 1 on the first delivery: the AMQP header says "deliveries so far - 1", and this
-adapter adds 1 as the .NET SDK does. Senders and receivers are cached per entity path, each behind a
-lock, so threads can share one transport.
+"""The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API); what it
+guarantees: docs/transport.md. ``delivery_count`` is 1 on the first delivery (the AMQP header counts
+deliveries so far - 1; the .NET SDK adds 1 too). Senders and receivers are cached per entity path, each
+behind a lock, so threads can share one transport.
 """
 
 from __future__ import annotations
