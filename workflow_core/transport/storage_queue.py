@@ -33,20 +33,16 @@ POISON_SUFFIX = "-poison"
 MAX_MESSAGE_BYTES = 64 * 1024  # after base64 encoding
 MAX_VISIBILITY_SECONDS = 7 * 24 * 3600
 MAX_MESSAGES_PER_CALL = 32
+POLL_SECONDS = 0.2  # between empty receives while waiting for a message
 
 
 class StorageQueueTransport(Transport):
     def __init__(
-        self,
-        service: QueueServiceClient,
-        *,
-        dead_letter_queues: Mapping[str, str] | None = None,
-        poll_interval: float = 0.2,
+        self, service: QueueServiceClient, *, dead_letter_queues: Mapping[str, str] | None = None
     ) -> None:
         """``dead_letter_queues`` overrides ``<queue>-poison`` (not for queues the Functions host reads)."""
         self._service = service
         self._dead_letter_queues = dict(dead_letter_queues or {})
-        self._poll_interval = poll_interval
         self._clients: dict[str, QueueClient] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -120,7 +116,7 @@ class StorageQueueTransport(Transport):
                 raise _queue_error(queue, "receive", exc) from exc
             if received or time.monotonic() >= deadline:
                 return [_to_received(queue, qm) for qm in received]
-            time.sleep(min(self._poll_interval, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
     def complete(self, message: ReceivedMessage) -> None:
         qm = self._queue_message(message)
