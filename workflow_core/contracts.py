@@ -218,9 +218,7 @@ class Heartbeat(_Model):
     attempt: int = Field(ge=1)
     reply_token: str = Field(pattern=r"^[0-9a-f]{64}$")
     seconds: float | None = Field(default=None, gt=0, le=86400)
-    # Answer on this queue with an :class:`AttemptStatus` (only a name beginning with
-    # ``<RESULT_QUEUE_NAME>-answers-`` is answered: ``activities.replies.attempt_status``).
-    answer_queue: QueueName | None = None
+    answer_queue: QueueName | None = None  # answered only if it is such a name (activities.replies)
     correlation_id: CorrelationId | None = None  # echoed in the answer
 
 

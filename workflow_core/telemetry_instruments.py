@@ -57,8 +57,8 @@ class Instruments:
 
 _lock = threading.Lock()
 _instruments: Instruments | None = None
-_meter_provider: metrics.MeterProvider | None = None
-_tracer_provider: trace.TracerProvider | None = None
+# The providers use_providers set (None: the global ones).
+_providers: tuple[metrics.MeterProvider | None, trace.TracerProvider | None] = (None, None)
 _configured_by: str | None = None  # "worker" or "app" once the exporter is configured
 # Callbacks of the observable gauges, set by register_ledger_gauges.
 _gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {}
@@ -150,7 +150,7 @@ def current() -> Instruments:
     with _lock:
         if _instruments is None:
             # The global providers are proxies: these instruments export once configure_telemetry runs.
-            _instruments = _build(_meter_provider, _tracer_provider)
+            _instruments = _build(*_providers)
         return _instruments
 
 
@@ -158,10 +158,9 @@ def use_providers(
     meter_provider: metrics.MeterProvider | None = None, tracer_provider: trace.TracerProvider | None = None
 ) -> None:
     """Send the pattern's signals to these providers instead of the global ones (tests, embedders)."""
-    global _instruments, _meter_provider, _tracer_provider
+    global _instruments, _providers
     with _lock:
-        _meter_provider = meter_provider
-        _tracer_provider = tracer_provider
+        _providers = (meter_provider, tracer_provider)
         _instruments = None
 
 
