@@ -21,8 +21,7 @@ from supervisor.canary import DEFAULT_PERIOD, latest_verdicts
 from supervisor.canary.runs import pools_of, start_canary_run, workflow_of
 from workflow_core import clock
 from workflow_core.canary import SCENARIOS, canary_pool
-from workflow_core.feature_settings import canary_settings
-from workflow_core.settings import SettingsError
+from workflow_core.settings import SettingsError, canary_settings
 from workflow_core.starter import StartRefused
 
 MAX_LIMIT = 50

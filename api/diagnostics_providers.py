@@ -18,8 +18,7 @@ from api.canary import TURN_ON
 from supervisor.canary import latest_verdicts
 from supervisor.canary.runs import pools_of
 from workflow_core import clock
-from workflow_core.feature_settings import canary_settings, feature_errors
-from workflow_core.settings import SettingsError
+from workflow_core.settings import SettingsError, canary_settings, feature_errors
 
 VERDICTS_SHOWN = 5
 

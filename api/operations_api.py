@@ -29,8 +29,7 @@ from api.responses import (
 )
 from supervisor import operator
 from supervisor.maintenance import bulk, bulk_keys
-from workflow_core.feature_settings import bulk_settings
-from workflow_core.settings import SettingsError
+from workflow_core.settings import SettingsError, bulk_settings
 
 log = logging.getLogger(__name__)
 INLINE_INSTANCES = 25

@@ -13,9 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workflow_core.feature_settings import bulk_settings, canary_settings, feature_errors, retention_settings
 from workflow_core.schedules import Schedule
-from workflow_core.settings import FEATURE_SETTINGS, SettingsError
+from workflow_core.settings import (
+    FEATURE_SETTINGS,
+    SettingsError,
+    bulk_settings,
+    canary_settings,
+    feature_errors,
+    retention_settings,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,13 +7,11 @@ host, lives here.
 
 import logging
 
-# Every log record the app writes reaches Application Insights. In Azure the Python worker configures the
-# exporter itself (PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY) and attaches its handler to the one logger
-# PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME names (azure-functions-python-worker, otel.py,
-# initialize_azure_monitor; docs/platform.md row 4): "sas", not the root, which would also export every
-# Azure SDK request and the exporter's own records. The modules of these packages log through
+# Every log record the app writes reaches Application Insights: the Python worker attaches its exporter
+# to the one logger PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME names, "sas", not the root, which would also
+# export every Azure SDK request (docs/platform.md row 4). The modules of these packages log through
 # ``logging.getLogger(__name__)``: their package loggers are made children of "sas", so each record passes
-# the worker's handler on its way to the root (whatever the import order), and a new module needs nothing.
+# the worker's handler on its way to the root, whatever the import order.
 APP_LOGGER = "sas"
 APP_PACKAGES = (
     "activities",

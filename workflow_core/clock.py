@@ -19,10 +19,8 @@ SKEW_BOUND_SECONDS = 2.0
 
 def _offset_from_env() -> timedelta:
     raw = os.environ.get(OFFSET_ENV, "").strip()
-    if not raw:
-        return timedelta(0)
     try:
-        return timedelta(seconds=float(raw))
+        return timedelta(seconds=float(raw or 0))
     except ValueError:
         raise ValueError(f"{OFFSET_ENV} must be a number of seconds, got {raw!r}") from None
 

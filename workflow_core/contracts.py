@@ -45,8 +45,6 @@ DEAD_LETTER_FUNCTION = "agent_dead_letter_handler"
 WATCHDOG_FUNCTION = "supervisor_watchdog"
 
 StepKind = Literal["work", "compensate"]
-
-
 STEP_INFIX = ":step:"  # in the ids of a parallel group's step orchestrations
 
 
@@ -63,10 +61,8 @@ def compensation_instance_id(instance_id: str) -> str:
 
 def step_instance_id(instance_id: str, step_id: str, epoch: int = 0) -> str:
     """Id of the sub-orchestration running one step of a parallel group (its result events go there).
-
     ``epoch`` (the resume count) keeps a resumed scheduler off an id a dead scheduler's child may
-    still hold: a start for a running id is dropped, and the parent would wait forever.
-    """
+    still hold: a start for a running id is dropped, and the parent would wait forever."""
     base = f"{instance_id}{STEP_INFIX}{step_id}"
     return base if epoch == 0 else f"{base}:r{epoch}"
 
@@ -98,9 +94,9 @@ class StepDispatch(_Model):
 
 
 class ResultBasis(_Model):
-    """A success the scheduler took unread (``ReplyVersions``), passed to its next ledger write, whose
-    transaction deletes the *basis row* named by ``digest`` (``messages.reply_digest``): it lands only
-    if the ledger recorded exactly that reply (the fallback: docs/contracts.md, "Trust only the ledger")."""
+    """A success the scheduler took unread (``ReplyVersions``): its next ledger write deletes the *basis
+    row* named by ``digest`` (``messages.reply_digest``), so it lands only if the ledger recorded exactly
+    that reply (docs/contracts.md, "Trust only the ledger")."""
 
     step_id: StepId  # names a basis row's RowKey: checked like every key before a transaction
     attempt: int = Field(ge=1)
@@ -197,12 +193,9 @@ class ResultMessage(_Model):
         permanent: bool = False,
     ) -> ResultMessage:
         """The reply to ``work``: its output on success, its error on failure (never both)."""
+        ids = work.model_dump(include={"kind", "instance_id", "orchestration_id", "step_id", "attempt"})
         return cls(
-            kind=work.kind,
-            instance_id=work.instance_id,
-            orchestration_id=work.orchestration_id,
-            step_id=work.step_id,
-            attempt=work.attempt,
+            **ids,
             outcome="succeeded" if ok else "failed",
             output=output if ok else None,
             error=None if ok else (None if error is None else fit_text(error)),
@@ -225,9 +218,7 @@ class Heartbeat(_Model):
     attempt: int = Field(ge=1)
     reply_token: str = Field(pattern=r"^[0-9a-f]{64}$")
     seconds: float | None = Field(default=None, gt=0, le=86400)
-    # Answer on this queue with an :class:`AttemptStatus` (only a name beginning with
-    # ``<RESULT_QUEUE_NAME>-answers-`` is answered: ``activities.replies.attempt_status``).
-    answer_queue: QueueName | None = None
+    answer_queue: QueueName | None = None  # answered only if it is such a name (activities.replies)
     correlation_id: CorrelationId | None = None  # echoed in the answer
 
 
@@ -276,6 +267,4 @@ class ConfirmedResult(ResultMessage):
 
     ledger_token: str = Field(min_length=16, max_length=64)
     verdict: ResultVerdict
-    # The instance record as read with the step (``known_rows.instance_snapshot``): what the next
-    # dispatch may write against unread (``ExpectedRows``).
-    instance: dict[str, Any] | None = None
+    instance: dict[str, Any] | None = None  # as read with the step: the next dispatch's ExpectedRows

@@ -12,9 +12,7 @@ from typing import Any
 
 from workflow_core import telemetry_instruments
 
-DEFAULT_TTL_SECONDS = 60.0
-DEFAULT_STALE_AFTER_SECONDS = 600.0
-DEFAULT_CAP = 5000
+IN_FLIGHT_CAP = 5000  # index rows counted at most
 
 _lock = threading.Lock()
 _overdue: tuple[float, dict[str, int]] | None = None  # (monotonic time of the tick, counts per workflow)
@@ -33,8 +31,8 @@ class LedgerGauges:
         self,
         ledger_source: Callable[[], Any],
         *,
-        ttl_seconds: float = DEFAULT_TTL_SECONDS,
-        stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
+        ttl_seconds: float = 60.0,  # how long a count of in-flight work is reused
+        stale_after_seconds: float = 600.0,  # an overdue count older than this is no reading
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ledger_source = ledger_source
@@ -52,7 +50,7 @@ class LedgerGauges:
                 ledger = self._ledger_source()
                 if ledger is None:
                     return {}
-                self._in_flight = (now, ledger.count_in_flight(DEFAULT_CAP))
+                self._in_flight = (now, ledger.count_in_flight(IN_FLIGHT_CAP))
             return self._in_flight[1]
 
     def overdue(self) -> int | dict[str, int]:
@@ -64,7 +62,7 @@ class LedgerGauges:
         return reading[1] or 0
 
 
-def register(ledger_source: Callable[[], Any] | None = None, **options: Any) -> LedgerGauges:
+def register(ledger_source: Callable[[], Any] | None = None) -> LedgerGauges:
     """Feed the gauges; ``ledger_source`` defaults to the app's services' ledger."""
     if ledger_source is None:
 
@@ -77,6 +75,6 @@ def register(ledger_source: Callable[[], Any] | None = None, **options: Any) -> 
             except SettingsError:  # not configured (yet): nothing to observe, not an error
                 return None
 
-    gauges = LedgerGauges(ledger_source, **options)
+    gauges = LedgerGauges(ledger_source)
     telemetry_instruments.register_ledger_gauges(in_flight=gauges.in_flight, overdue=gauges.overdue)
     return gauges

@@ -1,13 +1,9 @@
-"""The timers' liveness rows in the step ledger: when each last ticked, on which schedule, so ``sas doctor``
-can say whether it still runs.
+"""The timers' liveness rows in the step ledger: when each last ticked and on which NCRONTAB schedule,
+so ``sas doctor`` judges every timer that ever ticked against its own period.
 
-One row per timer (row key: the timer's name, :data:`WATCHDOG` for the watchdog), partition
-:data:`PARTITION` (never an instance id: instance ids are validated and cannot start with ``~``),
-beside the stored definition versions. A timer records its NCRONTAB schedule with each tick, so doctor
-judges every timer that ever ticked against its own period, whatever timers the app has. Every write
-is ETag-guarded: a tick reads the row and replaces it only if nobody wrote it meanwhile, or creates it
-if absent; a tick that loses that race leaves the other tick's (equally recent) time in place.
-Recording never raises: liveness must not fail a tick.
+One row per timer (row key: its name), in partition :data:`PARTITION` (instance ids cannot start with
+``~``, so no instance shares it). Every write is ETag-guarded: a tick that loses the race leaves the
+other's equally recent time. Recording never raises: liveness must not fail a tick.
 """
 
 from __future__ import annotations
@@ -86,10 +82,7 @@ class Liveness:
 
     def last_tick(self, timer: str = WATCHDOG) -> Tick | None:
         """The last recorded tick of ``timer``, or None if it never recorded one."""
-        try:
-            return _tick(self.table.get_entity(PARTITION, timer))
-        except ResourceNotFoundError:
-            return None
+        return self.last_ticks().get(timer)
 
     def last_ticks(self) -> dict[str, Tick]:
         """Every timer's last recorded tick, by timer name."""

@@ -7,6 +7,7 @@ Each carries the validator the app applies and the rule published in the message
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -60,41 +61,32 @@ def _as_value_error(check: Any, value: Any) -> Any:
         raise ValueError(str(exc)) from None
 
 
-def _key_text(kind: str, value: str, pattern: re.Pattern[str], limit: int, hint: str) -> str:
-    bad = sorted({c for c in value if c in "/\\#?" or ord(c) < 32 or 0x7F <= ord(c) <= 0x9F})
-    if bad:
-        raise ValueError(f"{kind} {value[:80]!r} contains characters Table Storage keys forbid: {bad!r}")
-    if not value:
-        raise ValueError(f"{kind} must not be empty")
-    if len(value) > limit:
-        raise ValueError(f"{kind} is {len(value)} characters long; at most {limit} are allowed")
-    if not pattern.fullmatch(value):
-        raise ValueError(f"{kind} {value[:80]!r} must be {hint}")
-    return value
+def _key_text(kind: str, pattern: re.Pattern[str], limit: int, hint: str) -> Callable[[str], str]:
+    """The check of a text that becomes part of a Table Storage key."""
+
+    def check(value: str) -> str:
+        bad = sorted({c for c in value if c in "/\\#?" or ord(c) < 32 or 0x7F <= ord(c) <= 0x9F})
+        if bad:
+            raise ValueError(f"{kind} {value[:80]!r} contains characters Table Storage keys forbid: {bad!r}")
+        if not value:
+            raise ValueError(f"{kind} must not be empty")
+        if len(value) > limit:
+            raise ValueError(f"{kind} is {len(value)} characters long; at most {limit} are allowed")
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{kind} {value[:80]!r} must be {hint}")
+        return value
+
+    return check
 
 
-def _orchestration_id(value: str) -> str:
-    return _key_text(
-        "orchestration id",
-        value,
-        _ORCHESTRATION_ID,
-        MAX_ORCHESTRATION_ID,
-        "letters, digits and . _ : @ - (a letter or digit first)",
-    )
-
-
-def _agent(value: str) -> str:
-    return _key_text(
-        "agent", value, AGENT_NAME, MAX_AGENT_CHARS, "lowercase dotted words such as storage.create"
-    )
-
-
-def _agent_or_empty(value: str) -> str:
-    return value if value == "" else _agent(value)
-
-
-def _workflow(value: str) -> str:
-    return _key_text("workflow", value, WORKFLOW_NAME, MAX_WORKFLOW_CHARS, "lowercase words joined by '-'")
+_orchestration_id = _key_text(
+    "orchestration id",
+    _ORCHESTRATION_ID,
+    MAX_ORCHESTRATION_ID,
+    "letters, digits and . _ : @ - (a letter or digit first)",
+)
+_agent = _key_text("agent", AGENT_NAME, MAX_AGENT_CHARS, "lowercase dotted words such as storage.create")
+_workflow = _key_text("workflow", WORKFLOW_NAME, MAX_WORKFLOW_CHARS, "lowercase words joined by '-'")
 
 
 def _iso_time(value: str) -> str:
@@ -131,7 +123,7 @@ OrchestrationId = Annotated[
 ]
 AgentName = Annotated[  # empty: a compensation's message names no agent of its own
     str,
-    AfterValidator(_agent_or_empty),
+    AfterValidator(lambda v: v if v == "" else _agent(v)),
     _published(pattern=f"^$|{AGENT_NAME.pattern}", maxLength=MAX_AGENT_CHARS),
 ]
 WorkflowName = Annotated[

@@ -166,11 +166,9 @@ class ClaimableWork:
 
     def message(self, step: StepRecord, instance: InstanceRecord | None) -> OutgoingMessage:
         versions = self.body.ledger if self.body is not None else None
-        written_instance = instance_fields(instance) if instance is not None else None
-        if versions is None or step.etag is None or versions.step != step_fields(step):
-            return work_message(step, "work")  # not built for this write (a lost race, another outcome)
-        if versions.instance != written_instance:
-            return work_message(step, "work")  # claimed after a read
+        written = (step_fields(step), instance_fields(instance) if instance is not None else None)
+        if versions is None or step.etag is None or (versions.step, versions.instance) != written:
+            return work_message(step, "work")  # not built for this write (a lost race, claimed after a read)
         etags = {"step": step.etag, **({"instance": instance.etag} if instance and instance.etag else {})}
         body = self.body.model_copy(update={"ledger": versions.model_copy(update={"etags": etags})})
         return work_message(step, "work", body=body)

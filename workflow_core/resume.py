@@ -19,9 +19,7 @@ COMPLETED = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
 
 
 def resume_state(
-    definition: WorkflowDefinition,
-    steps: list[StepRecord],
-    generation: int = 0,
+    definition: WorkflowDefinition, steps: list[StepRecord], generation: int = 0
 ) -> dict[str, Any]:
     """The ``state`` (``Progress``) a resumed ``workflow_orchestrator`` takes (outputs as values)."""
     by_id = {r.step_id: r for r in steps}

@@ -1,14 +1,21 @@
-"""Every app setting the code reads, in one typed place: read once, with an error that names the
-missing or malformed setting, rather than a ``KeyError`` deep inside a trigger at 3 a.m."""
+"""Every app setting the code reads, in one typed place, with an error that names the missing or
+malformed setting rather than a ``KeyError`` deep inside a trigger at 3 a.m. The app's own are read
+once, at start (:func:`load_settings`). Each optional feature's (canary, retention, bulk operations;
+docs/operations.md, "Settings") are read per feature: a bad value disables its feature (logged, and a
+failing row in ``/api/diagnostics``), never the whole app."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
+
+from workflow_core.schedules import Schedule
 
 
 class SettingsError(ValueError):
@@ -22,11 +29,10 @@ class TransportKind(StrEnum):
 
 # Connection setting *prefixes*: a connection string, or ``<prefix>__<property>`` (identity-based).
 STORAGE_CONNECTION = "AzureWebJobsStorage"
-# The ledger's own account (optional), so it does not share the task hub's transaction budget.
-LEDGER_STORAGE_CONNECTION = "LedgerStorage"
-# Connection prefixes that may be left unset (the code then falls back to another connection).
-OPTIONAL_CONNECTIONS = frozenset({LEDGER_STORAGE_CONNECTION})
 SERVICE_BUS_CONNECTION = "ServiceBusConnection"
+# The ledger's own account, so it does not share the task hub's transaction budget; may be left unset.
+LEDGER_STORAGE_CONNECTION = "LedgerStorage"
+OPTIONAL_CONNECTIONS = frozenset({LEDGER_STORAGE_CONNECTION})
 
 
 @dataclass(frozen=True)
@@ -129,8 +135,7 @@ def _value(env: Mapping[str, str] | None, name: str) -> str:
 
 
 def _number(env: Mapping[str, str] | None, name: str, minimum: float = 1, kind: type = int) -> Any:
-    """Setting ``name`` as a whole number (``kind=float``: seconds) of at least ``minimum``, or an
-    error naming it."""
+    """Setting ``name`` as a whole number (``kind=float``: seconds) of at least ``minimum``."""
     raw = _value(env, name)
     try:
         value = kind(raw)
@@ -156,40 +161,26 @@ def _bool(env: Mapping[str, str] | None, name: str) -> bool:
     return _choice(env, name, (*TRUE, "false", "no", "off", "0")) in TRUE
 
 
-def _table_name(env: Mapping[str, str], name: str) -> str:
+# Names Azure accepts: table names, and queue and container names (rules that both transports share).
+_NAME_RULES = {
+    "table": ("[A-Za-z][A-Za-z0-9]*", "letters/digits, starting with a letter"),
+    "queue": ("[a-z0-9]+(-[a-z0-9]+)*", "lowercase letters, digits, single dashes"),
+    "blob container": ("[a-z0-9]+(-[a-z0-9]+)*", "lowercase letters, digits, single dashes"),
+}
+
+
+def _named(env: Mapping[str, str], name: str, kind: str, longest: int = 63, why: str = "") -> str:
+    pattern, rule = _NAME_RULES[kind]
     value = _value(env, name)
-    if not (3 <= len(value) <= 63 and value.isalnum() and value[0].isalpha()):
-        raise SettingsError(
-            f"{name}={value!r} is not a valid table name (3-63 letters/digits, starting with a letter)"
-        )
+    if not (3 <= len(value) <= longest and re.fullmatch(pattern, value)):
+        raise SettingsError(f"{name}={value!r} is not a valid {kind} name (3-{longest} {rule}{why})")
     return value
 
 
 # "<RESULT_QUEUE_NAME>-answers-" plus an agent's own suffix of up to 8 characters is an answer queue's
 # name (activities/replies/attempt_status.py), and a queue name has at most 63 characters.
 RESULT_QUEUE_LONGEST = 63 - len("-answers-") - 8
-
-
-def _queue_name(env: Mapping[str, str], name: str, kind: str = "queue", longest: int = 63) -> str:
-    value = _value(env, name)
-    ok = 3 <= len(value) <= longest and value == value.lower() and "--" not in value
-    ok = ok and value[0].isalnum() and value[-1].isalnum() and all(c.isalnum() or c == "-" for c in value)
-    if not ok:
-        why = ": its answer queues are named <it>-answers-<up to 8 more>" if longest < 63 else ""
-        raise SettingsError(
-            f"{name}={value!r} is not a valid {kind} name (3-{longest} lowercase letters, digits, "
-            f"single dashes{why})"
-        )
-    return value
-
-
-def _connection_string(env: Mapping[str, str], prefix: str) -> StorageConnection | None:
-    conn = _get(env, prefix)
-    if conn is None:
-        return None
-    if conn == "UseDevelopmentStorage=true":
-        conn = azurite_connection_string()
-    return StorageConnection(connection_string=conn)
+ANSWER_QUEUES_RULE = ": its answer queues are named <it>-answers-<up to 8 more>"
 
 
 def _service_uri(env: Mapping[str, str], prefix: str, service: str) -> str | None:
@@ -213,8 +204,10 @@ def storage_connection(env: Mapping[str, str], prefix: str = STORAGE_CONNECTION)
 
 def _connection(env: Mapping[str, str], prefix: str) -> StorageConnection | None:
     """``prefix``'s connection string, else its service URIs (None: no table service named)."""
-    if by_string := _connection_string(env, prefix):
-        return by_string
+    if conn := _get(env, prefix):
+        if conn == "UseDevelopmentStorage=true":
+            conn = azurite_connection_string()
+        return StorageConnection(connection_string=conn)
     table_uri = _service_uri(env, prefix, "table")
     if table_uri is None:
         return None
@@ -243,8 +236,7 @@ def azurite_connection_string(
 def service_bus_connection(
     env: Mapping[str, str], prefix: str = SERVICE_BUS_CONNECTION
 ) -> ServiceBusConnection:
-    conn = _get(env, prefix)
-    if conn is not None:
+    if conn := _get(env, prefix):
         return ServiceBusConnection(connection_string=conn)
     fqns = _get(env, f"{prefix}__fullyQualifiedNamespace")
     if fqns is None:
@@ -264,11 +256,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         storage=storage_connection(env),
         transport=transport,
         service_bus=service_bus_connection(env) if transport is TransportKind.SERVICE_BUS else None,
-        ledger_table=_table_name(env, "LEDGER_TABLE_NAME"),
-        deadline_index_table=_table_name(env, "DEADLINE_INDEX_TABLE_NAME"),
-        work_queue=_queue_name(env, "WORK_QUEUE_NAME"),
-        result_queue=_queue_name(env, "RESULT_QUEUE_NAME", longest=RESULT_QUEUE_LONGEST),
-        dead_letter_queue=_queue_name(env, "DEAD_LETTER_QUEUE_NAME"),
+        ledger_table=_named(env, "LEDGER_TABLE_NAME", "table"),
+        deadline_index_table=_named(env, "DEADLINE_INDEX_TABLE_NAME", "table"),
+        work_queue=_named(env, "WORK_QUEUE_NAME", "queue"),
+        result_queue=_named(env, "RESULT_QUEUE_NAME", "queue", RESULT_QUEUE_LONGEST, ANSWER_QUEUES_RULE),
+        dead_letter_queue=_named(env, "DEAD_LETTER_QUEUE_NAME", "queue"),
         max_delivery_count=_number(env, "MAX_DELIVERY_COUNT"),
         watchdog_schedule=_value(env, "WATCHDOG_SCHEDULE"),
         watchdog_batch_size=_number(env, "WATCHDOG_BATCH_SIZE"),
@@ -280,7 +272,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ledger_storage=_connection(env, LEDGER_STORAGE_CONNECTION),  # the ledger's own account (tables)
         ledger_sdk_transactions=_choice(env, "LEDGER_TRANSACTION_CODEC", ("own", "sdk")) == "sdk",
         max_payload_bytes=_max_payload_bytes(env),
-        payload_container=_queue_name(env, "PAYLOAD_CONTAINER_NAME", "blob container"),
+        payload_container=_named(env, "PAYLOAD_CONTAINER_NAME", "blob container"),
         hosted_pools=hosted_pools(env),
     )
 
@@ -290,7 +282,6 @@ def hosted_pools(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     where the Function App registers one work-queue trigger per hosted pool."""
     from workflow_core.workflows.loader import agent_pools
 
-    env = os.environ if env is None else env
     raw = _value(env, "HOSTED_POOLS")
     names = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
     declared = agent_pools().names
@@ -311,12 +302,81 @@ def _max_payload_bytes(env: Mapping[str, str]) -> int:
     ceiling = int(_value({}, "MAX_PAYLOAD_BYTES"))
     if value > ceiling:
         raise SettingsError(f"MAX_PAYLOAD_BYTES must be at most {ceiling} (1 MiB), got {value}")
-    if _get(env, "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"):
-        return min(value, DTS_MAX_PAYLOAD_BYTES)
-    return value
+    dts = _get(env, "DURABLE_TASK_SCHEDULER_CONNECTION_STRING")
+    return min(value, DTS_MAX_PAYLOAD_BYTES) if dts else value
 
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """Read once; tests that change the environment call ``cache_clear``."""
     return load_settings()
+
+
+# Each optional feature's settings, read when the feature runs (see the module docstring).
+def _schedule(env: Mapping[str, str] | None, name: str) -> Schedule:
+    try:
+        return Schedule.parse(_value(env, name))
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class CanarySettings:
+    enabled: bool
+    schedule: Schedule
+    period: timedelta  # the schedule's: the scenario rotation's and the staleness unit
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    days: int
+    schedule: Schedule
+    batch_size: int
+    archive_container: str | None
+
+
+@dataclass(frozen=True)
+class BulkSettings:
+    schedule: Schedule
+    rate_per_second: int
+
+
+def canary_settings(env: Mapping[str, str] | None = None) -> CanarySettings:
+    schedule = _schedule(env, "CANARY_SCHEDULE")
+    try:
+        period = schedule.period()
+    except ValueError as exc:  # the rotation and the stale alert count periods: one must exist
+        raise SettingsError(f"CANARY_SCHEDULE: {exc}; the canary needs a period") from None
+    return CanarySettings(enabled=_bool(env, "CANARY_ENABLED"), schedule=schedule, period=period)
+
+
+def retention_settings(env: Mapping[str, str] | None = None) -> RetentionSettings:
+    days = _number(env, "RETENTION_DAYS")
+    if days > 36_500:
+        raise SettingsError(f"RETENTION_DAYS is {days}; at most 36500 (100 years)")
+    return RetentionSettings(
+        days=days,
+        schedule=_schedule(env, "RETENTION_SCHEDULE"),
+        batch_size=_number(env, "RETENTION_BATCH_SIZE"),
+        archive_container=_get(env, "AUDIT_ARCHIVE_CONTAINER"),
+    )
+
+
+def bulk_settings(env: Mapping[str, str] | None = None) -> BulkSettings:
+    return BulkSettings(
+        schedule=_schedule(env, "BULK_SCHEDULE"), rate_per_second=_number(env, "BULK_RATE_PER_SECOND")
+    )
+
+
+FEATURE_LOADERS = {"canary": canary_settings, "retention": retention_settings, "bulk": bulk_settings}
+
+
+def feature_errors(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each feature whose settings do not load, with the one-line error that names the setting."""
+    errors = {}
+    for feature, load in FEATURE_LOADERS.items():
+        try:
+            load(env)
+        except SettingsError as exc:
+            errors[feature] = str(exc)
+    return errors

@@ -1,9 +1,8 @@
 """What the roles record: step metrics, recoveries, compensations, dead letters and custom events.
 
 A recovery action gives four signals with the same fields: the counter ``sas.recoveries`` (low
-cardinality, for charts and alerts), a span event, a ``sas.supervisor`` log record and the custom
-event ``sas.recovery``. Custom events are log records the Azure Monitor exporter sends to
-``customEvents``; the alerts and workbook in ``infra/`` query them (docs/operations.md).
+cardinality), a span event, a ``sas.supervisor`` log record and the custom event ``sas.recovery`` (a log
+record the exporter sends to ``customEvents``, which the alerts in ``infra/`` query: docs/operations.md).
 """
 
 from __future__ import annotations
@@ -52,9 +51,7 @@ def _log_key(key: str) -> str:
 
 
 def _attribute_value(value: Any) -> str | bool | int | float:
-    if isinstance(value, str | bool | int | float):
-        return value
-    return str(value)
+    return value if isinstance(value, str | bool | int | float) else str(value)
 
 
 def record_recovery(
@@ -104,33 +101,15 @@ def record_recovery(
         f" ({attrs['reason']})" if attrs.get("reason") else "",
         extra={_log_key(k): v for k, v in fields.items()},
     )
-    if error_type is not None:
-        fields["error_type"] = error_type
-    emit_event(RECOVERY_EVENT, **fields)
+    emit_event(RECOVERY_EVENT, **fields, error_type=error_type)
 
 
-def record_compensation_failed(
-    instance_id: str,
-    step_id: str,
-    attempt: int | None,
-    *,
-    workflow: str | None = None,
-    error: str | None = None,
-    error_type: str | None = None,
-    **attrs: Any,
-) -> None:
-    """Counts ``sas.compensation_failures`` and ``sas.compensations``: do not also call
-    :func:`record_compensation_finished`."""
+def record_compensation_failed(instance_id: str, step_id: str, attempt: int | None, **attrs: Any) -> None:
+    """:func:`record_recovery` of a compensator giving up (keywords: ``workflow``, ``error``,
+    ``error_type``...); it counts ``sas.compensation_failures`` and ``sas.compensations``: do not also
+    call :func:`record_compensation_finished`."""
     record_recovery(
-        instance_id,
-        step_id,
-        attempt,
-        "finish_compensation",
-        OUTCOME_COMPENSATION_FAILED,
-        workflow=workflow,
-        error=error,
-        error_type=error_type,
-        **attrs,
+        instance_id, step_id, attempt, "finish_compensation", OUTCOME_COMPENSATION_FAILED, **attrs
     )
 
 
@@ -170,28 +149,15 @@ def record_compensation_finished(workflow: str) -> None:
 
 
 def record_dead_letter(
-    queue: str,
-    *,
-    reason: str | None = None,
-    workflow: str | None = None,
-    instance_id: str | None = None,
-    step_id: str | None = None,
-    **attrs: Any,
+    queue: str, *, reason: str | None = None, workflow: str | None = None, **attrs: Any
 ) -> None:
-    """``queue``: the live queue's name; ``error.type`` is the dead-letter reason."""
+    """``queue``: the live queue's name; ``error.type`` is the dead-letter reason; ``attrs`` (such as
+    ``instance_id``, ``step_id``) go to the event only."""
+    workflow = workflow or "unknown"
     current().dead_lettered.add(
-        1,
-        {DESTINATION: queue, "workflow": workflow or "unknown", ERROR_TYPE: reason or ERROR_TYPE_OTHER},
+        1, {DESTINATION: queue, "workflow": workflow, ERROR_TYPE: reason or ERROR_TYPE_OTHER}
     )
-    emit_event(
-        DEAD_LETTER_EVENT,
-        queue=queue,
-        reason=reason,
-        workflow=workflow or "unknown",
-        instance_id=instance_id,
-        step_id=step_id,
-        **attrs,
-    )
+    emit_event(DEAD_LETTER_EVENT, queue=queue, reason=reason, workflow=workflow, **attrs)
 
 
 def emit_event(event_name: str, /, **attributes: Any) -> None:

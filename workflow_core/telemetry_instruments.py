@@ -1,8 +1,6 @@
-"""The pattern's instruments, their names, and the providers they report to (the table of
-instruments is in docs/operations.md).
-
-Nothing is exported unless :func:`configure_telemetry` found ``APPLICATIONINSIGHTS_CONNECTION_STRING``:
-without it the OpenTelemetry API's no-op providers swallow the signals.
+"""The pattern's instruments, their names, and the providers they report to (the table of instruments is
+in docs/operations.md). Nothing is exported unless :func:`configure_telemetry` found
+``APPLICATIONINSIGHTS_CONNECTION_STRING``: without it the API's no-op providers swallow the signals.
 """
 
 from __future__ import annotations
@@ -59,76 +57,18 @@ class Instruments:
 
 _lock = threading.Lock()
 _instruments: Instruments | None = None
-_meter_provider: metrics.MeterProvider | None = None
-_tracer_provider: trace.TracerProvider | None = None
-_configured = False
-_configured_by: str | None = None
+# The providers use_providers set (None: the global ones).
+_providers: tuple[metrics.MeterProvider | None, trace.TracerProvider | None] = (None, None)
+_configured_by: str | None = None  # "worker" or "app" once the exporter is configured
 # Callbacks of the observable gauges, set by register_ledger_gauges.
-_gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {
-    WORK_IN_FLIGHT_GAUGE: None,
-    INSTANCES_OVERDUE_GAUGE: None,
-}
+_gauge_sources: dict[str, Callable[[], GaugeReading] | None] = {}
 
 
 def _build(
     meter_provider: metrics.MeterProvider | None, tracer_provider: trace.TracerProvider | None
 ) -> Instruments:
     meter = (meter_provider or metrics.get_meter_provider()).get_meter(INSTRUMENTATION_NAME)
-    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(INSTRUMENTATION_NAME)
-    instruments = Instruments(
-        recovery=meter.create_counter(
-            RECOVERY_COUNTER,
-            unit="{action}",
-            description="Recovery actions taken on workflow steps (retry, re-send, compensation...)",
-        ),
-        compensation_failed=meter.create_counter(
-            COMPENSATION_FAILED_COUNTER,
-            unit="{step}",
-            description="Compensations that ended failed: the step needs an operator",
-        ),
-        compensations=meter.create_counter(
-            COMPENSATIONS_COUNTER,
-            unit="{step}",
-            description="Finished compensations of a step, by outcome (compensated, compensation_failed)",
-        ),
-        dead_lettered=meter.create_counter(
-            DEAD_LETTER_COUNTER,
-            unit="{message}",
-            description="Messages that reached a dead-letter queue, by queue and dead-letter reason",
-        ),
-        step_duration=meter.create_histogram(
-            STEP_DURATION_HISTOGRAM,
-            unit="s",
-            description="How long an agent worked on one attempt of a step, by outcome",
-        ),
-        step_attempts=meter.create_histogram(
-            STEP_ATTEMPTS_HISTOGRAM,
-            unit="{attempt}",
-            description="Attempts a step took to reach its final outcome",
-        ),
-        queue_wait=meter.create_histogram(
-            QUEUE_WAIT_HISTOGRAM,
-            unit="s",
-            description="Time from a step's dispatch (ledger) to its agent starting it: the queue wait",
-        ),
-        canary_runs=meter.create_counter(
-            CANARY_RUNS_COUNTER, unit="{run}", description="Canary runs judged, by outcome"
-        ),
-        canary_recovery=meter.create_histogram(
-            CANARY_RECOVERY_HISTOGRAM,
-            unit="s",
-            description="Seconds a canary run took from start to recovered end",
-        ),
-        canary_stale_pools=meter.create_counter(
-            CANARY_STALE_COUNTER,
-            unit="{pool}",
-            description="Canary pools with no pass within two periods, per tick",
-        ),
-        circuit_state=meter.create_gauge(
-            CIRCUIT_STATE_GAUGE, description="Circuit state per agent: 0 closed, 1 half-open, 2 open"
-        ),
-        tracer=tracer,
-    )
+    counter, histogram = meter.create_counter, meter.create_histogram
     meter.create_observable_gauge(
         WORK_IN_FLIGHT_GAUGE,
         callbacks=[_gauge_callback(WORK_IN_FLIGHT_GAUGE)],
@@ -142,7 +82,50 @@ def _build(
         unit="{instance}",
         description="Workflow instances past their scheduler deadline, as the ledger counts them",
     )
-    return instruments
+    return Instruments(
+        recovery=counter(
+            RECOVERY_COUNTER,
+            "{action}",
+            "Recovery actions taken on workflow steps (retry, re-send, compensation...)",
+        ),
+        compensation_failed=counter(
+            COMPENSATION_FAILED_COUNTER,
+            "{step}",
+            "Compensations that ended failed: the step needs an operator",
+        ),
+        compensations=counter(
+            COMPENSATIONS_COUNTER,
+            "{step}",
+            "Finished compensations of a step, by outcome (compensated, compensation_failed)",
+        ),
+        dead_lettered=counter(
+            DEAD_LETTER_COUNTER,
+            "{message}",
+            "Messages that reached a dead-letter queue, by queue and dead-letter reason",
+        ),
+        step_duration=histogram(
+            STEP_DURATION_HISTOGRAM, "s", "How long an agent worked on one attempt of a step, by outcome"
+        ),
+        step_attempts=histogram(
+            STEP_ATTEMPTS_HISTOGRAM, "{attempt}", "Attempts a step took to reach its final outcome"
+        ),
+        queue_wait=histogram(
+            QUEUE_WAIT_HISTOGRAM,
+            "s",
+            "Time from a step's dispatch (ledger) to its agent starting it: the queue wait",
+        ),
+        canary_runs=counter(CANARY_RUNS_COUNTER, "{run}", "Canary runs judged, by outcome"),
+        canary_recovery=histogram(
+            CANARY_RECOVERY_HISTOGRAM, "s", "Seconds a canary run took from start to recovered end"
+        ),
+        canary_stale_pools=counter(
+            CANARY_STALE_COUNTER, "{pool}", "Canary pools with no pass within two periods, per tick"
+        ),
+        circuit_state=meter.create_gauge(
+            CIRCUIT_STATE_GAUGE, description="Circuit state per agent: 0 closed, 1 half-open, 2 open"
+        ),
+        tracer=(tracer_provider or trace.get_tracer_provider()).get_tracer(INSTRUMENTATION_NAME),
+    )
 
 
 def _gauge_callback(name: str) -> Callable[[metrics.CallbackOptions], Iterable[metrics.Observation]]:
@@ -167,44 +150,38 @@ def current() -> Instruments:
     with _lock:
         if _instruments is None:
             # The global providers are proxies: these instruments export once configure_telemetry runs.
-            _instruments = _build(_meter_provider, _tracer_provider)
+            _instruments = _build(*_providers)
         return _instruments
 
 
 def use_providers(
-    meter_provider: metrics.MeterProvider | None = None,
-    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None, tracer_provider: trace.TracerProvider | None = None
 ) -> None:
     """Send the pattern's signals to these providers instead of the global ones (tests, embedders)."""
-    global _instruments, _meter_provider, _tracer_provider
+    global _instruments, _providers
     with _lock:
-        _meter_provider = meter_provider
-        _tracer_provider = tracer_provider
+        _providers = (meter_provider, tracer_provider)
         _instruments = None
 
 
 def configure_telemetry(settings: Settings | None = None) -> bool:
-    """Export to Application Insights if ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set; once per process.
-
-    Only the ``sas`` loggers are exported: the Functions host already forwards ordinary logs.
-    Without ``settings`` it reads the environment, so it works before the other settings are valid.
-    """
-    global _configured, _configured_by
-    connection_string = (
-        settings.app_insights_connection_string
-        if settings is not None
-        else (os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING") or "").strip() or None
-    )
+    """Export the ``sas`` loggers (the host forwards the others), spans and metrics to Application Insights
+    if ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set; once per process. Without ``settings`` it reads
+    the environment, so it works before the other settings are valid."""
+    global _configured_by
+    if settings is not None:
+        connection_string = settings.app_insights_connection_string
+    else:
+        connection_string = (os.environ.get("APPLICATIONINSIGHTS_CONNECTION_STRING") or "").strip()
     if not connection_string:
         return False
     with _lock:
-        if _configured:
+        if _configured_by:
             return True
         if worker_owns_telemetry():
             # The Python worker already called configure_azure_monitor() at worker init (its
             # dispatcher.py, initialize_azure_monitor): a second call would install a second set of
             # providers and export every span and record twice. Use the worker's global providers.
-            _configured = True
             _configured_by = "worker"
         else:
             from azure.monitor.opentelemetry import configure_azure_monitor
@@ -213,10 +190,8 @@ def configure_telemetry(settings: Settings | None = None) -> bool:
             # Application Insights in infra/ has local (key) auth disabled: ingestion needs Entra ID.
             options = {} if credential is None else {"credential": credential}
             configure_azure_monitor(connection_string=connection_string, logger_name="sas", **options)
-            _configured = True
             _configured_by = "app"
-    # Rebind the instruments to the (now real) global providers.
-    use_providers(None, None)
+    use_providers(None, None)  # rebind the instruments to the (now real) global providers
     return True
 
 
@@ -232,10 +207,6 @@ def _entra_credential() -> Any:
     return ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
 
 
-def is_configured() -> bool:
-    return _configured
-
-
 WORKER_TELEMETRY_SETTING = "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"
 NULL_PROPAGATOR_SETTING = "PYTHON_ENABLE_OPENTELEMETRY"
 
@@ -247,19 +218,15 @@ def worker_owns_telemetry() -> bool:
 
 def configured_by() -> str | None:
     """Who configured the exporter in this process: ``"worker"``, ``"app"`` or None (not configured)."""
-    return _configured_by if _configured else None
+    return _configured_by
 
 
 def register_ledger_gauges(
-    *,
-    in_flight: Callable[[], GaugeReading] | None = None,
-    overdue: Callable[[], GaugeReading] | None = None,
+    *, in_flight: Callable[[], GaugeReading] | None = None, overdue: Callable[[], GaugeReading] | None = None
 ) -> None:
-    """Feed the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue``.
-
-    Each callback runs at every metric export on the exporter's thread: it must be cheap (a cached
-    count, never a table scan) and return a number or ``{workflow: number}``; ``None`` stops observing.
-    """
+    """Feed the observable gauges ``sas.work.in_flight`` and ``sas.instance.overdue``: each callback runs at
+    every export on the exporter's thread, so it must be cheap (never a table scan) and return a number or
+    ``{workflow: number}``; ``None`` stops observing."""
     with _lock:
         _gauge_sources[WORK_IN_FLIGHT_GAUGE] = in_flight
         _gauge_sources[INSTANCES_OVERDUE_GAUGE] = overdue

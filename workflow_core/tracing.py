@@ -70,9 +70,7 @@ def from_fields(trace_parent: str | None, trace_state: str | None = None) -> dic
 def ledger_fields(carrier: Any) -> dict[str, str | None]:
     """``trace_parent``/``trace_state`` keyword arguments for a ledger write."""
     valid = clean(carrier)
-    if not valid:
-        return {}
-    return {"trace_parent": valid[TRACEPARENT], "trace_state": valid.get(TRACESTATE)}
+    return {"trace_parent": valid[TRACEPARENT], "trace_state": valid.get(TRACESTATE)} if valid else {}
 
 
 def span_context(carrier: Any) -> trace.SpanContext | None:
@@ -87,8 +85,7 @@ def span_context(carrier: Any) -> trace.SpanContext | None:
 
 
 def links(*carriers: Any) -> list[Link]:
-    found = [span_context(c) for c in carriers]
-    return [Link(ctx) for ctx in found if ctx is not None]
+    return [Link(ctx) for ctx in map(span_context, carriers) if ctx is not None]
 
 
 @contextmanager
@@ -119,11 +116,9 @@ def messaging_attributes(
     transport: Any, queue: str, operation: str, message_id: str | None
 ) -> dict[str, Any]:
     """Messaging attributes of a send/process span (Storage Queues have no registered system value)."""
-    system = (
-        "servicebus" if str(getattr(transport, "value", transport)) == "servicebus" else "azure.storage.queue"
-    )
+    servicebus = str(getattr(transport, "value", transport)) == "servicebus"
     return {
-        "messaging.system": system,
+        "messaging.system": "servicebus" if servicebus else "azure.storage.queue",
         "messaging.destination.name": queue,
         "messaging.operation.type": operation,
         "messaging.message.id": message_id,
@@ -131,14 +126,7 @@ def messaging_attributes(
 
 
 def consumer_span(
-    name: str,
-    *,
-    transport: Any,
-    queue: str,
-    message_id: str | None,
-    body: Any,
-    parent: Any,
-    **extra: Any,
+    name: str, *, transport: Any, queue: str, message_id: str | None, body: Any, parent: Any, **extra: Any
 ) -> Any:
     """The CONSUMER span of a message handler, a child of the message's trace context."""
     fields = body if isinstance(body, dict) else {}

@@ -33,9 +33,9 @@ from workflow_core.canary import (
     echo_input,
     scenario_named,
 )
-from workflow_core.feature_settings import CanarySettings
 from workflow_core.runtime import Services
 from workflow_core.schedules import Schedule
+from workflow_core.settings import CanarySettings
 from workflow_core.starter import StartRefused, start_instance
 from workflow_core.workflows.loader import agent_pools
 

@@ -25,8 +25,13 @@ from supervisor.maintenance import bulk
 from supervisor.maintenance.bulk_retention import bulk_retention_tick
 from supervisor.maintenance.retention import PurgeReport, Retention
 from workflow_core import clock, runtime
-from workflow_core.feature_settings import FEATURE_LOADERS, BulkSettings, RetentionSettings, feature_errors
-from workflow_core.settings import SettingsError
+from workflow_core.settings import (
+    FEATURE_LOADERS,
+    BulkSettings,
+    RetentionSettings,
+    SettingsError,
+    feature_errors,
+)
 from workflow_core.storage_clients import blob_container_client
 from workflow_core.workflows import load_workflows
 

@@ -30,7 +30,6 @@ CLEAN = (
 def _clean_env(monkeypatch):
     for name in CLEAN:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(telemetry_instruments, "_configured", False)
     monkeypatch.setattr(telemetry_instruments, "_configured_by", None)
 
 
@@ -98,7 +97,6 @@ def test_telemetry_configured_twice_and_the_null_propagator(services, monkeypatc
     monkeypatch.setenv("PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME", "sas")
     services.liveness.record_tick()
     monkeypatch.setenv("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "true")
-    monkeypatch.setattr(telemetry_instruments, "_configured", True)
     monkeypatch.setattr(telemetry_instruments, "_configured_by", "app")
     assert set(_failed(diagnostics.collect(services))) == {"telemetry configured once"}
     monkeypatch.delenv("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY")

@@ -31,7 +31,7 @@ def served(services, monkeypatch, client):
         "SERVICE_BUS_NAMESPACE_ID",
     ):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(telemetry_instruments, "_configured", False)
+    monkeypatch.setattr(telemetry_instruments, "_configured_by", None)
 
     def answer(req: func.HttpRequest) -> func.HttpResponse:
         return asyncio.run(diagnostics.diagnostics(req, client, services))

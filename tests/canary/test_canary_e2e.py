@@ -168,7 +168,7 @@ TWO_POOLS = "pools:\n  alpha:\n    agents: []\n  beta:\n    agents: []\n    cana
 
 def _tick_and_judge(h: PatternHarness, minutes: int) -> dict:
     from supervisor.canary.runs import canary_tick
-    from workflow_core.feature_settings import canary_settings
+    from workflow_core.settings import canary_settings
 
     done = h.host.run_async(
         canary_tick(h.services, h.host.client, canary_settings({"CANARY_ENABLED": "true"}), now=h.now())

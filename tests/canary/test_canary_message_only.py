@@ -100,7 +100,7 @@ def test_a_message_only_pool_without_an_agent_fails_naming_the_pool_and_the_agen
 
 def test_a_tick_runs_the_echo_canary_in_the_message_only_pool_and_the_canary_in_the_hosted_one(edge):
     from supervisor.canary.runs import canary_tick
-    from workflow_core.feature_settings import canary_settings
+    from workflow_core.settings import canary_settings
 
     h = edge
     MessageOnlyEcho(h, "edge")

@@ -13,8 +13,8 @@ from devtools.harness import PatternHarness
 from devtools.request_counter import RequestCounter
 from supervisor.canary import ACTOR, VERDICT_ACTION
 from supervisor.canary.runs import canary_tick
-from workflow_core.feature_settings import canary_settings
 from workflow_core.runtime import Services
+from workflow_core.settings import canary_settings
 
 BEFORE = 64  # queries a tick with one pool and 25 judged runs, before one shared read
 

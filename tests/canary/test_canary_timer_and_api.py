@@ -13,7 +13,7 @@ import pytest
 from devtools.harness import PatternHarness
 from supervisor.canary import runs as canary
 from workflow_core.canary import SCENARIOS
-from workflow_core.feature_settings import canary_settings
+from workflow_core.settings import canary_settings
 
 HOUR = timedelta(hours=1)
 ON = canary_settings({"CANARY_ENABLED": "true"})

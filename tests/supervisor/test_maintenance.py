@@ -15,7 +15,7 @@ from supervisor.maintenance import bulk, bulk_tick, due_features, maintenance_ti
 from tests.durable_host.test_client_and_app import approval
 from tests.helpers.rows import IS, NOW, make_instance
 from workflow_core import clock
-from workflow_core.feature_settings import bulk_settings, retention_settings
+from workflow_core.settings import bulk_settings, retention_settings
 
 
 @pytest.fixture

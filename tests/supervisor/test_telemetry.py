@@ -140,7 +140,7 @@ def test_nothing_is_exported_without_a_connection_string(monkeypatch):
     monkeypatch.delenv("APPLICATIONINSIGHTS_CONNECTION_STRING", raising=False)
     assert telemetry_instruments.configure_telemetry() is False
     assert telemetry_instruments.configure_telemetry() is False
-    assert telemetry_instruments.is_configured() is False
+    assert telemetry_instruments.configured_by() is None
 
 
 def test_azure_monitor_is_configured_once_with_a_connection_string():

@@ -28,7 +28,7 @@ from workflow_core.transport import (
     Transport,
     pump,
 )
-from workflow_core.transport.delivery import MAX_DELIVERY_REASON
+from workflow_core.transport.base import MAX_DELIVERY_REASON
 
 STORAGE = "storage-queue"
 SERVICE_BUS = "servicebus"

@@ -12,7 +12,7 @@ from workflow_core.transport import (
     pump,
     settle_failure,
 )
-from workflow_core.transport.delivery import MAX_DELIVERY_REASON, MAX_DESCRIPTION_CHARS
+from workflow_core.transport.base import MAX_DELIVERY_REASON, MAX_DESCRIPTION_CHARS
 
 
 class Recorder(Transport):

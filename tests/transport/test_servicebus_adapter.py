@@ -215,21 +215,6 @@ def test_settling_after_close_raises_lock_lost(servicebus_double, queue):
         t.send(queue, _message())
 
 
-def test_send_many_sends_batches_that_arrive_as_separate_messages(transport, queue):
-    sent = [_message(body={"n": n}) for n in range(25)]
-
-    transport.send_many(queue, sent)
-
-    got: list[ReceivedMessage] = []
-    deadline = time.monotonic() + 15
-    while len(got) < len(sent) and time.monotonic() < deadline:
-        got += transport.receive(queue, max_messages=50, wait_seconds=2)
-    assert sorted(m.body["n"] for m in got) == list(range(25))
-    assert {m.message_id for m in got} == {m.message_id for m in sent}
-    for message in got:
-        transport.complete(message)
-
-
 def test_pump_dead_letters_on_the_last_allowed_delivery(servicebus_double, transport, queue):
     sent = _message()
     transport.send(queue, sent)

@@ -196,8 +196,9 @@ def test_identity_based_construction_with_an_explicit_credential(azurite, unique
     """The account-URI path, exercised against Azurite with its (public) shared key as the credential."""
     uri = f"http://127.0.0.1:{azurite.queue_port}/{AZURITE_ACCOUNT}"
     queue = unique_name("sq")
-    with StorageQueueTransport.from_queue_service_uri(
-        uri, credential=AzureNamedKeyCredential(AZURITE_ACCOUNT, AZURITE_KEY)
+    connection = StorageConnection(queue_service_uri=uri, table_service_uri=uri)
+    with StorageQueueTransport.from_connection(
+        connection, credential=AzureNamedKeyCredential(AZURITE_ACCOUNT, AZURITE_KEY)
     ) as t:
         t.ensure_queues(queue)
         t.send(queue, _message(body={"via": "uri"}))

@@ -1,8 +1,8 @@
 """Agent transport: how step work and step results travel between scheduler and agents.
 
 :class:`Transport` is the interface; ``servicebus.ServiceBusTransport`` (production) and
-``storage_queue.StorageQueueTransport`` (Azurite, CI) implement it; ``delivery.pump`` /
-``delivery.settle_failure`` settle like the Functions host.
+``storage_queue.StorageQueueTransport`` (Azurite, CI) implement it; ``pump`` / ``settle_failure``
+settle like the Functions host.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from workflow_core.transport.base import (
     LockLostError,
     OutgoingMessage,
     ReceivedMessage,
+    Settlement,
     Transport,
     TransportError,
     message_id_for,
+    pump,
+    settle_failure,
 )
-from workflow_core.transport.delivery import Settlement, pump, settle_failure
 
 
 def create_transport(settings: Settings) -> Transport:

@@ -1,12 +1,10 @@
 """JSON from a queue, parsed within bounds: every way a hostile body can fail becomes one error.
 
 ``json.loads`` alone raises ``RecursionError`` on a few kilobytes of nesting, accepts duplicate keys
-(the last one silently wins), lone UTF-16 surrogates (which Table Storage and every later
-``encode("utf-8")`` refuse), ``NaN``/``Infinity`` and integers of thousands of digits. A queue
-reader must park such a message, not raise on it (a redelivery cannot fix it, and an exception sends
-it to a poison queue nothing reads), so :func:`loads` checks size and depth *before* parsing and
-everything else while parsing, and raises only :class:`MalformedJson` (a ``ValueError``) with a
-reason fit for an audit row.
+(the last one wins), lone UTF-16 surrogates (which Table Storage refuses), ``NaN``/``Infinity`` and
+integers of thousands of digits. A queue reader must park such a message, not raise on it, so
+:func:`loads` checks size and depth *before* parsing, the rest while parsing, and raises only
+:class:`MalformedJson` (a ``ValueError``) with a reason fit for an audit row.
 """
 
 from __future__ import annotations
@@ -55,16 +53,14 @@ def _checked_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _int(text: str) -> int:
+def _number(text: str) -> str:
     if len(text) > MAX_NUMBER_CHARS:
         raise MalformedJson(f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})")
-    return int(text)
+    return text
 
 
 def _float(text: str) -> float:
-    if len(text) > MAX_NUMBER_CHARS:
-        raise MalformedJson(f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})")
-    value = float(text)
+    value = float(_number(text))
     if not math.isfinite(value):
         raise MalformedJson(f"the number {text[:20]} is out of range")
     return value
@@ -108,7 +104,7 @@ def loads(data: str | bytes, *, max_chars: int = MAX_CHARS, max_depth: int = MAX
         value = json.loads(
             data,
             object_pairs_hook=_checked_pairs,
-            parse_int=_int,
+            parse_int=lambda text: int(_number(text)),
             parse_float=_float,
             parse_constant=_constant,
         )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_core.transport import bounded_json
-from workflow_core.transport.base import OutgoingMessage
+from workflow_core.transport.base import OutgoingMessage, ReceivedMessage
 
 ENVELOPE_FORMAT = "workflow-message/1"
 
@@ -30,7 +30,7 @@ class Envelope:
 
 
 def write_envelope(
-    message: OutgoingMessage,
+    message: OutgoingMessage | ReceivedMessage,
     *,
     dead_letter_reason: str | None = None,
     dead_letter_description: str | None = None,
@@ -53,20 +53,23 @@ MALFORMED_KEY = "malformed"  # set on a body whose text is JSON this app will no
 MAX_KEPT_TEXT = 4096  # of a malformed body, kept for the audit
 
 
+_TEXT_FIELDS = ("message_id", "correlation_id", "subject", "dead_letter_reason", "dead_letter_description")
+
+
 def read_envelope(text: str) -> Envelope:
     """Parse an envelope; anything else becomes a foreign one (``is_envelope=False``)."""
-    doc = _json_or_none(text)
+    try:
+        doc = bounded_json.loads(text)
+    except bounded_json.MalformedJson:
+        doc = None
     if not isinstance(doc, dict) or doc.get("envelope") != ENVELOPE_FORMAT:
         return Envelope(body=body_from_text(text), message_id=None, is_envelope=False)
     props = doc.get("application_properties")
+    texts = {key: None if doc.get(key) is None else str(doc[key]) for key in _TEXT_FIELDS}
     return Envelope(
         body=_as_body(doc.get("body")),
-        message_id=_str_or_none(doc.get("message_id")),
-        correlation_id=_str_or_none(doc.get("correlation_id")),
-        subject=_str_or_none(doc.get("subject")),
         application_properties=props if isinstance(props, dict) else {},
-        dead_letter_reason=_str_or_none(doc.get("dead_letter_reason")),
-        dead_letter_description=_str_or_none(doc.get("dead_letter_description")),
+        **texts,
     )
 
 
@@ -82,10 +85,8 @@ def is_doctor_probe(body: Any) -> bool:
 
 def body_from_text(text: str) -> dict[str, Any]:
     """A message body as a dict, whatever was sent: a JSON object is itself, other JSON becomes
-    ``{"value": ...}``, text that is not JSON becomes ``{"text": ...}``.
-    A body that looks like JSON but breaks a bound or a rule (:mod:`bounded_json`: depth, size,
-    duplicate keys, lone surrogates, huge numbers) becomes ``{"malformed": <why>, "text": <its
-    start>}``, which no message model accepts: the reader parks it with that reason."""
+    ``{"value": ...}``, text that is not JSON ``{"text": ...}``, and text that looks like JSON but breaks
+    a :mod:`bounded_json` rule ``{"malformed": <why>, "text": <its start>}``, which the reader parks."""
     try:
         doc = bounded_json.loads(text)
     except bounded_json.MalformedJson as exc:
@@ -95,16 +96,5 @@ def body_from_text(text: str) -> dict[str, Any]:
     return _as_body(doc)
 
 
-def _json_or_none(text: str) -> Any:
-    try:
-        return bounded_json.loads(text)
-    except bounded_json.MalformedJson:
-        return None
-
-
 def _as_body(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"value": value}
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)

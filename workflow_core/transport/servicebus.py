@@ -1,15 +1,13 @@
-"""The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API); what
-it guarantees: docs/transport.md, "What each adapter guarantees".
-
-``delivery_count`` is 1 on the first delivery: the AMQP header says "deliveries so far - 1", and this
-adapter adds 1 as the .NET SDK does. Senders and receivers are cached per entity path, each behind a
-lock, so threads can share one transport.
+"""The :class:`Transport` on Azure Service Bus queues (``azure-servicebus``, synchronous API); what it
+guarantees: docs/transport.md. ``delivery_count`` is 1 on the first delivery (the AMQP header counts
+deliveries so far - 1; the .NET SDK adds 1 too). Senders and receivers are cached per entity path, each
+behind a lock, so threads can share one transport.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
@@ -17,7 +15,6 @@ from typing import Any, TypeVar
 from azure.servicebus import (
     ServiceBusClient,
     ServiceBusMessage,
-    ServiceBusMessageBatch,
     ServiceBusReceivedMessage,
     ServiceBusReceiveMode,
     ServiceBusReceiver,
@@ -29,7 +26,6 @@ from azure.servicebus.exceptions import (
     MessageAlreadySettled,
     MessageLockLostError,
     MessageNotFoundError,
-    MessageSizeExceededError,
     MessagingEntityNotFoundError,
     ServiceBusError,
 )
@@ -77,27 +73,18 @@ class ServiceBusTransport(Transport):
         return cls(client, min_wait_seconds=min_wait_seconds)
 
     @classmethod
-    def from_namespace(
-        cls,
-        fully_qualified_namespace: str,
-        *,
-        client_id: str | None = None,
-        min_wait_seconds: float = 1.0,
+    def from_connection(
+        cls, connection: ServiceBusConnection, *, min_wait_seconds: float = 1.0
     ) -> ServiceBusTransport:
-        """Identity-based; the identity needs the Service Bus Data Sender and Data Receiver roles."""
+        """By connection string, else by identity (settings.service_bus_connection refuses neither), which
+        needs the Service Bus Data Sender and Data Receiver roles."""
+        if connection.connection_string:
+            return cls.from_connection_string(connection.connection_string, min_wait_seconds=min_wait_seconds)
         from azure.identity import DefaultAzureCredential
 
-        credential = DefaultAzureCredential(managed_identity_client_id=client_id)
-        return cls(ServiceBusClient(fully_qualified_namespace, credential), min_wait_seconds=min_wait_seconds)
-
-    @classmethod
-    def from_connection(cls, connection: ServiceBusConnection, **kwargs: Any) -> ServiceBusTransport:
-        if connection.connection_string:
-            return cls.from_connection_string(connection.connection_string, **kwargs)
-        # settings.service_bus_connection refuses a connection with neither
-        return cls.from_namespace(
-            connection.fully_qualified_namespace, client_id=connection.client_id, **kwargs
-        )
+        credential = DefaultAzureCredential(managed_identity_client_id=connection.client_id)
+        client = ServiceBusClient(connection.fully_qualified_namespace, credential)
+        return cls(client, min_wait_seconds=min_wait_seconds)
 
     def ensure_queues(self, *queues: str) -> None:
         """A no-op: Service Bus queues are infrastructure (Bicep, or the emulator's config)."""
@@ -108,81 +95,60 @@ class ServiceBusTransport(Transport):
         with lock:
             self._call(f"send {message.message_id!r} to", queue, lambda: sender.send_messages(sb_message))
 
-    def send_many(self, queue: str, messages: Iterable[OutgoingMessage]) -> None:
-        sender, lock = self._sender(queue)
-
-        def flush(batch: ServiceBusMessageBatch) -> None:
-            action = f"send a batch of {len(batch)} messages to"
-            self._call(action, queue, partial(sender.send_messages, batch))
-
-        with lock:
-            batch = self._call("create a message batch for", queue, sender.create_message_batch)
-            for message in messages:
-                sb_message = _to_sb_message(message)
-                try:
-                    batch.add_message(sb_message)
-                    continue
-                except MessageSizeExceededError:
-                    pass
-                if len(batch):
-                    flush(batch)
-                    batch = self._call("create a message batch for", queue, sender.create_message_batch)
-                try:
-                    batch.add_message(sb_message)
-                except MessageSizeExceededError as exc:
-                    raise TransportError(
-                        f"Service Bus {queue!r}: message {message.message_id!r} is larger than the maximum "
-                        f"message size ({batch.max_size_in_bytes} bytes)"
-                    ) from exc
-            if len(batch):
-                flush(batch)
-
     def receive(
         self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
     ) -> list[ReceivedMessage]:
-        return self._receive(queue, max_messages, wait_seconds)
+        """``queue`` may be a dead-letter sub-queue's path (``<queue>/$DeadLetterQueue``)."""
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        receiver, lock = self._receiver(queue)
+        wait = max(self._min_wait, wait_seconds)
+        with lock:
+            received = self._call(
+                "receive from",
+                queue,
+                lambda: receiver.receive_messages(max_message_count=max_messages, max_wait_time=wait),
+            )
+        return [_to_received(queue, m) for m in received]
 
     def complete(self, message: ReceivedMessage) -> None:
-        self._settle(message, "complete", lambda r, m: r.complete_message(m))
+        self._settle(message, "complete", ServiceBusReceiver.complete_message)
 
     def abandon(self, message: ReceivedMessage) -> None:
-        self._settle(message, "abandon", lambda r, m: r.abandon_message(m))
+        self._settle(message, "abandon", ServiceBusReceiver.abandon_message)
 
     def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
-        self._settle(
-            message,
-            "dead-letter",
-            lambda r, m: r.dead_letter_message(m, reason=reason, error_description=description),
+        dead_letter = partial(
+            ServiceBusReceiver.dead_letter_message, reason=reason, error_description=description
         )
+        self._settle(message, "dead-letter", dead_letter)
 
     def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
-        locked_until = self._settle(message, "renew the lock of", lambda r, m: r.renew_message_lock(m))
-        message.locked_until = as_utc(locked_until)
+        message.locked_until = as_utc(
+            self._settle(message, "renew the lock of", ServiceBusReceiver.renew_message_lock)
+        )
 
     def receive_dead_letters(
         self, queue: str, *, max_messages: int = 10, lock_seconds: float = 30.0, wait_seconds: float = 0.0
     ) -> list[ReceivedMessage]:
-        return self._receive(queue + DEAD_LETTER_SUFFIX, max_messages, wait_seconds)
+        return self.receive(queue + DEAD_LETTER_SUFFIX, max_messages=max_messages, wait_seconds=wait_seconds)
 
     def close(self) -> None:
         """Close the links in parallel (the SDK takes up to a second per link), then the client."""
         with self._lock:
             self._closed = True
-            handlers = [h for h, _ in self._senders.values()] + [h for h, _ in self._receivers.values()]
+            handlers = [h for h, _ in [*self._senders.values(), *self._receivers.values()]]
             self._senders, self._receivers = {}, {}
-        errors: list[BaseException] = []
-        if handlers:
-            with ThreadPoolExecutor(max_workers=min(16, len(handlers))) as pool:
-                errors += [e for e in pool.map(_close_quietly, handlers) if e is not None]
-        error = _close_quietly(self._client)
-        if error is not None:
-            errors.append(error)
+        with ThreadPoolExecutor(max_workers=min(16, len(handlers) + 1)) as pool:
+            closed = list(pool.map(_close_quietly, handlers))
+        errors = [e for e in [*closed, _close_quietly(self._client)] if e is not None]
         if errors:
             raise TransportError(f"Service Bus: closing failed: {errors[0]}") from errors[0]
 
     def _sender(self, queue: str) -> tuple[ServiceBusSender, threading.Lock]:
         with self._lock:
-            self._check_open()
+            if self._closed:
+                raise TransportError("Service Bus transport is closed")
             entry = self._senders.get(queue)
             if entry is None:
                 entry = (self._client.get_queue_sender(queue), threading.Lock())
@@ -191,41 +157,27 @@ class ServiceBusTransport(Transport):
 
     def _receiver(self, entity: str) -> tuple[ServiceBusReceiver, threading.Lock]:
         with self._lock:
-            self._check_open()
+            if self._closed:
+                raise TransportError("Service Bus transport is closed")
             entry = self._receivers.get(entity)
         if entry is not None:
             return entry
-        if entity.endswith(DEAD_LETTER_SUFFIX):
-            queue, sub_queue = entity[: -len(DEAD_LETTER_SUFFIX)], ServiceBusSubQueue.DEAD_LETTER
-        else:
-            queue, sub_queue = entity, None
+        queue, dead_letters, _ = entity.partition(DEAD_LETTER_SUFFIX)
         receiver = self._client.get_queue_receiver(
-            queue, sub_queue=sub_queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK, prefetch_count=0
+            queue,
+            sub_queue=ServiceBusSubQueue.DEAD_LETTER if dead_letters else None,
+            receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
+            prefetch_count=0,
         )
         # Open the link before the first receive: the SDK counts link set-up against max_wait_time.
         self._call("open a receiver on", entity, receiver.__enter__)
         with self._lock:
-            existing = None if self._closed else self._receivers.get(entity)
-            if existing is None and not self._closed:
-                entry = self._receivers[entity] = (receiver, threading.Lock())
-                return entry
-        receiver.close()  # another thread won the race, or the transport was closed meanwhile
-        if existing is None:
+            entry = None if self._closed else self._receivers.setdefault(entity, (receiver, threading.Lock()))
+        if entry is None or entry[0] is not receiver:
+            receiver.close()  # the transport was closed meanwhile, or another thread won the race
+        if entry is None:
             raise TransportError("Service Bus transport is closed")
-        return existing
-
-    def _receive(self, entity: str, max_messages: int, wait_seconds: float) -> list[ReceivedMessage]:
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
-        receiver, lock = self._receiver(entity)
-        wait = max(self._min_wait, wait_seconds)
-        with lock:
-            received = self._call(
-                "receive from",
-                entity,
-                lambda: receiver.receive_messages(max_message_count=max_messages, max_wait_time=wait),
-            )
-        return [_to_received(entity, m) for m in received]
+        return entry
 
     def _settle(
         self,
@@ -265,10 +217,6 @@ class ServiceBusTransport(Transport):
         except (ServiceBusError, ValueError, TypeError) as exc:
             raise TransportError(f"Service Bus: could not {action} {entity!r}: {exc}") from exc
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise TransportError("Service Bus transport is closed")
-
 
 def _close_quietly(closable: Any) -> BaseException | None:
     try:
@@ -291,13 +239,16 @@ def _to_sb_message(message: OutgoingMessage) -> ServiceBusMessage:
 
 
 def _to_received(entity: str, m: ServiceBusReceivedMessage) -> ReceivedMessage:
+    # Service Bus also stores a dead-letter reason as properties: they surface as dead_letter_* only.
+    hidden = DEAD_LETTER_PROPERTIES if entity.endswith(DEAD_LETTER_SUFFIX) else ()
+    props = {_text(k): _value(v) for k, v in (m.application_properties or {}).items()}
     return ReceivedMessage(
         body=_body(m),
         message_id=_text(m.message_id) or "",
         delivery_count=(m.delivery_count or 0) + 1,
         correlation_id=_text(m.correlation_id),
         subject=_text(m.subject),
-        application_properties=_properties(m, dead_lettered=entity.endswith(DEAD_LETTER_SUFFIX)),
+        application_properties={k: v for k, v in props.items() if k not in hidden},
         enqueued_time=as_utc(m.enqueued_time_utc),
         locked_until=as_utc(m.locked_until_utc),
         queue=entity,
@@ -305,14 +256,6 @@ def _to_received(entity: str, m: ServiceBusReceivedMessage) -> ReceivedMessage:
         dead_letter_description=m.dead_letter_error_description,
         raw=m,
     )
-
-
-def _properties(m: ServiceBusReceivedMessage, *, dead_lettered: bool) -> dict[str, Any]:
-    props = {_text(k): _value(v) for k, v in (m.application_properties or {}).items()}
-    if dead_lettered:  # Service Bus stores the reason as properties; they surface as dead_letter_*
-        for key in DEAD_LETTER_PROPERTIES:
-            props.pop(key, None)
-    return props
 
 
 def _body(m: ServiceBusReceivedMessage) -> dict[str, Any]:
@@ -325,9 +268,7 @@ def _body(m: ServiceBusReceivedMessage) -> dict[str, Any]:
 
 
 def _text(value: Any) -> Any:
-    if value is None:
-        return None
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes | bytearray) else str(value)
+    return None if value is None else str(_value(value))
 
 
 def _value(value: Any) -> Any:

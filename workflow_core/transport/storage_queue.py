@@ -12,16 +12,13 @@ import math
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient, TextBase64EncodePolicy
 
-from workflow_core import clock
+from workflow_core import clock, storage_clients
 from workflow_core.settings import StorageConnection
-from workflow_core.storage_clients import (
-    queue_service_client_from_connection_string,
-    queue_service_client_from_uri,
-)
 from workflow_core.transport.base import (
     LockLostError,
     OutgoingMessage,
@@ -36,47 +33,38 @@ POISON_SUFFIX = "-poison"
 MAX_MESSAGE_BYTES = 64 * 1024  # after base64 encoding
 MAX_VISIBILITY_SECONDS = 7 * 24 * 3600
 MAX_MESSAGES_PER_CALL = 32
+POLL_SECONDS = 0.2  # between empty receives while waiting for a message
 
 
 class StorageQueueTransport(Transport):
     def __init__(
-        self,
-        service: QueueServiceClient,
-        *,
-        dead_letter_queues: Mapping[str, str] | None = None,
-        poll_interval: float = 0.2,
+        self, service: QueueServiceClient, *, dead_letter_queues: Mapping[str, str] | None = None
     ) -> None:
         """``dead_letter_queues`` overrides ``<queue>-poison`` (not for queues the Functions host reads)."""
         self._service = service
         self._dead_letter_queues = dict(dead_letter_queues or {})
-        self._poll_interval = poll_interval
         self._clients: dict[str, QueueClient] = {}
         self._lock = threading.Lock()
         self._closed = False
 
     @classmethod
     def from_connection_string(cls, connection_string: str, **kwargs) -> StorageQueueTransport:
-        return cls(queue_service_client_from_connection_string(connection_string), **kwargs)
+        return cls(storage_clients.queue_service_client_from_connection_string(connection_string), **kwargs)
 
     @classmethod
-    def from_queue_service_uri(
-        cls, queue_service_uri: str, *, client_id: str | None = None, credential=None, **kwargs
+    def from_connection(
+        cls, connection: StorageConnection, *, credential: Any = None, **kwargs: Any
     ) -> StorageQueueTransport:
-        """Identity-based; the identity needs the Storage Queue Data Contributor role."""
+        """By connection string, else by identity (settings.storage_connection refuses neither), which
+        needs the Storage Queue Data Contributor role; ``credential``: the managed identity's by default."""
+        if connection.connection_string:
+            return cls.from_connection_string(connection.connection_string, **kwargs)
         if credential is None:
             from azure.identity import DefaultAzureCredential
 
-            credential = DefaultAzureCredential(managed_identity_client_id=client_id)
-        return cls(queue_service_client_from_uri(queue_service_uri, credential), **kwargs)
-
-    @classmethod
-    def from_connection(cls, connection: StorageConnection, **kwargs) -> StorageQueueTransport:
-        if connection.connection_string:
-            return cls.from_connection_string(connection.connection_string, **kwargs)
-        # settings.storage_connection refuses a connection with neither
-        return cls.from_queue_service_uri(
-            connection.queue_service_uri, client_id=connection.client_id, **kwargs
-        )
+            credential = DefaultAzureCredential(managed_identity_client_id=connection.client_id)
+        service = storage_clients.queue_service_client_from_uri(connection.queue_service_uri, credential)
+        return cls(service, **kwargs)
 
     def dead_letter_queue_for(self, queue: str) -> str:
         return self._dead_letter_queues.get(queue, queue + POISON_SUFFIX)
@@ -110,7 +98,25 @@ class StorageQueueTransport(Transport):
     def receive(
         self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
     ) -> list[ReceivedMessage]:
-        return self._receive(queue, max_messages, lock_seconds, wait_seconds)
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+        visibility = _visibility(lock_seconds)
+        client = self._client(queue)
+        deadline = time.monotonic() + max(0.0, wait_seconds)
+        while True:
+            try:
+                received = list(
+                    client.receive_messages(
+                        messages_per_page=min(max_messages, MAX_MESSAGES_PER_CALL),
+                        max_messages=max_messages,
+                        visibility_timeout=visibility,
+                    )
+                )
+            except AzureError as exc:
+                raise _queue_error(queue, "receive", exc) from exc
+            if received or time.monotonic() >= deadline:
+                return [_to_received(queue, qm) for qm in received]
+            time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
     def complete(self, message: ReceivedMessage) -> None:
         qm = self._queue_message(message)
@@ -129,14 +135,7 @@ class StorageQueueTransport(Transport):
         """Check the lock (extend it briefly), copy the message to the poison queue, then delete it:
         a failed delete may put it there twice, never zero times."""
         self._update_visibility(message, 30, "dead-letter")
-        copy = OutgoingMessage(
-            body=message.body,
-            message_id=message.message_id,
-            correlation_id=message.correlation_id,
-            subject=message.subject,
-            application_properties=dict(message.application_properties),
-        )
-        text = write_envelope(copy, dead_letter_reason=reason, dead_letter_description=description)
+        text = write_envelope(message, dead_letter_reason=reason, dead_letter_description=description)
         dlq = self.dead_letter_queue_for(message.queue)
         try:
             self._send_text(dlq, text, message.message_id)
@@ -150,7 +149,8 @@ class StorageQueueTransport(Transport):
     def receive_dead_letters(
         self, queue: str, *, max_messages: int = 10, lock_seconds: float = 30.0, wait_seconds: float = 0.0
     ) -> list[ReceivedMessage]:
-        return self._receive(self.dead_letter_queue_for(queue), max_messages, lock_seconds, wait_seconds)
+        options = {"max_messages": max_messages, "lock_seconds": lock_seconds, "wait_seconds": wait_seconds}
+        return self.receive(self.dead_letter_queue_for(queue), **options)
 
     def close(self) -> None:
         with self._lock:
@@ -173,28 +173,6 @@ class StorageQueueTransport(Transport):
             self._client(queue).send_message(text, time_to_live=time_to_live)
         except AzureError as exc:
             raise _queue_error(queue, f"send {message_id!r}", exc) from exc
-
-    def _receive(
-        self, queue: str, max_messages: int, lock_seconds: float, wait_seconds: float
-    ) -> list[ReceivedMessage]:
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
-        visibility = _visibility(lock_seconds)
-        client = self._client(queue)
-        deadline = time.monotonic() + max(0.0, wait_seconds)
-        while True:
-            try:
-                pages = client.receive_messages(
-                    messages_per_page=min(max_messages, MAX_MESSAGES_PER_CALL),
-                    max_messages=max_messages,
-                    visibility_timeout=visibility,
-                )
-                received = list(pages)
-            except AzureError as exc:
-                raise _queue_error(queue, "receive", exc) from exc
-            if received or time.monotonic() >= deadline:
-                return [_to_received(queue, qm) for qm in received]
-            time.sleep(min(self._poll_interval, max(0.0, deadline - time.monotonic())))
 
     def _queue_message(self, message: ReceivedMessage) -> QueueMessage:
         if not isinstance(message.raw, QueueMessage) or not message.queue:
