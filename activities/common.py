@@ -20,8 +20,10 @@ from pydantic import BaseModel, ValidationError
 
 from workflow_core import clock, telemetry
 from workflow_core.ledger import ConcurrencyConflict, StepRecord, decode_json
+from workflow_core.limits import Holder
 from workflow_core.message_fields import explain
 from workflow_core.transport.envelope import MALFORMED_KEY
+from workflow_core.workflows.loader import agent_pools
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,14 @@ def retry_on_conflict(
 def decide_on_step(ledger: Any, instance_id: str, step_id: str, decide: Callable[[Any], T], what: str) -> T:
     """:func:`retry_on_conflict` on the step and its instance record (one request reads both)."""
     return retry_on_conflict(lambda: ledger.read_step_and_instance(instance_id, step_id), decide, what=what)
+
+
+def audit(ledger: Any, r: StepRecord, actor: str, action: str, reason: str, attempt: int) -> None:
+    """Note on step ``r`` a decision that changed nothing, with the status the step had."""
+    status = r.status.value
+    ledger.note(
+        r.instance_id, r.step_id, actor=actor, action=action, reason=reason, attempt=attempt, status=status
+    )
 
 
 def parse_time(value: str | datetime, what: str = "time") -> datetime:
@@ -236,6 +246,24 @@ def attempt_finished(
             attempts=record.attempt if final else None,
             error_type=error_type,
         )
+
+
+def observe_outcome(
+    services: Any, agent: str, holder: Holder, *, ok: bool, error: str | None, permanent: bool
+) -> None:
+    """A recorded outcome (the ledger's, not a message's) frees the agent's slot, and counts for its
+    circuit: a success resets it, a retryable failure counts (a non-retryable one says nothing about
+    the service's health). Never undoes the recording: the watchdog and the next dispatch catch up."""
+    limits = agent_pools().limits_of(agent)
+    if limits is None:
+        return
+    try:
+        if limits.max_in_flight is not None:
+            services.limits.release(agent, holder)
+        if limits.circuit is not None and (ok or not permanent):
+            services.circuits.record_outcome(agent, limits.circuit, ok=ok, error=error)
+    except Exception as exc:  # the outcome is recorded; limits catch up on their own
+        log.warning("limits of %s not updated after %s: %s", agent, holder.key, exc)
 
 
 def error_type_of(error: str | None) -> str | None:

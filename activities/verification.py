@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from activities.common import step_output
+from activities.common import audit, step_output
 from workflow_core.contracts import ResultVerdict, StepKind, fit_text
 from workflow_core.ledger import StepRecord, StepStatus
 from workflow_core.ledger.model import COMP_FAILED, COMP_TIMED_OUT
@@ -122,25 +122,11 @@ def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]
     claim = describe_claim(claimed)
     said = claimed.get("outcome") if isinstance(claimed, dict) else None
     event = f"{kind} result event for attempt {attempt} ({claim})"
-    audit = None
     if found.state == "unconfirmed":
-        audit = ("unconfirmed-result-ignored", f"{event} ignored: {found.why}")
+        audit(ledger, record, ACTOR, "unconfirmed-result-ignored", f"{event} ignored: {found.why}", attempt)
     elif said != ("succeeded" if found.state == "succeeded" else "failed"):
-        audit = (
-            "result-mismatch",
-            f"{event} disagrees with the ledger ({found.state}); the ledger's outcome is used",
-        )
-    if audit is not None:
-        action, reason = audit
-        ledger.note(
-            record.instance_id,
-            record.step_id,
-            actor=ACTOR,
-            action=action,
-            reason=reason,
-            attempt=attempt,
-            status=record.status.value,
-        )
+        why = f"{event} disagrees with the ledger ({found.state}); the ledger's outcome is used"
+        audit(ledger, record, ACTOR, "result-mismatch", why, attempt)
     verdict = verdict_of(found)
     if verdict.output is not None:  # the scheduler builds later inputs from it: the value itself
         verdict = verdict.model_copy(update={"output": services.payloads.resolve(verdict.output)})

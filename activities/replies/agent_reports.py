@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import hmac
 import logging
-from datetime import datetime
 from typing import NamedTuple
 
-from activities.common import park, retry_on_conflict, step_input, step_output
+from activities.common import iso, park, retry_on_conflict, step_input, step_output
 from activities.verification import attempt_token
 from activities.worker.delivery import Delivery
 from activities.worker.delivery_rules import Outcome
@@ -53,29 +52,25 @@ class AgentReport(Delivery):
         return self._current(record)
 
 
-def checked(report: Heartbeat | ResultMessage, services: Services) -> AgentReport | str:
-    """An :class:`AgentReport` when ``report``'s token is the one of the attempt the ledger holds;
-    else the outcome (``parked``: no such step; ``agent-report-refused``: audited on the step)."""
-    found = _check(report, services)
-    return found if isinstance(found, AgentReport) else found.outcome
-
-
-class Refusal(NamedTuple):
-    """Why a report changed nothing: ``outcome`` (``parked`` or ``agent-report-refused``), the
-    reason audited, and the step's row as read (None: the ledger has no such step)."""
+class Verdict(NamedTuple):
+    """What became of a report that is not acted on, or of a heartbeat: ``outcome`` (``heartbeat``:
+    accepted; ``agent-report-refused``: audited; ``parked``: no such step), why, the step's row as last
+    read or written (None: no such step), and (an accepted beat) its instance record as read with it."""
 
     outcome: str
     reason: str
     record: StepRecord | None
+    instance: InstanceRecord | None = None
 
 
-def _check(report: Heartbeat | ResultMessage, services: Services) -> AgentReport | Refusal:
+def _check(report: Heartbeat | ResultMessage, services: Services) -> AgentReport | Verdict:
+    """An :class:`AgentReport` when ``report``'s token is the one of the attempt the ledger holds."""
     try:
         r = services.ledger.get(report.instance_id, report.step_id)
     except (StepNotFound, InvalidLedgerInput) as exc:
         why = f"agent report for no known step: {exc}"
         park(services, source="result", reason=why, body=report.model_dump(mode="json"), actor=ACTOR)
-        return Refusal("parked", why, None)
+        return Verdict("parked", why, None)
     expected = reply_token(attempt_token(r, report.kind, report.attempt)) or ""
     if hmac.compare_digest(expected, report.reply_token or ""):
         return AgentReport(r, report, services)
@@ -88,25 +83,14 @@ def _check(report: Heartbeat | ResultMessage, services: Services) -> AgentReport
     services.ledger.note(
         r.instance_id, r.step_id, actor=ACTOR, action=REFUSED, reason=why, attempt=report.attempt
     )
-    return Refusal(REFUSED, why, r)
+    return Verdict(REFUSED, why, r)
 
 
-class BeatVerdict(NamedTuple):
-    """What became of a heartbeat: ``outcome`` (``heartbeat``: accepted for the attempt the ledger
-    holds; else ``agent-report-refused`` or ``parked``), why, the step's row as last read or
-    written (None: no such step), and (accepted) its instance record as read with it."""
-
-    outcome: str
-    reason: str
-    record: StepRecord | None
-    instance: InstanceRecord | None = None
-
-
-def apply_heartbeat(beat: Heartbeat, services: Services) -> BeatVerdict:
+def apply_heartbeat(beat: Heartbeat, services: Services) -> Verdict:
     """Claim (if need be) and extend ``beat``'s attempt for its agent, or refuse it (audited)."""
     report = _check(beat, services)
-    if isinstance(report, Refusal):
-        return BeatVerdict(*report)
+    if isinstance(report, Verdict):
+        return report
     try:
         if not report.claim():
             raise StepNoLongerOwned(f"attempt {beat.attempt} is no longer in progress")
@@ -116,28 +100,21 @@ def apply_heartbeat(beat: Heartbeat, services: Services) -> BeatVerdict:
         services.ledger.note(
             beat.instance_id, beat.step_id, actor=ACTOR, action=REFUSED, reason=why, attempt=beat.attempt
         )
-        return BeatVerdict(REFUSED, why, report.latest)
+        return Verdict(REFUSED, why, report.latest)
     record = report.latest
     if record is not None and deadline is not None and record.deadline != deadline:
         record = record.model_copy(update={"deadline": deadline})
     instance = report.instance.record if report.instance is not None else None
-    return BeatVerdict(
-        "heartbeat", f"attempt {beat.attempt} is current: deadline {_iso(deadline)}", record, instance
-    )
-
-
-def _iso(when: datetime | None) -> str:
-    return when.isoformat() if when is not None else "none"
+    why = f"attempt {beat.attempt} is current: deadline {iso(deadline) or 'none'}"
+    return Verdict("heartbeat", why, record, instance)
 
 
 def record_reply(result: ResultMessage, services: Services) -> tuple[ResultMessage, str | None]:
-    """Record a message-only agent's reply when the ledger has no outcome for its attempt yet.
-
-    Returns the reply as the ledger now holds it (a large output by reference) and None, for the
-    result handler's verified path; or the outcome when the reply is refused (nothing changed)."""
-    report = checked(result, services)
-    if isinstance(report, str):
-        return result, report
+    """Record a message-only agent's reply when the ledger has no outcome for its attempt yet: the reply
+    as the ledger now holds it (a large output by reference) and None; or, refused, the outcome."""
+    report = _check(result, services)
+    if isinstance(report, Verdict):
+        return result, report.outcome
     ok = result.outcome == "succeeded"
     output = services.payloads.stored(result.output or {}) if ok else None
     if report.claim():

@@ -72,68 +72,50 @@ async def handle_dead_letter(
         )
         if isinstance(message, str):
             return "parked"
-        grace = services.settings.watchdog_grace_seconds
-        ledger = services.ledger
-
-        a = message.attempt
-
-        def failed_now(r: StepRecord) -> tuple[ResultMessage, str]:
-            """The write landed: report it, and raise the failure."""
-            emit_recovery(r, "dead_letter", attempt=a, kind=message.kind, reason=error)
-            log.warning(
-                "%s %s/%s#%d (pool %s) failed: %s",
-                message.kind,
-                message.instance_id,
-                message.step_id,
-                a,
-                pool,
-                error,
-            )
-            return ResultMessage.answering(message, ok=False, error=error), ""
+        ledger, a, where = services.ledger, message.attempt, f"{message.instance_id}/{message.step_id}"
+        failure = {"actor": ACTOR, "reason": error, "last_error": error, "non_retryable": False}
 
         def decide(r: StepRecord) -> tuple[ResultMessage | None, str]:
-            failure = {
-                "reason": error,
-                "last_error": error,
-                "non_retryable": False,
-                "deadline": grace_deadline(grace),
-            }
+            """The reply to raise (a failure written now, or the outcome recorded), or why none."""
+            failure["deadline"] = grace_deadline(services.settings.watchdog_grace_seconds)
             if message.kind == "work":
                 if r.attempt != a:
                     return None, f"ledger is at attempt {r.attempt} ({r.status.value})"
-                if r.status in (S.DISPATCHED, S.RUNNING):
-                    ledger.transition(r, S.FAILED, actor=ACTOR, **failure)
-                    return failed_now(r)
                 if r.status in (S.SUCCEEDED, S.FAILED):
                     return recorded_reply(message, r, error), ""
-                return None, f"step is {r.status.value}"
-            if r.compensation_attempt != a:
-                return None, f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
-            if r.status not in (S.COMPENSATING, S.COMPENSATED):
-                return None, f"step is {r.status.value}"
-            if r.status is S.COMPENSATED or r.compensation_status == COMP_FAILED:
-                return recorded_reply(message, r, error), ""
-            ledger.update(r, actor=ACTOR, compensation_status=COMP_FAILED, **failure)
-            return failed_now(r)
+                if r.status not in (S.DISPATCHED, S.RUNNING):
+                    return None, f"step is {r.status.value}"
+                ledger.transition(r, S.FAILED, **failure)
+            else:
+                if r.compensation_attempt != a:
+                    return (
+                        None,
+                        f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})",
+                    )
+                if r.status not in (S.COMPENSATING, S.COMPENSATED):
+                    return None, f"step is {r.status.value}"
+                if r.status is S.COMPENSATED or r.compensation_status == COMP_FAILED:
+                    return recorded_reply(message, r, error), ""
+                ledger.update(r, compensation_status=COMP_FAILED, **failure)
+            emit_recovery(r, "dead_letter", attempt=a, kind=message.kind, reason=error)
+            log.warning("%s %s#%d (pool %s) failed: %s", message.kind, where, a, pool, error)
+            return ResultMessage.answering(message, ok=False, error=error), ""
 
+        read = lambda: ledger.get(message.instance_id, message.step_id)  # noqa: E731
         try:
-            outcome = retry_on_conflict(
-                lambda: ledger.get(message.instance_id, message.step_id),
-                decide,
-                what=f"dead-letter {message.instance_id}/{message.step_id}",
-            )
+            to_raise, why = retry_on_conflict(read, decide, what=f"dead-letter {where}")
         except StepNotFound:
-            log.warning("dead-lettered message for unknown step %s/%s", message.instance_id, message.step_id)
+            log.warning("dead-lettered message for unknown step %s", where)
             return "ignored"
-        to_raise, why = outcome
         if to_raise is None:
+            why = f"{message.kind} attempt {a} ({error}): {why}"
             ledger.note(
                 message.instance_id,
                 message.step_id,
                 actor=ACTOR,
                 action="dead-letter-ignored",
-                reason=f"{message.kind} attempt {message.attempt} ({error}): {why}",
-                attempt=message.attempt,
+                reason=why,
+                attempt=a,
             )
             return "ignored"
         raised = await raise_result_event(to_raise, client, services, actor=ACTOR)

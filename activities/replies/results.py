@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 import azure.functions as func
 
-from activities.common import bp, never_fails, park, parse_or_park
+from activities.common import audit, bp, never_fails, park, parse_or_park
 from activities.replies.agent_reports import record_reply
 from activities.replies.attempt_status import handle_heartbeat
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
@@ -53,14 +53,12 @@ async def raise_result_event(
     quiet_if_gone: bool = False,
     instance: InstanceRecord | None = None,
 ) -> Literal["raised", "late-result-ignored", "gone"]:
-    """Raise the result's event on its orchestration; audit (not raise) if the orchestration is gone,
-    or with ``quiet_if_gone`` only answer ``gone``. A gone orchestration that ``instance`` (its record
-    as read) still names as its running scheduler makes the instance due now (``scheduler_gone``)."""
+    """Raise the result's event on its orchestration; if that is gone, audit it (``quiet_if_gone``:
+    only answer ``gone``), and when ``instance`` (as read) still names it, make the instance due now."""
     event = result_event_name(result.step_id, result.attempt, result.kind)
     try:
         data = result.model_dump(mode="json")
-        # the scheduler builds later inputs from the output: the value, not a blob reference (the
-        # ledger and the messages keep the reference; workflow_core.payloads)
+        # the scheduler builds later inputs from the output: the value, not a blob reference
         data["output"] = services.payloads.resolve(data.get("output"))
         if isinstance(data.get("verdict"), dict):
             data["verdict"]["output"] = services.payloads.resolve(data["verdict"].get("output"))
@@ -73,23 +71,13 @@ async def raise_result_event(
         if quiet_if_gone:
             return "gone"
         log.info("late result %s for %s ignored: %s", event, result.orchestration_id, exc)
+        ids = (result.instance_id, result.step_id)
         with never_fails("late-result telemetry"):
-            telemetry.record_recovery(
-                result.instance_id,
-                result.step_id,
-                result.attempt,
-                "late_result_ignored",
-                telemetry.OUTCOME_OK,
-                kind=result.kind,
-                reason=str(exc),
-            )
+            outcome = (result.attempt, "late_result_ignored", telemetry.OUTCOME_OK)
+            telemetry.record_recovery(*ids, *outcome, kind=result.kind, reason=str(exc))
+        why = f"{event} ({result.outcome}) for orchestration {result.orchestration_id}: {exc}"
         services.ledger.note(
-            result.instance_id,
-            result.step_id,
-            actor=actor,
-            action="late-result-ignored",
-            reason=f"{event} ({result.outcome}) for orchestration {result.orchestration_id}: {exc}",
-            attempt=result.attempt,
+            *ids, actor=actor, action="late-result-ignored", reason=why, attempt=result.attempt
         )
         why = f"the {result.outcome} result {event} could not be raised: {exc}"
         bring_forward(services.ledger, instance, result.orchestration_id, actor=actor, why=why)
@@ -148,7 +136,7 @@ async def handle_result(
     trace: Any = None,
 ) -> HandleOutcome:
     """Handle one result-queue message body; ``trace``: its application properties (the worker's
-    span is the parent of this handler's, so the reply stays in the workflow's trace)."""
+    span is this one's parent: the reply stays in the workflow's trace)."""
     queue = services.settings.result_queue
     if is_doctor_probe(body):  # `sas doctor`'s probe whose cancel did not take: nothing to do or park
         log.info("dropped a sas doctor probe delivered on %s (message %s)", queue, message_id)
@@ -183,26 +171,16 @@ async def handle_result(
             if raised == "raised":
                 return raised
         try:  # the instance record and what its row watches, in the same request: they ride on the event
-            record, handle, watched = services.ledger.read_step_instance_and_watched(
-                result.instance_id, result.step_id
-            )
+            ids = (result.instance_id, result.step_id)
+            record, handle, watched = services.ledger.read_step_instance_and_watched(*ids)
         except (StepNotFound, InvalidLedgerInput) as exc:
             park(services, source="result", reason=f"result for no known step: {exc}", body=body, actor=ACTOR)
             return "parked"
         confirmed, action, why = confirm(result, record)
         if confirmed is None:
-            log.warning(
-                "result %s/%s#%d ignored: %s", result.instance_id, result.step_id, result.attempt, why
-            )
-            services.ledger.note(
-                result.instance_id,
-                result.step_id,
-                actor=ACTOR,
-                action=action,
-                reason=f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}",
-                attempt=result.attempt,
-                status=record.status.value,
-            )
+            log.warning("result %s/%s#%d ignored: %s", *ids, result.attempt, why)
+            why = f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}"
+            audit(services.ledger, record, ACTOR, action, why, result.attempt)
             return action  # type: ignore[return-value]
         instance = handle.record if handle is not None else None
         confirmed = with_verdict(confirmed, record, instance, watched)
@@ -215,10 +193,9 @@ def with_verdict(
     instance: InstanceRecord | None = None,
     watched: list[str] | None = None,
 ) -> ResultMessage:
-    """``confirmed`` with the ledger's verdict and the attempt's token (a :class:`ConfirmedResult`),
-    so the orchestrator need not read the ledger again, and the snapshot of ``instance`` (with the
-    steps its index row watches) for its next dispatch or settle; as it is when the row holds no
-    token for the attempt or no outcome the scheduler could act on."""
+    """``confirmed`` as a :class:`ConfirmedResult` (the ledger's verdict, the attempt's token, the
+    snapshot of ``instance`` with the steps its row watches) so the orchestrator need not read the
+    ledger again; as it is when the row holds no token or no actionable outcome for the attempt."""
     token = attempt_token(r, confirmed.kind, confirmed.attempt)
     verdict = verdict_of(recorded_outcome(r, confirmed.kind, confirmed.attempt))
     if token is None or verdict.state == "unconfirmed":

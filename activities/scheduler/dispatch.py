@@ -18,7 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
-from activities.common import decide_on_step, emit_recovery, iso, parse_time
+from activities.common import audit, decide_on_step, emit_recovery, iso, parse_time
 from activities.scheduler.inline_only import fail_blob_input
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S, time_out
 from activities.scheduler.instances import BASIS_REFUSED, basis_rows, refused, with_promise, works_on
@@ -48,9 +48,8 @@ DispatchResult = Literal[
 
 
 class DispatchOutcome(BaseModel):
-    """What a dispatch activity did (each ``outcome`` is spelled out at
-    ``orchestrators.decisions.after_dispatch``); ``error``: why the send failed even after quick
-    retries (the step then recovers at its deadline)."""
+    """What a dispatch activity did (``outcome``: ``orchestrators.decisions.after_dispatch``);
+    ``error``: why the send failed even after quick retries (the deadline then recovers the step)."""
 
     instance_id: str
     step_id: str
@@ -62,11 +61,9 @@ class DispatchOutcome(BaseModel):
     sent: bool
     deadline: str | None = None
     error: str | None = None
-    # The attempt's ledger token (dispatched / already-dispatched): a result event carrying it was
-    # confirmed by the result handler against the ledger (contracts.ConfirmedResult).
+    # the attempt's ledger token: a result event carrying it was confirmed against the ledger
     token: str | None = None
-    # waiting: the agent's circuit or slots held the step back (``error`` says why); ask again then,
-    # or (a parked wait) when the event ``wake`` arrives, whichever comes first
+    # waiting: the agent's limits held the step back (``error``); ask again then, or on event ``wake``
     retry_after: float | None = None
     wake: str | None = None
 
@@ -84,9 +81,7 @@ def dispatch_step(payload: dict[str, Any], services: Services) -> dict[str, Any]
 def dispatch_compensation(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """Ledger -> Compensating (compensation_attempt, owner, deadline) *then* send the compensate
     message to the step's compensator agent; idempotent like :func:`dispatch_step`."""
-    data = dict(payload)
-    data["kind"] = "compensate"
-    return _dispatch(StepDispatch.model_validate(data), services).model_dump()
+    return _dispatch(StepDispatch.model_validate({**payload, "kind": "compensate"}), services).model_dump()
 
 
 def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
@@ -109,24 +104,22 @@ def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
     ):
         # the span's own context; the input's when this process exports no traces (keep the chain)
         recorded = tracing.current() or tracing.clean(d.trace) or None
-        return _dispatch_in_span(d.model_copy(update={"trace": recorded}), services)
+        return _dispatch_in_span(d.model_copy(update={"trace": recorded}), services, message_id)
 
 
-def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
+def _dispatch_in_span(d: StepDispatch, services: Services, message_id: str) -> DispatchOutcome:
     ledger = services.ledger
-    # The input as the ledger row and the message carry it: itself, or (above a ledger property) a
-    # reference to the blob written here, before any row or message names it (workflow_core.payloads).
+    # the input as row and message carry it: itself, or a reference to a blob written first (payloads)
     d = d.model_copy(update={"input": services.payloads.stored(d.input)})
     deadline = parse_time(d.deadline, "deadline")
     grace = services.settings.watchdog_grace_seconds
-    # a work message a worker may claim without reading (built with the Dispatched write); written
-    # unread, against the snapshot the scheduler carried, it also names the steps that row watched
+    # a work message a worker may claim unread (built with the Dispatched write); written unread, it
+    # also names the steps the instance's row watched
     keyed = bool(d.provisional)
     watched = watched_in(d.expected.instance) if d.expected is not None else None
     claimable = ClaimableWork(watched, keyed) if d.kind == "work" else None
-    message_id = message_id_for(d.instance_id, d.step_id, d.attempt, kind=d.kind)
 
-    held: list[Any] = []  # the waiting answer of the agent's limits (activities.scheduler.limits_gate)
+    held: list[Any] = []  # the waiting answer of the agent's limits
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, DispatchResult, Any]:
         r, handle = pair
@@ -147,20 +140,15 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
             return _answer(d, message_id, BASIS_REFUSED, status=None, sent=False, error=why)
         if claimable is not None:  # a read does not say which steps the row watches
             claimable = ClaimableWork(None, keyed)
-        record, outcome, handle = decide_on_step(
-            ledger,
-            d.instance_id,
-            d.step_id,
-            decide,
-            f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}",
-        )
+        what = f"dispatch {d.kind} {d.instance_id}/{d.step_id}#{d.attempt}"
+        record, outcome, handle = decide_on_step(ledger, d.instance_id, d.step_id, decide, what)
     if outcome == "waiting":
         wait = {"error": held[0].reason, "retry_after": held[0].retry_after, "wake": held[0].wake}
         return _answer(d, message_id, outcome, status=record.status.value, sent=False, **wait)
     instance = handle.record if handle is not None else None
     if outcome == "dispatched" and (failed := fail_blob_input(record, d, services)) is not None:
         record, outcome = failed, "settled"  # a message-only agent cannot read its input's blob
-    sent, error = False, None
+    sent, error, at = False, None, iso(record.deadline)
     if outcome == "dispatched" or (outcome == "already-dispatched" and may_send_again(record, d)):
         if claimable is not None and outcome == "dispatched":
             message = claimable.message(record, instance)
@@ -173,51 +161,29 @@ def _dispatch_in_span(d: StepDispatch, services: Services) -> DispatchOutcome:
         except TransportError as exc:  # no activity failure: the deadline recovers it (module docstring)
             error = describe_error(exc)
             log.warning("could not send %s (%s); the deadline will recover it", message_id, error)
-            ledger.note(
-                d.instance_id,
-                d.step_id,
-                actor=ACTOR,
-                action="send-failed",
-                reason=f"{d.kind} message {message_id} not sent: {error}; recovery at the deadline "
-                f"{iso(record.deadline)}",
-                attempt=d.attempt,
-                status=record.status.value,
-            )
+            why = f"{d.kind} message {message_id} not sent: {error}; recovery at the deadline {at}"
+            audit(ledger, record, ACTOR, "send-failed", why, d.attempt)
             emit_recovery(
                 record, "send_failed", attempt=d.attempt, outcome=telemetry.OUTCOME_ERROR, error=error
             )
     if d.kind == "compensate" and outcome == "dispatched":
         emit_recovery(record, "compensate", attempt=d.attempt, compensator=record.compensator)
+    token = (
+        attempt_token(record, d.kind, d.attempt) if outcome in ("dispatched", "already-dispatched") else None
+    )
     return _answer(
-        d,
-        message_id,
-        outcome,
-        status=record.status.value,
-        sent=sent,
-        deadline=iso(record.deadline),
-        error=error,
-        token=attempt_token(record, d.kind, d.attempt)
-        if outcome in ("dispatched", "already-dispatched")
-        else None,
+        d, message_id, outcome, status=record.status.value, sent=sent, deadline=at, error=error, token=token
     )
 
 
 def _answer(d: StepDispatch, message_id: str, outcome: DispatchResult, **fields: Any) -> DispatchOutcome:
-    return DispatchOutcome(
-        instance_id=d.instance_id,
-        step_id=d.step_id,
-        kind=d.kind,
-        attempt=d.attempt,
-        outcome=outcome,
-        message_id=message_id,
-        **fields,
-    )
+    ids = d.model_dump(include={"instance_id", "step_id", "kind", "attempt"})
+    return DispatchOutcome(**ids, outcome=outcome, message_id=message_id, **fields)
 
 
 def _send(message: OutgoingMessage, d: StepDispatch, services: Services) -> str:
-    """Send to the queue of the agent's pool (the send span names it), retrying a few times at once (the
-    same MessageId: a send that did reach the broker is deduplicated); the queue, or the last
-    ``TransportError`` propagates. Nothing is recorded afterwards."""
+    """Send to the agent's pool's queue (returned), retrying a few times at once: the same MessageId
+    deduplicates a send that did reach the broker; the last ``TransportError`` propagates."""
     pool = route_pool(agent_pools(), message.body)  # the agent's pool (a canary run: the one it names)
     queue = pool_queue(services.settings.work_queue, pool)
     span = trace.get_current_span()
@@ -250,16 +216,10 @@ def dispatch_unread(
         return None
     try:
         record = KnownStepRecord(
+            **e.model_dump(exclude={"step_etag", "instance"}),  # the step's fields the starter wrote
             instance_id=d.instance_id,
             step_id=d.step_id,
             workflow_name=d.workflow,
-            workflow_version=e.workflow_version,
-            step_name=e.step_name,
-            sequence=e.sequence,
-            agent=e.agent,
-            compensator=e.compensator,
-            max_attempts=e.max_attempts,
-            heartbeat_timeout_seconds=e.heartbeat_timeout_seconds,
             orchestration_id=d.instance_id,  # as the starter writes it
             etag=e.step_etag,
         )
@@ -285,10 +245,8 @@ def decide_work_dispatch(
     claimable: ClaimableWork | None = None,
     also: list[tuple] | None = None,
 ) -> tuple[StepRecord, DispatchResult]:
-    """``claimable``: the message a worker may claim unread is built with the Dispatched write, and
-    its claim-key row written in the same transaction (``workflow_core.messages.ClaimableWork``);
-    ``also``: more operations for that transaction (the delete of a basis row,
-    ``activities.scheduler.instances``)."""
+    """``claimable``: the message a worker may claim unread, its claim-key row written with the
+    Dispatched transition (``messages.ClaimableWork``); ``also``: more of that transaction."""
     if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
         if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
             # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now
@@ -321,9 +279,7 @@ def decide_work_dispatch(
             **new_attempt(d, handle, deadline, grace),
         )
         return updated, "dispatched"
-    if r.attempt >= d.attempt:
-        return r, "stale"
-    return r, "not-dispatchable"
+    return r, "stale" if r.attempt >= d.attempt else "not-dispatchable"
 
 
 def new_attempt(
@@ -369,15 +325,12 @@ def decide_compensation_dispatch(
             **new_attempt(d, handle, deadline, grace),
         )
         return updated, "dispatched"
-    if r.compensation_attempt >= d.attempt:
-        return r, "stale"
-    return r, "not-dispatchable"
+    return r, "stale" if r.compensation_attempt >= d.attempt else "not-dispatchable"
 
 
 def may_send_again(r: StepRecord, d: StepDispatch) -> bool:
-    """Whether a re-run of the dispatch of attempt ``d.attempt`` sends its message again (same
-    MessageId): the first run's send is not recorded, so while the attempt still waits for an agent
-    and the watchdog has not re-sent it (``resent_at``: one re-send is enough)."""
+    """Does a re-run of the dispatch send again (same MessageId)? The first send is not recorded: so
+    while the attempt waits for an agent and the watchdog has not re-sent it (one re-send is enough)."""
     if r.resent_at is not None:
         return False
     if d.kind == "work":

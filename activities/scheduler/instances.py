@@ -1,12 +1,10 @@
 """The scheduler's promises on the instance record, the proof of its provisional successes, and the
 activity that settles an instance.
 
-Every step change also moves the instance's ``scheduler_deadline`` in the same transaction
-(docs/architecture.md, "The instance record"): while the scheduler lives it keeps that promise; when
-it dies nothing moves it and the watchdog finds the instance. A parallel-group member never shortens
-the promise (a sibling may wait longer). A provisional success's basis row is deleted by the next
-write's own transaction, or the write reads the step first (docs/contracts.md, "Trust only the
-ledger", path 1).
+Every step change moves the instance's ``scheduler_deadline`` in the same transaction: a dead
+scheduler stops moving it and the watchdog finds the instance (docs/architecture.md, "The instance
+record"). A provisional success's basis row is deleted by the next write's own transaction, or the
+write reads the step first (docs/contracts.md, "Trust only the ledger", path 1).
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from activities.common import now, retry_on_conflict
+from activities.common import audit, now, retry_on_conflict
 from activities.scheduler.inputs import ACTOR
 from activities.verification import recorded_outcome
 from workflow_core import contracts as c
@@ -40,7 +38,6 @@ from workflow_core.runtime import Services
 log = logging.getLogger(__name__)
 
 IS = InstanceStatus
-
 BASIS_REFUSED = "basis-refused"
 
 
@@ -52,8 +49,7 @@ def basis_rows(instance_id: str, basis: ResultBasis | None) -> list[tuple]:
 
 
 def refused(ledger: StepLedger, instance_id: str, basis: ResultBasis | None, *, by: str) -> str | None:
-    """Why the ledger does not back ``basis`` (read: the write's own proof failed), or None when it
-    does (or there is no basis). ``by`` names the write, for the audit note."""
+    """Why the ledger does not back ``basis`` (audited; ``by`` names the write), or None when it does."""
     if basis is None:
         return None
     try:
@@ -70,15 +66,7 @@ def refused(ledger: StepLedger, instance_id: str, basis: ResultBasis | None, *, 
         else f"{found.state} ({record.status.value} at attempt {record.attempt})"
     )
     log.warning("%s of %s refused: %s", by, instance_id, why)
-    ledger.note(
-        instance_id,
-        basis.step_id,
-        actor=ACTOR,
-        action="provisional-result-refused",
-        reason=f"{by} not written: {why}",
-        attempt=basis.attempt,
-        status=record.status.value,
-    )
+    audit(ledger, record, ACTOR, "provisional-result-refused", f"{by} not written: {why}", basis.attempt)
     return why
 
 
@@ -90,9 +78,9 @@ def promise(
     *,
     keep_later: bool = False,
 ) -> dict[str, Any] | None:
-    """``instance_changes`` that promise the scheduler acts again by ``acts_by`` (+ grace); None when
-    no scheduler owns the instance (no record, settled, or handed to an operator). A parallel-group
-    member, or a caller asking with ``keep_later``, never shortens a later promise already recorded."""
+    """``instance_changes`` promising the scheduler acts again by ``acts_by`` (+ grace); None when no
+    scheduler owns the instance. A parallel-group member (a sibling may wait longer) or ``keep_later``
+    never shortens a later promise."""
     if handle is None or not handle.record.supervised:
         return None
     target = acts_by + timedelta(seconds=grace_seconds)
@@ -114,9 +102,7 @@ def with_promise(
 ) -> dict[str, Any]:
     """Keyword arguments for ``ledger.transition``/``update``: the instance and its promise, or none."""
     changes = promise(handle, acts_by, grace_seconds, orchestration_id)
-    if changes is None:
-        return {}
-    return {"instance": handle, "instance_changes": changes}
+    return {} if changes is None else {"instance": handle, "instance_changes": changes}
 
 
 def keep_promise(
@@ -139,8 +125,8 @@ def keep_promise(
 
 
 def works_on(handle: InstanceHandle | None, kind: c.StepKind) -> bool:
-    """May a scheduler still move this instance's steps of ``kind``? Work needs a Running instance:
-    once compensation started (or the instance settled), a late or zombie scheduler is fenced off."""
+    """May a scheduler still move this instance's steps of ``kind``? Once compensation started (or the
+    instance settled), a late or zombie scheduler's work is fenced off."""
     if handle is None:
         return True
     if kind == "work":
@@ -164,9 +150,7 @@ class SettleInput(BaseModel):
     outcome: Outcome
     failed_step: str | None = None
     error: str | None = None
-    # The instance's snapshot from the last result, with the steps its row watched: see _settle_unread
-    expected: dict[str, Any] | None = None
-    # The last step's success as the scheduler took it, unread: settle only if the ledger holds it.
+    expected: dict[str, Any] | None = None  # the last result's instance snapshot (_settle_unread)
     basis: ResultBasis | None = None
 
 
@@ -180,8 +164,7 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
     def decide(
         pair: tuple[InstanceRecord | None, list[StepRecord]], proof: list[tuple] | None = None
     ) -> dict[str, Any]:
-        """``proof``: the basis row's delete, written with the settle (unread only: when the settle
-        read the ledger, the step row it checked is the proof)."""
+        """``proof``: the basis row's delete, written with an unread settle (a read one checked the step)."""
         record, watched = pair
         if record is None:
             return {"instance_id": args.instance_id, "status": None, "changed": False}
@@ -226,8 +209,7 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
     unread = _settle_unread(args, lambda pair: decide(pair, basis_rows(args.instance_id, args.basis)))
     if unread is not None:
         return unread
-    why = refused(ledger, args.instance_id, args.basis, by="settle")
-    if why is not None:
+    if refused(ledger, args.instance_id, args.basis, by="settle") is not None:
         return {"instance_id": args.instance_id, "status": None, "changed": False, "outcome": BASIS_REFUSED}
     return retry_on_conflict(
         lambda: ledger.instance_and_watched_steps(args.instance_id), decide, what=f"settle {args.instance_id}"
@@ -235,10 +217,9 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
 
 
 def _settle_unread(args: SettleInput, decide: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-    """A success settled against the snapshot the scheduler holds, unread, when it watched no
-    in-flight step: no step becomes watched without a write to the instance record, so while the
-    record is that version (If-Match) its row watches nothing and may go. Only a write counts:
-    anything else returns None and the settle reads."""
+    """A success settled unread against the scheduler's snapshot when it watched no in-flight step: no
+    step becomes watched without a write to the record, so while it is that version (If-Match) its row
+    watches nothing. Only a write counts: anything else returns None and the settle reads."""
     e = args.expected
     if e is None or args.outcome != "succeeded" or watched_in(e) != []:
         return None

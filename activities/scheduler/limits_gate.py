@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from activities.common import now
+from activities.common import audit, now
 from activities.scheduler.inputs import ACTOR, S
 from activities.scheduler.instances import keep_promise, works_on
 from workflow_core.contracts import StepDispatch
@@ -44,13 +44,5 @@ def hold_back(
     acts_by = at + timedelta(seconds=answer.retry_after)
     keep_promise(ledger, handle, acts_by, grace, d.orchestration_id, reason=f"waiting: {answer.reason}")
     if answer.first_wait:
-        ledger.note(
-            r.instance_id,
-            r.step_id,
-            actor=ACTOR,
-            action=WAITING_ACTION,
-            reason=f"attempt {d.attempt} waits: {answer.reason}",
-            attempt=d.attempt,
-            status=r.status.value,
-        )
+        audit(ledger, r, ACTOR, WAITING_ACTION, f"attempt {d.attempt} waits: {answer.reason}", d.attempt)
     return answer

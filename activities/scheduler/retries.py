@@ -54,8 +54,8 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
             ), True
         if r.attempt != args.attempt:
             return r, False  # superseded (or never dispatched): nothing of this attempt to retry
-        reason = f"scheduler gave up waiting for attempt {r.attempt}"
-        r = time_out(ledger, r, grace, reason, last_error=r.last_error or f"attempt {r.attempt} timed out")
+        error = r.last_error or f"attempt {r.attempt} timed out"
+        r = time_out(ledger, r, grace, f"scheduler gave up waiting for attempt {r.attempt}", last_error=error)
         if r.status not in NEEDS_RETRY_DECISION:
             return r, False  # already Retrying (a re-run), or settled another way
         updated = ledger.transition(
@@ -71,16 +71,11 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
 
     what = f"schedule {'compensation ' if compensate else ''}retry {args.step_id}"
     record, changed = decide_on_step(ledger, args.instance_id, args.step_id, decide, what)
-    if changed and compensate:
-        emit_recovery(
-            record,
-            "compensation_retry_scheduled",
-            attempt=args.attempt,
-            retry_at=iso(retry_at),
-            reason=record.last_error,
+    if changed:
+        action, attempt = (
+            ("compensation_retry_scheduled", args.attempt) if compensate else ("retry_scheduled", None)
         )
-    elif changed:
-        emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
+        emit_recovery(record, action, attempt=attempt, retry_at=iso(retry_at), reason=record.last_error)
     return status_reply(record, changed)
 
 
@@ -95,37 +90,19 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
         r = time_out(ledger, r, grace, f"given up: {args.reason}", last_error=args.reason)
+        fields = {"actor": ACTOR, "last_error": args.reason, "compensation_status": GIVEN_UP}
+        fields.update(with_promise(handle, now(), grace, r.orchestration_id))
         if nothing_to_undo(r):
-            return (
-                ledger.transition(
-                    r,
-                    S.CANCELLED,
-                    actor=ACTOR,
-                    reason=f"given up, nothing to undo: {args.reason}",
-                    last_error=args.reason,
-                    compensation_status=GIVEN_UP,
-                    **with_promise(handle, now(), grace, r.orchestration_id),
-                ),
-                True,
-            )
+            return ledger.transition(
+                r, S.CANCELLED, reason=f"given up, nothing to undo: {args.reason}", **fields
+            ), True
         if r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensation_status != GIVEN_UP:
-            return (
-                ledger.update(
-                    r,
-                    actor=ACTOR,
-                    reason=f"given up, to be compensated: {args.reason}",
-                    last_error=args.reason,
-                    compensation_status=GIVEN_UP,
-                    deadline=grace_deadline(grace),
-                    **with_promise(handle, now(), grace, r.orchestration_id),
-                ),
-                True,
-            )
+            reason = f"given up, to be compensated: {args.reason}"
+            return ledger.update(r, reason=reason, deadline=grace_deadline(grace), **fields), True
         return r, False
 
-    record, changed = decide_on_step(
-        ledger, args.instance_id, args.step_id, decide, f"give up {args.step_id}"
-    )
+    what = f"give up {args.step_id}"
+    record, changed = decide_on_step(ledger, args.instance_id, args.step_id, decide, what)
     if changed:
         emit_recovery(record, "give_up", reason=args.reason, to_be_compensated=record.compensator is not None)
     return status_reply(record, changed)
@@ -166,9 +143,8 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
         log.warning("step %s/%s needs an operator: %s", r.instance_id, r.step_id, args.error)
         return updated, True
 
-    record, changed = decide_on_step(
-        ledger, args.instance_id, args.step_id, decide, f"finish compensation {args.step_id}"
-    )
+    what = f"finish compensation {args.step_id}"
+    record, changed = decide_on_step(ledger, args.instance_id, args.step_id, decide, what)
     if changed:
         emit_recovery(record, "finish_compensation", error=args.error)
     return status_reply(record, changed)
