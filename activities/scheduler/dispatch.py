@@ -8,6 +8,7 @@ no activity failure: the intent is in the ledger and the step recovers at its de
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import time
@@ -18,8 +19,15 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel
 
-from activities.common import audit, decide_on_step, emit_recovery, iso, parse_time
-from activities.scheduler.inline_only import fail_blob_input
+from activities.common import (
+    audit,
+    decide_on_step,
+    emit_recovery,
+    grace_deadline,
+    iso,
+    parse_time,
+    retry_on_conflict,
+)
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, MAY_COMPENSATE, NEEDS_RETRY_DECISION, S, time_out
 from activities.scheduler.instances import BASIS_REFUSED, basis_rows, refused, with_promise, works_on
 from activities.scheduler.limits_gate import hold_back, is_limited
@@ -29,8 +37,9 @@ from workflow_core import telemetry, tracing
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, LedgerError, StepLedger, StepRecord, encode_json
 from workflow_core.ledger.known_rows import KnownStepRecord, known_instance, watched_in
-from workflow_core.ledger.model import COMP_DISPATCHED
+from workflow_core.ledger.model import COMP_DISPATCHED, COMP_FAILED
 from workflow_core.messages import ClaimableWork, work_message
+from workflow_core.payloads import INLINE_PAYLOAD_CHARS, is_reference
 from workflow_core.runtime import Services
 from workflow_core.starter import describe_error
 from workflow_core.transport import OutgoingMessage, TransportError, message_id_for
@@ -340,3 +349,40 @@ def may_send_again(r: StepRecord, d: StepDispatch) -> bool:
         and r.compensation_attempt == d.attempt
         and r.compensation_status == COMP_DISPATCHED
     )
+
+
+def fail_blob_input(record: StepRecord, d: StepDispatch, services: Services) -> StepRecord | None:
+    """The row with the attempt failed, non-retryable (no retry makes the input smaller), when the
+    agent's pool is message-only and the input ``d.input`` (a compensation's: a member of it) is stored
+    by blob reference: such agents cannot read blobs, so nothing is sent (docs/agents.md, "Write an
+    agent in another language"). None when the message may be sent."""
+    agent = (record.agent if d.kind == "work" else record.compensator) or ""
+    pools = agent_pools()
+    blob = is_reference(d.input) or any(map(is_reference, d.input.values()))
+    if not blob or not pools.is_message_only(pools.pool_of(agent)):
+        return None
+    error = (
+        f"the {d.kind} input for agent {agent!r} is over {INLINE_PAYLOAD_CHARS:,} characters of JSON and "
+        f"stored by blob reference, and its pool {pools.pool_of(agent)!r} is message-only: its agents "
+        "cannot read blobs, so the message is not sent (work for a message-only pool is inline only)"
+    )
+    ledger, deadline = services.ledger, grace_deadline(services.settings.watchdog_grace_seconds)
+    fields = {
+        "actor": ACTOR,
+        "reason": error,
+        "last_error": error,
+        "non_retryable": True,
+        "deadline": deadline,
+    }
+
+    def decide(r: StepRecord) -> StepRecord:
+        if d.kind == "work":
+            current = r.status is S.DISPATCHED and r.attempt == d.attempt
+            return ledger.transition(r, S.FAILED, **fields) if current else r
+        current = r.status is S.COMPENSATING and r.compensation_attempt == d.attempt
+        if not current or r.compensation_status != COMP_DISPATCHED:
+            return r
+        return ledger.update(r, compensation_status=COMP_FAILED, **fields)
+
+    read = functools.partial(ledger.get, record.instance_id, record.step_id)
+    return retry_on_conflict(read, decide, what=f"refuse the blob input of {d.kind} {d.step_id}")

@@ -77,7 +77,7 @@ def nothing_to_undo(r: StepRecord) -> bool:
 
 def never_sent(r: StepRecord) -> bool:
     """Was no work message of this step ever sent? So when its input is stored by blob reference and its
-    agent's pool is message-only: every dispatch of it was refused (``inline_only.fail_blob_input``)."""
+    agent's pool is message-only: every dispatch of it was refused (``dispatch.fail_blob_input``)."""
     if not r.non_retryable or not is_reference(decode_json(r.input_ref)):
         return False
     pools = agent_pools()

@@ -34,14 +34,11 @@ def hold_back(
     fresh = r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt and works_on(handle, "work")
     if not fresh:
         return None
-    ledger = services.ledger
-    at = now()
-    holder = Holder(r.instance_id, r.step_id, d.attempt)
+    ledger, at, holder = services.ledger, now(), Holder(r.instance_id, r.step_id, d.attempt)
     answer = services.limits.admit(r.agent, limits, holder, deadline, at, d.orchestration_id)
     if answer.admitted:
         return None
-    grace = services.settings.watchdog_grace_seconds
-    acts_by = at + timedelta(seconds=answer.retry_after)
+    acts_by, grace = at + timedelta(seconds=answer.retry_after), services.settings.watchdog_grace_seconds
     keep_promise(ledger, handle, acts_by, grace, d.orchestration_id, reason=f"waiting: {answer.reason}")
     if answer.first_wait:
         audit(ledger, r, ACTOR, WAITING_ACTION, f"attempt {d.attempt} waits: {answer.reason}", d.attempt)

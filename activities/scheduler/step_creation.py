@@ -23,27 +23,24 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
 
     args = CreateStepsInput.model_validate(payload)
     definition = definition_for(args.workflow, args.version, services.definitions)
-    steps = new_steps(definition)
     orchestration_id = args.orchestration_id or args.instance_id
     pinned = {"version": args.version} if args.version else {}
-    ledger = services.ledger
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
     # Adopted in the steps' own batch; when the steps exist already (a re-run) or the instance moved
     # meanwhile, adopting is its own guarded write.
     found = ledger.find_instance(args.instance_id)
     handle = InstanceHandle(found) if found is not None and found.supervised else None
-    grace = services.settings.watchdog_grace_seconds
-    adoption = _adoption(handle, orchestration_id, grace)
     create = functools.partial(
         ledger.create_steps,
         args.instance_id,
         definition.name,
-        steps,
+        new_steps(definition),
         actor=ACTOR,
         orchestration_id=orchestration_id,
         **pinned,
     )
     try:
-        records = create(instance=handle, instance_changes=adoption)
+        records = create(instance=handle, instance_changes=_adoption(handle, orchestration_id, grace))
     except InstanceConflict:
         handle = None
         records = create()
@@ -55,9 +52,8 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
                 reason = f"orchestration {orchestration_id} created the steps"
                 ledger.update_instance(record, actor=ACTOR, reason=reason, **changes)
 
-        retry_on_conflict(
-            lambda: ledger.find_instance(args.instance_id), adopt, what=f"adopt {args.instance_id}"
-        )
+        read = functools.partial(ledger.find_instance, args.instance_id)
+        retry_on_conflict(read, adopt, what=f"adopt {args.instance_id}")
     return {
         "instance_id": args.instance_id,
         "workflow": definition.name,

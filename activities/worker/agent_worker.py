@@ -1,9 +1,9 @@
-"""The agent worker's entry point, :func:`process_work_message`, for the trigger-bound ``agent_worker``
-functions below (one per hosted pool), the durable test host's queue pumps and the ``sas-agent`` runner.
+"""The agent worker's entry point, :func:`process_work_message`, for the ``agent_worker`` functions
+below (one per hosted pool), the durable test host's queue pumps and the ``sas-agent`` runner.
 
 It returns when the message is dealt with (ignored or parked included) and raises when it must be
-delivered again (ledger or transport unavailable, a simulated crash); after ``MAX_DELIVERY_COUNT``
-deliveries the message is dead-lettered.
+delivered again (ledger or transport unavailable, a crash); after ``MAX_DELIVERY_COUNT`` deliveries
+the message is dead-lettered.
 """
 
 from __future__ import annotations
@@ -56,9 +56,8 @@ def process_work_message(
     trace: Any = None,
     pool: str = DEFAULT_POOL,
 ) -> str | None:
-    """Handle one delivery of a work message (``trace``: its application properties, which make this
-    delivery's span a child of the dispatch). A body that is not a valid ``WorkMessage`` is parked,
-    never raised on: its readable reason is returned."""
+    """Handle one delivery of a work message (``trace``: its application properties: this span's
+    parent is the dispatch). A body that is not a valid ``WorkMessage`` is parked (its reason returned)."""
     queue = pool_queue(services.settings.work_queue, pool)
     if is_doctor_probe(body):  # its cancel did not take: nothing to do, nothing to park
         log.info("dropped a sas doctor probe delivered on %s (message %s)", queue, message_id)
@@ -88,29 +87,23 @@ def process_work_message(
         return None
 
 
-def run_queue_message(
-    msg: func.QueueMessage,
+def run_queue_message(msg: func.QueueMessage, **options: Any) -> None:
+    """Storage Queue trigger body (``options``: as :func:`run_incoming` takes them)."""
+    run_incoming(from_queue_message(msg), **options)
+
+
+def run_servicebus_message(msg: func.ServiceBusMessage, **options: Any) -> None:
+    """Service Bus trigger body (``options``: as :func:`run_incoming` takes them)."""
+    run_incoming(from_servicebus_message(msg), **options)
+
+
+def run_incoming(
+    incoming: Incoming,
     *,
     services: Services | None = None,
     worker_id: str | None = None,
     pool: str = DEFAULT_POOL,
 ) -> None:
-    """Storage Queue trigger body: decode the transport envelope, then :func:`process_work_message`."""
-    _run(from_queue_message(msg), services, worker_id, pool)
-
-
-def run_servicebus_message(
-    msg: func.ServiceBusMessage,
-    *,
-    services: Services | None = None,
-    worker_id: str | None = None,
-    pool: str = DEFAULT_POOL,
-) -> None:
-    """Service Bus trigger body: the JSON body, then :func:`process_work_message`."""
-    _run(from_servicebus_message(msg), services, worker_id, pool)
-
-
-def _run(incoming: Incoming, services: Services | None, worker_id: str | None, pool: str) -> None:
     process_work_message(
         incoming.body,
         delivery_count=incoming.delivery_count,
@@ -123,8 +116,7 @@ def _run(incoming: Incoming, services: Services | None, worker_id: str | None, p
 
 
 def register_worker(blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL) -> Callable[..., Any]:
-    """Add the worker of ``pool``'s queue with the trigger of ``kind`` to ``blueprint`` (done once per
-    hosted pool at import)."""
+    """Add the worker of ``pool``'s queue with the trigger of ``kind`` to ``blueprint``."""
     name, queue = pool_function_name(WORKER_FUNCTION, pool), pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
 

@@ -58,8 +58,7 @@ class Incoming:
 
 def from_queue_message(msg: func.QueueMessage, *, dead_letter: bool = False) -> Incoming:
     envelope = read_envelope(_text(msg.get_body()))
-    reason = envelope.dead_letter_reason
-    description = envelope.dead_letter_description
+    reason, description = envelope.dead_letter_reason, envelope.dead_letter_description
     if dead_letter and reason is None:
         reason, description = HOST_POISON_REASON, HOST_POISON_DESCRIPTION
     return Incoming(
@@ -84,6 +83,4 @@ def from_servicebus_message(msg: func.ServiceBusMessage) -> Incoming:
 
 
 def _text(body: bytes | str | None) -> str:
-    if body is None:
-        return ""
-    return body.decode("utf-8", errors="replace") if isinstance(body, bytes) else str(body)
+    return body.decode("utf-8", errors="replace") if isinstance(body, bytes) else str(body or "")

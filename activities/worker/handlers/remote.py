@@ -46,24 +46,23 @@ class RemoteEffects:
     def for_services(cls, services: Services) -> RemoteEffects:
         """One client per storage account (created on first use, table created if missing)."""
         storage = services.settings.storage
-        key = (storage, REMOTE_EFFECTS_TABLE)
         with cls._cache_lock:
-            effects = cls._cache.get(key)
-            if effects is None:
-                effects = cls(table_client(storage, REMOTE_EFFECTS_TABLE))
+            if (storage, REMOTE_EFFECTS_TABLE) not in cls._cache:
+                table = table_client(storage, REMOTE_EFFECTS_TABLE)
                 with contextlib.suppress(ResourceExistsError):
-                    effects._table.create_table()
-                cls._cache[key] = effects
-            return effects
+                    table.create_table()
+                cls._cache[storage, REMOTE_EFFECTS_TABLE] = cls(table)
+            return cls._cache[storage, REMOTE_EFFECTS_TABLE]
 
     def apply(self, service: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
         """Make the effect (once) and return ``result`` itself; with the same key again, a copy of
         the first result (observers, the test harness, count effects by that identity)."""
+        stored = json.dumps(result, sort_keys=True, default=str)
         entity = {
             "PartitionKey": service,
             "RowKey": key,
             "State": APPLIED,
-            "Result": json.dumps(result, sort_keys=True, default=str),
+            "Result": stored,
             "AppliedAt": clock.utcnow(),
         }
         try:
@@ -81,15 +80,9 @@ class RemoteEffects:
             try:
                 stored = self._table.get_entity(service, key)
             except ResourceNotFoundError:
-                tombstone = {
-                    "PartitionKey": service,
-                    "RowKey": key,
-                    "State": UNDONE,
-                    "Result": "null",
-                    "UndoneAt": clock.utcnow(),
-                }
+                tombstone = {"PartitionKey": service, "RowKey": key, "State": UNDONE, "Result": "null"}
                 try:
-                    self._table.create_entity(tombstone)
+                    self._table.create_entity({**tombstone, "UndoneAt": clock.utcnow()})
                 except ResourceExistsError:
                     continue  # it was just applied: read it again and undo that
                 return {"undone": False, "reason": "nothing to undo"}
