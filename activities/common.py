@@ -46,11 +46,7 @@ def is_transient_claim(owner: str | None) -> bool:
 
 
 def retry_on_conflict(
-    read: Callable[[], R],
-    decide: Callable[[R], T],
-    *,
-    attempts: int = 10,
-    what: str = "ledger update",
+    read: Callable[[], R], decide: Callable[[R], T], *, attempts: int = 10, what: str = "ledger update"
 ) -> T:
     """``decide(read())``, re-read and re-decided whenever one of ``decide``'s writes loses an ETag
     race; after ``attempts`` the conflict propagates (the trigger retries the message or activity)."""
@@ -81,13 +77,10 @@ def audit(ledger: Any, r: StepRecord, actor: str, action: str, reason: str, atte
 
 def parse_time(value: str | datetime, what: str = "time") -> datetime:
     """An ISO 8601 timestamp as an aware UTC datetime (naive means UTC, as in ``current_utc_datetime``)."""
-    if isinstance(value, datetime):
-        parsed = value
-    else:
-        try:
-            parsed = datetime.fromisoformat(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{what} must be an ISO 8601 timestamp, got {value!r}") from None
+    try:
+        parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be an ISO 8601 timestamp, got {value!r}") from None
     if parsed.tzinfo is None or parsed.tzinfo.utcoffset(parsed) is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
@@ -144,13 +137,7 @@ def emit_recovery(
 
 
 def park(
-    services: Any,
-    *,
-    source: str,
-    reason: str,
-    body: Any,
-    actor: str,
-    message_id: str | None = None,
+    services: Any, *, source: str, reason: str, body: Any, actor: str, message_id: str | None = None
 ) -> str:
     """Park a message no agent can process (``ledger.parking``), note it on its step when that exists,
     and return the readable reason. Raises only if the ledger is unreachable."""

@@ -61,15 +61,8 @@ async def handle_dead_letter(
         error = fit_text(
             f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
         )
-        message = parse_or_park(
-            WorkMessage,
-            body,
-            services,
-            source="dead-letter",
-            actor=ACTOR,
-            message_id=message_id,
-            note=f" ({error})",
-        )
+        park = {"source": "dead-letter", "actor": ACTOR, "message_id": message_id, "note": f" ({error})"}
+        message = parse_or_park(WorkMessage, body, services, **park)
         if isinstance(message, str):
             return "parked"
         ledger, a, where = services.ledger, message.attempt, f"{message.instance_id}/{message.step_id}"
@@ -129,20 +122,13 @@ async def handle_dead_letter(
 
 
 def _count(queue: str, pool: str, reason: str | None, fields: dict[str, Any]) -> None:
-    def text(name: str) -> str | None:
-        return fields.get(name) if isinstance(fields.get(name), str) else None
-
+    texts = {
+        k: v if isinstance(v := fields.get(k), str) else None
+        for k in ("workflow", "instance_id", "step_id", "kind")
+    }
+    attempt = fields.get("attempt") if isinstance(fields.get("attempt"), int) else None
     with never_fails("the dead letter"):
-        telemetry.record_dead_letter(
-            queue,
-            reason=reason or "unknown",
-            workflow=text("workflow"),
-            instance_id=text("instance_id"),
-            step_id=text("step_id"),
-            attempt=fields.get("attempt") if isinstance(fields.get("attempt"), int) else None,
-            kind=text("kind"),
-            pool=pool,
-        )
+        telemetry.record_dead_letter(queue, reason=reason or "unknown", attempt=attempt, pool=pool, **texts)
 
 
 async def _on_message(incoming: m.Incoming, client: EventClient, pool: str) -> None:

@@ -20,12 +20,7 @@ from activities.replies.attempt_status import handle_heartbeat
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
 from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
 from workflow_core import telemetry, tracing
-from workflow_core.contracts import (
-    RESULT_FUNCTION,
-    ConfirmedResult,
-    ResultMessage,
-    result_event_name,
-)
+from workflow_core.contracts import RESULT_FUNCTION, ConfirmedResult, ResultMessage, result_event_name
 from workflow_core.ledger import InstanceRecord, InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.ledger.known_rows import WATCHED_KEY, instance_snapshot
 from workflow_core.ledger.scheduler_gone import bring_forward, is_instance_gone
@@ -128,12 +123,7 @@ def confirm(result: ResultMessage, r: StepRecord) -> tuple[ResultMessage | None,
 
 
 async def handle_result(
-    body: Any,
-    client: EventClient,
-    services: Services,
-    *,
-    message_id: str | None = None,
-    trace: Any = None,
+    body: Any, client: EventClient, services: Services, *, message_id: str | None = None, trace: Any = None
 ) -> HandleOutcome:
     """Handle one result-queue message body; ``trace``: its application properties (the worker's
     span is this one's parent: the reply stays in the workflow's trace)."""
@@ -182,28 +172,18 @@ async def handle_result(
             why = f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}"
             audit(services.ledger, record, ACTOR, action, why, result.attempt)
             return action  # type: ignore[return-value]
+        # with the ledger's verdict, the attempt's token and the instance's snapshot (with the steps its
+        # row watches), the orchestrator need not read the ledger again; unless no token or outcome
         instance = handle.record if handle is not None else None
-        confirmed = with_verdict(confirmed, record, instance, watched)
+        token = attempt_token(record, confirmed.kind, confirmed.attempt)
+        verdict = verdict_of(recorded_outcome(record, confirmed.kind, confirmed.attempt))
+        if token is not None and verdict.state != "unconfirmed":
+            snapshot = (
+                None if instance is None else {**instance_snapshot(instance), WATCHED_KEY: list(watched)}
+            )
+            fields = confirmed.model_dump()
+            confirmed = ConfirmedResult(**fields, ledger_token=token, verdict=verdict, instance=snapshot)
         return await raise_result_event(confirmed, client, services, instance=instance)
-
-
-def with_verdict(
-    confirmed: ResultMessage,
-    r: StepRecord,
-    instance: InstanceRecord | None = None,
-    watched: list[str] | None = None,
-) -> ResultMessage:
-    """``confirmed`` as a :class:`ConfirmedResult` (the ledger's verdict, the attempt's token, the
-    snapshot of ``instance`` with the steps its row watches) so the orchestrator need not read the
-    ledger again; as it is when the row holds no token or no actionable outcome for the attempt."""
-    token = attempt_token(r, confirmed.kind, confirmed.attempt)
-    verdict = verdict_of(recorded_outcome(r, confirmed.kind, confirmed.attempt))
-    if token is None or verdict.state == "unconfirmed":
-        return confirmed
-    snapshot = None
-    if instance is not None:
-        snapshot = {**instance_snapshot(instance), WATCHED_KEY: list(watched or [])}
-    return ConfirmedResult(**confirmed.model_dump(), ledger_token=token, verdict=verdict, instance=snapshot)
 
 
 async def _on_message(incoming: Incoming, client: EventClient) -> None:

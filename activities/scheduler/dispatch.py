@@ -104,11 +104,7 @@ def _dispatch(d: StepDispatch, services: Services) -> DispatchOutcome:
         kind=SpanKind.PRODUCER,
         attributes={
             **tracing.messaging_attributes(services.settings.transport, queue, "send", message_id),
-            "sas.instance_id": d.instance_id,
-            "sas.step_id": d.step_id,
-            "sas.attempt": d.attempt,
-            "sas.workflow": d.workflow,
-            "sas.kind": d.kind,
+            **{f"sas.{k}": getattr(d, k) for k in ("instance_id", "step_id", "attempt", "workflow", "kind")},
         },
     ):
         # the span's own context; the input's when this process exports no traces (keep the chain)

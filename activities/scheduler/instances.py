@@ -95,10 +95,7 @@ def promise(
 
 
 def with_promise(
-    handle: InstanceHandle | None,
-    acts_by: datetime,
-    grace_seconds: float,
-    orchestration_id: str | None,
+    handle: InstanceHandle | None, acts_by: datetime, grace_seconds: float, orchestration_id: str | None
 ) -> dict[str, Any]:
     """Keyword arguments for ``ledger.transition``/``update``: the instance and its promise, or none."""
     changes = promise(handle, acts_by, grace_seconds, orchestration_id)
@@ -183,11 +180,7 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         via = record
         if target in (IS.COMPENSATED, IS.COMPENSATION_FAILED) and record.status is not IS.COMPENSATING:
             via = ledger.transition_instance(
-                record,
-                IS.COMPENSATING,
-                actor=ACTOR,
-                reason="compensation ran",
-                scheduler_deadline=now(),
+                record, IS.COMPENSATING, actor=ACTOR, reason="compensation ran", scheduler_deadline=now()
             )
         attention = target in (IS.COMPENSATION_FAILED, IS.FAILED)
         # A flag raised earlier (the watchdog compensating because resumes ran out) stays raised.

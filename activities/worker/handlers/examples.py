@@ -81,11 +81,7 @@ def inventory_reserve(ctx: StepContext) -> dict[str, Any]:
     items = ctx.input.get("items")
     if items is None and "sku" in ctx.input:
         items = [{"sku": ctx.input["sku"], "quantity": ctx.input.get("quantity", 1)}]
-    return {
-        "reservation_id": str(uuid.uuid4()),
-        "order_id": ctx.input.get("order_id"),
-        "items": items or [],
-    }
+    return {"reservation_id": str(uuid.uuid4()), "order_id": ctx.input.get("order_id"), "items": items or []}
 
 
 @effect("payments.charge", "payments", undo="payments.refund")
