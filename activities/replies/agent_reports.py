@@ -1,10 +1,9 @@
 """What a message-only agent reports, recorded in the ledger on its behalf by the result handler.
 
-Such an agent holds no storage rights (docs/agents.md, "Write an agent in another language"), so the
-app claims, heartbeats and records for it with the in-app worker's own rules: :class:`AgentReport` is
-a delivery of the message the ledger sent for the row's attempt, rebuilt from the row. A report acts
-only when its reply token is the one of the attempt the row holds; any other is audited
-(``agent-report-refused``) and changes nothing.
+Such an agent holds no storage rights (docs/agents.md, "Write an agent in another language"): the app
+claims, heartbeats and records for it with the in-app worker's rules (:class:`AgentReport`, a delivery
+of the message rebuilt from the row), only when the report's reply token is the attempt's; any other
+is audited (``agent-report-refused``) and changes nothing.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""A message-only agent asks whether its attempt is still current: a heartbeat naming an
-``answer_queue`` is answered there with an :class:`~workflow_core.contracts.AttemptStatus`.
+"""A heartbeat naming an ``answer_queue`` is answered there with an ``AttemptStatus``: what became of
+it (``agent_reports``), ``current`` or why not; never a token (docs/agents.md).
 
-The heartbeat itself is handled by ``agent_reports``; this module tells the agent what became of it
-(``current``, or why not). Only queues named ``<RESULT_QUEUE_NAME>-answers-...`` are answered, so a
-forged heartbeat can never make the app write into its own work, result or control queues (the
-refusal is audited). An undeliverable answer is logged and changes nothing: the heartbeat's outcome
-stands. The answer carries no token (docs/agents.md, "Write an agent in another language").
+Only queues named ``<RESULT_QUEUE_NAME>-answers-...`` are answered, so a forged heartbeat can never
+make the app write into its own queues (the refusal is audited). An undeliverable answer is logged
+and changes nothing: the heartbeat's outcome stands.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """``dispatch_step`` and ``dispatch_compensation``: write the intent to the ledger, then send the message.
 
-Safe to run twice (a crash, a resumed scheduler): each rule reads only the ledger, or writes against
-a version the ledger proves current, with an ETag-guarded write. The send is not recorded: MessageId
-deduplication and the worker's ETag claim make "sent" unnecessary, and a send that keeps failing is
-no activity failure: the intent is in the ledger and the step recovers at its deadline.
+Safe to run twice: each rule reads only the ledger, or writes ETag-guarded against a version the
+ledger proves current. The send is not recorded (MessageId deduplication and the worker's ETag claim
+make "sent" unnecessary); a send that keeps failing is no activity failure: the step recovers at its
+deadline.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""The scheduler's promises on the instance record, the proof of its provisional successes, and the
-activity that settles an instance.
+"""The scheduler's promises on the instance record, the proof of its provisional successes, and
+``settle_instance``.
 
-Every step change moves the instance's ``scheduler_deadline`` in the same transaction: a dead
-scheduler stops moving it and the watchdog finds the instance (docs/architecture.md, "The instance
-record"). A provisional success's basis row is deleted by the next write's own transaction, or the
-write reads the step first (docs/contracts.md, "Trust only the ledger", path 1).
+Every step change moves the instance's ``scheduler_deadline`` in its transaction: a dead scheduler
+stops moving it and the watchdog finds the instance (docs/architecture.md, "The instance record").
+A provisional success's basis row is deleted by the next write's transaction, or the write reads the
+step first (docs/contracts.md, "Trust only the ledger", path 1).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """The dispatch's side of per-agent limits: ask the agent's circuit and slots before the Dispatched
-write, and on *waiting* keep the scheduler's promise (the watchdog must not take a waiting scheduler
-for a dead one) and note the wait once in the step's audit trail (what the instance view shows).
-
-An agent without declared limits costs nothing here: :func:`hold_back` returns at once, no I/O.
+write; on *waiting*, keep the scheduler's promise (it is not dead) and note the wait once on the step.
+An agent without declared limits costs nothing here (no I/O).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The agent worker's decisions for one delivery (``delivery``): claim it or not, how to record it.
 
-These are the idempotency rules (docs/agents.md, "The worker: claim and idempotency rules"): each
-reads only the ledger row and the message and moves the row with an ETag-guarded write, so a
-redelivered, duplicated, late or forged message never runs a step twice, runs the wrong agent or
-input, or overwrites a newer attempt.
+The idempotency rules (docs/agents.md, "The worker: claim and idempotency rules"): each reads only
+the row and the message and writes ETag-guarded, so a redelivered, duplicated, late or forged message
+never runs a step twice, runs the wrong agent or input, or overwrites a newer attempt.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Turn what a trigger hands a function into the parts our bodies need, for either transport.
 
-A Storage Queue message's body is the envelope ``StorageQueueTransport`` wrote, base64-decoded by
-the host (``messageEncoding`` in host.json); one the host moved to ``<queue>-poison`` itself has no
-dead-letter reason. A Service Bus message's body is the JSON body, its MessageId, delivery count and
-dead-letter reason message properties. The trigger kind is chosen once, at import, from
-``AGENT_TRANSPORT``.
+A Storage Queue message's body is the envelope ``StorageQueueTransport`` wrote (one the host moved to
+``<queue>-poison`` itself has no dead-letter reason); a Service Bus message's is the JSON body, the
+rest message properties. The trigger kind is chosen once, at import, from ``AGENT_TRANSPORT``.
 """
 
 from __future__ import annotations

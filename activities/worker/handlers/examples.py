@@ -1,9 +1,8 @@
 """The example agents the shipped workflows use, each acting on a simulated remote service.
 
-Every forward agent makes one remote effect keyed by the step's idempotency key (so retries and
-duplicate deliveries never double it) and returns the service's answer as the step output; every
-compensator undoes that effect, treating "nothing to undo" as success. Inputs are read leniently
-(``ctx.input.get(...)`` with defaults): the workflow definitions decide what to pass.
+Every forward agent makes one remote effect keyed by the step's idempotency key (retries never
+double it) and returns the service's answer; every compensator undoes it ("nothing to undo" is a
+success). Inputs are read leniently: the workflow definitions decide what to pass.
 """
 
 from __future__ import annotations

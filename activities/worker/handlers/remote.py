@@ -1,9 +1,8 @@
 """Simulated remote services for the example agents: one Azure Table row per remote effect.
 
-PartitionKey = service name, RowKey = the step's idempotency key: like a remote API that honours
-idempotency keys, a retry or a duplicate delivery gets the stored result back and changes nothing.
-An undo with nothing to undo leaves a tombstone, so an attempt that arrives *after* its compensation
-is refused instead of taking effect.
+PartitionKey = service, RowKey = the idempotency key: a retry gets the stored result back and changes
+nothing. An undo with nothing to undo leaves a tombstone, so an attempt arriving *after* its
+compensation is refused instead of taking effect.
 """
 
 from __future__ import annotations
