@@ -48,17 +48,15 @@ def keep_waiting(
     until = r.deadline
     if is_transient_claim(r.owner):
         until = min(r.deadline, current + timedelta(seconds=CLAIM_RECHECK_SECONDS))
-    keep_promise(
-        ledger, handle, until, grace, r.orchestration_id, reason=f"{doing} {r.step_id} until {iso(until)}"
-    )
+    reason = f"{doing} {r.step_id} until {iso(until)}"
+    keep_promise(ledger, handle, until, grace, r.orchestration_id, reason=reason)
     return StepCheck(state="extended", deadline=iso(until))
 
 
 def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """``StepCheck`` of the attempt (written TimedOut here if it was still in flight past its deadline)."""
     args = StepAttemptInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> StepCheck:
         r, handle = pair
@@ -102,8 +100,7 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
     """Like :func:`check_step` for a compensation attempt: one past its deadline keeps the step
     Compensating, with ``compensation_status`` TimedOut (the scheduler retries or finishes it)."""
     args = StepAttemptInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> StepCheck:
         r, handle = pair

@@ -29,8 +29,7 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     steps are left out; Compensating and CompensationFailed ones stay in (a re-run, an operator's retry).
     """
     args = InstanceInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
     if _start_compensating(ledger, args.instance_id, grace) is InstanceStatus.STOPPED:
         # An operator stopped it to keep what is done: nothing is undone until an operator cancels it
         # (a scheduler refused its dispatches, gave the step up and asks to compensate: fenced off).

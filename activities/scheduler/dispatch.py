@@ -229,7 +229,7 @@ def dispatch_unread(
             etag=e.step_etag,
         )
         handle = InstanceHandle(known_instance(e.instance))
-        if handle.record.instance_id != d.instance_id or not works_on(handle, "work"):
+        if handle.record.instance_id != d.instance_id or not works_on(handle):
             return None
         written, outcome = decide_work_dispatch(
             ledger, record, handle, d, deadline, grace, claimable, also=basis_rows(d.instance_id, d.basis)
@@ -253,7 +253,7 @@ def decide_work_dispatch(
     """``claimable``: the message a worker may claim unread, its claim-key row written with the
     Dispatched transition (``messages.ClaimableWork``); ``also``: more of that transaction."""
     if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
-        if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle, "work"):
+        if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle):
             # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now
             r = ledger.update(
                 r,
@@ -266,7 +266,7 @@ def decide_work_dispatch(
         return r, "already-dispatched"
     if r.status in (S.SUCCEEDED, S.SKIPPED):
         return r, "settled"
-    if not works_on(handle, "work"):
+    if not works_on(handle):
         return r, "not-dispatchable"  # the instance is compensating or settled: fenced off
     if r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt:
         updated = ledger.transition(

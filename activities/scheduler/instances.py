@@ -113,31 +113,18 @@ def keep_promise(
 ) -> None:
     """Move the promise without a step change (a heartbeat-extended wait), only when it must move."""
     changes = promise(handle, acts_by, grace_seconds, orchestration_id)
-    if changes is None or handle is None:
-        return
-    current = handle.record.scheduler_deadline
-    if current is not None and current >= changes["scheduler_deadline"]:
-        return
-    handle.record = ledger.update_instance(handle.record, actor=ACTOR, reason=reason, **changes)
+    current = handle.record.scheduler_deadline if handle is not None else None
+    if changes is not None and (current is None or current < changes["scheduler_deadline"]):
+        handle.record = ledger.update_instance(handle.record, actor=ACTOR, reason=reason, **changes)
 
 
-def works_on(handle: InstanceHandle | None, kind: c.StepKind) -> bool:
-    """May a scheduler still move this instance's steps of ``kind``? Once compensation started (or the
-    instance settled), a late or zombie scheduler's work is fenced off."""
-    if handle is None:
-        return True
-    if kind == "work":
-        return handle.record.status is IS.RUNNING
-    return handle.record.status in (IS.COMPENSATING, IS.RUNNING, IS.COMPENSATION_FAILED)
+def works_on(handle: InstanceHandle | None) -> bool:
+    """May a scheduler still move this instance's work? Once compensation started (or the instance
+    settled), a late or zombie scheduler is fenced off."""
+    return handle is None or handle.record.status is IS.RUNNING
 
 
-Outcome = Literal["succeeded", "compensated", "compensation_failed", "failed"]
-_SETTLED_AS: dict[str, InstanceStatus] = {
-    "succeeded": IS.SUCCEEDED,
-    "compensated": IS.COMPENSATED,
-    "compensation_failed": IS.COMPENSATION_FAILED,
-    "failed": IS.FAILED,
-}
+Outcome = Literal["succeeded", "compensated", "compensation_failed", "failed"]  # InstanceStatus names
 
 
 class SettleInput(BaseModel):
@@ -156,7 +143,7 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
     Idempotent; CompensationFailed and Failed raise the attention flag."""
     args = SettleInput.model_validate(payload)
     ledger = services.ledger
-    target = _SETTLED_AS[args.outcome]
+    target = IS[args.outcome.upper()]
 
     def decide(
         pair: tuple[InstanceRecord | None, list[StepRecord]], proof: list[tuple] | None = None

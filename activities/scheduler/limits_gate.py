@@ -29,7 +29,7 @@ def hold_back(
     limits = agent_pools().limits_of(r.agent)
     if limits is None or d.kind != "work":
         return None
-    fresh = r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt and works_on(handle, "work")
+    fresh = r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt and works_on(handle)
     if not fresh:
         return None
     ledger, at, holder = services.ledger, now(), Holder(r.instance_id, r.step_id, d.attempt)

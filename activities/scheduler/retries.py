@@ -34,10 +34,9 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
     compensation stays Compensating and only its deadline moves, so the watchdog leaves its backoff
     alone."""
     args = ScheduleRetryInput.model_validate(payload)
-    ledger = services.ledger
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
     retry_at = parse_time(args.retry_at, "retry_at")
-    grace = services.settings.watchdog_grace_seconds
-    compensate = args.kind == "compensate"
+    compensate, until = args.kind == "compensate", grace_deadline(grace, retry_at)
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
@@ -46,12 +45,10 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
             waiting = r.compensation_status in (COMP_FAILED, COMP_TIMED_OUT)
             if r.status is not S.COMPENSATING or r.compensation_attempt != args.attempt or not waiting:
                 return r, False  # settled, superseded, or still in flight: nothing to move
-            if r.deadline == grace_deadline(grace, retry_at):
+            if r.deadline == until:
                 return r, False  # a re-run
             reason = f"compensation attempt {r.compensation_attempt + 1} at {iso(retry_at)}"
-            return ledger.update(
-                r, actor=ACTOR, reason=reason, deadline=grace_deadline(grace, retry_at), **promise
-            ), True
+            return ledger.update(r, actor=ACTOR, reason=reason, deadline=until, **promise), True
         if r.attempt != args.attempt:
             return r, False  # superseded (or never dispatched): nothing of this attempt to retry
         error = r.last_error or f"attempt {r.attempt} timed out"
@@ -63,7 +60,7 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
             S.RETRYING,
             actor=ACTOR,
             reason=f"attempt {r.attempt + 1} of {r.max_attempts} at {iso(retry_at)}",
-            deadline=grace_deadline(grace, retry_at),
+            deadline=until,
             owner="scheduler",
             **promise,
         )
@@ -72,9 +69,8 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
     what = f"schedule {'compensation ' if compensate else ''}retry {args.step_id}"
     record, changed = decide_on_step(ledger, args.instance_id, args.step_id, decide, what)
     if changed:
-        action, attempt = (
-            ("compensation_retry_scheduled", args.attempt) if compensate else ("retry_scheduled", None)
-        )
+        action = "compensation_retry_scheduled" if compensate else "retry_scheduled"
+        attempt = args.attempt if compensate else None
         emit_recovery(record, action, attempt=attempt, retry_at=iso(retry_at), reason=record.last_error)
     return status_reply(record, changed)
 
@@ -84,8 +80,7 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     ``plan_compensation`` to undo first (a timed-out attempt may have taken effect); a step without
     one is Cancelled (nothing to undo)."""
     args = GiveUpInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
@@ -112,8 +107,7 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
     """The compensator's attempts are exhausted: -> CompensationFailed (the operators' inbox,
     ``ledger.needing_attention()``). Idempotent; a step that did get Compensated stays so."""
     args = FinishCompensationInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair

@@ -1,7 +1,7 @@
 """One delivery of a work message, start to end: claim, run the agent's handler, heartbeat, record, reply.
 
-The rules each ledger write follows (claim or not, how to record) are ``delivery_rules``, the
-idempotency table read on its own; this module is the flow that carries a delivery's state between them.
+The rules each ledger write follows (claim or not, how to record), and the state they read, are
+``delivery_rules``: the idempotency table, read on its own; this module is the flow between them.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from workflow_core.ledger import (
     ConcurrencyConflict,
     InstanceHandle,
     LedgerError,
-    StepLedger,
     StepNotFound,
     StepRecord,
     StepStatus,
@@ -70,21 +69,6 @@ def is_permanent(exc: BaseException, m: WorkMessage, version: str | None, servic
 class Delivery(DeliveryDecisions):
     # whether a heartbeat that leaves a later deadline as it is still writes (message-only agents)
     record_kept_beats = False
-
-    def __init__(self, message: WorkMessage, delivery_count: int, services: Services, worker_id: str) -> None:
-        self.m = message
-        self.n = max(1, int(delivery_count))
-        self.services = services
-        self.ledger: StepLedger = services.ledger
-        self.worker_id = worker_id
-        self.work = message.kind == "work"
-        self.grace = services.settings.watchdog_grace_seconds
-        self.took_over = False
-        self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
-        self.instance: InstanceHandle | None = None  # the instance record as last read or written
-        # the in-flight steps the instance's row may watch once this step is recorded, when known
-        self.watched_after: list[str] | None = None
-        self.latest: StepRecord | None = None  # the step row as this worker last wrote it
 
     def process(self) -> None:
         m = self.m

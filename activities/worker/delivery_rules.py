@@ -27,6 +27,7 @@ from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord, StepSta
 from workflow_core.ledger.model import COMP_DONE, COMP_FAILED, COMP_RUNNING
 from workflow_core.messages import KeyedReply
 from workflow_core.payloads import as_stored, is_reference
+from workflow_core.runtime import Services
 
 S = StepStatus
 
@@ -44,18 +45,22 @@ class Action(StrEnum):
 
 
 class DeliveryDecisions:
-    """The rules of :class:`activities.worker.delivery.Delivery` (a mixin: the state is the delivery's)."""
+    """A delivery's state and the rules of :class:`activities.worker.delivery.Delivery`."""
 
-    m: WorkMessage
-    n: int
-    ledger: StepLedger
-    worker_id: str
-    work: bool
-    grace: float
-    took_over: bool
-    started_at: datetime | None
-    instance: InstanceHandle | None
-    watched_after: list[str] | None
+    def __init__(self, message: WorkMessage, delivery_count: int, services: Services, worker_id: str) -> None:
+        self.m = message
+        self.n = max(1, int(delivery_count))
+        self.services = services
+        self.ledger: StepLedger = services.ledger
+        self.worker_id = worker_id
+        self.work = message.kind == "work"
+        self.grace = services.settings.watchdog_grace_seconds
+        self.took_over = False
+        self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
+        self.instance: InstanceHandle | None = None  # the instance record as last read or written
+        # the in-flight steps the instance's row may watch once this step is recorded, when known
+        self.watched_after: list[str] | None = None
+        self.latest: StepRecord | None = None  # the step row as this worker last wrote it
 
     def _decide_claim(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
         mismatch = self._disagrees_with(r)
