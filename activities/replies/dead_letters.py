@@ -6,11 +6,9 @@ An orchestration found gone makes its instance due now, as for a reply (``schedu
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
 from typing import Any
-
-import azure.functions as func
 
 from activities.common import bp, emit_recovery, grace_deadline, never_fails, parse_or_park, retry_on_conflict
 from activities.replies.results import EventClient, raise_result_event
@@ -22,7 +20,7 @@ from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
 from workflow_core.ledger.model import COMP_FAILED
 from workflow_core.ledger.scheduler_gone import bring_forward
 from workflow_core.runtime import Services, get_services
-from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
+from workflow_core.settings import TransportKind, hosted_pools
 from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
 
@@ -131,7 +129,7 @@ def _count(queue: str, pool: str, reason: str | None, fields: dict[str, Any]) ->
         telemetry.record_dead_letter(queue, reason=reason or "unknown", attempt=attempt, pool=pool, **texts)
 
 
-async def _on_message(incoming: m.Incoming, client: EventClient, pool: str) -> None:
+async def _on_message(incoming: m.Incoming, client: EventClient, *, pool: str) -> None:
     await handle_dead_letter(
         incoming.body,
         reason=incoming.dead_letter_reason,
@@ -151,33 +149,16 @@ def dead_letter_pools(kind: TransportKind) -> list[str]:
     return list(hosted_pools()) if kind is TransportKind.SERVICE_BUS else agent_pools().names
 
 
-def register_dead_letter_handler(
-    blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL
-) -> Callable[..., Any]:
+def register_dead_letter_handler(blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL) -> Any:
     """Add the dead-letter handler of ``pool``'s queue to ``blueprint`` (on Storage Queues the default
     pool's is ``DEAD_LETTER_QUEUE_NAME``, where the Functions host also moves poison messages)."""
     name, queue = m.pool_function_name(DEAD_LETTER_FUNCTION, pool), m.pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
-
-        @blueprint.function_name(name)
-        @blueprint.service_bus_queue_trigger(
-            arg_name="msg", queue_name=f"{queue}/$DeadLetterQueue", connection=SERVICE_BUS_CONNECTION
-        )
-        @blueprint.durable_client_input(client_name="client")
-        async def agent_dead_letter_handler(msg: func.ServiceBusMessage, client) -> None:
-            await _on_message(m.from_servicebus_message(msg), client, pool)
-
-        return agent_dead_letter_handler
-
-    poison = "%DEAD_LETTER_QUEUE_NAME%" if pool == DEFAULT_POOL else f"{queue}-poison"
-
-    @blueprint.function_name(name)
-    @blueprint.queue_trigger(arg_name="msg", queue_name=poison, connection=STORAGE_CONNECTION)
-    @blueprint.durable_client_input(client_name="client")
-    async def agent_dead_letter_handler(msg: func.QueueMessage, client) -> None:
-        await _on_message(m.from_queue_message(msg, dead_letter=True), client, pool)
-
-    return agent_dead_letter_handler
+        queue = f"{queue}/$DeadLetterQueue"
+    else:
+        queue = "%DEAD_LETTER_QUEUE_NAME%" if pool == DEFAULT_POOL else f"{queue}-poison"
+    read = functools.partial(_on_message, pool=pool)
+    return m.bind_reader(blueprint, kind, name, queue, read, dead_letter=True)
 
 
 _kind = m.transport_kind()

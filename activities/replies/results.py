@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
 from typing import Any, Literal, Protocol
-
-import azure.functions as func
 
 from activities.common import audit, bp, never_fails, park, parse_or_park
 from activities.replies.agent_reports import record_reply
 from activities.replies.attempt_status import handle_heartbeat
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
-from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.messages import Incoming, bind_reader, transport_kind
 from workflow_core import telemetry, tracing
 from workflow_core.contracts import RESULT_FUNCTION, ConfirmedResult, ResultMessage, result_event_name
 from workflow_core.ledger import InstanceRecord, InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.ledger.known_rows import WATCHED_KEY, instance_snapshot
 from workflow_core.ledger.scheduler_gone import bring_forward, is_instance_gone
 from workflow_core.runtime import Services, get_services
-from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
+from workflow_core.settings import TransportKind
 from workflow_core.transport.envelope import is_doctor_probe
 
 log = logging.getLogger(__name__)
@@ -187,36 +184,15 @@ async def handle_result(
 
 
 async def _on_message(incoming: Incoming, client: EventClient) -> None:
-    await handle_result(
-        incoming.body,
-        client,
-        get_services(),
-        message_id=incoming.message_id,
-        trace=incoming.application_properties,
-    )
+    trace = incoming.application_properties
+    await handle_result(incoming.body, client, get_services(), message_id=incoming.message_id, trace=trace)
 
 
-def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
+def register_result_handler(blueprint: Any, kind: TransportKind) -> Any:
     """Add ``agent_result_handler`` with the trigger of ``kind`` to ``blueprint``."""
-    if kind is TransportKind.SERVICE_BUS:
-
-        @blueprint.function_name(RESULT_FUNCTION)
-        @blueprint.service_bus_queue_trigger(
-            arg_name="msg", queue_name="%RESULT_QUEUE_NAME%", connection=SERVICE_BUS_CONNECTION
-        )
-        @blueprint.durable_client_input(client_name="client")
-        async def agent_result_handler(msg: func.ServiceBusMessage, client) -> None:
-            await _on_message(from_servicebus_message(msg), client)
-
-        return agent_result_handler
-
-    @blueprint.function_name(RESULT_FUNCTION)
-    @blueprint.queue_trigger(arg_name="msg", queue_name="%RESULT_QUEUE_NAME%", connection=STORAGE_CONNECTION)
-    @blueprint.durable_client_input(client_name="client")
-    async def agent_result_handler(msg: func.QueueMessage, client) -> None:
-        await _on_message(from_queue_message(msg), client)
-
-    return agent_result_handler
+    return bind_reader(
+        blueprint, kind, RESULT_FUNCTION, "%RESULT_QUEUE_NAME%", _on_message, dead_letter=False
+    )
 
 
 agent_result_handler = register_result_handler(bp, transport_kind())

@@ -119,22 +119,18 @@ def register_worker(blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POO
     """Add the worker of ``pool``'s queue with the trigger of ``kind`` to ``blueprint``."""
     name, queue = pool_function_name(WORKER_FUNCTION, pool), pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
+        connection, trigger = SERVICE_BUS_CONNECTION, blueprint.service_bus_queue_trigger
 
-        @blueprint.function_name(name)
-        @blueprint.service_bus_queue_trigger(
-            arg_name="msg", queue_name=queue, connection=SERVICE_BUS_CONNECTION
-        )
         def agent_worker(msg: func.ServiceBusMessage, context: func.Context) -> None:
             run_servicebus_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
+    else:
+        connection, trigger = STORAGE_CONNECTION, blueprint.queue_trigger
 
-        return agent_worker
+        def agent_worker(msg: func.QueueMessage, context: func.Context) -> None:
+            run_queue_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
 
-    @blueprint.function_name(name)
-    @blueprint.queue_trigger(arg_name="msg", queue_name=queue, connection=STORAGE_CONNECTION)
-    def agent_worker(msg: func.QueueMessage, context: func.Context) -> None:
-        run_queue_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
-
-    return agent_worker
+    bound = trigger(arg_name="msg", queue_name=queue, connection=connection)
+    return blueprint.function_name(name)(bound(agent_worker))
 
 
 agent_workers = {pool: register_worker(bp, transport_kind(), pool) for pool in hosted_pools()}

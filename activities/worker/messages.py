@@ -8,12 +8,13 @@ rest message properties. The trigger kind is chosen once, at import, from ``AGEN
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import azure.functions as func
 
-from workflow_core.settings import TransportKind
+from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 from workflow_core.transport.envelope import body_from_text, read_envelope
 from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
 
@@ -77,6 +78,31 @@ def from_servicebus_message(msg: func.ServiceBusMessage) -> Incoming:
         dead_letter_reason=msg.dead_letter_reason,
         dead_letter_description=msg.dead_letter_error_description,
         application_properties=dict(getattr(msg, "application_properties", None) or {}),
+    )
+
+
+Read = Callable[[Incoming, Any], Awaitable[None]]
+
+
+def bind_reader(
+    blueprint: Any, kind: TransportKind, name: str, queue: str, read: Read, *, dead_letter: bool = False
+) -> Any:
+    """Add function ``name`` on ``queue`` with the trigger of ``kind``, awaiting ``read(incoming,
+    client)`` with the durable client: the result and dead-letter handlers."""
+    if kind is TransportKind.SERVICE_BUS:
+        connection, trigger = SERVICE_BUS_CONNECTION, blueprint.service_bus_queue_trigger
+
+        async def handler(msg: func.ServiceBusMessage, client) -> None:
+            await read(from_servicebus_message(msg), client)
+    else:
+        connection, trigger = STORAGE_CONNECTION, blueprint.queue_trigger
+
+        async def handler(msg: func.QueueMessage, client) -> None:
+            await read(from_queue_message(msg, dead_letter=dead_letter), client)
+
+    with_client = blueprint.durable_client_input(client_name="client")(handler)
+    return blueprint.function_name(name)(
+        trigger(arg_name="msg", queue_name=queue, connection=connection)(with_client)
     )
 
 
