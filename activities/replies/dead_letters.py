@@ -55,7 +55,15 @@ async def handle_dead_letter(
         dead_letter_reason=reason,
         pool=pool,
     ):
-        _count(queue, pool, reason, fields)
+        texts = {
+            k: v if isinstance(v := fields.get(k), str) else None
+            for k in ("workflow", "instance_id", "step_id", "kind")
+        }
+        attempt = fields.get("attempt") if isinstance(fields.get("attempt"), int) else None
+        with never_fails("the dead letter"):
+            telemetry.record_dead_letter(
+                queue, reason=reason or "unknown", attempt=attempt, pool=pool, **texts
+            )
         error = fit_text(
             f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
         )
@@ -117,16 +125,6 @@ async def handle_dead_letter(
         if raised != "raised":
             return raised
         return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"
-
-
-def _count(queue: str, pool: str, reason: str | None, fields: dict[str, Any]) -> None:
-    texts = {
-        k: v if isinstance(v := fields.get(k), str) else None
-        for k in ("workflow", "instance_id", "step_id", "kind")
-    }
-    attempt = fields.get("attempt") if isinstance(fields.get("attempt"), int) else None
-    with never_fails("the dead letter"):
-        telemetry.record_dead_letter(queue, reason=reason or "unknown", attempt=attempt, pool=pool, **texts)
 
 
 async def _on_message(incoming: m.Incoming, client: EventClient, *, pool: str) -> None:

@@ -77,17 +77,13 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     return {"steps": steps, "cancelled": cancelled}
 
 
-_MAY_START_COMPENSATING = frozenset(
-    {InstanceStatus.RUNNING, InstanceStatus.FAILED, InstanceStatus.COMPENSATION_FAILED}
-)
-
-
 def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> InstanceStatus | None:
     """Compensating from the moment the plan is made (work dispatch fenced off, the watchdog watching
     the compensation orchestration); the status the record had (None: no record)."""
 
     def decide(record: Any) -> InstanceStatus | None:
-        if record is None or record.status not in _MAY_START_COMPENSATING:
+        may_start = (InstanceStatus.RUNNING, InstanceStatus.FAILED, InstanceStatus.COMPENSATION_FAILED)
+        if record is None or record.status not in may_start:
             return None if record is None else record.status
         ledger.transition_instance(
             record,

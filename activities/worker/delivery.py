@@ -6,6 +6,7 @@ The rules each ledger write follows (claim or not, how to record), and the state
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime
 
@@ -217,15 +218,11 @@ class Delivery(DeliveryDecisions):
         return True, payloads.stored(output), None, False
 
     def _heartbeat(self, seconds: float | None) -> datetime | None:
-        service_now: list[datetime] = []
+        # one read gives the row and the storage service's time: the extension needs both
+        read = functools.partial(self.ledger.get_with_service_time, self.m.instance_id, self.m.step_id)
 
-        def read() -> StepRecord:
-            # one read gives the row and the storage service's time: the extension needs both
-            record, now = self.ledger.get_with_service_time(self.m.instance_id, self.m.step_id)
-            service_now[:] = [now]
-            return record
-
-        def decide(r: StepRecord) -> datetime | None:
+        def decide(pair: tuple[StepRecord, datetime]) -> datetime | None:
+            r, service_now = pair
             if not self._current(r) or not (r.owner == self.worker_id or is_transient_claim(r.owner)):
                 raise StepNoLongerOwned(
                     f"{self._label}: step is {r.status.value} (attempt {r.attempt}), owner {r.owner}; "
@@ -242,7 +239,7 @@ class Delivery(DeliveryDecisions):
                 float(timeout),
                 actor=self.worker_id,
                 reason=f"heartbeat +{timeout:g}s",
-                now=service_now[0],
+                now=service_now,
                 record_kept=self.record_kept_beats,
             )
             self.latest = extended

@@ -61,11 +61,9 @@ class StepContext:
     def heartbeat(self, seconds: float | None = None) -> datetime | None:
         """The step is still making progress: its deadline becomes ``now + seconds`` (default: its
         ``heartbeat_timeout_seconds``), never earlier; returns the deadline now in force."""
-        if self._heartbeat is None:
-            return self.deadline
-        deadline = self._heartbeat(seconds)
-        self.deadline = deadline
-        return deadline
+        if self._heartbeat is not None:
+            self.deadline = self._heartbeat(seconds)
+        return self.deadline
 
     @property
     def effects(self) -> RemoteEffects:
