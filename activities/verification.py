@@ -18,14 +18,12 @@ from workflow_core.runtime import Services
 S = StepStatus
 ACTOR = "scheduler"
 
-State = Literal["succeeded", "failed", "timed_out", "unconfirmed"]
-
 
 @dataclass(frozen=True)
 class Recorded:
     """The ledger's word on one attempt; ``exact`` = the row is at that very attempt."""
 
-    state: State
+    state: Literal["succeeded", "failed", "timed_out", "unconfirmed"]
     exact: bool
     output: dict[str, Any] | None = None
     error: str | None = None
@@ -109,10 +107,8 @@ def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]
     found = recorded_outcome(record, kind, attempt)
     if isinstance(claimed, dict):  # a short, printable summary of what the event claimed
         parts = [f"{k}={claimed.get(k)!r}" for k in ("outcome", "attempt", "step_id", "kind") if k in claimed]
-        claim, said = (
-            fit_text(", ".join(parts) or "a payload without an outcome", 500),
-            claimed.get("outcome"),
-        )
+        said = claimed.get("outcome")
+        claim = fit_text(", ".join(parts) or "a payload without an outcome", 500)
     else:
         claim, said = fit_text(f"a {type(claimed).__name__} payload", 200), None
     event = f"{kind} result event for attempt {attempt} ({claim})"

@@ -96,9 +96,8 @@ def apply_heartbeat(beat: Heartbeat, services: Services) -> Verdict:
         deadline = report._heartbeat(beat.seconds)  # the worker's own: on the ledger's clock, owner checked
     except StepNoLongerOwned as exc:
         why = f"heartbeat ignored: {exc}"
-        services.ledger.note(
-            beat.instance_id, beat.step_id, actor=ACTOR, action=REFUSED, reason=why, attempt=beat.attempt
-        )
+        ids = (beat.instance_id, beat.step_id)
+        services.ledger.note(*ids, actor=ACTOR, action=REFUSED, reason=why, attempt=beat.attempt)
         return Verdict(REFUSED, why, report.latest)
     record = report.latest
     if record is not None and deadline is not None and record.deadline != deadline:

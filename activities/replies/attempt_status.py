@@ -80,15 +80,8 @@ def answer(beat: Heartbeat, verdict: Verdict, services: Services) -> str:
         why = f"heartbeat not answered: answer queue {queue!r} does not begin with {prefix!r}"
         log.warning("%s: %s", where, why)
         if verdict.record is not None:  # no step, no audit trail: the log line is all there is
-            ledger, attempt = services.ledger, beat.attempt
-            ledger.note(
-                beat.instance_id,
-                beat.step_id,
-                actor=ACTOR,
-                action=REFUSED_ANSWER,
-                reason=why,
-                attempt=attempt,
-            )
+            ids = (beat.instance_id, beat.step_id)
+            services.ledger.note(*ids, actor=ACTOR, action=REFUSED_ANSWER, reason=why, attempt=beat.attempt)
         return "refused"
     r = verdict.record
     status = AttemptStatus(

@@ -108,14 +108,8 @@ async def handle_dead_letter(
             return "ignored"
         if to_raise is None:
             why = f"{message.kind} attempt {a} ({error}): {why}"
-            ledger.note(
-                message.instance_id,
-                message.step_id,
-                actor=ACTOR,
-                action="dead-letter-ignored",
-                reason=why,
-                attempt=a,
-            )
+            ids = (message.instance_id, message.step_id)
+            ledger.note(*ids, actor=ACTOR, action="dead-letter-ignored", reason=why, attempt=a)
             return "ignored"
         raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
         if raised == "late-result-ignored":  # its scheduler is gone: the instance is due now

@@ -38,15 +38,11 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     definition = None
     try:
         if records:
-            definition = definition_for(
-                records[0].workflow_name, records[0].workflow_version, services.definitions
-            )
+            first = records[0]
+            definition = definition_for(first.workflow_name, first.workflow_version, services.definitions)
     except Exception as exc:  # a run must stay compensatable even if its definition went away
-        log.warning(
-            "workflow %r could not be loaded (%s); compensating with default policies",
-            records[0].workflow_name,
-            exc,
-        )
+        text = "workflow %r could not be loaded (%s); compensating with default policies"
+        log.warning(text, records[0].workflow_name, exc)
 
     def decide(r: StepRecord) -> tuple[StepRecord, bool]:
         reason = "workflow is being compensated; in-flight attempt abandoned"

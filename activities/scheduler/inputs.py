@@ -19,9 +19,7 @@ ACTOR = "scheduler"
 IN_FLIGHT = frozenset({S.DISPATCHED, S.RUNNING})
 NEEDS_RETRY_DECISION = frozenset({S.FAILED, S.TIMED_OUT})
 # Statuses from which a step may (after moving through TimedOut if in flight) start compensating.
-MAY_COMPENSATE = frozenset(
-    {S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.RETRYING, S.COMPENSATING, S.COMPENSATION_FAILED}
-)
+MAY_COMPENSATE = NEEDS_RETRY_DECISION | {S.SUCCEEDED, S.RETRYING, S.COMPENSATING, S.COMPENSATION_FAILED}
 
 
 class InstanceInput(BaseModel):

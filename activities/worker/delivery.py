@@ -164,15 +164,10 @@ class Delivery(DeliveryDecisions):
         return recorded
 
     def _note(self, action: str, reason: str, *, status: str | None) -> None:
-        m, reason = self.m, f"{self.m.kind} delivery {self.n}: {reason}"
+        m = self.m
+        ids, reason = (m.instance_id, m.step_id), f"{m.kind} delivery {self.n}: {reason}"
         self.ledger.note(
-            m.instance_id,
-            m.step_id,
-            actor=self.worker_id,
-            action=action,
-            reason=reason,
-            attempt=m.attempt,
-            status=status,
+            *ids, actor=self.worker_id, action=action, reason=reason, attempt=m.attempt, status=status
         )
 
     def _run(self, record: StepRecord) -> Outcome | None:

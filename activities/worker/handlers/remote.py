@@ -87,8 +87,7 @@ class RemoteEffects:
                 return {"undone": False, "reason": "nothing to undo"}
             if stored.get("State") == UNDONE:
                 return {"undone": False, "reason": "already undone"}
-            stored["State"] = UNDONE
-            stored["UndoneAt"] = clock.utcnow()
+            stored.update(State=UNDONE, UndoneAt=clock.utcnow())
             try:
                 self._table.update_entity(
                     stored,
