@@ -64,9 +64,8 @@ async def handle_dead_letter(
             telemetry.record_dead_letter(
                 queue, reason=reason or "unknown", attempt=attempt, pool=pool, **texts
             )
-        error = fit_text(
-            f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
-        )
+        detail = f": {description}" if description else ""
+        error = fit_text(f"dead-lettered: {reason or 'unknown reason'}{detail}")
         park = {"source": "dead-letter", "actor": ACTOR, "message_id": message_id, "note": f" ({error})"}
         message = parse_or_park(WorkMessage, body, services, **park)
         if isinstance(message, str):

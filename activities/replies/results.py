@@ -141,9 +141,8 @@ async def handle_result(
     ):
         if fields.get("type") == "heartbeat":  # a message-only agent's
             return await handle_heartbeat(body, services, client, message_id=message_id)  # type: ignore[return-value]
-        result = parse_or_park(
-            ResultMessage, body, services, source="result", actor=ACTOR, message_id=message_id
-        )
+        park_as = {"source": "result", "actor": ACTOR, "message_id": message_id}
+        result = parse_or_park(ResultMessage, body, services, **park_as)
         if isinstance(result, str):
             return "parked"
         if result.reply_token is not None:  # a message-only agent's reply: recorded for it first

@@ -255,14 +255,11 @@ def decide_work_dispatch(
     if r.attempt == d.attempt and r.status in (IN_FLIGHT | NEEDS_RETRY_DECISION | {S.SUCCEEDED}):
         if r.status in IN_FLIGHT and r.orchestration_id != d.orchestration_id and works_on(handle):
             # a resumed scheduler takes over an attempt a dead one dispatched: its results go here now
-            r = ledger.update(
-                r,
-                actor=ACTOR,
-                reason=f"orchestration {d.orchestration_id} took over attempt {r.attempt} "
-                f"from {r.orchestration_id}",
-                orchestration_id=d.orchestration_id,
-                **with_promise(handle, r.deadline or deadline, grace, d.orchestration_id),
+            reason = (
+                f"orchestration {d.orchestration_id} took over attempt {r.attempt} from {r.orchestration_id}"
             )
+            promise = with_promise(handle, r.deadline or deadline, grace, d.orchestration_id)
+            r = ledger.update(r, actor=ACTOR, reason=reason, orchestration_id=d.orchestration_id, **promise)
         return r, "already-dispatched"
     if r.status in (S.SUCCEEDED, S.SKIPPED):
         return r, "settled"

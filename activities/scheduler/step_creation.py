@@ -24,20 +24,15 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
     args = CreateStepsInput.model_validate(payload)
     definition = definition_for(args.workflow, args.version, services.definitions)
     orchestration_id = args.orchestration_id or args.instance_id
-    pinned = {"version": args.version} if args.version else {}
     ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
     # Adopted in the steps' own batch; when the steps exist already (a re-run) or the instance moved
     # meanwhile, adopting is its own guarded write.
     found = ledger.find_instance(args.instance_id)
     handle = InstanceHandle(found) if found is not None and found.supervised else None
+    pinned = {"version": args.version} if args.version else {}  # the definition version the run keeps
+    fields = {"actor": ACTOR, "orchestration_id": orchestration_id, **pinned}
     create = functools.partial(
-        ledger.create_steps,
-        args.instance_id,
-        definition.name,
-        new_steps(definition),
-        actor=ACTOR,
-        orchestration_id=orchestration_id,
-        **pinned,
+        ledger.create_steps, args.instance_id, definition.name, new_steps(definition), **fields
     )
     try:
         records = create(instance=handle, instance_changes=_adoption(handle, orchestration_id, grace))

@@ -74,9 +74,8 @@ def process_work_message(
         delivery_count=delivery_count,
         pool=pool,
     ):
-        message = parse_or_park(
-            WorkMessage, body, services, source="work", actor=worker_id, message_id=message_id
-        )
+        park = {"source": "work", "actor": worker_id, "message_id": message_id}
+        message = parse_or_park(WorkMessage, body, services, **park)
         if isinstance(message, str):
             return message
         if is_expired(message, clock.utcnow(), FAST_CLOCK_ALLOWANCE_SECONDS):

@@ -63,8 +63,7 @@ class DeliveryDecisions:
         self.latest: StepRecord | None = None  # the step row as this worker last wrote it
 
     def _decide_claim(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
-        mismatch = self._disagrees_with(r)
-        if mismatch is not None:
+        if (mismatch := self._disagrees_with(r)) is not None:
             return Action.IGNORE, r, ("message-mismatch-ignored", mismatch)
         return self._claim_work(r) if self.work else self._claim_compensation(r)
 
