@@ -1,9 +1,7 @@
 """Helpers every Agent-role function body shares: conflict-safe ledger writes, payload parsing, time,
-the telemetry of what a write changed.
-
-Every ledger write goes through :func:`retry_on_conflict`: decide from what the ledger says *now*,
-write with that read's ETag, and on a lost race read and decide again. Nothing is blindly
-overwritten: the scheduler, many workers and the watchdog may touch one step at once.
+the telemetry of what a write changed. Every ledger write goes through :func:`retry_on_conflict`:
+decide from what the ledger says *now*, write with that read's ETag, and on a lost race read and
+decide again: the scheduler, many workers and the watchdog may touch one step at once.
 """
 
 from __future__ import annotations

@@ -52,9 +52,8 @@ class AgentReport(Delivery):
 
 
 class Verdict(NamedTuple):
-    """What became of a report that is not acted on, or of a heartbeat: ``outcome`` (``heartbeat``:
-    accepted; ``agent-report-refused``: audited; ``parked``: no such step), why, the step's row as last
-    read or written (None: no such step), and (an accepted beat) its instance record as read with it."""
+    """What became of a refused report or a heartbeat (``heartbeat``: accepted; ``agent-report-refused``;
+    ``parked``: no such step), why, the step's row as last read or written, and a beat's instance."""
 
     outcome: str
     reason: str

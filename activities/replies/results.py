@@ -1,8 +1,7 @@
-"""The result handler: turns an agent's reply into the external event its orchestration waits for.
-
-docs/agents.md, "Result and dead-letter handlers": a keyed work success is raised unread (the
-scheduler's next write proves it, ``activities.scheduler.instances``); any other reply is a claim,
-raised only as the ledger recorded it for that very attempt, and otherwise audited.
+"""The result handler: turns an agent's reply into the external event its orchestration waits for
+(docs/agents.md, "Result and dead-letter handlers"). A keyed work success is raised unread (the
+scheduler's next write proves it); any other reply is a claim, raised only as the ledger recorded it
+for that very attempt, and otherwise audited.
 """
 
 from __future__ import annotations

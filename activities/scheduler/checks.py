@@ -1,6 +1,5 @@
 """``check_step`` and ``check_compensation``: the ledger's word when an attempt's deadline timer fired
-first: the result is there after all, a heartbeat extended the deadline, or the attempt is now
-TimedOut (written here).
+first: the result is there after all, a heartbeat extended the deadline, or it is TimedOut now.
 """
 
 from __future__ import annotations

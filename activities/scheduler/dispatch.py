@@ -2,8 +2,7 @@
 
 Safe to run twice: each rule reads only the ledger, or writes ETag-guarded against a version the
 ledger proves current. The send is not recorded (MessageId deduplication and the worker's ETag claim
-make "sent" unnecessary); a send that keeps failing is no activity failure: the step recovers at its
-deadline.
+make "sent" unnecessary); one that keeps failing is no activity failure: the deadline recovers it.
 """
 
 from __future__ import annotations
@@ -212,10 +211,9 @@ def dispatch_unread(
     grace: float,
     claimable: ClaimableWork | None = None,
 ) -> tuple[StepRecord, DispatchResult, InstanceHandle] | None:
-    """A first work attempt written unread against the versions the scheduler carried (``d.expected``).
-    Only a write counts: the Dispatched transition is If-Match both carried ETags, so it lands only if
-    neither row changed since; anything else (a lost race, a copy the ledger refuses, a decision a copy
-    alone cannot prove) returns None: read instead."""
+    """A first work attempt written unread, If-Match the ETags the scheduler carried (``d.expected``):
+    it lands only if neither row changed since. Only a write counts: anything else (a lost race, a copy
+    the ledger refuses, a decision a copy alone cannot prove) returns None: read instead."""
     e = d.expected
     if e is None or d.kind != "work" or d.attempt != 1:
         return None

@@ -9,6 +9,7 @@ step first (docs/contracts.md, "Trust only the ledger", path 1).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -191,9 +192,8 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         return unread
     if refused(ledger, args.instance_id, args.basis, by="settle") is not None:
         return {"instance_id": args.instance_id, "status": None, "changed": False, "outcome": BASIS_REFUSED}
-    return retry_on_conflict(
-        lambda: ledger.instance_and_watched_steps(args.instance_id), decide, what=f"settle {args.instance_id}"
-    )
+    read = functools.partial(ledger.instance_and_watched_steps, args.instance_id)
+    return retry_on_conflict(read, decide, what=f"settle {args.instance_id}")
 
 
 def _settle_unread(args: SettleInput, decide: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:

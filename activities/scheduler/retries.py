@@ -1,6 +1,6 @@
-"""After a failed attempt (of the work or of its compensator), what the orchestration decided: try
-again at ``retry_at`` (``schedule_retry``), stop and leave the step for compensation
-(``give_up_step``), or hand a compensation that keeps failing to an operator (``finish_compensation``).
+"""After a failed attempt (of the work or its compensator), what the orchestration decided: try again
+(``schedule_retry``), leave the step for compensation (``give_up_step``), or hand a compensation that
+keeps failing to an operator (``finish_compensation``).
 """
 
 from __future__ import annotations

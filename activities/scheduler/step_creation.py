@@ -57,8 +57,7 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
 
 
 def _adoption(handle: InstanceHandle | None, orchestration_id: str, grace: float) -> dict[str, Any]:
-    """The orchestration owns the instance and promises to dispatch at once; never *sooner* than the
-    starter's promise, so the instance's index row stays put (an insert and a delete saved per
-    workflow; a scheduler dying right here is found at most ``SCHEDULER_START_SECONDS`` later)."""
+    """The orchestration owns the instance and promises to dispatch at once, never *sooner* than the
+    starter's promise: the index row stays put (a dead scheduler is found ``SCHEDULER_START_SECONDS`` on)."""
     promised = promise(handle, now(), grace, orchestration_id, keep_later=True)
     return {} if handle is None else {"orchestration_id": orchestration_id, **(promised or {})}

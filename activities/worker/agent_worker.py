@@ -1,9 +1,7 @@
 """The agent worker's entry point, :func:`process_work_message`, for the ``agent_worker`` functions
-below (one per hosted pool), the durable test host's queue pumps and the ``sas-agent`` runner.
-
-It returns when the message is dealt with (ignored or parked included) and raises when it must be
-delivered again (ledger or transport unavailable, a crash); after ``MAX_DELIVERY_COUNT`` deliveries
-the message is dead-lettered.
+below (one per hosted pool), the durable test host's queue pumps and the ``sas-agent`` runner. It
+returns when the message is dealt with (ignored or parked included) and raises when it must be
+delivered again (ledger or transport unavailable, a crash; after ``MAX_DELIVERY_COUNT``: dead-lettered).
 """
 
 from __future__ import annotations

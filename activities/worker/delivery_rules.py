@@ -165,7 +165,7 @@ class DeliveryDecisions:
         }
         late = f"step is {r.status.value}; this {'attempt' if work else 'compensation'}"
         if work and r.status is S.RUNNING:
-            reply = self._result(ok, output, error, permanent)
+            reply = ResultMessage.answering(self.m, ok=ok, output=output, error=error, permanent=permanent)
             if ok:
                 # With the instance record in the same transaction: the completion takes the
                 # instance's next completion number, which orders compensation (no clocks).
@@ -209,10 +209,10 @@ class DeliveryDecisions:
             )
             with never_fails(f"the compensation of {r.step_id}"):  # sas.compensations: compensated
                 telemetry.record_compensation_finished(r.workflow_name)
-            return self._result(True, output, None), None
+            return ResultMessage.answering(self.m, ok=True, output=output), None
         if r.status is S.COMPENSATING and r.compensation_status != COMP_FAILED:
             self.ledger.update(r, compensation_status=COMP_FAILED, **failure)
-            return self._result(False, None, error, permanent), None
+            return ResultMessage.answering(self.m, ok=False, error=error, permanent=permanent), None
         if r.status in (S.COMPENSATING, S.COMPENSATED):
             failed = " failed" if r.status is S.COMPENSATING else ""
             return None, (
@@ -220,11 +220,6 @@ class DeliveryDecisions:
                 f"compensation attempt {a} was already recorded{failed}",
             )
         return None, ("late-result-discarded", f"{late} result is too late")
-
-    def _result(
-        self, ok: bool, output: dict[str, Any] | None, error: str | None, permanent: bool = False
-    ) -> ResultMessage:
-        return ResultMessage.answering(self.m, ok=ok, output=output, error=error, permanent=permanent)
 
     def _keyed(self, reply: ResultMessage) -> KeyedReply | None:
         """The success to record with a basis row, when the work message asks for one
