@@ -70,7 +70,8 @@ async def handle_dead_letter(
         message = parse_or_park(WorkMessage, body, services, **park)
         if isinstance(message, str):
             return "parked"
-        ledger, a, where = services.ledger, message.attempt, f"{message.instance_id}/{message.step_id}"
+        ledger, a, ids = services.ledger, message.attempt, (message.instance_id, message.step_id)
+        where = "/".join(ids)
         failure = {"actor": ACTOR, "reason": error, "last_error": error, "non_retryable": False}
 
         def decide(r: StepRecord) -> tuple[ResultMessage | None, str]:
@@ -86,10 +87,8 @@ async def handle_dead_letter(
                 ledger.transition(r, S.FAILED, **failure)
             else:
                 if r.compensation_attempt != a:
-                    return (
-                        None,
-                        f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})",
-                    )
+                    at = f"compensation attempt {r.compensation_attempt}"
+                    return None, f"ledger is at {at} ({r.status.value})"
                 if r.status not in (S.COMPENSATING, S.COMPENSATED):
                     return None, f"step is {r.status.value}"
                 if r.status is S.COMPENSATED or r.compensation_status == COMP_FAILED:
@@ -99,7 +98,7 @@ async def handle_dead_letter(
             log.warning("%s %s#%d (pool %s) failed: %s", message.kind, where, a, pool, error)
             return ResultMessage.answering(message, ok=False, error=error), ""
 
-        read = lambda: ledger.get(message.instance_id, message.step_id)  # noqa: E731
+        read = functools.partial(ledger.get, *ids)
         try:
             to_raise, why = retry_on_conflict(read, decide, what=f"dead-letter {where}")
         except StepNotFound:
@@ -107,7 +106,6 @@ async def handle_dead_letter(
             return "ignored"
         if to_raise is None:
             why = f"{message.kind} attempt {a} ({error}): {why}"
-            ids = (message.instance_id, message.step_id)
             ledger.note(*ids, actor=ACTOR, action="dead-letter-ignored", reason=why, attempt=a)
             return "ignored"
         raised = await raise_result_event(to_raise, client, services, actor=ACTOR)

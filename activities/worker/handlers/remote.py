@@ -56,16 +56,9 @@ class RemoteEffects:
     def apply(self, service: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
         """Make the effect (once) and return ``result`` itself; with the same key again, a copy of
         the first result (observers, the test harness, count effects by that identity)."""
-        stored = json.dumps(result, sort_keys=True, default=str)
-        entity = {
-            "PartitionKey": service,
-            "RowKey": key,
-            "State": APPLIED,
-            "Result": stored,
-            "AppliedAt": clock.utcnow(),
-        }
+        entity = {"PartitionKey": service, "RowKey": key, "State": APPLIED, "AppliedAt": clock.utcnow()}
         try:
-            self._table.create_entity(entity)
+            self._table.create_entity({**entity, "Result": json.dumps(result, sort_keys=True, default=str)})
             return result
         except ResourceExistsError:
             stored = self._table.get_entity(service, key)
