@@ -1,7 +1,6 @@
-"""The Agent role: the scheduler's activities, the agent worker, the result and dead-letter handlers.
-
-Every function is a thin binding (on :data:`blueprint`) around a plain body that tests and the
-durable test host call directly; the queue triggers follow ``AGENT_TRANSPORT`` at import.
+"""The Agent role: the scheduler's activities, the agent worker, the result and dead-letter handlers
+(docs/agents.md). Every function is a thin binding (on :data:`blueprint`) around a plain body that tests
+and the durable test host call directly; the queue triggers follow ``AGENT_TRANSPORT`` at import.
 """
 
 from activities.common import bp as blueprint

@@ -1,8 +1,7 @@
-"""Helpers every Agent-role function body shares: conflict-safe ledger writes, payload parsing, time.
-
-Every ledger write here goes through :func:`retry_on_conflict`: decide from what the ledger says
-*now*, write with the ETag that read returned, and on a lost race read and decide again. Nothing is
-blindly overwritten: that lets the scheduler, many workers and the watchdog touch one step at once.
+"""Helpers every Agent-role function body shares: conflict-safe ledger writes, payload parsing, time,
+the telemetry of what a write changed. Every ledger write goes through :func:`retry_on_conflict`:
+decide from what the ledger says *now*, write with that read's ETag, and on a lost race read and
+decide again: the scheduler, many workers and the watchdog may touch one step at once.
 """
 
 from __future__ import annotations
@@ -20,8 +19,10 @@ from pydantic import BaseModel, ValidationError
 
 from workflow_core import clock, telemetry
 from workflow_core.ledger import ConcurrencyConflict, StepRecord, decode_json
+from workflow_core.limits import Holder
 from workflow_core.message_fields import explain
 from workflow_core.transport.envelope import MALFORMED_KEY
+from workflow_core.workflows.loader import agent_pools
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,6 @@ bp = df.Blueprint()
 R = TypeVar("R")
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
-
-DEFAULT_CONFLICT_ATTEMPTS = 10
 
 # Owners that claim a step briefly to inspect it (the supervisor's watchdog, an operator action) and
 # hand it back: a worker keeps running through such a claim, and the scheduler does not mistake the
@@ -45,15 +44,10 @@ def is_transient_claim(owner: str | None) -> bool:
 
 
 def retry_on_conflict(
-    read: Callable[[], R],
-    decide: Callable[[R], T],
-    *,
-    attempts: int = DEFAULT_CONFLICT_ATTEMPTS,
-    what: str = "ledger update",
+    read: Callable[[], R], decide: Callable[[R], T], *, attempts: int = 10, what: str = "ledger update"
 ) -> T:
-    """``decide(read())``, re-read and re-decided whenever ``decide`` loses an ETag race (on any of
-    its writes, each based on the record it is given). After ``attempts`` lost races the conflict
-    propagates: the caller's trigger retries the whole message or activity."""
+    """``decide(read())``, re-read and re-decided whenever one of ``decide``'s writes loses an ETag
+    race; after ``attempts`` the conflict propagates (the trigger retries the message or activity)."""
     for attempt in range(1, attempts + 1):
         current = read()
         try:
@@ -71,16 +65,20 @@ def decide_on_step(ledger: Any, instance_id: str, step_id: str, decide: Callable
     return retry_on_conflict(lambda: ledger.read_step_and_instance(instance_id, step_id), decide, what=what)
 
 
+def audit(ledger: Any, r: StepRecord, actor: str, action: str, reason: str, attempt: int) -> None:
+    """Note on step ``r`` a decision that changed nothing, with the status the step had."""
+    status = r.status.value
+    ledger.note(
+        r.instance_id, r.step_id, actor=actor, action=action, reason=reason, attempt=attempt, status=status
+    )
+
+
 def parse_time(value: str | datetime, what: str = "time") -> datetime:
-    """An ISO 8601 timestamp as an aware UTC datetime (naive values are taken as UTC, which is what
-    ``context.current_utc_datetime`` means)."""
-    if isinstance(value, datetime):
-        parsed = value
-    else:
-        try:
-            parsed = datetime.fromisoformat(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{what} must be an ISO 8601 timestamp, got {value!r}") from None
+    """An ISO 8601 timestamp as an aware UTC datetime (naive means UTC, as in ``current_utc_datetime``)."""
+    try:
+        parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be an ISO 8601 timestamp, got {value!r}") from None
     if parsed.tzinfo is None or parsed.tzinfo.utcoffset(parsed) is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
@@ -107,9 +105,7 @@ def step_input(record: StepRecord) -> dict[str, Any]:
 
 def step_output(record: StepRecord) -> dict[str, Any] | None:
     value = decode_json(record.result_ref)
-    if value is None or isinstance(value, dict):
-        return value
-    return {"value": value}
+    return value if value is None or isinstance(value, dict) else {"value": value}
 
 
 @contextmanager
@@ -126,38 +122,23 @@ def emit_recovery(
 ) -> None:
     """Report a recovery action (``sas.recoveries``, custom event ``sas.recovery``); only the run
     that actually changed the ledger calls it, so a re-run does not count twice."""
+    ids, workflow = (record.instance_id, record.step_id), record.workflow_name
     with never_fails(f"recovery telemetry for {action}"):
         if action == "finish_compensation":
-            telemetry.record_compensation_failed(
-                record.instance_id,
-                record.step_id,
-                record.compensation_attempt if attempt is None else attempt,
-                workflow=record.workflow_name,
-                **attrs,
-            )
+            attempt = record.compensation_attempt if attempt is None else attempt
+            telemetry.record_compensation_failed(*ids, attempt, workflow=workflow, **attrs)
             return
+        attempt = record.attempt if attempt is None else attempt
         telemetry.record_recovery(
-            record.instance_id,
-            record.step_id,
-            record.attempt if attempt is None else attempt,
-            action,
-            outcome or telemetry.OUTCOME_OK,
-            workflow=record.workflow_name,
-            **attrs,
+            *ids, attempt, action, outcome or telemetry.OUTCOME_OK, workflow=workflow, **attrs
         )
 
 
 def park(
-    services: Any,
-    *,
-    source: str,
-    reason: str,
-    body: Any,
-    actor: str,
-    message_id: str | None = None,
+    services: Any, *, source: str, reason: str, body: Any, actor: str, message_id: str | None = None
 ) -> str:
-    """Park a message no agent can process (``workflow_core.ledger.parking``), note it on its step
-    when that exists, and return the readable reason. Raises only if the ledger is unreachable."""
+    """Park a message no agent can process (``ledger.parking``), note it on its step when that exists,
+    and return the readable reason. Raises only if the ledger is unreachable."""
     from workflow_core.ledger import InvalidLedgerInput, StepNotFound
     from workflow_core.ledger.parking import park_message
 
@@ -169,13 +150,10 @@ def park(
         services.ledger.get(instance_id, step_id)
     except (InvalidLedgerInput, StepNotFound):
         return row.reason  # nothing identifiable to mark
+    why = f"{source} message parked ({row.key}): {row.reason}"
+    attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None
     services.ledger.note(
-        instance_id,
-        step_id,
-        actor=actor,
-        action="message-parked",
-        reason=f"{source} message parked ({row.key}): {row.reason}",
-        attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+        instance_id, step_id, actor=actor, action="message-parked", reason=why, attempt=attempt
     )
     return row.reason
 
@@ -192,27 +170,26 @@ def parse_or_park(
 ) -> M | str:
     """``body`` as a ``model`` message, or, when it is none, the reason it was parked with: a body no
     agent can process is never raised on (a redelivery could not fix it)."""
-    what = model.__name__.removesuffix("Message").lower()
     if isinstance(body, dict) and isinstance(body.get(MALFORMED_KEY), str):  # bounded_json refused it
-        reason = f"not a valid {what} message: malformed JSON: {body[MALFORMED_KEY]}{note}"
-        return park(services, source=source, reason=reason, body=body, actor=actor, message_id=message_id)
-    try:
-        return model.model_validate(body)
-    except (ValidationError, RecursionError) as exc:
-        why = explain(exc) if isinstance(exc, ValidationError) else "nested too deeply"
-        reason = f"not a valid {what} message: {why}{note}"
-        return park(services, source=source, reason=reason, body=body, actor=actor, message_id=message_id)
+        why = f"malformed JSON: {body[MALFORMED_KEY]}"
+    else:
+        try:
+            return model.model_validate(body)
+        except (ValidationError, RecursionError) as exc:
+            why = explain(exc) if isinstance(exc, ValidationError) else "nested too deeply"
+    reason = f"not a valid {model.__name__.removesuffix('Message').lower()} message: {why}{note}"
+    return park(services, source=source, reason=reason, body=body, actor=actor, message_id=message_id)
 
 
 # The step metrics take the rows the caller already read or wrote (no extra request); only the run
 # that changed the ledger calls them, so a redelivery does not count twice.
 def queue_wait(before_claim: StepRecord, started_at: datetime) -> None:
     """An agent claimed a Dispatched attempt: ``sas.step.queue_wait.duration`` (dispatch to start)."""
-    with never_fails(f"the queue wait of {before_claim.step_id}"):
-        sent = before_claim.sent_at()
-        if sent is not None:
+    r = before_claim
+    with never_fails(f"the queue wait of {r.step_id}"):
+        if (sent := r.sent_at()) is not None:
             telemetry.record_dispatch_started(
-                before_claim.workflow_name, before_claim.step_id, dispatched_at=sent, started_at=started_at
+                r.workflow_name, r.step_id, dispatched_at=sent, started_at=started_at
             )
 
 
@@ -227,15 +204,35 @@ def attempt_finished(
 ) -> None:
     """An attempt ended (``succeeded``/``failed``/``timed_out``): ``sas.step.duration`` from
     ``started_at`` (the claim, or the dispatch for a timeout) and, when ``final``, ``sas.step.attempts``."""
+    attempts = record.attempt if final else None
     with never_fails(f"the outcome of {record.step_id}"):
+        duration = None if started_at is None else (ended_at - started_at).total_seconds()
         telemetry.record_step_finished(
             record.workflow_name,
             record.step_id,
             outcome,
-            duration_s=None if started_at is None else (ended_at - started_at).total_seconds(),
-            attempts=record.attempt if final else None,
+            duration_s=duration,
+            attempts=attempts,
             error_type=error_type,
         )
+
+
+def observe_outcome(
+    services: Any, agent: str, holder: Holder, *, ok: bool, error: str | None, permanent: bool
+) -> None:
+    """A recorded outcome (the ledger's, not a message's) frees the agent's slot, and counts for its
+    circuit: a success resets it, a retryable failure counts (a non-retryable one says nothing about
+    the service's health). Never undoes the recording: the watchdog and the next dispatch catch up."""
+    limits = agent_pools().limits_of(agent)
+    if limits is None:
+        return
+    try:
+        if limits.max_in_flight is not None:
+            services.limits.release(agent, holder)
+        if limits.circuit is not None and (ok or not permanent):
+            services.circuits.record_outcome(agent, limits.circuit, ok=ok, error=error)
+    except Exception as exc:  # the outcome is recorded; limits catch up on their own
+        log.warning("limits of %s not updated after %s: %s", agent, holder.key, exc)
 
 
 def error_type_of(error: str | None) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from activities.common import step_output
+from activities.common import audit, step_output
 from workflow_core.contracts import ResultVerdict, StepKind, fit_text
 from workflow_core.ledger import StepRecord, StepStatus
 from workflow_core.ledger.model import COMP_FAILED, COMP_TIMED_OUT
@@ -18,14 +18,12 @@ from workflow_core.runtime import Services
 S = StepStatus
 ACTOR = "scheduler"
 
-State = Literal["succeeded", "failed", "timed_out", "unconfirmed"]
-
 
 @dataclass(frozen=True)
 class Recorded:
     """The ledger's word on one attempt; ``exact`` = the row is at that very attempt."""
 
-    state: State
+    state: Literal["succeeded", "failed", "timed_out", "unconfirmed"]
     exact: bool
     output: dict[str, Any] | None = None
     error: str | None = None
@@ -52,7 +50,8 @@ def recorded_outcome(
             return Recorded("timed_out", False, error=f"ledger is at attempt {r.attempt} ({r.status.value})")
         if r.attempt < attempt:
             return Recorded("unconfirmed", False, why=f"ledger is at attempt {r.attempt} ({r.status.value})")
-        if r.status is S.SUCCEEDED:
+        undone = undone_succeeded and r.status in UNDOING and r.result_ref is not None
+        if r.status is S.SUCCEEDED or undone:
             return Recorded("succeeded", True, output=step_output(r) or {})
         if r.status is S.FAILED:
             return Recorded("failed", True, error=r.last_error, permanent=r.non_retryable)
@@ -60,23 +59,20 @@ def recorded_outcome(
             return Recorded("timed_out", True, error=r.last_error)
         if r.status in (S.PENDING, S.DISPATCHED, S.RUNNING):
             return Recorded("unconfirmed", True, why=f"attempt {attempt} is {r.status.value}")
-        if undone_succeeded and r.status in UNDOING and r.result_ref is not None:
-            return Recorded("succeeded", True, output=step_output(r) or {})
         return Recorded("failed", True, error=r.last_error or f"step is {r.status.value}")
     if r.status is S.COMPENSATED and r.compensation_attempt >= attempt:
         return Recorded("succeeded", r.compensation_attempt == attempt, output={})
-    if r.compensation_attempt > attempt:
+    if r.compensation_attempt != attempt:
         why = f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
-        return Recorded("timed_out", False, error=why)
-    if r.compensation_attempt < attempt:
-        why = f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
+        if r.compensation_attempt > attempt:
+            return Recorded("timed_out", False, error=why)
         return Recorded("unconfirmed", False, why=why)
-    if r.status is S.COMPENSATION_FAILED:
+    if r.status is S.COMPENSATION_FAILED or (
+        r.status is S.COMPENSATING and r.compensation_status == COMP_FAILED
+    ):
         return Recorded("failed", True, error=r.last_error, permanent=r.non_retryable)
     if r.status is not S.COMPENSATING:
         return Recorded("failed", True, error=f"step is {r.status.value}")
-    if r.compensation_status == COMP_FAILED:
-        return Recorded("failed", True, error=r.last_error, permanent=r.non_retryable)
     if r.compensation_status == COMP_TIMED_OUT:
         return Recorded("timed_out", True, error=r.last_error)
     return Recorded("unconfirmed", True, why=f"compensation attempt {attempt} is {r.compensation_status}")
@@ -102,45 +98,25 @@ def attempt_token(r: StepRecord, kind: StepKind, attempt: int) -> str | None:
     return r.attempt_token if r.compensation_attempt == attempt and r.status in UNDOING else None
 
 
-def describe_claim(claimed: Any) -> str:
-    """A short, printable summary of what an event or message claimed (for audit notes)."""
-    if not isinstance(claimed, dict):
-        return fit_text(f"a {type(claimed).__name__} payload", 200)
-    parts = [f"{k}={claimed.get(k)!r}" for k in ("outcome", "attempt", "step_id", "kind") if k in claimed]
-    return fit_text(", ".join(parts) or "a payload without an outcome", 500)
-
-
 def verify_result(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """``{instance_id, step_id, attempt, kind, claimed}`` -> ``ResultVerdict``: the ledger's outcome of
     the attempt, whatever the event (``claimed``) said; audits an event the ledger does not back."""
     kind: StepKind = "compensate" if payload.get("kind") == "compensate" else "work"
-    attempt = int(payload["attempt"])
-    claimed = payload.get("claimed")
-    ledger = services.ledger
+    attempt, claimed, ledger = int(payload["attempt"]), payload.get("claimed"), services.ledger
     record = ledger.get(payload["instance_id"], payload["step_id"])
     found = recorded_outcome(record, kind, attempt)
-    claim = describe_claim(claimed)
-    said = claimed.get("outcome") if isinstance(claimed, dict) else None
+    if isinstance(claimed, dict):  # a short, printable summary of what the event claimed
+        parts = [f"{k}={claimed.get(k)!r}" for k in ("outcome", "attempt", "step_id", "kind") if k in claimed]
+        said = claimed.get("outcome")
+        claim = fit_text(", ".join(parts) or "a payload without an outcome", 500)
+    else:
+        claim, said = fit_text(f"a {type(claimed).__name__} payload", 200), None
     event = f"{kind} result event for attempt {attempt} ({claim})"
-    audit = None
     if found.state == "unconfirmed":
-        audit = ("unconfirmed-result-ignored", f"{event} ignored: {found.why}")
+        audit(ledger, record, ACTOR, "unconfirmed-result-ignored", f"{event} ignored: {found.why}", attempt)
     elif said != ("succeeded" if found.state == "succeeded" else "failed"):
-        audit = (
-            "result-mismatch",
-            f"{event} disagrees with the ledger ({found.state}); the ledger's outcome is used",
-        )
-    if audit is not None:
-        action, reason = audit
-        ledger.note(
-            record.instance_id,
-            record.step_id,
-            actor=ACTOR,
-            action=action,
-            reason=reason,
-            attempt=attempt,
-            status=record.status.value,
-        )
+        why = f"{event} disagrees with the ledger ({found.state}); the ledger's outcome is used"
+        audit(ledger, record, ACTOR, "result-mismatch", why, attempt)
     verdict = verdict_of(found)
     if verdict.output is not None:  # the scheduler builds later inputs from it: the value itself
         verdict = verdict.model_copy(update={"output": services.payloads.resolve(verdict.output)})

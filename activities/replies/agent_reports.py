@@ -1,20 +1,18 @@
 """What a message-only agent reports, recorded in the ledger on its behalf by the result handler.
 
-Such an agent holds no storage rights (docs/agents.md, "Write an agent in another language"), so the
-app claims, heartbeats and records for it with the in-app worker's own rules: :class:`AgentReport` is
-a delivery of the message the ledger sent for the row's attempt, rebuilt from the row. A report acts
-only when its reply token is the one of the attempt the row holds; any other is audited
-(``agent-report-refused``) and changes nothing.
+Such an agent holds no storage rights (docs/agents.md, "Write an agent in another language"): the app
+claims, heartbeats and records for it with the in-app worker's rules (:class:`AgentReport`, a delivery
+of the message rebuilt from the row), only when the report's reply token is the attempt's; any other
+is audited (``agent-report-refused``) and changes nothing.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from datetime import datetime
 from typing import NamedTuple
 
-from activities.common import park, retry_on_conflict, step_input, step_output
+from activities.common import iso, park, retry_on_conflict, step_input, step_output
 from activities.verification import attempt_token
 from activities.worker.delivery import Delivery
 from activities.worker.delivery_rules import Outcome
@@ -53,29 +51,24 @@ class AgentReport(Delivery):
         return self._current(record)
 
 
-def checked(report: Heartbeat | ResultMessage, services: Services) -> AgentReport | str:
-    """An :class:`AgentReport` when ``report``'s token is the one of the attempt the ledger holds;
-    else the outcome (``parked``: no such step; ``agent-report-refused``: audited on the step)."""
-    found = _check(report, services)
-    return found if isinstance(found, AgentReport) else found.outcome
-
-
-class Refusal(NamedTuple):
-    """Why a report changed nothing: ``outcome`` (``parked`` or ``agent-report-refused``), the
-    reason audited, and the step's row as read (None: the ledger has no such step)."""
+class Verdict(NamedTuple):
+    """What became of a refused report or a heartbeat (``heartbeat``: accepted; ``agent-report-refused``;
+    ``parked``: no such step), why, the step's row as last read or written, and a beat's instance."""
 
     outcome: str
     reason: str
     record: StepRecord | None
+    instance: InstanceRecord | None = None
 
 
-def _check(report: Heartbeat | ResultMessage, services: Services) -> AgentReport | Refusal:
+def _check(report: Heartbeat | ResultMessage, services: Services) -> AgentReport | Verdict:
+    """An :class:`AgentReport` when ``report``'s token is the one of the attempt the ledger holds."""
     try:
         r = services.ledger.get(report.instance_id, report.step_id)
     except (StepNotFound, InvalidLedgerInput) as exc:
         why = f"agent report for no known step: {exc}"
         park(services, source="result", reason=why, body=report.model_dump(mode="json"), actor=ACTOR)
-        return Refusal("parked", why, None)
+        return Verdict("parked", why, None)
     expected = reply_token(attempt_token(r, report.kind, report.attempt)) or ""
     if hmac.compare_digest(expected, report.reply_token or ""):
         return AgentReport(r, report, services)
@@ -88,56 +81,37 @@ def _check(report: Heartbeat | ResultMessage, services: Services) -> AgentReport
     services.ledger.note(
         r.instance_id, r.step_id, actor=ACTOR, action=REFUSED, reason=why, attempt=report.attempt
     )
-    return Refusal(REFUSED, why, r)
+    return Verdict(REFUSED, why, r)
 
 
-class BeatVerdict(NamedTuple):
-    """What became of a heartbeat: ``outcome`` (``heartbeat``: accepted for the attempt the ledger
-    holds; else ``agent-report-refused`` or ``parked``), why, the step's row as last read or
-    written (None: no such step), and (accepted) its instance record as read with it."""
-
-    outcome: str
-    reason: str
-    record: StepRecord | None
-    instance: InstanceRecord | None = None
-
-
-def apply_heartbeat(beat: Heartbeat, services: Services) -> BeatVerdict:
+def apply_heartbeat(beat: Heartbeat, services: Services) -> Verdict:
     """Claim (if need be) and extend ``beat``'s attempt for its agent, or refuse it (audited)."""
     report = _check(beat, services)
-    if isinstance(report, Refusal):
-        return BeatVerdict(*report)
+    if isinstance(report, Verdict):
+        return report
     try:
         if not report.claim():
             raise StepNoLongerOwned(f"attempt {beat.attempt} is no longer in progress")
         deadline = report._heartbeat(beat.seconds)  # the worker's own: on the ledger's clock, owner checked
     except StepNoLongerOwned as exc:
         why = f"heartbeat ignored: {exc}"
-        services.ledger.note(
-            beat.instance_id, beat.step_id, actor=ACTOR, action=REFUSED, reason=why, attempt=beat.attempt
-        )
-        return BeatVerdict(REFUSED, why, report.latest)
+        ids = (beat.instance_id, beat.step_id)
+        services.ledger.note(*ids, actor=ACTOR, action=REFUSED, reason=why, attempt=beat.attempt)
+        return Verdict(REFUSED, why, report.latest)
     record = report.latest
     if record is not None and deadline is not None and record.deadline != deadline:
         record = record.model_copy(update={"deadline": deadline})
     instance = report.instance.record if report.instance is not None else None
-    return BeatVerdict(
-        "heartbeat", f"attempt {beat.attempt} is current: deadline {_iso(deadline)}", record, instance
-    )
-
-
-def _iso(when: datetime | None) -> str:
-    return when.isoformat() if when is not None else "none"
+    why = f"attempt {beat.attempt} is current: deadline {iso(deadline) or 'none'}"
+    return Verdict("heartbeat", why, record, instance)
 
 
 def record_reply(result: ResultMessage, services: Services) -> tuple[ResultMessage, str | None]:
-    """Record a message-only agent's reply when the ledger has no outcome for its attempt yet.
-
-    Returns the reply as the ledger now holds it (a large output by reference) and None, for the
-    result handler's verified path; or the outcome when the reply is refused (nothing changed)."""
-    report = checked(result, services)
-    if isinstance(report, str):
-        return result, report
+    """Record a message-only agent's reply when the ledger has no outcome for its attempt yet: the reply
+    as the ledger now holds it (a large output by reference) and None; or, refused, the outcome."""
+    report = _check(result, services)
+    if isinstance(report, Verdict):
+        return result, report.outcome
     ok = result.outcome == "succeeded"
     output = services.payloads.stored(result.output or {}) if ok else None
     if report.claim():

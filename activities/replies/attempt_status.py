@@ -1,14 +1,9 @@
-"""A message-only agent asks whether its attempt is still current: a heartbeat naming an
-``answer_queue`` is answered there with an :class:`~workflow_core.contracts.AttemptStatus`.
+"""A heartbeat naming an ``answer_queue`` is answered there with an ``AttemptStatus``: what became of
+it (``agent_reports``), ``current`` or why not; never a token (docs/agents.md).
 
-The heartbeat itself is handled by ``agent_reports`` with its own rules; this module only tells the
-agent what became of it: ``current`` when it was accepted for the attempt the ledger holds, else why
-not (stale attempt, wrong token, finished, compensated, no such step). Only queues whose name begins
-with ``<RESULT_QUEUE_NAME>-answers-`` are answered, so a forged heartbeat can never make the app write
-into its own work, result or control queues; any other name gets no answer and the refusal is audited
-on the step (logged when there is no step). An answer that cannot be delivered (its queue is
-missing) is logged and changes nothing else: the heartbeat's own outcome stands. The answer carries no
-token (docs/agents.md, "Write an agent in another language").
+Only queues named ``<RESULT_QUEUE_NAME>-answers-...`` are answered, so a forged heartbeat can never
+make the app write into its own queues (the refusal is audited). An undeliverable answer is logged
+and changes nothing: the heartbeat's outcome stands.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from activities.common import parse_or_park
-from activities.replies.agent_reports import ACTOR, BeatVerdict, apply_heartbeat
+from activities.replies.agent_reports import ACTOR, Verdict, apply_heartbeat
 from workflow_core import clock
 from workflow_core.contracts import AttemptStatus, Heartbeat
 from workflow_core.ledger.scheduler_gone import bring_forward, is_alive, may_bring_forward
@@ -42,10 +37,9 @@ def answer_queue_prefix(services: Services) -> str:
 async def handle_heartbeat(
     body: Any, services: Services, client: Any = None, *, message_id: str | None = None
 ) -> str:
-    """A heartbeat on the result queue (``agent_reports.apply_heartbeat``), answered on its
-    ``answer_queue`` if it names one; the outcome is the heartbeat's: ``heartbeat``,
-    ``agent-report-refused`` or ``parked`` (a malformed one is parked and never answered). An accepted
-    one also looks whether its instance's scheduler still runs (``client``: the durable client)."""
+    """A heartbeat on the result queue, answered on its ``answer_queue`` if it names one (a malformed
+    one is parked, never answered); returns the heartbeat's outcome. An accepted one also looks
+    whether its instance's scheduler still runs (``client``: the durable client)."""
     beat = parse_or_park(Heartbeat, body, services, source="result", actor=ACTOR, message_id=message_id)
     if isinstance(beat, str):
         return "parked"
@@ -57,10 +51,9 @@ async def handle_heartbeat(
     return verdict.outcome
 
 
-async def look_for_scheduler(verdict: BeatVerdict, client: Any, services: Services) -> None:
-    """One status read of the scheduler of an accepted beat's instance, when the scheduler owns it and
-    its promise is not due yet (a beat of an instance already due, held or settled reads nothing); a
-    gone scheduler makes the instance due now (``workflow_core.ledger.scheduler_gone``)."""
+async def look_for_scheduler(verdict: Verdict, client: Any, services: Services) -> None:
+    """One status read of the scheduler of an accepted beat's instance while it owns it and its promise
+    is not due yet; a gone scheduler makes the instance due now (``ledger.scheduler_gone``)."""
     r = verdict.record
     if r is None:
         return
@@ -78,23 +71,7 @@ async def look_for_scheduler(verdict: BeatVerdict, client: Any, services: Servic
         bring_forward(services.ledger, verdict.instance, orchestration_id, actor=ACTOR, why=why)
 
 
-def status_of(beat: Heartbeat, verdict: BeatVerdict) -> AttemptStatus:
-    r = verdict.record
-    return AttemptStatus(
-        type="attempt-status",
-        kind=beat.kind,
-        instance_id=beat.instance_id,
-        step_id=beat.step_id,
-        attempt=beat.attempt,
-        current=verdict.outcome == "heartbeat",
-        status=r.status if r is not None else None,
-        deadline=r.deadline.isoformat() if r is not None and r.deadline is not None else None,
-        reason=fit_text(verdict.reason, MAX_REASON_CHARS),
-        correlation_id=beat.correlation_id,
-    )
-
-
-def answer(beat: Heartbeat, verdict: BeatVerdict, services: Services) -> str:
+def answer(beat: Heartbeat, verdict: Verdict, services: Services) -> str:
     """Send ``beat``'s answer: ``answered``, ``refused`` (not an answer queue) or ``undelivered``."""
     queue = beat.answer_queue or ""
     prefix = answer_queue_prefix(services)
@@ -103,16 +80,18 @@ def answer(beat: Heartbeat, verdict: BeatVerdict, services: Services) -> str:
         why = f"heartbeat not answered: answer queue {queue!r} does not begin with {prefix!r}"
         log.warning("%s: %s", where, why)
         if verdict.record is not None:  # no step, no audit trail: the log line is all there is
-            services.ledger.note(
-                beat.instance_id,
-                beat.step_id,
-                actor=ACTOR,
-                action=REFUSED_ANSWER,
-                reason=why,
-                attempt=beat.attempt,
-            )
+            ids = (beat.instance_id, beat.step_id)
+            services.ledger.note(*ids, actor=ACTOR, action=REFUSED_ANSWER, reason=why, attempt=beat.attempt)
         return "refused"
-    status = status_of(beat, verdict)
+    r = verdict.record
+    status = AttemptStatus(
+        type="attempt-status",
+        **beat.model_dump(include={"kind", "instance_id", "step_id", "attempt", "correlation_id"}),
+        current=verdict.outcome == "heartbeat",
+        status=r.status if r is not None else None,
+        deadline=r.deadline.isoformat() if r is not None and r.deadline is not None else None,
+        reason=fit_text(verdict.reason, MAX_REASON_CHARS),
+    )
     message = OutgoingMessage(
         body=status.model_dump(mode="json"),
         message_id=f"attempt-status:{where}:{uuid.uuid4().hex}",

@@ -6,11 +6,9 @@ An orchestration found gone makes its instance due now, as for a reply (``schedu
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
 from typing import Any
-
-import azure.functions as func
 
 from activities.common import bp, emit_recovery, grace_deadline, never_fails, parse_or_park, retry_on_conflict
 from activities.replies.results import EventClient, raise_result_event
@@ -22,7 +20,7 @@ from workflow_core.ledger import StepNotFound, StepRecord, StepStatus
 from workflow_core.ledger.model import COMP_FAILED
 from workflow_core.ledger.scheduler_gone import bring_forward
 from workflow_core.runtime import Services, get_services
-from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
+from workflow_core.settings import TransportKind, hosted_pools
 from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
 
@@ -57,84 +55,58 @@ async def handle_dead_letter(
         dead_letter_reason=reason,
         pool=pool,
     ):
-        _count(queue, pool, reason, fields)
-        error = fit_text(
-            f"dead-lettered: {reason or 'unknown reason'}" + (f": {description}" if description else "")
-        )
-        message = parse_or_park(
-            WorkMessage,
-            body,
-            services,
-            source="dead-letter",
-            actor=ACTOR,
-            message_id=message_id,
-            note=f" ({error})",
-        )
+        texts = {
+            k: v if isinstance(v := fields.get(k), str) else None
+            for k in ("workflow", "instance_id", "step_id", "kind")
+        }
+        attempt = fields.get("attempt") if isinstance(fields.get("attempt"), int) else None
+        with never_fails("the dead letter"):
+            telemetry.record_dead_letter(
+                queue, reason=reason or "unknown", attempt=attempt, pool=pool, **texts
+            )
+        detail = f": {description}" if description else ""
+        error = fit_text(f"dead-lettered: {reason or 'unknown reason'}{detail}")
+        park = {"source": "dead-letter", "actor": ACTOR, "message_id": message_id, "note": f" ({error})"}
+        message = parse_or_park(WorkMessage, body, services, **park)
         if isinstance(message, str):
             return "parked"
-        grace = services.settings.watchdog_grace_seconds
-        ledger = services.ledger
-
-        a = message.attempt
-
-        def failed_now(r: StepRecord) -> tuple[ResultMessage, str]:
-            """The write landed: report it, and raise the failure."""
-            emit_recovery(r, "dead_letter", attempt=a, kind=message.kind, reason=error)
-            log.warning(
-                "%s %s/%s#%d (pool %s) failed: %s",
-                message.kind,
-                message.instance_id,
-                message.step_id,
-                a,
-                pool,
-                error,
-            )
-            return ResultMessage.answering(message, ok=False, error=error), ""
+        ledger, a, ids = services.ledger, message.attempt, (message.instance_id, message.step_id)
+        where = "/".join(ids)
+        failure = {"actor": ACTOR, "reason": error, "last_error": error, "non_retryable": False}
 
         def decide(r: StepRecord) -> tuple[ResultMessage | None, str]:
-            failure = {
-                "reason": error,
-                "last_error": error,
-                "non_retryable": False,
-                "deadline": grace_deadline(grace),
-            }
+            """The reply to raise (a failure written now, or the outcome recorded), or why none."""
+            failure["deadline"] = grace_deadline(services.settings.watchdog_grace_seconds)
             if message.kind == "work":
                 if r.attempt != a:
                     return None, f"ledger is at attempt {r.attempt} ({r.status.value})"
-                if r.status in (S.DISPATCHED, S.RUNNING):
-                    ledger.transition(r, S.FAILED, actor=ACTOR, **failure)
-                    return failed_now(r)
                 if r.status in (S.SUCCEEDED, S.FAILED):
                     return recorded_reply(message, r, error), ""
-                return None, f"step is {r.status.value}"
-            if r.compensation_attempt != a:
-                return None, f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
-            if r.status not in (S.COMPENSATING, S.COMPENSATED):
-                return None, f"step is {r.status.value}"
-            if r.status is S.COMPENSATED or r.compensation_status == COMP_FAILED:
-                return recorded_reply(message, r, error), ""
-            ledger.update(r, actor=ACTOR, compensation_status=COMP_FAILED, **failure)
-            return failed_now(r)
+                if r.status not in (S.DISPATCHED, S.RUNNING):
+                    return None, f"step is {r.status.value}"
+                ledger.transition(r, S.FAILED, **failure)
+            else:
+                if r.compensation_attempt != a:
+                    at = f"compensation attempt {r.compensation_attempt}"
+                    return None, f"ledger is at {at} ({r.status.value})"
+                if r.status not in (S.COMPENSATING, S.COMPENSATED):
+                    return None, f"step is {r.status.value}"
+                if r.status is S.COMPENSATED or r.compensation_status == COMP_FAILED:
+                    return recorded_reply(message, r, error), ""
+                ledger.update(r, compensation_status=COMP_FAILED, **failure)
+            emit_recovery(r, "dead_letter", attempt=a, kind=message.kind, reason=error)
+            log.warning("%s %s#%d (pool %s) failed: %s", message.kind, where, a, pool, error)
+            return ResultMessage.answering(message, ok=False, error=error), ""
 
+        read = functools.partial(ledger.get, *ids)
         try:
-            outcome = retry_on_conflict(
-                lambda: ledger.get(message.instance_id, message.step_id),
-                decide,
-                what=f"dead-letter {message.instance_id}/{message.step_id}",
-            )
+            to_raise, why = retry_on_conflict(read, decide, what=f"dead-letter {where}")
         except StepNotFound:
-            log.warning("dead-lettered message for unknown step %s/%s", message.instance_id, message.step_id)
+            log.warning("dead-lettered message for unknown step %s", where)
             return "ignored"
-        to_raise, why = outcome
         if to_raise is None:
-            ledger.note(
-                message.instance_id,
-                message.step_id,
-                actor=ACTOR,
-                action="dead-letter-ignored",
-                reason=f"{message.kind} attempt {message.attempt} ({error}): {why}",
-                attempt=message.attempt,
-            )
+            why = f"{message.kind} attempt {a} ({error}): {why}"
+            ledger.note(*ids, actor=ACTOR, action="dead-letter-ignored", reason=why, attempt=a)
             return "ignored"
         raised = await raise_result_event(to_raise, client, services, actor=ACTOR)
         if raised == "late-result-ignored":  # its scheduler is gone: the instance is due now
@@ -146,24 +118,7 @@ async def handle_dead_letter(
         return "failed-event-raised" if to_raise.outcome == "failed" else "result-event-raised"
 
 
-def _count(queue: str, pool: str, reason: str | None, fields: dict[str, Any]) -> None:
-    def text(name: str) -> str | None:
-        return fields.get(name) if isinstance(fields.get(name), str) else None
-
-    with never_fails("the dead letter"):
-        telemetry.record_dead_letter(
-            queue,
-            reason=reason or "unknown",
-            workflow=text("workflow"),
-            instance_id=text("instance_id"),
-            step_id=text("step_id"),
-            attempt=fields.get("attempt") if isinstance(fields.get("attempt"), int) else None,
-            kind=text("kind"),
-            pool=pool,
-        )
-
-
-async def _on_message(incoming: m.Incoming, client: EventClient, pool: str) -> None:
+async def _on_message(incoming: m.Incoming, client: EventClient, *, pool: str) -> None:
     await handle_dead_letter(
         incoming.body,
         reason=incoming.dead_letter_reason,
@@ -183,33 +138,16 @@ def dead_letter_pools(kind: TransportKind) -> list[str]:
     return list(hosted_pools()) if kind is TransportKind.SERVICE_BUS else agent_pools().names
 
 
-def register_dead_letter_handler(
-    blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL
-) -> Callable[..., Any]:
+def register_dead_letter_handler(blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL) -> Any:
     """Add the dead-letter handler of ``pool``'s queue to ``blueprint`` (on Storage Queues the default
     pool's is ``DEAD_LETTER_QUEUE_NAME``, where the Functions host also moves poison messages)."""
     name, queue = m.pool_function_name(DEAD_LETTER_FUNCTION, pool), m.pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
-
-        @blueprint.function_name(name)
-        @blueprint.service_bus_queue_trigger(
-            arg_name="msg", queue_name=f"{queue}/$DeadLetterQueue", connection=SERVICE_BUS_CONNECTION
-        )
-        @blueprint.durable_client_input(client_name="client")
-        async def agent_dead_letter_handler(msg: func.ServiceBusMessage, client) -> None:
-            await _on_message(m.from_servicebus_message(msg), client, pool)
-
-        return agent_dead_letter_handler
-
-    poison = "%DEAD_LETTER_QUEUE_NAME%" if pool == DEFAULT_POOL else f"{queue}-poison"
-
-    @blueprint.function_name(name)
-    @blueprint.queue_trigger(arg_name="msg", queue_name=poison, connection=STORAGE_CONNECTION)
-    @blueprint.durable_client_input(client_name="client")
-    async def agent_dead_letter_handler(msg: func.QueueMessage, client) -> None:
-        await _on_message(m.from_queue_message(msg, dead_letter=True), client, pool)
-
-    return agent_dead_letter_handler
+        queue = f"{queue}/$DeadLetterQueue"
+    else:
+        queue = "%DEAD_LETTER_QUEUE_NAME%" if pool == DEFAULT_POOL else f"{queue}-poison"
+    read = functools.partial(_on_message, pool=pool)
+    return m.bind_reader(blueprint, kind, name, queue, read, dead_letter=True)
 
 
 _kind = m.transport_kind()

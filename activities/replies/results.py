@@ -1,36 +1,27 @@
-"""The result handler: turns an agent's reply into the external event its orchestration waits for.
-
-docs/agents.md, "Result and dead-letter handlers": a keyed work success is raised unread (the
-scheduler's next write proves it, ``activities.scheduler.instances``); any other reply is a claim,
-raised only as the ledger recorded it for that very attempt, and otherwise audited.
+"""The result handler: turns an agent's reply into the external event its orchestration waits for
+(docs/agents.md, "Result and dead-letter handlers"). A keyed work success is raised unread (the
+scheduler's next write proves it); any other reply is a claim, raised only as the ledger recorded it
+for that very attempt, and otherwise audited.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-import azure.functions as func
-
-from activities.common import bp, never_fails, park, parse_or_park
+from activities.common import audit, bp, never_fails, park, parse_or_park
 from activities.replies.agent_reports import record_reply
 from activities.replies.attempt_status import handle_heartbeat
 from activities.verification import UNDOING, attempt_token, recorded_outcome, verdict_of
-from activities.worker.messages import Incoming, from_queue_message, from_servicebus_message, transport_kind
+from activities.worker.messages import Incoming, bind_reader, transport_kind
 from workflow_core import telemetry, tracing
-from workflow_core.contracts import (
-    RESULT_FUNCTION,
-    ConfirmedResult,
-    ResultMessage,
-    result_event_name,
-)
+from workflow_core.contracts import RESULT_FUNCTION, ConfirmedResult, ResultMessage, result_event_name
 from workflow_core.ledger import InstanceRecord, InvalidLedgerInput, StepNotFound, StepRecord
 from workflow_core.ledger.known_rows import WATCHED_KEY, instance_snapshot
 from workflow_core.ledger.scheduler_gone import bring_forward, is_instance_gone
 from workflow_core.runtime import Services, get_services
-from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
+from workflow_core.settings import TransportKind
 from workflow_core.transport.envelope import is_doctor_probe
 
 log = logging.getLogger(__name__)
@@ -53,14 +44,12 @@ async def raise_result_event(
     quiet_if_gone: bool = False,
     instance: InstanceRecord | None = None,
 ) -> Literal["raised", "late-result-ignored", "gone"]:
-    """Raise the result's event on its orchestration; audit (not raise) if the orchestration is gone,
-    or with ``quiet_if_gone`` only answer ``gone``. A gone orchestration that ``instance`` (its record
-    as read) still names as its running scheduler makes the instance due now (``scheduler_gone``)."""
+    """Raise the result's event on its orchestration; if that is gone, audit it (``quiet_if_gone``:
+    only answer ``gone``), and when ``instance`` (as read) still names it, make the instance due now."""
     event = result_event_name(result.step_id, result.attempt, result.kind)
     try:
         data = result.model_dump(mode="json")
-        # the scheduler builds later inputs from the output: the value, not a blob reference (the
-        # ledger and the messages keep the reference; workflow_core.payloads)
+        # the scheduler builds later inputs from the output: the value, not a blob reference
         data["output"] = services.payloads.resolve(data.get("output"))
         if isinstance(data.get("verdict"), dict):
             data["verdict"]["output"] = services.payloads.resolve(data["verdict"].get("output"))
@@ -73,23 +62,13 @@ async def raise_result_event(
         if quiet_if_gone:
             return "gone"
         log.info("late result %s for %s ignored: %s", event, result.orchestration_id, exc)
+        ids = (result.instance_id, result.step_id)
         with never_fails("late-result telemetry"):
-            telemetry.record_recovery(
-                result.instance_id,
-                result.step_id,
-                result.attempt,
-                "late_result_ignored",
-                telemetry.OUTCOME_OK,
-                kind=result.kind,
-                reason=str(exc),
-            )
+            outcome = (result.attempt, "late_result_ignored", telemetry.OUTCOME_OK)
+            telemetry.record_recovery(*ids, *outcome, kind=result.kind, reason=str(exc))
+        why = f"{event} ({result.outcome}) for orchestration {result.orchestration_id}: {exc}"
         services.ledger.note(
-            result.instance_id,
-            result.step_id,
-            actor=actor,
-            action="late-result-ignored",
-            reason=f"{event} ({result.outcome}) for orchestration {result.orchestration_id}: {exc}",
-            attempt=result.attempt,
+            *ids, actor=actor, action="late-result-ignored", reason=why, attempt=result.attempt
         )
         why = f"the {result.outcome} result {event} could not be raised: {exc}"
         bring_forward(services.ledger, instance, result.orchestration_id, actor=actor, why=why)
@@ -140,15 +119,10 @@ def confirm(result: ResultMessage, r: StepRecord) -> tuple[ResultMessage | None,
 
 
 async def handle_result(
-    body: Any,
-    client: EventClient,
-    services: Services,
-    *,
-    message_id: str | None = None,
-    trace: Any = None,
+    body: Any, client: EventClient, services: Services, *, message_id: str | None = None, trace: Any = None
 ) -> HandleOutcome:
     """Handle one result-queue message body; ``trace``: its application properties (the worker's
-    span is the parent of this handler's, so the reply stays in the workflow's trace)."""
+    span is this one's parent: the reply stays in the workflow's trace)."""
     queue = services.settings.result_queue
     if is_doctor_probe(body):  # `sas doctor`'s probe whose cancel did not take: nothing to do or park
         log.info("dropped a sas doctor probe delivered on %s (message %s)", queue, message_id)
@@ -166,9 +140,8 @@ async def handle_result(
     ):
         if fields.get("type") == "heartbeat":  # a message-only agent's
             return await handle_heartbeat(body, services, client, message_id=message_id)  # type: ignore[return-value]
-        result = parse_or_park(
-            ResultMessage, body, services, source="result", actor=ACTOR, message_id=message_id
-        )
+        park_as = {"source": "result", "actor": ACTOR, "message_id": message_id}
+        result = parse_or_park(ResultMessage, body, services, **park_as)
         if isinstance(result, str):
             return "parked"
         if result.reply_token is not None:  # a message-only agent's reply: recorded for it first
@@ -183,83 +156,41 @@ async def handle_result(
             if raised == "raised":
                 return raised
         try:  # the instance record and what its row watches, in the same request: they ride on the event
-            record, handle, watched = services.ledger.read_step_instance_and_watched(
-                result.instance_id, result.step_id
-            )
+            ids = (result.instance_id, result.step_id)
+            record, handle, watched = services.ledger.read_step_instance_and_watched(*ids)
         except (StepNotFound, InvalidLedgerInput) as exc:
             park(services, source="result", reason=f"result for no known step: {exc}", body=body, actor=ACTOR)
             return "parked"
         confirmed, action, why = confirm(result, record)
         if confirmed is None:
-            log.warning(
-                "result %s/%s#%d ignored: %s", result.instance_id, result.step_id, result.attempt, why
-            )
-            services.ledger.note(
-                result.instance_id,
-                result.step_id,
-                actor=ACTOR,
-                action=action,
-                reason=f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}",
-                attempt=result.attempt,
-                status=record.status.value,
-            )
+            log.warning("result %s/%s#%d ignored: %s", *ids, result.attempt, why)
+            why = f"{result.kind} result for attempt {result.attempt} ({result.outcome}) ignored: {why}"
+            audit(services.ledger, record, ACTOR, action, why, result.attempt)
             return action  # type: ignore[return-value]
+        # with the ledger's verdict, the attempt's token and the instance's snapshot (with the steps its
+        # row watches), the orchestrator need not read the ledger again; unless no token or outcome
         instance = handle.record if handle is not None else None
-        confirmed = with_verdict(confirmed, record, instance, watched)
+        token = attempt_token(record, confirmed.kind, confirmed.attempt)
+        verdict = verdict_of(recorded_outcome(record, confirmed.kind, confirmed.attempt))
+        if token is not None and verdict.state != "unconfirmed":
+            snapshot = (
+                None if instance is None else {**instance_snapshot(instance), WATCHED_KEY: list(watched)}
+            )
+            fields = confirmed.model_dump()
+            confirmed = ConfirmedResult(**fields, ledger_token=token, verdict=verdict, instance=snapshot)
         return await raise_result_event(confirmed, client, services, instance=instance)
 
 
-def with_verdict(
-    confirmed: ResultMessage,
-    r: StepRecord,
-    instance: InstanceRecord | None = None,
-    watched: list[str] | None = None,
-) -> ResultMessage:
-    """``confirmed`` with the ledger's verdict and the attempt's token (a :class:`ConfirmedResult`),
-    so the orchestrator need not read the ledger again, and the snapshot of ``instance`` (with the
-    steps its index row watches) for its next dispatch or settle; as it is when the row holds no
-    token for the attempt or no outcome the scheduler could act on."""
-    token = attempt_token(r, confirmed.kind, confirmed.attempt)
-    verdict = verdict_of(recorded_outcome(r, confirmed.kind, confirmed.attempt))
-    if token is None or verdict.state == "unconfirmed":
-        return confirmed
-    snapshot = None
-    if instance is not None:
-        snapshot = {**instance_snapshot(instance), WATCHED_KEY: list(watched or [])}
-    return ConfirmedResult(**confirmed.model_dump(), ledger_token=token, verdict=verdict, instance=snapshot)
-
-
 async def _on_message(incoming: Incoming, client: EventClient) -> None:
-    await handle_result(
-        incoming.body,
-        client,
-        get_services(),
-        message_id=incoming.message_id,
-        trace=incoming.application_properties,
-    )
+    trace = incoming.application_properties
+    await handle_result(incoming.body, client, get_services(), message_id=incoming.message_id, trace=trace)
 
 
-def register_result_handler(blueprint: Any, kind: TransportKind) -> Callable[..., Any]:
+def register_result_handler(blueprint: Any, kind: TransportKind) -> Any:
     """Add ``agent_result_handler`` with the trigger of ``kind`` to ``blueprint``."""
-    if kind is TransportKind.SERVICE_BUS:
-
-        @blueprint.function_name(RESULT_FUNCTION)
-        @blueprint.service_bus_queue_trigger(
-            arg_name="msg", queue_name="%RESULT_QUEUE_NAME%", connection=SERVICE_BUS_CONNECTION
-        )
-        @blueprint.durable_client_input(client_name="client")
-        async def agent_result_handler(msg: func.ServiceBusMessage, client) -> None:
-            await _on_message(from_servicebus_message(msg), client)
-
-        return agent_result_handler
-
-    @blueprint.function_name(RESULT_FUNCTION)
-    @blueprint.queue_trigger(arg_name="msg", queue_name="%RESULT_QUEUE_NAME%", connection=STORAGE_CONNECTION)
-    @blueprint.durable_client_input(client_name="client")
-    async def agent_result_handler(msg: func.QueueMessage, client) -> None:
-        await _on_message(from_queue_message(msg), client)
-
-    return agent_result_handler
+    return bind_reader(
+        blueprint, kind, RESULT_FUNCTION, "%RESULT_QUEUE_NAME%", _on_message, dead_letter=False
+    )
 
 
 agent_result_handler = register_result_handler(bp, transport_kind())

@@ -1,6 +1,5 @@
 """``check_step`` and ``check_compensation``: the ledger's word when an attempt's deadline timer fired
-first: the result is there after all, a heartbeat extended the deadline, or the attempt is now
-TimedOut (written here).
+first: the result is there after all, a heartbeat extended the deadline, or it is TimedOut now.
 """
 
 from __future__ import annotations
@@ -16,9 +15,9 @@ from activities.common import (
     is_transient_claim,
     iso,
     now,
+    observe_outcome,
     step_output,
 )
-from activities.limits_outcome import observe_outcome
 from activities.scheduler.inputs import ACTOR, IN_FLIGHT, S, StepAttemptInput
 from activities.scheduler.instances import keep_promise, with_promise
 from workflow_core import telemetry
@@ -40,10 +39,11 @@ def keep_waiting(
     current: datetime,
     grace: float,
     doing: str,
-) -> StepCheck:
-    """The attempt's deadline is still ahead: the scheduler waits on, and moves its promise on the
-    instance record to match, so the watchdog does not take it for dead."""
-    assert r.deadline is not None
+) -> StepCheck | None:
+    """None when the attempt's deadline passed; else the scheduler waits on, and moves its promise on
+    the instance record to match (the watchdog must not take it for dead)."""
+    if r.deadline is None or r.deadline <= current:
+        return None
     until = r.deadline
     if is_transient_claim(r.owner):
         until = min(r.deadline, current + timedelta(seconds=CLAIM_RECHECK_SECONDS))
@@ -55,15 +55,12 @@ def keep_waiting(
 def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     """``StepCheck`` of the attempt (written TimedOut here if it was still in flight past its deadline)."""
     args = StepAttemptInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> StepCheck:
         r, handle = pair
-        # Any attempt's success is the step's success (a supervisor re-dispatch may have won).
-        if r.status is S.SUCCEEDED and r.attempt >= args.attempt:
-            return StepCheck(state="succeeded", output=step_output(r))
-        if r.status is S.SKIPPED:  # an operator decided the step needs no (more) work
+        # any attempt's success is the step's (a supervisor re-dispatch may have won); Skipped: by an operator
+        if r.status is S.SKIPPED or (r.status is S.SUCCEEDED and r.attempt >= args.attempt):
             return StepCheck(state="succeeded", output=step_output(r))
         if r.attempt != args.attempt:  # never dispatched, or superseded by a later attempt
             return StepCheck(state="timed_out", error=f"ledger is at attempt {r.attempt} ({r.status.value})")
@@ -71,8 +68,8 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
             return StepCheck(state="failed", error=r.last_error, permanent=r.non_retryable)
         if r.status in IN_FLIGHT:
             current = now()
-            if r.deadline is not None and r.deadline > current:
-                return keep_waiting(ledger, handle, r, current, grace, "waiting for")
+            if waiting := keep_waiting(ledger, handle, r, current, grace, "waiting for"):
+                return waiting
             ledger.transition(
                 r,
                 S.TIMED_OUT,
@@ -86,12 +83,7 @@ def check_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
             # a timeout counts like a retryable failure for the agent's circuit, and frees its slot
             holder = Holder(r.instance_id, r.step_id, r.attempt)
             observe_outcome(services, r.agent, holder, ok=False, error="timed out", permanent=False)
-            attempt_finished(
-                r,
-                outcome=telemetry.STEP_TIMED_OUT,
-                started_at=r.sent_at(),
-                ended_at=current,
-            )
+            attempt_finished(r, outcome=telemetry.STEP_TIMED_OUT, started_at=r.sent_at(), ended_at=current)
             return StepCheck(state="timed_out", error=f"attempt {r.attempt} timed out")
         if r.status in (S.TIMED_OUT, S.RETRYING):
             return StepCheck(state="timed_out", error=r.last_error)
@@ -107,18 +99,15 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
     """Like :func:`check_step` for a compensation attempt: one past its deadline keeps the step
     Compensating, with ``compensation_status`` TimedOut (the scheduler retries or finishes it)."""
     args = StepAttemptInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> StepCheck:
         r, handle = pair
         if r.status is S.COMPENSATED:
             return StepCheck(state="succeeded")
         if r.compensation_attempt != args.attempt:
-            return StepCheck(
-                state="timed_out",
-                error=f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})",
-            )
+            why = f"ledger is at compensation attempt {r.compensation_attempt} ({r.status.value})"
+            return StepCheck(state="timed_out", error=why)
         if r.status is S.COMPENSATION_FAILED:
             return StepCheck(state="failed", error=r.last_error)
         if r.status is not S.COMPENSATING:
@@ -128,8 +117,8 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
         if r.compensation_status == COMP_TIMED_OUT:
             return StepCheck(state="timed_out", error=r.last_error)
         current = now()
-        if r.deadline is not None and r.deadline > current:
-            return keep_waiting(ledger, handle, r, current, grace, "compensating")
+        if waiting := keep_waiting(ledger, handle, r, current, grace, "compensating"):
+            return waiting
         error = f"compensation attempt {r.compensation_attempt} timed out"
         ledger.update(
             r,
@@ -143,7 +132,5 @@ def check_compensation(payload: dict[str, Any], services: Services) -> dict[str,
         emit_recovery(r, "compensation_timed_out", attempt=r.compensation_attempt, reason=error)
         return StepCheck(state="timed_out", error=error)
 
-    check = decide_on_step(
-        ledger, args.instance_id, args.step_id, decide, f"check compensation {args.step_id}"
-    )
-    return check.model_dump()
+    what = f"check compensation {args.step_id}"
+    return decide_on_step(ledger, args.instance_id, args.step_id, decide, what).model_dump()

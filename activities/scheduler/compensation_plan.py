@@ -6,6 +6,7 @@ with nothing to undo are Cancelled, and the instance record turns Compensating (
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -28,8 +29,7 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     steps are left out; Compensating and CompensationFailed ones stay in (a re-run, an operator's retry).
     """
     args = InstanceInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
     if _start_compensating(ledger, args.instance_id, grace) is InstanceStatus.STOPPED:
         # An operator stopped it to keep what is done: nothing is undone until an operator cancels it
         # (a scheduler refused its dispatches, gave the step up and asks to compensate: fenced off).
@@ -38,32 +38,24 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     definition = None
     try:
         if records:
-            definition = definition_for(
-                records[0].workflow_name, records[0].workflow_version, services.definitions
-            )
+            first = records[0]
+            definition = definition_for(first.workflow_name, first.workflow_version, services.definitions)
     except Exception as exc:  # a run must stay compensatable even if its definition went away
-        log.warning(
-            "workflow %r could not be loaded (%s); compensating with default policies",
-            records[0].workflow_name,
-            exc,
-        )
+        text = "workflow %r could not be loaded (%s); compensating with default policies"
+        log.warning(text, records[0].workflow_name, exc)
+
+    def decide(r: StepRecord) -> tuple[StepRecord, bool]:
+        reason = "workflow is being compensated; in-flight attempt abandoned"
+        r = time_out(ledger, r, grace, reason, last_error=r.last_error or "abandoned by compensation")
+        if nothing_to_undo(r):
+            return ledger.transition(r, S.CANCELLED, actor=ACTOR, reason="workflow compensated"), True
+        return r, False
 
     to_undo: list[StepRecord] = []
     cancelled: list[str] = []
     for record in records:
-
-        def decide(r: StepRecord) -> tuple[StepRecord, bool]:
-            reason = "workflow is being compensated; in-flight attempt abandoned"
-            r = time_out(ledger, r, grace, reason, last_error=r.last_error or "abandoned by compensation")
-            if nothing_to_undo(r):
-                return ledger.transition(r, S.CANCELLED, actor=ACTOR, reason="workflow compensated"), True
-            return r, False
-
-        current, was_cancelled = retry_on_conflict(
-            lambda record=record: ledger.get(record.instance_id, record.step_id),
-            decide,
-            what=f"plan {record.step_id}",
-        )
+        read = functools.partial(ledger.get, record.instance_id, record.step_id)
+        current, was_cancelled = retry_on_conflict(read, decide, what=f"plan {record.step_id}")
         if was_cancelled:
             cancelled.append(current.step_id)
         elif current.compensator is not None and current.status in MAY_COMPENSATE:
@@ -81,17 +73,13 @@ def plan_compensation(payload: dict[str, Any], services: Services) -> dict[str, 
     return {"steps": steps, "cancelled": cancelled}
 
 
-_MAY_START_COMPENSATING = frozenset(
-    {InstanceStatus.RUNNING, InstanceStatus.FAILED, InstanceStatus.COMPENSATION_FAILED}
-)
-
-
 def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> InstanceStatus | None:
-    """Compensating from the moment the plan is made: work dispatch is fenced off, and the watchdog
-    watches the compensation orchestration now. Returns the status the record had (None: no record)."""
+    """Compensating from the moment the plan is made (work dispatch fenced off, the watchdog watching
+    the compensation orchestration); the status the record had (None: no record)."""
 
     def decide(record: Any) -> InstanceStatus | None:
-        if record is None or record.status not in _MAY_START_COMPENSATING:
+        may_start = (InstanceStatus.RUNNING, InstanceStatus.FAILED, InstanceStatus.COMPENSATION_FAILED)
+        if record is None or record.status not in may_start:
             return None if record is None else record.status
         ledger.transition_instance(
             record,
@@ -104,9 +92,8 @@ def _start_compensating(ledger: StepLedger, instance_id: str, grace: float) -> I
         )
         return record.status
 
-    return retry_on_conflict(
-        lambda: ledger.find_instance(instance_id), decide, what=f"compensate {instance_id}"
-    )
+    read = functools.partial(ledger.find_instance, instance_id)
+    return retry_on_conflict(read, decide, what=f"compensate {instance_id}")
 
 
 def _plan_entry(r: StepRecord, definition: Any) -> dict[str, Any]:
@@ -114,16 +101,14 @@ def _plan_entry(r: StepRecord, definition: Any) -> dict[str, Any]:
         compensation = definition.step(r.step_id).compensation if definition is not None else None
     except KeyError:
         compensation = None
-    deadline_seconds = (
-        compensation.deadline_seconds if compensation else FALLBACK_COMPENSATION_DEADLINE_SECONDS
-    )
-    retry = (compensation.retry if compensation else RetryPolicy()).model_dump()
     return {
         "step_id": r.step_id,
         "compensator": r.compensator,
         "input": step_input(r),
         "output": step_output(r),
-        "deadline_seconds": deadline_seconds,
-        "retry": retry,
+        "deadline_seconds": compensation.deadline_seconds
+        if compensation
+        else FALLBACK_COMPENSATION_DEADLINE_SECONDS,
+        "retry": (compensation.retry if compensation else RetryPolicy()).model_dump(),
         "status": r.status.value,
     }

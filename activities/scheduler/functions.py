@@ -1,8 +1,7 @@
 """The activities the orchestrators call, bound on the blueprint (docs/agents.md, "The activities").
 
-Each is a plain body ``(payload: dict, services) -> dict`` that tests and the durable test host call
-directly (``ACTIVITY_BODIES``). All are idempotent: the durable engine may run an activity again after
-a crash, so each decides from what the ledger says now.
+Each is a plain body ``(payload: dict, services) -> dict`` (``ACTIVITY_BODIES``, for tests and the
+durable test host), idempotent: the engine may run it again, so each decides from the ledger now.
 """
 
 from __future__ import annotations

@@ -19,9 +19,7 @@ ACTOR = "scheduler"
 IN_FLIGHT = frozenset({S.DISPATCHED, S.RUNNING})
 NEEDS_RETRY_DECISION = frozenset({S.FAILED, S.TIMED_OUT})
 # Statuses from which a step may (after moving through TimedOut if in flight) start compensating.
-MAY_COMPENSATE = frozenset(
-    {S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.RETRYING, S.COMPENSATING, S.COMPENSATION_FAILED}
-)
+MAY_COMPENSATE = NEEDS_RETRY_DECISION | {S.SUCCEEDED, S.RETRYING, S.COMPENSATING, S.COMPENSATION_FAILED}
 
 
 class InstanceInput(BaseModel):
@@ -77,7 +75,7 @@ def nothing_to_undo(r: StepRecord) -> bool:
 
 def never_sent(r: StepRecord) -> bool:
     """Was no work message of this step ever sent? So when its input is stored by blob reference and its
-    agent's pool is message-only: every dispatch of it was refused (``inline_only.fail_blob_input``)."""
+    agent's pool is message-only: every dispatch of it was refused (``dispatch.fail_blob_input``)."""
     if not r.non_retryable or not is_reference(decode_json(r.input_ref)):
         return False
     pools = agent_pools()

@@ -1,16 +1,15 @@
-"""The scheduler's promises on the instance record, the proof of its provisional successes, and the
-activity that settles an instance.
+"""The scheduler's promises on the instance record, the proof of its provisional successes, and
+``settle_instance``.
 
-Every step change also moves the instance's ``scheduler_deadline`` in the same transaction
-(docs/architecture.md, "The instance record"): while the scheduler lives it keeps that promise; when
-it dies nothing moves it and the watchdog finds the instance. A parallel-group member never shortens
-the promise (a sibling may wait longer). A provisional success's basis row is deleted by the next
-write's own transaction, or the write reads the step first (docs/contracts.md, "Trust only the
-ledger", path 1).
+Every step change moves the instance's ``scheduler_deadline`` in its transaction: a dead scheduler
+stops moving it and the watchdog finds the instance (docs/architecture.md, "The instance record").
+A provisional success's basis row is deleted by the next write's transaction, or the write reads the
+step first (docs/contracts.md, "Trust only the ledger", path 1).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -18,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from activities.common import now, retry_on_conflict
+from activities.common import audit, now, retry_on_conflict
 from activities.scheduler.inputs import ACTOR
 from activities.verification import recorded_outcome
 from workflow_core import contracts as c
@@ -40,7 +39,6 @@ from workflow_core.runtime import Services
 log = logging.getLogger(__name__)
 
 IS = InstanceStatus
-
 BASIS_REFUSED = "basis-refused"
 
 
@@ -52,8 +50,7 @@ def basis_rows(instance_id: str, basis: ResultBasis | None) -> list[tuple]:
 
 
 def refused(ledger: StepLedger, instance_id: str, basis: ResultBasis | None, *, by: str) -> str | None:
-    """Why the ledger does not back ``basis`` (read: the write's own proof failed), or None when it
-    does (or there is no basis). ``by`` names the write, for the audit note."""
+    """Why the ledger does not back ``basis`` (audited; ``by`` names the write), or None when it does."""
     if basis is None:
         return None
     try:
@@ -70,15 +67,7 @@ def refused(ledger: StepLedger, instance_id: str, basis: ResultBasis | None, *, 
         else f"{found.state} ({record.status.value} at attempt {record.attempt})"
     )
     log.warning("%s of %s refused: %s", by, instance_id, why)
-    ledger.note(
-        instance_id,
-        basis.step_id,
-        actor=ACTOR,
-        action="provisional-result-refused",
-        reason=f"{by} not written: {why}",
-        attempt=basis.attempt,
-        status=record.status.value,
-    )
+    audit(ledger, record, ACTOR, "provisional-result-refused", f"{by} not written: {why}", basis.attempt)
     return why
 
 
@@ -90,9 +79,9 @@ def promise(
     *,
     keep_later: bool = False,
 ) -> dict[str, Any] | None:
-    """``instance_changes`` that promise the scheduler acts again by ``acts_by`` (+ grace); None when
-    no scheduler owns the instance (no record, settled, or handed to an operator). A parallel-group
-    member, or a caller asking with ``keep_later``, never shortens a later promise already recorded."""
+    """``instance_changes`` promising the scheduler acts again by ``acts_by`` (+ grace); None when no
+    scheduler owns the instance. A parallel-group member (a sibling may wait longer) or ``keep_later``
+    never shortens a later promise."""
     if handle is None or not handle.record.supervised:
         return None
     target = acts_by + timedelta(seconds=grace_seconds)
@@ -107,16 +96,11 @@ def promise(
 
 
 def with_promise(
-    handle: InstanceHandle | None,
-    acts_by: datetime,
-    grace_seconds: float,
-    orchestration_id: str | None,
+    handle: InstanceHandle | None, acts_by: datetime, grace_seconds: float, orchestration_id: str | None
 ) -> dict[str, Any]:
     """Keyword arguments for ``ledger.transition``/``update``: the instance and its promise, or none."""
     changes = promise(handle, acts_by, grace_seconds, orchestration_id)
-    if changes is None:
-        return {}
-    return {"instance": handle, "instance_changes": changes}
+    return {} if changes is None else {"instance": handle, "instance_changes": changes}
 
 
 def keep_promise(
@@ -130,31 +114,18 @@ def keep_promise(
 ) -> None:
     """Move the promise without a step change (a heartbeat-extended wait), only when it must move."""
     changes = promise(handle, acts_by, grace_seconds, orchestration_id)
-    if changes is None or handle is None:
-        return
-    current = handle.record.scheduler_deadline
-    if current is not None and current >= changes["scheduler_deadline"]:
-        return
-    handle.record = ledger.update_instance(handle.record, actor=ACTOR, reason=reason, **changes)
+    current = handle.record.scheduler_deadline if handle is not None else None
+    if changes is not None and (current is None or current < changes["scheduler_deadline"]):
+        handle.record = ledger.update_instance(handle.record, actor=ACTOR, reason=reason, **changes)
 
 
-def works_on(handle: InstanceHandle | None, kind: c.StepKind) -> bool:
-    """May a scheduler still move this instance's steps of ``kind``? Work needs a Running instance:
-    once compensation started (or the instance settled), a late or zombie scheduler is fenced off."""
-    if handle is None:
-        return True
-    if kind == "work":
-        return handle.record.status is IS.RUNNING
-    return handle.record.status in (IS.COMPENSATING, IS.RUNNING, IS.COMPENSATION_FAILED)
+def works_on(handle: InstanceHandle | None) -> bool:
+    """May a scheduler still move this instance's work? Once compensation started (or the instance
+    settled), a late or zombie scheduler is fenced off."""
+    return handle is None or handle.record.status is IS.RUNNING
 
 
-Outcome = Literal["succeeded", "compensated", "compensation_failed", "failed"]
-_SETTLED_AS: dict[str, InstanceStatus] = {
-    "succeeded": IS.SUCCEEDED,
-    "compensated": IS.COMPENSATED,
-    "compensation_failed": IS.COMPENSATION_FAILED,
-    "failed": IS.FAILED,
-}
+Outcome = Literal["succeeded", "compensated", "compensation_failed", "failed"]  # InstanceStatus names
 
 
 class SettleInput(BaseModel):
@@ -164,9 +135,7 @@ class SettleInput(BaseModel):
     outcome: Outcome
     failed_step: str | None = None
     error: str | None = None
-    # The instance's snapshot from the last result, with the steps its row watched: see _settle_unread
-    expected: dict[str, Any] | None = None
-    # The last step's success as the scheduler took it, unread: settle only if the ledger holds it.
+    expected: dict[str, Any] | None = None  # the last result's instance snapshot (_settle_unread)
     basis: ResultBasis | None = None
 
 
@@ -175,13 +144,12 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
     Idempotent; CompensationFailed and Failed raise the attention flag."""
     args = SettleInput.model_validate(payload)
     ledger = services.ledger
-    target = _SETTLED_AS[args.outcome]
+    target = IS[args.outcome.upper()]
 
     def decide(
         pair: tuple[InstanceRecord | None, list[StepRecord]], proof: list[tuple] | None = None
     ) -> dict[str, Any]:
-        """``proof``: the basis row's delete, written with the settle (unread only: when the settle
-        read the ledger, the step row it checked is the proof)."""
+        """``proof``: the basis row's delete, written with an unread settle (a read one checked the step)."""
         record, watched = pair
         if record is None:
             return {"instance_id": args.instance_id, "status": None, "changed": False}
@@ -200,11 +168,7 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
         via = record
         if target in (IS.COMPENSATED, IS.COMPENSATION_FAILED) and record.status is not IS.COMPENSATING:
             via = ledger.transition_instance(
-                record,
-                IS.COMPENSATING,
-                actor=ACTOR,
-                reason="compensation ran",
-                scheduler_deadline=now(),
+                record, IS.COMPENSATING, actor=ACTOR, reason="compensation ran", scheduler_deadline=now()
             )
         attention = target in (IS.COMPENSATION_FAILED, IS.FAILED)
         # A flag raised earlier (the watchdog compensating because resumes ran out) stays raised.
@@ -226,19 +190,16 @@ def settle_instance(payload: dict[str, Any], services: Services) -> dict[str, An
     unread = _settle_unread(args, lambda pair: decide(pair, basis_rows(args.instance_id, args.basis)))
     if unread is not None:
         return unread
-    why = refused(ledger, args.instance_id, args.basis, by="settle")
-    if why is not None:
+    if refused(ledger, args.instance_id, args.basis, by="settle") is not None:
         return {"instance_id": args.instance_id, "status": None, "changed": False, "outcome": BASIS_REFUSED}
-    return retry_on_conflict(
-        lambda: ledger.instance_and_watched_steps(args.instance_id), decide, what=f"settle {args.instance_id}"
-    )
+    read = functools.partial(ledger.instance_and_watched_steps, args.instance_id)
+    return retry_on_conflict(read, decide, what=f"settle {args.instance_id}")
 
 
 def _settle_unread(args: SettleInput, decide: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-    """A success settled against the snapshot the scheduler holds, unread, when it watched no
-    in-flight step: no step becomes watched without a write to the instance record, so while the
-    record is that version (If-Match) its row watches nothing and may go. Only a write counts:
-    anything else returns None and the settle reads."""
+    """A success settled unread against the scheduler's snapshot when it watched no in-flight step: no
+    step becomes watched without a write to the record, so while it is that version (If-Match) its row
+    watches nothing. Only a write counts: anything else returns None and the settle reads."""
     e = args.expected
     if e is None or args.outcome != "succeeded" or watched_in(e) != []:
         return None

@@ -1,15 +1,13 @@
 """The dispatch's side of per-agent limits: ask the agent's circuit and slots before the Dispatched
-write, and on *waiting* keep the scheduler's promise (the watchdog must not take a waiting scheduler
-for a dead one) and note the wait once in the step's audit trail (what the instance view shows).
-
-An agent without declared limits costs nothing here: :func:`hold_back` returns at once, no I/O.
+write; on *waiting*, keep the scheduler's promise (it is not dead) and note the wait once on the step.
+An agent without declared limits costs nothing here (no I/O).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from activities.common import now
+from activities.common import audit, now
 from activities.scheduler.inputs import ACTOR, S
 from activities.scheduler.instances import keep_promise, works_on
 from workflow_core.contracts import StepDispatch
@@ -31,26 +29,15 @@ def hold_back(
     limits = agent_pools().limits_of(r.agent)
     if limits is None or d.kind != "work":
         return None
-    fresh = r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt and works_on(handle, "work")
+    fresh = r.status in (S.PENDING, S.RETRYING) and d.attempt > r.attempt and works_on(handle)
     if not fresh:
         return None
-    ledger = services.ledger
-    at = now()
-    holder = Holder(r.instance_id, r.step_id, d.attempt)
+    ledger, at, holder = services.ledger, now(), Holder(r.instance_id, r.step_id, d.attempt)
     answer = services.limits.admit(r.agent, limits, holder, deadline, at, d.orchestration_id)
     if answer.admitted:
         return None
-    grace = services.settings.watchdog_grace_seconds
-    acts_by = at + timedelta(seconds=answer.retry_after)
+    acts_by, grace = at + timedelta(seconds=answer.retry_after), services.settings.watchdog_grace_seconds
     keep_promise(ledger, handle, acts_by, grace, d.orchestration_id, reason=f"waiting: {answer.reason}")
     if answer.first_wait:
-        ledger.note(
-            r.instance_id,
-            r.step_id,
-            actor=ACTOR,
-            action=WAITING_ACTION,
-            reason=f"attempt {d.attempt} waits: {answer.reason}",
-            attempt=d.attempt,
-            status=r.status.value,
-        )
+        audit(ledger, r, ACTOR, WAITING_ACTION, f"attempt {d.attempt} waits: {answer.reason}", d.attempt)
     return answer

@@ -1,6 +1,6 @@
-"""After a failed attempt (of the work or of its compensator), what the orchestration decided: try
-again at ``retry_at`` (``schedule_retry``), stop and leave the step for compensation
-(``give_up_step``), or hand a compensation that keeps failing to an operator (``finish_compensation``).
+"""After a failed attempt (of the work or its compensator), what the orchestration decided: try again
+(``schedule_retry``), leave the step for compensation (``give_up_step``), or hand a compensation that
+keeps failing to an operator (``finish_compensation``).
 """
 
 from __future__ import annotations
@@ -34,10 +34,9 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
     compensation stays Compensating and only its deadline moves, so the watchdog leaves its backoff
     alone."""
     args = ScheduleRetryInput.model_validate(payload)
-    ledger = services.ledger
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
     retry_at = parse_time(args.retry_at, "retry_at")
-    grace = services.settings.watchdog_grace_seconds
-    compensate = args.kind == "compensate"
+    compensate, until = args.kind == "compensate", grace_deadline(grace, retry_at)
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
@@ -46,16 +45,14 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
             waiting = r.compensation_status in (COMP_FAILED, COMP_TIMED_OUT)
             if r.status is not S.COMPENSATING or r.compensation_attempt != args.attempt or not waiting:
                 return r, False  # settled, superseded, or still in flight: nothing to move
-            if r.deadline == grace_deadline(grace, retry_at):
+            if r.deadline == until:
                 return r, False  # a re-run
             reason = f"compensation attempt {r.compensation_attempt + 1} at {iso(retry_at)}"
-            return ledger.update(
-                r, actor=ACTOR, reason=reason, deadline=grace_deadline(grace, retry_at), **promise
-            ), True
+            return ledger.update(r, actor=ACTOR, reason=reason, deadline=until, **promise), True
         if r.attempt != args.attempt:
             return r, False  # superseded (or never dispatched): nothing of this attempt to retry
-        reason = f"scheduler gave up waiting for attempt {r.attempt}"
-        r = time_out(ledger, r, grace, reason, last_error=r.last_error or f"attempt {r.attempt} timed out")
+        error = r.last_error or f"attempt {r.attempt} timed out"
+        r = time_out(ledger, r, grace, f"scheduler gave up waiting for attempt {r.attempt}", last_error=error)
         if r.status not in NEEDS_RETRY_DECISION:
             return r, False  # already Retrying (a re-run), or settled another way
         updated = ledger.transition(
@@ -63,7 +60,7 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
             S.RETRYING,
             actor=ACTOR,
             reason=f"attempt {r.attempt + 1} of {r.max_attempts} at {iso(retry_at)}",
-            deadline=grace_deadline(grace, retry_at),
+            deadline=until,
             owner="scheduler",
             **promise,
         )
@@ -71,16 +68,10 @@ def schedule_retry(payload: dict[str, Any], services: Services) -> dict[str, Any
 
     what = f"schedule {'compensation ' if compensate else ''}retry {args.step_id}"
     record, changed = decide_on_step(ledger, args.instance_id, args.step_id, decide, what)
-    if changed and compensate:
-        emit_recovery(
-            record,
-            "compensation_retry_scheduled",
-            attempt=args.attempt,
-            retry_at=iso(retry_at),
-            reason=record.last_error,
-        )
-    elif changed:
-        emit_recovery(record, "retry_scheduled", retry_at=iso(retry_at), reason=record.last_error)
+    if changed:
+        action = "compensation_retry_scheduled" if compensate else "retry_scheduled"
+        attempt = args.attempt if compensate else None
+        emit_recovery(record, action, attempt=attempt, retry_at=iso(retry_at), reason=record.last_error)
     return status_reply(record, changed)
 
 
@@ -89,43 +80,24 @@ def give_up_step(payload: dict[str, Any], services: Services) -> dict[str, Any]:
     ``plan_compensation`` to undo first (a timed-out attempt may have taken effect); a step without
     one is Cancelled (nothing to undo)."""
     args = GiveUpInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
         r = time_out(ledger, r, grace, f"given up: {args.reason}", last_error=args.reason)
+        fields = {"actor": ACTOR, "last_error": args.reason, "compensation_status": GIVEN_UP}
+        fields.update(with_promise(handle, now(), grace, r.orchestration_id))
         if nothing_to_undo(r):
-            return (
-                ledger.transition(
-                    r,
-                    S.CANCELLED,
-                    actor=ACTOR,
-                    reason=f"given up, nothing to undo: {args.reason}",
-                    last_error=args.reason,
-                    compensation_status=GIVEN_UP,
-                    **with_promise(handle, now(), grace, r.orchestration_id),
-                ),
-                True,
-            )
+            return ledger.transition(
+                r, S.CANCELLED, reason=f"given up, nothing to undo: {args.reason}", **fields
+            ), True
         if r.status in NEEDS_RETRY_DECISION | {S.RETRYING} and r.compensation_status != GIVEN_UP:
-            return (
-                ledger.update(
-                    r,
-                    actor=ACTOR,
-                    reason=f"given up, to be compensated: {args.reason}",
-                    last_error=args.reason,
-                    compensation_status=GIVEN_UP,
-                    deadline=grace_deadline(grace),
-                    **with_promise(handle, now(), grace, r.orchestration_id),
-                ),
-                True,
-            )
+            reason = f"given up, to be compensated: {args.reason}"
+            return ledger.update(r, reason=reason, deadline=grace_deadline(grace), **fields), True
         return r, False
 
-    record, changed = decide_on_step(
-        ledger, args.instance_id, args.step_id, decide, f"give up {args.step_id}"
-    )
+    what = f"give up {args.step_id}"
+    record, changed = decide_on_step(ledger, args.instance_id, args.step_id, decide, what)
     if changed:
         emit_recovery(record, "give_up", reason=args.reason, to_be_compensated=record.compensator is not None)
     return status_reply(record, changed)
@@ -135,8 +107,7 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
     """The compensator's attempts are exhausted: -> CompensationFailed (the operators' inbox,
     ``ledger.needing_attention()``). Idempotent; a step that did get Compensated stays so."""
     args = FinishCompensationInput.model_validate(payload)
-    ledger = services.ledger
-    grace = services.settings.watchdog_grace_seconds
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
 
     def decide(pair: tuple[StepRecord, InstanceHandle | None]) -> tuple[StepRecord, bool]:
         r, handle = pair
@@ -166,9 +137,8 @@ def finish_compensation(payload: dict[str, Any], services: Services) -> dict[str
         log.warning("step %s/%s needs an operator: %s", r.instance_id, r.step_id, args.error)
         return updated, True
 
-    record, changed = decide_on_step(
-        ledger, args.instance_id, args.step_id, decide, f"finish compensation {args.step_id}"
-    )
+    what = f"finish compensation {args.step_id}"
+    record, changed = decide_on_step(ledger, args.instance_id, args.step_id, decide, what)
     if changed:
         emit_recovery(record, "finish_compensation", error=args.error)
     return status_reply(record, changed)

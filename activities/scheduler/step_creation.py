@@ -23,27 +23,19 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
 
     args = CreateStepsInput.model_validate(payload)
     definition = definition_for(args.workflow, args.version, services.definitions)
-    steps = new_steps(definition)
     orchestration_id = args.orchestration_id or args.instance_id
-    pinned = {"version": args.version} if args.version else {}
-    ledger = services.ledger
+    ledger, grace = services.ledger, services.settings.watchdog_grace_seconds
     # Adopted in the steps' own batch; when the steps exist already (a re-run) or the instance moved
     # meanwhile, adopting is its own guarded write.
     found = ledger.find_instance(args.instance_id)
     handle = InstanceHandle(found) if found is not None and found.supervised else None
-    grace = services.settings.watchdog_grace_seconds
-    adoption = _adoption(handle, orchestration_id, grace)
+    pinned = {"version": args.version} if args.version else {}  # the definition version the run keeps
+    fields = {"actor": ACTOR, "orchestration_id": orchestration_id, **pinned}
     create = functools.partial(
-        ledger.create_steps,
-        args.instance_id,
-        definition.name,
-        steps,
-        actor=ACTOR,
-        orchestration_id=orchestration_id,
-        **pinned,
+        ledger.create_steps, args.instance_id, definition.name, new_steps(definition), **fields
     )
     try:
-        records = create(instance=handle, instance_changes=adoption)
+        records = create(instance=handle, instance_changes=_adoption(handle, orchestration_id, grace))
     except InstanceConflict:
         handle = None
         records = create()
@@ -55,9 +47,8 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
                 reason = f"orchestration {orchestration_id} created the steps"
                 ledger.update_instance(record, actor=ACTOR, reason=reason, **changes)
 
-        retry_on_conflict(
-            lambda: ledger.find_instance(args.instance_id), adopt, what=f"adopt {args.instance_id}"
-        )
+        read = functools.partial(ledger.find_instance, args.instance_id)
+        retry_on_conflict(read, adopt, what=f"adopt {args.instance_id}")
     return {
         "instance_id": args.instance_id,
         "workflow": definition.name,
@@ -66,8 +57,7 @@ def create_workflow_steps(payload: dict[str, Any], services: Services) -> dict[s
 
 
 def _adoption(handle: InstanceHandle | None, orchestration_id: str, grace: float) -> dict[str, Any]:
-    """The orchestration owns the instance and promises to dispatch at once; never *sooner* than the
-    starter's promise, so the instance's index row stays put (an insert and a delete saved per
-    workflow; a scheduler dying right here is found at most ``SCHEDULER_START_SECONDS`` later)."""
+    """The orchestration owns the instance and promises to dispatch at once, never *sooner* than the
+    starter's promise: the index row stays put (a dead scheduler is found ``SCHEDULER_START_SECONDS`` on)."""
     promised = promise(handle, now(), grace, orchestration_id, keep_later=True)
     return {} if handle is None else {"orchestration_id": orchestration_id, **(promised or {})}

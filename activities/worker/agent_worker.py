@@ -1,9 +1,7 @@
-"""The agent worker's entry point, :func:`process_work_message`, for the trigger-bound ``agent_worker``
-functions below (one per hosted pool), the durable test host's queue pumps and the ``sas-agent`` runner.
-
-It returns when the message is dealt with (ignored or parked included) and raises when it must be
-delivered again (ledger or transport unavailable, a simulated crash); after ``MAX_DELIVERY_COUNT``
-deliveries the message is dead-lettered.
+"""The agent worker's entry point, :func:`process_work_message`, for the ``agent_worker`` functions
+below (one per hosted pool), the durable test host's queue pumps and the ``sas-agent`` runner. It
+returns when the message is dealt with (ignored or parked included) and raises when it must be
+delivered again (ledger or transport unavailable, a crash; after ``MAX_DELIVERY_COUNT``: dead-lettered).
 """
 
 from __future__ import annotations
@@ -56,9 +54,8 @@ def process_work_message(
     trace: Any = None,
     pool: str = DEFAULT_POOL,
 ) -> str | None:
-    """Handle one delivery of a work message (``trace``: its application properties, which make this
-    delivery's span a child of the dispatch). A body that is not a valid ``WorkMessage`` is parked,
-    never raised on: its readable reason is returned."""
+    """Handle one delivery of a work message (``trace``: its application properties: this span's
+    parent is the dispatch). A body that is not a valid ``WorkMessage`` is parked (its reason returned)."""
     queue = pool_queue(services.settings.work_queue, pool)
     if is_doctor_probe(body):  # its cancel did not take: nothing to do, nothing to park
         log.info("dropped a sas doctor probe delivered on %s (message %s)", queue, message_id)
@@ -75,9 +72,8 @@ def process_work_message(
         delivery_count=delivery_count,
         pool=pool,
     ):
-        message = parse_or_park(
-            WorkMessage, body, services, source="work", actor=worker_id, message_id=message_id
-        )
+        park = {"source": "work", "actor": worker_id, "message_id": message_id}
+        message = parse_or_park(WorkMessage, body, services, **park)
         if isinstance(message, str):
             return message
         if is_expired(message, clock.utcnow(), FAST_CLOCK_ALLOWANCE_SECONDS):
@@ -88,29 +84,23 @@ def process_work_message(
         return None
 
 
-def run_queue_message(
-    msg: func.QueueMessage,
+def run_queue_message(msg: func.QueueMessage, **options: Any) -> None:
+    """Storage Queue trigger body (``options``: as :func:`run_incoming` takes them)."""
+    run_incoming(from_queue_message(msg), **options)
+
+
+def run_servicebus_message(msg: func.ServiceBusMessage, **options: Any) -> None:
+    """Service Bus trigger body (``options``: as :func:`run_incoming` takes them)."""
+    run_incoming(from_servicebus_message(msg), **options)
+
+
+def run_incoming(
+    incoming: Incoming,
     *,
     services: Services | None = None,
     worker_id: str | None = None,
     pool: str = DEFAULT_POOL,
 ) -> None:
-    """Storage Queue trigger body: decode the transport envelope, then :func:`process_work_message`."""
-    _run(from_queue_message(msg), services, worker_id, pool)
-
-
-def run_servicebus_message(
-    msg: func.ServiceBusMessage,
-    *,
-    services: Services | None = None,
-    worker_id: str | None = None,
-    pool: str = DEFAULT_POOL,
-) -> None:
-    """Service Bus trigger body: the JSON body, then :func:`process_work_message`."""
-    _run(from_servicebus_message(msg), services, worker_id, pool)
-
-
-def _run(incoming: Incoming, services: Services | None, worker_id: str | None, pool: str) -> None:
     process_work_message(
         incoming.body,
         delivery_count=incoming.delivery_count,
@@ -123,26 +113,21 @@ def _run(incoming: Incoming, services: Services | None, worker_id: str | None, p
 
 
 def register_worker(blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POOL) -> Callable[..., Any]:
-    """Add the worker of ``pool``'s queue with the trigger of ``kind`` to ``blueprint`` (done once per
-    hosted pool at import)."""
+    """Add the worker of ``pool``'s queue with the trigger of ``kind`` to ``blueprint``."""
     name, queue = pool_function_name(WORKER_FUNCTION, pool), pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
+        connection, trigger = SERVICE_BUS_CONNECTION, blueprint.service_bus_queue_trigger
 
-        @blueprint.function_name(name)
-        @blueprint.service_bus_queue_trigger(
-            arg_name="msg", queue_name=queue, connection=SERVICE_BUS_CONNECTION
-        )
         def agent_worker(msg: func.ServiceBusMessage, context: func.Context) -> None:
             run_servicebus_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
+    else:
+        connection, trigger = STORAGE_CONNECTION, blueprint.queue_trigger
 
-        return agent_worker
+        def agent_worker(msg: func.QueueMessage, context: func.Context) -> None:
+            run_queue_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
 
-    @blueprint.function_name(name)
-    @blueprint.queue_trigger(arg_name="msg", queue_name=queue, connection=STORAGE_CONNECTION)
-    def agent_worker(msg: func.QueueMessage, context: func.Context) -> None:
-        run_queue_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
-
-    return agent_worker
+    bound = trigger(arg_name="msg", queue_name=queue, connection=connection)
+    return blueprint.function_name(name)(bound(agent_worker))
 
 
 agent_workers = {pool: register_worker(bp, transport_kind(), pool) for pool in hosted_pools()}

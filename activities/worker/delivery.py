@@ -1,19 +1,25 @@
 """One delivery of a work message, start to end: claim, run the agent's handler, heartbeat, record, reply.
 
-The rules each ledger write follows (claim or not, how to record) are ``delivery_rules``: together
-the two would be some 600 lines, and the rules are the idempotency table the pattern leans on, read
-and tested on their own; this module is the flow that carries a delivery's state between them.
+The rules each ledger write follows (claim or not, how to record), and the state they read, are
+``delivery_rules``: the idempotency table, read on its own; this module is the flow between them.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime
 
 from azure.core.exceptions import HttpResponseError
 
-from activities.common import emit_recovery, is_transient_claim, retry_on_conflict, step_input, step_output
-from activities.limits_outcome import observe_outcome
+from activities.common import (
+    emit_recovery,
+    is_transient_claim,
+    observe_outcome,
+    retry_on_conflict,
+    step_input,
+    step_output,
+)
 from activities.worker.delivery_rules import Action, DeliveryDecisions, Outcome, recorded_reply
 from activities.worker.handlers import faults
 from activities.worker.handlers.base import (
@@ -30,7 +36,6 @@ from workflow_core.ledger import (
     ConcurrencyConflict,
     InstanceHandle,
     LedgerError,
-    StepLedger,
     StepNotFound,
     StepRecord,
     StepStatus,
@@ -50,8 +55,8 @@ S = StepStatus
 
 
 def is_permanent(exc: BaseException, m: WorkMessage, version: str | None, services: Services) -> bool:
-    """A :class:`PermanentError`, or an error of a type the step's definition (its compensation's, in
-    the version the instance is pinned to) says retrying cannot fix."""
+    """A :class:`PermanentError`, or of a type the step's definition (its compensation's; the pinned
+    version) lists as non-retryable."""
     from workflow_core.workflows.store import definition_for
 
     try:
@@ -65,21 +70,6 @@ def is_permanent(exc: BaseException, m: WorkMessage, version: str | None, servic
 class Delivery(DeliveryDecisions):
     # whether a heartbeat that leaves a later deadline as it is still writes (message-only agents)
     record_kept_beats = False
-
-    def __init__(self, message: WorkMessage, delivery_count: int, services: Services, worker_id: str) -> None:
-        self.m = message
-        self.n = max(1, int(delivery_count))
-        self.services = services
-        self.ledger: StepLedger = services.ledger
-        self.worker_id = worker_id
-        self.work = message.kind == "work"
-        self.grace = services.settings.watchdog_grace_seconds
-        self.took_over = False
-        self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
-        self.instance: InstanceHandle | None = None  # the instance record as last read or written
-        # the in-flight steps the instance's row may watch once this step is recorded, when known
-        self.watched_after: list[str] | None = None
-        self.latest: StepRecord | None = None  # the step row as this worker last wrote it
 
     def process(self) -> None:
         m = self.m
@@ -132,12 +122,8 @@ class Delivery(DeliveryDecisions):
             # the input the snapshot leaves out is the message's, which the claim-key row binds to
             # the one the dispatch recorded: the handler's step_input is the same on both paths
             known = known.model_copy(update={"input_ref": encode_json(m.input)})
-            if (known.instance_id, known.step_id, known.attempt, known.status) != (
-                m.instance_id,
-                m.step_id,
-                m.attempt,
-                S.DISPATCHED,
-            ):
+            ids = (m.instance_id, m.step_id, m.attempt, S.DISPATCHED)
+            if (known.instance_id, known.step_id, known.attempt, known.status) != ids:
                 return None
             instance = None
             if versions.instance is not None:
@@ -163,34 +149,25 @@ class Delivery(DeliveryDecisions):
         return record
 
     def _record(self, outcome: Outcome) -> tuple[ResultMessage | None, tuple[str, str] | None]:
-        recorded = self._record_outcome(outcome)
-        if recorded[0] is not None and self.work:  # the agent's limits learn it (activities.limits_outcome)
+        """Record on the row this worker last wrote, with that write's ETag (no read when nobody else
+        wrote since; a lost race re-reads and decides again); then the agent's limits learn it."""
+        try:
+            recorded = self._decide_record(self.latest, outcome)
+        except ConcurrencyConflict:
+            log.debug("%s: the step or instance changed since the claim; re-reading", self._label)
+            decide = lambda r: self._decide_record(r, outcome)  # noqa: E731
+            recorded = retry_on_conflict(self._read_with_instance, decide, what=f"record {self._label}")
+        if recorded[0] is not None and self.work:
             ok, _, error, permanent = outcome
             holder = Holder(self.m.instance_id, self.m.step_id, self.m.attempt)
             observe_outcome(self.services, self.m.agent, holder, ok=ok, error=error, permanent=permanent)
         return recorded
 
-    def _record_outcome(self, outcome: Outcome) -> tuple[ResultMessage | None, tuple[str, str] | None]:
-        """Record the outcome on the row this worker last wrote (the claim, or its last heartbeat),
-        with the ETag that write returned: no read when nobody else wrote in between. A lost race
-        (412 on the step or the instance record) re-reads both and decides again."""
-        try:
-            return self._decide_record(self.latest, outcome)
-        except ConcurrencyConflict:
-            log.debug("%s: the step or instance changed since the claim; re-reading", self._label)
-        return retry_on_conflict(
-            self._read_with_instance, lambda r: self._decide_record(r, outcome), what=f"record {self._label}"
-        )
-
     def _note(self, action: str, reason: str, *, status: str | None) -> None:
+        m = self.m
+        ids, reason = (m.instance_id, m.step_id), f"{m.kind} delivery {self.n}: {reason}"
         self.ledger.note(
-            self.m.instance_id,
-            self.m.step_id,
-            actor=self.worker_id,
-            action=action,
-            reason=f"{self.m.kind} delivery {self.n}: {reason}",
-            attempt=self.m.attempt,
-            status=status,
+            *ids, actor=self.worker_id, action=action, reason=reason, attempt=m.attempt, status=status
         )
 
     def _run(self, record: StepRecord) -> Outcome | None:
@@ -201,11 +178,7 @@ class Delivery(DeliveryDecisions):
             return False, None, f"no handler is registered for agent {m.agent!r}", False
         payloads = self.services.payloads  # references in, references out: the handler sees values
         ctx = StepContext(
-            instance_id=m.instance_id,
-            step_id=m.step_id,
-            attempt=m.attempt,
-            agent=m.agent,
-            kind=m.kind,
+            **m.model_dump(include={"instance_id", "step_id", "attempt", "agent", "kind"}),
             input=dict(payloads.resolve_input(m.input, m.kind)),
             deadline=record.deadline,
             services=self.services,
@@ -227,9 +200,7 @@ class Delivery(DeliveryDecisions):
         except StepNoLongerOwned as exc:
             self._note("abandoned-not-owner", str(exc), status=None)
             return None
-        except Exception as exc:
-            # The error text is cut to fit the ledger (head and tail kept), so a huge one is still
-            # recorded once, as this attempt's failure, instead of failing the write on every delivery.
+        except Exception as exc:  # cut to fit the ledger: recorded once, not a failed write per delivery
             error = fit_text(describe_error(exc))
             permanent = is_permanent(exc, m, record.workflow_version, self.services)
             log.info("%s: agent failed%s: %s", self._label, " (non-retryable)" if permanent else "", error)
@@ -242,26 +213,20 @@ class Delivery(DeliveryDecisions):
         return True, payloads.stored(output), None, False
 
     def _heartbeat(self, seconds: float | None) -> datetime | None:
-        service_now: list[datetime] = []
+        # one read gives the row and the storage service's time: the extension needs both
+        read = functools.partial(self.ledger.get_with_service_time, self.m.instance_id, self.m.step_id)
 
-        def read() -> StepRecord:
-            # one read gives the row and the storage service's time: the extension needs both
-            record, now = self.ledger.get_with_service_time(self.m.instance_id, self.m.step_id)
-            service_now[:] = [now]
-            return record
-
-        def decide(r: StepRecord) -> datetime | None:
+        def decide(pair: tuple[StepRecord, datetime]) -> datetime | None:
+            r, service_now = pair
             if not self._current(r) or not (r.owner == self.worker_id or is_transient_claim(r.owner)):
                 raise StepNoLongerOwned(
                     f"{self._label}: step is {r.status.value} (attempt {r.attempt}), owner {r.owner}; "
                     "this worker no longer owns it"
                 )
-            if r.owner != self.worker_id:
-                # The watchdog holds a short claim to look at the step; it hands it back as it was.
-                # Writing now would only make its release lose the ETag race: beat again later.
-                return r.deadline
             timeout = seconds if seconds is not None else r.heartbeat_timeout_seconds
-            if timeout is None:
+            # the watchdog's short claim hands the step back as it was: a write now would only make
+            # its release lose the ETag race, so beat again later
+            if r.owner != self.worker_id or timeout is None:
                 return r.deadline
             # "extend by": the ledger computes the deadline from the storage service's clock, not ours
             extended = self.ledger.extend_deadline(
@@ -269,7 +234,7 @@ class Delivery(DeliveryDecisions):
                 float(timeout),
                 actor=self.worker_id,
                 reason=f"heartbeat +{timeout:g}s",
-                now=service_now[0],
+                now=service_now,
                 record_kept=self.record_kept_beats,
             )
             self.latest = extended
@@ -280,31 +245,25 @@ class Delivery(DeliveryDecisions):
     def _current(self, r: StepRecord) -> bool:
         if self.work:
             return r.status is S.RUNNING and r.attempt == self.m.attempt
-        return (
-            r.status is S.COMPENSATING
-            and r.compensation_attempt == self.m.attempt
-            and r.compensation_status == COMP_RUNNING
-        )
+        running = r.status is S.COMPENSATING and r.compensation_status == COMP_RUNNING
+        return running and r.compensation_attempt == self.m.attempt
 
     def _send(self, result: ResultMessage) -> None:
         m = self.m
-        self.services.transport.send(
-            self.services.settings.result_queue,
-            OutgoingMessage(
-                body=result.model_dump(mode="json"),
-                # work and compensation replies differ, so duplicate detection never drops one as the other
-                message_id=message_id_for(
-                    m.instance_id, m.step_id, m.attempt, kind="result" if self.work else "compensation-result"
-                ),
-                correlation_id=message_id_for(m.instance_id, m.step_id, m.attempt, kind=m.kind),
-                subject=f"{m.kind}-result",
-                application_properties={
-                    "kind": m.kind,
-                    "outcome": result.outcome,
-                    "agent": m.agent,
-                    # the reply continues this delivery's trace (the result handler's span is its child)
-                    **tracing.current(),
-                },
-            ),
+        ids = (m.instance_id, m.step_id, m.attempt)
+        message = OutgoingMessage(
+            body=result.model_dump(mode="json"),
+            # work and compensation replies differ, so duplicate detection never drops one as the other
+            message_id=message_id_for(*ids, kind="result" if self.work else "compensation-result"),
+            correlation_id=message_id_for(*ids, kind=m.kind),
+            subject=f"{m.kind}-result",
+            # the reply continues this delivery's trace (the result handler's span is its child)
+            application_properties={
+                "kind": m.kind,
+                "outcome": result.outcome,
+                "agent": m.agent,
+                **tracing.current(),
+            },
         )
+        self.services.transport.send(self.services.settings.result_queue, message)
         log.info("%s: replied %s", self._label, result.outcome)

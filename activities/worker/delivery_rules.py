@@ -1,9 +1,8 @@
 """The agent worker's decisions for one delivery (``delivery``): claim it or not, how to record it.
 
-These are the idempotency rules (docs/agents.md, "The worker: claim and idempotency rules"): each
-reads only the ledger row and the message and moves the row with an ETag-guarded write, so a
-redelivered, duplicated, late or forged message never runs a step twice, runs the wrong agent or
-input, or overwrites a newer attempt.
+The idempotency rules (docs/agents.md, "The worker: claim and idempotency rules"): each reads only
+the row and the message and writes ETag-guarded, so a redelivered, duplicated, late or forged message
+never runs a step twice, runs the wrong agent or input, or overwrites a newer attempt.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from workflow_core.ledger import InstanceHandle, StepLedger, StepRecord, StepSta
 from workflow_core.ledger.model import COMP_DONE, COMP_FAILED, COMP_RUNNING
 from workflow_core.messages import KeyedReply
 from workflow_core.payloads import as_stored, is_reference
+from workflow_core.runtime import Services
 
 S = StepStatus
 
@@ -45,22 +45,25 @@ class Action(StrEnum):
 
 
 class DeliveryDecisions:
-    """The rules of :class:`activities.worker.delivery.Delivery` (a mixin: the state is the delivery's)."""
+    """A delivery's state and the rules of :class:`activities.worker.delivery.Delivery`."""
 
-    m: WorkMessage
-    n: int
-    ledger: StepLedger
-    worker_id: str
-    work: bool
-    grace: float
-    took_over: bool
-    started_at: datetime | None
-    instance: InstanceHandle | None
-    watched_after: list[str] | None
+    def __init__(self, message: WorkMessage, delivery_count: int, services: Services, worker_id: str) -> None:
+        self.m = message
+        self.n = max(1, int(delivery_count))
+        self.services = services
+        self.ledger: StepLedger = services.ledger
+        self.worker_id = worker_id
+        self.work = message.kind == "work"
+        self.grace = services.settings.watchdog_grace_seconds
+        self.took_over = False
+        self.started_at: datetime | None = None  # when this delivery claimed the attempt (metrics)
+        self.instance: InstanceHandle | None = None  # the instance record as last read or written
+        # the in-flight steps the instance's row may watch once this step is recorded, when known
+        self.watched_after: list[str] | None = None
+        self.latest: StepRecord | None = None  # the step row as this worker last wrote it
 
     def _decide_claim(self, r: StepRecord) -> tuple[Action, StepRecord, tuple[str, str] | None]:
-        mismatch = self._disagrees_with(r)
-        if mismatch is not None:
+        if (mismatch := self._disagrees_with(r)) is not None:
             return Action.IGNORE, r, ("message-mismatch-ignored", mismatch)
         return self._claim_work(r) if self.work else self._claim_compensation(r)
 
@@ -121,24 +124,17 @@ class DeliveryDecisions:
                 return self._take_over(r, "compensation ")
             why = f"compensation attempt {a} is already running (owner {r.owner}); this is a duplicate copy"
             return Action.IGNORE, r, ("duplicate-delivery-ignored", why)
+        reason = f"compensation claimed (delivery {self.n})"
         claimed = self.ledger.update(
-            r,
-            actor=self.worker_id,
-            reason=f"compensation claimed (delivery {self.n})",
-            owner=self.worker_id,
-            compensation_status=COMP_RUNNING,
+            r, actor=self.worker_id, reason=reason, owner=self.worker_id, compensation_status=COMP_RUNNING
         )
         return Action.RUN, claimed, None
 
     def _claim_dispatched(self, r: StepRecord, with_rows: Any = None) -> StepRecord:
         """Dispatched -> Running, owned by this worker (``with_rows``: more of the claim's transaction)."""
+        reason = f"claimed (delivery {self.n})"
         claimed = self.ledger.transition(
-            r,
-            S.RUNNING,
-            actor=self.worker_id,
-            reason=f"claimed (delivery {self.n})",
-            owner=self.worker_id,
-            with_rows=with_rows,
+            r, S.RUNNING, actor=self.worker_id, reason=reason, owner=self.worker_id, with_rows=with_rows
         )
         self.started_at = now()
         queue_wait(r, self.started_at)
@@ -148,111 +144,82 @@ class DeliveryDecisions:
         """A redelivery of an attempt another worker claimed: that worker is presumed dead."""
         reason = f"took over {what}from {r.owner} after redelivery (delivery {self.n})"
         self.took_over = True
-        return (
-            Action.RUN,
-            self.ledger.update(r, actor=self.worker_id, reason=reason, owner=self.worker_id),
-            None,
-        )
+        claimed = self.ledger.update(r, actor=self.worker_id, reason=reason, owner=self.worker_id)
+        return Action.RUN, claimed, None
 
     def _decide_record(
         self, r: StepRecord, outcome: Outcome
     ) -> tuple[ResultMessage | None, tuple[str, str] | None]:
         ok, output, error, permanent = outcome
-        a = self.m.attempt
-        if self.work:
-            if r.attempt != a:
-                return None, (
-                    "late-result-discarded",
-                    f"ledger moved on to attempt {r.attempt} ({r.status.value})",
-                )
-            if r.status is S.RUNNING:
-                outcome_name = telemetry.STEP_SUCCEEDED if ok else telemetry.STEP_FAILED
-                reply = self._result(ok, output, error, permanent)
-                if ok:
-                    # With the instance record in the same transaction: the completion takes the
-                    # instance's next completion number, which orders compensation (no clocks).
-                    # A scheduler that takes the success unread gets a reply keyed by a basis row.
-                    keyed = self._keyed(reply)
-                    self.ledger.transition(
-                        r,
-                        S.SUCCEEDED,
-                        actor=self.worker_id,
-                        reason="agent succeeded",
-                        result_ref=encode_json(output),
-                        instance=self.instance,
-                        with_rows=keyed.rows if keyed is not None else None,
-                    )
-                    if keyed is not None:
-                        reply = keyed.reply(self.instance.record if self.instance is not None else None)
-                else:
-                    self.ledger.transition(
-                        r,
-                        S.FAILED,
-                        actor=self.worker_id,
-                        reason=f"agent failed{' (non-retryable)' if permanent else ''}: {error}",
-                        last_error=error,
-                        non_retryable=permanent,
-                        deadline=grace_deadline(self.grace),
-                    )
-                attempt_finished(
+        a, work = self.m.attempt, self.work
+        if (r.attempt if work else r.compensation_attempt) != a:
+            at = f"attempt {r.attempt}" if work else f"compensation attempt {r.compensation_attempt}"
+            return None, ("late-result-discarded", f"ledger moved on to {at} ({r.status.value})")
+        who = "agent" if work else "compensator"
+        failure = {
+            "actor": self.worker_id,
+            "reason": f"{who} failed{' (non-retryable)' if permanent else ''}: {error}",
+            "last_error": error,
+            "non_retryable": permanent,
+            "deadline": grace_deadline(self.grace),
+        }
+        late = f"step is {r.status.value}; this {'attempt' if work else 'compensation'}"
+        if work and r.status is S.RUNNING:
+            reply = ResultMessage.answering(self.m, ok=ok, output=output, error=error, permanent=permanent)
+            if ok:
+                # With the instance record in the same transaction: the completion takes the
+                # instance's next completion number, which orders compensation (no clocks).
+                # A scheduler that takes the success unread gets a reply keyed by a basis row.
+                keyed = self._keyed(reply)
+                self.ledger.transition(
                     r,
-                    outcome=outcome_name,
-                    started_at=self.started_at,
-                    ended_at=now(),
-                    error_type=None if ok else error_type_of(error),
-                    final=ok or permanent or r.attempt >= r.max_attempts,
+                    S.SUCCEEDED,
+                    actor=self.worker_id,
+                    reason="agent succeeded",
+                    result_ref=encode_json(output),
+                    instance=self.instance,
+                    with_rows=keyed.rows if keyed is not None else None,
                 )
-                return reply, None
+                if keyed is not None:
+                    reply = keyed.reply(self.instance.record if self.instance is not None else None)
+            else:
+                self.ledger.transition(r, S.FAILED, **failure)
+            attempt_finished(
+                r,
+                outcome=telemetry.STEP_SUCCEEDED if ok else telemetry.STEP_FAILED,
+                started_at=self.started_at,
+                ended_at=now(),
+                error_type=None if ok else error_type_of(error),
+                final=ok or permanent or r.attempt >= r.max_attempts,
+            )
+            return reply, None
+        if work:
             if r.status in (S.SUCCEEDED, S.FAILED):
                 why = f"attempt {a} was already recorded {r.status.value} by {r.owner}"
                 return None, ("duplicate-result-discarded", why)
-            return None, (
-                "late-result-discarded",
-                f"step is {r.status.value}; this attempt's result is too late",
-            )
-        # compensate
-        if r.compensation_attempt != a:
-            why = f"ledger moved on to compensation attempt {r.compensation_attempt} ({r.status.value})"
-            return None, ("late-result-discarded", why)
-        if r.status is S.COMPENSATING:
-            if ok:
-                self.ledger.transition(
-                    r,
-                    S.COMPENSATED,
-                    actor=self.worker_id,
-                    reason="compensator succeeded",
-                    compensation_status=COMP_DONE,
-                    completed_at=r.completed_at,  # keep when the step's own work completed
-                )
-                with never_fails(f"the compensation of {r.step_id}"):  # sas.compensations: compensated
-                    telemetry.record_compensation_finished(r.workflow_name)
-                return self._result(True, output, None), None
-            if r.compensation_status == COMP_FAILED:
-                return None, (
-                    "duplicate-result-discarded",
-                    f"compensation attempt {a} was already recorded failed",
-                )
-            self.ledger.update(
+            return None, ("late-result-discarded", f"{late}'s result is too late")
+        if r.status is S.COMPENSATING and ok:
+            self.ledger.transition(
                 r,
+                S.COMPENSATED,
                 actor=self.worker_id,
-                reason=f"compensator failed{' (non-retryable)' if permanent else ''}: {error}",
-                compensation_status=COMP_FAILED,
-                last_error=error,
-                non_retryable=permanent,
-                deadline=grace_deadline(self.grace),
+                reason="compensator succeeded",
+                compensation_status=COMP_DONE,
+                completed_at=r.completed_at,  # keep when the step's own work completed
             )
-            return self._result(False, None, error, permanent), None
-        if r.status is S.COMPENSATED:
-            return None, ("duplicate-result-discarded", f"compensation attempt {a} was already recorded")
-        return None, (
-            "late-result-discarded",
-            f"step is {r.status.value}; this compensation result is too late",
-        )
-
-    def _result(
-        self, ok: bool, output: dict[str, Any] | None, error: str | None, permanent: bool = False
-    ) -> ResultMessage:
-        return ResultMessage.answering(self.m, ok=ok, output=output, error=error, permanent=permanent)
+            with never_fails(f"the compensation of {r.step_id}"):  # sas.compensations: compensated
+                telemetry.record_compensation_finished(r.workflow_name)
+            return ResultMessage.answering(self.m, ok=True, output=output), None
+        if r.status is S.COMPENSATING and r.compensation_status != COMP_FAILED:
+            self.ledger.update(r, compensation_status=COMP_FAILED, **failure)
+            return ResultMessage.answering(self.m, ok=False, error=error, permanent=permanent), None
+        if r.status in (S.COMPENSATING, S.COMPENSATED):
+            failed = " failed" if r.status is S.COMPENSATING else ""
+            return None, (
+                "duplicate-result-discarded",
+                f"compensation attempt {a} was already recorded{failed}",
+            )
+        return None, ("late-result-discarded", f"{late} result is too late")
 
     def _keyed(self, reply: ResultMessage) -> KeyedReply | None:
         """The success to record with a basis row, when the work message asks for one

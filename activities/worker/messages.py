@@ -1,21 +1,20 @@
 """Turn what a trigger hands a function into the parts our bodies need, for either transport.
 
-A Storage Queue message's body is the envelope ``StorageQueueTransport`` wrote, base64-decoded by
-the host (``messageEncoding`` in host.json); one the host moved to ``<queue>-poison`` itself has no
-dead-letter reason. A Service Bus message's body is the JSON body, its MessageId, delivery count and
-dead-letter reason message properties. The trigger kind is chosen once, at import, from
-``AGENT_TRANSPORT``.
+A Storage Queue message's body is the envelope ``StorageQueueTransport`` wrote (one the host moved to
+``<queue>-poison`` itself has no dead-letter reason); a Service Bus message's is the JSON body, the
+rest message properties. The trigger kind is chosen once, at import, from ``AGENT_TRANSPORT``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import azure.functions as func
 
-from workflow_core.settings import TransportKind
+from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind
 from workflow_core.transport.envelope import body_from_text, read_envelope
 from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
 
@@ -58,8 +57,7 @@ class Incoming:
 
 def from_queue_message(msg: func.QueueMessage, *, dead_letter: bool = False) -> Incoming:
     envelope = read_envelope(_text(msg.get_body()))
-    reason = envelope.dead_letter_reason
-    description = envelope.dead_letter_description
+    reason, description = envelope.dead_letter_reason, envelope.dead_letter_description
     if dead_letter and reason is None:
         reason, description = HOST_POISON_REASON, HOST_POISON_DESCRIPTION
     return Incoming(
@@ -83,7 +81,30 @@ def from_servicebus_message(msg: func.ServiceBusMessage) -> Incoming:
     )
 
 
+Read = Callable[[Incoming, Any], Awaitable[None]]
+
+
+def bind_reader(
+    blueprint: Any, kind: TransportKind, name: str, queue: str, read: Read, *, dead_letter: bool = False
+) -> Any:
+    """Add function ``name`` on ``queue`` with the trigger of ``kind``, awaiting ``read(incoming,
+    client)`` with the durable client: the result and dead-letter handlers."""
+    if kind is TransportKind.SERVICE_BUS:
+        connection, trigger = SERVICE_BUS_CONNECTION, blueprint.service_bus_queue_trigger
+
+        async def handler(msg: func.ServiceBusMessage, client) -> None:
+            await read(from_servicebus_message(msg), client)
+    else:
+        connection, trigger = STORAGE_CONNECTION, blueprint.queue_trigger
+
+        async def handler(msg: func.QueueMessage, client) -> None:
+            await read(from_queue_message(msg, dead_letter=dead_letter), client)
+
+    with_client = blueprint.durable_client_input(client_name="client")(handler)
+    return blueprint.function_name(name)(
+        trigger(arg_name="msg", queue_name=queue, connection=connection)(with_client)
+    )
+
+
 def _text(body: bytes | str | None) -> str:
-    if body is None:
-        return ""
-    return body.decode("utf-8", errors="replace") if isinstance(body, bytes) else str(body)
+    return body.decode("utf-8", errors="replace") if isinstance(body, bytes) else str(body or "")

@@ -1,7 +1,5 @@
-"""Agent handlers: the registry (``base``), the example agents, fault injection and simulated remotes.
-
-``AGENT_HANDLERS`` maps agent names to handlers; ``@agent("name")`` registers one. Importing this
-package registers the example agents (``examples``). See docs/agents.md for how to add an agent.
+"""Agent handlers: the registry (``base``: ``@agent("name")`` registers one in ``AGENT_HANDLERS``), the
+example agents (registered by importing this package), fault injection and simulated remotes.
 """
 
 from activities.worker.handlers import canary as _canary  # registers the recovery canary's agents

@@ -1,11 +1,10 @@
 """What an agent handler is, how it is registered, and what it is given.
 
-A handler ``handler(ctx: StepContext) -> dict | None``, registered with :func:`agent`, does (or,
-for a compensator, undoes) the remote work of one step and returns its output. It must be idempotent
-on ``ctx.idempotency_key`` (the same for every attempt): a message can be delivered twice and a
-timed-out attempt may have taken effect. Raising reports the attempt failed; the retry policy decides
-what next, unless retrying cannot fix it (:class:`PermanentError`, or a type the step lists in
-``non_retryable_errors``): then the scheduler gives up at once and the workflow compensates.
+A handler ``handler(ctx: StepContext) -> dict | None``, registered with :func:`agent`, does (or
+undoes) the remote work of one step and returns its output, idempotent on ``ctx.idempotency_key``: a
+message can be delivered twice and a timed-out attempt may have taken effect. Raising fails the
+attempt; :class:`PermanentError` (or a type the step lists in ``non_retryable_errors``) also ends
+its retries (docs/agents.md).
 """
 
 from __future__ import annotations
@@ -21,18 +20,17 @@ if TYPE_CHECKING:
 
 
 class AgentCrash(Exception):
-    """A simulated crash of the agent's process (fault injection): the worker records nothing and
-    lets it propagate, so the host delivers the message again, exactly as after a real crash."""
+    """A simulated crash of the agent's process: the worker records nothing and lets it propagate, so
+    the host delivers the message again, as after a real crash."""
 
 
 class StepNoLongerOwned(Exception):
     """Raised by :meth:`StepContext.heartbeat` when the step moved on without this worker: let it
-    propagate; the worker then records nothing and sends no result."""
+    propagate (nothing is recorded or sent)."""
 
 
 class PermanentError(Exception):
-    """A failure retrying cannot fix (a declined card): the attempt is recorded Failed and
-    non-retryable, so the scheduler makes no further attempt and the workflow compensates."""
+    """A failure retrying cannot fix (a declined card): no further attempt; the workflow compensates."""
 
 
 class NoReply(Exception):
@@ -62,12 +60,10 @@ class StepContext:
 
     def heartbeat(self, seconds: float | None = None) -> datetime | None:
         """The step is still making progress: its deadline becomes ``now + seconds`` (default: its
-        ``heartbeat_timeout_seconds``), never earlier. Returns the deadline now in force."""
-        if self._heartbeat is None:
-            return self.deadline
-        deadline = self._heartbeat(seconds)
-        self.deadline = deadline
-        return deadline
+        ``heartbeat_timeout_seconds``), never earlier; returns the deadline now in force."""
+        if self._heartbeat is not None:
+            self.deadline = self._heartbeat(seconds)
+        return self.deadline
 
     @property
     def effects(self) -> RemoteEffects:
@@ -132,9 +128,8 @@ def check_agents_registered(
 
 
 def check_shipped_workflows() -> set[str]:
-    """For ``function_app`` at start-up: a missing handler stops a deployment instead of failing
-    the first step that needs it. Only the agents of the pools the app hosts (``HOSTED_POOLS``) need
-    one here: another pool's handlers live where that pool is served."""
+    """At start-up, a missing handler stops a deployment instead of failing its first step; only the
+    agents of the pools the app hosts (``HOSTED_POOLS``) need one here."""
     from workflow_core.settings import hosted_pools
     from workflow_core.workflows import load_workflows
     from workflow_core.workflows.loader import agent_pools

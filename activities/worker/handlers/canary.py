@@ -1,8 +1,7 @@
 """The recovery canary's agents (``sas-canary``; docs/operations.md, "Recovery canary").
 
-The fault is read from the step's own input (``scenario``) and attempt number, never from the
-fault injector, so a canary run can break only itself. The effect is nothing: the probe returns
-what it was asked, the undo confirms it; both are idempotent by construction.
+The fault comes from the step's own input (``scenario``) and attempt, never the fault injector, so a
+canary run can break only itself. There is no effect: both agents are idempotent by construction.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The example agents the shipped workflows use, each acting on a simulated remote service.
 
-Every forward agent makes one remote effect keyed by the step's idempotency key (so retries and
-duplicate deliveries never double it) and returns the service's answer as the step output; every
-compensator undoes that effect, treating "nothing to undo" as success. Inputs are read leniently
-(``ctx.input.get(...)`` with defaults): the workflow definitions decide what to pass.
+Every forward agent makes one remote effect keyed by the step's idempotency key (retries never
+double it) and returns the service's answer; every compensator undoes it ("nothing to undo" is a
+success). Inputs are read leniently: the workflow definitions decide what to pass.
 """
 
 from __future__ import annotations
@@ -81,11 +80,7 @@ def inventory_reserve(ctx: StepContext) -> dict[str, Any]:
     items = ctx.input.get("items")
     if items is None and "sku" in ctx.input:
         items = [{"sku": ctx.input["sku"], "quantity": ctx.input.get("quantity", 1)}]
-    return {
-        "reservation_id": str(uuid.uuid4()),
-        "order_id": ctx.input.get("order_id"),
-        "items": items or [],
-    }
+    return {"reservation_id": str(uuid.uuid4()), "order_id": ctx.input.get("order_id"), "items": items or []}
 
 
 @effect("payments.charge", "payments", undo="payments.refund")

@@ -1,8 +1,5 @@
-"""In-process fault injection for agents: make a handler fail, hang, or crash, on purpose.
-
-Used by the tests and the demo to show the pattern recover; docs/agents.md ("The fault injector")
-shows the rules. State is per process (the durable test host, a local ``func start``), not shared
-across scaled-out instances.
+"""In-process fault injection for agents: make a handler fail, hang, or crash, on purpose (the tests
+and the demo; docs/agents.md, "The fault injector"). State is per process, not shared across instances.
 """
 
 from __future__ import annotations
@@ -79,7 +76,6 @@ def remove(rule: Rule) -> None:
 
 
 def clear() -> None:
-    """Remove every rule and forget what fired."""
     with _lock:
         _rules.clear()
         _events.clear()
@@ -94,7 +90,7 @@ def events() -> list[FaultEvent]:
 def _take(ctx: StepContext, kinds: tuple[type[Rule], ...]) -> Rule | None:
     with _lock:
         candidates = [
-            (step is not None, rule)
+            (step is None, rule)
             for agent, step, rule in _rules
             if agent == ctx.agent
             and step in (None, ctx.step_id)
@@ -103,8 +99,8 @@ def _take(ctx: StepContext, kinds: tuple[type[Rule], ...]) -> Rule | None:
         ]
         if not candidates:
             return None
-        candidates.sort(key=lambda c: not c[0])  # step-specific rules first, then in injection order
-        rule = candidates[0][1]
+        # step-specific rules first, then in injection order (min is stable: the first of equals)
+        rule = min(candidates, key=lambda c: c[0])[1]
         rule.fired += 1
         _events.append(FaultEvent(ctx.agent, ctx.step_id, ctx.attempt, type(rule).__name__))
         return rule

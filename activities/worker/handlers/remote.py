@@ -1,9 +1,8 @@
 """Simulated remote services for the example agents: one Azure Table row per remote effect.
 
-PartitionKey = service name, RowKey = the step's idempotency key: like a remote API that honours
-idempotency keys, a retry or a duplicate delivery gets the stored result back and changes nothing.
-An undo with nothing to undo leaves a tombstone, so an attempt that arrives *after* its compensation
-is refused instead of taking effect.
+PartitionKey = service, RowKey = the idempotency key: a retry gets the stored result back and changes
+nothing. An undo with nothing to undo leaves a tombstone, so an attempt arriving *after* its
+compensation is refused instead of taking effect.
 """
 
 from __future__ import annotations
@@ -46,28 +45,20 @@ class RemoteEffects:
     def for_services(cls, services: Services) -> RemoteEffects:
         """One client per storage account (created on first use, table created if missing)."""
         storage = services.settings.storage
-        key = (storage, REMOTE_EFFECTS_TABLE)
         with cls._cache_lock:
-            effects = cls._cache.get(key)
-            if effects is None:
-                effects = cls(table_client(storage, REMOTE_EFFECTS_TABLE))
+            if (storage, REMOTE_EFFECTS_TABLE) not in cls._cache:
+                table = table_client(storage, REMOTE_EFFECTS_TABLE)
                 with contextlib.suppress(ResourceExistsError):
-                    effects._table.create_table()
-                cls._cache[key] = effects
-            return effects
+                    table.create_table()
+                cls._cache[storage, REMOTE_EFFECTS_TABLE] = cls(table)
+            return cls._cache[storage, REMOTE_EFFECTS_TABLE]
 
     def apply(self, service: str, key: str, result: dict[str, Any]) -> dict[str, Any]:
         """Make the effect (once) and return ``result`` itself; with the same key again, a copy of
         the first result (observers, the test harness, count effects by that identity)."""
-        entity = {
-            "PartitionKey": service,
-            "RowKey": key,
-            "State": APPLIED,
-            "Result": json.dumps(result, sort_keys=True, default=str),
-            "AppliedAt": clock.utcnow(),
-        }
+        entity = {"PartitionKey": service, "RowKey": key, "State": APPLIED, "AppliedAt": clock.utcnow()}
         try:
-            self._table.create_entity(entity)
+            self._table.create_entity({**entity, "Result": json.dumps(result, sort_keys=True, default=str)})
             return result
         except ResourceExistsError:
             stored = self._table.get_entity(service, key)
@@ -81,22 +72,15 @@ class RemoteEffects:
             try:
                 stored = self._table.get_entity(service, key)
             except ResourceNotFoundError:
-                tombstone = {
-                    "PartitionKey": service,
-                    "RowKey": key,
-                    "State": UNDONE,
-                    "Result": "null",
-                    "UndoneAt": clock.utcnow(),
-                }
+                tombstone = {"PartitionKey": service, "RowKey": key, "State": UNDONE, "Result": "null"}
                 try:
-                    self._table.create_entity(tombstone)
+                    self._table.create_entity({**tombstone, "UndoneAt": clock.utcnow()})
                 except ResourceExistsError:
                     continue  # it was just applied: read it again and undo that
                 return {"undone": False, "reason": "nothing to undo"}
             if stored.get("State") == UNDONE:
                 return {"undone": False, "reason": "already undone"}
-            stored["State"] = UNDONE
-            stored["UndoneAt"] = clock.utcnow()
+            stored.update(State=UNDONE, UndoneAt=clock.utcnow())
             try:
                 self._table.update_entity(
                     stored,
