@@ -175,6 +175,7 @@ class _InstanceActions:
 
     def settle_given_up_step(self, step: Any, record: InstanceRecord) -> None:
         """A step left Compensating by a compensation that gave up: CompensationFailed."""
+        cause = record.last_error or record.attention_reason or "compensation gave up"
         try:
             current = self.ledger.get(step.instance_id, step.step_id)
             if current.status is StepStatus.COMPENSATING:
@@ -183,9 +184,7 @@ class _InstanceActions:
                     StepStatus.COMPENSATION_FAILED,
                     actor=self.tick.actor,
                     reason=f"the instance's compensation gave up: {record.attention_reason or ''}"[:1000],
-                    last_error=(record.last_error or record.attention_reason or "compensation gave up")[
-                        :MAX_TEXT
-                    ],
+                    last_error=cause[:MAX_TEXT],
                 )
         except LedgerError as exc:
             log.info("step %s/%s left as it is: %s", step.instance_id, step.step_id, exc)

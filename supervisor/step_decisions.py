@@ -153,8 +153,7 @@ class _Tick(_TickActions):
         """The orchestration is alive but missed its deadline timer (or a failed attempt): raise the
         attempt's failed result so it applies its retry policy. ``claimed`` None: the TimedOut write
         is the claim (a lost race skips the step)."""
-        error = found.last_error if found.status in SETTLED_ATTEMPT and found.last_error else None
-        error = error or OVERRUN_ERROR
+        error = found.last_error if found.status in SETTLED_ATTEMPT and found.last_error else OVERRUN_ERROR
         detail = (
             f"{found.status.value} {lateness.total_seconds():.0f}s past its deadline (grace "
             f"{self.grace.total_seconds():.0f}s) while orchestration {orchestration_id} is {orchestration}; "
@@ -162,23 +161,15 @@ class _Tick(_TickActions):
         )
         if _operator_requested(found):
             detail += f" (requested by {found.owner})"
+        reason = f"{Action.FAIL_STEP.value}: {detail}"
         if claimed is None:
             written = await self.claim_with(
-                found,
-                self.time_out_now,
-                found,
-                reason=f"{Action.FAIL_STEP.value}: {detail}",
-                last_error=OVERRUN_ERROR,
+                found, self.time_out_now, found, reason=reason, last_error=OVERRUN_ERROR
             )
             if written is None:
                 return
         elif found.status in (S.DISPATCHED, S.RUNNING):
-            await _io(
-                self.time_out_now,
-                claimed,
-                reason=f"{Action.FAIL_STEP.value}: {detail}",
-                last_error=OVERRUN_ERROR,
-            )
+            await _io(self.time_out_now, claimed, reason=reason, last_error=OVERRUN_ERROR)
         else:
             await self.note(found, Action.FAIL_STEP, detail)
         try:
