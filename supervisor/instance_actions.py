@@ -9,7 +9,14 @@ import logging
 from enum import StrEnum
 from typing import Any
 
-from supervisor.watchdog_model import ALIVE_STATUSES, SUPERVISOR_PREFIX, _io, _TickActions, trace_input
+from supervisor.watchdog_model import (
+    ALIVE_STATUSES,
+    SUPERVISOR_PREFIX,
+    _io,
+    _TickActions,
+    record_recovery,
+    trace_input,
+)
 from workflow_core import telemetry
 from workflow_core.contracts import (
     WORKFLOW_ORCHESTRATOR,
@@ -252,14 +259,4 @@ class _InstanceActions:
                 resume_count=record.resume_count,
                 tick_id=self.tick.report.tick_id,
             )
-        telemetry.record_recovery(
-            record.instance_id,
-            "*",
-            record.resume_count,
-            action.value,
-            telemetry.OUTCOME_OK,
-            workflow=record.workflow,
-            status=record.status.value,
-            tick_id=self.tick.report.tick_id,
-            reason=detail,
-        )
+        record_recovery(self.tick.report, record, action.value, telemetry.OUTCOME_OK, detail)

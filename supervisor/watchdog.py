@@ -24,6 +24,7 @@ from supervisor.watchdog_model import (
     TickReport,
     _io,
     _operator_requested,
+    record_recovery,
 )
 from workflow_core import clock, ledger_gauges, telemetry, telemetry_instruments, tracing
 from workflow_core.contracts import WATCHDOG_FUNCTION
@@ -121,17 +122,7 @@ async def _recover(tick: _Tick, record: Any, act: Any, moved_on: tuple[type[Exce
     except Exception as exc:
         log.exception("watchdog tick %s failed on %s", report.tick_id, what)
         report.errors += 1
-        telemetry.record_recovery(
-            record.instance_id,
-            record.step_id if step else "*",
-            record.attempt if step else record.resume_count,
-            ERROR_ACTION,
-            telemetry.OUTCOME_ERROR,
-            workflow=record.workflow_name if step else record.workflow,
-            status=record.status.value,
-            tick_id=report.tick_id,
-            reason=f"{type(exc).__name__}: {exc}",
-        )
+        record_recovery(report, record, ERROR_ACTION, telemetry.OUTCOME_ERROR, f"{type(exc).__name__}: {exc}")
         if not step:
             await _hand_instance_back(tick, record)
             return

@@ -135,6 +135,24 @@ def trace_input(record: Any) -> dict[str, Any]:
 _io = asyncio.to_thread  # blocking ledger/transport calls run off the event loop the worker shares
 
 
+def record_recovery(
+    report: TickReport, record: Any, action: str, outcome: str, reason: str, attempt: int | None = None
+) -> None:
+    """The ``sas.recovery`` record of a tick's decision (or error) on a step, or an instance (step ``*``)."""
+    step = isinstance(record, StepRecord)
+    telemetry.record_recovery(
+        record.instance_id,
+        record.step_id if step else "*",
+        attempt if attempt is not None else record.attempt if step else record.resume_count,
+        action,
+        outcome,
+        workflow=record.workflow_name if step else record.workflow,
+        status=record.status.value,
+        tick_id=report.tick_id,
+        reason=reason,
+    )
+
+
 def _operator_requested(record: StepRecord) -> bool:
     """An operator moved the step (``retry``/``compensate`` CLI) and wants the watchdog to act now."""
     return bool(record.owner and record.owner.startswith(OPERATOR_PREFIX))
@@ -182,17 +200,7 @@ class _TickActions:
         self.report.decisions.append(
             Decision(record.instance_id, record.step_id, record.status.value, action.value, outcome, detail)
         )
-        telemetry.record_recovery(
-            record.instance_id,
-            record.step_id,
-            record.attempt if attempt is None else attempt,
-            action.value,
-            outcome,
-            workflow=record.workflow_name,
-            status=record.status.value,
-            tick_id=self.report.tick_id,
-            reason=detail,
-        )
+        record_recovery(self.report, record, action.value, outcome, detail, attempt)
 
     def time_out_now(self, record: StepRecord, *, reason: str, last_error: str) -> StepRecord:
         """Blocking: ``record`` -> TimedOut, claimed for the lease; ``sas.step.duration`` ``timed_out``."""
