@@ -51,12 +51,11 @@ async def run_tick(
     batch_size: int | None = None,
 ) -> TickReport:
     """One watchdog tick over at most ``batch_size`` overdue steps; never raises for one bad step."""
-    settings = services.settings
     now = require_aware(now, "now") or clock.utcnow()
     report = TickReport(tick_id=tick_id or f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}", now=now)
     tick = _Tick(client, services, report)
     ledger = services.ledger
-    limit = batch_size or settings.watchdog_batch_size
+    limit = batch_size or services.settings.watchdog_batch_size
     started = time.perf_counter()
     index_before, steps_before = ledger.stats.index_entities_read, ledger.stats.step_entities_read
     with telemetry_instruments.current().tracer.start_as_current_span(

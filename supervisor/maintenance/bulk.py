@@ -343,8 +343,7 @@ async def run(
     handled = 0
     gap = 1.0 / rate_per_second if rate_per_second > 0 else 0.0
     now = clock.utcnow()
-    open_rows = store.rows.instance_rows(op.bulk_id, results=(PENDING, CLAIMED))
-    for row in open_rows:
+    for row in store.rows.instance_rows(op.bulk_id, results=(PENDING, CLAIMED)):
         if row.get("Result") == CLAIMED and not store.rows.stale(row, now):
             continue  # another runner is on it
         if max_instances is not None and handled >= max_instances:
