@@ -27,9 +27,6 @@ from workflow_core.contracts import (
 )
 from workflow_core.workflows import RetryPolicy
 
-# report(phase, attempt, deadline_or_retry_time): keeps the caller's custom status current.
-Reporter = Callable[[str, int, datetime | None], None]
-
 
 class Status:
     """An orchestration's custom status: ``fixed`` fields, step, attempt, phase, until, ``extra``'s."""
@@ -120,7 +117,7 @@ class StepResult:
 
 
 def run_step(
-    context: Any, run: StepRun, report: Reporter, resume: Provisional | None = None
+    context: Any, run: StepRun, report: Status, resume: Provisional | None = None
 ) -> Generator[Any, Any, StepResult]:
     """Attempt ``run`` until it succeeds or its retry policy is exhausted.
 
@@ -234,7 +231,7 @@ def _await_outcome(
     run: StepRun,
     attempt: int,
     deadline: datetime,
-    report: Reporter,
+    report: Status,
     check_first: bool,
     token: str | None,
     *,
@@ -307,7 +304,7 @@ def _await_outcome(
 
 
 def _check(
-    context: Any, run: StepRun, attempt: int, deadline: datetime, report: Reporter
+    context: Any, run: StepRun, attempt: int, deadline: datetime, report: Status
 ) -> Generator[Any, Any, AttemptOutcome | Extended]:
     """Ask the ledger what became of the attempt (``check_step`` / ``check_compensation``)."""
     report("checking", attempt, deadline)
