@@ -28,7 +28,7 @@ from api.responses import (
     resolve_services,
 )
 from supervisor import operator
-from supervisor.maintenance import bulk, bulk_keys
+from supervisor.maintenance import bulk
 from workflow_core.settings import SettingsError, bulk_settings
 
 log = logging.getLogger(__name__)
@@ -141,8 +141,8 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
             return json_response({"id": op.bulk_id, "action": action, "done": False}, status_code=202)
         return json_response(progress, status_code=200 if op.done else 202)
 
-    request = bulk_keys.request_of(action, flt, reason)
-    return await idempotent.once(req, svc, bulk_keys.KEYS_PARTITION, request, actor, act)
+    request = bulk.request_of(action, flt, reason)
+    return await idempotent.once(req, svc, bulk.KEYS_PARTITION, request, actor, act)
 
 
 @json_errors

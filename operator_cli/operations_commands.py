@@ -32,7 +32,7 @@ from operator_cli.session import (
     operator_user,
 )
 from supervisor import operator
-from supervisor.maintenance import bulk, bulk_keys
+from supervisor.maintenance import bulk
 from supervisor.maintenance.retention import Retention
 from workflow_core import clock
 
@@ -106,7 +106,7 @@ def _claimed(
 ) -> bulk.BulkOperation | None:
     """None when this command is the first with ``key``; the operation the first one recorded when
     it repeats that command (from ``sas bulk`` or ``POST /api/operations``)."""
-    stored = claim_key(s, bulk_keys.KEYS_PARTITION, key, request, actor)
+    stored = claim_key(s, bulk.KEYS_PARTITION, key, request, actor)
     if stored is None:
         return None
     answer = json.loads(stored["body"] or "{}")
@@ -200,7 +200,7 @@ def _action_command(action: str) -> click.Command:
             return
         store = bulk.BulkStore(s.ledger)
         actor = operator.actor_for(operator_user())
-        op = _claimed(s, store, idempotency_key, bulk_keys.request_of(action, flt, reason), actor)
+        op = _claimed(s, store, idempotency_key, bulk.request_of(action, flt, reason), actor)
         if op is None:
             try:
                 shown = bulk.preview(s.ledger, action, flt)
@@ -213,13 +213,13 @@ def _action_command(action: str) -> click.Command:
                 matched = found + [x["instanceId"] for x in skip]
                 op = store.create(action, flt, reason=reason, actor=actor, matched=matched)
             except BaseException as exc:  # nothing recorded: a repeat with the key may act
-                s.keys.release(bulk_keys.KEYS_PARTITION, idempotency_key)
+                s.keys.release(bulk.KEYS_PARTITION, idempotency_key)
                 if isinstance(exc, operator.OperatorError):
                     raise CliError(str(exc)) from None
                 raise
             # recorded before it is carried out: a repeat after a crash carries this one on
             answer = json.dumps({"id": op.bulk_id, "action": action})
-            s.keys.record_answer(bulk_keys.KEYS_PARTITION, idempotency_key, 202, answer)
+            s.keys.record_answer(bulk.KEYS_PARTITION, idempotency_key, 202, answer)
             if output != "json":
                 s.err.write(
                     f"bulk {op.bulk_id}: if this command is cut off, repeat it with "

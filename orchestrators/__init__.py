@@ -1,8 +1,7 @@
 """Scheduler role: the Durable Functions orchestrators that walk workflow definitions (docs/scheduler.md).
 
-``blueprint`` binds the plain generator functions of ``workflow``, which stay testable without the
-decorators. Importing it also makes the Durable SDK read history timestamps the fast way
-(``history_timestamps``).
+``blueprint`` binds the plain generator functions of ``workflow`` (testable without the decorators);
+importing it makes the Durable SDK read history timestamps the fast way (``history_timestamps``).
 """
 
 import azure.durable_functions as df

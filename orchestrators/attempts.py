@@ -12,31 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from orchestrators.decisions import (
-    BASIS_REFUSED,
-    CHECK_NOW,
-    HELD,
-    MAX_STALE_SKIPS,
-    SKIP_ATTEMPT,
-    UNCONFIRMED_POLL,
-    AttemptOutcome,
-    ContractViolation,
-    Extended,
-    after_dispatch,
-    as_utc,
-    call_activity,
-    claim_of,
-    confirmed_outcome,
-    dispatch_token,
-    held_until,
-    interpret_check,
-    interpret_verdict,
-    parse_iso,
-    provisional_outcome,
-    retry_at,
-    timer_fire_at,
-    to_iso,
-)
+from orchestrators import decisions
+from orchestrators.decisions import AttemptOutcome, Extended, as_utc, call_activity, to_iso
 from workflow_core.contracts import (
     ACTIVITY_CHECK_COMPENSATION,
     ACTIVITY_CHECK_STEP,
@@ -50,13 +27,9 @@ from workflow_core.contracts import (
 )
 from workflow_core.workflows import RetryPolicy
 
-# report(phase, attempt, deadline_or_retry_time): lets the caller keep custom status current.
-Reporter = Callable[[str, int, datetime | None], None]
-
 
 class Status:
-    """Keeps an orchestration's custom status current: the ``fixed`` fields naming what it runs,
-    then the step, attempt, phase and until when, then what ``extra`` adds (its progress)."""
+    """An orchestration's custom status: ``fixed`` fields, step, attempt, phase, until, ``extra``'s."""
 
     def __init__(self, context: Any, extra: Callable[[], dict[str, Any]] = dict, **fixed: Any) -> None:
         self.context, self.extra, self.fixed = context, extra, fixed
@@ -88,9 +61,8 @@ class StepRun:
     retry: RetryPolicy
     input: dict[str, Any] = field(default_factory=dict)
     trace: dict[str, str] | None = None  # W3C trace context from the orchestration input, passed on
-    # The first attempt's dispatch writes against these versions unread (contracts.ExpectedRows) and
-    # only if the ledger holds the previous step's success taken unread (``basis``); ``provisional``:
-    # this run's own success may be taken unread. Never in a payload (a group's members share rows).
+    # Never in a payload: the first dispatch writes against ``expected`` unread, carrying ``basis``
+    # (the previous step's success taken unread); ``provisional``: this run's may be taken unread.
     expected: dict[str, Any] | None = None
     basis: dict[str, Any] | None = None
     provisional: bool = False
@@ -119,8 +91,7 @@ class StepRun:
 
 @dataclass(frozen=True)
 class Provisional:
-    """A success taken unread, and where its attempt stood: what ``run_step`` needs to go back to
-    that attempt and ask the ledger, should the next write refuse its ``basis``."""
+    """A success taken unread, and where its attempt stood (to go back to it if its basis is refused)."""
 
     attempt: int
     tries: int
@@ -134,38 +105,31 @@ class StepResult:
     attempts: int
     output: Any = None
     error: str | None = None
-    instance: dict[str, Any] | None = None  # the snapshot the confirming event carried (not in payloads)
-    # a success taken unread, until the next write proves it (not in payloads)
+    # not in payloads: the snapshot the confirming event carried, a success taken unread until the
+    # next write proves it, and whether the first dispatch wrote nothing for a refused basis
+    instance: dict[str, Any] | None = None
     provisional: Provisional | None = None
-    # the first dispatch wrote nothing: the ledger does not back the previous step's provisional success
     basis_refused: bool = False
 
     def to_payload(self) -> dict[str, Any]:
-        """What ``step_orchestrator`` returns: ``{"succeeded", "attempts", "output", "error"}``."""
-        return {
-            "succeeded": self.succeeded,
-            "attempts": self.attempts,
-            "output": self.output,
-            "error": self.error,
-        }
+        """What ``step_orchestrator`` returns."""
+        return {name: getattr(self, name) for name in ("succeeded", "attempts", "output", "error")}
 
 
 def run_step(
-    context: Any, run: StepRun, report: Reporter, resume: Provisional | None = None
+    context: Any, run: StepRun, report: Status, resume: Provisional | None = None
 ) -> Generator[Any, Any, StepResult]:
     """Attempt ``run`` until it succeeds or its retry policy is exhausted.
 
-    ``attempt`` numbers the ledger's attempts (and the result events); ``tries`` counts the ones this
-    orchestration made, against ``max_attempts`` (the ledger may be ahead of a re-run). With
-    ``resume`` (a success taken unread that a later write refused) it goes back to that attempt
-    without dispatching and polls the ledger (the event's name is never waited for again). A first
-    dispatch the ledger refuses for ``run.basis`` returns at once with ``basis_refused``.
+    ``attempt`` numbers the ledger's attempts; ``tries`` counts this orchestration's, against
+    ``max_attempts`` (the ledger may be ahead of a re-run). ``resume`` (a success taken unread that a
+    later write refused) goes back to that attempt and polls the ledger without dispatching.
     """
     attempt, tries, skipped = 1, 0, 0
     waiting_since: datetime | None = None  # held back by the agent's limits since (no attempt spent)
     while True:
         if resume is not None:  # back to the attempt whose success was taken unread
-            attempt, tries, deadline = resume.attempt, resume.tries, parse_iso(resume.deadline)
+            attempt, tries, deadline = resume.attempt, resume.tries, decisions.parse_iso(resume.deadline)
             resume = None
             outcome = yield from _await_outcome(
                 context, run, attempt, deadline, report, True, None, listen=False
@@ -173,8 +137,7 @@ def run_step(
         else:
             deadline = as_utc(context.current_utc_datetime) + timedelta(seconds=run.deadline_seconds)
             report("dispatching", attempt, deadline)
-            # The ledger write (Dispatched, owner, deadline) happens in this activity, before any wait:
-            # if this orchestration dies from here on, the watchdog still sees the step and its deadline.
+            # The ledger write (Dispatched, owner, deadline) comes before any wait: the watchdog sees it.
             first = attempt == 1 and tries == 0
             dispatch = StepDispatch(
                 instance_id=run.instance_id,
@@ -194,13 +157,13 @@ def run_step(
             dispatched = yield call_activity(
                 context, run.dispatch_activity, dispatch.model_dump(exclude_none=True)
             )
-            next_move = after_dispatch(dispatched)
-            if next_move == BASIS_REFUSED:
+            next_move = decisions.after_dispatch(dispatched)
+            if next_move == decisions.BASIS_REFUSED:
                 return StepResult(False, tries, error=dispatched.get("error"), basis_refused=True)
-            if next_move == HELD:  # the agent's circuit or slots: ask again, bound by the step's budget
+            if next_move == decisions.HELD:  # the agent's circuit or slots: ask again, within a budget
                 waiting_since = waiting_since or as_utc(context.current_utc_datetime)
                 budget = run.deadline_seconds * run.retry.max_attempts
-                again = held_until(dispatched, context.current_utc_datetime, waiting_since, budget)
+                again = decisions.held_until(dispatched, context.current_utc_datetime, waiting_since, budget)
                 if again is None:
                     why = dispatched.get("error") or "the agent's limits"
                     return StepResult(
@@ -210,35 +173,30 @@ def run_step(
                 yield from _park(context, again, dispatched.get("wake"))
                 continue
             waiting_since = None
-            if next_move == SKIP_ATTEMPT:
+            if next_move == decisions.SKIP_ATTEMPT:
                 skipped += 1
-                if skipped > MAX_STALE_SKIPS:
-                    raise ContractViolation(
+                if skipped > decisions.MAX_STALE_SKIPS:
+                    raise decisions.ContractViolation(
                         f"{run.dispatch_activity} called {skipped} attempts in a row stale"
                     )
                 attempt += 1
                 continue
             tries += 1
-            token = dispatch_token(dispatched)
+            token = decisions.dispatch_token(dispatched)
             outcome = yield from _await_outcome(
-                context, run, attempt, deadline, report, next_move == CHECK_NOW, token
+                context, run, attempt, deadline, report, next_move == decisions.CHECK_NOW, token
             )
         if outcome.succeeded:
-            taken = (
-                None
-                if outcome.basis is None
-                else Provisional(attempt, tries, to_iso(deadline), outcome.basis)
-            )
+            taken = Provisional(attempt, tries, to_iso(deadline), outcome.basis) if outcome.basis else None
             return StepResult(
                 True, tries, output=outcome.output, instance=outcome.instance, provisional=taken
             )
         # the jitter's seed: stable across replays, different per instance (no retries in lockstep)
         seed = f"{run.instance_id}:{run.step_id}:{run.kind}"
-        next_start = retry_at(run.retry, tries, context.current_utc_datetime, seed)
+        next_start = decisions.retry_at(run.retry, tries, context.current_utc_datetime, seed)
         if next_start is None or outcome.permanent:  # permanent: retrying cannot fix it
             return StepResult(False, tries, error=outcome.error)
-        # Record the backoff in the ledger first (work: -> Retrying; compensation: the deadline moves
-        # to retry_at + grace), so the watchdog leaves a step alone while it is meant to wait.
+        # The backoff goes in the ledger first, so the watchdog leaves the step alone while it waits.
         report("scheduling_retry", attempt, next_start)
         yield call_activity(
             context,
@@ -257,10 +215,8 @@ def run_step(
 
 
 def _park(context: Any, until: datetime, wake: Any) -> Generator[Any, Any, None]:
-    """Wait until ``until``, or until the ``wake`` event the dispatch named arrives (raised when the
-    agent's circuit lets steps through: docs/agent-limits.md). Without ``wake`` (a slot wait, and
-    every history recorded before parking existed) it is the plain timer it always was; the event
-    adds no scheduled action, so both shapes replay."""
+    """Wait until ``until``, or until the dispatch's ``wake`` event (docs/agent-limits.md). Without
+    ``wake`` it is a plain timer; the event adds no scheduled action, so both shapes replay."""
     timer = context.create_timer(until)
     if not isinstance(wake, str) or not wake:
         yield timer
@@ -275,21 +231,20 @@ def _await_outcome(
     run: StepRun,
     attempt: int,
     deadline: datetime,
-    report: Reporter,
+    report: Status,
     check_first: bool,
     token: str | None,
     *,
     listen: bool = True,
 ) -> Generator[Any, Any, AttemptOutcome]:
     """Race the attempt's result event against its deadline timer, as often as heartbeats extend it
-    (docs/scheduler.md, "One step"). One event task serves the whole attempt, so a result that arrived
-    while the ledger was being checked is not lost. ``check_first``: ask the ledger before racing.
+    (docs/scheduler.md, "One step"); one event task serves the whole attempt. ``check_first``: ask the
+    ledger before racing.
 
-    Trust only the ledger: an event is a signal, never the outcome. It is taken as it is only when it
-    carries this attempt's ledger ``token``, or provisionally (a keyed success, ``run.provisional``);
-    otherwise ``verify_result`` reads the ledger. An event the ledger does not back is ignored and its
-    name never waited for again (the SDK hands a buffered event to every later wait for it): the ledger
-    is polled every ``UNCONFIRMED_POLL`` instead.
+    An event is a signal, never the outcome: it is taken as it is only with this attempt's ledger
+    ``token``, or provisionally (``run.provisional``); otherwise ``verify_result`` reads the ledger. An
+    event the ledger does not back is never waited for again (the SDK hands a buffered event to every
+    later wait for its name): the ledger is polled every UNCONFIRMED_POLL instead.
     """
     event: Any = (
         context.wait_for_external_event(result_event_name(run.step_id, attempt, run.kind)) if listen else None
@@ -301,23 +256,25 @@ def _await_outcome(
         deadline = verdict.deadline
     while True:
         report("waiting", attempt, deadline)
-        fire_at = timer_fire_at(context.current_utc_datetime, deadline)
+        fire_at = decisions.timer_fire_at(context.current_utc_datetime, deadline)
         polling = event is None
         if polling:
-            fire_at = min(fire_at, context.current_utc_datetime + UNCONFIRMED_POLL)
+            fire_at = min(fire_at, context.current_utc_datetime + decisions.UNCONFIRMED_POLL)
         timer = context.create_timer(fire_at)
         winner = timer if polling else (yield context.task_any([event, timer]))
         if polling:
             yield timer
         if winner is event:
-            # The losing timer must be cancelled, or the host keeps the instance Running until the
-            # timer fires (the long-standing task_any pitfall of the Python SDK).
-            timer.cancel()
-            confirmed = confirmed_outcome(event.result, token, run.kind, run.step_id, attempt, deadline)
+            timer.cancel()  # or the host keeps the instance Running until the timer fires
+            confirmed = decisions.confirmed_outcome(
+                event.result, token, run.kind, run.step_id, attempt, deadline
+            )
             if confirmed is not None:
                 return confirmed
             if run.provisional:  # a success the worker keyed with a basis row: the next write proves it
-                taken = provisional_outcome(event.result, run.kind, run.instance_id, run.step_id, attempt)
+                taken = decisions.provisional_outcome(
+                    event.result, run.kind, run.instance_id, run.step_id, attempt
+                )
                 if taken is not None:
                     return taken
             verified = yield call_activity(
@@ -328,10 +285,10 @@ def _await_outcome(
                     "step_id": run.step_id,
                     "attempt": attempt,
                     "kind": run.kind,
-                    "claimed": claim_of(event.result),
+                    "claimed": decisions.claim_of(event.result),
                 },
             )
-            outcome = interpret_verdict(verified, deadline)
+            outcome = decisions.interpret_verdict(verified, deadline)
             if outcome is not None:
                 return outcome
             event = None  # ignored: poll the ledger from now on
@@ -347,7 +304,7 @@ def _await_outcome(
 
 
 def _check(
-    context: Any, run: StepRun, attempt: int, deadline: datetime, report: Reporter
+    context: Any, run: StepRun, attempt: int, deadline: datetime, report: Status
 ) -> Generator[Any, Any, AttemptOutcome | Extended]:
     """Ask the ledger what became of the attempt (``check_step`` / ``check_compensation``)."""
     report("checking", attempt, deadline)
@@ -356,4 +313,4 @@ def _check(
         run.check_activity,
         {"instance_id": run.instance_id, "step_id": run.step_id, "attempt": attempt},
     )
-    return interpret_check(check, context.current_utc_datetime, deadline)
+    return decisions.interpret_check(check, context.current_utc_datetime, deadline)

@@ -19,22 +19,16 @@ from workflow_core.contracts import ResultBasis, ResultMessage, ResultVerdict, S
 from workflow_core.messages import payload_digest, reply_digest
 from workflow_core.workflows import RetryPolicy
 
-# Longest durable timer the scheduler creates: a longer wait is a chain of them (docs/scheduler.md,
-# "One step": Azure Storage caps a timer, and the SDK's own splitting loses the cancellation).
+# Longest durable timer: a longer wait is a chain of them (docs/scheduler.md, "One step").
 MAX_TIMER_SPAN = timedelta(days=3)
 
-# When a heartbeat "extends" the deadline to a time that is already past in orchestration time,
-# wait at least this long before checking again, so a confused ledger cannot spin the orchestrator.
+# A heartbeat "extension" to a time already past waits at least this long: no spinning on a confused ledger.
 MIN_EXTENSION_WAIT = timedelta(seconds=1)
 
-# After a result event the ledger did not back, the scheduler never waits for that event name again
-# (the SDK hands an event it buffered to *every* later wait for the name), so it asks the ledger
-# (``check_step``) this often instead, until the attempt's deadline.
+# After a result event the ledger did not back, the ledger is polled this often instead (``_await_outcome``).
 UNCONFIRMED_POLL = timedelta(seconds=20)
 
-
-# Scheduler activities are idempotent, so the durable runtime retries each call on a transient
-# failure (docs/scheduler.md, "One step"); the SDK's RetryOptions has no backoff factor.
+# Scheduler activities are idempotent: the runtime retries each on a transient failure (docs/scheduler.md).
 ACTIVITY_RETRY_FIRST_INTERVAL_MS = 5_000
 ACTIVITY_RETRY_MAX_ATTEMPTS = 4
 
@@ -71,10 +65,8 @@ class AttemptOutcome:
     error: str | None = None
     timed_out: bool = False
     permanent: bool = False  # the ledger says retrying cannot fix this failure: give up at once
-    # the instance's snapshot a confirmed event carried: the next dispatch may write against it unread
-    instance: dict[str, Any] | None = None
-    # a success taken unread: the ``contracts.ResultBasis`` the next ledger write must carry
-    basis: dict[str, Any] | None = None
+    instance: dict[str, Any] | None = None  # the snapshot a confirmed event carried (written against unread)
+    basis: dict[str, Any] | None = None  # a success taken unread: the ResultBasis the next write carries
 
 
 @dataclass(frozen=True)
@@ -100,9 +92,8 @@ def dispatch_token(result: Any) -> str | None:
 def confirmed_outcome(
     event: Any, token: str | None, kind: StepKind, step_id: str, attempt: int, deadline: datetime
 ) -> AttemptOutcome | None:
-    """The attempt's outcome straight from an event the result handler confirmed against the ledger
-    (``ConfirmedResult``), saving a read; ``None`` when it lacks this attempt's token or a valid
-    verdict: then it is only a signal and the ledger is asked (``verify_result``)."""
+    """The outcome an event the result handler confirmed against the ledger carries (saving a read);
+    None without this attempt's token or a valid verdict: then the ledger is asked."""
     if token is None or not isinstance(event, dict) or event.get("ledger_token") != token:
         return None
     if (event.get("kind"), event.get("step_id"), event.get("attempt")) != (kind, step_id, attempt):
@@ -120,9 +111,8 @@ def confirmed_outcome(
 def provisional_outcome(
     event: Any, kind: StepKind, instance_id: str, step_id: str, attempt: int
 ) -> AttemptOutcome | None:
-    """A work success taken as it came, unread: a worker's reply recorded with a basis row. Its
-    ``basis`` (the reply's digest as this scheduler sees it) goes with the next ledger write, which
-    lands only if the ledger recorded exactly that reply; None for anything else (then verified)."""
+    """A work success taken unread (a worker's reply recorded with a basis row): its ``basis`` goes
+    with the next ledger write, which lands only if the ledger recorded exactly that reply."""
     if kind != "work" or not isinstance(event, dict) or not isinstance(event.get("ledger"), dict):
         return None
     try:
@@ -142,8 +132,7 @@ def provisional_outcome(
 
 
 def interpret_verdict(payload: Any, deadline: datetime) -> AttemptOutcome | None:
-    """The attempt's outcome as the ledger recorded it (``verify_result``), or ``None`` when the ledger
-    does not back the event (ignore it, keep waiting)."""
+    """The outcome the ledger recorded (``verify_result``); None: it does not back the event."""
     try:
         verdict = ResultVerdict.model_validate(payload)
     except ValidationError as exc:
@@ -166,26 +155,24 @@ def _recorded(found: ResultVerdict | StepCheck, deadline: datetime) -> AttemptOu
     )
 
 
-# What the dispatch activities report (``outcome``) and what the scheduler does next: docs/scheduler.md,
-# "One step" (2.); "basis-refused": nothing was written, ask the ledger about the step taken unread.
-WAIT, CHECK_NOW, SKIP_ATTEMPT, BASIS_REFUSED = "wait", "check", "skip", "basis-refused"
-HELD = "held"  # "waiting": the agent's circuit or slots held the step back; no attempt was spent
-_CHECK_NOW_OUTCOMES = frozenset({"already-dispatched", "settled", "not-dispatchable"})
+# What the scheduler does next after a dispatch activity's ``outcome`` (docs/scheduler.md, "One step"
+# (2.)): "basis-refused": nothing was written, ask the ledger about the step taken unread; "waiting"
+# (HELD): the agent's circuit or slots held the step back, no attempt was spent.
+WAIT, CHECK_NOW, SKIP_ATTEMPT, BASIS_REFUSED, HELD = "wait", "check", "skip", "basis-refused", "held"
+_AFTER_DISPATCH = {
+    "stale": SKIP_ATTEMPT,
+    BASIS_REFUSED: BASIS_REFUSED,
+    "waiting": HELD,
+    "already-dispatched": CHECK_NOW,
+    "settled": CHECK_NOW,
+    "not-dispatchable": CHECK_NOW,
+}
 MAX_STALE_SKIPS = 100  # a ledger cannot be that many attempts ahead; beyond it the answer is a bug
 
 
 def after_dispatch(result: Any) -> str:
-    """``WAIT``, ``CHECK_NOW`` or ``SKIP_ATTEMPT`` for a dispatch activity's result."""
-    outcome = result.get("outcome") if isinstance(result, dict) else None
-    if outcome == "stale":
-        return SKIP_ATTEMPT
-    if outcome == BASIS_REFUSED:
-        return BASIS_REFUSED
-    if outcome == "waiting":
-        return HELD
-    if outcome in _CHECK_NOW_OUTCOMES:
-        return CHECK_NOW
-    return WAIT
+    """The next move (``WAIT`` unless the table says otherwise) for a dispatch activity's result."""
+    return _AFTER_DISPATCH.get(result.get("outcome") if isinstance(result, dict) else None, WAIT)
 
 
 def interpret_check(payload: Any, now: datetime, deadline: datetime) -> AttemptOutcome | Extended:
@@ -214,15 +201,13 @@ def retry_at(policy: RetryPolicy, failed_attempt: int, now: datetime, seed: str)
 
 
 def should_checkpoint(completed_this_generation: int, every: int, steps_left: int) -> bool:
-    """Continue as new once ``every`` steps completed in this generation, if work is left, so the
-    history (and the replay cost of every episode) stays bounded however long the workflow is."""
+    """Continue as new after ``every`` steps of this generation, if work is left: history stays bounded."""
     return steps_left > 0 and completed_this_generation >= every
 
 
 def held_until(result: Any, now: datetime, waiting_since: datetime, budget_seconds: float) -> datetime | None:
-    """When to ask a dispatch that answered "waiting" again, or None when the step's wait budget
-    (``budget_seconds`` from ``waiting_since``: what its attempts were given, docs/agent-limits.md)
-    is spent. The activity's ``retry_after`` is kept within 1 s .. 1 h."""
+    """When to ask a held dispatch again (its ``retry_after``, kept within 1 s .. 1 h), or None when
+    the wait budget from ``waiting_since`` is spent (docs/agent-limits.md)."""
     after = result.get("retry_after") if isinstance(result, dict) else None
     seconds = min(max(float(after), 1.0), 3600.0) if isinstance(after, int | float) else 5.0
     end = as_utc(waiting_since) + timedelta(seconds=budget_seconds)

@@ -1,25 +1,19 @@
 """What the scheduler knows of the ledger without reading it, and the writes that prove it.
 
-Most reads of the scheduler's activities (the rows they are about to write; for a raised success,
-the step's recorded outcome) only confirm what the scheduler was just told. So it keeps three things:
+Most reads of the scheduler's activities only confirm what the scheduler was just told. So it keeps:
 
-* **known versions** (``known``): the instance record's snapshot as the starter wrote it, then as
-  each confirmed result carried it, and each step's ETag from the start (``expected_rows``). A first
-  dispatch writes against them without reading; a version that moved makes the write fail its
-  ETag check, and the activity reads and decides as it would have anyway.
-* **a success taken unread** (``Taken``): a sequential step's success raised from a worker's reply
-  keyed with a basis row, taken before the ledger is read (``decisions.provisional_outcome``).
-* **when the next write can prove it** (``next_write_proves``): only the next single step's first
-  dispatch or the settle carries the basis; its transaction deletes the basis row, so it lands only
-  if the ledger recorded exactly that reply, and otherwise writes nothing and answers
-  ``basis-refused``. Before a parallel group or a checkpoint, which would not carry it, and when a
-  write refuses it, the scheduler goes back to that step and asks the ledger (``confirm``).
+* **known versions** (``known``, ``expected_rows``): the instance's snapshot and each step's ETag
+  from the start; a first dispatch writes against them unread, and a version that moved fails the
+  write's ETag check (the activity then reads and decides as it would have anyway).
+* **a success taken unread** (``Taken``, ``decisions.provisional_outcome``).
+* **when the next write can prove it** (``next_write_proves``): the next single step's first dispatch
+  or the settle carries its basis and lands only if the ledger recorded exactly that reply (else
+  ``basis-refused``). Before a group or a checkpoint, or after a refusal, the ledger is asked
+  (``confirm``).
 
-Safety: nothing here decides anything the ledger has not recorded. Every shortcut is a write that is
-conditional on the very versions (ETag) or row (basis) it assumed, in one entity-group transaction;
-when the assumption is wrong the write does not land and the scheduler falls back to reading
-(``tests/perf/test_request_counts.py`` pins what it saves). :class:`LedgerShortcuts` is the one
-object the workflow orchestrator passes along, keeping these versions to itself.
+Nothing here decides what the ledger has not recorded: every shortcut is a write conditional on the
+versions or row it assumed, in one entity-group transaction (docs/scheduler.md;
+``tests/perf/test_request_counts.py`` pins what it saves).
 """
 
 from __future__ import annotations
@@ -45,9 +39,8 @@ def next_write_proves(
     completed_here: int,
     steps_left: int,
 ) -> bool:
-    """May the single step of ``stages[index]`` take its success unread? Only when the scheduler's
-    next ledger write carries its basis: the next single step's dispatch, or the settle. Before a
-    parallel group or a checkpoint the ledger would have to be asked anyway (``LedgerShortcuts.confirm``)."""
+    """May the single step of ``stages[index]`` take its success unread? Only when the next ledger
+    write carries its basis: the next single step's dispatch, or the settle."""
     if index + 1 == len(stages):
         return True
     if len(stages[index + 1]) > 1:
@@ -57,8 +50,7 @@ def next_write_proves(
 
 @dataclass(frozen=True)
 class Taken:
-    """The last step's success, taken unread, with the run and the progress from before it: enough
-    to go back to that step when the ledger refuses it."""
+    """The last step's success taken unread, with its run and the progress from before it."""
 
     run: StepRun
     provisional: Provisional
@@ -76,9 +68,7 @@ def expected_rows(
     step: StepDefinition,
     instance: dict[str, Any] | None,
 ) -> dict[str, Any] | None:
-    """``contracts.ExpectedRows`` for the first dispatch of ``step``: its row as the starter created
-    it (the ETag from the start, the fields from the pinned definition, as ``new_step`` writes them)
-    and the instance's snapshot; None when either version is unknown."""
+    """``contracts.ExpectedRows`` for the first dispatch of ``step`` (None when a version is unknown)."""
     etag = start.rows.steps.get(step.id) if start.rows is not None else None
     if etag is None or instance is None:
         return None
@@ -93,7 +83,7 @@ def expected_rows(
 
 
 class LedgerShortcuts:
-    """The versions one scheduler knows unread and the success it took unread (see the module)."""
+    """The versions one scheduler knows unread and the success it took unread."""
 
     def __init__(
         self, context: Any, definition: WorkflowDefinition, start: WorkflowStart, status: Any
@@ -103,8 +93,7 @@ class LedgerShortcuts:
         self.start = start
         self.status = status
         self.known = start.rows.instance if start.rows is not None else None  # the instance snapshot
-        # The last success taken unread; a later confirmed success leaves it in place (a write that
-        # carries it again finds its basis row gone and reads the step: correct, one read dearer).
+        # a later confirmed success leaves it in place (carried again, it only costs one read)
         self.taken: Taken | None = None
 
     def forget_instance(self) -> None:
@@ -112,9 +101,8 @@ class LedgerShortcuts:
         self.known = None
 
     def confirm(self, progress: Progress) -> Generator[Any, Any, tuple[Progress, Failed]]:
-        """Before a write that will not carry the taken success (a group, a checkpoint), or when one
-        refused it: ask the ledger about that step (polling while its attempt is under way, retrying
-        as its policy says). Nothing taken: nothing to ask."""
+        """Ask the ledger about the success taken unread (if any), before a write that will not carry
+        it or after one refused it: polling while its attempt runs, retrying as its policy says."""
         if self.taken is None:
             return progress, []
         taken, self.taken = self.taken, None
@@ -136,11 +124,10 @@ class LedgerShortcuts:
         proves_next: bool,
         progress: Progress,
     ) -> Generator[Any, Any, tuple[Progress, Failed]]:
-        """Run one sequential step to an outcome: its first dispatch writes against the known
-        versions and carries the taken success's basis; its own success may be taken unread when
-        ``proves_next``. ``prepare`` builds the run from the progress (or the failure of an input that
-        cannot be resolved): when the ledger refuses the basis, or the input was built on the taken
-        success and cannot be resolved, that step is confirmed and this one prepared again."""
+        """Run one sequential step: its first dispatch writes against the known versions carrying the
+        taken basis; its success may be taken unread when ``proves_next``. ``prepare`` builds the run
+        (or an unresolvable input's failure); a refused basis or an unresolvable input confirms the
+        taken step first and prepares this one again."""
         while True:
             self.status.step = step.id
             prepared = prepare(progress)
@@ -169,8 +156,7 @@ class LedgerShortcuts:
         return progress, []
 
     def settle(self, progress: Progress) -> Generator[Any, Any, tuple[Progress, Failed]]:
-        """``settle_instance`` as succeeded, against the known snapshot and carrying the taken
-        success's basis; a refused basis sends the scheduler back to that step first."""
+        """``settle_instance`` as succeeded, against the known snapshot, carrying the taken basis."""
         while True:
             self.status.step = None
             self.status("settling")

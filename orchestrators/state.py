@@ -1,8 +1,6 @@
 """Shapes the orchestrators accept and carry: their inputs, the state kept across continue_as_new,
-and the compensation plan returned by the ``plan_compensation`` activity.
-
-Validating them on entry turns a malformed start request into one clear orchestration failure
-instead of a ``KeyError`` somewhere in the middle of a run.
+and the ``plan_compensation`` activity's plan. Validated on entry: a malformed start is one clear
+failure, not a ``KeyError`` in the middle of a run.
 """
 
 from __future__ import annotations
@@ -37,8 +35,7 @@ class Progress(_Strict):
 
 
 class StartedRows(_Strict):
-    """What the HTTP starter wrote, as versions (``contracts.ExpectedRows``): only the first scheduler
-    of an instance gets them; a resume or a new generation reads the rows instead."""
+    """The versions the HTTP starter wrote (``contracts.ExpectedRows``), for an instance's first scheduler."""
 
     instance: dict[str, Any]
     steps: dict[str, str] = Field(default_factory=dict)
@@ -46,9 +43,8 @@ class StartedRows(_Strict):
 
 class WorkflowStart(_Strict):
     """Input of ``workflow_orchestrator``. ``version`` and ``definition`` pin the instance: the
-    definition's canonical JSON travels with the input (into every generation and every resume), so a
-    replay rebuilds exactly the definition the instance started on without reading the YAML deployed
-    now; there is no unpinned input (docs/scheduler.md, "Compatibility")."""
+    definition's canonical JSON travels with every generation and resume, so a replay never reads the
+    YAML deployed now (docs/scheduler.md, "Compatibility")."""
 
     workflow: str
     input: dict[str, Any] = Field(default_factory=dict)
@@ -88,8 +84,7 @@ class CompensationStart(_Strict):
 
 
 class PlannedCompensation(BaseModel):
-    """One step to undo, as ``plan_compensation`` returns it. Unknown fields are ignored so the
-    activity can add diagnostics without breaking the scheduler."""
+    """One step to undo, as ``plan_compensation`` returns it (unknown fields, diagnostics, ignored)."""
 
     model_config = ConfigDict(extra="ignore")
 

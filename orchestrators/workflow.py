@@ -111,10 +111,9 @@ def _continue_as_new(
 
 
 def _remaining_stages(definition: WorkflowDefinition, progress: Progress) -> list[tuple[StepDefinition, ...]]:
-    """The stages from ``progress.position`` on, if the checkpoint matches the definition it resumes
-    (its completed steps are the definition's prefix, up to a stage boundary). Otherwise the definition
-    changed while the instance was in flight, and resuming by position could skip or repeat a step;
-    failing loudly leaves the decision to an operator."""
+    """The stages from ``progress.position`` on, if the checkpoint matches the definition (its completed
+    steps are the definition's prefix, up to a stage boundary); otherwise resuming by position could
+    skip or repeat a step, so it fails loudly and leaves the decision to an operator."""
     start, remaining, boundaries = 0, [], {0}
     for stage in definition.stages:
         if start >= progress.position:
@@ -139,8 +138,7 @@ def _prepare(
     progress: Progress,
     trace: dict[str, str] | None = None,
 ) -> StepRun | StepResult:
-    """The run of one work step, or its failure when its input references cannot be resolved:
-    retrying cannot fix a missing reference, so such a step gives up before anything is dispatched."""
+    """The run of one work step, or its failure (no retry) when its input references do not resolve."""
     try:
         step_input = resolve_step_input(step, workflow_input, progress.outputs)
     except StepInputError as exc:
@@ -166,18 +164,16 @@ def _run_group(
     status: Status,
     start: WorkflowStart,
 ) -> Generator[Any, Any, tuple[Progress, list[tuple[str, StepResult]]]]:
-    """One ``step_orchestrator`` per step, all started in this episode; the progress with the
-    succeeded steps' outputs (in the group's order) and the steps that gave up."""
+    """One ``step_orchestrator`` per step, all started at once; the progress and the steps that gave up."""
     instance_id = context.instance_id
     status.step = ", ".join(step.id for step in stage)
     prepared = [
-        (step.id, _prepare(definition, instance_id, step, workflow_input, progress, start.trace))
-        for step in stage
+        _prepare(definition, instance_id, step, workflow_input, progress, start.trace) for step in stage
     ]
-    unresolved = [(step_id, p) for step_id, p in prepared if isinstance(p, StepResult)]
+    unresolved = [(step.id, p) for step, p in zip(stage, prepared, strict=True) if isinstance(p, StepResult)]
     if unresolved:  # nothing of the group is dispatched
         return progress, unresolved
-    runs = [p for _, p in prepared if isinstance(p, StepRun)]
+    runs = [p for p in prepared if isinstance(p, StepRun)]
 
     status("running_group")
     children = [
@@ -201,11 +197,8 @@ def _run_group(
 
 
 def step_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any]]:
-    """One step of a parallel group (the ``StepRun`` in the input) to an outcome, as a sub-orchestration.
-
-    The dispatch records this orchestration's id on the step, so its result events (and the
-    watchdog's nudges) come here; giving up and compensating stay with the workflow orchestrator,
-    which sees the whole group."""
+    """One step of a parallel group (the ``StepRun`` in the input) to an outcome, as a sub-orchestration:
+    its result events come here; giving up and compensating stay with the workflow orchestrator."""
     payload = context.get_input()
     run = StepRun(**{**payload, "retry": RetryPolicy.model_validate(payload["retry"])})
     status = Status(context, orchestration="step", workflow=run.workflow, instance_id=run.instance_id)
@@ -296,18 +289,15 @@ def compensation_orchestrator(context: Any) -> Generator[Any, Any, dict[str, Any
             trace=start.trace,
         )
         result = yield from run_step(context, run, status)
-        if result.succeeded:
-            outcomes.append({"step_id": entry.step_id, "outcome": "compensated", "error": None})
-        else:
+        if not result.succeeded:
             status("finishing", result.attempts)
             yield call_activity(
                 context,
                 ACTIVITY_FINISH_COMPENSATION,
                 {"instance_id": start.instance_id, "step_id": entry.step_id, "error": result.error},
             )
-            outcomes.append(
-                {"step_id": entry.step_id, "outcome": "compensation_failed", "error": result.error}
-            )
+        outcome = "compensated" if result.succeeded else "compensation_failed"
+        outcomes.append({"step_id": entry.step_id, "outcome": outcome, "error": result.error})
 
     failed = next((o for o in outcomes if o["outcome"] != "compensated"), None)
     overall = "compensation_failed" if failed else "compensated"

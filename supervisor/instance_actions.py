@@ -1,6 +1,6 @@
-"""The moves every instance decision (``instances.py``) is made of: claiming the record, resuming,
-compensating, flagging; each claims the instance record (ETag) before any side effect and leaves an
-audit row, a ``sas.recovery`` record and the stalled-instances signal.
+"""The moves every instance decision (``instances.py``) is made of: each claims the instance record
+(ETag) before any side effect and leaves an audit row, a ``sas.recovery`` record and the
+stalled-instances signal.
 """
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ import logging
 from enum import StrEnum
 from typing import Any
 
-from supervisor.watchdog_model import ALIVE_STATUSES, SUPERVISOR_PREFIX, _io, _TickActions, trace_input
+from supervisor.watchdog_model import (
+    ALIVE_STATUSES,
+    SUPERVISOR_PREFIX,
+    _io,
+    _TickActions,
+    record_recovery,
+    trace_input,
+)
 from workflow_core import telemetry
 from workflow_core.contracts import (
     WORKFLOW_ORCHESTRATOR,
@@ -58,8 +65,7 @@ class _InstanceActions:
     async def held_elsewhere(self, record: InstanceRecord, why: str) -> bool:
         """Another watchdog tick claimed the instance and its lease has not run out: left to it."""
         held = bool(
-            record.owner
-            and record.owner.startswith(SUPERVISOR_PREFIX)
+            (record.owner or "").startswith(SUPERVISOR_PREFIX)
             and record.owner != self.tick.actor
             and record.scheduler_deadline is not None
             and record.scheduler_deadline > self.tick.now
@@ -86,8 +92,7 @@ class _InstanceActions:
         definition = definition_for(
             record.workflow, record.version, getattr(self.tick.services, "definitions", None)
         )
-        # Step orchestrations a dead scheduler left running are ended, so only the resumed one drives
-        # the instance's steps (best effort: the ledger's ETags keep a straggler harmless).
+        # step orchestrations a dead scheduler left running end (best effort: ETags keep stragglers harmless)
         children = {r.orchestration_id for r in steps if is_step_instance_id(r.orchestration_id)}
         for child in sorted(c for c in children if c):
             if await self.tick.status_of(child) in ALIVE_STATUSES:
@@ -113,8 +118,7 @@ class _InstanceActions:
     async def compensate(
         self, record: InstanceRecord, why: str, *, exhausted: bool = True, cause: str | None = None
     ) -> None:
-        """``exhausted``: the instance could not go on by itself (resumes spent, or a failure no
-        resume fixes): flagged with the cause; else the workflow's policy asked for compensation."""
+        """``exhausted``: it cannot go on by itself, flagged with the cause; else the policy compensates."""
         reason = f"{why}: " + (
             f"{record.resume_count} resume(s) used of {record.max_resumes}; compensating"
             if exhausted
@@ -133,11 +137,9 @@ class _InstanceActions:
     async def give_up(
         self, record: InstanceRecord, action: InstanceAction, detail: str, cause: str | None
     ) -> None:
-        """Flag the instance for an operator with the cause. ``GIVE_UP_COMPENSATION``: the compensation
-        cannot finish on its own: CompensationFailed; nothing restarts it until an operator retries a
-        step. ``GIVE_UP_SCHEDULER``: the terminations of a live scheduler did not take: it stays
-        Running and is *parked* (no scheduler deadline): no tick acts on it again until an operator
-        does (or its scheduler moves by itself and promises again)."""
+        """Flag the instance for an operator with the cause: ``GIVE_UP_COMPENSATION`` makes it
+        CompensationFailed; ``GIVE_UP_SCHEDULER`` leaves it Running but *parked* (no scheduler
+        deadline): no tick acts on it until an operator does, or its scheduler promises again."""
         scheduler = action is InstanceAction.GIVE_UP_SCHEDULER
         who = "supervisor gave up" if scheduler else "compensation gave up"
         cause = cause or detail
@@ -161,10 +163,9 @@ class _InstanceActions:
         detail: str,
         action: InstanceAction = InstanceAction.TERMINATE,
     ) -> None:
-        """Terminate a live orchestration (the scheduler, or the compensation) that stopped moving;
-        the termination is counted (``stalls + 1``) in the claim made before it, and the instance is
-        due at once so the next tick replaces it. A refused termination is kept in ``last_error``
-        (the cause an operator reads if the budget runs out)."""
+        """Terminate a live orchestration that stopped moving, counted (``stalls + 1``) in the claim
+        before it, the instance due at once so the next tick replaces it; a refused termination is kept
+        in ``last_error``."""
         claimed = await self.claim(record, status, detail, stalls=record.stalls + 1, due_now=True)
         if claimed is None:
             return
@@ -180,8 +181,8 @@ class _InstanceActions:
         await self.decided(record, action, detail)
 
     def settle_given_up_step(self, step: Any, record: InstanceRecord) -> None:
-        """A step left Compensating by a compensation that gave up: CompensationFailed, with the
-        instance's cause (a lost race leaves it to whoever wrote first)."""
+        """A step left Compensating by a compensation that gave up: CompensationFailed."""
+        cause = record.last_error or record.attention_reason or "compensation gave up"
         try:
             current = self.ledger.get(step.instance_id, step.step_id)
             if current.status is StepStatus.COMPENSATING:
@@ -190,9 +191,7 @@ class _InstanceActions:
                     StepStatus.COMPENSATION_FAILED,
                     actor=self.tick.actor,
                     reason=f"the instance's compensation gave up: {record.attention_reason or ''}"[:1000],
-                    last_error=(record.last_error or record.attention_reason or "compensation gave up")[
-                        :MAX_TEXT
-                    ],
+                    last_error=cause[:MAX_TEXT],
                 )
         except LedgerError as exc:
             log.info("step %s/%s left as it is: %s", step.instance_id, step.step_id, exc)
@@ -207,9 +206,8 @@ class _InstanceActions:
         park: bool = False,
         **changes: Any,
     ) -> InstanceRecord | None:
-        """ETag-claim the instance for this tick (None: someone else changed it first); the counters
-        a decision spends go in ``changes``, so they are written with the claim that acts. ``park``:
-        no scheduler deadline (a flagged instance no tick acts on, see :meth:`give_up`)."""
+        """ETag-claim the instance for this tick, with the counters a decision spends (``changes``);
+        None when someone changed it first. ``park``: no scheduler deadline (:meth:`give_up`)."""
         deadline = None if park else self.tick.now if due_now else self.tick.now + self.tick.lease
         try:
             return await _io(
@@ -261,14 +259,4 @@ class _InstanceActions:
                 resume_count=record.resume_count,
                 tick_id=self.tick.report.tick_id,
             )
-        telemetry.record_recovery(
-            record.instance_id,
-            "*",
-            record.resume_count,
-            action.value,
-            telemetry.OUTCOME_OK,
-            workflow=record.workflow,
-            status=record.status.value,
-            tick_id=self.tick.report.tick_id,
-            reason=detail,
-        )
+        record_recovery(self.tick.report, record, action.value, telemetry.OUTCOME_OK, detail)

@@ -1,10 +1,7 @@
 """The watchdog's view of whole workflow instances: a scheduler that died *between* steps leaves no
-overdue step behind, only its instance record's ``scheduler_deadline`` (the promise every scheduler
-activity renews) passes (docs/supervisor.md, "Instances: a scheduler that died"; the moves:
-``instance_actions.py``).
-
-Exactly once: every action starts with an ETag-conditional claim of the *instance* record, so two
-watchdogs that reach the same dead instance (through it or through two of its steps) race for one row.
+overdue step, only its record's ``scheduler_deadline`` (the promise every scheduler activity renews)
+passes (docs/supervisor.md, "Instances: a scheduler that died"). Every action starts with an
+ETag-conditional claim of the *instance* record: two watchdogs race for one row.
 """
 
 from __future__ import annotations
@@ -33,9 +30,9 @@ class InstanceSupervisor(_InstanceActions):
             return
         orchestration_id = found.orchestration_id or found.instance_id
         status = await self.tick.status_of(orchestration_id)
-        requested = bool(found.owner and found.owner.startswith("operator:"))
+        requested = _operator_requested(found)
         if found.needs_attention and not requested:
-            # flagged by a spent budget: nothing is restarted or terminated without an operator
+            # flagged: nothing is restarted or terminated without an operator
             detail = (
                 f"flagged for an operator ({found.attention_reason}); "
                 f"orchestration {orchestration_id} is {status}"
@@ -63,9 +60,7 @@ class InstanceSupervisor(_InstanceActions):
         await self.recover(found, f"orchestration {orchestration_id} is {status}")
 
     async def step_orphaned(self, step: Any, claimed: Any, why: str) -> bool:
-        """A step's orchestration is gone (``claimed``: the step as this tick's claim wrote it). True
-        when the instance record took over the decision; False when it leaves it to the step (the
-        instance ended while this step was still in flight)."""
+        """A step's orchestration is gone: True when the instance record decided, False if it ended."""
         record = await _io(self.ledger.find_instance, step.instance_id)
         if record is None:
             await self.no_record(step, claimed, why)
@@ -74,8 +69,7 @@ class InstanceSupervisor(_InstanceActions):
             await self.decided(record, InstanceAction.NOTE_FLAGGED, f"{why}; {record.attention_reason}")
             return True
         if record.status is IS.FAILED and not _operator_requested(step):
-            # it could neither finish, resume nor compensate on its own: flagged, it waits for an
-            # operator (a resume, a compensate); nothing is started behind the operator's back
+            # flagged: it waits for an operator; nothing is started behind the operator's back
             await self.leave_for_operator(step, claimed, record)
             return True
         if record.status not in (IS.RUNNING, IS.COMPENSATING):
@@ -88,8 +82,7 @@ class InstanceSupervisor(_InstanceActions):
         orchestration_id = record.orchestration_id or record.instance_id
         status = await self.tick.status_of(orchestration_id)
         if status in ALIVE_STATUSES:
-            # e.g. a parallel member's orchestration died: its parent learns of it and moves on, or
-            # stops moving and is found by its own promise.
+            # e.g. a parallel member died: its parent moves on, or is found by its own promise
             await self.decided(
                 record, InstanceAction.NOTE_LATE, f"{why}; the instance's orchestration is {status}"
             )
@@ -98,9 +91,8 @@ class InstanceSupervisor(_InstanceActions):
         return True
 
     async def compensate_for_step(self, step: Any, claimed: Any, reason: str) -> bool:
-        """A step is Compensating (an operator asked, or a compensation died) and no compensation
-        runs. True when the instance record took it over (started once per instance); False when the
-        instance already ended (its record cannot move), where the step's own compensation start decides."""
+        """A step is Compensating and no compensation runs. True when the instance record took it over
+        (started once per instance); False when the instance already ended (the step decides)."""
         record = await _io(self.ledger.find_instance, step.instance_id)
         if record is None:
             await self.no_record(step, claimed, reason)
@@ -110,21 +102,18 @@ class InstanceSupervisor(_InstanceActions):
         if await self.held_elsewhere(record, reason):
             return True
         if record.status is IS.COMPENSATION_FAILED and not _operator_requested(step):
-            # flagged (its compensation gave up): only an operator's retry of a step starts it again;
-            # the step settles as CompensationFailed, out of the deadline index, in the inbox
+            # flagged: only an operator's retry starts it again; the step settles CompensationFailed
             await _io(self.settle_given_up_step, step, record)
             await self.decided(
                 record, InstanceAction.NOTE_FLAGGED, f"{reason}; the instance waits for an operator"
             )
             return True
         if record.status is IS.COMPENSATING and not _operator_requested(step):
-            # a compensation that died, found through its step: restarted by the instance's own
-            # decision, against the same budget (it was restarted here uncounted, without end)
+            # a compensation that died, found through its step: the instance restarts it, on its budget
             await self.tick.end_scheduler(step, reason)
             await self.compensation_lost(record)
             return True
-        # Out of CompensationFailed the flag that outcome raised is answered (and the restart budget
-        # renewed: an operator acted); failing again raises it.
+        # out of CompensationFailed an operator acted: the flag is answered, the restart budget renewed
         answered = (
             {"needs_attention": False, "attention_reason": None, "compensation_restarts": 0}
             if record.status is IS.COMPENSATION_FAILED
@@ -137,8 +126,8 @@ class InstanceSupervisor(_InstanceActions):
         return True
 
     async def step_of_flagged(self, step: Any, claimed: Any) -> bool:
-        """A step the watchdog acted on before, with nothing moved since, and its orchestration alive.
-        True when its instance was flagged and parked by a spent budget: the step is left as it is."""
+        """A step the watchdog acted on before, unmoved since, its orchestration alive: True (and left as
+        it is) when its instance was flagged and parked by a spent budget."""
         record = await _io(self.ledger.find_instance, step.instance_id)
         if record is None or not record.needs_attention or record.scheduler_deadline is not None:
             return False
@@ -146,17 +135,14 @@ class InstanceSupervisor(_InstanceActions):
         return True
 
     async def leave_for_operator(self, step: Any, claimed: Any, record: InstanceRecord) -> None:
-        """The step of an instance that waits for an operator: noted and left; nothing raised, sent or
-        started."""
+        """The step of an instance that waits for an operator: noted and left, nothing done."""
         why = record.attention_reason or f"the instance is {record.status.value}"
         detail = f"the instance waits for an operator ({why}); nothing done"[:1000]
         await self._leave_step(step, claimed, Action.NOTE_INSTANCE_FLAGGED, detail)
 
     async def no_record(self, step: Any, claimed: Any, why: str) -> None:
-        """A step whose instance has no record: an invariant violation (the starter writes every record
-        with its steps). Only the record may decide between resume and compensation, exactly once per
-        instance; without it two watchdog processes could each start one. So nothing is started: the
-        violation is logged and noted once on the step, which is left as it is."""
+        """A step whose instance has no record (an invariant violation): only the record may decide,
+        once per instance, so nothing is started; the violation is logged and noted on the step."""
         detail = (
             f"{why}; instance {step.instance_id} has no record, so nothing decides for it (an invariant "
             "violation): nothing started or resumed, the step is left as it is"
@@ -165,8 +151,7 @@ class InstanceSupervisor(_InstanceActions):
         await self._leave_step(step, claimed, Action.NOTE_NO_INSTANCE_RECORD, detail)
 
     async def _leave_step(self, step: Any, claimed: Any, action: Action, detail: str) -> None:
-        """Note ``action`` on the step as claimed and leave it, looked at again after
-        :data:`FLAGGED_LOOK_SECONDS` (not every lease)."""
+        """Note ``action`` on the claimed step and leave it until :data:`FLAGGED_LOOK_SECONDS` from now."""
         await _io(
             self.ledger.update,
             claimed,
@@ -180,8 +165,7 @@ class InstanceSupervisor(_InstanceActions):
         orchestration_id = record.orchestration_id or record.instance_id
         cause = await self.tick.failure_of(orchestration_id)
         if cause is not None and cause == record.last_error:
-            # its scheduler failed exactly as before its last resume (a derived input over a size
-            # limit, a definition error): no repetition can fix it, so no resume budget is spent on it
+            # failed exactly as before its last resume: no repetition can fix it, no resume is spent
             await self.compensate(record, f"{why}; it failed the same way after a resume", cause=cause)
         elif record.on_scheduler_lost == "resume" and record.resume_count < record.max_resumes:
             await self.resume(record, why, cause=cause)
@@ -215,15 +199,15 @@ class InstanceSupervisor(_InstanceActions):
             compensation_restarts=record.compensation_restarts + 1,
             last_error=cause[:MAX_TEXT] if cause else record.last_error,
         )
-        if claimed is None:
-            return
-        await self.start_compensation(record, f"supervisor: {reason}", InstanceAction.RESTART_COMPENSATION)
+        if claimed is not None:
+            await self.start_compensation(
+                record, f"supervisor: {reason}", InstanceAction.RESTART_COMPENSATION
+            )
 
     async def late(self, record: InstanceRecord, orchestration_id: str, status: str) -> None:
-        """The scheduler (or, for a Compensating instance, the compensation) runs but broke the promise
-        its activities renew (each resets ``stalls``): noted once, then terminated (counted), so the
-        next tick resumes the instance (or restarts the compensation against
-        ``MAX_COMPENSATION_RESTARTS``); terminations that do not take are bounded too."""
+        """The scheduler (or, Compensating, the compensation) runs but broke its promise: noted once,
+        then terminated (counted in ``stalls``) so the next tick resumes (or restarts) it; terminations
+        that do not take are bounded by ``MAX_SCHEDULER_TERMINATIONS``."""
         scheduler = record.status is not IS.COMPENSATING
         to = IS.RUNNING if scheduler else IS.COMPENSATING
         name = f"orchestration {orchestration_id}" if scheduler else f"compensation {orchestration_id}"
@@ -239,19 +223,14 @@ class InstanceSupervisor(_InstanceActions):
         terminated = record.stalls - 1  # terminations since the last resume (or operator action)
         budget = self.tick.services.settings.max_scheduler_terminations
         if terminated >= budget:
-            # the terminations did not take (a refused or lost request): terminating it once more
-            # cannot help, and nothing else may replace an orchestration that still runs
+            # the terminations did not take, and nothing may replace an orchestration that still runs
             detail = (
                 f"{name} is still {status}{past} past its promise after {terminated} termination(s), "
                 "the budget (MAX_SCHEDULER_TERMINATIONS)"
             )
-            if scheduler:
-                cause = (
-                    record.last_error or f"scheduler {orchestration_id} stalled and could not be terminated"
-                )
-                await self.give_up(record, InstanceAction.GIVE_UP_SCHEDULER, detail, cause)
-            else:
-                await self.give_up(record, InstanceAction.GIVE_UP_COMPENSATION, detail, record.last_error)
+            stuck = f"scheduler {orchestration_id} stalled and could not be terminated" if scheduler else None
+            action = InstanceAction.GIVE_UP_SCHEDULER if scheduler else InstanceAction.GIVE_UP_COMPENSATION
+            await self.give_up(record, action, detail, record.last_error or stuck)
             return
         found_late, then = (
             (" after being found late", "resumes the instance") if scheduler else ("", "restarts it")

@@ -1,9 +1,9 @@
 """Operator intents: what a human may ask of a stalled workflow, written to the ledger as intent.
 
-The operator CLI (``sas``) has no Durable Functions client: every mutating command moves the step or
-instance record (ETag-guarded, audited as ``operator:<user>`` with the reason) and, where something
-must happen next, makes it due *now* for the watchdog to enact (docs/supervisor.md, "Operator intents
-and the CLI"). A stop or cancel writes its audit row *before* the caller ends the orchestration.
+Every mutating command moves the step or instance record (ETag-guarded, audited as ``operator:<user>``
+with the reason) and, where something must happen next, makes it due *now* for the watchdog to enact
+(docs/supervisor.md, "Operator intents and the CLI"). A stop or cancel writes its audit row *before*
+the caller ends the orchestration.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ MAX_RACE_RETRIES = 5
 
 
 class OperatorError(Exception):
-    """An operator request cannot be carried out; the message says why and what is possible;
-    ``code``: the API's problem code for it (a 409)."""
+    """An operator request cannot be carried out (the message says why); ``code``: the API's 409 code."""
 
     code = "changed-meanwhile"
 
@@ -147,17 +146,12 @@ class Timeline:
 
 
 def actor_for(user: str) -> str:
-    user = (user or "").strip()
-    if not user:
-        raise OperatorError("an operator user name is required (it is recorded in the audit trail)")
-    return f"{OPERATOR_PREFIX}{user}"
+    return OPERATOR_PREFIX + required_reason(user, "an operator user name")
 
 
 def list_stalled(ledger: StepLedger, *, now: datetime | None = None, limit: int = 100) -> StalledReport:
-    """Steps overdue now (from the deadline index), steps waiting for an operator, and the instances
-    flagged for one (the attention inbox's instances)."""
-    now = require_aware(now, "now") if now is not None else clock.utcnow()
-    assert now is not None
+    """Steps overdue now, steps waiting for an operator, and the instances flagged for one."""
+    now = require_aware(now, "now") or clock.utcnow()
     flagged, _ = ledger.list_instances(needs_attention=True, limit=limit)
     return StalledReport(
         now, ledger.overdue(now, limit=limit), ledger.needing_attention(limit=limit), flagged
@@ -200,11 +194,10 @@ def apply_intent(
     expect: Callable[[StepRecord], None] | None = None,
     instance: InstanceRecord | None = None,
 ) -> StepRecord:
-    """Move the step as ``intent`` says, audited as ``operator:<user>``; ``expect`` may refuse the
-    step as read (it changed since the operator saw it). The instance state decides first
-    (``instance_state``): a Purging instance refuses. A lost race re-reads and re-checks; with
-    ``instance`` (the record as a bulk runner checked it) the write is conditional on that version
-    and a change since is :class:`Changed`, not a re-read."""
+    """Move the step as ``intent`` says, audited as ``operator:<user>``, once ``instance_state`` and
+    ``expect`` (the step as the operator saw it) allow it; a lost race re-reads and re-checks. With
+    ``instance`` (as a bulk runner checked it) the write is conditional on that version (else
+    :class:`Changed`)."""
     actor = actor_for(user)
     reason = required_reason(reason)
     for _ in range(MAX_RACE_RETRIES):
@@ -219,12 +212,10 @@ def apply_intent(
         target = intent.target_for(record)
         changes: dict = {"owner": actor}
         if intent is RETRY and record.status is S.COMPENSATION_FAILED:
-            # The last compensation attempt failed: say so, so that a compensation run that reaches
-            # this attempt (``check_compensation``) moves on to the next one at once.
+            # so a compensation run that reaches this attempt (``check_compensation``) moves on at once
             changes["compensation_status"] = COMP_FAILED
         if intent.sets_deadline:
-            when = require_aware(now, "now") if now is not None else clock.utcnow()
-            changes["deadline"] = when
+            changes["deadline"] = require_aware(now, "now") or clock.utcnow()
         # on a finished instance (or as checked by a bulk runner) the write carries the record's ETag
         guarded = current is not None and (instance is not None or current.status in PURGEABLE)
         guard = [instance_guard(current)] if guarded and current is not None else None
@@ -269,8 +260,7 @@ def _check(action: str, record: InstanceRecord, steps=()) -> None:
 
 def compensation_target(ledger: StepLedger, instance_id: str) -> str:
     """The step whose move to Compensating asks for the instance's compensation: a failed one, else
-    the last completed one (the compensation orchestration then undoes every completed step). The
-    instance state decides first: a Purging instance refuses."""
+    the last completed one; the instance state decides first."""
     steps = _instance_steps(ledger, instance_id)
     record = ledger.find_instance(instance_id)
     if record is not None:
@@ -296,17 +286,16 @@ def compensation_target_of(instance_id: str, steps: list[StepRecord]) -> str:
     return target.step_id
 
 
-# The three step intents (see the module docstring for what each asks of the watchdog).
 retry_step = functools.partial(apply_intent, RETRY)
 skip_step = functools.partial(apply_intent, SKIP)
 request_compensation = functools.partial(apply_intent, COMPENSATE)
 
 
-def required_reason(reason: str | None) -> str:
-    """The operator's reason, stripped; every move records one in the audit trail."""
+def required_reason(reason: str | None, what: str = "a reason") -> str:
+    """The operator's reason (or ``what``), stripped; every move records it in the audit trail."""
     reason = (reason or "").strip()
     if not reason:
-        raise OperatorError("a reason is required (it is recorded in the audit trail)")
+        raise OperatorError(f"{what} is required (it is recorded in the audit trail)")
     return reason
 
 
@@ -322,15 +311,13 @@ def move_instance(
     now: datetime | None = None,
     instance: InstanceRecord | None = None,
 ) -> InstanceRecord:
-    """Resume, stop or cancel the instance: its record and audit row in one ETag-guarded write (a lost
-    race re-reads and decides again). Resume and cancel set the scheduler deadline to now, for the
-    watchdog; ``expected_status`` is the status the operator saw: a record that moved since is refused;
-    ``instance``: the record as a bulk runner checked it, written only as that version (else
-    :class:`Changed`)."""
+    """Resume, stop or cancel the instance: record and audit row in one ETag-guarded write (a lost race
+    decides again); resume and cancel make it due now for the watchdog. ``expected_status``: as the
+    operator saw it (refused if moved); ``instance``: as a bulk runner checked it (else :class:`Changed`)."""
     table = instance_state.INSTANCE_MOVES[instance_state.Action(action)]
     who = actor or actor_for(user or "")
     reason = required_reason(reason)
-    when = require_aware(now, "now") if now is not None else clock.utcnow()
+    when = require_aware(now, "now") or clock.utcnow()
     for _ in range(MAX_RACE_RETRIES):
         try:
             record = instance or ledger.get_instance(instance_id)

@@ -1,6 +1,6 @@
 """The watchdog's decision for one overdue step, the decision table of docs/supervisor.md in code:
 :meth:`_Tick.handle` reads the step and its orchestration's real state and picks one action, made of
-the moves of ``watchdog_model._TickActions``; ``watchdog.run_tick`` calls it for every overdue step.
+the moves of ``watchdog_model._TickActions``.
 """
 
 from __future__ import annotations
@@ -42,9 +42,8 @@ class _Tick(_TickActions):
     """One watchdog tick: the per-step decisions, on the moves of :class:`_TickActions`."""
 
     async def handle(self, found: StepRecord) -> None:
-        """Decide for one overdue step. The decision that changes the step's status (an attempt
-        timed out) is itself the claim: one ETag-guarded write of the row as the tick read it, made
-        before any side effect. Decisions that only look, note or re-send claim first."""
+        """Decide for one overdue step. A decision that times an attempt out is itself the claim (one
+        ETag-guarded write before any side effect); those that only look, note or re-send claim first."""
         assert found.deadline is not None  # overdue() only returns steps with a deadline
         lateness = self.now - found.deadline
 
@@ -62,9 +61,7 @@ class _Tick(_TickActions):
                 f"orchestration {orchestration_id} is {orchestration} "
                 f"while step {found.step_id} is {found.status.value}"
             )
-            if in_flight:
-                # Nobody waits for this attempt's result any more: record it as abandoned, so the ledger
-                # says why (a resumed scheduler then retries it; a compensation undoes it).
+            if in_flight:  # nobody waits for its result: abandoned, the ledger says why
                 done = await self.claim_with(
                     found,
                     self.time_out_now,
@@ -76,13 +73,11 @@ class _Tick(_TickActions):
                 done = await self.claim(found)
             if done is None:
                 return
-            # The instance record decides between resume and compensation, exactly once per instance;
-            # only an instance that ended or waits for an operator leaves the compensation to the step.
+            # the instance record decides between resume and compensation, once per instance
             if not await InstanceSupervisor(self).step_orphaned(found, done, why):
                 await self.start_compensation(found, reason=f"supervisor: {why}")
             return
-        # Orchestration alive: an in-flight attempt past the grace that is not due a re-send fails at
-        # once, its TimedOut write being the claim; everything else is claimed first (docs table).
+        # alive: an in-flight attempt past the grace not due a re-send fails at once (the write claims)
         if (
             not self.within_grace(found, lateness)
             and in_flight
@@ -98,8 +93,7 @@ class _Tick(_TickActions):
         if acted_last and await InstanceSupervisor(self).step_of_flagged(found, claimed):
             return  # the watchdog acted on it before and nothing moved since: its instance is flagged
         if found.compensation_status == GIVEN_UP:
-            # The scheduler gave the step up and is about to start (or runs) the compensation as its
-            # sub-orchestration: starting it here too would race the scheduler for the same id.
+            # the scheduler starts (or runs) the compensation: starting it here would race it for the id
             status = await self.status_of(compensation_instance_id(found.instance_id))
             detail = (
                 f"step was given up; orchestration {orchestration_id} is {orchestration} and its "
@@ -124,17 +118,13 @@ class _Tick(_TickActions):
 
     @staticmethod
     def resend_due(found: StepRecord) -> bool:
-        """A Dispatched attempt nobody claimed, past the grace (the caller checks that), not re-sent yet:
-        its send may never have left, and re-sending the same MessageId is harmless either way; once
-        per attempt (``resent_at``), then the attempt fails (docs/supervisor.md, ``resend``). A row
-        without an attempt token (every dispatch writes one: a hand-made or damaged row) has no valid
-        message to send again: its attempt fails, and a retry dispatches one that does."""
+        """A Dispatched attempt nobody claimed, past the grace, not re-sent yet: its send may never have
+        left, and the same MessageId again is harmless; once per attempt (docs/supervisor.md,
+        ``resend``). A row without an attempt token (hand-made or damaged) has no message to re-send."""
         return found.status is S.DISPATCHED and found.resent_at is None and bool(found.attempt_token)
 
     async def resend(self, found: StepRecord, claimed: StepRecord) -> None:
-        """Send the same attempt's message again (same MessageId), then record ``resent_at`` and a
-        new deadline: send first, record second, so a crash in between only causes another
-        (deduplicated) re-send."""
+        """Send the attempt's message again, then record ``resent_at`` (a crash between: another re-send)."""
         deadline = self.now + timedelta(
             seconds=step_deadline_seconds(found, store=getattr(self.services, "definitions", None))
         )
@@ -160,13 +150,10 @@ class _Tick(_TickActions):
         orchestration: str,
         lateness: timedelta,
     ) -> None:
-        """The orchestration is alive but missed its deadline timer (or did not act on a failed
-        attempt): raise the attempt's failed result so it applies its retry policy.
-
-        ``claimed`` None: the step is unclaimed, as the tick read it, and the TimedOut write is the
-        claim (a lost race skips the step: someone else acted)."""
-        error = found.last_error if found.status in SETTLED_ATTEMPT and found.last_error else None
-        error = error or OVERRUN_ERROR
+        """The orchestration is alive but missed its deadline timer (or a failed attempt): raise the
+        attempt's failed result so it applies its retry policy. ``claimed`` None: the TimedOut write
+        is the claim (a lost race skips the step)."""
+        error = found.last_error if found.status in SETTLED_ATTEMPT and found.last_error else OVERRUN_ERROR
         detail = (
             f"{found.status.value} {lateness.total_seconds():.0f}s past its deadline (grace "
             f"{self.grace.total_seconds():.0f}s) while orchestration {orchestration_id} is {orchestration}; "
@@ -174,23 +161,15 @@ class _Tick(_TickActions):
         )
         if _operator_requested(found):
             detail += f" (requested by {found.owner})"
+        reason = f"{Action.FAIL_STEP.value}: {detail}"
         if claimed is None:
             written = await self.claim_with(
-                found,
-                self.time_out_now,
-                found,
-                reason=f"{Action.FAIL_STEP.value}: {detail}",
-                last_error=OVERRUN_ERROR,
+                found, self.time_out_now, found, reason=reason, last_error=OVERRUN_ERROR
             )
             if written is None:
                 return
         elif found.status in (S.DISPATCHED, S.RUNNING):
-            await _io(
-                self.time_out_now,
-                claimed,
-                reason=f"{Action.FAIL_STEP.value}: {detail}",
-                last_error=OVERRUN_ERROR,
-            )
+            await _io(self.time_out_now, claimed, reason=reason, last_error=OVERRUN_ERROR)
         else:
             await self.note(found, Action.FAIL_STEP, detail)
         try:
@@ -198,7 +177,7 @@ class _Tick(_TickActions):
         except Exception as exc:
             if not is_instance_gone(exc):
                 raise
-            # it died since its status was read: its instance is due now, for the next tick's decision
+            # it died since its status was read: its instance is due now, for the next tick
             detail += f"; not delivered ({exc}): the orchestration is gone"
             record = await _io(self.ledger.find_instance, found.instance_id)
             await _io(bring_forward, self.ledger, record, orchestration_id, actor=self.actor, why=detail)
@@ -221,8 +200,6 @@ class _Tick(_TickActions):
             orchestration_id, result_event_name(found.step_id, attempt, kind), result.model_dump(mode="json")
         )
 
-    # ---- compensation (see docs/supervisor.md for the decision table) ----------------------------
-
     async def start_compensation(self, found: StepRecord, *, reason: str) -> None:
         compensation_id = compensation_instance_id(found.instance_id)
         status = await self.status_of(compensation_id)
@@ -243,9 +220,7 @@ class _Tick(_TickActions):
         if status not in ALIVE_STATUSES:
             who = f"requested by {found.owner}" if _operator_requested(found) else "overdue"
             reason = f"supervisor: step {found.step_id} is Compensating ({who}) with no compensation running"
-            # The instance record decides: it is claimed (-> Compensating) first, so one start per
-            # instance across ticks and no resume of the scheduler this ends. Only an instance that
-            # already ended (its record cannot move) leaves the start to the step.
+            # the instance record decides (one start per instance); an ended one leaves it to the step
             if await InstanceSupervisor(self).compensate_for_step(found, claimed, reason):
                 return
             await self.end_scheduler(found, reason)
@@ -262,8 +237,7 @@ class _Tick(_TickActions):
             f"compensation attempt {attempt} {lateness.total_seconds():.0f}s past its deadline while "
             f"{compensation_id} is {status}; raised a failed compensation result"
         )
-        if found.compensation_status in COMP_IN_FLIGHT:
-            # Mirror check_compensation: the attempt is over as far as the ledger is concerned.
+        if found.compensation_status in COMP_IN_FLIGHT:  # as check_compensation: the attempt is over
             await _io(
                 self.ledger.update,
                 claimed,

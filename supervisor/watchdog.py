@@ -1,8 +1,6 @@
-"""The supervisor's watchdog: find overdue steps and instances in the ledger and recover them, exactly
-once each: each is *claimed* with an ETag-conditional write (owner ``supervisor:<tick>``, deadline a
-lease ahead) before anything acts (docs/supervisor.md, "One tick", "Exactly once"). Decisions use the
-ledger and the orchestration's runtime status, never a clock or a message alone. :func:`run_tick` is
-the whole tick as a plain coroutine; the timer function only builds its arguments.
+"""The supervisor's watchdog: find overdue steps and instances in the ledger and recover each exactly
+once, claiming it with an ETag-conditional write before anything acts (docs/supervisor.md, "One tick",
+"Exactly once"). :func:`run_tick` is the whole tick as a plain coroutine.
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import azure.durable_functions as df
@@ -21,12 +19,12 @@ import azure.functions as func
 from supervisor.instances import InstanceSupervisor
 from supervisor.step_decisions import _Tick
 from supervisor.watchdog_model import (
-    DEFAULT_LEASE_SECONDS,
     ERROR_ACTION,
     OPERATOR_PREFIX,
     TickReport,
     _io,
     _operator_requested,
+    record_recovery,
 )
 from workflow_core import clock, ledger_gauges, telemetry, telemetry_instruments, tracing
 from workflow_core.contracts import WATCHDOG_FUNCTION
@@ -52,25 +50,12 @@ async def run_tick(
     tick_id: str | None = None,
     batch_size: int | None = None,
 ) -> TickReport:
-    """One watchdog tick over at most ``batch_size`` overdue steps; never raises for one bad step.
-
-    ``services`` needs ``settings``, ``ledger`` and ``transport`` (``workflow_core.runtime.Services``).
-    Defaults: ``now`` = ``clock.utcnow()``, batch size and grace from ``WATCHDOG_BATCH_SIZE`` /
-    ``WATCHDOG_GRACE_SECONDS``, lease :data:`DEFAULT_LEASE_SECONDS`.
-    """
-    settings = services.settings
-    now = require_aware(now, "now") if now is not None else clock.utcnow()
-    assert now is not None
+    """One watchdog tick over at most ``batch_size`` overdue steps; never raises for one bad step."""
+    now = require_aware(now, "now") or clock.utcnow()
     report = TickReport(tick_id=tick_id or f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}", now=now)
-    tick = _Tick(
-        client,
-        services,
-        report,
-        grace=timedelta(seconds=settings.watchdog_grace_seconds),
-        lease=timedelta(seconds=DEFAULT_LEASE_SECONDS),
-    )
+    tick = _Tick(client, services, report)
     ledger = services.ledger
-    limit = batch_size or settings.watchdog_batch_size
+    limit = batch_size or services.settings.watchdog_batch_size
     started = time.perf_counter()
     index_before, steps_before = ledger.stats.index_entities_read, ledger.stats.step_entities_read
     with telemetry_instruments.current().tracer.start_as_current_span(
@@ -82,17 +67,15 @@ async def run_tick(
             log.exception("watchdog tick %s could not read the deadline index", report.tick_id)
             report.errors += 1
             overdue = []
-        # Index rows the tick's writes retire go in one batch per index partition at the end.
-        with ledger.deferred_index_deletes():
+        with ledger.deferred_index_deletes():  # retired index rows: one batch per partition at the end
             watched = await _supervise_instances(tick, now, limit)
-            # Steps watched through their instance's row (workflow_core/ledger/watch.py) join those the
-            # step index found; a write between the two reads can move a step across: taken once.
+            # steps watched through their instance's row (ledger/watch.py) join the index's, once each
             seen = {(r.instance_id, r.step_id) for r in overdue}
             overdue = overdue + [r for r in watched if (r.instance_id, r.step_id) not in seen]
             report.overdue = len(overdue)
             for record in overdue:
                 with recovery_span(record):
-                    await _handle_one(tick, record)
+                    await _recover(tick, record, tick.handle, (ConcurrencyConflict, IllegalTransition))
             if freed := await tend_limits(client, services, now):  # agent limits: slots freed, parked woken
                 report.actions["slot_freed"] += freed
         report.index_entities_read = ledger.stats.index_entities_read - index_before
@@ -112,8 +95,7 @@ async def run_tick(
 
 def recovery_span(record: Any) -> Any:
     """The span of one step's (or instance's) recovery: a child of the tick's span, *linked* to the
-    trace the ledger row recorded (the workflow's), so each trace leads to the other. Recovery events
-    (``sas.recovery``) land on it."""
+    workflow's trace the row recorded; ``sas.recovery`` events land on it."""
     return tracing.span(
         tracing.RECOVERY_SPAN,
         attributes={
@@ -126,21 +108,23 @@ def recovery_span(record: Any) -> Any:
     )
 
 
-async def _handle_one(tick: _Tick, record: StepRecord) -> None:
-    """One overdue step; a conflict or an error is reported and the tick goes on."""
+async def _recover(tick: _Tick, record: Any, act: Any, moved_on: tuple[type[Exception], ...]) -> None:
+    """One overdue step or instance (step ``*``); a conflict or an error is reported and the tick goes on."""
     report = tick.report
+    step = isinstance(record, StepRecord)
+    what = f"step {record.instance_id}/{record.step_id}" if step else f"instance {record.instance_id}"
     try:
-        await tick.handle(record)
-    except (ConcurrencyConflict, IllegalTransition) as exc:
-        # The step moved on between our claim and our decision (an agent or the scheduler
-        # acted): the ledger is right, nothing to do; the step comes back if it is overdue again.
+        await act(record)
+    except moved_on as exc:  # it moved on (an agent or the scheduler acted): the ledger is right
         report.conflicts += 1
-        log.info("step %s/%s moved on while being recovered: %s", record.instance_id, record.step_id, exc)
+        log.info("%s moved on while being recovered: %s", what, exc)
     except Exception as exc:
-        log.exception(
-            "watchdog tick %s failed on step %s/%s", report.tick_id, record.instance_id, record.step_id
-        )
-        _record_error(report, record, record.step_id, record.attempt, record.workflow_name, exc)
+        log.exception("watchdog tick %s failed on %s", report.tick_id, what)
+        report.errors += 1
+        record_recovery(report, record, ERROR_ACTION, telemetry.OUTCOME_ERROR, f"{type(exc).__name__}: {exc}")
+        if not step:
+            await _hand_instance_back(tick, record)
+            return
         await _best_effort_claim(tick, record)
         try:
             await tick.note(
@@ -150,29 +134,9 @@ async def _handle_one(tick: _Tick, record: StepRecord) -> None:
             log.exception("could not audit the failure on %s/%s", record.instance_id, record.step_id)
 
 
-def _record_error(
-    report: TickReport, record: Any, step_id: str, attempt: int, workflow: str, exc: Exception
-) -> None:
-    """Count an error on a step (or an instance: step ``*``) and record it as ``sas.recovery``."""
-    report.errors += 1
-    telemetry.record_recovery(
-        record.instance_id,
-        step_id,
-        attempt,
-        ERROR_ACTION,
-        telemetry.OUTCOME_ERROR,
-        workflow=workflow,
-        status=record.status.value,
-        tick_id=report.tick_id,
-        reason=f"{type(exc).__name__}: {exc}",
-    )
-
-
 async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> list[StepRecord]:
-    """Instances whose scheduler broke its promise (``scheduler_deadline`` passed): see
-    ``supervisor/instances.py``. Handled before the steps, so a dead instance is resumed or
-    compensated once, by the instance, whichever of its rows the tick met first. Returns the
-    overdue steps the instance rows watch, for the step decisions."""
+    """Instances whose ``scheduler_deadline`` passed (``instances.py``), before the steps, so a dead
+    instance is resumed or compensated once, by its record; returns the steps their rows watch."""
     report = tick.report
     try:
         due = await _io(tick.ledger.overdue_work, now, limit)
@@ -183,25 +147,16 @@ async def _supervise_instances(tick: _Tick, now: datetime, limit: int) -> list[S
     overdue = due.instances
     report.overdue_instances = len(overdue)
     ledger_gauges.note_overdue_instances(Counter(i.workflow for i in overdue))  # sas.instance.overdue
-    supervisor = InstanceSupervisor(tick)
+    handle = InstanceSupervisor(tick).handle
     for instance in overdue:
-        try:
-            with recovery_span(instance):
-                await supervisor.handle(instance)
-        except (ConcurrencyConflict, IllegalInstanceTransition) as exc:
-            report.conflicts += 1
-            log.info("instance %s moved on while being recovered: %s", instance.instance_id, exc)
-        except Exception as exc:
-            log.exception("watchdog tick %s failed on instance %s", report.tick_id, instance.instance_id)
-            _record_error(report, instance, "*", instance.resume_count, instance.workflow, exc)
-            await _hand_instance_back(tick, instance)
+        with recovery_span(instance):
+            await _recover(tick, instance, handle, (ConcurrencyConflict, IllegalInstanceTransition))
     return due.steps
 
 
 async def _hand_instance_back(tick: _Tick, found: InstanceRecord) -> None:
-    """An operator's request on an instance (a resume) whose act failed after this tick claimed the
-    record: the record goes back to the operator, due after the lease, so the next tick carries the
-    request out instead of treating the instance by its policy. Anything else written meanwhile stands."""
+    """An operator's resume whose act failed after this tick claimed the record: it goes back to the
+    operator, due after the lease, so a later tick carries it out (a write meanwhile stands)."""
     if not (found.owner or "").startswith(OPERATOR_PREFIX):
         return
     try:
@@ -222,19 +177,16 @@ async def _hand_instance_back(tick: _Tick, found: InstanceRecord) -> None:
 
 
 async def _best_effort_claim(tick: _Tick, record: StepRecord) -> None:
-    """After an error on a step the tick had not written yet: claim it for the lease anyway, so it
-    is retried after the lease, not hammered every tick; if anyone wrote it meanwhile, leave it. An
-    operator's request is handed back to the operator instead (claimed or not), so its act, which
-    failed, is carried out after the lease rather than lost as an ordinary overrun."""
+    """After an error on a step: claim it for the lease, so it is retried then, not every tick (a write
+    meanwhile stands); an operator's request is handed back to the operator instead, so its failed
+    act is retried rather than lost as an ordinary overrun."""
     operator_asked = _operator_requested(record)
     try:
         current = record
         if operator_asked:
             current = await _io(tick.ledger.get, record.instance_id, record.step_id)
-            if (current.status, current.attempt) != (record.status, record.attempt) or current.owner not in (
-                record.owner,
-                tick.actor,
-            ):
+            moved = (current.status, current.attempt) != (record.status, record.attempt)
+            if moved or current.owner not in (record.owner, tick.actor):
                 return  # the step moved on (an agent, the scheduler, another operator): that stands
         await _io(
             tick.ledger.update,
@@ -251,10 +203,9 @@ async def _best_effort_claim(tick: _Tick, record: StepRecord) -> None:
 
 
 async def tend_limits(client: Any, services: Any, now: datetime) -> int:
-    """Per-agent limits (docs/agent-limits.md): free the slots whose holder crashed, or whose admission
-    never dispatched, once the holder's attempt deadline passed, and wake the steps parked behind a
-    circuit that now lets them through; how many slots were freed. One partition query per limited
-    agent; circuits are not moved here (an open or close holds until an operator or a probe changes it)."""
+    """Per-agent limits (docs/agent-limits.md): free the slots of crashed holders or lapsed admissions
+    and wake the steps parked behind a circuit that lets them through; how many slots were freed.
+    Circuits are not moved here."""
     limited = [a for a, lim in agent_pools().agents.items() if lim.active]
     if not limited:
         return 0
@@ -266,8 +217,7 @@ async def tend_limits(client: Any, services: Any, now: datetime) -> int:
 
 
 async def wake_parked(client: Any, services: Any, agent: str) -> int:
-    """Wake the steps parked behind ``agent``'s circuit at once if it lets them through now (an
-    operator's close through the API); how many."""
+    """Wake the steps parked behind ``agent``'s circuit now (an operator's close); how many."""
     try:
         wakes = await asyncio.to_thread(services.limits.parked, agent)
     except Exception as exc:  # the close is recorded; the watchdog's tick wakes them instead
@@ -286,7 +236,7 @@ async def _wake(client: Any, wakes: list[tuple[str, str]]) -> None:
 
 
 def _run_on_startup() -> bool:
-    """``WATCHDOG_RUN_ON_STARTUP``, read when the function is indexed (off unless settings say so)."""
+    """``WATCHDOG_RUN_ON_STARTUP``, read when the function is indexed."""
     from workflow_core.settings import SettingsError, load_settings
 
     try:
@@ -314,7 +264,6 @@ async def supervisor_watchdog(timer: func.TimerRequest, client: df.DurableOrches
     report = await run_tick(client, services)
     if report.errors:
         log.warning(report.summary())
-    # `sas doctor` reads when the watchdog last ran from this row (workflow_core/liveness.py).
     await _io(
         services.liveness.record_tick,
         now=report.now,

@@ -1,9 +1,6 @@
-"""The watchdog's vocabulary (what it can decide, what a tick reports, the constants it reads) and
-the moves every step decision is made of: claiming a step, noting, timing out, recording.
-
-The moves carry the watchdog's exactly-once guarantee (an ETag-guarded claim before any side effect,
-an audit row and a ``sas.recovery`` record for every decision). One :class:`_TickActions` lives for
-one tick.
+"""The watchdog's vocabulary (its decisions, a tick's report, its constants) and the moves every step
+decision is made of, which carry its exactly-once guarantee: an ETag-guarded claim before any side
+effect, an audit row and a ``sas.recovery`` record for every decision.
 """
 
 from __future__ import annotations
@@ -35,9 +32,7 @@ FALLBACK_STEP_DEADLINE_SECONDS = 300.0  # only when the step's workflow definiti
 ERROR_ACTION = "watchdog_error"  # telemetry action of a step the tick failed on (retried after the lease)
 OVERRUN_ERROR = "supervisor: deadline overrun"
 COMPENSATION_OVERRUN_ERROR = "supervisor: compensation deadline overrun"
-# A step of an instance the watchdog gave up on (flagged for an operator, parked), or of an instance
-# with no record at all, is looked at again this much later, not every lease: it stays in the deadline
-# index (its status needs a deadline).
+# A step of a flagged (or record-less) instance is looked at again this much later, not every lease.
 FLAGGED_LOOK_SECONDS = 86_400.0
 
 UNKNOWN_STATUS = "Unknown"
@@ -105,14 +100,11 @@ class TickReport:
 
 def runtime_status_name(status: Any) -> str:
     """``get_status`` result -> "Running", "Completed", ... or "Unknown" (no such instance)."""
-    if status is None:
-        return UNKNOWN_STATUS
-    value = (
-        status.get("runtimeStatus") if isinstance(status, dict) else getattr(status, "runtime_status", None)
-    )
-    if value is None:
-        return UNKNOWN_STATUS
-    return str(getattr(value, "value", value))
+    if isinstance(status, dict):
+        value = status.get("runtimeStatus")
+    else:
+        value = getattr(status, "runtime_status", None)
+    return UNKNOWN_STATUS if value is None else str(getattr(value, "value", value))
 
 
 def step_deadline_seconds(record: StepRecord, store: Any = None) -> float:
@@ -135,13 +127,30 @@ def step_deadline_seconds(record: StepRecord, store: Any = None) -> float:
 
 
 def trace_input(record: Any) -> dict[str, Any]:
-    """The orchestration input's ``trace`` from a ledger row's W3C context, so what the supervisor
-    starts stays in the workflow's trace (observability only)."""
+    """The orchestration input's ``trace`` from a ledger row's W3C context (observability only)."""
     carrier = tracing.from_fields(record.trace_parent, record.trace_state)
     return {tracing.TRACE_FIELD: carrier} if carrier else {}
 
 
 _io = asyncio.to_thread  # blocking ledger/transport calls run off the event loop the worker shares
+
+
+def record_recovery(
+    report: TickReport, record: Any, action: str, outcome: str, reason: str, attempt: int | None = None
+) -> None:
+    """The ``sas.recovery`` record of a tick's decision (or error) on a step, or an instance (step ``*``)."""
+    step = isinstance(record, StepRecord)
+    telemetry.record_recovery(
+        record.instance_id,
+        record.step_id if step else "*",
+        attempt if attempt is not None else record.attempt if step else record.resume_count,
+        action,
+        outcome,
+        workflow=record.workflow_name if step else record.workflow,
+        status=record.status.value,
+        tick_id=report.tick_id,
+        reason=reason,
+    )
 
 
 def _operator_requested(record: StepRecord) -> bool:
@@ -152,23 +161,15 @@ def _operator_requested(record: StepRecord) -> bool:
 class _TickActions:
     """One tick's state (its time, lease, grace, the orchestration statuses it read) and its moves."""
 
-    def __init__(
-        self,
-        client: Any,  # a DurableOrchestrationClient: get_status, raise_event, terminate, start_new
-        services: Any,
-        report: TickReport,
-        *,
-        grace: timedelta,
-        lease: timedelta,
-    ) -> None:
-        self.client = client
+    def __init__(self, client: Any, services: Any, report: TickReport) -> None:
+        self.client = client  # a DurableOrchestrationClient: get_status, raise_event, terminate, start_new
         self.ledger = services.ledger
         self.services = services
         self.report = report
         self.now = report.now
         self.actor = f"{SUPERVISOR_PREFIX}{report.tick_id}"
-        self.grace = grace
-        self.lease = lease
+        self.grace = timedelta(seconds=services.settings.watchdog_grace_seconds)
+        self.lease = timedelta(seconds=DEFAULT_LEASE_SECONDS)
         self._statuses: dict[str, str] = {}
 
     async def status_of(self, orchestration_id: str) -> str:
@@ -199,21 +200,10 @@ class _TickActions:
         self.report.decisions.append(
             Decision(record.instance_id, record.step_id, record.status.value, action.value, outcome, detail)
         )
-        telemetry.record_recovery(
-            record.instance_id,
-            record.step_id,
-            record.attempt if attempt is None else attempt,
-            action.value,
-            outcome,
-            workflow=record.workflow_name,
-            status=record.status.value,
-            tick_id=self.report.tick_id,
-            reason=detail,
-        )
+        record_recovery(self.report, record, action.value, outcome, detail, attempt)
 
     def time_out_now(self, record: StepRecord, *, reason: str, last_error: str) -> StepRecord:
-        """Blocking: ``record`` -> TimedOut, owned by this tick until now + lease (its claim); counted
-        in ``sas.step.duration`` with outcome ``timed_out``, from the send as the row dates it."""
+        """Blocking: ``record`` -> TimedOut, claimed for the lease; ``sas.step.duration`` ``timed_out``."""
         claim = "" if record.owner == self.actor else f"claimed by watchdog tick {self.report.tick_id}; "
         written = self.ledger.transition(
             record,
@@ -224,7 +214,7 @@ class _TickActions:
             owner=self.actor,
             deadline=self.now + self.lease,
         )
-        sent = record.sent_at()  # as the row dates the send (the send itself is not recorded)
+        sent = record.sent_at()
         telemetry.record_step_finished(
             record.workflow_name,
             record.step_id,
@@ -264,8 +254,7 @@ class _TickActions:
     async def claim_with(
         self, found: StepRecord, write: Callable[..., T], *args: Any, **kwargs: Any
     ) -> T | None:
-        """Run ``write`` (ETag-guarded on ``found`` as read) as this tick's claim; None when someone
-        wrote the step since, and won."""
+        """Run ``write`` (ETag-guarded on ``found``) as this tick's claim; None when someone won."""
         try:
             written = await _io(write, *args, **kwargs)
         except (ConcurrencyConflict, StepNotFound):
@@ -278,8 +267,8 @@ class _TickActions:
         return written
 
     def within_grace(self, found: StepRecord, lateness: timedelta) -> bool:
-        """Overran an attempt deadline by less than the grace: the orchestration's own timer handles it
-        (docs/supervisor.md, "Grace"); rows waiting for the scheduler and operator requests are due."""
+        """Overran an attempt deadline by less than the grace, so the orchestration's own timer handles
+        it (docs/supervisor.md, "Grace"); operator requests and rows waiting for the scheduler are due."""
         if lateness >= self.grace or _operator_requested(found):
             return False
         if found.status in (S.DISPATCHED, S.RUNNING):
@@ -312,9 +301,9 @@ class _TickActions:
         self._statuses[compensation_id] = "Pending"  # other rows of this instance in this tick see it
 
     async def end_scheduler(self, found: StepRecord, reason: str) -> None:
-        """Terminate the instance's scheduler before a compensation is started here, if it still runs:
-        the framework drops a scheduler's later sub-orchestration start of the same compensation id as
-        a duplicate, and the scheduler would wait on it forever (docs/supervisor.md, "Decision table")."""
+        """Terminate the instance's scheduler, if it still runs, before a compensation starts here: its
+        own later start of the same id would be dropped as a duplicate and waited on forever
+        (docs/supervisor.md, "Decision table")."""
         scheduler_id = found.instance_id
         status = await self.status_of(scheduler_id)
         if status not in ALIVE_STATUSES:

@@ -1,13 +1,9 @@
-"""The recovery canary's verifier: judge finished (or overdue) ``sas-canary`` and ``sas-canary-echo``
-runs from their audit trails, record each verdict once as a ledger row in the run's own partition, and
-emit metrics.
+"""The recovery canary's verifier: judge finished (or overdue) canary runs from their audit trails,
+record each verdict once as a ledger row in the run's own partition, and emit metrics.
 
-:func:`read_runs` reads the newest runs once for a whole pass: each run's audit trail at most once,
-shared by the verifier (:func:`verify_runs`) and the summary (:func:`latest_verdicts`: ``sas canary``,
-``GET /api/canary``, the per-pool stale count), and never again once this process has seen the run's
-verdict (a verdict never changes). Canary runs are ordinary instances of the canary workflows, so
-retention purges them like any finished instance; the timer and the starter are in
-:mod:`supervisor.canary.runs`.
+:func:`read_runs` reads the newest runs once for a whole pass, shared by :func:`verify_runs` and
+:func:`latest_verdicts`, each audit trail at most once and never again once this process has seen
+the run's verdict (it never changes). The timer and the starter are in :mod:`supervisor.canary.runs`.
 """
 
 from __future__ import annotations
@@ -103,8 +99,7 @@ def _remember(ledger: Any, instance_id: str, verdict: dict[str, Any]) -> None:
 def exercised_pool(
     ledger: Any, instance_id: str, given: dict[str, Any], workflow: str = CANARY_WORKFLOW
 ) -> str:
-    """The pool the run's probe was sent to: dispatch's rule (``route_pool``) applied to the probe step's
-    input as the ledger stores it, so a verdict names where the work went, not what was asked."""
+    """The pool the run's probe was sent to (``route_pool`` on the stored probe input), not what was asked."""
     try:
         probe = ledger.get(instance_id, PROBE)
     except StepNotFound:
@@ -114,16 +109,14 @@ def exercised_pool(
 
 
 def canary_records(ledger: Any, limit: int) -> list[Any]:
-    """The newest ``limit`` runs of every canary workflow (``sas-canary``, ``sas-canary-echo``), newest
-    first: one listing query per workflow."""
+    """The newest ``limit`` runs of the canary workflows, newest first (one query per workflow)."""
     records = [r for name in CANARY_WORKFLOWS for r in ledger.list_instances(workflow=name, limit=limit)[0]]
     records.sort(key=lambda r: r.started_at.timestamp() if r.started_at else 0.0, reverse=True)
     return records[:limit]
 
 
 def read_runs(ledger: Any, limit: int) -> list[Run]:
-    """The newest ``limit`` canary runs with their verdicts: the listing, then the audit trail of each
-    run whose verdict this process has not seen (one query each)."""
+    """The newest ``limit`` canary runs with their verdicts (an audit trail read for each not yet seen)."""
     known = _judged.get(ledger, {})
     runs = []
     for record in canary_records(ledger, limit):
@@ -144,9 +137,8 @@ def verify_runs(
     limit: int = 20,
     runs: list[Run] | None = None,
 ) -> list[Verdict]:
-    """Judge the newest ``limit`` canary runs (or ``runs``, read by :func:`read_runs`) not yet judged;
-    record and return the new verdicts (a run still within its expected recovery time is left for a
-    later pass)."""
+    """Judge the newest ``limit`` canary runs (or ``runs``) not yet judged; record and return the new
+    verdicts (a run still within its expected recovery time waits for a later pass)."""
     now = now or clock.utcnow()
     instruments = telemetry_instruments.current()
     new: list[Verdict] = []
@@ -215,21 +207,17 @@ def latest_verdicts(
     pools: Sequence[str] = (),
     runs: list[Run] | None = None,
 ) -> dict[str, Any]:
-    """``{state, last_passed_at, verdicts, pools}`` for operators. ``pools`` maps each canary pool (those
-    given, plus any a verdict names) to its own ``{state, last_passed_at, last}``, from that pool's
-    verdicts alone. The overall state is the worst pool's: ``failed`` when any pool's newest verdict
-    failed (another pool passing does not hide it), ``stale`` when a pool that has verdicts has none
-    passed within two periods (or a given pool has none at all while others' go back two periods),
-    ``passed`` otherwise (``none`` without any verdict). ``limit`` runs are
-    read per pool, so a tick that starts one run per pool shows ``limit`` ticks (``runs``: already read)."""
+    """``{state, last_passed_at, verdicts, pools}`` for operators; ``pools`` maps each canary pool (given
+    or named by a verdict) to its own ``{state, last_passed_at, last}``. The overall state is the worst
+    pool's (a pool passing never hides another's failure); a given pool without verdicts is stale once
+    others' go back two periods. ``limit`` runs are read per pool (``runs``: already read)."""
     now = now or clock.utcnow()
     runs = read_runs(ledger, limit * max(1, len(pools))) if runs is None else runs
     verdicts = [dict(r.verdict) for r in runs if r.verdict is not None]
     verdicts.sort(key=lambda v: v["at"], reverse=True)
     names = list(dict.fromkeys([*pools, *(str(v.get("pool") or "") for v in verdicts)]))
     per_pool: dict[str, Any] = {}
-    # the canary has run for two periods when a verdict that old was read: from then on a pool without
-    # any verdict (its runs never start, or are never judged) is stale, not merely new
+    # once a verdict two periods old was read, a pool without any verdict is stale, not merely new
     running_long = bool(verdicts) and now - datetime.fromisoformat(verdicts[-1]["at"]) > 2 * period
     for name in names:
         mine = [v for v in verdicts if str(v.get("pool") or "") == name]

@@ -1,15 +1,10 @@
 """The recovery canary's tick and its runs (docs/operations.md, "Recovery canary").
 
-The maintenance timer (``supervisor.maintenance``) runs :func:`canary_tick` when ``CANARY_SCHEDULE``
-is due: it reads the newest runs once (``supervisor.canary.read_runs``), judges the finished ones,
-counts the pools gone stale (:func:`report_stale_pools`: the per-pool alert's metric) from the same
-read, then, when ``CANARY_ENABLED``, starts one run per canary pool (``workflow_core.canary.
-canary_pools``: every hosted pool and every pool that opts in) through the one starter
-(``workflow_core.starter.start_instance``), the scenario rotating with the period (each pool gets the
-same scenario in a tick): of ``sas-canary``, or of ``sas-canary-echo`` in a message-only pool that
-opts in. With the canary off it still judges, so a run started by hand (``sas canary run``) is judged.
-The scheduler-lost scenario is made here: its orchestration is terminated as soon as it is started,
-so the watchdog must resume it from the ledger.
+:func:`canary_tick` (the maintenance timer, when ``CANARY_SCHEDULE`` is due) reads the newest runs
+once, judges the finished ones and counts the stale pools, then, when ``CANARY_ENABLED``, starts one
+run per canary pool through the one starter, the scenario rotating with the period. With the canary
+off it still judges runs started by hand (``sas canary run``). The scheduler-lost scenario's
+orchestration is terminated as soon as it starts, so the watchdog must resume it from the ledger.
 """
 
 from __future__ import annotations
@@ -61,9 +56,8 @@ def workflow_of(services: Services, pool: str) -> str:
 
 
 async def start_canary_run(client: Any, services: Services, scenario: str, pool: str | None = None) -> str:
-    """Start one canary run now (the one starter, so the run is an ordinary instance); its id. The run
-    exercises ``pool`` (one of :func:`pools_of`; unset: the pool ``workflows/pools.yaml`` routes the
-    canary's agents to, ``default`` unless one lists them). Raises ``StartRefused`` as the starter does."""
+    """Start one canary run now through the one starter (raising ``StartRefused`` as it does); its id.
+    It exercises ``pool`` (one of :func:`pools_of`; unset: where ``workflows/pools.yaml`` routes it)."""
     scenario_named(scenario)  # a clear error for an unknown one
     pool = canary_pool() if pool is None else pool
     if pool not in (allowed := pools_of(services)):
@@ -81,13 +75,10 @@ async def start_canary_run(client: Any, services: Services, scenario: str, pool:
 
 
 def report_stale_pools(summary: dict[str, Any], pools: Sequence[str]) -> dict[str, str | None]:
-    """Count each stale canary pool of ``summary`` (:func:`supervisor.canary.latest_verdicts`) once in
-    ``sas.canary.stale_pools``; ``{pool: last passed at}`` of those.
-
-    A pool whose runs never start, or are never judged, leaves no ``sas.canary.runs`` row: the
-    failed-verdict alert cannot see it, and the "no pass for two periods" alert stays quiet while any
-    other pool passes; ``infra/modules/canary-alerts.bicep``'s ``canaryPoolStaleAlert`` fires per pool
-    on this metric instead."""
+    """Count each stale canary pool of ``summary`` once in ``sas.canary.stale_pools``; ``{pool: last
+    passed at}`` of those. A pool whose runs never start or are never judged leaves no
+    ``sas.canary.runs`` row: ``canaryPoolStaleAlert`` (``infra/modules/canary-alerts.bicep``) fires on
+    this metric instead."""
     stale = {
         name: state["last_passed_at"]
         for name, state in summary["pools"].items()
@@ -110,14 +101,11 @@ def watchdog_period_seconds(schedule: str) -> float:
 async def canary_tick(
     services: Services, client: Any, canary: CanarySettings, now: datetime | None = None
 ) -> dict[str, Any]:
-    """One canary pass: judge earlier runs and count stale pools from one read of the newest runs, then
-    (when enabled) start the next scenario in every canary pool. What it did (``started``: one
-    instance id per pool, in :func:`pools_of` order)."""
+    """One canary pass: judge runs and count stale pools, then (when enabled) start one run per pool."""
     now = now or clock.utcnow()
     settings = services.settings
     pools = pools_of(services)
-    # one read for both: the stale count's window (ten runs a pool) holds the verifier's (a run is
-    # judged within its bound, minutes, so well inside ten periods)
+    # one read for both: a run is judged within minutes, well inside the stale count's ten periods
     runs = await asyncio.to_thread(read_runs, services.ledger, SHOWN * max(1, len(pools)))
     judged = await asyncio.to_thread(
         verify_runs,

@@ -1,14 +1,10 @@
 """The maintenance timer: one timer function (one Flex scale group) for the recovery canary, retention
 and bulk operations, apart from the watchdog's, so no maintenance work ever delays a watchdog tick.
 
-It ticks every 30 seconds. Each feature does its work when its own schedule (``CANARY_SCHEDULE``,
-``RETENTION_SCHEDULE``, ``BULK_SCHEDULE``) has an occurrence in the 30 seconds the tick closes, and
-each is bounded, so one cannot starve another: the canary reads at most ten runs a pool and starts
-one run a pool; retention purges at most ``RETENTION_BATCH_SIZE`` instances; bulk operations act for
-about :data:`BULK_TICK_SECONDS`. The features run side by side (a failing one is logged, the others
-go on). Each feature's settings are read on their own each tick (``workflow_core.settings``): a bad
-value disables that feature with a one-line error in the log and in ``GET /api/diagnostics``, never
-the app.
+Every 30 seconds each feature whose schedule (``CANARY_SCHEDULE``, ``RETENTION_SCHEDULE``,
+``BULK_SCHEDULE``) fell in the tick runs, side by side and bounded, so none starves another. Each
+feature's settings load on their own each tick: a bad value disables that feature with a one-line
+error (log, ``GET /api/diagnostics``), never the app.
 """
 
 # No ``from __future__ import annotations``: the Python worker reads the timer function's annotations.
@@ -22,8 +18,7 @@ import azure.functions as func
 
 from supervisor.canary.runs import canary_tick
 from supervisor.maintenance import bulk
-from supervisor.maintenance.bulk_retention import bulk_retention_tick
-from supervisor.maintenance.retention import PurgeReport, Retention
+from supervisor.maintenance.retention import BulkRetention, PurgeReport, Retention
 from workflow_core import clock, runtime
 from workflow_core.settings import (
     FEATURE_LOADERS,
@@ -45,8 +40,7 @@ BULK_TICK_SECONDS = 20  # a tick acts for about this long (rate x seconds instan
 async def retention_tick(
     services: runtime.Services, client: Any, ops: RetentionSettings, now: datetime | None = None
 ) -> PurgeReport:
-    """Purge up to ``RETENTION_BATCH_SIZE`` instances finished longer ago than their retention, then
-    finished bulk operations' rows."""
+    """Purge up to ``RETENTION_BATCH_SIZE`` instances past their retention, then finished bulk operations."""
     workflows = load_workflows().items()
     container = ops.archive_container
     retention = Retention(
@@ -58,7 +52,8 @@ async def retention_tick(
         archive=blob_container_client(services.settings.ledger_connection, container) if container else None,
     )
     report = await retention.run(now)
-    await asyncio.to_thread(bulk_retention_tick, services.ledger, ops, now)
+    bulk_retention = BulkRetention(services.ledger, retention_days=ops.days, batch_size=ops.batch_size)
+    await asyncio.to_thread(bulk_retention.run, now)
     log.info(
         "retention: marked %d, purged %d, failed %d", *map(len, (report.marked, report.purged, report.failed))
     )
@@ -85,8 +80,7 @@ FEATURE_TICKS = {"canary": canary_tick, "retention": retention_tick, "bulk": bul
 
 
 def due_features(now: datetime, env: Any = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """The features whose schedule has an occurrence in the tick that ``now`` closes, with their
-    settings; and each feature whose settings do not load, with its error."""
+    """The features due in the tick ``now`` closes, with their settings; and those whose settings fail."""
     end = now.replace(second=now.second - now.second % 30, microsecond=0)  # the tick's own time
     due, errors = {}, {}
     for feature, load in FEATURE_LOADERS.items():
@@ -101,7 +95,7 @@ def due_features(now: datetime, env: Any = None) -> tuple[dict[str, Any], dict[s
 
 
 def report_feature_errors(errors: dict[str, str] | None = None) -> dict[str, str]:
-    """Log each feature whose settings do not load (at start, and each tick: it stays off until they do)."""
+    """Log each feature whose settings do not load (it stays off until they do)."""
     errors = feature_errors() if errors is None else errors
     for feature, error in errors.items():
         log.error("maintenance: %s is disabled: %s", feature, error)

@@ -1,21 +1,23 @@
 """Bulk operations: one operator action over every instance matching a filter, after an outage.
 
-What is shown is what is done. :func:`preview` (the dry run) and the act apply one eligibility check
-(:func:`eligibility`, which asks the one instance state, ``workflow_core/ledger/instance_state.py``)
-and a dry run writes nothing. A real operation is recorded (``~bulk``) and then *frozen*: the
-instances that match are written as its snapshot (``~bulk~<id>``, one ``pending`` row each, the
-listing's cursor saved after each page) before anything is acted on, by whichever runner (the
-request, the timer, ``sas bulk``) gets there, so an instance that starts matching later is never
-swept up. Each runner then claims a pending row (ETag), re-reads the instance, re-checks the filter
-and acts conditional on the record as checked (a change since is "no longer matches", not an
-action), and records the outcome with its name on the row it claimed: two runners never act on, or
-report, the same instance. Each audit row names the operation (``[bulk <id>]``), so an action whose
-runner died before recording it is found and recorded, not repeated. Canary runs are never listed.
+What is shown is what is done: the dry run (:func:`preview`) and the act apply one check
+(:func:`eligibility`, asking ``instance_state``). A real operation is recorded (``~bulk``), then
+*frozen*: the matching instances are written as its snapshot (``~bulk~<id>``, one ``pending`` row
+each) before anything is acted on, so an instance that matches later is never swept up. Each runner
+(the request, the timer, ``sas bulk``) claims a pending row (ETag), re-reads and re-checks the
+instance, acts conditional on the record as checked, and records the outcome on its row. Each audit
+row names the operation (``[bulk <id>]``), so an action whose runner died is recorded, not repeated.
+Canary runs are never listed (docs/operations.md, "Bulk operations").
+
+Idempotency keys are the single actions' rows (``workflow_core.ledger.idempotency``), claimed API-wide
+with :data:`KEYS_PARTITION` as their "instance", so a key is used by one kind of request only; a key
+stands for :func:`request_of` the request. A dry run takes no key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import secrets
 from collections.abc import Awaitable, Callable
@@ -32,6 +34,7 @@ from workflow_core import clock
 from workflow_core.canary import CANARY_WORKFLOWS
 from workflow_core.ledger import InstanceRecord, InstanceStatus, StepLedger, StepRecord
 from workflow_core.ledger.bulk_rows import CLAIMED, PENDING, BulkRows
+from workflow_core.ledger.families import BULK_KEYS_PARTITION
 from workflow_core.ledger.instance_state import refusal
 
 _ACTIVE = {
@@ -39,6 +42,7 @@ _ACTIVE = {
     OrchestrationRuntimeStatus.Running,
     OrchestrationRuntimeStatus.ContinuedAsNew,
 }
+KEYS_PARTITION = BULK_KEYS_PARTITION  # where bulk requests' idempotency keys live
 BULK_ACTIONS = ("retry", "skip", "compensate", "resume", "stop", "cancel")
 PAGE = 50
 ACTED, SKIPPED, NO_LONGER_MATCHES, FAILED = "acted", "skipped", "no-longer-matches", "failed"
@@ -47,8 +51,8 @@ Terminate = Callable[[str, str], Awaitable[None]]  # (instance id, reason): end 
 
 
 class BulkFilter(BaseModel):
-    """Which instances: every field given must match (``error_contains``: in its or a step's last
-    error, its outcome or attention reason, case-insensitive). Canary runs never match."""
+    """Which instances: every field given must match (``error_contains``: case-insensitive, in its or
+    a step's last error, its outcome or attention reason). Canary runs never match."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -69,20 +73,13 @@ class BulkFilter(BaseModel):
         return value
 
     def listing(self) -> dict[str, Any]:
-        return {
-            "workflow": self.workflow,
-            "version": self.version,
-            "status": self.status,
-            "needs_attention": self.needs_attention,
-            "started_from": self.started_after,
-            "started_to": self.started_before,
-            "business_key_prefix": self.business_key_prefix,
-            "exclude_workflow": CANARY_WORKFLOWS,
-        }
+        """The ledger listing's arguments (``error_contains`` is checked per record)."""
+        same = self.model_dump(exclude={"error_contains", "started_after", "started_before"})
+        window = {"started_from": self.started_after, "started_to": self.started_before}
+        return {**same, **window, "exclude_workflow": CANARY_WORKFLOWS}
 
     def mismatch(self, record: InstanceRecord, steps: list[StepRecord]) -> str | None:
-        """Why ``record`` (with its ``steps``) does not match, or None: the listing's condition,
-        checked against the record itself."""
+        """Why ``record`` (with its ``steps``) does not match the listing's condition, or None."""
         started = record.started_at or datetime.min.replace(tzinfo=UTC)
         checks = (
             (self.workflow is None or record.workflow == self.workflow, f"workflow is {record.workflow}"),
@@ -108,6 +105,17 @@ class BulkFilter(BaseModel):
             if self.error_contains.lower() not in " ".join(filter(None, errors)).lower():
                 why = f"no error contains {self.error_contains!r}"
         return why
+
+
+def request_of(action: str, flt: BulkFilter, reason: str) -> str:
+    """What an idempotency key stands for, e.g. ``bulk resume 3f2a…`` (a digest: the reason may be long)."""
+    canonical = {
+        "action": action,
+        "filter": flt.model_dump(mode="json", exclude_none=True),
+        "reason": reason.strip(),
+    }
+    digest = hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    return f"bulk {action} {digest.hexdigest()[:24]}"
 
 
 @dataclass
@@ -228,14 +236,10 @@ def durable_terminate(client: Any) -> Terminate:
     return terminate
 
 
-# ---- the one eligibility check (dry run and act) --------------------------------------------------
-
-
 def eligibility(
     action: str, record: InstanceRecord, steps: list[StepRecord]
 ) -> tuple[str | None, str | None]:
-    """``(why not, None)`` when ``action`` cannot be taken on the instance now, else ``(None, the
-    step it moves)`` (None for an instance action)."""
+    """``(why not, None)``, or ``(None, the step it moves or None for an instance action)``."""
     refused = refusal(action, record, steps)
     if refused is not None:
         return refused[1], None
@@ -275,8 +279,7 @@ def preview(ledger: StepLedger, action: str, flt: BulkFilter) -> dict[str, Any]:
 
 
 def act_on(ledger: StepLedger, op: BulkOperation, instance_id: str) -> tuple[str, str, bool]:
-    """Re-read the instance, re-check the filter and the eligibility, and act conditional on the
-    record as checked: ``(result, why, ends its orchestration)``."""
+    """Re-read, re-check and act on the record as checked: ``(result, why, ends its orchestration)``."""
     for _ in range(operator.MAX_RACE_RETRIES):
         record, steps = ledger.find_instance(instance_id), ledger.list_for_instance(instance_id)
         if record is None:
@@ -304,24 +307,13 @@ def act_on(ledger: StepLedger, op: BulkOperation, instance_id: str) -> tuple[str
     return NO_LONGER_MATCHES, "it keeps changing; left as it is", False
 
 
-def _already_acted(ledger: StepLedger, op: BulkOperation, instance_id: str) -> bool:
-    return any(op.marker in (entry.reason or "") for entry in ledger.audit_trail(instance_id))
-
-
 def _freeze(store: BulkStore, op: BulkOperation) -> None:
-    """Write the snapshot from the cursor on, a page at a time (a runner that loses the race to move
-    the cursor reads the operation again and goes on from where the other one got)."""
+    """Write the snapshot from the cursor on, a page at a time (a lost race: go on from the winner's)."""
     ledger = store.ledger
     while not op.frozen:
         page, token = ledger.list_instances(**op.filter.listing(), limit=PAGE, continuation=op.cursor)
-        matched = [
-            r.instance_id
-            for r in page
-            if op.filter.mismatch(
-                r, ledger.list_for_instance(r.instance_id) if op.filter.error_contains else []
-            )
-            is None
-        ]
+        steps_of = ledger.list_for_instance if op.filter.error_contains else lambda _: []  # read when used
+        matched = [r.instance_id for r in page if op.filter.mismatch(r, steps_of(r.instance_id)) is None]
         store.rows.freeze(op.bulk_id, matched)
         op.cursor, op.frozen = token, token is None
         try:
@@ -343,17 +335,15 @@ async def run(
     terminate: Terminate | None = None,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> BulkOperation:
-    """Freeze ``op``'s snapshot if it is not yet, then act on its pending instances: at most
-    ``max_instances`` (None: all), at most ``rate_per_second``; ``runner`` names this runner on each
-    row it settles. Returns it as saved (``done`` when no instance is left)."""
+    """Freeze ``op``'s snapshot, then act on at most ``max_instances`` (None: all) of its pending
+    instances, at most ``rate_per_second``; returns it as saved (``done`` when none is left)."""
     runner = f"{runner}-{secrets.token_hex(3)}"
     ledger = store.ledger
     _freeze(store, op)
     handled = 0
     gap = 1.0 / rate_per_second if rate_per_second > 0 else 0.0
     now = clock.utcnow()
-    open_rows = store.rows.instance_rows(op.bulk_id, results=(PENDING, CLAIMED))
-    for row in open_rows:
+    for row in store.rows.instance_rows(op.bulk_id, results=(PENDING, CLAIMED)):
         if row.get("Result") == CLAIMED and not store.rows.stale(row, now):
             continue  # another runner is on it
         if max_instances is not None and handled >= max_instances:
@@ -363,7 +353,7 @@ async def run(
             continue  # another runner claimed it first: its outcome is that runner's
         handled += 1
         iid = row["RowKey"]
-        if _already_acted(ledger, op, iid):  # a runner died between its action and its outcome
+        if any(op.marker in (e.reason or "") for e in ledger.audit_trail(iid)):  # a runner died after acting
             store.rows.settle(claimed, ACTED, "acted before an interruption")
             continue
         try:

@@ -1,20 +1,14 @@
-"""Retention: purge instances that finished more than their retention period ago.
+"""Retention: purge instances that finished more than their retention period ago, in two moves, so
+no reader ever sees one half deleted as live (docs/operations.md, "Retention"):
 
-An instance is purged in two moves, so that no reader ever sees it half deleted as live:
+1. *Mark*: a finished, unflagged record moves to ``Purging`` (ETag-guarded, audited).
+2. *Finish* (idempotent: a crash is finished by the next tick): archive (``AUDIT_ARCHIVE_CONTAINER``:
+   every row as one JSON-lines blob, read back before anything is deleted), its Durable histories,
+   then every row of it (``ledger.purge_instance``).
 
-1. *Mark*: its record moves ``Succeeded|Compensated|Cancelled -> Purging`` (ETag-guarded, with its
-   audit row): from then on it is listed and read as ``Purging``, never as live. Only a finished
-   instance not flagged for an operator is marked (:data:`PURGEABLE_INSTANCE_STATUSES`).
-2. *Finish* (idempotent, so a crash anywhere is finished by the next tick): archive (when
-   ``AUDIT_ARCHIVE_CONTAINER`` is set: every row of its partition as one JSON-lines blob, written and
-   read back before anything is deleted), its Durable histories (workflow and compensation
-   orchestrations), then every row of it by the ledger's registry (``ledger.purge_instance``).
-
-Both moves ask the one instance state (``workflow_core/ledger/instance_state.py``): an instance
-with a live step (an operator compensating a step of one that finished long ago) is not taken.
-
-Payload blobs are content-addressed (``workflow_core.payloads``): one blob can serve many instances,
-so the purge does not delete them; the container's lifecycle rule expires them (docs/operations.md).
+Both moves ask the one instance state: an instance with a live step is not taken. Payload blobs are
+content-addressed and shared, so the container's lifecycle rule expires them, not the purge.
+:class:`BulkRetention` deletes finished bulk operations the same way.
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +26,9 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from workflow_core import clock
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.ledger import InstanceRecord, InstanceStatus, StepLedger
+from workflow_core.ledger.bulk_rows import BulkRows
+from workflow_core.ledger.families import BULK_KEYS_PARTITION
+from workflow_core.ledger.idempotency import IdempotencyKeys
 from workflow_core.ledger.instance import PURGEABLE_INSTANCE_STATUSES
 
 log = logging.getLogger(__name__)
@@ -70,33 +67,20 @@ def purgeable(record: InstanceRecord, cutoff: datetime) -> bool:
     )
 
 
-def _line(entity: Any) -> dict[str, Any]:
-    return {"PartitionKey": entity["PartitionKey"], "RowKey": entity["RowKey"], **dict(entity)}
-
-
+@dataclass
 class Retention:
-    """One ledger's retention. ``purge_history``: the Durable client's purge (None: no task hub, e.g.
-    the CLI, which only marks); ``archive``: a blob ``ContainerClient`` (None: no archive)."""
+    """One ledger's retention. ``purge_history``: the Durable client's purge (None: the CLI, which only
+    marks); ``archive``: a blob ``ContainerClient`` (None: no archive)."""
 
-    def __init__(
-        self,
-        ledger: StepLedger,
-        *,
-        retention_days: int = 30,
-        per_workflow: dict[str, int] | None = None,
-        batch_size: int = 50,
-        purge_history: PurgeHistory | None = None,
-        archive: Any = None,
-        actor: str = RETENTION_ACTOR,
-    ) -> None:
-        self.ledger = ledger
-        self.retention_days = retention_days
-        self.per_workflow = per_workflow or {}
-        self.batch_size = batch_size
-        self.purge_history = purge_history
-        self.archive = archive
-        self.actor = actor
-        self._archive_ready = False
+    ledger: StepLedger
+    _: KW_ONLY
+    retention_days: int = 30
+    per_workflow: dict[str, int] = field(default_factory=dict)  # workflow -> its own retention days
+    batch_size: int = 50
+    purge_history: PurgeHistory | None = None
+    archive: Any = None
+    actor: str = RETENTION_ACTOR
+    _archive_ready: bool = field(default=False, init=False)
 
     def cutoff(self, now: datetime, workflow: str | None = None, days: int | None = None) -> datetime:
         keep = days if days is not None else self.per_workflow.get(workflow or "", self.retention_days)
@@ -105,9 +89,8 @@ class Retention:
     def candidates(
         self, now: datetime, *, workflow: str | None = None, older_than_days: int | None = None
     ) -> tuple[list[InstanceRecord], list[InstanceRecord]]:
-        """(already Purging, purgeable now), together at most ``batch_size``. The purgeable scan
-        goes first: reading a listing row back repairs one a crash left saying Succeeded for a record
-        already Purging, which the Purging scan then finds."""
+        """(already Purging, purgeable now), together at most ``batch_size``. The purgeable scan goes
+        first: reading a listing row back repairs one a crash left stale, which the Purging scan finds."""
         # nothing started after the latest cutoff can have finished before its own
         cutoffs = [self.cutoff(now, None, older_than_days)]
         if older_than_days is None:
@@ -143,16 +126,6 @@ class Retention:
                 break
         return found[:limit]
 
-    def mark(self, record: InstanceRecord, cutoff: datetime, reason: str) -> InstanceRecord | None:
-        """Move ``record`` to Purging if the instance state still allows it (re-read with its steps:
-        the listing is an index, and a finished instance may have a step an operator compensates)."""
-        return self.ledger.mark_purging(
-            record.instance_id,
-            actor=self.actor,
-            reason=f"retention: {reason}",
-            keep=lambda current: purgeable(current, cutoff),
-        )
-
     async def run(
         self,
         now: datetime | None = None,
@@ -173,8 +146,13 @@ class Retention:
         queue = list(purging)
         for record in fresh:
             cutoff = self.cutoff(now, record.workflow, older_than_days)
-            why = f"finished {record.completed_at.isoformat()}, before {cutoff.isoformat()}"
-            marked = self.mark(record, cutoff, why)
+            # the instance state, re-read with its steps, decides (the listing is only an index)
+            marked = self.ledger.mark_purging(
+                record.instance_id,
+                actor=self.actor,
+                reason=f"retention: finished {record.completed_at.isoformat()}, before {cutoff.isoformat()}",
+                keep=lambda current, cutoff=cutoff: purgeable(current, cutoff),
+            )
             if marked is not None and marked.status is InstanceStatus.PURGING:
                 report.marked.append(marked.instance_id)
                 queue.append(marked)
@@ -204,19 +182,17 @@ class Retention:
         return True
 
     def _archive(self, instance_id: str, rows: list[Any]) -> None:
-        """Every row about to be deleted in ``<instance>.jsonl`` (merged with what an interrupted
-        purge archived before), then read back and checked, before anything is deleted."""
+        """Every row to delete in ``<instance>.jsonl`` (merged with an interrupted purge's), read back."""
         name = f"{instance_id}.jsonl"
         blob = self.archive.get_blob_client(name)
         kept: dict[str, dict[str, Any]] = {}
-        try:
+        with contextlib.suppress(ResourceNotFoundError):
             for text in blob.download_blob().readall().decode().splitlines():
                 line = json.loads(text)
                 if line.get("kind") != END:
                     kept[line["RowKey"]] = line
-        except ResourceNotFoundError:
-            pass
-        current = {r["RowKey"]: json.loads(json.dumps(_line(r), default=str)) for r in rows}
+        keyed = ({"PartitionKey": r["PartitionKey"], "RowKey": r["RowKey"], **dict(r)} for r in rows)
+        current = {e["RowKey"]: json.loads(json.dumps(e, default=str)) for e in keyed}
         if kept and set(current) <= set(kept):
             return  # an interrupted purge archived all of it (and may have deleted some since)
         merged = {**kept, **current}
@@ -230,3 +206,55 @@ class Retention:
         blob.upload_blob(data, overwrite=True)
         if blob.download_blob().readall() != data:
             raise OSError(f"archive {name} reads back differently from what was written; nothing deleted")
+
+
+@dataclass
+class BulkPurgeReport:
+    deleted: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # operation -> why (the next tick again)
+
+
+def _named_operation(answer: Any) -> str | None:
+    try:
+        body = json.loads(answer) if isinstance(answer, str) else None
+    except ValueError:
+        return None
+    return body.get("id") if isinstance(body, dict) and isinstance(body.get("id"), str) else None
+
+
+class BulkRetention:
+    """Delete finished (``Done``) bulk operations last updated more than ``retention_days`` ago, at most
+    ``batch_size`` a tick, with what they left: first the idempotency keys whose stored answer names one
+    (the ``~idempotency`` index row while it names ``~bulk-keys``, ETag-guarded, then the key row),
+    then its instances' rows, last the operation row (ETag-guarded). Every delete tolerates a row
+    already gone, so the next tick finishes what a crash left."""
+
+    def __init__(self, ledger: StepLedger, *, retention_days: int = 30, batch_size: int = 50) -> None:
+        self.rows = BulkRows.of(ledger)
+        self.keys = IdempotencyKeys(ledger)
+        self.retention_days = retention_days
+        self.batch_size = batch_size
+
+    def run(self, now: datetime | None = None) -> BulkPurgeReport:
+        report = BulkPurgeReport()
+        cutoff = (now or clock.utcnow()) - timedelta(days=self.retention_days)
+        candidates = self.rows.finished_before(cutoff, self.batch_size)
+        if not candidates:
+            return report
+        keys: dict[str, list[str]] = {}  # key rows (``~idem~<key>``) by the operation they name
+        for row_key, answer in self.keys.answers(BULK_KEYS_PARTITION):
+            if op_id := _named_operation(answer):
+                keys.setdefault(op_id, []).append(row_key)
+        for row in candidates:
+            op_id = row["RowKey"]
+            try:
+                for row_key in keys.get(op_id, []):  # its keys before the operation they name
+                    self.keys.forget(BULK_KEYS_PARTITION, row_key)
+                self.rows.delete(row)
+                report.deleted.append(op_id)
+            except Exception as exc:
+                log.warning("bulk retention of %s stopped: %s", op_id, exc)
+                report.failed[op_id] = f"{type(exc).__name__}: {exc}"
+        if report.deleted or report.failed:
+            log.info("bulk retention: deleted %d, failed %d", len(report.deleted), len(report.failed))
+        return report

@@ -11,7 +11,7 @@ from azure.core.exceptions import ServiceRequestError
 from api.operations_api import start_operation
 from api.operator_api import instance_action
 from supervisor.maintenance import bulk
-from supervisor.maintenance.bulk_keys import KEYS_PARTITION
+from supervisor.maintenance.bulk import KEYS_PARTITION
 from tests.api.support import http_request, json_of, principal_headers
 from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
@@ -185,7 +185,7 @@ def test_once_recorded_the_operation_is_the_answer_even_if_the_rest_of_the_reque
 def test_a_repeat_while_the_first_request_still_runs_is_a_409_and_acts_on_nothing(
     run, client, services, ledger, platform_auth
 ):
-    from supervisor.maintenance.bulk_keys import request_of
+    from supervisor.maintenance.bulk import request_of
     from workflow_core.ledger import idempotency
 
     make_step(ledger, "idem-busy", S.FAILED)

@@ -13,8 +13,8 @@ import pytest
 
 from devtools.request_counter import RequestCounter
 from supervisor.maintenance import bulk
-from supervisor.maintenance.bulk_keys import KEYS_PARTITION
-from supervisor.maintenance.bulk_retention import BulkRetention
+from supervisor.maintenance.bulk import KEYS_PARTITION
+from supervisor.maintenance.retention import BulkRetention
 from workflow_core import clock
 from workflow_core.ledger import StepLedger
 from workflow_core.ledger.idempotency import (

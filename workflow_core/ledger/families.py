@@ -100,7 +100,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("list token key", X, KEY_PARTITION, "list-token", "first instance listing",
            Purge.BOUNDED, "one row, the app's signing key"),
     Family("bulk operations", L, BULK_PARTITION, "<operation id>", "api, sas bulk, maintenance timer",
-           Purge.OPERATION, "finished operations older than RETENTION_DAYS (bulk_retention.py)"),
+           Purge.OPERATION, "finished operations older than RETENTION_DAYS (retention.py)"),
     Family("bulk snapshot and outcomes", L, BULK_OUTCOMES_PREFIX + "<operation id>", "<instance id>",
            "bulk runners", Purge.NAMED, "an instance's row goes with it; the rest with the operation"),
     Family("bulk idempotency keys", L, BULK_KEYS_PARTITION, IDEMPOTENCY_PREFIX + "<key>", "api, sas bulk",
