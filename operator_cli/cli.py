@@ -26,9 +26,6 @@ from operator_cli.conformance_command import conformance_command
 from operator_cli.doctor_command import doctor_command
 from operator_cli.operations_commands import COMMANDS as OPERATIONS_COMMANDS
 from operator_cli.session import (
-    EXIT_DECLINED,
-    EXIT_OK,
-    EXIT_STORAGE,
     EXIT_USAGE,
     LIST_OUTPUT,
     OUTPUT,
@@ -42,6 +39,10 @@ from operator_cli.session import (
 )
 from operator_cli.workflow_commands import lint_command, replay_check_command, versions_command
 from workflow_core.ledger import LedgerError
+
+EXIT_OK = 0
+EXIT_DECLINED = 1
+EXIT_STORAGE = 3
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,19 +63,16 @@ def cli(
     6 a platform check failed (doctor), 7 the app's API could not be asked (doctor, canary run).
     """
     # Located on first use, so that `sas <command> --help` works without any settings.
-    ctx.ensure_object(Session).options = {
+    options = {
         "connection_string": connection_string,
         "ledger_table": ledger_table,
         "index_table": index_table,
     }
+    ctx.ensure_object(Session).options = options
 
 
-for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_command, conformance_command):
-    cli.add_command(_command)
-cli.add_command(doctor_command)
-cli.add_command(canary_command)
-cli.add_command(circuit_command)  # sas circuit list|open|close (operator_cli/circuit_commands.py)
-for _command in OPERATIONS_COMMANDS:  # sas purge, sas bulk (operations_commands.py)
+COMMANDS = (versions_command, replay_check_command, lint_command, conformance_command, doctor_command)
+for _command in (*ACTION_COMMANDS, *OPERATIONS_COMMANDS, *COMMANDS, canary_command, circuit_command):
     cli.add_command(_command)
 
 
@@ -230,7 +228,6 @@ def main(
 
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-
     prompt = functools.partial(click.prompt, default="", show_default=False, prompt_suffix="")
     session = Session(out, err, read or prompt)
     args = list(sys.argv[1:] if argv is None else argv)
@@ -248,12 +245,9 @@ def main(
     except Declined:
         print("aborted: nothing changed", file=out)
         return EXIT_DECLINED
-    except (operator.OperatorError, CliError, ConnectionProblem, LedgerError) as exc:
+    except (operator.OperatorError, CliError, ConnectionProblem, LedgerError, ApiError) as exc:
         print(f"error: {render.terminal_safe(exc, lines=True)}", file=err)
-        return EXIT_USAGE
-    except ApiError as exc:
-        print(f"error: {render.terminal_safe(exc, lines=True)}", file=err)
-        return exc.exit_code
+        return getattr(exc, "exit_code", EXIT_USAGE)
     except AzureError as exc:
         print(f"error: {render.terminal_safe(_storage_message(exc, session), lines=True)}", file=err)
         return EXIT_STORAGE

@@ -1,16 +1,10 @@
 """What every ``sas`` command shares: its session (streams, prompt, the ledger opened on first use),
-the operator's name, the confirmation prompt, and the errors the CLI prints as one line. Kept apart
-from the command group so that command modules (reads, actions, versions) import it without
-importing each other.
+the operator's name, the confirmation prompt, and the errors the CLI prints as one line.
 
-Where the session finds the step ledger: options, then the environment, then ``local.settings.json``.
-An operator runs ``sas`` from a shell that usually has none of the Function App's settings; the app
-itself reads them from ``local.settings.json`` under ``func start``. So when the environment names no
-storage, the CLI reads the same file (from the current folder, else the project's root), and the
-README's commands work as written next to ``./scripts/start`` and ``./scripts/demo --serve``.
-
-The ledger is opened *without* creating its tables: a read against the wrong account must say
-"no such table", not leave empty tables behind that make the mistake look like an empty ledger.
+The ledger's settings come from the options, then the environment, then the ``local.settings.json``
+the app reads under ``func start`` (current folder, else the project's root): an operator's shell
+usually has none of the app's settings. The ledger is opened *without* creating its tables: a read
+against the wrong account must say "no such table", not look like an empty ledger.
 """
 
 from __future__ import annotations
@@ -47,10 +41,7 @@ LIST_OUTPUT = _output(
     "json",
     help="table for people (long values cut with …), wide (every value whole), json for scripts",
 )
-EXIT_OK = 0
-EXIT_DECLINED = 1
 EXIT_USAGE = 2
-EXIT_STORAGE = 3
 
 
 class CliError(Exception):
@@ -63,8 +54,7 @@ class Declined(Exception):
 
 LOCAL_SETTINGS = "local.settings.json"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-# The CLI gives up quickly on an unreachable endpoint instead of retrying for a minute.
-RETRY_TOTAL = 1
+RETRY_TOTAL = 1  # give up quickly on an unreachable endpoint instead of retrying for a minute
 
 
 class ConnectionProblem(Exception):
@@ -125,7 +115,7 @@ def open_ledger(env: dict[str, str], source: str) -> StepLedger:
         settings = load_settings(env)
     except SettingsError as exc:
         raise ConnectionProblem(f"{exc} (settings from {source})") from None
-    storage = settings.ledger_connection  # LedgerStorage, else AzureWebJobsStorage
+    storage = settings.ledger_connection
     if storage.connection_string:
         try:
             service = TableServiceClient.from_connection_string(
@@ -167,7 +157,6 @@ class Session:
 
     @property
     def keys(self) -> IdempotencyKeys:
-        """The ledger's idempotency keys (single actions' and bulk operations')."""
         return IdempotencyKeys(self.ledger)
 
     def close(self) -> None:
@@ -190,7 +179,6 @@ def operator_user() -> str:
 
 
 def current_session() -> Session:
-    """The session of the command being run."""
     return click.get_current_context().find_object(Session)
 
 
@@ -215,8 +203,7 @@ def get_instance(ledger: StepLedger, instance_id: str) -> InstanceRecord:
 
 
 def claim_key(s: Session, partition: str, key: str, request: str, actor: str) -> dict | None:
-    """Claim an idempotency key (None: this command is the first with it), or the stored answer of
-    the first command; a key used for another request, or still in progress, is a :class:`CliError`."""
+    """None when this command is the first with ``key``, else the first command's stored answer."""
     try:
         return s.keys.claim_or_replay(partition, key, request, actor)
     except KeyReused as exc:
