@@ -43,10 +43,9 @@ CHAIN = {
 }
 
 
-def _succeed(h: PatternHarness) -> list[str]:
-    iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-succeed")
-    h.run_until_complete(iid)
-    return [iid]
+def _completes(h: PatternHarness, workflow: str, body: dict[str, Any], instance_id: str) -> list[str]:
+    h.run_until_complete(h.start_workflow(workflow, body, instance_id=instance_id))
+    return [instance_id]
 
 
 def _retry_then_compensate(h: PatternHarness) -> list[str]:
@@ -63,12 +62,6 @@ def _parallel_group(h: PatternHarness) -> list[str]:
     h.run_until_complete(iid)
     children = sorted(i for i in h.host.instance_ids() if i.startswith(step_instance_id(iid, "")))
     return [iid, *children]
-
-
-def _continue_as_new(h: PatternHarness) -> list[str]:
-    iid = h.start_workflow("corpus-chain", {"tenant_id": "corpus-t3"}, instance_id="corpus-chain")
-    h.run_until_complete(iid)
-    return [iid]
 
 
 def _resume_after_dead_scheduler(h: PatternHarness) -> list[str]:
@@ -167,10 +160,10 @@ def _bookkeeping_retry(h: PatternHarness) -> list[str]:
 
 
 SCENARIOS: dict[str, Callable[[PatternHarness], list[str]]] = {
-    "succeed": _succeed,
+    "succeed": lambda h: _completes(h, "provision-tenant", TENANT, "corpus-succeed"),
     "retry-then-compensate": _retry_then_compensate,
     "parallel-group": _parallel_group,
-    "continue-as-new": _continue_as_new,
+    "continue-as-new": lambda h: _completes(h, "corpus-chain", {"tenant_id": "corpus-t3"}, "corpus-chain"),
     "resume-after-dead-scheduler": _resume_after_dead_scheduler,
     "duplicate-and-late-results": _duplicate_and_late_results,
     "bookkeeping-retry": _bookkeeping_retry,

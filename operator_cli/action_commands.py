@@ -26,6 +26,7 @@ from operator_cli.session import (
     get_instance,
     operator_user,
 )
+from workflow_core.ledger.idempotency import KEY_PATTERN
 
 STEP_INTENTS = {
     "retry": ("retry_step", "Failed/TimedOut -> Retrying, CompensationFailed -> Compensating (due now)"),
@@ -40,16 +41,10 @@ NEXT = {
     "skip": "it needs no more work and leaves the watchdog's worklist",
     "compensate": "the watchdog starts the compensation orchestration at its next tick",
 }
-ENDS = {
-    "stop": "its done steps stay as they are, no later step runs, and nothing resumes or compensates it",
-    "cancel": "it stops, then its done steps are compensated, the last done first",
-}
 KEY_CHARS = "1-100 of A-Z a-z 0-9 . _ : -"
 
 
 def check_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
-    from workflow_core.ledger.idempotency import KEY_PATTERN
-
     if value is None:
         return uuid.uuid4().hex
     if not KEY_PATTERN.fullmatch(value):
@@ -154,29 +149,26 @@ def _step_command(name: str) -> click.Command:
     return command
 
 
-# name -> (help, what the prompt says it does (None: only its name), what is printed after it)
-INSTANCE_ACTIONS: dict[str, tuple[str, str | None, str]] = {
-    "resume": (
-        "Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state.",
-        None,
-        "resume: instance {instance} recorded; the watchdog resumes it at its next tick.",
-    ),
+# name -> (what it does, in the prompt and the help (None: resume, which says only its name), what is
+# printed after it)
+INSTANCE_ACTIONS: dict[str, tuple[str | None, str]] = {
+    "resume": (None, "resume: instance {instance} recorded; the watchdog resumes it at its next tick."),
     "stop": (
-        f"Stop an instance: {ENDS['stop']}.",
-        ENDS["stop"],
+        "its done steps stay as they are, no later step runs, and nothing resumes or compensates it",
         "stop: instance {instance} is Stopped (was {status}); no later step runs, its done steps stay; "
         "`sas cancel {instance}` undoes them.",
     ),
     "cancel": (
-        f"Cancel an instance: {ENDS['cancel']}.",
-        ENDS["cancel"],
+        "it stops, then its done steps are compensated, the last done first",
         "cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its done steps.",
     ),
 }
+RESUME_HELP = "Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state."
 
 
 def _instance_command(name: str) -> click.Command:
-    help_text, what, done = INSTANCE_ACTIONS[name]
+    what, done = INSTANCE_ACTIONS[name]
+    help_text = f"{name.capitalize()} an instance: {what}." if what else RESUME_HELP
 
     @click.command(name=name, help=help_text)
     @click.argument("instance")

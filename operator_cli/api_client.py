@@ -1,13 +1,10 @@
-"""The operator CLI's one client of the app's HTTP API, for every ``sas`` command that asks the running
-app rather than the ledger (``sas doctor``, ``sas canary run``).
+"""The operator CLI's one client of the app's HTTP API (``sas doctor``, ``sas canary run``).
 
-One set of options for all of them: ``--url`` (env ``SAS_API_URL``), ``--token`` (env ``SAS_TOKEN``, a
-bearer token behind App Service Authentication), ``--timeout``, and the function key from
-``SAS_FUNCTION_KEY`` only (a key on a command line ends up in the shell's history). What goes wrong is
-one :class:`ApiError` with the exit code it stands for, mapped here from the transport error or the
-app's problem+json answer (docs/api.md, "Errors"): 2 when the app refused the request itself (a 4xx
-problem about its content), 7 when the app could not be asked (unreachable, no such route, refused the
-credentials, a server error, an answer that is not JSON).
+The function key comes from ``SAS_FUNCTION_KEY`` only (a key on a command line ends up in the shell's
+history). What goes wrong is one :class:`ApiError` with its exit code, from the transport error or the
+app's problem+json answer (docs/api.md, "Errors"): 2 when the app refused the request's content (a
+4xx problem), 7 when the app could not be asked (unreachable, no such route, refused the credentials,
+a server error, an answer that is not JSON).
 """
 
 from __future__ import annotations

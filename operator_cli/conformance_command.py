@@ -72,10 +72,8 @@ def conformance_command(
     from devtools.conformance import run_checks
 
     s = current_session()
-    azurite = None
-    if azurite_ports:
-        blob, queue, table = azurite_ports
-        azurite = Azurite(blob_port=blob, queue_port=queue, table_port=table)
+    blob, queue, table = azurite_ports or (0, 0, 0)
+    azurite = Azurite(blob_port=blob, queue_port=queue, table_port=table) if azurite_ports else None
     logging.disable(logging.WARNING)  # the app's own warnings about the probes are expected
     warnings.simplefilter("ignore")
     try:
@@ -95,13 +93,12 @@ def conformance_command(
             "timeline": str(timeline) if timeline else None,
         }
         s.say(json.dumps(doc, indent=2))
+    else:
+        rows = [[r.name, "pass" if r.passed else "FAIL", r.detail] for r in results]
+        s.show(render.table(None, ["CHECK", "RESULT", "DETAIL"], rows))
+        s.say(f"\n{len(results) - len(failed)} of {len(results)} checks passed")
         if failed:
-            raise click.exceptions.Exit(EXIT_NONCONFORMING)
-        return
-    rows = [[r.name, "pass" if r.passed else "FAIL", r.detail] for r in results]
-    s.show(render.table(None, ["CHECK", "RESULT", "DETAIL"], rows))
-    s.say(f"\n{len(results) - len(failed)} of {len(results)} checks passed")
+            s.say(f"\nthe ledger's timeline of each check: {timeline}")
+            s.say("\nthe agent's last output:\n" + "\n".join(agent_log.splitlines()[-AGENT_LOG_LINES:]))
     if failed:
-        s.say(f"\nthe ledger's timeline of each check: {timeline}")
-        s.say("\nthe agent's last output:\n" + "\n".join(agent_log.splitlines()[-AGENT_LOG_LINES:]))
         raise click.exceptions.Exit(EXIT_NONCONFORMING)

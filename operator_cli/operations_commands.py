@@ -13,6 +13,7 @@ ledger; the watchdog ends the orchestration.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 
@@ -63,22 +64,15 @@ def purge_command(
     """
     s = current_session()
     retention = Retention(s.ledger, batch_size=limit, actor=f"operator:{operator_user()}")
-    now = clock.utcnow()
-    preview = asyncio.run(retention.run(now, workflow=workflow, older_than_days=older_than, dry_run=True))
+    run = functools.partial(retention.run, clock.utcnow(), workflow=workflow, older_than_days=older_than)
+    preview = asyncio.run(run(dry_run=True))
     if dry_run or not preview.would_purge:
-        _print(
-            s,
-            output,
-            {"dryRun": True, "wouldPurge": preview.would_purge, "cutoff": preview.cutoff.isoformat()},
-        )
+        body = {"dryRun": True, "wouldPurge": preview.would_purge, "cutoff": preview.cutoff.isoformat()}
+        _print(s, output, body)
         return
-    confirm(
-        s,
-        f"Mark {len(preview.would_purge)} instance(s) Purging{_listed(preview.would_purge)}? [y/N] ",
-        yes,
-    )
-    report = asyncio.run(retention.run(now, workflow=workflow, older_than_days=older_than, finish=False))
-    _print(s, output, report.as_dict())
+    listed = _listed(preview.would_purge)
+    confirm(s, f"Mark {len(preview.would_purge)} instance(s) Purging{listed}? [y/N] ", yes)
+    _print(s, output, asyncio.run(run(finish=False)).as_dict())
 
 
 def _print(s: Session, output: str, body: dict) -> None:
@@ -140,22 +134,12 @@ def _show(s: Session, body: dict, output: str) -> None:
         s.say(json.dumps(body, indent=2))
         return
     state = "dry run" if body.get("dryRun") else "done" if body["done"] else "in progress"
-    table = Table(title=f"bulk {body['action']} {body.get('id', '')} ({state})")
-    for column in ("result", "count", "sample"):
-        table.add_column(column)
-    for result, key in (
-        ("acted", "acted"),
-        ("would act", "wouldAct"),
-        ("would skip", "wouldSkip"),
-        ("skipped", "skipped"),
-        ("no longer matches", "noLongerMatches"),
-        ("failed", "failed"),
-    ):
-        rows = body.get(key)
-        if rows is None:
-            continue
-        sample = [r if isinstance(r, str) else f"{r['instanceId']}: {r['why']}" for r in rows[:3]]
-        table.add_row(result, str(len(rows)), "\n".join(sample))
+    table = Table("result", "count", "sample", title=f"bulk {body['action']} {body.get('id', '')} ({state})")
+    for key in ("acted", "wouldAct", "wouldSkip", "skipped", "noLongerMatches", "failed"):
+        if (rows := body.get(key)) is not None:
+            sample = [r if isinstance(r, str) else f"{r['instanceId']}: {r['why']}" for r in rows[:3]]
+            result = re.sub("[A-Z]", lambda m: " " + m[0].lower(), key)  # noLongerMatches: no longer matches
+            table.add_row(result, str(len(rows)), "\n".join(sample))
     s.show(table)
 
 
@@ -191,10 +175,7 @@ def _action_command(action: str) -> click.Command:
     ) -> None:
         s = current_session()
         flt = _filter(**filters)  # an invalid filter is refused before anything is read or written
-        try:
-            operator.required_reason(reason)
-        except operator.OperatorError as exc:
-            raise CliError(str(exc)) from None
+        operator.required_reason(reason)  # an OperatorError: one error line, exit 2
         if dry_run:  # the act's own eligibility check; writes nothing, takes no key
             _show(s, bulk.preview(s.ledger, action, flt), output)
             return
@@ -212,10 +193,8 @@ def _action_command(action: str) -> click.Command:
                 # the operation acts on what was shown, never on what starts matching later
                 matched = found + [x["instanceId"] for x in skip]
                 op = store.create(action, flt, reason=reason, actor=actor, matched=matched)
-            except BaseException as exc:  # nothing recorded: a repeat with the key may act
+            except BaseException:  # nothing recorded: a repeat with the key may act
                 s.keys.release(bulk_keys.KEYS_PARTITION, idempotency_key)
-                if isinstance(exc, operator.OperatorError):
-                    raise CliError(str(exc)) from None
                 raise
             # recorded before it is carried out: a repeat after a crash carries this one on
             answer = json.dumps({"id": op.bulk_id, "action": action})
