@@ -99,27 +99,18 @@ def refusal(status: int, raw: bytes) -> ApiError:
 
 def api_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The options of every command that asks the app; the command gets them as ``api``."""
+    url_help = f"the Function App's base URL (its function key: env {KEY_VARIABLE})"
 
+    @click.option(
+        "--url", envvar="SAS_API_URL", show_envvar=True, default=DEFAULT_URL, show_default=True, help=url_help
+    )
+    @click.option("--token", envvar="SAS_TOKEN", show_envvar=True, help="a bearer token (App Service Auth)")
+    @click.option(
+        "--timeout", type=click.FloatRange(1, 300), default=DEFAULT_TIMEOUT, show_default=True, help="seconds"
+    )
     @functools.wraps(function)
     def command(*args: Any, url: str, token: str | None, timeout: float, **kwargs: Any) -> Any:
         api = ApiClient(url, os.environ.get(KEY_VARIABLE) or None, token, timeout)
         return function(*args, api=api, **kwargs)
 
-    timeout = click.FloatRange(1, 300)
-    url_help = f"the Function App's base URL (its function key: env {KEY_VARIABLE})"
-    for option in (
-        click.option("--timeout", type=timeout, default=DEFAULT_TIMEOUT, show_default=True, help="seconds"),
-        click.option(
-            "--token", envvar="SAS_TOKEN", show_envvar=True, help="a bearer token (App Service Auth)"
-        ),
-        click.option(
-            "--url",
-            envvar="SAS_API_URL",
-            show_envvar=True,
-            default=DEFAULT_URL,
-            show_default=True,
-            help=url_help,
-        ),
-    ):
-        command = option(command)
     return command

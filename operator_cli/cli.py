@@ -165,20 +165,16 @@ def stalled(limit: int, output: str) -> None:
     s.say(f"Overdue steps ({len(report.overdue)}), as of {render.when(report.now)} UTC:")
     s.show(render.overdue_table(report.now, report.overdue) if report.overdue else "  none")
     s.say(f"\nNeeding an operator ({len(report.attention)}):")
+    s.show(render.attention_table(report.attention) if report.attention else "  none")
     if report.attention:
-        s.show(render.attention_table(report.attention))
         s.say(
             "\n  retry <instance> <step> runs the compensator again; "
             "skip <instance> <step> accepts the step as it is."
         )
-    else:
-        s.say("  none")
     s.say(f"\nInstances flagged for an operator ({len(report.flagged)}):")
+    s.show(render.instances_table(report.flagged) if report.flagged else "  none")
     if report.flagged:
-        s.show(render.instances_table(report.flagged))
         s.say("\n  sas show <instance> gives the cause in full.")
-    else:
-        s.say("  none")
 
 
 @cli.command()

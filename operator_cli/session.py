@@ -35,12 +35,8 @@ def _output(*choices: str, help: str) -> Callable[[Any], Any]:
 
 # The option of every command that prints: table for people, json for scripts.
 OUTPUT = _output("table", "json", help="table for people, json for scripts")
-LIST_OUTPUT = _output(
-    "table",
-    "wide",
-    "json",
-    help="table for people (long values cut with …), wide (every value whole), json for scripts",
-)
+WIDE = "table for people (long values cut with …), wide (every value whole), json for scripts"
+LIST_OUTPUT = _output("table", "wide", "json", help=WIDE)
 EXIT_USAGE = 2
 
 
