@@ -58,8 +58,7 @@ def pool_queues(pools: Sequence[str], work_queue: str) -> dict[str, str]:
     from workflow_core.workflows.pools import pool_queue
 
     declared = agent_pools().names
-    unknown = [p for p in pools if p not in declared]
-    if unknown:
+    if unknown := [p for p in pools if p not in declared]:
         raise CannotStart(
             f"--pool {unknown[0]!r} is not declared in pools.yaml (pools: {', '.join(declared)})"
         )

@@ -35,8 +35,7 @@ class InFlight:
 
 
 class AgentRunner:
-    """Serve ``queues`` (each pool by its queue) with the app's worker until :meth:`stop`; see the
-    module docstring."""
+    """Serve ``queues`` (each pool by its queue) with the app's worker until :meth:`stop`."""
 
     def __init__(
         self,

@@ -214,7 +214,7 @@ class Conformance:
 
         def sample() -> bool:
             row = self.h.ledger.get(iid, STEP)
-            if row.deadline is not None and row.status.value in ("Dispatched", "Running"):
+            if row.deadline is not None and row.status.value in verdicts.IN_FLIGHT:
                 seen.append(row.deadline)
             return row.status.value == "Succeeded"
 
