@@ -20,10 +20,10 @@ from operator_cli import render
 from operator_cli.session import (
     OUTPUT,
     Session,
-    claim_key,
     confirm,
     current_session,
     get_instance,
+    once,
     operator_user,
 )
 from workflow_core.ledger.idempotency import KEY_PATTERN
@@ -82,26 +82,13 @@ def act_once(
 ) -> None:
     """``act()`` once per key, and print its answer (``text(answer)`` for people); a repeat prints the
     first answer instead of acting."""
-    stored = claim_key(s, instance_id, key, request, f"operator:{operator_user()}")
-    if stored is not None:
-        answer = json.loads(stored["body"])
-        said = f"already done by the first command with this idempotency key: {_as_json(answer)}"
-    else:
-        try:
-            answer = act()
-        except BaseException:
-            s.keys.release(instance_id, key)  # nothing was done: a repeat may act
-            raise
-        s.keys.record_answer(instance_id, key, 200, _as_json(answer))
-        said = text(answer)
+    answer, repeated = once(s, instance_id, key, request, f"operator:{operator_user()}", act)
     if output == "json":
         render.print_json(s.out, answer)
+    elif repeated:
+        s.say(f"already done by the first command with this idempotency key: {json.dumps(answer)}")
     else:
-        s.say(said)
-
-
-def _as_json(answer: Any) -> str:
-    return json.dumps(render.to_json(answer), default=str)
+        s.say(text(answer))
 
 
 def _step_command(name: str) -> click.Command:

@@ -1,10 +1,8 @@
 """``sas``, the operator CLI: look at workflow instances in the step ledger and steer stuck ones.
 
-The reads are here; the actions are in ``action_commands.py`` and the commands about the workflows
-themselves in ``workflow_commands.py``. The CLI reads and writes only the step ledger (Table
-Storage): an action records *intent*, and the supervisor's watchdog, which holds the Durable
-Functions client, enacts it on its next tick. Where it finds its settings: ``session.py``; the
-exit codes: the group's help below.
+The reads are here, the other commands in the ``*_commands`` modules. The CLI reads and writes only
+the step ledger: an action records *intent*, and the supervisor's watchdog, which holds the Durable
+Functions client, enacts it on its next tick. The exit codes: the group's help below.
 """
 
 from __future__ import annotations

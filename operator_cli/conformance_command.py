@@ -1,9 +1,7 @@
 """``sas conformance -- <agent command line>``: check that an agent speaks the message protocol.
 
-It is an operator's question ("may this agent serve a pool?") asked before deployment, so it sits
-with the CLI; the work is the conformance kit's (``devtools.conformance``), which runs the app's own
-scheduler, handlers and watchdog on Azurite around the agent process. docs/agents.md, "Check an
-agent with the conformance kit", says what the agent must implement.
+An operator's question ("may this agent serve a pool?"), so it sits with the CLI; the work is the
+conformance kit's (``devtools.conformance``; docs/agents.md, "Check an agent with the conformance kit").
 """
 
 from __future__ import annotations

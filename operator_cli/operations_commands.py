@@ -1,13 +1,10 @@
 """``sas purge`` and ``sas bulk``: retention by hand, and one action over every matching instance.
 
-``sas purge`` marks the finished instances it selects ``Purging`` (each audited); the retention
-timer, which holds the Durable client, deletes them on its next tick. ``sas bulk`` records a bulk
-operation in the ledger and carries it out (:mod:`supervisor.maintenance.bulk`) with a progress bar; an
-interrupted one goes on with ``sas bulk continue <id>``, or with the same command and the
-``--idempotency-key`` it printed: the key (a new one per command, claimed as ``POST /api/operations``
-claims it) makes a repeat carry the first operation on instead of recording a second one.
-``--dry-run`` prints what either would do and changes nothing. Stop and cancel are recorded in the
-ledger; the watchdog ends the orchestration.
+``sas purge`` marks what it selects ``Purging``; the retention timer, which holds the Durable client,
+deletes it. ``sas bulk`` records a bulk operation in the ledger, then carries it out
+(:mod:`supervisor.maintenance.bulk`); an interrupted one goes on with ``sas bulk continue <id>`` or a
+repeat with the ``--idempotency-key`` it printed (claimed as ``POST /api/operations`` claims it), which
+carries the first operation on instead of recording a second.
 """
 
 from __future__ import annotations
@@ -27,9 +24,9 @@ from operator_cli.session import (
     OUTPUT,
     CliError,
     Session,
-    claim_key,
     confirm,
     current_session,
+    once,
     operator_user,
 )
 from supervisor import operator
@@ -93,22 +90,6 @@ def _filter(**values) -> bulk.BulkFilter:
         return bulk.BulkFilter.model_validate({k: v for k, v in values.items() if v is not None})
     except ValueError as exc:
         raise CliError(f"bad filter: {exc}") from None
-
-
-def _claimed(
-    s: Session, store: bulk.BulkStore, key: str, request: str, actor: str
-) -> bulk.BulkOperation | None:
-    """None when this command is the first with ``key``; the operation the first one recorded when
-    it repeats that command (from ``sas bulk`` or ``POST /api/operations``)."""
-    stored = claim_key(s, bulk_keys.KEYS_PARTITION, key, request, actor)
-    if stored is None:
-        return None
-    answer = json.loads(stored["body"] or "{}")
-    op = store.get(str(answer.get("id", ""))[:64]) if isinstance(answer, dict) else None
-    if op is None:
-        raise CliError(f"idempotency key {key!r} was answered without an operation: use a new key")
-    s.err.write(f"bulk {op.bulk_id}: already started with idempotency key {key!r}; carrying it on\n")
-    return op
 
 
 def _carry(s: Session, store: bulk.BulkStore, op: bulk.BulkOperation, rate: float, output: str) -> None:
@@ -181,29 +162,34 @@ def _action_command(action: str) -> click.Command:
             return
         store = bulk.BulkStore(s.ledger)
         actor = operator.actor_for(operator_user())
-        op = _claimed(s, store, idempotency_key, bulk_keys.request_of(action, flt, reason), actor)
-        if op is None:
-            try:
-                shown = bulk.preview(s.ledger, action, flt)
-                found, skip = shown["wouldAct"], shown["wouldSkip"]
-                skips = f", skip {len(skip)} ({skip[0]['why']}...)" if skip else ""
-                confirm(
-                    s, f"{action} {len(found)} instance(s) (e.g. {', '.join(found[:3])}){skips}? [y/N] ", yes
-                )
-                # the operation acts on what was shown, never on what starts matching later
-                matched = found + [x["instanceId"] for x in skip]
-                op = store.create(action, flt, reason=reason, actor=actor, matched=matched)
-            except BaseException:  # nothing recorded: a repeat with the key may act
-                s.keys.release(bulk_keys.KEYS_PARTITION, idempotency_key)
-                raise
+        created: list[bulk.BulkOperation] = []
+
+        def create() -> dict[str, str]:
+            shown = bulk.preview(s.ledger, action, flt)
+            found, skip = shown["wouldAct"], shown["wouldSkip"]
+            skips = f", skip {len(skip)} ({skip[0]['why']}...)" if skip else ""
+            confirm(s, f"{action} {len(found)} instance(s) (e.g. {', '.join(found[:3])}){skips}? [y/N] ", yes)
+            # the operation acts on what was shown, never on what starts matching later
+            matched = found + [x["instanceId"] for x in skip]
+            created.append(store.create(action, flt, reason=reason, actor=actor, matched=matched))
             # recorded before it is carried out: a repeat after a crash carries this one on
-            answer = json.dumps({"id": op.bulk_id, "action": action})
-            s.keys.record_answer(bulk_keys.KEYS_PARTITION, idempotency_key, 202, answer)
+            return {"id": created[0].bulk_id, "action": action}
+
+        request = bulk_keys.request_of(action, flt, reason)
+        key = idempotency_key
+        answer, repeated = once(s, bulk_keys.KEYS_PARTITION, key, request, actor, create, status=202)
+        if not repeated:
+            op = created[0]
             if output != "json":
                 s.err.write(
                     f"bulk {op.bulk_id}: if this command is cut off, repeat it with "
-                    f"--idempotency-key {idempotency_key} to carry the same operation on\n"
+                    f"--idempotency-key {key} to carry the same operation on\n"
                 )
+        else:  # the first command's, from sas bulk or POST /api/operations
+            op = store.get(str(answer.get("id", ""))[:64]) if isinstance(answer, dict) else None
+            if op is None:
+                raise CliError(f"idempotency key {key!r} was answered without an operation: use a new key")
+            s.err.write(f"bulk {op.bulk_id}: already started with idempotency key {key!r}; carrying it on\n")
         _carry(s, store, op, rate, output)
 
     command.__doc__ = f"{action} every matching instance (see `sas bulk --help`)."

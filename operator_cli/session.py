@@ -198,14 +198,27 @@ def get_instance(ledger: StepLedger, instance_id: str) -> InstanceRecord:
         raise CliError(f"no workflow instance {instance_id!r} in the ledger") from None
 
 
-def claim_key(s: Session, partition: str, key: str, request: str, actor: str) -> dict | None:
-    """None when this command is the first with ``key``, else the first command's stored answer."""
+def once(
+    s: Session, partition: str, key: str, request: str, actor: str, act: Callable[[], Any], status: int = 200
+) -> tuple[Any, bool]:
+    """``(act()'s answer, False)``, the answer recorded under the idempotency key; or, when ``key``
+    names an earlier command, ``(its answer, True)`` without acting. A key used for another request,
+    or still in progress, is a :class:`CliError`."""
     try:
-        return s.keys.claim_or_replay(partition, key, request, actor)
+        stored = s.keys.claim_or_replay(partition, key, request, actor)
     except KeyReused as exc:
         raise CliError(f"idempotency key {key!r} was used for another request ({exc.request})") from None
     except KeyInProgress:
         raise CliError(f"the command with idempotency key {key!r} is still being carried out") from None
+    if stored is not None:
+        return json.loads(stored["body"] or "{}"), True
+    try:
+        answer = act()
+    except BaseException:
+        s.keys.release(partition, key)  # nothing was done: a repeat may act
+        raise
+    s.keys.record_answer(partition, key, status, json.dumps(render.to_json(answer), default=str))
+    return answer, False
 
 
 def parse_time(value: str | None, option: str) -> datetime | None:

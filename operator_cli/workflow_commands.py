@@ -4,12 +4,10 @@ Only ``versions`` reads the ledger: ``replay-check`` reads the files and the ins
 code (exit 4 when a history no longer replays), ``lint`` the YAML files and the agents registered by
 ``activities.worker.handlers`` (exit 2, one line per problem).
 
-``replay-check --live`` reads every running or pending orchestration of the task hub (``TASK_HUB_NAME``,
-which host.json's ``hubName`` names) from the Azure Storage provider's own tables and blobs
-(``devtools/live_history.py``) with the app's ``AzureWebJobsStorage`` settings (a connection string,
-or ``__accountName`` / ``__tableServiceUri`` + ``__blobServiceUri`` with an identity). Any error reading
-the store ends the run with exit 2: a check that could not read everything has not checked it
-(docs/scheduler.md, "Live instances").
+``replay-check --live`` reads the task hub's running and pending orchestrations from the Azure Storage
+provider's own tables and blobs (``devtools/live_history.py``) with the app's ``AzureWebJobsStorage``
+settings. Any error reading the store ends the run with exit 2: a check that could not read
+everything has not checked it (docs/scheduler.md, "Live instances").
 """
 
 from __future__ import annotations
