@@ -121,14 +121,8 @@ def replay_check_command(files: tuple[str, ...], live: bool, output: str, **filt
     noun = "instance(s)" if live else "recording(s)"
     if output == "json":
         report = [
-            {
-                "recording": r.recording.label,
-                "instance": r.recording.instance_id,
-                "ok": r.ok,
-                "episodes": r.episodes,
-                "actions": r.actions,
-                "problems": r.problems,
-            }
+            {"recording": r.recording.label, "instance": r.recording.instance_id, "ok": r.ok}
+            | {"episodes": r.episodes, "actions": r.actions, "problems": r.problems}
             for r in results
         ]
         render.print_json(
