@@ -157,13 +157,8 @@ def main(
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: runner.stop())
-    log.info(
-        "serving %s (%s) with agents %s, concurrency %d",
-        ", ".join(queues),
-        settings.transport,
-        ", ".join(agents),
-        concurrency,
-    )
+    served, names = ", ".join(queues), ", ".join(agents)
+    log.info("serving %s (%s) with agents %s, concurrency %d", served, settings.transport, names, concurrency)
     released = runner.run()
     log.info("stopped after %d delivery(ies); %d released unfinished", runner.delivered, released)
 

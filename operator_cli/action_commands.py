@@ -119,19 +119,16 @@ def _step_command(name: str) -> click.Command:
                     "changed, look at the timeline and try again"
                 )
 
-        action = getattr(operator, function_name)
-        act_once(
-            s,
-            output,
-            instance,
-            idempotency_key,
-            f"sas {name} {instance}/{step}",
-            lambda: action(s.ledger, instance, step, user=user, reason=reason, expect=unchanged),
-            lambda updated: (
-                f"{name}: step {step} of {instance} is now {updated.status.value} "
-                f"(was {record.status.value}); {NEXT[name]}."
-            ),
-        )
+        def act() -> Any:
+            return getattr(operator, function_name)(
+                s.ledger, instance, step, user=user, reason=reason, expect=unchanged
+            )
+
+        def text(updated: Any) -> str:
+            now, was = updated.status.value, record.status.value
+            return f"{name}: step {step} of {instance} is now {now} (was {was}); {NEXT[name]}."
+
+        act_once(s, output, instance, idempotency_key, f"sas {name} {instance}/{step}", act, text)
 
     return command
 
@@ -174,23 +171,16 @@ def _instance_command(name: str) -> click.Command:
             "Proceed? [y/N] ",
             yes,
         )
-        act_once(
-            s,
-            output,
-            instance,
-            idempotency_key,
-            f"sas {name} {instance}",
-            # a stop or cancel is refused when the instance moved since the prompt showed its status
-            lambda: operator.move_instance(
-                s.ledger,
-                instance,
-                name,
-                reason=reason,
-                user=user,
-                expected_status=None if name == "resume" else status,
-            ),
-            lambda _: done.format(instance=instance, status=status),
-        )
+        # a stop or cancel is refused when the instance moved since the prompt showed its status
+        expected = None if name == "resume" else status
+
+        def act() -> Any:
+            return operator.move_instance(
+                s.ledger, instance, name, reason=reason, user=user, expected_status=expected
+            )
+
+        text = done.format(instance=instance, status=status)
+        act_once(s, output, instance, idempotency_key, f"sas {name} {instance}", act, lambda _: text)
 
     return command
 

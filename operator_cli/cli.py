@@ -78,7 +78,7 @@ for _command in (*ACTION_COMMANDS, *OPERATIONS_COMMANDS, *COMMANDS, canary_comma
 @click.option("--status", help="instance status, e.g. Running, Failed, CompensationFailed")
 @click.option("--workflow", help="workflow name")
 @click.option("--version", "version", help="pinned workflow definition version")
-@click.option("--business-key", help="business key prefix")
+@click.option("--business-key", "business_key_prefix", help="business key prefix")
 @click.option("--started-from", help="started at or after (ISO 8601, UTC if no zone)")
 @click.option("--started-to", help="started before (ISO 8601, UTC if no zone)")
 @click.option("--needs-attention", is_flag=True, default=None, help="only instances needing an operator")
@@ -87,17 +87,15 @@ for _command in (*ACTION_COMMANDS, *OPERATIONS_COMMANDS, *COMMANDS, canary_comma
 @click.option("--all", "all_pages", is_flag=True, help="follow continuation tokens to the end")
 @LIST_OUTPUT
 def list_command(
-    business_key: str | None,
     started_from: str | None,
     started_to: str | None,
     continuation: str | None,
     all_pages: bool,
     output: str,
-    **filters: Any,  # status, workflow, version, needs_attention, limit: as list_instances takes them
+    **filters: Any,  # the other options, as list_instances takes them
 ) -> None:
     """Workflow instances, newest first (the same filters as GET /api/instances)."""
     s = current_session()
-    filters["business_key_prefix"] = business_key
     filters["started_from"] = parse_time(started_from, "--started-from")
     filters["started_to"] = parse_time(started_to, "--started-to")
     records, token = s.ledger.list_instances(**filters, continuation=continuation)
