@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -218,11 +219,7 @@ def live_results(
         storage = hub_storage(env)
     except SettingsError as exc:
         raise ConnectionProblem(f"{exc} (settings from {source})") from None
-    reader = TaskHubReader(
-        hub,
-        tables=lambda name: table_client(storage, name),
-        blobs=lambda name: blob_container_client(storage, name),
-    )
+    reader = TaskHubReader(hub, partial(table_client, storage), partial(blob_container_client, storage))
     results, not_started, last = [], 0, time.monotonic()
     print(f"replay-check: reading the in-flight instances of task hub {hub.name!r}", file=s.err)
     try:
