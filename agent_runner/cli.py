@@ -58,8 +58,7 @@ def pool_queues(pools: Sequence[str], work_queue: str) -> dict[str, str]:
     from workflow_core.workflows.pools import pool_queue
 
     declared = agent_pools().names
-    unknown = [p for p in pools if p not in declared]
-    if unknown:
+    if unknown := [p for p in pools if p not in declared]:
         raise CannotStart(
             f"--pool {unknown[0]!r} is not declared in pools.yaml (pools: {', '.join(declared)})"
         )
@@ -158,13 +157,8 @@ def main(
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: runner.stop())
-    log.info(
-        "serving %s (%s) with agents %s, concurrency %d",
-        ", ".join(queues),
-        settings.transport,
-        ", ".join(agents),
-        concurrency,
-    )
+    served, names = ", ".join(queues), ", ".join(agents)
+    log.info("serving %s (%s) with agents %s, concurrency %d", served, settings.transport, names, concurrency)
     released = runner.run()
     log.info("stopped after %d delivery(ies); %d released unfinished", runner.delivered, released)
 

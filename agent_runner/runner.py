@@ -35,8 +35,7 @@ class InFlight:
 
 
 class AgentRunner:
-    """Serve ``queues`` (each pool by its queue) with the app's worker until :meth:`stop`; see the
-    module docstring."""
+    """Serve ``queues`` (each pool by its queue) with the app's worker until :meth:`stop`."""
 
     def __init__(
         self,
@@ -157,11 +156,9 @@ class AgentRunner:
     def _shut_down(self) -> int:
         deadline = time.monotonic() + self.shutdown_grace
         with self._changed:
-            if self._in_flight:
+            if in_flight := len(self._in_flight):
                 log.info(
-                    "stopping: %d delivery(ies) in flight, %gs to finish",
-                    len(self._in_flight),
-                    self.shutdown_grace,
+                    "stopping: %d delivery(ies) in flight, %gs to finish", in_flight, self.shutdown_grace
                 )
             while self._in_flight and (left := deadline - time.monotonic()) > 0:
                 self._changed.wait(left)

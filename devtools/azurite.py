@@ -32,14 +32,12 @@ class AzuriteExited(RuntimeError):
 def find_azurite() -> str:
     """The azurite binary: the repo's npm install first, then PATH."""
     local = REPO_ROOT / "node_modules" / ".bin" / "azurite"
-    if local.exists():
-        return str(local)
-    on_path = shutil.which("azurite")
-    if on_path:
-        return on_path
-    raise AzuriteNotFound(
-        "Azurite is not installed: run `npm ci` in the repository root (needs Node 20 and npm)"
-    )
+    found = str(local) if local.exists() else shutil.which("azurite")
+    if not found:
+        raise AzuriteNotFound(
+            "Azurite is not installed: run `npm ci` in the repository root (needs Node 20 and npm)"
+        )
+    return found
 
 
 def _free_ports() -> tuple[int, int, int]:

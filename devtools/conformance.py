@@ -1,13 +1,11 @@
 """The conformance kit: drive a black-box agent process through the app's own code and check the protocol.
 
-``sas conformance -- <agent command line>`` (``operator_cli.conformance_command``) runs
-:func:`run_checks`. It starts a :class:`~devtools.harness.PatternHarness` on Azurite (its own, or the
-one given) with a scratch ledger and queues and one extra workflow, ``conformance``, whose one step
-needs the agent ``conformance.echo``; the harness's in-process worker is taken off the work queue, so
-the agent under test (started with the app's settings in its environment, plus ``CONFORMANCE_EFFECTS``)
-is its only worker. The scheduler, result handler, dead-letter handler and watchdog are the app's,
-unchanged: a check passes only when the ledger says so. What the agent must implement is in
-docs/agents.md, "Check an agent with the conformance kit".
+``sas conformance -- <agent command line>`` runs :func:`run_checks`: a
+:class:`~devtools.harness.PatternHarness` on Azurite with one extra workflow, ``conformance``, whose
+one step needs ``conformance.echo``, and no in-process worker: the agent under test (started with the
+app's settings plus ``CONFORMANCE_EFFECTS``) is the work queue's only reader. The scheduler, handlers
+and watchdog are the app's: a check passes only when the ledger says so (docs/agents.md, "Check an
+agent with the conformance kit").
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +120,6 @@ class Conformance:
         lines = self.effects.read_text(encoding="utf-8").splitlines() if self.effects.exists() else []
         return lines.count(key)
 
-    def timeline(self, iid: str) -> list[str]:
-        """The instance's audit trail, one line each (written to the timeline file, not the table)."""
-        return verdicts.timeline(self.h.ledger.audit_trail(iid))
-
     def _verdict(self, iid: str) -> str | None:
         """The fault the ledger already shows for ``iid``, or None (undecided or fine)."""
         trail = self.h.ledger.audit_trail(iid)
@@ -187,8 +181,13 @@ class Conformance:
         output = step_output(self.h.ledger.get(iid, STEP))
         if output != {"echo": value}:
             raise CheckFailed(f"the step's output is {output!r}, not {{'echo': {value!r}}}")
-        if fault := verdicts.effect_fault(self.effect_count(f"{iid}:{STEP}"), f"{iid}:{STEP}"):
-            raise CheckFailed(fault)
+        key = f"{iid}:{STEP}"  # the effect of a succeeded step must be made exactly once
+        if (made := self.effect_count(key)) != 1:
+            raise CheckFailed(
+                f"success without effect: the agent replied succeeded but made no effect for key {key}"
+                if not made
+                else f"effect without idempotency: the effect was made {made} times for idempotency key {key}"
+            )
 
     def _start(self, **inputs: Any) -> tuple[str, str]:
         value = f"v-{uuid.uuid4().hex[:8]}"
@@ -215,7 +214,7 @@ class Conformance:
 
         def sample() -> bool:
             row = self.h.ledger.get(iid, STEP)
-            if row.deadline is not None and row.status.value in ("Dispatched", "Running"):
+            if row.deadline is not None and row.status.value in verdicts.IN_FLIGHT:
                 seen.append(row.deadline)
             return row.status.value == "Succeeded"
 
@@ -229,19 +228,26 @@ class Conformance:
             raise CheckFailed(f"no heartbeat moved the deadline: at most {moved}s after the start, not ~300s")
         return f"the deadline moved to {moved}s after the start (the step's own: {STEP_DEADLINE_SECONDS}s)"
 
-    def check_stale_attempt(self) -> str:
+    def _probe_finished_step(self, deadline: datetime, **body: Any) -> tuple[Any, int]:
+        """Finish an instance, then send a work message for the attempt after its last, one the ledger
+        never dispatched (no TTL: it must be delivered), and give the agent time to handle it."""
         iid, value = self._start()
         self._finish(iid, value)
         before = self.h.ledger.get(iid, STEP)
-        message = work_message(before, deadline=clock.utcnow() + timedelta(seconds=60))
-        stale = before.attempt + 1
-        message.body.update(attempt=stale, reply_token=secrets.token_hex(32))
-        message.application_properties["attempt"] = stale
-        sent = dataclasses.replace(message, message_id=message_id_for(iid, STEP, stale))
+        message = work_message(before, deadline=deadline)
+        attempt = before.attempt + 1
+        message.body.update(attempt=attempt, **body)
+        message.application_properties["attempt"] = attempt
+        sent = dataclasses.replace(message, message_id=message_id_for(iid, STEP, attempt), expires_at=None)
         self.h.transport.send(self.h.settings.work_queue, sent)
         self._pause(3.0)
+        return before, attempt
+
+    def check_stale_attempt(self) -> str:
+        deadline = clock.utcnow() + timedelta(minutes=5)
+        before, stale = self._probe_finished_step(deadline, reply_token=secrets.token_hex(32))
         self._alive()
-        after = self.h.ledger.get(iid, STEP)
+        after = self.h.ledger.get(before.instance_id, STEP)
         fields = ("etag", "status", "attempt", "result_ref", "owner")
         if changed := [f for f in fields if getattr(after, f) != getattr(before, f)]:
             raise CheckFailed(
@@ -283,7 +289,11 @@ class Conformance:
         # ended (timed out, or finished from its redelivery); then the retry gets its whole deadline.
         self.h.watchdog_skew = timedelta(minutes=30)
         try:
-            ended = lambda: verdicts.first_attempt_ended(self.h.ledger.get(iid, STEP))  # noqa: E731
+
+            def ended() -> bool:  # timed out (a later attempt, or TimedOut/Retrying) or finished
+                row = self.h.ledger.get(iid, STEP)
+                return row.attempt > 1 or row.status.value not in verdicts.IN_FLIGHT
+
             self._wait(ended, 30, "the crashed attempt was neither timed out by the watchdog nor finished")
         finally:
             self.h.watchdog_skew = timedelta(0)
@@ -293,17 +303,8 @@ class Conformance:
     def check_expiry(self) -> str:
         """A work message that arrives after its attempt expired (``expires_at`` an hour ago, the
         worker's fast-clock allowance far behind) must make no effect."""
-        iid, value = self._start()
-        self._finish(iid, value)
-        before = self.h.ledger.get(iid, STEP)
-        past = clock.utcnow() - timedelta(hours=1)
-        message = work_message(before, deadline=past)
-        key = f"{iid}:expired-probe"
-        stale = before.attempt + 1
-        message.body.update(attempt=stale, idempotency_key=key, expires_at=past.isoformat())
-        sent = dataclasses.replace(message, message_id=message_id_for(iid, STEP, stale), expires_at=None)
-        self.h.transport.send(self.h.settings.work_queue, sent)  # no TTL: this probe must be delivered
-        self._pause(3.0)
+        past, key = clock.utcnow() - timedelta(hours=1), f"expired-probe-{uuid.uuid4().hex}"
+        self._probe_finished_step(past, idempotency_key=key, expires_at=past.isoformat())
         if self.effect_count(key):
             raise CheckFailed(
                 f"ignoring expiry: a work message expired at {past.isoformat()} made its effect"
@@ -371,6 +372,7 @@ def run_checks(
         finally:
             kit.stop_agent()
             if timeline is not None:
-                lines = [f"# {iid}\n" + "\n".join(kit.timeline(iid)) for iid in kit.instances]
+                trails = {iid: verdicts.timeline(h.ledger.audit_trail(iid)) for iid in kit.instances}
+                lines = [f"# {iid}\n" + "\n".join(trail) for iid, trail in trails.items()]
                 timeline.write_text("\n\n".join(lines) + "\n", encoding="utf-8")
     return results, kit.agent_output()

@@ -69,20 +69,6 @@ def overdue(row: Any, trail: Sequence[Any], step_id: str, seconds: float, now: d
     return row.status.value in IN_FLIGHT and bool(sent) and now > sent[-1] + timedelta(seconds=seconds)
 
 
-def first_attempt_ended(row: Any) -> bool:
-    """The ledger shows attempt 1 over: timed out (a later attempt, or TimedOut/Retrying) or finished."""
-    return row.attempt > 1 or row.status.value not in IN_FLIGHT
-
-
-def effect_fault(count: int, key: str) -> str | None:
-    """The effect of a succeeded step, by its idempotency key, must be made exactly once."""
-    if count == 0:
-        return f"success without effect: the agent replied succeeded but made no effect for key {key}"
-    if count > 1:
-        return f"effect without idempotency: the effect was made {count} times for idempotency key {key}"
-    return None
-
-
 def timeline(trail: Sequence[Any]) -> list[str]:
     """An audit trail, one line per entry: the kit's ``--timeline`` file."""
     return [

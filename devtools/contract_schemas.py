@@ -18,11 +18,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = ROOT / "docs" / "schemas"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-# The contract's version, in each schema's $id: raise it with any change an agent written against the
-# previous schemas would not accept (a new required field, a narrower pattern), never for an addition
-# the app tolerates missing.
-CONTRACT_VERSION = 3  # 2: the work message's reply_token, the heartbeat message; 3: expires_at,
-# reply_token and idempotency_key required, compensate input and blob references described
+# The contract's version, in each schema's $id: raised with any change an agent written against the
+# previous schemas would not accept (a new required field, a narrower pattern).
+CONTRACT_VERSION = 3
 
 BLOB_REFERENCE = {
     "type": "object",
@@ -42,8 +40,6 @@ INLINE_OBJECT = {
     "not": {"$ref": "#/$defs/BlobReference"},
 }
 INLINE_OR_BLOB = [{"$ref": "#/$defs/InlineObject"}, {"$ref": "#/$defs/BlobReference"}]
-# A compensation's input: what the step was asked and what it reported, each inline or by reference
-# (the output is null when the step never recorded one: it was caught in flight or given up).
 COMPENSATE_INPUT = {
     "type": "object",
     "description": "The input of a compensate message: the step's input and its recorded output (null "

@@ -1,27 +1,17 @@
 """Read the histories of a task hub's running instances from the Durable backend's own store, the
 Azure Storage provider's tables and blobs, as the replay check's recordings.
 
-The Durable client's status API returns a history *view* (no ``EventId``, no ``TaskScheduledId``,
-no activity inputs); the provider keeps the history the orchestrator replays, one table row per
-event. This module reads those rows the way the provider's ``AzureTableTrackingStore`` reads them
-(field names, types and the source lines: docs/platform.md, "The Azure Storage provider's history
-rows"):
-
-- ``<TaskHub>Instances``: one row per instance (``PartitionKey`` the escaped instance id, ``RowKey``
-  empty): ``Name``, ``RuntimeStatus``, ``CreatedTime``, ``ExecutionId``, ``Input``...;
-- ``<TaskHub>History``: one row per event (``RowKey`` its sequence number in 16 hex digits), every
-  ``[DataMember]`` of the event a property: ``EventType`` as the enum's *name*, ``Timestamp`` as
-  ``_Timestamp``, object-valued members (``OrchestrationInstance``, ``Tags``...) as JSON text; each
-  row carries its generation's ``ExecutionId``, and a ``sentinel`` row names the current one;
-- ``<taskhub>-largemessages``: a property over 60 KB (UTF-16) is a gzip blob, named by the row's
-  ``<Property>BlobName``, its table value left empty.
-
-Each row becomes the event as the extension hands it to the Python worker (``EventType`` a number,
-times in Json.NET's form), so :func:`devtools.replay_check.check_recording` replays it unchanged.
+The Durable client's status API returns a history *view* (no ``EventId``, no ``TaskScheduledId``, no
+activity inputs); the provider keeps the history the orchestrator replays, one ``<TaskHub>History``
+row per event, large properties as gzip blobs in ``<taskhub>-largemessages``. Each row becomes the
+event as the extension hands it to the Python worker, so :func:`devtools.replay_check.check_recording`
+replays it unchanged. The rows' names, types and their source lines: docs/platform.md, "The Azure
+Storage provider's history rows".
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from collections.abc import Iterator
@@ -43,21 +33,13 @@ JSON_MEMBERS = frozenset(
     {"OrchestrationInstance", "ParentInstance", "Tags", "ParentTraceContext", "FailureDetails", "State"}
 )
 # The properties the tracking store moves to a blob when too large (VariableSizeEntityProperties).
-BLOB_MEMBERS = (
-    "Name",
-    "Input",
-    "Result",
-    "Output",
-    "Reason",
-    "Details",
-    "Correlation",
-    "FailureDetails",
-    "Tags",
+BLOB_MEMBERS = frozenset(
+    {"Name", "Input", "Result", "Output", "Reason", "Details", "Correlation", "FailureDetails", "Tags"}
 )
 TIMESTAMP = "_Timestamp"  # HistoryEvent.Timestamp: "Timestamp" is the table's own property
 SENTINEL = "sentinel"
 # The row's keys and the tracking store's own bookkeeping, not event members.
-_NOT_MEMBERS = frozenset({"PartitionKey", "RowKey", "ExecutionId"})
+_NOT_MEMBERS = frozenset({"PartitionKey", "RowKey", "ExecutionId", "EventType"})
 IN_FLIGHT = ("Running", "Pending", "Suspended", "ContinuedAsNew")  # will replay again
 
 
@@ -85,32 +67,26 @@ class TaskHub:
 
 
 _ESCAPES = {"^": "^^", "/": "^0", "\\": "^1", "#": "^2", "?": "^3"}
+_UNESCAPES = {v[1]: k for k, v in _ESCAPES.items()}
 
 
 def escape_partition_key(instance_id: str) -> str:
     """``KeySanitation.EscapePartitionKey``: the characters a PartitionKey cannot hold, escaped."""
     out = []
     for c in instance_id:
-        code = ord(c)
-        if c in _ESCAPES:
-            out.append(_ESCAPES[c])
-        elif code <= 0x1F or 0x7F <= code <= 0x9F:
-            out.append("^" + chr(ord("À") + code))
-        else:
-            out.append(c)
+        control = ord(c) <= 0x1F or 0x7F <= ord(c) <= 0x9F
+        out.append(_ESCAPES.get(c) or ("^" + chr(ord("À") + ord(c)) if control else c))
     return "".join(out)
 
 
 def unescape_partition_key(key: str) -> str:
     """``KeySanitation.UnescapePartitionKey``."""
-    back = {v[1]: k for k, v in _ESCAPES.items()}
     out, chars = [], iter(key)
     for c in chars:
-        if c != "^":
-            out.append(c)
-            continue
-        nxt = next(chars, "")
-        out.append(back.get(nxt) or (nxt if nxt < "À" else chr(ord(nxt) - ord("À"))))
+        if c == "^":
+            c = next(chars, "")
+            c = _UNESCAPES.get(c) or (c if c < "À" else chr(ord(c) - ord("À")))
+        out.append(c)
     return "".join(out)
 
 
@@ -140,12 +116,10 @@ def event_from_row(row: dict[str, Any], blobs: Any = None) -> dict[str, Any]:
         raise LiveHistoryError(f"row {row.get('RowKey')}: EventType {kind!r} is not a DurableTask.Core event")
     event: dict[str, Any] = {"EventType": EVENT_TYPES.index(kind)}
     for key, value in row.items():
-        if key in _NOT_MEMBERS or key == "EventType":
+        if key in _NOT_MEMBERS:
             continue
-        if key == TIMESTAMP:
-            event["Timestamp"] = json_time(value)
-        elif isinstance(value, datetime):
-            event[key] = json_time(value)
+        if key == TIMESTAMP or isinstance(value, datetime):
+            event["Timestamp" if key == TIMESTAMP else key] = json_time(value)
         elif key in JSON_MEMBERS and isinstance(value, str):
             event[key] = json.loads(value) if value else None
         else:
@@ -158,16 +132,12 @@ def current_generation(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``ExecutionId`` (else the first row's), rows in RowKey order up to the first of another
     generation (a continue-as-new rewrites the rows from 0; a longer old generation leaves its tail)."""
     sentinel = next((r for r in rows if r["RowKey"] == SENTINEL), None)
-    events = [r for r in rows if r["RowKey"] != SENTINEL]
+    events = sorted((r for r in rows if r["RowKey"] != SENTINEL), key=lambda r: r["RowKey"])
     if not events:
         return []
     execution = (sentinel or events[0]).get("ExecutionId")
-    current = []
-    for row in sorted(events, key=lambda r: r["RowKey"]):
-        if row.get("ExecutionId") != execution:
-            break
-        current.append(row)
-    return current
+    ended = next((n for n, row in enumerate(events) if row.get("ExecutionId") != execution), len(events))
+    return events[:ended]
 
 
 @dataclass
@@ -186,12 +156,15 @@ class TaskHubReader:
         self._instances = tables(hub.instances_table)
         self._history = tables(hub.history_table)
         self._blobs = blobs  # container client, built only if a row names a blob
-        self._blob_client: Any = None
 
     def close(self) -> None:
-        for client in (self._instances, self._history, self._blob_client):
+        for client in (self._instances, self._history, self.__dict__.get("_container")):
             if client is not None:
                 client.close()
+
+    @functools.cached_property
+    def _container(self) -> Any:
+        return self._blobs(self.hub.large_messages)
 
     def in_flight(self, created_since: datetime | None = None) -> Iterator[LiveInstance]:
         """Orchestrations that will replay again (entities' ``@...`` rows left out), in table order."""
@@ -200,30 +173,17 @@ class TaskHubReader:
         if created_since is not None:
             parts.append("CreatedTime ge @since")
             parameters["since"] = created_since.astimezone(UTC)
-        rows = self._instances.query_entities(
-            " and ".join(parts),
-            parameters=parameters,
-            select=["PartitionKey", "RuntimeStatus", "Input"],
-        )
-        for row in rows:
+        select = ["PartitionKey", "RuntimeStatus", "Input"]
+        for row in self._instances.query_entities(" and ".join(parts), parameters=parameters, select=select):
             if not row["PartitionKey"].startswith("@"):
                 key = unescape_partition_key(row["PartitionKey"])
                 yield LiveInstance(key, str(row.get("RuntimeStatus")), row.get("Input"))
 
     def history(self, instance_id: str) -> list[dict[str, Any]]:
         """The current execution's events, large payloads resolved from their blobs."""
-        rows = list(
-            self._history.query_entities(
-                "PartitionKey eq @pk", parameters={"pk": escape_partition_key(instance_id)}
-            )
-        )
+        pk = {"pk": escape_partition_key(instance_id)}
+        rows = list(self._history.query_entities("PartitionKey eq @pk", parameters=pk))
         return [event_from_row(r, self._container) for r in current_generation(rows)]
-
-    @property
-    def _container(self) -> Any:
-        if self._blob_client is None:
-            self._blob_client = self._blobs(self.hub.large_messages)
-        return self._blob_client
 
     def recording(self, instance: LiveInstance) -> Recording | None:
         """The instance's current execution as a recording (None: nothing ran yet)."""

@@ -89,14 +89,11 @@ def recording_from(data: Mapping[str, Any], source: str = "") -> Recording:
     if started is None:
         raise ReplayFileError("the history has no ExecutionStarted event")
     parent = ((started.get("ParentInstance") or {}).get("OrchestrationInstance") or {}).get("InstanceId")
+    own = (started.get("OrchestrationInstance") or {}).get("InstanceId")
     raw_input = data.get("input", started.get("Input"))
     return Recording(
         orchestrator=str(data.get("orchestrator") or started.get("Name") or ""),
-        instance_id=str(
-            data.get("instanceId")
-            or (started.get("OrchestrationInstance") or {}).get("InstanceId")
-            or "replay"
-        ),
+        instance_id=str(data.get("instanceId") or own or "replay"),
         history=history,
         input=raw_input if raw_input is None or isinstance(raw_input, str) else json.dumps(raw_input),
         parent_instance_id=data.get("parentInstanceId", parent),
@@ -205,7 +202,7 @@ def check_recording(
     recording: Recording, orchestrators: Mapping[str, Callable[[Any], str]] | None = None
 ) -> ReplayResult:
     """Replay one recording episode by episode against ``orchestrators`` (default: the app's)."""
-    table = orchestrators if orchestrators is not None else app_orchestrators()
+    table = app_orchestrators() if orchestrators is None else orchestrators
     result = ReplayResult(recording)
     handler = table.get(recording.orchestrator)
     if handler is None:
@@ -236,16 +233,10 @@ def check_recording(
         ]
         if number == len(episodes) and (ended := _continued(history)) is not None:
             expected.append(ended)
-        context = {
-            "history": seen + received,
-            "instanceId": recording.instance_id,
-            "isReplaying": number > 1,
-            "parentInstanceId": recording.parent_instance_id,
-            "input": recording.input,
-            **schema_fields(2),
-        }
+        context = {"history": seen + received, "instanceId": recording.instance_id, "isReplaying": number > 1}
+        context |= {"parentInstanceId": recording.parent_instance_id, "input": recording.input}
         try:
-            state, error = replay(handler, context), None
+            state, error = replay(handler, context | schema_fields(2)), None
         except Exception as exc:
             state, error, _ = parse_failure(exc)
         produced = [

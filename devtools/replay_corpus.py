@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from activities.worker.handlers import faults
 from devtools.durable_host import FlowingClock
@@ -43,32 +44,21 @@ CHAIN = {
 }
 
 
-def _succeed(h: PatternHarness) -> list[str]:
-    iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-succeed")
-    h.run_until_complete(iid)
-    return [iid]
+def _completes(h: PatternHarness, workflow: str, body: dict[str, Any], instance_id: str) -> list[str]:
+    h.run_until_complete(h.start_workflow(workflow, body, instance_id=instance_id))
+    return [instance_id]
 
 
 def _retry_then_compensate(h: PatternHarness) -> list[str]:
     faults.inject("dns.register", faults.Fail(times=1))  # one retry with backoff
     faults.inject("email.send_welcome", faults.Fail())  # gives up: DNS and storage are undone
-    iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-compensate")
-    h.run_until_complete(iid)
+    (iid,) = _completes(h, "provision-tenant", TENANT, "corpus-compensate")
     return [iid, compensation_instance_id(iid)]
 
 
 def _parallel_group(h: PatternHarness) -> list[str]:
-    body = {"tenant_id": "corpus-t2", "admin_email": "admin@corpus.example"}
-    iid = h.start_workflow("onboard-tenant", body, instance_id="corpus-parallel")
-    h.run_until_complete(iid)
-    children = sorted(i for i in h.host.instance_ids() if i.startswith(step_instance_id(iid, "")))
-    return [iid, *children]
-
-
-def _continue_as_new(h: PatternHarness) -> list[str]:
-    iid = h.start_workflow("corpus-chain", {"tenant_id": "corpus-t3"}, instance_id="corpus-chain")
-    h.run_until_complete(iid)
-    return [iid]
+    (iid,) = _completes(h, "onboard-tenant", {**TENANT, "tenant_id": "corpus-t2"}, "corpus-parallel")
+    return [iid, *sorted(i for i in h.host.instance_ids() if i.startswith(step_instance_id(iid, "")))]
 
 
 def _resume_after_dead_scheduler(h: PatternHarness) -> list[str]:
@@ -128,12 +118,9 @@ def _late_result_after_retry(h: PatternHarness) -> list[str]:
             return None
         return await on_time(instance_id, event_name, event_data)
 
-    client.raise_event = delayed
-    try:
+    with mock.patch.object(client, "raise_event", delayed):
         iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-late-result")
         h.run_until(lambda: len(h.held(second)) == 1)
-    finally:
-        client.raise_event = on_time
     for instance_id, event_name, event_data in deferred[:1]:
         h.host.raise_event(instance_id, event_name, event_data)
     h.run_until(lambda: any(e["EventType"] == 15 and e.get("Name") == name for e in h.host.history(iid)))
@@ -157,20 +144,15 @@ def _bookkeeping_retry(h: PatternHarness) -> list[str]:
             raise ServiceResponseError("Connection aborted: the storage account timed out")
         return real(record, to, **kwargs)
 
-    h.ledger.transition = transition
-    try:
-        iid = h.start_workflow("provision-tenant", TENANT, instance_id="corpus-activity-retry")
-        h.run_until_complete(iid)
-    finally:
-        h.ledger.transition = real
-    return [iid]
+    with mock.patch.object(h.ledger, "transition", transition):
+        return _completes(h, "provision-tenant", TENANT, "corpus-activity-retry")
 
 
 SCENARIOS: dict[str, Callable[[PatternHarness], list[str]]] = {
-    "succeed": _succeed,
+    "succeed": lambda h: _completes(h, "provision-tenant", TENANT, "corpus-succeed"),
     "retry-then-compensate": _retry_then_compensate,
     "parallel-group": _parallel_group,
-    "continue-as-new": _continue_as_new,
+    "continue-as-new": lambda h: _completes(h, "corpus-chain", {"tenant_id": "corpus-t3"}, "corpus-chain"),
     "resume-after-dead-scheduler": _resume_after_dead_scheduler,
     "duplicate-and-late-results": _duplicate_and_late_results,
     "bookkeeping-retry": _bookkeeping_retry,

@@ -20,12 +20,13 @@ from operator_cli import render
 from operator_cli.session import (
     OUTPUT,
     Session,
-    claim_key,
     confirm,
     current_session,
     get_instance,
+    once,
     operator_user,
 )
+from workflow_core.ledger.idempotency import KEY_PATTERN
 
 STEP_INTENTS = {
     "retry": ("retry_step", "Failed/TimedOut -> Retrying, CompensationFailed -> Compensating (due now)"),
@@ -40,16 +41,10 @@ NEXT = {
     "skip": "it needs no more work and leaves the watchdog's worklist",
     "compensate": "the watchdog starts the compensation orchestration at its next tick",
 }
-ENDS = {
-    "stop": "its done steps stay as they are, no later step runs, and nothing resumes or compensates it",
-    "cancel": "it stops, then its done steps are compensated, the last done first",
-}
 KEY_CHARS = "1-100 of A-Z a-z 0-9 . _ : -"
 
 
 def check_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
-    from workflow_core.ledger.idempotency import KEY_PATTERN
-
     if value is None:
         return uuid.uuid4().hex
     if not KEY_PATTERN.fullmatch(value):
@@ -87,26 +82,13 @@ def act_once(
 ) -> None:
     """``act()`` once per key, and print its answer (``text(answer)`` for people); a repeat prints the
     first answer instead of acting."""
-    stored = claim_key(s, instance_id, key, request, f"operator:{operator_user()}")
-    if stored is not None:
-        answer = json.loads(stored["body"])
-        said = f"already done by the first command with this idempotency key: {_as_json(answer)}"
-    else:
-        try:
-            answer = act()
-        except BaseException:
-            s.keys.release(instance_id, key)  # nothing was done: a repeat may act
-            raise
-        s.keys.record_answer(instance_id, key, 200, _as_json(answer))
-        said = text(answer)
+    answer, repeated = once(s, instance_id, key, request, f"operator:{operator_user()}", act)
     if output == "json":
         render.print_json(s.out, answer)
+    elif repeated:
+        s.say(f"already done by the first command with this idempotency key: {json.dumps(answer)}")
     else:
-        s.say(said)
-
-
-def _as_json(answer: Any) -> str:
-    return json.dumps(render.to_json(answer), default=str)
+        s.say(text(answer))
 
 
 def _step_command(name: str) -> click.Command:
@@ -137,46 +119,40 @@ def _step_command(name: str) -> click.Command:
                     "changed, look at the timeline and try again"
                 )
 
-        action = getattr(operator, function_name)
-        act_once(
-            s,
-            output,
-            instance,
-            idempotency_key,
-            f"sas {name} {instance}/{step}",
-            lambda: action(s.ledger, instance, step, user=user, reason=reason, expect=unchanged),
-            lambda updated: (
-                f"{name}: step {step} of {instance} is now {updated.status.value} "
-                f"(was {record.status.value}); {NEXT[name]}."
-            ),
-        )
+        def act() -> Any:
+            return getattr(operator, function_name)(
+                s.ledger, instance, step, user=user, reason=reason, expect=unchanged
+            )
+
+        def text(updated: Any) -> str:
+            now, was = updated.status.value, record.status.value
+            return f"{name}: step {step} of {instance} is now {now} (was {was}); {NEXT[name]}."
+
+        act_once(s, output, instance, idempotency_key, f"sas {name} {instance}/{step}", act, text)
 
     return command
 
 
-# name -> (help, what the prompt says it does (None: only its name), what is printed after it)
-INSTANCE_ACTIONS: dict[str, tuple[str, str | None, str]] = {
-    "resume": (
-        "Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state.",
-        None,
-        "resume: instance {instance} recorded; the watchdog resumes it at its next tick.",
-    ),
+# name -> (what it does, in the prompt and the help (None: resume, which says only its name), what is
+# printed after it)
+INSTANCE_ACTIONS: dict[str, tuple[str | None, str]] = {
+    "resume": (None, "resume: instance {instance} recorded; the watchdog resumes it at its next tick."),
     "stop": (
-        f"Stop an instance: {ENDS['stop']}.",
-        ENDS["stop"],
+        "its done steps stay as they are, no later step runs, and nothing resumes or compensates it",
         "stop: instance {instance} is Stopped (was {status}); no later step runs, its done steps stay; "
         "`sas cancel {instance}` undoes them.",
     ),
     "cancel": (
-        f"Cancel an instance: {ENDS['cancel']}.",
-        ENDS["cancel"],
+        "it stops, then its done steps are compensated, the last done first",
         "cancel: instance {instance} is Compensating (was {status}); the watchdog undoes its done steps.",
     ),
 }
+RESUME_HELP = "Ask the watchdog to resume an instance whose scheduler stopped, from the ledger's state."
 
 
 def _instance_command(name: str) -> click.Command:
-    help_text, what, done = INSTANCE_ACTIONS[name]
+    what, done = INSTANCE_ACTIONS[name]
+    help_text = f"{name.capitalize()} an instance: {what}." if what else RESUME_HELP
 
     @click.command(name=name, help=help_text)
     @click.argument("instance")
@@ -195,23 +171,16 @@ def _instance_command(name: str) -> click.Command:
             "Proceed? [y/N] ",
             yes,
         )
-        act_once(
-            s,
-            output,
-            instance,
-            idempotency_key,
-            f"sas {name} {instance}",
-            # a stop or cancel is refused when the instance moved since the prompt showed its status
-            lambda: operator.move_instance(
-                s.ledger,
-                instance,
-                name,
-                reason=reason,
-                user=user,
-                expected_status=None if name == "resume" else status,
-            ),
-            lambda _: done.format(instance=instance, status=status),
-        )
+        # a stop or cancel is refused when the instance moved since the prompt showed its status
+        expected = None if name == "resume" else status
+
+        def act() -> Any:
+            return operator.move_instance(
+                s.ledger, instance, name, reason=reason, user=user, expected_status=expected
+            )
+
+        text = done.format(instance=instance, status=status)
+        act_once(s, output, instance, idempotency_key, f"sas {name} {instance}", act, lambda _: text)
 
     return command
 

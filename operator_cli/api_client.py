@@ -1,13 +1,10 @@
-"""The operator CLI's one client of the app's HTTP API, for every ``sas`` command that asks the running
-app rather than the ledger (``sas doctor``, ``sas canary run``).
+"""The operator CLI's one client of the app's HTTP API (``sas doctor``, ``sas canary run``).
 
-One set of options for all of them: ``--url`` (env ``SAS_API_URL``), ``--token`` (env ``SAS_TOKEN``, a
-bearer token behind App Service Authentication), ``--timeout``, and the function key from
-``SAS_FUNCTION_KEY`` only (a key on a command line ends up in the shell's history). What goes wrong is
-one :class:`ApiError` with the exit code it stands for, mapped here from the transport error or the
-app's problem+json answer (docs/api.md, "Errors"): 2 when the app refused the request itself (a 4xx
-problem about its content), 7 when the app could not be asked (unreachable, no such route, refused the
-credentials, a server error, an answer that is not JSON).
+The function key comes from ``SAS_FUNCTION_KEY`` only (a key on a command line ends up in the shell's
+history). What goes wrong is one :class:`ApiError` with its exit code, from the transport error or the
+app's problem+json answer (docs/api.md, "Errors"): 2 when the app refused the request's content (a
+4xx problem), 7 when the app could not be asked (unreachable, no such route, refused the credentials,
+a server error, an answer that is not JSON).
 """
 
 from __future__ import annotations
@@ -102,27 +99,18 @@ def refusal(status: int, raw: bytes) -> ApiError:
 
 def api_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The options of every command that asks the app; the command gets them as ``api``."""
+    url_help = f"the Function App's base URL (its function key: env {KEY_VARIABLE})"
 
+    @click.option(
+        "--url", envvar="SAS_API_URL", show_envvar=True, default=DEFAULT_URL, show_default=True, help=url_help
+    )
+    @click.option("--token", envvar="SAS_TOKEN", show_envvar=True, help="a bearer token (App Service Auth)")
+    @click.option(
+        "--timeout", type=click.FloatRange(1, 300), default=DEFAULT_TIMEOUT, show_default=True, help="seconds"
+    )
     @functools.wraps(function)
     def command(*args: Any, url: str, token: str | None, timeout: float, **kwargs: Any) -> Any:
         api = ApiClient(url, os.environ.get(KEY_VARIABLE) or None, token, timeout)
         return function(*args, api=api, **kwargs)
 
-    timeout = click.FloatRange(1, 300)
-    url_help = f"the Function App's base URL (its function key: env {KEY_VARIABLE})"
-    for option in (
-        click.option("--timeout", type=timeout, default=DEFAULT_TIMEOUT, show_default=True, help="seconds"),
-        click.option(
-            "--token", envvar="SAS_TOKEN", show_envvar=True, help="a bearer token (App Service Auth)"
-        ),
-        click.option(
-            "--url",
-            envvar="SAS_API_URL",
-            show_envvar=True,
-            default=DEFAULT_URL,
-            show_default=True,
-            help=url_help,
-        ),
-    ):
-        command = option(command)
     return command

@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
+from operator_cli import render
 from operator_cli.action_commands import act_once, action_options
-from operator_cli.render import Table, short, table
+from operator_cli.render import short
 from operator_cli.session import OUTPUT, CliError, confirm, current_session, operator_user
 
 
@@ -23,7 +24,6 @@ def circuit_command() -> None:
 @OUTPUT
 def list_circuits(output: str) -> None:
     """Every agent with declared limits: its circuit, failures, slots held and steps waiting."""
-    from operator_cli import render
     from workflow_core.limits import CircuitStore
 
     s = current_session()
@@ -34,32 +34,24 @@ def list_circuits(output: str) -> None:
     if not views:
         s.say("no agent declares limits (agents: in workflows/pools.yaml)")
         return
-    s.show(circuits_table([v.to_json() for v in views]))
+    rows = [
+        [
+            r["agent"],
+            r["state"] + (" (operator)" if r["manual"] else ""),
+            (r["since"] or "")[:19],
+            str(r["failures"]),
+            "-" if r["max_in_flight"] is None else f"{r['in_flight']}/{r['max_in_flight']}",
+            str(r["waiting"]),
+            short(r["last_error"] or "", 50),
+        ]
+        for r in (v.to_json() for v in views)
+    ]
+    s.show(
+        render.table(None, ["AGENT", "STATE", "SINCE", "FAILURES", "SLOTS", "WAITING", "LAST ERROR"], rows)
+    )
     for v in views:
         if line := v.attention_text():
             s.say(line)
-
-
-def circuits_table(rows: list[dict[str, Any]]) -> Table:
-    def slots(r: dict[str, Any]) -> str:
-        return "-" if r["max_in_flight"] is None else f"{r['in_flight']}/{r['max_in_flight']}"
-
-    return table(
-        None,
-        ["AGENT", "STATE", "SINCE", "FAILURES", "SLOTS", "WAITING", "LAST ERROR"],
-        [
-            [
-                r["agent"],
-                r["state"] + (" (operator)" if r["manual"] else ""),
-                (r["since"] or "")[:19],
-                str(r["failures"]),
-                slots(r),
-                str(r["waiting"]),
-                short(r["last_error"] or "", 50),
-            ]
-            for r in rows
-        ],
-    )
 
 
 def _move_command(action: str) -> click.Command:
@@ -105,5 +97,4 @@ def _move_command(action: str) -> click.Command:
     return command
 
 
-open_command = _move_command("open")
-close_command = _move_command("close")
+open_command, close_command = _move_command("open"), _move_command("close")

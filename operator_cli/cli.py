@@ -1,10 +1,8 @@
 """``sas``, the operator CLI: look at workflow instances in the step ledger and steer stuck ones.
 
-The reads are here; the actions are in ``action_commands.py`` and the commands about the workflows
-themselves in ``workflow_commands.py``. The CLI reads and writes only the step ledger (Table
-Storage): an action records *intent*, and the supervisor's watchdog, which holds the Durable
-Functions client, enacts it on its next tick. Where it finds its settings: ``session.py``; the
-exit codes: the group's help below.
+The reads are here, the other commands in the ``*_commands`` modules. The CLI reads and writes only
+the step ledger: an action records *intent*, and the supervisor's watchdog, which holds the Durable
+Functions client, enacts it on its next tick. The exit codes: the group's help below.
 """
 
 from __future__ import annotations
@@ -26,9 +24,6 @@ from operator_cli.conformance_command import conformance_command
 from operator_cli.doctor_command import doctor_command
 from operator_cli.operations_commands import COMMANDS as OPERATIONS_COMMANDS
 from operator_cli.session import (
-    EXIT_DECLINED,
-    EXIT_OK,
-    EXIT_STORAGE,
     EXIT_USAGE,
     LIST_OUTPUT,
     OUTPUT,
@@ -42,6 +37,10 @@ from operator_cli.session import (
 )
 from operator_cli.workflow_commands import lint_command, replay_check_command, versions_command
 from workflow_core.ledger import LedgerError
+
+EXIT_OK = 0
+EXIT_DECLINED = 1
+EXIT_STORAGE = 3
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,19 +61,16 @@ def cli(
     6 a platform check failed (doctor), 7 the app's API could not be asked (doctor, canary run).
     """
     # Located on first use, so that `sas <command> --help` works without any settings.
-    ctx.ensure_object(Session).options = {
+    options = {
         "connection_string": connection_string,
         "ledger_table": ledger_table,
         "index_table": index_table,
     }
+    ctx.ensure_object(Session).options = options
 
 
-for _command in (*ACTION_COMMANDS, versions_command, replay_check_command, lint_command, conformance_command):
-    cli.add_command(_command)
-cli.add_command(doctor_command)
-cli.add_command(canary_command)
-cli.add_command(circuit_command)  # sas circuit list|open|close (operator_cli/circuit_commands.py)
-for _command in OPERATIONS_COMMANDS:  # sas purge, sas bulk (operations_commands.py)
+COMMANDS = (versions_command, replay_check_command, lint_command, conformance_command, doctor_command)
+for _command in (*ACTION_COMMANDS, *OPERATIONS_COMMANDS, *COMMANDS, canary_command, circuit_command):
     cli.add_command(_command)
 
 
@@ -82,7 +78,7 @@ for _command in OPERATIONS_COMMANDS:  # sas purge, sas bulk (operations_commands
 @click.option("--status", help="instance status, e.g. Running, Failed, CompensationFailed")
 @click.option("--workflow", help="workflow name")
 @click.option("--version", "version", help="pinned workflow definition version")
-@click.option("--business-key", help="business key prefix")
+@click.option("--business-key", "business_key_prefix", help="business key prefix")
 @click.option("--started-from", help="started at or after (ISO 8601, UTC if no zone)")
 @click.option("--started-to", help="started before (ISO 8601, UTC if no zone)")
 @click.option("--needs-attention", is_flag=True, default=None, help="only instances needing an operator")
@@ -91,17 +87,15 @@ for _command in OPERATIONS_COMMANDS:  # sas purge, sas bulk (operations_commands
 @click.option("--all", "all_pages", is_flag=True, help="follow continuation tokens to the end")
 @LIST_OUTPUT
 def list_command(
-    business_key: str | None,
     started_from: str | None,
     started_to: str | None,
     continuation: str | None,
     all_pages: bool,
     output: str,
-    **filters: Any,  # status, workflow, version, needs_attention, limit: as list_instances takes them
+    **filters: Any,  # the other options, as list_instances takes them
 ) -> None:
     """Workflow instances, newest first (the same filters as GET /api/instances)."""
     s = current_session()
-    filters["business_key_prefix"] = business_key
     filters["started_from"] = parse_time(started_from, "--started-from")
     filters["started_to"] = parse_time(started_to, "--started-to")
     records, token = s.ledger.list_instances(**filters, continuation=continuation)
@@ -167,20 +161,16 @@ def stalled(limit: int, output: str) -> None:
     s.say(f"Overdue steps ({len(report.overdue)}), as of {render.when(report.now)} UTC:")
     s.show(render.overdue_table(report.now, report.overdue) if report.overdue else "  none")
     s.say(f"\nNeeding an operator ({len(report.attention)}):")
+    s.show(render.attention_table(report.attention) if report.attention else "  none")
     if report.attention:
-        s.show(render.attention_table(report.attention))
         s.say(
             "\n  retry <instance> <step> runs the compensator again; "
             "skip <instance> <step> accepts the step as it is."
         )
-    else:
-        s.say("  none")
     s.say(f"\nInstances flagged for an operator ({len(report.flagged)}):")
+    s.show(render.instances_table(report.flagged) if report.flagged else "  none")
     if report.flagged:
-        s.show(render.instances_table(report.flagged))
         s.say("\n  sas show <instance> gives the cause in full.")
-    else:
-        s.say("  none")
 
 
 @cli.command()
@@ -230,7 +220,6 @@ def main(
 
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-
     prompt = functools.partial(click.prompt, default="", show_default=False, prompt_suffix="")
     session = Session(out, err, read or prompt)
     args = list(sys.argv[1:] if argv is None else argv)
@@ -248,12 +237,9 @@ def main(
     except Declined:
         print("aborted: nothing changed", file=out)
         return EXIT_DECLINED
-    except (operator.OperatorError, CliError, ConnectionProblem, LedgerError) as exc:
+    except (operator.OperatorError, CliError, ConnectionProblem, LedgerError, ApiError) as exc:
         print(f"error: {render.terminal_safe(exc, lines=True)}", file=err)
-        return EXIT_USAGE
-    except ApiError as exc:
-        print(f"error: {render.terminal_safe(exc, lines=True)}", file=err)
-        return exc.exit_code
+        return getattr(exc, "exit_code", EXIT_USAGE)
     except AzureError as exc:
         print(f"error: {render.terminal_safe(_storage_message(exc, session), lines=True)}", file=err)
         return EXIT_STORAGE

@@ -1,9 +1,7 @@
 """``sas conformance -- <agent command line>``: check that an agent speaks the message protocol.
 
-It is an operator's question ("may this agent serve a pool?") asked before deployment, so it sits
-with the CLI; the work is the conformance kit's (``devtools.conformance``), which runs the app's own
-scheduler, handlers and watchdog on Azurite around the agent process. docs/agents.md, "Check an
-agent with the conformance kit", says what the agent must implement.
+An operator's question ("may this agent serve a pool?"), so it sits with the CLI; the work is the
+conformance kit's (``devtools.conformance``; docs/agents.md, "Check an agent with the conformance kit").
 """
 
 from __future__ import annotations
@@ -72,10 +70,8 @@ def conformance_command(
     from devtools.conformance import run_checks
 
     s = current_session()
-    azurite = None
-    if azurite_ports:
-        blob, queue, table = azurite_ports
-        azurite = Azurite(blob_port=blob, queue_port=queue, table_port=table)
+    blob, queue, table = azurite_ports or (0, 0, 0)
+    azurite = Azurite(blob_port=blob, queue_port=queue, table_port=table) if azurite_ports else None
     logging.disable(logging.WARNING)  # the app's own warnings about the probes are expected
     warnings.simplefilter("ignore")
     try:
@@ -95,13 +91,12 @@ def conformance_command(
             "timeline": str(timeline) if timeline else None,
         }
         s.say(json.dumps(doc, indent=2))
+    else:
+        rows = [[r.name, "pass" if r.passed else "FAIL", r.detail] for r in results]
+        s.show(render.table(None, ["CHECK", "RESULT", "DETAIL"], rows))
+        s.say(f"\n{len(results) - len(failed)} of {len(results)} checks passed")
         if failed:
-            raise click.exceptions.Exit(EXIT_NONCONFORMING)
-        return
-    rows = [[r.name, "pass" if r.passed else "FAIL", r.detail] for r in results]
-    s.show(render.table(None, ["CHECK", "RESULT", "DETAIL"], rows))
-    s.say(f"\n{len(results) - len(failed)} of {len(results)} checks passed")
+            s.say(f"\nthe ledger's timeline of each check: {timeline}")
+            s.say("\nthe agent's last output:\n" + "\n".join(agent_log.splitlines()[-AGENT_LOG_LINES:]))
     if failed:
-        s.say(f"\nthe ledger's timeline of each check: {timeline}")
-        s.say("\nthe agent's last output:\n" + "\n".join(agent_log.splitlines()[-AGENT_LOG_LINES:]))
         raise click.exceptions.Exit(EXIT_NONCONFORMING)

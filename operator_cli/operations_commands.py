@@ -1,18 +1,16 @@
 """``sas purge`` and ``sas bulk``: retention by hand, and one action over every matching instance.
 
-``sas purge`` marks the finished instances it selects ``Purging`` (each audited); the retention
-timer, which holds the Durable client, deletes them on its next tick. ``sas bulk`` records a bulk
-operation in the ledger and carries it out (:mod:`supervisor.maintenance.bulk`) with a progress bar; an
-interrupted one goes on with ``sas bulk continue <id>``, or with the same command and the
-``--idempotency-key`` it printed: the key (a new one per command, claimed as ``POST /api/operations``
-claims it) makes a repeat carry the first operation on instead of recording a second one.
-``--dry-run`` prints what either would do and changes nothing. Stop and cancel are recorded in the
-ledger; the watchdog ends the orchestration.
+``sas purge`` marks what it selects ``Purging``; the retention timer, which holds the Durable client,
+deletes it. ``sas bulk`` records a bulk operation in the ledger, then carries it out
+(:mod:`supervisor.maintenance.bulk`); an interrupted one goes on with ``sas bulk continue <id>`` or a
+repeat with the ``--idempotency-key`` it printed (claimed as ``POST /api/operations`` claims it), which
+carries the first operation on instead of recording a second.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 
@@ -26,9 +24,9 @@ from operator_cli.session import (
     OUTPUT,
     CliError,
     Session,
-    claim_key,
     confirm,
     current_session,
+    once,
     operator_user,
 )
 from supervisor import operator
@@ -63,22 +61,15 @@ def purge_command(
     """
     s = current_session()
     retention = Retention(s.ledger, batch_size=limit, actor=f"operator:{operator_user()}")
-    now = clock.utcnow()
-    preview = asyncio.run(retention.run(now, workflow=workflow, older_than_days=older_than, dry_run=True))
+    run = functools.partial(retention.run, clock.utcnow(), workflow=workflow, older_than_days=older_than)
+    preview = asyncio.run(run(dry_run=True))
     if dry_run or not preview.would_purge:
-        _print(
-            s,
-            output,
-            {"dryRun": True, "wouldPurge": preview.would_purge, "cutoff": preview.cutoff.isoformat()},
-        )
+        body = {"dryRun": True, "wouldPurge": preview.would_purge, "cutoff": preview.cutoff.isoformat()}
+        _print(s, output, body)
         return
-    confirm(
-        s,
-        f"Mark {len(preview.would_purge)} instance(s) Purging{_listed(preview.would_purge)}? [y/N] ",
-        yes,
-    )
-    report = asyncio.run(retention.run(now, workflow=workflow, older_than_days=older_than, finish=False))
-    _print(s, output, report.as_dict())
+    listed = _listed(preview.would_purge)
+    confirm(s, f"Mark {len(preview.would_purge)} instance(s) Purging{listed}? [y/N] ", yes)
+    _print(s, output, asyncio.run(run(finish=False)).as_dict())
 
 
 def _print(s: Session, output: str, body: dict) -> None:
@@ -99,22 +90,6 @@ def _filter(**values) -> bulk.BulkFilter:
         return bulk.BulkFilter.model_validate({k: v for k, v in values.items() if v is not None})
     except ValueError as exc:
         raise CliError(f"bad filter: {exc}") from None
-
-
-def _claimed(
-    s: Session, store: bulk.BulkStore, key: str, request: str, actor: str
-) -> bulk.BulkOperation | None:
-    """None when this command is the first with ``key``; the operation the first one recorded when
-    it repeats that command (from ``sas bulk`` or ``POST /api/operations``)."""
-    stored = claim_key(s, bulk.KEYS_PARTITION, key, request, actor)
-    if stored is None:
-        return None
-    answer = json.loads(stored["body"] or "{}")
-    op = store.get(str(answer.get("id", ""))[:64]) if isinstance(answer, dict) else None
-    if op is None:
-        raise CliError(f"idempotency key {key!r} was answered without an operation: use a new key")
-    s.err.write(f"bulk {op.bulk_id}: already started with idempotency key {key!r}; carrying it on\n")
-    return op
 
 
 def _carry(s: Session, store: bulk.BulkStore, op: bulk.BulkOperation, rate: float, output: str) -> None:
@@ -140,22 +115,12 @@ def _show(s: Session, body: dict, output: str) -> None:
         s.say(json.dumps(body, indent=2))
         return
     state = "dry run" if body.get("dryRun") else "done" if body["done"] else "in progress"
-    table = Table(title=f"bulk {body['action']} {body.get('id', '')} ({state})")
-    for column in ("result", "count", "sample"):
-        table.add_column(column)
-    for result, key in (
-        ("acted", "acted"),
-        ("would act", "wouldAct"),
-        ("would skip", "wouldSkip"),
-        ("skipped", "skipped"),
-        ("no longer matches", "noLongerMatches"),
-        ("failed", "failed"),
-    ):
-        rows = body.get(key)
-        if rows is None:
-            continue
-        sample = [r if isinstance(r, str) else f"{r['instanceId']}: {r['why']}" for r in rows[:3]]
-        table.add_row(result, str(len(rows)), "\n".join(sample))
+    table = Table("result", "count", "sample", title=f"bulk {body['action']} {body.get('id', '')} ({state})")
+    for key in ("acted", "wouldAct", "wouldSkip", "skipped", "noLongerMatches", "failed"):
+        if (rows := body.get(key)) is not None:
+            sample = [r if isinstance(r, str) else f"{r['instanceId']}: {r['why']}" for r in rows[:3]]
+            result = re.sub("[A-Z]", lambda m: " " + m[0].lower(), key)  # noLongerMatches: no longer matches
+            table.add_row(result, str(len(rows)), "\n".join(sample))
     s.show(table)
 
 
@@ -191,40 +156,40 @@ def _action_command(action: str) -> click.Command:
     ) -> None:
         s = current_session()
         flt = _filter(**filters)  # an invalid filter is refused before anything is read or written
-        try:
-            operator.required_reason(reason)
-        except operator.OperatorError as exc:
-            raise CliError(str(exc)) from None
+        operator.required_reason(reason)  # an OperatorError: one error line, exit 2
         if dry_run:  # the act's own eligibility check; writes nothing, takes no key
             _show(s, bulk.preview(s.ledger, action, flt), output)
             return
         store = bulk.BulkStore(s.ledger)
         actor = operator.actor_for(operator_user())
-        op = _claimed(s, store, idempotency_key, bulk.request_of(action, flt, reason), actor)
-        if op is None:
-            try:
-                shown = bulk.preview(s.ledger, action, flt)
-                found, skip = shown["wouldAct"], shown["wouldSkip"]
-                skips = f", skip {len(skip)} ({skip[0]['why']}...)" if skip else ""
-                confirm(
-                    s, f"{action} {len(found)} instance(s) (e.g. {', '.join(found[:3])}){skips}? [y/N] ", yes
-                )
-                # the operation acts on what was shown, never on what starts matching later
-                matched = found + [x["instanceId"] for x in skip]
-                op = store.create(action, flt, reason=reason, actor=actor, matched=matched)
-            except BaseException as exc:  # nothing recorded: a repeat with the key may act
-                s.keys.release(bulk.KEYS_PARTITION, idempotency_key)
-                if isinstance(exc, operator.OperatorError):
-                    raise CliError(str(exc)) from None
-                raise
+        created: list[bulk.BulkOperation] = []
+
+        def create() -> dict[str, str]:
+            shown = bulk.preview(s.ledger, action, flt)
+            found, skip = shown["wouldAct"], shown["wouldSkip"]
+            skips = f", skip {len(skip)} ({skip[0]['why']}...)" if skip else ""
+            confirm(s, f"{action} {len(found)} instance(s) (e.g. {', '.join(found[:3])}){skips}? [y/N] ", yes)
+            # the operation acts on what was shown, never on what starts matching later
+            matched = found + [x["instanceId"] for x in skip]
+            created.append(store.create(action, flt, reason=reason, actor=actor, matched=matched))
             # recorded before it is carried out: a repeat after a crash carries this one on
-            answer = json.dumps({"id": op.bulk_id, "action": action})
-            s.keys.record_answer(bulk.KEYS_PARTITION, idempotency_key, 202, answer)
+            return {"id": created[0].bulk_id, "action": action}
+
+        request = bulk.request_of(action, flt, reason)
+        key = idempotency_key
+        answer, repeated = once(s, bulk.KEYS_PARTITION, key, request, actor, create, status=202)
+        if not repeated:
+            op = created[0]
             if output != "json":
                 s.err.write(
                     f"bulk {op.bulk_id}: if this command is cut off, repeat it with "
-                    f"--idempotency-key {idempotency_key} to carry the same operation on\n"
+                    f"--idempotency-key {key} to carry the same operation on\n"
                 )
+        else:  # the first command's, from sas bulk or POST /api/operations
+            op = store.get(str(answer.get("id", ""))[:64]) if isinstance(answer, dict) else None
+            if op is None:
+                raise CliError(f"idempotency key {key!r} was answered without an operation: use a new key")
+            s.err.write(f"bulk {op.bulk_id}: already started with idempotency key {key!r}; carrying it on\n")
         _carry(s, store, op, rate, output)
 
     command.__doc__ = f"{action} every matching instance (see `sas bulk --help`)."

@@ -5,9 +5,8 @@ text (no colour codes) and wide enough that a column is never cut mid-word.
 
 Everything shown comes from the ledger, and the ledger holds what callers sent (business keys, error
 texts, reasons): it is data, never instructions to the terminal. The console interprets no rich
-markup or emoji codes (``[/]`` in an error once crashed ``sas list`` for every operator, and
-``[link=...]`` was silently eaten), and :func:`terminal_safe` shows every control or format
-character (ESC and OSC sequences, bidi overrides) as an escape instead of sending it to the terminal.
+markup or emoji codes (``[/]`` would crash a table, ``[link=...]`` be eaten), and :func:`terminal_safe`
+shows every control or format character (ESC and OSC sequences, bidi overrides) as an escape.
 """
 
 from __future__ import annotations
@@ -38,13 +37,13 @@ def terminal_safe(text: Any, *, lines: bool = False) -> str:
     """``text`` with every control (Cc) and format (Cf: bidi overrides, zero-width) character shown
     as a Python-style escape, so data cannot move the cursor, set a title, link or recolour the
     terminal. ``lines``: newlines are kept (a message of several lines), else escaped too (a cell)."""
-    out = []
-    for ch in str(text):
+
+    def safe(ch: str) -> str:
         if (ch == "\n" and lines) or unicodedata.category(ch) not in ("Cc", "Cf"):
-            out.append(ch)
-        else:
-            out.append(ch.encode("unicode_escape").decode("ascii"))
-    return "".join(out)
+            return ch
+        return ch.encode("unicode_escape").decode("ascii")
+
+    return "".join(map(safe, str(text)))
 
 
 def to_json(value: Any) -> Any:

@@ -1,16 +1,10 @@
 """What every ``sas`` command shares: its session (streams, prompt, the ledger opened on first use),
-the operator's name, the confirmation prompt, and the errors the CLI prints as one line. Kept apart
-from the command group so that command modules (reads, actions, versions) import it without
-importing each other.
+the operator's name, the confirmation prompt, and the errors the CLI prints as one line.
 
-Where the session finds the step ledger: options, then the environment, then ``local.settings.json``.
-An operator runs ``sas`` from a shell that usually has none of the Function App's settings; the app
-itself reads them from ``local.settings.json`` under ``func start``. So when the environment names no
-storage, the CLI reads the same file (from the current folder, else the project's root), and the
-README's commands work as written next to ``./scripts/start`` and ``./scripts/demo --serve``.
-
-The ledger is opened *without* creating its tables: a read against the wrong account must say
-"no such table", not leave empty tables behind that make the mistake look like an empty ledger.
+The ledger's settings come from the options, then the environment, then the ``local.settings.json``
+the app reads under ``func start`` (current folder, else the project's root): an operator's shell
+usually has none of the app's settings. The ledger is opened *without* creating its tables: a read
+against the wrong account must say "no such table", not look like an empty ledger.
 """
 
 from __future__ import annotations
@@ -41,16 +35,9 @@ def _output(*choices: str, help: str) -> Callable[[Any], Any]:
 
 # The option of every command that prints: table for people, json for scripts.
 OUTPUT = _output("table", "json", help="table for people, json for scripts")
-LIST_OUTPUT = _output(
-    "table",
-    "wide",
-    "json",
-    help="table for people (long values cut with …), wide (every value whole), json for scripts",
-)
-EXIT_OK = 0
-EXIT_DECLINED = 1
+WIDE = "table for people (long values cut with …), wide (every value whole), json for scripts"
+LIST_OUTPUT = _output("table", "wide", "json", help=WIDE)
 EXIT_USAGE = 2
-EXIT_STORAGE = 3
 
 
 class CliError(Exception):
@@ -63,8 +50,7 @@ class Declined(Exception):
 
 LOCAL_SETTINGS = "local.settings.json"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-# The CLI gives up quickly on an unreachable endpoint instead of retrying for a minute.
-RETRY_TOTAL = 1
+RETRY_TOTAL = 1  # give up quickly on an unreachable endpoint instead of retrying for a minute
 
 
 class ConnectionProblem(Exception):
@@ -125,7 +111,7 @@ def open_ledger(env: dict[str, str], source: str) -> StepLedger:
         settings = load_settings(env)
     except SettingsError as exc:
         raise ConnectionProblem(f"{exc} (settings from {source})") from None
-    storage = settings.ledger_connection  # LedgerStorage, else AzureWebJobsStorage
+    storage = settings.ledger_connection
     if storage.connection_string:
         try:
             service = TableServiceClient.from_connection_string(
@@ -167,7 +153,6 @@ class Session:
 
     @property
     def keys(self) -> IdempotencyKeys:
-        """The ledger's idempotency keys (single actions' and bulk operations')."""
         return IdempotencyKeys(self.ledger)
 
     def close(self) -> None:
@@ -190,7 +175,6 @@ def operator_user() -> str:
 
 
 def current_session() -> Session:
-    """The session of the command being run."""
     return click.get_current_context().find_object(Session)
 
 
@@ -214,15 +198,27 @@ def get_instance(ledger: StepLedger, instance_id: str) -> InstanceRecord:
         raise CliError(f"no workflow instance {instance_id!r} in the ledger") from None
 
 
-def claim_key(s: Session, partition: str, key: str, request: str, actor: str) -> dict | None:
-    """Claim an idempotency key (None: this command is the first with it), or the stored answer of
-    the first command; a key used for another request, or still in progress, is a :class:`CliError`."""
+def once(
+    s: Session, partition: str, key: str, request: str, actor: str, act: Callable[[], Any], status: int = 200
+) -> tuple[Any, bool]:
+    """``(act()'s answer, False)``, the answer recorded under the idempotency key; or, when ``key``
+    names an earlier command, ``(its answer, True)`` without acting. A key used for another request,
+    or still in progress, is a :class:`CliError`."""
     try:
-        return s.keys.claim_or_replay(partition, key, request, actor)
+        stored = s.keys.claim_or_replay(partition, key, request, actor)
     except KeyReused as exc:
         raise CliError(f"idempotency key {key!r} was used for another request ({exc.request})") from None
     except KeyInProgress:
         raise CliError(f"the command with idempotency key {key!r} is still being carried out") from None
+    if stored is not None:
+        return json.loads(stored["body"] or "{}"), True
+    try:
+        answer = act()
+    except BaseException:
+        s.keys.release(partition, key)  # nothing was done: a repeat may act
+        raise
+    s.keys.record_answer(partition, key, status, json.dumps(render.to_json(answer), default=str))
+    return answer, False
 
 
 def parse_time(value: str | None, option: str) -> datetime | None:

@@ -160,9 +160,9 @@ def running_hub(azurite):
 
 
 def test_the_in_flight_corpus_replays_and_finished_instances_are_not_read(azurite, running_hub, monkeypatch):
-    from operator_cli import replay_live
+    from operator_cli import workflow_commands
 
-    monkeypatch.setattr(replay_live, "PROGRESS_EVERY_SECONDS", 0.0)  # a line after every instance
+    monkeypatch.setattr(workflow_commands, "PROGRESS_EVERY_SECONDS", 0.0)  # a line after every instance
     hub, ids = running_hub
     code, out, err = _live(azurite, hub, "-o", "json")
     assert code == 0, out + err
@@ -194,7 +194,7 @@ def test_filters_workflow_and_limit(azurite, running_hub):
 def test_the_apps_connection_settings_reach_the_task_hub():
     """A connection string, the account name, or the service URIs with an identity (``__credential``
     as the host reads it; this reader needs no queue URI)."""
-    from operator_cli.replay_live import hub_storage
+    from operator_cli.workflow_commands import hub_storage
 
     assert hub_storage({"AzureWebJobsStorage": "UseDevelopmentStorage=true"}).connection_string
     named = hub_storage({"AzureWebJobsStorage__accountName": "stsas1"})
