@@ -59,12 +59,8 @@ TABLE: dict[tuple[CircuitState, CircuitEvent], str] = {
     (S.HALF_OPEN, E.FAILURE): "reopen",
     (S.HALF_OPEN, E.SUCCESS): "close",
     (S.HALF_OPEN, E.PROBE_LOST): "half_open",
-    (S.CLOSED, E.OPERATOR_OPEN): "operator_open",
-    (S.OPEN, E.OPERATOR_OPEN): "operator_open",
-    (S.HALF_OPEN, E.OPERATOR_OPEN): "operator_open",
-    (S.CLOSED, E.OPERATOR_CLOSE): "operator_close",
-    (S.OPEN, E.OPERATOR_CLOSE): "operator_close",
-    (S.HALF_OPEN, E.OPERATOR_CLOSE): "operator_close",
+    **{(state, E.OPERATOR_OPEN): "operator_open" for state in S},  # from any state
+    **{(state, E.OPERATOR_CLOSE): "operator_close" for state in S},
 }
 # (S.OPEN, E.SUCCESS) is absent on purpose: a late success says little; the probe decides.
 

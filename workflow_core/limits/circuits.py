@@ -70,14 +70,10 @@ def move_circuit(
             continue
         if moved.state is not current.state:
             log.warning("circuit of %s: %s -> %s (%s)", agent, current.state.value, moved.state.value, reason)
-            record_state(agent, moved.state)
+            gauge = telemetry_instruments.current().circuit_state  # sas.circuit.state, per agent
+            gauge.set(STATE_VALUES[moved.state], {"sas.agent": agent})
         return moved, True
     raise CircuitConflict(f"the circuit of {agent} kept changing ({MAX_RACES} lost races)")
-
-
-def record_state(agent: str, state: CircuitState) -> None:
-    """The ``sas.circuit.state`` gauge: 0 closed, 1 half-open, 2 open, per agent."""
-    telemetry_instruments.current().circuit_state.set(STATE_VALUES[state], {"sas.agent": agent})
 
 
 @dataclass(frozen=True)
@@ -123,18 +119,16 @@ class CircuitStore:
         reason = (
             "a success was recorded" if ok else f"a retryable failure was recorded: {error or 'no reason'}"
         )
-        circuit, _ = move_circuit(
-            self.table, agent, settings, event, actor="results", reason=reason, error=error
-        )
-        return circuit
+        return move_circuit(self.table, agent, settings, event, actor="results", reason=reason, error=error)[
+            0
+        ]
 
     def operator_move(
         self, agent: str, settings: CircuitSettings, *, open_it: bool, actor: str, reason: str
     ) -> Circuit:
         """An operator's open (held until an operator closes it) or close (count reset), audited."""
         event = CircuitEvent.OPERATOR_OPEN if open_it else CircuitEvent.OPERATOR_CLOSE
-        circuit, _ = move_circuit(self.table, agent, settings, event, actor=actor, reason=reason)
-        return circuit
+        return move_circuit(self.table, agent, settings, event, actor=actor, reason=reason)[0]
 
     def states(self, agents: dict[str, Any] | None = None) -> list[CircuitView]:
         """Every agent with declared limits (or ``agents``), its circuit and slots (``GET

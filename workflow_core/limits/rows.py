@@ -17,7 +17,6 @@ from workflow_core.ledger.families import AUDIT_PREFIX, LIMITS_PREFIX
 from workflow_core.ledger.model import camel_case
 from workflow_core.limits.circuit_rules import Circuit, CircuitState
 
-PARTITION_PREFIX = LIMITS_PREFIX
 CIRCUIT_ROW = "circuit"
 SLOT_PREFIX = "slot~"
 WAIT_PREFIX = "wait~"
@@ -25,7 +24,7 @@ MAX_ERROR_CHARS = 1_000
 
 
 def partition_of(agent: str) -> str:
-    return f"{PARTITION_PREFIX}{agent}"
+    return f"{LIMITS_PREFIX}{agent}"
 
 
 def slot_key(index: int) -> str:
@@ -162,18 +161,9 @@ def read_audit(table: TableClient, agent: str, limit: int = 200) -> list[dict[st
         "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",
         parameters={"pk": partition_of(agent), "lo": AUDIT_PREFIX, "hi": AUDIT_PREFIX + "~"},
     )
-    found = [{k: e.get(p, "") for k, p in _AUDIT_FIELDS.items()} for e in rows]
-    return found[-limit:]
-
-
-_AUDIT_FIELDS = {
-    "at": "At",
-    "actor": "Actor",
-    "action": "Action",
-    "from": "FromState",
-    "to": "ToState",
-    "reason": "Reason",
-}
+    shown = {"at": "At", "actor": "Actor", "action": "Action", "from": "FromState", "to": "ToState"}
+    shown["reason"] = "Reason"
+    return [{k: e.get(p, "") for k, p in shown.items()} for e in rows][-limit:]
 
 
 def _iso(moment: datetime | None) -> str:

@@ -32,13 +32,6 @@ class LintProblem:
         return f"{self.file}: {self.field}: {self.message}" if self.field else f"{self.file}: {self.message}"
 
 
-def _no_handler(name: str) -> str:
-    return (
-        f"agent {name!r} has no handler; register one with @agent({name!r}) in a module of "
-        "activities/worker/handlers/ imported by its __init__.py (docs/agents.md)"
-    )
-
-
 def lint_definition(
     definition: WorkflowDefinition, *, source: str, agents: Collection[str] | None = None
 ) -> list[LintProblem]:
@@ -54,12 +47,11 @@ def lint_definition(
             LintProblem(source, "description", "empty; say what the workflow does, for operators")
         )
     for where, step, _ in definition.located_steps():
-        if agents is not None and step.agent not in agents:
-            problems.append(LintProblem(source, f"{where}.agent", _no_handler(step.agent)))
-        if agents is not None and step.compensation is not None and step.compensation.agent not in agents:
-            problems.append(
-                LintProblem(source, f"{where}.compensation.agent", _no_handler(step.compensation.agent))
-            )
+        for at, name in ((f"{where}.agent", step.agent), (f"{where}.compensation.agent", step.compensator)):
+            if agents is not None and name is not None and name not in agents:
+                message = f"agent {name!r} has no handler; register one with @agent({name!r}) in a module of "
+                message += "activities/worker/handlers/ imported by its __init__.py (docs/agents.md)"
+                problems.append(LintProblem(source, at, message))
     if definition.sample_input is None:
         return problems
     try:
@@ -68,10 +60,9 @@ def lint_definition(
         return problems + [LintProblem(source, "sample_input", problem) for problem in exc.problems]
     for where, step, _ in definition.located_steps():
         for at, ref in iter_references(step.input, f"{where}.input"):
-            if ref.source != "input":
-                continue
             try:
-                resolve_value(ref.text, validated, {}, at)
+                if ref.source == "input":
+                    resolve_value(ref.text, validated, {}, at)
             except StepInputError as exc:
                 problems.append(LintProblem(source, "sample_input", str(exc)))
     return problems
@@ -106,8 +97,9 @@ def _load_problem(file: str, message: str) -> LintProblem:
 def lint_summary(definitions: Mapping[str, WorkflowDefinition]) -> list[str]:
     lines = []
     for name, definition in sorted(definitions.items()):
-        has_sample = definition.sample_input is not None
-        sample = "sample input" if has_sample else "no sample input (the demo needs --input)"
+        sample = (
+            "no sample input (the demo needs --input)" if definition.sample_input is None else "sample input"
+        )
         steps, agents = len(definition.steps), len(definition.agents_used())
         lines.append(f"ok  {name}: {steps} step(s), {agents} agent(s), {sample}")
     return lines

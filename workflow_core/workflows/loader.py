@@ -52,15 +52,9 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 
 def _format_location(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, str) and part.startswith("<"):
-            continue  # a union member's tag (``<step>``, ``<parallel>``), not a field the author wrote
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
+    # "<...>" parts are a union member's tag (``<step>``, ``<parallel>``), not a field the author wrote
+    parts = (f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc if not str(p).startswith("<"))
+    return "".join(parts).removeprefix(".")
 
 
 def _known_keys() -> set[str]:
@@ -68,12 +62,9 @@ def _known_keys() -> set[str]:
 
     from workflow_core.workflows import model, retry, steps
 
-    keys: set[str] = set()
-    for value in (v for module in (model, retry, steps) for v in vars(module).values()):
-        if isinstance(value, type) and issubclass(value, BaseModel) and value is not BaseModel:
-            for name, field in value.model_fields.items():
-                keys.add(field.alias or name)
-    return keys
+    classes = [v for m in (model, retry, steps) for v in vars(m).values() if isinstance(v, type)]
+    models = [c for c in classes if issubclass(c, BaseModel) and c is not BaseModel]
+    return {field.alias or name for c in models for name, field in c.model_fields.items()}
 
 
 def _misspellings(errors: list[Any]) -> dict[str, tuple[str, str]]:

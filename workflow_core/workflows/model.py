@@ -24,21 +24,14 @@ FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]
 
 
 # bool before int: ``bool`` is not an integer in JSON, although Python says it is
-_JSON_TYPES = (
-    (bool, "boolean"),
-    (int, "integer"),
-    (float, "number"),
-    (str, "string"),
-    (dict, "object"),
-    (list, "array"),
-)
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object", list: "array"}
 
 
 def json_type_name(value: Any) -> str:
     """The JSON name of a Python value's type, for error messages a caller of the HTTP API understands."""
     if value is None:
         return "null"
-    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+    return next((name for kind, name in _JSON_TYPES.items() if isinstance(value, kind)), type(value).__name__)
 
 
 def type_matches(expected: FieldType, value: Any) -> bool:
@@ -234,9 +227,7 @@ class WorkflowDefinition(BaseModel):
         return self.steps[self.position_of(step_id)]
 
     def agents_used(self) -> set[str]:
-        agents = {step.agent for step in self.steps}
-        agents.update(step.compensation.agent for step in self.steps if step.compensation)
-        return agents
+        return {step.agent for step in self.steps} | {s.compensator for s in self.steps if s.compensator}
 
     def validate_input(self, data: Any) -> dict[str, Any]:
         """The input with defaults filled in; ``WorkflowInputError`` lists every problem at once, so an
@@ -253,18 +244,12 @@ class WorkflowDefinition(BaseModel):
                     problems.append(f"unknown field {key!r} (known fields: {known})")
                 continue
             if not type_matches(prop.type, value):
-                problems.append(f"field {key!r} must be {_article(prop.type)}, got {json_type_name(value)}")
+                article = "an" if prop.type[0] in "aeiou" else "a"
+                problems.append(f"field {key!r} must be {article} {prop.type}, got {json_type_name(value)}")
         if problems:
             raise WorkflowInputError(self.name, problems)
-        result = dict(data)
-        for name, prop in schema.properties.items():
-            if name not in result and prop.default is not None:
-                result[name] = prop.default
-        return result
-
-
-def _article(type_name: str) -> str:
-    return f"an {type_name}" if type_name[0] in "aeiou" else f"a {type_name}"
+        absent = [(name, p.default) for name, p in schema.properties.items() if name not in data]
+        return {**data, **{name: default for name, default in absent if default is not None}}
 
 
 def resolve_step_input(

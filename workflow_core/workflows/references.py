@@ -17,7 +17,6 @@ from workflow_core.workflows.errors import StepInputError
 
 _STEPS = re.compile(r"^\$steps\.(?P<step>[^$]+?)\.output(?:\.(?P<path>.+))?$")
 _INPUT = re.compile(r"^\$input(?:\.(?P<path>.+))?$")
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -43,10 +42,8 @@ def parse_reference(value: Any) -> Reference | None:
 
 
 def _split(text: str, path: str | None) -> tuple[str, ...]:
-    if path is None:
-        return ()
-    parts = tuple(path.split("."))
-    if any(part == "" for part in parts):
+    parts = tuple(path.split(".")) if path is not None else ()
+    if "" in parts:
         raise ValueError(f"{text!r} has an empty path segment")
     return parts
 
@@ -86,35 +83,24 @@ def resolve_value(
     if ref is None:
         return value
     if ref.source == "input":
-        root: Any = workflow_input
+        current: Any = workflow_input
         root_name = "the workflow input"
+    elif ref.step_id not in outputs:
+        raise StepInputError(
+            f"{where}: {ref.text} needs the output of step {ref.step_id!r}, which has none yet"
+        )
     else:
-        if ref.step_id not in outputs:
-            raise StepInputError(
-                f"{where}: {ref.text} needs the output of step {ref.step_id!r}, which has none yet"
-            )
-        root = outputs[ref.step_id]
+        current = outputs[ref.step_id]
         root_name = f"the output of step {ref.step_id!r}"
-    # A copy: a caller that edits the resolved input must not edit the outputs it came from.
-    return copy.deepcopy(_walk(root, ref, root_name, where))
-
-
-def _walk(root: Any, ref: Reference, root_name: str, where: str) -> Any:
-    current = root
     for depth, key in enumerate(ref.path):
-        found = _child(current, key)
-        if found is _MISSING:
+        if isinstance(current, Mapping) and key in current:
+            current = current[key]
+        elif isinstance(current, list) and key.isdigit() and int(key) < len(current):
+            current = current[int(key)]
+        else:
             so_far = ".".join(ref.path[:depth]) or "(top level)"
             raise StepInputError(
                 f"{where}: {ref.text} cannot be resolved: {root_name} has no {key!r} under {so_far}"
             )
-        current = found
-    return current
-
-
-def _child(value: Any, key: str) -> Any:
-    if isinstance(value, Mapping):
-        return value.get(key, _MISSING)
-    if isinstance(value, list) and key.isdigit() and int(key) < len(value):
-        return value[int(key)]
-    return _MISSING
+    # A copy: a caller that edits the resolved input must not edit the outputs it came from.
+    return copy.deepcopy(current)

@@ -19,7 +19,7 @@ from azure.data.tables import TableClient
 
 from workflow_core import clock
 from workflow_core.ledger.entities import as_utc
-from workflow_core.ledger.families import DEFINITIONS_PREFIX as PARTITION_PREFIX
+from workflow_core.ledger.families import DEFINITIONS_PREFIX
 from workflow_core.workflows.errors import UnknownVersion, UnknownWorkflow, WorkflowDefinitionError
 from workflow_core.workflows.loader import get_workflow
 from workflow_core.workflows.model import WorkflowDefinition
@@ -48,7 +48,7 @@ class StoredVersion:
 
 
 def partition_of(workflow: str) -> str:
-    return f"{PARTITION_PREFIX}{workflow}"
+    return f"{DEFINITIONS_PREFIX}{workflow}"
 
 
 class DefinitionStore:
@@ -67,10 +67,11 @@ class DefinitionStore:
         with self._lock:
             if pinned.version in self._saved:
                 return False
-        chunks = [pinned.canonical[i : i + CHUNK_CHARS] for i in range(0, len(pinned.canonical), CHUNK_CHARS)]
+        text = pinned.canonical
+        chunks = [text[i : i + CHUNK_CHARS] for i in range(0, len(text), CHUNK_CHARS)]
         if len(chunks) > MAX_CHUNKS:
             raise WorkflowDefinitionError(
-                f"definition {pinned.version} is {len(pinned.canonical):,} characters as JSON; "
+                f"definition {pinned.version} is {len(text):,} characters as JSON; "
                 f"the store holds at most {MAX_CHUNKS * CHUNK_CHARS:,}"
             )
         entity: dict[str, Any] = {
@@ -81,13 +82,13 @@ class DefinitionStore:
             "Sha256": pinned.sha256,
             "StoredAt": clock.utcnow(),
             "Chunks": len(chunks),
+            **({"Label": pinned.label} if pinned.label else {}),
+            **{f"Definition{index}": chunk for index, chunk in enumerate(chunks)},
         }
-        entity |= {"Label": pinned.label} if pinned.label else {}
-        entity |= {f"Definition{index}": chunk for index, chunk in enumerate(chunks)}
-        written = True
         try:
             self._table.create_entity(entity)
             log.info("stored workflow definition %s", pinned.version)
+            written = True
         except ResourceExistsError:  # content-addressed: what is there is the same definition
             written = False
         with self._lock:
@@ -95,8 +96,7 @@ class DefinitionStore:
         return written
 
     def get(self, version: str) -> WorkflowDefinition | None:
-        cached = cached_definition(version)
-        if cached is not None:
+        if (cached := cached_definition(version)) is not None:
             return cached
         workflow, digest = split_version(version)
         try:
@@ -132,8 +132,7 @@ def definition_for(workflow: str, version: str | None, store: DefinitionStore | 
     YAML when it still hashes to that version, or the store (no version: the current YAML)."""
     if not version:
         return get_workflow(workflow)
-    cached = cached_definition(version)
-    if cached is not None:
+    if (cached := cached_definition(version)) is not None:
         return cached
     try:
         current = pin(get_workflow(workflow))
@@ -141,8 +140,7 @@ def definition_for(workflow: str, version: str | None, store: DefinitionStore | 
             return current.definition
     except (UnknownWorkflow, WorkflowDefinitionError):
         pass  # the YAML went away or broke: the store still has every started version
-    found = store.get(version) if store is not None else None
-    if found is None:
+    if (found := store.get(version) if store is not None else None) is None:
         raise UnknownVersion(workflow, version)
     return found
 
@@ -170,7 +168,6 @@ def resolve_reference(
     (version,) = matches
     if current is not None and version == current.version:
         return current.definition
-    found = store.get(version)
-    if found is None:
+    if (found := store.get(version)) is None:
         raise UnknownVersion(workflow, ref, sorted(candidates))
     return found

@@ -30,16 +30,11 @@ def canonical_data(definition: WorkflowDefinition) -> dict[str, Any]:
     return definition.model_dump(mode="json", by_alias=True)
 
 
-def canonical_json(definition: WorkflowDefinition) -> str:
-    return json.dumps(canonical_data(definition), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def digest_of(canonical: str) -> str:
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def version_id(workflow: str, digest: str) -> str:
-    return f"{workflow}{SEPARATOR}{digest[:DIGEST_CHARS]}"
+def _canonical_and_digest(definition: WorkflowDefinition) -> tuple[str, str]:
+    canonical = json.dumps(
+        canonical_data(definition), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return canonical, hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def split_version(version: str) -> tuple[str, str]:
@@ -75,9 +70,8 @@ class PinnedDefinition:
 
 def pin(definition: WorkflowDefinition) -> PinnedDefinition:
     """The version of ``definition``, remembered so a later lookup by version costs nothing."""
-    canonical = canonical_json(definition)
-    sha = digest_of(canonical)
-    pinned = PinnedDefinition(version_id(definition.name, sha), definition, canonical, sha)
+    canonical, sha = _canonical_and_digest(definition)
+    pinned = PinnedDefinition(f"{definition.name}{SEPARATOR}{sha[:DIGEST_CHARS]}", definition, canonical, sha)
     _remember(pinned.version, definition)
     return pinned
 
@@ -89,8 +83,7 @@ def version_of(definition: WorkflowDefinition) -> str:
 def from_canonical(version: str, data: dict[str, Any] | str) -> WorkflowDefinition:
     """Rebuild ``version``'s definition; pure and cached, as the orchestrator calls it on every replay.
     Data that does not hash to the version (a corrupted input or row) raises, never runs."""
-    cached = cached_definition(version)
-    if cached is not None:
+    if (cached := cached_definition(version)) is not None:
         return cached
     workflow, digest = split_version(version)
     parsed = json.loads(data) if isinstance(data, str) else data
@@ -99,10 +92,10 @@ def from_canonical(version: str, data: dict[str, Any] | str) -> WorkflowDefiniti
     except Exception as exc:
         raise WorkflowDefinitionError(f"stored definition of {version} does not validate: {exc}") from None
     # Hash what the data *means* (re-dumped), so a caller's dict order or spacing cannot matter.
-    actual = digest_of(canonical_json(definition))
-    if definition.name != workflow or not actual.startswith(digest):
+    actual = _canonical_and_digest(definition)[1][:DIGEST_CHARS]
+    if definition.name != workflow or actual != digest:
         raise WorkflowDefinitionError(
-            f"definition carried for {version} hashes to {version_id(definition.name, actual)}: refusing "
+            f"definition carried for {version} hashes to {definition.name}{SEPARATOR}{actual}: refusing "
             "to run an instance on a definition other than the one it was pinned to"
         )
     _remember(version, definition)
