@@ -28,9 +28,8 @@ class Services:
     @cached_property
     def ledger(self) -> StepLedger:
         storage = self.settings.ledger_connection
-        service = table_service_client(storage)
         ledger = StepLedger(
-            service,
+            table_service_client(storage),
             self.settings.ledger_table,
             self.settings.deadline_index_table,
             sdk_transactions=self.settings.ledger_sdk_transactions,
@@ -91,12 +90,9 @@ class Services:
         return transport
 
     def close(self) -> None:
-        if "ledger" in self.__dict__:
-            self.ledger.close()
-        if "transport" in self.__dict__:
-            self.transport.close()
-        if "payloads" in self.__dict__:
-            self.payloads.close()
+        for made in ("ledger", "transport", "payloads"):  # only what was built
+            if made in self.__dict__:
+                self.__dict__[made].close()
 
 
 _lock = threading.Lock()

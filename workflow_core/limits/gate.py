@@ -39,7 +39,7 @@ from workflow_core.limits.rows import (
     read_rows,
     slot_key,
 )
-from workflow_core.workflows.agent_limits import AgentLimits
+from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,8 @@ Fence = Callable[[str, Holder, HolderState], bool]
 
 def lapsed(state: HolderState, now: datetime) -> bool:
     """No longer holding: settled, or in flight past its deadline (a crashed holder)."""
-    if state.phase is Phase.SETTLED:
-        return True
-    return state.phase is Phase.IN_FLIGHT and (state.deadline is None or state.deadline <= now)
+    overran = state.phase is Phase.IN_FLIGHT and (state.deadline is None or state.deadline <= now)
+    return state.phase is Phase.SETTLED or overran
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ def admit(
     poll = limits.wait_poll_seconds
     mine = next((w for w in rows.waiters if w.holder.step_key == holder.step_key), None)
     if limits.circuit is not None:
-        why = _circuit_says(table, agent, limits, rows, holder, deadline, now, state_of)
+        why = _circuit_says(table, rows, limits.circuit, holder, deadline, now, state_of)
         if why is not None:
             park = park_seconds(rows.circuit, now, poll)
             return _wait(
@@ -108,15 +107,11 @@ def admit(
     if limits.max_in_flight is None:
         _leave(table, agent, mine)
         return Admission(True)
-    keys = [slot_key(i) for i in range(limits.max_in_flight)]
-    slots = {k: rows.slots.get(k, Slot(k)) for k in keys}
+    slots = {k: rows.slots.get(k, Slot(k)) for k in map(slot_key, range(limits.max_in_flight))}
     if any(s.holder == holder for s in slots.values()):
         return Admission(True)  # a re-run of a dispatch that took its slot
-    ahead = [
-        w
-        for w in rows.waiters
-        if w is not mine and _live(w, now, poll) and (mine is None or w.key < mine.key)
-    ]
+    live = [w for w in rows.waiters if w is not mine and _live(w, now, poll)]
+    ahead = [w for w in live if mine is None or w.key < mine.key]
     busy = f"{limits.max_in_flight} of {limits.max_in_flight} slots of {agent} in flight"
     if ahead:
         park = slot_park(len(ahead), limits.max_in_flight, poll)
@@ -124,40 +119,34 @@ def admit(
     free = next((s for s in slots.values() if s.holder is None or lapsed(state_of(s.holder), now)), None)
     if free is None:
         return _wait(table, rows, holder, now, poll, busy, mine)
-    taken = {
-        "PartitionKey": partition_of(agent),
-        "RowKey": free.key,
-        "Holder": holder.key,
-        "Deadline": deadline.isoformat(),
-    }
+    pk = partition_of(agent)
+    taken = {"PartitionKey": pk, "RowKey": free.key, "Holder": holder.key, "Deadline": deadline.isoformat()}
     ops: list[tuple] = [guarded(taken, free.etag)]
     if mine is not None:
-        ops.append(("delete", {"PartitionKey": partition_of(agent), "RowKey": mine.key}, if_match(mine.etag)))
+        ops.append(("delete", {"PartitionKey": pk, "RowKey": mine.key}, if_match(mine.etag)))
     try:
         table.submit_transaction(ops)
     except (TableTransactionError, HttpResponseError) as exc:  # another dispatch took it: ask again soon
         log.info("slot %s of %s taken meanwhile (%s)", free.key, agent, exc)
         return _wait(table, rows, holder, now, poll, busy, mine)
-    _drop_stale(table, rows, now, poll, mine)
+    for w in rows.waiters:  # drop the stale (refreshed meanwhile: alive after all, the If-Match keeps it)
+        if w is not mine and not _live(w, now, poll):
+            _leave(table, agent, w)
     return Admission(True)
 
 
 def _circuit_says(
     table: TableClient,
-    agent: str,
-    limits: AgentLimits,
     rows: AgentRows,
+    settings: CircuitSettings,
     holder: Holder,
     deadline: datetime,
     now: datetime,
     state_of: StateOf,
 ) -> str | None:
     """None when the circuit lets this dispatch through (closed, or it is the probe), else why not."""
-    c, settings = rows.circuit, limits.circuit
-    assert settings is not None
-    if c.state is CircuitState.CLOSED:
-        return None
-    if c.state is CircuitState.HALF_OPEN and c.probe == holder.key:
+    c, agent = rows.circuit, rows.agent
+    if c.state is CircuitState.CLOSED or (c.state is CircuitState.HALF_OPEN and c.probe == holder.key):
         return None
     since = c.since.strftime("%H:%M:%S") if c.since else "?"
     if c.state is CircuitState.OPEN and (c.manual or c.open_until is None or now < c.open_until):
@@ -171,7 +160,6 @@ def _circuit_says(
         event = CircuitEvent.PROBE_LOST
     else:
         event = CircuitEvent.PROBE
-    seen = c.etag
     moved, changed = move_circuit(
         table,
         agent,
@@ -181,7 +169,7 @@ def _circuit_says(
         reason=f"probe dispatch {holder.key}",
         probe=holder.key,
         probe_deadline=deadline,
-        expect=lambda current: current.etag == seen,
+        expect=lambda current: current.etag == c.etag,
         now=now,
     )
     if changed and moved.probe == holder.key:
@@ -279,12 +267,6 @@ def _leave(table: TableClient, agent: str, mine: Waiter | None) -> None:
     if mine is not None:
         with contextlib.suppress(HttpResponseError):
             table.delete_entity(partition_of(agent), mine.key, **if_match(mine.etag))
-
-
-def _drop_stale(table: TableClient, rows: AgentRows, now: datetime, poll: float, mine: Waiter | None) -> None:
-    for w in rows.waiters:
-        if w is not mine and not _live(w, now, poll):
-            _leave(table, rows.agent, w)  # refreshed meanwhile: alive after all
 
 
 def free_lapsed_slots(
