@@ -26,8 +26,7 @@ EXIT_PROBLEMS = 2
 def versions_command(workflow: str, output: str) -> None:
     """A workflow's definition versions and how many instances run on each (0 in flight: drained)."""
     from workflow_core.workflows import UnknownWorkflow, WorkflowDefinitionError
-    from workflow_core.workflows.inventory import workflow_versions
-    from workflow_core.workflows.store import DefinitionStore
+    from workflow_core.workflows.store import DefinitionStore, workflow_versions
 
     s = current_session()
     store = DefinitionStore.of(s.ledger)

@@ -21,6 +21,5 @@ from workflow_core.workflows.loader import (
     parse_workflow,
 )
 from workflow_core.workflows.model import WorkflowDefinition, resolve_step_input
-from workflow_core.workflows.retry import RetryPolicy
-from workflow_core.workflows.steps import ParallelGroup, StepDefinition
+from workflow_core.workflows.steps import ParallelGroup, RetryPolicy, StepDefinition
 from workflow_core.workflows.versions import PinnedDefinition, from_canonical, pin, version_of

@@ -60,9 +60,9 @@ def _format_location(loc: tuple[Any, ...]) -> str:
 def _known_keys() -> set[str]:
     from pydantic import BaseModel
 
-    from workflow_core.workflows import model, retry, steps
+    from workflow_core.workflows import model, steps
 
-    classes = [v for m in (model, retry, steps) for v in vars(m).values() if isinstance(v, type)]
+    classes = [v for m in (model, steps) for v in vars(m).values() if isinstance(v, type)]
     models = [c for c in classes if issubclass(c, BaseModel) and c is not BaseModel]
     return {field.alias or name for c in models for name, field in c.model_fields.items()}
 
