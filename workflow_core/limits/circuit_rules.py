@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from workflow_core.workflows.agent_limits import CircuitSettings
+from workflow_core.workflows.pools import CircuitSettings
 
 
 class CircuitState(StrEnum):

@@ -17,8 +17,8 @@ from azure.data.tables import TableClient, TableTransactionError
 from workflow_core import clock, telemetry_instruments
 from workflow_core.limits.circuit_rules import STATE_VALUES, Circuit, CircuitEvent, CircuitState, next_circuit
 from workflow_core.limits.rows import audit_entity, circuit_entity, guarded, read_audit, read_rows
-from workflow_core.workflows.agent_limits import CircuitSettings
 from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import CircuitSettings
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,9 @@ def move_circuit(
         moved = dataclasses.replace(moved, version=current.version + 1)
         ops: list[tuple] = [guarded(circuit_entity(agent, moved), current.etag)]
         if moved.state is not current.state or event in _OPERATOR_EVENTS:  # audited
-            before, after = current.state.value, moved.state.value
+            states = current.state.value, moved.state.value
             ops.append(
-                ("create", audit_entity(agent, moved.version, at, actor, event.value, before, after, reason))
+                ("create", audit_entity(agent, moved.version, at, actor, event.value, *states, reason))
             )
         try:
             table.submit_transaction(ops)
@@ -116,12 +116,8 @@ class CircuitStore:
         """A recorded outcome of ``agent``: a success resets or closes, a retryable failure counts
         (the caller leaves non-retryable ones out)."""
         event = CircuitEvent.SUCCESS if ok else CircuitEvent.FAILURE
-        reason = (
-            "a success was recorded" if ok else f"a retryable failure was recorded: {error or 'no reason'}"
-        )
-        return move_circuit(self.table, agent, settings, event, actor="results", reason=reason, error=error)[
-            0
-        ]
+        why = "a success was recorded" if ok else f"a retryable failure was recorded: {error or 'no reason'}"
+        return move_circuit(self.table, agent, settings, event, actor="results", reason=why, error=error)[0]
 
     def operator_move(
         self, agent: str, settings: CircuitSettings, *, open_it: bool, actor: str, reason: str

@@ -41,7 +41,7 @@ from workflow_core.limits.rows import (
     read_rows,
     slot_key,
 )
-from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
+from workflow_core.workflows.pools import AgentLimits, CircuitSettings
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,6 @@ class UnknownWorkflow(LookupError):
         listed = ", ".join(self.known) if self.known else "none"
         super().__init__(f"unknown workflow {name!r}; known workflows: {listed}")
 
-    def __str__(self) -> str:  # LookupError would otherwise repr() the message like a KeyError
-        return str(self.args[0])
-
 
 class WorkflowInputError(ValueError):
     def __init__(self, workflow: str, problems: list[str]) -> None:
@@ -40,6 +37,3 @@ class UnknownVersion(LookupError):
         super().__init__(
             f"workflow {workflow!r} has no stored version {reference!r}; stored versions: {listed}"
         )
-
-    def __str__(self) -> str:
-        return str(self.args[0])

@@ -16,8 +16,7 @@ from typing import Any
 
 from workflow_core.workflows.errors import StepInputError, WorkflowDefinitionError, WorkflowInputError
 from workflow_core.workflows.loader import DEFAULT_DIRECTORY, read_directory
-from workflow_core.workflows.model import WorkflowDefinition
-from workflow_core.workflows.references import iter_references, resolve_value
+from workflow_core.workflows.model import WorkflowDefinition, iter_references, resolve_value
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ names (``pool``, copied from the run's input by the canary definitions), when th
 No other workflow or agent can steer its messages, and an undeclared name falls back to the rule. Why
 not pool-qualified agent names: the step's agent comes from the pinned definition, so one definition
 per pool would be needed; the input carries the pool instead, and the ledger keeps it.
+
+Per-agent limits are declared there too, under ``agents:`` (docs/agent-limits.md). An agent named
+nowhere there is unlimited: dispatch reads no limit row for it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from workflow_core.ledger.model import AGENT_NAME
-from workflow_core.workflows.agent_limits import AgentLimits
 from workflow_core.workflows.errors import WorkflowDefinitionError
 
 POOLS_FILE = "pools.yaml"
@@ -36,6 +38,26 @@ STEERED: dict[str, frozenset[str]] = {
     "sas-canary": frozenset({"canary.probe", "canary.undo"}),
     "sas-canary-echo": frozenset({"conformance.echo"}),
 }
+
+
+class CircuitSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # consecutive retryable failures, across instances, that open the circuit
+    failure_threshold: int = Field(default=5, ge=1, le=10_000)
+    open_seconds: float = Field(default=60, gt=0, le=86_400)
+
+
+class AgentLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_in_flight: int | None = Field(default=None, ge=1, le=1_000)
+    circuit: CircuitSettings | None = None
+    wait_poll_seconds: float = Field(default=5, ge=0.1, le=3_600)
+
+    @property
+    def active(self) -> bool:
+        return self.max_in_flight is not None or self.circuit is not None
 
 
 class Pool(BaseModel):
