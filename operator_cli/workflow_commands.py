@@ -135,7 +135,7 @@ def replay_check_command(files: tuple[str, ...], live: bool, output: str, **filt
 def lint_command(directory: Path | None) -> None:
     """Check every workflow definition: it loads, its agents have handlers, its sample input is valid."""
     from activities.worker.handlers import AGENT_HANDLERS
-    from workflow_core.workflows.lint import lint_directory, lint_summary
+    from workflow_core.workflows.loader import lint_directory, lint_summary
 
     s = current_session()  # its output streams; lint never touches the ledger
     definitions, problems = lint_directory(directory, agents=set(AGENT_HANDLERS))

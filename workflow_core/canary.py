@@ -25,9 +25,6 @@ CANARY_AGENT, CANARY_UNDO = "canary.probe", "canary.undo"
 # from the run's input (ECHO_FAULTS), the same steps, deadlines and retries as sas-canary.
 CANARY_ECHO_WORKFLOW, ECHO_AGENT = "sas-canary-echo", "conformance.echo"
 CANARY_WORKFLOWS = (CANARY_WORKFLOW, CANARY_ECHO_WORKFLOW)
-# Workflows whose agents only pools outside the app serve (a message-only pool's own runtime): the
-# app's handler checks (start-up, `sas lint`, the demo) do not ask the app for their handlers.
-SERVED_OUTSIDE_THE_APP = frozenset({CANARY_ECHO_WORKFLOW})
 PROBE, FINISH = "probe", "finish"
 CANARY_AGENTS = frozenset({CANARY_AGENT, CANARY_UNDO})
 TERMINAL = {"Succeeded", "Failed", "Compensated", "CompensationFailed", "Cancelled", "Stopped"}

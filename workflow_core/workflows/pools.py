@@ -38,6 +38,9 @@ STEERED: dict[str, frozenset[str]] = {
     "sas-canary": frozenset({"canary.probe", "canary.undo"}),
     "sas-canary-echo": frozenset({"conformance.echo"}),
 }
+# Workflows whose agents only pools outside the app serve (a message-only pool's own runtime, the
+# canary's echo): the app's handler checks (start-up, `sas lint`, the demo) do not ask for their handlers.
+SERVED_OUTSIDE_THE_APP = frozenset({"sas-canary-echo"})
 
 
 class CircuitSettings(BaseModel):
