@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +15,7 @@ from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableClient, TableTransactionError
 
 from workflow_core import clock, telemetry_instruments
+from workflow_core.ledger import AuditEntry, StepRecord
 from workflow_core.limits.circuit_rules import STATE_VALUES, Circuit, CircuitEvent, CircuitState, next_circuit
 from workflow_core.limits.rows import audit_entity, circuit_entity, guarded, read_audit, read_rows
 from workflow_core.workflows.loader import agent_pools
@@ -143,3 +144,14 @@ class CircuitStore:
 
     def audit(self, agent: str, limit: int = 200) -> list[dict[str, Any]]:
         return read_audit(self.table, agent, limit)
+
+
+WAITING_ACTION = "waiting"  # the dispatch's audit note when a step joins its agent's queue (limits_gate)
+
+
+def waiting_steps(steps: Iterable[StepRecord], audit: Iterable[AuditEntry]) -> dict[str, str]:
+    """step id -> why it waits, for each step its agent's limits hold back now, read off the ledger:
+    the dispatch noted its *next* attempt ``waiting`` (once, on joining the queue) and it has not started."""
+    pending = {s.step_id: s.attempt + 1 for s in steps if s.status.value in ("Pending", "Retrying")}
+    noted = [a for a in audit if a.action == WAITING_ACTION]
+    return {a.step_id: a.reason for a in noted if pending.get(a.step_id) == a.attempt}

@@ -158,17 +158,14 @@ def resolve_reference(
     """The definition ``?version=`` asks for: a version id, a unique digest prefix (6+ characters), or a
     label naming exactly one stored version."""
     ref = reference.strip()
-    stored = store.list(workflow)
-    candidates = {v.version: v.label for v in stored}
+    candidates = {v.version: v.label for v in store.list(workflow)}
     if current is not None:
         candidates.setdefault(current.version, current.label)
-    digest = ref
-    if SEPARATOR in ref:
-        named, _, digest = ref.rpartition(SEPARATOR)
-        if named != workflow:
-            raise UnknownVersion(workflow, ref, sorted(candidates))
+    named, sep, digest = ref.rpartition(SEPARATOR)
+    if sep and named != workflow:
+        raise UnknownVersion(workflow, ref, sorted(candidates))
     matches = [v for v in candidates if len(digest) >= 6 and v.rpartition(SEPARATOR)[2].startswith(digest)]
-    if not matches and SEPARATOR not in ref:
+    if not matches and not sep:
         matches = [v for v, label in candidates.items() if label == ref]
     if len(matches) != 1:  # none, or an ambiguous prefix or label
         raise UnknownVersion(workflow, ref, sorted(candidates))

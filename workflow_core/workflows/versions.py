@@ -30,13 +30,6 @@ def canonical_data(definition: WorkflowDefinition) -> dict[str, Any]:
     return definition.model_dump(mode="json", by_alias=True)
 
 
-def _canonical_and_digest(definition: WorkflowDefinition) -> tuple[str, str]:
-    canonical = json.dumps(
-        canonical_data(definition), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
-    return canonical, hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
 def split_version(version: str) -> tuple[str, str]:
     workflow, sep, digest = version.rpartition(SEPARATOR)
     if not sep or not workflow or len(digest) != DIGEST_CHARS or not set(digest) <= set("0123456789abcdef"):
@@ -70,9 +63,15 @@ class PinnedDefinition:
 
 def pin(definition: WorkflowDefinition) -> PinnedDefinition:
     """The version of ``definition``, remembered so a later lookup by version costs nothing."""
-    canonical, sha = _canonical_and_digest(definition)
+    canonical = json.dumps(
+        canonical_data(definition), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    sha = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     pinned = PinnedDefinition(f"{definition.name}{SEPARATOR}{sha[:DIGEST_CHARS]}", definition, canonical, sha)
-    _remember(pinned.version, definition)
+    with _lock:
+        if pinned.version not in _cache and len(_cache) >= _CACHE_LIMIT:
+            _cache.pop(next(iter(_cache)))
+        _cache[pinned.version] = definition
     return pinned
 
 
@@ -85,33 +84,25 @@ def from_canonical(version: str, data: dict[str, Any] | str) -> WorkflowDefiniti
     Data that does not hash to the version (a corrupted input or row) raises, never runs."""
     if (cached := cached_definition(version)) is not None:
         return cached
-    workflow, digest = split_version(version)
+    split_version(version)
     parsed = json.loads(data) if isinstance(data, str) else data
     try:
         definition = WorkflowDefinition.model_validate(parsed)
     except Exception as exc:
         raise WorkflowDefinitionError(f"stored definition of {version} does not validate: {exc}") from None
-    # Hash what the data *means* (re-dumped), so a caller's dict order or spacing cannot matter.
-    actual = _canonical_and_digest(definition)[1][:DIGEST_CHARS]
-    if definition.name != workflow or actual != digest:
+    # Hash what the data *means* (re-dumped), so a caller's dict order or spacing cannot matter; pinned,
+    # it is remembered under the version it really has.
+    if (actual := pin(definition).version) != version:
         raise WorkflowDefinitionError(
-            f"definition carried for {version} hashes to {definition.name}{SEPARATOR}{actual}: refusing "
+            f"definition carried for {version} hashes to {actual}: refusing "
             "to run an instance on a definition other than the one it was pinned to"
         )
-    _remember(version, definition)
     return definition
 
 
 def cached_definition(version: str) -> WorkflowDefinition | None:
     with _lock:
         return _cache.get(version)
-
-
-def _remember(version: str, definition: WorkflowDefinition) -> None:
-    with _lock:
-        if version not in _cache and len(_cache) >= _CACHE_LIMIT:
-            _cache.pop(next(iter(_cache)))
-        _cache[version] = definition
 
 
 def clear_version_cache() -> None:
