@@ -40,7 +40,7 @@ class Services:
 
     @cached_property
     def definitions(self) -> DefinitionStore:
-        return DefinitionStore.of(self.ledger)
+        return DefinitionStore(self.ledger.table_client())
 
     @cached_property
     def bulk_operations(self) -> BulkRows:

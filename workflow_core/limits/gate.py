@@ -232,11 +232,8 @@ def _wait(
     fresh event name each time: a raised event is handed to every later wait for its name)."""
     pk = partition_of(rows.agent)
     after = poll if park is None else park
-    seen: dict[str, Any] = {
-        "Seen": now.isoformat(),
-        "Holder": holder.key,
-        "Until": (now + timedelta(seconds=after)).isoformat(),
-    }
+    until = (now + timedelta(seconds=after)).isoformat()
+    seen: dict[str, Any] = {"Seen": now.isoformat(), "Holder": holder.key, "Until": until}
     wake = None
     if orchestration is not None:
         wake = f"wake:{holder.step_id}:{holder.attempt}:{secrets.token_hex(4)}"

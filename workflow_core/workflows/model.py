@@ -167,8 +167,7 @@ class InputSchema(BaseModel):
 
     @model_validator(mode="after")
     def _required_declared(self) -> InputSchema:
-        undeclared = [name for name in self.required if name not in self.properties]
-        if undeclared:
+        if undeclared := [name for name in self.required if name not in self.properties]:
             raise ValueError(
                 f"required fields {undeclared} are not declared under properties (declare their type)"
             )
@@ -237,9 +236,8 @@ class WorkflowDefinition(BaseModel):
 
     def business_key_of(self, workflow_input: dict[str, Any]) -> str | None:
         """As text; None also for an empty one (the ledger reads an empty text as absent)."""
-        if self.business_key is None or workflow_input.get(self.business_key) is None:
-            return None
-        return str(workflow_input[self.business_key])[:200] or None
+        value = workflow_input.get(self.business_key) if self.business_key is not None else None
+        return None if value is None else str(value)[:200] or None
 
     @model_validator(mode="after")
     def _steps_consistent(self) -> WorkflowDefinition:
