@@ -52,11 +52,9 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, d
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
+            problem = f"found duplicate key {key!r}"
             raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r}",
-                key_node.start_mark,
+                "while constructing a mapping", node.start_mark, problem, key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
@@ -87,9 +85,7 @@ def _misspellings(errors: list[Any]) -> dict[str, tuple[str, str]]:
     missing = [_format_location(e["loc"]) for e in errors if e["type"] == "missing"]
     known = sorted(_known_keys())
     found: dict[str, tuple[str, str]] = {}
-    for error in errors:
-        if error["type"] != "extra_forbidden":
-            continue
+    for error in (e for e in errors if e["type"] == "extra_forbidden"):
         written = _format_location(error["loc"])
         parent, _, key = written.rpartition(".")
         siblings = [m.rpartition(".")[2] for m in missing if m.rpartition(".")[0] == parent]
@@ -119,8 +115,7 @@ def _format_validation_error(exc: ValidationError) -> str:
         ):
             continue  # a consequence of the misspelling reported above
         message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "too_short" and isinstance(error.get("ctx"), dict):
-            ctx = error["ctx"]
+        if error["type"] == "too_short" and isinstance(ctx := error.get("ctx"), dict):
             message = f"needs at least {ctx.get('min_length')} entries, got {ctx.get('actual_length')}"
         lines.append(f"{where}: {message}" if where else message)
     return "; ".join(lines)
@@ -166,12 +161,10 @@ def read_directory(directory: Path) -> Iterator[tuple[str, WorkflowDefinition | 
 def _load_directory(directory: Path) -> dict[str, WorkflowDefinition]:
     if not directory.is_dir():
         raise WorkflowDefinitionError(f"workflow directory {directory} does not exist")
-    found: dict[str, WorkflowDefinition] = {}
-    for _, definition in read_directory(directory):
-        if isinstance(definition, WorkflowDefinitionError):
-            raise definition
-        found[definition.name] = definition
-    return found
+    loaded = [definition for _, definition in read_directory(directory)]
+    if broken := [d for d in loaded if isinstance(d, WorkflowDefinitionError)]:
+        raise broken[0]
+    return {d.name: d for d in loaded}
 
 
 def load_workflows(directory: Path | None = None) -> dict[str, WorkflowDefinition]:

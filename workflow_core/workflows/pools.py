@@ -112,8 +112,7 @@ class AgentPools(BaseModel):
 
     def limits_of(self, agent: str) -> AgentLimits | None:
         """The agent's declared limits, or None (unlimited: dispatch reads nothing more)."""
-        limits = self.agents.get(agent)
-        return limits if limits is not None and limits.active else None
+        return limits if (limits := self.agents.get(agent)) is not None and limits.active else None
 
     def is_message_only(self, pool: str) -> bool:
         return self.pools.get(pool, Pool()).message_only
@@ -126,27 +125,22 @@ def pool_queue(work_queue: str, pool: str) -> str:
     return work_queue if pool == DEFAULT_POOL else f"{work_queue}-{pool}"
 
 
-def _named_pool(body: Mapping[str, Any]) -> Any:
-    given = body.get("input")
-    if body.get("kind") == "compensate" and isinstance(given, Mapping):
-        given = given.get("input")  # a compensator gets {"input": the step's input, "output": ...}
-    return given.get("pool") if isinstance(given, Mapping) else None
-
-
 def route_pool(pools: AgentPools, body: Mapping[str, Any]) -> str:
     """The pool whose queue carries the work message ``body`` (a ``WorkMessage`` as a dict)."""
     agent = str(body.get("agent", ""))
     ordinary = pools.pool_of(agent)
     if agent not in STEERED.get(str(body.get("workflow", "")), ()):
         return ordinary
-    named = _named_pool(body)
+    given = body.get("input")
+    if body.get("kind") == "compensate" and isinstance(given, Mapping):
+        given = given.get("input")  # a compensator gets {"input": the step's input, "output": ...}
+    named = given.get("pool") if isinstance(given, Mapping) else None
     return named if isinstance(named, str) and named in pools.names else ordinary
 
 
 def parse_pools(text: str, source: str = POOLS_FILE) -> AgentPools:
     try:
-        data = yaml.safe_load(text) or {}
-        return AgentPools.model_validate(data)
+        return AgentPools.model_validate(yaml.safe_load(text) or {})
     except yaml.YAMLError as exc:
         raise WorkflowDefinitionError(f"{source}: not valid YAML: {exc}") from None
     except ValidationError as exc:
