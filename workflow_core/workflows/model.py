@@ -279,8 +279,7 @@ class WorkflowDefinition(BaseModel):
 
     def located_steps(self) -> Iterator[tuple[str, StepDefinition, int]]:
         """Every step with where it is written (``steps[2].parallel[0]``) and its stage's index."""
-        for index, item in enumerate(self.items):
-            members = item.parallel if isinstance(item, ParallelGroup) else (item,)
+        for index, members in enumerate(self.stages):
             for member, step in enumerate(members):
                 yield f"steps[{index}]" + (f".parallel[{member}]" if len(members) > 1 else ""), step, index
 
@@ -313,8 +312,7 @@ class WorkflowDefinition(BaseModel):
         """No step can fall due sooner after the start: the starter's index row falls due by then,
         early enough for dispatches to watch their steps without moving it (``ledger/watch.py``)."""
         spans = [s.deadline_seconds for s in self.steps]
-        spans += [s.compensation.deadline_seconds for s in self.steps if s.compensation]
-        return min(spans)
+        return min(spans + [s.compensation.deadline_seconds for s in self.steps if s.compensation])
 
     def step(self, step_id: str) -> StepDefinition:
         return self.steps[self.position_of(step_id)]

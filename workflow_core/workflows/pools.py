@@ -3,12 +3,9 @@
 Declared once, in ``workflows/pools.yaml``; an agent named in no pool belongs to ``default``, whose
 queue is the work queue itself (``WORK_QUEUE_NAME``); pool ``p`` uses ``<WORK_QUEUE_NAME>-p``.
 
-Routing (:func:`route_pool`, what dispatch and the watchdog's redispatch use) is that one rule with one
-declared exception, :data:`STEERED`: the recovery canary's messages go to the pool their step input
-names (``pool``, copied from the run's input by the canary definitions), when that pool is declared.
-No other workflow or agent can steer its messages, and an undeclared name falls back to the rule. Why
-not pool-qualified agent names: the step's agent comes from the pinned definition, so one definition
-per pool would be needed; the input carries the pool instead, and the ledger keeps it.
+Routing (:func:`route_pool`, for dispatch and the watchdog's redispatch) is that one rule with one
+declared exception, :data:`STEERED`: the recovery canary's messages go to the declared pool their step
+input names (docs/operations.md, "Recovery canary", says why and why not pool-qualified agent names).
 
 Per-agent limits are declared there too, under ``agents:`` (docs/agent-limits.md). An agent named
 nowhere there is unlimited: dispatch reads no limit row for it.
