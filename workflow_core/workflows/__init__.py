@@ -22,4 +22,4 @@ from workflow_core.workflows.loader import (
 )
 from workflow_core.workflows.model import WorkflowDefinition, resolve_step_input
 from workflow_core.workflows.steps import ParallelGroup, RetryPolicy, StepDefinition
-from workflow_core.workflows.versions import PinnedDefinition, from_canonical, pin, version_of
+from workflow_core.workflows.store import PinnedDefinition, from_canonical, pin, version_of

@@ -185,7 +185,7 @@ class WorkflowDefinition(BaseModel):
 
     name: str
     # A human label ("2.1", "add-dns-check"); the version that counts is the content hash
-    # (workflow_core.workflows.versions), which changes with any edit, labelled or not.
+    # (workflow_core.workflows.store), which changes with any edit, labelled or not.
     version: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
     )
