@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from workflow_core.ledger.model import WORKFLOW_NAME, NewStep
 from workflow_core.workflows.errors import StepInputError, WorkflowInputError
-from workflow_core.workflows.steps import ParallelGroup, StepDefinition, StepItem
+from workflow_core.workflows.steps import ParallelGroup, StepDefinition, StepItem, Strict
 
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _STEPS = re.compile(r"^\$steps\.(?P<step>[^$]+?)\.output(?:\.(?P<path>.+))?$")
@@ -134,9 +134,7 @@ def type_matches(expected: FieldType, value: Any) -> bool:
     return actual == expected or (expected == "number" and actual == "integer")
 
 
-class InputProperty(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class InputProperty(Strict):
     type: FieldType
     description: str | None = None
     default: Any = None
@@ -148,10 +146,8 @@ class InputProperty(BaseModel):
         return self
 
 
-class InputSchema(BaseModel):
+class InputSchema(Strict):
     """A deliberately small schema: required fields, typed properties, optional defaults."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     required: tuple[str, ...] = ()
     properties: dict[str, InputProperty] = Field(default_factory=dict)
@@ -180,8 +176,8 @@ class InputSchema(BaseModel):
         return set(self.required) | {n for n, p in self.properties.items() if p.default is not None}
 
 
-class WorkflowDefinition(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+class WorkflowDefinition(Strict):
+    model_config = ConfigDict(populate_by_name=True)
 
     name: str
     # A human label ("2.1", "add-dns-check"); the version that counts is the content hash

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from workflow_core.ledger.model import AGENT_NAME
 from workflow_core.workflows.errors import WorkflowDefinitionError
+from workflow_core.workflows.steps import Strict
 
 POOLS_FILE = "pools.yaml"
 DEFAULT_POOL = "default"
@@ -40,17 +41,13 @@ STEERED: dict[str, frozenset[str]] = {
 SERVED_OUTSIDE_THE_APP = frozenset({"sas-canary-echo"})
 
 
-class CircuitSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class CircuitSettings(Strict):
     # consecutive retryable failures, across instances, that open the circuit
     failure_threshold: int = Field(default=5, ge=1, le=10_000)
     open_seconds: float = Field(default=60, gt=0, le=86_400)
 
 
-class AgentLimits(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class AgentLimits(Strict):
     max_in_flight: int | None = Field(default=None, ge=1, le=1_000)
     circuit: CircuitSettings | None = None
     wait_poll_seconds: float = Field(default=5, ge=0.1, le=3_600)
@@ -60,9 +57,7 @@ class AgentLimits(BaseModel):
         return self.max_in_flight is not None or self.circuit is not None
 
 
-class Pool(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Pool(Strict):
     agents: tuple[str, ...] = ()
     message_only: bool = False
     canary: bool = False  # opts the pool in to the recovery canary (docs/operations.md, "Recovery canary")
@@ -71,10 +66,8 @@ class Pool(BaseModel):
     kind: Literal["logicApp"] | None = None
 
 
-class AgentPools(BaseModel):
+class AgentPools(Strict):
     """The ``pools:`` mapping of ``pools.yaml``, validated: names, and each agent in one pool only."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     pools: dict[str, Pool] = Field(default_factory=dict)
     # per-agent concurrency limit and circuit breaker (docs/agent-limits.md); unset: unlimited

@@ -23,9 +23,13 @@ MAX_DEADLINE_SECONDS = 7 * 24 * 3600  # a first deadline beyond a week is a defi
 MAX_INTERVAL_SECONDS = 24 * 3600
 
 
-class RetryPolicy(BaseModel):
+class Strict(BaseModel):
+    """A part of a definition: immutable once loaded, and a key it does not know (a typo) is an error."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+
+class RetryPolicy(Strict):
     max_attempts: int = Field(default=3, ge=1, le=100, description="attempts in total, the first included")
     initial_interval_seconds: float = Field(default=5.0, gt=0, le=MAX_INTERVAL_SECONDS)
     backoff_coefficient: float = Field(default=2.0, ge=1, le=100)
@@ -83,10 +87,8 @@ AgentName = Annotated[str, AfterValidator(_check_agent)]
 ErrorNames = Annotated[tuple[str, ...], AfterValidator(_check_error_names)]
 
 
-class CompensationDefinition(BaseModel):
+class CompensationDefinition(Strict):
     """How to undo a step: another agent, with its own deadline and retries."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     agent: AgentName
     deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
@@ -94,9 +96,7 @@ class CompensationDefinition(BaseModel):
     non_retryable_errors: ErrorNames = ()
 
 
-class StepDefinition(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class StepDefinition(Strict):
     id: str
     name: str = ""
     description: str | None = None
@@ -129,10 +129,8 @@ class StepDefinition(BaseModel):
         return self.compensation.agent if self.compensation else None
 
 
-class ParallelGroup(BaseModel):
+class ParallelGroup(Strict):
     """Steps that run at the same time; if one gives up, the instance is compensated once all finished."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     parallel: tuple[StepDefinition, ...] = Field(min_length=2)
 
@@ -151,9 +149,8 @@ class ParallelGroup(BaseModel):
 
 def _item_kind(value: Any) -> str:
     """Which kind of ``steps`` item a value is, so a mistake is reported against one kind only."""
-    if isinstance(value, dict):
-        return "<parallel>" if "parallel" in value else "<step>"
-    return "<parallel>" if isinstance(value, ParallelGroup) else "<step>"
+    parallel = "parallel" in value if isinstance(value, dict) else isinstance(value, ParallelGroup)
+    return "<parallel>" if parallel else "<step>"
 
 
 # The tags start with "<" so the loader leaves them out of error locations (steps[1].parallel[0].id).
