@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 # create its steps, when the starter could not) before the watchdog treats it as a scheduler that
 # never started (on top of the watchdog's grace).
 SCHEDULER_START_SECONDS = 60.0
-SINGLE_USE = "instance ids are single-use: choose another instance_id, or omit it to get a fresh one"
+CHOOSE_ANOTHER = "choose another instance_id, or omit it to get a fresh one"
+SINGLE_USE = f"instance ids are single-use: {CHOOSE_ANOTHER}"
 ACTIVE_RUNTIME_STATUSES = frozenset({"Pending", "Running", "ContinuedAsNew", "Suspended"})
 
 
@@ -188,13 +189,8 @@ async def _never_started(services: Services, instance_id: str, exc: BaseExceptio
         if record is None or record.status is not InstanceStatus.RUNNING:
             return
         why = f"the orchestration could not be started: {describe_error(exc)}"
-        ledger.transition_instance(
-            record,
-            InstanceStatus.CANCELLED,
-            actor=actor,
-            reason=why,
-            outcome=outcome_json("cancelled", error=describe_error(exc)),
-        )
+        outcome = outcome_json("cancelled", error=describe_error(exc))
+        ledger.transition_instance(record, InstanceStatus.CANCELLED, actor=actor, reason=why, outcome=outcome)
         for step in ledger.list_for_instance(instance_id):
             if step.status is StepStatus.PENDING:
                 ledger.transition(step, StepStatus.CANCELLED, actor=actor, reason=why)
@@ -226,14 +222,11 @@ async def ensure_unused(client: Any, services: Services, instance_id: str) -> No
     if status:
         runtime = getattr(status.runtime_status, "value", None) or "unknown"
         state = "is still running" if runtime in ACTIVE_RUNTIME_STATUSES else f"exists ({runtime})"
-        raise _exists(
-            instance_id, f"an orchestration with this id {state}; {SINGLE_USE}", runtimeStatus=runtime
-        )
+        detail = f"an orchestration with this id {state}; {SINGLE_USE}"
+        raise _exists(instance_id, detail, runtimeStatus=runtime)
     if steps:
         held = f"the step ledger already holds {len(steps)} steps of workflow {steps[0].workflow_name!r}"
-        raise _exists(
-            instance_id, f"{held} for this id; choose another instance_id, or omit it to get a fresh one"
-        )
+        raise _exists(instance_id, f"{held} for this id; {CHOOSE_ANOTHER}")
 
 
 def _unavailable(doing: str, exc: BaseException) -> StartRefused:
