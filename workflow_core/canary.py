@@ -17,7 +17,7 @@ from datetime import datetime
 
 from workflow_core.ledger.model import AuditEntry
 from workflow_core.workflows import get_workflow
-from workflow_core.workflows.pools import AgentPools
+from workflow_core.workflows.pools import AgentPools, Pool
 
 CANARY_WORKFLOW = "sas-canary"
 CANARY_AGENT, CANARY_UNDO = "canary.probe", "canary.undo"
@@ -134,13 +134,11 @@ def expected_recovery_seconds(
     wake = watchdog_period + grace  # a deadline is noticed within one period after grace
     retry_wait = probe.retry.max_interval_seconds  # the longest single backoff wait
     work = probe.deadline_seconds + finish.deadline_seconds  # a healthy (fast) run never reaches these
+    after_silence = wake + retry_wait + work  # the silent attempt noticed, retried, the run finished
     bounds = {
         "retry": retry_wait + work,
-        "lost-reply": probe.deadline_seconds + wake + retry_wait + work,
-        "heartbeat-stops": (probe.heartbeat_timeout_seconds or probe.deadline_seconds)
-        + wake
-        + retry_wait
-        + work,
+        "lost-reply": probe.deadline_seconds + after_silence,
+        "heartbeat-stops": (probe.heartbeat_timeout_seconds or probe.deadline_seconds) + after_silence,
         "compensate": finish.deadline_seconds + probe.compensation.deadline_seconds + wake,
         # scheduler-lost: noticed when the probe is overdue, resumed on the next tick
         "scheduler-lost": probe.deadline_seconds + 2 * wake + work,
@@ -153,28 +151,17 @@ def canary_pools(pools: AgentPools, hosted: Iterable[str]) -> list[str]:
     hosted pool (``HOSTED_POOLS``), every pool that opts in (``canary: true`` in ``workflows/pools.yaml``),
     and the pool that lists ``canary.probe``. Dispatch routes a run's messages to the pool its input
     names (``workflow_core.workflows.pools.STEERED``)."""
-    hosted = set(hosted)
-    listed = pools.pool_of(CANARY_AGENT)
-    return [
-        name
-        for name in pools.names
-        if name in hosted or name == listed or (name in pools.pools and pools.pools[name].canary)
-    ]
+    chosen = {*hosted, pools.pool_of(CANARY_AGENT)} | {name for name, p in pools.pools.items() if p.canary}
+    return [name for name in pools.names if name in chosen]
 
 
 def canary_workflow_of(pools: AgentPools, pool: str, hosted: Iterable[str]) -> str:
     """The definition a canary run in ``pool`` uses: ``sas-canary-echo`` when the pool is message-only,
     opts in (``canary: true``), is not hosted and does not list ``canary.probe`` (its agents implement
     the conformance echo contract, not the app's Python handlers); else ``sas-canary``."""
-    declared = pools.pools.get(pool)
-    echo = (
-        declared is not None
-        and declared.message_only
-        and declared.canary
-        and pool not in set(hosted)
-        and CANARY_AGENT not in declared.agents
-    )
-    return CANARY_ECHO_WORKFLOW if echo else CANARY_WORKFLOW
+    declared = pools.pools.get(pool, Pool())
+    echo = declared.message_only and declared.canary and CANARY_AGENT not in declared.agents
+    return CANARY_ECHO_WORKFLOW if echo and pool not in set(hosted) else CANARY_WORKFLOW
 
 
 @dataclass(frozen=True)
