@@ -49,14 +49,11 @@ def canonical_json(value: Any) -> bytes:
 
 
 def is_reference(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and set(value) == {REFERENCE_KEY, SIZE_KEY}
-        and isinstance(value[REFERENCE_KEY], str)
-        and _DIGEST.match(value[REFERENCE_KEY]) is not None
-        and isinstance(value[SIZE_KEY], int)
-        and value[SIZE_KEY] >= 0
-    )
+    if not isinstance(value, dict) or set(value) != {REFERENCE_KEY, SIZE_KEY}:
+        return False
+    digest, size = value[REFERENCE_KEY], value[SIZE_KEY]
+    named = isinstance(digest, str) and _DIGEST.match(digest) is not None
+    return named and isinstance(size, int) and size >= 0
 
 
 def reference_to(data: bytes) -> dict[str, Any]:

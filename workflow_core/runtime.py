@@ -18,6 +18,8 @@ from workflow_core.payloads import PayloadStore
 from workflow_core.settings import Settings, get_settings
 from workflow_core.storage_clients import blob_container_client, table_service_client
 from workflow_core.transport import Transport, create_transport
+from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import pool_queue
 from workflow_core.workflows.store import DefinitionStore
 
 
@@ -82,9 +84,6 @@ class Services:
     def transport(self) -> Transport:
         transport = create_transport(self.settings)
         if self.settings.storage.connection_string:  # local/dev: every pool's queue, hosted or not
-            from workflow_core.workflows.loader import agent_pools
-            from workflow_core.workflows.pools import pool_queue
-
             pools = [pool_queue(self.settings.work_queue, pool) for pool in agent_pools().names]
             transport.ensure_queues(*pools, self.settings.result_queue)
         return transport

@@ -117,9 +117,8 @@ _CIRCUIT_TIMES = {"since", "open_until", "probe_deadline"}
 def circuit_of(e: Any) -> Circuit:
     values = {f: e.get(p) for f, p in _CIRCUIT.items() if e.get(p) not in (None, "")}
     values |= {f: _time(values.get(f)) for f in _CIRCUIT_TIMES}
-    return Circuit(
-        **{**values, "state": CircuitState(values.get("state", "closed")), "etag": e.metadata["etag"]}
-    )
+    values |= {"state": CircuitState(values.get("state", "closed")), "etag": e.metadata["etag"]}
+    return Circuit(**values)
 
 
 def circuit_entity(agent: str, c: Circuit) -> dict[str, Any]:
