@@ -43,9 +43,8 @@ class PayloadMissing(Exception):
 
 def canonical_json(value: Any) -> bytes:
     """The bytes a payload is measured, hashed and stored as: compact, sorted keys, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode(
-        "utf-8"
-    )
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text.encode("utf-8")
 
 
 def is_reference(value: Any) -> bool:
