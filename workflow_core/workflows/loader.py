@@ -223,11 +223,8 @@ def lint_definition(
     definition whose agents only pools outside the app serve: ``SERVED_OUTSIDE_THE_APP``)."""
     if definition.name in SERVED_OUTSIDE_THE_APP:
         agents = None
-    problems = []
-    if not definition.description.strip():
-        problems.append(
-            LintProblem(source, "description", "empty; say what the workflow does, for operators")
-        )
+    empty = "empty; say what the workflow does, for operators"
+    problems = [] if definition.description.strip() else [LintProblem(source, "description", empty)]
     for where, step, _ in definition.located_steps():
         for at, name in ((f"{where}.agent", step.agent), (f"{where}.compensation.agent", step.compensator)):
             if agents is not None and name is not None and name not in agents:
@@ -279,9 +276,8 @@ def _load_problem(file: str, message: str) -> LintProblem:
 def lint_summary(definitions: Mapping[str, WorkflowDefinition]) -> list[str]:
     lines = []
     for name, definition in sorted(definitions.items()):
-        sample = (
-            "no sample input (the demo needs --input)" if definition.sample_input is None else "sample input"
-        )
+        has_sample = definition.sample_input is not None
+        sample = "sample input" if has_sample else "no sample input (the demo needs --input)"
         steps, agents = len(definition.steps), len(definition.agents_used())
         lines.append(f"ok  {name}: {steps} step(s), {agents} agent(s), {sample}")
     return lines

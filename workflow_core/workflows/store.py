@@ -286,11 +286,8 @@ class VersionSummary:
 
 def workflow_versions(workflow: str, ledger: Any, store: DefinitionStore) -> list[VersionSummary]:
     """Every known version of ``workflow``, oldest stored first, the current one flagged."""
-    summaries: dict[str, VersionSummary] = {}
-    for stored in store.list(workflow):
-        summaries[stored.version] = VersionSummary(
-            stored.version, stored.label, stored.stored_at, stored=True
-        )
+    stored = store.list(workflow)
+    summaries = {v.version: VersionSummary(v.version, v.label, v.stored_at, stored=True) for v in stored}
     broken: WorkflowDefinitionError | None = None
     try:
         current = pin(get_workflow(workflow))
