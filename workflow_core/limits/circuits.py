@@ -16,8 +16,9 @@ from azure.data.tables import TableClient, TableTransactionError
 
 from workflow_core import clock, telemetry_instruments
 from workflow_core.ledger import AuditEntry, StepRecord
+from workflow_core.ledger.families import AUDIT_PREFIX
 from workflow_core.limits.circuit_rules import STATE_VALUES, Circuit, CircuitEvent, CircuitState, next_circuit
-from workflow_core.limits.rows import audit_entity, circuit_entity, guarded, read_audit, read_rows
+from workflow_core.limits.rows import audit_entity, circuit_entity, guarded, partition_of, read_rows
 from workflow_core.workflows.loader import agent_pools
 from workflow_core.workflows.pools import CircuitSettings
 
@@ -143,7 +144,14 @@ class CircuitStore:
         return views
 
     def audit(self, agent: str, limit: int = 200) -> list[dict[str, Any]]:
-        return read_audit(self.table, agent, limit)
+        """The circuit's audit rows, oldest first (at most ``limit``, the newest)."""
+        rows = self.table.query_entities(
+            "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",
+            parameters={"pk": partition_of(agent), "lo": AUDIT_PREFIX, "hi": AUDIT_PREFIX + "~"},
+        )
+        shown = {"at": "At", "actor": "Actor", "action": "Action", "from": "FromState", "to": "ToState"}
+        shown["reason"] = "Reason"
+        return [{k: e.get(p, "") for k, p in shown.items()} for e in rows][-limit:]
 
 
 WAITING_ACTION = "waiting"  # the dispatch's audit note when a step joins its agent's queue (limits_gate)

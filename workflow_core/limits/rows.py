@@ -154,17 +154,6 @@ def audit_entity(
     }
 
 
-def read_audit(table: TableClient, agent: str, limit: int = 200) -> list[dict[str, Any]]:
-    """The circuit's audit rows, oldest first (at most ``limit``, the newest)."""
-    rows = table.query_entities(
-        "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",
-        parameters={"pk": partition_of(agent), "lo": AUDIT_PREFIX, "hi": AUDIT_PREFIX + "~"},
-    )
-    shown = {"at": "At", "actor": "Actor", "action": "Action", "from": "FromState", "to": "ToState"}
-    shown["reason"] = "Reason"
-    return [{k: e.get(p, "") for k, p in shown.items()} for e in rows][-limit:]
-
-
 def _iso(moment: datetime | None) -> str:
     return moment.isoformat() if moment is not None else ""
 

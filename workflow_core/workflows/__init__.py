@@ -1,8 +1,6 @@
 """Workflow definitions: what steps a workflow has, which agent runs each, by when, and how to undo it.
 
 Definitions live as YAML in the repository's ``workflows/`` folder (schema: ``workflows/README.md``).
-The scheduler walks them, the HTTP starter validates inputs against them and the agents check at
-start-up that every agent they name has a handler.
 """
 
 from workflow_core.workflows.errors import (

@@ -13,6 +13,7 @@ its record, since "0 in flight" on an old version is what an operator retires it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -225,12 +226,10 @@ def definition_for(workflow: str, version: str | None, store: DefinitionStore | 
         return get_workflow(workflow)
     if (cached := cached_definition(version)) is not None:
         return cached
-    try:
-        current = pin(get_workflow(workflow))
-        if current.version == version:
+    # the YAML may have gone away or broken: the store still has every started version
+    with contextlib.suppress(UnknownWorkflow, WorkflowDefinitionError):
+        if (current := pin(get_workflow(workflow))).version == version:
             return current.definition
-    except (UnknownWorkflow, WorkflowDefinitionError):
-        pass  # the YAML went away or broke: the store still has every started version
     if (found := store.get(version) if store is not None else None) is None:
         raise UnknownVersion(workflow, version)
     return found
