@@ -115,10 +115,9 @@ def canary_pool() -> str:
 
 
 def scenario_named(name: str) -> Scenario:
-    try:
-        return SCENARIOS[name]
-    except KeyError:
-        raise ValueError(f"unknown canary scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown canary scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    return SCENARIOS[name]
 
 
 def expected_recovery_seconds(

@@ -101,9 +101,7 @@ def admit(
         why = _circuit_says(table, rows, limits.circuit, holder, deadline, now, state_of)
         if why is not None:
             park = park_seconds(rows.circuit, now, poll)
-            return _wait(
-                table, rows, holder, now, poll, why, mine, park=park, orchestration=orchestration or ""
-            )
+            return _wait(table, rows, holder, now, poll, why, mine, park, orchestration or "")
     if limits.max_in_flight is None:
         _leave(table, agent, mine)
         return Admission(True)
@@ -222,7 +220,6 @@ def _wait(
     poll: float,
     reason: str,
     mine: Waiter | None,
-    *,
     park: float | None = None,
     orchestration: str | None = None,
 ) -> Admission:

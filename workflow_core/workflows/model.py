@@ -78,9 +78,7 @@ def resolve_value(
     value: Any, workflow_input: Mapping[str, Any], outputs: Mapping[str, Any], where: str
 ) -> Any:
     if isinstance(value, Mapping):
-        return {
-            key: resolve_value(item, workflow_input, outputs, f"{where}.{key}") for key, item in value.items()
-        }
+        return {k: resolve_value(v, workflow_input, outputs, f"{where}.{k}") for k, v in value.items()}
     if isinstance(value, list):
         return [resolve_value(item, workflow_input, outputs, f"{where}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, str) and value.startswith("$$"):  # a literal "$..."

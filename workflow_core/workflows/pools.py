@@ -150,10 +150,8 @@ def load_pools_file(path: Path) -> AgentPools:
     with _lock:
         if path not in _cache:  # resolved once per spelling (a lookup runs on every step)
             key = path.resolve()
-            found = _cache.get(key) or (
-                parse_pools(key.read_text("utf-8")) if key.is_file() else AgentPools()
-            )
-            _cache[path] = _cache[key] = found
+            got = _cache.get(key) or (parse_pools(key.read_text("utf-8")) if key.is_file() else AgentPools())
+            _cache[path] = _cache[key] = got
         return _cache[path]
 
 

@@ -83,11 +83,9 @@ class PinnedDefinition:
 
 def pin(definition: WorkflowDefinition) -> PinnedDefinition:
     """The version of ``definition``, remembered so a later lookup by version costs nothing."""
-    canonical = json.dumps(
-        canonical_data(definition), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
-    sha = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-    pinned = PinnedDefinition(f"{definition.name}{SEPARATOR}{sha[:DIGEST_CHARS]}", definition, canonical, sha)
+    text = json.dumps(canonical_data(definition), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    pinned = PinnedDefinition(f"{definition.name}{SEPARATOR}{sha[:DIGEST_CHARS]}", definition, text, sha)
     with _lock:
         if pinned.version not in _cache and len(_cache) >= _CACHE_LIMIT:
             _cache.pop(next(iter(_cache)))
