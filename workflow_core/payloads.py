@@ -33,8 +33,7 @@ class PayloadTooLarge(Exception):
         super().__init__(
             f"{what} is {size:,} bytes as JSON; at most {limit:,} bytes are allowed (MAX_PAYLOAD_BYTES)"
         )
-        self.size = size
-        self.limit = limit
+        self.size, self.limit = size, limit
 
 
 class PayloadMissing(Exception):

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from azure.core.exceptions import ResourceExistsError
+
 from workflow_core.ledger import StepLedger
 from workflow_core.ledger.bulk_rows import BulkRows
 from workflow_core.ledger.idempotency import IdempotencyKeys
@@ -67,18 +69,15 @@ class Services:
     @cached_property
     def payloads(self) -> PayloadStore:
         """The container client is made (and, locally, the container created) on the first large payload."""
-        settings = self.settings
 
         def container() -> Any:
-            client = blob_container_client(settings.storage, settings.payload_container)
-            if settings.storage.connection_string:  # local/dev: create what infra would have provisioned
-                from azure.core.exceptions import ResourceExistsError
-
+            client = blob_container_client(self.settings.storage, self.settings.payload_container)
+            if self.settings.storage.connection_string:  # local/dev: create what infra would have provisioned
                 with contextlib.suppress(ResourceExistsError):
                     client.create_container()
             return client
 
-        return PayloadStore(container, max_bytes=settings.max_payload_bytes)
+        return PayloadStore(container, max_bytes=self.settings.max_payload_bytes)
 
     @cached_property
     def transport(self) -> Transport:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from workflow_core.workflows.errors import (
     StepInputError,
@@ -70,8 +70,6 @@ def _format_location(loc: tuple[Any, ...]) -> str:
 
 
 def _known_keys() -> set[str]:
-    from pydantic import BaseModel
-
     from workflow_core.workflows import model, steps
 
     classes = [v for m in (model, steps) for v in vars(m).values() if isinstance(v, type)]

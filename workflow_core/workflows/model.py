@@ -89,16 +89,15 @@ def resolve_value(
         raise StepInputError(f"{where}: {exc}") from None
     if ref is None:
         return value
+    current: Any
     if ref.source == "input":
-        current: Any = workflow_input
-        root_name = "the workflow input"
-    elif ref.step_id not in outputs:
+        current, root_name = workflow_input, "the workflow input"
+    elif ref.step_id in outputs:
+        current, root_name = outputs[ref.step_id], f"the output of step {ref.step_id!r}"
+    else:
         raise StepInputError(
             f"{where}: {ref.text} needs the output of step {ref.step_id!r}, which has none yet"
         )
-    else:
-        current = outputs[ref.step_id]
-        root_name = f"the output of step {ref.step_id!r}"
     for depth, key in enumerate(ref.path):
         if isinstance(current, Mapping) and key in current:
             current = current[key]

@@ -73,11 +73,10 @@ def _check_agent(value: str) -> str:
 
 
 def _check_error_names(names: tuple[str, ...]) -> tuple[str, ...]:
-    for name in names:
-        if not ERROR_NAME.fullmatch(name):
-            raise ValueError(
-                f"non_retryable_errors: {name!r} is not an exception class name such as CardDeclined"
-            )
+    if bad := [name for name in names if not ERROR_NAME.fullmatch(name)]:
+        raise ValueError(
+            f"non_retryable_errors: {bad[0]!r} is not an exception class name such as CardDeclined"
+        )
     if len(set(names)) != len(names):
         raise ValueError(f"non_retryable_errors lists a name twice: {list(names)}")
     return names
