@@ -29,7 +29,7 @@ def versions_command(workflow: str, output: str) -> None:
     from workflow_core.workflows.store import DefinitionStore, workflow_versions
 
     s = current_session()
-    store = DefinitionStore(s.ledger.table_client())
+    store = DefinitionStore.of(s.ledger)
     try:
         summaries = workflow_versions(workflow, s.ledger, store)
     except UnknownWorkflow as exc:

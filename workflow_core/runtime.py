@@ -44,7 +44,7 @@ class Services:
 
     @cached_property
     def definitions(self) -> DefinitionStore:
-        return DefinitionStore(self.ledger.table_client())
+        return DefinitionStore.of(self.ledger)
 
     @cached_property
     def bulk_operations(self) -> BulkRows:

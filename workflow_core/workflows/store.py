@@ -152,6 +152,11 @@ class DefinitionStore:
         self._saved: set[str] = set()
         self._lock = threading.Lock()
 
+    @classmethod
+    def of(cls, ledger: Any) -> DefinitionStore:
+        """The store in ``ledger``'s table (``Services.definitions``; tools reach no table directly)."""
+        return cls(ledger.table_client())
+
     def save(self, pinned: PinnedDefinition) -> bool:
         """Store the definition unless it already is; True when this call wrote it."""
         with self._lock:
