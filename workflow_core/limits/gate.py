@@ -352,13 +352,9 @@ class LimitsStore:
     def _fence(self, agent: str, holder: Holder, state: HolderState) -> bool:
         """Write the step row of an admission that never dispatched (If-Match the row read), so that
         its Dispatched write, should it still come, fails its ETag and asks the gate again."""
+        why = f"the admission of attempt {holder.attempt} to {agent} was never dispatched by its deadline"
         try:
-            self.ledger.update(
-                state.step,
-                actor="watchdog",
-                reason=f"the admission of attempt {holder.attempt} to {agent} was never dispatched "
-                "by its deadline: its slot is released",
-            )
+            self.ledger.update(state.step, actor="watchdog", reason=f"{why}: its slot is released")
         except (ConcurrencyConflict, StepNotFound):  # it moved meanwhile: the next tick decides again
             return False
         return True

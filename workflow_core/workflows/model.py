@@ -321,8 +321,7 @@ class WorkflowDefinition(Strict):
         schema = self.input
         problems = [f"missing required field {name!r}" for name in schema.required if name not in data]
         for key, value in data.items():
-            prop = schema.properties.get(key)
-            if prop is None:
+            if (prop := schema.properties.get(key)) is None:
                 if not schema.additional_properties:
                     known = ", ".join(sorted(schema.properties)) or "none"
                     problems.append(f"unknown field {key!r} (known fields: {known})")
