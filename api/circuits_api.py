@@ -32,8 +32,8 @@ from workflow_core import clock
 from workflow_core.ledger import AuditEntry, StepRecord
 from workflow_core.ledger.model import AGENT_NAME
 from workflow_core.limits import CircuitStore
+from workflow_core.limits.circuits import waiting_steps
 from workflow_core.limits.rows import partition_of
-from workflow_core.limits.waiting import waiting_steps
 from workflow_core.workflows.loader import agent_pools
 
 log = logging.getLogger(__name__)

@@ -31,8 +31,7 @@ from workflow_core.workflows import (
     get_workflow,
     pin,
 )
-from workflow_core.workflows.inventory import workflow_versions
-from workflow_core.workflows.store import resolve_reference
+from workflow_core.workflows.store import resolve_reference, workflow_versions
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from devtools.logs import quiet_logging
 from devtools.request_counter import AGENT_EFFECT, HARNESS, RequestCounter, pattern_operation
 from devtools.request_scenarios import forget_effect_clients
 from workflow_core.limits.gate import PARK_SECONDS
-from workflow_core.workflows.agent_limits import CircuitSettings
+from workflow_core.workflows.pools import CircuitSettings
 
 AGENT = "storage.create"
 POLL_SECONDS = 5

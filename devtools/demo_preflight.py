@@ -32,7 +32,7 @@ def demo_input(definition: Any, given: str | None) -> dict[str, Any]:
     """The input to start ``definition`` with: ``given`` (``--input`` JSON) or its ``sample_input``,
     validated like the HTTP starter does; DemoError saying what to pass otherwise."""
     from workflow_core.workflows import WorkflowInputError
-    from workflow_core.workflows.lint import skeleton_input
+    from workflow_core.workflows.loader import skeleton_input
 
     name = definition.name
     example = json.dumps(skeleton_input(definition))

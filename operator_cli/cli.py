@@ -120,7 +120,7 @@ def list_command(
 def show(instance: str, output: str) -> None:
     """One instance: its record, its steps and its audit trail."""
     from supervisor import operator
-    from workflow_core.limits.waiting import waiting_steps
+    from workflow_core.limits.circuits import waiting_steps
 
     s = current_session()
     record = get_instance(s.ledger, instance)

@@ -51,8 +51,7 @@ PROGRESS_EVERY_SECONDS = 2.0
 def versions_command(workflow: str, output: str) -> None:
     """A workflow's definition versions and how many instances run on each (0 in flight: drained)."""
     from workflow_core.workflows import UnknownWorkflow, WorkflowDefinitionError
-    from workflow_core.workflows.inventory import workflow_versions
-    from workflow_core.workflows.store import DefinitionStore
+    from workflow_core.workflows.store import DefinitionStore, workflow_versions
 
     s = current_session()
     store = DefinitionStore.of(s.ledger)
@@ -153,7 +152,7 @@ def replay_check_command(files: tuple[str, ...], live: bool, output: str, **filt
 def lint_command(directory: Path | None) -> None:
     """Check every workflow definition: it loads, its agents have handlers, its sample input is valid."""
     from activities.worker.handlers import AGENT_HANDLERS
-    from workflow_core.workflows.lint import lint_directory, lint_summary
+    from workflow_core.workflows.loader import lint_directory, lint_summary
 
     s = current_session()  # its output streams; lint never touches the ledger
     definitions, problems = lint_directory(directory, agents=set(AGENT_HANDLERS))

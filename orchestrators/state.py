@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workflow_core.workflows import RetryPolicy, WorkflowDefinition, from_canonical
-from workflow_core.workflows.versions import canonical_data, version_of
+from workflow_core.workflows.store import canonical_data, version_of
 
 
 class _Strict(BaseModel):

@@ -28,43 +28,30 @@ PAYLOAD_CEILING_BYTES = 1_048_576
 _CACHE_ENTRIES = 8  # resolved payloads kept per process (one step's input and output, a few steps)
 
 
-class PayloadError(Exception):
-    """A payload that cannot be stored or resolved."""
-
-
-class PayloadTooLarge(PayloadError):
+class PayloadTooLarge(Exception):
     def __init__(self, what: str, size: int, limit: int) -> None:
         super().__init__(
             f"{what} is {size:,} bytes as JSON; at most {limit:,} bytes are allowed (MAX_PAYLOAD_BYTES)"
         )
-        self.size = size
-        self.limit = limit
+        self.size, self.limit = size, limit
 
 
-class PayloadMissing(PayloadError):
+class PayloadMissing(Exception):
     """A reference whose blob is gone (deleted by the lifecycle rule) or holds other content."""
 
 
 def canonical_json(value: Any) -> bytes:
     """The bytes a payload is measured, hashed and stored as: compact, sorted keys, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode(
-        "utf-8"
-    )
-
-
-def payload_size(value: Any) -> int:
-    return len(canonical_json(value))
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text.encode("utf-8")
 
 
 def is_reference(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and set(value) == {REFERENCE_KEY, SIZE_KEY}
-        and isinstance(value[REFERENCE_KEY], str)
-        and _DIGEST.match(value[REFERENCE_KEY]) is not None
-        and isinstance(value[SIZE_KEY], int)
-        and value[SIZE_KEY] >= 0
-    )
+    if not isinstance(value, dict) or set(value) != {REFERENCE_KEY, SIZE_KEY}:
+        return False
+    digest, size = value[REFERENCE_KEY], value[SIZE_KEY]
+    named = isinstance(digest, str) and _DIGEST.match(digest) is not None
+    return named and isinstance(size, int) and size >= 0
 
 
 def reference_to(data: bytes) -> dict[str, Any]:
@@ -80,22 +67,18 @@ def as_stored(value: Any) -> Any:
 
 def bounded_payload(value: Any) -> Any:
     """A payload in a contract: at most ``PAYLOAD_CEILING_BYTES`` of JSON (pydantic validator)."""
-    if value is not None:
-        size = payload_size(value)
-        if size > PAYLOAD_CEILING_BYTES:
-            raise ValueError(f"is {size} bytes as JSON; a payload holds at most {PAYLOAD_CEILING_BYTES}")
+    if value is not None and (size := len(canonical_json(value))) > PAYLOAD_CEILING_BYTES:
+        raise ValueError(f"is {size} bytes as JSON; a payload holds at most {PAYLOAD_CEILING_BYTES}")
     return value
 
 
 def message_payload(value: Any) -> Any:
     """A work message's input: a reference, or a value that fits inline (what a dispatch sends)."""
-    if not is_reference(value):
-        size = len(encode_json(value))
-        if size > INLINE_PAYLOAD_CHARS:
-            raise ValueError(
-                f"is {size} characters as JSON inline; at most {INLINE_PAYLOAD_CHARS} (larger ones go "
-                "by blob reference)"
-            )
+    if not is_reference(value) and (size := len(encode_json(value))) > INLINE_PAYLOAD_CHARS:
+        raise ValueError(
+            f"is {size} characters as JSON inline; at most {INLINE_PAYLOAD_CHARS} "
+            "(larger ones go by blob reference)"
+        )
     return value
 
 
@@ -107,12 +90,7 @@ class PayloadStore:
     """``container``: a ``ContainerClient``, or a callable making one when first needed (so a process
     whose payloads all stay inline never opens a blob connection)."""
 
-    def __init__(
-        self,
-        container: Any | Callable[[], Any],
-        *,
-        max_bytes: int = PAYLOAD_CEILING_BYTES,
-    ) -> None:
+    def __init__(self, container: Any | Callable[[], Any], *, max_bytes: int = PAYLOAD_CEILING_BYTES) -> None:
         self._container = container
         self._made: Any = None
         self._lock = threading.Lock()
@@ -127,7 +105,7 @@ class PayloadStore:
             return self._made
 
     def check_size(self, value: Any, what: str) -> int:
-        size = payload_size(value)
+        size = len(canonical_json(value))
         if size > self.max_bytes:
             raise PayloadTooLarge(what, size, self.max_bytes)
         return size
@@ -137,20 +115,17 @@ class PayloadStore:
         kept = as_stored(value)
         if kept is value:
             return value
-        data = canonical_json(value)
-        self._upload(blob_name(kept), data)
-        return kept
-
-    def _upload(self, name: str, data: bytes) -> None:
         from azure.core.exceptions import ResourceExistsError
         from azure.storage.blob import ContentSettings
 
+        name, data = blob_name(kept), canonical_json(value)
         settings = ContentSettings(content_type="application/json")
         try:  # If-None-Match: * (overwrite=False): content-addressed, so an existing blob holds these bytes
             self.container.upload_blob(name, data, overwrite=False, content_settings=settings)
         except ResourceExistsError:
             # Success; move its Last-Modified to now, so the lifecycle rule counts from this writer.
             self.container.get_blob_client(name).set_http_headers(content_settings=settings)
+        return kept
 
     def resolve(self, value: Any) -> Any:
         """The value a reference stands for, checked against its digest and size."""
@@ -173,8 +148,11 @@ class PayloadStore:
         if reference_to(data) != value:
             raise PayloadMissing(f"payload blob {blob_name(value)} does not hold the content {digest} names")
         resolved = json.loads(data.decode("utf-8"))
-        self._remember(digest, resolved)
-        return copy.deepcopy(resolved)
+        with self._lock:
+            self._cache[digest] = copy.deepcopy(resolved)
+            while len(self._cache) > _CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+        return resolved
 
     def resolve_input(self, value: Any, kind: str = "work") -> Any:
         """A compensation's input is ``{"input", "output"}``, each of which may be a reference."""
@@ -182,13 +160,6 @@ class PayloadStore:
         if kind == "compensate" and isinstance(value, dict):
             value = {k: self.resolve(v) if k in ("input", "output") else v for k, v in value.items()}
         return value
-
-    def _remember(self, digest: str, value: Any) -> None:
-        with self._lock:
-            self._cache[digest] = copy.deepcopy(value)
-            self._cache.move_to_end(digest)
-            while len(self._cache) > _CACHE_ENTRIES:
-                self._cache.popitem(last=False)
 
     def close(self) -> None:
         if self._made is not None and hasattr(self._made, "close"):

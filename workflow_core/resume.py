@@ -13,7 +13,7 @@ from typing import Any
 from workflow_core.ledger import StepRecord, StepStatus, decode_json
 from workflow_core.payloads import PayloadStore, is_reference
 from workflow_core.workflows import WorkflowDefinition
-from workflow_core.workflows.versions import canonical_data
+from workflow_core.workflows.store import canonical_data
 
 COMPLETED = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
 

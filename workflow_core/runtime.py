@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from azure.core.exceptions import ResourceExistsError
+
 from workflow_core.ledger import StepLedger
 from workflow_core.ledger.bulk_rows import BulkRows
 from workflow_core.ledger.idempotency import IdempotencyKeys
@@ -18,6 +20,8 @@ from workflow_core.payloads import PayloadStore
 from workflow_core.settings import Settings, get_settings
 from workflow_core.storage_clients import blob_container_client, table_service_client
 from workflow_core.transport import Transport, create_transport
+from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import pool_queue
 from workflow_core.workflows.store import DefinitionStore
 
 
@@ -28,9 +32,8 @@ class Services:
     @cached_property
     def ledger(self) -> StepLedger:
         storage = self.settings.ledger_connection
-        service = table_service_client(storage)
         ledger = StepLedger(
-            service,
+            table_service_client(storage),
             self.settings.ledger_table,
             self.settings.deadline_index_table,
             sdk_transactions=self.settings.ledger_sdk_transactions,
@@ -66,37 +69,28 @@ class Services:
     @cached_property
     def payloads(self) -> PayloadStore:
         """The container client is made (and, locally, the container created) on the first large payload."""
-        settings = self.settings
 
         def container() -> Any:
-            client = blob_container_client(settings.storage, settings.payload_container)
-            if settings.storage.connection_string:  # local/dev: create what infra would have provisioned
-                from azure.core.exceptions import ResourceExistsError
-
+            client = blob_container_client(self.settings.storage, self.settings.payload_container)
+            if self.settings.storage.connection_string:  # local/dev: create what infra would have provisioned
                 with contextlib.suppress(ResourceExistsError):
                     client.create_container()
             return client
 
-        return PayloadStore(container, max_bytes=settings.max_payload_bytes)
+        return PayloadStore(container, max_bytes=self.settings.max_payload_bytes)
 
     @cached_property
     def transport(self) -> Transport:
         transport = create_transport(self.settings)
         if self.settings.storage.connection_string:  # local/dev: every pool's queue, hosted or not
-            from workflow_core.workflows.loader import agent_pools
-            from workflow_core.workflows.pools import pool_queue
-
             pools = [pool_queue(self.settings.work_queue, pool) for pool in agent_pools().names]
             transport.ensure_queues(*pools, self.settings.result_queue)
         return transport
 
     def close(self) -> None:
-        if "ledger" in self.__dict__:
-            self.ledger.close()
-        if "transport" in self.__dict__:
-            self.transport.close()
-        if "payloads" in self.__dict__:
-            self.payloads.close()
+        for made in ("ledger", "transport", "payloads"):  # only what was built
+            if made in self.__dict__:
+                self.__dict__[made].close()
 
 
 _lock = threading.Lock()

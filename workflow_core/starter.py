@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 # create its steps, when the starter could not) before the watchdog treats it as a scheduler that
 # never started (on top of the watchdog's grace).
 SCHEDULER_START_SECONDS = 60.0
-SINGLE_USE = "instance ids are single-use: choose another instance_id, or omit it to get a fresh one"
+CHOOSE_ANOTHER = "choose another instance_id, or omit it to get a fresh one"
+SINGLE_USE = f"instance ids are single-use: {CHOOSE_ANOTHER}"
 ACTIVE_RUNTIME_STATUSES = frozenset({"Pending", "Running", "ContinuedAsNew", "Suspended"})
 
 
@@ -91,10 +92,8 @@ async def start_instance(
         try:
             validated = definition.validate_input(given)
         except WorkflowInputError as exc:
-            problems = exc.problems or [str(exc)]
-            raise StartRefused(
-                "invalid-input", f"invalid input for workflow {name!r}", problems, workflow=name
-            ) from None
+            message, problems = f"invalid input for workflow {name!r}", exc.problems or [str(exc)]
+            raise StartRefused("invalid-input", message, problems, workflow=name) from None
         input_json = await asyncio.to_thread(storable_input, name, validated, services)
         instance_id = chosen or uuid.uuid4().hex
         if chosen:  # an id made here is new: no look-up (the record's insert still guards)
@@ -107,29 +106,20 @@ async def start_instance(
             services, definition, instance_id, validated, input_json, pinned.version, trace_context, actor
         )
         # The definition travels with the input: every replay, generation and child runs on exactly it.
-        orchestrator_input: dict[str, Any] = {
-            "workflow": name,
-            "input": validated,
-            "version": pinned.version,
-            "definition": pinned.data,
-        }
+        start = dict(workflow=name, input=validated, version=pinned.version, definition=pinned.data)
         if rows is not None:  # a state says the steps exist: step 0 comes first, no creation
-            orchestrator_input["state"] = resume_state(definition, [])
-            orchestrator_input["rows"] = rows  # their versions: first dispatches write unread
+            start["state"] = resume_state(definition, [])
+            start["rows"] = rows  # their versions: first dispatches write unread
         if trace_context:  # observability data for the orchestrators to pass on (workflow_core.tracing)
-            orchestrator_input[tracing.TRACE_FIELD] = trace_context
+            start[tracing.TRACE_FIELD] = trace_context
         try:
-            await client.start_new(WORKFLOW_ORCHESTRATOR, instance_id, orchestrator_input)
+            await client.start_new(WORKFLOW_ORCHESTRATOR, instance_id, start)
         except Exception as exc:
             await _never_started(services, instance_id, exc, actor)
             if "already exists" in str(exc).lower():  # the host answered 409: we lost a race
                 raise _exists(instance_id, SINGLE_USE) from None
             log.warning("starting %s for %s failed: %r", WORKFLOW_ORCHESTRATOR, instance_id, exc)
-            raise StartRefused(
-                "durable-unavailable",
-                "could not start the workflow: the Durable Functions host call failed",
-                [describe_error(exc)],
-            ) from None
+            raise _unavailable("start the workflow", exc) from None
         log.info("started workflow %s as instance %s", pinned.version, instance_id)
         return instance_id
 
@@ -139,14 +129,13 @@ def storable_input(name: str, validated: dict[str, Any], services: Services) -> 
     ledger property), or ``input-too-large`` over ``MAX_PAYLOAD_BYTES``: the instance record keeps it
     (and a resume restarts from it), so input the app cannot carry must be refused before anything is
     written or started, not discovered steps later."""
-    payloads = services.payloads
     try:
-        payloads.check_size(validated, "the input")
+        services.payloads.check_size(validated, "the input")
     except PayloadTooLarge as exc:
         hint = f"{exc}: pass larger data by reference (e.g. a blob URL) instead"
         too_large = f"input of workflow {name!r} is too large"
         raise StartRefused("input-too-large", too_large, [hint], limit=exc.limit, size=exc.size) from None
-    return encode_json(payloads.stored(validated))
+    return encode_json(services.payloads.stored(validated))
 
 
 async def record_instance(
@@ -159,16 +148,13 @@ async def record_instance(
     trace_context: dict[str, str] | None = None,
     actor: str = "api:start",
 ) -> dict[str, Any] | None:
-    """Write the instance record before the orchestration starts, so even one that never starts is
-    supervised; a used id is ``instance-exists``. The steps, Pending, go in the record's own
-    transaction when they fit one: the orchestration then starts without creating them, and a
-    scheduler that never starts is resumed onto step rows that exist. Returns the versions written
-    (``orchestrators.state.StartedRows``: the record's snapshot, each step's ETag) when the steps went
-    with it, else None."""
+    """The instance record (a used id is ``instance-exists``), with its steps, Pending, in the same
+    transaction when they fit one: the orchestration then starts without creating them, and a scheduler
+    that never starts is resumed onto step rows that exist. The versions written when the steps went
+    with it (``orchestrators.state.StartedRows``: the record's snapshot, each step's ETag), else None."""
     steps = new_steps(definition) if len(definition.steps) <= MAX_STEPS_WITH_INSTANCE else None
-    deadline = clock.utcnow() + timedelta(
-        seconds=SCHEDULER_START_SECONDS + services.settings.watchdog_grace_seconds
-    )
+    grace = services.settings.watchdog_grace_seconds
+    deadline = clock.utcnow() + timedelta(seconds=SCHEDULER_START_SECONDS + grace)
 
     def create() -> Any:
         return services.ledger.create_instance_with_steps(
@@ -190,9 +176,7 @@ async def record_instance(
         record, step_etags = await asyncio.to_thread(create)
     except InstanceAlreadyExists as exc:
         raise _exists(instance_id, f"{exc}; {SINGLE_USE}") from None
-    if steps is None:
-        return None
-    return {"instance": created_snapshot(record), "steps": step_etags}
+    return None if steps is None else {"instance": created_snapshot(record), "steps": step_etags}
 
 
 async def _never_started(services: Services, instance_id: str, exc: BaseException, actor: str) -> None:
@@ -205,13 +189,8 @@ async def _never_started(services: Services, instance_id: str, exc: BaseExceptio
         if record is None or record.status is not InstanceStatus.RUNNING:
             return
         why = f"the orchestration could not be started: {describe_error(exc)}"
-        ledger.transition_instance(
-            record,
-            InstanceStatus.CANCELLED,
-            actor=actor,
-            reason=why,
-            outcome=outcome_json("cancelled", error=describe_error(exc)),
-        )
+        outcome = outcome_json("cancelled", error=describe_error(exc))
+        ledger.transition_instance(record, InstanceStatus.CANCELLED, actor=actor, reason=why, outcome=outcome)
         for step in ledger.list_for_instance(instance_id):
             if step.status is StepStatus.PENDING:
                 ledger.transition(step, StepStatus.CANCELLED, actor=actor, reason=why)
@@ -234,11 +213,7 @@ async def ensure_unused(client: Any, services: Services, instance_id: str) -> No
             return await client.get_status(instance_id)
         except Exception as exc:
             log.warning("Durable Functions client call failed (check the instance id): %r", exc)
-            raise StartRefused(
-                "durable-unavailable",
-                "could not check the instance id: the Durable Functions host call failed",
-                [describe_error(exc)],
-            ) from None
+            raise _unavailable("check the instance id", exc) from None
 
     def ledger_steps() -> list[Any]:  # a frame of its own: the request counter names its read by it
         return services.ledger.list_for_instance(instance_id)
@@ -247,21 +222,18 @@ async def ensure_unused(client: Any, services: Services, instance_id: str) -> No
     if status:
         runtime = getattr(status.runtime_status, "value", None) or "unknown"
         state = "is still running" if runtime in ACTIVE_RUNTIME_STATUSES else f"exists ({runtime})"
-        raise _exists(
-            instance_id, f"an orchestration with this id {state}; {SINGLE_USE}", runtimeStatus=runtime
-        )
+        detail = f"an orchestration with this id {state}; {SINGLE_USE}"
+        raise _exists(instance_id, detail, runtimeStatus=runtime)
     if steps:
         held = f"the step ledger already holds {len(steps)} steps of workflow {steps[0].workflow_name!r}"
-        raise _exists(
-            instance_id, f"{held} for this id; choose another instance_id, or omit it to get a fresh one"
-        )
+        raise _exists(instance_id, f"{held} for this id; {CHOOSE_ANOTHER}")
+
+
+def _unavailable(doing: str, exc: BaseException) -> StartRefused:
+    message = f"could not {doing}: the Durable Functions host call failed"
+    return StartRefused("durable-unavailable", message, [describe_error(exc)])
 
 
 def _exists(instance_id: str, detail: str, **extra: str) -> StartRefused:
-    return StartRefused(
-        "instance-exists",
-        f"workflow instance {instance_id!r} already exists",
-        [detail],
-        instanceId=instance_id,
-        **extra,
-    )
+    message = f"workflow instance {instance_id!r} already exists"
+    return StartRefused("instance-exists", message, [detail], instanceId=instance_id, **extra)

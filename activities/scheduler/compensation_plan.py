@@ -14,7 +14,7 @@ from activities.common import grace_deadline, retry_on_conflict, step_input, ste
 from activities.scheduler.inputs import ACTOR, MAY_COMPENSATE, InstanceInput, S, nothing_to_undo, time_out
 from workflow_core.ledger import InstanceStatus, StepLedger, StepRecord
 from workflow_core.runtime import Services
-from workflow_core.workflows.retry import RetryPolicy
+from workflow_core.workflows import RetryPolicy
 from workflow_core.workflows.store import definition_for
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from activities.scheduler.instances import keep_promise, works_on
 from workflow_core.contracts import StepDispatch
 from workflow_core.ledger import InstanceHandle, StepRecord
 from workflow_core.limits import Admission, Holder
-from workflow_core.limits.waiting import WAITING_ACTION
+from workflow_core.limits.circuits import WAITING_ACTION
 from workflow_core.runtime import Services
 from workflow_core.workflows.loader import agent_pools
 

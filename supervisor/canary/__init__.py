@@ -19,11 +19,11 @@ from workflow_core import clock, telemetry_instruments
 from workflow_core.canary import (
     CANARY_WORKFLOW,
     CANARY_WORKFLOWS,
+    PROBE,
     SCENARIOS,
     expected_recovery_seconds,
     judge,
 )
-from workflow_core.canary.scenarios import PROBE
 from workflow_core.ledger import StepNotFound, decode_json
 from workflow_core.messages import stored_input
 from workflow_core.workflows import get_workflow

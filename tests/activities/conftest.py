@@ -29,7 +29,7 @@ from workflow_core.runtime import Services, reset_services, set_services
 from workflow_core.transport import ReceivedMessage
 from workflow_core.workflows import get_workflow
 from workflow_core.workflows.model import new_steps
-from workflow_core.workflows.versions import version_of
+from workflow_core.workflows.store import version_of
 
 
 @dataclass

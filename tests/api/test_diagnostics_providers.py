@@ -11,7 +11,7 @@ import pytest
 from api import diagnostics, diagnostics_providers
 from workflow_core import clock
 from workflow_core.canary import CANARY_WORKFLOW
-from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
+from workflow_core.workflows.pools import AgentLimits, CircuitSettings
 
 
 def _rows(rows):

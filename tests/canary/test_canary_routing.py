@@ -12,7 +12,7 @@ from workflow_core.canary import (
     canary_pools,
 )
 from workflow_core.workflows.errors import WorkflowDefinitionError
-from workflow_core.workflows.pools import STEERED, parse_pools, route_pool
+from workflow_core.workflows.pools import SERVED_OUTSIDE_THE_APP, STEERED, parse_pools, route_pool
 
 TWO_POOLS = "pools:\n  alpha:\n    agents: []\n  beta:\n    agents: []\n    canary: true\n"
 
@@ -34,6 +34,7 @@ def test_a_malformed_opt_in_is_refused_by_name(bad):
 
 def test_the_routing_exception_names_the_canary_workflows_and_agents():
     assert {CANARY_WORKFLOW: CANARY_AGENTS, CANARY_ECHO_WORKFLOW: frozenset({ECHO_AGENT})} == STEERED
+    assert {CANARY_ECHO_WORKFLOW} == SERVED_OUTSIDE_THE_APP
 
 
 def test_only_the_canary_agents_of_the_canary_workflow_can_name_a_pool():

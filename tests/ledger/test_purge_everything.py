@@ -18,7 +18,7 @@ from workflow_core.ledger.idempotency import IdempotencyKeys
 from workflow_core.ledger.parking import park_message
 from workflow_core.limits import CircuitStore, Holder, LimitsStore
 from workflow_core.limits.rows import read_rows
-from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
+from workflow_core.workflows.pools import AgentLimits, CircuitSettings
 
 S, IS = StepStatus, InstanceStatus
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

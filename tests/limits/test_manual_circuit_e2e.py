@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from devtools.harness import PatternHarness
 from tests.limits.support import AGENT, one_step, pools
-from workflow_core.workflows.agent_limits import CircuitSettings
+from workflow_core.workflows.pools import CircuitSettings
 
 SETTINGS = CircuitSettings(failure_threshold=3, open_seconds=10)
 

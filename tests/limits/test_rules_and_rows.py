@@ -23,9 +23,8 @@ from workflow_core.limits.circuit_rules import TABLE
 from workflow_core.limits.gate import PARK_SECONDS, HolderState, Phase, admit, slot_park
 from workflow_core.limits.rows import read_rows
 from workflow_core.workflows import loader
-from workflow_core.workflows.agent_limits import AgentLimits, CircuitSettings
 from workflow_core.workflows.errors import WorkflowDefinitionError
-from workflow_core.workflows.pools import clear_pools_cache, parse_pools
+from workflow_core.workflows.pools import AgentLimits, CircuitSettings, clear_pools_cache, parse_pools
 
 T0 = datetime(2026, 1, 1, 10, 2, tzinfo=UTC)
 SETTINGS = CircuitSettings(failure_threshold=3, open_seconds=30)

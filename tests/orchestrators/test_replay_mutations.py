@@ -191,7 +191,7 @@ def test_parallel_members_swapped_in_the_yaml_cannot_break_a_pinned_instance(tmp
     carries its definition (and the version that hashes it) in its input and replays on that, so each
     member still gets its own recorded result; the swapped YAML is another version, which only new
     instances take. ``sas replay-check`` exits 0, and says so (docs/scheduler.md)."""
-    from workflow_core.workflows.versions import version_of
+    from workflow_core.workflows.store import version_of
 
     copy = copy_of_the_app(tmp_path)
     new = swap_parallel_members(copy)

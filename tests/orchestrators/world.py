@@ -212,7 +212,7 @@ def _event_name(key: str) -> str:
 def pinned(workflow: str | Any, data: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     """A ``workflow_orchestrator`` input pinned, as every start and resume is, to ``workflow`` (a
     shipped workflow's name, or a definition) as it is now."""
-    from workflow_core.workflows.versions import canonical_data, version_of
+    from workflow_core.workflows.store import canonical_data, version_of
 
     definition = get_workflow(workflow) if isinstance(workflow, str) else workflow
     return {

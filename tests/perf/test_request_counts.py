@@ -156,8 +156,7 @@ def test_limits_a_step_parked_behind_an_open_circuit_costs_at_most_six_requests_
     from tests.limits.dispatcher import payload
     from tests.limits.support import AGENT, STEP, pending
     from workflow_core.limits.gate import PARK_SECONDS
-    from workflow_core.workflows.agent_limits import CircuitSettings
-    from workflow_core.workflows.pools import clear_pools_cache
+    from workflow_core.workflows.pools import CircuitSettings, clear_pools_cache
 
     counter, services = counted
     declare_pools(monkeypatch, tmp_path, f"agents:\n  {AGENT}:\n    circuit: {{failure_threshold: 3}}\n")

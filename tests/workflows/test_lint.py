@@ -9,7 +9,7 @@ import pytest
 
 from operator_cli.cli import main as sas
 from workflow_core.workflows import parse_workflow, version_of
-from workflow_core.workflows.lint import lint_definition, lint_directory, skeleton_input
+from workflow_core.workflows.loader import lint_definition, lint_directory, skeleton_input
 
 GOOD = """
 name: say-hello

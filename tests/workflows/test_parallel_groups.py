@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from workflow_core.workflows import ParallelGroup, WorkflowDefinitionError, get_workflow, parse_workflow
-from workflow_core.workflows.versions import version_of
+from workflow_core.workflows.store import version_of
 
 GROUPED = """
 name: demo

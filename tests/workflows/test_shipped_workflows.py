@@ -1,7 +1,7 @@
 """The YAML definitions in workflows/ pass ``sas lint``, whatever they are; the shipped ones say what
 their agents expect.
 
-Rules every definition must meet are lint rules (``workflow_core.workflows.lint``), run here over the
+Rules every definition must meet are lint rules (``workflow_core.workflows.loader``), run here over the
 folder; the tests below that name a shipped workflow check that workflow's own behaviour, so adding
 a workflow of your own needs no test edited."""
 
@@ -18,7 +18,7 @@ from workflow_core.workflows import (
     load_workflows,
     resolve_step_input,
 )
-from workflow_core.workflows.lint import lint_directory
+from workflow_core.workflows.loader import lint_directory
 
 FILES = sorted(p.stem for p in [*DEFAULT_DIRECTORY.glob("*.yaml"), *DEFAULT_DIRECTORY.glob("*.yml")])
 # The examples this repository ships; their own shape is tested below (a taste, not a rule).

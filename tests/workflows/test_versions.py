@@ -18,8 +18,14 @@ from workflow_core.workflows import (
     pin,
 )
 from workflow_core.workflows import loader as loader_module
-from workflow_core.workflows.store import DefinitionStore, definition_for, partition_of, resolve_reference
-from workflow_core.workflows.versions import canonical_data, clear_version_cache
+from workflow_core.workflows.store import (
+    DefinitionStore,
+    canonical_data,
+    clear_version_cache,
+    definition_for,
+    partition_of,
+    resolve_reference,
+)
 
 BASE = """
 name: demo

@@ -3,6 +3,5 @@
 
 from workflow_core.limits.circuit_rules import Circuit, CircuitEvent, CircuitState, next_circuit
 from workflow_core.limits.circuits import CircuitStore, CircuitView
-from workflow_core.limits.gate import Admission
+from workflow_core.limits.gate import Admission, LimitsStore
 from workflow_core.limits.rows import Holder
-from workflow_core.limits.store import LimitsStore

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from workflow_core.workflows.agent_limits import CircuitSettings
+from workflow_core.workflows.pools import CircuitSettings
 
 
 class CircuitState(StrEnum):
@@ -59,12 +59,8 @@ TABLE: dict[tuple[CircuitState, CircuitEvent], str] = {
     (S.HALF_OPEN, E.FAILURE): "reopen",
     (S.HALF_OPEN, E.SUCCESS): "close",
     (S.HALF_OPEN, E.PROBE_LOST): "half_open",
-    (S.CLOSED, E.OPERATOR_OPEN): "operator_open",
-    (S.OPEN, E.OPERATOR_OPEN): "operator_open",
-    (S.HALF_OPEN, E.OPERATOR_OPEN): "operator_open",
-    (S.CLOSED, E.OPERATOR_CLOSE): "operator_close",
-    (S.OPEN, E.OPERATOR_CLOSE): "operator_close",
-    (S.HALF_OPEN, E.OPERATOR_CLOSE): "operator_close",
+    **{(state, E.OPERATOR_OPEN): "operator_open" for state in S},  # from any state
+    **{(state, E.OPERATOR_CLOSE): "operator_close" for state in S},
 }
 # (S.OPEN, E.SUCCESS) is absent on purpose: a late success says little; the probe decides.
 
@@ -105,9 +101,7 @@ def next_circuit(
         return _to(c, S.CLOSED, failures=0, open_until=None, **moved)
     if rule == "operator_open":
         return _to(c, S.OPEN, manual=True, open_until=None, **moved)
-    if rule == "operator_close":
-        return _to(c, S.CLOSED, manual=False, failures=0, open_until=None, **moved)
-    raise AssertionError(rule)
+    return _to(c, S.CLOSED, manual=False, failures=0, open_until=None, **moved)  # operator_close
 
 
 def _to(c: Circuit, state: CircuitState, **changes: object) -> Circuit:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,10 +15,12 @@ from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableClient, TableTransactionError
 
 from workflow_core import clock, telemetry_instruments
+from workflow_core.ledger import AuditEntry, StepRecord
+from workflow_core.ledger.families import AUDIT_PREFIX
 from workflow_core.limits.circuit_rules import STATE_VALUES, Circuit, CircuitEvent, CircuitState, next_circuit
-from workflow_core.limits.rows import audit_entity, circuit_entity, guarded, read_audit, read_rows
-from workflow_core.workflows.agent_limits import CircuitSettings
+from workflow_core.limits.rows import audit_entity, circuit_entity, guarded, partition_of, read_rows
 from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows.pools import CircuitSettings
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +61,9 @@ def move_circuit(
         moved = dataclasses.replace(moved, version=current.version + 1)
         ops: list[tuple] = [guarded(circuit_entity(agent, moved), current.etag)]
         if moved.state is not current.state or event in _OPERATOR_EVENTS:  # audited
-            before, after = current.state.value, moved.state.value
+            states = current.state.value, moved.state.value
             ops.append(
-                ("create", audit_entity(agent, moved.version, at, actor, event.value, before, after, reason))
+                ("create", audit_entity(agent, moved.version, at, actor, event.value, *states, reason))
             )
         try:
             table.submit_transaction(ops)
@@ -70,14 +72,10 @@ def move_circuit(
             continue
         if moved.state is not current.state:
             log.warning("circuit of %s: %s -> %s (%s)", agent, current.state.value, moved.state.value, reason)
-            record_state(agent, moved.state)
+            gauge = telemetry_instruments.current().circuit_state  # sas.circuit.state, per agent
+            gauge.set(STATE_VALUES[moved.state], {"sas.agent": agent})
         return moved, True
     raise CircuitConflict(f"the circuit of {agent} kept changing ({MAX_RACES} lost races)")
-
-
-def record_state(agent: str, state: CircuitState) -> None:
-    """The ``sas.circuit.state`` gauge: 0 closed, 1 half-open, 2 open, per agent."""
-    telemetry_instruments.current().circuit_state.set(STATE_VALUES[state], {"sas.agent": agent})
 
 
 @dataclass(frozen=True)
@@ -120,21 +118,15 @@ class CircuitStore:
         """A recorded outcome of ``agent``: a success resets or closes, a retryable failure counts
         (the caller leaves non-retryable ones out)."""
         event = CircuitEvent.SUCCESS if ok else CircuitEvent.FAILURE
-        reason = (
-            "a success was recorded" if ok else f"a retryable failure was recorded: {error or 'no reason'}"
-        )
-        circuit, _ = move_circuit(
-            self.table, agent, settings, event, actor="results", reason=reason, error=error
-        )
-        return circuit
+        why = "a success was recorded" if ok else f"a retryable failure was recorded: {error or 'no reason'}"
+        return move_circuit(self.table, agent, settings, event, actor="results", reason=why, error=error)[0]
 
     def operator_move(
         self, agent: str, settings: CircuitSettings, *, open_it: bool, actor: str, reason: str
     ) -> Circuit:
         """An operator's open (held until an operator closes it) or close (count reset), audited."""
         event = CircuitEvent.OPERATOR_OPEN if open_it else CircuitEvent.OPERATOR_CLOSE
-        circuit, _ = move_circuit(self.table, agent, settings, event, actor=actor, reason=reason)
-        return circuit
+        return move_circuit(self.table, agent, settings, event, actor=actor, reason=reason)[0]
 
     def states(self, agents: dict[str, Any] | None = None) -> list[CircuitView]:
         """Every agent with declared limits (or ``agents``), its circuit and slots (``GET
@@ -152,4 +144,22 @@ class CircuitStore:
         return views
 
     def audit(self, agent: str, limit: int = 200) -> list[dict[str, Any]]:
-        return read_audit(self.table, agent, limit)
+        """The circuit's audit rows, oldest first (at most ``limit``, the newest)."""
+        rows = self.table.query_entities(
+            "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",
+            parameters={"pk": partition_of(agent), "lo": AUDIT_PREFIX, "hi": AUDIT_PREFIX + "~"},
+        )
+        shown = {"at": "At", "actor": "Actor", "action": "Action", "from": "FromState", "to": "ToState"}
+        shown["reason"] = "Reason"
+        return [{k: e.get(p, "") for k, p in shown.items()} for e in rows][-limit:]
+
+
+WAITING_ACTION = "waiting"  # the dispatch's audit note when a step joins its agent's queue (limits_gate)
+
+
+def waiting_steps(steps: Iterable[StepRecord], audit: Iterable[AuditEntry]) -> dict[str, str]:
+    """step id -> why it waits, for each step its agent's limits hold back now, read off the ledger:
+    the dispatch noted its *next* attempt ``waiting`` (once, on joining the queue) and it has not started."""
+    pending = {s.step_id: s.attempt + 1 for s in steps if s.status.value in ("Pending", "Retrying")}
+    noted = [a for a in audit if a.action == WAITING_ACTION]
+    return {a.step_id: a.reason for a in noted if pending.get(a.step_id) == a.attempt}

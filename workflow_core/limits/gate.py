@@ -7,7 +7,7 @@ takes the probe or a slot, joins the queue, or refreshes its place in it.
 
 Slots are held from the admission until the holder's attempt is settled (:class:`Phase`), oldest
 waiter first (docs/agent-limits.md, "The dispatch's side"). An admission whose dispatch never happened
-is freed by the watchdog's sweep (:func:`free_lapsed_slots`) after it fenced the step row, so that a
+is freed by the watchdog's sweep (:meth:`LimitsStore.tend`) after it fenced the step row, so that a
 late Dispatched write of that admission fails its ETag.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -25,6 +25,8 @@ from typing import Any
 from azure.core.exceptions import HttpResponseError
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
+from workflow_core import clock
+from workflow_core.ledger import ConcurrencyConflict, StepLedger, StepNotFound, StepStatus
 from workflow_core.ledger.entities import _deadline_key, if_match
 from workflow_core.limits.circuit_rules import Circuit, CircuitEvent, CircuitState
 from workflow_core.limits.circuits import move_circuit
@@ -39,7 +41,7 @@ from workflow_core.limits.rows import (
     read_rows,
     slot_key,
 )
-from workflow_core.workflows.agent_limits import AgentLimits
+from workflow_core.workflows.pools import AgentLimits, CircuitSettings
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +64,14 @@ class HolderState:
     step: Any = None  # admitted: the step row as read, which the sweep's fence writes against
 
 
-# holder -> what the ledger says of its attempt (workflow_core.limits.store.LimitsStore.holder_state)
+# holder -> what the ledger says of its attempt (LimitsStore.holder_state)
 StateOf = Callable[[Holder], HolderState]
-# the sweep's fence: write the admitted step's row (If-Match the row read); False if it moved meanwhile
-Fence = Callable[[str, Holder, HolderState], bool]
 
 
 def lapsed(state: HolderState, now: datetime) -> bool:
     """No longer holding: settled, or in flight past its deadline (a crashed holder)."""
-    if state.phase is Phase.SETTLED:
-        return True
-    return state.phase is Phase.IN_FLIGHT and (state.deadline is None or state.deadline <= now)
+    overran = state.phase is Phase.IN_FLIGHT and (state.deadline is None or state.deadline <= now)
+    return state.phase is Phase.SETTLED or overran
 
 
 @dataclass(frozen=True)
@@ -99,24 +98,18 @@ def admit(
     poll = limits.wait_poll_seconds
     mine = next((w for w in rows.waiters if w.holder.step_key == holder.step_key), None)
     if limits.circuit is not None:
-        why = _circuit_says(table, agent, limits, rows, holder, deadline, now, state_of)
+        why = _circuit_says(table, rows, limits.circuit, holder, deadline, now, state_of)
         if why is not None:
             park = park_seconds(rows.circuit, now, poll)
-            return _wait(
-                table, rows, holder, now, poll, why, mine, park=park, orchestration=orchestration or ""
-            )
+            return _wait(table, rows, holder, now, poll, why, mine, park, orchestration or "")
     if limits.max_in_flight is None:
         _leave(table, agent, mine)
         return Admission(True)
-    keys = [slot_key(i) for i in range(limits.max_in_flight)]
-    slots = {k: rows.slots.get(k, Slot(k)) for k in keys}
+    slots = {k: rows.slots.get(k, Slot(k)) for k in map(slot_key, range(limits.max_in_flight))}
     if any(s.holder == holder for s in slots.values()):
         return Admission(True)  # a re-run of a dispatch that took its slot
-    ahead = [
-        w
-        for w in rows.waiters
-        if w is not mine and _live(w, now, poll) and (mine is None or w.key < mine.key)
-    ]
+    live = [w for w in rows.waiters if w is not mine and _live(w, now, poll)]
+    ahead = [w for w in live if mine is None or w.key < mine.key]
     busy = f"{limits.max_in_flight} of {limits.max_in_flight} slots of {agent} in flight"
     if ahead:
         park = slot_park(len(ahead), limits.max_in_flight, poll)
@@ -124,40 +117,34 @@ def admit(
     free = next((s for s in slots.values() if s.holder is None or lapsed(state_of(s.holder), now)), None)
     if free is None:
         return _wait(table, rows, holder, now, poll, busy, mine)
-    taken = {
-        "PartitionKey": partition_of(agent),
-        "RowKey": free.key,
-        "Holder": holder.key,
-        "Deadline": deadline.isoformat(),
-    }
+    pk = partition_of(agent)
+    taken = {"PartitionKey": pk, "RowKey": free.key, "Holder": holder.key, "Deadline": deadline.isoformat()}
     ops: list[tuple] = [guarded(taken, free.etag)]
     if mine is not None:
-        ops.append(("delete", {"PartitionKey": partition_of(agent), "RowKey": mine.key}, if_match(mine.etag)))
+        ops.append(("delete", {"PartitionKey": pk, "RowKey": mine.key}, if_match(mine.etag)))
     try:
         table.submit_transaction(ops)
     except (TableTransactionError, HttpResponseError) as exc:  # another dispatch took it: ask again soon
         log.info("slot %s of %s taken meanwhile (%s)", free.key, agent, exc)
         return _wait(table, rows, holder, now, poll, busy, mine)
-    _drop_stale(table, rows, now, poll, mine)
+    for w in rows.waiters:  # drop the stale (refreshed meanwhile: alive after all, the If-Match keeps it)
+        if w is not mine and not _live(w, now, poll):
+            _leave(table, agent, w)
     return Admission(True)
 
 
 def _circuit_says(
     table: TableClient,
-    agent: str,
-    limits: AgentLimits,
     rows: AgentRows,
+    settings: CircuitSettings,
     holder: Holder,
     deadline: datetime,
     now: datetime,
     state_of: StateOf,
 ) -> str | None:
     """None when the circuit lets this dispatch through (closed, or it is the probe), else why not."""
-    c, settings = rows.circuit, limits.circuit
-    assert settings is not None
-    if c.state is CircuitState.CLOSED:
-        return None
-    if c.state is CircuitState.HALF_OPEN and c.probe == holder.key:
+    c, agent = rows.circuit, rows.agent
+    if c.state is CircuitState.CLOSED or (c.state is CircuitState.HALF_OPEN and c.probe == holder.key):
         return None
     since = c.since.strftime("%H:%M:%S") if c.since else "?"
     if c.state is CircuitState.OPEN and (c.manual or c.open_until is None or now < c.open_until):
@@ -171,7 +158,6 @@ def _circuit_says(
         event = CircuitEvent.PROBE_LOST
     else:
         event = CircuitEvent.PROBE
-    seen = c.etag
     moved, changed = move_circuit(
         table,
         agent,
@@ -181,7 +167,7 @@ def _circuit_says(
         reason=f"probe dispatch {holder.key}",
         probe=holder.key,
         probe_deadline=deadline,
-        expect=lambda current: current.etag == seen,
+        expect=lambda current: current.etag == c.etag,
         now=now,
     )
     if changed and moved.probe == holder.key:
@@ -234,7 +220,6 @@ def _wait(
     poll: float,
     reason: str,
     mine: Waiter | None,
-    *,
     park: float | None = None,
     orchestration: str | None = None,
 ) -> Admission:
@@ -244,11 +229,8 @@ def _wait(
     fresh event name each time: a raised event is handed to every later wait for its name)."""
     pk = partition_of(rows.agent)
     after = poll if park is None else park
-    seen: dict[str, Any] = {
-        "Seen": now.isoformat(),
-        "Holder": holder.key,
-        "Until": (now + timedelta(seconds=after)).isoformat(),
-    }
+    until = (now + timedelta(seconds=after)).isoformat()
+    seen: dict[str, Any] = {"Seen": now.isoformat(), "Holder": holder.key, "Until": until}
     wake = None
     if orchestration is not None:
         wake = f"wake:{holder.step_id}:{holder.attempt}:{secrets.token_hex(4)}"
@@ -281,33 +263,6 @@ def _leave(table: TableClient, agent: str, mine: Waiter | None) -> None:
             table.delete_entity(partition_of(agent), mine.key, **if_match(mine.etag))
 
 
-def _drop_stale(table: TableClient, rows: AgentRows, now: datetime, poll: float, mine: Waiter | None) -> None:
-    for w in rows.waiters:
-        if w is not mine and not _live(w, now, poll):
-            _leave(table, rows.agent, w)  # refreshed meanwhile: alive after all
-
-
-def free_lapsed_slots(
-    table: TableClient, rows: AgentRows, now: datetime, state_of: StateOf, fence: Fence
-) -> int:
-    """The watchdog's sweep of the rows read: empty every slot past its deadline whose holder is
-    settled or overran it, or whose admission never dispatched (fenced first: its late Dispatched
-    write would fail). If-Match: a slot taken meanwhile stays taken. How many it freed."""
-    freed = 0
-    for slot in rows.slots.values():
-        if slot.holder is None or slot.deadline is None or slot.deadline > now:
-            continue
-        state = state_of(slot.holder)
-        if state.phase is Phase.ADMITTED:
-            if not fence(rows.agent, slot.holder, state):
-                continue
-        elif not lapsed(state, now):
-            continue
-        if _empty(table, rows.agent, slot):
-            freed += 1
-    return freed
-
-
 def _empty(table: TableClient, agent: str, slot: Slot) -> bool:
     """Empty ``slot`` if it is still as read (ETag); False when another writer moved it first."""
     try:
@@ -321,9 +276,85 @@ def _empty(table: TableClient, agent: str, slot: Slot) -> bool:
         return False
 
 
-def release_slot(table: TableClient, agent: str, holder: Holder) -> bool:
-    """The holder's outcome was recorded: empty its slot now rather than when a waiter checks."""
-    for slot in read_rows(table, agent).slots.values():
-        if slot.holder == holder:
-            return _empty(table, agent, slot)
-    return False
+class LimitsStore:
+    """The agents' slots and wait queues as the dispatch, the outcome recorder and the watchdog use
+    them (``Services.limits``): the gate above, with the holders' attempts read from the step ledger."""
+
+    def __init__(self, ledger: StepLedger) -> None:
+        self.ledger = ledger
+        self.table = ledger.table_client()
+
+    def admit(
+        self,
+        agent: str,
+        limits: AgentLimits,
+        holder: Holder,
+        deadline: datetime,
+        now: datetime,
+        orchestration: str | None = None,
+    ) -> Admission:
+        return admit(self.table, agent, limits, holder, deadline, now, self.holder_state, orchestration)
+
+    def release(self, agent: str, holder: Holder) -> bool:
+        """The holder's outcome was recorded: empty its slot now rather than when a waiter checks."""
+        held = [s for s in read_rows(self.table, agent).slots.values() if s.holder == holder]
+        return bool(held) and _empty(self.table, agent, held[0])
+
+    def tend(self, agents: Iterable[str], now: datetime) -> tuple[int, list[tuple[str, str]]]:
+        """The watchdog's tick over ``agents``: free their lapsed slots, and say which parked
+        waiters to wake, as (orchestration, event). One partition query per agent, and one step read
+        per slot past its deadline: the gate asked once per agent per tick, not once per waiting step."""
+        freed, wakes = 0, []
+        for agent in agents:
+            try:
+                rows = read_rows(self.table, agent)
+                freed += self._free_lapsed_slots(rows, now)
+                wakes += [(w.orchestration, w.wake) for w in wakeable(rows, now)]
+            except Exception as exc:  # one agent's rows never stop the tick
+                log.warning("could not tend the limits of %s: %s", agent, exc)
+        return freed, wakes
+
+    def _free_lapsed_slots(self, rows: AgentRows, now: datetime) -> int:
+        """Empty every slot past its deadline whose holder is settled or overran it, or whose admission
+        never dispatched (fenced first: its late Dispatched write would fail). If-Match: a slot taken
+        meanwhile stays taken. How many it freed."""
+        freed = 0
+        for slot in rows.slots.values():
+            if slot.holder is None or slot.deadline is None or slot.deadline > now:
+                continue
+            state = self.holder_state(slot.holder)
+            if state.phase is Phase.ADMITTED:
+                if not self._fence(rows.agent, slot.holder, state):
+                    continue
+            elif not lapsed(state, now):
+                continue
+            freed += _empty(self.table, rows.agent, slot)
+        return freed
+
+    def parked(self, agent: str) -> list[tuple[str, str]]:
+        """Every parked waiter of ``agent`` whose circuit lets it through now (an operator's close)."""
+        return [(w.orchestration, w.wake) for w in wakeable(read_rows(self.table, agent), clock.utcnow())]
+
+    def holder_state(self, holder: Holder) -> HolderState:
+        """What the ledger says of ``holder``'s attempt. Behind the step's attempt, the step still
+        Pending/Retrying: admitted, its Dispatched write not made (it holds). Any other row moved
+        since the admission read it, so that admission's If-Match write can no longer land."""
+        try:
+            step = self.ledger.get(holder.instance_id, holder.step_id)
+        except StepNotFound:  # the instance is gone
+            return HolderState(Phase.SETTLED)
+        if step.attempt == holder.attempt and step.status in (StepStatus.DISPATCHED, StepStatus.RUNNING):
+            return HolderState(Phase.IN_FLIGHT, step.deadline)
+        if step.attempt < holder.attempt and step.status in (StepStatus.PENDING, StepStatus.RETRYING):
+            return HolderState(Phase.ADMITTED, step=step)
+        return HolderState(Phase.SETTLED)
+
+    def _fence(self, agent: str, holder: Holder, state: HolderState) -> bool:
+        """Write the step row of an admission that never dispatched (If-Match the row read), so that
+        its Dispatched write, should it still come, fails its ETag and asks the gate again."""
+        why = f"the admission of attempt {holder.attempt} to {agent} was never dispatched by its deadline"
+        try:
+            self.ledger.update(state.step, actor="watchdog", reason=f"{why}: its slot is released")
+        except (ConcurrencyConflict, StepNotFound):  # it moved meanwhile: the next tick decides again
+            return False
+        return True

@@ -17,7 +17,6 @@ from workflow_core.ledger.families import AUDIT_PREFIX, LIMITS_PREFIX
 from workflow_core.ledger.model import camel_case
 from workflow_core.limits.circuit_rules import Circuit, CircuitState
 
-PARTITION_PREFIX = LIMITS_PREFIX
 CIRCUIT_ROW = "circuit"
 SLOT_PREFIX = "slot~"
 WAIT_PREFIX = "wait~"
@@ -25,7 +24,7 @@ MAX_ERROR_CHARS = 1_000
 
 
 def partition_of(agent: str) -> str:
-    return f"{PARTITION_PREFIX}{agent}"
+    return f"{LIMITS_PREFIX}{agent}"
 
 
 def slot_key(index: int) -> str:
@@ -118,9 +117,8 @@ _CIRCUIT_TIMES = {"since", "open_until", "probe_deadline"}
 def circuit_of(e: Any) -> Circuit:
     values = {f: e.get(p) for f, p in _CIRCUIT.items() if e.get(p) not in (None, "")}
     values |= {f: _time(values.get(f)) for f in _CIRCUIT_TIMES}
-    return Circuit(
-        **{**values, "state": CircuitState(values.get("state", "closed")), "etag": e.metadata["etag"]}
-    )
+    values |= {"state": CircuitState(values.get("state", "closed")), "etag": e.metadata["etag"]}
+    return Circuit(**values)
 
 
 def circuit_entity(agent: str, c: Circuit) -> dict[str, Any]:
@@ -154,26 +152,6 @@ def audit_entity(
         "ToState": after,
         "Reason": reason[:4_000],
     }
-
-
-def read_audit(table: TableClient, agent: str, limit: int = 200) -> list[dict[str, Any]]:
-    """The circuit's audit rows, oldest first (at most ``limit``, the newest)."""
-    rows = table.query_entities(
-        "PartitionKey eq @pk and RowKey gt @lo and RowKey lt @hi",
-        parameters={"pk": partition_of(agent), "lo": AUDIT_PREFIX, "hi": AUDIT_PREFIX + "~"},
-    )
-    found = [{k: e.get(p, "") for k, p in _AUDIT_FIELDS.items()} for e in rows]
-    return found[-limit:]
-
-
-_AUDIT_FIELDS = {
-    "at": "At",
-    "actor": "Actor",
-    "action": "Action",
-    "from": "FromState",
-    "to": "ToState",
-    "reason": "Reason",
-}
 
 
 def _iso(moment: datetime | None) -> str:

@@ -1,8 +1,6 @@
 """Workflow definitions: what steps a workflow has, which agent runs each, by when, and how to undo it.
 
 Definitions live as YAML in the repository's ``workflows/`` folder (schema: ``workflows/README.md``).
-The scheduler walks them, the HTTP starter validates inputs against them and the agents check at
-start-up that every agent they name has a handler.
 """
 
 from workflow_core.workflows.errors import (
@@ -21,6 +19,5 @@ from workflow_core.workflows.loader import (
     parse_workflow,
 )
 from workflow_core.workflows.model import WorkflowDefinition, resolve_step_input
-from workflow_core.workflows.retry import RetryPolicy
-from workflow_core.workflows.steps import ParallelGroup, StepDefinition
-from workflow_core.workflows.versions import PinnedDefinition, from_canonical, pin, version_of
+from workflow_core.workflows.steps import ParallelGroup, RetryPolicy, StepDefinition
+from workflow_core.workflows.store import PinnedDefinition, from_canonical, pin, version_of

@@ -11,19 +11,14 @@ class WorkflowDefinitionError(ValueError):
 
 class UnknownWorkflow(LookupError):
     def __init__(self, name: str, known: Iterable[str]) -> None:
-        self.name = name
-        self.known = sorted(known)
+        self.name, self.known = name, sorted(known)
         listed = ", ".join(self.known) if self.known else "none"
         super().__init__(f"unknown workflow {name!r}; known workflows: {listed}")
-
-    def __str__(self) -> str:  # LookupError would otherwise repr() the message like a KeyError
-        return str(self.args[0])
 
 
 class WorkflowInputError(ValueError):
     def __init__(self, workflow: str, problems: list[str]) -> None:
-        self.workflow = workflow
-        self.problems = list(problems)
+        self.workflow, self.problems = workflow, list(problems)
         super().__init__(f"invalid input for workflow {workflow!r}: " + "; ".join(self.problems))
 
 
@@ -33,13 +28,8 @@ class StepInputError(ValueError):
 
 class UnknownVersion(LookupError):
     def __init__(self, workflow: str, reference: str, known: Iterable[str] = ()) -> None:
-        self.workflow = workflow
-        self.reference = reference
-        self.known = list(known)
+        self.workflow, self.reference, self.known = workflow, reference, list(known)
         listed = ", ".join(self.known) if self.known else "none"
         super().__init__(
             f"workflow {workflow!r} has no stored version {reference!r}; stored versions: {listed}"
         )
-
-    def __str__(self) -> str:
-        return str(self.args[0])

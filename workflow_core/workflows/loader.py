@@ -1,21 +1,35 @@
 """Loading workflow definitions from YAML files, once per directory per process: they ship with the
-app like code, and changing one in flight is a versioning decision (docs/scheduler.md)."""
+app like code, and changing one in flight is a versioning decision (docs/scheduler.md).
+
+And the rules every definition must pass beyond its schema (``sas lint``), checked over whatever is
+in ``workflows/`` so a new definition meets the same rules as the shipped ones: every agent has a
+handler (the caller passes the names: this layer imports no role), a description for operators, and
+a ``sample_input`` the starter accepts that resolves every ``$input`` reference. ``lint_directory``
+reads each file on its own, so one broken file is one problem line, not the end.
+"""
 
 from __future__ import annotations
 
 import difflib
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from workflow_core.workflows.errors import UnknownWorkflow, WorkflowDefinitionError
-from workflow_core.workflows.model import WorkflowDefinition
+from workflow_core.workflows.errors import (
+    StepInputError,
+    UnknownWorkflow,
+    WorkflowDefinitionError,
+    WorkflowInputError,
+)
+from workflow_core.workflows.model import WorkflowDefinition, iter_references, resolve_value
 from workflow_core.workflows.pools import (
     POOLS_FILE,
+    SERVED_OUTSIDE_THE_APP,
     AgentPools,
     clear_pools_cache,
     load_pools_file,
@@ -38,11 +52,9 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, d
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
+            problem = f"found duplicate key {key!r}"
             raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r}",
-                key_node.start_mark,
+                "while constructing a mapping", node.start_mark, problem, key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
@@ -52,28 +64,17 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 
 def _format_location(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, str) and part.startswith("<"):
-            continue  # a union member's tag (``<step>``, ``<parallel>``), not a field the author wrote
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
+    # "<...>" parts are a union member's tag (``<step>``, ``<parallel>``), not a field the author wrote
+    parts = (f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc if not str(p).startswith("<"))
+    return "".join(parts).removeprefix(".")
 
 
 def _known_keys() -> set[str]:
-    from pydantic import BaseModel
+    from workflow_core.workflows import model, steps
 
-    from workflow_core.workflows import model, retry, steps
-
-    keys: set[str] = set()
-    for value in (v for module in (model, retry, steps) for v in vars(module).values()):
-        if isinstance(value, type) and issubclass(value, BaseModel) and value is not BaseModel:
-            for name, field in value.model_fields.items():
-                keys.add(field.alias or name)
-    return keys
+    classes = [v for m in (model, steps) for v in vars(m).values() if isinstance(v, type)]
+    models = [c for c in classes if issubclass(c, BaseModel) and c is not BaseModel]
+    return {field.alias or name for c in models for name, field in c.model_fields.items()}
 
 
 def _misspellings(errors: list[Any]) -> dict[str, tuple[str, str]]:
@@ -82,9 +83,7 @@ def _misspellings(errors: list[Any]) -> dict[str, tuple[str, str]]:
     missing = [_format_location(e["loc"]) for e in errors if e["type"] == "missing"]
     known = sorted(_known_keys())
     found: dict[str, tuple[str, str]] = {}
-    for error in errors:
-        if error["type"] != "extra_forbidden":
-            continue
+    for error in (e for e in errors if e["type"] == "extra_forbidden"):
         written = _format_location(error["loc"])
         parent, _, key = written.rpartition(".")
         siblings = [m.rpartition(".")[2] for m in missing if m.rpartition(".")[0] == parent]
@@ -114,8 +113,7 @@ def _format_validation_error(exc: ValidationError) -> str:
         ):
             continue  # a consequence of the misspelling reported above
         message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "too_short" and isinstance(error.get("ctx"), dict):
-            ctx = error["ctx"]
+        if error["type"] == "too_short" and isinstance(ctx := error.get("ctx"), dict):
             message = f"needs at least {ctx.get('min_length')} entries, got {ctx.get('actual_length')}"
         lines.append(f"{where}: {message}" if where else message)
     return "; ".join(lines)
@@ -161,12 +159,10 @@ def read_directory(directory: Path) -> Iterator[tuple[str, WorkflowDefinition | 
 def _load_directory(directory: Path) -> dict[str, WorkflowDefinition]:
     if not directory.is_dir():
         raise WorkflowDefinitionError(f"workflow directory {directory} does not exist")
-    found: dict[str, WorkflowDefinition] = {}
-    for _, definition in read_directory(directory):
-        if isinstance(definition, WorkflowDefinitionError):
-            raise definition
-        found[definition.name] = definition
-    return found
+    loaded = [definition for _, definition in read_directory(directory)]
+    if broken := [d for d in loaded if isinstance(d, WorkflowDefinitionError)]:
+        raise broken[0]
+    return {d.name: d for d in loaded}
 
 
 def load_workflows(directory: Path | None = None) -> dict[str, WorkflowDefinition]:
@@ -203,7 +199,89 @@ def agent_pools(directory: Path | None = None) -> AgentPools:
 
 def agents_used(directory: Path | None = None) -> set[str]:
     """For start-up cross-checks."""
-    agents: set[str] = set()
-    for definition in load_workflows(directory).values():
-        agents |= definition.agents_used()
-    return agents
+    return set().union(*(definition.agents_used() for definition in load_workflows(directory).values()))
+
+
+@dataclass(frozen=True)
+class LintProblem:
+    """One thing to fix, in one file, at one field (``""`` when the file as a whole is at fault)."""
+
+    file: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.message}" if self.field else f"{self.file}: {self.message}"
+
+
+def lint_definition(
+    definition: WorkflowDefinition, *, source: str, agents: Collection[str] | None = None
+) -> list[LintProblem]:
+    """Every problem of one loaded definition; ``agents=None`` skips the handler check (as it is for a
+    definition whose agents only pools outside the app serve: ``SERVED_OUTSIDE_THE_APP``)."""
+    if definition.name in SERVED_OUTSIDE_THE_APP:
+        agents = None
+    empty = "empty; say what the workflow does, for operators"
+    problems = [] if definition.description.strip() else [LintProblem(source, "description", empty)]
+    for where, step, _ in definition.located_steps():
+        for at, name in ((f"{where}.agent", step.agent), (f"{where}.compensation.agent", step.compensator)):
+            if agents is not None and name is not None and name not in agents:
+                message = f"agent {name!r} has no handler; register one with @agent({name!r}) in a module of "
+                message += "activities/worker/handlers/ imported by its __init__.py (docs/agents.md)"
+                problems.append(LintProblem(source, at, message))
+    if definition.sample_input is None:
+        return problems
+    try:
+        validated = definition.validate_input(definition.sample_input)
+    except WorkflowInputError as exc:
+        return problems + [LintProblem(source, "sample_input", problem) for problem in exc.problems]
+    for where, step, _ in definition.located_steps():
+        for at, ref in iter_references(step.input, f"{where}.input"):
+            try:
+                if ref.source == "input":
+                    resolve_value(ref.text, validated, {}, at)
+            except StepInputError as exc:
+                problems.append(LintProblem(source, "sample_input", str(exc)))
+    return problems
+
+
+def lint_directory(
+    directory: Path | None = None, *, agents: Collection[str] | None = None
+) -> tuple[dict[str, WorkflowDefinition], list[LintProblem]]:
+    """The definitions that load from ``directory`` and every problem of every file."""
+    directory = directory or DEFAULT_DIRECTORY
+    if not directory.is_dir():
+        return {}, [LintProblem(str(directory), "", "no such directory")]
+    found: dict[str, WorkflowDefinition] = {}
+    problems: list[LintProblem] = []
+    for file, definition in read_directory(directory):
+        if isinstance(definition, WorkflowDefinitionError):
+            problems.append(_load_problem(file, str(definition)))
+            continue
+        found[definition.name] = definition
+        problems += lint_definition(definition, source=file, agents=agents)
+    return found, problems
+
+
+def _load_problem(file: str, message: str) -> LintProblem:
+    rest = message.removeprefix(f"{file}: ")
+    field, sep, text = rest.partition(": ")
+    if sep and " " not in field:
+        return LintProblem(file, field, text)
+    return LintProblem(file, "", rest)
+
+
+def lint_summary(definitions: Mapping[str, WorkflowDefinition]) -> list[str]:
+    lines = []
+    for name, definition in sorted(definitions.items()):
+        has_sample = definition.sample_input is not None
+        sample = "sample input" if has_sample else "no sample input (the demo needs --input)"
+        steps, agents = len(definition.steps), len(definition.agents_used())
+        lines.append(f"ok  {name}: {steps} step(s), {agents} agent(s), {sample}")
+    return lines
+
+
+def skeleton_input(definition: WorkflowDefinition) -> dict[str, Any]:
+    """A placeholder for every required field, by type: what to put in ``--input`` or ``sample_input``."""
+    placeholders = {"string": "...", "integer": 1, "number": 1.5, "boolean": True, "object": {}, "array": []}
+    return {name: placeholders[definition.input.properties[name].type] for name in definition.input.required}

@@ -2,43 +2,128 @@
 
 Validated when they load, so an orchestration never discovers a broken definition half-way through
 a run, after it has already changed remote systems.
+
+References inside a step's ``input`` mapping (``$input.<field>...``, ``$steps.<id>.output...``, ``$$``
+for a literal ``$``): any other ``$`` string is refused at load, so a typo fails a deployment instead
+of sending ``"$inputs.x"`` to a remote service. Resolution is pure, so orchestrators call it in replay.
 """
 
 from __future__ import annotations
 
+import copy
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from workflow_core.ledger.model import WORKFLOW_NAME, NewStep
-from workflow_core.workflows.errors import WorkflowInputError
-from workflow_core.workflows.references import iter_references, resolve_value
-from workflow_core.workflows.steps import ParallelGroup, StepDefinition, StepItem
+from workflow_core.workflows.errors import StepInputError, WorkflowInputError
+from workflow_core.workflows.steps import ParallelGroup, StepDefinition, StepItem, Strict
 
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_STEPS = re.compile(r"^\$steps\.(?P<step>[^$]+?)\.output(?:\.(?P<path>.+))?$")
+_INPUT = re.compile(r"^\$input(?:\.(?P<path>.+))?$")
+
+
+@dataclass(frozen=True)
+class Reference:
+    text: str
+    source: str  # "input" or "steps"
+    step_id: str | None
+    path: tuple[str, ...]
+
+
+def parse_reference(value: Any) -> Reference | None:
+    """The reference ``value`` denotes, ``None`` for a literal; ``ValueError`` for a malformed one."""
+    if not isinstance(value, str) or not value.startswith("$") or value.startswith("$$"):
+        return None
+    if match := _STEPS.match(value):
+        return Reference(value, "steps", match["step"], _split(value, match["path"]))
+    if match := _INPUT.match(value):
+        return Reference(value, "input", None, _split(value, match["path"]))
+    raise ValueError(
+        f"{value!r} is not a valid reference; use $input.<field>, $steps.<step_id>.output[.<key>], "
+        "or start the string with $$ for a literal $"
+    )
+
+
+def _split(text: str, path: str | None) -> tuple[str, ...]:
+    parts = tuple(path.split(".")) if path is not None else ()
+    if "" in parts:
+        raise ValueError(f"{text!r} has an empty path segment")
+    return parts
+
+
+def iter_references(value: Any, where: str) -> Iterator[tuple[str, Reference]]:
+    """Every reference in a (possibly nested) input value, with a readable location for errors."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from iter_references(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from iter_references(item, f"{where}[{index}]")
+    else:
+        try:
+            ref = parse_reference(value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if ref is not None:
+            yield where, ref
+
+
+def resolve_value(
+    value: Any, workflow_input: Mapping[str, Any], outputs: Mapping[str, Any], where: str
+) -> Any:
+    if isinstance(value, Mapping):
+        return {k: resolve_value(v, workflow_input, outputs, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_value(item, workflow_input, outputs, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, str) and value.startswith("$$"):  # a literal "$..."
+        return value[1:]
+    try:
+        ref = parse_reference(value)
+    except ValueError as exc:
+        raise StepInputError(f"{where}: {exc}") from None
+    if ref is None:
+        return value
+    current: Any
+    if ref.source == "input":
+        current, root_name = workflow_input, "the workflow input"
+    elif ref.step_id in outputs:
+        current, root_name = outputs[ref.step_id], f"the output of step {ref.step_id!r}"
+    else:
+        raise StepInputError(
+            f"{where}: {ref.text} needs the output of step {ref.step_id!r}, which has none yet"
+        )
+    for depth, key in enumerate(ref.path):
+        if isinstance(current, Mapping) and key in current:
+            current = current[key]
+        elif isinstance(current, list) and key.isdigit() and int(key) < len(current):
+            current = current[int(key)]
+        else:
+            so_far = ".".join(ref.path[:depth]) or "(top level)"
+            raise StepInputError(
+                f"{where}: {ref.text} cannot be resolved: {root_name} has no {key!r} under {so_far}"
+            )
+    # A copy: a caller that edits the resolved input must not edit the outputs it came from.
+    return copy.deepcopy(current)
+
 
 FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]
 
 
 # bool before int: ``bool`` is not an integer in JSON, although Python says it is
-_JSON_TYPES = (
-    (bool, "boolean"),
-    (int, "integer"),
-    (float, "number"),
-    (str, "string"),
-    (dict, "object"),
-    (list, "array"),
-)
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object", list: "array"}
 
 
 def json_type_name(value: Any) -> str:
     """The JSON name of a Python value's type, for error messages a caller of the HTTP API understands."""
     if value is None:
         return "null"
-    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+    return next((name for kind, name in _JSON_TYPES.items() if isinstance(value, kind)), type(value).__name__)
 
 
 def type_matches(expected: FieldType, value: Any) -> bool:
@@ -46,9 +131,7 @@ def type_matches(expected: FieldType, value: Any) -> bool:
     return actual == expected or (expected == "number" and actual == "integer")
 
 
-class InputProperty(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class InputProperty(Strict):
     type: FieldType
     description: str | None = None
     default: Any = None
@@ -60,10 +143,8 @@ class InputProperty(BaseModel):
         return self
 
 
-class InputSchema(BaseModel):
+class InputSchema(Strict):
     """A deliberately small schema: required fields, typed properties, optional defaults."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     required: tuple[str, ...] = ()
     properties: dict[str, InputProperty] = Field(default_factory=dict)
@@ -79,8 +160,7 @@ class InputSchema(BaseModel):
 
     @model_validator(mode="after")
     def _required_declared(self) -> InputSchema:
-        undeclared = [name for name in self.required if name not in self.properties]
-        if undeclared:
+        if undeclared := [name for name in self.required if name not in self.properties]:
             raise ValueError(
                 f"required fields {undeclared} are not declared under properties (declare their type)"
             )
@@ -93,12 +173,12 @@ class InputSchema(BaseModel):
         return set(self.required) | {n for n, p in self.properties.items() if p.default is not None}
 
 
-class WorkflowDefinition(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+class WorkflowDefinition(Strict):
+    model_config = ConfigDict(populate_by_name=True)
 
     name: str
     # A human label ("2.1", "add-dns-check"); the version that counts is the content hash
-    # (workflow_core.workflows.versions), which changes with any edit, labelled or not.
+    # (workflow_core.workflows.store), which changes with any edit, labelled or not.
     version: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
     )
@@ -149,9 +229,8 @@ class WorkflowDefinition(BaseModel):
 
     def business_key_of(self, workflow_input: dict[str, Any]) -> str | None:
         """As text; None also for an empty one (the ledger reads an empty text as absent)."""
-        if self.business_key is None or workflow_input.get(self.business_key) is None:
-            return None
-        return str(workflow_input[self.business_key])[:200] or None
+        value = workflow_input.get(self.business_key) if self.business_key is not None else None
+        return None if value is None else str(value)[:200] or None
 
     @model_validator(mode="after")
     def _steps_consistent(self) -> WorkflowDefinition:
@@ -193,8 +272,7 @@ class WorkflowDefinition(BaseModel):
 
     def located_steps(self) -> Iterator[tuple[str, StepDefinition, int]]:
         """Every step with where it is written (``steps[2].parallel[0]``) and its stage's index."""
-        for index, item in enumerate(self.items):
-            members = item.parallel if isinstance(item, ParallelGroup) else (item,)
+        for index, members in enumerate(self.stages):
             for member, step in enumerate(members):
                 yield f"steps[{index}]" + (f".parallel[{member}]" if len(members) > 1 else ""), step, index
 
@@ -227,16 +305,13 @@ class WorkflowDefinition(BaseModel):
         """No step can fall due sooner after the start: the starter's index row falls due by then,
         early enough for dispatches to watch their steps without moving it (``ledger/watch.py``)."""
         spans = [s.deadline_seconds for s in self.steps]
-        spans += [s.compensation.deadline_seconds for s in self.steps if s.compensation]
-        return min(spans)
+        return min(spans + [s.compensation.deadline_seconds for s in self.steps if s.compensation])
 
     def step(self, step_id: str) -> StepDefinition:
         return self.steps[self.position_of(step_id)]
 
     def agents_used(self) -> set[str]:
-        agents = {step.agent for step in self.steps}
-        agents.update(step.compensation.agent for step in self.steps if step.compensation)
-        return agents
+        return {step.agent for step in self.steps} | {s.compensator for s in self.steps if s.compensator}
 
     def validate_input(self, data: Any) -> dict[str, Any]:
         """The input with defaults filled in; ``WorkflowInputError`` lists every problem at once, so an
@@ -246,25 +321,18 @@ class WorkflowDefinition(BaseModel):
         schema = self.input
         problems = [f"missing required field {name!r}" for name in schema.required if name not in data]
         for key, value in data.items():
-            prop = schema.properties.get(key)
-            if prop is None:
+            if (prop := schema.properties.get(key)) is None:
                 if not schema.additional_properties:
                     known = ", ".join(sorted(schema.properties)) or "none"
                     problems.append(f"unknown field {key!r} (known fields: {known})")
                 continue
             if not type_matches(prop.type, value):
-                problems.append(f"field {key!r} must be {_article(prop.type)}, got {json_type_name(value)}")
+                article = "an" if prop.type[0] in "aeiou" else "a"
+                problems.append(f"field {key!r} must be {article} {prop.type}, got {json_type_name(value)}")
         if problems:
             raise WorkflowInputError(self.name, problems)
-        result = dict(data)
-        for name, prop in schema.properties.items():
-            if name not in result and prop.default is not None:
-                result[name] = prop.default
-        return result
-
-
-def _article(type_name: str) -> str:
-    return f"an {type_name}" if type_name[0] in "aeiou" else f"a {type_name}"
+        absent = [(name, p.default) for name, p in schema.properties.items() if name not in data]
+        return {**data, **{name: default for name, default in absent if default is not None}}
 
 
 def resolve_step_input(

@@ -3,12 +3,12 @@
 Declared once, in ``workflows/pools.yaml``; an agent named in no pool belongs to ``default``, whose
 queue is the work queue itself (``WORK_QUEUE_NAME``); pool ``p`` uses ``<WORK_QUEUE_NAME>-p``.
 
-Routing (:func:`route_pool`, what dispatch and the watchdog's redispatch use) is that one rule with one
-declared exception, :data:`STEERED`: the recovery canary's messages go to the pool their step input
-names (``pool``, copied from the run's input by the canary definitions), when that pool is declared.
-No other workflow or agent can steer its messages, and an undeclared name falls back to the rule. Why
-not pool-qualified agent names: the step's agent comes from the pinned definition, so one definition
-per pool would be needed; the input carries the pool instead, and the ledger keeps it.
+Routing (:func:`route_pool`, for dispatch and the watchdog's redispatch) is that one rule with one
+declared exception, :data:`STEERED`: the recovery canary's messages go to the declared pool their step
+input names (docs/operations.md, "Recovery canary", says why and why not pool-qualified agent names).
+
+Per-agent limits are declared there too, under ``agents:`` (docs/agent-limits.md). An agent named
+nowhere there is unlimited: dispatch reads no limit row for it.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from workflow_core.ledger.model import AGENT_NAME
-from workflow_core.workflows.agent_limits import AgentLimits
 from workflow_core.workflows.errors import WorkflowDefinitionError
+from workflow_core.workflows.steps import Strict
 
 POOLS_FILE = "pools.yaml"
 DEFAULT_POOL = "default"
@@ -36,11 +36,28 @@ STEERED: dict[str, frozenset[str]] = {
     "sas-canary": frozenset({"canary.probe", "canary.undo"}),
     "sas-canary-echo": frozenset({"conformance.echo"}),
 }
+# Workflows whose agents only pools outside the app serve (a message-only pool's own runtime, the
+# canary's echo): the app's handler checks (start-up, `sas lint`, the demo) do not ask for their handlers.
+SERVED_OUTSIDE_THE_APP = frozenset({"sas-canary-echo"})
 
 
-class Pool(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class CircuitSettings(Strict):
+    # consecutive retryable failures, across instances, that open the circuit
+    failure_threshold: int = Field(default=5, ge=1, le=10_000)
+    open_seconds: float = Field(default=60, gt=0, le=86_400)
 
+
+class AgentLimits(Strict):
+    max_in_flight: int | None = Field(default=None, ge=1, le=1_000)
+    circuit: CircuitSettings | None = None
+    wait_poll_seconds: float = Field(default=5, ge=0.1, le=3_600)
+
+    @property
+    def active(self) -> bool:
+        return self.max_in_flight is not None or self.circuit is not None
+
+
+class Pool(Strict):
     agents: tuple[str, ...] = ()
     message_only: bool = False
     canary: bool = False  # opts the pool in to the recovery canary (docs/operations.md, "Recovery canary")
@@ -49,10 +66,8 @@ class Pool(BaseModel):
     kind: Literal["logicApp"] | None = None
 
 
-class AgentPools(BaseModel):
+class AgentPools(Strict):
     """The ``pools:`` mapping of ``pools.yaml``, validated: names, and each agent in one pool only."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     pools: dict[str, Pool] = Field(default_factory=dict)
     # per-agent concurrency limit and circuit breaker (docs/agent-limits.md); unset: unlimited
@@ -87,8 +102,7 @@ class AgentPools(BaseModel):
 
     def limits_of(self, agent: str) -> AgentLimits | None:
         """The agent's declared limits, or None (unlimited: dispatch reads nothing more)."""
-        limits = self.agents.get(agent)
-        return limits if limits is not None and limits.active else None
+        return limits if (limits := self.agents.get(agent)) is not None and limits.active else None
 
     def is_message_only(self, pool: str) -> bool:
         return self.pools.get(pool, Pool()).message_only
@@ -101,27 +115,22 @@ def pool_queue(work_queue: str, pool: str) -> str:
     return work_queue if pool == DEFAULT_POOL else f"{work_queue}-{pool}"
 
 
-def _named_pool(body: Mapping[str, Any]) -> Any:
-    given = body.get("input")
-    if body.get("kind") == "compensate" and isinstance(given, Mapping):
-        given = given.get("input")  # a compensator gets {"input": the step's input, "output": ...}
-    return given.get("pool") if isinstance(given, Mapping) else None
-
-
 def route_pool(pools: AgentPools, body: Mapping[str, Any]) -> str:
     """The pool whose queue carries the work message ``body`` (a ``WorkMessage`` as a dict)."""
     agent = str(body.get("agent", ""))
     ordinary = pools.pool_of(agent)
     if agent not in STEERED.get(str(body.get("workflow", "")), ()):
         return ordinary
-    named = _named_pool(body)
+    given = body.get("input")
+    if body.get("kind") == "compensate" and isinstance(given, Mapping):
+        given = given.get("input")  # a compensator gets {"input": the step's input, "output": ...}
+    named = given.get("pool") if isinstance(given, Mapping) else None
     return named if isinstance(named, str) and named in pools.names else ordinary
 
 
 def parse_pools(text: str, source: str = POOLS_FILE) -> AgentPools:
     try:
-        data = yaml.safe_load(text) or {}
-        return AgentPools.model_validate(data)
+        return AgentPools.model_validate(yaml.safe_load(text) or {})
     except yaml.YAMLError as exc:
         raise WorkflowDefinitionError(f"{source}: not valid YAML: {exc}") from None
     except ValidationError as exc:
@@ -141,10 +150,8 @@ def load_pools_file(path: Path) -> AgentPools:
     with _lock:
         if path not in _cache:  # resolved once per spelling (a lookup runs on every step)
             key = path.resolve()
-            found = _cache.get(key) or (
-                parse_pools(key.read_text("utf-8")) if key.is_file() else AgentPools()
-            )
-            _cache[path] = _cache[key] = found
+            got = _cache.get(key) or (parse_pools(key.read_text("utf-8")) if key.is_file() else AgentPools())
+            _cache[path] = _cache[key] = got
         return _cache[path]
 
 

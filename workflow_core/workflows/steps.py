@@ -1,8 +1,14 @@
 """What a step is: an agent, a deadline, a retry policy and how to undo it; and groups of steps that
-run at the same time. Validated when the definition loads, like the ledger validates its rows."""
+run at the same time. Validated when the definition loads, like the ledger validates its rows.
+
+``df.RetryOptions`` has only a first interval and an attempt count, so a :class:`RetryPolicy`'s backoff,
+cap and jitter are computed here and waited out with durable timers; the jitter is a hash of a seed,
+not a random number, so every replay computes the same delay.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Annotated, Any
 
@@ -11,10 +17,50 @@ from pydantic.functional_validators import AfterValidator
 
 from workflow_core.ledger.errors import InvalidLedgerInput
 from workflow_core.ledger.model import AGENT_NAME, validate_step_id
-from workflow_core.workflows.retry import RetryPolicy
 
 ERROR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 MAX_DEADLINE_SECONDS = 7 * 24 * 3600  # a first deadline beyond a week is a definition mistake
+MAX_INTERVAL_SECONDS = 24 * 3600
+
+
+class Strict(BaseModel):
+    """A part of a definition: immutable once loaded, and a key it does not know (a typo) is an error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RetryPolicy(Strict):
+    max_attempts: int = Field(default=3, ge=1, le=100, description="attempts in total, the first included")
+    initial_interval_seconds: float = Field(default=5.0, gt=0, le=MAX_INTERVAL_SECONDS)
+    backoff_coefficient: float = Field(default=2.0, ge=1, le=100)
+    max_interval_seconds: float = Field(default=300.0, gt=0, le=MAX_INTERVAL_SECONDS)
+    jitter: float = Field(default=0.1, ge=0, le=1, description="fraction of the delay that may be shaved off")
+
+    @model_validator(mode="after")
+    def _interval_order(self) -> RetryPolicy:
+        if self.max_interval_seconds < self.initial_interval_seconds:
+            raise ValueError(
+                f"max_interval_seconds ({self.max_interval_seconds:g}) must not be smaller than "
+                f"initial_interval_seconds ({self.initial_interval_seconds:g})"
+            )
+        return self
+
+    def base_delay_seconds(self, attempt: int) -> float:
+        """Delay after attempt ``attempt`` (1-based) failed, before jitter."""
+        if attempt < 1:
+            raise ValueError(f"attempt must be >= 1, got {attempt}")
+        try:
+            grown = self.initial_interval_seconds * self.backoff_coefficient ** (attempt - 1)
+        except OverflowError:  # huge attempt numbers: the cap applies long before
+            return self.max_interval_seconds
+        return min(self.max_interval_seconds, grown)
+
+    def delay_seconds(self, attempt: int, seed: str) -> float:
+        """The jitter only shortens the delay, so the cap holds and instances that failed together
+        spread out instead of retrying in lockstep."""
+        digest = hashlib.sha256(f"{seed}:{attempt}".encode()).digest()  # stable, unlike hash()
+        unit = int.from_bytes(digest[:8], "big") / 2**64  # in [0, 1)
+        return self.base_delay_seconds(attempt) * (1.0 - self.jitter * unit)
 
 
 def _check_agent(value: str) -> str:
@@ -27,11 +73,10 @@ def _check_agent(value: str) -> str:
 
 
 def _check_error_names(names: tuple[str, ...]) -> tuple[str, ...]:
-    for name in names:
-        if not ERROR_NAME.fullmatch(name):
-            raise ValueError(
-                f"non_retryable_errors: {name!r} is not an exception class name such as CardDeclined"
-            )
+    if bad := [name for name in names if not ERROR_NAME.fullmatch(name)]:
+        raise ValueError(
+            f"non_retryable_errors: {bad[0]!r} is not an exception class name such as CardDeclined"
+        )
     if len(set(names)) != len(names):
         raise ValueError(f"non_retryable_errors lists a name twice: {list(names)}")
     return names
@@ -41,10 +86,8 @@ AgentName = Annotated[str, AfterValidator(_check_agent)]
 ErrorNames = Annotated[tuple[str, ...], AfterValidator(_check_error_names)]
 
 
-class CompensationDefinition(BaseModel):
+class CompensationDefinition(Strict):
     """How to undo a step: another agent, with its own deadline and retries."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     agent: AgentName
     deadline_seconds: float = Field(gt=0, le=MAX_DEADLINE_SECONDS)
@@ -52,9 +95,7 @@ class CompensationDefinition(BaseModel):
     non_retryable_errors: ErrorNames = ()
 
 
-class StepDefinition(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class StepDefinition(Strict):
     id: str
     name: str = ""
     description: str | None = None
@@ -87,10 +128,8 @@ class StepDefinition(BaseModel):
         return self.compensation.agent if self.compensation else None
 
 
-class ParallelGroup(BaseModel):
+class ParallelGroup(Strict):
     """Steps that run at the same time; if one gives up, the instance is compensated once all finished."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     parallel: tuple[StepDefinition, ...] = Field(min_length=2)
 
@@ -109,9 +148,8 @@ class ParallelGroup(BaseModel):
 
 def _item_kind(value: Any) -> str:
     """Which kind of ``steps`` item a value is, so a mistake is reported against one kind only."""
-    if isinstance(value, dict):
-        return "<parallel>" if "parallel" in value else "<step>"
-    return "<parallel>" if isinstance(value, ParallelGroup) else "<step>"
+    parallel = "parallel" in value if isinstance(value, dict) else isinstance(value, ParallelGroup)
+    return "<parallel>" if parallel else "<step>"
 
 
 # The tags start with "<" so the loader leaves them out of error locations (steps[1].parallel[0].id).

@@ -141,6 +141,6 @@ def check_shipped_workflows() -> set[str]:
 def app_served(workflows: Mapping[str, Any]) -> dict[str, Any]:
     """``workflows`` without those whose agents only pools outside the app serve (the message-only
     canary, ``sas-canary-echo``: its runs go only to a message-only pool's own agents)."""
-    from workflow_core.canary import SERVED_OUTSIDE_THE_APP
+    from workflow_core.workflows.pools import SERVED_OUTSIDE_THE_APP
 
     return {name: d for name, d in workflows.items() if name not in SERVED_OUTSIDE_THE_APP}

@@ -1,17 +1,23 @@
-"""The canary's scenarios as one table: the fault, the recovery path it proves, the audit events
-that recovery leaves, and how long it may take (from the canary's deadlines and the watchdog period).
+"""The recovery canary's core: its scenarios as one table (the fault each injects, the recovery path it
+proves, the audit events that recovery leaves, how long it may take) and the verdict a finished run
+earns from its audit trail alone (the ledger is the only truth).
 
 Times are read from the shipped definition the run used (``sas-canary``, or ``sas-canary-echo`` in a
-message-only pool), never restated, so editing a deadline there moves the expected recovery time with it.
+message-only pool), never restated, so editing a deadline there moves the expected recovery time with
+it. Roles build on it: the canary agent (``activities/worker/handlers/canary.py``) reads the fault from
+its own input; the supervisor's canary (``supervisor/canary``, run by the maintenance timer) starts
+runs and records verdicts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
+from workflow_core.ledger.model import AuditEntry
 from workflow_core.workflows import get_workflow
-from workflow_core.workflows.pools import AgentPools
+from workflow_core.workflows.pools import AgentPools, Pool
 
 CANARY_WORKFLOW = "sas-canary"
 CANARY_AGENT, CANARY_UNDO = "canary.probe", "canary.undo"
@@ -19,11 +25,9 @@ CANARY_AGENT, CANARY_UNDO = "canary.probe", "canary.undo"
 # from the run's input (ECHO_FAULTS), the same steps, deadlines and retries as sas-canary.
 CANARY_ECHO_WORKFLOW, ECHO_AGENT = "sas-canary-echo", "conformance.echo"
 CANARY_WORKFLOWS = (CANARY_WORKFLOW, CANARY_ECHO_WORKFLOW)
-# Workflows whose agents only pools outside the app serve (a message-only pool's own runtime): the
-# app's handler checks (start-up, `sas lint`, the demo) do not ask the app for their handlers.
-SERVED_OUTSIDE_THE_APP = frozenset({CANARY_ECHO_WORKFLOW})
 PROBE, FINISH = "probe", "finish"
 CANARY_AGENTS = frozenset({CANARY_AGENT, CANARY_UNDO})
+TERMINAL = {"Succeeded", "Failed", "Compensated", "CompensationFailed", "Cancelled", "Stopped"}
 
 
 @dataclass(frozen=True)
@@ -111,10 +115,9 @@ def canary_pool() -> str:
 
 
 def scenario_named(name: str) -> Scenario:
-    try:
-        return SCENARIOS[name]
-    except KeyError:
-        raise ValueError(f"unknown canary scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown canary scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    return SCENARIOS[name]
 
 
 def expected_recovery_seconds(
@@ -126,22 +129,20 @@ def expected_recovery_seconds(
     scenario = scenario_named(name)
     if workflow_name not in CANARY_WORKFLOWS:
         raise ValueError(f"{workflow_name!r} is not a canary workflow ({', '.join(CANARY_WORKFLOWS)})")
-    workflow = get_workflow(workflow_name)
-    probe, finish = workflow.steps[0], workflow.steps[1]
+    probe, finish = get_workflow(workflow_name).steps[:2]
     wake = watchdog_period + grace  # a deadline is noticed within one period after grace
     retry_wait = probe.retry.max_interval_seconds  # the longest single backoff wait
     work = probe.deadline_seconds + finish.deadline_seconds  # a healthy (fast) run never reaches these
-    if scenario.name == "retry":
-        bound = retry_wait + work
-    elif scenario.name == "lost-reply":
-        bound = probe.deadline_seconds + wake + retry_wait + work
-    elif scenario.name == "heartbeat-stops":
-        bound = (probe.heartbeat_timeout_seconds or probe.deadline_seconds) + wake + retry_wait + work
-    elif scenario.name == "compensate":
-        bound = finish.deadline_seconds + probe.compensation.deadline_seconds + wake
-    else:  # scheduler-lost: noticed when the probe is overdue, resumed on the next tick
-        bound = probe.deadline_seconds + 2 * wake + work
-    return float(bound)
+    after_silence = wake + retry_wait + work  # the silent attempt noticed, retried, the run finished
+    bounds = {
+        "retry": retry_wait + work,
+        "lost-reply": probe.deadline_seconds + after_silence,
+        "heartbeat-stops": (probe.heartbeat_timeout_seconds or probe.deadline_seconds) + after_silence,
+        "compensate": finish.deadline_seconds + probe.compensation.deadline_seconds + wake,
+        # scheduler-lost: noticed when the probe is overdue, resumed on the next tick
+        "scheduler-lost": probe.deadline_seconds + 2 * wake + work,
+    }
+    return float(bounds[scenario.name])
 
 
 def canary_pools(pools: AgentPools, hosted: Iterable[str]) -> list[str]:
@@ -149,25 +150,81 @@ def canary_pools(pools: AgentPools, hosted: Iterable[str]) -> list[str]:
     hosted pool (``HOSTED_POOLS``), every pool that opts in (``canary: true`` in ``workflows/pools.yaml``),
     and the pool that lists ``canary.probe``. Dispatch routes a run's messages to the pool its input
     names (``workflow_core.workflows.pools.STEERED``)."""
-    hosted = set(hosted)
-    listed = pools.pool_of(CANARY_AGENT)
-    return [
-        name
-        for name in pools.names
-        if name in hosted or name == listed or (name in pools.pools and pools.pools[name].canary)
-    ]
+    chosen = {*hosted, pools.pool_of(CANARY_AGENT)} | {name for name, p in pools.pools.items() if p.canary}
+    return [name for name in pools.names if name in chosen]
 
 
 def canary_workflow_of(pools: AgentPools, pool: str, hosted: Iterable[str]) -> str:
     """The definition a canary run in ``pool`` uses: ``sas-canary-echo`` when the pool is message-only,
     opts in (``canary: true``), is not hosted and does not list ``canary.probe`` (its agents implement
     the conformance echo contract, not the app's Python handlers); else ``sas-canary``."""
-    declared = pools.pools.get(pool)
-    echo = (
-        declared is not None
-        and declared.message_only
-        and declared.canary
-        and pool not in set(hosted)
-        and CANARY_AGENT not in declared.agents
-    )
-    return CANARY_ECHO_WORKFLOW if echo else CANARY_WORKFLOW
+    declared = pools.pools.get(pool, Pool())
+    echo = declared.message_only and declared.canary and CANARY_AGENT not in declared.agents
+    return CANARY_ECHO_WORKFLOW if echo and pool not in set(hosted) else CANARY_WORKFLOW
+
+
+@dataclass(frozen=True)
+class Observation:
+    outcome: str  # "passed" | "failed" | "pending"
+    observed: str  # what the audit trail shows, for people
+    recovery_seconds: float | None
+    cause: str = ""
+
+
+def _in_order(wanted: Sequence[tuple[str, str]], seen: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+    """The first wanted event not found after its predecessor (None: all found in order)."""
+    it = iter(seen)
+    for want in wanted:
+        if not any(step in (want[0], "*") and status == want[1] for step, status in it):
+            return want
+    return None
+
+
+def _likely_cause(spec: Scenario, seen: Sequence[tuple[str, str]], agents: Sequence[str]) -> str:
+    """The scenario's usual cause, unless the trail names a plainer one: attempts were dispatched but no
+    agent ever took one (no step ever Running), which is a pool without a (running) agent."""
+    dispatched = any(status in ("Dispatched", "Compensating") for _, status in seen)
+    if dispatched and not any(status == "Running" for _, status in seen):
+        serving = f" serving {', '.join(agents)}" if agents else ""
+        how = "no agent took any attempt (dispatched, never running)"
+        return f"{how}: does the pool have a running agent{serving}?"
+    return spec.cause_if_missing
+
+
+def judge(
+    scenario: str,
+    trail: Sequence[AuditEntry],
+    *,
+    expected_seconds: float,
+    now: datetime,
+    started_at: datetime,
+    agents: Sequence[str] = (),
+) -> Observation:
+    """Passed when the scenario's expected audit events happened in order, the run ended as expected,
+    and it took no longer than ``expected_seconds``; otherwise the cause that usually explains it.
+    ``agents``: the run's agents, named in a cause when no agent took any attempt."""
+    spec = scenario_named(scenario)
+    end = next((a for a in trail if a.action == "instance-transition" and a.to_status in TERMINAL), None)
+    seen = [(a.step_id, a.to_status or "") for a in trail if a.action == "transition"]
+    summary = ", ".join(f"{s}:{t}" for s, t in seen if t) or "no step moved"
+    missing = _in_order(spec.expected_events, seen)
+    if end is None:
+        if (now - started_at).total_seconds() <= expected_seconds:
+            return Observation("pending", summary, None)
+        what = f"missing {missing[0]} {missing[1]}" if missing else "the run never ended"
+        cause = f"not recovered within {expected_seconds:.0f}s ({what}): {_likely_cause(spec, seen, agents)}"
+        return Observation("failed", summary, None, cause)
+    took = (end.at - started_at).total_seconds()
+    resumed = any(a.action == "recovery" and a.reason.startswith("resume_instance") for a in trail)
+    if missing is not None:
+        cause = f"expected {missing[0]} {missing[1]} did not happen: {_likely_cause(spec, seen, agents)}"
+    elif spec.name == "scheduler-lost" and not resumed:
+        cause = f"no watchdog resume recorded: {spec.cause_if_missing}"
+    elif end.to_status.lower() != spec.outcome:
+        cause = f"run ended {end.to_status}, expected {spec.outcome}: {_likely_cause(spec, seen, agents)}"
+    elif took > expected_seconds:
+        cause = f"recovered in {took:.0f}s, over the {expected_seconds:.0f}s bound: "
+        cause += "is the watchdog late or the pool slow?"
+    else:
+        return Observation("passed", summary, took)
+    return Observation("failed", summary, took, cause)
