@@ -77,9 +77,7 @@ class ConsoleDemo:
 
         def start(label: str, workflow: str) -> str:
             iid = f"demo-{label}-{tag}"
-            self.instances[label] = h.start_workflow(
-                workflow, demo_input(get_workflow(workflow), None), instance_id=iid
-            )
+            self.instances[label] = h.start_workflow(workflow, demo_input(get_workflow(workflow), None), iid)
             return iid
 
         def inject(agent: str, rule: Any, step: str, what: str) -> Any:

@@ -86,16 +86,14 @@ def app_functions() -> list[Any]:
 class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
     """The pattern in one process on Azurite; see the module docstring.
 
-    ``azurite``: an :class:`Azurite` to use (it is left running on close); ``None`` starts a private one.
-    ``clock``: ``"virtual"`` (default), ``"real"``, or a clock object (the durable host's clocks).
-    ``watchdog_every``: the watchdog period on the host clock (``None``: no periodic watchdog; call
-    :meth:`watchdog_tick`);
+    ``azurite``: one to use (left running on close); ``None`` starts a private one.
+    ``clock``: ``"virtual"`` (default), ``"real"``, or one of the durable host's clocks.
+    ``watchdog_every``: the watchdog period on the host clock (``None``: call :meth:`watchdog_tick`);
     ``watchdog_skew``: how far the periodic watchdog's clock runs ahead of everyone else's.
-    ``settings``: extra app settings (``WATCHDOG_GRACE_SECONDS``, ``MAX_DELIVERY_COUNT``...).
-    ``extra_workflows``: ``{name: definition dict or YAML text}`` served next to the shipped ones.
-    ``on_event``: called with each :class:`LedgerEvent` as it commits (the demo prints them).
-    ``hosted_pools``: the pools whose work queues the harness's agents serve (``HOSTED_POOLS``; default:
-    every declared pool), so a test can leave a pool to another process.
+    ``settings``: extra app settings; ``extra_workflows``: ``{name: definition dict or YAML text}``
+    served next to the shipped ones; ``on_event``: called with each :class:`LedgerEvent` as it commits.
+    ``hosted_pools``: the pools the harness's agents serve (default: all), so a test can leave a pool
+    to another process.
     """
 
     lock_seconds = 1.0  # the agent pumps' lock on a received message (Storage Queues: 1 s minimum)
@@ -164,13 +162,22 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             services = runtime.get_services()
             self.settings = services.settings
             if servicebus:  # a short empty-receive wait: the pumps poll every loop iteration
+                from azure.servicebus import parse_connection_string
+
                 from workflow_core.transport.servicebus import ServiceBusTransport
 
                 real_transport: Transport = ServiceBusTransport.from_connection(
                     services.settings.service_bus, min_wait_seconds=SERVICEBUS_MIN_WAIT_SECONDS
                 )
+                namespace = parse_connection_string(servicebus).fully_qualified_namespace
+                self.transport_label = f"Service Bus ({namespace})"
+                for queue in (self.settings.work_queue, self.settings.result_queue):  # drained
+                    while batch := real_transport.receive(queue, max_messages=32, lock_seconds=30):
+                        for message in batch:
+                            real_transport.complete(message)
             else:
                 real_transport = services.transport  # creates the Storage queues (and their poison queues)
+                self.transport_label = f"Storage Queues on Azurite (127.0.0.1:{self.azurite.queue_port})"
             work = self.settings.work_queue
             self._pool_queues = {pool_queue(work, pool): pool for pool in declared}  # queue -> pool
             dead = self.settings.hosted_pools if servicebus else declared  # as the app reads them
@@ -185,12 +192,6 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             self.ledger: StepLedger = services.ledger  # creates the tables
             self._observe_ledger(self.ledger)
             self._observe_agents()
-            if servicebus:
-                self.transport_label = f"Service Bus ({_endpoint(servicebus)})"
-                for queue in (self.settings.work_queue, self.settings.result_queue):
-                    self._drain(queue)
-            else:
-                self.transport_label = f"Storage Queues on Azurite (127.0.0.1:{self.azurite.queue_port})"
             self.host = DurableTestHost(app_functions(), clock=clock, poll_interval=0.002)
             self.host.__enter__()
             self._restore.append(self.host.close)
@@ -198,9 +199,9 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             self.work_pump = self.host.add_pump(self._pump_work, "agent_worker")
             self.host.add_pump(self._pump_results, "agent_result_handler")
             self.host.add_pump(self._pump_dead_letters, "agent_dead_letter_handler")
-            self.watchdog_every = watchdog_every
+            self.watchdog_every: timedelta | None = None
             if watchdog_every is not None:
-                self.host.add_periodic(self._watchdog, watchdog_every, name="supervisor_watchdog")
+                self.start_watchdog(watchdog_every)
         except BaseException:
             self.close()
             raise
@@ -320,10 +321,3 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _endpoint(connection_string: str) -> str:
-    for part in connection_string.split(";"):
-        if part.lower().startswith("endpoint="):
-            return part.split("=", 1)[1].removeprefix("sb://").rstrip("/")
-    return "configured namespace"

@@ -81,19 +81,16 @@ class HarnessFaults:
     ) -> None:
         """The process running ``dispatch_step`` for this attempt dies after its ledger write, before
         its send; the Durable runtime redelivers the activity when its lease expires (``redeliver_after``;
-        five minutes with the Azure Storage provider). Meanwhile the orchestration waits on the activity
-        and only the watchdog can notice the step. (The durable test host redelivers lost activity
-        results at once, so the delay is added here, around its activity executor.)"""
+        five minutes with the Azure Storage provider), so meanwhile only the watchdog can notice the step.
+        The durable test host redelivers lost results at once: the delay is added around its executor."""
         self.fail_send(step_id, attempt=attempt, kind="work", exc=ProcessDied(f"died sending {step_id}"))
         host = self.host
         execute = host._execute_activity
 
         def execute_or_die(item: Any) -> None:
             payload = json.loads(item.input or "{}")
-            if item.name != "dispatch_step" or (payload.get("step_id"), payload.get("attempt")) != (
-                step_id,
-                attempt,
-            ):
+            mine = (payload.get("step_id"), payload.get("attempt")) == (step_id, attempt)
+            if item.name != "dispatch_step" or not mine:
                 return execute(item)
             host._execute_activity = execute  # once
             try:
@@ -136,16 +133,13 @@ class HarnessFaults:
         return entry
 
     def _hold_if_matching(self, kind: str, message: ReceivedMessage) -> bool:
-        body = message.body
         with self._lock:
             for entry in self._holds:
-                if entry.queue != kind or (entry.times is not None and entry.matched >= entry.times):
-                    continue
-                if not body_matches(body, entry.step_id, entry.attempt, entry.kind):
-                    continue
-                entry.matched += 1
-                entry.held.append(message)
-                break
+                live = entry.queue == kind and (entry.times is None or entry.matched < entry.times)
+                if live and body_matches(message.body, entry.step_id, entry.attempt, entry.kind):
+                    entry.matched += 1
+                    entry.held.append(message)
+                    break
             else:
                 return False
         self.transport.renew_lock(message, HELD_LOCK_SECONDS)
@@ -164,8 +158,7 @@ class HarnessFaults:
 
     def deliver(self, kind: str, message: ReceivedMessage) -> None:
         """Handle and settle one received message exactly as the ``kind`` pump ("work"/"results") does."""
-        handle = self._work_handler if kind == "work" else self._result_handler
-        self._settle(message, handle)
+        self._settle(message, self._work_handler if kind == "work" else self._result_handler)
 
     def release(self, entry: _Hold | None = None) -> int:
         """Let the holding agent(s) process what they kept, on the next pump run; returns how many."""
@@ -209,16 +202,10 @@ RECEIVE_BATCH = 16  # messages a pump asks for per poll
 
 
 class KnownEmpty:
-    """The agent queues ("work", "results", "dead") whose last poll took every message there was (it
-    came back with fewer than it asked for), with nothing put into them through the harness's
-    transport since, in the current run of the host loop.
-
-    The pumps skip such a poll only in a loop iteration that already did other work
-    (``DurableTestHost.iteration_busy``): the host never counts as idle, nor skips virtual time, before
-    an iteration in which every pump polled for real, so a message that arrived another way (a lock
-    that expired, a test's own send) is still seen before time moves. Each entry into the host loop
-    (``run_serial``) starts from nothing known.
-    """
+    """The agent queues ("work", "results", "dead") whose last poll came back with fewer messages than
+    it asked for, with nothing sent to them through the harness's transport since, in the current
+    entry into the host loop (``run_serial``). Pumps skip such polls only in a busy iteration
+    (``DurableTestHost.iteration_busy``), so every queue is polled for real before time moves."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -241,26 +228,14 @@ class KnownEmpty:
 
     def forget(self, kind: str | None = None) -> None:
         with self._lock:
-            if kind is None:
-                self._empty.clear()
-            else:
-                self._empty.discard(kind)
+            self._empty = set() if kind is None else self._empty - {kind}
 
 
 class HarnessPumps:
     """Mixin: the agent pumps of :class:`devtools.harness.PatternHarness`."""
 
     def _queue_kind(self, queue: str) -> str:
-        if queue == self.settings.work_queue:
-            return "work"
-        if queue == self.settings.result_queue:
-            return "results"
-        return queue
-
-    def _drain(self, queue: str) -> None:
-        while batch := self.transport.receive(queue, max_messages=32, lock_seconds=30):
-            for message in batch:
-                self.transport.complete(message)
+        return {self.settings.work_queue: "work", self.settings.result_queue: "results"}.get(queue, queue)
 
     def _work_handler(self, message: ReceivedMessage) -> None:
         from activities import process_work_message
@@ -300,31 +275,29 @@ class HarnessPumps:
     def _pump_dead_letters(self) -> int:
         from activities import handle_dead_letter
 
-        return sum(
-            self._pump_dead_letters_of(q, pool, handle_dead_letter) for q, pool in self._dead_letter_pools
-        )
-
-    def _pump_dead_letters_of(self, queue: str, pool: str, handle_dead_letter: Callable[..., Any]) -> int:
-        kind = "dead" if pool == DEFAULT_POOL else f"dead-{pool}"
-        if self.agents_paused or self._may_skip_poll(kind):
-            return 0
-        received = self.transport.receive_dead_letters(queue, max_messages=RECEIVE_BATCH, lock_seconds=30)
-        self._known_empty.polled(kind, drained=len(received) < RECEIVE_BATCH)
-        for message in received:
-            self.host.run_async(
-                handle_dead_letter(
-                    message.body,
-                    reason=message.dead_letter_reason,
-                    description=message.dead_letter_description,
-                    client=self.host.client,
-                    services=self.services,
-                    message_id=message.message_id,
-                    trace=message.application_properties,
-                    pool=pool,
+        work = 0
+        for queue, pool in self._dead_letter_pools:
+            kind = "dead" if pool == DEFAULT_POOL else f"dead-{pool}"
+            if self.agents_paused or self._may_skip_poll(kind):
+                continue
+            received = self.transport.receive_dead_letters(queue, max_messages=RECEIVE_BATCH, lock_seconds=30)
+            self._known_empty.polled(kind, drained=len(received) < RECEIVE_BATCH)
+            for message in received:
+                self.host.run_async(
+                    handle_dead_letter(
+                        message.body,
+                        reason=message.dead_letter_reason,
+                        description=message.dead_letter_description,
+                        client=self.host.client,
+                        services=self.services,
+                        message_id=message.message_id,
+                        trace=message.application_properties,
+                        pool=pool,
+                    )
                 )
-            )
-            self.transport.complete(message)
-        return len(received)
+                self.transport.complete(message)
+            work += len(received)
+        return work
 
     def _consume(self, kind: str, queue: str, handle: Callable[[ReceivedMessage], None]) -> int:
         """Receive, then settle each message like the Functions host (see the module docstring)."""
@@ -380,12 +353,9 @@ class HarnessPumps:
             pass  # the lock expired meanwhile: the queue delivers it again, as in Azure
 
     def _orphan_wait(self) -> float:
-        """Seconds to wait for a killed agent's message to reappear (0 if none is pending).
-
-        Waiting here (real time; the host clock stands still) is the host restarting the agent: it
-        keeps the redelivery ahead of the step's deadline, as a lock much shorter than the deadline
-        does in Azure.
-        """
+        """Seconds to wait for a killed agent's message to reappear (0 if none is pending): the host
+        restarting the agent, in real time while the host clock stands still, keeps the redelivery
+        ahead of the step's deadline, as a lock much shorter than the deadline does in Azure."""
         with self._lock:
             now = time.monotonic()
             self._orphans = [t for t in self._orphans if t > now]

@@ -50,10 +50,8 @@ class HarnessObservation:
         """Wrap the ledger's public writes (on this instance only) to record each committed write."""
         from workflow_core import clock
 
-        originals = {
-            name: getattr(ledger, name)
-            for name in ("transition", "update", "extend_deadline", "note", "create_steps")
-        }
+        names = ("transition", "update", "extend_deadline", "note", "create_steps")
+        originals = {name: getattr(ledger, name) for name in names}
 
         def write(action: str) -> Callable[..., StepRecord]:
             def observed(record: StepRecord, *args: Any, actor: str, reason: str = "", **changes: Any):

@@ -11,9 +11,7 @@ from typing import Any
 
 from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
 
-from .history import (
-    HistoryEventType,
-)
+from .history import HistoryEventType
 
 Status = OrchestrationRuntimeStatus
 H = HistoryEventType

@@ -19,14 +19,7 @@ from workflow_core.clock import use_clock
 
 from .aio import call_maybe_async
 from .history import ActionType, flatten_actions, format_time, make_event
-from .state import (
-    TERMINAL_STATUSES,
-    H,
-    _Execution,
-    _Instance,
-    _Periodic,
-    _Task,
-)
+from .state import TERMINAL_STATUSES, H, _Execution, _Instance, _Periodic, _Task
 
 #: Loop iterations one run to idle may take before the host calls it a livelock.
 MAX_STEPS = 100_000
@@ -109,15 +102,13 @@ class _Loop:
                         )
                     self._log("", f"clock skips {_delta(wake - now)} to {format_time(wake)}")
                     self.clock.advance_to(wake)
+                elif now >= deadline:
+                    raise TimeoutError(self._diagnose("real-time timeout"))
                 else:
-                    if now >= deadline:
-                        raise TimeoutError(self._diagnose("real-time timeout"))
-                    pause = self.poll_interval
-                    if wake is not None:
-                        pause = min(pause, max((wake - now).total_seconds(), 0.0))
+                    pause = min(self.poll_interval, (min(deadline, wake or deadline) - now).total_seconds())
                     self._lock.release()
                     try:
-                        time.sleep(min(pause, max((deadline - now).total_seconds(), 0.0)))
+                        time.sleep(max(pause, 0.0))
                     finally:
                         self._lock.acquire()
 
@@ -218,13 +209,11 @@ class _Loop:
     def _timer_task(self, entry: tuple) -> _Task | None:
         """The timer a queue entry stands for, or None once nobody can receive it (a cancelled one still
         fires into its running execution: docs/durable-test-host.md, "Timers")."""
-        _, _, instance_id, execution_id, task_id = entry
-        inst = self._live(instance_id, execution_id)
-        return None if inst is None else inst.execution.tasks.get(task_id)
+        inst = self._live(entry[2], entry[3])
+        return None if inst is None else inst.execution.tasks.get(entry[4])
 
     def _fire_due_timers(self) -> int:
-        fired = 0
-        now = self.clock.now()
+        fired, now = 0, self.clock.now()
         while self._timers and self._timers[0][0] <= now:
             entry = heapq.heappop(self._timers)
             task = self._timer_task(entry)
@@ -243,8 +232,7 @@ class _Loop:
         return fired
 
     def _run_due_periodics(self) -> int:
-        work = 0
-        now = self.clock.now()
+        work, now = 0, self.clock.now()
         for periodic in list(self._periodics):
             while periodic.next_at <= now:
                 periodic.next_at += periodic.every
@@ -258,12 +246,11 @@ class _Loop:
         heapq.heappush(self._timers, entry)
 
     def _cancel_timer(self, inst: _Instance, task: _Task) -> None:
-        if task.cancelled or task.done:
-            return
-        task.cancelled = True
-        self._log(
-            inst.instance_id, f"timer #{task.id} cancelled (no longer an open task; it still fires later)"
-        )
+        if not (task.cancelled or task.done):
+            task.cancelled = True
+            self._log(
+                inst.instance_id, f"timer #{task.id} cancelled (no longer an open task; it still fires later)"
+            )
 
     def _open_tasks(self, execution: _Execution) -> list[_Task]:
         """Tasks the framework still waits for (``TaskOrchestrationContext.openTasks``)."""
@@ -331,9 +318,6 @@ def _delta(delta: timedelta) -> str:
 
 def _offset(delta: timedelta) -> str:
     total_ms = int(delta.total_seconds() * 1000)
-    sign = "-" if total_ms < 0 else "+"
-    total_ms = abs(total_ms)
-    hours, rest = divmod(total_ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}.{millis:03d}"
+    minutes, millis = divmod(abs(total_ms), 60_000)
+    hours, minutes = divmod(minutes, 60)
+    return f"{'-' if total_ms < 0 else '+'}{hours:02d}:{minutes:02d}:{millis // 1000:02d}.{millis % 1000:03d}"
