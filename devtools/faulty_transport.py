@@ -1,6 +1,11 @@
 """The harness's transport: the real one, except for the sends you break (``fail_send`` /
 ``duplicate_send``). It counts what was sent by MessageId, so tests can see a re-send or a
-duplicate, and tells the pumps' ``KnownEmpty`` about everything that may fill a queue.
+duplicate, and keeps which agent queues are known to be empty, for the pumps.
+
+A queue ("work", "results", "dead"...) is known empty when its last poll came back with fewer
+messages than it asked for and nothing that may fill it went through this transport since, in the
+current entry into the host loop (``run_serial``). Pumps skip such polls only in a busy iteration
+(``DurableTestHost.iteration_busy``), so every queue is polled for real before time moves.
 """
 
 from __future__ import annotations
@@ -35,17 +40,33 @@ def body_matches(body: dict, step_id: str | None, attempt: int | None, kind: str
 
 
 class FaultyTransport(Transport):
-    """``forget(kind)``: a queue of that kind ("work", "results"; None: any) may no longer be empty."""
-
-    def __init__(
-        self, real: Transport, queue_kind: Callable[[str], str], forget: Callable[[str | None], None]
-    ) -> None:
+    def __init__(self, real: Transport, queue_kind: Callable[[str], str]) -> None:
         self.real = real
         self._queue_kind = queue_kind
-        self._forget = forget
         self._faults: list[SendFault] = []
         self._lock = threading.Lock()
         self.sent_ids: Counter[str] = Counter()
+        self._empty: set[str] = set()  # queue kinds known to be empty
+        self._serial: int | None = None
+
+    def known_empty(self, kind: str, serial: int) -> bool:
+        with self._lock:
+            if serial != self._serial:
+                self._empty.clear()
+                self._serial = serial
+            return kind in self._empty
+
+    def polled(self, kind: str, drained: bool) -> None:
+        with self._lock:
+            if drained:
+                self._empty.add(kind)
+            else:
+                self._empty.discard(kind)
+
+    def _forget(self, kind: str | None) -> None:
+        """A queue of that kind ("work", "results"; None: any) may no longer be empty."""
+        with self._lock:
+            self._empty = set() if kind is None else self._empty - {kind}
 
     def add_fault(self, fault: SendFault) -> SendFault:
         with self._lock:

@@ -1,19 +1,9 @@
 """The whole Scheduler Agent Supervisor pattern in one process: for end-to-end tests, the demo and benchmarks.
 
-What is real and what stands in::
-
-    HTTP starter body (api)  --host.client-->  DurableTestHost: real orchestrators + activities (SDK replay)
-                                                      |  dispatch_step: ledger write, then send
-                                                      v
-    Azurite tables (ledger, deadline index)    real queues (Storage Queues on Azurite, or Service Bus)
-                                                      |
-          agent pumps (harness_agents) = the Functions host's queue triggers: receive, call the REAL
-          worker / result-handler / dead-letter bodies, complete on success, abandon on an exception,
-          dead-letter after MAX_DELIVERY_COUNT deliveries (``workflow_core.transport.settle_failure``)
-                                                      |
-          watchdog = ``supervisor.run_tick`` as a periodic function on the host clock (default 30 s)
-
-Only the Functions host itself is emulated (docs/testing.md, "What is real").
+Real function bodies, orchestrators (through the SDK's replay), Azurite tables and real queues; only
+the Functions host and the Durable extension are stood in for: the durable test host, agent pumps
+settling like the queue triggers (``harness_agents``), the watchdog as a periodic function on the
+host clock (docs/testing.md, "The harness" and "What is real").
 
     from devtools.harness import PatternHarness
 
@@ -23,10 +13,6 @@ Only the Functions host itself is emulated (docs/testing.md, "What is real").
         assert h.double_effects() == {}
         print(h.transport_label, h.steps(iid))
 
-Observation is :class:`~devtools.harness_observation.HarnessObservation`'s, the fault hooks are
-:class:`~devtools.harness_agents.HarnessFaults`' (besides ``activities.worker.handlers.faults`` and the
-durable host's ``terminate``, ``crash`` and ``crash_activity_once``).
-
 One harness at a time per process: it points the process environment, ``workflow_core.runtime``'s
 services and ``workflow_core.clock`` at itself, and restores them on ``close()``.
 """
@@ -34,6 +20,7 @@ services and ``workflow_core.clock`` at itself, and restores them on ``close()``
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -48,39 +35,35 @@ from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+import yaml
 
 from devtools.azurite import Azurite, env_for
 from devtools.durable_host import DurableTestHost
 from devtools.faulty_transport import FaultyTransport
-from devtools.harness_agents import HarnessError, HarnessFaults, HarnessPumps, KnownEmpty, _Hold
+from devtools.harness_agents import HarnessError, HarnessFaults, HarnessPumps, _Hold
 from devtools.harness_observation import HarnessObservation, LedgerEvent
+from supervisor import run_tick
 from workflow_core import runtime
 from workflow_core.ledger import StepLedger
 from workflow_core.transport import ReceivedMessage, Transport
-from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows import loader
 from workflow_core.workflows.pools import pool_queue
 
 DEFAULT_WATCHDOG_PERIOD = timedelta(seconds=30)
 SERVICEBUS_MIN_WAIT_SECONDS = 0.05  # Service Bus has no zero-wait receive; keep idle polls short
 
-_functions_lock = threading.Lock()
-_functions: list[Any] | None = None
 
-
+@functools.cache
 def app_functions() -> list[Any]:
     """``function_app.app``'s functions. ``get_functions()`` may be called only once per app (a second
     call fails the duplicate-name check), so the result is kept for every harness of the process."""
-    global _functions
-    with _functions_lock:
-        if _functions is None:
-            import function_app
+    import function_app
 
-            try:
-                _functions = list(function_app.app.get_functions())
-            except ValueError:  # indexed elsewhere already: build from the same builders
-                app = function_app.app
-                _functions = [b.build(app.auth_level) for b in app._function_builders]
-        return _functions
+    try:
+        return list(function_app.app.get_functions())
+    except ValueError:  # indexed elsewhere already: build from the same builders
+        app = function_app.app
+        return [b.build(app.auth_level) for b in app._function_builders]
 
 
 class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
@@ -154,7 +137,7 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             self._set_env(env)
             if extra_workflows:
                 self._serve_workflows(extra_workflows)
-            declared = agent_pools().names
+            declared = loader.agent_pools().names
             self._set_env({"HOSTED_POOLS": ",".join(declared if hosted_pools is None else hosted_pools)})
 
             runtime.reset_services()
@@ -182,11 +165,10 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             self._pool_queues = {pool_queue(work, pool): pool for pool in declared}  # queue -> pool
             dead = self.settings.hosted_pools if servicebus else declared  # as the app reads them
             self._dead_letter_pools = [(pool_queue(work, pool), pool) for pool in dead]
-            self._known_empty = KnownEmpty()
             # Skipping a poll known to come back empty is for Storage Queues only: a Service Bus broker
             # dead-letters and redelivers on its own, without the harness's transport.
             self._skip_empty_polls = not servicebus
-            self.transport = FaultyTransport(real_transport, self._queue_kind, self._known_empty.forget)
+            self.transport = FaultyTransport(real_transport, self._queue_kind)
             services.__dict__["transport"] = self.transport
             self.services = services
             self.ledger: StepLedger = services.ledger  # creates the tables
@@ -221,10 +203,6 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
 
     def _serve_workflows(self, extra: Mapping[str, Any]) -> None:
         """Shipped definitions plus ``extra``, from a temporary directory the loader reads instead."""
-        import yaml
-
-        from workflow_core.workflows import loader
-
         directory = Path(tempfile.mkdtemp(prefix="harness-workflows-"))
         for path in loader.DEFAULT_DIRECTORY.glob("*.y*ml"):
             shutil.copy(path, directory / path.name)
@@ -287,8 +265,6 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
         return report.summary() if report.overdue else None
 
     async def _tick(self, **kwargs: Any) -> Any:
-        from supervisor import run_tick
-
         report = await run_tick(self.host.client, self.services, **kwargs)
         with self._lock:
             self.tick_reports.append(report)

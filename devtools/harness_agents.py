@@ -1,20 +1,20 @@
-"""The pattern harness's agents: the pumps that stand in for the Functions host's queue triggers, in
-process (see the picture in :mod:`devtools.harness`), and the fault hooks that break them (kill an agent
-process, crash a dispatch between its ledger write and its send, pause agents, hold / release /
-duplicate messages, fail a send). Mixins of :class:`devtools.harness.PatternHarness`, apart so the
-harness module stays about running the app.
+"""The pattern harness's agents: the pumps that stand in for the Functions host's queue triggers
+(receive, call the real worker / result-handler / dead-letter bodies, complete on success, abandon on
+an exception, dead-letter after MAX_DELIVERY_COUNT deliveries), and the fault hooks that break them
+(kill an agent process, crash a dispatch between its ledger write and its send, pause agents, hold /
+release / duplicate messages, fail a send). Mixins of :class:`devtools.harness.PatternHarness`.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from activities import handle_dead_letter, handle_result, process_work_message
 from activities.worker.handlers.base import AgentCrash
 from devtools.faulty_transport import SendFault, body_matches
 from workflow_core.transport import LockLostError, ReceivedMessage, settle_failure
@@ -164,10 +164,9 @@ class HarnessFaults:
         """Let the holding agent(s) process what they kept, on the next pump run; returns how many."""
         with self._lock:
             holds = [entry] if entry is not None else list(self._holds)
-            count = 0
+            count = sum(len(h.held) for h in holds)
             for h in holds:
                 self._released.extend((h.queue, m) for m in h.held)
-                count += len(h.held)
                 h.held.clear()
                 h.times = h.matched  # matches no more
             return count
@@ -201,36 +200,6 @@ class HarnessFaults:
 RECEIVE_BATCH = 16  # messages a pump asks for per poll
 
 
-class KnownEmpty:
-    """The agent queues ("work", "results", "dead") whose last poll came back with fewer messages than
-    it asked for, with nothing sent to them through the harness's transport since, in the current
-    entry into the host loop (``run_serial``). Pumps skip such polls only in a busy iteration
-    (``DurableTestHost.iteration_busy``), so every queue is polled for real before time moves."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._empty: set[str] = set()
-        self._serial: int | None = None
-
-    def known(self, kind: str, serial: int) -> bool:
-        with self._lock:
-            if serial != self._serial:
-                self._empty.clear()
-                self._serial = serial
-            return kind in self._empty
-
-    def polled(self, kind: str, drained: bool) -> None:
-        with self._lock:
-            if drained:
-                self._empty.add(kind)
-            else:
-                self._empty.discard(kind)
-
-    def forget(self, kind: str | None = None) -> None:
-        with self._lock:
-            self._empty = set() if kind is None else self._empty - {kind}
-
-
 class HarnessPumps:
     """Mixin: the agent pumps of :class:`devtools.harness.PatternHarness`."""
 
@@ -238,8 +207,6 @@ class HarnessPumps:
         return {self.settings.work_queue: "work", self.settings.result_queue: "results"}.get(queue, queue)
 
     def _work_handler(self, message: ReceivedMessage) -> None:
-        from activities import process_work_message
-
         process_work_message(
             message.body,
             delivery_count=message.delivery_count,
@@ -251,8 +218,6 @@ class HarnessPumps:
         )
 
     def _result_handler(self, message: ReceivedMessage) -> None:
-        from activities import handle_result
-
         self.host.run_async(
             handle_result(
                 message.body,
@@ -273,15 +238,13 @@ class HarnessPumps:
         return self._consume("results", self.settings.result_queue, self._result_handler)
 
     def _pump_dead_letters(self) -> int:
-        from activities import handle_dead_letter
-
         work = 0
         for queue, pool in self._dead_letter_pools:
             kind = "dead" if pool == DEFAULT_POOL else f"dead-{pool}"
             if self.agents_paused or self._may_skip_poll(kind):
                 continue
             received = self.transport.receive_dead_letters(queue, max_messages=RECEIVE_BATCH, lock_seconds=30)
-            self._known_empty.polled(kind, drained=len(received) < RECEIVE_BATCH)
+            self.transport.polled(kind, drained=len(received) < RECEIVE_BATCH)
             for message in received:
                 self.host.run_async(
                     handle_dead_letter(
@@ -312,7 +275,7 @@ class HarnessPumps:
         received = self.transport.receive(
             queue, max_messages=RECEIVE_BATCH, lock_seconds=self.lock_seconds, wait_seconds=wait
         )
-        self._known_empty.polled(kind, drained=len(received) < RECEIVE_BATCH)
+        self.transport.polled(kind, drained=len(received) < RECEIVE_BATCH)
         for message in released:
             self._settle(message, handle)
         for message in received:
@@ -321,15 +284,15 @@ class HarnessPumps:
         return len(released) + len(received)
 
     def _may_skip_poll(self, kind: str) -> bool:
-        """Whether this pump may leave its queue unpolled in this loop iteration (see :class:`KnownEmpty`):
-        the iteration already did work, and the last poll drained the queue with nothing sent since.
-        While an agent holds a message, or a killed agent's message is due back, every poll is made."""
+        """Whether this pump may leave its queue unpolled: the iteration already did work and the queue
+        is known empty (devtools/faulty_transport.py). While an agent holds a message, or a killed
+        agent's message is due back, every poll is made."""
         if not self._skip_empty_polls or not self.host.iteration_busy:
             return False
         with self._lock:
             if self._orphans or any(h.held for h in self._holds):
                 return False
-        return self._known_empty.known(kind, self.host.run_serial)
+        return self.transport.known_empty(kind, self.host.run_serial)
 
     def _settle(self, message: ReceivedMessage, handle: Callable[[ReceivedMessage], None]) -> None:
         try:
@@ -341,12 +304,8 @@ class HarnessPumps:
                     self._orphans.append(time.monotonic() + self.lock_seconds)
                 return
             except Exception as exc:
-                settle_failure(
-                    self.transport,
-                    message,
-                    self.settings.max_delivery_count,
-                    description=f"{type(exc).__name__}: {exc}",
-                )
+                why = f"{type(exc).__name__}: {exc}"
+                settle_failure(self.transport, message, self.settings.max_delivery_count, description=why)
                 return
             self.transport.complete(message)
         except LockLostError:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from activities.worker.handlers import AGENT_HANDLERS, RemoteEffects
+from workflow_core import clock
 from workflow_core.ledger import StepLedger, StepRecord
 
 
@@ -48,8 +50,6 @@ class HarnessObservation:
 
     def _observe_ledger(self, ledger: StepLedger) -> None:
         """Wrap the ledger's public writes (on this instance only) to record each committed write."""
-        from workflow_core import clock
-
         names = ("transition", "update", "extend_deadline", "note", "create_steps")
         originals = {name: getattr(ledger, name) for name in names}
 
@@ -121,8 +121,6 @@ class HarnessObservation:
 
     def _observe_agents(self) -> None:
         """Count every handler call per (instance, step, kind, attempt) and every remote effect made."""
-        from activities.worker.handlers import AGENT_HANDLERS, RemoteEffects
-
         current = threading.local()
         originals = dict(AGENT_HANDLERS)
 
@@ -211,8 +209,6 @@ class HarnessObservation:
 
     def remote_effects(self, instance_id: str, step_id: str) -> list[dict[str, Any]]:
         """The simulated remote service's rows for the step (``State``: applied / undone)."""
-        from activities.worker.handlers import RemoteEffects
-
         effects = RemoteEffects.for_services(self.services)
         with self._lock:
             keys = sorted(self._effect_keys.get((instance_id, step_id), ()))
