@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from devtools.demo_preflight import DemoError, check_definitions, demo_input
 from devtools.logs import quiet_logging
+from workflow_core.workflows import UnknownWorkflow, get_workflow
 
 
 def offset(delta: timedelta) -> str:
@@ -188,8 +189,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _preflight(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The workflow definition and input, checked the way the app checks them at start-up."""
-    from workflow_core.workflows import UnknownWorkflow, get_workflow
-
     check_definitions()
     try:
         definition = get_workflow(args.workflow)

@@ -39,9 +39,7 @@ class Route:
     function: Any
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
-        if method not in self.methods:
-            return None
-        found = self.pattern.fullmatch(path)
+        found = self.pattern.fullmatch(path) if method in self.methods else None
         return None if found is None else {k: unquote(v or "") for k, v in found.groupdict().items()}
 
 
@@ -119,11 +117,9 @@ class AppHttpServer:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread: threading.Thread | None = None
 
     def start(self) -> AppHttpServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="app-http", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self.httpd.serve_forever, name="app-http", daemon=True).start()
         return self
 
     def close(self) -> None:

@@ -107,9 +107,8 @@ class _Episodes:
         new_events = [make_event(H.ORCHESTRATOR_STARTED, now)] + [m.event for m in batch]
         execution.episodes += 1
         labels = ", ".join(event_label(m.event) for m in batch)
-        self._log(
-            inst.instance_id, f"replay #{execution.episodes} with {len(inst.history)} old event(s) + {labels}"
-        )
+        old = f"{len(inst.history)} old event(s)"
+        self._log(inst.instance_id, f"replay #{execution.episodes} with {old} + {labels}")
         for message in batch:
             self._account(inst, message.event, out)
 

@@ -76,11 +76,9 @@ class _Lifecycle:
         existing = self._instances.get(child_id)
         if existing is not None and existing.status in RUNNING_STATUSES:
             # A "Duplicate start event": nobody answers the parent (docs/durable-test-host.md, "Fidelity").
-            self._log(
-                inst.instance_id,
-                f"sub-orchestration {task.name!r} #{task.id}: start message for {child_id} dropped "
-                f"(it is already {existing.status.value}); this task will get no answer",
-            )
+            dropped = f"start message for {child_id} dropped (it is already {existing.status.value})"
+            task_label = f"sub-orchestration {task.name!r} #{task.id}"
+            self._log(inst.instance_id, f"{task_label}: {dropped}; this task will get no answer")
             self._log(child_id, f"duplicate start event from {inst.instance_id} dropped")
             return
         parent = _ParentRef(inst.instance_id, inst.execution.execution_id, task.id, inst.name)
@@ -99,10 +97,8 @@ class _Lifecycle:
             return False
         if inst.execution.held != outcome:
             what = ", ".join(f"{t.kind} #{t.id}" for t in open_tasks)
-            self._log(
-                inst.instance_id,
-                f"orchestrator {outcome}, but open task(s) {what} keep it Running until they finish",
-            )
+            why = f"orchestrator {outcome}, but open task(s) {what} keep it Running until they finish"
+            self._log(inst.instance_id, why)
         inst.execution.held = outcome
         return True
 
@@ -158,11 +154,8 @@ class _Lifecycle:
         inst.inbox = [_Message(self._execution_started(inst, now)), *carried]
         self._dirty[inst.instance_id] = None
         kept = f", {len(carried)} event(s) carried over" if carried else ""
-        generation = len(inst.past_histories) + 1
-        self._log(
-            inst.instance_id,
-            f"continued as new (generation {generation}) with input {_short(input_json)}{kept}",
-        )
+        generation = f"generation {len(inst.past_histories) + 1}"
+        self._log(inst.instance_id, f"continued as new ({generation}) with input {_short(input_json)}{kept}")
 
     def crash_activity_once(
         self, name: str, exc: BaseException | None = None, *, after: bool = False, times: int = 1
@@ -216,19 +209,14 @@ class _Lifecycle:
             answer = {"Reason": reason, "Details": details}
             kind, outcome = H.TASK_FAILED, f"failed: {type(exc).__name__}: {exc}"
         elapsed = f"{(time.perf_counter() - started) * 1000:.1f} ms"
+        what = f"activity {item.name!r} #{item.task_id}"
         if fault == "lose_result":
             self._activity_queue.append(item)
-            self._log(
-                item.instance_id,
-                f"activity {item.name!r} #{item.task_id} ran ({elapsed}) but its result was lost; "
-                "redelivering",
-            )
+            self._log(item.instance_id, f"{what} ran ({elapsed}) but its result was lost; redelivering")
             return
         inst = self._live(item.instance_id, item.execution_id)
         discarded = "; result discarded" if inst is None else ""
-        self._log(
-            item.instance_id, f"activity {item.name!r} #{item.task_id} {outcome} ({elapsed}){discarded}"
-        )
+        self._log(item.instance_id, f"{what} {outcome} ({elapsed}){discarded}")
         if inst is not None:
             event = make_event(kind, self.clock.now(), TaskScheduledId=item.task_id, **answer)
             self._deliver(inst, event, task_id=item.task_id)

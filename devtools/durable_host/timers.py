@@ -23,6 +23,7 @@ from .state import TERMINAL_STATUSES, H, _Execution, _Instance, _Periodic, _Task
 
 #: Loop iterations one run to idle may take before the host calls it a livelock.
 MAX_STEPS = 100_000
+WAIT = ActionType.WAIT_FOR_EXTERNAL_EVENT
 
 
 class _Loop:
@@ -248,9 +249,8 @@ class _Loop:
     def _cancel_timer(self, inst: _Instance, task: _Task) -> None:
         if not (task.cancelled or task.done):
             task.cancelled = True
-            self._log(
-                inst.instance_id, f"timer #{task.id} cancelled (no longer an open task; it still fires later)"
-            )
+            why = "no longer an open task; it still fires later"
+            self._log(inst.instance_id, f"timer #{task.id} cancelled ({why})")
 
     def _open_tasks(self, execution: _Execution) -> list[_Task]:
         """Tasks the framework still waits for (``TaskOrchestrationContext.openTasks``)."""
@@ -277,18 +277,10 @@ class _Loop:
         for inst in self._instances.values():
             if inst.status in TERMINAL_STATUSES:
                 continue
-            timers = ", ".join(
-                f"#{t.id} at {format_time(t.fire_at)}"
-                for t in self._open_tasks(inst.execution)
-                if t.kind == "timer"
-            )
-            waiting = sorted(
-                {
-                    a.get("externalEventName")
-                    for a in flatten_actions(inst.last_actions or [])
-                    if a.get("actionType") == ActionType.WAIT_FOR_EXTERNAL_EVENT
-                }
-            )
+            open_timers = [t for t in self._open_tasks(inst.execution) if t.kind == "timer"]
+            timers = ", ".join(f"#{t.id} at {format_time(t.fire_at)}" for t in open_timers)
+            waits = [a for a in flatten_actions(inst.last_actions or []) if a.get("actionType") == WAIT]
+            waiting = sorted({a.get("externalEventName") for a in waits})
             lines.append(
                 f"  {inst.instance_id} ({inst.name}): {inst.status.value}; open timers: {timers or 'none'}; "
                 f"events it has waited for: {waiting or 'none'}; undelivered messages: {len(inst.inbox)}"
