@@ -125,14 +125,12 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             }
             servicebus = os.environ.get("SERVICEBUS_CONNECTION_STRING", "").strip()
             if servicebus:  # infrastructure owns Service Bus queues: use the configured ones
-                env.update(
-                    {
-                        "AGENT_TRANSPORT": "servicebus",
-                        "ServiceBusConnection": servicebus,
-                        "WORK_QUEUE_NAME": os.environ.get("SERVICEBUS_WORK_QUEUE", "agent-work"),
-                        "RESULT_QUEUE_NAME": os.environ.get("SERVICEBUS_RESULT_QUEUE", "agent-results"),
-                    }
-                )
+                env |= {
+                    "AGENT_TRANSPORT": "servicebus",
+                    "ServiceBusConnection": servicebus,
+                    "WORK_QUEUE_NAME": os.environ.get("SERVICEBUS_WORK_QUEUE", "agent-work"),
+                    "RESULT_QUEUE_NAME": os.environ.get("SERVICEBUS_RESULT_QUEUE", "agent-results"),
+                }
             env.update(settings or {})
             self._set_env(env)
             if extra_workflows:

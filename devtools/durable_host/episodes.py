@@ -179,9 +179,7 @@ class _Episodes:
         """Engine bookkeeping for an event entering history; retry follow-ups are decided here."""
         execution = inst.execution
         kind = event["EventType"]
-        if kind not in _ANSWERS:
-            return
-        task = execution.tasks.get(event[_ANSWERS[kind]])
+        task = execution.tasks.get(event[_ANSWERS[kind]]) if kind in _ANSWERS else None
         if task is None:
             return
         relevant = self._is_retry_relevant(execution, event)
@@ -198,11 +196,8 @@ class _Episodes:
         retry.current_task_id = None
         timer = _Task(next(execution.ids), "timer", fire_at=out.now + retry.first_interval, retry=retry)
         retry.timer_id = self._add_task(inst, timer, out)
-        self._log(
-            inst.instance_id,
-            f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed; "
-            f"retry timer #{timer.id} at {format_time(timer.fire_at)}",
-        )
+        failed = f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed"
+        self._log(inst.instance_id, f"{failed}; retry timer #{timer.id} at {format_time(timer.fire_at)}")
 
     def _apply_actions(self, inst: _Instance, actions: list, out: _Decisions) -> None:
         execution = inst.execution
