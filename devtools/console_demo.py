@@ -99,9 +99,8 @@ class ConsoleDemo:
 
         inject("email.send_welcome", faults.Stall(times=1), "send_welcome", "its first attempt never answers")
         running = start("running", "provision-tenant")
-        h.run_until(
-            lambda: h.statuses(running).get("send_welcome") in ("Dispatched", "Running"), SEED_TIMEOUT
-        )
+        out_to_agent = ("Dispatched", "Running")
+        h.run_until(lambda: h.statuses(running).get("send_welcome") in out_to_agent, SEED_TIMEOUT)
         # Cleared before anyone else starts a workflow here: a newcomer's own start must meet no fault
         # nobody told them about (the "running" instance's stalled attempt is retried at its deadline).
         faults.clear()

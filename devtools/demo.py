@@ -146,9 +146,8 @@ class Narrator:
             if action == "note_overrun":
                 return f"watchdog: within its {self.grace:.0f} s grace, left to the orchestration's own timer"
             if action == "start_compensation":
-                return "watchdog STARTED THE COMPENSATION: " + detail.split("; ")[0].removeprefix(
-                    "supervisor: "
-                )
+                why = detail.split("; ")[0].removeprefix("supervisor: ")
+                return f"watchdog STARTED THE COMPENSATION: {why}"
             return f"watchdog: {action.replace('_', ' ')}" + (f" ({detail})" if self.verbose else "")
         if e.note in NOTES:
             return NOTES[e.note]
@@ -239,9 +238,8 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         )
         out.write(f"  steps and deadlines: {steps}\n")
         out.write(f"  agent transport    : {h.transport_label}\n")
-        out.write(
-            f"  watchdog           : every {h.watchdog_every.total_seconds():.0f} s, grace {grace:.0f} s\n"
-        )
+        every = h.watchdog_every.total_seconds()
+        out.write(f"  watchdog           : every {every:.0f} s, grace {grace:.0f} s\n")
         out.write("  clock              : virtual; it jumps to the next timer whenever nothing can run\n")
         held, step = None, args.stall or args.fail or args.terminate or args.kill_scheduler
         if args.stall or args.fail:
