@@ -250,11 +250,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         elif step:
             # a killed scheduler's reply is held: it dies with the step done and nothing in flight
             held = h.hold(step, queue="work" if args.terminate else "results")
-            when = (
-                f"is terminated while {step} is out"
-                if args.terminate
-                else f"dies right after {step} completes"
-            )
+            when = f"dies right after {step} completes"
+            if args.terminate:
+                when = f"is terminated while {step} is out"
             out.write(f"  injected fault     : the orchestration {when}\n")
         reported: list[Any] = []
         said = {"Stall": "the agent went silent on attempt", "Fail": "the agent fails attempt"}
@@ -278,11 +276,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         narrator.say(h.now(), "workflow", started)
         if held is not None:
             h.run_until(lambda: bool(h.held(held)))
-            why = (
-                f"{step} is done, nothing is in flight"
-                if args.kill_scheduler
-                else "nobody waits for the step any more"
-            )
+            why = "nobody waits for the step any more"
+            if args.kill_scheduler:
+                why = f"{step} is done, nothing is in flight"
             h.host.terminate(iid, "terminated by the demo")
             narrator.say(h.now(), "workflow", f"ORCHESTRATION TERMINATED ({why})")
             h.run_until(lambda: h.settled(iid), timeout=timedelta(hours=6))
@@ -301,11 +297,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         narrator.say(h.now(), "workflow", f"FINISHED: {outcome}")
         out.write(f"\n  final ledger\n  {'step':<{width}} status               attempts  compensation\n")
         for r in h.ledger.list_for_instance(iid):
-            undo = (
-                f"{r.compensation_status or ''} (attempt {r.compensation_attempt})"
-                if r.compensation_attempt
-                else ""
-            )
+            undo = ""
+            if r.compensation_attempt:
+                undo = f"{r.compensation_status or ''} (attempt {r.compensation_attempt})"
             out.write(f"  {r.step_id:<{width}} {r.status.value:<20} {r.attempt:<9} {undo}\n")
         decisions = [d.action for d in h.decisions(iid)] + [
             action for r in h.tick_reports for i, _, action, _ in r.instance_decisions if i == iid

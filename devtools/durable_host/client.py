@@ -14,6 +14,7 @@ from .state import TERMINAL_STATUSES, OrchestrationAlreadyExistsError
 
 RPC_PATH = "/durabletask/"
 WEBHOOK_PATH = "/runtime/webhooks/durabletask"
+BAD_ARGUMENTS = "One or more of the arguments submitted is incorrect"  # the extension's 400 answer
 
 
 def client_binding(*, origin: str, task_hub: str, query: str, rpc_base_url: str) -> dict:
@@ -90,14 +91,8 @@ class DurableTestClient(DurableOrchestrationClient):
                 except OrchestrationAlreadyExistsError as exc:
                     return [409, {"Message": str(exc)}]
                 except ValueError as exc:
-                    return [
-                        400,
-                        {
-                            "Message": "One or more of the arguments submitted is incorrect",
-                            "ExceptionMessage": str(exc),
-                            "ExceptionType": "System.ArgumentException",
-                        },
-                    ]
+                    argument = {"ExceptionMessage": str(exc), "ExceptionType": "System.ArgumentException"}
+                    return [400, {"Message": BAD_ARGUMENTS, **argument}]
                 urls = binding_context(host)["managementUrls"]
                 return [202, {key: value.replace("INSTANCEID", instance_id) for key, value in urls.items()}]
 
@@ -123,10 +118,8 @@ class DurableTestClient(DurableOrchestrationClient):
             if inst is None:
                 return [404, ""]
             if method == "GET":
-                return [
-                    202 if inst.status not in TERMINAL_STATUSES else 200,
-                    host._status_payload(inst, precise=False),
-                ]
+                code = 200 if inst.status in TERMINAL_STATUSES else 202
+                return [code, host._status_payload(inst, precise=False)]
             if inst.status in TERMINAL_STATUSES:
                 return [410, ""]
             if raising:

@@ -72,12 +72,8 @@ class FunctionTable:
             )
 
     def add_function(self, function: Any) -> None:
-        trigger, name, user_function = (
-            function.get_trigger(),
-            function.get_function_name(),
-            function.get_user_function(),
-        )
-        kind = getattr(trigger, "type", None)
+        trigger, name = function.get_trigger(), function.get_function_name()
+        kind, user_function = getattr(trigger, "type", None), function.get_user_function()
         if kind == "orchestrationTrigger":
             self._put(self.orchestrators, name, OrchestratorFunction(_as_handler(user_function)))
         elif kind == "activityTrigger":

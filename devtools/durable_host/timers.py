@@ -98,9 +98,8 @@ class _Loop:
                     if wake is None:
                         raise TimeoutError(self._diagnose("nothing left to run and no timer pending"))
                     if wake > deadline:
-                        raise TimeoutError(
-                            self._diagnose(f"next timer at {format_time(wake)} is after the timeout")
-                        )
+                        late = f"next timer at {format_time(wake)} is after the timeout"
+                        raise TimeoutError(self._diagnose(late))
                     self._log("", f"clock skips {_delta(wake - now)} to {format_time(wake)}")
                     self.clock.advance_to(wake)
                 elif now >= deadline:
@@ -167,9 +166,8 @@ class _Loop:
             if work == 0:
                 return total
             total += work
-        raise RuntimeError(
-            self._diagnose(f"still busy after {MAX_STEPS} steps: an orchestrator or a pump never goes idle")
-        )
+        busy = f"still busy after {MAX_STEPS} steps: an orchestrator or a pump never goes idle"
+        raise RuntimeError(self._diagnose(busy))
 
     def _step(self) -> int:
         work = self._fire_due_timers()
@@ -223,12 +221,8 @@ class _Loop:
             inst = self._instances[entry[2]]
             event = make_event(H.TIMER_FIRED, now, TimerId=task.id, FireAt=format_time(task.fire_at))
             self._deliver(inst, event)
-            late = (
-                " (it was cancelled: the orchestrator replays and has nothing to do)"
-                if task.cancelled
-                else ""
-            )
-            self._log(inst.instance_id, f"timer #{task.id} fired{late}")
+            late = " (it was cancelled: the orchestrator replays and has nothing to do)"
+            self._log(inst.instance_id, f"timer #{task.id} fired{late if task.cancelled else ''}")
             fired += 1
         return fired
 
