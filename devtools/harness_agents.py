@@ -212,20 +212,13 @@ class HarnessPumps:
             delivery_count=message.delivery_count,
             services=self.services,
             worker_id=f"worker:w{next(self._deliveries)}",
-            message_id=message.message_id,
-            trace=message.application_properties,
             pool=self._pool_queues.get(message.queue, DEFAULT_POOL),
+            **_delivery(message),
         )
 
     def _result_handler(self, message: ReceivedMessage) -> None:
         self.host.run_async(
-            handle_result(
-                message.body,
-                self.host.client,
-                self.services,
-                message_id=message.message_id,
-                trace=message.application_properties,
-            )
+            handle_result(message.body, self.host.client, self.services, **_delivery(message))
         )
 
     def _pump_work(self) -> int:
@@ -253,9 +246,8 @@ class HarnessPumps:
                         description=message.dead_letter_description,
                         client=self.host.client,
                         services=self.services,
-                        message_id=message.message_id,
-                        trace=message.application_properties,
                         pool=pool,
+                        **_delivery(message),
                     )
                 )
                 self.transport.complete(message)
@@ -319,3 +311,8 @@ class HarnessPumps:
             now = time.monotonic()
             self._orphans = [t for t in self._orphans if t > now]
             return min(self._orphans) - now + 0.3 if self._orphans else 0.0
+
+
+def _delivery(message: ReceivedMessage) -> dict[str, Any]:
+    """What every handler is told about the delivery it handles."""
+    return {"message_id": message.message_id, "trace": message.application_properties}
