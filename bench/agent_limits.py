@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
 from devtools.logs import quiet_logging
-from devtools.request_counter import AGENT_EFFECT, HARNESS, RequestCounter, pattern_operation
-from devtools.request_scenarios import forget_effect_clients
+from tests.helpers.request_counter import AGENT_EFFECT, HARNESS, RequestCounter, pattern_operation
+from tests.helpers.request_scenarios import forget_effect_clients
 from workflow_core.limits.gate import PARK_SECONDS
 from workflow_core.workflows.pools import CircuitSettings
 

@@ -4,11 +4,11 @@
 
 Starts its own Azurite; each scenario runs once in the in-process durable host (``devtools.harness``,
 the watchdog every 30 s of virtual time) from the start to its recorded verdict. Counted: every Table
-and Queue request of the app's clients (``devtools.request_counter``), the watchdog ticks that ran
+and Queue request of the app's clients (``tests.helpers.request_counter``), the watchdog ticks that ran
 during the run included, empty receives (idle polls of the harness's pumps) excluded; the Durable
 task hub's own requests (the durable host is in-process) are not, see docs/capacity.md. Raw counts
 first, then the monthly figure at the default hourly schedule. Then the same for ``sas-canary-echo`` in
-an opted-in message-only pool, served by a message-only echo agent (``devtools.message_only_echo``)
+an opted-in message-only pool, served by a message-only echo agent (``tests.helpers.message_only_echo``)
 whose heartbeats and results travel on the result queue. Not part of the test suite.
 """
 
@@ -18,9 +18,9 @@ from collections import Counter
 
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
-from devtools.message_only_echo import MessageOnlyEcho
-from devtools.request_counter import RequestCounter
 from supervisor.canary import verify_runs
+from tests.helpers.message_only_echo import MessageOnlyEcho
+from tests.helpers.request_counter import RequestCounter
 from workflow_core.canary import SCENARIOS, echo_input
 
 RUNS_PER_MONTH = 24 * 30  # hourly

@@ -46,7 +46,7 @@ SERVICEBUS_STANDARD_CREDITS_PER_S = 1_000
 class StepCost:
     """Storage requests of one step, by where they land. Defaults: measured end to end
     (``bench/requests_per_step.py`` part 2, pinned in ``tests/perf``); ``--measure`` counts them now
-    the same way (``devtools.request_scenarios.end_to_end``)."""
+    the same way (``tests.helpers.request_scenarios.end_to_end``)."""
 
     # dispatch 1 (a batch, unread; the send is not recorded, the instance's row watches the step),
     # claim 1 (a batch, unread), record 1 (a batch); the result handler reads nothing for a sequential
@@ -70,10 +70,10 @@ def measured_cost(workflows: int = 3) -> StepCost:
     the in-process host (receives batched, shared between steps, as a host's are), and a watchdog
     tick over five overdue steps."""
 
-    from devtools import request_counter as rc
     from devtools.azurite import Azurite, private_env
-    from devtools.request_counter import RequestCounter, pattern_operation
-    from devtools.request_scenarios import end_to_end, watchdog_tick
+    from tests.helpers import request_counter as rc
+    from tests.helpers.request_counter import RequestCounter, pattern_operation
+    from tests.helpers.request_scenarios import end_to_end, watchdog_tick
     from workflow_core.runtime import Services, set_services
     from workflow_core.settings import load_settings
 

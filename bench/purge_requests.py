@@ -4,7 +4,7 @@
     python bench/purge_requests.py --quick     # 20
 
 Starts its own Azurite; each instance is a three-step ``provision-tenant`` run as the app leaves it
-(``devtools.request_scenarios``). Raw counts first, then per-instance figures. Not part of the test suite
+(``tests.helpers.request_scenarios``). Raw counts first, then per-instance figures. Not part of the test suite
 (``tests/retention/test_purge_requests.py`` pins the counts).
 """
 
@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools.azurite import Azurite
 from devtools.logs import quiet_logging
-from devtools.request_counter import RequestCounter
-from devtools.request_scenarios import finished_instance, measure_purge
+from tests.helpers.request_counter import RequestCounter
+from tests.helpers.request_scenarios import finished_instance, measure_purge
 from workflow_core.ledger import StepLedger
 from workflow_core.settings import StorageConnection
 from workflow_core.storage_clients import blob_container_client

@@ -4,10 +4,10 @@
     python bench/requests_per_step.py --quick    # 3 workflows, 5 overdue steps (a few seconds)
 
 Starts its own Azurite and counts every HTTP request the app's Table and Queue clients send
-(``devtools.request_counter``: a transport hook installed where the clients are built, in
+(``tests.helpers.request_counter``: a transport hook installed where the clients are built, in
 ``workflow_core.storage_clients``; each request is named from the call stack). Three measurements:
 
-1. **per operation** (``devtools.request_scenarios.step_operations``, the figures ``tests/perf`` pins):
+1. **per operation** (``tests.helpers.request_scenarios.step_operations``, the figures ``tests/perf`` pins):
    one three-step ``provision-tenant`` workflow driven through the real function bodies (the HTTP
    starter's id check and instance record, step creation, dispatch, worker, result handler), one
    message per receive (the unbatched worst case for queue requests);
@@ -40,12 +40,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from devtools import request_counter as rc
-from devtools import request_scenarios
 from devtools.azurite import Azurite, private_env
 from devtools.logs import quiet_logging
-from devtools.request_counter import RequestCounter, StorageRequest, pattern_operation
-from devtools.request_scenarios import (
+from tests.helpers import request_counter as rc
+from tests.helpers import request_scenarios
+from tests.helpers.request_counter import RequestCounter, StorageRequest, pattern_operation
+from tests.helpers.request_scenarios import (
     OPERATIONS,
     WORKFLOW,
     WORKFLOW_INPUT,

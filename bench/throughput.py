@@ -67,8 +67,8 @@ from activities.worker.handlers import RemoteEffects, agent
 from devtools.azurite import Azurite
 from devtools.harness import PatternHarness
 from devtools.logs import quiet_logging
-from devtools.request_counter import RequestCounter
-from devtools.request_scenarios import forget_effect_clients
+from tests.helpers.request_counter import RequestCounter
+from tests.helpers.request_scenarios import forget_effect_clients
 from workflow_core import storage_clients
 from workflow_core.settings import StorageConnection
 

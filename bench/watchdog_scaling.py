@@ -19,7 +19,7 @@ ledger work of detection and claim, not Durable Functions' HTTP API. Before each
 100 overdue steps is written (the previous tick's steps have moved to future deadlines).
 
 Printed per tick and as medians: the whole tick's time and its storage requests (counted at the SDK
-transport, ``devtools.request_counter``), detection alone (the same index query, timed separately)
+transport, ``tests.helpers.request_counter``), detection alone (the same index query, timed separately)
 and what it read (``LedgerStats``); then the raw large/small ratios of requests, whole tick and
 detection. Requests per tick are the scaling claim that does not depend on the emulator: Azurite
 keeps tables in memory and its per-row operations slow down as a table grows (real Table Storage
@@ -44,8 +44,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools.azurite import Azurite, env_for
-from devtools.request_counter import RequestCounter
 from supervisor.watchdog import run_tick
+from tests.helpers.request_counter import RequestCounter
 from workflow_core.ledger import StepLedger, StepRecord, StepStatus
 from workflow_core.ledger.entities import _deadline_key, _to_entity
 from workflow_core.ledger.families import MAX_BATCH

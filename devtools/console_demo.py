@@ -18,9 +18,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from activities.worker.handlers import faults
 from devtools.azurite import Azurite, port_open
 from devtools.demo_preflight import DemoError, check_definitions, demo_input
+from devtools.durable_host.clock import VirtualClock
+from devtools.harness import PatternHarness, app_functions
+from devtools.http_server import AppHttpServer, http_routes
 from devtools.logs import quiet_logging
+from workflow_core.workflows import get_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PORT = 7071  # func start's port: `sas doctor` and `sas canary run` find either there
@@ -45,10 +50,6 @@ class ConsoleDemo:
         speed: float = DEFAULT_SPEED,
         tables: tuple[str, str] = ("StepLedger", "StepDeadlines"),
     ) -> None:
-        from devtools.durable_host.clock import VirtualClock
-        from devtools.harness import PatternHarness, app_functions
-        from devtools.http_server import AppHttpServer, http_routes
-
         self.speed = speed
         settings = {"LEDGER_TABLE_NAME": tables[0], "DEADLINE_INDEX_TABLE_NAME": tables[1]}
         # The virtual clock starts at the wall clock's now and only runs ahead of it, so what the CLI
@@ -69,17 +70,12 @@ class ConsoleDemo:
 
     def seed(self) -> dict[str, str]:
         """Run the fault scenarios on the virtual clock (seconds of real time); returns name -> instance."""
-        from activities.worker.handlers import faults
-        from workflow_core.workflows import get_workflow
-
         h = self.harness
         tag = uuid.uuid4().hex[:6]
 
         def start(label: str, workflow: str) -> str:
             iid = f"demo-{label}-{tag}"
-            self.instances[label] = h.start_workflow(
-                workflow, demo_input(get_workflow(workflow), None), instance_id=iid
-            )
+            self.instances[label] = h.start_workflow(workflow, demo_input(get_workflow(workflow), None), iid)
             return iid
 
         def inject(agent: str, rule: Any, step: str, what: str) -> Any:
@@ -103,9 +99,8 @@ class ConsoleDemo:
 
         inject("email.send_welcome", faults.Stall(times=1), "send_welcome", "its first attempt never answers")
         running = start("running", "provision-tenant")
-        h.run_until(
-            lambda: h.statuses(running).get("send_welcome") in ("Dispatched", "Running"), SEED_TIMEOUT
-        )
+        out_to_agent = ("Dispatched", "Running")
+        h.run_until(lambda: h.statuses(running).get("send_welcome") in out_to_agent, SEED_TIMEOUT)
         # Cleared before anyone else starts a workflow here: a newcomer's own start must meet no fault
         # nobody told them about (the "running" instance's stalled attempt is retried at its deadline).
         faults.clear()
@@ -128,8 +123,6 @@ class ConsoleDemo:
         self._pacer.start()
 
     def close(self) -> None:
-        from activities.worker.handlers import faults
-
         self._stop.set()
         if self._pacer is not None:
             self._pacer.join(timeout=5)

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import re
 import sys
 import time
+import warnings
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from devtools.demo_preflight import DemoError, check_definitions, demo_input
 from devtools.logs import quiet_logging
+from workflow_core.workflows import UnknownWorkflow, get_workflow
 
 
 def offset(delta: timedelta) -> str:
@@ -31,27 +35,30 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
+#: What the audit notes an operator reads in the demo mean.
+NOTES = {
+    "late-result-ignored": "a late reply arrived after the workflow finished: ignored (audited)",
+    "result-resent": "a duplicate work message: the recorded reply was re-sent, no new work",
+    "duplicate-delivery-ignored": "a duplicate copy of the work message: ignored",
+    "stale-attempt-ignored": "a work message for an older attempt: ignored",
+    "settled-step-ignored": "an old work message reached an agent; the step is settled: ignored",
+    "send-failed": "the work message could not be sent: the deadline will recover it",
+    "message-resent": "work message re-sent",
+}
+
+
+@dataclass
 class Narrator:
     """Turns ledger writes (``LedgerEvent``) into one readable line per step transition, printed as it
     happens on the virtual clock: who noticed an overdue step and what was done about it."""
 
-    def __init__(
-        self,
-        out: TextIO,
-        start: datetime,
-        grace: float,
-        verbose: bool = False,
-        undone: Any = None,
-        width: int = 15,
-    ) -> None:
-        self.out = out
-        self.width = width  # of the step column: the longest step id
-        self.undone = undone  # (instance, step) -> how many remote effects the compensator undid
-        self.start = start
-        self.grace = grace
-        self.verbose = verbose
-        self.instance_id: str | None = None
-        self.lines = 0
+    out: TextIO
+    start: datetime
+    grace: float
+    verbose: bool = False
+    undone: Any = None  # (instance, step) -> how many remote effects the compensator undid
+    width: int = 15  # of the step column: the longest step id
+    instance_id: str | None = None
 
     def at(self, when: datetime) -> str:
         return offset(when - self.start)
@@ -61,7 +68,6 @@ class Narrator:
             text = text.replace(self.instance_id, self.instance_id[:8])
         self.out.write(f"  {self.at(when)}  {step:<{self.width}} {text}\n")
         self.out.flush()
-        self.lines += 1
 
     def __call__(self, e: Any) -> None:  # a LedgerEvent
         if self.instance_id is not None and e.instance_id != self.instance_id:
@@ -140,21 +146,11 @@ class Narrator:
             if action == "note_overrun":
                 return f"watchdog: within its {self.grace:.0f} s grace, left to the orchestration's own timer"
             if action == "start_compensation":
-                return "watchdog STARTED THE COMPENSATION: " + detail.split("; ")[0].removeprefix(
-                    "supervisor: "
-                )
+                why = detail.split("; ")[0].removeprefix("supervisor: ")
+                return f"watchdog STARTED THE COMPENSATION: {why}"
             return f"watchdog: {action.replace('_', ' ')}" + (f" ({detail})" if self.verbose else "")
-        known = {
-            "late-result-ignored": "a late reply arrived after the workflow finished: ignored (audited)",
-            "result-resent": "a duplicate work message: the recorded reply was re-sent, no new work",
-            "duplicate-delivery-ignored": "a duplicate copy of the work message: ignored",
-            "stale-attempt-ignored": "a work message for an older attempt: ignored",
-            "settled-step-ignored": "an old work message reached an agent; the step is settled: ignored",
-            "send-failed": "the work message could not be sent: the deadline will recover it",
-            "message-resent": "work message re-sent",
-        }
-        if e.note in known:
-            return known[e.note]
+        if e.note in NOTES:
+            return NOTES[e.note]
         return f"note {e.note}: {reason}" if self.verbose else None
 
 
@@ -192,8 +188,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _preflight(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The workflow definition and input, checked the way the app checks them at start-up."""
-    from workflow_core.workflows import UnknownWorkflow, get_workflow
-
     check_definitions()
     try:
         definition = get_workflow(args.workflow)
@@ -217,8 +211,6 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         return pools(out)
     args = _parse(argv)
     quiet_logging()
-    import warnings
-
     warnings.filterwarnings("ignore")
 
     from activities.worker.handlers import faults
@@ -235,121 +227,99 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     out.write("  starting Azurite (tables for the ledger, queues for the agents)...\n")
     out.flush()
     faults.clear()
-    with Azurite() as azurite:
-        narrator: Narrator | None = None
+    width = max(15, *(len(s.id) for s in definition.steps))
+    with Azurite() as azurite, PatternHarness(azurite) as h:
+        grace = h.settings.watchdog_grace_seconds
+        compensated = functools.partial(h.effects, kind="compensate")
+        h.on_event = narrator = Narrator(out, h.now(), grace, args.verbose, compensated, width)
+        steps = " -> ".join(
+            " | ".join(f"{s.id} ({duration(s.deadline_seconds)})" for s in stage)
+            for stage in definition.stages
+        )
+        out.write(f"  steps and deadlines: {steps}\n")
+        out.write(f"  agent transport    : {h.transport_label}\n")
+        every = h.watchdog_every.total_seconds()
+        out.write(f"  watchdog           : every {every:.0f} s, grace {grace:.0f} s\n")
+        out.write("  clock              : virtual; it jumps to the next timer whenever nothing can run\n")
+        held, step = None, args.stall or args.fail or args.terminate or args.kill_scheduler
+        if args.stall or args.fail:
+            agent = definition.step(step).agent
+            faults.inject(agent, faults.Stall(times=1) if args.stall else faults.Fail(), step=step)
+            does = "never answers attempt 1" if args.stall else "fails every attempt"
+            out.write(f"  injected fault     : {step}'s agent ({agent}) {does}\n")
+        elif step:
+            # a killed scheduler's reply is held: it dies with the step done and nothing in flight
+            held = h.hold(step, queue="work" if args.terminate else "results")
+            when = f"dies right after {step} completes"
+            if args.terminate:
+                when = f"is terminated while {step} is out"
+            out.write(f"  injected fault     : the orchestration {when}\n")
+        reported: list[Any] = []
+        said = {"Stall": "the agent went silent on attempt", "Fail": "the agent fails attempt"}
 
-        def on_event(event: Any) -> None:
-            if narrator is not None:
-                narrator(event)
+        def report_faults() -> int:  # a pump: prints injected faults as they fire
+            for event in faults.events()[len(reported) :]:
+                reported.append(event)
+                if event.rule in said:
+                    narrator.say(h.now(), event.step_id, f"(injected) {said[event.rule]} {event.attempt}")
+            return 0
 
-        width = max(15, *(len(s.id) for s in definition.steps))
-        with PatternHarness(azurite, on_event=on_event) as h:
-            grace = h.settings.watchdog_grace_seconds
-            narrator = Narrator(
-                out,
-                h.now(),
-                grace,
-                verbose=args.verbose,
-                undone=lambda i, s: h.effects(i, s, kind="compensate"),
-                width=width,
+        h.host.add_pump(report_faults, "demo")
+        out.write(f"\n  time      {'step':<{width}} what happened\n")
+        try:
+            iid = h.start_workflow(args.workflow, workflow_input)
+        except HarnessError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        narrator.instance_id = iid
+        started = f"started: POST /api/workflows/{args.workflow}/instances -> 202, instance {iid}"
+        narrator.say(h.now(), "workflow", started)
+        if held is not None:
+            h.run_until(lambda: bool(h.held(held)))
+            why = "nobody waits for the step any more"
+            if args.kill_scheduler:
+                why = f"{step} is done, nothing is in flight"
+            h.host.terminate(iid, "terminated by the demo")
+            narrator.say(h.now(), "workflow", f"ORCHESTRATION TERMINATED ({why})")
+            h.run_until(lambda: h.settled(iid), timeout=timedelta(hours=6))
+            h.release(held)
+            h.host.run_until_idle()
+            record = h.ledger.get_instance(iid)
+            runs = ", ".join(f"{s} x{h.handler_calls(iid, s)}" for s in definition.step_ids)
+            outcome = (
+                f"{record.status.value} after {record.resume_count} resume(s) by the watchdog; "
+                f"handler runs per step: {runs}"
             )
-            steps = " -> ".join(
-                " | ".join(f"{s.id} ({duration(s.deadline_seconds)})" for s in stage)
-                for stage in definition.stages
-            )
-            out.write(f"  steps and deadlines: {steps}\n")
-            out.write(f"  agent transport    : {h.transport_label}\n")
-            period = h.watchdog_every.total_seconds()
-            out.write(f"  watchdog           : every {period:.0f} s, grace {grace:.0f} s\n")
-            out.write("  clock              : virtual; it jumps to the next timer whenever nothing can run\n")
-            held, step = None, args.stall or args.fail or args.terminate or args.kill_scheduler
-            if args.stall or args.fail:
-                agent = definition.step(step).agent
-                faults.inject(agent, faults.Stall(times=1) if args.stall else faults.Fail(), step=step)
-                does = "never answers attempt 1" if args.stall else "fails every attempt"
-                out.write(f"  injected fault     : {step}'s agent ({agent}) {does}\n")
-            elif step:
-                # a killed scheduler's reply is held: it dies with the step done and nothing in flight
-                held = h.hold(step, queue="work" if args.terminate else "results")
-                when = (
-                    f"is terminated while {step} is out"
-                    if args.terminate
-                    else f"dies right after {step} completes"
-                )
-                out.write(f"  injected fault     : the orchestration {when}\n")
-            reported: list[Any] = []
-            said = {"Stall": "the agent went silent on attempt", "Fail": "the agent fails attempt"}
-
-            def report_faults() -> int:  # a pump: prints injected faults as they fire
-                for event in faults.events()[len(reported) :]:
-                    reported.append(event)
-                    if event.rule in said:
-                        narrator.say(h.now(), event.step_id, f"(injected) {said[event.rule]} {event.attempt}")
-                return 0
-
-            h.host.add_pump(report_faults, "demo")
-            out.write(f"\n  time      {'step':<{width}} what happened\n")
-            try:
-                iid = h.start_workflow(args.workflow, workflow_input)
-            except HarnessError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
-            narrator.instance_id = iid
-            narrator.say(
-                h.now(),
-                "workflow",
-                f"started: POST /api/workflows/{args.workflow}/instances -> 202, instance {iid}",
-            )
-            if held is not None:
-                h.run_until(lambda: bool(h.held(held)))
-                why = "nobody waits for the step any more"
-                if args.kill_scheduler:
-                    why = f"{args.kill_scheduler} is done, nothing is in flight"
-                h.host.terminate(iid, "terminated by the demo")
-                narrator.say(h.now(), "workflow", f"ORCHESTRATION TERMINATED ({why})")
-                h.run_until(lambda: h.settled(iid), timeout=timedelta(hours=6))
-                h.release(held)
-                h.host.run_until_idle()
-                record = h.ledger.get_instance(iid)
-                outcome = (
-                    f"{record.status.value} after {record.resume_count} resume(s) by the watchdog; "
-                    f"handler runs per step: "
-                    + ", ".join(f"{s} x{h.handler_calls(iid, s)}" for s in definition.step_ids)
-                )
-            else:
-                status = h.run_until_complete(iid, timeout=timedelta(hours=6))
-                output = status.output if isinstance(status.output, dict) else {}
-                outcome = output.get("status", status.runtime_status.value)
-            narrator.say(h.now(), "workflow", f"FINISHED: {outcome}")
-
-            out.write(f"\n  final ledger\n  {'step':<{width}} status               attempts  compensation\n")
-            for r in h.ledger.list_for_instance(iid):
-                undo = (
-                    f"{r.compensation_status or ''} (attempt {r.compensation_attempt})"
-                    if r.compensation_attempt
-                    else ""
-                )
-                out.write(f"  {r.step_id:<{width}} {r.status.value:<20} {r.attempt:<9} {undo}\n")
-            decisions = [d.action for d in h.decisions(iid)] + [
-                action for r in h.tick_reports for i, _, action, _ in r.instance_decisions if i == iid
-            ]
-            timer = sum(1 for e in h.events_for(iid) if e.to_status == "TimedOut" and e.actor == "scheduler")
-            doubles = h.double_effects([iid])
-            out.write(
-                f"\n  recovery: {timer} timeout(s) caught by the orchestration's timer; watchdog decisions: "
-                f"{', '.join(decisions) or 'none'}\n"
-            )
-            effects = sum(h.effects(iid, s) for s in definition.step_ids)
-            undone = sum(h.effects(iid, s, kind="compensate") for s in definition.step_ids)
-            inbox = [r for r in h.ledger.needing_attention() if r.instance_id == iid]
-            out.write(
-                f"  remote effects: {effects} made, {undone} undone, {len(doubles)} made twice; "
-                f"steps needing an operator: {len(inbox)}\n"
-            )
-            out.write(
-                f"  {duration(h.elapsed().total_seconds())} of workflow time in "
-                f"{time.monotonic() - wall:.1f} s of real time\n"
-            )
+        else:
+            status = h.run_until_complete(iid, timeout=timedelta(hours=6))
+            output = status.output if isinstance(status.output, dict) else {}
+            outcome = output.get("status", status.runtime_status.value)
+        narrator.say(h.now(), "workflow", f"FINISHED: {outcome}")
+        out.write(f"\n  final ledger\n  {'step':<{width}} status               attempts  compensation\n")
+        for r in h.ledger.list_for_instance(iid):
+            undo = ""
+            if r.compensation_attempt:
+                undo = f"{r.compensation_status or ''} (attempt {r.compensation_attempt})"
+            out.write(f"  {r.step_id:<{width}} {r.status.value:<20} {r.attempt:<9} {undo}\n")
+        decisions = [d.action for d in h.decisions(iid)] + [
+            action for r in h.tick_reports for i, _, action, _ in r.instance_decisions if i == iid
+        ]
+        timer = sum(1 for e in h.events_for(iid) if e.to_status == "TimedOut" and e.actor == "scheduler")
+        out.write(
+            f"\n  recovery: {timer} timeout(s) caught by the orchestration's timer; watchdog decisions: "
+            f"{', '.join(decisions) or 'none'}\n"
+        )
+        effects = sum(h.effects(iid, s) for s in definition.step_ids)
+        undone = sum(h.effects(iid, s, kind="compensate") for s in definition.step_ids)
+        inbox = [r for r in h.ledger.needing_attention() if r.instance_id == iid]
+        out.write(
+            f"  remote effects: {effects} made, {undone} undone, {len(h.double_effects([iid]))} made twice; "
+            f"steps needing an operator: {len(inbox)}\n"
+        )
+        out.write(
+            f"  {duration(h.elapsed().total_seconds())} of workflow time in "
+            f"{time.monotonic() - wall:.1f} s of real time\n"
+        )
     faults.clear()
     return 0
 

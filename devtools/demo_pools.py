@@ -52,17 +52,8 @@ def remote_job(ctx: StepContext) -> dict:
 def runner_argv(workflows: Path, pool: str, handlers: str, *options: str) -> list[str]:
     """``sas-agent --pool POOL --handlers HANDLERS OPTIONS`` on this interpreter, reading the pools of
     ``workflows`` (a directory other than the shipped one, as the harness's ``extra_workflows`` is)."""
-    return [
-        sys.executable,
-        "-c",
-        LAUNCH_RUNNER,
-        str(workflows),
-        "--pool",
-        pool,
-        "--handlers",
-        handlers,
-        *options,
-    ]
+    launch = [sys.executable, "-c", LAUNCH_RUNNER, str(workflows)]
+    return [*launch, "--pool", pool, "--handlers", handlers, *options]
 
 
 def main(out: TextIO = sys.stdout) -> int:
@@ -100,9 +91,8 @@ def main(out: TextIO = sys.stdout) -> int:
             runner.send_signal(signal.SIGKILL)
             runner.wait(10)
             say("runner KILLED (SIGKILL) mid-step: pool remote has no agent now")
-            other = h.start_workflow(
-                "provision-tenant", {"tenant_id": "contoso", "admin_email": "a@contoso.example"}
-            )
+            tenant = {"tenant_id": "contoso", "admin_email": "a@contoso.example"}
+            other = h.start_workflow("provision-tenant", tenant)
             status = h.run_until_complete(other, timeout=timedelta(seconds=60))
             say(
                 f"provision-tenant {other[:8]} (pool default) {status.output['status']} meanwhile; "

@@ -8,6 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from activities.worker.handlers.base import MissingAgentHandlers, app_served, check_agents_registered
+from workflow_core.workflows import WorkflowDefinitionError, WorkflowInputError, load_workflows
+from workflow_core.workflows.loader import skeleton_input
+
 
 class DemoError(Exception):
     """What stops the demo before it starts: one ``error:`` line saying what and how to fix it."""
@@ -16,9 +20,6 @@ class DemoError(Exception):
 def check_definitions() -> None:
     """Load every definition the way the app does at start-up; DemoError saying which file and what
     is wrong, or which agent has no handler."""
-    from activities.worker.handlers.base import MissingAgentHandlers, app_served, check_agents_registered
-    from workflow_core.workflows import WorkflowDefinitionError, load_workflows
-
     try:
         check_agents_registered(app_served(load_workflows()))
     except WorkflowDefinitionError as exc:
@@ -31,9 +32,6 @@ def check_definitions() -> None:
 def demo_input(definition: Any, given: str | None) -> dict[str, Any]:
     """The input to start ``definition`` with: ``given`` (``--input`` JSON) or its ``sample_input``,
     validated like the HTTP starter does; DemoError saying what to pass otherwise."""
-    from workflow_core.workflows import WorkflowInputError
-    from workflow_core.workflows.loader import skeleton_input
-
     name = definition.name
     example = json.dumps(skeleton_input(definition))
     how = f"pass one with --input '{example}' or add sample_input: to workflows/{name}.yaml"

@@ -1,6 +1,11 @@
 """The harness's transport: the real one, except for the sends you break (``fail_send`` /
-``duplicate_send``). It counts what was sent, by queue kind and by MessageId, so tests can see a
-re-send or a duplicate, and tells the pumps' ``KnownEmpty`` about everything that may fill a queue.
+``duplicate_send``). It counts what was sent by MessageId, so tests can see a re-send or a
+duplicate, and keeps which agent queues are known to be empty, for the pumps.
+
+A queue ("work", "results", "dead"...) is known empty when its last poll came back with fewer
+messages than it asked for and nothing that may fill it went through this transport since, in the
+current entry into the host loop (``run_serial``). Pumps skip such polls only in a busy iteration
+(``DurableTestHost.iteration_busy``), so every queue is polled for real before time moves.
 """
 
 from __future__ import annotations
@@ -35,26 +40,40 @@ def body_matches(body: dict, step_id: str | None, attempt: int | None, kind: str
 
 
 class FaultyTransport(Transport):
-    """``forget(kind)``: a queue of that kind ("work", "results"; None: any) may no longer be empty."""
-
-    def __init__(
-        self, real: Transport, queue_kind: Callable[[str], str], forget: Callable[[str | None], None]
-    ) -> None:
+    def __init__(self, real: Transport, queue_kind: Callable[[str], str]) -> None:
         self.real = real
         self._queue_kind = queue_kind
-        self._forget = forget
         self._faults: list[SendFault] = []
         self._lock = threading.Lock()
-        self.sent: Counter[str] = Counter()  # by queue kind
-        self.sent_ids: Counter[str] = Counter()  # by MessageId
+        self.sent_ids: Counter[str] = Counter()
+        self._empty: set[str] = set()  # queue kinds known to be empty
+        self._serial: int | None = None
+
+    def known_empty(self, kind: str, serial: int) -> bool:
+        with self._lock:
+            if serial != self._serial:
+                self._empty.clear()
+                self._serial = serial
+            return kind in self._empty
+
+    def polled(self, kind: str, drained: bool) -> None:
+        with self._lock:
+            if drained:
+                self._empty.add(kind)
+            else:
+                self._empty.discard(kind)
+
+    def _forget(self, kind: str | None) -> None:
+        """A queue of that kind ("work", "results"; None: any) may no longer be empty."""
+        with self._lock:
+            self._empty = set() if kind is None else self._empty - {kind}
 
     def add_fault(self, fault: SendFault) -> SendFault:
         with self._lock:
             self._faults.append(fault)
         return fault
 
-    def _take(self, queue: str, message: OutgoingMessage) -> SendFault | None:
-        kind = self._queue_kind(queue)
+    def _take(self, kind: str, message: OutgoingMessage) -> SendFault | None:
         with self._lock:
             for fault in self._faults:
                 live = fault.fired < fault.times and fault.queue == kind
@@ -66,20 +85,16 @@ class FaultyTransport(Transport):
     def send(self, queue: str, message: OutgoingMessage) -> None:
         kind = self._queue_kind(queue)
         try:
-            self._send(queue, message)
+            fault = self._take(kind, message)
+            action = fault.action if fault is not None else None
+            if action == "fail":
+                raise fault.exc or RuntimeError(f"injected send failure on {queue}")
+            for _ in range(2 if action == "duplicate" else 1):  # same body and MessageId
+                self.real.send(queue, message)
+                with self._lock:
+                    self.sent_ids[message.message_id] += 1
         finally:
             self._forget(kind if kind in ("work", "results") else None)
-
-    def _send(self, queue: str, message: OutgoingMessage) -> None:
-        fault = self._take(queue, message)
-        if fault is not None and fault.action == "fail":
-            raise fault.exc or RuntimeError(f"injected send failure on {queue}")
-        copies = 2 if fault is not None and fault.action == "duplicate" else 1  # same body and MessageId
-        for _ in range(copies):
-            self.real.send(queue, message)
-            with self._lock:
-                self.sent[self._queue_kind(queue)] += 1
-                self.sent_ids[message.message_id] += 1
 
     # everything else is the real transport's
     def ensure_queues(self, *queues: str) -> None:
@@ -91,21 +106,19 @@ class FaultyTransport(Transport):
     def complete(self, message: ReceivedMessage) -> None:
         self.real.complete(message)
 
+    # These may put a message back in any queue: afterwards no queue is known to be empty.
     def abandon(self, message: ReceivedMessage) -> None:
-        try:
-            self.real.abandon(message)
-        finally:
-            self._forget(None)
+        self._then_forget(self.real.abandon, message)
 
     def dead_letter(self, message: ReceivedMessage, reason: str, description: str = "") -> None:
-        try:
-            self.real.dead_letter(message, reason, description)
-        finally:
-            self._forget(None)
+        self._then_forget(self.real.dead_letter, message, reason, description)
 
     def renew_lock(self, message: ReceivedMessage, lock_seconds: float = 30.0) -> None:
+        self._then_forget(self.real.renew_lock, message, lock_seconds)
+
+    def _then_forget(self, operation: Callable[..., None], *args: Any) -> None:
         try:
-            self.real.renew_lock(message, lock_seconds)
+            operation(*args)
         finally:
             self._forget(None)
 

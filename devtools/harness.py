@@ -1,19 +1,9 @@
 """The whole Scheduler Agent Supervisor pattern in one process: for end-to-end tests, the demo and benchmarks.
 
-What is real and what stands in::
-
-    HTTP starter body (api)  --host.client-->  DurableTestHost: real orchestrators + activities (SDK replay)
-                                                      |  dispatch_step: ledger write, then send
-                                                      v
-    Azurite tables (ledger, deadline index)    real queues (Storage Queues on Azurite, or Service Bus)
-                                                      |
-          agent pumps (harness_agents) = the Functions host's queue triggers: receive, call the REAL
-          worker / result-handler / dead-letter bodies, complete on success, abandon on an exception,
-          dead-letter after MAX_DELIVERY_COUNT deliveries (``workflow_core.transport.settle_failure``)
-                                                      |
-          watchdog = ``supervisor.run_tick`` as a periodic function on the host clock (default 30 s)
-
-Only the Functions host itself is emulated (docs/testing.md, "What is real").
+Real function bodies, orchestrators (through the SDK's replay), Azurite tables and real queues; only
+the Functions host and the Durable extension are stood in for: the durable test host, agent pumps
+settling like the queue triggers (``harness_agents``), the watchdog as a periodic function on the
+host clock (docs/testing.md, "The harness" and "What is real").
 
     from devtools.harness import PatternHarness
 
@@ -23,10 +13,6 @@ Only the Functions host itself is emulated (docs/testing.md, "What is real").
         assert h.double_effects() == {}
         print(h.transport_label, h.steps(iid))
 
-Observation is :class:`~devtools.harness_observation.HarnessObservation`'s, the fault hooks are
-:class:`~devtools.harness_agents.HarnessFaults`' (besides ``activities.worker.handlers.faults`` and the
-durable host's ``terminate``, ``crash`` and ``crash_activity_once``).
-
 One harness at a time per process: it points the process environment, ``workflow_core.runtime``'s
 services and ``workflow_core.clock`` at itself, and restores them on ``close()``.
 """
@@ -34,6 +20,7 @@ services and ``workflow_core.clock`` at itself, and restores them on ``close()``
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -48,54 +35,48 @@ from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+import yaml
 
 from devtools.azurite import Azurite, env_for
 from devtools.durable_host import DurableTestHost
 from devtools.faulty_transport import FaultyTransport
-from devtools.harness_agents import HarnessError, HarnessFaults, HarnessPumps, KnownEmpty, _Hold
+from devtools.harness_agents import HarnessError, HarnessFaults, HarnessPumps, _Hold
 from devtools.harness_observation import HarnessObservation, LedgerEvent
+from supervisor import run_tick
 from workflow_core import runtime
 from workflow_core.ledger import StepLedger
 from workflow_core.transport import ReceivedMessage, Transport
-from workflow_core.workflows.loader import agent_pools
+from workflow_core.workflows import loader
 from workflow_core.workflows.pools import pool_queue
 
 DEFAULT_WATCHDOG_PERIOD = timedelta(seconds=30)
 SERVICEBUS_MIN_WAIT_SECONDS = 0.05  # Service Bus has no zero-wait receive; keep idle polls short
 
-_functions_lock = threading.Lock()
-_functions: list[Any] | None = None
 
-
+@functools.cache
 def app_functions() -> list[Any]:
     """``function_app.app``'s functions. ``get_functions()`` may be called only once per app (a second
     call fails the duplicate-name check), so the result is kept for every harness of the process."""
-    global _functions
-    with _functions_lock:
-        if _functions is None:
-            import function_app
+    import function_app
 
-            try:
-                _functions = list(function_app.app.get_functions())
-            except ValueError:  # indexed elsewhere already: build from the same builders
-                app = function_app.app
-                _functions = [b.build(app.auth_level) for b in app._function_builders]
-        return _functions
+    try:
+        return list(function_app.app.get_functions())
+    except ValueError:  # indexed elsewhere already: build from the same builders
+        app = function_app.app
+        return [b.build(app.auth_level) for b in app._function_builders]
 
 
 class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
     """The pattern in one process on Azurite; see the module docstring.
 
-    ``azurite``: an :class:`Azurite` to use (it is left running on close); ``None`` starts a private one.
-    ``clock``: ``"virtual"`` (default), ``"real"``, or a clock object (the durable host's clocks).
-    ``watchdog_every``: the watchdog period on the host clock (``None``: no periodic watchdog; call
-    :meth:`watchdog_tick`);
+    ``azurite``: one to use (left running on close); ``None`` starts a private one.
+    ``clock``: ``"virtual"`` (default), ``"real"``, or one of the durable host's clocks.
+    ``watchdog_every``: the watchdog period on the host clock (``None``: call :meth:`watchdog_tick`);
     ``watchdog_skew``: how far the periodic watchdog's clock runs ahead of everyone else's.
-    ``settings``: extra app settings (``WATCHDOG_GRACE_SECONDS``, ``MAX_DELIVERY_COUNT``...).
-    ``extra_workflows``: ``{name: definition dict or YAML text}`` served next to the shipped ones.
-    ``on_event``: called with each :class:`LedgerEvent` as it commits (the demo prints them).
-    ``hosted_pools``: the pools whose work queues the harness's agents serve (``HOSTED_POOLS``; default:
-    every declared pool), so a test can leave a pool to another process.
+    ``settings``: extra app settings; ``extra_workflows``: ``{name: definition dict or YAML text}``
+    served next to the shipped ones; ``on_event``: called with each :class:`LedgerEvent` as it commits.
+    ``hosted_pools``: the pools the harness's agents serve (default: all), so a test can leave a pool
+    to another process.
     """
 
     lock_seconds = 1.0  # the agent pumps' lock on a received message (Storage Queues: 1 s minimum)
@@ -144,19 +125,17 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             }
             servicebus = os.environ.get("SERVICEBUS_CONNECTION_STRING", "").strip()
             if servicebus:  # infrastructure owns Service Bus queues: use the configured ones
-                env.update(
-                    {
-                        "AGENT_TRANSPORT": "servicebus",
-                        "ServiceBusConnection": servicebus,
-                        "WORK_QUEUE_NAME": os.environ.get("SERVICEBUS_WORK_QUEUE", "agent-work"),
-                        "RESULT_QUEUE_NAME": os.environ.get("SERVICEBUS_RESULT_QUEUE", "agent-results"),
-                    }
-                )
+                env |= {
+                    "AGENT_TRANSPORT": "servicebus",
+                    "ServiceBusConnection": servicebus,
+                    "WORK_QUEUE_NAME": os.environ.get("SERVICEBUS_WORK_QUEUE", "agent-work"),
+                    "RESULT_QUEUE_NAME": os.environ.get("SERVICEBUS_RESULT_QUEUE", "agent-results"),
+                }
             env.update(settings or {})
             self._set_env(env)
             if extra_workflows:
                 self._serve_workflows(extra_workflows)
-            declared = agent_pools().names
+            declared = loader.agent_pools().names
             self._set_env({"HOSTED_POOLS": ",".join(declared if hosted_pools is None else hosted_pools)})
 
             runtime.reset_services()
@@ -164,33 +143,35 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             services = runtime.get_services()
             self.settings = services.settings
             if servicebus:  # a short empty-receive wait: the pumps poll every loop iteration
+                from azure.servicebus import parse_connection_string
+
                 from workflow_core.transport.servicebus import ServiceBusTransport
 
                 real_transport: Transport = ServiceBusTransport.from_connection(
                     services.settings.service_bus, min_wait_seconds=SERVICEBUS_MIN_WAIT_SECONDS
                 )
+                namespace = parse_connection_string(servicebus).fully_qualified_namespace
+                self.transport_label = f"Service Bus ({namespace})"
+                for queue in (self.settings.work_queue, self.settings.result_queue):  # drained
+                    while batch := real_transport.receive(queue, max_messages=32, lock_seconds=30):
+                        for message in batch:
+                            real_transport.complete(message)
             else:
                 real_transport = services.transport  # creates the Storage queues (and their poison queues)
+                self.transport_label = f"Storage Queues on Azurite (127.0.0.1:{self.azurite.queue_port})"
             work = self.settings.work_queue
             self._pool_queues = {pool_queue(work, pool): pool for pool in declared}  # queue -> pool
             dead = self.settings.hosted_pools if servicebus else declared  # as the app reads them
             self._dead_letter_pools = [(pool_queue(work, pool), pool) for pool in dead]
-            self._known_empty = KnownEmpty()
             # Skipping a poll known to come back empty is for Storage Queues only: a Service Bus broker
             # dead-letters and redelivers on its own, without the harness's transport.
             self._skip_empty_polls = not servicebus
-            self.transport = FaultyTransport(real_transport, self._queue_kind, self._known_empty.forget)
+            self.transport = FaultyTransport(real_transport, self._queue_kind)
             services.__dict__["transport"] = self.transport
             self.services = services
             self.ledger: StepLedger = services.ledger  # creates the tables
             self._observe_ledger(self.ledger)
             self._observe_agents()
-            if servicebus:
-                self.transport_label = f"Service Bus ({_endpoint(servicebus)})"
-                for queue in (self.settings.work_queue, self.settings.result_queue):
-                    self._drain(queue)
-            else:
-                self.transport_label = f"Storage Queues on Azurite (127.0.0.1:{self.azurite.queue_port})"
             self.host = DurableTestHost(app_functions(), clock=clock, poll_interval=0.002)
             self.host.__enter__()
             self._restore.append(self.host.close)
@@ -198,9 +179,9 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
             self.work_pump = self.host.add_pump(self._pump_work, "agent_worker")
             self.host.add_pump(self._pump_results, "agent_result_handler")
             self.host.add_pump(self._pump_dead_letters, "agent_dead_letter_handler")
-            self.watchdog_every = watchdog_every
+            self.watchdog_every: timedelta | None = None
             if watchdog_every is not None:
-                self.host.add_periodic(self._watchdog, watchdog_every, name="supervisor_watchdog")
+                self.start_watchdog(watchdog_every)
         except BaseException:
             self.close()
             raise
@@ -220,10 +201,6 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
 
     def _serve_workflows(self, extra: Mapping[str, Any]) -> None:
         """Shipped definitions plus ``extra``, from a temporary directory the loader reads instead."""
-        import yaml
-
-        from workflow_core.workflows import loader
-
         directory = Path(tempfile.mkdtemp(prefix="harness-workflows-"))
         for path in loader.DEFAULT_DIRECTORY.glob("*.y*ml"):
             shutil.copy(path, directory / path.name)
@@ -286,8 +263,6 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
         return report.summary() if report.overdue else None
 
     async def _tick(self, **kwargs: Any) -> Any:
-        from supervisor import run_tick
-
         report = await run_tick(self.host.client, self.services, **kwargs)
         with self._lock:
             self.tick_reports.append(report)
@@ -320,10 +295,3 @@ class PatternHarness(HarnessObservation, HarnessFaults, HarnessPumps):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _endpoint(connection_string: str) -> str:
-    for part in connection_string.split(";"):
-        if part.lower().startswith("endpoint="):
-            return part.split("=", 1)[1].removeprefix("sb://").rstrip("/")
-    return "configured namespace"

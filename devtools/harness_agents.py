@@ -1,20 +1,20 @@
-"""The pattern harness's agents: the pumps that stand in for the Functions host's queue triggers, in
-process (see the picture in :mod:`devtools.harness`), and the fault hooks that break them (kill an agent
-process, crash a dispatch between its ledger write and its send, pause agents, hold / release /
-duplicate messages, fail a send). Mixins of :class:`devtools.harness.PatternHarness`, apart so the
-harness module stays about running the app.
+"""The pattern harness's agents: the pumps that stand in for the Functions host's queue triggers
+(receive, call the real worker / result-handler / dead-letter bodies, complete on success, abandon on
+an exception, dead-letter after MAX_DELIVERY_COUNT deliveries), and the fault hooks that break them
+(kill an agent process, crash a dispatch between its ledger write and its send, pause agents, hold /
+release / duplicate messages, fail a send). Mixins of :class:`devtools.harness.PatternHarness`.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from activities import handle_dead_letter, handle_result, process_work_message
 from activities.worker.handlers.base import AgentCrash
 from devtools.faulty_transport import SendFault, body_matches
 from workflow_core.transport import LockLostError, ReceivedMessage, settle_failure
@@ -81,19 +81,16 @@ class HarnessFaults:
     ) -> None:
         """The process running ``dispatch_step`` for this attempt dies after its ledger write, before
         its send; the Durable runtime redelivers the activity when its lease expires (``redeliver_after``;
-        five minutes with the Azure Storage provider). Meanwhile the orchestration waits on the activity
-        and only the watchdog can notice the step. (The durable test host redelivers lost activity
-        results at once, so the delay is added here, around its activity executor.)"""
+        five minutes with the Azure Storage provider), so meanwhile only the watchdog can notice the step.
+        The durable test host redelivers lost results at once: the delay is added around its executor."""
         self.fail_send(step_id, attempt=attempt, kind="work", exc=ProcessDied(f"died sending {step_id}"))
         host = self.host
         execute = host._execute_activity
 
         def execute_or_die(item: Any) -> None:
             payload = json.loads(item.input or "{}")
-            if item.name != "dispatch_step" or (payload.get("step_id"), payload.get("attempt")) != (
-                step_id,
-                attempt,
-            ):
+            mine = (payload.get("step_id"), payload.get("attempt")) == (step_id, attempt)
+            if item.name != "dispatch_step" or not mine:
                 return execute(item)
             host._execute_activity = execute  # once
             try:
@@ -136,16 +133,13 @@ class HarnessFaults:
         return entry
 
     def _hold_if_matching(self, kind: str, message: ReceivedMessage) -> bool:
-        body = message.body
         with self._lock:
             for entry in self._holds:
-                if entry.queue != kind or (entry.times is not None and entry.matched >= entry.times):
-                    continue
-                if not body_matches(body, entry.step_id, entry.attempt, entry.kind):
-                    continue
-                entry.matched += 1
-                entry.held.append(message)
-                break
+                live = entry.queue == kind and (entry.times is None or entry.matched < entry.times)
+                if live and body_matches(message.body, entry.step_id, entry.attempt, entry.kind):
+                    entry.matched += 1
+                    entry.held.append(message)
+                    break
             else:
                 return False
         self.transport.renew_lock(message, HELD_LOCK_SECONDS)
@@ -164,17 +158,15 @@ class HarnessFaults:
 
     def deliver(self, kind: str, message: ReceivedMessage) -> None:
         """Handle and settle one received message exactly as the ``kind`` pump ("work"/"results") does."""
-        handle = self._work_handler if kind == "work" else self._result_handler
-        self._settle(message, handle)
+        self._settle(message, self._work_handler if kind == "work" else self._result_handler)
 
     def release(self, entry: _Hold | None = None) -> int:
         """Let the holding agent(s) process what they kept, on the next pump run; returns how many."""
         with self._lock:
             holds = [entry] if entry is not None else list(self._holds)
-            count = 0
+            count = sum(len(h.held) for h in holds)
             for h in holds:
                 self._released.extend((h.queue, m) for m in h.held)
-                count += len(h.held)
                 h.held.clear()
                 h.times = h.matched  # matches no more
             return count
@@ -208,84 +200,25 @@ class HarnessFaults:
 RECEIVE_BATCH = 16  # messages a pump asks for per poll
 
 
-class KnownEmpty:
-    """The agent queues ("work", "results", "dead") whose last poll took every message there was (it
-    came back with fewer than it asked for), with nothing put into them through the harness's
-    transport since, in the current run of the host loop.
-
-    The pumps skip such a poll only in a loop iteration that already did other work
-    (``DurableTestHost.iteration_busy``): the host never counts as idle, nor skips virtual time, before
-    an iteration in which every pump polled for real, so a message that arrived another way (a lock
-    that expired, a test's own send) is still seen before time moves. Each entry into the host loop
-    (``run_serial``) starts from nothing known.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._empty: set[str] = set()
-        self._serial: int | None = None
-
-    def known(self, kind: str, serial: int) -> bool:
-        with self._lock:
-            if serial != self._serial:
-                self._empty.clear()
-                self._serial = serial
-            return kind in self._empty
-
-    def polled(self, kind: str, drained: bool) -> None:
-        with self._lock:
-            if drained:
-                self._empty.add(kind)
-            else:
-                self._empty.discard(kind)
-
-    def forget(self, kind: str | None = None) -> None:
-        with self._lock:
-            if kind is None:
-                self._empty.clear()
-            else:
-                self._empty.discard(kind)
-
-
 class HarnessPumps:
     """Mixin: the agent pumps of :class:`devtools.harness.PatternHarness`."""
 
     def _queue_kind(self, queue: str) -> str:
-        if queue == self.settings.work_queue:
-            return "work"
-        if queue == self.settings.result_queue:
-            return "results"
-        return queue
-
-    def _drain(self, queue: str) -> None:
-        while batch := self.transport.receive(queue, max_messages=32, lock_seconds=30):
-            for message in batch:
-                self.transport.complete(message)
+        return {self.settings.work_queue: "work", self.settings.result_queue: "results"}.get(queue, queue)
 
     def _work_handler(self, message: ReceivedMessage) -> None:
-        from activities import process_work_message
-
         process_work_message(
             message.body,
             delivery_count=message.delivery_count,
             services=self.services,
             worker_id=f"worker:w{next(self._deliveries)}",
-            message_id=message.message_id,
-            trace=message.application_properties,
             pool=self._pool_queues.get(message.queue, DEFAULT_POOL),
+            **_delivery(message),
         )
 
     def _result_handler(self, message: ReceivedMessage) -> None:
-        from activities import handle_result
-
         self.host.run_async(
-            handle_result(
-                message.body,
-                self.host.client,
-                self.services,
-                message_id=message.message_id,
-                trace=message.application_properties,
-            )
+            handle_result(message.body, self.host.client, self.services, **_delivery(message))
         )
 
     def _pump_work(self) -> int:
@@ -298,33 +231,28 @@ class HarnessPumps:
         return self._consume("results", self.settings.result_queue, self._result_handler)
 
     def _pump_dead_letters(self) -> int:
-        from activities import handle_dead_letter
-
-        return sum(
-            self._pump_dead_letters_of(q, pool, handle_dead_letter) for q, pool in self._dead_letter_pools
-        )
-
-    def _pump_dead_letters_of(self, queue: str, pool: str, handle_dead_letter: Callable[..., Any]) -> int:
-        kind = "dead" if pool == DEFAULT_POOL else f"dead-{pool}"
-        if self.agents_paused or self._may_skip_poll(kind):
-            return 0
-        received = self.transport.receive_dead_letters(queue, max_messages=RECEIVE_BATCH, lock_seconds=30)
-        self._known_empty.polled(kind, drained=len(received) < RECEIVE_BATCH)
-        for message in received:
-            self.host.run_async(
-                handle_dead_letter(
-                    message.body,
-                    reason=message.dead_letter_reason,
-                    description=message.dead_letter_description,
-                    client=self.host.client,
-                    services=self.services,
-                    message_id=message.message_id,
-                    trace=message.application_properties,
-                    pool=pool,
+        work = 0
+        for queue, pool in self._dead_letter_pools:
+            kind = "dead" if pool == DEFAULT_POOL else f"dead-{pool}"
+            if self.agents_paused or self._may_skip_poll(kind):
+                continue
+            received = self.transport.receive_dead_letters(queue, max_messages=RECEIVE_BATCH, lock_seconds=30)
+            self.transport.polled(kind, drained=len(received) < RECEIVE_BATCH)
+            for message in received:
+                self.host.run_async(
+                    handle_dead_letter(
+                        message.body,
+                        reason=message.dead_letter_reason,
+                        description=message.dead_letter_description,
+                        client=self.host.client,
+                        services=self.services,
+                        pool=pool,
+                        **_delivery(message),
+                    )
                 )
-            )
-            self.transport.complete(message)
-        return len(received)
+                self.transport.complete(message)
+            work += len(received)
+        return work
 
     def _consume(self, kind: str, queue: str, handle: Callable[[ReceivedMessage], None]) -> int:
         """Receive, then settle each message like the Functions host (see the module docstring)."""
@@ -339,7 +267,7 @@ class HarnessPumps:
         received = self.transport.receive(
             queue, max_messages=RECEIVE_BATCH, lock_seconds=self.lock_seconds, wait_seconds=wait
         )
-        self._known_empty.polled(kind, drained=len(received) < RECEIVE_BATCH)
+        self.transport.polled(kind, drained=len(received) < RECEIVE_BATCH)
         for message in released:
             self._settle(message, handle)
         for message in received:
@@ -348,15 +276,15 @@ class HarnessPumps:
         return len(released) + len(received)
 
     def _may_skip_poll(self, kind: str) -> bool:
-        """Whether this pump may leave its queue unpolled in this loop iteration (see :class:`KnownEmpty`):
-        the iteration already did work, and the last poll drained the queue with nothing sent since.
-        While an agent holds a message, or a killed agent's message is due back, every poll is made."""
+        """Whether this pump may leave its queue unpolled: the iteration already did work and the queue
+        is known empty (devtools/faulty_transport.py). While an agent holds a message, or a killed
+        agent's message is due back, every poll is made."""
         if not self._skip_empty_polls or not self.host.iteration_busy:
             return False
         with self._lock:
             if self._orphans or any(h.held for h in self._holds):
                 return False
-        return self._known_empty.known(kind, self.host.run_serial)
+        return self.transport.known_empty(kind, self.host.run_serial)
 
     def _settle(self, message: ReceivedMessage, handle: Callable[[ReceivedMessage], None]) -> None:
         try:
@@ -368,25 +296,23 @@ class HarnessPumps:
                     self._orphans.append(time.monotonic() + self.lock_seconds)
                 return
             except Exception as exc:
-                settle_failure(
-                    self.transport,
-                    message,
-                    self.settings.max_delivery_count,
-                    description=f"{type(exc).__name__}: {exc}",
-                )
+                why = f"{type(exc).__name__}: {exc}"
+                settle_failure(self.transport, message, self.settings.max_delivery_count, description=why)
                 return
             self.transport.complete(message)
         except LockLostError:
             pass  # the lock expired meanwhile: the queue delivers it again, as in Azure
 
     def _orphan_wait(self) -> float:
-        """Seconds to wait for a killed agent's message to reappear (0 if none is pending).
-
-        Waiting here (real time; the host clock stands still) is the host restarting the agent: it
-        keeps the redelivery ahead of the step's deadline, as a lock much shorter than the deadline
-        does in Azure.
-        """
+        """Seconds to wait for a killed agent's message to reappear (0 if none is pending): the host
+        restarting the agent, in real time while the host clock stands still, keeps the redelivery
+        ahead of the step's deadline, as a lock much shorter than the deadline does in Azure."""
         with self._lock:
             now = time.monotonic()
             self._orphans = [t for t in self._orphans if t > now]
             return min(self._orphans) - now + 0.3 if self._orphans else 0.0
+
+
+def _delivery(message: ReceivedMessage) -> dict[str, Any]:
+    """What every handler is told about the delivery it handles."""
+    return {"message_id": message.message_id, "trace": message.application_properties}

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from activities.worker.handlers import AGENT_HANDLERS, RemoteEffects
+from workflow_core import clock
 from workflow_core.ledger import StepLedger, StepRecord
 
 
@@ -39,21 +41,19 @@ class LedgerEvent:
 class HarnessObservation:
     """Mixin: the observation hooks of :class:`devtools.harness.PatternHarness`."""
 
-    def _emit(self, **fields: Any) -> None:
+    def _emit(
+        self, at: datetime, instance_id: str, step_id: str, actor: str, action: str, reason: str, **rest: Any
+    ) -> None:
         with self._lock:
-            event = LedgerEvent(seq=next(self._seq), **fields)
+            event = LedgerEvent(next(self._seq), at, instance_id, step_id, actor, action, reason, **rest)
             self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
 
     def _observe_ledger(self, ledger: StepLedger) -> None:
         """Wrap the ledger's public writes (on this instance only) to record each committed write."""
-        from workflow_core import clock
-
-        originals = {
-            name: getattr(ledger, name)
-            for name in ("transition", "update", "extend_deadline", "note", "create_steps")
-        }
+        names = ("transition", "update", "extend_deadline", "note", "create_steps")
+        originals = {name: getattr(ledger, name) for name in names}
 
         def write(action: str) -> Callable[..., StepRecord]:
             def observed(record: StepRecord, *args: Any, actor: str, reason: str = "", **changes: Any):
@@ -72,32 +72,22 @@ class HarnessObservation:
 
         def note(instance_id: str, step_id: str, *, actor: str, action: str, reason: str, **kwargs: Any):
             originals["note"](instance_id, step_id, actor=actor, action=action, reason=reason, **kwargs)
-            self._emit(
-                at=clock.utcnow(),
-                instance_id=instance_id,
-                step_id=step_id,
-                actor=actor,
-                action="note",
-                from_status=kwargs.get("status"),
-                to_status=kwargs.get("status"),
-                attempt=kwargs.get("attempt"),
-                reason=reason,
-                note=action,
-            )
+            status = kwargs.get("status")
+            rest = {
+                "from_status": status,
+                "to_status": status,
+                "attempt": kwargs.get("attempt"),
+                "note": action,
+            }
+            self._emit(clock.utcnow(), instance_id, step_id, actor, "note", reason, **rest)
 
         def create_steps(instance_id: str, workflow_name: str, steps: Any, *, actor: str, **kwargs: Any):
             before = bool(ledger.list_for_instance(instance_id))
             records = originals["create_steps"](instance_id, workflow_name, steps, actor=actor, **kwargs)
             if not before:
+                reason = f"workflow {workflow_name}: {', '.join(r.step_id for r in records)}"
                 self._emit(
-                    at=clock.utcnow(),
-                    instance_id=instance_id,
-                    step_id="*",
-                    actor=actor,
-                    action="created",
-                    to_status="Pending",
-                    attempt=0,
-                    reason=f"workflow {workflow_name}: {', '.join(r.step_id for r in records)}",
+                    clock.utcnow(), instance_id, "*", actor, "created", reason, to_status="Pending", attempt=0
                 )
             return records
 
@@ -107,24 +97,12 @@ class HarnessObservation:
     def _emit_write(
         self, action: str, before: StepRecord, after: StepRecord, actor: str, reason: str, changes: Mapping
     ) -> None:
-        self._emit(
-            at=after.updated_at,
-            instance_id=after.instance_id,
-            step_id=after.step_id,
-            actor=actor,
-            action=action,
-            from_status=before.status.value,
-            to_status=after.status.value,
-            attempt=after.attempt,
-            reason=reason,
-            changes=tuple(sorted(changes)),
-            record=after,
-        )
+        rest = {"from_status": before.status.value, "to_status": after.status.value, "attempt": after.attempt}
+        rest |= {"changes": tuple(sorted(changes)), "record": after}
+        self._emit(after.updated_at, after.instance_id, after.step_id, actor, action, reason, **rest)
 
     def _observe_agents(self) -> None:
         """Count every handler call per (instance, step, kind, attempt) and every remote effect made."""
-        from activities.worker.handlers import AGENT_HANDLERS, RemoteEffects
-
         current = threading.local()
         originals = dict(AGENT_HANDLERS)
 
@@ -213,8 +191,6 @@ class HarnessObservation:
 
     def remote_effects(self, instance_id: str, step_id: str) -> list[dict[str, Any]]:
         """The simulated remote service's rows for the step (``State``: applied / undone)."""
-        from activities.worker.handlers import RemoteEffects
-
         effects = RemoteEffects.for_services(self.services)
         with self._lock:
             keys = sorted(self._effect_keys.get((instance_id, step_id), ()))

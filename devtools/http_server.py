@@ -39,9 +39,7 @@ class Route:
     function: Any
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
-        if method not in self.methods:
-            return None
-        found = self.pattern.fullmatch(path)
+        found = self.pattern.fullmatch(path) if method in self.methods else None
         return None if found is None else {k: unquote(v or "") for k, v in found.groupdict().items()}
 
 
@@ -69,8 +67,9 @@ def http_routes(functions: list[Any]) -> list[Route]:
         template = f"{prefix}/{trigger.route}"
         methods = frozenset(m.value for m in trigger.methods or [])
         needs_client = any(b.type == "durableClient" for b in function.get_bindings())
-        name = function.get_function_name()
-        routes.append(Route(name, methods, _compile(template), template, needs_client, function))
+        routes.append(
+            Route(function.get_function_name(), methods, _compile(template), template, needs_client, function)
+        )
     literal = lambda r: sum(1 for s in r.template.split("/") if s and not s.startswith("{"))  # noqa: E731
     return sorted(routes, key=lambda r: (-literal(r), r.template))
 
@@ -85,7 +84,8 @@ def _forwarding(name: str) -> bool:
 
 
 class _QuietOnHangUp(ThreadingHTTPServer):
-    """A client that hangs up (mid-request or mid-answer) is not an error worth a traceback."""
+    """A client that hangs up (mid-request or mid-answer: a closed tab, a reload) is not an error worth
+    a traceback; the action it asked for, if any, ran or was refused as usual."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
@@ -109,12 +109,7 @@ class AppHttpServer:
                 return
 
             def _serve(self) -> None:
-                try:
-                    server.handle(self)
-                except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
-                    # the browser went away (a closed tab, a reload mid-answer): nothing to answer,
-                    # nothing to report; the action it asked for, if any, ran or was refused as usual
-                    self.close_connection = True
+                server.handle(self)
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
@@ -122,11 +117,9 @@ class AppHttpServer:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread: threading.Thread | None = None
 
     def start(self) -> AppHttpServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="app-http", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self.httpd.serve_forever, name="app-http", daemon=True).start()
         return self
 
     def close(self) -> None:
@@ -161,12 +154,8 @@ class AppHttpServer:
             answer = dict(response.headers)
             answer.setdefault("Content-Type", response.mimetype or "application/octet-stream")
             return self._send(request, response.status_code, response.get_body() or b"", answer)
-        problem = {
-            "type": "about:blank",
-            "title": "Not Found",
-            "status": 404,
-            "detail": f"no function serves {request.command} {parts.path}",
-        }
+        detail = f"no function serves {request.command} {parts.path}"
+        problem = {"type": "about:blank", "title": "Not Found", "status": 404, "detail": detail}
         self._send(request, 404, json.dumps(problem).encode(), {"Content-Type": "application/problem+json"})
         return None
 

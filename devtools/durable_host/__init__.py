@@ -3,8 +3,4 @@ through the real ``azure-functions-durable`` replay (docs/durable-test-host.md).
 
 from .client import DurableTestClient
 from .clock import DEFAULT_EPOCH, FlowingClock, RealClock, VirtualClock
-from .host import (
-    DurableTestHost,
-    InstanceCompletedError,
-    OrchestrationAlreadyExistsError,
-)
+from .host import DurableTestHost, InstanceCompletedError, OrchestrationAlreadyExistsError

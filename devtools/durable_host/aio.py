@@ -31,13 +31,11 @@ class AsyncRunner:
             with self._lock:
                 self._loops.append(loop)
         outer = asyncio.events._get_running_loop()
-        if outer is not None:
-            asyncio.events._set_running_loop(None)
+        asyncio.events._set_running_loop(None)
         try:
             return loop.run_until_complete(awaitable)
         finally:
-            if outer is not None:
-                asyncio.events._set_running_loop(outer)
+            asyncio.events._set_running_loop(outer)
             if nested:
                 loop.close()
 
@@ -53,6 +51,4 @@ class AsyncRunner:
 def call_maybe_async(runner: AsyncRunner, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Call ``fn``; if it is async (or returns an awaitable), run it to completion."""
     result = fn(*args, **kwargs)
-    if inspect.isawaitable(result):
-        return runner.run(result)
-    return result
+    return runner.run(result) if inspect.isawaitable(result) else result

@@ -12,10 +12,9 @@ from azure.durable_functions import DurableOrchestrationClient
 
 from .state import TERMINAL_STATUSES, OrchestrationAlreadyExistsError
 
-# ``host`` is typed Any: host.py imports this module.
-
 RPC_PATH = "/durabletask/"
 WEBHOOK_PATH = "/runtime/webhooks/durabletask"
+BAD_ARGUMENTS = "One or more of the arguments submitted is incorrect"  # the extension's 400 answer
 
 
 def client_binding(*, origin: str, task_hub: str, query: str, rpc_base_url: str) -> dict:
@@ -59,8 +58,9 @@ def binding_context(host: Any) -> dict:
 
 
 class DurableTestClient(DurableOrchestrationClient):
-    """``DurableOrchestrationClient`` bound to a :class:`DurableTestHost` (``host.client``); its
-    transport answers the extension's management HTTP API in process: ``[status_code, json_body]``."""
+    """``DurableOrchestrationClient`` bound to a :class:`DurableTestHost` (``host.client``, typed Any:
+    host.py imports this module); its transport answers the extension's management HTTP API in
+    process: ``[status_code, json_body]``."""
 
     def __init__(self, host: Any) -> None:
         super().__init__(json.dumps(binding_context(host)))
@@ -79,54 +79,37 @@ class DurableTestClient(DurableOrchestrationClient):
     def _handle(self, method: str, url: str, body: Any) -> list[Any]:
         host = self._host
         parsed = urlparse(url)
-        path = parsed.path
-        if RPC_PATH not in path:
+        if RPC_PATH not in parsed.path:
             return [404, ""]
-        segments = [unquote(s) for s in path.split(RPC_PATH, 1)[1].split("/")]
+        segments = [unquote(s) for s in parsed.path.split(RPC_PATH, 1)[1].split("/")] + [None, None]
         query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
 
         with host._lock:
-            if segments[0] == "orchestrators" and method == "POST" and len(segments) >= 2:
-                name = segments[1]
-                instance_id = segments[2] if len(segments) > 2 and segments[2] else None
+            if segments[0] == "orchestrators" and method == "POST" and segments[1] is not None:
                 try:
-                    instance_id = host._start(name, instance_id, body)
+                    instance_id = host._start(segments[1], segments[2] or None, body)
                 except OrchestrationAlreadyExistsError as exc:
                     return [409, {"Message": str(exc)}]
                 except ValueError as exc:
-                    return [
-                        400,
-                        {
-                            "Message": "One or more of the arguments submitted is incorrect",
-                            "ExceptionMessage": str(exc),
-                            "ExceptionType": "System.ArgumentException",
-                        },
-                    ]
+                    argument = {"ExceptionMessage": str(exc), "ExceptionType": "System.ArgumentException"}
+                    return [400, {"Message": BAD_ARGUMENTS, **argument}]
                 urls = binding_context(host)["managementUrls"]
                 return [202, {key: value.replace("INSTANCEID", instance_id) for key, value in urls.items()}]
 
             if segments[0] != "instances":
                 return [404, ""]
-            instance_id = segments[1] if len(segments) > 1 and segments[1] else None
-            operation = segments[2] if len(segments) > 2 else None
-
+            instance_id, operation, event_name = segments[1] or None, segments[2], segments[3]
             if instance_id is None:
-                if method == "GET":
-                    statuses = {s for s in query.get("runtimeStatus", "").split(",") if s}
-                    return [
-                        200,
-                        [
-                            host._status_payload(inst, precise=False)
-                            for inst in host._instances.values()
-                            if not statuses or inst.status.value in statuses
-                        ],
-                    ]
-                return [404, ""]
+                if method != "GET":
+                    return [404, ""]
+                statuses = {s for s in query.get("runtimeStatus", "").split(",") if s}
+                found = [i for i in host._instances.values() if not statuses or i.status.value in statuses]
+                return [200, [host._status_payload(inst, precise=False) for inst in found]]
 
             inst = host._instances.get(instance_id)
             if operation is None and method == "DELETE":
                 return self._purge(instance_id, inst)
-            raising = operation == "raiseEvent" and len(segments) > 3
+            raising = operation == "raiseEvent" and event_name is not None
             if (operation, method) not in ((None, "GET"), ("terminate", "POST")) and not (
                 raising and method == "POST"
             ):
@@ -135,16 +118,12 @@ class DurableTestClient(DurableOrchestrationClient):
             if inst is None:
                 return [404, ""]
             if method == "GET":
-                return [
-                    202 if inst.status not in TERMINAL_STATUSES else 200,
-                    host._status_payload(inst, precise=False),
-                ]
+                code = 200 if inst.status in TERMINAL_STATUSES else 202
+                return [code, host._status_payload(inst, precise=False)]
             if inst.status in TERMINAL_STATUSES:
                 return [410, ""]
             if raising:
-                host.raise_event(
-                    instance_id, segments[3], json.loads(body) if isinstance(body, str) else body
-                )
+                host.raise_event(instance_id, event_name, json.loads(body) if isinstance(body, str) else body)
             else:
                 host.terminate(instance_id, query.get("reason", ""))
             return [202, ""]

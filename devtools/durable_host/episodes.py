@@ -102,14 +102,13 @@ class _Episodes:
         execution = inst.execution
         orchestrator = self.functions.orchestrators[inst.name]
         now = self.clock.now()
+        out = _Decisions(now)
         batch = self._take_batch(inst)
         new_events = [make_event(H.ORCHESTRATOR_STARTED, now)] + [m.event for m in batch]
         execution.episodes += 1
-        labels = ", ".join(event_label(e) for e in new_events[1:])
-        self._log(
-            inst.instance_id, f"replay #{execution.episodes} with {len(inst.history)} old event(s) + {labels}"
-        )
-        out = _Decisions(now)
+        labels = ", ".join(event_label(m.event) for m in batch)
+        old = f"{len(inst.history)} old event(s)"
+        self._log(inst.instance_id, f"replay #{execution.episodes} with {old} + {labels}")
         for message in batch:
             self._account(inst, message.event, out)
 
@@ -136,13 +135,12 @@ class _Episodes:
 
         # Scheduled even when the orchestrator raised (``ScheduleDurableTaskEvents`` replays the actions
         # before it throws); that work keeps the instance open until it is done.
+        broken = None
         try:
             self._apply_actions(inst, state.get("actions") or [], out)
-            broken = None
         except _OrchestrationError as exc:
             broken = exc
-        inst.history.extend(_played(e) for e in out.events)
-        inst.history.append(_played(make_event(H.ORCHESTRATOR_COMPLETED, now)))
+        inst.history.extend(_played(e) for e in [*out.events, make_event(H.ORCHESTRATOR_COMPLETED, now)])
         if broken is not None:
             # At once, as the framework's NonDeterministicOrchestrationException does.
             self._fail(inst, *orchestrator_failure(inst.name, str(broken), ""))
@@ -181,9 +179,7 @@ class _Episodes:
         """Engine bookkeeping for an event entering history; retry follow-ups are decided here."""
         execution = inst.execution
         kind = event["EventType"]
-        if kind not in _ANSWERS:
-            return
-        task = execution.tasks.get(event[_ANSWERS[kind]])
+        task = execution.tasks.get(event[_ANSWERS[kind]]) if kind in _ANSWERS else None
         if task is None:
             return
         relevant = self._is_retry_relevant(execution, event)
@@ -200,11 +196,8 @@ class _Episodes:
         retry.current_task_id = None
         timer = _Task(next(execution.ids), "timer", fire_at=out.now + retry.first_interval, retry=retry)
         retry.timer_id = self._add_task(inst, timer, out)
-        self._log(
-            inst.instance_id,
-            f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed; "
-            f"retry timer #{timer.id} at {format_time(timer.fire_at)}",
-        )
+        failed = f"{retry.kind} {retry.name!r} attempt {retry.attempts}/{retry.max_attempts} failed"
+        self._log(inst.instance_id, f"{failed}; retry timer #{timer.id} at {format_time(timer.fire_at)}")
 
     def _apply_actions(self, inst: _Instance, actions: list, out: _Decisions) -> None:
         execution = inst.execution
@@ -236,19 +229,15 @@ class _Episodes:
         execution = inst.execution
         kind = action.get("actionType")
         if kind == ActionType.CREATE_TIMER:
-            fire_at = parse_time(action["fireAt"])
-            task = _Task(next(execution.ids), "timer", fire_at=fire_at)
-            self._log(
-                inst.instance_id,
-                f"timer #{task.id} created for {format_time(fire_at)} (in {_delta(fire_at - out.now)})",
-            )
+            task = _Task(next(execution.ids), "timer", fire_at=parse_time(action["fireAt"]))
+            when = f"{format_time(task.fire_at)} (in {_delta(task.fire_at - out.now)})"
+            self._log(inst.instance_id, f"timer #{task.id} created for {when}")
             if action.get("isCanceled"):
                 self._cancel_timer(inst, task)
             return self._add_task(inst, task, out)
         if kind == ActionType.WAIT_FOR_EXTERNAL_EVENT:
             self._log(inst.instance_id, f"waiting for external event {action.get('externalEventName')!r}")
-            return None
-        if kind == ActionType.CONTINUE_AS_NEW:
+        if kind in (ActionType.WAIT_FOR_EXTERNAL_EVENT, ActionType.CONTINUE_AS_NEW):
             return None
         if kind not in _CALLS:
             raise _OrchestrationError(f"{action_label(kind)} is not supported by the durable test host")
@@ -265,14 +254,10 @@ class _Episodes:
         task = _Task(next(execution.ids), task_kind, name=name, input=action.get("input"))
         if kind in (ActionType.CALL_ACTIVITY_WITH_RETRY, ActionType.CALL_SUB_ORCHESTRATOR_WITH_RETRY):
             options = action.get("retryOptions") or {}
+            first_interval = timedelta(milliseconds=options.get("firstRetryIntervalInMilliseconds", 1000))
+            attempts = int(options.get("maxNumberOfAttempts", 1))
             task.retry = _Retry(
-                kind=task.kind,
-                name=task.name,
-                input=task.input,
-                instance_id=requested,
-                first_interval=timedelta(milliseconds=options.get("firstRetryIntervalInMilliseconds", 1000)),
-                max_attempts=int(options.get("maxNumberOfAttempts", 1)),
-                current_task_id=task.id,
+                task.kind, name, task.input, requested, first_interval, attempts, current_task_id=task.id
             )
         return self._add_task(inst, task, out, requested)
 
@@ -288,16 +273,9 @@ class _Episodes:
                 H.TASK_SCHEDULED, out.now, task.id, Name=task.name, Input=task.input, Version=""
             )
         else:
-            task.child_instance_id = requested_id or f"{inst.execution.execution_id}:{task.id}"
-            event = make_event(
-                H.SUB_ORCHESTRATION_INSTANCE_CREATED,
-                out.now,
-                task.id,
-                Name=task.name,
-                Input=task.input,
-                InstanceId=task.child_instance_id,
-                Version="",
-            )
+            task.child_instance_id = child = requested_id or f"{inst.execution.execution_id}:{task.id}"
+            fields = {"Name": task.name, "Input": task.input, "InstanceId": child, "Version": ""}
+            event = make_event(H.SUB_ORCHESTRATION_INSTANCE_CREATED, out.now, task.id, **fields)
         out.events.append(event)
         if task.kind != "timer":
             out.after_commit.append(lambda: self._dispatch(inst, task))
@@ -315,8 +293,7 @@ def _signature(action: dict) -> tuple:
 
 def _describe_signature(signature: tuple) -> str:
     kind, name = signature
-    label = action_label(kind)
-    return f"{label}({name!r})" if name else label
+    return f"{action_label(kind)}({name!r})" if name else action_label(kind)
 
 
 def _continue_as_new_action(state: dict) -> dict | None:

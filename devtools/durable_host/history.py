@@ -9,6 +9,7 @@ them the way the extension does; its sources: docs/durable-test-host.md, "Fideli
 
 from __future__ import annotations
 
+import contextlib
 import json
 import traceback
 from collections.abc import Callable, Iterator
@@ -36,12 +37,9 @@ def parse_time(text: str) -> datetime:
 
 def json_value(text: Any) -> Any:
     """A serialised input or output as a JSON value (text that is not JSON stays text)."""
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+    with contextlib.suppress(ValueError):
+        return json.loads(text) if isinstance(text, str) else text
+    return text
 
 
 def make_event(event_type: HistoryEventType, when: datetime, event_id: int = -1, **fields: Any) -> dict:
@@ -51,8 +49,7 @@ def make_event(event_type: HistoryEventType, when: datetime, event_id: int = -1,
         "IsPlayed": False,
         "Timestamp": format_time(when),
     }
-    event.update(fields)
-    return event
+    return {**event, **fields}
 
 
 def flatten_actions(actions: list) -> Iterator[dict]:
@@ -98,8 +95,7 @@ def action_label(kind: Any) -> str:
 
 
 def unknown_function(name: str, role: str) -> str:
-    """The extension's answer to a call of a function the app does not have (``role``: activity,
-    orchestrator)."""
+    """The extension's answer to a call of an activity or orchestrator ``role`` the app does not have."""
     return f"The function '{name}' doesn't exist, is disabled, or is not an {role} function."
 
 

@@ -10,7 +10,6 @@ import threading
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable
-from contextlib import ExitStack
 from datetime import datetime
 from typing import Any
 
@@ -23,12 +22,7 @@ from .aio import AsyncRunner, call_maybe_async
 from .client import DurableTestClient
 from .clock import RealClock, VirtualClock
 from .episodes import _Episodes
-from .history import (
-    format_time,
-    json_value,
-    make_event,
-    unknown_function,
-)
+from .history import format_time, json_value, make_event, unknown_function
 from .lifecycle import _Lifecycle
 from .registry import FunctionTable, _is_function
 from .state import (
@@ -65,25 +59,17 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
         if schema_version not in SUPPORTED_SCHEMA_VERSIONS:
             raise ValueError(f"schema_version must be one of {SUPPORTED_SCHEMA_VERSIONS}")
         self.functions = FunctionTable()
-        for source in sources:
-            self.functions.load(source)
-        for name, fn in (orchestrators or {}).items():
-            self.functions.add_callable(name, fn, kind="orchestrator")
-        for name, fn in (activities or {}).items():
-            self.functions.add_callable(name, fn, kind="activity")
-
-        if clock is None or clock == "virtual":
-            clock = VirtualClock()
-        elif clock == "real":
-            clock = RealClock()
+        self.functions.load(sources)
+        for kind, table in (("orchestrator", orchestrators), ("activity", activities)):
+            for name, fn in (table or {}).items():
+                self.functions.add_callable(name, fn, kind=kind)
+        if clock in (None, "virtual", "real"):
+            clock = RealClock() if clock == "real" else VirtualClock()
         self.clock = clock
         self.schema_version = schema_version
         self.base_url = "http://localhost:7071"
         self.poll_interval = poll_interval
-
-        #: How many times each activity's user code was invoked.
-        self.activity_calls: Counter[str] = Counter()
-
+        self.activity_calls: Counter[str] = Counter()  # user-code invocations per activity
         self._instances: dict[str, _Instance] = {}
         self._batching: set[str] = set()  # instances whose episodes wait (see ``batched``)
         self._dirty: dict[str, None] = {}  # an ordered set of instance ids with new messages
@@ -99,30 +85,27 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
         self._run_serial = 0  # entries into the loop (``run_serial``)
         self._iteration_work = 0  # work done so far by the iteration calling a pump (``iteration_busy``)
         self._async = AsyncRunner()
-        self._exit_stack: ExitStack | None = None
-
-        #: A real ``DurableOrchestrationClient`` whose HTTP calls go to this host's emulation of the
-        #: extension's HTTP API: same async methods, same status objects, same errors.
+        self._clock_scope: Any = None
+        # The SDK's own client, its HTTP calls answered by this host's emulation of the extension's API.
         self.client = DurableTestClient(self)
 
     def __enter__(self) -> DurableTestHost:
-        self._exit_stack = ExitStack()
-        self._exit_stack.enter_context(use_clock(self.clock.now))
+        self._clock_scope = use_clock(self.clock.now)
+        self._clock_scope.__enter__()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
     def close(self) -> None:
-        if self._exit_stack is not None:
-            self._exit_stack.close()
-            self._exit_stack = None
+        if self._clock_scope is not None:
+            self._clock_scope.__exit__(None, None, None)
+            self._clock_scope = None
         self._async.close()
 
     def start_new(self, name: str, instance_id: str | None = None, input: Any = None) -> str:
         """Schedule a new orchestration instance; returns its id (a uuid hex when none is given)."""
-        input_json = df_dumps(input) if input is not None else None
-        return self._start(name, instance_id, input_json)
+        return self._start(name, instance_id, df_dumps(input) if input is not None else None)
 
     def _start(self, name: str, instance_id: str | None, input_json: str | None) -> str:
         with self._lock:
@@ -167,9 +150,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
         """The instance's status as the SDK's ``DurableOrchestrationStatus`` (None if unknown)."""
         with self._lock:
             inst = self._instances.get(instance_id)
-            if inst is None:
-                return None
-            return DurableOrchestrationStatus.from_json(self._status_payload(inst))
+            return None if inst is None else DurableOrchestrationStatus.from_json(self._status_payload(inst))
 
     def history(self, instance_id: str) -> list[dict]:
         """A copy of the current execution's history events."""
@@ -193,10 +174,9 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
 
     def function(self, name: str) -> Callable[..., Any]:
         """The user function of a non-durable function (HTTP, timer, queue trigger) by name."""
-        function = self.functions.others.get(name)
-        if function is None:
+        if name not in self.functions.others:
             raise KeyError(f"no non-durable function named {name!r}")
-        return function.get_user_function()
+        return self.functions.others[name].get_user_function()
 
     def call(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Any:
         """Call a function body under the host clock, bypassing the SDK's ``durable_client_input``
@@ -220,9 +200,7 @@ class DurableTestHost(_Lifecycle, _Episodes, _Loop):
         return inst
 
     def _status_payload(self, inst: _Instance, *, precise: bool = True) -> dict:
-        def stamp(when: datetime) -> str:
-            return format_time(when) if precise else when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
+        stamp = format_time if precise else lambda when: when.strftime("%Y-%m-%dT%H:%M:%SZ")
         return {
             "name": inst.name,
             "instanceId": inst.instance_id,

@@ -33,12 +33,7 @@ class _Lifecycle:
     """What the framework does when an instance starts, ends or continues as new, and activity work."""
 
     def _create_instance(
-        self,
-        name: str,
-        instance_id: str,
-        input_json: str | None,
-        *,
-        parent: _ParentRef | None = None,
+        self, name: str, instance_id: str, input_json: str | None, *, parent: _ParentRef | None = None
     ) -> None:
         now = self.clock.now()
         execution = _Execution(uuid.uuid4().hex, input_json)
@@ -52,10 +47,7 @@ class _Lifecycle:
         parent = inst.parent
         parent_json = parent and {
             "Name": parent.name,
-            "OrchestrationInstance": {
-                "InstanceId": parent.instance_id,
-                "ExecutionId": parent.execution_id,
-            },
+            "OrchestrationInstance": {"InstanceId": parent.instance_id, "ExecutionId": parent.execution_id},
             "TaskScheduleId": parent.task_id,
         }
         return make_event(
@@ -75,7 +67,6 @@ class _Lifecycle:
         )
 
     def _dispatch(self, inst: _Instance, task: _Task) -> None:
-        execution = inst.execution
         if task.kind == "activity":
             self._queue_activity(inst, task)
             attempt = f" (attempt {task.retry.attempts})" if task.retry and task.retry.attempts > 1 else ""
@@ -85,19 +76,18 @@ class _Lifecycle:
         existing = self._instances.get(child_id)
         if existing is not None and existing.status in RUNNING_STATUSES:
             # A "Duplicate start event": nobody answers the parent (docs/durable-test-host.md, "Fidelity").
-            self._log(
-                inst.instance_id,
-                f"sub-orchestration {task.name!r} #{task.id}: start message for {child_id} dropped "
-                f"(it is already {existing.status.value}); this task will get no answer",
-            )
+            dropped = f"start message for {child_id} dropped (it is already {existing.status.value})"
+            task_label = f"sub-orchestration {task.name!r} #{task.id}"
+            self._log(inst.instance_id, f"{task_label}: {dropped}; this task will get no answer")
             self._log(child_id, f"duplicate start event from {inst.instance_id} dropped")
             return
-        parent = _ParentRef(inst.instance_id, execution.execution_id, task.id, inst.name)
+        parent = _ParentRef(inst.instance_id, inst.execution.execution_id, task.id, inst.name)
         self._create_instance(task.name, child_id, task.input, parent=parent)
 
     def _queue_activity(self, inst: _Instance, task: _Task) -> None:
-        item = _WorkItem(inst.instance_id, inst.execution.execution_id, task.id, task.name, task.input)
-        self._activity_queue.append(item)
+        self._activity_queue.append(
+            _WorkItem(inst.instance_id, inst.execution.execution_id, task.id, task.name, task.input)
+        )
 
     def _held(self, inst: _Instance, outcome: str) -> bool:
         """Whether the instance must stay Running although its code finished (``outcome``):
@@ -107,10 +97,8 @@ class _Lifecycle:
             return False
         if inst.execution.held != outcome:
             what = ", ".join(f"{t.kind} #{t.id}" for t in open_tasks)
-            self._log(
-                inst.instance_id,
-                f"orchestrator {outcome}, but open task(s) {what} keep it Running until they finish",
-            )
+            why = f"orchestrator {outcome}, but open task(s) {what} keep it Running until they finish"
+            self._log(inst.instance_id, why)
         inst.execution.held = outcome
         return True
 
@@ -118,16 +106,20 @@ class _Lifecycle:
         if self._held(inst, "returned"):
             return
         result = json.dumps(output)
-        now = self.clock.now()
-        ended = make_event(H.EXECUTION_COMPLETED, now, OrchestrationStatus="Completed", Result=result)
+        ended = make_event(
+            H.EXECUTION_COMPLETED, self.clock.now(), OrchestrationStatus="Completed", Result=result
+        )
         self._finish(inst, Status.Completed, output, ended, {"Result": result})
         self._log(inst.instance_id, f"completed: {_short(output)}")
 
     def _fail(self, inst: _Instance, message: str, details: str) -> None:
         failure = {"ErrorMessage": message, "StackTrace": details}
-        now = self.clock.now()
         ended = make_event(
-            H.EXECUTION_COMPLETED, now, OrchestrationStatus="Failed", Result=message, FailureDetails=failure
+            H.EXECUTION_COMPLETED,
+            self.clock.now(),
+            OrchestrationStatus="Failed",
+            Result=message,
+            FailureDetails=failure,
         )
         self._finish(inst, Status.Failed, message, ended, {"Reason": message, "Details": details})
         self._log(inst.instance_id, f"FAILED: {message}")
@@ -142,11 +134,8 @@ class _Lifecycle:
         ref = inst.parent
         parent = ref and self._live(ref.instance_id, ref.execution_id)
         if parent is not None:
-            kind = (
-                H.SUB_ORCHESTRATION_INSTANCE_FAILED
-                if "Reason" in answer
-                else H.SUB_ORCHESTRATION_INSTANCE_COMPLETED
-            )
+            failed = "Reason" in answer
+            kind = H.SUB_ORCHESTRATION_INSTANCE_FAILED if failed else H.SUB_ORCHESTRATION_INSTANCE_COMPLETED
             self._deliver(parent, make_event(kind, inst.updated, TaskScheduledId=ref.task_id, **answer))
 
     def _continue_as_new(self, inst: _Instance, input_json: str | None, carried: list[_Message]) -> None:
@@ -165,13 +154,8 @@ class _Lifecycle:
         inst.inbox = [_Message(self._execution_started(inst, now)), *carried]
         self._dirty[inst.instance_id] = None
         kept = f", {len(carried)} event(s) carried over" if carried else ""
-        generation = len(inst.past_histories) + 1
-        self._log(
-            inst.instance_id,
-            f"continued as new (generation {generation}) with input {_short(input_json)}{kept}",
-        )
-
-    # Activity execution, fault injection and crash recovery.
+        generation = f"generation {len(inst.past_histories) + 1}"
+        self._log(inst.instance_id, f"continued as new ({generation}) with input {_short(input_json)}{kept}")
 
     def crash_activity_once(
         self, name: str, exc: BaseException | None = None, *, after: bool = False, times: int = 1
@@ -179,15 +163,15 @@ class _Lifecycle:
         """Make the next ``times`` calls of activity ``name`` raise ``exc``, instead of running
         (``after=False``) or after running (``after=True``, the side effect happened)."""
         injected = exc or RuntimeError(f"injected failure in {name!r}")
-        self._add_fault(name, ("after" if after else "before", injected), times)
+        self._add_fault(name, "after" if after else "before", injected, times)
 
     def lose_activity_result_once(self, name: str, *, times: int = 1) -> None:
         """Call activity ``name``, then lose its result as a worker crash would: it is redelivered."""
-        self._add_fault(name, ("lose_result", None), times)
+        self._add_fault(name, "lose_result", None, times)
 
-    def _add_fault(self, name: str, fault: tuple[str, BaseException | None], times: int) -> None:
+    def _add_fault(self, name: str, mode: str, exc: BaseException | None, times: int) -> None:
         with self._lock:
-            self._faults.setdefault(name, deque()).extend([fault] * times)
+            self._faults.setdefault(name, deque()).extend([(mode, exc)] * times)
 
     def crash(self, instance_id: str | None = None) -> None:
         """Drop in-memory orchestration state, keeping only what a durable backend would keep
@@ -218,36 +202,21 @@ class _Lifecycle:
             result = call_maybe_async(self._async, activity.invoke, value)
             if fault == "after":
                 raise injected
-            encoded = activity.encode_output(result)
-            event = make_event(
-                H.TASK_COMPLETED, self.clock.now(), TaskScheduledId=item.task_id, Result=encoded
-            )
-            outcome = f"completed -> {_short(encoded)}"
+            answer = {"Result": activity.encode_output(result)}
+            kind, outcome = H.TASK_COMPLETED, f"completed -> {_short(answer['Result'])}"
         except Exception as exc:
             reason, details = activity_failure(item.name, exc)
-            event = make_event(
-                H.TASK_FAILED,
-                self.clock.now(),
-                TaskScheduledId=item.task_id,
-                Reason=reason,
-                Details=details,
-            )
-            outcome = f"failed: {type(exc).__name__}: {exc}"
+            answer = {"Reason": reason, "Details": details}
+            kind, outcome = H.TASK_FAILED, f"failed: {type(exc).__name__}: {exc}"
         elapsed = f"{(time.perf_counter() - started) * 1000:.1f} ms"
+        what = f"activity {item.name!r} #{item.task_id}"
         if fault == "lose_result":
             self._activity_queue.append(item)
-            self._log(
-                item.instance_id,
-                f"activity {item.name!r} #{item.task_id} ran ({elapsed}) but its result was lost; "
-                "redelivering",
-            )
+            self._log(item.instance_id, f"{what} ran ({elapsed}) but its result was lost; redelivering")
             return
         inst = self._live(item.instance_id, item.execution_id)
-        if inst is None:
-            self._log(
-                item.instance_id,
-                f"activity {item.name!r} #{item.task_id} {outcome} ({elapsed}); result discarded",
-            )
-            return
-        self._log(item.instance_id, f"activity {item.name!r} #{item.task_id} {outcome} ({elapsed})")
-        self._deliver(inst, event, task_id=item.task_id)
+        discarded = "; result discarded" if inst is None else ""
+        self._log(item.instance_id, f"{what} {outcome} ({elapsed}){discarded}")
+        if inst is not None:
+            event = make_event(kind, self.clock.now(), TaskScheduledId=item.task_id, **answer)
+            self._deliver(inst, event, task_id=item.task_id)

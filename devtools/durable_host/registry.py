@@ -28,9 +28,11 @@ class ActivityFunction:
 
     def decode_input(self, input_json: str | None) -> Any:
         """Decode the activity input exactly like the worker's activity-trigger converter."""
-        if input_json is None:
-            return None
-        return ActivityTriggerConverter.decode(meta.Datum(type="json", value=input_json), trigger_metadata={})
+        if input_json is not None:
+            return ActivityTriggerConverter.decode(
+                meta.Datum(type="json", value=input_json), trigger_metadata={}
+            )
+        return None
 
     @staticmethod
     def encode_output(value: Any) -> str:
@@ -38,9 +40,7 @@ class ActivityFunction:
         return ActivityTriggerConverter.encode(value, expected_type=None).value
 
     def invoke(self, value: Any) -> Any:
-        if self.parameter is not None:
-            return self.fn(**{self.parameter: value})
-        return self.fn(value)
+        return self.fn(value) if self.parameter is None else self.fn(**{self.parameter: value})
 
 
 @dataclass
@@ -54,32 +54,26 @@ class FunctionTable:
         if isinstance(source, Mapping):
             for name, fn in source.items():
                 self.add_callable(name, fn)
-            return
-        if callable(getattr(source, "get_functions", None)) and hasattr(source, "_function_builders"):
+        elif callable(getattr(source, "get_functions", None)) and hasattr(source, "_function_builders"):
             for function in source.get_functions():  # once: a second call raises
                 self.add_function(function)
-            return
-        if _is_function(source):
+        elif _is_function(source):
             self.add_function(source)
-            return
-        if hasattr(source, "_function_builders"):  # a blueprint: read, never register
+        elif hasattr(source, "_function_builders"):  # a blueprint: read, never register
             for builder in source._function_builders:
                 self.add_function(builder._function)
-            return
-        if isinstance(source, Iterable) and not isinstance(source, str | bytes):
+        elif isinstance(source, Iterable) and not isinstance(source, str | bytes):
             for item in source:
                 self.load(item)
-            return
-        raise TypeError(
-            f"cannot load functions from {source!r}: pass a DFApp, a Blueprint, Function objects, "
-            "or a {name: callable} map"
-        )
+        else:
+            raise TypeError(
+                f"cannot load functions from {source!r}: pass a DFApp, a Blueprint, Function objects, "
+                "or a {name: callable} map"
+            )
 
     def add_function(self, function: Any) -> None:
-        trigger = function.get_trigger()
-        name = function.get_function_name()
-        kind = getattr(trigger, "type", None)
-        user_function = function.get_user_function()
+        trigger, name = function.get_trigger(), function.get_function_name()
+        kind, user_function = getattr(trigger, "type", None), function.get_user_function()
         if kind == "orchestrationTrigger":
             self._put(self.orchestrators, name, OrchestratorFunction(_as_handler(user_function)))
         elif kind == "activityTrigger":
@@ -109,6 +103,4 @@ def _is_function(source: Any) -> bool:
 
 def _as_handler(fn: Callable) -> Callable[[Any], str]:
     """The worker-facing handler: ``Orchestrator.create`` output, wrapping a raw generator if needed."""
-    if hasattr(fn, "orchestrator_function"):
-        return fn
-    return df.Orchestrator.create(fn)
+    return fn if hasattr(fn, "orchestrator_function") else df.Orchestrator.create(fn)

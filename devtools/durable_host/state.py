@@ -9,14 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus
+from azure.durable_functions.models.OrchestrationRuntimeStatus import OrchestrationRuntimeStatus as Status
 
-from .history import (
-    HistoryEventType,
-)
-
-Status = OrchestrationRuntimeStatus
-H = HistoryEventType
+from .history import HistoryEventType as H
 
 #: Statuses in which an instance id cannot be started again (the extension answers 409).
 RUNNING_STATUSES = frozenset({Status.Pending, Status.Running, Status.ContinuedAsNew})

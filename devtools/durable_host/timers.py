@@ -19,17 +19,11 @@ from workflow_core.clock import use_clock
 
 from .aio import call_maybe_async
 from .history import ActionType, flatten_actions, format_time, make_event
-from .state import (
-    TERMINAL_STATUSES,
-    H,
-    _Execution,
-    _Instance,
-    _Periodic,
-    _Task,
-)
+from .state import TERMINAL_STATUSES, H, _Execution, _Instance, _Periodic, _Task
 
 #: Loop iterations one run to idle may take before the host calls it a livelock.
 MAX_STEPS = 100_000
+WAIT = ActionType.WAIT_FOR_EXTERNAL_EVENT
 
 
 class _Loop:
@@ -104,20 +98,17 @@ class _Loop:
                     if wake is None:
                         raise TimeoutError(self._diagnose("nothing left to run and no timer pending"))
                     if wake > deadline:
-                        raise TimeoutError(
-                            self._diagnose(f"next timer at {format_time(wake)} is after the timeout")
-                        )
+                        late = f"next timer at {format_time(wake)} is after the timeout"
+                        raise TimeoutError(self._diagnose(late))
                     self._log("", f"clock skips {_delta(wake - now)} to {format_time(wake)}")
                     self.clock.advance_to(wake)
+                elif now >= deadline:
+                    raise TimeoutError(self._diagnose("real-time timeout"))
                 else:
-                    if now >= deadline:
-                        raise TimeoutError(self._diagnose("real-time timeout"))
-                    pause = self.poll_interval
-                    if wake is not None:
-                        pause = min(pause, max((wake - now).total_seconds(), 0.0))
+                    pause = min(self.poll_interval, (min(deadline, wake or deadline) - now).total_seconds())
                     self._lock.release()
                     try:
-                        time.sleep(min(pause, max((deadline - now).total_seconds(), 0.0)))
+                        time.sleep(max(pause, 0.0))
                     finally:
                         self._lock.acquire()
 
@@ -175,9 +166,8 @@ class _Loop:
             if work == 0:
                 return total
             total += work
-        raise RuntimeError(
-            self._diagnose(f"still busy after {MAX_STEPS} steps: an orchestrator or a pump never goes idle")
-        )
+        busy = f"still busy after {MAX_STEPS} steps: an orchestrator or a pump never goes idle"
+        raise RuntimeError(self._diagnose(busy))
 
     def _step(self) -> int:
         work = self._fire_due_timers()
@@ -218,13 +208,11 @@ class _Loop:
     def _timer_task(self, entry: tuple) -> _Task | None:
         """The timer a queue entry stands for, or None once nobody can receive it (a cancelled one still
         fires into its running execution: docs/durable-test-host.md, "Timers")."""
-        _, _, instance_id, execution_id, task_id = entry
-        inst = self._live(instance_id, execution_id)
-        return None if inst is None else inst.execution.tasks.get(task_id)
+        inst = self._live(entry[2], entry[3])
+        return None if inst is None else inst.execution.tasks.get(entry[4])
 
     def _fire_due_timers(self) -> int:
-        fired = 0
-        now = self.clock.now()
+        fired, now = 0, self.clock.now()
         while self._timers and self._timers[0][0] <= now:
             entry = heapq.heappop(self._timers)
             task = self._timer_task(entry)
@@ -233,18 +221,13 @@ class _Loop:
             inst = self._instances[entry[2]]
             event = make_event(H.TIMER_FIRED, now, TimerId=task.id, FireAt=format_time(task.fire_at))
             self._deliver(inst, event)
-            late = (
-                " (it was cancelled: the orchestrator replays and has nothing to do)"
-                if task.cancelled
-                else ""
-            )
-            self._log(inst.instance_id, f"timer #{task.id} fired{late}")
+            late = " (it was cancelled: the orchestrator replays and has nothing to do)"
+            self._log(inst.instance_id, f"timer #{task.id} fired{late if task.cancelled else ''}")
             fired += 1
         return fired
 
     def _run_due_periodics(self) -> int:
-        work = 0
-        now = self.clock.now()
+        work, now = 0, self.clock.now()
         for periodic in list(self._periodics):
             while periodic.next_at <= now:
                 periodic.next_at += periodic.every
@@ -258,12 +241,10 @@ class _Loop:
         heapq.heappush(self._timers, entry)
 
     def _cancel_timer(self, inst: _Instance, task: _Task) -> None:
-        if task.cancelled or task.done:
-            return
-        task.cancelled = True
-        self._log(
-            inst.instance_id, f"timer #{task.id} cancelled (no longer an open task; it still fires later)"
-        )
+        if not (task.cancelled or task.done):
+            task.cancelled = True
+            why = "no longer an open task; it still fires later"
+            self._log(inst.instance_id, f"timer #{task.id} cancelled ({why})")
 
     def _open_tasks(self, execution: _Execution) -> list[_Task]:
         """Tasks the framework still waits for (``TaskOrchestrationContext.openTasks``)."""
@@ -290,18 +271,10 @@ class _Loop:
         for inst in self._instances.values():
             if inst.status in TERMINAL_STATUSES:
                 continue
-            timers = ", ".join(
-                f"#{t.id} at {format_time(t.fire_at)}"
-                for t in self._open_tasks(inst.execution)
-                if t.kind == "timer"
-            )
-            waiting = sorted(
-                {
-                    a.get("externalEventName")
-                    for a in flatten_actions(inst.last_actions or [])
-                    if a.get("actionType") == ActionType.WAIT_FOR_EXTERNAL_EVENT
-                }
-            )
+            open_timers = [t for t in self._open_tasks(inst.execution) if t.kind == "timer"]
+            timers = ", ".join(f"#{t.id} at {format_time(t.fire_at)}" for t in open_timers)
+            waits = [a for a in flatten_actions(inst.last_actions or []) if a.get("actionType") == WAIT]
+            waiting = sorted({a.get("externalEventName") for a in waits})
             lines.append(
                 f"  {inst.instance_id} ({inst.name}): {inst.status.value}; open timers: {timers or 'none'}; "
                 f"events it has waited for: {waiting or 'none'}; undelivered messages: {len(inst.inbox)}"
@@ -331,9 +304,6 @@ def _delta(delta: timedelta) -> str:
 
 def _offset(delta: timedelta) -> str:
     total_ms = int(delta.total_seconds() * 1000)
-    sign = "-" if total_ms < 0 else "+"
-    total_ms = abs(total_ms)
-    hours, rest = divmod(total_ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}.{millis:03d}"
+    minutes, millis = divmod(abs(total_ms), 60_000)
+    hours, minutes = divmod(minutes, 60)
+    return f"{'-' if total_ms < 0 else '+'}{hours:02d}:{minutes:02d}:{millis // 1000:02d}.{millis % 1000:03d}"

@@ -16,7 +16,7 @@ from activities import handle_result
 from activities.replies.attempt_status import REFUSED_ANSWER, answer_queue_prefix
 from activities.scheduler import functions as scheduling
 from activities.worker.agent_worker import process_work_message
-from devtools.request_counter import RequestCounter
+from tests.helpers.request_counter import RequestCounter
 from tests.transport.test_message_schemas import validator
 from workflow_core.ledger import StepStatus as S
 from workflow_core.ledger.parking import parked_messages

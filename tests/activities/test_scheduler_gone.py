@@ -19,9 +19,9 @@ from azure.durable_functions.models.utils import http_utils
 from activities.replies.dead_letters import handle_dead_letter
 from activities.replies.results import handle_result
 from activities.worker.handlers import faults
-from devtools.request_counter import RequestCounter
 from supervisor import run_tick
 from tests.api.durable_http_stub import DurableHttpStub
+from tests.helpers.request_counter import RequestCounter
 from workflow_core import clock
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR
 from workflow_core.ledger.index_keys import index_row_time

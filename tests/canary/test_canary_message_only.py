@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 
 from devtools.harness import PatternHarness
-from devtools.message_only_echo import MessageOnlyEcho
 from supervisor.canary import latest_verdicts, verify_runs
 from supervisor.canary.runs import start_canary_run
+from tests.helpers.message_only_echo import MessageOnlyEcho
 from workflow_core.canary import ECHO_FAULTS, SCENARIOS, expected_recovery_seconds
 
 PERIOD, GRACE = 30.0, 30.0

@@ -10,9 +10,9 @@ import json
 from collections import Counter
 
 from devtools.harness import PatternHarness
-from devtools.request_counter import RequestCounter
 from supervisor.canary import ACTOR, VERDICT_ACTION
 from supervisor.canary.runs import canary_tick
+from tests.helpers.request_counter import RequestCounter
 from workflow_core.runtime import Services
 from workflow_core.settings import canary_settings
 

@@ -1,1 +1,2 @@
-"""What tests share besides fixtures: rows, settings and stand-ins (fixtures live in conftest.py)."""
+"""What tests share besides fixtures: rows, settings, stand-ins and the storage-request counter
+with its scenarios (bench/ imports those too; fixtures live in conftest.py)."""

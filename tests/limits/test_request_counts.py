@@ -3,9 +3,9 @@ request counts of ``tests/perf`` hold with limits declared for some *other* agen
 
 from __future__ import annotations
 
-from devtools import request_counter as rc
-from devtools.request_scenarios import step_operations
 from tests.activities.test_pool_routing import declare_pools
+from tests.helpers import request_counter as rc
+from tests.helpers.request_scenarios import step_operations
 from tests.perf.test_request_counts import EXPECTED, PER_WORKFLOW, counted  # noqa: F401 - the fixture
 from workflow_core.workflows.pools import clear_pools_cache
 

@@ -25,9 +25,9 @@ from devtools.live_history import (
 )
 from devtools.replay_check import load_recordings
 from devtools.replay_corpus import CHAIN
-from devtools.request_counter import RequestCounter
 from operator_cli.cli import main as sas
 from operator_cli.workflow_commands import EXIT_NONDETERMINISTIC
+from tests.helpers.request_counter import RequestCounter
 from tests.orchestrators.test_replay_mutations import (
     copy_of_the_app,
     note_in_dispatch_input,

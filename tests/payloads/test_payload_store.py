@@ -10,7 +10,7 @@ import time
 import pytest
 from azure.storage.blob import ContainerClient
 
-from devtools.request_counter import RequestCounter
+from tests.helpers.request_counter import RequestCounter
 from workflow_core.ledger.model import MAX_TEXT
 from workflow_core.payloads import (
     PayloadMissing,

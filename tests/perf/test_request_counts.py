@@ -1,7 +1,7 @@
 """Storage requests per operation of the pattern, pinned: a change that adds a round trip fails here.
 
-The figures come from ``devtools.request_scenarios`` (the same measurement ``bench/requests_per_step.py``
-prints), counted at the SDK's transport by ``devtools.request_counter`` on a real Azurite. They are
+The figures come from ``tests.helpers.request_scenarios`` (the same measurement ``bench/requests_per_step.py``
+prints), counted at the SDK's transport by ``tests.helpers.request_counter`` on a real Azurite. They are
 today's costs, not targets: when a write path gets cheaper, lower its row in ``EXPECTED`` (and
 ``EXPECTED_PER_OVERDUE_STEP``) in the same change. A row that goes *up* needs a reason in the commit.
 """
@@ -12,9 +12,9 @@ from datetime import timedelta
 
 import pytest
 
-from devtools import request_counter as rc
-from devtools.request_counter import RequestCounter, pattern_operation
-from devtools.request_scenarios import step_operations, watchdog_tick
+from tests.helpers import request_counter as rc
+from tests.helpers.request_counter import RequestCounter, pattern_operation
+from tests.helpers.request_scenarios import step_operations, watchdog_tick
 from workflow_core.runtime import Services, set_services
 from workflow_core.settings import StorageConnection, load_settings
 
@@ -179,9 +179,9 @@ def test_limits_a_step_parked_behind_an_open_circuit_costs_at_most_six_requests_
     assert EXPECTED_HELD_ASK * 60 / PARK_SECONDS <= 6
 
 
-# Whole workflows on the in-process durable host (devtools.request_scenarios.end_to_end): what a real run adds
-# to the driven scenario above (the HTTP start and its instance record, settling the instance,
-# batched receives). Receives depend on timing (a pump takes up to 16 messages at once), so they are
+# Whole workflows on the in-process durable host (tests.helpers.request_scenarios.end_to_end): what a
+# real run adds to the driven scenario above (the HTTP start and its instance record, settling the
+# instance, batched receives). Receives depend on timing (a pump takes up to 16 messages at once), so they are
 # bounded, not pinned.
 E2E_PER_STEP: dict[str, int] = {
     # batch Dispatched + audit + instance; send. No read: the step's ETag from the starter and the
@@ -210,7 +210,7 @@ E2E_ONCE = {rc.DEFINITION_STORE: 1}  # the first start of this definition versio
 
 
 def test_requests_of_whole_workflows_end_to_end(azurite):
-    from devtools.request_scenarios import end_to_end
+    from tests.helpers.request_scenarios import end_to_end
 
     counts = end_to_end(azurite, workflows=2)
 

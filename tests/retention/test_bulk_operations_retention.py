@@ -11,10 +11,10 @@ from datetime import timedelta
 
 import pytest
 
-from devtools.request_counter import RequestCounter
 from supervisor.maintenance import bulk
 from supervisor.maintenance.bulk import KEYS_PARTITION
 from supervisor.maintenance.retention import BulkRetention
+from tests.helpers.request_counter import RequestCounter
 from workflow_core import clock
 from workflow_core.ledger import StepLedger
 from workflow_core.ledger.idempotency import (

@@ -3,8 +3,8 @@ instance 12 Table requests (+3 blob requests with the archive), plus 4 listing q
 
 from __future__ import annotations
 
-from devtools.request_counter import RequestCounter
-from devtools.request_scenarios import finished_instance, measure_purge
+from tests.helpers.request_counter import RequestCounter
+from tests.helpers.request_scenarios import finished_instance, measure_purge
 from workflow_core.ledger import StepLedger
 from workflow_core.settings import StorageConnection
 from workflow_core.storage_clients import blob_container_client

@@ -12,7 +12,7 @@ from azure.core.credentials import AccessToken
 from azure.core.pipeline.transport import HttpTransport
 from azure.data.tables import TableClient, UpdateMode
 
-from devtools.request_counter import RequestCounter
+from tests.helpers.request_counter import RequestCounter
 from tests.storage.support import EVERY_TYPE, entity
 from workflow_core import storage_clients
 from workflow_core.settings import StorageConnection

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from devtools.request_counter import (
+from supervisor.maintenance.retention import Retention
+from tests.helpers.request_counter import (
     AGENT_EFFECT,
     CREATE_STEPS,
     DISPATCH,
@@ -32,7 +33,6 @@ from devtools.request_counter import (
     StorageRequest,
     pattern_operation,
 )
-from supervisor.maintenance.retention import Retention
 from workflow_core import clock
 from workflow_core.ledger import InstanceHandle, InstanceStatus, NewStep, StepLedger, StepStatus, encode_json
 from workflow_core.runtime import Services

@@ -1,6 +1,6 @@
 """Count the HTTP requests the app's storage clients make, at the SDK's transport (tests and benchmarks).
 
-    from devtools.request_counter import RequestCounter, pattern_operation
+    from tests.helpers.request_counter import RequestCounter, pattern_operation
 
     with RequestCounter(classify=pattern_operation) as counter:  # before the clients are built
         services = Services(load_settings(env))
