@@ -61,7 +61,7 @@ def port_open(port: int) -> bool:
 class Azurite:
     """One Azurite process with on-disk state, so it can be restarted with its data intact."""
 
-    location: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="azurite-")))
+    location: Path | None = None  # None: a temporary folder made at the first start, removed by close()
     blob_port: int = 0  # 0: free ports picked here
     queue_port: int = 0
     table_port: int = 0
@@ -103,6 +103,8 @@ class Azurite:
     def _launch(self, timeout: float) -> None:
         if self.process is not None:
             return
+        if self.location is None:  # made here, not at construction: an Azurite never started leaves nothing
+            self.location = Path(tempfile.mkdtemp(prefix="azurite-"))
         cmd = [find_azurite(), "--silent", "--loose", "--skipApiVersionCheck", "--disableTelemetry"]
         cmd += ["--location", str(self.location)]
         for service, port in zip(("blob", "queue", "table"), self._ports, strict=True):
@@ -141,7 +143,7 @@ class Azurite:
 
     def close(self) -> None:
         self.stop()
-        if self.owns_location:
+        if self.owns_location and self.location is not None:
             shutil.rmtree(self.location, ignore_errors=True)
 
     def __enter__(self) -> Azurite:

@@ -8,6 +8,7 @@ Azurite binding it. These tests make both happen on purpose.
 from __future__ import annotations
 
 import socket
+import tempfile
 
 import pytest
 
@@ -56,3 +57,14 @@ def test_ports_a_caller_chose_are_never_replaced():
             assert chosen._ports == ports
         finally:
             chosen.close()
+
+
+def test_an_azurite_leaves_no_folder_behind_started_or_not(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for _ in range(3):
+        Azurite()  # built, never started (a demo pointed at a running Azurite does this)
+    assert list(tmp_path.iterdir()) == []
+    with Azurite() as azurite:
+        assert azurite.location is not None and azurite.location.parent == tmp_path
+        assert (azurite.location / "azurite.log").exists()
+    assert list(tmp_path.iterdir()) == []
