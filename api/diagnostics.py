@@ -2,7 +2,8 @@
 
 Never public: behind App Service Authentication it needs the ``Workflows.Operate`` role; without it a
 function key (in Azure) or a loopback caller (locally), as every read. The body names settings, never
-their values. Each section (:data:`SECTIONS`) runs on its own: one that raises becomes a failed row.
+their values. Each section (:data:`SECTIONS`) and each feature's provider (:data:`PROVIDERS`) runs on
+its own: one that raises becomes a failed row, never a 500.
 """
 
 from __future__ import annotations
@@ -13,13 +14,32 @@ from typing import Any
 
 import azure.functions as func
 
-from api import diagnostics_providers, diagnostics_rbac, diagnostics_runtime, diagnostics_timers
+from api import diagnostics_providers, diagnostics_queues, diagnostics_rbac, diagnostics_runtime
 from api import diagnostics_sections as sections
 from api.boundary import authorize, secure
+from api.diagnostics_timers import timers
 from api.platform_auth import platform_authentication_on
 from api.responses import ServicesSource, json_errors, json_response, resolve_services
 
-diagnostics_providers.install()  # the canary's and the circuits' rows
+# The optional features' rows (api/diagnostics_providers.py): name -> callable(services) -> rows.
+PROVIDERS = {
+    "canary": diagnostics_providers.canary_rows,
+    "circuits": diagnostics_providers.circuit_rows,
+    "features": diagnostics_providers.feature_rows,
+}
+
+
+def _providers(services: Any) -> list[sections.Row]:
+    rows: list[sections.Row] = []
+    for name, provider in sorted(PROVIDERS.items()):
+        try:
+            rows.extend(provider(services))
+        except Exception as exc:
+            rows.append(
+                sections.row(name, False, f"the {name} provider failed: {type(exc).__name__}", "see the logs")
+            )
+    return rows
+
 
 SECTIONS: tuple[tuple[str, Any], ...] = (
     ("host", sections.host_json),
@@ -27,10 +47,10 @@ SECTIONS: tuple[tuple[str, Any], ...] = (
     ("identity", sections.identity),
     ("telemetry", lambda s: [*sections.telemetry(s), diagnostics_runtime.telemetry_exporter()]),
     ("access", sections.access),
-    ("queues", lambda s: [*sections.queues(s), *diagnostics_runtime.answer_queues(s)]),
+    ("queues", lambda s: [*diagnostics_queues.queues(s), *diagnostics_runtime.answer_queues(s)]),
     ("roles", diagnostics_rbac.roles),
-    ("timers", diagnostics_timers.timers),
-    ("providers", sections.providers),
+    ("timers", timers),
+    ("providers", _providers),
 )
 
 
@@ -43,14 +63,10 @@ def collect(services: Any, durable: list[sections.Row] | None = None) -> dict[st
         try:
             rows = section(services)
         except Exception as exc:
-            rows = [
-                sections.row(
-                    name, False, f"the section failed: {type(exc).__name__}: {exc}"[:400], "see logs"
-                )
-            ]
+            detail = f"the section failed: {type(exc).__name__}: {exc}"[:400]
+            rows = [sections.row(name, False, detail, "see logs")]
         body["sections"][name] = rows
-    checks = [r for rows in body["sections"].values() for r in rows]
-    body["failed"] = sum(1 for r in checks if r["ok"] is False)
+    body["failed"] = sum(1 for rows in body["sections"].values() for r in rows if r["ok"] is False)
     body["ok"] = body["failed"] == 0
     return body
 

@@ -1,8 +1,8 @@
 """The optional features' rows in ``GET /api/diagnostics`` (``sas doctor``): the recovery canary's,
 the circuit breakers', and a failing row for each feature whose settings are invalid (it is off).
 
-Kept apart from :mod:`api.diagnostics_sections` (which knows the platform, not the features) and
-installed by :mod:`api.diagnostics` through ``register_provider``. What makes a row fail is what an
+Kept apart from :mod:`api.diagnostics_sections` (which knows the platform, not the features); listed
+in :data:`api.diagnostics.PROVIDERS`. What makes a row fail is what an
 operator must act on: the canary's newest verdict failed or none passed within two periods; a
 circuit is open. A disabled canary, a canary that has not judged a run yet, a half-open circuit and
 superseded failures are shown, not failed.
@@ -93,9 +93,3 @@ def circuit_rows(services: Any, agents: dict[str, Any] | None = None) -> list[se
         fix = "" if ok is not False else "see docs/agent-limits.md; `sas circuit close AGENT --reason ...`"
         rows.append(sections.row(f"circuit {view.agent}", ok, detail[:400], fix))
     return rows
-
-
-def install() -> None:
-    sections.register_provider("features", feature_rows)
-    sections.register_provider("canary", canary_rows)
-    sections.register_provider("circuits", circuit_rows)

@@ -17,6 +17,7 @@ import logging
 import os
 from typing import Any
 
+from api.diagnostics_queues import answer_round_trip
 from api.diagnostics_sections import Row, row
 from workflow_core import APP_LOGGER, telemetry_instruments
 
@@ -102,16 +103,9 @@ async def _get(client: Any, url: str) -> tuple[int, str]:
     return status, (body if isinstance(body, str) else json.dumps(body))[:200]
 
 
-def answer_queue_names() -> list[str]:
-    return [q.strip() for q in (os.environ.get(ANSWER_QUEUES_SETTING) or "").split(",") if q.strip()]
-
-
 def answer_queues(services: Any) -> list[Row]:
-    """Each answer queue of ``ANSWER_QUEUES``: a probe answer sent and read back
-    (:func:`api.diagnostics_queues.answer_round_trip`)."""
-    from api.diagnostics_queues import answer_round_trip
-
-    names = answer_queue_names()
+    """Each answer queue of ``ANSWER_QUEUES``: a probe answer sent and read back."""
+    names = [q.strip() for q in (os.environ.get(ANSWER_QUEUES_SETTING) or "").split(",") if q.strip()]
     if not names:
         return [
             row("answer queues", None, f"{ANSWER_QUEUES_SETTING} names none (no pool asks on Service Bus)")

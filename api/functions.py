@@ -72,7 +72,8 @@ for _name, _route, _method, _body in (
     ("http_canary_run", "canary/runs", "POST", canary.run_canary),
     ("http_list_circuits", "circuits", "GET", circuits_api.list_circuits),
     ("http_circuit_action", "circuits/{agent}/{action}", "POST", circuits_api.circuit_action),
-    *operations_api.ROUTES,  # bulk operations (api/operations_api.py)
+    ("http_start_operation", "operations", "POST", operations_api.start_operation),
+    ("http_get_operation", "operations/{operation_id}", "GET", operations_api.get_operation),
 ):
     _with_client(_name, _route, _method, _body)
 

@@ -16,8 +16,6 @@ from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrc
 
 from api.boundary import secure
 from api.responses import (
-    DEFAULT_TOP,
-    MAX_TOP,
     ApiError,
     ServicesSource,
     call_durable,
@@ -43,6 +41,8 @@ from workflow_core.contracts import compensation_instance_id
 from workflow_core.workflows import WorkflowDefinitionError, load_workflows
 
 log = logging.getLogger(__name__)
+DEFAULT_TOP = 50
+MAX_TOP = 500
 
 
 @json_errors
@@ -111,10 +111,8 @@ async def list_workflows(req: func.HttpRequest, client: Any, services: ServicesS
     """Recent orchestration instances, newest first; ``?status=Running,Failed`` and ``?top=`` filter."""
     statuses = _status_filter(req.params.get("status"))
     top = _top(req.params.get("top"))
-    if statuses:
-        found = await call_durable(client.get_status_by(runtime_status=statuses), "list instances")
-    else:
-        found = await call_durable(client.get_status_all(), "list instances")
+    query = client.get_status_by(runtime_status=statuses) if statuses else client.get_status_all()
+    found = await call_durable(query, "list instances")
     found = sorted((s for s in found if s), key=_created_key, reverse=True)
     base = route_base(req)
     instances = [
@@ -162,13 +160,13 @@ def _status_filter(raw: str | None) -> list[OrchestrationRuntimeStatus]:
 def _top(raw: str | None) -> int:
     if raw is None or raw.strip() == "":
         return DEFAULT_TOP
-    rule = f"top must be an integer from 1 to {MAX_TOP}"
     try:
-        top = int(raw.strip())
+        top: int | None = int(raw.strip())
     except ValueError:
-        raise ApiError(400, "invalid top", [f"{rule}, got {raw!r}"], code="invalid-filter") from None
-    if not 1 <= top <= MAX_TOP:
-        raise ApiError(400, "invalid top", [f"{rule}, got {top}"], code="invalid-filter")
+        top = None
+    if top is None or not 1 <= top <= MAX_TOP:
+        rule = f"top must be an integer from 1 to {MAX_TOP}, got {repr(raw) if top is None else top}"
+        raise ApiError(400, "invalid top", [rule], code="invalid-filter")
     return top
 
 

@@ -27,6 +27,7 @@ from api.responses import (
     json_response,
     resolve_services,
 )
+from api.views import camel
 from supervisor import operator
 from supervisor.maintenance import bulk, bulk_keys
 from workflow_core.feature_settings import bulk_settings
@@ -34,16 +35,7 @@ from workflow_core.settings import SettingsError
 
 log = logging.getLogger(__name__)
 INLINE_INSTANCES = 25
-_FILTER_FIELDS = {
-    "workflow": "workflow",
-    "version": "version",
-    "status": "status",
-    "needsAttention": "needs_attention",
-    "errorContains": "error_contains",
-    "startedAfter": "started_after",
-    "startedBefore": "started_before",
-    "businessKeyPrefix": "business_key_prefix",
-}
+_FILTER_FIELDS = {camel(name): name for name in bulk.BulkFilter.model_fields}  # e.g. needsAttention
 _BODY_FIELDS = {"action", "filter", "reason", "dryRun"}
 
 
@@ -163,9 +155,3 @@ async def get_operation(req: func.HttpRequest, client: Any, services: ServicesSo
     if progress is None:
         raise ApiError(404, f"no bulk operation {bulk_id!r}", code="not-found")
     return json_response(progress)
-
-
-ROUTES = (
-    ("http_start_operation", "operations", "POST", start_operation),
-    ("http_get_operation", "operations/{operation_id}", "GET", get_operation),
-)

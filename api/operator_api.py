@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import azure.functions as func
+from azure.durable_functions import OrchestrationRuntimeStatus
 
 from api import continuation
 from api import idempotency as idempotent
 from api.boundary import caller_name
 from api.circuits_api import attention_circuits, mark_waiting
 from api.responses import (
-    ACTIVE_STATUSES,
     ApiError,
     ServicesSource,
     call_durable,
@@ -52,6 +52,10 @@ STEP_ACTIONS = {"retry": operator.retry_step, "skip": operator.skip_step}
 INSTANCE_ACTIONS = ("compensate", "resume", "stop", "cancel")
 DEAD_LETTER_PREFIX = "dead-lettered"  # last_error of a step whose work message was dead-lettered
 DEAD_LETTER_WINDOW = timedelta(days=1)
+# Runtime statuses in which an orchestration still holds its instance id.
+ACTIVE_STATUSES = frozenset(
+    OrchestrationRuntimeStatus[name] for name in ("Pending", "Running", "Suspended", "ContinuedAsNew")
+)
 
 
 def _filters(req: func.HttpRequest) -> dict[str, Any]:
@@ -65,22 +69,18 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
         raw = text(name)
         if raw is None:
             return None
-
-        def bad(why: str) -> ApiError:
-            return ApiError(400, f"invalid {name}", [why], code="invalid-filter")
-
         try:
             parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        except ValueError:
-            raise bad(f"{name} must be an ISO 8601 time such as 2025-03-01T09:00:00Z, got {raw!r}") from None
-        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-        try:  # 0001-01-01T00:00:00+14:00 parses, but is before the first representable UTC instant;
+            value = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
             # a day's margin each side: the ledger compares with a tick (or an inverted time) either side
-            value = parsed.astimezone(UTC)
             _ = (value - timedelta(days=1), value + timedelta(days=1))
+        except ValueError:
+            why = f"{name} must be an ISO 8601 time such as 2025-03-01T09:00:00Z, got {raw!r}"
+        except OverflowError:  # 0001-01-01T00:00:00+14:00 parses, but is before the first UTC instant
+            why = f"{raw!r} is outside the representable calendar"
+        else:
             return value
-        except OverflowError:
-            raise bad(f"{raw!r} is outside the representable calendar") from None
+        raise ApiError(400, f"invalid {name}", [why], code="invalid-filter")
 
     attention = text("needsAttention")
     if attention is not None and attention.lower() not in ("true", "false"):

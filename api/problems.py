@@ -1,12 +1,9 @@
 """RFC 9457 problems: the API's error answers, each with a stable ``code``, and bounded in size.
 
-A problem repeats what the caller sent (an unknown field, a bad id) so the caller can see what went
-wrong; sent by an attacker, that echo must not grow with the request. Every answer therefore keeps at
-most :data:`MAX_DETAILS` sentences of at most :data:`MAX_DETAIL_CHARS` characters each, and lists in
-``extra`` at most :data:`MAX_LIST_ITEMS` items, saying how many were left out.
-
-Its own module (not :mod:`api.responses`) so that :mod:`api.boundary`, which raises problems, sits
-below the response helpers that call it.
+A problem repeats what the caller sent (an unknown field, a bad id); sent by an attacker, that echo
+must not grow with the request: an answer keeps at most :data:`MAX_DETAILS` sentences of at most
+:data:`MAX_DETAIL_CHARS` characters and :data:`MAX_LIST_ITEMS` items of each list in ``extra``, saying
+how many were left out. A module of its own so that :mod:`api.boundary` sits below :mod:`api.responses`.
 """
 
 from __future__ import annotations

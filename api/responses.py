@@ -1,11 +1,10 @@
-"""What every HTTP function body shares: JSON responses and readable errors, request parsing, services
-that fail as a readable 503, Durable and ledger calls whose failures become problem+json (502 / 503),
-id checks and the app's URLs; the bodies themselves (``api.handlers``, ``api.start``,
-``api.operator_api``) each stay about one route family.
+"""What every HTTP function body shares: JSON answers, problems for errors, request bodies, services
+that fail as a readable 503, Durable and ledger calls whose failures become problems (502 / 503), id
+checks and the app's URLs.
 
-Request bodies hold only finite numbers and nest at most :data:`MAX_JSON_DEPTH` deep: ``1e400`` (which
-Python reads as infinity, and would serve back as the non-JSON ``Infinity``) and a 100,000-deep array
-(a ``RecursionError`` in any recursive reader) are 400 problems at the door.
+Request bodies hold only finite numbers and nest at most :data:`MAX_JSON_DEPTH` deep: ``1e400`` (read
+as infinity, served back as the non-JSON ``Infinity``) and a 100,000-deep array (a ``RecursionError``
+in any recursive reader) are 400 problems at the door.
 """
 
 from __future__ import annotations
@@ -22,11 +21,9 @@ from urllib.parse import urlsplit
 
 import azure.functions as func
 from azure.core.exceptions import AzureError
-from azure.durable_functions import OrchestrationRuntimeStatus
 
 from api.boundary import admit, secure
 from api.problems import ApiError, json_default
-from workflow_core.contracts import compensation_instance_id, step_instance_id
 from workflow_core.ledger import InvalidLedgerInput, StepLedger
 from workflow_core.ledger.model import WORKFLOW_NAME, validate_instance_id, validate_step_id
 from workflow_core.runtime import Services
@@ -39,7 +36,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-JSON_CONTENT_TYPE = "application/json"
+JSON_TYPE = "application/json"
 DEFAULT_ROUTE_PREFIX = "/api"
 JSON_TYPES = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}  # else null
 
@@ -62,12 +59,7 @@ def json_response(
         text = json.dumps(body, default=json_default, allow_nan=False)
     except ValueError:  # a non-finite number stored before the door refused them
         text = json.dumps(_finite(body), default=json_default, allow_nan=False)
-    return func.HttpResponse(
-        text,
-        status_code=status_code,
-        headers=dict(headers or {}),
-        mimetype=JSON_CONTENT_TYPE,
-    )
+    return func.HttpResponse(text, status_code=status_code, headers=dict(headers or {}), mimetype=JSON_TYPE)
 
 
 Handler = Callable[..., Awaitable[func.HttpResponse]]
@@ -130,15 +122,11 @@ def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
         raise ApiError(
             400, "request body is not valid UTF-8 text", ["send a JSON object"], code="invalid-json"
         ) from None
-    except json.JSONDecodeError as exc:
-        raise ApiError(
-            400,
-            "request body is not valid JSON",
-            [f"{exc.msg} at line {exc.lineno}, column {exc.colno}"],
-            code="invalid-json",
-        ) from None
     except ValueError as exc:
-        raise ApiError(400, "request body is not valid JSON", [str(exc)], code="invalid-json") from None
+        why = str(exc)
+        if isinstance(exc, json.JSONDecodeError):
+            why = f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+        raise ApiError(400, "request body is not valid JSON", [why], code="invalid-json") from None
     if not isinstance(data, dict):
         raise ApiError(
             400,
@@ -150,40 +138,18 @@ def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
 
 
 def route_base(req: func.HttpRequest) -> str:
-    """``scheme://host[:port]/<routePrefix>`` of this request, e.g. ``http://localhost:7071/api``.
-
-    Derived from the request URL (the part before ``/workflows`` or ``/health``), so links follow the
-    host name the caller used and a non-default ``routePrefix`` in host.json.
-    """
+    """``scheme://host[:port]/<routePrefix>`` of this request, e.g. ``http://localhost:7071/api``: links
+    follow the host name the caller used and a non-default ``routePrefix`` in host.json."""
     parts = urlsplit(req.url or "")
     path = parts.path or ""
-    prefix = DEFAULT_ROUTE_PREFIX
-    for marker in ("/workflows", "/instances", "/attention", "/console", "/health"):
-        at = path.find(marker)
-        if at >= 0:
-            prefix = path[:at]
-            break
+    markers = ("/workflows", "/instances", "/attention", "/console", "/health")
+    prefix = next((path[:at] for marker in markers if (at := path.find(marker)) >= 0), DEFAULT_ROUTE_PREFIX)
     if parts.scheme and parts.netloc:
         return f"{parts.scheme}://{parts.netloc}{prefix}"
     return prefix
 
 
 ServicesSource = Services | Callable[[], Services]
-
-INSTANCE_ID_FIELD = "instance_id"
-COMPENSATION_SUFFIX = compensation_instance_id("")  # ":compensation"
-STEP_INFIX = step_instance_id("", "")  # ":step:", the ids of a parallel group's step orchestrations
-DEFAULT_TOP = 50
-MAX_TOP = 500
-# Runtime statuses in which an orchestration still holds its instance id.
-ACTIVE_STATUSES = frozenset(
-    {
-        OrchestrationRuntimeStatus.Pending,
-        OrchestrationRuntimeStatus.Running,
-        OrchestrationRuntimeStatus.Suspended,
-        OrchestrationRuntimeStatus.ContinuedAsNew,
-    }
-)
 
 
 def resolve_services(source: ServicesSource) -> Services:

@@ -13,9 +13,6 @@ from typing import Any
 import azure.functions as func
 
 from api.responses import (
-    COMPENSATION_SUFFIX,
-    INSTANCE_ID_FIELD,
-    STEP_INFIX,
     ApiError,
     ServicesSource,
     check_instance_id,
@@ -30,13 +27,15 @@ from api.responses import (
 )
 from api.versions import definition_to_start
 from api.views import decode_maybe_json
+from workflow_core.contracts import STEP_INFIX, compensation_instance_id
 from workflow_core.starter import StartRefused, start_instance
 
+INSTANCE_ID_FIELD = "instance_id"
+COMPENSATION_SUFFIX = compensation_instance_id("")  # ":compensation"
 STATUS_OF = {"invalid-input": 400, "input-too-large": 413, "instance-exists": 409, "durable-unavailable": 502}
 
 
 def refused(exc: StartRefused) -> ApiError:
-    """The problem a refused start answers."""
     return ApiError(STATUS_OF[exc.code], exc.message, exc.details, code=exc.code, extra=exc.extra)
 
 

@@ -45,7 +45,7 @@ def _ref(text: str | None) -> Any:
         return text
 
 
-def _camel(name: str) -> str:
+def camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(word.capitalize() for word in rest)
 
@@ -55,7 +55,7 @@ def _fields(obj: Any, names: str) -> dict[str, Any]:
     out = {}
     for name in names.split():
         value = getattr(obj, name)
-        out[_camel(name)] = iso(value) if isinstance(value, datetime) else getattr(value, "value", value)
+        out[camel(name)] = iso(value) if isinstance(value, datetime) else getattr(value, "value", value)
     return out
 
 
