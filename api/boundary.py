@@ -6,10 +6,16 @@ HTML form can do none of these, and a cross-site ``fetch`` that does needs a COR
 never grants. Every answer carries :data:`SECURITY_HEADERS`.
 
 Who is calling is decided by the platform's settings, never by the request: principal headers are
-believed only behind App Service Authentication (:func:`api.platform_auth.platform_authentication_on`);
-in Azure without it every action is 401; locally a principal header is forged by definition (403) and
-only a request addressed in ``Host`` to a loopback name on the port it was served on is accepted (no
+believed only behind App Service Authentication (:func:`platform_authentication_on`); in Azure
+without it every action is 401; locally a principal header is forged by definition (403) and only a
+request addressed in ``Host`` to a loopback name on the port it was served on is accepted (no
 forwarding header is read; a DNS-rebinding name is refused). docs/api.md, "Who may call", says why.
+
+App Service Authentication is on when the platform sets ``WEBSITE_AUTH_ENABLED=True`` (exactly when
+authsettingsV2 has ``platform.enabled``) in an Azure-hosted app (``WEBSITE_INSTANCE_ID`` or
+``WEBSITE_SITE_NAME``, never set locally): a local shell that sets the first alone turns nothing off.
+The routes are then ``anonymous`` at the Functions level (:func:`api_auth_level`): a function key on
+top would be asked of every Entra caller too (the Functions docs, "Securing Azure Functions").
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from api.platform_auth import AZURE_MARKER_SETTINGS, platform_authentication_on
+import azure.functions as func
+
 from api.problems import ApiError
 
+AUTH_ENABLED_SETTING = "WEBSITE_AUTH_ENABLED"
+AZURE_MARKER_SETTINGS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME")
 PRINCIPAL_NAME_HEADER = "x-ms-client-principal-name"
 PRINCIPAL_HEADER = "x-ms-client-principal"
 PRINCIPAL_ID_HEADER = "x-ms-client-principal-id"
@@ -41,6 +50,18 @@ _NAME_CLAIMS = (
     "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/upn",
     "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress",
 )
+
+
+def platform_authentication_on(env: Mapping[str, str] | None = None) -> bool:
+    """True when App Service Authentication fronts this (Azure-hosted) app."""
+    env = os.environ if env is None else env
+    in_azure = any((env.get(name) or "").strip() for name in AZURE_MARKER_SETTINGS)
+    return in_azure and (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true"
+
+
+def api_auth_level(env: Mapping[str, str] | None = None) -> func.AuthLevel:
+    """``anonymous`` behind App Service Authentication (the platform authenticates), else ``function``."""
+    return func.AuthLevel.ANONYMOUS if platform_authentication_on(env) else func.AuthLevel.FUNCTION
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -138,13 +159,6 @@ def from_loopback(headers: Mapping[str, str], url: str) -> bool:
     return served is None or (host[1] or default) == served_port
 
 
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "local-developer"
-
-
 def authorize(request: Any, *, action: bool) -> str | None:
     """The name to record for this request (``None`` for an anonymous read), or a 401/403 problem;
     ``action``: the request changes state."""
@@ -217,7 +231,10 @@ def authorize(request: Any, *, action: bool) -> str | None:
             ],
             code="not-loopback",
         )
-    return _os_user()
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "local-developer"
 
 
 def caller_name(request: Any) -> str:

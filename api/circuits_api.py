@@ -1,10 +1,9 @@
 """The operator API of per-agent limits (docs/agent-limits.md): read every limited agent's circuit
 and slots, open or close a circuit by hand, and the "waiting" marks of the instance view.
 
-``POST /api/circuits/{agent}/{open|close}`` goes through the same door as every operator action
-(App Service Authentication and its operate role, or the local loopback user; JSON, the client
-header, a reason, an ``Idempotency-Key``) and is audited on the circuit as ``operator:<caller>``. An
-operator's open holds until an operator closes it: no probe, no watchdog moves it.
+Opening or closing is an operator action like any other (the same door, a reason, an
+``Idempotency-Key``), audited on the circuit as ``operator:<caller>``. An operator's open holds until
+an operator closes it: no probe, no watchdog moves it.
 """
 
 from __future__ import annotations

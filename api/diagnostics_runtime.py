@@ -1,12 +1,18 @@
 """Rows of ``GET /api/diagnostics`` that ask the running system, not its settings: did the worker's
 exporter start, on which logger; does the Durable backend answer; does an answer of the app's reach
-every answer queue (sent and read back).
+every answer queue (sent and read back); does every timer still tick on its schedule.
 
 The Durable round trip is a status query of an instance id nobody uses, through the ``durableClient``
 binding the HTTP functions get: the host's Durable extension asks its backend (the task hub's tables
 or the Durable Task Scheduler) with the app's identity, so a missing Durable Task Data Contributor, a
 wrong scheduler endpoint or task hub, or an unreachable storage account answers an error, while "no
 such instance" (404) is a backend that answered.
+
+Each timer records its ticks with its NCRONTAB schedule (``workflow_core/liveness.py``); it is late
+when its last tick is older than two of its periods (the longest gap between two firings) plus a cold
+start's margin. The watchdog is judged on ``WATCHDOG_SCHEDULE`` (what its trigger reads) and fails if
+it never ticked; every other timer on the schedule it recorded. In Azure (``WEBSITE_SITE_NAME``) a
+maintenance timer that never ticked fails too: ``function_app.py`` always registers it.
 """
 
 from __future__ import annotations
@@ -15,16 +21,19 @@ import asyncio
 import json
 import logging
 import os
+from datetime import timedelta
 from typing import Any
 
 from api.diagnostics_queues import answer_round_trip
 from api.diagnostics_sections import Row, row
-from workflow_core import APP_LOGGER, telemetry_instruments
+from workflow_core import APP_LOGGER, liveness, telemetry_instruments
+from workflow_core.schedules import Schedule
 
 PROBE_INSTANCE = "sas-doctor-probe"
 LOGGER_SETTING = "PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME"  # the worker's, read as its otel.py does
 ANSWER_QUEUES_SETTING = "ANSWER_QUEUES"  # the answer queues infra created (comma-separated)
 ANSWERED_STATUSES = {200, 202, 400, 404}  # a status, or "no such instance": the backend answered
+COLD_START_MARGIN = timedelta(seconds=120)
 
 
 def _exporting(name: str) -> bool:
@@ -89,10 +98,8 @@ async def durable_backend(client: Any) -> Row:
 
 
 async def _get(client: Any, url: str) -> tuple[int, str]:
-    """GET ``url`` as the client's transport would. The SDK's own transport (``http_utils``) keeps one
-    process-wide session and decodes every body as JSON, so it is asked with a session of this call's
-    own (the same request); a client whose transport was replaced (the in-process durable host of
-    ``devtools/``, which answers the same API in process) is asked through that transport."""
+    """GET ``url`` as the client's transport would: the SDK's own (one process-wide session, every body
+    decoded as JSON) with a session of this call's own; a replaced one (devtools' in-process host) as is."""
     get = client._get_async_request
     if getattr(get, "__module__", "").startswith("azure.durable_functions"):
         import aiohttp
@@ -111,3 +118,48 @@ def answer_queues(services: Any) -> list[Row]:
             row("answer queues", None, f"{ANSWER_QUEUES_SETTING} names none (no pool asks on Service Bus)")
         ]
     return [answer_round_trip(services.transport, name) for name in names]
+
+
+def schedule_period(schedule: str) -> timedelta | None:
+    """The longest gap between two firings of a six-field NCRONTAB schedule (seconds first), or None
+    when it is not one this reads (names of days or months, a TimeSpan)."""
+    try:
+        return Schedule.parse(schedule).longest_gap()
+    except ValueError:
+        return None
+
+
+def _timer_row(name: str, tick: liveness.Tick | None, schedule: str | None) -> Row:
+    check = f"{name} last tick"
+    where = (
+        f"check that the {name} timer runs (its schedule setting; the function is not disabled), the "
+        "app's state and its logs"
+    )
+    if tick is None:
+        return row(check, False, f"the {name} timer has never recorded a tick", where)
+    period = schedule_period(schedule or "")
+    age = tick.age_seconds()
+    seen = f"{name} last ran {int(age)} s ago ({tick.ticks} ticks recorded, {tick.errors} errors last)"
+    if period is None:
+        return row(check, None, f"{seen}; schedule {schedule!r} not read here, so not judged")
+    limit = 2 * period + COLD_START_MARGIN
+    return row(
+        check,
+        age <= limit.total_seconds(),
+        f"{seen}; schedule {schedule} fires at least every {int(period.total_seconds())} s",
+        f"it has not ticked for over {int(limit.total_seconds())} s (two periods and a cold start): {where}",
+    )
+
+
+def timers(services: Any) -> list[Row]:
+    """A row per timer that records liveness; the watchdog's always, on ``WATCHDOG_SCHEDULE``."""
+    from workflow_core.storage_clients import table_client
+
+    s = services.settings
+    ticks = liveness.Liveness(table_client(s.ledger_connection, s.ledger_table)).last_ticks()
+    rows = [_timer_row("watchdog", ticks.pop(liveness.WATCHDOG, None), s.watchdog_schedule)]
+    if os.environ.get("WEBSITE_SITE_NAME"):
+        from supervisor.maintenance import TIMER
+
+        ticks.setdefault(TIMER, None)
+    return rows + [_timer_row(name, tick, tick and tick.schedule) for name, tick in sorted(ticks.items())]

@@ -14,6 +14,7 @@ import azure.functions as func
 from azure.durable_functions import OrchestrationRuntimeStatus
 from azure.durable_functions.models.DurableOrchestrationStatus import DurableOrchestrationStatus
 
+from api import views
 from api.boundary import secure
 from api.responses import (
     ApiError,
@@ -28,14 +29,6 @@ from api.responses import (
     route_base,
     status_url,
     steps_url,
-)
-from api.views import (
-    audit_view,
-    orchestration_view,
-    runtime_status_name,
-    step_counts,
-    step_view,
-    workflow_name_of,
 )
 from workflow_core.contracts import compensation_instance_id
 from workflow_core.workflows import WorkflowDefinitionError, load_workflows
@@ -65,14 +58,14 @@ async def get_workflow_status(
     base = route_base(req)
     body = {
         "instanceId": instance_id,
-        "workflow": workflow_name_of(status, steps),
+        "workflow": views.workflow_name_of(status, steps),
         # the definition version the instance is pinned to, as its ledger record says
         "version": record.version if record is not None else None,
-        "runtimeStatus": runtime_status_name(status) if status else None,
-        "orchestration": orchestration_view(status),
-        "compensation": orchestration_view(compensation),
-        "stepCounts": step_counts(steps),
-        "steps": [step_view(s) for s in steps],
+        "runtimeStatus": views.runtime_status_name(status) if status else None,
+        "orchestration": views.orchestration_view(status),
+        "compensation": views.orchestration_view(compensation),
+        "stepCounts": views.step_counts(steps),
+        "steps": [views.step_view(s) for s in steps],
         "links": {"self": status_url(base, instance_id), "steps": steps_url(base, instance_id)},
     }
     return json_response(body)
@@ -98,9 +91,9 @@ async def get_workflow_steps(
     base = route_base(req)
     body = {
         "instanceId": instance_id,
-        "workflow": workflow_name_of(status, steps),
-        "steps": [step_view(s) for s in steps],
-        "timeline": [audit_view(a) for a in trail],
+        "workflow": views.workflow_name_of(status, steps),
+        "steps": [views.step_view(s) for s in steps],
+        "timeline": [views.audit_view(a) for a in trail],
         "links": {"self": steps_url(base, instance_id), "status": status_url(base, instance_id)},
     }
     return json_response(body)
@@ -116,9 +109,9 @@ async def list_workflows(req: func.HttpRequest, client: Any, services: ServicesS
     found = sorted((s for s in found if s), key=_created_key, reverse=True)
     base = route_base(req)
     instances = [
-        {k: v for k, v in (orchestration_view(s) or {}).items() if k != "output"}
+        {k: v for k, v in (views.orchestration_view(s) or {}).items() if k != "output"}
         | {
-            "workflow": workflow_name_of(s, []),
+            "workflow": views.workflow_name_of(s, []),
             "statusUrl": status_url(base, s.instance_id) if s.instance_id else None,
         }
         for s in found[:top]
@@ -171,11 +164,8 @@ def _top(raw: str | None) -> int:
 
 
 async def health(req: func.HttpRequest, client: Any, services: ServicesSource) -> func.HttpResponse:
-    """200 when the app settings and workflow definitions load; 503 naming the problem otherwise;
-    with the API's security headers but no identity check (probes call it).
-
-    Makes no storage or Durable call: it answers "is this deployment configured", cheaply.
-    """
+    """200 when the app settings and workflow definitions load, else 503 naming the problem. No identity
+    check (probes call it) and no storage or Durable call: "is this deployment configured", cheaply."""
     try:
         svc = resolve_services(services)
         workflows = sorted(load_workflows())

@@ -1,9 +1,7 @@
 """``Idempotency-Key`` for operator actions: a repeat with the same key gets the first answer and
-acts once; the key is claimed in the ledger before the action runs.
-
-Every operator action must carry one (428 without): a client that times out and repeats its request
-cannot otherwise tell "it acted" from "it did not", and an action such as a step retry is not
-idempotent by itself. The console makes one per click and ``sas`` one per command."""
+acts once; the key is claimed in the ledger before the action runs. Every operator action must carry
+one (428 without): a client that times out and repeats cannot otherwise tell "it acted" from "it did
+not", and a step retry is not idempotent by itself (docs/api.md, "Idempotency keys")."""
 
 from __future__ import annotations
 

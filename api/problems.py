@@ -97,11 +97,8 @@ def _bounded(value: Any) -> Any:
 
 
 class ApiError(Exception):
-    """Ends a request with an RFC 9457 problem (``application/problem+json``) and the given status.
-
-    The body keeps this API's human sentences, ``error`` (what went wrong) and ``details`` (how to fix
-    it), beside the problem members ``type``, ``title``, ``status``, ``detail`` and a stable ``code``.
-    """
+    """Ends a request with an RFC 9457 problem: ``type``, ``title``, ``status``, ``detail``, a stable
+    ``code``, and this API's sentences ``error`` (what went wrong) and ``details`` (how to fix it)."""
 
     def __init__(
         self,

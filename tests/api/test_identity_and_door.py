@@ -313,7 +313,7 @@ def test_the_ledger_id_rule_is_a_full_match():
 
 def test_the_console_files_hold_no_data_and_need_no_role(run, platform_auth):
     from api.boundary import CONSOLE_CSP
-    from api.console_site import console_file
+    from api.functions import console_file
 
     page = run(console_file(http_request("GET", "/api/console/", route_params={"path": ""})))
 
