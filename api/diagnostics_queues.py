@@ -16,6 +16,7 @@ on the way stays locked until doctor is done and is then abandoned once, never d
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from api.diagnostics_sections import Row, failure, row
 from workflow_core import clock
 from workflow_core.transport.envelope import DOCTOR_PROBE as PROBE_BODY
 
+ANSWER_QUEUES_SETTING = "ANSWER_QUEUES"
 ANSWER_WAIT_SECONDS = 10.0
 ANSWER_PROBE_TTL = timedelta(minutes=1)
 
@@ -122,6 +124,16 @@ def answer_round_trip(transport: Any, queue: str) -> Row:
         f"dropped it, as agents drop doctor probes){met}"
     )
     return row(check, True, detail)
+
+
+def answer_queues(services: Any) -> list[Row]:
+    """Each answer queue of ``ANSWER_QUEUES`` (infra names them): a probe answer sent and read back."""
+    names = [q.strip() for q in (os.environ.get(ANSWER_QUEUES_SETTING) or "").split(",") if q.strip()]
+    if not names:
+        return [
+            row("answer queues", None, f"{ANSWER_QUEUES_SETTING} names none (no pool asks on Service Bus)")
+        ]
+    return [answer_round_trip(services.transport, name) for name in names]
 
 
 def _read_back(probe: str, receive: Any, complete: Any, abandon: Any) -> tuple[bool, int]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import boundary, canary, circuits_api, diagnostics, handlers, operations_api, operator_api, start
+from api import boundary, canary, circuits_api, diagnostics, handlers, operations_api, operator_api
 from api.boundary import CONSOLE_CSP, secure
 from api.responses import ApiError, json_errors
 from workflow_core import runtime
@@ -56,11 +56,11 @@ def _with_client(
 
 
 for _name, _route, _method, _body in (
-    ("http_start_workflow", "workflows/{name}/instances", "POST", start.start_workflow),
+    ("http_start_workflow", "workflows/{name}/instances", "POST", handlers.start_workflow),
     ("http_list_workflows", "workflows", "GET", handlers.list_workflows),
     ("http_get_workflow", "workflows/{instance_id}", "GET", handlers.get_workflow_status),
     ("http_get_workflow_steps", "workflows/{instance_id}/steps", "GET", handlers.get_workflow_steps),
-    ("http_list_workflow_versions", "workflows/{name}/versions", "GET", start.list_versions),
+    ("http_list_workflow_versions", "workflows/{name}/versions", "GET", handlers.list_versions),
     # the operator API (api/operator_api.py)
     ("http_list_instances", "instances", "GET", operator_api.list_instances),
     ("http_get_instance", "instances/{instance_id}", "GET", operator_api.get_instance),

@@ -44,8 +44,7 @@ def _bad(why: str, code: str = "invalid-request") -> ApiError:
 
 
 def parse_filter(raw: Any) -> bulk.BulkFilter:
-    if raw is None:
-        raw = {}
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise _bad('"filter" must be an object')
     unknown = sorted(set(raw) - set(_FILTER_FIELDS))
@@ -66,15 +65,6 @@ def parse_filter(raw: Any) -> bulk.BulkFilter:
         return bulk.BulkFilter.model_validate(values)
     except ValidationError as exc:
         raise _bad("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
-
-
-def _terminate_through(client: Any) -> bulk.Terminate:
-    terminate = bulk.durable_terminate(client)
-
-    async def call(instance_id: str, reason: str) -> None:
-        await call_durable(terminate(instance_id, reason), "end the orchestration")
-
-    return call
 
 
 @json_errors
@@ -116,6 +106,11 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
             ),
         )
         store = bulk.BulkStore(svc.ledger, svc.bulk_operations)
+        terminate = bulk.durable_terminate(client)
+
+        async def end(instance_id: str, why: str) -> None:
+            await call_durable(terminate(instance_id, why), "end the orchestration")
+
         try:  # the snapshot first (all of it), then the first few instances
             await bulk.run(
                 store,
@@ -123,7 +118,7 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
                 runner="request",
                 rate_per_second=rate,
                 max_instances=INLINE_INSTANCES,
-                terminate=_terminate_through(client),
+                terminate=end,
             )
         except Exception:  # recorded: the timer carries it on from its cursor; answer with its id
             log.warning("bulk %s: the inline run stopped; the timer carries it on", op.bulk_id, exc_info=True)

@@ -180,28 +180,20 @@ def _action(req: func.HttpRequest, kind: str, known: Any) -> str:
     return action
 
 
-def _operator_problem(exc: operator.OperatorError) -> ApiError:
-    # 409 only when the ledger moved under the request (what no retry can change is a 422, raised as such)
-    if isinstance(exc, operator.UnknownInstance):
-        return ApiError(404, str(exc), code="instance-not-found")
-    if isinstance(exc, operator.UnknownStep):
-        return ApiError(404, str(exc), code="step-not-found", extra={"knownSteps": exc.known})
-    if isinstance(exc, operator.IllegalMove):
-        return ApiError(
-            409,
-            str(exc),
-            code="illegal-move",
-            extra={"currentStatus": exc.status.value, "allowedMoves": exc.allowed_moves},
-        )
-    return ApiError(409, str(exc), code=exc.code)  # the instance state's refusal, or a race
-
-
 async def _ledger_move(svc: Any, act: Callable[[StepLedger], T]) -> T:
-    """An operator's move through :mod:`supervisor.operator`; a refusal becomes its problem."""
+    """An operator's move through :mod:`supervisor.operator`; a refusal becomes its problem (a 409 only
+    when the ledger moved under the request: what no retry can change is a 422, raised as such)."""
     try:
         return await call_ledger(svc, act)
-    except operator.OperatorError as exc:
-        raise _operator_problem(exc) from None
+    except operator.UnknownInstance as exc:
+        raise ApiError(404, str(exc), code="instance-not-found") from None
+    except operator.UnknownStep as exc:
+        raise ApiError(404, str(exc), code="step-not-found", extra={"knownSteps": exc.known}) from None
+    except operator.IllegalMove as exc:
+        moves = {"currentStatus": exc.status.value, "allowedMoves": exc.allowed_moves}
+        raise ApiError(409, str(exc), code="illegal-move", extra=moves) from None
+    except operator.OperatorError as exc:  # the instance state's refusal, or a race
+        raise ApiError(409, str(exc), code=exc.code) from None
 
 
 @json_errors

@@ -6,9 +6,8 @@ from __future__ import annotations
 import azure.functions as func
 import pytest
 
-from api.handlers import get_workflow_status, health
+from api.handlers import get_workflow_status, health, start_workflow
 from api.operator_api import get_instance, instance_action, list_instances, step_action
-from api.start import start_workflow
 from tests.api.support import http_request, json_of, principal_headers
 from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
