@@ -13,12 +13,12 @@ from typing import Any
 
 import azure.functions as func
 
-from api import idempotency as idempotent
 from api.boundary import caller_name
 from api.responses import (
     ApiError,
     ServicesSource,
     call_ledger,
+    idempotent,
     json_errors,
     json_object_body,
     json_response,
@@ -92,7 +92,7 @@ async def circuit_action(req: func.HttpRequest, client: Any, services: ServicesS
         log.info("operator %s: circuit of %s %s (%s)", user, agent, action, reason)
         return json_response({"action": action, "actor": actor, "circuit": circuit})
 
-    return await idempotent.once(req, svc, partition_of(agent), f"{action} circuit {agent}", actor, move)
+    return await idempotent(req, svc, partition_of(agent), f"{action} circuit {agent}", actor, move)
 
 
 def attention_circuits(ledger: Any) -> list[dict[str, Any]]:

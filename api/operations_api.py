@@ -15,13 +15,13 @@ from typing import Any
 import azure.functions as func
 from pydantic import ValidationError
 
-from api import idempotency as idempotent
 from api.boundary import caller_name
 from api.responses import (
     ApiError,
     ServicesSource,
     call_durable,
     call_ledger,
+    idempotent,
     json_errors,
     json_object_body,
     json_response,
@@ -130,7 +130,7 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
         return json_response(progress, status_code=200 if op.done else 202)
 
     request = bulk_keys.request_of(action, flt, reason)
-    return await idempotent.once(req, svc, bulk_keys.KEYS_PARTITION, request, actor, act)
+    return await idempotent(req, svc, bulk_keys.KEYS_PARTITION, request, actor, act)
 
 
 @json_errors

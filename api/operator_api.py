@@ -18,7 +18,6 @@ import azure.functions as func
 from azure.durable_functions import OrchestrationRuntimeStatus
 
 from api import continuation
-from api import idempotency as idempotent
 from api.boundary import caller_name
 from api.circuits_api import attention_circuits, mark_waiting
 from api.responses import (
@@ -29,6 +28,7 @@ from api.responses import (
     check_instance_id,
     check_step_id,
     check_workflow_name,
+    idempotent,
     json_errors,
     json_object_body,
     json_response,
@@ -215,7 +215,7 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
         return json_response({"action": action, "actor": actor, "step": step_view(updated)})
 
     actor = operator.actor_for(user)
-    return await idempotent.once(req, svc, instance_id, f"{action} {instance_id}/{step_id}", actor, move)
+    return await idempotent(req, svc, instance_id, f"{action} {instance_id}/{step_id}", actor, move)
 
 
 @json_errors
@@ -248,7 +248,7 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
         log.info("operator %s: %s by %s (%s)", action, instance_id, user, reason)
         return json_response({"action": action, "actor": actor, **result})
 
-    return await idempotent.once(
+    return await idempotent(
         req,
         svc,
         instance_id,
@@ -297,23 +297,25 @@ async def attention(req: func.HttpRequest, client: Any, services: ServicesSource
     hidden = CANARY_WORKFLOWS if _hide_canary(req) else ()
 
     def read(ledger: StepLedger) -> dict[str, Any]:
-        stalled = ledger.overdue(now, limit=200)
-        failed_compensations = ledger.needing_attention(limit=200)
-        soon = ledger.overdue(now + DEAD_LETTER_WINDOW, limit=500)
-        dead = [
-            s
-            for s in soon
-            if s.status is StepStatus.FAILED and (s.last_error or "").startswith(DEAD_LETTER_PREFIX)
-        ]
+        soon = now + DEAD_LETTER_WINDOW
+        lists = {
+            "stalled": ledger.overdue(now, limit=200),
+            "compensationFailed": ledger.needing_attention(limit=200),
+            "deadLettered": [
+                s
+                for s in ledger.overdue(soon, limit=500)
+                if s.status is StepStatus.FAILED and (s.last_error or "").startswith(DEAD_LETTER_PREFIX)
+            ],
+        }
         flagged, _ = ledger.list_instances(needs_attention=True, limit=200, exclude_workflow=hidden)
-        if hidden:  # the recovery canary's runs have their own alerts and page (docs/operations.md)
-            stalled = [s for s in stalled if s.workflow_name not in hidden]
-            failed_compensations = [s for s in failed_compensations if s.workflow_name not in hidden]
-            dead = [s for s in dead if s.workflow_name not in hidden]
-        lists = {"stalled": stalled, "compensationFailed": failed_compensations, "deadLettered": dead}
+        # the recovery canary's runs (hidden) have their own alerts and page (docs/operations.md)
         return {
             **{
-                key: [step_view(s) | {"instanceId": s.instance_id} for s in steps]
+                key: [
+                    step_view(s) | {"instanceId": s.instance_id}
+                    for s in steps
+                    if s.workflow_name not in hidden
+                ]
                 for key, steps in lists.items()
             },
             "instances": [instance_record_view(r) for r in flagged],
