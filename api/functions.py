@@ -21,7 +21,6 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from api import boundary, canary, circuits_api, diagnostics, handlers, operations_api, operator_api
-from api.boundary import CONSOLE_CSP, secure
 from api.responses import ApiError, json_errors
 from workflow_core import runtime
 
@@ -111,4 +110,4 @@ async def console_file(req: func.HttpRequest) -> func.HttpResponse:
     response = func.HttpResponse(
         target.read_bytes(), status_code=200, headers=headers, mimetype=kind.split(";")[0]
     )
-    return secure(response, CONSOLE_CSP)
+    return boundary.secure(response, boundary.CONSOLE_CSP)
