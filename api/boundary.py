@@ -5,19 +5,17 @@ forget it. A state-changing request must be same-origin JSON carrying ``X-SAS-Cl
 HTML form can do none of these, and a cross-site ``fetch`` that does needs a CORS preflight this app
 never grants. Every answer carries :data:`SECURITY_HEADERS`.
 
-Who is calling is decided by the platform's own settings, never by the request (docs/api.md, "Who may
-call, and how an action must look"): with App Service Authentication on an Azure-hosted app
-(:func:`api.platform_auth.platform_authentication_on`: ``WEBSITE_AUTH_ENABLED=true`` *and* an Azure
-marker the platform sets, never a request header), the platform strips client-sent
-``X-MS-CLIENT-PRINCIPAL*`` headers and sets its own, so only then are they believed; in Azure without
-it nobody vouches for a name, so every action is 401; locally (``WEBSITE_AUTH_ENABLED`` copied into
-local settings included) a principal header is forged by definition (403 ``untrusted-identity``), and
-requests are accepted only from this machine. The Python worker is never
-told the socket peer (Core Tools and the demo server listen on loopback), and every forwarding header
-(``X-Forwarded-For``, ``Forwarded``) is one a web page may send, so none is read: a local request must
-be addressed, in ``Host``, to a loopback name on the port it was served on (:data:`LOCAL_HOSTS`). A
-page on an attacker's name that resolves to 127.0.0.1 (DNS rebinding) is sent with that name in
-``Host`` and refused (docs/api.md, "Who may call").
+Who is calling is decided by the platform's settings, never by the request: principal headers are
+believed only behind App Service Authentication (:func:`platform_authentication_on`); in Azure
+without it every action is 401; locally a principal header is forged by definition (403) and only a
+request addressed in ``Host`` to a loopback name on the port it was served on is accepted (no
+forwarding header is read; a DNS-rebinding name is refused). docs/api.md, "Who may call", says why.
+
+App Service Authentication is on when the platform sets ``WEBSITE_AUTH_ENABLED=True`` (exactly when
+authsettingsV2 has ``platform.enabled``) in an Azure-hosted app (``WEBSITE_INSTANCE_ID`` or
+``WEBSITE_SITE_NAME``, never set locally): a local shell that sets the first alone turns nothing off.
+The routes are then ``anonymous`` at the Functions level (:func:`api_auth_level`): a function key on
+top would be asked of every Entra caller too (the Functions docs, "Securing Azure Functions").
 """
 
 from __future__ import annotations
@@ -31,9 +29,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from api.platform_auth import AZURE_MARKER_SETTINGS, platform_authentication_on
+import azure.functions as func
+
 from api.problems import ApiError
 
+AUTH_ENABLED_SETTING = "WEBSITE_AUTH_ENABLED"
+AZURE_MARKER_SETTINGS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME")
 PRINCIPAL_NAME_HEADER = "x-ms-client-principal-name"
 PRINCIPAL_HEADER = "x-ms-client-principal"
 PRINCIPAL_ID_HEADER = "x-ms-client-principal-id"
@@ -51,10 +52,23 @@ _NAME_CLAIMS = (
 )
 
 
+def platform_authentication_on(env: Mapping[str, str] | None = None) -> bool:
+    """True when App Service Authentication fronts this (Azure-hosted) app."""
+    env = os.environ if env is None else env
+    in_azure = any((env.get(name) or "").strip() for name in AZURE_MARKER_SETTINGS)
+    return in_azure and (env.get(AUTH_ENABLED_SETTING) or "").strip().lower() == "true"
+
+
+def api_auth_level(env: Mapping[str, str] | None = None) -> func.AuthLevel:
+    """``anonymous`` behind App Service Authentication (the platform authenticates), else ``function``."""
+    return func.AuthLevel.ANONYMOUS if platform_authentication_on(env) else func.AuthLevel.FUNCTION
+
+
 def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """The stripped value of the header ``name`` (lower-case), blank included; None when absent."""
     for key, value in headers.items():
-        if key.lower() == name and value and value.strip():
-            return value.strip()
+        if key.lower() == name.lower():
+            return value.strip() if isinstance(value, str) else None
     return None
 
 
@@ -94,7 +108,7 @@ def _principal(headers: Mapping[str, str]) -> tuple[str | None, frozenset[str]] 
         data = json.loads(base64.b64decode(encoded + "=" * (-len(encoded) % 4))) if encoded else None
     except (binascii.Error, ValueError, RecursionError):
         data = None
-    name = _header(headers, PRINCIPAL_NAME_HEADER)
+    name = _header(headers, PRINCIPAL_NAME_HEADER) or None
     if not isinstance(data, dict):
         return None if name is None else (_checked_name(name), frozenset())
     raw_claims = data.get("claims") or []
@@ -145,22 +159,15 @@ def from_loopback(headers: Mapping[str, str], url: str) -> bool:
     return served is None or (host[1] or default) == served_port
 
 
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "local-developer"
-
-
 def authorize(request: Any, *, action: bool) -> str | None:
     """The name to record for this request (``None`` for an anonymous read), or a 401/403 problem;
     ``action``: the request changes state."""
     headers, url, env = request.headers, request.url or "", os.environ
     in_azure = any((env.get(name) or "").strip() for name in AZURE_MARKER_SETTINGS)
+    sent_principal = any(_header(headers, name) for name in _PRINCIPAL_HEADERS)
     if platform_authentication_on(env):
-        if _header(headers, PRINCIPAL_IDP_HEADER) is None and any(
-            _header(headers, name) is not None for name in _PRINCIPAL_HEADERS
-        ):  # App Service sets the identity provider with every principal: without it, not the platform's
+        # App Service sets the identity provider with every principal: without it, not the platform's
+        if sent_principal and not _header(headers, PRINCIPAL_IDP_HEADER):
             raise ApiError(
                 403,
                 "identity headers without the platform's marker are not accepted",
@@ -200,7 +207,7 @@ def authorize(request: Any, *, action: bool) -> str | None:
             ],
             code="unauthenticated",
         )
-    if any(_header(headers, name) is not None for name in _PRINCIPAL_HEADERS):
+    if sent_principal:
         raise ApiError(
             403,
             "identity headers are not accepted here",
@@ -224,7 +231,10 @@ def authorize(request: Any, *, action: bool) -> str | None:
             ],
             code="not-loopback",
         )
-    return _os_user()
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "local-developer"
 
 
 def caller_name(request: Any) -> str:
@@ -251,71 +261,56 @@ SECURITY_HEADERS = {
 }
 
 
-def _req_header(req: Any, name: str) -> str | None:
-    for key, value in (req.headers or {}).items():
-        if key.lower() == name.lower():
-            return value.strip() if isinstance(value, str) else None
-    return None
-
-
 def _origin_of(url: str) -> str | None:
     parts = urlsplit(url)
     if not parts.scheme or not parts.netloc:
         return None
-    port = parts.port
     default = {"http": 80, "https": 443}.get(parts.scheme.lower())
     host = (parts.hostname or "").lower()
     host = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme.lower()}://{host}" + ("" if port in (None, default) else f":{port}")
+    return f"{parts.scheme.lower()}://{host}" + ("" if parts.port in (None, default) else f":{parts.port}")
 
 
 def _own_origins(req: Any) -> set[str]:
     """The origins this request was addressed to: its URL's, and its ``Host`` header's (behind a
     front end the URL may name the worker's address while the browser used the public host)."""
-    host = _req_header(req, "host")
+    host = _header(req.headers or {}, "host")
     urls = [req.url or "", *((f"http://{host}", f"https://{host}") if host else ())]
     return {origin for url in urls if (origin := _origin_of(url))}
-
-
-def _check_same_site(req: Any) -> None:
-    fetch_site = (_req_header(req, "sec-fetch-site") or "").lower()
-    origin = _req_header(req, "origin")
-    foreign_origin = origin is not None and (
-        origin.lower() == "null" or _origin_of(origin) not in _own_origins(req)
-    )
-    if fetch_site == "cross-site" or foreign_origin:
-        raise ApiError(
-            403,
-            "cross-site requests may not change state",
-            [f"Origin {origin!r}, Sec-Fetch-Site {fetch_site or None!r}: act from the console or sas"],
-            code="cross-site",
-        )
-
-
-def _check_shape(req: Any) -> None:
-    media = (_req_header(req, "content-type") or "").split(";", 1)[0].strip().lower()
-    if media != "application/json":
-        raise ApiError(
-            415,
-            "state-changing requests take only application/json",
-            [f"got Content-Type {media or 'none'!r}; send Content-Type: application/json"],
-            code="unsupported-media-type",
-        )
-    if not _req_header(req, CLIENT_HEADER):
-        raise ApiError(
-            400,
-            f"state-changing requests need the {CLIENT_HEADER} header",
-            [f"send {CLIENT_HEADER}: <your client's name> (any non-empty value; the console sends it)"],
-            code="client-header-required",
-        )
 
 
 def admit(req: Any) -> None:
     """Refuse the request with a problem unless it may proceed (see the module's docstring)."""
     action = (getattr(req, "method", "GET") or "GET").upper() not in READ_METHODS
     if action:
-        _check_same_site(req)
-        _check_shape(req)
+        headers = req.headers or {}
+        fetch_site = (_header(headers, "sec-fetch-site") or "").lower()
+        origin = _header(headers, "origin")
+        foreign = origin is not None and (
+            origin.lower() == "null" or _origin_of(origin) not in _own_origins(req)
+        )
+        if fetch_site == "cross-site" or foreign:
+            raise ApiError(
+                403,
+                "cross-site requests may not change state",
+                [f"Origin {origin!r}, Sec-Fetch-Site {fetch_site or None!r}: act from the console or sas"],
+                code="cross-site",
+            )
+        media = (_header(headers, "content-type") or "").split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            raise ApiError(
+                415,
+                "state-changing requests take only application/json",
+                [f"got Content-Type {media or 'none'!r}; send Content-Type: application/json"],
+                code="unsupported-media-type",
+            )
+        if not _header(headers, CLIENT_HEADER):
+            raise ApiError(
+                400,
+                f"state-changing requests need the {CLIENT_HEADER} header",
+                [f"send {CLIENT_HEADER}: <your client's name> (any non-empty value; the console sends it)"],
+                code="client-header-required",
+            )
     authorize(req, action=action)
 
 

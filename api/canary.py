@@ -8,6 +8,7 @@ from typing import Any
 
 import azure.functions as func
 
+from api.handlers import refused
 from api.responses import (
     ApiError,
     ServicesSource,
@@ -16,7 +17,6 @@ from api.responses import (
     json_response,
     resolve_services,
 )
-from api.start import refused
 from supervisor.canary import DEFAULT_PERIOD, latest_verdicts
 from supervisor.canary.runs import pools_of, start_canary_run, workflow_of
 from workflow_core import clock

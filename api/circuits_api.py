@@ -1,10 +1,9 @@
 """The operator API of per-agent limits (docs/agent-limits.md): read every limited agent's circuit
 and slots, open or close a circuit by hand, and the "waiting" marks of the instance view.
 
-``POST /api/circuits/{agent}/{open|close}`` goes through the same door as every operator action
-(App Service Authentication and its operate role, or the local loopback user; JSON, the client
-header, a reason, an ``Idempotency-Key``) and is audited on the circuit as ``operator:<caller>``. An
-operator's open holds until an operator closes it: no probe, no watchdog moves it.
+Opening or closing is an operator action like any other (the same door, a reason, an
+``Idempotency-Key``), audited on the circuit as ``operator:<caller>``. An operator's open holds until
+an operator closes it: no probe, no watchdog moves it.
 """
 
 from __future__ import annotations
@@ -14,12 +13,12 @@ from typing import Any
 
 import azure.functions as func
 
-from api import idempotency as idempotent
 from api.boundary import caller_name
 from api.responses import (
     ApiError,
     ServicesSource,
     call_ledger,
+    idempotent,
     json_errors,
     json_object_body,
     json_response,
@@ -93,7 +92,7 @@ async def circuit_action(req: func.HttpRequest, client: Any, services: ServicesS
         log.info("operator %s: circuit of %s %s (%s)", user, agent, action, reason)
         return json_response({"action": action, "actor": actor, "circuit": circuit})
 
-    return await idempotent.once(req, svc, partition_of(agent), f"{action} circuit {agent}", actor, move)
+    return await idempotent(req, svc, partition_of(agent), f"{action} circuit {agent}", actor, move)
 
 
 def attention_circuits(ledger: Any) -> list[dict[str, Any]]:

@@ -33,10 +33,6 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def filter_digest(filters: Mapping[str, Any]) -> str:
     """A digest of the filter a page answers (everything but the page size and the token)."""
     bound = {
@@ -74,7 +70,8 @@ def verify(token: str | None, filters: Mapping[str, Any], key: bytes) -> str | N
     expected = _mac(payload, key)
     if len(token) > MAX_TOKEN_CHARS or not dot or not hmac.compare_digest(mac.encode(), expected.encode()):
         raise _invalid("the token is not one this API issued (or it was altered)")
-    data = json.loads(_unb64(payload))  # the MAC holds: sign() made it, so it has both fields
+    # the MAC holds: sign() made it, so it is base64 of JSON with both fields
+    data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     if data["f"] != filter_digest(filters):
         raise _invalid("the token belongs to a list with other filters")
     return data["t"]

@@ -7,42 +7,29 @@ oldest message by a peek (needs Listen: the app holds it on the queues it hosts,
 pools' queues, where the depth is reported as not measurable rather than as a failure).
 
 An answer queue gets a round trip instead (:func:`answer_round_trip`): a probe answer sent as the app
-sends its answers, then received back by its message id and completed, the only proof that an answer
-lands where the pool's agent reads (the app holds Data Receiver there for this alone). Its body is the
-doctor probe (``{"text": "sas-doctor-probe"}``, no ``attempt-status``) and it expires after a minute, so
-an agent that receives it first drops it as an answer nobody waits for; doctor then reports the queue
-reachable, its probe consumed by the agent. An agent's answer met on the way stays locked until doctor
-is done and is then abandoned, once (one delivery counted, never dead-lettered by doctor).
+sends its answers, received back by its message id and completed: the only proof that an answer lands
+where the pool's agent reads. The probe expires after a minute and an agent drops it (no
+``attempt-status``), so a queue whose agent took it first is reported reachable. An agent's answer met
+on the way stays locked until doctor is done and is then abandoned once, never dead-lettered.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+from api.diagnostics_sections import Row, failure, row
 from workflow_core import clock
 from workflow_core.transport.envelope import DOCTOR_PROBE as PROBE_BODY
 
+ANSWER_QUEUES_SETTING = "ANSWER_QUEUES"
 ANSWER_WAIT_SECONDS = 10.0
 ANSWER_PROBE_TTL = timedelta(minutes=1)
-
-
-def _row(queue: str, ok: bool | None, detail: str, fix: str = "") -> dict[str, Any]:
-    return {"check": f"queue {queue}", "ok": ok, "detail": detail, "fix": "" if ok else fix}
-
-
-def _failure(queue: str, exc: Exception) -> dict[str, Any]:
-    first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-    return _row(
-        queue,
-        False,
-        f"{type(exc).__name__}: {first}",
-        f"grant the app's identity the send right on {queue} (infra/modules/role-assignments.bicep)",
-    )
 
 
 def _age(oldest: Any) -> str:
@@ -51,59 +38,71 @@ def _age(oldest: Any) -> str:
     return f"oldest message {int((clock.utcnow() - oldest).total_seconds())} s old"
 
 
-def diagnose(transport: Any, queue: str) -> dict[str, Any]:
+def queues(services: Any) -> list[Row]:
+    """Every pool queue and the result queue: a probe, depth and oldest message age where measurable."""
+    from workflow_core.workflows.loader import agent_pools
+    from workflow_core.workflows.pools import pool_queue
+
+    s = services.settings
+    names = [pool_queue(s.work_queue, pool) for pool in agent_pools().names] + [s.result_queue]
+    try:
+        transport = services.transport
+    except Exception as exc:
+        fix = "grant the app's identity send and receive rights on its queues (role-assignments.bicep)"
+        return [row(f"queue {name}", False, failure(exc), fix) for name in names]
+    return [diagnose(transport, name) for name in names]
+
+
+def diagnose(transport: Any, queue: str) -> Row:
     from workflow_core.transport.servicebus import ServiceBusTransport
     from workflow_core.transport.storage_queue import StorageQueueTransport
 
+    check = f"queue {queue}"
     if isinstance(transport, StorageQueueTransport):
-        return _storage_queue(transport, queue)
-    if isinstance(transport, ServiceBusTransport):
-        return _service_bus(transport, queue)
-    return _row(queue, None, f"{type(transport).__name__} offers no probe (depth not measurable here)")
-
-
-def _storage_queue(transport: Any, queue: str) -> dict[str, Any]:
+        probe = _storage_queue
+    elif isinstance(transport, ServiceBusTransport):
+        probe = _service_bus
+    else:
+        return row(check, None, f"{type(transport).__name__} offers no probe (depth not measurable here)")
     try:
-        client = transport._client(queue)
-        sent = client.send_message(PROBE_BODY, visibility_timeout=300)
-        client.delete_message(sent.id, pop_receipt=sent.pop_receipt)
-        depth = client.get_queue_properties().approximate_message_count
-        peeked = client.peek_messages(max_messages=1)
+        return row(check, True, probe(transport, queue))
     except Exception as exc:
-        return _failure(queue, exc)
-    oldest = peeked[0].inserted_on if peeked else None
-    return _row(queue, True, f"probe sent and deleted; depth {depth}; {_age(oldest)}")
+        fix = f"grant the app's identity the send right on {queue} (infra/modules/role-assignments.bicep)"
+        return row(check, False, failure(exc), fix)
 
 
-def _service_bus(transport: Any, queue: str) -> dict[str, Any]:
+def _storage_queue(transport: Any, queue: str) -> str:
+    client = transport._client(queue)
+    sent = client.send_message(PROBE_BODY, visibility_timeout=300)
+    client.delete_message(sent.id, pop_receipt=sent.pop_receipt)
+    depth = client.get_queue_properties().approximate_message_count
+    peeked = client.peek_messages(max_messages=1)
+    return f"probe sent and deleted; depth {depth}; {_age(peeked[0].inserted_on if peeked else None)}"
+
+
+def _service_bus(transport: Any, queue: str) -> str:
     from azure.servicebus import ServiceBusMessage
 
     client = transport._client
-    try:
-        with client.get_queue_sender(queue) as sender:
-            numbers = sender.schedule_messages(
-                ServiceBusMessage(PROBE_BODY), clock.utcnow() + timedelta(hours=1)
-            )
-            sender.cancel_scheduled_messages(numbers)
-    except Exception as exc:
-        return _failure(queue, exc)
+    with client.get_queue_sender(queue) as sender:
+        numbers = sender.schedule_messages(ServiceBusMessage(PROBE_BODY), clock.utcnow() + timedelta(hours=1))
+        sender.cancel_scheduled_messages(numbers)
     try:
         with client.get_queue_receiver(queue) as receiver:
             peeked = receiver.peek_messages(max_message_count=1)
     except Exception:
-        return _row(queue, True, "probe scheduled and cancelled; depth not readable with a send-only role")
-    oldest = peeked[0].enqueued_time_utc if peeked else None
-    return _row(queue, True, f"probe scheduled and cancelled; {_age(oldest)}")
+        return "probe scheduled and cancelled; depth not readable with a send-only role"
+    return f"probe scheduled and cancelled; {_age(peeked[0].enqueued_time_utc if peeked else None)}"
 
 
-def answer_round_trip(transport: Any, queue: str) -> dict[str, Any]:
+def answer_round_trip(transport: Any, queue: str) -> Row:
     """Send a probe answer to ``queue`` and read it back (the module's docstring says how)."""
     from workflow_core.transport.base import OutgoingMessage
     from workflow_core.transport.servicebus import ServiceBusTransport
 
     bus = isinstance(transport, ServiceBusTransport)
     role = "Azure Service Bus Data Sender" if bus else "Storage Queue Data Contributor"
-    probe, step = f"{PROBE_BODY}:{uuid.uuid4().hex}", "send a probe answer to"
+    check, probe, step = f"answer queue {queue}", f"{PROBE_BODY}:{uuid.uuid4().hex}", "send a probe answer to"
     expires = clock.utcnow() + ANSWER_PROBE_TTL
     try:
         transport.send(
@@ -113,23 +112,28 @@ def answer_round_trip(transport: Any, queue: str) -> dict[str, Any]:
         with (_own_receiver if bus else _receiver)(transport, queue) as (receive, complete, abandon):
             found, others = _read_back(probe, receive, complete, abandon)
     except Exception as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         fix = f"infra creates {queue} (the pool's answerQueues) and grants the app's identity {role} on it"
-        detail = f"cannot {step} it: {type(exc).__name__}: {first}"
-        return _answer_row(queue, False, detail, f"{fix} (infra/modules/role-assignments.bicep): deploy")
+        detail = f"cannot {step} it: {failure(exc)}"
+        return row(check, False, detail, f"{fix} (infra/modules/role-assignments.bicep): deploy")
     met = f"; {others} agent answer(s) met and left in place" if others else ""
     if found:
-        return _answer_row(queue, True, f"probe answer sent and read back{met}")
+        return row(check, True, f"probe answer sent and read back{met}")
     detail = (
         f"reachable, probe consumed by the pool's agent: the app sent its probe answer and may receive "
         f"there, but the probe was gone within {ANSWER_WAIT_SECONDS:.0f} s (an agent read it first and "
         f"dropped it, as agents drop doctor probes){met}"
     )
-    return _answer_row(queue, True, detail)
+    return row(check, True, detail)
 
 
-def _answer_row(queue: str, ok: bool, detail: str, fix: str = "") -> dict[str, Any]:
-    return {**_row(queue, ok, detail, fix), "check": f"answer queue {queue}"}
+def answer_queues(services: Any) -> list[Row]:
+    """Each answer queue of ``ANSWER_QUEUES`` (infra names them): a probe answer sent and read back."""
+    names = [q.strip() for q in (os.environ.get(ANSWER_QUEUES_SETTING) or "").split(",") if q.strip()]
+    if not names:
+        return [
+            row("answer queues", None, f"{ANSWER_QUEUES_SETTING} names none (no pool asks on Service Bus)")
+        ]
+    return [answer_round_trip(services.transport, name) for name in names]
 
 
 def _read_back(probe: str, receive: Any, complete: Any, abandon: Any) -> tuple[bool, int]:

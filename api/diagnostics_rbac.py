@@ -2,24 +2,13 @@
 read back from the management plane.
 
 The app cannot exercise another identity's rights, nor tell from a send whether it also holds the Manage
-claim, so it reads the role assignments themselves: ``GET {arm}/{resource}/providers/
-Microsoft.Authorization/roleAssignments?$filter=principalId eq '{id}'`` answers every assignment of that
-principal at, above and below the resource (Azure RBAC REST, "Role Assignments - List For Scope"), with
-the app's identity, which infra makes Reader on the three resources read here (the Service Bus namespace,
-the storage account, the Application Insights component). Expected, per
-``infra/modules/role-assignments.bicep`` and ``agent-pool.bicep`` (:data:`EXPECTED` and :func:`expected`):
-
-* the app: Azure Service Bus Data Owner on each queue it receives from (the Manage claim the scale
-  controller's target-based scaling needs; Send and Listen alone pass every probe);
-* each pool served elsewhere: Data Receiver on its work queue (Data Owner when KEDA scales on it), Data
-  Sender on the result queue, Data Receiver on each of its answer queues, Monitoring Metrics Publisher on
-  the component and, unless it is message-only, Storage Table Data Contributor on the ledger, deadline
-  index and RemoteEffects tables and Storage Blob Data Contributor on the payload container. (Infra
-  deploys the Service Bus transport only, so no pool holds a storage queue role.)
-
-A grant at a wider scope (the namespace, the account) covers the narrower one. Infra names the identities
-(``APP_PRINCIPAL_ID``, ``AGENT_POOL_IDENTITIES``) and the resources (:data:`RESOURCES`) in app settings;
-without them (locally) the rows do not apply.
+claim, so it lists the role assignments of each principal around each resource (Azure RBAC REST, "Role
+Assignments - List For Scope", ``$filter=principalId eq '{id}'``), as the Reader infra makes it on the
+three resources of :data:`RESOURCES`. What it expects (:func:`expected`) is what
+``infra/modules/role-assignments.bicep`` and ``agent-pool.bicep`` grant (docs/deploy.md, "Roles"); a
+grant at a wider scope (the namespace, the account) covers the narrower one. Infra names the identities
+(``APP_PRINCIPAL_ID``, ``AGENT_POOL_IDENTITIES``) and resources in app settings; without them (locally)
+the rows do not apply.
 """
 
 from __future__ import annotations
@@ -33,16 +22,12 @@ from typing import Any
 from api.diagnostics_sections import Row, row
 
 ARM_ENDPOINT = "https://management.azure.com"  # AZURE_RESOURCE_MANAGER_ENDPOINT overrides (other clouds)
-RECEIVER, SENDER, OWNER = (
-    "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0",
-    "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39",
-    "090c5cfd-751d-490a-894a-3ce6f1109419",
-)
-TABLE, BLOB, PUBLISHER = (
-    "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
-    "ba92f5b4-2d11-453d-a403-e96b0029c9fe",
-    "3913510d-42f4-4e42-8a64-420c390055eb",
-)
+RECEIVER = "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0"
+SENDER = "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39"
+OWNER = "090c5cfd-751d-490a-894a-3ce6f1109419"
+TABLE = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
+BLOB = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
 ROLE_NAMES = {
     RECEIVER: "Data Receiver",
     SENDER: "Data Sender",

@@ -19,6 +19,7 @@ from typing import Any
 
 from workflow_core import telemetry_instruments
 from workflow_core.settings import DOCUMENTED_SETTINGS, FEATURE_SETTINGS
+from workflow_core.telemetry_instruments import NULL_PROPAGATOR_SETTING, WORKER_TELEMETRY_SETTING
 
 Row = dict[str, Any]
 APP_ROOT = Path(__file__).resolve().parents[1]
@@ -27,9 +28,8 @@ DTS_CONNECTION = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"
 BUNDLE_ID = "Microsoft.Azure.Functions.ExtensionBundle"
 BUNDLE_RANGE = "[4.*, 5.0.0)"
 MAX_POLLING_SECONDS = 10
-# Platform settings the app or its host reads (names only are reported).
+# Platform settings the app or its host reads (names only are reported), beside DOCUMENTED_SETTINGS.
 PLATFORM_SETTINGS = (
-    "AzureWebJobsStorage",
     "AzureWebJobsStorage__credential",
     "AzureWebJobsStorage__clientId",
     "AzureWebJobsStorage__tableServiceUri",
@@ -37,16 +37,14 @@ PLATFORM_SETTINGS = (
     "AzureWebJobsStorage__blobServiceUri",
     "ServiceBusConnection__fullyQualifiedNamespace",
     "AZURE_CLIENT_ID",
-    "APPLICATIONINSIGHTS_CONNECTION_STRING",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
-    telemetry_instruments.WORKER_TELEMETRY_SETTING,
-    telemetry_instruments.NULL_PROPAGATOR_SETTING,
+    WORKER_TELEMETRY_SETTING,
+    NULL_PROPAGATOR_SETTING,
     "PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME",
     "WEBSITE_AUTH_ENABLED",
     "WEBSITE_SITE_NAME",
     "IDENTITY_ENDPOINT",
     DTS_CONNECTION,
-    "TASK_HUB_NAME",
 )
 
 
@@ -56,9 +54,6 @@ def row(check: str, ok: bool | None, detail: str, fix: str = "") -> Row:
 
 def _env(name: str) -> str:
     return (os.environ.get(name) or "").strip()
-
-
-# ---- host.json -----------------------------------------------------------------------------------
 
 
 def host_json(_services: Any, *, root: Path = APP_ROOT) -> list[Row]:
@@ -119,30 +114,28 @@ def host_json(_services: Any, *, root: Path = APP_ROOT) -> list[Row]:
 
 def _seconds(timespan: Any) -> float | None:
     """A host.json ``hh:mm:ss`` as seconds (None when it is not one)."""
-    parts = str(timespan or "").split(":")
     try:
-        hours, minutes, seconds = (float(p) for p in parts) if len(parts) == 3 else (None, None, None)
-    except ValueError:
+        hours, minutes, seconds = (float(p) for p in str(timespan or "").split(":"))
+    except ValueError:  # not a number, or not three parts
         return None
-    return None if hours is None else hours * 3600 + minutes * 60 + seconds
-
-
-# ---- settings, identity, telemetry ----------------------------------------------------------------
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def settings(_services: Any) -> list[Row]:
     """Which settings are set (names only, never values)."""
     features = {name for group in FEATURE_SETTINGS.values() for name in group}
     names = sorted(set(DOCUMENTED_SETTINGS) | set(PLATFORM_SETTINGS) | features)
-    set_names = [name for name in names if _env(name)]
-    return [
-        row("app settings", True, f"set: {', '.join(set_names) or '(none)'}"),
-        *[
-            row(f"setting {name}", False, f"{name} is not set", f"set the app setting {name}")
-            for name in ("TASK_HUB_NAME",)
-            if not _env(name) and _env("WEBSITE_SITE_NAME")
-        ],
-    ]
+    rows = [row("app settings", True, f"set: {', '.join(n for n in names if _env(n)) or '(none)'}")]
+    if _env("WEBSITE_SITE_NAME") and not _env("TASK_HUB_NAME"):
+        rows.append(
+            row(
+                "setting TASK_HUB_NAME",
+                False,
+                "TASK_HUB_NAME is not set",
+                "set the app setting TASK_HUB_NAME",
+            )
+        )
+    return rows
 
 
 def identity(_services: Any) -> list[Row]:
@@ -174,18 +167,16 @@ def identity(_services: Any) -> list[Row]:
 
 def telemetry(_services: Any) -> list[Row]:
     worker = telemetry_instruments.worker_owns_telemetry()
-    null_propagator = bool(_env(telemetry_instruments.NULL_PROPAGATOR_SETTING)) and not worker
+    null_propagator = bool(_env(NULL_PROPAGATOR_SETTING)) and not worker
     by = telemetry_instruments.configured_by()
     connection = bool(_env("APPLICATIONINSIGHTS_CONNECTION_STRING"))
     rows = [
         row(
             "telemetry propagator",
             not null_propagator,
-            f"{telemetry_instruments.NULL_PROPAGATOR_SETTING} "
-            f"{'set without' if null_propagator else 'not relied on;'} "
-            f"{telemetry_instruments.WORKER_TELEMETRY_SETTING}={'true' if worker else 'unset'}",
-            f"replace {telemetry_instruments.NULL_PROPAGATOR_SETTING} with "
-            f"{telemetry_instruments.WORKER_TELEMETRY_SETTING}=true (worker issue 1881)",
+            f"{NULL_PROPAGATOR_SETTING} {'set without' if null_propagator else 'not relied on;'} "
+            f"{WORKER_TELEMETRY_SETTING}={'true' if worker else 'unset'}",
+            f"replace {NULL_PROPAGATOR_SETTING} with {WORKER_TELEMETRY_SETTING}=true (worker issue 1881)",
         ),
         row(
             "telemetry configured once",
@@ -207,15 +198,16 @@ def telemetry(_services: Any) -> list[Row]:
     return rows
 
 
-# ---- access probes and queues --------------------------------------------------------------------
+def failure(exc: Exception) -> str:
+    """What a failed probe says: the exception's type and the first line of its text."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [type(exc).__name__])[0][:300]}"
 
 
 def _probe(check: str, action: Callable[[], None], fix: str) -> Row:
     try:
         action()
     except Exception as exc:  # a failed probe is the finding
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-        return row(check, False, f"{type(exc).__name__}: {first}", fix)
+        return row(check, False, failure(exc), fix)
     return row(check, True, "wrote and deleted its own probe")
 
 
@@ -263,51 +255,4 @@ def access(services: Any) -> list[Row]:
             f"grant the app's identity Storage Blob Data Contributor on {s.payload_container}",
         )
     )
-    return rows
-
-
-def queues(services: Any) -> list[Row]:
-    """Every pool queue and the result queue: a probe, depth and oldest message age where measurable."""
-    from workflow_core.workflows.loader import agent_pools
-    from workflow_core.workflows.pools import pool_queue
-
-    s = services.settings
-    names = [pool_queue(s.work_queue, pool) for pool in agent_pools().names] + [s.result_queue]
-    try:
-        transport = services.transport
-    except Exception as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-        fix = "grant the app's identity send and receive rights on its queues (role-assignments.bicep)"
-        return [row(f"queue {name}", False, f"{type(exc).__name__}: {first}", fix) for name in names]
-    from api.diagnostics_queues import diagnose
-
-    return [diagnose(transport, name) for name in names]
-
-
-# ---- pluggable providers ------------------------------------------------------------------------
-
-
-# Other features register here (the recovery canary, circuit breakers): name -> callable(services)
-# returning rows. A provider that raises is reported as a failed row, never a 500.
-PROVIDERS: dict[str, Callable[[Any], list[Row]]] = {}
-
-
-def register_provider(name: str, provider: Callable[[Any], list[Row]] | None) -> None:
-    """Add (or, with None, remove) a diagnostics provider, e.g. ``"canary"`` or ``"circuits"``."""
-    if provider is None:
-        PROVIDERS.pop(name, None)
-    else:
-        PROVIDERS[name] = provider
-
-
-def providers(services: Any) -> list[Row]:
-    rows: list[Row] = []
-    for name in ("canary", "circuits"):
-        if name not in PROVIDERS:
-            rows.append(row(name, None, f"no {name} provider is installed in this build"))
-    for name, provider in sorted(PROVIDERS.items()):
-        try:
-            rows.extend(provider(services))
-        except Exception as exc:
-            rows.append(row(name, False, f"the {name} provider failed: {type(exc).__name__}", "see the logs"))
     return rows

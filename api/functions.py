@@ -2,34 +2,38 @@
 
 Every API route is function-level (a function or host key in ``?code=`` or the ``x-functions-key``
 header), except behind App Service Authentication, where the platform authenticates and the routes are
-anonymous at the Functions level (api/platform_auth.py); the health probe (excluded from platform
-authentication) always needs a key; the console's static files (no data) are anonymous.
+anonymous at the Functions level (api/boundary.py); the health probe (excluded from platform
+authentication) always needs a key.
+
+The web console is static HTML, CSS and JavaScript (``api/static/``, no framework, no build step),
+served here at ``/api/console/``; the page calls the operator API from the browser. The files hold no
+data, so that route is anonymous; in Azure the page forwards the ``code`` query parameter it was opened
+with as the API's function key.
 """
 
 # No ``from __future__ import annotations`` here: the Python worker reads these functions' annotations
 # to bind the trigger and the durable client, so they must be real types, not strings.
+import functools
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import azure.durable_functions as df
 import azure.functions as func
 
-from api import (
-    canary,
-    circuits_api,
-    console_site,
-    diagnostics,
-    handlers,
-    operations_api,
-    operator_api,
-    platform_auth,
-    start,
-    versions,
-)
+from api import boundary, canary, circuits_api, diagnostics, handlers, operations_api, operator_api
+from api.responses import ApiError, json_errors
 from workflow_core import runtime
 
+STATIC = Path(__file__).resolve().parent / "static"
+CONSOLE_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 blueprint = df.Blueprint(http_auth_level=func.AuthLevel.FUNCTION)
 
-AUTH = platform_auth.api_auth_level()  # read when the worker indexes the app
+AUTH = boundary.api_auth_level()  # read when the worker indexes the app
 
 
 def _services() -> runtime.Services:
@@ -51,11 +55,11 @@ def _with_client(
 
 
 for _name, _route, _method, _body in (
-    ("http_start_workflow", "workflows/{name}/instances", "POST", start.start_workflow),
+    ("http_start_workflow", "workflows/{name}/instances", "POST", handlers.start_workflow),
     ("http_list_workflows", "workflows", "GET", handlers.list_workflows),
     ("http_get_workflow", "workflows/{instance_id}", "GET", handlers.get_workflow_status),
     ("http_get_workflow_steps", "workflows/{instance_id}/steps", "GET", handlers.get_workflow_steps),
-    ("http_list_workflow_versions", "workflows/{name}/versions", "GET", versions.list_versions),
+    ("http_list_workflow_versions", "workflows/{name}/versions", "GET", handlers.list_versions),
     # the operator API (api/operator_api.py)
     ("http_list_instances", "instances", "GET", operator_api.list_instances),
     ("http_get_instance", "instances/{instance_id}", "GET", operator_api.get_instance),
@@ -72,7 +76,8 @@ for _name, _route, _method, _body in (
     ("http_canary_run", "canary/runs", "POST", canary.run_canary),
     ("http_list_circuits", "circuits", "GET", circuits_api.list_circuits),
     ("http_circuit_action", "circuits/{agent}/{action}", "POST", circuits_api.circuit_action),
-    *operations_api.ROUTES,  # bulk operations (api/operations_api.py)
+    ("http_start_operation", "operations", "POST", operations_api.start_operation),
+    ("http_get_operation", "operations/{operation_id}", "GET", operations_api.get_operation),
 ):
     _with_client(_name, _route, _method, _body)
 
@@ -84,4 +89,25 @@ async def http_health(req: func.HttpRequest) -> func.HttpResponse:
 
 @blueprint.route(route="console/{*path}", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 async def http_console(req: func.HttpRequest) -> func.HttpResponse:
-    return await console_site.console_file(req)
+    return await console_file(req)
+
+
+@functools.partial(json_errors, public=True)
+async def console_file(req: func.HttpRequest) -> func.HttpResponse:
+    """``GET /api/console/{*path}``: one file of the console; the bare path is the page itself."""
+    path = req.route_params.get("path") or ""
+    name = path.strip("/") or "index.html"
+    if "/" in name or "\\" in name or name.startswith("."):
+        raise ApiError(
+            404, f"no console file {path!r}", ["the console is one folder of files"], code="not-found"
+        )
+    target = STATIC / name
+    if target.suffix not in CONSOLE_TYPES or not target.is_file():
+        known = ", ".join(sorted(p.name for p in STATIC.iterdir() if p.suffix in CONSOLE_TYPES))
+        raise ApiError(404, f"no console file {name!r}", [f"console files: {known}"], code="not-found")
+    kind = CONSOLE_TYPES[target.suffix]
+    headers = {"Content-Type": kind, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    response = func.HttpResponse(
+        target.read_bytes(), status_code=200, headers=headers, mimetype=kind.split(";")[0]
+    )
+    return boundary.secure(response, boundary.CONSOLE_CSP)

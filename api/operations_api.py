@@ -15,34 +15,26 @@ from typing import Any
 import azure.functions as func
 from pydantic import ValidationError
 
-from api import idempotency as idempotent
 from api.boundary import caller_name
 from api.responses import (
     ApiError,
     ServicesSource,
     call_durable,
     call_ledger,
+    idempotent,
     json_errors,
     json_object_body,
     json_response,
     resolve_services,
 )
+from api.views import camel
 from supervisor import operator
 from supervisor.maintenance import bulk
 from workflow_core.settings import SettingsError, bulk_settings
 
 log = logging.getLogger(__name__)
 INLINE_INSTANCES = 25
-_FILTER_FIELDS = {
-    "workflow": "workflow",
-    "version": "version",
-    "status": "status",
-    "needsAttention": "needs_attention",
-    "errorContains": "error_contains",
-    "startedAfter": "started_after",
-    "startedBefore": "started_before",
-    "businessKeyPrefix": "business_key_prefix",
-}
+_FILTER_FIELDS = {camel(name): name for name in bulk.BulkFilter.model_fields}  # e.g. needsAttention
 _BODY_FIELDS = {"action", "filter", "reason", "dryRun"}
 
 
@@ -51,8 +43,7 @@ def _bad(why: str, code: str = "invalid-request") -> ApiError:
 
 
 def parse_filter(raw: Any) -> bulk.BulkFilter:
-    if raw is None:
-        raw = {}
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise _bad('"filter" must be an object')
     unknown = sorted(set(raw) - set(_FILTER_FIELDS))
@@ -73,15 +64,6 @@ def parse_filter(raw: Any) -> bulk.BulkFilter:
         return bulk.BulkFilter.model_validate(values)
     except ValidationError as exc:
         raise _bad("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
-
-
-def _terminate_through(client: Any) -> bulk.Terminate:
-    terminate = bulk.durable_terminate(client)
-
-    async def call(instance_id: str, reason: str) -> None:
-        await call_durable(terminate(instance_id, reason), "end the orchestration")
-
-    return call
 
 
 @json_errors
@@ -123,6 +105,11 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
             ),
         )
         store = bulk.BulkStore(svc.ledger, svc.bulk_operations)
+        terminate = bulk.durable_terminate(client)
+
+        async def end(instance_id: str, why: str) -> None:
+            await call_durable(terminate(instance_id, why), "end the orchestration")
+
         try:  # the snapshot first (all of it), then the first few instances
             await bulk.run(
                 store,
@@ -130,7 +117,7 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
                 runner="request",
                 rate_per_second=rate,
                 max_instances=INLINE_INSTANCES,
-                terminate=_terminate_through(client),
+                terminate=end,
             )
         except Exception:  # recorded: the timer carries it on from its cursor; answer with its id
             log.warning("bulk %s: the inline run stopped; the timer carries it on", op.bulk_id, exc_info=True)
@@ -142,7 +129,7 @@ async def start_operation(req: func.HttpRequest, client: Any, services: Services
         return json_response(progress, status_code=200 if op.done else 202)
 
     request = bulk.request_of(action, flt, reason)
-    return await idempotent.once(req, svc, bulk.KEYS_PARTITION, request, actor, act)
+    return await idempotent(req, svc, bulk.KEYS_PARTITION, request, actor, act)
 
 
 @json_errors
@@ -162,9 +149,3 @@ async def get_operation(req: func.HttpRequest, client: Any, services: ServicesSo
     if progress is None:
         raise ApiError(404, f"no bulk operation {bulk_id!r}", code="not-found")
     return json_response(progress)
-
-
-ROUTES = (
-    ("http_start_operation", "operations", "POST", start_operation),
-    ("http_get_operation", "operations/{operation_id}", "GET", get_operation),
-)

@@ -15,13 +15,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import azure.functions as func
+from azure.durable_functions import OrchestrationRuntimeStatus
 
 from api import continuation
-from api import idempotency as idempotent
 from api.boundary import caller_name
 from api.circuits_api import attention_circuits, mark_waiting
 from api.responses import (
-    ACTIVE_STATUSES,
     ApiError,
     ServicesSource,
     call_durable,
@@ -29,6 +28,7 @@ from api.responses import (
     check_instance_id,
     check_step_id,
     check_workflow_name,
+    idempotent,
     json_errors,
     json_object_body,
     json_response,
@@ -52,6 +52,10 @@ STEP_ACTIONS = {"retry": operator.retry_step, "skip": operator.skip_step}
 INSTANCE_ACTIONS = ("compensate", "resume", "stop", "cancel")
 DEAD_LETTER_PREFIX = "dead-lettered"  # last_error of a step whose work message was dead-lettered
 DEAD_LETTER_WINDOW = timedelta(days=1)
+# Runtime statuses in which an orchestration still holds its instance id.
+ACTIVE_STATUSES = frozenset(
+    OrchestrationRuntimeStatus[name] for name in ("Pending", "Running", "Suspended", "ContinuedAsNew")
+)
 
 
 def _filters(req: func.HttpRequest) -> dict[str, Any]:
@@ -65,22 +69,18 @@ def _filters(req: func.HttpRequest) -> dict[str, Any]:
         raw = text(name)
         if raw is None:
             return None
-
-        def bad(why: str) -> ApiError:
-            return ApiError(400, f"invalid {name}", [why], code="invalid-filter")
-
         try:
             parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        except ValueError:
-            raise bad(f"{name} must be an ISO 8601 time such as 2025-03-01T09:00:00Z, got {raw!r}") from None
-        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-        try:  # 0001-01-01T00:00:00+14:00 parses, but is before the first representable UTC instant;
+            value = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
             # a day's margin each side: the ledger compares with a tick (or an inverted time) either side
-            value = parsed.astimezone(UTC)
             _ = (value - timedelta(days=1), value + timedelta(days=1))
+        except ValueError:
+            why = f"{name} must be an ISO 8601 time such as 2025-03-01T09:00:00Z, got {raw!r}"
+        except OverflowError:  # 0001-01-01T00:00:00+14:00 parses, but is before the first UTC instant
+            why = f"{raw!r} is outside the representable calendar"
+        else:
             return value
-        except OverflowError:
-            raise bad(f"{raw!r} is outside the representable calendar") from None
+        raise ApiError(400, f"invalid {name}", [why], code="invalid-filter")
 
     attention = text("needsAttention")
     if attention is not None and attention.lower() not in ("true", "false"):
@@ -180,28 +180,20 @@ def _action(req: func.HttpRequest, kind: str, known: Any) -> str:
     return action
 
 
-def _operator_problem(exc: operator.OperatorError) -> ApiError:
-    # 409 only when the ledger moved under the request (what no retry can change is a 422, raised as such)
-    if isinstance(exc, operator.UnknownInstance):
-        return ApiError(404, str(exc), code="instance-not-found")
-    if isinstance(exc, operator.UnknownStep):
-        return ApiError(404, str(exc), code="step-not-found", extra={"knownSteps": exc.known})
-    if isinstance(exc, operator.IllegalMove):
-        return ApiError(
-            409,
-            str(exc),
-            code="illegal-move",
-            extra={"currentStatus": exc.status.value, "allowedMoves": exc.allowed_moves},
-        )
-    return ApiError(409, str(exc), code=exc.code)  # the instance state's refusal, or a race
-
-
 async def _ledger_move(svc: Any, act: Callable[[StepLedger], T]) -> T:
-    """An operator's move through :mod:`supervisor.operator`; a refusal becomes its problem."""
+    """An operator's move through :mod:`supervisor.operator`; a refusal becomes its problem (a 409 only
+    when the ledger moved under the request: what no retry can change is a 422, raised as such)."""
     try:
         return await call_ledger(svc, act)
-    except operator.OperatorError as exc:
-        raise _operator_problem(exc) from None
+    except operator.UnknownInstance as exc:
+        raise ApiError(404, str(exc), code="instance-not-found") from None
+    except operator.UnknownStep as exc:
+        raise ApiError(404, str(exc), code="step-not-found", extra={"knownSteps": exc.known}) from None
+    except operator.IllegalMove as exc:
+        moves = {"currentStatus": exc.status.value, "allowedMoves": exc.allowed_moves}
+        raise ApiError(409, str(exc), code="illegal-move", extra=moves) from None
+    except operator.OperatorError as exc:  # the instance state's refusal, or a race
+        raise ApiError(409, str(exc), code=exc.code) from None
 
 
 @json_errors
@@ -223,7 +215,7 @@ async def step_action(req: func.HttpRequest, client: Any, services: ServicesSour
         return json_response({"action": action, "actor": actor, "step": step_view(updated)})
 
     actor = operator.actor_for(user)
-    return await idempotent.once(req, svc, instance_id, f"{action} {instance_id}/{step_id}", actor, move)
+    return await idempotent(req, svc, instance_id, f"{action} {instance_id}/{step_id}", actor, move)
 
 
 @json_errors
@@ -256,7 +248,7 @@ async def instance_action(req: func.HttpRequest, client: Any, services: Services
         log.info("operator %s: %s by %s (%s)", action, instance_id, user, reason)
         return json_response({"action": action, "actor": actor, **result})
 
-    return await idempotent.once(
+    return await idempotent(
         req,
         svc,
         instance_id,
@@ -305,23 +297,25 @@ async def attention(req: func.HttpRequest, client: Any, services: ServicesSource
     hidden = CANARY_WORKFLOWS if _hide_canary(req) else ()
 
     def read(ledger: StepLedger) -> dict[str, Any]:
-        stalled = ledger.overdue(now, limit=200)
-        failed_compensations = ledger.needing_attention(limit=200)
-        soon = ledger.overdue(now + DEAD_LETTER_WINDOW, limit=500)
-        dead = [
-            s
-            for s in soon
-            if s.status is StepStatus.FAILED and (s.last_error or "").startswith(DEAD_LETTER_PREFIX)
-        ]
+        soon = now + DEAD_LETTER_WINDOW
+        lists = {
+            "stalled": ledger.overdue(now, limit=200),
+            "compensationFailed": ledger.needing_attention(limit=200),
+            "deadLettered": [
+                s
+                for s in ledger.overdue(soon, limit=500)
+                if s.status is StepStatus.FAILED and (s.last_error or "").startswith(DEAD_LETTER_PREFIX)
+            ],
+        }
         flagged, _ = ledger.list_instances(needs_attention=True, limit=200, exclude_workflow=hidden)
-        if hidden:  # the recovery canary's runs have their own alerts and page (docs/operations.md)
-            stalled = [s for s in stalled if s.workflow_name not in hidden]
-            failed_compensations = [s for s in failed_compensations if s.workflow_name not in hidden]
-            dead = [s for s in dead if s.workflow_name not in hidden]
-        lists = {"stalled": stalled, "compensationFailed": failed_compensations, "deadLettered": dead}
+        # the recovery canary's runs (hidden) have their own alerts and page (docs/operations.md)
         return {
             **{
-                key: [step_view(s) | {"instanceId": s.instance_id} for s in steps]
+                key: [
+                    step_view(s) | {"instanceId": s.instance_id}
+                    for s in steps
+                    if s.workflow_name not in hidden
+                ]
                 for key, steps in lists.items()
             },
             "instances": [instance_record_view(r) for r in flagged],

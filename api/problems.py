@@ -1,12 +1,9 @@
 """RFC 9457 problems: the API's error answers, each with a stable ``code``, and bounded in size.
 
-A problem repeats what the caller sent (an unknown field, a bad id) so the caller can see what went
-wrong; sent by an attacker, that echo must not grow with the request. Every answer therefore keeps at
-most :data:`MAX_DETAILS` sentences of at most :data:`MAX_DETAIL_CHARS` characters each, and lists in
-``extra`` at most :data:`MAX_LIST_ITEMS` items, saying how many were left out.
-
-Its own module (not :mod:`api.responses`) so that :mod:`api.boundary`, which raises problems, sits
-below the response helpers that call it.
+A problem repeats what the caller sent (an unknown field, a bad id); sent by an attacker, that echo
+must not grow with the request: an answer keeps at most :data:`MAX_DETAILS` sentences of at most
+:data:`MAX_DETAIL_CHARS` characters and :data:`MAX_LIST_ITEMS` items of each list in ``extra``, saying
+how many were left out. A module of its own so that :mod:`api.boundary` sits below :mod:`api.responses`.
 """
 
 from __future__ import annotations
@@ -100,11 +97,8 @@ def _bounded(value: Any) -> Any:
 
 
 class ApiError(Exception):
-    """Ends a request with an RFC 9457 problem (``application/problem+json``) and the given status.
-
-    The body keeps this API's human sentences, ``error`` (what went wrong) and ``details`` (how to fix
-    it), beside the problem members ``type``, ``title``, ``status``, ``detail`` and a stable ``code``.
-    """
+    """Ends a request with an RFC 9457 problem: ``type``, ``title``, ``status``, ``detail``, a stable
+    ``code``, and this API's sentences ``error`` (what went wrong) and ``details`` (how to fix it)."""
 
     def __init__(
         self,

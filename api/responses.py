@@ -1,11 +1,14 @@
-"""What every HTTP function body shares: JSON responses and readable errors, request parsing, services
-that fail as a readable 503, Durable and ledger calls whose failures become problem+json (502 / 503),
-id checks and the app's URLs; the bodies themselves (``api.handlers``, ``api.start``,
-``api.operator_api``) each stay about one route family.
+"""What every HTTP function body shares: JSON answers, problems for errors, request bodies, services
+that fail as a readable 503, Durable and ledger calls whose failures become problems (502 / 503), id
+checks and the app's URLs.
 
-Request bodies hold only finite numbers and nest at most :data:`MAX_JSON_DEPTH` deep: ``1e400`` (which
-Python reads as infinity, and would serve back as the non-JSON ``Infinity``) and a 100,000-deep array
-(a ``RecursionError`` in any recursive reader) are 400 problems at the door.
+Request bodies hold only finite numbers and nest at most :data:`MAX_JSON_DEPTH` deep: ``1e400`` (read
+as infinity, served back as the non-JSON ``Infinity``) and a 100,000-deep array (a ``RecursionError``
+in any recursive reader) are 400 problems at the door.
+
+Every operator action carries an ``Idempotency-Key`` (428 without), claimed in the ledger before the
+action runs (:func:`idempotent`): a client that times out and repeats cannot otherwise tell "it acted"
+from "it did not", and a step retry is not idempotent by itself (docs/api.md, "Idempotency keys").
 """
 
 from __future__ import annotations
@@ -22,12 +25,11 @@ from urllib.parse import urlsplit
 
 import azure.functions as func
 from azure.core.exceptions import AzureError
-from azure.durable_functions import OrchestrationRuntimeStatus
 
 from api.boundary import admit, secure
-from api.problems import ApiError, json_default
-from workflow_core.contracts import compensation_instance_id, step_instance_id
+from api.problems import PROBLEM_CONTENT_TYPE, ApiError, json_default
 from workflow_core.ledger import InvalidLedgerInput, StepLedger
+from workflow_core.ledger.idempotency import KEY_PATTERN, KeyInProgress, KeyReused
 from workflow_core.ledger.model import WORKFLOW_NAME, validate_instance_id, validate_step_id
 from workflow_core.runtime import Services
 from workflow_core.settings import SettingsError
@@ -39,7 +41,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-JSON_CONTENT_TYPE = "application/json"
+JSON_TYPE = "application/json"
+HEADER = "Idempotency-Key"
 DEFAULT_ROUTE_PREFIX = "/api"
 JSON_TYPES = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}  # else null
 
@@ -62,12 +65,7 @@ def json_response(
         text = json.dumps(body, default=json_default, allow_nan=False)
     except ValueError:  # a non-finite number stored before the door refused them
         text = json.dumps(_finite(body), default=json_default, allow_nan=False)
-    return func.HttpResponse(
-        text,
-        status_code=status_code,
-        headers=dict(headers or {}),
-        mimetype=JSON_CONTENT_TYPE,
-    )
+    return func.HttpResponse(text, status_code=status_code, headers=dict(headers or {}), mimetype=JSON_TYPE)
 
 
 Handler = Callable[..., Awaitable[func.HttpResponse]]
@@ -130,15 +128,11 @@ def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
         raise ApiError(
             400, "request body is not valid UTF-8 text", ["send a JSON object"], code="invalid-json"
         ) from None
-    except json.JSONDecodeError as exc:
-        raise ApiError(
-            400,
-            "request body is not valid JSON",
-            [f"{exc.msg} at line {exc.lineno}, column {exc.colno}"],
-            code="invalid-json",
-        ) from None
     except ValueError as exc:
-        raise ApiError(400, "request body is not valid JSON", [str(exc)], code="invalid-json") from None
+        why = str(exc)
+        if isinstance(exc, json.JSONDecodeError):
+            why = f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+        raise ApiError(400, "request body is not valid JSON", [why], code="invalid-json") from None
     if not isinstance(data, dict):
         raise ApiError(
             400,
@@ -150,40 +144,18 @@ def json_object_body(req: func.HttpRequest) -> dict[str, Any]:
 
 
 def route_base(req: func.HttpRequest) -> str:
-    """``scheme://host[:port]/<routePrefix>`` of this request, e.g. ``http://localhost:7071/api``.
-
-    Derived from the request URL (the part before ``/workflows`` or ``/health``), so links follow the
-    host name the caller used and a non-default ``routePrefix`` in host.json.
-    """
+    """``scheme://host[:port]/<routePrefix>`` of this request, e.g. ``http://localhost:7071/api``: links
+    follow the host name the caller used and a non-default ``routePrefix`` in host.json."""
     parts = urlsplit(req.url or "")
     path = parts.path or ""
-    prefix = DEFAULT_ROUTE_PREFIX
-    for marker in ("/workflows", "/instances", "/attention", "/console", "/health"):
-        at = path.find(marker)
-        if at >= 0:
-            prefix = path[:at]
-            break
+    markers = ("/workflows", "/instances", "/attention", "/console", "/health")
+    prefix = next((path[:at] for marker in markers if (at := path.find(marker)) >= 0), DEFAULT_ROUTE_PREFIX)
     if parts.scheme and parts.netloc:
         return f"{parts.scheme}://{parts.netloc}{prefix}"
     return prefix
 
 
 ServicesSource = Services | Callable[[], Services]
-
-INSTANCE_ID_FIELD = "instance_id"
-COMPENSATION_SUFFIX = compensation_instance_id("")  # ":compensation"
-STEP_INFIX = step_instance_id("", "")  # ":step:", the ids of a parallel group's step orchestrations
-DEFAULT_TOP = 50
-MAX_TOP = 500
-# Runtime statuses in which an orchestration still holds its instance id.
-ACTIVE_STATUSES = frozenset(
-    {
-        OrchestrationRuntimeStatus.Pending,
-        OrchestrationRuntimeStatus.Running,
-        OrchestrationRuntimeStatus.Suspended,
-        OrchestrationRuntimeStatus.ContinuedAsNew,
-    }
-)
 
 
 def resolve_services(source: ServicesSource) -> Services:
@@ -293,3 +265,69 @@ def required_reason(
     if max_length is not None and len(reason) > max_length:
         raise ApiError(400, f"the reason is longer than {max_length} characters", code="invalid-body")
     return reason.strip()
+
+
+async def idempotent(
+    req: func.HttpRequest,
+    svc: Any,
+    instance_id: str,
+    request: str,
+    actor: str,
+    act: Callable[[], Awaitable[func.HttpResponse]],
+) -> func.HttpResponse:
+    """Run ``act`` once per ``Idempotency-Key``: a repeat with the key gets the first answer and acts
+    once; ``request`` names the action and its target (a key reused for another request is a 422)."""
+    key = req.headers.get(HEADER)
+    if not key:
+        raise ApiError(
+            428,
+            f"an {HEADER} header is required",
+            [f"send {HEADER}: <a new random value per action> (repeat it only to repeat the same action)"],
+            code="idempotency-key-required",
+        )
+    if not KEY_PATTERN.fullmatch(key):
+        raise ApiError(
+            400,
+            f"bad {HEADER}",
+            [f"{HEADER} is 1-100 characters of A-Z a-z 0-9 . _ : -"],
+            code="bad-idempotency-key",
+        )
+    try:
+        stored = await call_ledger(
+            svc, lambda _: svc.idempotency_keys.claim_or_replay(instance_id, key, request, actor)
+        )
+    except KeyReused as exc:
+        raise ApiError(
+            422,
+            f"{HEADER} {key!r} was used for another request ({exc.request})",
+            ["use a new key for each operator action"],
+            code="idempotency-key-reused",
+        ) from None
+    except KeyInProgress:
+        raise ApiError(
+            409,
+            f"the request with {HEADER} {key!r} is still being carried out",
+            ["look at the instance's audit trail, then repeat the request with the same key"],
+            code="in-progress",
+        ) from None
+    if stored is not None:
+        status = int(stored["status"])
+        kind = PROBLEM_CONTENT_TYPE if status >= 400 else "application/json"  # as first answered
+        response = func.HttpResponse(stored["body"] or "", status_code=status, mimetype=kind)
+        response.headers["Idempotent-Replayed"] = "true"
+        return response
+    try:
+        response = await act()
+    except ApiError as exc:
+        response = exc.to_response()  # a refusal is an answer too: a repeat gets the same one
+    except BaseException:
+        await call_ledger(svc, lambda _: svc.idempotency_keys.release(instance_id, key))
+        raise
+    if response.status_code >= 500 or response.status_code == 404:
+        # a 5xx: a retry with the key may act; a 404: no row is left in a partition of no instance
+        await call_ledger(svc, lambda _: svc.idempotency_keys.release(instance_id, key))
+        return response
+    body = response.get_body().decode("utf-8")
+    keys = svc.idempotency_keys
+    await call_ledger(svc, lambda _: keys.record_answer(instance_id, key, response.status_code, body))
+    return response

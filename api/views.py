@@ -7,6 +7,7 @@ in the ledger (and in ``GET /api/workflows/{instance_id}``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from datetime import datetime
@@ -25,13 +26,9 @@ _COMPENSATION_ENDS = {"Compensated", "CompensationFailed", "Skipped"}
 
 def decode_maybe_json(value: Any) -> Any:
     """Values the Durable API may hand back as JSON text (e.g. an orchestration's input)."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text[:1] in ("{", "[", '"'):
-            try:
-                return json.loads(text)
-            except ValueError:
-                return value
+    if isinstance(value, str) and value.strip()[:1] in ("{", "[", '"'):
+        with contextlib.suppress(ValueError):
+            return json.loads(value)
     return value
 
 
@@ -45,18 +42,15 @@ def _ref(text: str | None) -> Any:
         return text
 
 
-def _camel(name: str) -> str:
+def camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(word.capitalize() for word in rest)
 
 
 def _fields(obj: Any, names: str) -> dict[str, Any]:
     """``obj``'s attributes ``names`` under their camelCase names, times in ISO 8601, enums as values."""
-    out = {}
-    for name in names.split():
-        value = getattr(obj, name)
-        out[_camel(name)] = iso(value) if isinstance(value, datetime) else getattr(value, "value", value)
-    return out
+    values = {camel(name): getattr(obj, name) for name in names.split()}
+    return {k: iso(v) if isinstance(v, datetime) else getattr(v, "value", v) for k, v in values.items()}
 
 
 def step_view(record: StepRecord) -> dict[str, Any]:
@@ -139,11 +133,8 @@ def instance_record_view(record: InstanceRecord) -> dict[str, Any]:
 
 
 def attempts_view(audit: list[AuditEntry]) -> list[dict[str, Any]]:
-    """Each step's attempts, in ledger order: when each was dispatched and how (and when) it ended.
-
-    Read off the audit trail, because the step row holds only its latest attempt. A compensation is
-    one more "attempt" of kind ``compensate``, from the first move to Compensating to its outcome.
-    """
+    """Each step's attempts in ledger order, read off the audit trail (a step row holds only its latest):
+    dispatched when, ended how and when. A compensation is one more, of kind ``compensate``."""
     attempts: list[dict[str, Any]] = []
     open_work: dict[str, dict[str, Any]] = {}
     open_undo: dict[str, dict[str, Any]] = {}

@@ -54,7 +54,7 @@ def test_function_app_registers_every_role_with_the_right_trigger():
         assert trigger_of(name) in ("serviceBusTrigger", "queueTrigger"), name
 
 
-# The console's static files hold no data (api/console_site.py); every route that reads or acts does.
+# The console's static files hold no data (api/functions.py); every route that reads or acts does.
 ANONYMOUS_HTTP = {"http_console"}
 
 

@@ -1,5 +1,5 @@
-"""Start one workflow instance: the one path every starter takes (the HTTP starter ``api/start.py``, the
-recovery canary, bulk operations).
+"""Start one workflow instance: the one path every starter takes (the HTTP starter in ``api/handlers.py``,
+the recovery canary, bulk operations).
 
 It validates the input against the pinned definition, refuses what the ledger cannot hold, stores
 the definition, writes the instance record *before* the orchestration starts (so one that never

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from api.handlers import start_workflow
 from api.operator_api import instance_action, list_instances
-from api.start import start_workflow
 from tests.api.support import http_request, json_of
 from tests.helpers.rows import make_step
 from workflow_core import clock

@@ -130,22 +130,19 @@ def test_a_missing_role_fails_the_access_probes(app_env, azurite):
     assert any(name.startswith("queue ") for name in failed)
 
 
-def test_providers_plug_in_and_a_failing_one_is_a_row(services):
+def test_providers_plug_in_and_a_failing_one_is_a_row(services, monkeypatch):
     services.liveness.record_tick()
-    installed = dict(sections.PROVIDERS)  # the app's own providers, put back afterwards
-    sections.register_provider(
-        "canary", lambda _s: [sections.row("canary last verdict", True, "passed 12 s ago")]
+    monkeypatch.setitem(
+        diagnostics.PROVIDERS,
+        "canary",
+        lambda _s: [sections.row("canary last verdict", True, "passed 12 s ago")],
     )
 
     def broken(_services):
         raise RuntimeError("boom")
 
-    sections.register_provider("circuits", broken)
-    try:
-        rows = _rows(diagnostics.collect(services))
-    finally:
-        for name in ("canary", "circuits"):
-            sections.register_provider(name, installed.get(name))
+    monkeypatch.setitem(diagnostics.PROVIDERS, "circuits", broken)
+    rows = _rows(diagnostics.collect(services))
     assert rows["canary last verdict"]["ok"] is True
     assert rows["circuits"]["ok"] is False and "RuntimeError" in rows["circuits"]["detail"]
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from azure.storage.queue import AccountSasPermissions, QueueServiceClient, ResourceTypes, generate_account_sas
 
-from api import diagnostics, diagnostics_queues, diagnostics_runtime
+from api import diagnostics, diagnostics_queues
 from tests.api.test_diagnostics import _clean_env, _failed, _rows  # noqa: F401 - the autouse fixture
 from tests.servicebus_double.double import AmqpTestDouble
 from workflow_core.transport.base import OutgoingMessage
@@ -67,7 +67,7 @@ def test_a_missing_answer_queue_or_receive_right_fails_naming_the_queue_and_role
     )
     send_only = StorageQueueTransport(QueueServiceClient(account.url, credential=sas))
     try:
-        (row, _) = diagnostics_runtime.answer_queues(SimpleNamespace(transport=send_only))
+        (row, _) = diagnostics_queues.answer_queues(SimpleNamespace(transport=send_only))
     finally:
         send_only.close()
     assert row["check"] == f"answer queue {answer_queue}" and row["ok"] is False
@@ -120,9 +120,7 @@ def test_on_service_bus_a_missing_listen_or_queue_fails_naming_it(double, monkey
     )
     try:
         transport.send(ok, AGENT_ANSWER)
-        rows = {
-            r["check"]: r for r in diagnostics_runtime.answer_queues(SimpleNamespace(transport=transport))
-        }
+        rows = {r["check"]: r for r in diagnostics_queues.answer_queues(SimpleNamespace(transport=transport))}
     finally:
         transport.close()
     assert rows[f"answer queue {ok}"]["ok"] is True

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from api import diagnostics, diagnostics_providers
+from api import diagnostics
 from workflow_core import clock
 from workflow_core.canary import CANARY_WORKFLOW
 from workflow_core.workflows.pools import AgentLimits, CircuitSettings
@@ -54,7 +54,7 @@ def test_the_providers_are_installed_with_the_diagnostics(services):
 
 def test_a_disabled_canary_is_shown_not_failed(services, monkeypatch):
     monkeypatch.delenv("CANARY_ENABLED", raising=False)
-    (only,) = diagnostics_providers.canary_rows(services)
+    (only,) = diagnostics.canary_rows(services)
     assert only["ok"] is None and "CANARY_ENABLED" in only["detail"]
 
 
@@ -63,14 +63,14 @@ def test_the_newest_failed_verdict_fails_doctor_and_older_ones_do_not(services, 
     now = clock.utcnow()
     _run(services.ledger, 1, "failed", now - timedelta(minutes=50), cause="old cause")
     _run(services.ledger, 2, "passed", now - timedelta(minutes=20))
-    rows = diagnostics_providers.canary_rows(services)
+    rows = diagnostics.canary_rows(services)
     assert rows[0]["check"] == "canary" and rows[0]["ok"] is True and "passed" in rows[0]["detail"]
     assert [r["ok"] for r in rows if r["check"] == "canary pool default"] == [True]
     verdicts = [r["ok"] for r in rows if r["check"].startswith("canary verdict")]
     assert verdicts == [True, None]  # the superseded failure is shown, not failed
 
     _run(services.ledger, 3, "failed", now - timedelta(minutes=1), cause="watchdog did not resume")
-    rows = diagnostics_providers.canary_rows(services)
+    rows = diagnostics.canary_rows(services)
     assert rows[0]["ok"] is False and "watchdog did not resume" in rows[0]["detail"]
     assert rows[0]["fix"] and rows[1]["ok"] is False and rows[1]["check"] == "canary pool default"
 
@@ -80,7 +80,7 @@ def test_a_pool_whose_newest_verdict_failed_fails_doctor_though_another_pool_pas
     now = clock.utcnow()
     _run(services.ledger, 1, "failed", now - timedelta(minutes=5), cause="pool 'beta': no agent", pool="beta")
     _run(services.ledger, 2, "passed", now - timedelta(minutes=1))
-    rows = {r["check"]: r for r in diagnostics_providers.canary_rows(services)}
+    rows = {r["check"]: r for r in diagnostics.canary_rows(services)}
     assert rows["canary"]["ok"] is False and "pool 'beta': no agent" in rows["canary"]["detail"]
     assert rows["canary pool beta"]["ok"] is False and rows["canary pool default"]["ok"] is True
 
@@ -88,7 +88,7 @@ def test_a_pool_whose_newest_verdict_failed_fails_doctor_though_another_pool_pas
 def test_no_pass_within_two_periods_is_stale(services, monkeypatch):
     monkeypatch.setenv("CANARY_ENABLED", "true")
     _run(services.ledger, 1, "passed", clock.utcnow() - timedelta(hours=3))
-    head = diagnostics_providers.canary_rows(services)[0]
+    head = diagnostics.canary_rows(services)[0]
     assert head["ok"] is False and head["detail"].startswith("stale")
 
 
@@ -99,7 +99,7 @@ def test_an_open_circuit_fails_doctor(services, open_it):
         services.circuits.operator_move(
             "payments.refund", CircuitSettings(), open_it=True, actor="op", reason="down"
         )
-    (row,) = diagnostics_providers.circuit_rows(services, agents)
+    (row,) = diagnostics.circuit_rows(services, agents)
     assert row["check"] == "circuit payments.refund"
     if open_it:
         assert row["ok"] is False and "open" in row["detail"] and "sas circuit close" in row["fix"]
@@ -108,12 +108,12 @@ def test_an_open_circuit_fails_doctor(services, open_it):
 
 
 def test_no_declared_limits_is_not_a_failure(services):
-    (row,) = diagnostics_providers.circuit_rows(services, {})
+    (row,) = diagnostics.circuit_rows(services, {})
     assert row["ok"] is None
 
 
 def test_a_feature_with_a_bad_setting_is_a_failing_row_naming_it(services, monkeypatch):
-    assert diagnostics_providers.feature_rows(services) == []
+    assert diagnostics.feature_rows(services) == []
     monkeypatch.setenv("BULK_RATE_PER_SECOND", "fast")
     monkeypatch.setenv("CANARY_SCHEDULE", "0 0,10 * * * *")
     rows = _rows(diagnostics.collect(services)["sections"]["providers"])

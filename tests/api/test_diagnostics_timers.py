@@ -1,4 +1,4 @@
-"""Doctor's timer rows (api/diagnostics_timers.py) against Azurite: every timer that records liveness is
+"""Doctor's timer rows (api/diagnostics.py) against Azurite: every timer that records liveness is
 judged on its own schedule, the watchdog on WATCHDOG_SCHEDULE."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from api import diagnostics, diagnostics_timers
-from api.diagnostics_timers import schedule_period
+from api import diagnostics
+from api.diagnostics import schedule_period
 from tests.api.test_diagnostics import _clean_env, _failed, _rows  # noqa: F401 - the autouse fixture
 from workflow_core import clock, liveness
 from workflow_core.runtime import Services
@@ -68,5 +68,5 @@ def test_in_azure_a_maintenance_timer_that_never_ticked_fails(services, monkeypa
     services.liveness.record_tick()
     assert "maintenance last tick" not in _rows(diagnostics.collect(services))
     monkeypatch.setenv("WEBSITE_SITE_NAME", "func-sas")
-    row = {r["check"]: r for r in diagnostics_timers.timers(services)}["maintenance last tick"]
+    row = {r["check"]: r for r in diagnostics.timers(services)}["maintenance last tick"]
     assert row["ok"] is False and row["detail"] == "the maintenance timer has never recorded a tick"

@@ -6,9 +6,8 @@ from __future__ import annotations
 import azure.functions as func
 import pytest
 
-from api.handlers import get_workflow_status, health
+from api.handlers import get_workflow_status, health, start_workflow
 from api.operator_api import get_instance, instance_action, list_instances, step_action
-from api.start import start_workflow
 from tests.api.support import http_request, json_of, principal_headers
 from tests.helpers.rows import make_step
 from workflow_core.ledger import StepStatus
@@ -313,7 +312,7 @@ def test_the_ledger_id_rule_is_a_full_match():
 
 def test_the_console_files_hold_no_data_and_need_no_role(run, platform_auth):
     from api.boundary import CONSOLE_CSP
-    from api.console_site import console_file
+    from api.functions import console_file
 
     page = run(console_file(http_request("GET", "/api/console/", route_params={"path": ""})))
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from api.console_site import console_file
+from api.functions import console_file
 from api.operator_api import instance_action, step_action
 from tests.api.support import http_request, json_of, principal_headers
 from tests.helpers.rows import make_step

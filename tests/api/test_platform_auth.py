@@ -16,7 +16,7 @@ from pathlib import Path
 import azure.functions as func
 import pytest
 
-from api.platform_auth import api_auth_level, platform_authentication_on
+from api.boundary import api_auth_level, platform_authentication_on
 
 REPO = Path(__file__).resolve().parents[2]
 AZURE = {"WEBSITE_INSTANCE_ID": "abc", "WEBSITE_SITE_NAME": "func-sas"}

@@ -8,7 +8,7 @@ import re
 import pytest
 from azure.durable_functions import DurableOrchestrationClient
 
-from api.start import start_workflow
+from api.handlers import start_workflow
 from tests.api.support import HOST, http_request, json_of
 from workflow_core.contracts import WORKFLOW_ORCHESTRATOR
 from workflow_core.ledger import NewStep

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from api.start import start_workflow
+from api.handlers import start_workflow
 from tests.api.support import http_request, json_of
 from workflow_core.ledger import encode_json
 from workflow_core.ledger.model import MAX_TEXT

@@ -91,7 +91,7 @@ AS_THE_WORKER_DOES = textwrap.dedent(
     )
     for name in names + ["azure.core.pipeline.policies.http_logging_policy"]:
         logging.getLogger(name).error("probe")
-    from api.diagnostics_runtime import telemetry_exporter
+    from api.diagnostics import telemetry_exporter
     print(json.dumps({"names": names, "exported": exported, "marker": telemetry_exporter()}))
     os._exit(0)
     """
