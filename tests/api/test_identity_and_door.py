@@ -178,6 +178,7 @@ def test_a_principal_header_that_is_not_base64_json_gives_no_roles(
             "cross-site",
         ),
         ({"X-SAS-Client": "x", "Content-Type": "application/json", "Origin": "null"}, 403, "cross-site"),
+        ({"X-SAS-Client": "x", "Content-Type": "application/json", "Origin": ""}, 403, "cross-site"),
         (
             {"X-SAS-Client": "x", "Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"},
             403,

@@ -61,7 +61,7 @@ PARKED_PARTITION = "parked"
 L, X = "ledger", "index"
 # fmt: off
 FAMILIES: tuple[Family, ...] = (
-    Family("instance record", L, "<instance id>", INSTANCE_ROW, "api/start, scheduler, watchdog, operators",
+    Family("instance record", L, "<instance id>", INSTANCE_ROW, "the starter, scheduler, watchdog, operators",
            Purge.PARTITION, "deleted last, ETag-guarded on its Purging version"),
     Family("steps", L, "<instance id>", "<step id>", "scheduler, worker, watchdog, operators",
            Purge.PARTITION, "an instance's steps are nobody else's"),
@@ -93,7 +93,7 @@ FAMILIES: tuple[Family, ...] = (
            "a slot the instance still holds is freed, a place it still waits in is deleted"),
     Family("limits circuit", L, LIMITS_PREFIX + "<agent>", "circuit, " + AUDIT_PREFIX + "<version>",
            "limits gate, operators", Purge.BOUNDED, "one breaker per agent and its changes, no instance's"),
-    Family("definitions", L, DEFINITIONS_PREFIX + "<workflow>", "<digest>[~<chunk>]", "api/start",
+    Family("definitions", L, DEFINITIONS_PREFIX + "<workflow>", "<digest>[~<chunk>]", "the starter",
            Purge.BOUNDED, "one per deployed version; an old instance may still read it"),
     Family("watchdog liveness", L, LIVENESS_PARTITION, "watchdog", "watchdog timer",
            Purge.BOUNDED, "one row, overwritten each tick"),
