@@ -282,7 +282,7 @@ _FILE_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("supervisor/watchdog.py", None, WATCHDOG),
     ("supervisor/watchdog_model.py", None, WATCHDOG),
     ("supervisor/step_decisions.py", None, WATCHDOG),
-    ("workflow_core/transport/storage_queue.py", "_receive", QUEUE_RECEIVE),
+    ("workflow_core/transport/storage_queue.py", "receive", QUEUE_RECEIVE),
     ("workflow_core/transport/storage_queue.py", "complete", QUEUE_DELETE),
 )
 

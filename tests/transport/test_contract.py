@@ -318,3 +318,39 @@ def test_duplicate_message_id_is_delivered_twice_on_storage_queues_and_once_on_s
         assert sorted(m.body["copy"] for m in received) == [1, 2]
     for message in received:
         harness.transport.complete(message)
+
+
+def test_a_probe_proves_the_send_right_and_no_consumer_ever_receives_it(harness: Harness):
+    """Doctor's queue row: ``probe`` sends a message nobody sees and removes it; the queue's own
+    message is all a consumer gets, and the report names the probe and the oldest message."""
+    harness.transport.send(harness.queue, _message(message_id="real-1"))
+
+    report = harness.transport.probe(harness.queue)
+
+    assert report.startswith("probe "), report
+    assert "oldest message" in report or "not readable" in report, report
+    received = _receive_one(harness)
+    assert received.message_id == "real-1"
+    harness.transport.complete(received)
+    assert harness.transport.receive(harness.queue, wait_seconds=2) == []
+
+
+def test_a_receiver_apart_completes_and_abandons_and_holds_nothing_after(harness: Harness):
+    """Doctor's answer round trip reads through ``receiver_apart``: what it completes is gone, what it
+    abandons is delivered again (count + 1) to the transport's own receive once it is closed."""
+    for ident in ("apart-1", "apart-2"):
+        harness.transport.send(harness.queue, _message(message_id=ident))
+    with harness.transport.receiver_apart(harness.queue) as receiver:
+        got: dict[str, ReceivedMessage] = {}
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            for message in receiver.receive(harness.queue, max_messages=32, lock_seconds=60, wait_seconds=2):
+                got[message.message_id] = message
+        assert sorted(got) == ["apart-1", "apart-2"]
+        receiver.complete(got["apart-1"])
+        receiver.abandon(got["apart-2"])
+
+    again = _receive_one(harness)
+    assert (again.message_id, again.delivery_count) == ("apart-2", 2)
+    harness.transport.complete(again)
+    assert harness.transport.receive(harness.queue, wait_seconds=2) == []

@@ -7,13 +7,16 @@ the same poison-message path."""
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
+
+from workflow_core import clock
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,18 @@ class Transport(abc.ABC):
     ) -> list[ReceivedMessage]:
         """Lock and return messages dead-lettered from ``queue``; ``complete`` removes them."""
 
+    def probe(self, queue: str) -> str:
+        """Send ``queue`` a message no consumer ever sees and remove it (the send right proven), then say
+        what this identity may read of the queue's depth and oldest message (doctor's queue rows)."""
+        raise NotImplementedError(f"{type(self).__name__} offers no probe")
+
+    @contextlib.contextmanager
+    def receiver_apart(self, queue: str) -> Iterator[Transport]:
+        """Something to ``receive``, ``complete`` and ``abandon`` messages of ``queue`` with for one short
+        read outside the app's own consumption, closed afterwards (doctor's answer round trip). By
+        default the transport itself: a transport that keeps no link per queue holds nothing after."""
+        yield self
+
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
 
@@ -199,3 +214,10 @@ def pump(
             error = error or exc
         deliveries.append(Delivery(message, outcome, error))
     return deliveries
+
+
+def oldest_message_age(enqueued: datetime | None) -> str:
+    """Doctor's words for the age of a queue's oldest visible message."""
+    if enqueued is None:
+        return "no visible message"
+    return f"oldest message {int((clock.utcnow() - enqueued).total_seconds())} s old"

@@ -6,9 +6,11 @@ behind a lock, so threads can share one transport.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
@@ -39,8 +41,9 @@ from workflow_core.transport.base import (
     Transport,
     TransportError,
     as_utc,
+    oldest_message_age,
 )
-from workflow_core.transport.envelope import body_from_text
+from workflow_core.transport.envelope import DOCTOR_PROBE, body_from_text
 
 DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
 DEAD_LETTER_PROPERTIES = ("DeadLetterReason", "DeadLetterErrorDescription")
@@ -133,6 +136,28 @@ class ServiceBusTransport(Transport):
     ) -> list[ReceivedMessage]:
         return self.receive(queue + DEAD_LETTER_SUFFIX, max_messages=max_messages, wait_seconds=wait_seconds)
 
+    def probe(self, queue: str) -> str:
+        """A message *scheduled* an hour ahead and cancelled by sequence number (no receiver ever sees
+        it); the oldest message by a peek, which needs Listen: the app holds it on the queues it hosts,
+        not on remote pools' queues, where the depth is reported as not readable rather than failed."""
+        with self._client.get_queue_sender(queue) as sender:
+            at = clock.utcnow() + timedelta(hours=1)
+            sender.cancel_scheduled_messages(sender.schedule_messages(ServiceBusMessage(DOCTOR_PROBE), at))
+        try:
+            with self._client.get_queue_receiver(queue) as receiver:
+                peeked = receiver.peek_messages(max_message_count=1)
+        except Exception:
+            return "probe scheduled and cancelled; depth not readable with a send-only role"
+        oldest = oldest_message_age(peeked[0].enqueued_time_utc if peeked else None)
+        return f"probe scheduled and cancelled; {oldest}"
+
+    @contextlib.contextmanager
+    def receiver_apart(self, queue: str) -> Iterator[_ApartReceiver]:
+        """A receiver of its own without prefetch, closed afterwards: the transport keeps its receivers
+        open for the queues the app consumes, and none may still hold a message after the read."""
+        with self._client.get_queue_receiver(queue, prefetch_count=0) as receiver:
+            yield _ApartReceiver(receiver, self._min_wait)
+
     def close(self) -> None:
         """Close the links in parallel (the SDK takes up to a second per link), then the client."""
         with self._lock:
@@ -216,6 +241,26 @@ class ServiceBusTransport(Transport):
             ) from exc
         except (ServiceBusError, ValueError, TypeError) as exc:
             raise TransportError(f"Service Bus: could not {action} {entity!r}: {exc}") from exc
+
+
+class _ApartReceiver:
+    """:meth:`ServiceBusTransport.receiver_apart`'s receiver: receive, complete, abandon on one link."""
+
+    def __init__(self, receiver: ServiceBusReceiver, min_wait: float) -> None:
+        self._receiver, self._min_wait = receiver, min_wait
+
+    def receive(
+        self, queue: str, *, max_messages: int = 1, lock_seconds: float = 30.0, wait_seconds: float = 0.0
+    ) -> list[ReceivedMessage]:
+        wait = max(wait_seconds, self._min_wait)
+        found = self._receiver.receive_messages(max_message_count=max_messages, max_wait_time=wait)
+        return [_to_received(queue, m) for m in found]
+
+    def complete(self, message: ReceivedMessage) -> None:
+        self._receiver.complete_message(message.raw)
+
+    def abandon(self, message: ReceivedMessage) -> None:
+        self._receiver.abandon_message(message.raw)
 
 
 def _close_quietly(closable: Any) -> BaseException | None:

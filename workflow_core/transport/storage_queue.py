@@ -26,8 +26,9 @@ from workflow_core.transport.base import (
     Transport,
     TransportError,
     as_utc,
+    oldest_message_age,
 )
-from workflow_core.transport.envelope import read_envelope, write_envelope
+from workflow_core.transport.envelope import DOCTOR_PROBE, read_envelope, write_envelope
 
 POISON_SUFFIX = "-poison"
 MAX_MESSAGE_BYTES = 64 * 1024  # after base64 encoding
@@ -151,6 +152,17 @@ class StorageQueueTransport(Transport):
     ) -> list[ReceivedMessage]:
         options = {"max_messages": max_messages, "lock_seconds": lock_seconds, "wait_seconds": wait_seconds}
         return self.receive(self.dead_letter_queue_for(queue), **options)
+
+    def probe(self, queue: str) -> str:
+        """A message invisible for five minutes, deleted by id and pop receipt; the depth and the oldest
+        message by a peek."""
+        client = self._client(queue)
+        sent = client.send_message(DOCTOR_PROBE, visibility_timeout=300)
+        client.delete_message(sent.id, pop_receipt=sent.pop_receipt)
+        depth = client.get_queue_properties().approximate_message_count
+        peeked = client.peek_messages(max_messages=1)
+        oldest = oldest_message_age(peeked[0].inserted_on if peeked else None)
+        return f"probe sent and deleted; depth {depth}; {oldest}"
 
     def close(self) -> None:
         with self._lock:
