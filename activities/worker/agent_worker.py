@@ -18,6 +18,7 @@ from activities.common import bp, parse_or_park
 from activities.worker.delivery import Delivery
 from activities.worker.messages import (
     Incoming,
+    bind_trigger,
     from_queue_message,
     from_servicebus_message,
     pool_function_name,
@@ -28,7 +29,7 @@ from workflow_core import clock, tracing
 from workflow_core.contracts import WORKER_FUNCTION, WorkMessage
 from workflow_core.messages import is_expired
 from workflow_core.runtime import Services, get_services
-from workflow_core.settings import SERVICE_BUS_CONNECTION, STORAGE_CONNECTION, TransportKind, hosted_pools
+from workflow_core.settings import TransportKind, hosted_pools
 from workflow_core.transport.envelope import is_doctor_probe
 from workflow_core.workflows.pools import DEFAULT_POOL, pool_queue
 
@@ -116,18 +117,15 @@ def register_worker(blueprint: Any, kind: TransportKind, pool: str = DEFAULT_POO
     """Add the worker of ``pool``'s queue with the trigger of ``kind`` to ``blueprint``."""
     name, queue = pool_function_name(WORKER_FUNCTION, pool), pool_queue_setting(pool)
     if kind is TransportKind.SERVICE_BUS:
-        connection, trigger = SERVICE_BUS_CONNECTION, blueprint.service_bus_queue_trigger
 
         def agent_worker(msg: func.ServiceBusMessage, context: func.Context) -> None:
             run_servicebus_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
     else:
-        connection, trigger = STORAGE_CONNECTION, blueprint.queue_trigger
 
         def agent_worker(msg: func.QueueMessage, context: func.Context) -> None:
             run_queue_message(msg, worker_id=default_worker_id(context.invocation_id), pool=pool)
 
-    bound = trigger(arg_name="msg", queue_name=queue, connection=connection)
-    return blueprint.function_name(name)(bound(agent_worker))
+    return bind_trigger(blueprint, kind, name, queue)(agent_worker)
 
 
 agent_workers = {pool: register_worker(bp, transport_kind(), pool) for pool in hosted_pools()}

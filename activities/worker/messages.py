@@ -84,26 +84,33 @@ def from_servicebus_message(msg: func.ServiceBusMessage) -> Incoming:
 Read = Callable[[Incoming, Any], Awaitable[None]]
 
 
+def bind_trigger(blueprint: Any, kind: TransportKind, name: str, queue: str) -> Callable[[Any], Any]:
+    """The decorator that adds a function named ``name`` to ``blueprint``, triggered by ``queue`` (the
+    setting naming it) with ``kind``'s trigger and connection, its message passed as ``msg``."""
+    if kind is TransportKind.SERVICE_BUS:
+        trigger, connection = blueprint.service_bus_queue_trigger, SERVICE_BUS_CONNECTION
+    else:
+        trigger, connection = blueprint.queue_trigger, STORAGE_CONNECTION
+    bound = trigger(arg_name="msg", queue_name=queue, connection=connection)
+    return lambda function: blueprint.function_name(name)(bound(function))
+
+
 def bind_reader(
     blueprint: Any, kind: TransportKind, name: str, queue: str, read: Read, *, dead_letter: bool = False
 ) -> Any:
     """Add function ``name`` on ``queue`` with the trigger of ``kind``, awaiting ``read(incoming,
     client)`` with the durable client: the result and dead-letter handlers."""
     if kind is TransportKind.SERVICE_BUS:
-        connection, trigger = SERVICE_BUS_CONNECTION, blueprint.service_bus_queue_trigger
 
         async def handler(msg: func.ServiceBusMessage, client) -> None:
             await read(from_servicebus_message(msg), client)
     else:
-        connection, trigger = STORAGE_CONNECTION, blueprint.queue_trigger
 
         async def handler(msg: func.QueueMessage, client) -> None:
             await read(from_queue_message(msg, dead_letter=dead_letter), client)
 
     with_client = blueprint.durable_client_input(client_name="client")(handler)
-    return blueprint.function_name(name)(
-        trigger(arg_name="msg", queue_name=queue, connection=connection)(with_client)
-    )
+    return bind_trigger(blueprint, kind, name, queue)(with_client)
 
 
 def _text(body: bytes | str | None) -> str:

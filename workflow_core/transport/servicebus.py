@@ -170,10 +170,13 @@ class ServiceBusTransport(Transport):
         if errors:
             raise TransportError(f"Service Bus: closing failed: {errors[0]}") from errors[0]
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportError("Service Bus transport is closed")
+
     def _sender(self, queue: str) -> tuple[ServiceBusSender, threading.Lock]:
         with self._lock:
-            if self._closed:
-                raise TransportError("Service Bus transport is closed")
+            self._check_open()
             entry = self._senders.get(queue)
             if entry is None:
                 entry = (self._client.get_queue_sender(queue), threading.Lock())
@@ -182,8 +185,7 @@ class ServiceBusTransport(Transport):
 
     def _receiver(self, entity: str) -> tuple[ServiceBusReceiver, threading.Lock]:
         with self._lock:
-            if self._closed:
-                raise TransportError("Service Bus transport is closed")
+            self._check_open()
             entry = self._receivers.get(entity)
         if entry is not None:
             return entry
