@@ -65,14 +65,14 @@ class DurableTestClient(DurableOrchestrationClient):
     def __init__(self, host: Any) -> None:
         super().__init__(json.dumps(binding_context(host)))
         self._host = host
-        # The SDK's transport functions (models/utils/http_utils.py): only a POST has a body after its
-        # URL; trace and invocation ids are ignored.
+        # The SDK's transport functions (models/utils/http_utils.py): a POST's body follows its URL;
+        # trace and invocation ids are ignored.
         for method in ("POST", "GET", "DELETE"):
             setattr(self, f"_{method.lower()}_async_request", self._transport(method))
 
     def _transport(self, method: str) -> Any:
-        async def request(url: str, *args: Any, **_: Any) -> list[Any]:
-            return self._handle(method, url, args[0] if method == "POST" and args else None)
+        async def request(url: str, data: Any = None, *_: Any, **__: Any) -> list[Any]:
+            return self._handle(method, url, data if method == "POST" else None)
 
         return request
 
