@@ -212,13 +212,12 @@ async def get_workflow_status(
     """Orchestration status (and its compensation's, if any) merged with the ledger's steps."""
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     svc = resolve_services(services)
-    status, compensation, steps, record = await asyncio.gather(
+    status, compensation, (record, steps) = await asyncio.gather(
         call_durable(client.get_status(instance_id), "read the orchestration status"),
         call_durable(
             client.get_status(compensation_instance_id(instance_id)), "read the compensation status"
         ),
-        call_ledger(svc, lambda ledger: ledger.list_for_instance(instance_id)),
-        call_ledger(svc, lambda ledger: ledger.find_instance(instance_id)),
+        call_ledger(svc, lambda ledger: ledger.read_instance_and_steps(instance_id)),
     )
     if not status and not steps:
         raise no_instance(instance_id, "neither the Durable task hub nor the step ledger knows this id")

@@ -148,13 +148,8 @@ async def get_instance(req: func.HttpRequest, client: Any, services: ServicesSou
     """``GET /api/instances/{instance_id}``: record, steps, attempts, audit trail, capped payloads."""
     instance_id = check_instance_id(req.route_params.get("instance_id", ""), "the URL")
     svc = resolve_services(services)
-    steps, audit, record = await call_ledger(
-        svc,
-        lambda ledger: (
-            ledger.list_for_instance(instance_id),
-            ledger.audit_trail(instance_id),
-            ledger.find_instance(instance_id),
-        ),
+    (record, steps), audit = await call_ledger(
+        svc, lambda ledger: (ledger.read_instance_and_steps(instance_id), ledger.audit_trail(instance_id))
     )
     if record is None and not steps:
         raise no_instance(instance_id, "the step ledger has no record of this id")

@@ -193,16 +193,20 @@ def apply_intent(
     now: datetime | None = None,
     expect: Callable[[StepRecord], None] | None = None,
     instance: InstanceRecord | None = None,
+    step: StepRecord | None = None,
 ) -> StepRecord:
     """Move the step as ``intent`` says, audited as ``operator:<user>``, once ``instance_state`` and
     ``expect`` (the step as the operator saw it) allow it; a lost race re-reads and re-checks. With
-    ``instance`` (as a bulk runner checked it) the write is conditional on that version (else
-    :class:`Changed`)."""
+    ``instance`` (and ``step``: as a bulk runner read and checked them, not read again) the write is
+    conditional on that version (else :class:`Changed`)."""
     actor = actor_for(user)
     reason = required_reason(reason)
     for _ in range(MAX_RACE_RETRIES):
-        record, handle = _step_and_instance(ledger, instance_id, step_id)
-        current = handle.record if handle is not None else None
+        if instance is not None and step is not None:
+            record, current = step, instance
+        else:
+            record, handle = _step_and_instance(ledger, instance_id, step_id)
+            current = handle.record if handle is not None else None
         if instance is not None and (current is None or current.etag != instance.etag):
             raise Changed(instance_id)
         if current is not None:

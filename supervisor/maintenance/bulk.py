@@ -281,7 +281,7 @@ def preview(ledger: StepLedger, action: str, flt: BulkFilter) -> dict[str, Any]:
 def act_on(ledger: StepLedger, op: BulkOperation, instance_id: str) -> tuple[str, str, bool]:
     """Re-read, re-check and act on the record as checked: ``(result, why, ends its orchestration)``."""
     for _ in range(operator.MAX_RACE_RETRIES):
-        record, steps = ledger.find_instance(instance_id), ledger.list_for_instance(instance_id)
+        record, steps = ledger.read_instance_and_steps(instance_id)
         if record is None:
             return NO_LONGER_MATCHES, "its record is gone", False
         why = op.filter.mismatch(record, steps)
@@ -294,8 +294,9 @@ def act_on(ledger: StepLedger, op: BulkOperation, instance_id: str) -> tuple[str
         try:
             if step_id is not None:
                 intent = operator.INTENTS[op.action]
+                step = next(s for s in steps if s.step_id == step_id)
                 operator.apply_intent(
-                    intent, ledger, instance_id, step_id, user=user, reason=reason, instance=record
+                    intent, ledger, instance_id, step_id, user=user, reason=reason, instance=record, step=step
                 )
             else:
                 operator.move_instance(
@@ -353,7 +354,10 @@ async def run(
             continue  # another runner claimed it first: its outcome is that runner's
         handled += 1
         iid = row["RowKey"]
-        if any(op.marker in (e.reason or "") for e in ledger.audit_trail(iid)):  # a runner died after acting
+        # only a claim taken over can have been acted on: a runner that died after acting
+        if row.get("Result") == CLAIMED and any(
+            op.marker in (e.reason or "") for e in ledger.audit_trail(iid)
+        ):
             store.rows.settle(claimed, ACTED, "acted before an interruption")
             continue
         try:

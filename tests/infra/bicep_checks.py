@@ -16,6 +16,7 @@ function calls as ``{"function": {"type": <snake_case name>, "parameters": {...}
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterator
@@ -214,16 +215,21 @@ def _parser() -> BicepParser:
     return BicepParser()
 
 
+@lru_cache(maxsize=128)
+def _parse(text: str) -> dict[str, Any]:
+    """A text parsed once per process: the mutation tests re-load copies that differ in one file."""
+    return _parser().parse(text=text)
+
+
 def load(infra_dir: Path = INFRA_DIR) -> tuple[dict[str, BicepFile], list[str]]:
     """Parse every ``.bicep`` file under ``infra_dir``; problems list the files that do not parse."""
-    parser = _parser()
     files: dict[str, BicepFile] = {}
     problems: list[str] = []
     for path in sorted(infra_dir.rglob("*.bicep")):
         rel = path.relative_to(infra_dir).as_posix()
         text = path.read_text(encoding="utf-8")
         try:
-            tree = parser.parse(text=text)
+            tree = copy.deepcopy(_parse(text))  # a copy: a check never sees another load's tree
         except Exception as exc:  # pycep raises lark errors of several kinds
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             problems.append(f"{rel}: does not parse as Bicep: {first_line}")

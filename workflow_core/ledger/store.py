@@ -31,10 +31,15 @@ from workflow_core.ledger.entities import (
     entity_values,
     to_entity,
 )
-from workflow_core.ledger.families import AUDIT_PREFIX
+from workflow_core.ledger.families import AUDIT_PREFIX, INSTANCE_ROW
 from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance import InstanceRecord
-from workflow_core.ledger.instance_store import InstanceHandle, InstanceLedgerMixin, to_instance_entity
+from workflow_core.ledger.instance_store import (
+    InstanceHandle,
+    InstanceLedgerMixin,
+    from_instance_entity,
+    to_instance_entity,
+)
 from workflow_core.ledger.known_rows import if_match_write
 from workflow_core.ledger.model import (
     ALLOWED_TRANSITIONS,
@@ -140,14 +145,28 @@ class StepLedger(
         return step, handle
 
     def list_for_instance(self, instance_id: str) -> list[StepRecord]:
+        return self._instance_rows(instance_id)[1]
+
+    def read_instance_and_steps(self, instance_id: str) -> tuple[InstanceRecord | None, list[StepRecord]]:
+        """The instance record (None: none) and its steps in sequence, in one partition query."""
+        entity, steps = self._instance_rows(instance_id)
+        return (from_instance_entity(entity) if entity is not None else None), steps
+
+    def _instance_rows(self, instance_id: str) -> tuple[Any, list[StepRecord]]:
         validate_instance_id(instance_id)
         self.stats.queries += 1
         entities = self._steps.query_entities(
-            "PartitionKey eq @pk and RowKey lt @audit", parameters={"pk": instance_id, "audit": "~"}
+            "PartitionKey eq @pk and ( RowKey lt @audit or RowKey eq @instance )",
+            parameters={"pk": instance_id, "audit": "~", "instance": INSTANCE_ROW},
         )
-        records = [_from_entity(e) for e in entities]
+        instance, records = None, []
+        for entity in entities:
+            if entity["RowKey"] == INSTANCE_ROW:
+                instance = entity
+            else:
+                records.append(_from_entity(entity))
         self.stats.step_entities_read += len(records)
-        return sorted(records, key=lambda r: r.sequence)
+        return instance, sorted(records, key=lambda r: r.sequence)
 
     @staticmethod
     def _audit_entity(
