@@ -111,7 +111,7 @@ class ConsoleDemo:
 
         def pace() -> None:
             last = time.monotonic()
-            while not self._stop.wait(0.05):
+            while not self._stop.wait(0.25):  # 4 host iterations a second: each polls every queue
                 now = time.monotonic()
                 try:
                     self.harness.host.advance(timedelta(seconds=(now - last) * self.speed))
