@@ -213,7 +213,15 @@ def test_the_demo_server_shown_has_the_options_shown(where, command):
         assert option in done.stdout, f"{where}: --serve has no {option}"
 
 
-@pytest.mark.parametrize(("where", "command"), _of("demo"), ids=[w for w, _ in _of("demo")])
+def _once(rule: str) -> list[tuple[str, str]]:
+    """Each distinct command of ``rule`` once, with every place that shows it."""
+    places: dict[str, list[str]] = {}
+    for where, command in _of(rule):
+        places.setdefault(command, []).append(where)
+    return [(", ".join(wheres), command) for command, wheres in places.items()]
+
+
+@pytest.mark.parametrize(("where", "command"), _once("demo"), ids=[w for w, _ in _once("demo")])
 def test_every_demo_command_shown_runs(where, command):
     done = subprocess.run(shlex.split(command), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (where, done.stdout[-2000:], done.stderr[-2000:])
