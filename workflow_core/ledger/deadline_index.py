@@ -221,16 +221,17 @@ class DeadlineIndexMixin:
         return step, InstanceHandle(from_instance_entity(instance)) if instance is not None else None, steps
 
     def _instance_partition_rows(
-        self, instance_id: str, step_id: str | None = None, *, watched: bool = True
+        self, instance_id: str, step_id: str | None = None, *, watched: bool = True, all_steps: bool = False
     ) -> tuple[Any, list[StepRecord]]:
         """One query: the instance's entity, ``step_id``'s and (``watched``) the step rows its index
-        row watches."""
+        row watches, or (``all_steps``) every step row."""
         validate_instance_id(instance_id)
         self.stats.queries += 1
+        steps = ["RowKey lt @audit"] if all_steps else ["( RowKey lt @audit and IndexKey eq @watched )"]
         clauses = [
             *(["RowKey eq @step"] if step_id is not None else []),
             "RowKey eq @instance",
-            *(["( RowKey lt @audit and IndexKey eq @watched )"] if watched else []),
+            *(steps if watched or all_steps else []),
         ]
         parameters = dict(
             pk=instance_id, step=step_id, instance=INSTANCE_ROW, audit="~", watched=WATCHED_BY_INSTANCE

@@ -31,7 +31,7 @@ from workflow_core.ledger.entities import (
     entity_values,
     to_entity,
 )
-from workflow_core.ledger.families import AUDIT_PREFIX, INSTANCE_ROW
+from workflow_core.ledger.families import AUDIT_PREFIX
 from workflow_core.ledger.index_keys import index_partition
 from workflow_core.ledger.instance import InstanceRecord
 from workflow_core.ledger.instance_store import (
@@ -145,28 +145,13 @@ class StepLedger(
         return step, handle
 
     def list_for_instance(self, instance_id: str) -> list[StepRecord]:
-        return self._instance_rows(instance_id)[1]
+        return sorted(self._instance_partition_rows(instance_id, all_steps=True)[1], key=lambda r: r.sequence)
 
     def read_instance_and_steps(self, instance_id: str) -> tuple[InstanceRecord | None, list[StepRecord]]:
         """The instance record (None: none) and its steps in sequence, in one partition query."""
-        entity, steps = self._instance_rows(instance_id)
-        return (from_instance_entity(entity) if entity is not None else None), steps
-
-    def _instance_rows(self, instance_id: str) -> tuple[Any, list[StepRecord]]:
-        validate_instance_id(instance_id)
-        self.stats.queries += 1
-        entities = self._steps.query_entities(
-            "PartitionKey eq @pk and ( RowKey lt @audit or RowKey eq @instance )",
-            parameters={"pk": instance_id, "audit": "~", "instance": INSTANCE_ROW},
-        )
-        instance, records = None, []
-        for entity in entities:
-            if entity["RowKey"] == INSTANCE_ROW:
-                instance = entity
-            else:
-                records.append(_from_entity(entity))
-        self.stats.step_entities_read += len(records)
-        return instance, sorted(records, key=lambda r: r.sequence)
+        entity, steps = self._instance_partition_rows(instance_id, all_steps=True)
+        record = from_instance_entity(entity) if entity is not None else None
+        return record, sorted(steps, key=lambda r: r.sequence)
 
     @staticmethod
     def _audit_entity(
